@@ -1,0 +1,123 @@
+/*
+ * GGUF reader (format spec: ggml-org/ggml docs/gguf.md), versions 2 and 3.
+ *
+ * The file is mmap()ed read-only. Every count, string length, offset, size,
+ * alignment and tensor extent is checked against the file with 64-bit,
+ * overflow-checked arithmetic before use; a bad file gives one error line
+ * naming the file, the byte offset, what was expected and what was found.
+ * Strings and tensor data point into the mapping and stay valid until
+ * q4kh_gguf_close(). A struct q4kh_gguf is read-only after open and may be
+ * shared between threads.
+ */
+#ifndef Q4KH_GGUF_H
+#define Q4KH_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+enum q4kh_gguf_vtype {
+	Q4KH_GGUF_UINT8 = 0,
+	Q4KH_GGUF_INT8 = 1,
+	Q4KH_GGUF_UINT16 = 2,
+	Q4KH_GGUF_INT16 = 3,
+	Q4KH_GGUF_UINT32 = 4,
+	Q4KH_GGUF_INT32 = 5,
+	Q4KH_GGUF_FLOAT32 = 6,
+	Q4KH_GGUF_BOOL = 7,
+	Q4KH_GGUF_STRING = 8,
+	Q4KH_GGUF_ARRAY = 9,
+	Q4KH_GGUF_UINT64 = 10,
+	Q4KH_GGUF_INT64 = 11,
+	Q4KH_GGUF_FLOAT64 = 12
+};
+
+/* A string inside the mapping: not NUL-terminated. */
+struct q4kh_gguf_str {
+	uint64_t len;
+	const char *data;
+};
+
+struct q4kh_gguf_kv {
+	struct q4kh_gguf_str key;
+	uint32_t type;      /* enum q4kh_gguf_vtype */
+	uint32_t elem_type; /* element type when type is ARRAY */
+	uint64_t count;     /* elements when type is ARRAY, else 1 */
+	uint64_t offset;    /* file offset of the value (array: first element) */
+	const uint8_t *data; /* the value's bytes in the mapping (unaligned) */
+};
+
+struct q4kh_gguf_tensor {
+	struct q4kh_gguf_str name;
+	uint32_t n_dims;
+	uint32_t type;     /* enum q4kh_type */
+	int64_t ne[4];     /* ggml order, unused dims 1 */
+	uint64_t offset;   /* file offset of the data */
+	uint64_t size;     /* bytes */
+	const void *data;  /* in the mapping */
+};
+
+struct q4kh_gguf {
+	char *path;
+	const uint8_t *map;
+	uint64_t size;
+	uint32_t version;
+	uint64_t alignment;
+	uint64_t data_offset; /* file offset of the tensor data section */
+	uint64_t n_kv;
+	struct q4kh_gguf_kv *kv;
+	uint64_t n_tensors;
+	struct q4kh_gguf_tensor *tensors;
+};
+
+/*
+ * Map and validate PATH. On success *out owns the mapping; free it with
+ * q4kh_gguf_close(). On error returns -1 with err set, e.g.
+ * "model.gguf: offset 24: tensor count 9223372036854775807 exceeds what the
+ * 1024-byte file can hold".
+ */
+int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
+                   struct q4kh_error *err);
+void q4kh_gguf_close(struct q4kh_gguf *g);
+
+/* The key/value pair named KEY, or NULL. */
+const struct q4kh_gguf_kv *q4kh_gguf_find(const struct q4kh_gguf *g,
+                                          const char *key);
+/* The tensor named NAME, or NULL. */
+const struct q4kh_gguf_tensor *q4kh_gguf_tensor(const struct q4kh_gguf *g,
+                                                const char *name);
+
+/*
+ * Typed getters. Return 0 and set *out; return 1 when the key is absent
+ * (leaving *out untouched, so callers can pre-set defaults); return -1 with
+ * err naming file, key and the type found when the key has an unusable type
+ * or value (an integer that does not fit, a negative count).
+ */
+int q4kh_gguf_get_u32(const struct q4kh_gguf *g, const char *key,
+                      uint32_t *out, struct q4kh_error *err);
+int q4kh_gguf_get_f32(const struct q4kh_gguf *g, const char *key, float *out,
+                      struct q4kh_error *err);
+int q4kh_gguf_get_bool(const struct q4kh_gguf *g, const char *key, int *out,
+                       struct q4kh_error *err);
+int q4kh_gguf_get_str(const struct q4kh_gguf *g, const char *key,
+                      struct q4kh_gguf_str *out, struct q4kh_error *err);
+
+/*
+ * Array access for KV of type ARRAY. q4kh_gguf_array_strings fills out[i]
+ * for every element of a string array (out has kv->count entries).
+ * q4kh_gguf_array_f32 / _i32 convert numeric elements (any numeric element
+ * type that fits) into out. Return -1 with err on a type mismatch.
+ */
+int q4kh_gguf_array_strings(const struct q4kh_gguf *g,
+                            const struct q4kh_gguf_kv *kv,
+                            struct q4kh_gguf_str *out, struct q4kh_error *err);
+int q4kh_gguf_array_f32(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
+                        float *out, struct q4kh_error *err);
+int q4kh_gguf_array_i32(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
+                        int32_t *out, struct q4kh_error *err);
+
+/* Name of a value type ("uint32", "array"), for messages. */
+const char *q4kh_gguf_vtype_name(uint32_t type);
+
+#endif

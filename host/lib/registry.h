@@ -1,0 +1,62 @@
+/*
+ * Plugin discovery and loading (design section 3).
+ *
+ * The plugin path is a ':'-separated list of folders taken from the first
+ * of: the CLI (--plugin-path), Q4KHOST_PLUGIN_PATH, the config key
+ * [plugins] path, the built-in $(pkglibdir)/plugins. Every regular file
+ * ending in ".so" in those folders (in path order, names sorted within a
+ * folder) is dlopen()ed with RTLD_NOW | RTLD_LOCAL; the entry symbol
+ * Q4KH_ENTRY_SYMBOL is resolved and called, and the descriptor is checked
+ * (struct_size, abi_minor, kind, required table entries) before any other
+ * plugin code runs. A plugin whose name was already accepted from an
+ * earlier file is "shadowed" and unloaded; both paths are kept for the
+ * report. A file or folder writable by group or others is refused.
+ */
+#ifndef Q4KH_REGISTRY_H
+#define Q4KH_REGISTRY_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "error.h"
+#include "q4khost/plugin.h"
+
+enum q4kh_plugin_state {
+	Q4KH_PLUGIN_ACCEPTED = 0,
+	Q4KH_PLUGIN_REJECTED = 1, /* reason says why */
+	Q4KH_PLUGIN_SHADOWED = 2  /* shadowed_by names the file that won */
+};
+
+struct q4kh_plugin {
+	char *path;                          /* as found on the plugin path */
+	enum q4kh_plugin_state state;
+	char reason[512];                    /* one line, when rejected */
+	char *shadowed_by;                   /* path of the winner, when shadowed */
+	void *dl;                            /* dlopen handle while accepted */
+	const struct q4kh_plugin_desc *desc; /* while accepted */
+	char *name;                          /* copied: valid for every state */
+	struct q4kh_host_api api;            /* what init() receives */
+	const struct q4kh_config *config;
+};
+
+struct q4kh_registry {
+	char *path;          /* the plugin path used */
+	const char *path_origin; /* "--plugin-path", "Q4KHOST_PLUGIN_PATH", file, "built-in" */
+	struct q4kh_plugin *plugins;
+	size_t n_plugins;
+};
+
+/*
+ * Scan the plugin path and load every plugin found. cli_path may be NULL;
+ * config may be NULL. Rejections are recorded, not errors; -1 only on out
+ * of memory. The registry keeps a pointer to config: free it first.
+ */
+int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
+                       struct q4kh_registry **out, struct q4kh_error *err);
+void q4kh_registry_free(struct q4kh_registry *r);
+
+/* The accepted plugin called NAME, or NULL. */
+const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
+                                             const char *name);
+
+#endif

@@ -1,0 +1,364 @@
+/*
+ * q4khost plugin ABI, major version 1.
+ *
+ * A plugin is a shared object that exports exactly one symbol,
+ * Q4KH_ENTRY_SYMBOL (q4kh_plugin_entry_v1). The host dlopen()s the file with
+ * RTLD_NOW | RTLD_LOCAL, resolves that symbol, calls it, and checks the
+ * returned descriptor (struct_size, abi_minor, kind, tables) before it calls
+ * anything else in the plugin. The entry function must do nothing but return
+ * a pointer to static, constant data: no allocation, no device calls.
+ *
+ * Versioning rules (docs/plugin-abi.md has the full contract):
+ *  1. The major version is part of the entry symbol's name. A plugin built for
+ *     another major exports another symbol and is rejected with both versions
+ *     named.
+ *  2. Every struct that crosses the boundary starts with uint32_t struct_size.
+ *     Fields are only ever appended, never removed or reordered; a minor
+ *     version bump appends. The host reads no field at or beyond the
+ *     plugin's struct_size, so old plugins keep working with newer hosts, and
+ *     a newer plugin's extra fields are ignored by an older host.
+ *  3. Optional function pointers may be NULL; required ones may not (the host
+ *     refuses the plugin when a required one is NULL).
+ *
+ * Conventions for every function below:
+ *  - Return Q4KH_OK or an error status; on error the plugin keeps a message
+ *    that the host fetches with the table's last_error(). Plugins never write
+ *    to stdout or stderr; they log through q4kh_host_api.log.
+ *  - Thread-safety: the host calls one backend (or kernel-variant) context
+ *    from one thread at a time. Different contexts may be used from different
+ *    threads. A plugin may run its own worker threads inside a call.
+ *  - Memory: what the host passes in stays owned by the host and is valid for
+ *    the duration of the call only, unless said otherwise. What a plugin
+ *    returns (contexts, buffers, prepared weights) is owned by the plugin and
+ *    released through the matching free/shutdown/release function.
+ */
+#ifndef Q4KHOST_PLUGIN_H
+#define Q4KHOST_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "q4khost/quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define Q4KH_ABI_MAJOR 1
+#define Q4KH_ABI_MINOR 0
+#define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
+
+/* Status codes returned by every plugin function. */
+typedef enum q4kh_status {
+	Q4KH_OK = 0,
+	Q4KH_ERR_INVALID = 1,     /* a bad argument: shape, type, stride, NULL */
+	Q4KH_ERR_NOMEM = 2,       /* host or device memory exhausted */
+	Q4KH_ERR_UNSUPPORTED = 3, /* a type, shape or op this plugin lacks */
+	Q4KH_ERR_DEVICE = 4,      /* the device or its driver failed */
+	Q4KH_ERR_INTERNAL = 5     /* anything else; last_error() says what */
+} q4kh_status;
+
+typedef enum q4kh_plugin_kind {
+	Q4KH_KIND_BACKEND = 1, /* runs every op of a forward pass */
+	Q4KH_KIND_KERNEL = 2   /* replaces one backend's matmul for some types */
+} q4kh_plugin_kind;
+
+typedef enum q4kh_log_level {
+	Q4KH_LOG_DEBUG = 0,
+	Q4KH_LOG_INFO = 1,
+	Q4KH_LOG_WARN = 2,
+	Q4KH_LOG_ERROR = 3
+} q4kh_log_level;
+
+/* Opaque handles; each plugin defines the structs for itself. */
+typedef struct q4kh_backend_ctx q4kh_backend_ctx;
+typedef struct q4kh_device_ctx q4kh_device_ctx;
+typedef struct q4kh_buffer q4kh_buffer;
+typedef struct q4kh_kernel_ctx q4kh_kernel_ctx;
+typedef struct q4kh_prepared q4kh_prepared;
+
+/*
+ * What the host offers a plugin. Passed to init(); valid until shutdown()
+ * returns. host_data identifies the plugin to the host; pass it back.
+ */
+struct q4kh_host_api {
+	uint32_t struct_size;
+	uint32_t abi_major; /* the host's Q4KH_ABI_MAJOR */
+	uint32_t abi_minor; /* the host's Q4KH_ABI_MINOR */
+	uint32_t reserved;
+	void *host_data;
+	/* Log one line (no trailing newline needed). Thread-safe. */
+	void (*log)(void *host_data, q4kh_log_level level, const char *msg);
+	/*
+	 * The value of KEY in this plugin's [plugin.NAME] config section, or
+	 * NULL when unset. The string is owned by the host and valid until
+	 * shutdown(). Thread-safe.
+	 */
+	const char *(*config_get)(void *host_data, const char *key);
+};
+
+/* One compute device, as a backend describes it. Strings are NUL-terminated. */
+struct q4kh_device_record {
+	uint32_t struct_size;
+	uint32_t index;            /* 0-based within the backend */
+	char name[128];            /* "NVIDIA H200", "cpu (x86_64, 2 threads)" */
+	char uuid[64];             /* stable identity, e.g. "GPU-…"; "cpu" for CPUs */
+	char arch[32];             /* "sm_90", "x86_64" */
+	char driver_version[64];   /* "580.65.06"; "" when not applicable */
+	uint64_t memory_bytes;     /* total device memory */
+	uint32_t multiprocessors;  /* SMs, or CPU threads used */
+	uint32_t reserved;
+};
+
+/*
+ * A view of backend memory, in ggml's order: ne[0] is the contiguous,
+ * innermost dimension. nb[i] is the distance in bytes between consecutive
+ * indices of dimension i. For quantized types ne[0] is a multiple of the
+ * type's block size (quant.h) and nb[1] is the size of one row in bytes.
+ * Unused dimensions have ne = 1. A weight matrix of N rows of K inputs is
+ * ne = {K, N, 1, 1}; an activation batch of T vectors of K values is
+ * ne = {K, T, 1, 1}. Output row r of a matmul is dot(weight row r, x).
+ */
+struct q4kh_tensor {
+	q4kh_buffer *buffer;
+	uint64_t offset; /* bytes from the start of buffer */
+	uint32_t type;   /* enum q4kh_type */
+	uint32_t reserved;
+	int64_t ne[4];
+	int64_t nb[4];
+};
+
+typedef enum q4kh_rope_mode {
+	/* Pairs (x[2i], x[2i+1]) rotate: Llama, Qwen2/3. */
+	Q4KH_ROPE_NORM = 0,
+	/* Pairs (x[i], x[i + n_rot/2]) rotate: GPT-NeoX, Gemma. */
+	Q4KH_ROPE_NEOX = 2
+} q4kh_rope_mode;
+
+typedef enum q4kh_glu_kind {
+	Q4KH_GLU_GELU_TANH = 0, /* 0.5 g (1 + tanh(sqrt(2/pi)(g + 0.044715 g^3))) */
+	Q4KH_GLU_SILU = 1       /* g / (1 + exp(-g)) */
+} q4kh_glu_kind;
+
+/* Parameters of attention over the KV cache. */
+struct q4kh_attn_params {
+	uint32_t struct_size;
+	int32_t window;  /* sliding window in keys, query included; 0 = none */
+	int64_t pos0;    /* cache position of the first query */
+	float scale;     /* multiplies q.k before softmax (1 if q is pre-scaled) */
+	float softcap;   /* 0 = none; else s = softcap * tanh(s / softcap) */
+};
+
+/*
+ * Backend function table, ABI 1.0. All tensors passed to ops live in buffers
+ * of the same device context. Ops may run asynchronously; synchronize()
+ * waits for all of them. Types: f32 unless said otherwise.
+ */
+struct q4kh_backend_v1 {
+	uint32_t struct_size;
+	uint32_t reserved;
+
+	/* Create the backend context. host stays valid until shutdown(). */
+	q4kh_status (*init)(const struct q4kh_host_api *host,
+	                    q4kh_backend_ctx **out);
+	/* Free everything; devices and buffers must be closed/freed first. */
+	void (*shutdown)(q4kh_backend_ctx *ctx);
+	/* Text of the last error on ctx or its devices; never NULL. */
+	const char *(*last_error)(q4kh_backend_ctx *ctx);
+
+	/* Number of usable devices; 0 is not an error. */
+	q4kh_status (*device_count)(q4kh_backend_ctx *ctx, uint32_t *count);
+	/* Fill *out (the host sets out->struct_size first). */
+	q4kh_status (*device_info)(q4kh_backend_ctx *ctx, uint32_t index,
+	                           struct q4kh_device_record *out);
+	q4kh_status (*device_open)(q4kh_backend_ctx *ctx, uint32_t index,
+	                           q4kh_device_ctx **out);
+	void (*device_close)(q4kh_device_ctx *dev);
+
+	/* Does the backend implement matmul for this weight type? 1 or 0. */
+	int (*supports_type)(q4kh_backend_ctx *ctx, uint32_t type);
+
+	/* Device memory of SIZE bytes, uninitialised. */
+	q4kh_status (*buffer_alloc)(q4kh_device_ctx *dev, uint64_t size,
+	                            q4kh_buffer **out);
+	void (*buffer_free)(q4kh_device_ctx *dev, q4kh_buffer *buf);
+	/* Copy SIZE bytes from host SRC to buf+offset; synchronous. */
+	q4kh_status (*buffer_upload)(q4kh_device_ctx *dev, q4kh_buffer *buf,
+	                             uint64_t offset, const void *src,
+	                             uint64_t size);
+	/* Copy SIZE bytes from buf+offset to host DST; waits for prior ops. */
+	q4kh_status (*buffer_download)(q4kh_device_ctx *dev, q4kh_buffer *buf,
+	                               uint64_t offset, void *dst, uint64_t size);
+
+	/*
+	 * out[:, i] = table[:, ids[i]] * scale for i < n (dequantized to f32).
+	 * table {K, V} of any supported type; out {K, n}; ids in host memory.
+	 * Fails with Q4KH_ERR_INVALID when an id is outside [0, V).
+	 */
+	q4kh_status (*get_rows)(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
+	                        const int32_t *ids, int64_t n, float scale,
+	                        const struct q4kh_tensor *out);
+	/*
+	 * y[n, t] = sum_k w[k, n] * x[k, t]: w {K, N} of any supported type,
+	 * x {K, T}, y {N, T}.
+	 */
+	q4kh_status (*mul_mat)(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+	                       const struct q4kh_tensor *x,
+	                       const struct q4kh_tensor *y);
+	/*
+	 * RMSNorm over ne[0] of every row (Zhang & Sennrich 2019):
+	 * out = x / sqrt(mean(x^2) + eps) * w. w {ne0} or NULL for no weight.
+	 * x and out may be the same tensor.
+	 */
+	q4kh_status (*rms_norm)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                        const struct q4kh_tensor *w, float eps,
+	                        const struct q4kh_tensor *out);
+	/*
+	 * Rotary position embedding (Su et al. 2021, RoFormer) over x
+	 * {head_dim, n_heads, T}; pos[t] (host memory) is token t's position.
+	 * The first n_rot values of each head rotate by
+	 * theta_i = freq_scale * pos * base^(-2i/n_rot); the rest pass through.
+	 * x and out may be the same tensor.
+	 */
+	q4kh_status (*rope)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                    const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
+	                    float base, float freq_scale,
+	                    const struct q4kh_tensor *out);
+	/*
+	 * out = a + b, out = a * b: b broadcasts over dimensions where its ne is
+	 * 1 (a bias {ne0} over T rows). out may alias a.
+	 */
+	q4kh_status (*add)(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+	                   const struct q4kh_tensor *b,
+	                   const struct q4kh_tensor *out);
+	q4kh_status (*mul)(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+	                   const struct q4kh_tensor *b,
+	                   const struct q4kh_tensor *out);
+	/* out = x * s. out may alias x. */
+	q4kh_status (*scale)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                     float s, const struct q4kh_tensor *out);
+	/* Gated activation: out = act(gate) * up, element-wise. */
+	q4kh_status (*glu)(q4kh_device_ctx *dev, q4kh_glu_kind kind,
+	                   const struct q4kh_tensor *gate,
+	                   const struct q4kh_tensor *up,
+	                   const struct q4kh_tensor *out);
+	/*
+	 * Copy src into dst element by element, converting between f32 and f16
+	 * (and f32 to f32). Shapes must match; strides may differ. Used to
+	 * write new keys and values into the KV cache.
+	 */
+	q4kh_status (*copy)(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+	                    const struct q4kh_tensor *dst);
+	/*
+	 * Causal multi-head attention of T queries over the KV cache
+	 * (Vaswani et al. 2017; grouped-query heads, Ainslie et al. 2023).
+	 * q {head_dim, n_head, T}; k_cache, v_cache {head_dim, n_kv, n_ctx},
+	 * f32 or f16, holding keys/values for positions 0 .. pos0+T-1;
+	 * out {head_dim, n_head, T}. Query head h reads KV head
+	 * h / (n_head / n_kv). Query t (position p = pos0 + t) sees key j iff
+	 * j <= p and (window == 0 or p - j < window).
+	 */
+	q4kh_status (*attention)(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+	                         const struct q4kh_tensor *k_cache,
+	                         const struct q4kh_tensor *v_cache,
+	                         const struct q4kh_attn_params *params,
+	                         const struct q4kh_tensor *out);
+	/* Wait until every op issued on dev has finished. */
+	q4kh_status (*synchronize)(q4kh_device_ctx *dev);
+
+	/*
+	 * Optional (may be NULL). The native handles a kernel variant needs
+	 * to run on this device; see struct q4kh_native_device.
+	 */
+	q4kh_status (*native_device)(q4kh_device_ctx *dev,
+	                             struct q4kh_native_device *out);
+};
+
+/*
+ * Native handles a backend lends to kernel variants of its kind. For
+ * "cuda": ordinal is the CUDA device ordinal, stream a cudaStream_t on which
+ * the variant must enqueue its work, and address() the device pointer of a
+ * buffer. Valid while the device context stays open.
+ */
+struct q4kh_native_device {
+	uint32_t struct_size;
+	int32_t ordinal;
+	void *stream;
+	void *(*address)(const q4kh_buffer *buf);
+};
+
+/*
+ * Kernel-variant function table, ABI 1.0. A kernel variant implements the
+ * matmul of some weight types on one backend kind. The host asks score()
+ * for each device, prepare()s every weight of those types, and then calls
+ * gemv()/gemm() instead of the backend's built-in mul_mat for them.
+ */
+struct q4kh_kernel_v1 {
+	uint32_t struct_size;
+	uint32_t n_types;         /* entries in types */
+	const char *backend;      /* the backend kind it targets: "cuda" */
+	const uint32_t *types;    /* enum q4kh_type values it implements */
+	uint32_t max_gemv_columns; /* gemv() takes 1..this many columns */
+	uint32_t reserved;
+
+	q4kh_status (*init)(const struct q4kh_host_api *host,
+	                    q4kh_kernel_ctx **out);
+	void (*shutdown)(q4kh_kernel_ctx *ctx);
+	const char *(*last_error)(q4kh_kernel_ctx *ctx);
+	/*
+	 * How well the variant suits a device for a type: 0 = cannot run
+	 * there, higher = preferred. Pure; no device work.
+	 */
+	uint32_t (*score)(q4kh_kernel_ctx *ctx,
+	                  const struct q4kh_device_record *dev, uint32_t type);
+	/*
+	 * Take weight w {K, N} (in backend memory on dev) and make it ready;
+	 * the variant may repack it into memory of its own. w stays valid
+	 * until release().
+	 */
+	q4kh_status (*prepare)(q4kh_kernel_ctx *ctx,
+	                       const struct q4kh_native_device *dev,
+	                       const struct q4kh_tensor *w, q4kh_prepared **out);
+	/* y {N, T} = w x, x {K, T}, 1 <= T <= max_gemv_columns (decode). */
+	q4kh_status (*gemv)(q4kh_kernel_ctx *ctx,
+	                    const struct q4kh_native_device *dev,
+	                    q4kh_prepared *w, const struct q4kh_tensor *x,
+	                    const struct q4kh_tensor *y);
+	/* The same for any T >= 1 (batched prefill). */
+	q4kh_status (*gemm)(q4kh_kernel_ctx *ctx,
+	                    const struct q4kh_native_device *dev,
+	                    q4kh_prepared *w, const struct q4kh_tensor *x,
+	                    const struct q4kh_tensor *y);
+	void (*release)(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
+};
+
+/*
+ * What the entry symbol returns: identity first, then the one table that
+ * matches kind (the other is NULL). All strings are static and
+ * NUL-terminated.
+ */
+struct q4kh_plugin_desc {
+	uint32_t struct_size; /* sizeof(struct q4kh_plugin_desc) when built */
+	uint32_t abi_minor;   /* Q4KH_ABI_MINOR when built */
+	uint32_t kind;        /* q4kh_plugin_kind */
+	uint32_t reserved;
+	const char *name;     /* unique: "cpu", "cuda", "cuda-mwv" */
+	const char *version;  /* the plugin's own version */
+	const char *vendor;
+	const char *license;  /* SPDX identifier */
+	const char *build_id; /* version-control id and compiler */
+	const struct q4kh_backend_v1 *backend;
+	const struct q4kh_kernel_v1 *kernel;
+};
+
+/*
+ * The one exported function. Returns a pointer to static data; must not
+ * allocate, touch devices or call back into the host.
+ */
+typedef const struct q4kh_plugin_desc *(*q4kh_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* Q4KHOST_PLUGIN_H */
