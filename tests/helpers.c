@@ -1,6 +1,8 @@
 #include "helpers.h"
+#include "model.h"
 
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,24 +21,12 @@ const char *test_builddir(void) { return env_or("Q4KH_TEST_BUILDDIR", "."); }
 const char *test_model_path(void)
 {
 	static char path[4096];
-	const char *m = getenv("Q4KHOST_MODEL");
 
-	if (m && *m) {
-		snprintf(path, sizeof(path), "%s", m);
-	} else {
-		const char *cache = getenv("XDG_CACHE_HOME");
-		if (cache && *cache)
-			snprintf(path, sizeof(path),
-			         "%s/q4khost/models/gemma-3-270m-q4_k_m.gguf", cache);
-		else
-			snprintf(path, sizeof(path),
-			         "%s/.cache/q4khost/models/gemma-3-270m-q4_k_m.gguf",
-			         env_or("HOME", "/root"));
-	}
+	q4kh_default_model_path(path, sizeof(path));
 	if (access(path, R_OK) != 0) {
 		const char *req = getenv("Q4KH_REQUIRE_MODEL");
 		if (req && strcmp(req, "1") == 0)
-			cr_fatal("default model missing at %s (run scripts/fetch-model.sh)",
+			cr_assert_fail("default model missing at %s (run scripts/fetch-model.sh)",
 			         path);
 		cr_skip_test("default model missing at %s (run scripts/fetch-model.sh)",
 		             path);
@@ -44,11 +34,35 @@ const char *test_model_path(void)
 	return path;
 }
 
+static char *tmpdirs[64];
+static size_t n_tmpdirs;
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* Each test runs in its own process; its folders go when it exits. */
+static void remove_tmpdirs(void)
+{
+	for (size_t i = 0; i < n_tmpdirs; i++)
+		nftw(tmpdirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 char *test_tmpdir(void)
 {
 	char tmpl[4096];
 	snprintf(tmpl, sizeof(tmpl), "%s/q4kh-test-XXXXXX", env_or("TMPDIR", "/tmp"));
 	cr_assert_not_null(mkdtemp(tmpl), "mkdtemp %s", tmpl);
+	cr_assert_lt(n_tmpdirs, sizeof(tmpdirs) / sizeof(tmpdirs[0]));
+	if (n_tmpdirs == 0)
+		atexit(remove_tmpdirs);
+	tmpdirs[n_tmpdirs++] = strdup(tmpl);
 	return strdup(tmpl);
 }
 

@@ -17,7 +17,8 @@ const char *test_builddir(void);
  */
 const char *test_model_path(void);
 
-/* A fresh private folder under $TMPDIR; the caller owns the string. */
+/* A fresh private folder under $TMPDIR, removed with its contents when the
+ * test process exits; the caller owns the string. */
 char *test_tmpdir(void);
 
 /* Write LEN bytes to PATH (created 0644); aborts the test on failure. */

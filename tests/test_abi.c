@@ -1,0 +1,288 @@
+/*
+ * The plugin ABI, frozen: every offset and size of the structs in
+ * sdk/include/q4khost/plugin.h and the block layouts of quant.h, written as
+ * the literals of x86-64 LP64 (the ABI is these numbers, not whatever the
+ * compiler makes of the header today). An accidental reorder, insertion or
+ * type change fails here. Also: each public header compiles on its own as
+ * strict C11.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "q4khost/plugin.h"
+#include "q4khost/quant.h"
+
+#define OFF(type, field, expected)                                       \
+	cr_expect_eq(offsetof(struct type, field), (size_t)(expected),     \
+	             #type "." #field " at %zu, ABI says %zu",             \
+	             offsetof(struct type, field), (size_t)(expected))
+#define SIZE(type, expected)                                             \
+	cr_expect_eq(sizeof(struct type), (size_t)(expected),              \
+	             "sizeof " #type " is %zu, ABI says %zu",              \
+	             sizeof(struct type), (size_t)(expected))
+
+Test(abi, versions_and_entry_symbol)
+{
+	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
+	cr_expect_eq(Q4KH_ABI_MINOR, 0);
+	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
+}
+
+Test(abi, enum_values)
+{
+	cr_expect_eq(Q4KH_OK, 0);
+	cr_expect_eq(Q4KH_ERR_INVALID, 1);
+	cr_expect_eq(Q4KH_ERR_NOMEM, 2);
+	cr_expect_eq(Q4KH_ERR_UNSUPPORTED, 3);
+	cr_expect_eq(Q4KH_ERR_DEVICE, 4);
+	cr_expect_eq(Q4KH_ERR_INTERNAL, 5);
+	cr_expect_eq(Q4KH_KIND_BACKEND, 1);
+	cr_expect_eq(Q4KH_KIND_KERNEL, 2);
+	cr_expect_eq(Q4KH_LOG_DEBUG, 0);
+	cr_expect_eq(Q4KH_LOG_INFO, 1);
+	cr_expect_eq(Q4KH_LOG_WARN, 2);
+	cr_expect_eq(Q4KH_LOG_ERROR, 3);
+	cr_expect_eq(Q4KH_ROPE_NORM, 0);
+	cr_expect_eq(Q4KH_ROPE_NEOX, 2);
+	cr_expect_eq(Q4KH_GLU_GELU_TANH, 0);
+	cr_expect_eq(Q4KH_GLU_SILU, 1);
+}
+
+/* GGUF's on-disk type ids (ggml.h enum ggml_type). */
+Test(abi, type_ids)
+{
+	cr_expect_eq(Q4KH_TYPE_F32, 0);
+	cr_expect_eq(Q4KH_TYPE_F16, 1);
+	cr_expect_eq(Q4KH_TYPE_Q4_0, 2);
+	cr_expect_eq(Q4KH_TYPE_Q4_1, 3);
+	cr_expect_eq(Q4KH_TYPE_Q5_0, 6);
+	cr_expect_eq(Q4KH_TYPE_Q5_1, 7);
+	cr_expect_eq(Q4KH_TYPE_Q8_0, 8);
+	cr_expect_eq(Q4KH_TYPE_Q2_K, 10);
+	cr_expect_eq(Q4KH_TYPE_Q3_K, 11);
+	cr_expect_eq(Q4KH_TYPE_Q4_K, 12);
+	cr_expect_eq(Q4KH_TYPE_Q5_K, 13);
+	cr_expect_eq(Q4KH_TYPE_Q6_K, 14);
+	cr_expect_eq(Q4KH_TYPE_Q8_K, 15);
+	cr_expect_eq(Q4KH_TYPE_IQ4_NL, 20);
+	cr_expect_eq(Q4KH_TYPE_IQ4_XS, 23);
+	cr_expect_eq(Q4KH_TYPE_BF16, 30);
+	cr_expect_eq(Q4KH_QK, 32);
+	cr_expect_eq(Q4KH_QK_K, 256);
+}
+
+Test(abi, host_api)
+{
+	OFF(q4kh_host_api, struct_size, 0);
+	OFF(q4kh_host_api, abi_major, 4);
+	OFF(q4kh_host_api, abi_minor, 8);
+	OFF(q4kh_host_api, reserved, 12);
+	OFF(q4kh_host_api, host_data, 16);
+	OFF(q4kh_host_api, log, 24);
+	OFF(q4kh_host_api, config_get, 32);
+	SIZE(q4kh_host_api, 40);
+}
+
+Test(abi, device_record)
+{
+	OFF(q4kh_device_record, struct_size, 0);
+	OFF(q4kh_device_record, index, 4);
+	OFF(q4kh_device_record, name, 8);
+	OFF(q4kh_device_record, uuid, 136);
+	OFF(q4kh_device_record, arch, 200);
+	OFF(q4kh_device_record, driver_version, 232);
+	OFF(q4kh_device_record, memory_bytes, 296);
+	OFF(q4kh_device_record, multiprocessors, 304);
+	OFF(q4kh_device_record, reserved, 308);
+	SIZE(q4kh_device_record, 312);
+}
+
+Test(abi, tensor)
+{
+	OFF(q4kh_tensor, buffer, 0);
+	OFF(q4kh_tensor, offset, 8);
+	OFF(q4kh_tensor, type, 16);
+	OFF(q4kh_tensor, reserved, 20);
+	OFF(q4kh_tensor, ne, 24);
+	OFF(q4kh_tensor, nb, 56);
+	SIZE(q4kh_tensor, 88);
+}
+
+Test(abi, attn_params)
+{
+	OFF(q4kh_attn_params, struct_size, 0);
+	OFF(q4kh_attn_params, window, 4);
+	OFF(q4kh_attn_params, pos0, 8);
+	OFF(q4kh_attn_params, scale, 16);
+	OFF(q4kh_attn_params, softcap, 20);
+	SIZE(q4kh_attn_params, 24);
+}
+
+Test(abi, backend_table)
+{
+	OFF(q4kh_backend_v1, struct_size, 0);
+	OFF(q4kh_backend_v1, reserved, 4);
+	OFF(q4kh_backend_v1, init, 8);
+	OFF(q4kh_backend_v1, shutdown, 16);
+	OFF(q4kh_backend_v1, last_error, 24);
+	OFF(q4kh_backend_v1, device_count, 32);
+	OFF(q4kh_backend_v1, device_info, 40);
+	OFF(q4kh_backend_v1, device_open, 48);
+	OFF(q4kh_backend_v1, device_close, 56);
+	OFF(q4kh_backend_v1, supports_type, 64);
+	OFF(q4kh_backend_v1, buffer_alloc, 72);
+	OFF(q4kh_backend_v1, buffer_free, 80);
+	OFF(q4kh_backend_v1, buffer_upload, 88);
+	OFF(q4kh_backend_v1, buffer_download, 96);
+	OFF(q4kh_backend_v1, get_rows, 104);
+	OFF(q4kh_backend_v1, mul_mat, 112);
+	OFF(q4kh_backend_v1, rms_norm, 120);
+	OFF(q4kh_backend_v1, rope, 128);
+	OFF(q4kh_backend_v1, add, 136);
+	OFF(q4kh_backend_v1, mul, 144);
+	OFF(q4kh_backend_v1, scale, 152);
+	OFF(q4kh_backend_v1, glu, 160);
+	OFF(q4kh_backend_v1, copy, 168);
+	OFF(q4kh_backend_v1, attention, 176);
+	OFF(q4kh_backend_v1, synchronize, 184);
+	OFF(q4kh_backend_v1, native_device, 192);
+	SIZE(q4kh_backend_v1, 200);
+}
+
+Test(abi, native_device)
+{
+	OFF(q4kh_native_device, struct_size, 0);
+	OFF(q4kh_native_device, ordinal, 4);
+	OFF(q4kh_native_device, stream, 8);
+	OFF(q4kh_native_device, address, 16);
+	SIZE(q4kh_native_device, 24);
+}
+
+Test(abi, kernel_table)
+{
+	OFF(q4kh_kernel_v1, struct_size, 0);
+	OFF(q4kh_kernel_v1, n_types, 4);
+	OFF(q4kh_kernel_v1, backend, 8);
+	OFF(q4kh_kernel_v1, types, 16);
+	OFF(q4kh_kernel_v1, max_gemv_columns, 24);
+	OFF(q4kh_kernel_v1, reserved, 28);
+	OFF(q4kh_kernel_v1, init, 32);
+	OFF(q4kh_kernel_v1, shutdown, 40);
+	OFF(q4kh_kernel_v1, last_error, 48);
+	OFF(q4kh_kernel_v1, score, 56);
+	OFF(q4kh_kernel_v1, prepare, 64);
+	OFF(q4kh_kernel_v1, gemv, 72);
+	OFF(q4kh_kernel_v1, gemm, 80);
+	OFF(q4kh_kernel_v1, release, 88);
+	SIZE(q4kh_kernel_v1, 96);
+}
+
+Test(abi, plugin_descriptor)
+{
+	OFF(q4kh_plugin_desc, struct_size, 0);
+	OFF(q4kh_plugin_desc, abi_minor, 4);
+	OFF(q4kh_plugin_desc, kind, 8);
+	OFF(q4kh_plugin_desc, reserved, 12);
+	OFF(q4kh_plugin_desc, name, 16);
+	OFF(q4kh_plugin_desc, version, 24);
+	OFF(q4kh_plugin_desc, vendor, 32);
+	OFF(q4kh_plugin_desc, license, 40);
+	OFF(q4kh_plugin_desc, build_id, 48);
+	OFF(q4kh_plugin_desc, backend, 56);
+	OFF(q4kh_plugin_desc, kernel, 64);
+	SIZE(q4kh_plugin_desc, 72);
+}
+
+/* ggml-common.h block sizes: 2 + 4 + 16, 2 + 32, 2 + 16, and so on. */
+Test(abi, quant_blocks)
+{
+	OFF(q4kh_block_q5_0, d, 0);
+	OFF(q4kh_block_q5_0, qh, 2);
+	OFF(q4kh_block_q5_0, qs, 6);
+	SIZE(q4kh_block_q5_0, 22);
+	OFF(q4kh_block_q8_0, d, 0);
+	OFF(q4kh_block_q8_0, qs, 2);
+	SIZE(q4kh_block_q8_0, 34);
+	OFF(q4kh_block_q4_0, d, 0);
+	OFF(q4kh_block_q4_0, qs, 2);
+	SIZE(q4kh_block_q4_0, 18);
+	OFF(q4kh_block_q4_k, d, 0);
+	OFF(q4kh_block_q4_k, dmin, 2);
+	OFF(q4kh_block_q4_k, scales, 4);
+	OFF(q4kh_block_q4_k, qs, 16);
+	SIZE(q4kh_block_q4_k, 144);
+	OFF(q4kh_block_q5_k, d, 0);
+	OFF(q4kh_block_q5_k, dmin, 2);
+	OFF(q4kh_block_q5_k, scales, 4);
+	OFF(q4kh_block_q5_k, qh, 16);
+	OFF(q4kh_block_q5_k, qs, 48);
+	SIZE(q4kh_block_q5_k, 176);
+	OFF(q4kh_block_q6_k, ql, 0);
+	OFF(q4kh_block_q6_k, qh, 128);
+	OFF(q4kh_block_q6_k, scales, 192);
+	OFF(q4kh_block_q6_k, d, 208);
+	SIZE(q4kh_block_q6_k, 210);
+	OFF(q4kh_block_iq4_nl, d, 0);
+	OFF(q4kh_block_iq4_nl, qs, 2);
+	SIZE(q4kh_block_iq4_nl, 18);
+	OFF(q4kh_block_iq4_xs, d, 0);
+	OFF(q4kh_block_iq4_xs, scales_h, 2);
+	OFF(q4kh_block_iq4_xs, scales_l, 4);
+	OFF(q4kh_block_iq4_xs, qs, 8);
+	SIZE(q4kh_block_iq4_xs, 136);
+}
+
+static int is_header(const struct dirent *e)
+{
+	size_t len = strlen(e->d_name);
+
+	return len > 2 && strcmp(e->d_name + len - 2, ".h") == 0;
+}
+
+/*
+ * A vendor includes one header and nothing else, with strict flags: every
+ * public header must stand alone.
+ */
+Test(abi, public_headers_compile_alone)
+{
+	char *tmp = test_tmpdir();
+	char *inc, *dir;
+	struct dirent **names;
+	int n;
+
+	cr_assert_geq(asprintf(&inc, "%s/sdk/include", test_srcdir()), 0);
+	cr_assert_geq(asprintf(&dir, "%s/q4khost", inc), 0);
+	n = scandir(dir, &names, is_header, alphasort);
+	cr_assert_geq(n, 2, "no headers in %s", dir);
+	for (int i = 0; i < n; i++) {
+		char *src, *obj, *line, *cmd;
+
+		cr_assert_geq(asprintf(&src, "%s/%s.c", tmp, names[i]->d_name), 0);
+		cr_assert_geq(asprintf(&obj, "%s/%s.o", tmp, names[i]->d_name), 0);
+		cr_assert_geq(asprintf(&line, "#include <q4khost/%s>\n",
+		                       names[i]->d_name), 0);
+		cr_assert_geq(asprintf(&cmd,
+		                       "cc -std=c11 -Wall -Wextra -Werror -pedantic -I'%s' -c '%s' -o '%s'",
+		                       inc, src, obj), 0);
+		test_write_file(src, line, strlen(line));
+		cr_expect_eq(system(cmd), 0, "q4khost/%s does not compile alone: %s",
+		             names[i]->d_name, cmd);
+		remove(obj);
+		remove(src);
+		free(cmd);
+		free(line);
+		free(obj);
+		free(src);
+		free(names[i]);
+	}
+	free(names);
+	free(dir);
+	free(inc);
+	remove(tmp);
+	free(tmp);
+}

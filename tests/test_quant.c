@@ -1,0 +1,265 @@
+/*
+ * Dequantization of every tensor of the default model through the cpu
+ * plugin's get_rows, against gguf-py's NumPy dequantizers
+ * (tests/fixtures/dequant-gemma3-270m.txt, written by
+ * scripts/gen-dequant-fixture.py): float64 sum, sum of squares, sum of
+ * absolute values, min and max of every tensor, and 64 sampled values each.
+ * The model is read with our GGUF reader and uploaded as it is on disk.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "helpers.h"
+#include "q4khost/plugin.h"
+
+#define SAMPLES 64
+#define CHUNK_VALUES (1 << 20) /* values dequantized per get_rows call */
+
+struct fixture_tensor {
+	char name[128];
+	char type[16];
+	int64_t ne0, rows;
+	double sum, sumsq, sumabs, min, max;
+	int64_t idx[SAMPLES];
+	double val[SAMPLES];
+};
+
+struct plugin {
+	void *dl;
+	const struct q4kh_backend_v1 *b;
+	struct q4kh_host_api api;
+	q4kh_backend_ctx *ctx;
+	q4kh_device_ctx *dev;
+};
+
+static const char *no_config(void *host_data, const char *key)
+{
+	(void)host_data;
+	(void)key;
+	return NULL;
+}
+
+static void plugin_open(struct plugin *p)
+{
+	char path[4096];
+	q4kh_plugin_entry_fn entry;
+
+	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs/cpu.so",
+	         test_builddir());
+	p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	cr_assert_not_null(p->dl, "dlopen %s: %s", path, dlerror());
+	entry = (q4kh_plugin_entry_fn)dlsym(p->dl, Q4KH_ENTRY_SYMBOL);
+	cr_assert_not_null(entry);
+	p->b = entry()->backend;
+	p->api = (struct q4kh_host_api){
+		.struct_size = sizeof(p->api),
+		.abi_major = Q4KH_ABI_MAJOR,
+		.abi_minor = Q4KH_ABI_MINOR,
+		.config_get = no_config,
+	};
+	cr_assert_eq(p->b->init(&p->api, &p->ctx), Q4KH_OK, "%s",
+	             p->b->last_error(NULL));
+	cr_assert_eq(p->b->device_open(p->ctx, 0, &p->dev), Q4KH_OK, "%s",
+	             p->b->last_error(p->ctx));
+}
+
+static void plugin_close(struct plugin *p)
+{
+	p->b->device_close(p->dev);
+	p->b->shutdown(p->ctx);
+	dlclose(p->dl);
+}
+
+/* --- the fixture ----------------------------------------------------------- */
+
+static FILE *fixture_open(uint64_t *model_size, int64_t *count)
+{
+	char path[4096], line[512], name[256];
+	unsigned long long size;
+	long long n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/tests/fixtures/dequant-gemma3-270m.txt",
+	         test_srcdir());
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "cannot open %s", path);
+	do
+		cr_assert_not_null(fgets(line, sizeof(line), f), "%s: empty", path);
+	while (line[0] == '#');
+	cr_assert_str_eq(line, "q4khost-dequant-fixture 1\n", "%s: header", path);
+	cr_assert_eq(fscanf(f, "model %255s %llu\n", name, &size), 2);
+	cr_assert_eq(fscanf(f, "tensors %lld\n", &n), 1);
+	cr_assert_eq(fscanf(f, "samples %d\n", &(int){ 0 }), 1);
+	*model_size = size;
+	*count = n;
+	return f;
+}
+
+static void fixture_next(FILE *f, struct fixture_tensor *t)
+{
+	cr_assert_eq(fscanf(f, " tensor %127s %15s %lld %lld %lf %lf %lf %lf %lf\n",
+	                    t->name, t->type, (long long *)&t->ne0,
+	                    (long long *)&t->rows, &t->sum, &t->sumsq, &t->sumabs,
+	                    &t->min, &t->max),
+	             9, "fixture: bad tensor line");
+	for (int i = 0; i < SAMPLES; i++)
+		cr_assert_eq(fscanf(f, " %lld:%lf", (long long *)&t->idx[i],
+		                    &t->val[i]),
+		             2, "fixture: %s: bad sample %d", t->name, i);
+}
+
+/* --- dequantizing one tensor ------------------------------------------------ */
+
+struct stats {
+	double sum, sumsq, sumabs, min, max;
+	double got[SAMPLES];
+	int seen[SAMPLES];
+};
+
+static void account(struct stats *s, const struct fixture_tensor *ft,
+                    const float *v, int64_t first, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		double x = v[i];
+
+		cr_assert(isfinite(x), "%s: value %lld is %g", ft->name,
+		          (long long)(first + i), x);
+		s->sum += x;
+		s->sumsq += x * x;
+		s->sumabs += fabs(x);
+		s->min = fmin(s->min, x);
+		s->max = fmax(s->max, x);
+	}
+	for (int i = 0; i < SAMPLES; i++)
+		if (ft->idx[i] >= first && ft->idx[i] < first + n) {
+			s->got[i] = v[ft->idx[i] - first];
+			s->seen[i] = 1;
+		}
+}
+
+static void dequantize_all(struct plugin *p, const struct q4kh_gguf_tensor *gt,
+                           const struct fixture_tensor *ft, struct stats *s)
+{
+	int64_t ne0 = gt->ne[0], rows = gt->ne[1] * gt->ne[2] * gt->ne[3];
+	int64_t chunk = CHUNK_VALUES / ne0 > 0 ? CHUNK_VALUES / ne0 : 1;
+	uint64_t rb = gt->size / (uint64_t)rows;
+	struct q4kh_tensor table = {
+		.type = gt->type,
+		.ne = { ne0, rows, 1, 1 },
+		.nb = { q4kh_type_block_bytes(gt->type), (int64_t)rb,
+		        (int64_t)gt->size, (int64_t)gt->size },
+	};
+	struct q4kh_tensor out = { .type = Q4KH_TYPE_F32 };
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)chunk);
+	float *v = malloc(sizeof(float) * (size_t)(chunk * ne0));
+
+	cr_assert(ids && v);
+	cr_assert_eq(p->b->buffer_alloc(p->dev, gt->size, &table.buffer), Q4KH_OK);
+	cr_assert_eq(p->b->buffer_upload(p->dev, table.buffer, 0, gt->data,
+	                                 gt->size),
+	             Q4KH_OK);
+	cr_assert_eq(p->b->buffer_alloc(p->dev, sizeof(float) * (uint64_t)(chunk * ne0),
+	                                &out.buffer),
+	             Q4KH_OK);
+	s->min = INFINITY;
+	s->max = -INFINITY;
+	for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+		int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+
+		for (int64_t i = 0; i < n; i++)
+			ids[i] = (int32_t)(r0 + i);
+		out.ne[0] = ne0;
+		out.ne[1] = n;
+		out.ne[2] = out.ne[3] = 1;
+		out.nb[0] = 4;
+		out.nb[1] = 4 * ne0;
+		out.nb[2] = out.nb[3] = 4 * ne0 * n;
+		cr_assert_eq(p->b->get_rows(p->dev, &table, ids, n, 1.0f, &out),
+		             Q4KH_OK, "%s: %s", ft->name, p->b->last_error(p->ctx));
+		cr_assert_eq(p->b->buffer_download(p->dev, out.buffer, 0, v,
+		                                   sizeof(float) * (uint64_t)(n * ne0)),
+		             Q4KH_OK);
+		account(s, ft, v, r0 * ne0, n * ne0);
+	}
+	p->b->buffer_free(p->dev, out.buffer);
+	p->b->buffer_free(p->dev, table.buffer);
+	free(ids);
+	free(v);
+}
+
+static void expect_stat(const struct fixture_tensor *ft, const char *what,
+                        double got, double want)
+{
+	/* Summation order differs (NumPy is pairwise): allow for cancellation. */
+	double tol = 1e-6 * fabs(want) + 1e-12 * ft->sumabs;
+
+	cr_assert(fabs(got - want) <= tol, "%s: %s = %.17g, gguf-py %.17g",
+	          ft->name, what, got, want);
+}
+
+static void check_tensor(struct plugin *p, const struct q4kh_gguf *g,
+                         const struct fixture_tensor *ft)
+{
+	const struct q4kh_gguf_tensor *gt = q4kh_gguf_tensor(g, ft->name);
+	struct stats s = { 0 };
+
+	cr_assert_not_null(gt, "%s: not in the model", ft->name);
+	cr_assert_str_eq(q4kh_type_name(gt->type), ft->type, "%s: type",
+	                 ft->name);
+	cr_assert_eq(gt->ne[0], ft->ne0, "%s: ne[0]", ft->name);
+	cr_assert_eq(gt->ne[1] * gt->ne[2] * gt->ne[3], ft->rows, "%s: rows",
+	             ft->name);
+	cr_assert_eq(p->b->supports_type(p->ctx, gt->type), 1, "%s: type %s",
+	             ft->name, ft->type);
+	dequantize_all(p, gt, ft, &s);
+	expect_stat(ft, "sum", s.sum, ft->sum);
+	expect_stat(ft, "sum of squares", s.sumsq, ft->sumsq);
+	expect_stat(ft, "sum of |x|", s.sumabs, ft->sumabs);
+	cr_assert_eq(s.min, ft->min, "%s: min %.9g, gguf-py %.9g", ft->name, s.min,
+	             ft->min);
+	cr_assert_eq(s.max, ft->max, "%s: max %.9g, gguf-py %.9g", ft->name, s.max,
+	             ft->max);
+	for (int i = 0; i < SAMPLES; i++) {
+		double want = ft->val[i];
+
+		cr_assert(s.seen[i], "%s: index %lld outside the tensor", ft->name,
+		          (long long)ft->idx[i]);
+		cr_assert(fabs(s.got[i] - want) <= fmax(1e-6 * fabs(want), 1e-7),
+		          "%s: value %lld = %.9g, gguf-py %.9g", ft->name,
+		          (long long)ft->idx[i], s.got[i], want);
+	}
+}
+
+Test(quant, every_tensor_of_the_model_matches_gguf_py, .timeout = 600)
+{
+	const char *model = test_model_path();
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g = NULL;
+	struct fixture_tensor ft;
+	struct plugin p = { 0 };
+	uint64_t size;
+	int64_t count;
+	FILE *f;
+
+	f = fixture_open(&size, &count);
+	cr_assert_eq(q4kh_gguf_open(model, &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(g->size, size,
+	             "%s has %llu bytes; the fixture was made from a %llu-byte "
+	             "file (regenerate with scripts/gen-dequant-fixture.py)",
+	             model, (unsigned long long)g->size,
+	             (unsigned long long)size);
+	cr_assert_eq((int64_t)g->n_tensors, count, "tensor count");
+	plugin_open(&p);
+	for (int64_t i = 0; i < count; i++) {
+		fixture_next(f, &ft);
+		check_tensor(&p, g, &ft);
+	}
+	plugin_close(&p);
+	q4kh_gguf_close(g);
+	fclose(f);
+}

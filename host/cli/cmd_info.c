@@ -1,0 +1,501 @@
+/* q4khost info: a GGUF file's header, metadata and tensor types. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <q4khost/quant.h>
+
+#include "cli.h"
+#include "gguf.h"
+
+#define SHOWN_ELEMS 8    /* array elements shown without --all */
+#define SHOWN_BYTES 120  /* string bytes shown as text without --all */
+#define KEY_COLUMN 44
+
+struct type_total {
+	uint64_t count, bytes;
+};
+
+/* Per-type counts and bytes, and the parameter count. No overflow: tensors
+ * lie inside the file without overlap, and no type holds more than 2
+ * values per byte. */
+struct totals {
+	struct type_total type[Q4KH_TYPE_COUNT];
+	uint64_t params;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: q4khost info [--json] [--all] FILE\n\n"
+	        "Print a GGUF file's header (size, version, alignment, tensor count),\n"
+	        "every metadata key with its type and value, a table of tensor types\n"
+	        "with their counts and bytes, and the total parameter count.\n\n"
+	        "      --all    print every array element and whole strings (by default\n"
+	        "               arrays show their first %d elements and text output\n"
+	        "               cuts strings at %d bytes)\n"
+	        "      --json   print one JSON object with the same content\n"
+	        "  -h, --help   this help\n\n"
+	        "exit codes: 0 ok, 2 usage, 3 the file is not a valid GGUF file\n",
+	        SHOWN_ELEMS, SHOWN_BYTES);
+}
+
+/* A string KV's value: a u64 little-endian length, then the bytes. */
+static struct q4kh_gguf_str kv_string(const struct q4kh_gguf_kv *kv)
+{
+	struct q4kh_gguf_str s = { 0, (const char *)kv->data + 8 };
+
+	for (int i = 7; i >= 0; i--)
+		s.len = s.len << 8 | kv->data[i];
+	return s;
+}
+
+/* The strings of a string-array KV (malloc()ed), or NULL with err set. */
+static struct q4kh_gguf_str *kv_strings(const struct q4kh_gguf *g,
+                                        const struct q4kh_gguf_kv *kv,
+                                        struct q4kh_error *err)
+{
+	struct q4kh_gguf_str *v = malloc((kv->count ? kv->count : 1) * sizeof(*v));
+
+	if (!v) {
+		q4kh_fail(err, "%s: out of memory for %" PRIu64 " strings", g->path,
+		          kv->count);
+		return NULL;
+	}
+	if (q4kh_gguf_array_strings(g, kv, v, err)) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+static const char *type_name(uint32_t t)
+{
+	const char *name = q4kh_type_name(t);
+
+	return name ? name : "unknown";
+}
+
+static void tally(const struct q4kh_gguf *g, struct totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		const struct q4kh_gguf_tensor *x = &g->tensors[i];
+
+		/* the reader accepts only known types, all below COUNT */
+		t->type[x->type].count++;
+		t->type[x->type].bytes += x->size;
+		t->params += (uint64_t)(x->ne[0] * x->ne[1] * x->ne[2] * x->ne[3]);
+	}
+}
+
+/* --- text ------------------------------------------------------------------ */
+
+/* N bytes of S on one line: quotes, backslashes and control bytes escaped.
+ * Returns the characters written. */
+static int print_escaped(const char *s, uint64_t n)
+{
+	int w = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			w += printf("\\%c", c);
+		else if (c == '\n')
+			w += printf("\\n");
+		else if (c == '\t')
+			w += printf("\\t");
+		else if (c < 0x20 || c == 0x7f)
+			w += printf("\\x%02x", c);
+		else
+			w += putchar(c) != EOF;
+	}
+	return w;
+}
+
+static void print_quoted(const char *s, uint64_t len, int all)
+{
+	uint64_t n = all || len <= SHOWN_BYTES ? len : SHOWN_BYTES;
+
+	putchar('"');
+	print_escaped(s, n);
+	putchar('"');
+	if (n < len)
+		printf("... (%" PRIu64 " bytes)", len);
+}
+
+static void print_scalar(const struct q4kh_gguf_scalar *s)
+{
+	switch (s->type) {
+	case Q4KH_GGUF_FLOAT32:
+		printf("%.9g", s->v.f);
+		break;
+	case Q4KH_GGUF_FLOAT64:
+		printf("%.17g", s->v.f);
+		break;
+	case Q4KH_GGUF_BOOL:
+		fputs(s->v.u ? "true" : "false", stdout);
+		break;
+	case Q4KH_GGUF_INT8:
+	case Q4KH_GGUF_INT16:
+	case Q4KH_GGUF_INT32:
+	case Q4KH_GGUF_INT64:
+		printf("%" PRId64, s->v.i);
+		break;
+	default:
+		printf("%" PRIu64, s->v.u);
+	}
+}
+
+static int print_array(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
+                       int all, struct q4kh_error *err)
+{
+	uint64_t n = all || kv->count <= SHOWN_ELEMS ? kv->count : SHOWN_ELEMS;
+	struct q4kh_gguf_str *strs = NULL;
+	struct q4kh_gguf_scalar s;
+
+	printf("%" PRIu64 " x %s", kv->count, q4kh_gguf_vtype_name(kv->elem_type));
+	if (kv->elem_type == Q4KH_GGUF_ARRAY || kv->count == 0)
+		return 0;
+	if (kv->elem_type == Q4KH_GGUF_STRING && !(strs = kv_strings(g, kv, err)))
+		return -1;
+	fputs(": ", stdout);
+	for (uint64_t i = 0; i < n; i++) {
+		if (i)
+			fputs(", ", stdout);
+		if (strs)
+			print_quoted(strs[i].data, strs[i].len, all);
+		else if (!q4kh_gguf_scalar_at(kv, i, &s))
+			print_scalar(&s);
+	}
+	if (n < kv->count)
+		printf(", ... (%" PRIu64 " more)", kv->count - n);
+	free(strs);
+	return 0;
+}
+
+static int print_kv(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
+                    int all, struct q4kh_error *err)
+{
+	struct q4kh_gguf_scalar s;
+	int w;
+
+	fputs("  ", stdout);
+	w = print_escaped(kv->key.data, kv->key.len);
+	printf("%*s ", w < KEY_COLUMN ? KEY_COLUMN - w : 0, "");
+	if (kv->type == Q4KH_GGUF_ARRAY) {
+		printf("%-8s ", "array");
+		if (print_array(g, kv, all, err))
+			return -1;
+	} else if (kv->type == Q4KH_GGUF_STRING) {
+		struct q4kh_gguf_str str = kv_string(kv);
+
+		printf("%-8s ", "string");
+		print_quoted(str.data, str.len, all);
+	} else {
+		printf("%-8s ", q4kh_gguf_vtype_name(kv->type));
+		q4kh_gguf_scalar_at(kv, 0, &s);
+		print_scalar(&s);
+	}
+	putchar('\n');
+	return 0;
+}
+
+static int print_text(const struct q4kh_gguf *g, int all, struct q4kh_error *err)
+{
+	struct totals t;
+	uint64_t bytes = 0;
+
+	printf("path:          %s\n", g->path);
+	printf("file size:     %" PRIu64 " bytes\n", g->size);
+	printf("GGUF version:  %" PRIu32 "\n", g->version);
+	printf("alignment:     %" PRIu64 "\n", g->alignment);
+	printf("data offset:   %" PRIu64 "\n", g->data_offset);
+	printf("tensors:       %" PRIu64 "\n", g->n_tensors);
+	printf("metadata:      %" PRIu64 " keys\n", g->n_kv);
+	for (uint64_t i = 0; i < g->n_kv; i++)
+		if (print_kv(g, &g->kv[i], all, err))
+			return -1;
+	tally(g, &t);
+	printf("tensor types:\n  %-8s %8s %16s\n", "type", "count", "bytes");
+	for (uint32_t k = 0; k < Q4KH_TYPE_COUNT; k++) {
+		if (!t.type[k].count)
+			continue;
+		printf("  %-8s %8" PRIu64 " %16" PRIu64 "\n", type_name(k),
+		       t.type[k].count, t.type[k].bytes);
+		bytes += t.type[k].bytes;
+	}
+	printf("  %-8s %8" PRIu64 " %16" PRIu64 "\n", "total", g->n_tensors, bytes);
+	printf("parameters:    %" PRIu64 "\n", t.params);
+	return 0;
+}
+
+/* --- JSON ------------------------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at S (N bytes left), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong forms, surrogates, beyond U+10FFFF */
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+/* A JSON string of S; bytes that are not UTF-8 become U+FFFD, so the
+ * output stays valid JSON whatever the file holds. */
+static json_t *json_str(const char *s, uint64_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	json_t *j = json_stringn(s, len);
+	char *buf;
+	size_t o = 0;
+
+	if (j)
+		return j;
+	buf = malloc(len * 3 + 1);
+	if (!buf)
+		return NULL;
+	for (uint64_t i = 0; i < len;) {
+		size_t n = utf8_len(p + i, len - i);
+
+		if (n) {
+			memcpy(buf + o, p + i, n);
+			o += n;
+			i += n;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	j = json_stringn(buf, o);
+	free(buf);
+	return j;
+}
+
+static json_t *json_scalar(const struct q4kh_gguf_scalar *s)
+{
+	switch (s->type) {
+	case Q4KH_GGUF_FLOAT32:
+	case Q4KH_GGUF_FLOAT64:
+		/* JSON has no NaN or infinity */
+		if (isnan(s->v.f))
+			return json_string("nan");
+		if (isinf(s->v.f))
+			return json_string(s->v.f > 0 ? "inf" : "-inf");
+		return json_real(s->v.f);
+	case Q4KH_GGUF_BOOL:
+		return json_boolean(s->v.u);
+	case Q4KH_GGUF_INT8:
+	case Q4KH_GGUF_INT16:
+	case Q4KH_GGUF_INT32:
+	case Q4KH_GGUF_INT64:
+		return json_integer(s->v.i);
+	default:
+		if (s->v.u > INT64_MAX) { /* beyond json_int_t: keep it exact */
+			char num[24];
+			snprintf(num, sizeof(num), "%" PRIu64, s->v.u);
+			return json_string(num);
+		}
+		return json_integer((json_int_t)s->v.u);
+	}
+}
+
+/* Element I of an array KV as JSON; STRS holds its strings, if any. */
+static json_t *json_elem(const struct q4kh_gguf_kv *kv,
+                         const struct q4kh_gguf_str *strs, uint64_t i)
+{
+	struct q4kh_gguf_scalar s;
+
+	if (strs)
+		return json_str(strs[i].data, strs[i].len);
+	if (q4kh_gguf_scalar_at(kv, i, &s))
+		return json_null();
+	return json_scalar(&s);
+}
+
+static int json_array_values(const struct q4kh_gguf *g,
+                             const struct q4kh_gguf_kv *kv, int all, json_t *o,
+                             struct q4kh_error *err)
+{
+	uint64_t n = all || kv->count <= SHOWN_ELEMS ? kv->count : SHOWN_ELEMS;
+	struct q4kh_gguf_str *strs = NULL;
+	json_t *values = json_array();
+
+	json_object_set_new(o, "element_type",
+	                    json_string(q4kh_gguf_vtype_name(kv->elem_type)));
+	json_object_set_new(o, "count", json_integer((json_int_t)kv->count));
+	json_object_set_new(o, "values", values);
+	if (kv->elem_type == Q4KH_GGUF_ARRAY || kv->count == 0)
+		return values ? 0 : -1;
+	if (kv->elem_type == Q4KH_GGUF_STRING && !(strs = kv_strings(g, kv, err)))
+		return -1;
+	for (uint64_t i = 0; i < n; i++)
+		json_array_append_new(values, json_elem(kv, strs, i));
+	free(strs);
+	json_object_set_new(o, "truncated", json_boolean(n < kv->count));
+	return 0;
+}
+
+static json_t *json_kv(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
+                       int all, struct q4kh_error *err)
+{
+	json_t *o = json_object();
+	struct q4kh_gguf_scalar s;
+	struct q4kh_gguf_str str;
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "key", json_str(kv->key.data, kv->key.len));
+	json_object_set_new(o, "type", json_string(q4kh_gguf_vtype_name(kv->type)));
+	if (kv->type == Q4KH_GGUF_ARRAY) {
+		if (json_array_values(g, kv, all, o, err)) {
+			json_decref(o);
+			return NULL;
+		}
+	} else if (kv->type == Q4KH_GGUF_STRING) {
+		str = kv_string(kv);
+		json_object_set_new(o, "value", json_str(str.data, str.len));
+	} else {
+		q4kh_gguf_scalar_at(kv, 0, &s);
+		json_object_set_new(o, "value", json_scalar(&s));
+	}
+	return o;
+}
+
+static json_t *json_types(const struct totals *t)
+{
+	json_t *a = json_array();
+
+	for (uint32_t k = 0; a && k < Q4KH_TYPE_COUNT; k++) {
+		if (!t->type[k].count)
+			continue;
+		json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "type",
+		                                   type_name(k), "count",
+		                                   (json_int_t)t->type[k].count, "bytes",
+		                                   (json_int_t)t->type[k].bytes));
+	}
+	return a;
+}
+
+static json_t *json_info(const struct q4kh_gguf *g, int all,
+                         struct q4kh_error *err)
+{
+	json_t *root, *meta = json_array();
+	struct totals t;
+
+	for (uint64_t i = 0; meta && i < g->n_kv; i++) {
+		json_t *kv = json_kv(g, &g->kv[i], all, err);
+		if (!kv) {
+			json_decref(meta);
+			return NULL;
+		}
+		json_array_append_new(meta, kv);
+	}
+	tally(g, &t);
+	root = json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I}",
+	                 "path", json_str(g->path, strlen(g->path)),
+	                 "file_size", (json_int_t)g->size,
+	                 "version", (json_int_t)g->version,
+	                 "alignment", (json_int_t)g->alignment,
+	                 "data_offset", (json_int_t)g->data_offset,
+	                 "tensor_count", (json_int_t)g->n_tensors,
+	                 "kv_count", (json_int_t)g->n_kv,
+	                 "metadata", meta,
+	                 "tensor_types", json_types(&t),
+	                 "parameters", (json_int_t)t.params);
+	if (!root)
+		q4kh_fail(err, "%s: out of memory for the JSON report", g->path);
+	return root;
+}
+
+static int print_json(const struct q4kh_gguf *g, int all, struct q4kh_error *err)
+{
+	json_t *root = json_info(g, all, err);
+	int rc;
+
+	if (!root)
+		return -1;
+	rc = json_dumpf(root, stdout, JSON_INDENT(2));
+	json_decref(root);
+	if (rc == 0)
+		putchar('\n');
+	return rc ? q4kh_fail(err, "cannot write the JSON report") : 0;
+}
+
+/* --- the command --------------------------------------------------------- */
+
+int q4kh_cmd_info(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g;
+	int json = 0, all = 0, c, rc;
+
+	optind = 1;
+	opterr = 0; /* our own message below names the command */
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			json = 1;
+			break;
+		case 'a':
+			all = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return Q4KH_EXIT_OK;
+		default:
+			fprintf(stderr, "q4khost info: unknown option '%s' (try q4khost info --help)\n",
+			        argv[optind - 1]);
+			return Q4KH_EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 1) {
+		fprintf(stderr, "q4khost info: expected one FILE, found %d arguments "
+		        "(try q4khost info --help)\n", argc - optind);
+		return Q4KH_EXIT_USAGE;
+	}
+	if (q4kh_gguf_open(argv[optind], &g, &err)) {
+		fprintf(stderr, "q4khost info: %s\n", err.msg);
+		return Q4KH_EXIT_INPUT;
+	}
+	rc = json ? print_json(g, all, &err) : print_text(g, all, &err);
+	q4kh_gguf_close(g);
+	if (rc) {
+		fprintf(stderr, "q4khost info: %s\n", err.msg);
+		return Q4KH_EXIT_FAIL;
+	}
+	return Q4KH_EXIT_OK;
+}

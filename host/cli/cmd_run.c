@@ -1,0 +1,374 @@
+/* q4khost run: tokenize a prompt, prefill, decode, stream text, report. */
+#include "buildconf.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "cli.h"
+#include "config.h"
+#include "model.h"
+#include "registry.h"
+#include "report.h"
+#include "sampler.h"
+#include "session.h"
+#include "tokenizer.h"
+
+#define DEFAULT_PROMPT "The three primary colors are"
+
+struct run_opts {
+	const char *model, *prompt, *plugin_path, *config_file, *backend;
+	long n_predict, device, ctx, threads;
+	struct q4kh_sampler_params sp;
+	int raw, json;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: q4khost run [-m FILE] [-p TEXT] [-n N] [OPTIONS]\n\n"
+	        "Generate text from a GGUF model, streamed to stdout; a report of\n"
+	        "what really ran (backend, device, kernels, plugin files, speed) goes\n"
+	        "to stderr.\n\n"
+	        "  -m, --model FILE      GGUF model (default: $Q4KHOST_MODEL, else the\n"
+	        "                        model fetched by scripts/fetch-model.sh)\n"
+	        "  -p, --prompt TEXT     prompt (default: \"" DEFAULT_PROMPT "\")\n"
+	        "  -n, --n-predict N     tokens to generate (default 64)\n"
+	        "  -c, --ctx N           context length in tokens (default 4096)\n"
+	        "      --temp T          sampling temperature; 0 = greedy (default 0)\n"
+	        "      --top-k K         keep the K most likely tokens (default 40)\n"
+	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
+	        "      --seed S          random seed (default 0)\n"
+	        "      --raw             do not apply the model's chat template\n"
+	        "      --backend NAME    backend plugin (default cpu)\n"
+	        "      --device N        device index within the backend (default 0)\n"
+	        "      --threads N       cpu plugin threads (default: [plugin.cpu] threads,\n"
+	        "                        else every online CPU)\n"
+	        "      --plugin-path P   ':'-separated plugin folders\n"
+	        "      --config FILE     extra INI configuration file\n"
+	        "      --json            print one JSON object (text and report)\n"
+	        "                        instead of streaming\n"
+	        "  -h, --help            this help\n\n"
+	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
+	        "            4 the requested backend is unavailable\n");
+}
+
+static int parse_long(const char *s, const char *what, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "q4khost run: %s must be an integer in [%ld, %ld], got '%s'\n",
+		        what, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_float(const char *s, const char *what, float lo, float hi, float *out)
+{
+	char *end;
+	float v;
+
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "q4khost run: %s must be a number in [%g, %g], got '%s'\n",
+		        what, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse(int argc, char **argv, struct run_opts *o)
+{
+	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
+	       O_PPATH, O_CONFIG, O_JSON, O_THREADS };
+	static const struct option longs[] = {
+		{ "model", required_argument, 0, 'm' },
+		{ "prompt", required_argument, 0, 'p' },
+		{ "n-predict", required_argument, 0, 'n' },
+		{ "ctx", required_argument, 0, 'c' },
+		{ "temp", required_argument, 0, O_TEMP },
+		{ "top-k", required_argument, 0, O_TOPK },
+		{ "top-p", required_argument, 0, O_TOPP },
+		{ "seed", required_argument, 0, O_SEED },
+		{ "raw", no_argument, 0, O_RAW },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "plugin-path", required_argument, 0, O_PPATH },
+		{ "config", required_argument, 0, O_CONFIG },
+		{ "json", no_argument, 0, O_JSON },
+		{ "threads", required_argument, 0, O_THREADS },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	long v;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->prompt = DEFAULT_PROMPT;
+	o->backend = "cpu";
+	o->n_predict = 64;
+	o->sp.top_k = 40;
+	o->sp.top_p = 0.95f;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:p:n:c:h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case 'n':
+			if (parse_long(optarg, "--n-predict", 0, INT_MAX, &o->n_predict))
+				return -1;
+			break;
+		case 'c':
+			if (parse_long(optarg, "--ctx", 1, 1 << 20, &o->ctx))
+				return -1;
+			break;
+		case O_TEMP:
+			if (parse_float(optarg, "--temp", 0, 100, &o->sp.temperature))
+				return -1;
+			break;
+		case O_TOPK:
+			if (parse_long(optarg, "--top-k", 0, INT_MAX, &v))
+				return -1;
+			o->sp.top_k = (int32_t)v;
+			break;
+		case O_TOPP:
+			if (parse_float(optarg, "--top-p", 0, 1, &o->sp.top_p))
+				return -1;
+			break;
+		case O_SEED:
+			if (parse_long(optarg, "--seed", 0, LONG_MAX, &v))
+				return -1;
+			o->sp.seed = (uint64_t)v;
+			break;
+		case O_RAW: o->raw = 1; break;
+		case O_BACKEND: o->backend = optarg; break;
+		case O_DEVICE:
+			if (parse_long(optarg, "--device", 0, 1023, &o->device))
+				return -1;
+			break;
+		case O_PPATH: o->plugin_path = optarg; break;
+		case O_CONFIG: o->config_file = optarg; break;
+		case O_JSON: o->json = 1; break;
+		case O_THREADS:
+			if (parse_long(optarg, "--threads", 1, 256, &o->threads))
+				return -1;
+			break;
+		case 'h': usage(stdout); return 1;
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "q4khost run: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Everything a run holds, so one cleanup path frees it. */
+struct run {
+	struct q4kh_config *config;
+	struct q4kh_registry *registry;
+	struct q4kh_backend backend;
+	struct q4kh_model *model;
+	struct q4kh_tokenizer *tok;
+	struct q4kh_session *session;
+	struct q4kh_sampler *sampler;
+	int32_t *ids;
+	float *logits;
+	char *prompt;
+	char *text; /* generated text, kept for --json */
+	size_t text_len, text_cap;
+};
+
+static void run_free(struct run *r)
+{
+	q4kh_sampler_free(r->sampler);
+	q4kh_session_free(r->session);
+	q4kh_tokenizer_free(r->tok);
+	q4kh_model_free(r->model);
+	q4kh_backend_close(&r->backend);
+	q4kh_registry_free(r->registry);
+	q4kh_config_free(r->config);
+	free(r->ids);
+	free(r->logits);
+	free(r->prompt);
+	free(r->text);
+}
+
+static int emit(struct run *r, const char *piece, size_t len, int stream)
+{
+	if (stream) {
+		fwrite(piece, 1, len, stdout);
+		fflush(stdout);
+		return 0;
+	}
+	if (r->text_len + len + 1 > r->text_cap) {
+		size_t cap = (r->text_cap + len + 1) * 2;
+		char *t = realloc(r->text, cap);
+		if (!t)
+			return -1;
+		r->text = t;
+		r->text_cap = cap;
+	}
+	memcpy(r->text + r->text_len, piece, len);
+	r->text_len += len;
+	r->text[r->text_len] = 0;
+	return 0;
+}
+
+/* Open config, plugins, backend, model, tokenizer and session. */
+static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err)
+{
+	char model_path[4096];
+	const struct q4kh_plugin *p;
+	struct q4kh_session_params sp = { 0 };
+
+	if (q4kh_config_load(NULL, o->config_file, &r->config, err))
+		return Q4KH_EXIT_INPUT;
+	if (o->threads) {
+		char v[32];
+		snprintf(v, sizeof(v), "%ld", o->threads);
+		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
+			return Q4KH_EXIT_FAIL;
+	}
+	if (q4kh_registry_scan(o->plugin_path, r->config, &r->registry, err))
+		return Q4KH_EXIT_FAIL;
+	p = q4kh_registry_find(r->registry, o->backend);
+	if (!p) {
+		q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s); "
+		               "see q4khost plugins", o->backend, r->registry->path,
+		          r->registry->path_origin);
+		return Q4KH_EXIT_PLUGIN;
+	}
+	if (q4kh_backend_open(p, (uint32_t)o->device, &r->backend, err))
+		return Q4KH_EXIT_PLUGIN;
+	if (!o->model)
+		q4kh_default_model_path(model_path, sizeof(model_path));
+	if (q4kh_model_open(o->model ? o->model : model_path, &r->model, err))
+		return Q4KH_EXIT_INPUT;
+	if (q4kh_tokenizer_load(r->model->gguf, &r->tok, err))
+		return Q4KH_EXIT_INPUT;
+	if (q4kh_model_upload(r->model, &r->backend, err))
+		return Q4KH_EXIT_FAIL;
+	sp.n_ctx = (uint32_t)o->ctx;
+	if (q4kh_session_new(r->model, &sp, &r->session, err))
+		return Q4KH_EXIT_FAIL;
+	r->sampler = q4kh_sampler_new(&o->sp, r->model->hp.n_vocab);
+	r->logits = malloc(sizeof(float) * r->model->hp.n_vocab);
+	if (!r->sampler || !r->logits) {
+		q4kh_fail(err, "out of memory");
+		return Q4KH_EXIT_FAIL;
+	}
+	return 0;
+}
+
+static int generate(const struct run_opts *o, struct run *r,
+                    struct q4kh_report *rep, struct q4kh_error *err)
+{
+	enum q4kh_chat_format fmt = o->raw ? Q4KH_CHAT_NONE
+	                                   : q4kh_chat_detect(r->model->gguf);
+	size_t n_ids = 0;
+	char piece[256];
+	double t0;
+	int32_t tok;
+
+	rep->chat_template = o->raw ? "off (--raw)" : q4kh_chat_name(fmt);
+	r->prompt = q4kh_chat_apply(fmt, o->prompt);
+	if (!r->prompt)
+		return q4kh_fail(err, "out of memory");
+	if (q4kh_tokenize(r->tok, r->prompt, strlen(r->prompt), 1,
+	                  fmt == Q4KH_CHAT_GEMMA, &r->ids, &n_ids, err))
+		return -1;
+	if (n_ids == 0)
+		return q4kh_fail(err, "the prompt tokenized to nothing");
+	rep->prompt_tokens = (int64_t)n_ids;
+	t0 = now();
+	if (q4kh_session_eval(r->session, r->ids, (int64_t)n_ids, r->logits, 0, err))
+		return -1;
+	rep->prefill_seconds = now() - t0;
+	rep->stop_reason = "token limit";
+	t0 = now();
+	for (long i = 0; i < o->n_predict; i++) {
+		size_t len;
+
+		tok = q4kh_sampler_sample(r->sampler, r->logits);
+		rep->generated_tokens++;
+		if (q4kh_tokenizer_is_eog(r->tok, tok)) {
+			rep->stop_reason = "end of generation token";
+			break;
+		}
+		len = q4kh_token_to_piece(r->tok, tok, 0, piece, sizeof(piece));
+		if (emit(r, piece, len < sizeof(piece) ? len : sizeof(piece), !o->json))
+			return q4kh_fail(err, "out of memory");
+		if (i + 1 == o->n_predict)
+			break;
+		if (r->session->n_past >= r->session->p.n_ctx) {
+			rep->stop_reason = "context full";
+			break;
+		}
+		if (q4kh_session_eval(r->session, &tok, 1, r->logits, 0, err))
+			return -1;
+	}
+	rep->decode_seconds = now() - t0;
+	if (!o->json)
+		fputc('\n', stdout);
+	return 0;
+}
+
+int q4kh_cmd_run(int argc, char **argv)
+{
+	struct run_opts o;
+	struct run r = { 0 };
+	struct q4kh_report rep = { 0 };
+	struct q4kh_error err = { { 0 } };
+	int rc = parse(argc, argv, &o);
+
+	if (rc)
+		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	rc = setup(&o, &r, &err);
+	if (rc == 0 && generate(&o, &r, &rep, &err))
+		rc = Q4KH_EXIT_FAIL;
+	if (rc) {
+		fprintf(stderr, "q4khost run: %s\n", err.msg);
+		run_free(&r);
+		return rc;
+	}
+	rep.model_path = r.model->gguf->path;
+	rep.model = r.model;
+	rep.backend = &r.backend;
+	rep.device_index = (uint32_t)o.device;
+	if (o.json) {
+		json_t *j = q4kh_report_json(&rep);
+		json_object_set_new(j, "prompt", json_string(o.prompt));
+		json_object_set_new(j, "text", json_stringn(r.text ? r.text : "", r.text_len));
+		json_dumpf(j, stdout, JSON_INDENT(2));
+		fputc('\n', stdout);
+		json_decref(j);
+	} else {
+		q4kh_report_print(stderr, &rep);
+	}
+	run_free(&r);
+	return Q4KH_EXIT_OK;
+}

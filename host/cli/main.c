@@ -1,10 +1,12 @@
 /* q4khost: the command dispatcher. */
-#include "config.h"
+#include "buildconf.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
+#include "log.h"
 
 struct command {
 	const char *name;
@@ -28,12 +30,32 @@ static void usage(FILE *out)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out,
+	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_LOG (debug, info,\n"
+	        "warning, error); see docs/config.md\n"
 	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 bad input file,\n"
 	        "            4 no plugin could honour the request\n");
 }
 
+/* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. */
+static int apply_log_env(void)
+{
+	const char *v = q4kh_env("Q4KHOST_LOG");
+	q4kh_log_level level;
+
+	if (!v || !*v)
+		return 0;
+	if (q4kh_log_parse(v, &level)) {
+		fprintf(stderr, "q4khost: Q4KHOST_LOG='%s' is not one of debug, info, warning, error\n", v);
+		return -1;
+	}
+	q4kh_log_set_threshold(level);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (apply_log_env())
+		return Q4KH_EXIT_USAGE;
 	if (argc < 2) {
 		usage(stderr);
 		return Q4KH_EXIT_USAGE;

@@ -1,0 +1,318 @@
+/*
+ * Layered configuration: each file that exists becomes one iniparser
+ * dictionary; a lookup walks the layers from the highest down. Values are
+ * only ever read with iniparser_getstring (see config.h).
+ */
+#include "buildconf.h"
+
+#include "config.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <iniparser.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/*
+ * iniparser 4.1 reads lines into a 1024-byte buffer with fgets: a line of
+ * more than 1022 characters plus its newline does not fit and fails.
+ */
+#define INI_LINE_MAX 1022
+
+struct layer {
+	char *path;
+	dictionary *dict;
+};
+
+struct q4kh_config {
+	struct layer *layers;
+	size_t n_layers;
+};
+
+const char *q4kh_env(const char *name)
+{
+#ifdef HAVE_SECURE_GETENV
+	return secure_getenv(name);
+#else
+	return getenv(name);
+#endif
+}
+
+/* iniparser would print its own diagnostics to stderr; we word our own. */
+static int ini_quiet(const char *fmt, ...)
+{
+	(void)fmt;
+	return 0;
+}
+
+static char *trim(char *s)
+{
+	char *end = s + strlen(s);
+
+	while (isspace((unsigned char)*s))
+		s++;
+	while (end > s && isspace((unsigned char)end[-1]))
+		end--;
+	*end = 0;
+	return s;
+}
+
+/* 1 when the trimmed line S is one iniparser accepts on its own. */
+static int ini_line_ok(const char *s)
+{
+	size_t len = strlen(s);
+	const char *eq;
+
+	if (len == 0 || s[0] == ';' || s[0] == '#')
+		return 1;
+	if (s[0] == '[')
+		return len >= 2 && s[len - 1] == ']';
+	eq = strchr(s, '=');
+	return eq && eq > s;
+}
+
+/* The text of LINE without its trailing newline; its length in *len. */
+static char *chomp(char *line, ssize_t n, size_t *len)
+{
+	*len = (size_t)n;
+	if (*len > 0 && line[*len - 1] == '\n')
+		line[--*len] = 0;
+	return line;
+}
+
+/*
+ * iniparser_load says only that a file failed; find the first line it
+ * would refuse so the message can name it. Lines joined by a trailing
+ * backslash are judged by their first part.
+ */
+static int explain_bad_file(const char *path, struct q4kh_error *err)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0, len;
+	ssize_t n;
+	unsigned lineno = 0;
+	int joined = 0;
+
+	if (!f)
+		return q4kh_fail(err, "%s: cannot read: %s", path, strerror(errno));
+	q4kh_fail(err, "%s: not a valid INI file (iniparser refused it)", path);
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		char *s = trim(chomp(line, n, &len));
+		int was_joined = joined;
+
+		lineno++;
+		if (len > INI_LINE_MAX) {
+			q4kh_fail(err, "%s:%u: line of %zu bytes is longer than the %d that iniparser reads",
+			          path, lineno, len, INI_LINE_MAX);
+			break;
+		}
+		joined = *s && s[strlen(s) - 1] == '\\';
+		if (joined)
+			s[strlen(s) - 1] = 0;
+		if (!was_joined && !ini_line_ok(s)) {
+			q4kh_fail(err, "%s:%u: expected [section], key = value, a comment or a blank line; found \"%.80s\"",
+			          path, lineno, s);
+			break;
+		}
+	}
+	free(line);
+	fclose(f);
+	return -1;
+}
+
+/*
+ * Append PATH as the next layer. A missing optional file is skipped; any
+ * other failure is an error naming the file.
+ */
+static int add_layer(struct q4kh_config *c, const char *path, int required,
+                     struct q4kh_error *err)
+{
+	struct layer *grown;
+	struct stat st;
+	FILE *f;
+	dictionary *d;
+
+	if (stat(path, &st) != 0) {
+		if ((errno == ENOENT || errno == ENOTDIR) && !required)
+			return 0;
+		return q4kh_fail(err, "%s: %s", path, strerror(errno));
+	}
+	if (S_ISDIR(st.st_mode))
+		return q4kh_fail(err, "%s: is a folder, expected an INI file", path);
+	f = fopen(path, "r");
+	if (!f)
+		return q4kh_fail(err, "%s: cannot read: %s", path, strerror(errno));
+	fclose(f);
+
+	iniparser_set_error_callback(ini_quiet);
+	d = iniparser_load(path);
+	if (!d)
+		return explain_bad_file(path, err);
+
+	grown = realloc(c->layers, (c->n_layers + 1) * sizeof(*grown));
+	if (!grown) {
+		iniparser_freedict(d);
+		return q4kh_fail(err, "%s: out of memory", path);
+	}
+	c->layers = grown;
+	c->layers[c->n_layers].dict = d;
+	c->layers[c->n_layers].path = strdup(path);
+	if (!c->layers[c->n_layers].path) {
+		iniparser_freedict(d);
+		return q4kh_fail(err, "%s: out of memory", path);
+	}
+	c->n_layers++;
+	return 0;
+}
+
+static int join_layer(struct q4kh_config *c, const char *dir, const char *name,
+                      int required, struct q4kh_error *err)
+{
+	char path[4096];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
+		return q4kh_fail(err, "%s/%s: path too long", dir, name);
+	return add_layer(c, path, required, err);
+}
+
+static int is_ini_name(const struct dirent *e)
+{
+	size_t len = strlen(e->d_name);
+
+	return e->d_name[0] != '.' && len > 4 &&
+	       strcmp(e->d_name + len - 4, ".ini") == 0;
+}
+
+/* Byte order, not the locale's: the layer order must not depend on LANG. */
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int add_conf_d(struct q4kh_config *c, const char *sysconfdir,
+                      struct q4kh_error *err)
+{
+	char dir[4096];
+	struct dirent **names;
+	int n, rc = 0;
+
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/conf.d", sysconfdir) >= sizeof(dir))
+		return q4kh_fail(err, "%s/conf.d: path too long", sysconfdir);
+	n = scandir(dir, &names, is_ini_name, by_name);
+	if (n < 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
+		return q4kh_fail(err, "%s: %s", dir, strerror(errno));
+	}
+	for (int i = 0; i < n; i++) {
+		if (rc == 0)
+			rc = join_layer(c, dir, names[i]->d_name, 0, err);
+		free(names[i]);
+	}
+	free(names);
+	return rc;
+}
+
+static int add_user_file(struct q4kh_config *c, struct q4kh_error *err)
+{
+	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
+	const char *home = q4kh_env("HOME");
+
+	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
+	if (xdg && xdg[0] == '/')
+		return join_layer(c, xdg, "q4khost/q4khost.ini", 0, err);
+	if (home && *home)
+		return join_layer(c, home, ".config/q4khost/q4khost.ini", 0, err);
+	return 0;
+}
+
+int q4kh_config_load(const char *sysconfdir, const char *cli_file,
+                     struct q4kh_config **out, struct q4kh_error *err)
+{
+	struct q4kh_config *c = calloc(1, sizeof(*c));
+
+	*out = NULL;
+	if (!c)
+		return q4kh_fail(err, "configuration: out of memory");
+	if (!sysconfdir)
+		sysconfdir = Q4KH_SYSCONFDIR;
+	if (join_layer(c, sysconfdir, "q4khost.ini", 0, err) != 0 ||
+	    add_conf_d(c, sysconfdir, err) != 0 || add_user_file(c, err) != 0 ||
+	    (cli_file && add_layer(c, cli_file, 1, err) != 0)) {
+		q4kh_config_free(c);
+		return -1;
+	}
+	*out = c;
+	return 0;
+}
+
+void q4kh_config_free(struct q4kh_config *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n_layers; i++) {
+		iniparser_freedict(c->layers[i].dict);
+		free(c->layers[i].path);
+	}
+	free(c->layers);
+	free(c);
+}
+
+int q4kh_config_set(struct q4kh_config *c, const char *section,
+                    const char *key, const char *value, const char *origin,
+                    struct q4kh_error *err)
+{
+	char full[1024];
+	struct layer *top = c->n_layers ? &c->layers[c->n_layers - 1] : NULL;
+
+	if ((size_t)snprintf(full, sizeof(full), "%s:%s", section, key) >= sizeof(full))
+		return q4kh_fail(err, "%s: setting %s:%s: name too long", origin,
+		                 section, key);
+	/* Each override is a layer of its own, so it names its origin. */
+	if (!top || strcmp(top->path, origin) != 0) {
+		struct layer *grown = realloc(c->layers, (c->n_layers + 1) * sizeof(*grown));
+		if (!grown)
+			return q4kh_fail(err, "%s: out of memory", origin);
+		c->layers = grown;
+		top = &c->layers[c->n_layers];
+		top->dict = dictionary_new(0);
+		top->path = strdup(origin);
+		if (!top->dict || !top->path) {
+			if (top->dict)
+				dictionary_del(top->dict);
+			free(top->path);
+			return q4kh_fail(err, "%s: out of memory", origin);
+		}
+		c->n_layers++;
+	}
+	if (iniparser_set(top->dict, section, NULL) != 0 ||
+	    iniparser_set(top->dict, full, value) != 0)
+		return q4kh_fail(err, "%s: out of memory", origin);
+	return 0;
+}
+
+const char *q4kh_config_get(const struct q4kh_config *c, const char *section,
+                            const char *key, const char **origin)
+{
+	char full[1024];
+
+	if (origin)
+		*origin = NULL;
+	if (!c || !section || !key)
+		return NULL;
+	if ((size_t)snprintf(full, sizeof(full), "%s:%s", section, key) >= sizeof(full))
+		return NULL;
+	for (size_t i = c->n_layers; i-- > 0;) {
+		const char *v = iniparser_getstring(c->layers[i].dict, full, NULL);
+		if (v) {
+			if (origin)
+				*origin = c->layers[i].path;
+			return v;
+		}
+	}
+	return NULL;
+}

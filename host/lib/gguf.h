@@ -74,8 +74,8 @@ struct q4kh_gguf {
 /*
  * Map and validate PATH. On success *out owns the mapping; free it with
  * q4kh_gguf_close(). On error returns -1 with err set, e.g.
- * "model.gguf: offset 24: tensor count 9223372036854775807 exceeds what the
- * 1024-byte file can hold".
+ * "model.gguf: offset 8: expected at most 31 tensor infos (32 bytes each at
+ * least) in the remaining 1000 bytes, found tensor count 9223372036854775807".
  */
 int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
                    struct q4kh_error *err);
@@ -116,6 +116,25 @@ int q4kh_gguf_array_f32(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv
                         float *out, struct q4kh_error *err);
 int q4kh_gguf_array_i32(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
                         int32_t *out, struct q4kh_error *err);
+
+/* A number or bool widened; the member to read follows type. */
+struct q4kh_gguf_scalar {
+	uint32_t type; /* enum q4kh_gguf_vtype: never STRING or ARRAY */
+	union {
+		uint64_t u; /* UINT8..UINT64 and BOOL */
+		int64_t i;  /* INT8..INT64 */
+		double f;   /* FLOAT32, FLOAT64 */
+	} v;
+};
+
+/*
+ * Element I of KV's value, exactly: I is 0 for a scalar KV, below kv->count
+ * for an array of numbers or bools. Returns 0, or -1 (no message) for a
+ * string, an array of strings or arrays, or I out of range. For printing
+ * values of any type (q4khost info) without a getter per type.
+ */
+int q4kh_gguf_scalar_at(const struct q4kh_gguf_kv *kv, uint64_t i,
+                        struct q4kh_gguf_scalar *out);
 
 /* Name of a value type ("uint32", "array"), for messages. */
 const char *q4kh_gguf_vtype_name(uint32_t type);

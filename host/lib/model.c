@@ -1,0 +1,219 @@
+#include "model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "tensor.h"
+
+#define DEFAULT_MODEL "gemma-3-270m-q4_k_m.gguf"
+
+static const struct q4kh_arch *const archs[] = {
+	&q4kh_arch_gemma3,
+};
+
+/* Alignment of each weight inside the backend buffer (cache line, SIMD). */
+#define WEIGHT_ALIGN 256
+
+char *q4kh_default_model_path(char *buf, size_t cap)
+{
+	const char *env = q4kh_env("Q4KHOST_MODEL");
+	const char *cache = q4kh_env("XDG_CACHE_HOME");
+	const char *home = q4kh_env("HOME");
+
+	if (env && *env)
+		snprintf(buf, cap, "%s", env);
+	else if (cache && *cache)
+		snprintf(buf, cap, "%s/q4khost/models/%s", cache, DEFAULT_MODEL);
+	else
+		snprintf(buf, cap, "%s/.cache/q4khost/models/%s", home ? home : "",
+		         DEFAULT_MODEL);
+	return buf;
+}
+
+static const struct q4kh_arch *find_arch(const char *name, size_t len)
+{
+	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		if (strlen(archs[i]->name) == len && !memcmp(archs[i]->name, name, len))
+			return archs[i];
+	return NULL;
+}
+
+int q4kh_model_open(const char *path, struct q4kh_model **out,
+                    struct q4kh_error *err)
+{
+	struct q4kh_model *m = calloc(1, sizeof(*m));
+	struct q4kh_gguf_str arch = { 0 };
+	int rc;
+
+	if (!m)
+		return q4kh_fail(err, "%s: out of memory", path);
+	if (q4kh_gguf_open(path, &m->gguf, err))
+		goto fail;
+	rc = q4kh_gguf_get_str(m->gguf, "general.architecture", &arch, err);
+	if (rc < 0)
+		goto fail;
+	if (rc > 0) {
+		q4kh_fail(err, "%s: no general.architecture key: not a model file",
+		          path);
+		goto fail;
+	}
+	m->arch = find_arch(arch.data, arch.len);
+	if (!m->arch) {
+		q4kh_fail(err, "%s: architecture '%.*s' is not supported (supported: gemma3)",
+		          path, (int)arch.len, arch.data);
+		goto fail;
+	}
+	if (m->arch->load(m, err))
+		goto fail;
+	*out = m;
+	return 0;
+fail:
+	q4kh_model_free(m);
+	return -1;
+}
+
+int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
+                    int64_t ne0, int64_t ne1, struct q4kh_error *err,
+                    const char *name_fmt, ...)
+{
+	char name[256];
+	va_list ap;
+	const struct q4kh_gguf_tensor *t;
+
+	va_start(ap, name_fmt);
+	vsnprintf(name, sizeof(name), name_fmt, ap);
+	va_end(ap);
+	t = q4kh_gguf_tensor(m->gguf, name);
+	if (!t) {
+		w->src = NULL;
+		return required ? q4kh_fail(err, "%s: tensor %s is missing",
+		                            m->gguf->path, name)
+		                : 0;
+	}
+	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+		return q4kh_fail(err,
+		                 "%s: tensor %s has shape {%lld, %lld, %lld, %lld}, expected {%lld, %lld}",
+		                 m->gguf->path, name, (long long)t->ne[0],
+		                 (long long)t->ne[1], (long long)t->ne[2],
+		                 (long long)t->ne[3], (long long)ne0, (long long)ne1);
+	if (t->type != Q4KH_TYPE_F32 && ne1 == 1 && ne0 > 1 &&
+	    q4kh_type_block_elems(t->type) != 1)
+		return q4kh_fail(err, "%s: tensor %s is a vector of type %s, expected F32",
+		                 m->gguf->path, name, q4kh_type_name(t->type));
+	w->src = t;
+	return 0;
+}
+
+static void key_name(const struct q4kh_model *m, const char *fmt, char *buf,
+                     size_t cap)
+{
+	snprintf(buf, cap, fmt, m->arch->name);
+}
+
+int q4kh_model_u32(const struct q4kh_model *m, const char *key_fmt,
+                   uint32_t *out, int required, struct q4kh_error *err)
+{
+	char key[256];
+	int rc;
+
+	key_name(m, key_fmt, key, sizeof(key));
+	rc = q4kh_gguf_get_u32(m->gguf, key, out, err);
+	if (rc > 0 && required)
+		return q4kh_fail(err, "%s: required key %s is missing", m->gguf->path,
+		                 key);
+	return rc < 0 ? -1 : 0;
+}
+
+int q4kh_model_f32(const struct q4kh_model *m, const char *key_fmt, float *out,
+                   int required, struct q4kh_error *err)
+{
+	char key[256];
+	int rc;
+
+	key_name(m, key_fmt, key, sizeof(key));
+	rc = q4kh_gguf_get_f32(m->gguf, key, out, err);
+	if (rc > 0 && required)
+		return q4kh_fail(err, "%s: required key %s is missing", m->gguf->path,
+		                 key);
+	return rc < 0 ? -1 : 0;
+}
+
+/* Visit every bound weight (each once, though output may alias tok_embd). */
+static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
+{
+	size_t n = 0;
+
+	list[n++] = &m->tok_embd;
+	list[n++] = &m->output_norm;
+	if (m->output.src != m->tok_embd.src)
+		list[n++] = &m->output;
+	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+		struct q4kh_layer *l = &m->layers[il];
+		struct q4kh_weight *lw[] = {
+			&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
+			&l->k_norm, &l->post_attn_norm, &l->ffn_norm, &l->w_gate,
+			&l->w_up, &l->w_down, &l->post_ffw_norm,
+		};
+		for (size_t i = 0; i < sizeof(lw) / sizeof(lw[0]); i++)
+			list[n++] = lw[i];
+	}
+	return n;
+}
+
+static size_t weight_slots(const struct q4kh_model *m)
+{
+	return 3 + 13 * (size_t)m->hp.n_layer;
+}
+
+int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
+                      struct q4kh_error *err)
+{
+	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	size_t n;
+	uint64_t total = 0, off = 0;
+	int rc = -1;
+
+	if (!list)
+		return q4kh_fail(err, "out of memory");
+	n = weight_list(m, list);
+	for (size_t i = 0; i < n; i++)
+		if (list[i]->src)
+			total += (list[i]->src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
+	m->backend = b;
+	if (q4kh_backend_check(b, b->v->buffer_alloc(b->dev, total, &m->weights),
+	                       "buffer_alloc (weights)", err))
+		goto out;
+	m->weights_bytes = total;
+	for (size_t i = 0; i < n; i++) {
+		const struct q4kh_gguf_tensor *src = list[i]->src;
+		if (!src)
+			continue;
+		list[i]->t = q4kh_tensor_make(m->weights, off, src->type, src->ne[0],
+		                              src->ne[1], 1);
+		if (q4kh_backend_check(b, b->v->buffer_upload(b->dev, m->weights, off,
+		                                              src->data, src->size),
+		                       "buffer_upload (weights)", err))
+			goto out;
+		off += (src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
+	}
+	if (m->output.src == m->tok_embd.src)
+		m->output.t = m->tok_embd.t;
+	rc = 0;
+out:
+	free(list);
+	return rc;
+}
+
+void q4kh_model_free(struct q4kh_model *m)
+{
+	if (!m)
+		return;
+	if (m->weights)
+		m->backend->v->buffer_free(m->backend->dev, m->weights);
+	free(m->layers);
+	q4kh_gguf_close(m->gguf);
+	free(m);
+}

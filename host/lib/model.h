@@ -1,0 +1,108 @@
+/*
+ * A GGUF model: its architecture's hyper-parameters, its weights bound by
+ * name with shapes checked, and (after q4kh_model_upload) their copies on a
+ * backend device. The forward graph is owned by the architecture (one file
+ * per architecture: arch_NAME.c) and runs through the backend's op table.
+ * A model is used from one thread at a time.
+ */
+#ifndef Q4KH_MODEL_H
+#define Q4KH_MODEL_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "error.h"
+#include "gguf.h"
+#include "q4khost/plugin.h"
+
+struct q4kh_session;
+
+/* One weight: where it is in the file, and its copy on the backend. */
+struct q4kh_weight {
+	const struct q4kh_gguf_tensor *src; /* NULL when the file lacks it */
+	struct q4kh_tensor t;               /* valid after upload */
+};
+
+struct q4kh_layer {
+	struct q4kh_weight attn_norm, wq, wk, wv, wo, q_norm, k_norm;
+	struct q4kh_weight post_attn_norm, ffn_norm, w_gate, w_up, w_down;
+	struct q4kh_weight post_ffw_norm;
+	int swa;          /* sliding-window attention in this layer */
+	float rope_base;  /* RoPE base for this layer */
+	float rope_scale; /* RoPE frequency scale (1/factor) for this layer */
+};
+
+struct q4kh_hparams {
+	uint32_t n_vocab, n_embd, n_layer, n_ff;
+	uint32_t n_head, n_head_kv, head_dim, n_rot;
+	uint32_t n_ctx_train, n_swa;
+	float eps;           /* RMSNorm epsilon */
+	float attn_scale;    /* multiplies q before attention */
+	float embd_scale;    /* multiplies embedding rows */
+	float final_softcap; /* 0 = none */
+	q4kh_rope_mode rope_mode;
+};
+
+struct q4kh_arch;
+
+struct q4kh_model {
+	struct q4kh_gguf *gguf;
+	const struct q4kh_arch *arch;
+	struct q4kh_hparams hp;
+	struct q4kh_weight tok_embd, output_norm, output; /* output may alias tok_embd */
+	struct q4kh_layer *layers;
+	/* After upload: */
+	struct q4kh_backend *backend;
+	q4kh_buffer *weights;
+	uint64_t weights_bytes;
+};
+
+/* What an architecture provides (one per arch_NAME.c). */
+struct q4kh_arch {
+	const char *name; /* general.architecture */
+	/* Read hyper-parameters and bind every weight; -1 with err. */
+	int (*load)(struct q4kh_model *m, struct q4kh_error *err);
+	/*
+	 * Run tokens ids[0..n) at positions s->n_past.. through the session's
+	 * backend, appending to its KV cache. Logits of tokens [out0, n) go to
+	 * the session's logits tensor, column c - out0 for token c.
+	 */
+	int (*forward)(struct q4kh_session *s, const int32_t *ids, int64_t n,
+	               int64_t out0, struct q4kh_error *err);
+};
+
+extern const struct q4kh_arch q4kh_arch_gemma3;
+
+/*
+ * The default model file: $Q4KHOST_MODEL, else
+ * ${XDG_CACHE_HOME:-$HOME/.cache}/q4khost/models/gemma-3-270m-q4_k_m.gguf
+ * (where scripts/fetch-model.sh puts it). Writes into buf; returns buf.
+ */
+char *q4kh_default_model_path(char *buf, size_t cap);
+
+/* Open PATH, find its architecture and load it. -1 with err. */
+int q4kh_model_open(const char *path, struct q4kh_model **out,
+                    struct q4kh_error *err);
+/* Copy every bound weight into one buffer on backend B (kept by m). */
+int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
+                      struct q4kh_error *err);
+/* Free the backend copy (if any), the weights and the file. */
+void q4kh_model_free(struct q4kh_model *m);
+
+/*
+ * For architecture loaders: bind weight NAME (printf-style with the layer
+ * number) and check its shape is {ne0, ne1} (ne1 = 1 for vectors).
+ * required: a missing tensor is an error; else w->src stays NULL.
+ */
+int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
+                    int64_t ne0, int64_t ne1, struct q4kh_error *err,
+                    const char *name_fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+
+/* Hyper-parameter KEY ("%s.embedding_length" with the arch name). */
+int q4kh_model_u32(const struct q4kh_model *m, const char *key_fmt,
+                   uint32_t *out, int required, struct q4kh_error *err);
+int q4kh_model_f32(const struct q4kh_model *m, const char *key_fmt, float *out,
+                   int required, struct q4kh_error *err);
+
+#endif

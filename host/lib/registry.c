@@ -1,0 +1,489 @@
+/*
+ * Plugin discovery: choose the plugin path, list its .so files, load each
+ * one and check its descriptor before anything else in it runs.
+ */
+#include "registry.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The smallest legal descriptor: every field of ABI 1.0, up to `kernel`. */
+#define DESC_V1_0_SIZE \
+	(offsetof(struct q4kh_plugin_desc, kernel) + sizeof(const void *))
+
+#define NAME_MAX_LEN 63
+
+/* A required function pointer inside a plugin's table. */
+struct fn_slot {
+	const char *name;
+	size_t offset;
+};
+
+#define BACKEND_FN(f) { #f, offsetof(struct q4kh_backend_v1, f) }
+#define KERNEL_FN(f) { #f, offsetof(struct q4kh_kernel_v1, f) }
+
+/* Every backend function but native_device, which is optional. */
+static const struct fn_slot backend_fns[] = {
+	BACKEND_FN(init), BACKEND_FN(shutdown), BACKEND_FN(last_error),
+	BACKEND_FN(device_count), BACKEND_FN(device_info),
+	BACKEND_FN(device_open), BACKEND_FN(device_close),
+	BACKEND_FN(supports_type), BACKEND_FN(buffer_alloc),
+	BACKEND_FN(buffer_free), BACKEND_FN(buffer_upload),
+	BACKEND_FN(buffer_download), BACKEND_FN(get_rows), BACKEND_FN(mul_mat),
+	BACKEND_FN(rms_norm), BACKEND_FN(rope), BACKEND_FN(add), BACKEND_FN(mul),
+	BACKEND_FN(scale), BACKEND_FN(glu), BACKEND_FN(copy),
+	BACKEND_FN(attention), BACKEND_FN(synchronize),
+};
+
+static const struct fn_slot kernel_fns[] = {
+	KERNEL_FN(init), KERNEL_FN(shutdown), KERNEL_FN(last_error),
+	KERNEL_FN(score), KERNEL_FN(prepare), KERNEL_FN(gemv), KERNEL_FN(gemm),
+	KERNEL_FN(release),
+};
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Format a reason into WHY and return -1. */
+__attribute__((format(printf, 3, 4)))
+static int say(char *why, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, size, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Who besides the owner may write: NULL when nobody. */
+static const char *writers(mode_t mode)
+{
+	if ((mode & S_IWGRP) && (mode & S_IWOTH))
+		return "group and others";
+	if (mode & S_IWGRP)
+		return "group";
+	if (mode & S_IWOTH)
+		return "others";
+	return NULL;
+}
+
+static int is_identifier(const char *s)
+{
+	size_t len;
+
+	if (!s)
+		return 0;
+	len = strnlen(s, NAME_MAX_LEN + 1);
+	if (len == 0 || len > NAME_MAX_LEN || s[0] == '-' || s[0] == '_')
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '-' || s[i] == '_'))
+			return 0;
+	return 1;
+}
+
+/* A bounded, printable copy of a string a plugin handed us. */
+static void printable(char *out, size_t size, const char *s)
+{
+	size_t i = 0;
+
+	for (; s && s[i] && i + 1 < size; i++)
+		out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+	out[i] = 0;
+}
+
+static int check_fns(const void *table, const char *what,
+                     const struct fn_slot *fns, size_t n, char *why,
+                     size_t size)
+{
+	for (size_t i = 0; i < n; i++) {
+		void (*fn)(void);
+
+		memcpy(&fn, (const char *)table + fns[i].offset, sizeof(fn));
+		if (!fn)
+			return say(why, size, "%s table: required function %s is NULL",
+			           what, fns[i].name);
+	}
+	return 0;
+}
+
+static int check_backend(const struct q4kh_backend_v1 *b, char *why,
+                         size_t size)
+{
+	if (!b)
+		return say(why, size, "kind is backend but the backend table is NULL");
+	if (b->struct_size < sizeof(*b))
+		return say(why, size,
+		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.0",
+		           b->struct_size, sizeof(*b), Q4KH_ABI_MAJOR);
+	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
+}
+
+static int check_kernel(const struct q4kh_kernel_v1 *k, char *why, size_t size)
+{
+	if (!k)
+		return say(why, size, "kind is kernel but the kernel table is NULL");
+	if (k->struct_size < sizeof(*k))
+		return say(why, size,
+		           "kernel table struct_size %u is smaller than the %zu bytes of ABI %d.0",
+		           k->struct_size, sizeof(*k), Q4KH_ABI_MAJOR);
+	if (!k->backend || !k->backend[0])
+		return say(why, size, "kernel table names no target backend");
+	if (k->n_types == 0 || !k->types)
+		return say(why, size, "kernel table lists no tensor types");
+	if (k->max_gemv_columns == 0)
+		return say(why, size, "kernel table max_gemv_columns is 0, expected >= 1");
+	return check_fns(k, "kernel", kernel_fns, N_OF(kernel_fns), why, size);
+}
+
+/* Everything the host checks before it calls anything else in a plugin. */
+static int check_desc(const struct q4kh_plugin_desc *d, char *why, size_t size)
+{
+	char shown[NAME_MAX_LEN + 2];
+
+	if (!d)
+		return say(why, size, "%s returned NULL", Q4KH_ENTRY_SYMBOL);
+	if (d->struct_size < DESC_V1_0_SIZE)
+		return say(why, size,
+		           "descriptor struct_size %u is smaller than the %zu bytes of ABI %d.0",
+		           d->struct_size, (size_t)DESC_V1_0_SIZE, Q4KH_ABI_MAJOR);
+	if (d->kind != Q4KH_KIND_BACKEND && d->kind != Q4KH_KIND_KERNEL)
+		return say(why, size, "unknown plugin kind %u (expected 1 backend or 2 kernel)",
+		           d->kind);
+	if (!is_identifier(d->name)) {
+		printable(shown, sizeof(shown), d->name);
+		return say(why, size,
+		           "plugin name \"%s\" is not an identifier (1 to %d of a-z 0-9 - _, not starting with - or _)",
+		           shown, NAME_MAX_LEN);
+	}
+	if (d->kind == Q4KH_KIND_BACKEND)
+		return check_backend(d->backend, why, size);
+	return check_kernel(d->kernel, why, size);
+}
+
+/* Word the rejection of a file that lacks our entry symbol. */
+static void explain_missing_entry(void *dl, char *why, size_t size)
+{
+	char sym[32];
+
+	/* Only to name the plugin's ABI; nothing found here is called. */
+	for (int major = 0; major <= 9; major++) {
+		if (major == Q4KH_ABI_MAJOR)
+			continue;
+		snprintf(sym, sizeof(sym), "q4kh_plugin_entry_v%d", major);
+		if (dlsym(dl, sym)) {
+			say(why, size, "built for plugin ABI %d; this host speaks ABI %d",
+			    major, Q4KH_ABI_MAJOR);
+			return;
+		}
+	}
+	say(why, size, "no entry symbol %s", Q4KH_ENTRY_SYMBOL);
+}
+
+static void unload(struct q4kh_plugin *p)
+{
+	if (p->dl)
+		dlclose(p->dl);
+	p->dl = NULL;
+	p->desc = NULL;
+}
+
+static const struct q4kh_plugin *find_accepted(const struct q4kh_registry *r,
+                                               const char *name)
+{
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		if (p->state == Q4KH_PLUGIN_ACCEPTED && !strcmp(p->name, name))
+			return p;
+	}
+	return NULL;
+}
+
+/*
+ * dlopen P, run its entry and check what it returns; P ends ACCEPTED,
+ * REJECTED or SHADOWED. -1 only when out of memory.
+ */
+static int load_one(struct q4kh_registry *r, struct q4kh_plugin *p)
+{
+	q4kh_plugin_entry_fn entry;
+	const struct q4kh_plugin_desc *d;
+	const struct q4kh_plugin *winner;
+	char *name;
+
+	p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+	if (!p->dl) {
+		say(p->reason, sizeof(p->reason), "%s", dlerror());
+		return 0;
+	}
+	entry = (q4kh_plugin_entry_fn)dlsym(p->dl, Q4KH_ENTRY_SYMBOL);
+	if (!entry) {
+		explain_missing_entry(p->dl, p->reason, sizeof(p->reason));
+		unload(p);
+		return 0;
+	}
+	d = entry();
+	if (check_desc(d, p->reason, sizeof(p->reason)) != 0) {
+		unload(p);
+		return 0;
+	}
+	name = strdup(d->name);
+	if (!name) {
+		unload(p);
+		return -1;
+	}
+	free(p->name);
+	p->name = name;
+	winner = find_accepted(r, name);
+	if (winner) {
+		p->shadowed_by = strdup(winner->path);
+		p->state = Q4KH_PLUGIN_SHADOWED;
+		unload(p);
+		return p->shadowed_by ? 0 : -1;
+	}
+	p->desc = d;
+	p->state = Q4KH_PLUGIN_ACCEPTED;
+	return 0;
+}
+
+/* The file name without folder and ".so", until the descriptor names it. */
+static char *file_stem(const char *file)
+{
+	return strndup(file, strlen(file) - 3);
+}
+
+/* Append a plugin record for PATH (taken over, freed on failure). */
+static struct q4kh_plugin *add_plugin(struct q4kh_registry *r, size_t *cap,
+                                      char *path, const char *file)
+{
+	struct q4kh_plugin *p;
+
+	if (r->n_plugins == *cap) {
+		size_t n = *cap ? *cap * 2 : 8;
+		struct q4kh_plugin *grown = realloc(r->plugins, n * sizeof(*grown));
+		if (!grown) {
+			free(path);
+			return NULL;
+		}
+		r->plugins = grown;
+		*cap = n;
+	}
+	p = &r->plugins[r->n_plugins];
+	memset(p, 0, sizeof(*p));
+	p->state = Q4KH_PLUGIN_REJECTED;
+	p->path = path;
+	p->name = file_stem(file);
+	if (!p->name) {
+		free(path);
+		return NULL;
+	}
+	r->n_plugins++;
+	return p;
+}
+
+static int is_so_name(const struct dirent *e)
+{
+	size_t len = strlen(e->d_name);
+
+	return e->d_name[0] != '.' && len > 3 &&
+	       strcmp(e->d_name + len - 3, ".so") == 0;
+}
+
+/* Byte order, not the locale's: which plugin wins must not depend on LANG. */
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/* Record and load one .so file of DIR; dir_refusal set if DIR is unsafe. */
+static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
+                     const char *file, const char *dir_refusal)
+{
+	struct q4kh_plugin *p;
+	struct stat st;
+	const char *who;
+	char *path;
+
+	if (asprintf(&path, "%s/%s", dir, file) < 0)
+		return -1;
+	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+		free(path);
+		return 0;
+	}
+	p = add_plugin(r, cap, path, file);
+	if (!p)
+		return -1;
+	if (dir_refusal) {
+		say(p->reason, sizeof(p->reason), "%s", dir_refusal);
+		return 0;
+	}
+	who = writers(st.st_mode);
+	if (who) {
+		say(p->reason, sizeof(p->reason),
+		    "refused: the file is writable by %s (mode %04o)", who,
+		    (unsigned)(st.st_mode & 07777));
+		return 0;
+	}
+	return load_one(r, p);
+}
+
+/* Every .so in DIR, names sorted. A missing or unreadable DIR adds nothing. */
+static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir)
+{
+	struct dirent **names;
+	struct stat st;
+	char refusal[sizeof(r->plugins->reason)];
+	const char *who;
+	int n, rc = 0;
+
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	who = writers(st.st_mode);
+	if (who)
+		say(refusal, sizeof(refusal),
+		    "refused: the folder %s is writable by %s (mode %04o)", dir, who,
+		    (unsigned)(st.st_mode & 07777));
+	n = scandir(dir, &names, is_so_name, by_name);
+	if (n < 0)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		if (rc == 0)
+			rc = scan_file(r, cap, dir, names[i]->d_name,
+			               who ? refusal : NULL);
+		free(names[i]);
+	}
+	free(names);
+	return rc;
+}
+
+static int choose_path(struct q4kh_registry *r, const char *cli_path,
+                       const struct q4kh_config *config)
+{
+	const char *path = Q4KH_PLUGINDIR, *origin = "built-in";
+	const char *env = q4kh_env("Q4KHOST_PLUGIN_PATH");
+	const char *file, *conf = q4kh_config_get(config, "plugins", "path", &file);
+
+	/* An empty variable or key counts as unset; an empty --plugin-path does not. */
+	if (cli_path) {
+		path = cli_path;
+		origin = "--plugin-path";
+	} else if (env && *env) {
+		path = env;
+		origin = "Q4KHOST_PLUGIN_PATH";
+	} else if (conf && *conf) {
+		path = conf;
+		origin = file;
+	}
+	r->path = strdup(path);
+	r->path_origin = origin;
+	return r->path ? 0 : -1;
+}
+
+/* Walk the ':'-separated path; empty components are skipped, not ".". */
+static int scan_path(struct q4kh_registry *r)
+{
+	size_t cap = 0;
+	const char *s = r->path;
+
+	while (*s) {
+		size_t len = strcspn(s, ":");
+		if (len > 0) {
+			char *dir = strndup(s, len);
+			int rc = dir ? scan_dir(r, &cap, dir) : -1;
+			free(dir);
+			if (rc != 0)
+				return -1;
+		}
+		s += len;
+		if (*s == ':')
+			s++;
+	}
+	return 0;
+}
+
+/* One fprintf per line: stdio's lock keeps lines of threads apart. */
+static void host_log(void *host_data, q4kh_log_level level, const char *msg)
+{
+	const struct q4kh_plugin *p = host_data;
+	int len;
+
+	if (level < q4kh_log_threshold())
+		return;
+	msg = msg ? msg : "";
+	len = (int)strlen(msg);
+	while (len > 0 && msg[len - 1] == '\n')
+		len--;
+	fprintf(stderr, "q4khost: [plugin %s] %s: %.*s\n", p->name,
+	        q4kh_log_word(level), len, msg);
+}
+
+static const char *host_config_get(void *host_data, const char *key)
+{
+	const struct q4kh_plugin *p = host_data;
+	char section[sizeof("plugin.") + NAME_MAX_LEN];
+
+	snprintf(section, sizeof(section), "plugin.%s", p->name);
+	return q4kh_config_get(p->config, section, key, NULL);
+}
+
+/* Only once the array stops moving may host_data point into it. */
+static void give_host_api(struct q4kh_registry *r,
+                          const struct q4kh_config *config)
+{
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		struct q4kh_plugin *p = &r->plugins[i];
+
+		p->config = config;
+		p->api.struct_size = sizeof(p->api);
+		p->api.abi_major = Q4KH_ABI_MAJOR;
+		p->api.abi_minor = Q4KH_ABI_MINOR;
+		p->api.host_data = p;
+		p->api.log = host_log;
+		p->api.config_get = host_config_get;
+	}
+}
+
+int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
+                       struct q4kh_registry **out, struct q4kh_error *err)
+{
+	struct q4kh_registry *r = calloc(1, sizeof(*r));
+
+	*out = NULL;
+	if (!r || choose_path(r, cli_path, config) != 0 || scan_path(r) != 0) {
+		q4kh_registry_free(r);
+		return q4kh_fail(err, "plugin scan: out of memory");
+	}
+	give_host_api(r, config);
+	*out = r;
+	return 0;
+}
+
+void q4kh_registry_free(struct q4kh_registry *r)
+{
+	if (!r)
+		return;
+	for (size_t i = r->n_plugins; i-- > 0;) {
+		struct q4kh_plugin *p = &r->plugins[i];
+
+		unload(p);
+		free(p->path);
+		free(p->shadowed_by);
+		free(p->name);
+	}
+	free(r->plugins);
+	free(r->path);
+	free(r);
+}
+
+const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
+                                             const char *name)
+{
+	return r && name ? find_accepted(r, name) : NULL;
+}

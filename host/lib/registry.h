@@ -34,7 +34,11 @@ struct q4kh_plugin {
 	char *shadowed_by;                   /* path of the winner, when shadowed */
 	void *dl;                            /* dlopen handle while accepted */
 	const struct q4kh_plugin_desc *desc; /* while accepted */
-	char *name;                          /* copied: valid for every state */
+	/*
+	 * Copied, valid for every state: the descriptor's name once the
+	 * descriptor passed its checks, else the file name without ".so".
+	 */
+	char *name;
 	struct q4kh_host_api api;            /* what init() receives */
 	const struct q4kh_config *config;
 };

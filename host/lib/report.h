@@ -1,0 +1,34 @@
+/*
+ * What really ran: the report every run prints to stderr (or returns as
+ * JSON). It names the backend plugin file and build, the device, the kernel
+ * used for every weight type, and the measured speeds, so a silent fall-back
+ * or a stale plugin cannot hide.
+ */
+#ifndef Q4KH_REPORT_H
+#define Q4KH_REPORT_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+
+struct q4kh_report {
+	const char *model_path;
+	const struct q4kh_model *model;
+	const struct q4kh_backend *backend;
+	uint32_t device_index;
+	const char *chat_template; /* "gemma", or "none (raw text)" */
+	int64_t prompt_tokens;
+	double prefill_seconds;
+	int64_t generated_tokens;
+	double decode_seconds; /* over generated_tokens - 1 decode steps */
+	const char *stop_reason; /* "end of generation token", "token limit", ... */
+};
+
+/* Print the report as "q4khost: ..." lines. */
+void q4kh_report_print(FILE *f, const struct q4kh_report *r);
+/* The same as a new JSON object (caller owns the reference); NULL on OOM. */
+json_t *q4kh_report_json(const struct q4kh_report *r);
+
+#endif

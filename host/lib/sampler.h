@@ -20,14 +20,16 @@ struct q4kh_sampler_params {
 
 struct q4kh_sampler;
 
-/* NULL when out of memory. n_vocab: length of every logits vector. */
+/* NULL when out of memory or n_vocab < 1. n_vocab: length of every logits
+ * vector. */
 struct q4kh_sampler *q4kh_sampler_new(const struct q4kh_sampler_params *p,
                                       int32_t n_vocab);
 void q4kh_sampler_free(struct q4kh_sampler *s);
 /* Pick a token from LOGITS[n_vocab]. Greedy ties go to the lowest id. NaN
- * logits are never picked. */
+ * logits are never picked; -1 when every logit is NaN. */
 int32_t q4kh_sampler_sample(struct q4kh_sampler *s, const float *logits);
-/* Index of the largest logit (lowest id on ties; NaN ignored). */
+/* Index of the largest logit (lowest id on ties; NaN ignored; -1 when
+ * there is none). */
 int32_t q4kh_argmax(const float *logits, int32_t n);
 
 #endif

@@ -29,9 +29,11 @@ void q4kh_tokenizer_free(struct q4kh_tokenizer *t);
 
 /*
  * Encode LEN bytes of UTF-8 TEXT. add_bos: prepend BOS when the vocabulary
- * asks for it (tokenizer.ggml.add_bos_token). parse_special: match control
- * tokens such as <start_of_turn> in the text. *ids is malloc()ed and owned by
- * the caller. Invalid UTF-8 bytes are encoded as byte tokens.
+ * asks for it (tokenizer.ggml.add_bos_token), and append EOS when it asks
+ * for that (add_eos_token), as llama.cpp's add_special does. parse_special:
+ * match control tokens such as <start_of_turn> in the text. *ids is
+ * malloc()ed and owned by the caller. Invalid UTF-8 bytes are encoded as
+ * byte tokens.
  */
 int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
                   int add_bos, int parse_special, int32_t **ids, size_t *n,

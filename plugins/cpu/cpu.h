@@ -1,0 +1,181 @@
+/*
+ * The reference cpu backend: shared types of its files.
+ *
+ * Every op is deterministic: each output element is computed by exactly one
+ * worker thread, and every reduction (dot product, sum of squares, softmax
+ * sum, attention accumulation) runs in double in an order that depends on
+ * neither the thread count nor the batch size.
+ */
+#ifndef Q4KH_CPU_H
+#define Q4KH_CPU_H
+
+#include <stdint.h>
+
+#include "q4khost/plugin.h"
+
+#define CPU_ALIGN 64
+#define CPU_MAX_THREADS 256
+
+/*
+ * Hot loops are also built for AVX2 where GCC can (the CPU picks at load
+ * time). AVX2 brings no FMA and contraction is off, so every build rounds
+ * alike.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CPU_VECTOR_CLONES
+#endif
+
+struct q4kh_backend_ctx {
+	const struct q4kh_host_api *host;
+	unsigned threads;
+	char error[1024];
+};
+
+struct cpu_pool;
+
+struct q4kh_device_ctx {
+	q4kh_backend_ctx *ctx;
+	struct cpu_pool *pool;
+	unsigned threads;
+	void **scratch;       /* one per thread, CPU_ALIGN-aligned */
+	uint64_t scratch_size; /* bytes of each */
+};
+
+struct q4kh_buffer {
+	q4kh_device_ctx *dev;
+	uint64_t size;
+	unsigned char *data;
+};
+
+/* --- errors (cpu_plugin.c) --- */
+
+/* Keep a formatted message as ctx's last error and return st. */
+q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
+                     ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* --- worker pool (cpu_pool.c) --- */
+
+/*
+ * Work on items [begin, end) as part PART (0 .. threads-1); a part indexes
+ * the device's per-thread scratch.
+ */
+typedef void (*cpu_task_fn)(void *arg, unsigned part, int64_t begin,
+                            int64_t end);
+
+/* Start THREADS - 1 workers (the caller is the first). 0 or -1 (errno). */
+int cpu_pool_create(unsigned threads, struct cpu_pool **out);
+void cpu_pool_destroy(struct cpu_pool *p);
+/*
+ * Split N items into contiguous parts of at least GRAIN items, at most one
+ * per thread, run FN on each and return when all are done.
+ */
+void cpu_pool_run(struct cpu_pool *p, int64_t n, int64_t grain, cpu_task_fn fn,
+                  void *arg);
+
+/* Make every thread's scratch at least BYTES long. */
+q4kh_status cpu_scratch_reserve(q4kh_device_ctx *dev, uint64_t bytes);
+
+/* --- dequantization (cpu_quant.c) --- */
+
+/* Bit for a type in a mask of accepted types. */
+#define CPU_T(type) (1u << (type))
+
+/* 1 when get_rows and mul_mat accept weights of TYPE. */
+int cpu_type_supported(uint32_t type);
+/* The mask (CPU_T bits) of those types. */
+uint32_t cpu_supported_types(void);
+/* Dequantize one row of K values of TYPE (supported) to f32, exactly. */
+void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
+
+/* --- tensor checks (cpu_tensor.c) --- */
+
+/*
+ * Check that WHAT (named in messages) is a view the op may use: non-NULL,
+ * a buffer of this device, one of the types in TYPES, ne >= 1, contiguous
+ * along ne[0], aligned, and inside its buffer.
+ */
+q4kh_status cpu_tensor_check(q4kh_device_ctx *dev, const char *what,
+                             const struct q4kh_tensor *t, uint32_t types);
+/* Check that t->ne equals NE (entries < 0 are not checked). */
+q4kh_status cpu_tensor_shape(q4kh_device_ctx *dev, const char *what,
+                             const struct q4kh_tensor *t, int64_t ne0,
+                             int64_t ne1, int64_t ne2, int64_t ne3);
+/* Fail unless OUT and IN occupy disjoint bytes. */
+q4kh_status cpu_tensor_disjoint(q4kh_device_ctx *dev, const char *out_name,
+                                const struct q4kh_tensor *out,
+                                const char *in_name,
+                                const struct q4kh_tensor *in);
+/* Fail unless OUT is exactly IN (an in-place op) or disjoint from it. */
+q4kh_status cpu_tensor_inplace(q4kh_device_ctx *dev, const char *out_name,
+                               const struct q4kh_tensor *out,
+                               const char *in_name,
+                               const struct q4kh_tensor *in);
+
+/* Address of element (0, i1, i2, i3) of t. */
+static inline unsigned char *cpu_row(const struct q4kh_tensor *t, int64_t i1,
+                                     int64_t i2, int64_t i3)
+{
+	return t->buffer->data + t->offset + i1 * t->nb[1] + i2 * t->nb[2] +
+	       i3 * t->nb[3];
+}
+
+/* Rows of a tensor: ne[1] * ne[2] * ne[3]. */
+static inline int64_t cpu_nrows(const struct q4kh_tensor *t)
+{
+	return t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+/* Address of flat row r (over ne[1], ne[2], ne[3]) of t. */
+static inline unsigned char *cpu_flat_row(const struct q4kh_tensor *t,
+                                          int64_t r)
+{
+	int64_t i1 = r % t->ne[1];
+	int64_t i2 = (r / t->ne[1]) % t->ne[2];
+	int64_t i3 = r / (t->ne[1] * t->ne[2]);
+
+	return cpu_row(t, i1, i2, i3);
+}
+
+/*
+ * sum a[i] b[i] in double (cpu_matmul.c): 8 lanes, lane l summing i = l
+ * (mod 8) in increasing i, combined in one fixed tree. Pure.
+ */
+double cpu_dot(const double *a, const double *b, int64_t n);
+
+/* --- ops (cpu_ops.c, cpu_matmul.c, cpu_attention.c) --- */
+
+q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
+                         const int32_t *ids, int64_t n, float scale,
+                         const struct q4kh_tensor *out);
+q4kh_status cpu_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                        const struct q4kh_tensor *x,
+                        const struct q4kh_tensor *y);
+q4kh_status cpu_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *w, float eps,
+                         const struct q4kh_tensor *out);
+q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                     const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
+                     float base, float freq_scale,
+                     const struct q4kh_tensor *out);
+q4kh_status cpu_add(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+                    const struct q4kh_tensor *b, const struct q4kh_tensor *out);
+q4kh_status cpu_mul(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+                    const struct q4kh_tensor *b, const struct q4kh_tensor *out);
+q4kh_status cpu_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      float s, const struct q4kh_tensor *out);
+q4kh_status cpu_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
+                    const struct q4kh_tensor *gate,
+                    const struct q4kh_tensor *up,
+                    const struct q4kh_tensor *out);
+q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                     const struct q4kh_tensor *dst);
+q4kh_status cpu_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                          const struct q4kh_tensor *k_cache,
+                          const struct q4kh_tensor *v_cache,
+                          const struct q4kh_attn_params *params,
+                          const struct q4kh_tensor *out);
+
+#endif

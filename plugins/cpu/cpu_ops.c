@@ -1,0 +1,476 @@
+/*
+ * The row-wise ops: get_rows, rms_norm, rope, add, mul, scale, glu, copy.
+ * Each validates its tensors, then hands contiguous ranges of rows to the
+ * pool; a row is computed by one thread, in one fixed order.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#define F32 CPU_T(Q4KH_TYPE_F32)
+#define F16 CPU_T(Q4KH_TYPE_F16)
+
+/* Rows per part so that a part holds at least this many values. */
+#define GRAIN_VALUES 16384
+
+static int64_t grain(int64_t row_len)
+{
+	return row_len >= GRAIN_VALUES ? 1 : GRAIN_VALUES / row_len;
+}
+
+/* --- get_rows --- */
+
+struct get_rows_job {
+	const struct q4kh_tensor *table, *out;
+	const int32_t *ids;
+	float scale;
+};
+
+static void get_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct get_rows_job *j = arg;
+	int64_t k = j->table->ne[0];
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		float *o = (float *)cpu_row(j->out, r, 0, 0);
+
+		cpu_dequant_row(j->table->type, cpu_row(j->table, j->ids[r], 0, 0),
+		                o, k);
+		for (int64_t i = 0; i < k; i++)
+			o[i] *= j->scale;
+	}
+}
+
+q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
+                         const int32_t *ids, int64_t n, float scale,
+                         const struct q4kh_tensor *out)
+{
+	struct get_rows_job j = { table, out, ids, scale };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = cpu_tensor_check(dev, "get_rows table", table,
+	                           cpu_supported_types())) ||
+	    (st = cpu_tensor_shape(dev, "get_rows table", table, -1, -1, 1, 1)) ||
+	    (st = cpu_tensor_check(dev, "get_rows out", out, F32)) ||
+	    (st = cpu_tensor_disjoint(dev, "get_rows out", out, "table", table)))
+		return st;
+	if (n < 1 || !ids)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "get_rows: %lld ids at %p, expected at least one",
+		                (long long)n, (const void *)ids);
+	if ((st = cpu_tensor_shape(dev, "get_rows out", out, table->ne[0], n, 1,
+	                           1)))
+		return st;
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= table->ne[1])
+			return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+			                "get_rows: ids[%lld] = %d, expected 0 .. %lld",
+			                (long long)i, ids[i],
+			                (long long)table->ne[1] - 1);
+	cpu_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- rms_norm --- */
+
+struct rms_norm_job {
+	const struct q4kh_tensor *x, *w, *out;
+	double eps;
+};
+
+static void rms_norm_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct rms_norm_job *j = arg;
+	const float *w = j->w ? (const float *)cpu_row(j->w, 0, 0, 0) : NULL;
+	int64_t n = j->x->ne[0];
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		const float *x = (const float *)cpu_flat_row(j->x, r);
+		float *o = (float *)cpu_flat_row(j->out, r);
+		double sum = 0.0;
+		float s;
+
+		for (int64_t i = 0; i < n; i++)
+			sum += (double)x[i] * (double)x[i];
+		s = (float)(1.0 / sqrt(sum / (double)n + j->eps));
+		/* ggml's order: scale first, then the weight (a separate mul). */
+		for (int64_t i = 0; i < n; i++)
+			o[i] = w ? x[i] * s * w[i] : x[i] * s;
+	}
+}
+
+q4kh_status cpu_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *w, float eps,
+                         const struct q4kh_tensor *out)
+{
+	struct rms_norm_job j = { x, w, out, eps };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = cpu_tensor_check(dev, "rms_norm x", x, F32)) ||
+	    (st = cpu_tensor_check(dev, "rms_norm out", out, F32)) ||
+	    (st = cpu_tensor_shape(dev, "rms_norm out", out, x->ne[0], x->ne[1],
+	                           x->ne[2], x->ne[3])) ||
+	    (st = cpu_tensor_inplace(dev, "rms_norm out", out, "x", x)))
+		return st;
+	if (w && ((st = cpu_tensor_check(dev, "rms_norm w", w, F32)) ||
+	          (st = cpu_tensor_shape(dev, "rms_norm w", w, x->ne[0], 1, 1, 1)) ||
+	          (st = cpu_tensor_disjoint(dev, "rms_norm out", out, "w", w))))
+		return st;
+	if (!(eps >= 0.0f) || isinf(eps))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "rms_norm: eps = %g, expected a finite value >= 0",
+		                (double)eps);
+	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), rms_norm_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- rope --- */
+
+struct rope_job {
+	const struct q4kh_tensor *x, *out;
+	int32_t n_rot;
+	q4kh_rope_mode mode;
+	const double *cs; /* per token: n_rot/2 pairs of (cos, sin) */
+};
+
+static void rope_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct rope_job *j = arg;
+	int64_t n_head = j->x->ne[1], hd = j->x->ne[0];
+	int32_t half = j->n_rot / 2;
+	/* NORM rotates neighbours, NEOX the two halves of the rotated part. */
+	int64_t step = j->mode == Q4KH_ROPE_NORM ? 2 : 1;
+	int64_t other = j->mode == Q4KH_ROPE_NORM ? 1 : half;
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		int64_t t = r / n_head;
+		const float *x = (const float *)cpu_row(j->x, r % n_head, t, 0);
+		float *o = (float *)cpu_row(j->out, r % n_head, t, 0);
+		const double *cs = j->cs + 2 * half * t;
+
+		for (int32_t i = 0; i < half; i++) {
+			double a = x[i * step], b = x[i * step + other];
+			double c = cs[2 * i], s = cs[2 * i + 1];
+
+			o[i * step] = (float)(a * c - b * s);
+			o[i * step + other] = (float)(a * s + b * c);
+		}
+		if (o != x)
+			memcpy(o + j->n_rot, x + j->n_rot,
+			       (size_t)(hd - j->n_rot) * sizeof(float));
+	}
+}
+
+static q4kh_status rope_args(q4kh_device_ctx *dev, const int32_t *pos,
+                             int32_t n_rot, q4kh_rope_mode mode, float base,
+                             float freq_scale, int64_t hd)
+{
+	if (!pos)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: pos is NULL");
+	if (mode != Q4KH_ROPE_NORM && mode != Q4KH_ROPE_NEOX)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "rope: mode %d, expected %d (NORM) or %d (NEOX)",
+		                (int)mode, Q4KH_ROPE_NORM, Q4KH_ROPE_NEOX);
+	if (n_rot < 2 || n_rot % 2 || n_rot > hd)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "rope: n_rot = %d, expected an even number from 2 to "
+		                "the head dimension %lld",
+		                n_rot, (long long)hd);
+	if (!(base > 0.0f) || isinf(base) || !isfinite(freq_scale))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "rope: base %g and freq_scale %g, expected a finite "
+		                "base > 0 and a finite scale",
+		                (double)base, (double)freq_scale);
+	return Q4KH_OK;
+}
+
+/* theta_i = freq_scale * pos * base^(-2i/n_rot) as written, in double. */
+static double *rope_table(const int32_t *pos, int64_t T, int32_t n_rot,
+                          float base, float freq_scale)
+{
+	int32_t half = n_rot / 2;
+	double *cs = malloc(sizeof(double) * 2 * (size_t)half * (size_t)T);
+
+	if (!cs)
+		return NULL;
+	for (int64_t t = 0; t < T; t++) {
+		for (int32_t i = 0; i < half; i++) {
+			double theta = (double)freq_scale * (double)pos[t] *
+			               pow((double)base, -2.0 * i / n_rot);
+
+			cs[2 * (half * t + i)] = cos(theta);
+			cs[2 * (half * t + i) + 1] = sin(theta);
+		}
+	}
+	return cs;
+}
+
+q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                     const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
+                     float base, float freq_scale,
+                     const struct q4kh_tensor *out)
+{
+	struct rope_job j = { x, out, n_rot, mode, NULL };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = cpu_tensor_check(dev, "rope x", x, F32)) ||
+	    (st = cpu_tensor_shape(dev, "rope x", x, -1, -1, -1, 1)) ||
+	    (st = cpu_tensor_check(dev, "rope out", out, F32)) ||
+	    (st = cpu_tensor_shape(dev, "rope out", out, x->ne[0], x->ne[1],
+	                           x->ne[2], 1)) ||
+	    (st = cpu_tensor_inplace(dev, "rope out", out, "x", x)) ||
+	    (st = rope_args(dev, pos, n_rot, mode, base, freq_scale, x->ne[0])))
+		return st;
+	j.cs = rope_table(pos, x->ne[2], n_rot, base, freq_scale);
+	if (!j.cs)
+		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                "rope: out of memory for %lld angles",
+		                (long long)x->ne[2] * n_rot / 2);
+	cpu_pool_run(dev->pool, x->ne[1] * x->ne[2], grain(x->ne[0]), rope_task,
+	             &j);
+	free((void *)j.cs);
+	return Q4KH_OK;
+}
+
+/* --- add, mul --- */
+
+struct binary_job {
+	const struct q4kh_tensor *a, *b, *out;
+	int mul;
+};
+
+static void binary_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct binary_job *j = arg;
+	const struct q4kh_tensor *a = j->a, *b = j->b;
+	int64_t n = a->ne[0];
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		int64_t i1 = r % a->ne[1], i2 = (r / a->ne[1]) % a->ne[2];
+		int64_t i3 = r / (a->ne[1] * a->ne[2]);
+		const float *x = (const float *)cpu_row(a, i1, i2, i3);
+		const float *y = (const float *)cpu_row(b, i1 % b->ne[1],
+		                                        i2 % b->ne[2], i3 % b->ne[3]);
+		float *o = (float *)cpu_row(j->out, i1, i2, i3);
+		int64_t ystep = b->ne[0] == 1 ? 0 : 1;
+
+		if (j->mul)
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] * y[i * ystep];
+		else
+			for (int64_t i = 0; i < n; i++)
+				o[i] = x[i] + y[i * ystep];
+	}
+}
+
+static q4kh_status binary(q4kh_device_ctx *dev, const char *op,
+                          const struct q4kh_tensor *a,
+                          const struct q4kh_tensor *b,
+                          const struct q4kh_tensor *out, int mul)
+{
+	struct binary_job j = { a, b, out, mul };
+	char na[32], nb[32], no[32];
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	snprintf(na, sizeof(na), "%s a", op);
+	snprintf(nb, sizeof(nb), "%s b", op);
+	snprintf(no, sizeof(no), "%s out", op);
+	if ((st = cpu_tensor_check(dev, na, a, F32)) ||
+	    (st = cpu_tensor_check(dev, nb, b, F32)) ||
+	    (st = cpu_tensor_check(dev, no, out, F32)) ||
+	    (st = cpu_tensor_shape(dev, no, out, a->ne[0], a->ne[1], a->ne[2],
+	                           a->ne[3])) ||
+	    (st = cpu_tensor_inplace(dev, no, out, "a", a)) ||
+	    (st = cpu_tensor_inplace(dev, no, out, "b", b)))
+		return st;
+	for (int i = 0; i < 4; i++)
+		if (b->ne[i] != 1 && b->ne[i] != a->ne[i])
+			return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+			                "%s: b->ne[%d] = %lld, expected 1 or a->ne[%d] "
+			                "= %lld",
+			                op, i, (long long)b->ne[i], i,
+			                (long long)a->ne[i]);
+	cpu_pool_run(dev->pool, cpu_nrows(a), grain(a->ne[0]), binary_task, &j);
+	return Q4KH_OK;
+}
+
+q4kh_status cpu_add(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+                    const struct q4kh_tensor *b, const struct q4kh_tensor *out)
+{
+	return binary(dev, "add", a, b, out, 0);
+}
+
+q4kh_status cpu_mul(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+                    const struct q4kh_tensor *b, const struct q4kh_tensor *out)
+{
+	return binary(dev, "mul", a, b, out, 1);
+}
+
+/* --- scale --- */
+
+struct scale_job {
+	const struct q4kh_tensor *x, *out;
+	float s;
+};
+
+static void scale_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct scale_job *j = arg;
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		const float *x = (const float *)cpu_flat_row(j->x, r);
+		float *o = (float *)cpu_flat_row(j->out, r);
+
+		for (int64_t i = 0; i < j->x->ne[0]; i++)
+			o[i] = x[i] * j->s;
+	}
+}
+
+q4kh_status cpu_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      float s, const struct q4kh_tensor *out)
+{
+	struct scale_job j = { x, out, s };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = cpu_tensor_check(dev, "scale x", x, F32)) ||
+	    (st = cpu_tensor_check(dev, "scale out", out, F32)) ||
+	    (st = cpu_tensor_shape(dev, "scale out", out, x->ne[0], x->ne[1],
+	                           x->ne[2], x->ne[3])) ||
+	    (st = cpu_tensor_inplace(dev, "scale out", out, "x", x)))
+		return st;
+	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), scale_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- glu --- */
+
+struct glu_job {
+	const struct q4kh_tensor *gate, *up, *out;
+	q4kh_glu_kind kind;
+};
+
+/* 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), in double. */
+static double gelu_tanh(double g)
+{
+	const double k = 0.79788456080286535587989211986876; /* sqrt(2/pi) */
+
+	return 0.5 * g * (1.0 + tanh(k * (g + 0.044715 * g * g * g)));
+}
+
+static double silu(double g)
+{
+	return g / (1.0 + exp(-g));
+}
+
+static void glu_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct glu_job *j = arg;
+	double (*act)(double) = j->kind == Q4KH_GLU_SILU ? silu : gelu_tanh;
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		const float *g = (const float *)cpu_flat_row(j->gate, r);
+		const float *u = (const float *)cpu_flat_row(j->up, r);
+		float *o = (float *)cpu_flat_row(j->out, r);
+
+		for (int64_t i = 0; i < j->gate->ne[0]; i++)
+			o[i] = (float)(act(g[i]) * (double)u[i]);
+	}
+}
+
+q4kh_status cpu_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
+                    const struct q4kh_tensor *gate,
+                    const struct q4kh_tensor *up,
+                    const struct q4kh_tensor *out)
+{
+	struct glu_job j = { gate, up, out, kind };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (kind != Q4KH_GLU_GELU_TANH && kind != Q4KH_GLU_SILU)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "glu: kind %d, expected %d (GELU tanh) or %d (SiLU)",
+		                (int)kind, Q4KH_GLU_GELU_TANH, Q4KH_GLU_SILU);
+	if ((st = cpu_tensor_check(dev, "glu gate", gate, F32)) ||
+	    (st = cpu_tensor_check(dev, "glu up", up, F32)) ||
+	    (st = cpu_tensor_check(dev, "glu out", out, F32)) ||
+	    (st = cpu_tensor_shape(dev, "glu up", up, gate->ne[0], gate->ne[1],
+	                           gate->ne[2], gate->ne[3])) ||
+	    (st = cpu_tensor_shape(dev, "glu out", out, gate->ne[0], gate->ne[1],
+	                           gate->ne[2], gate->ne[3])) ||
+	    (st = cpu_tensor_inplace(dev, "glu out", out, "gate", gate)) ||
+	    (st = cpu_tensor_inplace(dev, "glu out", out, "up", up)))
+		return st;
+	cpu_pool_run(dev->pool, cpu_nrows(gate), grain(gate->ne[0]), glu_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- copy --- */
+
+struct copy_job {
+	const struct q4kh_tensor *src, *dst;
+};
+
+static void copy_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct copy_job *j = arg;
+	uint32_t from = j->src->type, to = j->dst->type;
+	int64_t n = j->src->ne[0];
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		const void *s = cpu_flat_row(j->src, r);
+		void *d = cpu_flat_row(j->dst, r);
+
+		const float *sf = s;
+		const uint16_t *sh = s;
+		float *df = d;
+		uint16_t *dh = d;
+
+		if (from == to)
+			memmove(d, s, (size_t)n * q4kh_type_block_bytes(from));
+		else if (from == Q4KH_TYPE_F32)
+			for (int64_t i = 0; i < n; i++)
+				dh[i] = q4kh_f32_to_fp16(sf[i]);
+		else
+			for (int64_t i = 0; i < n; i++)
+				df[i] = q4kh_fp16_to_f32(sh[i]);
+	}
+}
+
+q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                     const struct q4kh_tensor *dst)
+{
+	struct copy_job j = { src, dst };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = cpu_tensor_check(dev, "copy src", src, F32 | F16)) ||
+	    (st = cpu_tensor_check(dev, "copy dst", dst, F32 | F16)) ||
+	    (st = cpu_tensor_shape(dev, "copy dst", dst, src->ne[0], src->ne[1],
+	                           src->ne[2], src->ne[3])) ||
+	    (st = cpu_tensor_inplace(dev, "copy dst", dst, "src", src)))
+		return st;
+	cpu_pool_run(dev->pool, cpu_nrows(src), grain(src->ne[0]), copy_task, &j);
+	return Q4KH_OK;
+}

@@ -1,0 +1,427 @@
+/*
+ * The cpu plugin's identity, context, device and buffers. The ops live in
+ * cpu_ops.c, cpu_matmul.c and cpu_attention.c.
+ */
+#include "buildconf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "cpu.h"
+
+/*
+ * Why the last init() on this thread failed: there is no context to hold
+ * it, so last_error(NULL) returns it.
+ */
+static __thread char init_error[512];
+
+q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
+                     ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+static q4kh_status init_fail(const struct q4kh_host_api *host, int has_log,
+                             const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static q4kh_status init_fail(const struct q4kh_host_api *host, int has_log,
+                             const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(init_error, sizeof(init_error), fmt, ap);
+	va_end(ap);
+	if (has_log && host->log)
+		host->log(host->host_data, Q4KH_LOG_ERROR, init_error);
+	return Q4KH_ERR_INVALID;
+}
+
+/* 1 when the host's struct is long enough to hold the field ending at END. */
+static int host_has(const struct q4kh_host_api *host, size_t end)
+{
+	return host->struct_size >= end;
+}
+
+#define HOST_HAS(host, field)                                                  \
+	host_has(host, offsetof(struct q4kh_host_api, field) +                 \
+	                       sizeof(((struct q4kh_host_api *)0)->field))
+
+static unsigned online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		return 1;
+	return n > CPU_MAX_THREADS ? CPU_MAX_THREADS : (unsigned)n;
+}
+
+/* [plugin.cpu] threads: a decimal integer from 1 to CPU_MAX_THREADS. */
+static int parse_threads(const char *s, unsigned *out)
+{
+	unsigned long v = 0;
+
+	if (!*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > CPU_MAX_THREADS)
+			return -1;
+	}
+	if (v < 1)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static q4kh_status cpu_init(const struct q4kh_host_api *host,
+                            q4kh_backend_ctx **out)
+{
+	const char *threads = NULL;
+	q4kh_backend_ctx *ctx;
+	int has_log;
+	unsigned n;
+
+	if (!out)
+		return init_fail(host, 0, "cpu: init: out is NULL");
+	*out = NULL;
+	if (!host)
+		return init_fail(host, 0, "cpu: init: host API is NULL");
+	has_log = HOST_HAS(host, log);
+	if (host->abi_major != Q4KH_ABI_MAJOR)
+		return init_fail(host, has_log,
+		                 "cpu: init: host ABI major %u, plugin built for %d",
+		                 host->abi_major, Q4KH_ABI_MAJOR);
+	if (HOST_HAS(host, config_get) && host->config_get)
+		threads = host->config_get(host->host_data, "threads");
+	n = online_cpus();
+	if (threads && parse_threads(threads, &n))
+		return init_fail(host, has_log,
+		                 "cpu: [plugin.cpu] threads = \"%s\": expected an "
+		                 "integer from 1 to %d",
+		                 threads, CPU_MAX_THREADS);
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		init_fail(host, has_log, "cpu: init: out of memory");
+		return Q4KH_ERR_NOMEM;
+	}
+	ctx->host = host;
+	ctx->threads = n;
+	*out = ctx;
+	return Q4KH_OK;
+}
+
+static void cpu_shutdown(q4kh_backend_ctx *ctx)
+{
+	free(ctx);
+}
+
+static const char *cpu_last_error(q4kh_backend_ctx *ctx)
+{
+	return ctx ? ctx->error : init_error;
+}
+
+static q4kh_status cpu_device_count(q4kh_backend_ctx *ctx, uint32_t *count)
+{
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!count)
+		return cpu_fail(ctx, Q4KH_ERR_INVALID, "device_count: count is NULL");
+	*count = 1;
+	return Q4KH_OK;
+}
+
+static q4kh_status cpu_device_info(q4kh_backend_ctx *ctx, uint32_t index,
+                                   struct q4kh_device_record *out)
+{
+	struct q4kh_device_record rec;
+	struct utsname u;
+	long pages = sysconf(_SC_PHYS_PAGES);
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t size;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!out)
+		return cpu_fail(ctx, Q4KH_ERR_INVALID, "device_info: out is NULL");
+	if (index != 0)
+		return cpu_fail(ctx, Q4KH_ERR_INVALID,
+		                "device_info: no device %u (the cpu backend has 1)",
+		                index);
+	memset(&rec, 0, sizeof(rec));
+	rec.struct_size = sizeof(rec);
+	snprintf(rec.name, sizeof(rec.name), "cpu (%u threads)", ctx->threads);
+	snprintf(rec.uuid, sizeof(rec.uuid), "cpu");
+	snprintf(rec.arch, sizeof(rec.arch), "%.31s",
+	         uname(&u) == 0 ? u.machine : "unknown");
+	rec.memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page
+	                                         : 0;
+	rec.multiprocessors = ctx->threads;
+	/* Write no byte beyond what the host's record holds. */
+	size = out->struct_size < sizeof(rec) ? out->struct_size : sizeof(rec);
+	if (size < sizeof(rec.struct_size))
+		return cpu_fail(ctx, Q4KH_ERR_INVALID,
+		                "device_info: out->struct_size %u is too small",
+		                out->struct_size);
+	rec.struct_size = size;
+	memcpy(out, &rec, size);
+	return Q4KH_OK;
+}
+
+static void free_scratch(q4kh_device_ctx *dev)
+{
+	for (unsigned i = 0; i < dev->threads; i++) {
+		free(dev->scratch[i]);
+		dev->scratch[i] = NULL;
+	}
+	dev->scratch_size = 0;
+}
+
+q4kh_status cpu_scratch_reserve(q4kh_device_ctx *dev, uint64_t bytes)
+{
+	uint64_t size = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+
+	if (bytes <= dev->scratch_size)
+		return Q4KH_OK;
+	free_scratch(dev);
+	for (unsigned i = 0; i < dev->threads; i++) {
+		dev->scratch[i] = aligned_alloc(CPU_ALIGN, size);
+		if (!dev->scratch[i]) {
+			free_scratch(dev);
+			return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
+			                "cannot allocate %u x %llu bytes of scratch",
+			                dev->threads, (unsigned long long)size);
+		}
+	}
+	dev->scratch_size = size;
+	return Q4KH_OK;
+}
+
+static void cpu_device_close(q4kh_device_ctx *dev)
+{
+	if (!dev)
+		return;
+	cpu_pool_destroy(dev->pool);
+	free_scratch(dev);
+	free(dev->scratch);
+	free(dev);
+}
+
+static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
+                                   q4kh_device_ctx **out)
+{
+	q4kh_device_ctx *dev;
+	char msg[64];
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!out)
+		return cpu_fail(ctx, Q4KH_ERR_INVALID, "device_open: out is NULL");
+	*out = NULL;
+	if (index != 0)
+		return cpu_fail(ctx, Q4KH_ERR_INVALID,
+		                "device_open: no device %u (the cpu backend has 1)",
+		                index);
+	dev = calloc(1, sizeof(*dev));
+	if (dev)
+		dev->scratch = calloc(ctx->threads, sizeof(*dev->scratch));
+	if (!dev || !dev->scratch) {
+		free(dev);
+		return cpu_fail(ctx, Q4KH_ERR_NOMEM, "device_open: out of memory");
+	}
+	dev->ctx = ctx;
+	dev->threads = ctx->threads;
+	if (cpu_pool_create(ctx->threads, &dev->pool)) {
+		int e = errno;
+
+		cpu_device_close(dev);
+		return cpu_fail(ctx, Q4KH_ERR_INTERNAL,
+		                "device_open: cannot start %u worker threads: %s",
+		                ctx->threads - 1, strerror(e));
+	}
+	if (HOST_HAS(ctx->host, log) && ctx->host->log) {
+		snprintf(msg, sizeof(msg), "cpu: %u threads", ctx->threads);
+		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
+	}
+	*out = dev;
+	return Q4KH_OK;
+}
+
+static int cpu_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
+{
+	(void)ctx;
+	return cpu_type_supported(type);
+}
+
+static q4kh_status cpu_buffer_alloc(q4kh_device_ctx *dev, uint64_t size,
+                                    q4kh_buffer **out)
+{
+	q4kh_buffer *buf;
+	uint64_t padded;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!out)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "buffer_alloc: out is NULL");
+	*out = NULL;
+	/* aligned_alloc wants a multiple of the alignment, and at least one. */
+	if (size > UINT64_MAX - CPU_ALIGN || size + CPU_ALIGN > SIZE_MAX)
+		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                "buffer_alloc: %llu bytes is more than this host "
+		                "can address",
+		                (unsigned long long)size);
+	padded = (size + CPU_ALIGN) / CPU_ALIGN * CPU_ALIGN;
+	buf = calloc(1, sizeof(*buf));
+	if (buf)
+		buf->data = aligned_alloc(CPU_ALIGN, (size_t)padded);
+	if (!buf || !buf->data) {
+		free(buf);
+		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                "buffer_alloc: cannot allocate %llu bytes",
+		                (unsigned long long)size);
+	}
+	buf->dev = dev;
+	buf->size = size;
+	*out = buf;
+	return Q4KH_OK;
+}
+
+static void cpu_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
+{
+	(void)dev;
+	if (!buf)
+		return;
+	free(buf->data);
+	free(buf);
+}
+
+/* The checks shared by upload and download. */
+static q4kh_status check_transfer(q4kh_device_ctx *dev, const char *what,
+                                  q4kh_buffer *buf, uint64_t offset,
+                                  const void *host, uint64_t size)
+{
+	if (!buf)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: buffer is NULL",
+		                what);
+	if (buf->dev != dev)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "%s: buffer belongs to another device context", what);
+	if (!host && size)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "%s: host pointer is NULL", what);
+	if (offset > buf->size || size > buf->size - offset)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "%s: %llu bytes at offset %llu do not fit in the "
+		                "%llu-byte buffer",
+		                what, (unsigned long long)size,
+		                (unsigned long long)offset,
+		                (unsigned long long)buf->size);
+	return Q4KH_OK;
+}
+
+static q4kh_status cpu_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
+                                     uint64_t offset, const void *src,
+                                     uint64_t size)
+{
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	st = check_transfer(dev, "buffer_upload", buf, offset, src, size);
+	if (st)
+		return st;
+	if (size)
+		memcpy(buf->data + offset, src, (size_t)size);
+	return Q4KH_OK;
+}
+
+static q4kh_status cpu_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
+                                       uint64_t offset, void *dst,
+                                       uint64_t size)
+{
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	st = check_transfer(dev, "buffer_download", buf, offset, dst, size);
+	if (st)
+		return st;
+	if (size)
+		memcpy(dst, buf->data + offset, (size_t)size);
+	return Q4KH_OK;
+}
+
+/* Every op runs to completion before it returns. */
+static q4kh_status cpu_synchronize(q4kh_device_ctx *dev)
+{
+	return dev ? Q4KH_OK : Q4KH_ERR_INVALID;
+}
+
+static const struct q4kh_backend_v1 cpu_backend = {
+	.struct_size = sizeof(struct q4kh_backend_v1),
+	.init = cpu_init,
+	.shutdown = cpu_shutdown,
+	.last_error = cpu_last_error,
+	.device_count = cpu_device_count,
+	.device_info = cpu_device_info,
+	.device_open = cpu_device_open,
+	.device_close = cpu_device_close,
+	.supports_type = cpu_supports_type,
+	.buffer_alloc = cpu_buffer_alloc,
+	.buffer_free = cpu_buffer_free,
+	.buffer_upload = cpu_buffer_upload,
+	.buffer_download = cpu_buffer_download,
+	.get_rows = cpu_get_rows,
+	.mul_mat = cpu_mul_mat,
+	.rms_norm = cpu_rms_norm,
+	.rope = cpu_rope,
+	.add = cpu_add,
+	.mul = cpu_mul,
+	.scale = cpu_scale,
+	.glu = cpu_glu,
+	.copy = cpu_copy,
+	.attention = cpu_attention,
+	.synchronize = cpu_synchronize,
+	.native_device = NULL,
+};
+
+/* The build id names the compiler; clang's __VERSION__ names itself. */
+#ifdef __clang__
+#define CPU_COMPILER __VERSION__
+#else
+#define CPU_COMPILER "gcc " __VERSION__
+#endif
+
+static const struct q4kh_plugin_desc cpu_desc = {
+	.struct_size = sizeof(struct q4kh_plugin_desc),
+	.abi_minor = Q4KH_ABI_MINOR,
+	.kind = Q4KH_KIND_BACKEND,
+	.name = "cpu",
+	.version = PACKAGE_VERSION,
+	.vendor = "q4khost",
+	.license = "MIT",
+	.build_id = CPU_COMPILER,
+	.backend = &cpu_backend,
+	.kernel = NULL,
+};
+
+__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
+q4kh_plugin_entry_v1(void)
+{
+	return &cpu_desc;
+}

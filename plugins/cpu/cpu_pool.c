@@ -1,0 +1,168 @@
+/*
+ * A persistent pool of worker threads, created once per device. Each op
+ * splits its items (output rows) into contiguous parts, one per thread; the
+ * calling thread runs part 0. Which thread computes an item never changes
+ * how it is computed, so results do not depend on the thread count.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+struct cpu_pool {
+	unsigned threads;
+	pthread_t *workers; /* threads - 1 of them */
+	unsigned started;
+	pthread_mutex_t lock;
+	pthread_cond_t wake; /* a new job, or stop */
+	pthread_cond_t done; /* the last part of a job finished */
+	uint64_t job;        /* incremented for every job */
+	unsigned pending;    /* parts of the current job still running */
+	int stop;
+	cpu_task_fn fn;
+	void *arg;
+	int64_t n;
+	unsigned parts;
+};
+
+struct cpu_worker {
+	struct cpu_pool *pool;
+	unsigned part;
+};
+
+static void part_range(const struct cpu_pool *p, unsigned part, int64_t *begin,
+                       int64_t *end)
+{
+	*begin = p->n * part / p->parts;
+	*end = p->n * (part + 1) / p->parts;
+}
+
+static void *worker_main(void *arg)
+{
+	struct cpu_pool *p = ((struct cpu_worker *)arg)->pool;
+	unsigned part = ((struct cpu_worker *)arg)->part;
+	uint64_t seen = 0;
+	int64_t begin, end;
+	cpu_task_fn fn;
+	void *fn_arg;
+
+	free(arg);
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->stop && p->job == seen)
+			pthread_cond_wait(&p->wake, &p->lock);
+		if (p->stop)
+			break;
+		seen = p->job;
+		if (part >= p->parts)
+			continue;
+		part_range(p, part, &begin, &end);
+		fn = p->fn;
+		fn_arg = p->arg;
+		pthread_mutex_unlock(&p->lock);
+		fn(fn_arg, part, begin, end);
+		pthread_mutex_lock(&p->lock);
+		if (--p->pending == 0)
+			pthread_cond_signal(&p->done);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static int start_worker(struct cpu_pool *p, unsigned part)
+{
+	struct cpu_worker *w = malloc(sizeof(*w));
+	int rc;
+
+	if (!w)
+		return ENOMEM;
+	w->pool = p;
+	w->part = part;
+	rc = pthread_create(&p->workers[part - 1], NULL, worker_main, w);
+	if (rc)
+		free(w);
+	return rc;
+}
+
+int cpu_pool_create(unsigned threads, struct cpu_pool **out)
+{
+	struct cpu_pool *p = calloc(1, sizeof(*p));
+	int rc = 0;
+
+	*out = NULL;
+	if (!p)
+		return -1; /* errno is ENOMEM */
+	p->threads = threads;
+	p->workers = calloc(threads, sizeof(*p->workers));
+	if (!p->workers) {
+		free(p);
+		errno = ENOMEM;
+		return -1;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->wake, NULL);
+	pthread_cond_init(&p->done, NULL);
+	for (unsigned i = 1; i < threads && !rc; i++) {
+		rc = start_worker(p, i);
+		if (!rc)
+			p->started++;
+	}
+	if (rc) {
+		cpu_pool_destroy(p);
+		errno = rc;
+		return -1;
+	}
+	*out = p;
+	return 0;
+}
+
+void cpu_pool_destroy(struct cpu_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->started; i++)
+		pthread_join(p->workers[i], NULL);
+	pthread_cond_destroy(&p->done);
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->lock);
+	free(p->workers);
+	free(p);
+}
+
+void cpu_pool_run(struct cpu_pool *p, int64_t n, int64_t grain, cpu_task_fn fn,
+                  void *arg)
+{
+	int64_t parts = grain > 0 ? (n + grain - 1) / grain : n;
+	int64_t begin, end;
+
+	if (n <= 0)
+		return;
+	if (parts > p->threads)
+		parts = p->threads;
+	if (parts <= 1) {
+		fn(arg, 0, 0, n);
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	p->fn = fn;
+	p->arg = arg;
+	p->n = n;
+	p->parts = (unsigned)parts;
+	p->pending = (unsigned)parts - 1;
+	p->job++;
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+
+	part_range(p, 0, &begin, &end);
+	fn(arg, 0, begin, end);
+
+	pthread_mutex_lock(&p->lock);
+	while (p->pending)
+		pthread_cond_wait(&p->done, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+}

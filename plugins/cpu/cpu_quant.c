@@ -1,0 +1,217 @@
+/*
+ * Dequantization of one row, block by block, following the layouts in
+ * q4khost/quant.h. Every product below is exact in f32 (an fp16 scale has
+ * 11 significant bits, the integer factors at most 13 together), so the
+ * only rounding is the subtraction of the min in the K-quants, as in ggml
+ * and gguf-py.
+ */
+/* Vectorising these loops needs -O3; the build's CFLAGS say -O2. */
+#pragma GCC optimize("O3")
+
+#include <string.h>
+
+#include "cpu.h"
+
+/* Block fields may sit at any even address: read them bytewise. */
+static float half_at(const uint8_t *p)
+{
+	return q4kh_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+static void dequant_f32(const uint8_t *row, float *out, int64_t k)
+{
+	memcpy(out, row, (size_t)k * sizeof(float));
+}
+
+CPU_VECTOR_CLONES
+static void dequant_f16(const uint8_t *row, float *out, int64_t k)
+{
+	for (int64_t i = 0; i < k; i++)
+		out[i] = half_at(row + 2 * i);
+}
+
+CPU_VECTOR_CLONES
+static void dequant_q8_0(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q8_0);
+
+	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
+		const int8_t *qs =
+			(const int8_t *)(row + offsetof(struct q4kh_block_q8_0, qs));
+		float d = half_at(row);
+
+		for (int j = 0; j < Q4KH_QK; j++)
+			out[j] = d * (float)qs[j];
+	}
+}
+
+CPU_VECTOR_CLONES
+static void dequant_q4_0(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q4_0);
+
+	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
+		const uint8_t *qs = row + offsetof(struct q4kh_block_q4_0, qs);
+		float d = half_at(row);
+
+		for (int j = 0; j < Q4KH_QK / 2; j++) {
+			out[j] = d * (float)((qs[j] & 0xF) - 8);
+			out[j + 16] = d * (float)((qs[j] >> 4) - 8);
+		}
+	}
+}
+
+CPU_VECTOR_CLONES
+static void dequant_q5_0(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q5_0);
+
+	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
+		const uint8_t *qh = row + offsetof(struct q4kh_block_q5_0, qh);
+		const uint8_t *qs = row + offsetof(struct q4kh_block_q5_0, qs);
+		uint32_t hi = qh[0] | qh[1] << 8 | qh[2] << 16 | (uint32_t)qh[3] << 24;
+		float d = half_at(row);
+
+		for (int j = 0; j < Q4KH_QK / 2; j++) {
+			int lo = (qs[j] & 0xF) | ((hi >> j) & 1) << 4;
+			int up = (qs[j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
+
+			out[j] = d * (float)(lo - 16);
+			out[j + 16] = d * (float)(up - 16);
+		}
+	}
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K or Q5_K super-block. */
+static void k_scale_min(const uint8_t *scales, int j, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = scales[j] & 63;
+		*m = scales[j + 4] & 63;
+	} else {
+		*sc = (scales[j + 4] & 0xF) | (scales[j - 4] >> 6) << 4;
+		*m = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4;
+	}
+}
+
+/*
+ * Q4_K and Q5_K share everything but the fifth bit: QH is NULL for Q4_K.
+ * Sub-blocks 2c and 2c+1 take the low and high nibbles of qs[32c ..].
+ */
+static void dequant_k_super(const uint8_t *scales, const uint8_t *qh,
+                            const uint8_t *qs, float d, float dmin, float *out)
+{
+	for (int j = 0; j < 8; j++) {
+		const uint8_t *q = qs + 32 * (j / 2);
+		int shift = 4 * (j % 2);
+		int sc, m;
+		float dl, ml;
+
+		k_scale_min(scales, j, &sc, &m);
+		dl = d * (float)sc;
+		ml = dmin * (float)m;
+		for (int i = 0; i < 32; i++) {
+			int v = (q[i] >> shift) & 0xF;
+
+			if (qh)
+				v |= ((qh[i] >> j) & 1) << 4;
+			out[32 * j + i] = dl * (float)v - ml;
+		}
+	}
+}
+
+CPU_VECTOR_CLONES
+static void dequant_q4_k(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q4_k);
+
+	for (int64_t b = 0; b < k / Q4KH_QK_K; b++, row += bs, out += Q4KH_QK_K)
+		dequant_k_super(row + offsetof(struct q4kh_block_q4_k, scales), NULL,
+		                row + offsetof(struct q4kh_block_q4_k, qs),
+		                half_at(row), half_at(row + 2), out);
+}
+
+CPU_VECTOR_CLONES
+static void dequant_q5_k(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q5_k);
+
+	for (int64_t b = 0; b < k / Q4KH_QK_K; b++, row += bs, out += Q4KH_QK_K)
+		dequant_k_super(row + offsetof(struct q4kh_block_q5_k, scales),
+		                row + offsetof(struct q4kh_block_q5_k, qh),
+		                row + offsetof(struct q4kh_block_q5_k, qs),
+		                half_at(row), half_at(row + 2), out);
+}
+
+CPU_VECTOR_CLONES
+static void dequant_q6_k(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q6_k);
+
+	for (int64_t b = 0; b < k / Q4KH_QK_K; b++, row += bs, out += Q4KH_QK_K) {
+		const uint8_t *ql = row + offsetof(struct q4kh_block_q6_k, ql);
+		const uint8_t *qh = row + offsetof(struct q4kh_block_q6_k, qh);
+		const int8_t *sc =
+			(const int8_t *)(row + offsetof(struct q4kh_block_q6_k, scales));
+		float d = half_at(row + offsetof(struct q4kh_block_q6_k, d));
+
+		for (int h = 0; h < 2; h++) {
+			const uint8_t *l = ql + 64 * h;
+			const uint8_t *hb = qh + 32 * h;
+			float *o = out + 128 * h;
+
+			for (int i = 0; i < 32; i++) {
+				int q[4] = {
+					(l[i] & 0xF) | ((hb[i] >> 0) & 3) << 4,
+					(l[i + 32] & 0xF) | ((hb[i] >> 2) & 3) << 4,
+					(l[i] >> 4) | ((hb[i] >> 4) & 3) << 4,
+					(l[i + 32] >> 4) | ((hb[i] >> 6) & 3) << 4,
+				};
+
+				for (int s = 0; s < 4; s++) {
+					int v = 128 * h + 32 * s + i;
+
+					o[32 * s + i] =
+						d * (float)sc[v / 16] * (float)(q[s] - 32);
+				}
+			}
+		}
+	}
+}
+
+typedef void (*dequant_fn)(const uint8_t *row, float *out, int64_t k);
+
+static dequant_fn dequant_for(uint32_t type)
+{
+	switch (type) {
+	case Q4KH_TYPE_F32: return dequant_f32;
+	case Q4KH_TYPE_F16: return dequant_f16;
+	case Q4KH_TYPE_Q8_0: return dequant_q8_0;
+	case Q4KH_TYPE_Q4_0: return dequant_q4_0;
+	case Q4KH_TYPE_Q5_0: return dequant_q5_0;
+	case Q4KH_TYPE_Q4_K: return dequant_q4_k;
+	case Q4KH_TYPE_Q5_K: return dequant_q5_k;
+	case Q4KH_TYPE_Q6_K: return dequant_q6_k;
+	default: return NULL;
+	}
+}
+
+int cpu_type_supported(uint32_t type)
+{
+	return dequant_for(type) != NULL;
+}
+
+uint32_t cpu_supported_types(void)
+{
+	uint32_t m = 0;
+
+	for (uint32_t t = 0; t < 32; t++)
+		if (cpu_type_supported(t))
+			m |= CPU_T(t);
+	return m;
+}
+
+void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k)
+{
+	dequant_for(type)((const uint8_t *)row, out, k);
+}

@@ -76,6 +76,8 @@ typedef struct q4kh_device_ctx q4kh_device_ctx;
 typedef struct q4kh_buffer q4kh_buffer;
 typedef struct q4kh_kernel_ctx q4kh_kernel_ctx;
 typedef struct q4kh_prepared q4kh_prepared;
+/* Defined below; declared here so the backend table can name it. */
+struct q4kh_native_device;
 
 /*
  * What the host offers a plugin. Passed to init(); valid until shutdown()
@@ -163,7 +165,10 @@ struct q4kh_backend_v1 {
 	                    q4kh_backend_ctx **out);
 	/* Free everything; devices and buffers must be closed/freed first. */
 	void (*shutdown)(q4kh_backend_ctx *ctx);
-	/* Text of the last error on ctx or its devices; never NULL. */
+	/*
+	 * Text of the last error on ctx or its devices; never NULL. With ctx
+	 * NULL: why the last failed init() on this thread failed.
+	 */
 	const char *(*last_error)(q4kh_backend_ctx *ctx);
 
 	/* Number of usable devices; 0 is not an error. */
@@ -304,6 +309,7 @@ struct q4kh_kernel_v1 {
 	q4kh_status (*init)(const struct q4kh_host_api *host,
 	                    q4kh_kernel_ctx **out);
 	void (*shutdown)(q4kh_kernel_ctx *ctx);
+	/* As the backend's: never NULL; ctx NULL for a failed init(). */
 	const char *(*last_error)(q4kh_kernel_ctx *ctx);
 	/*
 	 * How well the variant suits a device for a type: 0 = cannot run

@@ -1,0 +1,80 @@
+#include "backend.h"
+
+#include <string.h>
+
+const char *q4kh_status_name(q4kh_status st)
+{
+	switch (st) {
+	case Q4KH_OK: return "ok";
+	case Q4KH_ERR_INVALID: return "invalid argument";
+	case Q4KH_ERR_NOMEM: return "out of memory";
+	case Q4KH_ERR_UNSUPPORTED: return "unsupported";
+	case Q4KH_ERR_DEVICE: return "device error";
+	case Q4KH_ERR_INTERNAL: return "internal error";
+	}
+	return "unknown status";
+}
+
+int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
+                       const char *what, struct q4kh_error *err)
+{
+	const char *detail;
+
+	if (st == Q4KH_OK)
+		return 0;
+	/* Before init succeeded there is no context: last_error(NULL) then
+	 * tells why init failed (plugin.h). */
+	detail = b->v->last_error(b->ctx);
+	return q4kh_fail(err, "%s: %s failed (%s): %s", b->plugin->name, what,
+	                 q4kh_status_name(st), detail ? detail : "");
+}
+
+int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
+                      struct q4kh_backend *out, struct q4kh_error *err)
+{
+	uint32_t count = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (plugin->state != Q4KH_PLUGIN_ACCEPTED ||
+	    plugin->desc->kind != Q4KH_KIND_BACKEND)
+		return q4kh_fail(err, "%s (%s) is not a usable backend plugin",
+		                 plugin->name, plugin->path);
+	out->plugin = plugin;
+	out->v = plugin->desc->backend;
+	if (q4kh_backend_check(out, out->v->init(&plugin->api, &out->ctx), "init",
+	                       err))
+		goto fail;
+	if (q4kh_backend_check(out, out->v->device_count(out->ctx, &count),
+	                       "device_count", err))
+		goto fail;
+	if (index >= count) {
+		q4kh_fail(err, "%s: no device %u (the backend has %u)", plugin->name,
+		          index, count);
+		goto fail;
+	}
+	out->record.struct_size = sizeof(out->record);
+	if (q4kh_backend_check(out, out->v->device_info(out->ctx, index, &out->record),
+	                       "device_info", err))
+		goto fail;
+	/* A plugin's strings are fixed arrays: never trust them to be terminated. */
+	out->record.name[sizeof(out->record.name) - 1] = 0;
+	out->record.uuid[sizeof(out->record.uuid) - 1] = 0;
+	out->record.arch[sizeof(out->record.arch) - 1] = 0;
+	out->record.driver_version[sizeof(out->record.driver_version) - 1] = 0;
+	if (q4kh_backend_check(out, out->v->device_open(out->ctx, index, &out->dev),
+	                       "device_open", err))
+		goto fail;
+	return 0;
+fail:
+	q4kh_backend_close(out);
+	return -1;
+}
+
+void q4kh_backend_close(struct q4kh_backend *b)
+{
+	if (b->dev)
+		b->v->device_close(b->dev);
+	if (b->ctx)
+		b->v->shutdown(b->ctx);
+	memset(b, 0, sizeof(*b));
+}

@@ -1,0 +1,42 @@
+/*
+ * An opened backend plugin on one device: the plugin's table, its context,
+ * the device context and record. Every call through it that fails is
+ * turned into one error line naming the plugin, the call and the plugin's
+ * own last_error() text. One struct q4kh_backend is used from one thread
+ * at a time (the plugin ABI's rule).
+ */
+#ifndef Q4KH_BACKEND_H
+#define Q4KH_BACKEND_H
+
+#include "error.h"
+#include "q4khost/plugin.h"
+#include "registry.h"
+
+struct q4kh_backend {
+	const struct q4kh_plugin *plugin;
+	const struct q4kh_backend_v1 *v;
+	q4kh_backend_ctx *ctx;
+	q4kh_device_ctx *dev;
+	struct q4kh_device_record record;
+};
+
+/*
+ * Initialise PLUGIN (a backend) and open device INDEX. -1 with err when the
+ * plugin is no backend, has no such device, or init/open fails.
+ */
+int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
+                      struct q4kh_backend *out, struct q4kh_error *err);
+/* Close the device and shut the plugin down; safe on a zeroed struct. */
+void q4kh_backend_close(struct q4kh_backend *b);
+
+/*
+ * Turn a plugin status into the host's convention: 0 when st is Q4KH_OK,
+ * else -1 with err = "PLUGIN: WHAT failed (status): last_error".
+ */
+int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
+                       const char *what, struct q4kh_error *err);
+
+/* Name of a status code ("invalid argument"). */
+const char *q4kh_status_name(q4kh_status st);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * Layered configuration (docs/config.md), read with iniparser:
+ *   $(sysconfdir)/q4khost/q4khost.ini < $(sysconfdir)/q4khost/conf.d/NAME.ini
+ *   (sorted by name) < $XDG_CONFIG_HOME/q4khost/q4khost.ini (or
+ *   ~/.config/...) < the --config file.
+ * A later layer overrides a key of an earlier one. Keys are "section:key",
+ * lower-cased, as iniparser stores them. Environment variables and CLI flags
+ * rank above all files; their callers apply them.
+ * A loaded config is read-only and thread-safe.
+ */
+#ifndef Q4KH_CONFIG_H
+#define Q4KH_CONFIG_H
+
+#include "error.h"
+
+struct q4kh_config;
+
+/*
+ * Load every layer that exists. sysconfdir: the folder holding q4khost.ini
+ * and conf.d (NULL: the built-in one). cli_file: the --config file or NULL;
+ * unlike the others it must exist. -1 with err naming the file (and line,
+ * when known) on a file that cannot be read or parsed.
+ */
+int q4kh_config_load(const char *sysconfdir, const char *cli_file,
+                     struct q4kh_config **out, struct q4kh_error *err);
+void q4kh_config_free(struct q4kh_config *c);
+
+/*
+ * The value of SECTION:KEY from the highest layer that sets it, or NULL.
+ * When origin is not NULL it receives the file (or override origin) that
+ * set it. The strings
+ * stay valid until q4kh_config_free(). A key that names a section yields
+ * NULL (CVE-2023-33461 cannot reach us: iniparser_getstring only).
+ */
+const char *q4kh_config_get(const struct q4kh_config *c, const char *section,
+                            const char *key, const char **origin);
+
+/*
+ * Set SECTION:KEY to VALUE above every file layer, for a CLI flag or an
+ * environment variable; ORIGIN ("--threads") is what q4kh_config_get
+ * reports as its origin. Copies every string. -1 with err on out of memory.
+ */
+int q4kh_config_set(struct q4kh_config *c, const char *section,
+                    const char *key, const char *value, const char *origin,
+                    struct q4kh_error *err);
+
+/*
+ * Read environment variable NAME, ignoring it in set-uid/set-gid programs
+ * (secure_getenv), so an unprivileged user cannot steer a privileged host.
+ */
+const char *q4kh_env(const char *name);
+
+#endif

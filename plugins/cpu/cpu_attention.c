@@ -1,0 +1,172 @@
+/*
+ * Causal grouped-query attention over the KV cache. One (token, head) pair
+ * is one work item: its scores, softmax and weighted sum of values are
+ * computed by one thread, in double, over the visible keys in increasing
+ * position.
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "cpu.h"
+
+struct attn_job {
+	const struct q4kh_tensor *q, *k, *v, *out;
+	q4kh_device_ctx *dev;
+	int64_t pos0;
+	int32_t window;
+	double scale, softcap;
+};
+
+/* Row (head g, position j) of an f32 or f16 cache, as doubles. */
+static void cache_row(const struct q4kh_tensor *c, int64_t g, int64_t j,
+                      double *out)
+{
+	const unsigned char *p = cpu_row(c, g, j, 0);
+
+	if (c->type == Q4KH_TYPE_F32)
+		for (int64_t i = 0; i < c->ne[0]; i++)
+			out[i] = ((const float *)p)[i];
+	else
+		for (int64_t i = 0; i < c->ne[0]; i++)
+			out[i] = q4kh_fp16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* Query t of head h: out = softmax(scores) . V over keys first .. p. */
+static void attend(const struct attn_job *j, double *scratch, int64_t t,
+                   int64_t h)
+{
+	int64_t hd = j->q->ne[0];
+	int64_t g = h / (j->q->ne[1] / j->k->ne[1]);
+	int64_t p = j->pos0 + t;
+	int64_t first = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+	int64_t n = p - first + 1;
+	double *qd = scratch, *row = qd + hd, *acc = row + hd, *s = acc + hd;
+	const float *q = (const float *)cpu_row(j->q, h, t, 0);
+	float *o = (float *)cpu_row(j->out, h, t, 0);
+	double max = -INFINITY, sum = 0.0;
+
+	for (int64_t i = 0; i < hd; i++) {
+		qd[i] = q[i];
+		acc[i] = 0.0;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		cache_row(j->k, g, first + i, row);
+		s[i] = j->scale * cpu_dot(qd, row, hd);
+		if (j->softcap > 0.0)
+			s[i] = j->softcap * tanh(s[i] / j->softcap);
+		if (s[i] > max)
+			max = s[i];
+	}
+	for (int64_t i = 0; i < n; i++) {
+		s[i] = exp(s[i] - max);
+		sum += s[i];
+	}
+	for (int64_t i = 0; i < n; i++) {
+		cache_row(j->v, g, first + i, row);
+		for (int64_t d = 0; d < hd; d++)
+			acc[d] += s[i] * row[d];
+	}
+	for (int64_t d = 0; d < hd; d++)
+		o[d] = (float)(acc[d] / sum);
+}
+
+static void attn_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct attn_job *j = arg;
+	int64_t n_head = j->q->ne[1];
+
+	for (int64_t r = begin; r < end; r++)
+		attend(j, j->dev->scratch[part], r / n_head, r % n_head);
+}
+
+static q4kh_status attn_tensors(q4kh_device_ctx *dev,
+                                const struct q4kh_tensor *q,
+                                const struct q4kh_tensor *k,
+                                const struct q4kh_tensor *v,
+                                const struct q4kh_tensor *out)
+{
+	const uint32_t cache = CPU_T(Q4KH_TYPE_F32) | CPU_T(Q4KH_TYPE_F16);
+	const uint32_t f32 = CPU_T(Q4KH_TYPE_F32);
+	q4kh_status st;
+
+	if ((st = cpu_tensor_check(dev, "attention q", q, f32)) ||
+	    (st = cpu_tensor_shape(dev, "attention q", q, -1, -1, -1, 1)) ||
+	    (st = cpu_tensor_check(dev, "attention k_cache", k, cache)) ||
+	    (st = cpu_tensor_shape(dev, "attention k_cache", k, q->ne[0], -1, -1,
+	                           1)) ||
+	    (st = cpu_tensor_check(dev, "attention v_cache", v, cache)) ||
+	    (st = cpu_tensor_shape(dev, "attention v_cache", v, k->ne[0], k->ne[1],
+	                           k->ne[2], 1)) ||
+	    (st = cpu_tensor_check(dev, "attention out", out, f32)) ||
+	    (st = cpu_tensor_shape(dev, "attention out", out, q->ne[0], q->ne[1],
+	                           q->ne[2], 1)) ||
+	    (st = cpu_tensor_disjoint(dev, "attention out", out, "q", q)) ||
+	    (st = cpu_tensor_disjoint(dev, "attention out", out, "k_cache", k)) ||
+	    (st = cpu_tensor_disjoint(dev, "attention out", out, "v_cache", v)))
+		return st;
+	if (q->ne[1] % k->ne[1])
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "attention: %lld query heads is not a multiple of "
+		                "%lld KV heads",
+		                (long long)q->ne[1], (long long)k->ne[1]);
+	return Q4KH_OK;
+}
+
+static q4kh_status attn_params(q4kh_device_ctx *dev,
+                               const struct q4kh_attn_params *p, int64_t T,
+                               int64_t n_ctx)
+{
+	if (!p)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "attention: params is NULL");
+	if (p->struct_size < offsetof(struct q4kh_attn_params, softcap) +
+	                             sizeof(p->softcap))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "attention: params struct_size %u, expected at least "
+		                "%zu",
+		                p->struct_size,
+		                offsetof(struct q4kh_attn_params, softcap) +
+		                        sizeof(p->softcap));
+	if (p->pos0 < 0 || p->pos0 > n_ctx - T)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "attention: positions %lld .. %lld, expected inside "
+		                "the %lld-position cache",
+		                (long long)p->pos0, (long long)(p->pos0 + T - 1),
+		                (long long)n_ctx);
+	if (p->window < 0)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "attention: window %d, expected >= 0", p->window);
+	if (!isfinite(p->scale) || !(p->softcap >= 0.0f) || isinf(p->softcap))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "attention: scale %g and softcap %g, expected finite "
+		                "values, softcap >= 0",
+		                (double)p->scale, (double)p->softcap);
+	return Q4KH_OK;
+}
+
+q4kh_status cpu_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                          const struct q4kh_tensor *k_cache,
+                          const struct q4kh_tensor *v_cache,
+                          const struct q4kh_attn_params *params,
+                          const struct q4kh_tensor *out)
+{
+	struct attn_job j = { q, k_cache, v_cache, out, dev, 0, 0, 0, 0 };
+	q4kh_status st;
+	int64_t keys;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
+	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2])))
+		return st;
+	j.pos0 = params->pos0;
+	j.window = params->window;
+	j.scale = params->scale;
+	j.softcap = params->softcap;
+	keys = params->pos0 + q->ne[2];
+	st = cpu_scratch_reserve(dev, sizeof(double) *
+	                                      (uint64_t)(3 * q->ne[0] + keys));
+	if (st)
+		return st;
+	cpu_pool_run(dev->pool, q->ne[1] * q->ne[2], 1, attn_task, &j);
+	return Q4KH_OK;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""CPU benchmark: q4khost's cpu plugin next to llama.cpp on the same file,
+the same prompt and the same thread count, in one run.
+
+Prefill: one batched forward over the prompt; decode: N greedy tokens, one
+at a time through the KV cache. q4khost's figures come from its own report
+(`q4khost run --json`); llama.cpp's from llama-cpp-python timed around
+eval(). Prints a Markdown table row per engine for docs/perf.md.
+
+Usage: scripts/bench-cpu.py Q4KHOST-BINARY [MODEL] [--threads N] [--decode N]
+"""
+import argparse
+import json
+import os
+import subprocess
+import time
+
+PROMPT = ("The history of computing is longer than the history of computing hardware "
+          "and modern computing technology and includes the history of methods intended "
+          "for pen and paper or for chalk and slate, with or without the aid of tables.")
+
+
+def bench_q4khost(binary, model, threads, decode):
+    env = dict(os.environ)
+    cfg = os.path.join(os.environ.get("TMPDIR", "/tmp"), "q4khost-bench.ini")
+    with open(cfg, "w") as f:
+        f.write(f"[plugin.cpu]\nthreads = {threads}\n")
+    out = subprocess.run([binary, "run", "-m", model, "-p", PROMPT, "-n", str(decode),
+                          "--config", cfg, "--json"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    r = json.loads(out)
+    return (r["prefill"]["tokens"], r["prefill"]["tokens_per_second"],
+            r["decode"]["tokens"], r["decode"]["tokens_per_second"])
+
+
+def bench_llama(model, threads, decode):
+    import llama_cpp
+    import numpy as np
+    llm = llama_cpp.Llama(model_path=model, n_ctx=512, n_batch=512, n_threads=threads,
+                          n_threads_batch=threads, verbose=False)
+    ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
+    llm.eval(ids[:4])  # warm up
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    prefill = time.perf_counter() - t0
+    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t0 = time.perf_counter()
+    for _ in range(decode - 1):
+        llm.eval([tok])
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    dec = time.perf_counter() - t0
+    return len(ids), len(ids) / prefill, decode, (decode - 1) / dec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary")
+    ap.add_argument("model", nargs="?", default=os.path.expanduser(
+        "~/.cache/q4khost/models/gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--decode", type=int, default=32)
+    a = ap.parse_args()
+    rows = [("q4khost cpu plugin", bench_q4khost(a.binary, a.model, a.threads, a.decode)),
+            ("llama.cpp (llama-cpp-python, CPU)", bench_llama(a.model, a.threads, a.decode))]
+    print("| engine | threads | prompt tokens | prefill tokens/s | decode tokens | decode tokens/s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, (pt, pr, dt, dr) in rows:
+        print(f"| {name} | {a.threads} | {pt} | {pr:.1f} | {dt} | {dr:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install the Debian packages q4khost needs to build and test, when missing.
+# Usage: scripts/install-deps.sh   (as root, or through sudo when available)
+set -euo pipefail
+
+pkgs=(build-essential autoconf automake libtool pkg-config
+      libiniparser-dev libcriterion-dev libjansson-dev
+      python3 python3-pip ca-certificates)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+		missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
