@@ -3,6 +3,7 @@
 
 #include <criterion/criterion.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,4 +98,16 @@ void *test_read_file(const char *path, size_t *len)
 		*len = (size_t)n;
 	}
 	return buf;
+}
+
+double test_cosine(const float *a, const float *b, int64_t n)
+{
+	double ab = 0, aa = 0, bb = 0;
+
+	for (int64_t i = 0; i < n; i++) {
+		ab += (double)a[i] * b[i];
+		aa += (double)a[i] * a[i];
+		bb += (double)b[i] * b[i];
+	}
+	return ab / sqrt(aa * bb);
 }

@@ -27,4 +27,7 @@ void test_write_file(const char *path, const void *data, size_t len);
 /* Read a whole file; *len gets its size. NULL when unreadable. */
 void *test_read_file(const char *path, size_t *len);
 
+/* Cosine similarity of two vectors of N floats, accumulated in double. */
+double test_cosine(const float *a, const float *b, int64_t n);
+
 #endif

@@ -449,7 +449,7 @@ Test(cpu_plugin, descriptor_and_exports)
 	          b->buffer_upload && b->buffer_download && b->get_rows &&
 	          b->mul_mat && b->rms_norm && b->rope && b->add && b->mul &&
 	          b->scale && b->glu && b->copy && b->attention && b->synchronize);
-	cr_assert_null(b->native_device);
+	cr_assert_not_null(b->native_device, "cpu lends host pointers to kernel variants");
 	/* Built with hidden visibility: nothing but the entry is exported. */
 	cr_assert_null(dlsym(e.dl, "cpu_pool_run"));
 	cr_assert_null(dlsym(e.dl, "cpu_mul_mat"));
@@ -531,6 +531,16 @@ Test(cpu_plugin, buffers_and_bounds)
 	cr_assert_eq(e->b->buffer_upload(e->dev, buf, 0, in, 100), Q4KH_OK);
 	cr_assert_eq(e->b->buffer_download(e->dev, buf, 10, out, 90), Q4KH_OK);
 	cr_assert_arr_eq(out, in + 10, 90);
+	{
+		/* Kernel variants for cpu reach buffers through host pointers. */
+		struct q4kh_native_device nd = { .struct_size = sizeof(nd) };
+		cr_assert_eq(e->b->native_device(e->dev, &nd), Q4KH_OK);
+		cr_assert_eq(nd.ordinal, -1);
+		cr_assert_null(nd.stream);
+		cr_assert_eq(memcmp(nd.address(buf), in, 100), 0);
+		nd.struct_size = 4;
+		expect_status(e, e->b->native_device(e->dev, &nd), "record of 4 bytes");
+	}
 	expect_status(e, e->b->buffer_upload(e->dev, buf, 50, in, 51),
 	              "51 bytes at offset 50 do not fit in the 100-byte buffer");
 	expect_status(e, e->b->buffer_download(e->dev, buf, UINT64_MAX, out, 2),

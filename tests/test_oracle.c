@@ -91,14 +91,6 @@ static void rebuild_logits(const struct q4kh_gguf_tensor *w, const float *h,
 	free(row);
 }
 
-static double cosine(const float *a, const float *b, int64_t n)
-{
-	double ab = 0, aa = 0, bb = 0;
-	for (int64_t i = 0; i < n; i++) {
-		ab += (double)a[i] * b[i];
-		aa += (double)a[i] * a[i];
-		bb += (double)b[i] * b[i];
-	}
 	return ab / sqrt(aa * bb);
 }
 
@@ -159,7 +151,7 @@ Test(oracle, gemma3_matches_llama_cpp, .timeout = 900)
 			int32_t ref_top = (int32_t)json_integer_value(
 				json_array_get(json_object_get(p, "top_ids"), 0));
 			int32_t our_top = q4kh_argmax(ours + r * o.n_vocab, (int32_t)o.n_vocab);
-			double cs = cosine(ours + r * o.n_vocab, ref + r * o.n_vocab, o.n_vocab);
+			double cs = test_cosine(ours + r * o.n_vocab, ref + r * o.n_vocab, o.n_vocab);
 			const char *where = r < np ? "prefill position" : "decode step";
 			int64_t at = r < np ? r : r - np;
 

@@ -14,7 +14,9 @@
 #include "chat.h"
 #include "cli.h"
 #include "config.h"
+#include "kernel.h"
 #include "model.h"
+#include "policy.h"
 #include "registry.h"
 #include "report.h"
 #include "sampler.h"
@@ -24,7 +26,7 @@
 #define DEFAULT_PROMPT "The three primary colors are"
 
 struct run_opts {
-	const char *model, *prompt, *plugin_path, *config_file, *backend;
+	const char *model, *prompt, *plugin_path, *config_file, *backend, *kernel;
 	long n_predict, device, ctx, threads;
 	struct q4kh_sampler_params sp;
 	int raw, json;
@@ -49,6 +51,9 @@ static void usage(FILE *out)
 	        "      --raw             do not apply the model's chat template\n"
 	        "      --backend NAME    backend plugin (default cpu)\n"
 	        "      --device N        device index within the backend (default 0)\n"
+	        "      --kernel NAME     kernel-variant plugin for the weight types it\n"
+	        "                        implements (default: $Q4KHOST_Q4K_KERNEL, else\n"
+	        "                        the backend's built-in kernels; none = built-in)\n"
 	        "      --threads N       cpu plugin threads (default: [plugin.cpu] threads,\n"
 	        "                        else every online CPU)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
@@ -95,7 +100,7 @@ static int parse_float(const char *s, const char *what, float lo, float hi, floa
 static int parse(int argc, char **argv, struct run_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
-	       O_PPATH, O_CONFIG, O_JSON, O_THREADS };
+	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "prompt", required_argument, 0, 'p' },
@@ -112,6 +117,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
 		{ "threads", required_argument, 0, O_THREADS },
+		{ "kernel", required_argument, 0, O_KERNEL },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -157,6 +163,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			break;
 		case O_RAW: o->raw = 1; break;
 		case O_BACKEND: o->backend = optarg; break;
+		case O_KERNEL: o->kernel = optarg; break;
 		case O_DEVICE:
 			if (parse_long(optarg, "--device", 0, 1023, &o->device))
 				return -1;
@@ -169,7 +176,9 @@ static int parse(int argc, char **argv, struct run_opts *o)
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: usage(stderr); return -1;
+		default:
+			fprintf(stderr, "q4khost run: see q4khost run --help\n");
+			return -1;
 		}
 	}
 	if (optind < argc) {
@@ -191,6 +200,7 @@ struct run {
 	struct q4kh_config *config;
 	struct q4kh_registry *registry;
 	struct q4kh_backend backend;
+	struct q4kh_kernel kernel;
 	struct q4kh_model *model;
 	struct q4kh_tokenizer *tok;
 	struct q4kh_session *session;
@@ -207,7 +217,8 @@ static void run_free(struct run *r)
 	q4kh_sampler_free(r->sampler);
 	q4kh_session_free(r->session);
 	q4kh_tokenizer_free(r->tok);
-	q4kh_model_free(r->model);
+	q4kh_model_free(r->model); /* releases weights prepared by the kernel */
+	q4kh_kernel_close(&r->kernel);
 	q4kh_backend_close(&r->backend);
 	q4kh_registry_free(r->registry);
 	q4kh_config_free(r->config);
@@ -244,6 +255,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	char model_path[4096];
 	const struct q4kh_plugin *p;
 	struct q4kh_session_params sp = { 0 };
+	const char *kernel, *origin;
 
 	if (q4kh_config_load(NULL, o->config_file, &r->config, err))
 		return Q4KH_EXIT_INPUT;
@@ -272,6 +284,13 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_model_upload(r->model, &r->backend, err))
 		return Q4KH_EXIT_FAIL;
+	kernel = q4kh_policy_kernel_name(o->kernel, &origin);
+	if (kernel && q4kh_policy_use_kernel(r->registry, &r->backend, r->model,
+	                                     kernel, &r->kernel, err)) {
+		size_t len = strlen(err->msg);
+		snprintf(err->msg + len, sizeof(err->msg) - len, " (asked for by %s)", origin);
+		return Q4KH_EXIT_PLUGIN;
+	}
 	sp.n_ctx = (uint32_t)o->ctx;
 	if (q4kh_session_new(r->model, &sp, &r->session, err))
 		return Q4KH_EXIT_FAIL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "kernel.h"
 #include "tensor.h"
 
 #define DEFAULT_MODEL "gemma-3-270m-q4_k_m.gguf"
@@ -168,6 +169,19 @@ static size_t weight_slots(const struct q4kh_model *m)
 	return 3 + 13 * (size_t)m->hp.n_layer;
 }
 
+/* Matrices, not norm vectors: what session_matmul multiplies by. */
+static int is_matrix(const struct q4kh_weight *w)
+{
+	return w->src && w->src->ne[1] > 1;
+}
+
+/* After a change to tok_embd, a tied LM head must see the same state. */
+static void sync_tied_output(struct q4kh_model *m)
+{
+	if (m->output.src == m->tok_embd.src)
+		m->output = m->tok_embd;
+}
+
 int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
                       struct q4kh_error *err)
 {
@@ -199,18 +213,117 @@ int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
 			goto out;
 		off += (src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
 	}
-	if (m->output.src == m->tok_embd.src)
-		m->output.t = m->tok_embd.t;
+	sync_tied_output(m);
 	rc = 0;
 out:
 	free(list);
 	return rc;
 }
 
+static void release_weights(struct q4kh_weight **list, size_t n,
+                            const struct q4kh_kernel *only)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct q4kh_weight *w = list[i];
+		if (!w->kernel || (only && w->kernel != only))
+			continue;
+		w->kernel->v->release(w->kernel->ctx, w->prepared);
+		w->kernel = NULL;
+		w->prepared = NULL;
+	}
+}
+
+int q4kh_model_use_kernel(struct q4kh_model *m, const struct q4kh_kernel *k,
+                          uint32_t type, struct q4kh_error *err)
+{
+	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	size_t n;
+
+	if (!list)
+		return q4kh_fail(err, "out of memory");
+	n = weight_list(m, list);
+	for (size_t i = 0; i < n; i++) {
+		struct q4kh_weight *w = list[i];
+		q4kh_prepared *p = NULL;
+		char what[320];
+
+		if (!is_matrix(w) || w->src->type != type || w->kernel == k)
+			continue;
+		snprintf(what, sizeof(what), "prepare (%.*s)", (int)w->src->name.len,
+		         w->src->name.data);
+		if (q4kh_kernel_check(k, k->v->prepare(k->ctx, &k->native, &w->t, &p),
+		                      what, err)) {
+			release_weights(list, n, k);
+			sync_tied_output(m);
+			free(list);
+			return -1;
+		}
+		if (w->kernel)
+			w->kernel->v->release(w->kernel->ctx, w->prepared);
+		w->kernel = k;
+		w->prepared = p;
+	}
+	sync_tied_output(m);
+	free(list);
+	return 0;
+}
+
+void q4kh_model_release_kernels(struct q4kh_model *m)
+{
+	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+
+	if (!list)
+		return;
+	release_weights(list, weight_list(m, list), NULL);
+	sync_tied_output(m);
+	free(list);
+}
+
+size_t q4kh_model_matrix_types(const struct q4kh_model *m, uint32_t *types,
+                               size_t cap)
+{
+	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	size_t n, nt = 0;
+
+	if (!list)
+		return 0;
+	n = weight_list((struct q4kh_model *)m, list);
+	for (size_t i = 0; i < n; i++) {
+		size_t j;
+		if (!is_matrix(list[i]))
+			continue;
+		for (j = 0; j < nt && types[j] != list[i]->src->type; j++)
+			;
+		if (j == nt && nt < cap)
+			types[nt++] = list[i]->src->type;
+	}
+	free(list);
+	return nt;
+}
+
+const struct q4kh_kernel *q4kh_model_kernel_for(const struct q4kh_model *m,
+                                                uint32_t type)
+{
+	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	const struct q4kh_kernel *k = NULL;
+	size_t n;
+
+	if (!list)
+		return NULL;
+	n = weight_list((struct q4kh_model *)m, list);
+	for (size_t i = 0; i < n && !k; i++)
+		if (is_matrix(list[i]) && list[i]->src->type == type)
+			k = list[i]->kernel;
+	free(list);
+	return k;
+}
+
 void q4kh_model_free(struct q4kh_model *m)
 {
 	if (!m)
 		return;
+	if (m->layers)
+		q4kh_model_release_kernels(m);
 	if (m->weights)
 		m->backend->v->buffer_free(m->backend->dev, m->weights);
 	free(m->layers);

@@ -8,6 +8,7 @@
 #ifndef Q4KH_MODEL_H
 #define Q4KH_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -16,11 +17,18 @@
 #include "q4khost/plugin.h"
 
 struct q4kh_session;
+struct q4kh_kernel;
 
-/* One weight: where it is in the file, and its copy on the backend. */
+/*
+ * One weight: where it is in the file, its copy on the backend, and the
+ * kernel variant (if any) that multiplies by it instead of the backend's
+ * built-in mul_mat.
+ */
 struct q4kh_weight {
 	const struct q4kh_gguf_tensor *src; /* NULL when the file lacks it */
 	struct q4kh_tensor t;               /* valid after upload */
+	const struct q4kh_kernel *kernel;   /* NULL: the backend's built-in */
+	q4kh_prepared *prepared;            /* kernel's form of t */
 };
 
 struct q4kh_layer {
@@ -86,6 +94,26 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 /* Copy every bound weight into one buffer on backend B (kept by m). */
 int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
                       struct q4kh_error *err);
+/*
+ * Route every matrix weight of TYPE through kernel variant K: each is
+ * prepare()d once. On error the weights prepared so far are released and
+ * the model is left on its previous kernels. K must outlive the model's
+ * use of it (release with q4kh_model_release_kernels first).
+ */
+int q4kh_model_use_kernel(struct q4kh_model *m, const struct q4kh_kernel *k,
+                          uint32_t type, struct q4kh_error *err);
+/* Release every prepared weight; all weights go back to the built-in. */
+void q4kh_model_release_kernels(struct q4kh_model *m);
+/*
+ * The distinct types of M's matrix weights (what matmuls multiply by), in
+ * file order, at most CAP of them; returns how many.
+ */
+size_t q4kh_model_matrix_types(const struct q4kh_model *m, uint32_t *types,
+                               size_t cap);
+/* The kernel variant multiplying weights of TYPE, or NULL (built-in). */
+const struct q4kh_kernel *q4kh_model_kernel_for(const struct q4kh_model *m,
+                                                uint32_t type);
+
 /* Free the backend copy (if any), the weights and the file. */
 void q4kh_model_free(struct q4kh_model *m);
 

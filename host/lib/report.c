@@ -2,37 +2,17 @@
 
 #include <string.h>
 
-/* Distinct matmul weight types of the model, in first-seen order. */
-static size_t matmul_types(const struct q4kh_model *m, uint32_t *types, size_t cap)
-{
-	size_t n = 0;
-	const struct q4kh_weight *ws[8];
+#include "kernel.h"
 
-	for (int64_t il = -1; il < (int64_t)m->hp.n_layer; il++) {
-		size_t nw = 0;
-		if (il < 0) {
-			ws[nw++] = &m->output;
-		} else {
-			const struct q4kh_layer *l = &m->layers[il];
-			ws[nw++] = &l->wq;
-			ws[nw++] = &l->wk;
-			ws[nw++] = &l->wv;
-			ws[nw++] = &l->wo;
-			ws[nw++] = &l->w_gate;
-			ws[nw++] = &l->w_up;
-			ws[nw++] = &l->w_down;
-		}
-		for (size_t i = 0; i < nw; i++) {
-			size_t j;
-			if (!ws[i]->src)
-				continue;
-			for (j = 0; j < n && types[j] != ws[i]->src->type; j++)
-				;
-			if (j == n && n < cap)
-				types[n++] = ws[i]->src->type;
-		}
-	}
-	return n;
+/*
+ * Until the F2 guard exists, anything but the reference cpu backend with its
+ * own kernels is unverified: say so on every run instead of implying a pass.
+ */
+static const char *f2_text(const struct q4kh_report *r, int variants)
+{
+	if (!variants && !strcmp(r->backend->plugin->name, "cpu"))
+		return "not needed (the reference cpu backend with its built-in kernels)";
+	return "NOT RUN: this backend/kernel combination is unverified (the F2 parity guard is not built yet)";
 }
 
 static double rate(int64_t tokens, double seconds)
@@ -44,8 +24,9 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 {
 	const struct q4kh_plugin *p = r->backend->plugin;
 	const struct q4kh_device_record *d = &r->backend->record;
-	uint32_t types[16];
-	size_t nt = matmul_types(r->model, types, 16);
+	uint32_t types[Q4KH_TYPE_COUNT];
+	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
+	int variants = 0;
 
 	fprintf(f, "q4khost: model %s (%s, %u layers)\n", r->model_path,
 	        r->model->arch->name, r->model->hp.n_layer);
@@ -54,11 +35,27 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	fprintf(f, "q4khost: device %u: %s, uuid %s, arch %s\n", r->device_index,
 	        d->name, d->uuid, d->arch);
 	fprintf(f, "q4khost: kernels:");
-	for (size_t i = 0; i < nt; i++)
-		fprintf(f, "%s %s=%s built-in", i ? "," : "", q4kh_type_name(types[i]),
-		        p->name);
-	fprintf(f, "\nq4khost: F2: not needed (%s is the reference backend)\n",
-	        p->name);
+	for (size_t i = 0; i < nt; i++) {
+		const struct q4kh_kernel *k = q4kh_model_kernel_for(r->model, types[i]);
+		if (k)
+			fprintf(f, "%s %s=%s", i ? "," : "", q4kh_type_name(types[i]),
+			        k->plugin->name);
+		else
+			fprintf(f, "%s %s=%s built-in", i ? "," : "",
+			        q4kh_type_name(types[i]), p->name);
+	}
+	fputc('\n', f);
+	for (size_t i = 0; i < nt; i++) {
+		const struct q4kh_kernel *k = q4kh_model_kernel_for(r->model, types[i]);
+		if (k) {
+			fprintf(f, "q4khost: kernel variant %s %s (build %s) from %s\n",
+			        k->plugin->name, k->plugin->desc->version,
+			        k->plugin->desc->build_id, k->plugin->path);
+			variants = 1;
+			break;
+		}
+	}
+	fprintf(f, "q4khost: F2: %s\n", f2_text(r, variants));
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
 	fprintf(f, "q4khost: prefill %lld tokens in %.3f s (%.1f tokens/s); "
 	           "decode %lld tokens in %.3f s (%.1f tokens/s); stop: %s\n",
@@ -74,14 +71,23 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 {
 	const struct q4kh_plugin *p = r->backend->plugin;
 	const struct q4kh_device_record *d = &r->backend->record;
-	uint32_t types[16];
-	size_t nt = matmul_types(r->model, types, 16);
+	uint32_t types[Q4KH_TYPE_COUNT];
+	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
 	json_t *kernels = json_object();
+	int variants = 0;
 
-	for (size_t i = 0; i < nt; i++)
+	for (size_t i = 0; i < nt; i++) {
+		const struct q4kh_kernel *k = q4kh_model_kernel_for(r->model, types[i]);
+		variants |= k != NULL;
 		json_object_set_new(kernels, q4kh_type_name(types[i]),
-		                    json_pack("{s:s, s:s}", "plugin", p->name, "kernel",
-		                              "built-in"));
+		                    k ? json_pack("{s:s, s:s, s:s, s:s}", "plugin",
+		                                  k->plugin->name, "version",
+		                                  k->plugin->desc->version, "build_id",
+		                                  k->plugin->desc->build_id, "file",
+		                                  k->plugin->path)
+		                      : json_pack("{s:s, s:s}", "plugin", p->name,
+		                                  "kernel", "built-in"));
+	}
 	return json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
 		"s:o, s:{s:s, s:s}, s:s, "
@@ -93,7 +99,8 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		d->uuid, "arch", d->arch, "driver", d->driver_version, "memory_bytes",
 		(json_int_t)d->memory_bytes,
 		"kernels", kernels,
-		"f2", "verdict", "not needed", "reason", "reference backend",
+		"f2", "verdict", variants || strcmp(p->name, "cpu") ? "not run" : "not needed",
+		"reason", f2_text(r, variants),
 		"chat_template", r->chat_template,
 		"prefill", "tokens", (json_int_t)r->prompt_tokens, "seconds",
 		r->prefill_seconds, "tokens_per_second",

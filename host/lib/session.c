@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel.h"
 #include "tensor.h"
 
 #define SCRATCH_ALIGN 256
@@ -112,6 +113,14 @@ int q4kh_session_matmul(struct q4kh_session *s, const struct q4kh_weight *w,
                         const struct q4kh_tensor *x, const struct q4kh_tensor *y,
                         struct q4kh_error *err)
 {
+	const struct q4kh_kernel *k = w->kernel;
+
+	if (k) {
+		int gemv = x->ne[1] <= (int64_t)k->v->max_gemv_columns;
+		q4kh_status st = gemv ? k->v->gemv(k->ctx, &k->native, w->prepared, x, y)
+		                      : k->v->gemm(k->ctx, &k->native, w->prepared, x, y);
+		return q4kh_kernel_check(k, st, gemv ? "gemv" : "gemm", err);
+	}
 	return q4kh_backend_check(s->b, s->b->v->mul_mat(s->b->dev, &w->t, x, y),
 	                          "mul_mat", err);
 }

@@ -48,7 +48,10 @@ void q4kh_session_reset(struct q4kh_session *s);
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err);
 
-/* y = w x through the kernel chosen for w's type (the backend's built-in). */
+/*
+ * y = w x through w's kernel variant when it has one (gemv for at most
+ * max_gemv_columns columns, gemm beyond), else the backend's built-in.
+ */
 int q4kh_session_matmul(struct q4kh_session *s, const struct q4kh_weight *w,
                         const struct q4kh_tensor *x, const struct q4kh_tensor *y,
                         struct q4kh_error *err);

@@ -372,6 +372,27 @@ static q4kh_status cpu_synchronize(q4kh_device_ctx *dev)
 	return dev ? Q4KH_OK : Q4KH_ERR_INVALID;
 }
 
+static void *cpu_address(const q4kh_buffer *buf)
+{
+	return buf ? buf->data : NULL;
+}
+
+/* Kernel variants for "cpu" get host pointers: no device, no stream. */
+static q4kh_status cpu_native_device(q4kh_device_ctx *dev,
+                                     struct q4kh_native_device *out)
+{
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!out || out->struct_size < sizeof(*out))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "native_device: record of %u bytes, expected %zu",
+		                out ? out->struct_size : 0, sizeof(*out));
+	out->ordinal = -1;
+	out->stream = NULL;
+	out->address = cpu_address;
+	return Q4KH_OK;
+}
+
 static const struct q4kh_backend_v1 cpu_backend = {
 	.struct_size = sizeof(struct q4kh_backend_v1),
 	.init = cpu_init,
@@ -397,7 +418,7 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.copy = cpu_copy,
 	.attention = cpu_attention,
 	.synchronize = cpu_synchronize,
-	.native_device = NULL,
+	.native_device = cpu_native_device,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

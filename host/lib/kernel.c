@@ -1,0 +1,62 @@
+#include "kernel.h"
+
+#include <string.h>
+
+int q4kh_kernel_check(const struct q4kh_kernel *k, q4kh_status st,
+                      const char *what, struct q4kh_error *err)
+{
+	const char *detail;
+
+	if (st == Q4KH_OK)
+		return 0;
+	detail = k->v->last_error(k->ctx); /* NULL ctx: why init failed */
+	return q4kh_fail(err, "%s: %s failed (%s): %s", k->plugin->name, what,
+	                 q4kh_status_name(st), detail ? detail : "");
+}
+
+int q4kh_kernel_open(const struct q4kh_plugin *plugin,
+                     const struct q4kh_backend *b, struct q4kh_kernel *out,
+                     struct q4kh_error *err)
+{
+	const struct q4kh_kernel_v1 *v;
+
+	memset(out, 0, sizeof(*out));
+	if (plugin->state != Q4KH_PLUGIN_ACCEPTED ||
+	    plugin->desc->kind != Q4KH_KIND_KERNEL)
+		return q4kh_fail(err, "%s (%s) is not a usable kernel-variant plugin",
+		                 plugin->name, plugin->path);
+	v = plugin->desc->kernel;
+	if (strcmp(v->backend, b->plugin->name) != 0)
+		return q4kh_fail(err, "kernel variant %s targets backend '%s', not '%s'",
+		                 plugin->name, v->backend, b->plugin->name);
+	if (!b->v->native_device)
+		return q4kh_fail(err, "backend %s lends no native handles, so kernel variant %s cannot run on it",
+		                 b->plugin->name, plugin->name);
+	out->plugin = plugin;
+	out->v = v;
+	out->native.struct_size = sizeof(out->native);
+	if (q4kh_backend_check(b, b->v->native_device(b->dev, &out->native),
+	                       "native_device", err))
+		goto fail;
+	if (q4kh_kernel_check(out, v->init(&plugin->api, &out->ctx), "init", err))
+		goto fail;
+	return 0;
+fail:
+	q4kh_kernel_close(out);
+	return -1;
+}
+
+void q4kh_kernel_close(struct q4kh_kernel *k)
+{
+	if (k->ctx)
+		k->v->shutdown(k->ctx);
+	memset(k, 0, sizeof(*k));
+}
+
+int q4kh_kernel_implements(const struct q4kh_kernel *k, uint32_t type)
+{
+	for (uint32_t i = 0; i < k->v->n_types; i++)
+		if (k->v->types[i] == type)
+			return 1;
+	return 0;
+}

@@ -1,0 +1,44 @@
+/*
+ * An opened kernel-variant plugin, bound to one backend device: the
+ * plugin's table and context, and the native handles (device ordinal,
+ * stream, buffer addresses) that the backend lends it. Used from the thread
+ * that uses the backend.
+ */
+#ifndef Q4KH_KERNEL_H
+#define Q4KH_KERNEL_H
+
+#include "backend.h"
+#include "error.h"
+#include "q4khost/plugin.h"
+#include "registry.h"
+
+struct q4kh_kernel {
+	const struct q4kh_plugin *plugin;
+	const struct q4kh_kernel_v1 *v;
+	q4kh_kernel_ctx *ctx;
+	struct q4kh_native_device native;
+};
+
+/*
+ * Initialise kernel-variant PLUGIN for backend B's device. -1 with err when
+ * the plugin is no kernel variant, targets another backend, the backend
+ * lends no native handles, or init fails.
+ */
+int q4kh_kernel_open(const struct q4kh_plugin *plugin,
+                     const struct q4kh_backend *b, struct q4kh_kernel *out,
+                     struct q4kh_error *err);
+/* Shut the plugin down; every prepared weight must be released first.
+ * Safe on a zeroed struct. */
+void q4kh_kernel_close(struct q4kh_kernel *k);
+
+/* 1 when the variant lists TYPE among its types. */
+int q4kh_kernel_implements(const struct q4kh_kernel *k, uint32_t type);
+
+/*
+ * 0 when st is Q4KH_OK, else -1 with err =
+ * "PLUGIN: WHAT failed (status): last_error".
+ */
+int q4kh_kernel_check(const struct q4kh_kernel *k, q4kh_status st,
+                      const char *what, struct q4kh_error *err);
+
+#endif
