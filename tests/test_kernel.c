@@ -79,9 +79,6 @@ static float *run(struct rig *r)
 	return logits;
 }
 
-	return ab / sqrt(aa * bb);
-}
-
 Test(kernel, variant_serves_q4k_and_releases_to_reference, .timeout = 300)
 {
 	struct rig r;

@@ -91,9 +91,6 @@ static void rebuild_logits(const struct q4kh_gguf_tensor *w, const float *h,
 	free(row);
 }
 
-	return ab / sqrt(aa * bb);
-}
-
 Test(oracle, gemma3_matches_llama_cpp, .timeout = 900)
 {
 	const char *model_path = test_model_path();
