@@ -7,7 +7,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 scripts/install-deps.sh
-Q4KH_BUILD_DIR="$top/_build/main" scripts/build.sh --prefix="$top/_prefix"
+Q4KH_BUILD_DIR="$top/_build/main" scripts/build.sh
 make -C "$top/_build/main" install >/dev/null
 scripts/fetch-model.sh
 exec "$top/_prefix/bin/q4khost" run -n 48 -p "${1:-The three primary colors are}"

@@ -14,6 +14,12 @@ enum q4kh_exit {
 	Q4KH_EXIT_PLUGIN = 4   /* no plugin could honour the request */
 };
 
+/*
+ * After getopt_long (called with opterr = 0) returned '?' or ':': say which
+ * argument was wrong in one line and return Q4KH_EXIT_USAGE.
+ */
+int q4kh_cli_bad_option(const char *command, char **argv);
+
 int q4kh_cmd_run(int argc, char **argv);
 int q4kh_cmd_plugins(int argc, char **argv);
 int q4kh_cmd_info(int argc, char **argv);

@@ -477,9 +477,7 @@ int q4kh_cmd_info(int argc, char **argv)
 			usage(stdout);
 			return Q4KH_EXIT_OK;
 		default:
-			fprintf(stderr, "q4khost info: unknown option '%s' (try q4khost info --help)\n",
-			        argv[optind - 1]);
-			return Q4KH_EXIT_USAGE;
+			return q4kh_cli_bad_option("info", argv);
 		}
 	}
 	if (argc - optind != 1) {

@@ -60,13 +60,14 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
 		case O_PPATH: o->plugin_path = optarg; break;
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
 		case 'h': usage(stdout); return 1;
-		default: usage(stderr); return -1;
+		default: q4kh_cli_bad_option("plugins", argv); return -1;
 		}
 	}
 	if (optind < argc) {
@@ -219,6 +220,11 @@ static void print_text(const struct q4kh_registry *r, const struct probe *probes
 {
 	printf("plugin path: %s\n", r->path);
 	printf("  from:      %s\n", r->path_origin);
+	for (const char *line = r->notes; *line;) {
+		size_t len = strcspn(line, "\n");
+		printf("  note:      %.*s\n", (int)len, line);
+		line += len + (line[len] == '\n');
+	}
 	if (r->n_plugins == 0)
 		printf("\nno plugin files found\n");
 	for (size_t i = 0; i < r->n_plugins; i++)
@@ -298,6 +304,7 @@ static int print_json(const struct q4kh_registry *r, const struct probe *probes,
 
 	json_object_set_new(root, "plugin_path", jstr(r->path));
 	json_object_set_new(root, "path_origin", jstr(r->path_origin));
+	json_object_set_new(root, "path_notes", jstr(r->notes));
 	for (size_t i = 0; i < r->n_plugins; i++)
 		json_array_append_new(plugins, plugin_json(&r->plugins[i]));
 	json_object_set_new(root, "plugins", plugins);

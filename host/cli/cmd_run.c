@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "chat.h"
@@ -131,6 +132,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	o->sp.top_k = 40;
 	o->sp.top_p = 0.95f;
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "m:p:n:c:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
@@ -177,7 +179,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			break;
 		case 'h': usage(stdout); return 1;
 		default:
-			fprintf(stderr, "q4khost run: see q4khost run --help\n");
+			q4kh_cli_bad_option("run", argv);
 			return -1;
 		}
 	}
@@ -230,11 +232,8 @@ static void run_free(struct run *r)
 
 static int emit(struct run *r, const char *piece, size_t len, int stream)
 {
-	if (stream) {
-		fwrite(piece, 1, len, stdout);
-		fflush(stdout);
-		return 0;
-	}
+	if (stream) /* a reader that went away ends the generation */
+		return fwrite(piece, 1, len, stdout) != len || fflush(stdout) ? -1 : 0;
 	if (r->text_len + len + 1 > r->text_cap) {
 		size_t cap = (r->text_cap + len + 1) * 2;
 		char *t = realloc(r->text, cap);
@@ -278,8 +277,14 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		return Q4KH_EXIT_PLUGIN;
 	if (!o->model)
 		q4kh_default_model_path(model_path, sizeof(model_path));
-	if (q4kh_model_open(o->model ? o->model : model_path, &r->model, err))
+	if (q4kh_model_open(o->model ? o->model : model_path, &r->model, err)) {
+		if (!o->model && access(model_path, F_OK) != 0) {
+			size_t len = strlen(err->msg);
+			snprintf(err->msg + len, sizeof(err->msg) - len,
+			         " (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)");
+		}
 		return Q4KH_EXIT_INPUT;
+	}
 	if (q4kh_tokenizer_load(r->model->gguf, &r->tok, err))
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_model_upload(r->model, &r->backend, err))
@@ -340,7 +345,8 @@ static int generate(const struct run_opts *o, struct run *r,
 		}
 		len = q4kh_token_to_piece(r->tok, tok, 0, piece, sizeof(piece));
 		if (emit(r, piece, len < sizeof(piece) ? len : sizeof(piece), !o->json))
-			return q4kh_fail(err, "out of memory");
+			return q4kh_fail(err, o->json ? "out of memory"
+			                              : "cannot write to standard output");
 		if (i + 1 == o->n_predict)
 			break;
 		if (r->session->n_past >= r->session->p.n_ctx) {

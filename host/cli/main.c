@@ -1,6 +1,7 @@
 /* q4khost: the command dispatcher. */
 #include "buildconf.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,6 +53,17 @@ static int apply_log_env(void)
 	return 0;
 }
 
+/* Output lost on a full disk or a closed pipe must not exit 0. */
+static int finish(int rc)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "q4khost: cannot write to standard output: %s\n",
+		        strerror(errno));
+		return rc ? rc : Q4KH_EXIT_FAIL;
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (apply_log_env())
@@ -71,7 +83,7 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].fn(argc - 1, argv + 1);
+			return finish(commands[i].fn(argc - 1, argv + 1));
 	fprintf(stderr, "q4khost: unknown command '%s' (try q4khost --help)\n",
 	        argv[1]);
 	return Q4KH_EXIT_USAGE;

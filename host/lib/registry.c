@@ -334,8 +334,38 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 	return load_one(r, p);
 }
 
-/* Every .so in DIR, names sorted. A missing or unreadable DIR adds nothing. */
-static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir)
+static int note(struct q4kh_registry *r, const char *dir, const char *why)
+{
+	size_t used = strlen(r->notes);
+
+	snprintf(r->notes + used, sizeof(r->notes) - used, "%s: %s\n", dir, why);
+	return 0;
+}
+
+/* 1 when DIR is a component of the path before byte offset END. */
+static int listed_before(const struct q4kh_registry *r, const char *dir,
+                         size_t end)
+{
+	const char *s = r->path;
+	size_t len = strlen(dir);
+
+	while (*s && (size_t)(s - r->path) < end) {
+		size_t n = strcspn(s, ":");
+		if (n == len && !strncmp(s, dir, len))
+			return 1;
+		s += n;
+		if (*s == ':')
+			s++;
+	}
+	return 0;
+}
+
+/*
+ * Every .so in DIR (the path component at byte offset AT), names sorted. A
+ * folder that cannot be used adds a note, not plugins.
+ */
+static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir,
+                    size_t at)
 {
 	struct dirent **names;
 	struct stat st;
@@ -343,8 +373,14 @@ static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir)
 	const char *who;
 	int n, rc = 0;
 
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-		return 0;
+	if (dir[0] != '/')
+		return note(r, dir, "skipped: a relative folder would depend on the current directory");
+	if (stat(dir, &st) != 0)
+		return note(r, dir, "skipped: does not exist");
+	if (!S_ISDIR(st.st_mode))
+		return note(r, dir, "skipped: not a folder");
+	if (listed_before(r, dir, at))
+		return note(r, dir, "skipped: listed earlier in the path");
 	who = writers(st.st_mode);
 	if (who)
 		say(refusal, sizeof(refusal),
@@ -396,7 +432,7 @@ static int scan_path(struct q4kh_registry *r)
 		size_t len = strcspn(s, ":");
 		if (len > 0) {
 			char *dir = strndup(s, len);
-			int rc = dir ? scan_dir(r, &cap, dir) : -1;
+			int rc = dir ? scan_dir(r, &cap, dir, (size_t)(s - r->path)) : -1;
 			free(dir);
 			if (rc != 0)
 				return -1;

@@ -48,6 +48,10 @@ struct q4kh_registry {
 	const char *path_origin; /* "--plugin-path", "Q4KHOST_PLUGIN_PATH", file, "built-in" */
 	struct q4kh_plugin *plugins;
 	size_t n_plugins;
+	/* Folders of the path that were skipped and why, one per line
+	 * ("/x: does not exist"); relative folders are skipped, since they
+	 * would depend on the current directory. */
+	char notes[2048];
 };
 
 /*

@@ -134,8 +134,9 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
 	if (n <= 0)
 		return q4kh_fail(err, "eval of %lld tokens", (long long)n);
 	if (s->n_past + n > s->p.n_ctx)
-		return q4kh_fail(err, "context full: %lld cached + %lld new tokens > n_ctx %u",
-		                 (long long)s->n_past, (long long)n, s->p.n_ctx);
+		return q4kh_fail(err, "context full: %lld cached + %lld new tokens > n_ctx %u (a longer context: --ctx N, up to the model's %u)",
+		                 (long long)s->n_past, (long long)n, s->p.n_ctx,
+		                 s->m->hp.n_ctx_train);
 	for (int64_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= n_vocab)
 			return q4kh_fail(err, "token %d at index %lld is outside the vocabulary [0, %lld)",

@@ -32,20 +32,17 @@ q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
 	return st;
 }
 
-static q4kh_status init_fail(const struct q4kh_host_api *host, int has_log,
-                             const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* Without a context the message waits for last_error(NULL) (plugin.h). */
+static q4kh_status init_fail(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
 
-static q4kh_status init_fail(const struct q4kh_host_api *host, int has_log,
-                             const char *fmt, ...)
+static q4kh_status init_fail(const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(init_error, sizeof(init_error), fmt, ap);
 	va_end(ap);
-	if (has_log && host->log)
-		host->log(host->host_data, Q4KH_LOG_ERROR, init_error);
 	return Q4KH_ERR_INVALID;
 }
 
@@ -93,30 +90,26 @@ static q4kh_status cpu_init(const struct q4kh_host_api *host,
 {
 	const char *threads = NULL;
 	q4kh_backend_ctx *ctx;
-	int has_log;
 	unsigned n;
 
 	if (!out)
-		return init_fail(host, 0, "cpu: init: out is NULL");
+		return init_fail("cpu: init: out is NULL");
 	*out = NULL;
 	if (!host)
-		return init_fail(host, 0, "cpu: init: host API is NULL");
-	has_log = HOST_HAS(host, log);
+		return init_fail("cpu: init: host API is NULL");
 	if (host->abi_major != Q4KH_ABI_MAJOR)
-		return init_fail(host, has_log,
-		                 "cpu: init: host ABI major %u, plugin built for %d",
+		return init_fail("cpu: init: host ABI major %u, plugin built for %d",
 		                 host->abi_major, Q4KH_ABI_MAJOR);
 	if (HOST_HAS(host, config_get) && host->config_get)
 		threads = host->config_get(host->host_data, "threads");
 	n = online_cpus();
 	if (threads && parse_threads(threads, &n))
-		return init_fail(host, has_log,
-		                 "cpu: [plugin.cpu] threads = \"%s\": expected an "
+		return init_fail("cpu: [plugin.cpu] threads = \"%s\": expected an "
 		                 "integer from 1 to %d",
 		                 threads, CPU_MAX_THREADS);
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
-		init_fail(host, has_log, "cpu: init: out of memory");
+		init_fail("cpu: init: out of memory");
 		return Q4KH_ERR_NOMEM;
 	}
 	ctx->host = host;

@@ -1,0 +1,272 @@
+#include "f2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sampler.h"
+
+void q4kh_f2_rules_default(struct q4kh_f2_rules *r)
+{
+	r->floor = 0.95;
+	r->near_tie_cosine = 0.98;
+	r->near_tie_logits = 0.5;
+	r->decode_steps = 8;
+	r->probe_tokens = 64;
+}
+
+const char *q4kh_f2_verdict_name(enum q4kh_f2_verdict v)
+{
+	switch (v) {
+	case Q4KH_F2_PASS: return "pass";
+	case Q4KH_F2_REJECT: return "reject";
+	case Q4KH_F2_BROKEN: return "broken";
+	case Q4KH_F2_NOT_MEASURED: return "not measured";
+	}
+	return "unknown";
+}
+
+/* Index of the largest finite value (lowest index on ties), -1 if none. */
+static int32_t finite_argmax(const float *v, int64_t n)
+{
+	int32_t best = -1;
+
+	for (int64_t i = 0; i < n; i++)
+		if (isfinite(v[i]) && (best < 0 || v[i] > v[best]))
+			best = (int32_t)i;
+	return best;
+}
+
+void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
+                   const struct q4kh_f2_rules *rules, struct q4kh_f2_point *pt)
+{
+	double ab = 0, aa = 0, bb = 0, second = -INFINITY;
+	int bad_ref = 0, bad_cand = 0;
+
+	for (int64_t i = 0; i < n; i++) {
+		bad_ref |= !isfinite(ref[i]);
+		bad_cand |= !isfinite(cand[i]);
+		ab += (double)ref[i] * cand[i];
+		aa += (double)ref[i] * ref[i];
+		bb += (double)cand[i] * cand[i];
+	}
+	pt->ref_argmax = finite_argmax(ref, n);
+	pt->cand_argmax = finite_argmax(cand, n);
+	for (int64_t i = 0; i < n; i++)
+		if (i != pt->ref_argmax && isfinite(ref[i]) && ref[i] > second)
+			second = ref[i];
+	pt->ref_margin = pt->ref_argmax >= 0 ? ref[pt->ref_argmax] - second : NAN;
+	pt->ref_gap = pt->ref_argmax >= 0 && pt->cand_argmax >= 0
+	                      ? (double)ref[pt->ref_argmax] - ref[pt->cand_argmax]
+	                      : NAN;
+	pt->nonfinite = bad_cand ? 1 : bad_ref ? 2 : 0;
+	pt->zero_norm = aa == 0 || bb == 0;
+	pt->cosine = pt->nonfinite || pt->zero_norm ? NAN : ab / sqrt(aa * bb);
+	/* Every comparison is written so that NaN fails it (F2.1). */
+	pt->near_tie = pt->ref_argmax != pt->cand_argmax &&
+	               pt->cosine >= rules->near_tie_cosine &&
+	               pt->ref_gap <= rules->near_tie_logits;
+	pt->verdict = Q4KH_F2_PASS;
+	pt->rule = NULL;
+	if (!pt->judged)
+		return;
+	if (pt->nonfinite) {
+		pt->verdict = Q4KH_F2_REJECT;
+		pt->rule = "F2.1";
+	} else if (pt->zero_norm) {
+		pt->verdict = Q4KH_F2_REJECT;
+		pt->rule = "F2.1";
+	} else if (!(pt->cosine >= Q4KH_F2_CATASTROPHIC)) {
+		pt->verdict = Q4KH_F2_BROKEN;
+		pt->rule = "F2.2";
+	} else if (!(pt->cosine >= rules->floor)) {
+		pt->verdict = Q4KH_F2_REJECT;
+		pt->rule = "F2.2";
+	} else if (pt->ref_argmax != pt->cand_argmax && !pt->near_tie) {
+		pt->verdict = Q4KH_F2_REJECT;
+		pt->rule = "F2.3";
+	}
+}
+
+void q4kh_f2_describe(const struct q4kh_f2_point *pt,
+                      const struct q4kh_f2_rules *rules, char *buf, size_t cap)
+{
+	char where[64], argmax[160], what[200];
+
+	if (pt->decode_step >= 0)
+		snprintf(where, sizeof(where), "position %lld (decode step %d)",
+		         (long long)pt->position, pt->decode_step);
+	else
+		snprintf(where, sizeof(where), "position %lld (prefill)",
+		         (long long)pt->position);
+	if (pt->ref_argmax == pt->cand_argmax)
+		snprintf(argmax, sizeof(argmax), "argmax %d (agrees)", pt->ref_argmax);
+	else
+		snprintf(argmax, sizeof(argmax),
+		         "argmax %d (reference) vs %d (candidate), reference gap %.3f",
+		         pt->ref_argmax, pt->cand_argmax, pt->ref_gap);
+	if (pt->nonfinite)
+		snprintf(what, sizeof(what), "%s logits hold NaN or Inf (F2.1)",
+		         pt->nonfinite == 1 ? "candidate" : "reference");
+	else if (pt->zero_norm)
+		snprintf(what, sizeof(what), "a logit vector is all zeros (F2.1)");
+	else if (!(pt->cosine >= Q4KH_F2_CATASTROPHIC))
+		snprintf(what, sizeof(what), "cosine %.4f < %.2f catastrophic floor",
+		         pt->cosine, Q4KH_F2_CATASTROPHIC);
+	else if (pt->judged && !(pt->cosine >= rules->floor))
+		snprintf(what, sizeof(what), "cosine %.4f < %.2f acceptance floor",
+		         pt->cosine, rules->floor);
+	else if (pt->ref_argmax != pt->cand_argmax && !pt->near_tie)
+		snprintf(what, sizeof(what),
+		         "cosine %.4f, argmax differs beyond a near-tie (F2.3: needs cosine >= %.2f and a reference gap <= %.2f)",
+		         pt->cosine, rules->near_tie_cosine, rules->near_tie_logits);
+	else
+		snprintf(what, sizeof(what), "cosine %.4f%s", pt->cosine,
+		         pt->near_tie ? ", a tolerated near-tie" : "");
+	snprintf(buf, cap, "%s: %s, %s", where, argmax, what);
+}
+
+void q4kh_f2_result_free(struct q4kh_f2_result *r)
+{
+	free(r->points);
+	r->points = NULL;
+}
+
+/* Higher is worse: NOT_MEASURED > BROKEN > REJECT > PASS. */
+static int severity(enum q4kh_f2_verdict v)
+{
+	switch (v) {
+	case Q4KH_F2_NOT_MEASURED: return 3;
+	case Q4KH_F2_BROKEN: return 2;
+	case Q4KH_F2_REJECT: return 1;
+	default: return 0;
+	}
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Fail closed: a side that could not run decides the verdict (F2.4). */
+static void not_measured(struct q4kh_f2_result *out, const char *side,
+                         const char *phase, const struct q4kh_error *e)
+{
+	out->verdict = Q4KH_F2_NOT_MEASURED;
+	snprintf(out->message, sizeof(out->message),
+	         "not measured: the %s failed in %s (F2.4): %.400s", side, phase, e->msg);
+}
+
+/* Fill the verdict, deciding point and summary from judged points. */
+static void conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules)
+{
+	int64_t judged = 0;
+
+	out->verdict = Q4KH_F2_PASS;
+	out->min_cosine = INFINITY;
+	out->worst = -1;
+	for (int64_t i = 0; i < out->n_points; i++) {
+		const struct q4kh_f2_point *pt = &out->points[i];
+		if (!pt->judged)
+			continue;
+		judged++;
+		out->near_ties += pt->near_tie;
+		if (isnan(pt->cosine) ||
+		    (!isnan(out->min_cosine) && pt->cosine < out->min_cosine))
+			out->min_cosine = pt->cosine; /* NaN sticks */
+		/* The first point of the worst severity: where trouble starts. */
+		if (severity(pt->verdict) > severity(out->verdict)) {
+			out->verdict = pt->verdict;
+			out->worst = i;
+		} else if (out->verdict == Q4KH_F2_PASS &&
+		           (out->worst < 0 || pt->cosine < out->points[out->worst].cosine)) {
+			out->worst = i;
+		}
+	}
+	if (out->worst < 0) {
+		out->verdict = Q4KH_F2_NOT_MEASURED;
+		snprintf(out->message, sizeof(out->message),
+		         "not measured: no position could be judged (F2.4)");
+		return;
+	}
+	q4kh_f2_describe(&out->points[out->worst], rules, out->message,
+	                 sizeof(out->message));
+	if (out->verdict == Q4KH_F2_PASS) {
+		char line[sizeof(out->message)];
+		snprintf(line, sizeof(line), "pass over %lld judged positions, %d near-ties; lowest at %.420s",
+		         (long long)judged, out->near_ties, out->message);
+		memcpy(out->message, line, sizeof(line));
+	}
+}
+
+int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
+                const int32_t *tokens, size_t n,
+                const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
+                struct q4kh_error *err)
+{
+	const int64_t v = ref->m->hp.n_vocab;
+	const int64_t p = (int64_t)(n < rules->probe_tokens ? n : rules->probe_tokens);
+	const int64_t rows = p + rules->decode_steps;
+	const int32_t *probe = tokens + (n - (size_t)p);
+	struct q4kh_error e = { { 0 } };
+	float *rl, *cl;
+	double t0 = now();
+
+	memset(out, 0, sizeof(*out));
+	if (p < 2 || cand->m->hp.n_vocab != v)
+		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens and two sessions of one vocabulary");
+	rl = malloc(sizeof(float) * (size_t)(rows * v));
+	cl = malloc(sizeof(float) * (size_t)(rows * v));
+	out->points = calloc((size_t)rows, sizeof(*out->points));
+	if (!rl || !cl || !out->points) {
+		free(rl);
+		free(cl);
+		q4kh_f2_result_free(out);
+		return q4kh_fail(err, "F2: out of memory for %lld x %lld logits",
+		                 (long long)rows, (long long)v);
+	}
+	q4kh_session_reset(ref);
+	q4kh_session_reset(cand);
+	if (q4kh_session_eval(ref, probe, p, rl, 1, &e)) {
+		not_measured(out, "reference", "prefill", &e);
+		goto done;
+	}
+	if (q4kh_session_eval(cand, probe, p, cl, 1, &e)) {
+		not_measured(out, "candidate", "prefill", &e);
+		goto done;
+	}
+	for (int64_t s = 0; s < (int64_t)rules->decode_steps; s++) {
+		const int64_t row = p + s;
+		/* Teacher forcing: both sides take the reference's greedy token. */
+		int32_t tok = q4kh_argmax(rl + (row - 1) * v, (int32_t)v);
+
+		if (tok < 0 || q4kh_session_eval(ref, &tok, 1, rl + row * v, 1, &e)) {
+			not_measured(out, "reference", "a decode step", &e);
+			goto done;
+		}
+		if (q4kh_session_eval(cand, &tok, 1, cl + row * v, 1, &e)) {
+			not_measured(out, "candidate", "a decode step", &e);
+			goto done;
+		}
+	}
+	out->n_points = rows;
+	for (int64_t i = 0; i < rows; i++) {
+		struct q4kh_f2_point *pt = &out->points[i];
+		pt->position = i;
+		pt->decode_step = i < p ? -1 : (int32_t)(i - p);
+		pt->judged = i >= 1;
+		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, pt);
+	}
+	conclude(out, rules);
+done:
+	out->seconds = now() - t0;
+	q4kh_session_reset(ref);
+	q4kh_session_reset(cand);
+	free(rl);
+	free(cl);
+	return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * F2, the parity guard (design section 4; docs/f2.md for users).
+ *
+ * A candidate (a backend, with or without a kernel variant, on one device)
+ * and the reference cpu plugin run the same probe: one batched prefill of
+ * the probe tokens with the logits of every position, then teacher-forced
+ * decode steps through each side's own KV cache, both fed the reference's
+ * greedy tokens. Every position's two logit vectors are compared and the
+ * positions p >= 1 are judged by the rules below (rule numbers are cited in
+ * messages and docs):
+ *   F2.1 any NaN/Inf logit or a zero-norm vector rejects;
+ *   F2.2 cosine (in double) < the acceptance floor rejects; below the fixed
+ *        catastrophic floor the candidate is broken, not merely imprecise;
+ *   F2.3 an argmax disagreement is a tolerated near-tie only when cosine >=
+ *        near_tie_cosine and the reference's logit for the candidate's token
+ *        is within near_tie_logits of its maximum; any other disagreement
+ *        rejects;
+ *   F2.4 what could not be measured is "not measured", never a pass.
+ * Position 0 is reported but not judged (a benign near-tie at the start of
+ * a sequence). Pure functions are thread-safe; a run uses its sessions.
+ */
+#ifndef Q4KH_F2_H
+#define Q4KH_F2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "session.h"
+
+/* Bumped whenever a rule or a default changes: receipts key on it. */
+#define Q4KH_F2_RULESET 1
+#define Q4KH_F2_CATASTROPHIC 0.90 /* fixed */
+
+struct q4kh_f2_rules {
+	double floor;           /* acceptance floor, >= Q4KH_F2_CATASTROPHIC */
+	double near_tie_cosine; /* 0.98 */
+	double near_tie_logits; /* 0.5 */
+	uint32_t decode_steps;  /* >= 1; default 8 */
+	uint32_t probe_tokens;  /* the probe's last tokens used; default 64 */
+};
+
+/* The defaults of design section 4. */
+void q4kh_f2_rules_default(struct q4kh_f2_rules *r);
+
+enum q4kh_f2_verdict {
+	Q4KH_F2_PASS = 0,
+	Q4KH_F2_REJECT,       /* imprecise or wrong: F2.1, F2.2, F2.3 */
+	Q4KH_F2_BROKEN,       /* cosine below the catastrophic floor */
+	Q4KH_F2_NOT_MEASURED  /* F2.4: fail closed */
+};
+
+/* "pass", "reject", "broken", "not measured". */
+const char *q4kh_f2_verdict_name(enum q4kh_f2_verdict v);
+
+/* What one position showed. */
+struct q4kh_f2_point {
+	int64_t position;    /* 0 .. probe + steps - 1 */
+	int32_t decode_step; /* -1 in prefill */
+	double cosine;       /* NaN when not computable */
+	int32_t ref_argmax, cand_argmax;
+	double ref_margin;   /* reference top-1 minus top-2 logit */
+	double ref_gap;      /* reference max minus its logit at cand_argmax */
+	int nonfinite;       /* candidate (1) or reference (2) had NaN/Inf */
+	int zero_norm;       /* a vector of zeros */
+	int judged;          /* position >= 1 */
+	int near_tie;        /* a tolerated argmax disagreement */
+	enum q4kh_f2_verdict verdict;
+	const char *rule;    /* the rule that fired, or NULL */
+};
+
+/*
+ * Compare one position: REF and CAND are logit vectors of N floats. Fills
+ * every field of *pt but position/decode_step/judged, which the caller
+ * sets first.
+ */
+void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
+                   const struct q4kh_f2_rules *rules, struct q4kh_f2_point *pt);
+
+/*
+ * The one line that names what fired at PT, e.g.
+ * "position 64 (decode step 0): argmax 74455 (agrees), cosine 0.8675 <
+ * 0.90 catastrophic floor". Never prints agreeing argmaxes as a != b.
+ */
+void q4kh_f2_describe(const struct q4kh_f2_point *pt,
+                      const struct q4kh_f2_rules *rules, char *buf, size_t cap);
+
+struct q4kh_f2_result {
+	enum q4kh_f2_verdict verdict;
+	double min_cosine;          /* over judged positions */
+	int64_t worst;              /* index into points of the deciding point */
+	int near_ties;
+	int64_t n_points;
+	struct q4kh_f2_point *points; /* malloc()ed; q4kh_f2_result_free */
+	char message[512];          /* the deciding line, or a pass summary */
+	double seconds;
+};
+
+void q4kh_f2_result_free(struct q4kh_f2_result *r);
+
+/*
+ * Run the probe TOKENS[0..n) (its last rules->probe_tokens tokens) on REF
+ * and CAND from empty caches, then rules->decode_steps teacher-forced
+ * decode steps, and judge. Both sessions are reset before and after. A
+ * forward that fails on either side gives NOT_MEASURED with its error in
+ * the message; -1 only on out of memory or bad arguments.
+ */
+int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
+                const int32_t *tokens, size_t n,
+                const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
+                struct q4kh_error *err);
+
+#endif

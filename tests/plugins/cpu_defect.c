@@ -1,0 +1,258 @@
+/*
+ * Test plugins with planted defects, for the F2 guard to catch. One source,
+ * one module per defect (the Makefile passes -DDEFECT_NAME and -DDEFECT_x).
+ * Each is a kernel variant for the "cpu" backend that multiplies Q8_0
+ * weights correctly (dequantised, fp32 partial sums) and then spoils
+ * the result in its own way:
+ *   biased: adds +-1 RMS to alternate logits of the LM head: cosine ~0.71,
+ *           broken;
+ *   noisy:  adds Gaussian noise of 0.4 RMS to LM-head logits well under
+ *           the top one: cosine ~0.93, argmax unchanged;
+ *   nan:    one NaN logit per LM-head column;
+ *   flip:   sinks each column's top logit: argmax changes, cosine ~1;
+ *   kv:     correct in prefill and in the first 4 decode steps, then
+ *           scales the value projection by -20 (a KV-cache defect);
+ *   abort:  aborts in its first matmul; hang: sleeps forever in it.
+ * The LM head is told apart as the weight with the most rows (>= 65536).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "q4khost/plugin.h"
+
+const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);
+
+#define LM_HEAD_MIN_ROWS 65536
+
+struct q4kh_kernel_ctx {
+	char error[256];
+};
+
+struct q4kh_prepared {
+	const struct q4kh_block_q8_0 *blocks;
+	int64_t k, n, row_bytes;
+	int64_t decode_calls; /* single-column calls so far */
+};
+
+static q4kh_status k_init(const struct q4kh_host_api *host,
+                          q4kh_kernel_ctx **out)
+{
+	(void)host;
+	*out = calloc(1, sizeof(**out));
+	return *out ? Q4KH_OK : Q4KH_ERR_NOMEM;
+}
+
+static void k_shutdown(q4kh_kernel_ctx *ctx)
+{
+	free(ctx);
+}
+
+static const char *k_last_error(q4kh_kernel_ctx *ctx)
+{
+	return ctx ? ctx->error : "out of memory";
+}
+
+static uint32_t k_score(q4kh_kernel_ctx *ctx,
+                        const struct q4kh_device_record *dev, uint32_t type)
+{
+	(void)ctx;
+	(void)dev;
+	return type == Q4KH_TYPE_Q8_0 ? 1 : 0;
+}
+
+static q4kh_status k_prepare(q4kh_kernel_ctx *ctx,
+                             const struct q4kh_native_device *dev,
+                             const struct q4kh_tensor *w, q4kh_prepared **out)
+{
+	struct q4kh_prepared *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		strcpy(ctx->error, "out of memory");
+		return Q4KH_ERR_NOMEM;
+	}
+	p->blocks = (const void *)((const char *)dev->address(w->buffer) + w->offset);
+	p->k = w->ne[0];
+	p->n = w->ne[1];
+	p->row_bytes = w->nb[1];
+	*out = p;
+	return Q4KH_OK;
+}
+
+/* Row R of the weight as floats (x = d * q per 32-value block). */
+static void dequant_row(const struct q4kh_prepared *w, int64_t r, float *out)
+{
+	const struct q4kh_block_q8_0 *row =
+		(const void *)((const char *)w->blocks + r * w->row_bytes);
+
+	for (int64_t b = 0; b < w->k / Q4KH_QK; b++) {
+		float d = q4kh_fp16_to_f32(row[b].d);
+		for (int i = 0; i < Q4KH_QK; i++)
+			out[b * Q4KH_QK + i] = d * row[b].qs[i];
+	}
+}
+
+/* Eight independent partial sums keep the loop vectorisable. */
+static float dot(const float *a, const float *b, int64_t k)
+{
+	float acc[8] = { 0 };
+	double sum = 0;
+
+	for (int64_t i = 0; i < k; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] += a[i + l] * b[i + l];
+	for (int l = 0; l < 8; l++)
+		sum += acc[l];
+	return (float)sum;
+}
+
+/* A deterministic standard normal value for (row, column). */
+static double gauss(int64_t r, int64_t t)
+{
+	uint64_t h = (uint64_t)r * 0x9E3779B97F4A7C15ull ^ (uint64_t)(t + 1) * 0xBF58476D1CE4E5B9ull;
+	double u1, u2;
+
+	h ^= h >> 31;
+	h *= 0x94D049BB133111EBull;
+	u1 = ((h >> 11) + 1.0) / 9007199254740993.0;
+	h ^= h >> 29;
+	h *= 0xBF58476D1CE4E5B9ull;
+	u2 = (h >> 11) / 9007199254740992.0;
+	return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static double rms(const float *y, int64_t n)
+{
+	double s = 0;
+	for (int64_t i = 0; i < n; i++)
+		s += (double)y[i] * y[i];
+	return sqrt(s / (double)n);
+}
+
+/* Spoil column T of the output in this module's way. */
+static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
+{
+	const int lm_head = w->n >= LM_HEAD_MIN_ROWS;
+	const double s = rms(y, w->n);
+	int64_t top = 0;
+
+	(void)t;
+	(void)cols;
+	(void)s;
+	(void)top;
+#if defined(DEFECT_BIASED)
+	if (lm_head)
+		for (int64_t r = 0; r < w->n; r++)
+			y[r] += (float)(r % 2 ? s : -s);
+#elif defined(DEFECT_NOISY)
+	/* Imprecise, not wrong: logits more than 2 RMS under the top get the
+	 * noise, which cannot lift them past it, so the argmax stays. */
+	if (lm_head) {
+		for (int64_t r = 1; r < w->n; r++)
+			top = y[r] > y[top] ? r : top;
+		for (int64_t r = 0; r < w->n; r++)
+			if (y[r] < y[top] - 2 * s)
+				y[r] += (float)(0.4 * s * gauss(r, t));
+	}
+#elif defined(DEFECT_NAN)
+	if (lm_head)
+		y[w->n / 3] = NAN;
+#elif defined(DEFECT_FLIP)
+	if (lm_head) {
+		float low = y[0];
+		for (int64_t r = 1; r < w->n; r++) {
+			top = y[r] > y[top] ? r : top;
+			low = y[r] < low ? y[r] : low;
+		}
+		y[top] = low - 1.0f;
+	}
+#elif defined(DEFECT_KV)
+	if (!lm_head && cols == 1 && w->decode_calls > 4)
+		for (int64_t r = 0; r < w->n; r++)
+			y[r] *= -20.0f;
+#elif defined(DEFECT_ABORT)
+	abort();
+#elif defined(DEFECT_HANG)
+	for (;;)
+		pause();
+#else
+#error "define one DEFECT_x"
+#endif
+}
+
+static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
+                           const struct q4kh_native_device *dev,
+                           q4kh_prepared *w, const struct q4kh_tensor *x,
+                           const struct q4kh_tensor *y)
+{
+	const int64_t cols = x->ne[1];
+	const char *xb = (const char *)dev->address(x->buffer) + x->offset;
+	char *yb = (char *)dev->address(y->buffer) + y->offset;
+	float *row;
+
+	if (x->ne[0] != w->k || y->ne[0] != w->n || x->ne[1] != y->ne[1] ||
+	    w->k % 8) {
+		strcpy(ctx->error, "shapes do not match the weight");
+		return Q4KH_ERR_INVALID;
+	}
+	row = malloc(sizeof(float) * (size_t)w->k);
+	if (!row) {
+		strcpy(ctx->error, "out of memory");
+		return Q4KH_ERR_NOMEM;
+	}
+	if (cols == 1)
+		w->decode_calls++;
+	for (int64_t r = 0; r < w->n; r++) {
+		dequant_row(w, r, row);
+		for (int64_t t = 0; t < cols; t++)
+			((float *)(yb + t * y->nb[1]))[r] =
+				dot(row, (const float *)(xb + t * x->nb[1]), w->k);
+	}
+	for (int64_t t = 0; t < cols; t++)
+		spoil(w, (float *)(yb + t * y->nb[1]), t, cols);
+	free(row);
+	return Q4KH_OK;
+}
+
+static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
+{
+	(void)ctx;
+	free(w);
+}
+
+static const uint32_t types[] = { Q4KH_TYPE_Q8_0 };
+
+static const struct q4kh_kernel_v1 table = {
+	.struct_size = sizeof(table),
+	.n_types = 1,
+	.backend = "cpu",
+	.types = types,
+	.max_gemv_columns = 8,
+	.init = k_init,
+	.shutdown = k_shutdown,
+	.last_error = k_last_error,
+	.score = k_score,
+	.prepare = k_prepare,
+	.gemv = k_apply,
+	.gemm = k_apply,
+	.release = k_release,
+};
+
+static const struct q4kh_plugin_desc desc = {
+	.struct_size = sizeof(desc),
+	.abi_minor = Q4KH_ABI_MINOR,
+	.kind = Q4KH_KIND_KERNEL,
+	.name = DEFECT_NAME,
+	.version = "1.0",
+	.vendor = "q4khost tests",
+	.license = "MIT",
+	.build_id = "test",
+	.kernel = &table,
+};
+
+__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
+q4kh_plugin_entry_v1(void)
+{
+	return &desc;
+}

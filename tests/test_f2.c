@@ -1,0 +1,364 @@
+/*
+ * The F2 guard: its rules on constructed logit vectors (every number below
+ * is computed here from the vectors, never taken from a run), and whole
+ * runs of the reference against real kernel variants for the cpu backend,
+ * one correct and several with planted defects (tests/plugins).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "f2.h"
+#include "helpers.h"
+#include "kernel.h"
+#include "model.h"
+#include "policy.h"
+#include "session.h"
+#include "tokenizer.h"
+
+#define N 4096
+
+static void rules(struct q4kh_f2_rules *r)
+{
+	q4kh_f2_rules_default(r);
+}
+
+/* A reference vector with a clear winner at index 7 (margin 3). */
+static void reference(float *v)
+{
+	for (int i = 0; i < N; i++)
+		v[i] = (float)sin(i * 0.37) * 2.0f;
+	v[7] = 9.0f;
+	v[8] = 6.0f;
+}
+
+/* cand = ref + e * u, u orthogonal to ref with |u| = |ref|: cosine 1/sqrt(1+e^2). */
+static void at_cosine(const float *ref, float *cand, double cosine)
+{
+	double e = sqrt(1.0 / (cosine * cosine) - 1.0), rr = 0, ru = 0, uu = 0;
+	float *u = malloc(sizeof(float) * N);
+
+	for (int i = 0; i < N; i++) {
+		u[i] = (float)cos(i * 1.91 + 0.3);
+		rr += (double)ref[i] * ref[i];
+		ru += (double)ref[i] * u[i];
+	}
+	for (int i = 0; i < N; i++) {
+		u[i] -= (float)(ru / rr) * ref[i];
+		uu += (double)u[i] * u[i];
+	}
+	for (int i = 0; i < N; i++)
+		cand[i] = ref[i] + (float)(e * sqrt(rr / uu)) * u[i];
+	free(u);
+}
+
+static struct q4kh_f2_point judge(const float *ref, const float *cand)
+{
+	struct q4kh_f2_rules r;
+	struct q4kh_f2_point pt = { .position = 5, .decode_step = -1, .judged = 1 };
+
+	rules(&r);
+	q4kh_f2_judge(ref, cand, N, &r, &pt);
+	return pt;
+}
+
+static void describe(const struct q4kh_f2_point *pt, char *buf, size_t cap)
+{
+	struct q4kh_f2_rules r;
+	rules(&r);
+	q4kh_f2_describe(pt, &r, buf, cap);
+}
+
+Test(f2_rules, identical_vectors_pass)
+{
+	float ref[N];
+	struct q4kh_f2_point pt;
+
+	reference(ref);
+	pt = judge(ref, ref);
+	cr_expect_eq(pt.verdict, Q4KH_F2_PASS);
+	cr_expect_float_eq(pt.cosine, 1.0, 1e-12);
+	cr_expect_eq(pt.ref_argmax, 7);
+	cr_expect_float_eq(pt.ref_margin, 3.0, 1e-6);
+}
+
+Test(f2_rules, nan_inf_and_zero_norm_always_reject)
+{
+	float ref[N], cand[N];
+	struct q4kh_f2_point pt;
+	char msg[512];
+
+	reference(ref);
+	memcpy(cand, ref, sizeof(cand));
+	cand[100] = NAN; /* every other logit identical: a '<' on NaN must not pass it */
+	pt = judge(ref, cand);
+	cr_expect_eq(pt.verdict, Q4KH_F2_REJECT);
+	cr_expect_str_eq(pt.rule, "F2.1");
+	describe(&pt, msg, sizeof(msg));
+	cr_expect_str_eq(msg, "position 5 (prefill): argmax 7 (agrees), candidate logits hold NaN or Inf (F2.1)");
+	cand[100] = INFINITY;
+	cr_expect_eq(judge(ref, cand).verdict, Q4KH_F2_REJECT);
+	memcpy(cand, ref, sizeof(cand));
+	ref[3] = -INFINITY;
+	pt = judge(ref, cand);
+	cr_expect_eq(pt.nonfinite, 2, "the reference side is named");
+	reference(ref);
+	memset(cand, 0, sizeof(cand));
+	pt = judge(ref, cand);
+	cr_expect_eq(pt.verdict, Q4KH_F2_REJECT);
+	cr_expect(pt.zero_norm);
+}
+
+Test(f2_rules, floors_and_their_messages)
+{
+	float ref[N], cand[N];
+	struct q4kh_f2_point pt;
+	char msg[512], want[512];
+
+	reference(ref);
+	at_cosine(ref, cand, 0.85);
+	pt = judge(ref, cand);
+	cr_expect_eq(pt.verdict, Q4KH_F2_BROKEN);
+	cr_expect_float_eq(pt.cosine, 0.85, 1e-4);
+	describe(&pt, msg, sizeof(msg));
+	snprintf(want, sizeof(want), "position 5 (prefill): argmax %d%s, cosine %.4f < 0.90 catastrophic floor",
+	         pt.ref_argmax, pt.ref_argmax == pt.cand_argmax ? " (agrees)" : "", pt.cosine);
+	if (pt.ref_argmax == pt.cand_argmax)
+		cr_expect_str_eq(msg, want);
+	at_cosine(ref, cand, 0.93);
+	pt = judge(ref, cand);
+	cr_expect_eq(pt.verdict, Q4KH_F2_REJECT);
+	describe(&pt, msg, sizeof(msg));
+	cr_expect(strstr(msg, "< 0.95 acceptance floor") != NULL, "%s", msg);
+	at_cosine(ref, cand, 0.97);
+	cr_expect_eq(judge(ref, cand).verdict, Q4KH_F2_PASS);
+}
+
+Test(f2_rules, the_example_line_of_the_design)
+{
+	struct q4kh_f2_rules r;
+	struct q4kh_f2_point pt = {
+		.position = 64, .decode_step = 0, .judged = 1, .cosine = 0.8675,
+		.ref_argmax = 74455, .cand_argmax = 74455, .verdict = Q4KH_F2_BROKEN,
+	};
+	char msg[512];
+
+	rules(&r);
+	q4kh_f2_describe(&pt, &r, msg, sizeof(msg));
+	cr_expect_str_eq(msg, "position 64 (decode step 0): argmax 74455 (agrees), cosine 0.8675 < 0.90 catastrophic floor");
+}
+
+Test(f2_rules, agreeing_argmaxes_are_never_printed_as_different)
+{
+	float ref[N], cand[N];
+	const double cosines[] = { 0.5, 0.89, 0.9, 0.94, 0.951, 0.99, 1.0 };
+
+	reference(ref);
+	for (size_t i = 0; i < sizeof(cosines) / sizeof(cosines[0]); i++) {
+		struct q4kh_f2_point pt;
+		char msg[512], ne[64];
+
+		at_cosine(ref, cand, cosines[i]);
+		pt = judge(ref, cand);
+		describe(&pt, msg, sizeof(msg));
+		snprintf(ne, sizeof(ne), "%d != %d", pt.ref_argmax, pt.cand_argmax);
+		cr_expect_null(strstr(msg, "!="), "%s", msg);
+		if (pt.ref_argmax == pt.cand_argmax)
+			cr_expect(strstr(msg, "(agrees)") != NULL, "%s", msg);
+		else
+			cr_expect(strstr(msg, "(reference) vs") != NULL, "%s", msg);
+		(void)ne;
+	}
+}
+
+Test(f2_rules, argmax_flips_are_tolerated_only_as_near_ties)
+{
+	float ref[N], cand[N];
+	struct q4kh_f2_point pt;
+	char msg[512];
+
+	reference(ref);
+	ref[8] = 8.7f; /* reference gap 0.3: a near-tie */
+	memcpy(cand, ref, sizeof(cand));
+	cand[8] = 9.2f;
+	pt = judge(ref, cand);
+	cr_expect_eq(pt.verdict, Q4KH_F2_PASS);
+	cr_expect(pt.near_tie);
+	cr_expect_float_eq(pt.ref_gap, 0.3, 1e-5);
+	ref[8] = 6.0f; /* gap 3: the same flip now rejects */
+	memcpy(cand, ref, sizeof(cand));
+	cand[8] = 9.2f;
+	pt = judge(ref, cand);
+	cr_expect_geq(pt.cosine, 0.98);
+	cr_expect_eq(pt.verdict, Q4KH_F2_REJECT);
+	cr_expect_str_eq(pt.rule, "F2.3");
+	describe(&pt, msg, sizeof(msg));
+	cr_expect(strstr(msg, "argmax 7 (reference) vs 8 (candidate), reference gap 3.000") != NULL,
+	          "%s", msg);
+}
+
+Test(f2_rules, position_zero_is_reported_but_not_judged)
+{
+	float ref[N], cand[N];
+	struct q4kh_f2_rules r;
+	struct q4kh_f2_point pt = { .position = 0, .decode_step = -1, .judged = 0 };
+
+	rules(&r);
+	reference(ref);
+	at_cosine(ref, cand, 0.5);
+	q4kh_f2_judge(ref, cand, N, &r, &pt);
+	cr_expect_eq(pt.verdict, Q4KH_F2_PASS);
+	cr_expect_float_eq(pt.cosine, 0.5, 1e-4, "still measured for the report");
+}
+
+/* --- whole runs on the default model ------------------------------------ */
+
+#define PROBE "The quick brown fox jumps over the lazy dog. Water boils at one hundred degrees Celsius at sea level, and"
+
+struct side {
+	struct q4kh_backend be;
+	struct q4kh_model *m;
+	struct q4kh_session *s;
+	struct q4kh_kernel k;
+};
+
+static struct q4kh_registry *reg;
+static struct side ref_side;
+static int32_t *probe;
+static size_t n_probe;
+
+static void side_open(struct side *sd, const char *variant)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session_params sp = { .n_ctx = 96 };
+
+	memset(sd, 0, sizeof(*sd));
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &sd->be, &err), 0,
+	             "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(test_model_path(), &sd->m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(sd->m, &sd->be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(reg, &sd->be, sd->m, variant, &sd->k, &err),
+		             0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(sd->m, &sp, &sd->s, &err), 0, "%s", err.msg);
+}
+
+static void side_close(struct side *sd)
+{
+	q4kh_session_free(sd->s);
+	q4kh_model_free(sd->m);
+	q4kh_kernel_close(&sd->k);
+	q4kh_backend_close(&sd->be);
+}
+
+static void setup_runs(void)
+{
+	char path[8192];
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_tokenizer *tok;
+
+	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs:%s/tests/plugins/.libs",
+	         test_builddir(), test_builddir());
+	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
+	side_open(&ref_side, NULL);
+	cr_assert_eq(q4kh_tokenizer_load(ref_side.m->gguf, &tok, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_tokenize(tok, PROBE, strlen(PROBE), 1, 0, &probe, &n_probe, &err), 0,
+	             "%s", err.msg);
+	q4kh_tokenizer_free(tok);
+}
+
+static void teardown_runs(void)
+{
+	side_close(&ref_side);
+	q4kh_registry_free(reg);
+	free(probe);
+}
+
+/* Run F2 for VARIANT at acceptance FLOOR; the result is the caller's. */
+static struct q4kh_f2_result guard(const char *variant, double floor)
+{
+	struct side cand;
+	struct q4kh_f2_rules r;
+	struct q4kh_f2_result res;
+	struct q4kh_error err = { { 0 } };
+
+	q4kh_f2_rules_default(&r);
+	r.floor = floor;
+	side_open(&cand, variant);
+	cr_assert_eq(q4kh_f2_run(ref_side.s, cand.s, probe, n_probe, &r, &res, &err), 0,
+	             "%s", err.msg);
+	fprintf(stderr, "F2 %s (floor %.2f): %s, min cosine %.4f: %s\n", variant, floor,
+	        q4kh_f2_verdict_name(res.verdict), res.min_cosine, res.message);
+	side_close(&cand);
+	return res;
+}
+
+TestSuite(f2_runs, .init = setup_runs, .fini = teardown_runs, .timeout = 600);
+
+Test(f2_runs, a_correct_int8_activation_variant_passes)
+{
+	struct q4kh_f2_result res = guard("cpu-q8act", 0.95);
+
+	cr_expect_eq(res.verdict, Q4KH_F2_PASS, "%s", res.message);
+	cr_expect_eq(res.n_points, (int64_t)n_probe + 8, "prefill positions plus 8 decode steps");
+	cr_expect_geq(res.min_cosine, 0.99);
+	q4kh_f2_result_free(&res);
+}
+
+Test(f2_runs, a_biased_variant_is_broken)
+{
+	struct q4kh_f2_result res = guard("defect-biased", 0.95);
+
+	cr_expect_eq(res.verdict, Q4KH_F2_BROKEN, "%s", res.message);
+	cr_expect(strstr(res.message, "< 0.90 catastrophic floor") != NULL, "%s", res.message);
+	cr_expect_eq(res.points[res.worst].position, 1, "the first judged position fires");
+	q4kh_f2_result_free(&res);
+}
+
+Test(f2_runs, a_noisy_variant_fails_the_default_floor_and_passes_a_lowered_one)
+{
+	struct q4kh_f2_result res = guard("defect-noisy", 0.95);
+
+	cr_expect_eq(res.verdict, Q4KH_F2_REJECT, "%s", res.message);
+	cr_expect(strstr(res.message, "< 0.95 acceptance floor") != NULL, "%s", res.message);
+	cr_expect(res.min_cosine > 0.90 && res.min_cosine < 0.95, "min cosine %.4f", res.min_cosine);
+	q4kh_f2_result_free(&res);
+	res = guard("defect-noisy", 0.92);
+	cr_expect_eq(res.verdict, Q4KH_F2_PASS, "%s", res.message);
+	q4kh_f2_result_free(&res);
+}
+
+Test(f2_runs, a_nan_is_caught)
+{
+	struct q4kh_f2_result res = guard("defect-nan", 0.95);
+
+	cr_expect_eq(res.verdict, Q4KH_F2_REJECT, "%s", res.message);
+	cr_expect(strstr(res.message, "NaN or Inf (F2.1)") != NULL, "%s", res.message);
+	cr_expect(isnan(res.min_cosine));
+	q4kh_f2_result_free(&res);
+}
+
+Test(f2_runs, a_wide_margin_argmax_flip_at_high_cosine_is_caught)
+{
+	struct q4kh_f2_result res = guard("defect-flip", 0.95);
+
+	cr_expect_eq(res.verdict, Q4KH_F2_REJECT, "%s", res.message);
+	cr_expect_str_eq(res.points[res.worst].rule, "F2.3");
+	cr_expect_geq(res.points[res.worst].cosine, 0.98, "a cosine-only guard would pass it");
+	q4kh_f2_result_free(&res);
+}
+
+Test(f2_runs, a_kv_cache_defect_is_caught_in_decode_only)
+{
+	struct q4kh_f2_result res = guard("defect-kv", 0.95);
+
+	cr_expect_neq(res.verdict, Q4KH_F2_PASS, "%s", res.message);
+	cr_expect_geq(res.points[res.worst].decode_step, 4, "%s", res.message);
+	for (int64_t i = 1; i < (int64_t)n_probe; i++)
+		cr_expect_eq(res.points[i].verdict, Q4KH_F2_PASS,
+		             "prefill position %lld must pass: a prefill-only probe cannot see it",
+		             (long long)i);
+	q4kh_f2_result_free(&res);
+}
