@@ -96,7 +96,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		"backend", "name", p->name, "version", p->desc->version, "build_id",
 		p->desc->build_id, "file", p->path,
 		"device", "index", (int)r->device_index, "name", d->name, "uuid",
-		d->uuid, "arch", d->arch, "driver", d->driver_version, "memory_bytes",
+		d->uuid, "arch", d->arch, "driver_version", d->driver_version, "memory_bytes",
 		(json_int_t)d->memory_bytes,
 		"kernels", kernels,
 		"f2", "verdict", variants || strcmp(p->name, "cpu") ? "not run" : "not needed",
