@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config
-      libiniparser-dev libcriterion-dev libjansson-dev
+      libiniparser-dev libcriterion-dev libjansson-dev libssl-dev
       python3 python3-pip ca-certificates)
 
 missing=()

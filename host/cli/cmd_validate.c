@@ -1,0 +1,322 @@
+/*
+ * q4khost validate: run the F2 guard on every candidate (each backend other
+ * than the reference, with its built-in kernels and with every kernel
+ * variant that targets it, on every device) or on the ones named, and print
+ * the verdicts. `--one` is the isolated measurement a guard check starts in
+ * a child process.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "config.h"
+#include "guard.h"
+#include "model.h"
+#include "registry.h"
+
+struct validate_opts {
+	const char *model, *backend, *kernel, *plugin_path, *config_file;
+	long device, timeout;
+	int one, json, device_set;
+	enum q4kh_f2_mode mode;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: q4khost validate [-m FILE] [--backend NAME] [--kernel NAME] [OPTIONS]\n\n"
+	        "Run the F2 parity guard (docs/f2.md) on every candidate: each backend\n"
+	        "other than the reference cpu plugin, with its built-in kernels and with\n"
+	        "each kernel variant that targets it, on each of its devices (kernel\n"
+	        "variants for the cpu backend included). Valid receipts are used unless\n"
+	        "--f2 fresh; each measurement runs in a child process.\n\n"
+	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
+	        "      --backend NAME    only this backend\n"
+	        "      --device N        only this device\n"
+	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
+	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
+	        "      --revalidate      the same as --f2 fresh\n"
+	        "      --timeout S       seconds one measurement may take (default 600)\n"
+	        "      --plugin-path P   ':'-separated plugin folders\n"
+	        "      --config FILE     extra INI configuration file\n"
+	        "      --json            one JSON object\n"
+	        "      --one             measure exactly --backend/--device/--kernel in this\n"
+	        "                        process and write its receipt (what a guard check\n"
+	        "                        runs in its child process)\n"
+	        "  -h, --help            this help\n\n"
+	        "exit codes: 0 every candidate passed, 1 a candidate failed or was not\n"
+	        "            measured, 2 usage, 3 bad model or config file\n");
+}
+
+static int parse(int argc, char **argv, struct validate_opts *o)
+{
+	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
+	       O_PPATH, O_CONFIG, O_JSON, O_ONE };
+	static const struct option longs[] = {
+		{ "model", required_argument, 0, 'm' },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "kernel", required_argument, 0, O_KERNEL },
+		{ "f2", required_argument, 0, O_F2 },
+		{ "revalidate", no_argument, 0, O_REVALIDATE },
+		{ "timeout", required_argument, 0, O_TIMEOUT },
+		{ "plugin-path", required_argument, 0, O_PPATH },
+		{ "config", required_argument, 0, O_CONFIG },
+		{ "json", no_argument, 0, O_JSON },
+		{ "one", no_argument, 0, O_ONE },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	char *end;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->timeout = 600;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case O_BACKEND: o->backend = optarg; break;
+		case O_KERNEL: o->kernel = optarg; break;
+		case O_PPATH: o->plugin_path = optarg; break;
+		case O_CONFIG: o->config_file = optarg; break;
+		case O_JSON: o->json = 1; break;
+		case O_ONE: o->one = 1; break;
+		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
+		case O_F2:
+			if (q4kh_f2_mode_parse(optarg, &o->mode) ||
+			    (o->mode != Q4KH_F2_AUTO && o->mode != Q4KH_F2_FRESH)) {
+				fprintf(stderr, "q4khost validate: --f2 '%s' is not one of auto, fresh\n",
+				        optarg);
+				return -1;
+			}
+			break;
+		case O_DEVICE:
+		case O_TIMEOUT:
+			errno = 0;
+			*(c == O_DEVICE ? &o->device : &o->timeout) = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || (c == O_DEVICE ? o->device : o->timeout) < (c == O_DEVICE ? 0 : 1)) {
+				fprintf(stderr, "q4khost validate: --%s takes a whole number, got '%s'\n",
+				        c == O_DEVICE ? "device" : "timeout", optarg);
+				return -1;
+			}
+			o->device_set |= c == O_DEVICE;
+			break;
+		case 'h': usage(stdout); return 1;
+		default: q4kh_cli_bad_option("validate", argv); return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "q4khost validate: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (o->one && (!o->backend || !o->kernel)) {
+		fprintf(stderr, "q4khost validate: --one needs --backend and --kernel\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* One row of the table. */
+struct row {
+	struct q4kh_candidate c;
+	struct q4kh_device_record dev;
+	struct q4kh_guard_decision d;
+	int failed; /* no decision could be made; message in d.receipt.message */
+};
+
+static const char *variant_name(const struct q4kh_candidate *c)
+{
+	return c->variant ? c->variant : "built-in";
+}
+
+/* Every candidate of BACKEND (an accepted backend plugin) on its devices. */
+static int add_backend(const struct validate_opts *o, const struct q4kh_registry *r,
+                       const struct q4kh_plugin *be, struct row **rows, size_t *n,
+                       struct q4kh_error *err)
+{
+	struct q4kh_backend b;
+	uint32_t count = 0;
+	q4kh_backend_ctx *ctx = NULL;
+	const struct q4kh_backend_v1 *v = be->desc->backend;
+
+	if (q4kh_backend_check(&(struct q4kh_backend){ .plugin = be, .v = v },
+	                       v->init(&be->api, &ctx), "init", err))
+		return -1;
+	v->device_count(ctx, &count);
+	v->shutdown(ctx);
+	for (uint32_t d = 0; d < count; d++) {
+		if (o->device_set && d != (uint32_t)o->device)
+			continue;
+		if (q4kh_backend_open(be, d, &b, err))
+			return -1;
+		for (size_t i = 0; i <= r->n_plugins; i++) {
+			const struct q4kh_plugin *k = i < r->n_plugins ? &r->plugins[i] : NULL;
+			const char *variant = NULL;
+			struct row *grown;
+
+			if (k && (k->state != Q4KH_PLUGIN_ACCEPTED ||
+			          k->desc->kind != Q4KH_KIND_KERNEL ||
+			          strcmp(k->desc->kernel->backend, be->name)))
+				continue;
+			if (k)
+				variant = k->name;
+			/* The reference's own kernels are not a candidate. */
+			if (!variant && !strcmp(be->name, "cpu"))
+				continue;
+			if (o->kernel && strcmp(o->kernel, variant ? variant : "none"))
+				continue;
+			grown = realloc(*rows, (*n + 1) * sizeof(**rows));
+			if (!grown) {
+				q4kh_backend_close(&b);
+				return q4kh_fail(err, "out of memory");
+			}
+			*rows = grown;
+			memset(&grown[*n], 0, sizeof(grown[*n]));
+			grown[*n].c = (struct q4kh_candidate){ be->name, d, variant };
+			grown[*n].dev = b.record;
+			(*n)++;
+		}
+		q4kh_backend_close(&b);
+	}
+	return 0;
+}
+
+static void print_table(const struct row *rows, size_t n)
+{
+	printf("%-10s %-16s %-6s %-13s %-10s %-26s %-9s %-7s %s\n", "backend",
+	       "kernel", "device", "verdict", "min cos", "worst position", "near-ties",
+	       "seconds", "source");
+	for (size_t i = 0; i < n; i++) {
+		const struct q4kh_receipt *rc = &rows[i].d.receipt;
+		char worst[64] = "-";
+
+		if (rc->worst_position >= 0 && rc->worst_decode_step >= 0)
+			snprintf(worst, sizeof(worst), "%lld (decode step %d)",
+			         (long long)rc->worst_position, rc->worst_decode_step);
+		else if (rc->worst_position >= 0)
+			snprintf(worst, sizeof(worst), "%lld (prefill)",
+			         (long long)rc->worst_position);
+		printf("%-10s %-16s %-6u %-13s %-10.4f %-26s %-9d %-7.1f %s\n",
+		       rows[i].c.backend, variant_name(&rows[i].c), rows[i].c.device,
+		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict),
+		       rc->min_cosine, worst, rc->near_ties, rc->seconds,
+		       rows[i].d.source);
+		if (rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS)
+			printf("    %s\n", rc->message);
+	}
+	if (n == 0)
+		printf("(no candidates: no backend other than cpu and no kernel variant found)\n");
+}
+
+static json_t *row_json(const struct row *r)
+{
+	const struct q4kh_receipt *rc = &r->d.receipt;
+
+	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:I, s:i, s:i, s:f, s:s, s:s}",
+	                 "backend", r->c.backend, "kernel", variant_name(&r->c),
+	                 "device", (int)r->c.device, "device_uuid", r->dev.uuid,
+	                 "verdict", r->failed ? "error" : q4kh_f2_verdict_name(r->d.verdict),
+	                 "min_cosine", isfinite(rc->min_cosine) ? json_real(rc->min_cosine) : json_null(),
+	                 "worst_position", (json_int_t)rc->worst_position,
+	                 "worst_decode_step", rc->worst_decode_step, "near_ties",
+	                 rc->near_ties, "seconds", rc->seconds, "source", r->d.source,
+	                 "message", rc->message);
+}
+
+/* --one: measure in this process; the receipt is the answer. */
+static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
+                       struct q4kh_error *err)
+{
+	struct q4kh_candidate c = { o->backend, (uint32_t)o->device,
+	                            strcmp(o->kernel, "none") ? o->kernel : NULL };
+	struct q4kh_receipt rc;
+
+	if (q4kh_guard_measure(g, &c, &rc, err))
+		return Q4KH_EXIT_FAIL;
+	fprintf(stderr, "q4khost validate: %s/%s on device %u: %s: %s\n", c.backend,
+	        variant_name(&c), c.device, q4kh_f2_verdict_name(rc.verdict), rc.message);
+	return Q4KH_EXIT_OK;
+}
+
+int q4kh_cmd_validate(int argc, char **argv)
+{
+	struct validate_opts o;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *config = NULL;
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_guard g;
+	struct row *rows = NULL;
+	size_t n = 0;
+	int32_t *probe = NULL;
+	size_t n_probe = 0;
+	char model_path[4096];
+	int rc = parse(argc, argv, &o), failed = 0;
+
+	if (rc)
+		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (!o.model)
+		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
+	rc = Q4KH_EXIT_INPUT;
+	if (q4kh_config_load(NULL, o.config_file, &config, &err) ||
+	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+		goto out;
+	rc = Q4KH_EXIT_FAIL;
+	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
+	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
+		goto out;
+	g.timeout_seconds = (unsigned)o.timeout;
+	g.config_file = o.config_file;
+	if (o.one) {
+		rc = measure_one(&o, &g, &err);
+		goto out;
+	}
+	for (size_t i = 0; i < reg->n_plugins; i++) {
+		const struct q4kh_plugin *p = &reg->plugins[i];
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
+		    (o.backend && strcmp(o.backend, p->name)))
+			continue;
+		if (add_backend(&o, reg, p, &rows, &n, &err))
+			goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (q4kh_guard_check(&g, &rows[i].c, &rows[i].dev, o.mode, &rows[i].d, &err)) {
+			rows[i].failed = 1;
+			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
+			         "%.500s", err.msg);
+		}
+		failed |= rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS;
+	}
+	if (o.json) {
+		json_t *arr = json_array(), *root;
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(arr, row_json(&rows[i]));
+		root = json_pack("{s:s, s:s, s:s, s:o}", "model", o.model, "model_sha256",
+		                 g.model_sha256, "receipt_dir", g.receipt_dir, "candidates", arr);
+		json_dumpf(root, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(root);
+	} else {
+		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n\n", o.model,
+		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
+		print_table(rows, n);
+	}
+	rc = failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
+	err.msg[0] = 0;
+out:
+	if (err.msg[0])
+		fprintf(stderr, "q4khost validate: %s\n", err.msg);
+	free(rows);
+	free(probe);
+	q4kh_registry_free(reg);
+	q4kh_config_free(config);
+	return rc;
+}

@@ -1,0 +1,413 @@
+#include "guard.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "chat.h"
+#include "tokenizer.h"
+#include "kernel.h"
+#include "model.h"
+#include "policy.h"
+#include "session.h"
+
+extern char **environ;
+
+/*
+ * Plain prose with digits, punctuation, code and a list: ordinary text for
+ * any model, long enough that its last 64 tokens are all prose.
+ */
+const char q4kh_f2_probe_text[] =
+	"The water cycle describes how water moves between the oceans, the air "
+	"and the land. Heat from the Sun evaporates about 500,000 cubic "
+	"kilometres of water every year; the vapour rises, cools and condenses "
+	"into clouds. When the droplets grow heavy enough they fall as rain or "
+	"snow, and rivers carry much of it back to the sea. A short program can "
+	"model one step of this: for (int day = 0; day < 365; day++) { stock += "
+	"rain[day] - evaporation[day]; } The three stages, in order, are "
+	"evaporation, condensation and precipitation, and each of them";
+
+int q4kh_f2_mode_parse(const char *s, enum q4kh_f2_mode *out)
+{
+	static const char *const names[] = { "auto", "fresh", "off", "require" };
+
+	for (int i = 0; s && i < 4; i++)
+		if (!strcmp(s, names[i])) {
+			*out = (enum q4kh_f2_mode)i;
+			return 0;
+		}
+	return -1;
+}
+
+const char *q4kh_f2_mode_name(enum q4kh_f2_mode m)
+{
+	static const char *const names[] = { "auto", "fresh", "off", "require" };
+	return (unsigned)m < 4 ? names[m] : "?";
+}
+
+int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
+                     size_t *n, struct q4kh_error *err)
+{
+	struct q4kh_gguf *g = NULL;
+	struct q4kh_tokenizer *tok = NULL;
+	enum q4kh_chat_format fmt;
+	char *prompt = NULL;
+	int rc = -1;
+
+	if (q4kh_gguf_open(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err))
+		goto out;
+	fmt = q4kh_chat_detect(g);
+	prompt = q4kh_chat_apply(fmt, text ? text : q4kh_f2_probe_text);
+	if (!prompt) {
+		q4kh_fail(err, "out of memory");
+		goto out;
+	}
+	rc = q4kh_tokenize(tok, prompt, strlen(prompt), 1,
+	                   fmt != Q4KH_CHAT_NONE && fmt != Q4KH_CHAT_UNKNOWN, ids,
+	                   n, err);
+out:
+	free(prompt);
+	q4kh_tokenizer_free(tok);
+	q4kh_gguf_close(g);
+	return rc;
+}
+
+int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
+                    const struct q4kh_config *c, const char *model_path,
+                    const int32_t *probe, size_t n_probe,
+                    struct q4kh_error *err)
+{
+	char cache[4200];
+
+	memset(g, 0, sizeof(*g));
+	g->registry = r;
+	g->config = c;
+	g->model_path = model_path;
+	g->probe = probe;
+	g->n_probe = n_probe;
+	g->timeout_seconds = 600;
+	g->self_exe = "/proc/self/exe"; /* Linux: the binary that runs now */
+	q4kh_receipt_dir(c, g->receipt_dir, sizeof(g->receipt_dir),
+	                 &g->receipt_dir_origin);
+	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
+	q4kh_sha256_bytes(probe, n_probe * sizeof(*probe), g->probe_sha256);
+	return q4kh_sha256_file(model_path, cache, g->model_sha256, err);
+}
+
+/* A number from [f2] or [plugin.NAME]; the plugin's section wins. */
+static int rule_number(const struct q4kh_guard *g, const char *plugin,
+                       const char *key, double lo, double hi, double *v,
+                       struct q4kh_error *err)
+{
+	char section[128];
+	const char *origin, *s;
+	char *end;
+
+	snprintf(section, sizeof(section), "plugin.%s", plugin);
+	s = q4kh_config_get(g->config, section, key, &origin);
+	if (!s)
+		s = q4kh_config_get(g->config, "f2", key, &origin);
+	if (!s)
+		return 0;
+	errno = 0;
+	*v = strtod(s, &end);
+	if (errno || end == s || *end || !(*v >= lo && *v <= hi))
+		return q4kh_fail(err, "%s: %s = \"%s\": expected a number in [%g, %g]",
+		                 origin, key, s, lo, hi);
+	return 0;
+}
+
+int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                     struct q4kh_f2_rules *rules, struct q4kh_error *err)
+{
+	const char *who = c->variant ? c->variant : c->backend;
+	double floor, steps, probe;
+
+	q4kh_f2_rules_default(rules);
+	floor = rules->floor;
+	steps = rules->decode_steps;
+	probe = rules->probe_tokens;
+	/* A config may lower the floor, never below the catastrophic one. */
+	if (rule_number(g, who, "f2_floor", Q4KH_F2_CATASTROPHIC, 1.0, &floor, err) ||
+	    rule_number(g, who, "f2_decode_steps", 8, 4096, &steps, err) ||
+	    rule_number(g, who, "f2_probe_tokens", 2, 8192, &probe, err))
+		return -1;
+	rules->floor = floor;
+	rules->decode_steps = (uint32_t)steps;
+	rules->probe_tokens = (uint32_t)probe;
+	return 0;
+}
+
+static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
+                        const char *role, const char *name, struct q4kh_error *err)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, name);
+	struct q4kh_receipt_plugin *e = &k->plugins[k->n_plugins];
+	char cache[4200];
+
+	if (!p)
+		return q4kh_fail(err, "plugin %s is not available on the plugin path %s",
+		                 name, g->registry->path);
+	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
+	snprintf(e->role, sizeof(e->role), "%s", role);
+	snprintf(e->name, sizeof(e->name), "%s", name);
+	if (q4kh_sha256_file(p->path, cache, e->sha256, err))
+		return -1;
+	k->n_plugins++;
+	return 0;
+}
+
+int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                   const struct q4kh_device_record *dev,
+                   struct q4kh_receipt_key *key, char *id, size_t id_cap,
+                   struct q4kh_error *err)
+{
+	struct q4kh_f2_rules rules;
+
+	memset(key, 0, sizeof(*key));
+	if (q4kh_guard_rules(g, c, &rules, err))
+		return -1;
+	memcpy(key->model_sha256, g->model_sha256, sizeof(key->model_sha256));
+	memcpy(key->probe_sha256, g->probe_sha256, sizeof(key->probe_sha256));
+	snprintf(key->device_uuid, sizeof(key->device_uuid), "%s", dev->uuid);
+	snprintf(key->driver_version, sizeof(key->driver_version), "%s",
+	         dev->driver_version);
+	key->ruleset = Q4KH_F2_RULESET;
+	key->floor = rules.floor;
+	key->decode_steps = rules.decode_steps;
+	key->probe_tokens = rules.probe_tokens;
+	if (plugin_entry(g, key, "reference", "cpu", err) ||
+	    plugin_entry(g, key, "backend", c->backend, err) ||
+	    (c->variant && plugin_entry(g, key, "variant", c->variant, err)))
+		return -1;
+	snprintf(id, id_cap, "%s %s %s %s", g->model_sha256, c->backend,
+	         c->variant ? c->variant : "built-in", dev->uuid);
+	return 0;
+}
+
+/* One side of a measurement: a backend device with the model on it. */
+struct side {
+	struct q4kh_backend be;
+	struct q4kh_kernel k;
+	struct q4kh_model *m;
+	struct q4kh_session *s;
+};
+
+static void side_close(struct side *sd)
+{
+	q4kh_session_free(sd->s);
+	q4kh_model_free(sd->m);
+	q4kh_kernel_close(&sd->k);
+	q4kh_backend_close(&sd->be);
+}
+
+static int side_open(const struct q4kh_guard *g, struct side *sd,
+                     const char *backend, uint32_t device, const char *variant,
+                     uint32_t n_ctx, struct q4kh_error *err)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, backend);
+	struct q4kh_session_params sp = { .n_ctx = n_ctx };
+
+	memset(sd, 0, sizeof(*sd));
+	if (!p)
+		return q4kh_fail(err, "backend %s is not available", backend);
+	if (q4kh_backend_open(p, device, &sd->be, err) ||
+	    q4kh_model_open(g->model_path, &sd->m, err) ||
+	    q4kh_model_upload(sd->m, &sd->be, err) ||
+	    (variant && q4kh_policy_use_kernel(g->registry, &sd->be, sd->m, variant,
+	                                       &sd->k, err)) ||
+	    q4kh_session_new(sd->m, &sp, &sd->s, err)) {
+		side_close(sd);
+		return -1;
+	}
+	return 0;
+}
+
+int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                       struct q4kh_receipt *out, struct q4kh_error *err)
+{
+	struct q4kh_f2_rules rules;
+	struct q4kh_f2_result res;
+	struct side ref, cand;
+	struct q4kh_error e = { { 0 } };
+	char id[512];
+	uint32_t n_ctx;
+	int rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (q4kh_guard_rules(g, c, &rules, err))
+		return -1;
+	n_ctx = rules.probe_tokens + rules.decode_steps + 8;
+	out->verdict = Q4KH_F2_NOT_MEASURED;
+	out->min_cosine = NAN;
+	/* Fail closed (F2.4): a side that cannot even start is not measured. */
+	if (side_open(g, &ref, "cpu", 0, NULL, n_ctx, &e)) {
+		snprintf(out->message, sizeof(out->message),
+		         "not measured: the reference could not start (F2.4): %.400s", e.msg);
+		return 0;
+	}
+	if (side_open(g, &cand, c->backend, c->device, c->variant, n_ctx, &e)) {
+		snprintf(out->message, sizeof(out->message),
+		         "not measured: the candidate could not start (F2.4): %.400s", e.msg);
+		side_close(&ref);
+		return 0;
+	}
+	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err) ||
+	    q4kh_f2_run(ref.s, cand.s, g->probe, g->n_probe, &rules, &res, err))
+		goto out;
+	out->verdict = res.verdict;
+	out->min_cosine = res.min_cosine;
+	out->near_ties = res.near_ties;
+	out->seconds = res.seconds;
+	out->worst_position = res.worst >= 0 ? res.points[res.worst].position : -1;
+	out->worst_decode_step = res.worst >= 0 ? res.points[res.worst].decode_step : -1;
+	snprintf(out->message, sizeof(out->message), "%s", res.message);
+	q4kh_f2_result_free(&res);
+	rc = out->verdict == Q4KH_F2_NOT_MEASURED
+	             ? 0 /* nothing measured: nothing to remember */
+	             : q4kh_receipt_save(g->receipt_dir, id, out, err);
+out:
+	side_close(&cand);
+	side_close(&ref);
+	return rc;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Run the measurement in a child: a crash or a hang cannot take us down. */
+static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                            char *why, size_t why_cap, struct q4kh_error *err)
+{
+	char device[16];
+	const char *argv[24];
+	int n = 0, status = 0;
+	pid_t pid;
+	double t0 = now();
+
+	snprintf(device, sizeof(device), "%u", c->device);
+	argv[n++] = "q4khost";
+	argv[n++] = "validate";
+	argv[n++] = "--one";
+	argv[n++] = "--backend";
+	argv[n++] = c->backend;
+	argv[n++] = "--device";
+	argv[n++] = device;
+	argv[n++] = "--kernel";
+	argv[n++] = c->variant ? c->variant : "none";
+	argv[n++] = "-m";
+	argv[n++] = g->model_path;
+	argv[n++] = "--plugin-path";
+	argv[n++] = g->registry->path;
+	if (g->config_file) {
+		argv[n++] = "--config";
+		argv[n++] = g->config_file;
+	}
+	argv[n] = NULL;
+	errno = posix_spawn(&pid, g->self_exe, NULL, NULL, (char *const *)argv, environ);
+	if (errno)
+		return q4kh_fail(err, "cannot start %s validate: %s", g->self_exe,
+		                 strerror(errno));
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR)
+			return q4kh_fail(err, "waiting for the validation process: %s",
+			                 strerror(errno));
+		if (now() - t0 > g->timeout_seconds) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			snprintf(why, why_cap, "validation timed out after %u s and was killed",
+			         g->timeout_seconds);
+			return 1;
+		}
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+	}
+	if (WIFSIGNALED(status)) {
+		snprintf(why, why_cap, "validation crashed: killed by signal %d (%s)",
+		         WTERMSIG(status), strsignal(WTERMSIG(status)));
+		return 1;
+	}
+	if (WEXITSTATUS(status) != 0) {
+		snprintf(why, why_cap, "validation failed: the process exited with status %d",
+		         WEXITSTATUS(status));
+		return 1;
+	}
+	return 0;
+}
+
+int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                     const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
+                     struct q4kh_guard_decision *out, struct q4kh_error *err)
+{
+	struct q4kh_receipt_key key;
+	struct q4kh_error lerr = { { 0 } };
+	char id[512], diff[256], why[256] = "";
+	const char *reason = "no receipt";
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (mode == Q4KH_F2_OFF) {
+		out->verdict = Q4KH_F2_NOT_MEASURED;
+		snprintf(out->source, sizeof(out->source), "off");
+		snprintf(out->receipt.message, sizeof(out->receipt.message),
+		         "F2 is off: the candidate is unverified");
+		return 0;
+	}
+	if (q4kh_guard_key(g, c, dev, &key, id, sizeof(id), err))
+		return -1;
+	rc = q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr);
+	if (rc == 0) {
+		reason = q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff));
+		if (!reason && mode != Q4KH_F2_FRESH) {
+			out->verdict = out->receipt.verdict;
+			snprintf(out->source, sizeof(out->source), "receipt (%s)",
+			         out->receipt.created);
+			return 0;
+		}
+		if (!reason)
+			reason = "--f2 fresh";
+	} else if (rc < 0) {
+		reason = "the receipt could not be read";
+	}
+	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
+	rc = measure_isolated(g, c, why, sizeof(why), err);
+	if (rc < 0)
+		return -1;
+	if (rc > 0) {
+		/* Recorded, so the next run does not retry until a key changes. */
+		memset(&out->receipt, 0, sizeof(out->receipt));
+		out->receipt.key = key;
+		out->receipt.verdict = Q4KH_F2_REJECT;
+		out->receipt.min_cosine = NAN;
+		out->receipt.worst_position = -1;
+		out->receipt.worst_decode_step = -1;
+		snprintf(out->receipt.message, sizeof(out->receipt.message), "%s", why);
+		out->verdict = Q4KH_F2_REJECT;
+		return q4kh_receipt_save(g->receipt_dir, id, &out->receipt, err);
+	}
+	if (q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr) != 0 ||
+	    q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff))) {
+		/* The child ran but measured nothing (F2.4). */
+		out->verdict = Q4KH_F2_NOT_MEASURED;
+		snprintf(out->receipt.message, sizeof(out->receipt.message),
+		         "not measured: the validation process wrote no receipt (F2.4)");
+		return 0;
+	}
+	out->verdict = out->receipt.verdict;
+	return 0;
+}

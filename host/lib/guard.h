@@ -1,0 +1,119 @@
+/*
+ * The F2 guard as the host applies it (design section 4): for a candidate
+ * (backend plugin, device, kernel variant or the backend's built-in
+ * kernels) decide from a valid receipt, or measure it (in an isolated child
+ * process, so a plugin that crashes or hangs rejects itself instead of
+ * taking the host down), and record the verdict as a receipt.
+ */
+#ifndef Q4KH_GUARD_H
+#define Q4KH_GUARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "error.h"
+#include "f2.h"
+#include "receipt.h"
+#include "registry.h"
+
+enum q4kh_f2_mode {
+	Q4KH_F2_AUTO = 0, /* a valid receipt, else measure */
+	Q4KH_F2_FRESH,    /* always measure */
+	Q4KH_F2_OFF,      /* do not guard: reported loudly */
+	Q4KH_F2_REQUIRE   /* as auto, but a failure is an error, not a fall-back */
+};
+
+/* "auto", "fresh", "off", "require" -> mode; -1 for anything else. */
+int q4kh_f2_mode_parse(const char *s, enum q4kh_f2_mode *out);
+const char *q4kh_f2_mode_name(enum q4kh_f2_mode m);
+
+/* The built-in validation text; the probe is its last tokens. */
+extern const char q4kh_f2_probe_text[];
+
+/*
+ * The probe's tokens for the model at MODEL_PATH: TEXT (the built-in probe
+ * when NULL) in the model's chat format when it has one, with BOS, as
+ * serving tokenizes a prompt. *ids is malloc()ed.
+ */
+int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
+                     size_t *n, struct q4kh_error *err);
+
+/* What is being judged. */
+struct q4kh_candidate {
+	const char *backend;  /* backend plugin name */
+	uint32_t device;      /* index within the backend */
+	const char *variant;  /* kernel-variant plugin name, NULL = built-in */
+};
+
+/* Everything a guard decision needs besides the candidate. */
+struct q4kh_guard {
+	const struct q4kh_registry *registry;
+	const struct q4kh_config *config;
+	const char *model_path;
+	char model_sha256[Q4KH_SHA256_HEX];
+	char receipt_dir[4096];
+	const char *receipt_dir_origin;
+	const int32_t *probe; /* owned by the caller */
+	size_t n_probe;
+	char probe_sha256[Q4KH_SHA256_HEX];
+	unsigned timeout_seconds; /* for a measurement in a child process */
+	const char *config_file;  /* --config, handed to the child; may be NULL */
+	const char *self_exe;     /* the q4khost binary that measures */
+};
+
+/*
+ * Fill G for MODEL_PATH: hash the model (cached by file identity), find
+ * the receipt folder, hash the probe. PROBE stays owned by the caller.
+ */
+int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
+                    const struct q4kh_config *c, const char *model_path,
+                    const int32_t *probe, size_t n_probe,
+                    struct q4kh_error *err);
+
+/*
+ * The F2 rules for a candidate: the defaults, then [f2] and [plugin.NAME]
+ * keys f2_floor, f2_decode_steps, f2_probe_tokens (NAME the variant, else
+ * the backend). A floor under the catastrophic floor or a bad number is an
+ * error naming the key and where it was set.
+ */
+int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                     struct q4kh_f2_rules *rules, struct q4kh_error *err);
+
+/*
+ * The receipt key and file identity of candidate C on the device described
+ * by DEV (uuid and driver version).
+ */
+int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                   const struct q4kh_device_record *dev,
+                   struct q4kh_receipt_key *key, char *id, size_t id_cap,
+                   struct q4kh_error *err);
+
+/*
+ * Measure C in this process: the reference cpu plugin and the candidate
+ * side by side (f2.h), and write the receipt. Used by the child process
+ * (q4khost validate --one) and by tests.
+ */
+int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                       struct q4kh_receipt *out, struct q4kh_error *err);
+
+/* The outcome of q4kh_guard_check. */
+struct q4kh_guard_decision {
+	enum q4kh_f2_verdict verdict;
+	char source[256];  /* "receipt", "fresh (reason: ...)", "off" */
+	struct q4kh_receipt receipt;
+};
+
+/*
+ * Decide on C under MODE: use a valid receipt (auto, require), else
+ * measure it in a child process (g->self_exe validate --one ...) with
+ * g->timeout_seconds; a child that crashes, is killed or times out gives a
+ * recorded rejection naming the signal or the timeout. DEV is the
+ * candidate's device record. -1 with err only when no decision can be made
+ * at all (hashing or the child could not start).
+ */
+int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                     const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
+                     struct q4kh_guard_decision *out, struct q4kh_error *err);
+
+#endif

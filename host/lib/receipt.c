@@ -1,0 +1,262 @@
+#include "buildconf.h"
+
+#include "receipt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECEIPT_SCHEMA 1
+
+void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
+                      const char **origin)
+{
+	const char *env = q4kh_env("Q4KHOST_F2_RECEIPT_DIR");
+	const char *file, *conf = q4kh_config_get(c, "f2", "receipt_dir", &file);
+	const char *cache = q4kh_env("XDG_CACHE_HOME"), *home = q4kh_env("HOME");
+
+	if (env && *env) {
+		snprintf(buf, cap, "%s", env);
+		*origin = "Q4KHOST_F2_RECEIPT_DIR";
+	} else if (conf && *conf) {
+		snprintf(buf, cap, "%s", conf);
+		*origin = file;
+	} else {
+		if (cache && cache[0] == '/')
+			snprintf(buf, cap, "%s/q4khost/f2", cache);
+		else
+			snprintf(buf, cap, "%s/.cache/q4khost/f2", home ? home : "");
+		*origin = "default";
+	}
+}
+
+/* DIR/<sha256 of ID>.json: any identity maps to a safe file name. */
+static void receipt_path(const char *dir, const char *id, char *buf, size_t cap)
+{
+	char hex[Q4KH_SHA256_HEX];
+
+	q4kh_sha256_bytes(id, strlen(id), hex);
+	snprintf(buf, cap, "%s/%.32s.json", dir, hex);
+}
+
+static int mkdirs(const char *dir)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(path, 0755) != 0 && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static json_t *key_json(const struct q4kh_receipt_key *k)
+{
+	json_t *plugins = json_array();
+
+	for (int i = 0; i < k->n_plugins; i++)
+		json_array_append_new(plugins, json_pack("{s:s, s:s, s:s}", "role",
+		                                         k->plugins[i].role, "name",
+		                                         k->plugins[i].name, "sha256",
+		                                         k->plugins[i].sha256));
+	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:i, s:i, s:s}",
+	                 "model_sha256", k->model_sha256, "plugins", plugins,
+	                 "device_uuid", k->device_uuid, "driver_version",
+	                 k->driver_version, "ruleset", k->ruleset, "floor", k->floor,
+	                 "decode_steps", (int)k->decode_steps, "probe_tokens",
+	                 (int)k->probe_tokens, "probe_sha256", k->probe_sha256);
+}
+
+/* Copy a JSON string into a fixed field; 0 when it fits. */
+static int get_str(json_t *o, const char *name, char *dst, size_t cap)
+{
+	const char *s = json_string_value(json_object_get(o, name));
+
+	if (!s || strlen(s) >= cap)
+		return -1;
+	memcpy(dst, s, strlen(s) + 1);
+	return 0;
+}
+
+static int key_parse(json_t *o, struct q4kh_receipt_key *k)
+{
+	json_t *plugins = json_object_get(o, "plugins"), *p;
+	size_t i;
+
+	memset(k, 0, sizeof(*k));
+	if (get_str(o, "model_sha256", k->model_sha256, sizeof(k->model_sha256)) ||
+	    get_str(o, "device_uuid", k->device_uuid, sizeof(k->device_uuid)) ||
+	    get_str(o, "driver_version", k->driver_version, sizeof(k->driver_version)) ||
+	    get_str(o, "probe_sha256", k->probe_sha256, sizeof(k->probe_sha256)) ||
+	    !json_is_array(plugins) || json_array_size(plugins) > Q4KH_RECEIPT_PLUGINS)
+		return -1;
+	json_array_foreach(plugins, i, p) {
+		if (get_str(p, "role", k->plugins[i].role, sizeof(k->plugins[i].role)) ||
+		    get_str(p, "name", k->plugins[i].name, sizeof(k->plugins[i].name)) ||
+		    get_str(p, "sha256", k->plugins[i].sha256, sizeof(k->plugins[i].sha256)))
+			return -1;
+	}
+	k->n_plugins = (int)json_array_size(plugins);
+	k->ruleset = (int)json_integer_value(json_object_get(o, "ruleset"));
+	k->floor = json_number_value(json_object_get(o, "floor"));
+	k->decode_steps = (uint32_t)json_integer_value(json_object_get(o, "decode_steps"));
+	k->probe_tokens = (uint32_t)json_integer_value(json_object_get(o, "probe_tokens"));
+	return 0;
+}
+
+static const char *const verdicts[] = { "pass", "reject", "broken", "not measured" };
+
+int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
+                      struct q4kh_error *err)
+{
+	char path[4096];
+	json_error_t jerr;
+	json_t *root;
+	const char *v;
+	int rc = -1;
+
+	receipt_path(dir, id, path, sizeof(path));
+	if (access(path, F_OK) != 0)
+		return 1;
+	memset(out, 0, sizeof(*out));
+	root = json_load_file(path, 0, &jerr);
+	if (!root)
+		return q4kh_fail(err, "%s:%d: %s", path, jerr.line, jerr.text);
+	v = json_string_value(json_object_get(root, "verdict"));
+	if (json_integer_value(json_object_get(root, "schema")) != RECEIPT_SCHEMA ||
+	    key_parse(json_object_get(root, "key"), &out->key) || !v) {
+		q4kh_fail(err, "%s: not a receipt of schema %d", path, RECEIPT_SCHEMA);
+		goto out;
+	}
+	out->verdict = Q4KH_F2_NOT_MEASURED;
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(v, verdicts[i]))
+			out->verdict = (enum q4kh_f2_verdict)i;
+	out->min_cosine = json_is_number(json_object_get(root, "min_cosine"))
+	                          ? json_number_value(json_object_get(root, "min_cosine"))
+	                          : NAN;
+	out->worst_position = json_integer_value(json_object_get(root, "worst_position"));
+	out->worst_decode_step = (int32_t)json_integer_value(json_object_get(root, "worst_decode_step"));
+	out->near_ties = (int)json_integer_value(json_object_get(root, "near_ties"));
+	out->seconds = json_number_value(json_object_get(root, "seconds"));
+	get_str(root, "message", out->message, sizeof(out->message));
+	get_str(root, "created", out->created, sizeof(out->created));
+	get_str(root, "host_version", out->host_version, sizeof(out->host_version));
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}
+
+int q4kh_receipt_save(const char *dir, const char *id,
+                      const struct q4kh_receipt *r, struct q4kh_error *err)
+{
+	char path[4096], tmp[4200], created[32];
+	time_t t = time(NULL);
+	struct tm tm;
+	json_t *root;
+	int fd, rc;
+	FILE *f;
+
+	if (mkdirs(dir) != 0)
+		return q4kh_fail(err, "%s: cannot create the receipt folder: %s", dir,
+		                 strerror(errno));
+	gmtime_r(&t, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	root = json_pack("{s:i, s:s, s:o, s:s, s:s, s:I, s:i, s:i, s:f, s:s, s:s}",
+	                 "schema", RECEIPT_SCHEMA, "id", id, "key", key_json(&r->key),
+	                 "verdict", verdicts[r->verdict], "message", r->message,
+	                 "worst_position", (json_int_t)r->worst_position,
+	                 "worst_decode_step", (int)r->worst_decode_step, "near_ties",
+	                 r->near_ties, "seconds", r->seconds, "created", created,
+	                 "host_version", PACKAGE_VERSION);
+	if (!root)
+		return q4kh_fail(err, "receipt: out of memory");
+	/* NaN is no JSON number: a NaN minimum is written as null. */
+	json_object_set_new(root, "min_cosine",
+	                    isfinite(r->min_cosine) ? json_real(r->min_cosine) : json_null());
+	receipt_path(dir, id, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	rc = f && json_dumpf(root, f, JSON_INDENT(1)) == 0 && fflush(f) == 0 &&
+	     fsync(fileno(f)) == 0;
+	if (f)
+		rc = fclose(f) == 0 && rc;
+	else if (fd >= 0)
+		close(fd);
+	json_decref(root);
+	if (!rc || rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		return q4kh_fail(err, "%s: cannot write the receipt: %s", path, strerror(e));
+	}
+	return 0;
+}
+
+static void short_hash(const char *h, char *buf)
+{
+	snprintf(buf, 16, "%.8s…", h);
+}
+
+const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
+                                  const struct q4kh_receipt_key *cur, char *buf,
+                                  size_t cap)
+{
+	char a[16], b[16];
+
+	if (strcmp(old->model_sha256, cur->model_sha256)) {
+		short_hash(old->model_sha256, a);
+		short_hash(cur->model_sha256, b);
+		snprintf(buf, cap, "the model file changed (sha256 %s -> %s)", a, b);
+		return buf;
+	}
+	for (int i = 0; i < cur->n_plugins; i++) {
+		const struct q4kh_receipt_plugin *c = &cur->plugins[i], *o = NULL;
+		for (int j = 0; j < old->n_plugins; j++)
+			if (!strcmp(old->plugins[j].role, c->role))
+				o = &old->plugins[j];
+		if (!o || strcmp(o->name, c->name)) {
+			snprintf(buf, cap, "the %s plugin is now %s", c->role, c->name);
+			return buf;
+		}
+		if (strcmp(o->sha256, c->sha256)) {
+			short_hash(o->sha256, a);
+			short_hash(c->sha256, b);
+			snprintf(buf, cap, "the plugin file of %s changed (sha256 %s -> %s)",
+			         c->name, a, b);
+			return buf;
+		}
+	}
+	if (old->n_plugins != cur->n_plugins)
+		snprintf(buf, cap, "the set of plugins changed");
+	else if (strcmp(old->device_uuid, cur->device_uuid))
+		snprintf(buf, cap, "the device changed (%s -> %s)", old->device_uuid,
+		         cur->device_uuid);
+	else if (strcmp(old->driver_version, cur->driver_version))
+		snprintf(buf, cap, "the driver changed (%s -> %s)", old->driver_version,
+		         cur->driver_version);
+	else if (old->ruleset != cur->ruleset)
+		snprintf(buf, cap, "the F2 rule set changed (%d -> %d)", old->ruleset,
+		         cur->ruleset);
+	else if (old->floor != cur->floor || old->decode_steps != cur->decode_steps ||
+	         old->probe_tokens != cur->probe_tokens)
+		snprintf(buf, cap, "the F2 settings changed (floor %.2f, %u decode steps, %u probe tokens)",
+		         cur->floor, cur->decode_steps, cur->probe_tokens);
+	else if (strcmp(old->probe_sha256, cur->probe_sha256))
+		snprintf(buf, cap, "the probe changed");
+	else
+		return NULL;
+	return buf;
+}

@@ -1,0 +1,83 @@
+/*
+ * F2 receipts (design section 4): one small JSON file per candidate
+ * (model, backend, kernel variant, device) holding its last verdict and
+ * the key it was measured under. A receipt is valid only while every part
+ * of its key is unchanged: the model file's SHA-256, the SHA-256 of every
+ * plugin file involved (reference, backend, variant), the device UUID and
+ * driver version, the F2 rule set and the rules' values, and the probe.
+ * Files are written atomically (temporary file, fsync, rename). Functions
+ * are thread-safe for distinct receipts.
+ */
+#ifndef Q4KH_RECEIPT_H
+#define Q4KH_RECEIPT_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "error.h"
+#include "f2.h"
+#include "hash.h"
+
+#define Q4KH_RECEIPT_PLUGINS 3 /* reference, backend, kernel variant */
+
+struct q4kh_receipt_plugin {
+	char role[16];  /* "reference", "backend", "variant" */
+	char name[64];
+	char sha256[Q4KH_SHA256_HEX];
+};
+
+struct q4kh_receipt_key {
+	char model_sha256[Q4KH_SHA256_HEX];
+	struct q4kh_receipt_plugin plugins[Q4KH_RECEIPT_PLUGINS];
+	int n_plugins;
+	char device_uuid[64];
+	char driver_version[64];
+	int ruleset;
+	double floor;
+	uint32_t decode_steps, probe_tokens;
+	char probe_sha256[Q4KH_SHA256_HEX]; /* of the probe's token ids */
+};
+
+struct q4kh_receipt {
+	struct q4kh_receipt_key key;
+	enum q4kh_f2_verdict verdict;
+	double min_cosine;
+	int64_t worst_position;
+	int32_t worst_decode_step;
+	int near_ties;
+	double seconds;
+	char message[512];
+	char created[32];      /* UTC, ISO 8601 */
+	char host_version[32];
+};
+
+/*
+ * The receipt folder: Q4KHOST_F2_RECEIPT_DIR, else [f2] receipt_dir, else
+ * ${XDG_CACHE_HOME:-$HOME/.cache}/q4khost/f2. *origin says which.
+ */
+void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
+                      const char **origin);
+
+/*
+ * Read the receipt of candidate ID (any printable identity string, e.g.
+ * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR. 0 on success, 1 when there is
+ * none, -1 with err for a file that exists but cannot be parsed (the caller
+ * treats it as absent and overwrites it).
+ */
+int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
+                      struct q4kh_error *err);
+
+/* Write R as the receipt of ID into DIR (created if missing). */
+int q4kh_receipt_save(const char *dir, const char *id,
+                      const struct q4kh_receipt *r, struct q4kh_error *err);
+
+/*
+ * NULL when OLD and CUR are the same key; else BUF, naming the first part
+ * that changed, e.g. "plugin file of cuda-mwv changed (sha256 1a2b… ->
+ * 9f8e…)".
+ */
+const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
+                                  const struct q4kh_receipt_key *cur, char *buf,
+                                  size_t cap);
+
+#endif
