@@ -23,5 +23,6 @@ int q4kh_cli_bad_option(const char *command, char **argv);
 int q4kh_cmd_run(int argc, char **argv);
 int q4kh_cmd_plugins(int argc, char **argv);
 int q4kh_cmd_info(int argc, char **argv);
+int q4kh_cmd_validate(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const struct command commands[] = {
 	{ "run", q4kh_cmd_run, "generate text from a GGUF model" },
 	{ "plugins", q4kh_cmd_plugins, "list plugins found, accepted or rejected, and devices" },
 	{ "info", q4kh_cmd_info, "print a GGUF file's metadata and tensor types" },
+	{ "validate", q4kh_cmd_validate, "run the F2 parity guard on backends and kernel variants" },
 };
 
 static void usage(FILE *out)
