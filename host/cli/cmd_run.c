@@ -18,6 +18,7 @@
 #include "kernel.h"
 #include "model.h"
 #include "policy.h"
+#include "select.h"
 #include "registry.h"
 #include "report.h"
 #include "sampler.h"
@@ -28,6 +29,7 @@
 
 struct run_opts {
 	const char *model, *prompt, *plugin_path, *config_file, *backend, *kernel;
+	enum q4kh_f2_mode f2;
 	long n_predict, device, ctx, threads;
 	struct q4kh_sampler_params sp;
 	int raw, json;
@@ -50,7 +52,12 @@ static void usage(FILE *out)
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
 	        "      --seed S          random seed (default 0)\n"
 	        "      --raw             do not apply the model's chat template\n"
-	        "      --backend NAME    backend plugin (default cpu)\n"
+	        "      --backend NAME    backend plugin (default: $Q4KHOST_BACKEND, else\n"
+	        "                        the first GPU backend whose kernels pass F2,\n"
+	        "                        else the reference cpu)\n"
+	        "      --f2 MODE         parity guard: auto (a valid receipt, else measure;\n"
+	        "                        default, or $Q4KHOST_F2), fresh, off, require\n"
+	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --device N        device index within the backend (default 0)\n"
 	        "      --kernel NAME     kernel-variant plugin for the weight types it\n"
 	        "                        implements (default: $Q4KHOST_Q4K_KERNEL, else\n"
@@ -98,10 +105,24 @@ static int parse_float(const char *s, const char *what, float lo, float hi, floa
 	return 0;
 }
 
+/* Q4KHOST_BACKEND and Q4KHOST_F2, parsed; the command line overrides. */
+static int env_choice(struct run_opts *o)
+{
+	const char *b = q4kh_env("Q4KHOST_BACKEND"), *f = q4kh_env("Q4KHOST_F2");
+
+	if (b && *b)
+		o->backend = b;
+	if (f && *f && q4kh_f2_mode_parse(f, &o->f2)) {
+		fprintf(stderr, "q4khost run: Q4KHOST_F2='%s' is not one of auto, fresh, off, require\n", f);
+		return -1;
+	}
+	return 0;
+}
+
 static int parse(int argc, char **argv, struct run_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
-	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL };
+	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "prompt", required_argument, 0, 'p' },
@@ -119,6 +140,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		{ "json", no_argument, 0, O_JSON },
 		{ "threads", required_argument, 0, O_THREADS },
 		{ "kernel", required_argument, 0, O_KERNEL },
+		{ "f2", required_argument, 0, O_F2 },
+		{ "revalidate", no_argument, 0, O_REVALIDATE },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -127,7 +150,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->prompt = DEFAULT_PROMPT;
-	o->backend = "cpu";
+	if (env_choice(o) < 0)
+		return -1;
 	o->n_predict = 64;
 	o->sp.top_k = 40;
 	o->sp.top_p = 0.95f;
@@ -166,6 +190,14 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		case O_RAW: o->raw = 1; break;
 		case O_BACKEND: o->backend = optarg; break;
 		case O_KERNEL: o->kernel = optarg; break;
+		case O_REVALIDATE: o->f2 = Q4KH_F2_FRESH; break;
+		case O_F2:
+			if (q4kh_f2_mode_parse(optarg, &o->f2)) {
+				fprintf(stderr, "q4khost run: --f2 '%s' is not one of auto, fresh, off, require\n",
+				        optarg);
+				return -1;
+			}
+			break;
 		case O_DEVICE:
 			if (parse_long(optarg, "--device", 0, 1023, &o->device))
 				return -1;
@@ -201,9 +233,8 @@ static double now(void)
 struct run {
 	struct q4kh_config *config;
 	struct q4kh_registry *registry;
-	struct q4kh_backend backend;
-	struct q4kh_kernel kernel;
-	struct q4kh_model *model;
+	struct q4kh_selection sel; /* backend, kernel variant, model */
+	struct q4kh_model *model;  /* sel.model */
 	struct q4kh_tokenizer *tok;
 	struct q4kh_session *session;
 	struct q4kh_sampler *sampler;
@@ -219,9 +250,7 @@ static void run_free(struct run *r)
 	q4kh_sampler_free(r->sampler);
 	q4kh_session_free(r->session);
 	q4kh_tokenizer_free(r->tok);
-	q4kh_model_free(r->model); /* releases weights prepared by the kernel */
-	q4kh_kernel_close(&r->kernel);
-	q4kh_backend_close(&r->backend);
+	q4kh_selection_close(&r->sel);
 	q4kh_registry_free(r->registry);
 	q4kh_config_free(r->config);
 	free(r->ids);
@@ -252,8 +281,8 @@ static int emit(struct run *r, const char *piece, size_t len, int stream)
 static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err)
 {
 	char model_path[4096];
-	const struct q4kh_plugin *p;
 	struct q4kh_session_params sp = { 0 };
+	struct q4kh_select_request rq = { 0 };
 	const char *kernel, *origin;
 
 	if (q4kh_config_load(NULL, o->config_file, &r->config, err))
@@ -266,36 +295,30 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	}
 	if (q4kh_registry_scan(o->plugin_path, r->config, &r->registry, err))
 		return Q4KH_EXIT_FAIL;
-	p = q4kh_registry_find(r->registry, o->backend);
-	if (!p) {
-		q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s); "
-		               "see q4khost plugins", o->backend, r->registry->path,
-		          r->registry->path_origin);
-		return Q4KH_EXIT_PLUGIN;
-	}
-	if (q4kh_backend_open(p, (uint32_t)o->device, &r->backend, err))
-		return Q4KH_EXIT_PLUGIN;
-	if (!o->model)
-		q4kh_default_model_path(model_path, sizeof(model_path));
-	if (q4kh_model_open(o->model ? o->model : model_path, &r->model, err)) {
-		if (!o->model && access(model_path, F_OK) != 0) {
-			size_t len = strlen(err->msg);
-			snprintf(err->msg + len, sizeof(err->msg) - len,
-			         " (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)");
-		}
+	rq.registry = r->registry;
+	rq.config = r->config;
+	rq.config_file = o->config_file;
+	rq.backend = o->backend;
+	rq.device = (uint32_t)o->device;
+	rq.mode = o->f2;
+	if (!o->model && access(q4kh_default_model_path(model_path, sizeof(model_path)), F_OK) != 0) {
+		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
+		          model_path);
 		return Q4KH_EXIT_INPUT;
 	}
+	rq.model_path = o->model ? o->model : model_path;
+	/* A bad file is the user's input error (exit 3), whatever serves it. */
+	if (q4kh_model_open(rq.model_path, &r->model, err))
+		return Q4KH_EXIT_INPUT;
+	q4kh_model_free(r->model);
+	kernel = q4kh_policy_kernel_name(o->kernel, &origin);
+	rq.kernel = kernel;
+	rq.builtin_only = !kernel && strcmp(origin, "default") != 0;
+	if (q4kh_select(&rq, &r->sel, err))
+		return r->sel.explicit_failure ? Q4KH_EXIT_PLUGIN : Q4KH_EXIT_FAIL;
+	r->model = r->sel.model;
 	if (q4kh_tokenizer_load(r->model->gguf, &r->tok, err))
 		return Q4KH_EXIT_INPUT;
-	if (q4kh_model_upload(r->model, &r->backend, err))
-		return Q4KH_EXIT_FAIL;
-	kernel = q4kh_policy_kernel_name(o->kernel, &origin);
-	if (kernel && q4kh_policy_use_kernel(r->registry, &r->backend, r->model,
-	                                     kernel, &r->kernel, err)) {
-		size_t len = strlen(err->msg);
-		snprintf(err->msg + len, sizeof(err->msg) - len, " (asked for by %s)", origin);
-		return Q4KH_EXIT_PLUGIN;
-	}
 	sp.n_ctx = (uint32_t)o->ctx;
 	if (q4kh_session_new(r->model, &sp, &r->session, err))
 		return Q4KH_EXIT_FAIL;
@@ -357,8 +380,10 @@ static int generate(const struct run_opts *o, struct run *r,
 			return -1;
 	}
 	rep->decode_seconds = now() - t0;
-	if (!o->json)
+	if (!o->json) { /* before the report reaches unbuffered stderr */
 		fputc('\n', stdout);
+		fflush(stdout);
+	}
 	return 0;
 }
 
@@ -382,7 +407,8 @@ int q4kh_cmd_run(int argc, char **argv)
 	}
 	rep.model_path = r.model->gguf->path;
 	rep.model = r.model;
-	rep.backend = &r.backend;
+	rep.backend = &r.sel.backend;
+	rep.selection = &r.sel;
 	rep.device_index = (uint32_t)o.device;
 	if (o.json) {
 		json_t *j = q4kh_report_json(&rep);

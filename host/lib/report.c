@@ -4,17 +4,6 @@
 
 #include "kernel.h"
 
-/*
- * Until the F2 guard exists, anything but the reference cpu backend with its
- * own kernels is unverified: say so on every run instead of implying a pass.
- */
-static const char *f2_text(const struct q4kh_report *r, int variants)
-{
-	if (!variants && !strcmp(r->backend->plugin->name, "cpu"))
-		return "not needed (the reference cpu backend with its built-in kernels)";
-	return "NOT RUN: this backend/kernel combination is unverified (the F2 parity guard is not built yet)";
-}
-
 static double rate(int64_t tokens, double seconds)
 {
 	return seconds > 0 ? (double)tokens / seconds : 0.0;
@@ -26,7 +15,6 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	const struct q4kh_device_record *d = &r->backend->record;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
-	int variants = 0;
 
 	fprintf(f, "q4khost: model %s (%s, %u layers)\n", r->model_path,
 	        r->model->arch->name, r->model->hp.n_layer);
@@ -51,11 +39,17 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 			fprintf(f, "q4khost: kernel variant %s %s (build %s) from %s\n",
 			        k->plugin->name, k->plugin->desc->version,
 			        k->plugin->desc->build_id, k->plugin->path);
-			variants = 1;
 			break;
 		}
 	}
-	fprintf(f, "q4khost: F2: %s\n", f2_text(r, variants));
+	fprintf(f, "q4khost: F2: %s%s%s%s: %s\n", r->selection->f2_verdict,
+	        r->selection->f2_source[0] ? " (" : "", r->selection->f2_source,
+	        r->selection->f2_source[0] ? ")" : "", r->selection->f2_message);
+	for (const char *s = r->selection->steps; *s;) {
+		size_t len = strcspn(s, "\n");
+		fprintf(f, "q4khost: F2 rejected first: %.*s\n", (int)len, s);
+		s += len + (s[len] == '\n');
+	}
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
 	fprintf(f, "q4khost: prefill %lld tokens in %.3f s (%.1f tokens/s); "
 	           "decode %lld tokens in %.3f s (%.1f tokens/s); stop: %s\n",
@@ -73,12 +67,15 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	const struct q4kh_device_record *d = &r->backend->record;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
-	json_t *kernels = json_object();
-	int variants = 0;
+	json_t *kernels = json_object(), *fallbacks = json_array();
 
+	for (const char *s = r->selection->steps; *s;) {
+		size_t len = strcspn(s, "\n");
+		json_array_append_new(fallbacks, json_stringn(s, len));
+		s += len + (s[len] == '\n');
+	}
 	for (size_t i = 0; i < nt; i++) {
 		const struct q4kh_kernel *k = q4kh_model_kernel_for(r->model, types[i]);
-		variants |= k != NULL;
 		json_object_set_new(kernels, q4kh_type_name(types[i]),
 		                    k ? json_pack("{s:s, s:s, s:s, s:s}", "plugin",
 		                                  k->plugin->name, "version",
@@ -90,7 +87,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	}
 	return json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
-		"s:o, s:{s:s, s:s}, s:s, "
+		"s:o, s:{s:s, s:s, s:s, s:o}, s:s, "
 		"s:{s:I, s:f, s:f}, s:{s:I, s:f, s:f}, s:s}",
 		"model", r->model_path, "architecture", r->model->arch->name,
 		"backend", "name", p->name, "version", p->desc->version, "build_id",
@@ -99,8 +96,8 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		d->uuid, "arch", d->arch, "driver_version", d->driver_version, "memory_bytes",
 		(json_int_t)d->memory_bytes,
 		"kernels", kernels,
-		"f2", "verdict", variants || strcmp(p->name, "cpu") ? "not run" : "not needed",
-		"reason", f2_text(r, variants),
+		"f2", "verdict", r->selection->f2_verdict, "source", r->selection->f2_source,
+		"message", r->selection->f2_message, "rejected_first", fallbacks,
 		"chat_template", r->chat_template,
 		"prefill", "tokens", (json_int_t)r->prompt_tokens, "seconds",
 		r->prefill_seconds, "tokens_per_second",

@@ -12,11 +12,13 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "select.h"
 
 struct q4kh_report {
 	const char *model_path;
 	const struct q4kh_model *model;
 	const struct q4kh_backend *backend;
+	const struct q4kh_selection *selection; /* F2 verdict and fall-backs */
 	uint32_t device_index;
 	const char *chat_template; /* "gemma", or "none (raw text)" */
 	int64_t prompt_tokens;
