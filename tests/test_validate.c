@@ -155,3 +155,45 @@ Test(validate, a_hanging_plugin_is_killed_and_rejected, .timeout = 120)
 	expect(root, "defect-hang", "reject", "timed out after 5 s");
 	json_decref(root);
 }
+
+/* q4khost run through the guard: what serves, and what a named request gets. */
+static int run_cli(const char *plugins, const char *receipts, const char *args,
+                   char *out, size_t cap)
+{
+	char cmd[8192];
+	size_t got;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd),
+	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost run -n 2 -p Hello --plugin-path %s %s 2>&1",
+	         receipts, test_builddir(), plugins, args);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	got = fread(out, 1, cap - 1, p);
+	out[got] = 0;
+	return WEXITSTATUS(pclose(p));
+}
+
+Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
+	char *plugins, *receipts = test_tmpdir(), out[16384];
+
+	test_model_path();
+	plugins = plugin_dir(names);
+	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
+	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh (reason: no receipt))") != NULL, "%s", out);
+	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "the second run uses the receipt: %s", out);
+	cr_expect_eq(run_cli(plugins, receipts, "--kernel defect-nan", out, sizeof(out)), 4,
+	             "a named variant that fails F2 is an error, not a fall-back: %s", out);
+	cr_expect(strstr(out, "cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL, "%s", out);
+	cr_expect_eq(run_cli(plugins, receipts, "--kernel defect-nan --f2 off", out, sizeof(out)), 0,
+	             "%s", out);
+	cr_expect(strstr(out, "F2: off (--f2 off): F2 IS OFF: cpu/defect-nan serves unverified") != NULL,
+	          "%s", out);
+	cr_expect_eq(run_cli(plugins, receipts, "--f2 maybe", out, sizeof(out)), 2, "%s", out);
+	cr_expect(strstr(out, "not one of auto, fresh, off, require") != NULL, "%s", out);
+}
