@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config
-      libiniparser-dev libcriterion-dev libjansson-dev libssl-dev
+      libiniparser-dev libcriterion-dev libjansson-dev libssl-dev libpcre2-dev
       python3 python3-pip ca-certificates)
 
 missing=()

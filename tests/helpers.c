@@ -111,3 +111,76 @@ double test_cosine(const float *a, const float *b, int64_t n)
 	}
 	return ab / sqrt(aa * bb);
 }
+
+void test_q8_0_logits(const struct q4kh_gguf_tensor *w, const float *h,
+                      int64_t rows, float *out)
+{
+	const int64_t k = w->ne[0], nb = k / 32, v = w->ne[1];
+	const uint8_t *base = w->data;
+	double *row = malloc(sizeof(double) * k);
+
+	cr_assert_eq(w->type, Q4KH_TYPE_Q8_0, "the LM head is %s, expected Q8_0",
+	             q4kh_type_name(w->type));
+	for (int64_t r = 0; r < v; r++) {
+		const uint8_t *blk = base + r * nb * 34;
+		for (int64_t b = 0; b < nb; b++, blk += 34) {
+			uint16_t d16;
+			memcpy(&d16, blk, 2);
+			double d = q4kh_fp16_to_f32(d16);
+			for (int j = 0; j < 32; j++)
+				row[b * 32 + j] = d * (int8_t)blk[2 + j];
+		}
+		for (int64_t t = 0; t < rows; t++) {
+			const float *ht = h + t * k;
+			double acc[4] = { 0 };
+			for (int64_t j = 0; j < k; j += 4)
+				for (int l = 0; l < 4; l++)
+					acc[l] += row[j + l] * ht[j + l];
+			out[t * v + r] = (float)((acc[0] + acc[1]) + (acc[2] + acc[3]));
+		}
+	}
+	free(row);
+}
+
+char *test_unhex(const char *hex, size_t *n)
+{
+	size_t len = strlen(hex);
+	char *out = malloc(len / 2 + 1);
+
+	cr_assert_not_null(out);
+	for (size_t i = 0; i + 1 < len; i += 2) {
+		unsigned v;
+		cr_assert_eq(sscanf(hex + i, "%2x", &v), 1, "bad hex %s", hex);
+		out[i / 2] = (char)v;
+	}
+	*n = len / 2;
+	return out;
+}
+
+char *test_patch_gguf(const char *src, const char *key, const char *from,
+                      const char *to)
+{
+	char *dir = test_tmpdir(), *path, *p;
+	size_t len, klen = strlen(key);
+	char *data = test_read_file(src, &len);
+
+	cr_assert_not_null(data, "cannot read %s", src);
+	p = memmem(data, len, key, klen);
+	cr_assert_not_null(p, "%s: no key %s", src, key);
+	if (from) {
+		/* the key, its type (4 bytes), the string's length (8), the string */
+		char *v = p + klen + 12;
+		cr_assert_eq(strlen(from), strlen(to));
+		cr_assert(v + strlen(from) <= data + len && !memcmp(v, from, strlen(from)),
+		          "%s: %s is not \"%s\"", src, key, from);
+		memcpy(v, to, strlen(to));
+	} else {
+		cr_assert_eq(strlen(to), klen);
+		memcpy(p, to, klen);
+	}
+	cr_assert_geq(asprintf(&path, "%s/patched.gguf", dir), 0);
+	test_write_file(path, data, len);
+	free(data);
+	free(dir);
+	return path;
+}

@@ -30,4 +30,26 @@ void *test_read_file(const char *path, size_t *len);
 /* Cosine similarity of two vectors of N floats, accumulated in double. */
 double test_cosine(const float *a, const float *b, int64_t n);
 
+/*
+ * Logits from hidden states, as an oracle rebuilds them: out[r * V + v] =
+ * sum_k W[v][k] h[r * K + k] in double, for r < rows, W the Q8_0 matrix w
+ * {K, V} (an LM head) dequantized here independently of the cpu plugin
+ * (x = fp16 d * q per 32-value block). Fails the test for another type.
+ */
+struct q4kh_gguf_tensor;
+void test_q8_0_logits(const struct q4kh_gguf_tensor *w, const float *h,
+                      int64_t rows, float *out);
+
+/* The bytes of a hex string (malloc()ed); *n gets their count. */
+char *test_unhex(const char *hex, size_t *n);
+
+/*
+ * A copy of GGUF file SRC in a test_tmpdir() folder with the string value
+ * of metadata KEY (now FROM) replaced by TO of the same length, or, with
+ * FROM NULL, the key's own name replaced by TO (same length). Returns the
+ * copy's path (malloc()ed); fails the test when KEY or FROM is not there.
+ */
+char *test_patch_gguf(const char *src, const char *key, const char *from,
+                      const char *to);
+
 #endif

@@ -58,39 +58,6 @@ static void load_oracle(struct oracle *o)
 	cr_assert_eq(len, o->rows * o->n_embd * sizeof(float), "%s: size %zu", path, len);
 }
 
-/*
- * Rebuild llama.cpp's logits: out[r][v] = sum_k W[v][k] h_r[k], W the Q8_0
- * token_embd (x = fp16 d * q per 32-value block), accumulated in double.
- */
-static void rebuild_logits(const struct q4kh_gguf_tensor *w, const float *h,
-                           int64_t rows, float *out)
-{
-	const int64_t k = w->ne[0], nb = k / 32, v = w->ne[1];
-	const uint8_t *base = w->data;
-	double *row = malloc(sizeof(double) * k);
-
-	cr_assert_eq(w->type, Q4KH_TYPE_Q8_0, "the default model's LM head is Q8_0");
-	for (int64_t r = 0; r < v; r++) {
-		const uint8_t *blk = base + r * nb * 34;
-		for (int64_t b = 0; b < nb; b++, blk += 34) {
-			uint16_t d16;
-			memcpy(&d16, blk, 2);
-			double d = q4kh_fp16_to_f32(d16);
-			for (int j = 0; j < 32; j++)
-				row[b * 32 + j] = d * (int8_t)blk[2 + j];
-		}
-		for (int64_t t = 0; t < rows; t++) {
-			const float *ht = h + t * k;
-			double acc[4] = { 0 };
-			for (int64_t j = 0; j < k; j += 4)
-				for (int l = 0; l < 4; l++)
-					acc[l] += row[j + l] * ht[j + l];
-			out[t * v + r] = (float)((acc[0] + acc[1]) + (acc[2] + acc[3]));
-		}
-	}
-	free(row);
-}
-
 Test(oracle, gemma3_matches_llama_cpp, .timeout = 900)
 {
 	const char *model_path = test_model_path();
@@ -140,7 +107,7 @@ Test(oracle, gemma3_matches_llama_cpp, .timeout = 900)
 			                               ours + (np + i) * o.n_vocab, 1, &err),
 			             0, "%s", err.msg);
 		first_row = json_integer_value(json_object_get(json_array_get(pos, 0), "hidden_row"));
-		rebuild_logits(m->tok_embd.src, o.hidden + first_row * o.n_embd, rows, ref);
+		test_q8_0_logits(m->tok_embd.src, o.hidden + first_row * o.n_embd, rows, ref);
 
 		for (int64_t r = 0; r < rows; r++) {
 			json_t *p = json_array_get(pos, r);

@@ -346,7 +346,7 @@ static int generate(const struct run_opts *o, struct run *r,
 	if (!r->prompt)
 		return q4kh_fail(err, "out of memory");
 	if (q4kh_tokenize(r->tok, r->prompt, strlen(r->prompt), 1,
-	                  fmt == Q4KH_CHAT_GEMMA, &r->ids, &n_ids, err))
+	                  q4kh_chat_parse_special(fmt), &r->ids, &n_ids, err))
 		return -1;
 	if (n_ids == 0)
 		return q4kh_fail(err, "the prompt tokenized to nothing");

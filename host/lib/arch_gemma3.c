@@ -21,38 +21,9 @@
 static int load_hparams(struct q4kh_model *m, struct q4kh_error *err)
 {
 	struct q4kh_hparams *hp = &m->hp;
-	uint32_t key_len = 0, val_len = 0;
 	float rope_base = 10000.0f, rope_factor = 0.0f;
 
-	hp->n_ctx_train = 0;
-	if (q4kh_model_u32(m, "%s.embedding_length", &hp->n_embd, 1, err) ||
-	    q4kh_model_u32(m, "%s.block_count", &hp->n_layer, 1, err) ||
-	    q4kh_model_u32(m, "%s.feed_forward_length", &hp->n_ff, 1, err) ||
-	    q4kh_model_u32(m, "%s.attention.head_count", &hp->n_head, 1, err) ||
-	    q4kh_model_u32(m, "%s.context_length", &hp->n_ctx_train, 0, err) ||
-	    q4kh_model_f32(m, "%s.attention.layer_norm_rms_epsilon", &hp->eps, 1, err))
-		return -1;
-	hp->n_head_kv = hp->n_head;
-	if (q4kh_model_u32(m, "%s.attention.head_count_kv", &hp->n_head_kv, 0, err))
-		return -1;
-	if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv ||
-	    hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 ||
-	    hp->n_layer > 4096)
-		return q4kh_fail(err, "%s: inconsistent hyper-parameters: n_embd %u, n_layer %u, n_ff %u, n_head %u, n_head_kv %u",
-		                 m->gguf->path, hp->n_embd, hp->n_layer, hp->n_ff,
-		                 hp->n_head, hp->n_head_kv);
-	key_len = hp->n_embd / hp->n_head;
-	if (q4kh_model_u32(m, "%s.attention.key_length", &key_len, 0, err))
-		return -1;
-	val_len = key_len;
-	if (q4kh_model_u32(m, "%s.attention.value_length", &val_len, 0, err))
-		return -1;
-	if (val_len != key_len || key_len == 0 || key_len % 2 || key_len > 1024)
-		return q4kh_fail(err, "%s: head dimensions key %u / value %u are not supported (equal, even, <= 1024)",
-		                 m->gguf->path, key_len, val_len);
-	hp->head_dim = key_len;
-	hp->n_rot = key_len;
-	if (q4kh_model_u32(m, "%s.rope.dimension_count", &hp->n_rot, 0, err))
+	if (q4kh_model_attn_hparams(m, err))
 		return -1;
 	if (hp->n_rot != hp->head_dim)
 		return q4kh_fail(err, "%s: rope.dimension_count %u differs from head dim %u: not supported for gemma3",
@@ -77,9 +48,6 @@ static int load_hparams(struct q4kh_model *m, struct q4kh_error *err)
 	hp->attn_scale = hp->n_layer == GEMMA3_27B_LAYERS
 	                         ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
 	                         : 1.0f / sqrtf((float)hp->head_dim);
-	m->layers = calloc(hp->n_layer, sizeof(*m->layers));
-	if (!m->layers)
-		return q4kh_fail(err, "out of memory");
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		struct q4kh_layer *l = &m->layers[il];
 		l->swa = hp->n_swa > 0 && il % GEMMA3_SWA_PERIOD != GEMMA3_SWA_PERIOD - 1;
@@ -100,17 +68,8 @@ static int load(struct q4kh_model *m, struct q4kh_error *err)
 	e = hp->n_embd;
 	qd = (int64_t)hp->head_dim * hp->n_head;
 	kvd = (int64_t)hp->head_dim * hp->n_head_kv;
-	m->tok_embd.src = q4kh_gguf_tensor(m->gguf, "token_embd.weight");
-	if (!m->tok_embd.src || m->tok_embd.src->ne[0] != e ||
-	    m->tok_embd.src->ne[2] != 1)
-		return q4kh_fail(err, "%s: token_embd.weight is missing or not {%lld, n_vocab}",
-		                 m->gguf->path, (long long)e);
-	hp->n_vocab = (uint32_t)m->tok_embd.src->ne[1];
-	if (q4kh_model_bind(m, &m->output_norm, 1, e, 1, err, "output_norm.weight") ||
-	    q4kh_model_bind(m, &m->output, 0, e, hp->n_vocab, err, "output.weight"))
+	if (q4kh_model_bind_io(m, err))
 		return -1;
-	if (!m->output.src)
-		m->output = m->tok_embd; /* tied LM head */
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		struct q4kh_layer *l = &m->layers[il];
 		if (q4kh_model_bind(m, &l->attn_norm, 1, e, 1, err, "blk.%u.attn_norm.weight", il) ||

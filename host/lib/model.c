@@ -13,7 +13,12 @@
 
 static const struct q4kh_arch *const archs[] = {
 	&q4kh_arch_gemma3,
+	&q4kh_arch_llama,
+	&q4kh_arch_qwen2,
+	&q4kh_arch_qwen3,
 };
+
+#define N_ARCHS (sizeof(archs) / sizeof(archs[0]))
 
 /* Alignment of each weight inside the backend buffer (cache line, SIMD). */
 #define WEIGHT_ALIGN 256
@@ -36,7 +41,7 @@ char *q4kh_default_model_path(char *buf, size_t cap)
 
 static const struct q4kh_arch *find_arch(const char *name, size_t len)
 {
-	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+	for (size_t i = 0; i < N_ARCHS; i++)
 		if (strlen(archs[i]->name) == len && !memcmp(archs[i]->name, name, len))
 			return archs[i];
 	return NULL;
@@ -63,8 +68,12 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 	}
 	m->arch = find_arch(arch.data, arch.len);
 	if (!m->arch) {
-		q4kh_fail(err, "%s: architecture '%.*s' is not supported (supported: gemma3)",
-		          path, (int)arch.len, arch.data);
+		char names[256] = "";
+		for (size_t i = 0; i < N_ARCHS; i++)
+			snprintf(names + strlen(names), sizeof(names) - strlen(names),
+			         "%s%s", i ? ", " : "", archs[i]->name);
+		q4kh_fail(err, "%s: general.architecture is \"%.*s\": not supported (supported: %s)",
+		          path, (int)(arch.len > 64 ? 64 : arch.len), arch.data, names);
 		goto fail;
 	}
 	if (m->arch->load(m, err))
@@ -142,6 +151,69 @@ int q4kh_model_f32(const struct q4kh_model *m, const char *key_fmt, float *out,
 	return rc < 0 ? -1 : 0;
 }
 
+int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err)
+{
+	struct q4kh_hparams *hp = &m->hp;
+	uint32_t key_len, val_len;
+
+	hp->n_ctx_train = 0;
+	if (q4kh_model_u32(m, "%s.embedding_length", &hp->n_embd, 1, err) ||
+	    q4kh_model_u32(m, "%s.block_count", &hp->n_layer, 1, err) ||
+	    q4kh_model_u32(m, "%s.feed_forward_length", &hp->n_ff, 1, err) ||
+	    q4kh_model_u32(m, "%s.attention.head_count", &hp->n_head, 1, err) ||
+	    q4kh_model_u32(m, "%s.context_length", &hp->n_ctx_train, 0, err) ||
+	    q4kh_model_f32(m, "%s.attention.layer_norm_rms_epsilon", &hp->eps, 1, err))
+		return -1;
+	hp->n_head_kv = hp->n_head;
+	if (q4kh_model_u32(m, "%s.attention.head_count_kv", &hp->n_head_kv, 0, err))
+		return -1;
+	if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv ||
+	    hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 ||
+	    hp->n_layer > 4096 || !(hp->eps >= 0.0f))
+		return q4kh_fail(err, "%s: inconsistent hyper-parameters: n_embd %u, n_layer %u, n_ff %u, n_head %u, n_head_kv %u, eps %g",
+		                 m->gguf->path, hp->n_embd, hp->n_layer, hp->n_ff,
+		                 hp->n_head, hp->n_head_kv, (double)hp->eps);
+	key_len = hp->n_embd / hp->n_head;
+	if (q4kh_model_u32(m, "%s.attention.key_length", &key_len, 0, err))
+		return -1;
+	val_len = key_len;
+	if (q4kh_model_u32(m, "%s.attention.value_length", &val_len, 0, err))
+		return -1;
+	if (val_len != key_len || key_len == 0 || key_len % 2 || key_len > 1024)
+		return q4kh_fail(err, "%s: head dimensions key %u / value %u are not supported (equal, even, <= 1024)",
+		                 m->gguf->path, key_len, val_len);
+	hp->head_dim = key_len;
+	hp->n_rot = key_len;
+	if (q4kh_model_u32(m, "%s.rope.dimension_count", &hp->n_rot, 0, err))
+		return -1;
+	if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
+		return q4kh_fail(err, "%s: %s.rope.dimension_count is %u: expected an even number from 2 to the head dimension %u",
+		                 m->gguf->path, m->arch->name, hp->n_rot, hp->head_dim);
+	m->layers = calloc(hp->n_layer, sizeof(*m->layers));
+	if (!m->layers)
+		return q4kh_fail(err, "out of memory");
+	return 0;
+}
+
+int q4kh_model_bind_io(struct q4kh_model *m, struct q4kh_error *err)
+{
+	struct q4kh_hparams *hp = &m->hp;
+	const int64_t e = hp->n_embd;
+
+	m->tok_embd.src = q4kh_gguf_tensor(m->gguf, "token_embd.weight");
+	if (!m->tok_embd.src || m->tok_embd.src->ne[0] != e ||
+	    m->tok_embd.src->ne[2] != 1)
+		return q4kh_fail(err, "%s: token_embd.weight is missing or not {%lld, n_vocab}",
+		                 m->gguf->path, (long long)e);
+	hp->n_vocab = (uint32_t)m->tok_embd.src->ne[1];
+	if (q4kh_model_bind(m, &m->output_norm, 1, e, 1, err, "output_norm.weight") ||
+	    q4kh_model_bind(m, &m->output, 0, e, hp->n_vocab, err, "output.weight"))
+		return -1;
+	if (!m->output.src)
+		m->output = m->tok_embd; /* tied LM head */
+	return 0;
+}
+
 /* Visit every bound weight (each once, though output may alias tok_embd). */
 static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 {
@@ -156,7 +228,8 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 		struct q4kh_weight *lw[] = {
 			&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
 			&l->k_norm, &l->post_attn_norm, &l->ffn_norm, &l->w_gate,
-			&l->w_up, &l->w_down, &l->post_ffw_norm,
+			&l->w_up, &l->w_down, &l->post_ffw_norm, &l->bq, &l->bk,
+			&l->bv,
 		};
 		for (size_t i = 0; i < sizeof(lw) / sizeof(lw[0]); i++)
 			list[n++] = lw[i];
@@ -166,7 +239,7 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 
 static size_t weight_slots(const struct q4kh_model *m)
 {
-	return 3 + 13 * (size_t)m->hp.n_layer;
+	return 3 + 16 * (size_t)m->hp.n_layer;
 }
 
 /* Matrices, not norm vectors: what session_matmul multiplies by. */

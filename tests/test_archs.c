@@ -1,0 +1,324 @@
+/*
+ * The llama, qwen2 and qwen3 forward passes against llama.cpp on the tiny
+ * random-weight models of scripts/gen-tiny-models.py, through the fixtures
+ * recorded by scripts/gen-arch-fixtures.py (issue 3):
+ *   - our tokenizer gives llama.cpp's prompt ids;
+ *   - every prompt position (one batched prefill) and every one of 16
+ *     greedy decode steps (through the KV cache): cosine(ours, llama.cpp)
+ *     >= 0.999, llama.cpp's logits rebuilt from its final hidden state
+ *     through the Q8_0 LM head in double (test_q8_0_logits);
+ *   - our greedy tokens are llama.cpp's, step for step: fed llama.cpp's
+ *     tokens, our argmax is its next token at every step, so our own
+ *     free-running greedy decoding gives the same sequence;
+ *   - q4khost run prints llama.cpp's greedy text;
+ *   - bad files fail with an error naming the key and the value.
+ * The KV cache is F16, as llama.cpp's.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "helpers.h"
+#include "model.h"
+#include "registry.h"
+#include "sampler.h"
+#include "session.h"
+#include "tokenizer.h"
+
+#define MIN_COSINE 0.999
+#define STEPS 16
+
+struct oracle {
+	json_t *root;
+	float *hidden; /* rows x n_embd */
+	size_t rows;
+	int64_t n_embd, n_vocab;
+};
+
+static char *fixture(const char *name)
+{
+	char *path;
+
+	cr_assert_geq(asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), name), 0);
+	return path;
+}
+
+static void load_oracle(const char *arch, struct oracle *o)
+{
+	char name[64];
+	char *path;
+	json_error_t jerr;
+	size_t len;
+
+	snprintf(name, sizeof(name), "arch-%s.json", arch);
+	path = fixture(name);
+	o->root = json_load_file(path, 0, &jerr);
+	cr_assert_not_null(o->root, "%s:%d: %s", path, jerr.line, jerr.text);
+	o->n_embd = json_integer_value(json_object_get(o->root, "n_embd"));
+	o->n_vocab = json_integer_value(json_object_get(o->root, "n_vocab"));
+	o->rows = (size_t)json_integer_value(json_object_get(o->root, "hidden_rows"));
+	free(path);
+	snprintf(name, sizeof(name), "arch-%s.bin", arch);
+	path = fixture(name);
+	o->hidden = test_read_file(path, &len);
+	cr_assert_not_null(o->hidden, "cannot read %s", path);
+	cr_assert_eq(len, o->rows * o->n_embd * sizeof(float), "%s: size %zu", path, len);
+	free(path);
+}
+
+static int32_t *json_ids(json_t *a)
+{
+	int32_t *ids = malloc(sizeof(int32_t) * (json_array_size(a) + 1));
+
+	cr_assert_not_null(ids);
+	for (size_t i = 0; i < json_array_size(a); i++)
+		ids[i] = (int32_t)json_integer_value(json_array_get(a, i));
+	return ids;
+}
+
+/* Our prompt ids must be llama.cpp's (BOS as the vocabulary asks, text
+ * not parsed for special tokens). */
+static void expect_prompt_ids(const struct q4kh_tokenizer *t, json_t *c)
+{
+	const char *prompt = json_string_value(json_object_get(c, "prompt"));
+	json_t *want = json_object_get(c, "tokens");
+	struct q4kh_error err = { { 0 } };
+	int32_t *ids;
+	size_t n;
+
+	cr_assert_eq(q4kh_tokenize(t, prompt, strlen(prompt), 1, 0, &ids, &n, &err), 0,
+	             "%s", err.msg);
+	cr_expect_eq(n, json_array_size(want), "\"%s\": %zu ids, llama.cpp %zu",
+	             prompt, n, json_array_size(want));
+	for (size_t i = 0; i < n && i < json_array_size(want); i++)
+		cr_expect_eq(ids[i], json_integer_value(json_array_get(want, i)),
+		             "\"%s\": id %zu", prompt, i);
+	free(ids);
+}
+
+/* One prompt: prefill, then STEPS decode steps on llama.cpp's tokens. */
+static double check_case(struct q4kh_session *s, const struct oracle *o,
+                         const char *arch, size_t ci, json_t *c)
+{
+	json_t *pos = json_object_get(c, "positions");
+	int32_t *ids = json_ids(json_object_get(c, "tokens"));
+	int32_t *greedy = json_ids(json_object_get(c, "greedy"));
+	int64_t np = (int64_t)json_array_size(json_object_get(c, "tokens"));
+	int64_t rows = np + STEPS, first_row;
+	float *ours = malloc(sizeof(float) * rows * o->n_vocab);
+	float *ref = malloc(sizeof(float) * rows * o->n_vocab);
+	struct q4kh_error err = { { 0 } };
+	double worst = 1.0;
+	int same = 0;
+
+	cr_assert_eq(json_array_size(json_object_get(c, "greedy")), STEPS);
+	cr_assert_eq((int64_t)json_array_size(pos), rows);
+	q4kh_session_reset(s);
+	cr_assert_eq(q4kh_session_eval(s, ids, np, ours, 1, &err), 0, "%s", err.msg);
+	for (int64_t i = 0; i < STEPS; i++) {
+		int32_t tok = q4kh_argmax(ours + (np - 1 + i) * o->n_vocab, (int32_t)o->n_vocab);
+
+		cr_expect_eq(tok, greedy[i], "%s case %zu greedy step %lld: we pick %d, llama.cpp %d",
+		             arch, ci, (long long)i, tok, greedy[i]);
+		same += tok == greedy[i];
+		cr_assert_eq(q4kh_session_eval(s, &greedy[i], 1, ours + (np + i) * o->n_vocab, 1,
+		                               &err),
+		             0, "%s", err.msg);
+	}
+	first_row = json_integer_value(json_object_get(json_array_get(pos, 0), "hidden_row"));
+	test_q8_0_logits(s->m->output.src, o->hidden + first_row * o->n_embd, rows, ref);
+	for (int64_t r = 0; r < rows; r++) {
+		double cs = test_cosine(ours + r * o->n_vocab, ref + r * o->n_vocab, o->n_vocab);
+		const char *where = r < np ? "prefill position" : "decode step";
+
+		cr_expect_geq(cs, MIN_COSINE, "%s case %zu %s %lld: cosine %.6f < %.3f", arch, ci,
+		              where, (long long)(r < np ? r : r - np), cs, MIN_COSINE);
+		if (cs < worst)
+			worst = cs;
+	}
+	fprintf(stderr, "%s case %zu: %lld prompt tokens + %d decode steps, min cosine %.6f, "
+	                "greedy tokens identical %d/%d\n",
+	        arch, ci, (long long)np, STEPS, worst, same, STEPS);
+	free(ids);
+	free(greedy);
+	free(ours);
+	free(ref);
+	return worst;
+}
+
+static void check_arch(const char *arch)
+{
+	char name[64];
+	char *path;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_backend be;
+	struct q4kh_model *m = NULL;
+	struct q4kh_tokenizer *tok = NULL;
+	struct q4kh_session *s = NULL;
+	struct q4kh_session_params sp = { .n_ctx = 256, .kv_type = Q4KH_TYPE_F16 };
+	struct oracle o;
+	json_t *c;
+	size_t ci;
+	double worst = 1.0;
+
+	load_oracle(arch, &o);
+	snprintf(name, sizeof(name), "tiny-%s.gguf", arch);
+	path = fixture(name);
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_not_null(q4kh_registry_find(reg, "cpu"), "cpu plugin not found on %s", reg->path);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_str_eq(m->arch->name, arch);
+	cr_assert_eq(m->hp.n_vocab, o.n_vocab);
+	cr_assert_eq(q4kh_tokenizer_load(m->gguf, &tok, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+	json_array_foreach(json_object_get(o.root, "cases"), ci, c) {
+		double w;
+		expect_prompt_ids(tok, c);
+		w = check_case(s, &o, arch, ci, c);
+		if (w < worst)
+			worst = w;
+	}
+	cr_assert_geq(ci, 3, "%s: %zu cases", arch, ci);
+	fprintf(stderr, "%s: minimum cosine over every position of every case: %.6f\n", arch, worst);
+	q4kh_session_free(s);
+	q4kh_tokenizer_free(tok);
+	q4kh_model_free(m);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	json_decref(o.root);
+	free(o.hidden);
+	free(path);
+}
+
+Test(archs, llama_matches_llama_cpp, .timeout = 300) { check_arch("llama"); }
+Test(archs, qwen2_matches_llama_cpp, .timeout = 300) { check_arch("qwen2"); }
+Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_arch("qwen3"); }
+
+/*
+ * q4khost run, end to end: the first prompt of each architecture, raw
+ * (no chat template), 16 greedy tokens; the text must be llama.cpp's
+ * detokenized greedy tokens.
+ */
+static void check_cli(const char *arch)
+{
+	char name[64];
+	char *model, *fx, *cmd, *out;
+	struct oracle o;
+	json_t *c, *doc;
+	json_error_t jerr;
+	FILE *f;
+	size_t len = 0, cap = 1 << 16;
+
+	load_oracle(arch, &o);
+	c = json_array_get(json_object_get(o.root, "cases"), 0);
+	snprintf(name, sizeof(name), "tiny-%s.gguf", arch);
+	model = fixture(name);
+	fx = test_tmpdir();
+	cr_assert_geq(asprintf(&cmd, "'%s/host/cli/q4khost' run -m '%s' -n %d --temp 0 --raw --json "
+	                             "-p '%s' 2>%s/stderr",
+	                       test_builddir(), model, STEPS,
+	                       json_string_value(json_object_get(c, "prompt")), fx), 0);
+	f = popen(cmd, "r");
+	cr_assert_not_null(f, "%s", cmd);
+	out = malloc(cap);
+	len = fread(out, 1, cap - 1, f);
+	out[len] = 0;
+	cr_assert_eq(pclose(f), 0, "%s failed:\n%s", cmd, out);
+	doc = json_loads(out, 0, &jerr);
+	cr_assert_not_null(doc, "q4khost run --json printed no JSON (%s): %s", jerr.text, out);
+	cr_expect_str_eq(json_string_value(json_object_get(doc, "text")),
+	                 json_string_value(json_object_get(c, "text")),
+	                 "%s: q4khost run and llama.cpp differ", arch);
+	cr_expect_str_eq(json_string_value(json_object_get(doc, "architecture")), arch);
+	json_decref(doc);
+	json_decref(o.root);
+	free(o.hidden);
+	free(out);
+	free(cmd);
+	free(model);
+	free(fx);
+}
+
+Test(cli, run_llama) { check_cli("llama"); }
+Test(cli, run_qwen2) { check_cli("qwen2"); }
+Test(cli, run_qwen3) { check_cli("qwen3"); }
+
+/* A copy of tiny-qwen2.gguf patched as test_patch_gguf says. */
+static char *patched(const char *key, const char *from, const char *to)
+{
+	char *src = fixture("tiny-qwen2.gguf"), *out = test_patch_gguf(src, key, from, to);
+
+	free(src);
+	return out;
+}
+
+static void expect_model_error(const char *path, const char *a, const char *b)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_model *m = NULL;
+	struct q4kh_tokenizer *t = NULL;
+	int rc = q4kh_model_open(path, &m, &err);
+
+	if (rc == 0) {
+		rc = q4kh_tokenizer_load(m->gguf, &t, &err);
+		q4kh_tokenizer_free(t);
+		q4kh_model_free(m);
+	}
+	cr_assert_eq(rc, -1, "%s loaded", path);
+	cr_expect(strstr(err.msg, a) && strstr(err.msg, b), "message lacks \"%s\" or \"%s\": %s",
+	          a, b, err.msg);
+}
+
+Test(errors, unsupported_architecture_names_key_and_value)
+{
+	char *p = patched("general.architecture", "qwen2", "qwen9");
+
+	expect_model_error(p, "general.architecture", "\"qwen9\"");
+	free(p);
+}
+
+Test(errors, unsupported_pre_tokenizer_names_key_and_value)
+{
+	char *p = patched("tokenizer.ggml.pre", "qwen2", "qwen7");
+
+	expect_model_error(p, "tokenizer.ggml.pre", "\"qwen7\"");
+	free(p);
+}
+
+Test(errors, unsupported_tokenizer_model_names_key_and_value)
+{
+	char *p = patched("tokenizer.ggml.model", "gpt2", "bert");
+
+	expect_model_error(p, "tokenizer.ggml.model", "\"bert\"");
+	free(p);
+}
+
+Test(errors, missing_hyper_parameter_names_the_key)
+{
+	char *p = patched("qwen2.block_count", NULL, "qwen2.block_coun_");
+
+	expect_model_error(p, "required key", "qwen2.block_count");
+	free(p);
+}
+
+Test(errors, missing_merges_name_the_key)
+{
+	char *p = patched("tokenizer.ggml.merges", NULL, "tokenizer.ggml.merge_");
+
+	expect_model_error(p, "tokenizer.ggml.merges", "no ");
+	free(p);
+}
+
+Test(errors, missing_bias_names_the_tensor)
+{
+	char *p = patched("blk.1.attn_k.bias", NULL, "blk.1.attn_k.bia_");
+
+	expect_model_error(p, "blk.1.attn_k.bias", "missing");
+	free(p);
+}
