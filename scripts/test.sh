@@ -7,9 +7,9 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/main"
 cd "$top"
-scripts/install-deps.sh || exit 1
-scripts/fetch-model.sh || exit 1
-Q4KH_BUILD_DIR="$build" scripts/build.sh || exit 1
+bash scripts/install-deps.sh || exit 1
+bash scripts/fetch-model.sh || exit 1
+Q4KH_BUILD_DIR="$build" bash scripts/build.sh || exit 1
 
 export Q4KH_REQUIRE_MODEL=1
 make -C "$build" -j"$(nproc)" check >"$build/check.log" 2>&1

@@ -1,14 +1,21 @@
 /*
- * Tokenizer built from a GGUF vocabulary (tokenizer.ggml.*).
+ * Tokenizer built from a GGUF vocabulary (tokenizer.ggml.*), computing
+ * what llama.cpp computes for the same file and text (src/llama-vocab.cpp).
  *
- * Supported: tokenizer.ggml.model = "llama" (SentencePiece-style BPE over
- * scores, byte fallback), computed as llama.cpp's llm_tokenizer_spm does:
- * special tokens are split out first (user-defined always, control and
- * unknown only with parse_special), longest text first; each remaining
- * fragment has spaces replaced by U+2581 (and a leading U+2581 when
- * tokenizer.ggml.add_space_prefix is true), and adjacent pieces are merged
- * by highest score, leftmost first; a character with no token becomes its
- * <0xXX> byte tokens. A loaded tokenizer is read-only and thread-safe.
+ * Special tokens are split out first (user-defined always, control and
+ * unknown only with parse_special), longest text first. The rest goes to
+ * the model's encoder, by tokenizer.ggml.model:
+ *  - "llama": SentencePiece-style BPE over scores with byte fallback
+ *    (llm_tokenizer_spm): spaces become U+2581 (and a leading U+2581 when
+ *    tokenizer.ggml.add_space_prefix is true), adjacent pieces merge by
+ *    highest score, leftmost first; a character with no token becomes its
+ *    <0xXX> byte tokens.
+ *  - "gpt2": byte-level BPE (llm_tokenizer_bpe): the pre-tokenizer named by
+ *    tokenizer.ggml.pre ("llama-bpe", "qwen2", "gpt-2" and their aliases)
+ *    splits the text with its regular expression (PCRE2), each word's
+ *    bytes become GPT-2's printable stand-ins, and adjacent pieces merge
+ *    by lowest rank in tokenizer.ggml.merges.
+ * A loaded tokenizer is read-only and thread-safe.
  */
 #ifndef Q4KH_TOKENIZER_H
 #define Q4KH_TOKENIZER_H
@@ -22,7 +29,9 @@
 struct q4kh_tokenizer;
 
 /* Build the tokenizer from G's metadata. Copies what it needs; G may be
- * closed afterwards. -1 with err when a key is missing or inconsistent. */
+ * closed afterwards. -1 with err when a key is missing or inconsistent, or
+ * names a tokenizer or pre-tokenizer we lack (the message names the key and
+ * its value). */
 int q4kh_tokenizer_load(const struct q4kh_gguf *g, struct q4kh_tokenizer **out,
                         struct q4kh_error *err);
 void q4kh_tokenizer_free(struct q4kh_tokenizer *t);
@@ -40,8 +49,9 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
                   struct q4kh_error *err);
 
 /*
- * The text of token ID as it should be printed: U+2581 becomes a space,
- * <0xXX> becomes that byte, control tokens become "" unless show_special.
+ * The text of token ID as it should be printed: U+2581 becomes a space and
+ * <0xXX> that byte (SentencePiece), byte stand-ins their bytes (BPE),
+ * control tokens become "" unless show_special.
  * Writes at most cap bytes (no NUL) and returns the full length, so a
  * return above cap means the piece was cut. Returns 0 for an unknown id.
  */
