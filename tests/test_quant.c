@@ -5,6 +5,9 @@
  * scripts/gen-dequant-fixture.py): float64 sum, sum of squares, sum of
  * absolute values, min and max of every tensor, and 64 sampled values each.
  * The model is read with our GGUF reader and uploaded as it is on disk.
+ * IQ4_NL and IQ4_XS, which the model lacks, are checked on random blocks
+ * (tests/fixtures/dequant-iq4.txt, scripts/gen-iq4-fixture.py): get_rows
+ * value for value and mul_mat against float64 sums of gguf-py's values.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -261,5 +264,185 @@ Test(quant, every_tensor_of_the_model_matches_gguf_py, .timeout = 600)
 	}
 	plugin_close(&p);
 	q4kh_gguf_close(g);
+	fclose(f);
+}
+
+/* --- IQ4_NL and IQ4_XS blocks against gguf-py (needs no model) ----------- */
+
+/*
+ * tests/fixtures/dequant-iq4.txt (scripts/gen-iq4-fixture.py): random
+ * blocks with chosen extremes and gguf-py's values for them.
+ */
+struct iq4_tensor {
+	char type[16];
+	int64_t ne0, rows;
+	uint8_t *bytes;
+	size_t size;
+	float *values;
+};
+
+static void iq4_next(FILE *f, struct iq4_tensor *t)
+{
+	uint32_t type;
+
+	cr_assert_eq(fscanf(f, " tensor %15s %lld %lld", t->type,
+	                    (long long *)&t->ne0, (long long *)&t->rows),
+	             3, "iq4 fixture: bad tensor line");
+	type = !strcmp(t->type, "IQ4_NL") ? Q4KH_TYPE_IQ4_NL : Q4KH_TYPE_IQ4_XS;
+	t->size = (size_t)(t->ne0 / q4kh_type_block_elems(type) * t->rows) *
+	          q4kh_type_block_bytes(type);
+	t->bytes = malloc(t->size);
+	t->values = malloc(sizeof(float) * (size_t)(t->ne0 * t->rows));
+	cr_assert(t->bytes && t->values);
+	cr_assert_eq(fscanf(f, " bytes"), 0);
+	for (size_t i = 0; i < t->size; i++)
+		cr_assert_eq(fscanf(f, "%2hhx", &t->bytes[i]), 1,
+		             "iq4 fixture: %s: byte %zu", t->type, i);
+	cr_assert_eq(fscanf(f, " values"), 0);
+	for (int64_t i = 0; i < t->ne0 * t->rows; i++)
+		cr_assert_eq(fscanf(f, "%f", &t->values[i]), 1,
+		             "iq4 fixture: %s: value %lld", t->type, (long long)i);
+}
+
+/* get_rows in reverse order with repeats: every value exactly gguf-py's. */
+static void iq4_get_rows(struct plugin *p, const struct iq4_tensor *t,
+                         const struct q4kh_tensor *table)
+{
+	int64_t n = t->rows + 1, ne0 = t->ne0;
+	struct q4kh_tensor out = {
+		.type = Q4KH_TYPE_F32,
+		.ne = { ne0, n, 1, 1 },
+		.nb = { 4, 4 * ne0, 4 * ne0 * n, 4 * ne0 * n },
+	};
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+	float *v = malloc(sizeof(float) * (size_t)(ne0 * n));
+
+	cr_assert(ids && v);
+	for (int64_t i = 0; i < t->rows; i++)
+		ids[i] = (int32_t)(t->rows - 1 - i);
+	ids[t->rows] = (int32_t)(t->rows - 1);
+	cr_assert_eq(p->b->buffer_alloc(p->dev, (uint64_t)(4 * ne0 * n),
+	                                &out.buffer),
+	             Q4KH_OK);
+	cr_assert_eq(p->b->get_rows(p->dev, table, ids, n, 1.0f, &out), Q4KH_OK,
+	             "%s: %s", t->type, p->b->last_error(p->ctx));
+	cr_assert_eq(p->b->buffer_download(p->dev, out.buffer, 0, v,
+	                                   (uint64_t)(4 * ne0 * n)),
+	             Q4KH_OK);
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t k = 0; k < ne0; k++) {
+			float want = t->values[ids[i] * ne0 + k];
+
+			cr_assert(v[i * ne0 + k] == want,
+			          "%s: row %d [%lld] = %.9g, gguf-py %.9g", t->type,
+			          ids[i], (long long)k, (double)v[i * ne0 + k],
+			          (double)want);
+		}
+	p->b->buffer_free(p->dev, out.buffer);
+	free(ids);
+	free(v);
+}
+
+/* mul_mat against float64 sums of gguf-py's values; tol from sum |w x|. */
+static void iq4_mul_mat(struct plugin *p, const struct iq4_tensor *t,
+                        const struct q4kh_tensor *w)
+{
+	enum { T = 3 };
+	int64_t ne0 = t->ne0, n = t->rows;
+	struct q4kh_tensor x = {
+		.type = Q4KH_TYPE_F32,
+		.ne = { ne0, T, 1, 1 },
+		.nb = { 4, 4 * ne0, 4 * ne0 * T, 4 * ne0 * T },
+	};
+	struct q4kh_tensor y = {
+		.type = Q4KH_TYPE_F32,
+		.ne = { n, T, 1, 1 },
+		.nb = { 4, 4 * n, 4 * n * T, 4 * n * T },
+	};
+	float *xv = malloc(sizeof(float) * (size_t)(ne0 * T));
+	float got[T * 8];
+
+	cr_assert_not_null(xv);
+	cr_assert_leq(n, 8);
+	/* Values of both signs, none zero, exact in binary. */
+	for (int64_t i = 0; i < ne0 * T; i++)
+		xv[i] = (float)((i * 37 + 11) % 61 - 30) / 16.0f + 1.0f / 64.0f;
+	cr_assert_eq(p->b->buffer_alloc(p->dev, (uint64_t)(4 * ne0 * T),
+	                                &x.buffer),
+	             Q4KH_OK);
+	cr_assert_eq(p->b->buffer_upload(p->dev, x.buffer, 0, xv,
+	                                 (uint64_t)(4 * ne0 * T)),
+	             Q4KH_OK);
+	cr_assert_eq(p->b->buffer_alloc(p->dev, (uint64_t)(4 * n * T), &y.buffer),
+	             Q4KH_OK);
+	cr_assert_eq(p->b->mul_mat(p->dev, w, &x, &y), Q4KH_OK, "%s: %s",
+	             t->type, p->b->last_error(p->ctx));
+	cr_assert_eq(p->b->buffer_download(p->dev, y.buffer, 0, got,
+	                                   (uint64_t)(4 * n * T)),
+	             Q4KH_OK);
+	for (int c = 0; c < T; c++)
+		for (int64_t r = 0; r < n; r++) {
+			double s = 0, m = 0;
+
+			for (int64_t k = 0; k < ne0; k++) {
+				double pr = (double)t->values[r * ne0 + k] * xv[c * ne0 + k];
+
+				s += pr;
+				m += fabs(pr);
+			}
+			cr_assert(fabs(got[c * n + r] - s) <= 1e-6 * m,
+			          "%s: y[%lld, %d] = %.9g, expected %.9g", t->type,
+			          (long long)r, c, (double)got[c * n + r], s);
+		}
+	p->b->buffer_free(p->dev, x.buffer);
+	p->b->buffer_free(p->dev, y.buffer);
+	free(xv);
+}
+
+Test(quant, iq4_blocks_match_gguf_py)
+{
+	char path[4096], line[512];
+	struct plugin p = { 0 };
+	long long count;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/tests/fixtures/dequant-iq4.txt",
+	         test_srcdir());
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "cannot open %s", path);
+	do
+		cr_assert_not_null(fgets(line, sizeof(line), f), "%s: empty", path);
+	while (line[0] == '#');
+	cr_assert_str_eq(line, "q4khost-iq4-fixture 1\n", "%s: header", path);
+	cr_assert_eq(fscanf(f, "tensors %lld", &count), 1);
+	cr_assert_eq(count, 2);
+	plugin_open(&p);
+	for (long long i = 0; i < count; i++) {
+		struct iq4_tensor t;
+		uint32_t type;
+		struct q4kh_tensor table = { 0 };
+
+		iq4_next(f, &t);
+		type = !strcmp(t.type, "IQ4_NL") ? Q4KH_TYPE_IQ4_NL
+		                                  : Q4KH_TYPE_IQ4_XS;
+		cr_assert_eq(p.b->supports_type(p.ctx, type), 1, "%s", t.type);
+		table.type = type;
+		table.ne[0] = t.ne0;
+		table.ne[1] = t.rows;
+		table.ne[2] = table.ne[3] = 1;
+		table.nb[0] = q4kh_type_block_bytes(type);
+		table.nb[1] = (int64_t)t.size / t.rows;
+		table.nb[2] = table.nb[3] = (int64_t)t.size;
+		cr_assert_eq(p.b->buffer_alloc(p.dev, t.size, &table.buffer), Q4KH_OK);
+		cr_assert_eq(p.b->buffer_upload(p.dev, table.buffer, 0, t.bytes,
+		                                t.size),
+		             Q4KH_OK);
+		iq4_get_rows(&p, &t, &table);
+		iq4_mul_mat(&p, &t, &table);
+		p.b->buffer_free(p.dev, table.buffer);
+		free(t.bytes);
+		free(t.values);
+	}
+	plugin_close(&p);
 	fclose(f);
 }

@@ -179,6 +179,52 @@ static void dequant_q6_k(const uint8_t *row, float *out, int64_t k)
 	}
 }
 
+/* IQ4_NL: one fp16 scale per 32 values, codes laid out as in Q4_0. */
+CPU_VECTOR_CLONES
+static void dequant_iq4_nl(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_iq4_nl);
+
+	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
+		const uint8_t *qs = row + offsetof(struct q4kh_block_iq4_nl, qs);
+		float d = half_at(row);
+
+		for (int j = 0; j < Q4KH_QK / 2; j++) {
+			out[j] = d * (float)q4kh_kvalues_iq4nl[qs[j] & 0xF];
+			out[j + 16] = d * (float)q4kh_kvalues_iq4nl[qs[j] >> 4];
+		}
+	}
+}
+
+/*
+ * IQ4_XS: sub-block j of 32 takes the 6-bit scale ls_j (4 low bits in
+ * scales_l, 2 high bits in scales_h); d * (ls_j - 32) has at most 17
+ * significant bits and a code 7, so both products are exact.
+ */
+CPU_VECTOR_CLONES
+static void dequant_iq4_xs(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_iq4_xs);
+
+	for (int64_t b = 0; b < k / Q4KH_QK_K; b++, row += bs) {
+		const uint8_t *sl = row + offsetof(struct q4kh_block_iq4_xs, scales_l);
+		const uint8_t *qs = row + offsetof(struct q4kh_block_iq4_xs, qs);
+		unsigned sh = (unsigned)(row[2] | row[3] << 8);
+		float d = half_at(row);
+
+		for (int j = 0; j < 8; j++, qs += 16, out += Q4KH_QK) {
+			int ls = ((sl[j / 2] >> 4 * (j % 2)) & 0xF) |
+			         (int)((sh >> 2 * j) & 3) << 4;
+			float dl = d * (float)(ls - 32);
+
+			for (int i = 0; i < 16; i++) {
+				out[i] = dl * (float)q4kh_kvalues_iq4nl[qs[i] & 0xF];
+				out[i + 16] = dl * (float)q4kh_kvalues_iq4nl[qs[i] >> 4];
+			}
+		}
+	}
+}
+
 typedef void (*dequant_fn)(const uint8_t *row, float *out, int64_t k);
 
 static dequant_fn dequant_for(uint32_t type)
@@ -192,6 +238,8 @@ static dequant_fn dequant_for(uint32_t type)
 	case Q4KH_TYPE_Q4_K: return dequant_q4_k;
 	case Q4KH_TYPE_Q5_K: return dequant_q5_k;
 	case Q4KH_TYPE_Q6_K: return dequant_q6_k;
+	case Q4KH_TYPE_IQ4_NL: return dequant_iq4_nl;
+	case Q4KH_TYPE_IQ4_XS: return dequant_iq4_xs;
 	default: return NULL;
 	}
 }

@@ -1,0 +1,37 @@
+/*
+ * cuda-dp4a: Q4_K GEMV with activations quantised to int8 blocks of 32 and
+ * __dp4a integer dot products (dp4a_kernels.cu), behind the shared variant
+ * table (variant.h).
+ */
+#ifndef Q4KH_CUDA_DP4A_H
+#define Q4KH_CUDA_DP4A_H
+
+#include "../cuda-variant/variant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cudaSuccess when this build has code for the current device. */
+cudaError_t dp4a_probe(void);
+
+/*
+ * Device bytes of scratch for io->cols columns of K values: the int8
+ * codes, then one {scale, scale * sum of codes} float pair per 32 values.
+ */
+size_t dp4a_scratch_bytes(int64_t k, int64_t cols);
+
+/*
+ * Enqueue on stream s: quantise io's columns into SCRATCH
+ * (dp4a_scratch_bytes), then y = W x from it, with WARPS warps per block.
+ * w->data: Q4_K rows w->stride bytes apart, both 16-byte aligned. Returns
+ * the first launch error.
+ */
+cudaError_t dp4a_launch(const q4kh_prepared *w, const struct cv_io *io,
+                        void *scratch, int warps, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

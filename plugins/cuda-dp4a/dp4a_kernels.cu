@@ -1,0 +1,179 @@
+/*
+ * Q4_K GEMV with int8 activations.
+ *
+ * First each activation column is quantised in blocks of 32 values
+ * (Q8_1-style): d = max |x| / 127, q = round(x / d), kept with d and
+ * d * sum(q). Then, with the GEMV shape of variant_device.cuh and the
+ * pieces of q4k_device.cuh, each 16-byte piece (32 weights of two
+ * sub-blocks) meets 16 + 16 int8 activations in eight __dp4a; the Q4_K
+ * mins need no per-value work: sub-block j of a super-block contributes
+ *   d sc_j sum_i q_i a_i  -  dmin m_j d_a sum_i a_i
+ * and the second sum is the stored block sum (the lane reading the first
+ * half of a sub-block adds it). The result is the exact dot product of
+ * the dequantized weights with the dequantized activations, up to fp32
+ * rounding; the int8 rounding of the activations is the whole error
+ * (tests/test_cuda_variants.c bounds it).
+ */
+#include "dp4a.h"
+#include "../cuda-variant/q4k_device.cuh"
+
+#define QB 32 /* activation values per int8 block */
+
+/* Where the two parts of the scratch start. */
+static size_t codes_bytes(int64_t k, int64_t cols)
+{
+	return (size_t)(k * cols); /* a multiple of 256 */
+}
+
+extern "C" size_t dp4a_scratch_bytes(int64_t k, int64_t cols)
+{
+	return codes_bytes(k, cols) + sizeof(float2) * (size_t)(k / QB * cols);
+}
+
+/*
+ * One warp per block of 32 values: q[c * k + i], and ds[c * (k / 32) + b]
+ * = {d, d * sum q}. A non-finite value makes its block's d NaN, so it
+ * reaches y instead of vanishing in the max.
+ */
+__global__ void __launch_bounds__(256)
+quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
+                int64_t blocks, int8_t *__restrict__ q,
+                float2 *__restrict__ ds)
+{
+	const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	const int64_t per_col = k / QB;
+	float v, amax, d;
+	int bad, qi, sum;
+
+	if (b >= blocks)
+		return;
+	v = x[b / per_col * ldx + b % per_col * QB + lane];
+	amax = fabsf(v);
+	bad = !isfinite(v);
+	for (int off = 16; off > 0; off >>= 1)
+		amax = fmaxf(amax, __shfl_xor_sync(CV_FULL_MASK, amax, off));
+	bad = __any_sync(CV_FULL_MASK, bad);
+	d = amax / 127.0f;
+	qi = amax > 0.0f ? __float2int_rn(v / d) : 0;
+	q[b / per_col * k + b % per_col * QB + lane] = (int8_t)qi;
+	sum = qi;
+	for (int off = 16; off > 0; off >>= 1)
+		sum += __shfl_xor_sync(CV_FULL_MASK, sum, off);
+	if (lane == 0)
+		ds[b] = bad ? make_float2(__int_as_float(0x7FC00000),
+		                          __int_as_float(0x7FC00000))
+		            : make_float2(d, d * (float)sum);
+}
+
+template <int T, int R>
+__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
+dp4a_kernel(const uint8_t *__restrict__ w, int64_t stride, int pieces,
+            int64_t n, const int8_t *__restrict__ xq, int64_t k,
+            const float2 *__restrict__ ds, float *__restrict__ y, int64_t ldy,
+            int group)
+{
+	extern __shared__ float red[];
+	const int64_t row0 = cv_first_row<R>(group);
+	const int64_t nb = k / QB;
+	const uint8_t *rows[R];
+	float acc[R][T] = {};
+
+#pragma unroll
+	for (int r = 0; r < R; r++)
+		rows[r] = w + (row0 + r < n ? row0 + r : n - 1) * stride;
+#pragma unroll 2
+	for (int j = threadIdx.x & (group - 1); j < pieces; j += group) {
+		const int sb = j >> 3, p = j & 7;
+		/* Activation blocks of sub-blocks 2 (p / 2) and 2 (p / 2) + 1. */
+		const int64_t b0 = (int64_t)sb * Q4K_PIECES + (p & ~1);
+		const int8_t *xp = xq + Q4K_PIECE_X(sb, p);
+		uint32_t lo[R][4], hi[R][4];
+		float dl[R][2], ml[R][2];
+
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const uint8_t *blk = q4k_block(rows[r], sb);
+			const uint4 q = cv_load_stream(blk + 16 + 16 * p);
+
+			q4k_scales(__ldg((const uint4 *)blk), p >> 1, dl[r], ml[r]);
+			/* Each sub-block's min once: by its first half's lane. */
+			if (p & 1)
+				ml[r][0] = ml[r][1] = 0.0f;
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				lo[r][i] = cv_word(q, i) & 0x0F0F0F0F;
+				hi[r][i] = (cv_word(q, i) >> 4) & 0x0F0F0F0F;
+			}
+		}
+#pragma unroll
+		for (int c = 0; c < T; c++) {
+			const uint4 al = __ldg((const uint4 *)(xp + c * k));
+			const uint4 ah = __ldg((const uint4 *)(xp + c * k + 32));
+			const float2 s0 = __ldg(ds + c * nb + b0);
+			const float2 s1 = __ldg(ds + c * nb + b0 + 1);
+
+#pragma unroll
+			for (int r = 0; r < R; r++) {
+				int il = 0, ih = 0;
+
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					il = __dp4a((int)lo[r][i], (int)cv_word(al, i), il);
+					ih = __dp4a((int)hi[r][i], (int)cv_word(ah, i), ih);
+				}
+				acc[r][c] = fmaf(dl[r][0] * s0.x, (float)il, acc[r][c]);
+				acc[r][c] = fmaf(dl[r][1] * s1.x, (float)ih, acc[r][c]);
+				acc[r][c] = fmaf(-ml[r][0], s0.y, acc[r][c]);
+				acc[r][c] = fmaf(-ml[r][1], s1.y, acc[r][c]);
+			}
+		}
+	}
+	cv_reduce_store<R, T>(acc, group, red, row0, n, y, ldy);
+}
+
+namespace {
+
+struct dp4a_launcher {
+	const q4kh_prepared *w;
+	const int8_t *xq;
+	const float2 *ds;
+	float *y;
+	int64_t ldy;
+	int64_t pieces;
+
+	template <int T, int R>
+	cudaError_t launch(const cv_geom &g, cudaStream_t s) const
+	{
+		dp4a_kernel<T, R><<<g.blocks, g.threads, g.shared, s>>>(
+			(const uint8_t *)w->data, w->stride, (int)pieces, w->n, xq,
+			w->k, ds, y, ldy, g.group);
+		return cudaGetLastError();
+	}
+};
+
+} // namespace
+
+extern "C" cudaError_t dp4a_probe(void)
+{
+	cudaFuncAttributes a;
+
+	return cudaFuncGetAttributes(&a, quantize_kernel);
+}
+
+extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const cv_io *io,
+                                   void *scratch, int warps, cudaStream_t s)
+{
+	const int64_t blocks = w->k / QB * io->cols;
+	int8_t *xq = (int8_t *)scratch;
+	float2 *ds = (float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
+	const dp4a_launcher l = { w, xq, ds, io->y, io->ldy,
+		                  w->k / (Q4K_VALUES / Q4K_PIECES) };
+	cudaError_t e;
+
+	quantize_kernel<<<(unsigned)((blocks + 7) / 8), 256, 0, s>>>(
+		io->x, io->ldx, w->k, blocks, xq, ds);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	return cv_launch(l, (int)io->cols, w->n, warps, w->multiprocessors, s);
+}

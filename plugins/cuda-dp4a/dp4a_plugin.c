@@ -1,0 +1,45 @@
+/*
+ * cuda-dp4a: Q4_K weights (read in place) times activations quantised to
+ * int8 on the fly, with integer dot products. Faster arithmetic than
+ * cuda-mwv, less exact: int8 loses the small values of a block that holds
+ * a massive activation, which on some models is enough to fail F2, so it
+ * scores below cuda-mwv. dp4a needs sm_61; the loads that bypass L1 sm_70.
+ */
+#include "buildconf.h"
+
+#include <stdio.h>
+
+#include "dp4a.h"
+
+static const uint32_t dp4a_types[] = { Q4KH_TYPE_Q4_K };
+
+/* Scratch for the int8 activations, stream-ordered: no host waits. */
+static q4kh_status dp4a_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
+                              const struct cv_io *io, cudaStream_t s)
+{
+	size_t bytes = dp4a_scratch_bytes(w->k, io->cols);
+	char what[96];
+	void *scratch;
+	q4kh_status st;
+	cudaError_t e;
+
+	snprintf(what, sizeof(what), "cudaMallocAsync(%zu bytes of int8 "
+	         "activations)", bytes);
+	if ((st = cv_cuda(ctx, cudaMallocAsync(&scratch, bytes, s), what)))
+		return st;
+	st = cv_launched(ctx, dp4a_launch(w, io, scratch, ctx->warps, s),
+	                 "cuda-dp4a", w, io);
+	e = cudaFreeAsync(scratch, s);
+	return st ? st : cv_cuda(ctx, e, "cudaFreeAsync");
+}
+
+const struct cv_variant cv_self = {
+	.min_sm = 70,
+	.score = 50,
+	.default_warps = 4,
+	.probe = dp4a_probe,
+	.prepare = cv_prepare_aligned,
+	.apply = dp4a_apply,
+};
+
+CV_PLUGIN("cuda-dp4a", dp4a_types)

@@ -1,0 +1,29 @@
+/*
+ * cuda-mwv: Q4_K GEMV with fp32 activations, several warps per row
+ * (mwv_kernels.cu), behind the shared variant table (variant.h).
+ */
+#ifndef Q4KH_CUDA_MWV_H
+#define Q4KH_CUDA_MWV_H
+
+#include "../cuda-variant/variant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cudaSuccess when this build has code for the current device. */
+cudaError_t mwv_probe(void);
+
+/*
+ * Enqueue y = W x for io->cols (1 .. CV_MAX_COLUMNS) columns on stream s,
+ * with WARPS warps per block. w->data: Q4_K rows w->stride bytes apart,
+ * both 16-byte aligned. Returns the launch's error.
+ */
+cudaError_t mwv_launch(const q4kh_prepared *w, const struct cv_io *io,
+                       int warps, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * Q4_K as the CUDA variants read it (the layout is quant.h's).
+ *
+ * A piece is 16 bytes of a super-block's qs: piece p (0..7) of super-block
+ * sb holds values 16 (p % 2) .. +15 of sub-block 2 (p / 2) in its low
+ * nibbles and the same values of sub-block 2 (p / 2) + 1 in its high
+ * nibbles, so eight lanes read a super-block's 128 code bytes in one
+ * coalesced sweep, plus the 16-byte header (d, dmin, scales) all eight
+ * share. Activation value i of a piece's low nibbles is at
+ * Q4K_PIECE_X(sb, p) + i, of its high nibbles 32 further.
+ */
+#ifndef Q4KH_CUDA_Q4K_DEVICE_CUH
+#define Q4KH_CUDA_Q4K_DEVICE_CUH
+
+#include "variant_device.cuh"
+
+#define Q4K_VALUES 256      /* per super-block */
+#define Q4K_BLOCK_BYTES 144 /* sizeof(struct q4kh_block_q4_k) */
+#define Q4K_PIECES 8        /* per super-block */
+
+#define Q4K_PIECE_X(sb, p) ((sb) * Q4K_VALUES + ((p) >> 1) * 64 + ((p) & 1) * 16)
+
+/* Address of super-block sb's header; its piece p is at + 16 + 16 p. */
+__device__ __forceinline__ const uint8_t *q4k_block(const uint8_t *row, int sb)
+{
+	return row + (int64_t)sb * Q4K_BLOCK_BYTES;
+}
+
+/*
+ * d * sc and dmin * m of sub-blocks 2 pair and 2 pair + 1 from a header
+ * h = {d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]}, with
+ * quant.h's 6-bit packing. Every product is exact.
+ */
+__device__ __forceinline__ void q4k_scales(const uint4 &h, int pair,
+                                           float (&dl)[2], float (&ml)[2])
+{
+	const int shift = 16 * (pair & 1);
+	const uint32_t a = h.y >> shift, b = h.z >> shift, c = h.w >> shift;
+	/* The two sub-blocks' 6-bit values, one per byte. */
+	const uint32_t sc = pair < 2 ? a & 0x3F3F
+	                             : (c & 0x0F0F) | ((a >> 2) & 0x3030);
+	const uint32_t m = pair < 2 ? b & 0x3F3F
+	                            : ((c >> 4) & 0x0F0F) | ((b >> 2) & 0x3030);
+	const float d = cv_half_float(h.x, 0), dmin = cv_half_float(h.x, 1);
+
+	dl[0] = d * cv_byte_float(sc, 0);
+	dl[1] = d * cv_byte_float(sc, 1);
+	ml[0] = dmin * cv_byte_float(m, 0);
+	ml[1] = dmin * cv_byte_float(m, 1);
+}
+
+#endif

@@ -1,0 +1,502 @@
+/*
+ * The kernel-variant table shared by the CUDA variants: init and the warps
+ * setting, score, and the checks around prepare, gemv, gemm and release.
+ * Every CUDA call is checked; work goes on the host's stream and nothing
+ * here waits for the device (release excepted: cudaFree).
+ */
+#include "buildconf.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "variant.h"
+
+/* Largest K and N accepted: kernel indices stay in 32 bits. */
+#define CV_MAX_K ((int64_t)1 << 24)
+#define CV_MAX_N ((int64_t)1 << 30)
+
+/* Why the last init() on this thread failed (last_error(NULL)). */
+static __thread char init_error[512];
+
+q4kh_status cv_fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+q4kh_status cv_cuda(q4kh_kernel_ctx *ctx, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return Q4KH_OK;
+	return cv_fail(ctx,
+	               e == cudaErrorMemoryAllocation ? Q4KH_ERR_NOMEM
+	                                              : Q4KH_ERR_DEVICE,
+	               "%s: %s (%s)", what, cudaGetErrorName(e),
+	               cudaGetErrorString(e));
+}
+
+/* 1 when the host's struct is long enough to hold the field ending at END. */
+#define HOST_HAS(host, field)                                                  \
+	((host)->struct_size >= offsetof(struct q4kh_host_api, field) +         \
+	                                sizeof(((struct q4kh_host_api *)0)->field))
+
+__attribute__((format(printf, 2, 3)))
+static q4kh_status init_fail(const struct q4kh_host_api *host, const char *fmt,
+                             ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(init_error, sizeof(init_error), "%s: init: ", cv_name);
+	va_start(ap, fmt);
+	vsnprintf(init_error + n, sizeof(init_error) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (host && HOST_HAS(host, log) && host->log)
+		host->log(host->host_data, Q4KH_LOG_ERROR, init_error);
+	return Q4KH_ERR_INVALID;
+}
+
+/* [plugin.NAME] warps: 1, 2, 4 or 8, exactly as written. */
+static int parse_warps(const char *s, int *out)
+{
+	static const char *const ok[] = { "1", "2", "4", "8" };
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (strcmp(s, ok[i]) == 0) {
+			*out = 1 << i;
+			return 0;
+		}
+	return -1;
+}
+
+q4kh_status cv_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
+{
+	const char *warps = NULL;
+	q4kh_kernel_ctx *ctx;
+	int w = cv_self.default_warps;
+
+	if (!out)
+		return init_fail(host, "out is NULL");
+	*out = NULL;
+	if (!host)
+		return init_fail(NULL, "host API is NULL");
+	if (host->abi_major != Q4KH_ABI_MAJOR)
+		return init_fail(host, "host ABI major %u, plugin built for %d",
+		                 host->abi_major, Q4KH_ABI_MAJOR);
+	if (HOST_HAS(host, config_get) && host->config_get)
+		warps = host->config_get(host->host_data, "warps");
+	if (warps && parse_warps(warps, &w))
+		return init_fail(host,
+		                 "[plugin.%s] warps = \"%s\": expected 1, 2, 4 or 8 "
+		                 "(warps per thread block)",
+		                 cv_name, warps);
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		init_fail(host, "out of memory");
+		return Q4KH_ERR_NOMEM;
+	}
+	ctx->host = host;
+	ctx->warps = w;
+	*out = ctx;
+	return Q4KH_OK;
+}
+
+void cv_shutdown(q4kh_kernel_ctx *ctx)
+{
+	free(ctx);
+}
+
+const char *cv_last_error(q4kh_kernel_ctx *ctx)
+{
+	return ctx ? ctx->error : init_error;
+}
+
+static int implements(uint32_t type)
+{
+	for (uint32_t i = 0; i < cv_table.n_types; i++)
+		if (cv_table.types[i] == type)
+			return 1;
+	return 0;
+}
+
+/* 90 for "sm_90", 120 for "sm_120a"; 0 for anything that is no sm_ arch. */
+static uint32_t sm_of(const char *arch)
+{
+	uint32_t v = 0;
+	const char *p;
+
+	if (strncmp(arch, "sm_", 3) != 0)
+		return 0;
+	for (p = arch + 3; *p >= '0' && *p <= '9' && v < 10000; p++)
+		v = v * 10 + (uint32_t)(*p - '0');
+	return p == arch + 3 ? 0 : v;
+}
+
+uint32_t cv_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *dev,
+                  uint32_t type)
+{
+	char arch[sizeof(dev->arch) + 1];
+
+	(void)ctx;
+	if (!dev || dev->struct_size < offsetof(struct q4kh_device_record, arch) +
+	                                       sizeof(dev->arch) ||
+	    !implements(type))
+		return 0;
+	memcpy(arch, dev->arch, sizeof(dev->arch));
+	arch[sizeof(dev->arch)] = 0;
+	return sm_of(arch) >= cv_self.min_sm ? cv_self.score : 0;
+}
+
+/* --- the device: set for the call, restored after ------------------------ */
+
+static q4kh_status check_native(q4kh_kernel_ctx *ctx, const char *what,
+                                const struct q4kh_native_device *dev)
+{
+	if (!dev)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: native device is NULL",
+		               what);
+	if (dev->struct_size < offsetof(struct q4kh_native_device, address) +
+	                               sizeof(dev->address) ||
+	    !dev->address)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: native device record of %u bytes lacks address()",
+		               what, dev->struct_size);
+	if (dev->ordinal < 0)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: native device ordinal %d", what, dev->ordinal);
+	return Q4KH_OK;
+}
+
+static q4kh_status enter(q4kh_kernel_ctx *ctx, const char *what, int ordinal,
+                         int *prev)
+{
+	char where[96];
+	q4kh_status st;
+
+	snprintf(where, sizeof(where), "%s: cudaGetDevice", what);
+	if ((st = cv_cuda(ctx, cudaGetDevice(prev), where)))
+		return st;
+	snprintf(where, sizeof(where), "%s: cudaSetDevice(%d)", what, ordinal);
+	return cv_cuda(ctx, cudaSetDevice(ordinal), where);
+}
+
+static void leave(int prev)
+{
+	cudaSetDevice(prev);
+}
+
+/* --- prepare and release ------------------------------------------------- */
+
+static q4kh_status check_weight(q4kh_kernel_ctx *ctx,
+                                const struct q4kh_tensor *w)
+{
+	const char *tn;
+	uint32_t be, bb;
+
+	if (!w)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "prepare: w is NULL");
+	tn = q4kh_type_name(w->type);
+	if (!implements(w->type))
+		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		               "prepare: w: type %u (%s) is not one %s implements",
+		               w->type, tn ? tn : "unknown", cv_name);
+	if (!w->buffer)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "prepare: w: buffer is NULL");
+	be = q4kh_type_block_elems(w->type);
+	bb = q4kh_type_block_bytes(w->type);
+	if (w->ne[0] < be || w->ne[0] > CV_MAX_K || w->ne[0] % be)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "prepare: w: ne[0] = %lld, expected a multiple of %s's "
+		               "block of %u up to %lld",
+		               (long long)w->ne[0], tn, be, (long long)CV_MAX_K);
+	if (w->ne[1] < 1 || w->ne[1] > CV_MAX_N || w->ne[2] != 1 ||
+	    w->ne[3] != 1)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "prepare: w: shape {%lld, %lld, %lld, %lld}, expected "
+		               "{K, 1 .. 2^30, 1, 1}",
+		               (long long)w->ne[0], (long long)w->ne[1],
+		               (long long)w->ne[2], (long long)w->ne[3]);
+	if (w->nb[0] != bb || w->nb[1] < w->ne[0] / be * bb)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "prepare: w: strides nb[0] = %lld, nb[1] = %lld, "
+		               "expected %u and at least %lld",
+		               (long long)w->nb[0], (long long)w->nb[1], bb,
+		               (long long)(w->ne[0] / be * bb));
+	return Q4KH_OK;
+}
+
+static q4kh_status probe(q4kh_kernel_ctx *ctx, int ordinal)
+{
+	cudaError_t e = cv_self.probe();
+
+	if (e == cudaErrorNoKernelImageForDevice ||
+	    e == cudaErrorInvalidDeviceFunction ||
+	    e == cudaErrorUnsupportedPtxVersion) {
+		cudaGetLastError();
+		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		               "prepare: this build has no code for CUDA device %d "
+		               "(built for %s): %s",
+		               ordinal, Q4KH_CUDA_ARCHS, cudaGetErrorName(e));
+	}
+	return cv_cuda(ctx, e, "prepare: cudaFuncGetAttributes");
+}
+
+q4kh_status cv_prepare(q4kh_kernel_ctx *ctx,
+                       const struct q4kh_native_device *dev,
+                       const struct q4kh_tensor *w, q4kh_prepared **out)
+{
+	uint32_t be, bb;
+	q4kh_prepared *p;
+	q4kh_status st;
+	int prev;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!out)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "prepare: out is NULL");
+	*out = NULL;
+	if ((st = check_native(ctx, "prepare", dev)) || (st = check_weight(ctx, w)))
+		return st;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return cv_fail(ctx, Q4KH_ERR_NOMEM, "prepare: out of memory");
+	be = q4kh_type_block_elems(w->type);
+	bb = q4kh_type_block_bytes(w->type);
+	p->ordinal = dev->ordinal;
+	p->type = w->type;
+	p->k = w->ne[0];
+	p->n = w->ne[1];
+	p->buffer = w->buffer;
+	p->begin = w->offset;
+	p->end = w->offset + (uint64_t)((p->n - 1) * w->nb[1] + p->k / be * bb);
+	p->src_stride = w->nb[1];
+	p->src = dev->address(w->buffer);
+	if (!p->src) {
+		free(p);
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "prepare: w: the backend gives no device address "
+		               "for its buffer");
+	}
+	p->src += w->offset;
+	if ((st = enter(ctx, "prepare", dev->ordinal, &prev))) {
+		free(p);
+		return st;
+	}
+	if (!(st = probe(ctx, dev->ordinal)))
+		st = cv_cuda(ctx,
+		             cudaDeviceGetAttribute(&p->multiprocessors,
+		                                    cudaDevAttrMultiProcessorCount,
+		                                    dev->ordinal),
+		             "prepare: cudaDeviceGetAttribute");
+	if (!st)
+		st = cv_self.prepare(ctx, p, (cudaStream_t)dev->stream);
+	leave(prev);
+	if (st) {
+		cv_release(ctx, p);
+		return st;
+	}
+	*out = p;
+	return Q4KH_OK;
+}
+
+void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
+{
+	char msg[256];
+	cudaError_t e;
+	int prev;
+
+	if (!w)
+		return;
+	if (w->own && cudaGetDevice(&prev) == cudaSuccess) {
+		e = cudaSetDevice(w->ordinal);
+		if (e == cudaSuccess)
+			e = cudaFree(w->own);
+		cudaSetDevice(prev);
+		if (e != cudaSuccess && ctx && ctx->host && ctx->host->log) {
+			snprintf(msg, sizeof(msg),
+			         "release: cudaFree on device %d: %s (%s)", w->ordinal,
+			         cudaGetErrorName(e), cudaGetErrorString(e));
+			ctx->host->log(ctx->host->host_data, Q4KH_LOG_WARN, msg);
+		}
+	}
+	free(w);
+}
+
+q4kh_status cv_prepare_aligned(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
+                               cudaStream_t s)
+{
+	int64_t row = w->k / q4kh_type_block_elems(w->type) *
+	              q4kh_type_block_bytes(w->type);
+	char what[96];
+	q4kh_status st;
+	void *own;
+
+	if ((uintptr_t)w->src % 16 == 0 && w->src_stride % 16 == 0) {
+		w->data = w->src;
+		w->stride = w->src_stride;
+		return Q4KH_OK;
+	}
+	if (row % 16)
+		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		               "prepare: rows of %lld bytes cannot be 16-byte aligned",
+		               (long long)row);
+	snprintf(what, sizeof(what), "prepare: cudaMalloc(%lld bytes)",
+	         (long long)(row * w->n));
+	if ((st = cv_cuda(ctx, cudaMalloc(&own, (size_t)(row * w->n)), what)))
+		return st;
+	w->own = own;
+	w->data = own;
+	w->stride = row;
+	return cv_cuda(ctx,
+	               cudaMemcpy2DAsync(own, (size_t)row, w->src,
+	                                 (size_t)w->src_stride, (size_t)row,
+	                                 (size_t)w->n, cudaMemcpyDeviceToDevice, s),
+	               "prepare: cudaMemcpy2DAsync to aligned rows");
+}
+
+q4kh_status cv_launched(q4kh_kernel_ctx *ctx, cudaError_t e, const char *kernel,
+                        const q4kh_prepared *w, const struct cv_io *io)
+{
+	char what[160];
+
+	if (e == cudaSuccess)
+		return Q4KH_OK;
+	snprintf(what, sizeof(what), "%s kernel for %s {%lld, %lld} x %lld columns",
+	         kernel, q4kh_type_name(w->type), (long long)w->k,
+	         (long long)w->n, (long long)io->cols);
+	return cv_cuda(ctx, e, what);
+}
+
+/* --- gemv and gemm -------------------------------------------------------- */
+
+/* Bytes [begin, end) an f32 matrix {rows, cols} with column stride nb1 spans. */
+static void span(const struct q4kh_tensor *t, uint64_t *begin, uint64_t *end)
+{
+	*begin = t->offset;
+	*end = t->offset + (uint64_t)((t->ne[1] - 1) * t->nb[1] + 4 * t->ne[0]);
+}
+
+static int overlap(const q4kh_buffer *a, uint64_t a0, uint64_t a1,
+                   const q4kh_buffer *b, uint64_t b0, uint64_t b1)
+{
+	return a == b && a0 < b1 && b0 < a1;
+}
+
+/* An f32 {rows, cols} operand: contiguous columns, stride a multiple of ALIGN. */
+static q4kh_status check_f32(q4kh_kernel_ctx *ctx, const char *what,
+                             const struct q4kh_tensor *t, int64_t rows,
+                             int64_t cols_max, int64_t cols, int align)
+{
+	if (!t)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: tensor is NULL", what);
+	if (!t->buffer)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: buffer is NULL", what);
+	if (t->type != Q4KH_TYPE_F32)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: type %u (%s), expected F32",
+		               what, t->type,
+		               q4kh_type_name(t->type) ? q4kh_type_name(t->type)
+		                                       : "unknown");
+	if (t->ne[0] != rows || t->ne[1] < 1 || t->ne[1] > cols_max ||
+	    (cols && t->ne[1] != cols) || t->ne[2] != 1 || t->ne[3] != 1)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: shape {%lld, %lld, %lld, %lld}, expected {%lld, "
+		               "%s, 1, 1}",
+		               what, (long long)t->ne[0], (long long)t->ne[1],
+		               (long long)t->ne[2], (long long)t->ne[3],
+		               (long long)rows,
+		               cols ? "as x" : cols_max == CV_MAX_COLUMNS ? "1 .. 8"
+		                                                          : ">= 1");
+	if (t->nb[0] != 4 || t->nb[1] < 4 * rows || t->nb[1] % align ||
+	    t->offset % (uint64_t)align)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: offset %llu, nb[0] = %lld, nb[1] = %lld: expected "
+		               "nb[0] = 4, nb[1] >= %lld, offset and nb[1] multiples "
+		               "of %d",
+		               what, (unsigned long long)t->offset, (long long)t->nb[0],
+		               (long long)t->nb[1], (long long)(4 * rows), align);
+	return Q4KH_OK;
+}
+
+static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
+                       const struct q4kh_native_device *dev, q4kh_prepared *w,
+                       const struct q4kh_tensor *x, const struct q4kh_tensor *y,
+                       int64_t cols_max)
+{
+	char xname[16], yname[16];
+	uint64_t x0, x1, y0, y1;
+	const uint8_t *xa;
+	uint8_t *ya;
+	struct cv_io io;
+	q4kh_status st;
+	int prev;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if ((st = check_native(ctx, what, dev)))
+		return st;
+	if (!w)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: w is NULL", what);
+	if (w->ordinal != dev->ordinal)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: w was prepared on CUDA device %d, called for %d",
+		               what, w->ordinal, dev->ordinal);
+	snprintf(xname, sizeof(xname), "%s x", what);
+	snprintf(yname, sizeof(yname), "%s y", what);
+	/* The kernels read x in 16-byte vectors. */
+	if ((st = check_f32(ctx, xname, x, w->k, cols_max, 0, 16)) ||
+	    (st = check_f32(ctx, yname, y, w->n, cols_max, x->ne[1], 4)))
+		return st;
+	span(x, &x0, &x1);
+	span(y, &y0, &y1);
+	if (overlap(y->buffer, y0, y1, x->buffer, x0, x1))
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: y overlaps x", what);
+	if (overlap(y->buffer, y0, y1, w->buffer, w->begin, w->end))
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: y overlaps w", what);
+	xa = dev->address(x->buffer);
+	ya = dev->address(y->buffer);
+	if (!xa || !ya)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: the backend gives no device address for %s", what,
+		               xa ? "y" : "x");
+	xa += x->offset;
+	ya += y->offset;
+	if ((uintptr_t)xa % 16 || (uintptr_t)ya % 4)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: x at %p or y at %p is not 16- or 4-byte aligned",
+		               what, (const void *)xa, (void *)ya);
+	io.ldx = x->nb[1] / 4;
+	io.ldy = y->nb[1] / 4;
+	if ((st = enter(ctx, what, dev->ordinal, &prev)))
+		return st;
+	/* A batch goes through in tiles of columns, each reading w once. */
+	for (int64_t c0 = 0; c0 < x->ne[1] && !st; c0 += CV_MAX_COLUMNS) {
+		io.x = (const float *)xa + c0 * io.ldx;
+		io.y = (float *)ya + c0 * io.ldy;
+		io.cols = x->ne[1] - c0 < CV_MAX_COLUMNS ? x->ne[1] - c0
+		                                          : CV_MAX_COLUMNS;
+		st = cv_self.apply(ctx, w, &io, (cudaStream_t)dev->stream);
+	}
+	leave(prev);
+	return st;
+}
+
+q4kh_status cv_gemv(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                    q4kh_prepared *w, const struct q4kh_tensor *x,
+                    const struct q4kh_tensor *y)
+{
+	return run(ctx, "gemv", dev, w, x, y, CV_MAX_COLUMNS);
+}
+
+q4kh_status cv_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                    q4kh_prepared *w, const struct q4kh_tensor *x,
+                    const struct q4kh_tensor *y)
+{
+	return run(ctx, "gemm", dev, w, x, y, INT64_MAX);
+}

@@ -1,0 +1,189 @@
+/*
+ * What the CUDA kernel-variant plugins (cuda-mwv, cuda-dp4a, cuda-gemv-iq)
+ * share: the q4kh_kernel_v1 table and its argument checks, error text,
+ * device bookkeeping and the [plugin.NAME] warps setting (variant.c).
+ * Each plugin compiles variant.c into its own module and defines cv_self,
+ * the one struct cv_variant that says what differs: its name, types and
+ * score, how it prepares a weight and how it multiplies.
+ *
+ * cv_ names are internal to a module (hidden visibility); only the entry
+ * symbol is exported.
+ */
+#ifndef Q4KH_CUDA_VARIANT_H
+#define Q4KH_CUDA_VARIANT_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "q4khost/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Warps per thread block: the choices [plugin.NAME] warps accepts. */
+#define CV_MAX_WARPS 8
+
+/* Activation columns one kernel launch takes (gemv's limit too). */
+#define CV_MAX_COLUMNS 8
+
+struct q4kh_kernel_ctx {
+	const struct q4kh_host_api *host;
+	int warps;         /* threads per block / 32, from the config */
+	char error[1024];
+};
+
+/*
+ * A prepared weight {K, N}. The scaffolding fills everything above `data`;
+ * the variant's prepare() sets data and stride, and own when it allocates.
+ */
+struct q4kh_prepared {
+	int ordinal;              /* CUDA device it lives on */
+	int multiprocessors;      /* of that device */
+	uint32_t type;
+	int64_t k, n;
+	const q4kh_buffer *buffer; /* the host's weight, for overlap checks */
+	uint64_t begin, end;      /* its bytes [begin, end) in buffer */
+	const uint8_t *src;       /* device address of its row 0 */
+	int64_t src_stride;       /* bytes from one of its rows to the next */
+	const void *data;         /* what the kernels read */
+	int64_t stride;           /* bytes between rows of data (variant's own
+	                             meaning when it repacks) */
+	void *own;                /* device memory this handle frees, or NULL */
+};
+
+/* One multiplication y[:, t] = W x[:, t], t < cols, on device pointers. */
+struct cv_io {
+	const float *x; /* column t starts at x + t * ldx; 16-byte aligned */
+	int64_t ldx;    /* floats, a multiple of 4 */
+	float *y;       /* column t starts at y + t * ldy */
+	int64_t ldy;    /* floats */
+	int64_t cols;   /* >= 1 */
+};
+
+/* What differs between the variants. */
+struct cv_variant {
+	uint32_t min_sm;   /* oldest architecture it runs on, 75 = sm_75 */
+	uint32_t score;    /* score() on devices it runs on */
+	int default_warps; /* when [plugin.NAME] warps is unset */
+	/*
+	 * cudaSuccess when this build holds code for the current device
+	 * (cudaFuncGetAttributes of one of its kernels).
+	 */
+	cudaError_t (*probe)(void);
+	/*
+	 * Make w ready on the current device (w->src holds the host's rows):
+	 * set w->data and w->stride, and w->own if it allocates. Work goes on
+	 * stream s; no host synchronisation.
+	 */
+	q4kh_status (*prepare)(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
+	                       cudaStream_t s);
+	/* Enqueue io (1 .. CV_MAX_COLUMNS columns) on stream s. */
+	q4kh_status (*apply)(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
+	                     const struct cv_io *io, cudaStream_t s);
+};
+
+/* Defined by each plugin: its behaviour, and through CV_PLUGIN below its
+ * name and kernel table. */
+extern const struct cv_variant cv_self;
+extern const char cv_name[];
+extern const struct q4kh_kernel_v1 cv_table;
+
+/*
+ * A prepare() for weights read in place: w->data = w->src when its rows
+ * are 16-byte aligned, else a copy in aligned device memory of w's own
+ * (one asynchronous copy on s).
+ */
+q4kh_status cv_prepare_aligned(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
+                               cudaStream_t s);
+
+/*
+ * Q4KH_OK after a launch that returned cudaSuccess; else the last error
+ * names KERNEL, w's shape and the column count.
+ */
+q4kh_status cv_launched(q4kh_kernel_ctx *ctx, cudaError_t e, const char *kernel,
+                        const q4kh_prepared *w, const struct cv_io *io);
+
+/* The kernel table's functions (variant.c). */
+q4kh_status cv_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out);
+void cv_shutdown(q4kh_kernel_ctx *ctx);
+const char *cv_last_error(q4kh_kernel_ctx *ctx);
+uint32_t cv_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *dev,
+                  uint32_t type);
+q4kh_status cv_prepare(q4kh_kernel_ctx *ctx,
+                       const struct q4kh_native_device *dev,
+                       const struct q4kh_tensor *w, q4kh_prepared **out);
+q4kh_status cv_gemv(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                    q4kh_prepared *w, const struct q4kh_tensor *x,
+                    const struct q4kh_tensor *y);
+q4kh_status cv_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                    q4kh_prepared *w, const struct q4kh_tensor *x,
+                    const struct q4kh_tensor *y);
+void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
+
+/* The build id: host compiler, nvcc release and the GPU code built. */
+#ifdef __clang__
+#define CV_COMPILER __VERSION__
+#else
+#define CV_COMPILER "gcc " __VERSION__
+#endif
+#define CV_BUILD_ID                                                            \
+	CV_COMPILER ", nvcc " Q4KH_NVCC_VERSION ", " Q4KH_CUDA_ARCHS
+
+/*
+ * The plugin's name, kernel table, descriptor and entry point, from its
+ * name (a string literal) and its array of types. Needs buildconf.h.
+ */
+#define CV_PLUGIN(NAME, TYPES)                                                 \
+	const char cv_name[] = NAME;                                           \
+	const struct q4kh_kernel_v1 cv_table = {                               \
+		.struct_size = sizeof(struct q4kh_kernel_v1),                  \
+		.n_types = sizeof(TYPES) / sizeof((TYPES)[0]),                 \
+		.backend = "cuda",                                             \
+		.types = TYPES,                                                \
+		.max_gemv_columns = CV_MAX_COLUMNS,                            \
+		.init = cv_init,                                               \
+		.shutdown = cv_shutdown,                                       \
+		.last_error = cv_last_error,                                   \
+		.score = cv_score,                                             \
+		.prepare = cv_prepare,                                         \
+		.gemv = cv_gemv,                                               \
+		.gemm = cv_gemm,                                               \
+		.release = cv_release,                                         \
+	};                                                                     \
+	static const struct q4kh_plugin_desc cv_desc = {                       \
+		.struct_size = sizeof(struct q4kh_plugin_desc),                \
+		.abi_minor = Q4KH_ABI_MINOR,                                   \
+		.kind = Q4KH_KIND_KERNEL,                                      \
+		.name = NAME,                                                  \
+		.version = PACKAGE_VERSION,                                    \
+		.vendor = "q4khost",                                           \
+		.license = "MIT",                                              \
+		.build_id = CV_BUILD_ID,                                       \
+		.backend = NULL,                                               \
+		.kernel = &cv_table,                                           \
+	};                                                                     \
+	__attribute__((visibility("default"))) const struct q4kh_plugin_desc * \
+	q4kh_plugin_entry_v1(void);                                            \
+	const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)              \
+	{                                                                      \
+		return &cv_desc;                                               \
+	}
+
+/* Keep a formatted message as ctx's last error and return st. */
+q4kh_status cv_fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/*
+ * Q4KH_OK when e is cudaSuccess, else the last error "WHAT: cudaErrorX
+ * (text)" and Q4KH_ERR_NOMEM for an allocation failure, Q4KH_ERR_DEVICE
+ * otherwise.
+ */
+q4kh_status cv_cuda(q4kh_kernel_ctx *ctx, cudaError_t e, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,160 @@
+/*
+ * The cuda backend: shared types of its host-side files.
+ *
+ * Each device context owns one CUDA stream; every op is validated on the
+ * host, then enqueued on that stream and returns without waiting.
+ * synchronize() and buffer_download() wait; buffer_upload() is ordered
+ * after the ops before it and waits for its own copy. Token ids and
+ * positions arrive in host memory: they are copied on the stream into a
+ * staging buffer of the device context, which the stream's order makes
+ * safe to reuse by the next op.
+ */
+#ifndef Q4KH_CUDA_H
+#define Q4KH_CUDA_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_kernels.h"
+#include "q4khost/plugin.h"
+
+struct q4kh_backend_ctx {
+	const struct q4kh_host_api *host;
+	int n_devices;
+	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
+	char error[1024];
+};
+
+struct q4kh_device_ctx {
+	q4kh_backend_ctx *ctx;
+	int ordinal;
+	cudaStream_t stream;
+	int32_t *stage;   /* device memory for ids and positions */
+	int64_t stage_n;  /* int32 values it holds */
+};
+
+struct q4kh_buffer {
+	q4kh_device_ctx *dev;
+	uint64_t size;
+	char *ptr; /* device memory */
+};
+
+/* --- devices (cuda_device.c) and buffers (cuda_buffer.c) --- */
+
+q4kh_status cuda_device_count(q4kh_backend_ctx *ctx, uint32_t *count);
+q4kh_status cuda_device_info(q4kh_backend_ctx *ctx, uint32_t index,
+                             struct q4kh_device_record *out);
+q4kh_status cuda_device_open(q4kh_backend_ctx *ctx, uint32_t index,
+                             q4kh_device_ctx **out);
+void cuda_device_close(q4kh_device_ctx *dev);
+q4kh_status cuda_synchronize(q4kh_device_ctx *dev);
+q4kh_status cuda_native_device(q4kh_device_ctx *dev,
+                               struct q4kh_native_device *out);
+q4kh_status cuda_buffer_alloc(q4kh_device_ctx *dev, uint64_t size,
+                              q4kh_buffer **out);
+void cuda_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf);
+q4kh_status cuda_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
+                               uint64_t offset, const void *src,
+                               uint64_t size);
+q4kh_status cuda_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
+                                 uint64_t offset, void *dst, uint64_t size);
+
+/* Make dev's device current for this thread; WHAT names the caller. */
+q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what);
+
+/* Copy N int32 values from host memory to dev->stage on the stream,
+ * growing the staging buffer first when it is too small. */
+q4kh_status cuda_stage(q4kh_device_ctx *dev, const char *what,
+                       const int32_t *values, int64_t n);
+
+/* --- errors and logging (cuda_plugin.c) --- */
+
+/* Log one line through the host, when it offers logging. */
+void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
+              ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Keep a formatted message as ctx's last error and return st. */
+q4kh_status cuda_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
+                      ...)
+	__attribute__((format(printf, 3, 4)));
+
+/*
+ * Q4KH_OK when e is cudaSuccess; else keep "WHAT: CUDA's text (its name)"
+ * and return Q4KH_ERR_NOMEM for an allocation failure, Q4KH_ERR_DEVICE
+ * otherwise. Clears CUDA's last error when it is not sticky, so the next
+ * op's check does not see it again.
+ */
+q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what);
+
+/* --- the driver's version (cuda_driver.c) --- */
+
+/* The display driver's version ("580.65.06") from NVML when present, else
+ * the CUDA driver API version ("13.0"), else "". */
+void cuda_driver_version(char *out, size_t size);
+
+/* --- tensor checks (cuda_tensor.c) --- */
+
+/* Bit for a type in a mask of accepted types. */
+#define CUDA_T(type) (1u << (type))
+
+/* The types get_rows and mul_mat take, as a mask of CUDA_T bits. */
+uint32_t cuda_weight_types(void);
+
+/*
+ * Check that WHAT (named in messages) is a view the op may use: non-NULL,
+ * a buffer of this device context, one of the types in TYPES, ne >= 1,
+ * contiguous along ne[0], aligned, and inside its buffer.
+ */
+q4kh_status cuda_tensor_check(q4kh_device_ctx *dev, const char *what,
+                              const struct q4kh_tensor *t, uint32_t types);
+/* Check that t->ne equals NE (entries < 0 are not checked). */
+q4kh_status cuda_tensor_shape(q4kh_device_ctx *dev, const char *what,
+                              const struct q4kh_tensor *t, int64_t ne0,
+                              int64_t ne1, int64_t ne2, int64_t ne3);
+/* Fail unless OUT and IN occupy disjoint bytes (INPLACE: or OUT is exactly
+ * the view IN, for ops that may work in place). */
+q4kh_status cuda_tensor_apart(q4kh_device_ctx *dev, const char *out_name,
+                              const struct q4kh_tensor *out,
+                              const char *in_name,
+                              const struct q4kh_tensor *in, int inplace);
+/* The kernels' view of a checked tensor. */
+struct cuda_view cuda_view_of(const struct q4kh_tensor *t);
+
+/* --- ops (cuda_ops.c) --- */
+
+q4kh_status cuda_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
+                          const int32_t *ids, int64_t n, float scale,
+                          const struct q4kh_tensor *out);
+q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                         const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *y);
+q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *w, float eps,
+                          const struct q4kh_tensor *out);
+q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
+                      float base, float freq_scale,
+                      const struct q4kh_tensor *out);
+q4kh_status cuda_add(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+                     const struct q4kh_tensor *b,
+                     const struct q4kh_tensor *out);
+q4kh_status cuda_mul(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
+                     const struct q4kh_tensor *b,
+                     const struct q4kh_tensor *out);
+q4kh_status cuda_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                       float s, const struct q4kh_tensor *out);
+q4kh_status cuda_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
+                     const struct q4kh_tensor *gate,
+                     const struct q4kh_tensor *up,
+                     const struct q4kh_tensor *out);
+q4kh_status cuda_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                      const struct q4kh_tensor *dst);
+q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                           const struct q4kh_tensor *k_cache,
+                           const struct q4kh_tensor *v_cache,
+                           const struct q4kh_attn_params *params,
+                           const struct q4kh_tensor *out);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * Causal, windowed, grouped-query attention over the KV cache. A block
+ * takes one query (head h, token t) at a time: grid.x is the head, grid.y
+ * strides over the tokens. The visible keys are taken in chunks of
+ * ATTN_CHUNK: each warp computes the scores of some keys of the chunk (its
+ * lanes split the head dimension), then the block folds the chunk into a
+ * running softmax (Milakov & Gimelshein 2018, "Online normalizer
+ * calculation for softmax"): with m the largest score so far, the weights
+ * are exp(s - m), and when m grows, the sum and the accumulated values are
+ * rescaled by exp(m_old - m_new). All in fp32.
+ *
+ * Shared memory: q (hd floats), the accumulator (hd floats, element d owned
+ * by thread d mod ATTN_THREADS), the chunk's scores (ATTN_CHUNK floats).
+ */
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "q4khost/quant.h"
+
+#define ATTN_THREADS 128
+#define ATTN_CHUNK 64 /* at most ATTN_THREADS: one thread per score */
+
+static __device__ __forceinline__ float cache_at(const float *row, int64_t i)
+{
+	return row[i];
+}
+
+static __device__ __forceinline__ float cache_at(const __half *row, int64_t i)
+{
+	return __half2float(row[i]);
+}
+
+/* Query t of head h: out = softmax(scores) . V over the visible keys. */
+template <typename K, typename V>
+static __device__ void attend(const struct cuda_view &q,
+                              const struct cuda_view &k,
+                              const struct cuda_view &v,
+                              const struct cuda_attn &p,
+                              const struct cuda_view &out, int64_t h,
+                              int64_t t, float *shm)
+{
+	const int64_t hd = q.ne[0];
+	const int64_t g = h / (q.ne[1] / k.ne[1]); /* the KV head */
+	const int64_t pos = p.pos0 + t;
+	const int64_t first =
+		p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const int warps = ATTN_THREADS / 32;
+	float *qs = shm, *acc = shm + hd, *sc = shm + 2 * hd;
+	const float *qr = (const float *)(q.data + h * q.nb[1] + t * q.nb[2]);
+	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
+	float m = -INFINITY, l = 0.0f;
+
+	for (int64_t d = threadIdx.x; d < hd; d += ATTN_THREADS) {
+		qs[d] = qr[d];
+		acc[d] = 0.0f;
+	}
+	__syncthreads();
+	for (int64_t j0 = first; j0 <= pos; j0 += ATTN_CHUNK) {
+		const int n = pos - j0 + 1 < ATTN_CHUNK ? (int)(pos - j0 + 1)
+		                                        : ATTN_CHUNK;
+
+		for (int c = warp; c < n; c += warps) {
+			const K *kr = (const K *)(k.data + g * k.nb[1] +
+			                          (j0 + c) * k.nb[2]);
+			float s = 0.0f;
+
+			for (int64_t d = lane; d < hd; d += 32)
+				s += qs[d] * cache_at(kr, d);
+			s = warp_sum(s) * p.scale;
+			if (p.softcap > 0.0f)
+				s = p.softcap * tanhf(s / p.softcap);
+			if (lane == 0)
+				sc[c] = s;
+		}
+		__syncthreads();
+		float cmax = -INFINITY;
+		for (int c = 0; c < n; c++)
+			cmax = fmaxf(cmax, sc[c]);
+		const float m_new = fmaxf(m, cmax);
+		const float rescale = expf(m - m_new); /* 0 on the first chunk */
+		__syncthreads(); /* every thread has read the scores */
+		if (threadIdx.x < n)
+			sc[threadIdx.x] = expf(sc[threadIdx.x] - m_new);
+		__syncthreads();
+		float csum = 0.0f;
+		for (int c = 0; c < n; c++)
+			csum += sc[c];
+		l = l * rescale + csum;
+		m = m_new;
+		for (int64_t d = threadIdx.x; d < hd; d += ATTN_THREADS) {
+			float a = acc[d] * rescale;
+
+			for (int c = 0; c < n; c++) {
+				const V *vr = (const V *)(v.data + g * v.nb[1] +
+				                          (j0 + c) * v.nb[2]);
+				a += sc[c] * cache_at(vr, d);
+			}
+			acc[d] = a;
+		}
+		__syncthreads(); /* the scores are read before the next chunk */
+	}
+	for (int64_t d = threadIdx.x; d < hd; d += ATTN_THREADS)
+		o[d] = acc[d] / l;
+	__syncthreads(); /* q and the accumulator are free for the next query */
+}
+
+template <typename K, typename V>
+static __global__ void __launch_bounds__(ATTN_THREADS)
+attention_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
+                 struct cuda_attn p, struct cuda_view out)
+{
+	extern __shared__ float shm[];
+
+	for (int64_t t = blockIdx.y; t < q.ne[2]; t += gridDim.y)
+		attend<K, V>(q, k, v, p, out, blockIdx.x, t, shm);
+}
+
+extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
+                                             const struct cuda_view *k,
+                                             const struct cuda_view *v,
+                                             const struct cuda_attn *p,
+                                             const struct cuda_view *out,
+                                             cudaStream_t s)
+{
+	const dim3 grid((unsigned)q->ne[1],
+	                (unsigned)(q->ne[2] < 65535 ? q->ne[2] : 65535));
+	const size_t shm = sizeof(float) * (size_t)(2 * q->ne[0] + ATTN_CHUNK);
+	const bool k16 = k->type == Q4KH_TYPE_F16, v16 = v->type == Q4KH_TYPE_F16;
+
+	if (k16 && v16)
+		attention_kernel<__half, __half>
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+	else if (k16)
+		attention_kernel<__half, float>
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+	else if (v16)
+		attention_kernel<float, __half>
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+	else
+		attention_kernel<float, float>
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+	return cudaGetLastError();
+}

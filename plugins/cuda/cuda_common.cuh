@@ -1,0 +1,61 @@
+/*
+ * Small device helpers shared by the cuda plugin's kernels: reductions and
+ * element addressing of struct cuda_view.
+ */
+#ifndef Q4KH_CUDA_COMMON_CUH
+#define Q4KH_CUDA_COMMON_CUH
+
+#include <stdint.h>
+
+#include "cuda_kernels.h"
+
+/* Sum of v over the 32 lanes of a warp, the same in every lane. */
+template <typename T>
+static __device__ __forceinline__ T warp_sum(T v)
+{
+	for (int o = 16; o > 0; o /= 2)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* Sum of v over the block (a multiple of 32 threads), the same in every
+ * thread. part: 32 values of shared memory; the call synchronises. */
+template <typename T>
+static __device__ __forceinline__ T block_sum(T v, T *part)
+{
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const int warps = blockDim.x / 32;
+
+	v = warp_sum(v);
+	__syncthreads(); /* part may still be read from the last call */
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	v = lane < warps ? part[lane] : T(0);
+	return warp_sum(v);
+}
+
+/* Row r of a view, counting rows over ne[1], ne[2], ne[3]. */
+static __device__ __forceinline__ char *view_row(const struct cuda_view &v,
+                                                 int64_t r)
+{
+	const int64_t i1 = r % v.ne[1], i2 = (r / v.ne[1]) % v.ne[2];
+	const int64_t i3 = r / (v.ne[1] * v.ne[2]);
+
+	return v.data + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3];
+}
+
+static inline int64_t view_rows(const struct cuda_view *v)
+{
+	return v->ne[1] * v->ne[2] * v->ne[3];
+}
+
+/* Blocks for a grid-stride loop over ITEMS work items. */
+static inline unsigned grid_for(int64_t items, int threads)
+{
+	int64_t b = (items + threads - 1) / threads;
+
+	return b < 1 ? 1u : b > (1 << 30) ? 1u << 30 : (unsigned)b;
+}
+
+#endif

@@ -1,0 +1,183 @@
+/*
+ * Element-wise ops: add and mul with broadcasting, scale, the gated
+ * activations and the f32/f16 copy. One thread per element, over the four
+ * dimensions of the output with each operand's own strides. Every element
+ * is read and written by one thread, so in-place use is safe.
+ */
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "q4khost/quant.h"
+
+#define EW_THREADS 256
+
+/* Element (i0, i1, i2, i3) of a view of E values; a dimension of extent 1
+ * (broadcast) always takes index 0. */
+template <typename E>
+static __device__ __forceinline__ E *at(const struct cuda_view &v,
+                                        const int64_t i[4])
+{
+	char *p = v.data;
+
+	for (int d = 1; d < 4; d++)
+		p += (v.ne[d] == 1 ? 0 : i[d]) * v.nb[d];
+	return (E *)p + (v.ne[0] == 1 ? 0 : i[0]);
+}
+
+/* Index of flat element e of shape ne, ne[0] fastest. */
+static __device__ __forceinline__ void unflatten(const int64_t ne[4],
+                                                 int64_t e, int64_t i[4])
+{
+	for (int d = 0; d < 4; d++) {
+		i[d] = e % ne[d];
+		e /= ne[d];
+	}
+}
+
+static int64_t elements(const struct cuda_view *v)
+{
+	return v->ne[0] * v->ne[1] * v->ne[2] * v->ne[3];
+}
+
+#define FOR_EACH_ELEMENT(e, shape)                                             \
+	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x,          \
+	             e##_n = (shape).ne[0] * (shape).ne[1] * (shape).ne[2] *      \
+	                     (shape).ne[3];                                       \
+	     e < e##_n; e += (int64_t)gridDim.x * blockDim.x)
+
+template <bool MUL>
+static __global__ void __launch_bounds__(EW_THREADS)
+binary_kernel(struct cuda_view a, struct cuda_view b, struct cuda_view out)
+{
+	FOR_EACH_ELEMENT(e, a) {
+		int64_t i[4];
+
+		unflatten(a.ne, e, i);
+		const float x = *at<float>(a, i), y = *at<float>(b, i);
+		*at<float>(out, i) = MUL ? x * y : x + y;
+	}
+}
+
+static __global__ void __launch_bounds__(EW_THREADS)
+scale_kernel(struct cuda_view x, float v, struct cuda_view out)
+{
+	FOR_EACH_ELEMENT(e, x) {
+		int64_t i[4];
+
+		unflatten(x.ne, e, i);
+		*at<float>(out, i) = *at<float>(x, i) * v;
+	}
+}
+
+/* 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) and g / (1 + exp(-g)). */
+static __device__ __forceinline__ float gelu_tanh(float g)
+{
+	const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+
+	return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+}
+
+template <bool SILU>
+static __global__ void __launch_bounds__(EW_THREADS)
+glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
+{
+	FOR_EACH_ELEMENT(e, gate) {
+		int64_t i[4];
+
+		unflatten(gate.ne, e, i);
+		const float g = *at<float>(gate, i);
+		const float act = SILU ? g / (1.0f + expf(-g)) : gelu_tanh(g);
+		*at<float>(out, i) = act * *at<float>(up, i);
+	}
+}
+
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+static __device__ __forceinline__ float to_f32(__half v)
+{
+	return __half2float(v);
+}
+
+template <typename D>
+static __device__ __forceinline__ D from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v)
+{
+	return v;
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v)
+{
+	return __float2half_rn(v);
+}
+
+template <typename S, typename D>
+static __global__ void __launch_bounds__(EW_THREADS)
+copy_kernel(struct cuda_view src, struct cuda_view dst)
+{
+	FOR_EACH_ELEMENT(e, src) {
+		int64_t i[4];
+
+		unflatten(src.ne, e, i);
+		*at<D>(dst, i) = from_f32<D>(to_f32(*at<S>(src, i)));
+	}
+}
+
+static unsigned grid_of(const struct cuda_view *v)
+{
+	return grid_for(elements(v), EW_THREADS);
+}
+
+extern "C" cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
+                                          const struct cuda_view *b,
+                                          const struct cuda_view *out,
+                                          cudaStream_t s)
+{
+	if (mul)
+		binary_kernel<true><<<grid_of(a), EW_THREADS, 0, s>>>(*a, *b, *out);
+	else
+		binary_kernel<false><<<grid_of(a), EW_THREADS, 0, s>>>(*a, *b, *out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_scale(const struct cuda_view *x, float v,
+                                         const struct cuda_view *out,
+                                         cudaStream_t s)
+{
+	scale_kernel<<<grid_of(x), EW_THREADS, 0, s>>>(*x, v, *out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
+                                       const struct cuda_view *up,
+                                       const struct cuda_view *out,
+                                       cudaStream_t s)
+{
+	if (silu)
+		glu_kernel<true><<<grid_of(gate), EW_THREADS, 0, s>>>(*gate, *up,
+		                                                      *out);
+	else
+		glu_kernel<false><<<grid_of(gate), EW_THREADS, 0, s>>>(*gate, *up,
+		                                                       *out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_copy(const struct cuda_view *src,
+                                        const struct cuda_view *dst,
+                                        cudaStream_t s)
+{
+	const bool from16 = src->type == Q4KH_TYPE_F16;
+	const bool to16 = dst->type == Q4KH_TYPE_F16;
+	const unsigned g = grid_of(src);
+
+	if (from16 && to16)
+		copy_kernel<__half, __half><<<g, EW_THREADS, 0, s>>>(*src, *dst);
+	else if (from16)
+		copy_kernel<__half, float><<<g, EW_THREADS, 0, s>>>(*src, *dst);
+	else if (to16)
+		copy_kernel<float, __half><<<g, EW_THREADS, 0, s>>>(*src, *dst);
+	else
+		copy_kernel<float, float><<<g, EW_THREADS, 0, s>>>(*src, *dst);
+	return cudaGetLastError();
+}

@@ -1,0 +1,87 @@
+/*
+ * The cuda plugin's kernels as the host-side C sees them. Each launch
+ * function enqueues its kernels on stream s and returns
+ * cudaGetLastError() (launch errors; faults inside a kernel surface at the
+ * next synchronisation). Every argument has been validated by the caller
+ * (cuda_ops.c): types are supported, views lie inside their buffers,
+ * shapes agree, outputs are disjoint from inputs or exactly equal to them
+ * where the op allows it. Pointers are device addresses; strides are bytes.
+ */
+#ifndef Q4KH_CUDA_KERNELS_H
+#define Q4KH_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tensor with its buffer resolved: element (0, i1, i2, i3) of a row is at
+ * data + i1 nb[1] + i2 nb[2] + i3 nb[3]; ne[0] is contiguous. */
+struct cuda_view {
+	char *data;
+	uint32_t type;
+	int64_t ne[4];
+	int64_t nb[4];
+};
+
+struct cuda_attn {
+	int64_t pos0;
+	int32_t window;
+	float scale, softcap;
+};
+
+/* Largest attention head dimension: q, the accumulator and the scores of
+ * one chunk of keys live in a block's shared memory. */
+#define CUDA_ATTN_MAX_HEAD_DIM 4096
+
+/* out[:, i] = dequant(table[:, ids[i]]) * scale; ids on the device. */
+cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
+                                 const int32_t *ids, int64_t n, float scale,
+                                 const struct cuda_view *out, cudaStream_t s);
+/* y {N, T} = w {K, N} x {K, T}, fp32 accumulation. */
+cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
+                                const struct cuda_view *x,
+                                const struct cuda_view *y, cudaStream_t s);
+/* out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row. */
+cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
+                                 const struct cuda_view *w, float eps,
+                                 const struct cuda_view *out, cudaStream_t s);
+/* RoPE over x {hd, heads, T}; pos (device) per token; neox: halves pair. */
+cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
+                             int32_t n_rot, int neox, float base,
+                             float freq_scale, const struct cuda_view *out,
+                             cudaStream_t s);
+/* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
+cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
+                               const struct cuda_view *b,
+                               const struct cuda_view *out, cudaStream_t s);
+cudaError_t cuda_launch_scale(const struct cuda_view *x, float v,
+                              const struct cuda_view *out, cudaStream_t s);
+/* out = act(gate) * up: SiLU when silu != 0, else GELU (tanh). */
+cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
+                            const struct cuda_view *up,
+                            const struct cuda_view *out, cudaStream_t s);
+/* dst = src element by element, f32/f16 either way (round to nearest even). */
+cudaError_t cuda_launch_copy(const struct cuda_view *src,
+                             const struct cuda_view *dst, cudaStream_t s);
+/* Causal, windowed, grouped-query attention over the KV cache (plugin.h). */
+cudaError_t cuda_launch_attention(const struct cuda_view *q,
+                                  const struct cuda_view *k,
+                                  const struct cuda_view *v,
+                                  const struct cuda_attn *p,
+                                  const struct cuda_view *out, cudaStream_t s);
+
+/* 1 when get_rows and mul_mat take weights of TYPE, else 0. */
+int cuda_type_supported(uint32_t type);
+
+/* cudaSuccess when this build holds code that the current device runs. */
+cudaError_t cuda_kernels_runnable(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,128 @@
+/*
+ * get_rows and mul_mat for every weight type, one plain kernel per type
+ * (cuda_quant.cuh decodes the groups of 32 values).
+ *
+ * mul_mat: one warp per weight row and up to MM_COLS activation columns.
+ * Lane l decodes groups l, l + 32, ... of the row (neighbouring lanes read
+ * neighbouring blocks), dots each group with the columns in fp32, and the
+ * warp sums the lanes' partial sums in a fixed tree.
+ */
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "cuda_quant.cuh"
+
+#define MM_WARPS 4 /* weight rows per block */
+#define MM_COLS 8  /* activation columns per pass */
+#define GR_THREADS 128
+
+template <uint32_t TYPE>
+static __global__ void __launch_bounds__(32 * MM_WARPS)
+mul_mat_kernel(struct cuda_view w, struct cuda_view x, struct cuda_view y)
+{
+	const int lane = threadIdx.x % 32;
+	const int64_t n = (int64_t)blockIdx.x * MM_WARPS + threadIdx.x / 32;
+	const int64_t k = w.ne[0], groups = (k + 31) / 32;
+
+	if (n >= w.ne[1])
+		return; /* the whole warp: no lane is left in a shuffle */
+	const uint8_t *row = (const uint8_t *)w.data + n * w.nb[1];
+	for (int64_t t0 = (int64_t)blockIdx.y * MM_COLS; t0 < x.ne[1];
+	     t0 += (int64_t)gridDim.y * MM_COLS) {
+		const int nc = x.ne[1] - t0 < MM_COLS ? (int)(x.ne[1] - t0) : MM_COLS;
+		float acc[MM_COLS];
+
+#pragma unroll
+		for (int c = 0; c < MM_COLS; c++)
+			acc[c] = 0.0f;
+		for (int64_t g = lane; g < groups; g += 32) {
+			float v[32];
+			const int cnt = load_group<TYPE>(row, g, k, v);
+
+#pragma unroll
+			for (int c = 0; c < MM_COLS; c++) {
+				if (c >= nc)
+					break;
+				const float *xc =
+					(const float *)(x.data + (t0 + c) * x.nb[1]) + 32 * g;
+				float s = 0.0f;
+
+#pragma unroll
+				for (int i = 0; i < 32; i++)
+					if (i < cnt)
+						s += v[i] * xc[i];
+				acc[c] += s;
+			}
+		}
+#pragma unroll
+		for (int c = 0; c < MM_COLS; c++)
+			acc[c] = warp_sum(acc[c]);
+		if (lane == 0)
+			for (int c = 0; c < nc; c++)
+				((float *)(y.data + (t0 + c) * y.nb[1]))[n] = acc[c];
+	}
+}
+
+/* One work item per (output row, group of 32 values). */
+template <uint32_t TYPE>
+static __global__ void __launch_bounds__(GR_THREADS)
+get_rows_kernel(struct cuda_view table, const int32_t *ids, int64_t n,
+                float scale, struct cuda_view out)
+{
+	const int64_t k = table.ne[0], groups = (k + 31) / 32;
+
+	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     it < n * groups; it += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = it / groups, g = it % groups;
+		const uint8_t *row =
+			(const uint8_t *)table.data + (int64_t)ids[r] * table.nb[1];
+		float *o = (float *)(out.data + r * out.nb[1]) + 32 * g;
+		float v[32];
+		const int cnt = load_group<TYPE>(row, g, k, v);
+
+		for (int i = 0; i < cnt; i++)
+			o[i] = v[i] * scale;
+	}
+}
+
+extern "C" int cuda_type_supported(uint32_t type)
+{
+	return for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
+}
+
+extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
+                                           const struct cuda_view *x,
+                                           const struct cuda_view *y,
+                                           cudaStream_t s)
+{
+	const int64_t cols = (x->ne[1] + MM_COLS - 1) / MM_COLS;
+	const dim3 grid((unsigned)((w->ne[1] + MM_WARPS - 1) / MM_WARPS),
+	                (unsigned)(cols < 65535 ? cols : 65535));
+
+	return for_type(w->type, [&](auto type) {
+		mul_mat_kernel<decltype(type)::value>
+			<<<grid, 32 * MM_WARPS, 0, s>>>(*w, *x, *y);
+		return cudaGetLastError();
+	});
+}
+
+extern "C" cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
+                                            const int32_t *ids, int64_t n,
+                                            float scale,
+                                            const struct cuda_view *out,
+                                            cudaStream_t s)
+{
+	const unsigned grid = grid_for(n * ((table->ne[0] + 31) / 32), GR_THREADS);
+
+	return for_type(table->type, [&](auto type) {
+		get_rows_kernel<decltype(type)::value>
+			<<<grid, GR_THREADS, 0, s>>>(*table, ids, n, scale, *out);
+		return cudaGetLastError();
+	});
+}
+
+extern "C" cudaError_t cuda_kernels_runnable(void)
+{
+	struct cudaFuncAttributes a;
+
+	return cudaFuncGetAttributes(&a, mul_mat_kernel<Q4KH_TYPE_Q4_K>);
+}

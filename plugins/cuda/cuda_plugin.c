@@ -1,0 +1,190 @@
+/*
+ * The cuda plugin's identity, context and error reporting. Devices live in
+ * cuda_device.c, buffers in cuda_buffer.c, the ops in cuda_ops.c and the
+ * kernels in the .cu files.
+ */
+#include "buildconf.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda.h"
+
+/* Why the last init() on this thread failed (no context holds it). */
+static __thread char init_error[512];
+
+q4kh_status cuda_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
+                      ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return Q4KH_OK;
+	/* Reset a non-sticky error; a sticky one stays and fails every call. */
+	cudaGetLastError();
+	return cuda_fail(dev->ctx,
+	                 e == cudaErrorMemoryAllocation ? Q4KH_ERR_NOMEM
+	                                                : Q4KH_ERR_DEVICE,
+	                 "%s: %s (%s)", what, cudaGetErrorString(e),
+	                 cudaGetErrorName(e));
+}
+
+/* 1 when the host's struct holds the field ending at END. */
+#define HOST_HAS(host, field)                                                  \
+	((host)->struct_size >= offsetof(struct q4kh_host_api, field) +        \
+	                                sizeof((host)->field))
+
+void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
+              ...)
+{
+	const struct q4kh_host_api *host = ctx->host;
+	char msg[512];
+	va_list ap;
+
+	if (!HOST_HAS(host, log) || !host->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	host->log(host->host_data, level, msg);
+}
+
+static q4kh_status init_fail(q4kh_status st, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static q4kh_status init_fail(q4kh_status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(init_error, sizeof(init_error), fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+/*
+ * No GPU, no driver, or a driver too old for this runtime: the backend has
+ * no devices, which is not an error (CI machines, hosts without a GPU).
+ */
+static int means_no_devices(cudaError_t e)
+{
+	return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+}
+
+static q4kh_status cuda_init(const struct q4kh_host_api *host,
+                             q4kh_backend_ctx **out)
+{
+	q4kh_backend_ctx *ctx;
+	cudaError_t e;
+	int n = 0;
+
+	if (!out)
+		return init_fail(Q4KH_ERR_INVALID, "cuda: init: out is NULL");
+	*out = NULL;
+	if (!host)
+		return init_fail(Q4KH_ERR_INVALID, "cuda: init: host API is NULL");
+	if (host->abi_major != Q4KH_ABI_MAJOR)
+		return init_fail(Q4KH_ERR_INVALID,
+		                 "cuda: init: host ABI major %u, plugin built for %d",
+		                 host->abi_major, Q4KH_ABI_MAJOR);
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return init_fail(Q4KH_ERR_NOMEM, "cuda: init: out of memory");
+	ctx->host = host;
+	e = cudaGetDeviceCount(&n);
+	if (e == cudaSuccess) {
+		ctx->n_devices = n;
+	} else if (means_no_devices(e)) {
+		cudaGetLastError();
+		snprintf(ctx->no_devices, sizeof(ctx->no_devices), "%s (%s)",
+		         cudaGetErrorString(e), cudaGetErrorName(e));
+		cuda_log(ctx, Q4KH_LOG_INFO, "cuda: no devices: %s", ctx->no_devices);
+	} else {
+		init_fail(Q4KH_ERR_DEVICE, "cuda: init: cudaGetDeviceCount: %s (%s)",
+		          cudaGetErrorString(e), cudaGetErrorName(e));
+		free(ctx);
+		return Q4KH_ERR_DEVICE;
+	}
+	*out = ctx;
+	return Q4KH_OK;
+}
+
+static void cuda_shutdown(q4kh_backend_ctx *ctx)
+{
+	free(ctx);
+}
+
+static const char *cuda_last_error(q4kh_backend_ctx *ctx)
+{
+	return ctx ? ctx->error : init_error;
+}
+
+static int cuda_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
+{
+	(void)ctx;
+	return cuda_type_supported(type);
+}
+
+static const struct q4kh_backend_v1 cuda_backend = {
+	.struct_size = sizeof(struct q4kh_backend_v1),
+	.init = cuda_init,
+	.shutdown = cuda_shutdown,
+	.last_error = cuda_last_error,
+	.device_count = cuda_device_count,
+	.device_info = cuda_device_info,
+	.device_open = cuda_device_open,
+	.device_close = cuda_device_close,
+	.supports_type = cuda_supports_type,
+	.buffer_alloc = cuda_buffer_alloc,
+	.buffer_free = cuda_buffer_free,
+	.buffer_upload = cuda_buffer_upload,
+	.buffer_download = cuda_buffer_download,
+	.get_rows = cuda_get_rows,
+	.mul_mat = cuda_mul_mat,
+	.rms_norm = cuda_rms_norm,
+	.rope = cuda_rope,
+	.add = cuda_add,
+	.mul = cuda_mul,
+	.scale = cuda_scale,
+	.glu = cuda_glu,
+	.copy = cuda_copy,
+	.attention = cuda_attention,
+	.synchronize = cuda_synchronize,
+	.native_device = cuda_native_device,
+};
+
+#ifdef __clang__
+#define CUDA_HOST_COMPILER __VERSION__
+#else
+#define CUDA_HOST_COMPILER "gcc " __VERSION__
+#endif
+
+static const struct q4kh_plugin_desc cuda_desc = {
+	.struct_size = sizeof(struct q4kh_plugin_desc),
+	.abi_minor = Q4KH_ABI_MINOR,
+	.kind = Q4KH_KIND_BACKEND,
+	.name = "cuda",
+	.version = PACKAGE_VERSION,
+	.vendor = "q4khost",
+	.license = "MIT",
+	.build_id = "nvcc " Q4KH_NVCC_VERSION " (" Q4KH_CUDA_ARCHS "), "
+	            CUDA_HOST_COMPILER,
+	.backend = &cuda_backend,
+	.kernel = NULL,
+};
+
+__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
+q4kh_plugin_entry_v1(void)
+{
+	return &cuda_desc;
+}

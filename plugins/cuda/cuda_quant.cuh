@@ -1,0 +1,186 @@
+/*
+ * Device-side dequantization of every weight type the cuda backend takes,
+ * following the block layouts of q4khost/quant.h. A row is read in groups
+ * of 32 consecutive values: one block of the 32-value types, one sub-block
+ * of the 256-value super-blocks, 32 elements of f32/f16 rows (the last
+ * group of such a row may be shorter). Every value is computed as the cpu
+ * reference computes it: the products are exact in f32, and the K-quants'
+ * subtraction of the min is the only rounding.
+ */
+#ifndef Q4KH_CUDA_QUANT_CUH
+#define Q4KH_CUDA_QUANT_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "q4khost/quant.h"
+
+#define KV(i) q4kh_kvalues_iq4nl[i]
+/* The IQ4_NL / IQ4_XS codebook, from quant.h, in constant memory. */
+static __constant__ int8_t cuda_iq4nl[16] = {
+	KV(0), KV(1), KV(2),  KV(3),  KV(4),  KV(5),  KV(6),  KV(7),
+	KV(8), KV(9), KV(10), KV(11), KV(12), KV(13), KV(14), KV(15),
+};
+#undef KV
+
+/* Block fields sit at even addresses (blocks have even sizes, rows start
+ * at even offsets: cuda_tensor.c checks), so halves load directly. */
+static __device__ __forceinline__ float ld_half(const uint8_t *p)
+{
+	return __half2float(*(const __half *)p);
+}
+
+/* Sub-block j's 6-bit scale and min in a Q4_K / Q5_K scales[12]. */
+static __device__ __forceinline__ void k_scale_min(const uint8_t *s, int j,
+                                                   int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+		*m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+	}
+}
+
+/* Values 32g .. 32g+31 of a row of K values of TYPE, into v. Returns how
+ * many of them exist: 32, except at the end of an f32 or f16 row. */
+template <uint32_t TYPE>
+static __device__ __forceinline__ int load_group(const uint8_t *row, int64_t g,
+                                                 int64_t k, float v[32])
+{
+	if constexpr (TYPE == Q4KH_TYPE_F32 || TYPE == Q4KH_TYPE_F16) {
+		int64_t left = k - 32 * g;
+		int n = left < 32 ? (int)left : 32;
+
+		for (int i = 0; i < 32; i++) {
+			if (i >= n)
+				v[i] = 0.0f;
+			else if constexpr (TYPE == Q4KH_TYPE_F32)
+				v[i] = ((const float *)row)[32 * g + i];
+			else
+				v[i] = ld_half(row + 2 * (32 * g + i));
+		}
+		return n;
+	} else if constexpr (TYPE == Q4KH_TYPE_Q8_0) {
+		const uint8_t *b = row + g * sizeof(struct q4kh_block_q8_0);
+		const int8_t *qs = (const int8_t *)(b + 2);
+		float d = ld_half(b);
+
+		for (int i = 0; i < 32; i++)
+			v[i] = d * (float)qs[i];
+	} else if constexpr (TYPE == Q4KH_TYPE_Q4_0 || TYPE == Q4KH_TYPE_IQ4_NL) {
+		constexpr size_t bs = TYPE == Q4KH_TYPE_Q4_0
+		                              ? sizeof(struct q4kh_block_q4_0)
+		                              : sizeof(struct q4kh_block_iq4_nl);
+		const uint8_t *b = row + g * bs;
+		const uint8_t *qs = b + 2;
+		float d = ld_half(b);
+
+		for (int i = 0; i < 16; i++) {
+			int lo = qs[i] & 0xF, hi = qs[i] >> 4;
+
+			if constexpr (TYPE == Q4KH_TYPE_Q4_0) {
+				v[i] = d * (float)(lo - 8);
+				v[i + 16] = d * (float)(hi - 8);
+			} else {
+				v[i] = d * (float)cuda_iq4nl[lo];
+				v[i + 16] = d * (float)cuda_iq4nl[hi];
+			}
+		}
+	} else if constexpr (TYPE == Q4KH_TYPE_Q5_0) {
+		const uint8_t *b = row + g * sizeof(struct q4kh_block_q5_0);
+		const uint8_t *qs = b + 6;
+		uint32_t qh = b[2] | b[3] << 8 | b[4] << 16 | (uint32_t)b[5] << 24;
+		float d = ld_half(b);
+
+		for (int i = 0; i < 16; i++) {
+			int lo = (qs[i] & 0xF) | ((qh >> i) & 1) << 4;
+			int hi = (qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4;
+
+			v[i] = d * (float)(lo - 16);
+			v[i + 16] = d * (float)(hi - 16);
+		}
+	} else if constexpr (TYPE == Q4KH_TYPE_Q4_K || TYPE == Q4KH_TYPE_Q5_K) {
+		constexpr bool five = TYPE == Q4KH_TYPE_Q5_K;
+		constexpr size_t bs = five ? sizeof(struct q4kh_block_q5_k)
+		                           : sizeof(struct q4kh_block_q4_k);
+		const uint8_t *b = row + (g / 8) * bs;
+		const int j = (int)(g % 8);
+		/* Sub-blocks 2c and 2c+1 share 32 bytes: low, then high nibbles. */
+		const uint8_t *qs = b + (five ? 48 : 16) + 32 * (j / 2);
+		const uint8_t *qh = b + 16;
+		const int shift = 4 * (j % 2);
+		int sc, m;
+
+		k_scale_min(b + 4, j, &sc, &m);
+		const float dl = ld_half(b) * (float)sc;
+		const float ml = ld_half(b + 2) * (float)m;
+		for (int i = 0; i < 32; i++) {
+			int q = (qs[i] >> shift) & 0xF;
+
+			if constexpr (five)
+				q |= ((qh[i] >> j) & 1) << 4;
+			v[i] = dl * (float)q - ml;
+		}
+	} else if constexpr (TYPE == Q4KH_TYPE_Q6_K) {
+		const uint8_t *b = row + (g / 8) * sizeof(struct q4kh_block_q6_k);
+		const int j = (int)(g % 8);
+		/* Group j is quarter s of half h: quant.h's q(l + 32 s). */
+		const int h = j / 4, s = j % 4;
+		const uint8_t *ql = b + 64 * h + 32 * (s & 1);
+		const uint8_t *qh = b + 128 + 32 * h;
+		const int8_t *scales = (const int8_t *)(b + 192);
+		const float d = ld_half(b + 208);
+
+		for (int i = 0; i < 32; i++) {
+			int lo = s < 2 ? ql[i] & 0xF : ql[i] >> 4;
+			int q = lo | ((qh[i] >> (2 * s)) & 3) << 4;
+
+			v[i] = d * (float)scales[2 * j + i / 16] * (float)(q - 32);
+		}
+	} else if constexpr (TYPE == Q4KH_TYPE_IQ4_XS) {
+		const uint8_t *b = row + (g / 8) * sizeof(struct q4kh_block_iq4_xs);
+		const int j = (int)(g % 8);
+		const uint16_t sh = (uint16_t)(b[2] | b[3] << 8);
+		const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) |
+		               ((sh >> (2 * j)) & 3) << 4;
+		const float dl = ld_half(b) * (float)(ls - 32);
+		const uint8_t *qs = b + 8 + 16 * j;
+
+		for (int i = 0; i < 16; i++) {
+			v[i] = dl * (float)cuda_iq4nl[qs[i] & 0xF];
+			v[i + 16] = dl * (float)cuda_iq4nl[qs[i] >> 4];
+		}
+	} else {
+		static_assert(TYPE != TYPE, "no decoder for this type");
+	}
+	return 32;
+}
+
+/* f(std::integral_constant<uint32_t, TYPE>()) for a supported weight type;
+ * cudaErrorInvalidValue for any other. The one list of supported types. */
+template <typename F>
+static cudaError_t for_type(uint32_t type, F f)
+{
+#define CASE(t)                                                                \
+	case t: return f(std::integral_constant<uint32_t, t>())
+	switch (type) {
+	CASE(Q4KH_TYPE_F32);
+	CASE(Q4KH_TYPE_F16);
+	CASE(Q4KH_TYPE_Q4_0);
+	CASE(Q4KH_TYPE_Q5_0);
+	CASE(Q4KH_TYPE_Q8_0);
+	CASE(Q4KH_TYPE_Q4_K);
+	CASE(Q4KH_TYPE_Q5_K);
+	CASE(Q4KH_TYPE_Q6_K);
+	CASE(Q4KH_TYPE_IQ4_NL);
+	CASE(Q4KH_TYPE_IQ4_XS);
+	}
+#undef CASE
+	return cudaErrorInvalidValue;
+}
+
+#endif

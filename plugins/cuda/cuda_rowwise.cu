@@ -1,0 +1,99 @@
+/*
+ * The ops that work on whole rows: rms_norm (one block per row, the sum of
+ * squares in double) and rope (angles in double, as the cpu reference).
+ */
+#include <math.h>
+
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+
+#define RMS_THREADS 256
+#define ROPE_THREADS 128
+
+static __global__ void __launch_bounds__(RMS_THREADS)
+rms_norm_kernel(struct cuda_view x, const float *w, float eps,
+                struct cuda_view out)
+{
+	__shared__ double part[32];
+	const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
+
+	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		const float *xr = (const float *)view_row(x, r);
+		float *o = (float *)view_row(out, r);
+		double ss = 0.0;
+
+		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+			ss += (double)xr[i] * (double)xr[i];
+		/* Every read of the row is done once the sum is known, so out
+		 * may be x. */
+		ss = block_sum(ss, part);
+		const float s = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+			o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+	}
+}
+
+/*
+ * Item i of a head: i < n_rot/2 rotates pair i; the others copy value
+ * n_rot + (i - n_rot/2), which passes through. Each item reads before it
+ * writes, and only its own values, so out may be x.
+ */
+static __global__ void __launch_bounds__(ROPE_THREADS)
+rope_kernel(struct cuda_view x, const int32_t *pos, int32_t n_rot, int neox,
+            double base, double freq_scale, struct cuda_view out)
+{
+	const int64_t hd = x.ne[0], nh = x.ne[1], half = n_rot / 2;
+	const int64_t per_head = hd - half;
+	const int64_t items = per_head * nh * x.ne[2];
+
+	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     it < items; it += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t i = it % per_head, h = (it / per_head) % nh;
+		const int64_t t = it / (per_head * nh);
+		const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
+		float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
+
+		if (i < half) {
+			/* NORM rotates neighbours, NEOX the two halves. */
+			const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+			const double theta = freq_scale * (double)pos[t] *
+			                     pow(base, -2.0 * (double)i / (double)n_rot);
+			const double va = xr[a], vb = xr[b];
+			double sn, cs;
+
+			sincos(theta, &sn, &cs);
+			o[a] = (float)(va * cs - vb * sn);
+			o[b] = (float)(va * sn + vb * cs);
+		} else {
+			const int64_t j = n_rot + (i - half);
+
+			o[j] = xr[j];
+		}
+	}
+}
+
+extern "C" cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
+                                            const struct cuda_view *w,
+                                            float eps,
+                                            const struct cuda_view *out,
+                                            cudaStream_t s)
+{
+	const int64_t rows = view_rows(x);
+
+	rms_norm_kernel<<<(unsigned)(rows < 65535 ? rows : 65535), RMS_THREADS, 0,
+	                  s>>>(*x, w ? (const float *)w->data : NULL, eps, *out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_rope(const struct cuda_view *x,
+                                        const int32_t *pos, int32_t n_rot,
+                                        int neox, float base, float freq_scale,
+                                        const struct cuda_view *out,
+                                        cudaStream_t s)
+{
+	const int64_t items = (x->ne[0] - n_rot / 2) * x->ne[1] * x->ne[2];
+
+	rope_kernel<<<grid_for(items, ROPE_THREADS), ROPE_THREADS, 0, s>>>(
+		*x, pos, n_rot, neox, base, freq_scale, *out);
+	return cudaGetLastError();
+}

@@ -1,0 +1,1358 @@
+/*
+ * The cuda backend, op by op, against the reference cpu plugin: both are
+ * loaded through the real registry from the plugin path that make check
+ * sets (Q4KHOST_PLUGIN_PATH), fed the same fresh random inputs, and their
+ * outputs compared.
+ *
+ * Agreement is measured as the normalised mean squared error
+ *     NMSE = sum_i (cuda_i - cpu_i)^2 / sum_i cpu_i^2     (in double)
+ * and must stay below 1e-6 (NMSE_BOUND) for every op with fp32 activations:
+ * the cuda kernels accumulate in fp32 where the cpu accumulates in double,
+ * which costs about 1e-7 relative per element, far inside the bound, while
+ * a wrong block, scale, stride or mask costs more than 1e-3. Ops that round
+ * once from exactly computed values (get_rows, add, mul, scale, copy) must
+ * agree bit for bit. No output may hold a NaN.
+ *
+ * Every output buffer is poisoned (0xFF bytes, a NaN in f32 and f16) before
+ * the op, with POISON_LEAD bytes before the view and GUARD bytes after it;
+ * afterwards every element of the view must have been written and every
+ * other byte (lead, padding between rows, guard) must still be poison.
+ *
+ * Without a CUDA device (CI) the op tests skip with the reason the plugin
+ * gives; the tests of the "cuda_plugin" suite run everywhere.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "buildconf.h"
+#include "helpers.h"
+#include "q4khost/plugin.h"
+#include "registry.h"
+
+#define NMSE_BOUND 1e-6
+#define POISON 0xFF
+#define POISON_LEAD 64 /* bytes before every view */
+#define GUARD 256      /* bytes after every view */
+#define MAX_HEAD_DIM 4096 /* the cuda attention kernel's (cuda_kernels.h) */
+
+enum { REF = 0, GPU = 1 }; /* the cpu plugin, the cuda plugin */
+
+/* --- random numbers ------------------------------------------------------ */
+
+static struct drand48_data rng;
+
+static void rng_seed(long seed)
+{
+	srand48_r(seed, &rng);
+}
+
+static double urand(void) /* [0, 1) */
+{
+	double v;
+
+	drand48_r(&rng, &v);
+	return v;
+}
+
+static int64_t irand(int64_t lo, int64_t hi) /* inclusive */
+{
+	return lo + (int64_t)(urand() * (double)(hi - lo + 1));
+}
+
+/* Uniform in +-[0.1, 1): random, never near zero. */
+static float rval(void)
+{
+	double v = 0.1 + 0.9 * urand();
+
+	return (float)(urand() < 0.5 ? -v : v);
+}
+
+static float *rvals(size_t n)
+{
+	float *v = malloc(n * sizeof(float));
+
+	cr_assert_not_null(v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = rval();
+	return v;
+}
+
+/* --- the two backends ------------------------------------------------------ */
+
+struct rig {
+	struct q4kh_registry *reg;
+	struct q4kh_backend be[2];
+};
+
+static const struct q4kh_plugin *find_plugin(const struct q4kh_registry *reg,
+                                             const char *name)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(reg, name);
+
+	for (size_t i = 0; !p && i < reg->n_plugins; i++)
+		if (!strcmp(reg->plugins[i].name, name))
+			cr_assert_fail("plugin %s (%s) not accepted: %s", name,
+			               reg->plugins[i].path, reg->plugins[i].reason);
+	cr_assert_not_null(p, "no plugin %s on the plugin path %s", name,
+	                   reg->path);
+	return p;
+}
+
+static struct q4kh_registry *scan(void)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg;
+
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	return reg;
+}
+
+/* Devices the cuda plugin reports; why there are none into WHY. */
+static uint32_t cuda_devices(const struct q4kh_plugin *p, char *why,
+                             size_t size)
+{
+	const struct q4kh_backend_v1 *b = p->desc->backend;
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+	q4kh_backend_ctx *ctx;
+	uint32_t n = 0;
+
+	cr_assert_eq(b->init(&p->api, &ctx), Q4KH_OK, "cuda init: %s",
+	             b->last_error(NULL));
+	cr_assert_eq(b->device_count(ctx, &n), Q4KH_OK, "device_count: %s",
+	             b->last_error(ctx));
+	if (n == 0) {
+		cr_assert_neq(b->device_info(ctx, 0, &rec), Q4KH_OK);
+		snprintf(why, size, "%s", b->last_error(ctx));
+	}
+	b->shutdown(ctx);
+	return n;
+}
+
+/* The cpu and cuda backends on device 0; skips without a CUDA device. */
+static struct rig *rig_open(void)
+{
+	struct rig *r = calloc(1, sizeof(*r));
+	struct q4kh_error err = { { 0 } };
+	const struct q4kh_plugin *cuda;
+	char why[512];
+
+	cr_assert_not_null(r);
+	r->reg = scan();
+	cuda = find_plugin(r->reg, "cuda");
+	if (cuda_devices(cuda, why, sizeof(why)) == 0) {
+		q4kh_registry_free(r->reg);
+		free(r);
+		cr_skip_test("no CUDA device, so no cuda op can run here: %s", why);
+	}
+	cr_assert_eq(q4kh_backend_open(find_plugin(r->reg, "cpu"), 0, &r->be[REF],
+	                               &err),
+	             0, "%s", err.msg);
+	cr_assert_eq(q4kh_backend_open(cuda, 0, &r->be[GPU], &err), 0, "%s",
+	             err.msg);
+	return r;
+}
+
+static void rig_close(struct rig *r)
+{
+	q4kh_backend_close(&r->be[GPU]);
+	q4kh_backend_close(&r->be[REF]);
+	q4kh_registry_free(r->reg);
+	free(r);
+}
+
+#define V(r, s) ((r)->be[s].v)
+#define DEV(r, s) ((r)->be[s].dev)
+#define ERR(r, s) ((r)->be[s].v->last_error((r)->be[s].ctx))
+
+/* --- tensors on both backends ---------------------------------------------- */
+
+static size_t row_bytes(uint32_t type, int64_t k)
+{
+	return (size_t)k / q4kh_type_block_elems(type) *
+	       q4kh_type_block_bytes(type);
+}
+
+/* One tensor in a buffer of its own on each backend, the same bytes. */
+struct twin {
+	struct q4kh_tensor t[2];
+	uint64_t size; /* buffer bytes */
+};
+
+/*
+ * A {ne0, ne1, ne2} tensor of TYPE, rows PAD bytes apart beyond their
+ * length, at offset POISON_LEAD of a buffer of POISON bytes that reaches
+ * GUARD bytes past the view. DATA (rows packed) fills the view unless NULL.
+ */
+static struct twin twin_new(struct rig *r, uint32_t type, int64_t ne0,
+                            int64_t ne1, int64_t ne2, int64_t pad,
+                            const void *data)
+{
+	struct twin w = { 0 };
+	size_t rb = row_bytes(type, ne0);
+	uint8_t *fill;
+
+	w.t[REF] = (struct q4kh_tensor){ .offset = POISON_LEAD, .type = type,
+		                         .ne = { ne0, ne1, ne2, 1 } };
+	w.t[REF].nb[0] = q4kh_type_block_bytes(type);
+	w.t[REF].nb[1] = (int64_t)rb + pad;
+	w.t[REF].nb[2] = w.t[REF].nb[1] * ne1;
+	w.t[REF].nb[3] = w.t[REF].nb[2] * ne2;
+	w.size = POISON_LEAD + (uint64_t)w.t[REF].nb[3] + GUARD;
+	fill = malloc(w.size);
+	cr_assert_not_null(fill);
+	memset(fill, POISON, w.size);
+	if (data)
+		for (int64_t i = 0; i < ne1 * ne2; i++)
+			memcpy(fill + POISON_LEAD + i * w.t[REF].nb[1],
+			       (const uint8_t *)data + i * rb, rb);
+	w.t[GPU] = w.t[REF];
+	for (int s = 0; s < 2; s++) {
+		cr_assert_eq(V(r, s)->buffer_alloc(DEV(r, s), w.size, &w.t[s].buffer),
+		             Q4KH_OK, "%s", ERR(r, s));
+		cr_assert_eq(V(r, s)->buffer_upload(DEV(r, s), w.t[s].buffer, 0, fill,
+		                                    w.size),
+		             Q4KH_OK, "%s", ERR(r, s));
+	}
+	free(fill);
+	return w;
+}
+
+static struct twin twin_f32(struct rig *r, int64_t ne0, int64_t ne1,
+                            int64_t ne2, const float *data)
+{
+	return twin_new(r, Q4KH_TYPE_F32, ne0, ne1, ne2, 0, data);
+}
+
+static void twin_free(struct rig *r, struct twin *w)
+{
+	for (int s = 0; s < 2; s++)
+		V(r, s)->buffer_free(DEV(r, s), w->t[s].buffer);
+}
+
+/* The whole buffer of side S. */
+static uint8_t *twin_bytes(struct rig *r, const struct twin *w, int s)
+{
+	uint8_t *raw = malloc(w->size);
+
+	cr_assert_not_null(raw);
+	cr_assert_eq(V(r, s)->buffer_download(DEV(r, s), w->t[s].buffer, 0, raw,
+	                                      w->size),
+	             Q4KH_OK, "%s", ERR(r, s));
+	return raw;
+}
+
+/* Address of element i of a view (rows in order, ne[3] = 1) in RAW. */
+static const uint8_t *element_at(const struct q4kh_tensor *t,
+                                 const uint8_t *raw, int64_t i)
+{
+	int64_t r = i / t->ne[0], c = i % t->ne[0];
+
+	return raw + t->offset + (r % t->ne[1]) * t->nb[1] +
+	       (r / t->ne[1]) * t->nb[2] + c * (int64_t)q4kh_type_block_bytes(t->type);
+}
+
+/* Element i of an f32 or f16 view, as a double. */
+static double element(const struct q4kh_tensor *t, const uint8_t *raw,
+                      int64_t i)
+{
+	const uint8_t *p = element_at(t, raw, i);
+	float f;
+
+	if (t->type == Q4KH_TYPE_F16)
+		return q4kh_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+	memcpy(&f, p, 4);
+	return f;
+}
+
+/* Is byte b of the buffer inside t's view (ne[3] = 1)? */
+static int in_view(const struct q4kh_tensor *t, uint64_t b)
+{
+	int64_t rel, i1, i2;
+
+	if (b < t->offset)
+		return 0;
+	rel = (int64_t)(b - t->offset);
+	i2 = rel / t->nb[2];
+	i1 = rel % t->nb[2] / t->nb[1];
+	return i2 < t->ne[2] && i1 < t->ne[1] &&
+	       rel % t->nb[2] % t->nb[1] < (int64_t)row_bytes(t->type, t->ne[0]);
+}
+
+/*
+ * The cuda output O against the cpu's: every element written (not NaN),
+ * nothing outside the view touched, and NMSE <= BOUND, or with BOUND 0 the
+ * same bits in every element.
+ */
+static void expect_agree(struct rig *r, const char *what, const struct twin *o,
+                         double bound)
+{
+	const struct q4kh_tensor *t = &o->t[GPU];
+	const size_t eb = q4kh_type_block_bytes(t->type);
+	uint8_t *ref = twin_bytes(r, o, REF), *gpu = twin_bytes(r, o, GPU);
+	int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
+	double err = 0.0, sum = 0.0, worst = -1.0;
+	int64_t at = 0;
+
+	for (uint64_t b = 0; b < o->size; b++)
+		if (gpu[b] != POISON && !in_view(t, b))
+			cr_assert_fail("%s: byte %llu of the %llu-byte buffer, outside "
+			               "the output view, was written",
+			               what, (unsigned long long)b,
+			               (unsigned long long)o->size);
+	for (int64_t i = 0; i < n; i++) {
+		double g = element(t, gpu, i), c = element(&o->t[REF], ref, i);
+
+		cr_assert(!isnan(g), "%s: element %lld not written (NaN)", what,
+		          (long long)i);
+		if (bound == 0.0) {
+			cr_assert(!memcmp(element_at(t, gpu, i),
+			                  element_at(&o->t[REF], ref, i), eb),
+			          "%s: element %lld = %.9g, cpu %.9g: must be the same "
+			          "bits",
+			          what, (long long)i, g, c);
+			continue;
+		}
+		cr_assert(isfinite(c), "%s: the cpu reference gave %g at %lld", what,
+		          c, (long long)i);
+		err += (g - c) * (g - c);
+		sum += c * c;
+		if (fabs(g - c) > worst) {
+			worst = fabs(g - c);
+			at = i;
+		}
+	}
+	cr_assert(err <= bound * sum,
+	          "%s: NMSE %.3g > %g (worst element %lld: %.9g, cpu %.9g)", what,
+	          sum > 0 ? err / sum : err, bound, (long long)at,
+	          element(t, gpu, at), element(&o->t[REF], ref, at));
+	free(ref);
+	free(gpu);
+}
+
+/* Both sides' status for one op; the cuda one must succeed. */
+#define BOTH(r, call)                                                          \
+	do {                                                                   \
+		for (int s_ = 0; s_ < 2; s_++)                                 \
+			cr_assert_eq(V(r, s_)->call, Q4KH_OK, "%s: %s",        \
+			             s_ ? "cuda" : "cpu", ERR(r, s_));         \
+	} while (0)
+/* The operand X of side s_ inside BOTH. */
+#define T(x) (&(x).t[s_])
+
+/* --- weights ---------------------------------------------------------------- */
+
+static const uint32_t weight_types[] = {
+	Q4KH_TYPE_F32,  Q4KH_TYPE_F16,  Q4KH_TYPE_Q4_0,   Q4KH_TYPE_Q5_0,
+	Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_K,   Q4KH_TYPE_Q6_K,
+	Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS,
+};
+#define N_WEIGHT_TYPES (sizeof(weight_types) / sizeof(weight_types[0]))
+
+/* A random fp16 scale of either sign, |d| in [1, 2) * 2^-10. */
+static void put_scale(uint8_t *p)
+{
+	uint16_t h = q4kh_f32_to_fp16((float)((1.0 + urand()) / 1024.0));
+
+	if (urand() < 0.5)
+		h |= 0x8000;
+	p[0] = (uint8_t)h;
+	p[1] = (uint8_t)(h >> 8);
+}
+
+/*
+ * ROWS rows of K values of TYPE: random bytes everywhere but the fp16
+ * scales (quant.h's layouts), which are set to moderate values so every
+ * weight is finite. Every bit pattern of the other fields is a valid block.
+ */
+static uint8_t *random_weights(uint32_t type, int64_t k, int64_t rows)
+{
+	size_t rb = row_bytes(type, k), bb = q4kh_type_block_bytes(type);
+	uint8_t *w = malloc(rb * (size_t)rows);
+	int scales[2], n_scales = 1;
+
+	cr_assert_not_null(w);
+	for (size_t i = 0; i < rb * (size_t)rows; i++)
+		w[i] = (uint8_t)irand(0, 255);
+	switch (type) {
+	case Q4KH_TYPE_F32:
+		for (int64_t i = 0; i < k * rows; i++) {
+			float f = rval();
+			memcpy(w + 4 * i, &f, 4);
+		}
+		return w;
+	case Q4KH_TYPE_F16:
+		for (int64_t i = 0; i < k * rows; i++) {
+			uint16_t h = q4kh_f32_to_fp16(rval());
+			w[2 * i] = (uint8_t)h;
+			w[2 * i + 1] = (uint8_t)(h >> 8);
+		}
+		return w;
+	case Q4KH_TYPE_Q4_K:
+	case Q4KH_TYPE_Q5_K:
+		scales[0] = 0;
+		scales[1] = 2;
+		n_scales = 2;
+		break;
+	case Q4KH_TYPE_Q6_K:
+		scales[0] = offsetof(struct q4kh_block_q6_k, d);
+		break;
+	default:
+		scales[0] = 0; /* d first in every other block */
+	}
+	for (size_t b = 0; b < rb * (size_t)rows / bb; b++)
+		for (int i = 0; i < n_scales; i++)
+			put_scale(w + b * bb + scales[i]);
+	return w;
+}
+
+static struct twin twin_weights(struct rig *r, uint32_t type, int64_t k,
+                                int64_t rows, int64_t pad)
+{
+	uint8_t *bytes = random_weights(type, k, rows);
+	struct twin w = twin_new(r, type, k, rows, 1, pad, bytes);
+
+	free(bytes);
+	return w;
+}
+
+/* Row lengths: a short one, and one long enough for several groups of 32
+ * values per lane of a warp. */
+static int64_t short_k(uint32_t type)
+{
+	switch (q4kh_type_block_elems(type)) {
+	case 1: return 67;
+	case 32: return 96;
+	default: return 256;
+	}
+}
+
+static int64_t long_k(uint32_t type)
+{
+	switch (q4kh_type_block_elems(type)) {
+	case 1: return 1100;
+	case 32: return 1120;
+	default: return 2304;
+	}
+}
+
+/* --- the plugin, on every machine --------------------------------------- */
+
+/* Is a file whose name contains NAME mapped into this process? */
+static int mapped(const char *name)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4096];
+	int found = 0, lines = 0;
+
+	cr_assert_not_null(f, "cannot read /proc/self/maps");
+	while (!found && fgets(line, sizeof(line), f)) {
+		found = strstr(line, name) != NULL;
+		lines++;
+	}
+	fclose(f);
+	cr_assert_gt(lines, 0, "/proc/self/maps is empty");
+	return found;
+}
+
+Test(cuda_plugin, loads_and_exports_only_its_entry)
+{
+	static const uint32_t no[] = { Q4KH_TYPE_Q4_1, Q4KH_TYPE_Q5_1,
+		                       Q4KH_TYPE_Q2_K, Q4KH_TYPE_Q3_K,
+		                       Q4KH_TYPE_Q8_K, Q4KH_TYPE_BF16, 99 };
+	struct q4kh_registry *reg;
+	const struct q4kh_plugin *p;
+	const struct q4kh_backend_v1 *b;
+	q4kh_backend_ctx *ctx;
+
+	/* The host links no CUDA: only the plugin brings the runtime in. */
+	cr_assert(!mapped("libcudart"), "libcudart is loaded before any plugin");
+	reg = scan();
+	p = find_plugin(reg, "cuda");
+	cr_assert(mapped("libcudart"), "the cuda plugin did not load libcudart");
+	cr_assert_eq(p->desc->kind, Q4KH_KIND_BACKEND);
+	cr_assert_str_eq(p->desc->version, PACKAGE_VERSION);
+	cr_assert_str_eq(p->desc->license, "MIT");
+	cr_assert(strstr(p->desc->build_id, "nvcc ") &&
+	                  strstr(p->desc->build_id, "sm_"),
+	          "build_id \"%s\" names no nvcc and architectures",
+	          p->desc->build_id);
+	b = p->desc->backend;
+	cr_assert_eq(b->struct_size, sizeof(*b));
+	cr_assert_not_null(b->native_device);
+	for (const char **s = (const char *[]){ "cuda_mul_mat", "cuda_fail",
+	                                        "cuda_launch_mul_mat",
+	                                        "cuda_type_supported", NULL };
+	     *s; s++)
+		cr_assert_null(dlsym(p->dl, *s), "%s is exported", *s);
+	cr_assert_eq(b->init(&p->api, &ctx), Q4KH_OK, "%s", b->last_error(NULL));
+	for (size_t i = 0; i < N_WEIGHT_TYPES; i++)
+		cr_assert_eq(b->supports_type(ctx, weight_types[i]), 1, "%s",
+		             q4kh_type_name(weight_types[i]));
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		cr_assert_eq(b->supports_type(ctx, no[i]), 0, "type %u", no[i]);
+	b->shutdown(ctx);
+	q4kh_registry_free(reg);
+}
+
+Test(cuda_plugin, no_device_is_zero_devices_not_an_error)
+{
+	struct q4kh_registry *reg = scan();
+	const struct q4kh_plugin *p = find_plugin(reg, "cuda");
+	const struct q4kh_backend_v1 *b = p->desc->backend;
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+	struct q4kh_backend be;
+	struct q4kh_error err = { { 0 } };
+	q4kh_backend_ctx *ctx;
+	q4kh_device_ctx *dev = (q4kh_device_ctx *)&rec;
+	uint32_t n = 99;
+
+	cr_assert_eq(b->init(&p->api, &ctx), Q4KH_OK, "%s", b->last_error(NULL));
+	cr_assert_eq(b->device_count(ctx, &n), Q4KH_OK, "%s", b->last_error(ctx));
+	if (n > 0) {
+		b->shutdown(ctx);
+		q4kh_registry_free(reg);
+		cr_skip_test("%u CUDA device(s) present: this test is for machines "
+		             "without one", n);
+	}
+	cr_assert_eq(b->device_info(ctx, 0, &rec), Q4KH_ERR_INVALID);
+	cr_assert(strstr(b->last_error(ctx),
+	                 "device_info: no device 0 (the cuda backend has 0: "),
+	          "message \"%s\"", b->last_error(ctx));
+	cr_assert_eq(b->device_open(ctx, 0, &dev), Q4KH_ERR_INVALID);
+	cr_assert_null(dev);
+	cr_assert(strstr(b->last_error(ctx), "device_open: no device 0"),
+	          "message \"%s\"", b->last_error(ctx));
+	b->shutdown(ctx);
+	cr_assert_eq(q4kh_backend_open(p, 0, &be, &err), -1);
+	cr_assert(strstr(err.msg, "cuda: no device 0 (the backend has 0)"), "%s",
+	          err.msg);
+	q4kh_registry_free(reg);
+}
+
+/* --- devices, buffers, native handles ------------------------------------- */
+
+static int hex_run(const char *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+Test(cuda_device, records)
+{
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	q4kh_backend_ctx *ctx = r->be[GPU].ctx;
+	struct q4kh_device_record small;
+	uint32_t n = 0;
+
+	cr_assert_eq(b->device_count(ctx, &n), Q4KH_OK);
+	cr_assert_geq(n, 1);
+	for (uint32_t i = 0; i < n; i++) {
+		struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+		const char *u = rec.uuid;
+
+		cr_assert_eq(b->device_info(ctx, i, &rec), Q4KH_OK, "%s", ERR(r, GPU));
+		cr_log_info("cuda device %u: %s, %s, %s, driver %s, %llu MiB, %u SMs",
+		            i, rec.name, rec.uuid, rec.arch, rec.driver_version,
+		            (unsigned long long)(rec.memory_bytes >> 20),
+		            rec.multiprocessors);
+		cr_assert_eq(rec.index, i);
+		cr_assert_eq(rec.struct_size, sizeof(rec));
+		cr_assert_gt(strlen(rec.name), 0);
+		/* nvidia-smi's form: GPU-8-4-4-4-12 lower-case hex digits. */
+		cr_assert(strlen(u) == 40 && !strncmp(u, "GPU-", 4) &&
+		                  hex_run(u + 4, 8) && u[12] == '-' &&
+		                  hex_run(u + 13, 4) && u[17] == '-' &&
+		                  hex_run(u + 18, 4) && u[22] == '-' &&
+		                  hex_run(u + 23, 4) && u[27] == '-' &&
+		                  hex_run(u + 28, 12),
+		          "uuid \"%s\"", u);
+		cr_assert(!strncmp(rec.arch, "sm_", 3) && strlen(rec.arch) >= 5 &&
+		                  strspn(rec.arch + 3, "0123456789") ==
+		                          strlen(rec.arch + 3),
+		          "arch \"%s\"", rec.arch);
+		cr_assert(strchr(rec.driver_version, '.'), "driver_version \"%s\"",
+		          rec.driver_version);
+		cr_assert_geq(rec.memory_bytes, 1ull << 30);
+		cr_assert_geq(rec.multiprocessors, 1);
+	}
+	cr_assert_eq(b->device_info(ctx, n, &small), Q4KH_ERR_INVALID);
+	/* An older, shorter record: nothing written past its struct_size. */
+	memset(&small, 0xAB, sizeof(small));
+	small.struct_size = 8;
+	cr_assert_eq(b->device_info(ctx, 0, &small), Q4KH_OK);
+	cr_assert_eq(small.index, 0);
+	for (size_t i = 8; i < sizeof(small); i++)
+		cr_assert_eq(((unsigned char *)&small)[i], 0xAB,
+		             "byte %zu of a short record written", i);
+	rig_close(r);
+}
+
+static void expect_status(struct rig *r, q4kh_status st, q4kh_status want,
+                          const char *needle)
+{
+	const char *msg = ERR(r, GPU);
+
+	cr_assert_eq(st, want, "expected status %d (%s), got %d: %s", want,
+	             needle, st, msg);
+	cr_assert(strstr(msg, needle), "last_error \"%s\" lacks \"%s\"", msg,
+	          needle);
+}
+
+Test(cuda_device, buffers_and_bounds)
+{
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	q4kh_device_ctx *dev = DEV(r, GPU);
+	q4kh_buffer *buf, *huge = NULL, *empty;
+	uint8_t in[1000], out[1000];
+
+	for (int i = 0; i < 1000; i++)
+		in[i] = (uint8_t)(i * 7 + 1);
+	cr_assert_eq(b->buffer_alloc(dev, 1000, &buf), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(b->buffer_upload(dev, buf, 0, in, 1000), Q4KH_OK);
+	cr_assert_eq(b->buffer_upload(dev, buf, 333, in, 10), Q4KH_OK);
+	cr_assert_eq(b->buffer_download(dev, buf, 0, out, 1000), Q4KH_OK);
+	cr_assert_arr_eq(out, in, 333);
+	cr_assert_arr_eq(out + 333, in, 10);
+	cr_assert_arr_eq(out + 343, in + 343, 1000 - 343);
+	cr_assert_eq(b->buffer_download(dev, buf, 999, out, 1), Q4KH_OK);
+	cr_assert_eq(out[0], in[999]);
+	cr_assert_eq(b->buffer_download(dev, buf, 1000, out, 0), Q4KH_OK);
+	expect_status(r, b->buffer_upload(dev, buf, 500, in, 501),
+	              Q4KH_ERR_INVALID,
+	              "501 bytes at offset 500 do not fit in the 1000-byte buffer");
+	expect_status(r, b->buffer_download(dev, buf, UINT64_MAX, out, 2),
+	              Q4KH_ERR_INVALID, "do not fit");
+	expect_status(r, b->buffer_upload(dev, NULL, 0, in, 1), Q4KH_ERR_INVALID,
+	              "buffer is NULL");
+	expect_status(r, b->buffer_download(dev, buf, 0, NULL, 1),
+	              Q4KH_ERR_INVALID, "host pointer is NULL");
+	/* Out of device memory: an error with CUDA's words, then business as
+	 * usual (the error is not left behind for the next call). */
+	expect_status(r, b->buffer_alloc(dev, UINT64_MAX / 2, &huge),
+	              Q4KH_ERR_NOMEM, "buffer_alloc: cudaMalloc of ");
+	cr_assert_null(huge);
+	cr_assert(strstr(ERR(r, GPU), "cudaErrorMemoryAllocation"), "%s",
+	          ERR(r, GPU));
+	cr_assert_eq(b->buffer_alloc(dev, 0, &empty), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(b->buffer_download(dev, buf, 0, out, 1000), Q4KH_OK, "%s",
+	             ERR(r, GPU));
+	cr_assert_arr_eq(out + 343, in + 343, 1000 - 343);
+	cr_assert_eq(b->synchronize(dev), Q4KH_OK, "%s", ERR(r, GPU));
+	b->buffer_free(dev, empty);
+	b->buffer_free(dev, buf);
+	rig_close(r);
+}
+
+Test(cuda_device, native_handles)
+{
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	struct q4kh_native_device nd = { .struct_size = sizeof(nd) };
+	struct q4kh_native_device old = { .struct_size = 8 };
+	q4kh_buffer *a, *c;
+
+	cr_assert_eq(b->native_device(DEV(r, GPU), &nd), Q4KH_OK, "%s",
+	             ERR(r, GPU));
+	cr_assert_eq(nd.ordinal, 0);
+	cr_assert_not_null(nd.stream);
+	cr_assert_not_null(nd.address);
+	cr_assert_eq(b->buffer_alloc(DEV(r, GPU), 64, &a), Q4KH_OK);
+	cr_assert_eq(b->buffer_alloc(DEV(r, GPU), 64, &c), Q4KH_OK);
+	cr_assert_not_null(nd.address(a));
+	cr_assert_neq(nd.address(a), nd.address(c));
+	cr_assert_null(nd.address(NULL));
+	expect_status(r, b->native_device(DEV(r, GPU), &old), Q4KH_ERR_INVALID,
+	              "native_device: record of 8 bytes");
+	b->buffer_free(DEV(r, GPU), a);
+	b->buffer_free(DEV(r, GPU), c);
+	rig_close(r);
+}
+
+/* --- get_rows and mul_mat over every weight type --------------------------- */
+
+static void check_get_rows(struct rig *r, uint32_t type, int64_t k, int64_t n)
+{
+	const int64_t rows = 37;
+	struct twin w = twin_weights(r, type, k, rows, 0);
+	struct twin out = twin_new(r, Q4KH_TYPE_F32, k, n, 1, 16, NULL);
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+	float scale = (float)(0.5 + urand());
+	char what[96];
+
+	cr_assert_not_null(ids);
+	for (int64_t i = 0; i < n; i++)
+		ids[i] = (int32_t)irand(0, rows - 1); /* repeats too */
+	ids[n - 1] = rows - 1;
+	BOTH(r, get_rows(DEV(r, s_), T(w), ids, n, scale, T(out)));
+	snprintf(what, sizeof(what), "get_rows %s K=%lld n=%lld",
+	         q4kh_type_name(type), (long long)k, (long long)n);
+	/* Dequantization is exact in f32: one rounding of the scale. */
+	expect_agree(r, what, &out, 0.0);
+	free(ids);
+	twin_free(r, &w);
+	twin_free(r, &out);
+}
+
+Test(cuda_ops, get_rows_every_type)
+{
+	struct rig *r = rig_open();
+	static const int64_t ns[] = { 1, 5, 9, 67 };
+
+	rng_seed(11);
+	for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
+		for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+			check_get_rows(r, weight_types[ti], short_k(weight_types[ti]),
+			               ns[i]);
+			check_get_rows(r, weight_types[ti], long_k(weight_types[ti]),
+			               ns[i]);
+		}
+	rig_close(r);
+}
+
+/* w {K, N} of TYPE times x {K, T}; x and y rows padded, w rows too when
+ * PAD_W. */
+static void check_mul_mat(struct rig *r, uint32_t type, int64_t k, int64_t n,
+                          int64_t t, int pad_w)
+{
+	struct twin w = twin_weights(r, type, k, n, pad_w ? 8 : 0);
+	float *xv = rvals((size_t)(k * t));
+	struct twin x = twin_new(r, Q4KH_TYPE_F32, k, t, 1, 64, xv);
+	struct twin y = twin_new(r, Q4KH_TYPE_F32, n, t, 1, 36, NULL);
+	char what[96];
+
+	BOTH(r, mul_mat(DEV(r, s_), T(w), T(x), T(y)));
+	snprintf(what, sizeof(what), "mul_mat %s K=%lld N=%lld T=%lld",
+	         q4kh_type_name(type), (long long)k, (long long)n, (long long)t);
+	expect_agree(r, what, &y, NMSE_BOUND);
+	free(xv);
+	twin_free(r, &w);
+	twin_free(r, &x);
+	twin_free(r, &y);
+}
+
+Test(cuda_ops, mul_mat_every_type_t1_to_9)
+{
+	struct rig *r = rig_open();
+
+	rng_seed(12);
+	for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+		uint32_t type = weight_types[ti];
+
+		for (int64_t t = 1; t <= 9; t++) {
+			check_mul_mat(r, type, short_k(type), 67, t, t % 2);
+			check_mul_mat(r, type, long_k(type), 13, t, 0);
+		}
+		check_mul_mat(r, type, short_k(type), 1, 1, 0);
+	}
+	rig_close(r);
+}
+
+Test(cuda_ops, mul_mat_large_and_batched)
+{
+	struct rig *r = rig_open();
+
+	rng_seed(13);
+	check_mul_mat(r, Q4KH_TYPE_Q4_K, 4096, 1027, 1, 0);
+	check_mul_mat(r, Q4KH_TYPE_Q4_K, 4096, 515, 17, 0);
+	check_mul_mat(r, Q4KH_TYPE_Q4_K, 2048, 258, 64, 0);
+	check_mul_mat(r, Q4KH_TYPE_Q6_K, 2048, 515, 67, 0);
+	check_mul_mat(r, Q4KH_TYPE_Q5_K, 1536, 333, 9, 1);
+	check_mul_mat(r, Q4KH_TYPE_IQ4_XS, 2048, 300, 33, 0);
+	check_mul_mat(r, Q4KH_TYPE_F16, 2048, 300, 33, 0);
+	check_mul_mat(r, Q4KH_TYPE_F32, 640, 129, 100, 0);
+	/* A vocabulary-sized output: many blocks along the rows. */
+	check_mul_mat(r, Q4KH_TYPE_Q8_0, 640, 70001, 2, 0);
+	rig_close(r);
+}
+
+/* --- row-wise and element-wise ops ------------------------------------------ */
+
+Test(cuda_ops, rms_norm)
+{
+	struct rig *r = rig_open();
+	/* {ne0, ne1, ne2} and the size of x: at 1e-3, mean(x^2) is near
+	 * eps, whose handling then shows. */
+	static const struct {
+		int64_t s[3];
+		float mag;
+	} shapes[] = {
+		{ { 640, 1, 1 }, 1.0f },  { { 640, 9, 1 }, 1.0f },
+		{ { 67, 5, 3 }, 1.0f },   { { 256, 36, 1 }, 1.0f },
+		{ { 1, 4, 1 }, 1.0f },    { { 2048, 2, 1 }, 1.0f },
+		{ { 640, 3, 1 }, 1e-3f },
+	};
+
+	rng_seed(21);
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		for (int mode = 0; mode < 3; mode++) { /* weight, none, in place */
+			const int64_t *s = shapes[i].s;
+			size_t n = (size_t)(s[0] * s[1] * s[2]);
+			float *xv = rvals(n), *wv = rvals((size_t)s[0]);
+			struct twin x, w, out;
+			char what[96];
+
+			for (size_t j = 0; j < n; j++)
+				xv[j] *= shapes[i].mag;
+			x = twin_new(r, Q4KH_TYPE_F32, s[0], s[1], s[2], 8, xv);
+			w = twin_f32(r, s[0], 1, 1, wv);
+			out = mode == 2 ? x : twin_f32(r, s[0], s[1], s[2], NULL);
+
+			BOTH(r, rms_norm(DEV(r, s_), T(x), mode == 1 ? NULL : T(w),
+			                 1e-6f, T(out)));
+			snprintf(what, sizeof(what), "rms_norm {%lld, %lld, %lld} x%g %s",
+			         (long long)s[0], (long long)s[1], (long long)s[2],
+			         (double)shapes[i].mag,
+			         mode == 0 ? "weighted" : mode == 1 ? "plain" : "in place");
+			expect_agree(r, what, &out, NMSE_BOUND);
+			if (mode != 2)
+				twin_free(r, &out);
+			twin_free(r, &x);
+			twin_free(r, &w);
+			free(xv);
+			free(wv);
+		}
+	rig_close(r);
+}
+
+Test(cuda_ops, rope_norm_and_neox)
+{
+	struct rig *r = rig_open();
+	static const int64_t dims[][2] = { /* head dim, rotated dims */
+		{ 64, 64 }, { 256, 256 }, { 128, 64 }, { 80, 32 }, { 2, 2 },
+	};
+
+	rng_seed(22);
+	for (int mode = 0; mode <= 2; mode += 2)
+		for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++)
+			for (int64_t t = 1; t <= 9; t++) {
+				const int64_t hd = dims[d][0], nh = 1 + t % 4;
+				const int32_t n_rot = (int32_t)dims[d][1];
+				int32_t pos[9];
+				float *xv = rvals((size_t)(hd * nh * t));
+				struct twin x = twin_f32(r, hd, nh, t, xv);
+				struct twin out = twin_new(r, Q4KH_TYPE_F32, hd, nh, t, 4, NULL);
+				const float base = t % 2 ? 10000.0f : 1000000.0f;
+				const float fs = t % 3 ? 1.0f : 0.25f;
+				char what[96];
+
+				for (int64_t i = 0; i < t; i++)
+					pos[i] = (int32_t)(i == 0 ? 0 : irand(1, 100000));
+				BOTH(r, rope(DEV(r, s_), T(x), pos, n_rot, (q4kh_rope_mode)mode,
+				             base, fs, T(out)));
+				snprintf(what, sizeof(what),
+				         "rope %s hd=%lld n_rot=%d heads=%lld T=%lld",
+				         mode ? "NEOX" : "NORM", (long long)hd, n_rot,
+				         (long long)nh, (long long)t);
+				expect_agree(r, what, &out, NMSE_BOUND);
+				BOTH(r, rope(DEV(r, s_), T(x), pos, n_rot, (q4kh_rope_mode)mode,
+				             base, fs, T(x)));
+				expect_agree(r, "rope in place", &x, NMSE_BOUND);
+				twin_free(r, &x);
+				twin_free(r, &out);
+				free(xv);
+			}
+	rig_close(r);
+}
+
+/* add or mul of a {67, 5, 3} with b broadcast to it: one rounding each. */
+Test(cuda_ops, add_mul_broadcast)
+{
+	struct rig *r = rig_open();
+	static const int64_t bs[][3] = {
+		{ 67, 5, 3 }, { 67, 1, 1 }, { 1, 5, 1 }, { 67, 1, 3 }, { 1, 1, 1 },
+	};
+
+	rng_seed(23);
+	for (int mul = 0; mul < 2; mul++)
+		for (size_t i = 0; i < sizeof(bs) / sizeof(bs[0]); i++) {
+			float *av = rvals(67 * 5 * 3);
+			float *bv = rvals((size_t)(bs[i][0] * bs[i][1] * bs[i][2]));
+			struct twin a = twin_new(r, Q4KH_TYPE_F32, 67, 5, 3, 12, av);
+			struct twin b = twin_f32(r, bs[i][0], bs[i][1], bs[i][2], bv);
+			struct twin out = twin_f32(r, 67, 5, 3, NULL);
+			char what[64];
+
+			snprintf(what, sizeof(what), "%s with b {%lld, %lld, %lld}",
+			         mul ? "mul" : "add", (long long)bs[i][0],
+			         (long long)bs[i][1], (long long)bs[i][2]);
+			if (mul)
+				BOTH(r, mul(DEV(r, s_), T(a), T(b), T(out)));
+			else
+				BOTH(r, add(DEV(r, s_), T(a), T(b), T(out)));
+			expect_agree(r, what, &out, 0.0);
+			if (mul)
+				BOTH(r, mul(DEV(r, s_), T(a), T(b), T(a)));
+			else
+				BOTH(r, add(DEV(r, s_), T(a), T(b), T(a)));
+			expect_agree(r, "in place", &a, 0.0);
+			twin_free(r, &a);
+			twin_free(r, &b);
+			twin_free(r, &out);
+			free(av);
+			free(bv);
+		}
+	rig_close(r);
+}
+
+Test(cuda_ops, scale)
+{
+	struct rig *r = rig_open();
+	float *xv;
+	struct twin x, out;
+
+	rng_seed(24);
+	xv = rvals(70 * 9 * 2);
+	x = twin_new(r, Q4KH_TYPE_F32, 70, 9, 2, 20, xv);
+	out = twin_f32(r, 70, 9, 2, NULL);
+	BOTH(r, scale(DEV(r, s_), T(x), 0.3f, T(out)));
+	expect_agree(r, "scale", &out, 0.0);
+	BOTH(r, scale(DEV(r, s_), T(x), -7.25f, T(x)));
+	expect_agree(r, "scale in place", &x, 0.0);
+	twin_free(r, &x);
+	twin_free(r, &out);
+	free(xv);
+	rig_close(r);
+}
+
+Test(cuda_ops, glu_gelu_tanh_and_silu)
+{
+	struct rig *r = rig_open();
+	const int64_t n = 2048 + 67, rows = 5;
+
+	rng_seed(25);
+	for (int kind = 0; kind < 2; kind++)
+		for (int in_place = 0; in_place < 2; in_place++) {
+			float *g = rvals((size_t)(n * rows)), *u = rvals((size_t)(n * rows));
+			struct twin gt, ut, out;
+
+			for (int64_t i = 0; i < n * rows; i++) {
+				g[i] *= 8.0f; /* both tails */
+				if (i % 97 == 0)
+					g[i] = i % 2 ? 30.0f : -30.0f;
+			}
+			gt = twin_f32(r, n, rows, 1, g);
+			ut = twin_new(r, Q4KH_TYPE_F32, n, rows, 1, 4, u);
+			out = in_place ? gt : twin_f32(r, n, rows, 1, NULL);
+			BOTH(r, glu(DEV(r, s_), (q4kh_glu_kind)kind, T(gt), T(ut), T(out)));
+			expect_agree(r, kind ? "glu SiLU" : "glu GELU (tanh)", &out,
+			             NMSE_BOUND);
+			if (!in_place)
+				twin_free(r, &out);
+			twin_free(r, &gt);
+			twin_free(r, &ut);
+			free(g);
+			free(u);
+		}
+	rig_close(r);
+}
+
+/* f32 -> f16 (round to nearest even, overflow to inf), f16 -> f32, and
+ * either into strided rows like a KV cache slot. */
+Test(cuda_ops, copy_f32_f16)
+{
+	struct rig *r = rig_open();
+	const int64_t n = 67, rows = 9;
+	static const float edges[] = {
+		65520.0f, 65504.0f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f,
+		1e-7f, -3e-8f, 1e-9f, -0.0f, 6.1035156e-05f, 2.9802322e-08f,
+	};
+	float *src;
+	struct twin s, h, back, wide, h2;
+
+	rng_seed(26);
+	src = rvals((size_t)(n * rows));
+	for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
+		src[i] = edges[i];
+	for (int64_t i = 20; i < n * rows; i += 3)
+		src[i] *= (float)ldexp(1.0, (int)irand(-30, 18));
+	s = twin_f32(r, n, rows, 1, src);
+	h = twin_new(r, Q4KH_TYPE_F16, n, rows, 1, 24, NULL);
+	back = twin_f32(r, n, rows, 1, NULL);
+	wide = twin_new(r, Q4KH_TYPE_F32, n, rows, 1, 40, NULL);
+	h2 = twin_new(r, Q4KH_TYPE_F16, n, rows, 1, 2, NULL);
+	BOTH(r, copy(DEV(r, s_), T(s), T(h)));
+	expect_agree(r, "copy f32 -> f16", &h, 0.0);
+	BOTH(r, copy(DEV(r, s_), T(h), T(back)));
+	expect_agree(r, "copy f16 -> f32", &back, 0.0);
+	BOTH(r, copy(DEV(r, s_), T(s), T(wide)));
+	expect_agree(r, "copy f32 -> f32", &wide, 0.0);
+	BOTH(r, copy(DEV(r, s_), T(h), T(h2)));
+	expect_agree(r, "copy f16 -> f16", &h2, 0.0);
+	twin_free(r, &s);
+	twin_free(r, &h);
+	twin_free(r, &back);
+	twin_free(r, &wide);
+	twin_free(r, &h2);
+	free(src);
+	rig_close(r);
+}
+
+/* --- attention ------------------------------------------------------------ */
+
+struct attn_case {
+	int64_t hd, nh, nkv, T, pos0, n_ctx;
+	int32_t window;
+	float softcap;
+	uint32_t k_type, v_type;
+};
+
+/* A cache {hd, nkv, n_ctx} of TYPE: random rows up to position END, poison
+ * (NaN) beyond, which attention must never read. */
+static struct twin cache_new(struct rig *r, const struct attn_case *c,
+                             uint32_t type, int64_t end)
+{
+	size_t eb = q4kh_type_block_bytes(type);
+	size_t n = (size_t)(c->hd * c->nkv * c->n_ctx);
+	size_t valid = (size_t)(c->hd * c->nkv * end);
+	uint8_t *data = malloc(n * eb);
+	struct twin t;
+
+	cr_assert_not_null(data);
+	memset(data, POISON, n * eb);
+	for (size_t i = 0; i < valid; i++) {
+		float f = 2.0f * rval();
+		uint16_t h = q4kh_f32_to_fp16(f);
+
+		if (type == Q4KH_TYPE_F16)
+			memcpy(data + 2 * i, &h, 2);
+		else
+			memcpy(data + 4 * i, &f, 4);
+	}
+	t = twin_new(r, type, c->hd, c->nkv, c->n_ctx, 0, data);
+	free(data);
+	return t;
+}
+
+static void check_attention(struct rig *r, const struct attn_case *c)
+{
+	float *qv = rvals((size_t)(c->hd * c->nh * c->T));
+	struct twin q = twin_f32(r, c->hd, c->nh, c->T, qv);
+	struct twin k = cache_new(r, c, c->k_type, c->pos0 + c->T);
+	struct twin v = cache_new(r, c, c->v_type, c->pos0 + c->T);
+	struct twin out = twin_new(r, Q4KH_TYPE_F32, c->hd, c->nh, c->T, 8, NULL);
+	struct q4kh_attn_params p = {
+		.struct_size = sizeof(p), .window = c->window, .pos0 = c->pos0,
+		.scale = (float)(1.0 / sqrt((double)c->hd)), .softcap = c->softcap,
+	};
+	char what[160];
+
+	BOTH(r, attention(DEV(r, s_), T(q), T(k), T(v), &p, T(out)));
+	snprintf(what, sizeof(what),
+	         "attention hd=%lld heads=%lld/%lld T=%lld pos0=%lld window=%d "
+	         "softcap=%g k %s v %s",
+	         (long long)c->hd, (long long)c->nh, (long long)c->nkv,
+	         (long long)c->T, (long long)c->pos0, c->window,
+	         (double)c->softcap, q4kh_type_name(c->k_type),
+	         q4kh_type_name(c->v_type));
+	expect_agree(r, what, &out, NMSE_BOUND);
+	twin_free(r, &q);
+	twin_free(r, &k);
+	twin_free(r, &v);
+	twin_free(r, &out);
+	free(qv);
+}
+
+Test(cuda_ops, attention_gqa_window_softcap)
+{
+	struct rig *r = rig_open();
+	static const int64_t heads[][2] = { { 4, 1 }, { 8, 2 }, { 3, 3 } };
+	static const int64_t hds[] = { 64, 256, 72 };
+	static const int32_t windows[] = { 0, 1, 4, 512 };
+	static const uint32_t kv[][2] = {
+		{ Q4KH_TYPE_F32, Q4KH_TYPE_F32 },
+		{ Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ Q4KH_TYPE_F16, Q4KH_TYPE_F32 },
+	};
+	int i = 0;
+
+	rng_seed(31);
+	for (int64_t t = 1; t <= 9; t++)
+		for (int64_t pos0 = 0; pos0 <= 130; pos0 += 65, i++) {
+			/* Head counts, head dims, windows and cache types
+			 * rotate at different rates: many pairings. */
+			const int64_t *hk = heads[(i / 3 + i) % 3];
+			const struct attn_case c = {
+				.hd = hds[i % 3], .nh = hk[0], .nkv = hk[1], .T = t,
+				.pos0 = pos0, .n_ctx = pos0 + t + i % 5,
+				.window = windows[i % 4],
+				.softcap = i % 7 == 3 ? 30.0f : 0.0f,
+				.k_type = kv[i / 3 % 3][0], .v_type = kv[i / 3 % 3][1],
+			};
+
+			check_attention(r, &c);
+		}
+	rig_close(r);
+}
+
+Test(cuda_ops, attention_long_context)
+{
+	struct rig *r = rig_open();
+	static const struct attn_case cases[] = {
+		/* Gemma 3 270M's shape: 4 heads over 1 KV head of 256, a
+		 * 512-key window; prefill chunk and decode step. */
+		{ 256, 4, 1, 9, 600, 700, 512, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 256, 4, 1, 1, 1200, 1300, 0, 0.0f, Q4KH_TYPE_F32, Q4KH_TYPE_F32 },
+		{ 64, 8, 2, 1, 2500, 2501, 0, 50.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 128, 4, 4, 67, 3, 80, 16, 0.0f, Q4KH_TYPE_F32, Q4KH_TYPE_F16 },
+		{ 96, 6, 2, 130, 0, 130, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+	};
+
+	rng_seed(32);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_attention(r, &cases[i]);
+	rig_close(r);
+}
+
+/* --- many ops in a row without waiting ------------------------------------- */
+
+/*
+ * A chain of ops on one stream with no synchronisation between them: two
+ * get_rows and two ropes whose ids and positions differ (the staging buffer
+ * is reused while earlier ops may still be queued), a get_rows of 10000 ids
+ * (the staging buffer grows mid-chain), matmuls, norms and adds on their
+ * outputs; then every output against the cpu's.
+ */
+Test(cuda_ops, chain_without_synchronize)
+{
+	struct rig *r = rig_open();
+	const int64_t k = 256, vocab = 300, t = 7, big = 10000;
+	int32_t ids_a[7], ids_b[7], pos_a[7], pos_b[7];
+	int32_t *ids_big = malloc(sizeof(int32_t) * big);
+	struct twin table, xa, xb, xbig, w, ya, yb, norm_w;
+	struct q4kh_tensor ha[2], hb[2];
+
+	rng_seed(41);
+	cr_assert_not_null(ids_big);
+	for (int i = 0; i < t; i++) {
+		ids_a[i] = (int32_t)irand(0, vocab - 1);
+		ids_b[i] = (int32_t)irand(0, vocab - 1);
+		pos_a[i] = i;
+		pos_b[i] = (int32_t)(1000 + 3 * i);
+	}
+	for (int64_t i = 0; i < big; i++)
+		ids_big[i] = (int32_t)irand(0, vocab - 1);
+	table = twin_weights(r, Q4KH_TYPE_Q6_K, k, vocab, 0);
+	w = twin_weights(r, Q4KH_TYPE_Q4_K, k, 96, 0);
+	{
+		float *nw = rvals((size_t)k);
+
+		norm_w = twin_f32(r, k, 1, 1, nw);
+		free(nw);
+	}
+	xa = twin_f32(r, k, t, 1, NULL);
+	xb = twin_f32(r, k, t, 1, NULL);
+	xbig = twin_f32(r, k, big, 1, NULL);
+	ya = twin_f32(r, 96, t, 1, NULL);
+	yb = twin_f32(r, 96, t, 1, NULL);
+	/* The same activations seen as heads: {64, 4, t}. */
+	for (int s = 0; s < 2; s++) {
+		ha[s] = xa.t[s];
+		hb[s] = xb.t[s];
+		ha[s].ne[0] = hb[s].ne[0] = 64;
+		ha[s].ne[1] = hb[s].ne[1] = 4;
+		ha[s].ne[2] = hb[s].ne[2] = t;
+		ha[s].nb[1] = hb[s].nb[1] = 256;
+		ha[s].nb[2] = hb[s].nb[2] = 1024;
+		ha[s].nb[3] = hb[s].nb[3] = 1024 * t;
+	}
+	BOTH(r, get_rows(DEV(r, s_), T(table), ids_a, t, 1.0f, T(xa)));
+	BOTH(r, get_rows(DEV(r, s_), T(table), ids_b, t, 2.0f, T(xb)));
+	BOTH(r, rope(DEV(r, s_), &ha[s_], pos_a, 64, Q4KH_ROPE_NEOX, 10000.0f,
+	             1.0f, &ha[s_]));
+	BOTH(r, rope(DEV(r, s_), &hb[s_], pos_b, 32, Q4KH_ROPE_NORM, 10000.0f,
+	             1.0f, &hb[s_]));
+	BOTH(r, get_rows(DEV(r, s_), T(table), ids_big, big, 0.5f, T(xbig)));
+	BOTH(r, rms_norm(DEV(r, s_), T(xa), T(norm_w), 1e-6f, T(xa)));
+	BOTH(r, mul_mat(DEV(r, s_), T(w), T(xa), T(ya)));
+	BOTH(r, mul_mat(DEV(r, s_), T(w), T(xb), T(yb)));
+	BOTH(r, add(DEV(r, s_), T(ya), T(yb), T(ya)));
+	BOTH(r, get_rows(DEV(r, s_), T(table), ids_b, t, 1.0f, T(xb)));
+	expect_agree(r, "chain: get_rows, rope, rms_norm (a)", &xa, NMSE_BOUND);
+	expect_agree(r, "chain: get_rows again (b)", &xb, 0.0);
+	expect_agree(r, "chain: get_rows of 10000 ids", &xbig, 0.0);
+	expect_agree(r, "chain: mul_mat + add", &ya, NMSE_BOUND);
+	expect_agree(r, "chain: mul_mat of the roped b", &yb, NMSE_BOUND);
+	cr_assert_eq(V(r, GPU)->synchronize(DEV(r, GPU)), Q4KH_OK, "%s",
+	             ERR(r, GPU));
+	twin_free(r, &table);
+	twin_free(r, &w);
+	twin_free(r, &norm_w);
+	twin_free(r, &xa);
+	twin_free(r, &xb);
+	twin_free(r, &xbig);
+	twin_free(r, &ya);
+	twin_free(r, &yb);
+	free(ids_big);
+	rig_close(r);
+}
+
+/* --- invalid arguments -------------------------------------------------------- */
+
+/*
+ * Every call below is invalid; the cuda plugin must refuse it before it
+ * enqueues anything, with the cpu reference's status and a message that
+ * names the operand and what was expected.
+ */
+Test(cuda_ops, invalid_arguments_fail_with_messages)
+{
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	q4kh_device_ctx *dev = DEV(r, GPU);
+	struct q4kh_attn_params ap = { .struct_size = sizeof(ap), .scale = 1.0f };
+	const int32_t ids[] = { 0, 9 }, pos[3] = { 0, 1, 2 };
+	struct twin w, x, y, f16x, t3, q, cache, big_q, big_cache;
+	struct q4kh_tensor bad, view, foreign;
+
+	rng_seed(51);
+	w = twin_weights(r, Q4KH_TYPE_Q8_0, 64, 8, 0);
+	x = twin_f32(r, 64, 2, 1, NULL);
+	y = twin_f32(r, 8, 2, 1, NULL);
+	f16x = twin_new(r, Q4KH_TYPE_F16, 64, 2, 1, 0, NULL);
+	t3 = twin_f32(r, 64, 3, 1, NULL);
+	q = twin_f32(r, 8, 2, 3, NULL);
+	cache = twin_f32(r, 8, 1, 2, NULL);
+#define G(tw) (&(tw).t[GPU])
+	expect_status(r, b->mul_mat(dev, G(w), G(f16x), G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat x: type 1 (F16), expected F32");
+	expect_status(r, b->mul_mat(dev, G(w), G(t3), G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat y: shape {8, 2, 1, 1}, expected {8, 3, 1, 1}");
+	expect_status(r, b->mul_mat(dev, NULL, G(x), G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat w: tensor is NULL");
+	/* A buffer of another device context: the cpu's. */
+	foreign = x.t[REF];
+	expect_status(r, b->mul_mat(dev, G(w), &foreign, G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat x: buffer belongs to another device context");
+	bad = *G(x);
+	bad.offset = x.size - 8;
+	expect_status(r, b->mul_mat(dev, G(w), &bad, G(y)), Q4KH_ERR_INVALID,
+	              "ends past its");
+	bad = *G(x);
+	bad.nb[0] = 8;
+	expect_status(r, b->mul_mat(dev, G(w), &bad, G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat x: nb[0] = 8, expected 4");
+	bad = *G(x);
+	bad.offset = 2;
+	expect_status(r, b->mul_mat(dev, G(w), &bad, G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat x: offset 2 is not a multiple of 4");
+	bad = *G(w);
+	bad.ne[0] = 48;
+	expect_status(r, b->mul_mat(dev, &bad, G(x), G(y)), Q4KH_ERR_INVALID,
+	              "not a multiple of Q8_0's block of 32");
+	bad = *G(w);
+	bad.type = Q4KH_TYPE_Q4_1;
+	expect_status(r, b->mul_mat(dev, &bad, G(x), G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat w: type 3 (Q4_1), expected");
+	bad = *G(x);
+	bad.ne[1] = -1;
+	expect_status(r, b->mul_mat(dev, G(w), &bad, G(y)), Q4KH_ERR_INVALID,
+	              "mul_mat x: ne[1] = -1");
+	view = *G(x);
+	view.ne[0] = 8;
+	view.nb[1] = 32;
+	expect_status(r, b->mul_mat(dev, G(w), G(x), &view), Q4KH_ERR_INVALID,
+	              "mul_mat y (offset 64) overlaps x (offset 64)");
+
+	expect_status(r, b->get_rows(dev, G(w), ids, 2, 1.0f, G(y)),
+	              Q4KH_ERR_INVALID, "get_rows out: shape");
+	expect_status(r, b->get_rows(dev, G(w), ids, 2, 1.0f, G(x)),
+	              Q4KH_ERR_INVALID, "get_rows: ids[1] = 9, expected 0 .. 7");
+	expect_status(r, b->get_rows(dev, G(w), NULL, 2, 1.0f, G(x)),
+	              Q4KH_ERR_INVALID, "get_rows: 2 ids at");
+	expect_status(r, b->rms_norm(dev, G(x), NULL, -1.0f, G(x)),
+	              Q4KH_ERR_INVALID, "rms_norm: eps = -1");
+	expect_status(r, b->rms_norm(dev, G(x), G(y), 1e-6f, G(x)),
+	              Q4KH_ERR_INVALID, "rms_norm w: shape");
+	expect_status(r, b->rope(dev, G(q), pos, 7, Q4KH_ROPE_NEOX, 1e4f, 1.0f,
+	                         G(q)),
+	              Q4KH_ERR_INVALID, "rope: n_rot = 7");
+	expect_status(r, b->rope(dev, G(q), pos, 8, (q4kh_rope_mode)1, 1e4f, 1.0f,
+	                         G(q)),
+	              Q4KH_ERR_INVALID, "rope: mode 1");
+	expect_status(r, b->rope(dev, G(q), NULL, 8, Q4KH_ROPE_NEOX, 1e4f, 1.0f,
+	                         G(q)),
+	              Q4KH_ERR_INVALID, "rope: pos is NULL");
+	expect_status(r, b->rope(dev, G(q), pos, 8, Q4KH_ROPE_NEOX, 0.0f, 1.0f,
+	                         G(q)),
+	              Q4KH_ERR_INVALID, "rope: base 0");
+	expect_status(r, b->add(dev, G(x), G(y), G(x)), Q4KH_ERR_INVALID,
+	              "add: b->ne[0] = 8");
+	expect_status(r, b->mul(dev, G(x), G(t3), G(x)), Q4KH_ERR_INVALID,
+	              "mul: b->ne[1] = 3");
+	expect_status(r, b->scale(dev, G(x), 2.0f, G(t3)), Q4KH_ERR_INVALID,
+	              "scale out: shape");
+	expect_status(r, b->glu(dev, (q4kh_glu_kind)7, G(x), G(x), G(t3)),
+	              Q4KH_ERR_INVALID, "glu: kind 7");
+	expect_status(r, b->glu(dev, Q4KH_GLU_SILU, G(x), G(t3), G(x)),
+	              Q4KH_ERR_INVALID, "glu up: shape");
+	expect_status(r, b->copy(dev, G(x), G(t3)), Q4KH_ERR_INVALID,
+	              "copy dst: shape");
+	expect_status(r, b->copy(dev, G(w), G(x)), Q4KH_ERR_INVALID,
+	              "copy src: type 8 (Q8_0), expected F32 or F16");
+
+	/* q {8, 2, 3} over a 2-position cache: positions 0..2 do not fit. */
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(t3)),
+	              Q4KH_ERR_INVALID, "attention out: shape");
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(q)),
+	              Q4KH_ERR_INVALID, "attention out (offset 64) overlaps q");
+	twin_free(r, &t3);
+	t3 = twin_f32(r, 8, 2, 3, NULL);
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(t3)),
+	              Q4KH_ERR_INVALID,
+	              "attention: positions 0 .. 2, expected inside the "
+	              "2-position cache");
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), NULL, G(t3)),
+	              Q4KH_ERR_INVALID, "attention: params is NULL");
+	ap.struct_size = 8;
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(t3)),
+	              Q4KH_ERR_INVALID, "attention: params struct_size 8");
+	ap.struct_size = sizeof(ap);
+	ap.window = -1;
+	twin_free(r, &cache);
+	cache = twin_f32(r, 8, 1, 8, NULL);
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(t3)),
+	              Q4KH_ERR_INVALID, "attention: window -1");
+	ap.window = 0;
+	ap.softcap = -1.0f;
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(t3)),
+	              Q4KH_ERR_INVALID, "softcap -1");
+	ap.softcap = 0.0f;
+	twin_free(r, &cache);
+	cache = twin_f32(r, 8, 3, 8, NULL);
+	expect_status(r, b->attention(dev, G(q), G(cache), G(cache), &ap, G(t3)),
+	              Q4KH_ERR_INVALID,
+	              "attention: 2 query heads is not a multiple of 3 KV heads");
+	/* Larger heads than the kernel's shared memory holds. */
+	big_q = twin_f32(r, MAX_HEAD_DIM + 2, 1, 1, NULL);
+	big_cache = twin_f32(r, MAX_HEAD_DIM + 2, 1, 1, NULL);
+	expect_status(r, b->attention(dev, G(big_q), G(big_cache), G(big_cache),
+	                              &ap, G(big_q)),
+	              Q4KH_ERR_INVALID, "overlaps");
+	twin_free(r, &y);
+	y = twin_f32(r, MAX_HEAD_DIM + 2, 1, 1, NULL);
+	expect_status(r, b->attention(dev, G(big_q), G(big_cache), G(big_cache),
+	                              &ap, G(y)),
+	              Q4KH_ERR_UNSUPPORTED, "attention: head dimension 4098");
+#undef G
+	/* Nothing refused above reached the device: the stream is clean. */
+	cr_assert_eq(b->synchronize(dev), Q4KH_OK, "%s", ERR(r, GPU));
+	twin_free(r, &w);
+	twin_free(r, &x);
+	twin_free(r, &y);
+	twin_free(r, &f16x);
+	twin_free(r, &t3);
+	twin_free(r, &q);
+	twin_free(r, &cache);
+	twin_free(r, &big_q);
+	twin_free(r, &big_cache);
+	rig_close(r);
+}
