@@ -5,7 +5,8 @@ set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config
       libiniparser-dev libcriterion-dev libjansson-dev libssl-dev libpcre2-dev
-      python3 python3-pip ca-certificates)
+      python3 python3-pip ca-certificates
+      debhelper dpkg-dev lintian bash-completion)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to test results: install what
 # is missing, fetch the default model (the tests need it), build, and run
-# every Criterion suite through make check. Ends with "N passed, N failed".
+# every Criterion suite through make check, packaging included (the SDK
+# examples, make distcheck, the Debian packages). Ends with "N passed, N
+# failed".
 # Usage: scripts/test.sh
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +14,8 @@ bash scripts/fetch-model.sh || exit 1
 Q4KH_BUILD_DIR="$build" bash scripts/build.sh || exit 1
 
 export Q4KH_REQUIRE_MODEL=1
+# tests/test_package: the SDK examples, make distcheck and the .debs.
+export Q4KH_TEST_PACKAGING=1
 make -C "$build" -j"$(nproc)" check >"$build/check.log" 2>&1
 rc=$?
 grep -E '^(PASS|FAIL|ERROR|XPASS|SKIP):' "$build/check.log" | grep -v '^PASS' || true

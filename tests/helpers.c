@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *env_or(const char *name, const char *fallback)
@@ -183,4 +184,45 @@ char *test_patch_gguf(const char *src, const char *key, const char *from,
 	free(data);
 	free(dir);
 	return path;
+}
+
+char *test_plugin_dir(const char *const *names)
+{
+	char *dir = test_tmpdir(), cmd[8192];
+
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu/.libs/cpu.so %s/", test_builddir(), dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	for (; *names; names++) {
+		snprintf(cmd, sizeof(cmd), "cp %s/tests/plugins/.libs/%s.so %s/", test_builddir(),
+		         *names, dir);
+		cr_assert_eq(system(cmd), 0, "%s", cmd);
+	}
+	return dir;
+}
+
+int test_shell(const char *cmd, char **out)
+{
+	char *full = malloc(strlen(cmd) + 16), *buf = NULL;
+	size_t len = 0, cap = 0, got;
+	int status;
+	FILE *p;
+
+	cr_assert_not_null(full);
+	sprintf(full, "(%s) 2>&1", cmd);
+	p = popen(full, "r");
+	free(full);
+	cr_assert_not_null(p, "popen %s", cmd);
+	do {
+		if (len + 4096 + 1 > cap) {
+			cap = (len + 4096 + 1) * 2;
+			buf = realloc(buf, cap);
+			cr_assert_not_null(buf);
+		}
+		got = fread(buf + len, 1, cap - len - 1, p);
+		len += got;
+	} while (got > 0);
+	buf[len] = 0;
+	status = pclose(p);
+	*out = buf;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

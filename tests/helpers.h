@@ -52,4 +52,18 @@ char *test_unhex(const char *hex, size_t *n);
 char *test_patch_gguf(const char *src, const char *key, const char *from,
                       const char *to);
 
+/*
+ * A fresh plugin folder (test_tmpdir) holding the reference cpu plugin and
+ * the test plugins NAMES (NULL-terminated; module names under
+ * tests/plugins/.libs without ".so"). The caller owns the string.
+ */
+char *test_plugin_dir(const char *const *names);
+
+/*
+ * Run shell command CMD with its stderr merged into stdout; *out gets all
+ * it printed (malloc()ed, NUL-terminated). Returns its exit status, or -1
+ * when it did not exit normally.
+ */
+int test_shell(const char *cmd, char **out);
+
 #endif

@@ -244,9 +244,21 @@ static int is_header(const struct dirent *e)
 	return len > 2 && strcmp(e->d_name + len - 2, ".h") == 0;
 }
 
+/* A compiler a vendor may use on the headers, with strict flags. */
+struct strict_compiler {
+	const char *command; /* takes the source from stdin */
+	const char *language;
+};
+
+static const struct strict_compiler compilers[] = {
+	{ "cc -std=c11 -Wall -Wextra -Werror -pedantic -x c", "C11" },
+	/* C++ and CUDA plugins (nvcc hands .cu host code to a C++ compiler). */
+	{ "c++ -std=c++11 -Wall -Wextra -Werror -pedantic -x c++", "C++11" },
+};
+
 /*
- * A vendor includes one header and nothing else, with strict flags: every
- * public header must stand alone.
+ * A vendor includes one header and nothing else, with strict flags, from
+ * C or C++: every public header must stand alone.
  */
 Test(abi, public_headers_compile_alone)
 {
@@ -260,24 +272,19 @@ Test(abi, public_headers_compile_alone)
 	n = scandir(dir, &names, is_header, alphasort);
 	cr_assert_geq(n, 2, "no headers in %s", dir);
 	for (int i = 0; i < n; i++) {
-		char *src, *obj, *line, *cmd;
+		for (size_t c = 0; c < sizeof(compilers) / sizeof(compilers[0]); c++) {
+			char *obj, *cmd;
 
-		cr_assert_geq(asprintf(&src, "%s/%s.c", tmp, names[i]->d_name), 0);
-		cr_assert_geq(asprintf(&obj, "%s/%s.o", tmp, names[i]->d_name), 0);
-		cr_assert_geq(asprintf(&line, "#include <q4khost/%s>\n",
-		                       names[i]->d_name), 0);
-		cr_assert_geq(asprintf(&cmd,
-		                       "cc -std=c11 -Wall -Wextra -Werror -pedantic -I'%s' -c '%s' -o '%s'",
-		                       inc, src, obj), 0);
-		test_write_file(src, line, strlen(line));
-		cr_expect_eq(system(cmd), 0, "q4khost/%s does not compile alone: %s",
-		             names[i]->d_name, cmd);
-		remove(obj);
-		remove(src);
-		free(cmd);
-		free(line);
-		free(obj);
-		free(src);
+			cr_assert_geq(asprintf(&obj, "%s/%s.o", tmp, names[i]->d_name), 0);
+			cr_assert_geq(asprintf(&cmd,
+			                       "echo '#include <q4khost/%s>' | %s -I'%s' -c - -o '%s'",
+			                       names[i]->d_name, compilers[c].command, inc, obj), 0);
+			cr_expect_eq(system(cmd), 0, "q4khost/%s does not compile alone as %s: %s",
+			             names[i]->d_name, compilers[c].language, cmd);
+			remove(obj);
+			free(cmd);
+			free(obj);
+		}
 		free(names[i]);
 	}
 	free(names);
@@ -285,4 +292,64 @@ Test(abi, public_headers_compile_alone)
 	free(inc);
 	remove(tmp);
 	free(tmp);
+}
+
+/* `pkg-config ARGS q4khost-plugin` on the build's .pc file; its output line. */
+static char *pkg_config(const char *args)
+{
+	char cmd[4096], line[4096];
+	FILE *p;
+	size_t len;
+
+	snprintf(cmd, sizeof(cmd),
+	         "env -u PKG_CONFIG_PATH -u PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR='%s/sdk' "
+	         "pkg-config %s q4khost-plugin",
+	         test_builddir(), args);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p, "%s", cmd);
+	line[0] = 0;
+	if (!fgets(line, sizeof(line), p))
+		line[0] = 0;
+	cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+	len = strlen(line);
+	while (len && (line[len - 1] == '\n' || line[len - 1] == ' '))
+		line[--len] = 0;
+	return strdup(line);
+}
+
+/*
+ * The SDK's pkg-config module tells vendors the ABI of these headers, the
+ * symbol to export, and the plugin folder the host searches; a folder under
+ * ${libdir} stays relative to it (so --define-variable and sysroots move it)
+ * and names the ABI major.
+ */
+Test(abi, pkg_config_module_matches_the_headers_and_the_build)
+{
+	const char *built = getenv("Q4KH_TEST_PLUGINDIR"), *libdir = getenv("Q4KH_TEST_LIBDIR");
+	char *abi = pkg_config("--variable=abi_version");
+	char *entry = pkg_config("--variable=entry_symbol");
+	char *dir = pkg_config("--variable=plugindir");
+	char *moved = pkg_config("--define-variable=libdir=/L --variable=plugindir");
+	char want[256];
+
+	cr_assert(built && libdir, "run through make check (Q4KH_TEST_PLUGINDIR, Q4KH_TEST_LIBDIR)");
+	snprintf(want, sizeof(want), "%d", Q4KH_ABI_MAJOR);
+	cr_expect_str_eq(abi, want);
+	cr_expect_str_eq(entry, Q4KH_ENTRY_SYMBOL);
+	cr_expect_str_eq(dir, built, "the .pc file's plugindir is not the host's");
+	if (!strncmp(built, libdir, strlen(libdir)) && built[strlen(libdir)] == '/') {
+		char *tail = NULL;
+
+		cr_assert_geq(asprintf(&tail, "/L%s", built + strlen(libdir)), 0);
+		cr_expect_str_eq(moved, tail, "plugindir is not written relative to ${libdir}");
+		snprintf(want, sizeof(want), "/plugins-abi%d", Q4KH_ABI_MAJOR);
+		cr_expect(strlen(dir) > strlen(want) &&
+		          !strcmp(dir + strlen(dir) - strlen(want), want),
+		          "plugindir %s does not name ABI %d", dir, Q4KH_ABI_MAJOR);
+		free(tail);
+	}
+	free(moved);
+	free(dir);
+	free(entry);
+	free(abi);
 }

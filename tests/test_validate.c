@@ -15,21 +15,6 @@
 
 #include "helpers.h"
 
-/* A plugin folder holding the cpu reference and the named test plugins. */
-static char *plugin_dir(const char *const *names)
-{
-	char *dir = test_tmpdir(), cmd[8192];
-
-	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu/.libs/cpu.so %s/", test_builddir(), dir);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
-	for (; *names; names++) {
-		snprintf(cmd, sizeof(cmd), "cp %s/tests/plugins/.libs/%s.so %s/", test_builddir(),
-		         *names, dir);
-		cr_assert_eq(system(cmd), 0, "%s", cmd);
-	}
-	return dir;
-}
-
 /* Run q4khost validate ARGS --json; the parsed output and the exit code. */
 static json_t *validate(const char *plugins, const char *receipts, const char *args,
                         int *status)
@@ -88,7 +73,7 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 900)
 	int status;
 
 	test_model_path();
-	plugins = plugin_dir(names);
+	plugins = test_plugin_dir(names);
 	root = validate(plugins, receipts, "--timeout 300", &status);
 	cr_assert_not_null(root, "validate printed no JSON");
 	cr_expect_eq(WEXITSTATUS(status), 1, "a rejected candidate makes the exit code 1");
@@ -130,7 +115,7 @@ Test(validate, a_floor_below_the_catastrophic_one_is_refused)
 	int status;
 
 	test_model_path();
-	plugins = plugin_dir(names);
+	plugins = test_plugin_dir(names);
 	snprintf(cfg, sizeof(cfg), "%s/low.ini", receipts);
 	test_write_file(cfg, "[plugin.defect-noisy]\nf2_floor = 0.5\n", 36);
 	snprintf(args, sizeof(args), "--config %s", cfg);
@@ -149,7 +134,7 @@ Test(validate, a_hanging_plugin_is_killed_and_rejected, .timeout = 120)
 	int status;
 
 	test_model_path();
-	plugins = plugin_dir(names);
+	plugins = test_plugin_dir(names);
 	root = validate(plugins, receipts, "--timeout 5", &status);
 	cr_assert_not_null(root);
 	expect(root, "defect-hang", "reject", "timed out after 5 s");
@@ -180,7 +165,7 @@ Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout
 	char *plugins, *receipts = test_tmpdir(), out[16384];
 
 	test_model_path();
-	plugins = plugin_dir(names);
+	plugins = test_plugin_dir(names);
 	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
 	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
 	          "%s", out);

@@ -6,6 +6,10 @@
 #ifndef Q4KH_CLI_H
 #define Q4KH_CLI_H
 
+#include "config.h"
+#include "error.h"
+#include "registry.h"
+
 enum q4kh_exit {
 	Q4KH_EXIT_OK = 0,
 	Q4KH_EXIT_FAIL = 1,    /* the work failed (I/O, backend error) */
@@ -20,9 +24,28 @@ enum q4kh_exit {
  */
 int q4kh_cli_bad_option(const char *command, char **argv);
 
+/*
+ * Load the layered config (FILE: the --config file or NULL) and, unless
+ * QUIET, warn on stderr about every key q4khost does not know
+ * (config_keys.h). -1 with err when a file cannot be read or parsed.
+ */
+int q4kh_cli_config(const char *command, const char *file, int quiet,
+                    struct q4kh_config **out, struct q4kh_error *err);
+
+/*
+ * q4khost plugins --explain: per device of every backend, the kernel chain
+ * and for every setting its value and origin; text or JSON on stdout.
+ * KERNEL_CLI and BACKEND_CLI: the --kernel and --backend values, or NULL.
+ * Returns an exit code.
+ */
+int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config *c,
+                         const char *kernel_cli, const char *backend_cli, int json);
+
 int q4kh_cmd_run(int argc, char **argv);
 int q4kh_cmd_plugins(int argc, char **argv);
 int q4kh_cmd_info(int argc, char **argv);
 int q4kh_cmd_validate(int argc, char **argv);
+int q4kh_cmd_bench(int argc, char **argv);
+int q4kh_cmd_qa(int argc, char **argv);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * q4khost plugins: the plugin path and where it came from, every plugin
- * file with its verdict, and the devices of every accepted backend.
+ * file with its verdict, and the devices of every accepted backend; with
+ * --explain, what would be chosen and why (cmd_plugins_explain.c).
  */
 #include "buildconf.h"
 
@@ -16,8 +17,8 @@
 #include "registry.h"
 
 struct plugins_opts {
-	const char *plugin_path, *config_file;
-	int json;
+	const char *plugin_path, *config_file, *kernel, *backend;
+	int json, explain;
 };
 
 /* What one accepted backend said when asked for its devices. */
@@ -31,10 +32,19 @@ struct probe {
 static void usage(FILE *out)
 {
 	fprintf(out,
-	        "usage: q4khost plugins [--plugin-path P] [--config FILE] [--json]\n\n"
+	        "usage: q4khost plugins [--explain [--kernel LIST] [--backend NAME]]\n"
+	        "                       [--plugin-path P] [--config FILE] [--json]\n\n"
 	        "List the plugin path and where it came from, every plugin file found\n"
 	        "(ACCEPTED, REJECTED with the reason, or SHADOWED by an earlier file of\n"
 	        "the same name), and the devices of every accepted backend.\n\n"
+	        "With --explain: for every device of every backend, the kernel chain that\n"
+	        "q4khost run tries (each candidate must still pass F2), the first choice\n"
+	        "and the runner-up per tensor type, the F2 rules of each candidate, and\n"
+	        "for every setting its value and where it came from (a flag, a variable,\n"
+	        "FILE:LINE of a config file, or the default).\n\n"
+	        "      --explain         explain the choices instead of listing plugins\n"
+	        "      --kernel LIST     as q4khost run --kernel (with --explain)\n"
+	        "      --backend NAME    as q4khost run --backend (with --explain)\n"
 	        "      --plugin-path P   ':'-separated plugin folders (default:\n"
 	        "                        $Q4KHOST_PLUGIN_PATH, else [plugins] path in\n"
 	        "                        the config, else the built-in folder)\n"
@@ -42,14 +52,18 @@ static void usage(FILE *out)
 	        "      --json            print one JSON object\n"
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 listed (even when plugins were rejected), 1 failure,\n"
-	        "            2 usage, 3 bad config file\n");
+	        "            2 usage, 3 bad config file, 4 a kernel setting names an\n"
+	        "            unknown variant\n");
 }
 
 /* 0 to go on, 1 after --help, -1 on a usage error. */
 static int parse(int argc, char **argv, struct plugins_opts *o)
 {
-	enum { O_PPATH = 256, O_CONFIG, O_JSON };
+	enum { O_PPATH = 256, O_CONFIG, O_JSON, O_EXPLAIN, O_KERNEL, O_BACKEND };
 	static const struct option longs[] = {
+		{ "explain", no_argument, 0, O_EXPLAIN },
+		{ "kernel", required_argument, 0, O_KERNEL },
+		{ "backend", required_argument, 0, O_BACKEND },
 		{ "plugin-path", required_argument, 0, O_PPATH },
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
@@ -66,6 +80,9 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 		case O_PPATH: o->plugin_path = optarg; break;
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
+		case O_EXPLAIN: o->explain = 1; break;
+		case O_KERNEL: o->kernel = optarg; break;
+		case O_BACKEND: o->backend = optarg; break;
 		case 'h': usage(stdout); return 1;
 		default: q4kh_cli_bad_option("plugins", argv); return -1;
 		}
@@ -73,6 +90,10 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 	if (optind < argc) {
 		fprintf(stderr, "q4khost plugins: unexpected argument '%s'\n",
 		        argv[optind]);
+		return -1;
+	}
+	if ((o->kernel || o->backend) && !o->explain) {
+		fprintf(stderr, "q4khost plugins: --kernel and --backend need --explain\n");
 		return -1;
 	}
 	return 0;
@@ -357,7 +378,7 @@ int q4kh_cmd_plugins(int argc, char **argv)
 
 	if (rc != 0)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
-	if (q4kh_config_load(NULL, o.config_file, &config, &err) != 0) {
+	if (q4kh_cli_config("plugins", o.config_file, 0, &config, &err) != 0) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
 		return Q4KH_EXIT_INPUT;
 	}
@@ -366,7 +387,8 @@ int q4kh_cmd_plugins(int argc, char **argv)
 		q4kh_config_free(config);
 		return Q4KH_EXIT_FAIL;
 	}
-	rc = report(registry, o.json);
+	rc = o.explain ? q4kh_plugins_explain(registry, config, o.kernel, o.backend, o.json)
+	               : report(registry, o.json);
 	q4kh_registry_free(registry);
 	q4kh_config_free(config);
 	return rc;

@@ -17,19 +17,19 @@
 #include "config.h"
 #include "kernel.h"
 #include "model.h"
-#include "policy.h"
 #include "select.h"
 #include "registry.h"
 #include "report.h"
 #include "sampler.h"
 #include "session.h"
+#include "settings.h"
 #include "tokenizer.h"
 
 #define DEFAULT_PROMPT "The three primary colors are"
 
 struct run_opts {
 	const char *model, *prompt, *plugin_path, *config_file, *backend, *kernel;
-	enum q4kh_f2_mode f2;
+	const char *f2; /* the --f2 value, NULL when not given */
 	long n_predict, device, ctx, threads;
 	struct q4kh_sampler_params sp;
 	int raw, json;
@@ -56,12 +56,16 @@ static void usage(FILE *out)
 	        "                        the first GPU backend whose kernels pass F2,\n"
 	        "                        else the reference cpu)\n"
 	        "      --f2 MODE         parity guard: auto (a valid receipt, else measure;\n"
-	        "                        default, or $Q4KHOST_F2), fresh, off, require\n"
+	        "                        default: $Q4KHOST_F2, else [f2] mode, else auto),\n"
+	        "                        fresh, off, require\n"
 	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --device N        device index within the backend (default 0)\n"
-	        "      --kernel NAME     kernel-variant plugin for the weight types it\n"
-	        "                        implements (default: $Q4KHOST_Q4K_KERNEL, else\n"
-	        "                        the backend's built-in kernels; none = built-in)\n"
+	        "      --kernel LIST     kernel variants to try, in order, for the weight\n"
+	        "                        types they implement: NAME[,NAME...], each\n"
+	        "                        optionally DEVICE=NAME (index, UUID, name or\n"
+	        "                        arch); none = the built-in kernels (default:\n"
+	        "                        $Q4KHOST_Q4K_KERNEL, else [gpu.*] q4k_kernel in\n"
+	        "                        the config, else by score; docs/config.md)\n"
 	        "      --threads N       cpu plugin threads (default: [plugin.cpu] threads,\n"
 	        "                        else every online CPU)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
@@ -70,7 +74,7 @@ static void usage(FILE *out)
 	        "                        instead of streaming\n"
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
-	        "            4 the requested backend is unavailable\n");
+	        "            4 the requested backend or kernel cannot serve\n");
 }
 
 static int parse_long(const char *s, const char *what, long lo, long hi, long *out)
@@ -105,20 +109,6 @@ static int parse_float(const char *s, const char *what, float lo, float hi, floa
 	return 0;
 }
 
-/* Q4KHOST_BACKEND and Q4KHOST_F2, parsed; the command line overrides. */
-static int env_choice(struct run_opts *o)
-{
-	const char *b = q4kh_env("Q4KHOST_BACKEND"), *f = q4kh_env("Q4KHOST_F2");
-
-	if (b && *b)
-		o->backend = b;
-	if (f && *f && q4kh_f2_mode_parse(f, &o->f2)) {
-		fprintf(stderr, "q4khost run: Q4KHOST_F2='%s' is not one of auto, fresh, off, require\n", f);
-		return -1;
-	}
-	return 0;
-}
-
 static int parse(int argc, char **argv, struct run_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
@@ -150,8 +140,6 @@ static int parse(int argc, char **argv, struct run_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->prompt = DEFAULT_PROMPT;
-	if (env_choice(o) < 0)
-		return -1;
 	o->n_predict = 64;
 	o->sp.top_k = 40;
 	o->sp.top_p = 0.95f;
@@ -190,14 +178,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		case O_RAW: o->raw = 1; break;
 		case O_BACKEND: o->backend = optarg; break;
 		case O_KERNEL: o->kernel = optarg; break;
-		case O_REVALIDATE: o->f2 = Q4KH_F2_FRESH; break;
-		case O_F2:
-			if (q4kh_f2_mode_parse(optarg, &o->f2)) {
-				fprintf(stderr, "q4khost run: --f2 '%s' is not one of auto, fresh, off, require\n",
-				        optarg);
-				return -1;
-			}
-			break;
+		case O_REVALIDATE: o->f2 = "fresh"; break;
+		case O_F2: o->f2 = optarg; break;
 		case O_DEVICE:
 			if (parse_long(optarg, "--device", 0, 1023, &o->device))
 				return -1;
@@ -283,10 +265,14 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	char model_path[4096];
 	struct q4kh_session_params sp = { 0 };
 	struct q4kh_select_request rq = { 0 };
-	const char *kernel, *origin;
+	char origin[700];
+	int bad_file;
 
-	if (q4kh_config_load(NULL, o->config_file, &r->config, err))
+	if (q4kh_cli_config("run", o->config_file, 0, &r->config, err))
 		return Q4KH_EXIT_INPUT;
+	if (q4kh_settings_f2_mode(r->config, o->f2, &rq.mode, origin, sizeof(origin),
+	                          &bad_file, err))
+		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (o->threads) {
 		char v[32];
 		snprintf(v, sizeof(v), "%ld", o->threads);
@@ -298,9 +284,8 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	rq.registry = r->registry;
 	rq.config = r->config;
 	rq.config_file = o->config_file;
-	rq.backend = o->backend;
+	rq.backend = q4kh_settings_backend(o->backend, origin, sizeof(origin));
 	rq.device = (uint32_t)o->device;
-	rq.mode = o->f2;
 	if (!o->model && access(q4kh_default_model_path(model_path, sizeof(model_path)), F_OK) != 0) {
 		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
 		          model_path);
@@ -311,9 +296,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	if (q4kh_model_open(rq.model_path, &r->model, err))
 		return Q4KH_EXIT_INPUT;
 	q4kh_model_free(r->model);
-	kernel = q4kh_policy_kernel_name(o->kernel, &origin);
-	rq.kernel = kernel;
-	rq.builtin_only = !kernel && strcmp(origin, "default") != 0;
+	rq.kernel = o->kernel;
 	if (q4kh_select(&rq, &r->sel, err))
 		return r->sel.explicit_failure ? Q4KH_EXIT_PLUGIN : Q4KH_EXIT_FAIL;
 	r->model = r->sel.model;

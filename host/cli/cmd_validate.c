@@ -1,9 +1,8 @@
 /*
- * q4khost validate: run the F2 guard on every candidate (each backend other
- * than the reference, with its built-in kernels and with every kernel
- * variant that targets it, on every device) or on the ones named, and print
- * the verdicts. `--one` is the isolated measurement a guard check starts in
- * a child process.
+ * q4khost validate: run the F2 guard on every candidate (candidates.h) or
+ * on the ones named, print the verdicts, and with --plot draw every
+ * candidate's cosine per position from its receipt (plot.h). `--one` is
+ * the isolated measurement a guard check starts in a child process.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,14 +14,16 @@
 #include <string.h>
 
 #include "backend.h"
+#include "candidates.h"
 #include "cli.h"
 #include "config.h"
 #include "guard.h"
 #include "model.h"
+#include "plot.h"
 #include "registry.h"
 
 struct validate_opts {
-	const char *model, *backend, *kernel, *plugin_path, *config_file;
+	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
 	long device, timeout;
 	int one, json, device_set;
 	enum q4kh_f2_mode mode;
@@ -47,18 +48,22 @@ static void usage(FILE *out)
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
+	        "      --plot FILE.svg   draw each candidate's cosine against position\n"
+	        "                        (prefill and decode) with the floors, and mark\n"
+	        "                        every rejected, near-tie and NaN position\n"
 	        "      --one             measure exactly --backend/--device/--kernel in this\n"
 	        "                        process and write its receipt (what a guard check\n"
 	        "                        runs in its child process)\n"
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 every candidate passed, 1 a candidate failed or was not\n"
-	        "            measured, 2 usage, 3 bad model or config file\n");
+	        "            measured (or the plot could not be written), 2 usage,\n"
+	        "            3 bad model or config file\n");
 }
 
 static int parse(int argc, char **argv, struct validate_opts *o)
 {
 	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_ONE };
+	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -71,6 +76,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
 		{ "one", no_argument, 0, O_ONE },
+		{ "plot", required_argument, 0, O_PLOT },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -90,6 +96,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
 		case O_ONE: o->one = 1; break;
+		case O_PLOT: o->plot = optarg; break;
 		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
 		case O_F2:
 			if (q4kh_f2_mode_parse(optarg, &o->mode) ||
@@ -127,8 +134,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 
 /* One row of the table. */
 struct row {
-	struct q4kh_candidate c;
-	struct q4kh_device_record dev;
+	struct q4kh_candidate_entry e;
 	struct q4kh_guard_decision d;
 	int failed; /* no decision could be made; message in d.receipt.message */
 };
@@ -136,58 +142,6 @@ struct row {
 static const char *variant_name(const struct q4kh_candidate *c)
 {
 	return c->variant ? c->variant : "built-in";
-}
-
-/* Every candidate of BACKEND (an accepted backend plugin) on its devices. */
-static int add_backend(const struct validate_opts *o, const struct q4kh_registry *r,
-                       const struct q4kh_plugin *be, struct row **rows, size_t *n,
-                       struct q4kh_error *err)
-{
-	struct q4kh_backend b;
-	uint32_t count = 0;
-	q4kh_backend_ctx *ctx = NULL;
-	const struct q4kh_backend_v1 *v = be->desc->backend;
-
-	if (q4kh_backend_check(&(struct q4kh_backend){ .plugin = be, .v = v },
-	                       v->init(&be->api, &ctx), "init", err))
-		return -1;
-	v->device_count(ctx, &count);
-	v->shutdown(ctx);
-	for (uint32_t d = 0; d < count; d++) {
-		if (o->device_set && d != (uint32_t)o->device)
-			continue;
-		if (q4kh_backend_open(be, d, &b, err))
-			return -1;
-		for (size_t i = 0; i <= r->n_plugins; i++) {
-			const struct q4kh_plugin *k = i < r->n_plugins ? &r->plugins[i] : NULL;
-			const char *variant = NULL;
-			struct row *grown;
-
-			if (k && (k->state != Q4KH_PLUGIN_ACCEPTED ||
-			          k->desc->kind != Q4KH_KIND_KERNEL ||
-			          strcmp(k->desc->kernel->backend, be->name)))
-				continue;
-			if (k)
-				variant = k->name;
-			/* The reference's own kernels are not a candidate. */
-			if (!variant && !strcmp(be->name, "cpu"))
-				continue;
-			if (o->kernel && strcmp(o->kernel, variant ? variant : "none"))
-				continue;
-			grown = realloc(*rows, (*n + 1) * sizeof(**rows));
-			if (!grown) {
-				q4kh_backend_close(&b);
-				return q4kh_fail(err, "out of memory");
-			}
-			*rows = grown;
-			memset(&grown[*n], 0, sizeof(grown[*n]));
-			grown[*n].c = (struct q4kh_candidate){ be->name, d, variant };
-			grown[*n].dev = b.record;
-			(*n)++;
-		}
-		q4kh_backend_close(&b);
-	}
-	return 0;
 }
 
 static void print_table(const struct row *rows, size_t n)
@@ -206,7 +160,7 @@ static void print_table(const struct row *rows, size_t n)
 			snprintf(worst, sizeof(worst), "%lld (prefill)",
 			         (long long)rc->worst_position);
 		printf("%-10s %-16s %-6u %-13s %-10.4f %-26s %-9d %-7.1f %s\n",
-		       rows[i].c.backend, variant_name(&rows[i].c), rows[i].c.device,
+		       rows[i].e.c.backend, variant_name(&rows[i].e.c), rows[i].e.c.device,
 		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict),
 		       rc->min_cosine, worst, rc->near_ties, rc->seconds,
 		       rows[i].d.source);
@@ -222,8 +176,8 @@ static json_t *row_json(const struct row *r)
 	const struct q4kh_receipt *rc = &r->d.receipt;
 
 	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:I, s:i, s:i, s:f, s:s, s:s}",
-	                 "backend", r->c.backend, "kernel", variant_name(&r->c),
-	                 "device", (int)r->c.device, "device_uuid", r->dev.uuid,
+	                 "backend", r->e.c.backend, "kernel", variant_name(&r->e.c),
+	                 "device", (int)r->e.c.device, "device_uuid", r->e.dev.uuid,
 	                 "verdict", r->failed ? "error" : q4kh_f2_verdict_name(r->d.verdict),
 	                 "min_cosine", isfinite(rc->min_cosine) ? json_real(rc->min_cosine) : json_null(),
 	                 "worst_position", (json_int_t)rc->worst_position,
@@ -240,11 +194,62 @@ static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
 	                            strcmp(o->kernel, "none") ? o->kernel : NULL };
 	struct q4kh_receipt rc;
 
-	if (q4kh_guard_measure(g, &c, &rc, err))
+	if (q4kh_guard_measure(g, &c, &rc, err)) {
+		q4kh_receipt_free(&rc);
 		return Q4KH_EXIT_FAIL;
+	}
 	fprintf(stderr, "q4khost validate: %s/%s on device %u: %s: %s\n", c.backend,
 	        variant_name(&c), c.device, q4kh_f2_verdict_name(rc.verdict), rc.message);
+	q4kh_receipt_free(&rc);
 	return Q4KH_EXIT_OK;
+}
+
+/* --plot: every row's points, from its receipt, as one SVG file. */
+static int write_plot(const char *path, const char *model, const struct row *rows,
+                      size_t n, struct q4kh_error *err)
+{
+	struct q4kh_plot_series *s = calloc(n + 1, sizeof(*s));
+	char (*labels)[200] = calloc(n + 1, sizeof(*labels));
+	char (*summaries)[700] = calloc(n + 1, sizeof(*summaries));
+	char subtitle[4200], name[160];
+	FILE *f = NULL;
+	int rc = -1;
+
+	if (!s || !labels || !summaries) {
+		q4kh_fail(err, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct q4kh_receipt *r = &rows[i].d.receipt;
+		snprintf(labels[i], sizeof(labels[i]), "%s on device %u",
+		         q4kh_candidate_name(&rows[i].e.c, name, sizeof(name)),
+		         rows[i].e.c.device);
+		snprintf(summaries[i], sizeof(summaries[i]), "%s: %s",
+		         rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict),
+		         r->message);
+		/* A receipt written by a crash or timeout has no key floor. */
+		s[i] = (struct q4kh_plot_series){ labels[i], summaries[i],
+			                          r->key.floor > 0 ? r->key.floor : 0.95,
+			                          r->points, r->n_points };
+	}
+	snprintf(subtitle, sizeof(subtitle), "model %s; position 0 is not judged", model);
+	f = fopen(path, "w");
+	if (!f) {
+		q4kh_fail(err, "%s: cannot create the plot: %s", path, strerror(errno));
+		goto out;
+	}
+	rc = q4kh_plot_svg(f, "F2: cosine of the candidate's logits to the reference's, per position",
+	                   subtitle, s, n);
+	if (fclose(f) != 0 || rc != 0) {
+		rc = q4kh_fail(err, "%s: cannot write the plot: %s", path, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+out:
+	free(s);
+	free(labels);
+	free(summaries);
+	return rc;
 }
 
 int q4kh_cmd_validate(int argc, char **argv)
@@ -255,6 +260,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_guard g;
 	struct row *rows = NULL;
+	struct q4kh_candidate_entry *list = NULL;
+	struct q4kh_candidate_filter filter = { 0 };
 	size_t n = 0;
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
@@ -266,7 +273,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (!o.model)
 		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
 	rc = Q4KH_EXIT_INPUT;
-	if (q4kh_config_load(NULL, o.config_file, &config, &err) ||
+	if (q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
@@ -279,16 +286,19 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rc = measure_one(&o, &g, &err);
 		goto out;
 	}
-	for (size_t i = 0; i < reg->n_plugins; i++) {
-		const struct q4kh_plugin *p = &reg->plugins[i];
-		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
-		    (o.backend && strcmp(o.backend, p->name)))
-			continue;
-		if (add_backend(&o, reg, p, &rows, &n, &err))
-			goto out;
+	filter = (struct q4kh_candidate_filter){ o.backend, o.device_set, (uint32_t)o.device,
+		                                 o.kernel };
+	if (q4kh_candidates_list(reg, &filter, &list, &n, &err))
+		goto out;
+	rows = calloc(n + 1, sizeof(*rows));
+	if (!rows) {
+		q4kh_fail(&err, "out of memory");
+		goto out;
 	}
+	for (size_t i = 0; i < n; i++)
+		rows[i].e = list[i];
 	for (size_t i = 0; i < n; i++) {
-		if (q4kh_guard_check(&g, &rows[i].c, &rows[i].dev, o.mode, &rows[i].d, &err)) {
+		if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.mode, &rows[i].d, &err)) {
 			rows[i].failed = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "%.500s", err.msg);
@@ -311,10 +321,15 @@ int q4kh_cmd_validate(int argc, char **argv)
 	}
 	rc = failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
+	if (o.plot && write_plot(o.plot, o.model, rows, n, &err))
+		rc = Q4KH_EXIT_FAIL;
 out:
 	if (err.msg[0])
 		fprintf(stderr, "q4khost validate: %s\n", err.msg);
+	for (size_t i = 0; rows && i < n; i++)
+		q4kh_receipt_free(&rows[i].d.receipt);
 	free(rows);
+	free(list);
 	free(probe);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);

@@ -20,6 +20,8 @@ static const struct command commands[] = {
 	{ "plugins", q4kh_cmd_plugins, "list plugins found, accepted or rejected, and devices" },
 	{ "info", q4kh_cmd_info, "print a GGUF file's metadata and tensor types" },
 	{ "validate", q4kh_cmd_validate, "run the F2 parity guard on backends and kernel variants" },
+	{ "bench", q4kh_cmd_bench, "compare kernel variants: speed and F2 verdict, one row each" },
+	{ "qa", q4kh_cmd_qa, "check golden cases on the reference and every path that passes F2" },
 };
 
 static void usage(FILE *out)
@@ -32,8 +34,9 @@ static void usage(FILE *out)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out,
-	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_LOG (debug, info,\n"
-	        "warning, error); see docs/config.md\n"
+	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
+	        "Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG (debug,\n"
+	        "info, warning, error); see docs/config.md\n"
 	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 bad input file,\n"
 	        "            4 no plugin could honour the request\n");
 }

@@ -29,6 +29,27 @@ int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
 	                 q4kh_status_name(st), detail ? detail : "");
 }
 
+int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
+                         struct q4kh_error *err)
+{
+	struct q4kh_backend b = { .plugin = plugin };
+	int rc;
+
+	*n = 0;
+	if (plugin->state != Q4KH_PLUGIN_ACCEPTED ||
+	    plugin->desc->kind != Q4KH_KIND_BACKEND)
+		return q4kh_fail(err, "%s (%s) is not a usable backend plugin",
+		                 plugin->name, plugin->path);
+	b.v = plugin->desc->backend;
+	if (q4kh_backend_check(&b, b.v->init(&plugin->api, &b.ctx), "init", err))
+		return -1;
+	rc = q4kh_backend_check(&b, b.v->device_count(b.ctx, n), "device_count", err);
+	if (rc)
+		*n = 0;
+	b.v->shutdown(b.ctx);
+	return rc;
+}
+
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
                       struct q4kh_backend *out, struct q4kh_error *err)
 {

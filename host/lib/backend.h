@@ -26,6 +26,12 @@ struct q4kh_backend {
  */
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
                       struct q4kh_backend *out, struct q4kh_error *err);
+/*
+ * How many devices backend PLUGIN has: init, device_count, shutdown. -1
+ * with err (and *n = 0) when the plugin is no backend or a call fails.
+ */
+int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
+                         struct q4kh_error *err);
 /* Close the device and shut the plugin down; safe on a zeroed struct. */
 void q4kh_backend_close(struct q4kh_backend *b);
 

@@ -23,8 +23,9 @@
 #define INI_LINE_MAX 1022
 
 struct layer {
-	char *path;
+	char *path; /* the file, or the origin of an override */
 	dictionary *dict;
+	int is_file;
 };
 
 struct q4kh_config {
@@ -160,6 +161,7 @@ static int add_layer(struct q4kh_config *c, const char *path, int required,
 	}
 	c->layers = grown;
 	c->layers[c->n_layers].dict = d;
+	c->layers[c->n_layers].is_file = 1;
 	c->layers[c->n_layers].path = strdup(path);
 	if (!c->layers[c->n_layers].path) {
 		iniparser_freedict(d);
@@ -281,6 +283,7 @@ int q4kh_config_set(struct q4kh_config *c, const char *section,
 		top = &c->layers[c->n_layers];
 		top->dict = dictionary_new(0);
 		top->path = strdup(origin);
+		top->is_file = 0;
 		if (!top->dict || !top->path) {
 			if (top->dict)
 				dictionary_del(top->dict);
@@ -295,24 +298,128 @@ int q4kh_config_set(struct q4kh_config *c, const char *section,
 	return 0;
 }
 
-const char *q4kh_config_get(const struct q4kh_config *c, const char *section,
-                            const char *key, const char **origin)
+/* The highest layer that sets SECTION:KEY, or NULL; its value in *value. */
+static const struct layer *lookup(const struct q4kh_config *c, const char *section,
+                                  const char *key, const char **value)
 {
 	char full[1024];
 
-	if (origin)
-		*origin = NULL;
 	if (!c || !section || !key)
 		return NULL;
 	if ((size_t)snprintf(full, sizeof(full), "%s:%s", section, key) >= sizeof(full))
 		return NULL;
 	for (size_t i = c->n_layers; i-- > 0;) {
-		const char *v = iniparser_getstring(c->layers[i].dict, full, NULL);
-		if (v) {
-			if (origin)
-				*origin = c->layers[i].path;
-			return v;
-		}
+		*value = iniparser_getstring(c->layers[i].dict, full, NULL);
+		if (*value)
+			return &c->layers[i];
 	}
 	return NULL;
+}
+
+const char *q4kh_config_get(const struct q4kh_config *c, const char *section,
+                            const char *key, const char **origin)
+{
+	const char *v = NULL;
+	const struct layer *l = lookup(c, section, key, &v);
+
+	if (origin)
+		*origin = l ? l->path : NULL;
+	return l ? v : NULL;
+}
+
+static void lower(char *s)
+{
+	for (; *s; s++)
+		*s = (char)tolower((unsigned char)*s);
+}
+
+/*
+ * Walk the key lines of the INI file PATH as iniparser reads them: FN gets
+ * the section and key (trimmed and lower-cased, as iniparser stores them;
+ * section "" before the first header) and the line number. A line ending
+ * in a backslash continues on the next, which is no key line.
+ */
+static void scan_keys(const char *path, q4kh_config_key_fn fn, void *data)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL, section[1024] = "";
+	size_t cap = 0, len;
+	ssize_t n;
+	unsigned lineno = 0;
+	int joined = 0;
+
+	if (!f)
+		return;
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		char *s = trim(chomp(line, n, &len)), *eq;
+		int was_joined = joined;
+
+		lineno++;
+		joined = *s && s[strlen(s) - 1] == '\\';
+		if (was_joined || !*s || *s == ';' || *s == '#')
+			continue;
+		if (*s == '[') {
+			s[strcspn(s, "]")] = 0;
+			snprintf(section, sizeof(section), "%s", trim(s + 1));
+			lower(section);
+			continue;
+		}
+		eq = strchr(s, '=');
+		if (!eq)
+			continue;
+		*eq = 0;
+		s = trim(s);
+		lower(s);
+		fn(data, path, lineno, section, s);
+	}
+	free(line);
+	fclose(f);
+}
+
+void q4kh_config_each(const struct q4kh_config *c, q4kh_config_key_fn fn, void *data)
+{
+	for (size_t i = 0; c && i < c->n_layers; i++)
+		if (c->layers[i].is_file)
+			scan_keys(c->layers[i].path, fn, data);
+}
+
+struct find_line {
+	char section[1024], key[1024];
+	unsigned line;
+};
+
+static void match_line(void *data, const char *file, unsigned line,
+                       const char *section, const char *key)
+{
+	struct find_line *fl = data;
+
+	(void)file;
+	/* iniparser keeps the last value of a key set twice. */
+	if (!strcmp(section, fl->section) && !strcmp(key, fl->key))
+		fl->line = line;
+}
+
+const char *q4kh_config_where(const struct q4kh_config *c, const char *section,
+                              const char *key, char *origin, size_t cap)
+{
+	const char *v = NULL;
+	const struct layer *l = lookup(c, section, key, &v);
+	struct find_line fl = { .line = 0 };
+
+	if (!l)
+		return NULL;
+	if (!l->is_file) {
+		snprintf(origin, cap, "%s", l->path);
+		return v;
+	}
+	snprintf(fl.section, sizeof(fl.section), "%s", section);
+	snprintf(fl.key, sizeof(fl.key), "%s", key);
+	lower(fl.section);
+	lower(fl.key);
+	scan_keys(l->path, match_line, &fl);
+	if (fl.line)
+		snprintf(origin, cap, "%s:%u [%s]", l->path, fl.line, fl.section);
+	else
+		snprintf(origin, cap, "%s [%s]", l->path, fl.section);
+	return v;
 }

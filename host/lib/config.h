@@ -11,6 +11,8 @@
 #ifndef Q4KH_CONFIG_H
 #define Q4KH_CONFIG_H
 
+#include <stddef.h>
+
 #include "error.h"
 
 struct q4kh_config;
@@ -34,6 +36,26 @@ void q4kh_config_free(struct q4kh_config *c);
  */
 const char *q4kh_config_get(const struct q4kh_config *c, const char *section,
                             const char *key, const char **origin);
+
+/*
+ * As q4kh_config_get, with where the value came from written into ORIGIN:
+ * "FILE:LINE [SECTION]" for a file (the last line that sets the key in
+ * that section, as iniparser keeps the last), or the name an override was
+ * set with ("--threads"). NULL, ORIGIN untouched, when no layer sets it.
+ */
+const char *q4kh_config_where(const struct q4kh_config *c, const char *section,
+                              const char *key, char *origin, size_t cap);
+
+/*
+ * Called for every key line of every file layer (lowest layer first, in
+ * file order): the file, the line number, and the section and key as
+ * iniparser stores them (trimmed, lower-cased; section "" before the first
+ * header).
+ */
+typedef void (*q4kh_config_key_fn)(void *data, const char *file, unsigned line,
+                                   const char *section, const char *key);
+void q4kh_config_each(const struct q4kh_config *c, q4kh_config_key_fn fn,
+                      void *data);
 
 /*
  * Set SECTION:KEY to VALUE above every file layer, for a CLI flag or an

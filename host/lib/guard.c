@@ -15,9 +15,8 @@
 #include "backend.h"
 #include "chat.h"
 #include "tokenizer.h"
-#include "kernel.h"
 #include "model.h"
-#include "policy.h"
+#include "serving.h"
 #include "session.h"
 
 extern char **environ;
@@ -103,48 +102,65 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	return q4kh_sha256_file(model_path, cache, g->model_sha256, err);
 }
 
-/* A number from [f2] or [plugin.NAME]; the plugin's section wins. */
-static int rule_number(const struct q4kh_guard *g, const char *plugin,
+/*
+ * A number from [plugin.NAME] or [f2] (the plugin's section wins) into *v,
+ * with where it came from into ORIGIN; left alone when neither sets it.
+ */
+static int rule_number(const struct q4kh_config *c, const char *plugin,
                        const char *key, double lo, double hi, double *v,
-                       struct q4kh_error *err)
+                       char *origin, size_t cap, struct q4kh_error *err)
 {
-	char section[128];
-	const char *origin, *s;
+	char section[128], where[600];
+	const char *s;
 	char *end;
 
 	snprintf(section, sizeof(section), "plugin.%s", plugin);
-	s = q4kh_config_get(g->config, section, key, &origin);
+	s = q4kh_config_where(c, section, key, where, sizeof(where));
 	if (!s)
-		s = q4kh_config_get(g->config, "f2", key, &origin);
+		s = q4kh_config_where(c, "f2", key, where, sizeof(where));
 	if (!s)
 		return 0;
 	errno = 0;
 	*v = strtod(s, &end);
 	if (errno || end == s || *end || !(*v >= lo && *v <= hi))
 		return q4kh_fail(err, "%s: %s = \"%s\": expected a number in [%g, %g]",
-		                 origin, key, s, lo, hi);
+		                 where, key, s, lo, hi);
+	if (origin)
+		snprintf(origin, cap, "%s", where);
+	return 0;
+}
+
+int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
+                           struct q4kh_f2_rules *rules,
+                           struct q4kh_f2_rule_origins *o, struct q4kh_error *err)
+{
+	double floor, steps, probe;
+
+	q4kh_f2_rules_default(rules);
+	if (o)
+		*o = (struct q4kh_f2_rule_origins){ "default", "default", "default" };
+	floor = rules->floor;
+	steps = rules->decode_steps;
+	probe = rules->probe_tokens;
+	/* A config may lower the floor, never below the catastrophic one. */
+	if (rule_number(c, plugin, "f2_floor", Q4KH_F2_CATASTROPHIC, 1.0, &floor,
+	                o ? o->floor : NULL, sizeof(o->floor), err) ||
+	    rule_number(c, plugin, "f2_decode_steps", 8, 4096, &steps,
+	                o ? o->decode_steps : NULL, sizeof(o->decode_steps), err) ||
+	    rule_number(c, plugin, "f2_probe_tokens", 2, 8192, &probe,
+	                o ? o->probe_tokens : NULL, sizeof(o->probe_tokens), err))
+		return -1;
+	rules->floor = floor;
+	rules->decode_steps = (uint32_t)steps;
+	rules->probe_tokens = (uint32_t)probe;
 	return 0;
 }
 
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err)
 {
-	const char *who = c->variant ? c->variant : c->backend;
-	double floor, steps, probe;
-
-	q4kh_f2_rules_default(rules);
-	floor = rules->floor;
-	steps = rules->decode_steps;
-	probe = rules->probe_tokens;
-	/* A config may lower the floor, never below the catastrophic one. */
-	if (rule_number(g, who, "f2_floor", Q4KH_F2_CATASTROPHIC, 1.0, &floor, err) ||
-	    rule_number(g, who, "f2_decode_steps", 8, 4096, &steps, err) ||
-	    rule_number(g, who, "f2_probe_tokens", 2, 8192, &probe, err))
-		return -1;
-	rules->floor = floor;
-	rules->decode_steps = (uint32_t)steps;
-	rules->probe_tokens = (uint32_t)probe;
-	return 0;
+	return q4kh_guard_rules_where(g->config, c->variant ? c->variant : c->backend,
+	                              rules, NULL, err);
 }
 
 static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
@@ -194,50 +210,12 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	return 0;
 }
 
-/* One side of a measurement: a backend device with the model on it. */
-struct side {
-	struct q4kh_backend be;
-	struct q4kh_kernel k;
-	struct q4kh_model *m;
-	struct q4kh_session *s;
-};
-
-static void side_close(struct side *sd)
-{
-	q4kh_session_free(sd->s);
-	q4kh_model_free(sd->m);
-	q4kh_kernel_close(&sd->k);
-	q4kh_backend_close(&sd->be);
-}
-
-static int side_open(const struct q4kh_guard *g, struct side *sd,
-                     const char *backend, uint32_t device, const char *variant,
-                     uint32_t n_ctx, struct q4kh_error *err)
-{
-	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, backend);
-	struct q4kh_session_params sp = { .n_ctx = n_ctx };
-
-	memset(sd, 0, sizeof(*sd));
-	if (!p)
-		return q4kh_fail(err, "backend %s is not available", backend);
-	if (q4kh_backend_open(p, device, &sd->be, err) ||
-	    q4kh_model_open(g->model_path, &sd->m, err) ||
-	    q4kh_model_upload(sd->m, &sd->be, err) ||
-	    (variant && q4kh_policy_use_kernel(g->registry, &sd->be, sd->m, variant,
-	                                       &sd->k, err)) ||
-	    q4kh_session_new(sd->m, &sp, &sd->s, err)) {
-		side_close(sd);
-		return -1;
-	}
-	return 0;
-}
-
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                        struct q4kh_receipt *out, struct q4kh_error *err)
 {
 	struct q4kh_f2_rules rules;
 	struct q4kh_f2_result res;
-	struct side ref, cand;
+	struct q4kh_serving ref, cand;
 	struct q4kh_error e = { { 0 } };
 	char id[512];
 	uint32_t n_ctx;
@@ -250,15 +228,16 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	out->verdict = Q4KH_F2_NOT_MEASURED;
 	out->min_cosine = NAN;
 	/* Fail closed (F2.4): a side that cannot even start is not measured. */
-	if (side_open(g, &ref, "cpu", 0, NULL, n_ctx, &e)) {
+	if (q4kh_serving_open(g->registry, g->model_path,
+	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, n_ctx, &ref, &e)) {
 		snprintf(out->message, sizeof(out->message),
 		         "not measured: the reference could not start (F2.4): %.400s", e.msg);
 		return 0;
 	}
-	if (side_open(g, &cand, c->backend, c->device, c->variant, n_ctx, &e)) {
+	if (q4kh_serving_open(g->registry, g->model_path, c, n_ctx, &cand, &e)) {
 		snprintf(out->message, sizeof(out->message),
 		         "not measured: the candidate could not start (F2.4): %.400s", e.msg);
-		side_close(&ref);
+		q4kh_serving_close(&ref);
 		return 0;
 	}
 	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err) ||
@@ -271,13 +250,14 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	out->worst_position = res.worst >= 0 ? res.points[res.worst].position : -1;
 	out->worst_decode_step = res.worst >= 0 ? res.points[res.worst].decode_step : -1;
 	snprintf(out->message, sizeof(out->message), "%s", res.message);
+	rc = q4kh_receipt_set_points(out, res.points, res.n_points, err);
 	q4kh_f2_result_free(&res);
-	rc = out->verdict == Q4KH_F2_NOT_MEASURED
-	             ? 0 /* nothing measured: nothing to remember */
-	             : q4kh_receipt_save(g->receipt_dir, id, out, err);
+	if (rc == 0 && out->verdict != Q4KH_F2_NOT_MEASURED)
+		rc = q4kh_receipt_save(g->receipt_dir, id, out, err);
+	/* else nothing measured: nothing to remember */
 out:
-	side_close(&cand);
-	side_close(&ref);
+	q4kh_serving_close(&cand);
+	q4kh_serving_close(&ref);
 	return rc;
 }
 
@@ -381,7 +361,10 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		}
 		if (!reason)
 			reason = "--f2 fresh";
-	} else if (rc < 0) {
+		q4kh_receipt_free(&out->receipt);
+	} else if (rc > 0) {
+		reason = lerr.msg; /* none, or of another schema */
+	} else {
 		reason = "the receipt could not be read";
 	}
 	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
@@ -403,6 +386,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	if (q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr) != 0 ||
 	    q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff))) {
 		/* The child ran but measured nothing (F2.4). */
+		q4kh_receipt_free(&out->receipt);
 		out->verdict = Q4KH_F2_NOT_MEASURED;
 		snprintf(out->receipt.message, sizeof(out->receipt.message),
 		         "not measured: the validation process wrote no receipt (F2.4)");

@@ -80,6 +80,21 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err);
 
+/* Where each configurable F2 rule came from: "FILE:LINE [SECTION]" or
+ * "default". */
+struct q4kh_f2_rule_origins {
+	char floor[640], decode_steps[640], probe_tokens[640];
+};
+
+/*
+ * The rules of q4kh_guard_rules for the plugin called PLUGIN (the variant,
+ * else the backend) under config C (may be NULL), and, when O is not NULL,
+ * where each came from.
+ */
+int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
+                           struct q4kh_f2_rules *rules,
+                           struct q4kh_f2_rule_origins *o, struct q4kh_error *err);
+
 /*
  * The receipt key and file identity of candidate C on the device described
  * by DEV (uuid and driver version).
@@ -92,12 +107,14 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 /*
  * Measure C in this process: the reference cpu plugin and the candidate
  * side by side (f2.h), and write the receipt. Used by the child process
- * (q4khost validate --one) and by tests.
+ * (q4khost validate --one) and by tests. out->points are the caller's
+ * (q4kh_receipt_free), also on error.
  */
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                        struct q4kh_receipt *out, struct q4kh_error *err);
 
-/* The outcome of q4kh_guard_check. */
+/* The outcome of q4kh_guard_check; free receipt.points with
+ * q4kh_receipt_free. */
 struct q4kh_guard_decision {
 	enum q4kh_f2_verdict verdict;
 	char source[256];  /* "receipt", "fresh (reason: ...)", "off" */

@@ -1,28 +1,123 @@
 /*
- * Kernel-variant selection for one backend device (design section 5).
+ * Kernel-variant selection for one backend device (design section 5;
+ * docs/config.md for operators).
  *
- * Today the choice is explicit only: a variant named by --kernel or
- * Q4KHOST_Q4K_KERNEL is opened, checked against the backend and device
- * (score() > 0 for at least one of its types that the model uses) and
- * given every matrix weight of those types. Without a name every weight
- * stays on the backend's built-in kernel: an unvalidated variant is never
- * chosen behind the user's back.
+ * A device's kernel setting comes from the first of:
+ *   1. the command line (--kernel VALUE);
+ *   2. the environment, Q4KHOST_Q4K_KERNEL;
+ *   3. the key q4k_kernel in the config sections [gpu.UUID], [gpu.INDEX],
+ *      [gpu.NAME], [gpu.ARCH], then [gpu] (the first that holds wins);
+ *   4. none: "default".
+ * A value is a comma-separated list of entries. On the command line and in
+ * the environment an entry may carry a selector, SELECTOR=NAME, that
+ * matches a device's UUID, index within its backend, name or architecture
+ * (case-insensitive); an entry without one holds for every device. Of the
+ * entries that hold for a device, those of the most specific selector kind
+ * win (UUID, index, name, architecture, none), in their order. A config
+ * value has no selectors: its section is the selector. NAME is a
+ * kernel-variant plugin, or "none", "0" or "built-in" for the backend's own
+ * kernels. An entry that names a variant for another backend is skipped
+ * for this backend's devices, so one list serves a machine with several
+ * backends.
+ *
+ * A command-line or environment setting with any entry whose selector
+ * holds for the device is an explicit request for it: exactly its
+ * entries for this backend are tried (possibly none), and a failure is an
+ * error, never a fall-back. A config section holds only when it names
+ * something for this backend; it is a preference: its list first, then
+ * (unless it names the built-in kernels, and for backends other than the
+ * reference cpu) the other variants by score, then the built-in kernels.
+ * Not thread-safe (opens plugins).
  */
 #ifndef Q4KH_POLICY_H
 #define Q4KH_POLICY_H
 
 #include "backend.h"
+#include "config.h"
 #include "kernel.h"
 #include "model.h"
 #include "registry.h"
 
+enum q4kh_kernel_source {
+	Q4KH_KERNEL_DEFAULT = 0,
+	Q4KH_KERNEL_CONFIG,
+	Q4KH_KERNEL_ENV,
+	Q4KH_KERNEL_CLI
+};
+
+#define Q4KH_KERNEL_LIST 16
+
+/* A device's kernel setting. */
+struct q4kh_kernel_choice {
+	enum q4kh_kernel_source source;
+	/* "--kernel", "Q4KHOST_Q4K_KERNEL", "FILE:LINE [gpu.0]", "default" */
+	char origin[700];
+	/* The entries that hold for this device and backend, in order: plugin
+	 * names (the registry's strings), NULL for the built-in kernels. */
+	const char *names[Q4KH_KERNEL_LIST];
+	size_t n;
+	/* Variants the setting names for this device but other backends
+	 * ("x (for cuda)"), for messages. */
+	char others[256];
+};
+
 /*
- * The variant to use: the CLI's NAME when not NULL, else
- * Q4KHOST_Q4K_KERNEL, else none. Values "", "none", "0" and "built-in" mean
- * the backend's own kernels. *origin says where the answer came from
- * ("--kernel", "Q4KHOST_Q4K_KERNEL", "default").
+ * The kernel setting of device DEV (index DEV->index) of BACKEND: CLI is
+ * the value of the command-line flag FLAG (NULL: "--kernel"), or NULL; C
+ * may be NULL (no config). -1 with err naming where the value came from on
+ * an unknown name (listing the valid ones), an empty entry or selector, or
+ * a list longer than Q4KH_KERNEL_LIST.
  */
-const char *q4kh_policy_kernel_name(const char *cli_name, const char **origin);
+int q4kh_policy_kernel_choice(const struct q4kh_registry *r,
+                              const struct q4kh_config *c, const char *cli,
+                              const char *flag, const char *backend,
+                              const struct q4kh_device_record *dev,
+                              struct q4kh_kernel_choice *out,
+                              struct q4kh_error *err);
+
+/* "a, b (for cuda)" of every accepted kernel-variant plugin, for messages. */
+void q4kh_policy_list_variants(const struct q4kh_registry *r, char *buf, size_t cap);
+
+/* One step of a device's chain. */
+struct q4kh_policy_step {
+	const char *variant; /* NULL: the backend's built-in kernels */
+	int named;           /* named by the setting (else chosen by score) */
+	uint32_t score;      /* the variant's best score on the device; 0 built-in */
+	/* Per type: the variant's score, or for the built-in kernels 1 when
+	 * the backend supports the type. */
+	uint32_t scores[Q4KH_TYPE_COUNT];
+};
+
+#define Q4KH_POLICY_STEPS 48
+
+/* The order in which one device's kernels are tried. */
+struct q4kh_policy_order {
+	struct q4kh_kernel_choice choice;
+	int explicit_request; /* choice from the CLI or the environment */
+	struct q4kh_policy_step steps[Q4KH_POLICY_STEPS];
+	size_t n;
+};
+
+/*
+ * The chain for open backend device B under the setting above: for an
+ * explicit request exactly the entries that hold (possibly none); else the
+ * configured entries, then (for a backend other than cpu, unless the
+ * setting names the built-in kernels) every other variant targeting B
+ * with a score above 0, highest first (plugin path order on ties), then
+ * the built-in kernels. -1 with err as q4kh_policy_kernel_choice.
+ */
+int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c,
+                      const char *cli, const char *flag, const struct q4kh_backend *b,
+                      struct q4kh_policy_order *out, struct q4kh_error *err);
+
+/*
+ * Why step S of O is where it is, into BUF: "named by ORIGIN", "score N",
+ * "the built-in kernels (named by ORIGIN)" or "the built-in kernels".
+ * Returns BUF.
+ */
+const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,
+                                 const struct q4kh_policy_step *s, char *buf,
+                                 size_t cap);
 
 /*
  * Open variant NAME on B and route M's weights through it. An explicit

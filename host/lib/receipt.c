@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RECEIPT_SCHEMA 1
+/* 2: every measured position is kept ("points"). */
+#define RECEIPT_SCHEMA 2
 
 void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
                       const char **origin)
@@ -117,25 +118,140 @@ static int key_parse(json_t *o, struct q4kh_receipt_key *k)
 
 static const char *const verdicts[] = { "pass", "reject", "broken", "not measured" };
 
+void q4kh_receipt_free(struct q4kh_receipt *r)
+{
+	free(r->points);
+	r->points = NULL;
+	r->n_points = 0;
+}
+
+int q4kh_receipt_set_points(struct q4kh_receipt *r, const struct q4kh_f2_point *pts,
+                            int64_t n, struct q4kh_error *err)
+{
+	q4kh_receipt_free(r);
+	if (n <= 0)
+		return 0;
+	r->points = calloc((size_t)n, sizeof(*r->points));
+	if (!r->points)
+		return q4kh_fail(err, "receipt: out of memory for %lld points", (long long)n);
+	for (int64_t i = 0; i < n; i++)
+		r->points[i] = (struct q4kh_receipt_point){ pts[i].cosine, pts[i].decode_step,
+			                                    pts[i].verdict, pts[i].judged,
+			                                    pts[i].near_tie };
+	r->n_points = n;
+	return 0;
+}
+
+/*
+ * A point is [cosine or null, decode step, mark], mark one of "unjudged"
+ * (position 0), "pass", "near-tie" (a tolerated disagreement), "reject",
+ * "broken": compact, and readable without this program.
+ */
+static const char *point_mark(const struct q4kh_receipt_point *p)
+{
+	if (!p->judged)
+		return "unjudged";
+	if (p->verdict == Q4KH_F2_PASS && p->near_tie)
+		return "near-tie";
+	return verdicts[p->verdict];
+}
+
+/*
+ * ROOT as indented JSON, with the points appended one per line: a receipt
+ * stays readable and small (about 40 bytes a position).
+ */
+static int write_json(FILE *f, json_t *root, const struct q4kh_receipt *r)
+{
+	char *head = json_dumps(root, JSON_INDENT(1)), *end;
+	int ok;
+
+	if (!head || !(end = strrchr(head, '}'))) {
+		free(head);
+		return 0;
+	}
+	while (end > head && end[-1] == '\n')
+		end--;
+	ok = fprintf(f, "%.*s,\n \"points\": [", (int)(end - head), head) > 0;
+	for (int64_t i = 0; ok && i < r->n_points; i++) {
+		const struct q4kh_receipt_point *p = &r->points[i];
+		json_t *pt = json_pack("[o, i, s]",
+		                       isfinite(p->cosine) ? json_real(p->cosine) : json_null(),
+		                       (int)p->decode_step, point_mark(p));
+		char *line = pt ? json_dumps(pt, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+
+		ok = line && fprintf(f, "%s\n  %s", i ? "," : "", line) > 0;
+		free(line);
+		json_decref(pt);
+	}
+	ok = ok && fprintf(f, "\n ]\n}\n") > 0;
+	free(head);
+	return ok;
+}
+
+static int points_parse(json_t *a, struct q4kh_receipt *r)
+{
+	static const char *const marks[] = { "pass", "reject", "broken", "unjudged", "near-tie" };
+	json_t *p;
+	size_t i;
+
+	if (!json_is_array(a))
+		return -1;
+	r->points = calloc(json_array_size(a) + 1, sizeof(*r->points));
+	if (!r->points)
+		return -1;
+	json_array_foreach(a, i, p) {
+		struct q4kh_receipt_point *pt = &r->points[i];
+		json_t *c = json_array_get(p, 0);
+		const char *m = json_string_value(json_array_get(p, 2));
+		int k = 0;
+
+		while (m && k < 5 && strcmp(m, marks[k]))
+			k++;
+		if (json_array_size(p) != 3 || !(json_is_number(c) || json_is_null(c)) ||
+		    !json_is_integer(json_array_get(p, 1)) || !m || k == 5)
+			return -1;
+		pt->cosine = json_is_null(c) ? NAN : json_number_value(c);
+		pt->decode_step = (int32_t)json_integer_value(json_array_get(p, 1));
+		pt->judged = k != 3;
+		pt->near_tie = k == 4;
+		pt->verdict = k < 3 ? (enum q4kh_f2_verdict)k : Q4KH_F2_PASS;
+		r->n_points = (int64_t)i + 1;
+	}
+	return 0;
+}
+
 int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
                       struct q4kh_error *err)
 {
 	char path[4096];
 	json_error_t jerr;
 	json_t *root;
+	json_int_t schema;
 	const char *v;
 	int rc = -1;
 
 	receipt_path(dir, id, path, sizeof(path));
-	if (access(path, F_OK) != 0)
+	if (access(path, F_OK) != 0) {
+		q4kh_fail(err, "no receipt");
 		return 1;
+	}
 	memset(out, 0, sizeof(*out));
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return q4kh_fail(err, "%s:%d: %s", path, jerr.line, jerr.text);
+	schema = json_integer_value(json_object_get(root, "schema"));
+	if (json_is_integer(json_object_get(root, "schema")) && schema != RECEIPT_SCHEMA) {
+		/* Another host version's receipt: absent, not broken. */
+		q4kh_fail(err, "the receipt is of schema %lld; this host reads schema %d",
+		          (long long)schema, RECEIPT_SCHEMA);
+		rc = 1;
+		goto out;
+	}
 	v = json_string_value(json_object_get(root, "verdict"));
-	if (json_integer_value(json_object_get(root, "schema")) != RECEIPT_SCHEMA ||
-	    key_parse(json_object_get(root, "key"), &out->key) || !v) {
+	if (!json_is_integer(json_object_get(root, "schema")) ||
+	    key_parse(json_object_get(root, "key"), &out->key) || !v ||
+	    points_parse(json_object_get(root, "points"), out)) {
+		q4kh_receipt_free(out);
 		q4kh_fail(err, "%s: not a receipt of schema %d", path, RECEIPT_SCHEMA);
 		goto out;
 	}
@@ -190,7 +306,7 @@ int q4kh_receipt_save(const char *dir, const char *id,
 	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	rc = f && json_dumpf(root, f, JSON_INDENT(1)) == 0 && fflush(f) == 0 &&
+	rc = f && write_json(f, root, r) && fflush(f) == 0 &&
 	     fsync(fileno(f)) == 0;
 	if (f)
 		rc = fclose(f) == 0 && rc;

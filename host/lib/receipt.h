@@ -5,8 +5,11 @@
  * of its key is unchanged: the model file's SHA-256, the SHA-256 of every
  * plugin file involved (reference, backend, variant), the device UUID and
  * driver version, the F2 rule set and the rules' values, and the probe.
- * Files are written atomically (temporary file, fsync, rename). Functions
- * are thread-safe for distinct receipts.
+ * Files are written atomically (temporary file, fsync, rename). A receipt
+ * also keeps every measured position (cosine, decode step, verdict), so a
+ * plot can be drawn from receipts alone. The file format carries a schema
+ * number (RECEIPT_SCHEMA in receipt.c); a file of another schema counts as
+ * no receipt. Functions are thread-safe for distinct receipts.
  */
 #ifndef Q4KH_RECEIPT_H
 #define Q4KH_RECEIPT_H
@@ -38,6 +41,18 @@ struct q4kh_receipt_key {
 	char probe_sha256[Q4KH_SHA256_HEX]; /* of the probe's token ids */
 };
 
+/*
+ * What one position of the measurement showed, as a receipt keeps it for
+ * plots; the position is the index in the receipt's array.
+ */
+struct q4kh_receipt_point {
+	double cosine;       /* NaN when not computable (F2.1) */
+	int32_t decode_step; /* -1 in prefill */
+	enum q4kh_f2_verdict verdict; /* PASS, REJECT or BROKEN */
+	int judged;          /* 0 for position 0 */
+	int near_tie;        /* a tolerated argmax disagreement */
+};
+
 struct q4kh_receipt {
 	struct q4kh_receipt_key key;
 	enum q4kh_f2_verdict verdict;
@@ -49,7 +64,20 @@ struct q4kh_receipt {
 	char message[512];
 	char created[32];      /* UTC, ISO 8601 */
 	char host_version[32];
+	/* Every position measured, in order; NULL and 0 when the measurement
+	 * did not finish (a crash, a timeout, F2.4). malloc()ed: see
+	 * q4kh_receipt_free. */
+	struct q4kh_receipt_point *points;
+	int64_t n_points;
 };
+
+/* Free R's points (R itself stays usable, with none). */
+void q4kh_receipt_free(struct q4kh_receipt *r);
+
+/* Replace R's points by a copy of the N points of an F2 run. -1 with err on
+ * out of memory. */
+int q4kh_receipt_set_points(struct q4kh_receipt *r, const struct q4kh_f2_point *pts,
+                            int64_t n, struct q4kh_error *err);
 
 /*
  * The receipt folder: Q4KHOST_F2_RECEIPT_DIR, else [f2] receipt_dir, else
@@ -60,9 +88,11 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 
 /*
  * Read the receipt of candidate ID (any printable identity string, e.g.
- * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR. 0 on success, 1 when there is
- * none, -1 with err for a file that exists but cannot be parsed (the caller
- * treats it as absent and overwrites it).
+ * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR into *out, which is
+ * overwritten (free its points first). 0 on success; 1 when there is none
+ * or it is of another schema, with err saying which; -1 with err for a
+ * file that exists but cannot be parsed (the caller treats it as absent
+ * and overwrites it).
  */
 int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
                       struct q4kh_error *err);

@@ -33,6 +33,7 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 			        q4kh_type_name(types[i]), p->name);
 	}
 	fputc('\n', f);
+	fprintf(f, "q4khost: kernel choice: %s\n", r->selection->kernel_choice);
 	for (size_t i = 0; i < nt; i++) {
 		const struct q4kh_kernel *k = q4kh_model_kernel_for(r->model, types[i]);
 		if (k) {
@@ -87,7 +88,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	}
 	return json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
-		"s:o, s:{s:s, s:s, s:s, s:o}, s:s, "
+		"s:o, s:s, s:{s:s, s:s, s:s, s:o}, s:s, "
 		"s:{s:I, s:f, s:f}, s:{s:I, s:f, s:f}, s:s}",
 		"model", r->model_path, "architecture", r->model->arch->name,
 		"backend", "name", p->name, "version", p->desc->version, "build_id",
@@ -95,7 +96,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		"device", "index", (int)r->device_index, "name", d->name, "uuid",
 		d->uuid, "arch", d->arch, "driver_version", d->driver_version, "memory_bytes",
 		(json_int_t)d->memory_bytes,
-		"kernels", kernels,
+		"kernels", kernels, "kernel_choice", r->selection->kernel_choice,
 		"f2", "verdict", r->selection->f2_verdict, "source", r->selection->f2_source,
 		"message", r->selection->f2_message, "rejected_first", fallbacks,
 		"chat_template", r->chat_template,

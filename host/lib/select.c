@@ -4,15 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "candidates.h"
 #include "policy.h"
-
-struct cand {
-	const char *backend;
-	const char *variant; /* NULL: built-in */
-	uint32_t score;
-};
-
-#define MAX_CANDS 32
 
 void q4kh_selection_close(struct q4kh_selection *s)
 {
@@ -30,110 +23,111 @@ static void step(struct q4kh_selection *s, const char *fmt, const char *a,
 	snprintf(s->steps + used, sizeof(s->steps) - used, fmt, a, b, c);
 }
 
-/* Devices of an accepted backend plugin, without keeping it open. */
+/* Devices of an accepted backend plugin; 0 when it cannot say. */
 static uint32_t device_count(const struct q4kh_plugin *p)
 {
-	const struct q4kh_backend_v1 *v = p->desc->backend;
-	q4kh_backend_ctx *ctx = NULL;
-	uint32_t n = 0;
+	uint32_t n;
 
-	if (v->init(&p->api, &ctx) != Q4KH_OK)
-		return 0;
-	if (v->device_count(ctx, &n) != Q4KH_OK)
-		n = 0;
-	v->shutdown(ctx);
+	q4kh_backend_devices(p, &n, NULL);
 	return n;
 }
 
-/* The variants targeting BACKEND, best score on its device first, then the
- * built-in; appended to LIST. */
-static int add_backend(const struct q4kh_select_request *rq, const char *backend,
-                       struct cand *list, int n)
+/*
+ * Append the kernel chain of backend P's device DEVICE (policy.h) to LIST;
+ * what its setting named for other backends goes to OTHERS. A device that
+ * does not open adds nothing.
+ */
+static int add_backend(const struct q4kh_select_request *rq,
+                       const struct q4kh_plugin *p, uint32_t device,
+                       struct q4kh_select_cand *list, int *n, int *explicit_request,
+                       char *others, size_t others_cap, struct q4kh_error *err)
 {
-	const struct q4kh_registry *r = rq->registry;
+	struct q4kh_policy_order o;
 	struct q4kh_backend b;
-	int first = n;
+	size_t used = strlen(others);
+	char why[800];
 
-	if (q4kh_backend_open(q4kh_registry_find(r, backend), rq->device, &b, NULL))
-		return n;
-	for (size_t i = 0; !rq->builtin_only && i < r->n_plugins && n < MAX_CANDS - 1; i++) {
-		const struct q4kh_plugin *p = &r->plugins[i];
-		struct q4kh_kernel k;
-		uint32_t best = 0;
-
-		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_KERNEL ||
-		    strcmp(p->desc->kernel->backend, backend) ||
-		    q4kh_kernel_open(p, &b, &k, NULL))
-			continue;
-		for (uint32_t t = 0; t < k.v->n_types; t++) {
-			uint32_t sc = k.v->score(k.ctx, &b.record, k.v->types[t]);
-			best = sc > best ? sc : best;
-		}
-		q4kh_kernel_close(&k);
-		if (!best)
-			continue;
-		list[n] = (struct cand){ backend, p->name, best };
-		/* Insertion keeps the highest score first. */
-		for (int j = n; j > first && list[j].score > list[j - 1].score; j--) {
-			struct cand t = list[j];
-			list[j] = list[j - 1];
-			list[j - 1] = t;
-		}
-		n++;
+	if (q4kh_backend_open(p, device, &b, NULL))
+		return 0;
+	if (q4kh_policy_order(rq->registry, rq->config, rq->kernel, NULL, &b, &o, err)) {
+		q4kh_backend_close(&b);
+		return -1;
 	}
 	q4kh_backend_close(&b);
-	list[n++] = (struct cand){ backend, NULL, 0 };
-	return n;
+	*explicit_request |= o.explicit_request;
+	for (size_t i = 0; i < o.n && *n < Q4KH_SELECT_MAX; i++) {
+		struct q4kh_select_cand *c = &list[(*n)++];
+
+		q4kh_policy_step_why(&o, &o.steps[i], why, sizeof(why));
+		*c = (struct q4kh_select_cand){ p->name, device, o.steps[i].variant,
+			                        o.explicit_request, "" };
+		if (c->variant)
+			snprintf(c->why, sizeof(c->why), "%s, %.700s", c->variant, why);
+		else
+			snprintf(c->why, sizeof(c->why), "%s", why);
+	}
+	if (o.choice.others[0] && used < others_cap)
+		snprintf(others + used, others_cap - used, "%s%s", used ? ", " : "",
+		         o.choice.others);
+	return 0;
 }
 
-static int candidates(const struct q4kh_select_request *rq, struct cand *list,
-                      int *allow_cpu, struct q4kh_error *err)
+int q4kh_select_plan(const struct q4kh_select_request *rq,
+                     struct q4kh_select_cand *list, struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = rq->registry;
-	int n = 0;
+	char others[512] = "";
+	int n = 0, kept = 0, explicit_request = 0;
 
-	*allow_cpu = !rq->backend && !rq->kernel && !rq->builtin_only;
-	if (rq->kernel) {
-		const struct q4kh_plugin *p = q4kh_registry_find(r, rq->kernel);
-		if (!p || p->desc->kind != Q4KH_KIND_KERNEL)
-			return q4kh_fail(err, "kernel variant '%s' was not found on plugin path %s (%s); see q4khost plugins",
-			                 rq->kernel, r->path, r->path_origin);
-		if (rq->backend && strcmp(rq->backend, p->desc->kernel->backend))
-			return q4kh_fail(err, "kernel variant %s targets backend '%s', not the requested '%s'",
-			                 rq->kernel, p->desc->kernel->backend, rq->backend);
-		list[n++] = (struct cand){ p->desc->kernel->backend, p->name, 1 };
-		return n;
-	}
 	if (rq->backend) {
 		const struct q4kh_plugin *p = q4kh_registry_find(r, rq->backend);
 		if (!p || p->desc->kind != Q4KH_KIND_BACKEND)
 			return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s); see q4khost plugins",
 			                 rq->backend, r->path, r->path_origin);
-		if (!strcmp(rq->backend, "cpu"))
-			list[n++] = (struct cand){ "cpu", NULL, 0 };
-		else
-			n = add_backend(rq, rq->backend, list, n);
+		if (device_count(p) <= rq->device)
+			return q4kh_fail(err, "backend %s has no device %u; see q4khost plugins",
+			                 rq->backend, rq->device);
+		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
+		                sizeof(others), err))
+			return -1;
+	} else {
+		for (size_t i = 0; i < r->n_plugins; i++) {
+			const struct q4kh_plugin *p = &r->plugins[i];
+			if (p->state == Q4KH_PLUGIN_ACCEPTED && p->desc->kind == Q4KH_KIND_BACKEND &&
+			    strcmp(p->name, "cpu") && device_count(p) > rq->device &&
+			    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
+			                sizeof(others), err))
+				return -1;
+		}
+		/* The reference last: its one device serves any request. */
+		if (q4kh_registry_find(r, "cpu") &&
+		    add_backend(rq, q4kh_registry_find(r, "cpu"), 0, list, &n,
+		                &explicit_request, others, sizeof(others), err))
+			return -1;
+	}
+	if (!explicit_request)
 		return n;
-	}
-	for (size_t i = 0; i < r->n_plugins && n < MAX_CANDS - 8; i++) {
-		const struct q4kh_plugin *p = &r->plugins[i];
-		if (p->state == Q4KH_PLUGIN_ACCEPTED && p->desc->kind == Q4KH_KIND_BACKEND &&
-		    strcmp(p->name, "cpu") && device_count(p) > rq->device)
-			n = add_backend(rq, p->name, list, n);
-	}
-	return n;
+	/* An explicit request: only what it named, nothing to fall back to. */
+	for (int i = 0; i < n; i++)
+		if (list[i].explicit_request)
+			list[kept++] = list[i];
+	if (!kept)
+		return q4kh_fail(err, "the kernel request (%s) names nothing that device %u of %s can run%s%s",
+		                 rq->kernel ? "--kernel" : "Q4KHOST_Q4K_KERNEL", rq->device,
+		                 rq->backend ? rq->backend : "an available backend",
+		                 others[0] ? ": it names " : "", others);
+	return kept;
 }
 
 /* Open backend, model and variant of C into OUT. */
-static int open_cand(const struct q4kh_select_request *rq, const struct cand *c,
-                     uint32_t device, struct q4kh_selection *out,
-                     struct q4kh_error *err)
+static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_select_cand *c,
+                     struct q4kh_selection *out, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(rq->registry, c->backend);
 
 	if (!p)
 		return q4kh_fail(err, "backend '%s' is not available", c->backend);
-	if (q4kh_backend_open(p, device, &out->backend, err) ||
+	if (q4kh_backend_open(p, c->device, &out->backend, err) ||
 	    q4kh_model_open(rq->model_path, &out->model, err) ||
 	    q4kh_model_upload(out->model, &out->backend, err) ||
 	    (c->variant && q4kh_policy_use_kernel(rq->registry, &out->backend, out->model,
@@ -144,24 +138,18 @@ static int open_cand(const struct q4kh_select_request *rq, const struct cand *c,
 	return 0;
 }
 
-static const char *cand_name(const struct cand *c, char *buf, size_t cap)
-{
-	snprintf(buf, cap, "%s/%s", c->backend, c->variant ? c->variant : "built-in");
-	return buf;
-}
-
 int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out,
                 struct q4kh_error *err)
 {
-	struct cand list[MAX_CANDS];
+	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
 	struct q4kh_guard g;
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
-	int allow_cpu, n, guard_ready = 0, rc = -1;
+	int n, guard_ready = 0, rc = -1;
 	char name[160];
 
 	memset(out, 0, sizeof(*out));
-	n = candidates(rq, list, &allow_cpu, err);
+	n = q4kh_select_plan(rq, list, err);
 	if (n < 0) {
 		out->explicit_failure = 1;
 		return -1;
@@ -169,23 +157,28 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	for (int i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
-		uint32_t device = rq->device;
+		const struct q4kh_select_cand *c = &list[i];
+		struct q4kh_candidate cc = { c->backend, c->device, c->variant };
 
-		cand_name(&list[i], name, sizeof(name));
-		if (!strcmp(list[i].backend, "cpu") && !list[i].variant) {
+		q4kh_candidate_name(&cc, name, sizeof(name));
+		if (!strcmp(c->backend, "cpu") && !c->variant) {
 			/* The reference needs no guard. */
-			if (open_cand(rq, &list[i], 0, out, err))
+			if (open_cand(rq, c, out, err))
 				goto out;
 			snprintf(out->f2_verdict, sizeof(out->f2_verdict), "not needed");
+			out->f2_source[0] = 0; /* left by a candidate tried before */
 			snprintf(out->f2_message, sizeof(out->f2_message),
-			         "the reference cpu backend with its built-in kernels");
+			         "the reference cpu backend with its built-in kernels%s",
+			         out->steps[0] ? " (every other candidate was rejected)" : "");
+			snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
 			rc = 0;
 			goto out;
 		}
-		if (open_cand(rq, &list[i], device, out, &e)) {
+		if (open_cand(rq, c, out, &e)) {
 			step(out, "%s: cannot start: %s\n", name, e.msg, "");
 			continue;
 		}
+		snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
 		if (rq->mode == Q4KH_F2_OFF) {
 			snprintf(out->f2_verdict, sizeof(out->f2_verdict), "off");
 			snprintf(out->f2_source, sizeof(out->f2_source), "--f2 off");
@@ -204,13 +197,12 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			g.config_file = rq->config_file;
 			guard_ready = 1;
 		}
-		if (q4kh_guard_check(&g, &(struct q4kh_candidate){ list[i].backend, device,
-		                                                   list[i].variant },
-		                     &out->backend.record, rq->mode, &d, &e)) {
+		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
 			step(out, "%s: F2 could not decide: %s\n", name, e.msg, "");
 			q4kh_selection_close(out);
 			continue;
 		}
+		q4kh_receipt_free(&d.receipt); /* its points: not needed here */
 		snprintf(out->f2_verdict, sizeof(out->f2_verdict), "%s",
 		         q4kh_f2_verdict_name(d.verdict));
 		snprintf(out->f2_source, sizeof(out->f2_source), "%s", d.source);
@@ -224,17 +216,6 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;
-	}
-	if (allow_cpu && rq->mode != Q4KH_F2_REQUIRE) {
-		struct cand cpu = { "cpu", NULL, 0 };
-		if (open_cand(rq, &cpu, 0, out, err))
-			goto out;
-		snprintf(out->f2_verdict, sizeof(out->f2_verdict), "not needed");
-		snprintf(out->f2_message, sizeof(out->f2_message),
-		         "the reference cpu backend with its built-in kernels%s",
-		         n ? " (every other candidate was rejected)" : "");
-		rc = 0;
-		goto out;
 	}
 	out->explicit_failure = 1;
 	q4kh_fail(err, "no candidate could serve the request%s:\n%s",

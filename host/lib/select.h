@@ -1,17 +1,18 @@
 /*
  * Choosing what serves a request, with the F2 guard in the loop (design
- * sections 4 and 5). The candidates, in order:
- *   - a kernel variant named by --kernel / Q4KHOST_Q4K_KERNEL: only it;
- *   - else, for the backend named by --backend (or, when none is named,
- *     every backend other than cpu that has the device): the kernel
- *     variants that target it, highest score() first, then its built-in
- *     kernels;
- *   - last, unless a backend or kernel was named explicitly: the reference
- *     cpu backend, which needs no guard.
- * Each candidate other than the reference must pass F2 (a valid receipt, or
- * a fresh measurement in a child process). A rejected one is reported and
- * the next is tried; a named request that cannot be honoured is an error,
- * never a silent fall-back. Not thread-safe.
+ * sections 4 and 5). The candidates, in order: for the backend named by
+ * --backend, or else for every backend other than cpu that has the device
+ * and then the reference cpu backend, the device's kernel chain
+ * (policy.h): the variants its kernel setting names, then, unless that
+ * setting is an explicit request (the command line or the environment),
+ * the other variants by score and the backend's built-in kernels. With an
+ * explicit kernel request for the device only the named kernels are
+ * candidates; with a named backend only its chain.
+ * Each candidate other than the reference with its built-in kernels must
+ * pass F2 (a valid receipt, or a fresh measurement in a child process). A
+ * rejected one is reported and the next is tried; a named request that
+ * cannot be honoured is an error, never a silent fall-back. Not
+ * thread-safe.
  */
 #ifndef Q4KH_SELECT_H
 #define Q4KH_SELECT_H
@@ -32,8 +33,7 @@ struct q4kh_select_request {
 	const char *model_path;
 	const char *backend;      /* NULL: automatic */
 	uint32_t device;
-	const char *kernel;       /* NULL: automatic */
-	int builtin_only;         /* --kernel none: no kernel variants */
+	const char *kernel;       /* the --kernel value (policy.h), or NULL */
 	enum q4kh_f2_mode mode;
 };
 
@@ -44,9 +44,31 @@ struct q4kh_selection {
 	char f2_verdict[32];        /* "pass", "not needed", "off" */
 	char f2_source[256];        /* "receipt (...)", "fresh (reason: ...)" */
 	char f2_message[512];
+	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by
+	                               FILE:LINE [gpu.0]", "the built-in kernels" */
 	char steps[2048];           /* every candidate tried before, one per line */
 	int explicit_failure;       /* a named request could not be honoured */
 };
+
+/* One candidate of a plan. */
+struct q4kh_select_cand {
+	const char *backend;  /* the registry's strings */
+	uint32_t device;
+	const char *variant;  /* NULL: the backend's built-in kernels */
+	int explicit_request; /* named by the command line or the environment */
+	char why[800];        /* "cpu-q8act, named by FILE:LINE [gpu.0]" */
+};
+
+#define Q4KH_SELECT_MAX 64
+
+/*
+ * The candidates q4kh_select tries for RQ, in order, into LIST (room for
+ * Q4KH_SELECT_MAX; RQ's model and mode are not used). Returns how many; -1
+ * with err when a named backend is missing, a kernel setting is invalid,
+ * or an explicit kernel request names nothing the device can run.
+ */
+int q4kh_select_plan(const struct q4kh_select_request *rq,
+                     struct q4kh_select_cand *list, struct q4kh_error *err);
 
 /*
  * Choose, guard and open what serves RQ. On success every part of *out is

@@ -1,0 +1,434 @@
+/*
+ * q4khost bench: A/B of kernel variants. One table, one row per variant
+ * (named with --kernels or Q4KHOST_Q4K_KERNEL, else every variant that can
+ * run on the device) and the backend's built-in kernels: prefill and
+ * decode tokens per second on a fixed prompt and a fixed number of greedy
+ * decode tokens, and the variant's F2 verdict, minimum cosine and
+ * near-ties (from a valid receipt or a fresh measurement in a child
+ * process). Only what passes F2 is timed, in this process: an unverified
+ * plugin never runs here unless F2 is off.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "candidates.h"
+#include "cli.h"
+#include "config.h"
+#include "greedy.h"
+#include "guard.h"
+#include "policy.h"
+#include "registry.h"
+#include "serving.h"
+#include "settings.h"
+#include "tokenizer.h"
+
+struct bench_opts {
+	const char *model, *kernels, *backend, *plugin_path, *config_file, *prompt, *f2;
+	long device, n_decode, timeout;
+	int device_set, json;
+};
+
+struct row {
+	struct q4kh_candidate c;
+	struct q4kh_device_record dev;
+	int reference;         /* cpu with its built-in kernels: not guarded */
+	struct q4kh_guard_decision d;
+	int timed;             /* the speeds below were measured */
+	double prefill_tps, decode_tps;
+	char note[640];        /* why it was not timed */
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: q4khost bench [-m FILE] [--kernels LIST] [-n N] [OPTIONS]\n\n"
+	        "Compare kernel variants: one row per variant and one for the backend's\n"
+	        "built-in kernels, with prefill and decode tokens per second (one batched\n"
+	        "prefill of a fixed prompt, then N greedy decode tokens), and each\n"
+	        "variant's F2 verdict, minimum cosine and near-ties (a valid receipt, or\n"
+	        "a fresh measurement in a child process). Only what passes F2 is timed.\n\n"
+	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
+	        "      --kernels LIST    variants to compare, as q4khost run --kernel\n"
+	        "                        (default: $Q4KHOST_Q4K_KERNEL, else every variant\n"
+	        "                        that can run on the device)\n"
+	        "      --backend NAME    only this backend\n"
+	        "      --device N        device index within the backend (default 0)\n"
+	        "  -n, --n-decode N      greedy decode tokens to time (default 32)\n"
+	        "  -p, --prompt TEXT     the prompt, raw text (default: F2's built-in\n"
+	        "                        validation text)\n"
+	        "      --f2 MODE         auto (default: $Q4KHOST_F2, else [f2] mode),\n"
+	        "                        fresh, off (time unverified variants: loud),\n"
+	        "                        require (as auto)\n"
+	        "      --revalidate      the same as --f2 fresh\n"
+	        "      --timeout S       seconds one F2 measurement may take (default 600)\n"
+	        "      --plugin-path P   ':'-separated plugin folders\n"
+	        "      --config FILE     extra INI configuration file\n"
+	        "      --json            one JSON object\n"
+	        "  -h, --help            this help\n\n"
+	        "exit codes: 0 every row timed, 1 a row was not timed (F2 did not pass,\n"
+	        "            or it failed), 2 usage, 3 bad model or config file,\n"
+	        "            4 the kernels named cannot run here\n");
+}
+
+static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtol(s, &end, 10);
+	if (errno || end == s || *end || *out < lo || *out > hi) {
+		fprintf(stderr, "q4khost bench: %s must be a whole number in [%ld, %ld], got '%s'\n",
+		        what, lo, hi, s);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse(int argc, char **argv, struct bench_opts *o)
+{
+	enum { O_KERNELS = 256, O_BACKEND, O_DEVICE, O_F2, O_REVALIDATE, O_TIMEOUT,
+	       O_PPATH, O_CONFIG, O_JSON };
+	static const struct option longs[] = {
+		{ "model", required_argument, 0, 'm' },
+		{ "kernels", required_argument, 0, O_KERNELS },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "n-decode", required_argument, 0, 'n' },
+		{ "prompt", required_argument, 0, 'p' },
+		{ "f2", required_argument, 0, O_F2 },
+		{ "revalidate", no_argument, 0, O_REVALIDATE },
+		{ "timeout", required_argument, 0, O_TIMEOUT },
+		{ "plugin-path", required_argument, 0, O_PPATH },
+		{ "config", required_argument, 0, O_CONFIG },
+		{ "json", no_argument, 0, O_JSON },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->n_decode = 32;
+	o->timeout = 600;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "m:n:p:h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case O_KERNELS: o->kernels = optarg; break;
+		case O_BACKEND: o->backend = optarg; break;
+		case O_F2: o->f2 = optarg; break;
+		case O_REVALIDATE: o->f2 = "fresh"; break;
+		case O_PPATH: o->plugin_path = optarg; break;
+		case O_CONFIG: o->config_file = optarg; break;
+		case O_JSON: o->json = 1; break;
+		case 'n':
+			if (parse_count(optarg, "--n-decode", 1, 1 << 16, &o->n_decode))
+				return -1;
+			break;
+		case O_DEVICE:
+			if (parse_count(optarg, "--device", 0, 1023, &o->device))
+				return -1;
+			o->device_set = 1;
+			break;
+		case O_TIMEOUT:
+			if (parse_count(optarg, "--timeout", 1, 86400, &o->timeout))
+				return -1;
+			break;
+		case 'h': usage(stdout); return 1;
+		default: q4kh_cli_bad_option("bench", argv); return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "q4khost bench: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+static int push(struct row **rows, size_t *n, const struct row *r)
+{
+	struct row *grown = realloc(*rows, (*n + 1) * sizeof(**rows));
+
+	if (!grown)
+		return -1;
+	*rows = grown;
+	grown[(*n)++] = *r;
+	return 0;
+}
+
+/*
+ * The rows of backend P's device: the variants its setting names (or, with
+ * none, every variant by score), then its built-in kernels; none when the
+ * setting names only other backends' variants. Config kernel preferences
+ * do not choose what is compared.
+ */
+static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *o,
+                        const struct q4kh_plugin *p, struct row **rows, size_t *n,
+                        char *others, size_t others_cap, struct q4kh_error *err)
+{
+	struct q4kh_backend b;
+	struct q4kh_policy_order ord;
+	struct row row = { 0 };
+	size_t before = *n, used = strlen(others);
+
+	if (q4kh_backend_open(p, (uint32_t)o->device, &b, NULL))
+		return 0; /* no such device */
+	if (q4kh_policy_order(r, NULL, o->kernels, "--kernels", &b, &ord, err)) {
+		q4kh_backend_close(&b);
+		return -1;
+	}
+	row.dev = b.record;
+	q4kh_backend_close(&b);
+	if (ord.choice.others[0] && used < others_cap)
+		snprintf(others + used, others_cap - used, "%s%s", used ? ", " : "",
+		         ord.choice.others);
+	for (size_t i = 0; i <= ord.n; i++) {
+		const char *variant = i < ord.n ? ord.steps[i].variant : NULL;
+		size_t j = before;
+
+		if (i < ord.n && !variant)
+			continue; /* the built-in kernels come last, once */
+		if (ord.n == 0)
+			break;    /* a request that names nothing for this backend */
+		while (j < *n && (*rows)[j].c.variant != variant)
+			j++;
+		if (j < *n)
+			continue;
+		row.c = (struct q4kh_candidate){ p->name, (uint32_t)o->device, variant };
+		row.reference = !variant && !strcmp(p->name, "cpu");
+		if (push(rows, n, &row))
+			return q4kh_fail(err, "out of memory");
+	}
+	return 0;
+}
+
+/* Every row to compare, per backend with the device. */
+static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
+                   struct row **rows, size_t *n, struct q4kh_error *err)
+{
+	char others[512] = "";
+	int any = 0;
+
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
+		    (o->backend && strcmp(o->backend, p->name)))
+			continue;
+		any = 1;
+		if (backend_rows(r, o, p, rows, n, others, sizeof(others), err))
+			return -1;
+	}
+	if (!any)
+		return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s)",
+		                 o->backend ? o->backend : "(any)", r->path, r->path_origin);
+	if (*n == 0)
+		return q4kh_fail(err, "nothing to compare on device %ld%s%s", o->device,
+		                 others[0] ? ": the kernels named are for other backends: " : "",
+		                 others);
+	return 0;
+}
+
+/* Time ROW: prefill of IDS and N_DECODE greedy tokens after a warm-up. */
+static void time_row(const struct q4kh_registry *r, const char *model,
+                     const int32_t *ids, size_t n_ids, long n_decode, struct row *row)
+{
+	struct q4kh_serving sv;
+	struct q4kh_greedy gr;
+	struct q4kh_error err = { { 0 } };
+
+	if (q4kh_serving_open(r, model, &row->c, (uint32_t)(n_ids + (size_t)n_decode + 8),
+	                      &sv, &err)) {
+		snprintf(row->note, sizeof(row->note), "cannot start: %.600s", err.msg);
+		return;
+	}
+	/* One untimed pass pages the weights in and sizes the scratch. */
+	if (q4kh_greedy_run(sv.s, NULL, ids, n_ids < 8 ? (int64_t)n_ids : 8, 2, &gr, &err) == 0) {
+		q4kh_greedy_free(&gr);
+		if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, n_decode, &gr, &err) == 0) {
+			row->timed = 1;
+			row->prefill_tps = gr.prefill_seconds > 0 ? n_ids / gr.prefill_seconds : 0;
+			row->decode_tps = gr.decode_seconds > 0 ? (gr.n - 1) / gr.decode_seconds : 0;
+			q4kh_greedy_free(&gr);
+		}
+	}
+	if (!row->timed)
+		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s", err.msg);
+	q4kh_serving_close(&sv);
+}
+
+static const char *kernel_name(const struct row *r)
+{
+	return r->c.variant ? r->c.variant : "built-in";
+}
+
+static const char *verdict(const struct row *r, enum q4kh_f2_mode mode)
+{
+	if (r->reference)
+		return "reference";
+	if (mode == Q4KH_F2_OFF)
+		return "off";
+	return q4kh_f2_verdict_name(r->d.verdict);
+}
+
+static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode)
+{
+	printf("%-8s %-6s %-16s %13s %13s  %-12s %-8s %-9s %s\n", "backend", "device",
+	       "kernel", "prefill tok/s", "decode tok/s", "F2", "min cos", "near-ties",
+	       "F2 source");
+	for (size_t i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+		char pre[32] = "-", dec[32] = "-", cos[32] = "-", ties[16] = "-";
+
+		if (r->timed) {
+			snprintf(pre, sizeof(pre), "%.1f", r->prefill_tps);
+			snprintf(dec, sizeof(dec), "%.2f", r->decode_tps);
+		}
+		if (!r->reference && mode != Q4KH_F2_OFF) {
+			if (isfinite(r->d.receipt.min_cosine))
+				snprintf(cos, sizeof(cos), "%.5f", r->d.receipt.min_cosine);
+			snprintf(ties, sizeof(ties), "%d", r->d.receipt.near_ties);
+		}
+		printf("%-8s %-6u %-16s %13s %13s  %-12s %-8s %-9s %s\n", r->c.backend,
+		       r->c.device, kernel_name(r), pre, dec, verdict(r, mode), cos, ties,
+		       r->reference ? "-" : r->d.source);
+		if (r->note[0])
+			printf("    not timed: %s\n", r->note);
+	}
+	if (mode == Q4KH_F2_OFF)
+		printf("F2 IS OFF: the variants above ran unverified\n");
+}
+
+static json_t *row_json(const struct row *r, enum q4kh_f2_mode mode)
+{
+	json_t *f2 = json_pack("{s:s}", "verdict", verdict(r, mode));
+
+	if (!r->reference && mode != Q4KH_F2_OFF) {
+		json_object_set_new(f2, "min_cosine", isfinite(r->d.receipt.min_cosine)
+		                                              ? json_real(r->d.receipt.min_cosine)
+		                                              : json_null());
+		json_object_set_new(f2, "near_ties", json_integer(r->d.receipt.near_ties));
+		json_object_set_new(f2, "source", json_string(r->d.source));
+		json_object_set_new(f2, "message", json_string(r->d.receipt.message));
+	}
+	return json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:o, s:s?}", "backend", r->c.backend,
+	                 "device", (int)r->c.device, "device_name", r->dev.name, "kernel",
+	                 kernel_name(r), "prefill_tokens_per_second",
+	                 r->timed ? json_real(r->prefill_tps) : json_null(),
+	                 "decode_tokens_per_second",
+	                 r->timed ? json_real(r->decode_tps) : json_null(), "f2", f2, "note",
+	                 r->note[0] ? r->note : NULL);
+}
+
+/* The prompt's tokens: raw text with BOS, as the model tokenizes it. */
+static int tokenize_prompt(const char *model, const char *text, int32_t **ids,
+                           size_t *n, struct q4kh_error *err)
+{
+	struct q4kh_gguf *g = NULL;
+	struct q4kh_tokenizer *tok = NULL;
+	int rc = -1;
+
+	if (q4kh_gguf_open(model, &g, err) == 0 && q4kh_tokenizer_load(g, &tok, err) == 0)
+		rc = q4kh_tokenize(tok, text, strlen(text), 1, 0, ids, n, err);
+	q4kh_tokenizer_free(tok);
+	q4kh_gguf_close(g);
+	if (rc == 0 && *n < 2)
+		rc = q4kh_fail(err, "the prompt tokenized to fewer than 2 tokens");
+	return rc;
+}
+
+int q4kh_cmd_bench(int argc, char **argv)
+{
+	struct bench_opts o;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *config = NULL;
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_guard g = { 0 };
+	struct row *rows = NULL;
+	enum q4kh_f2_mode mode;
+	size_t n = 0, n_ids = 0, n_probe = 0;
+	int32_t *ids = NULL, *probe = NULL;
+	char model_path[4096], origin[700];
+	int rc = parse(argc, argv, &o), bad_file, untimed = 0;
+
+	if (rc)
+		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (!o.model)
+		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
+	rc = Q4KH_EXIT_INPUT;
+	if (q4kh_cli_config("bench", o.config_file, 0, &config, &err))
+		goto out;
+	if (q4kh_settings_f2_mode(config, o.f2, &mode, origin, sizeof(origin), &bad_file, &err)) {
+		rc = bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
+		goto out;
+	}
+	if (tokenize_prompt(o.model, o.prompt ? o.prompt : q4kh_f2_probe_text, &ids, &n_ids,
+	                    &err) ||
+	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+		goto out;
+	rc = Q4KH_EXIT_FAIL;
+	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err))
+		goto out;
+	rc = Q4KH_EXIT_PLUGIN;
+	if (collect(reg, &o, &rows, &n, &err))
+		goto out;
+	rc = Q4KH_EXIT_FAIL;
+	if (mode != Q4KH_F2_OFF &&
+	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
+		goto out;
+	g.timeout_seconds = (unsigned)o.timeout;
+	g.config_file = o.config_file;
+	for (size_t i = 0; i < n; i++) {
+		struct row *r = &rows[i];
+		struct q4kh_error e = { { 0 } };
+
+		if (!r->reference && mode != Q4KH_F2_OFF) {
+			if (q4kh_guard_check(&g, &r->c, &r->dev, mode, &r->d, &e)) {
+				snprintf(r->note, sizeof(r->note), "F2 could not decide: %.580s", e.msg);
+				untimed = 1;
+				continue;
+			}
+			q4kh_receipt_free(&r->d.receipt); /* the summary is enough here */
+			if (r->d.verdict != Q4KH_F2_PASS) {
+				snprintf(r->note, sizeof(r->note), "F2 %s: %.580s",
+				         q4kh_f2_verdict_name(r->d.verdict), r->d.receipt.message);
+				untimed = 1;
+				continue;
+			}
+		}
+		time_row(reg, o.model, ids, n_ids, o.n_decode, r);
+		untimed |= !r->timed;
+	}
+	if (o.json) {
+		json_t *arr = json_array(), *root;
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(arr, row_json(&rows[i], mode));
+		root = json_pack("{s:s, s:i, s:i, s:s, s:o}", "model", o.model, "prompt_tokens",
+		                 (int)n_ids, "decode_tokens", (int)o.n_decode, "f2_mode",
+		                 q4kh_f2_mode_name(mode), "rows", arr);
+		json_dumpf(root, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(root);
+	} else {
+		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens; F2 %s (from %s)\n\n",
+		       o.model, n_ids, o.n_decode, q4kh_f2_mode_name(mode), origin);
+		print_table(rows, n, mode);
+	}
+	rc = untimed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
+	err.msg[0] = 0;
+out:
+	if (err.msg[0])
+		fprintf(stderr, "q4khost bench: %s\n", err.msg);
+	free(rows);
+	free(ids);
+	free(probe);
+	q4kh_registry_free(reg);
+	q4kh_config_free(config);
+	return rc;
+}

@@ -1,0 +1,314 @@
+/*
+ * q4khost plugins --explain: for every device of every backend, the kernel
+ * chain that q4khost run walks (policy.h), the kernel chosen first and the
+ * runner-up per tensor type, the F2 rules each candidate is judged by, and
+ * for every setting its value and where it came from (the command line,
+ * an environment variable, FILE:LINE of a config file, or the default).
+ * Choices are shown before F2: each candidate still has to pass the guard.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "guard.h"
+#include "policy.h"
+#include "receipt.h"
+#include "select.h"
+#include "settings.h"
+
+/* One setting: its value and where it came from. */
+static json_t *setting(const char *value, const char *origin)
+{
+	return json_pack("{s:s?, s:s}", "value", value, "origin", origin);
+}
+
+static void print_setting(const char *name, const char *value, const char *origin)
+{
+	printf("  %-20s %-36s from %s\n", name, value, origin);
+}
+
+/* The settings that hold for every device. */
+static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
+                    const char *backend_cli, json_t *out, int json)
+{
+	char mode_origin[700], backend_origin[64], dir[4096];
+	const char *dir_origin, *backend;
+	enum q4kh_f2_mode mode;
+	struct q4kh_error err = { { 0 } };
+	int bad_file;
+
+	if (q4kh_settings_f2_mode(c, NULL, &mode, mode_origin, sizeof(mode_origin),
+	                          &bad_file, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
+	}
+	backend = q4kh_settings_backend(backend_cli, backend_origin, sizeof(backend_origin));
+	q4kh_receipt_dir(c, dir, sizeof(dir), &dir_origin);
+	if (json) {
+		json_object_set_new(out, "plugin_path", setting(r->path, r->path_origin));
+		json_object_set_new(out, "backend", setting(backend ? backend : "automatic",
+		                                            backend_origin));
+		json_object_set_new(out, "f2_mode", setting(q4kh_f2_mode_name(mode), mode_origin));
+		json_object_set_new(out, "receipt_dir", setting(dir, dir_origin));
+		json_object_set_new(out, "catastrophic_floor",
+		                    json_pack("{s:f, s:s}", "value", Q4KH_F2_CATASTROPHIC,
+		                              "origin", "the fixed rule F2.2"));
+		return 0;
+	}
+	printf("settings:\n");
+	print_setting("plugin path", r->path, r->path_origin);
+	print_setting("backend", backend ? backend : "automatic", backend_origin);
+	print_setting("F2 mode", q4kh_f2_mode_name(mode), mode_origin);
+	print_setting("receipt folder", dir, dir_origin);
+	print_setting("catastrophic floor", "0.90", "the fixed rule F2.2");
+	return 0;
+}
+
+static const char *kernel_label(const struct q4kh_backend *b, const char *variant,
+                                char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/%s", b->plugin->name, variant ? variant : "built-in");
+	return buf;
+}
+
+/* The setting as written for this device: "a, b" or "built-in". */
+static void choice_text(const struct q4kh_kernel_choice *ch, char *buf, size_t cap)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < ch->n && used < cap; i++)
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
+		                         ch->names[i] ? ch->names[i] : "built-in");
+	if (!ch->n)
+		snprintf(buf, cap, ch->source == Q4KH_KERNEL_DEFAULT ? "automatic"
+		                                                      : "nothing for this backend");
+}
+
+/* F2's rules for the candidate at step S (none for the reference). */
+static int rules(const struct q4kh_config *c, const struct q4kh_backend *b,
+                 const struct q4kh_policy_step *s, json_t *jstep, int json)
+{
+	struct q4kh_f2_rules ru;
+	struct q4kh_f2_rule_origins o;
+	struct q4kh_error err = { { 0 } };
+
+	if (!s->variant && !strcmp(b->plugin->name, "cpu")) {
+		if (json)
+			json_object_set_new(jstep, "f2", json_string("the reference: not guarded"));
+		else
+			printf("        F2: the reference, not guarded\n");
+		return 0;
+	}
+	if (q4kh_guard_rules_where(c, s->variant ? s->variant : b->plugin->name, &ru, &o,
+	                           &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		return Q4KH_EXIT_INPUT;
+	}
+	if (json) {
+		json_object_set_new(jstep, "f2",
+		                    json_pack("{s:{s:f, s:s}, s:{s:i, s:s}, s:{s:i, s:s}}",
+		                              "floor", "value", ru.floor, "origin", o.floor,
+		                              "decode_steps", "value", (int)ru.decode_steps,
+		                              "origin", o.decode_steps, "probe_tokens", "value",
+		                              (int)ru.probe_tokens, "origin", o.probe_tokens));
+		return 0;
+	}
+	printf("        F2 acceptance floor %.2f (from %s), %u decode steps (from %s),\n"
+	       "        %u probe tokens (from %s)\n",
+	       ru.floor, o.floor, ru.decode_steps, o.decode_steps, ru.probe_tokens,
+	       o.probe_tokens);
+	return 0;
+}
+
+/* Per tensor type a variant of the chain implements: the first step that
+ * can serve it, and the next one. */
+static void by_type(const struct q4kh_policy_order *o, const struct q4kh_backend *b,
+                    json_t *jtypes, int json)
+{
+	int shown[Q4KH_TYPE_COUNT] = { 0 };
+	char a[160], c[160];
+
+	for (size_t i = 0; i < o->n; i++) {
+		for (uint32_t t = 0; o->steps[i].variant && t < Q4KH_TYPE_COUNT; t++) {
+			const struct q4kh_policy_step *first = NULL, *next = NULL;
+
+			if (!o->steps[i].scores[t] || shown[t])
+				continue;
+			shown[t] = 1;
+			for (size_t j = 0; j < o->n && !next; j++) {
+				if (!o->steps[j].scores[t])
+					continue;
+				if (!first)
+					first = &o->steps[j];
+				else
+					next = &o->steps[j];
+			}
+			kernel_label(b, first->variant, a, sizeof(a));
+			kernel_label(b, next ? next->variant : NULL, c, sizeof(c));
+			if (json)
+				json_array_append_new(jtypes,
+				                      json_pack("{s:s, s:s, s:s?}", "type",
+				                                q4kh_type_name(t), "first", a,
+				                                "runner_up", next ? c : NULL));
+			else
+				printf("    %-8s %-28s runner-up: %s\n", q4kh_type_name(t), a,
+				       next ? c : "none");
+		}
+	}
+	/* Every type no variant of the chain takes stays on the built-in. */
+	for (size_t i = 0; i < o->n; i++) {
+		if (o->steps[i].variant)
+			continue;
+		kernel_label(b, NULL, a, sizeof(a));
+		if (json)
+			json_array_append_new(jtypes, json_pack("{s:s, s:s, s:n}", "type", "other",
+			                                        "first", a, "runner_up"));
+		else
+			printf("    %-8s %-28s runner-up: none\n", "other", a);
+		return;
+	}
+}
+
+/* One device: its kernel setting, chain, choices per type and F2 rules. */
+static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
+                  const char *kernel_cli, const struct q4kh_plugin *p, uint32_t d,
+                  json_t *jdevices, int json)
+{
+	struct q4kh_backend b;
+	struct q4kh_policy_order o;
+	struct q4kh_error err = { { 0 } };
+	json_t *jdev = NULL, *jchain = NULL, *jtypes = NULL;
+	char setting_text[512], why[800], label[160];
+	int rc = 0;
+
+	if (q4kh_backend_open(p, d, &b, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		return Q4KH_EXIT_FAIL;
+	}
+	if (q4kh_policy_order(r, c, kernel_cli, NULL, &b, &o, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		q4kh_backend_close(&b);
+		return Q4KH_EXIT_PLUGIN;
+	}
+	choice_text(&o.choice, setting_text, sizeof(setting_text));
+	if (json) {
+		jchain = json_array();
+		jtypes = json_array();
+		jdev = json_pack("{s:s, s:i, s:s, s:s, s:s, s:{s:s, s:s, s:b, s:s?}, s:o, s:o}",
+		                 "backend", p->name, "device", (int)d, "name", b.record.name,
+		                 "uuid", b.record.uuid, "arch", b.record.arch, "kernel_setting",
+		                 "value", setting_text, "origin", o.choice.origin, "explicit",
+		                 o.explicit_request, "for_other_backends",
+		                 o.choice.others[0] ? o.choice.others : NULL, "chain", jchain,
+		                 "types", jtypes);
+		json_array_append_new(jdevices, jdev);
+	} else {
+		printf("\nbackend %s, device %u: %s (uuid %s, arch %s)\n", p->name, d,
+		       b.record.name, b.record.uuid, b.record.arch);
+		printf("  kernel setting: %s (from %s%s)\n", setting_text, o.choice.origin,
+		       o.explicit_request ? "; an explicit request: no fall-back"
+		       : o.choice.source == Q4KH_KERNEL_CONFIG ? "; a preference" : "");
+		if (o.choice.others[0])
+			printf("  also named there for other backends: %s\n", o.choice.others);
+		printf("  chain, tried in order until one passes F2:\n");
+	}
+	for (size_t i = 0; i < o.n && rc == 0; i++) {
+		const struct q4kh_policy_step *s = &o.steps[i];
+		json_t *jstep = NULL;
+
+		q4kh_policy_step_why(&o, s, why, sizeof(why));
+		kernel_label(&b, s->variant, label, sizeof(label));
+		if (json) {
+			jstep = json_pack("{s:s, s:s, s:i}", "kernel", label, "why", why, "score",
+			                  (int)s->score);
+			json_array_append_new(jchain, jstep);
+		} else {
+			printf("    %zu. %-26s %s\n", i + 1, label, why);
+		}
+		rc = rules(c, &b, s, jstep, json);
+	}
+	if (!json)
+		printf("  by tensor type (first choice before F2, and the runner-up):\n");
+	if (rc == 0)
+		by_type(&o, &b, jtypes, json);
+	q4kh_backend_close(&b);
+	return rc;
+}
+
+/* What q4khost run --device N tries, for every device index in use. */
+static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
+                     const char *kernel_cli, const char *backend_cli, uint32_t n_index,
+                     json_t *jruns, int json)
+{
+	struct q4kh_select_cand *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
+	char origin[64], name[160];
+
+	if (!list)
+		return Q4KH_EXIT_FAIL;
+	for (uint32_t d = 0; d < n_index; d++) {
+		struct q4kh_select_request rq = { .registry = r, .config = c, .device = d,
+			                          .kernel = kernel_cli };
+		struct q4kh_error err = { { 0 } };
+		json_t *tries = json ? json_array() : NULL;
+		int n;
+
+		rq.backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
+		n = q4kh_select_plan(&rq, list, &err);
+		if (!json)
+			printf("\nq4khost run --device %u tries: ", d);
+		for (int i = 0; i < n; i++) {
+			snprintf(name, sizeof(name), "%s/%s", list[i].backend,
+			         list[i].variant ? list[i].variant : "built-in");
+			if (json)
+				json_array_append_new(tries, json_string(name));
+			else
+				printf("%s%s", i ? " -> " : "", name);
+		}
+		if (json)
+			json_array_append_new(jruns, json_pack("{s:i, s:o, s:s?}", "device", (int)d,
+			                                       "tries", tries, "error",
+			                                       n < 0 ? err.msg : NULL));
+		else
+			printf("%s\n", n < 0 ? err.msg : "");
+	}
+	free(list);
+	return 0;
+}
+
+int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config *c,
+                         const char *kernel_cli, const char *backend_cli, int json)
+{
+	json_t *root = json_object(), *jset = json_object(), *jdevices = json_array();
+	json_t *jruns = json_array();
+	uint32_t n_index = 0;
+	int rc;
+
+	json_object_set_new(root, "settings", jset);
+	json_object_set_new(root, "devices", jdevices);
+	json_object_set_new(root, "run", jruns);
+	rc = settings(r, c, backend_cli, jset, json);
+	for (size_t i = 0; rc == 0 && i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		uint32_t n;
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND)
+			continue;
+		q4kh_backend_devices(p, &n, NULL);
+		n_index = n > n_index ? n : n_index;
+		for (uint32_t d = 0; rc == 0 && d < n; d++)
+			rc = device(r, c, kernel_cli, p, d, jdevices, json);
+	}
+	if (rc == 0)
+		rc = run_plans(r, c, kernel_cli, backend_cli, n_index, jruns, json);
+	if (rc == 0 && json) {
+		if (json_dumpf(root, stdout, JSON_INDENT(2)) != 0)
+			rc = Q4KH_EXIT_FAIL;
+		putchar('\n');
+	}
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,499 @@
+/*
+ * q4khost qa: the golden-output gate (docs/f2.md). Each case of a cases
+ * file (qa_cases.h) is generated greedily on the reference cpu plugin and
+ * on every candidate that passes F2 (candidates.h; a valid receipt or a
+ * fresh measurement in a child process), and its text judged against the
+ * case's accepted answers. A case whose greedy path on the reference has a
+ * top-2 margin below the near-tie tolerance at any step is a knife edge:
+ * correct backends may flip it, so it is reported (step and margin) and
+ * refused as a golden, never judged.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "candidates.h"
+#include "chat.h"
+#include "cli.h"
+#include "config.h"
+#include "greedy.h"
+#include "guard.h"
+#include "qa_cases.h"
+#include "registry.h"
+#include "serving.h"
+#include "tokenizer.h"
+
+struct qa_opts {
+	const char *model, *cases, *backend, *kernel, *plugin_path, *config_file;
+	long device, timeout;
+	int device_set, json;
+	enum q4kh_f2_mode mode;
+};
+
+/* A path a case runs on: the reference, or a candidate that passed F2. */
+struct path {
+	struct q4kh_candidate c;
+	char name[160];
+	char f2[320]; /* "reference", or the verdict and its source */
+};
+
+/* What one case gave on one path. */
+struct result {
+	int ran, pass;
+	char *text;
+	char error[512];
+};
+
+struct qa_case_run {
+	const struct q4kh_qa_case *qc;
+	int32_t *ids;
+	size_t n_ids;
+	int knife_edge;
+	double min_margin;
+	int64_t min_step;
+	struct result *results; /* one per path */
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: q4khost qa --cases FILE [-m FILE] [OPTIONS]\n\n"
+	        "The golden-output gate: generate each case greedily on the reference\n"
+	        "cpu plugin and on every candidate (backend or kernel variant, per\n"
+	        "device) that passes F2, and check the text against the case's accepted\n"
+	        "answers. A case whose greedy path on the reference has a top-2 margin\n"
+	        "below the near-tie tolerance (0.5 logits) at any step is a knife edge:\n"
+	        "it is reported with the step and margin and refused as a golden.\n\n"
+	        "Cases file: one JSON object per line, e.g.\n"
+	        "  {\"prompt\": \"1, 2, 3, 4, 5, 6,\", \"accept\": [\" 7, 8, 9\"], \"max_tokens\": 8}\n"
+	        "keys: prompt, accept (answers the text, leading white space aside, must\n"
+	        "start with), max_tokens (default 16), chat (apply the chat template;\n"
+	        "default false), name; '#' lines are comments (docs/f2.md).\n\n"
+	        "      --cases FILE      the golden cases (required)\n"
+	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
+	        "      --backend NAME    only candidates of this backend\n"
+	        "      --device N        only candidates on this device\n"
+	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
+	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
+	        "      --revalidate      the same as --f2 fresh\n"
+	        "      --timeout S       seconds one F2 measurement may take (default 600)\n"
+	        "      --plugin-path P   ':'-separated plugin folders\n"
+	        "      --config FILE     extra INI configuration file\n"
+	        "      --json            one JSON object\n"
+	        "  -h, --help            this help\n\n"
+	        "exit codes: 0 every case that is not a knife edge passed on every path,\n"
+	        "            1 a case failed on some path (or could not run), 2 usage,\n"
+	        "            3 bad model, cases or config file\n");
+}
+
+static int parse(int argc, char **argv, struct qa_opts *o)
+{
+	enum { O_CASES = 256, O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE,
+	       O_TIMEOUT, O_PPATH, O_CONFIG, O_JSON };
+	static const struct option longs[] = {
+		{ "cases", required_argument, 0, O_CASES },
+		{ "model", required_argument, 0, 'm' },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "kernel", required_argument, 0, O_KERNEL },
+		{ "f2", required_argument, 0, O_F2 },
+		{ "revalidate", no_argument, 0, O_REVALIDATE },
+		{ "timeout", required_argument, 0, O_TIMEOUT },
+		{ "plugin-path", required_argument, 0, O_PPATH },
+		{ "config", required_argument, 0, O_CONFIG },
+		{ "json", no_argument, 0, O_JSON },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	char *end;
+	long *target;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->timeout = 600;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
+		switch (c) {
+		case O_CASES: o->cases = optarg; break;
+		case 'm': o->model = optarg; break;
+		case O_BACKEND: o->backend = optarg; break;
+		case O_KERNEL: o->kernel = optarg; break;
+		case O_PPATH: o->plugin_path = optarg; break;
+		case O_CONFIG: o->config_file = optarg; break;
+		case O_JSON: o->json = 1; break;
+		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
+		case O_F2:
+			if (q4kh_f2_mode_parse(optarg, &o->mode) ||
+			    (o->mode != Q4KH_F2_AUTO && o->mode != Q4KH_F2_FRESH)) {
+				fprintf(stderr, "q4khost qa: --f2 '%s' is not one of auto, fresh\n",
+				        optarg);
+				return -1;
+			}
+			break;
+		case O_DEVICE:
+		case O_TIMEOUT:
+			target = c == O_DEVICE ? &o->device : &o->timeout;
+			errno = 0;
+			*target = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || *target < (c == O_DEVICE ? 0 : 1)) {
+				fprintf(stderr, "q4khost qa: --%s takes a whole number, got '%s'\n",
+				        c == O_DEVICE ? "device" : "timeout", optarg);
+				return -1;
+			}
+			o->device_set |= c == O_DEVICE;
+			break;
+		case 'h': usage(stdout); return 1;
+		default: q4kh_cli_bad_option("qa", argv); return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "q4khost qa: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (!o->cases) {
+		fprintf(stderr, "q4khost qa: --cases FILE is required (try q4khost qa --help)\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* The prompt of each case as serving tokenizes it. */
+static int tokenize_cases(const char *model, struct qa_case_run *runs, size_t n,
+                          struct q4kh_tokenizer **tok, struct q4kh_error *err)
+{
+	struct q4kh_gguf *g = NULL;
+	enum q4kh_chat_format fmt;
+	int rc = -1;
+
+	if (q4kh_gguf_open(model, &g, err) || q4kh_tokenizer_load(g, tok, err))
+		goto out;
+	fmt = q4kh_chat_detect(g);
+	for (size_t i = 0; i < n; i++) {
+		const struct q4kh_qa_case *qc = runs[i].qc;
+		char *text = qc->chat ? q4kh_chat_apply(fmt, qc->prompt) : strdup(qc->prompt);
+
+		if (!text) {
+			q4kh_fail(err, "out of memory");
+			goto out;
+		}
+		rc = q4kh_tokenize(*tok, text, strlen(text), 1,
+		                   qc->chat && q4kh_chat_parse_special(fmt), &runs[i].ids,
+		                   &runs[i].n_ids, err);
+		free(text);
+		if (rc)
+			goto out;
+	}
+	rc = 0;
+out:
+	q4kh_gguf_close(g);
+	return rc;
+}
+
+/* The text of TOKENS (an end-of-generation token adds nothing). */
+static char *detokenize(const struct q4kh_tokenizer *tok, const struct q4kh_greedy *gr)
+{
+	size_t len = 0, cap = 256;
+	char *text = malloc(cap), piece[256];
+
+	for (int64_t i = 0; text && i < gr->n; i++) {
+		size_t n;
+		if (gr->eog && i == gr->n - 1)
+			break;
+		n = q4kh_token_to_piece(tok, gr->tokens[i], 0, piece, sizeof(piece));
+		n = n < sizeof(piece) ? n : sizeof(piece);
+		if (len + n + 1 > cap) {
+			char *grown = realloc(text, (cap = (len + n + 1) * 2));
+			if (!grown) {
+				free(text);
+				return NULL;
+			}
+			text = grown;
+		}
+		memcpy(text + len, piece, n);
+		len += n;
+	}
+	if (text)
+		text[len] = 0;
+	return text;
+}
+
+/*
+ * Run every case on path P (index PI): on the reference first (PI 0), which
+ * also decides the knife edges; other paths skip knife-edge cases.
+ */
+static void run_path(const struct q4kh_registry *r, const char *model,
+                     const struct q4kh_tokenizer *tok, const struct path *p, size_t pi,
+                     struct qa_case_run *runs, size_t n, double tolerance)
+{
+	struct q4kh_serving sv;
+	struct q4kh_error err = { { 0 } };
+	uint32_t n_ctx = 8;
+	int opened;
+
+	for (size_t i = 0; i < n; i++)
+		if (runs[i].n_ids + (size_t)runs[i].qc->max_tokens + 8 > n_ctx)
+			n_ctx = (uint32_t)(runs[i].n_ids + (size_t)runs[i].qc->max_tokens + 8);
+	opened = q4kh_serving_open(r, model, &p->c, n_ctx, &sv, &err) == 0;
+	for (size_t i = 0; i < n; i++) {
+		struct result *res = &runs[i].results[pi];
+		struct q4kh_greedy gr;
+
+		if (pi > 0 && runs[i].knife_edge)
+			continue;
+		if (!opened) {
+			snprintf(res->error, sizeof(res->error), "cannot start: %.480s", err.msg);
+			continue;
+		}
+		if (q4kh_greedy_run(sv.s, tok, runs[i].ids, (int64_t)runs[i].n_ids,
+		                    runs[i].qc->max_tokens, &gr, &err)) {
+			snprintf(res->error, sizeof(res->error), "generation failed: %.480s", err.msg);
+			continue;
+		}
+		res->ran = 1;
+		res->text = detokenize(tok, &gr);
+		res->pass = res->text && q4kh_qa_accepts(runs[i].qc, res->text, strlen(res->text));
+		if (pi == 0) {
+			runs[i].min_margin = INFINITY;
+			runs[i].min_step = -1;
+			for (int64_t s = 0; s < gr.n; s++)
+				if (gr.margins[s] < runs[i].min_margin) {
+					runs[i].min_margin = gr.margins[s];
+					runs[i].min_step = s;
+				}
+			runs[i].knife_edge = !(runs[i].min_margin >= tolerance);
+		}
+		q4kh_greedy_free(&gr);
+	}
+	if (opened)
+		q4kh_serving_close(&sv);
+}
+
+/* The reference first, then every candidate that passes F2; the others
+ * in *skipped with their verdict. */
+static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
+                        const struct q4kh_config *config, const int32_t *probe,
+                        size_t n_probe, struct path **paths, size_t *n_paths,
+                        json_t *skipped, struct q4kh_error *err)
+{
+	struct q4kh_candidate_filter f = { o->backend, o->device_set, (uint32_t)o->device,
+		                           o->kernel };
+	struct q4kh_candidate_entry *list = NULL;
+	struct q4kh_guard g = { 0 };
+	size_t n = 0;
+
+	if (q4kh_candidates_list(r, &f, &list, &n, err))
+		return -1;
+	*paths = calloc(n + 1, sizeof(**paths));
+	if (!*paths) {
+		free(list);
+		return q4kh_fail(err, "out of memory");
+	}
+	(*paths)[0].c = (struct q4kh_candidate){ "cpu", 0, NULL };
+	snprintf((*paths)[0].name, sizeof((*paths)[0].name), "cpu/built-in");
+	snprintf((*paths)[0].f2, sizeof((*paths)[0].f2), "the reference");
+	*n_paths = 1;
+	if (n && q4kh_guard_init(&g, r, config, o->model, probe, n_probe, err)) {
+		free(list);
+		return -1;
+	}
+	g.timeout_seconds = (unsigned)o->timeout;
+	g.config_file = o->config_file;
+	for (size_t i = 0; i < n; i++) {
+		struct q4kh_guard_decision d;
+		struct q4kh_error e = { { 0 } };
+		struct path *p = &(*paths)[*n_paths];
+		char name[160];
+
+		snprintf(name, sizeof(name), "%s on device %u",
+		         q4kh_candidate_name(&list[i].c, p->name, sizeof(p->name)), list[i].c.device);
+		if (q4kh_guard_check(&g, &list[i].c, &list[i].dev, o->mode, &d, &e)) {
+			json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "path", name,
+			                                         "verdict", "error", "message", e.msg));
+			continue;
+		}
+		q4kh_receipt_free(&d.receipt);
+		if (d.verdict != Q4KH_F2_PASS) {
+			json_array_append_new(skipped,
+			                      json_pack("{s:s, s:s, s:s}", "path", name, "verdict",
+			                                q4kh_f2_verdict_name(d.verdict), "message",
+			                                d.receipt.message));
+			continue;
+		}
+		p->c = list[i].c;
+		snprintf(p->name, sizeof(p->name), "%s", name);
+		snprintf(p->f2, sizeof(p->f2), "F2 pass, %s", d.source);
+		(*n_paths)++;
+	}
+	free(list);
+	return 0;
+}
+
+static json_t *report_json(const struct qa_opts *o, const struct path *paths,
+                           size_t n_paths, json_t *skipped, const struct qa_case_run *runs,
+                           size_t n, double tolerance, const int counts[3])
+{
+	json_t *jp = json_array(), *jc = json_array();
+
+	for (size_t i = 0; i < n_paths; i++)
+		json_array_append_new(jp, json_pack("{s:s, s:s}", "path", paths[i].name, "f2",
+		                                    paths[i].f2));
+	for (size_t i = 0; i < n; i++) {
+		json_t *res = json_array();
+		for (size_t p = 0; p < n_paths; p++) {
+			const struct result *r = &runs[i].results[p];
+			if (!r->ran && !r->error[0])
+				continue;
+			json_array_append_new(res, json_pack("{s:s, s:b, s:s?, s:s?}", "path",
+			                                     paths[p].name, "pass", r->pass, "text",
+			                                     r->text, "error",
+			                                     r->error[0] ? r->error : NULL));
+		}
+		json_array_append_new(jc, json_pack("{s:s, s:i, s:s, s:b, s:o, s:I, s:o}", "name",
+		                                    runs[i].qc->name, "line", (int)runs[i].qc->line,
+		                                    "prompt", runs[i].qc->prompt, "knife_edge",
+		                                    runs[i].knife_edge, "min_margin",
+		                                    isfinite(runs[i].min_margin)
+		                                            ? json_real(runs[i].min_margin)
+		                                            : json_null(),
+		                                    "min_margin_step", (json_int_t)runs[i].min_step,
+		                                    "results", res));
+	}
+	return json_pack("{s:s, s:s, s:f, s:o, s:O, s:o, s:i, s:i, s:i}", "model", o->model,
+	                 "cases_file", o->cases, "tolerance", tolerance, "paths", jp,
+	                 "skipped", skipped, "cases", jc, "passed", counts[0], "failed",
+	                 counts[1], "knife_edge", counts[2]);
+}
+
+static void report_text(const struct qa_opts *o, const struct path *paths, size_t n_paths,
+                        json_t *skipped, const struct qa_case_run *runs, size_t n,
+                        double tolerance, const int counts[3])
+{
+	size_t i;
+	json_t *s;
+
+	printf("model %s\n%zu cases from %s\n"
+	       "knife-edge tolerance %.2f: a smaller top-2 margin anywhere on the\n"
+	       "reference's greedy path refuses a case as a golden\n\n",
+	       o->model, n, o->cases, tolerance);
+	for (i = 0; i < n_paths; i++)
+		printf("path: %s (%s)\n", paths[i].name, paths[i].f2);
+	json_array_foreach(skipped, i, s)
+		printf("not a path: %s: F2 %s: %s\n", json_string_value(json_object_get(s, "path")),
+		       json_string_value(json_object_get(s, "verdict")),
+		       json_string_value(json_object_get(s, "message")));
+	for (i = 0; i < n; i++) {
+		const struct qa_case_run *c = &runs[i];
+		if (c->knife_edge && c->min_step >= 0)
+			printf("\ncase %s (line %u): KNIFE EDGE at step %lld (margin %.3f < %.2f): refused as a golden\n",
+			       c->qc->name, c->qc->line, (long long)c->min_step, c->min_margin, tolerance);
+		else if (c->min_step >= 0)
+			printf("\ncase %s (line %u): golden (smallest margin %.3f at step %lld)\n",
+			       c->qc->name, c->qc->line, c->min_margin, (long long)c->min_step);
+		else
+			printf("\ncase %s (line %u): did not run on the reference\n", c->qc->name,
+			       c->qc->line);
+		for (size_t p = 0; p < n_paths; p++) {
+			const struct result *r = &c->results[p];
+			if (r->error[0])
+				printf("  %-32s ERROR %s\n", paths[p].name, r->error);
+			else if (r->ran)
+				printf("  %-32s %-4s \"%s\"\n", paths[p].name,
+				       c->knife_edge ? "-" : r->pass ? "pass" : "FAIL", r->text);
+		}
+	}
+	printf("\n%d golden case%s passed on every path, %d failed, %d knife-edge case%s refused\n",
+	       counts[0], counts[0] == 1 ? "" : "s", counts[1], counts[2],
+	       counts[2] == 1 ? "" : "s");
+}
+
+int q4kh_cmd_qa(int argc, char **argv)
+{
+	struct qa_opts o;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *config = NULL;
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_tokenizer *tok = NULL;
+	struct q4kh_qa_case *cases = NULL;
+	struct qa_case_run *runs = NULL;
+	struct path *paths = NULL;
+	struct q4kh_f2_rules rules;
+	json_t *skipped = json_array();
+	size_t n = 0, n_paths = 0, n_probe = 0;
+	int32_t *probe = NULL;
+	char model_path[4096];
+	int counts[3] = { 0, 0, 0 }; /* passed, failed, knife edges */
+	int rc = parse(argc, argv, &o);
+
+	if (rc) {
+		json_decref(skipped);
+		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	}
+	if (!o.model)
+		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
+	q4kh_f2_rules_default(&rules);
+	rc = Q4KH_EXIT_INPUT;
+	if (q4kh_cli_config("qa", o.config_file, 0, &config, &err) ||
+	    q4kh_qa_cases_load(o.cases, &cases, &n, &err))
+		goto out;
+	runs = calloc(n, sizeof(*runs));
+	if (!runs) {
+		q4kh_fail(&err, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		runs[i] = (struct qa_case_run){ .qc = &cases[i], .min_margin = NAN, .min_step = -1 };
+	if (tokenize_cases(o.model, runs, n, &tok, &err) ||
+	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+		goto out;
+	rc = Q4KH_EXIT_FAIL;
+	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
+	    choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		if (!(runs[i].results = calloc(n_paths, sizeof(*runs[i].results)))) {
+			q4kh_fail(&err, "out of memory");
+			goto out;
+		}
+	for (size_t p = 0; p < n_paths; p++)
+		run_path(reg, o.model, tok, &paths[p], p, runs, n, rules.near_tie_logits);
+	for (size_t i = 0; i < n; i++) {
+		int ok = runs[i].results[0].ran;
+		for (size_t p = 0; ok && !runs[i].knife_edge && p < n_paths; p++)
+			ok = runs[i].results[p].pass;
+		counts[runs[i].knife_edge ? 2 : ok ? 0 : 1]++;
+	}
+	if (o.json) {
+		json_t *root = report_json(&o, paths, n_paths, skipped, runs, n,
+		                           rules.near_tie_logits, counts);
+		json_dumpf(root, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(root);
+	} else {
+		report_text(&o, paths, n_paths, skipped, runs, n, rules.near_tie_logits, counts);
+	}
+	rc = counts[1] ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
+	err.msg[0] = 0;
+out:
+	if (err.msg[0])
+		fprintf(stderr, "q4khost qa: %s\n", err.msg);
+	for (size_t i = 0; runs && i < n; i++) {
+		for (size_t p = 0; runs[i].results && p < n_paths; p++)
+			free(runs[i].results[p].text);
+		free(runs[i].results);
+		free(runs[i].ids);
+	}
+	free(runs);
+	free(paths);
+	free(probe);
+	json_decref(skipped);
+	q4kh_tokenizer_free(tok);
+	q4kh_qa_cases_free(cases, n);
+	q4kh_registry_free(reg);
+	q4kh_config_free(config);
+	return rc;
+}

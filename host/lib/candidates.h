@@ -1,0 +1,43 @@
+/*
+ * Every candidate the F2 guard can judge (q4khost validate, bench, qa):
+ * each backend other than the reference, with its built-in kernels, and
+ * every kernel variant that targets a backend (the cpu backend included),
+ * on each device of that backend. Not thread-safe (opens plugins).
+ */
+#ifndef Q4KH_CANDIDATES_H
+#define Q4KH_CANDIDATES_H
+
+#include <stddef.h>
+
+#include "error.h"
+#include "guard.h"
+#include "registry.h"
+
+struct q4kh_candidate_entry {
+	struct q4kh_candidate c;        /* names point into the registry */
+	struct q4kh_device_record dev;  /* the device's record */
+};
+
+/* Which candidates to list; zero for all. */
+struct q4kh_candidate_filter {
+	const char *backend; /* only this backend */
+	int device_set;      /* only device `device` */
+	uint32_t device;
+	const char *kernel;  /* only this variant; "none": built-in kernels only */
+};
+
+/*
+ * The candidates of R passing F, in plugin path order: per backend, per
+ * device, its variants (path order) then its built-in kernels. *out is
+ * malloc()ed (NULL when none). -1 with err when a backend fails to start
+ * or on out of memory.
+ */
+int q4kh_candidates_list(const struct q4kh_registry *r,
+                         const struct q4kh_candidate_filter *f,
+                         struct q4kh_candidate_entry **out, size_t *n,
+                         struct q4kh_error *err);
+
+/* "cpu/cpu-q8act" or "cuda/built-in" into BUF; returns BUF. */
+const char *q4kh_candidate_name(const struct q4kh_candidate *c, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,103 @@
+#include "config_keys.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define F2_KEYS "f2_floor", "f2_decode_steps", "f2_probe_tokens"
+
+/* A section NAME, or every section starting with NAME when prefix is set. */
+struct section {
+	const char *name;
+	int prefix;
+	const char *const keys[8]; /* NULL-terminated; NULL first: any key */
+	const char *shown;         /* how docs and warnings write the section */
+};
+
+static const struct section sections[] = {
+	{ "plugins", 0, { "path", NULL }, "plugins" },
+	{ "f2", 0, { "mode", "receipt_dir", F2_KEYS, NULL }, "f2" },
+	{ "gpu", 0, { "q4k_kernel", NULL }, "gpu" },
+	{ "gpu.", 1, { "q4k_kernel", NULL }, "gpu.DEVICE" },
+	{ "plugin.", 1, { NULL }, "plugin.NAME" },
+};
+
+static const char *const plugin_f2_keys[] = { F2_KEYS, NULL };
+
+static const struct section *find_section(const char *name)
+{
+	for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+		const struct section *s = &sections[i];
+		if (s->prefix ? !strncmp(name, s->name, strlen(s->name)) &&
+		                        name[strlen(s->name)]
+		              : !strcmp(name, s->name))
+			return s;
+	}
+	return NULL;
+}
+
+static int listed(const char *const *keys, const char *key)
+{
+	for (; *keys; keys++)
+		if (!strcmp(*keys, key))
+			return 1;
+	return 0;
+}
+
+/* "a, b, c" of a NULL-terminated list. */
+static void join(const char *const *keys, char *buf, size_t cap)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (; *keys && used < cap; keys++)
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", *keys);
+}
+
+struct check {
+	void (*warn)(void *data, const char *line);
+	void *data;
+	size_t count;
+};
+
+static void check_key(void *data, const char *file, unsigned line,
+                      const char *section, const char *key)
+{
+	struct check *ck = data;
+	const struct section *s = find_section(section);
+	char msg[2048], known[256];
+
+	if (!*section) {
+		snprintf(msg, sizeof(msg), "%s:%u: key '%s' is outside any [section]; ignored",
+		         file, line, key);
+	} else if (!s) {
+		char names[256];
+		const char *all[sizeof(sections) / sizeof(sections[0]) + 1];
+		for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+			all[i] = sections[i].shown;
+		all[sizeof(sections) / sizeof(sections[0])] = NULL;
+		join(all, names, sizeof(names));
+		snprintf(msg, sizeof(msg), "%s:%u: unknown section [%s] (known: %s); key '%s' ignored",
+		         file, line, section, names, key);
+	} else if (s->keys[0] && !listed(s->keys, key)) {
+		join(s->keys, known, sizeof(known));
+		snprintf(msg, sizeof(msg), "%s:%u: unknown key '%s' in section [%s] (known there: %s); ignored",
+		         file, line, key, section, known);
+	} else if (!s->keys[0] && !strncmp(key, "f2_", 3) && !listed(plugin_f2_keys, key)) {
+		join(plugin_f2_keys, known, sizeof(known));
+		snprintf(msg, sizeof(msg), "%s:%u: unknown F2 key '%s' in section [%s] (F2 keys: %s); ignored",
+		         file, line, key, section, known);
+	} else {
+		return;
+	}
+	ck->count++;
+	ck->warn(ck->data, msg);
+}
+
+size_t q4kh_config_check(const struct q4kh_config *c,
+                         void (*warn)(void *data, const char *line), void *data)
+{
+	struct check ck = { warn, data, 0 };
+
+	q4kh_config_each(c, check_key, &ck);
+	return ck.count;
+}

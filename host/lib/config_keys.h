@@ -1,0 +1,31 @@
+/*
+ * The keys q4khost reads from its INI files (docs/config.md, section 3),
+ * and the check that names every other key, so a typo does not silently
+ * leave a setting at its default. Thread-safe.
+ *
+ * Known sections and keys:
+ *   [plugins]      path
+ *   [f2]           mode, receipt_dir, f2_floor, f2_decode_steps,
+ *                  f2_probe_tokens
+ *   [gpu], [gpu.SELECTOR]  q4k_kernel (SELECTOR: a device's UUID, index,
+ *                  name or architecture)
+ *   [plugin.NAME]  any key (the plugin reads its own), except that a key
+ *                  starting with "f2_" must be one of the F2 keys above
+ */
+#ifndef Q4KH_CONFIG_KEYS_H
+#define Q4KH_CONFIG_KEYS_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+/*
+ * Call WARN once for every key line of C's files that q4khost does not
+ * know, with one line naming the file, line, section and key, e.g.
+ * "/etc/q4khost/q4khost.ini:7: unknown key 'q4k_kernal' in section
+ * [gpu.0] (known there: q4k_kernel); ignored". Returns how many.
+ */
+size_t q4kh_config_check(const struct q4kh_config *c,
+                         void (*warn)(void *data, const char *line), void *data);
+
+#endif

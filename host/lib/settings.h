@@ -1,0 +1,36 @@
+/*
+ * Host settings that several commands share, each resolved with where its
+ * value came from (design section 5: the command line, then the
+ * environment, then the config files, then the built-in default), for
+ * reports and `q4khost plugins --explain`. Plugin path: registry.h;
+ * receipt folder: receipt.h; kernels: policy.h; F2 floors: guard.h.
+ * Thread-safe (reads only).
+ */
+#ifndef Q4KH_SETTINGS_H
+#define Q4KH_SETTINGS_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "error.h"
+#include "guard.h"
+
+/*
+ * The F2 mode: CLI (the --f2 value, NULL when not given), else Q4KHOST_F2,
+ * else [f2] mode, else auto. ORIGIN gets "--f2", "Q4KHOST_F2",
+ * "FILE:LINE [f2]" or "default". A value that is not one of auto, fresh,
+ * off, require is an error naming where it was set; *bad_input says
+ * whether it came from a file (1) or the command line or environment (0).
+ */
+int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
+                          enum q4kh_f2_mode *mode, char *origin, size_t cap,
+                          int *bad_input, struct q4kh_error *err);
+
+/*
+ * The backend asked for: CLI (--backend, or NULL), else Q4KHOST_BACKEND,
+ * else NULL (automatic). ORIGIN gets "--backend", "Q4KHOST_BACKEND" or
+ * "default".
+ */
+const char *q4kh_settings_backend(const char *cli, char *origin, size_t cap);
+
+#endif

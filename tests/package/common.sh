@@ -1,0 +1,49 @@
+# Shared by the scripts in tests/package/, which tests/test_package.c runs
+# with make check's environment (Q4KH_TEST_BUILDDIR, Q4KH_TEST_SRCDIR, ...).
+build=${Q4KH_TEST_BUILDDIR:?run through make check (tests/test_package)}
+src=${Q4KH_TEST_SRCDIR:?run through make check (tests/test_package)}
+
+die()
+{
+	echo "${0##*/}: $*" >&2
+	exit 1
+}
+
+# Exit 77: tests/test_package.c skips the test with this reason.
+skip()
+{
+	echo "$*"
+	exit 77
+}
+
+# A make of our own, not a job of the make check that runs us.
+own_make()
+{
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make "$@"
+}
+
+# Run "$@" with its output in LOG; on failure show the end and die.
+logged()
+{
+	local log=$1
+	shift
+	echo "+ $* >$log"
+	"$@" >"$log" 2>&1 || {
+		tail -n 60 "$log"
+		die "failed: $* (whole log: $log)"
+	}
+}
+
+# The build tree's CUDA choice: its first machine-code architecture
+# ("75"), or nothing when it was configured without CUDA. The packaging
+# builds follow it, for one architecture only, to keep CI short.
+cuda_arch()
+{
+	sed -n 's/^#define Q4KH_CUDA_ARCHS "sm_\([0-9]*\).*/\1/p' "$build/buildconf.h"
+}
+
+# The version make dist names the tree with.
+package_version()
+{
+	sed -n 's/^PACKAGE_VERSION = //p' "$build/Makefile"
+}

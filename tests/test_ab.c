@@ -1,0 +1,277 @@
+/*
+ * A/B and QA through the real CLI and loader, with the cpu-targeting test
+ * variants (tests/plugins): `q4khost validate --plot` draws one series per
+ * candidate from the measurement (and the same image again from receipts
+ * alone), `q4khost bench` compares a variant with the built-in kernels,
+ * and `q4khost qa` judges golden cases on every path that passes F2 and
+ * refuses a knife-edge case (tests/fixtures/qa-cases.jsonl, margins from
+ * llama.cpp). A short probe (16 tokens) keeps the measurements quick.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+#define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
+
+struct rig {
+	char *plugins, *receipts, cfg[4200];
+};
+
+static void rig_open(struct rig *r, const char *const *names)
+{
+	test_model_path();
+	r->plugins = test_plugin_dir(names);
+	r->receipts = test_tmpdir();
+	snprintf(r->cfg, sizeof(r->cfg), "%s/short.ini", r->receipts);
+	test_write_file(r->cfg, SHORT_PROBE, strlen(SHORT_PROBE));
+}
+
+/* q4khost COMMAND ARGS with the rig's plugins, receipts and config. */
+static int q4khost(const struct rig *r, const char *env, const char *command,
+                   const char *args, char **out)
+{
+	char cmd[16384];
+
+	snprintf(cmd, sizeof(cmd),
+	         "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND XDG_CONFIG_HOME=%s "
+	         "Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s --plugin-path %s --config %s %s",
+	         r->receipts, r->receipts, env, test_builddir(), command, r->plugins, r->cfg, args);
+	return test_shell(cmd, out);
+}
+
+static json_t *parse_json(const char *text)
+{
+	json_error_t jerr;
+	json_t *j = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, &jerr);
+
+	cr_assert_not_null(j, "no JSON (%s): %s", jerr.text, text);
+	return j;
+}
+
+/*
+ * What the SVG at PATH holds, read by an XML parser (Python's): per
+ * data-candidate, its series count, its line's pen-downs, its marks by
+ * class and their positions; the floor lines and boundaries.
+ */
+static json_t *svg_summary(const char *path)
+{
+	static const char script[] =
+		"import json, sys, xml.etree.ElementTree as E\n"
+		"S = '{http://www.w3.org/2000/svg}'\n"
+		"root = E.parse(sys.argv[1]).getroot()\n"
+		"out = {'candidates': {}, 'floors': 0, 'boundaries': 0}\n"
+		"for g in root.iter(S + 'g'):\n"
+		"    if g.get('class') != 'panel':\n"
+		"        continue\n"
+		"    series = [p for p in g.iter(S + 'path') if p.get('data-candidate')]\n"
+		"    for s in series:\n"
+		"        c = out['candidates'].setdefault(s.get('data-candidate'),\n"
+		"            {'series': 0, 'moves': 0, 'points': 0, 'marks': {}})\n"
+		"        c['series'] += 1\n"
+		"        c['moves'] += s.get('d').count('M')\n"
+		"        c['points'] += s.get('d').count('M') + s.get('d').count('L')\n"
+		"        for m in g.iter():\n"
+		"            cls = (m.get('class') or '').split()\n"
+		"            if 'mark' in cls:\n"
+		"                c['marks'].setdefault(cls[1], []).append(int(m.get('data-position')))\n"
+		"    for l in g.iter(S + 'line'):\n"
+		"        cls = l.get('class') or ''\n"
+		"        out['floors'] += cls.startswith('floor')\n"
+		"        out['boundaries'] += cls == 'boundary'\n"
+		"print(json.dumps(out))\n";
+	char cmd[8192], *out, *script_path = NULL;
+	json_t *j;
+	int rc;
+
+	script_path = malloc(4200);
+	snprintf(script_path, 4200, "%s/svg.py", test_tmpdir());
+	test_write_file(script_path, script, strlen(script));
+	snprintf(cmd, sizeof(cmd), "python3 %s %s", script_path, path);
+	rc = test_shell(cmd, &out);
+	cr_assert_eq(rc, 0, "the SVG does not parse as XML: %s", out);
+	j = parse_json(out);
+	free(out);
+	free(script_path);
+	return j;
+}
+
+static json_t *candidate(json_t *summary, const char *name)
+{
+	json_t *c = json_object_get(json_object_get(summary, "candidates"), name);
+
+	cr_assert_not_null(c, "no series for %s", name);
+	return c;
+}
+
+static size_t n_marks(json_t *c, const char *cls)
+{
+	return json_array_size(json_object_get(json_object_get(c, "marks"), cls));
+}
+
+Test(ab, validate_plot_draws_one_series_per_candidate_from_receipts, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", "defect_kv", "defect_nan",
+		                             "defect_abort", NULL };
+	struct rig r;
+	char *out, args[4400], first[4200], second[4200], *a, *b;
+	const char *key;
+	size_t la, lb, i;
+	json_t *s, *c, *v;
+
+	rig_open(&r, names);
+	snprintf(first, sizeof(first), "%s/fresh.svg", r.receipts);
+	snprintf(second, sizeof(second), "%s/receipts.svg", r.receipts);
+	snprintf(args, sizeof(args), "--plot %s", first);
+	cr_expect_eq(q4khost(&r, "", "validate", args, &out), 1, "defects fail: %s", out);
+	free(out);
+	s = svg_summary(first);
+	cr_expect_eq(json_object_size(json_object_get(s, "candidates")), 4);
+	json_object_foreach(json_object_get(s, "candidates"), key, v)
+		cr_expect_eq(json_integer_value(json_object_get(v, "series")), 1, "%s", key);
+	cr_expect_eq(json_integer_value(json_object_get(s, "floors")), 8,
+	             "both floors in every panel");
+	cr_expect_eq(json_integer_value(json_object_get(s, "boundaries")), 3,
+	             "the prefill/decode boundary wherever positions were measured");
+
+	/* 16 prefill positions and 8 decode steps, position 0 not judged. */
+	c = candidate(s, "cpu/cpu-q8act on device 0");
+	cr_expect_eq(json_integer_value(json_object_get(c, "points")), 24);
+	cr_expect_eq(json_integer_value(json_object_get(c, "moves")), 1, "one unbroken line");
+	cr_expect_eq(n_marks(c, "rejected"), 0);
+	cr_expect_eq(n_marks(c, "unjudged"), 1);
+
+	/* The KV defect: marked from decode step 4 (position 20) on, and only there. */
+	c = candidate(s, "cpu/defect-kv on device 0");
+	cr_expect_geq(n_marks(c, "rejected"), 1);
+	json_array_foreach(json_object_get(json_object_get(c, "marks"), "rejected"), i, v)
+		cr_expect_geq(json_integer_value(v), 20, "a rejected mark in prefill");
+
+	/* NaN everywhere: marked at every position, no line drawn. */
+	c = candidate(s, "cpu/defect-nan on device 0");
+	cr_expect_eq(json_integer_value(json_object_get(c, "points")), 0);
+	cr_expect_eq(n_marks(c, "nonfinite"), 24);
+
+	/* A crash measured nothing: an empty series, still one per candidate. */
+	c = candidate(s, "cpu/defect-abort on device 0");
+	cr_expect_eq(json_integer_value(json_object_get(c, "points")), 0);
+	json_decref(s);
+
+	/* The second run decides from receipts alone and draws the same image. */
+	snprintf(args, sizeof(args), "--plot %s", second);
+	cr_expect_eq(q4khost(&r, "", "validate", args, &out), 1, "%s", out);
+	cr_expect(strstr(out, "receipt (") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "fresh ("), "%s", out);
+	free(out);
+	a = test_read_file(first, &la);
+	b = test_read_file(second, &lb);
+	cr_assert(a && b);
+	cr_expect(la == lb && !memcmp(a, b, la), "the plot from receipts differs from the fresh one");
+	free(a);
+	free(b);
+}
+
+Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
+	struct rig r;
+	char *out;
+	json_t *j, *row;
+	size_t i;
+
+	rig_open(&r, names);
+	cr_assert_eq(q4khost(&r, "", "bench", "--kernels cpu-q8act -n 3 -p 'The water cycle' --json",
+	                     &out),
+	             0, "%s", out);
+	j = parse_json(out);
+	cr_expect_eq(json_integer_value(json_object_get(j, "decode_tokens")), 3);
+	cr_assert_eq(json_array_size(json_object_get(j, "rows")), 2, "the variant and built-in");
+	json_array_foreach(json_object_get(j, "rows"), i, row) {
+		json_t *f2 = json_object_get(row, "f2");
+		const char *k = json_string_value(json_object_get(row, "kernel"));
+
+		cr_expect_gt(json_number_value(json_object_get(row, "prefill_tokens_per_second")), 0, "%s", k);
+		cr_expect_gt(json_number_value(json_object_get(row, "decode_tokens_per_second")), 0, "%s", k);
+		if (i == 0) {
+			cr_expect_str_eq(k, "cpu-q8act");
+			cr_expect_str_eq(json_string_value(json_object_get(f2, "verdict")), "pass");
+			cr_expect_geq(json_number_value(json_object_get(f2, "min_cosine")), 0.99);
+			cr_expect(json_is_integer(json_object_get(f2, "near_ties")));
+			cr_expect(strstr(json_string_value(json_object_get(f2, "source")), "fresh") != NULL);
+		} else {
+			cr_expect_str_eq(k, "built-in");
+			cr_expect_str_eq(json_string_value(json_object_get(f2, "verdict")), "reference");
+		}
+	}
+	json_decref(j);
+	free(out);
+
+	/* The list from the environment; a rejected variant is never timed. */
+	cr_expect_eq(q4khost(&r, "Q4KHOST_Q4K_KERNEL=cpu-q8act,defect-nan", "bench",
+	                     "-n 2 -p 'The water cycle'", &out),
+	             1, "%s", out);
+	cr_expect(strstr(out, "cpu-q8act") != NULL && strstr(out, "receipt (") != NULL,
+	          "the receipt of the first run decides: %s", out);
+	cr_expect(strstr(out, "not timed: F2 reject: position 1 (prefill)") != NULL, "%s", out);
+	cr_expect(strstr(out, "built-in") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost(&r, "", "bench", "--kernels cpu-q8", &out), 4, "%s", out);
+	cr_expect(strstr(out, "--kernels: 'cpu-q8' is not a kernel variant") != NULL, "%s", out);
+	free(out);
+}
+
+Test(ab, qa_judges_golden_cases_and_refuses_knife_edges, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	static const char wrong[] =
+		"{\"prompt\": \"1, 2, 3, 4, 5, 6,\", \"accept\": [\" 8\"], \"max_tokens\": 2}\n";
+	static const char misspelt[] = "\n{\"prompt\": \"x\", \"acept\": [\"y\"]}\n";
+	struct rig r;
+	char *out, args[8400], cases[4200];
+	json_t *j, *c;
+
+	rig_open(&r, names);
+	snprintf(args, sizeof(args), "--cases %s/tests/fixtures/qa-cases.jsonl --json",
+	         test_srcdir());
+	cr_assert_eq(q4khost(&r, "", "qa", args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_eq(json_array_size(json_object_get(j, "paths")), 2, "the reference and cpu-q8act");
+	c = json_array_get(json_object_get(j, "cases"), 0);
+	cr_expect_str_eq(json_string_value(json_object_get(c, "name")), "counting");
+	cr_expect(json_is_false(json_object_get(c, "knife_edge")));
+	cr_expect_eq(json_array_size(json_object_get(c, "results")), 2);
+	cr_expect(json_is_true(json_object_get(json_array_get(json_object_get(c, "results"), 1), "pass")),
+	          "on cpu-q8act too");
+	/* llama.cpp: margins 0.33 then 0.20 logits; the smaller one names it. */
+	c = json_array_get(json_object_get(j, "cases"), 1);
+	cr_expect(json_is_true(json_object_get(c, "knife_edge")));
+	cr_expect_eq(json_integer_value(json_object_get(c, "min_margin_step")), 1);
+	cr_expect(fabs(json_number_value(json_object_get(c, "min_margin")) - 0.20) < 0.05,
+	          "margin %f", json_number_value(json_object_get(c, "min_margin")));
+	cr_expect_eq(json_array_size(json_object_get(c, "results")), 1,
+	             "a knife edge is not judged on the candidates");
+	cr_expect_eq(json_integer_value(json_object_get(j, "passed")), 1);
+	cr_expect_eq(json_integer_value(json_object_get(j, "knife_edge")), 1);
+	json_decref(j);
+	free(out);
+
+	/* A wrong golden fails the gate, on every path it names. */
+	snprintf(cases, sizeof(cases), "%s/wrong.jsonl", r.receipts);
+	test_write_file(cases, wrong, strlen(wrong));
+	snprintf(args, sizeof(args), "--cases %s", cases);
+	cr_expect_eq(q4khost(&r, "", "qa", args, &out), 1, "%s", out);
+	cr_expect(strstr(out, "cpu/built-in                     FAIL") != NULL, "%s", out);
+	cr_expect(strstr(out, "cpu/cpu-q8act on device 0        FAIL") != NULL, "%s", out);
+	cr_expect(strstr(out, "0 golden cases passed on every path, 1 failed") != NULL, "%s", out);
+	free(out);
+
+	/* A misspelt key is an error naming the line. */
+	test_write_file(cases, misspelt, strlen(misspelt));
+	cr_expect_eq(q4khost(&r, "", "qa", args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "wrong.jsonl:2: unknown key \"acept\"") != NULL, "%s", out);
+	free(out);
+}

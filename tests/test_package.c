@@ -1,0 +1,412 @@
+/*
+ * Packaging, end to end: the plugin SDK as a vendor meets it (a staged
+ * `make install`, an example plugin built out of tree through pkg-config,
+ * then listed, F2-validated and chosen by the staged host), the release
+ * tarball (make distcheck), and the Debian packages (built, lintian-clean,
+ * unpacked into a scratch root and run from there). The shell work is in
+ * the scripts of tests/package/; what came out is checked here.
+ *
+ * Each test builds q4khost again, so they run only when
+ * Q4KH_TEST_PACKAGING=1 (scripts/test.sh sets it for CI); otherwise they
+ * skip, saying so.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "helpers.h"
+#include "q4khost/plugin.h"
+
+#define CMD_MAX 8192
+
+static void require_packaging(void)
+{
+	const char *v = getenv("Q4KH_TEST_PACKAGING");
+
+	if (!v || strcmp(v, "1") != 0)
+		cr_skip_test("packaging tests build q4khost again; Q4KH_TEST_PACKAGING=1 "
+		             "runs them (scripts/test.sh does)");
+}
+
+/* The last (up to) 3000 bytes of a log, for a failure message. */
+static const char *log_tail(const char *path)
+{
+	static char tail[3001];
+	size_t len = 0;
+	char *all = test_read_file(path, &len);
+
+	if (!all)
+		return "(no log)";
+	snprintf(tail, sizeof(tail), "%s", all + (len > 3000 ? len - 3000 : 0));
+	free(all);
+	return tail;
+}
+
+/*
+ * Run tests/package/SCRIPT.sh ARGS with its output in WORK/SCRIPT.out.
+ * Exit 77 skips the test with the script's reason; anything but 0 fails it
+ * with the end of the output.
+ */
+static void run_script(const char *work, const char *script, const char *args)
+{
+	char cmd[CMD_MAX], out[4096];
+	int st;
+
+	snprintf(out, sizeof(out), "%s/%s.out", work, script);
+	/*
+	 * Criterion marks the processes of its sandbox with BXFI_MAP: a suite
+	 * started below us (make distcheck runs them all) would take itself for
+	 * one of ours and abort.
+	 */
+	snprintf(cmd, sizeof(cmd),
+	         "env -u BXFI_MAP -u GMON_OUT_PREFIX bash '%s/tests/package/%s.sh' %s >'%s' 2>&1",
+	         test_srcdir(), script, args, out);
+	st = system(cmd);
+	cr_assert(WIFEXITED(st), "%s: killed by a signal", cmd);
+	if (WEXITSTATUS(st) == 77)
+		cr_skip_test("%s", log_tail(out));
+	cr_assert_eq(WEXITSTATUS(st), 0, "%s exited %d:\n%s", script, WEXITSTATUS(st),
+	             log_tail(out));
+}
+
+/*
+ * Run the q4khost at HOST with ARGS and --json, isolated from the caller's
+ * configuration, receipts and plugin path; its parsed output, and its exit
+ * status in *status. Its stderr goes to WORK/host.err.
+ */
+static json_t *host_json(const char *work, const char *host, const char *args,
+                         int *status)
+{
+	char cmd[CMD_MAX], err[4096];
+	json_error_t jerr;
+	json_t *j;
+	FILE *p;
+
+	snprintf(err, sizeof(err), "%s/host.err", work);
+	snprintf(cmd, sizeof(cmd),
+	         "env -u Q4KHOST_PLUGIN_PATH -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_BACKEND "
+	         "-u Q4KHOST_F2 XDG_CONFIG_HOME='%s/config' "
+	         "Q4KHOST_F2_RECEIPT_DIR='%s/receipts' '%s' %s --json 2>'%s'",
+	         work, work, host, args, err);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p, "%s", cmd);
+	j = json_loadf(p, 0, &jerr);
+	*status = pclose(p);
+	cr_assert_not_null(j, "%s: no JSON on stdout (%s); stderr:\n%s", cmd, jerr.text,
+	                   log_tail(err));
+	return j;
+}
+
+static const char *str(const json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? s : "";
+}
+
+/* The entry of plugin NAME in `q4khost plugins --json`; fails when absent. */
+static json_t *plugin_entry(json_t *listing, const char *name)
+{
+	size_t i;
+	json_t *p;
+
+	json_array_foreach(json_object_get(listing, "plugins"), i, p)
+		if (!strcmp(str(p, "name"), name))
+			return p;
+	cr_assert_fail("plugin %s is not listed: %s", name,
+	               json_dumps(listing, JSON_COMPACT));
+	return NULL;
+}
+
+/* Listed from DIR, accepted, of KIND. */
+static void expect_accepted(json_t *listing, const char *name, const char *kind,
+                            const char *dir)
+{
+	json_t *p = plugin_entry(listing, name);
+	char file[4096];
+
+	snprintf(file, sizeof(file), "%s/%s.so", dir, name);
+	cr_expect_str_eq(str(p, "state"), "accepted", "%s: %s", name,
+	                 json_dumps(p, JSON_COMPACT));
+	cr_expect_str_eq(str(p, "kind"), kind, "%s", name);
+	cr_expect_str_eq(str(p, "path"), file, "%s", name);
+}
+
+/* VALUE of a "KEY: VALUE" line of a script's output. */
+static void script_value(const char *work, const char *script, const char *key,
+                         char *buf, size_t cap)
+{
+	char path[4096], *all, *at, *end;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/%s.out", work, script);
+	all = test_read_file(path, &len);
+	cr_assert_not_null(all, "%s", path);
+	snprintf(buf, cap, "\n%s: ", key);
+	at = strstr(all, buf);
+	cr_assert_not_null(at, "no '%s:' line in %s:\n%s", key, path, all);
+	at += strlen(buf);
+	end = strchr(at, '\n');
+	snprintf(buf, cap, "%.*s", end ? (int)(end - at) : (int)strlen(at), at);
+	free(all);
+}
+
+/*
+ * What the installed bash completion offers for the command line WORDS
+ * (the last one being completed), one candidate a line.
+ */
+static char *complete(const char *work, const char *completion, const char *words)
+{
+	char cmd[CMD_MAX], out[4096];
+	size_t len;
+	char *got;
+
+	snprintf(out, sizeof(out), "%s/complete.out", work);
+	snprintf(cmd, sizeof(cmd),
+	         "env -u Q4KHOST_PLUGIN_PATH bash '%s/tests/package/complete.sh' '%s' %s >'%s' 2>&1",
+	         test_srcdir(), completion, words, out);
+	cr_assert_eq(system(cmd), 0, "%s:\n%s", cmd, log_tail(out));
+	got = test_read_file(out, &len);
+	cr_assert_not_null(got, "%s", out);
+	return got;
+}
+
+/* Is LINE one of the lines of TEXT? */
+static int has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *at = strstr(text, line); at; at = strstr(at + 1, line))
+		if ((at == text || at[-1] == '\n') && (at[n] == '\n' || !at[n]))
+			return 1;
+	return 0;
+}
+
+/* Build an SDK example the vendor's way; its staged host and plugin folder. */
+static void build_example(const char *work, const char *kind, char *host,
+                          char *plugins, size_t cap)
+{
+	char args[CMD_MAX];
+
+	snprintf(args, sizeof(args), "%s '%s'", kind, work);
+	run_script(work, "sdk-example", args);
+	script_value(work, "sdk-example", "host", host, cap);
+	script_value(work, "sdk-example", "plugins", plugins, cap);
+}
+
+/* The user's q4khost.ini choosing the example for the cpu device. */
+#define CHOICE "[gpu.cpu]\nq4k_kernel = example-cpu-q4k\n"
+
+Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout = 900)
+{
+	static const char *const commands[] = { "run", "plugins", "validate", "info" };
+	char *work, *got, host[2048], plugins[2048], completion[2048], args[CMD_MAX];
+	json_t *j, *c, *q4k;
+	size_t i;
+	int st, seen = 0;
+
+	require_packaging();
+	test_model_path();
+	work = test_tmpdir();
+	build_example(work, "cpu", host, plugins, sizeof(host));
+
+	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	expect_accepted(j, "cpu", "backend", plugins);
+	expect_accepted(j, "example-cpu-q4k", "kernel", plugins);
+	json_decref(j);
+
+	snprintf(args, sizeof(args),
+	         "validate --plugin-path '%s' --kernel example-cpu-q4k --f2 fresh", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	json_array_foreach(json_object_get(j, "candidates"), i, c) {
+		if (strcmp(str(c, "kernel"), "example-cpu-q4k"))
+			continue;
+		seen++;
+		cr_expect_str_eq(str(c, "verdict"), "pass", "%s", str(c, "message"));
+		/* Float activations: far above the 0.95 floor (docs/plugin-abi.md). */
+		cr_expect_geq(json_real_value(json_object_get(c, "min_cosine")), 0.999,
+		              "%s", str(c, "message"));
+	}
+	cr_expect_eq(seen, 1, "validate measured example-cpu-q4k %d times", seen);
+	json_decref(j);
+
+	snprintf(args, sizeof(args),
+	         "run --plugin-path '%s' --kernel example-cpu-q4k -n 8 -p 'The capital of France is'",
+	         plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
+	cr_expect_str_eq(str(q4k, "plugin"), "example-cpu-q4k");
+	cr_expect(strstr(str(q4k, "file"), plugins) == str(q4k, "file"),
+	          "Q4_K ran from %s, not from %s", str(q4k, "file"), plugins);
+	cr_expect_str_eq(str(json_object_get(j, "f2"), "verdict"), "pass");
+	/* validate's receipt serves the run: the same file, model and device. */
+	cr_expect(!strncmp(str(json_object_get(j, "f2"), "source"), "receipt", 7),
+	          "F2 source: %s", str(json_object_get(j, "f2"), "source"));
+	cr_expect_neq(strlen(str(j, "text")), 0);
+	json_decref(j);
+
+	/* Chosen by the operator's configuration instead (q4khost.ini(5)). */
+	snprintf(args, sizeof(args), "mkdir -p '%s/config/q4khost'", work);
+	cr_assert_eq(system(args), 0, "%s", args);
+	snprintf(args, sizeof(args), "%s/config/q4khost/q4khost.ini", work);
+	test_write_file(args, CHOICE, strlen(CHOICE));
+	snprintf(args, sizeof(args), "run --plugin-path '%s' -n 4 -p 'The capital of France is'",
+	         plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
+	cr_expect_str_eq(str(q4k, "plugin"), "example-cpu-q4k");
+	cr_expect(strstr(str(j, "kernel_choice"), "[gpu.cpu]") != NULL, "kernel choice: %s",
+	          str(j, "kernel_choice"));
+	cr_expect_str_eq(str(json_object_get(j, "f2"), "verdict"), "pass");
+	json_decref(j);
+
+	/* The installed completion knows the commands and the new variant. */
+	script_value(work, "sdk-example", "completion", completion, sizeof(completion));
+	snprintf(args, sizeof(args), "'%s' ''", host);
+	got = complete(work, completion, args);
+	for (size_t k = 0; k < sizeof(commands) / sizeof(commands[0]); k++)
+		cr_expect(has_line(got, commands[k]), "command %s not offered:\n%s",
+		          commands[k], got);
+	free(got);
+	snprintf(args, sizeof(args), "'%s' run --plugin-path '%s' --kernel ''", host, plugins);
+	got = complete(work, completion, args);
+	cr_expect(has_line(got, "example-cpu-q4k") && has_line(got, "none"),
+	          "--kernel offers:\n%s", got);
+	free(got);
+	free(work);
+}
+
+/* No GPU here: built with nvcc from the SDK alone and accepted by the host. */
+Test(package, sdk_cuda_example_builds_and_is_accepted, .timeout = 900)
+{
+	char *work, host[4096], plugins[4096], args[CMD_MAX];
+	json_t *j;
+	int st;
+
+	require_packaging();
+	work = test_tmpdir();
+	build_example(work, "cuda", host, plugins, sizeof(host));
+	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	expect_accepted(j, "example-cuda-q4k", "kernel", plugins);
+	json_decref(j);
+	free(work);
+}
+
+Test(package, distcheck_passes, .timeout = 1800)
+{
+	char *work;
+
+	require_packaging();
+	work = test_tmpdir();
+	run_script(work, "distcheck", work);
+	free(work);
+}
+
+/* FILE exists under ROOT, a regular file. */
+static void expect_file(const char *root, const char *file)
+{
+	char path[4096];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s%s", root, file);
+	cr_expect(stat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s is not in the packages",
+	          file);
+}
+
+Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800)
+{
+	char *work, *root, *dir, *plugins, *host, *file, args[CMD_MAX];
+	char multiarch[256], cuda[16];
+	json_t *j, *q4k;
+	int st;
+
+	require_packaging();
+	test_model_path();
+	work = test_tmpdir();
+	run_script(work, "debs", work);
+	script_value(work, "debs", "multiarch", multiarch, sizeof(multiarch));
+	script_value(work, "debs", "cuda", cuda, sizeof(cuda));
+	cr_assert_geq(asprintf(&root, "%s/root", work), 0);
+	cr_assert_geq(asprintf(&dir, "/usr/lib/%s/q4khost/plugins-abi%d", multiarch,
+	                       Q4KH_ABI_MAJOR), 0);
+	cr_assert_geq(asprintf(&plugins, "%s%s", root, dir), 0);
+	cr_assert_geq(asprintf(&host, "%s/usr/bin/q4khost", root), 0);
+
+	/* q4khost and q4khost-dev: what each must hold. */
+	expect_file(root, "/usr/bin/q4khost");
+	cr_assert_geq(asprintf(&file, "%s/cpu.so", dir), 0);
+	expect_file(root, file);
+	free(file);
+	expect_file(root, "/etc/q4khost/q4khost.ini");
+	expect_file(root, "/usr/share/man/man1/q4khost.1.gz");
+	expect_file(root, "/usr/share/man/man5/q4khost.ini.5.gz");
+	expect_file(root, "/usr/share/man/man7/q4khost-plugin.7.gz");
+	expect_file(root, "/usr/share/bash-completion/completions/q4khost");
+	expect_file(root, "/usr/include/q4khost/plugin.h");
+	expect_file(root, "/usr/include/q4khost/quant.h");
+	cr_assert_geq(asprintf(&file, "/usr/lib/%s/pkgconfig/q4khost-plugin.pc", multiarch), 0);
+	expect_file(root, file);
+	free(file);
+	/* Debian compresses documents over 4 KiB. */
+	expect_file(root, "/usr/share/doc/q4khost-dev/plugin-abi.md.gz");
+
+	/* q4khost-plugins-cuda, when the build tree has the CUDA plugins. */
+	if (!strcmp(cuda, "yes")) {
+		static const char *const bundle[] = { "cuda", "cuda-mwv", "cuda-dp4a",
+			                              "cuda-gemv-iq" };
+
+		expect_file(root, "/etc/q4khost/conf.d/50-cuda.ini");
+		snprintf(args, sizeof(args),
+		         "plugins --plugin-path '%s' --config '%s/etc/q4khost/conf.d/50-cuda.ini'",
+		         plugins, root);
+		j = host_json(work, host, args, &st);
+		cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+		for (size_t i = 0; i < sizeof(bundle) / sizeof(bundle[0]); i++)
+			expect_accepted(j, bundle[i], i ? "kernel" : "backend", plugins);
+		json_decref(j);
+	}
+
+	/* The installed host looks in the packages' plugin folder by itself. */
+	j = host_json(work, host, "plugins", &st);
+	cr_expect_eq(st, 0, "q4khost plugins exited with status %d", st);
+	cr_expect_str_eq(str(j, "plugin_path"), dir);
+	cr_expect_str_eq(str(j, "path_origin"), "built-in");
+	json_decref(j);
+
+	/* The scratch root hides that folder: name it. */
+	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	expect_accepted(j, "cpu", "backend", plugins);
+	json_decref(j);
+
+	/* A short run; the packaged default configuration parses. */
+	snprintf(args, sizeof(args),
+	         "run --plugin-path '%s' --config '%s/etc/q4khost/q4khost.ini' --backend cpu "
+	         "-n 4 -p 'The capital of France is'",
+	         plugins, root);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
+	cr_expect_str_eq(str(q4k, "plugin"), "cpu");
+	cr_assert_geq(asprintf(&file, "%s/cpu.so", plugins), 0);
+	cr_expect_str_eq(str(json_object_get(j, "backend"), "file"), file);
+	free(file);
+	cr_expect_neq(strlen(str(j, "text")), 0);
+	json_decref(j);
+	free(host);
+	free(plugins);
+	free(dir);
+	free(root);
+	free(work);
+}

@@ -1,0 +1,237 @@
+/*
+ * Choosing kernels per device through the real CLI and loader: `q4khost
+ * plugins --explain` names every setting's value and where it came from
+ * (FILE:LINE, variable, flag, default), unknown config keys are warned
+ * about with file, line and section, and `q4khost run` serves the kernel
+ * chosen for its device: a config choice is a preference that falls back
+ * when F2 rejects it, an environment or command-line choice an explicit
+ * request that fails instead. The cpu backend's device stands in for a
+ * GPU: [gpu.*] sections match it too (docs/config.md).
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+/* A config file FILE in a fresh folder holding TEXT; returns its path. */
+static char *config_file(const char *text)
+{
+	char *path = malloc(4200);
+
+	snprintf(path, 4200, "%s/q.ini", test_tmpdir());
+	test_write_file(path, text, strlen(text));
+	return path;
+}
+
+/* q4khost ARGS with receipts in RECEIPTS and no user config file. */
+static int q4khost(const char *env, const char *receipts, const char *args, char **out)
+{
+	char cmd[16384];
+
+	snprintf(cmd, sizeof(cmd),
+	         "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND XDG_CONFIG_HOME=%s "
+	         "Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s",
+	         receipts, receipts, env, test_builddir(), args);
+	return test_shell(cmd, out);
+}
+
+static json_t *parse_json(const char *text)
+{
+	json_error_t jerr;
+	/* Warnings go to stderr, before the object: skip to it. */
+	json_t *j = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, &jerr);
+
+	cr_assert_not_null(j, "no JSON (%s): %s", jerr.text, text);
+	return j;
+}
+
+static const char *jget(json_t *j, const char *path)
+{
+	char buf[256], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *k = strtok_r(buf, ".", &save); k && j; k = strtok_r(NULL, ".", &save))
+		j = json_is_array(j) ? json_array_get(j, strtoul(k, NULL, 10))
+		                     : json_object_get(j, k);
+	cr_assert_not_null(j, "%s missing", path);
+	return json_is_string(j) ? json_string_value(j) : json_is_true(j) ? "true" : "false";
+}
+
+Test(select, plugins_explain_names_where_every_setting_came_from)
+{
+	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
+	char *plugins = test_plugin_dir(names), *receipts = test_tmpdir(), *out, args[8192],
+	     want[8192];
+	char *cfg = config_file("[f2]\nmode = fresh\n\n"
+	                        "[gpu.0]\nq4k_kernel = cpu-q8act\n\n"
+	                        "[plugin.cpu-q8act]\nf2_floor = 0.93\n");
+	json_t *j;
+
+	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "settings.plugin_path.origin"), "--plugin-path");
+	cr_expect_str_eq(jget(j, "settings.receipt_dir.origin"), "Q4KHOST_F2_RECEIPT_DIR");
+	cr_expect_str_eq(jget(j, "settings.f2_mode.value"), "fresh");
+	snprintf(want, sizeof(want), "%s:2 [f2]", cfg);
+	cr_expect_str_eq(jget(j, "settings.f2_mode.origin"), want);
+	cr_expect_str_eq(jget(j, "settings.backend.origin"), "default");
+	cr_expect_str_eq(jget(j, "devices.0.kernel_setting.value"), "cpu-q8act");
+	snprintf(want, sizeof(want), "%s:5 [gpu.0]", cfg);
+	cr_expect_str_eq(jget(j, "devices.0.kernel_setting.origin"), want);
+	cr_expect_str_eq(jget(j, "devices.0.kernel_setting.explicit"), "false");
+	cr_expect_str_eq(jget(j, "devices.0.chain.0.kernel"), "cpu/cpu-q8act");
+	snprintf(want, sizeof(want), "%s:8 [plugin.cpu-q8act]", cfg);
+	cr_expect_str_eq(jget(j, "devices.0.chain.0.f2.floor.origin"), want);
+	cr_expect_str_eq(jget(j, "devices.0.chain.0.f2.decode_steps.origin"), "default");
+	cr_expect_str_eq(jget(j, "devices.0.chain.1.kernel"), "cpu/built-in");
+	cr_expect_str_eq(jget(j, "devices.0.types.0.type"), "Q4_K");
+	cr_expect_str_eq(jget(j, "devices.0.types.0.first"), "cpu/cpu-q8act");
+	cr_expect_str_eq(jget(j, "devices.0.types.0.runner_up"), "cpu/built-in");
+	cr_expect_str_eq(jget(j, "run.0.tries.0"), "cpu/cpu-q8act");
+	cr_expect_str_eq(jget(j, "run.0.tries.1"), "cpu/built-in");
+	json_decref(j);
+	free(out);
+
+	/* The environment outranks the config, and is an explicit request. */
+	cr_assert_eq(q4khost("Q4KHOST_Q4K_KERNEL=0=defect-nan Q4KHOST_F2=off", receipts, args, &out),
+	             0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "devices.0.kernel_setting.origin"), "Q4KHOST_Q4K_KERNEL");
+	cr_expect_str_eq(jget(j, "devices.0.kernel_setting.explicit"), "true");
+	cr_expect_str_eq(jget(j, "settings.f2_mode.origin"), "Q4KHOST_F2");
+	cr_expect_str_eq(jget(j, "run.0.tries.0"), "cpu/defect-nan");
+	cr_expect_null(json_array_get(json_object_get(json_array_get(json_object_get(j, "run"), 0),
+	                                              "tries"), 1),
+	               "no fall-back after an explicit request");
+	json_decref(j);
+	free(out);
+
+	/* The flag outranks the environment; text names the origin too. */
+	snprintf(args, sizeof(args), "plugins --explain --kernel none --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "kernel setting: built-in (from --kernel; an explicit request: no fall-back)") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "q4khost run --device 0 tries: cpu/built-in\n") != NULL, "%s", out);
+	free(out);
+
+	/* Values are parsed: an unknown name is an error listing the valid ones. */
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(q4khost("Q4KHOST_Q4K_KERNEL=cpu-q8ac", receipts, args, &out), 4, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_Q4K_KERNEL: 'cpu-q8ac' is not a kernel variant") != NULL, "%s", out);
+	cr_expect(strstr(out, "valid: none, built-in, cpu-q8act (for cpu), defect-nan (for cpu)") != NULL,
+	          "%s", out);
+	free(out);
+}
+
+Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
+{
+	static const char *const none[] = { NULL };
+	char *plugins = test_plugin_dir(none), *receipts = test_tmpdir(), *out, args[8192],
+	     want[8192];
+	char *cfg = config_file("[plugins]\npaht = /x\n"
+	                        "[f2]\nmode = auto\nf2_flor = 0.9\n"
+	                        "[gpu.sm_90]\nq4k_kernal = cuda-mwv\n"
+	                        "[plugin.cpu]\nthreads = 2\nf2_decode_step = 9\n"
+	                        "[plugin.cuda-mwv]\nwarps = 4\n"
+	                        "[gpus]\nq4k_kernel = none\n");
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s --config %s", plugins, cfg);
+	cr_assert_eq(q4khost("", receipts, args, &out), 0, "a warning is no error: %s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost plugins: warning: %s:2: unknown key 'paht' in section [plugins] (known there: path); ignored",
+	         cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want),
+	         "%s:5: unknown key 'f2_flor' in section [f2] (known there: mode, receipt_dir, f2_floor, f2_decode_steps, f2_probe_tokens)",
+	         cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "%s:7: unknown key 'q4k_kernal' in section [gpu.sm_90]", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want),
+	         "%s:10: unknown F2 key 'f2_decode_step' in section [plugin.cpu]", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "%s:14: unknown section [gpus]", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_null(strstr(out, "'threads'"), "a plugin's own keys are free-form: %s", out);
+	cr_expect_null(strstr(out, "'warps'"), "%s", out);
+	cr_expect_null(strstr(out, "'mode'"), "%s", out);
+	free(out);
+}
+
+Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
+{
+	static const char *const names[] = { "cpu_q8act", "defect_nan", "kernel_ok", NULL };
+	char *plugins, *receipts, *out, args[8192], want[8192];
+
+	test_model_path(); /* skips, or fails in CI, without the model */
+	plugins = test_plugin_dir(names);
+	receipts = test_tmpdir();
+	/* A short probe keeps the measurements quick; both configs share it. */
+	char *chosen = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.cpu]\nq4k_kernel = cpu-q8act\n");
+	char *broken = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan\n");
+
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
+	         chosen);
+	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "Q4_K=cpu-q8act") != NULL, "%s", out);
+	snprintf(want, sizeof(want), "kernel choice: cpu-q8act, named by %s:5 [gpu.cpu]", chosen);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh (reason: no receipt))") != NULL, "%s", out);
+	free(out);
+
+	/* A config choice that F2 rejects is a preference: the next serves. */
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
+	         broken);
+	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2 rejected first: cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "kernel choice: the built-in kernels\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: not needed: the reference cpu backend") != NULL, "%s", out);
+	free(out);
+
+	/* The same choice from the environment is explicit: it fails. */
+	cr_expect_eq(q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 4, "%s", out);
+	cr_expect(strstr(out, "cpu/defect-nan: F2 reject") != NULL, "%s", out);
+	free(out);
+
+	/* The flag outranks the environment; the receipt decides this time. */
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s --kernel cpu-q8act",
+	         plugins, broken);
+	cr_assert_eq(q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "kernel choice: cpu-q8act, named by --kernel") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "%s", out);
+	free(out);
+
+	/* A request naming only another backend's variant cannot be honoured. */
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --kernel kernel-ok", plugins);
+	cr_expect_eq(q4khost("", receipts, args, &out), 4, "%s", out);
+	cr_expect(strstr(out, "names nothing that device 0 of an available backend can run: it names kernel-ok (for cuda)") != NULL,
+	          "%s", out);
+	free(out);
+}
+
+Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
+{
+	static const char *const none[] = { NULL };
+	char *plugins = test_plugin_dir(none), *receipts = test_tmpdir(), *out, args[8192],
+	     want[8192];
+	char *cfg = config_file("[f2]\nmode = sometimes\n");
+
+	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(q4khost("", receipts, args, &out), 3, "a bad config file: %s", out);
+	snprintf(want, sizeof(want), "%s:2 [f2]: 'sometimes' is not one of auto, fresh, off, require",
+	         cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s", plugins);
+	cr_expect_eq(q4khost("Q4KHOST_F2=0", receipts, args, &out), 2, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_F2: '0' is not one of auto, fresh, off, require") != NULL,
+	          "%s", out);
+	free(out);
+}
