@@ -115,8 +115,11 @@ struct q4kh_device_record {
 /*
  * A view of backend memory, in ggml's order: ne[0] is the contiguous,
  * innermost dimension. nb[i] is the distance in bytes between consecutive
- * indices of dimension i. For quantized types ne[0] is a multiple of the
- * type's block size (quant.h) and nb[1] is the size of one row in bytes.
+ * indices of dimension i. For quantized types ne[0] counts values, a
+ * multiple of the type's block size (quant.h), nb[0] is the size of one
+ * block in bytes and nb[1] the size of one row. The first byte of the
+ * tensor is at offset bytes into buffer (for kernel variants:
+ * (char *)native->address(buffer) + offset).
  * Unused dimensions have ne = 1. A weight matrix of N rows of K inputs is
  * ne = {K, N, 1, 1}; an activation batch of T vectors of K values is
  * ne = {K, T, 1, 1}. Output row r of a matmul is dot(weight row r, x).
