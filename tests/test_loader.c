@@ -491,6 +491,34 @@ Test(loader, user_file_under_home_without_xdg)
 	free(cfg);
 }
 
+Test(loader, q4khost_config_names_the_extra_file_and_config_outranks_it)
+{
+	const char *top = fresh_dir();
+	char *sys = subdir(top, "etc");
+	char *env = path_of(top, "env.ini"), *cli = path_of(top, "cli.ini");
+	struct q4kh_config *c;
+	struct q4kh_error err = { "" };
+	const char *origin;
+
+	write_text(env, "[plugins]\npath = /from/env\n");
+	write_text(cli, "[plugins]\npath = /from/cli\n");
+	cr_assert_eq(setenv("Q4KHOST_CONFIG", env, 1), 0);
+	cr_assert_eq(q4kh_config_load(sys, NULL, &c, &err), 0, "%s", err.msg);
+	cr_expect_str_eq(q4kh_config_get(c, "plugins", "path", &origin), "/from/env");
+	cr_expect_str_eq(origin, env);
+	q4kh_config_free(c);
+	cr_assert_eq(q4kh_config_load(sys, cli, &c, &err), 0, "%s", err.msg);
+	cr_expect_str_eq(q4kh_config_get(c, "plugins", "path", NULL), "/from/cli");
+	q4kh_config_free(c);
+	cr_assert_eq(setenv("Q4KHOST_CONFIG", "/no/such.ini", 1), 0);
+	cr_expect_eq(q4kh_config_load(sys, NULL, &c, &err), -1, "it must exist, like --config");
+	cr_expect(strstr(err.msg, "/no/such.ini") != NULL, "%s", err.msg);
+	unsetenv("Q4KHOST_CONFIG");
+	free(env);
+	free(cli);
+	free(sys);
+}
+
 /* Loading a --config file of TEXT fails with "FILE" + AFTER_FILE. */
 static void expect_config_error(const char *text, const char *after_file)
 {

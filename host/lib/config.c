@@ -242,6 +242,11 @@ int q4kh_config_load(const char *sysconfdir, const char *cli_file,
 		return q4kh_fail(err, "configuration: out of memory");
 	if (!sysconfdir)
 		sysconfdir = Q4KH_SYSCONFDIR;
+	/* Q4KHOST_CONFIG names the extra file when --config does not. */
+	if (!cli_file) {
+		const char *env = q4kh_env("Q4KHOST_CONFIG");
+		cli_file = env && *env ? env : NULL;
+	}
 	if (join_layer(c, sysconfdir, "q4khost.ini", 0, err) != 0 ||
 	    add_conf_d(c, sysconfdir, err) != 0 || add_user_file(c, err) != 0 ||
 	    (cli_file && add_layer(c, cli_file, 1, err) != 0)) {

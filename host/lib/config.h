@@ -19,8 +19,9 @@ struct q4kh_config;
 
 /*
  * Load every layer that exists. sysconfdir: the folder holding q4khost.ini
- * and conf.d (NULL: the built-in one). cli_file: the --config file or NULL;
- * unlike the others it must exist. -1 with err naming the file (and line,
+ * and conf.d (NULL: the built-in one). cli_file: the --config file, or
+ * NULL for $Q4KHOST_CONFIG (if set) or none; unlike the others it must
+ * exist. -1 with err naming the file (and line,
  * when known) on a file that cannot be read or parsed.
  */
 int q4kh_config_load(const char *sysconfdir, const char *cli_file,
