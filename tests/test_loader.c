@@ -154,6 +154,57 @@ Test(loader, truncated_descriptor)
 	                 "descriptor struct_size 56 is smaller than the 72 bytes of ABI 1.0");
 }
 
+Test(loader, table_smaller_than_abi_1_0)
+{
+	/* 96 = 32 bytes of fields before init, then 8 function pointers. */
+	expect_rejection("short_table",
+	                 "kernel table struct_size 16 is smaller than the 96 bytes of ABI 1.0");
+}
+
+/*
+ * Every function behind a lying descriptor leaves evidence when called
+ * (tests/plugins/liar.c): after the loader, and after the real CLI listing
+ * plugins and devices, there must be none.
+ */
+Test(loader, lying_descriptors_are_refused_before_any_call)
+{
+	static const char *const liars[] = { "truncated", "bad_major", "short_table" };
+	const char *dir = fresh_dir();
+	char *evidence = path_of(fresh_dir(), "evidence"), *cpu = cpu_plugin_path();
+	char cmd[12288], *out;
+	struct q4kh_registry *r;
+
+	cr_assert_eq(setenv("Q4KH_TEST_EVIDENCE", evidence, 1), 0);
+	copy_file(cpu, path_of(dir, "cpu.so"));
+	for (size_t i = 0; i < 3; i++) {
+		char as[64];
+
+		snprintf(as, sizeof(as), "%s.so", liars[i]);
+		free(put_test_plugin(dir, liars[i], as));
+	}
+	r = scan(dir, NULL);
+	cr_assert_eq(r->n_plugins, 4);
+	cr_expect_str_eq(r->plugins[0].reason,
+	                 "built for plugin ABI 2; this host speaks ABI 1");
+	cr_expect_eq(r->plugins[1].state, Q4KH_PLUGIN_ACCEPTED, "cpu: %s", r->plugins[1].reason);
+	cr_expect(strstr(r->plugins[2].reason, "kernel table struct_size 16") != NULL);
+	cr_expect(strstr(r->plugins[3].reason, "descriptor struct_size 56") != NULL);
+	q4kh_registry_free(r);
+	cr_expect_neq(access(evidence, F_OK), 0, "the loader called into a liar");
+
+	snprintf(cmd, sizeof(cmd), "%s/host/cli/q4khost plugins --plugin-path %s",
+	         test_builddir(), dir);
+	cr_expect_eq(test_shell(cmd, &out), 0, "%s", out);
+	cr_expect(strstr(out, "REJECTED: built for plugin ABI 2") != NULL, "%s", out);
+	cr_expect(strstr(out, "REJECTED: kernel table struct_size 16") != NULL, "%s", out);
+	cr_expect(strstr(out, "REJECTED: descriptor struct_size 56") != NULL, "%s", out);
+	cr_expect(strstr(out, "backend cpu: 1 device") != NULL, "%s", out);
+	cr_expect_neq(access(evidence, F_OK), 0, "the CLI called into a liar: %s", out);
+	free(out);
+	free(evidence);
+	free(cpu);
+}
+
 Test(loader, missing_entry_symbol)
 {
 	expect_rejection("no_entry", "no entry symbol q4kh_plugin_entry_v1");
@@ -212,11 +263,12 @@ Test(loader, file_writable_by_others_is_refused)
 	const char *dir = fresh_dir();
 	const char *names[] = { "a.so", "b.so", "c.so" };
 	const mode_t modes[] = { 0664, 0646, 0666 };
-	const char *reasons[] = {
-		"refused: the file is writable by group (mode 0664)",
-		"refused: the file is writable by others (mode 0646)",
-		"refused: the file is writable by group and others (mode 0666)",
+	const char *fmts[] = {
+		"refused: the file %s/a.so is writable by group (mode 0664)",
+		"refused: the file %s/b.so is writable by others (mode 0646)",
+		"refused: the file %s/c.so is writable by group and others (mode 0666)",
 	};
+	char reason[4400];
 	struct q4kh_registry *r;
 
 	for (int i = 0; i < 3; i++) {
@@ -226,8 +278,10 @@ Test(loader, file_writable_by_others_is_refused)
 	}
 	r = scan(dir, NULL);
 	cr_assert_eq(r->n_plugins, 3);
-	for (int i = 0; i < 3; i++)
-		assert_rejected(&r->plugins[i], reasons[i]);
+	for (int i = 0; i < 3; i++) {
+		snprintf(reason, sizeof(reason), fmts[i], dir);
+		assert_rejected(&r->plugins[i], reason);
+	}
 	q4kh_registry_free(r);
 }
 

@@ -27,7 +27,9 @@ int q4kh_cli_bad_option(const char *command, char **argv);
 /*
  * Load the layered config (FILE: the --config file or NULL) and, unless
  * QUIET, warn on stderr about every key q4khost does not know
- * (config_keys.h). -1 with err when a file cannot be read or parsed.
+ * (config_keys.h) and, when running set-uid or set-gid, name the set
+ * environment variables that are ignored for it (secure.h). -1 with err
+ * when a file cannot be read or parsed.
  */
 int q4kh_cli_config(const char *command, const char *file, int quiet,
                     struct q4kh_config **out, struct q4kh_error *err);

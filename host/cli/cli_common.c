@@ -1,12 +1,13 @@
 /*
  * What every command shares: one wording for command-line mistakes, and
- * the config with its warnings.
+ * the config with its warnings (an ignored environment among them).
  */
 #include <getopt.h>
 #include <stdio.h>
 
 #include "cli.h"
 #include "config_keys.h"
+#include "secure.h"
 
 int q4kh_cli_bad_option(const char *command, char **argv)
 {
@@ -20,9 +21,22 @@ static void warn_line(void *command, const char *line)
 	fprintf(stderr, "q4khost %s: warning: %s\n", (const char *)command, line);
 }
 
+/* Said once, so a privileged user sees why their variables do nothing. */
+static void warn_ignored_env(const char *command)
+{
+	char names[1024];
+
+	if (q4kh_secure_mode() && q4kh_secure_env_names(names, sizeof(names)) > 0)
+		fprintf(stderr,
+		        "q4khost %s: running set-uid or set-gid: ignoring the environment variables %s\n",
+		        command, names);
+}
+
 int q4kh_cli_config(const char *command, const char *file, int quiet,
                     struct q4kh_config **out, struct q4kh_error *err)
 {
+	if (!quiet)
+		warn_ignored_env(command);
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)

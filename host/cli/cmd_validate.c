@@ -25,7 +25,8 @@
 struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
 	long device, timeout;
-	int one, json, device_set;
+	unsigned long long memory_limit;
+	int one, json, device_set, memory_limit_set;
 	enum q4kh_f2_mode mode;
 };
 
@@ -45,6 +46,9 @@ static void usage(FILE *out)
 	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
 	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --timeout S       seconds one measurement may take (default 600)\n"
+	        "      --memory-limit M  MiB of private resident memory one measurement may\n"
+	        "                        hold (0: no limit; default: [f2] f2_memory_limit_mb,\n"
+	        "                        else half of the physical memory)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
@@ -63,7 +67,7 @@ static void usage(FILE *out)
 static int parse(int argc, char **argv, struct validate_opts *o)
 {
 	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT };
+	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -72,6 +76,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "f2", required_argument, 0, O_F2 },
 		{ "revalidate", no_argument, 0, O_REVALIDATE },
 		{ "timeout", required_argument, 0, O_TIMEOUT },
+		{ "memory-limit", required_argument, 0, O_MEMORY },
 		{ "plugin-path", required_argument, 0, O_PPATH },
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
@@ -116,6 +121,17 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 				return -1;
 			}
 			o->device_set |= c == O_DEVICE;
+			break;
+		case O_MEMORY:
+			errno = 0;
+			o->memory_limit = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' ||
+			    o->memory_limit > Q4KH_MEMORY_LIMIT_MAX_MIB) {
+				fprintf(stderr, "q4khost validate: --memory-limit takes a whole number of MiB (0: no limit), got '%s'\n",
+				        optarg);
+				return -1;
+			}
+			o->memory_limit_set = 1;
 			break;
 		case 'h': usage(stdout); return 1;
 		default: q4kh_cli_bad_option("validate", argv); return -1;
@@ -281,6 +297,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
 		goto out;
 	g.timeout_seconds = (unsigned)o.timeout;
+	if (o.memory_limit_set)
+		g.memory_limit_mib = o.memory_limit;
 	g.config_file = o.config_file;
 	if (o.one) {
 		rc = measure_one(&o, &g, &err);

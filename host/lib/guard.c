@@ -3,23 +3,17 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "chat.h"
+#include "isolate.h"
 #include "tokenizer.h"
 #include "model.h"
 #include "serving.h"
 #include "session.h"
-
-extern char **environ;
 
 /*
  * Plain prose with digits, punctuation, code and a list: ordinary text for
@@ -80,6 +74,28 @@ out:
 	return rc;
 }
 
+/*
+ * [f2] f2_memory_limit_mb into *mib: a whole number of MiB, 0 for no
+ * limit; left alone when unset.
+ */
+static int memory_limit(const struct q4kh_config *c, uint64_t *mib,
+                        struct q4kh_error *err)
+{
+	char where[600], *end;
+	const char *s = q4kh_config_where(c, "f2", "f2_memory_limit_mb", where, sizeof(where));
+	unsigned long long v;
+
+	if (!s)
+		return 0;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v > Q4KH_MEMORY_LIMIT_MAX_MIB)
+		return q4kh_fail(err, "%s: f2_memory_limit_mb = \"%s\": expected a whole number of MiB, 0 (no limit) to %llu",
+		                 where, s, (unsigned long long)Q4KH_MEMORY_LIMIT_MAX_MIB);
+	*mib = v;
+	return 0;
+}
+
 int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     const struct q4kh_config *c, const char *model_path,
                     const int32_t *probe, size_t n_probe,
@@ -94,6 +110,9 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->probe = probe;
 	g->n_probe = n_probe;
 	g->timeout_seconds = 600;
+	g->memory_limit_mib = q4kh_isolate_default_memory_mib();
+	if (memory_limit(c, &g->memory_limit_mib, err))
+		return -1;
 	g->self_exe = "/proc/self/exe"; /* Linux: the binary that runs now */
 	q4kh_receipt_dir(c, g->receipt_dir, sizeof(g->receipt_dir),
 	                 &g->receipt_dir_origin);
@@ -261,22 +280,15 @@ out:
 	return rc;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Run the measurement in a child: a crash or a hang cannot take us down. */
+/* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
 static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                             char *why, size_t why_cap, struct q4kh_error *err)
 {
+	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
+		                                    g->memory_limit_mib };
 	char device[16];
 	const char *argv[24];
-	int n = 0, status = 0;
-	pid_t pid;
-	double t0 = now();
+	int n = 0;
 
 	snprintf(device, sizeof(device), "%u", c->device);
 	argv[n++] = "q4khost";
@@ -297,37 +309,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		argv[n++] = g->config_file;
 	}
 	argv[n] = NULL;
-	errno = posix_spawn(&pid, g->self_exe, NULL, NULL, (char *const *)argv, environ);
-	if (errno)
-		return q4kh_fail(err, "cannot start %s validate: %s", g->self_exe,
-		                 strerror(errno));
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
-		if (w == pid)
-			break;
-		if (w < 0 && errno != EINTR)
-			return q4kh_fail(err, "waiting for the validation process: %s",
-			                 strerror(errno));
-		if (now() - t0 > g->timeout_seconds) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			snprintf(why, why_cap, "validation timed out after %u s and was killed",
-			         g->timeout_seconds);
-			return 1;
-		}
-		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
-	}
-	if (WIFSIGNALED(status)) {
-		snprintf(why, why_cap, "validation crashed: killed by signal %d (%s)",
-		         WTERMSIG(status), strsignal(WTERMSIG(status)));
-		return 1;
-	}
-	if (WEXITSTATUS(status) != 0) {
-		snprintf(why, why_cap, "validation failed: the process exited with status %d",
-		         WEXITSTATUS(status));
-		return 1;
-	}
-	return 0;
+	return q4kh_isolate_run(g->self_exe, argv, &limits, why, why_cap, err);
 }
 
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,

@@ -58,13 +58,19 @@ struct q4kh_guard {
 	size_t n_probe;
 	char probe_sha256[Q4KH_SHA256_HEX];
 	unsigned timeout_seconds; /* for a measurement in a child process */
+	uint64_t memory_limit_mib; /* the child's private resident memory; 0 = none */
 	const char *config_file;  /* --config, handed to the child; may be NULL */
 	const char *self_exe;     /* the q4khost binary that measures */
 };
 
+/* The largest f2_memory_limit_mb: 1 PiB, far above any machine. */
+#define Q4KH_MEMORY_LIMIT_MAX_MIB (1ull << 30)
+
 /*
  * Fill G for MODEL_PATH: hash the model (cached by file identity), find
- * the receipt folder, hash the probe. PROBE stays owned by the caller.
+ * the receipt folder, hash the probe, take the child's memory limit from
+ * [f2] f2_memory_limit_mb (default: isolate.h). PROBE stays owned by the
+ * caller. A bad memory limit is an error naming the file and line.
  */
 int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     const struct q4kh_config *c, const char *model_path,
@@ -123,9 +129,10 @@ struct q4kh_guard_decision {
 
 /*
  * Decide on C under MODE: use a valid receipt (auto, require), else
- * measure it in a child process (g->self_exe validate --one ...) with
- * g->timeout_seconds; a child that crashes, is killed or times out gives a
- * recorded rejection naming the signal or the timeout. DEV is the
+ * measure it in a child process (g->self_exe validate --one ...) under
+ * g->timeout_seconds and g->memory_limit_mib (isolate.h); a child that
+ * crashes, is killed, times out or exceeds the memory limit gives a
+ * recorded rejection naming the signal or the limit. DEV is the
  * candidate's device record. -1 with err only when no decision can be made
  * at all (hashing or the child could not start).
  */

@@ -4,6 +4,7 @@
  */
 #include "registry.h"
 #include "log.h"
+#include "secure.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -72,6 +73,27 @@ static const char *writers(mode_t mode)
 	if (mode & S_IWOTH)
 		return "others";
 	return NULL;
+}
+
+/*
+ * Why the file or folder (WHAT) at PATH with status ST may not be trusted,
+ * into WHY; 0 when it may. Someone else who can write it could replace the
+ * code we run; in a set-uid or set-gid process (sudo's rule for its
+ * plugins) only root may own it, as the caller could own anything else.
+ */
+static int untrusted(const struct stat *st, const char *what, const char *path,
+                     char *why, size_t size)
+{
+	const char *who = writers(st->st_mode);
+
+	if (who)
+		return say(why, size, "refused: the %s %s is writable by %s (mode %04o)",
+		           what, path, who, (unsigned)(st->st_mode & 07777));
+	if (st->st_uid != 0 && q4kh_secure_mode())
+		return say(why, size,
+		           "refused: the %s %s is owned by uid %u, not root (required when running set-uid or set-gid)",
+		           what, path, (unsigned)st->st_uid);
+	return 0;
 }
 
 static int is_identifier(const char *s)
@@ -308,7 +330,6 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 {
 	struct q4kh_plugin *p;
 	struct stat st;
-	const char *who;
 	char *path;
 
 	if (asprintf(&path, "%s/%s", dir, file) < 0)
@@ -324,13 +345,8 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 		say(p->reason, sizeof(p->reason), "%s", dir_refusal);
 		return 0;
 	}
-	who = writers(st.st_mode);
-	if (who) {
-		say(p->reason, sizeof(p->reason),
-		    "refused: the file is writable by %s (mode %04o)", who,
-		    (unsigned)(st.st_mode & 07777));
+	if (untrusted(&st, "file", path, p->reason, sizeof(p->reason)))
 		return 0;
-	}
 	return load_one(r, p);
 }
 
@@ -370,8 +386,7 @@ static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir,
 	struct dirent **names;
 	struct stat st;
 	char refusal[sizeof(r->plugins->reason)];
-	const char *who;
-	int n, rc = 0;
+	int n, rc = 0, refused;
 
 	if (dir[0] != '/')
 		return note(r, dir, "skipped: a relative folder would depend on the current directory");
@@ -381,18 +396,14 @@ static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir,
 		return note(r, dir, "skipped: not a folder");
 	if (listed_before(r, dir, at))
 		return note(r, dir, "skipped: listed earlier in the path");
-	who = writers(st.st_mode);
-	if (who)
-		say(refusal, sizeof(refusal),
-		    "refused: the folder %s is writable by %s (mode %04o)", dir, who,
-		    (unsigned)(st.st_mode & 07777));
+	refused = untrusted(&st, "folder", dir, refusal, sizeof(refusal));
 	n = scandir(dir, &names, is_so_name, by_name);
 	if (n < 0)
 		return 0;
 	for (int i = 0; i < n; i++) {
 		if (rc == 0)
 			rc = scan_file(r, cap, dir, names[i]->d_name,
-			               who ? refusal : NULL);
+			               refused ? refusal : NULL);
 		free(names[i]);
 	}
 	free(names);

@@ -12,7 +12,10 @@
  *   flip:   sinks each column's top logit: argmax changes, cosine ~1;
  *   kv:     correct in prefill and in the first 4 decode steps, then
  *           scales the value projection by -20 (a KV-cache defect);
- *   abort:  aborts in its first matmul; hang: sleeps forever in it.
+ *   abort:  aborts in its first matmul; hang: sleeps forever in it;
+ *   hog:    in its first matmul touches memory 16 MiB at a time, up to
+ *           HOG_MIB more, then sleeps until killed (the bound keeps a host
+ *           whose memory limit failed safe; its time limit then ends it).
  * The LM head is told apart as the weight with the most rows (>= 65536).
  */
 #include <math.h>
@@ -130,6 +133,26 @@ static double rms(const float *y, int64_t n)
 	return sqrt(s / (double)n);
 }
 
+#if defined(DEFECT_HOG)
+#define HOG_MIB 2048
+#define HOG_STEP ((size_t)16 << 20)
+
+/* Held in static storage so that the compiler cannot drop the stores. */
+static void *held[HOG_MIB / 16];
+
+static void hog(void)
+{
+	for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++) {
+		held[i] = malloc(HOG_STEP);
+		if (!held[i])
+			break;
+		memset(held[i], 0x5a, HOG_STEP);
+	}
+	for (;;)
+		pause();
+}
+#endif
+
 /* Spoil column T of the output in this module's way. */
 static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 {
@@ -176,6 +199,8 @@ static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 #elif defined(DEFECT_HANG)
 	for (;;)
 		pause();
+#elif defined(DEFECT_HOG)
+	hog();
 #else
 #error "define one DEFECT_x"
 #endif

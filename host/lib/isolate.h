@@ -1,0 +1,42 @@
+/*
+ * Running one measurement in a child process under limits, so that a
+ * plugin that crashes, hangs or eats memory fails alone: the parent kills
+ * it and says which limit it broke.
+ */
+#ifndef Q4KH_ISOLATE_H
+#define Q4KH_ISOLATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct q4kh_isolate_limits {
+	unsigned timeout_seconds;  /* wall clock, >= 1 */
+	uint64_t memory_limit_mib; /* private resident memory; 0 = no limit */
+};
+
+/*
+ * Run EXE with ARGV (NULL-terminated; the environment is ours) and wait
+ * for it under LIMITS. Returns 0 when it exited with status 0; 1 with one
+ * line in WHY when it was killed by a signal ("validation crashed: killed
+ * by signal 6 (Aborted)"), exited non-zero, or broke a limit and was
+ * killed ("validation timed out after 5 s and was killed", "validation
+ * exceeded the memory limit: 1100 MiB resident > 1024 MiB"); -1 with err
+ * when it could not be started or waited for. Memory is watched, not
+ * capped (isolate.c says why): a child may overshoot the limit by what it
+ * touches in one 20 ms poll before it is killed. Not thread-safe: it
+ * reaps only its own child, but shares the process's signal state.
+ */
+int q4kh_isolate_run(const char *exe, const char *const *argv,
+                     const struct q4kh_isolate_limits *limits, char *why,
+                     size_t why_cap, struct q4kh_error *err);
+
+/*
+ * The default memory limit in MiB: half of the physical memory, so that a
+ * runaway child is stopped while the rest of the machine still has room.
+ * 0 (no limit) when the size of physical memory is unknown.
+ */
+uint64_t q4kh_isolate_default_memory_mib(void);
+
+#endif

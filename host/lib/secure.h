@@ -1,0 +1,27 @@
+/*
+ * Running with privileges the caller does not have (set-uid or set-gid):
+ * detection, and which environment variables are ignored because of it.
+ * Design section 3: the environment is then ignored (secure_getenv) and
+ * every plugin file and folder must be owned by root (registry.c).
+ */
+#ifndef Q4KH_SECURE_H
+#define Q4KH_SECURE_H
+
+#include <stddef.h>
+
+/*
+ * 1 when this process runs in secure-execution mode: the kernel's
+ * AT_SECURE (set-uid, set-gid or file capabilities), else, where the C
+ * library lacks getauxval, real and effective ids that differ. Thread-safe.
+ */
+int q4kh_secure_mode(void);
+
+/*
+ * The names of the set environment variables that q4khost reads (every
+ * Q4KHOST_* variable, XDG_CONFIG_HOME, XDG_CACHE_HOME, HOME) as one
+ * ", "-separated list into BUF (always NUL-terminated, cut at CAP). Returns
+ * how many there are. Reads environ: not thread-safe against setenv.
+ */
+size_t q4kh_secure_env_names(char *buf, size_t cap);
+
+#endif
