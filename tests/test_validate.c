@@ -3,14 +3,17 @@
  * defect plugins (tests/plugins/cpu_defect.c) and a correct variant through
  * the real loader, measures each in a child process and must name what
  * fired; receipts make the second run free and a changed key (a lowered
- * floor in the config) invalidates them; a plugin that aborts or hangs
- * rejects itself while the host carries on.
+ * floor in the config, a rewritten plugin file) invalidates them; a plugin
+ * that aborts, hangs or eats memory rejects itself while the host carries
+ * on.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "helpers.h"
@@ -181,4 +184,122 @@ Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout
 	          "%s", out);
 	cr_expect_eq(run_cli(plugins, receipts, "--f2 maybe", out, sizeof(out)), 2, "%s", out);
 	cr_expect(strstr(out, "not one of auto, fresh, off, require") != NULL, "%s", out);
+}
+
+/* The " [SOURCE]" that ends the report's line about candidate NAME. */
+static const char *rejection_source(const char *out, const char *name)
+{
+	char want[256];
+	const char *line, *end, *open;
+
+	snprintf(want, sizeof(want), "F2 rejected first: %s: ", name);
+	line = strstr(out, want);
+	cr_assert_not_null(line, "no rejection of %s: %s", name, out);
+	end = strchr(line, '\n');
+	cr_assert_not_null(end);
+	for (open = end; open > line && open[-1] != '['; open--)
+		;
+	cr_assert(open > line && end[-1] == ']', "no [source] on: %.*s", (int)(end - line), line);
+	return open;
+}
+
+static int from_receipt(const char *out, const char *name)
+{
+	return !strncmp(rejection_source(out, name), "receipt (", 9);
+}
+
+/*
+ * A plugin that crashes, one that hangs and one that eats memory each
+ * reject themselves in the child process, with the limit they broke named;
+ * q4khost run carries on to the next preference and says what served. The
+ * rejections are recorded: the next run reads them, a touched file (same
+ * bytes, same SHA-256) changes nothing, a rewritten file is measured again.
+ */
+Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout = 400)
+{
+	static const char *const names[] = { "defect_abort", "defect_hang", "defect_hog",
+		                             "cpu_q8act", NULL };
+	static const char cfg_text[] = "[f2]\nf2_probe_tokens = 16\nf2_timeout_s = 30\n"
+	                               "f2_memory_limit_mb = 1024\n\n[gpu.cpu]\n"
+	                               "q4k_kernel = defect-abort, defect-hang, defect-hog, cpu-q8act\n";
+	char *plugins, *receipts = test_tmpdir(), cfg[4200], args[4400], abort_so[4200],
+	     out[16384];
+	const char *hog;
+	unsigned long long resident;
+	FILE *f;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(cfg, sizeof(cfg), "%s/limits.ini", receipts);
+	test_write_file(cfg, cfg_text, strlen(cfg_text));
+	snprintf(args, sizeof(args), "--config %s", cfg);
+
+	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
+	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh (reason: no receipt))") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2 rejected first: cpu/defect-abort: F2 reject: validation crashed: "
+	                      "killed by signal 6 (Aborted) [fresh (reason: no receipt)]") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "F2 rejected first: cpu/defect-hang: F2 reject: validation timed out "
+	                      "after 30 s and was killed [fresh (reason: no receipt)]") != NULL,
+	          "%s", out);
+	hog = strstr(out, "F2 rejected first: cpu/defect-hog: F2 reject: validation exceeded the "
+	                  "memory limit: ");
+	cr_assert_not_null(hog, "%s", out);
+	cr_expect_eq(sscanf(strchr(hog, ':') + 1, " cpu/defect-hog: F2 reject: validation exceeded "
+	                                       "the memory limit: %llu MiB resident > 1024 MiB",
+	                    &resident), 1, "%s", hog);
+	cr_expect_gt(resident, 1024, "%s", hog);
+	cr_expect(!from_receipt(out, "cpu/defect-hog"), "%s", out);
+
+	/* The second run decides from the receipts alone. */
+	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "%s", out);
+	cr_expect(from_receipt(out, "cpu/defect-abort"), "%s", out);
+	cr_expect(from_receipt(out, "cpu/defect-hang"), "%s", out);
+	cr_expect(from_receipt(out, "cpu/defect-hog"), "%s", out);
+
+	/* Touched: the same bytes, so the same key. */
+	snprintf(abort_so, sizeof(abort_so), "%s/defect_abort.so", plugins);
+	cr_assert_eq(utimensat(AT_FDCWD, abort_so, NULL, 0), 0);
+	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
+	cr_expect(from_receipt(out, "cpu/defect-abort"), "%s", out);
+
+	/* Rewritten (a byte appended after the ELF data): measured again. */
+	f = fopen(abort_so, "ab");
+	cr_assert_not_null(f);
+	cr_assert_eq(fputc(0, f), 0);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
+	cr_expect(!strncmp(rejection_source(out, "cpu/defect-abort"), "fresh (reason: ", 15),
+	          "%s", out);
+	cr_expect(strstr(out, "cpu/defect-abort: F2 reject: validation crashed: killed by signal 6") != NULL,
+	          "%s", out);
+	cr_expect(from_receipt(out, "cpu/defect-hang"), "%s", out);
+	cr_expect(from_receipt(out, "cpu/defect-hog"), "%s", out);
+	cr_expect(strstr(out, "Q4_K=cpu-q8act") != NULL, "%s", out);
+}
+
+Test(validate, memory_limits_are_parsed_wherever_they_are_set)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	char *plugins, *receipts = test_tmpdir(), cfg[4200], cmd[9000], *out;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(cfg, sizeof(cfg), "%s/bad.ini", receipts);
+	test_write_file(cfg, "[f2]\nf2_memory_limit_mb = 1e3\n", 29);
+	snprintf(cmd, sizeof(cmd),
+	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s --config %s",
+	         receipts, test_builddir(), plugins, cfg);
+	cr_expect_eq(test_shell(cmd, &out), 1, "%s", out);
+	cr_expect(strstr(out, ":2 [f2]: f2_memory_limit_mb = \"1e3\": expected a whole number from 0 to 1073741824") != NULL,
+	          "%s", out);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "%s/host/cli/q4khost validate --memory-limit -5", test_builddir());
+	cr_expect_eq(test_shell(cmd, &out), 2, "%s", out);
+	cr_expect(strstr(out, "--memory-limit takes a whole number of MiB (0: no limit), got '-5'") != NULL,
+	          "%s", out);
+	free(out);
 }

@@ -66,7 +66,8 @@ static void usage(FILE *out)
 	        "                        fresh, off (time unverified variants: loud),\n"
 	        "                        require (as auto)\n"
 	        "      --revalidate      the same as --f2 fresh\n"
-	        "      --timeout S       seconds one F2 measurement may take (default 600)\n"
+	        "      --timeout S       seconds one F2 measurement may take (default:\n"
+	        "                        [f2] f2_timeout_s, else 600)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
@@ -114,7 +115,6 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->n_decode = 32;
-	o->timeout = 600;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "m:n:p:h", longs, NULL)) != -1) {
@@ -382,7 +382,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 	if (mode != Q4KH_F2_OFF &&
 	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
 		goto out;
-	g.timeout_seconds = (unsigned)o.timeout;
+	if (o.timeout)
+		g.timeout_seconds = (unsigned)o.timeout;
 	g.config_file = o.config_file;
 	for (size_t i = 0; i < n; i++) {
 		struct row *r = &rows[i];

@@ -80,7 +80,8 @@ static void usage(FILE *out)
 	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
 	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
 	        "      --revalidate      the same as --f2 fresh\n"
-	        "      --timeout S       seconds one F2 measurement may take (default 600)\n"
+	        "      --timeout S       seconds one F2 measurement may take (default:\n"
+	        "                        [f2] f2_timeout_s, else 600)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
@@ -114,7 +115,6 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	o->timeout = 600;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
@@ -301,7 +301,8 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 		free(list);
 		return -1;
 	}
-	g.timeout_seconds = (unsigned)o->timeout;
+	if (o->timeout)
+		g.timeout_seconds = (unsigned)o->timeout;
 	g.config_file = o->config_file;
 	for (size_t i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;

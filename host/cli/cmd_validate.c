@@ -45,7 +45,8 @@ static void usage(FILE *out)
 	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
 	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
 	        "      --revalidate      the same as --f2 fresh\n"
-	        "      --timeout S       seconds one measurement may take (default 600)\n"
+	        "      --timeout S       seconds one measurement may take (default:\n"
+	        "                        [f2] f2_timeout_s, else 600)\n"
 	        "      --memory-limit M  MiB of private resident memory one measurement may\n"
 	        "                        hold (0: no limit; default: [f2] f2_memory_limit_mb,\n"
 	        "                        else half of the physical memory)\n"
@@ -89,7 +90,6 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	o->timeout = 600;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
@@ -296,7 +296,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
 	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
 		goto out;
-	g.timeout_seconds = (unsigned)o.timeout;
+	if (o.timeout)
+		g.timeout_seconds = (unsigned)o.timeout;
 	if (o.memory_limit_set)
 		g.memory_limit_mib = o.memory_limit;
 	g.config_file = o.config_file;

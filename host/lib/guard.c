@@ -75,24 +75,24 @@ out:
 }
 
 /*
- * [f2] f2_memory_limit_mb into *mib: a whole number of MiB, 0 for no
- * limit; left alone when unset.
+ * The whole number [f2] KEY into *v when set: LO to HI, else an error
+ * naming the file and line.
  */
-static int memory_limit(const struct q4kh_config *c, uint64_t *mib,
-                        struct q4kh_error *err)
+static int f2_whole(const struct q4kh_config *c, const char *key, uint64_t lo,
+                    uint64_t hi, uint64_t *v, struct q4kh_error *err)
 {
 	char where[600], *end;
-	const char *s = q4kh_config_where(c, "f2", "f2_memory_limit_mb", where, sizeof(where));
-	unsigned long long v;
+	const char *s = q4kh_config_where(c, "f2", key, where, sizeof(where));
+	unsigned long long n;
 
 	if (!s)
 		return 0;
 	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v > Q4KH_MEMORY_LIMIT_MAX_MIB)
-		return q4kh_fail(err, "%s: f2_memory_limit_mb = \"%s\": expected a whole number of MiB, 0 (no limit) to %llu",
-		                 where, s, (unsigned long long)Q4KH_MEMORY_LIMIT_MAX_MIB);
-	*mib = v;
+	n = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || n < lo || n > hi)
+		return q4kh_fail(err, "%s: %s = \"%s\": expected a whole number from %llu to %llu",
+		                 where, key, s, (unsigned long long)lo, (unsigned long long)hi);
+	*v = n;
 	return 0;
 }
 
@@ -102,6 +102,7 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     struct q4kh_error *err)
 {
 	char cache[4200];
+	uint64_t timeout;
 
 	memset(g, 0, sizeof(*g));
 	g->registry = r;
@@ -109,10 +110,13 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->model_path = model_path;
 	g->probe = probe;
 	g->n_probe = n_probe;
-	g->timeout_seconds = 600;
+	timeout = 600;
 	g->memory_limit_mib = q4kh_isolate_default_memory_mib();
-	if (memory_limit(c, &g->memory_limit_mib, err))
+	if (f2_whole(c, "f2_timeout_s", 1, 86400, &timeout, err) ||
+	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB,
+	             &g->memory_limit_mib, err))
 		return -1;
+	g->timeout_seconds = (unsigned)timeout;
 	g->self_exe = "/proc/self/exe"; /* Linux: the binary that runs now */
 	q4kh_receipt_dir(c, g->receipt_dir, sizeof(g->receipt_dir),
 	                 &g->receipt_dir_origin);

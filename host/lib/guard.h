@@ -68,9 +68,10 @@ struct q4kh_guard {
 
 /*
  * Fill G for MODEL_PATH: hash the model (cached by file identity), find
- * the receipt folder, hash the probe, take the child's memory limit from
- * [f2] f2_memory_limit_mb (default: isolate.h). PROBE stays owned by the
- * caller. A bad memory limit is an error naming the file and line.
+ * the receipt folder, hash the probe, take the child's limits from [f2]
+ * f2_timeout_s (default 600) and f2_memory_limit_mb (default: isolate.h).
+ * PROBE stays owned by the caller. A bad limit is an error naming the file
+ * and line.
  */
 int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     const struct q4kh_config *c, const char *model_path,

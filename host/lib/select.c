@@ -1,5 +1,6 @@
 #include "select.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,15 @@ void q4kh_selection_close(struct q4kh_selection *s)
 	q4kh_backend_close(&s->backend);
 }
 
-static void step(struct q4kh_selection *s, const char *fmt, const char *a,
-                 const char *b, const char *c)
+__attribute__((format(printf, 2, 3)))
+static void step(struct q4kh_selection *s, const char *fmt, ...)
 {
 	size_t used = strlen(s->steps);
+	va_list ap;
 
-	snprintf(s->steps + used, sizeof(s->steps) - used, fmt, a, b, c);
+	va_start(ap, fmt);
+	vsnprintf(s->steps + used, sizeof(s->steps) - used, fmt, ap);
+	va_end(ap);
 }
 
 /* Devices of an accepted backend plugin; 0 when it cannot say. */
@@ -175,7 +179,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		if (open_cand(rq, c, out, &e)) {
-			step(out, "%s: cannot start: %s\n", name, e.msg, "");
+			step(out, "%s: cannot start: %s\n", name, e.msg);
 			continue;
 		}
 		snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
@@ -198,7 +202,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			guard_ready = 1;
 		}
 		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
-			step(out, "%s: F2 could not decide: %s\n", name, e.msg, "");
+			step(out, "%s: F2 could not decide: %s\n", name, e.msg);
 			q4kh_selection_close(out);
 			continue;
 		}
@@ -211,8 +215,9 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			rc = 0;
 			goto out;
 		}
-		step(out, "%s: F2 %s: %s\n", name, q4kh_f2_verdict_name(d.verdict),
-		     d.receipt.message);
+		/* Whether it was measured now or read from a receipt. */
+		step(out, "%s: F2 %s: %s [%s]\n", name, q4kh_f2_verdict_name(d.verdict),
+		     d.receipt.message, d.source);
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;

@@ -1,0 +1,126 @@
+/*
+ * A set-uid q4khost, for real: a copy of the built binary owned by an
+ * unprivileged user (nobody) with mode 4755, run by root, so the real and
+ * effective user ids differ and the kernel sets AT_SECURE. The environment
+ * must then be ignored (and said to be, once) and only root-owned plugin
+ * files in root-owned folders may load. The same command through the
+ * ordinary binary is the control: there the environment and the other
+ * owners count. Skipped, with the reason, when not run as root, without a
+ * user called nobody, or where the folder is mounted nosuid.
+ */
+#include <criterion/criterion.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+/* A world-readable folder holding the cpu plugin and test plugin NAME. */
+static char *plugin_folder(const char *name)
+{
+	const char *const names[] = { name, NULL };
+	char *dir = test_plugin_dir(names);
+
+	cr_assert_eq(chmod(dir, 0755), 0);
+	return dir;
+}
+
+/* BIN plugins [ARGS] with ENV, stderr merged; its exit status. */
+static int plugins(const char *env, const char *bin, const char *args, char **out)
+{
+	char cmd[32768];
+
+	snprintf(cmd, sizeof(cmd), "env %s %s plugins %s", env, bin, args);
+	return test_shell(cmd, out);
+}
+
+/* A set-uid copy of the built q4khost, owned by UID, in a fresh folder. */
+static char *setuid_copy(uid_t uid)
+{
+	char src[4096], *dst = malloc(4200), *dir = test_tmpdir();
+	size_t len;
+	char *data;
+	struct statvfs vfs;
+
+	snprintf(src, sizeof(src), "%s/host/cli/q4khost", test_builddir());
+	data = test_read_file(src, &len);
+	cr_assert_not_null(data, "cannot read %s", src);
+	if (len < 4 || memcmp(data, "\177ELF", 4))
+		cr_skip_test("%s is not the program itself (a libtool wrapper?)", src);
+	cr_assert_eq(statvfs(dir, &vfs), 0);
+	if (vfs.f_flag & ST_NOSUID)
+		cr_skip_test("%s is on a file system mounted nosuid", dir);
+	cr_assert_eq(chmod(dir, 0755), 0);
+	snprintf(dst, 4200, "%s/q4khost", dir);
+	test_write_file(dst, data, len);
+	free(data);
+	/* chown clears the set-uid bit: the mode comes after. */
+	cr_assert_eq(chown(dst, uid, (gid_t)-1), 0);
+	cr_assert_eq(chmod(dst, 04755), 0);
+	return dst;
+}
+
+Test(secure, setuid_ignores_the_environment_and_takes_root_owned_plugins_only)
+{
+	const struct passwd *nobody;
+	char *bin, *root_dir, *user_file_dir, *user_dir, user_file[4300], args[16384],
+	     env[8192], want[12288], *out;
+	char ordinary[4096];
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make a set-uid copy owned by another user");
+	nobody = getpwnam("nobody");
+	if (!nobody || nobody->pw_uid == 0)
+		cr_skip_test("no unprivileged user called nobody");
+	bin = setuid_copy(nobody->pw_uid);
+
+	/* Root's plugins; a plugin owned by nobody; a folder owned by nobody. */
+	root_dir = plugin_folder("kernel_ok");
+	user_file_dir = plugin_folder("cpu_q8act");
+	snprintf(user_file, sizeof(user_file), "%s/cpu_q8act.so", user_file_dir);
+	cr_assert_eq(chown(user_file, nobody->pw_uid, (gid_t)-1), 0);
+	user_dir = plugin_folder("defect_nan");
+	cr_assert_eq(chown(user_dir, nobody->pw_uid, (gid_t)-1), 0);
+	snprintf(args, sizeof(args), "--plugin-path %s:%s:%s", root_dir, user_file_dir, user_dir);
+	snprintf(env, sizeof(env),
+	         "Q4KHOST_PLUGIN_PATH=%s Q4KHOST_CONFIG=%s/missing.ini", user_dir, user_dir);
+
+	/* The control: the ordinary binary heeds the variable, and the owners pass. */
+	snprintf(ordinary, sizeof(ordinary), "%s/host/cli/q4khost", test_builddir());
+	cr_expect_eq(plugins(env, ordinary, args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "missing.ini") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(plugins("", ordinary, args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "REJECTED"), "%s", out);
+	free(out);
+
+	cr_assert_eq(plugins(env, bin, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: running set-uid or set-gid: ignoring the environment variables ") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_PLUGIN_PATH") != NULL, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_CONFIG") != NULL, "%s", out);
+	snprintf(want, sizeof(want), "%s/kernel_ok.so\n  ACCEPTED\n", root_dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "%s/cpu.so\n  ACCEPTED\n", root_dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want),
+	         "%s\n  REJECTED: refused: the file %s is owned by uid %u, not root (required when running set-uid or set-gid)\n",
+	         user_file, user_file, (unsigned)nobody->pw_uid);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want),
+	         "%s/defect_nan.so\n  REJECTED: refused: the folder %s is owned by uid %u, not root (required when running set-uid or set-gid)\n",
+	         user_dir, user_dir, (unsigned)nobody->pw_uid);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+
+	/* Without --plugin-path the variable is not taken: the built-in path is. */
+	cr_assert_eq(plugins(env, bin, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "  from:      built-in\n") != NULL, "%s", out);
+	cr_expect_null(strstr(out, user_dir), "%s", out);
+	free(out);
+	free(bin);
+}
