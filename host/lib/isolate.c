@@ -104,9 +104,10 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 			return q4kh_fail(err, "waiting for the validation process: %s",
 			                 strerror(errno));
 		if (limit_kib && private_resident_kib(pid, &kib) == 0 && kib > limit_kib) {
+			/* Rounded up: over the limit by 1 KiB reads "M + 1 > M". */
 			snprintf(why, why_cap,
 			         "validation exceeded the memory limit: %llu MiB resident > %llu MiB",
-			         (unsigned long long)(kib / 1024),
+			         (unsigned long long)((kib + 1023) / 1024),
 			         (unsigned long long)limits->memory_limit_mib);
 			return kill_child(pid);
 		}

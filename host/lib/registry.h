@@ -56,8 +56,11 @@ struct q4kh_registry {
 
 /*
  * Scan the plugin path and load every plugin found. cli_path may be NULL;
- * config may be NULL. Rejections are recorded, not errors; -1 only on out
- * of memory. The registry keeps a pointer to config: free it first.
+ * config may be NULL. A file, or its folder, writable by group or others
+ * is refused, and so, when running set-uid or set-gid (secure.h), is one
+ * not owned by root; nothing in a refused plugin is called. Rejections are
+ * recorded, not errors; -1 only on out of memory. The registry keeps a
+ * pointer to config: free it first.
  */
 int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
                        struct q4kh_registry **out, struct q4kh_error *err);
