@@ -1,5 +1,5 @@
 /*
- * cuda-mwv: Q4_K GEMV with fp32 activations, several warps per row
+ * cuda-mwv: Q4_K GEMV with fp32 activations, warps streaming rows
  * (mwv_kernels.cu), behind the shared variant table (variant.h).
  */
 #ifndef Q4KH_CUDA_MWV_H

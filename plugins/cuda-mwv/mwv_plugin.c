@@ -1,9 +1,9 @@
 /*
  * cuda-mwv: Q4_K weights times fp32 activations on CUDA devices, read in
  * place (Q4_K's 144-byte blocks keep the backend's rows 16-byte aligned).
- * [plugin.cuda-mwv] warps sets the thread block: 4 warps by default, the
- * size that keeps enough loads in flight on Hopper without starving small
- * matrices of blocks.
+ * [plugin.cuda-mwv] warps sets the thread block: 4 warps by default; the
+ * warps stream their rows for the whole launch (q4k_stream.cuh), so the
+ * block size matters little.
  */
 #include "buildconf.h"
 
