@@ -19,9 +19,9 @@
 #   --model FILE  run the model checks on this GGUF file (repeatable)
 #   --prompt, -n  the model checks' prompt and tokens to generate
 #   --bench       time every variant's GEMV: q4khost bench-kernels
-#   --bench-model FILE  q4khost bench -m FILE --f2 off -n 64 (repeatable):
-#                 end-to-end speed of every variant on a model too large
-#                 for the cpu reference to check in a call's time
+#   --bench-model FILE  q4khost bench -m FILE --backend cuda --f2 off -n 64
+#                 (repeatable): end-to-end speed of every variant on a
+#                 model too large for the cpu reference in a call's time
 #   --logs DIR    every command's full output (${OUT:-/tmp}/gpu-check)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -216,14 +216,30 @@ fi
 
 for model in "${bench_models[@]}"; do
 	m=$(basename "$model" .gguf)
-	echo "== q4khost bench -m $model"
-	"$q4khost" bench -m "$model" --f2 off -n 64 2>&1 | tee "$logs/bench-$m.log"
-	rc=${PIPESTATUS[0]}
-	if [ $rc -eq 0 ]; then
-		row "bench $m (F2 off)" ok "$(awk 'NR > 3 && NF >= 5 { printf "%s %s: %s/%s tok/s; ", $1, $3, $4, $5 }' "$logs/bench-$m.log")"
+	echo "== q4khost bench -m $model --backend cuda --f2 off -n 64"
+	"$q4khost" bench -m "$model" --backend cuda --f2 off -n 64 --json \
+		>"$logs/bench-$m.json" 2>"$logs/bench-$m.err"
+	# Untimed rows fail the check, but a variant without the model's
+	# weight types is a skip.
+	if numbers=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+out, bad = [], 0
+for r in j["rows"]:
+    note = r.get("note") or ""
+    if r["decode_tokens_per_second"] is not None:
+        out.append("%s %.1f/%.2f" % (r["kernel"], r["prefill_tokens_per_second"], r["decode_tokens_per_second"]))
+    elif "has none of its types" not in note:
+        out.append("%s NOT TIMED: %s" % (r["kernel"], note))
+        bad = 1
+print("prefill/decode tok/s: " + "; ".join(out))
+sys.exit(bad)
+' "$logs/bench-$m.json" 2>&1); then
+		row "bench $m (F2 off)" ok "$numbers"
 	else
-		row "bench $m (F2 off)" FAIL "exit $rc; $(tail -n 2 "$logs/bench-$m.log" | tr '\n' ' ')"
+		row "bench $m (F2 off)" FAIL "${numbers:-$(tail -n 2 "$logs/bench-$m.err" | tr '\n' ' ')}"
 	fi
+	echo "$numbers"
 done
 
 echo

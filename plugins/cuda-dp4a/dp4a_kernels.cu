@@ -3,7 +3,7 @@
  *
  * First each activation column is quantised in blocks of 32 values
  * (Q8_1-style): d = max |x| / 127, q = round(x / d), kept with d and
- * d * sum(q). Then, with the streaming shape of q4k_stream.cuh and the
+ * d * sum(q). Then, with the streaming shape of variant_device.cuh and the
  * pieces of q4k_device.cuh, each 16-byte piece (32 weights of two
  * sub-blocks) meets 16 + 16 int8 activations in eight __dp4a; the Q4_K
  * mins need no per-value work: sub-block j of a super-block contributes
@@ -15,7 +15,7 @@
  * (tests/test_cuda_variants.c bounds it).
  */
 #include "dp4a.h"
-#include "../cuda-variant/q4k_stream.cuh"
+#include "../cuda-variant/q4k_device.cuh"
 
 #define QB 32 /* activation values per int8 block */
 
@@ -68,15 +68,26 @@ quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
 
 namespace {
 
-/* The int8 arithmetic of one piece, for q4k_stream_kernel. */
-struct dp4a_dot {
+/*
+ * v as a float, exactly, for |v| < 2^22 (a piece's dot product is at most
+ * 16 * 15 * 127): v added to the bits of 1.5 * 2^23 lands in its mantissa,
+ * and one subtraction leaves v. Two full-rate instructions where an
+ * integer conversion runs at a quarter rate, once per column and row.
+ */
+__device__ __forceinline__ float small_int_float(int v)
+{
+	return __int_as_float(v + 0x4B400000) - 12582912.0f;
+}
+
+/* The int8 arithmetic of one piece, for cv_stream_kernel. */
+struct dp4a_dot : q4k_rows {
 	const int8_t *xq;  /* codes, column c at xq + c * k */
 	const float2 *ds;  /* {d, d * sum}, column c at ds + c * (k / QB) */
 	int64_t k;
 
 	template <int R, int T>
-	__device__ __forceinline__ void piece(float (&acc)[R][T], const uint4 (&q)[R],
-	                                      const uint4 (&h)[R], int j) const
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4k_piece (&pc)[R],
+	                                    int j) const
 	{
 		const int sb = j >> 3, p = j & 7;
 		const int64_t nb = k / QB;
@@ -88,14 +99,14 @@ struct dp4a_dot {
 
 #pragma unroll
 		for (int r = 0; r < R; r++) {
-			q4k_scales(h[r], p >> 1, dl[r], ml[r]);
+			q4k_scales(pc[r].h, p >> 1, dl[r], ml[r]);
 			/* Each sub-block's min once: by its first half's lane. */
 			if (p & 1)
 				ml[r][0] = ml[r][1] = 0.0f;
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
-				lo[r][i] = cv_word(q[r], i) & 0x0F0F0F0F;
-				hi[r][i] = (cv_word(q[r], i) >> 4) & 0x0F0F0F0F;
+				lo[r][i] = cv_word(pc[r].q, i) & 0x0F0F0F0F;
+				hi[r][i] = (cv_word(pc[r].q, i) >> 4) & 0x0F0F0F0F;
 			}
 		}
 #pragma unroll
@@ -114,8 +125,8 @@ struct dp4a_dot {
 					il = __dp4a((int)lo[r][i], (int)cv_word(al, i), il);
 					ih = __dp4a((int)hi[r][i], (int)cv_word(ah, i), ih);
 				}
-				acc[r][c] = fmaf(dl[r][0] * s0.x, (float)il, acc[r][c]);
-				acc[r][c] = fmaf(dl[r][1] * s1.x, (float)ih, acc[r][c]);
+				acc[r][c] = fmaf(dl[r][0] * s0.x, small_int_float(il), acc[r][c]);
+				acc[r][c] = fmaf(dl[r][1] * s1.x, small_int_float(ih), acc[r][c]);
 				acc[r][c] = fmaf(-ml[r][0], s0.y, acc[r][c]);
 				acc[r][c] = fmaf(-ml[r][1], s1.y, acc[r][c]);
 			}
@@ -136,18 +147,19 @@ extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const cv_io *io,
                                    void *scratch, int warps, cudaStream_t s)
 {
 	const int64_t blocks = w->k / QB * io->cols;
-	const dp4a_dot dot = {
-		(const int8_t *)scratch,
-		(const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols)),
-		w->k,
-	};
+	dp4a_dot dot;
 	cudaError_t e;
 
+	dot.w = (const uint8_t *)w->data;
+	dot.stride = w->stride;
+	dot.pieces = (int)(w->k / (Q4K_VALUES / Q4K_PIECES));
+	dot.xq = (const int8_t *)scratch;
+	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
+	dot.k = w->k;
 	quantize_kernel<<<(unsigned)((blocks + 7) / 8), 256, 0, s>>>(
 		io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq, (float2 *)dot.ds);
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
-	return q4k_stream_launch((const uint8_t *)w->data, w->stride, w->k,
-	                         w->n, dot, (int)io->cols,
-	                         io->y, io->ldy, warps, w->multiprocessors, s);
+	return cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                        w->multiprocessors, s);
 }

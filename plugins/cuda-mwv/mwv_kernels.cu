@@ -1,5 +1,5 @@
 /*
- * Q4_K GEMV with fp32 activations: the streaming shape of q4k_stream.cuh,
+ * Q4_K GEMV with fp32 activations: the streaming shape of variant_device.cuh,
  * the pieces of q4k_device.cuh.
  *
  * A weight is d sc q - dmin m with q a 4-bit code, so the 16 weights of
@@ -14,7 +14,7 @@
  * activations, so massive activation channels cost nothing.
  */
 #include "mwv.h"
-#include "../cuda-variant/q4k_stream.cuh"
+#include "../cuda-variant/q4k_device.cuh"
 
 namespace {
 
@@ -24,13 +24,13 @@ __device__ __forceinline__ float half_plus(uint32_t v, int b)
 	return __int_as_float((int)__byte_perm(v, 0x3F000000u, 0x7044u | (b << 8)));
 }
 
-struct mwv_dot {
+struct mwv_dot : q4k_rows {
 	const float *x; /* column c at x + c * ldx */
 	int64_t ldx;
 
 	template <int R, int T>
-	__device__ __forceinline__ void piece(float (&acc)[R][T], const uint4 (&q)[R],
-	                                      const uint4 (&h)[R], int j) const
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4k_piece (&pc)[R],
+	                                    int j) const
 	{
 		const int sb = j >> 3, p = j & 7;
 		const float *xp = x + Q4K_PIECE_X(sb, p);
@@ -41,7 +41,7 @@ struct mwv_dot {
 		for (int r = 0; r < R; r++) {
 			float dl[2], ml[2];
 
-			q4k_scales(h[r], p >> 1, dl, ml);
+			q4k_scales(pc[r].h, p >> 1, dl, ml);
 #pragma unroll
 			for (int s = 0; s < 2; s++) {
 				a[r][s] = 32.0f * dl[s];
@@ -62,7 +62,7 @@ struct mwv_dot {
 				sh += (xh.x + xh.y) + (xh.z + xh.w);
 #pragma unroll
 				for (int r = 0; r < R; r++) {
-					const uint32_t v = cv_word(q[r], k);
+					const uint32_t v = cv_word(pc[r].q, k);
 					const uint32_t l8 = (v << 3) & 0x78787878u;
 					const uint32_t h8 = (v >> 1) & 0x78787878u;
 
@@ -91,15 +91,19 @@ extern "C" cudaError_t mwv_probe(void)
 {
 	cudaFuncAttributes a;
 
-	return cudaFuncGetAttributes(&a, q4k_stream_kernel<1, 1, 2, mwv_dot>);
+	return cudaFuncGetAttributes(&a, cv_stream_kernel<1, 1, 2, mwv_dot>);
 }
 
 extern "C" cudaError_t mwv_launch(const q4kh_prepared *w, const cv_io *io,
                                   int warps, cudaStream_t s)
 {
-	const mwv_dot dot = { io->x, io->ldx };
+	mwv_dot dot;
 
-	return q4k_stream_launch((const uint8_t *)w->data, w->stride, w->k, w->n,
-	                         dot, (int)io->cols, io->y, io->ldy, warps,
-	                         w->multiprocessors, s);
+	dot.w = (const uint8_t *)w->data;
+	dot.stride = w->stride;
+	dot.pieces = (int)(w->k / (Q4K_VALUES / Q4K_PIECES));
+	dot.x = io->x;
+	dot.ldx = io->ldx;
+	return cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                        w->multiprocessors, s);
 }
