@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# One command on a GPU machine: what the GPU sees, every GPU test suite, and
+# One command on a GPU machine: what the GPU sees, every GPU test suite,
 # (with --model) each model end to end on the cuda backend with its built-in
 # kernels and with every kernel-variant plugin in the build, each against
-# the cpu reference's greedy text. Ends with one summary table; exits
-# non-zero when anything failed (a variant that has none of a model's
-# weight types is a skip, not a failure).
+# the cpu reference's greedy text, (with --bench) q4khost bench-kernels,
+# and (with --bench-model) q4khost bench on a large model, F2 off. Ends
+# with one summary table; exits non-zero when anything failed (a variant
+# that has none of a model's weight types is a skip, not a failure).
 #
 # The tree is built elsewhere (scripts/gpu-bundle.sh) and carried here with
 # the shared libraries this machine lacks.
 #
 #   scripts/gpu-check.sh [--build DIR] [--lib DIR] [--model FILE]
-#                        [--prompt TEXT] [-n N] [--logs DIR]
+#                        [--prompt TEXT] [-n N] [--bench]
+#                        [--bench-model FILE] [--logs DIR]
 #
 #   --build DIR   the build: .gpu/build when it exists, else _build/gpu
 #   --lib DIR     carried libraries, put on LD_LIBRARY_PATH (.gpu/lib)
 #   --model FILE  run the model checks on this GGUF file (repeatable)
 #   --prompt, -n  the model checks' prompt and tokens to generate
+#   --bench       time every variant's GEMV: q4khost bench-kernels
+#   --bench-model FILE  q4khost bench -m FILE --backend cuda --f2 off -n 64
+#                 (repeatable): end-to-end speed of every variant on a
+#                 model too large for the cpu reference in a call's time
 #   --logs DIR    every command's full output (${OUT:-/tmp}/gpu-check)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +30,8 @@ cd "$top"
 build=
 lib=.gpu/lib
 models=()
+bench=0
+bench_models=()
 prompt="The history of the printing press begins in the fifteenth century, when"
 n_predict=64
 logs="${OUT:-/tmp}/gpu-check"
@@ -40,6 +48,8 @@ while [ $# -gt 0 ]; do
 	--model) models+=("$2"); shift 2 ;;
 	--prompt) prompt=$2; shift 2 ;;
 	-n) n_predict=$2; shift 2 ;;
+	--bench) bench=1; shift ;;
+	--bench-model) bench_models+=("$2"); shift 2 ;;
 	--logs) logs=$2; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "gpu-check.sh: unknown argument $1" >&2; usage ;;
@@ -190,6 +200,46 @@ for model in "${models[@]}"; do
 			row "$label" FAIL "$run_numbers"
 		fi
 	done
+done
+
+if [ $bench -eq 1 ]; then
+	echo "== q4khost bench-kernels"
+	"$q4khost" bench-kernels 2>&1 | tee "$logs/bench-kernels.log"
+	rc=${PIPESTATUS[0]}
+	ceiling=$(grep -o 'read ceiling.*' "$logs/bench-kernels.log" | head -n 1)
+	if [ $rc -eq 0 ]; then
+		row "bench-kernels" ok "$ceiling"
+	else
+		row "bench-kernels" FAIL "exit $rc; $(grep -E 'WRONG|failed' "$logs/bench-kernels.log" | head -n 2 | tr '\n' ' ')"
+	fi
+fi
+
+for model in "${bench_models[@]}"; do
+	m=$(basename "$model" .gguf)
+	echo "== q4khost bench -m $model --backend cuda --f2 off -n 64"
+	"$q4khost" bench -m "$model" --backend cuda --f2 off -n 64 --json \
+		>"$logs/bench-$m.json" 2>"$logs/bench-$m.err"
+	# Untimed rows fail the check, but a variant without the model's
+	# weight types is a skip.
+	if numbers=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+out, bad = [], 0
+for r in j["rows"]:
+    note = r.get("note") or ""
+    if r["decode_tokens_per_second"] is not None:
+        out.append("%s %.1f/%.2f" % (r["kernel"], r["prefill_tokens_per_second"], r["decode_tokens_per_second"]))
+    elif "has none of its types" not in note:
+        out.append("%s NOT TIMED: %s" % (r["kernel"], note))
+        bad = 1
+print("prefill/decode tok/s: " + "; ".join(out))
+sys.exit(bad)
+' "$logs/bench-$m.json" 2>&1); then
+		row "bench $m (F2 off)" ok "$numbers"
+	else
+		row "bench $m (F2 off)" FAIL "${numbers:-$(tail -n 2 "$logs/bench-$m.err" | tr '\n' ' ')}"
+	fi
+	echo "$numbers"
 done
 
 echo

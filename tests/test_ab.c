@@ -3,6 +3,7 @@
  * variants (tests/plugins): `q4khost validate --plot` draws one series per
  * candidate from the measurement (and the same image again from receipts
  * alone), `q4khost bench` compares a variant with the built-in kernels,
+ * `q4khost bench-kernels` checks and times each kernel's GEMV,
  * and `q4khost qa` judges golden cases on every path that passes F2 and
  * refuses a knife-edge case (tests/fixtures/qa-cases.jsonl, margins from
  * llama.cpp). A short probe (16 tokens) keeps the measurements quick.
@@ -221,6 +222,53 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	free(out);
 	cr_expect_eq(q4khost(&r, "", "bench", "--kernels cpu-q8", &out), 4, "%s", out);
 	cr_expect(strstr(out, "--kernels: 'cpu-q8' is not a kernel variant") != NULL, "%s", out);
+	free(out);
+}
+
+/*
+ * bench-kernels on the cpu backend, which has none of ABI 1.1's entries:
+ * timed by the host clock, no ceiling, every row checked against the
+ * built-in before it is timed.
+ */
+Test(ab, bench_kernels_checks_then_times_each_kernel, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	struct rig r;
+	char *out;
+	json_t *j, *row;
+	size_t i, variant = 0;
+
+	rig_open(&r, names);
+	cr_assert_eq(q4khost(&r, "", "bench-kernels",
+	                     "--backend cpu --shapes gemma3-270m --types Q4_K --max-batch 2 "
+	                     "--min-mib 2 --repeat 1 --json",
+	                     &out),
+	             0, "%s", out);
+	j = parse_json(out);
+	cr_expect(json_is_null(json_object_get(j, "read_ceiling_gbps")));
+	cr_expect_str_eq(json_string_value(json_object_get(j, "clock")), "host");
+	cr_assert_eq(json_array_size(json_object_get(j, "rows")), 4,
+	             "built-in and cpu-q8act on two shapes: %s", out);
+	json_array_foreach(json_object_get(j, "rows"), i, row) {
+		const char *k = json_string_value(json_object_get(row, "kernel"));
+		json_t *us = json_object_get(row, "us");
+
+		cr_expect_str_eq(json_string_value(json_object_get(row, "type")), "Q4_K");
+		cr_expect_eq(json_array_size(us), 2);
+		cr_expect_gt(json_number_value(json_array_get(us, 0)), 0, "%s", k);
+		cr_expect_gt(json_number_value(json_array_get(us, 1)), 0, "%s", k);
+		/* int8 activations: near 1e-5 (test_cuda_variants.c), under 5e-4 */
+		cr_expect_lt(json_number_value(json_object_get(row, "nmse")), 5e-4, "%s", k);
+		variant += !strcmp(k, "cpu-q8act");
+	}
+	cr_expect_eq(variant, 2);
+	json_decref(j);
+	free(out);
+	cr_expect_eq(q4khost(&r, "", "bench-kernels", "--backend cpu --kernels nothing", &out), 4,
+	             "%s", out);
+	cr_expect(strstr(out, "no accepted variant 'nothing'") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost(&r, "", "bench-kernels", "--types Q5_K", &out), 2, "%s", out);
 	free(out);
 }
 

@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 0);
+	cr_expect_eq(Q4KH_ABI_MINOR, 1);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -151,7 +151,15 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, attention, 176);
 	OFF(q4kh_backend_v1, synchronize, 184);
 	OFF(q4kh_backend_v1, native_device, 192);
-	SIZE(q4kh_backend_v1, 200);
+	/* ABI 1.1 */
+	OFF(q4kh_backend_v1, read_pass, 200);
+	OFF(q4kh_backend_v1, timer_start, 208);
+	OFF(q4kh_backend_v1, timer_stop, 216);
+	OFF(q4kh_backend_v1, graph_begin, 224);
+	OFF(q4kh_backend_v1, graph_end, 232);
+	OFF(q4kh_backend_v1, graph_launch, 240);
+	OFF(q4kh_backend_v1, graph_free, 248);
+	SIZE(q4kh_backend_v1, 256);
 }
 
 Test(abi, native_device)

@@ -62,7 +62,8 @@ struct variant {
 	double bound;
 };
 
-static const struct variant mwv = { "cuda-mwv", { Q4KH_TYPE_Q4_K }, 1,
+static const struct variant mwv = { "cuda-mwv",
+	                            { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2,
 	                            FP32_BOUND };
 static const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K }, 1,
 	                             INT8_BOUND };
@@ -135,6 +136,22 @@ static void pack_q4_k(uint8_t *out)
 	memcpy(out, &b, sizeof(b));
 }
 
+/* Q6_K: random 6-bit codes, int8 scales never zero. */
+static void pack_q6_k(uint8_t *out)
+{
+	struct q4kh_block_q6_k b;
+
+	b.d = rhalf(1e-4, 1e-3, 1);
+	for (int j = 0; j < 16; j++) {
+		int sc = irand(-127, 126);
+
+		b.scales[j] = (int8_t)(sc + (sc >= 0));
+	}
+	random_bytes(b.ql, sizeof(b.ql));
+	random_bytes(b.qh, sizeof(b.qh));
+	memcpy(out, &b, sizeof(b));
+}
+
 static void pack_iq4_nl(uint8_t *out)
 {
 	struct q4kh_block_iq4_nl b;
@@ -179,6 +196,7 @@ static uint8_t *random_weight(uint32_t type, int64_t k, int64_t n)
 	for (size_t i = 0; i < rb * (size_t)n; i += bb)
 		switch (type) {
 		case Q4KH_TYPE_Q4_K: pack_q4_k(w + i); break;
+		case Q4KH_TYPE_Q6_K: pack_q6_k(w + i); break;
 		case Q4KH_TYPE_IQ4_NL: pack_iq4_nl(w + i); break;
 		case Q4KH_TYPE_IQ4_XS: pack_iq4_xs(w + i); break;
 		default: cr_assert_fail("no packer for type %u", type);
@@ -582,6 +600,11 @@ Test(cuda_variants, mwv_q4_k)
 	check_shapes(&mwv, Q4KH_TYPE_Q4_K, q4k_shapes, N_OF(q4k_shapes), NULL, 1);
 }
 
+Test(cuda_variants, mwv_q6_k)
+{
+	check_shapes(&mwv, Q4KH_TYPE_Q6_K, q4k_shapes, N_OF(q4k_shapes), NULL, 5);
+}
+
 Test(cuda_variants, dp4a_q4_k)
 {
 	check_shapes(&dp4a, Q4KH_TYPE_Q4_K, q4k_shapes, N_OF(q4k_shapes), NULL,
@@ -943,7 +966,7 @@ Test(variant_plugin, score_needs_sm_70_and_its_own_types)
 				             "%s on %s", p->name, runs[i]);
 			/* Types it does not implement score 0 everywhere. */
 			cr_assert_eq(kt->score(ctx, &rec, Q4KH_TYPE_F32), 0);
-			cr_assert_eq(kt->score(ctx, &rec, Q4KH_TYPE_Q6_K), 0);
+			cr_assert_eq(kt->score(ctx, &rec, Q4KH_TYPE_Q5_K), 0);
 			cr_assert_eq(kt->score(ctx, &rec,
 			                       variants[v]->types[0] == Q4KH_TYPE_Q4_K
 			                               ? Q4KH_TYPE_IQ4_XS

@@ -337,6 +337,24 @@ Test(loader, duplicate_name_is_shadowed_with_both_paths)
 	free(b);
 }
 
+/* plugin.h rule 2: a 1.0 backend keeps loading under a 1.1 host, and the
+ * entries 1.1 appended count as absent. */
+Test(loader, abi_1_0_backend_is_accepted_without_the_1_1_entries)
+{
+	const char *dir = fresh_dir();
+	struct q4kh_registry *r;
+	const struct q4kh_plugin *p;
+
+	free(put_test_plugin(dir, "backend_v1_0", "old.so"));
+	p = scan_one(dir, &r);
+	cr_assert_eq(p->state, Q4KH_PLUGIN_ACCEPTED, "%s", p->reason);
+	cr_assert_eq(p->desc->abi_minor, 0);
+	cr_assert(Q4KH_BACKEND_HAS(p->desc->backend, native_device));
+	cr_assert_not(Q4KH_BACKEND_HAS(p->desc->backend, read_pass));
+	cr_assert_not(Q4KH_BACKEND_HAS(p->desc->backend, graph_free));
+	q4kh_registry_free(r);
+}
+
 Test(loader, newer_minor_kernel_is_accepted_and_recorded)
 {
 	const char *dir = fresh_dir();
@@ -347,7 +365,7 @@ Test(loader, newer_minor_kernel_is_accepted_and_recorded)
 	p = scan_one(dir, &r);
 	cr_assert_eq(p->state, Q4KH_PLUGIN_ACCEPTED, "%s", p->reason);
 	cr_assert_str_eq(p->name, "kernel-ok");
-	cr_assert_eq(p->desc->abi_minor, 1);
+	cr_assert_eq(p->desc->abi_minor, Q4KH_ABI_MINOR + 1);
 	cr_assert_eq(p->desc->kind, Q4KH_KIND_KERNEL);
 	cr_assert_str_eq(p->desc->kernel->backend, "cuda");
 	cr_assert_eq(q4kh_registry_find(r, "kernel-ok"), p);
@@ -460,7 +478,7 @@ Test(loader, host_api_config_and_log, .init = cr_redirect_stderr)
 	cr_assert_not_null(p);
 	cr_assert_eq(p->api.struct_size, sizeof(struct q4kh_host_api));
 	cr_assert_eq(p->api.abi_major, 1);
-	cr_assert_eq(p->api.abi_minor, 0);
+	cr_assert_eq(p->api.abi_minor, 1);
 	cr_assert_str_eq(p->api.config_get(p->api.host_data, "tile"), "64");
 	cr_assert_null(p->api.config_get(p->api.host_data, "threads"));
 	p->api.log(p->api.host_data, Q4KH_LOG_WARN, "slow path\n");

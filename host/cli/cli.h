@@ -25,6 +25,13 @@ enum q4kh_exit {
 int q4kh_cli_bad_option(const char *command, char **argv);
 
 /*
+ * Parse S, the value of option WHAT of COMMAND, as a decimal number in
+ * [lo, hi] into *out; else say so on stderr in one line and return -1.
+ */
+int q4kh_cli_parse_long(const char *command, const char *s, const char *what, long lo,
+                        long hi, long *out);
+
+/*
  * Load the layered config (FILE: the --config file or NULL) and, unless
  * QUIET, warn on stderr about every key q4khost does not know
  * (config_keys.h) and, when running set-uid or set-gid, name the set
@@ -48,6 +55,7 @@ int q4kh_cmd_plugins(int argc, char **argv);
 int q4kh_cmd_info(int argc, char **argv);
 int q4kh_cmd_validate(int argc, char **argv);
 int q4kh_cmd_bench(int argc, char **argv);
+int q4kh_cmd_bench_kernels(int argc, char **argv);
 int q4kh_cmd_qa(int argc, char **argv);
 
 #endif

@@ -8,7 +8,6 @@
  * process). Only what passes F2 is timed, in this process: an unverified
  * plugin never runs here unless F2 is off.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -79,16 +78,7 @@ static void usage(FILE *out)
 
 static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
 {
-	char *end;
-
-	errno = 0;
-	*out = strtol(s, &end, 10);
-	if (errno || end == s || *end || *out < lo || *out > hi) {
-		fprintf(stderr, "q4khost bench: %s must be a whole number in [%ld, %ld], got '%s'\n",
-		        what, lo, hi, s);
-		return -1;
-	}
-	return 0;
+	return q4kh_cli_parse_long("bench", s, what, lo, hi, out);
 }
 
 static int parse(int argc, char **argv, struct bench_opts *o)

@@ -79,18 +79,7 @@ static void usage(FILE *out)
 
 static int parse_long(const char *s, const char *what, long lo, long hi, long *out)
 {
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, "q4khost run: %s must be an integer in [%ld, %ld], got '%s'\n",
-		        what, lo, hi, s);
-		return -1;
-	}
-	*out = v;
-	return 0;
+	return q4kh_cli_parse_long("run", s, what, lo, hi, out);
 }
 
 static int parse_float(const char *s, const char *what, float lo, float hi, float *out)

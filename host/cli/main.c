@@ -21,6 +21,7 @@ static const struct command commands[] = {
 	{ "info", q4kh_cmd_info, "print a GGUF file's metadata and tensor types" },
 	{ "validate", q4kh_cmd_validate, "run the F2 parity guard on backends and kernel variants" },
 	{ "bench", q4kh_cmd_bench, "compare kernel variants: speed and F2 verdict, one row each" },
+	{ "bench-kernels", q4kh_cmd_bench_kernels, "time every variant's GEMV on real models' shapes against the read ceiling" },
 	{ "qa", q4kh_cmd_qa, "check golden cases on the reference and every path that passes F2" },
 };
 
@@ -32,7 +33,7 @@ static void usage(FILE *out)
 	        "Runs GGUF language models through backend and kernel-variant plugins,\n"
 	        "and says what really ran.\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+		fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out,
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG (debug,\n"

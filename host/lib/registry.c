@@ -19,6 +19,10 @@
 #define DESC_V1_0_SIZE \
 	(offsetof(struct q4kh_plugin_desc, kernel) + sizeof(const void *))
 
+/* The smallest legal backend table: ABI 1.0's, up to native_device. */
+#define BACKEND_V1_0_SIZE \
+	(offsetof(struct q4kh_backend_v1, native_device) + sizeof(void (*)(void)))
+
 #define NAME_MAX_LEN 63
 
 /* A required function pointer inside a plugin's table. */
@@ -142,10 +146,10 @@ static int check_backend(const struct q4kh_backend_v1 *b, char *why,
 {
 	if (!b)
 		return say(why, size, "kind is backend but the backend table is NULL");
-	if (b->struct_size < sizeof(*b))
+	if (b->struct_size < BACKEND_V1_0_SIZE)
 		return say(why, size,
 		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.0",
-		           b->struct_size, sizeof(*b), Q4KH_ABI_MAJOR);
+		           b->struct_size, (size_t)BACKEND_V1_0_SIZE, Q4KH_ABI_MAJOR);
 	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
 }
 

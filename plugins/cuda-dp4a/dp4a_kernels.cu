@@ -3,7 +3,7 @@
  *
  * First each activation column is quantised in blocks of 32 values
  * (Q8_1-style): d = max |x| / 127, q = round(x / d), kept with d and
- * d * sum(q). Then, with the GEMV shape of variant_device.cuh and the
+ * d * sum(q). Then, with the streaming shape of variant_device.cuh and the
  * pieces of q4k_device.cuh, each 16-byte piece (32 weights of two
  * sub-blocks) meets 16 + 16 int8 activations in eight __dp4a; the Q4_K
  * mins need no per-value work: sub-block j of a super-block contributes
@@ -66,25 +66,31 @@ quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
 		            : make_float2(d, d * (float)sum);
 }
 
-template <int T, int R>
-__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
-dp4a_kernel(const uint8_t *__restrict__ w, int64_t stride, int pieces,
-            int64_t n, const int8_t *__restrict__ xq, int64_t k,
-            const float2 *__restrict__ ds, float *__restrict__ y, int64_t ldy,
-            int group)
-{
-	extern __shared__ float red[];
-	const int64_t row0 = cv_first_row<R>(group);
-	const int64_t nb = k / QB;
-	const uint8_t *rows[R];
-	float acc[R][T] = {};
+namespace {
 
-#pragma unroll
-	for (int r = 0; r < R; r++)
-		rows[r] = w + (row0 + r < n ? row0 + r : n - 1) * stride;
-#pragma unroll 2
-	for (int j = threadIdx.x & (group - 1); j < pieces; j += group) {
+/*
+ * v as a float, exactly, for |v| < 2^22 (a piece's dot product is at most
+ * 16 * 15 * 127): v added to the bits of 1.5 * 2^23 lands in its mantissa,
+ * and one subtraction leaves v. Two full-rate instructions where an
+ * integer conversion runs at a quarter rate, once per column and row.
+ */
+__device__ __forceinline__ float small_int_float(int v)
+{
+	return __int_as_float(v + 0x4B400000) - 12582912.0f;
+}
+
+/* The int8 arithmetic of one piece, for cv_stream_kernel. */
+struct dp4a_dot : q4k_rows {
+	const int8_t *xq;  /* codes, column c at xq + c * k */
+	const float2 *ds;  /* {d, d * sum}, column c at ds + c * (k / QB) */
+	int64_t k;
+
+	template <int R, int T>
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4k_piece (&pc)[R],
+	                                    int j) const
+	{
 		const int sb = j >> 3, p = j & 7;
+		const int64_t nb = k / QB;
 		/* Activation blocks of sub-blocks 2 (p / 2) and 2 (p / 2) + 1. */
 		const int64_t b0 = (int64_t)sb * Q4K_PIECES + (p & ~1);
 		const int8_t *xp = xq + Q4K_PIECE_X(sb, p);
@@ -93,17 +99,14 @@ dp4a_kernel(const uint8_t *__restrict__ w, int64_t stride, int pieces,
 
 #pragma unroll
 		for (int r = 0; r < R; r++) {
-			const uint8_t *blk = q4k_block(rows[r], sb);
-			const uint4 q = cv_load_stream(blk + 16 + 16 * p);
-
-			q4k_scales(__ldg((const uint4 *)blk), p >> 1, dl[r], ml[r]);
+			q4k_scales(pc[r].h, p >> 1, dl[r], ml[r]);
 			/* Each sub-block's min once: by its first half's lane. */
 			if (p & 1)
 				ml[r][0] = ml[r][1] = 0.0f;
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
-				lo[r][i] = cv_word(q, i) & 0x0F0F0F0F;
-				hi[r][i] = (cv_word(q, i) >> 4) & 0x0F0F0F0F;
+				lo[r][i] = cv_word(pc[r].q, i) & 0x0F0F0F0F;
+				hi[r][i] = (cv_word(pc[r].q, i) >> 4) & 0x0F0F0F0F;
 			}
 		}
 #pragma unroll
@@ -122,33 +125,12 @@ dp4a_kernel(const uint8_t *__restrict__ w, int64_t stride, int pieces,
 					il = __dp4a((int)lo[r][i], (int)cv_word(al, i), il);
 					ih = __dp4a((int)hi[r][i], (int)cv_word(ah, i), ih);
 				}
-				acc[r][c] = fmaf(dl[r][0] * s0.x, (float)il, acc[r][c]);
-				acc[r][c] = fmaf(dl[r][1] * s1.x, (float)ih, acc[r][c]);
+				acc[r][c] = fmaf(dl[r][0] * s0.x, small_int_float(il), acc[r][c]);
+				acc[r][c] = fmaf(dl[r][1] * s1.x, small_int_float(ih), acc[r][c]);
 				acc[r][c] = fmaf(-ml[r][0], s0.y, acc[r][c]);
 				acc[r][c] = fmaf(-ml[r][1], s1.y, acc[r][c]);
 			}
 		}
-	}
-	cv_reduce_store<R, T>(acc, group, red, row0, n, y, ldy);
-}
-
-namespace {
-
-struct dp4a_launcher {
-	const q4kh_prepared *w;
-	const int8_t *xq;
-	const float2 *ds;
-	float *y;
-	int64_t ldy;
-	int64_t pieces;
-
-	template <int T, int R>
-	cudaError_t launch(const cv_geom &g, cudaStream_t s) const
-	{
-		dp4a_kernel<T, R><<<g.blocks, g.threads, g.shared, s>>>(
-			(const uint8_t *)w->data, w->stride, (int)pieces, w->n, xq,
-			w->k, ds, y, ldy, g.group);
-		return cudaGetLastError();
 	}
 };
 
@@ -165,15 +147,19 @@ extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const cv_io *io,
                                    void *scratch, int warps, cudaStream_t s)
 {
 	const int64_t blocks = w->k / QB * io->cols;
-	int8_t *xq = (int8_t *)scratch;
-	float2 *ds = (float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
-	const dp4a_launcher l = { w, xq, ds, io->y, io->ldy,
-		                  w->k / (Q4K_VALUES / Q4K_PIECES) };
+	dp4a_dot dot;
 	cudaError_t e;
 
+	dot.w = (const uint8_t *)w->data;
+	dot.stride = w->stride;
+	dot.pieces = (int)(w->k / (Q4K_VALUES / Q4K_PIECES));
+	dot.xq = (const int8_t *)scratch;
+	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
+	dot.k = w->k;
 	quantize_kernel<<<(unsigned)((blocks + 7) / 8), 256, 0, s>>>(
-		io->x, io->ldx, w->k, blocks, xq, ds);
+		io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq, (float2 *)dot.ds);
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
-	return cv_launch(l, (int)io->cols, w->n, warps, w->multiprocessors, s);
+	return cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                        w->multiprocessors, s);
 }

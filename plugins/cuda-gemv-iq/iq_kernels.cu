@@ -11,8 +11,8 @@
  * The codebook lives in four registers as bytes kvalue + 128: two byte
  * permutes look up the low and the high half of the table for four codes
  * at once, a third turns bit 3 of each code into a byte mask that picks
- * between them. With the GEMV shape of variant_device.cuh, a piece's sum
- * over its 32 values is scaled once.
+ * between them. With the streaming shape of variant_device.cuh (a piece
+ * is one block of 32), a piece's sum over its 32 values is scaled once.
  */
 #include "iq.h"
 #include "../cuda-variant/variant_device.cuh"
@@ -146,38 +146,43 @@ __device__ __forceinline__ uint32_t lookup4(const iq_table &t, uint32_t s)
 	return (hi & upper) | (lo & ~upper);
 }
 
-template <int T, int R, bool XS>
-__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
-iq_kernel(const uint8_t *__restrict__ codes, int nblk, int64_t n,
-          const unsigned short *__restrict__ d, const int8_t *__restrict__ ls,
-          iq_table t, const float *__restrict__ x, int64_t ldx,
-          float *__restrict__ y, int64_t ldy, int group)
-{
-	extern __shared__ float red[];
-	const int64_t row0 = cv_first_row<R>(group);
-	int64_t rows[R];
-	float acc[R][T] = {};
+/* What cv_stream_kernel loads for one block of 32: codes and scale. */
+struct iq_piece {
+	uint4 q;
+	float scale;
+};
 
-#pragma unroll
-	for (int r = 0; r < R; r++)
-		rows[r] = row0 + r < n ? row0 + r : n - 1;
-	/* Not unrolled: unrolled, the lookups' registers make ptxas spill. */
-	for (int j = threadIdx.x & (group - 1); j < nblk; j += group) {
+/* The cv_stream_kernel format of the repacked copy. */
+template <bool XS>
+struct iq_format {
+	typedef iq_piece piece_t;
+	const uint8_t *codes;
+	const unsigned short *d;
+	const int8_t *ls;
+	iq_table t;
+	const float *x; /* column c at x + c * ldx */
+	int64_t ldx;
+	int pieces;     /* blocks of 32 per row */
+
+	__device__ __forceinline__ iq_piece load(int64_t row, int j) const
+	{
+		const int64_t b = row * pieces + j;
+		iq_piece p;
+
+		p.q = cv_load_stream(codes + 16 * b);
+		p.scale = XS ? __half2float(__ushort_as_half(__ldg(d + b / XS_BLOCKS))) *
+		                       (float)__ldg(ls + b)
+		             : __half2float(__ushort_as_half(__ldg(d + b)));
+		return p;
+	}
+
+	template <int R, int T>
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const iq_piece (&pc)[R],
+	                                    int j) const
+	{
 		const float *xp = x + (int64_t)j * QB;
 		float part[R][T] = {};
-		float scale[R];
-		uint4 q[R];
 
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			const int64_t b = rows[r] * nblk + j;
-
-			q[r] = cv_load_stream(codes + 16 * b);
-			scale[r] = XS ? __half2float(__ushort_as_half(
-			                        __ldg(d + b / XS_BLOCKS))) *
-			                        (float)__ldg(ls + b)
-			              : __half2float(__ushort_as_half(__ldg(d + b)));
-		}
 #pragma unroll
 		for (int k = 0; k < 4; k++) {
 			float4 xa[T], xb[T];
@@ -189,7 +194,7 @@ iq_kernel(const uint8_t *__restrict__ codes, int nblk, int64_t n,
 			}
 #pragma unroll
 			for (int r = 0; r < R; r++) {
-				const uint32_t v = cv_word(q[r], k);
+				const uint32_t v = cv_word(pc[r].q, k);
 				const uint32_t ea = lookup4(t, v), eb = lookup4(t, v >> 16);
 				float fa[4], fb[4];
 
@@ -215,39 +220,9 @@ iq_kernel(const uint8_t *__restrict__ codes, int nblk, int64_t n,
 		for (int r = 0; r < R; r++)
 #pragma unroll
 			for (int c = 0; c < T; c++)
-				acc[r][c] = fmaf(scale[r], part[r][c], acc[r][c]);
-	}
-	cv_reduce_store<R, T>(acc, group, red, row0, n, y, ldy);
-}
-
-namespace {
-
-struct iq_launcher {
-	const q4kh_prepared *w;
-	const cv_io *io;
-	int64_t pieces;
-
-	template <int T, int R>
-	cudaError_t launch(const cv_geom &g, cudaStream_t s) const
-	{
-		const iq_layout l = layout_of(w->type, w->k, w->n);
-		const uint8_t *base = (const uint8_t *)w->data;
-		const unsigned short *d = (const unsigned short *)(base + l.d);
-		const int8_t *ls = (const int8_t *)(base + l.ls);
-
-		if (w->type == Q4KH_TYPE_IQ4_XS)
-			iq_kernel<T, R, true><<<g.blocks, g.threads, g.shared, s>>>(
-				base, (int)pieces, w->n, d, ls, table_of_kvalues(), io->x,
-				io->ldx, io->y, io->ldy, g.group);
-		else
-			iq_kernel<T, R, false><<<g.blocks, g.threads, g.shared, s>>>(
-				base, (int)pieces, w->n, d, ls, table_of_kvalues(), io->x,
-				io->ldx, io->y, io->ldy, g.group);
-		return cudaGetLastError();
+				acc[r][c] = fmaf(pc[r].scale, part[r][c], acc[r][c]);
 	}
 };
-
-} // namespace
 
 extern "C" cudaError_t iq_probe(void)
 {
@@ -256,10 +231,28 @@ extern "C" cudaError_t iq_probe(void)
 	return cudaFuncGetAttributes(&a, repack_kernel<true>);
 }
 
+template <bool XS>
+static cudaError_t launch_format(const q4kh_prepared *w, const cv_io *io,
+                                 int warps, cudaStream_t s)
+{
+	const iq_layout l = layout_of(w->type, w->k, w->n);
+	const uint8_t *base = (const uint8_t *)w->data;
+	iq_format<XS> f;
+
+	f.codes = base;
+	f.d = (const unsigned short *)(base + l.d);
+	f.ls = (const int8_t *)(base + l.ls);
+	f.t = table_of_kvalues();
+	f.x = io->x;
+	f.ldx = io->ldx;
+	f.pieces = (int)(w->k / QB);
+	return cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                        w->multiprocessors, s);
+}
+
 extern "C" cudaError_t iq_launch(const q4kh_prepared *w, const cv_io *io,
                                  int warps, cudaStream_t s)
 {
-	const iq_launcher l = { w, io, w->k / QB };
-
-	return cv_launch(l, (int)io->cols, w->n, warps, w->multiprocessors, s);
+	return w->type == Q4KH_TYPE_IQ4_XS ? launch_format<true>(w, io, warps, s)
+	                                   : launch_format<false>(w, io, warps, s);
 }

@@ -7,8 +7,6 @@
  */
 #include "buildconf.h"
 
-#include <stdio.h>
-
 #include "iq.h"
 
 static const uint32_t iq_types[] = { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS };
@@ -16,18 +14,13 @@ static const uint32_t iq_types[] = { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS };
 static q4kh_status iq_prepare(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
                               cudaStream_t s)
 {
-	size_t bytes = iq_repacked_bytes(w->type, w->k, w->n);
-	char what[96];
 	q4kh_status st;
-	void *own;
 
-	snprintf(what, sizeof(what), "prepare: cudaMalloc(%zu bytes)", bytes);
-	if ((st = cv_cuda(ctx, cudaMalloc(&own, bytes), what)))
+	/* stride: bytes of codes per row */
+	if ((st = cv_prepare_own(ctx, w, iq_repacked_bytes(w->type, w->k, w->n),
+	                         w->k / 2)))
 		return st;
-	w->own = own;
-	w->data = own;
-	w->stride = w->k / 2; /* bytes of codes per row */
-	return cv_cuda(ctx, iq_repack(w, own, s), "prepare: repack kernel");
+	return cv_cuda(ctx, iq_repack(w, w->own, s), "prepare: repack kernel");
 }
 
 static q4kh_status iq_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,

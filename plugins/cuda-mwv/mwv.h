@@ -1,6 +1,7 @@
 /*
- * cuda-mwv: Q4_K GEMV with fp32 activations, several warps per row
- * (mwv_kernels.cu), behind the shared variant table (variant.h).
+ * cuda-mwv: Q4_K and Q6_K GEMV with fp32 activations, warps streaming
+ * rows (mwv_kernels.cu, mwv_q6k_kernels.cu), behind the shared variant
+ * table (variant.h).
  */
 #ifndef Q4KH_CUDA_MWV_H
 #define Q4KH_CUDA_MWV_H
@@ -21,6 +22,20 @@ cudaError_t mwv_probe(void);
  */
 cudaError_t mwv_launch(const q4kh_prepared *w, const struct cv_io *io,
                        int warps, cudaStream_t s);
+
+/* Bytes of one row of K values in the Q6_K copy (224 per 256 values). */
+int64_t mwv_q6k_row_bytes(int64_t k);
+
+/*
+ * Enqueue on stream s the copy of Q6_K weight w (w->src, w->src_stride)
+ * into DST (mwv_q6k_row_bytes(w->k) * w->n bytes). Returns the launch's
+ * error.
+ */
+cudaError_t mwv_q6k_pack(const q4kh_prepared *w, void *dst, cudaStream_t s);
+
+/* As mwv_launch for the Q6_K copy (w->data, w->stride from prepare). */
+cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const struct cv_io *io,
+                           int warps, cudaStream_t s);
 
 #ifdef __cplusplus
 }

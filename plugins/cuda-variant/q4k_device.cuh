@@ -20,11 +20,32 @@
 
 #define Q4K_PIECE_X(sb, p) ((sb) * Q4K_VALUES + ((p) >> 1) * 64 + ((p) & 1) * 16)
 
-/* Address of super-block sb's header; its piece p is at + 16 + 16 p. */
-__device__ __forceinline__ const uint8_t *q4k_block(const uint8_t *row, int sb)
-{
-	return row + (int64_t)sb * Q4K_BLOCK_BYTES;
-}
+/* What cv_stream_kernel loads for one piece: codes and header. */
+struct q4k_piece {
+	uint4 q, h;
+};
+
+/*
+ * The Q4_K half of a cv_stream_kernel format: rows of super-blocks STRIDE
+ * bytes apart, 16-byte aligned. A variant's format derives from it and
+ * adds dot().
+ */
+struct q4k_rows {
+	typedef q4k_piece piece_t;
+	const uint8_t *w;
+	int64_t stride;
+	int pieces; /* K / 32 */
+
+	__device__ __forceinline__ q4k_piece load(int64_t row, int j) const
+	{
+		const uint8_t *blk = w + row * stride + (int64_t)(j >> 3) * Q4K_BLOCK_BYTES;
+		q4k_piece p;
+
+		p.q = cv_load_stream(blk + 16 + 16 * (j & 7));
+		p.h = __ldg((const uint4 *)blk);
+		return p;
+	}
+};
 
 /*
  * d * sc and dmin * m of sub-blocks 2 pair and 2 pair + 1 from a header

@@ -329,14 +329,28 @@ void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 	free(w);
 }
 
+q4kh_status cv_prepare_own(q4kh_kernel_ctx *ctx, q4kh_prepared *w, size_t bytes,
+                           int64_t stride)
+{
+	char what[96];
+	q4kh_status st;
+	void *own;
+
+	snprintf(what, sizeof(what), "prepare: cudaMalloc(%zu bytes)", bytes);
+	if ((st = cv_cuda(ctx, cudaMalloc(&own, bytes), what)))
+		return st;
+	w->own = own;
+	w->data = own;
+	w->stride = stride;
+	return Q4KH_OK;
+}
+
 q4kh_status cv_prepare_aligned(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
                                cudaStream_t s)
 {
 	int64_t row = w->k / q4kh_type_block_elems(w->type) *
 	              q4kh_type_block_bytes(w->type);
-	char what[96];
 	q4kh_status st;
-	void *own;
 
 	if ((uintptr_t)w->src % 16 == 0 && w->src_stride % 16 == 0) {
 		w->data = w->src;
@@ -347,15 +361,10 @@ q4kh_status cv_prepare_aligned(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
 		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
 		               "prepare: rows of %lld bytes cannot be 16-byte aligned",
 		               (long long)row);
-	snprintf(what, sizeof(what), "prepare: cudaMalloc(%lld bytes)",
-	         (long long)(row * w->n));
-	if ((st = cv_cuda(ctx, cudaMalloc(&own, (size_t)(row * w->n)), what)))
+	if ((st = cv_prepare_own(ctx, w, (size_t)(row * w->n), row)))
 		return st;
-	w->own = own;
-	w->data = own;
-	w->stride = row;
 	return cv_cuda(ctx,
-	               cudaMemcpy2DAsync(own, (size_t)row, w->src,
+	               cudaMemcpy2DAsync(w->own, (size_t)row, w->src,
 	                                 (size_t)w->src_stride, (size_t)row,
 	                                 (size_t)w->n, cudaMemcpyDeviceToDevice, s),
 	               "prepare: cudaMemcpy2DAsync to aligned rows");

@@ -91,6 +91,13 @@ extern const char cv_name[];
 extern const struct q4kh_kernel_v1 cv_table;
 
 /*
+ * For a prepare() that makes its own copy: BYTES of device memory that
+ * release() frees, as w->own and w->data, rows STRIDE bytes apart.
+ */
+q4kh_status cv_prepare_own(q4kh_kernel_ctx *ctx, q4kh_prepared *w, size_t bytes,
+                           int64_t stride);
+
+/*
  * A prepare() for weights read in place: w->data = w->src when its rows
  * are 16-byte aligned, else a copy in aligned device memory of w's own
  * (one asynchronous copy on s).

@@ -1,15 +1,24 @@
 /*
  * Device code and launch geometry shared by the CUDA variants' GEMV kernels.
  *
- * Every kernel has the same shape. A thread block of 32 * warps threads is
- * cut into groups of G threads (a power of two); a group owns R consecutive
- * weight rows and strides over the row's "pieces" (16 bytes of quantized
- * codes and the scales they need, read as one coalesced 16-byte load per
- * row), so each activation value it loads serves R rows and every weight
- * byte is read once for up to CV_MAX_COLUMNS activation columns. When a
- * row has enough pieces, G spans several warps (several warps per row).
- * The group's partial sums meet through warp shuffles and, when G spans
- * several warps, shared memory. fp32 accumulation throughout.
+ * Every kernel has one streaming shape (cv_stream_kernel). A warp owns R
+ * consecutive weight rows at a time and walks a grid-stride loop over row
+ * groups, so blocks live for the whole launch: no block launches, no
+ * __syncthreads, and the sum over a row is a warp shuffle. Along the rows,
+ * lane l takes pieces l, l + 32, ... (a piece: 16 bytes of codes and the
+ * scales they need); each step first issues every load of U pieces for all
+ * R rows, then computes, so R * U independent 16-byte loads per lane are in
+ * flight, which with a few warps per multiprocessor covers the memory
+ * latency (one-pass blocks that loaded once and then reduced through shared
+ * memory reached about 45 % of the read ceiling). Each activation value a
+ * lane loads serves R rows, and every weight byte is read once for up to
+ * CV_MAX_COLUMNS columns. fp32 accumulation throughout.
+ *
+ * What differs between the variants is a format F:
+ *   F::piece_t                      what one piece's loads bring
+ *   int F::pieces                   pieces per row
+ *   F::piece_t F::load(row, j)      issue the loads of piece j of a row
+ *   F::dot<R, T>(acc, p[R], j)      acc[r][c] += piece j of row r . x[:, c]
  */
 #ifndef Q4KH_CUDA_VARIANT_DEVICE_CUH
 #define Q4KH_CUDA_VARIANT_DEVICE_CUH
@@ -68,124 +77,117 @@ __device__ __forceinline__ float cv_half_float(uint32_t v, int hi)
 }
 
 /*
- * Sum acc over the G threads of each group and store row row0 + r, column
- * c at y[row0 + r + c * ldy] (rows >= n are skipped). red: shared memory
- * of warps * R * T floats. Every thread of the block must call it.
+ * Sum acc over the 32 lanes of the warp and store row row0 + r, column c
+ * at y[row0 + r + c * ldy] (rows >= n are skipped), one value per lane.
+ * Every lane of the warp must call it.
  */
 template <int R, int T>
-__device__ __forceinline__ void cv_reduce_store(float (&acc)[R][T], int group,
-                                                float *red, int64_t row0,
-                                                int64_t n, float *y,
-                                                int64_t ldy)
+__device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
+                                              int64_t n, float *y, int64_t ldy)
 {
-	const int tid = threadIdx.x, lane = tid & 31;
-	const int width = group < 32 ? group : 32;
+	const int lane = threadIdx.x & 31;
 
-	for (int off = width >> 1; off > 0; off >>= 1)
+	for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
 		for (int r = 0; r < R; r++)
 #pragma unroll
 			for (int c = 0; c < T; c++)
 				acc[r][c] += __shfl_xor_sync(CV_FULL_MASK, acc[r][c], off);
-	if (group <= 32) {
-		const int li = tid & (group - 1);
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int c = 0; c < T; c++)
+			if ((r * T + c) % 32 == lane && row0 + r < n)
+				y[row0 + r + c * ldy] = acc[r][c];
+}
+
+/* y {N, T} = W x with format F; see the top of this file. */
+template <int T, int R, int U, class F>
+__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
+cv_stream_kernel(F f, int64_t n, float *__restrict__ y, int64_t ldy)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+
+	for (int64_t g = (int64_t)blockIdx.x * (blockDim.x >> 5) +
+	                 (threadIdx.x >> 5);
+	     g * R < n; g += warps) {
+		const int64_t row0 = g * R;
+		int64_t rows[R];
+		float acc[R][T] = {};
+
 #pragma unroll
 		for (int r = 0; r < R; r++)
-#pragma unroll
-			for (int c = 0; c < T; c++)
-				if ((r * T + c) % group == li && row0 + r < n)
-					y[row0 + r + c * ldy] = acc[r][c];
-		return;
-	}
-	if (lane == 0)
-#pragma unroll
-		for (int r = 0; r < R; r++)
-#pragma unroll
-			for (int c = 0; c < T; c++)
-				red[(tid >> 5) * R * T + r * T + c] = acc[r][c];
-	__syncthreads();
-	if ((tid & (group - 1)) < 32) {
-		const int first = tid / group * (group >> 5);
+			rows[r] = row0 + r < n ? row0 + r : n - 1;
+		for (int j0 = lane; j0 < f.pieces; j0 += 32 * U) {
+			typename F::piece_t p[U][R];
 
-		for (int i = lane; i < R * T; i += 32) {
-			float s = 0.0f;
-
-			for (int k = 0; k < group >> 5; k++)
-				s += red[(first + k) * R * T + i];
-			if (row0 + i / T < n)
-				y[row0 + i / T + (i % T) * ldy] = s;
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (j0 + 32 * u < f.pieces)
+#pragma unroll
+					for (int r = 0; r < R; r++)
+						p[u][r] = f.load(rows[r], j0 + 32 * u);
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (j0 + 32 * u < f.pieces)
+					f.template dot<R, T>(acc, p[u], j0 + 32 * u);
 		}
+		cv_warp_store<R, T>(acc, row0, n, y, ldy);
 	}
-}
-
-/* The first of the R rows of this thread's group. */
-template <int R>
-__device__ __forceinline__ int64_t cv_first_row(int group)
-{
-	return ((int64_t)blockIdx.x * (blockDim.x / group) + threadIdx.x / group) *
-	       R;
-}
-
-/* How a launch cuts the work (see the top of this file). */
-struct cv_geom {
-	int threads;     /* per block: 32 * warps */
-	int group;       /* threads per row group */
-	unsigned blocks; /* grid size */
-	size_t shared;   /* bytes of reduction scratch */
-};
-
-/* G: as many threads per row as the row has pieces, up to the block. */
-static inline cv_geom cv_geometry(int64_t pieces, int64_t n, int warps,
-                                  int rows, int cols)
-{
-	cv_geom g;
-	int64_t per_block;
-
-	g.threads = 32 * warps;
-	g.group = 1;
-	while (g.group * 2 <= g.threads && g.group * 2 <= pieces)
-		g.group *= 2;
-	per_block = (int64_t)rows * (g.threads / g.group);
-	g.blocks = (unsigned)((n + per_block - 1) / per_block);
-	g.shared = sizeof(float) * (size_t)(warps * rows * cols);
-	return g;
 }
 
 /*
- * Launch L's kernel for io->cols (1 .. CV_MAX_COLUMNS) columns: with RMAX
- * rows per group when that still gives every multiprocessor two blocks,
- * else with one row per group. L has
- *   template <int T, int R> cudaError_t launch(const cv_geom &, cudaStream_t)
- * and the number of pieces per row in L::pieces.
+ * Launch F's kernel for T columns of an N-row matrix: rows per warp by how
+ * many row groups there are to spread over the SMS multiprocessors (4 when
+ * each still gets 16 warps), pieces per lane and step by the row's length.
  */
-template <class L, int T, int RMAX>
-static cudaError_t cv_launch_rows(const L &l, int64_t n, int warps, int sms,
-                                  cudaStream_t s)
+template <int T, class F>
+static cudaError_t cv_stream_cols(const F &f, int64_t n, float *y, int64_t ldy,
+                                  int warps, int sms, cudaStream_t s)
 {
-	cv_geom g = cv_geometry(l.pieces, n, warps, RMAX, T);
+	const int64_t per_sm = n / (sms > 0 ? sms : 1);
+	const int r = per_sm >= 64 ? 4 : per_sm >= 16 ? 2 : 1;
+	const int64_t groups = (n + r - 1) / r;
+	const int64_t want = (groups + warps - 1) / warps;
+	const int64_t most = (int64_t)(sms > 0 ? sms : 1) * (64 / warps);
+	const unsigned blocks = (unsigned)(want < most ? want : most);
+	const int threads = 32 * warps;
 
-	if (RMAX > 1 && g.blocks < 2u * (unsigned)sms)
-		return l.template launch<T, 1>(cv_geometry(l.pieces, n, warps, 1, T),
-		                               s);
-	return l.template launch<T, RMAX>(g, s);
+#define CV_STREAM(R, U) \
+	cv_stream_kernel<T, R, U, F><<<blocks, threads, 0, s>>>(f, n, y, ldy)
+	if (r == 4)
+		CV_STREAM(4, 2);
+	else if (r == 2 && f.pieces > 64)
+		CV_STREAM(2, 4);
+	else if (r == 2)
+		CV_STREAM(2, 2);
+	else if (f.pieces > 64)
+		CV_STREAM(1, 4);
+	else
+		CV_STREAM(1, 2);
+#undef CV_STREAM
+	return cudaGetLastError();
 }
 
-/* Rows per group for T columns: activations held for R rows cost registers. */
-#define CV_ROWS(T) ((T) <= 2 ? 4 : 2)
-
-template <class L>
-static cudaError_t cv_launch(const L &l, int cols, int64_t n, int warps,
-                             int sms, cudaStream_t s)
+/* The same for COLS (1 .. CV_MAX_COLUMNS) columns. */
+template <class F>
+static cudaError_t cv_stream_launch(const F &f, int cols, int64_t n, float *y,
+                                    int64_t ldy, int warps, int sms,
+                                    cudaStream_t s)
 {
 	switch (cols) {
-	case 1: return cv_launch_rows<L, 1, CV_ROWS(1)>(l, n, warps, sms, s);
-	case 2: return cv_launch_rows<L, 2, CV_ROWS(2)>(l, n, warps, sms, s);
-	case 3: return cv_launch_rows<L, 3, CV_ROWS(3)>(l, n, warps, sms, s);
-	case 4: return cv_launch_rows<L, 4, CV_ROWS(4)>(l, n, warps, sms, s);
-	case 5: return cv_launch_rows<L, 5, CV_ROWS(5)>(l, n, warps, sms, s);
-	case 6: return cv_launch_rows<L, 6, CV_ROWS(6)>(l, n, warps, sms, s);
-	case 7: return cv_launch_rows<L, 7, CV_ROWS(7)>(l, n, warps, sms, s);
-	case 8: return cv_launch_rows<L, 8, CV_ROWS(8)>(l, n, warps, sms, s);
+#define CV_COLS(T) \
+	case T: return cv_stream_cols<T, F>(f, n, y, ldy, warps, sms, s)
+	CV_COLS(1);
+	CV_COLS(2);
+	CV_COLS(3);
+	CV_COLS(4);
+	CV_COLS(5);
+	CV_COLS(6);
+	CV_COLS(7);
+	CV_COLS(8);
+#undef CV_COLS
 	default: return cudaErrorInvalidValue;
 	}
 }

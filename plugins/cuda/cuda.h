@@ -32,6 +32,8 @@ struct q4kh_device_ctx {
 	cudaStream_t stream;
 	int32_t *stage;   /* device memory for ids and positions */
 	int64_t stage_n;  /* int32 values it holds */
+	cudaEvent_t timer[2]; /* timer_start's and timer_stop's; made on first use */
+	int recording;    /* between graph_begin and graph_end */
 };
 
 struct q4kh_buffer {
@@ -67,6 +69,19 @@ q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what);
  * growing the staging buffer first when it is too small. */
 q4kh_status cuda_stage(q4kh_device_ctx *dev, const char *what,
                        const int32_t *values, int64_t n);
+
+/* --- measurement and graphs, ABI 1.1 (cuda_measure.c) --- */
+
+q4kh_status cuda_read_pass(q4kh_device_ctx *dev, q4kh_buffer *buf,
+                           uint64_t offset, uint64_t size);
+q4kh_status cuda_timer_start(q4kh_device_ctx *dev);
+q4kh_status cuda_timer_stop(q4kh_device_ctx *dev, double *seconds);
+q4kh_status cuda_graph_begin(q4kh_device_ctx *dev);
+q4kh_status cuda_graph_end(q4kh_device_ctx *dev, q4kh_graph **out);
+q4kh_status cuda_graph_launch(q4kh_device_ctx *dev, q4kh_graph *graph);
+void cuda_graph_free(q4kh_device_ctx *dev, q4kh_graph *graph);
+/* Q4KH_OK unless dev records a graph; then fail naming WHAT. */
+q4kh_status cuda_not_recording(q4kh_device_ctx *dev, const char *what);
 
 /* --- errors and logging (cuda_plugin.c) --- */
 

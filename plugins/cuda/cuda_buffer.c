@@ -65,6 +65,10 @@ static q4kh_status check_transfer(q4kh_device_ctx *dev, const char *what,
                                   q4kh_buffer *buf, uint64_t offset,
                                   const void *host, uint64_t size)
 {
+	q4kh_status st;
+
+	if ((st = cuda_not_recording(dev, what)))
+		return st;
 	if (!buf)
 		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: buffer is NULL",
 		                 what);

@@ -108,9 +108,18 @@ void cuda_device_close(q4kh_device_ctx *dev)
 		return;
 	if (cudaSetDevice(dev->ordinal) == cudaSuccess) {
 		if (dev->stream) {
+			if (dev->recording) {
+				cudaGraph_t g = NULL;
+
+				if (cudaStreamEndCapture(dev->stream, &g) == cudaSuccess)
+					cudaGraphDestroy(g);
+			}
 			cudaStreamSynchronize(dev->stream);
 			cudaStreamDestroy(dev->stream);
 		}
+		for (int i = 0; i < 2; i++)
+			if (dev->timer[i])
+				cudaEventDestroy(dev->timer[i]);
 		cudaFree(dev->stage);
 	}
 	cudaGetLastError();
@@ -173,6 +182,9 @@ q4kh_status cuda_stage(q4kh_device_ctx *dev, const char *what,
 	char where[64];
 	q4kh_status st;
 
+	/* A recording would replay these values, not the next call's. */
+	if ((st = cuda_not_recording(dev, what)))
+		return st;
 	if (n > dev->stage_n) {
 		int64_t want = n > 2 * dev->stage_n ? n : 2 * dev->stage_n;
 
@@ -204,7 +216,8 @@ q4kh_status cuda_synchronize(q4kh_device_ctx *dev)
 
 	if (!dev)
 		return Q4KH_ERR_INVALID;
-	if ((st = cuda_enter(dev, "synchronize")))
+	if ((st = cuda_not_recording(dev, "synchronize")) ||
+	    (st = cuda_enter(dev, "synchronize")))
 		return st;
 	return cuda_check(dev, cudaStreamSynchronize(dev->stream),
 	                  "synchronize: an op failed on the device");

@@ -74,6 +74,14 @@ cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_attn *p,
                                   const struct cuda_view *out, cudaStream_t s);
 
+/*
+ * Read N16 16-byte vectors from p once, as fast as the device can (a few
+ * blocks per multiprocessor, SMS of them, streaming loads); the reads'
+ * checksum goes to *sink only on an improbable value, so the loads stay.
+ */
+cudaError_t cuda_launch_read(const void *p, uint64_t n16, int sms,
+                             int32_t *sink, cudaStream_t s);
+
 /* 1 when get_rows and mul_mat take weights of TYPE, else 0. */
 int cuda_type_supported(uint32_t type);
 

@@ -161,6 +161,13 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.attention = cuda_attention,
 	.synchronize = cuda_synchronize,
 	.native_device = cuda_native_device,
+	.read_pass = cuda_read_pass,
+	.timer_start = cuda_timer_start,
+	.timer_stop = cuda_timer_stop,
+	.graph_begin = cuda_graph_begin,
+	.graph_end = cuda_graph_end,
+	.graph_launch = cuda_graph_launch,
+	.graph_free = cuda_graph_free,
 };
 
 #ifdef __clang__

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 0
+#define Q4KH_ABI_MINOR 1
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -76,6 +76,7 @@ typedef struct q4kh_device_ctx q4kh_device_ctx;
 typedef struct q4kh_buffer q4kh_buffer;
 typedef struct q4kh_kernel_ctx q4kh_kernel_ctx;
 typedef struct q4kh_prepared q4kh_prepared;
+typedef struct q4kh_graph q4kh_graph;
 /* Defined below; declared here so the backend table can name it. */
 struct q4kh_native_device;
 
@@ -155,9 +156,10 @@ struct q4kh_attn_params {
 };
 
 /*
- * Backend function table, ABI 1.0. All tensors passed to ops live in buffers
- * of the same device context. Ops may run asynchronously; synchronize()
- * waits for all of them. Types: f32 unless said otherwise.
+ * Backend function table, ABI 1.1 (1.0 ends at native_device). All
+ * tensors passed to ops live in buffers of the same device context. Ops
+ * may run asynchronously; synchronize() waits for all of them. Types: f32
+ * unless said otherwise.
  */
 struct q4kh_backend_v1 {
 	uint32_t struct_size;
@@ -280,7 +282,55 @@ struct q4kh_backend_v1 {
 	 */
 	q4kh_status (*native_device)(q4kh_device_ctx *dev,
 	                             struct q4kh_native_device *out);
+
+	/*
+	 * ABI 1.1: measurement and replay. Every entry below is optional (may
+	 * be NULL), and a host calls one only when the table's struct_size
+	 * covers it (Q4KH_BACKEND_HAS), so 1.0 backends keep loading.
+	 */
+
+	/*
+	 * Enqueue one pass that reads bytes [offset, offset + size) of buf
+	 * once, as fast as the device can, and writes nothing a caller may
+	 * rely on: the read-bandwidth ceiling that kernels are measured
+	 * against. offset and size: multiples of 16, inside buf.
+	 */
+	q4kh_status (*read_pass)(q4kh_device_ctx *dev, q4kh_buffer *buf,
+	                         uint64_t offset, uint64_t size);
+	/*
+	 * Device-side timing: timer_start marks the queue of dev; timer_stop
+	 * marks it again, waits for that mark and stores in *seconds the
+	 * device time between the two marks (the work enqueued between them,
+	 * the kernel variants' too). One pair at a time per device.
+	 */
+	q4kh_status (*timer_start)(q4kh_device_ctx *dev);
+	q4kh_status (*timer_stop)(q4kh_device_ctx *dev, double *seconds);
+	/*
+	 * Record instead of run: between graph_begin and graph_end, the ops
+	 * issued on dev (and the kernel variants' work on the native stream)
+	 * are recorded, not run; graph_end returns the recording, which
+	 * graph_launch enqueues as a whole, any number of times, with the
+	 * same tensors and arguments. While recording, calls that wait for
+	 * the device (synchronize, buffer_upload, buffer_download) and ops
+	 * that take host-memory arguments fail with Q4KH_ERR_INVALID;
+	 * graph_end ends the recording even when it fails. graph_free
+	 * releases a recording (NULL is ignored).
+	 */
+	q4kh_status (*graph_begin)(q4kh_device_ctx *dev);
+	q4kh_status (*graph_end)(q4kh_device_ctx *dev, q4kh_graph **out);
+	q4kh_status (*graph_launch)(q4kh_device_ctx *dev, q4kh_graph *graph);
+	void (*graph_free)(q4kh_device_ctx *dev, q4kh_graph *graph);
 };
+
+/*
+ * 1 when backend table B (its struct_size as the plugin set it) holds
+ * FIELD and FIELD is not NULL: the test a host makes before calling an
+ * entry added after ABI 1.0.
+ */
+#define Q4KH_BACKEND_HAS(b, field)                                             \
+	((b)->struct_size >= offsetof(struct q4kh_backend_v1, field) +          \
+	                             sizeof((b)->field) &&                      \
+	 (b)->field != NULL)
 
 /*
  * Native handles a backend lends to kernel variants of its kind. For
