@@ -26,8 +26,8 @@ N_EMBD, N_FF, N_HEAD = 8, 16, 2
 
 def layer(w, arch):
     b = "blk.0."
-    names = [("attn_norm", N_EMBD, 1), ("attn_q", N_EMBD, N_EMBD), ("attn_k", N_EMBD, N_EMBD),
-             ("attn_v", N_EMBD, N_EMBD), ("attn_output", N_EMBD, N_EMBD),
+    names = [("attn_norm", N_EMBD, 1), ("attn_q", N_EMBD, N_EMBD), ("attn_k", N_EMBD, N_EMBD // N_HEAD),
+             ("attn_v", N_EMBD, N_EMBD // N_HEAD), ("attn_output", N_EMBD, N_EMBD),
              ("ffn_norm", N_EMBD, 1), ("ffn_gate", N_EMBD, N_FF), ("ffn_up", N_EMBD, N_FF),
              ("ffn_down", N_FF, N_EMBD)]
     if arch == "gemma3":
