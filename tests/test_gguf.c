@@ -17,6 +17,7 @@
 
 #include "gguf.h"
 #include "helpers.h"
+#include "model.h"
 
 /* --- a small GGUF writer, independent of the reader ------------------- */
 
@@ -1211,6 +1212,57 @@ Test(gguf, file_over_4_gib)
 	t = q4kh_gguf_tensor(g, "low");
 	cr_assert_eq(memcmp(t->data, low, sizeof(low)), 0);
 	q4kh_gguf_close(g);
+	free(b.p);
+}
+
+/*
+ * The model's vocabulary is token_embd.weight's row count; token ids are
+ * int32, so 2^31 rows are refused when the model loads. A llama file with
+ * just the keys and that tensor (F32 {2, 2^31}: 16 GiB, sparse).
+ */
+Test(gguf, vocabulary_past_int32_is_refused)
+{
+	static const char *const u32_keys[] = {
+		"llama.embedding_length", "llama.block_count",
+		"llama.feed_forward_length", "llama.attention.head_count",
+	};
+	static const uint32_t u32_values[] = { 2, 1, 2, 1 };
+	const uint64_t rows = 1ull << 31;
+	struct gbuf b = { 0 };
+	struct q4kh_model *m = NULL;
+	struct q4kh_error err = { { 0 } };
+	char want[sizeof(path) + 200];
+
+	put(&b, "GGUF", 4);
+	put_le(&b, 3, 4);
+	put_le(&b, 1, 8);
+	put_le(&b, 6, 8);
+	put_str(&b, "general.architecture");
+	put_le(&b, Q4KH_GGUF_STRING, 4);
+	put_str(&b, "llama");
+	for (int i = 0; i < 4; i++) {
+		put_str(&b, u32_keys[i]);
+		put_le(&b, Q4KH_GGUF_UINT32, 4);
+		put_le(&b, u32_values[i], 4);
+	}
+	put_str(&b, "llama.attention.layer_norm_rms_epsilon");
+	put_le(&b, Q4KH_GGUF_FLOAT32, 4);
+	put_f32(&b, 1e-5f);
+	put_str(&b, "token_embd.weight");
+	put_le(&b, 2, 4);
+	put_le(&b, 2, 8);
+	put_le(&b, rows, 8);
+	put_le(&b, Q4KH_TYPE_F32, 4);
+	put_le(&b, 0, 8);
+	pad_to(&b, 32);
+	test_write_file(path, b.p, b.n);
+	if (truncate(path, (off_t)(b.n + rows * 2 * 4)) != 0)
+		cr_skip_test("the file system under %s refuses a sparse file of 16 GiB: %s",
+		             dir, strerror(errno));
+	cr_assert_eq(q4kh_model_open(path, &m, &err), -1);
+	snprintf(want, sizeof(want), "%s: token_embd.weight has 2147483648 rows: "
+	         "expected a vocabulary of at most 2147483647 tokens", path);
+	cr_assert_str_eq(err.msg, want);
 	free(b.p);
 }
 
