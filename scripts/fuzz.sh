@@ -10,13 +10,20 @@
 # BUILD/fuzz-crashes/TARGET; keep it in tests/fuzz/regressions/TARGET once
 # the bug is fixed. Prints one line per target (seconds, executions,
 # crashes) and ends with "N passed, N failed"; exits 1 on any crash.
-# Usage: scripts/fuzz.sh [SECONDS]
+# Usage: scripts/fuzz.sh [SECONDS [TARGET...]]  (TARGET: gguf, tokenizer,
+# config, receipt; default all)
 set -uo pipefail
+usage="usage: scripts/fuzz.sh [SECONDS [gguf|tokenizer|config|receipt...]]"
 secs=${1:-60}
-case $secs in '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS]" >&2; exit 2 ;; esac
+case $secs in '' | *[!0-9]*) echo "$usage" >&2; exit 2 ;; esac
+[ $# -gt 0 ] && shift
+all="gguf tokenizer config receipt"
+targets=${*:-$all}
+for t in $targets; do
+	case " $all " in *" $t "*) ;; *) echo "$usage" >&2; exit 2 ;; esac
+done
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="${Q4KH_FUZZ_BUILD_DIR:-$top/_build/fuzz}"
-targets="gguf tokenizer config receipt"
 # The fuzz build is the whole tree built by clang with sanitizers; make
 # builds the fuzzers there (configure --enable-fuzzers).
 Q4KH_BUILD_DIR="$build" bash "$top/scripts/build.sh" --without-cuda \
