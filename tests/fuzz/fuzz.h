@@ -37,10 +37,9 @@ void fuzz_check_error(const struct q4kh_error *err, const char *call);
 int fuzz_memfd(const uint8_t *data, size_t size, char path[32]);
 
 /*
- * Split DATA at NUL bytes into at most N parts, each a malloc()ed
- * NUL-terminated string; parts past the input are NULL. The last part
- * keeps any further NUL bytes' text cut at the first. Free with
- * fuzz_free_parts.
+ * Split DATA at NUL bytes into N parts, each a malloc()ed NUL-terminated
+ * string; parts past the end of the input are NULL, bytes past the Nth
+ * part are ignored. Free with fuzz_free_parts.
  */
 void fuzz_split(const uint8_t *data, size_t size, char **parts, size_t n);
 void fuzz_free_parts(char **parts, size_t n);
