@@ -1,7 +1,9 @@
 /*
  * GGUF reader: a file built here byte by byte reads back exactly; every
  * corruption of it fails with the one-line message naming the offset of the
- * bad field; the real default model reads back the facts gguf-py reports.
+ * bad field; counts and names past the limits of gguf.h are refused; a
+ * sparse file over 4 GiB reads back its last tensor; the real default model
+ * reads back the facts gguf-py reports.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
