@@ -26,8 +26,10 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build="${Q4KH_FUZZ_BUILD_DIR:-$top/_build/fuzz}"
 # The fuzz build is the whole tree built by clang with sanitizers; make
 # builds the fuzzers there (configure --enable-fuzzers).
+mkdir -p "$build"
 Q4KH_BUILD_DIR="$build" bash "$top/scripts/build.sh" --without-cuda \
-	--enable-fuzzers CC=clang CFLAGS="-g -O1" || exit 1
+	--enable-fuzzers CC=clang CFLAGS="-g -O1" 2>"$build/fuzz-build.log" ||
+	{ tail -20 "$build/fuzz-build.log"; exit 1; }
 cd "$build" || exit 1
 export Q4KH_TEST_SRCDIR="$top"
 
