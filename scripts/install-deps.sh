@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential autoconf automake libtool pkg-config
       libiniparser-dev libcriterion-dev libjansson-dev libssl-dev libpcre2-dev
       python3 python3-pip ca-certificates
-      debhelper dpkg-dev lintian bash-completion)
+      debhelper dpkg-dev lintian bash-completion
+      clang libclang-rt-dev llvm) # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
 
 missing=()
 for p in "${pkgs[@]}"; do

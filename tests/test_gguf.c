@@ -1,9 +1,13 @@
 /*
  * GGUF reader: a file built here byte by byte reads back exactly; every
  * corruption of it fails with the one-line message naming the offset of the
- * bad field; the real default model reads back the facts gguf-py reports.
+ * bad field; counts and names past the limits of gguf.h are refused; a
+ * sparse file over 4 GiB reads back its last tensor; the real default model
+ * reads back the facts gguf-py reports.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 
 #include "gguf.h"
 #include "helpers.h"
+#include "model.h"
 
 /* --- a small GGUF writer, independent of the reader ------------------- */
 
@@ -284,25 +289,33 @@ static struct q4kh_gguf *open_ok(const void *data, size_t n)
 	return g;
 }
 
+/* Opening the file at path fails with "PATH: " followed by TAIL. */
+static void path_fails(const char *tail)
+{
+	struct q4kh_gguf *g = (struct q4kh_gguf *)1;
+	struct q4kh_error err = { { 0 } };
+	char want[sizeof(path) + 1024 + 2];
+
+	snprintf(want, sizeof(want), "%s: %s", path, tail);
+	cr_assert_eq(q4kh_gguf_open(path, &g, &err), -1, "opened %s", path);
+	cr_assert_null(g);
+	cr_assert_str_eq(err.msg, want);
+}
+
 /* Opening N bytes of DATA fails with "PATH: " followed by the message. */
 static void open_fails(const void *data, size_t n, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 static void open_fails(const void *data, size_t n, const char *fmt, ...)
 {
-	struct q4kh_gguf *g = (struct q4kh_gguf *)1;
-	struct q4kh_error err = { { 0 } };
-	char tail[1024], want[sizeof(path) + sizeof(tail) + 2];
+	char tail[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(tail, sizeof(tail), fmt, ap);
 	va_end(ap);
-	snprintf(want, sizeof(want), "%s: %s", path, tail);
 	test_write_file(path, data, n);
-	cr_assert_eq(q4kh_gguf_open(path, &g, &err), -1, "opened %zu bytes", n);
-	cr_assert_null(g);
-	cr_assert_str_eq(err.msg, want);
+	path_fails(tail);
 }
 
 /* --- a valid file reads back exactly ------------------------------------ */
@@ -1062,6 +1075,197 @@ Test(gguf, names_are_quoted_safely)
 	open_fails(f.b.p, f.b.n, "offset %zu: expected 1 to 4 dimensions for tensor "
 	           "'\\x0a8', found 9", f.t_ndims_at[1]);
 	free(f.b.p);
+}
+
+/* A file with one tensor info: NAME, F32 {ne0} at data offset 0. */
+static void tensor_file(struct gbuf *b, const char *name, uint64_t ne0)
+{
+	put(b, "GGUF", 4);
+	put_le(b, 3, 4);
+	put_le(b, 1, 8); /* tensors */
+	put_le(b, 0, 8); /* keys */
+	put_str(b, name);
+	put_le(b, 1, 4);
+	put_le(b, ne0, 8);
+	put_le(b, Q4KH_TYPE_F32, 4);
+	put_le(b, 0, 8);
+	pad_to(b, 32);
+	for (uint64_t i = 0; i < ne0; i++)
+		put_f32(b, (float)i);
+}
+
+Test(gguf, names_within_the_gguf_limits)
+{
+	struct gbuf b = { 0 };
+	char name[Q4KH_GGUF_MAX_TENSOR_NAME + 2], *key;
+	struct q4kh_gguf *g;
+
+	memset(name, 't', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	tensor_file(&b, name, 8);
+	/* 65 bytes: one past the spec's 64 */
+	open_fails(b.p, b.n, "offset 24: expected the name of tensor #0 to be at "
+	           "most 64 bytes (the GGUF limit), found length 65");
+	name[Q4KH_GGUF_MAX_TENSOR_NAME] = 0;
+	b.n = 0;
+	tensor_file(&b, name, 8);
+	g = open_ok(b.p, b.n);
+	cr_assert_eq(g->tensors[0].name.len, 64);
+	q4kh_gguf_close(g);
+
+	key = malloc(Q4KH_GGUF_MAX_KEY_LEN + 2);
+	cr_assert_not_null(key);
+	memset(key, 'k', Q4KH_GGUF_MAX_KEY_LEN + 1);
+	key[Q4KH_GGUF_MAX_KEY_LEN + 1] = 0;
+	b.n = 0;
+	put(&b, "GGUF", 4);
+	put_le(&b, 3, 4);
+	put_le(&b, 0, 8);
+	put_le(&b, 1, 8);
+	put_str(&b, key);
+	put_le(&b, Q4KH_GGUF_UINT8, 4);
+	put_le(&b, 7, 1);
+	open_fails(b.p, b.n, "offset 24: expected the name of key #0 to be at most "
+	           "65535 bytes (the GGUF limit), found length 65536");
+	free(key);
+	free(b.p);
+}
+
+/*
+ * Counts that the file's size allows but no model needs: refused before
+ * the reader allocates for them. The file is made long (sparse) so only
+ * q4khost's own limit can fire.
+ */
+Test(gguf, counts_past_the_limits)
+{
+	struct fixture f;
+
+	build(&f, 64);
+	patch(&f, 8, Q4KH_GGUF_MAX_TENSORS + 1ull, 8);
+	test_write_file(path, f.b.p, f.b.n);
+	cr_assert_eq(truncate(path, 64 << 20), 0, "%s", strerror(errno));
+	path_fails("offset 8: expected at most 1048576 tensors (q4khost's limit), "
+	           "found tensor count 1048577");
+	patch(&f, 8, NT, 8);
+	patch(&f, 16, Q4KH_GGUF_MAX_KEYS + 1ull, 8);
+	test_write_file(path, f.b.p, f.b.n);
+	cr_assert_eq(truncate(path, 64 << 20), 0, "%s", strerror(errno));
+	path_fails("offset 16: expected at most 1048576 metadata keys (q4khost's "
+	           "limit), found key count 1048577");
+	free(f.b.p);
+}
+
+/*
+ * A tensor whose data lies past 4 GiB (offsets are 64-bit throughout): a
+ * sparse file, so it costs a few blocks of disk. The header has two F32
+ * tensors: "low" at data offset 0 and "high" at 5 GiB; the last bytes of
+ * the file are high's values, written with pwrite at that offset.
+ */
+Test(gguf, file_over_4_gib)
+{
+	const uint64_t high_rel = 5ull << 30;
+	struct gbuf b = { 0 };
+	const struct q4kh_gguf_tensor *t;
+	struct q4kh_gguf *g;
+	struct q4kh_error err = { { 0 } };
+	float high[8], low[8];
+	uint64_t data_at;
+	int fd;
+
+	put(&b, "GGUF", 4);
+	put_le(&b, 3, 4);
+	put_le(&b, 2, 8);
+	put_le(&b, 0, 8);
+	put_str(&b, "low");
+	put_le(&b, 1, 4);
+	put_le(&b, 8, 8);
+	put_le(&b, Q4KH_TYPE_F32, 4);
+	put_le(&b, 0, 8);
+	put_str(&b, "high");
+	put_le(&b, 1, 4);
+	put_le(&b, 8, 8);
+	put_le(&b, Q4KH_TYPE_F32, 4);
+	put_le(&b, high_rel, 8);
+	pad_to(&b, 32);
+	data_at = b.n;
+	for (int i = 0; i < 8; i++) {
+		low[i] = (float)i;
+		high[i] = -0.5f * (float)(i + 1);
+		put_f32(&b, low[i]);
+	}
+	test_write_file(path, b.p, b.n);
+	fd = open(path, O_WRONLY);
+	cr_assert_geq(fd, 0);
+	if (pwrite(fd, high, sizeof(high), (off_t)(data_at + high_rel)) != sizeof(high)) {
+		int e = errno;
+		close(fd);
+		cr_skip_test("the file system under %s refuses a sparse file of 5 GiB: %s",
+		             dir, strerror(e));
+	}
+	close(fd);
+
+	cr_assert_eq(q4kh_gguf_open(path, &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(g->size, data_at + high_rel + sizeof(high));
+	t = q4kh_gguf_tensor(g, "high");
+	cr_assert_not_null(t);
+	cr_assert_eq(t->offset, data_at + high_rel);
+	cr_assert_eq(t->size, sizeof(high));
+	cr_assert_eq(memcmp(t->data, high, sizeof(high)), 0);
+	t = q4kh_gguf_tensor(g, "low");
+	cr_assert_eq(memcmp(t->data, low, sizeof(low)), 0);
+	q4kh_gguf_close(g);
+	free(b.p);
+}
+
+/*
+ * The model's vocabulary is token_embd.weight's row count; token ids are
+ * int32, so 2^31 rows are refused when the model loads. A llama file with
+ * just the keys and that tensor (F32 {2, 2^31}: 16 GiB, sparse).
+ */
+Test(gguf, vocabulary_past_int32_is_refused)
+{
+	static const char *const u32_keys[] = {
+		"llama.embedding_length", "llama.block_count",
+		"llama.feed_forward_length", "llama.attention.head_count",
+	};
+	static const uint32_t u32_values[] = { 2, 1, 2, 1 };
+	const uint64_t rows = 1ull << 31;
+	struct gbuf b = { 0 };
+	struct q4kh_model *m = NULL;
+	struct q4kh_error err = { { 0 } };
+	char want[sizeof(path) + 200];
+
+	put(&b, "GGUF", 4);
+	put_le(&b, 3, 4);
+	put_le(&b, 1, 8);
+	put_le(&b, 6, 8);
+	put_str(&b, "general.architecture");
+	put_le(&b, Q4KH_GGUF_STRING, 4);
+	put_str(&b, "llama");
+	for (int i = 0; i < 4; i++) {
+		put_str(&b, u32_keys[i]);
+		put_le(&b, Q4KH_GGUF_UINT32, 4);
+		put_le(&b, u32_values[i], 4);
+	}
+	put_str(&b, "llama.attention.layer_norm_rms_epsilon");
+	put_le(&b, Q4KH_GGUF_FLOAT32, 4);
+	put_f32(&b, 1e-5f);
+	put_str(&b, "token_embd.weight");
+	put_le(&b, 2, 4);
+	put_le(&b, 2, 8);
+	put_le(&b, rows, 8);
+	put_le(&b, Q4KH_TYPE_F32, 4);
+	put_le(&b, 0, 8);
+	pad_to(&b, 32);
+	test_write_file(path, b.p, b.n);
+	if (truncate(path, (off_t)(b.n + rows * 2 * 4)) != 0)
+		cr_skip_test("the file system under %s refuses a sparse file of 16 GiB: %s",
+		             dir, strerror(errno));
+	cr_assert_eq(q4kh_model_open(path, &m, &err), -1);
+	snprintf(want, sizeof(want), "%s: token_embd.weight has 2147483648 rows: "
+	         "expected a vocabulary of at most 2147483647 tokens", path);
+	cr_assert_str_eq(err.msg, want);
+	free(b.p);
 }
 
 Test(gguf, not_a_gguf_file)

@@ -115,8 +115,10 @@ static int explain_bad_file(const char *path, struct q4kh_error *err)
 		if (joined)
 			s[strlen(s) - 1] = 0;
 		if (!was_joined && !ini_line_ok(s)) {
-			q4kh_fail(err, "%s:%u: expected [section], key = value, a comment or a blank line; found \"%.80s\"",
-			          path, lineno, s);
+			char shown[4 * 80 + 8];
+			q4kh_fail(err, "%s:%u: expected [section], key = value, a comment or a blank line; found \"%s\"",
+			          path, lineno,
+			          q4kh_show(shown, sizeof(shown), s, strlen(s), 80, 0));
 			break;
 		}
 	}

@@ -52,19 +52,8 @@ static uint64_t le_u(const uint8_t *p, unsigned n)
 static const char *show_name(char *buf, size_t cap, const uint8_t *s,
                              uint64_t len)
 {
-	size_t o = 0;
-	uint64_t i;
-
-	for (i = 0; i < len && i < NAME_SHOWN && o + 5 < cap; i++) {
-		if (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\\')
-			buf[o++] = (char)s[i];
-		else
-			o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", s[i]);
-	}
-	if (i < len && o + 4 < cap)
-		o += (size_t)snprintf(buf + o, cap - o, "...");
-	buf[o] = 0;
-	return buf;
+	return q4kh_show(buf, cap, s, len > SIZE_MAX ? SIZE_MAX : (size_t)len,
+	                 NAME_SHOWN, 1);
 }
 
 static int fail_at(const struct cursor *c, uint64_t off, const char *fmt, ...)
@@ -152,6 +141,18 @@ static int read_str(struct cursor *c, const char *field,
 	s->data = (const char *)c->map + c->pos;
 	c->pos += len;
 	return 0;
+}
+
+/* A name just read must not be longer than MAX (the GGUF spec's limits). */
+static int name_limit(const struct cursor *c, const struct q4kh_gguf_str *s,
+                      uint64_t max)
+{
+	if (s->len <= max)
+		return 0;
+	return fail_at(c, c->pos - s->len - 8,
+	               "expected the name of %s to be at most %" PRIu64
+	               " bytes (the GGUF limit), found length %" PRIu64,
+	               c->subject, max, s->len);
 }
 
 /* Bytes of one value of a fixed-size type; 0 for string and array. */
@@ -253,7 +254,8 @@ static int read_kv(struct cursor *c, uint64_t index, struct q4kh_gguf_kv *kv)
 	struct q4kh_gguf_str s;
 
 	snprintf(c->subject, sizeof(c->subject), "key #%" PRIu64, index);
-	if (read_str(c, "the name", &kv->key))
+	if (read_str(c, "the name", &kv->key) ||
+	    name_limit(c, &kv->key, Q4KH_GGUF_MAX_KEY_LEN))
 		return -1;
 	set_subject(c, "key", &kv->key);
 	if (read_vtype(c, "the value type", &kv->type))
@@ -435,7 +437,8 @@ static int read_tensor_info(struct cursor *c, const struct q4kh_gguf *g,
 	uint64_t dims_at;
 
 	snprintf(c->subject, sizeof(c->subject), "tensor #%" PRIu64, index);
-	if (read_str(c, "the name", &t->name))
+	if (read_str(c, "the name", &t->name) ||
+	    name_limit(c, &t->name, Q4KH_GGUF_MAX_TENSOR_NAME))
 		return -1;
 	set_subject(c, "tensor", &t->name);
 	if (read_u32(c, "the dimension count", &t->n_dims))
@@ -575,6 +578,14 @@ static int read_header(struct cursor *c, struct q4kh_gguf *g)
 		               "expected at most %" PRIu64 " metadata keys (%d bytes each at "
 		               "least) in the remaining %" PRIu64 " bytes, found key count %" PRIu64,
 		               rest / KV_MIN_BYTES, KV_MIN_BYTES, rest, g->n_kv);
+	if (g->n_tensors > Q4KH_GGUF_MAX_TENSORS)
+		return fail_at(c, 8,
+		               "expected at most %u tensors (q4khost's limit), found "
+		               "tensor count %" PRIu64, Q4KH_GGUF_MAX_TENSORS, g->n_tensors);
+	if (g->n_kv > Q4KH_GGUF_MAX_KEYS)
+		return fail_at(c, 16,
+		               "expected at most %u metadata keys (q4khost's limit), "
+		               "found key count %" PRIu64, Q4KH_GGUF_MAX_KEYS, g->n_kv);
 	return 0;
 }
 

@@ -8,6 +8,26 @@
  * Strings and tensor data point into the mapping and stay valid until
  * q4kh_gguf_close(). A struct q4kh_gguf is read-only after open and may be
  * shared between threads.
+ *
+ * Limits, each checked before anything is allocated for what it bounds:
+ *  - tensor and key counts: each entry has a smallest encoding (32 and 13
+ *    bytes), so a count must fit the bytes left in the file; and at most
+ *    Q4KH_GGUF_MAX_TENSORS and Q4KH_GGUF_MAX_KEYS (2^20 each), since each
+ *    entry costs about 100 bytes of memory before it is read: a million
+ *    is hundreds of times what any published model holds (a few thousand
+ *    tensors, a few dozen keys), while a corrupt count could ask for
+ *    gigabytes;
+ *  - a string (key, value, array element, tensor name) must fit the bytes
+ *    left; key names are at most 65535 bytes and tensor names at most 64
+ *    (the GGUF spec's limits, which ggml enforces when it writes);
+ *  - an array's length times its element's smallest size must fit the
+ *    bytes left; arrays nest at most two deep (an array of arrays);
+ *  - a tensor has 1 to 4 dimensions, each from 1 to 2^63-1; their product
+ *    (elements) and its byte size must not overflow 64 bits, and its data
+ *    must lie inside the file. Offsets are 64-bit: files over 4 GiB work.
+ * Readers of the metadata bound what they allocate from it themselves
+ * (the tokenizer: at most INT32_MAX tokens; the model: n_vocab, the
+ * token embedding's rows, at most INT32_MAX).
  */
 #ifndef Q4KH_GGUF_H
 #define Q4KH_GGUF_H
@@ -38,6 +58,11 @@ struct q4kh_gguf_str {
 	uint64_t len;
 	const char *data;
 };
+
+#define Q4KH_GGUF_MAX_TENSORS (1u << 20)
+#define Q4KH_GGUF_MAX_KEYS (1u << 20)
+#define Q4KH_GGUF_MAX_KEY_LEN 65535
+#define Q4KH_GGUF_MAX_TENSOR_NAME 64
 
 struct q4kh_gguf_kv {
 	struct q4kh_gguf_str key;

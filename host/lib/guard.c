@@ -133,7 +133,7 @@ static int rule_number(const struct q4kh_config *c, const char *plugin,
                        const char *key, double lo, double hi, double *v,
                        char *origin, size_t cap, struct q4kh_error *err)
 {
-	char section[128], where[600];
+	char section[128], where[600], shown[4 * 80 + 8];
 	const char *s;
 	char *end;
 
@@ -147,7 +147,9 @@ static int rule_number(const struct q4kh_config *c, const char *plugin,
 	*v = strtod(s, &end);
 	if (errno || end == s || *end || !(*v >= lo && *v <= hi))
 		return q4kh_fail(err, "%s: %s = \"%s\": expected a number in [%g, %g]",
-		                 where, key, s, lo, hi);
+		                 where, key,
+		                 q4kh_show(shown, sizeof(shown), s, strlen(s), 80, 0),
+		                 lo, hi);
 	if (origin)
 		snprintf(origin, cap, "%s", where);
 	return 0;

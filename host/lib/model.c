@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,10 @@ int q4kh_model_bind_io(struct q4kh_model *m, struct q4kh_error *err)
 	    m->tok_embd.src->ne[2] != 1)
 		return q4kh_fail(err, "%s: token_embd.weight is missing or not {%lld, n_vocab}",
 		                 m->gguf->path, (long long)e);
+	/* Token ids are int32 everywhere (tokenizer, sampler, sessions). */
+	if (m->tok_embd.src->ne[1] > INT32_MAX)
+		return q4kh_fail(err, "%s: token_embd.weight has %lld rows: expected a vocabulary of at most %d tokens",
+		                 m->gguf->path, (long long)m->tok_embd.src->ne[1], INT32_MAX);
 	hp->n_vocab = (uint32_t)m->tok_embd.src->ne[1];
 	if (q4kh_model_bind(m, &m->output_norm, 1, e, 1, err, "output_norm.weight") ||
 	    q4kh_model_bind(m, &m->output, 0, e, hp->n_vocab, err, "output.weight"))

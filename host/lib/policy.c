@@ -7,6 +7,8 @@
 #include <strings.h>
 
 #define ENV_KERNEL "Q4KHOST_Q4K_KERNEL"
+/* Bytes of a kernel list or name quoted in a message. */
+#define VALUE_SHOWN 200
 
 static int means_builtin(const char *v)
 {
@@ -65,9 +67,11 @@ static int parse_list(const struct q4kh_registry *r, const char *value,
                       size_t *n, struct q4kh_error *err)
 {
 	char buf[1024], *save = NULL, *part;
-	char valid[512];
+	char valid[512], shown[4 * VALUE_SHOWN + 8], shown_name[4 * VALUE_SHOWN + 8];
 
 	*n = 0;
+	/* Values come from users: quoted so a message stays one line. */
+	q4kh_show(shown, sizeof(shown), value, strlen(value), VALUE_SHOWN, 0);
 	if ((size_t)snprintf(buf, sizeof(buf), "%s", value) >= sizeof(buf))
 		return q4kh_fail(err, "%s: the kernel list is longer than %zu bytes", where,
 		                 sizeof(buf) - 1);
@@ -82,28 +86,31 @@ static int parse_list(const struct q4kh_registry *r, const char *value,
 		eq = strchr(name, '=');
 		if (*n == Q4KH_KERNEL_LIST)
 			return q4kh_fail(err, "%s: more than %d kernel entries in \"%s\"", where,
-			                 Q4KH_KERNEL_LIST, value);
+			                 Q4KH_KERNEL_LIST, shown);
 		e[*n].sel[0] = 0;
 		if (eq && !selectors)
 			return q4kh_fail(err, "%s: \"%s\": a config value lists kernel names only (the [gpu.DEVICE] section is the selector)",
-			                 where, value);
+			                 where, shown);
 		if (eq) {
 			*eq = 0;
 			snprintf(e[*n].sel, sizeof(e[*n].sel), "%s", trim(name));
 			name = trim(eq + 1);
 			if (!e[*n].sel[0])
 				return q4kh_fail(err, "%s: \"%s\": an entry has '=' but no device before it (expected SELECTOR=NAME, SELECTOR a device's index, UUID, name or architecture)",
-				                 where, value);
+				                 where, shown);
 		}
 		if (!*name)
 			return q4kh_fail(err, "%s: \"%s\": an empty kernel name (expected a kernel variant, or none or built-in for the built-in kernels)",
-			                 where, value);
+			                 where, shown);
 		if (means_builtin(name)) {
 			e[*n].variant = NULL;
 		} else if (!(e[*n].variant = find_variant(r, name))) {
 			q4kh_policy_list_variants(r, valid, sizeof(valid));
 			return q4kh_fail(err, "%s: '%s' is not a kernel variant on plugin path %s (%s); valid: none, built-in, %s",
-			                 where, name, r->path, r->path_origin, valid);
+			                 where,
+			                 q4kh_show(shown_name, sizeof(shown_name), name,
+			                           strlen(name), VALUE_SHOWN, 0),
+			                 r->path, r->path_origin, valid);
 		}
 		(*n)++;
 	}

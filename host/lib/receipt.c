@@ -107,6 +107,11 @@ static int key_parse(json_t *o, struct q4kh_receipt_key *k)
 		    get_str(p, "name", k->plugins[i].name, sizeof(k->plugins[i].name)) ||
 		    get_str(p, "sha256", k->plugins[i].sha256, sizeof(k->plugins[i].sha256)))
 			return -1;
+		/* Keys are compared role by role (q4kh_receipt_key_diff); we
+		 * never write a role twice. */
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(k->plugins[j].role, k->plugins[i].role))
+				return -1;
 	}
 	k->n_plugins = (int)json_array_size(plugins);
 	k->ruleset = (int)json_integer_value(json_object_get(o, "ruleset"));

@@ -1,12 +1,17 @@
 #include "settings.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* Bytes of a bad value quoted in a message. */
+#define VALUE_SHOWN 80
 
 int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
                           enum q4kh_f2_mode *mode, char *origin, size_t cap,
                           int *bad_input, struct q4kh_error *err)
 {
 	const char *env = q4kh_env("Q4KHOST_F2"), *v;
+	char shown[VALUE_SHOWN * 4 + 8];
 
 	*bad_input = 0;
 	if (cli) {
@@ -23,7 +28,8 @@ int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
 		return 0;
 	}
 	if (q4kh_f2_mode_parse(v, mode))
-		return q4kh_fail(err, "%s: '%s' is not one of auto, fresh, off, require", origin, v);
+		return q4kh_fail(err, "%s: '%s' is not one of auto, fresh, off, require", origin,
+		                 q4kh_show(shown, sizeof(shown), v, strlen(v), VALUE_SHOWN, 0));
 	return 0;
 }
 

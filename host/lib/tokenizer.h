@@ -42,7 +42,12 @@ void q4kh_tokenizer_free(struct q4kh_tokenizer *t);
  * for that (add_eos_token), as llama.cpp's add_special does. parse_special:
  * match control tokens such as <start_of_turn> in the text. *ids is
  * malloc()ed and owned by the caller. Invalid UTF-8 bytes are encoded as
- * byte tokens.
+ * byte tokens (SentencePiece) or read as U+FFFD (byte-level BPE), as
+ * llama.cpp does. Decoding the ids gives valid UTF-8 text back (without
+ * BOS/EOS; control tokens with show_special), with a leading space where
+ * the vocabulary adds a space prefix, except that SentencePiece prints
+ * U+2581 as a space and BPE needs a token for every byte's stand-in
+ * (tests/fuzz/fuzz_tokenizer.c checks this).
  */
 int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
                   int add_bos, int parse_special, int32_t **ids, size_t *n,

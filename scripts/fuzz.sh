@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets (tests/fuzz/fuzz_*.c) with clang in
+# ${Q4KH_FUZZ_BUILD_DIR:-_build/fuzz} (configure --enable-fuzzers) and run
+# each for SECONDS (default 60), one after the other, on one core. Each
+# target's corpus stays in BUILD/fuzz-corpus/TARGET between runs; it starts
+# from the committed seeds and regression inputs (tests/fuzz/seeds,
+# tests/fuzz/regressions) and seeds made here from real files: the default
+# model's header region and the tiny models (gguf), the project's texts
+# (tokenizer) and its INI files (config). A crashing input lands in
+# BUILD/fuzz-crashes/TARGET; keep it in tests/fuzz/regressions/TARGET once
+# the bug is fixed. Prints one line per target (seconds, executions,
+# crashes) and ends with "N passed, N failed"; exits 1 on any crash.
+# Usage: scripts/fuzz.sh [SECONDS [TARGET...]]  (TARGET: gguf, tokenizer,
+# config, receipt; default all)
+set -uo pipefail
+usage="usage: scripts/fuzz.sh [SECONDS [gguf|tokenizer|config|receipt...]]"
+secs=${1:-60}
+case $secs in '' | *[!0-9]*) echo "$usage" >&2; exit 2 ;; esac
+[ $# -gt 0 ] && shift
+all="gguf tokenizer config receipt"
+targets=${*:-$all}
+for t in $targets; do
+	case " $all " in *" $t "*) ;; *) echo "$usage" >&2; exit 2 ;; esac
+done
+top=$(cd "$(dirname "$0")/.." && pwd)
+build="${Q4KH_FUZZ_BUILD_DIR:-$top/_build/fuzz}"
+# The fuzz build is the whole tree built by clang with sanitizers; make
+# builds the fuzzers there (configure --enable-fuzzers).
+mkdir -p "$build"
+Q4KH_BUILD_DIR="$build" bash "$top/scripts/build.sh" --without-cuda \
+	--enable-fuzzers CC=clang CFLAGS="-g -O1" 2>"$build/fuzz-build.log" ||
+	{ tail -20 "$build/fuzz-build.log"; exit 1; }
+cd "$build" || exit 1
+export Q4KH_TEST_SRCDIR="$top"
+
+# seeds made from real files, fresh each run (not committed: megabytes)
+made_seeds() {
+	local t=$1 dir=$2 model f i=0
+	case $t in
+	gguf)
+		cp "$top"/tests/fixtures/tiny-*.gguf "$dir"/
+		model=${Q4KHOST_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/q4khost/models/gemma-3-270m-q4_k_m.gguf}
+		# metadata and tensor infos end at 6.3 MiB in the default model
+		[ -f "$model" ] && head -c $((7 * 1024 * 1024)) "$model" >"$dir/model-head.gguf"
+		;;
+	tokenizer)
+		# selector byte (fuzz_tokenizer.c) then a stretch of real text
+		for f in "$top"/README.md "$top"/docs/*.md; do
+			{ printf "\\$(printf '%03o' $((i % 4)))"; head -c 2048 "$f"; } >"$dir/text-$i"
+			i=$((i + 1))
+		done
+		;;
+	config)
+		{ cat "$top/data/q4khost.ini"; printf '\0'; cat "$top/data/conf.d/50-cuda.ini"; } \
+			>"$dir/data-ini"
+		;;
+	esac
+}
+
+passed=0 failed=0
+for t in $targets; do
+	corpus="$build/fuzz-corpus/$t" seeds="$build/fuzz-seeds/$t" crashes="$build/fuzz-crashes/$t"
+	rm -rf "$seeds"
+	mkdir -p "$corpus" "$seeds" "$crashes"
+	for d in seeds regressions; do
+		[ -d "$top/tests/fuzz/$d/$t" ] && cp "$top/tests/fuzz/$d/$t"/* "$seeds"/ 2>/dev/null
+	done
+	made_seeds "$t" "$seeds"
+	log="$build/fuzz-$t.log"
+	start=$(date +%s)
+	timeout $((secs + 120)) "$build/tests/fuzz/fuzz-$t" -max_total_time="$secs" \
+		-print_final_stats=1 -timeout=30 -rss_limit_mb=4096 \
+		-artifact_prefix="$crashes/" "$corpus" "$seeds" >"$log" 2>&1
+	rc=$?
+	took=$(($(date +%s) - start))
+	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+	if [ $rc -eq 0 ]; then
+		crash=0
+		passed=$((passed + 1))
+	else
+		crash=1
+		failed=$((failed + 1))
+	fi
+	echo "fuzz-$t: ${took} s, ${execs:-0} executions, $crash crashes"
+	if [ $rc -ne 0 ]; then
+		grep -E '^(fuzz: violated|==[0-9]+==ERROR|SUMMARY)|Test unit written' "$log" | head -5
+		echo "  (log: $log)"
+	fi
+done
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,97 @@
+/*
+ * Fuzz target: the F2 receipt reader (receipt.c, JSON through jansson).
+ * The input is the receipt file of one candidate. A receipt that loads is
+ * compared with a key of our own (as the guard does), written again and
+ * read back: the second reading must equal the first, field by field
+ * (a point's cosine to the 10 significant digits receipts keep), since
+ * the guard trusts a receipt it wrote itself.
+ */
+#include "fuzz.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hash.h"
+#include "receipt.h"
+
+#define ID "0123abcd cuda cuda-mwv GPU-5c7a"
+
+/* The file q4kh_receipt_load reads for ID in DIR (receipt.h: the first
+ * 32 hex digits of the SHA-256 of the identity). */
+static void receipt_file(const char *dir, char *buf, size_t cap)
+{
+	char hex[Q4KH_SHA256_HEX];
+
+	q4kh_sha256_bytes(ID, strlen(ID), hex);
+	snprintf(buf, cap, "%s/%.32s.json", dir, hex);
+}
+
+static int same_double(double a, double b)
+{
+	return a == b || (isnan(a) && isnan(b));
+}
+
+/* Equal to the 10 significant digits a receipt keeps of a point. */
+static int same_digits(double a, double b)
+{
+	return same_double(a, b) || fabs(a - b) <= 1e-9 * fabs(a);
+}
+
+static void check_same(const struct q4kh_receipt *a, const struct q4kh_receipt *b)
+{
+	char why[256];
+
+	if (q4kh_receipt_key_diff(&a->key, &b->key, why, sizeof(why)))
+		fuzz_violation("a rewritten receipt's key differs: %s", why);
+	if (a->verdict != b->verdict || !same_double(a->min_cosine, b->min_cosine) ||
+	    a->worst_position != b->worst_position ||
+	    a->worst_decode_step != b->worst_decode_step ||
+	    a->near_ties != b->near_ties || !same_double(a->seconds, b->seconds) ||
+	    strcmp(a->message, b->message) || a->n_points != b->n_points)
+		fuzz_violation("a rewritten receipt reads back differently");
+	for (int64_t i = 0; i < a->n_points; i++) {
+		const struct q4kh_receipt_point *p = &a->points[i], *q = &b->points[i];
+		if (!same_digits(p->cosine, q->cosine) || p->decode_step != q->decode_step ||
+		    p->verdict != q->verdict || p->judged != q->judged ||
+		    p->near_tie != q->near_tie)
+			fuzz_violation("point %lld of a rewritten receipt differs",
+			               (long long)i);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char in[4200], out[4200], path[4300], why[256];
+	struct q4kh_receipt r, again;
+	struct q4kh_receipt_key mine;
+	struct q4kh_error err;
+	FILE *f;
+	int rc;
+
+	snprintf(in, sizeof(in), "%s/in", fuzz_tmpdir());
+	snprintf(out, sizeof(out), "%s/out", fuzz_tmpdir());
+	mkdir(in, 0700);
+	receipt_file(in, path, sizeof(path));
+	f = fopen(path, "wb");
+	if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+		fuzz_violation("cannot write %s", path);
+	rc = q4kh_receipt_load(in, ID, &r, &err);
+	if (rc != 0) {
+		fuzz_check_error(&err, "q4kh_receipt_load");
+		return 0;
+	}
+	memset(&mine, 0, sizeof(mine));
+	snprintf(mine.model_sha256, sizeof(mine.model_sha256), "%064d", 0);
+	q4kh_receipt_key_diff(&r.key, &mine, why, sizeof(why));
+	q4kh_receipt_key_diff(&mine, &r.key, why, sizeof(why));
+	if (q4kh_receipt_save(out, ID, &r, &err))
+		fuzz_violation("a receipt that loaded cannot be written: %s", err.msg);
+	if (q4kh_receipt_load(out, ID, &again, &err) != 0)
+		fuzz_violation("a receipt we wrote does not load: %s", err.msg);
+	check_same(&r, &again);
+	q4kh_receipt_free(&r);
+	q4kh_receipt_free(&again);
+	return 0;
+}
