@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""CPU benchmark: q4khost's cpu plugin next to llama.cpp on the same file,
-the same prompt and the same thread count, in one run.
+"""CPU benchmark: q4khost's cpu plugin, alone (the reference's built-in
+kernels) and with the cpu-simd kernel variant, next to llama.cpp on the same
+file, the same prompt and the same thread count, in one run.
 
 Prefill: one batched forward over the prompt; decode: N greedy tokens, one
 at a time through the KV cache. q4khost's figures come from its own report
-(`q4khost run --json`); llama.cpp's from llama-cpp-python timed around
-eval(). Prints a Markdown table row per engine for docs/perf.md.
+(`q4khost run --json`, which also names the kernel behind every weight
+type); llama.cpp's from llama-cpp-python timed around eval(). Prints a
+Markdown table row per engine for docs/perf.md.
 
 Usage: scripts/bench-cpu.py Q4KHOST-BINARY [MODEL] [--threads N] [--decode N]
 """
@@ -20,13 +22,14 @@ PROMPT = ("The history of computing is longer than the history of computing hard
           "for pen and paper or for chalk and slate, with or without the aid of tables.")
 
 
-def bench_q4khost(binary, model, threads, decode):
+def bench_q4khost(binary, model, threads, decode, kernel):
     env = dict(os.environ)
     cfg = os.path.join(os.environ.get("TMPDIR", "/tmp"), "q4khost-bench.ini")
     with open(cfg, "w") as f:
-        f.write(f"[plugin.cpu]\nthreads = {threads}\n")
+        f.write(f"[plugin.cpu]\nthreads = {threads}\n\n"
+                f"[plugin.cpu-simd]\nthreads = {threads}\n")
     out = subprocess.run([binary, "run", "-m", model, "-p", PROMPT, "-n", str(decode),
-                          "--config", cfg, "--json"],
+                          "--config", cfg, "--kernel", kernel, "--json"],
                          check=True, capture_output=True, text=True, env=env).stdout
     r = json.loads(out)
     return (r["prefill"]["tokens"], r["prefill"]["tokens_per_second"],
@@ -61,7 +64,10 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--decode", type=int, default=32)
     a = ap.parse_args()
-    rows = [("q4khost cpu plugin", bench_q4khost(a.binary, a.model, a.threads, a.decode)),
+    rows = [("q4khost cpu plugin (built-in kernels)",
+             bench_q4khost(a.binary, a.model, a.threads, a.decode, "none")),
+            ("q4khost cpu plugin + cpu-simd",
+             bench_q4khost(a.binary, a.model, a.threads, a.decode, "cpu-simd")),
             ("llama.cpp (llama-cpp-python, CPU)", bench_llama(a.model, a.threads, a.decode))]
     print("| engine | threads | prompt tokens | prefill tokens/s | decode tokens | decode tokens/s |")
     print("| --- | --- | --- | --- | --- | --- |")

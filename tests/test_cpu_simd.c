@@ -4,8 +4,8 @@
  * get_rows (checked value for value against gguf-py by test_quant); they
  * multiply random activations with a few large channels, summed in double.
  *
- * The variant rounds each activation to int8 in blocks of 32 values with
- * scale d_b = max |x| / 127 (plugins/cpu-simd/simd.h),
+ * The variant rounds each activation to int16 in blocks of 32 values with
+ * scale d_b = max |x| / 32767 (plugins/cpu-simd/simd.h),
  * so each value moves by at most d_b / 2 and output r may differ from the
  * exact sum by at most
  *   sum_b (d_b / 2) sum_{i in b} |w_ri|      (activation rounding)
@@ -238,7 +238,7 @@ static void check_column(const struct weight *w, const char *isa, int64_t cols,
 				exact += wr[i] * x[i];
 				mag += fabs(wr[i] * x[i]);
 			}
-			bound += amax / 127 / 2 * wabs;
+			bound += amax / 32767 / 2 * wabs;
 		}
 		bound += 1e-5 * mag;
 		cr_assert(fabs(got[r] - exact) <= bound,
@@ -273,7 +273,7 @@ static const uint32_t simd_types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE
 	                               Q4KH_TYPE_Q8_0 };
 static const char *const isas[] = { "avx2", "avx512-vnni" };
 
-Test(cpu_simd, every_type_and_column_count_within_the_int8_bound, .timeout = 300)
+Test(cpu_simd, every_type_and_column_count_within_the_int16_bound, .timeout = 300)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g = NULL;

@@ -1,9 +1,10 @@
 /*
  * cpu-simd: a kernel variant for the "cpu" backend. Weights stay in the
- * backend's memory as GGUF blocks; activations are quantised to int8 blocks
- * (simd_quant.c) and every block product is an integer dot product
- * (simd_kernels.h), built once per instruction set (simd_avx2.c,
- * simd_vnni.c) and chosen at run time from what the CPU and the OS support
+ * backend's memory as GGUF blocks and are decoded a row at a time to int16;
+ * activations are quantised to int16 blocks (simd_quant.c); every block
+ * product is an integer dot product (decoders: simd_decode.h, row loop:
+ * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
+ * and chosen at run time from what the CPU and the OS support
  * (simd_cpu.c).
  */
 #ifndef Q4KH_SIMD_H
@@ -25,37 +26,45 @@ enum simd_wtype {
 /* The instruction sets with kernels, in order of preference. */
 enum simd_isa {
 	SIMD_ISA_NONE = 0,
-	SIMD_ISA_AVX2 = 1,        /* AVX2 + FMA + F16C: maddubs/madd */
-	SIMD_ISA_AVX512_VNNI = 2  /* plus AVX-512 F/BW/VL/VNNI: vpdpbusd */
+	SIMD_ISA_AVX2 = 1,        /* AVX2 + FMA + F16C: vpmaddwd, 256 bits */
+	SIMD_ISA_AVX512_VNNI = 2  /* plus AVX-512 F/BW/VL/VNNI: vpdpwssd, 512 bits */
 };
 
 /*
- * One activation column quantised for one weight type: q[i] = round(x[i] /
- * d[b]) with d[b] = max |x| over block b of 32 values / 127, so |q| <=
- * 127. Blocks of 32, not ggml's 256 of Q8_K for the K-quants: one large
- * channel then coarsens 31 neighbours instead of 255, which the parity
- * guard sees (docs/perf.md). sum[s] is the sum of q over group s of 16
- * values (K-quants, whose Q6_K scales change every 16) or over block s
- * (Q5_0, Q8_0). A column with a value that is not finite gets d = NaN, so
- * its products are NaN too.
+ * One activation column quantised to int16 in blocks of 32 values:
+ * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / 32767, so
+ * |q| <= 32767, and ds[b] = d[b] * (the sum of q over block b). int8 (as
+ * ggml's Q8_0 and Q8_K) loses too much on the default model: the parity
+ * guard rejects it (docs/perf.md). A column with a value that is not
+ * finite gets d = NaN, so its products are NaN too.
  */
 struct simd_act {
-	const int8_t *q;    /* K values */
-	const float *d;     /* K / block scales */
-	const int16_t *sum; /* K / 16 or K / 32 sums */
+	const int16_t *q; /* K values */
+	const float *d;   /* K / 32 scales */
+	const float *ds;  /* K / 32 scaled sums */
 };
 
-#define SIMD_KQUANT(type) ((type) == SIMD_Q4_K || (type) == SIMD_Q6_K)
-#define SIMD_ACT_BLOCK 32
-#define SIMD_ACT_GROUP(type) (SIMD_KQUANT(type) ? 16 : 32)
+#define SIMD_BLOCK 32
+
+/*
+ * A weight row decoded for the products (per thread, reused row after
+ * row): value i of block b is s[b] * u[i] - o[b], |u[i]| <= 4096, so two
+ * products u * q and their pair sum stay within int32 four times over.
+ */
+struct simd_row {
+	int16_t *u; /* K values */
+	float *s;   /* K / 32 */
+	float *o;   /* K / 32 */
+};
 
 /*
  * y[c][r] = dot(weight row r, activation column c) for r0 <= r < r1 and
- * c < ncols. w points to row 0; rows are row_bytes apart; k values each.
+ * c < ncols. w points to row 0; rows are row_bytes apart; k values each;
+ * row is scratch for one decoded row of k values.
  */
 typedef void (*simd_rows_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
                              int64_t r1, int64_t k, const struct simd_act *a,
-                             int ncols, float *const *y);
+                             int ncols, float *const *y, const struct simd_row *row);
 
 /* One instruction set's kernels, indexed by enum simd_wtype. */
 struct simd_kernels {
@@ -72,10 +81,9 @@ extern const struct simd_kernels simd_vnni_kernels;
 int simd_isa_usable(enum simd_isa isa);
 
 /*
- * Quantise the K f32 values x for weight type TYPE into q (K bytes), d
- * and sum, laid out as struct simd_act says (simd_quant.c). Pure.
+ * Quantise the K f32 values x (K a multiple of 32) into q (K values), d and
+ * ds, laid out as struct simd_act says (simd_quant.c). Pure.
  */
-void simd_quantize(enum simd_wtype type, const float *x, int64_t k,
-                   int8_t *q, float *d, int16_t *sum);
+void simd_quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds);
 
 #endif

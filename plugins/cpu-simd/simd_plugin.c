@@ -2,7 +2,8 @@
  * cpu-simd: the plugin's identity, settings and the kernel-variant table.
  * Weights are read in place from the cpu backend's buffers (it lends host
  * pointers); each gemv/gemm quantises its activation columns once, then
- * splits the weight rows over a pool of worker threads.
+ * splits the weight rows over a pool of worker threads, each of which
+ * decodes a row once and multiplies it with every column.
  *
  * Settings ([plugin.cpu-simd]):
  *   threads = 1..256   worker threads (default: the online CPUs, as the cpu
@@ -40,7 +41,7 @@ struct q4kh_kernel_ctx {
 	const struct simd_kernels *kernels;
 	unsigned threads;
 	struct cpu_pool *pool;             /* started by the first product */
-	void *scratch;                     /* quantised columns of one call */
+	void *scratch;                     /* one call's columns and rows (carve()) */
 	size_t scratch_size;
 	char error[ERROR_LEN];
 };
@@ -58,6 +59,7 @@ struct job {
 	const struct simd_act *act;
 	int ncols;
 	float *const *y;
+	const struct simd_row *row; /* one per part */
 };
 
 static _Thread_local char init_error[ERROR_LEN];
@@ -192,8 +194,8 @@ static q4kh_status k_prepare(q4kh_kernel_ctx *ctx, const struct q4kh_native_devi
 	if (!ctx->kernels)
 		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
 		            "prepare: this CPU runs neither AVX2 nor AVX-512 VNNI kernels");
-	if (t < 0 || w->ne[0] <= 0 || w->ne[0] % q4kh_type_block_elems(w->type) || w->ne[1] <= 0 ||
-	    w->ne[2] != 1 || w->ne[3] != 1)
+	if (t < 0 || w->ne[0] <= 0 || w->ne[0] % q4kh_type_block_elems(w->type) ||
+	    w->ne[1] <= 0 || w->ne[2] != 1 || w->ne[3] != 1)
 		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
 		            "prepare: type %u {%lld, %lld, %lld, %lld}: expected a 2-D "
 		            "Q4_K or Q6_K weight with K a multiple of 256, or Q5_0 or "
@@ -232,13 +234,20 @@ static int f32_columns(const struct q4kh_tensor *t, int64_t rows)
 	       t->nb[1] >= rows * 4 && t->nb[1] % 4 == 0;
 }
 
-/* Bytes of scratch for T columns of K values quantised for TYPE. */
-static size_t scratch_bytes(enum simd_wtype type, int64_t k, int64_t t)
+/* Bytes of one decoded row of K values (struct simd_row). */
+static size_t row_bytes_of(int64_t k)
 {
-	const size_t per_col = (size_t)k + sizeof(float) * (size_t)(k / SIMD_ACT_BLOCK) +
-	                       sizeof(int16_t) * (size_t)(k / SIMD_ACT_GROUP(type));
+	return sizeof(int16_t) * (size_t)k + 2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
+}
 
-	return (size_t)t * (per_col + sizeof(struct simd_act) + sizeof(float *));
+/* Bytes of scratch for T quantised columns and THREADS decoded rows. */
+static size_t scratch_bytes(int64_t k, int64_t t, unsigned threads)
+{
+	const size_t per_col = sizeof(int16_t) * (size_t)k +
+	                       2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
+
+	return (size_t)t * (per_col + sizeof(struct simd_act) + sizeof(float *)) +
+	       threads * (row_bytes_of(k) + sizeof(struct simd_row));
 }
 
 static int scratch_reserve(q4kh_kernel_ctx *ctx, size_t bytes)
@@ -259,8 +268,29 @@ static void run_part(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct job *j = arg;
 
-	(void)part;
-	j->rows(j->w->rows, j->w->row_bytes, begin, end, j->w->k, j->act, j->ncols, j->y);
+	j->rows(j->w->rows, j->w->row_bytes, begin, end, j->w->k, j->act, j->ncols, j->y,
+	        &j->row[part]);
+}
+
+/*
+ * Carve ctx's scratch: act and y pointers for COLS columns, one decoded
+ * row per thread, then the columns' quantised values. Structs first, then
+ * floats, then int16: each stays aligned (K is a multiple of 32).
+ */
+static void carve(q4kh_kernel_ctx *ctx, int64_t k, int64_t cols, struct simd_act **act,
+                  float ***ycol, struct simd_row **row, uint8_t **next)
+{
+	*act = ctx->scratch;
+	*row = (struct simd_row *)(*act + cols);
+	*ycol = (float **)(*row + ctx->threads);
+	*next = (uint8_t *)(*ycol + cols);
+	for (unsigned t = 0; t < ctx->threads; t++) {
+		float *s = (float *)*next;
+
+		(*row)[t] = (struct simd_row){ (int16_t *)(s + 2 * (k / SIMD_BLOCK)), s,
+			                       s + k / SIMD_BLOCK };
+		*next += row_bytes_of(k);
+	}
 }
 
 static q4kh_status k_apply(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
@@ -269,6 +299,7 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 {
 	const int64_t k = w ? w->k : 0;
 	struct simd_act *act;
+	struct simd_row *row;
 	float **ycol;
 	uint8_t *xb, *yb, *next;
 	struct job j;
@@ -291,27 +322,23 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		return fail(ctx, Q4KH_ERR_INTERNAL,
 		            "gemv/gemm: cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
-	if (scratch_reserve(ctx, scratch_bytes(w->type, k, cols)))
+	if (scratch_reserve(ctx, scratch_bytes(k, cols, ctx->threads)))
 		return fail(ctx, Q4KH_ERR_NOMEM,
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
-		            scratch_bytes(w->type, k, cols), (long long)cols);
+		            scratch_bytes(k, cols, ctx->threads), (long long)cols);
 	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
 	yb = (uint8_t *)dev->address(y->buffer) + y->offset;
-	/* Pointers first, then floats, then int16 and int8: each aligned. */
-	act = ctx->scratch;
-	ycol = (float **)(act + cols);
-	next = (uint8_t *)(ycol + cols);
+	carve(ctx, k, cols, &act, &ycol, &row, &next);
 	for (int64_t c = 0; c < cols; c++) {
-		float *d = (float *)next;
-		int16_t *sum = (int16_t *)(d + k / SIMD_ACT_BLOCK);
-		int8_t *q = (int8_t *)(sum + k / SIMD_ACT_GROUP(w->type));
+		float *d = (float *)next, *ds = d + k / SIMD_BLOCK;
+		int16_t *q = (int16_t *)(ds + k / SIMD_BLOCK);
 
 		next = (uint8_t *)(q + k);
-		simd_quantize(w->type, (const float *)(xb + c * x->nb[1]), k, q, d, sum);
-		act[c] = (struct simd_act){ q, d, sum };
+		simd_quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
+		act[c] = (struct simd_act){ q, d, ds };
 		ycol[c] = (float *)(yb + c * y->nb[1]);
 	}
-	j = (struct job){ ctx->kernels->rows[w->type], w, act, (int)cols, ycol };
+	j = (struct job){ ctx->kernels->rows[w->type], w, act, (int)cols, ycol, row };
 	cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
 	return Q4KH_OK;
 }

@@ -1,21 +1,41 @@
 /*
- * cpu-simd's kernels for AVX-512 VNNI: a byte dot product is one vpdpbusd
- * (unsigned x signed byte quads summed into int32), on 256-bit registers
- * (AVX-512 VL). Built with -mavx512f -mavx512bw -mavx512vl -mavx512vnni
- * (and the AVX2 flags); called only where
- * simd_isa_usable(SIMD_ISA_AVX512_VNNI).
+ * cpu-simd's product for AVX-512 VNNI: per block of 32, one vpdpwssd (int16
+ * pairs summed into int32) on a 512-bit register, scaled in float. Built
+ * with the AVX2 flags and -mavx512f -mavx512bw -mavx512vl -mavx512vnni;
+ * called only where simd_isa_usable(SIMD_ISA_AVX512_VNNI).
  */
 #include <immintrin.h>
 
-#define SIMD_DOT(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
-#define SIMD_SDOT(acc, u, s, sc) \
-	_mm256_add_epi32((acc), _mm256_mullo_epi32( \
-		_mm256_dpbusd_epi32(_mm256_setzero_si256(), (u), (s)), (sc)))
-#define SIMD_SCALES(lo, hi) _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo))
+#include "simd_decode.h"
 
-#include "simd_kernels.h"
+static inline __m512 block(const struct simd_row *w, const struct simd_act *a, int64_t b,
+                           __m512 acc)
+{
+	const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+	                                      _mm512_loadu_si512(w->u + 32 * b),
+	                                      _mm512_loadu_si512(a->q + 32 * b));
 
-const struct simd_kernels simd_vnni_kernels = {
-	.name = "avx512-vnni",
-	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0 },
-};
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(w->s[b] * a->d[b]), acc);
+}
+
+/* Four accumulators: one would wait on the latency of every FMA. */
+static float dot(const struct simd_row *w, const struct simd_act *a, int64_t k)
+{
+	__m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+		          _mm512_setzero_ps() };
+	const int64_t nb = k / 32;
+	int64_t b = 0;
+
+	for (; b + 4 <= nb; b += 4)
+		for (int i = 0; i < 4; i++)
+			acc[i] = block(w, a, b + i, acc[i]);
+	for (; b < nb; b++)
+		acc[0] = block(w, a, b, acc[0]);
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
+	                                          _mm512_add_ps(acc[2], acc[3]))) -
+	       offsets(w->o, a->ds, nb);
+}
+
+#define SIMD_TABLE simd_vnni_kernels
+#define SIMD_NAME "avx512-vnni"
+#include "simd_rows.h"
