@@ -60,16 +60,41 @@ struct simd_row {
 /*
  * y[c][r] = dot(weight row r, activation column c) for r0 <= r < r1 and
  * c < ncols. w points to row 0; rows are row_bytes apart; k values each;
- * row is scratch for one decoded row of k values.
+ * row is scratch for one decoded row of k values (tile_rows of them for
+ * simd_tiles_fn).
  */
 typedef void (*simd_rows_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
                              int64_t r1, int64_t k, const struct simd_act *a,
                              int ncols, float *const *y, const struct simd_row *row);
 
+/*
+ * W quantised columns (struct simd_act) interleaved for gemm, W the
+ * kernels' width: value k of column c at q[(k / 2) * 2W + 2c + k % 2]
+ * (pairs of k, as vpmaddwd and vpdpwssd take them; one column per 32-bit
+ * lane), d and ds of its block at d[(k / 32) * W + c], ds[...]. Columns
+ * past the end of the batch are zero.
+ */
+struct simd_group {
+	const int16_t *q;
+	const float *d;
+	const float *ds;
+};
+
+/*
+ * As simd_rows_fn for ncols columns held in groups g[0 ..
+ * ceil(ncols / W)): one weight row against W columns at a time.
+ */
+typedef void (*simd_tiles_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
+                              int64_t r1, int64_t k, const struct simd_group *g,
+                              int ncols, float *const *y, const struct simd_row *row);
+
 /* One instruction set's kernels, indexed by enum simd_wtype. */
 struct simd_kernels {
 	const char *name;
-	simd_rows_fn rows[SIMD_NTYPES];
+	int width;                        /* W of struct simd_group */
+	int tile_rows;                    /* decoded rows a gemm part needs */
+	simd_rows_fn rows[SIMD_NTYPES];   /* gemv: few columns */
+	simd_tiles_fn tiles[SIMD_NTYPES]; /* gemm: W columns per pass */
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()
@@ -85,5 +110,12 @@ int simd_isa_usable(enum simd_isa isa);
  * ds, laid out as struct simd_act says (simd_quant.c). Pure.
  */
 void simd_quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds);
+
+/*
+ * Column c (< W) of group G from one quantised column A of K values, or
+ * zeros when A is NULL (simd_quant.c). Pure.
+ */
+void simd_interleave(const struct simd_act *a, int64_t k, int w, int c,
+                     int16_t *q, float *d, float *ds);
 
 #endif

@@ -37,17 +37,6 @@ static inline void store_i8(int16_t *u, __m256i v)
 	                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)));
 }
 
-static void decode_q8_0(const void *row, int64_t k, const struct simd_row *out)
-{
-	const struct q4kh_block_q8_0 *w = row;
-
-	for (int64_t b = 0; b < k / 32; b++) {
-		store_i8(out->u + 32 * b, load32(w[b].qs));
-		out->s[b] = fp16(w[b].d);
-		out->o[b] = 0;
-	}
-}
-
 /* The 5-bit values of a Q5_0 block, value j in byte j. */
 static inline __m256i q5_0_values(const struct q4kh_block_q5_0 *b)
 {
@@ -68,16 +57,45 @@ static inline __m256i q5_0_values(const struct q4kh_block_q5_0 *b)
 	return _mm256_or_si256(nib, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
 }
 
-static void decode_q5_0(const void *row, int64_t k, const struct simd_row *out)
+/*
+ * Block b of a Q8_0 or Q5_0 row as 32 signed bytes u, with its scale in
+ * *d: the two types whose blocks need no offset.
+ */
+static inline __m256i bytes_q8_0(const void *row, int64_t b, float *d)
+{
+	const struct q4kh_block_q8_0 *w = row;
+
+	*d = fp16(w[b].d);
+	return load32(w[b].qs);
+}
+
+static inline __m256i bytes_q5_0(const void *row, int64_t b, float *d)
 {
 	const struct q4kh_block_q5_0 *w = row;
 
+	*d = fp16(w[b].d);
+	return _mm256_sub_epi8(q5_0_values(&w[b]), _mm256_set1_epi8(16));
+}
+
+typedef __m256i (*bytes_fn)(const void *row, int64_t b, float *d);
+
+static inline __attribute__((always_inline)) void
+decode_bytes(bytes_fn bytes, const void *row, int64_t k, const struct simd_row *out)
+{
 	for (int64_t b = 0; b < k / 32; b++) {
-		store_i8(out->u + 32 * b,
-		         _mm256_sub_epi8(q5_0_values(&w[b]), _mm256_set1_epi8(16)));
-		out->s[b] = fp16(w[b].d);
+		store_i8(out->u + 32 * b, bytes(row, b, &out->s[b]));
 		out->o[b] = 0;
 	}
+}
+
+static void decode_q8_0(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_bytes(bytes_q8_0, row, k, out);
+}
+
+static void decode_q5_0(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_bytes(bytes_q5_0, row, k, out);
 }
 
 /* Q4_K sub-block j's 6-bit scale and min (quant.h). */

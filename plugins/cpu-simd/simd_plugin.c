@@ -52,15 +52,6 @@ struct q4kh_prepared {
 	int64_t k, n, row_bytes;
 };
 
-/* One product, as the pool's workers see it. */
-struct job {
-	simd_rows_fn rows;
-	const struct q4kh_prepared *w;
-	const struct simd_act *act;
-	int ncols;
-	float *const *y;
-	const struct simd_row *row; /* one per part */
-};
 
 static _Thread_local char init_error[ERROR_LEN];
 
@@ -234,20 +225,26 @@ static int f32_columns(const struct q4kh_tensor *t, int64_t rows)
 	       t->nb[1] >= rows * 4 && t->nb[1] % 4 == 0;
 }
 
-/* Bytes of one decoded row of K values (struct simd_row). */
-static size_t row_bytes_of(int64_t k)
+/* Bytes of K int16 values with two floats per block of 32: a decoded row
+ * (struct simd_row) or a quantised column (struct simd_act). */
+static size_t values_bytes(int64_t k)
 {
 	return sizeof(int16_t) * (size_t)k + 2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
 }
 
-/* Bytes of scratch for T quantised columns and THREADS decoded rows. */
-static size_t scratch_bytes(int64_t k, int64_t t, unsigned threads)
+/*
+ * Scratch for COLS columns (GROUPS groups of W for gemm, else none) and
+ * ROWS decoded rows: structs first, then floats and int16 (K is a multiple
+ * of 32, so each part stays aligned).
+ */
+static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows)
 {
-	const size_t per_col = sizeof(int16_t) * (size_t)k +
-	                       2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
+	const size_t structs = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *)) +
+	                       (size_t)groups * sizeof(struct simd_group) +
+	                       rows * sizeof(struct simd_row);
+	const size_t columns = groups ? (size_t)(groups * w + 1) : (size_t)cols;
 
-	return (size_t)t * (per_col + sizeof(struct simd_act) + sizeof(float *)) +
-	       threads * (row_bytes_of(k) + sizeof(struct simd_row));
+	return structs + (rows + columns) * values_bytes(k);
 }
 
 static int scratch_reserve(q4kh_kernel_ctx *ctx, size_t bytes)
@@ -264,50 +261,69 @@ static int scratch_reserve(q4kh_kernel_ctx *ctx, size_t bytes)
 	return 0;
 }
 
+/* The next K values with their floats from *next: floats, then int16. */
+static void take(uint8_t **next, int64_t k, int16_t **q, float **f0, float **f1)
+{
+	*f0 = (float *)*next;
+	*f1 = *f0 + k / SIMD_BLOCK;
+	*q = (int16_t *)(*f1 + k / SIMD_BLOCK);
+	*next += values_bytes(k);
+}
+
+/* One product, as the pool's workers see it. */
+struct job {
+	const struct q4kh_prepared *w;
+	simd_rows_fn rows;                /* gemv: act */
+	simd_tiles_fn tiles;              /* gemm: grp */
+	const struct simd_act *act;
+	const struct simd_group *grp;
+	int ncols;
+	float *const *y;
+	const struct simd_row *row;       /* per part: tile_rows of them */
+	int tile_rows;
+};
+
 static void run_part(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct job *j = arg;
+	const struct q4kh_prepared *w = j->w;
 
-	j->rows(j->w->rows, j->w->row_bytes, begin, end, j->w->k, j->act, j->ncols, j->y,
-	        &j->row[part]);
+	if (j->tiles)
+		j->tiles(w->rows, w->row_bytes, begin, end, w->k, j->grp, j->ncols, j->y,
+		         &j->row[part * j->tile_rows]);
+	else
+		j->rows(w->rows, w->row_bytes, begin, end, w->k, j->act, j->ncols, j->y,
+		        &j->row[part * j->tile_rows]);
 }
 
 /*
- * Carve ctx's scratch: act and y pointers for COLS columns, one decoded
- * row per thread, then the columns' quantised values. Structs first, then
- * floats, then int16: each stays aligned (K is a multiple of 32).
+ * y = w x through the gemv kernels (one column at a time) or, with GEMM,
+ * the gemm kernels (W columns per pass). Quantises x into ctx's scratch,
+ * then splits w's rows over the pool.
  */
-static void carve(q4kh_kernel_ctx *ctx, int64_t k, int64_t cols, struct simd_act **act,
-                  float ***ycol, struct simd_row **row, uint8_t **next)
-{
-	*act = ctx->scratch;
-	*row = (struct simd_row *)(*act + cols);
-	*ycol = (float **)(*row + ctx->threads);
-	*next = (uint8_t *)(*ycol + cols);
-	for (unsigned t = 0; t < ctx->threads; t++) {
-		float *s = (float *)*next;
-
-		(*row)[t] = (struct simd_row){ (int16_t *)(s + 2 * (k / SIMD_BLOCK)), s,
-			                       s + k / SIMD_BLOCK };
-		*next += row_bytes_of(k);
-	}
-}
-
-static q4kh_status k_apply(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                            q4kh_prepared *w, const struct q4kh_tensor *x,
-                           const struct q4kh_tensor *y)
+                           const struct q4kh_tensor *y, int gemm)
 {
-	const int64_t k = w ? w->k : 0;
+	int64_t k, cols, groups;
+	size_t rows;
+	struct job j = { 0 };
 	struct simd_act *act;
+	struct simd_group *grp;
 	struct simd_row *row;
 	float **ycol;
 	uint8_t *xb, *yb, *next;
-	struct job j;
-	int64_t cols;
+	size_t bytes;
+
+	int width;
 
 	if (!ctx || !w || !x || !y || !dev || !dev->address)
 		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
 		           : Q4KH_ERR_INVALID;
+	if (!ctx->kernels) /* prepare() refused every weight: cannot happen */
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv/gemm: no kernels for this CPU");
+	width = ctx->kernels->width;
+	k = w->k;
 	cols = x->ne[1];
 	if (!f32_columns(x, k) || !f32_columns(y, w->n) || y->ne[1] != cols ||
 	    cols > INT32_MAX)
@@ -322,25 +338,79 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		return fail(ctx, Q4KH_ERR_INTERNAL,
 		            "gemv/gemm: cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
-	if (scratch_reserve(ctx, scratch_bytes(k, cols, ctx->threads)))
+	groups = gemm ? (cols + width - 1) / width : 0;
+	rows = (size_t)ctx->threads * (size_t)ctx->kernels->tile_rows;
+	bytes = scratch_bytes(k, cols, groups, width, rows);
+	if (scratch_reserve(ctx, bytes))
 		return fail(ctx, Q4KH_ERR_NOMEM,
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
-		            scratch_bytes(k, cols, ctx->threads), (long long)cols);
+		            bytes, (long long)cols);
 	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
 	yb = (uint8_t *)dev->address(y->buffer) + y->offset;
-	carve(ctx, k, cols, &act, &ycol, &row, &next);
-	for (int64_t c = 0; c < cols; c++) {
-		float *d = (float *)next, *ds = d + k / SIMD_BLOCK;
-		int16_t *q = (int16_t *)(ds + k / SIMD_BLOCK);
-
-		next = (uint8_t *)(q + k);
-		simd_quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
-		act[c] = (struct simd_act){ q, d, ds };
+	act = ctx->scratch;
+	grp = (struct simd_group *)(act + cols);
+	row = (struct simd_row *)(grp + groups);
+	ycol = (float **)(row + rows);
+	next = (uint8_t *)(ycol + cols);
+	for (size_t t = 0; t < rows; t++)
+		take(&next, k, &row[t].u, &row[t].s, &row[t].o);
+	for (int64_t c = 0; c < cols; c++)
 		ycol[c] = (float *)(yb + c * y->nb[1]);
+	if (gemm) {
+		int16_t *tq, *q;
+		float *td, *tds, *d, *ds;
+		struct simd_act tmp;
+
+		/* Each column once through a temporary, then into its group. */
+		take(&next, k, &tq, &td, &tds);
+		tmp = (struct simd_act){ tq, td, tds };
+		for (int64_t g = 0; g < groups; g++) {
+			take(&next, k * width, &q, &d, &ds);
+			grp[g] = (struct simd_group){ q, d, ds };
+			for (int c = 0; c < width; c++) {
+				const int64_t col = g * width + c;
+
+				if (col < cols)
+					simd_quantize((const float *)(xb + col * x->nb[1]), k, tq, td,
+					              tds);
+				simd_interleave(col < cols ? &tmp : NULL, k, width, c, q, d, ds);
+			}
+		}
+		j.tiles = ctx->kernels->tiles[w->type];
+		j.grp = grp;
+	} else {
+		for (int64_t c = 0; c < cols; c++) {
+			int16_t *q;
+			float *d, *ds;
+
+			take(&next, k, &q, &d, &ds);
+			simd_quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
+			act[c] = (struct simd_act){ q, d, ds };
+		}
+		j.rows = ctx->kernels->rows[w->type];
+		j.act = act;
 	}
-	j = (struct job){ ctx->kernels->rows[w->type], w, act, (int)cols, ycol, row };
+	j.w = w;
+	j.ncols = (int)cols;
+	j.y = ycol;
+	j.row = row;
+	j.tile_rows = ctx->kernels->tile_rows;
 	cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
 	return Q4KH_OK;
+}
+
+static q4kh_status k_gemv(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                          q4kh_prepared *w, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *y)
+{
+	return product(ctx, dev, w, x, y, 0);
+}
+
+static q4kh_status k_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                          q4kh_prepared *w, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *y)
+{
+	return product(ctx, dev, w, x, y, 1);
 }
 
 static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
@@ -360,8 +430,8 @@ static const struct q4kh_kernel_v1 table = {
 	.last_error = k_last_error,
 	.score = k_score,
 	.prepare = k_prepare,
-	.gemv = k_apply,
-	.gemm = k_apply,
+	.gemv = k_gemv,
+	.gemm = k_gemm,
 	.release = k_release,
 };
 
