@@ -1,7 +1,8 @@
 /*
  * cpu-simd: a kernel variant for the "cpu" backend. Weights stay in the
  * backend's memory as GGUF blocks and are decoded a row at a time to int16;
- * activations are quantised to int16 blocks (simd_quant.c); every block
+ * activations are quantised to int16 blocks (simd_decode.h) and
+ * interleaved for gemm (simd_interleave.c); every block
  * product is an integer dot product (decoders: simd_decode.h, row loop:
  * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
  * and chosen at run time from what the CPU and the OS support
@@ -95,6 +96,11 @@ struct simd_kernels {
 	int tile_rows;                    /* decoded rows a gemm part needs */
 	simd_rows_fn rows[SIMD_NTYPES];   /* gemv: few columns */
 	simd_tiles_fn tiles[SIMD_NTYPES]; /* gemm: W columns per pass */
+	/*
+	 * Quantise the K f32 values x (K a multiple of 32) into q (K values),
+	 * d and ds, laid out as struct simd_act says. Pure.
+	 */
+	void (*quantize)(const float *x, int64_t k, int16_t *q, float *d, float *ds);
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()
@@ -106,14 +112,8 @@ extern const struct simd_kernels simd_vnni_kernels;
 int simd_isa_usable(enum simd_isa isa);
 
 /*
- * Quantise the K f32 values x (K a multiple of 32) into q (K values), d and
- * ds, laid out as struct simd_act says (simd_quant.c). Pure.
- */
-void simd_quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds);
-
-/*
  * Column c (< W) of group G from one quantised column A of K values, or
- * zeros when A is NULL (simd_quant.c). Pure.
+ * zeros when A is NULL (simd_interleave.c). Pure.
  */
 void simd_interleave(const struct simd_act *a, int64_t k, int w, int c,
                      int16_t *q, float *d, float *ds);

@@ -1,7 +1,8 @@
 /*
- * cpu-simd's weight decoders, written once in AVX2 intrinsics and included
- * by each instruction-set file, which compiles them with its own -m flags
- * (then defines its product and includes simd_rows.h).
+ * cpu-simd's weight decoders and activation quantiser, written once in
+ * AVX2 intrinsics and included by each instruction-set file, which
+ * compiles them with its own -m flags (then defines its product and
+ * includes simd_rows.h).
  *
  * Each decoder writes a row as value = s_b * u_i - o_b per block b of 32
  * (block layouts and formulas: quant.h):
@@ -15,6 +16,7 @@
 #define Q4KH_SIMD_DECODE_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "simd.h"
@@ -195,6 +197,58 @@ static inline float offsets(const float *o, const float *ds, int64_t nb)
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s) + tail;
+}
+
+/*
+ * Activations to int16 blocks as struct simd_act says: per block of 32,
+ * d = max |x| / 32767 and q = x * (32767 / max |x|) rounded to nearest
+ * (even); a block with a value that is not finite gets d = NaN and q = 0.
+ */
+static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+
+	for (int64_t b = 0; b < k / SIMD_BLOCK; b++) {
+		__m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+		__m128 m;
+		__m256i lo, hi, sum;
+		float a, scale;
+
+		for (int i = 0; i < 4; i++) {
+			const __m256 abs = _mm256_andnot_ps(sign, v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i));
+
+			amax = _mm256_max_ps(amax, abs);
+			/* NaN or infinite: not less than infinity. */
+			bad = _mm256_or_ps(bad, _mm256_cmp_ps(abs, inf, _CMP_NLT_UQ));
+		}
+		m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+		m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+		m = _mm_max_ss(m, _mm_movehdup_ps(m));
+		a = _mm_cvtss_f32(m);
+		if (_mm256_movemask_ps(bad)) {
+			d[b] = ds[b] = NAN;
+			memset(q + 32 * b, 0, 32 * sizeof(*q));
+			continue;
+		}
+		d[b] = a / 32767;
+		scale = a > 0 ? 32767 / a : 0;
+		lo = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(scale))),
+		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(scale))));
+		hi = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(scale))),
+		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_set1_ps(scale))));
+		/* packs interleaves 128-bit lanes: put the values back in order. */
+		lo = _mm256_permute4x64_epi64(lo, 0xD8);
+		hi = _mm256_permute4x64_epi64(hi, 0xD8);
+		_mm256_storeu_si256((__m256i *)(q + 32 * b), lo);
+		_mm256_storeu_si256((__m256i *)(q + 32 * b + 16), hi);
+		sum = _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_set1_epi16(1)),
+		                       _mm256_madd_epi16(hi, _mm256_set1_epi16(1)));
+		m = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(sum),
+		                                  _mm256_extracti128_si256(sum, 1)));
+		m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+		m = _mm_add_ss(m, _mm_movehdup_ps(m));
+		ds[b] = d[b] * _mm_cvtss_f32(m);
+	}
 }
 
 #endif

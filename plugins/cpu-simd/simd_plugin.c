@@ -371,8 +371,8 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 				const int64_t col = g * width + c;
 
 				if (col < cols)
-					simd_quantize((const float *)(xb + col * x->nb[1]), k, tq, td,
-					              tds);
+					ctx->kernels->quantize((const float *)(xb + col * x->nb[1]),
+					                       k, tq, td, tds);
 				simd_interleave(col < cols ? &tmp : NULL, k, width, c, q, d, ds);
 			}
 		}
@@ -384,7 +384,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 			float *d, *ds;
 
 			take(&next, k, &q, &d, &ds);
-			simd_quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
+			ctx->kernels->quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
 			act[c] = (struct simd_act){ q, d, ds };
 		}
 		j.rows = ctx->kernels->rows[w->type];

@@ -99,6 +99,7 @@ const struct simd_kernels SIMD_TABLE = {
 	.name = SIMD_NAME,
 	.width = SIMD_WIDTH,
 	.tile_rows = SIMD_ROWS,
+	.quantize = quantize,
 	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0 },
 	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0 },
 };
