@@ -40,6 +40,9 @@ struct q4kh_device_ctx {
 	unsigned threads;
 	void **scratch;       /* one per thread, CPU_ALIGN-aligned */
 	uint64_t scratch_size; /* bytes of each */
+	/* q4kh_fp16_to_f32(h) at [h], filled at open: the attention reads
+	 * f16 caches through it, the same bits at a load each. */
+	float *f16;
 };
 
 struct q4kh_buffer {

@@ -182,6 +182,7 @@ static void cpu_device_close(q4kh_device_ctx *dev)
 	cpu_pool_destroy(dev->pool);
 	free_scratch(dev);
 	free(dev->scratch);
+	free(dev->f16);
 	free(dev);
 }
 
@@ -201,12 +202,20 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		                "device_open: no device %u (the cpu backend has 1)",
 		                index);
 	dev = calloc(1, sizeof(*dev));
-	if (dev)
+	if (dev) {
 		dev->scratch = calloc(ctx->threads, sizeof(*dev->scratch));
-	if (!dev || !dev->scratch) {
+		dev->f16 = malloc(sizeof(*dev->f16) * 65536);
+	}
+	if (!dev || !dev->scratch || !dev->f16) {
+		if (dev) {
+			free(dev->scratch);
+			free(dev->f16);
+		}
 		free(dev);
 		return cpu_fail(ctx, Q4KH_ERR_NOMEM, "device_open: out of memory");
 	}
+	for (uint32_t h = 0; h < 65536; h++)
+		dev->f16[h] = q4kh_fp16_to_f32((uint16_t)h);
 	dev->ctx = ctx;
 	dev->threads = ctx->threads;
 	if (cpu_pool_create(ctx->threads, &dev->pool)) {
