@@ -406,3 +406,14 @@ Test(cpu_simd, bad_weights_and_shapes_fail_with_messages)
 	e->b->buffer_free(e->dev, w.buffer);
 	env_close(e);
 }
+
+Test(cpu_simd, exports_exactly_the_entry_symbol)
+{
+	char so[4096], first[256];
+	int n;
+
+	snprintf(so, sizeof(so), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
+	n = test_exported_symbols(so, first, sizeof(first));
+	cr_assert_eq(n, 1, "cpu-simd.so exports %d symbols", n);
+	cr_assert_str_eq(first, "q4kh_plugin_entry_v1");
+}
