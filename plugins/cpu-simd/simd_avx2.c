@@ -51,38 +51,44 @@ static float dot(const struct simd_row *w, const struct simd_act *a, int64_t k)
 	       offsets(w->o, a->ds, nb);
 }
 
-static inline __attribute__((always_inline)) __m256
-direct_block(bytes_fn bytes, const void *row, const struct simd_act *a, int64_t b, __m256 acc)
-{
-	float d;
-	const __m256i v = bytes(row, b, &d);
-	const __m256i *q = (const __m256i *)(a->q + 32 * b);
-	const __m256i p = _mm256_add_epi32(
-		_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
-		                  _mm256_loadu_si256(q)),
-		_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)),
-		                  _mm256_loadu_si256(q + 1)));
+/* The primitives of simd_rows.h's direct products: float vectors, and
+ * 32 weight bytes (signed or not) times 32 int16 values, summed in int32
+ * lanes and converted. */
+typedef __m256 vf;
 
-	return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a->d[b]), acc);
+static inline vf vf_zero(void)
+{
+	return _mm256_setzero_ps();
 }
 
-static inline __attribute__((always_inline)) float
-direct(bytes_fn bytes, const void *row, const struct simd_act *a, int64_t k)
+static inline vf vf_fma(vf p, float s, vf acc)
 {
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-	__m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-	const int64_t nb = k / 32;
-	int64_t b = 0;
+	return _mm256_fmadd_ps(p, _mm256_set1_ps(s), acc);
+}
 
-	for (; b + 4 <= nb; b += 4) {
-		acc0 = direct_block(bytes, row, a, b, acc0);
-		acc1 = direct_block(bytes, row, a, b + 1, acc1);
-		acc2 = direct_block(bytes, row, a, b + 2, acc2);
-		acc3 = direct_block(bytes, row, a, b + 3, acc3);
-	}
-	for (; b < nb; b++)
-		acc0 = direct_block(bytes, row, a, b, acc0);
-	return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+static inline float vf_sum(vf a, vf b, vf c, vf d)
+{
+	return hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+}
+
+static inline vf prod16(__m256i lo, __m256i hi, const int16_t *q)
+{
+	const __m256i *v = (const __m256i *)q;
+
+	return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256(v)),
+	                                           _mm256_madd_epi16(hi, _mm256_loadu_si256(v + 1))));
+}
+
+static inline vf prod_i8(__m256i w, const int16_t *q)
+{
+	return prod16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+	              _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)), q);
+}
+
+static inline vf prod_u8(__m256i w, const int16_t *q)
+{
+	return prod16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(w)),
+	              _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w, 1)), q);
 }
 
 /*

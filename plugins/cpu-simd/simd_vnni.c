@@ -43,35 +43,38 @@ static float dot(const struct simd_row *w, const struct simd_act *a, int64_t k)
 }
 
 
-static inline __attribute__((always_inline)) __m512
-direct_block(bytes_fn bytes, const void *row, const struct simd_act *a, int64_t b, __m512 acc)
-{
-	float d;
-	const __m512i u = _mm512_cvtepi8_epi16(bytes(row, b, &d));
-	const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), u,
-	                                      _mm512_loadu_si512(a->q + 32 * b));
+/* The primitives of simd_rows.h's direct products: float vectors, and
+ * 32 weight bytes (signed or not) times 32 int16 values, summed in int32
+ * lanes and converted. */
+typedef __m512 vf;
 
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * a->d[b]), acc);
+static inline vf vf_zero(void)
+{
+	return _mm512_setzero_ps();
 }
 
-static inline __attribute__((always_inline)) float
-direct(bytes_fn bytes, const void *row, const struct simd_act *a, int64_t k)
+static inline vf vf_fma(vf p, float s, vf acc)
 {
-	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-	__m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
-	const int64_t nb = k / 32;
-	int64_t b = 0;
+	return _mm512_fmadd_ps(p, _mm512_set1_ps(s), acc);
+}
 
-	for (; b + 4 <= nb; b += 4) {
-		acc0 = direct_block(bytes, row, a, b, acc0);
-		acc1 = direct_block(bytes, row, a, b + 1, acc1);
-		acc2 = direct_block(bytes, row, a, b + 2, acc2);
-		acc3 = direct_block(bytes, row, a, b + 3, acc3);
-	}
-	for (; b < nb; b++)
-		acc0 = direct_block(bytes, row, a, b, acc0);
-	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1),
-	                                          _mm512_add_ps(acc2, acc3)));
+static inline float vf_sum(vf a, vf b, vf c, vf d)
+{
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+}
+
+static inline vf prod_i8(__m256i w, const int16_t *q)
+{
+	return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(),
+	                                              _mm512_cvtepi8_epi16(w),
+	                                              _mm512_loadu_si512(q)));
+}
+
+static inline vf prod_u8(__m256i w, const int16_t *q)
+{
+	return _mm512_cvtepi32_ps(_mm512_dpwssd_epi32(_mm512_setzero_si512(),
+	                                              _mm512_cvtepu8_epi16(w),
+	                                              _mm512_loadu_si512(q)));
 }
 
 /*
