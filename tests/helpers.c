@@ -226,3 +226,25 @@ int test_shell(const char *cmd, char **out)
 	*out = buf;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+int test_exported_symbols(const char *so, char *first, size_t cap)
+{
+	char cmd[4200], line[512], name[256];
+	int n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "nm -D --defined-only '%s'", so);
+	f = popen(cmd, "r");
+	cr_assert_not_null(f, "%s", cmd);
+	first[0] = 0;
+	while (fgets(line, sizeof(line), f)) {
+		char kind;
+
+		if (sscanf(line, "%*s %c %255s", &kind, name) != 2)
+			continue;
+		if (n++ == 0)
+			snprintf(first, cap, "%s", name);
+	}
+	cr_assert_eq(pclose(f), 0, "%s failed", cmd);
+	return n;
+}

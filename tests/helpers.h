@@ -66,4 +66,11 @@ char *test_plugin_dir(const char *const *names);
  */
 int test_shell(const char *cmd, char **out);
 
+/*
+ * The dynamic symbols shared object SO defines (binutils' nm -D
+ * --defined-only): their number, the first one's name into FIRST (CAP
+ * bytes). Fails the test when nm does.
+ */
+int test_exported_symbols(const char *so, char *first, size_t cap);
+
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "helpers.h"
 #include "q4khost/plugin.h"
@@ -328,7 +329,7 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	char *work, *root, *dir, *plugins, *host, *file, args[CMD_MAX];
 	char multiarch[256], cuda[16];
 	json_t *j, *q4k;
-	int st;
+	int st, simd = 0;
 
 	require_packaging();
 	test_model_path();
@@ -346,6 +347,16 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	expect_file(root, "/usr/bin/q4khost");
 	cr_assert_geq(asprintf(&file, "%s/cpu.so", dir), 0);
 	expect_file(root, file);
+	free(file);
+	cr_assert_geq(asprintf(&file, "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir()),
+	              0);
+	if (access(file, R_OK) == 0) {
+		free(file);
+		cr_assert_geq(asprintf(&file, "%s/cpu-simd.so", dir), 0);
+		expect_file(root, file);
+		__builtin_cpu_init();
+		simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	}
 	free(file);
 	expect_file(root, "/etc/q4khost/q4khost.ini");
 	expect_file(root, "/usr/share/man/man1/q4khost.1.gz");
@@ -390,7 +401,8 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	expect_accepted(j, "cpu", "backend", plugins);
 	json_decref(j);
 
-	/* A short run; the packaged default configuration parses. */
+	/* A short run; the packaged default configuration parses. Where
+	 * cpu-simd was built and this CPU runs it, it serves Q4_K after F2. */
 	snprintf(args, sizeof(args),
 	         "run --plugin-path '%s' --config '%s/etc/q4khost/q4khost.ini' --backend cpu "
 	         "-n 4 -p 'The capital of France is'",
@@ -398,7 +410,7 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	j = host_json(work, host, args, &st);
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
-	cr_expect_str_eq(str(q4k, "plugin"), "cpu");
+	cr_expect_str_eq(str(q4k, "plugin"), simd ? "cpu-simd" : "cpu");
 	cr_assert_geq(asprintf(&file, "%s/cpu.so", plugins), 0);
 	cr_expect_str_eq(str(json_object_get(j, "backend"), "file"), file);
 	free(file);

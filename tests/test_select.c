@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -88,12 +89,15 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 	snprintf(want, sizeof(want), "%s:8 [plugin.cpu-q8act]", cfg);
 	cr_expect_str_eq(jget(j, "devices.0.chain.0.f2.floor.origin"), want);
 	cr_expect_str_eq(jget(j, "devices.0.chain.0.f2.decode_steps.origin"), "default");
-	cr_expect_str_eq(jget(j, "devices.0.chain.1.kernel"), "cpu/built-in");
+	/* Variants for cpu follow by score, as for any backend; the reference last. */
+	cr_expect_str_eq(jget(j, "devices.0.chain.1.kernel"), "cpu/defect-nan");
+	cr_expect_str_eq(jget(j, "devices.0.chain.2.kernel"), "cpu/built-in");
 	cr_expect_str_eq(jget(j, "devices.0.types.0.type"), "Q4_K");
 	cr_expect_str_eq(jget(j, "devices.0.types.0.first"), "cpu/cpu-q8act");
 	cr_expect_str_eq(jget(j, "devices.0.types.0.runner_up"), "cpu/built-in");
 	cr_expect_str_eq(jget(j, "run.0.tries.0"), "cpu/cpu-q8act");
-	cr_expect_str_eq(jget(j, "run.0.tries.1"), "cpu/built-in");
+	cr_expect_str_eq(jget(j, "run.0.tries.1"), "cpu/defect-nan");
+	cr_expect_str_eq(jget(j, "run.0.tries.2"), "cpu/built-in");
 	json_decref(j);
 	free(out);
 
@@ -185,13 +189,26 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	cr_expect(strstr(out, "F2: pass (fresh (reason: no receipt))") != NULL, "%s", out);
 	free(out);
 
-	/* A config choice that F2 rejects is a preference: the next serves. */
+	/* A config choice that F2 rejects is a preference: the next by score
+	 * serves (its receipt from the first run decides). */
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
 	         broken);
 	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL,
 	          "%s", out);
-	cr_expect(strstr(out, "kernel choice: the built-in kernels\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "kernel choice: cpu-q8act, by score (1)\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "%s", out);
+	free(out);
+
+	/* With the built-in kernels named after it, the reference serves. */
+	free(broken);
+	broken = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan, none\n");
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
+	         broken);
+	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2 rejected first: cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "kernel choice: the built-in kernels, named by ") != NULL, "%s", out);
 	cr_expect(strstr(out, "F2: not needed: the reference cpu backend") != NULL, "%s", out);
 	free(out);
 
@@ -214,6 +231,52 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	cr_expect(strstr(out, "names nothing that device 0 of an available backend can run: it names kernel-ok (for cuda)") != NULL,
 	          "%s", out);
 	free(out);
+}
+
+/*
+ * Without any kernel setting, a variant for the cpu backend is a candidate
+ * like any other: cpu-simd (where it was built and this CPU runs it) serves
+ * every weight type it implements once F2 passes, and the report says so.
+ */
+Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
+{
+	static const char *const none[] = { NULL };
+	char *plugins, *receipts, *out, args[8192], cmd[8192];
+	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
+	json_t *j;
+
+	test_model_path();
+	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
+	if (access(cmd, R_OK) != 0)
+		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("this CPU runs no cpu-simd kernels");
+	plugins = test_plugin_dir(none);
+	receipts = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
+	         plugins);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --threads 2 --json --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "backend.name"), "cpu");
+	for (size_t i = 0; i < 4; i++) {
+		static const char *const types[] = { "Q4_K", "Q5_0", "Q6_K", "Q8_0" };
+		char path[64];
+
+		snprintf(path, sizeof(path), "kernels.%s.plugin", types[i]);
+		cr_expect_str_eq(jget(j, path), "cpu-simd", "%s", path);
+	}
+	cr_expect(strncmp(jget(j, "kernel_choice"), "cpu-simd, by score (", 20) == 0, "%s",
+	          jget(j, "kernel_choice"));
+	cr_expect_str_eq(jget(j, "f2.verdict"), "pass");
+	json_decref(j);
+	free(out);
+	free(cfg);
+	free(plugins);
+	free(receipts);
 }
 
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)

@@ -66,7 +66,8 @@ static void usage(FILE *out)
 	        "                        arch); none = the built-in kernels (default:\n"
 	        "                        $Q4KHOST_Q4K_KERNEL, else [gpu.*] q4k_kernel in\n"
 	        "                        the config, else by score; docs/config.md)\n"
-	        "      --threads N       cpu plugin threads (default: [plugin.cpu] threads,\n"
+	        "      --threads N       threads of the cpu plugin and of the kernel\n"
+	        "                        variants for it (default: [plugin.NAME] threads,\n"
 	        "                        else every online CPU)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
@@ -249,6 +250,26 @@ static int emit(struct run *r, const char *piece, size_t len, int stream)
 }
 
 /* Open config, plugins, backend, model, tokenizer and session. */
+/* --threads for the kernel variants of the cpu backend too: they run on
+ * the same cores and the ABI does not pass the backend's count on. */
+static int set_variant_threads(struct run *r, long threads, struct q4kh_error *err)
+{
+	char v[32], section[96];
+
+	snprintf(v, sizeof(v), "%ld", threads);
+	for (size_t i = 0; i < r->registry->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->registry->plugins[i];
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_KERNEL ||
+		    strcmp(p->desc->kernel->backend, "cpu"))
+			continue;
+		snprintf(section, sizeof(section), "plugin.%s", p->name);
+		if (q4kh_config_set(r->config, section, "threads", v, "--threads", err))
+			return -1;
+	}
+	return 0;
+}
+
 static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err)
 {
 	char model_path[4096];
@@ -269,6 +290,8 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 			return Q4KH_EXIT_FAIL;
 	}
 	if (q4kh_registry_scan(o->plugin_path, r->config, &r->registry, err))
+		return Q4KH_EXIT_FAIL;
+	if (o->threads && set_variant_threads(r, o->threads, err))
 		return Q4KH_EXIT_FAIL;
 	rq.registry = r->registry;
 	rq.config = r->config;

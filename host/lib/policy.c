@@ -298,7 +298,7 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
 	if (out->explicit_request || names_builtin)
 		return 0;
 	first = out->n;
-	for (size_t i = 0; strcmp(backend, "cpu") && i < r->n_plugins; i++) {
+	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		size_t before = out->n;
 

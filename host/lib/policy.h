@@ -25,8 +25,9 @@
  * entries for this backend are tried (possibly none), and a failure is an
  * error, never a fall-back. A config section holds only when it names
  * something for this backend; it is a preference: its list first, then
- * (unless it names the built-in kernels, and for backends other than the
- * reference cpu) the other variants by score, then the built-in kernels.
+ * (unless it names the built-in kernels) the other variants by score, then
+ * the built-in kernels. For the reference cpu backend the built-in kernels
+ * are the reference itself, which needs no guard.
  * Not thread-safe (opens plugins).
  */
 #ifndef Q4KH_POLICY_H
@@ -101,10 +102,10 @@ struct q4kh_policy_order {
 /*
  * The chain for open backend device B under the setting above: for an
  * explicit request exactly the entries that hold (possibly none); else the
- * configured entries, then (for a backend other than cpu, unless the
- * setting names the built-in kernels) every other variant targeting B
- * with a score above 0, highest first (plugin path order on ties), then
- * the built-in kernels. -1 with err as q4kh_policy_kernel_choice.
+ * configured entries, then (unless the setting names the built-in kernels)
+ * every other variant targeting B with a score above 0, highest first
+ * (plugin path order on ties), then the built-in kernels. -1 with err as
+ * q4kh_policy_kernel_choice.
  */
 int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c,
                       const char *cli, const char *flag, const struct q4kh_backend *b,

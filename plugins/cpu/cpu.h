@@ -13,8 +13,9 @@
 
 #include "q4khost/plugin.h"
 
+#include "cpu_pool.h"
+
 #define CPU_ALIGN 64
-#define CPU_MAX_THREADS 256
 
 /*
  * Hot loops are also built for AVX2 where GCC can (the CPU picks at load
@@ -33,14 +34,15 @@ struct q4kh_backend_ctx {
 	char error[1024];
 };
 
-struct cpu_pool;
-
 struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
 	struct cpu_pool *pool;
 	unsigned threads;
 	void **scratch;       /* one per thread, CPU_ALIGN-aligned */
 	uint64_t scratch_size; /* bytes of each */
+	/* q4kh_fp16_to_f32(h) at [h], filled at open: the attention reads
+	 * f16 caches through it, the same bits at a load each. */
+	float *f16;
 };
 
 struct q4kh_buffer {
@@ -55,25 +57,6 @@ struct q4kh_buffer {
 q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
                      ...)
 	__attribute__((format(printf, 3, 4)));
-
-/* --- worker pool (cpu_pool.c) --- */
-
-/*
- * Work on items [begin, end) as part PART (0 .. threads-1); a part indexes
- * the device's per-thread scratch.
- */
-typedef void (*cpu_task_fn)(void *arg, unsigned part, int64_t begin,
-                            int64_t end);
-
-/* Start THREADS - 1 workers (the caller is the first). 0 or -1 (errno). */
-int cpu_pool_create(unsigned threads, struct cpu_pool **out);
-void cpu_pool_destroy(struct cpu_pool *p);
-/*
- * Split N items into contiguous parts of at least GRAIN items, at most one
- * per thread, run FN on each and return when all are done.
- */
-void cpu_pool_run(struct cpu_pool *p, int64_t n, int64_t grain, cpu_task_fn fn,
-                  void *arg);
 
 /* Make every thread's scratch at least BYTES long. */
 q4kh_status cpu_scratch_reserve(q4kh_device_ctx *dev, uint64_t bytes);

@@ -18,8 +18,8 @@ struct attn_job {
 };
 
 /* Row (head g, position j) of an f32 or f16 cache, as doubles. */
-static void cache_row(const struct q4kh_tensor *c, int64_t g, int64_t j,
-                      double *out)
+static void cache_row(const q4kh_device_ctx *dev, const struct q4kh_tensor *c,
+                      int64_t g, int64_t j, double *out)
 {
 	const unsigned char *p = cpu_row(c, g, j, 0);
 
@@ -28,7 +28,7 @@ static void cache_row(const struct q4kh_tensor *c, int64_t g, int64_t j,
 			out[i] = ((const float *)p)[i];
 	else
 		for (int64_t i = 0; i < c->ne[0]; i++)
-			out[i] = q4kh_fp16_to_f32(((const uint16_t *)p)[i]);
+			out[i] = dev->f16[((const uint16_t *)p)[i]];
 }
 
 /* Query t of head h: out = softmax(scores) . V over keys first .. p. */
@@ -50,7 +50,7 @@ static void attend(const struct attn_job *j, double *scratch, int64_t t,
 		acc[i] = 0.0;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		cache_row(j->k, g, first + i, row);
+		cache_row(j->dev, j->k, g, first + i, row);
 		s[i] = j->scale * cpu_dot(qd, row, hd);
 		if (j->softcap > 0.0)
 			s[i] = j->softcap * tanh(s[i] / j->softcap);
@@ -62,7 +62,7 @@ static void attend(const struct attn_job *j, double *scratch, int64_t t,
 		sum += s[i];
 	}
 	for (int64_t i = 0; i < n; i++) {
-		cache_row(j->v, g, first + i, row);
+		cache_row(j->dev, j->v, g, first + i, row);
 		for (int64_t d = 0; d < hd; d++)
 			acc[d] += s[i] * row[d];
 	}

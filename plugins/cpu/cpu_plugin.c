@@ -56,35 +56,6 @@ static int host_has(const struct q4kh_host_api *host, size_t end)
 	host_has(host, offsetof(struct q4kh_host_api, field) +                 \
 	                       sizeof(((struct q4kh_host_api *)0)->field))
 
-static unsigned online_cpus(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (n < 1)
-		return 1;
-	return n > CPU_MAX_THREADS ? CPU_MAX_THREADS : (unsigned)n;
-}
-
-/* [plugin.cpu] threads: a decimal integer from 1 to CPU_MAX_THREADS. */
-static int parse_threads(const char *s, unsigned *out)
-{
-	unsigned long v = 0;
-
-	if (!*s)
-		return -1;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > CPU_MAX_THREADS)
-			return -1;
-	}
-	if (v < 1)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 static q4kh_status cpu_init(const struct q4kh_host_api *host,
                             q4kh_backend_ctx **out)
 {
@@ -102,8 +73,8 @@ static q4kh_status cpu_init(const struct q4kh_host_api *host,
 		                 host->abi_major, Q4KH_ABI_MAJOR);
 	if (HOST_HAS(host, config_get) && host->config_get)
 		threads = host->config_get(host->host_data, "threads");
-	n = online_cpus();
-	if (threads && parse_threads(threads, &n))
+	n = cpu_threads_online();
+	if (threads && cpu_threads_parse(threads, &n))
 		return init_fail("cpu: [plugin.cpu] threads = \"%s\": expected an "
 		                 "integer from 1 to %d",
 		                 threads, CPU_MAX_THREADS);
@@ -211,6 +182,7 @@ static void cpu_device_close(q4kh_device_ctx *dev)
 	cpu_pool_destroy(dev->pool);
 	free_scratch(dev);
 	free(dev->scratch);
+	free(dev->f16);
 	free(dev);
 }
 
@@ -230,12 +202,20 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		                "device_open: no device %u (the cpu backend has 1)",
 		                index);
 	dev = calloc(1, sizeof(*dev));
-	if (dev)
+	if (dev) {
 		dev->scratch = calloc(ctx->threads, sizeof(*dev->scratch));
-	if (!dev || !dev->scratch) {
+		dev->f16 = malloc(sizeof(*dev->f16) * 65536);
+	}
+	if (!dev || !dev->scratch || !dev->f16) {
+		if (dev) {
+			free(dev->scratch);
+			free(dev->f16);
+		}
 		free(dev);
 		return cpu_fail(ctx, Q4KH_ERR_NOMEM, "device_open: out of memory");
 	}
+	for (uint32_t h = 0; h < 65536; h++)
+		dev->f16[h] = q4kh_fp16_to_f32((uint16_t)h);
 	dev->ctx = ctx;
 	dev->threads = ctx->threads;
 	if (cpu_pool_create(ctx->threads, &dev->pool)) {

@@ -7,8 +7,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-#include "cpu.h"
+#include "cpu_pool.h"
 
 struct cpu_pool {
 	unsigned threads;
@@ -25,6 +26,34 @@ struct cpu_pool {
 	int64_t n;
 	unsigned parts;
 };
+
+unsigned cpu_threads_online(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		return 1;
+	return n > CPU_MAX_THREADS ? CPU_MAX_THREADS : (unsigned)n;
+}
+
+int cpu_threads_parse(const char *s, unsigned *out)
+{
+	unsigned long v = 0;
+
+	if (!*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > CPU_MAX_THREADS)
+			return -1;
+	}
+	if (v < 1)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
 
 struct cpu_worker {
 	struct cpu_pool *pool;

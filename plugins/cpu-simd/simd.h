@@ -1,0 +1,121 @@
+/*
+ * cpu-simd: a kernel variant for the "cpu" backend. Weights stay in the
+ * backend's memory as GGUF blocks and are decoded a row at a time to int16;
+ * activations are quantised to int16 blocks (simd_decode.h) and
+ * interleaved for gemm (simd_interleave.c); every block
+ * product is an integer dot product (decoders: simd_decode.h, row loop:
+ * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
+ * and chosen at run time from what the CPU and the OS support
+ * (simd_cpu.c).
+ */
+#ifndef Q4KH_SIMD_H
+#define Q4KH_SIMD_H
+
+#include <stdint.h>
+
+#include "q4khost/plugin.h"
+
+/* The weight types, as indices of a kernel table. */
+enum simd_wtype {
+	SIMD_Q4_K,
+	SIMD_Q5_0,
+	SIMD_Q6_K,
+	SIMD_Q8_0,
+	SIMD_NTYPES
+};
+
+/* The instruction sets with kernels, in order of preference. */
+enum simd_isa {
+	SIMD_ISA_NONE = 0,
+	SIMD_ISA_AVX2 = 1,        /* AVX2 + FMA + F16C: vpmaddwd, 256 bits */
+	SIMD_ISA_AVX512_VNNI = 2  /* plus AVX-512 F/BW/VL/VNNI: vpdpwssd, 512 bits */
+};
+
+/*
+ * One activation column quantised to int16 in blocks of 32 values:
+ * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / 32767, so
+ * |q| <= 32767, and ds[b] = d[b] * (the sum of q over block b). int8 (as
+ * ggml's Q8_0 and Q8_K) loses too much on the default model: the parity
+ * guard rejects it (docs/perf.md). A column with a value that is not
+ * finite gets d = NaN, so its products are NaN too.
+ */
+struct simd_act {
+	const int16_t *q; /* K values */
+	const float *d;   /* K / 32 scales */
+	const float *ds;  /* K / 32 scaled sums */
+};
+
+#define SIMD_BLOCK 32
+
+/*
+ * A weight row decoded for the products (per thread, reused row after
+ * row): value i of block b is s[b] * u[i] - o[b], |u[i]| <= 4096, so two
+ * products u * q and their pair sum stay within int32 four times over.
+ */
+struct simd_row {
+	int16_t *u; /* K values */
+	float *s;   /* K / 32 */
+	float *o;   /* K / 32 */
+};
+
+/*
+ * y[c][r] = dot(weight row r, activation column c) for r0 <= r < r1 and
+ * c < ncols. w points to row 0; rows are row_bytes apart; k values each;
+ * row is scratch for one decoded row of k values (tile_rows of them for
+ * simd_tiles_fn).
+ */
+typedef void (*simd_rows_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
+                             int64_t r1, int64_t k, const struct simd_act *a,
+                             int ncols, float *const *y, const struct simd_row *row);
+
+/*
+ * W quantised columns (struct simd_act) interleaved for gemm, W the
+ * kernels' width: value k of column c at q[(k / 2) * 2W + 2c + k % 2]
+ * (pairs of k, as vpmaddwd and vpdpwssd take them; one column per 32-bit
+ * lane), d and ds of its block at d[(k / 32) * W + c], ds[...]. Columns
+ * past the end of the batch are zero.
+ */
+struct simd_group {
+	const int16_t *q;
+	const float *d;
+	const float *ds;
+};
+
+/*
+ * As simd_rows_fn for ncols columns held in groups g[0 ..
+ * ceil(ncols / W)): one weight row against W columns at a time.
+ */
+typedef void (*simd_tiles_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
+                              int64_t r1, int64_t k, const struct simd_group *g,
+                              int ncols, float *const *y, const struct simd_row *row);
+
+/* One instruction set's kernels, indexed by enum simd_wtype. */
+struct simd_kernels {
+	const char *name;
+	int width;                        /* W of struct simd_group */
+	int tile_rows;                    /* decoded rows a gemm part needs */
+	simd_rows_fn rows[SIMD_NTYPES];   /* gemv: few columns */
+	simd_tiles_fn tiles[SIMD_NTYPES]; /* gemm: W columns per pass */
+	/*
+	 * Quantise the K f32 values x (K a multiple of 32) into q (K values),
+	 * d and ds, laid out as struct simd_act says. Pure.
+	 */
+	void (*quantize)(const float *x, int64_t k, int16_t *q, float *d, float *ds);
+};
+
+/* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()
+ * reports for them. */
+extern const struct simd_kernels simd_avx2_kernels;
+extern const struct simd_kernels simd_vnni_kernels;
+
+/* 1 when the CPU has ISA and the OS saves its register state (simd_cpu.c). */
+int simd_isa_usable(enum simd_isa isa);
+
+/*
+ * Column c (< W) of group G from one quantised column A of K values, or
+ * zeros when A is NULL (simd_interleave.c). Pure.
+ */
+void simd_interleave(const struct simd_act *a, int64_t k, int w, int c,
+                     int16_t *q, float *d, float *ds);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * cpu-simd's weight decoders and activation quantiser, written once in
+ * AVX2 intrinsics and included by each instruction-set file, which
+ * compiles them with its own -m flags (then defines its product and
+ * includes simd_rows.h).
+ *
+ * Each decoder writes a row as value = s_b * u_i - o_b per block b of 32
+ * (block layouts and formulas: quant.h):
+ *   Q8_0:  u = q,                 s = d
+ *   Q5_0:  u = q - 16,            s = d
+ *   Q4_K:  u = q,                 s = d sc_j, o = dmin m_j   (j: sub-block)
+ *   Q6_K:  u = sc_g (q - 32),     s = d                      (g: 16 values)
+ * and o = 0 where not given.
+ */
+#ifndef Q4KH_SIMD_DECODE_H
+#define Q4KH_SIMD_DECODE_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "simd.h"
+
+static inline float fp16(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+static inline __m256i load32(const void *p)
+{
+	return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* Signed bytes v to int16 at u[0..31]. */
+static inline void store_i8(int16_t *u, __m256i v)
+{
+	_mm256_storeu_si256((__m256i *)u, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)));
+	_mm256_storeu_si256((__m256i *)(u + 16),
+	                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)));
+}
+
+/* The 5-bit values of a Q5_0 block, value j in byte j. */
+static inline __m256i q5_0_values(const struct q4kh_block_q5_0 *b)
+{
+	const __m128i low = _mm_set1_epi8(0x0F);
+	/* Byte j selects byte j / 8 of qh, then tests bit j % 8 of it. */
+	const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+	                                         0x0101010101010101, 0);
+	const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+	const __m128i qs = _mm_loadu_si128((const __m128i *)b->qs);
+	__m256i hi, nib;
+	uint32_t qh;
+
+	memcpy(&qh, b->qh, 4);
+	hi = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
+	hi = _mm256_cmpeq_epi8(_mm256_and_si256(hi, bit), bit);
+	nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low),
+	                       _mm_and_si128(qs, low));
+	return _mm256_or_si256(nib, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
+}
+
+/*
+ * Block b of a Q8_0 or Q5_0 row as 32 signed bytes u, with its scale in
+ * *d: the two types whose blocks need no offset.
+ */
+static inline __m256i bytes_q8_0(const void *row, int64_t b, float *d)
+{
+	const struct q4kh_block_q8_0 *w = row;
+
+	*d = fp16(w[b].d);
+	return load32(w[b].qs);
+}
+
+static inline __m256i bytes_q5_0(const void *row, int64_t b, float *d)
+{
+	const struct q4kh_block_q5_0 *w = row;
+
+	*d = fp16(w[b].d);
+	return _mm256_sub_epi8(q5_0_values(&w[b]), _mm256_set1_epi8(16));
+}
+
+typedef __m256i (*bytes_fn)(const void *row, int64_t b, float *d);
+
+static inline __attribute__((always_inline)) void
+decode_bytes(bytes_fn bytes, const void *row, int64_t k, const struct simd_row *out)
+{
+	for (int64_t b = 0; b < k / 32; b++) {
+		store_i8(out->u + 32 * b, bytes(row, b, &out->s[b]));
+		out->o[b] = 0;
+	}
+}
+
+static void decode_q8_0(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_bytes(bytes_q8_0, row, k, out);
+}
+
+static void decode_q5_0(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_bytes(bytes_q5_0, row, k, out);
+}
+
+/* Q4_K sub-block j's 6-bit scale and min (quant.h). */
+static inline void q4_k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+	}
+}
+
+static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
+{
+	const struct q4kh_block_q4_k *w = row;
+	const __m256i low = _mm256_set1_epi8(0x0F);
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const float d = fp16(w[sb].d), dmin = fp16(w[sb].dmin);
+		int16_t *u = out->u + sb * Q4KH_QK_K;
+
+		for (int c = 0; c < 4; c++) {
+			const __m256i qs = load32(w[sb].qs + 32 * c);
+
+			store_i8(u + 64 * c, _mm256_and_si256(qs, low));
+			store_i8(u + 64 * c + 32, _mm256_and_si256(_mm256_srli_epi16(qs, 4), low));
+		}
+		for (int j = 0; j < 8; j++) {
+			int sc, m;
+
+			q4_k_scale_min(w[sb].scales, j, &sc, &m);
+			out->s[sb * 8 + j] = d * (float)sc;
+			out->o[sb * 8 + j] = dmin * (float)m;
+		}
+	}
+}
+
+static void decode_q6_k(const void *row, int64_t k, const struct simd_row *out)
+{
+	const struct q4kh_block_q6_k *w = row;
+	const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+	const __m256i bias = _mm256_set1_epi8(32);
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const int8_t *sc = w[sb].scales;
+		const float d = fp16(w[sb].d);
+
+		for (int h = 0; h < 2; h++) {
+			const __m256i ql0 = load32(w[sb].ql + 64 * h);
+			const __m256i ql1 = load32(w[sb].ql + 64 * h + 32);
+			const __m256i qh = load32(w[sb].qh + 32 * h);
+			/* Bits 2i, 2i+1 of qh are bits 4, 5 of value 32i + l. */
+			const __m256i v[4] = {
+				_mm256_or_si256(_mm256_and_si256(ql0, low),
+				                _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
+				_mm256_or_si256(_mm256_and_si256(ql1, low),
+				                _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+				                _mm256_and_si256(qh, top)),
+				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+				                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top)),
+			};
+
+			for (int i = 0; i < 4; i++) {
+				const int blk = 4 * h + i, g = 2 * blk;
+				const __m256i q = _mm256_sub_epi8(v[i], bias);
+				int16_t *u = out->u + sb * Q4KH_QK_K + 32 * blk;
+
+				_mm256_storeu_si256((__m256i *)u,
+				                    _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
+				                                       _mm256_set1_epi16(sc[g])));
+				_mm256_storeu_si256((__m256i *)(u + 16),
+				                    _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)),
+				                                       _mm256_set1_epi16(sc[g + 1])));
+				out->s[sb * 8 + blk] = d;
+				out->o[sb * 8 + blk] = 0;
+			}
+		}
+	}
+}
+
+/* sum_b o_b ds_b: the weights' offsets against the columns' block sums. */
+static inline float offsets(const float *o, const float *ds, int64_t nb)
+{
+	__m256 acc = _mm256_setzero_ps();
+	__m128 s;
+	float tail = 0;
+	int64_t b = 0;
+
+	for (; b + 8 <= nb; b += 8)
+		acc = _mm256_fmadd_ps(_mm256_loadu_ps(o + b), _mm256_loadu_ps(ds + b), acc);
+	for (; b < nb; b++)
+		tail += o[b] * ds[b];
+	s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s) + tail;
+}
+
+/*
+ * Activations to int16 blocks as struct simd_act says: per block of 32,
+ * d = max |x| / 32767 and q = x * (32767 / max |x|) rounded to nearest
+ * (even); a block with a value that is not finite gets d = NaN and q = 0.
+ */
+static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+
+	for (int64_t b = 0; b < k / SIMD_BLOCK; b++) {
+		__m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+		__m128 m;
+		__m256i lo, hi, sum;
+		float a, scale;
+
+		for (int i = 0; i < 4; i++) {
+			const __m256 abs = _mm256_andnot_ps(sign, v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i));
+
+			amax = _mm256_max_ps(amax, abs);
+			/* NaN or infinite: not less than infinity. */
+			bad = _mm256_or_ps(bad, _mm256_cmp_ps(abs, inf, _CMP_NLT_UQ));
+		}
+		m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+		m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+		m = _mm_max_ss(m, _mm_movehdup_ps(m));
+		a = _mm_cvtss_f32(m);
+		if (_mm256_movemask_ps(bad)) {
+			d[b] = ds[b] = NAN;
+			memset(q + 32 * b, 0, 32 * sizeof(*q));
+			continue;
+		}
+		d[b] = a / 32767;
+		scale = a > 0 ? 32767 / a : 0;
+		lo = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(scale))),
+		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(scale))));
+		hi = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(scale))),
+		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[3], _mm256_set1_ps(scale))));
+		/* packs interleaves 128-bit lanes: put the values back in order. */
+		lo = _mm256_permute4x64_epi64(lo, 0xD8);
+		hi = _mm256_permute4x64_epi64(hi, 0xD8);
+		_mm256_storeu_si256((__m256i *)(q + 32 * b), lo);
+		_mm256_storeu_si256((__m256i *)(q + 32 * b + 16), hi);
+		sum = _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_set1_epi16(1)),
+		                       _mm256_madd_epi16(hi, _mm256_set1_epi16(1)));
+		m = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(sum),
+		                                  _mm256_extracti128_si256(sum, 1)));
+		m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+		m = _mm_add_ss(m, _mm_movehdup_ps(m));
+		ds[b] = d[b] * _mm_cvtss_f32(m);
+	}
+}
+
+#endif

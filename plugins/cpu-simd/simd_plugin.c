@@ -1,0 +1,460 @@
+/*
+ * cpu-simd: the plugin's identity, settings and the kernel-variant table.
+ * Weights are read in place from the cpu backend's buffers (it lends host
+ * pointers); each gemv/gemm quantises its activation columns once, then
+ * splits the weight rows over a pool of worker threads, each of which
+ * decodes a row once and multiplies it with every column.
+ *
+ * Settings ([plugin.cpu-simd]):
+ *   threads = 1..256   worker threads (default: the online CPUs, as the cpu
+ *                      backend's own default; set it like [plugin.cpu]
+ *                      threads, since the ABI does not pass that on)
+ *   isa = auto | avx2 | avx512-vnni
+ *                      the kernels to use (default auto: the best this CPU
+ *                      and OS can run); naming one this CPU cannot run
+ *                      fails init()
+ */
+#include "buildconf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cpu/cpu_pool.h"
+#include "simd.h"
+
+#define NAME "cpu-simd"
+#define ERROR_LEN 512
+/* Rows per part at least: smaller parts cost more to hand out than to do. */
+#define ROW_GRAIN 16
+
+#define HOST_HAS(host, field)                                        \
+	((host)->struct_size >= offsetof(struct q4kh_host_api, field) + \
+	                            sizeof((host)->field))
+
+struct q4kh_kernel_ctx {
+	const struct q4kh_host_api *host;
+	enum simd_isa isa;                 /* SIMD_ISA_NONE: score 0, no kernels */
+	const struct simd_kernels *kernels;
+	unsigned threads;
+	struct cpu_pool *pool;             /* started by the first product */
+	void *scratch;                     /* one call's columns and rows (carve()) */
+	size_t scratch_size;
+	char error[ERROR_LEN];
+};
+
+struct q4kh_prepared {
+	enum simd_wtype type;
+	const uint8_t *rows; /* the backend's copy, read in place */
+	int64_t k, n, row_bytes;
+};
+
+
+static _Thread_local char init_error[ERROR_LEN];
+
+__attribute__((format(printf, 3, 4))) static q4kh_status
+fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ctx ? ctx->error : init_error, ERROR_LEN, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0,
+	                          Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q8_0 };
+
+/* enum simd_wtype of a GGUF type; -1 for types without kernels. */
+static int wtype(uint32_t type)
+{
+	for (int i = 0; i < SIMD_NTYPES; i++)
+		if (types[i] == type)
+			return i;
+	return -1;
+}
+
+static const struct simd_kernels *kernels_of(enum simd_isa isa)
+{
+	return isa == SIMD_ISA_AVX512_VNNI ? &simd_vnni_kernels :
+	       isa == SIMD_ISA_AVX2        ? &simd_avx2_kernels :
+	                                     NULL;
+}
+
+/* The ISA an "isa" setting asks for; -1 when the value is unknown. */
+static int parse_isa(const char *s, enum simd_isa *out)
+{
+	if (!strcmp(s, "auto"))
+		*out = simd_isa_usable(SIMD_ISA_AVX512_VNNI) ? SIMD_ISA_AVX512_VNNI :
+		       simd_isa_usable(SIMD_ISA_AVX2)        ? SIMD_ISA_AVX2 :
+		                                               SIMD_ISA_NONE;
+	else if (!strcmp(s, "avx2"))
+		*out = SIMD_ISA_AVX2;
+	else if (!strcmp(s, "avx512-vnni"))
+		*out = SIMD_ISA_AVX512_VNNI;
+	else
+		return -1;
+	return 0;
+}
+
+static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
+{
+	const char *threads = NULL, *isa = NULL;
+	unsigned n = cpu_threads_online();
+	enum simd_isa chosen;
+	char line[128];
+
+	if (!host || !out)
+		return fail(NULL, Q4KH_ERR_INVALID, NAME ": init: %s is NULL",
+		            host ? "out" : "host");
+	*out = NULL;
+	if (host->abi_major != Q4KH_ABI_MAJOR)
+		return fail(NULL, Q4KH_ERR_UNSUPPORTED,
+		            NAME ": init: host ABI major %u, plugin built for %d",
+		            host->abi_major, Q4KH_ABI_MAJOR);
+	if (HOST_HAS(host, config_get) && host->config_get) {
+		threads = host->config_get(host->host_data, "threads");
+		isa = host->config_get(host->host_data, "isa");
+	}
+	if (threads && cpu_threads_parse(threads, &n))
+		return fail(NULL, Q4KH_ERR_INVALID,
+		            "[plugin." NAME "] threads = \"%s\": expected an integer "
+		            "from 1 to %d", threads, CPU_MAX_THREADS);
+	if (parse_isa(isa ? isa : "auto", &chosen))
+		return fail(NULL, Q4KH_ERR_INVALID,
+		            "[plugin." NAME "] isa = \"%s\": expected auto, avx2 or "
+		            "avx512-vnni", isa);
+	if (isa && strcmp(isa, "auto") && !simd_isa_usable(chosen))
+		return fail(NULL, Q4KH_ERR_UNSUPPORTED,
+		            "[plugin." NAME "] isa = %s: this CPU, or the OS's saved "
+		            "register state (XCR0), does not support it", isa);
+	*out = calloc(1, sizeof(**out));
+	if (!*out)
+		return fail(NULL, Q4KH_ERR_NOMEM, NAME ": init: out of memory");
+	(*out)->host = host;
+	(*out)->isa = chosen;
+	(*out)->kernels = kernels_of(chosen);
+	(*out)->threads = n;
+	if (HOST_HAS(host, log) && host->log) {
+		snprintf(line, sizeof(line), NAME ": %s kernels, %u threads",
+		         chosen ? kernels_of(chosen)->name : "no", n);
+		host->log(host->host_data, Q4KH_LOG_DEBUG, line);
+	}
+	return Q4KH_OK;
+}
+
+static void k_shutdown(q4kh_kernel_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	cpu_pool_destroy(ctx->pool);
+	free(ctx->scratch);
+	free(ctx);
+}
+
+static const char *k_last_error(q4kh_kernel_ctx *ctx)
+{
+	return ctx ? ctx->error : init_error;
+}
+
+/* VNNI above AVX2; 0 where neither runs or for a type without kernels. */
+static uint32_t k_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *dev,
+                        uint32_t type)
+{
+	(void)dev; /* "cpu" has one device: this process's CPU */
+	if (!ctx || !ctx->kernels || wtype(type) < 0)
+		return 0;
+	return ctx->isa == SIMD_ISA_AVX512_VNNI ? 3 : 2;
+}
+
+static q4kh_status k_prepare(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                             const struct q4kh_tensor *w, q4kh_prepared **out)
+{
+	struct q4kh_prepared *p;
+	int t;
+
+	if (!ctx || !w || !out)
+		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "prepare: %s is NULL",
+		                  w ? "out" : "w")
+		           : Q4KH_ERR_INVALID;
+	t = wtype(w->type);
+	if (!ctx->kernels)
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		            "prepare: this CPU runs neither AVX2 nor AVX-512 VNNI kernels");
+	if (t < 0 || w->ne[0] <= 0 || w->ne[0] % q4kh_type_block_elems(w->type) ||
+	    w->ne[1] <= 0 || w->ne[2] != 1 || w->ne[3] != 1)
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		            "prepare: type %u {%lld, %lld, %lld, %lld}: expected a 2-D "
+		            "Q4_K or Q6_K weight with K a multiple of 256, or Q5_0 or "
+		            "Q8_0 with K a multiple of 32",
+		            w->type, (long long)w->ne[0], (long long)w->ne[1],
+		            (long long)w->ne[2], (long long)w->ne[3]);
+	if (w->nb[0] != (int64_t)q4kh_type_block_bytes(w->type) ||
+	    w->nb[1] < w->ne[0] / q4kh_type_block_elems(w->type) * w->nb[0])
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "prepare: strides nb[0] %lld, nb[1] %lld: expected "
+		            "whole blocks of %zu bytes and rows of at least %lld",
+		            (long long)w->nb[0], (long long)w->nb[1],
+		            (size_t)q4kh_type_block_bytes(w->type),
+		            (long long)(w->ne[0] / q4kh_type_block_elems(w->type) *
+		                        (int64_t)q4kh_type_block_bytes(w->type)));
+	if (!dev || !dev->address || !dev->address(w->buffer))
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "prepare: the backend lends no buffer address");
+	p = malloc(sizeof(*p));
+	if (!p)
+		return fail(ctx, Q4KH_ERR_NOMEM, "prepare: out of memory");
+	p->type = (enum simd_wtype)t;
+	p->rows = (const uint8_t *)dev->address(w->buffer) + w->offset;
+	p->k = w->ne[0];
+	p->n = w->ne[1];
+	p->row_bytes = w->nb[1];
+	*out = p;
+	return Q4KH_OK;
+}
+
+/* Is t an f32 matrix {rows, T} with contiguous columns nb[1] apart? */
+static int f32_columns(const struct q4kh_tensor *t, int64_t rows)
+{
+	return t->type == Q4KH_TYPE_F32 && t->ne[0] == rows && t->ne[1] >= 1 &&
+	       t->ne[2] == 1 && t->ne[3] == 1 && t->nb[0] == 4 &&
+	       t->nb[1] >= rows * 4 && t->nb[1] % 4 == 0;
+}
+
+/* Bytes of K int16 values with two floats per block of 32: a decoded row
+ * (struct simd_row) or a quantised column (struct simd_act). */
+static size_t values_bytes(int64_t k)
+{
+	return sizeof(int16_t) * (size_t)k + 2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
+}
+
+/*
+ * Scratch for COLS columns (GROUPS groups of W for gemm, else none) and
+ * ROWS decoded rows: structs first, then floats and int16 (K is a multiple
+ * of 32, so each part stays aligned).
+ */
+static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows)
+{
+	const size_t structs = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *)) +
+	                       (size_t)groups * sizeof(struct simd_group) +
+	                       rows * sizeof(struct simd_row);
+	const size_t columns = groups ? (size_t)(groups * w + 1) : (size_t)cols;
+
+	return structs + (rows + columns) * values_bytes(k);
+}
+
+static int scratch_reserve(q4kh_kernel_ctx *ctx, size_t bytes)
+{
+	void *p;
+
+	if (bytes <= ctx->scratch_size)
+		return 0;
+	p = realloc(ctx->scratch, bytes);
+	if (!p)
+		return -1;
+	ctx->scratch = p;
+	ctx->scratch_size = bytes;
+	return 0;
+}
+
+/* The next K values with their floats from *next: floats, then int16. */
+static void take(uint8_t **next, int64_t k, int16_t **q, float **f0, float **f1)
+{
+	*f0 = (float *)*next;
+	*f1 = *f0 + k / SIMD_BLOCK;
+	*q = (int16_t *)(*f1 + k / SIMD_BLOCK);
+	*next += values_bytes(k);
+}
+
+/* One product, as the pool's workers see it. */
+struct job {
+	const struct q4kh_prepared *w;
+	simd_rows_fn rows;                /* gemv: act */
+	simd_tiles_fn tiles;              /* gemm: grp */
+	const struct simd_act *act;
+	const struct simd_group *grp;
+	int ncols;
+	float *const *y;
+	const struct simd_row *row;       /* per part: tile_rows of them */
+	int tile_rows;
+};
+
+static void run_part(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct job *j = arg;
+	const struct q4kh_prepared *w = j->w;
+
+	if (j->tiles)
+		j->tiles(w->rows, w->row_bytes, begin, end, w->k, j->grp, j->ncols, j->y,
+		         &j->row[part * j->tile_rows]);
+	else
+		j->rows(w->rows, w->row_bytes, begin, end, w->k, j->act, j->ncols, j->y,
+		        &j->row[part * j->tile_rows]);
+}
+
+/*
+ * y = w x through the gemv kernels (one column at a time) or, with GEMM,
+ * the gemm kernels (W columns per pass). Quantises x into ctx's scratch,
+ * then splits w's rows over the pool.
+ */
+static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                           q4kh_prepared *w, const struct q4kh_tensor *x,
+                           const struct q4kh_tensor *y, int gemm)
+{
+	int64_t k, cols, groups;
+	size_t rows;
+	struct job j = { 0 };
+	struct simd_act *act;
+	struct simd_group *grp;
+	struct simd_row *row;
+	float **ycol;
+	uint8_t *xb, *yb, *next;
+	size_t bytes;
+
+	int width;
+
+	if (!ctx || !w || !x || !y || !dev || !dev->address)
+		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
+		           : Q4KH_ERR_INVALID;
+	if (!ctx->kernels) /* prepare() refused every weight: cannot happen */
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv/gemm: no kernels for this CPU");
+	width = ctx->kernels->width;
+	k = w->k;
+	cols = x->ne[1];
+	if (!f32_columns(x, k) || !f32_columns(y, w->n) || y->ne[1] != cols ||
+	    cols > INT32_MAX)
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "gemv/gemm: expected f32 x {%lld, T} and y {%lld, T} with "
+		            "contiguous columns; found x type %u {%lld, %lld}, y type %u "
+		            "{%lld, %lld}",
+		            (long long)k, (long long)w->n, x->type, (long long)x->ne[0],
+		            (long long)x->ne[1], y->type, (long long)y->ne[0],
+		            (long long)y->ne[1]);
+	if (!ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
+		return fail(ctx, Q4KH_ERR_INTERNAL,
+		            "gemv/gemm: cannot start %u worker threads: %s",
+		            ctx->threads - 1, strerror(errno));
+	groups = gemm ? (cols + width - 1) / width : 0;
+	rows = (size_t)ctx->threads * (size_t)ctx->kernels->tile_rows;
+	bytes = scratch_bytes(k, cols, groups, width, rows);
+	if (scratch_reserve(ctx, bytes))
+		return fail(ctx, Q4KH_ERR_NOMEM,
+		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
+		            bytes, (long long)cols);
+	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
+	yb = (uint8_t *)dev->address(y->buffer) + y->offset;
+	act = ctx->scratch;
+	grp = (struct simd_group *)(act + cols);
+	row = (struct simd_row *)(grp + groups);
+	ycol = (float **)(row + rows);
+	next = (uint8_t *)(ycol + cols);
+	for (size_t t = 0; t < rows; t++)
+		take(&next, k, &row[t].u, &row[t].s, &row[t].o);
+	for (int64_t c = 0; c < cols; c++)
+		ycol[c] = (float *)(yb + c * y->nb[1]);
+	if (gemm) {
+		int16_t *tq, *q;
+		float *td, *tds, *d, *ds;
+		struct simd_act tmp;
+
+		/* Each column once through a temporary, then into its group. */
+		take(&next, k, &tq, &td, &tds);
+		tmp = (struct simd_act){ tq, td, tds };
+		for (int64_t g = 0; g < groups; g++) {
+			take(&next, k * width, &q, &d, &ds);
+			grp[g] = (struct simd_group){ q, d, ds };
+			for (int c = 0; c < width; c++) {
+				const int64_t col = g * width + c;
+
+				if (col < cols)
+					ctx->kernels->quantize((const float *)(xb + col * x->nb[1]),
+					                       k, tq, td, tds);
+				simd_interleave(col < cols ? &tmp : NULL, k, width, c, q, d, ds);
+			}
+		}
+		j.tiles = ctx->kernels->tiles[w->type];
+		j.grp = grp;
+	} else {
+		for (int64_t c = 0; c < cols; c++) {
+			int16_t *q;
+			float *d, *ds;
+
+			take(&next, k, &q, &d, &ds);
+			ctx->kernels->quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
+			act[c] = (struct simd_act){ q, d, ds };
+		}
+		j.rows = ctx->kernels->rows[w->type];
+		j.act = act;
+	}
+	j.w = w;
+	j.ncols = (int)cols;
+	j.y = ycol;
+	j.row = row;
+	j.tile_rows = ctx->kernels->tile_rows;
+	cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
+	return Q4KH_OK;
+}
+
+static q4kh_status k_gemv(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                          q4kh_prepared *w, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *y)
+{
+	return product(ctx, dev, w, x, y, 0);
+}
+
+static q4kh_status k_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                          q4kh_prepared *w, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *y)
+{
+	return product(ctx, dev, w, x, y, 1);
+}
+
+static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
+{
+	(void)ctx;
+	free(w);
+}
+
+static const struct q4kh_kernel_v1 table = {
+	.struct_size = sizeof(table),
+	.n_types = SIMD_NTYPES,
+	.backend = "cpu",
+	.types = types,
+	.max_gemv_columns = 8,
+	.init = k_init,
+	.shutdown = k_shutdown,
+	.last_error = k_last_error,
+	.score = k_score,
+	.prepare = k_prepare,
+	.gemv = k_gemv,
+	.gemm = k_gemm,
+	.release = k_release,
+};
+
+#ifdef __clang__
+#define SIMD_COMPILER __VERSION__
+#else
+#define SIMD_COMPILER "gcc " __VERSION__
+#endif
+
+static const struct q4kh_plugin_desc desc = {
+	.struct_size = sizeof(desc),
+	.abi_minor = Q4KH_ABI_MINOR,
+	.kind = Q4KH_KIND_KERNEL,
+	.name = NAME,
+	.version = PACKAGE_VERSION,
+	.vendor = "q4khost",
+	.license = "MIT",
+	.build_id = SIMD_COMPILER,
+	.kernel = &table,
+};
+
+__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
+q4kh_plugin_entry_v1(void)
+{
+	return &desc;
+}

@@ -1,0 +1,178 @@
+/*
+ * cpu-simd's row loops and kernel table, included by each instruction-set
+ * file after simd_decode.h and after it defines
+ *
+ *   static float dot(const struct simd_row *w, const struct simd_act *a,
+ *                    int64_t k)
+ *
+ * = sum_b (s_b d_b sum_{i in b} u_i q_i - o_b ds_b), the product of one
+ * decoded weight row with one quantised column (simd.h);
+ *
+ *   typedef vf; vf_zero(), vf_fma(p, s, acc) = acc + p * s,
+ *   vf_sum(a, b, c, d) = the sum of all their lanes,
+ *   prod_i8(w, q), prod_u8(w, q): 32 weight bytes, signed or unsigned,
+ *   times 32 int16 values q, summed into int32 lanes and converted,
+ *
+ * the vectors of the direct products below (a single column straight from
+ * the weight's blocks: no decoded row to write and read back);
+ *
+ *   static void tile(const struct simd_row *w, const struct simd_group *g,
+ *                    int64_t k, float *out)
+ *
+ * the same for SIMD_ROWS decoded rows w[0 .. R) and the SIMD_WIDTH columns
+ * of a group, row r into out[r * W .. r * W + W); and SIMD_TABLE and
+ * SIMD_NAME, the struct simd_kernels to define and its name.
+ */
+#ifndef Q4KH_SIMD_ROWS_H
+#define Q4KH_SIMD_ROWS_H
+
+#include "simd.h"
+
+typedef void (*decode_fn)(const void *row, int64_t k, const struct simd_row *out);
+typedef float (*direct_fn)(const void *row, const struct simd_act *a, int64_t k);
+
+/* One column times a Q8_0 or Q5_0 row: four independent chains. */
+static inline __attribute__((always_inline)) vf
+direct_block(bytes_fn bytes, const void *row, const struct simd_act *a, int64_t b, vf acc)
+{
+	float d;
+	const __m256i w = bytes(row, b, &d);
+
+	return vf_fma(prod_i8(w, a->q + 32 * b), d * a->d[b], acc);
+}
+
+static inline __attribute__((always_inline)) float
+direct(bytes_fn bytes, const void *row, const struct simd_act *a, int64_t k)
+{
+	vf acc0 = vf_zero(), acc1 = vf_zero(), acc2 = vf_zero(), acc3 = vf_zero();
+	const int64_t nb = k / 32;
+	int64_t b = 0;
+
+	for (; b + 4 <= nb; b += 4) {
+		acc0 = direct_block(bytes, row, a, b, acc0);
+		acc1 = direct_block(bytes, row, a, b + 1, acc1);
+		acc2 = direct_block(bytes, row, a, b + 2, acc2);
+		acc3 = direct_block(bytes, row, a, b + 3, acc3);
+	}
+	for (; b < nb; b++)
+		acc0 = direct_block(bytes, row, a, b, acc0);
+	return vf_sum(acc0, acc1, acc2, acc3);
+}
+
+static float direct_q8_0(const void *row, const struct simd_act *a, int64_t k)
+{
+	return direct(bytes_q8_0, row, a, k);
+}
+
+static float direct_q5_0(const void *row, const struct simd_act *a, int64_t k)
+{
+	return direct(bytes_q5_0, row, a, k);
+}
+
+/* One column times a Q4_K row: nibbles widened in registers. */
+static float direct_q4_k(const void *row, const struct simd_act *a, int64_t k)
+{
+	const struct q4kh_block_q4_k *w = row;
+	const __m256i low = _mm256_set1_epi8(0x0F);
+	vf acc[4] = { vf_zero(), vf_zero(), vf_zero(), vf_zero() };
+	float off = 0;
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const float d = fp16(w[sb].d), dmin = fp16(w[sb].dmin);
+
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			const __m256i qs = load32(w[sb].qs + 32 * c);
+			const int64_t j = sb * 8 + 2 * c;
+			int sc0, sc1, m0, m1;
+
+			q4_k_scale_min(w[sb].scales, 2 * c, &sc0, &m0);
+			q4_k_scale_min(w[sb].scales, 2 * c + 1, &sc1, &m1);
+			acc[c] = vf_fma(prod_u8(_mm256_and_si256(qs, low), a->q + 32 * j),
+			                d * (float)sc0 * a->d[j], acc[c]);
+			acc[c] = vf_fma(prod_u8(_mm256_and_si256(_mm256_srli_epi16(qs, 4), low),
+			                        a->q + 32 * (j + 1)),
+			                d * (float)sc1 * a->d[j + 1], acc[c]);
+			off += dmin * ((float)m0 * a->ds[j] + (float)m1 * a->ds[j + 1]);
+		}
+	}
+	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - off;
+}
+
+/* Rows outside, columns inside: a row is read from memory and decoded
+ * once, then served from L1 to every column. With one column and a DIRECT
+ * product for the type, the row is not decoded at all. */
+static inline __attribute__((always_inline)) void
+rows_of(decode_fn decode, direct_fn direct1, const uint8_t *w, int64_t row_bytes,
+        int64_t r0, int64_t r1, int64_t k, const struct simd_act *a, int ncols,
+        float *const *y, const struct simd_row *row)
+{
+	if (direct1 && ncols == 1) {
+		for (int64_t r = r0; r < r1; r++)
+			y[0][r] = direct1(w + r * row_bytes, a, k);
+		return;
+	}
+	for (int64_t r = r0; r < r1; r++) {
+		decode(w + r * row_bytes, k, row);
+		for (int c = 0; c < ncols; c++)
+			y[c][r] = dot(row, &a[c], k);
+	}
+}
+
+/* The same against groups of SIMD_WIDTH columns, SIMD_ROWS rows at a
+ * time (gemm); row[0 .. SIMD_ROWS) are this part's decoded rows. */
+static inline __attribute__((always_inline)) void
+tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t r1,
+         int64_t k, const struct simd_group *g, int ncols, float *const *y,
+         const struct simd_row *row)
+{
+	float out[SIMD_ROWS * SIMD_WIDTH];
+	struct simd_row rows[SIMD_ROWS];
+
+	for (int64_t r = r0; r < r1; r += SIMD_ROWS) {
+		const int n = r1 - r < SIMD_ROWS ? (int)(r1 - r) : SIMD_ROWS;
+
+		/* A short last step repeats its last row and drops the copies. */
+		for (int i = 0; i < SIMD_ROWS; i++) {
+			rows[i] = row[i < n ? i : n - 1];
+			if (i < n)
+				decode(w + (r + i) * row_bytes, k, &row[i]);
+		}
+		for (int c0 = 0; c0 < ncols; c0 += SIMD_WIDTH) {
+			tile(rows, &g[c0 / SIMD_WIDTH], k, out);
+			for (int i = 0; i < n; i++)
+				for (int c = c0; c < ncols && c < c0 + SIMD_WIDTH; c++)
+					y[c][r + i] = out[i * SIMD_WIDTH + c - c0];
+		}
+	}
+}
+
+#define SIMD_ROWS_FN(type, direct1)                                                \
+	static void rows_##type(const uint8_t *w, int64_t row_bytes, int64_t r0,   \
+	                        int64_t r1, int64_t k, const struct simd_act *a,   \
+	                        int ncols, float *const *y, const struct simd_row *row) \
+	{                                                                          \
+		rows_of(decode_##type, direct1, w, row_bytes, r0, r1, k, a, ncols, y, row); \
+	}                                                                          \
+	static void tiles_##type(const uint8_t *w, int64_t row_bytes, int64_t r0,  \
+	                         int64_t r1, int64_t k, const struct simd_group *g, \
+	                         int ncols, float *const *y, const struct simd_row *row) \
+	{                                                                          \
+		tiles_of(decode_##type, w, row_bytes, r0, r1, k, g, ncols, y, row); \
+	}
+
+SIMD_ROWS_FN(q4_k, direct_q4_k)
+SIMD_ROWS_FN(q5_0, direct_q5_0)
+SIMD_ROWS_FN(q6_k, NULL)
+SIMD_ROWS_FN(q8_0, direct_q8_0)
+
+const struct simd_kernels SIMD_TABLE = {
+	.name = SIMD_NAME,
+	.width = SIMD_WIDTH,
+	.tile_rows = SIMD_ROWS,
+	.quantize = quantize,
+	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0 },
+	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0 },
+};
+
+#endif
