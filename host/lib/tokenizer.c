@@ -638,7 +638,9 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
 
 static size_t copy_out(const char *s, size_t n, char *buf, size_t cap)
 {
-	memcpy(buf, s, n < cap ? n : cap);
+	/* buf may be NULL when cap is 0 (a length query): memcpy may not see it */
+	if (n && cap)
+		memcpy(buf, s, n < cap ? n : cap);
 	return n;
 }
 

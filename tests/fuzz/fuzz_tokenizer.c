@@ -145,16 +145,15 @@ static char *detokenize(const struct q4kh_tokenizer *t, const int32_t *ids,
 	if (!out)
 		abort();
 	for (size_t i = 0; i < n; i++) {
-		size_t need = q4kh_token_to_piece(t, ids[i], 1, out + used, cap - used);
-		if (need > cap - used) {
-			while (used + need > cap)
-				cap *= 2;
-			out = realloc(out, cap);
-			if (!out)
-				abort();
-			if (q4kh_token_to_piece(t, ids[i], 1, out + used, cap - used) != need)
-				fuzz_violation("token %d: two lengths for one piece", ids[i]);
-		}
+		/* the length first, as callers that size their buffer ask it */
+		size_t need = q4kh_token_to_piece(t, ids[i], 1, NULL, 0);
+		while (used + need > cap)
+			cap *= 2;
+		out = realloc(out, cap);
+		if (!out)
+			abort();
+		if (q4kh_token_to_piece(t, ids[i], 1, out + used, cap - used) != need)
+			fuzz_violation("token %d: two lengths for one piece", ids[i]);
 		used += need;
 	}
 	*len = used;
