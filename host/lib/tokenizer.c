@@ -636,9 +636,11 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
 
 /* --- decoding and queries ------------------------------------------------ */
 
+/* BUF may be NULL when CAP is 0: memcpy must not see it even for 0 bytes. */
 static size_t copy_out(const char *s, size_t n, char *buf, size_t cap)
 {
-	memcpy(buf, s, n < cap ? n : cap);
+	if (cap)
+		memcpy(buf, s, n < cap ? n : cap);
 	return n;
 }
 

@@ -53,7 +53,8 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
  * <0xXX> that byte (SentencePiece), byte stand-ins their bytes (BPE),
  * control tokens become "" unless show_special.
  * Writes at most cap bytes (no NUL) and returns the full length, so a
- * return above cap means the piece was cut. Returns 0 for an unknown id.
+ * return above cap means the piece was cut; buf may be NULL when cap is 0
+ * (a call for the length alone). Returns 0 for an unknown id.
  */
 size_t q4kh_token_to_piece(const struct q4kh_tokenizer *t, int32_t id,
                            int show_special, char *buf, size_t cap);
