@@ -26,6 +26,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build="${Q4KH_FUZZ_BUILD_DIR:-$top/_build/fuzz}"
 # The fuzz build is the whole tree built by clang with sanitizers; make
 # builds the fuzzers there (configure --enable-fuzzers).
+bash "$top/scripts/install-deps.sh" clang libclang-rt-dev llvm || exit 1
 mkdir -p "$build"
 Q4KH_BUILD_DIR="$build" bash "$top/scripts/build.sh" --without-cuda \
 	--enable-fuzzers CC=clang CFLAGS="-g -O1" 2>"$build/fuzz-build.log" ||

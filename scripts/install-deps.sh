@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Install the Debian packages q4khost needs to build and test, when missing.
-# Usage: scripts/install-deps.sh   (as root, or through sudo when available)
+# Install the Debian packages q4khost needs to build and test, and the
+# extra PACKAGEs a script asks for (valgrind for scripts/valgrind-run.sh;
+# clang, libclang-rt-dev and llvm for scripts/fuzz.sh),
+# when missing.
+# Usage: scripts/install-deps.sh [PACKAGE...]   (as root, or through sudo when available)
 set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config
       libiniparser-dev libcriterion-dev libjansson-dev libssl-dev libpcre2-dev
       python3 python3-pip ca-certificates
-      debhelper dpkg-dev lintian bash-completion
-      clang libclang-rt-dev llvm) # scripts/fuzz.sh: libFuzzer, sanitizers, symbolizer
+      debhelper dpkg-dev lintian bash-completion "$@")
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -52,20 +52,24 @@ static int remove_entry(const char *path, const struct stat *st, int flag,
 /* Each test runs in its own process; its folders go when it exits. */
 static void remove_tmpdirs(void)
 {
-	for (size_t i = 0; i < n_tmpdirs; i++)
+	for (size_t i = 0; i < n_tmpdirs; i++) {
 		nftw(tmpdirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		free(tmpdirs[i]);
+	}
 }
 
-char *test_tmpdir(void)
+const char *test_tmpdir(void)
 {
 	char tmpl[4096];
+
 	snprintf(tmpl, sizeof(tmpl), "%s/q4kh-test-XXXXXX", env_or("TMPDIR", "/tmp"));
 	cr_assert_not_null(mkdtemp(tmpl), "mkdtemp %s", tmpl);
 	cr_assert_lt(n_tmpdirs, sizeof(tmpdirs) / sizeof(tmpdirs[0]));
 	if (n_tmpdirs == 0)
 		atexit(remove_tmpdirs);
-	tmpdirs[n_tmpdirs++] = strdup(tmpl);
-	return strdup(tmpl);
+	tmpdirs[n_tmpdirs] = strdup(tmpl);
+	cr_assert_not_null(tmpdirs[n_tmpdirs]);
+	return tmpdirs[n_tmpdirs++];
 }
 
 void test_write_file(const char *path, const void *data, size_t len)
@@ -161,7 +165,8 @@ char *test_unhex(const char *hex, size_t *n)
 char *test_patch_gguf(const char *src, const char *key, const char *from,
                       const char *to)
 {
-	char *dir = test_tmpdir(), *path, *p;
+	const char *dir = test_tmpdir();
+	char *path, *p;
 	size_t len, klen = strlen(key);
 	char *data = test_read_file(src, &len);
 
@@ -182,13 +187,13 @@ char *test_patch_gguf(const char *src, const char *key, const char *from,
 	cr_assert_geq(asprintf(&path, "%s/patched.gguf", dir), 0);
 	test_write_file(path, data, len);
 	free(data);
-	free(dir);
 	return path;
 }
 
-char *test_plugin_dir(const char *const *names)
+const char *test_plugin_dir(const char *const *names)
 {
-	char *dir = test_tmpdir(), cmd[8192];
+	const char *dir = test_tmpdir();
+	char cmd[8192];
 
 	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu/.libs/cpu.so %s/", test_builddir(), dir);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);

@@ -18,8 +18,8 @@ const char *test_builddir(void);
 const char *test_model_path(void);
 
 /* A fresh private folder under $TMPDIR, removed with its contents when the
- * test process exits; the caller owns the string. */
-char *test_tmpdir(void);
+ * test process exits. The string belongs to the helpers (freed at exit). */
+const char *test_tmpdir(void);
 
 /* Write LEN bytes to PATH (created 0644); aborts the test on failure. */
 void test_write_file(const char *path, const void *data, size_t len);
@@ -55,9 +55,9 @@ char *test_patch_gguf(const char *src, const char *key, const char *from,
 /*
  * A fresh plugin folder (test_tmpdir) holding the reference cpu plugin and
  * the test plugins NAMES (NULL-terminated; module names under
- * tests/plugins/.libs without ".so"). The caller owns the string.
+ * tests/plugins/.libs without ".so"). The string is test_tmpdir()'s.
  */
-char *test_plugin_dir(const char *const *names);
+const char *test_plugin_dir(const char *const *names);
 
 /*
  * Run shell command CMD with its stderr merged into stdout; *out gets all

@@ -20,7 +20,8 @@
 #define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
 
 struct rig {
-	char *plugins, *receipts, cfg[4200];
+	const char *plugins, *receipts;
+	char cfg[4200];
 };
 
 static void rig_open(struct rig *r, const char *const *names)

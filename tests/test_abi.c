@@ -270,7 +270,7 @@ static const struct strict_compiler compilers[] = {
  */
 Test(abi, public_headers_compile_alone)
 {
-	char *tmp = test_tmpdir();
+	const char *tmp = test_tmpdir();
 	char *inc, *dir;
 	struct dirent **names;
 	int n;
@@ -299,7 +299,6 @@ Test(abi, public_headers_compile_alone)
 	free(dir);
 	free(inc);
 	remove(tmp);
-	free(tmp);
 }
 
 /* `pkg-config ARGS q4khost-plugin` on the build's .pc file; its output line. */

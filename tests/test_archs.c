@@ -208,7 +208,8 @@ Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_arch("qwen3"); }
 static void check_cli(const char *arch)
 {
 	char name[64];
-	char *model, *fx, *cmd, *out;
+	const char *fx;
+	char *model, *cmd, *out;
 	struct oracle o;
 	json_t *c, *doc;
 	json_error_t jerr;
@@ -242,7 +243,6 @@ static void check_cli(const char *arch)
 	free(out);
 	free(cmd);
 	free(model);
-	free(fx);
 }
 
 Test(cli, run_llama) { check_cli("llama"); }

@@ -549,8 +549,13 @@ Test(cpu_plugin, buffers_and_bounds)
 	              "buffer is NULL");
 	expect_status(e, e->b->buffer_upload(e->dev, buf, 0, NULL, 1),
 	              "host pointer is NULL");
-	cr_assert_eq(e->b->buffer_alloc(e->dev, UINT64_MAX - 8, &buf),
-	             Q4KH_ERR_NOMEM);
+	{
+		q4kh_buffer *huge = buf;
+
+		cr_assert_eq(e->b->buffer_alloc(e->dev, UINT64_MAX - 8, &huge),
+		             Q4KH_ERR_NOMEM);
+		cr_assert_null(huge, "a failed allocation leaves *out NULL");
+	}
 	e->b->buffer_free(e->dev, buf);
 	env_close(e);
 }

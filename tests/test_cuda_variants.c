@@ -239,7 +239,7 @@ static struct q4kh_config *config_with_warps(const char *warps)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *c;
 	char section[64];
-	char *dir = test_tmpdir();
+	const char *dir = test_tmpdir();
 
 	setenv("XDG_CONFIG_HOME", dir, 1);
 	cr_assert_eq(q4kh_config_load(dir, NULL, &c, &err), 0, "%s", err.msg);
@@ -248,7 +248,6 @@ static struct q4kh_config *config_with_warps(const char *warps)
 		cr_assert_eq(q4kh_config_set(c, section, "warps", warps, "test", &err),
 		             0, "%s", err.msg);
 	}
-	free(dir);
 	return c;
 }
 

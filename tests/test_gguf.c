@@ -260,7 +260,7 @@ static int kv_index(const struct fixture *f, const char *key)
 
 /* --- running the reader on bytes ---------------------------------------- */
 
-static char *dir;
+static const char *dir;
 static char path[4096];
 
 static void setup(void)
@@ -273,7 +273,6 @@ static void teardown(void)
 {
 	unlink(path);
 	rmdir(dir);
-	free(dir);
 }
 
 TestSuite(gguf, .init = setup, .fini = teardown);

@@ -164,7 +164,8 @@ static struct q4kh_registry *variants_registry(void)
 /* The config of FILE alone (no system or user files). */
 static struct q4kh_config *config_of(const char *text)
 {
-	char *dir = test_tmpdir(), file[4200];
+	const char *dir = test_tmpdir();
+	char file[4200];
 	struct q4kh_config *c;
 	struct q4kh_error err = { { 0 } };
 

@@ -17,7 +17,7 @@
 #include "registry.h"
 
 /* Each test runs in its own process; these are its temporary folders. */
-static char *roots[4];
+static const char *roots[4];
 static int n_roots;
 
 static int remove_entry(const char *path, const struct stat *st, int flag,
@@ -32,10 +32,8 @@ static int remove_entry(const char *path, const struct stat *st, int flag,
 
 static void remove_roots(void)
 {
-	for (int i = 0; i < n_roots; i++) {
+	for (int i = 0; i < n_roots; i++)
 		nftw(roots[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-		free(roots[i]);
-	}
 }
 
 TestSuite(loader, .fini = remove_roots);

@@ -204,7 +204,8 @@ static void build_example(const char *work, const char *kind, char *host,
 Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout = 900)
 {
 	static const char *const commands[] = { "run", "plugins", "validate", "info" };
-	char *work, *got, host[2048], plugins[2048], completion[2048], args[CMD_MAX];
+	const char *work;
+	char *got, host[2048], plugins[2048], completion[2048], args[CMD_MAX];
 	json_t *j, *c, *q4k;
 	size_t i;
 	int st, seen = 0;
@@ -282,13 +283,13 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	cr_expect(has_line(got, "example-cpu-q4k") && has_line(got, "none"),
 	          "--kernel offers:\n%s", got);
 	free(got);
-	free(work);
 }
 
 /* No GPU here: built with nvcc from the SDK alone and accepted by the host. */
 Test(package, sdk_cuda_example_builds_and_is_accepted, .timeout = 900)
 {
-	char *work, host[4096], plugins[4096], args[CMD_MAX];
+	const char *work;
+	char host[4096], plugins[4096], args[CMD_MAX];
 	json_t *j;
 	int st;
 
@@ -300,17 +301,15 @@ Test(package, sdk_cuda_example_builds_and_is_accepted, .timeout = 900)
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	expect_accepted(j, "example-cuda-q4k", "kernel", plugins);
 	json_decref(j);
-	free(work);
 }
 
 Test(package, distcheck_passes, .timeout = 1800)
 {
-	char *work;
+	const char *work;
 
 	require_packaging();
 	work = test_tmpdir();
 	run_script(work, "distcheck", work);
-	free(work);
 }
 
 /* FILE exists under ROOT, a regular file. */
@@ -326,7 +325,8 @@ static void expect_file(const char *root, const char *file)
 
 Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800)
 {
-	char *work, *root, *dir, *plugins, *host, *file, args[CMD_MAX];
+	const char *work;
+	char *root, *dir, *plugins, *host, *file, args[CMD_MAX];
 	char multiarch[256], cuda[16];
 	json_t *j, *q4k;
 	int st, simd = 0;
@@ -420,5 +420,4 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	free(plugins);
 	free(dir);
 	free(root);
-	free(work);
 }

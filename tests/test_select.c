@@ -64,8 +64,8 @@ static const char *jget(json_t *j, const char *path)
 Test(select, plugins_explain_names_where_every_setting_came_from)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
-	char *plugins = test_plugin_dir(names), *receipts = test_tmpdir(), *out, args[8192],
-	     want[8192];
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char *out, args[8192], want[8192];
 	char *cfg = config_file("[f2]\nmode = fresh\n\n"
 	                        "[gpu.0]\nq4k_kernel = cpu-q8act\n\n"
 	                        "[plugin.cpu-q8act]\nf2_floor = 0.93\n");
@@ -131,13 +131,14 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 	cr_expect(strstr(out, "valid: none, built-in, cpu-q8act (for cpu), defect-nan (for cpu)") != NULL,
 	          "%s", out);
 	free(out);
+	free(cfg);
 }
 
 Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 {
 	static const char *const none[] = { NULL };
-	char *plugins = test_plugin_dir(none), *receipts = test_tmpdir(), *out, args[8192],
-	     want[8192];
+	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
+	char *out, args[8192], want[8192];
 	char *cfg = config_file("[plugins]\npaht = /x\n"
 	                        "[f2]\nmode = auto\nf2_flor = 0.9\n"
 	                        "[gpu.sm_90]\nq4k_kernal = cuda-mwv\n"
@@ -166,12 +167,14 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	cr_expect_null(strstr(out, "'warps'"), "%s", out);
 	cr_expect_null(strstr(out, "'mode'"), "%s", out);
 	free(out);
+	free(cfg);
 }
 
 Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", "kernel_ok", NULL };
-	char *plugins, *receipts, *out, args[8192], want[8192];
+	const char *plugins, *receipts;
+	char *out, args[8192], want[8192];
 
 	test_model_path(); /* skips, or fails in CI, without the model */
 	plugins = test_plugin_dir(names);
@@ -231,6 +234,8 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	cr_expect(strstr(out, "names nothing that device 0 of an available backend can run: it names kernel-ok (for cuda)") != NULL,
 	          "%s", out);
 	free(out);
+	free(chosen);
+	free(broken);
 }
 
 /*
@@ -282,8 +287,8 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 {
 	static const char *const none[] = { NULL };
-	char *plugins = test_plugin_dir(none), *receipts = test_tmpdir(), *out, args[8192],
-	     want[8192];
+	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
+	char *out, args[8192], want[8192];
 	char *cfg = config_file("[f2]\nmode = sometimes\n");
 
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
@@ -297,4 +302,5 @@ Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 	cr_expect(strstr(out, "Q4KHOST_F2: '0' is not one of auto, fresh, off, require") != NULL,
 	          "%s", out);
 	free(out);
+	free(cfg);
 }

@@ -335,7 +335,8 @@ struct vocab {
 static char *write_vocab(const char *model, const struct vocab *v, size_t n)
 {
 	struct buf b = { 0 };
-	char *dir = test_tmpdir(), *path = malloc(strlen(dir) + 16);
+	const char *dir = test_tmpdir();
+	char *path = malloc(strlen(dir) + 16);
 	uint32_t one = 1;
 
 	cr_assert_eq(*(unsigned char *)&one, 1, "big-endian host");
@@ -373,7 +374,6 @@ static char *write_vocab(const char *model, const struct vocab *v, size_t n)
 	sprintf(path, "%s/v.gguf", dir);
 	test_write_file(path, b.p, b.n);
 	free(b.p);
-	free(dir);
 	return path;
 }
 

@@ -70,7 +70,8 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 900)
 	static const char *const names[] = { "cpu_q8act", "defect_biased", "defect_noisy",
 		                             "defect_nan", "defect_flip", "defect_kv",
 		                             "defect_abort", NULL };
-	char *plugins, *receipts = test_tmpdir(), cfg[4200], args[4400];
+	const char *plugins, *receipts = test_tmpdir();
+	char cfg[4200], args[4400];
 	json_t *root, *c;
 	size_t i;
 	int status;
@@ -114,7 +115,8 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 900)
 Test(validate, a_floor_below_the_catastrophic_one_is_refused)
 {
 	static const char *const names[] = { "defect_noisy", NULL };
-	char *plugins, *receipts = test_tmpdir(), cfg[4200], args[4400], cmd[9000];
+	const char *plugins, *receipts = test_tmpdir();
+	char cfg[4200], args[4400], cmd[9000];
 	int status;
 
 	test_model_path();
@@ -132,7 +134,7 @@ Test(validate, a_floor_below_the_catastrophic_one_is_refused)
 Test(validate, a_hanging_plugin_is_killed_and_rejected, .timeout = 120)
 {
 	static const char *const names[] = { "defect_hang", NULL };
-	char *plugins, *receipts = test_tmpdir();
+	const char *plugins, *receipts = test_tmpdir();
 	json_t *root;
 	int status;
 
@@ -165,7 +167,8 @@ static int run_cli(const char *plugins, const char *receipts, const char *args,
 Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout = 300)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
-	char *plugins, *receipts = test_tmpdir(), out[16384];
+	const char *plugins, *receipts = test_tmpdir();
+	char out[16384];
 
 	test_model_path();
 	plugins = test_plugin_dir(names);

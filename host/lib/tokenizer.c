@@ -636,10 +636,10 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
 
 /* --- decoding and queries ------------------------------------------------ */
 
+/* BUF may be NULL when CAP is 0: memcpy must not see it even for 0 bytes. */
 static size_t copy_out(const char *s, size_t n, char *buf, size_t cap)
 {
-	/* buf may be NULL when cap is 0 (a length query): memcpy may not see it */
-	if (n && cap)
+	if (cap)
 		memcpy(buf, s, n < cap ? n : cap);
 	return n;
 }

@@ -42,12 +42,7 @@ void q4kh_tokenizer_free(struct q4kh_tokenizer *t);
  * for that (add_eos_token), as llama.cpp's add_special does. parse_special:
  * match control tokens such as <start_of_turn> in the text. *ids is
  * malloc()ed and owned by the caller. Invalid UTF-8 bytes are encoded as
- * byte tokens (SentencePiece) or read as U+FFFD (byte-level BPE), as
- * llama.cpp does. Decoding the ids gives valid UTF-8 text back (without
- * BOS/EOS; control tokens with show_special), with a leading space where
- * the vocabulary adds a space prefix, except that SentencePiece prints
- * U+2581 as a space and BPE needs a token for every byte's stand-in
- * (tests/fuzz/fuzz_tokenizer.c checks this).
+ * byte tokens.
  */
 int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
                   int add_bos, int parse_special, int32_t **ids, size_t *n,
@@ -58,8 +53,8 @@ int q4kh_tokenize(const struct q4kh_tokenizer *t, const char *text, size_t len,
  * <0xXX> that byte (SentencePiece), byte stand-ins their bytes (BPE),
  * control tokens become "" unless show_special.
  * Writes at most cap bytes (no NUL) and returns the full length, so a
- * return above cap means the piece was cut; buf may be NULL when cap is 0,
- * to ask for the length. Returns 0 for an unknown id.
+ * return above cap means the piece was cut; buf may be NULL when cap is 0
+ * (a call for the length alone). Returns 0 for an unknown id.
  */
 size_t q4kh_token_to_piece(const struct q4kh_tokenizer *t, int32_t id,
                            int show_special, char *buf, size_t cap);
