@@ -68,12 +68,18 @@ for t in $targets; do
 	done
 	made_seeds "$t" "$seeds"
 	log="$build/fuzz-$t.log"
+	# libFuzzer exits without atexit handlers: the targets' scratch files
+	# go to a folder cleared here instead of /tmp
+	tmp="$build/fuzz-tmp/$t"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
 	start=$(date +%s)
-	timeout $((secs + 120)) "$build/tests/fuzz/fuzz-$t" -max_total_time="$secs" \
+	TMPDIR="$tmp" timeout $((secs + 120)) "$build/tests/fuzz/fuzz-$t" -max_total_time="$secs" \
 		-print_final_stats=1 -timeout=30 -rss_limit_mb=4096 \
 		-artifact_prefix="$crashes/" "$corpus" "$seeds" >"$log" 2>&1
 	rc=$?
 	took=$(($(date +%s) - start))
+	rm -rf "$tmp"
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 	if [ $rc -eq 0 ]; then
 		crash=0

@@ -45,7 +45,8 @@ void fuzz_split(const uint8_t *data, size_t size, char **parts, size_t n);
 void fuzz_free_parts(char **parts, size_t n);
 
 /* A private folder made once per process under $TMPDIR (or /tmp), removed
- * with its contents at exit. */
+ * with its contents at exit (libFuzzer skips atexit handlers: scripts/fuzz.sh
+ * gives each target a TMPDIR of its own, which it clears). */
 const char *fuzz_tmpdir(void);
 
 /* Write S (NULL: remove the file) to PATH; aborts on failure. */
