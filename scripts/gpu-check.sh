@@ -174,7 +174,8 @@ else:
 variants=$(python3 -c '
 import json, sys
 j = json.load(open(sys.argv[1]))
-print(" ".join(p["name"] for p in j["plugins"] if p["state"] == "accepted" and p["kind"] == "kernel"))
+print(" ".join(p["name"] for p in j["plugins"]
+               if p["state"] == "accepted" and p.get("backend") == "cuda"))
 ' "$logs/plugins.json" 2>/dev/null)
 for model in "${models[@]}"; do
 	m=$(basename "$model" .gguf)

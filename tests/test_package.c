@@ -206,7 +206,7 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	static const char *const commands[] = { "run", "plugins", "validate", "info" };
 	const char *work;
 	char *got, host[2048], plugins[2048], completion[2048], args[CMD_MAX];
-	json_t *j, *c, *q4k;
+	json_t *j, *c, *p, *q4k;
 	size_t i;
 	int st, seen = 0;
 
@@ -220,6 +220,11 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	expect_accepted(j, "cpu", "backend", plugins);
 	expect_accepted(j, "example-cpu-q4k", "kernel", plugins);
+	/* The listing names what a variant is for, as its table declares. */
+	p = plugin_entry(j, "example-cpu-q4k");
+	cr_expect_str_eq(str(p, "backend"), "cpu");
+	cr_expect_eq(json_array_size(json_object_get(p, "types")), 1);
+	cr_expect_str_eq(json_string_value(json_array_get(json_object_get(p, "types"), 0)), "Q4_K");
 	json_decref(j);
 
 	snprintf(args, sizeof(args),

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "config.h"
 #include "registry.h"
+#include <q4khost/quant.h>
 
 struct plugins_opts {
 	const char *plugin_path, *config_file, *kernel, *backend;
@@ -190,6 +191,14 @@ static const char *or_dash(const char *s)
 	return s && *s ? s : "-";
 }
 
+/* A kernel variant's table, once the loader has checked it; else NULL. */
+static const struct q4kh_kernel_v1 *kernel_table(const struct q4kh_plugin *p)
+{
+	if (p->state != Q4KH_PLUGIN_ACCEPTED || !p->desc || p->desc->kind != Q4KH_KIND_KERNEL)
+		return NULL;
+	return p->desc->kernel;
+}
+
 static void print_plugin(const struct q4kh_plugin *p)
 {
 	const struct q4kh_plugin_desc *d = p->desc;
@@ -210,6 +219,14 @@ static void print_plugin(const struct q4kh_plugin *p)
 	printf("  license:   %s\n", or_dash(d->license));
 	printf("  build id:  %s\n", or_dash(d->build_id));
 	printf("  ABI:       %d.%u\n", Q4KH_ABI_MAJOR, d->abi_minor);
+	if (kernel_table(p)) {
+		const struct q4kh_kernel_v1 *k = d->kernel;
+
+		printf("  for:       %s, types", k->backend);
+		for (uint32_t i = 0; i < k->n_types; i++)
+			printf(" %s", q4kh_type_name(k->types[i]));
+		putchar('\n');
+	}
 }
 
 static void print_probe(const struct probe *pr)
@@ -286,6 +303,15 @@ static json_t *plugin_json(const struct q4kh_plugin *p)
 	json_object_set_new(o, "build_id", jstr(d->build_id));
 	json_object_set_new(o, "abi_major", json_integer(Q4KH_ABI_MAJOR));
 	json_object_set_new(o, "abi_minor", json_integer(d->abi_minor));
+	if (kernel_table(p)) {
+		const struct q4kh_kernel_v1 *k = d->kernel;
+		json_t *types = json_array();
+
+		for (uint32_t i = 0; i < k->n_types; i++)
+			json_array_append_new(types, json_string(q4kh_type_name(k->types[i])));
+		json_object_set_new(o, "backend", jstr(k->backend));
+		json_object_set_new(o, "types", types);
+	}
 	return o;
 }
 
