@@ -246,7 +246,8 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 {
 	static const char *const none[] = { NULL };
-	char *plugins, *receipts, *out, args[8192], cmd[8192];
+	const char *plugins, *receipts;
+	char *out, args[8192], cmd[8192];
 	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
@@ -280,8 +281,6 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 	json_decref(j);
 	free(out);
 	free(cfg);
-	free(plugins);
-	free(receipts);
 }
 
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)

@@ -226,8 +226,8 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	static const char cfg_text[] = "[f2]\nf2_probe_tokens = 16\nf2_timeout_s = 30\n"
 	                               "f2_memory_limit_mb = 1024\n\n[gpu.cpu]\n"
 	                               "q4k_kernel = defect-abort, defect-hang, defect-hog, cpu-q8act\n";
-	char *plugins, *receipts = test_tmpdir(), cfg[4200], args[4400], abort_so[4200],
-	     out[16384];
+	const char *plugins, *receipts = test_tmpdir();
+	char cfg[4200], args[4400], abort_so[4200], out[16384];
 	const char *hog;
 	unsigned long long resident;
 	FILE *f;
@@ -288,7 +288,8 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
-	char *plugins, *receipts = test_tmpdir(), cfg[4200], cmd[9000], *out;
+	const char *plugins, *receipts = test_tmpdir();
+	char cfg[4200], cmd[9000], *out;
 
 	test_model_path();
 	plugins = test_plugin_dir(names);
