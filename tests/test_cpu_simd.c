@@ -375,6 +375,9 @@ Test(cpu_simd, a_non_finite_activation_gives_nan_in_its_column_only)
 		cr_expect(isnan(y[ROWS + r]), "column 1 row %d: %g", r, (double)y[ROWS + r]);
 	}
 	e->v->release(e->kctx, p);
+	e->b->buffer_free(e->dev, w.t.buffer);
+	e->b->buffer_free(e->dev, xt.buffer);
+	e->b->buffer_free(e->dev, yt.buffer);
 	free(x);
 	free(y);
 	free(w.exact);

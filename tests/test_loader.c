@@ -169,11 +169,11 @@ Test(loader, lying_descriptors_are_refused_before_any_call)
 	static const char *const liars[] = { "truncated", "bad_major", "short_table" };
 	const char *dir = fresh_dir();
 	char *evidence = path_of(fresh_dir(), "evidence"), *cpu = cpu_plugin_path();
-	char cmd[12288], *out;
+	char *cpu_copy = path_of(dir, "cpu.so"), cmd[12288], *out;
 	struct q4kh_registry *r;
 
 	cr_assert_eq(setenv("Q4KH_TEST_EVIDENCE", evidence, 1), 0);
-	copy_file(cpu, path_of(dir, "cpu.so"));
+	copy_file(cpu, cpu_copy);
 	for (size_t i = 0; i < 3; i++) {
 		char as[64];
 
@@ -201,6 +201,7 @@ Test(loader, lying_descriptors_are_refused_before_any_call)
 	free(out);
 	free(evidence);
 	free(cpu);
+	free(cpu_copy);
 }
 
 Test(loader, missing_entry_symbol)

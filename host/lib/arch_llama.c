@@ -26,7 +26,7 @@ static int load_rope(struct q4kh_model *m, struct q4kh_error *err)
 	struct q4kh_hparams *hp = &m->hp;
 	float base = 10000.0f, factor = 0.0f;
 	struct q4kh_gguf_str type = { 0, NULL };
-	char key[128];
+	char key[128], shown[144];
 	int rc;
 
 	snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
@@ -35,9 +35,9 @@ static int load_rope(struct q4kh_model *m, struct q4kh_error *err)
 		return -1;
 	if (rc == 0 && !(type.len == 4 && !memcmp(type.data, "none", 4)) &&
 	    !(type.len == 6 && !memcmp(type.data, "linear", 6)))
-		return q4kh_fail(err, "%s: %s is \"%.*s\": not supported (supported: none, linear)",
-		                 m->gguf->path, key, (int)(type.len > 32 ? 32 : type.len),
-		                 type.data);
+		return q4kh_fail(err, "%s: %s is \"%s\": not supported (supported: none, linear)",
+		                 m->gguf->path, key,
+		                 q4kh_show(shown, sizeof(shown), type.data, type.len, 32, 0));
 	if (q4kh_gguf_tensor(m->gguf, "rope_freqs.weight"))
 		return q4kh_fail(err, "%s: tensor rope_freqs.weight (Llama 3.1 RoPE frequency factors) is not supported",
 		                 m->gguf->path);

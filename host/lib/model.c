@@ -69,12 +69,13 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 	}
 	m->arch = find_arch(arch.data, arch.len);
 	if (!m->arch) {
-		char names[256] = "";
+		char names[256] = "", shown[272];
 		for (size_t i = 0; i < N_ARCHS; i++)
 			snprintf(names + strlen(names), sizeof(names) - strlen(names),
 			         "%s%s", i ? ", " : "", archs[i]->name);
-		q4kh_fail(err, "%s: general.architecture is \"%.*s\": not supported (supported: %s)",
-		          path, (int)(arch.len > 64 ? 64 : arch.len), arch.data, names);
+		q4kh_fail(err, "%s: general.architecture is \"%s\": not supported (supported: %s)",
+		          path, q4kh_show(shown, sizeof(shown), arch.data, arch.len, 64, 0),
+		          names);
 		goto fail;
 	}
 	if (m->arch->load(m, err))

@@ -102,6 +102,7 @@ static int check_model(const struct q4kh_gguf *g, struct q4kh_tokenizer *t,
                        struct q4kh_error *err)
 {
 	struct q4kh_gguf_str s;
+	char shown[272];
 	int rc = q4kh_gguf_get_str(g, "tokenizer.ggml.model", &s, err);
 
 	if (rc < 0)
@@ -114,9 +115,9 @@ static int check_model(const struct q4kh_gguf *g, struct q4kh_tokenizer *t,
 		t->model = TM_BPE;
 	else
 		return q4kh_fail(err,
-		                 "%s: tokenizer.ggml.model is \"%.*s\": not supported "
+		                 "%s: tokenizer.ggml.model is \"%s\": not supported "
 		                 "(supported: \"llama\" SentencePiece, \"gpt2\" byte-level BPE)",
-		                 g->path, (int)(s.len > 64 ? 64 : s.len), s.data);
+		                 g->path, q4kh_show(shown, sizeof(shown), s.data, s.len, 64, 0));
 	return 0;
 }
 

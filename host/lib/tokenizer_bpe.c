@@ -108,6 +108,7 @@ static int load_pre(const struct q4kh_gguf *g, struct bpe *b,
                     struct q4kh_error *err)
 {
 	struct q4kh_gguf_str s;
+	char shown[272];
 	int rc = q4kh_gguf_get_str(g, "tokenizer.ggml.pre", &s, err);
 	int code;
 	PCRE2_SIZE at;
@@ -122,9 +123,9 @@ static int load_pre(const struct q4kh_gguf *g, struct bpe *b,
 		if (name_in(pre_tokenizers[i].names, s.data, s.len))
 			b->pre = &pre_tokenizers[i];
 	if (!b->pre)
-		return q4kh_fail(err, "%s: tokenizer.ggml.pre is \"%.*s\": not "
+		return q4kh_fail(err, "%s: tokenizer.ggml.pre is \"%s\": not "
 		                 "supported (supported: %s)",
-		                 g->path, (int)(s.len > 64 ? 64 : s.len), s.data,
+		                 g->path, q4kh_show(shown, sizeof(shown), s.data, s.len, 64, 0),
 		                 SUPPORTED_PRE);
 	b->re = pcre2_compile((PCRE2_SPTR)b->pre->regex, PCRE2_ZERO_TERMINATED,
 	                      PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
