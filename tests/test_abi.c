@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 1);
+	cr_expect_eq(Q4KH_ABI_MINOR, 2);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -121,6 +121,13 @@ Test(abi, attn_params)
 	OFF(q4kh_attn_params, scale, 16);
 	OFF(q4kh_attn_params, softcap, 20);
 	SIZE(q4kh_attn_params, 24);
+	OFF(q4kh_rope_params, n_rot, 4);
+	OFF(q4kh_rope_params, mode, 8);
+	OFF(q4kh_rope_params, base, 12);
+	OFF(q4kh_rope_params, freq_scale, 16);
+	OFF(q4kh_rope_params, reserved, 20);
+	SIZE(q4kh_rope_params, 24);
+	cr_expect_eq(Q4KH_TYPE_I32, 26); /* GGUF's id */
 }
 
 Test(abi, backend_table)
@@ -159,7 +166,12 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, graph_end, 232);
 	OFF(q4kh_backend_v1, graph_launch, 240);
 	OFF(q4kh_backend_v1, graph_free, 248);
-	SIZE(q4kh_backend_v1, 256);
+	/* ABI 1.2 */
+	OFF(q4kh_backend_v1, get_rows_ext, 256);
+	OFF(q4kh_backend_v1, rope_ext, 264);
+	OFF(q4kh_backend_v1, set_rows, 272);
+	OFF(q4kh_backend_v1, attention_ext, 280);
+	SIZE(q4kh_backend_v1, 288);
 }
 
 Test(abi, native_device)

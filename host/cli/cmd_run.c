@@ -405,6 +405,7 @@ int q4kh_cmd_run(int argc, char **argv)
 	rep.backend = &r.sel.backend;
 	rep.selection = &r.sel;
 	rep.device_index = (uint32_t)o.device;
+	rep.steps = &r.session->stats;
 	if (o.json) {
 		json_t *j = q4kh_report_json(&rep);
 		json_object_set_new(j, "prompt", json_string(o.prompt));

@@ -9,9 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "arch_blocks.h"
 #include "model.h"
-#include "session.h"
-#include "tensor.h"
 
 /* llama.cpp hard-codes these for gemma3; the GGUF does not carry them. */
 #define GEMMA3_SWA_PERIOD 6        /* layer il is global iff il % 6 == 5 */
@@ -90,99 +89,44 @@ static int load(struct q4kh_model *m, struct q4kh_error *err)
 	return 0;
 }
 
-/* Stop at the first failing op; the plugin's message is in err. */
-#define OP(call, name)                                                   \
-	do {                                                             \
-		if (q4kh_backend_check(b, (call), (name), err))          \
-			return -1;                                       \
-	} while (0)
+/* x += rmsnorm(a) w: the post-norm on a block's output, then the residual. */
+static void add_post_norm(struct q4kh_graph *g, const struct q4kh_model *m,
+                          int32_t x, int32_t a, const struct q4kh_weight *w,
+                          const char *name, uint32_t il)
+{
+	q4kh_graph_rms_norm(g, a, q4kh_graph_weight(g, w, "blk.%u.%s", il, name),
+	                    m->hp.eps, a);
+	q4kh_graph_add(g, x, a, x);
+}
 
-static int forward(struct q4kh_session *s, const int32_t *ids, int64_t n,
-                   int64_t out0, struct q4kh_error *err)
+static int build(struct q4kh_graph *g, const struct q4kh_session *s,
+                 struct q4kh_error *err)
 {
 	const struct q4kh_model *m = s->m;
-	const struct q4kh_hparams *hp = &m->hp;
-	const struct q4kh_backend *b = s->b;
-	const struct q4kh_backend_v1 *v = b->v;
-	q4kh_device_ctx *dev = b->dev;
-	const int64_t hd = hp->head_dim;
-	struct q4kh_tensor x = q4kh_tensor_cols(&s->x, 0, n);
-	struct q4kh_tensor h = q4kh_tensor_cols(&s->h, 0, n);
-	struct q4kh_tensor a = q4kh_tensor_cols(&s->a, 0, n);
-	struct q4kh_tensor q = q4kh_tensor_cols(&s->q, 0, n);
-	struct q4kh_tensor k = q4kh_tensor_cols(&s->k, 0, n);
-	struct q4kh_tensor vv = q4kh_tensor_cols(&s->v, 0, n);
-	struct q4kh_tensor o = q4kh_tensor_cols(&s->o, 0, n);
-	struct q4kh_tensor g = q4kh_tensor_cols(&s->g, 0, n);
-	struct q4kh_tensor u = q4kh_tensor_cols(&s->u, 0, n);
-	/* Heads as rows: {hd, heads, n}, and {hd, heads * n} for per-head norms. */
-	struct q4kh_tensor qh = q4kh_tensor_reshape(&q, hd, hp->n_head, n);
-	struct q4kh_tensor kh = q4kh_tensor_reshape(&k, hd, hp->n_head_kv, n);
-	struct q4kh_tensor vh = q4kh_tensor_reshape(&vv, hd, hp->n_head_kv, n);
-	struct q4kh_tensor oh = q4kh_tensor_reshape(&o, hd, hp->n_head, n);
-	struct q4kh_tensor qr = q4kh_tensor_reshape(&q, hd, hp->n_head * n, 1);
-	struct q4kh_tensor kr = q4kh_tensor_reshape(&k, hd, hp->n_head_kv * n, 1);
+	int32_t x = q4kh_block_embed(g, m);
 
-	OP(v->get_rows(dev, &m->tok_embd.t, ids, n, hp->embd_scale, &x), "get_rows");
-	for (uint32_t il = 0; il < hp->n_layer; il++) {
+	(void)err; /* misuse is recorded in g and checked by the caller */
+	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
 		const struct q4kh_layer *l = &m->layers[il];
-		struct q4kh_tensor kc = q4kh_tensor_cols(&s->k_cache[il], s->n_past, n);
-		struct q4kh_tensor vc = q4kh_tensor_cols(&s->v_cache[il], s->n_past, n);
-		struct q4kh_attn_params ap = {
-			.struct_size = sizeof(ap),
-			.window = l->swa ? (int32_t)hp->n_swa : 0,
-			.pos0 = s->n_past,
-			.scale = 1.0f, /* q is pre-scaled, as llama.cpp does */
-			.softcap = 0.0f,
+		/* q is pre-scaled, as llama.cpp does */
+		const struct q4kh_attn_opts opts = {
+			.window = l->swa ? (int32_t)m->hp.n_swa : 0,
+			.prescale_q = 1,
 		};
+		int32_t h = q4kh_block_norm(g, m, x, &l->attn_norm, "attn_norm", il);
 
-		/* Attention block. */
-		OP(v->rms_norm(dev, &x, &l->attn_norm.t, hp->eps, &h), "rms_norm");
-		if (q4kh_session_matmul(s, &l->wq, &h, &q, err) ||
-		    q4kh_session_matmul(s, &l->wk, &h, &k, err) ||
-		    q4kh_session_matmul(s, &l->wv, &h, &vv, err))
-			return -1;
-		OP(v->rms_norm(dev, &qr, &l->q_norm.t, hp->eps, &qr), "rms_norm (q)");
-		OP(v->rms_norm(dev, &kr, &l->k_norm.t, hp->eps, &kr), "rms_norm (k)");
-		OP(v->rope(dev, &qh, s->pos, (int32_t)hp->n_rot, hp->rope_mode,
-		           l->rope_base, l->rope_scale, &qh), "rope (q)");
-		OP(v->rope(dev, &kh, s->pos, (int32_t)hp->n_rot, hp->rope_mode,
-		           l->rope_base, l->rope_scale, &kh), "rope (k)");
-		OP(v->scale(dev, &q, hp->attn_scale, &q), "scale");
-		OP(v->copy(dev, &kh, &kc), "copy (K cache)");
-		OP(v->copy(dev, &vh, &vc), "copy (V cache)");
-		OP(v->attention(dev, &qh, &s->k_cache[il], &s->v_cache[il], &ap, &oh),
-		   "attention");
-		if (q4kh_session_matmul(s, &l->wo, &o, &a, err))
-			return -1;
-		OP(v->rms_norm(dev, &a, &l->post_attn_norm.t, hp->eps, &a), "rms_norm");
-		OP(v->add(dev, &x, &a, &x), "add");
-
-		/* Feed-forward block. */
-		OP(v->rms_norm(dev, &x, &l->ffn_norm.t, hp->eps, &h), "rms_norm");
-		if (q4kh_session_matmul(s, &l->w_gate, &h, &g, err) ||
-		    q4kh_session_matmul(s, &l->w_up, &h, &u, err))
-			return -1;
-		OP(v->glu(dev, Q4KH_GLU_GELU_TANH, &g, &u, &g), "glu");
-		if (q4kh_session_matmul(s, &l->w_down, &g, &a, err))
-			return -1;
-		OP(v->rms_norm(dev, &a, &l->post_ffw_norm.t, hp->eps, &a), "rms_norm");
-		OP(v->add(dev, &x, &a, &x), "add");
+		add_post_norm(g, m, x, q4kh_block_attention(g, s, il, h, &opts),
+		              &l->post_attn_norm, "post_attention_norm", il);
+		h = q4kh_block_norm(g, m, x, &l->ffn_norm, "ffn_norm", il);
+		add_post_norm(g, m, x, q4kh_block_ffn(g, m, il, h, Q4KH_GLU_GELU_TANH),
+		              &l->post_ffw_norm, "post_ffw_norm", il);
 	}
-	if (out0 < n) {
-		struct q4kh_tensor xo = q4kh_tensor_cols(&x, out0, n - out0);
-		struct q4kh_tensor ho = q4kh_tensor_cols(&h, 0, n - out0);
-		struct q4kh_tensor lo = q4kh_tensor_cols(&s->logits, 0, n - out0);
-
-		OP(v->rms_norm(dev, &xo, &m->output_norm.t, hp->eps, &ho), "rms_norm (output)");
-		if (q4kh_session_matmul(s, &m->output, &ho, &lo, err))
-			return -1;
-	}
+	q4kh_block_logits(g, m, x);
 	return 0;
 }
 
 const struct q4kh_arch q4kh_arch_gemma3 = {
 	.name = "gemma3",
 	.load = load,
-	.forward = forward,
+	.build = build,
 };

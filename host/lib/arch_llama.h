@@ -1,8 +1,8 @@
 /*
- * The llama family of architectures: one loader and one forward graph,
+ * The llama family of architectures: one loader and one step graph,
  * shared by every architecture that is Llama's decoder with small changes
  * (arch_llama.c, arch_qwen2.c, arch_qwen3.c). An architecture of the family
- * is a struct q4kh_arch whose load and forward are the two functions below
+ * is a struct q4kh_arch whose load and build are the two functions below
  * and whose data is a struct q4kh_llama_family saying what differs.
  */
 #ifndef Q4KH_ARCH_LLAMA_H
@@ -25,8 +25,8 @@ struct q4kh_llama_family {
  */
 int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err);
 
-/* struct q4kh_arch's forward for the family (model.h). */
-int q4kh_llama_forward(struct q4kh_session *s, const int32_t *ids, int64_t n,
-                       int64_t out0, struct q4kh_error *err);
+/* struct q4kh_arch's build for the family (model.h). */
+int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
+                     struct q4kh_error *err);
 
 #endif

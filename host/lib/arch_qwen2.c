@@ -13,6 +13,6 @@ static const struct q4kh_llama_family qwen2 = {
 const struct q4kh_arch q4kh_arch_qwen2 = {
 	.name = "qwen2",
 	.load = q4kh_llama_load,
-	.forward = q4kh_llama_forward,
+	.build = q4kh_llama_build,
 	.data = &qwen2,
 };

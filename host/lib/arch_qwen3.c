@@ -14,6 +14,6 @@ static const struct q4kh_llama_family qwen3 = {
 const struct q4kh_arch q4kh_arch_qwen3 = {
 	.name = "qwen3",
 	.load = q4kh_llama_load,
-	.forward = q4kh_llama_forward,
+	.build = q4kh_llama_build,
 	.data = &qwen3,
 };

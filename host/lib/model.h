@@ -1,8 +1,9 @@
 /*
  * A GGUF model: its architecture's hyper-parameters, its weights bound by
  * name with shapes checked, and (after q4kh_model_upload) their copies on a
- * backend device. The forward graph is owned by the architecture (one file
- * per architecture: arch_NAME.c) and runs through the backend's op table.
+ * backend device. The architecture (one file per architecture:
+ * arch_NAME.c) describes the forward step as a graph (graph.h) that the
+ * session runs.
  * A model is used from one thread at a time.
  */
 #ifndef Q4KH_MODEL_H
@@ -16,6 +17,7 @@
 #include "gguf.h"
 #include "q4khost/plugin.h"
 
+struct q4kh_graph;
 struct q4kh_session;
 struct q4kh_kernel;
 
@@ -72,13 +74,16 @@ struct q4kh_arch {
 	/* Read hyper-parameters and bind every weight; -1 with err. */
 	int (*load)(struct q4kh_model *m, struct q4kh_error *err);
 	/*
-	 * Run tokens ids[0..n) at positions s->n_past.. through the session's
-	 * backend, appending to its KV cache. Logits of tokens [out0, n) go to
-	 * the session's logits tensor, column c - out0 for token c.
+	 * Describe one step of the forward pass into G (graph.h): the tokens
+	 * of G's ids input, at G's positions, through every layer (appending
+	 * their keys and values to s's KV cache at those positions), and when
+	 * g->n_out > 0 the logits of the last n_out tokens into a new
+	 * activation {n_vocab, n_out} named by g->logits. Builds only; runs
+	 * nothing. -1 with err.
 	 */
-	int (*forward)(struct q4kh_session *s, const int32_t *ids, int64_t n,
-	               int64_t out0, struct q4kh_error *err);
-	/* What load and forward shared by several architectures need to tell
+	int (*build)(struct q4kh_graph *g, const struct q4kh_session *s,
+	             struct q4kh_error *err);
+	/* What load and build shared by several architectures need to tell
 	 * them apart (arch_llama.h); NULL otherwise. */
 	const void *data;
 };

@@ -9,6 +9,21 @@ static double rate(int64_t tokens, double seconds)
 	return seconds > 0 ? (double)tokens / seconds : 0.0;
 }
 
+/* "graph replay" when any step was a replay, else "op by op". */
+static const char *step_mode(const struct q4kh_session_stats *st)
+{
+	return st->replayed ? "graph replay" : "op by op";
+}
+
+/* How the steps ran and, when not all could be replays, why. */
+static void print_steps(FILE *f, const struct q4kh_session_stats *st)
+{
+	fprintf(f, "q4khost: steps: %s (%llu steps, %llu replays of %llu recordings)%s%s\n",
+	        step_mode(st), (unsigned long long)st->steps,
+	        (unsigned long long)st->replayed, (unsigned long long)st->recorded,
+	        st->why_not[0] ? "; " : "", st->why_not);
+}
+
 void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 {
 	const struct q4kh_plugin *p = r->backend->plugin;
@@ -52,6 +67,8 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		s += len + (s[len] == '\n');
 	}
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
+	if (r->steps)
+		print_steps(f, r->steps);
 	fprintf(f, "q4khost: prefill %lld tokens in %.3f s (%.1f tokens/s); "
 	           "decode %lld tokens in %.3f s (%.1f tokens/s); stop: %s\n",
 	        (long long)r->prompt_tokens, r->prefill_seconds,
@@ -86,7 +103,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		                      : json_pack("{s:s, s:s}", "plugin", p->name,
 		                                  "kernel", "built-in"));
 	}
-	return json_pack(
+	json_t *o = json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
 		"s:o, s:s, s:{s:s, s:s, s:s, s:o}, s:s, "
 		"s:{s:I, s:f, s:f}, s:{s:I, s:f, s:f}, s:s}",
@@ -108,4 +125,14 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		rate(r->generated_tokens > 0 ? r->generated_tokens - 1 : 0,
 		     r->decode_seconds),
 		"stop", r->stop_reason);
+
+	if (o && r->steps)
+		json_object_set_new(
+			o, "steps",
+			json_pack("{s:s, s:I, s:I, s:I, s:s}", "mode", step_mode(r->steps),
+			          "steps", (json_int_t)r->steps->steps, "replays",
+			          (json_int_t)r->steps->replayed, "recordings",
+			          (json_int_t)r->steps->recorded, "why_not",
+			          r->steps->why_not));
+	return o;
 }

@@ -13,6 +13,7 @@
 
 #include "model.h"
 #include "select.h"
+#include "session.h"
 
 struct q4kh_report {
 	const char *model_path;
@@ -21,6 +22,7 @@ struct q4kh_report {
 	const struct q4kh_selection *selection; /* F2 verdict and fall-backs */
 	uint32_t device_index;
 	const char *chat_template; /* "gemma", or "none (raw text)" */
+	const struct q4kh_session_stats *steps; /* how the steps ran; may be NULL */
 	int64_t prompt_tokens;
 	double prefill_seconds;
 	int64_t generated_tokens;

@@ -1,26 +1,29 @@
 #include "session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel.h"
+#include "graph.h"
+#include "graph_run.h"
 #include "tensor.h"
 
 #define SCRATCH_ALIGN 256
+/* Shape classes kept at once: prefill chunks, the last chunk, decode,
+ * F2's all-logits prompt; the least recently used goes first. */
+#define SESSION_GRAPHS 8
+
+struct q4kh_session_graph {
+	struct q4kh_graph *g; /* NULL: a free slot */
+	q4kh_graph *rec;      /* the backend's recording, once made */
+	uint64_t runs;        /* steps run with g */
+	uint64_t used;        /* s->stats.steps when last used */
+	int no_record;        /* recording g failed once: run it op by op */
+};
 
 static uint64_t align_up(uint64_t v)
 {
 	return (v + SCRATCH_ALIGN - 1) & ~(uint64_t)(SCRATCH_ALIGN - 1);
-}
-
-/* Lay out an f32 activation of rows x n_batch at *off in the scratch. */
-static struct q4kh_tensor scratch_f32(struct q4kh_session *s, uint64_t *off,
-                                      int64_t rows)
-{
-	struct q4kh_tensor t = q4kh_tensor_make(s->scratch, *off, Q4KH_TYPE_F32,
-	                                        rows, s->p.n_batch, 1);
-	*off += align_up(q4kh_tensor_bytes(&t));
-	return t;
 }
 
 static int alloc(struct q4kh_session *s, uint64_t size, q4kh_buffer **buf,
@@ -30,13 +33,109 @@ static int alloc(struct q4kh_session *s, uint64_t size, q4kh_buffer **buf,
 	                          what, err);
 }
 
+static void drop_recording(struct q4kh_session *s, struct q4kh_session_graph *sg)
+{
+	if (sg->rec)
+		s->b->v->graph_free(s->b->dev, sg->rec);
+	sg->rec = NULL;
+}
+
+static void drop_graph(struct q4kh_session *s, struct q4kh_session_graph *sg)
+{
+	drop_recording(s, sg);
+	q4kh_graph_free(sg->g);
+	memset(sg, 0, sizeof(*sg));
+}
+
+/*
+ * Make the scratch at least BYTES long. A new buffer moves every
+ * activation, so cached graphs are bound again and their recordings,
+ * which hold the old addresses, are dropped.
+ */
+static int reserve_scratch(struct q4kh_session *s, uint64_t bytes,
+                           struct q4kh_error *err)
+{
+	q4kh_buffer *buf;
+
+	if (bytes <= s->scratch_bytes)
+		return 0;
+	if (alloc(s, bytes, &buf, "buffer_alloc (activations)", err))
+		return -1;
+	if (s->scratch)
+		s->b->v->buffer_free(s->b->dev, s->scratch);
+	s->scratch = buf;
+	s->scratch_bytes = bytes;
+	for (int i = 0; i < SESSION_GRAPHS; i++) {
+		if (!s->graphs[i].g)
+			continue;
+		drop_recording(s, &s->graphs[i]);
+		q4kh_graph_bind(s->graphs[i].g, s->scratch, s->step);
+	}
+	return 0;
+}
+
+/* The architecture's graph for T tokens and N_OUT logits, planned. */
+static struct q4kh_graph *build(struct q4kh_session *s, int64_t t,
+                                int64_t n_out, struct q4kh_error *err)
+{
+	struct q4kh_graph *g = q4kh_graph_new(t, n_out);
+
+	if (!g) {
+		q4kh_fail(err, "out of memory for a step graph");
+		return NULL;
+	}
+	if (s->m->arch->build(g, s, err) || q4kh_graph_check(g, err))
+		goto fail;
+	if (n_out && g->logits < 0) {
+		q4kh_fail(err, "%s: the step graph has no logits", s->m->arch->name);
+		goto fail;
+	}
+	if (q4kh_graph_plan(g, SCRATCH_ALIGN)) {
+		q4kh_fail(err, "out of memory planning a step graph of %d values",
+		          g->n_vals);
+		goto fail;
+	}
+	return g;
+fail:
+	q4kh_graph_free(g);
+	return NULL;
+}
+
+/* The cached graph of this shape, built and bound on first use. */
+static struct q4kh_session_graph *graph_for(struct q4kh_session *s, int64_t t,
+                                            int64_t n_out,
+                                            struct q4kh_error *err)
+{
+	struct q4kh_session_graph *sg = &s->graphs[0];
+
+	for (int i = 0; i < SESSION_GRAPHS; i++) {
+		struct q4kh_session_graph *c = &s->graphs[i];
+
+		if (c->g && c->g->n_tokens == t && c->g->n_out == n_out)
+			return c;
+		if (!c->g || (sg->g && c->used < sg->used))
+			sg = c;
+	}
+	drop_graph(s, sg);
+	sg->g = build(s, t, n_out, err);
+	if (!sg->g)
+		return NULL;
+	if (reserve_scratch(s, sg->g->scratch_bytes, err)) {
+		drop_graph(s, sg);
+		return NULL;
+	}
+	q4kh_graph_bind(sg->g, s->scratch, s->step);
+	return sg;
+}
+
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err)
 {
 	const struct q4kh_hparams *hp = &m->hp;
 	struct q4kh_session *s = calloc(1, sizeof(*s));
-	uint64_t kv_layer, off = 0;
+	uint64_t kv_layer;
 	int64_t kv_rows = (int64_t)hp->head_dim * hp->n_head_kv;
+	const char *missing;
 
 	if (!s)
 		return q4kh_fail(err, "out of memory");
@@ -51,14 +150,17 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		s->p.kv_type = Q4KH_TYPE_F32;
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));
-	s->pos = calloc(s->p.n_batch, sizeof(*s->pos));
-	if (!s->k_cache || !s->v_cache || !s->pos) {
+	s->values = calloc(2 * (size_t)s->p.n_batch, sizeof(*s->values));
+	s->graphs = calloc(SESSION_GRAPHS, sizeof(*s->graphs));
+	if (!s->k_cache || !s->v_cache || !s->values || !s->graphs) {
 		q4kh_fail(err, "out of memory");
 		goto fail;
 	}
 	kv_layer = align_up((uint64_t)kv_rows * s->p.n_ctx *
 	                    q4kh_type_block_bytes(s->p.kv_type));
-	if (alloc(s, kv_layer * 2 * hp->n_layer, &s->kv, "buffer_alloc (KV cache)", err))
+	if (alloc(s, kv_layer * 2 * hp->n_layer, &s->kv, "buffer_alloc (KV cache)", err) ||
+	    alloc(s, 2 * sizeof(int32_t) * s->p.n_batch, &s->step,
+	          "buffer_alloc (step inputs)", err))
 		goto fail;
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * il), s->p.kv_type,
@@ -67,22 +169,11 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		                                  s->p.kv_type, hp->head_dim,
 		                                  hp->n_head_kv, s->p.n_ctx);
 	}
-	/* Sizes first (buffer NULL), then the same layout on the real buffer. */
-	for (int pass = 0; pass < 2; pass++) {
-		off = 0;
-		s->x = scratch_f32(s, &off, hp->n_embd);
-		s->h = scratch_f32(s, &off, hp->n_embd);
-		s->a = scratch_f32(s, &off, hp->n_embd);
-		s->q = scratch_f32(s, &off, (int64_t)hp->head_dim * hp->n_head);
-		s->o = scratch_f32(s, &off, (int64_t)hp->head_dim * hp->n_head);
-		s->k = scratch_f32(s, &off, kv_rows);
-		s->v = scratch_f32(s, &off, kv_rows);
-		s->g = scratch_f32(s, &off, hp->n_ff);
-		s->u = scratch_f32(s, &off, hp->n_ff);
-		s->logits = scratch_f32(s, &off, hp->n_vocab);
-		if (pass == 0 && alloc(s, off, &s->scratch, "buffer_alloc (activations)", err))
-			goto fail;
-	}
+	missing = q4kh_graph_replay_missing(s->b);
+	s->stats.replay = !missing;
+	if (missing)
+		snprintf(s->stats.why_not, sizeof(s->stats.why_not),
+		         "%s has no %s", s->b->plugin->name, missing);
 	*out = s;
 	return 0;
 fail:
@@ -94,13 +185,18 @@ void q4kh_session_free(struct q4kh_session *s)
 {
 	if (!s)
 		return;
+	for (int i = 0; s->graphs && i < SESSION_GRAPHS; i++)
+		drop_graph(s, &s->graphs[i]);
 	if (s->kv)
 		s->b->v->buffer_free(s->b->dev, s->kv);
+	if (s->step)
+		s->b->v->buffer_free(s->b->dev, s->step);
 	if (s->scratch)
 		s->b->v->buffer_free(s->b->dev, s->scratch);
+	free(s->graphs);
 	free(s->k_cache);
 	free(s->v_cache);
-	free(s->pos);
+	free(s->values);
 	free(s);
 }
 
@@ -109,20 +205,62 @@ void q4kh_session_reset(struct q4kh_session *s)
 	s->n_past = 0;
 }
 
-int q4kh_session_matmul(struct q4kh_session *s, const struct q4kh_weight *w,
-                        const struct q4kh_tensor *x, const struct q4kh_tensor *y,
-                        struct q4kh_error *err)
+/*
+ * Run graph SG once: as a replay when it has a recording; recorded first
+ * when the backend replays and this shape ran before (a shape met once,
+ * like a prompt's last chunk, is not worth a recording); else op by op.
+ */
+static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,
+                     const struct q4kh_step_values *in, struct q4kh_error *err)
 {
-	const struct q4kh_kernel *k = w->kernel;
+	struct q4kh_error rec_err;
 
-	if (k) {
-		int gemv = x->ne[1] <= (int64_t)k->v->max_gemv_columns;
-		q4kh_status st = gemv ? k->v->gemv(k->ctx, &k->native, w->prepared, x, y)
-		                      : k->v->gemm(k->ctx, &k->native, w->prepared, x, y);
-		return q4kh_kernel_check(k, st, gemv ? "gemv" : "gemm", err);
+	sg->runs++;
+	sg->used = ++s->stats.steps;
+	if (!sg->rec && s->stats.replay && !sg->no_record && sg->runs > 1) {
+		if (q4kh_graph_record(sg->g, s->b, in, &sg->rec, &rec_err)) {
+			sg->no_record = 1;
+			s->stats.record_failed = 1;
+			snprintf(s->stats.why_not, sizeof(s->stats.why_not), "%.255s",
+			         rec_err.msg);
+		} else {
+			s->stats.recorded++;
+		}
 	}
-	return q4kh_backend_check(s->b, s->b->v->mul_mat(s->b->dev, &w->t, x, y),
-	                          "mul_mat", err);
+	if (!sg->rec)
+		return q4kh_graph_run(sg->g, s->b, in, err);
+	s->stats.replayed++;
+	return q4kh_backend_check(s->b, s->b->v->graph_launch(s->b->dev, sg->rec),
+	                          "graph_launch", err);
+}
+
+/* One step: T tokens from IDS at n_past, logits of the last N_OUT into DST. */
+static int step(struct q4kh_session *s, const int32_t *ids, int64_t t,
+                int64_t n_out, float *dst, struct q4kh_error *err)
+{
+	struct q4kh_session_graph *sg = graph_for(s, t, n_out, err);
+	struct q4kh_step_values in = { s->values, s->values + t };
+	const struct q4kh_tensor *lg;
+
+	if (!sg)
+		return -1;
+	memcpy(s->values, ids, sizeof(*ids) * (size_t)t);
+	for (int64_t i = 0; i < t; i++)
+		s->values[t + i] = (int32_t)(s->n_past + i);
+	if (q4kh_backend_check(s->b,
+	                       s->b->v->buffer_upload(s->b->dev, s->step, 0, s->values,
+	                                              2 * sizeof(int32_t) * (uint64_t)t),
+	                       "buffer_upload (step inputs)", err) ||
+	    run_graph(s, sg, &in, err))
+		return -1;
+	if (!n_out)
+		return 0;
+	lg = &sg->g->vals[sg->g->logits].t;
+	return q4kh_backend_check(s->b,
+	                          s->b->v->buffer_download(s->b->dev, lg->buffer,
+	                                                   lg->offset, dst,
+	                                                   q4kh_tensor_bytes(lg)),
+	                          "buffer_download (logits)", err);
 }
 
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
@@ -143,24 +281,12 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
 			                 ids[i], (long long)i, (long long)n_vocab);
 	for (int64_t c = 0; c < n; c += s->p.n_batch) {
 		int64_t t = n - c < s->p.n_batch ? n - c : s->p.n_batch;
-		int last = c + t == n;
-		int64_t out0 = all ? 0 : (last && logits ? t - 1 : t);
+		int64_t n_out = !logits ? 0 : all ? t : c + t == n;
+		float *dst = all ? logits + c * n_vocab : logits;
 
-		for (int64_t i = 0; i < t; i++)
-			s->pos[i] = (int32_t)(s->n_past + i);
-		if (s->m->arch->forward(s, ids + c, t, out0, err))
+		if (step(s, ids + c, t, n_out, dst, err))
 			goto fail;
 		s->n_past += t;
-		if (logits && out0 < t) {
-			float *dst = all ? logits + c * n_vocab : logits;
-			uint64_t bytes = (uint64_t)(t - out0) * n_vocab * sizeof(float);
-			if (q4kh_backend_check(s->b,
-			                       s->b->v->buffer_download(s->b->dev, s->scratch,
-			                                                s->logits.offset, dst,
-			                                                bytes),
-			                       "buffer_download (logits)", err))
-				goto fail;
-		}
 	}
 	return 0;
 fail:

@@ -1,9 +1,16 @@
 /*
- * An inference session: a model on a backend device with its KV cache and
- * scratch activations. Prefill and decode are the same call: eval() appends
- * n tokens at the current position, in batches of at most n_batch, and
- * returns the logits asked for. A session is used from one thread at a
- * time.
+ * An inference session: a model on a backend device with its KV cache,
+ * the step graphs its architecture describes, and the memory they run in.
+ * Prefill and decode are the same call: eval() appends n tokens at the
+ * current position, in steps of at most n_batch tokens, and returns the
+ * logits asked for.
+ *
+ * Each step runs the graph of its shape class (tokens, logits wanted),
+ * built once and kept (graph.h): the host writes the step's ids and
+ * positions with one upload, runs the graph, and reads the logits with
+ * one download. On a backend that can replay (graph_run.h), a shape met a
+ * second time is recorded and every later step of that shape is one
+ * replay. A session is used from one thread at a time.
  */
 #ifndef Q4KH_SESSION_H
 #define Q4KH_SESSION_H
@@ -15,23 +22,37 @@
 
 struct q4kh_session_params {
 	uint32_t n_ctx;   /* KV cache length in tokens (0: min(4096, trained)) */
-	uint32_t n_batch; /* tokens per forward (0: 64) */
+	uint32_t n_batch; /* tokens per step (0: 64) */
 	uint32_t kv_type; /* Q4KH_TYPE_F32 or Q4KH_TYPE_F16 */
 };
+
+/* How the steps of a session ran, for the report. */
+struct q4kh_session_stats {
+	uint64_t steps;    /* steps run */
+	uint64_t replayed; /* of them, replays of a recording */
+	uint64_t recorded; /* recordings made */
+	int replay;        /* the backend can replay (graph_run.h) */
+	int record_failed; /* a recording failed: those shapes run op by op */
+	char why_not[256]; /* when replay is 0 or a recording failed: why */
+};
+
+struct q4kh_session_graph; /* one cached step graph (session.c) */
 
 struct q4kh_session {
 	struct q4kh_model *m;
 	struct q4kh_backend *b;
 	struct q4kh_session_params p;
 	int64_t n_past; /* tokens in the KV cache */
-	q4kh_buffer *kv, *scratch;
+	q4kh_buffer *kv, *scratch, *step;
+	uint64_t scratch_bytes;
 	struct q4kh_tensor *k_cache, *v_cache; /* per layer {head_dim, n_kv, n_ctx} */
-	/* Activations, n_batch columns each. */
-	struct q4kh_tensor x, h, q, k, v, o, a, g, u, logits;
-	int32_t *pos; /* positions of the batch being run */
+	struct q4kh_session_graph *graphs;     /* cached step graphs */
+	int32_t *values;                       /* host copy of ids, then pos */
+	struct q4kh_session_stats stats;
 };
 
-/* Allocate cache and scratch on the model's backend (model uploaded). */
+/* Allocate cache, step inputs and scratch on the model's backend (model
+ * uploaded). -1 with err. */
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err);
 void q4kh_session_free(struct q4kh_session *s);
@@ -47,13 +68,5 @@ void q4kh_session_reset(struct q4kh_session *s);
  */
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err);
-
-/*
- * y = w x through w's kernel variant when it has one (gemv for at most
- * max_gemv_columns columns, gemm beyond), else the backend's built-in.
- */
-int q4kh_session_matmul(struct q4kh_session *s, const struct q4kh_weight *w,
-                        const struct q4kh_tensor *x, const struct q4kh_tensor *y,
-                        struct q4kh_error *err);
 
 #endif

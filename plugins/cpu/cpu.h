@@ -97,6 +97,14 @@ q4kh_status cpu_tensor_inplace(q4kh_device_ctx *dev, const char *out_name,
                                const char *in_name,
                                const struct q4kh_tensor *in);
 
+/*
+ * Check an ABI 1.2 index tensor: WHAT is I32 {n} of this device and every
+ * value lies in [0, limit). Returns the values through cpu_row(t, 0, 0, 0).
+ */
+q4kh_status cpu_index_check(q4kh_device_ctx *dev, const char *what,
+                            const struct q4kh_tensor *t, int64_t n,
+                            int64_t limit);
+
 /* Address of element (0, i1, i2, i3) of t. */
 static inline unsigned char *cpu_row(const struct q4kh_tensor *t, int64_t i1,
                                      int64_t i2, int64_t i3)
@@ -160,5 +168,25 @@ q4kh_status cpu_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                           const struct q4kh_tensor *v_cache,
                           const struct q4kh_attn_params *params,
                           const struct q4kh_tensor *out);
+
+/* --- ABI 1.2: per-step values in device (here: host) memory --- */
+
+q4kh_status cpu_get_rows_ext(q4kh_device_ctx *dev,
+                             const struct q4kh_tensor *table,
+                             const struct q4kh_tensor *ids, float scale,
+                             const struct q4kh_tensor *out);
+q4kh_status cpu_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *pos,
+                         const struct q4kh_rope_params *params,
+                         const struct q4kh_tensor *out);
+q4kh_status cpu_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                         const struct q4kh_tensor *rows,
+                         const struct q4kh_tensor *dst);
+q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                              const struct q4kh_tensor *k_cache,
+                              const struct q4kh_tensor *v_cache,
+                              const struct q4kh_tensor *pos,
+                              const struct q4kh_attn_params *params,
+                              const struct q4kh_tensor *out);
 
 #endif

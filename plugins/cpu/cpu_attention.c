@@ -12,6 +12,7 @@
 struct attn_job {
 	const struct q4kh_tensor *q, *k, *v, *out;
 	q4kh_device_ctx *dev;
+	const int32_t *pos; /* query t's position; NULL: pos0 + t */
 	int64_t pos0;
 	int32_t window;
 	double scale, softcap;
@@ -37,7 +38,7 @@ static void attend(const struct attn_job *j, double *scratch, int64_t t,
 {
 	int64_t hd = j->q->ne[0];
 	int64_t g = h / (j->q->ne[1] / j->k->ne[1]);
-	int64_t p = j->pos0 + t;
+	int64_t p = j->pos ? j->pos[t] : j->pos0 + t;
 	int64_t first = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
 	int64_t n = p - first + 1;
 	double *qd = scratch, *row = qd + hd, *acc = row + hd, *s = acc + hd;
@@ -112,9 +113,10 @@ static q4kh_status attn_tensors(q4kh_device_ctx *dev,
 	return Q4KH_OK;
 }
 
+/* The checks of params; pos0 is checked only when it is used (POS0). */
 static q4kh_status attn_params(q4kh_device_ctx *dev,
                                const struct q4kh_attn_params *p, int64_t T,
-                               int64_t n_ctx)
+                               int64_t n_ctx, int pos0)
 {
 	if (!p)
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "attention: params is NULL");
@@ -126,7 +128,7 @@ static q4kh_status attn_params(q4kh_device_ctx *dev,
 		                p->struct_size,
 		                offsetof(struct q4kh_attn_params, softcap) +
 		                        sizeof(p->softcap));
-	if (p->pos0 < 0 || p->pos0 > n_ctx - T)
+	if (pos0 && (p->pos0 < 0 || p->pos0 > n_ctx - T))
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
 		                "attention: positions %lld .. %lld, expected inside "
 		                "the %lld-position cache",
@@ -143,30 +145,63 @@ static q4kh_status attn_params(q4kh_device_ctx *dev,
 	return Q4KH_OK;
 }
 
+/* Run job J, checked, whose queries reach at most key position LAST. */
+static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
+                            const struct q4kh_attn_params *params, int64_t last)
+{
+	q4kh_status st;
+
+	j->window = params->window;
+	j->scale = params->scale;
+	j->softcap = params->softcap;
+	st = cpu_scratch_reserve(dev, sizeof(double) *
+	                                      (uint64_t)(3 * j->q->ne[0] + last + 1));
+	if (st)
+		return st;
+	cpu_pool_run(dev->pool, j->q->ne[1] * j->q->ne[2], 1, attn_task, j);
+	return Q4KH_OK;
+}
+
 q4kh_status cpu_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                           const struct q4kh_tensor *k_cache,
                           const struct q4kh_tensor *v_cache,
                           const struct q4kh_attn_params *params,
                           const struct q4kh_tensor *out)
 {
-	struct attn_job j = { q, k_cache, v_cache, out, dev, 0, 0, 0, 0 };
+	struct attn_job j = { q, k_cache, v_cache, out, dev, NULL, 0, 0, 0, 0 };
 	q4kh_status st;
-	int64_t keys;
 
 	if (!dev)
 		return Q4KH_ERR_INVALID;
 	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
-	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2])))
+	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 1)))
 		return st;
 	j.pos0 = params->pos0;
-	j.window = params->window;
-	j.scale = params->scale;
-	j.softcap = params->softcap;
-	keys = params->pos0 + q->ne[2];
-	st = cpu_scratch_reserve(dev, sizeof(double) *
-	                                      (uint64_t)(3 * q->ne[0] + keys));
-	if (st)
+	return attn_run(dev, &j, params, params->pos0 + q->ne[2] - 1);
+}
+
+q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                              const struct q4kh_tensor *k_cache,
+                              const struct q4kh_tensor *v_cache,
+                              const struct q4kh_tensor *pos,
+                              const struct q4kh_attn_params *params,
+                              const struct q4kh_tensor *out)
+{
+	struct attn_job j = { q, k_cache, v_cache, out, dev, NULL, 0, 0, 0, 0 };
+	int64_t last = 0;
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
+	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 0)) ||
+	    (st = cpu_index_check(dev, "attention_ext pos", pos, q->ne[2],
+	                          k_cache->ne[2])) ||
+	    (st = cpu_tensor_disjoint(dev, "attention out", out, "pos", pos)))
 		return st;
-	cpu_pool_run(dev->pool, q->ne[1] * q->ne[2], 1, attn_task, &j);
-	return Q4KH_OK;
+	j.pos = (const int32_t *)cpu_row(pos, 0, 0, 0);
+	for (int64_t t = 0; t < q->ne[2]; t++)
+		if (j.pos[t] > last)
+			last = j.pos[t];
+	return attn_run(dev, &j, params, last);
 }

@@ -4,6 +4,7 @@
  * pool; a row is computed by one thread, in one fixed order.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,22 @@ static void get_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	}
 }
 
+/* The checks of table and out that get_rows and get_rows_ext share. */
+static q4kh_status get_rows_tensors(q4kh_device_ctx *dev,
+                                    const struct q4kh_tensor *table, int64_t n,
+                                    const struct q4kh_tensor *out)
+{
+	q4kh_status st;
+
+	if ((st = cpu_tensor_check(dev, "get_rows table", table,
+	                           cpu_supported_types())) ||
+	    (st = cpu_tensor_shape(dev, "get_rows table", table, -1, -1, 1, 1)) ||
+	    (st = cpu_tensor_check(dev, "get_rows out", out, F32)) ||
+	    (st = cpu_tensor_disjoint(dev, "get_rows out", out, "table", table)))
+		return st;
+	return cpu_tensor_shape(dev, "get_rows out", out, table->ne[0], n, 1, 1);
+}
+
 q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
                          const int32_t *ids, int64_t n, float scale,
                          const struct q4kh_tensor *out)
@@ -54,18 +71,11 @@ q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
 
 	if (!dev)
 		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "get_rows table", table,
-	                           cpu_supported_types())) ||
-	    (st = cpu_tensor_shape(dev, "get_rows table", table, -1, -1, 1, 1)) ||
-	    (st = cpu_tensor_check(dev, "get_rows out", out, F32)) ||
-	    (st = cpu_tensor_disjoint(dev, "get_rows out", out, "table", table)))
-		return st;
 	if (n < 1 || !ids)
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
 		                "get_rows: %lld ids at %p, expected at least one",
 		                (long long)n, (const void *)ids);
-	if ((st = cpu_tensor_shape(dev, "get_rows out", out, table->ne[0], n, 1,
-	                           1)))
+	if ((st = get_rows_tensors(dev, table, n, out)))
 		return st;
 	for (int64_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= table->ne[1])
@@ -73,6 +83,25 @@ q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
 			                "get_rows: ids[%lld] = %d, expected 0 .. %lld",
 			                (long long)i, ids[i],
 			                (long long)table->ne[1] - 1);
+	cpu_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
+	return Q4KH_OK;
+}
+
+q4kh_status cpu_get_rows_ext(q4kh_device_ctx *dev,
+                             const struct q4kh_tensor *table,
+                             const struct q4kh_tensor *ids, float scale,
+                             const struct q4kh_tensor *out)
+{
+	struct get_rows_job j = { table, out, NULL, scale };
+	int64_t n = ids ? ids->ne[0] : 1;
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = get_rows_tensors(dev, table, n, out)) ||
+	    (st = cpu_index_check(dev, "get_rows_ext ids", ids, n, table->ne[1])))
+		return st;
+	j.ids = (const int32_t *)cpu_row(ids, 0, 0, 0);
 	cpu_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
@@ -215,24 +244,14 @@ static double *rope_table(const int32_t *pos, int64_t T, int32_t n_rot,
 	return cs;
 }
 
-q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
-                     const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
-                     float base, float freq_scale,
-                     const struct q4kh_tensor *out)
+/* rope of x over positions pos[0 .. x->ne[2]), after every check. */
+static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                            const int32_t *pos, int32_t n_rot,
+                            q4kh_rope_mode mode, float base, float freq_scale,
+                            const struct q4kh_tensor *out)
 {
 	struct rope_job j = { x, out, n_rot, mode, NULL };
-	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "rope x", x, F32)) ||
-	    (st = cpu_tensor_shape(dev, "rope x", x, -1, -1, -1, 1)) ||
-	    (st = cpu_tensor_check(dev, "rope out", out, F32)) ||
-	    (st = cpu_tensor_shape(dev, "rope out", out, x->ne[0], x->ne[1],
-	                           x->ne[2], 1)) ||
-	    (st = cpu_tensor_inplace(dev, "rope out", out, "x", x)) ||
-	    (st = rope_args(dev, pos, n_rot, mode, base, freq_scale, x->ne[0])))
-		return st;
 	j.cs = rope_table(pos, x->ne[2], n_rot, base, freq_scale);
 	if (!j.cs)
 		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
@@ -242,6 +261,67 @@ q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	             &j);
 	free((void *)j.cs);
 	return Q4KH_OK;
+}
+
+/* The checks of x and out that rope and rope_ext share. */
+static q4kh_status rope_tensors(q4kh_device_ctx *dev,
+                                const struct q4kh_tensor *x,
+                                const struct q4kh_tensor *out)
+{
+	q4kh_status st;
+
+	if ((st = cpu_tensor_check(dev, "rope x", x, F32)) ||
+	    (st = cpu_tensor_shape(dev, "rope x", x, -1, -1, -1, 1)) ||
+	    (st = cpu_tensor_check(dev, "rope out", out, F32)))
+		return st;
+	if ((st = cpu_tensor_shape(dev, "rope out", out, x->ne[0], x->ne[1],
+	                           x->ne[2], 1)))
+		return st;
+	return cpu_tensor_inplace(dev, "rope out", out, "x", x);
+}
+
+q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                     const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
+                     float base, float freq_scale,
+                     const struct q4kh_tensor *out)
+{
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = rope_tensors(dev, x, out)) ||
+	    (st = rope_args(dev, pos, n_rot, mode, base, freq_scale, x->ne[0])))
+		return st;
+	return rope_run(dev, x, pos, n_rot, mode, base, freq_scale, out);
+}
+
+q4kh_status cpu_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *pos,
+                         const struct q4kh_rope_params *p,
+                         const struct q4kh_tensor *out)
+{
+	const int32_t *v;
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!p || p->struct_size < offsetof(struct q4kh_rope_params, freq_scale) +
+	                                   sizeof(p->freq_scale))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "rope_ext: params %s, expected a struct of at least "
+		                "%zu bytes",
+		                p ? "too small" : "NULL",
+		                offsetof(struct q4kh_rope_params, freq_scale) +
+		                        sizeof(p->freq_scale));
+	if ((st = rope_tensors(dev, x, out)) ||
+	    (st = cpu_index_check(dev, "rope_ext pos", pos, x->ne[2], INT32_MAX)))
+		return st;
+	v = (const int32_t *)cpu_row(pos, 0, 0, 0);
+	if ((st = rope_args(dev, v, p->n_rot, (q4kh_rope_mode)p->mode, p->base,
+	                    p->freq_scale, x->ne[0])))
+		return st;
+	return rope_run(dev, x, v, p->n_rot, (q4kh_rope_mode)p->mode, p->base,
+	                p->freq_scale, out);
 }
 
 /* --- add, mul --- */
@@ -430,31 +510,33 @@ struct copy_job {
 	const struct q4kh_tensor *src, *dst;
 };
 
+/* Convert N values of row S (type FROM) into row D (type TO). */
+static void convert_row(uint32_t from, uint32_t to, const void *s, void *d,
+                        int64_t n)
+{
+	const float *sf = s;
+	const uint16_t *sh = s;
+	float *df = d;
+	uint16_t *dh = d;
+
+	if (from == to)
+		memmove(d, s, (size_t)n * q4kh_type_block_bytes(from));
+	else if (from == Q4KH_TYPE_F32)
+		for (int64_t i = 0; i < n; i++)
+			dh[i] = q4kh_f32_to_fp16(sf[i]);
+	else
+		for (int64_t i = 0; i < n; i++)
+			df[i] = q4kh_fp16_to_f32(sh[i]);
+}
+
 static void copy_task(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct copy_job *j = arg;
-	uint32_t from = j->src->type, to = j->dst->type;
-	int64_t n = j->src->ne[0];
 
 	(void)part;
-	for (int64_t r = begin; r < end; r++) {
-		const void *s = cpu_flat_row(j->src, r);
-		void *d = cpu_flat_row(j->dst, r);
-
-		const float *sf = s;
-		const uint16_t *sh = s;
-		float *df = d;
-		uint16_t *dh = d;
-
-		if (from == to)
-			memmove(d, s, (size_t)n * q4kh_type_block_bytes(from));
-		else if (from == Q4KH_TYPE_F32)
-			for (int64_t i = 0; i < n; i++)
-				dh[i] = q4kh_f32_to_fp16(sf[i]);
-		else
-			for (int64_t i = 0; i < n; i++)
-				df[i] = q4kh_fp16_to_f32(sh[i]);
-	}
+	for (int64_t r = begin; r < end; r++)
+		convert_row(j->src->type, j->dst->type, cpu_flat_row(j->src, r),
+		            cpu_flat_row(j->dst, r), j->src->ne[0]);
 }
 
 q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
@@ -472,5 +554,50 @@ q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	    (st = cpu_tensor_inplace(dev, "copy dst", dst, "src", src)))
 		return st;
 	cpu_pool_run(dev->pool, cpu_nrows(src), grain(src->ne[0]), copy_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- set_rows --- */
+
+struct set_rows_job {
+	const struct q4kh_tensor *src, *dst;
+	const int32_t *rows;
+};
+
+/* Row r of src: index r % ne[1] of token r / ne[1]. */
+static void set_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct set_rows_job *j = arg;
+	int64_t b = j->src->ne[1];
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++)
+		convert_row(j->src->type, j->dst->type,
+		            cpu_row(j->src, r % b, r / b, 0),
+		            cpu_row(j->dst, r % b, j->rows[r / b], 0), j->src->ne[0]);
+}
+
+q4kh_status cpu_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                         const struct q4kh_tensor *rows,
+                         const struct q4kh_tensor *dst)
+{
+	struct set_rows_job j = { src, dst, NULL };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = cpu_tensor_check(dev, "set_rows src", src, F32)) ||
+	    (st = cpu_tensor_shape(dev, "set_rows src", src, -1, -1, -1, 1)) ||
+	    (st = cpu_tensor_check(dev, "set_rows dst", dst, F32 | F16)) ||
+	    (st = cpu_tensor_shape(dev, "set_rows dst", dst, src->ne[0],
+	                           src->ne[1], -1, 1)) ||
+	    (st = cpu_tensor_disjoint(dev, "set_rows dst", dst, "src", src)) ||
+	    (st = cpu_index_check(dev, "set_rows rows", rows, src->ne[2],
+	                          dst->ne[2])) ||
+	    (st = cpu_tensor_disjoint(dev, "set_rows dst", dst, "rows", rows)))
+		return st;
+	j.rows = (const int32_t *)cpu_row(rows, 0, 0, 0);
+	cpu_pool_run(dev->pool, src->ne[1] * src->ne[2], grain(src->ne[0]),
+	             set_rows_task, &j);
 	return Q4KH_OK;
 }

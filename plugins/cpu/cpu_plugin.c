@@ -392,6 +392,12 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.attention = cpu_attention,
 	.synchronize = cpu_synchronize,
 	.native_device = cpu_native_device,
+	/* 1.1's measurement and graph entries stay NULL: the reference runs
+	 * every op as it is issued. */
+	.get_rows_ext = cpu_get_rows_ext,
+	.rope_ext = cpu_rope_ext,
+	.set_rows = cpu_set_rows,
+	.attention_ext = cpu_attention_ext,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

@@ -34,7 +34,7 @@ static void type_list(uint32_t types, char *buf, size_t len)
 /* Alignment that element or block reads of TYPE need. */
 static uint64_t type_align(uint32_t type)
 {
-	return type == Q4KH_TYPE_F32 ? 4 : 2;
+	return type == Q4KH_TYPE_F32 || type == Q4KH_TYPE_I32 ? 4 : 2;
 }
 
 /* Bytes from the first byte of t to one past its last. */
@@ -198,4 +198,23 @@ q4kh_status cpu_tensor_inplace(q4kh_device_ctx *dev, const char *out_name,
 	    !memcmp(out->nb, in->nb, sizeof(out->nb)))
 		return Q4KH_OK;
 	return cpu_tensor_disjoint(dev, out_name, out, in_name, in);
+}
+
+q4kh_status cpu_index_check(q4kh_device_ctx *dev, const char *what,
+                            const struct q4kh_tensor *t, int64_t n,
+                            int64_t limit)
+{
+	q4kh_status st;
+	const int32_t *v;
+
+	if ((st = cpu_tensor_check(dev, what, t, CPU_T(Q4KH_TYPE_I32))) ||
+	    (st = cpu_tensor_shape(dev, what, t, n, 1, 1, 1)))
+		return st;
+	v = (const int32_t *)cpu_row(t, 0, 0, 0);
+	for (int64_t i = 0; i < n; i++)
+		if (v[i] < 0 || v[i] >= limit)
+			return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+			                "%s[%lld] = %d, expected 0 .. %lld", what,
+			                (long long)i, v[i], (long long)limit - 1);
+	return Q4KH_OK;
 }

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 1
+#define Q4KH_ABI_MINOR 2
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -156,10 +156,23 @@ struct q4kh_attn_params {
 };
 
 /*
- * Backend function table, ABI 1.1 (1.0 ends at native_device). All
- * tensors passed to ops live in buffers of the same device context. Ops
- * may run asynchronously; synchronize() waits for all of them. Types: f32
- * unless said otherwise.
+ * Parameters of rope_ext (ABI 1.2): the rotation of the 1.0 rope entry,
+ * as a struct so later minors can append scalings.
+ */
+struct q4kh_rope_params {
+	uint32_t struct_size;
+	int32_t n_rot;      /* rotated values per head: even, 2 .. head_dim */
+	uint32_t mode;      /* q4kh_rope_mode */
+	float base;         /* theta_i = freq_scale * pos * base^(-2i/n_rot) */
+	float freq_scale;
+	uint32_t reserved;
+};
+
+/*
+ * Backend function table, ABI 1.2 (1.0 ends at native_device, 1.1 at
+ * graph_free). All tensors passed to ops live in buffers of the same
+ * device context. Ops may run asynchronously; synchronize() waits for all
+ * of them. Types: f32 unless said otherwise.
  */
 struct q4kh_backend_v1 {
 	uint32_t struct_size;
@@ -320,6 +333,57 @@ struct q4kh_backend_v1 {
 	q4kh_status (*graph_end)(q4kh_device_ctx *dev, q4kh_graph **out);
 	q4kh_status (*graph_launch)(q4kh_device_ctx *dev, q4kh_graph *graph);
 	void (*graph_free)(q4kh_device_ctx *dev, q4kh_graph *graph);
+
+	/*
+	 * ABI 1.2: the per-step values in device memory. Each entry below is
+	 * optional and does what the 1.0 entry of the same name does, except
+	 * that token ids and positions are an I32 tensor {n} in a buffer of
+	 * this device context instead of host memory, read when the op runs,
+	 * not when it is issued. A step whose ops all take their per-step
+	 * values this way can be recorded once (graph_begin) and replayed for
+	 * every later token with only those tensors rewritten in between
+	 * (docs/plugin-abi.md, "The step graph"); the host replays only when
+	 * every op of the step has its 1.2 entry. Ops check an id or position
+	 * against the tensors' bounds as they run and fail (at the next call
+	 * that reports errors, on asynchronous backends) instead of reading
+	 * outside them.
+	 */
+
+	/* out[:, i] = table[:, ids[i]] * scale; ids I32 {n}, out {K, n}. */
+	q4kh_status (*get_rows_ext)(q4kh_device_ctx *dev,
+	                            const struct q4kh_tensor *table,
+	                            const struct q4kh_tensor *ids, float scale,
+	                            const struct q4kh_tensor *out);
+	/*
+	 * rope with token t of x {head_dim, n_heads, T} at position pos[t],
+	 * pos I32 {T}. x and out may be the same tensor.
+	 */
+	q4kh_status (*rope_ext)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                        const struct q4kh_tensor *pos,
+	                        const struct q4kh_rope_params *params,
+	                        const struct q4kh_tensor *out);
+	/*
+	 * The KV-cache write: dst[:, :, rows[t]] = src[:, :, t] for t < T,
+	 * converting f32 to dst's type (f32 or f16). src {a, b, T} f32, rows
+	 * I32 {T}, dst {a, b, n} with every rows[t] in [0, n); rows are
+	 * distinct (which of two writes to one row wins is unspecified).
+	 */
+	q4kh_status (*set_rows)(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+	                        const struct q4kh_tensor *rows,
+	                        const struct q4kh_tensor *dst);
+	/*
+	 * attention with query t at position pos[t] (pos I32 {T}) instead of
+	 * params->pos0 + t, which is ignored: query t sees key j iff
+	 * j <= pos[t] and (window == 0 or pos[t] - j < window); the cache
+	 * holds keys 0 .. pos[t] for every t.
+	 */
+	q4kh_status (*attention_ext)(q4kh_device_ctx *dev,
+	                             const struct q4kh_tensor *q,
+	                             const struct q4kh_tensor *k_cache,
+	                             const struct q4kh_tensor *v_cache,
+	                             const struct q4kh_tensor *pos,
+	                             const struct q4kh_attn_params *params,
+	                             const struct q4kh_tensor *out);
 };
 
 /*

@@ -32,6 +32,7 @@ enum q4kh_type {
 	Q4KH_TYPE_Q8_K = 15,
 	Q4KH_TYPE_IQ4_NL = 20,
 	Q4KH_TYPE_IQ4_XS = 23,
+	Q4KH_TYPE_I32 = 26, /* int32 values: token ids, positions (ABI 1.2) */
 	Q4KH_TYPE_BF16 = 30,
 	Q4KH_TYPE_COUNT = 40 /* one past the largest GGUF id we know of */
 };
@@ -144,6 +145,7 @@ static inline uint32_t q4kh_type_block_elems(uint32_t t)
 	case Q4KH_TYPE_F32:
 	case Q4KH_TYPE_F16:
 	case Q4KH_TYPE_BF16:
+	case Q4KH_TYPE_I32:
 		return 1;
 	case Q4KH_TYPE_Q4_0:
 	case Q4KH_TYPE_Q4_1:
@@ -171,6 +173,7 @@ static inline uint32_t q4kh_type_block_bytes(uint32_t t)
 	case Q4KH_TYPE_F32: return 4;
 	case Q4KH_TYPE_F16: return 2;
 	case Q4KH_TYPE_BF16: return 2;
+	case Q4KH_TYPE_I32: return 4;
 	case Q4KH_TYPE_Q4_0: return sizeof(struct q4kh_block_q4_0);
 	case Q4KH_TYPE_Q5_0: return sizeof(struct q4kh_block_q5_0);
 	case Q4KH_TYPE_Q8_0: return sizeof(struct q4kh_block_q8_0);
@@ -272,6 +275,7 @@ static inline const char *q4kh_type_name(uint32_t t)
 	case Q4KH_TYPE_Q8_K: return "Q8_K";
 	case Q4KH_TYPE_IQ4_NL: return "IQ4_NL";
 	case Q4KH_TYPE_IQ4_XS: return "IQ4_XS";
+	case Q4KH_TYPE_I32: return "I32";
 	default: return NULL;
 	}
 }

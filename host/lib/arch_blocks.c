@@ -1,0 +1,117 @@
+/*
+ * The shared blocks of the architectures' step graphs (arch_blocks.h),
+ * computed as llama.cpp's graph builders do (llm_graph_context's
+ * build_norm, build_attn and build_ffn).
+ */
+#include "arch_blocks.h"
+
+int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m)
+{
+	int32_t x = q4kh_graph_act(g, m->hp.n_embd, g->n_tokens, 1, "x");
+
+	return q4kh_graph_get_rows(g, q4kh_graph_weight(g, &m->tok_embd, "token_embd"),
+	                           m->hp.embd_scale, x);
+}
+
+int32_t q4kh_block_norm(struct q4kh_graph *g, const struct q4kh_model *m,
+                        int32_t x, const struct q4kh_weight *w,
+                        const char *name, uint32_t il)
+{
+	int32_t out = q4kh_graph_act(g, m->hp.n_embd, g->n_tokens, 1, "blk.%u.%s",
+	                             il, name);
+
+	return q4kh_graph_rms_norm(g, x, q4kh_graph_weight(g, w, "blk.%u.%s", il, name),
+	                           m->hp.eps, out);
+}
+
+/* out = W x (+ bias), into a new activation of W's rows. */
+static int32_t project(struct q4kh_graph *g, const struct q4kh_weight *w,
+                       const struct q4kh_weight *bias, int32_t x,
+                       const char *name, uint32_t il)
+{
+	int32_t out = q4kh_graph_act(g, w->t.ne[1], g->n_tokens, 1, "blk.%u.%s",
+	                             il, name);
+
+	q4kh_graph_mul_mat(g, q4kh_graph_weight(g, w, "blk.%u.%s.weight", il, name),
+	                   x, out);
+	if (bias && bias->src)
+		q4kh_graph_add(g, out, q4kh_graph_weight(g, bias, "blk.%u.%s.bias", il, name),
+		               out);
+	return out;
+}
+
+/* Per-head RMSNorm of v {head_dim * heads, T} with weight w, in place. */
+static void head_norm(struct q4kh_graph *g, const struct q4kh_model *m,
+                      int32_t v, int64_t heads, const struct q4kh_weight *w,
+                      const char *name, uint32_t il)
+{
+	int32_t rows = q4kh_graph_reshape(g, v, m->hp.head_dim, heads * g->n_tokens, 1);
+
+	q4kh_graph_rms_norm(g, rows, q4kh_graph_weight(g, w, "blk.%u.%s", il, name),
+	                    m->hp.eps, rows);
+}
+
+int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
+                             uint32_t il, int32_t h,
+                             const struct q4kh_attn_opts *opts)
+{
+	const struct q4kh_model *m = s->m;
+	const struct q4kh_hparams *hp = &m->hp;
+	const struct q4kh_layer *l = &m->layers[il];
+	const int64_t hd = hp->head_dim, T = g->n_tokens;
+	int32_t q = project(g, &l->wq, &l->bq, h, "attn_q", il);
+	int32_t k = project(g, &l->wk, &l->bk, h, "attn_k", il);
+	int32_t v = project(g, &l->wv, &l->bv, h, "attn_v", il);
+	int32_t qh, kh, kc, vc, oh;
+
+	if (l->q_norm.src) {
+		head_norm(g, m, q, hp->n_head, &l->q_norm, "attn_q_norm", il);
+		head_norm(g, m, k, hp->n_head_kv, &l->k_norm, "attn_k_norm", il);
+	}
+	qh = q4kh_graph_reshape(g, q, hd, hp->n_head, T);
+	kh = q4kh_graph_reshape(g, k, hd, hp->n_head_kv, T);
+	q4kh_graph_rope(g, qh, (int32_t)hp->n_rot, hp->rope_mode, l->rope_base,
+	                l->rope_scale, qh);
+	q4kh_graph_rope(g, kh, (int32_t)hp->n_rot, hp->rope_mode, l->rope_base,
+	                l->rope_scale, kh);
+	if (opts->prescale_q)
+		q4kh_graph_scale(g, q, hp->attn_scale, q);
+	kc = q4kh_graph_fixed(g, &s->k_cache[il], "blk.%u.k_cache", il);
+	vc = q4kh_graph_fixed(g, &s->v_cache[il], "blk.%u.v_cache", il);
+	q4kh_graph_set_rows(g, kh, kc);
+	q4kh_graph_set_rows(g, q4kh_graph_reshape(g, v, hd, hp->n_head_kv, T), vc);
+	oh = q4kh_graph_act(g, hd, hp->n_head, T, "blk.%u.attn", il);
+	q4kh_graph_attention(g, qh, kc, vc, opts->window,
+	                     opts->prescale_q ? 1.0f : hp->attn_scale, 0.0f, oh);
+	return project(g, &l->wo, NULL,
+	               q4kh_graph_reshape(g, oh, hd * hp->n_head, T, 1),
+	               "attn_output", il);
+}
+
+int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
+                       uint32_t il, int32_t h, q4kh_glu_kind act)
+{
+	const struct q4kh_layer *l = &m->layers[il];
+	int32_t gate = project(g, &l->w_gate, NULL, h, "ffn_gate", il);
+	int32_t up = project(g, &l->w_up, NULL, h, "ffn_up", il);
+
+	q4kh_graph_glu(g, act, gate, up, gate);
+	return project(g, &l->w_down, NULL, gate, "ffn_down", il);
+}
+
+void q4kh_block_logits(struct q4kh_graph *g, const struct q4kh_model *m,
+                       int32_t x)
+{
+	int64_t n = g->n_out;
+	int32_t h, logits;
+
+	if (!n)
+		return;
+	h = q4kh_graph_act(g, m->hp.n_embd, n, 1, "result_norm");
+	q4kh_graph_rms_norm(g, q4kh_graph_cols(g, x, g->n_tokens - n, n),
+	                    q4kh_graph_weight(g, &m->output_norm, "output_norm"),
+	                    m->hp.eps, h);
+	logits = q4kh_graph_act(g, m->hp.n_vocab, n, 1, "logits");
+	g->logits = q4kh_graph_mul_mat(g, q4kh_graph_weight(g, &m->output, "output"),
+	                               h, logits);
+}

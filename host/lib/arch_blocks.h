@@ -1,0 +1,51 @@
+/*
+ * The blocks that the architectures' step graphs share (arch_*.c): the
+ * embedding lookup, the attention block, the gated feed-forward block and
+ * the LM head, each added to a step graph (graph.h) as the nodes that
+ * compute it. Pure host work; builders report misuse through the graph.
+ */
+#ifndef Q4KH_ARCH_BLOCKS_H
+#define Q4KH_ARCH_BLOCKS_H
+
+#include "graph.h"
+#include "model.h"
+#include "session.h"
+
+/* How an architecture's attention differs from Llama's. */
+struct q4kh_attn_opts {
+	int32_t window;   /* sliding window in keys; 0 = none */
+	int prescale_q;   /* scale q by attn_scale after RoPE (Gemma), not in
+	                     the attention's softmax */
+};
+
+/* x = token_embd[:, ids] * embd_scale: the residual stream {n_embd, T}. */
+int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m);
+
+/*
+ * Attention of layer IL over h = its normed input {n_embd, T}:
+ * q, k, v = Wq h (+ bq), Wk h (+ bk), Wv h (+ bv); per-head RMSNorm of q
+ * and k when the layer has q_norm; RoPE at the step's positions; k and v
+ * written to the layer's cache rows; attention; then Wo. Returns the
+ * output {n_embd, T}.
+ */
+int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
+                             uint32_t il, int32_t h,
+                             const struct q4kh_attn_opts *opts);
+
+/* Wdown (act(Wgate h) * (Wup h)) of layer IL: {n_embd, T}. */
+int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
+                       uint32_t il, int32_t h, q4kh_glu_kind act);
+
+/* out = rmsnorm(x) w, into a new activation named NAME. */
+int32_t q4kh_block_norm(struct q4kh_graph *g, const struct q4kh_model *m,
+                        int32_t x, const struct q4kh_weight *w,
+                        const char *name, uint32_t il);
+
+/*
+ * The logits of the last g->n_out tokens of x: Wout (rmsnorm(x)
+ * output_norm), set as g->logits. Nothing when n_out is 0.
+ */
+void q4kh_block_logits(struct q4kh_graph *g, const struct q4kh_model *m,
+                       int32_t x);
+
+#endif

@@ -1,0 +1,180 @@
+/*
+ * Running a bound step graph on a backend device (graph_run.h): the
+ * interpreter, which issues one backend or kernel-variant call per node,
+ * and the recording of a step that the backend replays.
+ */
+#include "graph_run.h"
+
+#include <stdio.h>
+
+#include "kernel.h"
+#include "model.h"
+#include "tensor.h"
+
+/* Stop at the first failing call; the plugin's message is in err. */
+#define CALL(call)                                                       \
+	do {                                                             \
+		if (q4kh_backend_check(b, (call), what, err))            \
+			return -1;                                       \
+	} while (0)
+
+/*
+ * y = w x through w's kernel variant when it has one (gemv for at most
+ * max_gemv_columns columns, gemm beyond), else the backend's mul_mat.
+ */
+static int matmul(const struct q4kh_backend *b, const struct q4kh_weight *w,
+                  const struct q4kh_tensor *x, const struct q4kh_tensor *y,
+                  const char *what, struct q4kh_error *err)
+{
+	const struct q4kh_kernel *k = w ? w->kernel : NULL;
+
+	if (k) {
+		int gemv = x->ne[1] <= (int64_t)k->v->max_gemv_columns;
+		q4kh_status st = gemv ? k->v->gemv(k->ctx, &k->native, w->prepared, x, y)
+		                      : k->v->gemm(k->ctx, &k->native, w->prepared, x, y);
+		return q4kh_kernel_check(k, st, gemv ? "gemv" : "gemm", err);
+	}
+	CALL(b->v->mul_mat(b->dev, w ? &w->t : NULL, x, y));
+	return 0;
+}
+
+/* Are pos[0 .. n) consecutive, as the 1.0 entries' single pos0 needs? */
+static int consecutive(const int32_t *pos, int64_t n, const char *what,
+                       struct q4kh_error *err)
+{
+	for (int64_t t = 1; t < n; t++)
+		if (pos[t] != pos[0] + t)
+			return q4kh_fail(err, "%s: positions %d, %d are not consecutive, and the backend has no set_rows/attention_ext (ABI 1.2) to take them as they are",
+			                 what, pos[0], pos[t]);
+	return 0;
+}
+
+static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
+                    const struct q4kh_backend *b,
+                    const struct q4kh_step_values *in, struct q4kh_error *err)
+{
+	const struct q4kh_backend_v1 *v = b->v;
+	q4kh_device_ctx *dev = b->dev;
+	const struct q4kh_value *vals = g->vals;
+	const struct q4kh_tensor *out = &vals[n->out].t;
+	const struct q4kh_tensor *s[Q4KH_GRAPH_SRC];
+	char what[96];
+
+	for (int k = 0; k < Q4KH_GRAPH_SRC; k++)
+		s[k] = n->src[k] >= 0 ? &vals[n->src[k]].t : NULL;
+	snprintf(what, sizeof(what), "%s (%s)", q4kh_op_name(n->op),
+	         vals[n->out].name);
+	switch (n->op) {
+	case Q4KH_OP_GET_ROWS:
+		if (Q4KH_BACKEND_HAS(v, get_rows_ext))
+			CALL(v->get_rows_ext(dev, s[0], s[1], n->f[0], out));
+		else
+			CALL(v->get_rows(dev, s[0], in->ids, g->n_tokens, n->f[0], out));
+		return 0;
+	case Q4KH_OP_MUL_MAT:
+		return matmul(b, vals[n->src[0]].weight, s[1], out, what, err);
+	case Q4KH_OP_RMS_NORM:
+		CALL(v->rms_norm(dev, s[0], s[1], n->f[0], out));
+		return 0;
+	case Q4KH_OP_ROPE:
+		if (Q4KH_BACKEND_HAS(v, rope_ext)) {
+			struct q4kh_rope_params p = {
+				.struct_size = sizeof(p),
+				.n_rot = n->i[0],
+				.mode = (uint32_t)n->i[1],
+				.base = n->f[0],
+				.freq_scale = n->f[1],
+			};
+			CALL(v->rope_ext(dev, s[0], s[1], &p, out));
+		} else {
+			CALL(v->rope(dev, s[0], in->pos, n->i[0], (q4kh_rope_mode)n->i[1],
+			             n->f[0], n->f[1], out));
+		}
+		return 0;
+	case Q4KH_OP_ADD:
+		CALL(v->add(dev, s[0], s[1], out));
+		return 0;
+	case Q4KH_OP_SCALE:
+		CALL(v->scale(dev, s[0], n->f[0], out));
+		return 0;
+	case Q4KH_OP_GLU:
+		CALL(v->glu(dev, (q4kh_glu_kind)n->i[0], s[0], s[1], out));
+		return 0;
+	case Q4KH_OP_SET_ROWS:
+		if (Q4KH_BACKEND_HAS(v, set_rows)) {
+			CALL(v->set_rows(dev, s[0], s[1], out));
+		} else {
+			struct q4kh_tensor rows;
+
+			if (consecutive(in->pos, g->n_tokens, what, err))
+				return -1;
+			rows = q4kh_tensor_cols(out, in->pos[0], g->n_tokens);
+			CALL(v->copy(dev, s[0], &rows));
+		}
+		return 0;
+	case Q4KH_OP_ATTENTION: {
+		struct q4kh_attn_params p = {
+			.struct_size = sizeof(p),
+			.window = n->i[0],
+			.pos0 = in->pos[0],
+			.scale = n->f[0],
+			.softcap = n->f[1],
+		};
+
+		if (Q4KH_BACKEND_HAS(v, attention_ext)) {
+			CALL(v->attention_ext(dev, s[0], s[1], s[2], s[3], &p, out));
+			return 0;
+		}
+		if (consecutive(in->pos, g->n_tokens, what, err))
+			return -1;
+		CALL(v->attention(dev, s[0], s[1], s[2], &p, out));
+		return 0;
+	}
+	case Q4KH_OP_COUNT:
+		break;
+	}
+	return q4kh_fail(err, "step graph: node of unknown op %d", (int)n->op);
+}
+
+int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
+                   const struct q4kh_step_values *in, struct q4kh_error *err)
+{
+	for (int32_t i = 0; i < g->n_nodes; i++)
+		if (run_node(g, &g->nodes[i], b, in, err))
+			return -1;
+	return 0;
+}
+
+const char *q4kh_graph_replay_missing(const struct q4kh_backend *b)
+{
+	const struct q4kh_backend_v1 *v = b->v;
+
+#define NEED(f)                                  \
+	if (!Q4KH_BACKEND_HAS(v, f))             \
+		return #f;
+	NEED(graph_begin) NEED(graph_end) NEED(graph_launch) NEED(graph_free)
+	NEED(get_rows_ext) NEED(rope_ext) NEED(set_rows) NEED(attention_ext)
+#undef NEED
+	return NULL;
+}
+
+int q4kh_graph_record(const struct q4kh_graph *g, const struct q4kh_backend *b,
+                      const struct q4kh_step_values *in, q4kh_graph **out,
+                      struct q4kh_error *err)
+{
+	const char *what = "graph_begin";
+	int rc;
+
+	*out = NULL;
+	CALL(b->v->graph_begin(b->dev));
+	rc = q4kh_graph_run(g, b, in, err);
+	what = "graph_end";
+	/* graph_end ends the recording even when it fails or the run did */
+	if (q4kh_backend_check(b, b->v->graph_end(b->dev, out), what,
+	                       rc ? NULL : err) || rc) {
+		b->v->graph_free(b->dev, *out);
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,48 @@
+/*
+ * Running a planned and bound step graph (graph.h) on a backend device.
+ *
+ * The interpreter issues one call per node through the backend's op table,
+ * or through the weight's kernel variant for mul_mat. Ops whose ABI 1.2
+ * entry the backend has (get_rows_ext, rope_ext, set_rows, attention_ext)
+ * read the step's ids and positions from the graph's input tensors, which
+ * the caller has uploaded; older backends get them from host memory
+ * through the 1.0 entries, which then need consecutive positions.
+ *
+ * A backend that has every 1.2 entry and the 1.1 graph entries can record
+ * the interpreter's calls once and replay them for later steps of the same
+ * shape: nothing a recording holds changes between steps except the input
+ * tensors' contents. Used from the backend's thread.
+ */
+#ifndef Q4KH_GRAPH_RUN_H
+#define Q4KH_GRAPH_RUN_H
+
+#include "backend.h"
+#include "error.h"
+#include "graph.h"
+
+/* The step's inputs in host memory: ids and positions of its T tokens. */
+struct q4kh_step_values {
+	const int32_t *ids;
+	const int32_t *pos;
+};
+
+/* Issue every node of G on B, in order. -1 with err naming the node. */
+int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
+                   const struct q4kh_step_values *in, struct q4kh_error *err);
+
+/*
+ * NULL when B can record a step and replay it (see above); else the name
+ * of the first entry it lacks ("graph_begin", "rope_ext").
+ */
+const char *q4kh_graph_replay_missing(const struct q4kh_backend *b);
+
+/*
+ * Record G on B (graph_begin, the interpreter, graph_end) into *out, to be
+ * replayed with graph_launch and released with graph_free. Nothing runs.
+ * -1 with err when a call fails; the recording is then ended and freed.
+ */
+int q4kh_graph_record(const struct q4kh_graph *g, const struct q4kh_backend *b,
+                      const struct q4kh_step_values *in, q4kh_graph **out,
+                      struct q4kh_error *err);
+
+#endif

@@ -1,0 +1,596 @@
+/*
+ * Test backends that record and replay steps (ABI 1.1 graph entries) the
+ * way a device backend does, around the real cpu plugin: every op is
+ * forwarded to cpu, and between graph_begin and graph_end it is recorded
+ * instead, each argument copied as it is when the op is issued (tensor
+ * views, parameters, and the contents of host-memory arrays, which a
+ * device backend stages at that moment). graph_launch issues the
+ * recorded calls again. One source, one module per variant (the Makefile
+ * passes -DREPLAY_NAME and one of):
+ *   REPLAY_OK:    ABI 1.2; replays are exact.
+ *   REPLAY_STALE: ABI 1.2, but set_rows, rope_ext and attention_ext read
+ *                 their positions when recorded, not when replayed, so
+ *                 every replay repeats the recorded step's positions:
+ *                 right op by op, wrong once a step is replayed.
+ *   REPLAY_V1_1:  ABI 1.1 (no 1.2 entries): a host must not replay its
+ *                 steps, whose positions are host memory.
+ * CPU_PLUGIN is the path of the cpu plugin to wrap.
+ */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "q4khost/plugin.h"
+
+const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);
+
+#define API __attribute__((visibility("default")))
+
+/* This plugin's contexts; the cpu plugin's are passed through as opaque. */
+struct q4kh_backend_ctx {
+	void *so;
+	const struct q4kh_backend_v1 *in;
+	q4kh_backend_ctx *ctx;
+	char error[256];
+};
+
+enum call_op {
+	C_GET_ROWS, C_MUL_MAT, C_RMS_NORM, C_ROPE, C_ADD, C_MUL, C_SCALE,
+	C_GLU, C_COPY, C_ATTENTION, C_GET_ROWS_EXT, C_ROPE_EXT, C_SET_ROWS,
+	C_ATTENTION_EXT
+};
+
+/* One recorded call: its arguments as they were when it was issued. */
+struct call {
+	enum call_op op;
+	struct q4kh_tensor t[5];
+	int has[5];       /* t[i] was non-NULL */
+	int32_t *host;    /* copy of a host array (ids, positions) */
+	int64_t n;
+	float f;
+	int32_t i;
+	struct q4kh_rope_params rope;
+	struct q4kh_attn_params attn;
+	int stale; /* REPLAY_STALE: t[stale - 1] gets host back first */
+};
+
+struct q4kh_graph {
+	struct call *calls;
+	size_t n;
+};
+
+struct q4kh_device_ctx {
+	q4kh_backend_ctx *b;
+	q4kh_device_ctx *dev; /* the cpu plugin's */
+	struct q4kh_graph *rec; /* non-NULL while recording */
+};
+
+static const char *why_init = "";
+
+static q4kh_status fail(q4kh_backend_ctx *b, q4kh_status st, const char *msg)
+{
+	snprintf(b->error, sizeof(b->error), "%s", msg);
+	return st;
+}
+
+static q4kh_status r_init(const struct q4kh_host_api *host,
+                          q4kh_backend_ctx **out)
+{
+	q4kh_backend_ctx *b = calloc(1, sizeof(*b));
+	q4kh_plugin_entry_fn entry;
+	q4kh_status st;
+
+	*out = NULL;
+	if (!b)
+		return Q4KH_ERR_NOMEM;
+	b->so = dlopen(CPU_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+	entry = b->so ? (q4kh_plugin_entry_fn)dlsym(b->so, Q4KH_ENTRY_SYMBOL) : NULL;
+	if (!entry) {
+		why_init = "cannot load the cpu plugin at " CPU_PLUGIN;
+		if (b->so)
+			dlclose(b->so);
+		free(b);
+		return Q4KH_ERR_INTERNAL;
+	}
+	b->in = entry()->backend;
+	st = b->in->init(host, &b->ctx);
+	if (st) {
+		why_init = b->in->last_error(NULL);
+		dlclose(b->so);
+		free(b);
+		return st;
+	}
+	*out = b;
+	return Q4KH_OK;
+}
+
+static void r_shutdown(q4kh_backend_ctx *b)
+{
+	if (!b)
+		return;
+	b->in->shutdown(b->ctx);
+	dlclose(b->so);
+	free(b);
+}
+
+static const char *r_last_error(q4kh_backend_ctx *b)
+{
+	if (!b)
+		return why_init;
+	return b->error[0] ? b->error : b->in->last_error(b->ctx);
+}
+
+static q4kh_status r_device_count(q4kh_backend_ctx *b, uint32_t *n)
+{
+	return b->in->device_count(b->ctx, n);
+}
+
+static q4kh_status r_device_info(q4kh_backend_ctx *b, uint32_t i,
+                                 struct q4kh_device_record *out)
+{
+	return b->in->device_info(b->ctx, i, out);
+}
+
+static q4kh_status r_device_open(q4kh_backend_ctx *b, uint32_t i,
+                                 q4kh_device_ctx **out)
+{
+	q4kh_device_ctx *d = calloc(1, sizeof(*d));
+	q4kh_status st;
+
+	*out = NULL;
+	if (!d)
+		return fail(b, Q4KH_ERR_NOMEM, "out of memory");
+	st = b->in->device_open(b->ctx, i, &d->dev);
+	if (st) {
+		free(d);
+		return st;
+	}
+	d->b = b;
+	*out = d;
+	return Q4KH_OK;
+}
+
+static void free_graph(struct q4kh_graph *g)
+{
+	if (!g)
+		return;
+	for (size_t k = 0; k < g->n; k++)
+		free(g->calls[k].host);
+	free(g->calls);
+	free(g);
+}
+
+static void r_device_close(q4kh_device_ctx *d)
+{
+	free_graph(d->rec);
+	d->b->in->device_close(d->dev);
+	free(d);
+}
+
+static int r_supports_type(q4kh_backend_ctx *b, uint32_t type)
+{
+	return b->in->supports_type(b->ctx, type);
+}
+
+static q4kh_status r_buffer_alloc(q4kh_device_ctx *d, uint64_t size,
+                                  q4kh_buffer **out)
+{
+	return d->b->in->buffer_alloc(d->dev, size, out);
+}
+
+static void r_buffer_free(q4kh_device_ctx *d, q4kh_buffer *buf)
+{
+	d->b->in->buffer_free(d->dev, buf);
+}
+
+static q4kh_status r_upload(q4kh_device_ctx *d, q4kh_buffer *buf, uint64_t off,
+                            const void *src, uint64_t size)
+{
+	if (d->rec)
+		return fail(d->b, Q4KH_ERR_INVALID, "buffer_upload while recording");
+	return d->b->in->buffer_upload(d->dev, buf, off, src, size);
+}
+
+static q4kh_status r_download(q4kh_device_ctx *d, q4kh_buffer *buf,
+                              uint64_t off, void *dst, uint64_t size)
+{
+	if (d->rec)
+		return fail(d->b, Q4KH_ERR_INVALID, "buffer_download while recording");
+	return d->b->in->buffer_download(d->dev, buf, off, dst, size);
+}
+
+static q4kh_status r_synchronize(q4kh_device_ctx *d)
+{
+	if (d->rec)
+		return fail(d->b, Q4KH_ERR_INVALID, "synchronize while recording");
+	return d->b->in->synchronize(d->dev);
+}
+
+static q4kh_status r_native_device(q4kh_device_ctx *d,
+                                   struct q4kh_native_device *out)
+{
+	return d->b->in->native_device(d->dev, out);
+}
+
+/* Issue call C on the cpu plugin. */
+static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
+{
+	const struct q4kh_backend_v1 *in = d->b->in;
+	const struct q4kh_tensor *t[5];
+
+	for (int k = 0; k < 5; k++)
+		t[k] = c->has[k] ? &c->t[k] : NULL;
+	if (c->stale) {
+		const struct q4kh_tensor *p = t[c->stale - 1];
+		q4kh_status st = in->buffer_upload(d->dev, p->buffer, p->offset,
+		                                   c->host, sizeof(int32_t) * (uint64_t)c->n);
+		if (st)
+			return st;
+	}
+	switch (c->op) {
+	case C_GET_ROWS: return in->get_rows(d->dev, t[0], c->host, c->n, c->f, t[1]);
+	case C_MUL_MAT: return in->mul_mat(d->dev, t[0], t[1], t[2]);
+	case C_RMS_NORM: return in->rms_norm(d->dev, t[0], t[1], c->f, t[2]);
+	case C_ROPE:
+		return in->rope(d->dev, t[0], c->host, c->rope.n_rot,
+		                (q4kh_rope_mode)c->rope.mode, c->rope.base,
+		                c->rope.freq_scale, t[1]);
+	case C_ADD: return in->add(d->dev, t[0], t[1], t[2]);
+	case C_MUL: return in->mul(d->dev, t[0], t[1], t[2]);
+	case C_SCALE: return in->scale(d->dev, t[0], c->f, t[1]);
+	case C_GLU: return in->glu(d->dev, (q4kh_glu_kind)c->i, t[0], t[1], t[2]);
+	case C_COPY: return in->copy(d->dev, t[0], t[1]);
+	case C_ATTENTION: return in->attention(d->dev, t[0], t[1], t[2], &c->attn, t[3]);
+	case C_GET_ROWS_EXT: return in->get_rows_ext(d->dev, t[0], t[1], c->f, t[2]);
+	case C_ROPE_EXT: return in->rope_ext(d->dev, t[0], t[1], &c->rope, t[2]);
+	case C_SET_ROWS: return in->set_rows(d->dev, t[0], t[1], t[2]);
+	case C_ATTENTION_EXT:
+		return in->attention_ext(d->dev, t[0], t[1], t[2], t[3], &c->attn, t[4]);
+	}
+	return fail(d->b, Q4KH_ERR_INTERNAL, "unknown recorded call");
+}
+
+/*
+ * Run C now, or append it to the recording with a copy of HOST's N values.
+ * A call whose positions are the tensor t[POS] (POS >= 0) keeps them as a
+ * tensor, except in the stale variant, whose recording copies their
+ * values now and writes them back before each replay.
+ */
+static q4kh_status run(q4kh_device_ctx *d, struct call c, const int32_t *host,
+                       int64_t n, int pos)
+{
+	struct q4kh_graph *g = d->rec;
+	struct call *grown;
+
+	if (!g) {
+		c.host = (int32_t *)host;
+		c.n = n;
+		return issue(d, &c);
+	}
+#ifdef REPLAY_STALE
+	if (pos >= 0 && c.has[pos]) {
+		n = c.t[pos].ne[0];
+		c.stale = pos + 1;
+		c.host = malloc(sizeof(int32_t) * (size_t)n);
+		if (!c.host || d->b->in->buffer_download(d->dev, c.t[pos].buffer,
+		                                         c.t[pos].offset, c.host,
+		                                         sizeof(int32_t) * (uint64_t)n)) {
+			free(c.host);
+			return fail(d->b, Q4KH_ERR_INTERNAL, "cannot read positions");
+		}
+		c.n = n;
+	}
+#else
+	(void)pos;
+#endif
+	if (host) {
+		c.host = malloc(sizeof(int32_t) * (size_t)n);
+		if (!c.host)
+			return fail(d->b, Q4KH_ERR_NOMEM, "out of memory");
+		memcpy(c.host, host, sizeof(int32_t) * (size_t)n);
+		c.n = n;
+	}
+	grown = realloc(g->calls, (g->n + 1) * sizeof(*g->calls));
+	if (!grown) {
+		free(c.host);
+		return fail(d->b, Q4KH_ERR_NOMEM, "out of memory");
+	}
+	g->calls = grown;
+	g->calls[g->n++] = c;
+	return Q4KH_OK;
+}
+
+/* Argument I of a call: a tensor view copied, or absent. */
+#define T(c, k, p)                                 \
+	do {                                       \
+		(c).has[k] = (p) != NULL;          \
+		if (p)                             \
+			(c).t[k] = *(p);           \
+	} while (0)
+
+static q4kh_status r_get_rows(q4kh_device_ctx *d, const struct q4kh_tensor *table,
+                              const int32_t *ids, int64_t n, float scale,
+                              const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_GET_ROWS, .f = scale };
+
+	T(c, 0, table);
+	T(c, 1, out);
+	return run(d, c, ids, n, -1);
+}
+
+static q4kh_status r_mul_mat(q4kh_device_ctx *d, const struct q4kh_tensor *w,
+                             const struct q4kh_tensor *x,
+                             const struct q4kh_tensor *y)
+{
+	struct call c = { .op = C_MUL_MAT };
+
+	T(c, 0, w);
+	T(c, 1, x);
+	T(c, 2, y);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_rms_norm(q4kh_device_ctx *d, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *w, float eps,
+                              const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_RMS_NORM, .f = eps };
+
+	T(c, 0, x);
+	T(c, 1, w);
+	T(c, 2, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_rope(q4kh_device_ctx *d, const struct q4kh_tensor *x,
+                          const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
+                          float base, float freq_scale,
+                          const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_ROPE };
+
+	c.rope = (struct q4kh_rope_params){ sizeof(c.rope), n_rot, (uint32_t)mode,
+		                             base, freq_scale, 0 };
+	T(c, 0, x);
+	T(c, 1, out);
+	return run(d, c, pos, x ? x->ne[2] : 0, -1);
+}
+
+static q4kh_status binary(q4kh_device_ctx *d, enum call_op op,
+                          const struct q4kh_tensor *a,
+                          const struct q4kh_tensor *b,
+                          const struct q4kh_tensor *out)
+{
+	struct call c = { .op = op };
+
+	T(c, 0, a);
+	T(c, 1, b);
+	T(c, 2, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_add(q4kh_device_ctx *d, const struct q4kh_tensor *a,
+                         const struct q4kh_tensor *b,
+                         const struct q4kh_tensor *out)
+{
+	return binary(d, C_ADD, a, b, out);
+}
+
+static q4kh_status r_mul(q4kh_device_ctx *d, const struct q4kh_tensor *a,
+                         const struct q4kh_tensor *b,
+                         const struct q4kh_tensor *out)
+{
+	return binary(d, C_MUL, a, b, out);
+}
+
+static q4kh_status r_scale(q4kh_device_ctx *d, const struct q4kh_tensor *x,
+                           float s, const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_SCALE, .f = s };
+
+	T(c, 0, x);
+	T(c, 1, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_glu(q4kh_device_ctx *d, q4kh_glu_kind kind,
+                         const struct q4kh_tensor *gate,
+                         const struct q4kh_tensor *up,
+                         const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_GLU, .i = (int32_t)kind };
+
+	T(c, 0, gate);
+	T(c, 1, up);
+	T(c, 2, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_copy(q4kh_device_ctx *d, const struct q4kh_tensor *src,
+                          const struct q4kh_tensor *dst)
+{
+	struct call c = { .op = C_COPY };
+
+	T(c, 0, src);
+	T(c, 1, dst);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_attention(q4kh_device_ctx *d, const struct q4kh_tensor *q,
+                               const struct q4kh_tensor *k,
+                               const struct q4kh_tensor *v,
+                               const struct q4kh_attn_params *p,
+                               const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_ATTENTION };
+
+	if (!p)
+		return fail(d->b, Q4KH_ERR_INVALID, "attention: params is NULL");
+	c.attn = *p;
+	T(c, 0, q);
+	T(c, 1, k);
+	T(c, 2, v);
+	T(c, 3, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+#ifndef REPLAY_V1_1
+static q4kh_status r_get_rows_ext(q4kh_device_ctx *d,
+                                  const struct q4kh_tensor *table,
+                                  const struct q4kh_tensor *ids, float scale,
+                                  const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_GET_ROWS_EXT, .f = scale };
+
+	T(c, 0, table);
+	T(c, 1, ids);
+	T(c, 2, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_rope_ext(q4kh_device_ctx *d, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *pos,
+                              const struct q4kh_rope_params *p,
+                              const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_ROPE_EXT };
+
+	if (!p)
+		return fail(d->b, Q4KH_ERR_INVALID, "rope_ext: params is NULL");
+	c.rope = *p;
+	T(c, 0, x);
+	T(c, 1, pos);
+	T(c, 2, out);
+	return run(d, c, NULL, 0, 1);
+}
+
+static q4kh_status r_set_rows(q4kh_device_ctx *d, const struct q4kh_tensor *src,
+                              const struct q4kh_tensor *rows,
+                              const struct q4kh_tensor *dst)
+{
+	struct call c = { .op = C_SET_ROWS };
+
+	T(c, 0, src);
+	T(c, 1, rows);
+	T(c, 2, dst);
+	return run(d, c, NULL, 0, 1);
+}
+
+static q4kh_status r_attention_ext(q4kh_device_ctx *d,
+                                   const struct q4kh_tensor *q,
+                                   const struct q4kh_tensor *k,
+                                   const struct q4kh_tensor *v,
+                                   const struct q4kh_tensor *pos,
+                                   const struct q4kh_attn_params *p,
+                                   const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_ATTENTION_EXT };
+
+	if (!p)
+		return fail(d->b, Q4KH_ERR_INVALID, "attention_ext: params is NULL");
+	c.attn = *p;
+	T(c, 0, q);
+	T(c, 1, k);
+	T(c, 2, v);
+	T(c, 3, pos);
+	T(c, 4, out);
+	return run(d, c, NULL, 0, 3);
+}
+#endif
+
+static q4kh_status r_graph_begin(q4kh_device_ctx *d)
+{
+	if (d->rec)
+		return fail(d->b, Q4KH_ERR_INVALID, "graph_begin while recording");
+	d->rec = calloc(1, sizeof(*d->rec));
+	return d->rec ? Q4KH_OK : fail(d->b, Q4KH_ERR_NOMEM, "out of memory");
+}
+
+static q4kh_status r_graph_end(q4kh_device_ctx *d, q4kh_graph **out)
+{
+	*out = d->rec;
+	d->rec = NULL;
+	return *out ? Q4KH_OK : fail(d->b, Q4KH_ERR_INVALID, "graph_end without graph_begin");
+}
+
+static q4kh_status r_graph_launch(q4kh_device_ctx *d, q4kh_graph *g)
+{
+	for (size_t k = 0; k < g->n; k++) {
+		q4kh_status st = issue(d, &g->calls[k]);
+
+		if (st)
+			return st;
+	}
+	return Q4KH_OK;
+}
+
+static void r_graph_free(q4kh_device_ctx *d, q4kh_graph *g)
+{
+	(void)d;
+	free_graph(g);
+}
+
+static const struct q4kh_backend_v1 table = {
+#ifdef REPLAY_V1_1
+	.struct_size = offsetof(struct q4kh_backend_v1, graph_free) +
+	               sizeof(table.graph_free),
+#else
+	.struct_size = sizeof(struct q4kh_backend_v1),
+	.get_rows_ext = r_get_rows_ext,
+	.rope_ext = r_rope_ext,
+	.set_rows = r_set_rows,
+	.attention_ext = r_attention_ext,
+#endif
+	.init = r_init,
+	.shutdown = r_shutdown,
+	.last_error = r_last_error,
+	.device_count = r_device_count,
+	.device_info = r_device_info,
+	.device_open = r_device_open,
+	.device_close = r_device_close,
+	.supports_type = r_supports_type,
+	.buffer_alloc = r_buffer_alloc,
+	.buffer_free = r_buffer_free,
+	.buffer_upload = r_upload,
+	.buffer_download = r_download,
+	.get_rows = r_get_rows,
+	.mul_mat = r_mul_mat,
+	.rms_norm = r_rms_norm,
+	.rope = r_rope,
+	.add = r_add,
+	.mul = r_mul,
+	.scale = r_scale,
+	.glu = r_glu,
+	.copy = r_copy,
+	.attention = r_attention,
+	.synchronize = r_synchronize,
+	.native_device = r_native_device,
+	.graph_begin = r_graph_begin,
+	.graph_end = r_graph_end,
+	.graph_launch = r_graph_launch,
+	.graph_free = r_graph_free,
+};
+
+static const struct q4kh_plugin_desc desc = {
+	.struct_size = sizeof(desc),
+#ifdef REPLAY_V1_1
+	.abi_minor = 1,
+#else
+	.abi_minor = Q4KH_ABI_MINOR,
+#endif
+	.kind = Q4KH_KIND_BACKEND,
+	.name = REPLAY_NAME,
+	.version = "0.1.0",
+	.vendor = "q4khost tests",
+	.license = "MIT",
+	.build_id = "test",
+	.backend = &table,
+};
+
+API const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)
+{
+	return &desc;
+}

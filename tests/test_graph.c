@@ -1,0 +1,294 @@
+/*
+ * The step graph (host/lib/graph.h, graph_run.h, session.c):
+ *  - the planner never lets two activations that are alive at once share
+ *    a byte, on every architecture's real step graphs, and still reuses
+ *    memory;
+ *  - the builders refuse misuse with a message instead of a bad graph;
+ *  - through the real CLI, a backend that records and replays steps gives
+ *    the reference's text with most steps replayed; a 1.1 backend (no
+ *    per-step values in device memory) is never replayed and gives the
+ *    same text; F2 rejects a backend that is right op by op and wrong
+ *    when replayed, at a decode step.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "graph.h"
+#include "helpers.h"
+#include "model.h"
+#include "registry.h"
+#include "session.h"
+
+/* Do activations A and B of G live at once (planner's lifetimes)? */
+static int alive_together(const struct q4kh_value *a, const struct q4kh_value *b)
+{
+	return a->first <= b->last && b->first <= a->last;
+}
+
+/* Every pair of activations that live at once is disjoint; memory is
+ * reused (the plan is smaller than the sum of the activations). */
+static void check_plan(const struct q4kh_graph *g, const char *what)
+{
+	uint64_t sum = 0;
+	int32_t n_act = 0;
+
+	for (int32_t i = 0; i < g->n_vals; i++) {
+		const struct q4kh_value *a = &g->vals[i];
+		uint64_t a_end = a->offset + (uint64_t)a->t.nb[3] * (uint64_t)a->t.ne[3];
+
+		if (a->kind != Q4KH_VAL_ACT)
+			continue;
+		n_act++;
+		sum += a_end - a->offset;
+		cr_expect_leq(a_end, g->scratch_bytes, "%s: %s ends past the plan", what,
+		              a->name);
+		cr_expect_eq(a->offset % 256, 0, "%s: %s at %llu", what, a->name,
+		             (unsigned long long)a->offset);
+		for (int32_t j = i + 1; j < g->n_vals; j++) {
+			const struct q4kh_value *b = &g->vals[j];
+			uint64_t b_end = b->offset + (uint64_t)b->t.nb[3] * (uint64_t)b->t.ne[3];
+
+			if (b->kind != Q4KH_VAL_ACT || !alive_together(a, b))
+				continue;
+			cr_expect(a_end <= b->offset || b_end <= a->offset,
+			          "%s: %s [%llu, %llu) and %s [%llu, %llu) are alive at once and overlap",
+			          what, a->name, (unsigned long long)a->offset,
+			          (unsigned long long)a_end, b->name,
+			          (unsigned long long)b->offset, (unsigned long long)b_end);
+		}
+	}
+	cr_expect_gt(n_act, 10, "%s: %d activations", what, n_act);
+	cr_expect_lt(g->scratch_bytes, sum, "%s: plan of %llu bytes reuses nothing of %llu",
+	             what, (unsigned long long)g->scratch_bytes, (unsigned long long)sum);
+}
+
+/* Lifetimes cover every node that reads or writes an activation. */
+static void check_lifetimes(const struct q4kh_graph *g, const char *what)
+{
+	for (int32_t n = 0; n < g->n_nodes; n++) {
+		const struct q4kh_node *node = &g->nodes[n];
+		int32_t used[Q4KH_GRAPH_SRC + 1];
+
+		memcpy(used, node->src, sizeof(node->src));
+		used[Q4KH_GRAPH_SRC] = node->out;
+		for (int k = 0; k <= Q4KH_GRAPH_SRC; k++) {
+			int32_t v = used[k];
+
+			if (v < 0)
+				continue;
+			while (g->vals[v].kind == Q4KH_VAL_VIEW)
+				v = g->vals[v].base;
+			if (g->vals[v].kind != Q4KH_VAL_ACT)
+				continue;
+			cr_expect(g->vals[v].first <= n && n <= g->vals[v].last,
+			          "%s: node %d (%s) uses %s outside its life %d .. %d", what,
+			          n, q4kh_op_name(node->op), g->vals[v].name,
+			          g->vals[v].first, g->vals[v].last);
+		}
+	}
+}
+
+static void plan_model(const char *file)
+{
+	char *path = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_backend be;
+	struct q4kh_model *m = NULL;
+	struct q4kh_session *s = NULL;
+	struct q4kh_session_params sp = { .n_ctx = 128 };
+	static const int64_t shapes[][2] = { { 1, 1 }, { 7, 1 }, { 64, 0 }, { 33, 33 } };
+
+	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
+		cr_assert_fail("out of memory");
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &be, &err), 0,
+	             "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+		struct q4kh_graph *g = q4kh_graph_new(shapes[i][0], shapes[i][1]);
+		char what[128];
+
+		snprintf(what, sizeof(what), "%s, %lld tokens, %lld logits", file,
+		         (long long)shapes[i][0], (long long)shapes[i][1]);
+		cr_assert_not_null(g);
+		cr_assert_eq(m->arch->build(g, s, &err), 0, "%s: %s", what, err.msg);
+		cr_assert_eq(q4kh_graph_check(g, &err), 0, "%s: %s", what, err.msg);
+		cr_assert_eq(q4kh_graph_plan(g, 256), 0);
+		cr_expect_eq(g->logits >= 0, shapes[i][1] > 0, "%s: logits %d", what, g->logits);
+		check_lifetimes(g, what);
+		check_plan(g, what);
+		q4kh_graph_free(g);
+	}
+	q4kh_session_free(s);
+	q4kh_model_free(m);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	free(path);
+}
+
+Test(graph, plans_of_every_architecture_never_overlap_live_activations)
+{
+	plan_model("tiny-llama.gguf");
+	plan_model("tiny-qwen2.gguf");
+	plan_model("tiny-qwen3.gguf");
+}
+
+Test(graph, builders_refuse_misuse_with_a_message)
+{
+	struct q4kh_graph *g = q4kh_graph_new(4, 1);
+	struct q4kh_error err = { { 0 } };
+	int32_t x;
+
+	cr_assert_not_null(g);
+	x = q4kh_graph_act(g, 8, 4, 1, "x");
+	cr_assert_geq(x, 0);
+	cr_expect_eq(q4kh_graph_check(g, &err), 0);
+	cr_expect_eq(q4kh_graph_reshape(g, x, 5, 7, 1), -1);
+	cr_expect_eq(q4kh_graph_check(g, &err), -1);
+	cr_expect(strstr(err.msg, "reshape of x {8, 4, 1} to {5, 7, 1}") != NULL, "%s",
+	          err.msg);
+	/* The first misuse is the one reported; later calls do nothing. */
+	cr_expect_eq(q4kh_graph_cols(g, x, 3, 2), -1);
+	cr_expect_eq(q4kh_graph_check(g, &err), -1);
+	cr_expect(strstr(err.msg, "reshape") != NULL, "%s", err.msg);
+	q4kh_graph_free(g);
+
+	g = q4kh_graph_new(4, 1);
+	x = q4kh_graph_act(g, 8, 4, 1, "x");
+	cr_expect_eq(q4kh_graph_cols(g, x, 3, 2), -1);
+	cr_expect_eq(q4kh_graph_check(g, &err), -1);
+	cr_expect(strstr(err.msg, "columns 3 .. 4 of x, which has 4") != NULL, "%s", err.msg);
+	q4kh_graph_free(g);
+
+	g = q4kh_graph_new(4, 1);
+	cr_expect_eq(q4kh_graph_scale(g, 99, 2.0f, 98), -1);
+	cr_expect_eq(q4kh_graph_check(g, &err), -1);
+	cr_expect(strstr(err.msg, "scale into value 98, which does not exist") != NULL, "%s",
+	          err.msg);
+	q4kh_graph_free(g);
+
+	cr_expect_null(q4kh_graph_new(0, 0));
+	cr_expect_null(q4kh_graph_new(4, 5));
+}
+
+/* q4khost run ... --json on the default model; the parsed object. */
+static json_t *run_json(const char *plugins, const char *args)
+{
+	char *cmd = NULL, *out = NULL;
+	json_error_t jerr;
+	json_t *j;
+	int rc;
+
+	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --plugin-path %s -m %s "
+	                   "-p 'The capital of France is' -n 12 %s 2>/dev/null",
+	             test_builddir(), plugins, test_model_path(), args) < 0)
+		cr_assert_fail("out of memory");
+	rc = test_shell(cmd, &out);
+	cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, out);
+	j = json_loads(out, 0, &jerr);
+	cr_assert_not_null(j, "%s: not JSON (%s): %s", cmd, jerr.text, out);
+	free(cmd);
+	free(out);
+	return j;
+}
+
+static const char *text_of(json_t *j)
+{
+	return json_string_value(json_object_get(j, "text"));
+}
+
+static json_int_t steps_of(json_t *j, const char *key)
+{
+	return json_integer_value(json_object_get(json_object_get(j, "steps"), key));
+}
+
+static const char *steps_str(json_t *j, const char *key)
+{
+	const char *s = json_string_value(json_object_get(json_object_get(j, "steps"), key));
+	return s ? s : "";
+}
+
+Test(replay, recorded_steps_give_the_references_text, .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_v1_1", NULL };
+	const char *plugins;
+	json_t *ref, *ok, *old;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	ref = run_json(plugins, "--backend cpu --kernel none");
+	ok = run_json(plugins, "--backend replay-ok --f2 off");
+	old = run_json(plugins, "--backend replay-v1-1 --f2 off");
+
+	cr_expect_str_eq(steps_str(ref, "mode"), "op by op");
+	cr_expect(strstr(steps_str(ref, "why_not"), "cpu has no graph_begin") != NULL, "%s",
+	          steps_str(ref, "why_not"));
+
+	/* 1 prefill step, 11 decode steps: the 2nd decode step is recorded,
+	 * the 2nd to the 11th are replays. */
+	cr_expect_str_eq(text_of(ok), text_of(ref));
+	cr_expect_str_eq(steps_str(ok, "mode"), "graph replay");
+	cr_expect_eq(steps_of(ok, "steps"), 12);
+	cr_expect_eq(steps_of(ok, "recordings"), 1);
+	cr_expect_eq(steps_of(ok, "replays"), 10);
+
+	cr_expect_str_eq(text_of(old), text_of(ref));
+	cr_expect_str_eq(steps_str(old, "mode"), "op by op");
+	cr_expect_eq(steps_of(old, "replays"), 0);
+	cr_expect(strstr(steps_str(old, "why_not"), "replay-v1-1 has no get_rows_ext") != NULL,
+	          "%s", steps_str(old, "why_not"));
+	json_decref(ref);
+	json_decref(ok);
+	json_decref(old);
+}
+
+Test(replay, f2_rejects_a_backend_wrong_only_when_replayed, .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_stale", NULL };
+	const char *plugins;
+	char *cmd = NULL, *out = NULL;
+	json_error_t jerr;
+	json_t *root, *c;
+	size_t i;
+	int rc, seen = 0;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	if (asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --json "
+	                   "--plugin-path %s -m %s 2>/dev/null",
+	             test_tmpdir(), test_builddir(), plugins, test_model_path()) < 0)
+		cr_assert_fail("out of memory");
+	rc = test_shell(cmd, &out);
+	cr_expect_eq(rc, 1, "a rejected candidate makes the exit code 1: %s", out);
+	root = json_loads(out, 0, &jerr);
+	cr_assert_not_null(root, "not JSON (%s): %s", jerr.text, out);
+	json_array_foreach(json_object_get(root, "candidates"), i, c) {
+		const char *be = json_string_value(json_object_get(c, "backend"));
+		const char *verdict = json_string_value(json_object_get(c, "verdict"));
+		const char *msg = json_string_value(json_object_get(c, "message"));
+
+		if (!strcmp(be, "replay-ok")) {
+			cr_expect_str_eq(verdict, "pass", "%s", msg);
+			seen |= 1;
+		} else if (!strcmp(be, "replay-stale")) {
+			/* decode steps 0 and 1 run op by op and as the recording */
+			cr_expect(strcmp(verdict, "pass"), "replay-stale passed: %s", msg);
+			cr_expect(strstr(msg, "(decode step ") != NULL, "%s", msg);
+			cr_expect(strstr(msg, "(decode step 0)") == NULL &&
+			                  strstr(msg, "(decode step 1)") == NULL,
+			          "rejected before any replay: %s", msg);
+			seen |= 2;
+		}
+	}
+	cr_expect_eq(seen, 3, "both candidates measured: %s", out);
+	json_decref(root);
+	free(cmd);
+	free(out);
+}
