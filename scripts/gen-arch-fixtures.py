@@ -20,8 +20,10 @@ Llama 3) of a few conversations.
 
 Oracle: llama-cpp-python (CPU, flash attention off, F16 KV cache: its
 defaults), gguf-py for the dequantized LM head.
-Usage: scripts/gen-arch-fixtures.py [FIXTURES_DIR]
+Usage: scripts/gen-arch-fixtures.py [--only NAME]... [FIXTURES_DIR]
+(--only: record these models' fixtures alone, not the tokenizer's)
 """
+import argparse
 import ctypes
 import importlib.util
 import json
@@ -37,7 +39,8 @@ from gguf.quants import dequantize
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 16
 TOPK = 8
-ARCHS = ["llama", "qwen2", "qwen3"]
+# Each model's file is tests/fixtures/tiny-NAME.gguf (scripts/gen-tiny-models.py).
+ARCHS = ["llama", "qwen2", "qwen3", "llama-ropefreqs", "qwen2-yarn"]
 PROMPTS = [
     "The capital of France is",
     "1, 2, 3, 4, 5, 6,",
@@ -232,11 +235,17 @@ def oracle(fixtures, arch):
 
 
 def main():
-    fixtures = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "fixtures")
-    for arch in ARCHS:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", action="append", choices=ARCHS)
+    ap.add_argument("fixtures", nargs="?", default=os.path.join(HERE, "..", "tests", "fixtures"))
+    a = ap.parse_args()
+    fixtures = a.fixtures
+    for arch in a.only or ARCHS:
         with open(os.path.join(fixtures, "arch-%s.json" % arch), "w") as f:
             json.dump(oracle(fixtures, arch), f, indent=0)
             f.write("\n")
+    if a.only:
+        return
     with open(os.path.join(fixtures, "tokenizer-bpe.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer_doc(fixtures, load_gemma_corpus()), f, ensure_ascii=False, indent=0)
         f.write("\n")

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Write small random-weight GGUF models of the llama, qwen2 and qwen3
 architectures: tests/fixtures/tiny-llama.gguf, tiny-qwen2.gguf and
-tiny-qwen3.gguf (about 2-3 MB each; committed).
+tiny-qwen3.gguf (about 2-3 MB each; committed), and two with RoPE scaling:
+tiny-llama-ropefreqs.gguf (Llama 3.1's frequency factors, rope_freqs.weight,
+random in [1, 8]) and tiny-qwen2-yarn.gguf (YaRN, factor 4 over an original
+context of 256).
 
 Shapes: 256 hidden (a multiple of 256, so Q4_K applies), 4 layers, 768 FFN,
 grouped-query attention (4 query heads over 2 KV heads; qwen3 with a head
@@ -46,16 +49,19 @@ N_EMBD, N_LAYER, N_FF, N_HEAD, N_HEAD_KV = 256, 4, 768, 4, 2
 LAYER_GAIN = 0.6
 
 ARCHS = {
-    "llama": dict(head_dim=64, rope_base=500000.0, eps=1e-5, tied=False, pre="llama-bpe",
+    "llama": dict(arch="llama", head_dim=64, rope_base=500000.0, eps=1e-5, tied=False, pre="llama-bpe",
                   bos="<|begin_of_text|>", eos="<|eot_id|>", add_bos=True,
                   template=synthgguf.LLAMA3_TEMPLATE, seed=1),
-    "qwen2": dict(head_dim=64, rope_base=1000000.0, eps=1e-6, tied=True, pre="qwen2",
+    "qwen2": dict(arch="qwen2", head_dim=64, rope_base=1000000.0, eps=1e-6, tied=True, pre="qwen2",
                   bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
                   template=synthgguf.CHATML_TEMPLATE, seed=2),
-    "qwen3": dict(head_dim=128, rope_base=1000000.0, eps=1e-6, tied=False, pre="qwen2",
+    "qwen3": dict(arch="qwen3", head_dim=128, rope_base=1000000.0, eps=1e-6, tied=False, pre="qwen2",
                   bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
                   template=synthgguf.CHATML_TEMPLATE, seed=3),
 }
+ARCHS["llama-ropefreqs"] = dict(ARCHS["llama"], seed=4, rope_freqs=True)
+ARCHS["qwen2-yarn"] = dict(ARCHS["qwen2"], seed=5,
+                           yarn=dict(factor=4.0, original_context_length=256))
 
 
 def default_tokenizer_json():
@@ -88,7 +94,8 @@ def special_type(text):
     return synthgguf.CONTROL if text.startswith("<|") and text.endswith("|>") else synthgguf.USER
 
 
-def build(arch, cfg, vocab, out_dir):
+def build(name, cfg, vocab, out_dir):
+    arch = cfg["arch"]
     tokens, merges, qwen_added = vocab
     added = synthgguf.LLAMA3_SPECIALS if arch == "llama" else qwen_added
     all_tokens = tokens + added
@@ -99,8 +106,13 @@ def build(arch, cfg, vocab, out_dir):
                             bias=arch == "qwen2", qk_norm=arch == "qwen3")
     rng = np.random.default_rng(cfg["seed"])
     w = synthgguf.Writer()
-    synthgguf.add_hparams(w, shape, "tiny-" + arch,
+    synthgguf.add_hparams(w, shape, "tiny-" + name,
                           "random weights for tests (scripts/gen-tiny-models.py)")
+    if "yarn" in cfg:
+        w.add(arch + ".rope.scaling.type", "yarn")
+        w.add(arch + ".rope.scaling.factor", cfg["yarn"]["factor"])
+        w.add(arch + ".rope.scaling.original_context_length",
+              cfg["yarn"]["original_context_length"])
     synthgguf.add_tokenizer(w, all_tokens, types, merges, cfg["pre"], cfg["bos"], cfg["eos"],
                             cfg["add_bos"], cfg["template"])
     tensors = {}
@@ -125,10 +137,14 @@ def build(arch, cfg, vocab, out_dir):
         w.tensor("output.weight", "Q8_0", N_EMBD, n_vocab)
         tensors["output.weight"] = quantize(head.astype(np.float32),
                                             GGMLQuantizationType.Q8_0).tobytes()
+    if cfg.get("rope_freqs"):
+        w.tensor("rope_freqs.weight", "F32", cfg["head_dim"] // 2)
+        tensors["rope_freqs.weight"] = rng.uniform(1.0, 8.0, cfg["head_dim"] // 2) \
+            .astype("<f4").tobytes()
     for il in range(N_LAYER):
         for t in synthgguf.layer_tensors(shape, il, LAYER_GAIN):
             add(*t)
-    path = os.path.join(out_dir, "tiny-%s.gguf" % arch)
+    path = os.path.join(out_dir, "tiny-%s.gguf" % name)
     w.write(path, tensors.__getitem__)
     print("%s: %d tokens (%d merges), %d bytes" % (path, n_vocab, len(merges), os.path.getsize(path)))
 
@@ -137,11 +153,14 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer-json", default=None)
+    ap.add_argument("--only", action="append", choices=sorted(ARCHS),
+                    help="write only this model (repeatable)")
     ap.add_argument("out_dir", nargs="?", default=os.path.join(here, "..", "tests", "fixtures"))
     a = ap.parse_args()
     vocab = base_vocab(a.tokenizer_json or default_tokenizer_json())
-    for arch, cfg in ARCHS.items():
-        build(arch, cfg, vocab, a.out_dir)
+    for name, cfg in ARCHS.items():
+        if not a.only or name in a.only:
+            build(name, cfg, vocab, a.out_dir)
 
 
 if __name__ == "__main__":

@@ -125,8 +125,13 @@ Test(abi, attn_params)
 	OFF(q4kh_rope_params, mode, 8);
 	OFF(q4kh_rope_params, base, 12);
 	OFF(q4kh_rope_params, freq_scale, 16);
-	OFF(q4kh_rope_params, reserved, 20);
-	SIZE(q4kh_rope_params, 24);
+	OFF(q4kh_rope_params, ext_factor, 20);
+	OFF(q4kh_rope_params, attn_factor, 24);
+	OFF(q4kh_rope_params, beta_fast, 28);
+	OFF(q4kh_rope_params, beta_slow, 32);
+	OFF(q4kh_rope_params, n_ctx_orig, 36);
+	OFF(q4kh_rope_params, freq_factors, 40);
+	SIZE(q4kh_rope_params, 48);
 	cr_expect_eq(Q4KH_TYPE_I32, 26); /* GGUF's id */
 }
 

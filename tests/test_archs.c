@@ -1,6 +1,7 @@
 /*
  * The llama, qwen2 and qwen3 forward passes against llama.cpp on the tiny
- * random-weight models of scripts/gen-tiny-models.py, through the fixtures
+ * random-weight models of scripts/gen-tiny-models.py (two of them with
+ * RoPE scaling: frequency factors, YaRN), through the fixtures
  * recorded by scripts/gen-arch-fixtures.py (issue 3):
  *   - our tokenizer gives llama.cpp's prompt ids;
  *   - every prompt position (one batched prefill) and every one of 16
@@ -149,7 +150,8 @@ static double check_case(struct q4kh_session *s, const struct oracle *o,
 	return worst;
 }
 
-static void check_arch(const char *arch)
+/* Model tiny-NAME.gguf of architecture ARCH against its fixture. */
+static void check_model(const char *name_, const char *arch)
 {
 	char name[64];
 	char *path;
@@ -165,8 +167,8 @@ static void check_arch(const char *arch)
 	size_t ci;
 	double worst = 1.0;
 
-	load_oracle(arch, &o);
-	snprintf(name, sizeof(name), "tiny-%s.gguf", arch);
+	load_oracle(name_, &o);
+	snprintf(name, sizeof(name), "tiny-%s.gguf", name_);
 	path = fixture(name);
 	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
 	cr_assert_not_null(q4kh_registry_find(reg, "cpu"), "cpu plugin not found on %s", reg->path);
@@ -180,12 +182,12 @@ static void check_arch(const char *arch)
 	json_array_foreach(json_object_get(o.root, "cases"), ci, c) {
 		double w;
 		expect_prompt_ids(tok, c);
-		w = check_case(s, &o, arch, ci, c);
+		w = check_case(s, &o, name_, ci, c);
 		if (w < worst)
 			worst = w;
 	}
 	cr_assert_geq(ci, 3, "%s: %zu cases", arch, ci);
-	fprintf(stderr, "%s: minimum cosine over every position of every case: %.6f\n", arch, worst);
+	fprintf(stderr, "%s: minimum cosine over every position of every case: %.6f\n", name_, worst);
 	q4kh_session_free(s);
 	q4kh_tokenizer_free(tok);
 	q4kh_model_free(m);
@@ -196,9 +198,18 @@ static void check_arch(const char *arch)
 	free(path);
 }
 
-Test(archs, llama_matches_llama_cpp, .timeout = 300) { check_arch("llama"); }
-Test(archs, qwen2_matches_llama_cpp, .timeout = 300) { check_arch("qwen2"); }
-Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_arch("qwen3"); }
+Test(archs, llama_matches_llama_cpp, .timeout = 300) { check_model("llama", "llama"); }
+Test(archs, qwen2_matches_llama_cpp, .timeout = 300) { check_model("qwen2", "qwen2"); }
+Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_model("qwen3", "qwen3"); }
+/* RoPE scaling: Llama 3.1's frequency factors, and YaRN. */
+Test(archs, llama_rope_freqs_match_llama_cpp, .timeout = 300)
+{
+	check_model("llama-ropefreqs", "llama");
+}
+Test(archs, qwen2_yarn_matches_llama_cpp, .timeout = 300)
+{
+	check_model("qwen2-yarn", "qwen2");
+}
 
 /*
  * q4khost run, end to end: the first prompt of each architecture, raw

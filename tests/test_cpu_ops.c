@@ -1233,7 +1233,7 @@ Test(cpu_ops, rope_ext_and_get_rows_ext_match_the_host_memory_forms)
 	static const int32_t pos[3] = { 17, 3, 250 }, ids[2] = { 6, 2 };
 	struct q4kh_rope_params rp = { .struct_size = sizeof(rp), .n_rot = 16,
 		                       .mode = Q4KH_ROPE_NEOX, .base = 10000.0f,
-		                       .freq_scale = 0.5f };
+		                       .freq_scale = 0.5f, .attn_factor = 1.0f };
 	double *exact;
 	float *x = random_floats(32 * 2 * 3), *a, *b;
 	struct q4kh_tensor xt, o1, o2, pt, it, w;

@@ -62,7 +62,19 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	int32_t q = project(g, &l->wq, &l->bq, h, "attn_q", il);
 	int32_t k = project(g, &l->wk, &l->bk, h, "attn_k", il);
 	int32_t v = project(g, &l->wv, &l->bv, h, "attn_v", il);
-	int32_t qh, kh, kc, vc, oh;
+	const struct q4kh_rope_params rope = {
+		.struct_size = sizeof(rope),
+		.n_rot = (int32_t)hp->n_rot,
+		.mode = (uint32_t)hp->rope_mode,
+		.base = l->rope_base,
+		.freq_scale = l->rope_scale,
+		.ext_factor = hp->rope_ext_factor,
+		.attn_factor = hp->rope_attn_factor,
+		.beta_fast = hp->yarn_beta_fast,
+		.beta_slow = hp->yarn_beta_slow,
+		.n_ctx_orig = (int32_t)hp->n_ctx_orig,
+	};
+	int32_t qh, kh, kc, vc, oh, ff;
 
 	if (l->q_norm.src) {
 		head_norm(g, m, q, hp->n_head, &l->q_norm, "attn_q_norm", il);
@@ -70,10 +82,9 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	}
 	qh = q4kh_graph_reshape(g, q, hd, hp->n_head, T);
 	kh = q4kh_graph_reshape(g, k, hd, hp->n_head_kv, T);
-	q4kh_graph_rope(g, qh, (int32_t)hp->n_rot, hp->rope_mode, l->rope_base,
-	                l->rope_scale, qh);
-	q4kh_graph_rope(g, kh, (int32_t)hp->n_rot, hp->rope_mode, l->rope_base,
-	                l->rope_scale, kh);
+	ff = m->rope_freqs.src ? q4kh_graph_weight(g, &m->rope_freqs, "rope_freqs") : -1;
+	q4kh_graph_rope(g, qh, &rope, ff, qh);
+	q4kh_graph_rope(g, kh, &rope, ff, kh);
 	if (opts->prescale_q)
 		q4kh_graph_scale(g, q, hp->attn_scale, q);
 	kc = q4kh_graph_fixed(g, &s->k_cache[il], "blk.%u.k_cache", il);

@@ -24,7 +24,8 @@ int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m);
 /*
  * Attention of layer IL over h = its normed input {n_embd, T}:
  * q, k, v = Wq h (+ bq), Wk h (+ bk), Wv h (+ bv); per-head RMSNorm of q
- * and k when the layer has q_norm; RoPE at the step's positions; k and v
+ * and k when the layer has q_norm; RoPE at the step's positions (with
+ * the model's frequency factors and YaRN scaling); k and v
  * written to the layer's cache rows; attention; then Wo. Returns the
  * output {n_embd, T}.
  */

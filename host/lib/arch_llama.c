@@ -19,38 +19,83 @@
 #include "arch_blocks.h"
 #include "arch_llama.h"
 
-/* RoPE base and linear frequency scaling; other scalings are refused. */
-static int load_rope(struct q4kh_model *m, struct q4kh_error *err)
+/* 1 when string S of length N is TEXT. */
+static int is(const struct q4kh_gguf_str *s, const char *text)
+{
+	return s->len == strlen(text) && !memcmp(s->data, text, s->len);
+}
+
+/* YaRN's magnitude factor as llama.cpp's context computes it (llama-context.cpp). */
+static float yarn_mscale(float factor, float mscale)
+{
+	return factor <= 1.0f ? 1.0f : 0.1f * mscale * logf(factor) + 1.0f;
+}
+
+/*
+ * RoPE: base, rope.scaling.type none, linear or yarn with its factor,
+ * original context, attention factor and log multiplier, as llama.cpp
+ * 0.3.36 reads them (llama-model.cpp, llama-context.cpp: YaRN's
+ * ext_factor 1, beta_fast 32, beta_slow 1); the frequency factors of
+ * rope_freqs.weight when the family has them. Other scalings are refused.
+ */
+static int load_rope(struct q4kh_model *m, const struct q4kh_llama_family *f,
+                     struct q4kh_error *err)
 {
 	struct q4kh_hparams *hp = &m->hp;
-	float base = 10000.0f, factor = 0.0f;
+	float base = 10000.0f, factor = 0.0f, attn = 1.0f, log_mul = 0.0f, scale;
 	struct q4kh_gguf_str type = { 0, NULL };
 	char key[128], shown[144];
-	int rc;
+	int rc, yarn;
 
 	snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
 	rc = q4kh_gguf_get_str(m->gguf, key, &type, err);
 	if (rc < 0)
 		return -1;
-	if (rc == 0 && !(type.len == 4 && !memcmp(type.data, "none", 4)) &&
-	    !(type.len == 6 && !memcmp(type.data, "linear", 6)))
-		return q4kh_fail(err, "%s: %s is \"%s\": not supported (supported: none, linear)",
+	yarn = rc == 0 && is(&type, "yarn");
+	if (rc == 0 && !is(&type, "none") && !is(&type, "linear") && !yarn)
+		return q4kh_fail(err, "%s: %s is \"%s\": not supported (supported: none, linear, yarn)",
 		                 m->gguf->path, key,
 		                 q4kh_show(shown, sizeof(shown), type.data, type.len, 32, 0));
-	if (q4kh_gguf_tensor(m->gguf, "rope_freqs.weight"))
-		return q4kh_fail(err, "%s: tensor rope_freqs.weight (Llama 3.1 RoPE frequency factors) is not supported",
-		                 m->gguf->path);
-	/* llama.cpp applies a factor whatever the type says */
 	if (q4kh_model_f32(m, "%s.rope.freq_base", &base, 0, err) ||
-	    q4kh_model_f32(m, "%s.rope.scaling.factor", &factor, 0, err))
+	    q4kh_model_f32(m, "%s.rope.scaling.factor", &factor, 0, err) ||
+	    q4kh_model_f32(m, "%s.rope.scaling.attn_factor", &attn, 0, err) ||
+	    q4kh_model_f32(m, "%s.rope.scaling.yarn_log_multiplier", &log_mul, 0, err) ||
+	    q4kh_model_u32(m, "%s.rope.scaling.original_context_length", &hp->n_ctx_orig, 0, err))
 		return -1;
-	if (!(base > 0.0f) || isinf(base) || !(factor >= 0.0f) || isinf(factor))
-		return q4kh_fail(err, "%s: %s.rope.freq_base %g and rope.scaling.factor %g: expected a finite base > 0 and a finite factor >= 0",
-		                 m->gguf->path, m->arch->name, (double)base, (double)factor);
+	if (!(base > 0.0f) || isinf(base) || !(factor >= 0.0f) || isinf(factor) ||
+	    !isfinite(attn) || !isfinite(log_mul))
+		return q4kh_fail(err, "%s: %s.rope.freq_base %g, rope.scaling.factor %g, attn_factor %g, yarn_log_multiplier %g: expected a finite base > 0, a finite factor >= 0 and finite factors",
+		                 m->gguf->path, m->arch->name, (double)base, (double)factor,
+		                 (double)attn, (double)log_mul);
+	/* a factor applies unless the type says none (llama-context.cpp) */
+	scale = factor == 0.0f || (rc == 0 && is(&type, "none")) ? 1.0f : 1.0f / factor;
+	hp->rope_attn_factor = attn;
+	if (yarn) {
+		float fac = 1.0f / scale;
+
+		if (hp->n_ctx_orig == 0)
+			return q4kh_fail(err, "%s: YaRN RoPE scaling needs %s.rope.scaling.original_context_length or %s.context_length",
+			                 m->gguf->path, m->arch->name, m->arch->name);
+		hp->rope_ext_factor = 1.0f;
+		hp->yarn_beta_fast = 32.0f;
+		hp->yarn_beta_slow = 1.0f;
+		hp->rope_attn_factor *= (log_mul != 0.0f
+		                                 ? yarn_mscale(fac, 1.0f) / yarn_mscale(fac, log_mul)
+		                                 : yarn_mscale(fac, 1.0f)) /
+		                        (1.0f + 0.1f * logf(fac));
+	}
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		m->layers[il].rope_base = base;
-		m->layers[il].rope_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+		m->layers[il].rope_scale = scale;
 	}
+	if (!f->rope_freqs && q4kh_gguf_tensor(m->gguf, "rope_freqs.weight"))
+		return q4kh_fail(err, "%s: tensor rope_freqs.weight: RoPE frequency factors are not part of the %s architecture",
+		                 m->gguf->path, m->arch->name);
+	if (q4kh_model_bind(m, &m->rope_freqs, 0, hp->n_rot / 2, 1, err, "rope_freqs.weight"))
+		return -1;
+	if (m->rope_freqs.src && m->rope_freqs.src->type != Q4KH_TYPE_F32)
+		return q4kh_fail(err, "%s: rope_freqs.weight is %s, expected F32", m->gguf->path,
+		                 q4kh_type_name(m->rope_freqs.src->type));
 	return 0;
 }
 
@@ -93,7 +138,7 @@ int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err)
 	const struct q4kh_llama_family *f = m->arch->data;
 	struct q4kh_hparams *hp = &m->hp;
 
-	if (q4kh_model_attn_hparams(m, err) || load_rope(m, err) ||
+	if (q4kh_model_attn_hparams(m, err) || load_rope(m, f, err) ||
 	    q4kh_model_bind_io(m, err))
 		return -1;
 	hp->rope_mode = f->rope_mode;
@@ -129,6 +174,7 @@ int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
 
 static const struct q4kh_llama_family llama = {
 	.rope_mode = Q4KH_ROPE_NORM,
+	.rope_freqs = 1,
 };
 
 const struct q4kh_arch q4kh_arch_llama = {

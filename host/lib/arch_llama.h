@@ -14,14 +14,16 @@ struct q4kh_llama_family {
 	q4kh_rope_mode rope_mode; /* as llama.cpp's llama_model_rope_type */
 	int qkv_bias;             /* blk.N.attn_{q,k,v}.bias required (else optional) */
 	int qk_norm;              /* blk.N.attn_{q,k}_norm: per-head RMSNorm before RoPE */
+	int rope_freqs;           /* rope_freqs.weight (frequency factors) is read */
 };
 
 /*
  * Read the hyper-parameters (q4kh_model_attn_hparams, plus
- * rope.freq_base, default 10000, and linear rope.scaling) and bind every
+ * RoPE: rope.freq_base (default 10000), rope.scaling none, linear or
+ * yarn, and rope_freqs.weight where the family reads it) and bind every
  * weight of m->arch's family members. -1 with err naming the key or
- * tensor and what was found (YaRN or Llama 3.1 RoPE scaling, for one, is
- * refused rather than computed wrongly).
+ * tensor and what was found (another RoPE scaling, for one, is refused
+ * rather than computed wrongly).
  */
 int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err);
 

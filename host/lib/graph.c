@@ -258,7 +258,22 @@ int32_t q4kh_graph_op(struct q4kh_graph *g, enum q4kh_op op, int32_t out,
 	n->i[1] = i ? i[1] : 0;
 	n->f[0] = f ? f[0] : 0.0f;
 	n->f[1] = f ? f[1] : 0.0f;
+	memset(&n->rope, 0, sizeof(n->rope));
 	return out;
+}
+
+int32_t q4kh_graph_rope(struct q4kh_graph *g, int32_t x,
+                        const struct q4kh_rope_params *p, int32_t ff,
+                        int32_t out)
+{
+	int32_t r = q4kh_graph_node(g, Q4KH_OP_ROPE, out, x, g->pos, ff, -1, 0, 0,
+	                            0.0f, 0.0f);
+
+	if (r >= 0) {
+		g->nodes[g->n_nodes - 1].rope = *p;
+		g->nodes[g->n_nodes - 1].rope.freq_factors = NULL;
+	}
+	return r;
 }
 
 int q4kh_graph_check(const struct q4kh_graph *g, struct q4kh_error *err)

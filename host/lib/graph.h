@@ -30,7 +30,7 @@ enum q4kh_op {
 	Q4KH_OP_GET_ROWS,  /* src table (fixed), ids; f[0] scale */
 	Q4KH_OP_MUL_MAT,   /* src w (a weight), x: through w's kernel variant */
 	Q4KH_OP_RMS_NORM,  /* src x, w (or -1); f[0] eps */
-	Q4KH_OP_ROPE,      /* src x, pos; i[0] n_rot, i[1] mode; f[0] base, f[1] freq_scale */
+	Q4KH_OP_ROPE,      /* src x, pos, freq factors (or -1); rope */
 	Q4KH_OP_ADD,       /* src a, b (b broadcast as the backend's add) */
 	Q4KH_OP_SCALE,     /* src x; f[0] */
 	Q4KH_OP_GLU,       /* src gate, up; i[0] q4kh_glu_kind */
@@ -67,6 +67,8 @@ struct q4kh_node {
 	int32_t out;
 	int32_t i[2];
 	float f[2];
+	/* ROPE's parameters; freq_factors is src[2]'s tensor when it runs */
+	struct q4kh_rope_params rope;
 };
 
 struct q4kh_graph {
@@ -164,15 +166,13 @@ static inline int32_t q4kh_graph_rms_norm(struct q4kh_graph *g, int32_t x,
 	                       0.0f);
 }
 
-/* RoPE of x {head_dim, heads, T} at the step's positions. */
-static inline int32_t q4kh_graph_rope(struct q4kh_graph *g, int32_t x,
-                                      int32_t n_rot, q4kh_rope_mode mode,
-                                      float base, float freq_scale,
-                                      int32_t out)
-{
-	return q4kh_graph_node(g, Q4KH_OP_ROPE, out, x, g->pos, -1, -1, n_rot,
-	                       (int32_t)mode, base, freq_scale);
-}
+/*
+ * RoPE of x {head_dim, heads, T} at the step's positions, with P's
+ * parameters and the frequency factors FF (a fixed F32 {n_rot/2}, or -1).
+ */
+int32_t q4kh_graph_rope(struct q4kh_graph *g, int32_t x,
+                        const struct q4kh_rope_params *p, int32_t ff,
+                        int32_t out);
 
 static inline int32_t q4kh_graph_add(struct q4kh_graph *g, int32_t a,
                                      int32_t b, int32_t out)

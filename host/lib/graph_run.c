@@ -76,21 +76,21 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 	case Q4KH_OP_RMS_NORM:
 		CALL(v->rms_norm(dev, s[0], s[1], n->f[0], out));
 		return 0;
-	case Q4KH_OP_ROPE:
+	case Q4KH_OP_ROPE: {
+		struct q4kh_rope_params p = n->rope;
+
+		p.freq_factors = s[2];
 		if (Q4KH_BACKEND_HAS(v, rope_ext)) {
-			struct q4kh_rope_params p = {
-				.struct_size = sizeof(p),
-				.n_rot = n->i[0],
-				.mode = (uint32_t)n->i[1],
-				.base = n->f[0],
-				.freq_scale = n->f[1],
-			};
 			CALL(v->rope_ext(dev, s[0], s[1], &p, out));
-		} else {
-			CALL(v->rope(dev, s[0], in->pos, n->i[0], (q4kh_rope_mode)n->i[1],
-			             n->f[0], n->f[1], out));
+			return 0;
 		}
+		if (p.freq_factors || p.ext_factor != 0.0f || p.attn_factor != 1.0f)
+			return q4kh_fail(err, "%s: this model's RoPE scaling (frequency factors or YaRN) needs rope_ext (ABI 1.2), which %s lacks",
+			                 what, b->plugin->name);
+		CALL(v->rope(dev, s[0], in->pos, p.n_rot, (q4kh_rope_mode)p.mode,
+		             p.base, p.freq_scale, out));
 		return 0;
+	}
 	case Q4KH_OP_ADD:
 		CALL(v->add(dev, s[0], s[1], out));
 		return 0;

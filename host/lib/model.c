@@ -191,6 +191,10 @@ int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err)
 	if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
 		return q4kh_fail(err, "%s: %s.rope.dimension_count is %u: expected an even number from 2 to the head dimension %u",
 		                 m->gguf->path, m->arch->name, hp->n_rot, hp->head_dim);
+	hp->rope_ext_factor = 0.0f;
+	hp->rope_attn_factor = 1.0f;
+	hp->yarn_beta_fast = hp->yarn_beta_slow = 0.0f;
+	hp->n_ctx_orig = hp->n_ctx_train;
 	m->layers = calloc(hp->n_layer, sizeof(*m->layers));
 	if (!m->layers)
 		return q4kh_fail(err, "out of memory");
@@ -229,6 +233,7 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 	list[n++] = &m->output_norm;
 	if (m->output.src != m->tok_embd.src)
 		list[n++] = &m->output;
+	list[n++] = &m->rope_freqs;
 	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
 		struct q4kh_layer *l = &m->layers[il];
 		struct q4kh_weight *lw[] = {
@@ -245,7 +250,7 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 
 static size_t weight_slots(const struct q4kh_model *m)
 {
-	return 3 + 16 * (size_t)m->hp.n_layer;
+	return 4 + 16 * (size_t)m->hp.n_layer;
 }
 
 /* Matrices, not norm vectors: what session_matmul multiplies by. */

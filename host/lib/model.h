@@ -52,6 +52,10 @@ struct q4kh_hparams {
 	float embd_scale;    /* multiplies embedding rows */
 	float final_softcap; /* 0 = none */
 	q4kh_rope_mode rope_mode;
+	/* RoPE scaling beyond a layer's base and linear scale (plugin.h,
+	 * struct q4kh_rope_params): 0, 1, 0, 0, 0 when the model has none. */
+	float rope_ext_factor, rope_attn_factor, yarn_beta_fast, yarn_beta_slow;
+	uint32_t n_ctx_orig; /* the trained context YaRN corrects for */
 };
 
 struct q4kh_arch;
@@ -61,6 +65,7 @@ struct q4kh_model {
 	const struct q4kh_arch *arch;
 	struct q4kh_hparams hp;
 	struct q4kh_weight tok_embd, output_norm, output; /* output may alias tok_embd */
+	struct q4kh_weight rope_freqs; /* RoPE frequency factors {n_rot/2}, or none */
 	struct q4kh_layer *layers;
 	/* After upload: */
 	struct q4kh_backend *backend;
@@ -146,7 +151,8 @@ int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
  * (default: head_count), attention.key_length / value_length (default
  * n_embd / n_head; must be equal and even), rope.dimension_count (default:
  * the head dimension), attention.layer_norm_rms_epsilon and
- * context_length (optional), checked for consistency. Allocates
+ * context_length (optional), checked for consistency; no RoPE scaling
+ * beyond the layers' own (the architecture's loader sets it). Allocates
  * m->layers. -1 with err naming the key and the value.
  */
 int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err);

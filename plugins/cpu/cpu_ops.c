@@ -200,45 +200,73 @@ static void rope_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	}
 }
 
-static q4kh_status rope_args(q4kh_device_ctx *dev, const int32_t *pos,
-                             int32_t n_rot, q4kh_rope_mode mode, float base,
-                             float freq_scale, int64_t hd)
+static q4kh_status rope_args(q4kh_device_ctx *dev,
+                             const struct q4kh_rope_params *p, int64_t hd)
 {
-	if (!pos)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: pos is NULL");
-	if (mode != Q4KH_ROPE_NORM && mode != Q4KH_ROPE_NEOX)
+	if (p->mode != Q4KH_ROPE_NORM && p->mode != Q4KH_ROPE_NEOX)
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rope: mode %d, expected %d (NORM) or %d (NEOX)",
-		                (int)mode, Q4KH_ROPE_NORM, Q4KH_ROPE_NEOX);
-	if (n_rot < 2 || n_rot % 2 || n_rot > hd)
+		                "rope: mode %u, expected %d (NORM) or %d (NEOX)",
+		                p->mode, Q4KH_ROPE_NORM, Q4KH_ROPE_NEOX);
+	if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > hd)
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
 		                "rope: n_rot = %d, expected an even number from 2 to "
 		                "the head dimension %lld",
-		                n_rot, (long long)hd);
-	if (!(base > 0.0f) || isinf(base) || !isfinite(freq_scale))
+		                p->n_rot, (long long)hd);
+	if (!(p->base > 0.0f) || isinf(p->base) || !isfinite(p->freq_scale) ||
+	    !(p->freq_scale > 0.0f))
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
 		                "rope: base %g and freq_scale %g, expected a finite "
-		                "base > 0 and a finite scale",
-		                (double)base, (double)freq_scale);
+		                "base > 0 and a finite scale > 0",
+		                (double)p->base, (double)p->freq_scale);
+	if (!isfinite(p->ext_factor) || !isfinite(p->attn_factor) ||
+	    !isfinite(p->beta_fast) || !isfinite(p->beta_slow) ||
+	    (p->ext_factor != 0.0f &&
+	     (p->n_ctx_orig < 1 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))))
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "rope: ext_factor %g, attn_factor %g, beta_fast %g, "
+		                "beta_slow %g, n_ctx_orig %d: expected finite values, "
+		                "and with ext_factor betas > 0 and n_ctx_orig > 0",
+		                (double)p->ext_factor, (double)p->attn_factor,
+		                (double)p->beta_fast, (double)p->beta_slow, p->n_ctx_orig);
 	return Q4KH_OK;
 }
 
-/* theta_i = freq_scale * pos * base^(-2i/n_rot) as written, in double. */
-static double *rope_table(const int32_t *pos, int64_t T, int32_t n_rot,
-                          float base, float freq_scale)
+/* YaRN's d(b): the pair index whose wavelength fits b times in n_ctx_orig. */
+static double yarn_dim(const struct q4kh_rope_params *p, double beta)
 {
-	int32_t half = n_rot / 2;
+	return p->n_rot * log(p->n_ctx_orig / (beta * 2.0 * M_PI)) /
+	       (2.0 * log((double)p->base));
+}
+
+/* (cos, sin) per token and pair, by the formula in plugin.h, in double. */
+static double *rope_table(const int32_t *pos, int64_t T,
+                          const struct q4kh_rope_params *p, const float *ff)
+{
+	int32_t half = p->n_rot / 2;
 	double *cs = malloc(sizeof(double) * 2 * (size_t)half * (size_t)T);
+	double lo = 0.0, hi = 0.0, m = p->attn_factor;
 
 	if (!cs)
 		return NULL;
+	if (p->ext_factor != 0.0f) {
+		lo = fmax(0.0, floor(yarn_dim(p, p->beta_fast)));
+		hi = fmin(p->n_rot - 1, ceil(yarn_dim(p, p->beta_slow)));
+		m *= 1.0 + 0.1 * log(1.0 / p->freq_scale);
+	}
 	for (int64_t t = 0; t < T; t++) {
 		for (int32_t i = 0; i < half; i++) {
-			double theta = (double)freq_scale * (double)pos[t] *
-			               pow((double)base, -2.0 * i / n_rot);
+			double extrap = (double)pos[t] * pow((double)p->base, -2.0 * i / p->n_rot) /
+			                (ff ? ff[i] : 1.0);
+			double theta = p->freq_scale * extrap;
 
-			cs[2 * (half * t + i)] = cos(theta);
-			cs[2 * (half * t + i) + 1] = sin(theta);
+			if (p->ext_factor != 0.0f) {
+				double y = (i - lo) / fmax(0.001, hi - lo);
+				double r = p->ext_factor * (1.0 - fmin(1.0, fmax(0.0, y)));
+
+				theta = theta * (1.0 - r) + extrap * r;
+			}
+			cs[2 * (half * t + i)] = cos(theta) * m;
+			cs[2 * (half * t + i) + 1] = sin(theta) * m;
 		}
 	}
 	return cs;
@@ -246,17 +274,16 @@ static double *rope_table(const int32_t *pos, int64_t T, int32_t n_rot,
 
 /* rope of x over positions pos[0 .. x->ne[2]), after every check. */
 static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
-                            const int32_t *pos, int32_t n_rot,
-                            q4kh_rope_mode mode, float base, float freq_scale,
-                            const struct q4kh_tensor *out)
+                            const int32_t *pos, const struct q4kh_rope_params *p,
+                            const float *ff, const struct q4kh_tensor *out)
 {
-	struct rope_job j = { x, out, n_rot, mode, NULL };
+	struct rope_job j = { x, out, p->n_rot, (q4kh_rope_mode)p->mode, NULL };
 
-	j.cs = rope_table(pos, x->ne[2], n_rot, base, freq_scale);
+	j.cs = rope_table(pos, x->ne[2], p, ff);
 	if (!j.cs)
 		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                "rope: out of memory for %lld angles",
-		                (long long)x->ne[2] * n_rot / 2);
+		                (long long)x->ne[2] * p->n_rot / 2);
 	cpu_pool_run(dev->pool, x->ne[1] * x->ne[2], grain(x->ne[0]), rope_task,
 	             &j);
 	free((void *)j.cs);
@@ -285,14 +312,19 @@ q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                      float base, float freq_scale,
                      const struct q4kh_tensor *out)
 {
+	const struct q4kh_rope_params p = {
+		.struct_size = sizeof(p), .n_rot = n_rot, .mode = (uint32_t)mode,
+		.base = base, .freq_scale = freq_scale, .attn_factor = 1.0f,
+	};
 	q4kh_status st;
 
 	if (!dev)
 		return Q4KH_ERR_INVALID;
-	if ((st = rope_tensors(dev, x, out)) ||
-	    (st = rope_args(dev, pos, n_rot, mode, base, freq_scale, x->ne[0])))
+	if (!pos)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: pos is NULL");
+	if ((st = rope_tensors(dev, x, out)) || (st = rope_args(dev, &p, x->ne[0])))
 		return st;
-	return rope_run(dev, x, pos, n_rot, mode, base, freq_scale, out);
+	return rope_run(dev, x, pos, &p, NULL, out);
 }
 
 q4kh_status cpu_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -300,28 +332,31 @@ q4kh_status cpu_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                          const struct q4kh_rope_params *p,
                          const struct q4kh_tensor *out)
 {
-	const int32_t *v;
+	const float *ff = NULL;
 	q4kh_status st;
 
 	if (!dev)
 		return Q4KH_ERR_INVALID;
-	if (!p || p->struct_size < offsetof(struct q4kh_rope_params, freq_scale) +
-	                                   sizeof(p->freq_scale))
+	if (!p || p->struct_size < offsetof(struct q4kh_rope_params, freq_factors) +
+	                                   sizeof(p->freq_factors))
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
 		                "rope_ext: params %s, expected a struct of at least "
 		                "%zu bytes",
 		                p ? "too small" : "NULL",
-		                offsetof(struct q4kh_rope_params, freq_scale) +
-		                        sizeof(p->freq_scale));
-	if ((st = rope_tensors(dev, x, out)) ||
+		                offsetof(struct q4kh_rope_params, freq_factors) +
+		                        sizeof(p->freq_factors));
+	if ((st = rope_tensors(dev, x, out)) || (st = rope_args(dev, p, x->ne[0])) ||
 	    (st = cpu_index_check(dev, "rope_ext pos", pos, x->ne[2], INT32_MAX)))
 		return st;
-	v = (const int32_t *)cpu_row(pos, 0, 0, 0);
-	if ((st = rope_args(dev, v, p->n_rot, (q4kh_rope_mode)p->mode, p->base,
-	                    p->freq_scale, x->ne[0])))
-		return st;
-	return rope_run(dev, x, v, p->n_rot, (q4kh_rope_mode)p->mode, p->base,
-	                p->freq_scale, out);
+	if (p->freq_factors) {
+		if ((st = cpu_tensor_check(dev, "rope_ext freq_factors", p->freq_factors,
+		                           F32)) ||
+		    (st = cpu_tensor_shape(dev, "rope_ext freq_factors", p->freq_factors,
+		                           p->n_rot / 2, 1, 1, 1)))
+			return st;
+		ff = (const float *)cpu_row(p->freq_factors, 0, 0, 0);
+	}
+	return rope_run(dev, x, (const int32_t *)cpu_row(pos, 0, 0, 0), p, ff, out);
 }
 
 /* --- add, mul --- */

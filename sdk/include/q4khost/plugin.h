@@ -157,15 +157,34 @@ struct q4kh_attn_params {
 
 /*
  * Parameters of rope_ext (ABI 1.2): the rotation of the 1.0 rope entry,
- * as a struct so later minors can append scalings.
+ * plus frequency factors (Llama 3.1) and YaRN scaling (Peng et al. 2023),
+ * computed as ggml's rope_ext does (ggml-cpu ops.cpp, rope_yarn). For
+ * pair i of n_rot / 2 at position p:
+ *   extrap = p * base^(-2i/n_rot) / ff[i]   (ff[i] = 1 without factors)
+ *   interp = freq_scale * extrap
+ *   theta  = interp                          when ext_factor is 0, else
+ *   theta  = interp (1 - r) + extrap r,  r = ext_factor * ramp(i)
+ *   ramp(i) = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)
+ *   lo, hi = max(0, floor(d(beta_fast))), min(n_rot - 1, ceil(d(beta_slow)))
+ *   d(b)   = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base)
+ *   m      = attn_factor (* (1 + 0.1 ln(1 / freq_scale)) when ext_factor
+ *            is not 0)
+ * and the pair rotates by theta with cos and sin both scaled by m.
+ * The 1.0 entry is the case ff = 1, ext_factor = 0, attn_factor = 1.
  */
 struct q4kh_rope_params {
 	uint32_t struct_size;
 	int32_t n_rot;      /* rotated values per head: even, 2 .. head_dim */
 	uint32_t mode;      /* q4kh_rope_mode */
-	float base;         /* theta_i = freq_scale * pos * base^(-2i/n_rot) */
+	float base;
 	float freq_scale;
-	uint32_t reserved;
+	float ext_factor;   /* YaRN's mix of extrapolation; 0 = none */
+	float attn_factor;  /* scales cos and sin (1 = none) */
+	float beta_fast;    /* YaRN's correction range (32, 1 in llama.cpp) */
+	float beta_slow;
+	int32_t n_ctx_orig; /* the context the model was trained on; > 0 */
+	/* F32 {n_rot / 2} in a buffer of this device, or NULL for none. */
+	const struct q4kh_tensor *freq_factors;
 };
 
 /*
