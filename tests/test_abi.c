@@ -176,7 +176,8 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, rope_ext, 264);
 	OFF(q4kh_backend_v1, set_rows, 272);
 	OFF(q4kh_backend_v1, attention_ext, 280);
-	SIZE(q4kh_backend_v1, 288);
+	OFF(q4kh_backend_v1, buffer_wrap, 288);
+	SIZE(q4kh_backend_v1, 296);
 }
 
 Test(abi, native_device)

@@ -670,6 +670,20 @@ int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
 	return 0;
 }
 
+void q4kh_gguf_drop_pages(const struct q4kh_gguf *g, const void *p, uint64_t size)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)p + page - 1) / page * page;
+	uintptr_t hi = ((uintptr_t)p + size) / page * page;
+
+	if (!g->map || (const uint8_t *)p < g->map || (uint64_t)((const uint8_t *)p - g->map) > g->size ||
+	    size > g->size - (uint64_t)((const uint8_t *)p - g->map) || hi <= lo)
+		return;
+	/* The mapping is private and never written: dropped pages read back
+	 * from the file on their next access. */
+	madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 void q4kh_gguf_close(struct q4kh_gguf *g)
 {
 	if (!g)

@@ -106,6 +106,15 @@ int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
                    struct q4kh_error *err);
 void q4kh_gguf_close(struct q4kh_gguf *g);
 
+/*
+ * Give back the memory of the whole pages of G's mapping inside
+ * [p, p + size): their bytes stay readable (read again from the file when
+ * next touched), but no longer count as this process's resident memory.
+ * For data that has been copied elsewhere. Ranges outside the mapping are
+ * ignored.
+ */
+void q4kh_gguf_drop_pages(const struct q4kh_gguf *g, const void *p, uint64_t size);
+
 /* The key/value pair named KEY, or NULL. */
 const struct q4kh_gguf_kv *q4kh_gguf_find(const struct q4kh_gguf *g,
                                           const char *key);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "gguf_shared.h"
 #include "kernel.h"
 #include "tensor.h"
 
@@ -57,7 +58,7 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 
 	if (!m)
 		return q4kh_fail(err, "%s: out of memory", path);
-	if (q4kh_gguf_open(path, &m->gguf, err))
+	if (q4kh_gguf_acquire(path, &m->gguf, err))
 		goto fail;
 	rc = q4kh_gguf_get_str(m->gguf, "general.architecture", &arch, err);
 	if (rc < 0)
@@ -266,25 +267,44 @@ static void sync_tied_output(struct q4kh_model *m)
 		m->output = m->tok_embd;
 }
 
-int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
-                      struct q4kh_error *err)
+/*
+ * Weights used in place: one buffer over the file's tensor data section,
+ * each weight a view at its offset in it. Nothing is copied.
+ */
+static int wrap_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t n,
+                        struct q4kh_error *err)
 {
-	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
-	size_t n;
-	uint64_t total = 0, off = 0;
-	int rc = -1;
+	const struct q4kh_gguf *g = m->gguf;
+	const uint8_t *base = g->map + g->data_offset;
+	struct q4kh_backend *b = m->backend;
 
-	if (!list)
-		return q4kh_fail(err, "out of memory");
-	n = weight_list(m, list);
+	if (q4kh_backend_check(b, b->v->buffer_wrap(b->dev, base, g->size - g->data_offset,
+	                                            &m->weights),
+	                       "buffer_wrap (weights in place)", err))
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		const struct q4kh_gguf_tensor *src = list[i]->src;
+
+		if (src)
+			list[i]->t = q4kh_tensor_make(m->weights, (uint64_t)((const uint8_t *)src->data - base),
+			                              src->type, src->ne[0], src->ne[1], 1);
+	}
+	return 0;
+}
+
+/* Weights copied into one buffer of the backend's own memory. */
+static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t n,
+                        struct q4kh_error *err)
+{
+	struct q4kh_backend *b = m->backend;
+	uint64_t total = 0, off = 0;
+
 	for (size_t i = 0; i < n; i++)
 		if (list[i]->src)
 			total += (list[i]->src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
-	m->backend = b;
 	if (q4kh_backend_check(b, b->v->buffer_alloc(b->dev, total, &m->weights),
 	                       "buffer_alloc (weights)", err))
-		goto out;
-	m->weights_bytes = total;
+		return -1;
 	for (size_t i = 0; i < n; i++) {
 		const struct q4kh_gguf_tensor *src = list[i]->src;
 		if (!src)
@@ -294,12 +314,31 @@ int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
 		if (q4kh_backend_check(b, b->v->buffer_upload(b->dev, m->weights, off,
 		                                              src->data, src->size),
 		                       "buffer_upload (weights)", err))
-			goto out;
+			return -1;
 		off += (src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
 	}
-	sync_tied_output(m);
-	rc = 0;
-out:
+	/* the backend has its copy; the file's pages are not needed again */
+	q4kh_gguf_drop_pages(m->gguf, m->gguf->map + m->gguf->data_offset,
+	                     m->gguf->size - m->gguf->data_offset);
+	return 0;
+}
+
+int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
+                      struct q4kh_error *err)
+{
+	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	size_t n;
+	int rc;
+
+	if (!list)
+		return q4kh_fail(err, "out of memory");
+	n = weight_list(m, list);
+	m->backend = b;
+	rc = Q4KH_BACKEND_HAS(b->v, buffer_wrap) && m->gguf->alignment % 32 == 0
+	             ? wrap_weights(m, list, n, err)
+	             : copy_weights(m, list, n, err);
+	if (rc == 0)
+		sync_tied_output(m);
 	free(list);
 	return rc;
 }
@@ -346,6 +385,9 @@ int q4kh_model_use_kernel(struct q4kh_model *m, const struct q4kh_kernel *k,
 			w->kernel->v->release(w->kernel->ctx, w->prepared);
 		w->kernel = k;
 		w->prepared = p;
+		/* A variant that repacked the weight never reads the file's
+		 * copy again; one that reads it in place faults it back in. */
+		q4kh_gguf_drop_pages(m->gguf, w->src->data, w->src->size);
 	}
 	sync_tied_output(m);
 	free(list);
@@ -411,6 +453,6 @@ void q4kh_model_free(struct q4kh_model *m)
 	if (m->weights)
 		m->backend->v->buffer_free(m->backend->dev, m->weights);
 	free(m->layers);
-	q4kh_gguf_close(m->gguf);
+	q4kh_gguf_release(m->gguf);
 	free(m);
 }

@@ -1,6 +1,6 @@
 /*
  * A GGUF model: its architecture's hyper-parameters, its weights bound by
- * name with shapes checked, and (after q4kh_model_upload) their copies on a
+ * name with shapes checked, and (after q4kh_model_upload) their place on a
  * backend device. The architecture (one file per architecture:
  * arch_NAME.c) describes the forward step as a graph (graph.h) that the
  * session runs.
@@ -69,8 +69,7 @@ struct q4kh_model {
 	struct q4kh_layer *layers;
 	/* After upload: */
 	struct q4kh_backend *backend;
-	q4kh_buffer *weights;
-	uint64_t weights_bytes;
+	q4kh_buffer *weights; /* the file's data section in place, or a copy */
 };
 
 /* What an architecture provides (one per arch_NAME.c). */
@@ -108,7 +107,11 @@ char *q4kh_default_model_path(char *buf, size_t cap);
 /* Open PATH, find its architecture and load it. -1 with err. */
 int q4kh_model_open(const char *path, struct q4kh_model **out,
                     struct q4kh_error *err);
-/* Copy every bound weight into one buffer on backend B (kept by m). */
+/*
+ * Put every bound weight on backend B (kept by m): used in place from the
+ * file's read-only mapping when B has buffer_wrap (ABI 1.2), else copied
+ * into one buffer of B's memory.
+ */
 int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
                       struct q4kh_error *err);
 /*

@@ -49,6 +49,7 @@ struct q4kh_buffer {
 	q4kh_device_ctx *dev;
 	uint64_t size;
 	unsigned char *data;
+	int wrapped; /* data is the host's, read-only (buffer_wrap) */
 };
 
 /* --- errors (cpu_plugin.c) --- */

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
@@ -274,12 +275,37 @@ static q4kh_status cpu_buffer_alloc(q4kh_device_ctx *dev, uint64_t size,
 	return Q4KH_OK;
 }
 
+static q4kh_status cpu_buffer_wrap(q4kh_device_ctx *dev, const void *host,
+                                   uint64_t size, q4kh_buffer **out)
+{
+	q4kh_buffer *buf;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!out || !host || (uintptr_t)host % 32)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "buffer_wrap: out %p, host %p: expected an out "
+		                "pointer and host memory aligned to 32 bytes",
+		                (void *)out, host);
+	*out = NULL;
+	buf = calloc(1, sizeof(*buf));
+	if (!buf)
+		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM, "buffer_wrap: out of memory");
+	buf->dev = dev;
+	buf->size = size;
+	buf->data = (unsigned char *)(uintptr_t)host;
+	buf->wrapped = 1;
+	*out = buf;
+	return Q4KH_OK;
+}
+
 static void cpu_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
 {
 	(void)dev;
 	if (!buf)
 		return;
-	free(buf->data);
+	if (!buf->wrapped)
+		free(buf->data);
 	free(buf);
 }
 
@@ -318,6 +344,10 @@ static q4kh_status cpu_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
 	st = check_transfer(dev, "buffer_upload", buf, offset, src, size);
 	if (st)
 		return st;
+	if (buf->wrapped)
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "buffer_upload: the buffer wraps read-only host "
+		                "memory (buffer_wrap)");
 	if (size)
 		memcpy(buf->data + offset, src, (size_t)size);
 	return Q4KH_OK;
@@ -398,6 +428,7 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.rope_ext = cpu_rope_ext,
 	.set_rows = cpu_set_rows,
 	.attention_ext = cpu_attention_ext,
+	.buffer_wrap = cpu_buffer_wrap,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

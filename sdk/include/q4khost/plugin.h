@@ -403,6 +403,19 @@ struct q4kh_backend_v1 {
 	                             const struct q4kh_tensor *pos,
 	                             const struct q4kh_attn_params *params,
 	                             const struct q4kh_tensor *out);
+
+	/*
+	 * ABI 1.2, optional: a buffer over SIZE bytes of host memory at HOST
+	 * instead of device memory of its own, for a backend that computes
+	 * from host memory (weights used in place, from the model file's
+	 * read-only mapping). The memory stays the caller's: it stays mapped
+	 * and unchanged until buffer_free, which frees only the buffer. It is
+	 * read-only: the host never uploads into it nor names it as an op's
+	 * output, and the backend refuses an upload. HOST is aligned to at
+	 * least 32 bytes (GGUF's data alignment).
+	 */
+	q4kh_status (*buffer_wrap)(q4kh_device_ctx *dev, const void *host,
+	                           uint64_t size, q4kh_buffer **out);
 };
 
 /*
