@@ -1,13 +1,12 @@
 /*
- * Byte-level BPE tokenization and chat formatting against llama.cpp:
+ * Byte-level BPE tokenization against llama.cpp:
  * tests/fixtures/tokenizer-bpe.json (scripts/gen-arch-fixtures.py) holds
  * llama.cpp's ids, detokenizations, pieces and end-of-generation sets for
  * the vocabularies of tiny-llama.gguf (Llama 3's "llama-bpe"
  * pre-tokenizer), tiny-qwen2.gguf ("qwen2") and the latter with "gpt-2"
  * as its pre-tokenizer, over a corpus of tricky
  * strings (Unicode, CJK, emoji, digit and whitespace runs, contractions,
- * special tokens in text, invalid UTF-8), and llama.cpp's built-in chat
- * templates applied to a few conversations.
+ * special tokens in text, invalid UTF-8).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -15,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
 #include "gguf.h"
 #include "helpers.h"
 #include "tokenizer.h"
@@ -193,57 +191,3 @@ static void check_special_ids(const char *arch)
 
 Test(bpe, llama3_special_ids_match_llama_cpp) { check_special_ids("llama"); }
 Test(bpe, qwen2_special_ids_match_llama_cpp) { check_special_ids("qwen2"); }
-
-Test(chat, templates_match_llama_cpp)
-{
-	json_t *doc = load_fixture(), *c;
-	size_t i;
-
-	cr_assert(json_array_size(json_object_get(doc, "chat")) >= 12);
-	json_array_foreach(json_object_get(doc, "chat"), i, c) {
-		const char *tmpl = json_string_value(json_object_get(c, "template"));
-		json_t *jm = json_object_get(c, "messages");
-		struct q4kh_chat_msg msgs[8];
-		enum q4kh_chat_format f = !strcmp(tmpl, "chatml") ? Q4KH_CHAT_CHATML
-		                          : !strcmp(tmpl, "llama3") ? Q4KH_CHAT_LLAMA3
-		                                                    : Q4KH_CHAT_GEMMA;
-		char *got;
-
-		cr_assert_str_eq(q4kh_chat_name(f), tmpl);
-		cr_assert_leq(json_array_size(jm), 8);
-		for (size_t k = 0; k < json_array_size(jm); k++) {
-			msgs[k].role = json_string_value(json_array_get(json_array_get(jm, k), 0));
-			msgs[k].content = json_string_value(json_array_get(json_array_get(jm, k), 1));
-		}
-		got = q4kh_chat_format_msgs(f, msgs, json_array_size(jm));
-		cr_assert_not_null(got);
-		cr_expect_str_eq(got, json_string_value(json_object_get(c, "text")), "%s %s", tmpl,
-		                 json_string_value(json_object_get(c, "name")));
-		free(got);
-	}
-	json_decref(doc);
-}
-
-/* The tiny models' own templates are recognised, and their specials parse. */
-Test(chat, detects_the_tiny_models_templates)
-{
-	static const struct {
-		const char *arch;
-		enum q4kh_chat_format f;
-	} want[] = { { "llama", Q4KH_CHAT_LLAMA3 }, { "qwen2", Q4KH_CHAT_CHATML } };
-
-	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		char path[4096];
-		struct q4kh_error err = { { 0 } };
-		struct q4kh_gguf *g = NULL;
-
-		snprintf(path, sizeof(path), "%s/tests/fixtures/tiny-%s.gguf", test_srcdir(),
-		         want[i].arch);
-		cr_assert_eq(q4kh_gguf_open(path, &g, &err), 0, "%s", err.msg);
-		cr_expect_eq(q4kh_chat_detect(g), want[i].f, "%s", want[i].arch);
-		cr_expect(q4kh_chat_parse_special(want[i].f));
-		q4kh_gguf_close(g);
-	}
-	cr_expect_not(q4kh_chat_parse_special(Q4KH_CHAT_NONE));
-	cr_expect_not(q4kh_chat_parse_special(Q4KH_CHAT_UNKNOWN));
-}
