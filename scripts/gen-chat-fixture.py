@@ -18,10 +18,12 @@ Usage: scripts/gen-chat-fixture.py [OUT.json]
 import ctypes
 import json
 import os
-import struct
 import sys
 
 import llama_cpp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import synthgguf  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "..", "tests", "fixtures", "chat-templates.json")
@@ -207,34 +209,10 @@ def family_doc(name, tmpl):
 def gguf_template(path):
     """tokenizer.chat_template of a GGUF file, read from its header."""
     with open(path, "rb") as f:
-        data = f.read()
-    _, n_kv = struct.unpack_from("<QQ", data, 8)
-    at = 24
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-    def string(at):
-        n, = struct.unpack_from("<Q", data, at)
-        return data[at + 8:at + 8 + n], at + 8 + n
-
-    for _ in range(n_kv):
-        key, at = string(at)
-        t, = struct.unpack_from("<I", data, at)
-        at += 4
-        if t == 8:
-            val, at = string(at)
-            if key == b"tokenizer.chat_template":
-                return val.decode("utf-8")
-        elif t == 9:
-            et, n = struct.unpack_from("<IQ", data, at)
-            at += 12
-            for _ in range(n):
-                if et == 8:
-                    _, at = string(at)
-                else:
-                    at += sizes[et]
-        else:
-            at += sizes[t]
-    return None
+        kvs = dict(synthgguf.read_header_kvs(f.read()))
+    raw = kvs["tokenizer.chat_template"]
+    # key (8-byte length + name), type (4 bytes), string (8-byte length + bytes)
+    return raw[8 + len("tokenizer.chat_template") + 4 + 8:].decode("utf-8")
 
 
 def main():
