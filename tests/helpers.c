@@ -227,13 +227,12 @@ static void put_bytes(FILE *f, const void *p, size_t n)
 	cr_assert_eq(fwrite(p, 1, n, f), n);
 }
 
-char *test_vocab_gguf(const char *src, const char *pre)
+char *test_vocab_gguf(const char *src, const char *key, const char *value)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g = NULL;
-	uint64_t zero = 0, len = strlen(pre), n_kv;
+	uint64_t zero = 0, len = strlen(value), n_kv;
 	uint32_t version = 3, type = Q4KH_GGUF_STRING;
-	const char *key = "tokenizer.ggml.pre";
 	char *path;
 	FILE *f;
 
@@ -255,7 +254,7 @@ char *test_vocab_gguf(const char *src, const char *pre)
 			put_bytes(f, start, 8 + kv->key.len);
 			put_bytes(f, &type, 4);
 			put_bytes(f, &len, 8);
-			put_bytes(f, pre, len);
+			put_bytes(f, value, len);
 			continue;
 		}
 		put_bytes(f, start, (size_t)(g->map + kv_end(g, kv) - start));

@@ -242,7 +242,7 @@ static void check_pre(const char *pre)
 	cr_assert_not_null(ids, "tokenizer-pre.json has no %s", pre);
 	cr_assert_eq(json_array_size(ids), json_array_size(json_object_get(doc, "cases")));
 	snprintf(src, sizeof(src), "%s/tests/fixtures/vocab-pre.gguf", test_srcdir());
-	path = test_vocab_gguf(src, pre);
+	path = test_vocab_gguf(src, "tokenizer.ggml.pre", pre);
 	t = load_tokenizer(path);
 	json_array_foreach(json_object_get(doc, "cases"), i, c)
 		bad += case_differs(t, pre, c, json_array_get(ids, i));
@@ -287,7 +287,7 @@ Test(pre, unknown_names_are_refused)
 	struct q4kh_tokenizer *t = NULL;
 
 	snprintf(src, sizeof(src), "%s/tests/fixtures/vocab-pre.gguf", test_srcdir());
-	path = test_vocab_gguf(src, "no-such-pre\n");
+	path = test_vocab_gguf(src, "tokenizer.ggml.pre", "no-such-pre\n");
 	cr_assert_eq(q4kh_gguf_open(path, &g, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_tokenizer_load(g, &t, &err), -1);
 	cr_expect(strstr(err.msg, "\"no-such-pre\\x0a\"") && strstr(err.msg, "deepseek-v3") &&

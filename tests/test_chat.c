@@ -6,6 +6,8 @@
  * several turns, tool roles, odd roles, no messages, Unicode), with and
  * without the assistant's opener; real templates (Qwen 3.5's shape,
  * DeepSeek-R1-Distill's own); and templates it does not recognise.
+ * Then the prompt path (prompt.h) that run, qa and F2's probe share, on
+ * tests/fixtures/vocab-pre.gguf (Qwen's ChatML vocabulary).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -16,6 +18,8 @@
 #include "chat.h"
 #include "gguf.h"
 #include "helpers.h"
+#include "prompt.h"
+#include "tokenizer.h"
 
 static json_t *load_fixture(void)
 {
@@ -157,4 +161,117 @@ Test(chat, detects_the_tiny_models_templates)
 		cr_expect_eq(q4kh_chat_detect(g), want[i].f, "%s", want[i].arch);
 		q4kh_gguf_close(g);
 	}
+}
+
+/* --- the prompt path ------------------------------------------------------ */
+
+/* vocab-pre.gguf with tokenizer.chat_template TMPL; *t its tokenizer. */
+static struct q4kh_gguf *open_vocab(const char *tmpl, struct q4kh_tokenizer **t)
+{
+	char src[4096], *path;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g = NULL;
+
+	snprintf(src, sizeof(src), "%s/tests/fixtures/vocab-pre.gguf", test_srcdir());
+	path = test_vocab_gguf(src, "tokenizer.chat_template", tmpl);
+	cr_assert_eq(q4kh_gguf_open(path, &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_tokenizer_load(g, t, &err), 0, "%s", err.msg);
+	free(path);
+	return g;
+}
+
+static size_t prompt_ids(const struct q4kh_prompt *p, const struct q4kh_tokenizer *t,
+                         const char *text, int chat, int32_t **ids)
+{
+	struct q4kh_error err = { { 0 } };
+	size_t n;
+
+	cr_assert_eq(q4kh_prompt_tokenize(p, t, text, chat, ids, &n, &err), 0, "%s", err.msg);
+	return n;
+}
+
+/* The file's ChatML template lays the text out and its markers are single
+ * tokens; --no-parse-special leaves them as text. */
+Test(prompt, file_template_and_special_tokens)
+{
+	struct q4kh_tokenizer *t;
+	struct q4kh_gguf *g = open_vocab("{{ '<|im_start|>' + m.role }}", &t);
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_prompt p;
+	char warning[512];
+	int32_t *ids, im_start = q4kh_tokenizer_find(t, "<|im_start|>");
+	size_t n;
+
+	cr_assert_eq(q4kh_prompt_init(&p, g, NULL, 1, &err), 0, "%s", err.msg);
+	cr_expect_eq(p.chat, Q4KH_CHAT_CHATML);
+	cr_expect_null(q4kh_prompt_warning(&p, warning, sizeof(warning)));
+	n = prompt_ids(&p, t, "Hi", 1, &ids);
+	cr_assert_geq(n, 3);
+	cr_expect_eq(ids[0], im_start); /* no BOS: Qwen's vocabulary adds none */
+	free(ids);
+	/* raw text (a case without "chat") still parses the specials in it */
+	n = prompt_ids(&p, t, "<|im_start|>", 0, &ids);
+	cr_expect_eq(n, 1);
+	cr_expect_eq(ids[0], im_start);
+	free(ids);
+	p.parse_special = 0;
+	n = prompt_ids(&p, t, "<|im_start|>", 0, &ids);
+	cr_expect_gt(n, 1);
+	cr_expect_neq(ids[0], im_start);
+	free(ids);
+	q4kh_tokenizer_free(t);
+	q4kh_gguf_close(g);
+}
+
+/* A named family replaces the file's; "none" is raw text; an unknown name
+ * is refused with the names listed. */
+Test(prompt, named_family_overrides_the_file)
+{
+	struct q4kh_tokenizer *t;
+	struct q4kh_gguf *g = open_vocab("{{ '<|im_start|>' + m.role }}", &t);
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_prompt p;
+	enum q4kh_chat_format f;
+	int32_t *ids, *raw;
+	size_t n;
+
+	cr_assert_eq(q4kh_prompt_init(&p, g, "llama3", 1, &err), 0, "%s", err.msg);
+	cr_expect_eq(p.chat, Q4KH_CHAT_LLAMA3);
+	cr_assert_eq(q4kh_prompt_init(&p, g, "none", 1, &err), 0, "%s", err.msg);
+	cr_expect_eq(p.chat, Q4KH_CHAT_NONE);
+	n = prompt_ids(&p, t, "Hi", 1, &ids);
+	cr_expect_eq(n, prompt_ids(&p, t, "Hi", 0, &raw)); /* no layout around it */
+	cr_expect_eq(ids[0], raw[0]);
+	free(ids);
+	free(raw);
+	cr_expect_eq(q4kh_prompt_init(&p, g, "ChatML\n", 1, &err), -1);
+	cr_expect(strstr(err.msg, "\"ChatML\\x0a\"") && strstr(err.msg, "deepseek3") &&
+	          strstr(err.msg, "solar-open") && !strchr(err.msg, '\n'), "%s", err.msg);
+	cr_expect_eq(q4kh_prompt_family("nope", &f, &err), -1);
+	q4kh_tokenizer_free(t);
+	q4kh_gguf_close(g);
+}
+
+/* A template no family matches: raw text, and one warning line that shows
+ * its start, escaped. */
+Test(prompt, unknown_template_is_a_one_line_warning)
+{
+	struct q4kh_tokenizer *t;
+	struct q4kh_gguf *g = open_vocab("{% for m in messages %}\n{{ m.content }}\xc3\xa9 and "
+	                                 "a long tail that the warning leaves out",
+	                                 &t);
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_prompt p;
+	char warning[512];
+	const char *w;
+
+	cr_assert_eq(q4kh_prompt_init(&p, g, NULL, 1, &err), 0, "%s", err.msg);
+	cr_expect_eq(p.chat, Q4KH_CHAT_UNKNOWN);
+	w = q4kh_prompt_warning(&p, warning, sizeof(warning));
+	cr_assert_not_null(w);
+	cr_expect(strstr(w, "{% for m in messages %}\\x0a{{ m.content }}\\xc3\\xa9") &&
+	          strstr(w, "...") && !strstr(w, "long tail") && !strchr(w, '\n') &&
+	          strstr(w, "--chat-template"), "%s", w);
+	q4kh_tokenizer_free(t);
+	q4kh_gguf_close(g);
 }
