@@ -44,12 +44,14 @@
 	"|\\s+(?!\\S)"
 /* Tekken and GPT-4o: a run of capitals then small letters, or of capitals
  * alone; "capital" is a letter other than a-z and "small" a letter other
- * than A-Z, so a letter outside ASCII is both. */
-#define UPPER "(?=[\\p{L}])[^a-z]"
-#define LOWER "(?=[\\p{L}])[^A-Z]"
+ * than A-Z, so a letter outside ASCII is both (llama.cpp writes them
+ * (?=[\p{L}])[^a-z] and (?=[\p{L}])[^A-Z]; as one class each, a long word
+ * costs PCRE2 no stack per letter). */
+#define UPPER "[^\\P{L}a-z]"
+#define LOWER "[^\\P{L}A-Z]"
 #define CASED_WORDS(suffix)                                                 \
-	"[^\\r\\n\\p{L}\\p{N}]?(?:" UPPER ")*(?:" LOWER ")+" suffix          \
-	"|[^\\r\\n\\p{L}\\p{N}]?(?:" UPPER ")+(?:" LOWER ")*" suffix
+	"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+" suffix                   \
+	"|[^\\r\\n\\p{L}\\p{N}]?" UPPER "+" LOWER "*" suffix
 
 /* The split that llama.cpp's unicode_regex_split computes for the
  * pre-tokenizer types it names; the regular expressions are the ones its
