@@ -91,7 +91,8 @@ static const struct pre_tokenizer pre_tokenizers[] = {
 	  0, 0 },
 	/* DeepSeek LLM: line breaks alone; Latin, Greek, Cyrillic and other
 	 * cased letters; ASCII and full-width punctuation; trailing space;
-	 * CJK and Hangul; digit runs */
+	 * runs of U+0800 to U+9FA5 (CJK and most scripts after Armenian) and
+	 * Hangul; digit runs */
 	{ "deepseek-llm",
 	  { "[\\r\\n]",
 	    "\\s?[A-Za-z\\x{b5}\\x{c0}-\\x{d6}\\x{d8}-\\x{f6}\\x{f8}-\\x{1ba}\\x{1bc}-\\x{1bf}"
