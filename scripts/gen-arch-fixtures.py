@@ -15,8 +15,7 @@ pre-tokenizer) and qwen2 ("qwen2") vocabularies, and qwen2's with the "gpt-2"
 pre-tokenizer, llama.cpp's ids and
 detokenization of a corpus of tricky strings (the Gemma corpus of
 scripts/gen-tokenizer-fixture.py plus cases for these vocabularies), pieces,
-end-of-generation sets, and llama.cpp's built-in chat formatting (ChatML,
-Llama 3) of a few conversations.
+and end-of-generation sets. (Chat formatting: scripts/gen-chat-fixture.py.)
 
 Oracle: llama-cpp-python (CPU, flash attention off, F16 KV cache: its
 defaults), gguf-py for the dequantized LM head.
@@ -103,26 +102,6 @@ def piece(vocab, tok, special):
     return buf.raw[:n]
 
 
-def chat_cases():
-    """(name, messages) formatted by llama.cpp's built-in templates."""
-    return [
-        ("one", [("user", "What is the capital of France?")]),
-        ("padded", [("user", "  spaced out \n\n")]),
-        ("system", [("system", "You are terse."), ("user", "Hi!")]),
-        ("multi", [("user", "Hi"), ("assistant", "Hello."), ("user", "Write a haiku.")]),
-    ]
-
-
-def apply_template(name, msgs):
-    arr = (llama_cpp.llama_chat_message * len(msgs))(
-        *[llama_cpp.llama_chat_message(r.encode(), c.encode()) for r, c in msgs])
-    buf = ctypes.create_string_buffer(8192)
-    n = llama_cpp.llama_chat_apply_template(name.encode(), arr, len(msgs), True, buf, len(buf))
-    if n < 0 or n > len(buf):
-        raise RuntimeError("chat template %s failed (%d)" % (name, n))
-    return buf.raw[:n].decode()
-
-
 def gpt2_vocab(qwen2):
     """A temporary copy of tiny-qwen2.gguf whose tokenizer.ggml.pre is
     "gpt-2" (the same length as "qwen2": the test patches it alike)."""
@@ -172,9 +151,6 @@ def tokenizer_doc(fixtures, gemma):
         if arch == "gpt2":
             os.remove(model)
         print("tokenizer %s: %d cases" % (arch, len(cases)), file=sys.stderr)
-    doc["chat"] = [{"template": t, "name": n, "messages": [list(m) for m in msgs],
-                    "text": apply_template(t, msgs)}
-                   for t in ("chatml", "llama3", "gemma") for n, msgs in chat_cases()]
     return doc
 
 

@@ -55,6 +55,60 @@ def _value(v):
     raise TypeError("unsupported metadata value %r" % (v,))
 
 
+# bytes of a scalar of each metadata value type (strings and arrays vary)
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def read_header_kvs(data):
+    """The key/value pairs of GGUF v3 bytes DATA as [(key, raw)], raw being
+    the pair's bytes as stored (key, type, value): a file cut anywhere after
+    its header will do."""
+    if data[:4] != GGUF_MAGIC or struct.unpack_from("<I", data, 4)[0] != GGUF_VERSION:
+        raise ValueError("not a GGUF v3 file")
+    n_kv, = struct.unpack_from("<Q", data, 16)
+    at, out = 24, []
+
+    def skip_string(at):
+        n, = struct.unpack_from("<Q", data, at)
+        return at + 8 + n
+
+    for _ in range(n_kv):
+        start = at
+        n, = struct.unpack_from("<Q", data, at)
+        key = data[at + 8:at + 8 + n].decode("utf-8")
+        at += 8 + n
+        t, = struct.unpack_from("<I", data, at)
+        at += 4
+        if t == _STR:
+            at = skip_string(at)
+        elif t == _ARR:
+            et, count = struct.unpack_from("<IQ", data, at)
+            at += 12
+            if et == _STR:
+                for _ in range(count):
+                    at = skip_string(at)
+            else:
+                at += _SCALAR[et] * count
+        else:
+            at += _SCALAR[t]
+        out.append((key, data[start:at]))
+    return out
+
+
+def kv_raw(key, value):
+    """The stored bytes of one key/value pair (value as for Writer.add)."""
+    vtype, raw = _value(value)
+    return _str(key) + struct.pack("<I", vtype) + raw
+
+
+def write_header_only(path, kvs):
+    """A GGUF v3 file of the pairs KVS ([(key, raw)]) and no tensors: what
+    llama.cpp loads with vocab_only, and q4khost's tokenizer reads."""
+    head = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, 0, len(kvs)) + b"".join(r for _, r in kvs)
+    with open(path, "wb") as f:
+        f.write(head + b"\0" * (-len(head) % ALIGNMENT))
+
+
 def tensor_bytes(qtype, ne0, ne1):
     _, per_block, block_bytes = TYPES[qtype]
     if ne0 % per_block:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to test results: install what
-# is missing, fetch the default model (the tests need it), build, and run
+# is missing, fetch the default model (the tests need it) and the DeepSeek
+# vocabulary (scripts/fetch-deepseek-vocab.py), build, and run
 #   main        every Criterion suite through make check, packaging
 #               included (the SDK examples, make distcheck, the .debs)
 #   sanitizers  every suite again on an ASan/LSan/UBSan build
@@ -25,6 +26,9 @@ esac
 
 bash scripts/install-deps.sh || exit 1
 bash scripts/fetch-model.sh || exit 1
+# a real test input, optional: test_bpe's DeepSeek cases skip without it
+python3 scripts/fetch-deepseek-vocab.py ||
+	echo "test.sh: no DeepSeek-R1 vocabulary; its tokenizer cases will skip" >&2
 
 main_stage() {
 	Q4KH_BUILD_DIR="$build" bash scripts/build.sh || return 1

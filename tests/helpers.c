@@ -1,4 +1,5 @@
 #include "helpers.h"
+#include "gguf.h"
 #include "model.h"
 
 #include <criterion/criterion.h>
@@ -187,6 +188,81 @@ char *test_patch_gguf(const char *src, const char *key, const char *from,
 	cr_assert_geq(asprintf(&path, "%s/patched.gguf", dir), 0);
 	test_write_file(path, data, len);
 	free(data);
+	return path;
+}
+
+/* Where the last string of the string array KV ends in G's file. */
+static uint64_t strings_end(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv)
+{
+	struct q4kh_gguf_str *s = malloc(kv->count * sizeof(*s));
+	struct q4kh_error err;
+	uint64_t end;
+
+	cr_assert_not_null(s);
+	cr_assert_eq(q4kh_gguf_array_strings(g, kv, s, &err), 0, "%s", err.msg);
+	end = (uint64_t)((const uint8_t *)s[kv->count - 1].data - g->map) + s[kv->count - 1].len;
+	free(s);
+	return end;
+}
+
+/* Where the stored bytes of pair KV end in G's file. */
+static uint64_t kv_end(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv)
+{
+	static const uint8_t size[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
+	uint64_t len;
+
+	if (kv->type == Q4KH_GGUF_STRING) {
+		memcpy(&len, g->map + kv->offset, 8);
+		return kv->offset + 8 + len;
+	}
+	if (kv->type != Q4KH_GGUF_ARRAY)
+		return kv->offset + size[kv->type];
+	if (kv->elem_type == Q4KH_GGUF_STRING)
+		return kv->count ? strings_end(g, kv) : kv->offset;
+	return kv->offset + kv->count * size[kv->elem_type];
+}
+
+static void put_bytes(FILE *f, const void *p, size_t n)
+{
+	cr_assert_eq(fwrite(p, 1, n, f), n);
+}
+
+char *test_vocab_gguf(const char *src, const char *key, const char *value)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g = NULL;
+	uint64_t zero = 0, len = strlen(value), n_kv;
+	uint32_t version = 3, type = Q4KH_GGUF_STRING;
+	char *path;
+	FILE *f;
+
+	cr_assert_eq(q4kh_gguf_open(src, &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(g->n_tensors, 0, "%s has tensors", src);
+	cr_assert_not_null(q4kh_gguf_find(g, key), "%s: no %s", src, key);
+	cr_assert_geq(asprintf(&path, "%s/vocab.gguf", test_tmpdir()), 0);
+	f = fopen(path, "wb");
+	cr_assert_not_null(f, "%s", path);
+	n_kv = g->n_kv;
+	put_bytes(f, "GGUF", 4);
+	put_bytes(f, &version, 4);
+	put_bytes(f, &zero, 8);
+	put_bytes(f, &n_kv, 8);
+	for (uint64_t i = 0; i < g->n_kv; i++) {
+		const struct q4kh_gguf_kv *kv = &g->kv[i];
+		const uint8_t *start = (const uint8_t *)kv->key.data - 8;
+		if (kv->key.len == strlen(key) && !memcmp(kv->key.data, key, kv->key.len)) {
+			put_bytes(f, start, 8 + kv->key.len);
+			put_bytes(f, &type, 4);
+			put_bytes(f, &len, 8);
+			put_bytes(f, value, len);
+			continue;
+		}
+		put_bytes(f, start, (size_t)(g->map + kv_end(g, kv) - start));
+	}
+	while (ftell(f) % 32)
+		put_bytes(f, "", 1);
+	cr_assert_eq(fclose(f), 0);
+	q4kh_gguf_close(g);
 	return path;
 }
 

@@ -53,6 +53,14 @@ char *test_patch_gguf(const char *src, const char *key, const char *from,
                       const char *to);
 
 /*
+ * A copy of the tensorless GGUF file SRC (a vocabulary) in a test_tmpdir()
+ * folder with the metadata KEY set to the string VALUE, of any length.
+ * Returns the copy's path (malloc()ed); fails the test when SRC has
+ * tensors or no KEY.
+ */
+char *test_vocab_gguf(const char *src, const char *key, const char *value);
+
+/*
  * A fresh plugin folder (test_tmpdir) holding the reference cpu plugin and
  * the test plugins NAMES (NULL-terminated; module names under
  * tests/plugins/.libs without ".so"). The string is test_tmpdir()'s.

@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "candidates.h"
-#include "chat.h"
 #include "cli.h"
 #include "config.h"
 #include "greedy.h"
 #include "guard.h"
+#include "prompt.h"
 #include "qa_cases.h"
 #include "registry.h"
 #include "serving.h"
@@ -29,8 +29,9 @@
 
 struct qa_opts {
 	const char *model, *cases, *backend, *kernel, *plugin_path, *config_file;
+	const char *chat_template; /* --chat-template NAME, NULL: the file's */
 	long device, timeout;
-	int device_set, json;
+	int device_set, json, no_parse_special;
 	enum q4kh_f2_mode mode;
 };
 
@@ -74,6 +75,9 @@ static void usage(FILE *out)
 	        "start with), max_tokens (default 16), chat (apply the chat template;\n"
 	        "default false), name; '#' lines are comments (docs/f2.md).\n\n"
 	        "      --cases FILE      the golden cases (required)\n"
+	        "      --chat-template NAME  the chat family of \"chat\" cases (default:\n"
+	        "                        the model's own template's; as q4khost run)\n"
+	        "      --no-parse-special  special tokens written in prompts stay text\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --backend NAME    only candidates of this backend\n"
 	        "      --device N        only candidates on this device\n"
@@ -94,7 +98,7 @@ static void usage(FILE *out)
 static int parse(int argc, char **argv, struct qa_opts *o)
 {
 	enum { O_CASES = 256, O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE,
-	       O_TIMEOUT, O_PPATH, O_CONFIG, O_JSON };
+	       O_TIMEOUT, O_PPATH, O_CONFIG, O_JSON, O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
 	static const struct option longs[] = {
 		{ "cases", required_argument, 0, O_CASES },
 		{ "model", required_argument, 0, 'm' },
@@ -107,9 +111,13 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 		{ "plugin-path", required_argument, 0, O_PPATH },
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
+		{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
+		{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
+	struct q4kh_error err;
+	enum q4kh_chat_format family;
 	char *end;
 	long *target;
 	int c;
@@ -126,6 +134,14 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 		case O_PPATH: o->plugin_path = optarg; break;
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
+		case O_CHAT_TEMPLATE:
+			if (q4kh_prompt_family(optarg, &family, &err)) {
+				fprintf(stderr, "q4khost qa: %s\n", err.msg);
+				return -1;
+			}
+			o->chat_template = optarg;
+			break;
+		case O_NO_PARSE_SPECIAL: o->no_parse_special = 1; break;
 		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
 		case O_F2:
 			if (q4kh_f2_mode_parse(optarg, &o->mode) ||
@@ -163,31 +179,23 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 }
 
 /* The prompt of each case as serving tokenizes it. */
-static int tokenize_cases(const char *model, struct qa_case_run *runs, size_t n,
+static int tokenize_cases(const struct qa_opts *o, struct qa_case_run *runs, size_t n,
                           struct q4kh_tokenizer **tok, struct q4kh_error *err)
 {
 	struct q4kh_gguf *g = NULL;
-	enum q4kh_chat_format fmt;
+	struct q4kh_prompt p;
+	char warning[512];
 	int rc = -1;
 
-	if (q4kh_gguf_open(model, &g, err) || q4kh_tokenizer_load(g, tok, err))
+	if (q4kh_gguf_open(o->model, &g, err) || q4kh_tokenizer_load(g, tok, err) ||
+	    q4kh_prompt_init(&p, g, o->chat_template, !o->no_parse_special, err))
 		goto out;
-	fmt = q4kh_chat_detect(g);
-	for (size_t i = 0; i < n; i++) {
-		const struct q4kh_qa_case *qc = runs[i].qc;
-		char *text = qc->chat ? q4kh_chat_apply(fmt, qc->prompt) : strdup(qc->prompt);
-
-		if (!text) {
-			q4kh_fail(err, "out of memory");
+	if (q4kh_prompt_warning(&p, warning, sizeof(warning)))
+		fprintf(stderr, "q4khost qa: warning: %s\n", warning);
+	for (size_t i = 0; i < n; i++)
+		if (q4kh_prompt_tokenize(&p, *tok, runs[i].qc->prompt, runs[i].qc->chat,
+		                         &runs[i].ids, &runs[i].n_ids, err))
 			goto out;
-		}
-		rc = q4kh_tokenize(*tok, text, strlen(text), 1,
-		                   qc->chat && q4kh_chat_parse_special(fmt), &runs[i].ids,
-		                   &runs[i].n_ids, err);
-		free(text);
-		if (rc)
-			goto out;
-	}
 	rc = 0;
 out:
 	q4kh_gguf_close(g);
@@ -448,7 +456,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 	}
 	for (size_t i = 0; i < n; i++)
 		runs[i] = (struct qa_case_run){ .qc = &cases[i], .min_margin = NAN, .min_step = -1 };
-	if (tokenize_cases(o.model, runs, n, &tok, &err) ||
+	if (tokenize_cases(&o, runs, n, &tok, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;

@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "chat.h"
 #include "cli.h"
 #include "config.h"
 #include "kernel.h"
 #include "model.h"
+#include "prompt.h"
 #include "select.h"
 #include "registry.h"
 #include "report.h"
@@ -30,9 +30,10 @@
 struct run_opts {
 	const char *model, *prompt, *plugin_path, *config_file, *backend, *kernel;
 	const char *f2; /* the --f2 value, NULL when not given */
+	const char *chat_template; /* --chat-template NAME, NULL: the file's */
 	long n_predict, device, ctx, threads;
 	struct q4kh_sampler_params sp;
-	int raw, json;
+	int raw, json, no_parse_special;
 };
 
 static void usage(FILE *out)
@@ -52,6 +53,10 @@ static void usage(FILE *out)
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
 	        "      --seed S          random seed (default 0)\n"
 	        "      --raw             do not apply the model's chat template\n"
+	        "      --chat-template NAME  lay the prompt out as chat family NAME\n"
+	        "                        (chatml, llama3, deepseek3, ...; none = raw text)\n"
+	        "                        instead of the model's own template's family\n"
+	        "      --no-parse-special  special tokens written in the prompt stay text\n"
 	        "      --backend NAME    backend plugin (default: $Q4KHOST_BACKEND, else\n"
 	        "                        the first GPU backend whose kernels pass F2,\n"
 	        "                        else the reference cpu)\n"
@@ -102,7 +107,8 @@ static int parse_float(const char *s, const char *what, float lo, float hi, floa
 static int parse(int argc, char **argv, struct run_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
-	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE };
+	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
+	       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "prompt", required_argument, 0, 'p' },
@@ -122,9 +128,13 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		{ "kernel", required_argument, 0, O_KERNEL },
 		{ "f2", required_argument, 0, O_F2 },
 		{ "revalidate", no_argument, 0, O_REVALIDATE },
+		{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
+		{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
+	struct q4kh_error err;
+	enum q4kh_chat_format family;
 	long v;
 	int c;
 
@@ -166,6 +176,14 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			o->sp.seed = (uint64_t)v;
 			break;
 		case O_RAW: o->raw = 1; break;
+		case O_CHAT_TEMPLATE:
+			if (q4kh_prompt_family(optarg, &family, &err)) {
+				fprintf(stderr, "q4khost run: %s\n", err.msg);
+				return -1;
+			}
+			o->chat_template = optarg;
+			break;
+		case O_NO_PARSE_SPECIAL: o->no_parse_special = 1; break;
 		case O_BACKEND: o->backend = optarg; break;
 		case O_KERNEL: o->kernel = optarg; break;
 		case O_REVALIDATE: o->f2 = "fresh"; break;
@@ -212,7 +230,6 @@ struct run {
 	struct q4kh_sampler *sampler;
 	int32_t *ids;
 	float *logits;
-	char *prompt;
 	char *text; /* generated text, kept for --json */
 	size_t text_len, text_cap;
 };
@@ -227,7 +244,6 @@ static void run_free(struct run *r)
 	q4kh_config_free(r->config);
 	free(r->ids);
 	free(r->logits);
-	free(r->prompt);
 	free(r->text);
 }
 
@@ -329,19 +345,19 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 static int generate(const struct run_opts *o, struct run *r,
                     struct q4kh_report *rep, struct q4kh_error *err)
 {
-	enum q4kh_chat_format fmt = o->raw ? Q4KH_CHAT_NONE
-	                                   : q4kh_chat_detect(r->model->gguf);
+	struct q4kh_prompt pr;
 	size_t n_ids = 0;
-	char piece[256];
+	char piece[256], warning[512];
 	double t0;
 	int32_t tok;
 
-	rep->chat_template = o->raw ? "off (--raw)" : q4kh_chat_name(fmt);
-	r->prompt = q4kh_chat_apply(fmt, o->prompt);
-	if (!r->prompt)
-		return q4kh_fail(err, "out of memory");
-	if (q4kh_tokenize(r->tok, r->prompt, strlen(r->prompt), 1,
-	                  q4kh_chat_parse_special(fmt), &r->ids, &n_ids, err))
+	if (q4kh_prompt_init(&pr, r->model->gguf, o->raw ? "none" : o->chat_template,
+	                     !o->no_parse_special, err))
+		return -1;
+	if (q4kh_prompt_warning(&pr, warning, sizeof(warning)))
+		fprintf(stderr, "q4khost run: warning: %s\n", warning);
+	rep->chat_template = o->raw ? "off (--raw)" : q4kh_chat_name(pr.chat);
+	if (q4kh_prompt_tokenize(&pr, r->tok, o->prompt, 1, &r->ids, &n_ids, err))
 		return -1;
 	if (n_ids == 0)
 		return q4kh_fail(err, "the prompt tokenized to nothing");

@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "backend.h"
-#include "chat.h"
 #include "isolate.h"
 #include "tokenizer.h"
 #include "model.h"
+#include "prompt.h"
 #include "serving.h"
 #include "session.h"
 
@@ -52,23 +52,14 @@ int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
 {
 	struct q4kh_gguf *g = NULL;
 	struct q4kh_tokenizer *tok = NULL;
-	enum q4kh_chat_format fmt;
-	char *prompt = NULL;
+	struct q4kh_prompt p;
 	int rc = -1;
 
-	if (q4kh_gguf_open(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err))
+	if (q4kh_gguf_open(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err) ||
+	    q4kh_prompt_init(&p, g, NULL, 1, err))
 		goto out;
-	fmt = q4kh_chat_detect(g);
-	prompt = q4kh_chat_apply(fmt, text ? text : q4kh_f2_probe_text);
-	if (!prompt) {
-		q4kh_fail(err, "out of memory");
-		goto out;
-	}
-	rc = q4kh_tokenize(tok, prompt, strlen(prompt), 1,
-	                   fmt != Q4KH_CHAT_NONE && fmt != Q4KH_CHAT_UNKNOWN, ids,
-	                   n, err);
+	rc = q4kh_prompt_tokenize(&p, tok, text ? text : q4kh_f2_probe_text, 1, ids, n, err);
 out:
-	free(prompt);
 	q4kh_tokenizer_free(tok);
 	q4kh_gguf_close(g);
 	return rc;

@@ -33,8 +33,8 @@ extern const char q4kh_f2_probe_text[];
 
 /*
  * The probe's tokens for the model at MODEL_PATH: TEXT (the built-in probe
- * when NULL) in the model's chat format when it has one, with BOS, as
- * serving tokenizes a prompt. *ids is malloc()ed.
+ * when NULL) as serving tokenizes a prompt (prompt.h: the file's chat
+ * layout, BOS, special tokens parsed). *ids is malloc()ed.
  */
 int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
                      size_t *n, struct q4kh_error *err);

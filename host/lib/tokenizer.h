@@ -11,10 +11,11 @@
  *    highest score, leftmost first; a character with no token becomes its
  *    <0xXX> byte tokens.
  *  - "gpt2": byte-level BPE (llm_tokenizer_bpe): the pre-tokenizer named by
- *    tokenizer.ggml.pre ("llama-bpe", "qwen2", "gpt-2" and their aliases)
- *    splits the text with its regular expression (PCRE2), each word's
- *    bytes become GPT-2's printable stand-ins, and adjacent pieces merge
- *    by lowest rank in tokenizer.ggml.merges.
+ *    tokenizer.ggml.pre ("llama-bpe", "qwen2", "qwen35", "gpt-2",
+ *    "smollm", "tekken", "gpt-4o", "deepseek-llm", "deepseek-v3" and their
+ *    aliases) splits the text with its regular expressions (PCRE2), each
+ *    word's bytes become GPT-2's printable stand-ins, and adjacent pieces
+ *    merge by lowest rank in tokenizer.ggml.merges.
  * A loaded tokenizer is read-only and thread-safe.
  */
 #ifndef Q4KH_TOKENIZER_H

