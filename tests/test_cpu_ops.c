@@ -560,6 +560,49 @@ Test(cpu_plugin, buffers_and_bounds)
 	env_close(e);
 }
 
+/* ABI 1.2: ops read host memory the buffer wraps; it stays the caller's. */
+Test(cpu_plugin, wrapped_host_memory_is_read_in_place)
+{
+	struct env *e = env_open("2");
+	float *host = aligned_alloc(64, 64 * sizeof(float));
+	float *got;
+	q4kh_buffer *buf;
+	struct q4kh_tensor x, out;
+	double want[64];
+
+	cr_assert_not_null(host);
+	for (int i = 0; i < 64; i++) {
+		host[i] = (float)(i - 20) / 8.0f;
+		want[i] = host[i] * 0.5; /* exact: one rounding of an exact product */
+	}
+	cr_assert_eq(e->b->buffer_wrap(e->dev, host, 64 * sizeof(float), &buf), Q4KH_OK,
+	             "%s", e->b->last_error(e->ctx));
+	x = (struct q4kh_tensor){ .buffer = buf, .type = Q4KH_TYPE_F32,
+		                  .ne = { 64, 1, 1, 1 }, .nb = { 4, 256, 256, 256 } };
+	out = f32_tensor(e, 64, 1, 1, NULL);
+	cr_assert_eq(e->b->scale(e->dev, &x, 0.5f, &out), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	got = fetch(e, &out);
+	expect_close("scale of wrapped memory", got, want, 64, 0, 0);
+	/* what the host changes, the next op sees: no copy was taken */
+	host[3] = 100.0f;
+	want[3] = 50.0;
+	cr_assert_eq(e->b->scale(e->dev, &x, 0.5f, &out), Q4KH_OK);
+	free(got);
+	got = fetch(e, &out);
+	expect_close("after the host's change", got, want, 64, 0, 0);
+	expect_status(e, e->b->buffer_upload(e->dev, buf, 0, host, 4),
+	              "wraps read-only host memory");
+	expect_status(e, e->b->buffer_wrap(e->dev, (char *)host + 4, 8, &buf),
+	              "aligned to 32 bytes");
+	e->b->buffer_free(e->dev, x.buffer); /* frees the buffer, not host */
+	host[0] = 1.0f;
+	free(got);
+	free(host);
+	drop(e, &out);
+	env_close(e);
+}
+
 Test(cpu_plugin, supported_types)
 {
 	struct env *e = env_open("1");

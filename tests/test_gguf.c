@@ -18,6 +18,7 @@
 #include <q4khost/quant.h>
 
 #include "gguf.h"
+#include "gguf_shared.h"
 #include "helpers.h"
 #include "model.h"
 
@@ -1438,4 +1439,39 @@ Test(gguf, default_model_matches_gguf_py)
 	check_model_metadata(g);
 	check_model_tensors(g);
 	q4kh_gguf_close(g);
+}
+
+/* One mapping per file per process; a changed file is a new one. */
+Test(gguf_shared, same_file_same_mapping_until_it_changes)
+{
+	const char *path = test_model_path();
+	char *copy = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *a, *b, *c;
+	size_t len;
+	void *bytes;
+
+	cr_assert_eq(q4kh_gguf_acquire(path, &a, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_gguf_acquire(path, &b, &err), 0, "%s", err.msg);
+	cr_expect_eq(a, b, "a second open of the same file maps it again");
+	q4kh_gguf_release(b);
+	cr_expect_eq(a->n_tensors > 0, 1); /* still open after one release */
+	q4kh_gguf_release(a);
+
+	/* a copy that is rewritten in place is not the old file */
+	cr_assert(asprintf(&copy, "%s/copy.gguf", test_tmpdir()) > 0);
+	bytes = test_read_file(path, &len);
+	cr_assert_not_null(bytes);
+	test_write_file(copy, bytes, len);
+	cr_assert_eq(q4kh_gguf_acquire(copy, &a, &err), 0, "%s", err.msg);
+	sleep(1); /* a new modification time, whatever the clock's grain */
+	test_write_file(copy, bytes, len);
+	cr_assert_eq(q4kh_gguf_acquire(copy, &c, &err), 0, "%s", err.msg);
+	cr_expect_neq(a, c, "a rewritten file must be read again");
+	q4kh_gguf_release(a);
+	q4kh_gguf_release(c);
+	cr_expect_eq(q4kh_gguf_acquire("/nonexistent/model.gguf", &a, &err), -1);
+	cr_expect(strstr(err.msg, "/nonexistent/model.gguf: cannot open") != NULL, "%s", err.msg);
+	free(bytes);
+	free(copy);
 }
