@@ -1,6 +1,6 @@
 /*
- * Gemma 3 ("gemma3" GGUF), computed as llama.cpp does
- * (/work/shared/gemma3-notes.md; Gemma 3 technical report, 2025):
+ * Gemma 3 ("gemma3" GGUF), computed as llama.cpp does (its
+ * src/models/gemma3.cpp; Gemma 3 technical report, 2025):
  * interleaved sliding-window and global attention layers, per-head q/k
  * RMSNorm, NeoX RoPE with a separate base for local layers, pre- and
  * post-norms around attention and the GELU-gated FFN, tied embeddings

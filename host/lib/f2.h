@@ -1,5 +1,5 @@
 /*
- * F2, the parity guard (design section 4; docs/f2.md for users).
+ * F2, the parity guard (docs/architecture.md section 4; docs/f2.md for users).
  *
  * A candidate (a backend, with or without a kernel variant, on one device)
  * and the reference cpu plugin run the same probe: one batched prefill of
@@ -40,7 +40,7 @@ struct q4kh_f2_rules {
 	uint32_t probe_tokens;  /* the probe's last tokens used; default 64 */
 };
 
-/* The defaults of design section 4. */
+/* The defaults of docs/architecture.md section 4. */
 void q4kh_f2_rules_default(struct q4kh_f2_rules *r);
 
 enum q4kh_f2_verdict {

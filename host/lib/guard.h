@@ -1,5 +1,5 @@
 /*
- * The F2 guard as the host applies it (design section 4): for a candidate
+ * The F2 guard as the host applies it (docs/architecture.md section 4): for a candidate
  * (backend plugin, device, kernel variant or the backend's built-in
  * kernels) decide from a valid receipt, or measure it (in an isolated child
  * process, so a plugin that crashes or hangs rejects itself instead of

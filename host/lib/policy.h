@@ -1,5 +1,5 @@
 /*
- * Kernel-variant selection for one backend device (design section 5;
+ * Kernel-variant selection for one backend device (docs/architecture.md section 5;
  * docs/config.md for operators).
  *
  * A device's kernel setting comes from the first of:

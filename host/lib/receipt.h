@@ -1,5 +1,5 @@
 /*
- * F2 receipts (design section 4): one small JSON file per candidate
+ * F2 receipts (docs/architecture.md section 4): one small JSON file per candidate
  * (model, backend, kernel variant, device) holding its last verdict and
  * the key it was measured under. A receipt is valid only while every part
  * of its key is unchanged: the model file's SHA-256, the SHA-256 of every

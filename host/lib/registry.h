@@ -1,5 +1,5 @@
 /*
- * Plugin discovery and loading (design section 3).
+ * Plugin discovery and loading (docs/architecture.md section 3).
  *
  * The plugin path is a ':'-separated list of folders taken from the first
  * of: the CLI (--plugin-path), Q4KHOST_PLUGIN_PATH, the config key

@@ -1,6 +1,6 @@
 /*
- * Choosing what serves a request, with the F2 guard in the loop (design
- * sections 4 and 5). The candidates, in order: for the backend named by
+ * Choosing what serves a request, with the F2 guard in the loop
+ * (docs/architecture.md sections 4 and 5). The candidates, in order: for the backend named by
  * --backend, or else for every backend other than cpu that has the device
  * and then the reference cpu backend, the device's kernel chain
  * (policy.h): the variants its kernel setting names, then, unless that

@@ -1,6 +1,6 @@
 /*
  * Host settings that several commands share, each resolved with where its
- * value came from (design section 5: the command line, then the
+ * value came from (docs/architecture.md section 5: the command line, then the
  * environment, then the config files, then the built-in default), for
  * reports and `q4khost plugins --explain`. Plugin path: registry.h;
  * receipt folder: receipt.h; kernels: policy.h; F2 floors: guard.h.
