@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Both engines on the same files in one call, on a GPU machine: builds
+# llama.cpp's llama-bench from the carried source (scripts/llamacpp-bundle.sh)
+# unless a build from an earlier call is still there, makes the benchmark
+# models (scripts/gen-bench-model.py), measures the read ceiling
+# (q4khost bench-kernels), and times prefill of D tokens and decode of GEN
+# tokens after D tokens with llama-bench (flash attention on, every layer on
+# the GPU) and q4khost bench (cuda backend, F2 off, every kernel named).
+# Ends with one table: model, measure, llama.cpp, each q4khost kernel, the
+# best ratio; full outputs under ${OUT:-/tmp}/bench-engines.
+#
+#   scripts/bench-engines.sh [--models LIST] [--depths LIST] [--gen N]
+#                            [--kernels LIST] [--llamacpp TARBALL]
+#                            [--build DIR] [--lib DIR]
+#
+#   --models LIST   names of scripts/gen-bench-model.py or GGUF paths,
+#                   comma-separated (default llama3-8b,qwen2.5-1.5b)
+#   --depths LIST   prompt lengths D (default 512,4096)
+#   --gen N         decode tokens timed after each prompt (default 128)
+#   --kernels LIST  q4khost kernels, as bench --kernels (default: none and
+#                   every cuda variant in the build)
+#   --llamacpp F    llama.cpp source tarball (default .gpu/llama.cpp.tar.xz)
+#   --build, --lib  the q4khost build and carried libraries, as
+#                   scripts/gpu-check.sh takes them
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+models=llama3-8b,qwen2.5-1.5b
+depths=512,4096
+gen=128
+kernels=
+tarball=.gpu/llama.cpp.tar.xz
+build=
+lib=.gpu/lib
+out="${OUT:-/tmp}/bench-engines"
+lcp=/tmp/llamacpp
+
+usage() {
+	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2
+	exit 2
+}
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--models) models=$2; shift 2 ;;
+	--depths) depths=$2; shift 2 ;;
+	--gen) gen=$2; shift 2 ;;
+	--kernels) kernels=$2; shift 2 ;;
+	--llamacpp) tarball=$2; shift 2 ;;
+	--build) build=$2; shift 2 ;;
+	--lib) lib=$2; shift 2 ;;
+	-h | --help) usage ;;
+	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
+	esac
+done
+if [ -z "$build" ]; then
+	build=_build/gpu
+	[ -d .gpu/build ] && build=.gpu/build
+fi
+[ -d "$lib" ] && export LD_LIBRARY_PATH="$top/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+q4k="$top/$build/host/cli/q4khost"
+export Q4KHOST_PLUGIN_PATH
+Q4KHOST_PLUGIN_PATH=$(ls -d "$top/$build"/plugins/*/.libs | paste -sd:)
+mkdir -p "$out"
+step() { echo "== $* ($(date +%T))" >&2; }
+
+# 1. llama.cpp, built once per machine.
+if [ ! -x "$lcp/build/bin/llama-bench" ]; then
+	step "building llama.cpp (llama-bench, llama-batched-bench, llama-server)"
+	rm -rf "$lcp" && mkdir -p "$lcp" && tar -C "$lcp" -xJf "$tarball" || exit 1
+	cmake -S "$lcp/llama.cpp" -B "$lcp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+		-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$out/cmake.log" 2>&1 &&
+		cmake --build "$lcp/build" -j"$(nproc)" --target llama-bench \
+			llama-batched-bench llama-server >"$out/build.log" 2>&1 ||
+		{ tail -30 "$out/build.log" >&2; exit 1; }
+fi
+
+# 2. The models.
+files=()
+IFS=, read -ra names <<<"$models"
+for m in "${names[@]}"; do
+	case $m in
+	*.gguf) files+=("$m") ;;
+	*)
+		f=/tmp/models/$m.gguf
+		if [ ! -f "$f" ]; then
+			step "generating $m"
+			mkdir -p /tmp/models
+			python3 scripts/gen-bench-model.py "$m" "$f" >"$out/gen-$m.log" 2>&1 || exit 1
+		fi
+		files+=("$f")
+		;;
+	esac
+done
+if [ -z "$kernels" ]; then
+	kernels=none
+	for k in $("$q4k" plugins --json 2>/dev/null | python3 -c '
+import json, sys
+for p in json.load(sys.stdin).get("plugins", []):
+    if p.get("kind") == "kernel" and p.get("backend") == "cuda" and p.get("state") == "accepted":
+        print(p["name"])'); do
+		kernels+=",$k"
+	done
+fi
+
+# 3. The read ceiling of this run.
+step "read ceiling"
+"$q4k" bench-kernels --shapes large --types Q4_K --max-batch 1 --json \
+	>"$out/bench-kernels.json" 2>"$out/bench-kernels.log"
+ceiling=$(python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["read_ceiling_gbps"])' \
+	"$out/bench-kernels.json" 2>/dev/null || echo "?")
+
+# 4. Both engines, model by model.
+IFS=, read -ra ds <<<"$depths"
+table="$out/table.tsv"
+: >"$table"
+for f in "${files[@]}"; do
+	base=$(basename "$f" .gguf)
+	step "llama.cpp on $base"
+	"$lcp/build/bin/llama-bench" -m "$f" -ngl 99 -fa 1 -r 3 -o json \
+		-p "$depths" -n "$gen" -d "0,$depths" >"$out/llama-$base.json" 2>"$out/llama-$base.log" ||
+		{ tail -5 "$out/llama-$base.log" >&2; continue; }
+	for d in "${ds[@]}"; do
+		step "q4khost on $base, $d-token prompt"
+		# One byte token per character on the benchmark vocabularies.
+		text=$(python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$d")
+		"$q4k" bench -m "$f" --backend cuda --kernels "$kernels" --f2 off -n "$gen" \
+			-p "$text" --json >"$out/q4k-$base-$d.json" 2>"$out/q4k-$base-$d.log" ||
+			{ tail -5 "$out/q4k-$base-$d.log" >&2; continue; }
+		python3 - "$out/llama-$base.json" "$out/q4k-$base-$d.json" "$base" "$d" "$gen" >>"$table" <<'EOF'
+import json, sys
+lcp, q4k, base, d, gen = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+runs = json.load(open(lcp))
+def ts(p, n, depth):
+    for r in runs:
+        if r["n_prompt"] == p and r["n_gen"] == n and r.get("n_depth", 0) == depth:
+            return r["avg_ts"]
+    return float("nan")
+q = json.load(open(q4k))
+for what, ref, key in (("prefill %d" % d, ts(d, 0, 0), "prefill_tokens_per_second"),
+                       ("decode %d after %d" % (gen, d), ts(0, gen, d), "decode_tokens_per_second")):
+    ours = {r["kernel"]: r[key] for r in q["rows"] if r.get(key)}
+    best = max(ours.values()) if ours else float("nan")
+    print("\t".join([base, what, "%.1f" % ref] +
+                    ["%s %.1f" % (k, v) for k, v in ours.items()] +
+                    ["%.2fx" % (best / ref)]))
+EOF
+	done
+done
+
+echo
+echo "read ceiling: $ceiling GB/s (q4khost bench-kernels, this run)"
+echo "model | measure | llama.cpp tok/s | q4khost tok/s by kernel | best/llama.cpp"
+sed 's/\t/ | /g' "$table"
