@@ -225,6 +225,61 @@ static int points_parse(json_t *a, struct q4kh_receipt *r)
 	return 0;
 }
 
+/*
+ * The verdict R's own measurements give under its key's floor: the worst
+ * of its judged points, each also held to the floors by its cosine (NaN
+ * rejects), and no pass without points. *min gets the lowest judged
+ * cosine (NaN when none).
+ */
+static enum q4kh_f2_verdict derived_verdict(const struct q4kh_receipt *r, double *min)
+{
+	enum q4kh_f2_verdict v = r->n_points ? Q4KH_F2_PASS : Q4KH_F2_NOT_MEASURED;
+
+	*min = NAN;
+	for (int64_t i = 0; i < r->n_points; i++) {
+		const struct q4kh_receipt_point *p = &r->points[i];
+		enum q4kh_f2_verdict pv = p->verdict;
+
+		if (!p->judged)
+			continue;
+		if (isnan(p->cosine) || p->cosine < r->key.floor)
+			pv = pv > Q4KH_F2_REJECT ? pv : Q4KH_F2_REJECT;
+		if (p->cosine < Q4KH_F2_CATASTROPHIC)
+			pv = Q4KH_F2_BROKEN;
+		if (pv > v)
+			v = pv;
+		if (!isnan(p->cosine) && !(p->cosine >= *min))
+			*min = p->cosine;
+	}
+	return v;
+}
+
+/*
+ * A receipt whose verdict or lowest cosine its own points contradict was
+ * edited or damaged: it vouches for nothing. 0 when consistent; else 1
+ * with err saying what disagrees. A verdict worse than the points (a
+ * crash or timeout after some positions) is kept.
+ */
+static int consistent(const char *path, const struct q4kh_receipt *r,
+                      struct q4kh_error *err)
+{
+	double min;
+	enum q4kh_f2_verdict d = derived_verdict(r, &min);
+
+	if (r->verdict < d) {
+		q4kh_fail(err, "%s says \"%s\" but its own measurements say \"%s\" (lowest judged cosine %.4f, floors %.2f and %.2f): ignored",
+		          path, verdicts[r->verdict], verdicts[d], min, r->key.floor,
+		          Q4KH_F2_CATASTROPHIC);
+		return 1;
+	}
+	if (r->n_points && !isnan(min) && !(fabs(r->min_cosine - min) <= 1e-6)) {
+		q4kh_fail(err, "%s says its lowest cosine is %.6f but its points say %.6f: ignored",
+		          path, r->min_cosine, min);
+		return 1;
+	}
+	return 0;
+}
+
 int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
                       struct q4kh_error *err)
 {
@@ -274,7 +329,9 @@ int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
 	get_str(root, "message", out->message, sizeof(out->message));
 	get_str(root, "created", out->created, sizeof(out->created));
 	get_str(root, "host_version", out->host_version, sizeof(out->host_version));
-	rc = 0;
+	rc = consistent(path, out, err);
+	if (rc)
+		q4kh_receipt_free(out);
 out:
 	json_decref(root);
 	return rc;

@@ -89,8 +89,10 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 /*
  * Read the receipt of candidate ID (any printable identity string, e.g.
  * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR into *out, which is
- * overwritten (free its points first). 0 on success; 1 when there is none
- * or it is of another schema, with err saying which; -1 with err for a
+ * overwritten (free its points first). 0 on success; 1 when there is none,
+ * it is of another schema, or its verdict or lowest cosine disagrees with
+ * its own measured points under its floors (an edited receipt vouches for
+ * nothing), with err saying which; -1 with err for a
  * file that exists but cannot be parsed (the caller treats it as absent
  * and overwrites it).
  */
