@@ -2,7 +2,8 @@
 # One command from a fresh Debian 12 machine to test results: install what
 # is missing, fetch the default model (the tests need it), build, and run
 #   main        every Criterion suite through make check, packaging
-#               included (the SDK examples, make distcheck, the .debs)
+#               included (the SDK examples, make distcheck, the .debs
+#               and the .rpms)
 #   sanitizers  every suite again on an ASan/LSan/UBSan build
 #               (scripts/test-sanitizers.sh)
 #   fuzz        each libFuzzer target for 60 s (scripts/fuzz.sh 60)
@@ -28,7 +29,8 @@ bash scripts/fetch-model.sh || exit 1
 
 main_stage() {
 	Q4KH_BUILD_DIR="$build" bash scripts/build.sh || return 1
-	# tests/test_package: the SDK examples, make distcheck and the .debs.
+	# tests/test_package: the SDK examples, make distcheck, the .debs and
+	# the .rpms.
 	Q4KH_REQUIRE_MODEL=1 Q4KH_TEST_PACKAGING=1 \
 		make -C "$build" -j"$(nproc)" check >"$build/check.log" 2>&1
 	bash scripts/check-summary.sh "$build" $?
