@@ -19,18 +19,8 @@ fi
 
 logged "$work/install.log" own_make -C "$build" install DESTDIR="$stage"
 
-# A staged SDK: pkg-config puts the stage in front of every path, plugindir
-# included, so the vendor's `make install` needs no DESTDIR.
-export PKG_CONFIG_LIBDIR=$stage$Q4KH_TEST_LIBDIR/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
-unset PKG_CONFIG_PATH
-want=$stage$Q4KH_TEST_PLUGINDIR
-got=$(pkg-config --variable=plugindir q4khost-plugin)
-[ "$got" = "$want" ] || die "pkg-config's plugindir is '$got', expected '$want'"
-
-cp -r "$src/sdk/examples/$kind-q4k" "$work/vendor"
-chmod -R u+w "$work/vendor" # a read-only source tree stays read-only
-logged "$work/vendor.log" own_make -C "$work/vendor"
-logged "$work/vendor-install.log" own_make -C "$work/vendor" install
+build_vendor_example "$src/sdk/examples/$kind-q4k" "$stage" "$Q4KH_TEST_LIBDIR" \
+	"$Q4KH_TEST_PLUGINDIR" "$work/vendor"
 echo "host: $stage$Q4KH_TEST_BINDIR/q4khost"
-echo "plugins: $want"
+echo "plugins: $stage$Q4KH_TEST_PLUGINDIR"
 echo "completion: $stage$Q4KH_TEST_COMPLETIONDIR/q4khost"
