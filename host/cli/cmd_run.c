@@ -9,13 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "chat.h"
 #include "cli.h"
 #include "config.h"
-#include "guard.h"
 #include "interrupt.h"
 #include "kernel.h"
 #include "model.h"
@@ -70,7 +68,7 @@ static void usage(FILE *out)
 	        "                        optionally DEVICE=NAME (index, UUID, name or\n"
 	        "                        arch); none = the built-in kernels (default:\n"
 	        "                        $Q4KHOST_Q4K_KERNEL, else [gpu.*] q4k_kernel in\n"
-	        "                        the config, else by score; q4khost.ini(5))\n"
+	        "                        the config, else by score; man q4khost.ini)\n"
 	        "      --threads N       threads of the cpu plugin and of the kernel\n"
 	        "                        variants for it (default: [plugin.NAME] threads,\n"
 	        "                        else every online CPU)\n"
@@ -294,7 +292,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	struct q4kh_session_params sp = { 0 };
 	struct q4kh_select_request rq = { 0 };
 	char origin[700], backend_origin[64];
-	int bad_file;
+	int bad_file, rc;
 
 	if (q4kh_cli_config("run", o->config_file, 0, &r->config, err))
 		return Q4KH_EXIT_INPUT;
@@ -307,10 +305,9 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
 			return Q4KH_EXIT_FAIL;
 	}
-	if (q4kh_registry_scan(o->plugin_path, r->config, &r->registry, err))
-		return Q4KH_EXIT_FAIL;
-	if (q4kh_guard_config_check(r->config, r->registry, err))
-		return Q4KH_EXIT_INPUT;
+	if ((rc = q4kh_cli_plugins(o->plugin_path, r->config, &r->registry, err)))
+		return rc;
+	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
 	if (o->threads && set_variant_threads(r, o->threads, err))
 		return Q4KH_EXIT_FAIL;
 	rq.registry = r->registry;
@@ -319,12 +316,9 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	rq.mode_origin = origin;
 	rq.backend = q4kh_settings_backend(o->backend, backend_origin, sizeof(backend_origin));
 	rq.device = (uint32_t)o->device;
-	if (!o->model && access(q4kh_default_model_path(model_path, sizeof(model_path)), F_OK) != 0) {
-		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
-		          model_path);
+	rq.model_path = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
+	if (!rq.model_path)
 		return Q4KH_EXIT_INPUT;
-	}
-	rq.model_path = o->model ? o->model : model_path;
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
 	if (q4kh_model_open(rq.model_path, &r->model, err))
 		return Q4KH_EXIT_INPUT;

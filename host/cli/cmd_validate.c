@@ -36,11 +36,12 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 	        "usage: q4khost validate [-m FILE] [--backend NAME] [--kernel NAME] [OPTIONS]\n\n"
-	        "Run the F2 parity guard (q4khost(1), \"F2\") on every candidate: each backend\n"
-	        "other than the reference cpu plugin, with its built-in kernels and with\n"
-	        "each kernel variant that targets it, on each of its devices (kernel\n"
+	        "Run the F2 parity guard on every candidate: each backend other than\n"
+	        "the reference cpu plugin, with its built-in kernels and with each\n"
+	        "kernel variant that targets it, on each of its devices (kernel\n"
 	        "variants for the cpu backend included). Valid receipts are used unless\n"
-	        "--f2 fresh; each measurement runs in a child process.\n\n"
+	        "--f2 fresh; each measurement runs in a child process. The rules:\n"
+	        Q4KH_DOCDIR "/f2.md\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        only this device\n"
@@ -217,8 +218,8 @@ static void print_table(const struct row *rows, size_t n)
 		if (at >= 0)
 			snprintf(cos, sizeof(cos), "%.4f at %s", rc->points[at].cosine,
 			         position_text(at, rc->points[at].decode_step, where, sizeof(where)));
-		position_text(passed ? -1 : rc->worst_position, rc->worst_decode_step, decided,
-		              sizeof(decided));
+		position_text(passed || rows[i].failed ? -1 : rc->worst_position,
+		              rc->worst_decode_step, decided, sizeof(decided));
 		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9d %-7.1f %s\n",
 		       rows[i].e.c.backend, variant_name(&rows[i].e.c), rows[i].e.c.device,
 		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict), cos,
@@ -350,19 +351,14 @@ int q4kh_cmd_validate(int argc, char **argv)
 		q4kh_interrupt_install();
 		q4kh_progress_init("validate");
 	}
-	if (!o.model)
-		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
 	rc = Q4KH_EXIT_INPUT;
-	if (q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
+	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
+	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err))
-		goto out;
-	if (q4kh_guard_config_check(config, reg, &err)) {
-		rc = Q4KH_EXIT_INPUT;
-		goto out;
-	}
 	if (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
 		goto out;
 	if (o.timeout)
