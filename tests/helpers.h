@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Source and build roots (set by make check; "." when run by hand). */
 const char *test_srcdir(void);
@@ -72,5 +73,28 @@ int test_shell(const char *cmd, char **out);
  * bytes). Fails the test when nm does.
  */
 int test_exported_symbols(const char *so, char *first, size_t cap);
+
+/*
+ * Start shell command CMD in the background as `exec CMD`, so that the
+ * pid returned is the command's own, with its stdout into OUT_PATH and
+ * its stderr into ERR_PATH (created). Fails the test when it cannot.
+ */
+pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path);
+
+/* Wait for PID, started by test_spawn, to end; its wait status. */
+int test_reap(pid_t pid);
+
+/*
+ * Wait until the file PATH holds NEEDLE (NULL: anything at all), polling;
+ * the test's .timeout bounds the wait, nothing here is timed.
+ */
+void test_wait_for(const char *path, const char *needle);
+
+/* The pid of a process whose parent is PARENT and whose command line
+ * holds NEEDLE; 0 when there is none. */
+pid_t test_child_of(pid_t parent, const char *needle);
+
+/* 1 while PID runs (a zombie counts as gone). */
+int test_alive(pid_t pid);
 
 #endif

@@ -314,8 +314,9 @@ static void show_measuring(void *data, unsigned seconds)
 {
 	const struct measuring *m = data;
 
-	q4kh_progress("F2: measuring %s against the reference (%s): %u s", m->name,
-	              m->reason, seconds);
+	/* The reason last: it may be long, and a terminal line is cut. */
+	q4kh_progress("F2: checking %s vs the reference: %u s (%s)", m->name, seconds,
+	              m->reason);
 }
 
 /* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
@@ -331,7 +332,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	int n = 0, rc;
 
 	snprintf(device, sizeof(device), "%u", c->device);
-	snprintf(m.name, sizeof(m.name), "%s/%s on device %u", c->backend,
+	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
 	         c->variant ? c->variant : "built-in", c->device);
 	argv[n++] = "q4khost";
 	argv[n++] = "validate";
