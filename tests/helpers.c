@@ -258,6 +258,31 @@ int test_exported_symbols(const char *so, char *first, size_t cap)
 	return n;
 }
 
+const char *test_q4khost_command(const char *env, const char *receipts, const char *args,
+                                 char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap,
+	                 "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND -u Q4KHOST_LOG "
+	                 "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s",
+	                 receipts, receipts, env, test_builddir(), args);
+
+	cr_assert(n >= 0 && (size_t)n < cap, "the command is longer than %zu bytes", cap);
+	return buf;
+}
+
+int test_q4khost(const char *env, const char *receipts, const char *args, char **out)
+{
+	char *cmd = malloc(strlen(env) + strlen(receipts) * 2 + strlen(args) + 8192);
+	int rc;
+
+	cr_assert_not_null(cmd);
+	test_q4khost_command(env, receipts, args, cmd,
+	                     strlen(env) + strlen(receipts) * 2 + strlen(args) + 8192);
+	rc = test_shell(cmd, out);
+	free(cmd);
+	return rc;
+}
+
 pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path)
 {
 	char *full;

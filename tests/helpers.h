@@ -75,6 +75,18 @@ int test_shell(const char *cmd, char **out);
 int test_exported_symbols(const char *so, char *first, size_t cap);
 
 /*
+ * The shell command that runs the built q4khost with ARGS as a user who
+ * set nothing would: no Q4KHOST_Q4K_KERNEL, _F2, _BACKEND or _LOG, no
+ * user config file (XDG_CONFIG_HOME=RECEIPTS), receipts in RECEIPTS; ENV
+ * (more VAR=VALUE words, or "") goes before it. Into BUF; returns BUF.
+ */
+const char *test_q4khost_command(const char *env, const char *receipts, const char *args,
+                                 char *buf, size_t cap);
+
+/* Run that command (test_shell): its exit status, all it printed in *out. */
+int test_q4khost(const char *env, const char *receipts, const char *args, char **out);
+
+/*
  * Start shell command CMD in the background as `exec CMD`, so that the
  * pid returned is the command's own, with its stdout into OUT_PATH and
  * its stderr into ERR_PATH (created). Fails the test when it cannot.

@@ -23,29 +23,36 @@
 
 #define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
 
-/* q4khost ARGS with receipts in RECEIPTS, no user config, ENV before it. */
-static int q4khost(const char *env, const char *receipts, const char *args, char **out)
-{
-	char cmd[32768];
-
-	snprintf(cmd, sizeof(cmd),
-	         "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND -u Q4KHOST_LOG "
-	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s",
-	         receipts, receipts, env, test_builddir(), args);
-	return test_shell(cmd, out);
-}
-
-/* The same on a terminal: script(1) gives it a pty for stdout and stderr. */
+/* The same as test_q4khost on a terminal: script(1) gives it a pty. */
 static int q4khost_on_a_terminal(const char *receipts, const char *args, char **out)
 {
 	char inner[24576], cmd[32768];
 
-	snprintf(inner, sizeof(inner),
-	         "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND -u Q4KHOST_LOG "
-	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost %s",
-	         receipts, receipts, test_builddir(), args);
-	snprintf(cmd, sizeof(cmd), "script -qec \"%s\" /dev/null", inner);
+	snprintf(cmd, sizeof(cmd), "script -qec \"%s\" /dev/null",
+	         test_q4khost_command("", receipts, args, inner, sizeof(inner)));
 	return test_shell(cmd, out);
+}
+
+static const char *tiny_model(void)
+{
+	static char path[4200];
+
+	snprintf(path, sizeof(path), "%s/tests/fixtures/tiny-llama.gguf", test_srcdir());
+	return path;
+}
+
+/*
+ * q4khost COMMAND -m MODEL (NULL: the tiny llama fixture) --plugin-path
+ * PLUGINS EXTRA, with receipts of its own and ENV before it.
+ */
+static int q4khost_with(const char *env, const char *command, const char *model,
+                        const char *plugins, const char *extra, char **out)
+{
+	char args[16384];
+
+	snprintf(args, sizeof(args), "%s -m %s --plugin-path %s %s", command,
+	         model ? model : tiny_model(), plugins, extra);
+	return test_q4khost(env, test_tmpdir(), args, out);
 }
 
 /* A file FILE in a fresh folder holding TEXT; its path (malloc()ed). */
@@ -81,23 +88,15 @@ static json_t *parse_json(const char *text)
 	return j;
 }
 
-static const char *tiny_model(char *buf, size_t cap)
-{
-	snprintf(buf, cap, "%s/tests/fixtures/tiny-llama.gguf", test_srcdir());
-	return buf;
-}
-
 /* --- errors that say why ------------------------------------------------- */
 
 Test(diagnostics, a_missing_reference_plugin_is_named)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
-	const char *plugins = folder_without_cpu(names), *receipts = test_tmpdir();
-	char args[8192], want[8192], model[4200], *out;
+	const char *plugins = folder_without_cpu(names);
+	char want[8192], *out;
 
-	snprintf(args, sizeof(args), "run -n 1 -m %s --plugin-path %s",
-	         tiny_model(model, sizeof(model)), plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 4, "%s", out);
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 4, "%s", out);
 	snprintf(want, sizeof(want),
 	         "q4khost run: no backend plugin on the plugin path %s (from --plugin-path): "
 	         "the reference cpu plugin (cpu.so) is not there",
@@ -109,21 +108,19 @@ Test(diagnostics, a_missing_reference_plugin_is_named)
 Test(diagnostics, validate_fails_when_a_variant_cannot_be_measured)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
-	const char *plugins = folder_without_cpu(names), *receipts = test_tmpdir();
-	char args[8192], model[4200], *out;
+	const char *plugins = folder_without_cpu(names);
+	char *out;
 	json_t *j;
 
-	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s",
-	         tiny_model(model, sizeof(model)), plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 1, "a broken install fails: %s", out);
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "", &out), 1,
+	             "a broken install fails: %s", out);
 	cr_expect(strstr(out, "cannot be measured:\n") != NULL, "%s", out);
 	cr_expect(strstr(out, "the reference cpu plugin is not on the plugin path") != NULL, "%s",
 	          out);
 	cr_expect(strstr(out, "cpu/cpu-q8act: its backend cpu is not on the plugin path") != NULL,
 	          "%s", out);
 	free(out);
-	snprintf(args, sizeof(args), "validate --json -m %s --plugin-path %s", model, plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 1, "%s", out);
+	cr_expect_eq(q4khost_with("", "validate --json", NULL, plugins, "", &out), 1, "%s", out);
 	j = parse_json(out);
 	cr_expect_eq(json_array_size(json_object_get(j, "unmeasurable")), 2, "%s", out);
 	json_decref(j);
@@ -134,17 +131,16 @@ Test(diagnostics, a_bad_cpu_threads_setting_names_its_file_line_and_key)
 {
 	static const char *const none[] = { NULL };
 	static const char *const values[] = { "0", "999", "abc" };
-	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
-	char args[8192], want[8192], model[4200], text[64], *out, *cfg;
+	const char *plugins = test_plugin_dir(none);
+	char want[8192], text[64], config[4300], *out, *cfg;
 
 	for (int i = 0; i < 3; i++) {
 		snprintf(text, sizeof(text), "[plugin.cpu]\nthreads = %s\n", values[i]);
 		cfg = file_with("threads.ini", text);
-		snprintf(args, sizeof(args), "run -n 1 -m %s --plugin-path %s --config %s",
-		         tiny_model(model, sizeof(model)), plugins, cfg);
-		cr_expect_eq(q4khost("", receipts, args, &out), 4, "%s", out);
-		snprintf(want, sizeof(want), "q4khost run: no backend could start: cpu: init failed");
-		cr_expect(strstr(out, want) != NULL, "%s", out);
+		snprintf(config, sizeof(config), "--config %s", cfg);
+		cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, config, &out), 4, "%s", out);
+		cr_expect(strstr(out, "q4khost run: no backend could start: cpu: init failed") != NULL,
+		          "%s", out);
 		snprintf(want, sizeof(want), "threads = \"%s\" (%s:2 [plugin.cpu])", values[i], cfg);
 		cr_expect(strstr(out, want) != NULL, "threads = %s: %s", values[i], out);
 		free(out);
@@ -156,16 +152,16 @@ Test(diagnostics, an_f2_floor_below_the_catastrophic_one_is_a_bad_file, .timeout
 {
 	static const char *const commands[] = { "run -n 1", "validate", "bench -n 1" };
 	static const char *const names[] = { "cpu_q8act", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	const char *plugins = test_plugin_dir(names);
 	char *cfg = file_with("floor.ini", "[f2]\nf2_floor = 0.5\n");
-	char args[8192], want[8192], model[4200], *out;
+	char want[8192], config[4300], *out;
 
+	snprintf(config, sizeof(config), "--config %s", cfg);
+	snprintf(want, sizeof(want), "%s:2 [f2]: f2_floor = \"0.5\": expected a number in [0.9, 1]",
+	         cfg);
 	for (int i = 0; i < 3; i++) {
-		snprintf(args, sizeof(args), "%s -m %s --plugin-path %s --config %s", commands[i],
-		         tiny_model(model, sizeof(model)), plugins, cfg);
-		cr_expect_eq(q4khost("", receipts, args, &out), 3, "%s: %s", commands[i], out);
-		snprintf(want, sizeof(want), "%s:2 [f2]: f2_floor = \"0.5\": expected a number in [0.9, 1]",
-		         cfg);
+		cr_expect_eq(q4khost_with("", commands[i], NULL, plugins, config, &out), 3, "%s: %s",
+		             commands[i], out);
 		cr_expect(strstr(out, want) != NULL, "%s: %s", commands[i], out);
 		free(out);
 	}
@@ -180,7 +176,7 @@ Test(diagnostics, a_utf8_bom_is_named_not_quoted)
 	char args[8192], want[8192], *out;
 
 	snprintf(args, sizeof(args), "plugins --plugin-path %s --config %s", plugins, cfg);
-	cr_expect_eq(q4khost("", receipts, args, &out), 3, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 3, "%s", out);
 	snprintf(want, sizeof(want),
 	         "%s:1: the file starts with a UTF-8 byte order mark (bytes EF BB BF)", cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
@@ -194,18 +190,15 @@ Test(diagnostics, a_utf8_bom_is_named_not_quoted)
 Test(diagnostics, a_device_no_backend_has_is_refused)
 {
 	static const char *const none[] = { NULL };
-	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
-	char args[8192], model[4200], *out;
+	const char *plugins = test_plugin_dir(none);
+	char *out;
 	json_t *j;
 
-	snprintf(args, sizeof(args), "run -n 1 --device 3 -m %s --plugin-path %s",
-	         tiny_model(model, sizeof(model)), plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 4, "%s", out);
+	cr_expect_eq(q4khost_with("", "run -n 1 --device 3", NULL, plugins, "", &out), 4, "%s", out);
 	cr_expect(strstr(out, "no backend has a device 3 (cpu (1 device))") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "device 3:"), "nothing ran on, or is reported as, device 3");
 	free(out);
-	snprintf(args, sizeof(args), "run -n 1 --json -m %s --plugin-path %s", model, plugins);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "", &out), 0, "%s", out);
 	j = parse_json(out);
 	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "device"), "index")), 0);
 	json_decref(j);
@@ -215,22 +208,23 @@ Test(diagnostics, a_device_no_backend_has_is_refused)
 Test(diagnostics, f2_off_names_where_it_was_turned_off)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	const char *plugins = test_plugin_dir(names);
+	const char *model = test_model_path(); /* Q4_K weights, for cpu-q8act */
 	char *cfg = file_with("off.ini", "[f2]\nmode = off\n");
-	char args[8192], want[8192], *out;
-	const char *model = test_model_path(); /* with Q4_K weights, for cpu-q8act */
+	char want[8192], config[4300], *out;
 	json_t *j;
 
-	snprintf(args, sizeof(args), "run -n 1 --kernel cpu-q8act -m %s --plugin-path %s", model,
-	         plugins);
-	cr_assert_eq(q4khost("Q4KHOST_F2=off", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(q4khost_with("Q4KHOST_F2=off", "run -n 1 --kernel cpu-q8act", model, plugins, "",
+	                          &out),
+	             0, "%s", out);
 	cr_expect(strstr(out, "F2: off (Q4KHOST_F2=off): F2 IS OFF: cpu/cpu-q8act serves unverified") != NULL,
 	          "%s", out);
 	cr_expect_null(strstr(out, "--f2 off"), "%s", out);
 	free(out);
-	snprintf(args, sizeof(args), "run -n 1 --json --kernel cpu-q8act -m %s --plugin-path %s --config %s",
-	         model, plugins, cfg);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	snprintf(config, sizeof(config), "--config %s", cfg);
+	cr_assert_eq(q4khost_with("", "run -n 1 --json --kernel cpu-q8act", model, plugins, config,
+	                          &out),
+	             0, "%s", out);
 	j = parse_json(out);
 	snprintf(want, sizeof(want), "mode = off at %s:2 [f2]", cfg);
 	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "f2"), "source")), want);
@@ -244,20 +238,20 @@ Test(diagnostics, f2_off_names_where_it_was_turned_off)
 Test(diagnostics, a_selector_for_no_device_is_warned_about)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	const char *plugins = test_plugin_dir(names);
 	char args[8192], *out;
 
 	snprintf(args, sizeof(args), "plugins --explain --kernel 5=cpu-q8act,cpu=none --plugin-path %s",
 	         plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "q4khost plugins: warning: kernel selectors that match no device here, "
 	                      "their entries ignored: --kernel: '5'") != NULL,
 	          "%s", out);
 	cr_expect_null(strstr(out, "'cpu'"), "a selector that matches is no mistake: %s", out);
 	free(out);
-	snprintf(args, sizeof(args), "run -n 1 -m %s --plugin-path %s", test_model_path(), plugins);
-	cr_expect_eq(q4khost("Q4KHOST_Q4K_KERNEL=5=cpu-q8act Q4KHOST_F2=off", receipts, args, &out), 0,
-	             "%s", out);
+	cr_expect_eq(q4khost_with("Q4KHOST_Q4K_KERNEL=5=cpu-q8act Q4KHOST_F2=off", "run -n 1",
+	                          test_model_path(), plugins, "", &out),
+	             0, "%s", out);
 	cr_expect(strstr(out, "q4khost run: warning: kernel selectors that match no device here, "
 	                      "their entries ignored: Q4KHOST_Q4K_KERNEL: '5'") != NULL,
 	          "%s", out);
@@ -267,18 +261,15 @@ Test(diagnostics, a_selector_for_no_device_is_warned_about)
 Test(diagnostics, a_context_beyond_training_is_warned_about)
 {
 	static const char *const none[] = { NULL };
-	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
-	char args[8192], model[4200], *out;
+	const char *plugins = test_plugin_dir(none);
+	char *out;
 
-	snprintf(args, sizeof(args), "run -n 1 -c 4096 -m %s --plugin-path %s",
-	         tiny_model(model, sizeof(model)), plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect_eq(q4khost_with("", "run -n 1 -c 4096", NULL, plugins, "", &out), 0, "%s", out);
 	cr_expect(strstr(out, "q4khost run: warning: --ctx 4096 is above the 2048 tokens the model "
 	                      "was trained on (llama.context_length)") != NULL,
 	          "%s", out);
 	free(out);
-	snprintf(args, sizeof(args), "run -n 1 -c 2048 -m %s --plugin-path %s", model, plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect_eq(q4khost_with("", "run -n 1 -c 2048", NULL, plugins, "", &out), 0, "%s", out);
 	cr_expect_null(strstr(out, "warning"), "%s", out);
 	free(out);
 }
@@ -303,7 +294,7 @@ Test(diagnostics, the_plugin_path_notes_empty_and_repeated_entries)
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	snprintf(args, sizeof(args), "plugins --json --plugin-path '%s::%s/:%s:%s:'", a, a, link, b);
 	snprintf(env, sizeof(env), "Q4KH_TEST_LOADS=%s", loads);
-	cr_assert_eq(q4khost(env, receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost(env, receipts, args, &out), 0, "%s", out);
 	j = parse_json(out);
 	snprintf(want, sizeof(want),
 	         "entry 2 (empty): skipped: an empty entry never means the current folder\n"
@@ -330,14 +321,14 @@ Test(diagnostics, the_plugin_path_notes_empty_and_repeated_entries)
 Test(diagnostics, info_without_a_file_reads_the_default_model)
 {
 	const char *receipts = test_tmpdir(), *empty = test_tmpdir();
-	char env[8192], model[4200], *out;
+	char env[8192], *out;
 
-	snprintf(env, sizeof(env), "Q4KHOST_MODEL=%s", tiny_model(model, sizeof(model)));
-	cr_expect_eq(q4khost(env, receipts, "info", &out), 0, "%s", out);
+	snprintf(env, sizeof(env), "Q4KHOST_MODEL=%s", tiny_model());
+	cr_expect_eq(test_q4khost(env, receipts, "info", &out), 0, "%s", out);
 	cr_expect(strstr(out, "llama.context_length") != NULL, "%s", out);
 	free(out);
 	snprintf(env, sizeof(env), "Q4KHOST_MODEL= XDG_CACHE_HOME=%s", empty); /* empty: unset */
-	cr_expect_eq(q4khost(env, receipts, "info", &out), 3, "%s", out);
+	cr_expect_eq(test_q4khost(env, receipts, "info", &out), 3, "%s", out);
 	cr_expect(strstr(out, "no such file (the default model: fetch it with scripts/fetch-model.sh") != NULL,
 	          "%s", out);
 	free(out);
@@ -348,12 +339,12 @@ Test(diagnostics, help_points_at_installed_files)
 	const char *receipts = test_tmpdir();
 	char *out;
 
-	cr_expect_eq(q4khost("", receipts, "--help", &out), 0, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, "--help", &out), 0, "%s", out);
 	cr_expect(strstr(out, "see man q4khost.ini, or\n") != NULL, "%s", out);
 	cr_expect(strstr(out, "/share/doc/q4khost/config.md") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "docs/config.md"), "a path of the source tree: %s", out);
 	free(out);
-	cr_expect_eq(q4khost("", receipts, "run --help", &out), 0, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, "run --help", &out), 0, "%s", out);
 	cr_expect(strstr(out, "130 stopped by SIGINT, 143 stopped by SIGTERM") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "docs/"), "%s", out);
 	free(out);
@@ -386,7 +377,7 @@ Test(diagnostics, validate_says_where_the_minimum_is_and_where_it_was_decided, .
 	test_model_path();
 	plugins = test_plugin_dir(names);
 	snprintf(args, sizeof(args), "validate --json --plugin-path %s --config %s", plugins, cfg);
-	cr_expect_eq(q4khost("", receipts, args, &out), 1, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 1, "%s", out);
 	j = parse_json(out);
 	c = json_array_get(json_object_get(j, "candidates"), 0);
 	min_at = (long)json_integer_value(json_object_get(c, "min_cosine_position"));
@@ -396,7 +387,7 @@ Test(diagnostics, validate_says_where_the_minimum_is_and_where_it_was_decided, .
 	free(out);
 	/* The table says which is which (from the receipt, this time). */
 	snprintf(args, sizeof(args), "validate --plugin-path %s --config %s", plugins, cfg);
-	cr_expect_eq(q4khost("", receipts, args, &out), 1, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 1, "%s", out);
 	cr_expect(strstr(out, " min cos ") != NULL && strstr(out, " decided at ") != NULL, "%s", out);
 	row = strstr(out, " defect-flip ");
 	cr_assert_not_null(row, "%s", out);
@@ -431,7 +422,7 @@ Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 	/* Not a terminal: the same work, not a byte of progress. */
 	snprintf(args, sizeof(args), "run -n 1 --f2 fresh --kernel cpu-q8act --plugin-path %s --config %s",
 	         plugins, cfg);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2: pass (fresh (reason: --f2 fresh))") != NULL, "%s", out);
 	cr_expect_null(strchr(out, '\r'), "%s", out);
 	cr_expect_null(strstr(out, "\033["), "%s", out);
@@ -445,19 +436,19 @@ Test(diagnostics, a_long_prefill_and_a_bench_show_progress_on_a_terminal, .timeo
 {
 	static const char *const none[] = { NULL };
 	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
-	char args[8192], model[1024], prompt[1024] = "", *out;
+	char args[8192], prompt[1024] = "", *out;
 
 	for (int i = 0; i < 100; i++)
 		strcat(prompt, "one two ");
-	snprintf(args, sizeof(args), "run -n 1 -m %s -p '%s' --plugin-path %s",
-	         tiny_model(model, sizeof(model)), prompt, plugins);
+	snprintf(args, sizeof(args), "run -n 1 -m %s -p '%s' --plugin-path %s", tiny_model(), prompt,
+	         plugins);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "\rq4khost run: prefill: 64 of ") != NULL, "%s", out);
 	free(out);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect_null(strstr(out, "prefill: 64 of"), "%s", out);
 	free(out);
-	snprintf(args, sizeof(args), "bench -n 2 -m %s --plugin-path %s", model, plugins);
+	snprintf(args, sizeof(args), "bench -n 2 -m %s --plugin-path %s", tiny_model(), plugins);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "\rq4khost bench: timing cpu/built-in (row 1 of 1)") != NULL, "%s", out);
 	free(out);
@@ -483,12 +474,12 @@ Test(diagnostics, without_a_driver_the_cuda_plugin_says_nothing)
 	snprintf(cmd, sizeof(cmd), "cp %s %s/", so, plugins);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect_null(strstr(out, "insufficient"), "%s", out);
 	cr_expect_null(strstr(out, "[plugin cuda]"), "%s", out);
 	free(out);
 	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
-	cr_expect_eq(q4khost("Q4KHOST_LOG=debug", receipts, args, &out), 0, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=debug", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "backend cuda: 0 devices") != NULL, "%s", out);
 	cr_expect(strstr(out, "cuda: no devices: no NVIDIA driver is installed") != NULL,
 	          "the reason, for who asks: %s", out);

@@ -37,11 +37,8 @@ static void start(struct bg *b, const char *args)
 	b->receipts = test_tmpdir();
 	snprintf(b->out, sizeof(b->out), "%s/stdout", dir);
 	snprintf(b->err, sizeof(b->err), "%s/stderr", dir);
-	snprintf(cmd, sizeof(cmd),
-	         "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND XDG_CONFIG_HOME=%s "
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost %s",
-	         b->receipts, b->receipts, test_builddir(), args);
-	b->pid = test_spawn(cmd, b->out, b->err);
+	b->pid = test_spawn(test_q4khost_command("", b->receipts, args, cmd, sizeof(cmd)), b->out,
+	                    b->err);
 }
 
 static char *slurp(const char *path)
