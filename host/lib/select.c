@@ -165,10 +165,8 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 		                skipped, sizeof(skipped), err))
 			return -1;
 	}
-	if (n == 0)
-		return nothing_to_try(rq, skipped, err);
 	if (!explicit_request)
-		return n;
+		return n ? n : nothing_to_try(rq, skipped, err);
 	/* An explicit request: only what it named, nothing to fall back to. */
 	for (int i = 0; i < n; i++)
 		if (list[i].explicit_request)
