@@ -22,6 +22,7 @@
 #include "config.h"
 #include "greedy.h"
 #include "guard.h"
+#include "progress.h"
 #include "qa_cases.h"
 #include "registry.h"
 #include "serving.h"
@@ -434,6 +435,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 		json_decref(skipped);
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
 	}
+	q4kh_progress_init("qa");
 	q4kh_f2_rules_default(&rules);
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
