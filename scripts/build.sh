@@ -31,7 +31,7 @@ if [ ! -f Makefile ] || [ "$(cat .configure-args 2>/dev/null)" != "$args" ]; the
 fi
 echo "build: compiling with make -j$jobs (log: $log)"
 if [ -t 1 ]; then
-	make -j"$jobs" V=0 2>&1 | tee "$log"
+	make -j"$jobs" -s --no-print-directory V=0 2>&1 | tee "$log"
 	status=${PIPESTATUS[0]}
 else
 	make -j"$jobs" >"$log" 2>&1 && status=0 || status=$?

@@ -51,6 +51,8 @@ make -C "$top/_build/main" install >"$top/_build/main/install.log" 2>&1 ||
 	{ tail -n 20 "$top/_build/main/install.log"; exit 1; }
 stage 4 "fetching the default model (scripts/fetch-model.sh)"
 scripts/fetch-model.sh
-stage 5 "generating text: _prefix/bin/q4khost run -n 48 (the first run checks the kernels it may use against the reference: F2)"
+stage 5 "generating text (a first run checks its kernels against the reference: F2)"
 "$top/_prefix/bin/q4khost" run -n 48 -p "${1:-The three primary colors are}"
-echo "quickstart: done in $(($(date +%s) - t0)) s. Next: export PATH=\"$top/_prefix/bin:\$PATH\"; q4khost --help; man -l _prefix/share/man/man1/q4khost.1"
+echo "quickstart: done in $(($(date +%s) - t0)) s. Next:"
+echo "  export PATH=\"$top/_prefix/bin:\$PATH\" MANPATH=\"$top/_prefix/share/man:\""
+echo "  q4khost run -p \"Once upon a time\" -n 64; q4khost --help; man q4khost"

@@ -1,13 +1,16 @@
 #include "progress.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 static const char *command;
-static int on, showing;
+static int on;
+/* Plugins log from their own threads, and a log line clears the status line. */
+static atomic_int showing;
 
 void q4kh_progress_init(const char *name)
 {
@@ -40,14 +43,13 @@ void q4kh_progress(const char *fmt, ...)
 	/* Carriage return, the text, then erase what a longer line left. */
 	fprintf(stderr, "\rq4khost %s: %.*s\033[K", command, room(), text);
 	fflush(stderr);
-	showing = 1;
+	atomic_store(&showing, 1);
 }
 
 void q4kh_progress_clear(void)
 {
-	if (!showing)
+	if (!atomic_exchange(&showing, 0))
 		return;
 	fputs("\r\033[K", stderr);
 	fflush(stderr);
-	showing = 0;
 }

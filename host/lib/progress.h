@@ -4,7 +4,9 @@
  * a terminal can tell slow work from a hang. Only when stderr is a
  * terminal: a log, a pipe or a test sees none of it. The line is erased
  * before anything else is written to the terminal (q4kh_progress_clear).
- * Not thread-safe: call from the thread that runs the command.
+ * q4kh_progress_init and q4kh_progress belong to the thread that runs the
+ * command; q4kh_progress_clear may be called from any thread (a plugin's
+ * log line clears the status line first).
  */
 #ifndef Q4KH_PROGRESS_H
 #define Q4KH_PROGRESS_H

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -554,22 +555,24 @@ static void host_log(void *host_data, q4kh_log_level level, const char *msg)
 	        q4kh_log_word(level), len, msg);
 }
 
+/* config_get is thread-safe (plugin.h, T3): so is the list of keys read. */
+static pthread_mutex_t keys_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Note KEY among the keys P read, once. */
 static void remember_key(struct q4kh_plugin *p, const char *key)
 {
 	char *k = p->keys_read;
 	size_t len = strlen(key);
 
-	while (*k) {
-		if (!strcmp(k, key))
-			return;
+	pthread_mutex_lock(&keys_lock);
+	while (*k && strcmp(k, key))
 		k += strlen(k) + 1;
-	}
 	/* Room for the key, its NUL and the NUL that ends the list. */
-	if ((size_t)(k - p->keys_read) + len + 2 <= sizeof(p->keys_read)) {
+	if (!*k && (size_t)(k - p->keys_read) + len + 2 <= sizeof(p->keys_read)) {
 		memcpy(k, key, len + 1);
 		k[len + 1] = 0;
 	}
+	pthread_mutex_unlock(&keys_lock);
 }
 
 static const char *host_config_get(void *host_data, const char *key)
@@ -591,6 +594,7 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, si
 
 	buf[0] = 0;
 	snprintf(section, sizeof(section), "plugin.%s", p->name);
+	pthread_mutex_lock(&keys_lock);
 	for (const char *k = p->keys_read; *k && used < cap; k += strlen(k) + 1) {
 		const char *v = q4kh_config_where(p->config, section, k, where, sizeof(where));
 
@@ -601,6 +605,7 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, si
 		                         q4kh_show(shown, sizeof(shown), v, strlen(v), 80, 0),
 		                         where);
 	}
+	pthread_mutex_unlock(&keys_lock);
 	return buf;
 }
 
