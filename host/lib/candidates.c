@@ -91,3 +91,44 @@ int q4kh_candidates_list(const struct q4kh_registry *r,
 	}
 	return 0;
 }
+
+/* 1 when R has an accepted backend called NAME. */
+static int has_backend(const struct q4kh_registry *r, const char *name)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
+
+	return p && p->desc->kind == Q4KH_KIND_BACKEND;
+}
+
+size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
+                                    const struct q4kh_candidate_filter *f, char *buf,
+                                    size_t cap)
+{
+	size_t used = 0, n = 0;
+
+	buf[0] = 0;
+	if (!has_backend(r, "cpu")) {
+		used += (size_t)snprintf(buf, cap,
+		                         "the reference cpu plugin is not on the plugin path %s (from %s): "
+		                         "nothing can be measured against it (F2.4)\n",
+		                         r->path, r->path_origin);
+		n++;
+	}
+	for (size_t i = 0; i < r->n_plugins && used < cap; i++) {
+		const struct q4kh_plugin *k = &r->plugins[i];
+		const char *target;
+
+		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL)
+			continue;
+		target = k->desc->kernel->backend;
+		if (has_backend(r, target) || (f->backend && strcmp(f->backend, target)) ||
+		    (f->kernel && strcmp(f->kernel, k->name)))
+			continue;
+		used += (size_t)snprintf(buf + used, cap - used,
+		                         "%s/%s: its backend %s is not on the plugin path %s (from %s): "
+		                         "it cannot be measured (F2.4)\n",
+		                         target, k->name, target, r->path, r->path_origin);
+		n++;
+	}
+	return n;
+}

@@ -37,6 +37,18 @@ int q4kh_candidates_list(const struct q4kh_registry *r,
                          struct q4kh_candidate_entry **out, size_t *n,
                          struct q4kh_error *err);
 
+/*
+ * What ought to be judged on R under F but cannot be: the reference cpu
+ * backend missing (nothing can be measured against it), and every kernel
+ * variant whose backend is not on the plugin path (F2.4: what cannot be
+ * measured is no pass). One line each into BUF ("cpu/cpu-simd: its
+ * backend cpu is not on the plugin path ..."); returns how many. An
+ * install that lacks them is broken, and q4khost validate must say so.
+ */
+size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
+                                    const struct q4kh_candidate_filter *f, char *buf,
+                                    size_t cap);
+
 /* "cpu/cpu-q8act" or "cuda/built-in" into BUF; returns BUF. */
 const char *q4kh_candidate_name(const struct q4kh_candidate *c, char *buf, size_t cap);
 

@@ -136,6 +136,7 @@ static int add_layer(struct q4kh_config *c, const char *path, int required,
 {
 	struct layer *grown;
 	struct stat st;
+	char bom[3];
 	FILE *f;
 	dictionary *d;
 
@@ -149,6 +150,13 @@ static int add_layer(struct q4kh_config *c, const char *path, int required,
 	f = fopen(path, "r");
 	if (!f)
 		return q4kh_fail(err, "%s: cannot read: %s", path, strerror(errno));
+	/* iniparser would take the mark for part of the first line, and a
+	 * message quoting it would show an invisible character. */
+	if (fread(bom, 1, 3, f) == 3 && !memcmp(bom, "\xef\xbb\xbf", 3)) {
+		fclose(f);
+		return q4kh_fail(err, "%s:1: the file starts with a UTF-8 byte order mark (bytes EF BB BF), which an INI file must not have; save it as UTF-8 without BOM",
+		                 path);
+	}
 	fclose(f);
 
 	iniparser_set_error_callback(ini_quiet);

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "isolate.h"
+#include "progress.h"
 #include "tokenizer.h"
 #include "model.h"
 #include "prompt.h"
@@ -172,6 +173,23 @@ int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
 	return 0;
 }
 
+int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_registry *r,
+                            struct q4kh_error *err)
+{
+	struct q4kh_f2_rules rules;
+	uint64_t v;
+
+	if (f2_whole(c, "f2_timeout_s", 1, 86400, &v, err) ||
+	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, &v, err) ||
+	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
+		return -1;
+	for (size_t i = 0; r && i < r->n_plugins; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    q4kh_guard_rules_where(c, r->plugins[i].name, &rules, NULL, err))
+			return -1;
+	return 0;
+}
+
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err)
 {
@@ -277,20 +295,40 @@ out:
 	return rc;
 }
 
+/* What a terminal shows while a child measures. */
+struct measuring {
+	char name[160];
+	const char *reason;
+};
+
+static void show_measuring(void *data, unsigned seconds)
+{
+	const struct measuring *m = data;
+
+	/* The reason last: it may be long, and a terminal line is cut. */
+	q4kh_progress("F2: checking %s vs the reference: %u s (%s)", m->name, seconds,
+	              m->reason);
+}
+
 /* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
 static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candidate *c,
-                            char *why, size_t why_cap, struct q4kh_error *err)
+                            const char *reason, char *why, size_t why_cap,
+                            struct q4kh_error *err)
 {
+	struct measuring m = { "", reason };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
-		                                    g->memory_limit_mib };
+		                                    g->memory_limit_mib, show_measuring, &m };
 	char device[16];
 	const char *argv[24];
-	int n = 0;
+	int n = 0, rc;
 
 	snprintf(device, sizeof(device), "%u", c->device);
+	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
+	         c->variant ? c->variant : "built-in", c->device);
 	argv[n++] = "q4khost";
 	argv[n++] = "validate";
 	argv[n++] = "--one";
+	argv[n++] = "--quiet"; /* the verdict is ours to report */
 	argv[n++] = "--backend";
 	argv[n++] = c->backend;
 	argv[n++] = "--device";
@@ -306,7 +344,10 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		argv[n++] = g->config_file;
 	}
 	argv[n] = NULL;
-	return q4kh_isolate_run(g->self_exe, argv, &limits, why, why_cap, err);
+	show_measuring(&m, 0);
+	rc = q4kh_isolate_run(g->self_exe, argv, &limits, why, why_cap, err);
+	q4kh_progress_clear();
+	return rc;
 }
 
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
@@ -347,9 +388,11 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		reason = "the receipt could not be read";
 	}
 	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
-	rc = measure_isolated(g, c, why, sizeof(why), err);
+	rc = measure_isolated(g, c, reason, why, sizeof(why), err);
 	if (rc < 0)
 		return -1;
+	if (rc == 2) /* nothing learnt about the plugin: no receipt */
+		return q4kh_fail(err, "%s before F2 finished; no receipt written", why);
 	if (rc > 0) {
 		/* Recorded, so the next run does not retry until a key changes. */
 		memset(&out->receipt, 0, sizeof(out->receipt));

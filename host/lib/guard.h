@@ -87,6 +87,17 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err);
 
+/*
+ * Every F2 setting of C, checked before any work: [f2] f2_timeout_s and
+ * f2_memory_limit_mb, and the rules (f2_floor, f2_decode_steps,
+ * f2_probe_tokens) of [f2] and of [plugin.NAME] for every plugin R
+ * accepted (R may be NULL). -1 with err naming the file, line, key and
+ * the range: a bad config file, to be refused, never a candidate that
+ * quietly "could not be decided".
+ */
+int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_registry *r,
+                            struct q4kh_error *err);
+
 /* Where each configurable F2 rule came from: "FILE:LINE [SECTION]" or
  * "default". */
 struct q4kh_f2_rule_origins {
@@ -134,8 +145,10 @@ struct q4kh_guard_decision {
  * g->timeout_seconds and g->memory_limit_mib (isolate.h); a child that
  * crashes, is killed, times out or exceeds the memory limit gives a
  * recorded rejection naming the signal or the limit. DEV is the
- * candidate's device record. -1 with err only when no decision can be made
- * at all (hashing or the child could not start).
+ * candidate's device record. While a child measures, a terminal shows
+ * progress (progress.h). -1 with err only when no decision can be made
+ * at all (hashing or the child could not start), or when we were asked to
+ * stop (interrupt.h; the child is stopped and no receipt is written).
  */
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,

@@ -76,6 +76,18 @@ int q4kh_policy_kernel_choice(const struct q4kh_registry *r,
                               struct q4kh_kernel_choice *out,
                               struct q4kh_error *err);
 
+/*
+ * The selectors (SELECTOR=NAME) in the command-line value CLI of FLAG
+ * (NULL: "--kernel") and in Q4KHOST_Q4K_KERNEL that match no device of
+ * any backend R accepted, into BUF ("--kernel: '5', Q4KHOST_Q4K_KERNEL:
+ * 'sm_90'"); returns how many. Their entries are ignored, so the caller
+ * warns: a device that does not exist is a mistake until shown otherwise.
+ * A value that does not parse counts none (its error comes from
+ * q4kh_policy_kernel_choice). Opens every backend's devices.
+ */
+size_t q4kh_policy_unmatched_selectors(const struct q4kh_registry *r, const char *cli,
+                                       const char *flag, char *buf, size_t cap);
+
 /* "a, b (for cuda)" of every accepted kernel-variant plugin, for messages. */
 void q4kh_policy_list_variants(const struct q4kh_registry *r, char *buf, size_t cap);
 
