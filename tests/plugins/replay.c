@@ -14,9 +14,14 @@
  *                 right op by op, wrong once a step is replayed.
  *   REPLAY_V1_1:  ABI 1.1 (no 1.2 entries): a host must not replay its
  *                 steps, whose positions are host memory.
+ *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
+ *                 q4khost conformance must see: rms_norm uses 1000 times
+ *                 the eps it is given, scale writes one byte past its
+ *                 output, add leaves its last element unwritten (NaN).
  * CPU_PLUGIN is the path of the cpu plugin to wrap.
  */
 #include <dlfcn.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,6 +344,10 @@ static q4kh_status r_rms_norm(q4kh_device_ctx *d, const struct q4kh_tensor *x,
 {
 	struct call c = { .op = C_RMS_NORM, .f = eps };
 
+#ifdef OP_DEFECTS
+	c.f = eps * 1000.0f;
+#endif
+
 	T(c, 0, x);
 	T(c, 1, w);
 	T(c, 2, out);
@@ -372,11 +381,30 @@ static q4kh_status binary(q4kh_device_ctx *d, enum call_op op,
 	return run(d, c, NULL, 0, -1);
 }
 
+#ifdef OP_DEFECTS
+/* The host address of element (i0, i1, i2) of t: cpu lends host pointers. */
+static unsigned char *host_at(q4kh_device_ctx *d, const struct q4kh_tensor *t, int64_t i0,
+                              int64_t i1, int64_t i2)
+{
+	struct q4kh_native_device nd = { .struct_size = sizeof(nd) };
+
+	d->b->in->native_device(d->dev, &nd);
+	return (unsigned char *)nd.address(t->buffer) + t->offset + i0 * t->nb[0] +
+	       i1 * t->nb[1] + i2 * t->nb[2];
+}
+#endif
+
 static q4kh_status r_add(q4kh_device_ctx *d, const struct q4kh_tensor *a,
                          const struct q4kh_tensor *b,
                          const struct q4kh_tensor *out)
 {
-	return binary(d, C_ADD, a, b, out);
+	q4kh_status st = binary(d, C_ADD, a, b, out);
+
+#ifdef OP_DEFECTS
+	if (!st && !d->rec)
+		*(float *)host_at(d, out, out->ne[0] - 1, out->ne[1] - 1, out->ne[2] - 1) = NAN;
+#endif
+	return st;
 }
 
 static q4kh_status r_mul(q4kh_device_ctx *d, const struct q4kh_tensor *a,
@@ -390,10 +418,16 @@ static q4kh_status r_scale(q4kh_device_ctx *d, const struct q4kh_tensor *x,
                            float s, const struct q4kh_tensor *out)
 {
 	struct call c = { .op = C_SCALE, .f = s };
+	q4kh_status st;
 
 	T(c, 0, x);
 	T(c, 1, out);
-	return run(d, c, NULL, 0, -1);
+	st = run(d, c, NULL, 0, -1);
+#ifdef OP_DEFECTS
+	if (!st && !d->rec)
+		*(host_at(d, out, out->ne[0] - 1, out->ne[1] - 1, out->ne[2] - 1) + 4) ^= 1;
+#endif
+	return st;
 }
 
 static q4kh_status r_glu(q4kh_device_ctx *d, q4kh_glu_kind kind,
