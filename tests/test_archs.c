@@ -1,7 +1,9 @@
 /*
- * The llama, qwen2 and qwen3 forward passes against llama.cpp on the tiny
+ * The llama, qwen2 and qwen3 (issue 3) and qwen35 (issue 14: the hybrid of
+ * gated attention and gated delta-net layers, its decode steps through the
+ * recurrent states) forward passes against llama.cpp on the tiny
  * random-weight models of scripts/gen-tiny-models.py, through the fixtures
- * recorded by scripts/gen-arch-fixtures.py (issue 3):
+ * recorded by scripts/gen-arch-fixtures.py:
  *   - our tokenizer gives llama.cpp's prompt ids;
  *   - every prompt position (one batched prefill) and every one of 16
  *     greedy decode steps (through the KV cache): cosine(ours, llama.cpp)
@@ -10,7 +12,8 @@
  *   - our greedy tokens are llama.cpp's, step for step: fed llama.cpp's
  *     tokens, our argmax is its next token at every step, so our own
  *     free-running greedy decoding gives the same sequence;
- *   - q4khost run prints llama.cpp's greedy text;
+ *   - q4khost run prints llama.cpp's greedy text (up to its first
+ *     end-of-generation token, where run stops);
  *   - bad files fail with an error naming the key and the value.
  * The KV cache is F16, as llama.cpp's.
  */
@@ -199,6 +202,7 @@ static void check_arch(const char *arch)
 Test(archs, llama_matches_llama_cpp, .timeout = 300) { check_arch("llama"); }
 Test(archs, qwen2_matches_llama_cpp, .timeout = 300) { check_arch("qwen2"); }
 Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_arch("qwen3"); }
+Test(archs, qwen35_matches_llama_cpp, .timeout = 300) { check_arch("qwen35"); }
 
 /*
  * q4khost run, end to end: the first prompt of each architecture, raw
@@ -248,6 +252,7 @@ static void check_cli(const char *arch)
 Test(cli, run_llama) { check_cli("llama"); }
 Test(cli, run_qwen2) { check_cli("qwen2"); }
 Test(cli, run_qwen3) { check_cli("qwen3"); }
+Test(cli, run_qwen35) { check_cli("qwen35"); }
 
 /* A copy of tiny-qwen2.gguf patched as test_patch_gguf says. */
 static char *patched(const char *key, const char *from, const char *to)

@@ -19,8 +19,7 @@
 #include "arch_blocks.h"
 #include "arch_llama.h"
 
-/* RoPE base and linear frequency scaling; other scalings are refused. */
-static int load_rope(struct q4kh_model *m, struct q4kh_error *err)
+int q4kh_llama_rope(struct q4kh_model *m, struct q4kh_error *err)
 {
 	struct q4kh_hparams *hp = &m->hp;
 	float base = 10000.0f, factor = 0.0f;
@@ -93,7 +92,7 @@ int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err)
 	const struct q4kh_llama_family *f = m->arch->data;
 	struct q4kh_hparams *hp = &m->hp;
 
-	if (q4kh_model_attn_hparams(m, err) || load_rope(m, err) ||
+	if (q4kh_model_attn_hparams(m, err) || q4kh_llama_rope(m, err) ||
 	    q4kh_model_bind_io(m, err))
 		return -1;
 	hp->rope_mode = f->rope_mode;

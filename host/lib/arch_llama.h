@@ -25,6 +25,14 @@ struct q4kh_llama_family {
  */
 int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err);
 
+/*
+ * Every layer's RoPE base (ARCH.rope.freq_base, default 10000) and linear
+ * frequency scale (ARCH.rope.scaling.factor); other scalings and
+ * rope_freqs.weight are refused. For q4kh_llama_load and architectures
+ * outside the family that read RoPE alike. -1 with err.
+ */
+int q4kh_llama_rope(struct q4kh_model *m, struct q4kh_error *err);
+
 /* struct q4kh_arch's build for the family (model.h). */
 int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
                      struct q4kh_error *err);
