@@ -26,7 +26,7 @@
  * it); ssm_norm's does not need it. Qwen3.5 rotates with interleaved
  * multi-section RoPE; text tokens have one position in every section, so
  * it is NeoX RoPE wherever every rotated pair falls in the three position
- * sections, which load() checks. Layers past block_count -
+ * sections, which load() checks. The layers past block_count -
  * nextn_predict_layers (multi-token prediction) are not run.
  */
 #include <math.h>
@@ -80,9 +80,9 @@ static int check_sections(struct q4kh_model *m, struct q4kh_error *err)
 	return 0;
 }
 
-/* Which layers are linear attention: the array, else every layer but
- * each interval-th. LAYERS counts the file's blocks (next-token
- * prediction layers included), as the array does. */
+/* Which layers are linear attention: the array's nonzero entries, else
+ * every layer but each interval-th. LAYERS counts the file's blocks
+ * (multi-token prediction layers included), as the array does. */
 static int mark_recurrent(struct q4kh_model *m, uint32_t layers,
                           struct q4kh_error *err)
 {
@@ -108,7 +108,10 @@ static int mark_recurrent(struct q4kh_model *m, uint32_t layers,
 		if (kv && q4kh_gguf_scalar_at(kv, il, &v))
 			return q4kh_fail(err, "%s: %s holds no number at %u", m->gguf->path,
 			                 key, il);
-		m->layers[il].recurrent = kv ? v.v.u != 0 : (il + 1) % interval != 0;
+		if (kv && (v.type == Q4KH_GGUF_FLOAT32 || v.type == Q4KH_GGUF_FLOAT64))
+			m->layers[il].recurrent = v.v.f != 0.0;
+		else
+			m->layers[il].recurrent = kv ? v.v.u != 0 : (il + 1) % interval != 0;
 		hp->n_recurrent += (uint32_t)m->layers[il].recurrent;
 	}
 	return 0;
