@@ -498,3 +498,27 @@ Test(errors, missing_linear_attention_key_names_the_key)
 	free(src);
 	free(p);
 }
+
+/* Sections that give a rotated pair llama.cpp's fourth (text: position 0)
+ * section are refused, not computed as if every pair rotated. */
+Test(errors, rope_sections_leaving_a_pair_unrotated_are_refused)
+{
+	static const char key[] = "qwen35.rope.dimension_sections";
+	static const int32_t sections[4] = { 6, 5, 4, 0 };
+	char *src = fixture("tiny-qwen35.gguf"), *path;
+	size_t len;
+	char *data = test_read_file(src, &len), *p;
+
+	cr_assert_not_null(data);
+	p = memmem(data, len, key, sizeof(key) - 1);
+	cr_assert_not_null(p);
+	/* the value type (4 bytes), the element type (4), the count (8) */
+	memcpy(p + sizeof(key) - 1 + 16, sections, sizeof(sections));
+	cr_assert_geq(asprintf(&path, "%s/sections.gguf", test_tmpdir()), 0);
+	test_write_file(path, data, len);
+	expect_model_error(path, "rope.dimension_sections is [6, 5, 4, 0]",
+	                   "each of the 16 rotated pairs");
+	free(data);
+	free(src);
+	free(path);
+}
