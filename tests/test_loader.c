@@ -477,7 +477,7 @@ Test(loader, host_api_config_and_log, .init = cr_redirect_stderr)
 	cr_assert_not_null(p);
 	cr_assert_eq(p->api.struct_size, sizeof(struct q4kh_host_api));
 	cr_assert_eq(p->api.abi_major, 1);
-	cr_assert_eq(p->api.abi_minor, 1);
+	cr_assert_eq(p->api.abi_minor, Q4KH_ABI_MINOR);
 	cr_assert_str_eq(p->api.config_get(p->api.host_data, "tile"), "64");
 	cr_assert_null(p->api.config_get(p->api.host_data, "threads"));
 	p->api.log(p->api.host_data, Q4KH_LOG_WARN, "slow path\n");

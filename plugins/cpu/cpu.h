@@ -3,8 +3,9 @@
  *
  * Every op is deterministic: each output element is computed by exactly one
  * worker thread, and every reduction (dot product, sum of squares, softmax
- * sum, attention accumulation) runs in double in an order that depends on
- * neither the thread count nor the batch size.
+ * sum, attention accumulation, convolution, delta-rule state) runs in
+ * double in an order that depends on neither the thread count nor the batch
+ * size.
  */
 #ifndef Q4KH_CPU_H
 #define Q4KH_CPU_H
@@ -137,7 +138,7 @@ static inline unsigned char *cpu_flat_row(const struct q4kh_tensor *t,
  */
 double cpu_dot(const double *a, const double *b, int64_t n);
 
-/* --- ops (cpu_ops.c, cpu_matmul.c, cpu_attention.c) --- */
+/* --- ops (cpu_ops.c, cpu_matmul.c, cpu_attention.c, cpu_recurrent.c) --- */
 
 q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
                          const int32_t *ids, int64_t n, float scale,
@@ -189,5 +190,22 @@ q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                               const struct q4kh_tensor *pos,
                               const struct q4kh_attn_params *params,
                               const struct q4kh_tensor *out);
+
+/* --- ABI 1.2: linear-attention layers --- */
+
+q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                      const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *out);
+q4kh_status cpu_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *w,
+                         const struct q4kh_tensor *state,
+                         const struct q4kh_tensor *out);
+q4kh_status cpu_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                          const struct q4kh_tensor *k,
+                          const struct q4kh_tensor *v,
+                          const struct q4kh_tensor *g,
+                          const struct q4kh_tensor *beta,
+                          const struct q4kh_tensor *state, float scale,
+                          const struct q4kh_tensor *out);
 
 #endif

@@ -1,7 +1,7 @@
 /*
- * The row-wise ops: get_rows, rms_norm, rope, add, mul, scale, glu, copy.
- * Each validates its tensors, then hands contiguous ranges of rows to the
- * pool; a row is computed by one thread, in one fixed order.
+ * The row-wise ops: get_rows, rms_norm, rope, add, mul, scale, glu, unary,
+ * copy. Each validates its tensors, then hands contiguous ranges of rows to
+ * the pool; a row is computed by one thread, in one fixed order.
  */
 #include <math.h>
 #include <stddef.h>
@@ -536,6 +536,68 @@ q4kh_status cpu_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 	    (st = cpu_tensor_inplace(dev, "glu out", out, "up", up)))
 		return st;
 	cpu_pool_run(dev->pool, cpu_nrows(gate), grain(gate->ne[0]), glu_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- unary --- */
+
+struct unary_job {
+	const struct q4kh_tensor *x, *out;
+	double (*f)(double);
+};
+
+static double sigmoid(double x)
+{
+	return 1.0 / (1.0 + exp(-x));
+}
+
+/* log(1 + exp(x)), without overflow for large x. */
+static double softplus(double x)
+{
+	return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+static void unary_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct unary_job *j = arg;
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		const float *x = (const float *)cpu_flat_row(j->x, r);
+		float *o = (float *)cpu_flat_row(j->out, r);
+
+		for (int64_t i = 0; i < j->x->ne[0]; i++)
+			o[i] = (float)j->f(x[i]);
+	}
+}
+
+q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                      const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *out)
+{
+	struct unary_job j = { x, out, NULL };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	switch (kind) {
+	case Q4KH_UNARY_SIGMOID: j.f = sigmoid; break;
+	case Q4KH_UNARY_SOFTPLUS: j.f = softplus; break;
+	case Q4KH_UNARY_SILU: j.f = silu; break;
+	default:
+		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                "unary: kind %d, expected %d (sigmoid), %d (softplus) "
+		                "or %d (SiLU)",
+		                (int)kind, Q4KH_UNARY_SIGMOID, Q4KH_UNARY_SOFTPLUS,
+		                Q4KH_UNARY_SILU);
+	}
+	if ((st = cpu_tensor_check(dev, "unary x", x, F32)) ||
+	    (st = cpu_tensor_check(dev, "unary out", out, F32)) ||
+	    (st = cpu_tensor_shape(dev, "unary out", out, x->ne[0], x->ne[1],
+	                           x->ne[2], x->ne[3])) ||
+	    (st = cpu_tensor_inplace(dev, "unary out", out, "x", x)))
+		return st;
+	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }
 

@@ -1,6 +1,6 @@
 /*
  * The cpu plugin's identity, context, device and buffers. The ops live in
- * cpu_ops.c, cpu_matmul.c and cpu_attention.c.
+ * cpu_ops.c, cpu_matmul.c, cpu_attention.c and cpu_recurrent.c.
  */
 #include "buildconf.h"
 
@@ -429,6 +429,9 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.set_rows = cpu_set_rows,
 	.attention_ext = cpu_attention_ext,
 	.buffer_wrap = cpu_buffer_wrap,
+	.unary = cpu_unary,
+	.ssm_conv = cpu_ssm_conv,
+	.delta_net = cpu_delta_net,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

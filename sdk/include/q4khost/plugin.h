@@ -146,6 +146,13 @@ typedef enum q4kh_glu_kind {
 	Q4KH_GLU_SILU = 1       /* g / (1 + exp(-g)) */
 } q4kh_glu_kind;
 
+/* Element-wise functions of the unary entry (ABI 1.2). */
+typedef enum q4kh_unary_kind {
+	Q4KH_UNARY_SIGMOID = 0,  /* 1 / (1 + exp(-x)) */
+	Q4KH_UNARY_SOFTPLUS = 1, /* log(1 + exp(x)) */
+	Q4KH_UNARY_SILU = 2      /* x / (1 + exp(-x)) */
+} q4kh_unary_kind;
+
 /* Parameters of attention over the KV cache. */
 struct q4kh_attn_params {
 	uint32_t struct_size;
@@ -416,6 +423,69 @@ struct q4kh_backend_v1 {
 	 */
 	q4kh_status (*buffer_wrap)(q4kh_device_ctx *dev, const void *host,
 	                           uint64_t size, q4kh_buffer **out);
+
+	/*
+	 * ABI 1.2, continued: the ops of linear-attention layers (Qwen3.5's
+	 * gated delta-net). Each is optional; the host checks, before the
+	 * first step of a model that needs them, that the backend has every
+	 * one its layers use, and refuses the model with the name of the
+	 * missing entry otherwise. Tensors are f32 views whose rows are
+	 * contiguous along ne[0]; row strides are free.
+	 *
+	 * A state tensor (the convolution's, the delta rule's) belongs to one
+	 * sequence and one layer: the op reads it when it runs and writes it
+	 * back in place, so a recorded step replays against the state as it
+	 * is then. The host zeroes it before a sequence's first token.
+	 */
+
+	/*
+	 * out = f(x) element-wise, f as q4kh_unary_kind says; a backend with
+	 * this entry implements every kind of its minor. x and out {ne0, ne1,
+	 * ne2} of one shape; out may be x.
+	 */
+	q4kh_status (*unary)(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+	                     const struct q4kh_tensor *x,
+	                     const struct q4kh_tensor *out);
+	/*
+	 * The short causal convolution of a linear-attention layer, one
+	 * filter of K taps per channel, over the step's T tokens and the K-1
+	 * inputs before them that state keeps. With u_c the K-1 kept values
+	 * of channel c (oldest first) followed by x[c, 0 .. T):
+	 *   out[c, t] = sum_{j < K} w[j, c] u_c[t + j]
+	 * and afterwards state[:, c] holds the last K-1 values of u_c, oldest
+	 * first. x {C, T}; w {K, C} with K >= 2; state {K-1, C}; out {C, T},
+	 * overlapping neither x nor state.
+	 */
+	q4kh_status (*ssm_conv)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                        const struct q4kh_tensor *w,
+	                        const struct q4kh_tensor *state,
+	                        const struct q4kh_tensor *out);
+	/*
+	 * The gated delta rule (Yang, Kautz & Hatamizadeh 2024, "Gated Delta
+	 * Networks"): for each of the H_v value heads h, with key head
+	 * kh = h % H_k (tiled, the order of Qwen3.5's GGUF files), and each
+	 * token t of the step in order:
+	 *   S = exp(g[h, t]) S
+	 *   d = beta[h, t] (v[:, h, t] - S k[:, kh, t])
+	 *   S = S + d k[:, kh, t]^T
+	 *   out[:, h, t] = scale S q[:, kh, t]
+	 * S is head h's S_v x S_k state matrix, held as state[j, i, h] =
+	 * S[i][j] (ne[0] runs over the S_k keys), read before the first token
+	 * and written after the last. q, k {S_k, H_k, T}; v {S_v, H_v, T};
+	 * g (the log decay) and beta {H_v, T}; state {S_k, S_v, H_v}; out
+	 * {S_v, H_v, T}, overlapping no input. H_v is a multiple of H_k.
+	 * This is the definition: a backend may compute a step's tokens in
+	 * chunks (the parallel form) when its result is this one within
+	 * float rounding; F2 compares it with the reference, which runs the
+	 * recurrence token by token.
+	 */
+	q4kh_status (*delta_net)(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+	                         const struct q4kh_tensor *k,
+	                         const struct q4kh_tensor *v,
+	                         const struct q4kh_tensor *g,
+	                         const struct q4kh_tensor *beta,
+	                         const struct q4kh_tensor *state, float scale,
+	                         const struct q4kh_tensor *out);
 };
 
 /*
