@@ -590,6 +590,100 @@ static void case_attention_ext(struct run *R, int32_t window)
 	drop(R, &o);
 }
 
+/* --- ABI 1.2: linear-attention layers --- */
+
+static void case_unary(struct run *R, q4kh_unary_kind kind)
+{
+	static const char *const names[] = { "sigmoid", "softplus", "SiLU" };
+	struct q4kh_conf_result res = begin("unary", LIMIT_F32, "%s, {70, 6}, in place",
+	                                    names[kind]);
+	double xv[70 * 6];
+	struct pair x;
+
+	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, unary),
+	             Q4KH_BACKEND_HAS(R->cand->v, unary)))
+		return;
+	for (int i = 0; i < 70 * 6; i++)
+		xv[i] = 8.0 * uniform(R);
+	if (make(R, &x, Q4KH_TYPE_F32, 70, 6, 1, 4, xv, 0))
+		return;
+	judge(R, &res, R->ref->v->unary(R->ref->dev, kind, &x.r, &x.r),
+	      R->cand->v->unary(R->cand->dev, kind, &x.c, &x.c), &x);
+	drop(R, &x);
+}
+
+/* A case whose op also updates a state: the state is judged as a second
+ * case of the same op. */
+static void judge_state(struct run *R, const char *op, const char *what, double limit,
+                        q4kh_status ref_st, q4kh_status cand_st, const struct pair *out,
+                        const struct pair *state)
+{
+	struct q4kh_conf_result res = begin(op, limit, "%s: output", what);
+
+	judge(R, &res, ref_st, cand_st, out);
+	res = begin(op, limit, "%s: state after", what);
+	judge(R, &res, ref_st, cand_st, state);
+}
+
+static void case_ssm_conv(struct run *R)
+{
+	struct q4kh_conf_result res = begin("ssm_conv", LIMIT_F32, "x {24, 5}, 4 taps");
+	struct pair x, w, st, o;
+
+	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, ssm_conv),
+	             Q4KH_BACKEND_HAS(R->cand->v, ssm_conv)))
+		return;
+	if (make(R, &x, Q4KH_TYPE_F32, 24, 5, 1, 8, NULL, 0) ||
+	    make(R, &w, Q4KH_TYPE_F32, 4, 24, 1, 0, NULL, 0) ||
+	    make(R, &st, Q4KH_TYPE_F32, 3, 24, 1, 0, NULL, 0) ||
+	    make(R, &o, Q4KH_TYPE_F32, 24, 5, 1, 0, NULL, 1))
+		return;
+	judge_state(R, "ssm_conv", "x {24, 5}, 4 taps", LIMIT_F32,
+	            R->ref->v->ssm_conv(R->ref->dev, &x.r, &w.r, &st.r, &o.r),
+	            R->cand->v->ssm_conv(R->cand->dev, &x.c, &w.c, &st.c, &o.c), &o, &st);
+	drop(R, &x);
+	drop(R, &w);
+	drop(R, &st);
+	drop(R, &o);
+}
+
+static void case_delta_net(struct run *R)
+{
+	struct q4kh_conf_result res = begin("delta_net", LIMIT_QUANT,
+	                                    "2 key heads, 4 value heads of 16, 3 tokens");
+	double gv[4 * 3], bv[4 * 3];
+	struct pair q, k, v, g, b, st, o;
+
+	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, delta_net),
+	             Q4KH_BACKEND_HAS(R->cand->v, delta_net)))
+		return;
+	for (int i = 0; i < 12; i++) {
+		gv[i] = -0.5 * (uniform(R) + 1.0); /* log decay <= 0 */
+		bv[i] = 0.5 * (uniform(R) + 1.0);  /* beta in [0, 1) */
+	}
+	if (make(R, &q, Q4KH_TYPE_F32, 16, 2, 3, 0, NULL, 0) ||
+	    make(R, &k, Q4KH_TYPE_F32, 16, 2, 3, 0, NULL, 0) ||
+	    make(R, &v, Q4KH_TYPE_F32, 16, 4, 3, 0, NULL, 0) ||
+	    make(R, &g, Q4KH_TYPE_F32, 4, 3, 1, 0, gv, 0) ||
+	    make(R, &b, Q4KH_TYPE_F32, 4, 3, 1, 0, bv, 0) ||
+	    make(R, &st, Q4KH_TYPE_F32, 16, 16, 4, 0, NULL, 0) ||
+	    make(R, &o, Q4KH_TYPE_F32, 16, 4, 3, 0, NULL, 1))
+		return;
+	judge_state(R, "delta_net", res.what, LIMIT_QUANT,
+	            R->ref->v->delta_net(R->ref->dev, &q.r, &k.r, &v.r, &g.r, &b.r, &st.r, 0.25f,
+	                                 &o.r),
+	            R->cand->v->delta_net(R->cand->dev, &q.c, &k.c, &v.c, &g.c, &b.c, &st.c, 0.25f,
+	                                  &o.c),
+	            &o, &st);
+	drop(R, &q);
+	drop(R, &k);
+	drop(R, &v);
+	drop(R, &g);
+	drop(R, &b);
+	drop(R, &st);
+	drop(R, &o);
+}
+
 int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backend *cand,
                          uint64_t seed, q4kh_conf_fn fn, void *data,
                          struct q4kh_error *err)
@@ -634,5 +728,11 @@ int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backe
 		case_set_rows(&R);
 	for (int w = 0; w < 2 && !R.fatal; w++)
 		case_attention_ext(&R, w ? 5 : 0);
+	for (int u = Q4KH_UNARY_SIGMOID; u <= Q4KH_UNARY_SILU && !R.fatal; u++)
+		case_unary(&R, (q4kh_unary_kind)u);
+	if (!R.fatal)
+		case_ssm_conv(&R);
+	if (!R.fatal)
+		case_delta_net(&R);
 	return R.fatal ? -1 : R.failed;
 }
