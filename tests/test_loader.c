@@ -159,6 +159,17 @@ Test(loader, table_smaller_than_abi_1_0)
 	                 "kernel table struct_size 16 is smaller than the 96 bytes of ABI 1.0");
 }
 
+Test(loader, table_smaller_than_its_claimed_minor)
+{
+	char want[160];
+
+	/* 200 = ABI 1.0's backend table, up to native_device. */
+	snprintf(want, sizeof(want),
+	         "backend table struct_size 200 is smaller than the %zu bytes of ABI 1.%d, which its descriptor claims",
+	         sizeof(struct q4kh_backend_v1), Q4KH_ABI_MINOR);
+	expect_rejection("old_table", want);
+}
+
 /*
  * Every function behind a lying descriptor leaves evidence when called
  * (tests/plugins/liar.c): after the loader, and after the real CLI listing

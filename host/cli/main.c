@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "config.h"
 #include "log.h"
+#include "q4khost/plugin.h"
 
 struct command {
 	const char *name;
@@ -85,7 +86,8 @@ int main(int argc, char **argv)
 		return Q4KH_EXIT_OK;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("q4khost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, 1, 0);
+		printf("q4khost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, Q4KH_ABI_MAJOR,
+		       Q4KH_ABI_MINOR);
 		return Q4KH_EXIT_OK;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

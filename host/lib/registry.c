@@ -25,6 +25,16 @@
 #define BACKEND_V1_0_SIZE \
 	(offsetof(struct q4kh_backend_v1, native_device) + sizeof(void (*)(void)))
 
+/*
+ * The backend table of each minor the host knows, in bytes: a plugin that
+ * claims minor m has at least table_size[m] (docs/plugin-abi.md, V2).
+ */
+static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
+	BACKEND_V1_0_SIZE,
+	offsetof(struct q4kh_backend_v1, get_rows_ext),
+	sizeof(struct q4kh_backend_v1),
+};
+
 #define NAME_MAX_LEN 63
 
 /* A required function pointer inside a plugin's table. */
@@ -143,15 +153,18 @@ static int check_fns(const void *table, const char *what,
 	return 0;
 }
 
-static int check_backend(const struct q4kh_backend_v1 *b, char *why,
+static int check_backend(const struct q4kh_backend_v1 *b, uint32_t minor, char *why,
                          size_t size)
 {
+	/* a minor newer than the host's is held to the newest the host knows */
+	uint32_t m = minor < Q4KH_ABI_MINOR ? minor : Q4KH_ABI_MINOR;
+
 	if (!b)
 		return say(why, size, "kind is backend but the backend table is NULL");
-	if (b->struct_size < BACKEND_V1_0_SIZE)
+	if (b->struct_size < backend_table_size[m])
 		return say(why, size,
-		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.0",
-		           b->struct_size, (size_t)BACKEND_V1_0_SIZE, Q4KH_ABI_MAJOR);
+		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.%u, which its descriptor claims",
+		           b->struct_size, backend_table_size[m], Q4KH_ABI_MAJOR, m);
 	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
 }
 
@@ -193,7 +206,7 @@ static int check_desc(const struct q4kh_plugin_desc *d, char *why, size_t size)
 		           shown, NAME_MAX_LEN);
 	}
 	if (d->kind == Q4KH_KIND_BACKEND)
-		return check_backend(d->backend, why, size);
+		return check_backend(d->backend, d->abi_minor, why, size);
 	return check_kernel(d->kernel, why, size);
 }
 
