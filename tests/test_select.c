@@ -291,3 +291,36 @@ Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 	free(out);
 	free(cfg);
 }
+
+/*
+ * A variant none of whose types the model has routes nothing: run leaves
+ * it out in one quiet line, never as an F2 rejection, and validate lists it
+ * apart without failing (cpu-iq4nl lists only IQ4_NL; the default model has
+ * none).
+ */
+Test(select, a_variant_with_none_of_the_models_types_is_not_applicable, .timeout = 240)
+{
+	static const char *const names[] = { "cpu_iq4nl", NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char *out, args[8192];
+	json_t *j;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s", plugins);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "not applicable to this model (none of their types): cpu/cpu-iq4nl") !=
+	                  NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "rejected") == NULL, "%s", out);
+	cr_expect(strstr(out, "F2: not needed") != NULL, "the reference serves: %s", out);
+	free(out);
+
+	snprintf(args, sizeof(args), "validate --json --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "not_applicable"), "cpu/cpu-iq4nl");
+	cr_expect_eq(json_array_size(json_object_get(j, "candidates")), 0);
+	json_decref(j);
+	free(out);
+}

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "greedy.h"
 #include "guard.h"
+#include "model.h"
 #include "progress.h"
 #include "prompt.h"
 #include "qa_cases.h"
@@ -289,13 +290,16 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
                         size_t n_probe, struct path **paths, size_t *n_paths,
                         json_t *skipped, struct q4kh_error *err)
 {
+	uint32_t types[Q4KH_TYPE_COUNT];
 	struct q4kh_candidate_filter f = { o->backend, o->device_set, (uint32_t)o->device,
-		                           o->kernel };
+		                           o->kernel, types, 0 };
 	struct q4kh_candidate_entry *list = NULL;
 	struct q4kh_guard g = { 0 };
 	size_t n = 0;
 
-	if (q4kh_candidates_list(r, &f, &list, &n, err))
+	/* a variant with none of the model's types is not applicable */
+	if (q4kh_model_types_at(o->model, types, Q4KH_TYPE_COUNT, &f.n_types, err) ||
+	    q4kh_candidates_list(r, &f, &list, &n, err))
 		return -1;
 	*paths = calloc(n + 1, sizeof(**paths));
 	if (!*paths) {

@@ -341,7 +341,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	size_t n = 0;
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
-	char model_path[4096], unmeasurable[4096];
+	char model_path[4096], unmeasurable[4096], not_applicable[1024];
+	uint32_t types[Q4KH_TYPE_COUNT];
 	int rc = parse(argc, argv, &o), failed = 0;
 
 	if (rc)
@@ -371,9 +372,11 @@ int q4kh_cmd_validate(int argc, char **argv)
 		goto out;
 	}
 	filter = (struct q4kh_candidate_filter){ o.backend, o.device_set, (uint32_t)o.device,
-		                                 o.kernel };
-	if (q4kh_candidates_list(reg, &filter, &list, &n, &err))
+		                                 o.kernel, types, 0 };
+	if (q4kh_model_types_at(o.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||
+	    q4kh_candidates_list(reg, &filter, &list, &n, &err))
 		goto out;
+	q4kh_candidates_not_applicable(reg, &filter, not_applicable, sizeof(not_applicable));
 	failed = q4kh_candidates_unmeasurable(reg, &filter, unmeasurable,
 	                                      sizeof(unmeasurable)) > 0;
 	rows = calloc(n + 1, sizeof(*rows));
@@ -405,9 +408,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 			json_array_append_new(gaps, json_stringn(s, len));
 			s += len + (s[len] == '\n');
 		}
-		root = json_pack("{s:s, s:s, s:s, s:o, s:o}", "model", o.model, "model_sha256",
+		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s}", "model", o.model, "model_sha256",
 		                 g.model_sha256, "receipt_dir", g.receipt_dir, "candidates", arr,
-		                 "unmeasurable", gaps);
+		                 "unmeasurable", gaps, "not_applicable", not_applicable);
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
@@ -416,6 +419,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
 		print_table(rows, n);
 		print_unmeasurable(unmeasurable, n);
+		if (not_applicable[0])
+			printf("not applicable to this model (none of their types): %s\n",
+			       not_applicable);
 	}
 	rc = failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;

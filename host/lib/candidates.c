@@ -30,6 +30,17 @@ static int push(struct q4kh_candidate_entry **list, size_t *n,
 	return 0;
 }
 
+int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, size_t n)
+{
+	const struct q4kh_kernel_v1 *v = k->desc->kernel;
+
+	for (uint32_t i = 0; i < v->n_types; i++)
+		for (size_t j = 0; j < n; j++)
+			if (v->types[i] == types[j])
+				return 1;
+	return 0;
+}
+
 /* BE's candidates on its devices. */
 static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *be,
                        const struct q4kh_candidate_filter *f,
@@ -55,7 +66,8 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			const struct q4kh_plugin *k = i < r->n_plugins ? &r->plugins[i] : NULL;
 			const char *variant = k ? k->name : NULL;
 
-			if (k && !targets(k, be->name))
+			if (k && (!targets(k, be->name) ||
+			          (f->types && !q4kh_candidate_applies(k, f->types, f->n_types))))
 				continue;
 			/* The reference's own kernels are not a candidate. */
 			if (!variant && !strcmp(be->name, "cpu"))
@@ -128,6 +140,28 @@ size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
 		                         "%s/%s: its backend %s is not on the plugin path %s (from %s): "
 		                         "it cannot be measured (F2.4)\n",
 		                         target, k->name, target, r->path, r->path_origin);
+		n++;
+	}
+	return n;
+}
+
+size_t q4kh_candidates_not_applicable(const struct q4kh_registry *r,
+                                      const struct q4kh_candidate_filter *f, char *buf,
+                                      size_t cap)
+{
+	size_t used = 0, n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; f->types && i < r->n_plugins && used < cap; i++) {
+		const struct q4kh_plugin *k = &r->plugins[i];
+
+		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL ||
+		    (f->backend && strcmp(f->backend, k->desc->kernel->backend)) ||
+		    (f->kernel && strcmp(f->kernel, k->name)) ||
+		    q4kh_candidate_applies(k, f->types, f->n_types))
+			continue;
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s/%s", n ? ", " : "",
+		                         k->desc->kernel->backend, k->name);
 		n++;
 	}
 	return n;

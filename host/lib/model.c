@@ -462,3 +462,16 @@ void q4kh_model_free(struct q4kh_model *m)
 	q4kh_gguf_release(m->gguf);
 	free(m);
 }
+
+int q4kh_model_types_at(const char *path, uint32_t *types, size_t cap, size_t *n,
+                        struct q4kh_error *err)
+{
+	struct q4kh_model *m;
+
+	*n = 0;
+	if (q4kh_model_open(path, &m, err))
+		return -1;
+	*n = q4kh_model_matrix_types(m, types, cap);
+	q4kh_model_free(m);
+	return 0;
+}

@@ -154,6 +154,15 @@ size_t q4kh_model_matrix_types(const struct q4kh_model *m, uint32_t *types,
 const struct q4kh_kernel *q4kh_model_kernel_for(const struct q4kh_model *m,
                                                 uint32_t type);
 
+/*
+ * The distinct matrix weight types of the model at PATH (as
+ * q4kh_model_matrix_types after q4kh_model_open), into TYPES (room for
+ * CAP), their count in *n. -1 with err when the file does not open as a
+ * model.
+ */
+int q4kh_model_types_at(const char *path, uint32_t *types, size_t cap, size_t *n,
+                        struct q4kh_error *err);
+
 /* Free the backend copy (if any), the weights and the file. */
 void q4kh_model_free(struct q4kh_model *m);
 

@@ -222,7 +222,8 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
 	struct q4kh_guard g;
 	int32_t *probe = NULL;
-	size_t n_probe = 0;
+	size_t n_probe = 0, n_types;
+	uint32_t types[Q4KH_TYPE_COUNT];
 	int n, guard_ready = 0, rc = -1;
 	char name[160];
 	size_t len;
@@ -233,6 +234,8 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		out->explicit_failure = 1;
 		return -1;
 	}
+	if (q4kh_model_types_at(rq->model_path, types, Q4KH_TYPE_COUNT, &n_types, err))
+		return -1;
 	for (int i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
@@ -240,6 +243,15 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		struct q4kh_candidate cc = { c->backend, c->device, c->variant };
 
 		q4kh_candidate_name(&cc, name, sizeof(name));
+		/* A variant chosen by score that has none of the model's types
+		 * routes nothing: not applicable, never a rejection. */
+		if (c->variant && !c->explicit_request &&
+		    !q4kh_candidate_applies(q4kh_registry_find(rq->registry, c->variant), types,
+		                            n_types)) {
+			append(out->not_applicable, sizeof(out->not_applicable), "%s%s",
+			       out->not_applicable[0] ? ", " : "", name);
+			continue;
+		}
 		if (!strcmp(c->backend, "cpu") && !c->variant) {
 			/* The reference needs no guard. */
 			if (open_cand(rq, c, out, err))

@@ -52,6 +52,8 @@ struct q4kh_selection {
 	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by
 	                               FILE:LINE [gpu.0]", "the built-in kernels" */
 	char steps[2048];           /* every candidate tried before, one per line */
+	char not_applicable[512];   /* variants with none of the model's types,
+	                               left out: "cuda/cuda-gemv-iq, ..." */
 	int explicit_failure;       /* a named request could not be honoured */
 	int interrupted;            /* the signal that stopped the choice, or 0 */
 };

@@ -5,6 +5,10 @@
  * 32-value sub-block, then scaled: the CPU twin of the GPU dp4a variants.
  * It is correct but lossy, so it exercises the kernel-variant path (prepare,
  * gemv, gemm, release) and gives the parity guard a variant that must pass.
+ * Built with -DIQ4NL_ONLY it is "cpu-iq4nl" and lists only IQ4_NL, a type
+ * of none of the test models: a variant that is not applicable to them,
+ * whose products must never be called (they would treat the blocks as
+ * Q4_K).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +17,14 @@
 #include "q4khost/plugin.h"
 
 const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);
+
+#ifdef IQ4NL_ONLY
+#define TYPE Q4KH_TYPE_IQ4_NL
+#define NAME "cpu-iq4nl"
+#else
+#define TYPE Q4KH_TYPE_Q4_K
+#define NAME "cpu-q8act"
+#endif
 
 struct q4kh_kernel_ctx {
 	char error[256];
@@ -57,7 +69,7 @@ static uint32_t k_score(q4kh_kernel_ctx *ctx,
 {
 	(void)ctx;
 	(void)dev;
-	return type == Q4KH_TYPE_Q4_K ? 1 : 0;
+	return type == TYPE ? 1 : 0;
 }
 
 static q4kh_status k_prepare(q4kh_kernel_ctx *ctx,
@@ -178,7 +190,7 @@ static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 	free(w);
 }
 
-static const uint32_t types[] = { Q4KH_TYPE_Q4_K };
+static const uint32_t types[] = { TYPE };
 
 static const struct q4kh_kernel_v1 table = {
 	.struct_size = sizeof(table),
@@ -200,7 +212,7 @@ static const struct q4kh_plugin_desc desc = {
 	.struct_size = sizeof(desc),
 	.abi_minor = Q4KH_ABI_MINOR,
 	.kind = Q4KH_KIND_KERNEL,
-	.name = "cpu-q8act",
+	.name = NAME,
 	.version = "1.0",
 	.vendor = "q4khost tests",
 	.license = "MIT",
