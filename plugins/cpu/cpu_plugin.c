@@ -47,16 +47,6 @@ static q4kh_status init_fail(const char *fmt, ...)
 	return Q4KH_ERR_INVALID;
 }
 
-/* 1 when the host's struct is long enough to hold the field ending at END. */
-static int host_has(const struct q4kh_host_api *host, size_t end)
-{
-	return host->struct_size >= end;
-}
-
-#define HOST_HAS(host, field)                                                  \
-	host_has(host, offsetof(struct q4kh_host_api, field) +                 \
-	                       sizeof(((struct q4kh_host_api *)0)->field))
-
 static q4kh_status cpu_init(const struct q4kh_host_api *host,
                             q4kh_backend_ctx **out)
 {
@@ -72,7 +62,7 @@ static q4kh_status cpu_init(const struct q4kh_host_api *host,
 	if (host->abi_major != Q4KH_ABI_MAJOR)
 		return init_fail("cpu: init: host ABI major %u, plugin built for %d",
 		                 host->abi_major, Q4KH_ABI_MAJOR);
-	if (HOST_HAS(host, config_get) && host->config_get)
+	if (Q4KH_HOST_HAS(host, config_get))
 		threads = host->config_get(host->host_data, "threads");
 	n = cpu_threads_online();
 	if (threads && cpu_threads_parse(threads, &n))
@@ -227,7 +217,7 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		                "device_open: cannot start %u worker threads: %s",
 		                ctx->threads - 1, strerror(e));
 	}
-	if (HOST_HAS(ctx->host, log) && ctx->host->log) {
+	if (Q4KH_HOST_HAS(ctx->host, log)) {
 		snprintf(msg, sizeof(msg), "cpu: %u threads", ctx->threads);
 		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
 	}
@@ -454,8 +444,4 @@ static const struct q4kh_plugin_desc cpu_desc = {
 	.kernel = NULL,
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void)
-{
-	return &cpu_desc;
-}
+Q4KH_PLUGIN_ENTRY(cpu_desc)

@@ -40,11 +40,6 @@ q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what)
 	                 cudaGetErrorName(e));
 }
 
-/* 1 when the host's struct holds the field ending at END. */
-#define HOST_HAS(host, field)                                                  \
-	((host)->struct_size >= offsetof(struct q4kh_host_api, field) +        \
-	                                sizeof((host)->field))
-
 void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
               ...)
 {
@@ -52,7 +47,7 @@ void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
 	char msg[512];
 	va_list ap;
 
-	if (!HOST_HAS(host, log) || !host->log)
+	if (!Q4KH_HOST_HAS(host, log))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -217,8 +212,4 @@ static const struct q4kh_plugin_desc cuda_desc = {
 	.kernel = NULL,
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void)
-{
-	return &cuda_desc;
-}
+Q4KH_PLUGIN_ENTRY(cuda_desc)

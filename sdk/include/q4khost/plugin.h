@@ -499,6 +499,41 @@ struct q4kh_backend_v1 {
 	 (b)->field != NULL)
 
 /*
+ * The same tests for the tables a host hands plugins and for a kernel
+ * table: 1 when H (struct q4kh_host_api, as the host set its struct_size)
+ * holds FIELD and FIELD is not NULL; likewise K (struct q4kh_kernel_v1).
+ * Test every host entry before calling it: log and config_get may be NULL.
+ */
+#define Q4KH_HOST_HAS(h, field)                                                \
+	((h)->struct_size >= offsetof(struct q4kh_host_api, field) +           \
+	                             sizeof((h)->field) &&                      \
+	 (h)->field != NULL)
+#define Q4KH_KERNEL_HAS(k, field)                                              \
+	((k)->struct_size >= offsetof(struct q4kh_kernel_v1, field) +          \
+	                             sizeof((k)->field) &&                      \
+	 (k)->field != NULL)
+
+#ifdef __cplusplus
+#define Q4KH_ENTRY_LINKAGE extern "C"
+#else
+#define Q4KH_ENTRY_LINKAGE
+#endif
+
+/*
+ * Define a plugin's one exported function, Q4KH_ENTRY_SYMBOL, returning
+ * the address of DESC, a static const struct q4kh_plugin_desc. Build with
+ * -fvisibility=hidden: this is the only symbol left visible.
+ */
+#define Q4KH_PLUGIN_ENTRY(desc)                                                \
+	Q4KH_ENTRY_LINKAGE __attribute__((visibility("default")))             \
+	const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);             \
+	Q4KH_ENTRY_LINKAGE __attribute__((visibility("default")))             \
+	const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)              \
+	{                                                                      \
+		return &(desc);                                                \
+	}
+
+/*
  * Native handles a backend lends to kernel variants of its kind. For
  * "cuda": ordinal is the CUDA device ordinal, stream a cudaStream_t on which
  * the variant must enqueue its work, and address() the device pointer of a
