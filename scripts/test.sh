@@ -25,6 +25,7 @@ esac
 
 bash scripts/install-deps.sh || exit 1
 bash scripts/fetch-model.sh || exit 1
+bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
 
 main_stage() {
 	Q4KH_BUILD_DIR="$build" bash scripts/build.sh || return 1

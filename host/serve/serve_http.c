@@ -162,6 +162,20 @@ static int authorized(struct serve *srv, struct MHD_Connection *c)
 	return same_secret(h, srv->api_key);
 }
 
+/* Wait for news of J (srv->lock held), WAIT_NS at most. */
+static void wait_a_while(struct serve_job *j, struct serve *srv)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += WAIT_NS;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&j->cv, &srv->lock, &ts);
+}
+
 /*
  * Wait until J leaves state UNTIL's predecessors (J is QUEUED or RUNNING
  * and UNTIL is RUNNING or DONE); 0, or -1 when the client left first (J is
@@ -171,15 +185,7 @@ static int wait_for(struct serve *srv, struct serve_job *j, enum serve_state unt
 {
 	pthread_mutex_lock(&srv->lock);
 	while (j->state < until) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += WAIT_NS;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&j->cv, &srv->lock, &ts);
+		wait_a_while(j, srv);
 		if (j->state >= until)
 			break;
 		pthread_mutex_unlock(&srv->lock);
@@ -290,15 +296,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		pthread_mutex_lock(&srv->lock);
 		rc = next_events(s);
 		if (rc == 0) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += WAIT_NS;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&s->job->cv, &srv->lock, &ts);
+			wait_a_while(s->job, srv);
 			rc = next_events(s);
 		}
 		pthread_mutex_unlock(&srv->lock);
