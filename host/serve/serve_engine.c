@@ -308,6 +308,14 @@ static void demoted(struct serve *srv, int i)
 		end_job(srv, i, "error");
 		return;
 	}
+	if (srv->q_len == (size_t)srv->o.max_queue) {
+		snprintf(j->error, sizeof(j->error),
+		         "the path serving this request (%s) was demoted by shadow parity and the queue is full",
+		         j->path->name);
+		j->http_status = 503;
+		end_job(srv, i, "error");
+		return;
+	}
 	j->path->running--;
 	srv->slots[i] = NULL;
 	j->slot = -1;
