@@ -291,7 +291,8 @@ static void python(const char *script, const char *args)
 		cr_skip_test("the openai client is missing (run scripts/fetch-openai.sh)");
 	}
 	client[strcspn(client, "\n")] = 0;
-	snprintf(cmd, sizeof(cmd), "PYTHONPATH=%s:%s/tests/serve python3 %s/tests/serve/%s %s",
+	snprintf(cmd, sizeof(cmd),
+	         "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=%s:%s/tests/serve python3 %s/tests/serve/%s %s",
 	         client, test_srcdir(), test_srcdir(), script, args);
 	free(client);
 	rc = test_shell(cmd, &out);

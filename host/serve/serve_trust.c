@@ -381,7 +381,7 @@ static void *f2_main(void *arg)
 		p->guarded = 1;
 		snprintf(reason, sizeof(reason), "F2 pass (%s): %s", d.source, d.message);
 		pthread_mutex_lock(&srv->lock);
-		if (!srv->f2_quit && srv->cur && srv->cur->plan_index > p->plan_index) {
+		if (!srv->f2_quit && (!srv->cur || srv->cur->plan_index > p->plan_index)) {
 			serve_engine_switch(srv, p, 0, reason);
 			p = NULL;
 		}
