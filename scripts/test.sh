@@ -30,6 +30,7 @@ bash scripts/fetch-model.sh || exit 1
 # a real test input, optional: test_bpe's DeepSeek cases skip without it
 python3 scripts/fetch-deepseek-vocab.py ||
 	echo "test.sh: no DeepSeek-R1 vocabulary; its tokenizer cases will skip" >&2
+bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
 
 main_stage() {
 	Q4KH_BUILD_DIR="$build" bash scripts/build.sh || return 1

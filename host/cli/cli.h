@@ -82,5 +82,6 @@ int q4kh_cmd_bench(int argc, char **argv);
 int q4kh_cmd_bench_kernels(int argc, char **argv);
 int q4kh_cmd_qa(int argc, char **argv);
 int q4kh_cmd_conformance(int argc, char **argv);
+int q4kh_cmd_serve(int argc, char **argv);
 
 #endif

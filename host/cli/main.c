@@ -25,6 +25,7 @@ static const struct command commands[] = {
 	{ "bench-kernels", q4kh_cmd_bench_kernels, "time every variant's GEMV on real models' shapes against the read ceiling" },
 	{ "qa", q4kh_cmd_qa, "check golden cases on the reference and every path that passes F2" },
 	{ "conformance", q4kh_cmd_conformance, "check every op of a backend against the cpu reference" },
+	{ "serve", q4kh_cmd_serve, "serve the OpenAI API over HTTP from paths F2 trusts" },
 };
 
 static void usage(FILE *out)
