@@ -134,3 +134,51 @@ Test(receipt_trust, a_plugin_rewritten_in_place_is_hashed_again, .timeout = 900)
 	free(bytes);
 	free(so);
 }
+
+/*
+ * A receipt knows every setting: one made under [plugin.cpu] threads = 1
+ * does not vouch for threads = 2 (the report names the key that moved), a
+ * receipt made with --threads is found again by the next run with it (the
+ * validation child gets the command line's settings), and the same
+ * settings find it again.
+ */
+Test(receipt_trust, a_changed_plugin_setting_measures_again, .timeout = 900)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char *out = NULL, *one = NULL, *two = NULL, *args = NULL;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	cr_assert(asprintf(&one, "%s/one.ini", receipts) > 0 &&
+	          asprintf(&two, "%s/two.ini", receipts) > 0);
+	test_write_file(one, "[plugin.cpu]\nthreads = 1\n", 25);
+	test_write_file(two, "[plugin.cpu]\nthreads = 2\n", 25);
+	cr_assert(asprintf(&args, "run -p 'The sky is' -n 2 --kernel cpu-q8act --config %s", one) > 0);
+	cr_assert_eq(q4k(receipts, plugins, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh") != NULL, "%s", out);
+	free(out);
+	free(args);
+
+	cr_assert(asprintf(&args, "run -p 'The sky is' -n 2 --kernel cpu-q8act --config %s", two) > 0);
+	cr_assert_eq(q4k(receipts, plugins, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "the settings of cpu changed ([plugin.cpu] \"threads=1\" -> \"threads=2\")") !=
+	                  NULL,
+	          "%s", out);
+	free(out);
+	cr_assert_eq(q4k(receipts, plugins, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "the same settings measured again: %s", out);
+	free(out);
+	free(args);
+
+	cr_assert_eq(q4k(receipts, plugins, "run -p 'The sky is' -n 2 --kernel cpu-q8act --threads 1", &out),
+	             0, "%s", out);
+	free(out);
+	cr_assert_eq(q4k(receipts, plugins, "run -p 'The sky is' -n 2 --kernel cpu-q8act --threads 1", &out),
+	             0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt (") != NULL,
+	          "a --threads run did not find its own receipt: %s", out);
+	free(out);
+	free(one);
+	free(two);
+}

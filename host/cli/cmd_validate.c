@@ -30,6 +30,8 @@ struct validate_opts {
 	unsigned long long memory_limit;
 	int one, quiet, json, device_set, memory_limit_set;
 	enum q4kh_f2_mode mode;
+	const char *set[Q4KH_GUARD_OVERRIDES]; /* --set SECTION:KEY=VALUE */
+	int n_set;
 };
 
 static void usage(FILE *out)
@@ -55,6 +57,9 @@ static void usage(FILE *out)
 	        "                        else half of the physical memory)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
+	        "      --set S:K=V       set key K of section S above every config file\n"
+	        "                        (repeatable; how a run hands its command-line\n"
+	        "                        settings to the validation child)\n"
 	        "      --json            one JSON object\n"
 	        "      --plot FILE.svg   draw each candidate's cosine against position\n"
 	        "                        (prefill and decode) with the floors, and mark\n"
@@ -77,7 +82,7 @@ static void usage(FILE *out)
 static int parse(int argc, char **argv, struct validate_opts *o)
 {
 	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET };
+	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -92,6 +97,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "json", no_argument, 0, O_JSON },
 		{ "one", no_argument, 0, O_ONE },
 		{ "quiet", no_argument, 0, O_QUIET },
+		{ "set", required_argument, 0, O_SET },
 		{ "plot", required_argument, 0, O_PLOT },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
@@ -112,6 +118,15 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_JSON: o->json = 1; break;
 		case O_ONE: o->one = 1; break;
 		case O_QUIET: o->quiet = 1; break;
+		case O_SET:
+			if (o->n_set == Q4KH_GUARD_OVERRIDES || !strchr(optarg, ':') ||
+			    !strchr(optarg, '=') || strchr(optarg, '=') < strchr(optarg, ':')) {
+				fprintf(stderr, "q4khost validate: --set '%s': expected SECTION:KEY=VALUE, at most %d of them\n",
+				        optarg, Q4KH_GUARD_OVERRIDES);
+				return -1;
+			}
+			o->set[o->n_set++] = optarg;
+			break;
 		case O_PLOT: o->plot = optarg; break;
 		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
 		case O_F2:
@@ -155,6 +170,22 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (o->one && (!o->backend || !o->kernel)) {
 		fprintf(stderr, "q4khost validate: --one needs --backend and --kernel\n");
 		return -1;
+	}
+	return 0;
+}
+
+/* Every --set SECTION:KEY=VALUE into C, above the config files. */
+static int apply_sets(const struct validate_opts *o, struct q4kh_config *c,
+                      struct q4kh_error *err)
+{
+	for (int i = 0; i < o->n_set; i++) {
+		const char *colon = strchr(o->set[i], ':'), *eq = strchr(colon, '=');
+		char section[256], key[256];
+
+		snprintf(section, sizeof(section), "%.*s", (int)(colon - o->set[i]), o->set[i]);
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - colon - 1), colon + 1);
+		if (q4kh_config_set(c, section, key, eq + 1, "--set", err))
+			return -1;
 	}
 	return 0;
 }
@@ -355,6 +386,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
+	    apply_sets(&o, config, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))

@@ -438,3 +438,74 @@ const char *q4kh_config_where(const struct q4kh_config *c, const char *section,
 		snprintf(origin, cap, "%s [%s]", l->path, fl.section);
 	return v;
 }
+
+/* strcmp for qsort over an array of strings. */
+static int by_string(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
+                             const char *skip, char *buf, size_t cap)
+{
+	const char *keys[256];
+	size_t n = 0, used = 0;
+	char sec[256];
+
+	buf[0] = 0;
+	snprintf(sec, sizeof(sec), "%s", section);
+	lower(sec);
+	for (size_t i = 0; c && i < c->n_layers; i++) {
+		dictionary *d = c->layers[i].dict;
+		int nk = iniparser_getsecnkeys(d, sec);
+		const char **lk;
+
+		if (nk <= 0 || !(lk = calloc((size_t)nk, sizeof(*lk))))
+			continue;
+		iniparser_getseckeys(d, sec, lk);
+		for (int k = 0; k < nk && n < sizeof(keys) / sizeof(keys[0]); k++) {
+			const char *name = strchr(lk[k], ':') + 1;
+			size_t j = 0;
+
+			while (j < n && strcmp(keys[j], name))
+				j++;
+			if (j == n && !(skip && !strncmp(name, skip, strlen(skip))))
+				keys[n++] = name;
+		}
+		free(lk);
+	}
+	qsort(keys, n, sizeof(keys[0]), by_string);
+	for (size_t k = 0; k < n; k++) {
+		const char *v = q4kh_config_get(c, section, keys[k], NULL);
+		int w = snprintf(buf + used, cap - used, "%s%s=%s", k ? "; " : "", keys[k],
+		                 v ? v : "");
+
+		if (w < 0 || (size_t)w >= cap - used)
+			return -1;
+		used += (size_t)w;
+	}
+	return 0;
+}
+
+void q4kh_config_each_set(const struct q4kh_config *c, q4kh_config_set_fn fn, void *data)
+{
+	for (size_t i = 0; c && i < c->n_layers; i++) {
+		dictionary *d = c->layers[i].dict;
+
+		if (c->layers[i].is_file)
+			continue;
+		for (int s = 0; s < iniparser_getnsec(d); s++) {
+			const char *sec = iniparser_getsecname(d, s);
+			int nk = iniparser_getsecnkeys(d, sec);
+			const char **lk = nk > 0 ? calloc((size_t)nk, sizeof(*lk)) : NULL;
+
+			if (!lk)
+				continue;
+			iniparser_getseckeys(d, sec, lk);
+			for (int k = 0; k < nk; k++)
+				fn(data, sec, strchr(lk[k], ':') + 1,
+				   iniparser_getstring(d, lk[k], ""), c->layers[i].path);
+			free(lk);
+		}
+	}
+}

@@ -68,6 +68,22 @@ int q4kh_config_set(struct q4kh_config *c, const char *section,
                     struct q4kh_error *err);
 
 /*
+ * The effective settings of SECTION, every layer's keys with the value
+ * that wins, sorted by key, as "key=value; key=value" into BUF ("" when
+ * none), leaving out the keys that start with SKIP (NULL: none): what a
+ * receipt keys on for a plugin's [plugin.NAME]. -1 when they do not fit
+ * in CAP bytes.
+ */
+int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
+                             const char *skip, char *buf, size_t cap);
+
+/* Called for every key set above the file layers (q4kh_config_set). */
+typedef void (*q4kh_config_set_fn)(void *data, const char *section, const char *key,
+                                   const char *value, const char *origin);
+void q4kh_config_each_set(const struct q4kh_config *c, q4kh_config_set_fn fn,
+                          void *data);
+
+/*
  * Read environment variable NAME, ignoring it in set-uid/set-gid programs
  * (secure_getenv), so an unprivileged user cannot steer a privileged host.
  */

@@ -197,12 +197,28 @@ int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	                              rules, NULL, err);
 }
 
+/* Settings set above the config files, as --set arguments for the child. */
+struct overrides {
+	char text[Q4KH_GUARD_OVERRIDES][600];
+	int n;
+};
+
+static void add_override(void *data, const char *section, const char *key,
+                         const char *value, const char *origin)
+{
+	struct overrides *o = data;
+
+	(void)origin;
+	if (o->n < Q4KH_GUARD_OVERRIDES)
+		snprintf(o->text[o->n++], sizeof(o->text[0]), "%s:%s=%s", section, key, value);
+}
+
 static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
                         const char *role, const char *name, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, name);
 	struct q4kh_receipt_plugin *e = &k->plugins[k->n_plugins];
-	char cache[4200];
+	char cache[4200], section[96];
 
 	if (!p)
 		return q4kh_fail(err, "plugin %s is not available on the plugin path %s",
@@ -210,6 +226,11 @@ static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	snprintf(e->role, sizeof(e->role), "%s", role);
 	snprintf(e->name, sizeof(e->name), "%s", name);
+	snprintf(section, sizeof(section), "plugin.%s", name);
+	/* its F2 rules (f2_*) are keyed as rules (floor, steps, probe) */
+	if (q4kh_config_section_text(g->config, section, "f2_", e->settings, sizeof(e->settings)))
+		return q4kh_fail(err, "[%s]: its settings are longer than the %zu bytes a receipt keeps",
+		                 section, sizeof(e->settings) - 1);
 	if (q4kh_sha256_file(p->path, cache, e->sha256, err))
 		return -1;
 	k->n_plugins++;
@@ -319,7 +340,8 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m };
 	char device[16];
-	const char *argv[24];
+	struct overrides o = { .n = 0 };
+	const char *argv[24 + 2 * Q4KH_GUARD_OVERRIDES];
 	int n = 0, rc;
 
 	snprintf(device, sizeof(device), "%u", c->device);
@@ -342,6 +364,13 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	if (g->config_file) {
 		argv[n++] = "--config";
 		argv[n++] = g->config_file;
+	}
+	/* settings from the command line or the environment reach the child
+	 * as they are, so both sides key the receipt alike */
+	q4kh_config_each_set(g->config, add_override, &o);
+	for (int i = 0; i < o.n; i++) {
+		argv[n++] = "--set";
+		argv[n++] = o.text[i];
 	}
 	argv[n] = NULL;
 	show_measuring(&m, 0);

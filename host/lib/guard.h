@@ -47,6 +47,9 @@ struct q4kh_candidate {
 };
 
 /* Everything a guard decision needs besides the candidate. */
+/* Command-line and environment settings a validation child gets (--set). */
+#define Q4KH_GUARD_OVERRIDES 16
+
 struct q4kh_guard {
 	const struct q4kh_registry *registry;
 	const struct q4kh_config *config;

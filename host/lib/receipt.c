@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 /* 2: every measured position is kept ("points"). */
-#define RECEIPT_SCHEMA 2
+#define RECEIPT_SCHEMA 3
 
 void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
                       const char **origin)
@@ -67,10 +67,11 @@ static json_t *key_json(const struct q4kh_receipt_key *k)
 	json_t *plugins = json_array();
 
 	for (int i = 0; i < k->n_plugins; i++)
-		json_array_append_new(plugins, json_pack("{s:s, s:s, s:s}", "role",
+		json_array_append_new(plugins, json_pack("{s:s, s:s, s:s, s:s}", "role",
 		                                         k->plugins[i].role, "name",
 		                                         k->plugins[i].name, "sha256",
-		                                         k->plugins[i].sha256));
+		                                         k->plugins[i].sha256, "settings",
+		                                         k->plugins[i].settings));
 	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:i, s:i, s:s}",
 	                 "model_sha256", k->model_sha256, "plugins", plugins,
 	                 "device_uuid", k->device_uuid, "driver_version",
@@ -105,7 +106,8 @@ static int key_parse(json_t *o, struct q4kh_receipt_key *k)
 	json_array_foreach(plugins, i, p) {
 		if (get_str(p, "role", k->plugins[i].role, sizeof(k->plugins[i].role)) ||
 		    get_str(p, "name", k->plugins[i].name, sizeof(k->plugins[i].name)) ||
-		    get_str(p, "sha256", k->plugins[i].sha256, sizeof(k->plugins[i].sha256)))
+		    get_str(p, "sha256", k->plugins[i].sha256, sizeof(k->plugins[i].sha256)) ||
+		    get_str(p, "settings", k->plugins[i].settings, sizeof(k->plugins[i].settings)))
 			return -1;
 		/* Keys are compared role by role (q4kh_receipt_key_diff); we
 		 * never write a role twice. */
@@ -266,6 +268,9 @@ static int consistent(const char *path, const struct q4kh_receipt *r,
 	double min;
 	enum q4kh_f2_verdict d = derived_verdict(r, &min);
 
+	/* without points (a crash, a timeout) only a pass is a contradiction */
+	if (!r->n_points && r->verdict != Q4KH_F2_PASS)
+		return 0;
 	if (r->verdict < d) {
 		q4kh_fail(err, "%s says \"%s\" but its own measurements say \"%s\" (lowest judged cosine %.4f, floors %.2f and %.2f): ignored",
 		          path, verdicts[r->verdict], verdicts[d], min, r->key.floor,
@@ -414,6 +419,11 @@ const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
 			short_hash(c->sha256, b);
 			snprintf(buf, cap, "the plugin file of %s changed (sha256 %s -> %s)",
 			         c->name, a, b);
+			return buf;
+		}
+		if (strcmp(o->settings, c->settings)) {
+			snprintf(buf, cap, "the settings of %s changed ([plugin.%s] \"%.60s\" -> \"%.60s\")",
+			         c->name, c->name, o->settings, c->settings);
 			return buf;
 		}
 	}

@@ -3,7 +3,8 @@
  * (model, backend, kernel variant, device) holding its last verdict and
  * the key it was measured under. A receipt is valid only while every part
  * of its key is unchanged: the model file's SHA-256, the SHA-256 of every
- * plugin file involved (reference, backend, variant), the device UUID and
+ * plugin file involved (reference, backend, variant) and its settings, the
+ * device UUID and
  * driver version, the F2 rule set and the rules' values, and the probe.
  * Files are written atomically (temporary file, fsync, rename). A receipt
  * also keeps every measured position (cosine, decode step, verdict), so a
@@ -27,6 +28,9 @@ struct q4kh_receipt_plugin {
 	char role[16];  /* "reference", "backend", "variant" */
 	char name[64];
 	char sha256[Q4KH_SHA256_HEX];
+	/* its effective [plugin.NAME] settings, "key=value; ..." (config.h's
+	 * q4kh_config_section_text): a setting can change what it computes */
+	char settings[256];
 };
 
 struct q4kh_receipt_key {
