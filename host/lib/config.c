@@ -11,9 +11,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <iniparser.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /*
@@ -40,6 +42,17 @@ const char *q4kh_env(const char *name)
 #else
 	return getenv(name);
 #endif
+}
+
+const char *q4kh_home(void)
+{
+	const char *home = q4kh_env("HOME");
+	const struct passwd *pw;
+
+	if (home && home[0] == '/')
+		return home;
+	pw = getpwuid(geteuid());
+	return pw && pw->pw_dir ? pw->pw_dir : "";
 }
 
 /* iniparser would print its own diagnostics to stderr; we word our own. */
@@ -232,7 +245,7 @@ static int add_conf_d(struct q4kh_config *c, const char *sysconfdir,
 static int add_user_file(struct q4kh_config *c, struct q4kh_error *err)
 {
 	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
-	const char *home = q4kh_env("HOME");
+	const char *home = q4kh_home();
 
 	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
 	if (xdg && xdg[0] == '/')

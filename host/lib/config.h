@@ -84,6 +84,14 @@ void q4kh_config_each_set(const struct q4kh_config *c, q4kh_config_set_fn fn,
                           void *data);
 
 /*
+ * The home folder of the effective user: $HOME when it is an absolute
+ * path (and not ignored: set-uid programs ignore it, q4kh_env), else the
+ * password database's entry for geteuid(), else "" . For the user's
+ * config, cache and receipt folders.
+ */
+const char *q4kh_home(void);
+
+/*
  * Read environment variable NAME, ignoring it in set-uid/set-gid programs
  * (secure_getenv), so an unprivileged user cannot steer a privileged host.
  */

@@ -21,7 +21,7 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 {
 	const char *env = q4kh_env("Q4KHOST_F2_RECEIPT_DIR");
 	const char *file, *conf = q4kh_config_get(c, "f2", "receipt_dir", &file);
-	const char *cache = q4kh_env("XDG_CACHE_HOME"), *home = q4kh_env("HOME");
+	const char *cache = q4kh_env("XDG_CACHE_HOME"), *home = q4kh_home();
 
 	if (env && *env) {
 		snprintf(buf, cap, "%s", env);
@@ -33,7 +33,7 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 		if (cache && cache[0] == '/')
 			snprintf(buf, cap, "%s/q4khost/f2", cache);
 		else
-			snprintf(buf, cap, "%s/.cache/q4khost/f2", home ? home : "");
+			snprintf(buf, cap, "%s/.cache/q4khost/f2", home);
 		*origin = "default";
 	}
 }
