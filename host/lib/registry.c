@@ -11,11 +11,13 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The smallest legal descriptor: every field of ABI 1.0, up to `kernel`. */
 #define DESC_V1_0_SIZE \
@@ -110,6 +112,33 @@ static int untrusted(const struct stat *st, const char *what, const char *path,
 		           "refused: the %s %s is owned by uid %u, not root (required when running set-uid or set-gid)",
 		           what, path, (unsigned)st->st_uid);
 	return 0;
+}
+
+/*
+ * The folders above DIR, as untrusted() judges a plugin's own folder: one
+ * that someone else could write lets them rename DIR and put another in
+ * its place. A folder with the sticky bit (/tmp) is safe: there, only an
+ * entry's owner may rename it. 0 when all may be trusted.
+ */
+static int untrusted_above(const char *dir, char *why, size_t size)
+{
+	char *real = realpath(dir, NULL), *slash, one[400];
+	struct stat st;
+	int rc = 0;
+
+	if (!real)
+		return 0; /* the folder's own checks report what is wrong */
+	while (!rc && (slash = strrchr(real, '/')) != NULL) {
+		*(slash == real ? slash + 1 : slash) = 0;
+		if (stat(real, &st) != 0)
+			break;
+		if (!(st.st_mode & S_ISVTX) && untrusted(&st, "folder", real, one, sizeof(one)))
+			rc = say(why, size, "%s, above %s", one, dir);
+		if (slash == real)
+			break;
+	}
+	free(real);
+	return rc;
 }
 
 static int is_identifier(const char *s)
@@ -233,8 +262,11 @@ static void unload(struct q4kh_plugin *p)
 {
 	if (p->dl)
 		dlclose(p->dl);
+	if (p->fd >= 0)
+		close(p->fd);
 	p->dl = NULL;
 	p->desc = NULL;
+	p->fd = -1;
 }
 
 static const struct q4kh_plugin *find_accepted(const struct q4kh_registry *r,
@@ -249,19 +281,32 @@ static const struct q4kh_plugin *find_accepted(const struct q4kh_registry *r,
 }
 
 /*
- * dlopen P, run its entry and check what it returns; P ends ACCEPTED,
- * REJECTED or SHADOWED. -1 only when out of memory.
+ * dlopen P from p->fd, the file whose status was checked, run its entry
+ * and check what it returns; P ends ACCEPTED (the fd stays open while it
+ * is loaded: the loader tells objects apart by that name), REJECTED or
+ * SHADOWED. Loading through /proc/self/fd/FD loads the very file that
+ * was checked: a file swapped in at P's path after the checks is not what
+ * runs. Without /proc, the path is loaded. -1 only when out of memory.
  */
 static int load_one(struct q4kh_registry *r, struct q4kh_plugin *p)
 {
 	q4kh_plugin_entry_fn entry;
 	const struct q4kh_plugin_desc *d;
 	const struct q4kh_plugin *winner;
-	char *name;
+	char *name, proc[64];
+	const char *msg;
+	size_t len;
 
-	p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+	len = (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d", p->fd);
+	p->dl = dlopen(access(proc, F_OK) == 0 ? proc : p->path, RTLD_NOW | RTLD_LOCAL);
 	if (!p->dl) {
-		say(p->reason, sizeof(p->reason), "%s", dlerror());
+		/* the loader names the file as it opened it: name it as found */
+		msg = dlerror();
+		if (!strncmp(msg, proc, len))
+			say(p->reason, sizeof(p->reason), "%s%s", p->path, msg + len);
+		else
+			say(p->reason, sizeof(p->reason), "%s", msg);
+		unload(p);
 		return 0;
 	}
 	entry = (q4kh_plugin_entry_fn)dlsym(p->dl, Q4KH_ENTRY_SYMBOL);
@@ -319,6 +364,7 @@ static struct q4kh_plugin *add_plugin(struct q4kh_registry *r, size_t *cap,
 	p = &r->plugins[r->n_plugins];
 	memset(p, 0, sizeof(*p));
 	p->state = Q4KH_PLUGIN_REJECTED;
+	p->fd = -1;
 	p->path = path;
 	p->name = file_stem(file);
 	if (!p->name) {
@@ -388,28 +434,34 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 	struct q4kh_plugin *p;
 	struct stat st;
 	char *path;
+	int fd, rc = 0;
 
 	if (asprintf(&path, "%s/%s", dir, file) < 0)
 		return -1;
-	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
 		free(path);
 		return 0;
 	}
 	p = add_plugin(r, cap, path, file);
-	if (!p)
+	if (!p) {
+		close(fd);
 		return -1;
+	}
 	p->dev = st.st_dev;
 	p->ino = st.st_ino;
-	if (dir_refusal) {
+	p->fd = fd;
+	if (dir_refusal)
 		say(p->reason, sizeof(p->reason), "%s", dir_refusal);
-		return 0;
+	else if (!untrusted(&st, "file", path, p->reason, sizeof(p->reason))) {
+		copy = earlier_copy(r, p);
+		rc = copy ? shadow(p, copy) : load_one(r, p);
 	}
-	if (untrusted(&st, "file", path, p->reason, sizeof(p->reason)))
-		return 0;
-	copy = earlier_copy(r, p);
-	if (copy)
-		return shadow(p, copy);
-	return load_one(r, p);
+	if (!p->dl)
+		unload(p);
+	return rc;
 }
 
 static int note(struct q4kh_registry *r, const char *dir, const char *why)
@@ -480,7 +532,8 @@ static int scan_dir(struct q4kh_registry *r, struct scan_state *ss, const char *
 	}
 	if (remember_dir(ss, dir, &st))
 		return -1;
-	refused = untrusted(&st, "folder", dir, refusal, sizeof(refusal));
+	refused = untrusted(&st, "folder", dir, refusal, sizeof(refusal)) ||
+	          untrusted_above(dir, refusal, sizeof(refusal));
 	n = scandir(dir, &names, is_so_name, by_name);
 	if (n < 0)
 		return 0;

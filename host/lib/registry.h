@@ -40,6 +40,8 @@ struct q4kh_plugin {
 	char reason[512];                    /* one line, when rejected */
 	char *shadowed_by;                   /* path of the winner, when shadowed */
 	void *dl;                            /* dlopen handle while accepted */
+	int fd;                              /* the file it was loaded from, open
+	                                        while loaded; -1 otherwise */
 	const struct q4kh_plugin_desc *desc; /* while accepted */
 	/*
 	 * Copied, valid for every state: the descriptor's name once the
