@@ -191,6 +191,10 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 			return kill_child(pid);
 		}
 		if (now() - t0 > limits->timeout_seconds) {
+			/* it may have ended since it was last asked (this
+			 * process was stopped, say): its own end is the verdict */
+			if (waitpid(pid, &status, WNOHANG) == pid)
+				break;
 			snprintf(why, why_cap, "validation timed out after %u s and was killed",
 			         limits->timeout_seconds);
 			return kill_child(pid);
