@@ -55,7 +55,7 @@ static pid_t wait_for_child(pid_t parent)
 {
 	pid_t child;
 
-	while (!(child = test_child_of(parent, "validate --one")))
+	while (!(child = test_child_of(parent, " --one")))
 		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
 	return child;
 }

@@ -197,20 +197,45 @@ int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	                              rules, NULL, err);
 }
 
-/* Settings set above the config files, as --set arguments for the child. */
-struct overrides {
-	char text[Q4KH_GUARD_OVERRIDES][600];
-	int n;
-};
-
 static void add_override(void *data, const char *section, const char *key,
                          const char *value, const char *origin)
 {
-	struct overrides *o = data;
+	struct q4kh_guard_args *a = data;
 
 	(void)origin;
-	if (o->n < Q4KH_GUARD_OVERRIDES)
-		snprintf(o->text[o->n++], sizeof(o->text[0]), "%s:%s=%s", section, key, value);
+	if (a->n_set < Q4KH_GUARD_OVERRIDES)
+		snprintf(a->set[a->n_set++], sizeof(a->set[0]), "%s:%s=%s", section, key, value);
+}
+
+void q4kh_guard_child_args(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                           struct q4kh_guard_args *a)
+{
+	a->n = a->n_set = 0;
+	snprintf(a->device, sizeof(a->device), "%u", c->device);
+	a->argv[a->n++] = "q4khost";
+	a->argv[a->n++] = "validate";
+	a->argv[a->n++] = "--backend";
+	a->argv[a->n++] = c->backend;
+	a->argv[a->n++] = "--device";
+	a->argv[a->n++] = a->device;
+	a->argv[a->n++] = "--kernel";
+	a->argv[a->n++] = c->variant ? c->variant : "none";
+	a->argv[a->n++] = "-m";
+	a->argv[a->n++] = g->model_path;
+	a->argv[a->n++] = "--plugin-path";
+	a->argv[a->n++] = g->registry->path;
+	if (g->config_file) {
+		a->argv[a->n++] = "--config";
+		a->argv[a->n++] = g->config_file;
+	}
+	/* settings from the command line or the environment reach the child
+	 * as they are, so both sides key the receipt alike */
+	q4kh_config_each_set(g->config, add_override, a);
+	for (int i = 0; i < a->n_set; i++) {
+		a->argv[a->n++] = "--set";
+		a->argv[a->n++] = a->set[i];
+	}
+	a->argv[a->n] = NULL;
 }
 
 static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
@@ -339,42 +364,17 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	struct measuring m = { "", reason };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m };
-	char device[16];
-	struct overrides o = { .n = 0 };
-	const char *argv[24 + 2 * Q4KH_GUARD_OVERRIDES];
-	int n = 0, rc;
+	struct q4kh_guard_args a;
+	int rc;
 
-	snprintf(device, sizeof(device), "%u", c->device);
 	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
 	         c->variant ? c->variant : "built-in", c->device);
-	argv[n++] = "q4khost";
-	argv[n++] = "validate";
-	argv[n++] = "--one";
-	argv[n++] = "--quiet"; /* the verdict is ours to report */
-	argv[n++] = "--backend";
-	argv[n++] = c->backend;
-	argv[n++] = "--device";
-	argv[n++] = device;
-	argv[n++] = "--kernel";
-	argv[n++] = c->variant ? c->variant : "none";
-	argv[n++] = "-m";
-	argv[n++] = g->model_path;
-	argv[n++] = "--plugin-path";
-	argv[n++] = g->registry->path;
-	if (g->config_file) {
-		argv[n++] = "--config";
-		argv[n++] = g->config_file;
-	}
-	/* settings from the command line or the environment reach the child
-	 * as they are, so both sides key the receipt alike */
-	q4kh_config_each_set(g->config, add_override, &o);
-	for (int i = 0; i < o.n; i++) {
-		argv[n++] = "--set";
-		argv[n++] = o.text[i];
-	}
-	argv[n] = NULL;
+	q4kh_guard_child_args(g, c, &a);
+	a.argv[a.n++] = "--one";
+	a.argv[a.n++] = "--quiet"; /* the verdict is ours to report */
+	a.argv[a.n] = NULL;
 	show_measuring(&m, 0);
-	rc = q4kh_isolate_run(g->self_exe, argv, &limits, why, why_cap, err);
+	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
 	q4kh_progress_clear();
 	return rc;
 }

@@ -50,6 +50,15 @@ struct q4kh_candidate {
 /* Command-line and environment settings a validation child gets (--set). */
 #define Q4KH_GUARD_OVERRIDES 16
 
+/* The command line of a `q4khost validate` child for one candidate. */
+struct q4kh_guard_args {
+	const char *argv[32 + 2 * Q4KH_GUARD_OVERRIDES]; /* NULL-terminated */
+	int n;
+	char device[16];
+	char set[Q4KH_GUARD_OVERRIDES][600];
+	int n_set;
+};
+
 struct q4kh_guard {
 	const struct q4kh_registry *registry;
 	const struct q4kh_config *config;
@@ -156,5 +165,15 @@ struct q4kh_guard_decision {
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
                      struct q4kh_guard_decision *out, struct q4kh_error *err);
+
+/*
+ * Into A: "q4khost validate" for candidate C of G: its backend, device,
+ * kernel, G's model, plugin path and config file, and every setting made
+ * above the config files (--set), so that the child keys its receipt as
+ * the parent does. The caller appends its own options (a->argv[a->n++])
+ * and the final NULL. Points into G, C and A.
+ */
+void q4kh_guard_child_args(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                           struct q4kh_guard_args *a);
 
 #endif

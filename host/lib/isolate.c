@@ -191,13 +191,18 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 			return kill_child(pid);
 		}
 		if (now() - t0 > limits->timeout_seconds) {
-			/* it may have ended since it was last asked (this
-			 * process was stopped, say): its own end is the verdict */
-			if (waitpid(pid, &status, WNOHANG) == pid)
+			kill(pid, SIGKILL);
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			/* One already dying of its own alarm (this process was
+			 * stopped meanwhile, and a process whose threads are
+			 * still going down cannot be reaped yet) keeps that
+			 * verdict. */
+			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
 				break;
 			snprintf(why, why_cap, "validation timed out after %u s and was killed",
 			         limits->timeout_seconds);
-			return kill_child(pid);
+			return 1;
 		}
 		if (limits->tick && (unsigned)(now() - t0) > ticked) {
 			ticked = (unsigned)(now() - t0);

@@ -224,36 +224,20 @@ static char *read_all(int fd)
 static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, pid_t *pid,
                           int *fd, struct q4kh_error *err)
 {
-	const char *argv[24];
-	char device[16];
+	struct q4kh_guard_args a;
+	struct q4kh_candidate cc = { c->backend, c->device, c->variant };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, dflt;
-	int pipefd[2], n = 0, rc;
+	int pipefd[2], rc;
 
-	snprintf(device, sizeof(device), "%u", c->device);
-	argv[n++] = "q4khost";
-	argv[n++] = "validate";
-	argv[n++] = "--backend";
-	argv[n++] = c->backend;
-	argv[n++] = "--device";
-	argv[n++] = device;
-	argv[n++] = "--kernel";
-	argv[n++] = c->variant ? c->variant : "none";
-	argv[n++] = "-m";
-	argv[n++] = srv->model_path;
-	argv[n++] = "--plugin-path";
-	argv[n++] = srv->registry->path;
-	if (srv->o.config_file) {
-		argv[n++] = "--config";
-		argv[n++] = srv->o.config_file;
-	}
+	q4kh_guard_child_args(&srv->guard, &cc, &a);
 	if (srv->mode == Q4KH_F2_FRESH) {
-		argv[n++] = "--f2";
-		argv[n++] = "fresh";
+		a.argv[a.n++] = "--f2";
+		a.argv[a.n++] = "fresh";
 	}
-	argv[n++] = "--json";
-	argv[n] = NULL;
+	a.argv[a.n++] = "--json";
+	a.argv[a.n] = NULL;
 	if (pipe2(pipefd, O_CLOEXEC))
 		return q4kh_fail(err, "pipe: %s", strerror(errno));
 	sigemptyset(&none);
@@ -269,7 +253,7 @@ static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, p
 	posix_spawnattr_setpgroup(&at, 0);
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setsigdefault(&at, &dflt);
-	rc = posix_spawn(pid, srv->guard.self_exe, &fa, &at, (char *const *)argv, environ);
+	rc = posix_spawn(pid, srv->guard.self_exe, &fa, &at, (char *const *)a.argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&at);
 	close(pipefd[1]);
