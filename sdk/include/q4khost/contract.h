@@ -8,9 +8,10 @@
  * refuses exactly what the reference refuses, with the same one line
  * (docs/plugin-abi.md section 12 has the rules these checks enforce).
  *
- * Two layers:
+ * Three layers:
  *  - tensor checks (q4kh_check_tensor, _shape, _disjoint, _in_place,
  *    _index, _index_values): one operand, or two that may not overlap;
+ *  - q4kh_check_transfer: buffer_upload's and buffer_download's range;
  *  - op checks (q4kh_check_mul_mat, _glu, _attention_ext, ...): every
  *    argument of one entry of struct q4kh_backend_v1, in the order the
  *    reference checks them, the first failure reported.
@@ -332,6 +333,38 @@ static inline q4kh_status q4kh_check_index_values(const struct q4kh_check *c,
 		if (v[i] < 0 || v[i] >= limit)
 			return q4kh__check_fail(c, "%s[%lld] = %d, expected 0 .. %lld", what,
 			                        (long long)i, v[i], (long long)limit - 1);
+	return Q4KH_OK;
+}
+
+/* --- transfer checks --- */
+
+/*
+ * buffer_upload's and buffer_download's arguments, WHAT naming the entry:
+ * BUF a buffer of this device context, HOST not NULL unless SIZE is 0,
+ * and bytes [OFFSET, OFFSET + SIZE) inside the buffer.
+ */
+static inline q4kh_status q4kh_check_transfer(const struct q4kh_check *c,
+                                              const char *what,
+                                              const q4kh_buffer *buf,
+                                              uint64_t offset, const void *host,
+                                              uint64_t size)
+{
+	uint64_t have = 0;
+
+	if (!buf)
+		return q4kh__check_fail(c, "%s: buffer is NULL", what);
+	if (!c->buffer(c->dev, buf, &have))
+		return q4kh__check_fail(c, "%s: buffer belongs to another device context",
+		                        what);
+	if (!host && size)
+		return q4kh__check_fail(c, "%s: host pointer is NULL", what);
+	if (offset > have || size > have - offset)
+		return q4kh__check_fail(c,
+		                        "%s: %llu bytes at offset %llu do not fit in "
+		                        "the %llu-byte buffer",
+		                        what, (unsigned long long)size,
+		                        (unsigned long long)offset,
+		                        (unsigned long long)have);
 	return Q4KH_OK;
 }
 
