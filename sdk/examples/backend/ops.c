@@ -135,21 +135,19 @@ q4kh_status example_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                              const struct q4kh_tensor *out)
 {
 	const struct q4kh_check c = example_contract(dev);
-	const int64_t n = x->ne[0];
-	q4kh_status st;
+	q4kh_status st = q4kh_check_rms_norm(&c, x, w, eps, out);
 
-	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
-		return st;
-	for (int64_t r = 0; r < rows_of(x); r++) {
+	for (int64_t r = 0; !st && r < rows_of(x); r++) {
 		const float *a = flat_row(x, r);
 		float *o = flat_row(out, r);
+		const int64_t n = x->ne[0];
 		const float s = 1.0f / sqrtf(dot(a, a, n) / (float)n + eps);
 
-		/* in place, o is a: each element is read before it is written */
+		/* in place, o is a: the sum has read the row before it is written */
 		for (int64_t i = 0; i < n; i++)
 			o[i] = a[i] * s * (w ? ((const float *)at(w, 0, 0, 0))[i] : 1.0f);
 	}
-	return Q4KH_OK;
+	return st;
 }
 
 /* --- rope: plugin.h's formula, frequency factors and YaRN included --- */

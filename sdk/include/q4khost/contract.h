@@ -61,7 +61,11 @@ extern "C" {
 /* Extents above 2^40 are refused, so products of them never overflow. */
 #define Q4KH_CHECK_MAX_NE ((int64_t)1 << 40)
 
-/* What the checks need to know of the backend, per call. */
+/*
+ * What the checks need to know of the backend, per call. With dev NULL
+ * (an op called without a device context) no buffer is dev's, so every
+ * op check fails: an op needs no test of its own.
+ */
 struct q4kh_check {
 	/* The device context the op runs on, handed to buffer(). */
 	const void *dev;
@@ -103,7 +107,7 @@ static inline const char *q4kh__type_label(uint32_t type)
 }
 
 /* Alignment that element or block reads of TYPE need: 4 for F32 and I32
- * values, 2 for halves and for blocks (whose first field is an fp16). */
+ * values, 2 for halves and for blocks (their fp16 fields). */
 static inline uint64_t q4kh__type_align(uint32_t type)
 {
 	return type == Q4KH_TYPE_F32 || type == Q4KH_TYPE_I32 ? 4 : 2;
@@ -180,15 +184,16 @@ static inline q4kh_status q4kh__check_layout(const struct q4kh_check *c,
 /*
  * T, named WHAT in the message, is a view an op may read or write: not
  * NULL, with a buffer of this device context (c->buffer), of one of the
- * types in TYPES (Q4KH_TYPE_BIT()s), every ne in 1 .. 2^40 and at most
+ * types in TYPES (Q4KH_TYPE_BIT()s of types quant.h knows: the mask's
+ * names make the message), every ne in 1 .. 2^40 and at most
  * 2^40 elements in all, every nb non-negative and a multiple of the
  * type's alignment (4 bytes for F32 and I32, 2 otherwise), ne[0] a
  * multiple of the type's block, nb[0] one block (rows contiguous), the
  * offset aligned, and every byte of the view inside the buffer:
  * offset + (ne[0] / block) * block_bytes + sum_{i>0} (ne[i] - 1) nb[i]
  * <= the buffer's size. Rows may be padded (nb[1] larger than a row) and
- * views may be strided; overlapping rows (nb[1] smaller) are the op's to
- * refuse if it writes them.
+ * views strided; views whose rows overlap each other (nb[1] smaller than
+ * a row) are not refused.
  */
 static inline q4kh_status q4kh_check_tensor(const struct q4kh_check *c,
                                             const char *what,
