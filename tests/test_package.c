@@ -1,10 +1,10 @@
 /*
  * Packaging, end to end: the plugin SDK as a vendor meets it (a staged
- * `make install`, an example plugin built out of tree through pkg-config,
- * then listed, F2-validated and chosen by the staged host), the release
- * tarball (make distcheck), and the Debian and RPM packages (built,
- * lintian- or rpmlint-clean, unpacked or installed into a scratch root and
- * run from there). The shell work is in the scripts of tests/package/;
+ * `make install`, the example plugins built out of tree through
+ * pkg-config, then listed, checked op by op, F2-validated and chosen by
+ * the staged host), the release tarball (make distcheck), and the Debian
+ * and RPM packages (built, lintian- or rpmlint-clean, unpacked or
+ * installed into a scratch root and run from there). The shell work is in the scripts of tests/package/;
  * what came out is checked here.
  *
  * Each test builds q4khost again, so they run only when
@@ -187,13 +187,16 @@ static int has_line(const char *text, const char *line)
 	return 0;
 }
 
-/* Build an SDK example the vendor's way; its staged host and plugin folder. */
-static void build_example(const char *work, const char *kind, char *host,
+/*
+ * Build the SDK example in sdk/examples/EXAMPLE the vendor's way; its
+ * staged host and plugin folder.
+ */
+static void build_example(const char *work, const char *example, char *host,
                           char *plugins, size_t cap)
 {
 	char args[CMD_MAX];
 
-	snprintf(args, sizeof(args), "%s '%s'", kind, work);
+	snprintf(args, sizeof(args), "%s '%s'", example, work);
 	run_script(work, "sdk-example", args);
 	script_value(work, "sdk-example", "host", host, cap);
 	script_value(work, "sdk-example", "plugins", plugins, cap);
@@ -214,7 +217,7 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	require_packaging();
 	test_model_path();
 	work = test_tmpdir();
-	build_example(work, "cpu", host, plugins, sizeof(host));
+	build_example(work, "cpu-q4k", host, plugins, sizeof(host));
 
 	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
 	j = host_json(work, host, args, &st);
@@ -301,11 +304,105 @@ Test(package, sdk_cuda_example_builds_and_is_accepted, .timeout = 900)
 
 	require_packaging();
 	work = test_tmpdir();
-	build_example(work, "cuda", host, plugins, sizeof(host));
+	build_example(work, "cuda-q4k", host, plugins, sizeof(host));
 	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
 	j = host_json(work, host, args, &st);
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	expect_accepted(j, "example-cuda-q4k", "kernel", plugins);
+	json_decref(j);
+}
+
+/* The ops of the step graph (ABI 1.0 and the 1.2 entries that take ids and
+ * positions from device memory): each must pass at least one case. */
+static const char *const graph_ops[] = { "get_rows", "mul_mat", "rms_norm", "rope",
+	                                 "add", "mul", "scale", "glu", "copy",
+	                                 "attention", "get_rows_ext", "rope_ext",
+	                                 "set_rows", "attention_ext" };
+
+/*
+ * The backend example, built from the staged SDK alone: listed, every op it
+ * offers passing conformance against the reference (only the weight types
+ * it does not read and the entries it lacks skip), passed by F2 with
+ * float arithmetic's margin, and serving the default model, the report
+ * naming it.
+ */
+Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout = 900)
+{
+	const char *work;
+	char host[2048], plugins[2048], args[CMD_MAX], file[4096];
+	size_t passed[sizeof(graph_ops) / sizeof(graph_ops[0])] = { 0 };
+	json_t *j, *c, *q4k;
+	size_t i;
+	int st, seen = 0;
+
+	require_packaging();
+	test_model_path();
+	work = test_tmpdir();
+	build_example(work, "backend", host, plugins, sizeof(host));
+
+	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	expect_accepted(j, "cpu", "backend", plugins);
+	expect_accepted(j, "example-backend", "backend", plugins);
+	json_decref(j);
+
+	snprintf(args, sizeof(args), "conformance --plugin-path '%s' --backend example-backend",
+	         plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 0);
+	json_array_foreach(json_object_get(json_array_get(json_object_get(j, "devices"), 0),
+	                                   "cases"),
+	                   i, c) {
+		const char *op = str(c, "op"), *result = str(c, "result"), *msg = str(c, "message");
+
+		if (!strcmp(result, "skip")) {
+			cr_expect(!strcmp(msg, "type not supported") ||
+			                  !strcmp(msg, "no such entry (ABI 1.2)"),
+			          "%s %s skipped: %s", op, str(c, "case"), msg);
+			continue;
+		}
+		cr_expect_str_eq(result, "pass", "%s %s: %s", op, str(c, "case"), msg);
+		for (size_t k = 0; k < sizeof(graph_ops) / sizeof(graph_ops[0]); k++)
+			passed[k] += !strcmp(op, graph_ops[k]) && !strcmp(result, "pass");
+	}
+	for (size_t k = 0; k < sizeof(graph_ops) / sizeof(graph_ops[0]); k++)
+		cr_expect_gt(passed[k], 0, "conformance passed no case of %s", graph_ops[k]);
+	json_decref(j);
+
+	snprintf(args, sizeof(args),
+	         "validate --plugin-path '%s' --backend example-backend --f2 fresh", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	json_array_foreach(json_object_get(j, "candidates"), i, c) {
+		seen++;
+		cr_expect_str_eq(str(c, "backend"), "example-backend");
+		cr_expect_str_eq(str(c, "verdict"), "pass", "%s", str(c, "message"));
+		/* Float arithmetic: far above the 0.95 floor (docs/plugin-abi.md). */
+		cr_expect_geq(json_real_value(json_object_get(c, "min_cosine")), 0.999, "%s",
+		              str(c, "message"));
+	}
+	cr_expect_eq(seen, 1, "validate measured %d candidates", seen);
+	json_decref(j);
+
+	snprintf(args, sizeof(args),
+	         "run --plugin-path '%s' --backend example-backend -n 8 -p 'The capital of France is'",
+	         plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	snprintf(file, sizeof(file), "%s/example-backend.so", plugins);
+	cr_expect_str_eq(str(json_object_get(j, "backend"), "name"), "example-backend");
+	cr_expect_str_eq(str(json_object_get(j, "backend"), "file"), file);
+	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
+	cr_expect_str_eq(str(q4k, "plugin"), "example-backend");
+	cr_expect_str_eq(str(json_object_get(j, "f2"), "verdict"), "pass");
+	/* validate's receipt serves the run: the same file, model and device. */
+	cr_expect(!strncmp(str(json_object_get(j, "f2"), "source"), "receipt", 7),
+	          "F2 source: %s", str(json_object_get(j, "f2"), "source"));
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "decode"), "tokens")),
+	             8, "%s", json_dumps(j, JSON_COMPACT));
+	cr_expect_neq(strlen(str(j, "text")), 0);
 	json_decref(j);
 }
 
@@ -388,6 +485,7 @@ static void check_packages(const char *work, const char *script, const char *lib
 	expect_file(root, "/usr/share/bash-completion/completions/q4khost");
 	expect_file(root, "/usr/include/q4khost/plugin.h");
 	expect_file(root, "/usr/include/q4khost/quant.h");
+	expect_file(root, "/usr/include/q4khost/contract.h");
 	cr_assert_geq(asprintf(&file, "%s/pkgconfig/q4khost-plugin.pc", libdir), 0);
 	expect_file(root, file);
 	free(file);

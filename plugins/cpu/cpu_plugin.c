@@ -299,40 +299,14 @@ static void cpu_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
 	free(buf);
 }
 
-/* The checks shared by upload and download. */
-static q4kh_status check_transfer(q4kh_device_ctx *dev, const char *what,
-                                  q4kh_buffer *buf, uint64_t offset,
-                                  const void *host, uint64_t size)
-{
-	if (!buf)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: buffer is NULL",
-		                what);
-	if (buf->dev != dev)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "%s: buffer belongs to another device context", what);
-	if (!host && size)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "%s: host pointer is NULL", what);
-	if (offset > buf->size || size > buf->size - offset)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "%s: %llu bytes at offset %llu do not fit in the "
-		                "%llu-byte buffer",
-		                what, (unsigned long long)size,
-		                (unsigned long long)offset,
-		                (unsigned long long)buf->size);
-	return Q4KH_OK;
-}
-
 static q4kh_status cpu_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                      uint64_t offset, const void *src,
                                      uint64_t size)
 {
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	st = check_transfer(dev, "buffer_upload", buf, offset, src, size);
-	if (st)
+	if ((st = q4kh_check_transfer(&c, "buffer_upload", buf, offset, src, size)))
 		return st;
 	if (buf->wrapped)
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
@@ -347,12 +321,10 @@ static q4kh_status cpu_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                        uint64_t offset, void *dst,
                                        uint64_t size)
 {
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	st = check_transfer(dev, "buffer_download", buf, offset, dst, size);
-	if (st)
+	if ((st = q4kh_check_transfer(&c, "buffer_download", buf, offset, dst, size)))
 		return st;
 	if (size)
 		memcpy(dst, buf->data + offset, (size_t)size);

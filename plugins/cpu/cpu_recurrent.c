@@ -9,11 +9,8 @@
  * is read once as it was and written once when the item is done.
  */
 #include <math.h>
-#include <stddef.h>
 
 #include "cpu.h"
-
-#define F32 CPU_T(Q4KH_TYPE_F32)
 
 /* --- ssm_conv --- */
 
@@ -59,30 +56,10 @@ q4kh_status cpu_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                          const struct q4kh_tensor *out)
 {
 	struct conv_job j = { x, w, state, out, dev };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "ssm_conv x", x, F32)) ||
-	    (st = cpu_tensor_shape(dev, "ssm_conv x", x, -1, -1, 1, 1)) ||
-	    (st = cpu_tensor_check(dev, "ssm_conv w", w, F32)) ||
-	    (st = cpu_tensor_shape(dev, "ssm_conv w", w, -1, x->ne[0], 1, 1)) ||
-	    (st = cpu_tensor_check(dev, "ssm_conv state", state, F32)) ||
-	    (st = cpu_tensor_check(dev, "ssm_conv out", out, F32)) ||
-	    (st = cpu_tensor_shape(dev, "ssm_conv out", out, x->ne[0], x->ne[1],
-	                           1, 1)))
-		return st;
-	if (w->ne[0] < 2)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "ssm_conv: w has %lld taps, expected at least 2",
-		                (long long)w->ne[0]);
-	if ((st = cpu_tensor_shape(dev, "ssm_conv state", state, w->ne[0] - 1,
-	                           x->ne[0], 1, 1)) ||
-	    (st = cpu_tensor_disjoint(dev, "ssm_conv out", out, "x", x)) ||
-	    (st = cpu_tensor_disjoint(dev, "ssm_conv out", out, "w", w)) ||
-	    (st = cpu_tensor_disjoint(dev, "ssm_conv out", out, "state", state)) ||
-	    (st = cpu_tensor_disjoint(dev, "ssm_conv state", state, "x", x)) ||
-	    (st = cpu_tensor_disjoint(dev, "ssm_conv state", state, "w", w)))
+	if ((st = q4kh_check_ssm_conv(&c, x, w, state, out)))
 		return st;
 	st = cpu_scratch_reserve(dev, sizeof(double) *
 	                                      (uint64_t)(w->ne[0] - 1 + x->ne[1]));
@@ -153,30 +130,6 @@ static void delta_task(void *arg, unsigned part, int64_t begin, int64_t end)
 		delta_head(j, j->dev->scratch[part], h);
 }
 
-/* The shapes of the job's tensors, given q's and v's. */
-static q4kh_status delta_shapes(q4kh_device_ctx *dev, const struct delta_job *j)
-{
-	const int64_t sk = j->q->ne[0], hk = j->q->ne[1], T = j->q->ne[2];
-	const int64_t sv = j->v->ne[0], hv = j->v->ne[1];
-	q4kh_status st;
-
-	if ((st = cpu_tensor_shape(dev, "delta_net q", j->q, -1, -1, -1, 1)) ||
-	    (st = cpu_tensor_shape(dev, "delta_net k", j->k, sk, hk, T, 1)) ||
-	    (st = cpu_tensor_shape(dev, "delta_net v", j->v, -1, -1, T, 1)) ||
-	    (st = cpu_tensor_shape(dev, "delta_net g", j->g, hv, T, 1, 1)) ||
-	    (st = cpu_tensor_shape(dev, "delta_net beta", j->beta, hv, T, 1, 1)) ||
-	    (st = cpu_tensor_shape(dev, "delta_net state", j->state, sk, sv, hv,
-	                           1)) ||
-	    (st = cpu_tensor_shape(dev, "delta_net out", j->out, sv, hv, T, 1)))
-		return st;
-	if (hv % hk)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "delta_net: %lld value heads is not a multiple of "
-		                "%lld key heads",
-		                (long long)hv, (long long)hk);
-	return Q4KH_OK;
-}
-
 q4kh_status cpu_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                           const struct q4kh_tensor *k,
                           const struct q4kh_tensor *v,
@@ -185,34 +138,12 @@ q4kh_status cpu_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                           const struct q4kh_tensor *state, float scale,
                           const struct q4kh_tensor *out)
 {
-	static const char *const names[] = { "delta_net q", "delta_net k",
-		                             "delta_net v", "delta_net g",
-		                             "delta_net beta" };
-	const struct q4kh_tensor *in[] = { q, k, v, g, beta };
 	struct delta_job j = { q, k, v, g, beta, state, out, dev, scale };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	for (int i = 0; i < 5; i++)
-		if ((st = cpu_tensor_check(dev, names[i], in[i], F32)))
-			return st;
-	if ((st = cpu_tensor_check(dev, "delta_net state", state, F32)) ||
-	    (st = cpu_tensor_check(dev, "delta_net out", out, F32)) ||
-	    (st = delta_shapes(dev, &j)))
+	if ((st = q4kh_check_delta_net(&c, q, k, v, g, beta, state, scale, out)))
 		return st;
-	for (int i = 0; i < 5; i++)
-		if ((st = cpu_tensor_disjoint(dev, "delta_net out", out, names[i],
-		                              in[i])) ||
-		    (st = cpu_tensor_disjoint(dev, "delta_net state", state,
-		                              names[i], in[i])))
-			return st;
-	if ((st = cpu_tensor_disjoint(dev, "delta_net out", out, "state", state)))
-		return st;
-	if (!isfinite(scale))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "delta_net: scale %g, expected a finite value",
-		                (double)scale);
 	st = cpu_scratch_reserve(dev, sizeof(double) *
 	                                      (uint64_t)(v->ne[0] + 2) *
 	                                      (uint64_t)q->ne[0]);

@@ -126,7 +126,7 @@ static const char *k_last_error(q4kh_kernel_ctx *ctx)
 	return ctx ? ctx->error : init_error;
 }
 
-/* Q4_K on any cpu device; a low score: the reference kernels are faster. */
+/* Q4_K on any cpu device; the lowest score above 0 (docs/plugin-abi.md K2). */
 static uint32_t k_score(q4kh_kernel_ctx *ctx,
                         const struct q4kh_device_record *dev, uint32_t type)
 {

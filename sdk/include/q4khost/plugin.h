@@ -28,7 +28,9 @@
  *    from one thread at a time. Different contexts may be used from different
  *    threads. A plugin may run its own worker threads inside a call.
  *  - Memory: what the host passes in stays owned by the host and is valid for
- *    the duration of the call only, unless said otherwise. What a plugin
+ *    the duration of the call only, unless said otherwise: a backend that
+ *    queues work copies what the work reads (ids, positions, parameters,
+ *    the tensors' fields) before it returns. What a plugin
  *    returns (contexts, buffers, prepared weights) is owned by the plugin and
  *    released through the matching free/shutdown/release function.
  */
@@ -197,8 +199,12 @@ struct q4kh_rope_params {
 /*
  * Backend function table, ABI 1.2 (1.0 ends at native_device, 1.1 at
  * graph_free). All tensors passed to ops live in buffers of the same
- * device context. Ops may run asynchronously; synchronize() waits for all
- * of them. Types: f32 unless said otherwise.
+ * device context. Ops may run asynchronously, in the order they are
+ * issued; synchronize() waits for all of them. Types: f32 unless said
+ * otherwise. An op's output may be one of its inputs only where the entry
+ * says so, and then exactly the same view; otherwise it shares no byte
+ * with them. q4khost/contract.h checks every op's arguments so
+ * (docs/plugin-abi.md section 12, rules A1 to A4).
  */
 struct q4kh_backend_v1 {
 	uint32_t struct_size;
@@ -275,7 +281,7 @@ struct q4kh_backend_v1 {
 	                    const struct q4kh_tensor *out);
 	/*
 	 * out = a + b, out = a * b: b broadcasts over dimensions where its ne is
-	 * 1 (a bias {ne0} over T rows). out may alias a.
+	 * 1 (a bias {ne0} over T rows). out may be a or b.
 	 */
 	q4kh_status (*add)(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
 	                   const struct q4kh_tensor *b,
@@ -283,18 +289,19 @@ struct q4kh_backend_v1 {
 	q4kh_status (*mul)(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
 	                   const struct q4kh_tensor *b,
 	                   const struct q4kh_tensor *out);
-	/* out = x * s. out may alias x. */
+	/* out = x * s. out may be x. */
 	q4kh_status (*scale)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                     float s, const struct q4kh_tensor *out);
-	/* Gated activation: out = act(gate) * up, element-wise. */
+	/* Gated activation: out = act(gate) * up, element-wise; out may be
+	 * gate or up. */
 	q4kh_status (*glu)(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 	                   const struct q4kh_tensor *gate,
 	                   const struct q4kh_tensor *up,
 	                   const struct q4kh_tensor *out);
 	/*
 	 * Copy src into dst element by element, converting between f32 and f16
-	 * (and f32 to f32). Shapes must match; strides may differ. Used to
-	 * write new keys and values into the KV cache.
+	 * (and f32 to f32). Shapes must match; strides may differ; dst may be
+	 * src. Used to write new keys and values into the KV cache.
 	 */
 	q4kh_status (*copy)(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	                    const struct q4kh_tensor *dst);
@@ -567,7 +574,9 @@ struct q4kh_kernel_v1 {
 	const char *(*last_error)(q4kh_kernel_ctx *ctx);
 	/*
 	 * How well the variant suits a device for a type: 0 = cannot run
-	 * there, higher = preferred. Pure; no device work.
+	 * there, higher = preferred. Only the order matters, and any score
+	 * above 0 is tried before the backend's built-in kernels
+	 * (docs/plugin-abi.md rules K1 to K3). Pure; no device work.
 	 */
 	uint32_t (*score)(q4kh_kernel_ctx *ctx,
 	                  const struct q4kh_device_record *dev, uint32_t type);
