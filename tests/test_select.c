@@ -271,6 +271,34 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 	free(cfg);
 }
 
+/* A variant whose own settings keep it from starting is not dropped in
+ * silence: the run falls back and its report says which setting. An empty
+ * "threads =" counts as unset. */
+Test(select, a_variant_that_will_not_start_is_named_with_its_reason, .timeout = 240)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char *out, args[8192], cmd[8192];
+	char *cfg = config_file("[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
+
+	test_model_path();
+	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
+	if (access(cmd, R_OK) != 0)
+		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
+	plugins = test_plugin_dir(none);
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
+	         plugins);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "cpu/cpu-simd: cannot start: ") != NULL, "%s", out);
+	cr_expect(strstr(out, "isa = \"sse9\": expected auto, avx2 or avx512-vnni") != NULL, "%s",
+	          out);
+	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in") != NULL, "%s", out);
+	free(out);
+	free(cfg);
+}
+
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 {
 	static const char *const none[] = { NULL };

@@ -345,6 +345,8 @@ static void add_step(struct q4kh_policy_order *o, const struct q4kh_registry *r,
 			s->score = s->scores[t] > s->score ? s->scores[t] : s->score;
 		}
 		q4kh_kernel_close(&k);
+	} else {
+		s->init_failed = 1;
 	}
 	o->n++;
 }
@@ -379,7 +381,7 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
 		add_step(out, r, b, p->name, 0);
 		if (out->n == before)
 			continue;
-		if (out->steps[before].score == 0) {
+		if (out->steps[before].score == 0 && !out->steps[before].init_failed) {
 			out->n--; /* cannot run on this device */
 			continue;
 		}
@@ -400,6 +402,8 @@ const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,
 {
 	if (s->variant && s->named)
 		snprintf(buf, cap, "named by %s", o->choice.origin);
+	else if (s->variant && s->init_failed)
+		snprintf(buf, cap, "would not start");
 	else if (s->variant)
 		snprintf(buf, cap, "by score (%u)", s->score);
 	else if (s->named)

@@ -99,6 +99,10 @@ struct q4kh_policy_step {
 	/* Per type: the variant's score, or for the built-in kernels 1 when
 	 * the backend supports the type. */
 	uint32_t scores[Q4KH_TYPE_COUNT];
+	/* The variant would not start on the device (its init failed, e.g. on
+	 * a bad setting): kept in the chain so that selection tries it and
+	 * the report says why, never dropped in silence. */
+	int init_failed;
 };
 
 #define Q4KH_POLICY_STEPS 48
@@ -124,8 +128,9 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
                       struct q4kh_policy_order *out, struct q4kh_error *err);
 
 /*
- * Why step S of O is where it is, into BUF: "named by ORIGIN", "score N",
- * "the built-in kernels (named by ORIGIN)" or "the built-in kernels".
+ * Why step S of O is where it is, into BUF: "named by ORIGIN", "by score (N)",
+ * "would not start", "the built-in kernels, named by ORIGIN" or "the
+ * built-in kernels".
  * Returns BUF.
  */
 const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,
