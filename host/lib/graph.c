@@ -62,19 +62,17 @@ static int32_t add_value(struct q4kh_graph *g, enum q4kh_value_kind kind,
                          const struct q4kh_tensor *t, const char *fmt,
                          va_list ap)
 {
-	struct q4kh_value *v;
+	struct q4kh_value *v, nv = { .kind = kind, .t = *t, .base = -1, .first = -1, .last = -1 };
 
 	if (g->failed)
 		return -1;
+	/* T and the name's arguments may point into g->vals (a view names its
+	 * base), which grow() may move: both are copied first. */
+	vsnprintf(nv.name, sizeof(nv.name), fmt, ap);
 	if (grow((void **)&g->vals, &g->cap_vals, g->n_vals, sizeof(*g->vals)))
 		return refuse(g, "out of memory for %d values", g->n_vals + 1);
 	v = &g->vals[g->n_vals];
-	memset(v, 0, sizeof(*v));
-	v->kind = kind;
-	v->t = *t;
-	v->base = -1;
-	v->first = v->last = -1;
-	vsnprintf(v->name, sizeof(v->name), fmt, ap);
+	*v = nv;
 	return g->n_vals++;
 }
 

@@ -302,8 +302,13 @@ int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
 	}
 	memset(out, 0, sizeof(*out));
 	root = json_load_file(path, 0, &jerr);
-	if (!root)
-		return q4kh_fail(err, "%s:%d: %s", path, jerr.line, jerr.text);
+	if (!root) {
+		char shown[256]; /* jansson quotes the text it stopped at, raw */
+
+		return q4kh_fail(err, "%s:%d: %s", path, jerr.line,
+		                 q4kh_show(shown, sizeof(shown), jerr.text, strlen(jerr.text),
+		                           sizeof(jerr.text), 0));
+	}
 	schema = json_integer_value(json_object_get(root, "schema"));
 	if (json_is_integer(json_object_get(root, "schema")) && schema != RECEIPT_SCHEMA) {
 		/* Another host version's receipt: absent, not broken. */
