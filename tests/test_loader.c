@@ -152,6 +152,14 @@ Test(loader, truncated_descriptor)
 	                 "descriptor struct_size 56 is smaller than the 72 bytes of ABI 1.0");
 }
 
+/* ABI 1.3: a backend kind follows the rules of a name. */
+Test(loader, backend_kind_that_is_no_identifier)
+{
+	expect_rejection("bad_backend_kind",
+	                 "backend kind \"CPU (fast)\" is not an identifier (1 to 63 of "
+	                 "a-z 0-9 - _, not starting with - or _)");
+}
+
 Test(loader, table_smaller_than_abi_1_0)
 {
 	/* 96 = 32 bytes of fields before init, then 8 function pointers. */
@@ -477,7 +485,7 @@ Test(loader, host_api_config_and_log, .init = cr_redirect_stderr)
 	cr_assert_not_null(p);
 	cr_assert_eq(p->api.struct_size, sizeof(struct q4kh_host_api));
 	cr_assert_eq(p->api.abi_major, 1);
-	cr_assert_eq(p->api.abi_minor, 1);
+	cr_assert_eq(p->api.abi_minor, Q4KH_ABI_MINOR);
 	cr_assert_str_eq(p->api.config_get(p->api.host_data, "tile"), "64");
 	cr_assert_null(p->api.config_get(p->api.host_data, "threads"));
 	p->api.log(p->api.host_data, Q4KH_LOG_WARN, "slow path\n");

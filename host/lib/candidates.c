@@ -36,6 +36,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
                        struct q4kh_candidate_entry **list, size_t *n,
                        struct q4kh_error *err)
 {
+	const char *kind;
 	uint32_t count;
 
 	if (q4kh_backend_devices(be, &count, err))
@@ -48,6 +49,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			continue;
 		if (q4kh_backend_open(be, d, &b, err))
 			return -1;
+		kind = q4kh_backend_kind(be);
 		e.dev = b.record;
 		q4kh_backend_close(&b);
 		/* Index n_plugins stands for the built-in kernels, listed last. */
@@ -55,7 +57,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			const struct q4kh_plugin *k = i < r->n_plugins ? &r->plugins[i] : NULL;
 			const char *variant = k ? k->name : NULL;
 
-			if (k && !targets(k, be->name))
+			if (k && !targets(k, kind))
 				continue;
 			/* The reference's own kernels are not a candidate. */
 			if (!variant && !strcmp(be->name, "cpu"))

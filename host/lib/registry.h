@@ -66,6 +66,13 @@ int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
                        struct q4kh_registry **out, struct q4kh_error *err);
 void q4kh_registry_free(struct q4kh_registry *r);
 
+/*
+ * The kind of accepted backend plugin P (plugin.h, backend_kind): what
+ * the kernel variants that bind to it name as their backend. Its name
+ * when the descriptor says none.
+ */
+const char *q4kh_backend_kind(const struct q4kh_plugin *p);
+
 /* The accepted plugin called NAME, or NULL. */
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);
