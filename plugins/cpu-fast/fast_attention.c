@@ -1,0 +1,171 @@
+/*
+ * Causal grouped-query attention over an f32 or f16 KV cache (plugin.h,
+ * attention). One (token, head) pair is one work item: its scores against
+ * the visible keys (f16 keys converted in registers), softmax, and the
+ * weighted sum of values, in f32 SIMD, on one thread.
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "fast.h"
+
+struct attn_job {
+	q4kh_device_ctx *dev;
+	const struct q4kh_tensor *q, *k, *v, *out;
+	const int32_t *pos; /* query t's position; NULL: pos0 + t */
+	int64_t pos0;
+	int32_t window;
+	float scale, softcap;
+	int64_t n_keys; /* scratch floats for scores */
+};
+
+/* Query t of head h: out = softmax(scores) . V over its visible keys. */
+static void attend(const struct attn_job *j, float *s, int64_t t, int64_t h)
+{
+	const struct fast_kernels *k = j->dev->k;
+	const int64_t hd = j->q->ne[0], g = h / (j->q->ne[1] / j->k->ne[1]);
+	const int64_t p = j->pos ? j->pos[t] : j->pos0 + t;
+	const int64_t first = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+	const int64_t n = p - first + 1;
+	const float *q = (const float *)fast_at(j->q, h, t, 0);
+	float *acc = s + j->n_keys, *o = (float *)fast_at(j->out, h, t, 0);
+	const int f16 = j->k->type == Q4KH_TYPE_F16;
+	float max = -INFINITY, sum;
+
+	for (int64_t i = 0; i < n; i++) {
+		const void *key = fast_at(j->k, g, first + i, 0);
+		float x = j->scale * (f16 ? k->dot_f16(q, key, hd) : k->dot(q, key, hd));
+
+		if (j->softcap > 0.0f)
+			x = j->softcap * tanhf(x / j->softcap);
+		s[i] = x;
+		max = x > max ? x : max;
+	}
+	sum = k->exp_sum(s, max, n);
+	for (int64_t d = 0; d < hd; d++)
+		acc[d] = 0.0f;
+	for (int64_t i = 0; i < n; i++) {
+		const void *value = fast_at(j->v, g, first + i, 0);
+
+		if (j->v->type == Q4KH_TYPE_F16)
+			k->axpy_f16(s[i], value, acc, hd);
+		else
+			k->axpy(s[i], value, acc, hd);
+	}
+	k->scale(acc, 1.0f / sum, o, hd);
+}
+
+static void attn_task(void *arg, unsigned thread, int64_t begin, int64_t end)
+{
+	const struct attn_job *j = arg;
+	const int64_t heads = j->q->ne[1];
+
+	for (int64_t r = begin; r < end; r++)
+		attend(j, j->dev->scratch[thread], r / heads, r % heads);
+}
+
+static q4kh_status attn_tensors(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                                const struct q4kh_tensor *out)
+{
+	const uint64_t cache = FAST_F32 | FAST_F16;
+	q4kh_status st;
+
+	if ((st = fast_check(dev, "attention q", q, FAST_F32, -1, -1, -1, 1)) ||
+	    (st = fast_check(dev, "attention k_cache", k, cache, q->ne[0], -1, -1, 1)) ||
+	    (st = fast_check(dev, "attention v_cache", v, cache, k->ne[0], k->ne[1], k->ne[2],
+	                     1)) ||
+	    (st = fast_check(dev, "attention out", out, FAST_F32, q->ne[0], q->ne[1], q->ne[2],
+	                     1)) ||
+	    (st = fast_apart(dev, "attention", out, q, 0)) ||
+	    (st = fast_apart(dev, "attention", out, k, 0)) ||
+	    (st = fast_apart(dev, "attention", out, v, 0)))
+		return st;
+	if (q->ne[1] % k->ne[1])
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "attention: %lld query heads is not a multiple of %lld KV heads",
+		                 (long long)q->ne[1], (long long)k->ne[1]);
+	return Q4KH_OK;
+}
+
+/* The checks of params; pos0 only when it is used (USE_POS0). */
+static q4kh_status attn_params(q4kh_device_ctx *dev, const struct q4kh_attn_params *p,
+                               int64_t T, int64_t n_ctx, int use_pos0)
+{
+	const size_t need = offsetof(struct q4kh_attn_params, softcap) + sizeof(p->softcap);
+
+	if (!p || p->struct_size < need)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "attention: params %s, expected a struct of at least %zu bytes",
+		                 p ? "too small" : "NULL", need);
+	if (use_pos0 && (p->pos0 < 0 || p->pos0 > n_ctx - T))
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "attention: positions %lld .. %lld, expected inside the "
+		                 "%lld-position cache",
+		                 (long long)p->pos0, (long long)(p->pos0 + T - 1),
+		                 (long long)n_ctx);
+	if (p->window < 0 || !isfinite(p->scale) || !(p->softcap >= 0.0f) || isinf(p->softcap))
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "attention: window %d, scale %g, softcap %g: expected a window "
+		                 ">= 0, a finite scale and a finite softcap >= 0",
+		                 p->window, (double)p->scale, (double)p->softcap);
+	return Q4KH_OK;
+}
+
+/* Run checked job J, whose queries reach at most key position LAST. */
+static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
+                            const struct q4kh_attn_params *params, int64_t last)
+{
+	q4kh_status st;
+
+	j->window = params->window;
+	j->scale = params->scale;
+	j->softcap = params->softcap;
+	j->n_keys = (last + 1 + FAST_ALIGN / 4 - 1) / (FAST_ALIGN / 4) * (FAST_ALIGN / 4);
+	if ((st = fast_scratch(dev, sizeof(float) * (uint64_t)(j->n_keys + j->q->ne[0]))))
+		return st;
+	fast_pool_run(dev->pool, j->q->ne[1] * j->q->ne[2], 1, attn_task, j);
+	return Q4KH_OK;
+}
+
+q4kh_status fast_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                           const struct q4kh_tensor *k_cache,
+                           const struct q4kh_tensor *v_cache,
+                           const struct q4kh_attn_params *params,
+                           const struct q4kh_tensor *out)
+{
+	struct attn_job j = { .dev = dev, .q = q, .k = k_cache, .v = v_cache, .out = out };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
+	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 1)))
+		return st;
+	j.pos0 = params->pos0;
+	return attn_run(dev, &j, params, params->pos0 + q->ne[2] - 1);
+}
+
+q4kh_status fast_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                               const struct q4kh_tensor *k_cache,
+                               const struct q4kh_tensor *v_cache,
+                               const struct q4kh_tensor *pos,
+                               const struct q4kh_attn_params *params,
+                               const struct q4kh_tensor *out)
+{
+	struct attn_job j = { .dev = dev, .q = q, .k = k_cache, .v = v_cache, .out = out };
+	int64_t last = 0;
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
+	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 0)) ||
+	    (st = fast_index(dev, "attention_ext pos", pos, q->ne[2], k_cache->ne[2])) ||
+	    (st = fast_apart(dev, "attention", out, pos, 0)))
+		return st;
+	j.pos = (const int32_t *)fast_at(pos, 0, 0, 0);
+	for (int64_t t = 0; t < q->ne[2]; t++)
+		last = j.pos[t] > last ? j.pos[t] : last;
+	return attn_run(dev, &j, params, last);
+}
