@@ -161,7 +161,7 @@ static void check_model(const char *name_, const char *arch)
 	struct q4kh_model *m = NULL;
 	struct q4kh_tokenizer *tok = NULL;
 	struct q4kh_session *s = NULL;
-	struct q4kh_session_params sp = { .n_ctx = 256, .kv_type = Q4KH_TYPE_F16 };
+	struct q4kh_session_params sp = { .n_ctx = 256, .kv = Q4KH_KV_F16 };
 	struct oracle o;
 	json_t *c;
 	size_t ci;

@@ -128,6 +128,15 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s, int64_t t,
 	return sg;
 }
 
+static uint32_t kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
+{
+	if (kv == Q4KH_KV_DEFAULT)
+		kv = strcmp(b->plugin->name, "cpu") && !strcmp(q4kh_backend_kind(b->plugin), "cpu")
+		             ? Q4KH_KV_F16
+		             : Q4KH_KV_F32;
+	return kv == Q4KH_KV_F16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
+}
+
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err)
 {
@@ -146,8 +155,7 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		s->p.n_ctx = hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
 	if (!s->p.n_batch)
 		s->p.n_batch = 64;
-	if (s->p.kv_type != Q4KH_TYPE_F16)
-		s->p.kv_type = Q4KH_TYPE_F32;
+	s->stats.kv_type = kv_type(s->p.kv, s->b);
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));
 	s->values = calloc(2 * (size_t)s->p.n_batch, sizeof(*s->values));
@@ -157,16 +165,16 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		goto fail;
 	}
 	kv_layer = align_up((uint64_t)kv_rows * s->p.n_ctx *
-	                    q4kh_type_block_bytes(s->p.kv_type));
+	                    q4kh_type_block_bytes(s->stats.kv_type));
 	if (alloc(s, kv_layer * 2 * hp->n_layer, &s->kv, "buffer_alloc (KV cache)", err) ||
 	    alloc(s, 2 * sizeof(int32_t) * s->p.n_batch, &s->step,
 	          "buffer_alloc (step inputs)", err))
 		goto fail;
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
-		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * il), s->p.kv_type,
+		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * il), s->stats.kv_type,
 		                                  hp->head_dim, hp->n_head_kv, s->p.n_ctx);
 		s->v_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * il + 1),
-		                                  s->p.kv_type, hp->head_dim,
+		                                  s->stats.kv_type, hp->head_dim,
 		                                  hp->n_head_kv, s->p.n_ctx);
 	}
 	missing = q4kh_graph_replay_missing(s->b);

@@ -26,10 +26,13 @@
 /* Parts per thread: more balance what a preempted thread delays, fewer
  * cost fewer claims. */
 #define PARTS_PER_THREAD 4
-/* Spins between clock reads, and before the caller yields its core to a
- * worker the scheduler is holding back. */
+/*
+ * Spins between two looks at the clock, each with a sched_yield: on a
+ * loaded machine a spinning thread then lends its core to a thread of the
+ * same process the scheduler holds back (the one it waits for, often), and
+ * on an idle one the call returns at once.
+ */
 #define SPIN_CHECK 256
-#define SPIN_YIELD 4096
 
 struct job {
 	_Atomic(q4kh_task_fn) fn;
@@ -110,8 +113,11 @@ static uint64_t wait_job(struct fast_pool *p, uint64_t seen)
 		if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed))
 			return g;
 		_mm_pause();
-		if (i % SPIN_CHECK == 0 && now_ns() - start > p->spin_ns)
-			break;
+		if (i % SPIN_CHECK == 0) {
+			if (now_ns() - start > p->spin_ns)
+				break;
+			sched_yield();
+		}
 	}
 	pthread_mutex_lock(&p->lock);
 	/* seq_cst against the caller's publish-then-count (fast_pool_run). */
@@ -234,7 +240,7 @@ void fast_pool_run(void *pool, int64_t n, int64_t grain, q4kh_task_fn fn, void *
 	work(p, p->gen, 0);
 	for (unsigned i = 1; atomic_load_explicit(&p->done, memory_order_acquire) < n; i++) {
 		_mm_pause();
-		if (i % SPIN_YIELD == 0)
+		if (i % SPIN_CHECK == 0)
 			sched_yield();
 	}
 }

@@ -1,12 +1,15 @@
 /*
  * cpu-simd: the plugin's identity, settings and the kernel-variant table.
- * Weights are read in place from the cpu backend's buffers (it lends host
- * pointers); each gemv/gemm quantises its activation columns once, then
- * splits the weight rows over a pool of worker threads, each of which
- * decodes a row once and multiplies it with every column.
+ * Weights are read in place from the backend's buffers (a backend of kind
+ * "cpu" lends host pointers); each gemv/gemm quantises its activation
+ * columns once, then splits the weight rows over worker threads, each of
+ * which decodes a row once and multiplies it with every column: the
+ * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
+ * of the variant's own (the reference cpu lends none).
  *
  * Settings ([plugin.cpu-simd]):
- *   threads = 1..256   worker threads (default: the online CPUs, as the cpu
+ *   threads = 1..256   worker threads of its own, on a backend that lends
+ *                      none (default: the online CPUs, as the cpu
  *                      backend's own default; set it like [plugin.cpu]
  *                      threads, since the ABI does not pass that on)
  *   isa = auto | avx2 | avx512-vnni
@@ -314,8 +317,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	float **ycol;
 	uint8_t *xb, *yb, *next;
 	size_t bytes;
-
-	int width;
+	int width, lent;
 
 	if (!ctx || !w || !x || !y || !dev || !dev->address)
 		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
@@ -334,12 +336,13 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		            (long long)k, (long long)w->n, x->type, (long long)x->ne[0],
 		            (long long)x->ne[1], y->type, (long long)y->ne[0],
 		            (long long)y->ne[1]);
-	if (!ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
+	lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
+	if (!lent && !ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
 		return fail(ctx, Q4KH_ERR_INTERNAL,
 		            "gemv/gemm: cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
 	groups = gemm ? (cols + width - 1) / width : 0;
-	rows = (size_t)ctx->threads * (size_t)ctx->kernels->tile_rows;
+	rows = (size_t)(lent ? dev->threads : ctx->threads) * (size_t)ctx->kernels->tile_rows;
 	bytes = scratch_bytes(k, cols, groups, width, rows);
 	if (scratch_reserve(ctx, bytes))
 		return fail(ctx, Q4KH_ERR_NOMEM,
@@ -395,7 +398,10 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	j.y = ycol;
 	j.row = row;
 	j.tile_rows = ctx->kernels->tile_rows;
-	cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
+	if (lent)
+		dev->parallel(dev->pool, w->n, ROW_GRAIN, run_part, &j);
+	else
+		cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
 	return Q4KH_OK;
 }
 
