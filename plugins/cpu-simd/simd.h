@@ -38,11 +38,20 @@ enum simd_isa {
  * ggml's Q8_0 and Q8_K) loses too much on the default model: the parity
  * guard rejects it (docs/perf.md). A column with a value that is not
  * finite gets d = NaN, so its products are NaN too.
+ *
+ * For the kernels that multiply weight bytes directly (struct
+ * simd_kernels, split), each value also split in two bytes,
+ * q = 256 hi + lo with hi signed (q >> 8) and lo unsigned (q & 255), and
+ * the sum of q over each 16 values: vpdpbusd then multiplies 64 weight
+ * bytes at once, and no weight is widened to int16.
  */
 struct simd_act {
 	const int16_t *q; /* K values */
 	const float *d;   /* K / 32 scales */
 	const float *ds;  /* K / 32 scaled sums */
+	const int8_t *hi; /* K high bytes, or NULL (no split) */
+	const uint8_t *lo; /* K low bytes */
+	const float *s16; /* K / 16 sums of q */
 };
 
 #define SIMD_BLOCK 32
@@ -101,6 +110,12 @@ struct simd_kernels {
 	 * d and ds, laid out as struct simd_act says. Pure.
 	 */
 	void (*quantize)(const float *x, int64_t k, int16_t *q, float *d, float *ds);
+	/*
+	 * Split the K quantised values q (K a multiple of 32) into hi, lo and
+	 * s16 as struct simd_act says, for the direct products of one column;
+	 * NULL when this set's products read q only. Pure.
+	 */
+	void (*split)(const int16_t *q, int64_t k, int8_t *hi, uint8_t *lo, float *s16);
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()

@@ -235,19 +235,27 @@ static size_t values_bytes(int64_t k)
 	return sizeof(int16_t) * (size_t)k + 2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
 }
 
+/* Bytes of one column's split (struct simd_act: s16, then hi and lo). */
+static size_t split_bytes(int64_t k)
+{
+	return sizeof(float) * (size_t)(k / 16) + 2 * (size_t)k;
+}
+
 /*
- * Scratch for COLS columns (GROUPS groups of W for gemm, else none) and
- * ROWS decoded rows: structs first, then floats and int16 (K is a multiple
- * of 32, so each part stays aligned).
+ * Scratch for COLS columns (GROUPS groups of W for gemm, else none), ROWS
+ * decoded rows and, with SPLIT, one column's split: structs first, then
+ * floats and int16, then bytes (K is a multiple of 32, so each part stays
+ * aligned).
  */
-static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows)
+static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows,
+                            int split)
 {
 	const size_t structs = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *)) +
 	                       (size_t)groups * sizeof(struct simd_group) +
 	                       rows * sizeof(struct simd_row);
 	const size_t columns = groups ? (size_t)(groups * w + 1) : (size_t)cols;
 
-	return structs + (rows + columns) * values_bytes(k);
+	return structs + (rows + columns) * values_bytes(k) + (split ? split_bytes(k) : 0);
 }
 
 static int scratch_reserve(q4kh_kernel_ctx *ctx, size_t bytes)
@@ -317,7 +325,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	float **ycol;
 	uint8_t *xb, *yb, *next;
 	size_t bytes;
-	int width, lent;
+	int width, lent, split;
 
 	if (!ctx || !w || !x || !y || !dev || !dev->address)
 		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
@@ -343,7 +351,9 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		            ctx->threads - 1, strerror(errno));
 	groups = gemm ? (cols + width - 1) / width : 0;
 	rows = (size_t)(lent ? dev->threads : ctx->threads) * (size_t)ctx->kernels->tile_rows;
-	bytes = scratch_bytes(k, cols, groups, width, rows);
+	/* One column goes through the direct products, which may want it split. */
+	split = !gemm && cols == 1 && ctx->kernels->split;
+	bytes = scratch_bytes(k, cols, groups, width, rows, split);
 	if (scratch_reserve(ctx, bytes))
 		return fail(ctx, Q4KH_ERR_NOMEM,
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
@@ -366,7 +376,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 
 		/* Each column once through a temporary, then into its group. */
 		take(&next, k, &tq, &td, &tds);
-		tmp = (struct simd_act){ tq, td, tds };
+		tmp = (struct simd_act){ tq, td, tds, NULL, NULL, NULL };
 		for (int64_t g = 0; g < groups; g++) {
 			take(&next, k * width, &q, &d, &ds);
 			grp[g] = (struct simd_group){ q, d, ds };
@@ -388,7 +398,15 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 
 			take(&next, k, &q, &d, &ds);
 			ctx->kernels->quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
-			act[c] = (struct simd_act){ q, d, ds };
+			act[c] = (struct simd_act){ q, d, ds, NULL, NULL, NULL };
+		}
+		if (split) {
+			float *s16 = (float *)next;
+			int8_t *hi = (int8_t *)(s16 + k / 16);
+			uint8_t *lo = (uint8_t *)(hi + k);
+
+			ctx->kernels->split(act[0].q, k, hi, lo, s16);
+			act[0] = (struct simd_act){ act[0].q, act[0].d, act[0].ds, hi, lo, s16 };
 		}
 		j.rows = ctx->kernels->rows[w->type];
 		j.act = act;

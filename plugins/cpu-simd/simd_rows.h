@@ -21,7 +21,10 @@
  *
  * the same for SIMD_ROWS decoded rows w[0 .. R) and the SIMD_WIDTH columns
  * of a group, row r into out[r * W .. r * W + W); and SIMD_TABLE and
- * SIMD_NAME, the struct simd_kernels to define and its name.
+ * SIMD_NAME, the struct simd_kernels to define and its name. A file with
+ * products of its own for one column defines SIMD_DIRECT_Q4_K and
+ * SIMD_DIRECT_Q6_K (functions as direct_fn below) and SIMD_SPLIT (struct
+ * simd_kernels, split) before it includes this one.
  */
 #ifndef Q4KH_SIMD_ROWS_H
 #define Q4KH_SIMD_ROWS_H
@@ -69,6 +72,11 @@ static float direct_q5_0(const void *row, const struct simd_act *a, int64_t k)
 	return direct(bytes_q5_0, row, a, k);
 }
 
+#ifndef SIMD_DIRECT_Q4_K
+#define SIMD_DIRECT_Q4_K direct_q4_k
+#define SIMD_DIRECT_Q6_K NULL
+#define SIMD_SPLIT NULL
+
 /* One column times a Q4_K row: nibbles widened in registers. */
 static float direct_q4_k(const void *row, const struct simd_act *a, int64_t k)
 {
@@ -98,6 +106,7 @@ static float direct_q4_k(const void *row, const struct simd_act *a, int64_t k)
 	}
 	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - off;
 }
+#endif
 
 /* Rows outside, columns inside: a row is read from memory and decoded
  * once, then served from L1 to every column. With one column and a DIRECT
@@ -161,9 +170,9 @@ tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int6
 		tiles_of(decode_##type, w, row_bytes, r0, r1, k, g, ncols, y, row); \
 	}
 
-SIMD_ROWS_FN(q4_k, direct_q4_k)
+SIMD_ROWS_FN(q4_k, SIMD_DIRECT_Q4_K)
 SIMD_ROWS_FN(q5_0, direct_q5_0)
-SIMD_ROWS_FN(q6_k, NULL)
+SIMD_ROWS_FN(q6_k, SIMD_DIRECT_Q6_K)
 SIMD_ROWS_FN(q8_0, direct_q8_0)
 
 const struct simd_kernels SIMD_TABLE = {
@@ -171,6 +180,7 @@ const struct simd_kernels SIMD_TABLE = {
 	.width = SIMD_WIDTH,
 	.tile_rows = SIMD_ROWS,
 	.quantize = quantize,
+	.split = SIMD_SPLIT,
 	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0 },
 	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0 },
 };

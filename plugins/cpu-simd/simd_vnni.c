@@ -123,6 +123,172 @@ static void tile(const struct simd_row *w, const struct simd_group *g, int64_t k
 		_mm512_storeu_ps(out + 16 * r, _mm512_sub_ps(acc[r], off[r]));
 }
 
+/*
+ * One column times a Q4_K or Q6_K row, the weight bytes multiplied as
+ * they are: vpdpbusd takes 64 unsigned weights (0..15 or 0..63) against
+ * the column's high bytes (signed) and its low bytes (unsigned) against
+ * the weights (signed, as they are below 128); 256 hi + lo is exactly the
+ * int16 product. Each lane sums 4 values of one block, so a register holds
+ * two blocks of 32 (Q4_K) or four groups of 16 (Q6_K), scaled in float by
+ * a vector of their scales picked with one permute.
+ */
+static inline __m512i bytes_dot(__m512i w, const int8_t *hi, const uint8_t *lo)
+{
+	const __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(hi));
+	const __m512i pl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(lo), w);
+
+	return _mm512_add_epi32(_mm512_slli_epi32(ph, 8), pl);
+}
+
+/* The 8 sub-block scales and mins of a Q4_K block (quant.h), byte j of *sc
+ * and *m, from its 12 bytes in four 32-bit steps (as llama.cpp does). */
+static inline void q4_k_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
+{
+	uint32_t u0, u1, u2;
+
+	memcpy(&u0, s, 4);
+	memcpy(&u1, s + 4, 4);
+	memcpy(&u2, s + 8, 4);
+	*sc = (uint64_t)(u0 & 0x3f3f3f3f) |
+	      (uint64_t)((u2 & 0x0f0f0f0f) | ((u0 >> 2) & 0x30303030)) << 32;
+	*m = (uint64_t)(u1 & 0x3f3f3f3f) |
+	     (uint64_t)(((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 2) & 0x30303030)) << 32;
+}
+
+/* Eight bytes as floats. */
+static inline __m256 bytes8(uint64_t v)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v)));
+}
+
+static float direct_q4_k_bytes(const void *row, const struct simd_act *a, int64_t k)
+{
+	const struct q4kh_block_q4_k *w = row;
+	const __m512i low = _mm512_set1_epi8(0x0F);
+	/* Lanes 0-7 take sub-block 2c's scale, 8-15 sub-block 2c + 1's. */
+	const __m512i pick[4] = {
+		_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+		_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+		_mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+		_mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
+	};
+	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+	__m256 off = _mm256_setzero_ps();
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const int64_t j = 8 * sb;
+		uint64_t sc, m;
+		__m512 s;
+
+		q4_k_scales(w[sb].scales, &sc, &m);
+		s = _mm512_castps256_ps512(_mm256_mul_ps(
+			_mm256_mul_ps(bytes8(sc), _mm256_set1_ps(fp16(w[sb].d))),
+			_mm256_loadu_ps(a->d + j)));
+		off = _mm256_fmadd_ps(_mm256_mul_ps(bytes8(m), _mm256_set1_ps(fp16(w[sb].dmin))),
+		                      _mm256_loadu_ps(a->ds + j), off);
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			const __m256i qs = load32(w[sb].qs + 32 * c);
+			const __m512i v = _mm512_and_si512(
+				_mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4), 1),
+				low);
+			const __m512 p = _mm512_cvtepi32_ps(
+				bytes_dot(v, a->hi + 32 * j + 64 * c, a->lo + 32 * j + 64 * c));
+
+			if (c % 2)
+				acc1 = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(pick[c], s), acc1);
+			else
+				acc0 = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(pick[c], s), acc0);
+		}
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) -
+	       _mm512_reduce_add_ps(_mm512_zextps256_ps512(off));
+}
+
+/*
+ * Q6_K: a value is d sc_g (q - 32), q of 6 bits, one signed scale per
+ * group g of 16; the 32 is taken off through the column's sums per 16.
+ */
+static float direct_q6_k_bytes(const void *row, const struct simd_act *a, int64_t k)
+{
+	const struct q4kh_block_q6_k *w = row;
+	const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+	/* Bits 4, 5 of values 0-31 and 32-63 of a half are bits 0, 1 and 2, 3
+	 * of its qh bytes; of values 64-95 and 96-127, bits 4, 5 and 6, 7. */
+	const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+	const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+	/* Column scales per group: d[0] d[0] d[1] d[1] .. d[7] d[7]. */
+	const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+	/* Lanes 4i .. 4i + 3 take group 4p + i's scale, for part p. */
+	const __m512i pick[4] = {
+		_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+		_mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+		_mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+		_mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12),
+	};
+	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+	__m512 off = _mm512_setzero_ps();
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const int64_t base = sb * Q4KH_QK_K;
+		const __m512 s = _mm512_mul_ps(
+			_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+				_mm_loadu_si128((const __m128i *)w[sb].scales))),
+			_mm512_mul_ps(_mm512_set1_ps(fp16(w[sb].d)),
+			              _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(
+				                                          _mm256_loadu_ps(a->d + 8 * sb)))));
+
+		off = _mm512_fmadd_ps(s, _mm512_loadu_ps(a->s16 + 16 * sb), off);
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			const __m512i ql = _mm512_loadu_si512(w[sb].ql + 64 * h);
+			const __m512i qh = _mm512_broadcast_i64x4(load32(w[sb].qh + 32 * h));
+			const __m512i v[2] = {
+				_mm512_or_si512(_mm512_and_si512(ql, low),
+				                _mm512_and_si512(_mm512_sllv_epi16(qh, up), top)),
+				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+				                _mm512_and_si512(_mm512_srlv_epi16(qh, down), top)),
+			};
+
+#pragma GCC unroll 2
+			for (int part = 0; part < 2; part++) {
+				const int64_t off_k = base + 128 * h + 64 * part;
+				const __m512 p = _mm512_cvtepi32_ps(
+					bytes_dot(v[part], a->hi + off_k, a->lo + off_k));
+				const __m512 sv = _mm512_permutexvar_ps(pick[2 * h + part], s);
+
+				if (part)
+					acc1 = _mm512_fmadd_ps(p, sv, acc1);
+				else
+					acc0 = _mm512_fmadd_ps(p, sv, acc0);
+			}
+		}
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) -
+	       32.0f * _mm512_reduce_add_ps(off);
+}
+
+/* q's high and low bytes and its sums per 16 (struct simd_act). */
+static void split(const int16_t *q, int64_t k, int8_t *hi, uint8_t *lo, float *s16)
+{
+	const __m512i one = _mm512_set1_epi16(1);
+
+	for (int64_t i = 0; i < k; i += 32) {
+		const __m512i v = _mm512_loadu_si512(q + i);
+		const __m512i pairs = _mm512_madd_epi16(v, one);
+
+		_mm256_storeu_si256((__m256i *)(hi + i),
+		                    _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+		_mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi16_epi8(v));
+		s16[i / 16] = (float)_mm512_mask_reduce_add_epi32(0x00FF, pairs);
+		s16[i / 16 + 1] = (float)_mm512_mask_reduce_add_epi32(0xFF00, pairs);
+	}
+}
+
+#define SIMD_DIRECT_Q4_K direct_q4_k_bytes
+#define SIMD_DIRECT_Q6_K direct_q6_k_bytes
+#define SIMD_SPLIT split
+
 #define SIMD_TABLE simd_vnni_kernels
 #define SIMD_NAME "avx512-vnni"
 #include "simd_rows.h"
