@@ -128,12 +128,16 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s, int64_t t,
 	return sg;
 }
 
+/* A backend of the host's cores other than the exact reference. */
+static int fast_cpu(const struct q4kh_backend *b)
+{
+	return strcmp(b->plugin->name, "cpu") && !strcmp(q4kh_backend_kind(b->plugin), "cpu");
+}
+
 static uint32_t kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
 {
 	if (kv == Q4KH_KV_DEFAULT)
-		kv = strcmp(b->plugin->name, "cpu") && !strcmp(q4kh_backend_kind(b->plugin), "cpu")
-		             ? Q4KH_KV_F16
-		             : Q4KH_KV_F32;
+		kv = fast_cpu(b) ? Q4KH_KV_F16 : Q4KH_KV_F32;
 	return kv == Q4KH_KV_F16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
 }
 
@@ -154,7 +158,7 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	if (!s->p.n_ctx)
 		s->p.n_ctx = hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
 	if (!s->p.n_batch)
-		s->p.n_batch = 64;
+		s->p.n_batch = fast_cpu(s->b) ? 128 : 64;
 	s->stats.kv_type = kv_type(s->p.kv, s->b);
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));

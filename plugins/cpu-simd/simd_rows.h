@@ -128,14 +128,25 @@ rows_of(decode_fn decode, direct_fn direct1, const uint8_t *w, int64_t row_bytes
 	}
 }
 
+/* Rows r .. r + n of the group of columns c0 .. from a tile's OUT. */
+static inline void store_tile(const float *out, int n, int64_t r, int c0, int ncols,
+                              float *const *y)
+{
+	for (int i = 0; i < n; i++)
+		for (int c = c0; c < ncols && c < c0 + SIMD_WIDTH; c++)
+			y[c][r + i] = out[i * SIMD_WIDTH + c - c0];
+}
+
 /* The same against groups of SIMD_WIDTH columns, SIMD_ROWS rows at a
- * time (gemm); row[0 .. SIMD_ROWS) are this part's decoded rows. */
+ * time (gemm); row[0 .. SIMD_ROWS) are this part's decoded rows. With
+ * SIMD_TILE2 (a tile() of two groups), two groups at a time where K is at
+ * least SIMD_TILE2_MIN_K. */
 static inline __attribute__((always_inline)) void
 tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t r1,
          int64_t k, const struct simd_group *g, int ncols, float *const *y,
          const struct simd_row *row)
 {
-	float out[SIMD_ROWS * SIMD_WIDTH];
+	float out[2 * SIMD_ROWS * SIMD_WIDTH];
 	struct simd_row rows[SIMD_ROWS];
 
 	for (int64_t r = r0; r < r1; r += SIMD_ROWS) {
@@ -148,10 +159,18 @@ tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int6
 				decode(w + (r + i) * row_bytes, k, &row[i]);
 		}
 		for (int c0 = 0; c0 < ncols; c0 += SIMD_WIDTH) {
+#ifdef SIMD_TILE2
+			if (c0 + SIMD_WIDTH < ncols && k >= SIMD_TILE2_MIN_K) {
+				SIMD_TILE2(rows, &g[c0 / SIMD_WIDTH], &g[c0 / SIMD_WIDTH + 1], k, out,
+				           out + SIMD_ROWS * SIMD_WIDTH);
+				store_tile(out, n, r, c0, ncols, y);
+				c0 += SIMD_WIDTH;
+				store_tile(out + SIMD_ROWS * SIMD_WIDTH, n, r, c0, ncols, y);
+				continue;
+			}
+#endif
 			tile(rows, &g[c0 / SIMD_WIDTH], k, out);
-			for (int i = 0; i < n; i++)
-				for (int c = c0; c < ncols && c < c0 + SIMD_WIDTH; c++)
-					y[c][r + i] = out[i * SIMD_WIDTH + c - c0];
+			store_tile(out, n, r, c0, ncols, y);
 		}
 	}
 }

@@ -80,17 +80,28 @@ static inline vf prod_u8(__m256i w, const int16_t *q)
 /*
  * Columns in lanes, rows in registers: each pair of a group's 16 columns
  * is loaded once and multiplied with that pair of weights (broadcast) of
- * SIMD_ROWS rows. A lane sums at most 16 products of |u| <= 4096 and |q|
- * <= 32767 before it goes to float: under 2^31.
+ * SIMD_ROWS rows. A lane sums at most 8 products of |u| <= 4096 and |q|
+ * <= 32767 before it goes to float: under 2^31. Per block and row, the
+ * two halves' sums are scaled into the accumulator and the weight's
+ * offset taken off, in that order: tile2() does the same, so a column's
+ * result does not depend on how many columns the batch has.
  */
+static inline __m512 tile_block(__m512 acc, __m512i p0, __m512i p1, __m512 sd, float o,
+                                __m512 ds)
+{
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), sd, acc);
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), sd, acc);
+	return _mm512_fnmadd_ps(_mm512_set1_ps(o), ds, acc);
+}
+
 static void tile(const struct simd_row *w, const struct simd_group *g, int64_t k,
                  float *out)
 {
-	__m512 acc[SIMD_ROWS], off[SIMD_ROWS];
+	__m512 acc[SIMD_ROWS];
 
 #pragma GCC unroll 4
 	for (int r = 0; r < SIMD_ROWS; r++)
-		acc[r] = off[r] = _mm512_setzero_ps();
+		acc[r] = _mm512_setzero_ps();
 	for (int64_t b = 0; b < k / 32; b++) {
 		const int16_t *q = g->q + b * 32 * 16;
 		const __m512 d = _mm512_loadu_ps(g->d + b * 16);
@@ -110,18 +121,71 @@ static void tile(const struct simd_row *w, const struct simd_group *g, int64_t k
 					p[r][j / 8], _mm512_set1_epi32(((const int32_t *)w[r].u)[16 * b + j]), a);
 		}
 #pragma GCC unroll 4
-		for (int r = 0; r < SIMD_ROWS; r++) {
-			const __m512 sd = _mm512_mul_ps(_mm512_set1_ps(w[r].s[b]), d);
-
-			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r][0]), sd, acc[r]);
-			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r][1]), sd, acc[r]);
-			off[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[r].o[b]), ds, off[r]);
-		}
+		for (int r = 0; r < SIMD_ROWS; r++)
+			acc[r] = tile_block(acc[r], p[r][0], p[r][1],
+			                    _mm512_mul_ps(_mm512_set1_ps(w[r].s[b]), d), w[r].o[b], ds);
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < SIMD_ROWS; r++)
-		_mm512_storeu_ps(out + 16 * r, _mm512_sub_ps(acc[r], off[r]));
+		_mm512_storeu_ps(out + 16 * r, acc[r]);
 }
+
+/*
+ * tile() for two groups (32 columns) at once: each weight pair is loaded
+ * and broadcast once for both, so a product costs 0.75 loads instead of
+ * 1.25. Measured on Zen 5, one thread: 10 to 35 % faster than two tile()
+ * calls for K of 1536 to 8960, as fast at 1024, slower below (28 % at
+ * 640, 70 % at 256; why is not understood), hence SIMD_TILE2_MIN_K.
+ */
+static void tile2(const struct simd_row *w, const struct simd_group *g0,
+                  const struct simd_group *g1, int64_t k, float *out0, float *out1)
+{
+	__m512 acc[SIMD_ROWS][2];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < SIMD_ROWS; r++)
+		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < k / 32; b++) {
+		const int16_t *q0 = g0->q + b * 32 * 16, *q1 = g1->q + b * 32 * 16;
+		const __m512 d0 = _mm512_loadu_ps(g0->d + b * 16), d1 = _mm512_loadu_ps(g1->d + b * 16);
+		__m512i p[SIMD_ROWS][2][2];
+
+#pragma GCC unroll 4
+		for (int r = 0; r < SIMD_ROWS; r++)
+			p[r][0][0] = p[r][0][1] = p[r][1][0] = p[r][1][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++) {
+			const __m512i a0 = _mm512_loadu_si512(q0 + j * 32);
+			const __m512i a1 = _mm512_loadu_si512(q1 + j * 32);
+
+#pragma GCC unroll 4
+			for (int r = 0; r < SIMD_ROWS; r++) {
+				const __m512i wp =
+					_mm512_set1_epi32(((const int32_t *)w[r].u)[16 * b + j]);
+
+				p[r][0][j / 8] = _mm512_dpwssd_epi32(p[r][0][j / 8], wp, a0);
+				p[r][1][j / 8] = _mm512_dpwssd_epi32(p[r][1][j / 8], wp, a1);
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < SIMD_ROWS; r++) {
+			const __m512 s = _mm512_set1_ps(w[r].s[b]);
+
+			acc[r][0] = tile_block(acc[r][0], p[r][0][0], p[r][0][1], _mm512_mul_ps(s, d0),
+			                       w[r].o[b], _mm512_loadu_ps(g0->ds + b * 16));
+			acc[r][1] = tile_block(acc[r][1], p[r][1][0], p[r][1][1], _mm512_mul_ps(s, d1),
+			                       w[r].o[b], _mm512_loadu_ps(g1->ds + b * 16));
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < SIMD_ROWS; r++) {
+		_mm512_storeu_ps(out0 + 16 * r, acc[r][0]);
+		_mm512_storeu_ps(out1 + 16 * r, acc[r][1]);
+	}
+}
+
+#define SIMD_TILE2 tile2
+#define SIMD_TILE2_MIN_K 1536
 
 /*
  * One column times a Q4_K or Q6_K row, the weight bytes multiplied as
