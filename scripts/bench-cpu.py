@@ -5,8 +5,9 @@ with --reference, the reference alone (its built-in kernels), next to
 llama.cpp on the same file, the same prompt and the same thread count, in
 one run.
 
-Prefill: one batched forward over the prompt; decode: N greedy tokens, one
-at a time through the KV cache. q4khost's figures come from its own report
+Prefill: one batched forward over the prompt (q4khost with --raw, so
+both engines see the same tokens: no chat template); decode: N greedy
+tokens, one at a time through the KV cache. q4khost's figures come from its own report
 (`q4khost run --json`, which also names the kernel behind every weight
 type); llama.cpp's from llama-cpp-python timed around eval(). Prints a
 Markdown table row per engine for docs/perf.md.
@@ -39,7 +40,7 @@ def bench_q4khost(binary, model, threads, decode, backend, kernel):
             f.write(f"[plugin.{plugin}]\nthreads = {threads}\n\n")
     out = subprocess.run([binary, "run", "-m", model, "-p", PROMPT, "-n", str(decode),
                           "--config", cfg, "--backend", backend, "--kernel", kernel,
-                          "--json"],
+                          "--raw", "--json"],
                          check=True, capture_output=True, text=True, env=env).stdout
     r = json.loads(out)
     return (r["prefill"]["tokens"], r["prefill"]["tokens_per_second"],
