@@ -23,9 +23,13 @@
 #define IDX_BITS 40
 #define IDX_MASK ((UINT64_C(1) << IDX_BITS) - 1)
 #define GEN_MASK ((UINT64_C(1) << (64 - IDX_BITS)) - 1)
-/* Parts per thread: more balance what a preempted thread delays, fewer
- * cost fewer claims. */
-#define PARTS_PER_THREAD 4
+/*
+ * A claim takes the remaining items over this many times the threads (and
+ * at least the job's grain): large parts first, then ever smaller ones, so
+ * the threads finish a job together and a thread the scheduler holds back
+ * delays the last small part only.
+ */
+#define CLAIM_SHARE 2
 /*
  * Spins between two looks at the clock, each with a sched_yield: on a
  * loaded machine a spinning thread then lends its core to a thread of the
@@ -37,7 +41,7 @@
 struct job {
 	_Atomic(q4kh_task_fn) fn;
 	_Atomic(void *) arg;
-	_Atomic int64_t n, chunk;
+	_Atomic int64_t n, grain;
 };
 
 struct fast_pool {
@@ -88,9 +92,10 @@ static void work(struct fast_pool *p, uint64_t gen, unsigned thread)
 		n = atomic_load_explicit(&j->n, memory_order_relaxed);
 		if (next >= n)
 			return;
-		end = next + atomic_load_explicit(&j->chunk, memory_order_relaxed);
-		if (end > n)
-			end = n;
+		end = (n - next) / ((int64_t)p->threads * CLAIM_SHARE);
+		if (end < atomic_load_explicit(&j->grain, memory_order_relaxed))
+			end = atomic_load_explicit(&j->grain, memory_order_relaxed);
+		end = next + end < n ? next + end : n;
 		if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t,
 		                                           (t & ~IDX_MASK) | (uint64_t)end,
 		                                           memory_order_acquire,
@@ -208,17 +213,13 @@ void fast_pool_destroy(struct fast_pool *p)
 void fast_pool_run(void *pool, int64_t n, int64_t grain, q4kh_task_fn fn, void *arg)
 {
 	struct fast_pool *p = pool;
-	int64_t chunk, parts_wanted = (int64_t)p->threads * PARTS_PER_THREAD;
 	struct job *j;
 
 	if (n <= 0)
 		return;
 	if (grain < 1)
 		grain = 1;
-	chunk = (n + parts_wanted - 1) / parts_wanted;
-	if (chunk < grain)
-		chunk = grain;
-	if (p->threads == 1 || chunk >= n) {
+	if (p->threads == 1 || grain >= n) {
 		fn(arg, 0, 0, n);
 		return;
 	}
@@ -227,7 +228,7 @@ void fast_pool_run(void *pool, int64_t n, int64_t grain, q4kh_task_fn fn, void *
 	atomic_store_explicit(&j->fn, fn, memory_order_relaxed);
 	atomic_store_explicit(&j->arg, arg, memory_order_relaxed);
 	atomic_store_explicit(&j->n, n, memory_order_relaxed);
-	atomic_store_explicit(&j->chunk, chunk, memory_order_relaxed);
+	atomic_store_explicit(&j->grain, grain, memory_order_relaxed);
 	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
 	/* Publish (seq_cst), then count sleepers: a worker counts itself
 	 * before it checks the ticket, so one of the two sees the other. */

@@ -25,11 +25,12 @@ void fast_pool_destroy(struct fast_pool *p);
 
 /*
  * fn(arg, thread, begin, end) over items [0, n): parts of at least GRAIN
- * items (about four per thread, so a thread the scheduler holds back
- * delays one part, not a share), claimed in order by whichever thread is
- * free, the caller included. Returns when every part is done; with one
- * part, runs it on the caller alone. Matches plugin.h's parallel() (POOL
- * is a struct fast_pool).
+ * items, each a share of what is left (large first, then smaller, so a
+ * thread the scheduler holds back delays a small part, not a share),
+ * claimed in order by whichever thread is free, the caller included.
+ * Returns when every part is done; with at most GRAIN items, runs them on
+ * the caller alone. Matches plugin.h's parallel() (POOL is a struct
+ * fast_pool).
  */
 void fast_pool_run(void *pool, int64_t n, int64_t grain, q4kh_task_fn fn,
                    void *arg);
