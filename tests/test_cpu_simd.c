@@ -5,7 +5,7 @@
  * multiply random activations with a few large channels, summed in double.
  *
  * The variant rounds each activation to int16 in blocks of 32 values with
- * scale d_b = max |x| / 32767 (plugins/cpu-simd/simd.h),
+ * scale d_b = max |x| / 32639 (SIMD_QMAX, plugins/cpu-simd/simd.h),
  * so each value moves by at most d_b / 2 and output r may differ from the
  * exact sum by at most
  *   sum_b (d_b / 2) sum_{i in b} |w_ri|      (activation rounding)
@@ -247,7 +247,7 @@ static void check_column(const struct weight *w, const char *isa, int64_t cols,
 				exact += wr[i] * x[i];
 				mag += fabs(wr[i] * x[i]);
 			}
-			bound += amax / 32767 / 2 * wabs;
+			bound += amax / 32639 / 2 * wabs;
 		}
 		bound += 1e-5 * mag;
 		cr_assert(fabs(got[r] - exact) <= bound,

@@ -95,7 +95,7 @@ static inline vf prod_u8(__m256i w, const int16_t *q)
  * Columns in lanes, rows in registers: each pair of a group's 8 columns is
  * loaded once and multiplied with that pair of weights (broadcast) of
  * SIMD_ROWS rows. A lane sums at most 16 products of |u| <= 4096 and |q|
- * <= 32767 before it goes to float: under 2^31.
+ * <= SIMD_QMAX before it goes to float: under 2^31.
  */
 static void tile(const struct simd_row *w, const struct simd_group *g, int64_t k,
                  float *out)

@@ -201,7 +201,7 @@ static inline float offsets(const float *o, const float *ds, int64_t nb)
 
 /*
  * Activations to int16 blocks as struct simd_act says: per block of 32,
- * d = max |x| / 32767 and q = x * (32767 / max |x|) rounded to nearest
+ * d = max |x| / SIMD_QMAX and q = x * (SIMD_QMAX / max |x|) rounded to nearest
  * (even); a block with a value that is not finite gets d = NaN and q = 0.
  */
 static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
@@ -230,8 +230,8 @@ static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
 			memset(q + 32 * b, 0, 32 * sizeof(*q));
 			continue;
 		}
-		d[b] = a / 32767;
-		scale = a > 0 ? 32767 / a : 0;
+		d[b] = a / SIMD_QMAX;
+		scale = a > 0 ? SIMD_QMAX / a : 0;
 		lo = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(scale))),
 		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(scale))));
 		hi = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(scale))),

@@ -402,10 +402,9 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		}
 		if (split) {
 			float *s16 = (float *)next;
-			int8_t *hi = (int8_t *)(s16 + k / 16);
-			uint8_t *lo = (uint8_t *)(hi + k);
+			int8_t *hi = (int8_t *)(s16 + k / 16), *lo = hi + k;
 
-			ctx->kernels->split(act[0].q, k, hi, lo, s16);
+			ctx->kernels->split(act[0].q, k, (int)w->type, hi, lo, s16);
 			act[0] = (struct simd_act){ act[0].q, act[0].d, act[0].ds, hi, lo, s16 };
 		}
 		j.rows = ctx->kernels->rows[w->type];

@@ -81,7 +81,7 @@ static inline vf prod_u8(__m256i w, const int16_t *q)
  * Columns in lanes, rows in registers: each pair of a group's 16 columns
  * is loaded once and multiplied with that pair of weights (broadcast) of
  * SIMD_ROWS rows. A lane sums at most 8 products of |u| <= 4096 and |q|
- * <= 32767 before it goes to float: under 2^31. Per block and row, the
+ * <= SIMD_QMAX before it goes to float: under 2^31. Per block and row, the
  * two halves' sums are scaled into the accumulator and the weight's
  * offset taken off, in that order: tile2() does the same, so a column's
  * result does not depend on how many columns the batch has.
@@ -189,19 +189,18 @@ static void tile2(const struct simd_row *w, const struct simd_group *g0,
 
 /*
  * One column times a Q4_K or Q6_K row, the weight bytes multiplied as
- * they are: vpdpbusd takes 64 unsigned weights (0..15 or 0..63) against
- * the column's high bytes (signed) and its low bytes (unsigned) against
- * the weights (signed, as they are below 128); 256 hi + lo is exactly the
- * int16 product. Each lane sums 4 values of one block, so a register holds
- * two blocks of 32 (Q4_K) or four groups of 16 (Q6_K), scaled in float by
- * a vector of their scales picked with one permute.
+ * they are: vpdpbusd takes 64 unsigned weights against 64 of the column's
+ * high bytes, then against its low bytes (both signed); 256 hi + lo is
+ * exactly the int16 product. Each lane sums 4 values of one block, so a
+ * register holds two blocks of 32 (Q4_K) or four groups of 16 (Q6_K),
+ * scaled in float by a vector of their scales picked with one permute.
  */
-static inline __m512i bytes_dot(__m512i w, const int8_t *hi, const uint8_t *lo)
+static inline __m512 bytes_dot(__m512i w, const int8_t *hi, const int8_t *lo)
 {
 	const __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(hi));
-	const __m512i pl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(lo), w);
+	const __m512i pl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(lo));
 
-	return _mm512_add_epi32(_mm512_slli_epi32(ph, 8), pl);
+	return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ph, 8), pl));
 }
 
 /* The 8 sub-block scales and mins of a Q4_K block (quant.h), byte j of *sc
@@ -225,44 +224,52 @@ static inline __m256 bytes8(uint64_t v)
 	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v)));
 }
 
+/*
+ * Q4_K, 128 values per step: 64 bytes of qs hold sub-blocks 2c and 2c + 2
+ * in their low nibbles and 2c + 1 and 2c + 3 in their high ones, which
+ * are multiplied in place (16 times the value, taken off in the scale):
+ * the column's bytes come in that order of blocks (split()).
+ */
 static float direct_q4_k_bytes(const void *row, const struct simd_act *a, int64_t k)
 {
 	const struct q4kh_block_q4_k *w = row;
-	const __m512i low = _mm512_set1_epi8(0x0F);
-	/* Lanes 0-7 take sub-block 2c's scale, 8-15 sub-block 2c + 1's. */
+	const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8((char)0xF0);
+	/* Lanes 0-7 and 8-15 of the four registers of a block: sub-blocks
+	 * 0, 2 | 1, 3 | 4, 6 | 5, 7 (the high nibbles' scales are 8 .. 15:
+	 * divided by 16). */
 	const __m512i pick[4] = {
-		_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-		_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-		_mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-		_mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
+		_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+		_mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 9, 9, 9, 9, 9, 9, 9, 9),
+		_mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+		_mm512_set_epi32(15, 15, 15, 15, 15, 15, 15, 15, 13, 13, 13, 13, 13, 13, 13, 13),
 	};
 	__m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
 	__m256 off = _mm256_setzero_ps();
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
-		const int64_t j = 8 * sb;
+		const int8_t *hi = a->hi + sb * Q4KH_QK_K, *lo = a->lo + sb * Q4KH_QK_K;
 		uint64_t sc, m;
+		__m256 s8;
 		__m512 s;
 
 		q4_k_scales(w[sb].scales, &sc, &m);
-		s = _mm512_castps256_ps512(_mm256_mul_ps(
-			_mm256_mul_ps(bytes8(sc), _mm256_set1_ps(fp16(w[sb].d))),
-			_mm256_loadu_ps(a->d + j)));
+		s8 = _mm256_mul_ps(_mm256_mul_ps(bytes8(sc), _mm256_set1_ps(fp16(w[sb].d))),
+		                   _mm256_loadu_ps(a->d + 8 * sb));
+		s = _mm512_castsi512_ps(_mm512_inserti64x4(
+			_mm512_castsi256_si512(_mm256_castps_si256(s8)),
+			_mm256_castps_si256(_mm256_mul_ps(s8, _mm256_set1_ps(1.0f / 16))), 1));
 		off = _mm256_fmadd_ps(_mm256_mul_ps(bytes8(m), _mm256_set1_ps(fp16(w[sb].dmin))),
-		                      _mm256_loadu_ps(a->ds + j), off);
-#pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) {
-			const __m256i qs = load32(w[sb].qs + 32 * c);
-			const __m512i v = _mm512_and_si512(
-				_mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 4), 1),
-				low);
-			const __m512 p = _mm512_cvtepi32_ps(
-				bytes_dot(v, a->hi + 32 * j + 64 * c, a->lo + 32 * j + 64 * c));
+		                      _mm256_loadu_ps(a->ds + 8 * sb), off);
+#pragma GCC unroll 2
+		for (int half = 0; half < 2; half++) {
+			const __m512i qs = _mm512_loadu_si512(w[sb].qs + 64 * half);
 
-			if (c % 2)
-				acc1 = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(pick[c], s), acc1);
-			else
-				acc0 = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(pick[c], s), acc0);
+			acc0 = _mm512_fmadd_ps(bytes_dot(_mm512_and_si512(qs, low), hi + 128 * half,
+			                                 lo + 128 * half),
+			                       _mm512_permutexvar_ps(pick[2 * half], s), acc0);
+			acc1 = _mm512_fmadd_ps(bytes_dot(_mm512_and_si512(qs, high), hi + 128 * half + 64,
+			                                 lo + 128 * half + 64),
+			                       _mm512_permutexvar_ps(pick[2 * half + 1], s), acc1);
 		}
 	}
 	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) -
@@ -307,43 +314,43 @@ static float direct_q6_k_bytes(const void *row, const struct simd_act *a, int64_
 		for (int h = 0; h < 2; h++) {
 			const __m512i ql = _mm512_loadu_si512(w[sb].ql + 64 * h);
 			const __m512i qh = _mm512_broadcast_i64x4(load32(w[sb].qh + 32 * h));
-			const __m512i v[2] = {
-				_mm512_or_si512(_mm512_and_si512(ql, low),
-				                _mm512_and_si512(_mm512_sllv_epi16(qh, up), top)),
-				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
-				                _mm512_and_si512(_mm512_srlv_epi16(qh, down), top)),
-			};
+			const __m512i v0 = _mm512_or_si512(_mm512_and_si512(ql, low),
+			                                   _mm512_and_si512(_mm512_sllv_epi16(qh, up), top));
+			const __m512i v1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+			                                   _mm512_and_si512(_mm512_srlv_epi16(qh, down), top));
+			const int64_t at = base + 128 * h;
 
-#pragma GCC unroll 2
-			for (int part = 0; part < 2; part++) {
-				const int64_t off_k = base + 128 * h + 64 * part;
-				const __m512 p = _mm512_cvtepi32_ps(
-					bytes_dot(v[part], a->hi + off_k, a->lo + off_k));
-				const __m512 sv = _mm512_permutexvar_ps(pick[2 * h + part], s);
-
-				if (part)
-					acc1 = _mm512_fmadd_ps(p, sv, acc1);
-				else
-					acc0 = _mm512_fmadd_ps(p, sv, acc0);
-			}
+			acc0 = _mm512_fmadd_ps(bytes_dot(v0, a->hi + at, a->lo + at),
+			                       _mm512_permutexvar_ps(pick[2 * h], s), acc0);
+			acc1 = _mm512_fmadd_ps(bytes_dot(v1, a->hi + at + 64, a->lo + at + 64),
+			                       _mm512_permutexvar_ps(pick[2 * h + 1], s), acc1);
 		}
 	}
 	return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) -
 	       32.0f * _mm512_reduce_add_ps(off);
 }
 
-/* q's high and low bytes and its sums per 16 (struct simd_act). */
-static void split(const int16_t *q, int64_t k, int8_t *hi, uint8_t *lo, float *s16)
+/*
+ * q's signed high and low bytes (q = 256 hi + lo) and its sums per 16
+ * (struct simd_act); for Q4_K the blocks of each 256 go in the order its
+ * product reads them, 0 2 1 3 4 6 5 7.
+ */
+static void split(const int16_t *q, int64_t k, int type, int8_t *hi, int8_t *lo, float *s16)
 {
-	const __m512i one = _mm512_set1_epi16(1);
+	static const int q4_k_order[8] = { 0, 2, 1, 3, 4, 6, 5, 7 };
+	const __m512i one = _mm512_set1_epi16(1), half = _mm512_set1_epi16(128);
 
 	for (int64_t i = 0; i < k; i += 32) {
 		const __m512i v = _mm512_loadu_si512(q + i);
 		const __m512i pairs = _mm512_madd_epi16(v, one);
+		/* Where block i / 32 goes among the bytes. */
+		const int64_t at = type == SIMD_Q4_K
+		                           ? i / 256 * 256 + 32 * q4_k_order[i / 32 % 8]
+		                           : i;
 
-		_mm256_storeu_si256((__m256i *)(hi + i),
-		                    _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
-		_mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi16_epi8(v));
+		_mm256_storeu_si256((__m256i *)(hi + at),
+		                    _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_add_epi16(v, half), 8)));
+		_mm256_storeu_si256((__m256i *)(lo + at), _mm512_cvtepi16_epi8(v));
 		s16[i / 16] = (float)_mm512_mask_reduce_add_epi32(0x00FF, pairs);
 		s16[i / 16 + 1] = (float)_mm512_mask_reduce_add_epi32(0xFF00, pairs);
 	}
