@@ -414,18 +414,27 @@ Test(cpu_fast, rope_within_the_rounding_of_its_angles)
 	}
 }
 
-/* Attention of T queries at POS over a cache of TYPE, against float64. */
+/*
+ * Attention of T queries over a cache of TYPE, against float64: at
+ * positions pos0 + t, or with EXT at 5, 30, 31 (T = 3) or 3 + 4t (more:
+ * a step that converts an f16 cache first).
+ */
 static void attention_case(struct env *e, const char *isa, uint32_t type, int32_t window,
-                           float softcap, int ext)
+                           float softcap, int ext, int64_t T)
 {
-	const int64_t hd = 40, heads = 4, kv = 2, n_ctx = 64, T = 3;
-	const int32_t ext_pos[3] = { 5, 30, 31 }, pos0 = 20;
+	const int64_t hd = 40, heads = 4, kv = 2, n_ctx = 64;
+	const int32_t pos0 = 20;
+	int32_t ext_pos[12];
 	float *q = randoms(hd * heads * T, 1.5), *k = randoms(hd * kv * n_ctx, 1.5);
 	float *v = randoms(hd * kv * n_ctx, 4.0), *got;
 	uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(hd * kv * n_ctx));
 	uint16_t *vh = malloc(sizeof(uint16_t) * (size_t)(hd * kv * n_ctx));
 	const int f16 = type == Q4KH_TYPE_F16;
 	struct q4kh_tensor qt, kt, vt, ot, pt;
+
+	cr_assert_leq(T, 12);
+	for (int64_t t = 0; t < T; t++)
+		ext_pos[t] = T == 3 ? (int32_t[]){ 5, 30, 31 }[t] : (int32_t)(3 + 4 * t);
 	struct q4kh_attn_params p = { .struct_size = sizeof(p), .window = window,
 		                      .pos0 = pos0, .scale = 0.3f, .softcap = softcap };
 
@@ -506,9 +515,11 @@ Test(cpu_fast, attention_within_the_bound_of_its_scores)
 			for (int ext = 0; ext < 2; ext++) {
 				const uint32_t type = f16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
 
-				attention_case(e, isas[isa_], type, 0, 0.0f, ext);
-				attention_case(e, isas[isa_], type, 6, 0.0f, ext);
-				attention_case(e, isas[isa_], type, 0, 2.5f, ext);
+				for (int64_t T = 3; T <= 12; T += 9) {
+					attention_case(e, isas[isa_], type, 0, 0.0f, ext, T);
+					attention_case(e, isas[isa_], type, 6, 0.0f, ext, T);
+					attention_case(e, isas[isa_], type, 0, 2.5f, ext, T);
+				}
 			}
 	}
 }

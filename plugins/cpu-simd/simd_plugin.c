@@ -242,18 +242,20 @@ static size_t split_bytes(int64_t k)
 }
 
 /*
- * Scratch for COLS columns (GROUPS groups of W for gemm, else none), ROWS
- * decoded rows and, with SPLIT, one column's split: structs first, then
- * floats and int16, then bytes (K is a multiple of 32, so each part stays
- * aligned).
+ * Scratch for COLS columns (GROUPS groups of W for gemm, with a temporary
+ * column per thread of THREADS; else none), ROWS decoded rows and, with
+ * SPLIT, one column's split: structs first, then floats and int16, then
+ * bytes (K is a multiple of 32, so each part stays aligned).
  */
 static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows,
-                            int split)
+                            unsigned threads, int split)
 {
+	const size_t temps = groups ? threads : 0;
 	const size_t structs = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *)) +
+	                       temps * sizeof(struct simd_act) +
 	                       (size_t)groups * sizeof(struct simd_group) +
 	                       rows * sizeof(struct simd_row);
-	const size_t columns = groups ? (size_t)(groups * w + 1) : (size_t)cols;
+	const size_t columns = groups ? (size_t)(groups * w) + temps : (size_t)cols;
 
 	return structs + (rows + columns) * values_bytes(k) + (split ? split_bytes(k) : 0);
 }
@@ -279,6 +281,44 @@ static void take(uint8_t **next, int64_t k, int16_t **q, float **f0, float **f1)
 	*f1 = *f0 + k / SIMD_BLOCK;
 	*q = (int16_t *)(*f1 + k / SIMD_BLOCK);
 	*next += values_bytes(k);
+}
+
+/* The quantisation of a gemm's columns into groups, per group. */
+struct prep_job {
+	const struct simd_kernels *kernels;
+	const uint8_t *x;  /* column 0 */
+	int64_t stride, k, cols;
+	const struct simd_group *grp;
+	const struct simd_act *tmp; /* one per thread */
+};
+
+/* Each column of groups [begin, end) through the thread's temporary. */
+static void prep_part(void *arg, unsigned thread, int64_t begin, int64_t end)
+{
+	const struct prep_job *j = arg;
+	const struct simd_act *t = &j->tmp[thread];
+	const int w = j->kernels->width;
+
+	for (int64_t g = begin; g < end; g++)
+		for (int c = 0; c < w; c++) {
+			const int64_t col = g * w + c;
+
+			if (col < j->cols)
+				j->kernels->quantize((const float *)(j->x + col * j->stride), j->k,
+				                     (int16_t *)t->q, (float *)t->d, (float *)t->ds);
+			simd_interleave(col < j->cols ? t : NULL, j->k, w, c, (int16_t *)j->grp[g].q,
+			                (float *)j->grp[g].d, (float *)j->grp[g].ds);
+		}
+}
+
+/* FN over [0, n) on the backend's lent threads, else on the variant's. */
+static void run_parallel(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev, int lent,
+                         int64_t n, int64_t grain, q4kh_task_fn fn, void *arg)
+{
+	if (lent)
+		dev->parallel(dev->pool, n, grain, fn, arg);
+	else
+		cpu_pool_run(ctx->pool, n, grain, fn, arg);
 }
 
 /* One product, as the pool's workers see it. */
@@ -319,13 +359,14 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	int64_t k, cols, groups;
 	size_t rows;
 	struct job j = { 0 };
-	struct simd_act *act;
+	struct simd_act *act, *tmp;
 	struct simd_group *grp;
 	struct simd_row *row;
 	float **ycol;
 	uint8_t *xb, *yb, *next;
 	size_t bytes;
 	int width, lent, split;
+	unsigned threads;
 
 	if (!ctx || !w || !x || !y || !dev || !dev->address)
 		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
@@ -350,10 +391,11 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		            "gemv/gemm: cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
 	groups = gemm ? (cols + width - 1) / width : 0;
-	rows = (size_t)(lent ? dev->threads : ctx->threads) * (size_t)ctx->kernels->tile_rows;
+	threads = lent ? dev->threads : ctx->threads;
+	rows = (size_t)threads * (size_t)ctx->kernels->tile_rows;
 	/* One column goes through the direct products, which may want it split. */
 	split = !gemm && cols == 1 && ctx->kernels->split;
-	bytes = scratch_bytes(k, cols, groups, width, rows, split);
+	bytes = scratch_bytes(k, cols, groups, width, rows, threads, split);
 	if (scratch_reserve(ctx, bytes))
 		return fail(ctx, Q4KH_ERR_NOMEM,
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
@@ -361,7 +403,8 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
 	yb = (uint8_t *)dev->address(y->buffer) + y->offset;
 	act = ctx->scratch;
-	grp = (struct simd_group *)(act + cols);
+	tmp = act + cols;
+	grp = (struct simd_group *)(tmp + (groups ? threads : 0));
 	row = (struct simd_row *)(grp + groups);
 	ycol = (float **)(row + rows);
 	next = (uint8_t *)(ycol + cols);
@@ -370,25 +413,21 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	for (int64_t c = 0; c < cols; c++)
 		ycol[c] = (float *)(yb + c * y->nb[1]);
 	if (gemm) {
-		int16_t *tq, *q;
-		float *td, *tds, *d, *ds;
-		struct simd_act tmp;
+		struct prep_job pj = { ctx->kernels, xb, x->nb[1], k, cols, grp, tmp };
+		int16_t *q;
+		float *d, *ds;
 
-		/* Each column once through a temporary, then into its group. */
-		take(&next, k, &tq, &td, &tds);
-		tmp = (struct simd_act){ tq, td, tds, NULL, NULL, NULL };
+		/* Each column once through its thread's temporary, then into its
+		 * group, the groups over the threads. */
+		for (unsigned t = 0; t < threads; t++) {
+			take(&next, k, &q, &d, &ds);
+			tmp[t] = (struct simd_act){ q, d, ds, NULL, NULL, NULL };
+		}
 		for (int64_t g = 0; g < groups; g++) {
 			take(&next, k * width, &q, &d, &ds);
 			grp[g] = (struct simd_group){ q, d, ds };
-			for (int c = 0; c < width; c++) {
-				const int64_t col = g * width + c;
-
-				if (col < cols)
-					ctx->kernels->quantize((const float *)(xb + col * x->nb[1]),
-					                       k, tq, td, tds);
-				simd_interleave(col < cols ? &tmp : NULL, k, width, c, q, d, ds);
-			}
 		}
+		run_parallel(ctx, dev, lent, groups, 1, prep_part, &pj);
 		j.tiles = ctx->kernels->tiles[w->type];
 		j.grp = grp;
 	} else {
@@ -415,10 +454,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	j.y = ycol;
 	j.row = row;
 	j.tile_rows = ctx->kernels->tile_rows;
-	if (lent)
-		dev->parallel(dev->pool, w->n, ROW_GRAIN, run_part, &j);
-	else
-		cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
+	run_parallel(ctx, dev, lent, w->n, ROW_GRAIN, run_part, &j);
 	return Q4KH_OK;
 }
 
