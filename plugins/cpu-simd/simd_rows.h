@@ -92,28 +92,28 @@ static float direct_q4_k(const void *row, const struct simd_act *a, int64_t k)
 	const struct q4kh_block_q4_k *w = row;
 	const __m256i low = _mm256_set1_epi8(0x0F);
 	vf acc[4] = { vf_zero(), vf_zero(), vf_zero(), vf_zero() };
-	float off = 0;
+	__m256 offv = _mm256_setzero_ps();
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
-		const float d = fp16(w[sb].d), dmin = fp16(w[sb].dmin);
+		float s[8];
+		__m256 sc, m;
 
+		q4_k_scales(&w[sb], &sc, &m);
+		_mm256_storeu_ps(s, _mm256_mul_ps(sc, _mm256_loadu_ps(a->d + sb * 8)));
+		offv = _mm256_fmadd_ps(m, _mm256_loadu_ps(a->ds + sb * 8), offv);
 #pragma GCC unroll 4
 		for (int c = 0; c < 4; c++) {
 			const __m256i qs = load32(w[sb].qs + 32 * c);
 			const int64_t j = sb * 8 + 2 * c;
-			int sc0, sc1, m0, m1;
 
-			q4_k_scale_min(w[sb].scales, 2 * c, &sc0, &m0);
-			q4_k_scale_min(w[sb].scales, 2 * c + 1, &sc1, &m1);
-			acc[c] = vf_fma(prod_u8(_mm256_and_si256(qs, low), a->q + 32 * j),
-			                d * (float)sc0 * a->d[j], acc[c]);
+			acc[c] = vf_fma(prod_u8(_mm256_and_si256(qs, low), a->q + 32 * j), s[2 * c],
+			                acc[c]);
 			acc[c] = vf_fma(prod_u8(_mm256_and_si256(_mm256_srli_epi16(qs, 4), low),
 			                        a->q + 32 * (j + 1)),
-			                d * (float)sc1 * a->d[j + 1], acc[c]);
-			off += dmin * ((float)m0 * a->ds[j] + (float)m1 * a->ds[j + 1]);
+			                s[2 * c + 1], acc[c]);
 		}
 	}
-	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - off;
+	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - hsum8(offv);
 }
 #endif
 

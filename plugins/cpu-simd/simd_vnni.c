@@ -203,27 +203,6 @@ static inline __m512 bytes_dot(__m512i w, const int8_t *hi, const int8_t *lo)
 	return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ph, 8), pl));
 }
 
-/* The 8 sub-block scales and mins of a Q4_K block (quant.h), byte j of *sc
- * and *m, from its 12 bytes in four 32-bit steps (as llama.cpp does). */
-static inline void q4_k_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
-{
-	uint32_t u0, u1, u2;
-
-	memcpy(&u0, s, 4);
-	memcpy(&u1, s + 4, 4);
-	memcpy(&u2, s + 8, 4);
-	*sc = (uint64_t)(u0 & 0x3f3f3f3f) |
-	      (uint64_t)((u2 & 0x0f0f0f0f) | ((u0 >> 2) & 0x30303030)) << 32;
-	*m = (uint64_t)(u1 & 0x3f3f3f3f) |
-	     (uint64_t)(((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 2) & 0x30303030)) << 32;
-}
-
-/* Eight bytes as floats. */
-static inline __m256 bytes8(uint64_t v)
-{
-	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v)));
-}
-
 /*
  * Q4_K, 128 values per step: 64 bytes of qs hold sub-blocks 2c and 2c + 2
  * in their low nibbles and 2c + 1 and 2c + 3 in their high ones, which
@@ -248,18 +227,15 @@ static float direct_q4_k_bytes(const void *row, const struct simd_act *a, int64_
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
 		const int8_t *hi = a->hi + sb * Q4KH_QK_K, *lo = a->lo + sb * Q4KH_QK_K;
-		uint64_t sc, m;
-		__m256 s8;
+		__m256 sc, m, s8;
 		__m512 s;
 
-		q4_k_scales(w[sb].scales, &sc, &m);
-		s8 = _mm256_mul_ps(_mm256_mul_ps(bytes8(sc), _mm256_set1_ps(fp16(w[sb].d))),
-		                   _mm256_loadu_ps(a->d + 8 * sb));
+		q4_k_scales(&w[sb], &sc, &m);
+		s8 = _mm256_mul_ps(sc, _mm256_loadu_ps(a->d + 8 * sb));
 		s = _mm512_castsi512_ps(_mm512_inserti64x4(
 			_mm512_castsi256_si512(_mm256_castps_si256(s8)),
 			_mm256_castps_si256(_mm256_mul_ps(s8, _mm256_set1_ps(1.0f / 16))), 1));
-		off = _mm256_fmadd_ps(_mm256_mul_ps(bytes8(m), _mm256_set1_ps(fp16(w[sb].dmin))),
-		                      _mm256_loadu_ps(a->ds + 8 * sb), off);
+		off = _mm256_fmadd_ps(m, _mm256_loadu_ps(a->ds + 8 * sb), off);
 #pragma GCC unroll 2
 		for (int half = 0; half < 2; half++) {
 			const __m512i qs = _mm512_loadu_si512(w[sb].qs + 64 * half);
