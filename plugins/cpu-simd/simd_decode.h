@@ -145,35 +145,42 @@ static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
 	}
 }
 
+/*
+ * Block of 32 values BLK (0 .. 7) of a Q6_K block as signed bytes, q - 32
+ * (quant.h): of half h = blk / 4, the low or high nibbles of ql bytes
+ * 64h .. 64h + 31 or 64h + 32 .., and as bits 4, 5 bits 2i, 2i + 1 of its
+ * qh bytes, i = blk % 4. Callers unroll over BLK; the loads are shared.
+ */
+static inline __attribute__((always_inline)) __m256i q6_k_block(const struct q4kh_block_q6_k *b,
+                                                                  int blk)
+{
+	const int h = blk / 4, i = blk % 4;
+	const __m256i ql = load32(b->ql + 64 * h + 32 * (i % 2));
+	const __m256i qh = load32(b->qh + 32 * h);
+	const __m256i nib = _mm256_and_si256(i < 2 ? ql : _mm256_srli_epi16(ql, 4),
+	                                     _mm256_set1_epi8(0x0F));
+	const __m256i hi = i == 0 ? _mm256_slli_epi16(qh, 4) :
+	                   i == 1 ? _mm256_slli_epi16(qh, 2) :
+	                   i == 2 ? qh :
+	                            _mm256_srli_epi16(qh, 2);
+
+	return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(hi, _mm256_set1_epi8(0x30))),
+	                       _mm256_set1_epi8(32));
+}
+
 static void decode_q6_k(const void *row, int64_t k, const struct simd_row *out)
 {
 	const struct q4kh_block_q6_k *w = row;
-	const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
-	const __m256i bias = _mm256_set1_epi8(32);
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
 		const int8_t *sc = w[sb].scales;
 		const float d = fp16(w[sb].d);
 
 		for (int h = 0; h < 2; h++) {
-			const __m256i ql0 = load32(w[sb].ql + 64 * h);
-			const __m256i ql1 = load32(w[sb].ql + 64 * h + 32);
-			const __m256i qh = load32(w[sb].qh + 32 * h);
-			/* Bits 2i, 2i+1 of qh are bits 4, 5 of value 32i + l. */
-			const __m256i v[4] = {
-				_mm256_or_si256(_mm256_and_si256(ql0, low),
-				                _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
-				_mm256_or_si256(_mm256_and_si256(ql1, low),
-				                _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-				                _mm256_and_si256(qh, top)),
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-				                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top)),
-			};
-
+#pragma GCC unroll 4
 			for (int i = 0; i < 4; i++) {
 				const int blk = 4 * h + i, g = 2 * blk;
-				const __m256i q = _mm256_sub_epi8(v[i], bias);
+				const __m256i q = q6_k_block(&w[sb], blk);
 				int16_t *u = out->u + sb * Q4KH_QK_K + 32 * blk;
 
 				_mm256_storeu_si256((__m256i *)u,

@@ -88,14 +88,12 @@ static float direct_q5_0(const void *row, const struct simd_act *a, int64_t k)
 
 /*
  * One column times a Q6_K row (AVX2): each block of 32 values built in
- * registers as decode_q6_k builds it, its two groups of 16 multiplied
- * apart, each with its own scale.
+ * registers (q6_k_block), its two groups of 16 multiplied apart, each
+ * with its own scale.
  */
 static float direct_q6_k(const void *row, const struct simd_act *a, int64_t k)
 {
 	const struct q4kh_block_q6_k *w = row;
-	const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
-	const __m256i bias = _mm256_set1_epi8(32);
 	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
 		          _mm256_setzero_ps() };
 
@@ -103,27 +101,13 @@ static float direct_q6_k(const void *row, const struct simd_act *a, int64_t k)
 		const int8_t *sc = w[sb].scales;
 		const float d = fp16(w[sb].d);
 
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
-			const __m256i ql0 = load32(w[sb].ql + 64 * h);
-			const __m256i ql1 = load32(w[sb].ql + 64 * h + 32);
-			const __m256i qh = load32(w[sb].qh + 32 * h);
-			/* As decode_q6_k: bits 2i, 2i+1 of qh are bits 4, 5 of value 32i + l. */
-			const __m256i v[4] = {
-				_mm256_or_si256(_mm256_and_si256(ql0, low),
-				                _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
-				_mm256_or_si256(_mm256_and_si256(ql1, low),
-				                _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-				                _mm256_and_si256(qh, top)),
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-				                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top)),
-			};
-
 #pragma GCC unroll 4
 			for (int i = 0; i < 4; i++) {
 				const int blk = 4 * h + i;
 				const int64_t j = sb * 8 + blk;
-				const __m256i q = _mm256_sub_epi8(v[i], bias);
+				const __m256i q = q6_k_block(&w[sb], blk);
 				const __m256i *aq = (const __m256i *)(a->q + 32 * j);
 				const float sd = d * a->d[j];
 				const __m256i p0 = _mm256_madd_epi16(
