@@ -183,8 +183,12 @@ static int32_t view(struct q4kh_graph *g, int32_t v,
                     const struct q4kh_tensor *t, uint64_t offset,
                     const char *how)
 {
-	int32_t i = value(g, Q4KH_VAL_VIEW, t, "%.24s (%s)", g->vals[v].name, how);
+	char base[Q4KH_GRAPH_NAME];
+	int32_t i;
 
+	/* A copy: adding the value may move g->vals, and the name with it. */
+	snprintf(base, sizeof(base), "%s", g->vals[v].name);
+	i = value(g, Q4KH_VAL_VIEW, t, "%.24s (%s)", base, how);
 	if (i >= 0) {
 		g->vals[i].base = v;
 		g->vals[i].offset = offset;
