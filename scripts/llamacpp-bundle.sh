@@ -23,7 +23,7 @@ src="$work/llama_cpp_python-$version/vendor/llama.cpp"
 [ -f "$src/CMakeLists.txt" ] || { echo "llamacpp-bundle: no vendor/llama.cpp in the sdist" >&2; exit 1; }
 
 # What none of the three programs builds from.
-rm -rf "$src"/{docs,models,media,gguf-py,benches,conversion,.github,.devops}
+rm -rf "$src"/{docs,models,media,gguf-py,benches,conversion,.github,.devops,.git}
 for d in "$src"/ggml/src/ggml-*/; do
 	case $(basename "$d") in ggml-cpu | ggml-cuda) ;; *) rm -rf "$d" ;; esac
 done

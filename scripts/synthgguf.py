@@ -49,6 +49,8 @@ def _value(v):
             raise ValueError("empty arrays have no element type")
         if isinstance(v[0], str):
             return _ARR, struct.pack("<IQ", _STR, len(v)) + b"".join(_str(s) for s in v)
+        if isinstance(v[0], bool):
+            return _ARR, struct.pack("<IQ", _BOOL, len(v)) + bytes(int(x) for x in v)
         if isinstance(v[0], float):
             return _ARR, struct.pack("<IQ", _F32, len(v)) + np.asarray(v, "<f4").tobytes()
         return _ARR, struct.pack("<IQ", _I32, len(v)) + np.asarray(v, "<i4").tobytes()
@@ -238,7 +240,8 @@ class Shape:
         del self.__dict__["self"]
 
 
-def add_hparams(w, s, name, description):
+def add_base_hparams(w, s, name, description):
+    """The keys every architecture's file starts with; the prefix."""
     w.add("general.architecture", s.arch)
     w.add("general.name", name)
     w.add("general.description", description)
@@ -249,6 +252,11 @@ def add_hparams(w, s, name, description):
     w.add(p + "feed_forward_length", s.n_ff)
     w.add(p + "attention.head_count", s.n_head)
     w.add(p + "attention.head_count_kv", s.n_head_kv)
+    return p
+
+
+def add_hparams(w, s, name, description):
+    p = add_base_hparams(w, s, name, description)
     w.add(p + "attention.layer_norm_rms_epsilon", s.eps)
     w.add(p + "rope.freq_base", s.rope_base)
     if s.qk_norm:
@@ -303,11 +311,87 @@ def layer_tensors(s, il, gain):
 
 
 def tensor_data(rng, qtype, ne0, ne1, std):
-    """Bytes of one planned tensor (a "norm" is 1 plus N(0, 0.1) noise)."""
+    """Bytes of one planned tensor (a "norm" is 1 plus N(0, 0.1) noise; a
+    "decay" is Qwen3.5's ssm_a, -exp(A_log), here per head from -0.02, a
+    memory of about a hundred tokens, to -0.5)."""
     if qtype == "norm":
         return (1.0 + rng.normal(0.0, 0.1, ne0 * ne1)).astype("<f4").tobytes()
+    if qtype == "decay":
+        return (-np.exp(rng.uniform(np.log(0.02), np.log(0.5), ne0 * ne1))).astype("<f4").tobytes()
     return random_blocks(rng, qtype, ne0, ne1, std)
 
 
 def declare(w, name, qtype, ne0, ne1):
-    w.tensor(name, "F32" if qtype == "norm" else qtype, ne0, ne1)
+    w.tensor(name, "F32" if qtype in ("norm", "decay") else qtype, ne0, ne1)
+
+
+# --- Qwen3.5 (qwen35): gated attention and gated delta-net layers -------------
+
+class Qwen35Shape:
+    """Hyper-parameters of a qwen35 model as llama.cpp's converter writes
+    them: full attention every full_attention_interval-th layer, with
+    n_rot = head_dim / 4 rotated in the rope sections; linear attention
+    with ssm_k_heads key heads, ssm_v_heads value heads of ssm_state values
+    and a conv_kernel-tap convolution."""
+
+    def __init__(self, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, sections,
+                 ssm_k_heads, ssm_v_heads, ssm_state, conv_kernel, interval, rope_base,
+                 eps, ctx, tied):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+        self.arch = "qwen35"
+        self.n_rot = head_dim // 4
+
+    def recurrent(self, il):
+        return (il + 1) % self.interval != 0
+
+    def conv_channels(self):
+        return (2 * self.ssm_k_heads + self.ssm_v_heads) * self.ssm_state
+
+
+def add_qwen35_hparams(w, s, name, description):
+    p = add_base_hparams(w, s, name, description)
+    w.add(p + "rope.freq_base", s.rope_base)
+    w.add(p + "attention.layer_norm_rms_epsilon", s.eps)
+    w.add(p + "attention.key_length", s.head_dim)
+    w.add(p + "attention.value_length", s.head_dim)
+    w.add(p + "ssm.conv_kernel", s.conv_kernel)
+    w.add(p + "ssm.state_size", s.ssm_state)
+    w.add(p + "ssm.group_count", s.ssm_k_heads)
+    w.add(p + "ssm.time_step_rank", s.ssm_v_heads)
+    w.add(p + "ssm.inner_size", s.ssm_state * s.ssm_v_heads)
+    w.add(p + "attention.recurrent_layers", [s.recurrent(il) for il in range(s.n_layer)])
+    w.add(p + "full_attention_interval", s.interval)
+    w.add(p + "rope.dimension_count", s.n_rot)
+    w.add(p + "rope.dimension_sections", list(s.sections))
+
+
+def qwen35_layer_tensors(s, il, gain):
+    """(name, type, ne0, ne1, std) of layer il as in a Q4_K_M file."""
+    b = "blk.%d." % il
+    e = s.n_embd
+    wide = "Q6_K" if q4_k_m_more_bits(il, s.n_layer) else "Q4_K"
+    out = [(b + "attn_norm.weight", "norm", e, 1, 0)]
+    if s.recurrent(il):
+        vd, ch, hv = s.ssm_state * s.ssm_v_heads, s.conv_channels(), s.ssm_v_heads
+        out += [(b + "attn_qkv.weight", "Q4_K", e, ch, e ** -0.5),
+                (b + "attn_gate.weight", "Q4_K", e, vd, e ** -0.5),
+                (b + "ssm_conv1d.weight", "F32", s.conv_kernel, ch, 0.5),
+                (b + "ssm_dt.bias", "F32", hv, 1, 0.5),
+                (b + "ssm_a", "decay", hv, 1, 0),
+                (b + "ssm_beta.weight", "Q4_K", e, hv, e ** -0.5),
+                (b + "ssm_alpha.weight", "Q4_K", e, hv, e ** -0.5),
+                (b + "ssm_norm.weight", "norm", s.ssm_state, 1, 0),
+                (b + "ssm_out.weight", "Q4_K", vd, e, gain * vd ** -0.5)]
+    else:
+        qd, kvd = s.head_dim * s.n_head, s.head_dim * s.n_head_kv
+        out += [(b + "attn_q.weight", "Q4_K", e, 2 * qd, e ** -0.5),
+                (b + "attn_k.weight", "Q4_K", e, kvd, e ** -0.5),
+                (b + "attn_v.weight", wide, e, kvd, e ** -0.5),
+                (b + "attn_output.weight", "Q4_K", qd, e, gain * qd ** -0.5),
+                (b + "attn_q_norm.weight", "norm", s.head_dim, 1, 0),
+                (b + "attn_k_norm.weight", "norm", s.head_dim, 1, 0)]
+    return out + [(b + "post_attention_norm.weight", "norm", e, 1, 0),
+                  (b + "ffn_gate.weight", "Q4_K", e, s.n_ff, e ** -0.5),
+                  (b + "ffn_up.weight", "Q4_K", e, s.n_ff, e ** -0.5),
+                  (b + "ffn_down.weight", wide, s.n_ff, e, gain * s.n_ff ** -0.5)]

@@ -3,7 +3,8 @@
 # is missing, fetch the default model (the tests need it) and the DeepSeek
 # vocabulary (scripts/fetch-deepseek-vocab.py), build, and run
 #   main        every Criterion suite through make check, packaging
-#               included (the SDK examples, make distcheck, the .debs)
+#               included (the SDK examples, make distcheck, the .debs
+#               and the .rpms)
 #   sanitizers  every suite again on an ASan/LSan/UBSan build
 #               (scripts/test-sanitizers.sh)
 #   fuzz        each libFuzzer target for 60 s (scripts/fuzz.sh 60)
@@ -29,10 +30,12 @@ bash scripts/fetch-model.sh || exit 1
 # a real test input, optional: test_bpe's DeepSeek cases skip without it
 python3 scripts/fetch-deepseek-vocab.py ||
 	echo "test.sh: no DeepSeek-R1 vocabulary; its tokenizer cases will skip" >&2
+bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
 
 main_stage() {
 	Q4KH_BUILD_DIR="$build" bash scripts/build.sh || return 1
-	# tests/test_package: the SDK examples, make distcheck and the .debs.
+	# tests/test_package: the SDK examples, make distcheck, the .debs and
+	# the .rpms.
 	Q4KH_REQUIRE_MODEL=1 Q4KH_TEST_PACKAGING=1 \
 		make -C "$build" -j"$(nproc)" check >"$build/check.log" 2>&1
 	bash scripts/check-summary.sh "$build" $?

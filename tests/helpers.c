@@ -3,6 +3,9 @@
 #include "model.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *env_or(const char *name, const char *fallback)
@@ -328,4 +332,144 @@ int test_exported_symbols(const char *so, char *first, size_t cap)
 	}
 	cr_assert_eq(pclose(f), 0, "%s failed", cmd);
 	return n;
+}
+
+const char *test_q4khost_command(const char *env, const char *receipts, const char *args,
+                                 char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap,
+	                 "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND -u Q4KHOST_LOG "
+	                 "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s",
+	                 receipts, receipts, env, test_builddir(), args);
+
+	cr_assert(n >= 0 && (size_t)n < cap, "the command is longer than %zu bytes", cap);
+	return buf;
+}
+
+int test_q4khost(const char *env, const char *receipts, const char *args, char **out)
+{
+	char *cmd = malloc(strlen(env) + strlen(receipts) * 2 + strlen(args) + 8192);
+	int rc;
+
+	cr_assert_not_null(cmd);
+	test_q4khost_command(env, receipts, args, cmd,
+	                     strlen(env) + strlen(receipts) * 2 + strlen(args) + 8192);
+	rc = test_shell(cmd, out);
+	free(cmd);
+	return rc;
+}
+
+pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path)
+{
+	char *full;
+	pid_t pid;
+
+	cr_assert_geq(asprintf(&full, "exec %s", cmd), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0, "fork");
+	if (pid == 0) {
+		int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+			_exit(127);
+		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+		_exit(127);
+	}
+	free(full);
+	return pid;
+}
+
+int test_reap(pid_t pid)
+{
+	int status;
+
+	while (waitpid(pid, &status, 0) < 0)
+		cr_assert_eq(errno, EINTR, "waitpid %ld", (long)pid);
+	return status;
+}
+
+static void pause_a_little(void)
+{
+	nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+}
+
+void test_wait_for(const char *path, const char *needle)
+{
+	for (;;) {
+		size_t len = 0;
+		char *text = test_read_file(path, &len);
+		int found = text && (needle ? strstr(text, needle) != NULL : len > 0);
+
+		free(text);
+		if (found)
+			return;
+		pause_a_little();
+	}
+}
+
+/* A /proc file (its size reads as 0) into BUF; its length, -1 when gone. */
+static ssize_t read_proc(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t len;
+
+	if (!f)
+		return -1;
+	len = fread(buf, 1, cap - 1, f);
+	fclose(f);
+	buf[len] = 0;
+	return (ssize_t)len;
+}
+
+/* Field 3 (state) and 4 (parent) of /proc/PID/stat; 0 when it is gone. */
+static int proc_stat(pid_t pid, char *state, pid_t *ppid)
+{
+	char path[64], buf[1024], *paren;
+	long parent;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+	if (read_proc(path, buf, sizeof(buf)) < 0)
+		return 0;
+	/* The command name may hold spaces: read after its closing ')'. */
+	paren = strrchr(buf, ')');
+	if (!paren || sscanf(paren + 1, " %c %ld", state, &parent) != 2)
+		return 0;
+	*ppid = (pid_t)parent;
+	return 1;
+}
+
+pid_t test_child_of(pid_t parent, const char *needle)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	cr_assert_not_null(d, "/proc");
+	while (!found && (e = readdir(d))) {
+		pid_t pid = (pid_t)strtol(e->d_name, NULL, 10), ppid;
+		char path[64], state, cmdline[8192];
+		ssize_t len;
+
+		if (pid <= 0 || !proc_stat(pid, &state, &ppid) || ppid != parent)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/cmdline", (long)pid);
+		len = read_proc(path, cmdline, sizeof(cmdline));
+		/* Arguments are separated by NULs: make them one line. */
+		for (ssize_t i = 0; i < len; i++)
+			if (!cmdline[i])
+				cmdline[i] = ' ';
+		if (len > 0 && strstr(cmdline, needle))
+			found = pid;
+	}
+	closedir(d);
+	return found;
+}
+
+int test_alive(pid_t pid)
+{
+	pid_t ppid;
+	char state;
+
+	return proc_stat(pid, &state, &ppid) && state != 'Z' && state != 'X';
 }

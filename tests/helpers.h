@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Source and build roots (set by make check; "." when run by hand). */
 const char *test_srcdir(void);
@@ -80,5 +81,40 @@ int test_shell(const char *cmd, char **out);
  * bytes). Fails the test when nm does.
  */
 int test_exported_symbols(const char *so, char *first, size_t cap);
+
+/*
+ * The shell command that runs the built q4khost with ARGS as a user who
+ * set nothing would: no Q4KHOST_Q4K_KERNEL, _F2, _BACKEND or _LOG, no
+ * user config file (XDG_CONFIG_HOME=RECEIPTS), receipts in RECEIPTS; ENV
+ * (more VAR=VALUE words, or "") goes before it. Into BUF; returns BUF.
+ */
+const char *test_q4khost_command(const char *env, const char *receipts, const char *args,
+                                 char *buf, size_t cap);
+
+/* Run that command (test_shell): its exit status, all it printed in *out. */
+int test_q4khost(const char *env, const char *receipts, const char *args, char **out);
+
+/*
+ * Start shell command CMD in the background as `exec CMD`, so that the
+ * pid returned is the command's own, with its stdout into OUT_PATH and
+ * its stderr into ERR_PATH (created). Fails the test when it cannot.
+ */
+pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path);
+
+/* Wait for PID, started by test_spawn, to end; its wait status. */
+int test_reap(pid_t pid);
+
+/*
+ * Wait until the file PATH holds NEEDLE (NULL: anything at all), polling;
+ * the test's .timeout bounds the wait, nothing here is timed.
+ */
+void test_wait_for(const char *path, const char *needle);
+
+/* The pid of a process whose parent is PARENT and whose command line
+ * holds NEEDLE; 0 when there is none. */
+pid_t test_child_of(pid_t parent, const char *needle);
+
+/* 1 while PID runs (a zombie counts as gone). */
+int test_alive(pid_t pid);
 
 #endif

@@ -2,7 +2,7 @@
  * A/B and QA through the real CLI and loader, with the cpu-targeting test
  * variants (tests/plugins): `q4khost validate --plot` draws one series per
  * candidate from the measurement (and the same image again from receipts
- * alone), `q4khost bench` compares a variant with the built-in kernels,
+ * alone), with no text past the image's edge and none over other text, `q4khost bench` compares a variant with the built-in kernels,
  * `q4khost bench-kernels` checks and times each kernel's GEMV,
  * and `q4khost qa` judges golden cases on every path that passes F2 and
  * refuses a knife-edge case (tests/fixtures/qa-cases.jsonl, margins from
@@ -85,6 +85,27 @@ static json_t *svg_summary(const char *path)
 		"        cls = l.get('class') or ''\n"
 		"        out['floors'] += cls.startswith('floor')\n"
 		"        out['boundaries'] += cls == 'boundary'\n"
+		"# Every line of text as a box, its width estimated from its length:\n"
+		"# none may leave the image or overlap another.\n"
+		"parent = {c: p for p in root.iter() for c in p}\n"
+		"def size(e):\n"
+		"    while e is not None and e.get('font-size') is None:\n"
+		"        e = parent.get(e)\n"
+		"    return float(e.get('font-size')) if e is not None else 16.0\n"
+		"boxes = []\n"
+		"for t in root.iter(S + 'text'):\n"
+		"    fs, x, y = size(t), float(t.get('x')), float(t.get('y'))\n"
+		"    bold = t.get('font-weight') == 'bold'\n"
+		"    lines = [(s.text or '', float(s.get('dy') or 0)) for s in t.iter(S + 'tspan')]\n"
+		"    for text, dy in lines or [(t.text or '', 0.0)]:\n"
+		"        y += dy\n"
+		"        w = len(text) * fs * (0.6 if bold else 0.55)\n"
+		"        x0 = x - (w if t.get('text-anchor') == 'end' else w / 2 if t.get('text-anchor') == 'middle' else 0)\n"
+		"        boxes.append((x0, y - 0.8 * fs, x0 + w, y + 0.2 * fs, text))\n"
+		"W = float(root.get('width'))\n"
+		"out['overflow'] = [b[4] for b in boxes if b[0] < 0 or b[2] > W]\n"
+		"out['overlaps'] = [a[4] + ' | ' + b[4] for i, a in enumerate(boxes) for b in boxes[i + 1:]\n"
+		"                   if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]\n"
 		"print(json.dumps(out))\n";
 	char cmd[8192], *out, *script_path = NULL;
 	json_t *j;
@@ -139,6 +160,10 @@ Test(ab, validate_plot_draws_one_series_per_candidate_from_receipts, .timeout = 
 	             "both floors in every panel");
 	cr_expect_eq(json_integer_value(json_object_get(s, "boundaries")), 3,
 	             "the prefill/decode boundary wherever positions were measured");
+	cr_expect_eq(json_array_size(json_object_get(s, "overflow")), 0, "text past the edge: %s",
+	             json_dumps(json_object_get(s, "overflow"), 0));
+	cr_expect_eq(json_array_size(json_object_get(s, "overlaps")), 0, "text over text: %s",
+	             json_dumps(json_object_get(s, "overlaps"), 0));
 
 	/* 16 prefill positions and 8 decode steps, position 0 not judged. */
 	c = candidate(s, "cpu/cpu-q8act on device 0");

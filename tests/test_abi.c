@@ -51,6 +51,9 @@ Test(abi, enum_values)
 	cr_expect_eq(Q4KH_ROPE_NEOX, 2);
 	cr_expect_eq(Q4KH_GLU_GELU_TANH, 0);
 	cr_expect_eq(Q4KH_GLU_SILU, 1);
+	cr_expect_eq(Q4KH_UNARY_SIGMOID, 0);
+	cr_expect_eq(Q4KH_UNARY_SOFTPLUS, 1);
+	cr_expect_eq(Q4KH_UNARY_SILU, 2);
 }
 
 /* GGUF's on-disk type ids (ggml.h enum ggml_type). */
@@ -177,7 +180,10 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, set_rows, 272);
 	OFF(q4kh_backend_v1, attention_ext, 280);
 	OFF(q4kh_backend_v1, buffer_wrap, 288);
-	SIZE(q4kh_backend_v1, 296);
+	OFF(q4kh_backend_v1, unary, 296);
+	OFF(q4kh_backend_v1, ssm_conv, 304);
+	OFF(q4kh_backend_v1, delta_net, 312);
+	SIZE(q4kh_backend_v1, 320);
 }
 
 Test(abi, native_device)

@@ -8,7 +8,12 @@
  *    the reference's text with most steps replayed; a 1.1 backend (no
  *    per-step values in device memory) is never replayed and gives the
  *    same text; F2 rejects a backend that is right op by op and wrong
- *    when replayed, at a decode step.
+ *    when replayed, at a decode step;
+ *  - on the hybrid qwen35, replayed steps advance the recurrent states as
+ *    the reference's do; a backend without its ops is refused by name
+ *    before any step; F2 rejects a backend whose one-token delta rule
+ *    reads the state in another layout than its prompt form writes, at
+ *    the first decode step after the prompt.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -138,6 +143,7 @@ Test(graph, plans_of_every_architecture_never_overlap_live_activations)
 	plan_model("tiny-llama.gguf");
 	plan_model("tiny-qwen2.gguf");
 	plan_model("tiny-qwen3.gguf");
+	plan_model("tiny-qwen35.gguf");
 }
 
 Test(graph, builders_refuse_misuse_with_a_message)
@@ -171,6 +177,16 @@ Test(graph, builders_refuse_misuse_with_a_message)
 	cr_expect_eq(q4kh_graph_scale(g, 99, 2.0f, 98), -1);
 	cr_expect_eq(q4kh_graph_check(g, &err), -1);
 	cr_expect(strstr(err.msg, "scale into value 98, which does not exist") != NULL, "%s",
+	          err.msg);
+	q4kh_graph_free(g);
+
+	g = q4kh_graph_new(4, 1);
+	x = q4kh_graph_act(g, 8, 4, 1, "x");
+	cr_expect_geq(q4kh_graph_view(g, x, 2, 2, 4, 8, 32, 16), 0);
+	cr_expect_eq(q4kh_graph_check(g, &err), 0);
+	cr_expect_eq(q4kh_graph_view(g, x, 2, 2, 4, 8, 32, 28), -1);
+	cr_expect_eq(q4kh_graph_check(g, &err), -1);
+	cr_expect(strstr(err.msg, "view of x ends at byte 140 of its 128") != NULL, "%s",
 	          err.msg);
 	q4kh_graph_free(g);
 
@@ -249,21 +265,26 @@ Test(replay, recorded_steps_give_the_references_text, .timeout = 600)
 	json_decref(old);
 }
 
-Test(replay, f2_rejects_a_backend_wrong_only_when_replayed, .timeout = 600)
+/*
+ * q4khost validate --json on MODEL with the test plugins NAMES: every
+ * candidate must be judged; *ok gets replay-ok's message (which must
+ * pass) and *bad the other backend's verdict and message (which must
+ * not); the exit status is 1, for the rejected one.
+ */
+static json_t *validate_pair(const char *const *names, const char *model, const char *bad_name,
+                             const char **ok, const char **bad)
 {
-	static const char *const names[] = { "replay_ok", "replay_stale", NULL };
-	const char *plugins;
+	const char *plugins = test_plugin_dir(names);
 	char *cmd = NULL, *out = NULL;
 	json_error_t jerr;
 	json_t *root, *c;
 	size_t i;
-	int rc, seen = 0;
+	int rc;
 
-	test_model_path();
-	plugins = test_plugin_dir(names);
+	*ok = *bad = NULL;
 	if (asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --json "
 	                   "--plugin-path %s -m %s 2>/dev/null",
-	             test_tmpdir(), test_builddir(), plugins, test_model_path()) < 0)
+	             test_tmpdir(), test_builddir(), plugins, model) < 0)
 		cr_assert_fail("out of memory");
 	rc = test_shell(cmd, &out);
 	cr_expect_eq(rc, 1, "a rejected candidate makes the exit code 1: %s", out);
@@ -276,19 +297,95 @@ Test(replay, f2_rejects_a_backend_wrong_only_when_replayed, .timeout = 600)
 
 		if (!strcmp(be, "replay-ok")) {
 			cr_expect_str_eq(verdict, "pass", "%s", msg);
-			seen |= 1;
-		} else if (!strcmp(be, "replay-stale")) {
-			/* decode steps 0 and 1 run op by op and as the recording */
-			cr_expect(strcmp(verdict, "pass"), "replay-stale passed: %s", msg);
-			cr_expect(strstr(msg, "(decode step ") != NULL, "%s", msg);
-			cr_expect(strstr(msg, "(decode step 0)") == NULL &&
-			                  strstr(msg, "(decode step 1)") == NULL,
-			          "rejected before any replay: %s", msg);
-			seen |= 2;
+			*ok = msg;
+		} else if (!strcmp(be, bad_name)) {
+			cr_expect(strcmp(verdict, "pass"), "%s passed: %s", bad_name, msg);
+			*bad = msg;
 		}
 	}
-	cr_expect_eq(seen, 3, "both candidates measured: %s", out);
-	json_decref(root);
+	cr_assert(*ok && *bad, "both candidates measured: %s", out);
 	free(cmd);
 	free(out);
+	return root;
+}
+
+Test(replay, f2_rejects_a_backend_wrong_only_when_replayed, .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_stale", NULL };
+	const char *ok, *msg;
+	json_t *root = validate_pair(names, test_model_path(), "replay-stale", &ok, &msg);
+
+	/* decode steps 0 and 1 run op by op and as the recording */
+	cr_expect(strstr(msg, "(decode step ") != NULL, "%s", msg);
+	cr_expect(strstr(msg, "(decode step 0)") == NULL && strstr(msg, "(decode step 1)") == NULL,
+	          "rejected before any replay: %s", msg);
+	json_decref(root);
+}
+
+/* q4khost run ... --json on tiny-qwen35.gguf: the exit status, the
+ * parsed object (NULL when stdout holds none) and in *text stdout, or with
+ * STDERR set stdout and stderr. */
+static json_t *run_qwen35(const char *plugins, const char *args, int stderr_too, int *rc,
+                          char **text)
+{
+	char *cmd = NULL, *out = NULL, *model = NULL;
+	json_t *j;
+
+	if (asprintf(&model, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0 ||
+	    asprintf(&cmd, "%s/host/cli/q4khost run --json --plugin-path %s -m %s --raw "
+	                   "-p 'The capital of France is' -n 12 %s %s",
+	             test_builddir(), plugins, model, args,
+	             stderr_too ? "2>&1" : "2>/dev/null") < 0)
+		cr_assert_fail("out of memory");
+	*rc = test_shell(cmd, &out);
+	j = json_loads(out, 0, NULL);
+	*text = out;
+	free(cmd);
+	free(model);
+	return j;
+}
+
+Test(replay, qwen35_replays_advance_the_recurrent_states, .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_v1_1", NULL };
+	const char *plugins = test_plugin_dir(names);
+	char *out_ref, *out_ok, *out_old;
+	int rc;
+	json_t *ref = run_qwen35(plugins, "--backend cpu --kernel none", 0, &rc, &out_ref);
+	json_t *ok;
+
+	cr_assert_eq(rc, 0, "%s", out_ref);
+	cr_assert_not_null(ref, "%s", out_ref);
+	ok = run_qwen35(plugins, "--backend replay-ok --f2 off", 0, &rc, &out_ok);
+	cr_assert_eq(rc, 0, "%s", out_ok);
+	cr_assert_not_null(ok, "%s", out_ok);
+	cr_expect_str_eq(text_of(ok), text_of(ref));
+	cr_expect_str_eq(steps_str(ok, "mode"), "graph replay");
+	cr_expect_geq(steps_of(ok, "replays"), 8, "%s", out_ok);
+
+	cr_expect_null(run_qwen35(plugins, "--backend replay-v1-1 --f2 off", 1, &rc, &out_old));
+	cr_expect_neq(rc, 0, "%s", out_old);
+	cr_expect(strstr(out_old, "backend replay-v1-1 cannot run qwen35: it has no unary") != NULL,
+	          "%s", out_old);
+	json_decref(ref);
+	json_decref(ok);
+	free(out_ref);
+	free(out_ok);
+	free(out_old);
+}
+
+Test(replay, f2_rejects_a_decode_form_that_misreads_the_recurrent_state, .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_decode_state", NULL };
+	const char *ok, *msg;
+	char *model = NULL;
+	json_t *root;
+
+	if (asprintf(&model, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0)
+		cr_assert_fail("out of memory");
+	root = validate_pair(names, model, "replay-decode-state", &ok, &msg);
+	/* every prompt position is right; the first decode step is not */
+	cr_expect(strstr(msg, "(decode step 0)") != NULL, "%s", msg);
+	json_decref(root);
+	free(model);
 }

@@ -167,6 +167,17 @@ Test(loader, table_smaller_than_abi_1_0)
 	                 "kernel table struct_size 16 is smaller than the 96 bytes of ABI 1.0");
 }
 
+Test(loader, table_smaller_than_its_claimed_minor)
+{
+	char want[160];
+
+	/* 200 = ABI 1.0's backend table, up to native_device. */
+	snprintf(want, sizeof(want),
+	         "backend table struct_size 200 is smaller than the %zu bytes of ABI 1.%d, which its descriptor claims",
+	         sizeof(struct q4kh_backend_v1), Q4KH_ABI_MINOR);
+	expect_rejection("old_table", want);
+}
+
 /*
  * Every function behind a lying descriptor leaves evidence when called
  * (tests/plugins/liar.c): after the loader, and after the real CLI listing
@@ -307,6 +318,29 @@ Test(loader, folder_writable_by_others_is_refused)
 	assert_rejected(scan_one(dir, &r), expected);
 	q4kh_registry_free(r);
 	free(dir);
+}
+
+/* Someone who can write a folder above the plugin folder can rename the
+ * plugin folder and put another in its place; a sticky one (/tmp) is safe. */
+Test(loader, folder_above_writable_by_others_is_refused)
+{
+	const char *top = fresh_dir();
+	char *open = subdir(top, "open"), *dir = subdir(open, "plugins");
+	char expected[4400];
+	struct q4kh_registry *r;
+
+	free(put_test_plugin(dir, "kernel_ok", "k.so"));
+	cr_assert_eq(chmod(open, 0777), 0);
+	snprintf(expected, sizeof(expected),
+	         "refused: the folder %s is writable by group and others (mode 0777), above %s",
+	         open, dir);
+	assert_rejected(scan_one(dir, &r), expected);
+	q4kh_registry_free(r);
+	cr_assert_eq(chmod(open, 01777), 0);
+	cr_assert_eq(scan_one(dir, &r)->state, Q4KH_PLUGIN_ACCEPTED, "a sticky folder above refused it");
+	q4kh_registry_free(r);
+	free(dir);
+	free(open);
 }
 
 Test(loader, duplicate_name_is_shadowed_with_both_paths)

@@ -1,10 +1,11 @@
 /*
  * Packaging, end to end: the plugin SDK as a vendor meets it (a staged
- * `make install`, an example plugin built out of tree through pkg-config,
- * then listed, F2-validated and chosen by the staged host), the release
- * tarball (make distcheck), and the Debian packages (built, lintian-clean,
- * unpacked into a scratch root and run from there). The shell work is in
- * the scripts of tests/package/; what came out is checked here.
+ * `make install`, the example plugins built out of tree through
+ * pkg-config, then listed, checked op by op, F2-validated and chosen by
+ * the staged host), the release tarball (make distcheck), and the Debian
+ * and RPM packages (built, lintian- or rpmlint-clean, unpacked or
+ * installed into a scratch root and run from there). The shell work is in the scripts of tests/package/;
+ * what came out is checked here.
  *
  * Each test builds q4khost again, so they run only when
  * Q4KH_TEST_PACKAGING=1 (scripts/test.sh sets it for CI); otherwise they
@@ -186,13 +187,16 @@ static int has_line(const char *text, const char *line)
 	return 0;
 }
 
-/* Build an SDK example the vendor's way; its staged host and plugin folder. */
-static void build_example(const char *work, const char *kind, char *host,
+/*
+ * Build the SDK example in sdk/examples/EXAMPLE the vendor's way; its
+ * staged host and plugin folder.
+ */
+static void build_example(const char *work, const char *example, char *host,
                           char *plugins, size_t cap)
 {
 	char args[CMD_MAX];
 
-	snprintf(args, sizeof(args), "%s '%s'", kind, work);
+	snprintf(args, sizeof(args), "%s '%s'", example, work);
 	run_script(work, "sdk-example", args);
 	script_value(work, "sdk-example", "host", host, cap);
 	script_value(work, "sdk-example", "plugins", plugins, cap);
@@ -213,7 +217,7 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	require_packaging();
 	test_model_path();
 	work = test_tmpdir();
-	build_example(work, "cpu", host, plugins, sizeof(host));
+	build_example(work, "cpu-q4k", host, plugins, sizeof(host));
 
 	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
 	j = host_json(work, host, args, &st);
@@ -300,11 +304,105 @@ Test(package, sdk_cuda_example_builds_and_is_accepted, .timeout = 900)
 
 	require_packaging();
 	work = test_tmpdir();
-	build_example(work, "cuda", host, plugins, sizeof(host));
+	build_example(work, "cuda-q4k", host, plugins, sizeof(host));
 	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
 	j = host_json(work, host, args, &st);
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	expect_accepted(j, "example-cuda-q4k", "kernel", plugins);
+	json_decref(j);
+}
+
+/* The ops of the step graph (ABI 1.0 and the 1.2 entries that take ids and
+ * positions from device memory): each must pass at least one case. */
+static const char *const graph_ops[] = { "get_rows", "mul_mat", "rms_norm", "rope",
+	                                 "add", "mul", "scale", "glu", "copy",
+	                                 "attention", "get_rows_ext", "rope_ext",
+	                                 "set_rows", "attention_ext" };
+
+/*
+ * The backend example, built from the staged SDK alone: listed, every op it
+ * offers passing conformance against the reference (only the weight types
+ * it does not read and the entries it lacks skip), passed by F2 with
+ * float arithmetic's margin, and serving the default model, the report
+ * naming it.
+ */
+Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout = 900)
+{
+	const char *work;
+	char host[2048], plugins[2048], args[CMD_MAX], file[4096];
+	size_t passed[sizeof(graph_ops) / sizeof(graph_ops[0])] = { 0 };
+	json_t *j, *c, *q4k;
+	size_t i;
+	int st, seen = 0;
+
+	require_packaging();
+	test_model_path();
+	work = test_tmpdir();
+	build_example(work, "backend", host, plugins, sizeof(host));
+
+	snprintf(args, sizeof(args), "plugins --plugin-path '%s'", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	expect_accepted(j, "cpu", "backend", plugins);
+	expect_accepted(j, "example-backend", "backend", plugins);
+	json_decref(j);
+
+	snprintf(args, sizeof(args), "conformance --plugin-path '%s' --backend example-backend",
+	         plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 0);
+	json_array_foreach(json_object_get(json_array_get(json_object_get(j, "devices"), 0),
+	                                   "cases"),
+	                   i, c) {
+		const char *op = str(c, "op"), *result = str(c, "result"), *msg = str(c, "message");
+
+		if (!strcmp(result, "skip")) {
+			cr_expect(!strcmp(msg, "type not supported") ||
+			                  !strcmp(msg, "no such entry (ABI 1.2)"),
+			          "%s %s skipped: %s", op, str(c, "case"), msg);
+			continue;
+		}
+		cr_expect_str_eq(result, "pass", "%s %s: %s", op, str(c, "case"), msg);
+		for (size_t k = 0; k < sizeof(graph_ops) / sizeof(graph_ops[0]); k++)
+			passed[k] += !strcmp(op, graph_ops[k]) && !strcmp(result, "pass");
+	}
+	for (size_t k = 0; k < sizeof(graph_ops) / sizeof(graph_ops[0]); k++)
+		cr_expect_gt(passed[k], 0, "conformance passed no case of %s", graph_ops[k]);
+	json_decref(j);
+
+	snprintf(args, sizeof(args),
+	         "validate --plugin-path '%s' --backend example-backend --f2 fresh", plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	json_array_foreach(json_object_get(j, "candidates"), i, c) {
+		seen++;
+		cr_expect_str_eq(str(c, "backend"), "example-backend");
+		cr_expect_str_eq(str(c, "verdict"), "pass", "%s", str(c, "message"));
+		/* Float arithmetic: far above the 0.95 floor (docs/plugin-abi.md). */
+		cr_expect_geq(json_real_value(json_object_get(c, "min_cosine")), 0.999, "%s",
+		              str(c, "message"));
+	}
+	cr_expect_eq(seen, 1, "validate measured %d candidates", seen);
+	json_decref(j);
+
+	snprintf(args, sizeof(args),
+	         "run --plugin-path '%s' --backend example-backend -n 8 -p 'The capital of France is'",
+	         plugins);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	snprintf(file, sizeof(file), "%s/example-backend.so", plugins);
+	cr_expect_str_eq(str(json_object_get(j, "backend"), "name"), "example-backend");
+	cr_expect_str_eq(str(json_object_get(j, "backend"), "file"), file);
+	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
+	cr_expect_str_eq(str(q4k, "plugin"), "example-backend");
+	cr_expect_str_eq(str(json_object_get(j, "f2"), "verdict"), "pass");
+	/* validate's receipt serves the run: the same file, model and device. */
+	cr_expect(!strncmp(str(json_object_get(j, "f2"), "source"), "receipt", 7),
+	          "F2 source: %s", str(json_object_get(j, "f2"), "source"));
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "decode"), "tokens")),
+	             8, "%s", json_dumps(j, JSON_COMPACT));
+	cr_expect_neq(strlen(str(j, "text")), 0);
 	json_decref(j);
 }
 
@@ -328,27 +426,44 @@ static void expect_file(const char *root, const char *file)
 	          file);
 }
 
-Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800)
+/* Integer VALUE of a "KEY: VALUE" line of a script's output. */
+static long script_number(const char *work, const char *script, const char *key)
 {
-	const char *work;
-	char *root, *dir, *plugins, *host, *file, args[CMD_MAX];
-	char multiarch[256], cuda[16];
+	char buf[64], *end;
+	long n;
+
+	script_value(work, script, key, buf, sizeof(buf));
+	n = strtol(buf, &end, 10);
+	cr_assert(end != buf && !*end, "%s: '%s: %s' is not a number", script, key, buf);
+	return n;
+}
+
+/*
+ * What the packages of every distribution hold and do, unpacked or
+ * installed into WORK/root by tests/package/SCRIPT.sh: the files of the
+ * host and SDK packages (plugin-abi.md at SDK_DOC), of the CUDA bundle when
+ * built, the plugin folder under LIBDIR built into the host, and from the
+ * root the cpu plugins accepted and a short run of MODEL.
+ *
+ * The host runs from the root with this machine's libraries: the packages
+ * hold no shared library of their own (libq4khost is linked into the
+ * command), so no LD_LIBRARY_PATH points into the root. Its built-in
+ * plugin folder is outside the root, so --plugin-path names the root's.
+ */
+static void check_packages(const char *work, const char *script, const char *libdir,
+                           const char *sdk_doc, const char *model)
+{
+	char *root, *dir, *plugins, *host, *file, args[CMD_MAX], cuda[16];
 	json_t *j, *q4k;
 	int st, simd = 0;
 
-	require_packaging();
-	test_model_path();
-	work = test_tmpdir();
-	run_script(work, "debs", work);
-	script_value(work, "debs", "multiarch", multiarch, sizeof(multiarch));
-	script_value(work, "debs", "cuda", cuda, sizeof(cuda));
+	script_value(work, script, "cuda", cuda, sizeof(cuda));
 	cr_assert_geq(asprintf(&root, "%s/root", work), 0);
-	cr_assert_geq(asprintf(&dir, "/usr/lib/%s/q4khost/plugins-abi%d", multiarch,
-	                       Q4KH_ABI_MAJOR), 0);
+	cr_assert_geq(asprintf(&dir, "%s/q4khost/plugins-abi%d", libdir, Q4KH_ABI_MAJOR), 0);
 	cr_assert_geq(asprintf(&plugins, "%s%s", root, dir), 0);
 	cr_assert_geq(asprintf(&host, "%s/usr/bin/q4khost", root), 0);
 
-	/* q4khost and q4khost-dev: what each must hold. */
+	/* The host and SDK packages: what each must hold. */
 	expect_file(root, "/usr/bin/q4khost");
 	cr_assert_geq(asprintf(&file, "%s/cpu.so", dir), 0);
 	expect_file(root, file);
@@ -373,13 +488,13 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	expect_file(root, "/usr/share/bash-completion/completions/q4khost");
 	expect_file(root, "/usr/include/q4khost/plugin.h");
 	expect_file(root, "/usr/include/q4khost/quant.h");
-	cr_assert_geq(asprintf(&file, "/usr/lib/%s/pkgconfig/q4khost-plugin.pc", multiarch), 0);
+	expect_file(root, "/usr/include/q4khost/contract.h");
+	cr_assert_geq(asprintf(&file, "%s/pkgconfig/q4khost-plugin.pc", libdir), 0);
 	expect_file(root, file);
 	free(file);
-	/* Debian compresses documents over 4 KiB. */
-	expect_file(root, "/usr/share/doc/q4khost-dev/plugin-abi.md.gz");
+	expect_file(root, sdk_doc);
 
-	/* q4khost-plugins-cuda, when the build tree has the CUDA plugins. */
+	/* The CUDA bundle, when the build tree has the CUDA plugins. */
 	if (!strcmp(cuda, "yes")) {
 		static const char *const bundle[] = { "cuda", "cuda-mwv", "cuda-dp4a",
 			                              "cuda-gemv-iq" };
@@ -407,14 +522,16 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	j = host_json(work, host, args, &st);
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	expect_accepted(j, "cpu", "backend", plugins);
+	if (simd)
+		expect_accepted(j, "cpu-simd", "kernel", plugins);
 	json_decref(j);
 
 	/* A short run; the packaged default configuration parses. Where
 	 * cpu-simd was built and this CPU runs it, it serves Q4_K after F2. */
 	snprintf(args, sizeof(args),
 	         "run --plugin-path '%s' --config '%s/etc/q4khost/q4khost.ini' --backend cpu "
-	         "-n 4 -p 'The capital of France is'",
-	         plugins, root);
+	         "-m '%s' -n 4 -p 'The capital of France is'",
+	         plugins, root, model);
 	j = host_json(work, host, args, &st);
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	q4k = json_object_get(json_object_get(j, "kernels"), "Q4_K");
@@ -422,7 +539,10 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	cr_assert_geq(asprintf(&file, "%s/cpu.so", plugins), 0);
 	cr_expect_str_eq(str(json_object_get(j, "backend"), "file"), file);
 	free(file);
-	cr_expect_neq(strlen(str(j, "text")), 0);
+	/* Tokens, not text: a random-weight model's bytes need not be UTF-8,
+	 * and --json leaves such text out. */
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "decode"), "tokens")),
+	             4, "%s", json_dumps(j, JSON_COMPACT));
 	json_decref(j);
 
 	/* Without --backend and without a GPU, cpu-fast serves after F2. */
@@ -440,5 +560,75 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	free(host);
 	free(plugins);
 	free(dir);
+	free(root);
+}
+
+Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800)
+{
+	const char *work, *model;
+	char multiarch[256], libdir[300];
+
+	require_packaging();
+	model = test_model_path();
+	work = test_tmpdir();
+	run_script(work, "debs", work);
+	script_value(work, "debs", "multiarch", multiarch, sizeof(multiarch));
+	snprintf(libdir, sizeof(libdir), "/usr/lib/%s", multiarch);
+	/* Debian compresses documents over 4 KiB. */
+	check_packages(work, "debs", libdir, "/usr/share/doc/q4khost-dev/plugin-abi.md.gz",
+	               model);
+}
+
+/*
+ * The RPMs, built here with Debian's rpm in the layout of Fedora's
+ * (tests/package/rpm-macros), rpmlint-clean, installed with rpm --root and
+ * run from there on a tiny model; the SDK example built against the
+ * installed -devel files.
+ */
+Test(package, rpms_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800)
+{
+	const char *work;
+	char libdir[256], vendor[4096], args[CMD_MAX], *root, *model, *host, *out;
+	json_t *j;
+	long elf;
+	int st;
+
+	require_packaging();
+	work = test_tmpdir();
+	run_script(work, "rpms", work);
+	script_value(work, "rpms", "libdir", libdir, sizeof(libdir));
+	cr_assert_geq(asprintf(&model, "%s/tests/fixtures/tiny-llama.gguf", test_srcdir()), 0);
+	check_packages(work, "rpms", libdir, "/usr/share/doc/q4khost-devel/plugin-abi.md",
+	               model);
+	free(model);
+
+	cr_assert_geq(asprintf(&root, "%s/root", work), 0);
+	expect_file(root, "/usr/share/doc/q4khost/README.md");
+	expect_file(root, "/usr/share/licenses/q4khost/LICENSE");
+	expect_file(root, "/usr/share/licenses/q4khost-devel/LICENSE");
+
+	/* Every ELF file stripped, its debug information in -debuginfo, none
+	 * with a RUNPATH (the script's output names them). */
+	cr_assert_geq(asprintf(&out, "%s/rpms.out", work), 0);
+	elf = script_number(work, "rpms", "elf");
+	cr_expect_geq(elf, 2, "%ld ELF files in the packages", elf);
+	cr_expect_eq(script_number(work, "rpms", "debuglink"), elf,
+	             "not every ELF file is stripped with a debug link");
+	cr_expect_eq(script_number(work, "rpms", "debuginfo"), elf,
+	             "q4khost-debuginfo does not hold one debug file per ELF file");
+	cr_expect_eq(script_number(work, "rpms", "runpath"), 0, "%s", log_tail(out));
+	free(out);
+
+	/* The example a vendor builds against q4khost-devel is a plugin the
+	 * installed host accepts. */
+	script_value(work, "rpms", "vendor-plugins", vendor, sizeof(vendor));
+	cr_assert_geq(asprintf(&host, "%s/usr/bin/q4khost", root), 0);
+	snprintf(args, sizeof(args), "plugins --plugin-path '%s%s/q4khost/plugins-abi%d:%s'",
+	         root, libdir, Q4KH_ABI_MAJOR, vendor);
+	j = host_json(work, host, args, &st);
+	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+	expect_accepted(j, "example-cpu-q4k", "kernel", vendor);
+	json_decref(j);
+	free(host);
 	free(root);
 }

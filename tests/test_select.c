@@ -27,18 +27,6 @@ static char *config_file(const char *text)
 	return path;
 }
 
-/* q4khost ARGS with receipts in RECEIPTS and no user config file. */
-static int q4khost(const char *env, const char *receipts, const char *args, char **out)
-{
-	char cmd[16384];
-
-	snprintf(cmd, sizeof(cmd),
-	         "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND XDG_CONFIG_HOME=%s "
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s",
-	         receipts, receipts, env, test_builddir(), args);
-	return test_shell(cmd, out);
-}
-
 static json_t *parse_json(const char *text)
 {
 	json_error_t jerr;
@@ -73,7 +61,7 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 
 	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s",
 	         plugins, cfg);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	j = parse_json(out);
 	cr_expect_str_eq(jget(j, "settings.plugin_path.origin"), "--plugin-path");
 	cr_expect_str_eq(jget(j, "settings.receipt_dir.origin"), "Q4KHOST_F2_RECEIPT_DIR");
@@ -102,7 +90,7 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 	free(out);
 
 	/* The environment outranks the config, and is an explicit request. */
-	cr_assert_eq(q4khost("Q4KHOST_Q4K_KERNEL=0=defect-nan Q4KHOST_F2=off", receipts, args, &out),
+	cr_assert_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=0=defect-nan Q4KHOST_F2=off", receipts, args, &out),
 	             0, "%s", out);
 	j = parse_json(out);
 	cr_expect_str_eq(jget(j, "devices.0.kernel_setting.origin"), "Q4KHOST_Q4K_KERNEL");
@@ -118,7 +106,7 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 	/* The flag outranks the environment; text names the origin too. */
 	snprintf(args, sizeof(args), "plugins --explain --kernel none --plugin-path %s --config %s",
 	         plugins, cfg);
-	cr_assert_eq(q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "kernel setting: built-in (from --kernel; an explicit request: no fall-back)") != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "q4khost run --device 0 tries: cpu/built-in\n") != NULL, "%s", out);
@@ -126,7 +114,7 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 
 	/* Values are parsed: an unknown name is an error listing the valid ones. */
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
-	cr_expect_eq(q4khost("Q4KHOST_Q4K_KERNEL=cpu-q8ac", receipts, args, &out), 4, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=cpu-q8ac", receipts, args, &out), 4, "%s", out);
 	cr_expect(strstr(out, "Q4KHOST_Q4K_KERNEL: 'cpu-q8ac' is not a kernel variant") != NULL, "%s", out);
 	cr_expect(strstr(out, "valid: none, built-in, cpu-q8act (for cpu), defect-nan (for cpu)") != NULL,
 	          "%s", out);
@@ -147,7 +135,7 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	                        "[gpus]\nq4k_kernel = none\n");
 
 	snprintf(args, sizeof(args), "plugins --plugin-path %s --config %s", plugins, cfg);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "a warning is no error: %s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "a warning is no error: %s", out);
 	snprintf(want, sizeof(want),
 	         "q4khost plugins: warning: %s:2: unknown key 'paht' in section [plugins] (known there: path); ignored",
 	         cfg);
@@ -185,7 +173,7 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
 	         chosen);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "Q4_K=cpu-q8act") != NULL, "%s", out);
 	snprintf(want, sizeof(want), "kernel choice: cpu-q8act, named by %s:5 [gpu.cpu]", chosen);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
@@ -196,7 +184,7 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	 * serves (its receipt from the first run decides). */
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
 	         broken);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "kernel choice: cpu-q8act, by score (1)\n") != NULL, "%s", out);
@@ -208,7 +196,7 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	broken = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan, none\n");
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
 	         broken);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "kernel choice: the built-in kernels, named by ") != NULL, "%s", out);
@@ -216,21 +204,21 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	free(out);
 
 	/* The same choice from the environment is explicit: it fails. */
-	cr_expect_eq(q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 4, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 4, "%s", out);
 	cr_expect(strstr(out, "cpu/defect-nan: F2 reject") != NULL, "%s", out);
 	free(out);
 
 	/* The flag outranks the environment; the receipt decides this time. */
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s --kernel cpu-q8act",
 	         plugins, broken);
-	cr_assert_eq(q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=defect-nan", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "kernel choice: cpu-q8act, named by --kernel") != NULL, "%s", out);
 	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "%s", out);
 	free(out);
 
 	/* A request naming only another backend's variant cannot be honoured. */
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --kernel kernel-ok", plugins);
-	cr_expect_eq(q4khost("", receipts, args, &out), 4, "%s", out);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 4, "%s", out);
 	cr_expect(strstr(out, "names nothing that device 0 of an available backend can run: it names kernel-ok (for cuda)") != NULL,
 	          "%s", out);
 	free(out);
@@ -265,7 +253,7 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --threads 2 --json --plugin-path %s --config %s",
 	         plugins, cfg);
-	cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	j = parse_json(out);
 	cr_expect_str_eq(jget(j, "backend.name"), "cpu");
 	for (size_t i = 0; i < 4; i++) {
@@ -314,7 +302,7 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 		cr_assert_eq(system(cmd), 0, "%s", cmd);
 		if (!pass) {
 			snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
-			cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+			cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 			cr_expect(strstr(out, "q4khost run --device 0 tries: replay-ok/built-in -> "
 			                      "cpu-fast/cpu-simd -> cpu-fast/built-in -> "
 			                      "cpu/cpu-simd -> cpu/built-in") != NULL,
@@ -325,7 +313,7 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 		snprintf(args, sizeof(args),
 		         "run -n 2 -p Hello --threads 2 --json --plugin-path %s --config %s", plugins,
 		         cfg);
-		cr_assert_eq(q4khost("", receipts, args, &out), 0, "%s", out);
+		cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 		j = parse_json(out);
 		cr_expect_str_eq(jget(j, "backend.name"), "cpu-fast");
 		cr_expect(strstr(jget(j, "device.name"), "float32, 2 threads") != NULL, "%s",
@@ -341,6 +329,34 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 	free(cfg);
 }
 
+/* A variant whose own settings keep it from starting is not dropped in
+ * silence: the run falls back and its report says which setting. An empty
+ * "threads =" counts as unset. */
+Test(select, a_variant_that_will_not_start_is_named_with_its_reason, .timeout = 240)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char *out, args[8192], cmd[8192];
+	char *cfg = config_file("[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
+
+	test_model_path();
+	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
+	if (access(cmd, R_OK) != 0)
+		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
+	plugins = test_plugin_dir(none);
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
+	         plugins);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "cpu/cpu-simd: cannot start: ") != NULL, "%s", out);
+	cr_expect(strstr(out, "isa = \"sse9\": expected auto, avx2 or avx512-vnni") != NULL, "%s",
+	          out);
+	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in") != NULL, "%s", out);
+	free(out);
+	free(cfg);
+}
+
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 {
 	static const char *const none[] = { NULL };
@@ -349,15 +365,48 @@ Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 	char *cfg = config_file("[f2]\nmode = sometimes\n");
 
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
-	cr_expect_eq(q4khost("", receipts, args, &out), 3, "a bad config file: %s", out);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 3, "a bad config file: %s", out);
 	snprintf(want, sizeof(want), "%s:2 [f2]: 'sometimes' is not one of auto, fresh, off, require",
 	         cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s", plugins);
-	cr_expect_eq(q4khost("Q4KHOST_F2=0", receipts, args, &out), 2, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=0", receipts, args, &out), 2, "%s", out);
 	cr_expect(strstr(out, "Q4KHOST_F2: '0' is not one of auto, fresh, off, require") != NULL,
 	          "%s", out);
 	free(out);
 	free(cfg);
+}
+
+/*
+ * A variant none of whose types the model has routes nothing: run leaves
+ * it out in one quiet line, never as an F2 rejection, and validate lists it
+ * apart without failing (cpu-iq4nl lists only IQ4_NL; the default model has
+ * none).
+ */
+Test(select, a_variant_with_none_of_the_models_types_is_not_applicable, .timeout = 240)
+{
+	static const char *const names[] = { "cpu_iq4nl", NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char *out, args[8192];
+	json_t *j;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s", plugins);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "not applicable to this model (none of their types): cpu/cpu-iq4nl") !=
+	                  NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "rejected") == NULL, "%s", out);
+	cr_expect(strstr(out, "F2: not needed") != NULL, "the reference serves: %s", out);
+	free(out);
+
+	snprintf(args, sizeof(args), "validate --json --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "not_applicable"), "cpu/cpu-iq4nl");
+	cr_expect_eq(json_array_size(json_object_get(j, "candidates")), 0);
+	json_decref(j);
+	free(out);
 }

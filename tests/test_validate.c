@@ -298,7 +298,7 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 	snprintf(cmd, sizeof(cmd),
 	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s --config %s",
 	         receipts, test_builddir(), plugins, cfg);
-	cr_expect_eq(test_shell(cmd, &out), 1, "%s", out);
+	cr_expect_eq(test_shell(cmd, &out), 3, "a bad config file: %s", out);
 	cr_expect(strstr(out, ":2 [f2]: f2_memory_limit_mb = \"1e3\": expected a whole number from 0 to 1073741824") != NULL,
 	          "%s", out);
 	free(out);

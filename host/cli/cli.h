@@ -32,6 +32,14 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
                         long hi, long *out);
 
 /*
+ * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
+ * else the default model ($Q4KHOST_MODEL, else the file
+ * scripts/fetch-model.sh fetches into the cache folder), written into BUF.
+ * NULL with err when the default is missing, saying how to get one.
+ */
+const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err);
+
+/*
  * Load the layered config (FILE: the --config file or NULL) and, unless
  * QUIET, warn on stderr about every key q4khost does not know
  * (config_keys.h) and, when running set-uid or set-gid, name the set
@@ -40,6 +48,22 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
  */
 int q4kh_cli_config(const char *command, const char *file, int quiet,
                     struct q4kh_config **out, struct q4kh_error *err);
+
+/*
+ * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out and
+ * check every F2 setting of C for its plugins (guard.h) before any work.
+ * 0, or the exit code with err: Q4KH_EXIT_FAIL when the scan failed,
+ * Q4KH_EXIT_INPUT for a bad F2 setting in a config file.
+ */
+int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
+                     struct q4kh_registry **out, struct q4kh_error *err);
+
+/*
+ * Warn on stderr about every kernel selector (--kernel KERNEL_CLI, or
+ * Q4KHOST_Q4K_KERNEL) that matches no device of R: its entry is ignored.
+ */
+void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
+                             const char *kernel_cli);
 
 /*
  * q4khost plugins --explain: per device of every backend, the kernel chain
@@ -57,5 +81,7 @@ int q4kh_cmd_validate(int argc, char **argv);
 int q4kh_cmd_bench(int argc, char **argv);
 int q4kh_cmd_bench_kernels(int argc, char **argv);
 int q4kh_cmd_qa(int argc, char **argv);
+int q4kh_cmd_conformance(int argc, char **argv);
+int q4kh_cmd_serve(int argc, char **argv);
 
 #endif

@@ -6,9 +6,13 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config_keys.h"
+#include "guard.h"
+#include "model.h"
+#include "policy.h"
 #include "secure.h"
 
 int q4kh_cli_bad_option(const char *command, char **argv)
@@ -33,6 +37,18 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
 	}
 	*out = v;
 	return 0;
+}
+
+const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err)
+{
+	if (given)
+		return given;
+	if (access(q4kh_default_model_path(buf, cap), F_OK) != 0) {
+		q4kh_fail(err, "%s: no such file (the default model: fetch it with scripts/fetch-model.sh, or pass a model file)",
+		          buf);
+		return NULL;
+	}
+	return buf;
 }
 
 static void warn_line(void *command, const char *line)
@@ -61,4 +77,23 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 	if (!quiet)
 		q4kh_config_check(*out, warn_line, (void *)command);
 	return 0;
+}
+
+int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
+                     struct q4kh_registry **out, struct q4kh_error *err)
+{
+	if (q4kh_registry_scan(cli_path, c, out, err))
+		return Q4KH_EXIT_FAIL;
+	return q4kh_guard_config_check(c, *out, err) ? Q4KH_EXIT_INPUT : 0;
+}
+
+void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
+                             const char *kernel_cli)
+{
+	char unmatched[1024];
+
+	if (q4kh_policy_unmatched_selectors(r, kernel_cli, NULL, unmatched, sizeof(unmatched)))
+		fprintf(stderr,
+		        "q4khost %s: warning: kernel selectors that match no device here, their entries ignored: %s (q4khost plugins lists the devices)\n",
+		        command, unmatched);
 }

@@ -22,6 +22,7 @@
 #include "greedy.h"
 #include "guard.h"
 #include "policy.h"
+#include "progress.h"
 #include "registry.h"
 #include "serving.h"
 #include "settings.h"
@@ -349,10 +350,10 @@ int q4kh_cmd_bench(int argc, char **argv)
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
-	if (!o.model)
-		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
+	q4kh_progress_init("bench");
 	rc = Q4KH_EXIT_INPUT;
-	if (q4kh_cli_config("bench", o.config_file, 0, &config, &err))
+	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("bench", o.config_file, 0, &config, &err))
 		goto out;
 	if (q4kh_settings_f2_mode(config, o.f2, &mode, origin, sizeof(origin), &bad_file, &err)) {
 		rc = bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
@@ -362,8 +363,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 	                    &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
-	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err))
+	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
 	if (collect(reg, &o, &rows, &n, &err))
@@ -393,7 +393,10 @@ int q4kh_cmd_bench(int argc, char **argv)
 				continue;
 			}
 		}
+		q4kh_progress("timing %s/%s (row %zu of %zu): a %zu-token prefill, then %ld decode tokens",
+		              r->c.backend, kernel_name(r), i + 1, n, n_ids, o.n_decode);
 		time_row(reg, o.model, ids, n_ids, o.n_decode, r);
+		q4kh_progress_clear();
 		untimed |= !r->timed;
 	}
 	if (o.json) {

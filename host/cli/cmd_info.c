@@ -31,10 +31,12 @@ struct totals {
 static void usage(FILE *out)
 {
 	fprintf(out,
-	        "usage: q4khost info [--json] [--all] FILE\n\n"
+	        "usage: q4khost info [--json] [--all] [FILE]\n\n"
 	        "Print a GGUF file's header (size, version, alignment, tensor count),\n"
 	        "every metadata key with its type and value, a table of tensor types\n"
-	        "with their counts and bytes, and the total parameter count.\n\n"
+	        "with their counts and bytes, and the total parameter count. FILE\n"
+	        "defaults to the model q4khost run uses ($Q4KHOST_MODEL, else the\n"
+	        "model fetched by scripts/fetch-model.sh).\n\n"
 	        "      --all    print every array element and whole strings (by default\n"
 	        "               arrays show their first %d elements and text output\n"
 	        "               cuts strings at %d bytes)\n"
@@ -461,6 +463,8 @@ int q4kh_cmd_info(int argc, char **argv)
 	};
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g;
+	char model_path[4096];
+	const char *file;
 	int json = 0, all = 0, c, rc;
 
 	optind = 1;
@@ -480,12 +484,14 @@ int q4kh_cmd_info(int argc, char **argv)
 			return q4kh_cli_bad_option("info", argv);
 		}
 	}
-	if (argc - optind != 1) {
-		fprintf(stderr, "q4khost info: expected one FILE, found %d arguments "
+	if (argc - optind > 1) {
+		fprintf(stderr, "q4khost info: expected at most one FILE, found %d arguments "
 		        "(try q4khost info --help)\n", argc - optind);
 		return Q4KH_EXIT_USAGE;
 	}
-	if (q4kh_gguf_open(argv[optind], &g, &err)) {
+	file = q4kh_cli_model(optind < argc ? argv[optind] : NULL, model_path,
+	                      sizeof(model_path), &err);
+	if (!file || q4kh_gguf_open(file, &g, &err)) {
 		fprintf(stderr, "q4khost info: %s\n", err.msg);
 		return Q4KH_EXIT_INPUT;
 	}

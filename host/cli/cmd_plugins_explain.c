@@ -290,6 +290,7 @@ int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config
 	json_object_set_new(root, "settings", jset);
 	json_object_set_new(root, "devices", jdevices);
 	json_object_set_new(root, "run", jruns);
+	q4kh_cli_warn_selectors("plugins", r, kernel_cli);
 	rc = settings(r, c, backend_cli, jset, json);
 	for (size_t i = 0; rc == 0 && i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];

@@ -21,6 +21,8 @@
 #include "config.h"
 #include "greedy.h"
 #include "guard.h"
+#include "model.h"
+#include "progress.h"
 #include "prompt.h"
 #include "qa_cases.h"
 #include "registry.h"
@@ -73,7 +75,7 @@ static void usage(FILE *out)
 	        "  {\"prompt\": \"1, 2, 3, 4, 5, 6,\", \"accept\": [\" 7, 8, 9\"], \"max_tokens\": 8}\n"
 	        "keys: prompt, accept (answers the text, leading white space aside, must\n"
 	        "start with), max_tokens (default 16), chat (apply the chat template;\n"
-	        "default false), name; '#' lines are comments (docs/f2.md).\n\n"
+	        "default false), name; '#' lines are comments\n(" Q4KH_DOCDIR "/f2.md).\n\n"
 	        "      --cases FILE      the golden cases (required)\n"
 	        "      --chat-template NAME  the chat family of \"chat\" cases (default:\n"
 	        "                        the model's own template's; as q4khost run)\n"
@@ -288,13 +290,16 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
                         size_t n_probe, struct path **paths, size_t *n_paths,
                         json_t *skipped, struct q4kh_error *err)
 {
+	uint32_t types[Q4KH_TYPE_COUNT];
 	struct q4kh_candidate_filter f = { o->backend, o->device_set, (uint32_t)o->device,
-		                           o->kernel };
+		                           o->kernel, types, 0 };
 	struct q4kh_candidate_entry *list = NULL;
 	struct q4kh_guard g = { 0 };
 	size_t n = 0;
 
-	if (q4kh_candidates_list(r, &f, &list, &n, err))
+	/* a variant with none of the model's types is not applicable */
+	if (q4kh_model_types_at(o->model, types, Q4KH_TYPE_COUNT, &f.n_types, err) ||
+	    q4kh_candidates_list(r, &f, &list, &n, err))
 		return -1;
 	*paths = calloc(n + 1, sizeof(**paths));
 	if (!*paths) {
@@ -442,11 +447,11 @@ int q4kh_cmd_qa(int argc, char **argv)
 		json_decref(skipped);
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
 	}
-	if (!o.model)
-		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
+	q4kh_progress_init("qa");
 	q4kh_f2_rules_default(&rules);
 	rc = Q4KH_EXIT_INPUT;
-	if (q4kh_cli_config("qa", o.config_file, 0, &config, &err) ||
+	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("qa", o.config_file, 0, &config, &err) ||
 	    q4kh_qa_cases_load(o.cases, &cases, &n, &err))
 		goto out;
 	runs = calloc(n, sizeof(*runs));
@@ -459,9 +464,10 @@ int q4kh_cmd_qa(int argc, char **argv)
 	if (tokenize_cases(&o, runs, n, &tok, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
+	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
-	    choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
+	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
 		goto out;
 	for (size_t i = 0; i < n; i++)
 		if (!(runs[i].results = calloc(n_paths, sizeof(*runs[i].results)))) {

@@ -9,13 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "cli.h"
 #include "config.h"
+#include "interrupt.h"
 #include "kernel.h"
 #include "model.h"
+#include "progress.h"
 #include "prompt.h"
 #include "select.h"
 #include "registry.h"
@@ -47,7 +48,9 @@ static void usage(FILE *out)
 	        "                        model fetched by scripts/fetch-model.sh)\n"
 	        "  -p, --prompt TEXT     prompt (default: \"" DEFAULT_PROMPT "\")\n"
 	        "  -n, --n-predict N     tokens to generate (default 64)\n"
-	        "  -c, --ctx N           context length in tokens (default 4096)\n"
+	        "  -c, --ctx N           context length in tokens (default: the model's\n"
+	        "                        trained context, at most 4096; more than it\n"
+	        "                        is warned about)\n"
 	        "      --temp T          sampling temperature; 0 = greedy (default 0)\n"
 	        "      --top-k K         keep the K most likely tokens (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
@@ -70,7 +73,7 @@ static void usage(FILE *out)
 	        "                        optionally DEVICE=NAME (index, UUID, name or\n"
 	        "                        arch); none = the built-in kernels (default:\n"
 	        "                        $Q4KHOST_Q4K_KERNEL, else [gpu.*] q4k_kernel in\n"
-	        "                        the config, else by score; docs/config.md)\n"
+	        "                        the config, else by score; man q4khost.ini)\n"
 	        "      --threads N       threads of the cpu backends (the reference and\n"
 	        "                        every other of kind cpu) and of the kernel\n"
 	        "                        variants for them (default: [plugin.NAME]\n"
@@ -80,8 +83,12 @@ static void usage(FILE *out)
 	        "      --json            print one JSON object (text and report)\n"
 	        "                        instead of streaming\n"
 	        "  -h, --help            this help\n\n"
+	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
+	        "newline and the report (stop: interrupted) are still printed, or the\n"
+	        "JSON object with them; a second signal ends the process at once.\n\n"
 	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
-	        "            4 the requested backend or kernel cannot serve\n");
+	        "            4 the requested backend or kernel cannot serve,\n"
+	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
 }
 
 static int parse_long(const char *s, const char *what, long lo, long hi, long *out)
@@ -290,13 +297,22 @@ static int set_cpu_threads(struct run *r, long threads, struct q4kh_error *err)
 	return 0;
 }
 
+/* A context longer than the model was trained on runs, but is no promise. */
+static void warn_beyond_training(const struct run_opts *o, const struct q4kh_model *m)
+{
+	if (o->ctx && m->hp.n_ctx_train && o->ctx > (long)m->hp.n_ctx_train)
+		fprintf(stderr,
+		        "q4khost run: warning: --ctx %ld is above the %u tokens the model was trained on (%s.context_length); text past position %u is unreliable\n",
+		        o->ctx, m->hp.n_ctx_train, m->arch->name, m->hp.n_ctx_train);
+}
+
 static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err)
 {
 	char model_path[4096];
 	struct q4kh_session_params sp = { 0 };
 	struct q4kh_select_request rq = { 0 };
-	char origin[700];
-	int bad_file;
+	char origin[700], backend_origin[64];
+	int bad_file, rc;
 
 	if (q4kh_cli_config("run", o->config_file, 0, &r->config, err))
 		return Q4KH_EXIT_INPUT;
@@ -309,29 +325,32 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
 			return Q4KH_EXIT_FAIL;
 	}
-	if (q4kh_registry_scan(o->plugin_path, r->config, &r->registry, err))
-		return Q4KH_EXIT_FAIL;
+	if ((rc = q4kh_cli_plugins(o->plugin_path, r->config, &r->registry, err)))
+		return rc;
+	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
 	if (o->threads && set_cpu_threads(r, o->threads, err))
 		return Q4KH_EXIT_FAIL;
 	rq.registry = r->registry;
 	rq.config = r->config;
 	rq.config_file = o->config_file;
-	rq.backend = q4kh_settings_backend(o->backend, origin, sizeof(origin));
+	rq.mode_origin = origin;
+	rq.backend = q4kh_settings_backend(o->backend, backend_origin, sizeof(backend_origin));
 	rq.device = (uint32_t)o->device;
-	if (!o->model && access(q4kh_default_model_path(model_path, sizeof(model_path)), F_OK) != 0) {
-		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
-		          model_path);
+	rq.model_path = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
+	if (!rq.model_path)
 		return Q4KH_EXIT_INPUT;
-	}
-	rq.model_path = o->model ? o->model : model_path;
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
 	if (q4kh_model_open(rq.model_path, &r->model, err))
 		return Q4KH_EXIT_INPUT;
 	q4kh_model_free(r->model);
 	rq.kernel = o->kernel;
-	if (q4kh_select(&rq, &r->sel, err))
+	if (q4kh_select(&rq, &r->sel, err)) {
+		if (r->sel.interrupted)
+			return q4kh_interrupt_exit_code(r->sel.interrupted);
 		return r->sel.explicit_failure ? Q4KH_EXIT_PLUGIN : Q4KH_EXIT_FAIL;
+	}
 	r->model = r->sel.model;
+	warn_beyond_training(o, r->model);
 	if (q4kh_tokenizer_load(r->model->gguf, &r->tok, err))
 		return Q4KH_EXIT_INPUT;
 	sp.n_ctx = (uint32_t)o->ctx;
@@ -346,8 +365,52 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	return 0;
 }
 
+/* Stop, and say why in the report, when a SIGINT or SIGTERM came. */
+static int stopped(struct q4kh_report *rep, char *reason, size_t cap)
+{
+	int sig = q4kh_interrupted();
+
+	if (sig) {
+		snprintf(reason, cap, "interrupted by %s", q4kh_signal_name(sig));
+		rep->stop_reason = reason;
+	}
+	return sig;
+}
+
+/*
+ * The prompt, one batch of the session at a time (the batches it would run
+ * anyway), so that a long prefill shows progress and can be stopped
+ * between batches. The logits of the last token go to r->logits.
+ */
+static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_report *rep,
+                   char *reason, size_t cap, struct q4kh_error *err)
+{
+	const int64_t batch = r->session->p.n_batch ? r->session->p.n_batch : n;
+	double t0 = now();
+
+	for (int64_t done = 0; done < n; done += batch) {
+		int64_t k = n - done < batch ? n - done : batch;
+
+		if (n > batch)
+			q4kh_progress("prefill: %lld of %lld prompt tokens", (long long)done,
+			              (long long)n);
+		if (stopped(rep, reason, cap))
+			break;
+		if (q4kh_session_eval(r->session, ids + done, k,
+		                      done + k == n ? r->logits : NULL, 0, err)) {
+			q4kh_progress_clear();
+			return -1;
+		}
+		rep->prompt_tokens = done + k;
+	}
+	q4kh_progress_clear();
+	rep->prefill_seconds = now() - t0;
+	return 0;
+}
+
 static int generate(const struct run_opts *o, struct run *r,
-                    struct q4kh_report *rep, struct q4kh_error *err)
+                    struct q4kh_report *rep, char *reason, size_t cap,
+                    struct q4kh_error *err)
 {
 	struct q4kh_prompt pr;
 	size_t n_ids = 0;
@@ -365,14 +428,11 @@ static int generate(const struct run_opts *o, struct run *r,
 		return -1;
 	if (n_ids == 0)
 		return q4kh_fail(err, "the prompt tokenized to nothing");
-	rep->prompt_tokens = (int64_t)n_ids;
-	t0 = now();
-	if (q4kh_session_eval(r->session, r->ids, (int64_t)n_ids, r->logits, 0, err))
-		return -1;
-	rep->prefill_seconds = now() - t0;
 	rep->stop_reason = "token limit";
+	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err))
+		return -1;
 	t0 = now();
-	for (long i = 0; i < o->n_predict; i++) {
+	for (long i = 0; i < o->n_predict && !stopped(rep, reason, cap); i++) {
 		size_t len;
 
 		tok = q4kh_sampler_sample(r->sampler, r->logits);
@@ -408,12 +468,15 @@ int q4kh_cmd_run(int argc, char **argv)
 	struct run r = { 0 };
 	struct q4kh_report rep = { 0 };
 	struct q4kh_error err = { { 0 } };
+	char reason[64];
 	int rc = parse(argc, argv, &o);
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	q4kh_interrupt_install();
+	q4kh_progress_init("run");
 	rc = setup(&o, &r, &err);
-	if (rc == 0 && generate(&o, &r, &rep, &err))
+	if (rc == 0 && generate(&o, &r, &rep, reason, sizeof(reason), &err))
 		rc = Q4KH_EXIT_FAIL;
 	if (rc) {
 		fprintf(stderr, "q4khost run: %s\n", err.msg);
@@ -424,7 +487,7 @@ int q4kh_cmd_run(int argc, char **argv)
 	rep.model = r.model;
 	rep.backend = &r.sel.backend;
 	rep.selection = &r.sel;
-	rep.device_index = (uint32_t)o.device;
+	rep.device_index = r.sel.device;
 	rep.steps = &r.session->stats;
 	if (o.json) {
 		json_t *j = q4kh_report_json(&rep);
@@ -437,5 +500,7 @@ int q4kh_cmd_run(int argc, char **argv)
 		q4kh_report_print(stderr, &rep);
 	}
 	run_free(&r);
-	return Q4KH_EXIT_OK;
+	/* Stopped by a signal: the shell's convention, 128 + the signal. */
+	return rep.stop_reason == reason ? q4kh_interrupt_exit_code(q4kh_interrupted())
+	                                 : Q4KH_EXIT_OK;
 }

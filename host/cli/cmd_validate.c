@@ -18,27 +18,32 @@
 #include "cli.h"
 #include "config.h"
 #include "guard.h"
+#include "interrupt.h"
 #include "model.h"
 #include "plot.h"
+#include "progress.h"
 #include "registry.h"
 
 struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
 	long device, timeout;
 	unsigned long long memory_limit;
-	int one, json, device_set, memory_limit_set;
+	int one, quiet, json, device_set, memory_limit_set;
 	enum q4kh_f2_mode mode;
+	const char *set[Q4KH_GUARD_OVERRIDES]; /* --set SECTION:KEY=VALUE */
+	int n_set;
 };
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 	        "usage: q4khost validate [-m FILE] [--backend NAME] [--kernel NAME] [OPTIONS]\n\n"
-	        "Run the F2 parity guard (docs/f2.md) on every candidate: each backend\n"
-	        "other than the reference cpu plugin, with its built-in kernels and with\n"
-	        "each kernel variant that targets it, on each of its devices (kernel\n"
+	        "Run the F2 parity guard on every candidate: each backend other than\n"
+	        "the reference cpu plugin, with its built-in kernels and with each\n"
+	        "kernel variant that targets it, on each of its devices (kernel\n"
 	        "variants for the cpu backend included). Valid receipts are used unless\n"
-	        "--f2 fresh; each measurement runs in a child process.\n\n"
+	        "--f2 fresh; each measurement runs in a child process. The rules:\n"
+	        Q4KH_DOCDIR "/f2.md\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        only this device\n"
@@ -52,6 +57,9 @@ static void usage(FILE *out)
 	        "                        else half of the physical memory)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
+	        "      --set S:K=V       set key K of section S above every config file\n"
+	        "                        (repeatable; how a run hands its command-line\n"
+	        "                        settings to the validation child)\n"
 	        "      --json            one JSON object\n"
 	        "      --plot FILE.svg   draw each candidate's cosine against position\n"
 	        "                        (prefill and decode) with the floors, and mark\n"
@@ -59,16 +67,22 @@ static void usage(FILE *out)
 	        "      --one             measure exactly --backend/--device/--kernel in this\n"
 	        "                        process and write its receipt (what a guard check\n"
 	        "                        runs in its child process)\n"
+	        "      --quiet           with --one: no verdict line (the receipt is the\n"
+	        "                        answer; the guard that started it reports)\n"
 	        "  -h, --help            this help\n\n"
+	        "A kernel variant whose backend is not on the plugin path, or a missing\n"
+	        "reference cpu plugin, is listed under \"cannot be measured\" and fails\n"
+	        "the run: what cannot be measured is no pass.\n\n"
 	        "exit codes: 0 every candidate passed, 1 a candidate failed or was not\n"
 	        "            measured (or the plot could not be written), 2 usage,\n"
-	        "            3 bad model or config file\n");
+	        "            3 bad model or config file, 130 or 143 stopped by SIGINT\n"
+	        "            or SIGTERM (the measuring child is stopped too)\n");
 }
 
 static int parse(int argc, char **argv, struct validate_opts *o)
 {
 	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY };
+	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -82,6 +96,8 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
 		{ "one", no_argument, 0, O_ONE },
+		{ "quiet", no_argument, 0, O_QUIET },
+		{ "set", required_argument, 0, O_SET },
 		{ "plot", required_argument, 0, O_PLOT },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
@@ -101,6 +117,16 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
 		case O_ONE: o->one = 1; break;
+		case O_QUIET: o->quiet = 1; break;
+		case O_SET:
+			if (o->n_set == Q4KH_GUARD_OVERRIDES || !strchr(optarg, ':') ||
+			    !strchr(optarg, '=') || strchr(optarg, '=') < strchr(optarg, ':')) {
+				fprintf(stderr, "q4khost validate: --set '%s': expected SECTION:KEY=VALUE, at most %d of them\n",
+				        optarg, Q4KH_GUARD_OVERRIDES);
+				return -1;
+			}
+			o->set[o->n_set++] = optarg;
+			break;
 		case O_PLOT: o->plot = optarg; break;
 		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
 		case O_F2:
@@ -148,6 +174,22 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	return 0;
 }
 
+/* Every --set SECTION:KEY=VALUE into C, above the config files. */
+static int apply_sets(const struct validate_opts *o, struct q4kh_config *c,
+                      struct q4kh_error *err)
+{
+	for (int i = 0; i < o->n_set; i++) {
+		const char *colon = strchr(o->set[i], ':'), *eq = strchr(colon, '=');
+		char section[256], key[256];
+
+		snprintf(section, sizeof(section), "%.*s", (int)(colon - o->set[i]), o->set[i]);
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - colon - 1), colon + 1);
+		if (q4kh_config_set(c, section, key, eq + 1, "--set", err))
+			return -1;
+	}
+	return 0;
+}
+
 /* One row of the table. */
 struct row {
 	struct q4kh_candidate_entry e;
@@ -160,42 +202,90 @@ static const char *variant_name(const struct q4kh_candidate *c)
 	return c->variant ? c->variant : "built-in";
 }
 
+/* "27 (decode step 4)" or "5 (prefill)"; "-" for a negative position. */
+static const char *position_text(int64_t pos, int32_t decode_step, char *buf, size_t cap)
+{
+	if (pos < 0)
+		snprintf(buf, cap, "-");
+	else if (decode_step >= 0)
+		snprintf(buf, cap, "%lld (decode step %d)", (long long)pos, decode_step);
+	else
+		snprintf(buf, cap, "%lld (prefill)", (long long)pos);
+	return buf;
+}
+
+/* The judged position with the lowest cosine (a NaN counts as lowest), or -1. */
+static int64_t min_cosine_position(const struct q4kh_receipt *rc)
+{
+	int64_t at = -1;
+
+	for (int64_t i = 0; i < rc->n_points; i++) {
+		const struct q4kh_receipt_point *p = &rc->points[i];
+
+		if (!p->judged || (at >= 0 && isnan(rc->points[at].cosine)))
+			continue;
+		if (at < 0 || isnan(p->cosine) || p->cosine < rc->points[at].cosine)
+			at = i;
+	}
+	return at;
+}
+
+/*
+ * One row per candidate. "min cos" is the lowest cosine over the judged
+ * positions, with where; "decided at" is the position whose rule decided
+ * a verdict other than pass (F2.3 can fire at a high cosine, so the two
+ * differ), explained by the message under the row.
+ */
 static void print_table(const struct row *rows, size_t n)
 {
-	printf("%-10s %-16s %-6s %-13s %-10s %-26s %-9s %-7s %s\n", "backend",
-	       "kernel", "device", "verdict", "min cos", "worst position", "near-ties",
-	       "seconds", "source");
+	printf("%-10s %-16s %-6s %-13s %-30s %-20s %-9s %-7s %s\n", "backend", "kernel",
+	       "device", "verdict", "min cos", "decided at", "near-ties", "seconds", "source");
 	for (size_t i = 0; i < n; i++) {
 		const struct q4kh_receipt *rc = &rows[i].d.receipt;
-		char worst[64] = "-";
+		int64_t at = min_cosine_position(rc);
+		int passed = !rows[i].failed && rows[i].d.verdict == Q4KH_F2_PASS;
+		char where[48], cos[64] = "-", decided[48];
 
-		if (rc->worst_position >= 0 && rc->worst_decode_step >= 0)
-			snprintf(worst, sizeof(worst), "%lld (decode step %d)",
-			         (long long)rc->worst_position, rc->worst_decode_step);
-		else if (rc->worst_position >= 0)
-			snprintf(worst, sizeof(worst), "%lld (prefill)",
-			         (long long)rc->worst_position);
-		printf("%-10s %-16s %-6u %-13s %-10.4f %-26s %-9d %-7.1f %s\n",
+		if (at >= 0)
+			snprintf(cos, sizeof(cos), "%.4f at %s", rc->points[at].cosine,
+			         position_text(at, rc->points[at].decode_step, where, sizeof(where)));
+		position_text(passed || rows[i].failed ? -1 : rc->worst_position,
+		              rc->worst_decode_step, decided, sizeof(decided));
+		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9d %-7.1f %s\n",
 		       rows[i].e.c.backend, variant_name(&rows[i].e.c), rows[i].e.c.device,
-		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict),
-		       rc->min_cosine, worst, rc->near_ties, rc->seconds,
-		       rows[i].d.source);
-		if (rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS)
+		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict), cos,
+		       decided, rc->near_ties, rc->seconds, rows[i].d.source);
+		if (!passed)
 			printf("    %s\n", rc->message);
 	}
-	if (n == 0)
-		printf("(no candidates: no backend other than cpu and no kernel variant found)\n");
+}
+
+/* What cannot be measured, under the table: each line fails the run. */
+static void print_unmeasurable(const char *lines, size_t n_rows)
+{
+	if (!lines[0]) {
+		if (n_rows == 0)
+			printf("(no candidates: no backend other than cpu and no kernel variant found)\n");
+		return;
+	}
+	printf("\ncannot be measured:\n");
+	for (const char *s = lines; *s;) {
+		size_t len = strcspn(s, "\n");
+		printf("    %.*s\n", (int)len, s);
+		s += len + (s[len] == '\n');
+	}
 }
 
 static json_t *row_json(const struct row *r)
 {
 	const struct q4kh_receipt *rc = &r->d.receipt;
 
-	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:I, s:i, s:i, s:f, s:s, s:s}",
+	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:I, s:I, s:i, s:i, s:f, s:s, s:s}",
 	                 "backend", r->e.c.backend, "kernel", variant_name(&r->e.c),
 	                 "device", (int)r->e.c.device, "device_uuid", r->e.dev.uuid,
 	                 "verdict", r->failed ? "error" : q4kh_f2_verdict_name(r->d.verdict),
 	                 "min_cosine", isfinite(rc->min_cosine) ? json_real(rc->min_cosine) : json_null(),
+	                 "min_cosine_position", (json_int_t)min_cosine_position(rc),
 	                 "worst_position", (json_int_t)rc->worst_position,
 	                 "worst_decode_step", rc->worst_decode_step, "near_ties",
 	                 rc->near_ties, "seconds", rc->seconds, "source", r->d.source,
@@ -214,8 +304,9 @@ static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
 		q4kh_receipt_free(&rc);
 		return Q4KH_EXIT_FAIL;
 	}
-	fprintf(stderr, "q4khost validate: %s/%s on device %u: %s: %s\n", c.backend,
-	        variant_name(&c), c.device, q4kh_f2_verdict_name(rc.verdict), rc.message);
+	if (!o->quiet)
+		fprintf(stderr, "q4khost validate: %s/%s on device %u: %s: %s\n", c.backend,
+		        variant_name(&c), c.device, q4kh_f2_verdict_name(rc.verdict), rc.message);
 	q4kh_receipt_free(&rc);
 	return Q4KH_EXIT_OK;
 }
@@ -281,20 +372,27 @@ int q4kh_cmd_validate(int argc, char **argv)
 	size_t n = 0;
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
-	char model_path[4096];
+	char model_path[4096], unmeasurable[4096], not_applicable[1024];
+	uint32_t types[Q4KH_TYPE_COUNT];
 	int rc = parse(argc, argv, &o), failed = 0;
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
-	if (!o.model)
-		o.model = q4kh_default_model_path(model_path, sizeof(model_path));
+	/* The child measures until killed; its parent does the stopping. */
+	if (!o.one) {
+		q4kh_interrupt_install();
+		q4kh_progress_init("validate");
+	}
 	rc = Q4KH_EXIT_INPUT;
-	if (q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
+	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
+	    apply_sets(&o, config, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
+	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
-	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
+	if (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
 		goto out;
 	if (o.timeout)
 		g.timeout_seconds = (unsigned)o.timeout;
@@ -306,9 +404,13 @@ int q4kh_cmd_validate(int argc, char **argv)
 		goto out;
 	}
 	filter = (struct q4kh_candidate_filter){ o.backend, o.device_set, (uint32_t)o.device,
-		                                 o.kernel };
-	if (q4kh_candidates_list(reg, &filter, &list, &n, &err))
+		                                 o.kernel, types, 0 };
+	if (q4kh_model_types_at(o.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||
+	    q4kh_candidates_list(reg, &filter, &list, &n, &err))
 		goto out;
+	q4kh_candidates_not_applicable(reg, &filter, not_applicable, sizeof(not_applicable));
+	failed = q4kh_candidates_unmeasurable(reg, &filter, unmeasurable,
+	                                      sizeof(unmeasurable)) > 0;
 	rows = calloc(n + 1, sizeof(*rows));
 	if (!rows) {
 		q4kh_fail(&err, "out of memory");
@@ -317,7 +419,12 @@ int q4kh_cmd_validate(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		rows[i].e = list[i];
 	for (size_t i = 0; i < n; i++) {
-		if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.mode, &rows[i].d, &err)) {
+		if (q4kh_interrupted()) {
+			rows[i].failed = 1;
+			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
+			         "not measured: stopped by %s", q4kh_signal_name(q4kh_interrupted()));
+		} else if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.mode, &rows[i].d,
+		                            &err)) {
 			rows[i].failed = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "%.500s", err.msg);
@@ -325,11 +432,17 @@ int q4kh_cmd_validate(int argc, char **argv)
 		failed |= rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS;
 	}
 	if (o.json) {
-		json_t *arr = json_array(), *root;
+		json_t *arr = json_array(), *gaps = json_array(), *root;
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, row_json(&rows[i]));
-		root = json_pack("{s:s, s:s, s:s, s:o}", "model", o.model, "model_sha256",
-		                 g.model_sha256, "receipt_dir", g.receipt_dir, "candidates", arr);
+		for (const char *s = unmeasurable; *s;) {
+			size_t len = strcspn(s, "\n");
+			json_array_append_new(gaps, json_stringn(s, len));
+			s += len + (s[len] == '\n');
+		}
+		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s}", "model", o.model, "model_sha256",
+		                 g.model_sha256, "receipt_dir", g.receipt_dir, "candidates", arr,
+		                 "unmeasurable", gaps, "not_applicable", not_applicable);
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
@@ -337,11 +450,20 @@ int q4kh_cmd_validate(int argc, char **argv)
 		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n\n", o.model,
 		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
 		print_table(rows, n);
+		print_unmeasurable(unmeasurable, n);
+		if (not_applicable[0])
+			printf("not applicable to this model (none of their types): %s\n",
+			       not_applicable);
 	}
 	rc = failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
 	if (o.plot && write_plot(o.plot, o.model, rows, n, &err))
 		rc = Q4KH_EXIT_FAIL;
+	if (q4kh_interrupted()) {
+		q4kh_fail(&err, "stopped by %s; the candidates not measured have no receipt",
+		          q4kh_signal_name(q4kh_interrupted()));
+		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
+	}
 out:
 	if (err.msg[0])
 		fprintf(stderr, "q4khost validate: %s\n", err.msg);

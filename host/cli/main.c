@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "config.h"
 #include "log.h"
+#include "q4khost/plugin.h"
 
 struct command {
 	const char *name;
@@ -23,6 +24,8 @@ static const struct command commands[] = {
 	{ "bench", q4kh_cmd_bench, "compare kernel variants: speed and F2 verdict, one row each" },
 	{ "bench-kernels", q4kh_cmd_bench_kernels, "time every variant's GEMV on real models' shapes against the read ceiling" },
 	{ "qa", q4kh_cmd_qa, "check golden cases on the reference and every path that passes F2" },
+	{ "conformance", q4kh_cmd_conformance, "check every op of a backend against the cpu reference" },
+	{ "serve", q4kh_cmd_serve, "serve the OpenAI API over HTTP from paths F2 trusts" },
 };
 
 static void usage(FILE *out)
@@ -37,9 +40,10 @@ static void usage(FILE *out)
 	fprintf(out,
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG (debug,\n"
-	        "info, warning, error); see docs/config.md\n"
+	        "info, warning, error); see man q4khost.ini, or\n" Q4KH_DOCDIR "/config.md\n"
 	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 bad input file,\n"
-	        "            4 no plugin could honour the request\n");
+	        "            4 no plugin could honour the request, 130 or 143 stopped\n"
+	        "            by SIGINT or SIGTERM (run, validate)\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. */
@@ -83,7 +87,8 @@ int main(int argc, char **argv)
 		return Q4KH_EXIT_OK;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("q4khost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, 1, 0);
+		printf("q4khost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, Q4KH_ABI_MAJOR,
+		       Q4KH_ABI_MINOR);
 		return Q4KH_EXIT_OK;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

@@ -24,10 +24,9 @@ int32_t q4kh_block_norm(struct q4kh_graph *g, const struct q4kh_model *m,
 	                           m->hp.eps, out);
 }
 
-/* out = W x (+ bias), into a new activation of W's rows. */
-static int32_t project(struct q4kh_graph *g, const struct q4kh_weight *w,
-                       const struct q4kh_weight *bias, int32_t x,
-                       const char *name, uint32_t il)
+int32_t q4kh_block_project(struct q4kh_graph *g, const struct q4kh_weight *w,
+                           const struct q4kh_weight *bias, int32_t x,
+                           const char *name, uint32_t il)
 {
 	int32_t out = q4kh_graph_act(g, w->t.ne[1], g->n_tokens, 1, "blk.%u.%s",
 	                             il, name);
@@ -51,6 +50,28 @@ static void head_norm(struct q4kh_graph *g, const struct q4kh_model *m,
 	                    m->hp.eps, rows);
 }
 
+/*
+ * Split Wq's output {2 head_dim n_head, T}, each head's query followed by
+ * its gate values, into the queries (returned, contiguous) and
+ * sigmoid(gate) {head_dim, n_head, T} in *gate.
+ */
+static int32_t split_gate(struct q4kh_graph *g, const struct q4kh_hparams *hp,
+                          int32_t qg, uint32_t il, int32_t *gate)
+{
+	const int64_t hd = hp->head_dim, nh = hp->n_head, T = g->n_tokens;
+	const int64_t row = 2 * hd * (int64_t)sizeof(float);
+	int32_t q = q4kh_graph_act(g, hd * nh, T, 1, "blk.%u.attn_q (query)", il);
+
+	q4kh_graph_copy(g, q4kh_graph_view(g, qg, hd, nh, T, row, row * nh, 0),
+	                q4kh_graph_reshape(g, q, hd, nh, T));
+	*gate = q4kh_graph_act(g, hd, nh, T, "blk.%u.attn_q (gate)", il);
+	q4kh_graph_unary(g, Q4KH_UNARY_SIGMOID,
+	                 q4kh_graph_view(g, qg, hd, nh, T, row, row * nh,
+	                                 (uint64_t)hd * sizeof(float)),
+	                 *gate);
+	return q;
+}
+
 int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
                              uint32_t il, int32_t h,
                              const struct q4kh_attn_opts *opts)
@@ -59,9 +80,9 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	const struct q4kh_hparams *hp = &m->hp;
 	const struct q4kh_layer *l = &m->layers[il];
 	const int64_t hd = hp->head_dim, T = g->n_tokens;
-	int32_t q = project(g, &l->wq, &l->bq, h, "attn_q", il);
-	int32_t k = project(g, &l->wk, &l->bk, h, "attn_k", il);
-	int32_t v = project(g, &l->wv, &l->bv, h, "attn_v", il);
+	int32_t q = q4kh_block_project(g, &l->wq, &l->bq, h, "attn_q", il);
+	int32_t k = q4kh_block_project(g, &l->wk, &l->bk, h, "attn_k", il);
+	int32_t v = q4kh_block_project(g, &l->wv, &l->bv, h, "attn_v", il);
 	const struct q4kh_rope_params rope = {
 		.struct_size = sizeof(rope),
 		.n_rot = (int32_t)hp->n_rot,
@@ -74,8 +95,10 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 		.beta_slow = hp->yarn_beta_slow,
 		.n_ctx_orig = (int32_t)hp->n_ctx_orig,
 	};
-	int32_t qh, kh, kc, vc, oh, ff;
+	int32_t qh, kh, kc, vc, oh, ff, gate = -1;
 
+	if (opts->gate_q)
+		q = split_gate(g, hp, q, il, &gate);
 	if (l->q_norm.src) {
 		head_norm(g, m, q, hp->n_head, &l->q_norm, "attn_q_norm", il);
 		head_norm(g, m, k, hp->n_head_kv, &l->k_norm, "attn_k_norm", il);
@@ -94,20 +117,22 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	oh = q4kh_graph_act(g, hd, hp->n_head, T, "blk.%u.attn", il);
 	q4kh_graph_attention(g, qh, kc, vc, opts->window,
 	                     opts->prescale_q ? 1.0f : hp->attn_scale, 0.0f, oh);
-	return project(g, &l->wo, NULL,
-	               q4kh_graph_reshape(g, oh, hd * hp->n_head, T, 1),
-	               "attn_output", il);
+	if (opts->gate_q)
+		q4kh_graph_mul(g, oh, gate, oh);
+	return q4kh_block_project(g, &l->wo, NULL,
+	                          q4kh_graph_reshape(g, oh, hd * hp->n_head, T, 1),
+	                          "attn_output", il);
 }
 
 int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
                        uint32_t il, int32_t h, q4kh_glu_kind act)
 {
 	const struct q4kh_layer *l = &m->layers[il];
-	int32_t gate = project(g, &l->w_gate, NULL, h, "ffn_gate", il);
-	int32_t up = project(g, &l->w_up, NULL, h, "ffn_up", il);
+	int32_t gate = q4kh_block_project(g, &l->w_gate, NULL, h, "ffn_gate", il);
+	int32_t up = q4kh_block_project(g, &l->w_up, NULL, h, "ffn_up", il);
 
 	q4kh_graph_glu(g, act, gate, up, gate);
-	return project(g, &l->w_down, NULL, gate, "ffn_down", il);
+	return q4kh_block_project(g, &l->w_down, NULL, gate, "ffn_down", il);
 }
 
 void q4kh_block_logits(struct q4kh_graph *g, const struct q4kh_model *m,

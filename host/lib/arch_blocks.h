@@ -16,6 +16,9 @@ struct q4kh_attn_opts {
 	int32_t window;   /* sliding window in keys; 0 = none */
 	int prescale_q;   /* scale q by attn_scale after RoPE (Gemma), not in
 	                     the attention's softmax */
+	int gate_q;       /* Wq gives each head's query, then as many values of
+	                     an output gate: the attention's output is
+	                     multiplied by sigmoid(gate) before Wo (Qwen3.5) */
 };
 
 /* x = token_embd[:, ids] * embd_scale: the residual stream {n_embd, T}. */
@@ -25,13 +28,18 @@ int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m);
  * Attention of layer IL over h = its normed input {n_embd, T}:
  * q, k, v = Wq h (+ bq), Wk h (+ bk), Wv h (+ bv); per-head RMSNorm of q
  * and k when the layer has q_norm; RoPE at the step's positions (with
- * the model's frequency factors and YaRN scaling); k and v
- * written to the layer's cache rows; attention; then Wo. Returns the
- * output {n_embd, T}.
+ * the model's frequency factors and YaRN scaling); k and v written to
+ * the layer's cache rows; attention; with gate_q, the output times
+ * sigmoid(gate); then Wo. Returns the output {n_embd, T}.
  */
 int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
                              uint32_t il, int32_t h,
                              const struct q4kh_attn_opts *opts);
+
+/* out = W x (+ bias), a new activation {W's rows, T} named blk.IL.NAME. */
+int32_t q4kh_block_project(struct q4kh_graph *g, const struct q4kh_weight *w,
+                           const struct q4kh_weight *bias, int32_t x,
+                           const char *name, uint32_t il);
 
 /* Wdown (act(Wgate h) * (Wup h)) of layer IL: {n_embd, T}. */
 int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,

@@ -38,8 +38,7 @@ static float yarn_mscale(float factor, float mscale)
  * ext_factor 1, beta_fast 32, beta_slow 1); the frequency factors of
  * rope_freqs.weight when the family has them. Other scalings are refused.
  */
-static int load_rope(struct q4kh_model *m, const struct q4kh_llama_family *f,
-                     struct q4kh_error *err)
+int q4kh_llama_rope(struct q4kh_model *m, int rope_freqs, struct q4kh_error *err)
 {
 	struct q4kh_hparams *hp = &m->hp;
 	float base = 10000.0f, factor = 0.0f, attn = 1.0f, log_mul = 0.0f, scale;
@@ -88,7 +87,7 @@ static int load_rope(struct q4kh_model *m, const struct q4kh_llama_family *f,
 		m->layers[il].rope_base = base;
 		m->layers[il].rope_scale = scale;
 	}
-	if (!f->rope_freqs && q4kh_gguf_tensor(m->gguf, "rope_freqs.weight"))
+	if (!rope_freqs && q4kh_gguf_tensor(m->gguf, "rope_freqs.weight"))
 		return q4kh_fail(err, "%s: tensor rope_freqs.weight: RoPE frequency factors are not part of the %s architecture",
 		                 m->gguf->path, m->arch->name);
 	if (q4kh_model_bind(m, &m->rope_freqs, 0, hp->n_rot / 2, 1, err, "rope_freqs.weight"))
@@ -138,7 +137,7 @@ int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err)
 	const struct q4kh_llama_family *f = m->arch->data;
 	struct q4kh_hparams *hp = &m->hp;
 
-	if (q4kh_model_attn_hparams(m, err) || load_rope(m, f, err) ||
+	if (q4kh_model_attn_hparams(m, err) || q4kh_llama_rope(m, f->rope_freqs, err) ||
 	    q4kh_model_bind_io(m, err))
 		return -1;
 	hp->rope_mode = f->rope_mode;

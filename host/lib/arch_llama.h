@@ -27,6 +27,17 @@ struct q4kh_llama_family {
  */
 int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err);
 
+/*
+ * RoPE as llama.cpp 0.3.36 reads it: every layer's base
+ * (ARCH.rope.freq_base, default 10000) and scaling (rope.scaling.type
+ * none, linear or yarn, with its factor, original context, attention
+ * factor and log multiplier), and, when ROPE_FREQS, the frequency factors
+ * of rope_freqs.weight (refused otherwise). Other scalings are refused.
+ * For q4kh_llama_load and architectures outside the family that read RoPE
+ * alike. -1 with err.
+ */
+int q4kh_llama_rope(struct q4kh_model *m, int rope_freqs, struct q4kh_error *err);
+
 /* struct q4kh_arch's build for the family (model.h). */
 int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
                      struct q4kh_error *err);

@@ -19,14 +19,20 @@ int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
                        const char *what, struct q4kh_error *err)
 {
 	const char *detail;
+	char settings[512] = "";
 
 	if (st == Q4KH_OK)
 		return 0;
 	/* Before init succeeded there is no context: last_error(NULL) then
-	 * tells why init failed (plugin.h). */
+	 * tells why init failed (plugin.h), and the settings it read may be
+	 * why: the plugin names its key, we name the file and line. */
 	detail = b->v->last_error(b->ctx);
-	return q4kh_fail(err, "%s: %s failed (%s): %s", b->plugin->name, what,
-	                 q4kh_status_name(st), detail ? detail : "");
+	if (!b->ctx)
+		q4kh_plugin_settings_read(b->plugin, settings, sizeof(settings));
+	return q4kh_fail(err, "%s: %s failed (%s): %s%s%s%s", b->plugin->name, what,
+	                 q4kh_status_name(st), detail ? detail : "",
+	                 settings[0] ? " [its settings: " : "", settings,
+	                 settings[0] ? "]" : "");
 }
 
 int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,

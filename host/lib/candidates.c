@@ -30,6 +30,17 @@ static int push(struct q4kh_candidate_entry **list, size_t *n,
 	return 0;
 }
 
+int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, size_t n)
+{
+	const struct q4kh_kernel_v1 *v = k->desc->kernel;
+
+	for (uint32_t i = 0; i < v->n_types; i++)
+		for (size_t j = 0; j < n; j++)
+			if (v->types[i] == types[j])
+				return 1;
+	return 0;
+}
+
 /* BE's candidates on its devices. */
 static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *be,
                        const struct q4kh_candidate_filter *f,
@@ -57,7 +68,8 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			const struct q4kh_plugin *k = i < r->n_plugins ? &r->plugins[i] : NULL;
 			const char *variant = k ? k->name : NULL;
 
-			if (k && !targets(k, kind))
+			if (k && (!targets(k, kind) ||
+			          (f->types && !q4kh_candidate_applies(k, f->types, f->n_types))))
 				continue;
 			/* The reference's own kernels are not a candidate. */
 			if (!variant && !strcmp(be->name, "cpu"))
@@ -92,4 +104,87 @@ int q4kh_candidates_list(const struct q4kh_registry *r,
 		}
 	}
 	return 0;
+}
+
+/* 1 when R has an accepted backend called NAME. */
+static int has_backend(const struct q4kh_registry *r, const char *name)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
+
+	return p && p->desc->kind == Q4KH_KIND_BACKEND;
+}
+
+/* 1 when R has an accepted backend of kind KIND (plugin.h, backend_kind). */
+static int has_kind(const struct q4kh_registry *r, const char *kind)
+{
+	for (size_t i = 0; i < r->n_plugins; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND &&
+		    !strcmp(q4kh_backend_kind(&r->plugins[i]), kind))
+			return 1;
+	return 0;
+}
+
+/* The kind of the backend filter F names, or NULL for any. */
+static const char *filter_kind(const struct q4kh_registry *r,
+                               const struct q4kh_candidate_filter *f)
+{
+	const struct q4kh_plugin *p = f->backend ? q4kh_registry_find(r, f->backend) : NULL;
+
+	return !f->backend ? NULL : p ? q4kh_backend_kind(p) : f->backend;
+}
+
+size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
+                                    const struct q4kh_candidate_filter *f, char *buf,
+                                    size_t cap)
+{
+	size_t used = 0, n = 0;
+
+	buf[0] = 0;
+	if (!has_backend(r, "cpu")) {
+		used += (size_t)snprintf(buf, cap,
+		                         "the reference cpu plugin is not on the plugin path %s (from %s): "
+		                         "nothing can be measured against it (F2.4)\n",
+		                         r->path, r->path_origin);
+		n++;
+	}
+	for (size_t i = 0; i < r->n_plugins && used < cap; i++) {
+		const struct q4kh_plugin *k = &r->plugins[i];
+		const char *target;
+
+		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL)
+			continue;
+		target = k->desc->kernel->backend;
+		if (has_kind(r, target) || (f->backend && strcmp(filter_kind(r, f), target)) ||
+		    (f->kernel && strcmp(f->kernel, k->name)))
+			continue;
+		used += (size_t)snprintf(buf + used, cap - used,
+		                         "%s/%s: its backend %s is not on the plugin path %s (from %s): "
+		                         "it cannot be measured (F2.4)\n",
+		                         target, k->name, target, r->path, r->path_origin);
+		n++;
+	}
+	return n;
+}
+
+size_t q4kh_candidates_not_applicable(const struct q4kh_registry *r,
+                                      const struct q4kh_candidate_filter *f, char *buf,
+                                      size_t cap)
+{
+	size_t used = 0, n = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; f->types && i < r->n_plugins && used < cap; i++) {
+		const struct q4kh_plugin *k = &r->plugins[i];
+
+		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL ||
+		    (f->backend && strcmp(filter_kind(r, f), k->desc->kernel->backend)) ||
+		    (f->kernel && strcmp(f->kernel, k->name)) ||
+		    q4kh_candidate_applies(k, f->types, f->n_types))
+			continue;
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s/%s", n ? ", " : "",
+		                         k->desc->kernel->backend, k->name);
+		n++;
+	}
+	return n;
 }

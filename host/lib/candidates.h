@@ -24,7 +24,14 @@ struct q4kh_candidate_filter {
 	int device_set;      /* only device `device` */
 	uint32_t device;
 	const char *kernel;  /* only this variant; "none": built-in kernels only */
+	/* The model's matrix weight types (q4kh_model_types_at), or NULL: a
+	 * variant that implements none of them is left out, not applicable. */
+	const uint32_t *types;
+	size_t n_types;
 };
+
+/* 1 when kernel variant K implements one of the N TYPES. */
+int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, size_t n);
 
 /*
  * The candidates of R passing F, in plugin path order: per backend, per
@@ -36,6 +43,28 @@ int q4kh_candidates_list(const struct q4kh_registry *r,
                          const struct q4kh_candidate_filter *f,
                          struct q4kh_candidate_entry **out, size_t *n,
                          struct q4kh_error *err);
+
+/*
+ * What ought to be judged on R under F but cannot be: the reference cpu
+ * backend missing (nothing can be measured against it), and every kernel
+ * variant whose backend is not on the plugin path (F2.4: what cannot be
+ * measured is no pass). One line each into BUF ("cpu/cpu-simd: its
+ * backend cpu is not on the plugin path ..."); returns how many. An
+ * install that lacks them is broken, and q4khost validate must say so.
+ */
+size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
+                                    const struct q4kh_candidate_filter *f, char *buf,
+                                    size_t cap);
+
+/*
+ * The kernel variants F leaves out because the model has none of their
+ * types (F's types set), as "cuda/cuda-gemv-iq, ..." into BUF; returns how
+ * many. Not applicable is no failure: nothing of the model would run
+ * through them.
+ */
+size_t q4kh_candidates_not_applicable(const struct q4kh_registry *r,
+                                      const struct q4kh_candidate_filter *f, char *buf,
+                                      size_t cap);
 
 /* "cpu/cpu-q8act" or "cuda/built-in" into BUF; returns BUF. */
 const char *q4kh_candidate_name(const struct q4kh_candidate *c, char *buf, size_t cap);

@@ -11,9 +11,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <iniparser.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /*
@@ -40,6 +42,17 @@ const char *q4kh_env(const char *name)
 #else
 	return getenv(name);
 #endif
+}
+
+const char *q4kh_home(void)
+{
+	const char *home = q4kh_env("HOME");
+	const struct passwd *pw;
+
+	if (home && home[0] == '/')
+		return home;
+	pw = getpwuid(geteuid());
+	return pw && pw->pw_dir ? pw->pw_dir : "";
 }
 
 /* iniparser would print its own diagnostics to stderr; we word our own. */
@@ -136,6 +149,7 @@ static int add_layer(struct q4kh_config *c, const char *path, int required,
 {
 	struct layer *grown;
 	struct stat st;
+	char bom[3];
 	FILE *f;
 	dictionary *d;
 
@@ -149,6 +163,13 @@ static int add_layer(struct q4kh_config *c, const char *path, int required,
 	f = fopen(path, "r");
 	if (!f)
 		return q4kh_fail(err, "%s: cannot read: %s", path, strerror(errno));
+	/* iniparser would take the mark for part of the first line, and a
+	 * message quoting it would show an invisible character. */
+	if (fread(bom, 1, 3, f) == 3 && !memcmp(bom, "\xef\xbb\xbf", 3)) {
+		fclose(f);
+		return q4kh_fail(err, "%s:1: the file starts with a UTF-8 byte order mark (bytes EF BB BF), which an INI file must not have; save it as UTF-8 without BOM",
+		                 path);
+	}
 	fclose(f);
 
 	iniparser_set_error_callback(ini_quiet);
@@ -224,7 +245,7 @@ static int add_conf_d(struct q4kh_config *c, const char *sysconfdir,
 static int add_user_file(struct q4kh_config *c, struct q4kh_error *err)
 {
 	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
-	const char *home = q4kh_env("HOME");
+	const char *home = q4kh_home();
 
 	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
 	if (xdg && xdg[0] == '/')
@@ -429,4 +450,75 @@ const char *q4kh_config_where(const struct q4kh_config *c, const char *section,
 	else
 		snprintf(origin, cap, "%s [%s]", l->path, fl.section);
 	return v;
+}
+
+/* strcmp for qsort over an array of strings. */
+static int by_string(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
+                             const char *skip, char *buf, size_t cap)
+{
+	const char *keys[256];
+	size_t n = 0, used = 0;
+	char sec[256];
+
+	buf[0] = 0;
+	snprintf(sec, sizeof(sec), "%s", section);
+	lower(sec);
+	for (size_t i = 0; c && i < c->n_layers; i++) {
+		dictionary *d = c->layers[i].dict;
+		int nk = iniparser_getsecnkeys(d, sec);
+		const char **lk;
+
+		if (nk <= 0 || !(lk = calloc((size_t)nk, sizeof(*lk))))
+			continue;
+		iniparser_getseckeys(d, sec, lk);
+		for (int k = 0; k < nk && n < sizeof(keys) / sizeof(keys[0]); k++) {
+			const char *name = strchr(lk[k], ':') + 1;
+			size_t j = 0;
+
+			while (j < n && strcmp(keys[j], name))
+				j++;
+			if (j == n && !(skip && !strncmp(name, skip, strlen(skip))))
+				keys[n++] = name;
+		}
+		free(lk);
+	}
+	qsort(keys, n, sizeof(keys[0]), by_string);
+	for (size_t k = 0; k < n; k++) {
+		const char *v = q4kh_config_get(c, section, keys[k], NULL);
+		int w = snprintf(buf + used, cap - used, "%s%s=%s", k ? "; " : "", keys[k],
+		                 v ? v : "");
+
+		if (w < 0 || (size_t)w >= cap - used)
+			return -1;
+		used += (size_t)w;
+	}
+	return 0;
+}
+
+void q4kh_config_each_set(const struct q4kh_config *c, q4kh_config_set_fn fn, void *data)
+{
+	for (size_t i = 0; c && i < c->n_layers; i++) {
+		dictionary *d = c->layers[i].dict;
+
+		if (c->layers[i].is_file)
+			continue;
+		for (int s = 0; s < iniparser_getnsec(d); s++) {
+			const char *sec = iniparser_getsecname(d, s);
+			int nk = iniparser_getsecnkeys(d, sec);
+			const char **lk = nk > 0 ? calloc((size_t)nk, sizeof(*lk)) : NULL;
+
+			if (!lk)
+				continue;
+			iniparser_getseckeys(d, sec, lk);
+			for (int k = 0; k < nk; k++)
+				fn(data, sec, strchr(lk[k], ':') + 1,
+				   iniparser_getstring(d, lk[k], ""), c->layers[i].path);
+			free(lk);
+		}
+	}
 }

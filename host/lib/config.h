@@ -68,6 +68,30 @@ int q4kh_config_set(struct q4kh_config *c, const char *section,
                     struct q4kh_error *err);
 
 /*
+ * The effective settings of SECTION, every layer's keys with the value
+ * that wins, sorted by key, as "key=value; key=value" into BUF ("" when
+ * none), leaving out the keys that start with SKIP (NULL: none): what a
+ * receipt keys on for a plugin's [plugin.NAME]. -1 when they do not fit
+ * in CAP bytes.
+ */
+int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
+                             const char *skip, char *buf, size_t cap);
+
+/* Called for every key set above the file layers (q4kh_config_set). */
+typedef void (*q4kh_config_set_fn)(void *data, const char *section, const char *key,
+                                   const char *value, const char *origin);
+void q4kh_config_each_set(const struct q4kh_config *c, q4kh_config_set_fn fn,
+                          void *data);
+
+/*
+ * The home folder of the effective user: $HOME when it is an absolute
+ * path (and not ignored: set-uid programs ignore it, q4kh_env), else the
+ * password database's entry for geteuid(), else "" . For the user's
+ * config, cache and receipt folders.
+ */
+const char *q4kh_home(void);
+
+/*
  * Read environment variable NAME, ignoring it in set-uid/set-gid programs
  * (secure_getenv), so an unprivileged user cannot steer a privileged host.
  */

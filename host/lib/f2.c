@@ -161,8 +161,7 @@ static void not_measured(struct q4kh_f2_result *out, const char *side,
 	         "not measured: the %s failed in %s (F2.4): %.400s", side, phase, e->msg);
 }
 
-/* Fill the verdict, deciding point and summary from judged points. */
-static void conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules)
+void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules)
 {
 	int64_t judged = 0;
 
@@ -261,7 +260,7 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
 		pt->judged = i >= 1;
 		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, pt);
 	}
-	conclude(out, rules);
+	q4kh_f2_conclude(out, rules);
 done:
 	out->seconds = now() - t0;
 	q4kh_session_reset(ref);

@@ -99,6 +99,15 @@ struct q4kh_f2_result {
 void q4kh_f2_result_free(struct q4kh_f2_result *r);
 
 /*
+ * The verdict of OUT's n_points points (judged by q4kh_f2_judge): the
+ * worst over the judged ones, the first point of that severity as worst,
+ * min_cosine, near_ties and the message naming what fired (or a pass
+ * summary). q4kh_f2_run ends with it; serve's shadow parity judges the
+ * positions of a served request with it.
+ */
+void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules);
+
+/*
  * Run the probe TOKENS[0..n) (its last rules->probe_tokens tokens) on REF
  * and CAND from empty caches, then rules->decode_steps teacher-forced
  * decode steps, and judge. Both sessions are reset before and after. A

@@ -17,6 +17,9 @@ static const char *const op_names[Q4KH_OP_COUNT] = {
 	[Q4KH_OP_ADD] = "add",           [Q4KH_OP_SCALE] = "scale",
 	[Q4KH_OP_GLU] = "glu",
 	[Q4KH_OP_SET_ROWS] = "set_rows", [Q4KH_OP_ATTENTION] = "attention",
+	[Q4KH_OP_MUL] = "mul",           [Q4KH_OP_COPY] = "copy",
+	[Q4KH_OP_UNARY] = "unary",       [Q4KH_OP_SSM_CONV] = "ssm_conv",
+	[Q4KH_OP_DELTA_NET] = "delta_net",
 };
 
 const char *q4kh_op_name(enum q4kh_op op)
@@ -233,6 +236,40 @@ int32_t q4kh_graph_cols(struct q4kh_graph *g, int32_t v, int64_t c0, int64_t n)
 		              (long long)g->vals[v].t.ne[d]);
 	c = q4kh_tensor_cols(&g->vals[v].t, c0, n);
 	return view(g, v, &c, c.offset - g->vals[v].t.offset, "columns");
+}
+
+int32_t q4kh_graph_view(struct q4kh_graph *g, int32_t v, int64_t ne0,
+                        int64_t ne1, int64_t ne2, int64_t nb1, int64_t nb2,
+                        uint64_t offset)
+{
+	struct q4kh_tensor t;
+	uint64_t end;
+
+	if (g->failed)
+		return -1;
+	if (!exists(g, v))
+		return refuse(g, "view of value %d, which does not exist", v);
+	t = g->vals[v].t;
+	if (ne0 < 1 || ne1 < 1 || ne2 < 1 || nb1 < ne0 * t.nb[0] || nb2 < 0)
+		return refuse(g, "view {%lld, %lld, %lld} of %s with rows %lld bytes apart",
+		              (long long)ne0, (long long)ne1, (long long)ne2,
+		              g->vals[v].name, (long long)nb1);
+	end = offset + (uint64_t)(ne0 * t.nb[0]) + (uint64_t)((ne1 - 1) * nb1) +
+	      (uint64_t)((ne2 - 1) * nb2);
+	if (end > q4kh_tensor_bytes(&t) || t.nb[1] != t.ne[0] * t.nb[0] ||
+	    t.nb[2] != t.ne[1] * t.nb[1])
+		return refuse(g, "view of %s ends at byte %llu of its %llu (or it is not contiguous)",
+		              g->vals[v].name, (unsigned long long)end,
+		              (unsigned long long)q4kh_tensor_bytes(&t));
+	t.offset += offset;
+	t.ne[0] = ne0;
+	t.ne[1] = ne1;
+	t.ne[2] = ne2;
+	t.ne[3] = 1;
+	t.nb[1] = nb1;
+	t.nb[2] = nb2;
+	t.nb[3] = nb2 * ne2;
+	return view(g, v, &t, offset, "view");
 }
 
 int32_t q4kh_graph_op(struct q4kh_graph *g, enum q4kh_op op, int32_t out,

@@ -36,6 +36,11 @@ enum q4kh_op {
 	Q4KH_OP_GLU,       /* src gate, up; i[0] q4kh_glu_kind */
 	Q4KH_OP_SET_ROWS,  /* src new rows {a, b, T}, pos; out the cache */
 	Q4KH_OP_ATTENTION, /* src q, k_cache, v_cache, pos; i[0] window; f[0] scale, f[1] softcap */
+	Q4KH_OP_MUL,       /* src a, b (b broadcast as the backend's mul) */
+	Q4KH_OP_COPY,      /* src x (any strides); out contiguous */
+	Q4KH_OP_UNARY,     /* src x; i[0] q4kh_unary_kind */
+	Q4KH_OP_SSM_CONV,  /* src x, w, state (fixed, rewritten) */
+	Q4KH_OP_DELTA_NET, /* src q, k, v, g, beta, state (fixed, rewritten); f[0] scale */
 	Q4KH_OP_COUNT
 };
 
@@ -48,7 +53,7 @@ enum q4kh_value_kind {
 };
 
 #define Q4KH_GRAPH_NAME 40
-#define Q4KH_GRAPH_SRC 4
+#define Q4KH_GRAPH_SRC 6
 
 struct q4kh_value {
 	enum q4kh_value_kind kind;
@@ -120,6 +125,14 @@ int32_t q4kh_graph_reshape(struct q4kh_graph *g, int32_t v, int64_t ne0,
 /* Columns [c0, c0 + n) of V's outermost used dimension (its tokens). */
 int32_t q4kh_graph_cols(struct q4kh_graph *g, int32_t v, int64_t c0,
                         int64_t n);
+/*
+ * V's bytes from OFFSET on seen as {ne0, ne1, ne2} with rows NB1 and
+ * planes NB2 bytes apart (rows contiguous): one part of every row, a head
+ * out of interleaved ones. Every byte it names must be V's.
+ */
+int32_t q4kh_graph_view(struct q4kh_graph *g, int32_t v, int64_t ne0,
+                        int64_t ne1, int64_t ne2, int64_t nb1, int64_t nb2,
+                        uint64_t offset);
 
 /*
  * Add a node: OUT = op(SRC...), parameters as enum q4kh_op says. Checks
@@ -135,7 +148,7 @@ static inline int32_t q4kh_graph_node(struct q4kh_graph *g, enum q4kh_op op,
                                       int32_t c, int32_t d, int32_t i0,
                                       int32_t i1, float f0, float f1)
 {
-	const int32_t src[Q4KH_GRAPH_SRC] = { a, b, c, d };
+	const int32_t src[Q4KH_GRAPH_SRC] = { a, b, c, d, -1, -1 };
 	const int32_t i[2] = { i0, i1 };
 	const float f[2] = { f0, f1 };
 
@@ -213,6 +226,53 @@ static inline int32_t q4kh_graph_attention(struct q4kh_graph *g, int32_t q,
 {
 	return q4kh_graph_node(g, Q4KH_OP_ATTENTION, out, q, k_cache, v_cache,
 	                       g->pos, window, 0, scale, softcap);
+}
+
+static inline int32_t q4kh_graph_mul(struct q4kh_graph *g, int32_t a,
+                                     int32_t b, int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_MUL, out, a, b, -1, -1, 0, 0, 0.0f,
+	                       0.0f);
+}
+
+/* out = x element by element, into contiguous memory. */
+static inline int32_t q4kh_graph_copy(struct q4kh_graph *g, int32_t x,
+                                      int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_COPY, out, x, -1, -1, -1, 0, 0, 0.0f,
+	                       0.0f);
+}
+
+/* out = f(x), f as q4kh_unary_kind says. */
+static inline int32_t q4kh_graph_unary(struct q4kh_graph *g,
+                                       q4kh_unary_kind kind, int32_t x,
+                                       int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_UNARY, out, x, -1, -1, -1,
+	                       (int32_t)kind, 0, 0.0f, 0.0f);
+}
+
+/* The short causal convolution of x {C, T} with taps w {K, C} after the
+ * inputs state {K-1, C} keeps, which it then advances (plugin.h). */
+static inline int32_t q4kh_graph_ssm_conv(struct q4kh_graph *g, int32_t x,
+                                          int32_t w, int32_t state,
+                                          int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_SSM_CONV, out, x, w, state, -1, 0, 0,
+	                       0.0f, 0.0f);
+}
+
+/* The gated delta rule over the step's tokens, advancing state (plugin.h). */
+static inline int32_t q4kh_graph_delta_net(struct q4kh_graph *g, int32_t q,
+                                           int32_t k, int32_t v,
+                                           int32_t gate, int32_t beta,
+                                           int32_t state, float scale,
+                                           int32_t out)
+{
+	const int32_t src[Q4KH_GRAPH_SRC] = { q, k, v, gate, beta, state };
+	const float f[2] = { scale, 0.0f };
+
+	return q4kh_graph_op(g, Q4KH_OP_DELTA_NET, out, src, NULL, f);
 }
 
 /* 0, or -1 with err naming what the builders refused. */

@@ -146,10 +146,53 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 		CALL(v->attention(dev, s[0], s[1], s[2], &p, out));
 		return 0;
 	}
+	case Q4KH_OP_MUL:
+		CALL(v->mul(dev, s[0], s[1], out));
+		return 0;
+	case Q4KH_OP_COPY:
+		CALL(v->copy(dev, s[0], out));
+		return 0;
+	/* q4kh_graph_missing has checked that the backend has these three */
+	case Q4KH_OP_UNARY:
+		CALL(v->unary(dev, (q4kh_unary_kind)n->i[0], s[0], out));
+		return 0;
+	case Q4KH_OP_SSM_CONV:
+		CALL(v->ssm_conv(dev, s[0], s[1], s[2], out));
+		return 0;
+	case Q4KH_OP_DELTA_NET:
+		CALL(v->delta_net(dev, s[0], s[1], s[2], s[3], s[4], s[5], n->f[0],
+		                  out));
+		return 0;
 	case Q4KH_OP_COUNT:
 		break;
 	}
 	return q4kh_fail(err, "step graph: node of unknown op %d", (int)n->op);
+}
+
+const char *q4kh_graph_missing(const struct q4kh_graph *g,
+                               const struct q4kh_backend *b)
+{
+	const struct q4kh_backend_v1 *v = b->v;
+
+	for (int32_t i = 0; i < g->n_nodes; i++) {
+		switch (g->nodes[i].op) {
+		case Q4KH_OP_UNARY:
+			if (!Q4KH_BACKEND_HAS(v, unary))
+				return "unary";
+			break;
+		case Q4KH_OP_SSM_CONV:
+			if (!Q4KH_BACKEND_HAS(v, ssm_conv))
+				return "ssm_conv";
+			break;
+		case Q4KH_OP_DELTA_NET:
+			if (!Q4KH_BACKEND_HAS(v, delta_net))
+				return "delta_net";
+			break;
+		default: /* the 1.0 entries, or a fallback to them */
+			break;
+		}
+	}
+	return NULL;
 }
 
 int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,

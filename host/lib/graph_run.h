@@ -26,6 +26,14 @@ struct q4kh_step_values {
 	const int32_t *pos;
 };
 
+/*
+ * NULL when B has an entry for every op of G; else the name of the first
+ * optional entry that G needs and B lacks ("delta_net"). The host checks
+ * before G's first run: the interpreter calls these entries unchecked.
+ */
+const char *q4kh_graph_missing(const struct q4kh_graph *g,
+                               const struct q4kh_backend *b);
+
 /* Issue every node of G on B, in order. -1 with err naming the node. */
 int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
                    const struct q4kh_step_values *in, struct q4kh_error *err);

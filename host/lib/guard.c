@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "isolate.h"
+#include "progress.h"
 #include "tokenizer.h"
 #include "model.h"
 #include "prompt.h"
@@ -172,6 +173,23 @@ int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
 	return 0;
 }
 
+int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_registry *r,
+                            struct q4kh_error *err)
+{
+	struct q4kh_f2_rules rules;
+	uint64_t v;
+
+	if (f2_whole(c, "f2_timeout_s", 1, 86400, &v, err) ||
+	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, &v, err) ||
+	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
+		return -1;
+	for (size_t i = 0; r && i < r->n_plugins; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    q4kh_guard_rules_where(c, r->plugins[i].name, &rules, NULL, err))
+			return -1;
+	return 0;
+}
+
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err)
 {
@@ -179,12 +197,53 @@ int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	                              rules, NULL, err);
 }
 
+static void add_override(void *data, const char *section, const char *key,
+                         const char *value, const char *origin)
+{
+	struct q4kh_guard_args *a = data;
+
+	(void)origin;
+	if (a->n_set < Q4KH_GUARD_OVERRIDES)
+		snprintf(a->set[a->n_set++], sizeof(a->set[0]), "%s:%s=%s", section, key, value);
+}
+
+void q4kh_guard_child_args(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                           struct q4kh_guard_args *a)
+{
+	a->n = a->n_set = 0;
+	snprintf(a->device, sizeof(a->device), "%u", c->device);
+	a->argv[a->n++] = "q4khost";
+	a->argv[a->n++] = "validate";
+	a->argv[a->n++] = "--backend";
+	a->argv[a->n++] = c->backend;
+	a->argv[a->n++] = "--device";
+	a->argv[a->n++] = a->device;
+	a->argv[a->n++] = "--kernel";
+	a->argv[a->n++] = c->variant ? c->variant : "none";
+	a->argv[a->n++] = "-m";
+	a->argv[a->n++] = g->model_path;
+	a->argv[a->n++] = "--plugin-path";
+	a->argv[a->n++] = g->registry->path;
+	if (g->config_file) {
+		a->argv[a->n++] = "--config";
+		a->argv[a->n++] = g->config_file;
+	}
+	/* settings from the command line or the environment reach the child
+	 * as they are, so both sides key the receipt alike */
+	q4kh_config_each_set(g->config, add_override, a);
+	for (int i = 0; i < a->n_set; i++) {
+		a->argv[a->n++] = "--set";
+		a->argv[a->n++] = a->set[i];
+	}
+	a->argv[a->n] = NULL;
+}
+
 static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
                         const char *role, const char *name, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, name);
 	struct q4kh_receipt_plugin *e = &k->plugins[k->n_plugins];
-	char cache[4200];
+	char cache[4200], section[96];
 
 	if (!p)
 		return q4kh_fail(err, "plugin %s is not available on the plugin path %s",
@@ -192,6 +251,11 @@ static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	snprintf(e->role, sizeof(e->role), "%s", role);
 	snprintf(e->name, sizeof(e->name), "%s", name);
+	snprintf(section, sizeof(section), "plugin.%s", name);
+	/* its F2 rules (f2_*) are keyed as rules (floor, steps, probe) */
+	if (q4kh_config_section_text(g->config, section, "f2_", e->settings, sizeof(e->settings)))
+		return q4kh_fail(err, "[%s]: its settings are longer than the %zu bytes a receipt keeps",
+		                 section, sizeof(e->settings) - 1);
 	if (q4kh_sha256_file(p->path, cache, e->sha256, err))
 		return -1;
 	k->n_plugins++;
@@ -277,36 +341,42 @@ out:
 	return rc;
 }
 
+/* What a terminal shows while a child measures. */
+struct measuring {
+	char name[160];
+	const char *reason;
+};
+
+static void show_measuring(void *data, unsigned seconds)
+{
+	const struct measuring *m = data;
+
+	/* The reason last: it may be long, and a terminal line is cut. */
+	q4kh_progress("F2: checking %s vs the reference: %u s (%s)", m->name, seconds,
+	              m->reason);
+}
+
 /* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
 static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candidate *c,
-                            char *why, size_t why_cap, struct q4kh_error *err)
+                            const char *reason, char *why, size_t why_cap,
+                            struct q4kh_error *err)
 {
+	struct measuring m = { "", reason };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
-		                                    g->memory_limit_mib };
-	char device[16];
-	const char *argv[24];
-	int n = 0;
+		                                    g->memory_limit_mib, show_measuring, &m };
+	struct q4kh_guard_args a;
+	int rc;
 
-	snprintf(device, sizeof(device), "%u", c->device);
-	argv[n++] = "q4khost";
-	argv[n++] = "validate";
-	argv[n++] = "--one";
-	argv[n++] = "--backend";
-	argv[n++] = c->backend;
-	argv[n++] = "--device";
-	argv[n++] = device;
-	argv[n++] = "--kernel";
-	argv[n++] = c->variant ? c->variant : "none";
-	argv[n++] = "-m";
-	argv[n++] = g->model_path;
-	argv[n++] = "--plugin-path";
-	argv[n++] = g->registry->path;
-	if (g->config_file) {
-		argv[n++] = "--config";
-		argv[n++] = g->config_file;
-	}
-	argv[n] = NULL;
-	return q4kh_isolate_run(g->self_exe, argv, &limits, why, why_cap, err);
+	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
+	         c->variant ? c->variant : "built-in", c->device);
+	q4kh_guard_child_args(g, c, &a);
+	a.argv[a.n++] = "--one";
+	a.argv[a.n++] = "--quiet"; /* the verdict is ours to report */
+	a.argv[a.n] = NULL;
+	show_measuring(&m, 0);
+	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
+	q4kh_progress_clear();
+	return rc;
 }
 
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
@@ -347,9 +417,11 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		reason = "the receipt could not be read";
 	}
 	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
-	rc = measure_isolated(g, c, why, sizeof(why), err);
+	rc = measure_isolated(g, c, reason, why, sizeof(why), err);
 	if (rc < 0)
 		return -1;
+	if (rc == 2) /* nothing learnt about the plugin: no receipt */
+		return q4kh_fail(err, "%s before F2 finished; no receipt written", why);
 	if (rc > 0) {
 		/* Recorded, so the next run does not retry until a key changes. */
 		memset(&out->receipt, 0, sizeof(out->receipt));

@@ -47,6 +47,18 @@ struct q4kh_candidate {
 };
 
 /* Everything a guard decision needs besides the candidate. */
+/* Command-line and environment settings a validation child gets (--set). */
+#define Q4KH_GUARD_OVERRIDES 16
+
+/* The command line of a `q4khost validate` child for one candidate. */
+struct q4kh_guard_args {
+	const char *argv[32 + 2 * Q4KH_GUARD_OVERRIDES]; /* NULL-terminated */
+	int n;
+	char device[16];
+	char set[Q4KH_GUARD_OVERRIDES][600];
+	int n_set;
+};
+
 struct q4kh_guard {
 	const struct q4kh_registry *registry;
 	const struct q4kh_config *config;
@@ -86,6 +98,17 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
  */
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err);
+
+/*
+ * Every F2 setting of C, checked before any work: [f2] f2_timeout_s and
+ * f2_memory_limit_mb, and the rules (f2_floor, f2_decode_steps,
+ * f2_probe_tokens) of [f2] and of [plugin.NAME] for every plugin R
+ * accepted (R may be NULL). -1 with err naming the file, line, key and
+ * the range: a bad config file, to be refused, never a candidate that
+ * quietly "could not be decided".
+ */
+int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_registry *r,
+                            struct q4kh_error *err);
 
 /* Where each configurable F2 rule came from: "FILE:LINE [SECTION]" or
  * "default". */
@@ -134,11 +157,23 @@ struct q4kh_guard_decision {
  * g->timeout_seconds and g->memory_limit_mib (isolate.h); a child that
  * crashes, is killed, times out or exceeds the memory limit gives a
  * recorded rejection naming the signal or the limit. DEV is the
- * candidate's device record. -1 with err only when no decision can be made
- * at all (hashing or the child could not start).
+ * candidate's device record. While a child measures, a terminal shows
+ * progress (progress.h). -1 with err only when no decision can be made
+ * at all (hashing or the child could not start), or when we were asked to
+ * stop (interrupt.h; the child is stopped and no receipt is written).
  */
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
                      struct q4kh_guard_decision *out, struct q4kh_error *err);
+
+/*
+ * Into A: "q4khost validate" for candidate C of G: its backend, device,
+ * kernel, G's model, plugin path and config file, and every setting made
+ * above the config files (--set), so that the child keys its receipt as
+ * the parent does. The caller appends its own options (a->argv[a->n++])
+ * and the final NULL. Points into G, C and A.
+ */
+void q4kh_guard_child_args(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                           struct q4kh_guard_args *a);
 
 #endif

@@ -52,8 +52,10 @@ static void cache_names(const char *dir, const struct stat *st, char *file,
 {
 	snprintf(file, fcap, "%s/%llx-%llx.sha256", dir,
 	         (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
-	snprintf(id, icap, "%lld %lld.%09ld", (long long)st->st_size,
-	         (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+	/* ctime too: a user can restore an mtime (touch -d), not a ctime */
+	snprintf(id, icap, "%lld %lld.%09ld %lld.%09ld", (long long)st->st_size,
+	         (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec,
+	         (long long)st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
 }
 
 static int cache_read(const char *file, const char *id, char hex[Q4KH_SHA256_HEX])

@@ -14,8 +14,8 @@
 
 /*
  * Hash the file at PATH into hex. When cache_dir is not NULL, a small
- * record keyed on the file's device, inode, size and modification time
- * (nanoseconds) lets a multi-gigabyte model be hashed once, not on every
+ * record keyed on the file's device, inode, size, modification and change
+ * times (nanoseconds; a change time cannot be set back) lets a multi-gigabyte model be hashed once, not on every
  * run; a stale or unreadable record is ignored. -1 with err when the file
  * cannot be read.
  */

@@ -1,6 +1,14 @@
 /*
- * A measurement in a child process: posix_spawn, then poll with waitpid
+ * A measurement in a child process: fork and exec, then poll with waitpid
  * so that a time limit and a memory limit can be enforced by the parent.
+ *
+ * The child must not outlive the parent's watch. A parent stopped by
+ * SIGINT or SIGTERM (q4kh_interrupted) forwards the signal and reaps the
+ * child; a parent that dies without that chance (SIGKILL, a crash) takes
+ * the child with it through PR_SET_PDEATHSIG, set between fork and exec
+ * (posix_spawn has no place for it); and a parent that stops polling (a
+ * stopped process, a debugger) is covered by the child's own alarm, a
+ * little after the parent's time limit, which survives exec.
  *
  * Why the memory limit is a watchdog, not an rlimit: RLIMIT_AS counts
  * address space, and the CUDA driver reserves far more of it than it ever
@@ -15,21 +23,32 @@
  * used. Without /proc the memory limit cannot be enforced and only the
  * time limit applies.
  */
+#include "buildconf.h"
+
 #include "isolate.h"
 
 #include <errno.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef HAVE_SYS_PRCTL_H
+#include <sys/prctl.h>
+#endif
+
+#include "interrupt.h"
 
 extern char **environ;
 
 #define POLL_NS (20 * 1000 * 1000)
+/* The child's own alarm rings this long after the parent's time limit, so
+ * the parent, which can say why, normally acts first. */
+#define CHILD_GRACE_S 5
+/* A child asked to stop gets this long before SIGKILL. */
+#define STOP_GRACE_S 2.0
 
 static double now(void)
 {
@@ -71,15 +90,70 @@ uint64_t q4kh_isolate_default_memory_mib(void)
 	return (uint64_t)pages * (uint64_t)size / 2 / (1024 * 1024);
 }
 
-/* Kill PID and reap it; the reason is the caller's. */
-static int kill_child(pid_t pid)
+static void reap(pid_t pid)
 {
 	int status;
 
-	kill(pid, SIGKILL);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
+}
+
+/* Kill PID and reap it; the reason is the caller's. */
+static int kill_child(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	reap(pid);
 	return 1;
+}
+
+/* Pass SIG on to PID, give it a moment to go, then make sure it does. */
+static void stop_child(pid_t pid, int sig)
+{
+	double t0 = now();
+	int status;
+
+	kill(pid, sig);
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (now() - t0 > STOP_GRACE_S) {
+			kill_child(pid);
+			return;
+		}
+		nanosleep(&(struct timespec){ .tv_nsec = POLL_NS }, NULL);
+	}
+}
+
+/* fork and exec EXE; the child dies with us and on its own alarm. */
+static pid_t start(const char *exe, const char *const *argv, unsigned alarm_s,
+                   struct q4kh_error *err)
+{
+	pid_t parent = getpid(), pid = fork();
+	sigset_t none;
+
+	if (pid < 0) {
+		q4kh_fail(err, "cannot start %s: fork: %s", exe, strerror(errno));
+		return -1;
+	}
+	if (pid > 0)
+		return pid;
+	/* The child: only async-signal-safe calls until exec. */
+#ifdef HAVE_SYS_PRCTL_H
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+		_exit(127); /* the parent is already gone */
+#else
+	(void)parent;
+#endif
+	signal(SIGALRM, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	alarm(alarm_s);
+	execve(exe, (char *const *)argv, environ);
+	_exit(127);
+}
+
+/* A stop asked of the process, not a crash of the plugin. */
+static int is_stop_signal(int sig)
+{
+	return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
 }
 
 int q4kh_isolate_run(const char *exe, const char *const *argv,
@@ -88,13 +162,13 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 {
 	const uint64_t limit_kib = limits->memory_limit_mib * 1024;
 	double t0 = now();
-	int status = 0;
+	unsigned ticked = 0;
+	int status = 0, sig;
 	uint64_t kib;
-	pid_t pid;
+	pid_t pid = start(exe, argv, limits->timeout_seconds + CHILD_GRACE_S, err);
 
-	errno = posix_spawn(&pid, exe, NULL, NULL, (char *const *)argv, environ);
-	if (errno)
-		return q4kh_fail(err, "cannot start %s: %s", exe, strerror(errno));
+	if (pid < 0)
+		return -1;
 	for (;;) {
 		pid_t w = waitpid(pid, &status, WNOHANG);
 
@@ -103,6 +177,11 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 		if (w < 0 && errno != EINTR)
 			return q4kh_fail(err, "waiting for the validation process: %s",
 			                 strerror(errno));
+		if ((sig = q4kh_interrupted())) {
+			stop_child(pid, sig);
+			snprintf(why, why_cap, "validation stopped by %s", q4kh_signal_name(sig));
+			return 2;
+		}
 		if (limit_kib && private_resident_kib(pid, &kib) == 0 && kib > limit_kib) {
 			/* Rounded up: over the limit by 1 KiB reads "M + 1 > M". */
 			snprintf(why, why_cap,
@@ -112,11 +191,35 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 			return kill_child(pid);
 		}
 		if (now() - t0 > limits->timeout_seconds) {
+			kill(pid, SIGKILL);
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			/* One already dying of its own alarm (this process was
+			 * stopped meanwhile, and a process whose threads are
+			 * still going down cannot be reaped yet) keeps that
+			 * verdict. */
+			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+				break;
 			snprintf(why, why_cap, "validation timed out after %u s and was killed",
 			         limits->timeout_seconds);
-			return kill_child(pid);
+			return 1;
+		}
+		if (limits->tick && (unsigned)(now() - t0) > ticked) {
+			ticked = (unsigned)(now() - t0);
+			limits->tick(limits->tick_data, ticked);
 		}
 		nanosleep(&(struct timespec){ .tv_nsec = POLL_NS }, NULL);
+	}
+	if (WIFSIGNALED(status) && (is_stop_signal(WTERMSIG(status)) || q4kh_interrupted())) {
+		sig = q4kh_interrupted() ? q4kh_interrupted() : WTERMSIG(status);
+		snprintf(why, why_cap, "validation stopped by %s", q4kh_signal_name(sig));
+		return 2;
+	}
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+		snprintf(why, why_cap,
+		         "validation timed out after %u s and was killed by its own alarm",
+		         limits->timeout_seconds + CHILD_GRACE_S);
+		return 1;
 	}
 	if (WIFSIGNALED(status)) {
 		snprintf(why, why_cap, "validation crashed: killed by signal %d (%s)",

@@ -14,6 +14,10 @@
 struct q4kh_isolate_limits {
 	unsigned timeout_seconds;  /* wall clock, >= 1 */
 	uint64_t memory_limit_mib; /* private resident memory; 0 = no limit */
+	/* Called once a second while the child runs, with the seconds so far
+	 * (NULL: not called); for progress on a terminal. */
+	void (*tick)(void *data, unsigned seconds);
+	void *tick_data;
 };
 
 /*
@@ -22,11 +26,17 @@ struct q4kh_isolate_limits {
  * line in WHY when it was killed by a signal ("validation crashed: killed
  * by signal 6 (Aborted)"), exited non-zero, or broke a limit and was
  * killed ("validation timed out after 5 s and was killed", "validation
- * exceeded the memory limit: 1100 MiB resident > 1024 MiB"); -1 with err
- * when it could not be started or waited for. Memory is watched, not
- * capped (isolate.c says why): a child may overshoot the limit by what it
- * touches in one 20 ms poll before it is killed. Not thread-safe: it
- * reaps only its own child, but shares the process's signal state.
+ * exceeded the memory limit: 1100 MiB resident > 1024 MiB"); 2 with WHY
+ * ("validation stopped by SIGINT") when we were asked to stop
+ * (interrupt.h: the signal is passed on to the child, which is reaped) or
+ * the child was stopped by SIGINT, SIGTERM or SIGHUP: nothing about the
+ * plugin was learnt; -1 with err when it could not be started or waited
+ * for. The child dies with this process (PR_SET_PDEATHSIG where the
+ * system has it) and on its own alarm 5 s after the time limit. Memory is
+ * watched, not capped (isolate.c says why): a child may overshoot the
+ * limit by what it touches in one 20 ms poll before it is killed. Not
+ * thread-safe: it reaps only its own child, but shares the process's
+ * signal state.
  */
 int q4kh_isolate_run(const char *exe, const char *const *argv,
                      const struct q4kh_isolate_limits *limits, char *why,

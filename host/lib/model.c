@@ -18,6 +18,7 @@ static const struct q4kh_arch *const archs[] = {
 	&q4kh_arch_llama,
 	&q4kh_arch_qwen2,
 	&q4kh_arch_qwen3,
+	&q4kh_arch_qwen35,
 };
 
 #define N_ARCHS (sizeof(archs) / sizeof(archs[0]))
@@ -29,14 +30,14 @@ char *q4kh_default_model_path(char *buf, size_t cap)
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
 	const char *cache = q4kh_env("XDG_CACHE_HOME");
-	const char *home = q4kh_env("HOME");
+	const char *home = q4kh_home();
 
 	if (env && *env)
 		snprintf(buf, cap, "%s", env);
 	else if (cache && *cache)
 		snprintf(buf, cap, "%s/q4khost/models/%s", cache, DEFAULT_MODEL);
 	else
-		snprintf(buf, cap, "%s/.cache/q4khost/models/%s", home ? home : "",
+		snprintf(buf, cap, "%s/.cache/q4khost/models/%s", home,
 		         DEFAULT_MODEL);
 	return buf;
 }
@@ -225,6 +226,9 @@ int q4kh_model_bind_io(struct q4kh_model *m, struct q4kh_error *err)
 	return 0;
 }
 
+/* The weights of a layer, as weight_list visits them. */
+#define LAYER_WEIGHTS 25
+
 /* Visit every bound weight (each once, though output may alias tok_embd). */
 static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 {
@@ -237,13 +241,15 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 	list[n++] = &m->rope_freqs;
 	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
 		struct q4kh_layer *l = &m->layers[il];
-		struct q4kh_weight *lw[] = {
+		struct q4kh_weight *lw[LAYER_WEIGHTS] = {
 			&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
 			&l->k_norm, &l->post_attn_norm, &l->ffn_norm, &l->w_gate,
 			&l->w_up, &l->w_down, &l->post_ffw_norm, &l->bq, &l->bk,
-			&l->bv,
+			&l->bv, &l->ssm_in, &l->ssm_z, &l->ssm_conv, &l->ssm_alpha,
+			&l->ssm_beta, &l->ssm_dt, &l->ssm_a, &l->ssm_norm,
+			&l->ssm_out,
 		};
-		for (size_t i = 0; i < sizeof(lw) / sizeof(lw[0]); i++)
+		for (size_t i = 0; i < LAYER_WEIGHTS; i++)
 			list[n++] = lw[i];
 	}
 	return n;
@@ -251,13 +257,13 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 
 static size_t weight_slots(const struct q4kh_model *m)
 {
-	return 4 + 16 * (size_t)m->hp.n_layer;
+	return 4 + LAYER_WEIGHTS * (size_t)m->hp.n_layer;
 }
 
 /* Matrices, not norm vectors: what session_matmul multiplies by. */
 static int is_matrix(const struct q4kh_weight *w)
 {
-	return w->src && w->src->ne[1] > 1;
+	return w->src && w->src->ne[1] > 1 && !w->not_matrix;
 }
 
 /* After a change to tok_embd, a tied LM head must see the same state. */
@@ -455,4 +461,17 @@ void q4kh_model_free(struct q4kh_model *m)
 	free(m->layers);
 	q4kh_gguf_release(m->gguf);
 	free(m);
+}
+
+int q4kh_model_types_at(const char *path, uint32_t *types, size_t cap, size_t *n,
+                        struct q4kh_error *err)
+{
+	struct q4kh_model *m;
+
+	*n = 0;
+	if (q4kh_model_open(path, &m, err))
+		return -1;
+	*n = q4kh_model_matrix_types(m, types, cap);
+	q4kh_model_free(m);
+	return 0;
 }

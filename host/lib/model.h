@@ -31,6 +31,8 @@ struct q4kh_weight {
 	struct q4kh_tensor t;               /* valid after upload */
 	const struct q4kh_kernel *kernel;   /* NULL: the backend's built-in */
 	q4kh_prepared *prepared;            /* kernel's form of t */
+	int not_matrix; /* 2-D but read element-wise (convolution taps): never
+	                   multiplied by, so never routed to a kernel */
 };
 
 struct q4kh_layer {
@@ -38,6 +40,17 @@ struct q4kh_layer {
 	struct q4kh_weight post_attn_norm, ffn_norm, w_gate, w_up, w_down;
 	struct q4kh_weight post_ffw_norm;
 	struct q4kh_weight bq, bk, bv; /* attention biases (Qwen2); F32 */
+	/* A linear-attention layer's (Qwen3.5's gated delta-net): */
+	struct q4kh_weight ssm_in;     /* attn_qkv: q, k, v of every head */
+	struct q4kh_weight ssm_z;      /* attn_gate: the output gate z */
+	struct q4kh_weight ssm_conv;   /* ssm_conv1d {K, channels}: F32 taps */
+	struct q4kh_weight ssm_alpha;  /* the decay's input, per value head */
+	struct q4kh_weight ssm_beta;   /* the update's strength, per value head */
+	struct q4kh_weight ssm_dt;     /* ssm_dt.bias, added to alpha; F32 */
+	struct q4kh_weight ssm_a;      /* -exp(A_log), scales the decay; F32 */
+	struct q4kh_weight ssm_norm;   /* the gated RMSNorm's weight; F32 */
+	struct q4kh_weight ssm_out;    /* value heads back to n_embd */
+	int recurrent;    /* linear attention: states instead of a KV cache */
 	int swa;          /* sliding-window attention in this layer */
 	float rope_base;  /* RoPE base for this layer */
 	float rope_scale; /* RoPE frequency scale (1/factor) for this layer */
@@ -56,6 +69,12 @@ struct q4kh_hparams {
 	 * struct q4kh_rope_params): 0, 1, 0, 0, 0 when the model has none. */
 	float rope_ext_factor, rope_attn_factor, yarn_beta_fast, yarn_beta_slow;
 	uint32_t n_ctx_orig; /* the trained context YaRN corrects for */
+	/* Linear-attention layers; n_recurrent 0 when there are none. */
+	uint32_t n_recurrent;  /* layers with recurrent set */
+	uint32_t ssm_conv_k;   /* taps of the short convolution */
+	uint32_t ssm_k_heads;  /* key (and query) heads */
+	uint32_t ssm_v_heads;  /* value heads, a multiple of the key heads */
+	uint32_t ssm_head_dim; /* values per key head and per value head */
 };
 
 struct q4kh_arch;
@@ -96,6 +115,7 @@ extern const struct q4kh_arch q4kh_arch_gemma3;
 extern const struct q4kh_arch q4kh_arch_llama;
 extern const struct q4kh_arch q4kh_arch_qwen2;
 extern const struct q4kh_arch q4kh_arch_qwen3;
+extern const struct q4kh_arch q4kh_arch_qwen35;
 
 /*
  * The default model file: $Q4KHOST_MODEL, else
@@ -133,6 +153,15 @@ size_t q4kh_model_matrix_types(const struct q4kh_model *m, uint32_t *types,
 /* The kernel variant multiplying weights of TYPE, or NULL (built-in). */
 const struct q4kh_kernel *q4kh_model_kernel_for(const struct q4kh_model *m,
                                                 uint32_t type);
+
+/*
+ * The distinct matrix weight types of the model at PATH (as
+ * q4kh_model_matrix_types after q4kh_model_open), into TYPES (room for
+ * CAP), their count in *n. -1 with err when the file does not open as a
+ * model.
+ */
+int q4kh_model_types_at(const char *path, uint32_t *types, size_t cap, size_t *n,
+                        struct q4kh_error *err);
 
 /* Free the backend copy (if any), the weights and the file. */
 void q4kh_model_free(struct q4kh_model *m);

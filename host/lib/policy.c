@@ -246,6 +246,77 @@ int q4kh_policy_kernel_choice(const struct q4kh_registry *r,
 	return 0;
 }
 
+/* The record of every device of every backend R accepted; *n of them (malloc()ed). */
+static struct q4kh_device_record *all_devices(const struct q4kh_registry *r, size_t *n)
+{
+	struct q4kh_device_record *devs = NULL;
+
+	*n = 0;
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		uint32_t count = 0;
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
+		    q4kh_backend_devices(p, &count, NULL))
+			continue;
+		for (uint32_t d = 0; d < count; d++) {
+			struct q4kh_device_record *grown = realloc(devs, (*n + 1) * sizeof(*devs));
+			struct q4kh_backend b;
+
+			if (!grown)
+				return devs;
+			devs = grown;
+			if (q4kh_backend_open(p, d, &b, NULL))
+				continue;
+			devs[*n] = b.record;
+			devs[(*n)++].index = d;
+			q4kh_backend_close(&b);
+		}
+	}
+	return devs;
+}
+
+size_t q4kh_policy_unmatched_selectors(const struct q4kh_registry *r, const char *cli,
+                                       const char *flag, char *buf, size_t cap)
+{
+	const char *env = q4kh_env(ENV_KERNEL);
+	const char *values[2] = { cli, env && *env ? env : NULL };
+	const char *names[2] = { flag ? flag : "--kernel", ENV_KERNEL };
+	struct q4kh_device_record *devs = NULL;
+	size_t n_devs = 0, found = 0, used = 0;
+	char shown[4 * 128 + 8];
+	int listed = 0;
+
+	buf[0] = 0;
+	for (int i = 0; i < 2; i++) {
+		struct entry e[Q4KH_KERNEL_LIST];
+		size_t n;
+
+		if (!values[i] || !strchr(values[i], '=') ||
+		    parse_list(r, values[i], names[i], 1, e, &n, NULL))
+			continue; /* no selector, or an error reported where it is used */
+		if (!listed) {
+			devs = all_devices(r, &n_devs);
+			listed = 1;
+		}
+		for (size_t j = 0; j < n && used < cap; j++) {
+			size_t d = 0;
+
+			while (d < n_devs && (!e[j].sel[0] || !rank(e[j].sel, &devs[d])))
+				d++;
+			if (!e[j].sel[0] || d < n_devs)
+				continue;
+			used += (size_t)snprintf(buf + used, cap - used, "%s%s: '%s'", found ? ", " : "",
+			                         names[i],
+			                         q4kh_show(shown, sizeof(shown), e[j].sel,
+			                                   strlen(e[j].sel), 128, 0));
+			found++;
+		}
+	}
+	free(devs);
+	return found;
+}
+
 /* Append a step for VARIANT (NULL: built-in) with its scores on B. */
 static void add_step(struct q4kh_policy_order *o, const struct q4kh_registry *r,
                      const struct q4kh_backend *b, const char *variant, int named)
@@ -274,6 +345,8 @@ static void add_step(struct q4kh_policy_order *o, const struct q4kh_registry *r,
 			s->score = s->scores[t] > s->score ? s->scores[t] : s->score;
 		}
 		q4kh_kernel_close(&k);
+	} else {
+		s->init_failed = 1;
 	}
 	o->n++;
 }
@@ -308,7 +381,7 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
 		add_step(out, r, b, p->name, 0);
 		if (out->n == before)
 			continue;
-		if (out->steps[before].score == 0) {
+		if (out->steps[before].score == 0 && !out->steps[before].init_failed) {
 			out->n--; /* cannot run on this device */
 			continue;
 		}
@@ -329,6 +402,8 @@ const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,
 {
 	if (s->variant && s->named)
 		snprintf(buf, cap, "named by %s", o->choice.origin);
+	else if (s->variant && s->init_failed)
+		snprintf(buf, cap, "would not start");
 	else if (s->variant)
 		snprintf(buf, cap, "by score (%u)", s->score);
 	else if (s->named)

@@ -78,6 +78,18 @@ int q4kh_policy_kernel_choice(const struct q4kh_registry *r,
                               struct q4kh_kernel_choice *out,
                               struct q4kh_error *err);
 
+/*
+ * The selectors (SELECTOR=NAME) in the command-line value CLI of FLAG
+ * (NULL: "--kernel") and in Q4KHOST_Q4K_KERNEL that match no device of
+ * any backend R accepted, into BUF ("--kernel: '5', Q4KHOST_Q4K_KERNEL:
+ * 'sm_90'"); returns how many. Their entries are ignored, so the caller
+ * warns: a device that does not exist is a mistake until shown otherwise.
+ * A value that does not parse counts none (its error comes from
+ * q4kh_policy_kernel_choice). Opens every backend's devices.
+ */
+size_t q4kh_policy_unmatched_selectors(const struct q4kh_registry *r, const char *cli,
+                                       const char *flag, char *buf, size_t cap);
+
 /* "a, b (for cuda)" of every accepted kernel-variant plugin, for messages. */
 void q4kh_policy_list_variants(const struct q4kh_registry *r, char *buf, size_t cap);
 
@@ -89,6 +101,10 @@ struct q4kh_policy_step {
 	/* Per type: the variant's score, or for the built-in kernels 1 when
 	 * the backend supports the type. */
 	uint32_t scores[Q4KH_TYPE_COUNT];
+	/* The variant would not start on the device (its init failed, e.g. on
+	 * a bad setting): kept in the chain so that selection tries it and
+	 * the report says why, never dropped in silence. */
+	int init_failed;
 };
 
 #define Q4KH_POLICY_STEPS 48
@@ -114,8 +130,9 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
                       struct q4kh_policy_order *out, struct q4kh_error *err);
 
 /*
- * Why step S of O is where it is, into BUF: "named by ORIGIN", "score N",
- * "the built-in kernels (named by ORIGIN)" or "the built-in kernels".
+ * Why step S of O is where it is, into BUF: "named by ORIGIN", "by score (N)",
+ * "would not start", "the built-in kernels, named by ORIGIN" or "the
+ * built-in kernels".
  * Returns BUF.
  */
 const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,

@@ -45,12 +45,10 @@ const char *q4kh_prompt_warning(const struct q4kh_prompt *p, char *buf,
 	return buf;
 }
 
-int q4kh_prompt_tokenize(const struct q4kh_prompt *p,
-                         const struct q4kh_tokenizer *t, const char *text,
-                         int chat, int32_t **ids, size_t *n,
-                         struct q4kh_error *err)
+/* Tokenize PROMPT (malloc()ed, freed here; NULL: out of memory) as P says. */
+static int tokenize(const struct q4kh_prompt *p, const struct q4kh_tokenizer *t,
+                    char *prompt, int32_t **ids, size_t *n, struct q4kh_error *err)
 {
-	char *prompt = chat ? q4kh_chat_apply(p->chat, text) : strdup(text);
 	int rc;
 
 	if (!prompt)
@@ -58,4 +56,21 @@ int q4kh_prompt_tokenize(const struct q4kh_prompt *p,
 	rc = q4kh_tokenize(t, prompt, strlen(prompt), 1, p->parse_special, ids, n, err);
 	free(prompt);
 	return rc;
+}
+
+int q4kh_prompt_tokenize(const struct q4kh_prompt *p,
+                         const struct q4kh_tokenizer *t, const char *text,
+                         int chat, int32_t **ids, size_t *n,
+                         struct q4kh_error *err)
+{
+	return tokenize(p, t, chat ? q4kh_chat_apply(p->chat, text) : strdup(text), ids, n,
+	                err);
+}
+
+int q4kh_prompt_tokenize_msgs(const struct q4kh_prompt *p,
+                              const struct q4kh_tokenizer *t,
+                              const struct q4kh_chat_msg *msgs, size_t n,
+                              int32_t **ids, size_t *n_ids, struct q4kh_error *err)
+{
+	return tokenize(p, t, q4kh_chat_format_msgs(p->chat, msgs, n, 1), ids, n_ids, err);
 }

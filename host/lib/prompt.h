@@ -60,4 +60,14 @@ int q4kh_prompt_tokenize(const struct q4kh_prompt *p,
                          int chat, int32_t **ids, size_t *n,
                          struct q4kh_error *err);
 
+/*
+ * MSGS[0..n) laid out in P's family with the assistant's opener (a chat
+ * request of any number of turns), then tokenized as q4kh_prompt_tokenize
+ * does. *ids is malloc()ed. -1 with err.
+ */
+int q4kh_prompt_tokenize_msgs(const struct q4kh_prompt *p,
+                              const struct q4kh_tokenizer *t,
+                              const struct q4kh_chat_msg *msgs, size_t n,
+                              int32_t **ids, size_t *n_ids, struct q4kh_error *err);
+
 #endif

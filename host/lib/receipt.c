@@ -14,14 +14,14 @@
 #include <unistd.h>
 
 /* 2: every measured position is kept ("points"). */
-#define RECEIPT_SCHEMA 2
+#define RECEIPT_SCHEMA 3
 
 void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
                       const char **origin)
 {
 	const char *env = q4kh_env("Q4KHOST_F2_RECEIPT_DIR");
 	const char *file, *conf = q4kh_config_get(c, "f2", "receipt_dir", &file);
-	const char *cache = q4kh_env("XDG_CACHE_HOME"), *home = q4kh_env("HOME");
+	const char *cache = q4kh_env("XDG_CACHE_HOME"), *home = q4kh_home();
 
 	if (env && *env) {
 		snprintf(buf, cap, "%s", env);
@@ -33,7 +33,7 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 		if (cache && cache[0] == '/')
 			snprintf(buf, cap, "%s/q4khost/f2", cache);
 		else
-			snprintf(buf, cap, "%s/.cache/q4khost/f2", home ? home : "");
+			snprintf(buf, cap, "%s/.cache/q4khost/f2", home);
 		*origin = "default";
 	}
 }
@@ -67,10 +67,11 @@ static json_t *key_json(const struct q4kh_receipt_key *k)
 	json_t *plugins = json_array();
 
 	for (int i = 0; i < k->n_plugins; i++)
-		json_array_append_new(plugins, json_pack("{s:s, s:s, s:s}", "role",
+		json_array_append_new(plugins, json_pack("{s:s, s:s, s:s, s:s}", "role",
 		                                         k->plugins[i].role, "name",
 		                                         k->plugins[i].name, "sha256",
-		                                         k->plugins[i].sha256));
+		                                         k->plugins[i].sha256, "settings",
+		                                         k->plugins[i].settings));
 	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:i, s:i, s:s}",
 	                 "model_sha256", k->model_sha256, "plugins", plugins,
 	                 "device_uuid", k->device_uuid, "driver_version",
@@ -105,7 +106,8 @@ static int key_parse(json_t *o, struct q4kh_receipt_key *k)
 	json_array_foreach(plugins, i, p) {
 		if (get_str(p, "role", k->plugins[i].role, sizeof(k->plugins[i].role)) ||
 		    get_str(p, "name", k->plugins[i].name, sizeof(k->plugins[i].name)) ||
-		    get_str(p, "sha256", k->plugins[i].sha256, sizeof(k->plugins[i].sha256)))
+		    get_str(p, "sha256", k->plugins[i].sha256, sizeof(k->plugins[i].sha256)) ||
+		    get_str(p, "settings", k->plugins[i].settings, sizeof(k->plugins[i].settings)))
 			return -1;
 		/* Keys are compared role by role (q4kh_receipt_key_diff); we
 		 * never write a role twice. */
@@ -225,6 +227,64 @@ static int points_parse(json_t *a, struct q4kh_receipt *r)
 	return 0;
 }
 
+/*
+ * The verdict R's own measurements give under its key's floor: the worst
+ * of its judged points, each also held to the floors by its cosine (NaN
+ * rejects), and no pass without points. *min gets the lowest judged
+ * cosine (NaN when none).
+ */
+static enum q4kh_f2_verdict derived_verdict(const struct q4kh_receipt *r, double *min)
+{
+	enum q4kh_f2_verdict v = r->n_points ? Q4KH_F2_PASS : Q4KH_F2_NOT_MEASURED;
+
+	*min = NAN;
+	for (int64_t i = 0; i < r->n_points; i++) {
+		const struct q4kh_receipt_point *p = &r->points[i];
+		enum q4kh_f2_verdict pv = p->verdict;
+
+		if (!p->judged)
+			continue;
+		if (isnan(p->cosine) || p->cosine < r->key.floor)
+			pv = pv > Q4KH_F2_REJECT ? pv : Q4KH_F2_REJECT;
+		if (p->cosine < Q4KH_F2_CATASTROPHIC)
+			pv = Q4KH_F2_BROKEN;
+		if (pv > v)
+			v = pv;
+		if (!isnan(p->cosine) && !(p->cosine >= *min))
+			*min = p->cosine;
+	}
+	return v;
+}
+
+/*
+ * A receipt whose verdict or lowest cosine its own points contradict was
+ * edited or damaged: it vouches for nothing. 0 when consistent; else 1
+ * with err saying what disagrees. A verdict worse than the points (a
+ * crash or timeout after some positions) is kept.
+ */
+static int consistent(const char *path, const struct q4kh_receipt *r,
+                      struct q4kh_error *err)
+{
+	double min;
+	enum q4kh_f2_verdict d = derived_verdict(r, &min);
+
+	/* without points (a crash, a timeout) only a pass is a contradiction */
+	if (!r->n_points && r->verdict != Q4KH_F2_PASS)
+		return 0;
+	if (r->verdict < d) {
+		q4kh_fail(err, "%s says \"%s\" but its own measurements say \"%s\" (lowest judged cosine %.4f, floors %.2f and %.2f): ignored",
+		          path, verdicts[r->verdict], verdicts[d], min, r->key.floor,
+		          Q4KH_F2_CATASTROPHIC);
+		return 1;
+	}
+	if (r->n_points && !isnan(min) && !(fabs(r->min_cosine - min) <= 1e-6)) {
+		q4kh_fail(err, "%s says its lowest cosine is %.6f but its points say %.6f: ignored",
+		          path, r->min_cosine, min);
+		return 1;
+	}
+	return 0;
+}
+
 int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
                       struct q4kh_error *err)
 {
@@ -274,7 +334,9 @@ int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
 	get_str(root, "message", out->message, sizeof(out->message));
 	get_str(root, "created", out->created, sizeof(out->created));
 	get_str(root, "host_version", out->host_version, sizeof(out->host_version));
-	rc = 0;
+	rc = consistent(path, out, err);
+	if (rc)
+		q4kh_receipt_free(out);
 out:
 	json_decref(root);
 	return rc;
@@ -357,6 +419,11 @@ const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
 			short_hash(c->sha256, b);
 			snprintf(buf, cap, "the plugin file of %s changed (sha256 %s -> %s)",
 			         c->name, a, b);
+			return buf;
+		}
+		if (strcmp(o->settings, c->settings)) {
+			snprintf(buf, cap, "the settings of %s changed ([plugin.%s] \"%.60s\" -> \"%.60s\")",
+			         c->name, c->name, o->settings, c->settings);
 			return buf;
 		}
 	}

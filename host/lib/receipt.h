@@ -3,7 +3,8 @@
  * (model, backend, kernel variant, device) holding its last verdict and
  * the key it was measured under. A receipt is valid only while every part
  * of its key is unchanged: the model file's SHA-256, the SHA-256 of every
- * plugin file involved (reference, backend, variant), the device UUID and
+ * plugin file involved (reference, backend, variant) and its settings, the
+ * device UUID and
  * driver version, the F2 rule set and the rules' values, and the probe.
  * Files are written atomically (temporary file, fsync, rename). A receipt
  * also keeps every measured position (cosine, decode step, verdict), so a
@@ -27,6 +28,9 @@ struct q4kh_receipt_plugin {
 	char role[16];  /* "reference", "backend", "variant" */
 	char name[64];
 	char sha256[Q4KH_SHA256_HEX];
+	/* its effective [plugin.NAME] settings, "key=value; ..." (config.h's
+	 * q4kh_config_section_text): a setting can change what it computes */
+	char settings[256];
 };
 
 struct q4kh_receipt_key {
@@ -89,8 +93,10 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 /*
  * Read the receipt of candidate ID (any printable identity string, e.g.
  * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR into *out, which is
- * overwritten (free its points first). 0 on success; 1 when there is none
- * or it is of another schema, with err saying which; -1 with err for a
+ * overwritten (free its points first). 0 on success; 1 when there is none,
+ * it is of another schema, or its verdict or lowest cosine disagrees with
+ * its own measured points under its floors (an edited receipt vouches for
+ * nothing), with err saying which; -1 with err for a
  * file that exists but cannot be parsed (the caller treats it as absent
  * and overwrites it).
  */

@@ -4,16 +4,20 @@
  */
 #include "registry.h"
 #include "log.h"
+#include "progress.h"
 #include "secure.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The smallest legal descriptor: every field of ABI 1.0, up to `kernel`. */
 #define DESC_V1_0_SIZE \
@@ -27,6 +31,18 @@
 /* The smallest legal backend table: ABI 1.0's, up to native_device. */
 #define BACKEND_V1_0_SIZE \
 	(offsetof(struct q4kh_backend_v1, native_device) + sizeof(void (*)(void)))
+
+/*
+ * The backend table of each minor the host knows, in bytes: a plugin that
+ * claims minor m has at least table_size[m] (docs/plugin-abi.md, V2).
+ */
+static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
+	BACKEND_V1_0_SIZE,
+	offsetof(struct q4kh_backend_v1, get_rows_ext),
+	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
+	/* 1.3 appended to the descriptor and the native handles only */
+	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
+};
 
 #define NAME_MAX_LEN 63
 
@@ -105,6 +121,33 @@ static int untrusted(const struct stat *st, const char *what, const char *path,
 	return 0;
 }
 
+/*
+ * The folders above DIR, as untrusted() judges a plugin's own folder: one
+ * that someone else could write lets them rename DIR and put another in
+ * its place. A folder with the sticky bit (/tmp) is safe: there, only an
+ * entry's owner may rename it. 0 when all may be trusted.
+ */
+static int untrusted_above(const char *dir, char *why, size_t size)
+{
+	char *real = realpath(dir, NULL), *slash, one[400];
+	struct stat st;
+	int rc = 0;
+
+	if (!real)
+		return 0; /* the folder's own checks report what is wrong */
+	while (!rc && (slash = strrchr(real, '/')) != NULL) {
+		*(slash == real ? slash + 1 : slash) = 0;
+		if (stat(real, &st) != 0)
+			break;
+		if (!(st.st_mode & S_ISVTX) && untrusted(&st, "folder", real, one, sizeof(one)))
+			rc = say(why, size, "%s, above %s", one, dir);
+		if (slash == real)
+			break;
+	}
+	free(real);
+	return rc;
+}
+
 static int is_identifier(const char *s)
 {
 	size_t len;
@@ -146,15 +189,18 @@ static int check_fns(const void *table, const char *what,
 	return 0;
 }
 
-static int check_backend(const struct q4kh_backend_v1 *b, char *why,
+static int check_backend(const struct q4kh_backend_v1 *b, uint32_t minor, char *why,
                          size_t size)
 {
+	/* a minor newer than the host's is held to the newest the host knows */
+	uint32_t m = minor < Q4KH_ABI_MINOR ? minor : Q4KH_ABI_MINOR;
+
 	if (!b)
 		return say(why, size, "kind is backend but the backend table is NULL");
-	if (b->struct_size < BACKEND_V1_0_SIZE)
+	if (b->struct_size < backend_table_size[m])
 		return say(why, size,
-		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.0",
-		           b->struct_size, (size_t)BACKEND_V1_0_SIZE, Q4KH_ABI_MAJOR);
+		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.%u, which its descriptor claims",
+		           b->struct_size, backend_table_size[m], Q4KH_ABI_MAJOR, m);
 	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
 }
 
@@ -204,7 +250,7 @@ static int check_desc(const struct q4kh_plugin_desc *d, char *why, size_t size)
 		           "backend kind \"%s\" is not an identifier (1 to %d of a-z 0-9 - _, not starting with - or _)",
 		           shown, NAME_MAX_LEN);
 	}
-	return check_backend(d->backend, why, size);
+	return check_backend(d->backend, d->abi_minor, why, size);
 }
 
 const char *q4kh_backend_kind(const struct q4kh_plugin *p)
@@ -238,8 +284,11 @@ static void unload(struct q4kh_plugin *p)
 {
 	if (p->dl)
 		dlclose(p->dl);
+	if (p->fd >= 0)
+		close(p->fd);
 	p->dl = NULL;
 	p->desc = NULL;
+	p->fd = -1;
 }
 
 static const struct q4kh_plugin *find_accepted(const struct q4kh_registry *r,
@@ -254,19 +303,32 @@ static const struct q4kh_plugin *find_accepted(const struct q4kh_registry *r,
 }
 
 /*
- * dlopen P, run its entry and check what it returns; P ends ACCEPTED,
- * REJECTED or SHADOWED. -1 only when out of memory.
+ * dlopen P from p->fd, the file whose status was checked, run its entry
+ * and check what it returns; P ends ACCEPTED (the fd stays open while it
+ * is loaded: the loader tells objects apart by that name), REJECTED or
+ * SHADOWED. Loading through /proc/self/fd/FD loads the very file that
+ * was checked: a file swapped in at P's path after the checks is not what
+ * runs. Without /proc, the path is loaded. -1 only when out of memory.
  */
 static int load_one(struct q4kh_registry *r, struct q4kh_plugin *p)
 {
 	q4kh_plugin_entry_fn entry;
 	const struct q4kh_plugin_desc *d;
 	const struct q4kh_plugin *winner;
-	char *name;
+	char *name, proc[64];
+	const char *msg;
+	size_t len;
 
-	p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+	len = (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d", p->fd);
+	p->dl = dlopen(access(proc, F_OK) == 0 ? proc : p->path, RTLD_NOW | RTLD_LOCAL);
 	if (!p->dl) {
-		say(p->reason, sizeof(p->reason), "%s", dlerror());
+		/* the loader names the file as it opened it: name it as found */
+		msg = dlerror();
+		if (!strncmp(msg, proc, len))
+			say(p->reason, sizeof(p->reason), "%s%s", p->path, msg + len);
+		else
+			say(p->reason, sizeof(p->reason), "%s", msg);
+		unload(p);
 		return 0;
 	}
 	entry = (q4kh_plugin_entry_fn)dlsym(p->dl, Q4KH_ENTRY_SYMBOL);
@@ -324,6 +386,7 @@ static struct q4kh_plugin *add_plugin(struct q4kh_registry *r, size_t *cap,
 	p = &r->plugins[r->n_plugins];
 	memset(p, 0, sizeof(*p));
 	p->state = Q4KH_PLUGIN_REJECTED;
+	p->fd = -1;
 	p->path = path;
 	p->name = file_stem(file);
 	if (!p->name) {
@@ -348,30 +411,79 @@ static int by_name(const struct dirent **a, const struct dirent **b)
 	return strcmp((*a)->d_name, (*b)->d_name);
 }
 
+/* The file name of PATH, after its last '/'. */
+static const char *base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? slash + 1 : path;
+}
+
+/*
+ * The earlier plugin that makes P a copy not to load: the very same file
+ * (device and inode: a link, or a folder listed twice), or an accepted
+ * plugin of the same file name. dlopen would run a copy's constructors
+ * only to unload it. NULL when P must be loaded to learn its name.
+ */
+static const struct q4kh_plugin *earlier_copy(const struct q4kh_registry *r,
+                                              const struct q4kh_plugin *p)
+{
+	for (const struct q4kh_plugin *q = r->plugins; q < p; q++)
+		if ((q->dev == p->dev && q->ino == p->ino) ||
+		    (q->state == Q4KH_PLUGIN_ACCEPTED &&
+		     !strcmp(base_name(q->path), base_name(p->path))))
+			return q;
+	return NULL;
+}
+
+/* Record P as a copy of Q, never loaded. -1 only when out of memory. */
+static int shadow(struct q4kh_plugin *p, const struct q4kh_plugin *q)
+{
+	if (q->state != Q4KH_PLUGIN_ACCEPTED) {
+		say(p->reason, sizeof(p->reason), "the same file as %s: %s", q->path, q->reason);
+		return 0;
+	}
+	p->state = Q4KH_PLUGIN_SHADOWED;
+	p->shadowed_by = strdup(q->path);
+	return p->shadowed_by ? 0 : -1;
+}
+
 /* Record and load one .so file of DIR; dir_refusal set if DIR is unsafe. */
 static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
                      const char *file, const char *dir_refusal)
 {
+	const struct q4kh_plugin *copy;
 	struct q4kh_plugin *p;
 	struct stat st;
 	char *path;
+	int fd, rc = 0;
 
 	if (asprintf(&path, "%s/%s", dir, file) < 0)
 		return -1;
-	if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
 		free(path);
 		return 0;
 	}
 	p = add_plugin(r, cap, path, file);
-	if (!p)
+	if (!p) {
+		close(fd);
 		return -1;
-	if (dir_refusal) {
-		say(p->reason, sizeof(p->reason), "%s", dir_refusal);
-		return 0;
 	}
-	if (untrusted(&st, "file", path, p->reason, sizeof(p->reason)))
-		return 0;
-	return load_one(r, p);
+	p->dev = st.st_dev;
+	p->ino = st.st_ino;
+	p->fd = fd;
+	if (dir_refusal)
+		say(p->reason, sizeof(p->reason), "%s", dir_refusal);
+	else if (!untrusted(&st, "file", path, p->reason, sizeof(p->reason))) {
+		copy = earlier_copy(r, p);
+		rc = copy ? shadow(p, copy) : load_one(r, p);
+	}
+	if (!p->dl)
+		unload(p);
+	return rc;
 }
 
 static int note(struct q4kh_registry *r, const char *dir, const char *why)
@@ -382,34 +494,48 @@ static int note(struct q4kh_registry *r, const char *dir, const char *why)
 	return 0;
 }
 
-/* 1 when DIR is a component of the path before byte offset END. */
-static int listed_before(const struct q4kh_registry *r, const char *dir,
-                         size_t end)
-{
-	const char *s = r->path;
-	size_t len = strlen(dir);
+/* A folder already scanned, by identity, not by spelling. */
+struct seen_dir {
+	dev_t dev;
+	ino_t ino;
+	char *path;
+};
 
-	while (*s && (size_t)(s - r->path) < end) {
-		size_t n = strcspn(s, ":");
-		if (n == len && !strncmp(s, dir, len))
-			return 1;
-		s += n;
-		if (*s == ':')
-			s++;
-	}
-	return 0;
+struct scan_state {
+	size_t cap; /* of r->plugins */
+	struct seen_dir *seen;
+	size_t n_seen;
+};
+
+/* The earlier entry of the path that is the folder ST, or NULL. */
+static const char *seen_before(const struct scan_state *ss, const struct stat *st)
+{
+	for (size_t i = 0; i < ss->n_seen; i++)
+		if (ss->seen[i].dev == st->st_dev && ss->seen[i].ino == st->st_ino)
+			return ss->seen[i].path;
+	return NULL;
 }
 
-/*
- * Every .so in DIR (the path component at byte offset AT), names sorted. A
- * folder that cannot be used adds a note, not plugins.
- */
-static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir,
-                    size_t at)
+static int remember_dir(struct scan_state *ss, const char *dir, const struct stat *st)
+{
+	struct seen_dir *grown = realloc(ss->seen, (ss->n_seen + 1) * sizeof(*grown));
+
+	if (!grown)
+		return -1;
+	ss->seen = grown;
+	grown[ss->n_seen].dev = st->st_dev;
+	grown[ss->n_seen].ino = st->st_ino;
+	grown[ss->n_seen].path = strdup(dir);
+	return grown[ss->n_seen++].path ? 0 : -1;
+}
+
+/* Every .so in DIR, names sorted. A folder that cannot be used adds a note, not plugins. */
+static int scan_dir(struct q4kh_registry *r, struct scan_state *ss, const char *dir)
 {
 	struct dirent **names;
 	struct stat st;
-	char refusal[sizeof(r->plugins->reason)];
+	char refusal[sizeof(r->plugins->reason)], why[4200];
+	const char *earlier;
 	int n, rc = 0, refused;
 
 	if (dir[0] != '/')
@@ -418,15 +544,24 @@ static int scan_dir(struct q4kh_registry *r, size_t *cap, const char *dir,
 		return note(r, dir, "skipped: does not exist");
 	if (!S_ISDIR(st.st_mode))
 		return note(r, dir, "skipped: not a folder");
-	if (listed_before(r, dir, at))
+	earlier = seen_before(ss, &st);
+	if (earlier && !strcmp(earlier, dir))
 		return note(r, dir, "skipped: listed earlier in the path");
-	refused = untrusted(&st, "folder", dir, refusal, sizeof(refusal));
+	if (earlier) {
+		snprintf(why, sizeof(why), "skipped: the same folder as %s, listed earlier in the path",
+		         earlier);
+		return note(r, dir, why);
+	}
+	if (remember_dir(ss, dir, &st))
+		return -1;
+	refused = untrusted(&st, "folder", dir, refusal, sizeof(refusal)) ||
+	          untrusted_above(dir, refusal, sizeof(refusal));
 	n = scandir(dir, &names, is_so_name, by_name);
 	if (n < 0)
 		return 0;
 	for (int i = 0; i < n; i++) {
 		if (rc == 0)
-			rc = scan_file(r, cap, dir, names[i]->d_name,
+			rc = scan_file(r, &ss->cap, dir, names[i]->d_name,
 			               refused ? refusal : NULL);
 		free(names[i]);
 	}
@@ -457,26 +592,38 @@ static int choose_path(struct q4kh_registry *r, const char *cli_path,
 	return r->path ? 0 : -1;
 }
 
-/* Walk the ':'-separated path; empty components are skipped, not ".". */
+/* Walk the ':'-separated path; empty entries are skipped, not ".". */
 static int scan_path(struct q4kh_registry *r)
 {
-	size_t cap = 0;
+	struct scan_state ss = { 0 };
 	const char *s = r->path;
+	unsigned entry = 0;
+	int rc = 0;
 
-	while (*s) {
+	/* An empty path is no entry at all; "a:" has an empty second one. */
+	while (*r->path && rc == 0) {
 		size_t len = strcspn(s, ":");
-		if (len > 0) {
-			char *dir = strndup(s, len);
-			int rc = dir ? scan_dir(r, &cap, dir, (size_t)(s - r->path)) : -1;
-			free(dir);
-			if (rc != 0)
-				return -1;
+		char *dir = strndup(s, len), label[32];
+
+		entry++;
+		if (!dir) {
+			rc = -1;
+		} else if (len == 0) {
+			snprintf(label, sizeof(label), "entry %u (empty)", entry);
+			rc = note(r, label, "skipped: an empty entry never means the current folder");
+		} else {
+			rc = scan_dir(r, &ss, dir);
 		}
+		free(dir);
 		s += len;
-		if (*s == ':')
-			s++;
+		if (!*s)
+			break;
+		s++; /* the ':' */
 	}
-	return 0;
+	for (size_t i = 0; i < ss.n_seen; i++)
+		free(ss.seen[i].path);
+	free(ss.seen);
+	return rc;
 }
 
 /* One fprintf per line: stdio's lock keeps lines of threads apart. */
@@ -489,19 +636,65 @@ static void host_log(void *host_data, q4kh_log_level level, const char *msg)
 		return;
 	msg = msg ? msg : "";
 	len = (int)strlen(msg);
+	q4kh_progress_clear();
 	while (len > 0 && msg[len - 1] == '\n')
 		len--;
 	fprintf(stderr, "q4khost: [plugin %s] %s: %.*s\n", p->name,
 	        q4kh_log_word(level), len, msg);
 }
 
+/* config_get is thread-safe (plugin.h, T3): so is the list of keys read. */
+static pthread_mutex_t keys_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Note KEY among the keys P read, once. */
+static void remember_key(struct q4kh_plugin *p, const char *key)
+{
+	char *k = p->keys_read;
+	size_t len = strlen(key);
+
+	pthread_mutex_lock(&keys_lock);
+	while (*k && strcmp(k, key))
+		k += strlen(k) + 1;
+	/* Room for the key, its NUL and the NUL that ends the list. */
+	if (!*k && (size_t)(k - p->keys_read) + len + 2 <= sizeof(p->keys_read)) {
+		memcpy(k, key, len + 1);
+		k[len + 1] = 0;
+	}
+	pthread_mutex_unlock(&keys_lock);
+}
+
 static const char *host_config_get(void *host_data, const char *key)
 {
-	const struct q4kh_plugin *p = host_data;
+	struct q4kh_plugin *p = host_data;
 	char section[sizeof("plugin.") + NAME_MAX_LEN];
 
+	if (!key)
+		return NULL;
+	remember_key(p, key);
 	snprintf(section, sizeof(section), "plugin.%s", p->name);
 	return q4kh_config_get(p->config, section, key, NULL);
+}
+
+const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap)
+{
+	char section[sizeof("plugin.") + NAME_MAX_LEN], where[700], shown[4 * 80 + 8];
+	size_t used = 0;
+
+	buf[0] = 0;
+	snprintf(section, sizeof(section), "plugin.%s", p->name);
+	pthread_mutex_lock(&keys_lock);
+	for (const char *k = p->keys_read; *k && used < cap; k += strlen(k) + 1) {
+		const char *v = q4kh_config_where(p->config, section, k, where, sizeof(where));
+
+		if (!v)
+			continue;
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s = \"%s\" (%s)",
+		                         used ? "; " : "", k,
+		                         q4kh_show(shown, sizeof(shown), v, strlen(v), 80, 0),
+		                         where);
+	}
+	pthread_mutex_unlock(&keys_lock);
+	return buf;
 }
 
 /* Only once the array stops moving may host_data point into it. */

@@ -10,12 +10,17 @@
  * (struct_size, abi_minor, kind, required table entries) before any other
  * plugin code runs. A plugin whose name was already accepted from an
  * earlier file is "shadowed" and unloaded; both paths are kept for the
- * report. A file or folder writable by group or others is refused.
+ * report. A file of the same file name as an accepted plugin's, or the
+ * very file again (same device and inode, through a link), is shadowed
+ * without being loaded, so that its constructors never run. A folder
+ * listed twice, however spelt (a trailing slash, a symbolic link), is
+ * scanned once. A file or folder writable by group or others is refused.
  */
 #ifndef Q4KH_REGISTRY_H
 #define Q4KH_REGISTRY_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "error.h"
@@ -29,10 +34,14 @@ enum q4kh_plugin_state {
 
 struct q4kh_plugin {
 	char *path;                          /* as found on the plugin path */
+	dev_t dev;                           /* the file's identity */
+	ino_t ino;
 	enum q4kh_plugin_state state;
 	char reason[512];                    /* one line, when rejected */
 	char *shadowed_by;                   /* path of the winner, when shadowed */
 	void *dl;                            /* dlopen handle while accepted */
+	int fd;                              /* the file it was loaded from, open
+	                                        while loaded; -1 otherwise */
 	const struct q4kh_plugin_desc *desc; /* while accepted */
 	/*
 	 * Copied, valid for every state: the descriptor's name once the
@@ -41,6 +50,9 @@ struct q4kh_plugin {
 	char *name;
 	struct q4kh_host_api api;            /* what init() receives */
 	const struct q4kh_config *config;
+	/* The keys of [plugin.NAME] the plugin asked for (config_get), each
+	 * followed by a NUL, so that an error can say where they were set. */
+	char keys_read[256];
 };
 
 struct q4kh_registry {
@@ -48,9 +60,10 @@ struct q4kh_registry {
 	const char *path_origin; /* "--plugin-path", "Q4KHOST_PLUGIN_PATH", file, "built-in" */
 	struct q4kh_plugin *plugins;
 	size_t n_plugins;
-	/* Folders of the path that were skipped and why, one per line
-	 * ("/x: does not exist"); relative folders are skipped, since they
-	 * would depend on the current directory. */
+	/* Entries of the path that were skipped and why, one per line
+	 * ("/x: skipped: does not exist"): empty entries, missing and
+	 * relative folders (they would depend on the current directory), and
+	 * folders listed before. */
 	char notes[2048];
 };
 
@@ -65,6 +78,14 @@ struct q4kh_registry {
 int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
                        struct q4kh_registry **out, struct q4kh_error *err);
 void q4kh_registry_free(struct q4kh_registry *r);
+
+/*
+ * The settings plugin P read through config_get that are set, with where,
+ * into BUF: "threads = \"0\" (/etc/q4khost/q4khost.ini:7 [plugin.cpu])",
+ * several joined by "; "; "" when none. For an error the plugin reports:
+ * it knows its key, the host knows the file and line. Returns BUF.
+ */
+const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap);
 
 /*
  * The kind of accepted backend plugin P (plugin.h, backend_kind): what

@@ -67,6 +67,9 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		fprintf(f, "q4khost: F2 rejected first: %.*s\n", (int)len, s);
 		s += len + (s[len] == '\n');
 	}
+	if (r->selection->not_applicable[0])
+		fprintf(f, "q4khost: not applicable to this model (none of their types): %s\n",
+		        r->selection->not_applicable);
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
 	if (r->steps)
 		print_steps(f, r->steps);
@@ -127,6 +130,9 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		     r->decode_seconds),
 		"stop", r->stop_reason);
 
+	if (o && r->selection->not_applicable[0])
+		json_object_set_new(o, "not_applicable",
+		                    json_string(r->selection->not_applicable));
 	if (o && r->steps)
 		json_object_set_new(
 			o, "steps",

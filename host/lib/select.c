@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "candidates.h"
+#include "interrupt.h"
 #include "policy.h"
 
 void q4kh_selection_close(struct q4kh_selection *s)
@@ -16,43 +17,53 @@ void q4kh_selection_close(struct q4kh_selection *s)
 	q4kh_backend_close(&s->backend);
 }
 
-__attribute__((format(printf, 2, 3)))
-static void step(struct q4kh_selection *s, const char *fmt, ...)
+/* Append one line to the text buffer BUF of CAP bytes. */
+__attribute__((format(printf, 3, 4)))
+static void append(char *buf, size_t cap, const char *fmt, ...)
 {
-	size_t used = strlen(s->steps);
+	size_t used = strlen(buf);
 	va_list ap;
 
+	if (used + 1 >= cap)
+		return;
 	va_start(ap, fmt);
-	vsnprintf(s->steps + used, sizeof(s->steps) - used, fmt, ap);
+	vsnprintf(buf + used, cap - used, fmt, ap);
 	va_end(ap);
 }
 
-/* Devices of an accepted backend plugin; 0 when it cannot say. */
-static uint32_t device_count(const struct q4kh_plugin *p)
+/* Devices of an accepted backend plugin; 0, with why in SKIPPED, when it
+ * cannot start. */
+static uint32_t device_count(const struct q4kh_plugin *p, char *skipped, size_t cap)
 {
+	struct q4kh_error e = { { 0 } };
 	uint32_t n;
 
-	q4kh_backend_devices(p, &n, NULL);
+	if (q4kh_backend_devices(p, &n, &e))
+		append(skipped, cap, "%s\n", e.msg);
 	return n;
 }
 
 /*
  * Append the kernel chain of backend P's device DEVICE (policy.h) to LIST;
  * what its setting named for other backends goes to OTHERS. A device that
- * does not open adds nothing.
+ * does not open adds nothing but a line in SKIPPED.
  */
 static int add_backend(const struct q4kh_select_request *rq,
                        const struct q4kh_plugin *p, uint32_t device,
                        struct q4kh_select_cand *list, int *n, int *explicit_request,
-                       char *others, size_t others_cap, struct q4kh_error *err)
+                       char *others, size_t others_cap, char *skipped,
+                       size_t skipped_cap, struct q4kh_error *err)
 {
 	struct q4kh_policy_order o;
 	struct q4kh_backend b;
+	struct q4kh_error e = { { 0 } };
 	size_t used = strlen(others);
 	char why[800];
 
-	if (q4kh_backend_open(p, device, &b, NULL))
+	if (q4kh_backend_open(p, device, &b, &e)) {
+		append(skipped, skipped_cap, "%s\n", e.msg);
 		return 0;
+	}
 	if (q4kh_policy_order(rq->registry, rq->config, rq->kernel, NULL, &b, &o, err)) {
 		q4kh_backend_close(&b);
 		return -1;
@@ -76,11 +87,59 @@ static int add_backend(const struct q4kh_select_request *rq,
 	return 0;
 }
 
+/* "cpu (1 device), cuda (2 devices)" of every accepted backend. */
+static void list_backends(const struct q4kh_registry *r, char *buf, size_t cap)
+{
+	char ignored[512] = "";
+
+	buf[0] = 0;
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		uint32_t n;
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND)
+			continue;
+		n = device_count(p, ignored, sizeof(ignored));
+		append(buf, cap, "%s%s (%u device%s)", buf[0] ? ", " : "", p->name, n,
+		       n == 1 ? "" : "s");
+	}
+}
+
+/*
+ * Why a plan for RQ came out empty, as the error: the backends that could
+ * not start (SKIPPED), no backend at all, or none with the device.
+ */
+static int nothing_to_try(const struct q4kh_select_request *rq, const char *skipped,
+                          struct q4kh_error *err)
+{
+	const struct q4kh_registry *r = rq->registry;
+	char backends[512];
+	size_t len = strlen(skipped);
+
+	if (len)
+		return q4kh_fail(err, "no backend could start: %.*s", (int)len - 1, skipped);
+	list_backends(r, backends, sizeof(backends));
+	for (size_t i = 0; !backends[0] && i < r->n_plugins; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_REJECTED && !strcmp(r->plugins[i].name, "cpu"))
+			return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
+			                 "the reference cpu plugin %s was rejected: %s",
+			                 r->path, r->path_origin, r->plugins[i].path,
+			                 r->plugins[i].reason);
+	if (!backends[0])
+		return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
+		                 "the reference cpu plugin (cpu.so) is not there; "
+		                 "q4khost plugins lists what is",
+		                 r->path, r->path_origin);
+	return q4kh_fail(err, "no backend has a device %u (%s); q4khost plugins lists the devices",
+	                 rq->device, backends);
+}
+
 int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_select_cand *list, struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = rq->registry;
-	char others[512] = "";
+	const struct q4kh_plugin *cpu = q4kh_registry_find(r, "cpu");
+	char others[512] = "", skipped[2048] = "";
 	int n = 0, kept = 0, explicit_request = 0;
 
 	if (rq->backend) {
@@ -88,11 +147,12 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 		if (!p || p->desc->kind != Q4KH_KIND_BACKEND)
 			return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s); see q4khost plugins",
 			                 rq->backend, r->path, r->path_origin);
-		if (device_count(p) <= rq->device)
-			return q4kh_fail(err, "backend %s has no device %u; see q4khost plugins",
-			                 rq->backend, rq->device);
+		if (device_count(p, skipped, sizeof(skipped)) <= rq->device)
+			return skipped[0] ? nothing_to_try(rq, skipped, err)
+			                  : q4kh_fail(err, "backend %s has no device %u; see q4khost plugins",
+			                              rq->backend, rq->device);
 		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
-		                sizeof(others), err))
+		                sizeof(others), skipped, sizeof(skipped), err))
 			return -1;
 	} else {
 		/* Device backends first, then the other backends of the host's
@@ -103,19 +163,20 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 				if (p->state == Q4KH_PLUGIN_ACCEPTED &&
 				    p->desc->kind == Q4KH_KIND_BACKEND && strcmp(p->name, "cpu") &&
 				    (strcmp(q4kh_backend_kind(p), "cpu") == 0) == host &&
-				    device_count(p) > rq->device &&
-				    add_backend(rq, p, rq->device, list, &n, &explicit_request,
-				                others, sizeof(others), err))
+				    device_count(p, skipped, sizeof(skipped)) > rq->device &&
+				    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
+				                sizeof(others), skipped, sizeof(skipped), err))
 					return -1;
 			}
-		/* The reference last: its one device serves any request. */
-		if (q4kh_registry_find(r, "cpu") &&
-		    add_backend(rq, q4kh_registry_find(r, "cpu"), 0, list, &n,
-		                &explicit_request, others, sizeof(others), err))
+		/* The reference last: its one device stands in for a device of
+		 * another backend, but a device no backend has is a mistake. */
+		if (cpu && (n > 0 || device_count(cpu, skipped, sizeof(skipped)) > rq->device) &&
+		    add_backend(rq, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
+		                skipped, sizeof(skipped), err))
 			return -1;
 	}
 	if (!explicit_request)
-		return n;
+		return n ? n : nothing_to_try(rq, skipped, err);
 	/* An explicit request: only what it named, nothing to fall back to. */
 	for (int i = 0; i < n; i++)
 		if (list[i].explicit_request)
@@ -126,6 +187,17 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 		                 rq->backend ? rq->backend : "an available backend",
 		                 others[0] ? ": it names " : "", others);
 	return kept;
+}
+
+/* How the report names an F2 that is off, after where that was set. */
+static void off_source(const char *origin, char *buf, size_t cap)
+{
+	if (!origin || !strcmp(origin, "--f2"))
+		snprintf(buf, cap, "--f2 off");
+	else if (!strcmp(origin, "Q4KHOST_F2"))
+		snprintf(buf, cap, "Q4KHOST_F2=off");
+	else
+		snprintf(buf, cap, "mode = off at %s", origin);
 }
 
 /* Open backend, model and variant of C into OUT. */
@@ -144,6 +216,7 @@ static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_sel
 		q4kh_selection_close(out);
 		return -1;
 	}
+	out->device = c->device;
 	return 0;
 }
 
@@ -153,9 +226,11 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
 	struct q4kh_guard g;
 	int32_t *probe = NULL;
-	size_t n_probe = 0;
+	size_t n_probe = 0, n_types;
+	uint32_t types[Q4KH_TYPE_COUNT];
 	int n, guard_ready = 0, rc = -1;
 	char name[160];
+	size_t len;
 
 	memset(out, 0, sizeof(*out));
 	n = q4kh_select_plan(rq, list, err);
@@ -163,6 +238,8 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		out->explicit_failure = 1;
 		return -1;
 	}
+	if (q4kh_model_types_at(rq->model_path, types, Q4KH_TYPE_COUNT, &n_types, err))
+		return -1;
 	for (int i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
@@ -170,6 +247,15 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		struct q4kh_candidate cc = { c->backend, c->device, c->variant };
 
 		q4kh_candidate_name(&cc, name, sizeof(name));
+		/* A variant chosen by score that has none of the model's types
+		 * routes nothing: not applicable, never a rejection. */
+		if (c->variant && !c->explicit_request &&
+		    !q4kh_candidate_applies(q4kh_registry_find(rq->registry, c->variant), types,
+		                            n_types)) {
+			append(out->not_applicable, sizeof(out->not_applicable), "%s%s",
+			       out->not_applicable[0] ? ", " : "", name);
+			continue;
+		}
 		if (!strcmp(c->backend, "cpu") && !c->variant) {
 			/* The reference needs no guard. */
 			if (open_cand(rq, c, out, err))
@@ -184,13 +270,13 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		if (open_cand(rq, c, out, &e)) {
-			step(out, "%s: cannot start: %s\n", name, e.msg);
+			append(out->steps, sizeof(out->steps), "%s: cannot start: %s\n", name, e.msg);
 			continue;
 		}
 		snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
 		if (rq->mode == Q4KH_F2_OFF) {
 			snprintf(out->f2_verdict, sizeof(out->f2_verdict), "off");
-			snprintf(out->f2_source, sizeof(out->f2_source), "--f2 off");
+			off_source(rq->mode_origin, out->f2_source, sizeof(out->f2_source));
 			snprintf(out->f2_message, sizeof(out->f2_message),
 			         "F2 IS OFF: %s serves unverified", name);
 			rc = 0;
@@ -207,8 +293,14 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			guard_ready = 1;
 		}
 		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
-			step(out, "%s: F2 could not decide: %s\n", name, e.msg);
 			q4kh_selection_close(out);
+			if (q4kh_interrupted()) {
+				out->interrupted = q4kh_interrupted();
+				q4kh_fail(err, "F2 of %s: %s", name, e.msg);
+				goto out;
+			}
+			append(out->steps, sizeof(out->steps), "%s: F2 could not decide: %s\n", name,
+			       e.msg);
 			continue;
 		}
 		q4kh_receipt_free(&d.receipt); /* its points: not needed here */
@@ -221,15 +313,17 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		/* Whether it was measured now or read from a receipt. */
-		step(out, "%s: F2 %s: %s [%s]\n", name, q4kh_f2_verdict_name(d.verdict),
-		     d.receipt.message, d.source);
+		append(out->steps, sizeof(out->steps), "%s: F2 %s: %s [%s]\n", name,
+		       q4kh_f2_verdict_name(d.verdict), d.receipt.message, d.source);
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;
 	}
 	out->explicit_failure = 1;
-	q4kh_fail(err, "no candidate could serve the request%s:\n%s",
-	          rq->mode == Q4KH_F2_REQUIRE ? " (--f2 require)" : "", out->steps);
+	len = strlen(out->steps); /* every step ends in a newline */
+	q4kh_fail(err, "no candidate could serve the request%s:\n%.*s",
+	          rq->mode == Q4KH_F2_REQUIRE ? " (--f2 require)" : "",
+	          (int)(len ? len - 1 : 0), out->steps);
 out:
 	free(probe);
 	return rc;

@@ -39,6 +39,9 @@ struct q4kh_select_request {
 	uint32_t device;
 	const char *kernel;       /* the --kernel value (policy.h), or NULL */
 	enum q4kh_f2_mode mode;
+	/* Where the mode was set (settings.h: "--f2", "Q4KHOST_F2",
+	 * "FILE:LINE [f2]", "default"), for the report of an F2 that is off. */
+	const char *mode_origin;
 };
 
 struct q4kh_selection {
@@ -46,12 +49,17 @@ struct q4kh_selection {
 	struct q4kh_kernel kernel;  /* zeroed when the built-in kernels serve */
 	struct q4kh_model *model;   /* uploaded to backend, variant prepared */
 	char f2_verdict[32];        /* "pass", "not needed", "off" */
-	char f2_source[256];        /* "receipt (...)", "fresh (reason: ...)" */
+	uint32_t device;            /* the device that serves, within backend */
+	char f2_source[256];        /* "receipt (...)", "fresh (reason: ...)",
+	                               "Q4KHOST_F2=off" */
 	char f2_message[512];
 	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by
 	                               FILE:LINE [gpu.0]", "the built-in kernels" */
 	char steps[2048];           /* every candidate tried before, one per line */
+	char not_applicable[512];   /* variants with none of the model's types,
+	                               left out: "cuda/cuda-gemv-iq, ..." */
 	int explicit_failure;       /* a named request could not be honoured */
+	int interrupted;            /* the signal that stopped the choice, or 0 */
 };
 
 /* One candidate of a plan. */
@@ -67,9 +75,14 @@ struct q4kh_select_cand {
 
 /*
  * The candidates q4kh_select tries for RQ, in order, into LIST (room for
- * Q4KH_SELECT_MAX; RQ's model and mode are not used). Returns how many; -1
- * with err when a named backend is missing, a kernel setting is invalid,
- * or an explicit kernel request names nothing the device can run.
+ * Q4KH_SELECT_MAX; RQ's model and mode are not used). The reference cpu
+ * backend's one device stands in last for device RQ->device of another
+ * backend, but not for a device no backend has. Returns how many; -1 with
+ * err when a named backend is missing, a kernel setting is invalid, an
+ * explicit kernel request names nothing the device can run, or nothing
+ * can be tried at all: the error then says why (no backend on the plugin
+ * path, the reference among them; the backends that could not start, with
+ * their plugins' reasons; no backend with the device).
  */
 int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_select_cand *list, struct q4kh_error *err);
@@ -77,7 +90,9 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 /*
  * Choose, guard and open what serves RQ. On success every part of *out is
  * open; release it with q4kh_selection_close. -1 with err when nothing can
- * serve, or a named request cannot be honoured (explicit_failure set).
+ * serve, or a named request cannot be honoured (explicit_failure set), or
+ * when a SIGINT or SIGTERM stopped an F2 measurement (interrupt.h;
+ * interrupted set, no receipt written).
  */
 int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out,
                 struct q4kh_error *err);

@@ -79,6 +79,7 @@ static struct q4kh_graph *build(struct q4kh_session *s, int64_t t,
                                 int64_t n_out, struct q4kh_error *err)
 {
 	struct q4kh_graph *g = q4kh_graph_new(t, n_out);
+	const char *missing;
 
 	if (!g) {
 		q4kh_fail(err, "out of memory for a step graph");
@@ -88,6 +89,12 @@ static struct q4kh_graph *build(struct q4kh_session *s, int64_t t,
 		goto fail;
 	if (n_out && g->logits < 0) {
 		q4kh_fail(err, "%s: the step graph has no logits", s->m->arch->name);
+		goto fail;
+	}
+	missing = q4kh_graph_missing(g, s->b);
+	if (missing) {
+		q4kh_fail(err, "backend %s cannot run %s: it has no %s (an optional entry of plugin ABI 1.2)",
+		          s->b->plugin->name, s->m->arch->name, missing);
 		goto fail;
 	}
 	if (q4kh_graph_plan(g, SCRATCH_ALIGN)) {
@@ -141,13 +148,88 @@ static uint32_t kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
 	return kv == Q4KH_KV_F16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
 }
 
+/* The KV cache of every attention layer, in one buffer. */
+static int alloc_kv(struct q4kh_session *s, struct q4kh_error *err)
+{
+	const struct q4kh_hparams *hp = &s->m->hp;
+	const uint32_t n_attn = hp->n_layer - hp->n_recurrent;
+	uint64_t kv_layer = align_up((uint64_t)hp->head_dim * hp->n_head_kv * s->p.n_ctx *
+	                             q4kh_type_block_bytes(s->stats.kv_type));
+	uint32_t a = 0;
+
+	if (n_attn == 0)
+		return 0;
+	if (alloc(s, kv_layer * 2 * n_attn, &s->kv, "buffer_alloc (KV cache)", err))
+		return -1;
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		if (s->m->layers[il].recurrent)
+			continue;
+		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * a), s->stats.kv_type,
+		                                  hp->head_dim, hp->n_head_kv, s->p.n_ctx);
+		s->v_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * a + 1),
+		                                  s->stats.kv_type, hp->head_dim,
+		                                  hp->n_head_kv, s->p.n_ctx);
+		a++;
+	}
+	return 0;
+}
+
+/* The states of every linear-attention layer, in one buffer (zeroed
+ * before the first step). */
+static int alloc_states(struct q4kh_session *s, struct q4kh_error *err)
+{
+	const struct q4kh_hparams *hp = &s->m->hp;
+	const int64_t sd = hp->ssm_head_dim, hv = hp->ssm_v_heads;
+	const int64_t ch = 2 * sd * hp->ssm_k_heads + sd * hv;
+	const uint64_t conv = align_up(sizeof(float) * (uint64_t)(hp->ssm_conv_k - 1) *
+	                               (uint64_t)ch);
+	const uint64_t ssm = align_up(sizeof(float) * (uint64_t)(sd * sd * hv));
+	uint64_t off = 0;
+
+	if (hp->n_recurrent == 0)
+		return 0;
+	s->rs_bytes = (conv + ssm) * hp->n_recurrent;
+	if (alloc(s, s->rs_bytes, &s->rs, "buffer_alloc (recurrent states)", err))
+		return -1;
+	for (uint32_t il = 0; il < hp->n_layer; il++) {
+		if (!s->m->layers[il].recurrent)
+			continue;
+		s->conv_state[il] = q4kh_tensor_make(s->rs, off, Q4KH_TYPE_F32,
+		                                     hp->ssm_conv_k - 1, ch, 1);
+		s->ssm_state[il] = q4kh_tensor_make(s->rs, off + conv, Q4KH_TYPE_F32, sd,
+		                                    sd, hv);
+		off += conv + ssm;
+	}
+	s->rs_stale = 1;
+	return 0;
+}
+
+/* Zero every state: a new sequence starts from none. */
+static int clear_states(struct q4kh_session *s, struct q4kh_error *err)
+{
+	const uint64_t chunk = (uint64_t)1 << 20;
+	void *zero = calloc(1, chunk);
+	int rc = 0;
+
+	if (!zero)
+		return q4kh_fail(err, "out of memory");
+	for (uint64_t off = 0; off < s->rs_bytes && !rc; off += chunk) {
+		uint64_t n = s->rs_bytes - off < chunk ? s->rs_bytes - off : chunk;
+
+		rc = q4kh_backend_check(s->b, s->b->v->buffer_upload(s->b->dev, s->rs, off,
+		                                                      zero, n),
+		                        "buffer_upload (zero states)", err);
+	}
+	free(zero);
+	s->rs_stale = rc != 0;
+	return rc;
+}
+
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err)
 {
 	const struct q4kh_hparams *hp = &m->hp;
 	struct q4kh_session *s = calloc(1, sizeof(*s));
-	uint64_t kv_layer;
-	int64_t kv_rows = (int64_t)hp->head_dim * hp->n_head_kv;
 	const char *missing;
 
 	if (!s)
@@ -162,30 +244,27 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	s->stats.kv_type = kv_type(s->p.kv, s->b);
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));
+	s->conv_state = calloc(hp->n_layer, sizeof(*s->conv_state));
+	s->ssm_state = calloc(hp->n_layer, sizeof(*s->ssm_state));
 	s->values = calloc(2 * (size_t)s->p.n_batch, sizeof(*s->values));
 	s->graphs = calloc(SESSION_GRAPHS, sizeof(*s->graphs));
-	if (!s->k_cache || !s->v_cache || !s->values || !s->graphs) {
+	if (!s->k_cache || !s->v_cache || !s->conv_state || !s->ssm_state ||
+	    !s->values || !s->graphs) {
 		q4kh_fail(err, "out of memory");
 		goto fail;
 	}
-	kv_layer = align_up((uint64_t)kv_rows * s->p.n_ctx *
-	                    q4kh_type_block_bytes(s->stats.kv_type));
-	if (alloc(s, kv_layer * 2 * hp->n_layer, &s->kv, "buffer_alloc (KV cache)", err) ||
+	if (alloc_kv(s, err) || alloc_states(s, err) ||
 	    alloc(s, 2 * sizeof(int32_t) * s->p.n_batch, &s->step,
 	          "buffer_alloc (step inputs)", err))
 		goto fail;
-	for (uint32_t il = 0; il < hp->n_layer; il++) {
-		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * il), s->stats.kv_type,
-		                                  hp->head_dim, hp->n_head_kv, s->p.n_ctx);
-		s->v_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * il + 1),
-		                                  s->stats.kv_type, hp->head_dim,
-		                                  hp->n_head_kv, s->p.n_ctx);
-	}
 	missing = q4kh_graph_replay_missing(s->b);
 	s->stats.replay = !missing;
 	if (missing)
 		snprintf(s->stats.why_not, sizeof(s->stats.why_not),
 		         "%s has no %s", s->b->plugin->name, missing);
+	/* the decode step, built now: a backend that lacks an op fails here */
+	if (!graph_for(s, 1, 1, err))
+		goto fail;
 	*out = s;
 	return 0;
 fail:
@@ -201,6 +280,8 @@ void q4kh_session_free(struct q4kh_session *s)
 		drop_graph(s, &s->graphs[i]);
 	if (s->kv)
 		s->b->v->buffer_free(s->b->dev, s->kv);
+	if (s->rs)
+		s->b->v->buffer_free(s->b->dev, s->rs);
 	if (s->step)
 		s->b->v->buffer_free(s->b->dev, s->step);
 	if (s->scratch)
@@ -208,6 +289,8 @@ void q4kh_session_free(struct q4kh_session *s)
 	free(s->graphs);
 	free(s->k_cache);
 	free(s->v_cache);
+	free(s->conv_state);
+	free(s->ssm_state);
 	free(s->values);
 	free(s);
 }
@@ -215,6 +298,7 @@ void q4kh_session_free(struct q4kh_session *s)
 void q4kh_session_reset(struct q4kh_session *s)
 {
 	s->n_past = 0;
+	s->rs_stale = s->rs != NULL;
 }
 
 /*
@@ -291,6 +375,8 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
 		if (ids[i] < 0 || ids[i] >= n_vocab)
 			return q4kh_fail(err, "token %d at index %lld is outside the vocabulary [0, %lld)",
 			                 ids[i], (long long)i, (long long)n_vocab);
+	if (s->rs_stale && clear_states(s, err))
+		return -1;
 	for (int64_t c = 0; c < n; c += s->p.n_batch) {
 		int64_t t = n - c < s->p.n_batch ? n - c : s->p.n_batch;
 		int64_t n_out = !logits ? 0 : all ? t : c + t == n;
@@ -302,6 +388,10 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
 	}
 	return 0;
 fail:
-	s->n_past = start;
+	/* the KV cache's rows past start are unread; states cannot rewind */
+	if (s->rs)
+		q4kh_session_reset(s);
+	else
+		s->n_past = start;
 	return -1;
 }

@@ -1,9 +1,10 @@
 /*
- * An inference session: a model on a backend device with its KV cache,
- * the step graphs its architecture describes, and the memory they run in.
- * Prefill and decode are the same call: eval() appends n tokens at the
- * current position, in steps of at most n_batch tokens, and returns the
- * logits asked for.
+ * An inference session: a model on a backend device with its memory of the
+ * sequence (a KV cache per attention layer; per linear-attention layer a
+ * convolution state and a recurrent state), the step graphs its
+ * architecture describes, and the memory they run in. Prefill and decode
+ * are the same call: eval() appends n tokens at the current position, in
+ * steps of at most n_batch tokens, and returns the logits asked for.
  *
  * Each step runs the graph of its shape class (tokens, logits wanted),
  * built once and kept (graph.h): the host writes the step's ids and
@@ -59,26 +60,41 @@ struct q4kh_session {
 	int64_t n_past; /* tokens in the KV cache */
 	q4kh_buffer *kv, *scratch, *step;
 	uint64_t scratch_bytes;
-	struct q4kh_tensor *k_cache, *v_cache; /* per layer {head_dim, n_kv, n_ctx} */
+	/* Per attention layer {head_dim, n_kv, n_ctx}; unset for the others. */
+	struct q4kh_tensor *k_cache, *v_cache;
+	/* Per linear-attention layer, unset for the others: the convolution's
+	 * kept inputs {K-1, channels} and the delta rule's state {S, S,
+	 * value heads} (plugin.h), f32, in rs, rewritten by every step. */
+	struct q4kh_tensor *conv_state, *ssm_state;
+	q4kh_buffer *rs;
+	uint64_t rs_bytes;
+	int rs_stale; /* the states are not those of n_past: zero them first */
 	struct q4kh_session_graph *graphs;     /* cached step graphs */
 	int32_t *values;                       /* host copy of ids, then pos */
 	struct q4kh_session_stats stats;
 };
 
-/* Allocate cache, step inputs and scratch on the model's backend (model
- * uploaded). -1 with err. */
+/*
+ * Allocate caches, states, step inputs and scratch on the model's backend
+ * (model uploaded), and build the one-token step: -1 with err when the
+ * backend lacks an entry the model's ops need ("backend cuda cannot run
+ * qwen35: it has no delta_net"), before any step runs.
+ */
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err);
 void q4kh_session_free(struct q4kh_session *s);
-/* Forget every cached token (the cache memory is reused). */
+/* Forget every cached token (the memory is reused; states are zeroed
+ * before the next step). */
 void q4kh_session_reset(struct q4kh_session *s);
 
 /*
  * Run ids[0..n) at positions n_past..n_past+n-1. logits (host memory, may be
  * NULL): with all set, n rows of n_vocab floats (row i for token i);
  * otherwise one row for the last token. -1 with err on an id outside the
- * vocabulary, a full context, or a backend failure (the cache is then left
- * as it was before the call).
+ * vocabulary or a full context (nothing changes), or on a backend failure:
+ * the KV cache is then left as it was before the call, but states, which
+ * cannot be rewound, are lost, so a model with linear-attention layers is
+ * reset (n_past 0).
  */
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err);

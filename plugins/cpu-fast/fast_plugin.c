@@ -31,10 +31,6 @@
 #define DEFAULT_SPIN_US 200
 #define MAX_SPIN_US 100000
 
-#define HOST_HAS(host, field)                                        \
-	((host)->struct_size >= offsetof(struct q4kh_host_api, field) + \
-	                            sizeof((host)->field))
-
 /* Why the last init() on this thread failed (last_error(NULL)). */
 static _Thread_local char init_error[512];
 
@@ -107,7 +103,7 @@ static q4kh_status f_init(const struct q4kh_host_api *host, q4kh_backend_ctx **o
 		return fast_fail(NULL, Q4KH_ERR_UNSUPPORTED,
 		                 NAME ": init: host ABI major %u, plugin built for %d",
 		                 host->abi_major, Q4KH_ABI_MAJOR);
-	if (HOST_HAS(host, config_get) && host->config_get) {
+	if (Q4KH_HOST_HAS(host, config_get)) {
 		threads = host->config_get(host->host_data, "threads");
 		isa = host->config_get(host->host_data, "isa");
 		spin = host->config_get(host->host_data, "spin_us");
@@ -257,7 +253,7 @@ static q4kh_status f_device_open(q4kh_backend_ctx *ctx, uint32_t index, q4kh_dev
 		                 "device_open: cannot start %u worker threads: %s",
 		                 ctx->threads - 1, strerror(e));
 	}
-	if (HOST_HAS(ctx->host, log) && ctx->host->log) {
+	if (Q4KH_HOST_HAS(ctx->host, log)) {
 		snprintf(msg, sizeof(msg), NAME ": %s loops, %u threads, spinning %u us",
 		         ctx->k->name, ctx->threads, ctx->spin_us);
 		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
@@ -472,8 +468,4 @@ static const struct q4kh_plugin_desc desc = {
 	.backend_kind = "cpu",
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void)
-{
-	return &desc;
-}
+Q4KH_PLUGIN_ENTRY(desc)

@@ -34,10 +34,6 @@
 /* Rows per part at least: smaller parts cost more to hand out than to do. */
 #define ROW_GRAIN 16
 
-#define HOST_HAS(host, field)                                        \
-	((host)->struct_size >= offsetof(struct q4kh_host_api, field) + \
-	                            sizeof((host)->field))
-
 struct q4kh_kernel_ctx {
 	const struct q4kh_host_api *host;
 	enum simd_isa isa;                 /* SIMD_ISA_NONE: score 0, no kernels */
@@ -119,7 +115,7 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 		return fail(NULL, Q4KH_ERR_UNSUPPORTED,
 		            NAME ": init: host ABI major %u, plugin built for %d",
 		            host->abi_major, Q4KH_ABI_MAJOR);
-	if (HOST_HAS(host, config_get) && host->config_get) {
+	if (Q4KH_HOST_HAS(host, config_get)) {
 		threads = host->config_get(host->host_data, "threads");
 		isa = host->config_get(host->host_data, "isa");
 	}
@@ -142,7 +138,7 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	(*out)->isa = chosen;
 	(*out)->kernels = kernels_of(chosen);
 	(*out)->threads = n;
-	if (HOST_HAS(host, log) && host->log) {
+	if (Q4KH_HOST_HAS(host, log)) {
 		snprintf(line, sizeof(line), NAME ": %s kernels, %u threads",
 		         chosen ? kernels_of(chosen)->name : "no", n);
 		host->log(host->host_data, Q4KH_LOG_DEBUG, line);
@@ -512,8 +508,4 @@ static const struct q4kh_plugin_desc desc = {
 	.kernel = &table,
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void)
-{
-	return &desc;
-}
+Q4KH_PLUGIN_ENTRY(desc)

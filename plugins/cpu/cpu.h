@@ -3,14 +3,16 @@
  *
  * Every op is deterministic: each output element is computed by exactly one
  * worker thread, and every reduction (dot product, sum of squares, softmax
- * sum, attention accumulation) runs in double in an order that depends on
- * neither the thread count nor the batch size.
+ * sum, attention accumulation, convolution, delta-rule state) runs in
+ * double in an order that depends on neither the thread count nor the batch
+ * size.
  */
 #ifndef Q4KH_CPU_H
 #define Q4KH_CPU_H
 
 #include <stdint.h>
 
+#include "q4khost/contract.h"
 #include "q4khost/plugin.h"
 
 #include "cpu_pool.h"
@@ -65,7 +67,7 @@ q4kh_status cpu_scratch_reserve(q4kh_device_ctx *dev, uint64_t bytes);
 /* --- dequantization (cpu_quant.c) --- */
 
 /* Bit for a type in a mask of accepted types. */
-#define CPU_T(type) (1u << (type))
+#define CPU_T(type) Q4KH_TYPE_BIT(type)
 
 /* 1 when get_rows and mul_mat accept weights of TYPE. */
 int cpu_type_supported(uint32_t type);
@@ -74,37 +76,24 @@ uint32_t cpu_supported_types(void);
 /* Dequantize one row of K values of TYPE (supported) to f32, exactly. */
 void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
-/* --- tensor checks (cpu_tensor.c) --- */
+/* --- the op contract (cpu_tensor.c) --- */
 
 /*
- * Check that WHAT (named in messages) is a view the op may use: non-NULL,
- * a buffer of this device, one of the types in TYPES, ne >= 1, contiguous
- * along ne[0], aligned, and inside its buffer.
+ * The contract checks' view of dev (q4khost/contract.h): its buffers, the
+ * weight types it multiplies, and its context's last error as the place
+ * for a failed check's message. With dev NULL every check fails, without
+ * a message (no buffer is NULL's, and there is no context to keep one): an
+ * op needs no test of its own.
  */
-q4kh_status cpu_tensor_check(q4kh_device_ctx *dev, const char *what,
-                             const struct q4kh_tensor *t, uint32_t types);
-/* Check that t->ne equals NE (entries < 0 are not checked). */
-q4kh_status cpu_tensor_shape(q4kh_device_ctx *dev, const char *what,
-                             const struct q4kh_tensor *t, int64_t ne0,
-                             int64_t ne1, int64_t ne2, int64_t ne3);
-/* Fail unless OUT and IN occupy disjoint bytes. */
-q4kh_status cpu_tensor_disjoint(q4kh_device_ctx *dev, const char *out_name,
-                                const struct q4kh_tensor *out,
-                                const char *in_name,
-                                const struct q4kh_tensor *in);
-/* Fail unless OUT is exactly IN (an in-place op) or disjoint from it. */
-q4kh_status cpu_tensor_inplace(q4kh_device_ctx *dev, const char *out_name,
-                               const struct q4kh_tensor *out,
-                               const char *in_name,
-                               const struct q4kh_tensor *in);
+struct q4kh_check cpu_contract(q4kh_device_ctx *dev);
 
 /*
- * Check an ABI 1.2 index tensor: WHAT is I32 {n} of this device and every
- * value lies in [0, limit). Returns the values through cpu_row(t, 0, 0, 0).
+ * The values of index tensor T, which the op's contract check has
+ * accepted as I32 {n}: each in [0, limit), WHAT naming them in the
+ * message ("set_rows rows[0] = 5, expected 0 .. 4").
  */
-q4kh_status cpu_index_check(q4kh_device_ctx *dev, const char *what,
-                            const struct q4kh_tensor *t, int64_t n,
-                            int64_t limit);
+q4kh_status cpu_index_values(q4kh_device_ctx *dev, const char *what,
+                             const struct q4kh_tensor *t, int64_t limit);
 
 /* Address of element (0, i1, i2, i3) of t. */
 static inline unsigned char *cpu_row(const struct q4kh_tensor *t, int64_t i1,
@@ -137,7 +126,7 @@ static inline unsigned char *cpu_flat_row(const struct q4kh_tensor *t,
  */
 double cpu_dot(const double *a, const double *b, int64_t n);
 
-/* --- ops (cpu_ops.c, cpu_matmul.c, cpu_attention.c) --- */
+/* --- ops (cpu_ops.c, cpu_matmul.c, cpu_attention.c, cpu_recurrent.c) --- */
 
 q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
                          const int32_t *ids, int64_t n, float scale,
@@ -189,5 +178,22 @@ q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                               const struct q4kh_tensor *pos,
                               const struct q4kh_attn_params *params,
                               const struct q4kh_tensor *out);
+
+/* --- ABI 1.2: linear-attention layers --- */
+
+q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                      const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *out);
+q4kh_status cpu_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                         const struct q4kh_tensor *w,
+                         const struct q4kh_tensor *state,
+                         const struct q4kh_tensor *out);
+q4kh_status cpu_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                          const struct q4kh_tensor *k,
+                          const struct q4kh_tensor *v,
+                          const struct q4kh_tensor *g,
+                          const struct q4kh_tensor *beta,
+                          const struct q4kh_tensor *state, float scale,
+                          const struct q4kh_tensor *out);
 
 #endif

@@ -5,7 +5,6 @@
  * position.
  */
 #include <math.h>
-#include <stddef.h>
 
 #include "cpu.h"
 
@@ -80,71 +79,6 @@ static void attn_task(void *arg, unsigned part, int64_t begin, int64_t end)
 		attend(j, j->dev->scratch[part], r / n_head, r % n_head);
 }
 
-static q4kh_status attn_tensors(q4kh_device_ctx *dev,
-                                const struct q4kh_tensor *q,
-                                const struct q4kh_tensor *k,
-                                const struct q4kh_tensor *v,
-                                const struct q4kh_tensor *out)
-{
-	const uint32_t cache = CPU_T(Q4KH_TYPE_F32) | CPU_T(Q4KH_TYPE_F16);
-	const uint32_t f32 = CPU_T(Q4KH_TYPE_F32);
-	q4kh_status st;
-
-	if ((st = cpu_tensor_check(dev, "attention q", q, f32)) ||
-	    (st = cpu_tensor_shape(dev, "attention q", q, -1, -1, -1, 1)) ||
-	    (st = cpu_tensor_check(dev, "attention k_cache", k, cache)) ||
-	    (st = cpu_tensor_shape(dev, "attention k_cache", k, q->ne[0], -1, -1,
-	                           1)) ||
-	    (st = cpu_tensor_check(dev, "attention v_cache", v, cache)) ||
-	    (st = cpu_tensor_shape(dev, "attention v_cache", v, k->ne[0], k->ne[1],
-	                           k->ne[2], 1)) ||
-	    (st = cpu_tensor_check(dev, "attention out", out, f32)) ||
-	    (st = cpu_tensor_shape(dev, "attention out", out, q->ne[0], q->ne[1],
-	                           q->ne[2], 1)) ||
-	    (st = cpu_tensor_disjoint(dev, "attention out", out, "q", q)) ||
-	    (st = cpu_tensor_disjoint(dev, "attention out", out, "k_cache", k)) ||
-	    (st = cpu_tensor_disjoint(dev, "attention out", out, "v_cache", v)))
-		return st;
-	if (q->ne[1] % k->ne[1])
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "attention: %lld query heads is not a multiple of "
-		                "%lld KV heads",
-		                (long long)q->ne[1], (long long)k->ne[1]);
-	return Q4KH_OK;
-}
-
-/* The checks of params; pos0 is checked only when it is used (POS0). */
-static q4kh_status attn_params(q4kh_device_ctx *dev,
-                               const struct q4kh_attn_params *p, int64_t T,
-                               int64_t n_ctx, int pos0)
-{
-	if (!p)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "attention: params is NULL");
-	if (p->struct_size < offsetof(struct q4kh_attn_params, softcap) +
-	                             sizeof(p->softcap))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "attention: params struct_size %u, expected at least "
-		                "%zu",
-		                p->struct_size,
-		                offsetof(struct q4kh_attn_params, softcap) +
-		                        sizeof(p->softcap));
-	if (pos0 && (p->pos0 < 0 || p->pos0 > n_ctx - T))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "attention: positions %lld .. %lld, expected inside "
-		                "the %lld-position cache",
-		                (long long)p->pos0, (long long)(p->pos0 + T - 1),
-		                (long long)n_ctx);
-	if (p->window < 0)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "attention: window %d, expected >= 0", p->window);
-	if (!isfinite(p->scale) || !(p->softcap >= 0.0f) || isinf(p->softcap))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "attention: scale %g and softcap %g, expected finite "
-		                "values, softcap >= 0",
-		                (double)p->scale, (double)p->softcap);
-	return Q4KH_OK;
-}
-
 /* Run job J, checked, whose queries reach at most key position LAST. */
 static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
                             const struct q4kh_attn_params *params, int64_t last)
@@ -169,12 +103,10 @@ q4kh_status cpu_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                           const struct q4kh_tensor *out)
 {
 	struct attn_job j = { q, k_cache, v_cache, out, dev, NULL, 0, 0, 0, 0 };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
-	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 1)))
+	if ((st = q4kh_check_attention(&c, q, k_cache, v_cache, params, out)))
 		return st;
 	j.pos0 = params->pos0;
 	return attn_run(dev, &j, params, params->pos0 + q->ne[2] - 1);
@@ -188,16 +120,12 @@ q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                               const struct q4kh_tensor *out)
 {
 	struct attn_job j = { q, k_cache, v_cache, out, dev, NULL, 0, 0, 0, 0 };
+	const struct q4kh_check c = cpu_contract(dev);
 	int64_t last = 0;
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
-	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 0)) ||
-	    (st = cpu_index_check(dev, "attention_ext pos", pos, q->ne[2],
-	                          k_cache->ne[2])) ||
-	    (st = cpu_tensor_disjoint(dev, "attention out", out, "pos", pos)))
+	if ((st = q4kh_check_attention_ext(&c, q, k_cache, v_cache, pos, params, out)) ||
+	    (st = cpu_index_values(dev, "attention_ext pos", pos, k_cache->ne[2])))
 		return st;
 	j.pos = (const int32_t *)cpu_row(pos, 0, 0, 0);
 	for (int64_t t = 0; t < q->ne[2]; t++)

@@ -153,36 +153,16 @@ static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	}
 }
 
-static q4kh_status mm_check(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
-                            const struct q4kh_tensor *x,
-                            const struct q4kh_tensor *y)
-{
-	q4kh_status st;
-
-	if ((st = cpu_tensor_check(dev, "mul_mat w", w, cpu_supported_types())) ||
-	    (st = cpu_tensor_shape(dev, "mul_mat w", w, -1, -1, 1, 1)) ||
-	    (st = cpu_tensor_check(dev, "mul_mat x", x, CPU_T(Q4KH_TYPE_F32))) ||
-	    (st = cpu_tensor_shape(dev, "mul_mat x", x, w->ne[0], -1, 1, 1)) ||
-	    (st = cpu_tensor_check(dev, "mul_mat y", y, CPU_T(Q4KH_TYPE_F32))) ||
-	    (st = cpu_tensor_shape(dev, "mul_mat y", y, w->ne[1], x->ne[1], 1,
-	                           1)) ||
-	    (st = cpu_tensor_disjoint(dev, "mul_mat y", y, "x", x)) ||
-	    (st = cpu_tensor_disjoint(dev, "mul_mat y", y, "w", w)))
-		return st;
-	return Q4KH_OK;
-}
-
 q4kh_status cpu_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                         const struct q4kh_tensor *x,
                         const struct q4kh_tensor *y)
 {
 	struct mm_job j = { w, y, dev, NULL, 0, 0 };
+	const struct q4kh_check c = cpu_contract(dev);
 	double *xd;
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = mm_check(dev, w, x, y)))
+	if ((st = q4kh_check_mul_mat(&c, w, x, y)))
 		return st;
 	j.k = w->ne[0];
 	j.t = x->ne[1];

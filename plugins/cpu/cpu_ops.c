@@ -1,18 +1,14 @@
 /*
- * The row-wise ops: get_rows, rms_norm, rope, add, mul, scale, glu, copy.
- * Each validates its tensors, then hands contiguous ranges of rows to the
- * pool; a row is computed by one thread, in one fixed order.
+ * The row-wise ops: get_rows, rms_norm, rope, add, mul, scale, glu, unary,
+ * copy. Each validates its tensors, then hands contiguous ranges of rows to
+ * the pool; a row is computed by one thread, in one fixed order.
  */
 #include <math.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
-
-#define F32 CPU_T(Q4KH_TYPE_F32)
-#define F16 CPU_T(Q4KH_TYPE_F16)
 
 /* Rows per part so that a part holds at least this many values. */
 #define GRAIN_VALUES 16384
@@ -46,43 +42,16 @@ static void get_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	}
 }
 
-/* The checks of table and out that get_rows and get_rows_ext share. */
-static q4kh_status get_rows_tensors(q4kh_device_ctx *dev,
-                                    const struct q4kh_tensor *table, int64_t n,
-                                    const struct q4kh_tensor *out)
-{
-	q4kh_status st;
-
-	if ((st = cpu_tensor_check(dev, "get_rows table", table,
-	                           cpu_supported_types())) ||
-	    (st = cpu_tensor_shape(dev, "get_rows table", table, -1, -1, 1, 1)) ||
-	    (st = cpu_tensor_check(dev, "get_rows out", out, F32)) ||
-	    (st = cpu_tensor_disjoint(dev, "get_rows out", out, "table", table)))
-		return st;
-	return cpu_tensor_shape(dev, "get_rows out", out, table->ne[0], n, 1, 1);
-}
-
 q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
                          const int32_t *ids, int64_t n, float scale,
                          const struct q4kh_tensor *out)
 {
 	struct get_rows_job j = { table, out, ids, scale };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (n < 1 || !ids)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "get_rows: %lld ids at %p, expected at least one",
-		                (long long)n, (const void *)ids);
-	if ((st = get_rows_tensors(dev, table, n, out)))
+	if ((st = q4kh_check_get_rows(&c, table, ids, n, out)))
 		return st;
-	for (int64_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= table->ne[1])
-			return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-			                "get_rows: ids[%lld] = %d, expected 0 .. %lld",
-			                (long long)i, ids[i],
-			                (long long)table->ne[1] - 1);
 	cpu_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
@@ -93,16 +62,14 @@ q4kh_status cpu_get_rows_ext(q4kh_device_ctx *dev,
                              const struct q4kh_tensor *out)
 {
 	struct get_rows_job j = { table, out, NULL, scale };
-	int64_t n = ids ? ids->ne[0] : 1;
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = get_rows_tensors(dev, table, n, out)) ||
-	    (st = cpu_index_check(dev, "get_rows_ext ids", ids, n, table->ne[1])))
+	if ((st = q4kh_check_get_rows_ext(&c, table, ids, out)) ||
+	    (st = cpu_index_values(dev, "get_rows_ext ids", ids, table->ne[1])))
 		return st;
 	j.ids = (const int32_t *)cpu_row(ids, 0, 0, 0);
-	cpu_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
+	cpu_pool_run(dev->pool, ids->ne[0], grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
 
@@ -140,24 +107,11 @@ q4kh_status cpu_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                          const struct q4kh_tensor *out)
 {
 	struct rms_norm_job j = { x, w, out, eps };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "rms_norm x", x, F32)) ||
-	    (st = cpu_tensor_check(dev, "rms_norm out", out, F32)) ||
-	    (st = cpu_tensor_shape(dev, "rms_norm out", out, x->ne[0], x->ne[1],
-	                           x->ne[2], x->ne[3])) ||
-	    (st = cpu_tensor_inplace(dev, "rms_norm out", out, "x", x)))
+	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
-	if (w && ((st = cpu_tensor_check(dev, "rms_norm w", w, F32)) ||
-	          (st = cpu_tensor_shape(dev, "rms_norm w", w, x->ne[0], 1, 1, 1)) ||
-	          (st = cpu_tensor_disjoint(dev, "rms_norm out", out, "w", w))))
-		return st;
-	if (!(eps >= 0.0f) || isinf(eps))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rms_norm: eps = %g, expected a finite value >= 0",
-		                (double)eps);
 	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
@@ -198,37 +152,6 @@ static void rope_task(void *arg, unsigned part, int64_t begin, int64_t end)
 			memcpy(o + j->n_rot, x + j->n_rot,
 			       (size_t)(hd - j->n_rot) * sizeof(float));
 	}
-}
-
-static q4kh_status rope_args(q4kh_device_ctx *dev,
-                             const struct q4kh_rope_params *p, int64_t hd)
-{
-	if (p->mode != Q4KH_ROPE_NORM && p->mode != Q4KH_ROPE_NEOX)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rope: mode %u, expected %d (NORM) or %d (NEOX)",
-		                p->mode, Q4KH_ROPE_NORM, Q4KH_ROPE_NEOX);
-	if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > hd)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rope: n_rot = %d, expected an even number from 2 to "
-		                "the head dimension %lld",
-		                p->n_rot, (long long)hd);
-	if (!(p->base > 0.0f) || isinf(p->base) || !isfinite(p->freq_scale) ||
-	    !(p->freq_scale > 0.0f))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rope: base %g and freq_scale %g, expected a finite "
-		                "base > 0 and a finite scale > 0",
-		                (double)p->base, (double)p->freq_scale);
-	if (!isfinite(p->ext_factor) || !isfinite(p->attn_factor) ||
-	    !isfinite(p->beta_fast) || !isfinite(p->beta_slow) ||
-	    (p->ext_factor != 0.0f &&
-	     (p->n_ctx_orig < 1 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rope: ext_factor %g, attn_factor %g, beta_fast %g, "
-		                "beta_slow %g, n_ctx_orig %d: expected finite values, "
-		                "and with ext_factor betas > 0 and n_ctx_orig > 0",
-		                (double)p->ext_factor, (double)p->attn_factor,
-		                (double)p->beta_fast, (double)p->beta_slow, p->n_ctx_orig);
-	return Q4KH_OK;
 }
 
 /* YaRN's d(b): the pair index whose wavelength fits b times in n_ctx_orig. */
@@ -290,23 +213,6 @@ static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	return Q4KH_OK;
 }
 
-/* The checks of x and out that rope and rope_ext share. */
-static q4kh_status rope_tensors(q4kh_device_ctx *dev,
-                                const struct q4kh_tensor *x,
-                                const struct q4kh_tensor *out)
-{
-	q4kh_status st;
-
-	if ((st = cpu_tensor_check(dev, "rope x", x, F32)) ||
-	    (st = cpu_tensor_shape(dev, "rope x", x, -1, -1, -1, 1)) ||
-	    (st = cpu_tensor_check(dev, "rope out", out, F32)))
-		return st;
-	if ((st = cpu_tensor_shape(dev, "rope out", out, x->ne[0], x->ne[1],
-	                           x->ne[2], 1)))
-		return st;
-	return cpu_tensor_inplace(dev, "rope out", out, "x", x);
-}
-
 q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                      const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                      float base, float freq_scale,
@@ -316,13 +222,10 @@ q4kh_status cpu_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 		.struct_size = sizeof(p), .n_rot = n_rot, .mode = (uint32_t)mode,
 		.base = base, .freq_scale = freq_scale, .attn_factor = 1.0f,
 	};
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!pos)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: pos is NULL");
-	if ((st = rope_tensors(dev, x, out)) || (st = rope_args(dev, &p, x->ne[0])))
+	if ((st = q4kh_check_rope(&c, x, pos, n_rot, mode, base, freq_scale, out)))
 		return st;
 	return rope_run(dev, x, pos, &p, NULL, out);
 }
@@ -332,31 +235,16 @@ q4kh_status cpu_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                          const struct q4kh_rope_params *p,
                          const struct q4kh_tensor *out)
 {
-	const float *ff = NULL;
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!p || p->struct_size < offsetof(struct q4kh_rope_params, freq_factors) +
-	                                   sizeof(p->freq_factors))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "rope_ext: params %s, expected a struct of at least "
-		                "%zu bytes",
-		                p ? "too small" : "NULL",
-		                offsetof(struct q4kh_rope_params, freq_factors) +
-		                        sizeof(p->freq_factors));
-	if ((st = rope_tensors(dev, x, out)) || (st = rope_args(dev, p, x->ne[0])) ||
-	    (st = cpu_index_check(dev, "rope_ext pos", pos, x->ne[2], INT32_MAX)))
+	if ((st = q4kh_check_rope_ext(&c, x, pos, p, out)) ||
+	    (st = cpu_index_values(dev, "rope_ext pos", pos, INT32_MAX)))
 		return st;
-	if (p->freq_factors) {
-		if ((st = cpu_tensor_check(dev, "rope_ext freq_factors", p->freq_factors,
-		                           F32)) ||
-		    (st = cpu_tensor_shape(dev, "rope_ext freq_factors", p->freq_factors,
-		                           p->n_rot / 2, 1, 1, 1)))
-			return st;
-		ff = (const float *)cpu_row(p->freq_factors, 0, 0, 0);
-	}
-	return rope_run(dev, x, (const int32_t *)cpu_row(pos, 0, 0, 0), p, ff, out);
+	return rope_run(dev, x, (const int32_t *)cpu_row(pos, 0, 0, 0), p,
+	                p->freq_factors ? (const float *)cpu_row(p->freq_factors, 0, 0, 0)
+	                                : NULL,
+	                out);
 }
 
 /* --- add, mul --- */
@@ -397,29 +285,11 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op,
                           const struct q4kh_tensor *out, int mul)
 {
 	struct binary_job j = { a, b, out, mul };
-	char na[32], nb[32], no[32];
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	snprintf(na, sizeof(na), "%s a", op);
-	snprintf(nb, sizeof(nb), "%s b", op);
-	snprintf(no, sizeof(no), "%s out", op);
-	if ((st = cpu_tensor_check(dev, na, a, F32)) ||
-	    (st = cpu_tensor_check(dev, nb, b, F32)) ||
-	    (st = cpu_tensor_check(dev, no, out, F32)) ||
-	    (st = cpu_tensor_shape(dev, no, out, a->ne[0], a->ne[1], a->ne[2],
-	                           a->ne[3])) ||
-	    (st = cpu_tensor_inplace(dev, no, out, "a", a)) ||
-	    (st = cpu_tensor_inplace(dev, no, out, "b", b)))
+	if ((st = q4kh_check_binary(&c, op, a, b, out)))
 		return st;
-	for (int i = 0; i < 4; i++)
-		if (b->ne[i] != 1 && b->ne[i] != a->ne[i])
-			return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-			                "%s: b->ne[%d] = %lld, expected 1 or a->ne[%d] "
-			                "= %lld",
-			                op, i, (long long)b->ne[i], i,
-			                (long long)a->ne[i]);
 	cpu_pool_run(dev->pool, cpu_nrows(a), grain(a->ne[0]), binary_task, &j);
 	return Q4KH_OK;
 }
@@ -461,15 +331,10 @@ q4kh_status cpu_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       float s, const struct q4kh_tensor *out)
 {
 	struct scale_job j = { x, out, s };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "scale x", x, F32)) ||
-	    (st = cpu_tensor_check(dev, "scale out", out, F32)) ||
-	    (st = cpu_tensor_shape(dev, "scale out", out, x->ne[0], x->ne[1],
-	                           x->ne[2], x->ne[3])) ||
-	    (st = cpu_tensor_inplace(dev, "scale out", out, "x", x)))
+	if ((st = q4kh_check_scale(&c, x, out)))
 		return st;
 	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), scale_task, &j);
 	return Q4KH_OK;
@@ -517,25 +382,61 @@ q4kh_status cpu_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
                     const struct q4kh_tensor *out)
 {
 	struct glu_job j = { gate, up, out, kind };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (kind != Q4KH_GLU_GELU_TANH && kind != Q4KH_GLU_SILU)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "glu: kind %d, expected %d (GELU tanh) or %d (SiLU)",
-		                (int)kind, Q4KH_GLU_GELU_TANH, Q4KH_GLU_SILU);
-	if ((st = cpu_tensor_check(dev, "glu gate", gate, F32)) ||
-	    (st = cpu_tensor_check(dev, "glu up", up, F32)) ||
-	    (st = cpu_tensor_check(dev, "glu out", out, F32)) ||
-	    (st = cpu_tensor_shape(dev, "glu up", up, gate->ne[0], gate->ne[1],
-	                           gate->ne[2], gate->ne[3])) ||
-	    (st = cpu_tensor_shape(dev, "glu out", out, gate->ne[0], gate->ne[1],
-	                           gate->ne[2], gate->ne[3])) ||
-	    (st = cpu_tensor_inplace(dev, "glu out", out, "gate", gate)) ||
-	    (st = cpu_tensor_inplace(dev, "glu out", out, "up", up)))
+	if ((st = q4kh_check_glu(&c, kind, gate, up, out)))
 		return st;
 	cpu_pool_run(dev->pool, cpu_nrows(gate), grain(gate->ne[0]), glu_task, &j);
+	return Q4KH_OK;
+}
+
+/* --- unary --- */
+
+struct unary_job {
+	const struct q4kh_tensor *x, *out;
+	double (*f)(double);
+};
+
+static double sigmoid(double x)
+{
+	return 1.0 / (1.0 + exp(-x));
+}
+
+/* log(1 + exp(x)), without overflow for large x. */
+static double softplus(double x)
+{
+	return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+static void unary_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct unary_job *j = arg;
+
+	(void)part;
+	for (int64_t r = begin; r < end; r++) {
+		const float *x = (const float *)cpu_flat_row(j->x, r);
+		float *o = (float *)cpu_flat_row(j->out, r);
+
+		for (int64_t i = 0; i < j->x->ne[0]; i++)
+			o[i] = (float)j->f(x[i]);
+	}
+}
+
+q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                      const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *out)
+{
+	struct unary_job j = { x, out, NULL };
+	const struct q4kh_check c = cpu_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_unary(&c, kind, x, out)))
+		return st;
+	j.f = kind == Q4KH_UNARY_SIGMOID ? sigmoid
+	      : kind == Q4KH_UNARY_SOFTPLUS ? softplus
+	                                    : silu;
+	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -578,15 +479,10 @@ q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
                      const struct q4kh_tensor *dst)
 {
 	struct copy_job j = { src, dst };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "copy src", src, F32 | F16)) ||
-	    (st = cpu_tensor_check(dev, "copy dst", dst, F32 | F16)) ||
-	    (st = cpu_tensor_shape(dev, "copy dst", dst, src->ne[0], src->ne[1],
-	                           src->ne[2], src->ne[3])) ||
-	    (st = cpu_tensor_inplace(dev, "copy dst", dst, "src", src)))
+	if ((st = q4kh_check_copy(&c, src, dst)))
 		return st;
 	cpu_pool_run(dev->pool, cpu_nrows(src), grain(src->ne[0]), copy_task, &j);
 	return Q4KH_OK;
@@ -617,19 +513,11 @@ q4kh_status cpu_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
                          const struct q4kh_tensor *dst)
 {
 	struct set_rows_job j = { src, dst, NULL };
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = cpu_tensor_check(dev, "set_rows src", src, F32)) ||
-	    (st = cpu_tensor_shape(dev, "set_rows src", src, -1, -1, -1, 1)) ||
-	    (st = cpu_tensor_check(dev, "set_rows dst", dst, F32 | F16)) ||
-	    (st = cpu_tensor_shape(dev, "set_rows dst", dst, src->ne[0],
-	                           src->ne[1], -1, 1)) ||
-	    (st = cpu_tensor_disjoint(dev, "set_rows dst", dst, "src", src)) ||
-	    (st = cpu_index_check(dev, "set_rows rows", rows, src->ne[2],
-	                          dst->ne[2])) ||
-	    (st = cpu_tensor_disjoint(dev, "set_rows dst", dst, "rows", rows)))
+	if ((st = q4kh_check_set_rows(&c, src, rows, dst)) ||
+	    (st = cpu_index_values(dev, "set_rows rows", rows, dst->ne[2])))
 		return st;
 	j.rows = (const int32_t *)cpu_row(rows, 0, 0, 0);
 	cpu_pool_run(dev->pool, src->ne[1] * src->ne[2], grain(src->ne[0]),

@@ -1,6 +1,6 @@
 /*
  * The cpu plugin's identity, context, device and buffers. The ops live in
- * cpu_ops.c, cpu_matmul.c and cpu_attention.c.
+ * cpu_ops.c, cpu_matmul.c, cpu_attention.c and cpu_recurrent.c.
  */
 #include "buildconf.h"
 
@@ -47,16 +47,6 @@ static q4kh_status init_fail(const char *fmt, ...)
 	return Q4KH_ERR_INVALID;
 }
 
-/* 1 when the host's struct is long enough to hold the field ending at END. */
-static int host_has(const struct q4kh_host_api *host, size_t end)
-{
-	return host->struct_size >= end;
-}
-
-#define HOST_HAS(host, field)                                                  \
-	host_has(host, offsetof(struct q4kh_host_api, field) +                 \
-	                       sizeof(((struct q4kh_host_api *)0)->field))
-
 static q4kh_status cpu_init(const struct q4kh_host_api *host,
                             q4kh_backend_ctx **out)
 {
@@ -72,7 +62,7 @@ static q4kh_status cpu_init(const struct q4kh_host_api *host,
 	if (host->abi_major != Q4KH_ABI_MAJOR)
 		return init_fail("cpu: init: host ABI major %u, plugin built for %d",
 		                 host->abi_major, Q4KH_ABI_MAJOR);
-	if (HOST_HAS(host, config_get) && host->config_get)
+	if (Q4KH_HOST_HAS(host, config_get))
 		threads = host->config_get(host->host_data, "threads");
 	n = cpu_threads_online();
 	if (threads && cpu_threads_parse(threads, &n))
@@ -227,7 +217,7 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		                "device_open: cannot start %u worker threads: %s",
 		                ctx->threads - 1, strerror(e));
 	}
-	if (HOST_HAS(ctx->host, log) && ctx->host->log) {
+	if (Q4KH_HOST_HAS(ctx->host, log)) {
 		snprintf(msg, sizeof(msg), "cpu: %u threads", ctx->threads);
 		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
 	}
@@ -309,40 +299,14 @@ static void cpu_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
 	free(buf);
 }
 
-/* The checks shared by upload and download. */
-static q4kh_status check_transfer(q4kh_device_ctx *dev, const char *what,
-                                  q4kh_buffer *buf, uint64_t offset,
-                                  const void *host, uint64_t size)
-{
-	if (!buf)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: buffer is NULL",
-		                what);
-	if (buf->dev != dev)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "%s: buffer belongs to another device context", what);
-	if (!host && size)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "%s: host pointer is NULL", what);
-	if (offset > buf->size || size > buf->size - offset)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "%s: %llu bytes at offset %llu do not fit in the "
-		                "%llu-byte buffer",
-		                what, (unsigned long long)size,
-		                (unsigned long long)offset,
-		                (unsigned long long)buf->size);
-	return Q4KH_OK;
-}
-
 static q4kh_status cpu_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                      uint64_t offset, const void *src,
                                      uint64_t size)
 {
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	st = check_transfer(dev, "buffer_upload", buf, offset, src, size);
-	if (st)
+	if ((st = q4kh_check_transfer(&c, "buffer_upload", buf, offset, src, size)))
 		return st;
 	if (buf->wrapped)
 		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
@@ -357,12 +321,10 @@ static q4kh_status cpu_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                        uint64_t offset, void *dst,
                                        uint64_t size)
 {
+	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	st = check_transfer(dev, "buffer_download", buf, offset, dst, size);
-	if (st)
+	if ((st = q4kh_check_transfer(&c, "buffer_download", buf, offset, dst, size)))
 		return st;
 	if (size)
 		memcpy(dst, buf->data + offset, (size_t)size);
@@ -429,6 +391,9 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.set_rows = cpu_set_rows,
 	.attention_ext = cpu_attention_ext,
 	.buffer_wrap = cpu_buffer_wrap,
+	.unary = cpu_unary,
+	.ssm_conv = cpu_ssm_conv,
+	.delta_net = cpu_delta_net,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */
@@ -451,8 +416,4 @@ static const struct q4kh_plugin_desc cpu_desc = {
 	.kernel = NULL,
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void)
-{
-	return &cpu_desc;
-}
+Q4KH_PLUGIN_ENTRY(cpu_desc)

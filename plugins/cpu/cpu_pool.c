@@ -41,7 +41,7 @@ int cpu_threads_parse(const char *s, unsigned *out)
 	unsigned long v = 0;
 
 	if (!*s)
-		return -1;
+		return 0; /* "threads =" with no value: as if unset */
 	for (const char *p = s; *p; p++) {
 		if (*p < '0' || *p > '9')
 			return -1;

@@ -16,7 +16,8 @@ struct cpu_pool;
 unsigned cpu_threads_online(void);
 /*
  * A "threads" setting: a decimal integer from 1 to CPU_MAX_THREADS, nothing
- * else. 0 with *out set, or -1.
+ * else; an empty value counts as unset (*out kept). 0 with *out set or
+ * kept, or -1.
  */
 int cpu_threads_parse(const char *s, unsigned *out);
 

@@ -42,11 +42,6 @@ q4kh_status cv_cuda(q4kh_kernel_ctx *ctx, cudaError_t e, const char *what)
 	               cudaGetErrorString(e));
 }
 
-/* 1 when the host's struct is long enough to hold the field ending at END. */
-#define HOST_HAS(host, field)                                                  \
-	((host)->struct_size >= offsetof(struct q4kh_host_api, field) +         \
-	                                sizeof(((struct q4kh_host_api *)0)->field))
-
 __attribute__((format(printf, 2, 3)))
 static q4kh_status init_fail(const struct q4kh_host_api *host, const char *fmt,
                              ...)
@@ -58,7 +53,7 @@ static q4kh_status init_fail(const struct q4kh_host_api *host, const char *fmt,
 	va_start(ap, fmt);
 	vsnprintf(init_error + n, sizeof(init_error) - (size_t)n, fmt, ap);
 	va_end(ap);
-	if (host && HOST_HAS(host, log) && host->log)
+	if (host && Q4KH_HOST_HAS(host, log))
 		host->log(host->host_data, Q4KH_LOG_ERROR, init_error);
 	return Q4KH_ERR_INVALID;
 }
@@ -90,7 +85,7 @@ q4kh_status cv_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
 	if (host->abi_major != Q4KH_ABI_MAJOR)
 		return init_fail(host, "host ABI major %u, plugin built for %d",
 		                 host->abi_major, Q4KH_ABI_MAJOR);
-	if (HOST_HAS(host, config_get) && host->config_get)
+	if (Q4KH_HOST_HAS(host, config_get))
 		warps = host->config_get(host->host_data, "warps");
 	if (warps && parse_warps(warps, &w))
 		return init_fail(host,

@@ -171,12 +171,7 @@ void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
 		.backend = NULL,                                               \
 		.kernel = &cv_table,                                           \
 	};                                                                     \
-	__attribute__((visibility("default"))) const struct q4kh_plugin_desc * \
-	q4kh_plugin_entry_v1(void);                                            \
-	const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)              \
-	{                                                                      \
-		return &cv_desc;                                               \
-	}
+	Q4KH_PLUGIN_ENTRY(cv_desc)
 
 /* Keep a formatted message as ctx's last error and return st. */
 q4kh_status cv_fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)

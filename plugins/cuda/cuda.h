@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_kernels.h"
+#include "q4khost/contract.h"
 #include "q4khost/plugin.h"
 
 struct q4kh_backend_ctx {
@@ -109,31 +110,23 @@ q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what);
  * the CUDA driver API version ("13.0"), else "". */
 void cuda_driver_version(char *out, size_t size);
 
-/* --- tensor checks (cuda_tensor.c) --- */
+/* --- the op contract (cuda_tensor.c) --- */
 
 /* Bit for a type in a mask of accepted types. */
-#define CUDA_T(type) (1u << (type))
+#define CUDA_T(type) Q4KH_TYPE_BIT(type)
 
 /* The types get_rows and mul_mat take, as a mask of CUDA_T bits. */
 uint32_t cuda_weight_types(void);
 
 /*
- * Check that WHAT (named in messages) is a view the op may use: non-NULL,
- * a buffer of this device context, one of the types in TYPES, ne >= 1,
- * contiguous along ne[0], aligned, and inside its buffer.
+ * The contract checks' view of dev (q4khost/contract.h): its buffers, the
+ * weight types it multiplies, and its context's last error as the place
+ * for a failed check's message. With dev NULL every check fails, without
+ * a message (no buffer is NULL's, and there is no context to keep one): an
+ * op needs no test of its own.
  */
-q4kh_status cuda_tensor_check(q4kh_device_ctx *dev, const char *what,
-                              const struct q4kh_tensor *t, uint32_t types);
-/* Check that t->ne equals NE (entries < 0 are not checked). */
-q4kh_status cuda_tensor_shape(q4kh_device_ctx *dev, const char *what,
-                              const struct q4kh_tensor *t, int64_t ne0,
-                              int64_t ne1, int64_t ne2, int64_t ne3);
-/* Fail unless OUT and IN occupy disjoint bytes (INPLACE: or OUT is exactly
- * the view IN, for ops that may work in place). */
-q4kh_status cuda_tensor_apart(q4kh_device_ctx *dev, const char *out_name,
-                              const struct q4kh_tensor *out,
-                              const char *in_name,
-                              const struct q4kh_tensor *in, int inplace);
+struct q4kh_check cuda_contract(q4kh_device_ctx *dev);
+
 /* The kernels' view of a checked tensor. */
 struct cuda_view cuda_view_of(const struct q4kh_tensor *t);
 

@@ -65,26 +65,12 @@ static q4kh_status check_transfer(q4kh_device_ctx *dev, const char *what,
                                   q4kh_buffer *buf, uint64_t offset,
                                   const void *host, uint64_t size)
 {
+	const struct q4kh_check c = cuda_contract(dev);
 	q4kh_status st;
 
-	if ((st = cuda_not_recording(dev, what)))
+	if ((st = cuda_not_recording(dev, what)) ||
+	    (st = q4kh_check_transfer(&c, what, buf, offset, host, size)))
 		return st;
-	if (!buf)
-		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: buffer is NULL",
-		                 what);
-	if (buf->dev != dev)
-		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "%s: buffer belongs to another device context", what);
-	if (!host && size)
-		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "%s: host pointer is NULL", what);
-	if (offset > buf->size || size > buf->size - offset)
-		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "%s: %llu bytes at offset %llu do not fit in the "
-		                 "%llu-byte buffer",
-		                 what, (unsigned long long)size,
-		                 (unsigned long long)offset,
-		                 (unsigned long long)buf->size);
 	return cuda_enter(dev, what);
 }
 

@@ -5,6 +5,7 @@
  */
 #include "buildconf.h"
 
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -39,11 +40,6 @@ q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what)
 	                 cudaGetErrorName(e));
 }
 
-/* 1 when the host's struct holds the field ending at END. */
-#define HOST_HAS(host, field)                                                  \
-	((host)->struct_size >= offsetof(struct q4kh_host_api, field) +        \
-	                                sizeof((host)->field))
-
 void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
               ...)
 {
@@ -51,7 +47,7 @@ void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
 	char msg[512];
 	va_list ap;
 
-	if (!HOST_HAS(host, log) || !host->log)
+	if (!Q4KH_HOST_HAS(host, log))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -81,6 +77,27 @@ static int means_no_devices(cudaError_t e)
 	return e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
 }
 
+/*
+ * 1 when any part of the NVIDIA driver loads. cudaErrorInsufficientDriver
+ * also means "no driver at all" (a machine without a GPU): that is no news
+ * worth a line on every command, while a driver that is there but too old
+ * for this runtime is something to fix, and stays loud.
+ */
+static int driver_installed(void)
+{
+	static const char *const libs[] = { "libcuda.so.1", "libnvidia-ml.so.1" };
+
+	for (int i = 0; i < 2; i++) {
+		void *dl = dlopen(libs[i], RTLD_LAZY | RTLD_LOCAL);
+
+		if (dl) {
+			dlclose(dl);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static q4kh_status cuda_init(const struct q4kh_host_api *host,
                              q4kh_backend_ctx **out)
 {
@@ -104,6 +121,11 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 	e = cudaGetDeviceCount(&n);
 	if (e == cudaSuccess) {
 		ctx->n_devices = n;
+	} else if (e == cudaErrorInsufficientDriver && !driver_installed()) {
+		cudaGetLastError();
+		snprintf(ctx->no_devices, sizeof(ctx->no_devices),
+		         "no NVIDIA driver is installed (neither libcuda.so.1 nor libnvidia-ml.so.1 loads)");
+		cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: no devices: %s", ctx->no_devices);
 	} else if (means_no_devices(e)) {
 		cudaGetLastError();
 		snprintf(ctx->no_devices, sizeof(ctx->no_devices), "%s (%s)",
@@ -190,8 +212,4 @@ static const struct q4kh_plugin_desc cuda_desc = {
 	.kernel = NULL,
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void)
-{
-	return &cuda_desc;
-}
+Q4KH_PLUGIN_ENTRY(cuda_desc)

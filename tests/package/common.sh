@@ -47,3 +47,25 @@ package_version()
 {
 	sed -n 's/^PACKAGE_VERSION = //p' "$build/Makefile"
 }
+
+# build_vendor_example SRC STAGE LIBDIR PLUGINDIR DIR [MAKE-ARG...]: copy the
+# SDK example SRC to DIR, then build and install it there with its own
+# Makefile against the SDK installed under STAGE (q4khost's LIBDIR and
+# PLUGINDIR inside it), found through pkg-config alone. The MAKE-ARGs go to
+# its `make install`.
+build_vendor_example()
+{
+	local example=$1 stage=$2 libdir=$3 plugindir=$4 dir=$5 got
+	shift 5
+	# pkg-config puts the stage in front of every path, plugindir included,
+	# so the vendor's `make install` needs no DESTDIR.
+	export PKG_CONFIG_LIBDIR=$stage$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
+	unset PKG_CONFIG_PATH
+	got=$(pkg-config --variable=plugindir q4khost-plugin)
+	[ "$got" = "$stage$plugindir" ] ||
+		die "pkg-config's plugindir is '$got', expected '$stage$plugindir'"
+	cp -r "$example" "$dir"
+	chmod -R u+w "$dir" # a read-only source tree stays read-only
+	logged "$dir.log" own_make -C "$dir"
+	logged "$dir-install.log" own_make -C "$dir" install "$@"
+}

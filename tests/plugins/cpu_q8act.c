@@ -5,14 +5,36 @@
  * 32-value sub-block, then scaled: the CPU twin of the GPU dp4a variants.
  * It is correct but lossy, so it exercises the kernel-variant path (prepare,
  * gemv, gemm, release) and gives the parity guard a variant that must pass.
+ *
+ * Built twice more for tests/test_serve.c (one source, one module each):
+ *   -DQ8ACT_GATE: its first product waits until the file named by
+ *     $Q4KH_TEST_GATE exists (at most 10 minutes), so a test decides when
+ *     an F2 measurement of it may end;
+ *   -DQ8ACT_TAIL: a planted defect that shows only on some prompts: in a
+ *     batch of more than 8 columns that is no multiple of 8, the columns
+ *     past the last multiple of 8 come out scaled by -50 (a tail-handling
+ *     bug), so F2's 64-token probe and one-token decode steps pass and a
+ *     21-token prompt does not.
+ *   -DQ8ACT_IQ4NL (as "cpu-iq4nl"): it lists only IQ4_NL, a type of none
+ *     of the test models: a variant that is not applicable to them, whose
+ *     products must never be called (they would treat the blocks as Q4_K).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "q4khost/plugin.h"
 
 const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);
+
+/* The one weight type it lists. */
+#ifdef Q8ACT_IQ4NL
+#define Q8ACT_TYPE Q4KH_TYPE_IQ4_NL
+#else
+#define Q8ACT_TYPE Q4KH_TYPE_Q4_K
+#endif
 
 struct q4kh_kernel_ctx {
 	char error[256];
@@ -57,7 +79,7 @@ static uint32_t k_score(q4kh_kernel_ctx *ctx,
 {
 	(void)ctx;
 	(void)dev;
-	return type == Q4KH_TYPE_Q4_K ? 1 : 0;
+	return type == Q8ACT_TYPE ? 1 : 0;
 }
 
 static q4kh_status k_prepare(q4kh_kernel_ctx *ctx,
@@ -134,6 +156,18 @@ static float row_dot(const struct q4kh_block_q4_k *row, int64_t k,
 	return acc;
 }
 
+#ifdef Q8ACT_GATE
+static void wait_for_gate(void)
+{
+	static int opened;
+	const char *gate = getenv("Q4KH_TEST_GATE");
+
+	for (int i = 0; gate && !opened && i < 10 * 60 * 50 && access(gate, F_OK); i++)
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+	opened = 1;
+}
+#endif
+
 static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
                            const struct q4kh_native_device *dev,
                            q4kh_prepared *w, const struct q4kh_tensor *x,
@@ -147,6 +181,9 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
 	if (x->type != Q4KH_TYPE_F32 || y->type != Q4KH_TYPE_F32 ||
 	    x->ne[0] != k || y->ne[0] != w->n || x->ne[1] != y->ne[1])
 		return fail(ctx, Q4KH_ERR_INVALID, "gemv: shapes or types do not match the weight");
+#ifdef Q8ACT_GATE
+	wait_for_gate();
+#endif
 	q = malloc((size_t)k);
 	d = malloc(sizeof(float) * (size_t)blocks);
 	sum = malloc(sizeof(int32_t) * (size_t)blocks);
@@ -165,6 +202,11 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
 		for (int64_t r = 0; r < w->n; r++)
 			yt[r] = row_dot((const void *)((const char *)w->blocks + r * w->row_bytes),
 			                k, q, d, sum);
+#ifdef Q8ACT_TAIL
+		if (x->ne[1] > 8 && x->ne[1] % 8 && t >= x->ne[1] / 8 * 8)
+			for (int64_t r = 0; r < w->n; r++)
+				yt[r] *= -50.0f;
+#endif
 	}
 	free(q);
 	free(d);
@@ -178,7 +220,7 @@ static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 	free(w);
 }
 
-static const uint32_t types[] = { Q4KH_TYPE_Q4_K };
+static const uint32_t types[] = { Q8ACT_TYPE };
 
 static const struct q4kh_kernel_v1 table = {
 	.struct_size = sizeof(table),
@@ -200,7 +242,10 @@ static const struct q4kh_plugin_desc desc = {
 	.struct_size = sizeof(desc),
 	.abi_minor = Q4KH_ABI_MINOR,
 	.kind = Q4KH_KIND_KERNEL,
-	.name = "cpu-q8act",
+#ifndef Q8ACT_NAME
+#define Q8ACT_NAME "cpu-q8act"
+#endif
+	.name = Q8ACT_NAME,
 	.version = "1.0",
 	.vendor = "q4khost tests",
 	.license = "MIT",

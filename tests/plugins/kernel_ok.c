@@ -2,7 +2,12 @@
  * Test plugin: a well-formed kernel variant of a newer minor version (its
  * descriptor carries one field ABI 1.0 lacks). It can run nowhere (score
  * 0) and does nothing, but the host must accept it and record its minor.
+ * Each load appends a line to the file $Q4KH_TEST_LOADS, when set, so a
+ * test can count dlopen()s: a shadowed copy must not run this at all.
  */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "q4khost/plugin.h"
 
 const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);
@@ -12,6 +17,17 @@ struct desc_v1_1 {
 	struct q4kh_plugin_desc v1_0;
 	const char *appended;
 };
+
+__attribute__((constructor)) static void count_load(void)
+{
+	const char *path = getenv("Q4KH_TEST_LOADS");
+	FILE *f = path ? fopen(path, "a") : NULL;
+
+	if (f) {
+		fputs("loaded\n", f);
+		fclose(f);
+	}
+}
 
 static q4kh_status k_init(const struct q4kh_host_api *host,
                           q4kh_kernel_ctx **out)

@@ -7,6 +7,8 @@
  *   bad_major:   built for a future ABI 2: exports q4kh_plugin_entry_v2 only;
  *   short_table: a kernel variant whose table declares 16 bytes, fewer than
  *                ABI 1.0's kernel table;
+ *   old_table:   a backend whose descriptor claims this minor but whose
+ *                table declares ABI 1.0's size;
  *   bad_backend_kind: a backend whose ABI 1.3 backend_kind is no
  *                identifier.
  * Behind each lie stand complete backend and kernel tables. Every function
@@ -40,7 +42,11 @@ static void evidence(void)
 #define KFN(f) .f = (__typeof__(((struct q4kh_kernel_v1 *)0)->f))evidence
 
 static const struct q4kh_backend_v1 backend = {
+#if defined(LIE_OLD_TABLE)
+	.struct_size = offsetof(struct q4kh_backend_v1, native_device) + sizeof(void *),
+#else
 	.struct_size = sizeof(backend),
+#endif
 	BFN(init), BFN(shutdown), BFN(last_error), BFN(device_count),
 	BFN(device_info), BFN(device_open), BFN(device_close), BFN(supports_type),
 	BFN(buffer_alloc), BFN(buffer_free), BFN(buffer_upload),

@@ -13,10 +13,22 @@
  *                 every replay repeats the recorded step's positions:
  *                 right op by op, wrong once a step is replayed.
  *   REPLAY_V1_1:  ABI 1.1 (no 1.2 entries): a host must not replay its
- *                 steps, whose positions are host memory.
+ *                 steps, whose positions are host memory; it cannot run
+ *                 qwen35, whose ops it lacks.
+ *   REPLAY_DECODE_STATE: ABI 1.2, replays exact, but its one-token
+ *                 delta_net reads the recurrent state transposed, a layout
+ *                 its prompt form does not write: right at every prompt
+ *                 position, wrong from the first decode step after it (the
+ *                 class of defect that hides between a chunked prompt form
+ *                 and a one-token decode form).
+ *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
+ *                 q4khost conformance must see: rms_norm uses 1000 times
+ *                 the eps it is given, scale writes one byte past its
+ *                 output, add leaves its last element unwritten (NaN).
  * CPU_PLUGIN is the path of the cpu plugin to wrap.
  */
 #include <dlfcn.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,14 +51,16 @@ struct q4kh_backend_ctx {
 enum call_op {
 	C_GET_ROWS, C_MUL_MAT, C_RMS_NORM, C_ROPE, C_ADD, C_MUL, C_SCALE,
 	C_GLU, C_COPY, C_ATTENTION, C_GET_ROWS_EXT, C_ROPE_EXT, C_SET_ROWS,
-	C_ATTENTION_EXT
+	C_ATTENTION_EXT, C_UNARY, C_SSM_CONV, C_DELTA_NET
 };
+
+#define CALL_TENSORS 7
 
 /* One recorded call: its arguments as they were when it was issued. */
 struct call {
 	enum call_op op;
-	struct q4kh_tensor t[5];
-	int has[5];       /* t[i] was non-NULL */
+	struct q4kh_tensor t[CALL_TENSORS];
+	int has[CALL_TENSORS]; /* t[i] was non-NULL */
 	int32_t *host;    /* copy of a host array (ids, positions) */
 	int64_t n;
 	float f;
@@ -214,13 +228,41 @@ static q4kh_status r_native_device(q4kh_device_ctx *d,
 	return d->b->in->native_device(d->dev, out);
 }
 
+#ifdef REPLAY_DECODE_STATE
+/* Transpose every head's S_v x S_v matrix of STATE in place (S_k == S_v). */
+static q4kh_status transpose_state(q4kh_device_ctx *d, const struct q4kh_tensor *st)
+{
+	const int64_t n = st->ne[0], heads = st->ne[2];
+	const uint64_t bytes = sizeof(float) * (uint64_t)(n * n * heads);
+	float *s = malloc(bytes);
+	q4kh_status rc;
+
+	if (!s || n != st->ne[1])
+		return fail(d->b, Q4KH_ERR_INTERNAL, "cannot transpose the state");
+	rc = d->b->in->buffer_download(d->dev, st->buffer, st->offset, s, bytes);
+	for (int64_t h = 0; !rc && h < heads; h++)
+		for (int64_t i = 0; i < n; i++)
+			for (int64_t j = 0; j < i; j++) {
+				float *a = &s[(h * n + i) * n + j], *b = &s[(h * n + j) * n + i];
+				float x = *a;
+
+				*a = *b;
+				*b = x;
+			}
+	if (!rc)
+		rc = d->b->in->buffer_upload(d->dev, st->buffer, st->offset, s, bytes);
+	free(s);
+	return rc;
+}
+#endif
+
 /* Issue call C on the cpu plugin. */
 static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 {
 	const struct q4kh_backend_v1 *in = d->b->in;
-	const struct q4kh_tensor *t[5];
+	const struct q4kh_tensor *t[CALL_TENSORS];
 
-	for (int k = 0; k < 5; k++)
+	for (int k = 0; k < CALL_TENSORS; k++)
 		t[k] = c->has[k] ? &c->t[k] : NULL;
 	if (c->stale) {
 		const struct q4kh_tensor *p = t[c->stale - 1];
@@ -248,6 +290,18 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 	case C_SET_ROWS: return in->set_rows(d->dev, t[0], t[1], t[2]);
 	case C_ATTENTION_EXT:
 		return in->attention_ext(d->dev, t[0], t[1], t[2], t[3], &c->attn, t[4]);
+	case C_UNARY: return in->unary(d->dev, (q4kh_unary_kind)c->i, t[0], t[1]);
+	case C_SSM_CONV: return in->ssm_conv(d->dev, t[0], t[1], t[2], t[3]);
+	case C_DELTA_NET:
+#ifdef REPLAY_DECODE_STATE
+		if (t[2]->ne[2] == 1) {
+			q4kh_status st = transpose_state(d, t[5]);
+
+			if (st)
+				return st;
+		}
+#endif
+		return in->delta_net(d->dev, t[0], t[1], t[2], t[3], t[4], t[5], c->f, t[6]);
 	}
 	return fail(d->b, Q4KH_ERR_INTERNAL, "unknown recorded call");
 }
@@ -339,6 +393,10 @@ static q4kh_status r_rms_norm(q4kh_device_ctx *d, const struct q4kh_tensor *x,
 {
 	struct call c = { .op = C_RMS_NORM, .f = eps };
 
+#ifdef OP_DEFECTS
+	c.f = eps * 1000.0f;
+#endif
+
 	T(c, 0, x);
 	T(c, 1, w);
 	T(c, 2, out);
@@ -372,11 +430,30 @@ static q4kh_status binary(q4kh_device_ctx *d, enum call_op op,
 	return run(d, c, NULL, 0, -1);
 }
 
+#ifdef OP_DEFECTS
+/* The host address of element (i0, i1, i2) of t: cpu lends host pointers. */
+static unsigned char *host_at(q4kh_device_ctx *d, const struct q4kh_tensor *t, int64_t i0,
+                              int64_t i1, int64_t i2)
+{
+	struct q4kh_native_device nd = { .struct_size = sizeof(nd) };
+
+	d->b->in->native_device(d->dev, &nd);
+	return (unsigned char *)nd.address(t->buffer) + t->offset + i0 * t->nb[0] +
+	       i1 * t->nb[1] + i2 * t->nb[2];
+}
+#endif
+
 static q4kh_status r_add(q4kh_device_ctx *d, const struct q4kh_tensor *a,
                          const struct q4kh_tensor *b,
                          const struct q4kh_tensor *out)
 {
-	return binary(d, C_ADD, a, b, out);
+	q4kh_status st = binary(d, C_ADD, a, b, out);
+
+#ifdef OP_DEFECTS
+	if (!st && !d->rec)
+		*(float *)host_at(d, out, out->ne[0] - 1, out->ne[1] - 1, out->ne[2] - 1) = NAN;
+#endif
+	return st;
 }
 
 static q4kh_status r_mul(q4kh_device_ctx *d, const struct q4kh_tensor *a,
@@ -390,10 +467,16 @@ static q4kh_status r_scale(q4kh_device_ctx *d, const struct q4kh_tensor *x,
                            float s, const struct q4kh_tensor *out)
 {
 	struct call c = { .op = C_SCALE, .f = s };
+	q4kh_status st;
 
 	T(c, 0, x);
 	T(c, 1, out);
-	return run(d, c, NULL, 0, -1);
+	st = run(d, c, NULL, 0, -1);
+#ifdef OP_DEFECTS
+	if (!st && !d->rec)
+		*(host_at(d, out, out->ne[0] - 1, out->ne[1] - 1, out->ne[2] - 1) + 4) ^= 1;
+#endif
+	return st;
 }
 
 static q4kh_status r_glu(q4kh_device_ctx *d, q4kh_glu_kind kind,
@@ -499,6 +582,53 @@ static q4kh_status r_attention_ext(q4kh_device_ctx *d,
 	T(c, 4, out);
 	return run(d, c, NULL, 0, 3);
 }
+
+static q4kh_status r_unary(q4kh_device_ctx *d, q4kh_unary_kind kind,
+                           const struct q4kh_tensor *x,
+                           const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_UNARY, .i = (int32_t)kind };
+
+	T(c, 0, x);
+	T(c, 1, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_ssm_conv(q4kh_device_ctx *d, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *w,
+                              const struct q4kh_tensor *state,
+                              const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_SSM_CONV };
+
+	T(c, 0, x);
+	T(c, 1, w);
+	T(c, 2, state);
+	T(c, 3, out);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_delta_net(q4kh_device_ctx *d, const struct q4kh_tensor *q,
+                               const struct q4kh_tensor *k,
+                               const struct q4kh_tensor *v,
+                               const struct q4kh_tensor *g,
+                               const struct q4kh_tensor *beta,
+                               const struct q4kh_tensor *state, float scale,
+                               const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_DELTA_NET, .f = scale };
+
+	if (!v || !state)
+		return fail(d->b, Q4KH_ERR_INVALID, "delta_net: v or state is NULL");
+	T(c, 0, q);
+	T(c, 1, k);
+	T(c, 2, v);
+	T(c, 3, g);
+	T(c, 4, beta);
+	T(c, 5, state);
+	T(c, 6, out);
+	return run(d, c, NULL, 0, -1);
+}
 #endif
 
 static q4kh_status r_graph_begin(q4kh_device_ctx *d)
@@ -543,6 +673,9 @@ static const struct q4kh_backend_v1 table = {
 	.rope_ext = r_rope_ext,
 	.set_rows = r_set_rows,
 	.attention_ext = r_attention_ext,
+	.unary = r_unary,
+	.ssm_conv = r_ssm_conv,
+	.delta_net = r_delta_net,
 #endif
 	.init = r_init,
 	.shutdown = r_shutdown,

@@ -39,11 +39,6 @@
 #define BUILD_ID "unknown"
 #endif
 
-/* The host API grows by appending: use a field only if the host has it. */
-#define HOST_HAS(host, field)                                        \
-	((host)->struct_size >= offsetof(struct q4kh_host_api, field) + \
-	                            sizeof((host)->field))
-
 struct q4kh_kernel_ctx {
 	int tile; /* activation columns per pass over a weight row */
 	char error[ERROR_LEN];
@@ -104,7 +99,7 @@ static q4kh_status k_init(const struct q4kh_host_api *host,
 		return fail(NULL, Q4KH_ERR_UNSUPPORTED,
 		            "init: host ABI major %u, plugin built for %d",
 		            host->abi_major, Q4KH_ABI_MAJOR);
-	if (HOST_HAS(host, config_get) && host->config_get)
+	if (Q4KH_HOST_HAS(host, config_get))
 		tile = host->config_get(host->host_data, "tile");
 	if (tile && parse_tile(tile, &t))
 		return fail(NULL, Q4KH_ERR_INVALID,
@@ -114,7 +109,7 @@ static q4kh_status k_init(const struct q4kh_host_api *host,
 	if (!*out)
 		return fail(NULL, Q4KH_ERR_NOMEM, "init: out of memory");
 	(*out)->tile = t;
-	if (HOST_HAS(host, log) && host->log) {
+	if (Q4KH_HOST_HAS(host, log)) {
 		snprintf(line, sizeof(line), "float activations, %d columns per pass", t);
 		host->log(host->host_data, Q4KH_LOG_DEBUG, line);
 	}
@@ -131,7 +126,7 @@ static const char *k_last_error(q4kh_kernel_ctx *ctx)
 	return ctx ? ctx->error : init_error;
 }
 
-/* Q4_K on any cpu device; a low score: the reference kernels are faster. */
+/* Q4_K on any cpu device; the lowest score above 0 (docs/plugin-abi.md K2). */
 static uint32_t k_score(q4kh_kernel_ctx *ctx,
                         const struct q4kh_device_record *dev, uint32_t type)
 {
@@ -330,10 +325,4 @@ static const struct q4kh_plugin_desc desc = {
 };
 
 /* The one symbol the plugin exports (-fvisibility=hidden hides the rest). */
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void);
-
-const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)
-{
-	return &desc;
-}
+Q4KH_PLUGIN_ENTRY(desc)

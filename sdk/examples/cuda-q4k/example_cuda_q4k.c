@@ -188,10 +188,5 @@ static const struct q4kh_plugin_desc desc = {
 	.kernel = &table,
 };
 
-__attribute__((visibility("default"))) const struct q4kh_plugin_desc *
-q4kh_plugin_entry_v1(void);
-
-const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)
-{
-	return &desc;
-}
+/* The one symbol the plugin exports (-fvisibility=hidden hides the rest). */
+Q4KH_PLUGIN_ENTRY(desc)

@@ -28,7 +28,9 @@
  *    from one thread at a time. Different contexts may be used from different
  *    threads. A plugin may run its own worker threads inside a call.
  *  - Memory: what the host passes in stays owned by the host and is valid for
- *    the duration of the call only, unless said otherwise. What a plugin
+ *    the duration of the call only, unless said otherwise: a backend that
+ *    queues work copies what the work reads (ids, positions, parameters,
+ *    the tensors' fields) before it returns. What a plugin
  *    returns (contexts, buffers, prepared weights) is owned by the plugin and
  *    released through the matching free/shutdown/release function.
  */
@@ -146,6 +148,13 @@ typedef enum q4kh_glu_kind {
 	Q4KH_GLU_SILU = 1       /* g / (1 + exp(-g)) */
 } q4kh_glu_kind;
 
+/* Element-wise functions of the unary entry (ABI 1.2). */
+typedef enum q4kh_unary_kind {
+	Q4KH_UNARY_SIGMOID = 0,  /* 1 / (1 + exp(-x)) */
+	Q4KH_UNARY_SOFTPLUS = 1, /* log(1 + exp(x)) */
+	Q4KH_UNARY_SILU = 2      /* x / (1 + exp(-x)) */
+} q4kh_unary_kind;
+
 /* Parameters of attention over the KV cache. */
 struct q4kh_attn_params {
 	uint32_t struct_size;
@@ -190,8 +199,12 @@ struct q4kh_rope_params {
 /*
  * Backend function table, ABI 1.2 (1.0 ends at native_device, 1.1 at
  * graph_free). All tensors passed to ops live in buffers of the same
- * device context. Ops may run asynchronously; synchronize() waits for all
- * of them. Types: f32 unless said otherwise.
+ * device context. Ops may run asynchronously, in the order they are
+ * issued; synchronize() waits for all of them. Types: f32 unless said
+ * otherwise. An op's output may be one of its inputs only where the entry
+ * says so, and then exactly the same view; otherwise it shares no byte
+ * with them. q4khost/contract.h checks every op's arguments so
+ * (docs/plugin-abi.md section 12, rules A1 to A4).
  */
 struct q4kh_backend_v1 {
 	uint32_t struct_size;
@@ -268,7 +281,7 @@ struct q4kh_backend_v1 {
 	                    const struct q4kh_tensor *out);
 	/*
 	 * out = a + b, out = a * b: b broadcasts over dimensions where its ne is
-	 * 1 (a bias {ne0} over T rows). out may alias a.
+	 * 1 (a bias {ne0} over T rows). out may be a or b.
 	 */
 	q4kh_status (*add)(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
 	                   const struct q4kh_tensor *b,
@@ -276,18 +289,19 @@ struct q4kh_backend_v1 {
 	q4kh_status (*mul)(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
 	                   const struct q4kh_tensor *b,
 	                   const struct q4kh_tensor *out);
-	/* out = x * s. out may alias x. */
+	/* out = x * s. out may be x. */
 	q4kh_status (*scale)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                     float s, const struct q4kh_tensor *out);
-	/* Gated activation: out = act(gate) * up, element-wise. */
+	/* Gated activation: out = act(gate) * up, element-wise; out may be
+	 * gate or up. */
 	q4kh_status (*glu)(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 	                   const struct q4kh_tensor *gate,
 	                   const struct q4kh_tensor *up,
 	                   const struct q4kh_tensor *out);
 	/*
 	 * Copy src into dst element by element, converting between f32 and f16
-	 * (and f32 to f32). Shapes must match; strides may differ. Used to
-	 * write new keys and values into the KV cache.
+	 * (and f32 to f32). Shapes must match; strides may differ; dst may be
+	 * src. Used to write new keys and values into the KV cache.
 	 */
 	q4kh_status (*copy)(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	                    const struct q4kh_tensor *dst);
@@ -416,6 +430,69 @@ struct q4kh_backend_v1 {
 	 */
 	q4kh_status (*buffer_wrap)(q4kh_device_ctx *dev, const void *host,
 	                           uint64_t size, q4kh_buffer **out);
+
+	/*
+	 * ABI 1.2, continued: the ops of linear-attention layers (Qwen3.5's
+	 * gated delta-net). Each is optional; the host checks, before the
+	 * first step of a model that needs them, that the backend has every
+	 * one its layers use, and refuses the model with the name of the
+	 * missing entry otherwise. Tensors are f32 views whose rows are
+	 * contiguous along ne[0]; row strides are free.
+	 *
+	 * A state tensor (the convolution's, the delta rule's) belongs to one
+	 * sequence and one layer: the op reads it when it runs and writes it
+	 * back in place, so a recorded step replays against the state as it
+	 * is then. The host zeroes it before a sequence's first token.
+	 */
+
+	/*
+	 * out = f(x) element-wise, f as q4kh_unary_kind says; a backend with
+	 * this entry implements every kind of its minor. x and out {ne0, ne1,
+	 * ne2} of one shape; out may be x.
+	 */
+	q4kh_status (*unary)(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+	                     const struct q4kh_tensor *x,
+	                     const struct q4kh_tensor *out);
+	/*
+	 * The short causal convolution of a linear-attention layer, one
+	 * filter of K taps per channel, over the step's T tokens and the K-1
+	 * inputs before them that state keeps. With u_c the K-1 kept values
+	 * of channel c (oldest first) followed by x[c, 0 .. T):
+	 *   out[c, t] = sum_{j < K} w[j, c] u_c[t + j]
+	 * and afterwards state[:, c] holds the last K-1 values of u_c, oldest
+	 * first. x {C, T}; w {K, C} with K >= 2; state {K-1, C}; out {C, T},
+	 * overlapping neither x nor state.
+	 */
+	q4kh_status (*ssm_conv)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                        const struct q4kh_tensor *w,
+	                        const struct q4kh_tensor *state,
+	                        const struct q4kh_tensor *out);
+	/*
+	 * The gated delta rule (Yang, Kautz & Hatamizadeh 2024, "Gated Delta
+	 * Networks"): for each of the H_v value heads h, with key head
+	 * kh = h % H_k (tiled, the order of Qwen3.5's GGUF files), and each
+	 * token t of the step in order:
+	 *   S = exp(g[h, t]) S
+	 *   d = beta[h, t] (v[:, h, t] - S k[:, kh, t])
+	 *   S = S + d k[:, kh, t]^T
+	 *   out[:, h, t] = scale S q[:, kh, t]
+	 * S is head h's S_v x S_k state matrix, held as state[j, i, h] =
+	 * S[i][j] (ne[0] runs over the S_k keys), read before the first token
+	 * and written after the last. q, k {S_k, H_k, T}; v {S_v, H_v, T};
+	 * g (the log decay) and beta {H_v, T}; state {S_k, S_v, H_v}; out
+	 * {S_v, H_v, T}, overlapping no input. H_v is a multiple of H_k.
+	 * This is the definition: a backend may compute a step's tokens in
+	 * chunks (the parallel form) when its result is this one within
+	 * float rounding; F2 compares it with the reference, which runs the
+	 * recurrence token by token.
+	 */
+	q4kh_status (*delta_net)(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+	                         const struct q4kh_tensor *k,
+	                         const struct q4kh_tensor *v,
+	                         const struct q4kh_tensor *g,
+	                         const struct q4kh_tensor *beta,
+	                         const struct q4kh_tensor *state, float scale,
+	                         const struct q4kh_tensor *out);
 };
 
 /*
@@ -427,6 +504,41 @@ struct q4kh_backend_v1 {
 	((b)->struct_size >= offsetof(struct q4kh_backend_v1, field) +          \
 	                             sizeof((b)->field) &&                      \
 	 (b)->field != NULL)
+
+/*
+ * The same tests for the tables a host hands plugins and for a kernel
+ * table: 1 when H (struct q4kh_host_api, as the host set its struct_size)
+ * holds FIELD and FIELD is not NULL; likewise K (struct q4kh_kernel_v1).
+ * Test every host entry before calling it: log and config_get may be NULL.
+ */
+#define Q4KH_HOST_HAS(h, field)                                                \
+	((h)->struct_size >= offsetof(struct q4kh_host_api, field) +           \
+	                             sizeof((h)->field) &&                      \
+	 (h)->field != NULL)
+#define Q4KH_KERNEL_HAS(k, field)                                              \
+	((k)->struct_size >= offsetof(struct q4kh_kernel_v1, field) +          \
+	                             sizeof((k)->field) &&                      \
+	 (k)->field != NULL)
+
+#ifdef __cplusplus
+#define Q4KH_ENTRY_LINKAGE extern "C"
+#else
+#define Q4KH_ENTRY_LINKAGE
+#endif
+
+/*
+ * Define a plugin's one exported function, Q4KH_ENTRY_SYMBOL, returning
+ * the address of DESC, a static const struct q4kh_plugin_desc. Build with
+ * -fvisibility=hidden: this is the only symbol left visible.
+ */
+#define Q4KH_PLUGIN_ENTRY(desc)                                                \
+	Q4KH_ENTRY_LINKAGE __attribute__((visibility("default")))             \
+	const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void);             \
+	Q4KH_ENTRY_LINKAGE __attribute__((visibility("default")))             \
+	const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)              \
+	{                                                                      \
+		return &(desc);                                                \
+	}
 
 /*
  * ABI 1.3: one part of a job that a backend runs on its worker threads
@@ -499,7 +611,9 @@ struct q4kh_kernel_v1 {
 	const char *(*last_error)(q4kh_kernel_ctx *ctx);
 	/*
 	 * How well the variant suits a device for a type: 0 = cannot run
-	 * there, higher = preferred. Pure; no device work.
+	 * there, higher = preferred. Only the order matters, and any score
+	 * above 0 is tried before the backend's built-in kernels
+	 * (docs/plugin-abi.md rules K1 to K3). Pure; no device work.
 	 */
 	uint32_t (*score)(q4kh_kernel_ctx *ctx,
 	                  const struct q4kh_device_record *dev, uint32_t type);

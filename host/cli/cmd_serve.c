@@ -1,0 +1,415 @@
+/*
+ * q4khost serve: the OpenAI-compatible HTTP server (host/serve/serve.h,
+ * docs/serve.md). This file parses the command line, opens what serves,
+ * starts the parts and stops them on SIGTERM or SIGINT.
+ */
+#include "buildconf.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "config.h"
+#include "gguf.h"
+#include "model.h"
+#include "serve.h"
+#include "settings.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "usage: q4khost serve [-m FILE] [--host ADDR] [--port N] [OPTIONS]\n\n"
+	        "Serve a GGUF model over HTTP with the OpenAI API: POST /v1/chat/completions,\n"
+	        "POST /v1/completions, GET /v1/models, GET /health, GET /metrics\n"
+	        "(docs/serve.md). Only paths F2 trusts serve: the reference cpu backend, or\n"
+	        "a candidate with a passing receipt; a better candidate without a receipt\n"
+	        "is measured in the background and takes over between requests.\n\n"
+	        "  -m, --model FILE        GGUF model (default: as q4khost run)\n"
+	        "      --host ADDR         address to listen on (default 127.0.0.1; any other\n"
+	        "                          address is reachable from other machines)\n"
+	        "      --port N            TCP port (default 8080; 0: a free one, named on\n"
+	        "                          stderr as \"listening on http://ADDR:PORT\")\n"
+	        "      --api-key-file FILE clients must send \"Authorization: Bearer KEY\" with\n"
+	        "                          the key in FILE (default: $Q4KHOST_API_KEY; no key\n"
+	        "                          when neither is set)\n"
+	        "  -c, --ctx N             context per slot in tokens (default: min(4096,\n"
+	        "                          the model's))\n"
+	        "      --parallel N        requests generated at once, one slot each (default 4)\n"
+	        "      --max-queue N       requests waiting for a slot; more get 503 (default 64)\n"
+	        "      --max-connections N open connections (default 64)\n"
+	        "      --max-body BYTES    largest request body (default 1048576)\n"
+	        "      --max-prompt-tokens N  longest prompt (default: the context)\n"
+	        "      --max-tokens N      largest max_tokens, and the default (default 4096)\n"
+	        "      --idle-timeout S    seconds a connection may stay silent (default 30)\n"
+	        "      --shutdown-timeout S  seconds SIGTERM lets requests finish before they\n"
+	        "                          are cancelled (default 10)\n"
+	        "      --temp T, --top-k K, --top-p P, --seed S\n"
+	        "                          sampling of requests that do not set it (default:\n"
+	        "                          greedy, 40, 0.95, a random seed per request)\n"
+	        "      --backend NAME, --device N, --kernel LIST\n"
+	        "                          what may serve, as for q4khost run\n"
+	        "      --f2 MODE           auto (default: $Q4KHOST_F2, else [f2] mode, else\n"
+	        "                          auto), fresh, off (every response says it is\n"
+	        "                          unverified), require (F2 before serving)\n"
+	        "      --revalidate        the same as --f2 fresh\n"
+	        "      --f2-shadow RATE    re-run this fraction (0 to 1) of the requests a guarded\n"
+	        "                          path served on the reference, teacher-forced, and\n"
+	        "                          demote the path when F2's rules reject it (default 0)\n"
+	        "      --plugin-path P     ':'-separated plugin folders\n"
+	        "      --config FILE       extra INI configuration file\n"
+	        "  -h, --help              this help\n\n"
+	        "SIGTERM or SIGINT: stop accepting, let requests finish (--shutdown-timeout),\n"
+	        "cancel the rest, exit 0.\n\n"
+	        "exit codes: 0 stopped by a signal, 1 failure, 2 usage, 3 bad model or config\n"
+	        "            file, 4 the requested backend or kernel cannot serve\n");
+}
+
+static int parse_long(const char *s, const char *what, long lo, long hi, long *out)
+{
+	return q4kh_cli_parse_long("serve", s, what, lo, hi, out);
+}
+
+static int parse_double(const char *s, const char *what, double lo, double hi, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "q4khost serve: %s must be a number in [%g, %g], got '%s'\n", what,
+		        lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse(int argc, char **argv, struct serve_opts *o)
+{
+	enum { O_HOST = 256, O_PORT, O_KEYFILE, O_PARALLEL, O_QUEUE, O_CONNS, O_BODY,
+	       O_PROMPT, O_MAXTOK, O_IDLE, O_DRAIN, O_TEMP, O_TOPK, O_TOPP, O_SEED,
+	       O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_SHADOW, O_PPATH,
+	       O_CONFIG };
+	static const struct option longs[] = {
+		{ "model", required_argument, 0, 'm' },
+		{ "host", required_argument, 0, O_HOST },
+		{ "port", required_argument, 0, O_PORT },
+		{ "api-key-file", required_argument, 0, O_KEYFILE },
+		{ "ctx", required_argument, 0, 'c' },
+		{ "parallel", required_argument, 0, O_PARALLEL },
+		{ "max-queue", required_argument, 0, O_QUEUE },
+		{ "max-connections", required_argument, 0, O_CONNS },
+		{ "max-body", required_argument, 0, O_BODY },
+		{ "max-prompt-tokens", required_argument, 0, O_PROMPT },
+		{ "max-tokens", required_argument, 0, O_MAXTOK },
+		{ "idle-timeout", required_argument, 0, O_IDLE },
+		{ "shutdown-timeout", required_argument, 0, O_DRAIN },
+		{ "temp", required_argument, 0, O_TEMP },
+		{ "top-k", required_argument, 0, O_TOPK },
+		{ "top-p", required_argument, 0, O_TOPP },
+		{ "seed", required_argument, 0, O_SEED },
+		{ "backend", required_argument, 0, O_BACKEND },
+		{ "device", required_argument, 0, O_DEVICE },
+		{ "kernel", required_argument, 0, O_KERNEL },
+		{ "f2", required_argument, 0, O_F2 },
+		{ "revalidate", no_argument, 0, O_REVALIDATE },
+		{ "f2-shadow", required_argument, 0, O_SHADOW },
+		{ "plugin-path", required_argument, 0, O_PPATH },
+		{ "config", required_argument, 0, O_CONFIG },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	double d;
+	long v;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->host = "127.0.0.1";
+	o->port = 8080;
+	o->parallel = 4;
+	o->max_queue = 64;
+	o->max_connections = 64;
+	o->max_body = 1 << 20;
+	o->max_tokens = 4096;
+	o->idle_timeout = 30;
+	o->drain_timeout = 10;
+	o->defaults.top_k = 40;
+	o->defaults.top_p = 0.95f;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "m:c:h", longs, NULL)) != -1) {
+		int rc = 0;
+
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case O_HOST: o->host = optarg; break;
+		case O_PORT: rc = parse_long(optarg, "--port", 0, 65535, &o->port); break;
+		case O_KEYFILE: o->api_key_file = optarg; break;
+		case 'c': rc = parse_long(optarg, "--ctx", 16, 1 << 20, &o->ctx); break;
+		case O_PARALLEL: rc = parse_long(optarg, "--parallel", 1, 256, &o->parallel); break;
+		case O_QUEUE: rc = parse_long(optarg, "--max-queue", 1, 1 << 20, &o->max_queue); break;
+		case O_CONNS:
+			rc = parse_long(optarg, "--max-connections", 1, 4096, &o->max_connections);
+			break;
+		case O_BODY: rc = parse_long(optarg, "--max-body", 64, 1L << 30, &o->max_body); break;
+		case O_PROMPT:
+			rc = parse_long(optarg, "--max-prompt-tokens", 1, 1 << 20, &o->max_prompt);
+			break;
+		case O_MAXTOK: rc = parse_long(optarg, "--max-tokens", 1, 1 << 20, &o->max_tokens); break;
+		case O_IDLE: rc = parse_long(optarg, "--idle-timeout", 1, 86400, &o->idle_timeout); break;
+		case O_DRAIN:
+			rc = parse_long(optarg, "--shutdown-timeout", 0, 86400, &o->drain_timeout);
+			break;
+		case O_TEMP:
+			rc = parse_double(optarg, "--temp", 0, 2, &d);
+			o->defaults.temperature = (float)d;
+			break;
+		case O_TOPK:
+			rc = parse_long(optarg, "--top-k", 0, INT_MAX, &v);
+			o->defaults.top_k = (int32_t)v;
+			break;
+		case O_TOPP:
+			rc = parse_double(optarg, "--top-p", 0, 1, &d);
+			o->defaults.top_p = (float)d;
+			break;
+		case O_SEED:
+			rc = parse_long(optarg, "--seed", 0, LONG_MAX, &v);
+			o->defaults.seed = (uint64_t)v;
+			o->seed_set = 1;
+			break;
+		case O_BACKEND: o->backend = optarg; break;
+		case O_DEVICE: rc = parse_long(optarg, "--device", 0, 1023, &o->device); break;
+		case O_KERNEL: o->kernel = optarg; break;
+		case O_F2: o->f2 = optarg; break;
+		case O_REVALIDATE: o->f2 = "fresh"; break;
+		case O_SHADOW: rc = parse_double(optarg, "--f2-shadow", 0, 1, &o->shadow_rate); break;
+		case O_PPATH: o->plugin_path = optarg; break;
+		case O_CONFIG: o->config_file = optarg; break;
+		case 'h': usage(stdout); return 1;
+		default:
+			q4kh_cli_bad_option("serve", argv);
+			return -1;
+		}
+		if (rc)
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "q4khost serve: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+/* The API key from --api-key-file (its first line) or Q4KHOST_API_KEY. */
+static int load_api_key(struct serve *srv, struct q4kh_error *err)
+{
+	const char *env = q4kh_env("Q4KHOST_API_KEY");
+	FILE *f;
+	size_t n;
+
+	if (!srv->o.api_key_file) {
+		if (env && *env)
+			snprintf(srv->api_key, sizeof(srv->api_key), "%s", env);
+		serve_log("API key: %s", srv->api_key[0] ? "required (from Q4KHOST_API_KEY)" : "none");
+		return 0;
+	}
+	f = fopen(srv->o.api_key_file, "r");
+	if (!f)
+		return q4kh_fail(err, "%s: cannot read the API key: %s", srv->o.api_key_file,
+		                 strerror(errno));
+	if (!fgets(srv->api_key, sizeof(srv->api_key), f))
+		srv->api_key[0] = 0;
+	fclose(f);
+	n = strcspn(srv->api_key, "\r\n");
+	srv->api_key[n] = 0;
+	if (!n)
+		return q4kh_fail(err, "%s: the first line holds no API key", srv->o.api_key_file);
+	serve_log("API key: required (from %s)", srv->o.api_key_file);
+	return 0;
+}
+
+/* Config, plugins, model file, tokenizer: everything before the choice. */
+static int setup(struct serve *srv, struct q4kh_error *err)
+{
+	const struct serve_opts *o = &srv->o;
+	struct q4kh_model *m;
+	char origin[700];
+	int bad_file;
+	const char *base;
+
+	if (q4kh_cli_config("serve", o->config_file, 0, &srv->config, err))
+		return Q4KH_EXIT_INPUT;
+	if (q4kh_settings_f2_mode(srv->config, o->f2, &srv->mode, srv->mode_origin,
+	                          sizeof(srv->mode_origin), &bad_file, err))
+		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
+	if (q4kh_registry_scan(o->plugin_path, srv->config, &srv->registry, err))
+		return Q4KH_EXIT_FAIL;
+	if (o->model)
+		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);
+	else if (access(q4kh_default_model_path(srv->model_path, sizeof(srv->model_path)), F_OK)) {
+		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
+		          srv->model_path);
+		return Q4KH_EXIT_INPUT;
+	}
+	/* A bad file is the user's input error (exit 3), whatever serves it. */
+	if (q4kh_model_open(srv->model_path, &m, err))
+		return Q4KH_EXIT_INPUT;
+	q4kh_model_free(m);
+	if (q4kh_gguf_open(srv->model_path, &srv->gguf, err) ||
+	    q4kh_tokenizer_load(srv->gguf, &srv->tok, err))
+		return Q4KH_EXIT_INPUT;
+	base = strrchr(srv->model_path, '/');
+	snprintf(srv->model_id, sizeof(srv->model_id), "%.255s", base ? base + 1 : srv->model_path);
+	if (load_api_key(srv, err))
+		return Q4KH_EXIT_INPUT;
+	srv->rq.registry = srv->registry;
+	srv->rq.config = srv->config;
+	srv->rq.config_file = o->config_file;
+	srv->rq.model_path = srv->model_path;
+	srv->rq.backend = q4kh_settings_backend(o->backend, origin, sizeof(origin));
+	srv->rq.device = (uint32_t)o->device;
+	srv->rq.kernel = o->kernel;
+	srv->rq.mode = srv->mode;
+	srv->n_slots = (int)o->parallel;
+	srv->n_ctx = (uint32_t)o->ctx;
+	return 0;
+}
+
+/* Say what serves, and what F2 still measures. */
+static void announce(struct serve *srv)
+{
+	const struct serve_path *p = srv->cur;
+	char what[400];
+
+	serve_path_describe(p, what, sizeof(what));
+	serve_log("model %s (%s), %d slots of %u tokens", srv->model_path, srv->model_id,
+	          srv->n_slots, srv->n_ctx);
+	serve_log("serving %s; F2: %s%s%s%s: %s", what, p->sel.f2_verdict,
+	          p->sel.f2_source[0] ? " (" : "", p->sel.f2_source, p->sel.f2_source[0] ? ")" : "",
+	          p->sel.f2_message);
+	for (const char *s = p->sel.steps; *s;) {
+		size_t len = strcspn(s, "\n");
+		serve_log("F2 rejected first: %.*s", (int)len, s);
+		s += len + (s[len] == '\n');
+	}
+	if (p->unverified)
+		serve_log("F2 IS OFF: %s serves UNVERIFIED; /health and every response say so", p->name);
+	for (int k = 0; k < srv->n_pending; k++)
+		serve_log("F2 measures %s in the background; it serves once it passes",
+		          srv->plan[srv->pending[k]].why);
+	if (strcmp(srv->o.host, "127.0.0.1") && strcmp(srv->o.host, "::1") &&
+	    strcmp(srv->o.host, "localhost"))
+		serve_log("warning: --host %s may be reachable from other machines%s", srv->o.host,
+		          srv->api_key[0] ? "" : ", and no API key is set");
+}
+
+static struct serve *the_server; /* for the signal handler */
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	sem_post(&the_server->stop);
+}
+
+static int install_signals(struct serve *srv)
+{
+	struct sigaction sa = { 0 };
+
+	the_server = srv;
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	signal(SIGPIPE, SIG_IGN); /* a client that left is noticed by its write */
+	return sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL);
+}
+
+/* Stop accepting, let requests finish within the bound, cancel the rest. */
+static void shut_down(struct serve *srv)
+{
+	serve_log("stopping: no new connections; requests in flight get %ld s to finish",
+	          srv->o.drain_timeout);
+	serve_http_quiesce(srv);
+	serve_engine_drain(srv, (double)srv->o.drain_timeout);
+	serve_engine_stop(srv);
+	serve_http_stop(srv);
+	serve_trust_stop(srv);
+	serve_shadow_stop(srv);
+	serve_log("stopped");
+}
+
+static void serve_free(struct serve *srv)
+{
+	serve_path_close(srv->cur);
+	for (int i = 0; i < srv->n_retired; i++)
+		serve_path_close(srv->retired[i]);
+	for (int i = 0; srv->logits && i < srv->n_slots; i++)
+		free(srv->logits[i]);
+	free(srv->logits);
+	free(srv->slots);
+	free(srv->queue);
+	free(srv->probe);
+	q4kh_tokenizer_free(srv->tok);
+	q4kh_gguf_close(srv->gguf);
+	q4kh_registry_free(srv->registry);
+	q4kh_config_free(srv->config);
+	pthread_mutex_destroy(&srv->lock);
+	pthread_cond_destroy(&srv->work);
+	sem_destroy(&srv->stop);
+	free(srv);
+}
+
+int q4kh_cmd_serve(int argc, char **argv)
+{
+	struct serve *srv = calloc(1, sizeof(*srv));
+	struct q4kh_error err = { { 0 } };
+	int rc;
+
+	if (!srv)
+		return Q4KH_EXIT_FAIL;
+	pthread_mutex_init(&srv->lock, NULL);
+	pthread_cond_init(&srv->work, NULL);
+	sem_init(&srv->stop, 0, 0);
+	srv->listen_fd = -1;
+	srv->t_start = serve_now();
+	srv->started = (long)time(NULL);
+	rc = parse(argc, argv, &srv->o);
+	if (rc) {
+		serve_free(srv);
+		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	}
+	rc = setup(srv, &err);
+	if (!rc) {
+		int t = serve_trust_start(srv, &err);
+		rc = t == -2 ? Q4KH_EXIT_PLUGIN : t ? Q4KH_EXIT_FAIL : 0;
+	}
+	if (!rc) {
+		srv->n_ctx = srv->cur->sessions[0]->p.n_ctx;
+		srv->n_vocab = (int32_t)srv->cur->m->hp.n_vocab;
+		announce(srv);
+		if (install_signals(srv) || serve_engine_start(srv, &err) ||
+		    serve_shadow_start(srv, &err) || serve_http_start(srv, &err) ||
+		    serve_trust_background(srv, &err))
+			rc = Q4KH_EXIT_FAIL;
+	}
+	if (rc) {
+		fprintf(stderr, "q4khost serve: %s\n", err.msg[0] ? err.msg : "cannot start");
+		serve_trust_stop(srv);
+		serve_engine_stop(srv);
+		serve_http_stop(srv);
+		serve_shadow_stop(srv);
+		serve_free(srv);
+		return rc;
+	}
+	while (sem_wait(&srv->stop) && errno == EINTR)
+		;
+	shut_down(srv);
+	serve_free(srv);
+	return Q4KH_EXIT_OK;
+}

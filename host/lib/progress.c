@@ -1,0 +1,55 @@
+#include "progress.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+static const char *command;
+static int on;
+/* Plugins log from their own threads, and a log line clears the status line. */
+static atomic_int showing;
+
+void q4kh_progress_init(const char *name)
+{
+	command = name;
+	on = isatty(STDERR_FILENO);
+}
+
+/* Columns left for the text: a line that wraps cannot be rewritten. */
+static int room(void)
+{
+	struct winsize ws;
+	int width = 80, left;
+
+	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		width = ws.ws_col;
+	left = width - 1 - (int)strlen("q4khost : ") - (int)strlen(command);
+	return left > 8 ? left : 8;
+}
+
+void q4kh_progress(const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	if (!on)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	/* Carriage return, the text, then erase what a longer line left. */
+	fprintf(stderr, "\rq4khost %s: %.*s\033[K", command, room(), text);
+	fflush(stderr);
+	atomic_store(&showing, 1);
+}
+
+void q4kh_progress_clear(void)
+{
+	if (!atomic_exchange(&showing, 0))
+		return;
+	fputs("\r\033[K", stderr);
+	fflush(stderr);
+}

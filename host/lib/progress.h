@@ -1,0 +1,24 @@
+/*
+ * Progress of long work (an F2 measurement, a long prefill, a benchmark
+ * row) as one status line on stderr that rewrites itself, so a person at
+ * a terminal can tell slow work from a hang. Only when stderr is a
+ * terminal: a log, a pipe or a test sees none of it. The line is erased
+ * before anything else is written to the terminal (q4kh_progress_clear).
+ * q4kh_progress_init and q4kh_progress belong to the thread that runs the
+ * command; q4kh_progress_clear may be called from any thread (a plugin's
+ * log line clears the status line first).
+ */
+#ifndef Q4KH_PROGRESS_H
+#define Q4KH_PROGRESS_H
+
+/* Name the command for the lines ("run": "q4khost run: ..."); decides, once,
+ * whether stderr is a terminal. Without it no progress is shown. */
+void q4kh_progress_init(const char *command);
+
+/* Show "q4khost COMMAND: TEXT" as the status line, replacing the last. */
+void q4kh_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Erase the status line, if one is showing. */
+void q4kh_progress_clear(void);
+
+#endif

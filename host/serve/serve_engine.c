@@ -1,0 +1,492 @@
+/*
+ * The engine: a fixed set of slots, each with its own session (KV cache)
+ * on the current path, filled from one FIFO queue, and one thread that
+ * runs every forward step, round-robin over the busy slots: a prompt in
+ * steps of the session's batch, then one token per turn. So requests are
+ * admitted in the order they came, no slot waits more than one round for
+ * its next token, and no request sees another's tokens or cache (each
+ * slot's session is reset when it takes a job).
+ *
+ * Several sequences are not batched into one step: a session holds one
+ * sequence (session.h), so concurrent decode runs as interleaved
+ * single-column steps, not through the variants' multi-column GEMV.
+ */
+#include "serve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve_text.h"
+
+struct serve_job *serve_job_new(void)
+{
+	struct serve_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	pthread_cond_init(&j->cv, NULL);
+	j->refs = 1;
+	j->slot = -1;
+	return j;
+}
+
+void serve_job_release(struct serve_job *j)
+{
+	if (!j || --j->refs > 0)
+		return;
+	for (size_t i = 0; i < j->n_stop; i++)
+		free(j->stop[i]);
+	q4kh_sampler_free(j->sampler);
+	pthread_cond_destroy(&j->cv);
+	free(j->ids);
+	free(j->text);
+	free(j->gen);
+	free(j);
+}
+
+/* End J with an error and no answer (lock held). */
+static void fail_job(struct serve_job *j, int status, const char *msg)
+{
+	snprintf(j->error, sizeof(j->error), "%s", msg);
+	j->http_status = status;
+	j->state = SERVE_DONE;
+	j->ready = j->len;
+	pthread_cond_broadcast(&j->cv);
+}
+
+int serve_engine_submit(struct serve *srv, struct serve_job *job)
+{
+	int status = 0;
+
+	pthread_mutex_lock(&srv->lock);
+	if (srv->draining) {
+		snprintf(job->error, sizeof(job->error), "the server is shutting down");
+		status = 503;
+	} else if (!srv->cur) {
+		snprintf(job->error, sizeof(job->error),
+		         "no validated path can serve this model now (see /health)");
+		status = 503;
+	} else if (srv->q_len >= (size_t)srv->o.max_queue) {
+		snprintf(job->error, sizeof(job->error),
+		         "the queue is full (%zu requests waiting); try again later", srv->q_len);
+		status = 503;
+	} else {
+		job->seq = ++srv->next_seq;
+		snprintf(job->id, sizeof(job->id), "%s-%llu",
+		         job->kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
+		         (unsigned long long)job->seq);
+		job->state = SERVE_QUEUED;
+		job->t_submit = serve_now();
+		job->created = (long)time(NULL);
+		job->refs++; /* the engine's */
+		srv->queue[(srv->q_head + srv->q_len++) % (size_t)srv->o.max_queue] = job;
+		pthread_cond_signal(&srv->work);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return status;
+}
+
+static struct serve_job *queue_pop(struct serve *srv)
+{
+	struct serve_job *j;
+
+	if (!srv->q_len)
+		return NULL;
+	j = srv->queue[srv->q_head];
+	srv->q_head = (srv->q_head + 1) % (size_t)srv->o.max_queue;
+	srv->q_len--;
+	return j;
+}
+
+/* Put J back at the head of the queue (a re-run after a demotion). */
+static void queue_push_front(struct serve *srv, struct serve_job *j)
+{
+	srv->q_head = (srv->q_head + (size_t)srv->o.max_queue - 1) % (size_t)srv->o.max_queue;
+	srv->queue[srv->q_head] = j;
+	srv->q_len++;
+}
+
+/* Give a free slot to each waiting job, in order (lock held). */
+static void admit(struct serve *srv)
+{
+	for (int i = 0; i < srv->n_slots && srv->q_len; i++) {
+		struct serve_job *j;
+
+		if (srv->slots[i])
+			continue;
+		j = queue_pop(srv);
+		if (!srv->cur) {
+			fail_job(j, 503, "no validated path can serve this model now (see /health)");
+			serve_job_release(j);
+			i--;
+			continue;
+		}
+		q4kh_sampler_free(j->sampler);
+		j->sampler = q4kh_sampler_new(&j->sp, srv->n_vocab);
+		if (!j->sampler) {
+			fail_job(j, 500, "out of memory");
+			serve_job_release(j);
+			i--;
+			continue;
+		}
+		j->slot = i;
+		j->path = srv->cur;
+		j->path->running++;
+		j->fed = 0;
+		q4kh_session_reset(j->path->sessions[i]);
+		j->n_fed = 0;
+		serve_path_describe(j->path, j->served_by, sizeof(j->served_by));
+		snprintf(j->path_name, sizeof(j->path_name), "%s", j->path->name);
+		serve_path_f2_header(j->path, j->f2, sizeof(j->f2));
+		j->state = SERVE_RUNNING;
+		srv->slots[i] = j;
+		pthread_cond_broadcast(&j->cv);
+	}
+}
+
+/* Free slot I of its job, which ended (lock held). */
+static void end_job(struct serve *srv, int i, const char *finish)
+{
+	struct serve_job *j = srv->slots[i];
+	double now = serve_now();
+
+	j->finish = finish;
+	j->state = SERVE_DONE;
+	j->ready = j->len;
+	srv->m.prompt_tokens += j->n_ids;
+	srv->m.completion_tokens += (uint64_t)j->n_gen;
+	if (j->t_decode0 > 0)
+		srv->m.decode_seconds += now - j->t_decode0;
+	if (!j->error[0] && !j->cancel)
+		serve_shadow_offer(srv, j);
+	if (j->error[0])
+		serve_log("%s: %s after %lld tokens: %s", j->id, j->served_by,
+		          (long long)j->n_gen, j->error);
+	else
+		serve_log("%s: %zu prompt + %lld answer tokens on %s, first token after %.3f s, %.3f s in all (%s)",
+		          j->id, j->n_ids, (long long)j->n_gen, j->served_by, j->t_first,
+		          now - j->t_submit, j->cancel ? "cancelled" : finish);
+	q4kh_sampler_free(j->sampler);
+	j->sampler = NULL;
+	j->path->running--;
+	srv->slots[i] = NULL;
+	j->slot = -1;
+	pthread_cond_broadcast(&j->cv);
+	serve_job_release(j);
+}
+
+static int push_gen(struct serve_job *j, int32_t tok)
+{
+	if ((size_t)j->n_gen + 1 > j->n_gen_cap) {
+		size_t cap = j->n_gen_cap ? j->n_gen_cap * 2 : 64;
+		int32_t *g = realloc(j->gen, cap * sizeof(*g));
+		if (!g)
+			return -1;
+		j->gen = g;
+		j->n_gen_cap = cap;
+	}
+	j->gen[j->n_gen] = tok;
+	return 0;
+}
+
+static int append(struct serve_job *j, const char *s, size_t n)
+{
+	if (j->len + n + 1 > j->cap) {
+		size_t cap = (j->cap + n + 1) * 2;
+		char *t = realloc(j->text, cap);
+		if (!t)
+			return -1;
+		j->text = t;
+		j->cap = cap;
+	}
+	memcpy(j->text + j->len, s, n);
+	j->len += n;
+	j->text[j->len] = 0;
+	return 0;
+}
+
+/*
+ * Slot I's job chose TOK (lock held): as q4khost run does, an
+ * end-of-generation token ends the answer, any other is its text; the
+ * answer ends at a stop string, at max_tokens or when the context is full.
+ */
+static void take_token(struct serve *srv, int i, int32_t tok)
+{
+	struct serve_job *j = srv->slots[i];
+	const struct q4kh_session *s = j->path->sessions[i];
+	char piece[256];
+	size_t from = j->len, n, hold;
+	long stop;
+
+	if (j->n_gen == 0) {
+		j->t_first = serve_now() - j->t_submit;
+		j->t_decode0 = serve_now();
+		serve_status_ttft(srv, j->t_first);
+	}
+	if (q4kh_tokenizer_is_eog(srv->tok, tok)) {
+		end_job(srv, i, "stop");
+		return;
+	}
+	n = q4kh_token_to_piece(srv->tok, tok, 0, piece, sizeof(piece));
+	if (push_gen(j, tok) || append(j, piece, n < sizeof(piece) ? n : sizeof(piece))) {
+		snprintf(j->error, sizeof(j->error), "out of memory");
+		j->http_status = 500;
+		end_job(srv, i, "error");
+		return;
+	}
+	j->n_gen++;
+	stop = serve_stop_find(j->text, j->len, from, j->stop, j->n_stop);
+	if (stop >= 0) {
+		j->len = (size_t)stop;
+		j->text[j->len] = 0;
+		end_job(srv, i, "stop");
+		return;
+	}
+	if (j->n_gen >= j->max_tokens || s->n_past >= s->p.n_ctx) {
+		end_job(srv, i, "length");
+		return;
+	}
+	j->last = tok;
+	hold = serve_utf8_incomplete(j->text, j->len);
+	n = serve_stop_partial(j->text, j->len, j->stop, j->n_stop);
+	hold = n > hold ? n : hold;
+	if (j->len - hold > j->ready)
+		j->ready = j->len - hold;
+	pthread_cond_broadcast(&j->cv);
+}
+
+/*
+ * One step of job J in its slot, without the lock: the next piece of its
+ * prompt, or the token it chose last. *tok gets the token chosen, or -1
+ * while the prompt is not all in.
+ */
+static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
+                struct q4kh_error *err)
+{
+	struct q4kh_session *s = j->path->sessions[j->slot];
+	float *logits = srv->logits[j->slot];
+
+	*tok = -1;
+	if (j->fed < j->n_ids) {
+		size_t t = j->n_ids - j->fed;
+		int last;
+
+		t = t < s->p.n_batch ? t : s->p.n_batch;
+		last = j->fed + t == j->n_ids;
+		if (q4kh_session_eval(s, j->ids + j->fed, (int64_t)t, last ? logits : NULL, 0, err))
+			return -1;
+		j->fed += t;
+		if (!last)
+			return 0;
+	} else if (q4kh_session_eval(s, &j->last, 1, logits, 0, err)) {
+		return -1;
+	} else {
+		j->n_fed++;
+	}
+	*tok = q4kh_sampler_sample(j->sampler, logits);
+	if (*tok < 0)
+		return q4kh_fail(err, "every logit is NaN");
+	return 0;
+}
+
+/*
+ * J's path was demoted by shadow parity (lock held): an answer not yet
+ * sent starts again on the current path; a stream already under way ends
+ * with an error, as its first tokens came from the demoted path.
+ */
+static void demoted(struct serve *srv, int i)
+{
+	struct serve_job *j = srv->slots[i];
+
+	if (j->stream) {
+		snprintf(j->error, sizeof(j->error),
+		         "the path serving this request (%s) was demoted by shadow parity; the answer was stopped",
+		         j->path->name);
+		j->http_status = 500;
+		end_job(srv, i, "error");
+		return;
+	}
+	if (srv->q_len == (size_t)srv->o.max_queue) {
+		snprintf(j->error, sizeof(j->error),
+		         "the path serving this request (%s) was demoted by shadow parity and the queue is full",
+		         j->path->name);
+		j->http_status = 503;
+		end_job(srv, i, "error");
+		return;
+	}
+	j->path->running--;
+	srv->slots[i] = NULL;
+	j->slot = -1;
+	j->len = j->ready = 0;
+	j->n_gen = 0;
+	j->n_fed = 0;
+	j->t_decode0 = 0;
+	j->state = SERVE_QUEUED;
+	queue_push_front(srv, j);
+}
+
+/* Close every retired path no job runs on any more (lock held; dropped
+ * while closing). */
+static void close_retired(struct serve *srv)
+{
+	for (int k = 0; k < srv->n_retired; k++) {
+		struct serve_path *p = srv->retired[k];
+
+		if (p->running)
+			continue;
+		srv->retired[k] = srv->retired[--srv->n_retired];
+		k--;
+		pthread_mutex_unlock(&srv->lock);
+		serve_path_close(p);
+		pthread_mutex_lock(&srv->lock);
+	}
+}
+
+static void *engine_main(void *arg)
+{
+	struct serve *srv = arg;
+	int rr = 0;
+
+	pthread_mutex_lock(&srv->lock);
+	for (;;) {
+		int busy = 0;
+
+		admit(srv);
+		for (int i = 0; i < srv->n_slots; i++)
+			busy += srv->slots[i] != NULL;
+		if (!busy) {
+			close_retired(srv);
+			if (srv->quit)
+				break;
+			pthread_cond_wait(&srv->work, &srv->lock);
+			continue;
+		}
+		for (int k = 0; k < srv->n_slots; k++) {
+			int i = (rr + k) % srv->n_slots;
+			struct serve_job *j = srv->slots[i];
+			struct q4kh_error err = { { 0 } };
+			int32_t tok;
+			int rc;
+
+			if (!j)
+				continue;
+			if (j->cancel) {
+				end_job(srv, i, "cancelled");
+				continue;
+			}
+			if (j->path->demoted) {
+				demoted(srv, i);
+				continue;
+			}
+			pthread_mutex_unlock(&srv->lock);
+			rc = step(srv, j, &tok, &err);
+			pthread_mutex_lock(&srv->lock);
+			if (rc) {
+				snprintf(j->error, sizeof(j->error), "generation failed: %.200s", err.msg);
+				j->http_status = 500;
+				end_job(srv, i, "error");
+			} else if (tok >= 0) {
+				take_token(srv, i, tok);
+			}
+		}
+		rr = (rr + 1) % srv->n_slots;
+		close_retired(srv);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return NULL;
+}
+
+int serve_engine_start(struct serve *srv, struct q4kh_error *err)
+{
+	srv->queue = calloc((size_t)srv->o.max_queue, sizeof(*srv->queue));
+	srv->slots = calloc((size_t)srv->n_slots, sizeof(*srv->slots));
+	srv->logits = calloc((size_t)srv->n_slots, sizeof(*srv->logits));
+	if (!srv->queue || !srv->slots || !srv->logits)
+		return q4kh_fail(err, "out of memory");
+	for (int i = 0; i < srv->n_slots; i++) {
+		srv->logits[i] = malloc(sizeof(float) * (size_t)srv->n_vocab);
+		if (!srv->logits[i])
+			return q4kh_fail(err, "out of memory");
+	}
+	if (pthread_create(&srv->engine, NULL, engine_main, srv))
+		return q4kh_fail(err, "cannot start the engine thread");
+	srv->engine_started = 1;
+	return 0;
+}
+
+void serve_engine_switch(struct serve *srv, struct serve_path *p, int demote,
+                         const char *reason)
+{
+	struct serve_path *old = srv->cur;
+	struct serve_switch *sw;
+
+	if (srv->n_switches == SERVE_MAX_SWITCHES) {
+		memmove(srv->switches, srv->switches + 1,
+		        sizeof(srv->switches) - sizeof(srv->switches[0]));
+		srv->n_switches--;
+	}
+	sw = &srv->switches[srv->n_switches++];
+	serve_utc(sw->at, sizeof(sw->at));
+	snprintf(sw->from, sizeof(sw->from), "%s", old ? old->name : "none");
+	snprintf(sw->to, sizeof(sw->to), "%s", p ? p->name : "none");
+	snprintf(sw->reason, sizeof(sw->reason), "%s", reason);
+	srv->m.switches++;
+	srv->m.fallbacks += demote;
+	serve_log("switching from %s to %s: %s", sw->from, sw->to, reason);
+	srv->cur = p;
+	if (old) {
+		old->retired = 1;
+		old->demoted |= demote;
+		if (srv->n_retired < (int)(sizeof(srv->retired) / sizeof(srv->retired[0])))
+			srv->retired[srv->n_retired++] = old;
+		else /* cannot happen with fewer switches than slots; keep it open */
+			serve_log("too many retired paths: %s stays open", old->name);
+	}
+	pthread_cond_signal(&srv->work);
+}
+
+void serve_engine_drain(struct serve *srv, double seconds)
+{
+	double end = serve_now() + seconds;
+
+	pthread_mutex_lock(&srv->lock);
+	for (;;) {
+		int busy = (int)srv->q_len;
+
+		for (int i = 0; i < srv->n_slots; i++)
+			busy += srv->slots[i] != NULL;
+		if (!busy || serve_now() >= end)
+			break;
+		pthread_mutex_unlock(&srv->lock);
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+		pthread_mutex_lock(&srv->lock);
+	}
+	pthread_mutex_unlock(&srv->lock);
+}
+
+void serve_engine_stop(struct serve *srv)
+{
+	struct serve_job *j;
+
+	if (!srv->engine_started)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	srv->quit = 1;
+	while ((j = queue_pop(srv))) {
+		fail_job(j, 503, "the server is shutting down");
+		serve_job_release(j);
+	}
+	for (int i = 0; i < srv->n_slots; i++)
+		if (srv->slots[i]) {
+			srv->slots[i]->cancel = 1;
+			snprintf(srv->slots[i]->error, sizeof(srv->slots[i]->error),
+			         "the server is shutting down");
+			srv->slots[i]->http_status = 503;
+		}
+	pthread_cond_signal(&srv->work);
+	pthread_mutex_unlock(&srv->lock);
+	pthread_join(srv->engine, NULL);
+	srv->engine_started = 0;
+}

@@ -1,0 +1,572 @@
+/*
+ * HTTP through GNU libmicrohttpd, one thread per connection (the
+ * connection's thread may then wait for the engine, and a stream's reader
+ * may block until the next token): routing, the API key, limits on body
+ * size, connections and idle time, server-sent events, and noticing a
+ * client that left (its generation is cancelled).
+ */
+#include "serve.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve_api.h"
+#include "serve_text.h"
+
+#define WAIT_NS (200 * 1000 * 1000) /* between looks for a client that left */
+#define KEEPALIVE_S 10.0            /* an SSE comment after this much silence */
+
+/* One request: its body while it arrives. */
+struct request {
+	enum serve_endpoint ep;
+	char *body;
+	size_t len, cap;
+	int too_large;
+};
+
+/* A streamed answer, owned by its MHD response. */
+struct stream {
+	struct serve *srv;
+	struct serve_job *job;
+	int fd;
+	char *out;          /* event bytes not yet handed to MHD */
+	size_t len, off;
+	size_t sent;        /* job text turned into events */
+	int opened, closed; /* the first and the last event made */
+	double last;        /* when bytes were last handed over */
+};
+
+static enum serve_endpoint endpoint_of(const char *url)
+{
+	static const char *const urls[] = { "/v1/chat/completions", "/v1/completions",
+		                            "/v1/models", "/health", "/metrics" };
+
+	for (int i = 0; i < 5; i++)
+		if (!strcmp(url, urls[i]))
+			return (enum serve_endpoint)i;
+	return SERVE_EP_OTHER;
+}
+
+/* A client that closed its end (or reset it) reads as 0 bytes or an error. */
+static int client_gone(int fd)
+{
+	char b;
+	ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int conn_fd(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+	return ci ? ci->connect_fd : -1;
+}
+
+/* The current path's F2 verdict for the X-Q4KHost-F2 header. */
+static void current_f2(struct serve *srv, char *buf, size_t cap)
+{
+	pthread_mutex_lock(&srv->lock);
+	if (srv->cur)
+		serve_path_f2_header(srv->cur, buf, cap);
+	else
+		snprintf(buf, cap, "none; no validated path serves");
+	pthread_mutex_unlock(&srv->lock);
+}
+
+/* Queue BODY (malloc()ed, taken) with STATUS and the headers every answer has. */
+static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c,
+                             enum serve_endpoint ep, unsigned status, char *body,
+                             const char *type, const char *f2, const char *served_by)
+{
+	struct MHD_Response *r;
+	char f2buf[400], shown[400];
+	enum MHD_Result rc;
+
+	if (!body)
+		return MHD_NO;
+	r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(body);
+		return MHD_NO;
+	}
+	if (!f2) {
+		current_f2(srv, f2buf, sizeof(f2buf));
+		f2 = f2buf;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	MHD_add_response_header(r, "X-Q4KHost-F2", f2);
+	if (served_by)
+		MHD_add_response_header(r, "X-Q4KHost-Served-By",
+		                        q4kh_show(shown, sizeof(shown), served_by,
+		                                  strlen(served_by), 300, 1));
+	if (status == 503 || status == 413)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (status == 401)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (status == 405)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
+		                        ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS ? "POST"
+		                                                                          : "GET, HEAD");
+	rc = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	serve_status_count(srv, ep, status);
+	return rc;
+}
+
+static enum MHD_Result fail(struct serve *srv, struct MHD_Connection *c,
+                            enum serve_endpoint ep, unsigned status, const char *message,
+                            const char *param, const char *code)
+{
+	const char *type = status == 401   ? "authentication_error"
+	                   : status == 404 ? "not_found_error"
+	                   : status >= 500 ? "server_error"
+	                                   : "invalid_request_error";
+
+	return reply(srv, c, ep, status, serve_api_error_body(message, type, param, code),
+	             "application/json", NULL, NULL);
+}
+
+/* Compare in time that does not depend on where the strings differ. */
+static int same_secret(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char d = la != lb;
+
+	for (size_t i = 0; i < la; i++)
+		d |= (unsigned char)a[i] ^ (unsigned char)b[i % (lb ? lb : 1)];
+	return d == 0;
+}
+
+static int authorized(struct serve *srv, struct MHD_Connection *c)
+{
+	const char *h;
+
+	if (!srv->api_key[0])
+		return 1;
+	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!h || strncasecmp(h, "Bearer ", 7))
+		return 0;
+	h += 7;
+	while (*h == ' ')
+		h++;
+	return same_secret(h, srv->api_key);
+}
+
+/* Wait for news of J (srv->lock held), WAIT_NS at most. */
+static void wait_a_while(struct serve_job *j, struct serve *srv)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += WAIT_NS;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&j->cv, &srv->lock, &ts);
+}
+
+/*
+ * Wait until J leaves state UNTIL's predecessors (J is QUEUED or RUNNING
+ * and UNTIL is RUNNING or DONE); 0, or -1 when the client left first (J is
+ * then cancelled).
+ */
+static int wait_for(struct serve *srv, struct serve_job *j, enum serve_state until, int fd)
+{
+	pthread_mutex_lock(&srv->lock);
+	while (j->state < until) {
+		wait_a_while(j, srv);
+		if (j->state >= until)
+			break;
+		pthread_mutex_unlock(&srv->lock);
+		if (fd >= 0 && client_gone(fd)) {
+			pthread_mutex_lock(&srv->lock);
+			j->cancel = 1;
+			pthread_cond_signal(&srv->work);
+			pthread_mutex_unlock(&srv->lock);
+			return -1;
+		}
+		pthread_mutex_lock(&srv->lock);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return 0;
+}
+
+static void release(struct serve *srv, struct serve_job *j)
+{
+	pthread_mutex_lock(&srv->lock);
+	serve_job_release(j);
+	pthread_mutex_unlock(&srv->lock);
+}
+
+/* Append EV (malloc()ed, taken) to S's output; -1 on out of memory. */
+static int put(struct stream *s, char *ev)
+{
+	size_t n;
+	char *out;
+
+	if (!ev)
+		return -1;
+	n = strlen(ev);
+	if (s->off == s->len) {
+		free(s->out);
+		s->out = ev;
+		s->len = n;
+		s->off = 0;
+		return 0;
+	}
+	out = realloc(s->out, s->len + n + 1);
+	if (!out) {
+		free(ev);
+		return -1;
+	}
+	memcpy(out + s->len, ev, n + 1);
+	s->out = out;
+	s->len += n;
+	free(ev);
+	return 0;
+}
+
+/*
+ * The next events of S's job into S->out (lock held): the opening one,
+ * new text, the closing ones. 1 when something was added, 0 when there is
+ * nothing yet, -1 on out of memory.
+ */
+static int next_events(struct stream *s)
+{
+	struct serve_job *j = s->job;
+	struct serve *srv = s->srv;
+
+	if (!s->opened) {
+		s->opened = 1;
+		if (j->kind == SERVE_CHAT)
+			return put(s, serve_api_event(srv, j, 1, NULL, 0, NULL)) ? -1 : 1;
+	}
+	if (j->ready > s->sent) {
+		size_t n;
+		char *text = serve_utf8_clean(j->text + s->sent, j->ready - s->sent, &n);
+		int rc = text ? put(s, serve_api_event(srv, j, 0, text, n, NULL)) : -1;
+
+		free(text);
+		s->sent = j->ready;
+		return rc ? -1 : 1;
+	}
+	if (j->state != SERVE_DONE || s->closed)
+		return 0;
+	s->closed = 1;
+	if (j->error[0])
+		return put(s, serve_api_error_event(j->error)) || put(s, strdup("data: [DONE]\n\n"))
+		               ? -1
+		               : 1;
+	if (put(s, serve_api_event(srv, j, 0, NULL, 0, j->finish)) ||
+	    (j->include_usage && put(s, serve_api_usage_event(srv, j))) ||
+	    put(s, strdup("data: [DONE]\n\n")))
+		return -1;
+	return 1;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct stream *s = cls;
+	struct serve *srv = s->srv;
+
+	(void)pos;
+	for (;;) {
+		int rc;
+
+		if (s->off < s->len) {
+			size_t n = s->len - s->off < max ? s->len - s->off : max;
+			memcpy(buf, s->out + s->off, n);
+			s->off += n;
+			s->last = serve_now();
+			return (ssize_t)n;
+		}
+		if (s->closed)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		pthread_mutex_lock(&srv->lock);
+		rc = next_events(s);
+		if (rc == 0) {
+			wait_a_while(s->job, srv);
+			rc = next_events(s);
+		}
+		pthread_mutex_unlock(&srv->lock);
+		if (rc < 0)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (rc == 0 && client_gone(s->fd))
+			return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels */
+		if (rc == 0 && serve_now() - s->last > KEEPALIVE_S &&
+		    put(s, strdup(": keep-alive\n\n")))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+}
+
+static void stream_free(void *cls)
+{
+	struct stream *s = cls;
+
+	pthread_mutex_lock(&s->srv->lock);
+	if (s->job->state != SERVE_DONE) {
+		s->job->cancel = 1;
+		pthread_cond_signal(&s->srv->work);
+	}
+	serve_job_release(s->job);
+	pthread_mutex_unlock(&s->srv->lock);
+	free(s->out);
+	free(s);
+}
+
+static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
+                                    enum serve_endpoint ep, struct serve_job *j, int fd)
+{
+	struct stream *s = calloc(1, sizeof(*s));
+	struct MHD_Response *r;
+	char shown[400];
+	enum MHD_Result rc;
+
+	if (!s) {
+		release(srv, j);
+		return MHD_NO;
+	}
+	*s = (struct stream){ srv, j, fd, NULL, 0, 0, 0, 0, 0, serve_now() };
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+	if (!r) {
+		stream_free(s);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	MHD_add_response_header(r, "X-Q4KHost-F2", j->f2);
+	MHD_add_response_header(r, "X-Q4KHost-Served-By",
+	                        q4kh_show(shown, sizeof(shown), j->served_by,
+	                                  strlen(j->served_by), 300, 1));
+	rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+	MHD_destroy_response(r);
+	serve_status_count(srv, ep, 200);
+	return rc;
+}
+
+/* POST /v1/chat/completions and /v1/completions. */
+static enum MHD_Result generate(struct serve *srv, struct MHD_Connection *c,
+                                struct request *rq)
+{
+	struct serve_api_error e = { 0 };
+	struct serve_job *j;
+	int status, fd = conn_fd(c);
+	enum MHD_Result rc;
+
+	if (serve_api_parse(srv, rq->ep == SERVE_EP_CHAT ? SERVE_CHAT : SERVE_COMPLETION,
+	                    rq->body ? rq->body : "", rq->len, &j, &e))
+		return fail(srv, c, rq->ep, (unsigned)e.status, e.message, e.param, e.code);
+	status = serve_engine_submit(srv, j);
+	if (status) {
+		rc = fail(srv, c, rq->ep, (unsigned)status, j->error, NULL, NULL);
+		release(srv, j);
+		return rc;
+	}
+	if (wait_for(srv, j, j->stream ? SERVE_RUNNING : SERVE_DONE, fd)) {
+		release(srv, j);
+		serve_status_count(srv, rq->ep, 499); /* counted as "other" */
+		return MHD_NO;                          /* the client left */
+	}
+	pthread_mutex_lock(&srv->lock);
+	status = j->error[0] && j->state == SERVE_DONE ? j->http_status : 0;
+	pthread_mutex_unlock(&srv->lock);
+	if (status) {
+		rc = fail(srv, c, rq->ep, (unsigned)status, j->error, NULL, NULL);
+		release(srv, j);
+		return rc;
+	}
+	if (j->stream)
+		return start_stream(srv, c, rq->ep, j, fd);
+	rc = reply(srv, c, rq->ep, 200, serve_api_response(srv, j), "application/json", j->f2,
+	           j->served_by);
+	release(srv, j);
+	return rc;
+}
+
+static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
+                             struct request *rq, const char *method)
+{
+	const int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	const int post = !strcmp(method, "POST");
+
+	if (rq->ep == SERVE_EP_OTHER)
+		return fail(srv, c, rq->ep, 404, "no such endpoint", NULL, NULL);
+	if ((rq->ep <= SERVE_EP_COMPLETIONS && !post) || (rq->ep > SERVE_EP_COMPLETIONS && !get))
+		return fail(srv, c, rq->ep, 405, "method not allowed here", NULL, NULL);
+	if (rq->ep == SERVE_EP_HEALTH)
+		return reply(srv, c, rq->ep, 200, serve_status_health(srv), "application/json",
+		             NULL, NULL);
+	if (!authorized(srv, c))
+		return fail(srv, c, rq->ep, 401,
+		            "a valid API key is required (Authorization: Bearer KEY)", NULL,
+		            "invalid_api_key");
+	switch (rq->ep) {
+	case SERVE_EP_METRICS:
+		return reply(srv, c, rq->ep, 200, serve_status_metrics(srv),
+		             "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+	case SERVE_EP_MODELS:
+		return reply(srv, c, rq->ep, 200, serve_api_models(srv), "application/json", NULL,
+		             NULL);
+	default:
+		break;
+	}
+	if (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED))
+		return fail(srv, c, rq->ep, 503, "the server is shutting down", NULL, NULL);
+	return generate(srv, c, rq);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **ctx)
+{
+	struct serve *srv = cls;
+	struct request *rq = *ctx;
+
+	(void)version;
+	if (!rq) {
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
+		rq = calloc(1, sizeof(*rq));
+		if (!rq)
+			return MHD_NO;
+		*ctx = rq;
+		rq->ep = endpoint_of(url);
+		/* Refused before the body is read: the connection then closes. */
+		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)srv->o.max_body)
+			return fail(srv, c, rq->ep, 413, "the body is larger than this server takes",
+			            NULL, NULL);
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (!rq->too_large && rq->len + *upload_size > (size_t)srv->o.max_body) {
+			rq->too_large = 1;
+			free(rq->body);
+			rq->body = NULL;
+			rq->len = 0;
+		}
+		if (!rq->too_large) {
+			if (rq->len + *upload_size + 1 > rq->cap) {
+				size_t cap = (rq->len + *upload_size + 1) * 2;
+				char *b = realloc(rq->body, cap);
+				if (!b)
+					return MHD_NO;
+				rq->body = b;
+				rq->cap = cap;
+			}
+			memcpy(rq->body + rq->len, upload, *upload_size);
+			rq->len += *upload_size;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (rq->too_large)
+		return fail(srv, c, rq->ep, 413, "the body is larger than this server takes", NULL,
+		            NULL);
+	return route(srv, c, rq, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
+                         enum MHD_RequestTerminationCode why)
+{
+	struct request *rq = *ctx;
+
+	(void)cls;
+	(void)c;
+	(void)why;
+	if (rq)
+		free(rq->body);
+	free(rq);
+	*ctx = NULL;
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+	size_t n;
+
+	(void)cls;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	n = strlen(line);
+	while (n && line[n - 1] == '\n')
+		line[--n] = 0;
+	serve_log("http: %s", line);
+}
+
+int serve_http_start(struct serve *srv, struct q4kh_error *err)
+{
+	struct addrinfo hints = { 0 }, *ai = NULL;
+	struct sockaddr_storage addr;
+	socklen_t alen = sizeof(addr);
+	const union MHD_DaemonInfo *info;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+	                 MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	char port[16], host[NI_MAXHOST];
+	int rc;
+
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%ld", srv->o.port);
+	rc = getaddrinfo(srv->o.host, port, &hints, &ai);
+	if (rc)
+		return q4kh_fail(err, "--host %s: %s", srv->o.host, gai_strerror(rc));
+	memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	freeaddrinfo(ai);
+	srv->httpd = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
+		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+		(unsigned)srv->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)srv->o.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+		MHD_OPTION_END);
+	if (!srv->httpd)
+		return q4kh_fail(err, "cannot listen on %s port %ld (in use, or not an address of this machine?)",
+		                 srv->o.host, srv->o.port);
+	info = MHD_get_daemon_info(srv->httpd, MHD_DAEMON_INFO_LISTEN_FD);
+	if (!info || getsockname(info->listen_fd, (struct sockaddr *)&addr, &alen) ||
+	    getnameinfo((struct sockaddr *)&addr, alen, host, sizeof(host), port, sizeof(port),
+	                NI_NUMERICHOST | NI_NUMERICSERV))
+		return q4kh_fail(err, "cannot read the address of the listening socket: %s",
+		                 strerror(errno));
+	/* The line tests and scripts read to find the port. */
+	serve_log(strchr(host, ':') ? "listening on http://[%s]:%s" : "listening on http://%s:%s",
+	          host, port);
+	return 0;
+}
+
+void serve_http_quiesce(struct serve *srv)
+{
+	int fd;
+
+	if (!srv->httpd)
+		return;
+	__atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
+	fd = MHD_quiesce_daemon(srv->httpd);
+	srv->listen_fd = fd; /* ours to close after MHD_stop_daemon */
+	/* New connections are refused at once instead of waiting in the
+	 * backlog (Linux stops listening on a shut-down socket). */
+	if (fd >= 0)
+		shutdown(fd, SHUT_RD);
+}
+
+void serve_http_stop(struct serve *srv)
+{
+	if (!srv->httpd)
+		return;
+	MHD_stop_daemon(srv->httpd);
+	srv->httpd = NULL;
+	if (srv->listen_fd >= 0)
+		close(srv->listen_fd);
+	srv->listen_fd = -1;
+}

@@ -1,0 +1,125 @@
+/* A serving path: one candidate opened as serving runs it, a session per slot. */
+#include "serve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "candidates.h"
+#include "error.h"
+
+/* A session per slot for P; FIRST, when not NULL, is the one its opener
+ * made (it stays the opener's to free). */
+static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_session *first,
+                        struct q4kh_error *err)
+{
+	struct q4kh_session_params sp = { .n_ctx = srv->n_ctx };
+
+	p->sessions = calloc((size_t)srv->n_slots, sizeof(*p->sessions));
+	if (!p->sessions)
+		return q4kh_fail(err, "out of memory");
+	p->n_sessions = srv->n_slots;
+	p->sessions[0] = first;
+	for (int i = first ? 1 : 0; i < srv->n_slots; i++)
+		if (q4kh_session_new(p->m, &sp, &p->sessions[i], err))
+			return -1;
+	return 0;
+}
+
+int serve_path_open(struct serve *srv, const struct q4kh_select_cand *c,
+                    struct serve_path **out, struct q4kh_error *err)
+{
+	struct serve_path *p = calloc(1, sizeof(*p));
+
+	*out = NULL;
+	if (!p)
+		return q4kh_fail(err, "out of memory");
+	p->cand = (struct q4kh_candidate){ c->backend, c->device, c->variant };
+	p->plan_index = (int)(c - srv->plan);
+	q4kh_candidate_name(&p->cand, p->name, sizeof(p->name));
+	snprintf(p->sel.kernel_choice, sizeof(p->sel.kernel_choice), "%s", c->why);
+	if (q4kh_serving_open(srv->registry, srv->model_path, &p->cand, srv->n_ctx, &p->sv,
+	                      err)) {
+		free(p);
+		return -1;
+	}
+	p->be = &p->sv.be;
+	p->m = p->sv.m;
+	if (add_sessions(srv, p, p->sv.s, err)) {
+		serve_path_close(p);
+		return -1;
+	}
+	*out = p;
+	return 0;
+}
+
+int serve_path_select(struct serve *srv, struct serve_path **out, int *explicit_failure,
+                      struct q4kh_error *err)
+{
+	struct serve_path *p = calloc(1, sizeof(*p));
+
+	*out = NULL;
+	*explicit_failure = 0;
+	if (!p)
+		return q4kh_fail(err, "out of memory");
+	/* In place: the model keeps pointers to the selection's backend and
+	 * kernel. */
+	if (q4kh_select(&srv->rq, &p->sel, err)) {
+		*explicit_failure = p->sel.explicit_failure;
+		free(p);
+		return -1;
+	}
+	p->be = &p->sel.backend;
+	p->m = p->sel.model;
+	p->plan_index = -1;
+	p->cand = (struct q4kh_candidate){ p->be->plugin->name, p->be->record.index,
+		                           p->sel.kernel.plugin ? p->sel.kernel.plugin->name
+		                                                : NULL };
+	q4kh_candidate_name(&p->cand, p->name, sizeof(p->name));
+	for (int i = 0; i < srv->n_plan; i++)
+		if (!strcmp(srv->plan[i].backend, p->cand.backend) &&
+		    srv->plan[i].device == p->cand.device &&
+		    !strcmp(srv->plan[i].variant ? srv->plan[i].variant : "",
+		            p->cand.variant ? p->cand.variant : ""))
+			p->plan_index = i;
+	if (add_sessions(srv, p, NULL, err)) {
+		serve_path_close(p);
+		return -1;
+	}
+	*out = p;
+	return 0;
+}
+
+void serve_path_close(struct serve_path *p)
+{
+	if (!p)
+		return;
+	/* sessions[0] belongs to sv when the path was opened by serve_path_open */
+	for (int i = p->sv.s ? 1 : 0; i < p->n_sessions; i++)
+		q4kh_session_free(p->sessions[i]);
+	free(p->sessions);
+	if (p->sel.model)
+		q4kh_selection_close(&p->sel);
+	q4kh_serving_close(&p->sv);
+	free(p);
+}
+
+void serve_path_describe(const struct serve_path *p, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s on %s, device %u", p->name, p->be->record.name,
+	         p->cand.device);
+}
+
+void serve_path_f2_header(const struct serve_path *p, char *buf, size_t cap)
+{
+	char line[900];
+
+	if (p->unverified)
+		snprintf(line, sizeof(line), "off; %s serves UNVERIFIED", p->name);
+	else if (p->sel.f2_source[0])
+		snprintf(line, sizeof(line), "%s; %s", p->sel.f2_verdict, p->sel.f2_source);
+	else
+		snprintf(line, sizeof(line), "%s", p->sel.f2_verdict);
+	/* A header is one line of ASCII. */
+	q4kh_show(buf, cap, line, strlen(line), cap > 8 ? cap - 8 : 0, 1);
+}

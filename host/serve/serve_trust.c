@@ -1,0 +1,492 @@
+/*
+ * What serve trusts, and when it changes its mind.
+ *
+ * Start-up walks the same candidates as q4khost run (q4kh_select_plan) in
+ * the same order and serves from the first one that is trusted now: the
+ * reference cpu backend, or a candidate whose valid receipt says pass (or
+ * any candidate with F2 off, loudly). Candidates before it that have no
+ * valid receipt are measured in the background, best first, by the same
+ * child process as everywhere (q4khost validate, which runs validate --one
+ * under F2's limits); the first that passes becomes the path for new
+ * requests. A plan with nothing trusted (an explicit request that leaves
+ * out the reference) and --f2 require are chosen as run chooses: F2 first,
+ * then serving.
+ */
+#include "serve.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "candidates.h"
+
+extern char **environ;
+
+void serve_trust_note(struct serve *srv, const char *path, const char *verdict,
+                      const char *source, const char *message)
+{
+	struct serve_verdict *v;
+
+	if (srv->n_verdicts == SERVE_MAX_VERDICTS) {
+		memmove(srv->verdicts, srv->verdicts + 1,
+		        sizeof(srv->verdicts) - sizeof(srv->verdicts[0]));
+		srv->n_verdicts--;
+	}
+	v = &srv->verdicts[srv->n_verdicts++];
+	snprintf(v->path, sizeof(v->path), "%s", path);
+	snprintf(v->verdict, sizeof(v->verdict), "%s", verdict);
+	snprintf(v->source, sizeof(v->source), "%s", source);
+	snprintf(v->message, sizeof(v->message), "%s", message);
+	if (!strcmp(verdict, "pass"))
+		srv->m.f2_pass++;
+	else if (!strcmp(verdict, "reject") || !strcmp(verdict, "broken"))
+		srv->m.f2_reject++;
+	else
+		srv->m.f2_other++;
+}
+
+static int is_reference(const struct q4kh_select_cand *c)
+{
+	return !strcmp(c->backend, "cpu") && !c->variant;
+}
+
+/*
+ * C's verdict from a valid receipt into D: 0; 1 when it has none that is
+ * valid now; -1 with err when the key cannot be computed.
+ */
+static int receipt_verdict(struct serve *srv, const struct q4kh_select_cand *c,
+                           struct q4kh_guard_decision *d, struct q4kh_error *err)
+{
+	const struct q4kh_candidate cc = { c->backend, c->device, c->variant };
+	const struct q4kh_plugin *p = q4kh_registry_find(srv->registry, c->backend);
+	struct q4kh_receipt_key key;
+	struct q4kh_backend b;
+	char id[512], diff[256];
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	if (!p)
+		return q4kh_fail(err, "backend %s is not available", c->backend);
+	if (q4kh_backend_open(p, c->device, &b, err))
+		return -1;
+	rc = q4kh_guard_key(&srv->guard, &cc, &b.record, &key, id, sizeof(id), err);
+	q4kh_backend_close(&b);
+	if (rc)
+		return -1;
+	if (q4kh_receipt_load(srv->guard.receipt_dir, id, &d->receipt, NULL) != 0)
+		return 1;
+	if (q4kh_receipt_key_diff(&d->receipt.key, &key, diff, sizeof(diff))) {
+		q4kh_receipt_free(&d->receipt);
+		return 1;
+	}
+	d->verdict = d->receipt.verdict;
+	snprintf(d->source, sizeof(d->source), "receipt (%s)", d->receipt.created);
+	return 0;
+}
+
+enum trust { TRUSTED, REJECTED, PENDING };
+
+/*
+ * Whether plan entry C may serve now, with its F2 record in SEL's verdict,
+ * source and message (a rejection's line goes to STEPS).
+ */
+static enum trust classify(struct serve *srv, const struct q4kh_select_cand *c,
+                           struct q4kh_selection *sel)
+{
+	struct q4kh_guard_decision d;
+	struct q4kh_error e = { { 0 } };
+	char name[160];
+	int rc;
+
+	q4kh_candidate_name(&(struct q4kh_candidate){ c->backend, c->device, c->variant },
+	                    name, sizeof(name));
+	if (is_reference(c)) {
+		snprintf(sel->f2_verdict, sizeof(sel->f2_verdict), "not needed");
+		sel->f2_source[0] = 0;
+		snprintf(sel->f2_message, sizeof(sel->f2_message),
+		         "the reference cpu backend with its built-in kernels");
+		return TRUSTED;
+	}
+	if (srv->mode == Q4KH_F2_OFF) {
+		snprintf(sel->f2_verdict, sizeof(sel->f2_verdict), "off");
+		snprintf(sel->f2_source, sizeof(sel->f2_source), "%.200s", srv->mode_origin);
+		snprintf(sel->f2_message, sizeof(sel->f2_message),
+		         "F2 IS OFF: %s serves unverified", name);
+		return TRUSTED;
+	}
+	if (srv->mode == Q4KH_F2_FRESH)
+		return PENDING;
+	rc = receipt_verdict(srv, c, &d, &e);
+	if (rc < 0) {
+		serve_log("%s: F2 could not look for a receipt: %s", name, e.msg);
+		return PENDING;
+	}
+	if (rc > 0)
+		return PENDING;
+	q4kh_receipt_free(&d.receipt); /* its points; the message stays */
+	pthread_mutex_lock(&srv->lock);
+	serve_trust_note(srv, name, q4kh_f2_verdict_name(d.verdict), d.source,
+	                 d.receipt.message);
+	srv->m.fallbacks += d.verdict != Q4KH_F2_PASS;
+	pthread_mutex_unlock(&srv->lock);
+	if (d.verdict == Q4KH_F2_PASS) {
+		snprintf(sel->f2_verdict, sizeof(sel->f2_verdict), "pass");
+		snprintf(sel->f2_source, sizeof(sel->f2_source), "%s", d.source);
+		snprintf(sel->f2_message, sizeof(sel->f2_message), "%s", d.receipt.message);
+		return TRUSTED;
+	}
+	snprintf(sel->steps + strlen(sel->steps), sizeof(sel->steps) - strlen(sel->steps),
+	         "%s: F2 %s: %s [%s]\n", name, q4kh_f2_verdict_name(d.verdict),
+	         d.receipt.message, d.source);
+	return REJECTED;
+}
+
+/* Open plan entry C as a path with the F2 record in REC. */
+static struct serve_path *open_trusted(struct serve *srv, const struct q4kh_select_cand *c,
+                                       const struct q4kh_selection *rec,
+                                       struct q4kh_error *err)
+{
+	struct serve_path *p;
+
+	if (serve_path_open(srv, c, &p, err))
+		return NULL;
+	memcpy(p->sel.f2_verdict, rec->f2_verdict, sizeof(rec->f2_verdict));
+	memcpy(p->sel.f2_source, rec->f2_source, sizeof(rec->f2_source));
+	memcpy(p->sel.f2_message, rec->f2_message, sizeof(rec->f2_message));
+	memcpy(p->sel.steps, rec->steps, sizeof(rec->steps));
+	p->unverified = srv->mode == Q4KH_F2_OFF && !is_reference(c);
+	p->guarded = !p->unverified && !is_reference(c);
+	return p;
+}
+
+struct serve_path *serve_trust_fallback(struct serve *srv, int after,
+                                        struct q4kh_error *err)
+{
+	struct q4kh_selection rec;
+
+	for (int i = after + 1; i < srv->n_plan; i++) {
+		struct q4kh_error e = { { 0 } };
+		struct serve_path *p;
+
+		memset(&rec, 0, sizeof(rec));
+		if (classify(srv, &srv->plan[i], &rec) != TRUSTED)
+			continue;
+		p = open_trusted(srv, &srv->plan[i], &rec, &e);
+		if (p)
+			return p;
+		serve_log("%s: cannot start: %s", srv->plan[i].why, e.msg);
+	}
+	q4kh_fail(err, "no candidate after the demoted one is trusted");
+	return NULL;
+}
+
+/* Read FD to its end into a malloc()ed string; NULL on out of memory. */
+static char *read_all(int fd)
+{
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	ssize_t got;
+
+	while (buf) {
+		if (len + 1024 > cap) {
+			char *b = realloc(buf, cap * 2);
+			if (!b)
+				break;
+			buf = b;
+			cap *= 2;
+		}
+		got = read(fd, buf + len, cap - len - 1);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			buf[len] = 0;
+			return buf;
+		}
+		len += (size_t)got;
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * Start q4khost validate --json on candidate C in a process group of its
+ * own, so that stopping serve can end it and the measurement it runs
+ * (which writes no receipt when killed). *pid and *fd: the child and its
+ * standard output. Called with srv->lock held.
+ */
+static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, pid_t *pid,
+                          int *fd, struct q4kh_error *err)
+{
+	struct q4kh_guard_args a;
+	struct q4kh_candidate cc = { c->backend, c->device, c->variant };
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, dflt;
+	int pipefd[2], rc;
+
+	q4kh_guard_child_args(&srv->guard, &cc, &a);
+	if (srv->mode == Q4KH_F2_FRESH) {
+		a.argv[a.n++] = "--f2";
+		a.argv[a.n++] = "fresh";
+	}
+	a.argv[a.n++] = "--json";
+	a.argv[a.n] = NULL;
+	if (pipe2(pipefd, O_CLOEXEC))
+		return q4kh_fail(err, "pipe: %s", strerror(errno));
+	sigemptyset(&none);
+	sigemptyset(&dflt);
+	sigaddset(&dflt, SIGTERM);
+	sigaddset(&dflt, SIGINT);
+	sigaddset(&dflt, SIGPIPE);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+	                                      POSIX_SPAWN_SETSIGDEF);
+	posix_spawnattr_setpgroup(&at, 0);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &dflt);
+	rc = posix_spawn(pid, srv->guard.self_exe, &fa, &at, (char *const *)a.argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	close(pipefd[1]);
+	if (rc) {
+		close(pipefd[0]);
+		return q4kh_fail(err, "cannot start %s validate: %s", srv->guard.self_exe,
+		                 strerror(rc));
+	}
+	*fd = pipefd[0];
+	return 0;
+}
+
+/* The verdict in validate's JSON output OUT into D's fields. */
+static void parse_verdict(const char *out, int status, struct serve_verdict *d)
+{
+	json_t *root = json_loads(out, 0, NULL);
+	json_t *c = json_array_get(json_object_get(root, "candidates"), 0);
+	const char *v = json_string_value(json_object_get(c, "verdict"));
+
+	if (v) {
+		snprintf(d->verdict, sizeof(d->verdict), "%s", v);
+		snprintf(d->source, sizeof(d->source), "%s",
+		         json_string_value(json_object_get(c, "source")) ?: "");
+		snprintf(d->message, sizeof(d->message), "%s",
+		         json_string_value(json_object_get(c, "message")) ?: "");
+	} else {
+		snprintf(d->verdict, sizeof(d->verdict), "not measured");
+		snprintf(d->source, sizeof(d->source), "fresh");
+		snprintf(d->message, sizeof(d->message),
+		         "not measured: the validation process ended (status %d) without a verdict (F2.4)",
+		         status);
+	}
+	json_decref(root);
+}
+
+/* Measure plan entry C in a child; its verdict into D. -1 when stopped. */
+static int measure(struct serve *srv, const struct q4kh_select_cand *c,
+                   struct serve_verdict *d)
+{
+	struct q4kh_error e = { { 0 } };
+	pid_t pid;
+	int fd = -1, status = 0;
+	char *out;
+
+	pthread_mutex_lock(&srv->lock);
+	if (srv->f2_quit || spawn_validate(srv, c, &pid, &fd, &e)) {
+		int quit = srv->f2_quit;
+		pthread_mutex_unlock(&srv->lock);
+		if (!quit)
+			serve_log("background F2: %s", e.msg);
+		return -1;
+	}
+	srv->f2_child = pid;
+	snprintf(srv->validating, sizeof(srv->validating), "%s", d->path);
+	pthread_mutex_unlock(&srv->lock);
+	out = read_all(fd);
+	close(fd);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	pthread_mutex_lock(&srv->lock);
+	srv->f2_child = 0;
+	srv->validating[0] = 0;
+	pthread_mutex_unlock(&srv->lock);
+	parse_verdict(out ? out : "", WIFEXITED(status) ? WEXITSTATUS(status) : -1, d);
+	free(out);
+	return 0;
+}
+
+static void *f2_main(void *arg)
+{
+	struct serve *srv = arg;
+
+	for (int k = 0; k < srv->n_pending; k++) {
+		const struct q4kh_select_cand *c = &srv->plan[srv->pending[k]];
+		struct serve_verdict d = { 0 };
+		struct q4kh_error e = { { 0 } };
+		struct serve_path *p = NULL;
+		char reason[800];
+
+		q4kh_candidate_name(&(struct q4kh_candidate){ c->backend, c->device, c->variant },
+		                    d.path, sizeof(d.path));
+		pthread_mutex_lock(&srv->lock);
+		serve_log("background F2: measuring %s while %s serves", d.path,
+		          srv->cur ? srv->cur->name : "nothing");
+		pthread_mutex_unlock(&srv->lock);
+		if (measure(srv, c, &d))
+			return NULL;
+		pthread_mutex_lock(&srv->lock);
+		if (srv->f2_quit) {
+			pthread_mutex_unlock(&srv->lock);
+			return NULL;
+		}
+		serve_trust_note(srv, d.path, d.verdict, d.source, d.message);
+		if (strcmp(d.verdict, "pass")) {
+			srv->m.fallbacks++;
+			serve_log("background F2: %s: %s: %s [%s]; %s keeps serving", d.path,
+			          d.verdict, d.message, d.source, srv->cur ? srv->cur->name : "nothing");
+			pthread_mutex_unlock(&srv->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&srv->lock);
+		if (serve_path_open(srv, c, &p, &e)) {
+			serve_log("background F2: %s passed but cannot start: %s", d.path, e.msg);
+			continue;
+		}
+		snprintf(p->sel.f2_verdict, sizeof(p->sel.f2_verdict), "pass");
+		snprintf(p->sel.f2_source, sizeof(p->sel.f2_source), "%s", d.source);
+		snprintf(p->sel.f2_message, sizeof(p->sel.f2_message), "%s", d.message);
+		p->guarded = 1;
+		snprintf(reason, sizeof(reason), "F2 pass (%s): %s", d.source, d.message);
+		pthread_mutex_lock(&srv->lock);
+		if (!srv->f2_quit && (!srv->cur || srv->cur->plan_index > p->plan_index)) {
+			serve_engine_switch(srv, p, 0, reason);
+			p = NULL;
+		}
+		pthread_mutex_unlock(&srv->lock);
+		serve_path_close(p);
+		return NULL;
+	}
+	return NULL;
+}
+
+/* The path q4kh_select chooses, F2 measured first (run's way). */
+static int start_synchronous(struct serve *srv, struct q4kh_error *err)
+{
+	struct serve_path *p;
+	int explicit_failure;
+
+	serve_log("nothing in the plan is trusted without a measurement: F2 runs before serving");
+	if (serve_path_select(srv, &p, &explicit_failure, err))
+		return explicit_failure ? -2 : -1;
+	p->unverified = !strcmp(p->sel.f2_verdict, "off");
+	p->guarded = !strcmp(p->sel.f2_verdict, "pass");
+	srv->cur = p;
+	return 0;
+}
+
+int serve_trust_start(struct serve *srv, struct q4kh_error *err)
+{
+	struct q4kh_selection rec;
+	struct serve_path *p = NULL;
+
+	srv->n_plan = q4kh_select_plan(&srv->rq, srv->plan, err);
+	if (srv->n_plan < 0)
+		return -2;
+	if (srv->mode != Q4KH_F2_OFF) {
+		if (q4kh_guard_probe(srv->model_path, NULL, &srv->probe, &srv->n_probe, err) ||
+		    q4kh_guard_init(&srv->guard, srv->registry, srv->config, srv->model_path,
+		                    srv->probe, srv->n_probe, err))
+			return -1;
+		srv->guard.config_file = srv->o.config_file;
+		srv->guard_ready = 1;
+	}
+	if (srv->mode == Q4KH_F2_REQUIRE)
+		return start_synchronous(srv, err);
+	memset(&rec, 0, sizeof(rec));
+	for (int i = 0; i < srv->n_plan && !p; i++) {
+		struct q4kh_error e = { { 0 } };
+
+		switch (classify(srv, &srv->plan[i], &rec)) {
+		case PENDING:
+			srv->pending[srv->n_pending++] = i;
+			break;
+		case REJECTED:
+			break;
+		case TRUSTED:
+			p = open_trusted(srv, &srv->plan[i], &rec, &e);
+			if (!p) {
+				snprintf(rec.steps + strlen(rec.steps),
+				         sizeof(rec.steps) - strlen(rec.steps), "%s: cannot start: %s\n",
+				         srv->plan[i].why, e.msg);
+				serve_log("%s: cannot start: %s", srv->plan[i].why, e.msg);
+			}
+			break;
+		}
+	}
+	if (!p) {
+		srv->n_pending = 0;
+		return start_synchronous(srv, err);
+	}
+	srv->cur = p;
+	return 0;
+}
+
+int serve_trust_background(struct serve *srv, struct q4kh_error *err)
+{
+	if (!srv->n_pending)
+		return 0;
+	if (pthread_create(&srv->f2_thread, NULL, f2_main, srv))
+		return q4kh_fail(err, "cannot start the background F2 thread");
+	srv->f2_started = 1;
+	return 0;
+}
+
+void serve_trust_stop(struct serve *srv)
+{
+	pid_t child;
+
+	if (!srv->f2_started)
+		return;
+	pthread_mutex_lock(&srv->lock);
+	srv->f2_quit = 1;
+	child = srv->f2_child;
+	pthread_mutex_unlock(&srv->lock);
+	if (child > 0)
+		kill(-child, SIGKILL);
+	pthread_join(srv->f2_thread, NULL);
+	srv->f2_started = 0;
+}
+
+int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate *c,
+                                 const struct q4kh_device_record *dev,
+                                 const struct q4kh_f2_result *res,
+                                 const char *message, struct q4kh_error *err)
+{
+	struct q4kh_receipt r;
+	char id[512];
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	if (!srv->guard_ready)
+		return q4kh_fail(err, "F2 is off: no receipt");
+	if (q4kh_guard_key(&srv->guard, c, dev, &r.key, id, sizeof(id), err))
+		return -1;
+	r.verdict = res->verdict;
+	r.min_cosine = res->min_cosine;
+	r.worst_position = res->worst >= 0 ? res->points[res->worst].position : -1;
+	r.worst_decode_step = res->worst >= 0 ? res->points[res->worst].decode_step : -1;
+	r.near_ties = res->near_ties;
+	r.seconds = res->seconds;
+	snprintf(r.message, sizeof(r.message), "%s", message);
+	rc = q4kh_receipt_set_points(&r, res->points, res->n_points, err) ||
+	     q4kh_receipt_save(srv->guard.receipt_dir, id, &r, err);
+	q4kh_receipt_free(&r);
+	return rc ? -1 : 0;
+}

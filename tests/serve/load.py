@@ -1,0 +1,86 @@
+"""A bounded load test of q4khost serve: REQUESTS requests (chat and
+completions, streamed and not, over four prompts) from CLIENTS concurrent
+keep-alive clients, a fixed count that ends by itself. Every answer must
+be q4khost run's greedy answer, no request may fail, and the server's
+resident memory at the end must be within 10 % of what it was after the
+first 50 requests. Exit 0 when all of that holds.
+Usage: load.py URL PID Q4KHOST MODEL PLUGIN_PATH REQUESTS CLIENTS rss|no-rss"""
+import queue
+import sys
+import threading
+
+from common import Client, answer_text, model_id, rss_kib, run_answer, streamed_text
+
+PROMPTS = ["Hello, how are you?", "Once upon a time", "1, 2, 3, 4,",
+           "The capital of France is"]
+N = 8
+
+
+def main():
+    url, pid, q4khost, model, plugin_path = sys.argv[1:6]
+    pid, total, clients = int(pid), int(sys.argv[6]), int(sys.argv[7])
+    judge_rss = sys.argv[8] == "rss"
+    mid = model_id(model)
+    expect = {}
+    for p in PROMPTS:
+        expect[p, True] = run_answer(q4khost, model, plugin_path, p, N, True)[0]
+        expect[p, False] = run_answer(q4khost, model, plugin_path, p, N, False)[0]
+    work = queue.Queue()
+    for i in range(total):
+        work.put((i, PROMPTS[(i // 4) % len(PROMPTS)], i % 2 == 0, (i // 2) % 2 == 1))
+    lock = threading.Lock()
+    state = {"done": 0, "rss50": None, "errors": []}
+
+    def client():
+        c = Client(url)
+        while True:
+            try:
+                i, prompt, chat, stream = work.get_nowait()
+            except queue.Empty:
+                break
+            body = {"model": mid, "max_tokens": N, "temperature": 0}
+            if chat:
+                path = "/v1/chat/completions"
+                body["messages"] = [{"role": "user", "content": prompt}]
+            else:
+                path = "/v1/completions"
+                body["prompt"] = prompt
+            try:
+                if stream:
+                    body["stream"] = True
+                    status, _, events = c.events(path, body)
+                    text = streamed_text(events) if status == 200 else None
+                else:
+                    status, _, data = c.request("POST", path, body)
+                    text = answer_text(data) if status == 200 else None
+                if status != 200 or text != expect[prompt, chat]:
+                    raise AssertionError("status %d, %r, expected %r"
+                                         % (status, text, expect[prompt, chat]))
+            except Exception as e:  # counted, never silent
+                with lock:
+                    state["errors"].append("request %d: %s" % (i, e))
+            with lock:
+                state["done"] += 1
+                if state["done"] == 50:
+                    state["rss50"] = rss_kib(pid)
+        c.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rss_end = rss_kib(pid)
+    print("load: %d requests from %d clients, %d errors; RSS %d KiB after 50, %d KiB at the end"
+          % (state["done"], clients, len(state["errors"]), state["rss50"], rss_end))
+    for e in state["errors"][:10]:
+        print("  " + e)
+    if state["errors"] or state["done"] != total:
+        sys.exit(1)
+    if judge_rss and rss_end > state["rss50"] * 1.10:
+        print("load: resident memory grew by more than 10 %")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+/*
+ * q4khost conformance through the real CLI: a backend that is the
+ * reference behind a recording layer passes every case; one with three
+ * planted op defects (a wrong eps, a write past the output, an element
+ * left unwritten) fails exactly those cases, each with its reason, and
+ * the command exits 1; with no backend but the reference it exits 4.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+static json_t *conformance(const char *plugins, const char *args, int *rc)
+{
+	char *cmd = NULL, *out = NULL;
+	json_error_t jerr;
+	json_t *j;
+
+	if (asprintf(&cmd, "%s/host/cli/q4khost conformance --json --plugin-path %s %s 2>/dev/null",
+	             test_builddir(), plugins, args) < 0)
+		cr_assert_fail("out of memory");
+	*rc = test_shell(cmd, &out);
+	j = json_loads(out, 0, &jerr);
+	cr_assert_not_null(j, "%s: not JSON (%s): %s", cmd, jerr.text, out);
+	free(cmd);
+	free(out);
+	return j;
+}
+
+/* The cases of the one device in J. */
+static json_t *cases_of(json_t *j)
+{
+	json_t *devices = json_object_get(j, "devices");
+
+	cr_assert_eq(json_array_size(devices), 1);
+	return json_object_get(json_array_get(devices, 0), "cases");
+}
+
+static const char *str(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? s : "";
+}
+
+Test(conformance, the_reference_behind_a_recorder_passes_every_case, .timeout = 300)
+{
+	static const char *const names[] = { "replay_ok", NULL };
+	json_t *j, *c;
+	size_t i;
+	int rc;
+
+	j = conformance(test_plugin_dir(names), "", &rc);
+	cr_expect_eq(rc, 0);
+	json_array_foreach(cases_of(j), i, c)
+		cr_expect_str_eq(str(c, "result"), "pass", "%s %s: %s", str(c, "op"), str(c, "case"),
+		                 str(c, "message"));
+	cr_expect_geq(json_array_size(cases_of(j)), 80);
+	cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 0);
+	json_decref(j);
+}
+
+Test(conformance, planted_op_defects_fail_their_cases_and_only_those, .timeout = 300)
+{
+	static const char *const names[] = { "op_defects", NULL };
+	json_t *j, *c;
+	size_t i;
+	int rc, norms = 0, scales = 0, adds = 0;
+
+	j = conformance(test_plugin_dir(names), "--backend op-defects", &rc);
+	cr_expect_eq(rc, 1, "a failed case makes the exit code 1");
+	json_array_foreach(cases_of(j), i, c) {
+		const char *op = str(c, "op"), *result = str(c, "result"), *msg = str(c, "message");
+
+		if (!strcmp(op, "rms_norm")) {
+			cr_expect_str_eq(result, "FAIL", "rms_norm %s", str(c, "case"));
+			cr_expect(strstr(msg, "NMSE") != NULL, "%s", msg);
+			norms++;
+		} else if (!strcmp(op, "scale")) {
+			cr_expect_str_eq(result, "FAIL");
+			cr_expect(strstr(msg, "outside the output view") != NULL, "%s", msg);
+			scales++;
+		} else if (!strcmp(op, "add")) {
+			cr_expect_str_eq(result, "FAIL");
+			cr_expect(strstr(msg, "NaN (unwritten?)") != NULL, "%s", msg);
+			adds++;
+		} else {
+			cr_expect_str_eq(result, "pass", "%s %s: %s", op, str(c, "case"), msg);
+		}
+	}
+	cr_expect_eq(norms, 4);
+	cr_expect_eq(scales, 1);
+	cr_expect_eq(adds, 2);
+	json_decref(j);
+}
+
+Test(conformance, no_backend_but_the_reference_is_an_error)
+{
+	static const char *const names[] = { NULL };
+	char *cmd = NULL, *out = NULL;
+
+	if (asprintf(&cmd, "%s/host/cli/q4khost conformance --plugin-path %s", test_builddir(),
+	             test_plugin_dir(names)) < 0)
+		cr_assert_fail("out of memory");
+	cr_expect_eq(test_shell(cmd, &out), 4, "%s", out);
+	cr_expect(strstr(out, "no backend but the reference") != NULL, "%s", out);
+	free(cmd);
+	free(out);
+}

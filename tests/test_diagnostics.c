@@ -1,0 +1,497 @@
+/*
+ * What a new user meets first, through the real CLI: errors that always
+ * say why (a missing reference plugin, a bad [plugin.cpu] threads with
+ * its file and line, a variant without its backend failing validate, an
+ * F2 floor below the catastrophic one refused as a bad file, a UTF-8 BOM
+ * named), reports that say what really ran (the device, where F2 was
+ * turned off), and no noise: notes for empty and repeated plugin-path
+ * entries, a shadowed copy never loaded, warnings for a selector that
+ * matches no device and a context beyond training, info on the default
+ * model, --help pointing at installed files, progress only on a terminal,
+ * and no CUDA driver line on a machine without a driver.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
+
+/* The same as test_q4khost on a terminal: script(1) gives it a pty. */
+static int q4khost_on_a_terminal(const char *receipts, const char *args, char **out)
+{
+	char inner[24576], cmd[32768];
+
+	snprintf(cmd, sizeof(cmd), "script -qec \"%s\" /dev/null",
+	         test_q4khost_command("", receipts, args, inner, sizeof(inner)));
+	return test_shell(cmd, out);
+}
+
+static const char *tiny_model(void)
+{
+	static char path[4200];
+
+	snprintf(path, sizeof(path), "%s/tests/fixtures/tiny-llama.gguf", test_srcdir());
+	return path;
+}
+
+/*
+ * q4khost COMMAND -m MODEL (NULL: the tiny llama fixture) --plugin-path
+ * PLUGINS EXTRA, with receipts of its own and ENV before it.
+ */
+static int q4khost_with(const char *env, const char *command, const char *model,
+                        const char *plugins, const char *extra, char **out)
+{
+	char args[16384];
+
+	snprintf(args, sizeof(args), "%s -m %s --plugin-path %s %s", command,
+	         model ? model : tiny_model(), plugins, extra);
+	return test_q4khost(env, test_tmpdir(), args, out);
+}
+
+/* A file FILE in a fresh folder holding TEXT; its path (malloc()ed). */
+static char *file_with(const char *name, const char *text)
+{
+	char *path;
+
+	cr_assert_geq(asprintf(&path, "%s/%s", test_tmpdir(), name), 0);
+	test_write_file(path, text, strlen(text));
+	return path;
+}
+
+/* A plugin folder holding only the test plugins NAMES (no reference). */
+static const char *folder_without_cpu(const char *const *names)
+{
+	const char *dir = test_tmpdir();
+	char cmd[8192];
+
+	for (; *names; names++) {
+		snprintf(cmd, sizeof(cmd), "cp %s/tests/plugins/.libs/%s.so %s/", test_builddir(),
+		         *names, dir);
+		cr_assert_eq(system(cmd), 0, "%s", cmd);
+	}
+	return dir;
+}
+
+static json_t *parse_json(const char *text)
+{
+	json_error_t jerr;
+	json_t *j = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, &jerr);
+
+	cr_assert_not_null(j, "no JSON (%s): %s", jerr.text, text);
+	return j;
+}
+
+/* --- errors that say why ------------------------------------------------- */
+
+Test(diagnostics, a_missing_reference_plugin_is_named)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = folder_without_cpu(names);
+	char want[8192], *out;
+
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 4, "%s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost run: no backend plugin on the plugin path %s (from --plugin-path): "
+	         "the reference cpu plugin (cpu.so) is not there",
+	         plugins);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	/* There, but refused: the refusal is the reason. */
+	plugins = test_plugin_dir((const char *const[]){ NULL });
+	cr_assert_eq(chmod(plugins, 0777), 0);
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 4, "%s", out);
+	snprintf(want, sizeof(want),
+	         "the reference cpu plugin %s/cpu.so was rejected: refused: the folder %s is "
+	         "writable by group and others (mode 0777)",
+	         plugins, plugins);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+Test(diagnostics, validate_fails_when_a_variant_cannot_be_measured)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = folder_without_cpu(names);
+	char *out;
+	json_t *j;
+
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "", &out), 1,
+	             "a broken install fails: %s", out);
+	cr_expect(strstr(out, "cannot be measured:\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "the reference cpu plugin is not on the plugin path") != NULL, "%s",
+	          out);
+	cr_expect(strstr(out, "cpu/cpu-q8act: its backend cpu is not on the plugin path") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate --json", NULL, plugins, "", &out), 1, "%s", out);
+	j = parse_json(out);
+	cr_expect_eq(json_array_size(json_object_get(j, "unmeasurable")), 2, "%s", out);
+	json_decref(j);
+	free(out);
+}
+
+Test(diagnostics, a_bad_cpu_threads_setting_names_its_file_line_and_key)
+{
+	static const char *const none[] = { NULL };
+	static const char *const values[] = { "0", "999", "abc" };
+	const char *plugins = test_plugin_dir(none);
+	char want[8192], text[64], config[4300], *out, *cfg;
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(text, sizeof(text), "[plugin.cpu]\nthreads = %s\n", values[i]);
+		cfg = file_with("threads.ini", text);
+		snprintf(config, sizeof(config), "--config %s", cfg);
+		cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, config, &out), 4, "%s", out);
+		cr_expect(strstr(out, "q4khost run: no backend could start: cpu: init failed") != NULL,
+		          "%s", out);
+		snprintf(want, sizeof(want), "threads = \"%s\" (%s:2 [plugin.cpu])", values[i], cfg);
+		cr_expect(strstr(out, want) != NULL, "threads = %s: %s", values[i], out);
+		free(out);
+		free(cfg);
+	}
+}
+
+Test(diagnostics, an_f2_floor_below_the_catastrophic_one_is_a_bad_file, .timeout = 120)
+{
+	static const char *const commands[] = { "run -n 1", "validate", "bench -n 1" };
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names);
+	char *cfg = file_with("floor.ini", "[f2]\nf2_floor = 0.5\n");
+	char want[8192], config[4300], *out;
+
+	snprintf(config, sizeof(config), "--config %s", cfg);
+	snprintf(want, sizeof(want), "%s:2 [f2]: f2_floor = \"0.5\": expected a number in [0.9, 1]",
+	         cfg);
+	for (int i = 0; i < 3; i++) {
+		cr_expect_eq(q4khost_with("", commands[i], NULL, plugins, config, &out), 3, "%s: %s",
+		             commands[i], out);
+		cr_expect(strstr(out, want) != NULL, "%s: %s", commands[i], out);
+		free(out);
+	}
+	free(cfg);
+}
+
+Test(diagnostics, a_utf8_bom_is_named_not_quoted)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
+	char *cfg = file_with("bom.ini", "\xef\xbb\xbf[plugin.cpu]\nthreads = 2\n");
+	char args[8192], want[8192], *out;
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 3, "%s", out);
+	snprintf(want, sizeof(want),
+	         "%s:1: the file starts with a UTF-8 byte order mark (bytes EF BB BF)", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_null(strstr(out, "\xef\xbb\xbf"), "no invisible bytes in the message");
+	free(out);
+	free(cfg);
+}
+
+/* --- the report says what really ran ------------------------------------ */
+
+Test(diagnostics, a_device_no_backend_has_is_refused)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none);
+	char *out;
+	json_t *j;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 --device 3", NULL, plugins, "", &out), 4, "%s", out);
+	cr_expect(strstr(out, "no backend has a device 3 (cpu (1 device))") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "device 3:"), "nothing ran on, or is reported as, device 3");
+	free(out);
+	cr_assert_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "", &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "device"), "index")), 0);
+	json_decref(j);
+	free(out);
+}
+
+Test(diagnostics, f2_off_names_where_it_was_turned_off)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names);
+	const char *model = test_model_path(); /* Q4_K weights, for cpu-q8act */
+	char *cfg = file_with("off.ini", "[f2]\nmode = off\n");
+	char want[8192], config[4300], *out;
+	json_t *j;
+
+	cr_assert_eq(q4khost_with("Q4KHOST_F2=off", "run -n 1 --kernel cpu-q8act", model, plugins, "",
+	                          &out),
+	             0, "%s", out);
+	cr_expect(strstr(out, "F2: off (Q4KHOST_F2=off): F2 IS OFF: cpu/cpu-q8act serves unverified") != NULL,
+	          "%s", out);
+	cr_expect_null(strstr(out, "--f2 off"), "%s", out);
+	free(out);
+	snprintf(config, sizeof(config), "--config %s", cfg);
+	cr_assert_eq(q4khost_with("", "run -n 1 --json --kernel cpu-q8act", model, plugins, config,
+	                          &out),
+	             0, "%s", out);
+	j = parse_json(out);
+	snprintf(want, sizeof(want), "mode = off at %s:2 [f2]", cfg);
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "f2"), "source")), want);
+	json_decref(j);
+	free(out);
+	free(cfg);
+}
+
+/* --- no noise, and no silence ---------------------------------------------- */
+
+Test(diagnostics, a_selector_for_no_device_is_warned_about)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names);
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "plugins --explain --kernel 5=cpu-q8act,cpu=none --plugin-path %s",
+	         plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: warning: kernel selectors that match no device here, "
+	                      "their entries ignored: --kernel: '5'") != NULL,
+	          "%s", out);
+	cr_expect_null(strstr(out, "'cpu'"), "a selector that matches is no mistake: %s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("Q4KHOST_Q4K_KERNEL=5=cpu-q8act Q4KHOST_F2=off", "run -n 1",
+	                          test_model_path(), plugins, "", &out),
+	             0, "%s", out);
+	cr_expect(strstr(out, "q4khost run: warning: kernel selectors that match no device here, "
+	                      "their entries ignored: Q4KHOST_Q4K_KERNEL: '5'") != NULL,
+	          "%s", out);
+	free(out);
+}
+
+Test(diagnostics, a_context_beyond_training_is_warned_about)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none);
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 -c 4096", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost run: warning: --ctx 4096 is above the 2048 tokens the model "
+	                      "was trained on (llama.context_length)") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "run -n 1 -c 2048", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "warning"), "%s", out);
+	free(out);
+}
+
+Test(diagnostics, the_plugin_path_notes_empty_and_repeated_entries)
+{
+	const char *top = test_tmpdir(), *receipts = test_tmpdir();
+	char a[1024], b[1024], link[1024], loads[1024], cmd[16384], args[8192], want[8192];
+	char env[1100], *out, *count;
+	json_t *j, *p;
+	size_t i;
+
+	snprintf(a, sizeof(a), "%s/a", top);
+	snprintf(b, sizeof(b), "%s/b", top);
+	snprintf(link, sizeof(link), "%s/link", top);
+	snprintf(loads, sizeof(loads), "%s/loads.txt", top);
+	/* kernel_ok.so in a, a copy in b, and in b a link to a's by another name. */
+	snprintf(cmd, sizeof(cmd),
+	         "mkdir -m 755 %s %s && cp %s/tests/plugins/.libs/kernel_ok.so %s/ && "
+	         "cp %s/kernel_ok.so %s/ && ln -s %s/kernel_ok.so %s/other.so && ln -s %s %s",
+	         a, b, test_builddir(), a, a, b, a, b, a, link);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(args, sizeof(args), "plugins --json --plugin-path '%s::%s/:%s:%s:'", a, a, link, b);
+	snprintf(env, sizeof(env), "Q4KH_TEST_LOADS=%s", loads);
+	cr_assert_eq(test_q4khost(env, receipts, args, &out), 0, "%s", out);
+	j = parse_json(out);
+	snprintf(want, sizeof(want),
+	         "entry 2 (empty): skipped: an empty entry never means the current folder\n"
+	         "%s/: skipped: the same folder as %s, listed earlier in the path\n"
+	         "%s: skipped: the same folder as %s, listed earlier in the path\n"
+	         "entry 6 (empty): skipped: an empty entry never means the current folder\n",
+	         a, a, link, a);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "path_notes")), want);
+	cr_expect_eq(json_array_size(json_object_get(j, "plugins")), 3, "%s", out);
+	json_array_foreach(json_object_get(j, "plugins"), i, p) {
+		const char *state = json_string_value(json_object_get(p, "state"));
+		cr_expect_str_eq(state, i == 0 ? "accepted" : "shadowed", "%s",
+		                 json_string_value(json_object_get(p, "path")));
+	}
+	json_decref(j);
+	free(out);
+	/* Only the plugin that serves was loaded: copies ran no constructor. */
+	snprintf(cmd, sizeof(cmd), "grep -c loaded %s", loads);
+	test_shell(cmd, &count);
+	cr_expect_str_eq(count, "1\n", "dlopen()s of kernel_ok.so");
+	free(count);
+}
+
+Test(diagnostics, info_without_a_file_reads_the_default_model)
+{
+	const char *receipts = test_tmpdir(), *empty = test_tmpdir();
+	char env[8192], *out;
+
+	snprintf(env, sizeof(env), "Q4KHOST_MODEL=%s", tiny_model());
+	cr_expect_eq(test_q4khost(env, receipts, "info", &out), 0, "%s", out);
+	cr_expect(strstr(out, "llama.context_length") != NULL, "%s", out);
+	free(out);
+	snprintf(env, sizeof(env), "Q4KHOST_MODEL= XDG_CACHE_HOME=%s", empty); /* empty: unset */
+	cr_expect_eq(test_q4khost(env, receipts, "info", &out), 3, "%s", out);
+	cr_expect(strstr(out, "no such file (the default model: fetch it with scripts/fetch-model.sh") != NULL,
+	          "%s", out);
+	free(out);
+}
+
+Test(diagnostics, help_points_at_installed_files)
+{
+	const char *receipts = test_tmpdir();
+	char *out;
+
+	cr_expect_eq(test_q4khost("", receipts, "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "see man q4khost.ini, or\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "/share/doc/q4khost/config.md") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "docs/config.md"), "a path of the source tree: %s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", receipts, "run --help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "130 stopped by SIGINT, 143 stopped by SIGTERM") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "docs/"), "%s", out);
+	free(out);
+}
+
+Test(diagnostics, the_man_page_gives_the_kernel_default_run_uses)
+{
+	char path[4200], *page;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/man/q4khost.1", test_builddir());
+	page = test_read_file(path, &len);
+	cr_assert_not_null(page, "%s", path);
+	cr_expect(strstr(page, ".BI \\-\\-kernel \" LIST\"") != NULL, "--kernel takes a list");
+	cr_expect(strstr(page, "else every variant that can run on the device, highest score\nfirst") !=
+	                  NULL,
+	          "the default is the config, then score order, not the built-in kernels");
+	free(page);
+}
+
+Test(diagnostics, validate_says_where_the_minimum_is_and_where_it_was_decided, .timeout = 240)
+{
+	static const char *const names[] = { "defect_flip", NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char *cfg = file_with("short.ini", SHORT_PROBE);
+	char args[8192], want[256], *out, *row;
+	long min_at, decided;
+	json_t *j, *c;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(args, sizeof(args), "validate --json --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 1, "%s", out);
+	j = parse_json(out);
+	c = json_array_get(json_object_get(j, "candidates"), 0);
+	min_at = (long)json_integer_value(json_object_get(c, "min_cosine_position"));
+	decided = (long)json_integer_value(json_object_get(c, "worst_position"));
+	cr_expect_neq(min_at, decided, "F2.3 fires at a high cosine, elsewhere than the minimum");
+	json_decref(j);
+	free(out);
+	/* The table says which is which (from the receipt, this time). */
+	snprintf(args, sizeof(args), "validate --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 1, "%s", out);
+	cr_expect(strstr(out, " min cos ") != NULL && strstr(out, " decided at ") != NULL, "%s", out);
+	row = strstr(out, " defect-flip ");
+	cr_assert_not_null(row, "%s", out);
+	snprintf(want, sizeof(want), " at %ld (", min_at);
+	cr_expect(strstr(row, want) != NULL, "%s", row);
+	snprintf(want, sizeof(want), "  %ld (", decided);
+	cr_expect(strstr(row, want) != NULL, "%s", row);
+	free(out);
+	free(cfg);
+}
+
+/* --- progress: on a terminal only ---------------------------------------- */
+
+Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char *cfg = file_with("short.ini", SHORT_PROBE);
+	char args[8192], *out;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(args, sizeof(args), "run -n 1 --kernel cpu-q8act --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
+	/* Cut to the terminal's width (80 here): the reason comes last. */
+	cr_expect(strstr(out, "\rq4khost run: F2: checking cpu/cpu-q8act (device 0) vs the "
+	                      "reference: 0 s (no re") != NULL,
+	          "%s", out);
+	cr_expect_null(strstr(out, "q4khost validate:"), "the child's own line: %s", out);
+	free(out);
+	/* Not a terminal: the same work, not a byte of progress. */
+	snprintf(args, sizeof(args), "run -n 1 --f2 fresh --kernel cpu-q8act --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh (reason: --f2 fresh))") != NULL, "%s", out);
+	cr_expect_null(strchr(out, '\r'), "%s", out);
+	cr_expect_null(strstr(out, "\033["), "%s", out);
+	cr_expect_null(strstr(out, "F2: checking"), "%s", out);
+	cr_expect_null(strstr(out, "q4khost validate:"), "%s", out);
+	free(out);
+	free(cfg);
+}
+
+Test(diagnostics, a_long_prefill_and_a_bench_show_progress_on_a_terminal, .timeout = 240)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
+	char args[8192], prompt[1024] = "", *out;
+
+	for (int i = 0; i < 100; i++)
+		strcat(prompt, "one two ");
+	snprintf(args, sizeof(args), "run -n 1 -m %s -p '%s' --plugin-path %s", tiny_model(), prompt,
+	         plugins);
+	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "\rq4khost run: prefill: 64 of ") != NULL, "%s", out);
+	free(out);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "prefill: 64 of"), "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "bench -n 2 -m %s --plugin-path %s", tiny_model(), plugins);
+	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "\rq4khost bench: timing cpu/built-in (row 1 of 1)") != NULL, "%s", out);
+	free(out);
+}
+
+/* --- a machine without an NVIDIA driver ---------------------------------- */
+
+Test(diagnostics, without_a_driver_the_cuda_plugin_says_nothing)
+{
+	const char *plugins, *receipts = test_tmpdir();
+	char so[4200], cmd[8192], args[8192], *out;
+	void *dl;
+
+	snprintf(so, sizeof(so), "%s/plugins/cuda/.libs/cuda.so", test_builddir());
+	if (access(so, R_OK) != 0)
+		cr_skip_test("the cuda plugin was not built here");
+	dl = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	if (dl) {
+		dlclose(dl);
+		cr_skip_test("an NVIDIA driver is installed here");
+	}
+	plugins = test_plugin_dir((const char *const[]){ NULL });
+	snprintf(cmd, sizeof(cmd), "cp %s %s/", so, plugins);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "insufficient"), "%s", out);
+	cr_expect_null(strstr(out, "[plugin cuda]"), "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=debug", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "backend cuda: 0 devices") != NULL, "%s", out);
+	cr_expect(strstr(out, "cuda: no devices: no NVIDIA driver is installed") != NULL,
+	          "the reason, for who asks: %s", out);
+	free(out);
+}

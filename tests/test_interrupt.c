@@ -1,0 +1,209 @@
+/*
+ * Ctrl-C keeps the work: a real signal to a real q4khost. `run` stopped by
+ * SIGINT prints the text so far, a newline and the report with
+ * "stop: interrupted by SIGINT" and exits 130; with --json, SIGTERM still
+ * gives one valid object (exit 143). A `validate --one` child never
+ * outlives the parent's watch: a SIGTERM to the parent is passed on, a
+ * SIGKILLed parent takes the child with it (PR_SET_PDEATHSIG), and a
+ * stopped parent leaves it to its own alarm. Nothing here is timed: each
+ * wait polls until what it waits for happens, bounded by the test's
+ * .timeout.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+/* Where a background q4khost writes. */
+struct bg {
+	char out[4200], err[4200];
+	const char *receipts;
+	pid_t pid;
+};
+
+/* Start q4khost ARGS with its own receipts and no user config. */
+static void start(struct bg *b, const char *args)
+{
+	char cmd[16384];
+	const char *dir = test_tmpdir();
+
+	b->receipts = test_tmpdir();
+	snprintf(b->out, sizeof(b->out), "%s/stdout", dir);
+	snprintf(b->err, sizeof(b->err), "%s/stderr", dir);
+	b->pid = test_spawn(test_q4khost_command("", b->receipts, args, cmd, sizeof(cmd)), b->out,
+	                    b->err);
+}
+
+static char *slurp(const char *path)
+{
+	size_t len;
+	char *text = test_read_file(path, &len);
+
+	cr_assert_not_null(text, "%s", path);
+	return text;
+}
+
+/* Poll for the validation child of PARENT. */
+static pid_t wait_for_child(pid_t parent)
+{
+	pid_t child;
+
+	while (!(child = test_child_of(parent, " --one")))
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+	return child;
+}
+
+static void wait_until_gone(pid_t pid)
+{
+	while (test_alive(pid))
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+}
+
+Test(interrupt, sigint_during_run_keeps_the_text_and_the_report, .timeout = 300)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char args[8192], *out, *err;
+	struct bg b;
+	int status;
+	long decoded = -1;
+	const char *line;
+
+	test_model_path();
+	plugins = test_plugin_dir(none);
+	snprintf(args, sizeof(args), "run -n 2000 -p 'Once upon a time' --plugin-path %s", plugins);
+	start(&b, args);
+	test_wait_for(b.out, NULL); /* the first piece of text */
+	cr_assert_eq(kill(b.pid, SIGINT), 0);
+	status = test_reap(b.pid);
+	out = slurp(b.out);
+	err = slurp(b.err);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130,
+	          "SIGINT exits 130 (status %#x): %s", status, err);
+	cr_expect_gt(strlen(out), 1, "the text so far is kept");
+	cr_expect_eq(out[strlen(out) - 1], '\n', "and ends in a newline: [%s]", out);
+	cr_expect(strstr(err, "q4khost: backend cpu") != NULL, "the report: %s", err);
+	line = strstr(err, "; decode ");
+	cr_assert_not_null(line, "%s", err);
+	cr_expect_eq(sscanf(line, "; decode %ld tokens", &decoded), 1, "%s", line);
+	cr_expect(decoded > 0 && decoded < 2000, "stopped early: %ld tokens", decoded);
+	cr_expect(strstr(err, "stop: interrupted by SIGINT\n") != NULL, "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(interrupt, sigterm_during_run_json_gives_a_valid_object, .timeout = 300)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char args[8192], *err;
+	json_t *j, *text, *decode;
+	json_error_t jerr;
+	struct bg b;
+	int status;
+
+	test_model_path();
+	plugins = test_plugin_dir(none);
+	snprintf(args, sizeof(args), "run -n 2000 -p 'Once upon a time' --json --plugin-path %s",
+	         plugins);
+	start(&b, args);
+	/* With --json nothing is printed before the end. Stopped anywhere
+	 * (setup, prefill, decode), the object must hold what was generated;
+	 * a moment's delay makes it likely that there is some. */
+	sleep(2);
+	cr_assert_eq(kill(b.pid, SIGTERM), 0);
+	status = test_reap(b.pid);
+	err = slurp(b.err);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143,
+	          "SIGTERM exits 143 (status %#x): %s", status, err);
+	j = json_load_file(b.out, 0, &jerr);
+	cr_assert_not_null(j, "stdout is one JSON object (%s): %s", jerr.text, err);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "stop")), "interrupted by SIGTERM");
+	text = json_object_get(j, "text");
+	decode = json_object_get(json_object_get(j, "decode"), "tokens");
+	cr_assert(json_is_string(text) && json_is_integer(decode));
+	cr_expect_lt(json_integer_value(decode), 2000);
+	cr_expect(json_integer_value(decode) == 0 || json_string_length(text) > 0,
+	          "the text generated is in the object");
+	json_decref(j);
+	free(err);
+}
+
+/* A plugin that hangs in the child: validate's parent is then stopped. */
+static void start_hanging_validate(struct bg *b, const char *extra)
+{
+	static const char *const names[] = { "defect_hang", NULL };
+	const char *plugins;
+	char args[8192];
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	snprintf(args, sizeof(args), "validate --json --plugin-path %s %s", plugins, extra);
+	start(b, args);
+}
+
+Test(interrupt, sigterm_to_validate_stops_its_child_and_writes_no_receipt, .timeout = 300)
+{
+	struct bg b;
+	pid_t child;
+	int status;
+	char *err, cmd[8192], *listing;
+
+	start_hanging_validate(&b, "--timeout 600");
+	child = wait_for_child(b.pid);
+	cr_assert_eq(kill(b.pid, SIGTERM), 0, "to the parent alone");
+	status = test_reap(b.pid);
+	err = slurp(b.err);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %#x: %s", status, err);
+	cr_expect(!test_alive(child), "the child was stopped with its parent");
+	cr_expect(strstr(err, "stopped by SIGTERM") != NULL, "%s", err);
+	snprintf(cmd, sizeof(cmd), "ls %s | grep -c json || true", b.receipts);
+	test_shell(cmd, &listing);
+	cr_expect_str_eq(listing, "0\n", "no receipt for a measurement that was stopped");
+	free(listing);
+	free(err);
+}
+
+Test(interrupt, a_killed_validate_takes_its_child_along, .timeout = 300)
+{
+	struct bg b;
+	pid_t child;
+
+	start_hanging_validate(&b, "--timeout 600");
+	child = wait_for_child(b.pid);
+	cr_assert_eq(kill(b.pid, SIGKILL), 0, "no chance to pass anything on");
+	test_reap(b.pid);
+	wait_until_gone(child); /* PR_SET_PDEATHSIG; else the test times out */
+	cr_expect(!test_alive(child));
+}
+
+Test(interrupt, a_stopped_validate_leaves_its_child_to_its_own_alarm, .timeout = 300)
+{
+	struct bg b;
+	pid_t child;
+	int status;
+	json_t *j, *row;
+	json_error_t jerr;
+
+	start_hanging_validate(&b, "--timeout 2");
+	child = wait_for_child(b.pid);
+	cr_assert_eq(kill(b.pid, SIGSTOP), 0, "the parent watches no more");
+	wait_until_gone(child); /* its alarm: the time limit + 5 s */
+	cr_assert_eq(kill(b.pid, SIGCONT), 0);
+	status = test_reap(b.pid);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
+	j = json_load_file(b.out, 0, &jerr);
+	cr_assert_not_null(j, "%s", jerr.text);
+	row = json_array_get(json_object_get(j, "candidates"), 0);
+	cr_expect(strstr(json_string_value(json_object_get(row, "message")),
+	                 "killed by its own alarm") != NULL,
+	          "%s", json_string_value(json_object_get(row, "message")));
+	json_decref(j);
+}

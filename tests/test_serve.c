@@ -1,0 +1,639 @@
+/*
+ * q4khost serve, the real server on loopback with the tiny models: the
+ * openai Python client and curl against q4khost run's greedy answers, a
+ * bounded load test, bad input and SIGTERM, background F2 switching paths,
+ * shadow parity demoting a variant with a prompt-dependent defect, F2 off
+ * and explicit requests; and the text rules (UTF-8, stop strings) alone.
+ * Every wait is bounded; no assertion is about time.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "serve_text.h"
+
+#define POLLS 1200 /* of 100 ms: the bound on any wait for the server */
+
+struct server {
+	pid_t pid;
+	char url[128];
+	char log[4200];
+};
+
+static const char *q4khost(void)
+{
+	static char p[4200];
+
+	snprintf(p, sizeof(p), "%s/host/cli/q4khost", test_builddir());
+	return p;
+}
+
+static const char *fixture(const char *name)
+{
+	static char p[4][4200];
+	static int i;
+
+	i = (i + 1) % 4;
+	snprintf(p[i], sizeof(p[i]), "%s/tests/fixtures/%s", test_srcdir(), name);
+	return p[i];
+}
+
+static void sleep_ms(long ms)
+{
+	nanosleep(&(struct timespec){ ms / 1000, (ms % 1000) * 1000000L }, NULL);
+}
+
+static char *read_log(const struct server *s)
+{
+	size_t len;
+	char *t = test_read_file(s->log, &len);
+
+	return t ? t : strdup("");
+}
+
+/*
+ * Start q4khost serve --port 0 ARGS with receipts in RECEIPTS (and
+ * $Q4KH_TEST_GATE = GATE when not NULL); wait for its "listening on" line.
+ */
+static void server_start(struct server *s, const char *const *args, const char *receipts,
+                         const char *gate)
+{
+	const char *argv[64] = { q4khost(), "serve", "--port", "0" };
+	int n = 4;
+
+	snprintf(s->log, sizeof(s->log), "%s/serve.log", test_tmpdir());
+	while (*args && n < 62)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	s->pid = fork();
+	cr_assert_geq(s->pid, 0);
+	if (s->pid == 0) {
+		int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves no server */
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("Q4KHOST_F2_RECEIPT_DIR", receipts, 1);
+		if (gate)
+			setenv("Q4KH_TEST_GATE", gate, 1);
+		unsetenv("Q4KHOST_F2");
+		unsetenv("Q4KHOST_BACKEND");
+		unsetenv("Q4KHOST_Q4K_KERNEL");
+		unsetenv("Q4KHOST_API_KEY");
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < POLLS; i++) {
+		char *log = read_log(s), *at = strstr(log, "listening on http://");
+		int status;
+
+		if (at) {
+			sscanf(at + strlen("listening on "), "%127s", s->url);
+			free(log);
+			return;
+		}
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid)
+			cr_assert_fail("q4khost serve exited before listening:\n%s", log);
+		free(log);
+		sleep_ms(100);
+	}
+	cr_assert_fail("q4khost serve did not listen");
+}
+
+/* Wait for the server to exit; its exit status (-1: killed by a signal). */
+static int server_wait(struct server *s)
+{
+	int status;
+
+	for (int i = 0; i < POLLS; i++) {
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		sleep_ms(100);
+	}
+	kill(s->pid, SIGKILL);
+	cr_assert_fail("q4khost serve did not exit after SIGTERM");
+	return -1;
+}
+
+static void server_stop(struct server *s)
+{
+	char *log;
+
+	kill(s->pid, SIGTERM);
+	log = read_log(s);
+	cr_assert_eq(server_wait(s), 0, "q4khost serve did not exit 0 on SIGTERM:\n%s", log);
+	free(log);
+}
+
+/* A plugin folder with the cpu plugin and the test plugins NAMES. */
+static const char *plugins(const char *const *names)
+{
+	return test_plugin_dir(names);
+}
+
+struct reply {
+	int status;
+	char *body, *headers;
+};
+
+static void reply_free(struct reply *r)
+{
+	free(r->body);
+	free(r->headers);
+}
+
+/* METHOD PATH on S with BODY (or NULL) through curl. */
+static struct reply http(const struct server *s, const char *method, const char *path,
+                         const char *body)
+{
+	const char *dir = test_tmpdir();
+	char req[4300], hdr[4300], out[4300], cmd[16384], *printed;
+	struct reply r = { 0 };
+	size_t len;
+
+	snprintf(req, sizeof(req), "%s/req", dir);
+	snprintf(hdr, sizeof(hdr), "%s/hdr", dir);
+	snprintf(out, sizeof(out), "%s/out", dir);
+	test_write_file(req, body ? body : "", body ? strlen(body) : 0);
+	snprintf(cmd, sizeof(cmd),
+	         "curl -sS --max-time 300 -X %s -H 'Content-Type: application/json' %s%s -D %s -o %s "
+	         "-w '%%{http_code}' '%s%s'",
+	         method, body ? "--data-binary @" : "", body ? req : "", hdr, out, s->url, path);
+	cr_assert_eq(test_shell(cmd, &printed), 0, "%s: %s", cmd, printed);
+	r.status = atoi(printed);
+	free(printed);
+	r.body = test_read_file(out, &len);
+	r.headers = test_read_file(hdr, &len);
+	cr_assert(r.body && r.headers);
+	return r;
+}
+
+static json_t *health(const struct server *s)
+{
+	struct reply r = http(s, "GET", "/health", NULL);
+	json_t *h = json_loads(r.body, 0, NULL);
+
+	cr_assert_eq(r.status, 200);
+	cr_assert_not_null(h, "%s", r.body);
+	reply_free(&r);
+	return h;
+}
+
+/* /health's serving path ("cpu/built-in"), malloc()ed. */
+static char *serving(const struct server *s)
+{
+	json_t *h = health(s);
+	const char *p = json_string_value(
+		json_object_get(json_object_get(json_array_get(json_object_get(h, "devices"), 0),
+		                                "serving"),
+		                "path"));
+	char *out = strdup(p ? p : "");
+
+	json_decref(h);
+	return out;
+}
+
+/* Poll /health until the serving path is PATH; fails after the bound. */
+static void await_serving(const struct server *s, const char *path)
+{
+	for (int i = 0; i < POLLS; i++) {
+		char *p = serving(s);
+		int done = !strcmp(p, path);
+
+		free(p);
+		if (done)
+			return;
+		sleep_ms(100);
+	}
+	cr_assert_fail("the server never served %s", path);
+}
+
+static char *header(const struct reply *r, const char *name)
+{
+	char *at = strcasestr(r->headers, name);
+	size_t n;
+
+	cr_assert_not_null(at, "no %s in\n%s", name, r->headers);
+	at += strlen(name) + 2;
+	n = strcspn(at, "\r\n");
+	return strndup(at, n);
+}
+
+/* q4khost run's greedy answer, cleaned as serve sends text. */
+static char *run_answer(const char *model, const char *dir, const char *prompt, int n,
+                        int chat)
+{
+	char cmd[16384], *out, *clean;
+	size_t len;
+
+	snprintf(cmd, sizeof(cmd), "%s run -m %s --plugin-path %s -p '%s' -n %d %s 2>/dev/null",
+	         q4khost(), model, dir, prompt, n, chat ? "" : "--raw");
+	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
+	len = strlen(out);
+	cr_assert(len > 0 && out[len - 1] == '\n');
+	clean = serve_utf8_clean(out, len - 1, &len);
+	free(out);
+	return clean;
+}
+
+/* The text of a curl-fetched stream, checking its events. */
+static char *stream_text(const char *body)
+{
+	char *text = calloc(1, strlen(body) + 1);
+	const char *p = body;
+	int done = 0;
+
+	while ((p = strstr(p, "data: "))) {
+		json_t *o, *c;
+
+		p += 6;
+		if (!strncmp(p, "[DONE]", 6)) {
+			done = 1;
+			break;
+		}
+		o = json_loadb(p, strcspn(p, "\n"), 0, NULL);
+		cr_assert_not_null(o, "a bad event: %.200s", p);
+		c = json_array_get(json_object_get(o, "choices"), 0);
+		if (json_object_get(c, "delta"))
+			c = json_object_get(c, "delta");
+		if (json_string_value(json_object_get(c, "content")))
+			strcat(text, json_string_value(json_object_get(c, "content")));
+		if (json_string_value(json_object_get(c, "text")))
+			strcat(text, json_string_value(json_object_get(c, "text")));
+		json_decref(o);
+	}
+	cr_assert(done, "the stream did not end with data: [DONE]:\n%s", body);
+	return text;
+}
+
+/* python3 SCRIPT ARGS with the openai client on PYTHONPATH. */
+static void python(const char *script, const char *args)
+{
+	char cmd[16384], *out, *client;
+	int rc;
+
+	snprintf(cmd, sizeof(cmd), "bash %s/scripts/fetch-openai.sh --cached", test_srcdir());
+	if (test_shell(cmd, &client)) {
+		const char *req = getenv("Q4KH_REQUIRE_MODEL");
+		free(client);
+		if (req && !strcmp(req, "1"))
+			cr_assert_fail("the openai client is missing (run scripts/fetch-openai.sh)");
+		cr_skip_test("the openai client is missing (run scripts/fetch-openai.sh)");
+	}
+	client[strcspn(client, "\n")] = 0;
+	snprintf(cmd, sizeof(cmd),
+	         "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=%s:%s/tests/serve python3 %s/tests/serve/%s %s",
+	         client, test_srcdir(), test_srcdir(), script, args);
+	free(client);
+	rc = test_shell(cmd, &out);
+	cr_log_info("%s", out);
+	cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
+	free(out);
+}
+
+Test(serve_text, utf8_as_python_replaces)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "a\xff" "b", "a\xEF\xBF\xBD" "b" },
+		{ "\xe2\x82", "\xEF\xBF\xBD" },
+		{ "\xe2\x82" "A", "\xEF\xBF\xBD" "A" },
+		{ "\xf0\x80\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" },
+		{ "\xed\xa0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" },
+		{ "\xc0\xaf", "\xEF\xBF\xBD\xEF\xBF\xBD" },
+		{ "\xf0\x9f\x98", "\xEF\xBF\xBD" },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len;
+		char *out = serve_utf8_clean(cases[i].in, strlen(cases[i].in), &len);
+
+		cr_assert_str_eq(out, cases[i].out, "case %zu", i);
+		cr_assert_eq(len, strlen(cases[i].out));
+		free(out);
+	}
+	cr_assert_eq(serve_utf8_incomplete("ab\xe2\x82", 4), 2);
+	cr_assert_eq(serve_utf8_incomplete("ab\xf0\x9f\x98", 5), 3);
+	cr_assert_eq(serve_utf8_incomplete("ab\xe2", 3), 1);
+	cr_assert_eq(serve_utf8_incomplete("ab\x80", 3), 0);
+	cr_assert_eq(serve_utf8_incomplete("ab\xf0\x80", 4), 0);
+	cr_assert_eq(serve_utf8_incomplete("\xc3\xa9", 2), 0);
+	cr_assert_eq(serve_utf8_incomplete("", 0), 0);
+}
+
+Test(serve_text, stop_strings)
+{
+	char *stops[] = { "world", "\n\n" };
+
+	cr_assert_eq(serve_stop_find("hello world", 11, 0, stops, 2), 6);
+	cr_assert_eq(serve_stop_find("hello world", 11, 8, stops, 2), 6);
+	cr_assert_eq(serve_stop_find("hello world", 11, 11, stops, 2), -1);
+	cr_assert_eq(serve_stop_find("a\n\nb", 4, 2, stops, 2), 1);
+	cr_assert_eq(serve_stop_partial("hello wo", 8, stops, 2), 2);
+	cr_assert_eq(serve_stop_partial("hello\n", 6, stops, 2), 1);
+	cr_assert_eq(serve_stop_partial("hello", 5, stops, 2), 0);
+}
+
+/* Chat and completions, streamed and not, through the openai client and
+ * curl: each greedy answer is run's. */
+Test(serve, answers_as_run, .timeout = 600)
+{
+	static const char *const models[] = { "tiny-llama.gguf", "tiny-qwen2.gguf",
+		                               "tiny-qwen3.gguf" };
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *receipts = test_tmpdir();
+
+	for (size_t m = 0; m < 3; m++) {
+		const char *model = fixture(models[m]);
+		const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+		struct server s;
+		char py[16384], body[1024], *want, *got, *f2;
+		struct reply r;
+		json_t *o;
+
+		server_start(&s, args, receipts, NULL);
+		snprintf(py, sizeof(py), "%s %s %s %s 16 'Hello, how are you?' 'Once upon a time'",
+		         s.url, q4khost(), model, dir);
+		python("openai_check.py", py);
+
+		want = run_answer(model, dir, "The three primary colors are", 12, 1);
+		snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"user\", \"content\": "
+		                             "\"The three primary colors are\"}], \"max_tokens\": 12, "
+		                             "\"temperature\": 0}");
+		r = http(&s, "POST", "/v1/chat/completions", body);
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		o = json_loads(r.body, 0, NULL);
+		cr_assert_str_eq(json_string_value(json_object_get(json_object_get(
+			                 json_array_get(json_object_get(o, "choices"), 0), "message"),
+			                                            "content")),
+		                 want);
+		f2 = header(&r, "X-Q4KHost-F2");
+		cr_assert_str_eq(f2, "not needed");
+		free(f2);
+		json_decref(o);
+		reply_free(&r);
+		free(want);
+
+		want = run_answer(model, dir, "1, 2, 3, 4,", 12, 0);
+		r = http(&s, "POST", "/v1/completions",
+		         "{\"prompt\": \"1, 2, 3, 4,\", \"max_tokens\": 12, \"temperature\": 0, "
+		         "\"stream\": true}");
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		got = stream_text(r.body);
+		cr_assert_str_eq(got, want);
+		free(got);
+		free(want);
+		reply_free(&r);
+
+		r = http(&s, "GET", "/metrics", NULL);
+		cr_assert_eq(r.status, 200);
+		cr_assert_not_null(strstr(r.body, "q4khost_requests_total{endpoint=\"/v1/chat/completions\",code=\"200\"}"),
+		                   "%s", r.body);
+		cr_assert_not_null(strstr(r.body, "q4khost_time_to_first_token_seconds_count"));
+		reply_free(&r);
+		got = serving(&s);
+		cr_assert_str_eq(got, "cpu/built-in");
+		free(got);
+		server_stop(&s);
+	}
+}
+
+/* 400 requests from 16 clients: no error, every answer run's, RSS flat.
+ * Under AddressSanitizer (scripts/test-sanitizers.sh) 100 requests, and
+ * memory is not judged: its quarantine holds what was freed. */
+Test(serve, load, .timeout = 900)
+{
+#ifdef __SANITIZE_ADDRESS__
+	const char *rss = "no-rss", *count = "100";
+#else
+	const char *rss = "rss", *count = "400";
+#endif
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--parallel", "4", NULL };
+	struct server s;
+	char py[16384];
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s %d %s %s %s %s 16 %s", s.url, (int)s.pid, q4khost(), model,
+	         dir, count, rss);
+	python("load.py", py);
+	server_stop(&s);
+}
+
+/* Bad input, slow clients, a client that leaves, the API key, SIGTERM. */
+Test(serve, bad_input_and_sigterm, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *tmp = test_tmpdir();
+	char keyfile[4200], py[16384];
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--api-key-file", keyfile,
+		               "--max-body", "65536", "--idle-timeout", "2",
+		               "--shutdown-timeout", "3", NULL };
+	struct server s;
+	int status;
+
+	snprintf(keyfile, sizeof(keyfile), "%s/key", tmp);
+	test_write_file(keyfile, "s3cret-key-4711\n", 16);
+	server_start(&s, args, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s %d s3cret-key-4711 %s %s", s.url, (int)s.pid, s.log, model);
+	python("abuse.py", py);
+	status = server_wait(&s);
+	cr_assert_eq(status, 0, "exit status %d after SIGTERM", status);
+}
+
+/* No receipt: the reference serves at once while F2 measures the variant
+ * (held by a gate the test opens), then the variant takes over. */
+Test(serve, background_f2_switches, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *receipts = test_tmpdir();
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 4}";
+	char gate[4200], *v, *log;
+	struct server s;
+	struct reply r;
+	json_t *h, *sw;
+
+	snprintf(gate, sizeof(gate), "%s/gate", test_tmpdir());
+	server_start(&s, args, receipts, gate);
+	r = http(&s, "POST", "/v1/chat/completions", req);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	v = header(&r, "X-Q4KHost-Served-By");
+	cr_assert(!strncmp(v, "cpu/built-in", 12), "%s", v);
+	free(v);
+	reply_free(&r);
+	/* The answer came while the measurement still waits at the gate. */
+	h = health(&s);
+	cr_assert(json_is_true(json_object_get(json_object_get(json_array_get(
+		                       json_object_get(h, "devices"), 0), "validation"), "running")));
+	json_decref(h);
+	test_write_file(gate, "", 0);
+	await_serving(&s, "cpu/serve-gated");
+	h = health(&s);
+	sw = json_array_get(json_object_get(h, "switches"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(sw, "from")), "cpu/built-in");
+	cr_assert_str_eq(json_string_value(json_object_get(sw, "to")), "cpu/serve-gated");
+	json_decref(h);
+	r = http(&s, "POST", "/v1/chat/completions", req);
+	cr_assert_eq(r.status, 200);
+	v = header(&r, "X-Q4KHost-Served-By");
+	cr_assert(!strncmp(v, "cpu/serve-gated", 15), "%s", v);
+	free(v);
+	v = header(&r, "X-Q4KHost-F2");
+	cr_assert(!strncmp(v, "pass; fresh", 11), "%s", v);
+	free(v);
+	reply_free(&r);
+	log = read_log(&s);
+	cr_assert_not_null(strstr(log, "switching from cpu/built-in to cpu/serve-gated"), "%s", log);
+	free(log);
+	server_stop(&s);
+
+	/* With its receipt it serves at once, measuring nothing. */
+	server_start(&s, args, receipts, gate);
+	v = serving(&s);
+	cr_assert_str_eq(v, "cpu/serve-gated");
+	free(v);
+	log = read_log(&s);
+	cr_assert_not_null(strstr(log, "F2: pass (receipt ("), "%s", log);
+	cr_assert_null(strstr(log, "in the background"), "%s", log);
+	free(log);
+	server_stop(&s);
+}
+
+/* A variant whose defect shows only on some prompts passes F2, serves, and
+ * is demoted by shadow parity after it serves such a prompt. */
+Test(serve, shadow_parity_demotes, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "serve_tail", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *receipts = test_tmpdir();
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--f2-shadow", "1", NULL };
+	struct server s;
+	struct reply r;
+	char cmd[16384], *v, *out;
+	json_t *h = NULL, *o, *c;
+	int passed = 0;
+
+	server_start(&s, args, receipts, NULL);
+	await_serving(&s, "cpu/serve-tail");
+	/* 3 prompt tokens: no batch with a tail; shadow parity passes it. */
+	r = http(&s, "POST", "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 4}");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	reply_free(&r);
+	for (int i = 0; i < POLLS && !passed; i++, sleep_ms(100)) {
+		h = health(&s);
+		passed = (int)json_integer_value(json_object_get(json_object_get(h, "shadow"), "passed"));
+		json_decref(h);
+	}
+	cr_assert_eq(passed, 1);
+	v = serving(&s);
+	cr_assert_str_eq(v, "cpu/serve-tail");
+	free(v);
+	/* 21 prompt tokens: a batch with a tail of 5 columns. */
+	r = http(&s, "POST", "/v1/completions",
+	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and\", "
+	         "\"max_tokens\": 4}");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	v = header(&r, "X-Q4KHost-Served-By");
+	cr_assert(!strncmp(v, "cpu/serve-tail", 14), "%s", v);
+	free(v);
+	reply_free(&r);
+	await_serving(&s, "cpu/built-in");
+	h = health(&s);
+	o = json_array_get(json_object_get(h, "switches"), 1);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "from")), "cpu/serve-tail");
+	cr_assert_not_null(strstr(json_string_value(json_object_get(o, "reason")),
+	                          "shadow parity, served request cmpl-2"));
+	json_decref(h);
+	r = http(&s, "GET", "/metrics", NULL);
+	cr_assert_not_null(strstr(r.body, "q4khost_fallbacks_total 1"), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "q4khost_shadow_checks_total{verdict=\"pass\"} 1"));
+	reply_free(&r);
+	server_stop(&s);
+
+	/* The receipt names the request and position; validate and run read it. */
+	snprintf(cmd, sizeof(cmd),
+	         "Q4KHOST_F2_RECEIPT_DIR=%s %s validate --json -m %s --plugin-path %s 2>/dev/null",
+	         receipts, q4khost(), model, dir);
+	test_shell(cmd, &out);
+	o = json_loads(out, 0, NULL);
+	cr_assert_not_null(o, "%s", out);
+	c = json_array_get(json_object_get(o, "candidates"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(c, "kernel")), "serve-tail");
+	cr_assert(strcmp(json_string_value(json_object_get(c, "verdict")), "pass"), "%s", out);
+	cr_assert(!strncmp(json_string_value(json_object_get(c, "source")), "receipt (", 9));
+	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")),
+	                          "shadow parity, served request cmpl-2 (21 prompt + "),
+	                   "%s", out);
+	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")), "position "));
+	json_decref(o);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "Q4KHOST_F2_RECEIPT_DIR=%s %s run -m %s --plugin-path %s -n 2 2>&1 >/dev/null",
+	         receipts, q4khost(), model, dir);
+	cr_assert_eq(test_shell(cmd, &out), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "F2 rejected first: cpu/serve-tail"), "%s", out);
+	cr_assert_not_null(strstr(out, "kernels: Q4_K=cpu built-in"), "%s", out);
+	free(out);
+}
+
+/* F2 off says so on every response; an explicit request is validated
+ * before serving, as run does. */
+Test(serve, f2_off_and_explicit_request, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "cpu_q8act", NULL });
+	const char *model = fixture("tiny-qwen2.gguf");
+	const char *off[] = { "-m", model, "--plugin-path", dir, "--f2", "off", NULL };
+	const char *named[] = { "-m", model, "--plugin-path", dir, "--kernel", "cpu-q8act", NULL };
+	const char *paths[] = { "/v1/models", "/health", "/metrics", "/nowhere" };
+	struct server s;
+	struct reply r;
+	char *v, *log;
+	json_t *h;
+
+	server_start(&s, off, test_tmpdir(), NULL);
+	for (size_t i = 0; i < 4; i++) {
+		r = http(&s, "GET", paths[i], NULL);
+		v = header(&r, "X-Q4KHost-F2");
+		cr_assert(!strncmp(v, "off; cpu/cpu-q8act serves UNVERIFIED", 36), "%s: %s", paths[i], v);
+		free(v);
+		reply_free(&r);
+	}
+	r = http(&s, "POST", "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 2}");
+	cr_assert_eq(r.status, 200);
+	v = header(&r, "X-Q4KHost-F2");
+	cr_assert(!strncmp(v, "off;", 4), "%s", v);
+	free(v);
+	reply_free(&r);
+	h = health(&s);
+	cr_assert(json_is_true(json_object_get(json_object_get(h, "f2"), "unverified")));
+	json_decref(h);
+	log = read_log(&s);
+	cr_assert_not_null(strstr(log, "F2 IS OFF"), "%s", log);
+	free(log);
+	server_stop(&s);
+
+	server_start(&s, named, test_tmpdir(), NULL);
+	log = read_log(&s);
+	cr_assert_not_null(strstr(log, "F2 runs before serving"), "%s", log);
+	cr_assert_not_null(strstr(log, "F2: pass (fresh (reason: no receipt))"), "%s", log);
+	free(log);
+	v = serving(&s);
+	cr_assert_str_eq(v, "cpu/cpu-q8act");
+	free(v);
+	server_stop(&s);
+}
