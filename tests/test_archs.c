@@ -275,6 +275,7 @@ Test(archs, qwen2_yarn_matches_llama_cpp, .timeout = 300)
 Test(archs_cpu_fast, llama_matches_llama_cpp, .timeout = 300) { check_fast("llama", "llama"); }
 Test(archs_cpu_fast, qwen2_matches_llama_cpp, .timeout = 300) { check_fast("qwen2", "qwen2"); }
 Test(archs_cpu_fast, qwen3_matches_llama_cpp, .timeout = 300) { check_fast("qwen3", "qwen3"); }
+Test(archs_cpu_fast, qwen35_matches_llama_cpp, .timeout = 300) { check_fast("qwen35", "qwen35"); }
 Test(archs_cpu_fast, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 {
 	check_fast("llama-ropefreqs", "llama");
@@ -327,10 +328,10 @@ static void f2_passes(const char *model)
 
 Test(archs_cpu_fast, f2_passes_on_every_fixture, .timeout = 600)
 {
-	static const char *const names[] = { "llama", "qwen2", "qwen3", "llama-ropefreqs",
-		                             "qwen2-yarn" };
+	static const char *const names[] = { "llama", "qwen2", "qwen3", "qwen35",
+		                             "llama-ropefreqs", "qwen2-yarn" };
 
-	for (int i = 0; i < 5; i++) {
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char *model = NULL;
 		char name[64];
 

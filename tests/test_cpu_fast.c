@@ -12,7 +12,11 @@
  *   - attention: each score within hd u of its exact sum of |q k|, so each
  *     weight within that (and a few u) relative, and the output within
  *     (2 max score error + (n + 8) u) of the weighted sum of |v|;
- *   - the built-in mul_mat: K u of the sum of |w x|.
+ *   - the built-in mul_mat: K u of the sum of |w x|;
+ *   - unary: as glu (sigmoid, SiLU), a few ulp (softplus);
+ *   - ssm_conv: K u of the sum of |w u|, the kept values bit for bit;
+ *   - delta_net: a running error bound over the recurrence on absolute
+ *     values (at the test).
  * Also the worker pool (every item once, any thread count, lent to a
  * kernel variant through struct q4kh_native_device), the descriptor and
  * device record, settings and errors.
@@ -324,6 +328,230 @@ Test(cpu_fast, glu_within_a_few_ulp_of_its_argument)
 		drop(e, &gt);
 		drop(e, &ut);
 		drop(e, &ot);
+	}
+}
+
+static double softplus_exact(double x)
+{
+	return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+Test(cpu_fast, unary_within_a_few_ulp_of_its_argument)
+{
+	const int64_t n = 1000 + 7;
+
+	FOR_EACH_ISA(e) {
+		float *x = randoms(n, 12.0), *got, *again;
+		struct q4kh_tensor xt, ot;
+
+		x[0] = 0.0f;
+		x[1] = -90.0f;
+		x[2] = 95.0f;
+		xt = tensor(e, Q4KH_TYPE_F32, n, 1, 1, x);
+		ot = tensor(e, Q4KH_TYPE_F32, n, 1, 1, NULL);
+		for (int kind = 0; kind < 3; kind++) {
+			cr_assert_eq(e->b->unary(e->dev, (q4kh_unary_kind)kind, &xt, &ot), Q4KH_OK,
+			             "%s", e->b->last_error(e->ctx));
+			got = fetch(e, &ot);
+			for (int64_t i = 0; i < n; i++) {
+				const double sig = 1.0 / (1.0 + exp(-(double)x[i]));
+				const double exact = kind == Q4KH_UNARY_SIGMOID    ? sig
+				                     : kind == Q4KH_UNARY_SOFTPLUS ? softplus_exact(x[i])
+				                                                   : x[i] * sig;
+				/* e^x within 2 ulp: as glu; softplus: expf and log1pf,
+				 * each within an ulp or two. */
+				const double bound = kind == Q4KH_UNARY_SOFTPLUS
+				                             ? 8 * U * fabs(exact) + 1e-36
+				                             : (16 + 4 * fmin(fabs(x[i]), 88)) * U *
+				                                       fabs(exact) + 1e-36;
+
+				EXPECT_NEAR(got[i], exact, bound, "%s unary %d x = %g", isas[isa_],
+				            kind, (double)x[i]);
+			}
+			/* In place: the same values. */
+			cr_assert_eq(e->b->buffer_upload(e->dev, ot.buffer, 0, x, sizeof(float) * n),
+			             Q4KH_OK);
+			cr_assert_eq(e->b->unary(e->dev, (q4kh_unary_kind)kind, &ot, &ot), Q4KH_OK);
+			again = fetch(e, &ot);
+			cr_expect_arr_eq(again, got, sizeof(float) * n, "%s unary %d in place",
+			                 isas[isa_], kind);
+			free(again);
+			free(got);
+		}
+		free(x);
+		drop(e, &xt);
+		drop(e, &ot);
+	}
+}
+
+/*
+ * ssm_conv: each output a float sum of K products (K u of the sum of
+ * |w u|); the kept values are copies, bit for bit. A prompt step, then a
+ * decode step from the state it left.
+ */
+Test(cpu_fast, ssm_conv_within_a_float_sum_and_keeps_its_state)
+{
+	const int64_t C = 37, K = 4, steps[] = { 5, 1 };
+
+	FOR_EACH_ISA(e) {
+		float *w = randoms(K * C, 1.0), *state = randoms((K - 1) * C, 2.0);
+		struct q4kh_tensor wt = tensor(e, Q4KH_TYPE_F32, K, C, 1, w);
+		struct q4kh_tensor st = tensor(e, Q4KH_TYPE_F32, K - 1, C, 1, state);
+
+		for (int s = 0; s < 2; s++) {
+			const int64_t T = steps[s];
+			float *x = randoms(C * T, 3.0), *got, *kept;
+			struct q4kh_tensor xt = tensor(e, Q4KH_TYPE_F32, C, T, 1, x);
+			struct q4kh_tensor ot = tensor(e, Q4KH_TYPE_F32, C, T, 1, NULL);
+
+			cr_assert_eq(e->b->ssm_conv(e->dev, &xt, &wt, &st, &ot), Q4KH_OK, "%s",
+			             e->b->last_error(e->ctx));
+			got = fetch(e, &ot);
+			kept = fetch(e, &st);
+			for (int64_t c = 0; c < C; c++) {
+				/* u: the kept values, then the step's inputs. */
+				double u[16];
+
+				for (int64_t i = 0; i < K - 1; i++)
+					u[i] = state[c * (K - 1) + i];
+				for (int64_t t = 0; t < T; t++)
+					u[K - 1 + t] = x[t * C + c];
+				for (int64_t t = 0; t < T; t++) {
+					double exact = 0, mag = 0;
+
+					for (int64_t i = 0; i < K; i++) {
+						exact += w[c * K + i] * u[t + i];
+						mag += fabs(w[c * K + i] * u[t + i]);
+					}
+					EXPECT_NEAR(got[t * C + c], exact, 2 * K * U * mag + 1e-38,
+					            "%s ssm_conv step %d c %lld t %lld", isas[isa_], s,
+					            (long long)c, (long long)t);
+				}
+				for (int64_t i = 0; i < K - 1; i++)
+					cr_expect_eq(kept[c * (K - 1) + i], (float)u[T + i],
+					             "%s ssm_conv step %d: kept value %lld of channel %lld",
+					             isas[isa_], s, (long long)i, (long long)c);
+			}
+			memcpy(state, kept, sizeof(float) * (size_t)((K - 1) * C));
+			free(got);
+			free(kept);
+			free(x);
+			drop(e, &xt);
+			drop(e, &ot);
+		}
+		free(w);
+		free(state);
+		drop(e, &wt);
+		drop(e, &st);
+	}
+}
+
+/*
+ * delta_net against plugin.h's recurrence in double. The bound is a
+ * running error analysis: the same recurrence over absolute values
+ * (|S|, |k|, |q|, |v|, and |d| from them) bounds every intermediate, and
+ * each token adds at most (S_k + 8) roundings of those to a state value
+ * (two dot products of S_k terms, exp, the update), so after token t a
+ * state value is within 2 t (S_k + 8) u of its absolute counterpart, and
+ * an output within that of scale |S| |q|. Prompt steps of 3 tokens, then
+ * decode steps of 1, each from the state the last one left.
+ */
+Test(cpu_fast, delta_net_within_its_running_error_bound)
+{
+	const int64_t sk = 20, sv = 12, hk = 2, hv = 4, steps[] = { 3, 1, 1 };
+	const float scale = 0.22f;
+
+	FOR_EACH_ISA(e) {
+		float *state = randoms(sk * sv * hv, 0.5);
+		double *S = malloc(sizeof(double) * (size_t)(sk * sv * hv));
+		double *A = calloc((size_t)(sk * sv * hv), sizeof(double));
+		struct q4kh_tensor stt = tensor(e, Q4KH_TYPE_F32, sk, sv, hv, state);
+		int64_t tokens = 0;
+
+		cr_assert(S && A);
+		for (int64_t i = 0; i < sk * sv * hv; i++) {
+			S[i] = state[i];
+			A[i] = fabs(state[i]);
+		}
+		for (int s = 0; s < 3; s++) {
+			const int64_t T = steps[s];
+			float *q = randoms(sk * hk * T, 0.4), *k = randoms(sk * hk * T, 0.4);
+			float *v = randoms(sv * hv * T, 2.0), *g = randoms(hv * T, 0.5);
+			float *beta = randoms(hv * T, 0.5), *got, *after;
+			struct q4kh_tensor qt, kt, vt, gt, bt, ot;
+
+			for (int64_t i = 0; i < hv * T; i++) {
+				g[i] = g[i] - 0.5f;       /* log decay in [-1, 0) */
+				beta[i] = beta[i] + 0.5f; /* in [0, 1) */
+			}
+			qt = tensor(e, Q4KH_TYPE_F32, sk, hk, T, q);
+			kt = tensor(e, Q4KH_TYPE_F32, sk, hk, T, k);
+			vt = tensor(e, Q4KH_TYPE_F32, sv, hv, T, v);
+			gt = tensor(e, Q4KH_TYPE_F32, hv, T, 1, g);
+			bt = tensor(e, Q4KH_TYPE_F32, hv, T, 1, beta);
+			ot = tensor(e, Q4KH_TYPE_F32, sv, hv, T, NULL);
+			cr_assert_eq(e->b->delta_net(e->dev, &qt, &kt, &vt, &gt, &bt, &stt, scale, &ot),
+			             Q4KH_OK, "%s", e->b->last_error(e->ctx));
+			got = fetch(e, &ot);
+			after = fetch(e, &stt);
+			for (int64_t t = 0; t < T; t++) {
+				tokens++;
+				for (int64_t h = 0; h < hv; h++) {
+					const float *kk = k + (t * hk + h % hk) * sk;
+					const float *qq = q + (t * hk + h % hk) * sk;
+					const double decay = exp((double)g[t * hv + h]);
+					const double b = beta[t * hv + h];
+					const double room = 2.0 * (double)tokens * (double)(sk + 8) * U;
+
+					for (int64_t i = 0; i < sv; i++) {
+						double *row = S + (h * sv + i) * sk, *arow = A + (h * sv + i) * sk;
+						double rk = 0, ak = 0, o = 0, ao = 0, d, ad;
+
+						for (int64_t c = 0; c < sk; c++) {
+							row[c] *= decay;
+							arow[c] *= decay;
+							rk += row[c] * kk[c];
+							ak += arow[c] * fabs(kk[c]);
+						}
+						d = b * (v[(t * hv + h) * sv + i] - rk);
+						ad = b * (fabs(v[(t * hv + h) * sv + i]) + ak);
+						for (int64_t c = 0; c < sk; c++) {
+							row[c] += d * kk[c];
+							arow[c] += ad * fabs(kk[c]);
+							o += row[c] * qq[c];
+							ao += arow[c] * fabs(qq[c]);
+						}
+						EXPECT_NEAR(got[(t * hv + h) * sv + i], scale * o,
+						            room * scale * ao + 1e-37,
+						            "%s delta_net step %d token %lld head %lld row %lld",
+						            isas[isa_], s, (long long)t, (long long)h,
+						            (long long)i);
+					}
+				}
+			}
+			for (int64_t i = 0; i < sk * sv * hv; i++)
+				EXPECT_NEAR(after[i], S[i],
+				            2.0 * (double)tokens * (double)(sk + 8) * U * A[i] + 1e-37,
+				            "%s delta_net step %d: state value %lld", isas[isa_], s,
+				            (long long)i);
+			free(q);
+			free(k);
+			free(v);
+			free(g);
+			free(beta);
+			free(got);
+			free(after);
+			drop(e, &qt);
+			drop(e, &kt);
+			drop(e, &vt);
+			drop(e, &gt);
+			drop(e, &bt);
+			drop(e, &ot);
+		}
+		free(state);
+		free(S);
+		free(A);
+		drop(e, &stt);
 	}
 }
 

@@ -7,16 +7,19 @@
  * judges it against the reference like any other candidate.
  *
  * Files: fast_plugin.c (identity, settings, devices, buffers), fast_pool.c
- * (the worker pool), fast_tensor.c (argument checks), fast_ops.c (row-wise
- * ops), fast_rope.c, fast_attention.c, fast_matmul.c (the built-in matrix
- * product), and the inner loops once per instruction set (fast_kernels.h,
- * built by fast_avx2.c and fast_avx512.c with their own -m flags).
+ * (the worker pool), fast_tensor.c (argument checks, through the SDK's
+ * contract.h), fast_ops.c (row-wise ops), fast_rope.c, fast_attention.c,
+ * fast_recurrent.c (the linear-attention ops), fast_matmul.c (the
+ * built-in matrix product), and the inner loops once per instruction set
+ * (fast_kernels.h, built by fast_avx2.c and fast_avx512.c with their own
+ * -m flags).
  */
 #ifndef Q4KH_FAST_H
 #define Q4KH_FAST_H
 
 #include <stdint.h>
 
+#include "q4khost/contract.h"
 #include "q4khost/plugin.h"
 
 #include "fast_pool.h"
@@ -60,6 +63,16 @@ struct fast_kernels {
 	                  float *out, int64_t half);
 	void (*rope_norm)(const float *x, const float *cc, const float *ss,
 	                  float *out, int64_t n_rot);
+	/* out = f(x), f as q4kh_unary_kind says */
+	void (*unary)(q4kh_unary_kind kind, const float *x, float *out, int64_t n);
+	/*
+	 * One row of a delta-rule state and one token (plugin.h, delta_net):
+	 * with r the row's products with k and q and kq = k . q,
+	 *   d = beta (v - decay (row . k)),  row = decay row + d k,
+	 * returning the new row . q = decay (old row . q) + d kq.
+	 */
+	float (*delta_row)(float *row, const float *k, const float *q, int64_t n,
+	                   float decay, float beta, float v, float kq);
 };
 
 extern const struct fast_kernels fast_avx2_kernels;
@@ -108,27 +121,15 @@ static inline int64_t fast_grain(int64_t row_len)
 
 /* --- argument checks (fast_tensor.c) --- */
 
-/* Bit of a type in a mask of accepted types. */
-#define FAST_T(type) (UINT64_C(1) << (type))
-#define FAST_F32 FAST_T(Q4KH_TYPE_F32)
-#define FAST_F16 FAST_T(Q4KH_TYPE_F16)
-
 /*
- * WHAT (named in messages) is a view an op may use: not NULL, in a buffer
- * of DEV, of one of TYPES, 1 <= ne <= 2^40, rows of whole contiguous
- * blocks, aligned, inside its buffer; and, where NE[i] >= 0, ne[i] ==
- * NE[i].
+ * The contract checks' view of DEV (q4khost/contract.h): its buffers, the
+ * weight types it decodes, its last error as the message. With DEV NULL
+ * every op check fails.
  */
-q4kh_status fast_check(q4kh_device_ctx *dev, const char *what,
-                       const struct q4kh_tensor *t, uint64_t types, int64_t ne0,
-                       int64_t ne1, int64_t ne2, int64_t ne3);
-/* OUT and IN share no byte; with SAME_OK, OUT may also be exactly IN. */
-q4kh_status fast_apart(q4kh_device_ctx *dev, const char *what,
-                       const struct q4kh_tensor *out, const struct q4kh_tensor *in,
-                       int same_ok);
-/* An ABI 1.2 index tensor: I32 {n} of DEV, every value in [0, limit). */
-q4kh_status fast_index(q4kh_device_ctx *dev, const char *what,
-                       const struct q4kh_tensor *t, int64_t n, int64_t limit);
+struct q4kh_check fast_contract(q4kh_device_ctx *dev);
+/* The values of index tensor T, checked as I32 {n}: each in [0, limit). */
+q4kh_status fast_index_values(q4kh_device_ctx *dev, const char *what,
+                              const struct q4kh_tensor *t, int64_t limit);
 
 /* Element (0, i1, i2, i3) of t. */
 static inline unsigned char *fast_at(const struct q4kh_tensor *t, int64_t i1,
@@ -153,6 +154,7 @@ static inline int64_t fast_rows(const struct q4kh_tensor *t)
 /* --- dequantization (the reference's plugins/cpu/cpu_quant.c) --- */
 
 int cpu_type_supported(uint32_t type);
+uint32_t cpu_supported_types(void);
 void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
 /* --- ops --- */
@@ -200,6 +202,17 @@ q4kh_status fast_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q
                                const struct q4kh_tensor *pos,
                                const struct q4kh_attn_params *params,
                                const struct q4kh_tensor *out);
+
+q4kh_status fast_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                       const struct q4kh_tensor *x, const struct q4kh_tensor *out);
+q4kh_status fast_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *w, const struct q4kh_tensor *state,
+                          const struct q4kh_tensor *out);
+q4kh_status fast_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                           const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                           const struct q4kh_tensor *g, const struct q4kh_tensor *beta,
+                           const struct q4kh_tensor *state, float scale,
+                           const struct q4kh_tensor *out);
 
 /* Free DEV's RoPE tables (fast_rope.c). */
 void fast_angles_free(q4kh_device_ctx *dev);

@@ -91,54 +91,6 @@ static void attn_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 	}
 }
 
-static q4kh_status attn_tensors(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
-                                const struct q4kh_tensor *k, const struct q4kh_tensor *v,
-                                const struct q4kh_tensor *out)
-{
-	const uint64_t cache = FAST_F32 | FAST_F16;
-	q4kh_status st;
-
-	if ((st = fast_check(dev, "attention q", q, FAST_F32, -1, -1, -1, 1)) ||
-	    (st = fast_check(dev, "attention k_cache", k, cache, q->ne[0], -1, -1, 1)) ||
-	    (st = fast_check(dev, "attention v_cache", v, cache, k->ne[0], k->ne[1], k->ne[2],
-	                     1)) ||
-	    (st = fast_check(dev, "attention out", out, FAST_F32, q->ne[0], q->ne[1], q->ne[2],
-	                     1)) ||
-	    (st = fast_apart(dev, "attention", out, q, 0)) ||
-	    (st = fast_apart(dev, "attention", out, k, 0)) ||
-	    (st = fast_apart(dev, "attention", out, v, 0)))
-		return st;
-	if (q->ne[1] % k->ne[1])
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "attention: %lld query heads is not a multiple of %lld KV heads",
-		                 (long long)q->ne[1], (long long)k->ne[1]);
-	return Q4KH_OK;
-}
-
-/* The checks of params; pos0 only when it is used (USE_POS0). */
-static q4kh_status attn_params(q4kh_device_ctx *dev, const struct q4kh_attn_params *p,
-                               int64_t T, int64_t n_ctx, int use_pos0)
-{
-	const size_t need = offsetof(struct q4kh_attn_params, softcap) + sizeof(p->softcap);
-
-	if (!p || p->struct_size < need)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "attention: params %s, expected a struct of at least %zu bytes",
-		                 p ? "too small" : "NULL", need);
-	if (use_pos0 && (p->pos0 < 0 || p->pos0 > n_ctx - T))
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "attention: positions %lld .. %lld, expected inside the "
-		                 "%lld-position cache",
-		                 (long long)p->pos0, (long long)(p->pos0 + T - 1),
-		                 (long long)n_ctx);
-	if (p->window < 0 || !isfinite(p->scale) || !(p->softcap >= 0.0f) || isinf(p->softcap))
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "attention: window %d, scale %g, softcap %g: expected a window "
-		                 ">= 0, a finite scale and a finite softcap >= 0",
-		                 p->window, (double)p->scale, (double)p->softcap);
-	return Q4KH_OK;
-}
-
 /* Run checked job J, whose queries reach at most key position LAST. */
 static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
                             const struct q4kh_attn_params *params, int64_t last)
@@ -171,12 +123,10 @@ q4kh_status fast_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                            const struct q4kh_tensor *out)
 {
 	struct attn_job j = { .dev = dev, .q = q, .k = k_cache, .v = v_cache, .out = out };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
-	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 1)))
+	if ((st = q4kh_check_attention(&c, q, k_cache, v_cache, params, out)))
 		return st;
 	j.pos0 = params->pos0;
 	return attn_run(dev, &j, params, params->pos0 + q->ne[2] - 1);
@@ -191,14 +141,11 @@ q4kh_status fast_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q
 {
 	struct attn_job j = { .dev = dev, .q = q, .k = k_cache, .v = v_cache, .out = out };
 	int64_t last = 0;
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = attn_tensors(dev, q, k_cache, v_cache, out)) ||
-	    (st = attn_params(dev, params, q->ne[2], k_cache->ne[2], 0)) ||
-	    (st = fast_index(dev, "attention_ext pos", pos, q->ne[2], k_cache->ne[2])) ||
-	    (st = fast_apart(dev, "attention", out, pos, 0)))
+	if ((st = q4kh_check_attention_ext(&c, q, k_cache, v_cache, pos, params, out)) ||
+	    (st = fast_index_values(dev, "attention_ext pos", pos, k_cache->ne[2])))
 		return st;
 	j.pos = (const int32_t *)fast_at(pos, 0, 0, 0);
 	for (int64_t t = 0; t < q->ne[2]; t++)

@@ -274,6 +274,65 @@ static void rope_norm(const float *x, const float *cc, const float *ss, float *o
 	}
 }
 
+/* softplus(x) = log(1 + e^x), without overflow for large x. */
+static inline float softplus1(float x)
+{
+	return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+}
+
+static void unary(q4kh_unary_kind kind, const float *x, float *out, int64_t n)
+{
+	int64_t i = 0;
+
+	if (kind == Q4KH_UNARY_SOFTPLUS) {
+		for (; i < n; i++)
+			out[i] = softplus1(x[i]);
+		return;
+	}
+	for (; i + FAST_W <= n; i += FAST_W) {
+		const vf v = vload(x + i);
+
+		vstore(out + i, kind == Q4KH_UNARY_SILU ? vsilu(v)
+		                                        : vdiv(vset(1.0f),
+		                                               vadd(vset(1.0f),
+		                                                    vexp(vsub(vzero(), v)))));
+	}
+	for (; i < n; i++)
+		out[i] = kind == Q4KH_UNARY_SILU ? silu1(x[i]) : 1.0f / (1.0f + expf(-x[i]));
+}
+
+/*
+ * One row of a delta-rule state (fast.h): two passes over the row, the
+ * first for its products with k and q, the second for the update.
+ */
+static float delta_row(float *row, const float *k, const float *q, int64_t n, float decay,
+                       float beta, float v, float kq)
+{
+	vf ak = vzero(), aq = vzero();
+	float rk, rq, d;
+	int64_t i = 0;
+
+	for (; i + FAST_W <= n; i += FAST_W) {
+		const vf r = vload(row + i);
+
+		ak = vfma(r, vload(k + i), ak);
+		aq = vfma(r, vload(q + i), aq);
+	}
+	rk = vhsum(ak);
+	rq = vhsum(aq);
+	for (; i < n; i++) {
+		rk += row[i] * k[i];
+		rq += row[i] * q[i];
+	}
+	d = beta * (v - decay * rk);
+	i = 0;
+	for (; i + FAST_W <= n; i += FAST_W)
+		vstore(row + i, vfma(vload(row + i), vset(decay), vmul(vset(d), vload(k + i))));
+	for (; i < n; i++)
+		row[i] = row[i] * decay + d * k[i];
+	return decay * rq + d * kq;
+}
+
 const struct fast_kernels FAST_TABLE = {
 	.name = FAST_NAME,
 	.sum_squares = sum_squares,
@@ -291,6 +350,8 @@ const struct fast_kernels FAST_TABLE = {
 	.exp_sum = exp_sum,
 	.rope_neox = rope_neox,
 	.rope_norm = rope_norm,
+	.unary = unary,
+	.delta_row = delta_row,
 };
 
 #endif

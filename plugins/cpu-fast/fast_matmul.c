@@ -38,18 +38,10 @@ q4kh_status fast_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                          const struct q4kh_tensor *x, const struct q4kh_tensor *y)
 {
 	struct matmul_job j = { dev, w, x, y };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (w && !cpu_type_supported(w->type))
-		return fast_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
-		                 "mul_mat: weight of type %u, which this backend cannot decode",
-		                 w->type);
-	if ((st = fast_check(dev, "mul_mat w", w, ~UINT64_C(0), -1, -1, 1, 1)) ||
-	    (st = fast_check(dev, "mul_mat x", x, FAST_F32, w->ne[0], -1, 1, 1)) ||
-	    (st = fast_check(dev, "mul_mat y", y, FAST_F32, w->ne[1], x->ne[1], 1, 1)) ||
-	    (st = fast_apart(dev, "mul_mat", y, x, 0)) || (st = fast_apart(dev, "mul_mat", y, w, 0)) ||
+	if ((st = q4kh_check_mul_mat(&c, w, x, y)) ||
 	    (st = fast_scratch(dev, sizeof(float) * (uint64_t)w->ne[0])))
 		return st;
 	fast_pool_run(dev->pool, w->ne[1], fast_grain(w->ne[0] * x->ne[1]), matmul_task, &j);

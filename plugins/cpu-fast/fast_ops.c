@@ -47,41 +47,15 @@ static q4kh_status get_rows_run(q4kh_device_ctx *dev, const struct q4kh_tensor *
 	return Q4KH_OK;
 }
 
-/* The checks of table and out that get_rows and get_rows_ext share. */
-static q4kh_status get_rows_tensors(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
-                                    int64_t n, const struct q4kh_tensor *out)
-{
-	q4kh_status st;
-
-	if (table && !cpu_type_supported(table->type))
-		return fast_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
-		                 "get_rows: table of type %u, which this backend cannot decode",
-		                 table->type);
-	if ((st = fast_check(dev, "get_rows table", table, ~UINT64_C(0), -1, -1, 1, 1)) ||
-	    (st = fast_check(dev, "get_rows out", out, FAST_F32, table->ne[0], n, 1, 1)))
-		return st;
-	return fast_apart(dev, "get_rows", out, table, 0);
-}
-
 q4kh_status fast_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
                           const int32_t *ids, int64_t n, float scale,
                           const struct q4kh_tensor *out)
 {
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (n < 1 || !ids)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "get_rows: %lld ids at %p, expected at least one",
-		                 (long long)n, (const void *)ids);
-	if ((st = get_rows_tensors(dev, table, n, out)))
+	if ((st = q4kh_check_get_rows(&c, table, ids, n, out)))
 		return st;
-	for (int64_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= table->ne[1])
-			return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-			                 "get_rows: ids[%lld] = %d, expected 0 .. %lld",
-			                 (long long)i, ids[i], (long long)table->ne[1] - 1);
 	return get_rows_run(dev, table, ids, n, scale, out);
 }
 
@@ -89,16 +63,14 @@ q4kh_status fast_get_rows_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *ta
                               const struct q4kh_tensor *ids, float scale,
                               const struct q4kh_tensor *out)
 {
-	int64_t n = ids ? ids->ne[0] : 1;
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = get_rows_tensors(dev, table, n, out)) ||
-	    (st = fast_index(dev, "get_rows_ext ids", ids, n, table->ne[1])))
+	if ((st = q4kh_check_get_rows_ext(&c, table, ids, out)) ||
+	    (st = fast_index_values(dev, "get_rows_ext ids", ids, table->ne[1])))
 		return st;
-	return get_rows_run(dev, table, (const int32_t *)fast_at(ids, 0, 0, 0), n, scale,
-	                    out);
+	return get_rows_run(dev, table, (const int32_t *)fast_at(ids, 0, 0, 0), ids->ne[0],
+	                    scale, out);
 }
 
 /* --- rms_norm --- */
@@ -134,21 +106,11 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *out)
 {
 	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, NULL, eps };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = fast_check(dev, "rms_norm x", x, FAST_F32, -1, -1, -1, -1)) ||
-	    (st = fast_check(dev, "rms_norm out", out, FAST_F32, x->ne[0], x->ne[1], x->ne[2],
-	                     x->ne[3])) ||
-	    (st = fast_apart(dev, "rms_norm", out, x, 1)))
+	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
-	if (w && ((st = fast_check(dev, "rms_norm w", w, FAST_F32, x->ne[0], 1, 1, 1)) ||
-	          (st = fast_apart(dev, "rms_norm", out, w, 0))))
-		return st;
-	if (!(eps >= 0.0f) || isinf(eps))
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "rms_norm: eps = %g, expected a finite value >= 0", (double)eps);
 	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
 	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
@@ -193,20 +155,11 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op, const struct q4k
                           int mul)
 {
 	struct binary_job j = { dev ? dev->k : NULL, a, b, out, mul };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = fast_check(dev, op, a, FAST_F32, -1, -1, -1, -1)) ||
-	    (st = fast_check(dev, op, b, FAST_F32, -1, -1, -1, -1)) ||
-	    (st = fast_check(dev, op, out, FAST_F32, a->ne[0], a->ne[1], a->ne[2], a->ne[3])) ||
-	    (st = fast_apart(dev, op, out, a, 1)) || (st = fast_apart(dev, op, out, b, 1)))
+	if ((st = q4kh_check_binary(&c, op, a, b, out)))
 		return st;
-	for (int i = 0; i < 4; i++)
-		if (b->ne[i] != 1 && b->ne[i] != a->ne[i])
-			return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-			                 "%s: b->ne[%d] = %lld, expected 1 or a->ne[%d] = %lld", op,
-			                 i, (long long)b->ne[i], i, (long long)a->ne[i]);
 	fast_pool_run(dev->pool, fast_rows(a), fast_grain(a->ne[0]), binary_task, &j);
 	return Q4KH_OK;
 }
@@ -243,14 +196,10 @@ q4kh_status fast_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x, float 
                        const struct q4kh_tensor *out)
 {
 	struct scale_job j = { dev ? dev->k : NULL, x, out, s };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = fast_check(dev, "scale x", x, FAST_F32, -1, -1, -1, -1)) ||
-	    (st = fast_check(dev, "scale out", out, FAST_F32, x->ne[0], x->ne[1], x->ne[2],
-	                     x->ne[3])) ||
-	    (st = fast_apart(dev, "scale", out, x, 1)))
+	if ((st = q4kh_check_scale(&c, x, out)))
 		return st;
 	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), scale_task, &j);
 	return Q4KH_OK;
@@ -280,20 +229,10 @@ q4kh_status fast_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
                      const struct q4kh_tensor *out)
 {
 	struct glu_job j = { dev ? dev->k : NULL, gate, up, out, kind };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (kind != Q4KH_GLU_GELU_TANH && kind != Q4KH_GLU_SILU)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "glu: kind %d, expected %d (GELU tanh) or %d (SiLU)", (int)kind,
-		                 Q4KH_GLU_GELU_TANH, Q4KH_GLU_SILU);
-	if ((st = fast_check(dev, "glu gate", gate, FAST_F32, -1, -1, -1, -1)) ||
-	    (st = fast_check(dev, "glu up", up, FAST_F32, gate->ne[0], gate->ne[1], gate->ne[2],
-	                     gate->ne[3])) ||
-	    (st = fast_check(dev, "glu out", out, FAST_F32, gate->ne[0], gate->ne[1],
-	                     gate->ne[2], gate->ne[3])) ||
-	    (st = fast_apart(dev, "glu", out, gate, 1)) || (st = fast_apart(dev, "glu", out, up, 1)))
+	if ((st = q4kh_check_glu(&c, kind, gate, up, out)))
 		return st;
 	fast_pool_run(dev->pool, fast_rows(gate), fast_grain(gate->ne[0]), glu_task, &j);
 	return Q4KH_OK;
@@ -336,14 +275,10 @@ q4kh_status fast_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
                       const struct q4kh_tensor *dst)
 {
 	struct copy_job j = { dev ? dev->k : NULL, src, dst, NULL };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = fast_check(dev, "copy src", src, FAST_F32 | FAST_F16, -1, -1, -1, -1)) ||
-	    (st = fast_check(dev, "copy dst", dst, FAST_F32 | FAST_F16, src->ne[0], src->ne[1],
-	                     src->ne[2], src->ne[3])) ||
-	    (st = fast_apart(dev, "copy", dst, src, 1)))
+	if ((st = q4kh_check_copy(&c, src, dst)))
 		return st;
 	fast_pool_run(dev->pool, fast_rows(src), fast_grain(src->ne[0]), copy_task, &j);
 	return Q4KH_OK;
@@ -353,16 +288,11 @@ q4kh_status fast_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
                           const struct q4kh_tensor *rows, const struct q4kh_tensor *dst)
 {
 	struct copy_job j = { dev ? dev->k : NULL, src, dst, NULL };
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = fast_check(dev, "set_rows src", src, FAST_F32, -1, -1, -1, 1)) ||
-	    (st = fast_check(dev, "set_rows dst", dst, FAST_F32 | FAST_F16, src->ne[0],
-	                     src->ne[1], -1, 1)) ||
-	    (st = fast_apart(dev, "set_rows", dst, src, 0)) ||
-	    (st = fast_index(dev, "set_rows rows", rows, src->ne[2], dst->ne[2])) ||
-	    (st = fast_apart(dev, "set_rows", dst, rows, 0)))
+	if ((st = q4kh_check_set_rows(&c, src, rows, dst)) ||
+	    (st = fast_index_values(dev, "set_rows rows", rows, dst->ne[2])))
 		return st;
 	j.rows = (const int32_t *)fast_at(rows, 0, 0, 0);
 	fast_pool_run(dev->pool, src->ne[1] * src->ne[2], fast_grain(src->ne[0]), copy_task,

@@ -447,6 +447,9 @@ static const struct q4kh_backend_v1 table = {
 	.set_rows = fast_set_rows,
 	.attention_ext = fast_attention_ext,
 	.buffer_wrap = f_buffer_wrap,
+	.unary = fast_unary,
+	.ssm_conv = fast_ssm_conv,
+	.delta_net = fast_delta_net,
 };
 
 #ifdef __clang__

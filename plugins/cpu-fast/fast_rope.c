@@ -221,33 +221,6 @@ static void rope_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 	}
 }
 
-static q4kh_status check_params(q4kh_device_ctx *dev, const struct q4kh_rope_params *p,
-                                int64_t hd)
-{
-	if (p->mode != Q4KH_ROPE_NORM && p->mode != Q4KH_ROPE_NEOX)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: mode %u, expected %d or %d",
-		                 p->mode, Q4KH_ROPE_NORM, Q4KH_ROPE_NEOX);
-	if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > hd)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "rope: n_rot = %d, expected an even number from 2 to the "
-		                 "head dimension %lld",
-		                 p->n_rot, (long long)hd);
-	if (!(p->base > 0.0f) || isinf(p->base) || !(p->freq_scale > 0.0f) ||
-	    isinf(p->freq_scale) || !isfinite(p->ext_factor) || !isfinite(p->attn_factor) ||
-	    !isfinite(p->beta_fast) || !isfinite(p->beta_slow) ||
-	    (p->ext_factor != 0.0f &&
-	     (p->n_ctx_orig < 1 || !(p->beta_fast > 0.0f) || !(p->beta_slow > 0.0f))))
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "rope: base %g, freq_scale %g, ext_factor %g, attn_factor %g, "
-		                 "beta_fast %g, beta_slow %g, n_ctx_orig %d: expected finite "
-		                 "values, base and scale > 0, and with ext_factor betas > 0 "
-		                 "and n_ctx_orig > 0",
-		                 (double)p->base, (double)p->freq_scale, (double)p->ext_factor,
-		                 (double)p->attn_factor, (double)p->beta_fast,
-		                 (double)p->beta_slow, p->n_ctx_orig);
-	return Q4KH_OK;
-}
-
 /* rope of checked x over positions pos[0 .. x->ne[2]) (each >= 0). */
 static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                             const int32_t *pos, const struct q4kh_rope_params *p,
@@ -272,17 +245,6 @@ static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	return Q4KH_OK;
 }
 
-static q4kh_status rope_tensors(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
-                                const struct q4kh_tensor *out)
-{
-	q4kh_status st;
-
-	if ((st = fast_check(dev, "rope x", x, FAST_F32, -1, -1, -1, 1)) ||
-	    (st = fast_check(dev, "rope out", out, FAST_F32, x->ne[0], x->ne[1], x->ne[2], 1)))
-		return st;
-	return fast_apart(dev, "rope", out, x, 1);
-}
-
 q4kh_status fast_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x, const int32_t *pos,
                       int32_t n_rot, q4kh_rope_mode mode, float base, float freq_scale,
                       const struct q4kh_tensor *out)
@@ -291,17 +253,18 @@ q4kh_status fast_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x, const i
 		.struct_size = sizeof(p), .n_rot = n_rot, .mode = (uint32_t)mode,
 		.base = base, .freq_scale = freq_scale, .attn_factor = 1.0f,
 	};
+	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!pos)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: pos is NULL");
-	if ((st = rope_tensors(dev, x, out)) || (st = check_params(dev, &p, x->ne[0])))
+	if ((st = q4kh_check_rope(&c, x, pos, n_rot, mode, base, freq_scale, out)))
 		return st;
+	/* The angle tables are indexed by position: the host's are never
+	 * negative. */
 	for (int64_t t = 0; t < x->ne[2]; t++)
 		if (pos[t] < 0)
-			return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "rope: pos[%lld] = %d < 0",
+			return fast_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "rope: pos[%lld] = %d: this backend rotates positions "
+			                 ">= 0 only",
 			                 (long long)t, pos[t]);
 	return rope_run(dev, x, pos, &p, NULL, out);
 }
@@ -310,24 +273,14 @@ q4kh_status fast_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *pos, const struct q4kh_rope_params *p,
                           const struct q4kh_tensor *out)
 {
-	const size_t need = offsetof(struct q4kh_rope_params, freq_factors) + sizeof(p->freq_factors);
+	const struct q4kh_check c = fast_contract(dev);
 	const float *ff = NULL;
 	q4kh_status st;
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!p || p->struct_size < need)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "rope_ext: params %s, expected a struct of at least %zu bytes",
-		                 p ? "too small" : "NULL", need);
-	if ((st = rope_tensors(dev, x, out)) || (st = check_params(dev, p, x->ne[0])) ||
-	    (st = fast_index(dev, "rope_ext pos", pos, x->ne[2], INT32_MAX)))
+	if ((st = q4kh_check_rope_ext(&c, x, pos, p, out)) ||
+	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)))
 		return st;
-	if (p->freq_factors) {
-		if ((st = fast_check(dev, "rope_ext freq_factors", p->freq_factors, FAST_F32,
-		                     p->n_rot / 2, 1, 1, 1)))
-			return st;
+	if (p->freq_factors)
 		ff = (const float *)fast_at(p->freq_factors, 0, 0, 0);
-	}
 	return rope_run(dev, x, (const int32_t *)fast_at(pos, 0, 0, 0), p, ff, out);
 }
