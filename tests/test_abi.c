@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 2);
+	cr_expect_eq(Q4KH_ABI_MINOR, 3);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -192,7 +192,12 @@ Test(abi, native_device)
 	OFF(q4kh_native_device, ordinal, 4);
 	OFF(q4kh_native_device, stream, 8);
 	OFF(q4kh_native_device, address, 16);
-	SIZE(q4kh_native_device, 24);
+	/* ABI 1.3 */
+	OFF(q4kh_native_device, threads, 24);
+	OFF(q4kh_native_device, reserved, 28);
+	OFF(q4kh_native_device, pool, 32);
+	OFF(q4kh_native_device, parallel, 40);
+	SIZE(q4kh_native_device, 48);
 }
 
 Test(abi, kernel_table)
@@ -227,7 +232,9 @@ Test(abi, plugin_descriptor)
 	OFF(q4kh_plugin_desc, build_id, 48);
 	OFF(q4kh_plugin_desc, backend, 56);
 	OFF(q4kh_plugin_desc, kernel, 64);
-	SIZE(q4kh_plugin_desc, 72);
+	/* ABI 1.3 */
+	OFF(q4kh_plugin_desc, backend_kind, 72);
+	SIZE(q4kh_plugin_desc, 80);
 }
 
 /* ggml-common.h block sizes: 2 + 4 + 16, 2 + 32, 2 + 16, and so on. */

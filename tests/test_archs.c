@@ -16,17 +16,23 @@
  *   - q4khost run prints llama.cpp's greedy text (up to its first
  *     end-of-generation token, where run stops);
  *   - bad files fail with an error naming the key and the value.
- * The KV cache is F16, as llama.cpp's.
+ * The KV cache is F16, as llama.cpp's. The same checks hold for the fast
+ * cpu path, the cpu-fast backend with its built-in kernels and with the
+ * cpu-simd kernel variant, and F2 (q4khost validate, fresh) passes both
+ * against the reference on every fixture and on the default model.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "helpers.h"
+#include "kernel.h"
 #include "model.h"
+#include "policy.h"
 #include "registry.h"
 #include "sampler.h"
 #include "session.h"
@@ -153,18 +159,44 @@ static double check_case(struct q4kh_session *s, const struct oracle *o,
 	return worst;
 }
 
-/* Model tiny-NAME.gguf of architecture ARCH against its fixture. */
-static void check_model(const char *name_, const char *arch)
+/*
+ * The plugin path of the fast cpu path (reference, cpu-fast, cpu-simd),
+ * or NULL when this build or CPU has no cpu-fast. malloc()ed.
+ */
+static char *fast_path(void)
+{
+	const char *b = test_builddir();
+	char *so, *path = NULL;
+
+	cr_assert_geq(asprintf(&so, "%s/plugins/cpu-fast/.libs/cpu-fast.so", b), 0);
+	__builtin_cpu_init();
+	if (access(so, R_OK) == 0 && __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("fma"))
+		cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
+		                              "%s/plugins/cpu-simd/.libs",
+		                       b, b, b), 0);
+	free(so);
+	return path;
+}
+
+/*
+ * Model tiny-NAME.gguf of architecture ARCH against its fixture on
+ * BACKEND, through kernel variant VARIANT or its built-in kernels (NULL),
+ * its plugins found on PLUGIN_PATH (NULL: the test's).
+ */
+static void check_on(const char *name_, const char *arch, const char *plugin_path,
+                     const char *backend, const char *variant)
 {
 	char name[64];
 	char *path;
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_backend be;
+	struct q4kh_kernel k = { 0 };
 	struct q4kh_model *m = NULL;
 	struct q4kh_tokenizer *tok = NULL;
 	struct q4kh_session *s = NULL;
-	struct q4kh_session_params sp = { .n_ctx = 256, .kv_type = Q4KH_TYPE_F16 };
+	struct q4kh_session_params sp = { .n_ctx = 256, .kv = Q4KH_KV_F16 };
 	struct oracle o;
 	json_t *c;
 	size_t ci;
@@ -173,14 +205,19 @@ static void check_model(const char *name_, const char *arch)
 	load_oracle(name_, &o);
 	snprintf(name, sizeof(name), "tiny-%s.gguf", name_);
 	path = fixture(name);
-	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	cr_assert_not_null(q4kh_registry_find(reg, "cpu"), "cpu plugin not found on %s", reg->path);
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_registry_scan(plugin_path, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_not_null(q4kh_registry_find(reg, backend), "%s not found on %s", backend,
+	                   reg->path);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, backend), 0, &be, &err), 0, "%s",
+	             err.msg);
 	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
 	cr_assert_str_eq(m->arch->name, arch);
 	cr_assert_eq(m->hp.n_vocab, o.n_vocab);
 	cr_assert_eq(q4kh_tokenizer_load(m->gguf, &tok, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
+		             err.msg);
 	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
 	json_array_foreach(json_object_get(o.root, "cases"), ci, c) {
 		double w;
@@ -190,14 +227,34 @@ static void check_model(const char *name_, const char *arch)
 			worst = w;
 	}
 	cr_assert_geq(ci, 3, "%s: %zu cases", arch, ci);
-	fprintf(stderr, "%s: minimum cosine over every position of every case: %.6f\n", name_, worst);
+	fprintf(stderr, "%s on %s/%s: minimum cosine over every position of every case: %.6f\n",
+	        name_, backend, variant ? variant : "built-in", worst);
 	q4kh_session_free(s);
 	q4kh_tokenizer_free(tok);
 	q4kh_model_free(m);
+	q4kh_kernel_close(&k);
 	q4kh_backend_close(&be);
 	q4kh_registry_free(reg);
 	json_decref(o.root);
 	free(o.hidden);
+	free(path);
+}
+
+/* On the reference. */
+static void check_model(const char *name, const char *arch)
+{
+	check_on(name, arch, NULL, "cpu", NULL);
+}
+
+/* On cpu-fast, alone and with cpu-simd (F16 cache: its default). */
+static void check_fast(const char *name, const char *arch)
+{
+	char *path = fast_path();
+
+	if (!path)
+		cr_skip_test("this build or CPU has no cpu-fast");
+	check_on(name, arch, path, "cpu-fast", NULL);
+	check_on(name, arch, path, "cpu-fast", "cpu-simd");
 	free(path);
 }
 
@@ -213,6 +270,81 @@ Test(archs, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 Test(archs, qwen2_yarn_matches_llama_cpp, .timeout = 300)
 {
 	check_model("qwen2-yarn", "qwen2");
+}
+
+Test(archs_cpu_fast, llama_matches_llama_cpp, .timeout = 300) { check_fast("llama", "llama"); }
+Test(archs_cpu_fast, qwen2_matches_llama_cpp, .timeout = 300) { check_fast("qwen2", "qwen2"); }
+Test(archs_cpu_fast, qwen3_matches_llama_cpp, .timeout = 300) { check_fast("qwen3", "qwen3"); }
+Test(archs_cpu_fast, qwen35_matches_llama_cpp, .timeout = 300) { check_fast("qwen35", "qwen35"); }
+Test(archs_cpu_fast, llama_rope_freqs_match_llama_cpp, .timeout = 300)
+{
+	check_fast("llama-ropefreqs", "llama");
+}
+Test(archs_cpu_fast, qwen2_yarn_matches_llama_cpp, .timeout = 300)
+{
+	check_fast("qwen2-yarn", "qwen2");
+}
+
+/*
+ * F2 through the real CLI, fresh: every cpu-fast candidate (built-in
+ * kernels, cpu-simd) of MODEL passes against the reference. The verdicts,
+ * lowest cosines and near-ties go to stderr.
+ */
+static void f2_passes(const char *model)
+{
+	char *path = fast_path(), *cmd, *out;
+	json_t *doc, *c;
+	json_error_t jerr;
+	size_t i;
+	int status;
+
+	if (!path)
+		cr_skip_test("this build or CPU has no cpu-fast");
+	cr_assert_geq(asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s '%s/host/cli/q4khost' validate "
+	                             "--json --f2 fresh --backend cpu-fast --plugin-path %s "
+	                             "-m '%s' 2>/dev/null",
+	                       test_tmpdir(), test_builddir(), path, model), 0);
+	status = test_shell(cmd, &out);
+	doc = json_loads(out, 0, &jerr);
+	cr_assert_not_null(doc, "q4khost validate printed no JSON (%s): %s", jerr.text, out);
+	cr_expect_eq(status, 0, "%s", out);
+	cr_expect_eq(json_array_size(json_object_get(doc, "candidates")), 2, "%s", out);
+	json_array_foreach(json_object_get(doc, "candidates"), i, c) {
+		const char *kernel = json_string_value(json_object_get(c, "kernel"));
+
+		cr_expect_str_eq(json_string_value(json_object_get(c, "verdict")), "pass",
+		                 "%s cpu-fast/%s: %s", model, kernel,
+		                 json_string_value(json_object_get(c, "message")));
+		fprintf(stderr, "F2 %s cpu-fast/%s: %s, min cosine %.6f, %lld near-ties\n", model,
+		        kernel, json_string_value(json_object_get(c, "verdict")),
+		        json_real_value(json_object_get(c, "min_cosine")),
+		        (long long)json_integer_value(json_object_get(c, "near_ties")));
+	}
+	json_decref(doc);
+	free(out);
+	free(cmd);
+	free(path);
+}
+
+Test(archs_cpu_fast, f2_passes_on_every_fixture, .timeout = 600)
+{
+	static const char *const names[] = { "llama", "qwen2", "qwen3", "qwen35",
+		                             "llama-ropefreqs", "qwen2-yarn" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char *model = NULL;
+		char name[64];
+
+		snprintf(name, sizeof(name), "tiny-%s.gguf", names[i]);
+		model = fixture(name);
+		f2_passes(model);
+		free(model);
+	}
+}
+
+Test(archs_cpu_fast, f2_passes_on_the_default_model, .timeout = 900)
+{
+	f2_passes(test_model_path());
 }
 
 /*
@@ -300,7 +432,7 @@ static void hybrid_open(struct hybrid *h, const char *file, uint32_t n_batch)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_session_params sp = { .n_ctx = 128, .n_batch = n_batch,
-		                          .kv_type = Q4KH_TYPE_F16 };
+		                          .kv = Q4KH_KV_F16 };
 	char *path = file[0] == '/' ? strdup(file) : fixture(file);
 
 	memset(h, 0, sizeof(*h));

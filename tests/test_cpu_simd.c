@@ -5,13 +5,15 @@
  * multiply random activations with a few large channels, summed in double.
  *
  * The variant rounds each activation to int16 in blocks of 32 values with
- * scale d_b = max |x| / 32767 (plugins/cpu-simd/simd.h),
+ * scale d_b = max |x| / 32639 (SIMD_QMAX, plugins/cpu-simd/simd.h),
  * so each value moves by at most d_b / 2 and output r may differ from the
  * exact sum by at most
  *   sum_b (d_b / 2) sum_{i in b} |w_ri|      (activation rounding)
  *   + 1e-5 sum_i |w_ri x_i|                  (float scaling and summation)
  * which every output must respect, for every gemv column count
- * 1..max_gemv_columns and for gemm, with each instruction set this CPU runs.
+ * 1..max_gemv_columns and for gemm, with each instruction set this CPU runs,
+ * on the reference cpu backend (the variant's own threads) and on cpu-fast
+ * (the threads it lends, ABI 1.3).
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -61,15 +63,17 @@ static const void *entry_of(void **dl, const char *rel)
 	return entry();
 }
 
-/* The backend and the variant's table; the variant's context is opened by
- * env_variant(). */
-static struct env *env_open(void)
+/* BACKEND ("cpu", "cpu-fast") and the variant's table; the variant's
+ * context is opened by env_variant(). */
+static struct env *env_on(const char *backend)
 {
 	struct env *e = calloc(1, sizeof(*e));
 	const struct q4kh_plugin_desc *cpu, *simd;
+	char rel[128];
 
 	cr_assert_not_null(e);
-	cpu = entry_of(&e->cpu_dl, "plugins/cpu/.libs/cpu.so");
+	snprintf(rel, sizeof(rel), "plugins/%s/.libs/%s.so", backend, backend);
+	cpu = entry_of(&e->cpu_dl, rel);
 	simd = entry_of(&e->simd_dl, "plugins/cpu-simd/.libs/cpu-simd.so");
 	cr_assert_str_eq(simd->name, "cpu-simd");
 	cr_assert_eq(simd->kind, Q4KH_KIND_KERNEL);
@@ -88,6 +92,11 @@ static struct env *env_open(void)
 	e->nd.struct_size = sizeof(e->nd);
 	cr_assert_eq(e->b->native_device(e->dev, &e->nd), Q4KH_OK);
 	return e;
+}
+
+static struct env *env_open(void)
+{
+	return env_on("cpu");
 }
 
 /* Open the variant with isa = ISA; 0, or the failed init's status. */
@@ -238,7 +247,7 @@ static void check_column(const struct weight *w, const char *isa, int64_t cols,
 				exact += wr[i] * x[i];
 				mag += fabs(wr[i] * x[i]);
 			}
-			bound += amax / 32767 / 2 * wabs;
+			bound += amax / 32639 / 2 * wabs;
 		}
 		bound += 1e-5 * mag;
 		cr_assert(fabs(got[r] - exact) <= bound,
@@ -273,7 +282,7 @@ static const uint32_t simd_types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE
 	                               Q4KH_TYPE_Q8_0 };
 static const char *const isas[] = { "avx2", "avx512-vnni" };
 
-Test(cpu_simd, every_type_and_column_count_within_the_int16_bound, .timeout = 300)
+static void every_type_and_column_count(const char *backend)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g = NULL;
@@ -282,7 +291,7 @@ Test(cpu_simd, every_type_and_column_count_within_the_int16_bound, .timeout = 30
 	int ran = 0;
 
 	cr_assert_eq(q4kh_gguf_open(test_model_path(), &g, &err), 0, "%s", err.msg);
-	e = env_open();
+	e = env_on(backend);
 	for (int t = 0; t < 4; t++)
 		weight_load(e, g, simd_types[t], &w[t]);
 	for (int i = 0; i < 2; i++) {
@@ -318,6 +327,27 @@ Test(cpu_simd, every_type_and_column_count_within_the_int16_bound, .timeout = 30
 	}
 	env_close(e);
 	q4kh_gguf_close(g);
+}
+
+Test(cpu_simd, every_type_and_column_count_within_the_int16_bound, .timeout = 300)
+{
+	every_type_and_column_count("cpu");
+}
+
+/* The same on the threads cpu-fast lends (ABI 1.3, struct
+ * q4kh_native_device parallel). */
+Test(cpu_simd, on_cpu_fast_threads_within_the_int16_bound, .timeout = 300)
+{
+	struct env *e;
+
+	if (!cpu_runs("avx2"))
+		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	e = env_on("cpu-fast");
+
+	cr_assert_not_null(e->nd.parallel, "cpu-fast lends no threads");
+	cr_assert_eq(e->nd.threads, 2);
+	env_close(e);
+	every_type_and_column_count("cpu-fast");
 }
 
 Test(cpu_simd, score_follows_the_cpu_and_the_types)

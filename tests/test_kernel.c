@@ -134,7 +134,7 @@ Test(kernel, requests_that_cannot_be_honoured_fail_with_reasons)
 	cr_expect(strstr(err.msg, "kernel variant 'nosuch' was not found") != NULL, "%s", err.msg);
 	cr_expect(strstr(err.msg, "cpu-q8act (for cpu)") != NULL, "lists what exists: %s", err.msg);
 	cr_assert_eq(q4kh_policy_use_kernel(r.reg, &r.be, r.m, "kernel-ok", &k, &err), -1);
-	cr_expect_str_eq(err.msg, "kernel variant kernel-ok targets backend 'cuda', not 'cpu'");
+	cr_expect_str_eq(err.msg, "kernel variant kernel-ok targets backends of kind 'cuda', not cpu (kind 'cpu')");
 	cr_assert_eq(q4kh_policy_use_kernel(r.reg, &r.be, r.m, "cpu", &k, &err), -1,
 	             "a backend is no kernel variant");
 	cr_assert_null(q4kh_model_kernel_for(r.m, Q4KH_TYPE_Q4_K), "failures leave the built-in");

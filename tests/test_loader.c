@@ -152,6 +152,14 @@ Test(loader, truncated_descriptor)
 	                 "descriptor struct_size 56 is smaller than the 72 bytes of ABI 1.0");
 }
 
+/* ABI 1.3: a backend kind follows the rules of a name. */
+Test(loader, backend_kind_that_is_no_identifier)
+{
+	expect_rejection("bad_backend_kind",
+	                 "backend kind \"CPU (fast)\" is not an identifier (1 to 63 of "
+	                 "a-z 0-9 - _, not starting with - or _)");
+}
+
 Test(loader, table_smaller_than_abi_1_0)
 {
 	/* 96 = 32 bytes of fields before init, then 8 function pointers. */

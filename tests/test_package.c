@@ -474,6 +474,9 @@ static void check_packages(const char *work, const char *script, const char *lib
 		free(file);
 		cr_assert_geq(asprintf(&file, "%s/cpu-simd.so", dir), 0);
 		expect_file(root, file);
+		free(file);
+		cr_assert_geq(asprintf(&file, "%s/cpu-fast.so", dir), 0);
+		expect_file(root, file);
 		__builtin_cpu_init();
 		simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 	}
@@ -541,6 +544,19 @@ static void check_packages(const char *work, const char *script, const char *lib
 	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "decode"), "tokens")),
 	             4, "%s", json_dumps(j, JSON_COMPACT));
 	json_decref(j);
+
+	/* Without --backend and without a GPU, cpu-fast serves after F2. */
+	if (simd) {
+		snprintf(args, sizeof(args),
+		         "run --plugin-path '%s' --config '%s/etc/q4khost/q4khost.ini' "
+		         "-n 4 -p 'The capital of France is'",
+		         plugins, root);
+		j = host_json(work, host, args, &st);
+		cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
+		cr_expect_str_eq(str(json_object_get(j, "backend"), "name"), "cpu-fast");
+		cr_expect_str_eq(str(json_object_get(j, "f2"), "verdict"), "pass");
+		json_decref(j);
+	}
 	free(host);
 	free(plugins);
 	free(dir);

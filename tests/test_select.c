@@ -271,6 +271,64 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 	free(cfg);
 }
 
+/*
+ * The fast cpu path: cpu-fast, a backend of kind "cpu" (ABI 1.3), is tried
+ * after the backends of other kinds (here replay-ok, a backend of its own
+ * kind standing in for a GPU) and before the reference, cpu-simd by score
+ * on it first; without the other backend, cpu-fast with cpu-simd serves
+ * after F2 and the report names its instruction set and threads.
+ */
+Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_reference,
+     .timeout = 240)
+{
+	static const char *const gpu[] = { "replay_ok", NULL }, *const none[] = { NULL };
+	const char *receipts = test_tmpdir(), *plugins;
+	char *out, args[8192], cmd[8192];
+	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
+	json_t *j;
+
+	test_model_path();
+	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
+	if (access(cmd, R_OK) != 0)
+		cr_skip_test("cpu-fast was not built here (configure: HAVE_CPU_SIMD)");
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	for (int pass = 0; pass < 2; pass++) {
+		plugins = test_plugin_dir(pass ? none : gpu);
+		snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-fast/.libs/cpu-fast.so "
+		                           "%s/plugins/cpu-simd/.libs/cpu-simd.so %s/",
+		         test_builddir(), test_builddir(), plugins);
+		cr_assert_eq(system(cmd), 0, "%s", cmd);
+		if (!pass) {
+			snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+			cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+			cr_expect(strstr(out, "q4khost run --device 0 tries: replay-ok/built-in -> "
+			                      "cpu-fast/cpu-simd -> cpu-fast/built-in -> "
+			                      "cpu/cpu-simd -> cpu/built-in") != NULL,
+			          "%s", out);
+			free(out);
+			continue;
+		}
+		snprintf(args, sizeof(args),
+		         "run -n 2 -p Hello --threads 2 --json --plugin-path %s --config %s", plugins,
+		         cfg);
+		cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+		j = parse_json(out);
+		cr_expect_str_eq(jget(j, "backend.name"), "cpu-fast");
+		cr_expect(strstr(jget(j, "device.name"), "float32, 2 threads") != NULL, "%s",
+		          jget(j, "device.name"));
+		cr_expect_str_eq(jget(j, "kernels.Q4_K.plugin"), "cpu-simd");
+		cr_expect(strncmp(jget(j, "kernel_choice"), "cpu-simd, by score (", 20) == 0, "%s",
+		          jget(j, "kernel_choice"));
+		cr_expect_str_eq(jget(j, "f2.verdict"), "pass");
+		cr_expect_str_eq(jget(j, "steps.kv_cache"), "F16");
+		json_decref(j);
+		free(out);
+	}
+	free(cfg);
+}
+
 /* A variant whose own settings keep it from starting is not dropped in
  * silence: the run falls back and its report says which setting. An empty
  * "threads =" counts as unset. */

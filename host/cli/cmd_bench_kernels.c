@@ -720,7 +720,7 @@ static int open_all(struct bench *B, const struct q4kh_registry *r, struct q4kh_
 		const struct q4kh_plugin *kp = &r->plugins[i];
 
 		if (kp->state != Q4KH_PLUGIN_ACCEPTED || kp->desc->kind != Q4KH_KIND_KERNEL ||
-		    strcmp(kp->desc->kernel->backend, B->o->backend) ||
+		    strcmp(kp->desc->kernel->backend, q4kh_backend_kind(p)) ||
 		    !listed(B->o->kernels, kp->name))
 			continue;
 		if (B->n_k == MAX_KERNELS)

@@ -74,9 +74,10 @@ static void usage(FILE *out)
 	        "                        arch); none = the built-in kernels (default:\n"
 	        "                        $Q4KHOST_Q4K_KERNEL, else [gpu.*] q4k_kernel in\n"
 	        "                        the config, else by score; man q4khost.ini)\n"
-	        "      --threads N       threads of the cpu plugin and of the kernel\n"
-	        "                        variants for it (default: [plugin.NAME] threads,\n"
-	        "                        else every online CPU)\n"
+	        "      --threads N       threads of the cpu backends (the reference and\n"
+	        "                        every other of kind cpu) and of the kernel\n"
+	        "                        variants for them (default: [plugin.NAME]\n"
+	        "                        threads, else every online CPU)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            print one JSON object (text and report)\n"
@@ -273,9 +274,10 @@ static int emit(struct run *r, const char *piece, size_t len, int stream)
 }
 
 /* Open config, plugins, backend, model, tokenizer and session. */
-/* --threads for the kernel variants of the cpu backend too: they run on
- * the same cores and the ABI does not pass the backend's count on. */
-static int set_variant_threads(struct run *r, long threads, struct q4kh_error *err)
+/* --threads for every backend of the host's cores (kind "cpu") and every
+ * kernel variant for them: they run on the same cores and the ABI does
+ * not pass the backend's count on. */
+static int set_cpu_threads(struct run *r, long threads, struct q4kh_error *err)
 {
 	char v[32], section[96];
 
@@ -283,8 +285,10 @@ static int set_variant_threads(struct run *r, long threads, struct q4kh_error *e
 	for (size_t i = 0; i < r->registry->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->registry->plugins[i];
 
-		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_KERNEL ||
-		    strcmp(p->desc->kernel->backend, "cpu"))
+		if (p->state != Q4KH_PLUGIN_ACCEPTED ||
+		    strcmp(p->desc->kind == Q4KH_KIND_KERNEL ? p->desc->kernel->backend
+		                                             : q4kh_backend_kind(p),
+		           "cpu"))
 			continue;
 		snprintf(section, sizeof(section), "plugin.%s", p->name);
 		if (q4kh_config_set(r->config, section, "threads", v, "--threads", err))
@@ -324,7 +328,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	if ((rc = q4kh_cli_plugins(o->plugin_path, r->config, &r->registry, err)))
 		return rc;
 	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
-	if (o->threads && set_variant_threads(r, o->threads, err))
+	if (o->threads && set_cpu_threads(r, o->threads, err))
 		return Q4KH_EXIT_FAIL;
 	rq.registry = r->registry;
 	rq.config = r->config;

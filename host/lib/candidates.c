@@ -47,6 +47,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
                        struct q4kh_candidate_entry **list, size_t *n,
                        struct q4kh_error *err)
 {
+	const char *kind;
 	uint32_t count;
 
 	if (q4kh_backend_devices(be, &count, err))
@@ -59,6 +60,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			continue;
 		if (q4kh_backend_open(be, d, &b, err))
 			return -1;
+		kind = q4kh_backend_kind(be);
 		e.dev = b.record;
 		q4kh_backend_close(&b);
 		/* Index n_plugins stands for the built-in kernels, listed last. */
@@ -66,7 +68,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			const struct q4kh_plugin *k = i < r->n_plugins ? &r->plugins[i] : NULL;
 			const char *variant = k ? k->name : NULL;
 
-			if (k && (!targets(k, be->name) ||
+			if (k && (!targets(k, kind) ||
 			          (f->types && !q4kh_candidate_applies(k, f->types, f->n_types))))
 				continue;
 			/* The reference's own kernels are not a candidate. */
@@ -112,6 +114,26 @@ static int has_backend(const struct q4kh_registry *r, const char *name)
 	return p && p->desc->kind == Q4KH_KIND_BACKEND;
 }
 
+/* 1 when R has an accepted backend of kind KIND (plugin.h, backend_kind). */
+static int has_kind(const struct q4kh_registry *r, const char *kind)
+{
+	for (size_t i = 0; i < r->n_plugins; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND &&
+		    !strcmp(q4kh_backend_kind(&r->plugins[i]), kind))
+			return 1;
+	return 0;
+}
+
+/* The kind of the backend filter F names, or NULL for any. */
+static const char *filter_kind(const struct q4kh_registry *r,
+                               const struct q4kh_candidate_filter *f)
+{
+	const struct q4kh_plugin *p = f->backend ? q4kh_registry_find(r, f->backend) : NULL;
+
+	return !f->backend ? NULL : p ? q4kh_backend_kind(p) : f->backend;
+}
+
 size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
                                     const struct q4kh_candidate_filter *f, char *buf,
                                     size_t cap)
@@ -133,7 +155,7 @@ size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
 		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL)
 			continue;
 		target = k->desc->kernel->backend;
-		if (has_backend(r, target) || (f->backend && strcmp(f->backend, target)) ||
+		if (has_kind(r, target) || (f->backend && strcmp(filter_kind(r, f), target)) ||
 		    (f->kernel && strcmp(f->kernel, k->name)))
 			continue;
 		used += (size_t)snprintf(buf + used, cap - used,
@@ -156,7 +178,7 @@ size_t q4kh_candidates_not_applicable(const struct q4kh_registry *r,
 		const struct q4kh_plugin *k = &r->plugins[i];
 
 		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL ||
-		    (f->backend && strcmp(f->backend, k->desc->kernel->backend)) ||
+		    (f->backend && strcmp(filter_kind(r, f), k->desc->kernel->backend)) ||
 		    (f->kernel && strcmp(f->kernel, k->name)) ||
 		    q4kh_candidate_applies(k, f->types, f->n_types))
 			continue;

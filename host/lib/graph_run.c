@@ -11,12 +11,28 @@
 #include "model.h"
 #include "tensor.h"
 
-/* Stop at the first failing call; the plugin's message is in err. */
+/*
+ * Stop at the first failing call; the plugin's message is in err, after
+ * WHAT, which names the call only then (a step runs hundreds of nodes).
+ */
 #define CALL(call)                                                       \
 	do {                                                             \
-		if (q4kh_backend_check(b, (call), what, err))            \
+		q4kh_status st_ = (call);                                \
+		if (st_ != Q4KH_OK) {                                    \
+			q4kh_backend_check(b, st_, WHAT, err);           \
 			return -1;                                       \
+		}                                                        \
 	} while (0)
+
+/* "rms_norm (blk.3.attn_norm)" for node N of G, into BUF. */
+static const char *node_name(const struct q4kh_graph *g, const struct q4kh_node *n,
+                             char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s (%s)", q4kh_op_name(n->op), g->vals[n->out].name);
+	return buf;
+}
+
+#define WHAT node_name(g, n, what, sizeof(what))
 
 /*
  * y = w x through w's kernel variant when it has one (gemv for at most
@@ -24,9 +40,11 @@
  */
 static int matmul(const struct q4kh_backend *b, const struct q4kh_weight *w,
                   const struct q4kh_tensor *x, const struct q4kh_tensor *y,
-                  const char *what, struct q4kh_error *err)
+                  const struct q4kh_graph *g, const struct q4kh_node *n,
+                  struct q4kh_error *err)
 {
 	const struct q4kh_kernel *k = w ? w->kernel : NULL;
+	char what[96];
 
 	if (k) {
 		int gemv = x->ne[1] <= (int64_t)k->v->max_gemv_columns;
@@ -62,8 +80,6 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 
 	for (int k = 0; k < Q4KH_GRAPH_SRC; k++)
 		s[k] = n->src[k] >= 0 ? &vals[n->src[k]].t : NULL;
-	snprintf(what, sizeof(what), "%s (%s)", q4kh_op_name(n->op),
-	         vals[n->out].name);
 	switch (n->op) {
 	case Q4KH_OP_GET_ROWS:
 		if (Q4KH_BACKEND_HAS(v, get_rows_ext))
@@ -72,7 +88,7 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 			CALL(v->get_rows(dev, s[0], in->ids, g->n_tokens, n->f[0], out));
 		return 0;
 	case Q4KH_OP_MUL_MAT:
-		return matmul(b, vals[n->src[0]].weight, s[1], out, what, err);
+		return matmul(b, vals[n->src[0]].weight, s[1], out, g, n, err);
 	case Q4KH_OP_RMS_NORM:
 		CALL(v->rms_norm(dev, s[0], s[1], n->f[0], out));
 		return 0;
@@ -86,7 +102,7 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 		}
 		if (p.freq_factors || p.ext_factor != 0.0f || p.attn_factor != 1.0f)
 			return q4kh_fail(err, "%s: this model's RoPE scaling (frequency factors or YaRN) needs rope_ext (ABI 1.2), which %s lacks",
-			                 what, b->plugin->name);
+			                 WHAT, b->plugin->name);
 		CALL(v->rope(dev, s[0], in->pos, p.n_rot, (q4kh_rope_mode)p.mode,
 		             p.base, p.freq_scale, out));
 		return 0;
@@ -106,7 +122,7 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 		} else {
 			struct q4kh_tensor rows;
 
-			if (consecutive(in->pos, g->n_tokens, what, err))
+			if (consecutive(in->pos, g->n_tokens, WHAT, err))
 				return -1;
 			rows = q4kh_tensor_cols(out, in->pos[0], g->n_tokens);
 			CALL(v->copy(dev, s[0], &rows));
@@ -125,7 +141,7 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 			CALL(v->attention_ext(dev, s[0], s[1], s[2], s[3], &p, out));
 			return 0;
 		}
-		if (consecutive(in->pos, g->n_tokens, what, err))
+		if (consecutive(in->pos, g->n_tokens, WHAT, err))
 			return -1;
 		CALL(v->attention(dev, s[0], s[1], s[2], &p, out));
 		return 0;
@@ -200,6 +216,9 @@ const char *q4kh_graph_replay_missing(const struct q4kh_backend *b)
 #undef NEED
 	return NULL;
 }
+
+#undef WHAT
+#define WHAT what
 
 int q4kh_graph_record(const struct q4kh_graph *g, const struct q4kh_backend *b,
                       const struct q4kh_step_values *in, q4kh_graph **out,

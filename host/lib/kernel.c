@@ -26,9 +26,10 @@ int q4kh_kernel_open(const struct q4kh_plugin *plugin,
 		return q4kh_fail(err, "%s (%s) is not a usable kernel-variant plugin",
 		                 plugin->name, plugin->path);
 	v = plugin->desc->kernel;
-	if (strcmp(v->backend, b->plugin->name) != 0)
-		return q4kh_fail(err, "kernel variant %s targets backend '%s', not '%s'",
-		                 plugin->name, v->backend, b->plugin->name);
+	if (strcmp(v->backend, q4kh_backend_kind(b->plugin)) != 0)
+		return q4kh_fail(err, "kernel variant %s targets backends of kind '%s', not %s (kind '%s')",
+		                 plugin->name, v->backend, b->plugin->name,
+		                 q4kh_backend_kind(b->plugin));
 	if (!b->v->native_device)
 		return q4kh_fail(err, "backend %s lends no native handles, so kernel variant %s cannot run on it",
 		                 b->plugin->name, plugin->name);

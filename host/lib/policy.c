@@ -355,7 +355,7 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
                       const char *cli, const char *flag, const struct q4kh_backend *b,
                       struct q4kh_policy_order *out, struct q4kh_error *err)
 {
-	const char *backend = b->plugin->name;
+	const char *backend = q4kh_backend_kind(b->plugin);
 	int names_builtin = 0;
 	size_t first;
 

@@ -16,9 +16,10 @@
  * win (UUID, index, name, architecture, none), in their order. A config
  * value has no selectors: its section is the selector. NAME is a
  * kernel-variant plugin, or "none", "0" or "built-in" for the backend's own
- * kernels. An entry that names a variant for another backend is skipped
- * for this backend's devices, so one list serves a machine with several
- * backends.
+ * kernels. An entry that names a variant for another backend kind
+ * (plugin.h, backend_kind) is skipped for this backend's devices, so one
+ * list serves a machine with several backends; a variant for "cpu" serves
+ * every backend of that kind.
  *
  * A command-line or environment setting with any entry whose selector
  * holds for the device is an explicit request for it: exactly its
@@ -63,7 +64,8 @@ struct q4kh_kernel_choice {
 };
 
 /*
- * The kernel setting of device DEV (index DEV->index) of BACKEND: CLI is
+ * The kernel setting of device DEV (index DEV->index) of a backend of kind
+ * BACKEND (q4kh_backend_kind): CLI is
  * the value of the command-line flag FLAG (NULL: "--kernel"), or NULL; C
  * may be NULL (no config). -1 with err naming where the value came from on
  * an unknown name (listing the valid ones), an empty entry or selector, or
@@ -119,7 +121,7 @@ struct q4kh_policy_order {
  * The chain for open backend device B under the setting above: for an
  * explicit request exactly the entries that hold (possibly none); else the
  * configured entries, then (unless the setting names the built-in kernels)
- * every other variant targeting B with a score above 0, highest first
+ * every other variant for B's kind with a score above 0, highest first
  * (plugin path order on ties), then the built-in kernels. -1 with err as
  * q4kh_policy_kernel_choice.
  */

@@ -23,6 +23,11 @@
 #define DESC_V1_0_SIZE \
 	(offsetof(struct q4kh_plugin_desc, kernel) + sizeof(const void *))
 
+/* 1 when descriptor D is long enough to hold FIELD. */
+#define DESC_HAS(d, field)                                                   \
+	((d)->struct_size >= offsetof(struct q4kh_plugin_desc, field) +       \
+	                             sizeof((d)->field))
+
 /* The smallest legal backend table: ABI 1.0's, up to native_device. */
 #define BACKEND_V1_0_SIZE \
 	(offsetof(struct q4kh_backend_v1, native_device) + sizeof(void (*)(void)))
@@ -34,7 +39,9 @@
 static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	BACKEND_V1_0_SIZE,
 	offsetof(struct q4kh_backend_v1, get_rows_ext),
-	sizeof(struct q4kh_backend_v1),
+	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
+	/* 1.3 appended to the descriptor and the native handles only */
+	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
 };
 
 #define NAME_MAX_LEN 63
@@ -234,9 +241,24 @@ static int check_desc(const struct q4kh_plugin_desc *d, char *why, size_t size)
 		           "plugin name \"%s\" is not an identifier (1 to %d of a-z 0-9 - _, not starting with - or _)",
 		           shown, NAME_MAX_LEN);
 	}
-	if (d->kind == Q4KH_KIND_BACKEND)
-		return check_backend(d->backend, d->abi_minor, why, size);
-	return check_kernel(d->kernel, why, size);
+	if (d->kind == Q4KH_KIND_KERNEL)
+		return check_kernel(d->kernel, why, size);
+	if (DESC_HAS(d, backend_kind) && d->backend_kind &&
+	    !is_identifier(d->backend_kind)) {
+		printable(shown, sizeof(shown), d->backend_kind);
+		return say(why, size,
+		           "backend kind \"%s\" is not an identifier (1 to %d of a-z 0-9 - _, not starting with - or _)",
+		           shown, NAME_MAX_LEN);
+	}
+	return check_backend(d->backend, d->abi_minor, why, size);
+}
+
+const char *q4kh_backend_kind(const struct q4kh_plugin *p)
+{
+	const struct q4kh_plugin_desc *d = p->desc;
+
+	return DESC_HAS(d, backend_kind) && d->backend_kind ? d->backend_kind
+	                                                   : p->name;
 }
 
 /* Word the rejection of a file that lacks our entry symbol. */

@@ -87,6 +87,13 @@ void q4kh_registry_free(struct q4kh_registry *r);
  */
 const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap);
 
+/*
+ * The kind of accepted backend plugin P (plugin.h, backend_kind): what
+ * the kernel variants that bind to it name as their backend. Its name
+ * when the descriptor says none.
+ */
+const char *q4kh_backend_kind(const struct q4kh_plugin *p);
+
 /* The accepted plugin called NAME, or NULL. */
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);

@@ -18,10 +18,11 @@ static const char *step_mode(const struct q4kh_session_stats *st)
 /* How the steps ran and, when not all could be replays, why. */
 static void print_steps(FILE *f, const struct q4kh_session_stats *st)
 {
-	fprintf(f, "q4khost: steps: %s (%llu steps, %llu replays of %llu recordings)%s%s\n",
+	fprintf(f, "q4khost: steps: %s (%llu steps, %llu replays of %llu recordings), "
+	           "KV cache %s%s%s\n",
 	        step_mode(st), (unsigned long long)st->steps,
 	        (unsigned long long)st->replayed, (unsigned long long)st->recorded,
-	        st->why_not[0] ? "; " : "", st->why_not);
+	        q4kh_type_name(st->kv_type), st->why_not[0] ? "; " : "", st->why_not);
 }
 
 void q4kh_report_print(FILE *f, const struct q4kh_report *r)
@@ -135,10 +136,11 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	if (o && r->steps)
 		json_object_set_new(
 			o, "steps",
-			json_pack("{s:s, s:I, s:I, s:I, s:s}", "mode", step_mode(r->steps),
+			json_pack("{s:s, s:I, s:I, s:I, s:s, s:s}", "mode", step_mode(r->steps),
 			          "steps", (json_int_t)r->steps->steps, "replays",
 			          (json_int_t)r->steps->replayed, "recordings",
 			          (json_int_t)r->steps->recorded, "why_not",
-			          r->steps->why_not));
+			          r->steps->why_not, "kv_cache",
+			          q4kh_type_name(r->steps->kv_type)));
 	return o;
 }

@@ -155,15 +155,19 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 		                sizeof(others), skipped, sizeof(skipped), err))
 			return -1;
 	} else {
-		for (size_t i = 0; i < r->n_plugins; i++) {
-			const struct q4kh_plugin *p = &r->plugins[i];
-			if (p->state == Q4KH_PLUGIN_ACCEPTED && p->desc->kind == Q4KH_KIND_BACKEND &&
-			    strcmp(p->name, "cpu") &&
-			    device_count(p, skipped, sizeof(skipped)) > rq->device &&
-			    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
-			                sizeof(others), skipped, sizeof(skipped), err))
-				return -1;
-		}
+		/* Device backends first, then the other backends of the host's
+		 * cores (kind "cpu"), in path order within each. */
+		for (int host = 0; host < 2; host++)
+			for (size_t i = 0; i < r->n_plugins; i++) {
+				const struct q4kh_plugin *p = &r->plugins[i];
+				if (p->state == Q4KH_PLUGIN_ACCEPTED &&
+				    p->desc->kind == Q4KH_KIND_BACKEND && strcmp(p->name, "cpu") &&
+				    (strcmp(q4kh_backend_kind(p), "cpu") == 0) == host &&
+				    device_count(p, skipped, sizeof(skipped)) > rq->device &&
+				    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
+				                sizeof(others), skipped, sizeof(skipped), err))
+					return -1;
+			}
 		/* The reference last: its one device stands in for a device of
 		 * another backend, but a device no backend has is a mistake. */
 		if (cpu && (n > 0 || device_count(cpu, skipped, sizeof(skipped)) > rq->device) &&

@@ -1,11 +1,15 @@
 /*
  * Choosing what serves a request, with the F2 guard in the loop
- * (docs/architecture.md sections 4 and 5). The candidates, in order: for the backend named by
- * --backend, or else for every backend other than cpu that has the device
- * and then the reference cpu backend, the device's kernel chain
- * (policy.h): the variants its kernel setting names, then, unless that
- * setting is an explicit request (the command line or the environment),
- * the other variants by score and the backend's built-in kernels. With an
+ * (docs/architecture.md sections 4 and 5). The candidates, in order: for
+ * the backend named by --backend, or else for every backend of a device
+ * kind (a GPU) that has the device, then every other backend of kind
+ * "cpu" (the host's cores, plugin.h backend_kind) and then the reference
+ * cpu backend, the device's kernel chain (policy.h): the variants its
+ * kernel setting names, then, unless that setting is an explicit request
+ * (the command line or the environment), the other variants by score and
+ * the backend's built-in kernels. So with no GPU serving, the first fast
+ * path of the host's cores that passes F2 serves, its variants by score
+ * first. With an
  * explicit kernel request for the device only the named kernels are
  * candidates; with a named backend only its chain.
  * Each candidate other than the reference with its built-in kernels must

@@ -135,13 +135,26 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s, int64_t t,
 	return sg;
 }
 
+/* A backend of the host's cores other than the exact reference. */
+static int fast_cpu(const struct q4kh_backend *b)
+{
+	return strcmp(b->plugin->name, "cpu") && !strcmp(q4kh_backend_kind(b->plugin), "cpu");
+}
+
+static uint32_t kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
+{
+	if (kv == Q4KH_KV_DEFAULT)
+		kv = fast_cpu(b) ? Q4KH_KV_F16 : Q4KH_KV_F32;
+	return kv == Q4KH_KV_F16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
+}
+
 /* The KV cache of every attention layer, in one buffer. */
 static int alloc_kv(struct q4kh_session *s, struct q4kh_error *err)
 {
 	const struct q4kh_hparams *hp = &s->m->hp;
 	const uint32_t n_attn = hp->n_layer - hp->n_recurrent;
 	uint64_t kv_layer = align_up((uint64_t)hp->head_dim * hp->n_head_kv * s->p.n_ctx *
-	                             q4kh_type_block_bytes(s->p.kv_type));
+	                             q4kh_type_block_bytes(s->stats.kv_type));
 	uint32_t a = 0;
 
 	if (n_attn == 0)
@@ -151,10 +164,10 @@ static int alloc_kv(struct q4kh_session *s, struct q4kh_error *err)
 	for (uint32_t il = 0; il < hp->n_layer; il++) {
 		if (s->m->layers[il].recurrent)
 			continue;
-		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * a), s->p.kv_type,
+		s->k_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * a), s->stats.kv_type,
 		                                  hp->head_dim, hp->n_head_kv, s->p.n_ctx);
 		s->v_cache[il] = q4kh_tensor_make(s->kv, kv_layer * (2 * a + 1),
-		                                  s->p.kv_type, hp->head_dim,
+		                                  s->stats.kv_type, hp->head_dim,
 		                                  hp->n_head_kv, s->p.n_ctx);
 		a++;
 	}
@@ -227,9 +240,8 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	if (!s->p.n_ctx)
 		s->p.n_ctx = hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
 	if (!s->p.n_batch)
-		s->p.n_batch = 64;
-	if (s->p.kv_type != Q4KH_TYPE_F16)
-		s->p.kv_type = Q4KH_TYPE_F32;
+		s->p.n_batch = fast_cpu(s->b) ? 128 : 64;
+	s->stats.kv_type = kv_type(s->p.kv, s->b);
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));
 	s->conv_state = calloc(hp->n_layer, sizeof(*s->conv_state));

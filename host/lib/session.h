@@ -21,10 +21,23 @@
 #include "error.h"
 #include "model.h"
 
+/* The KV cache's type. */
+enum q4kh_kv_choice {
+	/* F32 on the reference cpu backend, which is exact, and on device
+	 * backends; F16 (llama.cpp's cache) on the other backends of kind
+	 * "cpu", whose attention then reads half the bytes per token. */
+	Q4KH_KV_DEFAULT = 0,
+	Q4KH_KV_F32,
+	Q4KH_KV_F16
+};
+
 struct q4kh_session_params {
 	uint32_t n_ctx;   /* KV cache length in tokens (0: min(4096, trained)) */
-	uint32_t n_batch; /* tokens per step (0: 64) */
-	uint32_t kv_type; /* Q4KH_TYPE_F32 or Q4KH_TYPE_F16 */
+	/* tokens per step, the chunks of a long prompt (0: 128 on the
+	 * backends of kind "cpu" other than the reference, where a weight row
+	 * decoded for a chunk then serves twice the columns; else 64) */
+	uint32_t n_batch;
+	enum q4kh_kv_choice kv;
 };
 
 /* How the steps of a session ran, for the report. */
@@ -34,6 +47,7 @@ struct q4kh_session_stats {
 	uint64_t recorded; /* recordings made */
 	int replay;        /* the backend can replay (graph_run.h) */
 	int record_failed; /* a recording failed: those shapes run op by op */
+	uint32_t kv_type;  /* the KV cache's: Q4KH_TYPE_F32 or Q4KH_TYPE_F16 */
 	char why_not[256]; /* when replay is 0 or a recording failed: why */
 };
 

@@ -33,17 +33,31 @@ enum simd_isa {
 
 /*
  * One activation column quantised to int16 in blocks of 32 values:
- * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / 32767, so
- * |q| <= 32767, and ds[b] = d[b] * (the sum of q over block b). int8 (as
+ * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / SIMD_QMAX,
+ * so |q| <= SIMD_QMAX, and ds[b] = d[b] * (the sum of q over block b). int8 (as
  * ggml's Q8_0 and Q8_K) loses too much on the default model: the parity
  * guard rejects it (docs/perf.md). A column with a value that is not
  * finite gets d = NaN, so its products are NaN too.
+ *
+ * For the kernels that multiply weight bytes directly (struct
+ * simd_kernels, split), each value also split in two signed bytes,
+ * q = 256 hi + lo with lo in [-128, 127] (which SIMD_QMAX allows: hi stays
+ * in [-128, 127] too), and the sum of q over each 16 values: vpdpbusd then
+ * multiplies 64 unsigned weight bytes at once by either, and no weight is
+ * widened to int16. The bytes may come in another order of the blocks of
+ * 32 than the values (split says which).
  */
 struct simd_act {
 	const int16_t *q; /* K values */
 	const float *d;   /* K / 32 scales */
 	const float *ds;  /* K / 32 scaled sums */
+	const int8_t *hi; /* K high bytes, or NULL (no split) */
+	const int8_t *lo; /* K low bytes */
+	const float *s16; /* K / 16 sums of q */
 };
+
+/* The largest |q|: 127 * 256 + 127, so q splits into two signed bytes. */
+#define SIMD_QMAX 32639
 
 #define SIMD_BLOCK 32
 
@@ -101,6 +115,14 @@ struct simd_kernels {
 	 * d and ds, laid out as struct simd_act says. Pure.
 	 */
 	void (*quantize)(const float *x, int64_t k, int16_t *q, float *d, float *ds);
+	/*
+	 * Split the K quantised values q (K a multiple of 32) into hi, lo and
+	 * s16 as struct simd_act says, for the direct product of one column
+	 * with a weight of TYPE (enum simd_wtype), in the order of blocks its
+	 * product reads; NULL when this set's products read q only. Pure.
+	 */
+	void (*split)(const int16_t *q, int64_t k, int type, int8_t *hi, int8_t *lo,
+	              float *s16);
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()

@@ -10,15 +10,6 @@
 #define SIMD_WIDTH 8
 #define SIMD_ROWS 2
 
-static inline float hsum(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
 static inline __m256 block(const struct simd_row *w, const struct simd_act *a, int64_t b,
                            __m256 acc)
 {
@@ -47,7 +38,7 @@ static float dot(const struct simd_row *w, const struct simd_act *a, int64_t k)
 	}
 	for (; b < nb; b++)
 		acc0 = block(w, a, b, acc0);
-	return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))) -
+	return hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))) -
 	       offsets(w->o, a->ds, nb);
 }
 
@@ -68,7 +59,7 @@ static inline vf vf_fma(vf p, float s, vf acc)
 
 static inline float vf_sum(vf a, vf b, vf c, vf d)
 {
-	return hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+	return hsum8(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
 }
 
 static inline vf prod16(__m256i lo, __m256i hi, const int16_t *q)
@@ -95,7 +86,7 @@ static inline vf prod_u8(__m256i w, const int16_t *q)
  * Columns in lanes, rows in registers: each pair of a group's 8 columns is
  * loaded once and multiplied with that pair of weights (broadcast) of
  * SIMD_ROWS rows. A lane sums at most 16 products of |u| <= 4096 and |q|
- * <= 32767 before it goes to float: under 2^31.
+ * <= SIMD_QMAX before it goes to float: under 2^31.
  */
 static void tile(const struct simd_row *w, const struct simd_group *g, int64_t k,
                  float *out)

@@ -100,16 +100,28 @@ static void decode_q5_0(const void *row, int64_t k, const struct simd_row *out)
 	decode_bytes(bytes_q5_0, row, k, out);
 }
 
-/* Q4_K sub-block j's 6-bit scale and min (quant.h). */
-static inline void q4_k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+/*
+ * A Q4_K block's 8 sub-block scales and mins (quant.h), times d and dmin:
+ * the 6-bit fields unpacked from the 12 bytes in four 32-bit steps (as
+ * llama.cpp does), then converted 8 at a time.
+ */
+static inline void q4_k_scales(const struct q4kh_block_q4_k *w, __m256 *sc, __m256 *m)
 {
-	if (j < 4) {
-		*sc = s[j] & 63;
-		*m = s[j + 4] & 63;
-	} else {
-		*sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-	}
+	const uint8_t *s = w->scales;
+	uint32_t u0, u1, u2;
+	uint64_t a, b;
+
+	memcpy(&u0, s, 4);
+	memcpy(&u1, s + 4, 4);
+	memcpy(&u2, s + 8, 4);
+	a = (uint64_t)(u0 & 0x3f3f3f3f) |
+	    (uint64_t)((u2 & 0x0f0f0f0f) | ((u0 >> 2) & 0x30303030)) << 32;
+	b = (uint64_t)(u1 & 0x3f3f3f3f) |
+	    (uint64_t)(((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 2) & 0x30303030)) << 32;
+	*sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)a))),
+	                    _mm256_set1_ps(fp16(w->d)));
+	*m = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b))),
+	                   _mm256_set1_ps(fp16(w->dmin)));
 }
 
 static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
@@ -118,8 +130,8 @@ static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
 	const __m256i low = _mm256_set1_epi8(0x0F);
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
-		const float d = fp16(w[sb].d), dmin = fp16(w[sb].dmin);
 		int16_t *u = out->u + sb * Q4KH_QK_K;
+		__m256 sc, m;
 
 		for (int c = 0; c < 4; c++) {
 			const __m256i qs = load32(w[sb].qs + 32 * c);
@@ -127,45 +139,48 @@ static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
 			store_i8(u + 64 * c, _mm256_and_si256(qs, low));
 			store_i8(u + 64 * c + 32, _mm256_and_si256(_mm256_srli_epi16(qs, 4), low));
 		}
-		for (int j = 0; j < 8; j++) {
-			int sc, m;
-
-			q4_k_scale_min(w[sb].scales, j, &sc, &m);
-			out->s[sb * 8 + j] = d * (float)sc;
-			out->o[sb * 8 + j] = dmin * (float)m;
-		}
+		q4_k_scales(&w[sb], &sc, &m);
+		_mm256_storeu_ps(out->s + sb * 8, sc);
+		_mm256_storeu_ps(out->o + sb * 8, m);
 	}
+}
+
+/*
+ * Block of 32 values BLK (0 .. 7) of a Q6_K block as signed bytes, q - 32
+ * (quant.h): of half h = blk / 4, the low or high nibbles of ql bytes
+ * 64h .. 64h + 31 or 64h + 32 .., and as bits 4, 5 bits 2i, 2i + 1 of its
+ * qh bytes, i = blk % 4. Callers unroll over BLK; the loads are shared.
+ */
+static inline __attribute__((always_inline)) __m256i q6_k_block(const struct q4kh_block_q6_k *b,
+                                                                  int blk)
+{
+	const int h = blk / 4, i = blk % 4;
+	const __m256i ql = load32(b->ql + 64 * h + 32 * (i % 2));
+	const __m256i qh = load32(b->qh + 32 * h);
+	const __m256i nib = _mm256_and_si256(i < 2 ? ql : _mm256_srli_epi16(ql, 4),
+	                                     _mm256_set1_epi8(0x0F));
+	const __m256i hi = i == 0 ? _mm256_slli_epi16(qh, 4) :
+	                   i == 1 ? _mm256_slli_epi16(qh, 2) :
+	                   i == 2 ? qh :
+	                            _mm256_srli_epi16(qh, 2);
+
+	return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(hi, _mm256_set1_epi8(0x30))),
+	                       _mm256_set1_epi8(32));
 }
 
 static void decode_q6_k(const void *row, int64_t k, const struct simd_row *out)
 {
 	const struct q4kh_block_q6_k *w = row;
-	const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
-	const __m256i bias = _mm256_set1_epi8(32);
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
 		const int8_t *sc = w[sb].scales;
 		const float d = fp16(w[sb].d);
 
 		for (int h = 0; h < 2; h++) {
-			const __m256i ql0 = load32(w[sb].ql + 64 * h);
-			const __m256i ql1 = load32(w[sb].ql + 64 * h + 32);
-			const __m256i qh = load32(w[sb].qh + 32 * h);
-			/* Bits 2i, 2i+1 of qh are bits 4, 5 of value 32i + l. */
-			const __m256i v[4] = {
-				_mm256_or_si256(_mm256_and_si256(ql0, low),
-				                _mm256_and_si256(_mm256_slli_epi16(qh, 4), top)),
-				_mm256_or_si256(_mm256_and_si256(ql1, low),
-				                _mm256_and_si256(_mm256_slli_epi16(qh, 2), top)),
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
-				                _mm256_and_si256(qh, top)),
-				_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
-				                _mm256_and_si256(_mm256_srli_epi16(qh, 2), top)),
-			};
-
+#pragma GCC unroll 4
 			for (int i = 0; i < 4; i++) {
 				const int blk = 4 * h + i, g = 2 * blk;
-				const __m256i q = _mm256_sub_epi8(v[i], bias);
+				const __m256i q = q6_k_block(&w[sb], blk);
 				int16_t *u = out->u + sb * Q4KH_QK_K + 32 * blk;
 
 				_mm256_storeu_si256((__m256i *)u,
@@ -181,11 +196,19 @@ static void decode_q6_k(const void *row, int64_t k, const struct simd_row *out)
 	}
 }
 
+/* The sum of v's 8 lanes. */
+static inline float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
 /* sum_b o_b ds_b: the weights' offsets against the columns' block sums. */
 static inline float offsets(const float *o, const float *ds, int64_t nb)
 {
 	__m256 acc = _mm256_setzero_ps();
-	__m128 s;
 	float tail = 0;
 	int64_t b = 0;
 
@@ -193,15 +216,12 @@ static inline float offsets(const float *o, const float *ds, int64_t nb)
 		acc = _mm256_fmadd_ps(_mm256_loadu_ps(o + b), _mm256_loadu_ps(ds + b), acc);
 	for (; b < nb; b++)
 		tail += o[b] * ds[b];
-	s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s) + tail;
+	return hsum8(acc) + tail;
 }
 
 /*
  * Activations to int16 blocks as struct simd_act says: per block of 32,
- * d = max |x| / 32767 and q = x * (32767 / max |x|) rounded to nearest
+ * d = max |x| / SIMD_QMAX and q = x * (SIMD_QMAX / max |x|) rounded to nearest
  * (even); a block with a value that is not finite gets d = NaN and q = 0.
  */
 static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
@@ -230,8 +250,8 @@ static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
 			memset(q + 32 * b, 0, 32 * sizeof(*q));
 			continue;
 		}
-		d[b] = a / 32767;
-		scale = a > 0 ? 32767 / a : 0;
+		d[b] = a / SIMD_QMAX;
+		scale = a > 0 ? SIMD_QMAX / a : 0;
 		lo = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(scale))),
 		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(scale))));
 		hi = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(scale))),

@@ -1,12 +1,15 @@
 /*
  * cpu-simd: the plugin's identity, settings and the kernel-variant table.
- * Weights are read in place from the cpu backend's buffers (it lends host
- * pointers); each gemv/gemm quantises its activation columns once, then
- * splits the weight rows over a pool of worker threads, each of which
- * decodes a row once and multiplies it with every column.
+ * Weights are read in place from the backend's buffers (a backend of kind
+ * "cpu" lends host pointers); each gemv/gemm quantises its activation
+ * columns once, then splits the weight rows over worker threads, each of
+ * which decodes a row once and multiplies it with every column: the
+ * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
+ * of the variant's own (the reference cpu lends none).
  *
  * Settings ([plugin.cpu-simd]):
- *   threads = 1..256   worker threads (default: the online CPUs, as the cpu
+ *   threads = 1..256   worker threads of its own, on a backend that lends
+ *                      none (default: the online CPUs, as the cpu
  *                      backend's own default; set it like [plugin.cpu]
  *                      threads, since the ABI does not pass that on)
  *   isa = auto | avx2 | avx512-vnni
@@ -228,19 +231,29 @@ static size_t values_bytes(int64_t k)
 	return sizeof(int16_t) * (size_t)k + 2 * sizeof(float) * (size_t)(k / SIMD_BLOCK);
 }
 
-/*
- * Scratch for COLS columns (GROUPS groups of W for gemm, else none) and
- * ROWS decoded rows: structs first, then floats and int16 (K is a multiple
- * of 32, so each part stays aligned).
- */
-static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows)
+/* Bytes of one column's split (struct simd_act: s16, then hi and lo). */
+static size_t split_bytes(int64_t k)
 {
+	return sizeof(float) * (size_t)(k / 16) + 2 * (size_t)k;
+}
+
+/*
+ * Scratch for COLS columns (GROUPS groups of W for gemm, with a temporary
+ * column per thread of THREADS; else none), ROWS decoded rows and, with
+ * SPLIT, one column's split: structs first, then floats and int16, then
+ * bytes (K is a multiple of 32, so each part stays aligned).
+ */
+static size_t scratch_bytes(int64_t k, int64_t cols, int64_t groups, int w, size_t rows,
+                            unsigned threads, int split)
+{
+	const size_t temps = groups ? threads : 0;
 	const size_t structs = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *)) +
+	                       temps * sizeof(struct simd_act) +
 	                       (size_t)groups * sizeof(struct simd_group) +
 	                       rows * sizeof(struct simd_row);
-	const size_t columns = groups ? (size_t)(groups * w + 1) : (size_t)cols;
+	const size_t columns = groups ? (size_t)(groups * w) + temps : (size_t)cols;
 
-	return structs + (rows + columns) * values_bytes(k);
+	return structs + (rows + columns) * values_bytes(k) + (split ? split_bytes(k) : 0);
 }
 
 static int scratch_reserve(q4kh_kernel_ctx *ctx, size_t bytes)
@@ -264,6 +277,44 @@ static void take(uint8_t **next, int64_t k, int16_t **q, float **f0, float **f1)
 	*f1 = *f0 + k / SIMD_BLOCK;
 	*q = (int16_t *)(*f1 + k / SIMD_BLOCK);
 	*next += values_bytes(k);
+}
+
+/* The quantisation of a gemm's columns into groups, per group. */
+struct prep_job {
+	const struct simd_kernels *kernels;
+	const uint8_t *x;  /* column 0 */
+	int64_t stride, k, cols;
+	const struct simd_group *grp;
+	const struct simd_act *tmp; /* one per thread */
+};
+
+/* Each column of groups [begin, end) through the thread's temporary. */
+static void prep_part(void *arg, unsigned thread, int64_t begin, int64_t end)
+{
+	const struct prep_job *j = arg;
+	const struct simd_act *t = &j->tmp[thread];
+	const int w = j->kernels->width;
+
+	for (int64_t g = begin; g < end; g++)
+		for (int c = 0; c < w; c++) {
+			const int64_t col = g * w + c;
+
+			if (col < j->cols)
+				j->kernels->quantize((const float *)(j->x + col * j->stride), j->k,
+				                     (int16_t *)t->q, (float *)t->d, (float *)t->ds);
+			simd_interleave(col < j->cols ? t : NULL, j->k, w, c, (int16_t *)j->grp[g].q,
+			                (float *)j->grp[g].d, (float *)j->grp[g].ds);
+		}
+}
+
+/* FN over [0, n) on the backend's lent threads, else on the variant's. */
+static void run_parallel(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev, int lent,
+                         int64_t n, int64_t grain, q4kh_task_fn fn, void *arg)
+{
+	if (lent)
+		dev->parallel(dev->pool, n, grain, fn, arg);
+	else
+		cpu_pool_run(ctx->pool, n, grain, fn, arg);
 }
 
 /* One product, as the pool's workers see it. */
@@ -304,14 +355,14 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	int64_t k, cols, groups;
 	size_t rows;
 	struct job j = { 0 };
-	struct simd_act *act;
+	struct simd_act *act, *tmp;
 	struct simd_group *grp;
 	struct simd_row *row;
 	float **ycol;
 	uint8_t *xb, *yb, *next;
 	size_t bytes;
-
-	int width;
+	int width, lent, split;
+	unsigned threads;
 
 	if (!ctx || !w || !x || !y || !dev || !dev->address)
 		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
@@ -330,13 +381,17 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		            (long long)k, (long long)w->n, x->type, (long long)x->ne[0],
 		            (long long)x->ne[1], y->type, (long long)y->ne[0],
 		            (long long)y->ne[1]);
-	if (!ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
+	lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
+	if (!lent && !ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
 		return fail(ctx, Q4KH_ERR_INTERNAL,
 		            "gemv/gemm: cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
 	groups = gemm ? (cols + width - 1) / width : 0;
-	rows = (size_t)ctx->threads * (size_t)ctx->kernels->tile_rows;
-	bytes = scratch_bytes(k, cols, groups, width, rows);
+	threads = lent ? dev->threads : ctx->threads;
+	rows = (size_t)threads * (size_t)ctx->kernels->tile_rows;
+	/* One column goes through the direct products, which may want it split. */
+	split = !gemm && cols == 1 && ctx->kernels->split;
+	bytes = scratch_bytes(k, cols, groups, width, rows, threads, split);
 	if (scratch_reserve(ctx, bytes))
 		return fail(ctx, Q4KH_ERR_NOMEM,
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
@@ -344,7 +399,8 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
 	yb = (uint8_t *)dev->address(y->buffer) + y->offset;
 	act = ctx->scratch;
-	grp = (struct simd_group *)(act + cols);
+	tmp = act + cols;
+	grp = (struct simd_group *)(tmp + (groups ? threads : 0));
 	row = (struct simd_row *)(grp + groups);
 	ycol = (float **)(row + rows);
 	next = (uint8_t *)(ycol + cols);
@@ -353,25 +409,21 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	for (int64_t c = 0; c < cols; c++)
 		ycol[c] = (float *)(yb + c * y->nb[1]);
 	if (gemm) {
-		int16_t *tq, *q;
-		float *td, *tds, *d, *ds;
-		struct simd_act tmp;
+		struct prep_job pj = { ctx->kernels, xb, x->nb[1], k, cols, grp, tmp };
+		int16_t *q;
+		float *d, *ds;
 
-		/* Each column once through a temporary, then into its group. */
-		take(&next, k, &tq, &td, &tds);
-		tmp = (struct simd_act){ tq, td, tds };
+		/* Each column once through its thread's temporary, then into its
+		 * group, the groups over the threads. */
+		for (unsigned t = 0; t < threads; t++) {
+			take(&next, k, &q, &d, &ds);
+			tmp[t] = (struct simd_act){ q, d, ds, NULL, NULL, NULL };
+		}
 		for (int64_t g = 0; g < groups; g++) {
 			take(&next, k * width, &q, &d, &ds);
 			grp[g] = (struct simd_group){ q, d, ds };
-			for (int c = 0; c < width; c++) {
-				const int64_t col = g * width + c;
-
-				if (col < cols)
-					ctx->kernels->quantize((const float *)(xb + col * x->nb[1]),
-					                       k, tq, td, tds);
-				simd_interleave(col < cols ? &tmp : NULL, k, width, c, q, d, ds);
-			}
 		}
+		run_parallel(ctx, dev, lent, groups, 1, prep_part, &pj);
 		j.tiles = ctx->kernels->tiles[w->type];
 		j.grp = grp;
 	} else {
@@ -381,7 +433,14 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 
 			take(&next, k, &q, &d, &ds);
 			ctx->kernels->quantize((const float *)(xb + c * x->nb[1]), k, q, d, ds);
-			act[c] = (struct simd_act){ q, d, ds };
+			act[c] = (struct simd_act){ q, d, ds, NULL, NULL, NULL };
+		}
+		if (split) {
+			float *s16 = (float *)next;
+			int8_t *hi = (int8_t *)(s16 + k / 16), *lo = hi + k;
+
+			ctx->kernels->split(act[0].q, k, (int)w->type, hi, lo, s16);
+			act[0] = (struct simd_act){ act[0].q, act[0].d, act[0].ds, hi, lo, s16 };
 		}
 		j.rows = ctx->kernels->rows[w->type];
 		j.act = act;
@@ -391,7 +450,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	j.y = ycol;
 	j.row = row;
 	j.tile_rows = ctx->kernels->tile_rows;
-	cpu_pool_run(ctx->pool, w->n, ROW_GRAIN, run_part, &j);
+	run_parallel(ctx, dev, lent, w->n, ROW_GRAIN, run_part, &j);
 	return Q4KH_OK;
 }
 

@@ -21,12 +21,24 @@
  *
  * the same for SIMD_ROWS decoded rows w[0 .. R) and the SIMD_WIDTH columns
  * of a group, row r into out[r * W .. r * W + W); and SIMD_TABLE and
- * SIMD_NAME, the struct simd_kernels to define and its name.
+ * SIMD_NAME, the struct simd_kernels to define and its name. A file with
+ * products of its own for one column defines SIMD_DIRECT_Q4_K and
+ * SIMD_DIRECT_Q6_K (functions as direct_fn below) and SIMD_SPLIT (struct
+ * simd_kernels, split) before it includes this one.
  */
 #ifndef Q4KH_SIMD_ROWS_H
 #define Q4KH_SIMD_ROWS_H
 
 #include "simd.h"
+
+/*
+ * How far ahead the one-column products prefetch, in rows: a row's cache
+ * lines are asked for when the row this many before it is multiplied,
+ * across the 4 KiB pages where the hardware's own prefetch stops (the LM
+ * head, Q8_0 262144 x 640 from DRAM on two threads: 5.7-6.4 ms a product
+ * without, 4.5-4.7 with; 16 rows did no better).
+ */
+#define SIMD_PREFETCH_ROWS 8
 
 typedef void (*decode_fn)(const void *row, int64_t k, const struct simd_row *out);
 typedef float (*direct_fn)(const void *row, const struct simd_act *a, int64_t k);
@@ -69,35 +81,81 @@ static float direct_q5_0(const void *row, const struct simd_act *a, int64_t k)
 	return direct(bytes_q5_0, row, a, k);
 }
 
+#ifndef SIMD_DIRECT_Q4_K
+#define SIMD_DIRECT_Q4_K direct_q4_k
+#define SIMD_DIRECT_Q6_K direct_q6_k
+#define SIMD_SPLIT NULL
+
+/*
+ * One column times a Q6_K row (AVX2): each block of 32 values built in
+ * registers (q6_k_block), its two groups of 16 multiplied apart, each
+ * with its own scale.
+ */
+static float direct_q6_k(const void *row, const struct simd_act *a, int64_t k)
+{
+	const struct q4kh_block_q6_k *w = row;
+	__m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+		          _mm256_setzero_ps() };
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const int8_t *sc = w[sb].scales;
+		const float d = fp16(w[sb].d);
+
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++) {
+				const int blk = 4 * h + i;
+				const int64_t j = sb * 8 + blk;
+				const __m256i q = q6_k_block(&w[sb], blk);
+				const __m256i *aq = (const __m256i *)(a->q + 32 * j);
+				const float sd = d * a->d[j];
+				const __m256i p0 = _mm256_madd_epi16(
+					_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_loadu_si256(aq));
+				const __m256i p1 = _mm256_madd_epi16(
+					_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)),
+					_mm256_loadu_si256(aq + 1));
+
+				acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
+				                         _mm256_set1_ps(sd * sc[2 * blk]), acc[i]);
+				acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),
+				                         _mm256_set1_ps(sd * sc[2 * blk + 1]), acc[i]);
+			}
+		}
+	}
+	return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
 /* One column times a Q4_K row: nibbles widened in registers. */
 static float direct_q4_k(const void *row, const struct simd_act *a, int64_t k)
 {
 	const struct q4kh_block_q4_k *w = row;
 	const __m256i low = _mm256_set1_epi8(0x0F);
 	vf acc[4] = { vf_zero(), vf_zero(), vf_zero(), vf_zero() };
-	float off = 0;
+	__m256 offv = _mm256_setzero_ps();
 
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
-		const float d = fp16(w[sb].d), dmin = fp16(w[sb].dmin);
+		float s[8];
+		__m256 sc, m;
 
+		q4_k_scales(&w[sb], &sc, &m);
+		_mm256_storeu_ps(s, _mm256_mul_ps(sc, _mm256_loadu_ps(a->d + sb * 8)));
+		offv = _mm256_fmadd_ps(m, _mm256_loadu_ps(a->ds + sb * 8), offv);
 #pragma GCC unroll 4
 		for (int c = 0; c < 4; c++) {
 			const __m256i qs = load32(w[sb].qs + 32 * c);
 			const int64_t j = sb * 8 + 2 * c;
-			int sc0, sc1, m0, m1;
 
-			q4_k_scale_min(w[sb].scales, 2 * c, &sc0, &m0);
-			q4_k_scale_min(w[sb].scales, 2 * c + 1, &sc1, &m1);
-			acc[c] = vf_fma(prod_u8(_mm256_and_si256(qs, low), a->q + 32 * j),
-			                d * (float)sc0 * a->d[j], acc[c]);
+			acc[c] = vf_fma(prod_u8(_mm256_and_si256(qs, low), a->q + 32 * j), s[2 * c],
+			                acc[c]);
 			acc[c] = vf_fma(prod_u8(_mm256_and_si256(_mm256_srli_epi16(qs, 4), low),
 			                        a->q + 32 * (j + 1)),
-			                d * (float)sc1 * a->d[j + 1], acc[c]);
-			off += dmin * ((float)m0 * a->ds[j] + (float)m1 * a->ds[j + 1]);
+			                s[2 * c + 1], acc[c]);
 		}
 	}
-	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - off;
+	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - hsum8(offv);
 }
+#endif
 
 /* Rows outside, columns inside: a row is read from memory and decoded
  * once, then served from L1 to every column. With one column and a DIRECT
@@ -108,8 +166,13 @@ rows_of(decode_fn decode, direct_fn direct1, const uint8_t *w, int64_t row_bytes
         float *const *y, const struct simd_row *row)
 {
 	if (direct1 && ncols == 1) {
-		for (int64_t r = r0; r < r1; r++)
+		for (int64_t r = r0; r < r1; r++) {
+			if (r + SIMD_PREFETCH_ROWS < r1)
+				for (int64_t o = 0; o < row_bytes; o += 64)
+					_mm_prefetch((const char *)w + (r + SIMD_PREFETCH_ROWS) * row_bytes + o,
+					             _MM_HINT_T0);
 			y[0][r] = direct1(w + r * row_bytes, a, k);
+		}
 		return;
 	}
 	for (int64_t r = r0; r < r1; r++) {
@@ -119,14 +182,25 @@ rows_of(decode_fn decode, direct_fn direct1, const uint8_t *w, int64_t row_bytes
 	}
 }
 
+/* Rows r .. r + n of the group of columns c0 .. from a tile's OUT. */
+static inline void store_tile(const float *out, int n, int64_t r, int c0, int ncols,
+                              float *const *y)
+{
+	for (int i = 0; i < n; i++)
+		for (int c = c0; c < ncols && c < c0 + SIMD_WIDTH; c++)
+			y[c][r + i] = out[i * SIMD_WIDTH + c - c0];
+}
+
 /* The same against groups of SIMD_WIDTH columns, SIMD_ROWS rows at a
- * time (gemm); row[0 .. SIMD_ROWS) are this part's decoded rows. */
+ * time (gemm); row[0 .. SIMD_ROWS) are this part's decoded rows. With
+ * SIMD_TILE2 (a tile() of two groups), two groups at a time where K is at
+ * least SIMD_TILE2_MIN_K. */
 static inline __attribute__((always_inline)) void
 tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int64_t r1,
          int64_t k, const struct simd_group *g, int ncols, float *const *y,
          const struct simd_row *row)
 {
-	float out[SIMD_ROWS * SIMD_WIDTH];
+	float out[2 * SIMD_ROWS * SIMD_WIDTH];
 	struct simd_row rows[SIMD_ROWS];
 
 	for (int64_t r = r0; r < r1; r += SIMD_ROWS) {
@@ -139,10 +213,18 @@ tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int6
 				decode(w + (r + i) * row_bytes, k, &row[i]);
 		}
 		for (int c0 = 0; c0 < ncols; c0 += SIMD_WIDTH) {
+#ifdef SIMD_TILE2
+			if (c0 + SIMD_WIDTH < ncols && k >= SIMD_TILE2_MIN_K) {
+				SIMD_TILE2(rows, &g[c0 / SIMD_WIDTH], &g[c0 / SIMD_WIDTH + 1], k, out,
+				           out + SIMD_ROWS * SIMD_WIDTH);
+				store_tile(out, n, r, c0, ncols, y);
+				c0 += SIMD_WIDTH;
+				store_tile(out + SIMD_ROWS * SIMD_WIDTH, n, r, c0, ncols, y);
+				continue;
+			}
+#endif
 			tile(rows, &g[c0 / SIMD_WIDTH], k, out);
-			for (int i = 0; i < n; i++)
-				for (int c = c0; c < ncols && c < c0 + SIMD_WIDTH; c++)
-					y[c][r + i] = out[i * SIMD_WIDTH + c - c0];
+			store_tile(out, n, r, c0, ncols, y);
 		}
 	}
 }
@@ -161,9 +243,9 @@ tiles_of(decode_fn decode, const uint8_t *w, int64_t row_bytes, int64_t r0, int6
 		tiles_of(decode_##type, w, row_bytes, r0, r1, k, g, ncols, y, row); \
 	}
 
-SIMD_ROWS_FN(q4_k, direct_q4_k)
+SIMD_ROWS_FN(q4_k, SIMD_DIRECT_Q4_K)
 SIMD_ROWS_FN(q5_0, direct_q5_0)
-SIMD_ROWS_FN(q6_k, NULL)
+SIMD_ROWS_FN(q6_k, SIMD_DIRECT_Q6_K)
 SIMD_ROWS_FN(q8_0, direct_q8_0)
 
 const struct simd_kernels SIMD_TABLE = {
@@ -171,6 +253,7 @@ const struct simd_kernels SIMD_TABLE = {
 	.width = SIMD_WIDTH,
 	.tile_rows = SIMD_ROWS,
 	.quantize = quantize,
+	.split = SIMD_SPLIT,
 	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0 },
 	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0 },
 };

@@ -8,7 +8,9 @@
  *   short_table: a kernel variant whose table declares 16 bytes, fewer than
  *                ABI 1.0's kernel table;
  *   old_table:   a backend whose descriptor claims this minor but whose
- *                table declares ABI 1.0's size.
+ *                table declares ABI 1.0's size;
+ *   bad_backend_kind: a backend whose ABI 1.3 backend_kind is no
+ *                identifier.
  * Behind each lie stand complete backend and kernel tables. Every function
  * in them, and the v2 entry, leaves evidence: it appends a line to the file
  * named by Q4KH_TEST_EVIDENCE and aborts. The host must refuse each plugin
@@ -88,6 +90,9 @@ static const struct q4kh_plugin_desc desc = {
 	.build_id = "test",
 	.backend = &backend,
 	.kernel = &kernel,
+#if defined(LIE_BAD_BACKEND_KIND)
+	.backend_kind = "CPU (fast)",
+#endif
 };
 
 #if defined(LIE_BAD_MAJOR)

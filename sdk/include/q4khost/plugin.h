@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 2
+#define Q4KH_ABI_MINOR 3
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -541,17 +541,54 @@ struct q4kh_backend_v1 {
 	}
 
 /*
+ * ABI 1.3: one part of a job that a backend runs on its worker threads
+ * (struct q4kh_native_device, parallel): items [begin, end) of the job,
+ * on thread THREAD (0 .. threads - 1; the thread that called parallel()
+ * is 0). A thread runs one part at a time, so THREAD may index scratch
+ * of its own.
+ */
+typedef void (*q4kh_task_fn)(void *arg, unsigned thread, int64_t begin,
+                             int64_t end);
+
+/*
  * Native handles a backend lends to kernel variants of its kind. For
  * "cuda": ordinal is the CUDA device ordinal, stream a cudaStream_t on which
  * the variant must enqueue its work, and address() the device pointer of a
- * buffer. Valid while the device context stays open.
+ * buffer. For "cpu": ordinal -1, stream NULL, address() a host pointer.
+ * Valid while the device context stays open. The host sets struct_size to
+ * its own sizeof and zeroes the struct; a backend fills the fields it
+ * knows.
  */
 struct q4kh_native_device {
 	uint32_t struct_size;
 	int32_t ordinal;
 	void *stream;
 	void *(*address)(const q4kh_buffer *buf);
+	/*
+	 * ABI 1.3, optional: the backend's worker threads, lent by a backend
+	 * that computes on the host's cores so that a variant's product runs
+	 * on them instead of on threads of its own (two pools on the same
+	 * cores take turns through the scheduler). Present when struct_size
+	 * covers parallel and it is not NULL (Q4KH_NATIVE_HAS).
+	 * parallel(pool, n, grain, fn, arg) calls fn over items [0, n) in
+	 * contiguous parts of at least grain items (the last may be shorter)
+	 * on up to threads threads, the caller's included, and returns when
+	 * every part is done; which thread runs which part is not fixed.
+	 * Call it from gemv() or gemm() only, never from inside fn.
+	 */
+	uint32_t threads;
+	uint32_t reserved;
+	void *pool;
+	void (*parallel)(void *pool, int64_t n, int64_t grain, q4kh_task_fn fn,
+	                 void *arg);
 };
+
+/* 1 when native handles N (struct_size as the host set it) hold FIELD and
+ * the backend filled it (not NULL). */
+#define Q4KH_NATIVE_HAS(n, field)                                              \
+	((n)->struct_size >= offsetof(struct q4kh_native_device, field) +       \
+	                             sizeof((n)->field) &&                      \
+	 (n)->field != NULL)
 
 /*
  * Kernel-variant function table, ABI 1.0. A kernel variant implements the
@@ -562,7 +599,7 @@ struct q4kh_native_device {
 struct q4kh_kernel_v1 {
 	uint32_t struct_size;
 	uint32_t n_types;         /* entries in types */
-	const char *backend;      /* the backend kind it targets: "cuda" */
+	const char *backend;      /* the backend kind it targets: "cuda", "cpu" */
 	const uint32_t *types;    /* enum q4kh_type values it implements */
 	uint32_t max_gemv_columns; /* gemv() takes 1..this many columns */
 	uint32_t reserved;
@@ -618,6 +655,15 @@ struct q4kh_plugin_desc {
 	const char *build_id; /* version-control id and compiler */
 	const struct q4kh_backend_v1 *backend;
 	const struct q4kh_kernel_v1 *kernel;
+	/*
+	 * ABI 1.3, backends, optional: the kind of memory and native handles
+	 * this backend lends, which a kernel variant names in its table's
+	 * `backend`: a variant binds to every backend of its kind. NULL, or a
+	 * descriptor too short to hold it: the plugin's name. "cpu" for a
+	 * backend that computes on the host's cores from host memory and
+	 * lends host pointers, as the reference does. Same rules as name.
+	 */
+	const char *backend_kind;
 };
 
 /*

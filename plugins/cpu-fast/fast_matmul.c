@@ -1,0 +1,49 @@
+/*
+ * The built-in matrix product, for the weight types no kernel variant
+ * serves: each weight row decoded to f32 once (the reference's exact
+ * decoders, plugins/cpu/cpu_quant.c) into the thread's scratch, then one
+ * f32 SIMD dot product per column. F32 and F16 rows are read in place.
+ */
+#include "fast.h"
+
+struct matmul_job {
+	q4kh_device_ctx *dev;
+	const struct q4kh_tensor *w, *x, *y;
+};
+
+static void matmul_task(void *arg, unsigned thread, int64_t begin, int64_t end)
+{
+	const struct matmul_job *j = arg;
+	const struct fast_kernels *k = j->dev->k;
+	const int64_t K = j->w->ne[0], T = j->x->ne[1];
+	const uint32_t type = j->w->type;
+	float *scratch = j->dev->scratch[thread];
+
+	for (int64_t r = begin; r < end; r++) {
+		const void *w = fast_at(j->w, r, 0, 0);
+		const float *row = type == Q4KH_TYPE_F32 ? w : scratch;
+
+		if (type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16)
+			cpu_dequant_row(type, w, scratch, K);
+		for (int64_t t = 0; t < T; t++) {
+			const float *x = (const float *)fast_at(j->x, t, 0, 0);
+
+			((float *)fast_at(j->y, t, 0, 0))[r] =
+				type == Q4KH_TYPE_F16 ? k->dot_f16(x, w, K) : k->dot(row, x, K);
+		}
+	}
+}
+
+q4kh_status fast_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                         const struct q4kh_tensor *x, const struct q4kh_tensor *y)
+{
+	struct matmul_job j = { dev, w, x, y };
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_mul_mat(&c, w, x, y)) ||
+	    (st = fast_scratch(dev, sizeof(float) * (uint64_t)w->ne[0])))
+		return st;
+	fast_pool_run(dev->pool, w->ne[1], fast_grain(w->ne[0] * x->ne[1]), matmul_task, &j);
+	return Q4KH_OK;
+}

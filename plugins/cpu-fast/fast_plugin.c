@@ -1,0 +1,474 @@
+/*
+ * cpu-fast: identity, settings, the device, buffers and the native handles
+ * it lends to kernel variants (fast.h says what the backend is).
+ *
+ * Settings ([plugin.cpu-fast]):
+ *   threads = 1..256   worker threads, the caller's included (default:
+ *                      the online CPUs)
+ *   isa = auto | avx2 | avx512
+ *                      the loops to use (default auto: the best this CPU
+ *                      and OS run); naming one they cannot run fails init()
+ *   spin_us = 0..100000
+ *                      how long an idle worker spins for the next job
+ *                      before it sleeps (default 200)
+ */
+#include "buildconf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "../cpu-simd/simd.h"
+#include "fast.h"
+
+#define NAME "cpu-fast"
+#define MAX_THREADS 256
+#define DEFAULT_SPIN_US 200
+#define MAX_SPIN_US 100000
+
+/* Why the last init() on this thread failed (last_error(NULL)). */
+static _Thread_local char init_error[512];
+
+q4kh_status fast_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ctx ? ctx->error : init_error, ctx ? sizeof(ctx->error) : sizeof(init_error),
+	          fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+/* A whole number LO .. HI, nothing else; -1 when S is not one. */
+static int whole(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	unsigned long v = 0;
+
+	if (!*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > hi)
+			return -1;
+	}
+	if (v < lo)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static unsigned online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (unsigned)n;
+}
+
+/* The loops an "isa" setting asks for; -1 when the value is unknown. */
+static int parse_isa(const char *s, const struct fast_kernels **out)
+{
+	if (!strcmp(s, "auto"))
+		*out = simd_isa_usable(SIMD_ISA_AVX512_VNNI) ? &fast_avx512_kernels :
+		       simd_isa_usable(SIMD_ISA_AVX2)        ? &fast_avx2_kernels :
+		                                               NULL;
+	else if (!strcmp(s, "avx2"))
+		*out = simd_isa_usable(SIMD_ISA_AVX2) ? &fast_avx2_kernels : NULL;
+	else if (!strcmp(s, "avx512"))
+		*out = simd_isa_usable(SIMD_ISA_AVX512_VNNI) ? &fast_avx512_kernels : NULL;
+	else
+		return -1;
+	return 0;
+}
+
+static q4kh_status f_init(const struct q4kh_host_api *host, q4kh_backend_ctx **out)
+{
+	const char *threads = NULL, *isa = NULL, *spin = NULL;
+	unsigned n = online_cpus(), spin_us = DEFAULT_SPIN_US;
+	const struct fast_kernels *k;
+
+	if (!out)
+		return fast_fail(NULL, Q4KH_ERR_INVALID, NAME ": init: out is NULL");
+	*out = NULL;
+	if (!host)
+		return fast_fail(NULL, Q4KH_ERR_INVALID, NAME ": init: host API is NULL");
+	if (host->abi_major != Q4KH_ABI_MAJOR)
+		return fast_fail(NULL, Q4KH_ERR_UNSUPPORTED,
+		                 NAME ": init: host ABI major %u, plugin built for %d",
+		                 host->abi_major, Q4KH_ABI_MAJOR);
+	if (Q4KH_HOST_HAS(host, config_get)) {
+		threads = host->config_get(host->host_data, "threads");
+		isa = host->config_get(host->host_data, "isa");
+		spin = host->config_get(host->host_data, "spin_us");
+	}
+	if (threads && whole(threads, 1, MAX_THREADS, &n))
+		return fast_fail(NULL, Q4KH_ERR_INVALID,
+		                 "[plugin." NAME "] threads = \"%s\": expected an integer from 1 "
+		                 "to %d", threads, MAX_THREADS);
+	if (spin && whole(spin, 0, MAX_SPIN_US, &spin_us))
+		return fast_fail(NULL, Q4KH_ERR_INVALID,
+		                 "[plugin." NAME "] spin_us = \"%s\": expected an integer from 0 "
+		                 "to %d", spin, MAX_SPIN_US);
+	if (parse_isa(isa ? isa : "auto", &k))
+		return fast_fail(NULL, Q4KH_ERR_INVALID,
+		                 "[plugin." NAME "] isa = \"%s\": expected auto, avx2 or avx512",
+		                 isa);
+	if (isa && strcmp(isa, "auto") && !k)
+		return fast_fail(NULL, Q4KH_ERR_UNSUPPORTED,
+		                 "[plugin." NAME "] isa = %s: this CPU, or the OS's saved register "
+		                 "state (XCR0), does not support it", isa);
+	*out = calloc(1, sizeof(**out));
+	if (!*out)
+		return fast_fail(NULL, Q4KH_ERR_NOMEM, NAME ": init: out of memory");
+	(*out)->host = host;
+	(*out)->threads = n;
+	(*out)->spin_us = spin_us;
+	(*out)->k = k;
+	return Q4KH_OK;
+}
+
+static void f_shutdown(q4kh_backend_ctx *ctx)
+{
+	free(ctx);
+}
+
+static const char *f_last_error(q4kh_backend_ctx *ctx)
+{
+	return ctx ? ctx->error : init_error;
+}
+
+/* One device, the host's cores, where they run AVX2 at least; else none. */
+static q4kh_status f_device_count(q4kh_backend_ctx *ctx, uint32_t *count)
+{
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!count)
+		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_count: count is NULL");
+	*count = ctx->k ? 1 : 0;
+	return Q4KH_OK;
+}
+
+static q4kh_status f_device_info(q4kh_backend_ctx *ctx, uint32_t index,
+                                 struct q4kh_device_record *out)
+{
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+	struct utsname u;
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint32_t size;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!out || out->struct_size < sizeof(rec.struct_size))
+		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_info: out is NULL or too small");
+	if (index != 0 || !ctx->k)
+		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_info: no device %u (%s)", index,
+		                 ctx->k ? "cpu-fast has 1" : "this CPU runs neither AVX2 nor AVX-512");
+	/* The instruction set and threads are what tells this device apart. */
+	snprintf(rec.name, sizeof(rec.name), "cpu (%s float32, %u threads)", ctx->k->name,
+	         ctx->threads);
+	snprintf(rec.uuid, sizeof(rec.uuid), "cpu");
+	snprintf(rec.arch, sizeof(rec.arch), "%.31s", uname(&u) == 0 ? u.machine : "unknown");
+	rec.memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	rec.multiprocessors = ctx->threads;
+	size = out->struct_size < sizeof(rec) ? out->struct_size : sizeof(rec);
+	rec.struct_size = size;
+	memcpy(out, &rec, size);
+	return Q4KH_OK;
+}
+
+static void free_scratch(q4kh_device_ctx *dev)
+{
+	for (unsigned i = 0; i < dev->threads; i++) {
+		free(dev->scratch[i]);
+		dev->scratch[i] = NULL;
+	}
+	dev->scratch_size = 0;
+}
+
+q4kh_status fast_scratch(q4kh_device_ctx *dev, uint64_t bytes)
+{
+	uint64_t size = (bytes + FAST_ALIGN - 1) / FAST_ALIGN * FAST_ALIGN;
+
+	if (bytes <= dev->scratch_size)
+		return Q4KH_OK;
+	free_scratch(dev);
+	for (unsigned i = 0; i < dev->threads; i++) {
+		dev->scratch[i] = aligned_alloc(FAST_ALIGN, size);
+		if (!dev->scratch[i]) {
+			free_scratch(dev);
+			return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
+			                 "cannot allocate %u x %llu bytes of scratch", dev->threads,
+			                 (unsigned long long)size);
+		}
+	}
+	dev->scratch_size = size;
+	return Q4KH_OK;
+}
+
+static void f_device_close(q4kh_device_ctx *dev)
+{
+	if (!dev)
+		return;
+	fast_pool_destroy(dev->pool);
+	free_scratch(dev);
+	free(dev->scratch);
+	fast_angles_free(dev);
+	free(dev);
+}
+
+static q4kh_status f_device_open(q4kh_backend_ctx *ctx, uint32_t index, q4kh_device_ctx **out)
+{
+	q4kh_device_ctx *dev;
+	char msg[128];
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!out)
+		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_open: out is NULL");
+	*out = NULL;
+	if (index != 0 || !ctx->k)
+		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_open: no device %u", index);
+	dev = calloc(1, sizeof(*dev));
+	if (dev)
+		dev->scratch = calloc(ctx->threads, sizeof(*dev->scratch));
+	if (!dev || !dev->scratch) {
+		free(dev);
+		return fast_fail(ctx, Q4KH_ERR_NOMEM, "device_open: out of memory");
+	}
+	dev->ctx = ctx;
+	dev->k = ctx->k;
+	dev->threads = ctx->threads;
+	if (fast_pool_create(ctx->threads, ctx->spin_us, &dev->pool)) {
+		int e = errno;
+
+		f_device_close(dev);
+		return fast_fail(ctx, Q4KH_ERR_INTERNAL,
+		                 "device_open: cannot start %u worker threads: %s",
+		                 ctx->threads - 1, strerror(e));
+	}
+	if (Q4KH_HOST_HAS(ctx->host, log)) {
+		snprintf(msg, sizeof(msg), NAME ": %s loops, %u threads, spinning %u us",
+		         ctx->k->name, ctx->threads, ctx->spin_us);
+		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
+	}
+	*out = dev;
+	return Q4KH_OK;
+}
+
+static int f_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
+{
+	(void)ctx;
+	return cpu_type_supported(type);
+}
+
+static q4kh_status f_buffer_alloc(q4kh_device_ctx *dev, uint64_t size, q4kh_buffer **out)
+{
+	q4kh_buffer *buf;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!out)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "buffer_alloc: out is NULL");
+	*out = NULL;
+	if (size > UINT64_MAX - FAST_ALIGN || size + FAST_ALIGN > SIZE_MAX)
+		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                 "buffer_alloc: %llu bytes is more than this host can address",
+		                 (unsigned long long)size);
+	buf = calloc(1, sizeof(*buf));
+	if (buf)
+		buf->data = aligned_alloc(FAST_ALIGN,
+		                          (size_t)((size + FAST_ALIGN) / FAST_ALIGN * FAST_ALIGN));
+	if (!buf || !buf->data) {
+		free(buf);
+		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM, "buffer_alloc: cannot allocate %llu bytes",
+		                 (unsigned long long)size);
+	}
+	buf->dev = dev;
+	buf->size = size;
+	*out = buf;
+	return Q4KH_OK;
+}
+
+static q4kh_status f_buffer_wrap(q4kh_device_ctx *dev, const void *host, uint64_t size,
+                                 q4kh_buffer **out)
+{
+	q4kh_buffer *buf;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!out || !host || (uintptr_t)host % 32)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "buffer_wrap: out %p, host %p: expected an out pointer and host "
+		                 "memory aligned to 32 bytes",
+		                 (void *)out, host);
+	*out = NULL;
+	buf = calloc(1, sizeof(*buf));
+	if (!buf)
+		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM, "buffer_wrap: out of memory");
+	*buf = (q4kh_buffer){ dev, size, (unsigned char *)(uintptr_t)host, 1 };
+	*out = buf;
+	return Q4KH_OK;
+}
+
+static void f_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
+{
+	(void)dev;
+	if (!buf)
+		return;
+	if (!buf->wrapped)
+		free(buf->data);
+	free(buf);
+}
+
+/* The checks upload and download share. */
+static q4kh_status transfer(q4kh_device_ctx *dev, const char *what, q4kh_buffer *buf,
+                            uint64_t offset, const void *host, uint64_t size)
+{
+	if (!buf || buf->dev != dev)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: %s", what,
+		                 buf ? "the buffer belongs to another device context"
+		                     : "buffer is NULL");
+	if (!host && size)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: host pointer is NULL", what);
+	if (offset > buf->size || size > buf->size - offset)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "%s: %llu bytes at offset %llu do not fit in the %llu-byte buffer",
+		                 what, (unsigned long long)size, (unsigned long long)offset,
+		                 (unsigned long long)buf->size);
+	return Q4KH_OK;
+}
+
+static q4kh_status f_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf, uint64_t offset,
+                                   const void *src, uint64_t size)
+{
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = transfer(dev, "buffer_upload", buf, offset, src, size)))
+		return st;
+	if (buf->wrapped)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "buffer_upload: the buffer wraps read-only host memory "
+		                 "(buffer_wrap)");
+	if (size)
+		memcpy(buf->data + offset, src, (size_t)size);
+	return Q4KH_OK;
+}
+
+static q4kh_status f_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf, uint64_t offset,
+                                     void *dst, uint64_t size)
+{
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if ((st = transfer(dev, "buffer_download", buf, offset, dst, size)))
+		return st;
+	if (size)
+		memcpy(dst, buf->data + offset, (size_t)size);
+	return Q4KH_OK;
+}
+
+/* Every op runs to completion before it returns. */
+static q4kh_status f_synchronize(q4kh_device_ctx *dev)
+{
+	return dev ? Q4KH_OK : Q4KH_ERR_INVALID;
+}
+
+static void *f_address(const q4kh_buffer *buf)
+{
+	return buf ? buf->data : NULL;
+}
+
+/* Host pointers, as the reference lends, and the worker pool (ABI 1.3). */
+static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_device *out)
+{
+	const size_t v1_0 = offsetof(struct q4kh_native_device, address) + sizeof(out->address);
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!out || out->struct_size < v1_0)
+		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "native_device: record of %u bytes, expected at least %zu",
+		                 out ? out->struct_size : 0, v1_0);
+	out->ordinal = -1;
+	out->stream = NULL;
+	out->address = f_address;
+	if (out->struct_size >= offsetof(struct q4kh_native_device, parallel) +
+	                                sizeof(out->parallel)) {
+		out->threads = dev->threads;
+		out->pool = dev->pool;
+		out->parallel = fast_pool_run;
+	}
+	return Q4KH_OK;
+}
+
+/*
+ * No graph_begin: a recording would replay only the backend's own ops,
+ * while the kernel variants' products, which the host calls directly and
+ * which run at once on the host's cores, have no queue to be captured in.
+ */
+static const struct q4kh_backend_v1 table = {
+	.struct_size = sizeof(struct q4kh_backend_v1),
+	.init = f_init,
+	.shutdown = f_shutdown,
+	.last_error = f_last_error,
+	.device_count = f_device_count,
+	.device_info = f_device_info,
+	.device_open = f_device_open,
+	.device_close = f_device_close,
+	.supports_type = f_supports_type,
+	.buffer_alloc = f_buffer_alloc,
+	.buffer_free = f_buffer_free,
+	.buffer_upload = f_buffer_upload,
+	.buffer_download = f_buffer_download,
+	.get_rows = fast_get_rows,
+	.mul_mat = fast_mul_mat,
+	.rms_norm = fast_rms_norm,
+	.rope = fast_rope,
+	.add = fast_add,
+	.mul = fast_mul,
+	.scale = fast_scale,
+	.glu = fast_glu,
+	.copy = fast_copy,
+	.attention = fast_attention,
+	.synchronize = f_synchronize,
+	.native_device = f_native_device,
+	.get_rows_ext = fast_get_rows_ext,
+	.rope_ext = fast_rope_ext,
+	.set_rows = fast_set_rows,
+	.attention_ext = fast_attention_ext,
+	.buffer_wrap = f_buffer_wrap,
+	.unary = fast_unary,
+	.ssm_conv = fast_ssm_conv,
+	.delta_net = fast_delta_net,
+};
+
+#ifdef __clang__
+#define FAST_COMPILER __VERSION__
+#else
+#define FAST_COMPILER "gcc " __VERSION__
+#endif
+
+static const struct q4kh_plugin_desc desc = {
+	.struct_size = sizeof(desc),
+	.abi_minor = Q4KH_ABI_MINOR,
+	.kind = Q4KH_KIND_BACKEND,
+	.name = NAME,
+	.version = PACKAGE_VERSION,
+	.vendor = "q4khost",
+	.license = "MIT",
+	.build_id = FAST_COMPILER,
+	.backend = &table,
+	.backend_kind = "cpu",
+};
+
+Q4KH_PLUGIN_ENTRY(desc)

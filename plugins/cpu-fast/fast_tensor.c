@@ -1,0 +1,36 @@
+/*
+ * What every op checks before it touches memory: the SDK's contract checks
+ * (q4khost/contract.h), which the reference makes too, so cpu-fast refuses
+ * exactly what cpu refuses, with the same one line.
+ */
+#include "fast.h"
+
+static int own_buffer(const void *dev, const q4kh_buffer *buf, uint64_t *size)
+{
+	if (!dev || buf->dev != dev)
+		return 0;
+	*size = buf->size;
+	return 1;
+}
+
+struct q4kh_check fast_contract(q4kh_device_ctx *dev)
+{
+	struct q4kh_check c = {
+		.dev = dev,
+		.buffer = own_buffer,
+		.weight_types = cpu_supported_types(),
+		.msg = dev ? dev->ctx->error : NULL,
+		.cap = dev ? sizeof(dev->ctx->error) : 0,
+	};
+
+	return c;
+}
+
+q4kh_status fast_index_values(q4kh_device_ctx *dev, const char *what,
+                              const struct q4kh_tensor *t, int64_t limit)
+{
+	const struct q4kh_check c = fast_contract(dev);
+
+	return q4kh_check_index_values(&c, what, (const int32_t *)fast_at(t, 0, 0, 0), t->ne[0],
+	                               limit);
+}
