@@ -1,7 +1,20 @@
 /*
- * Causal, windowed, grouped-query attention over the KV cache. A block
- * takes one query (head h, token t) at a time: grid.x is the head, grid.y
- * strides over the tokens. The visible keys are taken in chunks of
+ * Causal, windowed, grouped-query attention over the KV cache, in two
+ * forms.
+ *
+ * Decode (a few queries, split_plan): flash-decoding (Dao et al. 2023,
+ * "Flash-Decoding for long-context inference"). The visible keys of a
+ * query are cut into S equal ranges; block (KV head, range, token) reads
+ * its range of K and V once for every query head of the group, each warp
+ * a quarter of the keys with a running softmax of its own, lanes splitting
+ * the head dimension. The block folds its warps together and writes one
+ * partial result per query head (m, l and the unnormalised sum) to
+ * scratch memory; a second kernel merges the S partials. The grid is
+ * fixed by the shapes, the ranges by the position read on the device, so
+ * one recorded launch serves every later token.
+ *
+ * Otherwise (prompts): a block takes one query (head h, token t) at a
+ * time: grid.x is the head, grid.y strides over the tokens. The visible keys are taken in chunks of
  * ATTN_CHUNK: each warp computes the scores of some keys of the chunk (its
  * lanes split the head dimension), then the block folds the chunk into a
  * running softmax (Milakov & Gimelshein 2018, "Online normalizer
@@ -33,19 +46,52 @@ static __device__ __forceinline__ float cache_at(const __half *row, int64_t i)
 }
 
 /* Query t of head h: out = softmax(scores) . V over the visible keys. */
+/*
+ * The position of query t in *POS: pos[t] from the device, checked
+ * against the cache's length, or pos0 + t. 0 on a fault.
+ */
+static __device__ __forceinline__ bool query_pos(const struct cuda_attn &p,
+                                                 const struct cuda_view &k,
+                                                 int64_t t, int32_t *fault,
+                                                 int64_t *pos)
+{
+	if (!p.pos) {
+		*pos = p.pos0 + t;
+		return true;
+	}
+	*pos = p.pos[t];
+	return index_ok(fault, CUDA_FAULT_ATTENTION_POS, t, p.pos[t], k.ne[2]);
+}
+
+/* The first key that a query at POS sees. */
+static __device__ __forceinline__ int64_t first_key(const struct cuda_attn &p,
+                                                    int64_t pos)
+{
+	return p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+}
+
+/* A score as the model defines it: scaled, then capped when softcap > 0. */
+static __device__ __forceinline__ float score(const struct cuda_attn &p,
+                                              float dot)
+{
+	const float s = dot * p.scale;
+
+	return p.softcap > 0.0f ? p.softcap * tanhf(s / p.softcap) : s;
+}
+
 template <typename K, typename V>
 static __device__ void attend(const struct cuda_view &q,
                               const struct cuda_view &k,
                               const struct cuda_view &v,
                               const struct cuda_attn &p,
                               const struct cuda_view &out, int64_t h,
-                              int64_t t, float *shm)
+                              int64_t t, float *shm, int32_t *fault)
 {
 	const int64_t hd = q.ne[0];
 	const int64_t g = h / (q.ne[1] / k.ne[1]); /* the KV head */
-	const int64_t pos = p.pos0 + t;
-	const int64_t first =
-		p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+	int64_t pos;
+	const bool ok = query_pos(p, k, t, fault, &pos);
+	const int64_t first = first_key(p, pos);
 	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	const int warps = ATTN_THREADS / 32;
 	float *qs = shm, *acc = shm + hd, *sc = shm + 2 * hd;
@@ -53,6 +99,11 @@ static __device__ void attend(const struct cuda_view &q,
 	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
 	float m = -INFINITY, l = 0.0f;
 
+	if (!ok) { /* a fault: the query sees nothing */
+		for (int64_t d = threadIdx.x; d < hd; d += ATTN_THREADS)
+			o[d] = 0.0f;
+		return;
+	}
 	for (int64_t d = threadIdx.x; d < hd; d += ATTN_THREADS) {
 		qs[d] = qr[d];
 		acc[d] = 0.0f;
@@ -69,9 +120,7 @@ static __device__ void attend(const struct cuda_view &q,
 
 			for (int64_t d = lane; d < hd; d += 32)
 				s += qs[d] * cache_at(kr, d);
-			s = warp_sum(s) * p.scale;
-			if (p.softcap > 0.0f)
-				s = p.softcap * tanhf(s / p.softcap);
+			s = score(p, warp_sum(s));
 			if (lane == 0)
 				sc[c] = s;
 		}
@@ -110,12 +159,248 @@ static __device__ void attend(const struct cuda_view &q,
 template <typename K, typename V>
 static __global__ void __launch_bounds__(ATTN_THREADS)
 attention_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
-                 struct cuda_attn p, struct cuda_view out)
+                 struct cuda_attn p, struct cuda_view out, int32_t *fault)
 {
 	extern __shared__ float shm[];
 
 	for (int64_t t = blockIdx.y; t < q.ne[2]; t += gridDim.y)
-		attend<K, V>(q, k, v, p, out, blockIdx.x, t, shm);
+		attend<K, V>(q, k, v, p, out, blockIdx.x, t, shm, fault);
+}
+
+/* --- flash-decoding --- */
+
+#define SPLIT_WARPS 4
+#define SPLIT_MAX_T 8      /* queries a split launch takes */
+#define SPLIT_MAX_GROUP 8  /* query heads per KV head */
+#define SPLIT_MAX_S 128    /* ranges per query */
+#define SPLIT_MIN_KEYS 32  /* keys of a range, unless the query sees fewer */
+
+/* How a split launch cuts the work: S ranges per query. */
+struct split_plan {
+	int s;     /* 0: the shapes do not take the split form */
+	int group; /* query heads per KV head */
+};
+
+static struct split_plan plan_split(const struct cuda_view *q,
+                                    const struct cuda_view *k, int sms)
+{
+	struct split_plan sp = { 0, 0 };
+	const int64_t hd = q->ne[0], hkv = k->ne[1], t = q->ne[2];
+	int64_t s;
+
+	if (t > SPLIT_MAX_T || (hd != 64 && hd != 128 && hd != 256) ||
+	    q->ne[1] / hkv > SPLIT_MAX_GROUP)
+		return sp;
+	/* About four blocks per multiprocessor over the KV heads and queries. */
+	s = (4 * (int64_t)sms + hkv * t - 1) / (hkv * t);
+	sp.s = (int)(s < 1 ? 1 : s > SPLIT_MAX_S ? SPLIT_MAX_S : s);
+	sp.group = (int)(q->ne[1] / hkv);
+	return sp;
+}
+
+/* D consecutive values of a cache row from element 32-aligned lane * D,
+ * as float. */
+template <int D>
+static __device__ __forceinline__ void load_row(const float *row, int lane,
+                                                float *out)
+{
+#pragma unroll
+	for (int i = 0; i < D; i += 2) {
+		const float2 v = *(const float2 *)(row + lane * D + i);
+
+		out[i] = v.x;
+		out[i + 1] = v.y;
+	}
+}
+
+template <int D>
+static __device__ __forceinline__ void load_row(const __half *row, int lane,
+                                                float *out)
+{
+#pragma unroll
+	for (int i = 0; i < D; i += 2) {
+		const float2 v = __half22float2(*(const __half2 *)(row + lane * D + i));
+
+		out[i] = v.x;
+		out[i + 1] = v.y;
+	}
+}
+
+/*
+ * One range of keys of one query for the G query heads of KV head
+ * blockIdx.x. Partials: ml[(t H + h) S + s] = (m, l), acc at the same
+ * index times hd. D = hd / 32 values per lane.
+ */
+template <typename KV, int D>
+static __global__ void __launch_bounds__(32 * SPLIT_WARPS)
+split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
+             struct cuda_attn p, int group, float2 *ml, float *part,
+             int32_t *fault)
+{
+	__shared__ float sm[SPLIT_WARPS][SPLIT_MAX_GROUP][2];
+	__shared__ float sacc[SPLIT_WARPS][SPLIT_MAX_GROUP][32 * D];
+	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	const int64_t kh = blockIdx.x, s = blockIdx.y, t = blockIdx.z;
+	const int64_t S = gridDim.y, H = q.ne[1], hd = 32 * D;
+	float qr[SPLIT_MAX_GROUP][D], acc[SPLIT_MAX_GROUP][D];
+	float m[SPLIT_MAX_GROUP], l[SPLIT_MAX_GROUP];
+	int64_t pos, j0 = 0, j1 = 0;
+
+	if (query_pos(p, k, t, fault, &pos)) {
+		const int64_t first = first_key(p, pos), n = pos - first + 1;
+		int64_t chunk = (n + S - 1) / S;
+
+		if (chunk < SPLIT_MIN_KEYS)
+			chunk = SPLIT_MIN_KEYS;
+		j0 = first + s * chunk;
+		j1 = j0 + chunk < pos + 1 ? j0 + chunk : pos + 1;
+	}
+#pragma unroll
+	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+		m[g] = -INFINITY;
+		l[g] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < D; i++) {
+			acc[g][i] = 0.0f;
+			qr[g][i] = 0.0f;
+		}
+		if (g < group) {
+			const float *qh = (const float *)(q.data + (kh * group + g) * q.nb[1] +
+			                                  t * q.nb[2]);
+
+			load_row<D>(qh, lane, qr[g]);
+		}
+	}
+	for (int64_t j = j0 + warp; j < j1; j += SPLIT_WARPS) {
+		float kf[D], vf[D];
+
+		load_row<D>((const KV *)(k.data + kh * k.nb[1] + j * k.nb[2]), lane, kf);
+		load_row<D>((const KV *)(v.data + kh * v.nb[1] + j * v.nb[2]), lane, vf);
+#pragma unroll
+		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+			if (g >= group)
+				break;
+			float dot = 0.0f;
+
+#pragma unroll
+			for (int i = 0; i < D; i++)
+				dot += qr[g][i] * kf[i];
+			const float sc = score(p, warp_sum(dot));
+			const float mn = fmaxf(m[g], sc);
+			const float c = expf(m[g] - mn), e = expf(sc - mn);
+
+			l[g] = l[g] * c + e;
+			m[g] = mn;
+#pragma unroll
+			for (int i = 0; i < D; i++)
+				acc[g][i] = acc[g][i] * c + e * vf[i];
+		}
+	}
+	/* Fold the warps: each keeps m, l and its sums in shared memory. */
+#pragma unroll
+	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+		if (g >= group)
+			break;
+		if (lane == 0) {
+			sm[warp][g][0] = m[g];
+			sm[warp][g][1] = l[g];
+		}
+#pragma unroll
+		for (int i = 0; i < D; i++)
+			sacc[warp][g][lane * D + i] = acc[g][i];
+	}
+	__syncthreads();
+	for (int g = 0; g < group; g++) {
+		float mx = -INFINITY;
+
+		for (int w = 0; w < SPLIT_WARPS; w++)
+			mx = fmaxf(mx, sm[w][g][0]);
+		const int64_t at = (t * H + kh * group + g) * S + s;
+		for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+			float a = 0.0f, sum = 0.0f;
+
+			if (mx != -INFINITY)
+				for (int w = 0; w < SPLIT_WARPS; w++) {
+					const float c = expf(sm[w][g][0] - mx);
+
+					a += sacc[w][g][d] * c;
+					sum += sm[w][g][1] * c;
+				}
+			part[at * hd + d] = a;
+			if (d == 0)
+				ml[at] = make_float2(mx, sum);
+		}
+	}
+}
+
+/* out[:, h, t] from the S partials of (h, t): block (h, t), thread d. */
+static __global__ void __launch_bounds__(256)
+merge_kernel(const float2 *ml, const float *part, int S, struct cuda_view out)
+{
+	const int64_t h = blockIdx.x, t = blockIdx.y, H = gridDim.x;
+	const int64_t hd = out.ne[0], at = (t * H + h) * S;
+	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
+	float mx = -INFINITY, sum = 0.0f;
+
+	for (int s = 0; s < S; s++)
+		mx = fmaxf(mx, ml[at + s].x);
+	for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+		float a = 0.0f;
+
+		sum = 0.0f;
+		if (mx != -INFINITY)
+			for (int s = 0; s < S; s++) {
+				const float2 r = ml[at + s];
+				const float c = expf(r.x - mx);
+
+				a += part[(at + s) * hd + d] * c;
+				sum += r.y * c;
+			}
+		o[d] = sum > 0.0f ? a / sum : 0.0f; /* 0: a fault, nothing seen */
+	}
+}
+
+extern "C" size_t cuda_attention_scratch(const struct cuda_view *q,
+                                         const struct cuda_view *k, int sms)
+{
+	const struct split_plan sp = plan_split(q, k, sms);
+	const size_t rows = (size_t)q->ne[2] * (size_t)q->ne[1] * (size_t)sp.s;
+
+	return sp.s ? rows * (sizeof(float2) + sizeof(float) * (size_t)q->ne[0]) : 0;
+}
+
+template <typename KV>
+static cudaError_t launch_split(const struct cuda_view *q,
+                                const struct cuda_view *k,
+                                const struct cuda_view *v,
+                                const struct cuda_attn *p,
+                                const struct cuda_view *out,
+                                const struct split_plan &sp, void *scratch,
+                                int32_t *fault, cudaStream_t s)
+{
+	const dim3 grid((unsigned)k->ne[1], (unsigned)sp.s, (unsigned)q->ne[2]);
+	const size_t rows = (size_t)q->ne[2] * (size_t)q->ne[1] * (size_t)sp.s;
+	float2 *ml = (float2 *)scratch;
+	float *part = (float *)(ml + rows);
+
+	switch (q->ne[0]) {
+	case 64:
+		split_kernel<KV, 2><<<grid, 32 * SPLIT_WARPS, 0, s>>>(
+			*q, *k, *v, *p, sp.group, ml, part, fault);
+		break;
+	case 128:
+		split_kernel<KV, 4><<<grid, 32 * SPLIT_WARPS, 0, s>>>(
+			*q, *k, *v, *p, sp.group, ml, part, fault);
+		break;
+	default:
+		split_kernel<KV, 8><<<grid, 32 * SPLIT_WARPS, 0, s>>>(
+			*q, *k, *v, *p, sp.group, ml, part, fault);
+		break;
+	}
+	merge_kernel<<<dim3((unsigned)q->ne[1], (unsigned)q->ne[2]),
+	               (unsigned)(q->ne[0] < 256 ? q->ne[0] : 256), 0, s>>>(
+		ml, part, sp.s, *out);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
@@ -123,24 +408,29 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                              const struct cuda_view *v,
                                              const struct cuda_attn *p,
                                              const struct cuda_view *out,
-                                             cudaStream_t s)
+                                             void *scratch, int sms,
+                                             int32_t *fault, cudaStream_t s)
 {
 	const dim3 grid((unsigned)q->ne[1],
 	                (unsigned)(q->ne[2] < 65535 ? q->ne[2] : 65535));
 	const size_t shm = sizeof(float) * (size_t)(2 * q->ne[0] + ATTN_CHUNK);
 	const bool k16 = k->type == Q4KH_TYPE_F16, v16 = v->type == Q4KH_TYPE_F16;
+	const struct split_plan sp = plan_split(q, k, sms);
 
+	if (scratch && sp.s && k16 == v16)
+		return k16 ? launch_split<__half>(q, k, v, p, out, sp, scratch, fault, s)
+		           : launch_split<float>(q, k, v, p, out, sp, scratch, fault, s);
 	if (k16 && v16)
 		attention_kernel<__half, __half>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
 	else if (k16)
 		attention_kernel<__half, float>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
 	else if (v16)
 		attention_kernel<float, __half>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
 	else
 		attention_kernel<float, float>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out);
+			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
 	return cudaGetLastError();
 }
