@@ -29,7 +29,7 @@ case $model in
 *.gguf) ;;
 *)
 	f=/tmp/models/$model.gguf
-	[ -f "$f" ] || { mkdir -p /tmp/models && python3 scripts/gen-bench-model.py "$model" "$f" >/dev/null; }
+	[ -f "$f" ] || { mkdir -p /tmp/models && python3 scripts/gen-bench-model.py "$model" "$f.part" >/dev/null && mv "$f.part" "$f"; }
 	model=$f
 	;;
 esac
@@ -44,6 +44,7 @@ gcc -O2 -shared -fPIC -I"$(dirname "$header")" -I/usr/local/cuda/include \
 prompt=$(python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$d")
 out=/tmp/gpu-profile.txt
 CUPTI_TRACE_OUT=$out LD_PRELOAD=$tracer "$build/host/cli/q4khost" bench -m "$model" \
-	--backend cuda --kernels "$kernel" --f2 off -n "$n" -p "$prompt" | tail -n 3
+	--backend cuda --kernels "$kernel" --f2 off -n "$n" -p "$prompt" \
+	$([ "$kernel" = none ] || echo --no-built-in) | tail -n 3
 head -n 30 "$out"
 tail -n 1 "$out"
