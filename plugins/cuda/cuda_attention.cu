@@ -9,7 +9,9 @@
  * a quarter of the keys with a running softmax of its own, lanes splitting
  * the head dimension. The block folds its warps together and writes one
  * partial result per query head (m, l and the unnormalised sum) to
- * scratch memory; a second kernel merges the S partials. The grid is
+ * scratch memory; a second kernel merges the partials. Ranges hold at
+ * least SPLIT_MIN_KEYS keys, so a short context leaves most of them empty
+ * and the merge reads only those in use. The grid is
  * fixed by the shapes, the ranges by the position read on the device, so
  * one recorded launch serves every later token.
  *
@@ -173,7 +175,8 @@ attention_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 #define SPLIT_MAX_T 8      /* queries a split launch takes */
 #define SPLIT_MAX_GROUP 8  /* query heads per KV head */
 #define SPLIT_MAX_S 128    /* ranges per query */
-#define SPLIT_MIN_KEYS 32  /* keys of a range, unless the query sees fewer */
+#define SPLIT_MIN_KEYS 64  /* keys of a range, unless the query sees fewer */
+#define SPLIT_BATCH 4      /* keys a warp loads before it uses them */
 
 /* How a split launch cuts the work: S ranges per query. */
 struct split_plan {
@@ -227,9 +230,30 @@ static __device__ __forceinline__ void load_row(const __half *row, int lane,
 }
 
 /*
+ * The keys [*j0, *j1) of range s of S for a query at POS: the visible keys
+ * cut into S ranges of at least SPLIT_MIN_KEYS, so that a short context
+ * uses few ranges and the rest are empty. Returns the ranges in use.
+ */
+static __device__ __forceinline__ int64_t split_range(const struct cuda_attn &p,
+                                                      int64_t pos, int64_t s,
+                                                      int64_t S, int64_t *j0,
+                                                      int64_t *j1)
+{
+	const int64_t first = first_key(p, pos), n = pos - first + 1;
+	int64_t chunk = (n + S - 1) / S;
+
+	if (chunk < SPLIT_MIN_KEYS)
+		chunk = SPLIT_MIN_KEYS;
+	*j0 = first + s * chunk;
+	*j1 = *j0 + chunk < pos + 1 ? *j0 + chunk : pos + 1;
+	return (n + chunk - 1) / chunk;
+}
+
+/*
  * One range of keys of one query for the G query heads of KV head
  * blockIdx.x. Partials: ml[(t H + h) S + s] = (m, l), acc at the same
- * index times hd. D = hd / 32 values per lane.
+ * index times hd. D = hd / 32 values per lane. A warp loads SPLIT_BATCH
+ * keys' rows before it uses any, so that several loads are in flight.
  */
 template <typename KV, int D>
 static __global__ void __launch_bounds__(32 * SPLIT_WARPS)
@@ -246,14 +270,10 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	float m[SPLIT_MAX_GROUP], l[SPLIT_MAX_GROUP];
 	int64_t pos, j0 = 0, j1 = 0;
 
-	if (query_pos(p, k, t, fault, &pos)) {
-		const int64_t first = first_key(p, pos), n = pos - first + 1;
-		int64_t chunk = (n + S - 1) / S;
-
-		if (chunk < SPLIT_MIN_KEYS)
-			chunk = SPLIT_MIN_KEYS;
-		j0 = first + s * chunk;
-		j1 = j0 + chunk < pos + 1 ? j0 + chunk : pos + 1;
+	if (query_pos(p, k, t, fault, &pos))
+		split_range(p, pos, s, S, &j0, &j1);
+	if (j0 >= j1) { /* an empty range: the merge does not read it */
+		return;
 	}
 #pragma unroll
 	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
@@ -271,29 +291,67 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 			load_row<D>(qh, lane, qr[g]);
 		}
 	}
-	for (int64_t j = j0 + warp; j < j1; j += SPLIT_WARPS) {
-		float kf[D], vf[D];
+	for (int64_t jb = j0 + warp * SPLIT_BATCH; jb < j1;
+	     jb += SPLIT_WARPS * SPLIT_BATCH) {
+		float kf[SPLIT_BATCH][D], vf[SPLIT_BATCH][D];
 
-		load_row<D>((const KV *)(k.data + kh * k.nb[1] + j * k.nb[2]), lane, kf);
-		load_row<D>((const KV *)(v.data + kh * v.nb[1] + j * v.nb[2]), lane, vf);
+#pragma unroll
+		for (int b = 0; b < SPLIT_BATCH; b++) {
+			const int64_t j = jb + b < j1 ? jb + b : j1 - 1;
+
+			load_row<D>((const KV *)(k.data + kh * k.nb[1] + j * k.nb[2]), lane, kf[b]);
+			load_row<D>((const KV *)(v.data + kh * v.nb[1] + j * v.nb[2]), lane, vf[b]);
+		}
+		/* The batch's scores for every head: the dot products first,
+		 * then all their warp sums together, which keeps many
+		 * shuffles in flight instead of one chain per key and head. */
+		float sc[SPLIT_BATCH][SPLIT_MAX_GROUP];
+
+#pragma unroll
+		for (int b = 0; b < SPLIT_BATCH; b++)
+#pragma unroll
+			for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+				sc[b][g] = 0.0f;
+#pragma unroll
+				for (int i = 0; i < D; i++)
+					sc[b][g] += qr[g][i] * kf[b][i];
+			}
+#pragma unroll
+		for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+			for (int b = 0; b < SPLIT_BATCH; b++)
+#pragma unroll
+				for (int g = 0; g < SPLIT_MAX_GROUP; g++)
+					if (g < group)
+						sc[b][g] += __shfl_xor_sync(0xffffffffu, sc[b][g], off);
+		/* One rescale per head and batch (Milakov & Gimelshein). */
 #pragma unroll
 		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
 			if (g >= group)
 				break;
-			float dot = 0.0f;
+			float mn = m[g];
 
 #pragma unroll
-			for (int i = 0; i < D; i++)
-				dot += qr[g][i] * kf[i];
-			const float sc = score(p, warp_sum(dot));
-			const float mn = fmaxf(m[g], sc);
-			const float c = expf(m[g] - mn), e = expf(sc - mn);
+			for (int b = 0; b < SPLIT_BATCH; b++) {
+				sc[b][g] = jb + b < j1 ? score(p, sc[b][g]) : -INFINITY;
+				mn = fmaxf(mn, sc[b][g]);
+			}
+			const float c = expf(m[g] - mn);
 
-			l[g] = l[g] * c + e;
+			l[g] *= c;
+#pragma unroll
+			for (int i = 0; i < D; i++)
+				acc[g][i] *= c;
+#pragma unroll
+			for (int b = 0; b < SPLIT_BATCH; b++) {
+				const float e = expf(sc[b][g] - mn); /* 0 past j1 */
+
+				l[g] += e;
+#pragma unroll
+				for (int i = 0; i < D; i++)
+					acc[g][i] += e * vf[b][i];
+			}
 			m[g] = mn;
-#pragma unroll
-			for (int i = 0; i < D; i++)
-				acc[g][i] = acc[g][i] * c + e * vf[i];
 		}
 	}
 	/* Fold the warps: each keeps m, l and its sums in shared memory. */
@@ -311,51 +369,71 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	}
 	__syncthreads();
 	for (int g = 0; g < group; g++) {
-		float mx = -INFINITY;
+		float mx = -INFINITY, w[SPLIT_WARPS], sum = 0.0f;
 
-		for (int w = 0; w < SPLIT_WARPS; w++)
-			mx = fmaxf(mx, sm[w][g][0]);
+		for (int i = 0; i < SPLIT_WARPS; i++)
+			mx = fmaxf(mx, sm[i][g][0]);
+		for (int i = 0; i < SPLIT_WARPS; i++) { /* a warp with no key: 0 */
+			w[i] = sm[i][g][1] > 0.0f ? expf(sm[i][g][0] - mx) : 0.0f;
+			sum += sm[i][g][1] * w[i];
+		}
 		const int64_t at = (t * H + kh * group + g) * S + s;
 		for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-			float a = 0.0f, sum = 0.0f;
+			float a = 0.0f;
 
-			if (mx != -INFINITY)
-				for (int w = 0; w < SPLIT_WARPS; w++) {
-					const float c = expf(sm[w][g][0] - mx);
-
-					a += sacc[w][g][d] * c;
-					sum += sm[w][g][1] * c;
-				}
+			for (int i = 0; i < SPLIT_WARPS; i++)
+				a += sacc[i][g][d] * w[i];
 			part[at * hd + d] = a;
-			if (d == 0)
-				ml[at] = make_float2(mx, sum);
 		}
+		if (threadIdx.x == 0)
+			ml[at] = make_float2(mx, sum);
 	}
 }
 
-/* out[:, h, t] from the S partials of (h, t): block (h, t), thread d. */
+/*
+ * out[:, h, t] from the partials of the ranges in use for (h, t): block
+ * (h, t); the ranges' weights exp(m_s - max m) first, in shared memory,
+ * then thread d sums its column over them.
+ */
 static __global__ void __launch_bounds__(256)
-merge_kernel(const float2 *ml, const float *part, int S, struct cuda_view out)
+merge_kernel(const float2 *ml, const float *part, int S, struct cuda_attn p,
+             struct cuda_view k, struct cuda_view out)
 {
+	__shared__ float wt[SPLIT_MAX_S];
+	__shared__ float red[32];
 	const int64_t h = blockIdx.x, t = blockIdx.y, H = gridDim.x;
 	const int64_t hd = out.ne[0], at = (t * H + h) * S;
 	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
-	float mx = -INFINITY, sum = 0.0f;
+	int64_t pos, j0, j1, used = 0;
 
-	for (int s = 0; s < S; s++)
+	/* A position out of range: the split kernel kept the fault. */
+	pos = p.pos ? p.pos[t] : p.pos0 + t;
+	if (pos >= 0 && pos < k.ne[2])
+		used = split_range(p, pos, 0, S, &j0, &j1);
+	float mx = -INFINITY;
+	for (int64_t s = threadIdx.x; s < used; s += blockDim.x)
 		mx = fmaxf(mx, ml[at + s].x);
+	/* the block's maximum */
+	for (int off = 16; off > 0; off /= 2)
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+	if (threadIdx.x % 32 == 0)
+		red[threadIdx.x / 32] = mx;
+	__syncthreads();
+	mx = -INFINITY;
+	for (int i = 0; i < (int)(blockDim.x + 31) / 32; i++)
+		mx = fmaxf(mx, red[i]);
+	for (int64_t s = threadIdx.x; s < used; s += blockDim.x)
+		wt[s] = expf(ml[at + s].x - mx);
+	__syncthreads();
+	float sum = 0.0f;
+	for (int64_t s = 0; s < used; s++)
+		sum += ml[at + s].y * wt[s];
 	for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
 		float a = 0.0f;
 
-		sum = 0.0f;
-		if (mx != -INFINITY)
-			for (int s = 0; s < S; s++) {
-				const float2 r = ml[at + s];
-				const float c = expf(r.x - mx);
-
-				a += part[(at + s) * hd + d] * c;
-				sum += r.y * c;
-			}
+#pragma unroll 8
+		for (int64_t s = 0; s < used; s++)
+			a += part[(at + s) * hd + d] * wt[s];
 		o[d] = sum > 0.0f ? a / sum : 0.0f; /* 0: a fault, nothing seen */
 	}
 }
@@ -399,7 +477,7 @@ static cudaError_t launch_split(const struct cuda_view *q,
 	}
 	merge_kernel<<<dim3((unsigned)q->ne[1], (unsigned)q->ne[2]),
 	               (unsigned)(q->ne[0] < 256 ? q->ne[0] : 256), 0, s>>>(
-		ml, part, sp.s, *out);
+		ml, part, sp.s, *p, *k, *out);
 	return cudaGetLastError();
 }
 

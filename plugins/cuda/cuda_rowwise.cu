@@ -7,28 +7,53 @@
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 
-#define RMS_THREADS 256
+#define RMS_THREADS 512
+#define RMS_HELD 8 /* values of a row each thread keeps in registers */
 #define ROPE_THREADS 128
 
+/*
+ * One block per row. Each thread loads its RMS_HELD values of the row at
+ * once and keeps them for the second pass, so that a row of up to
+ * RMS_THREADS * RMS_HELD values costs one memory latency, not one per
+ * value a thread reads; longer rows loop over the rest.
+ */
 static __global__ void __launch_bounds__(RMS_THREADS)
 rms_norm_kernel(struct cuda_view x, const float *w, float eps,
                 struct cuda_view out)
 {
 	__shared__ double part[32];
 	const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
+	const int64_t held = (int64_t)RMS_HELD * blockDim.x;
 
 	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
 		const float *xr = (const float *)view_row(x, r);
 		float *o = (float *)view_row(out, r);
+		float v[RMS_HELD];
 		double ss = 0.0;
 
-		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++) {
+			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+			v[k] = i < n ? xr[i] : 0.0f;
+		}
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++)
+			ss += (double)v[k] * (double)v[k];
+		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
 			ss += (double)xr[i] * (double)xr[i];
 		/* Every read of the row is done once the sum is known, so out
 		 * may be x. */
 		ss = block_sum(ss, part);
 		const float s = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++) {
+			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+			if (i < n)
+				o[i] = w ? v[k] * s * w[i] : v[k] * s;
+		}
+		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
 			o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
 	}
 }
