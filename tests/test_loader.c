@@ -509,7 +509,7 @@ Test(loader, host_api_config_and_log, .init = cr_redirect_stderr)
 	const char *top = fresh_dir();
 	char *dir = subdir(top, "plugins");
 	struct q4kh_config *c =
-		config_from(top, "[plugin.kernel-ok]\nTile = 64\n[plugin.cpu]\nthreads = 2\n");
+		config_from(top, "[plugin.kernel-ok]\nTile = 64\nwarps =\n[plugin.cpu]\nthreads = 2\n");
 	struct q4kh_registry *r;
 	const struct q4kh_plugin *p;
 
@@ -522,6 +522,8 @@ Test(loader, host_api_config_and_log, .init = cr_redirect_stderr)
 	cr_assert_eq(p->api.abi_minor, Q4KH_ABI_MINOR);
 	cr_assert_str_eq(p->api.config_get(p->api.host_data, "tile"), "64");
 	cr_assert_null(p->api.config_get(p->api.host_data, "threads"));
+	/* Set to nothing: unset, as every empty value (docs/config.md). */
+	cr_assert_null(p->api.config_get(p->api.host_data, "warps"));
 	p->api.log(p->api.host_data, Q4KH_LOG_WARN, "slow path\n");
 	p->api.log(p->api.host_data, Q4KH_LOG_INFO, "ready");
 	fflush(stderr);

@@ -49,6 +49,32 @@ static const char *jget(json_t *j, const char *path)
 	return json_is_string(j) ? json_string_value(j) : json_is_true(j) ? "true" : "false";
 }
 
+/*
+ * Skip the test unless cpu-simd and cpu-fast were built here (configure:
+ * HAVE_CPU_SIMD builds both) and, when RUN, this CPU runs them (AVX2, FMA).
+ */
+static void need_cpu_simd(int run)
+{
+	char so[4200];
+
+	snprintf(so, sizeof(so), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
+	if (access(so, R_OK) != 0)
+		cr_skip_test("cpu-simd and cpu-fast were not built here (configure: HAVE_CPU_SIMD)");
+	__builtin_cpu_init();
+	if (run && (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")))
+		cr_skip_test("this CPU runs neither cpu-fast nor the cpu-simd kernels");
+}
+
+/* Copy the plugin NAME built here (cpu-simd, cpu-fast) into the folder DIR. */
+static void add_built_plugin(const char *dir, const char *name)
+{
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/%s/.libs/%s.so %s/", test_builddir(), name, name,
+	         dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
 Test(select, plugins_explain_names_where_every_setting_came_from)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
@@ -235,22 +261,15 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 {
 	static const char *const none[] = { NULL };
 	const char *plugins, *receipts;
-	char *out, args[8192], cmd[8192];
+	char *out, args[8192];
 	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
 	test_model_path();
-	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
-	if (access(cmd, R_OK) != 0)
-		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("this CPU runs no cpu-simd kernels");
+	need_cpu_simd(1);
 	plugins = test_plugin_dir(none);
 	receipts = test_tmpdir();
-	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
-	         plugins);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	add_built_plugin(plugins, "cpu-simd");
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --threads 2 --json --plugin-path %s --config %s",
 	         plugins, cfg);
 	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
@@ -283,23 +302,16 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 {
 	static const char *const gpu[] = { "replay_ok", NULL }, *const none[] = { NULL };
 	const char *receipts = test_tmpdir(), *plugins;
-	char *out, args[8192], cmd[8192];
+	char *out, args[8192];
 	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
 	test_model_path();
-	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
-	if (access(cmd, R_OK) != 0)
-		cr_skip_test("cpu-fast was not built here (configure: HAVE_CPU_SIMD)");
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	need_cpu_simd(1);
 	for (int pass = 0; pass < 2; pass++) {
 		plugins = test_plugin_dir(pass ? none : gpu);
-		snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-fast/.libs/cpu-fast.so "
-		                           "%s/plugins/cpu-simd/.libs/cpu-simd.so %s/",
-		         test_builddir(), test_builddir(), plugins);
-		cr_assert_eq(system(cmd), 0, "%s", cmd);
+		add_built_plugin(plugins, "cpu-fast");
+		add_built_plugin(plugins, "cpu-simd");
 		if (!pass) {
 			snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
 			cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
@@ -336,23 +348,50 @@ Test(select, a_variant_that_will_not_start_is_named_with_its_reason, .timeout = 
 {
 	static const char *const none[] = { NULL };
 	const char *plugins;
-	char *out, args[8192], cmd[8192];
+	char *out, args[8192];
 	char *cfg = config_file("[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
 
 	test_model_path();
-	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
-	if (access(cmd, R_OK) != 0)
-		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
+	need_cpu_simd(0);
 	plugins = test_plugin_dir(none);
-	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
-	         plugins);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	add_built_plugin(plugins, "cpu-simd");
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
 	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "cpu/cpu-simd: cannot start: ") != NULL, "%s", out);
 	cr_expect(strstr(out, "isa = \"sse9\": expected auto, avx2 or avx512-vnni") != NULL, "%s",
 	          out);
 	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in") != NULL, "%s", out);
+	free(out);
+	free(cfg);
+}
+
+/* A plugin key set to nothing ("isa =") counts as unset, as docs/config.md
+ * says of every empty value: the plugin starts with its default instead of
+ * refusing "". Here cpu-simd's isa and every key cpu-fast reads. */
+Test(select, an_empty_plugin_key_is_its_default)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char *out, args[8192];
+	char *cfg = config_file("[plugin.cpu-simd]\nisa =\n"
+	                        "[plugin.cpu-fast]\nisa =\nthreads =\nspin_us =\n");
+	json_t *j;
+
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-fast");
+	add_built_plugin(plugins, "cpu-simd");
+	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "devices.0.backend"), "cpu-fast", "%s", out);
+	cr_expect_str_eq(jget(j, "devices.0.chain.0.kernel"), "cpu-fast/cpu-simd", "%s", out);
+	cr_expect(strncmp(jget(j, "devices.0.chain.0.why"), "by score (", 10) == 0, "%s", out);
+	cr_expect_str_eq(jget(j, "devices.1.backend"), "cpu", "%s", out);
+	cr_expect_str_eq(jget(j, "devices.1.chain.0.kernel"), "cpu/cpu-simd", "%s", out);
+	cr_expect(strncmp(jget(j, "devices.1.chain.0.why"), "by score (", 10) == 0, "%s", out);
+	json_decref(j);
 	free(out);
 	free(cfg);
 }

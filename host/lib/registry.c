@@ -663,16 +663,20 @@ static void remember_key(struct q4kh_plugin *p, const char *key)
 	pthread_mutex_unlock(&keys_lock);
 }
 
+/* An empty value ("isa =") counts as unset, as docs/config.md says of every
+ * key: the plugin gets NULL and its default, never "" to refuse. */
 static const char *host_config_get(void *host_data, const char *key)
 {
 	struct q4kh_plugin *p = host_data;
 	char section[sizeof("plugin.") + NAME_MAX_LEN];
+	const char *v;
 
 	if (!key)
 		return NULL;
 	remember_key(p, key);
 	snprintf(section, sizeof(section), "plugin.%s", p->name);
-	return q4kh_config_get(p->config, section, key, NULL);
+	v = q4kh_config_get(p->config, section, key, NULL);
+	return v && *v ? v : NULL;
 }
 
 const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap)
