@@ -276,6 +276,46 @@ Test(loader, non_elf_file_gives_dlopen_text)
 	free(file);
 }
 
+/* A plugin cut short (an interrupted copy or install) is refused before
+ * dlopen, which would die of SIGBUS touching the pages past its end: a
+ * crash of every command, with nothing said. The rest still load. */
+Test(loader, a_plugin_cut_short_is_refused_not_a_crash)
+{
+	const char *dir = fresh_dir();
+	char *cut = put_test_plugin(dir, "kernel_ok", "a.so"), *cpu = cpu_plugin_path();
+	char *cpu_copy = path_of(dir, "cpu.so"), expected[4400], cmd[8192], *out;
+	struct q4kh_registry *r;
+	size_t len;
+	void *data = test_read_file(cut, &len);
+
+	/* 2000 bytes: the ELF and program headers, not all of the first segment. */
+	cr_assert_gt(len, 2000);
+	test_write_file(cut, data, 2000);
+	copy_file(cpu, cpu_copy);
+	r = scan(dir, NULL);
+	cr_assert_eq(r->n_plugins, 2);
+	snprintf(expected, sizeof(expected), "%s: cut short: 2000 bytes, but its ELF headers need ",
+	         cut);
+	cr_expect(!strncmp(r->plugins[0].reason, expected, strlen(expected)), "%s",
+	          r->plugins[0].reason);
+	cr_expect(strstr(r->plugins[0].reason, "(a copy or an install that did not finish?); "
+	                                       "not loaded") != NULL, "%s", r->plugins[0].reason);
+	assert_rejected(&r->plugins[0], r->plugins[0].reason);
+	cr_expect_eq(r->plugins[1].state, Q4KH_PLUGIN_ACCEPTED, "%s", r->plugins[1].reason);
+	q4kh_registry_free(r);
+
+	snprintf(cmd, sizeof(cmd), "%s/host/cli/q4khost plugins --plugin-path %s",
+	         test_builddir(), dir);
+	cr_expect_eq(test_shell(cmd, &out), 0, "%s", out);
+	cr_expect(strstr(out, "REJECTED: ") != NULL && strstr(out, expected) != NULL, "%s", out);
+	cr_expect(strstr(out, "backend cpu: 1 device") != NULL, "%s", out);
+	free(out);
+	free(data);
+	free(cut);
+	free(cpu);
+	free(cpu_copy);
+}
+
 Test(loader, file_writable_by_others_is_refused)
 {
 	const char *dir = fresh_dir();
