@@ -184,6 +184,31 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	free(cfg);
 }
 
+/* So is a Q4KHOST_ variable that q4khost does not read (a misspelt
+ * Q4KHOST_Q4K_KERNEL), once, by the command the user ran. */
+Test(select, unknown_q4khost_variables_are_warnings)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none);
+	char *out, args[8192];
+	int n = 0;
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
+	cr_assert_eq(test_q4khost("Q4KHOST_KERNEL=nonsense Q4KHOST_F2=off", test_tmpdir(), args,
+	                          &out),
+	             0, "a warning is no error: %s", out);
+	cr_expect(strstr(out, "q4khost plugins: warning: unknown environment variable "
+	                      "Q4KHOST_KERNEL (known: Q4KHOST_API_KEY, Q4KHOST_BACKEND, "
+	                      "Q4KHOST_CONFIG, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG, "
+	                      "Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_Q4K_KERNEL); "
+	                      "ignored\n") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "Q4KHOST_F2 ("), "a variable it reads: %s", out);
+	for (const char *p = out; (p = strstr(p, "unknown environment variable")); p++)
+		n++;
+	cr_expect_eq(n, 1, "once: %s", out);
+	free(out);
+}
+
 Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", "kernel_ok", NULL };
@@ -394,6 +419,54 @@ Test(select, an_empty_plugin_key_is_its_default)
 	json_decref(j);
 	free(out);
 	free(cfg);
+}
+
+/*
+ * A backend whose own settings keep it from starting is named, never left
+ * out in silence: the run that goes on without it says why in its report,
+ * and plugins --explain under the plan. When that backend is the
+ * reference, F2 can measure nothing, and each candidate says so with the
+ * reference's reason instead of "wrote no receipt".
+ */
+Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
+{
+	static const char *const none[] = { NULL };
+	static const char *const cases[][3] = {
+		{ "[plugin.cpu-fast]\nthreads = abc\n",
+		  "q4khost: F2 rejected first: cpu-fast: init failed (invalid argument): "
+		  "[plugin.cpu-fast] threads = \"abc\": expected an integer from 1 to 256 [its "
+		  "settings: threads = \"abc\" (%s:2 [plugin.cpu-fast])]\n",
+		  "  left out, could not start: cpu-fast: init failed" },
+		{ "[plugin.cpu]\nthreads = 0\n",
+		  "no candidate could serve the request:\ncpu: init failed (invalid argument): "
+		  "cpu: [plugin.cpu] threads = \"0\": expected an integer from 1 to 256 [its "
+		  "settings: threads = \"0\" (%s:2 [plugin.cpu])]\ncpu-fast/built-in: F2 not "
+		  "measured: the reference could not start (F2.4): cpu: init failed",
+		  "q4khost run --device 0 tries: cpu-fast/built-in\n" },
+	};
+	const char *plugins;
+	char *out, *cfg, args[8192], want[8192];
+
+	test_model_path();
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-fast");
+	for (int i = 0; i < 2; i++) {
+		cfg = config_file(cases[i][0]);
+		snprintf(want, sizeof(want), cases[i][1], cfg);
+		snprintf(args, sizeof(args),
+		         "run -n 1 -p Hello --kernel none --plugin-path %s --config %s", plugins, cfg);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), i ? 4 : 0, "%s", out);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		cr_expect(strstr(out, "wrote no receipt") == NULL, "%s", out);
+		free(out);
+		snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s",
+		         plugins, cfg);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+		cr_expect(strstr(out, cases[i][2]) != NULL, "%s", out);
+		free(out);
+		free(cfg);
+	}
 }
 
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
