@@ -87,9 +87,9 @@ q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what);
  */
 q4kh_status cuda_wait(q4kh_device_ctx *dev, const char *what);
 
-/* At least SIZE bytes of dev->scratch. Growing keeps the old memory
- * (recorded graphs point at it); while recording it cannot grow, and
- * fails with Q4KH_ERR_NOMEM. */
+/* At least SIZE bytes of dev->scratch, zeroed when allocated. Growing
+ * keeps the old memory (recorded graphs point at it); while recording it
+ * cannot grow, and fails with Q4KH_ERR_NOMEM. */
 q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size);
 
 /* Copy N int32 values from host memory to dev->stage on the stream,

@@ -89,6 +89,35 @@ static q4kh_status transfer(q4kh_device_ctx *dev, const char *what, void *dst,
 	return cuda_wait(dev, what);
 }
 
+/* Is P ordinary (pageable) host memory, not pinned or registered? */
+static int pageable(const void *p)
+{
+	struct cudaPointerAttributes a;
+
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return a.type == cudaMemoryTypeUnregistered;
+}
+
+/*
+ * An upload from pageable memory: the driver has copied SRC to staging
+ * memory when cudaMemcpyAsync returns, so the caller may reuse it at once,
+ * and the stream orders the copy before every later op. No wait, then: a
+ * decode step's inputs go up without a round trip to the device (a fault
+ * of the copy shows at the next synchronisation).
+ */
+static q4kh_status upload_staged(q4kh_device_ctx *dev, void *dst,
+                                 const void *src, uint64_t size)
+{
+	if (!size)
+		return Q4KH_OK;
+	return cuda_check(dev, cudaMemcpyAsync(dst, src, (size_t)size,
+	                                       cudaMemcpyHostToDevice, dev->stream),
+	                  "buffer_upload");
+}
+
 q4kh_status cuda_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                uint64_t offset, const void *src,
                                uint64_t size)
@@ -99,6 +128,8 @@ q4kh_status cuda_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
 		return Q4KH_ERR_INVALID;
 	if ((st = check_transfer(dev, "buffer_upload", buf, offset, src, size)))
 		return st;
+	if (pageable(src))
+		return upload_staged(dev, buf->ptr + offset, src, size);
 	return transfer(dev, "buffer_upload", buf->ptr + offset, src, size,
 	                cudaMemcpyHostToDevice);
 }

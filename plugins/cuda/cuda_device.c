@@ -300,6 +300,12 @@ q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
 		free(r);
 		return st;
 	}
+	/* zero: attention keeps counters there that its launches leave at 0 */
+	if ((st = cuda_check(dev, cudaMemsetAsync(p, 0, size, dev->stream), where))) {
+		cudaFree(p);
+		free(r);
+		return st;
+	}
 	if (r) {
 		r->ptr = dev->scratch;
 		r->next = dev->retired;

@@ -114,11 +114,13 @@ cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
  * positions from p->pos are checked against the cache (fault:
  * CUDA_FAULT_ATTENTION_POS). A few queries at a time (decode) are split
  * over the cache length when cuda_attention_scratch() asks for scratch
- * memory: SCRATCH then holds that many bytes of device memory, else it is
- * NULL. SMS: the device's multiprocessors.
+ * memory: SCRATCH then holds that many bytes of device memory, zero when
+ * first allocated (the launch leaves the counters it keeps there at zero
+ * again), else it is NULL. SMS: the device's multiprocessors.
  */
 size_t cuda_attention_scratch(const struct cuda_view *q,
-                              const struct cuda_view *k, int sms);
+                              const struct cuda_view *k,
+                              const struct cuda_view *v, int sms);
 cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_view *k,
                                   const struct cuda_view *v,

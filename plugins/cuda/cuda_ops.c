@@ -207,7 +207,7 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
 	vo = cuda_view_of(out);
 	/* The split form needs scratch; a recording that meets a scratch too
 	 * small for it (the shape never ran before) takes the one-pass form. */
-	scratch = cuda_attention_scratch(&vq, &vk, dev->sms);
+	scratch = cuda_attention_scratch(&vq, &vk, &vv, dev->sms);
 	if (scratch > dev->scratch_size && dev->recording)
 		scratch = 0;
 	else if (scratch && (st = cuda_scratch(dev, op, scratch)))
