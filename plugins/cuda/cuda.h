@@ -30,6 +30,7 @@ struct q4kh_backend_ctx {
 struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
 	int ordinal;
+	int sms; /* multiprocessors */
 	cudaStream_t stream;
 	int32_t *stage;   /* device memory for ids and positions */
 	int64_t stage_n;  /* int32 values it holds */

@@ -160,7 +160,11 @@ q4kh_status cuda_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		               cudaGetErrorString(e), cudaGetErrorName(e));
 		goto fail;
 	}
-	if ((st = cuda_check(dev, cudaStreamCreateWithFlags(&dev->stream,
+	if ((st = cuda_check(dev, cudaDeviceGetAttribute(&dev->sms,
+	                                                 cudaDevAttrMultiProcessorCount,
+	                                                 dev->ordinal),
+	                     "device_open: cudaDeviceGetAttribute")) ||
+	    (st = cuda_check(dev, cudaStreamCreateWithFlags(&dev->stream,
 	                                                    cudaStreamNonBlocking),
 	                     "device_open: cudaStreamCreateWithFlags")) ||
 	    (st = cuda_check(dev, cudaMalloc((void **)&dev->stage,
