@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Both engines on the same files in one call, on a GPU machine: builds
-# llama.cpp's llama-bench from the carried source (scripts/llamacpp-bundle.sh)
-# unless a build from an earlier call is still there, makes the benchmark
-# models (scripts/gen-bench-model.py), measures the read ceiling
+# Both engines on the same files in one call, on a GPU machine: makes the
+# benchmark models (scripts/gen-bench-model.py), builds llama.cpp's
+# llama-bench from the carried source (scripts/llamacpp-bundle.sh) unless a
+# build from an earlier call is still there, measures the read ceiling
 # (q4khost bench-kernels), and times prefill of D tokens and decode of GEN
 # tokens after D tokens with llama-bench (flash attention on, every layer on
 # the GPU) and q4khost bench (cuda backend, F2 off, every kernel named).
@@ -18,10 +18,16 @@
 #   --depths LIST   prompt lengths D (default 512,4096)
 #   --gen N         decode tokens timed after each prompt (default 128)
 #   --kernels LIST  q4khost kernels, as bench --kernels (default: none and
-#                   every cuda variant in the build)
+#                   every cuda variant in the build); none is the built-in
+#                   kernels, timed only when listed
 #   --llamacpp F    llama.cpp source tarball (default .gpu/llama.cpp.tar.xz)
 #   --build, --lib  the q4khost build and carried libraries, as
 #                   scripts/gpu-check.sh takes them
+#   --prepare       only build llama.cpp and make the models, then stop
+#                   (run it in the background while other work uses the GPU)
+#   --targets LIST  llama.cpp programs to build (default llama-bench, the
+#                   only one this script runs: about 4 minutes on 16 cores;
+#                   add llama-batched-bench,llama-server for other work)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -35,6 +41,8 @@ build=
 lib=.gpu/lib
 out="${OUT:-/tmp}/bench-engines"
 lcp=/tmp/llamacpp
+targets=llama-bench
+prepare=0
 
 usage() {
 	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2
@@ -50,10 +58,13 @@ while [ $# -gt 0 ]; do
 	--llamacpp) tarball=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
 	--lib) lib=$2; shift 2 ;;
+	--targets) targets=$2; shift 2 ;;
+	--prepare) prepare=1; shift ;;
 	-h | --help) usage ;;
 	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
 	esac
 done
+scripts/gpu-unpack.sh || exit 1
 if [ -z "$build" ]; then
 	build=_build/gpu
 	[ -d .gpu/build ] && build=.gpu/build
@@ -65,19 +76,7 @@ Q4KHOST_PLUGIN_PATH=$(ls -d "$top/$build"/plugins/*/.libs | paste -sd:)
 mkdir -p "$out"
 step() { echo "== $* ($(date +%T))" >&2; }
 
-# 1. llama.cpp, built once per machine.
-if [ ! -x "$lcp/build/bin/llama-bench" ]; then
-	step "building llama.cpp (llama-bench, llama-batched-bench, llama-server)"
-	rm -rf "$lcp" && mkdir -p "$lcp" && tar -C "$lcp" -xJf "$tarball" || exit 1
-	cmake -S "$lcp/llama.cpp" -B "$lcp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-		-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
-		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$out/cmake.log" 2>&1 &&
-		cmake --build "$lcp/build" -j"$(nproc)" --target llama-bench \
-			llama-batched-bench llama-server >"$out/build.log" 2>&1 ||
-		{ tail -30 "$out/build.log" >&2; exit 1; }
-fi
-
-# 2. The models.
+# 1. The models (first: a single core makes them while the GPU works).
 files=()
 IFS=, read -ra names <<<"$models"
 for m in "${names[@]}"; do
@@ -88,12 +87,30 @@ for m in "${names[@]}"; do
 		if [ ! -f "$f" ]; then
 			step "generating $m"
 			mkdir -p /tmp/models
-			python3 scripts/gen-bench-model.py "$m" "$f" >"$out/gen-$m.log" 2>&1 || exit 1
+			python3 scripts/gen-bench-model.py "$m" "$f.part" >"$out/gen-$m.log" 2>&1 &&
+				mv "$f.part" "$f" || exit 1
 		fi
 		files+=("$f")
 		;;
 	esac
 done
+# 2. llama.cpp, built once per machine.
+missing=
+for t in ${targets//,/ }; do
+	[ -x "$lcp/build/bin/$t" ] || missing+=" $t"
+done
+if [ -n "$missing" ]; then
+	step "building llama.cpp ($targets)"
+	[ -d "$lcp/llama.cpp" ] || { mkdir -p "$lcp" && tar -C "$lcp" -xJf "$tarball"; } || exit 1
+	cmake -S "$lcp/llama.cpp" -B "$lcp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+		-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$out/cmake.log" 2>&1 &&
+		cmake --build "$lcp/build" -j"$(nproc)" --target $missing \
+			>"$out/build.log" 2>&1 ||
+		{ tail -30 "$out/build.log" >&2; exit 1; }
+fi
+
+[ $prepare -eq 0 ] || exit 0
 if [ -z "$kernels" ]; then
 	kernels=none
 	for k in $("$q4k" plugins --json 2>/dev/null | python3 -c '
@@ -104,6 +121,10 @@ for p in json.load(sys.stdin).get("plugins", []):
 		kernels+=",$k"
 	done
 fi
+
+# The built-in kernels' row only when the list names them (none).
+built_in=--no-built-in
+[[ ,$kernels, == *,none,* ]] && built_in=
 
 # 3. The read ceiling of this run.
 step "read ceiling"
@@ -127,7 +148,7 @@ for f in "${files[@]}"; do
 		# One byte token per character on the benchmark vocabularies.
 		text=$(python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$d")
 		"$q4k" bench -m "$f" --backend cuda --kernels "$kernels" --f2 off -n "$gen" \
-			-p "$text" --json >"$out/q4k-$base-$d.json" 2>"$out/q4k-$base-$d.log" ||
+			$built_in -p "$text" --json >"$out/q4k-$base-$d.json" 2>"$out/q4k-$base-$d.log" ||
 			{ tail -5 "$out/q4k-$base-$d.log" >&2; continue; }
 		python3 - "$out/llama-$base.json" "$out/q4k-$base-$d.json" "$base" "$d" "$gen" >>"$table" <<'EOF'
 import json, sys

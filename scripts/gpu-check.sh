@@ -59,6 +59,7 @@ while [ $# -gt 0 ]; do
 	*) echo "gpu-check.sh: unknown argument $1" >&2; usage ;;
 	esac
 done
+scripts/gpu-unpack.sh || exit 1
 if [ -z "$build" ]; then
 	build=_build/gpu
 	[ -d .gpu/build ] && build=.gpu/build

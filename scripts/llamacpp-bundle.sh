@@ -27,8 +27,11 @@ rm -rf "$src"/{docs,models,media,gguf-py,benches,conversion,.github,.devops,.git
 for d in "$src"/ggml/src/ggml-*/; do
 	case $(basename "$d") in ggml-cpu | ggml-cuda) ;; *) rm -rf "$d" ;; esac
 done
-# The web UI's assets (its CMake file stays: LLAMA_BUILD_UI is off).
-find "$src/tools/ui" -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt -exec rm -rf {} +
+# The web UI's sources and assets. Its CMake files and the templates of the
+# embedded-asset table stay: llama-server builds without a UI from them
+# when the assets cannot be downloaded, as on the GPU machine.
+find "$src/tools/ui" -mindepth 1 -maxdepth 1 ! -name CMakeLists.txt \
+	! -name sources.cmake ! -name '*.in' -exec rm -rf {} +
 
 mkdir -p .gpu
 tar -C "$(dirname "$src")" -cJf .gpu/llama.cpp.tar.xz llama.cpp

@@ -10,7 +10,8 @@
 #   fuzz        each libFuzzer target for 60 s (scripts/fuzz.sh 60)
 #   valgrind    q4khost run on the default model under memcheck
 #               (scripts/valgrind-run.sh), counted as one test
-# Each stage's output goes to _build/STAGE.log; its closing line is shown.
+# Each stage's output goes to _build/STAGE.log; its closing line is shown,
+# and while it runs, a line a minute with the tests it has finished.
 # Ends with the totals, "N passed, N failed, N skipped".
 # Usage: scripts/test.sh [--quick]   (--quick: the main stage only)
 set -uo pipefail
@@ -47,13 +48,29 @@ valgrind_stage() {
 }
 
 passed=0 failed=0 skipped=0 status=0
-# stage NAME COMMAND...: run it, show its closing line, add it up.
+# Tests a stage has finished: automake's result lines in its make check log.
+finished() {
+	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
+}
+# stage NAME CHECKLOG COMMAND...: run it (a line a minute while it runs:
+# the time so far and the tests CHECKLOG shows finished), show its closing
+# line, add it up.
 stage() {
-	local name=$1 log="$top/_build/$1.log" line start rc
-	shift
+	local name=$1 log="$top/_build/$1.log" checks=$2 line start rc pid n=0
+	shift 2
 	mkdir -p "$top/_build"
 	start=$(date +%s)
-	"$@" >"$log" 2>&1
+	[ -f "$checks" ] && rm -f "$checks" # the last run's
+	echo "== $name: started (output in ${log#"$top"/})"
+	"$@" >"$log" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		sleep 5
+		n=$((n + 1))
+		[ $((n % 12)) -eq 0 ] && kill -0 "$pid" 2>/dev/null &&
+			echo "   $name: $(($(date +%s) - start)) s, $(finished "$checks") tests finished"
+	done
+	wait "$pid"
 	rc=$?
 	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
 	echo "== $name ($(($(date +%s) - start)) s): ${line:-no closing line}"
@@ -66,11 +83,11 @@ stage() {
 	passed=$((passed + $1)) failed=$((failed + $3)) skipped=$((skipped + ${5:-0}))
 }
 
-stage main main_stage
+stage main "$build/check.log" main_stage
 if [ $quick -eq 0 ]; then
-	stage sanitizers bash scripts/test-sanitizers.sh
-	stage fuzz bash scripts/fuzz.sh 60
-	stage valgrind valgrind_stage
+	stage sanitizers "$top/_build/asan/check.log" bash scripts/test-sanitizers.sh
+	stage fuzz /dev/null bash scripts/fuzz.sh 60
+	stage valgrind /dev/null valgrind_stage
 fi
 [ $status -ne 0 ] && [ $failed -eq 0 ] && failed=1
 echo "$passed passed, $failed failed, $skipped skipped"

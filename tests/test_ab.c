@@ -236,6 +236,17 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	}
 	json_decref(j);
 	free(out);
+	cr_assert_eq(q4khost(&r, "", "bench",
+	                     "--kernels cpu-q8act --no-built-in -n 2 -p 'The water cycle' --json",
+	                     &out),
+	             0, "%s", out);
+	j = parse_json(out);
+	cr_assert_eq(json_array_size(json_object_get(j, "rows")), 1, "the variant alone");
+	cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "rows"), 0),
+	                                                   "kernel")),
+	                 "cpu-q8act");
+	json_decref(j);
+	free(out);
 
 	/* The list from the environment; a rejected variant is never timed. */
 	cr_expect_eq(q4khost(&r, "Q4KHOST_Q4K_KERNEL=cpu-q8act,defect-nan", "bench",

@@ -993,9 +993,9 @@ Test(variant_plugin, score_needs_sm_70_and_its_own_types)
 
 Test(variant_plugin, warps_setting_is_validated)
 {
-	static const char *const bad[] = { "3", "0", "16", "04", "", "four",
-		                           "4 ", "-4" };
-	static const char *const good[] = { "1", "2", "4", "8" };
+	static const char *const bad[] = { "3", "0", "16", "04", "four", "4 ", "-4" };
+	/* "warps =" with nothing counts as unset, as every empty value. */
+	static const char *const good[] = { "1", "2", "4", "8", "" };
 
 	for (size_t i = 0; i < N_OF(good) + N_OF(bad); i++) {
 		int ok = i < N_OF(good);

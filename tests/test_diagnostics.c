@@ -103,6 +103,13 @@ Test(diagnostics, a_missing_reference_plugin_is_named)
 	         plugins);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
+	/* A folder of the path that was skipped is why: its note says so. */
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, "relative/plugins", "", &out), 4, "%s", out);
+	cr_expect(strstr(out, "the reference cpu plugin (cpu.so) is not there; the path's notes: "
+	                      "relative/plugins: skipped: a relative folder would depend on the "
+	                      "current directory; q4khost plugins lists what is\n") != NULL,
+	          "%s", out);
+	free(out);
 	/* There, but refused: the refusal is the reason. */
 	plugins = test_plugin_dir((const char *const[]){ NULL });
 	cr_assert_eq(chmod(plugins, 0777), 0);
@@ -342,6 +349,18 @@ Test(diagnostics, info_without_a_file_reads_the_default_model)
 	cr_expect(strstr(out, "no such file (the default model: fetch it with scripts/fetch-model.sh") != NULL,
 	          "%s", out);
 	free(out);
+	/* A model named by the variable is no default model to fetch. */
+	snprintf(env, sizeof(env), "Q4KHOST_MODEL=%s/none.gguf", empty);
+	for (int i = 0; i < 2; i++) {
+		char want[8192];
+
+		cr_expect_eq(test_q4khost(env, receipts, i ? "run -n 1" : "info", &out), 3, "%s", out);
+		snprintf(want, sizeof(want), "%s/none.gguf (from Q4KHOST_MODEL): No such file or directory\n",
+		         empty);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		cr_expect_null(strstr(out, "default model"), "%s", out);
+		free(out);
+	}
 }
 
 Test(diagnostics, help_points_at_installed_files)

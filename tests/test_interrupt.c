@@ -136,6 +136,35 @@ Test(interrupt, sigterm_during_run_json_gives_a_valid_object, .timeout = 300)
 	free(err);
 }
 
+/* A reader that goes away (| head) ends the generation, not the process:
+ * the report still says what ran and why it stopped (SIGPIPE used to end
+ * it with 141 and no report); output was lost, so the exit is 1. */
+Test(interrupt, a_reader_that_goes_away_ends_the_run_with_its_report, .timeout = 300)
+{
+	static const char *const none[] = { NULL };
+	char args[8192], q4khost[16384], cmd[40000], errpath[4200], *out, *err;
+	long decoded = -1;
+	const char *line;
+
+	test_model_path();
+	snprintf(args, sizeof(args), "run -n 2000 -p 'Once upon a time' --plugin-path %s",
+	         test_plugin_dir(none));
+	snprintf(errpath, sizeof(errpath), "%s/stderr", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "{ %s; echo \"exit $?\" >&2; } 2>%s | head -c 20",
+	         test_q4khost_command("", test_tmpdir(), args, q4khost, sizeof(q4khost)), errpath);
+	cr_assert_eq(test_shell(cmd, &out), 0, "%s", out);
+	cr_expect_eq(strlen(out), 20, "[%s]", out);
+	err = slurp(errpath);
+	cr_expect(strstr(err, "stop: standard output closed\nq4khost: cannot write to standard "
+	                      "output: Broken pipe\nexit 1\n") != NULL, "%s", err);
+	line = strstr(err, "; decode ");
+	cr_assert_not_null(line, "%s", err);
+	cr_expect_eq(sscanf(line, "; decode %ld tokens", &decoded), 1, "%s", line);
+	cr_expect(decoded > 0 && decoded < 2000, "stopped early: %ld tokens", decoded);
+	free(out);
+	free(err);
+}
+
 /* A plugin that hangs in the child: validate's parent is then stopped. */
 static void start_hanging_validate(struct bg *b, const char *extra)
 {

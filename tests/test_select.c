@@ -49,6 +49,32 @@ static const char *jget(json_t *j, const char *path)
 	return json_is_string(j) ? json_string_value(j) : json_is_true(j) ? "true" : "false";
 }
 
+/*
+ * Skip the test unless cpu-simd and cpu-fast were built here (configure:
+ * HAVE_CPU_SIMD builds both) and, when RUN, this CPU runs them (AVX2, FMA).
+ */
+static void need_cpu_simd(int run)
+{
+	char so[4200];
+
+	snprintf(so, sizeof(so), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
+	if (access(so, R_OK) != 0)
+		cr_skip_test("cpu-simd and cpu-fast were not built here (configure: HAVE_CPU_SIMD)");
+	__builtin_cpu_init();
+	if (run && (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")))
+		cr_skip_test("this CPU runs neither cpu-fast nor the cpu-simd kernels");
+}
+
+/* Copy the plugin NAME built here (cpu-simd, cpu-fast) into the folder DIR. */
+static void add_built_plugin(const char *dir, const char *name)
+{
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/%s/.libs/%s.so %s/", test_builddir(), name, name,
+	         dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
 Test(select, plugins_explain_names_where_every_setting_came_from)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
@@ -158,6 +184,31 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	free(cfg);
 }
 
+/* So is a Q4KHOST_ variable that q4khost does not read (a misspelt
+ * Q4KHOST_Q4K_KERNEL), once, by the command the user ran. */
+Test(select, unknown_q4khost_variables_are_warnings)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none);
+	char *out, args[8192];
+	int n = 0;
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
+	cr_assert_eq(test_q4khost("Q4KHOST_KERNEL=nonsense Q4KHOST_F2=off", test_tmpdir(), args,
+	                          &out),
+	             0, "a warning is no error: %s", out);
+	cr_expect(strstr(out, "q4khost plugins: warning: unknown environment variable "
+	                      "Q4KHOST_KERNEL (known: Q4KHOST_API_KEY, Q4KHOST_BACKEND, "
+	                      "Q4KHOST_CONFIG, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG, "
+	                      "Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_Q4K_KERNEL); "
+	                      "ignored\n") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "Q4KHOST_F2 ("), "a variable it reads: %s", out);
+	for (const char *p = out; (p = strstr(p, "unknown environment variable")); p++)
+		n++;
+	cr_expect_eq(n, 1, "once: %s", out);
+	free(out);
+}
+
 Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", "kernel_ok", NULL };
@@ -235,22 +286,15 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 {
 	static const char *const none[] = { NULL };
 	const char *plugins, *receipts;
-	char *out, args[8192], cmd[8192];
+	char *out, args[8192];
 	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
 	test_model_path();
-	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
-	if (access(cmd, R_OK) != 0)
-		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("this CPU runs no cpu-simd kernels");
+	need_cpu_simd(1);
 	plugins = test_plugin_dir(none);
 	receipts = test_tmpdir();
-	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
-	         plugins);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	add_built_plugin(plugins, "cpu-simd");
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --threads 2 --json --plugin-path %s --config %s",
 	         plugins, cfg);
 	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
@@ -283,23 +327,16 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 {
 	static const char *const gpu[] = { "replay_ok", NULL }, *const none[] = { NULL };
 	const char *receipts = test_tmpdir(), *plugins;
-	char *out, args[8192], cmd[8192];
+	char *out, args[8192];
 	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
 	test_model_path();
-	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
-	if (access(cmd, R_OK) != 0)
-		cr_skip_test("cpu-fast was not built here (configure: HAVE_CPU_SIMD)");
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	need_cpu_simd(1);
 	for (int pass = 0; pass < 2; pass++) {
 		plugins = test_plugin_dir(pass ? none : gpu);
-		snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-fast/.libs/cpu-fast.so "
-		                           "%s/plugins/cpu-simd/.libs/cpu-simd.so %s/",
-		         test_builddir(), test_builddir(), plugins);
-		cr_assert_eq(system(cmd), 0, "%s", cmd);
+		add_built_plugin(plugins, "cpu-fast");
+		add_built_plugin(plugins, "cpu-simd");
 		if (!pass) {
 			snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
 			cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
@@ -336,17 +373,13 @@ Test(select, a_variant_that_will_not_start_is_named_with_its_reason, .timeout = 
 {
 	static const char *const none[] = { NULL };
 	const char *plugins;
-	char *out, args[8192], cmd[8192];
+	char *out, args[8192];
 	char *cfg = config_file("[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
 
 	test_model_path();
-	snprintf(cmd, sizeof(cmd), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
-	if (access(cmd, R_OK) != 0)
-		cr_skip_test("cpu-simd was not built here (configure: HAVE_CPU_SIMD)");
+	need_cpu_simd(0);
 	plugins = test_plugin_dir(none);
-	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-simd/.libs/cpu-simd.so %s/", test_builddir(),
-	         plugins);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	add_built_plugin(plugins, "cpu-simd");
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
 	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "cpu/cpu-simd: cannot start: ") != NULL, "%s", out);
@@ -355,6 +388,85 @@ Test(select, a_variant_that_will_not_start_is_named_with_its_reason, .timeout = 
 	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in") != NULL, "%s", out);
 	free(out);
 	free(cfg);
+}
+
+/* A plugin key set to nothing ("isa =") counts as unset, as docs/config.md
+ * says of every empty value: the plugin starts with its default instead of
+ * refusing "". Here cpu-simd's isa and every key cpu-fast reads. */
+Test(select, an_empty_plugin_key_is_its_default)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char *out, args[8192];
+	char *cfg = config_file("[plugin.cpu-simd]\nisa =\n"
+	                        "[plugin.cpu-fast]\nisa =\nthreads =\nspin_us =\n");
+	json_t *j;
+
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-fast");
+	add_built_plugin(plugins, "cpu-simd");
+	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(jget(j, "devices.0.backend"), "cpu-fast", "%s", out);
+	cr_expect_str_eq(jget(j, "devices.0.chain.0.kernel"), "cpu-fast/cpu-simd", "%s", out);
+	cr_expect(strncmp(jget(j, "devices.0.chain.0.why"), "by score (", 10) == 0, "%s", out);
+	cr_expect_str_eq(jget(j, "devices.1.backend"), "cpu", "%s", out);
+	cr_expect_str_eq(jget(j, "devices.1.chain.0.kernel"), "cpu/cpu-simd", "%s", out);
+	cr_expect(strncmp(jget(j, "devices.1.chain.0.why"), "by score (", 10) == 0, "%s", out);
+	json_decref(j);
+	free(out);
+	free(cfg);
+}
+
+/*
+ * A backend whose own settings keep it from starting is named, never left
+ * out in silence: the run that goes on without it says why in its report,
+ * and plugins --explain under the plan. When that backend is the
+ * reference, F2 can measure nothing, and each candidate says so with the
+ * reference's reason instead of "wrote no receipt".
+ */
+Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
+{
+	static const char *const none[] = { NULL };
+	static const char *const cases[][3] = {
+		{ "[plugin.cpu-fast]\nthreads = abc\n",
+		  "q4khost: F2 rejected first: cpu-fast: init failed (invalid argument): "
+		  "[plugin.cpu-fast] threads = \"abc\": expected an integer from 1 to 256 [its "
+		  "settings: threads = \"abc\" (%s:2 [plugin.cpu-fast])]\n",
+		  "  left out, could not start: cpu-fast: init failed" },
+		{ "[plugin.cpu]\nthreads = 0\n",
+		  "no candidate could serve the request:\ncpu: init failed (invalid argument): "
+		  "cpu: [plugin.cpu] threads = \"0\": expected an integer from 1 to 256 [its "
+		  "settings: threads = \"0\" (%s:2 [plugin.cpu])]\ncpu-fast/built-in: F2 not "
+		  "measured: the reference could not start (F2.4): cpu: init failed",
+		  "q4khost run --device 0 tries: cpu-fast/built-in\n" },
+	};
+	const char *plugins;
+	char *out, *cfg, args[8192], want[8192];
+
+	test_model_path();
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-fast");
+	for (int i = 0; i < 2; i++) {
+		cfg = config_file(cases[i][0]);
+		snprintf(want, sizeof(want), cases[i][1], cfg);
+		snprintf(args, sizeof(args),
+		         "run -n 1 -p Hello --kernel none --plugin-path %s --config %s", plugins, cfg);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), i ? 4 : 0, "%s", out);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		cr_expect(strstr(out, "wrote no receipt") == NULL, "%s", out);
+		free(out);
+		snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s",
+		         plugins, cfg);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+		cr_expect(strstr(out, cases[i][2]) != NULL, "%s", out);
+		free(out);
+		free(cfg);
+	}
 }
 
 Test(select, f2_mode_values_are_parsed_wherever_they_are_set)

@@ -35,15 +35,16 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
  * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
  * else the default model ($Q4KHOST_MODEL, else the file
  * scripts/fetch-model.sh fetches into the cache folder), written into BUF.
- * NULL with err when the default is missing, saying how to get one.
+ * NULL with err when the default is missing: naming Q4KHOST_MODEL when
+ * it was set, else saying how to get the default model.
  */
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err);
 
 /*
  * Load the layered config (FILE: the --config file or NULL) and, unless
- * QUIET, warn on stderr about every key q4khost does not know
- * (config_keys.h) and, when running set-uid or set-gid, name the set
- * environment variables that are ignored for it (secure.h). -1 with err
+ * QUIET, warn on stderr about every key and Q4KHOST_ variable q4khost
+ * does not know (config_keys.h) and, when running set-uid or set-gid,
+ * name the set environment variables that are ignored for it (secure.h). -1 with err
  * when a file cannot be read or parsed.
  */
 int q4kh_cli_config(const char *command, const char *file, int quiet,

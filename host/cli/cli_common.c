@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -41,14 +42,18 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
 
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err)
 {
+	const char *env = q4kh_env("Q4KHOST_MODEL");
+
 	if (given)
 		return given;
-	if (access(q4kh_default_model_path(buf, cap), F_OK) != 0) {
+	if (access(q4kh_default_model_path(buf, cap), F_OK) == 0)
+		return buf;
+	if (env && *env)
+		q4kh_fail(err, "%s (from Q4KHOST_MODEL): %s", buf, strerror(errno));
+	else
 		q4kh_fail(err, "%s: no such file (the default model: fetch it with scripts/fetch-model.sh, or pass a model file)",
 		          buf);
-		return NULL;
-	}
-	return buf;
+	return NULL;
 }
 
 static void warn_line(void *command, const char *line)
@@ -76,6 +81,8 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 		return -1;
 	if (!quiet)
 		q4kh_config_check(*out, warn_line, (void *)command);
+	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
+		q4kh_env_check(warn_line, (void *)command);
 	return 0;
 }
 

@@ -31,7 +31,7 @@
 struct bench_opts {
 	const char *model, *kernels, *backend, *plugin_path, *config_file, *prompt, *f2;
 	long device, n_decode, timeout;
-	int device_set, json;
+	int device_set, json, no_built_in;
 };
 
 struct row {
@@ -71,6 +71,8 @@ static void usage(FILE *out)
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
+	        "      --no-built-in     leave out the built-in kernels' row (they can\n"
+	        "                        be slow: a long prompt on a large model)\n"
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 every row timed, 1 a row was not timed (F2 did not pass,\n"
 	        "            or it failed), 2 usage, 3 bad model or config file,\n"
@@ -85,7 +87,7 @@ static int parse_count(const char *s, const char *what, long lo, long hi, long *
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
 	enum { O_KERNELS = 256, O_BACKEND, O_DEVICE, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON };
+	       O_PPATH, O_CONFIG, O_JSON, O_NO_BUILT_IN };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "kernels", required_argument, 0, O_KERNELS },
@@ -99,6 +101,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		{ "plugin-path", required_argument, 0, O_PPATH },
 		{ "config", required_argument, 0, O_CONFIG },
 		{ "json", no_argument, 0, O_JSON },
+		{ "no-built-in", no_argument, 0, O_NO_BUILT_IN },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -119,6 +122,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		case O_PPATH: o->plugin_path = optarg; break;
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
+		case O_NO_BUILT_IN: o->no_built_in = 1; break;
 		case 'n':
 			if (parse_count(optarg, "--n-decode", 1, 1 << 16, &o->n_decode))
 				return -1;
@@ -186,6 +190,8 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 
 		if (i < ord.n && !variant)
 			continue; /* the built-in kernels come last, once */
+		if (!variant && o->no_built_in)
+			break;
 		if (ord.n == 0)
 			break;    /* a request that names nothing for this backend */
 		while (j < *n && (*rows)[j].c.variant != variant)

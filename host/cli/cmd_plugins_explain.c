@@ -245,7 +245,7 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
                      json_t *jruns, int json)
 {
 	struct q4kh_select_cand *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
-	char origin[64], name[160];
+	char origin[64], name[160], skipped[2048];
 
 	if (!list)
 		return Q4KH_EXIT_FAIL;
@@ -253,11 +253,11 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
 		struct q4kh_select_request rq = { .registry = r, .config = c, .device = d,
 			                          .kernel = kernel_cli };
 		struct q4kh_error err = { { 0 } };
-		json_t *tries = json ? json_array() : NULL;
+		json_t *tries = json ? json_array() : NULL, *left_out = json ? json_array() : NULL;
 		int n;
 
 		rq.backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
-		n = q4kh_select_plan(&rq, list, &err);
+		n = q4kh_select_plan(&rq, list, skipped, sizeof(skipped), &err);
 		if (!json)
 			printf("\nq4khost run --device %u tries: ", d);
 		for (int i = 0; i < n; i++) {
@@ -268,12 +268,21 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
 			else
 				printf("%s%s", i ? " -> " : "", name);
 		}
-		if (json)
-			json_array_append_new(jruns, json_pack("{s:i, s:o, s:s?}", "device", (int)d,
-			                                       "tries", tries, "error",
-			                                       n < 0 ? err.msg : NULL));
-		else
+		if (!json)
 			printf("%s\n", n < 0 ? err.msg : "");
+		/* A backend that could not start is named, not silently missing
+		 * (when nothing could be tried, the error has said it). */
+		for (const char *s = skipped, *nl; n >= 0 && (nl = strchr(s, '\n')); s = nl + 1) {
+			if (json)
+				json_array_append_new(left_out, json_stringn(s, (size_t)(nl - s)));
+			else
+				printf("  left out, could not start: %.*s\n", (int)(nl - s), s);
+		}
+		if (json)
+			json_array_append_new(jruns, json_pack("{s:i, s:o, s:o, s:s?}", "device",
+			                                       (int)d, "tries", tries, "left_out",
+			                                       left_out, "error",
+			                                       n < 0 ? err.msg : NULL));
 	}
 	free(list);
 	return 0;

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +86,10 @@ static void usage(FILE *out)
 	        "  -h, --help            this help\n\n"
 	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
 	        "newline and the report (stop: interrupted) are still printed, or the\n"
-	        "JSON object with them; a second signal ends the process at once.\n\n"
+	        "JSON object with them; a second signal ends the process at once.\n"
+	        "A reader of the text that goes away (| head) stops it too, with the\n"
+	        "report (stop: standard output closed) and, the output cut short,\n"
+	        "exit code 1.\n\n"
 	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
 	        "            4 the requested backend or kernel cannot serve,\n"
 	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
@@ -255,9 +259,10 @@ static void run_free(struct run *r)
 	free(r->text);
 }
 
+/* -1 with errno when the text could not be written or kept. */
 static int emit(struct run *r, const char *piece, size_t len, int stream)
 {
-	if (stream) /* a reader that went away ends the generation */
+	if (stream)
 		return fwrite(piece, 1, len, stdout) != len || fflush(stdout) ? -1 : 0;
 	if (r->text_len + len + 1 > r->text_cap) {
 		size_t cap = (r->text_cap + len + 1) * 2;
@@ -429,6 +434,10 @@ static int generate(const struct run_opts *o, struct run *r,
 	if (n_ids == 0)
 		return q4kh_fail(err, "the prompt tokenized to nothing");
 	rep->stop_reason = "token limit";
+	/* A reader that goes away (| head) ends the generation with the
+	 * report, instead of SIGPIPE ending the process without one; set here,
+	 * after the F2 children were started, which would inherit it. */
+	signal(SIGPIPE, SIG_IGN);
 	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err))
 		return -1;
 	t0 = now();
@@ -442,9 +451,15 @@ static int generate(const struct run_opts *o, struct run *r,
 			break;
 		}
 		len = q4kh_token_to_piece(r->tok, tok, 0, piece, sizeof(piece));
-		if (emit(r, piece, len < sizeof(piece) ? len : sizeof(piece), !o->json))
-			return q4kh_fail(err, o->json ? "out of memory"
-			                              : "cannot write to standard output");
+		if (emit(r, piece, len < sizeof(piece) ? len : sizeof(piece), !o->json)) {
+			if (o->json)
+				return q4kh_fail(err, "out of memory");
+			if (errno != EPIPE)
+				return q4kh_fail(err, "cannot write to standard output: %s",
+				                 strerror(errno));
+			rep->stop_reason = "standard output closed";
+			break;
+		}
 		if (i + 1 == o->n_predict)
 			break;
 		if (r->session->n_past >= r->session->p.n_ctx) {

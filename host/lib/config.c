@@ -259,6 +259,7 @@ int q4kh_config_load(const char *sysconfdir, const char *cli_file,
                      struct q4kh_config **out, struct q4kh_error *err)
 {
 	struct q4kh_config *c = calloc(1, sizeof(*c));
+	const char *env = NULL;
 
 	*out = NULL;
 	if (!c)
@@ -267,17 +268,26 @@ int q4kh_config_load(const char *sysconfdir, const char *cli_file,
 		sysconfdir = Q4KH_SYSCONFDIR;
 	/* Q4KHOST_CONFIG names the extra file when --config does not. */
 	if (!cli_file) {
-		const char *env = q4kh_env("Q4KHOST_CONFIG");
+		env = q4kh_env("Q4KHOST_CONFIG");
 		cli_file = env && *env ? env : NULL;
 	}
 	if (join_layer(c, sysconfdir, "q4khost.ini", 0, err) != 0 ||
-	    add_conf_d(c, sysconfdir, err) != 0 || add_user_file(c, err) != 0 ||
-	    (cli_file && add_layer(c, cli_file, 1, err) != 0)) {
-		q4kh_config_free(c);
-		return -1;
+	    add_conf_d(c, sysconfdir, err) != 0 || add_user_file(c, err) != 0)
+		goto fail;
+	if (cli_file && add_layer(c, cli_file, 1, err) != 0) {
+		if (cli_file == env) { /* say where the name came from */
+			char why[sizeof(err->msg)];
+
+			snprintf(why, sizeof(why), "%s", err->msg);
+			q4kh_fail(err, "%.900s (from Q4KHOST_CONFIG)", why);
+		}
+		goto fail;
 	}
 	*out = c;
 	return 0;
+fail:
+	q4kh_config_free(c);
+	return -1;
 }
 
 void q4kh_config_free(struct q4kh_config *c)

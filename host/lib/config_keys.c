@@ -101,3 +101,34 @@ size_t q4kh_config_check(const struct q4kh_config *c,
 	q4kh_config_each(c, check_key, &ck);
 	return ck.count;
 }
+
+extern char **environ;
+
+/* The variables q4khost reads (docs/config.md, section 4). */
+static const char *const env_names[] = {
+	"Q4KHOST_API_KEY", "Q4KHOST_BACKEND", "Q4KHOST_CONFIG", "Q4KHOST_F2",
+	"Q4KHOST_F2_RECEIPT_DIR", "Q4KHOST_LOG", "Q4KHOST_MODEL", "Q4KHOST_PLUGIN_PATH",
+	"Q4KHOST_Q4K_KERNEL", NULL
+};
+
+size_t q4kh_env_check(void (*warn)(void *data, const char *line), void *data)
+{
+	char msg[1024], known[256], name[101];
+	size_t count = 0;
+
+	join(env_names, known, sizeof(known));
+	for (char **e = environ; e && *e; e++) {
+		size_t len = strcspn(*e, "=");
+
+		if (strncmp(*e, "Q4KHOST_", 8))
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)len, *e);
+		if (listed(env_names, name))
+			continue;
+		snprintf(msg, sizeof(msg), "unknown environment variable %s%s (known: %s); ignored",
+		         name, len >= sizeof(name) ? "..." : "", known);
+		count++;
+		warn(data, msg);
+	}
+	return count;
+}

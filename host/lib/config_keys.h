@@ -1,7 +1,8 @@
 /*
- * The keys q4khost reads from its INI files (docs/config.md, section 3),
- * and the check that names every other key, so a typo does not silently
- * leave a setting at its default. Thread-safe.
+ * The keys q4khost reads from its INI files (docs/config.md, section 3)
+ * and the variables it reads (section 4), and the checks that name every
+ * other key or Q4KHOST_ variable, so a typo does not silently leave a
+ * setting at its default. Thread-safe.
  *
  * Known sections and keys:
  *   [plugins]      path
@@ -27,5 +28,13 @@
  */
 size_t q4kh_config_check(const struct q4kh_config *c,
                          void (*warn)(void *data, const char *line), void *data);
+
+/*
+ * Call WARN once for every variable of the environment that starts with
+ * Q4KHOST_ but is none q4khost reads, so that a misspelt one is not
+ * silently without effect: "unknown environment variable Q4KHOST_KERNEL
+ * (known: Q4KHOST_API_KEY, ...); ignored". Returns how many.
+ */
+size_t q4kh_env_check(void (*warn)(void *data, const char *line), void *data);
 
 #endif

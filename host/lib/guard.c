@@ -290,6 +290,9 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	return 0;
 }
 
+/* What a measurement says when the reference cannot start, with its reason. */
+#define REFERENCE_DOWN "not measured: the reference could not start (F2.4): %.400s"
+
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                        struct q4kh_receipt *out, struct q4kh_error *err)
 {
@@ -310,8 +313,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	/* Fail closed (F2.4): a side that cannot even start is not measured. */
 	if (q4kh_serving_open(g->registry, g->model_path,
 	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, n_ctx, &ref, &e)) {
-		snprintf(out->message, sizeof(out->message),
-		         "not measured: the reference could not start (F2.4): %.400s", e.msg);
+		snprintf(out->message, sizeof(out->message), REFERENCE_DOWN, e.msg);
 		return 0;
 	}
 	if (q4kh_serving_open(g->registry, g->model_path, c, n_ctx, &cand, &e)) {
@@ -354,6 +356,20 @@ static void show_measuring(void *data, unsigned seconds)
 	/* The reason last: it may be long, and a terminal line is cut. */
 	q4kh_progress("F2: checking %s vs the reference: %u s (%s)", m->name, seconds,
 	              m->reason);
+}
+
+/*
+ * Whether the reference backend is on the path but cannot start (its init
+ * refuses a setting, say), with its reason in E: then nothing can be
+ * measured, and a child started to try would end without a receipt and
+ * without a word of why.
+ */
+static int reference_down(const struct q4kh_guard *g, struct q4kh_error *e)
+{
+	const struct q4kh_plugin *cpu = q4kh_registry_find(g->registry, "cpu");
+	uint32_t n;
+
+	return cpu && q4kh_backend_devices(cpu, &n, e) != 0;
 }
 
 /* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
@@ -417,6 +433,12 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		reason = "the receipt could not be read";
 	}
 	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
+	if (reference_down(g, &lerr)) {
+		out->verdict = Q4KH_F2_NOT_MEASURED;
+		snprintf(out->receipt.message, sizeof(out->receipt.message), REFERENCE_DOWN,
+		         lerr.msg);
+		return 0;
+	}
 	rc = measure_isolated(g, c, reason, why, sizeof(why), err);
 	if (rc < 0)
 		return -1;

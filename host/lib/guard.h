@@ -156,7 +156,9 @@ struct q4kh_guard_decision {
  * measure it in a child process (g->self_exe validate --one ...) under
  * g->timeout_seconds and g->memory_limit_mib (isolate.h); a child that
  * crashes, is killed, times out or exceeds the memory limit gives a
- * recorded rejection naming the signal or the limit. DEV is the
+ * recorded rejection naming the signal or the limit; when the reference
+ * cpu backend cannot start, no child is started and the verdict is not
+ * measured, the message giving the reference's reason. DEV is the
  * candidate's device record. While a child measures, a terminal shows
  * progress (progress.h). -1 with err only when no decision can be made
  * at all (hashing or the child could not start), or when we were asked to

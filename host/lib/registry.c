@@ -9,10 +9,13 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +306,41 @@ static const struct q4kh_plugin *find_accepted(const struct q4kh_registry *r,
 }
 
 /*
+ * Whether FD, an ELF file of this machine's class, ends before what its
+ * program headers say it holds (a copy or an install cut short): the
+ * loader would map the missing pages and die of SIGBUS on touching them,
+ * taking the whole command down, so such a file is refused first, WHY
+ * saying so. Any other file is left to dlopen, which names its fault.
+ */
+static int cut_short(int fd, const char *path, char *why, size_t size)
+{
+	ElfW(Ehdr) eh;
+	ElfW(Phdr) ph;
+	struct stat st;
+	uint64_t need;
+
+	if (fstat(fd, &st) != 0 || pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) ||
+	    memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+	    eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+	    eh.e_phentsize != sizeof(ph))
+		return 0;
+	/* Headers past the end stop the loop with NEED already too large. */
+	need = (uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(ph);
+	for (unsigned i = 0; i < eh.e_phnum && pread(fd, &ph, sizeof(ph),
+	                                             (off_t)(eh.e_phoff + i * sizeof(ph))) ==
+	                                       (ssize_t)sizeof(ph); i++)
+		if (ph.p_type == PT_LOAD && ph.p_offset + ph.p_filesz > need)
+			need = ph.p_filesz > UINT64_MAX - ph.p_offset ? UINT64_MAX
+			                                              : ph.p_offset + ph.p_filesz;
+	if (need <= (uint64_t)st.st_size)
+		return 0;
+	say(why, size, "%s: cut short: %lld bytes, but its ELF headers need %llu (a copy or "
+	    "an install that did not finish?); not loaded", path, (long long)st.st_size,
+	    (unsigned long long)need);
+	return 1;
+}
+
+/*
  * dlopen P from p->fd, the file whose status was checked, run its entry
  * and check what it returns; P ends ACCEPTED (the fd stays open while it
  * is loaded: the loader tells objects apart by that name), REJECTED or
@@ -319,6 +357,10 @@ static int load_one(struct q4kh_registry *r, struct q4kh_plugin *p)
 	const char *msg;
 	size_t len;
 
+	if (cut_short(p->fd, p->path, p->reason, sizeof(p->reason))) {
+		unload(p);
+		return 0;
+	}
 	len = (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d", p->fd);
 	p->dl = dlopen(access(proc, F_OK) == 0 ? proc : p->path, RTLD_NOW | RTLD_LOCAL);
 	if (!p->dl) {
@@ -663,16 +705,20 @@ static void remember_key(struct q4kh_plugin *p, const char *key)
 	pthread_mutex_unlock(&keys_lock);
 }
 
+/* An empty value ("isa =") counts as unset, as docs/config.md says of every
+ * key: the plugin gets NULL and its default, never "" to refuse. */
 static const char *host_config_get(void *host_data, const char *key)
 {
 	struct q4kh_plugin *p = host_data;
 	char section[sizeof("plugin.") + NAME_MAX_LEN];
+	const char *v;
 
 	if (!key)
 		return NULL;
 	remember_key(p, key);
 	snprintf(section, sizeof(section), "plugin.%s", p->name);
-	return q4kh_config_get(p->config, section, key, NULL);
+	v = q4kh_config_get(p->config, section, key, NULL);
+	return v && *v ? v : NULL;
 }
 
 const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap)

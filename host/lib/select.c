@@ -105,15 +105,27 @@ static void list_backends(const struct q4kh_registry *r, char *buf, size_t cap)
 	}
 }
 
+/* "; the path's notes: A; B" of R's notes (registry.h), or "" without. */
+static void path_notes(const struct q4kh_registry *r, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	if (!r->notes[0])
+		return;
+	append(buf, cap, "; the path's notes: ");
+	for (const char *s = r->notes, *nl; (nl = strchr(s, '\n')); s = nl + 1)
+		append(buf, cap, "%s%.*s", s == r->notes ? "" : "; ", (int)(nl - s), s);
+}
+
 /*
  * Why a plan for RQ came out empty, as the error: the backends that could
- * not start (SKIPPED), no backend at all, or none with the device.
+ * not start (SKIPPED), no backend at all (with the path's notes: a folder
+ * skipped as relative or missing is why), or none with the device.
  */
 static int nothing_to_try(const struct q4kh_select_request *rq, const char *skipped,
                           struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = rq->registry;
-	char backends[512];
+	char backends[512], notes[1024];
 	size_t len = strlen(skipped);
 
 	if (len)
@@ -125,34 +137,42 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
 			                 "the reference cpu plugin %s was rejected: %s",
 			                 r->path, r->path_origin, r->plugins[i].path,
 			                 r->plugins[i].reason);
+	path_notes(r, notes, sizeof(notes));
 	if (!backends[0])
 		return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
-		                 "the reference cpu plugin (cpu.so) is not there; "
+		                 "the reference cpu plugin (cpu.so) is not there%s; "
 		                 "q4khost plugins lists what is",
-		                 r->path, r->path_origin);
+		                 r->path, r->path_origin, notes);
 	return q4kh_fail(err, "no backend has a device %u (%s); q4khost plugins lists the devices",
 	                 rq->device, backends);
 }
 
 int q4kh_select_plan(const struct q4kh_select_request *rq,
-                     struct q4kh_select_cand *list, struct q4kh_error *err)
+                     struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,
+                     struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = rq->registry;
 	const struct q4kh_plugin *cpu = q4kh_registry_find(r, "cpu");
-	char others[512] = "", skipped[2048] = "";
+	char others[512] = "", own[2048];
 	int n = 0, kept = 0, explicit_request = 0;
+
+	if (!skipped) {
+		skipped = own;
+		skipped_cap = sizeof(own);
+	}
+	skipped[0] = 0;
 
 	if (rq->backend) {
 		const struct q4kh_plugin *p = q4kh_registry_find(r, rq->backend);
 		if (!p || p->desc->kind != Q4KH_KIND_BACKEND)
 			return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s); see q4khost plugins",
 			                 rq->backend, r->path, r->path_origin);
-		if (device_count(p, skipped, sizeof(skipped)) <= rq->device)
+		if (device_count(p, skipped, skipped_cap) <= rq->device)
 			return skipped[0] ? nothing_to_try(rq, skipped, err)
 			                  : q4kh_fail(err, "backend %s has no device %u; see q4khost plugins",
 			                              rq->backend, rq->device);
 		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
-		                sizeof(others), skipped, sizeof(skipped), err))
+		                sizeof(others), skipped, skipped_cap, err))
 			return -1;
 	} else {
 		/* Device backends first, then the other backends of the host's
@@ -163,16 +183,16 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 				if (p->state == Q4KH_PLUGIN_ACCEPTED &&
 				    p->desc->kind == Q4KH_KIND_BACKEND && strcmp(p->name, "cpu") &&
 				    (strcmp(q4kh_backend_kind(p), "cpu") == 0) == host &&
-				    device_count(p, skipped, sizeof(skipped)) > rq->device &&
+				    device_count(p, skipped, skipped_cap) > rq->device &&
 				    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
-				                sizeof(others), skipped, sizeof(skipped), err))
+				                sizeof(others), skipped, skipped_cap, err))
 					return -1;
 			}
 		/* The reference last: its one device stands in for a device of
 		 * another backend, but a device no backend has is a mistake. */
-		if (cpu && (n > 0 || device_count(cpu, skipped, sizeof(skipped)) > rq->device) &&
+		if (cpu && (n > 0 || device_count(cpu, skipped, skipped_cap) > rq->device) &&
 		    add_backend(rq, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
-		                skipped, sizeof(skipped), err))
+		                skipped, skipped_cap, err))
 			return -1;
 	}
 	if (!explicit_request)
@@ -198,6 +218,16 @@ static void off_source(const char *origin, char *buf, size_t cap)
 		snprintf(buf, cap, "Q4KHOST_F2=off");
 	else
 		snprintf(buf, cap, "mode = off at %s", origin);
+}
+
+/* D's message without the verdict it may start with ("not measured: "),
+ * which the step names before it. */
+static const char *after_verdict(const struct q4kh_guard_decision *d)
+{
+	const char *v = q4kh_f2_verdict_name(d->verdict), *m = d->receipt.message;
+	size_t len = strlen(v);
+
+	return !strncmp(m, v, len) && !strncmp(m + len, ": ", 2) ? m + len + 2 : m;
 }
 
 /* Open backend, model and variant of C into OUT. */
@@ -233,7 +263,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	size_t len;
 
 	memset(out, 0, sizeof(*out));
-	n = q4kh_select_plan(rq, list, err);
+	n = q4kh_select_plan(rq, list, out->steps, sizeof(out->steps), err);
 	if (n < 0) {
 		out->explicit_failure = 1;
 		return -1;
@@ -314,7 +344,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		}
 		/* Whether it was measured now or read from a receipt. */
 		append(out->steps, sizeof(out->steps), "%s: F2 %s: %s [%s]\n", name,
-		       q4kh_f2_verdict_name(d.verdict), d.receipt.message, d.source);
+		       q4kh_f2_verdict_name(d.verdict), after_verdict(&d), d.source);
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;

@@ -55,7 +55,8 @@ struct q4kh_selection {
 	char f2_message[512];
 	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by
 	                               FILE:LINE [gpu.0]", "the built-in kernels" */
-	char steps[2048];           /* every candidate tried before, one per line */
+	char steps[2048];           /* every backend that could not start and every
+	                               candidate tried before, one per line */
 	char not_applicable[512];   /* variants with none of the model's types,
 	                               left out: "cuda/cuda-gemv-iq, ..." */
 	int explicit_failure;       /* a named request could not be honoured */
@@ -82,10 +83,15 @@ struct q4kh_select_cand {
  * explicit kernel request names nothing the device can run, or nothing
  * can be tried at all: the error then says why (no backend on the plugin
  * path, the reference among them; the backends that could not start, with
- * their plugins' reasons; no backend with the device).
+ * their plugins' reasons; no backend with the device). SKIPPED (NULL: not
+ * wanted) gets a line for each backend left out because it could not
+ * start, its plugin's reason ("cpu-fast: init failed (invalid argument):
+ * ..."), each ending in a newline, so that a plan that goes on without it
+ * can still say why.
  */
 int q4kh_select_plan(const struct q4kh_select_request *rq,
-                     struct q4kh_select_cand *list, struct q4kh_error *err);
+                     struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,
+                     struct q4kh_error *err);
 
 /*
  * Choose, guard and open what serves RQ. On success every part of *out is

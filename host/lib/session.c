@@ -144,7 +144,7 @@ static int fast_cpu(const struct q4kh_backend *b)
 static uint32_t kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
 {
 	if (kv == Q4KH_KV_DEFAULT)
-		kv = fast_cpu(b) ? Q4KH_KV_F16 : Q4KH_KV_F32;
+		kv = strcmp(b->plugin->name, "cpu") ? Q4KH_KV_F16 : Q4KH_KV_F32;
 	return kv == Q4KH_KV_F16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
 }
 

@@ -23,9 +23,9 @@
 
 /* The KV cache's type. */
 enum q4kh_kv_choice {
-	/* F32 on the reference cpu backend, which is exact, and on device
-	 * backends; F16 (llama.cpp's cache) on the other backends of kind
-	 * "cpu", whose attention then reads half the bytes per token. */
+	/* F32 on the reference cpu backend, which is exact; F16 (llama.cpp's
+	 * cache) on every other backend, whose attention then reads half the
+	 * bytes per token of context. */
 	Q4KH_KV_DEFAULT = 0,
 	Q4KH_KV_F32,
 	Q4KH_KV_F16

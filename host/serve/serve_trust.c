@@ -396,7 +396,7 @@ int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 	struct q4kh_selection rec;
 	struct serve_path *p = NULL;
 
-	srv->n_plan = q4kh_select_plan(&srv->rq, srv->plan, err);
+	srv->n_plan = q4kh_select_plan(&srv->rq, srv->plan, NULL, 0, err);
 	if (srv->n_plan < 0)
 		return -2;
 	if (srv->mode != Q4KH_F2_OFF) {

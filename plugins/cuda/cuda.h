@@ -7,7 +7,9 @@
  * after the ops before it and waits for its own copy. Token ids and
  * positions arrive in host memory: they are copied on the stream into a
  * staging buffer of the device context, which the stream's order makes
- * safe to reuse by the next op.
+ * safe to reuse by the next op. The ABI 1.2 entries take those values in
+ * device tensors instead, check them as they run and leave a fault
+ * (cuda_kernels.h) that the next synchronisation reports.
  */
 #ifndef Q4KH_CUDA_H
 #define Q4KH_CUDA_H
@@ -30,12 +32,23 @@ struct q4kh_backend_ctx {
 struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
 	int ordinal;
-	int sms; /* multiprocessors */
 	cudaStream_t stream;
 	int32_t *stage;   /* device memory for ids and positions */
 	int64_t stage_n;  /* int32 values it holds */
 	cudaEvent_t timer[2]; /* timer_start's and timer_stop's; made on first use */
 	int recording;    /* between graph_begin and graph_end */
+	int sms;          /* the device's multiprocessors */
+	int32_t *fault;   /* device: CUDA_FAULT_WORDS, zero while none */
+	int32_t *fault_seen; /* pinned host copy, read at each synchronisation */
+	void *scratch;    /* device: attention's partial results */
+	size_t scratch_size;
+	struct cuda_retired *retired; /* earlier scratch, freed on close */
+};
+
+/* Scratch memory that recorded graphs may still use: kept until close. */
+struct cuda_retired {
+	void *ptr;
+	struct cuda_retired *next;
 };
 
 struct q4kh_buffer {
@@ -66,6 +79,18 @@ q4kh_status cuda_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
 
 /* Make dev's device current for this thread; WHAT names the caller. */
 q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what);
+
+/*
+ * Wait for the stream and report the first fault its kernels found (as
+ * Q4KH_ERR_INVALID, "WHAT: set_rows rows[3] = 9000, expected 0 .. 4095"),
+ * then clear it. The wait's own error as cuda_check reports it.
+ */
+q4kh_status cuda_wait(q4kh_device_ctx *dev, const char *what);
+
+/* At least SIZE bytes of dev->scratch. Growing keeps the old memory
+ * (recorded graphs point at it); while recording it cannot grow, and
+ * fails with Q4KH_ERR_NOMEM. */
+q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size);
 
 /* Copy N int32 values from host memory to dev->stage on the stream,
  * growing the staging buffer first when it is too small. */
@@ -104,6 +129,9 @@ q4kh_status cuda_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
  * op's check does not see it again.
  */
 q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what);
+
+/* cuda_check of a kernel launch's error E, named "OP: kernel launch". */
+q4kh_status cuda_launched(q4kh_device_ctx *dev, const char *op, cudaError_t e);
 
 /* --- the driver's version (cuda_driver.c) --- */
 
@@ -165,5 +193,39 @@ q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                            const struct q4kh_tensor *v_cache,
                            const struct q4kh_attn_params *params,
                            const struct q4kh_tensor *out);
+
+/* The attention launch shared by attention and attention_ext: POS is the
+ * device's positions or NULL for params->pos0 + t. */
+q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
+                        const struct q4kh_tensor *q,
+                        const struct q4kh_tensor *k_cache,
+                        const struct q4kh_tensor *v_cache, const int32_t *pos,
+                        const struct q4kh_attn_params *params,
+                        const struct q4kh_tensor *out);
+
+/* The kernels' RoPE parameters: YaRN's ramp and scale resolved as the cpu
+ * reference resolves them (plugin.h). */
+struct cuda_rope cuda_rope_of(const struct q4kh_rope_params *p);
+
+/* --- ABI 1.2: per-step values in device tensors (cuda_step.c) --- */
+
+q4kh_status cuda_get_rows_ext(q4kh_device_ctx *dev,
+                              const struct q4kh_tensor *table,
+                              const struct q4kh_tensor *ids, float scale,
+                              const struct q4kh_tensor *out);
+q4kh_status cuda_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *pos,
+                          const struct q4kh_rope_params *params,
+                          const struct q4kh_tensor *out);
+q4kh_status cuda_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                          const struct q4kh_tensor *rows,
+                          const struct q4kh_tensor *dst);
+q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,
+                               const struct q4kh_tensor *q,
+                               const struct q4kh_tensor *k_cache,
+                               const struct q4kh_tensor *v_cache,
+                               const struct q4kh_tensor *pos,
+                               const struct q4kh_attn_params *params,
+                               const struct q4kh_tensor *out);
 
 #endif

@@ -86,7 +86,7 @@ static q4kh_status transfer(q4kh_device_ctx *dev, const char *what, void *dst,
 	                                             dev->stream),
 	                             what)))
 		return st;
-	return cuda_check(dev, cudaStreamSynchronize(dev->stream), what);
+	return cuda_wait(dev, what);
 }
 
 q4kh_status cuda_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,

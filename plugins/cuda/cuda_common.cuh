@@ -35,6 +35,25 @@ static __device__ __forceinline__ T block_sum(T v, T *part)
 	return warp_sum(v);
 }
 
+/*
+ * 1 when 0 <= v < limit; else keep the stream's first fault (code, element
+ * i, value v, limit) in FAULT (CUDA_FAULT_WORDS words, cuda_kernels.h)
+ * and return 0, so that the caller skips the access.
+ */
+static __device__ __forceinline__ bool index_ok(int32_t *fault, int code,
+                                                int64_t i, int32_t v,
+                                                int64_t limit)
+{
+	if (v >= 0 && v < limit)
+		return true;
+	if (atomicCAS(fault, 0, code) == 0) {
+		fault[1] = (int32_t)i;
+		fault[2] = v;
+		fault[3] = (int32_t)(limit < INT32_MAX ? limit : INT32_MAX);
+	}
+	return false;
+}
+
 /* Row r of a view, counting rows over ne[1], ne[2], ne[3]. */
 static __device__ __forceinline__ char *view_row(const struct cuda_view &v,
                                                  int64_t r)

@@ -1,6 +1,7 @@
 /*
  * Devices: their records, the device context (one stream, a staging
- * buffer for ids and positions), synchronisation, and the native handles
+ * buffer for ids and positions, the fault words of the kernels' index
+ * checks, attention's scratch), synchronisation, and the native handles
  * lent to kernel variants. Device index i is CUDA device ordinal i (after
  * CUDA_VISIBLE_DEVICES).
  */
@@ -121,6 +122,16 @@ void cuda_device_close(q4kh_device_ctx *dev)
 			if (dev->timer[i])
 				cudaEventDestroy(dev->timer[i]);
 		cudaFree(dev->stage);
+		cudaFree(dev->fault);
+		cudaFreeHost(dev->fault_seen);
+		cudaFree(dev->scratch);
+	}
+	while (dev->retired) {
+		struct cuda_retired *r = dev->retired;
+
+		dev->retired = r->next;
+		cudaFree(r->ptr);
+		free(r);
 	}
 	cudaGetLastError();
 	free(dev);
@@ -160,16 +171,26 @@ q4kh_status cuda_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		               cudaGetErrorString(e), cudaGetErrorName(e));
 		goto fail;
 	}
-	if ((st = cuda_check(dev, cudaDeviceGetAttribute(&dev->sms,
-	                                                 cudaDevAttrMultiProcessorCount,
-	                                                 dev->ordinal),
-	                     "device_open: cudaDeviceGetAttribute")) ||
-	    (st = cuda_check(dev, cudaStreamCreateWithFlags(&dev->stream,
+	if ((st = cuda_check(dev, cudaStreamCreateWithFlags(&dev->stream,
 	                                                    cudaStreamNonBlocking),
 	                     "device_open: cudaStreamCreateWithFlags")) ||
 	    (st = cuda_check(dev, cudaMalloc((void **)&dev->stage,
 	                                     STAGE_FIRST * sizeof(int32_t)),
-	                     "device_open: cudaMalloc (staging)")))
+	                     "device_open: cudaMalloc (staging)")) ||
+	    (st = cuda_check(dev, cudaMalloc((void **)&dev->fault,
+	                                     CUDA_FAULT_WORDS * sizeof(int32_t)),
+	                     "device_open: cudaMalloc (fault words)")) ||
+	    (st = cuda_check(dev, cudaMemsetAsync(dev->fault, 0,
+	                                          CUDA_FAULT_WORDS * sizeof(int32_t),
+	                                          dev->stream),
+	                     "device_open: cudaMemsetAsync (fault words)")) ||
+	    (st = cuda_check(dev, cudaMallocHost((void **)&dev->fault_seen,
+	                                         CUDA_FAULT_WORDS * sizeof(int32_t)),
+	                     "device_open: cudaMallocHost (fault words)")) ||
+	    (st = cuda_check(dev, cudaDeviceGetAttribute(&dev->sms,
+	                                                 cudaDevAttrMultiProcessorCount,
+	                                                 dev->ordinal),
+	                     "device_open: cudaDeviceGetAttribute")))
 		goto fail;
 	dev->stage_n = STAGE_FIRST;
 	cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: device %u open", index);
@@ -214,6 +235,81 @@ q4kh_status cuda_stage(q4kh_device_ctx *dev, const char *what,
 	                  where);
 }
 
+/* What a fault code's index tensor is called in messages. */
+static const char *fault_name(int32_t code)
+{
+	switch (code) {
+	case CUDA_FAULT_GET_ROWS_IDS:
+		return "get_rows_ext ids";
+	case CUDA_FAULT_ROPE_POS:
+		return "rope_ext pos";
+	case CUDA_FAULT_SET_ROWS_ROWS:
+		return "set_rows rows";
+	case CUDA_FAULT_ATTENTION_POS:
+		return "attention_ext pos";
+	default:
+		return "an index tensor";
+	}
+}
+
+q4kh_status cuda_wait(q4kh_device_ctx *dev, const char *what)
+{
+	const size_t bytes = CUDA_FAULT_WORDS * sizeof(int32_t);
+	const int32_t *f = dev->fault_seen;
+	char where[96];
+	q4kh_status st;
+
+	snprintf(where, sizeof(where), "%s: an op failed on the device", what);
+	if ((st = cuda_check(dev, cudaMemcpyAsync(dev->fault_seen, dev->fault,
+	                                          bytes, cudaMemcpyDeviceToHost,
+	                                          dev->stream),
+	                     where)) ||
+	    (st = cuda_check(dev, cudaStreamSynchronize(dev->stream), where)))
+		return st;
+	if (f[0] == CUDA_FAULT_NONE)
+		return Q4KH_OK;
+	st = cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
+	               "%s: %s[%d] = %d, expected 0 .. %d (found on the device; "
+	               "the op skipped that element)",
+	               what, fault_name(f[0]), f[1], f[2], f[3] - 1);
+	/* On the stream: the next wait's copy reads the cleared words. */
+	snprintf(where, sizeof(where), "%s: clearing the fault words", what);
+	cuda_check(dev, cudaMemsetAsync(dev->fault, 0, bytes, dev->stream), where);
+	dev->fault_seen[0] = CUDA_FAULT_NONE;
+	return st;
+}
+
+q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
+{
+	struct cuda_retired *r;
+	char where[96];
+	void *p;
+	q4kh_status st;
+
+	if (size <= dev->scratch_size)
+		return Q4KH_OK;
+	snprintf(where, sizeof(where), "%s: %zu bytes of scratch memory", what,
+	         size);
+	if (dev->recording) /* no allocation can be recorded */
+		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                 "%s: not while recording a graph", where);
+	r = dev->scratch ? malloc(sizeof(*r)) : NULL;
+	if (dev->scratch && !r)
+		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM, "%s: out of memory", where);
+	if ((st = cuda_check(dev, cudaMalloc(&p, size), where))) {
+		free(r);
+		return st;
+	}
+	if (r) {
+		r->ptr = dev->scratch;
+		r->next = dev->retired;
+		dev->retired = r;
+	}
+	dev->scratch = p;
+	dev->scratch_size = size;
+	return Q4KH_OK;
+}
+
 q4kh_status cuda_synchronize(q4kh_device_ctx *dev)
 {
 	q4kh_status st;
@@ -223,8 +319,7 @@ q4kh_status cuda_synchronize(q4kh_device_ctx *dev)
 	if ((st = cuda_not_recording(dev, "synchronize")) ||
 	    (st = cuda_enter(dev, "synchronize")))
 		return st;
-	return cuda_check(dev, cudaStreamSynchronize(dev->stream),
-	                  "synchronize: an op failed on the device");
+	return cuda_wait(dev, "synchronize");
 }
 
 static void *cuda_address(const q4kh_buffer *buf)

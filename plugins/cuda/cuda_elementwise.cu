@@ -1,6 +1,6 @@
 /*
  * Element-wise ops: add and mul with broadcasting, scale, the gated
- * activations and the f32/f16 copy. One thread per element, over the four
+ * activations, the f32/f16 copy and the KV-cache write (set_rows). One thread per element, over the four
  * dimensions of the output with each operand's own strides. Every element
  * is read and written by one thread, so in-place use is safe.
  */
@@ -124,6 +124,25 @@ copy_kernel(struct cuda_view src, struct cuda_view dst)
 	}
 }
 
+/* The KV-cache write: element i of src goes to row rows[i[2]] of dst. */
+template <typename D>
+static __global__ void __launch_bounds__(EW_THREADS)
+set_rows_kernel(struct cuda_view src, const int32_t *rows,
+                struct cuda_view dst, int32_t *fault)
+{
+	FOR_EACH_ELEMENT(e, src) {
+		int64_t i[4];
+
+		unflatten(src.ne, e, i);
+		const int32_t r = rows[i[2]];
+		if (!index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, i[2], r, dst.ne[2]))
+			continue;
+		const float v = *at<float>(src, i);
+		i[2] = r;
+		*at<D>(dst, i) = from_f32<D>(v);
+	}
+}
+
 static unsigned grid_of(const struct cuda_view *v)
 {
 	return grid_for(elements(v), EW_THREADS);
@@ -179,5 +198,21 @@ extern "C" cudaError_t cuda_launch_copy(const struct cuda_view *src,
 		copy_kernel<float, __half><<<g, EW_THREADS, 0, s>>>(*src, *dst);
 	else
 		copy_kernel<float, float><<<g, EW_THREADS, 0, s>>>(*src, *dst);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
+                                            const int32_t *rows,
+                                            const struct cuda_view *dst,
+                                            int32_t *fault, cudaStream_t s)
+{
+	const unsigned g = grid_of(src);
+
+	if (dst->type == Q4KH_TYPE_F16)
+		set_rows_kernel<__half><<<g, EW_THREADS, 0, s>>>(*src, rows, *dst,
+		                                                 fault);
+	else
+		set_rows_kernel<float><<<g, EW_THREADS, 0, s>>>(*src, rows, *dst,
+		                                                fault);
 	return cudaGetLastError();
 }

@@ -27,20 +27,54 @@ struct cuda_view {
 	int64_t nb[4];
 };
 
+/* Attention: query t sits at pos[t] when pos (device memory) is not
+ * NULL, else at pos0 + t. */
 struct cuda_attn {
 	int64_t pos0;
+	const int32_t *pos;
 	int32_t window;
 	float scale, softcap;
 };
+
+/*
+ * RoPE (plugin.h, struct q4kh_rope_params) with YaRN's ramp resolved on
+ * the host: pairs below lo extrapolate, above hi interpolate (both 0 and
+ * ext_factor 0 without YaRN); mscale scales cos and sin.
+ */
+struct cuda_rope {
+	int32_t n_rot;
+	int neox;
+	double base, freq_scale, ext_factor, lo, hi, mscale;
+	const float *freq_factors; /* device, n_rot / 2 values, or NULL */
+};
+
+/*
+ * Faults found by a kernel as it runs: an index tensor (ABI 1.2) whose
+ * value lies outside the tensor it indexes. The first fault of a stream
+ * is kept in four int32 words of device memory, CUDA_FAULT_WORDS:
+ * [0] the code below, [1] the element, [2] its value, [3] the limit; the
+ * kernel skips the access. The host reads them at its next
+ * synchronisation (cuda_device.c).
+ */
+enum cuda_fault {
+	CUDA_FAULT_NONE = 0,
+	CUDA_FAULT_GET_ROWS_IDS,
+	CUDA_FAULT_ROPE_POS,
+	CUDA_FAULT_SET_ROWS_ROWS,
+	CUDA_FAULT_ATTENTION_POS,
+};
+#define CUDA_FAULT_WORDS 4
 
 /* Largest attention head dimension: q, the accumulator and the scores of
  * one chunk of keys live in a block's shared memory. */
 #define CUDA_ATTN_MAX_HEAD_DIM 4096
 
-/* out[:, i] = dequant(table[:, ids[i]]) * scale; ids on the device. */
+/* out[:, i] = dequant(table[:, ids[i]]) * scale; ids on the device, each
+ * checked against table's rows (fault: CUDA_FAULT_GET_ROWS_IDS). */
 cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
                                  const int32_t *ids, int64_t n, float scale,
-                                 const struct cuda_view *out, cudaStream_t s);
+                                 const struct cuda_view *out, int32_t *fault,
+                                 cudaStream_t s);
 /* y {N, T} = w {K, N} x {K, T}, fp32 accumulation; SMS: the device's
  * multiprocessors. cuda_gemv_launch when it takes the views, else the
  * plain kernel of cuda_matmul.cu. */
@@ -60,10 +94,11 @@ cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
                                  const struct cuda_view *w, float eps,
                                  const struct cuda_view *out, cudaStream_t s);
-/* RoPE over x {hd, heads, T}; pos (device) per token; neox: halves pair. */
+/* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
+ * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
-                             int32_t n_rot, int neox, float base,
-                             float freq_scale, const struct cuda_view *out,
+                             const struct cuda_rope *p,
+                             const struct cuda_view *out, int32_t *fault,
                              cudaStream_t s);
 /* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
 cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
@@ -78,12 +113,29 @@ cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
 /* dst = src element by element, f32/f16 either way (round to nearest even). */
 cudaError_t cuda_launch_copy(const struct cuda_view *src,
                              const struct cuda_view *dst, cudaStream_t s);
-/* Causal, windowed, grouped-query attention over the KV cache (plugin.h). */
+/* dst[:, :, rows[t]] = src[:, :, t], f32 to dst's f32 or f16; each row
+ * checked against dst's (fault: CUDA_FAULT_SET_ROWS_ROWS). */
+cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
+                                 const int32_t *rows,
+                                 const struct cuda_view *dst, int32_t *fault,
+                                 cudaStream_t s);
+
+/*
+ * Causal, windowed, grouped-query attention over the KV cache (plugin.h);
+ * positions from p->pos are checked against the cache (fault:
+ * CUDA_FAULT_ATTENTION_POS). A few queries at a time (decode) are split
+ * over the cache length when cuda_attention_scratch() asks for scratch
+ * memory: SCRATCH then holds that many bytes of device memory, else it is
+ * NULL. SMS: the device's multiprocessors.
+ */
+size_t cuda_attention_scratch(const struct cuda_view *q,
+                              const struct cuda_view *k, int sms);
 cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_view *k,
                                   const struct cuda_view *v,
                                   const struct cuda_attn *p,
-                                  const struct cuda_view *out, cudaStream_t s);
+                                  const struct cuda_view *out, void *scratch,
+                                  int sms, int32_t *fault, cudaStream_t s);
 
 /*
  * Read N16 16-byte vectors from p once, as fast as the device can (a few

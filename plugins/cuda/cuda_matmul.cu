@@ -69,13 +69,15 @@ mul_mat_kernel(struct cuda_view w, struct cuda_view x, struct cuda_view y)
 template <uint32_t TYPE>
 static __global__ void __launch_bounds__(GR_THREADS)
 get_rows_kernel(struct cuda_view table, const int32_t *ids, int64_t n,
-                float scale, struct cuda_view out)
+                float scale, struct cuda_view out, int32_t *fault)
 {
 	const int64_t k = table.ne[0], groups = (k + 31) / 32;
 
 	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     it < n * groups; it += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = it / groups, g = it % groups;
+		if (!index_ok(fault, CUDA_FAULT_GET_ROWS_IDS, r, ids[r], table.ne[1]))
+			continue;
 		const uint8_t *row =
 			(const uint8_t *)table.data + (int64_t)ids[r] * table.nb[1];
 		float *o = (float *)(out.data + r * out.nb[1]) + 32 * g;
@@ -115,13 +117,14 @@ extern "C" cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
                                             const int32_t *ids, int64_t n,
                                             float scale,
                                             const struct cuda_view *out,
-                                            cudaStream_t s)
+                                            int32_t *fault, cudaStream_t s)
 {
 	const unsigned grid = grid_for(n * ((table->ne[0] + 31) / 32), GR_THREADS);
 
 	return for_type(table->type, [&](auto type) {
 		get_rows_kernel<decltype(type)::value>
-			<<<grid, GR_THREADS, 0, s>>>(*table, ids, n, scale, *out);
+			<<<grid, GR_THREADS, 0, s>>>(*table, ids, n, scale, *out,
+			                               fault);
 		return cudaGetLastError();
 	});
 }

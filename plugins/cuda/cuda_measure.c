@@ -89,8 +89,7 @@ q4kh_status cuda_timer_stop(q4kh_device_ctx *dev, double *seconds)
 	if ((st = cuda_enter(dev, "timer_stop")) ||
 	    (st = cuda_check(dev, cudaEventRecord(dev->timer[1], dev->stream),
 	                     "timer_stop: cudaEventRecord")) ||
-	    (st = cuda_check(dev, cudaEventSynchronize(dev->timer[1]),
-	                     "timer_stop: an op failed on the device")) ||
+	    (st = cuda_wait(dev, "timer_stop")) ||
 	    (st = cuda_check(dev,
 	                     cudaEventElapsedTime(&ms, dev->timer[0],
 	                                          dev->timer[1]),

@@ -4,19 +4,7 @@
  * stages host-side ids or positions, and enqueues its kernel on the device
  * context's stream without waiting.
  */
-#include <stdio.h>
-
 #include "cuda.h"
-
-/* The launch's own error, named after the op. */
-static q4kh_status launched(q4kh_device_ctx *dev, const char *op,
-                            cudaError_t e)
-{
-	char what[64];
-
-	snprintf(what, sizeof(what), "%s: kernel launch", op);
-	return cuda_check(dev, e, what);
-}
 
 /* --- get_rows, mul_mat --- */
 
@@ -34,9 +22,9 @@ q4kh_status cuda_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
 		return st;
 	vt = cuda_view_of(table);
 	vo = cuda_view_of(out);
-	return launched(dev, "get_rows",
+	return cuda_launched(dev, "get_rows",
 	                cuda_launch_get_rows(&vt, dev->stage, n, scale, &vo,
-	                                     dev->stream));
+	                                     dev->fault, dev->stream));
 }
 
 q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
@@ -53,8 +41,8 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 	vw = cuda_view_of(w);
 	vx = cuda_view_of(x);
 	vy = cuda_view_of(y);
-	return launched(dev, "mul_mat",
-	                cuda_launch_mul_mat(&vw, &vx, &vy, dev->sms, dev->stream));
+	return cuda_launched(dev, "mul_mat",
+	                     cuda_launch_mul_mat(&vw, &vx, &vy, dev->sms, dev->stream));
 }
 
 /* --- rms_norm, rope --- */
@@ -74,7 +62,7 @@ q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	vo = cuda_view_of(out);
 	if (w)
 		vw = cuda_view_of(w);
-	return launched(dev, "rms_norm",
+	return cuda_launched(dev, "rms_norm",
 	                cuda_launch_rms_norm(&vx, w ? &vw : NULL, eps, &vo,
 	                                     dev->stream));
 }
@@ -84,7 +72,12 @@ q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       float base, float freq_scale,
                       const struct q4kh_tensor *out)
 {
+	const struct q4kh_rope_params p = {
+		.struct_size = sizeof(p), .n_rot = n_rot, .mode = (uint32_t)mode,
+		.base = base, .freq_scale = freq_scale, .attn_factor = 1.0f,
+	};
 	struct cuda_view vx, vo;
+	struct cuda_rope r;
 	const struct q4kh_check c = cuda_contract(dev);
 	q4kh_status st;
 
@@ -94,10 +87,10 @@ q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 		return st;
 	vx = cuda_view_of(x);
 	vo = cuda_view_of(out);
-	return launched(dev, "rope",
-	                cuda_launch_rope(&vx, dev->stage, n_rot,
-	                                 mode == Q4KH_ROPE_NEOX, base, freq_scale,
-	                                 &vo, dev->stream));
+	r = cuda_rope_of(&p);
+	return cuda_launched(dev, "rope",
+	                cuda_launch_rope(&vx, dev->stage, &r, &vo, dev->fault,
+	                                 dev->stream));
 }
 
 /* --- add, mul, scale, glu, copy --- */
@@ -116,7 +109,7 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op,
 	va = cuda_view_of(a);
 	vb = cuda_view_of(b);
 	vo = cuda_view_of(out);
-	return launched(dev, op,
+	return cuda_launched(dev, op,
 	                cuda_launch_binary(mul, &va, &vb, &vo, dev->stream));
 }
 
@@ -145,7 +138,7 @@ q4kh_status cuda_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 		return st;
 	vx = cuda_view_of(x);
 	vo = cuda_view_of(out);
-	return launched(dev, "scale", cuda_launch_scale(&vx, s, &vo, dev->stream));
+	return cuda_launched(dev, "scale", cuda_launch_scale(&vx, s, &vo, dev->stream));
 }
 
 q4kh_status cuda_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
@@ -163,7 +156,7 @@ q4kh_status cuda_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 	vg = cuda_view_of(gate);
 	vu = cuda_view_of(up);
 	vo = cuda_view_of(out);
-	return launched(dev, "glu",
+	return cuda_launched(dev, "glu",
 	                cuda_launch_glu(kind == Q4KH_GLU_SILU, &vg, &vu, &vo,
 	                                dev->stream));
 }
@@ -179,32 +172,32 @@ q4kh_status cuda_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 		return st;
 	vs = cuda_view_of(src);
 	vd = cuda_view_of(dst);
-	return launched(dev, "copy", cuda_launch_copy(&vs, &vd, dev->stream));
+	return cuda_launched(dev, "copy", cuda_launch_copy(&vs, &vd, dev->stream));
 }
 
 /* --- attention --- */
 
-q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
-                           const struct q4kh_tensor *k_cache,
-                           const struct q4kh_tensor *v_cache,
-                           const struct q4kh_attn_params *params,
-                           const struct q4kh_tensor *out)
+q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
+                        const struct q4kh_tensor *q,
+                        const struct q4kh_tensor *k_cache,
+                        const struct q4kh_tensor *v_cache, const int32_t *pos,
+                        const struct q4kh_attn_params *params,
+                        const struct q4kh_tensor *out)
 {
 	struct cuda_view vq, vk, vv, vo;
 	struct cuda_attn a;
-	const struct q4kh_check c = cuda_contract(dev);
+	size_t scratch;
 	q4kh_status st;
 
-	if ((st = q4kh_check_attention(&c, q, k_cache, v_cache, params, out)))
-		return st;
 	if (q->ne[0] > CUDA_ATTN_MAX_HEAD_DIM)
 		return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
-		                 "attention: head dimension %lld, the cuda kernel "
-		                 "takes at most %d",
-		                 (long long)q->ne[0], CUDA_ATTN_MAX_HEAD_DIM);
-	if ((st = cuda_enter(dev, "attention")))
+		                 "%s: head dimension %lld, the cuda kernel takes at "
+		                 "most %d",
+		                 op, (long long)q->ne[0], CUDA_ATTN_MAX_HEAD_DIM);
+	if ((st = cuda_enter(dev, op)))
 		return st;
 	a.pos0 = params->pos0;
+	a.pos = pos;
 	a.window = params->window;
 	a.scale = params->scale;
 	a.softcap = params->softcap;
@@ -212,6 +205,29 @@ q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	vk = cuda_view_of(k_cache);
 	vv = cuda_view_of(v_cache);
 	vo = cuda_view_of(out);
-	return launched(dev, "attention",
-	                cuda_launch_attention(&vq, &vk, &vv, &a, &vo, dev->stream));
+	/* The split form needs scratch; a recording that meets a scratch too
+	 * small for it (the shape never ran before) takes the one-pass form. */
+	scratch = cuda_attention_scratch(&vq, &vk, dev->sms);
+	if (scratch > dev->scratch_size && dev->recording)
+		scratch = 0;
+	else if (scratch && (st = cuda_scratch(dev, op, scratch)))
+		return st;
+	return cuda_launched(dev, op,
+	                cuda_launch_attention(&vq, &vk, &vv, &a, &vo,
+	                                      scratch ? dev->scratch : NULL,
+	                                      dev->sms, dev->fault, dev->stream));
+}
+
+q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                           const struct q4kh_tensor *k_cache,
+                           const struct q4kh_tensor *v_cache,
+                           const struct q4kh_attn_params *params,
+                           const struct q4kh_tensor *out)
+{
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_attention(&c, q, k_cache, v_cache, params, out)))
+		return st;
+	return cuda_attend(dev, "attention", q, k_cache, v_cache, NULL, params, out);
 }

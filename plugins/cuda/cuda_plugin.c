@@ -40,6 +40,14 @@ q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what)
 	                 cudaGetErrorName(e));
 }
 
+q4kh_status cuda_launched(q4kh_device_ctx *dev, const char *op, cudaError_t e)
+{
+	char what[64];
+
+	snprintf(what, sizeof(what), "%s: kernel launch", op);
+	return cuda_check(dev, e, what);
+}
+
 void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
               ...)
 {
@@ -190,6 +198,10 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.graph_end = cuda_graph_end,
 	.graph_launch = cuda_graph_launch,
 	.graph_free = cuda_graph_free,
+	.get_rows_ext = cuda_get_rows_ext,
+	.rope_ext = cuda_rope_ext,
+	.set_rows = cuda_set_rows,
+	.attention_ext = cuda_attention_ext,
 };
 
 #ifdef __clang__

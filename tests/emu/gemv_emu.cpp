@@ -77,6 +77,14 @@ static void __syncthreads(void)
 {
 }
 
+/* And its index_ok (unused here) this one. */
+static int atomicCAS(int *p, int compare, int value)
+{
+	__atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST,
+	                            __ATOMIC_SEQ_CST);
+	return compare;
+}
+
 /* A warp: its barrier and one word per lane to exchange. */
 struct warp {
 	std::barrier<> *bar;

@@ -96,8 +96,8 @@ struct q4kh_host_api {
 	void (*log)(void *host_data, q4kh_log_level level, const char *msg);
 	/*
 	 * The value of KEY in this plugin's [plugin.NAME] config section, or
-	 * NULL when unset. The string is owned by the host and valid until
-	 * shutdown(). Thread-safe.
+	 * NULL when unset or set to nothing ("KEY =" counts as unset). The
+	 * string is owned by the host and valid until shutdown(). Thread-safe.
 	 */
 	const char *(*config_get)(void *host_data, const char *key);
 };

@@ -1,0 +1,122 @@
+/*
+ * ABI 1.2's entries (plugin.h): the ops whose per-step values (token ids,
+ * positions, KV-cache rows) are I32 tensors in device memory, read when the
+ * kernel runs. Nothing here touches host memory per call, so a step made of
+ * these ops records once (graph_begin) and replays for every later token
+ * with only those tensors rewritten in between. The values themselves are
+ * checked on the device (cuda_kernels.h, enum cuda_fault).
+ */
+#include <math.h>
+
+#include "cuda.h"
+
+static const int32_t *index_data(const struct q4kh_tensor *t)
+{
+	return (const int32_t *)(t->buffer->ptr + t->offset);
+}
+
+q4kh_status cuda_get_rows_ext(q4kh_device_ctx *dev,
+                              const struct q4kh_tensor *table,
+                              const struct q4kh_tensor *ids, float scale,
+                              const struct q4kh_tensor *out)
+{
+	struct cuda_view vt, vo;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_get_rows_ext(&c, table, ids, out)) ||
+	    (st = cuda_enter(dev, "get_rows_ext")))
+		return st;
+	vt = cuda_view_of(table);
+	vo = cuda_view_of(out);
+	return cuda_launched(dev, "get_rows_ext",
+	                cuda_launch_get_rows(&vt, index_data(ids), ids->ne[0],
+	                                     scale, &vo, dev->fault, dev->stream));
+}
+
+/* YaRN's d(b): the pair whose wavelength fits b times in n_ctx_orig. */
+static double yarn_dim(const struct q4kh_rope_params *p, double beta)
+{
+	return p->n_rot * log(p->n_ctx_orig / (beta * 2.0 * M_PI)) /
+	       (2.0 * log((double)p->base));
+}
+
+struct cuda_rope cuda_rope_of(const struct q4kh_rope_params *p)
+{
+	struct cuda_rope r = {
+		.n_rot = p->n_rot,
+		.neox = p->mode == Q4KH_ROPE_NEOX,
+		.base = p->base,
+		.freq_scale = p->freq_scale,
+		.ext_factor = p->ext_factor,
+		.mscale = p->attn_factor,
+		.freq_factors = p->freq_factors
+			? (const float *)(p->freq_factors->buffer->ptr +
+			                  p->freq_factors->offset)
+			: NULL,
+	};
+
+	if (p->ext_factor != 0.0f) {
+		r.lo = fmax(0.0, floor(yarn_dim(p, p->beta_fast)));
+		r.hi = fmin(p->n_rot - 1, ceil(yarn_dim(p, p->beta_slow)));
+		r.mscale *= 1.0 + 0.1 * log(1.0 / p->freq_scale);
+	}
+	return r;
+}
+
+q4kh_status cuda_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *pos,
+                          const struct q4kh_rope_params *params,
+                          const struct q4kh_tensor *out)
+{
+	struct cuda_view vx, vo;
+	struct cuda_rope r;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_rope_ext(&c, x, pos, params, out)) ||
+	    (st = cuda_enter(dev, "rope_ext")))
+		return st;
+	vx = cuda_view_of(x);
+	vo = cuda_view_of(out);
+	r = cuda_rope_of(params);
+	return cuda_launched(dev, "rope_ext",
+	                cuda_launch_rope(&vx, index_data(pos), &r, &vo,
+	                                 dev->fault, dev->stream));
+}
+
+q4kh_status cuda_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
+                          const struct q4kh_tensor *rows,
+                          const struct q4kh_tensor *dst)
+{
+	struct cuda_view vs, vd;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_set_rows(&c, src, rows, dst)) ||
+	    (st = cuda_enter(dev, "set_rows")))
+		return st;
+	vs = cuda_view_of(src);
+	vd = cuda_view_of(dst);
+	return cuda_launched(dev, "set_rows",
+	                cuda_launch_set_rows(&vs, index_data(rows), &vd,
+	                                     dev->fault, dev->stream));
+}
+
+q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,
+                               const struct q4kh_tensor *q,
+                               const struct q4kh_tensor *k_cache,
+                               const struct q4kh_tensor *v_cache,
+                               const struct q4kh_tensor *pos,
+                               const struct q4kh_attn_params *params,
+                               const struct q4kh_tensor *out)
+{
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_attention_ext(&c, q, k_cache, v_cache, pos, params,
+	                                   out)))
+		return st;
+	return cuda_attend(dev, "attention_ext", q, k_cache, v_cache,
+	                   index_data(pos), params, out);
+}

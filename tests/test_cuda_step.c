@@ -1,0 +1,399 @@
+/*
+ * The cuda backend's ABI 1.2 entries, whose per-step values (token ids,
+ * positions, KV-cache rows) are I32 tensors in device memory, against the
+ * reference cpu plugin (cuda_rig.h says how outputs are compared):
+ * get_rows_ext, rope_ext with frequency factors and YaRN, set_rows into
+ * f32 and f16 caches, attention_ext at the shapes of the models we serve
+ * (the split form that decode takes, long contexts, windows), values out
+ * of range reported at the next synchronisation, and a recorded step
+ * replayed with rewritten positions. Every test skips without a device.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_rig.h"
+
+/* An I32 {n} tensor holding V on both sides. */
+static struct twin twin_index(struct rig *r, const int32_t *v, int64_t n)
+{
+	return twin_new(r, Q4KH_TYPE_I32, n, 1, 1, 0, v);
+}
+
+/* Rewrite an I32 tensor's values on both sides. */
+static void index_set(struct rig *r, const struct twin *t, const int32_t *v)
+{
+	for (int s = 0; s < 2; s++)
+		cr_assert_eq(V(r, s)->buffer_upload(DEV(r, s), t->t[s].buffer,
+		                                    t->t[s].offset, v,
+		                                    sizeof(int32_t) * (size_t)t->t[s].ne[0]),
+		             Q4KH_OK, "%s", ERR(r, s));
+}
+
+/* --- get_rows_ext ---------------------------------------------------------- */
+
+Test(cuda_step, get_rows_ext_every_table_type)
+{
+	static const uint32_t types[] = { Q4KH_TYPE_F32, Q4KH_TYPE_F16,
+		                          Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K,
+		                          Q4KH_TYPE_Q8_0 };
+	static const int32_t ids[5] = { 36, 0, 7, 7, 19 };
+	struct rig *r = rig_open();
+
+	rng_seed(41);
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		const int64_t k = 512, rows = 37;
+		struct twin table = twin_weights(r, types[i], k, rows, 0);
+		struct twin id = twin_index(r, ids, 5);
+		struct twin out = twin_new(r, Q4KH_TYPE_F32, k, 5, 1, 12, NULL);
+		char what[64];
+
+		BOTH(r, get_rows_ext(DEV(r, s_), T(table), T(id), 0.75f, T(out)));
+		snprintf(what, sizeof(what), "get_rows_ext %s",
+		         q4kh_type_name(types[i]));
+		expect_agree(r, what, &out, 0.0);
+		twin_free(r, &table);
+		twin_free(r, &id);
+		twin_free(r, &out);
+	}
+	rig_close(r);
+}
+
+/* --- rope_ext -------------------------------------------------------------- */
+
+Test(cuda_step, rope_ext_freq_factors_yarn_any_positions)
+{
+	static const int32_t pos[6] = { 5000, 0, 17, 3, 131071, 17 };
+	struct rig *r = rig_open();
+
+	rng_seed(42);
+	for (int c = 0; c < 8; c++) {
+		const int64_t hd = c & 1 ? 128 : 64, nh = 3;
+		const int32_t n_rot = c & 2 ? (int32_t)hd : 32;
+		float *xv = rvals((size_t)(hd * nh * 6));
+		float *ffv = rvals((size_t)n_rot / 2);
+		struct twin x = twin_f32(r, hd, nh, 6, xv);
+		struct twin ps = twin_index(r, pos, 6);
+		struct twin ff, out = twin_new(r, Q4KH_TYPE_F32, hd, nh, 6, 4, NULL);
+		struct q4kh_rope_params p = {
+			.struct_size = sizeof(p), .n_rot = n_rot,
+			.mode = c & 4 ? Q4KH_ROPE_NEOX : Q4KH_ROPE_NORM,
+			.base = 500000.0f, .freq_scale = c & 4 ? 0.25f : 1.0f,
+			.ext_factor = c & 4 ? 1.0f : 0.0f, .attn_factor = 1.0f,
+			.beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 8192,
+		};
+		char what[96];
+
+		for (int i = 0; i < n_rot / 2; i++)
+			ffv[i] = 1.0f + 7.0f * fabsf(ffv[i]); /* Llama 3.1's 1 .. 8 */
+		ff = twin_f32(r, n_rot / 2, 1, 1, ffv);
+		for (int s = 0; s < 2; s++) {
+			p.freq_factors = c & 1 ? &ff.t[s] : NULL;
+			cr_assert_eq(V(r, s)->rope_ext(DEV(r, s), &x.t[s], &ps.t[s], &p,
+			                               &out.t[s]),
+			             Q4KH_OK, "%s", ERR(r, s));
+		}
+		snprintf(what, sizeof(what), "rope_ext hd=%lld n_rot=%d %s%s",
+		         (long long)hd, n_rot, c & 4 ? "NEOX, YaRN" : "NORM",
+		         c & 1 ? ", frequency factors" : "");
+		expect_agree(r, what, &out, NMSE_BOUND);
+		twin_free(r, &x);
+		twin_free(r, &ps);
+		twin_free(r, &ff);
+		twin_free(r, &out);
+		free(xv);
+		free(ffv);
+	}
+	rig_close(r);
+}
+
+/* --- set_rows -------------------------------------------------------------- */
+
+Test(cuda_step, set_rows_into_f32_and_f16_caches)
+{
+	static const int32_t rows[4] = { 9, 0, 4, 5 };
+	struct rig *r = rig_open();
+
+	rng_seed(43);
+	for (int f16 = 0; f16 < 2; f16++) {
+		const uint32_t type = f16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
+		float *sv = rvals(128 * 2 * 4);
+		float *old = rvals(128 * 2 * 10);
+		struct twin src = twin_f32(r, 128, 2, 4, sv);
+		struct twin rs = twin_index(r, rows, 4);
+		struct twin init = twin_f32(r, 128, 2, 10, old);
+		struct twin dst = twin_new(r, type, 128, 2, 10, 0, NULL);
+
+		/* Every row of the cache holds a value first: the rows not
+		 * written must keep theirs. */
+		BOTH(r, copy(DEV(r, s_), T(init), T(dst)));
+		BOTH(r, set_rows(DEV(r, s_), T(src), T(rs), T(dst)));
+		expect_agree(r, f16 ? "set_rows into F16" : "set_rows into F32", &dst,
+		             0.0);
+		twin_free(r, &src);
+		twin_free(r, &rs);
+		twin_free(r, &init);
+		twin_free(r, &dst);
+		free(sv);
+		free(old);
+	}
+	rig_close(r);
+}
+
+/* --- attention_ext --------------------------------------------------------- */
+
+struct ext_case {
+	const char *name;
+	int64_t hd, nh, nkv, n_ctx;
+	int32_t window;
+	uint32_t type;
+	int64_t T;
+	int32_t pos[9];
+};
+
+/* Caches filled at every row up to n_ctx (attention_ext reads only the
+ * visible ones, which is what the positions test). */
+static void check_attention_ext(struct rig *r, const struct ext_case *c)
+{
+	const size_t nq = (size_t)(c->hd * c->nh * c->T);
+	const size_t nc = (size_t)(c->hd * c->nkv * c->n_ctx);
+	float *qv = rvals(nq), *kv = rvals(nc), *vv = rvals(nc);
+	struct twin q = twin_f32(r, c->hd, c->nh, c->T, qv);
+	struct twin k32 = twin_f32(r, c->hd, c->nkv, c->n_ctx, kv);
+	struct twin v32 = twin_f32(r, c->hd, c->nkv, c->n_ctx, vv);
+	struct twin k = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
+	struct twin v = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
+	struct twin ps = twin_index(r, c->pos, c->T);
+	struct twin out = twin_new(r, Q4KH_TYPE_F32, c->hd, c->nh, c->T, 8, NULL);
+	struct q4kh_attn_params p = {
+		.struct_size = sizeof(p), .window = c->window,
+		.scale = (float)(1.0 / sqrt((double)c->hd)),
+	};
+
+	BOTH(r, copy(DEV(r, s_), T(k32), T(k)));
+	BOTH(r, copy(DEV(r, s_), T(v32), T(v)));
+	BOTH(r, attention_ext(DEV(r, s_), T(q), T(k), T(v), T(ps), &p, T(out)));
+	expect_agree(r, c->name, &out, NMSE_BOUND);
+	twin_free(r, &q);
+	twin_free(r, &k32);
+	twin_free(r, &v32);
+	twin_free(r, &k);
+	twin_free(r, &v);
+	twin_free(r, &ps);
+	twin_free(r, &out);
+	free(qv);
+	free(kv);
+	free(vv);
+}
+
+Test(cuda_step, attention_ext_model_shapes_and_long_contexts)
+{
+	static const struct ext_case cases[] = {
+		{ "Llama-3-8B decode at 4000", 128, 32, 8, 4096, 0, Q4KH_TYPE_F16, 1, { 4000 } },
+		{ "Llama-3-8B decode at 0", 128, 32, 8, 4096, 0, Q4KH_TYPE_F16, 1, { 0 } },
+		{ "Qwen2.5-1.5B decode at 2049", 128, 12, 2, 4096, 0, Q4KH_TYPE_F16, 1, { 2049 } },
+		{ "Gemma 3 window 512 at 3000", 256, 4, 1, 3072, 512, Q4KH_TYPE_F16, 1, { 3000 } },
+		{ "Gemma 3 global at 3000, F32", 256, 4, 1, 3072, 0, Q4KH_TYPE_F32, 1, { 3000 } },
+		{ "four queries anywhere", 128, 8, 8, 1024, 0, Q4KH_TYPE_F16, 4, { 1000, 3, 517, 64 } },
+		{ "eight queries, window 100", 64, 8, 1, 900, 100, Q4KH_TYPE_F16, 8,
+		  { 899, 1, 2, 450, 451, 99, 100, 101 } },
+		{ "nine queries: the prompt form", 128, 4, 2, 300, 0, Q4KH_TYPE_F16, 9,
+		  { 10, 11, 12, 13, 200, 201, 202, 203, 299 } },
+		{ "head dimension 96", 96, 6, 2, 700, 0, Q4KH_TYPE_F16, 2, { 650, 20 } },
+	};
+	struct rig *r = rig_open();
+
+	rng_seed(44);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_attention_ext(r, &cases[i]);
+	rig_close(r);
+}
+
+/* --- values out of range ----------------------------------------------------- */
+
+/* The op is enqueued; the next synchronisation reports NEEDLE, once. */
+static void expect_fault(struct rig *r, q4kh_status enqueued, const char *needle)
+{
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	q4kh_status st;
+
+	cr_assert_eq(enqueued, Q4KH_OK, "the op itself: %s", ERR(r, GPU));
+	st = b->synchronize(DEV(r, GPU));
+	cr_assert_eq(st, Q4KH_ERR_INVALID, "synchronize after a bad index: %d", st);
+	cr_assert(strstr(ERR(r, GPU), needle), "\"%s\" lacks \"%s\"", ERR(r, GPU),
+	          needle);
+	cr_assert_eq(b->synchronize(DEV(r, GPU)), Q4KH_OK,
+	             "the fault is reported once: %s", ERR(r, GPU));
+}
+
+#define G(tw) (&(tw).t[GPU])
+
+Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
+{
+	static const int32_t bad_ids[3] = { 1, 37, 2 };
+	static const int32_t bad_rows[2] = { 3, -1 };
+	static const int32_t bad_pos[1] = { 64 };
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	q4kh_device_ctx *dev = DEV(r, GPU);
+	struct twin table = twin_new(r, Q4KH_TYPE_F32, 64, 37, 1, 0, NULL);
+	struct twin ids = twin_index(r, bad_ids, 3);
+	struct twin rows = twin_index(r, bad_rows, 2);
+	struct twin ps = twin_index(r, bad_pos, 1);
+	struct twin out = twin_new(r, Q4KH_TYPE_F32, 64, 3, 1, 0, NULL);
+	struct twin src = twin_new(r, Q4KH_TYPE_F32, 64, 1, 2, 0, NULL);
+	struct twin cache = twin_new(r, Q4KH_TYPE_F16, 64, 1, 64, 0, NULL);
+	struct twin q = twin_new(r, Q4KH_TYPE_F32, 64, 1, 1, 0, NULL);
+	struct twin o1 = twin_new(r, Q4KH_TYPE_F32, 64, 1, 1, 0, NULL);
+	struct q4kh_attn_params ap = { .struct_size = sizeof(ap), .scale = 0.125f };
+
+	expect_fault(r, b->get_rows_ext(dev, G(table), G(ids), 1.0f, G(out)),
+	             "get_rows_ext ids[1] = 37, expected 0 .. 36");
+	expect_fault(r, b->set_rows(dev, G(src), G(rows), G(cache)),
+	             "set_rows rows[1] = -1, expected 0 .. 63");
+	expect_fault(r, b->attention_ext(dev, G(q), G(cache), G(cache), G(ps), &ap,
+	                                 G(o1)),
+	             "attention_ext pos[0] = 64, expected 0 .. 63");
+	/* A download reports it too (the host's logits are its sync point). */
+	cr_assert_eq(b->get_rows_ext(dev, G(table), G(ids), 1.0f, G(out)), Q4KH_OK);
+	{
+		float f[64];
+
+		cr_assert_eq(b->buffer_download(dev, out.t[GPU].buffer, POISON_LEAD, f,
+		                                sizeof(f)),
+		             Q4KH_ERR_INVALID);
+		cr_assert(strstr(ERR(r, GPU), "get_rows_ext ids[1] = 37"), "%s",
+		          ERR(r, GPU));
+	}
+	twin_free(r, &table);
+	twin_free(r, &ids);
+	twin_free(r, &rows);
+	twin_free(r, &ps);
+	twin_free(r, &out);
+	twin_free(r, &src);
+	twin_free(r, &cache);
+	twin_free(r, &q);
+	twin_free(r, &o1);
+	rig_close(r);
+}
+
+/* --- a recorded step, replayed ------------------------------------------------ */
+
+/* The operands of the decode step's attention half. */
+struct half_step {
+	struct twin kc, vc, ps, q, kn, vn, out;
+	struct q4kh_rope_params rp;
+	struct q4kh_attn_params ap;
+};
+
+/* Issue the half step on side S: the new key and value rotated and
+ * written at row pos, q rotated at pos, attention up to pos. */
+static void issue_half_step(struct rig *r, int s, struct half_step *h)
+{
+	const struct q4kh_backend_v1 *b = V(r, s);
+	q4kh_device_ctx *dev = DEV(r, s);
+
+	cr_assert_eq(b->rope_ext(dev, &h->q.t[s], &h->ps.t[s], &h->rp, &h->q.t[s]),
+	             Q4KH_OK, "%s", ERR(r, s));
+	cr_assert_eq(b->rope_ext(dev, &h->kn.t[s], &h->ps.t[s], &h->rp, &h->kn.t[s]),
+	             Q4KH_OK, "%s", ERR(r, s));
+	cr_assert_eq(b->set_rows(dev, &h->kn.t[s], &h->ps.t[s], &h->kc.t[s]), Q4KH_OK,
+	             "%s", ERR(r, s));
+	cr_assert_eq(b->set_rows(dev, &h->vn.t[s], &h->ps.t[s], &h->vc.t[s]), Q4KH_OK,
+	             "%s", ERR(r, s));
+	cr_assert_eq(b->attention_ext(dev, &h->q.t[s], &h->kc.t[s], &h->vc.t[s],
+	                              &h->ps.t[s], &h->ap, &h->out.t[s]),
+	             Q4KH_OK, "%s", ERR(r, s));
+}
+
+/* Fresh random values of T's {ne0, ne1} f32 view on both sides. */
+static void refill(struct rig *r, const struct twin *t)
+{
+	const size_t n = (size_t)(t->t[0].ne[0] * t->t[0].ne[1]);
+	float *v = rvals(n);
+
+	for (int s = 0; s < 2; s++)
+		cr_assert_eq(V(r, s)->buffer_upload(DEV(r, s), t->t[s].buffer,
+		                                    t->t[s].offset, v, sizeof(float) * n),
+		             Q4KH_OK, "%s", ERR(r, s));
+	free(v);
+}
+
+/*
+ * The decode step's attention half, as the host's step graph issues it:
+ * run once op by op on both sides, then recorded on the cuda side and
+ * replayed for positions the recording never saw, each time after only
+ * the position tensor (and the step's inputs) were rewritten; the cpu runs
+ * the same ops directly every time.
+ */
+Test(cuda_step, a_recorded_step_replays_with_rewritten_positions)
+{
+	static const int32_t steps[6] = { 0, 1, 2, 700, 1023, 5 };
+	const int64_t hd = 128, nh = 8, nkv = 2, n_ctx = 1024;
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	float *kv0;
+	struct twin fill;
+	struct half_step h;
+	q4kh_graph *g = NULL;
+
+	rng_seed(45);
+	kv0 = rvals((size_t)(hd * nkv * n_ctx));
+	fill = twin_f32(r, hd, nkv, n_ctx, kv0);
+	h = (struct half_step){
+		.kc = twin_new(r, Q4KH_TYPE_F16, hd, nkv, n_ctx, 0, NULL),
+		.vc = twin_new(r, Q4KH_TYPE_F16, hd, nkv, n_ctx, 0, NULL),
+		.ps = twin_index(r, steps, 1),
+		.q = twin_new(r, Q4KH_TYPE_F32, hd, nh, 1, 0, NULL),
+		.kn = twin_new(r, Q4KH_TYPE_F32, hd, nkv, 1, 0, NULL),
+		.vn = twin_new(r, Q4KH_TYPE_F32, hd, nkv, 1, 0, NULL),
+		.out = twin_new(r, Q4KH_TYPE_F32, hd, nh, 1, 0, NULL),
+		.rp = { .struct_size = sizeof(h.rp), .n_rot = (int32_t)hd,
+		        .mode = Q4KH_ROPE_NEOX, .base = 1000000.0f,
+		        .freq_scale = 1.0f, .attn_factor = 1.0f },
+		.ap = { .struct_size = sizeof(h.ap),
+		        .scale = (float)(1.0 / sqrt((double)hd)) },
+	};
+	BOTH(r, copy(DEV(r, s_), T(fill), T(h.kc)));
+	BOTH(r, copy(DEV(r, s_), T(fill), T(h.vc)));
+	for (int i = 0; i < 6; i++) {
+		char what[64];
+
+		index_set(r, &h.ps, &steps[i]);
+		refill(r, &h.q);
+		refill(r, &h.kn);
+		refill(r, &h.vn);
+		issue_half_step(r, REF, &h);
+		if (i == 0) {
+			issue_half_step(r, GPU, &h);
+		} else {
+			if (!g) {
+				cr_assert_eq(b->graph_begin(DEV(r, GPU)), Q4KH_OK, "%s",
+				             ERR(r, GPU));
+				issue_half_step(r, GPU, &h);
+				cr_assert_eq(b->graph_end(DEV(r, GPU), &g), Q4KH_OK, "%s",
+				             ERR(r, GPU));
+			}
+			cr_assert_eq(b->graph_launch(DEV(r, GPU), g), Q4KH_OK, "%s",
+			             ERR(r, GPU));
+		}
+		snprintf(what, sizeof(what), "%s step at position %d",
+		         i ? "replayed" : "direct", steps[i]);
+		expect_agree(r, what, &h.out, NMSE_BOUND);
+	}
+	expect_agree(r, "the K cache after the replays", &h.kc, 0.0);
+	expect_agree(r, "the V cache after the replays", &h.vc, 0.0);
+	b->graph_free(DEV(r, GPU), g);
+	twin_free(r, &fill);
+	twin_free(r, &h.kc);
+	twin_free(r, &h.vc);
+	twin_free(r, &h.ps);
+	twin_free(r, &h.q);
+	twin_free(r, &h.kn);
+	twin_free(r, &h.vn);
+	twin_free(r, &h.out);
+	free(kv0);
+	rig_close(r);
+}
