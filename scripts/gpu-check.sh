@@ -11,7 +11,7 @@
 # the shared libraries this machine lacks.
 #
 #   scripts/gpu-check.sh [--build DIR] [--lib DIR] [--model FILE]
-#                        [--prompt TEXT] [-n N] [--bench]
+#                        [--prompt TEXT] [-n N] [--bench] [--bench-types LIST]
 #                        [--bench-model FILE] [--logs DIR]
 #
 #   --build DIR   the build: .gpu/build when it exists, else _build/gpu
@@ -19,6 +19,8 @@
 #   --model FILE  run the model checks on this GGUF file (repeatable)
 #   --prompt, -n  the model checks' prompt and tokens to generate
 #   --bench       time every variant's GEMV: q4khost bench-kernels
+#   --bench-types LIST  bench-kernels --types LIST (Q4_K,Q8_0,..., or all;
+#                 default the variants' four)
 #   --bench-model FILE  q4khost bench -m FILE --backend cuda --f2 off -n 64
 #                 (repeatable): end-to-end speed of every variant on a
 #                 model too large for the cpu reference in a call's time
@@ -31,6 +33,7 @@ build=
 lib=.gpu/lib
 models=()
 bench=0
+bench_types=
 bench_models=()
 prompt="The history of the printing press begins in the fifteenth century, when"
 n_predict=64
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
 	--prompt) prompt=$2; shift 2 ;;
 	-n) n_predict=$2; shift 2 ;;
 	--bench) bench=1; shift ;;
+	--bench-types) bench_types=$2; shift 2 ;;
 	--bench-model) bench_models+=("$2"); shift 2 ;;
 	--logs) logs=$2; shift 2 ;;
 	-h | --help) usage ;;
@@ -206,7 +210,8 @@ done
 
 if [ $bench -eq 1 ]; then
 	echo "== q4khost bench-kernels"
-	"$q4khost" bench-kernels 2>&1 | tee "$logs/bench-kernels.log"
+	"$q4khost" bench-kernels ${bench_types:+--types "$bench_types"} 2>&1 |
+		tee "$logs/bench-kernels.log"
 	rc=${PIPESTATUS[0]}
 	ceiling=$(grep -o 'read ceiling.*' "$logs/bench-kernels.log" | head -n 1)
 	if [ $rc -eq 0 ]; then

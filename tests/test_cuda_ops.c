@@ -378,6 +378,12 @@ Test(cuda_ops, mul_mat_large_and_batched)
 	check_mul_mat(r, Q4KH_TYPE_F32, 640, 129, 100, 0);
 	/* A vocabulary-sized output: many blocks along the rows. */
 	check_mul_mat(r, Q4KH_TYPE_Q8_0, 640, 70001, 2, 0);
+	/* Few long rows: several warps share each row (cuda_gemv.cu's ks). */
+	check_mul_mat(r, Q4KH_TYPE_Q4_K, 14336, 67, 1, 0);
+	check_mul_mat(r, Q4KH_TYPE_Q6_K, 14336, 67, 2, 0);
+	check_mul_mat(r, Q4KH_TYPE_Q8_0, 14336, 37, 3, 0);
+	check_mul_mat(r, Q4KH_TYPE_IQ4_XS, 14336, 33, 1, 0);
+	check_mul_mat(r, Q4KH_TYPE_F16, 14336, 21, 8, 0);
 	rig_close(r);
 }
 

@@ -753,6 +753,102 @@ Test(cuda_variants, nan_activation_reaches_y)
 	rig_close(&r);
 }
 
+/* NMSE of the gpu's y against the cpu's, both {n, t} views. */
+static double nmse(struct rig *r, const struct view *yc, const struct view *yg,
+                   int64_t n, int64_t t)
+{
+	uint8_t *ref = fetch(&r->cpu, yc), *got = fetch(&r->gpu, yg);
+	double err = 0, sum = 0;
+
+	for (int64_t c = 0; c < t; c++)
+		for (int64_t i = 0; i < n; i++) {
+			double g = f32_at(yg, got, i, c), e = f32_at(yc, ref, i, c);
+
+			cr_assert(!isnan(g), "y[%lld, %lld] not written (NaN)",
+			          (long long)i, (long long)c);
+			err += (g - e) * (g - e);
+			sum += e * e;
+		}
+	free(ref);
+	free(got);
+	return err / sum;
+}
+
+/*
+ * cuda-dp4a's int8 scratch (the context's, variant_scratch.h) in a CUDA
+ * graph: a gemv recorded while the scratch must grow (a longer row than
+ * any before, 8 columns) replays with new activations and agrees with the
+ * cpu, also after a larger product outside the recording has grown the
+ * scratch again (the recording keeps the buffer it was recorded with).
+ */
+Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
+{
+	const int64_t t = 8;
+	struct q4kh_kernel k;
+	struct weight small, big, bigger;
+	struct view xc, xg, yc, yg;
+	q4kh_graph *g = NULL;
+	float *xv;
+	double e;
+	struct rig r;
+
+	srand48_r(9, &rng);
+	rig_open(&r, NULL);
+	kernel_open(&r, &dp4a, &k);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 256, 33, 0, &small);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 4096, 97, 0, &big);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 8192, 17, 0, &bigger);
+	/* The scratch's first size: one column of 256 values. */
+	xv = random_floats(256);
+	e = multiply(&r, &k, &small, 1, xv, 1);
+	cr_assert_lt(e, dp4a.bound, "before recording: NMSE %.3g", e);
+	free(xv);
+	xc = put(&r.cpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
+	xg = put(&r.gpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
+	yc = put(&r.cpu, Q4KH_TYPE_F32, big.n, t, 4 * big.n, NULL);
+	yg = put(&r.gpu, Q4KH_TYPE_F32, big.n, t, 4 * big.n, NULL);
+	cr_assert_eq(r.gpu.v->graph_begin(r.gpu.dev), Q4KH_OK, "%s",
+	             r.gpu.v->last_error(r.gpu.ctx));
+	cr_assert_eq(k.v->gemv(k.ctx, &k.native, big.p, &xg.t, &yg.t), Q4KH_OK,
+	             "gemv while recording: %s", k.v->last_error(k.ctx));
+	cr_assert_eq(r.gpu.v->graph_end(r.gpu.dev, &g), Q4KH_OK, "%s",
+	             r.gpu.v->last_error(r.gpu.ctx));
+	for (int pass = 0; pass < 2; pass++) {
+		const size_t bytes = sizeof(float) * (size_t)(big.k * t);
+
+		xv = random_floats((size_t)(big.k * t));
+		cr_assert_eq(r.cpu.v->buffer_upload(r.cpu.dev, xc.t.buffer, LEAD, xv,
+		                                    bytes),
+		             Q4KH_OK);
+		cr_assert_eq(r.gpu.v->buffer_upload(r.gpu.dev, xg.t.buffer, LEAD, xv,
+		                                    bytes),
+		             Q4KH_OK);
+		free(xv);
+		cr_assert_eq(r.cpu.v->mul_mat(r.cpu.dev, &big.cpu.t, &xc.t, &yc.t),
+		             Q4KH_OK, "%s", r.cpu.v->last_error(r.cpu.ctx));
+		cr_assert_eq(r.gpu.v->graph_launch(r.gpu.dev, g), Q4KH_OK, "%s",
+		             r.gpu.v->last_error(r.gpu.ctx));
+		e = nmse(&r, &yc, &yg, big.n, t);
+		cr_assert_lt(e, dp4a.bound, "replay %d: NMSE %.3g", pass, e);
+		if (pass == 0) {
+			xv = random_floats((size_t)(bigger.k * t));
+			e = multiply(&r, &k, &bigger, t, xv, 1);
+			cr_assert_lt(e, dp4a.bound, "between replays: NMSE %.3g", e);
+			free(xv);
+		}
+	}
+	r.gpu.v->graph_free(r.gpu.dev, g);
+	drop(&r.cpu, &xc);
+	drop(&r.gpu, &xg);
+	drop(&r.cpu, &yc);
+	drop(&r.gpu, &yg);
+	weight_free(&r, &k, &small);
+	weight_free(&r, &k, &big);
+	weight_free(&r, &k, &bigger);
+	q4kh_kernel_close(&k);
+	rig_close(&r);
+}
+
 /* The real device's record: every variant runs on it (sm_70 and newer). */
 Test(cuda_variants, score_of_the_device)
 {

@@ -57,8 +57,12 @@ static const struct shape shapes[] = {
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The variants' types first: the default list. */
 static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_XS,
-	                          Q4KH_TYPE_IQ4_NL };
+	                          Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_Q5_K, Q4KH_TYPE_Q8_0,
+	                          Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q4_0, Q4KH_TYPE_F16,
+	                          Q4KH_TYPE_F32 };
+#define DEFAULT_TYPES "Q4_K,Q6_K,IQ4_XS,IQ4_NL"
 
 struct opts {
 	const char *backend, *kernels, *sets, *type_list, *plugin_path, *config_file;
@@ -99,9 +103,11 @@ static void usage(FILE *out)
 	        "      --device N        device index within the backend (default 0)\n"
 	        "      --kernels LIST    comma-separated variants to time (default: every\n"
 	        "                        variant for the backend); the built-in always runs\n"
+	        "                        ('' for the built-in alone)\n"
 	        "      --shapes LIST     gemma3-270m, qwen2.5-1.5b, llama3-8b, large\n"
 	        "                        (default: all)\n"
-	        "      --types LIST      Q4_K, Q6_K, IQ4_XS, IQ4_NL (default: all)\n"
+	        "      --types LIST      Q4_K, Q6_K, IQ4_XS, IQ4_NL, Q5_K, Q8_0, Q5_0,\n"
+	        "                        Q4_0, F16, F32, or all (default: the first four)\n"
 	        "      --max-batch N     columns 1 .. N, N <= 8 (default 8)\n"
 	        "      --min-mib N       weight copies total at least N MiB (default 256)\n"
 	        "      --repeat N        timed passes, the median is kept (default 5)\n"
@@ -183,11 +189,13 @@ static int parse(int argc, char **argv, struct opts *o)
 	};
 	static const char *const set_names[] = { "gemma3-270m", "qwen2.5-1.5b", "llama3-8b",
 		                                 "large" };
-	static const char *const type_names[] = { "Q4_K", "Q6_K", "IQ4_XS", "IQ4_NL" };
+	static const char *const type_names[] = { "Q4_K", "Q6_K", "IQ4_XS", "IQ4_NL", "Q5_K",
+		                                  "Q8_0", "Q5_0", "Q4_0", "F16", "F32" };
 	int c;
 
 	memset(o, 0, sizeof(*o));
 	o->backend = "cuda";
+	o->type_list = DEFAULT_TYPES;
 	o->max_cols = MAX_COLS;
 	o->min_mib = 256;
 	o->repeat = 5;
@@ -226,6 +234,8 @@ static int parse(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "q4khost bench-kernels: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
+	if (!strcmp(o->type_list, "all"))
+		o->type_list = NULL;
 	if (check_list(o->sets, "--shapes", set_names, N_OF(set_names)) ||
 	    check_list(o->type_list, "--types", type_names, N_OF(type_names)))
 		return -1;
@@ -243,7 +253,8 @@ static uint64_t next(uint64_t *s)
 	return *s * 0x2545F4914F6CDD1DULL;
 }
 
-/* Offsets of the fp16 scales inside one block of TYPE (at most 2). */
+/* Offsets of the fp16 scales inside one block of TYPE (at most 2); every
+ * element of F16. */
 static int half_fields(uint32_t type, size_t off[2])
 {
 	switch (type) {
@@ -251,9 +262,17 @@ static int half_fields(uint32_t type, size_t off[2])
 		off[0] = offsetof(struct q4kh_block_q4_k, d);
 		off[1] = offsetof(struct q4kh_block_q4_k, dmin);
 		return 2;
+	case Q4KH_TYPE_Q5_K:
+		off[0] = offsetof(struct q4kh_block_q5_k, d);
+		off[1] = offsetof(struct q4kh_block_q5_k, dmin);
+		return 2;
 	case Q4KH_TYPE_Q6_K: off[0] = offsetof(struct q4kh_block_q6_k, d); return 1;
 	case Q4KH_TYPE_IQ4_NL: off[0] = offsetof(struct q4kh_block_iq4_nl, d); return 1;
 	case Q4KH_TYPE_IQ4_XS: off[0] = offsetof(struct q4kh_block_iq4_xs, d); return 1;
+	case Q4KH_TYPE_Q8_0: off[0] = offsetof(struct q4kh_block_q8_0, d); return 1;
+	case Q4KH_TYPE_Q5_0: off[0] = offsetof(struct q4kh_block_q5_0, d); return 1;
+	case Q4KH_TYPE_Q4_0: off[0] = offsetof(struct q4kh_block_q4_0, d); return 1;
+	case Q4KH_TYPE_F16: off[0] = 0; return 1;
 	}
 	return 0;
 }
@@ -261,7 +280,8 @@ static int half_fields(uint32_t type, size_t off[2])
 /*
  * BYTES of random blocks of TYPE: random codes and sub-scales, and fp16
  * scales between 2^-9 and 2^-8 (finite, normal), so every output is a sum
- * of well-scaled products of random sign.
+ * of well-scaled products of random sign. F32 elements are random in
+ * [-2^-8, 2^-8), F16 ones take the scales' values.
  */
 static void fill_blocks(uint8_t *p, size_t bytes, uint32_t type, uint64_t *seed)
 {
@@ -273,6 +293,12 @@ static void fill_blocks(uint8_t *p, size_t bytes, uint32_t type, uint64_t *seed)
 		uint64_t v = next(seed);
 		memcpy(p + i, &v, 8);
 	}
+	if (type == Q4KH_TYPE_F32)
+		for (size_t i = 0; i + 4 <= bytes; i += 4) {
+			const float f = (float)((double)(next(seed) >> 11) / 9007199254740992.0 *
+			                        (2.0 / 256) - 1.0 / 256);
+			memcpy(p + i, &f, 4);
+		}
 	for (size_t b = 0; b + bb <= bytes; b += bb)
 		for (int h = 0; h < nh; h++) {
 			uint16_t v = (uint16_t)(0x1800 | (next(seed) & 0x3FF));

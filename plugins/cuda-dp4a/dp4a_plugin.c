@@ -13,24 +13,27 @@
 
 static const uint32_t dp4a_types[] = { Q4KH_TYPE_Q4_K };
 
-/* Scratch for the int8 activations, stream-ordered: no host waits. */
+/*
+ * The int8 activations go to the context's scratch on w's device
+ * (variant_scratch.h): allocated once, grown when a longer row or more
+ * columns need more, kept until shutdown, so nothing is allocated or
+ * freed per product and a recorded graph holds only the two kernels.
+ */
 static q4kh_status dp4a_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
                               const struct cv_io *io, cudaStream_t s)
 {
-	size_t bytes = dp4a_scratch_bytes(w->k, io->cols);
-	char what[96];
+	char what[128];
 	void *scratch;
 	q4kh_status st;
-	cudaError_t e;
 
-	snprintf(what, sizeof(what), "cudaMallocAsync(%zu bytes of int8 "
-	         "activations)", bytes);
-	if ((st = cv_cuda(ctx, cudaMallocAsync(&scratch, bytes, s), what)))
+	snprintf(what, sizeof(what), "%s: int8 activations of %lld x %lld columns",
+	         io->call, (long long)w->k, (long long)io->cols);
+	if ((st = cv_scratch_get(ctx, w->ordinal,
+	                         dp4a_scratch_bytes(w->k, io->cols), s, what,
+	                         &scratch)))
 		return st;
-	st = cv_launched(ctx, dp4a_launch(w, io, scratch, ctx->warps, s),
-	                 "cuda-dp4a", w, io);
-	e = cudaFreeAsync(scratch, s);
-	return st ? st : cv_cuda(ctx, e, "cudaFreeAsync");
+	return cv_launched(ctx, dp4a_launch(w, io, scratch, ctx->warps, s),
+	                   "cuda-dp4a", w, io);
 }
 
 const struct cv_variant cv_self = {

@@ -2,7 +2,8 @@
  * The kernel-variant table shared by the CUDA variants: init and the warps
  * setting, score, and the checks around prepare, gemv, gemm and release.
  * Every CUDA call is checked; work goes on the host's stream and nothing
- * here waits for the device (release excepted: cudaFree).
+ * here waits for the device (release and shutdown excepted: cudaFree).
+ * The context also owns apply()'s device scratch (variant_scratch.c).
  */
 #include "buildconf.h"
 
@@ -99,12 +100,20 @@ q4kh_status cv_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
 	}
 	ctx->host = host;
 	ctx->warps = w;
+	if (cv_scratch_init(ctx)) {
+		init_fail(host, "%s", ctx->error);
+		free(ctx);
+		return Q4KH_ERR_NOMEM;
+	}
 	*out = ctx;
 	return Q4KH_OK;
 }
 
 void cv_shutdown(q4kh_kernel_ctx *ctx)
 {
+	if (!ctx)
+		return;
+	cv_scratch_free(ctx);
 	free(ctx);
 }
 
@@ -477,6 +486,7 @@ static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
 		               what, (const void *)xa, (void *)ya);
 	io.ldx = x->nb[1] / 4;
 	io.ldy = y->nb[1] / 4;
+	io.call = what;
 	if ((st = enter(ctx, what, dev->ordinal, &prev)))
 		return st;
 	/* A batch goes through in tiles of columns, each reading w once. */

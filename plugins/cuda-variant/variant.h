@@ -1,7 +1,8 @@
 /*
  * What the CUDA kernel-variant plugins (cuda-mwv, cuda-dp4a, cuda-gemv-iq)
  * share: the q4kh_kernel_v1 table and its argument checks, error text,
- * device bookkeeping and the [plugin.NAME] warps setting (variant.c).
+ * device bookkeeping and the [plugin.NAME] warps setting (variant.c), and
+ * the per-device scratch an apply() may need (variant_scratch.h).
  * Each plugin compiles variant.c into its own module and defines cv_self,
  * the one struct cv_variant that says what differs: its name, types and
  * score, how it prepares a weight and how it multiplies.
@@ -18,6 +19,8 @@
 
 #include "q4khost/plugin.h"
 
+#include "variant_scratch.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +34,7 @@ extern "C" {
 struct q4kh_kernel_ctx {
 	const struct q4kh_host_api *host;
 	int warps;         /* threads per block / 32, from the config */
+	struct cv_scratch scratch; /* apply()'s device memory, per device */
 	char error[1024];
 };
 
@@ -60,6 +64,7 @@ struct cv_io {
 	float *y;       /* column t starts at y + t * ldy */
 	int64_t ldy;    /* floats */
 	int64_t cols;   /* >= 1 */
+	const char *call; /* "gemv" or "gemm": for error messages */
 };
 
 /* What differs between the variants. */

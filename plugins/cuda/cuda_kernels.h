@@ -75,10 +75,21 @@ cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
                                  const int32_t *ids, int64_t n, float scale,
                                  const struct cuda_view *out, int32_t *fault,
                                  cudaStream_t s);
-/* y {N, T} = w {K, N} x {K, T}, fp32 accumulation. */
+/* y {N, T} = w {K, N} x {K, T}, fp32 accumulation; SMS: the device's
+ * multiprocessors. cuda_gemv_launch when it takes the views, else the
+ * plain kernel of cuda_matmul.cu. */
 cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
                                 const struct cuda_view *x,
-                                const struct cuda_view *y, cudaStream_t s);
+                                const struct cuda_view *y, int sms,
+                                cudaStream_t s);
+/* The same through cuda_gemv.cu, or cudaErrorNotSupported (nothing
+ * enqueued) when w's rows or x's columns are not aligned for its loads
+ * (see gv_align there; x 16-byte aligned) or an F32 / F16 row length is
+ * not a multiple of 4. */
+cudaError_t cuda_gemv_launch(const struct cuda_view *w,
+                             const struct cuda_view *x,
+                             const struct cuda_view *y, int sms,
+                             cudaStream_t s);
 /* out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row. */
 cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
                                  const struct cuda_view *w, float eps,
@@ -139,8 +150,12 @@ cudaError_t cuda_launch_read(const void *p, uint64_t n16, int sms,
 /* 1 when get_rows and mul_mat take weights of TYPE, else 0. */
 int cuda_type_supported(uint32_t type);
 
-/* cudaSuccess when this build holds code that the current device runs. */
+/* cudaSuccess when this build holds code that the current device runs.
+ * Also asks, once, how many blocks of each cuda_gemv.cu kernel a
+ * multiprocessor holds (cuda_gemv_runnable): the launches size their grids
+ * by it without asking inside a graph capture. */
 cudaError_t cuda_kernels_runnable(void);
+cudaError_t cuda_gemv_runnable(void);
 
 #ifdef __cplusplus
 }

@@ -2,10 +2,13 @@
  * get_rows and mul_mat for every weight type, one plain kernel per type
  * (cuda_quant.cuh decodes the groups of 32 values).
  *
- * mul_mat: one warp per weight row and up to MM_COLS activation columns.
- * Lane l decodes groups l, l + 32, ... of the row (neighbouring lanes read
- * neighbouring blocks), dots each group with the columns in fp32, and the
- * warp sums the lanes' partial sums in a fixed tree.
+ * mul_mat goes to cuda_gemv.cu (vector loads, many rows per block) when
+ * the weights' rows and the activations are aligned for its loads, as a
+ * model's tensors are. Otherwise, here: one warp per weight row and up to
+ * MM_COLS activation columns. Lane l decodes groups l, l + 32, ... of the
+ * row (neighbouring lanes read neighbouring blocks), dots each group with
+ * the columns in fp32, and the warp sums the lanes' partial sums in a fixed
+ * tree.
  */
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -93,13 +96,16 @@ extern "C" int cuda_type_supported(uint32_t type)
 
 extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
                                            const struct cuda_view *x,
-                                           const struct cuda_view *y,
+                                           const struct cuda_view *y, int sms,
                                            cudaStream_t s)
 {
 	const int64_t cols = (x->ne[1] + MM_COLS - 1) / MM_COLS;
 	const dim3 grid((unsigned)((w->ne[1] + MM_WARPS - 1) / MM_WARPS),
 	                (unsigned)(cols < 65535 ? cols : 65535));
+	const cudaError_t e = cuda_gemv_launch(w, x, y, sms, s);
 
+	if (e != cudaErrorNotSupported)
+		return e;
 	return for_type(w->type, [&](auto type) {
 		mul_mat_kernel<decltype(type)::value>
 			<<<grid, 32 * MM_WARPS, 0, s>>>(*w, *x, *y);
@@ -126,6 +132,7 @@ extern "C" cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
 extern "C" cudaError_t cuda_kernels_runnable(void)
 {
 	struct cudaFuncAttributes a;
+	const cudaError_t e = cudaFuncGetAttributes(&a, mul_mat_kernel<Q4KH_TYPE_Q4_K>);
 
-	return cudaFuncGetAttributes(&a, mul_mat_kernel<Q4KH_TYPE_Q4_K>);
+	return e != cudaSuccess ? e : cuda_gemv_runnable();
 }

@@ -42,7 +42,7 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 	vx = cuda_view_of(x);
 	vy = cuda_view_of(y);
 	return cuda_launched(dev, "mul_mat",
-	                cuda_launch_mul_mat(&vw, &vx, &vy, dev->stream));
+	                     cuda_launch_mul_mat(&vw, &vx, &vy, dev->sms, dev->stream));
 }
 
 /* --- rms_norm, rope --- */

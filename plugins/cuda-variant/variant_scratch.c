@@ -1,0 +1,200 @@
+/*
+ * Device scratch for the variants' apply(): one buffer per CUDA device in
+ * the variant context, grown by doubling, outgrown buffers kept until
+ * shutdown (variant_scratch.h says why).
+ */
+#include "buildconf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "variant.h"
+
+/* Allocations are rounded up to this many bytes. */
+#define CV_SCRATCH_ROUND 256
+
+q4kh_status cv_scratch_init(q4kh_kernel_ctx *ctx)
+{
+	int e = pthread_mutex_init(&ctx->scratch.lock, NULL);
+
+	ctx->scratch.dev = NULL;
+	ctx->scratch.n = 0;
+	if (e)
+		return cv_fail(ctx, Q4KH_ERR_NOMEM, "scratch: pthread_mutex_init: %s",
+		               strerror(e));
+	return Q4KH_OK;
+}
+
+/* The entry of device ORDINAL, the table grown to hold it; NULL when out
+ * of memory. The caller holds the lock. */
+static struct cv_scratch_dev *entry(struct cv_scratch *sc, int ordinal)
+{
+	struct cv_scratch_dev *d;
+
+	if (ordinal < sc->n)
+		return &sc->dev[ordinal];
+	d = realloc(sc->dev, (size_t)(ordinal + 1) * sizeof(*d));
+	if (!d)
+		return NULL;
+	memset(d + sc->n, 0, (size_t)(ordinal + 1 - sc->n) * sizeof(*d));
+	sc->dev = d;
+	sc->n = ordinal + 1;
+	return &d[ordinal];
+}
+
+/*
+ * cudaMalloc of BYTES, in the relaxed capture mode while S is capturing;
+ * *CALL names the CUDA call that failed. A failure's error is cleared
+ * from the runtime, so that the next launch check does not report it.
+ */
+static cudaError_t alloc(void **p, size_t bytes, cudaStream_t s,
+                         const char **call)
+{
+	enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+	cudaError_t e;
+
+	*call = "cudaStreamIsCapturing";
+	if ((e = cudaStreamIsCapturing(s, &cs)) != cudaSuccess)
+		goto out;
+	if (cs != cudaStreamCaptureStatusNone) {
+		*call = "cudaThreadExchangeStreamCaptureMode";
+		if ((e = cudaThreadExchangeStreamCaptureMode(&mode)) != cudaSuccess)
+			goto out;
+	}
+	*call = "cudaMalloc";
+	e = cudaMalloc(p, bytes);
+	if (cs != cudaStreamCaptureStatusNone) {
+		/* Back to the thread's own mode. */
+		cudaError_t r = cudaThreadExchangeStreamCaptureMode(&mode);
+
+		if (e == cudaSuccess && r != cudaSuccess) {
+			cudaFree(*p);
+			*call = "cudaThreadExchangeStreamCaptureMode (restoring)";
+			e = r;
+		}
+	}
+out:
+	if (e != cudaSuccess) {
+		*p = NULL;
+		cudaGetLastError();
+	}
+	return e;
+}
+
+/* Grow D to at least BYTES: twice its size or BYTES, whichever is more,
+ * or BYTES alone when that much more does not fit. */
+static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
+                        int ordinal, size_t bytes, cudaStream_t s,
+                        const char *what)
+{
+	size_t want = bytes, round = CV_SCRATCH_ROUND;
+	struct cv_retired *r = NULL;
+	const char *call;
+	char where[256];
+	size_t got;
+	cudaError_t e;
+	void *p;
+
+	if (d->size <= (SIZE_MAX - round) / 2 && 2 * d->size > want)
+		want = 2 * d->size;
+	if (want <= SIZE_MAX - round)
+		want = (want + round - 1) / round * round;
+	snprintf(where, sizeof(where),
+	         "%s: %zu bytes of scratch on CUDA device %d (%zu held)", what,
+	         bytes, ordinal, d->size);
+	if (d->ptr && !(r = malloc(sizeof(*r))))
+		return cv_fail(ctx, Q4KH_ERR_NOMEM, "%s: out of host memory", where);
+	got = want;
+	e = alloc(&p, got, s, &call);
+	if (e == cudaErrorMemoryAllocation && want > bytes) {
+		got = bytes;
+		e = alloc(&p, got, s, &call);
+	}
+	if (e != cudaSuccess) {
+		free(r);
+		snprintf(where + strlen(where), sizeof(where) - strlen(where),
+		         ": %s", call);
+		return cv_cuda(ctx, e, where);
+	}
+	if (r) {
+		r->ptr = d->ptr;
+		r->next = d->retired;
+		d->retired = r;
+	}
+	d->ptr = p;
+	d->size = got;
+	return Q4KH_OK;
+}
+
+q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
+                           cudaStream_t s, const char *what, void **out)
+{
+	struct cv_scratch *sc = &ctx->scratch;
+	struct cv_scratch_dev *d;
+	q4kh_status st = Q4KH_OK;
+
+	*out = NULL;
+	if (ordinal < 0 || bytes == 0)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: %zu bytes of scratch on CUDA device %d", what,
+		               bytes, ordinal);
+	pthread_mutex_lock(&sc->lock);
+	d = entry(sc, ordinal);
+	if (!d)
+		st = cv_fail(ctx, Q4KH_ERR_NOMEM,
+		             "%s: scratch of CUDA device %d: out of host memory",
+		             what, ordinal);
+	else if (d->size < bytes)
+		st = grow(ctx, d, ordinal, bytes, s, what);
+	if (!st)
+		*out = d->ptr;
+	pthread_mutex_unlock(&sc->lock);
+	return st;
+}
+
+/* cudaFree P on the current device; a failure is logged with ORDINAL. */
+static void free_logged(q4kh_kernel_ctx *ctx, int ordinal, void *p)
+{
+	cudaError_t e = cudaFree(p);
+	char msg[256];
+
+	if (e == cudaSuccess || !ctx->host || !Q4KH_HOST_HAS(ctx->host, log))
+		return;
+	snprintf(msg, sizeof(msg),
+	         "%s: shutdown: cudaFree of scratch on CUDA device %d: %s (%s)",
+	         cv_name, ordinal, cudaGetErrorName(e), cudaGetErrorString(e));
+	ctx->host->log(ctx->host->host_data, Q4KH_LOG_WARN, msg);
+}
+
+void cv_scratch_free(q4kh_kernel_ctx *ctx)
+{
+	struct cv_scratch *sc = &ctx->scratch;
+	int prev = -1;
+
+	if (sc->n > 0 && cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
+	for (int i = 0; i < sc->n; i++) {
+		struct cv_scratch_dev *d = &sc->dev[i];
+		const int on = d->ptr && cudaSetDevice(i) == cudaSuccess;
+
+		if (on)
+			free_logged(ctx, i, d->ptr);
+		while (d->retired) {
+			struct cv_retired *r = d->retired;
+
+			d->retired = r->next;
+			if (on)
+				free_logged(ctx, i, r->ptr);
+			free(r);
+		}
+	}
+	if (prev >= 0)
+		cudaSetDevice(prev);
+	cudaGetLastError();
+	free(sc->dev);
+	sc->dev = NULL;
+	sc->n = 0;
+	pthread_mutex_destroy(&sc->lock);
+}

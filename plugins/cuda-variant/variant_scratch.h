@@ -1,0 +1,95 @@
+/*
+ * Device scratch for a kernel variant's apply() (variant_scratch.c): one
+ * buffer per CUDA device, owned by the variant context, grown only when a
+ * call needs more and kept until shutdown(). A call enqueues no allocation
+ * and no free, so a product recorded into a CUDA graph holds only its
+ * kernels, and replays need no memory of their own.
+ *
+ * Lifetime: the host may record gemv and gemm into a CUDA graph (stream
+ * capture) and replay it for every token; the graph keeps the scratch
+ * address it was recorded with. So a buffer that a larger call outgrows
+ * is never freed or reused at once: it goes on its device's retired list,
+ * freed at shutdown, whether or not the stream is capturing (a graph
+ * recorded earlier may still point at it, and kernels already enqueued may
+ * still read it). A new buffer is at least twice the old, so the retired
+ * ones together stay smaller than the one in use.
+ *
+ * Growing during a capture: cudaMalloc is no stream operation and is not
+ * recorded, but the host captures in cudaStreamCaptureModeThreadLocal,
+ * which refuses it on the capturing thread and invalidates the capture.
+ * While cudaStreamIsCapturing says the stream is capturing, the thread
+ * switches to the relaxed mode for the one cudaMalloc
+ * (cudaThreadExchangeStreamCaptureMode) and back.
+ *
+ * Threads: the host calls a variant context from one thread at a time
+ * (docs/plugin-abi.md, T1); calls for different devices may come from
+ * different threads, one per device. The table of devices is guarded by a
+ * mutex, held while a device's buffer is looked up and grown. A buffer is
+ * used only by calls for its device, on that device's stream, which
+ * orders them: two threads calling for the same device at once (which T1
+ * rules out) would share it.
+ */
+#ifndef Q4KH_CUDA_VARIANT_SCRATCH_H
+#define Q4KH_CUDA_VARIANT_SCRATCH_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "q4khost/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A buffer outgrown by a larger call: kept until shutdown. */
+struct cv_retired {
+	void *ptr;
+	struct cv_retired *next;
+};
+
+/* One CUDA device's scratch. */
+struct cv_scratch_dev {
+	void *ptr;                  /* device memory, or NULL */
+	size_t size;                /* bytes at ptr */
+	struct cv_retired *retired; /* earlier buffers, freed at shutdown */
+};
+
+/* Every device's scratch: a member of q4kh_kernel_ctx. */
+struct cv_scratch {
+	pthread_mutex_t lock;       /* guards dev and n */
+	struct cv_scratch_dev *dev; /* indexed by CUDA ordinal */
+	int n;                      /* entries in dev */
+};
+
+/*
+ * Set up ctx->scratch, empty. Q4KH_ERR_NOMEM (and ctx's last error) when
+ * the mutex cannot be made.
+ */
+q4kh_status cv_scratch_init(q4kh_kernel_ctx *ctx);
+
+/*
+ * *OUT = at least BYTES (> 0) of device memory on CUDA device ORDINAL, the
+ * current device, for work enqueued on stream S; valid until shutdown.
+ * Allocates only when the device's buffer is smaller (see above). On
+ * failure *OUT is NULL and ctx's last error reads "WHAT: N bytes of
+ * scratch on CUDA device D (M held): cudaMalloc: cudaErrorX (text)";
+ * Q4KH_ERR_NOMEM for an allocation failure, Q4KH_ERR_DEVICE for another
+ * CUDA error.
+ */
+q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
+                           cudaStream_t s, const char *what, void **out);
+
+/*
+ * Free every device's buffers, retired ones included (cudaFree waits for
+ * the work that uses them), and the table; for shutdown(), after which no
+ * recorded graph may replay. A cudaFree that fails is logged as a warning.
+ */
+void cv_scratch_free(q4kh_kernel_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,159 @@
+/*
+ * The cuda backend's mul_mat for weights whose rows the loads of
+ * cuda_gemv.cuh can read (a model's tensors): blocks of GV_WARPS warps that
+ * stay for the whole launch and walk tasks of R rows x C columns, each row
+ * shared by ks warps of the block.
+ *
+ * Choices per launch:
+ *  - C, columns per pass: 1, 2, 4 or 8, the first at least x's columns (8,
+ *    in tiles, beyond). Columns past x's are computed on its last column
+ *    and not stored.
+ *  - R and U (rows per task, units per step): gv_rows and gv_units.
+ *  - ks, warps per row: 1, doubled up to GV_WARPS while the launch has
+ *    fewer than 4 tasks per resident warp and each warp still gets 2 steps
+ *    of a row (a few long rows: 4096 rows of 14336 values).
+ *  - blocks: as many as are resident at once (the kernel's occupancy,
+ *    asked once when a device opens, times the multiprocessors), or fewer
+ *    when there are fewer tasks.
+ */
+#include <atomic>
+
+#include "cuda_gemv.cuh"
+#include "cuda_kernels.h"
+#include "cuda_quant.cuh"
+
+namespace {
+
+struct gv_syncthreads {
+	__device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+
+/* At most 128 registers up to 2 columns (4 blocks, 16 warps a
+ * multiprocessor, each with two steps of loads in flight), 255 beyond. */
+template <uint32_t TYPE, int C>
+__global__ void __launch_bounds__(GV_THREADS, C <= 2 ? 4 : 2) gv_kernel(gv_args g)
+{
+	constexpr int R = gv_rows(C), U = gv_units(TYPE, C);
+	__shared__ float part[GV_WARPS * R * C];
+
+	gv_block<TYPE, C, R, U>(g, blockIdx.x, gridDim.x, threadIdx.x, part,
+	                        gv_syncthreads());
+}
+
+/* Blocks of gv_kernel<TYPE, C> resident on a multiprocessor; 0 until asked. */
+template <uint32_t TYPE, int C>
+std::atomic<int> gv_occupancy(0);
+
+template <uint32_t TYPE, int C>
+cudaError_t gv_ask_occupancy(void)
+{
+	int o = 0;
+	const cudaError_t e =
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, gv_kernel<TYPE, C>, GV_THREADS, 0);
+
+	if (e == cudaSuccess)
+		gv_occupancy<TYPE, C>.store(o > 0 ? o : 1, std::memory_order_relaxed);
+	return e;
+}
+
+/* Row alignment the loads need: 16-byte headers, 8-byte IQ4_XS headers and
+ * F16 runs, 16-byte F32 runs; halves for the 2-byte-aligned blocks. */
+constexpr int gv_align(uint32_t type)
+{
+	return type == Q4KH_TYPE_Q4_K || type == Q4KH_TYPE_Q5_K || type == Q4KH_TYPE_F32
+	               ? 16
+	       : type == Q4KH_TYPE_IQ4_XS || type == Q4KH_TYPE_F16 ? 8
+	                                                           : 2;
+}
+
+template <uint32_t TYPE, int C>
+cudaError_t gv_launch(gv_args g, int sms, cudaStream_t s)
+{
+	constexpr int R = gv_rows(C), U = gv_units(TYPE, C);
+	const int64_t groups = (g.n + R - 1) / R, tiles = (g.t + C - 1) / C;
+	const int64_t units = g.units;
+	int64_t resident, blocks;
+	int occupancy = gv_occupancy<TYPE, C>.load(std::memory_order_relaxed);
+
+	if (occupancy <= 0) {
+		/* Not asked at device_open (cuda_gemv_runnable): ask now. */
+		const cudaError_t e = gv_ask_occupancy<TYPE, C>();
+
+		if (e != cudaSuccess)
+			return e;
+		occupancy = gv_occupancy<TYPE, C>.load(std::memory_order_relaxed);
+	}
+	resident = (int64_t)(sms > 0 ? sms : 1) * occupancy;
+	g.ks = 1;
+	while (g.ks < GV_WARPS && groups * tiles * g.ks < 4 * resident * GV_WARPS &&
+	       units >= 2 * U * (2 * g.ks))
+		g.ks *= 2;
+	blocks = (groups + GV_WARPS / g.ks - 1) / (GV_WARPS / g.ks) * tiles;
+	if (blocks > resident)
+		blocks = resident;
+	gv_kernel<TYPE, C><<<(unsigned)blocks, GV_THREADS, 0, s>>>(g);
+	return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
+                                        const struct cuda_view *x,
+                                        const struct cuda_view *y, int sms,
+                                        cudaStream_t s)
+{
+	const uintptr_t xa = (uintptr_t)x->data | (uintptr_t)(x->ne[1] > 1 ? x->nb[1] : 0);
+	const uintptr_t wa = (uintptr_t)w->data | (uintptr_t)(w->ne[1] > 1 ? w->nb[1] : 0);
+	gv_args g;
+
+	g.w = (const uint8_t *)w->data;
+	g.x = (const float *)x->data;
+	g.y = (float *)y->data;
+	g.w_row = w->nb[1];
+	g.x_col = x->nb[1] / 4;
+	g.y_col = y->nb[1] / 4;
+	g.n = w->ne[1];
+	g.k = w->ne[0];
+	g.t = x->ne[1];
+	g.units = (int)((g.k + GV_UNIT - 1) / GV_UNIT);
+	g.ks = 1;
+	/* units: an int, with room for a stride past the end. */
+	if (xa % 16 || g.k > ((int64_t)1 << 38))
+		return cudaErrorNotSupported;
+	return for_type(w->type, [&](auto type) {
+		constexpr uint32_t T = decltype(type)::value;
+
+		if (wa % gv_align(T) ||
+		    ((T == Q4KH_TYPE_F32 || T == Q4KH_TYPE_F16) && g.k % 4))
+			return cudaErrorNotSupported;
+		return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
+		       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
+		       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
+		                  : gv_launch<T, 8>(g, sms, s);
+	});
+}
+
+extern "C" cudaError_t cuda_gemv_runnable(void)
+{
+	for (uint32_t t = 0; t < 32; t++) {
+		cudaError_t e;
+
+		if (!cuda_type_supported(t))
+			continue;
+		e = for_type(t, [](auto type) {
+			constexpr uint32_t T = decltype(type)::value;
+			cudaError_t r = gv_ask_occupancy<T, 1>();
+
+			if (r == cudaSuccess)
+				r = gv_ask_occupancy<T, 2>();
+			if (r == cudaSuccess)
+				r = gv_ask_occupancy<T, 4>();
+			if (r == cudaSuccess)
+				r = gv_ask_occupancy<T, 8>();
+			return r;
+		});
+		if (e != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
+}
