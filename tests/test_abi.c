@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 3);
+	cr_expect_eq(Q4KH_ABI_MINOR, 4);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -183,7 +183,33 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, unary, 296);
 	OFF(q4kh_backend_v1, ssm_conv, 304);
 	OFF(q4kh_backend_v1, delta_net, 312);
-	SIZE(q4kh_backend_v1, 320);
+	/* ABI 1.4 */
+	OFF(q4kh_backend_v1, add_rms_norm, 320);
+	OFF(q4kh_backend_v1, rope_set_rows, 328);
+	SIZE(q4kh_backend_v1, 336);
+}
+
+/*
+ * The promise of an optional entry: Q4KH_BACKEND_HAS sees it only when
+ * the table's struct_size covers it and it is not NULL. A 1.3 table (320
+ * bytes) holds no 1.4 entry, whatever bytes follow it.
+ */
+Test(abi, optional_entries_beyond_a_tables_size_are_absent)
+{
+	struct q4kh_backend_v1 t;
+
+	memset(&t, 0xA5, sizeof(t)); /* every pointer set, none NULL */
+	t.struct_size = 320;
+	cr_expect(Q4KH_BACKEND_HAS(&t, delta_net));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, add_rms_norm));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	t.struct_size = 328;
+	cr_expect(Q4KH_BACKEND_HAS(&t, add_rms_norm));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	t.struct_size = sizeof(t);
+	cr_expect(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	t.rope_set_rows = NULL;
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
 }
 
 Test(abi, native_device)

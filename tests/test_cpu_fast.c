@@ -16,7 +16,9 @@
  *   - unary: as glu (sigmoid, SiLU), a few ulp (softplus);
  *   - ssm_conv: K u of the sum of |w u|, the kept values bit for bit;
  *   - delta_net: a running error bound over the recurrence on absolute
- *     values (at the test).
+ *     values (at the test);
+ *   - add_rms_norm and rope_set_rows (ABI 1.4): bit for bit their two
+ *     ops, and within those ops' bounds.
  * Also the worker pool (every item once, any thread count, lent to a
  * kernel variant through struct q4kh_native_device), the descriptor and
  * device record, settings and errors.
@@ -577,6 +579,41 @@ static void rope_exact(const struct q4kh_rope_params *p, const float *ff, int64_
 	*s = sin(theta) * m;
 }
 
+/*
+ * GOT, x {hd, heads, T} rotated at POS with P (frequency factors FF or
+ * NULL), against float64: within the rounding of the angles, the values
+ * past n_rot passed through. WHAT names the case.
+ */
+static void expect_rope(const struct q4kh_rope_params *p, const float *ff, const int32_t *pos,
+                        int64_t hd, int64_t heads, int64_t T, const float *x,
+                        const float *got, const char *what)
+{
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t h = 0; h < heads; h++) {
+			const float *xr = x + (t * heads + h) * hd;
+			const float *gr = got + (t * heads + h) * hd;
+
+			for (int32_t i = 0; i < p->n_rot / 2; i++) {
+				const int ia = p->mode == Q4KH_ROPE_NEOX ? i : 2 * i;
+				const int ib = p->mode == Q4KH_ROPE_NEOX ? i + p->n_rot / 2 : 2 * i + 1;
+				double c, s, m;
+
+				rope_exact(p, ff, pos[t], i, &c, &s);
+				m = hypot(c, s);
+				EXPECT_NEAR(gr[ia], xr[ia] * c - xr[ib] * s,
+				            4 * U * m * (fabs(xr[ia]) + fabs(xr[ib])) + 1e-30,
+				            "%s, t %lld head %lld pair %d", what, (long long)t,
+				            (long long)h, i);
+				EXPECT_NEAR(gr[ib], xr[ia] * s + xr[ib] * c,
+				            4 * U * m * (fabs(xr[ia]) + fabs(xr[ib])) + 1e-30,
+				            "%s, t %lld head %lld pair %d", what, (long long)t,
+				            (long long)h, i);
+			}
+			for (int64_t i = p->n_rot; i < hd; i++)
+				cr_expect_eq(gr[i], xr[i], "%s pass-through %lld", what, (long long)i);
+		}
+}
+
 static void rope_case(struct env *e, const char *isa, uint32_t mode, int yarn, int factors)
 {
 	const int64_t hd = 64, heads = 3, T = 4;
@@ -591,6 +628,7 @@ static void rope_case(struct env *e, const char *isa, uint32_t mode, int yarn, i
 		.freq_scale = yarn ? 0.25f : 1.0f, .ext_factor = yarn ? 1.0f : 0.0f,
 		.attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 4096,
 	};
+	char what[96];
 
 	for (int i = 0; i < 24; i++)
 		ff[i] = 1.0f + (float)i / 3;
@@ -599,30 +637,9 @@ static void rope_case(struct env *e, const char *isa, uint32_t mode, int yarn, i
 	cr_assert_eq(e->b->rope_ext(e->dev, &xt, &pt, &p, &ot), Q4KH_OK, "%s",
 	             e->b->last_error(e->ctx));
 	got = fetch(e, &ot);
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t h = 0; h < heads; h++) {
-			const float *xr = x + (t * heads + h) * hd;
-			const float *gr = got + (t * heads + h) * hd;
-
-			for (int32_t i = 0; i < p.n_rot / 2; i++) {
-				const int ia = mode == Q4KH_ROPE_NEOX ? i : 2 * i;
-				const int ib = mode == Q4KH_ROPE_NEOX ? i + p.n_rot / 2 : 2 * i + 1;
-				double c, s, m;
-
-				rope_exact(&p, factors ? ff : NULL, pos[t], i, &c, &s);
-				m = hypot(c, s);
-				EXPECT_NEAR(gr[ia], xr[ia] * c - xr[ib] * s,
-				            4 * U * m * (fabs(xr[ia]) + fabs(xr[ib])) + 1e-30,
-				            "%s rope mode %u yarn %d factors %d, t %lld head %lld pair %d",
-				            isa, mode, yarn, factors, (long long)t, (long long)h, i);
-				EXPECT_NEAR(gr[ib], xr[ia] * s + xr[ib] * c,
-				            4 * U * m * (fabs(xr[ia]) + fabs(xr[ib])) + 1e-30,
-				            "%s rope mode %u, t %lld head %lld pair %d", isa, mode,
-				            (long long)t, (long long)h, i);
-			}
-			for (int64_t i = p.n_rot; i < hd; i++)
-				cr_expect_eq(gr[i], xr[i], "%s rope pass-through %lld", isa, (long long)i);
-		}
+	snprintf(what, sizeof(what), "%s rope mode %u yarn %d factors %d", isa, mode, yarn,
+	         factors);
+	expect_rope(&p, factors ? ff : NULL, pos, hd, heads, T, x, got, what);
 	free(got);
 	free(x);
 	drop(e, &xt);
@@ -790,6 +807,208 @@ Test(cpu_fast, cache_writes_round_to_nearest_even)
 		drop(e, &ct);
 		drop(e, &ft);
 	}
+}
+
+/*
+ * add_rms_norm (ABI 1.4) of x {n, rows} and a into out, which is apart
+ * (OUT_AT 0), x (1) or a (2): bit for bit what add then rms_norm give,
+ * the sum rounded once from float64's, the norm within rms_norm's bound.
+ */
+static void add_rms_norm_case(struct env *e, const char *isa, int64_t n, int with_w, int out_at)
+{
+	const int64_t rows = 5;
+	float *x = randoms(n * rows, 3.0), *a = randoms(n * rows, 2.0), *w = randoms(n, 2.0);
+	struct q4kh_tensor xt = tensor(e, Q4KH_TYPE_F32, n, rows, 1, x);
+	struct q4kh_tensor at = tensor(e, Q4KH_TYPE_F32, n, rows, 1, a);
+	struct q4kh_tensor wt = tensor(e, Q4KH_TYPE_F32, n, 1, 1, w);
+	struct q4kh_tensor ot = tensor(e, Q4KH_TYPE_F32, n, rows, 1, NULL);
+	struct q4kh_tensor *out = out_at == 1 ? &xt : out_at == 2 ? &at : &ot;
+	float *sum, *norm, *want_sum, *want_norm;
+
+	/* the two ops, then the fused entry on the same inputs */
+	cr_assert_eq(e->b->add(e->dev, &xt, &at, &xt), Q4KH_OK);
+	cr_assert_eq(e->b->rms_norm(e->dev, &xt, with_w ? &wt : NULL, 1e-6f, out), Q4KH_OK);
+	want_sum = fetch(e, &xt);
+	want_norm = fetch(e, out);
+	cr_assert_eq(e->b->buffer_upload(e->dev, xt.buffer, 0, x, (uint64_t)xt.nb[3]), Q4KH_OK);
+	cr_assert_eq(e->b->buffer_upload(e->dev, at.buffer, 0, a, (uint64_t)at.nb[3]), Q4KH_OK);
+	cr_assert_eq(e->b->add_rms_norm(e->dev, &xt, &at, with_w ? &wt : NULL, 1e-6f, out),
+	             Q4KH_OK, "%s", e->b->last_error(e->ctx));
+	sum = fetch(e, &xt);
+	norm = fetch(e, out);
+	if (out_at != 1)
+		cr_expect_eq(memcmp(sum, want_sum, sizeof(float) * (size_t)(n * rows)), 0,
+		             "%s add_rms_norm n %lld: x differs from add's", isa, (long long)n);
+	cr_expect_eq(memcmp(norm, want_norm, sizeof(float) * (size_t)(n * rows)), 0,
+	             "%s add_rms_norm n %lld w %d out %d: differs from add then rms_norm", isa,
+	             (long long)n, with_w, out_at);
+	for (int64_t r = 0; r < rows; r++) {
+		double ss = 0, sc;
+
+		for (int64_t i = 0; i < n; i++) {
+			const float v = (float)((double)x[r * n + i] + a[r * n + i]);
+
+			if (out_at != 1)
+				cr_expect_eq(sum[r * n + i], v, "%s add_rms_norm sum %lld", isa,
+				             (long long)i);
+			ss += (double)v * v;
+		}
+		sc = 1.0 / sqrt(ss / n + 1e-6);
+		for (int64_t i = 0; i < n; i++) {
+			const float v = (float)((double)x[r * n + i] + a[r * n + i]);
+			const double exact = v * sc * (with_w ? w[i] : 1.0);
+
+			EXPECT_NEAR(norm[r * n + i], exact, (n + 8) * U * fabs(exact),
+			            "%s add_rms_norm n %lld, row %lld, %lld", isa, (long long)n,
+			            (long long)r, (long long)i);
+		}
+	}
+	free(sum);
+	free(norm);
+	free(want_sum);
+	free(want_norm);
+	free(x);
+	free(a);
+	free(w);
+	drop(e, &xt);
+	drop(e, &at);
+	drop(e, &wt);
+	drop(e, &ot);
+}
+
+Test(cpu_fast, add_rms_norm_is_add_then_rms_norm)
+{
+	static const int64_t lens[] = { 640, 37 };
+
+	FOR_EACH_ISA(e) {
+		for (int li = 0; li < 2; li++)
+			for (int with_w = 0; with_w < 2; with_w++)
+				for (int out_at = 0; out_at < 3; out_at++)
+					add_rms_norm_case(e, isas[isa_], lens[li], with_w, out_at);
+	}
+}
+
+/*
+ * rope_set_rows (ABI 1.4) into a cache of TYPE: x and the cache bit for
+ * bit what rope_ext then set_rows give; the cache rows are x's rows
+ * (rounded to f16 for an f16 cache), x within rope's bound of float64.
+ */
+static void rope_set_rows_case(struct env *e, const char *isa, uint32_t type, uint32_t mode,
+                               int yarn)
+{
+	const int64_t hd = 64, heads = 3, T = 4, n = 12;
+	const int32_t pos[4] = { 3, 0, 11, 7 };
+	const size_t row = q4kh_type_block_bytes(type);
+	float ff[24];
+	float *x = randoms(hd * heads * T, 3.0), *got, *want;
+	struct q4kh_tensor xt = tensor(e, Q4KH_TYPE_F32, hd, heads, T, x);
+	struct q4kh_tensor pt = tensor(e, Q4KH_TYPE_I32, T, 1, 1, pos), ft;
+	struct q4kh_tensor ct = tensor(e, type, hd, heads, n, NULL);
+	struct q4kh_rope_params p = {
+		.struct_size = sizeof(p), .n_rot = 48, .mode = mode, .base = 10000.0f,
+		.freq_scale = yarn ? 0.25f : 1.0f, .ext_factor = yarn ? 1.0f : 0.0f,
+		.attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 4096,
+	};
+	unsigned char *cache, *want_cache;
+	char what[96];
+
+	for (int i = 0; i < 24; i++)
+		ff[i] = 1.0f + (float)i / 3;
+	ft = tensor(e, Q4KH_TYPE_F32, 24, 1, 1, ff);
+	p.freq_factors = yarn ? &ft : NULL;
+	cr_assert_eq(e->b->rope_ext(e->dev, &xt, &pt, &p, &xt), Q4KH_OK);
+	cr_assert_eq(e->b->set_rows(e->dev, &xt, &pt, &ct), Q4KH_OK);
+	want = fetch(e, &xt);
+	want_cache = fetch(e, &ct);
+	cr_assert_eq(e->b->buffer_upload(e->dev, xt.buffer, 0, x, (uint64_t)xt.nb[3]), Q4KH_OK);
+	cr_assert_eq(e->b->rope_set_rows(e->dev, &xt, &pt, &p, &ct), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	got = fetch(e, &xt);
+	cache = fetch(e, &ct);
+	cr_expect_eq(memcmp(got, want, sizeof(float) * (size_t)(hd * heads * T)), 0,
+	             "%s rope_set_rows x differs from rope_ext's", isa);
+	snprintf(what, sizeof(what), "%s rope_set_rows type %u mode %u yarn %d", isa, type, mode,
+	         yarn);
+	expect_rope(&p, yarn ? ff : NULL, pos, hd, heads, T, x, got, what);
+	for (int64_t t = 0; t < T; t++) {
+		const size_t at = (size_t)(pos[t] * heads * hd) * row;
+
+		cr_expect_eq(memcmp(cache + at, want_cache + at, (size_t)(heads * hd) * row), 0,
+		             "%s: cache row %d differs from set_rows'", what, pos[t]);
+		for (int64_t h = 0; h < heads; h++) {
+			const float *gr = got + (t * heads + h) * hd;
+
+			for (int64_t i = 0; i < hd; i++) {
+				const size_t ci = (size_t)((pos[t] * heads + h) * hd + i);
+
+				if (type == Q4KH_TYPE_F16)
+					cr_expect_eq(((const uint16_t *)cache)[ci], q4kh_f32_to_fp16(gr[i]),
+					             "%s: cache value %lld", what, (long long)i);
+				else
+					cr_expect_eq(((const float *)cache)[ci], gr[i],
+					             "%s: cache value %lld", what, (long long)i);
+			}
+		}
+	}
+	free(got);
+	free(want);
+	free(cache);
+	free(want_cache);
+	free(x);
+	drop(e, &xt);
+	drop(e, &pt);
+	drop(e, &ft);
+	drop(e, &ct);
+}
+
+Test(cpu_fast, rope_set_rows_is_rope_ext_then_set_rows)
+{
+	FOR_EACH_ISA(e) {
+		for (int f16 = 0; f16 < 2; f16++)
+			for (int mode = 0; mode < 2; mode++)
+				for (int yarn = 0; yarn < 2; yarn++)
+					rope_set_rows_case(e, isas[isa_],
+					                   f16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32,
+					                   mode ? Q4KH_ROPE_NEOX : Q4KH_ROPE_NORM, yarn);
+	}
+}
+
+/* The fused entries refuse what their two ops refuse, and their own
+ * aliasing: a broadcast or overlapping a, a position beyond the cache. */
+Test(cpu_fast, fused_entries_refuse_with_one_line)
+{
+	const int32_t pos[2] = { 1, 4 };
+	const struct q4kh_rope_params p = {
+		.struct_size = sizeof(p), .n_rot = 8, .mode = Q4KH_ROPE_NORM, .base = 10000.0f,
+		.freq_scale = 1.0f, .attn_factor = 1.0f,
+	};
+	struct q4kh_tensor x, a, b, pt, ct;
+	struct env *e;
+
+	if (!cpu_runs("avx2"))
+		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	e = env_open(NULL);
+	x = tensor(e, Q4KH_TYPE_F32, 8, 2, 1, NULL);
+	a = tensor(e, Q4KH_TYPE_F32, 8, 2, 1, NULL);
+	b = tensor(e, Q4KH_TYPE_F32, 8, 1, 1, NULL);
+	cr_expect_eq(e->b->add_rms_norm(e->dev, &x, &b, NULL, 1e-6f, &a), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "add_rms_norm a: shape {8, 1, 1, 1}, expected {8, 2, 1, 1}");
+	cr_expect_eq(e->b->add_rms_norm(e->dev, &x, &x, NULL, 1e-6f, &a), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "add_rms_norm a (offset 0) overlaps x (offset 0) in one buffer");
+	drop(e, &x);
+	x = tensor(e, Q4KH_TYPE_F32, 8, 1, 2, NULL);
+	pt = tensor(e, Q4KH_TYPE_I32, 2, 1, 1, pos);
+	ct = tensor(e, Q4KH_TYPE_F16, 8, 1, 4, NULL);
+	cr_expect_eq(e->b->rope_set_rows(e->dev, &x, &pt, &p, &ct), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx), "set_rows rows[1] = 4, expected 0 .. 3");
+	drop(e, &x);
+	drop(e, &a);
+	drop(e, &b);
+	drop(e, &pt);
+	drop(e, &ct);
+	env_close(e);
 }
 
 /* A Q8_0 matrix {K, N} of random blocks, and its values in double. */

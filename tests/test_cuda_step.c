@@ -6,7 +6,10 @@
  * f32 and f16 caches, attention_ext at the shapes of the models we serve
  * (the split form that decode takes, long contexts, windows), values out
  * of range reported at the next synchronisation, and a recorded step
- * replayed with rewritten positions. Every test skips without a device.
+ * replayed with rewritten positions; and the ABI 1.4 fused entries
+ * add_rms_norm and rope_set_rows, against the reference's two ops and bit
+ * for bit against the cuda backend's own two ops. Every test skips
+ * without a device.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -235,6 +238,7 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	static const int32_t bad_ids[3] = { 1, 37, 2 };
 	static const int32_t bad_rows[2] = { 3, -1 };
 	static const int32_t bad_pos[1] = { 64 };
+	static const int32_t far_rows[2] = { 3, 64 };
 	struct rig *r = rig_open();
 	const struct q4kh_backend_v1 *b = V(r, GPU);
 	q4kh_device_ctx *dev = DEV(r, GPU);
@@ -247,7 +251,12 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	struct twin cache = twin_new(r, Q4KH_TYPE_F16, 64, 1, 64, 0, NULL);
 	struct twin q = twin_new(r, Q4KH_TYPE_F32, 64, 1, 1, 0, NULL);
 	struct twin o1 = twin_new(r, Q4KH_TYPE_F32, 64, 1, 1, 0, NULL);
+	struct twin far = twin_index(r, far_rows, 2);
 	struct q4kh_attn_params ap = { .struct_size = sizeof(ap), .scale = 0.125f };
+	const struct q4kh_rope_params rp = {
+		.struct_size = sizeof(rp), .n_rot = 64, .mode = Q4KH_ROPE_NEOX,
+		.base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f,
+	};
 
 	expect_fault(r, b->get_rows_ext(dev, G(table), G(ids), 1.0f, G(out)),
 	             "get_rows_ext ids[1] = 37, expected 0 .. 36");
@@ -256,6 +265,11 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	expect_fault(r, b->attention_ext(dev, G(q), G(cache), G(cache), G(ps), &ap,
 	                                 G(o1)),
 	             "attention_ext pos[0] = 64, expected 0 .. 63");
+	/* rope_set_rows checks its positions as rope_ext and set_rows do */
+	expect_fault(r, b->rope_set_rows(dev, G(src), G(rows), &rp, G(cache)),
+	             "rope_ext pos[1] = -1");
+	expect_fault(r, b->rope_set_rows(dev, G(src), G(far), &rp, G(cache)),
+	             "set_rows rows[1] = 64, expected 0 .. 63");
 	/* A download reports it too (the host's logits are its sync point). */
 	cr_assert_eq(b->get_rows_ext(dev, G(table), G(ids), 1.0f, G(out)), Q4KH_OK);
 	{
@@ -271,11 +285,205 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	twin_free(r, &ids);
 	twin_free(r, &rows);
 	twin_free(r, &ps);
+	twin_free(r, &far);
 	twin_free(r, &out);
 	twin_free(r, &src);
 	twin_free(r, &cache);
 	twin_free(r, &q);
 	twin_free(r, &o1);
+	rig_close(r);
+}
+
+/* --- add_rms_norm, rope_set_rows (ABI 1.4) ---------------------------------- */
+
+/* The whole buffer of T's cuda side (poison lead and guard included);
+ * free() it. */
+static uint8_t *gpu_bytes(struct rig *r, const struct twin *t)
+{
+	uint8_t *raw = malloc((size_t)t->size);
+
+	cr_assert_not_null(raw);
+	cr_assert_eq(V(r, GPU)->buffer_download(DEV(r, GPU), t->t[GPU].buffer, 0, raw,
+	                                        t->size),
+	             Q4KH_OK, "%s", ERR(r, GPU));
+	return raw;
+}
+
+/* The cuda sides of A and B hold the same bytes, view and poison alike. */
+static void expect_same_gpu_bytes(struct rig *r, const char *what, const struct twin *a,
+                                  const struct twin *b)
+{
+	uint8_t *ra = gpu_bytes(r, a), *rb = gpu_bytes(r, b);
+
+	cr_assert_eq(a->size, b->size);
+	cr_expect_eq(memcmp(ra, rb, (size_t)a->size), 0,
+	             "%s: the fused entry's bytes differ from its two ops'", what);
+	free(ra);
+	free(rb);
+}
+
+/* One add_rms_norm case: rows of n values, out apart (0), x (1) or a (2). */
+struct arn_case {
+	int64_t n, rows;
+	int with_w, out_at;
+};
+
+/*
+ * x += a, then out = rmsnorm(x) w: the cpu runs add then rms_norm, the
+ * cuda side the one kernel of add_rms_norm, and a second set of cuda
+ * tensors the two cuda ops, which the fused kernel must match bit for bit.
+ */
+Test(cuda_step, add_rms_norm_is_add_then_rms_norm)
+{
+	static const struct arn_case cases[] = {
+		{ 4096, 1, 1, 0 }, /* Llama-3-8B decode */
+		{ 1536, 7, 1, 1 }, /* Qwen2.5-1.5B prompt, out = x */
+		{ 5000, 3, 1, 2 }, /* past the values a thread holds, out = a */
+		{ 37, 5, 0, 0 },   /* short rows, no weight */
+	};
+	struct rig *r = rig_open();
+
+	rng_seed(46);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct arn_case *c = &cases[i];
+		const size_t nv = (size_t)(c->n * c->rows);
+		float *xv = rvals(nv), *av = rvals(nv), *wv = rvals((size_t)c->n);
+		struct twin x = twin_f32(r, c->n, c->rows, 1, xv);
+		struct twin a = twin_new(r, Q4KH_TYPE_F32, c->n, c->rows, 1, 8, av);
+		struct twin w = twin_f32(r, c->n, 1, 1, wv);
+		struct twin o = twin_new(r, Q4KH_TYPE_F32, c->n, c->rows, 1, 16, NULL);
+		struct twin x2 = twin_f32(r, c->n, c->rows, 1, xv);
+		struct twin a2 = twin_new(r, Q4KH_TYPE_F32, c->n, c->rows, 1, 8, av);
+		struct twin o2 = twin_new(r, Q4KH_TYPE_F32, c->n, c->rows, 1, 16, NULL);
+		struct twin *out = c->out_at == 1 ? &x : c->out_at == 2 ? &a : &o;
+		struct twin *out2 = c->out_at == 1 ? &x2 : c->out_at == 2 ? &a2 : &o2;
+		const struct q4kh_tensor *wr = c->with_w ? &w.t[REF] : NULL;
+		const struct q4kh_tensor *wg = c->with_w ? &w.t[GPU] : NULL;
+		char what[96];
+
+		cr_assert_eq(V(r, REF)->add(DEV(r, REF), &x.t[REF], &a.t[REF], &x.t[REF]),
+		             Q4KH_OK, "%s", ERR(r, REF));
+		cr_assert_eq(V(r, REF)->rms_norm(DEV(r, REF), &x.t[REF], wr, 1e-6f,
+		                                 &out->t[REF]),
+		             Q4KH_OK, "%s", ERR(r, REF));
+		cr_assert_eq(V(r, GPU)->add_rms_norm(DEV(r, GPU), &x.t[GPU], &a.t[GPU], wg,
+		                                     1e-6f, &out->t[GPU]),
+		             Q4KH_OK, "%s", ERR(r, GPU));
+		cr_assert_eq(V(r, GPU)->add(DEV(r, GPU), &x2.t[GPU], &a2.t[GPU], &x2.t[GPU]),
+		             Q4KH_OK, "%s", ERR(r, GPU));
+		cr_assert_eq(V(r, GPU)->rms_norm(DEV(r, GPU), &x2.t[GPU], wg, 1e-6f,
+		                                 &out2->t[GPU]),
+		             Q4KH_OK, "%s", ERR(r, GPU));
+		snprintf(what, sizeof(what), "add_rms_norm n=%lld rows=%lld w=%d out=%d",
+		         (long long)c->n, (long long)c->rows, c->with_w, c->out_at);
+		if (c->out_at != 1)
+			expect_agree(r, what, &x, 0.0); /* the sum, rounded once */
+		expect_agree(r, what, out, NMSE_BOUND);
+		expect_same_gpu_bytes(r, what, &x, &x2);
+		expect_same_gpu_bytes(r, what, out, out2);
+		twin_free(r, &x);
+		twin_free(r, &a);
+		twin_free(r, &w);
+		twin_free(r, &o);
+		twin_free(r, &x2);
+		twin_free(r, &a2);
+		twin_free(r, &o2);
+		free(xv);
+		free(av);
+		free(wv);
+	}
+	rig_close(r);
+}
+
+/* One rope_set_rows case: keys {hd, nkv, T} at POS into a cache of TYPE. */
+struct rsr_case {
+	const char *name;
+	int64_t hd, nkv, n_ctx;
+	int32_t n_rot;
+	uint32_t mode, type;
+	int yarn;
+	int64_t T;
+	int32_t pos[5];
+};
+
+/*
+ * The keys rotated and written to the cache: the cpu runs rope_ext then
+ * set_rows, the cuda side the one kernel of rope_set_rows, and a second
+ * set of cuda tensors the two cuda ops, matched bit for bit. The cache is
+ * filled first: rows not written keep their values.
+ */
+Test(cuda_step, rope_set_rows_is_rope_ext_then_set_rows)
+{
+	static const struct rsr_case cases[] = {
+		{ "Llama-3-8B decode, frequency factors", 128, 8, 1024, 128, Q4KH_ROPE_NORM,
+		  Q4KH_TYPE_F16, 0, 1, { 700 } },
+		{ "Qwen2.5 decode, YaRN", 128, 2, 1024, 128, Q4KH_ROPE_NEOX, Q4KH_TYPE_F16, 1, 1,
+		  { 1023 } },
+		{ "a prompt into F32, partial rotation", 64, 4, 64, 32, Q4KH_ROPE_NEOX,
+		  Q4KH_TYPE_F32, 0, 5, { 0, 1, 2, 3, 4 } },
+		{ "positions anywhere, F16", 256, 1, 300, 256, Q4KH_ROPE_NORM, Q4KH_TYPE_F16, 1, 3,
+		  { 299, 7, 150 } },
+	};
+	struct rig *r = rig_open();
+
+	rng_seed(47);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct rsr_case *c = &cases[i];
+		const size_t nx = (size_t)(c->hd * c->nkv * c->T);
+		const size_t nc = (size_t)(c->hd * c->nkv * c->n_ctx);
+		float *xv = rvals(nx), *old = rvals(nc), *ffv = rvals((size_t)c->n_rot / 2);
+		struct twin x = twin_f32(r, c->hd, c->nkv, c->T, xv);
+		struct twin x2 = twin_f32(r, c->hd, c->nkv, c->T, xv);
+		struct twin ps = twin_index(r, c->pos, c->T);
+		struct twin init = twin_f32(r, c->hd, c->nkv, c->n_ctx, old);
+		struct twin kc = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
+		struct twin kc2 = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
+		struct twin ff;
+		struct q4kh_rope_params p = {
+			.struct_size = sizeof(p), .n_rot = c->n_rot, .mode = c->mode,
+			.base = 500000.0f, .freq_scale = c->yarn ? 0.25f : 1.0f,
+			.ext_factor = c->yarn ? 1.0f : 0.0f, .attn_factor = 1.0f,
+			.beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 8192,
+		};
+
+		for (int j = 0; j < c->n_rot / 2; j++)
+			ffv[j] = 1.0f + 7.0f * fabsf(ffv[j]);
+		ff = twin_f32(r, c->n_rot / 2, 1, 1, ffv);
+		BOTH(r, copy(DEV(r, s_), T(init), T(kc)));
+		BOTH(r, copy(DEV(r, s_), T(init), T(kc2)));
+		for (int s = 0; s < 2; s++) {
+			p.freq_factors = c->yarn ? NULL : &ff.t[s];
+			if (s == REF) {
+				cr_assert_eq(V(r, s)->rope_ext(DEV(r, s), &x.t[s], &ps.t[s], &p,
+				                               &x.t[s]),
+				             Q4KH_OK, "%s", ERR(r, s));
+				cr_assert_eq(V(r, s)->set_rows(DEV(r, s), &x.t[s], &ps.t[s], &kc.t[s]),
+				             Q4KH_OK, "%s", ERR(r, s));
+				continue;
+			}
+			cr_assert_eq(V(r, s)->rope_set_rows(DEV(r, s), &x.t[s], &ps.t[s], &p,
+			                                    &kc.t[s]),
+			             Q4KH_OK, "%s", ERR(r, s));
+			cr_assert_eq(V(r, s)->rope_ext(DEV(r, s), &x2.t[s], &ps.t[s], &p, &x2.t[s]),
+			             Q4KH_OK, "%s", ERR(r, s));
+			cr_assert_eq(V(r, s)->set_rows(DEV(r, s), &x2.t[s], &ps.t[s], &kc2.t[s]),
+			             Q4KH_OK, "%s", ERR(r, s));
+		}
+		expect_agree(r, c->name, &x, NMSE_BOUND);
+		expect_agree(r, c->name, &kc, NMSE_BOUND);
+		expect_same_gpu_bytes(r, c->name, &x, &x2);
+		expect_same_gpu_bytes(r, c->name, &kc, &kc2);
+		twin_free(r, &x);
+		twin_free(r, &x2);
+		twin_free(r, &ps);
+		twin_free(r, &init);
+		twin_free(r, &kc);
+		twin_free(r, &kc2);
+		twin_free(r, &ff);
+		free(xv);
+		free(old);
+		free(ffv);
+	}
 	rig_close(r);
 }
 

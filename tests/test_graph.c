@@ -13,7 +13,10 @@
  *    the reference's do; a backend without its ops is refused by name
  *    before any step; F2 rejects a backend whose one-token delta rule
  *    reads the state in another layout than its prompt form writes, at
- *    the first decode step after the prompt.
+ *    the first decode step after the prompt;
+ *  - the interpreter's peephole: cpu-fast with its fused entries (ABI
+ *    1.4) gives the logits it gives without them, bit for bit, on every
+ *    architecture's fixture, and fuses every pair a decode step has.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -192,6 +195,127 @@ Test(graph, builders_refuse_misuse_with_a_message)
 
 	cr_expect_null(q4kh_graph_new(0, 0));
 	cr_expect_null(q4kh_graph_new(4, 5));
+}
+
+/* --- the interpreter's peephole (graph_run.c) --- */
+
+/* cpu-fast's own table, which the counting entries below call. */
+static const struct q4kh_backend_v1 *fast_v;
+static int64_t n_add_rms_norm, n_rope_set_rows;
+
+static q4kh_status counted_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                        const struct q4kh_tensor *a,
+                                        const struct q4kh_tensor *w, float eps,
+                                        const struct q4kh_tensor *out)
+{
+	n_add_rms_norm++;
+	return fast_v->add_rms_norm(dev, x, a, w, eps, out);
+}
+
+static q4kh_status counted_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                         const struct q4kh_tensor *pos,
+                                         const struct q4kh_rope_params *p,
+                                         const struct q4kh_tensor *cache)
+{
+	n_rope_set_rows++;
+	return fast_v->rope_set_rows(dev, x, pos, p, cache);
+}
+
+/*
+ * The logits of every token of a fixed sequence on FILE through cpu-fast
+ * with a KV cache of KV, with its fused entries (counted) when FUSED, or
+ * with them taken out of its table: a prompt of 6 tokens in steps of 4
+ * and 2, then 3 one-token steps, in each of which every residual add
+ * must be fused with the norm after it (the last with the output norm)
+ * and every attention layer's keys with their cache write. NULL when
+ * cpu-fast was not built or this CPU does not run it.
+ */
+static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, int fused,
+                              int64_t *n_vocab)
+{
+	static const int32_t ids[] = { 1, 5, 9, 2, 7, 3, 4, 8, 6 };
+	const int64_t n = sizeof(ids) / sizeof(ids[0]), prompt = 6;
+	struct q4kh_session_params sp = { .n_ctx = 64, .n_batch = 4, .kv = kv };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_backend be = { 0 };
+	struct q4kh_backend_v1 table;
+	struct q4kh_model *m = NULL;
+	struct q4kh_session *s = NULL;
+	char *dir = NULL, *path = NULL;
+	uint32_t attn_layers = 0;
+	float *lg;
+
+	if (asprintf(&dir, "%s/plugins/cpu-fast/.libs", test_builddir()) < 0 ||
+	    asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
+		cr_assert_fail("out of memory");
+	cr_assert_eq(q4kh_registry_scan(dir, NULL, &reg, &err), 0, "%s", err.msg);
+	if (!q4kh_registry_find(reg, "cpu-fast") ||
+	    q4kh_backend_open(q4kh_registry_find(reg, "cpu-fast"), 0, &be, &err)) {
+		q4kh_registry_free(reg);
+		free(dir);
+		free(path);
+		return NULL;
+	}
+	fast_v = be.v;
+	cr_assert(Q4KH_BACKEND_HAS(be.v, add_rms_norm) && Q4KH_BACKEND_HAS(be.v, rope_set_rows));
+	table = *be.v;
+	table.add_rms_norm = fused ? counted_add_rms_norm : NULL;
+	table.rope_set_rows = fused ? counted_rope_set_rows : NULL;
+	be.v = &table;
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+	*n_vocab = m->hp.n_vocab;
+	cr_assert_gt(*n_vocab, 9);
+	for (uint32_t il = 0; il < m->hp.n_layer; il++)
+		attn_layers += !m->layers[il].recurrent;
+	lg = malloc(sizeof(float) * (size_t)(n * *n_vocab));
+	cr_assert_not_null(lg);
+	cr_assert_eq(q4kh_session_eval(s, ids, prompt, lg, 1, &err), 0, "%s", err.msg);
+	for (int64_t t = prompt; t < n; t++) {
+		n_add_rms_norm = n_rope_set_rows = 0;
+		cr_assert_eq(q4kh_session_eval(s, ids + t, 1, lg + t * *n_vocab, 1, &err), 0,
+		             "%s", err.msg);
+		cr_expect_eq(n_add_rms_norm, fused ? 2 * (int64_t)m->hp.n_layer : 0,
+		             "%s: add_rms_norm called %lld times in a decode step, %u layers",
+		             file, (long long)n_add_rms_norm, m->hp.n_layer);
+		cr_expect_eq(n_rope_set_rows, fused ? (int64_t)attn_layers : 0,
+		             "%s: rope_set_rows called %lld times in a decode step, %u attention layers",
+		             file, (long long)n_rope_set_rows, attn_layers);
+	}
+	q4kh_session_free(s);
+	q4kh_model_free(m);
+	be.v = fast_v;
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	free(dir);
+	free(path);
+	return lg;
+}
+
+Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout = 300)
+{
+	static const char *const files[] = {
+		"tiny-llama.gguf", "tiny-llama-ropefreqs.gguf", "tiny-qwen2-yarn.gguf",
+		"tiny-qwen3.gguf", "tiny-qwen35.gguf",
+	};
+
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++)
+		for (int kv = Q4KH_KV_F32; kv <= Q4KH_KV_F16; kv++) {
+			int64_t n_vocab = 0, n_vocab2 = 0;
+			float *plain = peephole_logits(files[f], kv, 0, &n_vocab), *fused;
+
+			if (!plain)
+				cr_skip_test("cpu-fast was not built here or does not run on this CPU");
+			fused = peephole_logits(files[f], kv, 1, &n_vocab2);
+			/* the fused entries are their two ops' arithmetic: bit for bit */
+			cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
+			             "%s, %s cache: logits differ with the fused entries", files[f],
+			             kv == Q4KH_KV_F16 ? "f16" : "f32");
+			free(plain);
+			free(fused);
+		}
 }
 
 /* q4khost run ... --json on the default model; the parsed object. */

@@ -1,14 +1,17 @@
 /*
  * Running a bound step graph on a backend device (graph_run.h): the
- * interpreter, which issues one backend or kernel-variant call per node,
- * and the recording of a step that the backend replays.
+ * interpreter, which issues one backend or kernel-variant call per node
+ * (or per fused pair of nodes), and the recording of a step that the
+ * backend replays.
  */
 #include "graph_run.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "kernel.h"
 #include "model.h"
+#include "q4khost/contract.h"
 #include "tensor.h"
 
 /*
@@ -195,12 +198,105 @@ const char *q4kh_graph_missing(const struct q4kh_graph *g,
 	return NULL;
 }
 
+/*
+ * The peephole: pairs of consecutive nodes that a backend with the ABI 1.4
+ * fused entries runs as one call (one kernel instead of two on a GPU,
+ * where a decode step is bound by launches). Each fuse_* function looks
+ * at node N and the node M after it, and when they form its pattern, the
+ * tensors satisfy the fused entry's contract (plugin.h) and the backend
+ * has the entry, issues the one call and returns 1: the caller then skips
+ * both nodes. Otherwise it returns 0 and the nodes run one by one, as on
+ * a backend without the entry; -1 when the call fails. A fused entry
+ * gives what its two entries give, so a step's result does not depend on
+ * whether the backend has it. The builders (arch_*.c) issue each pair
+ * back to back.
+ */
+
+/* The same view: buffer, offset, type, shape and strides. */
+static int same_view(const struct q4kh_tensor *a, const struct q4kh_tensor *b)
+{
+	return a->buffer == b->buffer && a->offset == b->offset && a->type == b->type &&
+	       !memcmp(a->ne, b->ne, sizeof(a->ne)) && !memcmp(a->nb, b->nb, sizeof(a->nb));
+}
+
+/* 1 when fused call ST succeeded, -1 with err naming it (WHAT) when not. */
+static int fused(const struct q4kh_backend *b, q4kh_status st, const char *what,
+                 struct q4kh_error *err)
+{
+	return q4kh_backend_check(b, st, what, err) ? -1 : 1;
+}
+
+/*
+ * ADD x = x + a (in place on either operand, a of x's very shape), then
+ * RMS_NORM of exactly that x (the same view: the next norm of the
+ * residual stream) into an out that is a, or apart from a: add_rms_norm.
+ */
+static int fuse_add_rms_norm(const struct q4kh_graph *g, const struct q4kh_node *n,
+                             const struct q4kh_node *m, const struct q4kh_backend *b,
+                             struct q4kh_error *err)
+{
+	const struct q4kh_check quiet = { 0 }; /* a refusal writes nothing */
+	const struct q4kh_tensor *x, *a, *w, *out = &g->vals[m->out].t;
+	char what[96];
+
+	if (n->op != Q4KH_OP_ADD || m->op != Q4KH_OP_RMS_NORM ||
+	    !Q4KH_BACKEND_HAS(b->v, add_rms_norm) ||
+	    (n->out != n->src[0] && n->out != n->src[1]))
+		return 0;
+	/* a + b is b + a in floating point too: x may be either operand */
+	x = &g->vals[n->out].t;
+	a = &g->vals[n->src[n->out == n->src[0] ? 1 : 0]].t;
+	w = m->src[1] >= 0 ? &g->vals[m->src[1]].t : NULL;
+	if (!same_view(&g->vals[m->src[0]].t, x) || memcmp(a->ne, x->ne, sizeof(x->ne)) ||
+	    q4kh_check_disjoint(&quiet, "", a, "", x) ||
+	    q4kh_check_in_place(&quiet, "", out, "", a))
+		return 0;
+	snprintf(what, sizeof(what), "add_rms_norm (%s)", g->vals[m->out].name);
+	return fused(b, b->v->add_rms_norm(b->dev, x, a, w, m->f[0], out), what, err);
+}
+
+/*
+ * ROPE of x in place, then SET_ROWS of exactly that x into a cache at the
+ * same positions (the keys of an attention layer): rope_set_rows.
+ */
+static int fuse_rope_set_rows(const struct q4kh_graph *g, const struct q4kh_node *n,
+                              const struct q4kh_node *m, const struct q4kh_backend *b,
+                              struct q4kh_error *err)
+{
+	const struct q4kh_tensor *x = &g->vals[n->out].t;
+	struct q4kh_rope_params p = n->rope;
+	char what[96];
+
+	if (n->op != Q4KH_OP_ROPE || m->op != Q4KH_OP_SET_ROWS ||
+	    !Q4KH_BACKEND_HAS(b->v, rope_set_rows) || !same_view(&g->vals[n->src[0]].t, x) ||
+	    !same_view(&g->vals[m->src[0]].t, x) || m->src[1] != n->src[1])
+		return 0;
+	p.freq_factors = n->src[2] >= 0 ? &g->vals[n->src[2]].t : NULL;
+	snprintf(what, sizeof(what), "rope_set_rows (%s)", g->vals[m->out].name);
+	return fused(b, b->v->rope_set_rows(b->dev, x, &g->vals[n->src[1]].t, &p,
+	                                    &g->vals[m->out].t),
+	             what, err);
+}
+
 int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
                    const struct q4kh_step_values *in, struct q4kh_error *err)
 {
-	for (int32_t i = 0; i < g->n_nodes; i++)
-		if (run_node(g, &g->nodes[i], b, in, err))
+	for (int32_t i = 0; i < g->n_nodes; i++) {
+		const struct q4kh_node *n = &g->nodes[i];
+		int rc = 0;
+
+		if (i + 1 < g->n_nodes) {
+			rc = fuse_add_rms_norm(g, n, n + 1, b, err);
+			if (!rc)
+				rc = fuse_rope_set_rows(g, n, n + 1, b, err);
+		}
+		if (rc < 0)
 			return -1;
+		if (rc > 0)
+			i++; /* the next node ran with this one */
+		else if (run_node(g, n, b, in, err))
+			return -1;
+	}
 	return 0;
 }
 

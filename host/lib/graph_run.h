@@ -6,7 +6,10 @@
  * entry the backend has (get_rows_ext, rope_ext, set_rows, attention_ext)
  * read the step's ids and positions from the graph's input tensors, which
  * the caller has uploaded; older backends get them from host memory
- * through the 1.0 entries, which then need consecutive positions.
+ * through the 1.0 entries, which then need consecutive positions. Two
+ * consecutive nodes that a backend's ABI 1.4 fused entry computes
+ * (add then rms_norm of the sum, rope then set_rows of the rotated keys)
+ * are issued as that one call (graph_run.c, "The peephole").
  *
  * A backend that has every 1.2 entry and the 1.1 graph entries can record
  * the interpreter's calls once and replay them for later steps of the same
@@ -34,7 +37,8 @@ struct q4kh_step_values {
 const char *q4kh_graph_missing(const struct q4kh_graph *g,
                                const struct q4kh_backend *b);
 
-/* Issue every node of G on B, in order. -1 with err naming the node. */
+/* Issue every node of G on B, in order, fused pairs as one call. -1 with
+ * err naming the node (or the fused entry). */
 int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
                    const struct q4kh_step_values *in, struct q4kh_error *err);
 

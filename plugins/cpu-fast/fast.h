@@ -170,6 +170,18 @@ q4kh_status fast_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *w, float eps,
                           const struct q4kh_tensor *out);
+/*
+ * ABI 1.4 (plugin.h): add then rms_norm of the sum, one pass over each
+ * row; rope_ext in place then set_rows of the rotated rows at the same
+ * positions, one pass over each head (fast_rope.c).
+ */
+q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *a, const struct q4kh_tensor *w,
+                              float eps, const struct q4kh_tensor *out);
+q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                               const struct q4kh_tensor *pos,
+                               const struct q4kh_rope_params *params,
+                               const struct q4kh_tensor *cache);
 q4kh_status fast_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                       float base, float freq_scale, const struct q4kh_tensor *out);
@@ -213,6 +225,14 @@ q4kh_status fast_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                            const struct q4kh_tensor *g, const struct q4kh_tensor *beta,
                            const struct q4kh_tensor *state, float scale,
                            const struct q4kh_tensor *out);
+
+/*
+ * N values of row S (type FROM) into row D (type TO), f32 or f16 each,
+ * with K's conversions (copy and the cache writes; fast_ops.c). S and D
+ * are one row or share no byte. Thread-safe.
+ */
+void fast_convert(const struct fast_kernels *k, uint32_t from, uint32_t to, const void *s,
+                  void *d, int64_t n);
 
 /* Free DEV's RoPE tables (fast_rope.c). */
 void fast_angles_free(q4kh_device_ctx *dev);

@@ -1,6 +1,6 @@
 /*
  * The row-wise ops: get_rows, rms_norm, add, mul, scale, glu, copy and
- * set_rows. Each checks its tensors, then hands ranges of rows to the pool
+ * set_rows, and add_rms_norm (ABI 1.4: add, then rms_norm of the sum). Each checks its tensors, then hands ranges of rows to the pool
  * (on the calling thread alone when they are few); the inner loops are the
  * instruction set's (fast_kernels.h).
  */
@@ -73,11 +73,12 @@ q4kh_status fast_get_rows_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *ta
 	                    scale, out);
 }
 
-/* --- rms_norm --- */
+/* --- rms_norm, add_rms_norm --- */
 
 struct rms_norm_job {
 	const struct fast_kernels *k;
 	const struct q4kh_tensor *x, *out;
+	const struct q4kh_tensor *a; /* add_rms_norm: x += a first; else NULL */
 	const float *w;
 	double eps;
 };
@@ -89,11 +90,15 @@ static void rms_norm_task(void *arg, unsigned thread, int64_t begin, int64_t end
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++) {
-		const float *x = (const float *)fast_row(j->x, r);
+		float *x = (float *)fast_row(j->x, r);
 		float *o = (float *)fast_row(j->out, r);
-		const float s = (float)(1.0 / sqrt((double)j->k->sum_squares(x, n) / (double)n +
-		                                   j->eps));
+		float s;
 
+		/* add's kernel, on the row the norm then reads (out may be a:
+		 * the sum is complete before the first write of out) */
+		if (j->a)
+			j->k->add(x, (const float *)fast_row(j->a, r), x, n);
+		s = (float)(1.0 / sqrt((double)j->k->sum_squares(x, n) / (double)n + j->eps));
 		if (j->w)
 			j->k->scale_mul(x, s, j->w, o, n);
 		else
@@ -105,11 +110,26 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *w, float eps,
                           const struct q4kh_tensor *out)
 {
-	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, NULL, eps };
+	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, NULL, NULL, eps };
 	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
 	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
+		return st;
+	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
+	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	return Q4KH_OK;
+}
+
+q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *a, const struct q4kh_tensor *w,
+                              float eps, const struct q4kh_tensor *out)
+{
+	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, a, NULL, eps };
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)))
 		return st;
 	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
 	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
@@ -240,9 +260,8 @@ q4kh_status fast_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 
 /* --- copy, set_rows --- */
 
-/* N values of row S (type FROM) into row D (type TO), f32 or f16 each. */
-static void convert(const struct fast_kernels *k, uint32_t from, uint32_t to, const void *s,
-                    void *d, int64_t n)
+void fast_convert(const struct fast_kernels *k, uint32_t from, uint32_t to, const void *s,
+                  void *d, int64_t n)
 {
 	if (from == to)
 		memmove(d, s, (size_t)n * q4kh_type_block_bytes(from));
@@ -265,7 +284,7 @@ static void copy_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++)
-		convert(j->k, s->type, d->type, fast_row(s, r),
+		fast_convert(j->k, s->type, d->type, fast_row(s, r),
 		        j->rows ? fast_at(d, r % s->ne[1], j->rows[r / s->ne[1]], 0)
 		                : fast_row(d, r),
 		        s->ne[0]);

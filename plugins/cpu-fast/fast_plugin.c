@@ -450,6 +450,8 @@ static const struct q4kh_backend_v1 table = {
 	.unary = fast_unary,
 	.ssm_conv = fast_ssm_conv,
 	.delta_net = fast_delta_net,
+	.add_rms_norm = fast_add_rms_norm,
+	.rope_set_rows = fast_rope_set_rows,
 };
 
 #ifdef __clang__

@@ -5,7 +5,8 @@
  * a row of cos and sin per position, computed in double the first time a
  * position is met and kept in f32: a decode step computes one row per
  * table instead of one per layer, head and pair. The rotation runs in f32
- * SIMD over (token, head) rows.
+ * SIMD over (token, head) rows; rope_set_rows (ABI 1.4) writes each
+ * rotated row to its cache row as soon as it is rotated.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -197,6 +198,8 @@ struct rope_job {
 	const struct q4kh_tensor *x, *out;
 	const struct fast_angles *a;
 	const int32_t *pos;
+	const struct q4kh_tensor *cache; /* rope_set_rows: out's rows go to
+	                                    cache rows pos; else NULL */
 };
 
 static void rope_task(void *arg, unsigned thread, int64_t begin, int64_t end)
@@ -218,15 +221,23 @@ static void rope_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 			j->k->rope_neox(x, row, row + n_rot / 2, o, n_rot / 2);
 		if (o != x)
 			memcpy(o + n_rot, x + n_rot, sizeof(float) * (size_t)(hd - n_rot));
+		if (j->cache)
+			fast_convert(j->k, Q4KH_TYPE_F32, j->cache->type, o,
+			             fast_at(j->cache, r % heads, j->pos[t], 0), hd);
 	}
 }
 
-/* rope of checked x over positions pos[0 .. x->ne[2]) (each >= 0). */
+/*
+ * rope of checked x over positions pos[0 .. x->ne[2]) (each >= 0), and
+ * with CACHE (not NULL; every position one of its rows) set_rows of out
+ * at those positions.
+ */
 static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                             const int32_t *pos, const struct q4kh_rope_params *p,
-                            const float *ff, const struct q4kh_tensor *out)
+                            const float *ff, const struct q4kh_tensor *out,
+                            const struct q4kh_tensor *cache)
 {
-	struct rope_job j = { dev->k, x, out, angles_for(dev, p, ff), pos };
+	struct rope_job j = { dev->k, x, out, angles_for(dev, p, ff), pos, cache };
 	struct fast_angles *a = (struct fast_angles *)j.a;
 	int64_t last = 0;
 
@@ -266,7 +277,21 @@ q4kh_status fast_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x, const i
 			                 "rope: pos[%lld] = %d: this backend rotates positions "
 			                 ">= 0 only",
 			                 (long long)t, pos[t]);
-	return rope_run(dev, x, pos, &p, NULL, out);
+	return rope_run(dev, x, pos, &p, NULL, out, NULL);
+}
+
+/* rope_run with the positions and frequency factors of checked device
+ * tensors (rope_ext, rope_set_rows). */
+static q4kh_status rope_ext_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                const struct q4kh_tensor *pos,
+                                const struct q4kh_rope_params *p,
+                                const struct q4kh_tensor *out,
+                                const struct q4kh_tensor *cache)
+{
+	const float *ff = p->freq_factors ? (const float *)fast_at(p->freq_factors, 0, 0, 0)
+	                                  : NULL;
+
+	return rope_run(dev, x, (const int32_t *)fast_at(pos, 0, 0, 0), p, ff, out, cache);
 }
 
 q4kh_status fast_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -274,13 +299,25 @@ q4kh_status fast_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *out)
 {
 	const struct q4kh_check c = fast_contract(dev);
-	const float *ff = NULL;
 	q4kh_status st;
 
 	if ((st = q4kh_check_rope_ext(&c, x, pos, p, out)) ||
 	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)))
 		return st;
-	if (p->freq_factors)
-		ff = (const float *)fast_at(p->freq_factors, 0, 0, 0);
-	return rope_run(dev, x, (const int32_t *)fast_at(pos, 0, 0, 0), p, ff, out);
+	return rope_ext_run(dev, x, pos, p, out, NULL);
+}
+
+q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                               const struct q4kh_tensor *pos, const struct q4kh_rope_params *p,
+                               const struct q4kh_tensor *cache)
+{
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	/* the positions as rope_ext checks them, then as set_rows' rows */
+	if ((st = q4kh_check_rope_set_rows(&c, x, pos, p, cache)) ||
+	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)) ||
+	    (st = fast_index_values(dev, "set_rows rows", pos, cache->ne[2])))
+		return st;
+	return rope_ext_run(dev, x, pos, p, x, cache);
 }

@@ -170,6 +170,11 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *w, float eps,
                           const struct q4kh_tensor *out);
+/* ABI 1.4: add, then rms_norm of the sum, in one kernel (plugin.h). */
+q4kh_status cuda_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *a,
+                              const struct q4kh_tensor *w, float eps,
+                              const struct q4kh_tensor *out);
 q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                       float base, float freq_scale,
@@ -220,6 +225,12 @@ q4kh_status cuda_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 q4kh_status cuda_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
                           const struct q4kh_tensor *rows,
                           const struct q4kh_tensor *dst);
+/* ABI 1.4: rope_ext in place, then set_rows of x at the same positions,
+ * in one kernel; positions checked on the device as the two do. */
+q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *pos,
+                              const struct q4kh_rope_params *params,
+                              const struct q4kh_tensor *cache);
 q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,
                                const struct q4kh_tensor *q,
                                const struct q4kh_tensor *k_cache,

@@ -1,13 +1,35 @@
 /*
- * Small device helpers shared by the cuda plugin's kernels: reductions and
- * element addressing of struct cuda_view.
+ * Small device helpers shared by the cuda plugin's kernels: reductions,
+ * element addressing of struct cuda_view and the f32/f16 conversions.
  */
 #ifndef Q4KH_CUDA_COMMON_CUH
 #define Q4KH_CUDA_COMMON_CUH
 
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+
+/* A cache value as f32, and an f32 as a cache value (f16: round to
+ * nearest even). */
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+static __device__ __forceinline__ float to_f32(__half v)
+{
+	return __half2float(v);
+}
+
+template <typename D>
+static __device__ __forceinline__ D from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v)
+{
+	return v;
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v)
+{
+	return __float2half_rn(v);
+}
 
 /* Sum of v over the 32 lanes of a warp, the same in every lane. */
 template <typename T>

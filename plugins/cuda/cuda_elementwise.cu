@@ -93,25 +93,6 @@ glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
 	}
 }
 
-static __device__ __forceinline__ float to_f32(float v) { return v; }
-static __device__ __forceinline__ float to_f32(__half v)
-{
-	return __half2float(v);
-}
-
-template <typename D>
-static __device__ __forceinline__ D from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v)
-{
-	return v;
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v)
-{
-	return __float2half_rn(v);
-}
-
 template <typename S, typename D>
 static __global__ void __launch_bounds__(EW_THREADS)
 copy_kernel(struct cuda_view src, struct cuda_view dst)

@@ -94,12 +94,28 @@ cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
                                  const struct cuda_view *w, float eps,
                                  const struct cuda_view *out, cudaStream_t s);
+/* The same after x += a (a of x's shape, apart from x; a NULL: none), in
+ * one kernel; out may be x or a. */
+cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
+                                     const struct cuda_view *a,
+                                     const struct cuda_view *w, float eps,
+                                     const struct cuda_view *out,
+                                     cudaStream_t s);
 /* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
  * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
                              const struct cuda_rope *p,
                              const struct cuda_view *out, int32_t *fault,
                              cudaStream_t s);
+/* The same, and in the same kernel out's rows written to cache (f32 or
+ * f16 {hd, heads, n}, apart from x and out; NULL: none) at rows pos[t],
+ * each checked against n (fault: CUDA_FAULT_SET_ROWS_ROWS). */
+cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
+                                      const int32_t *pos,
+                                      const struct cuda_rope *p,
+                                      const struct cuda_view *out,
+                                      const struct cuda_view *cache,
+                                      int32_t *fault, cudaStream_t s);
 /* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
 cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
                                const struct cuda_view *b,

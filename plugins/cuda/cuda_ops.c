@@ -67,6 +67,28 @@ q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                                     dev->stream));
 }
 
+q4kh_status cuda_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *a,
+                              const struct q4kh_tensor *w, float eps,
+                              const struct q4kh_tensor *out)
+{
+	struct cuda_view vx, va, vw, vo;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)) ||
+	    (st = cuda_enter(dev, "add_rms_norm")))
+		return st;
+	vx = cuda_view_of(x);
+	va = cuda_view_of(a);
+	vo = cuda_view_of(out);
+	if (w)
+		vw = cuda_view_of(w);
+	return cuda_launched(dev, "add_rms_norm",
+	                cuda_launch_add_rms_norm(&vx, &va, w ? &vw : NULL, eps,
+	                                         &vo, dev->stream));
+}
+
 q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                       float base, float freq_scale,

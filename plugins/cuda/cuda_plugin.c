@@ -202,6 +202,8 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.rope_ext = cuda_rope_ext,
 	.set_rows = cuda_set_rows,
 	.attention_ext = cuda_attention_ext,
+	.add_rms_norm = cuda_add_rms_norm,
+	.rope_set_rows = cuda_rope_set_rows,
 };
 
 #ifdef __clang__

@@ -1,11 +1,15 @@
 /*
  * The ops that work on whole rows: rms_norm (one block per row, the sum of
- * squares in double) and rope (angles in double, as the cpu reference).
+ * squares in double) and rope (angles in double, as the cpu reference),
+ * and their ABI 1.4 fusions, one kernel each: add_rms_norm (the residual
+ * add done by the norm's kernel as it loads the row) and rope_set_rows
+ * (the rotated values also written to the KV cache).
  */
 #include <math.h>
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
+#include "q4khost/quant.h"
 
 #define RMS_THREADS 512
 #define RMS_HELD 8 /* values of a row each thread keeps in registers */
@@ -15,20 +19,24 @@
  * One block per row. Each thread loads its RMS_HELD values of the row at
  * once and keeps them for the second pass, so that a row of up to
  * RMS_THREADS * RMS_HELD values costs one memory latency, not one per
- * value a thread reads; longer rows loop over the rest.
+ * value a thread reads; longer rows loop over the rest. With ADD
+ * (add_rms_norm) each value is x + a, add's sum, written back to x by the
+ * thread that later reads it again; without, a is not read.
  */
+template <bool ADD>
 static __global__ void __launch_bounds__(RMS_THREADS)
-rms_norm_kernel(struct cuda_view x, const float *w, float eps,
-                struct cuda_view out)
+rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
+                float eps, struct cuda_view out)
 {
 	__shared__ double part[32];
 	const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
 	const int64_t held = (int64_t)RMS_HELD * blockDim.x;
 
 	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-		const float *xr = (const float *)view_row(x, r);
+		float *xr = (float *)view_row(x, r);
+		const float *ar = ADD ? (const float *)view_row(a, r) : NULL;
 		float *o = (float *)view_row(out, r);
-		float v[RMS_HELD];
+		float v[RMS_HELD], u[RMS_HELD];
 		double ss = 0.0;
 
 #pragma unroll
@@ -36,14 +44,34 @@ rms_norm_kernel(struct cuda_view x, const float *w, float eps,
 			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 
 			v[k] = i < n ? xr[i] : 0.0f;
+			u[k] = ADD && i < n ? ar[i] : 0.0f;
+		}
+		/* The sums are stored after every load is issued (a store
+		 * to x could alias a later load, and would hold it back). */
+		if (ADD) {
+#pragma unroll
+			for (int k = 0; k < RMS_HELD; k++) {
+				const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+				v[k] += u[k];
+				if (i < n)
+					xr[i] = v[k];
+			}
 		}
 #pragma unroll
 		for (int k = 0; k < RMS_HELD; k++)
 			ss += (double)v[k] * (double)v[k];
-		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
-			ss += (double)xr[i] * (double)xr[i];
-		/* Every read of the row is done once the sum is known, so out
-		 * may be x. */
+		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x) {
+			float xi = xr[i];
+
+			if (ADD) {
+				xi += ar[i];
+				xr[i] = xi;
+			}
+			ss += (double)xi * (double)xi;
+		}
+		/* Every read of the row (of a too) is done once the sum is
+		 * known, so out may be x or a. */
 		ss = block_sum(ss, part);
 		const float s = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
 #pragma unroll
@@ -85,11 +113,15 @@ static __device__ double rope_theta(const struct cuda_rope &p, int32_t pos,
  * Item i of a head: i < n_rot/2 rotates pair i; the others copy value
  * n_rot + (i - n_rot/2), which passes through. Each item reads before it
  * writes, and only its own values, so out may be x. A negative position
- * is a fault: the token's values are left as they are.
+ * is a fault: the token's values are left as they are. With a cache
+ * (cache.data not NULL: rope_set_rows, values of type C) each value of
+ * out also goes to the cache's row pos[t], as set_rows writes it; a
+ * position beyond the cache is set_rows' fault and writes no cache value.
  */
+template <typename C>
 static __global__ void __launch_bounds__(ROPE_THREADS)
 rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
-            struct cuda_view out, int32_t *fault)
+            struct cuda_view out, struct cuda_view cache, int32_t *fault)
 {
 	const int64_t hd = x.ne[0], nh = x.ne[1], half = p.n_rot / 2;
 	const int64_t per_head = hd - half;
@@ -104,6 +136,11 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 
 		if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pos[t], INT32_MAX))
 			continue;
+		C *c = cache.data && index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t,
+		                              pos[t], cache.ne[2])
+		               ? (C *)(cache.data + h * cache.nb[1] +
+		                       pos[t] * cache.nb[2])
+		               : NULL;
 		if (i < half) {
 			/* NORM rotates neighbours, NEOX the two halves. */
 			const int64_t a = p.neox ? i : 2 * i;
@@ -114,14 +151,45 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 			sincos(rope_theta(p, pos[t], i), &sn, &cs);
 			sn *= p.mscale;
 			cs *= p.mscale;
-			o[a] = (float)(va * cs - vb * sn);
-			o[b] = (float)(va * sn + vb * cs);
+			const float ra = (float)(va * cs - vb * sn);
+			const float rb = (float)(va * sn + vb * cs);
+			o[a] = ra;
+			o[b] = rb;
+			if (c) {
+				c[a] = from_f32<C>(ra);
+				c[b] = from_f32<C>(rb);
+			}
 		} else {
 			const int64_t j = p.n_rot + (i - half);
+			const float v = xr[j];
 
-			o[j] = xr[j];
+			o[j] = v;
+			if (c)
+				c[j] = from_f32<C>(v);
 		}
 	}
+}
+
+/* The view of no tensor: a kernel's optional operand left out. */
+static const struct cuda_view none = { NULL, 0, { 0 }, { 0 } };
+
+extern "C" cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
+                                                const struct cuda_view *a,
+                                                const struct cuda_view *w,
+                                                float eps,
+                                                const struct cuda_view *out,
+                                                cudaStream_t s)
+{
+	const int64_t rows = view_rows(x);
+	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
+	const float *wd = w ? (const float *)w->data : NULL;
+
+	if (a)
+		rms_norm_kernel<true><<<g, RMS_THREADS, 0, s>>>(*x, *a, wd, eps, *out);
+	else
+		rms_norm_kernel<false><<<g, RMS_THREADS, 0, s>>>(*x, none, wd, eps,
+		                                                 *out);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
@@ -130,10 +198,26 @@ extern "C" cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
                                             const struct cuda_view *out,
                                             cudaStream_t s)
 {
-	const int64_t rows = view_rows(x);
+	return cuda_launch_add_rms_norm(x, NULL, w, eps, out, s);
+}
 
-	rms_norm_kernel<<<(unsigned)(rows < 65535 ? rows : 65535), RMS_THREADS, 0,
-	                  s>>>(*x, w ? (const float *)w->data : NULL, eps, *out);
+extern "C" cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
+                                                 const int32_t *pos,
+                                                 const struct cuda_rope *p,
+                                                 const struct cuda_view *out,
+                                                 const struct cuda_view *cache,
+                                                 int32_t *fault,
+                                                 cudaStream_t s)
+{
+	const int64_t items = (x->ne[0] - p->n_rot / 2) * x->ne[1] * x->ne[2];
+	const unsigned g = grid_for(items, ROPE_THREADS);
+
+	if (cache && cache->type == Q4KH_TYPE_F16)
+		rope_kernel<__half><<<g, ROPE_THREADS, 0, s>>>(*x, pos, *p, *out,
+		                                               *cache, fault);
+	else
+		rope_kernel<float><<<g, ROPE_THREADS, 0, s>>>(
+			*x, pos, *p, *out, cache ? *cache : none, fault);
 	return cudaGetLastError();
 }
 
@@ -143,9 +227,5 @@ extern "C" cudaError_t cuda_launch_rope(const struct cuda_view *x,
                                         const struct cuda_view *out,
                                         int32_t *fault, cudaStream_t s)
 {
-	const int64_t items = (x->ne[0] - p->n_rot / 2) * x->ne[1] * x->ne[2];
-
-	rope_kernel<<<grid_for(items, ROPE_THREADS), ROPE_THREADS, 0, s>>>(
-		*x, pos, *p, *out, fault);
-	return cudaGetLastError();
+	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, s);
 }

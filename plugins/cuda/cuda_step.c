@@ -1,7 +1,8 @@
 /*
  * ABI 1.2's entries (plugin.h): the ops whose per-step values (token ids,
  * positions, KV-cache rows) are I32 tensors in device memory, read when the
- * kernel runs. Nothing here touches host memory per call, so a step made of
+ * kernel runs, and ABI 1.4's rope_set_rows (rope_ext and set_rows in one
+ * kernel). Nothing here touches host memory per call, so a step made of
  * these ops records once (graph_begin) and replays for every later token
  * with only those tensors rewritten in between. The values themselves are
  * checked on the device (cuda_kernels.h, enum cuda_fault).
@@ -64,25 +65,46 @@ struct cuda_rope cuda_rope_of(const struct q4kh_rope_params *p)
 	return r;
 }
 
+/*
+ * The RoPE kernel for OP over checked arguments: x rotated into out, and
+ * with CACHE (not NULL: rope_set_rows) out's rows written to the cache
+ * at rows pos.
+ */
+static q4kh_status rope_launch(q4kh_device_ctx *dev, const char *op,
+                               const struct q4kh_tensor *x,
+                               const struct q4kh_tensor *pos,
+                               const struct q4kh_rope_params *params,
+                               const struct q4kh_tensor *out,
+                               const struct q4kh_tensor *cache)
+{
+	struct cuda_view vx, vo, vc;
+	struct cuda_rope r;
+	q4kh_status st;
+
+	if ((st = cuda_enter(dev, op)))
+		return st;
+	vx = cuda_view_of(x);
+	vo = cuda_view_of(out);
+	if (cache)
+		vc = cuda_view_of(cache);
+	r = cuda_rope_of(params);
+	return cuda_launched(dev, op,
+	                cuda_launch_rope_set_rows(&vx, index_data(pos), &r, &vo,
+	                                          cache ? &vc : NULL, dev->fault,
+	                                          dev->stream));
+}
+
 q4kh_status cuda_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *pos,
                           const struct q4kh_rope_params *params,
                           const struct q4kh_tensor *out)
 {
-	struct cuda_view vx, vo;
-	struct cuda_rope r;
 	const struct q4kh_check c = cuda_contract(dev);
 	q4kh_status st;
 
-	if ((st = q4kh_check_rope_ext(&c, x, pos, params, out)) ||
-	    (st = cuda_enter(dev, "rope_ext")))
+	if ((st = q4kh_check_rope_ext(&c, x, pos, params, out)))
 		return st;
-	vx = cuda_view_of(x);
-	vo = cuda_view_of(out);
-	r = cuda_rope_of(params);
-	return cuda_launched(dev, "rope_ext",
-	                cuda_launch_rope(&vx, index_data(pos), &r, &vo,
-	                                 dev->fault, dev->stream));
+	return rope_launch(dev, "rope_ext", x, pos, params, out, NULL);
 }
 
 q4kh_status cuda_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
@@ -101,6 +123,19 @@ q4kh_status cuda_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	return cuda_launched(dev, "set_rows",
 	                cuda_launch_set_rows(&vs, index_data(rows), &vd,
 	                                     dev->fault, dev->stream));
+}
+
+q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *pos,
+                              const struct q4kh_rope_params *params,
+                              const struct q4kh_tensor *cache)
+{
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_rope_set_rows(&c, x, pos, params, cache)))
+		return st;
+	return rope_launch(dev, "rope_set_rows", x, pos, params, x, cache);
 }
 
 q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,

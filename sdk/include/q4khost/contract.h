@@ -894,6 +894,47 @@ static inline q4kh_status q4kh_check_delta_net(const struct q4kh_check *c,
 	return Q4KH_OK;
 }
 
+/*
+ * add_rms_norm (ABI 1.4): add's checks of x += a and rms_norm's of
+ * rms_norm(x) into out, messages named after the part that refuses; then
+ * a of x's very shape and apart from x, and out exactly a or apart from it.
+ */
+static inline q4kh_status q4kh_check_add_rms_norm(const struct q4kh_check *c,
+                                                  const struct q4kh_tensor *x,
+                                                  const struct q4kh_tensor *a,
+                                                  const struct q4kh_tensor *w,
+                                                  float eps,
+                                                  const struct q4kh_tensor *out)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_binary(c, "add", x, a, x)) ||
+	    (st = q4kh_check_rms_norm(c, x, w, eps, out)) ||
+	    (st = q4kh_check_shape(c, "add_rms_norm a", a, x->ne[0], x->ne[1],
+	                           x->ne[2], x->ne[3])) ||
+	    (st = q4kh_check_disjoint(c, "add_rms_norm a", a, "x", x)))
+		return st;
+	return q4kh_check_in_place(c, "add_rms_norm out", out, "a", a);
+}
+
+/*
+ * rope_set_rows (ABI 1.4): rope_ext's checks of x rotated in place at pos,
+ * then set_rows' of x written to cache at rows pos (cache apart from x
+ * and pos), messages named after the part that refuses.
+ */
+static inline q4kh_status q4kh_check_rope_set_rows(const struct q4kh_check *c,
+                                                   const struct q4kh_tensor *x,
+                                                   const struct q4kh_tensor *pos,
+                                                   const struct q4kh_rope_params *p,
+                                                   const struct q4kh_tensor *cache)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_rope_ext(c, x, pos, p, x)))
+		return st;
+	return q4kh_check_set_rows(c, x, pos, cache);
+}
+
 #undef Q4KH__F32
 #undef Q4KH__F32_F16
 

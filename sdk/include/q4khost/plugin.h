@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 3
+#define Q4KH_ABI_MINOR 4
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -197,13 +197,13 @@ struct q4kh_rope_params {
 };
 
 /*
- * Backend function table, ABI 1.2 (1.0 ends at native_device, 1.1 at
- * graph_free). All tensors passed to ops live in buffers of the same
- * device context. Ops may run asynchronously, in the order they are
- * issued; synchronize() waits for all of them. Types: f32 unless said
- * otherwise. An op's output may be one of its inputs only where the entry
- * says so, and then exactly the same view; otherwise it shares no byte
- * with them. q4khost/contract.h checks every op's arguments so
+ * Backend function table, ABI 1.4 (1.0 ends at native_device, 1.1 at
+ * graph_free, 1.2 and 1.3 at delta_net). All tensors passed to ops live
+ * in buffers of the same device context. Ops may run asynchronously, in
+ * the order they are issued; synchronize() waits for all of them. Types:
+ * f32 unless said otherwise. An op's output may be one of its inputs only
+ * where the entry says so, and then exactly the same view; otherwise it
+ * shares no byte with them. q4khost/contract.h checks every op's arguments so
  * (docs/plugin-abi.md section 12, rules A1 to A4).
  */
 struct q4kh_backend_v1 {
@@ -493,6 +493,44 @@ struct q4kh_backend_v1 {
 	                         const struct q4kh_tensor *beta,
 	                         const struct q4kh_tensor *state, float scale,
 	                         const struct q4kh_tensor *out);
+
+	/*
+	 * ABI 1.4, optional: two ops fused into one call, for pairs that a
+	 * step graph issues back to back (docs/plugin-abi.md, "Fused
+	 * entries"). Each gives what the two entries it stands for give when
+	 * called one after the other, the same arithmetic in the same order,
+	 * in one pass over the data (one kernel on a GPU). The host calls one
+	 * only where its interpreter finds the pair (host/lib/graph_run.c).
+	 */
+
+	/*
+	 * add, then rms_norm of its result: x = x + a, then
+	 * out = x / sqrt(mean(x^2) + eps) * w over ne[0] of every row. x and
+	 * a f32 of one shape (no broadcast); x is written (the sum) as well as
+	 * out. w F32 {ne0} or NULL. a shares no byte with x; out has x's
+	 * shape and is exactly x, exactly a, or apart from both, and apart
+	 * from w.
+	 */
+	q4kh_status (*add_rms_norm)(q4kh_device_ctx *dev,
+	                            const struct q4kh_tensor *x,
+	                            const struct q4kh_tensor *a,
+	                            const struct q4kh_tensor *w, float eps,
+	                            const struct q4kh_tensor *out);
+	/*
+	 * rope_ext of x in place, then set_rows of the result at the same
+	 * positions: x {head_dim, n_heads, T} rotated at pos[t] (pos I32 {T},
+	 * params as rope_ext's), then cache[:, :, pos[t]] = x[:, :, t],
+	 * converted to cache's type (f32 or f16). cache {head_dim, n_heads, n}
+	 * shares no byte with x or pos. Every pos[t] must lie in [0, n): a
+	 * negative one fails as rope_ext's does (x and the cache left as
+	 * they are for that token), one at or beyond n as set_rows' rows do
+	 * (x rotated, the cache not written).
+	 */
+	q4kh_status (*rope_set_rows)(q4kh_device_ctx *dev,
+	                             const struct q4kh_tensor *x,
+	                             const struct q4kh_tensor *pos,
+	                             const struct q4kh_rope_params *params,
+	                             const struct q4kh_tensor *cache);
 };
 
 /*
