@@ -13,7 +13,13 @@
  *    the reference's do; a backend without its ops is refused by name
  *    before any step; F2 rejects a backend whose one-token delta rule
  *    reads the state in another layout than its prompt form writes, at
- *    the first decode step after the prompt.
+ *    the first decode step after the prompt;
+ *  - mul_mat nodes that share their input go to a kernel variant's
+ *    gemv_multi (ABI 1.4) as one call: on tiny-qwen2 through cpu-simd,
+ *    q, k, v (with their biases) and ffn gate, up are one call each, and
+ *    the logits of a prompt and decode steps are bit for bit those of
+ *    the same variant seen as ABI 1.3 (one gemv per node, then the
+ *    backend's add) and of a variant that refuses the combination.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -24,7 +30,9 @@
 #include "backend.h"
 #include "graph.h"
 #include "helpers.h"
+#include "kernel.h"
 #include "model.h"
+#include "policy.h"
 #include "registry.h"
 #include "session.h"
 
@@ -388,4 +396,141 @@ Test(replay, f2_rejects_a_decode_form_that_misreads_the_recurrent_state, .timeou
 	cr_expect(strstr(msg, "(decode step 0)") != NULL, "%s", msg);
 	json_decref(root);
 	free(model);
+}
+
+/* --- gemv_multi: the interpreter's grouping of mul_mat nodes ------------ */
+
+/* The variant's own table, and what the wrappers below saw. */
+static const struct q4kh_kernel_v1 *multi_real;
+static int multi_calls[Q4KH_GEMV_MULTI_MAX + 1]; /* by n */
+static int multi_biased;                         /* calls with a bias */
+
+/* Counts the call, then forwards it. */
+static q4kh_status counting_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                  uint32_t n, q4kh_prepared *const w[],
+                                  const struct q4kh_tensor *x,
+                                  const struct q4kh_tensor *const y[],
+                                  const struct q4kh_tensor *const bias[])
+{
+	cr_assert(n >= 2 && n <= Q4KH_GEMV_MULTI_MAX, "gemv_multi of %u matrices", n);
+	multi_calls[n]++;
+	for (uint32_t i = 0; bias && i < n; i++)
+		if (bias[i]) {
+			multi_biased++;
+			break;
+		}
+	return multi_real->gemv_multi(ctx, dev, n, w, x, y, bias);
+}
+
+/* Refuses three matrices (the host must split them), forwards the rest. */
+static q4kh_status refusing_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                  uint32_t n, q4kh_prepared *const w[],
+                                  const struct q4kh_tensor *x,
+                                  const struct q4kh_tensor *const y[],
+                                  const struct q4kh_tensor *const bias[])
+{
+	if (n == 3)
+		return Q4KH_ERR_UNSUPPORTED;
+	return counting_multi(ctx, dev, n, w, x, y, bias);
+}
+
+#define MULTI_PROMPT 5 /* tokens: one step of 5 columns, within cpu-simd's 8 */
+#define MULTI_DECODE 3 /* then one-token steps */
+
+/* Logits of the prompt's last token and of each decode step, in a row. */
+static float *multi_logits(struct q4kh_session *s, int64_t n_vocab)
+{
+	static const int32_t prompt[MULTI_PROMPT] = { 17, 400, 1203, 9, 77 };
+	struct q4kh_error err = { { 0 } };
+	float *out = calloc((size_t)n_vocab * (1 + MULTI_DECODE), sizeof(float));
+
+	cr_assert_not_null(out);
+	q4kh_session_reset(s);
+	cr_assert_eq(q4kh_session_eval(s, prompt, MULTI_PROMPT, out, 0, &err), 0, "%s", err.msg);
+	for (int i = 0; i < MULTI_DECODE; i++) {
+		int32_t id = (int32_t)(31 * i + 5);
+
+		cr_assert_eq(q4kh_session_eval(s, &id, 1, out + (size_t)n_vocab * (i + 1), 0, &err),
+		             0, "%s", err.msg);
+	}
+	return out;
+}
+
+Test(gemv_multi, groups_shared_input_products_with_the_same_logits, .timeout = 300)
+{
+	const char *b = test_builddir();
+	char *path = NULL, *model = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_backend be;
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_model *m = NULL;
+	struct q4kh_session *s = NULL;
+	struct q4kh_session_params sp = { .n_ctx = 64 };
+	struct q4kh_kernel_v1 counting, refusing, old;
+	float *grouped, *split, *refused;
+	size_t bytes;
+	int steps = 1 + MULTI_DECODE;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-simd needs AVX2 and FMA");
+	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-simd/.libs", b, b), 0);
+	cr_assert_geq(asprintf(&model, "%s/tests/fixtures/tiny-qwen2.gguf", test_srcdir()), 0);
+	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, "cpu-simd", &k, &err), 0, "%s", err.msg);
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi), "cpu-simd has no gemv_multi");
+	cr_assert_not_null(m->layers[0].bq.src, "tiny-qwen2 without q bias");
+	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+
+	multi_real = k.v;
+	counting = *k.v;
+	counting.gemv_multi = counting_multi;
+	refusing = *k.v;
+	refusing.gemv_multi = refusing_multi;
+	old = *k.v; /* as a 1.3 variant: the table ends before gemv_multi */
+	old.struct_size = (uint32_t)offsetof(struct q4kh_kernel_v1, gemv_multi);
+
+	k.v = &counting;
+	grouped = multi_logits(s, m->hp.n_vocab);
+	/* q, k, v and gate, up of every layer in every step, once each */
+	cr_expect_eq(multi_calls[3], (int)m->hp.n_layer * steps, "%d calls for q, k, v",
+	             multi_calls[3]);
+	cr_expect_eq(multi_calls[2], (int)m->hp.n_layer * steps, "%d calls for gate, up",
+	             multi_calls[2]);
+	cr_expect_eq(multi_calls[4], 0);
+	cr_expect_eq(multi_biased, (int)m->hp.n_layer * steps, "%d calls with biases",
+	             multi_biased);
+
+	k.v = &old;
+	memset(multi_calls, 0, sizeof(multi_calls));
+	split = multi_logits(s, m->hp.n_vocab);
+	cr_expect_eq(multi_calls[2] + multi_calls[3], 0, "a 1.3 table got gemv_multi calls");
+
+	k.v = &refusing;
+	refused = multi_logits(s, m->hp.n_vocab);
+	cr_expect_eq(multi_calls[3], 0);
+	cr_expect_eq(multi_calls[2], (int)m->hp.n_layer * steps);
+
+	bytes = sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps;
+	cr_expect_eq(memcmp(grouped, split, bytes), 0,
+	             "grouped and per-node products give different logits");
+	cr_expect_eq(memcmp(refused, split, bytes), 0,
+	             "after a refused gemv_multi the logits differ");
+	k.v = multi_real;
+
+	free(refused);
+	free(split);
+	free(grouped);
+	q4kh_session_free(s);
+	q4kh_model_free(m);
+	q4kh_kernel_close(&k);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	free(model);
+	free(path);
 }
