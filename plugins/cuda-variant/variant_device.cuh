@@ -168,9 +168,10 @@ static inline int64_t cv_stream_most_blocks(int warps, int sms)
 }
 
 /*
- * L.run<R, U>() for the rows per warp R (R_WANTED: 4, 2 or 1) and the
- * pieces per lane and step U that suit rows of PIECES pieces: 4 pieces
- * when a lane has more than 2 of them, else 2, with 4 rows 2.
+ * L.run<R, U>() for R_WANTED (4, 2 or 1) rows per warp and the pieces per
+ * lane and step U that suit rows of PIECES pieces: 4 when a lane has more
+ * than 2 pieces of a row, else 2; always 2 with 4 rows, whose loads fill
+ * the registers already.
  */
 template <class L>
 static cudaError_t cv_stream_pick(const L &l, int r_wanted, int pieces)
