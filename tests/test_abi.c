@@ -242,7 +242,37 @@ Test(abi, kernel_table)
 	OFF(q4kh_kernel_v1, gemv, 72);
 	OFF(q4kh_kernel_v1, gemm, 80);
 	OFF(q4kh_kernel_v1, release, 88);
-	SIZE(q4kh_kernel_v1, 96);
+	/* ABI 1.4 */
+	OFF(q4kh_kernel_v1, gemv_multi, 96);
+	SIZE(q4kh_kernel_v1, 104);
+}
+
+static q4kh_status some_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                              uint32_t n, q4kh_prepared *const w[],
+                              const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *const y[],
+                              const struct q4kh_tensor *const bias[])
+{
+	(void)ctx, (void)dev, (void)n, (void)w, (void)x, (void)y, (void)bias;
+	return Q4KH_ERR_UNSUPPORTED;
+}
+
+/*
+ * ABI 1.4's promise: gemv_multi takes up to 4 matrices, and a host sees it
+ * only in a table whose struct_size covers it (a 1.3 table of 96 bytes
+ * followed by anything reads as without it).
+ */
+Test(abi, gemv_multi_is_seen_only_where_the_table_covers_it)
+{
+	struct q4kh_kernel_v1 k = { .struct_size = sizeof(k), .gemv_multi = some_multi };
+
+	cr_expect_eq(Q4KH_GEMV_MULTI_MAX, 4);
+	cr_expect(Q4KH_KERNEL_HAS(&k, gemv_multi));
+	k.struct_size = 96;
+	cr_expect_not(Q4KH_KERNEL_HAS(&k, gemv_multi));
+	k.struct_size = sizeof(k);
+	k.gemv_multi = NULL;
+	cr_expect_not(Q4KH_KERNEL_HAS(&k, gemv_multi));
 }
 
 Test(abi, plugin_descriptor)

@@ -29,6 +29,10 @@
  * columns and GUARD bytes after it; all of them must stay poison, and
  * every element of the view must have been written.
  *
+ * cuda-mwv's gemv_multi (ABI 1.4) must give, bit for bit, what its gemv
+ * and the cuda backend's add give, for Q4_K and Q6_K mixed in one call,
+ * with and without biases, at T = 1 .. 8.
+ *
  * Without a CUDA device (CI) the GPU tests skip with the backend's reason;
  * the variant_plugin tests run everywhere.
  */
@@ -989,6 +993,200 @@ Test(cuda_variants, bad_arguments_fail_with_reasons)
 	rig_close(&r);
 }
 
+/* --- gemv_multi (ABI 1.4): cuda-mwv's one launch against gemv + add ------ */
+
+/* Products of one x: K, and per matrix its type, rows and whether a bias. */
+struct multi_case {
+	int64_t k;
+	uint32_t n;
+	uint32_t type[Q4KH_GEMV_MULTI_MAX];
+	int64_t rows[Q4KH_GEMV_MULTI_MAX];
+	int bias[Q4KH_GEMV_MULTI_MAX];
+};
+
+#define Q4K Q4KH_TYPE_Q4_K
+#define Q6K Q4KH_TYPE_Q6_K
+
+/*
+ * q, k, v of a Q4_K_M file (v in Q6_K) with Qwen2's biases; gate and up
+ * (enough rows for 4 rows per warp on an H200, K long enough for 4 pieces
+ * per step); four mixed matrices of few rows and one super-block (1 row
+ * per warp, 2 pieces per step), some with biases; one matrix alone.
+ */
+static const struct multi_case multi_cases[] = {
+	{ 2048, 3, { Q4K, Q4K, Q6K }, { 2048, 259, 259 }, { 1, 1, 1 } },
+	{ 4096, 2, { Q4K, Q4K }, { 5003, 5003 }, { 0, 0 } },
+	{ 256, 4, { Q6K, Q4K, Q6K, Q4K }, { 77, 33, 200, 5 }, { 1, 0, 0, 1 } },
+	{ 512, 1, { Q6K }, { 300 }, { 1 } },
+};
+
+#undef Q4K
+#undef Q6K
+
+/*
+ * One case at T columns: y[i] by gemv_multi must hold, bit for bit, what
+ * gemv(w[i]) followed by the cuda backend's add of bias[i] gives, and
+ * nothing outside the y views may be written.
+ */
+static void multi_check(struct rig *r, struct q4kh_kernel *k, const struct multi_case *mc,
+                        const struct weight *w, const struct view *bias, int64_t t)
+{
+	float *xv = random_floats((size_t)(mc->k * t));
+	struct view x = put(&r->gpu, Q4KH_TYPE_F32, mc->k, t, 4 * mc->k + 64, xv);
+	struct view ym[Q4KH_GEMV_MULTI_MAX], ys[Q4KH_GEMV_MULTI_MAX];
+	q4kh_prepared *p[Q4KH_GEMV_MULTI_MAX];
+	const struct q4kh_tensor *y[Q4KH_GEMV_MULTI_MAX], *b[Q4KH_GEMV_MULTI_MAX];
+
+	for (uint32_t i = 0; i < mc->n; i++) {
+		ym[i] = put(&r->gpu, Q4KH_TYPE_F32, w[i].n, t, 4 * w[i].n + 12, NULL);
+		ys[i] = put(&r->gpu, Q4KH_TYPE_F32, w[i].n, t, 4 * w[i].n + 12, NULL);
+		p[i] = w[i].p;
+		y[i] = &ym[i].t;
+		b[i] = mc->bias[i] ? &bias[i].t : NULL;
+		cr_assert_eq(k->v->gemv(k->ctx, &k->native, w[i].p, &x.t, &ys[i].t), Q4KH_OK,
+		             "gemv: %s", k->v->last_error(k->ctx));
+		if (b[i])
+			cr_assert_eq(r->gpu.v->add(r->gpu.dev, &ys[i].t, b[i], &ys[i].t), Q4KH_OK,
+			             "add: %s", r->gpu.v->last_error(r->gpu.ctx));
+	}
+	cr_assert_eq(k->v->gemv_multi(k->ctx, &k->native, mc->n, p, &x.t, y, b), Q4KH_OK,
+	             "gemv_multi of %u matrices, K %lld, T %lld: %s", mc->n, (long long)mc->k,
+	             (long long)t, k->v->last_error(k->ctx));
+	for (uint32_t i = 0; i < mc->n; i++) {
+		uint8_t *got = fetch(&r->gpu, &ym[i]), *want = fetch(&r->gpu, &ys[i]);
+
+		for (uint64_t j = 0; j < ym[i].size; j++)
+			if (!in_view(&ym[i], j))
+				cr_assert_eq(got[j], POISON, "gemv_multi wrote byte %llu of y[%u]'s "
+				             "buffer, outside the view", (unsigned long long)j, i);
+		for (int64_t c = 0; c < t; c++)
+			for (int64_t row = 0; row < w[i].n; row++) {
+				float g = f32_at(&ym[i], got, row, c), e = f32_at(&ys[i], want, row, c);
+
+				cr_assert(!memcmp(&g, &e, sizeof(g)),
+				          "K %lld, T %lld: y[%u] (%s%s) [%lld, %lld] = %.9g, gemv%s "
+				          "gives %.9g",
+				          (long long)mc->k, (long long)t, i, q4kh_type_name(w[i].type),
+				          b[i] ? ", bias" : "", (long long)row, (long long)c, g,
+				          b[i] ? " + add" : "", e);
+			}
+		free(got);
+		free(want);
+		drop(&r->gpu, &ym[i]);
+		drop(&r->gpu, &ys[i]);
+	}
+	drop(&r->gpu, &x);
+	free(xv);
+}
+
+Test(cuda_variants, mwv_gemv_multi_matches_gemv_and_add_bit_for_bit)
+{
+	struct q4kh_kernel k;
+	struct rig r;
+
+	srand48_r(14, &rng);
+	rig_open(&r, NULL);
+	kernel_open(&r, &mwv, &k);
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi));
+	for (size_t c = 0; c < N_OF(multi_cases); c++) {
+		const struct multi_case *mc = &multi_cases[c];
+		struct weight w[Q4KH_GEMV_MULTI_MAX];
+		struct view bias[Q4KH_GEMV_MULTI_MAX];
+
+		for (uint32_t i = 0; i < mc->n; i++) {
+			float *bv = random_floats((size_t)mc->rows[i]);
+
+			weight_new(&r, &k, &mwv, mc->type[i], mc->k, mc->rows[i], 0, &w[i]);
+			bias[i] = put(&r.gpu, Q4KH_TYPE_F32, mc->rows[i], 1, 4 * mc->rows[i], bv);
+			free(bv);
+		}
+		for (int64_t t = 1; t <= 8; t++)
+			multi_check(&r, &k, mc, w, bias, t);
+		for (uint32_t i = 0; i < mc->n; i++) {
+			drop(&r.gpu, &bias[i]);
+			weight_free(&r, &k, &w[i]);
+		}
+	}
+	q4kh_kernel_close(&k);
+	rig_close(&r);
+}
+
+Test(cuda_variants, mwv_gemv_multi_bad_arguments_fail_with_reasons)
+{
+	struct q4kh_kernel k;
+	struct weight w[2];
+	struct view x, x9, y0, y1, bias;
+	q4kh_prepared *p[Q4KH_GEMV_MULTI_MAX + 1];
+	const struct q4kh_tensor *y[Q4KH_GEMV_MULTI_MAX + 1], *b[2];
+	struct q4kh_tensor bad;
+	float *xv;
+	struct rig r;
+
+	srand48_r(15, &rng);
+	rig_open(&r, NULL);
+	kernel_open(&r, &mwv, &k);
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q4_K, 512, 16, 0, &w[0]);
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q6_K, 256, 16, 0, &w[1]);
+	xv = random_floats(512 * 9);
+	x = put(&r.gpu, Q4KH_TYPE_F32, 512, 2, 4 * 512, xv);
+	x9 = put(&r.gpu, Q4KH_TYPE_F32, 512, 9, 4 * 512, xv);
+	y0 = put(&r.gpu, Q4KH_TYPE_F32, 16, 2, 4 * 16, NULL);
+	y1 = put(&r.gpu, Q4KH_TYPE_F32, 16, 2, 4 * 16, NULL);
+	bias = put(&r.gpu, Q4KH_TYPE_F32, 16, 1, 4 * 16, xv);
+	for (int i = 0; i <= Q4KH_GEMV_MULTI_MAX; i++) {
+		p[i] = w[0].p;
+		y[i] = &y0.t;
+	}
+
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 0, p, &x.t, y, NULL),
+	             Q4KH_ERR_INVALID, "n = 0 (expected 1 .. 4)");
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 5, p, &x.t, y, NULL),
+	             Q4KH_ERR_INVALID, "n = 5 (expected 1 .. 4)");
+	p[1] = w[1].p;
+	y[1] = &y1.t;
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 2, p, &x.t, y, NULL),
+	             Q4KH_ERR_INVALID, "w[1] has K = 256, w[0] 512");
+	p[1] = w[0].p;
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 2, p, &x9.t, y, NULL),
+	             Q4KH_ERR_INVALID, "gemv_multi x: shape {512, 9, 1, 1}");
+	y[1] = &y0.t;
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 2, p, &x.t, y, NULL),
+	             Q4KH_ERR_INVALID, "y[1] overlaps y[0]");
+	y[1] = &y1.t;
+	b[0] = NULL;
+	b[1] = &y0.t;
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 2, p, &x.t, y, b),
+	             Q4KH_ERR_INVALID, "overlaps bias[1]");
+	bad = bias.t;
+	bad.ne[0] = 15;
+	b[1] = &bad;
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 2, p, &x.t, y, b),
+	             Q4KH_ERR_INVALID, "bias[1]: type 0 {15, 1, 1, 1}");
+	bad = y1.t;
+	bad.buffer = x.t.buffer;
+	y[1] = &bad;
+	expect_error(&k, k.v->gemv_multi(k.ctx, &k.native, 2, p, &x.t, y, NULL),
+	             Q4KH_ERR_INVALID, "gemv_multi: y overlaps x");
+	/* After all that, a good call still succeeds. */
+	y[1] = &y1.t;
+	b[1] = &bias.t;
+	cr_assert_eq(k.v->gemv_multi(k.ctx, &k.native, 2, p, &x.t, y, b), Q4KH_OK, "%s",
+	             k.v->last_error(k.ctx));
+	cr_assert_eq(r.gpu.v->synchronize(r.gpu.dev), Q4KH_OK, "%s",
+	             r.gpu.v->last_error(r.gpu.ctx));
+
+	drop(&r.gpu, &x);
+	drop(&r.gpu, &x9);
+	drop(&r.gpu, &y0);
+	drop(&r.gpu, &y1);
+	drop(&r.gpu, &bias);
+	weight_free(&r, &k, &w[0]);
+	weight_free(&r, &k, &w[1]);
+	q4kh_kernel_close(&k);
+	free(xv);
+	rig_close(&r);
+}
+
 /* --- everywhere: loading, identity, score, config, init ------------------ */
 
 Test(variant_plugin, each_loads_and_declares_its_backend_and_types)
@@ -1011,6 +1209,9 @@ Test(variant_plugin, each_loads_and_declares_its_backend_and_types)
 		          p->name, p->desc->build_id);
 		cr_assert_not_null(kt);
 		cr_assert_eq(kt->struct_size, sizeof(struct q4kh_kernel_v1));
+		/* ABI 1.4: cuda-mwv fuses products of one input; the others not */
+		cr_assert_eq(Q4KH_KERNEL_HAS(kt, gemv_multi), variants[v] == &mwv, "%s",
+		             p->name);
 		cr_assert_str_eq(kt->backend, "cuda", "%s", p->name);
 		cr_assert_eq(kt->max_gemv_columns, 8, "%s", p->name);
 		cr_assert_eq(kt->n_types, variants[v]->n_types, "%s", p->name);

@@ -17,6 +17,12 @@
  *  - the interpreter's peephole: cpu-fast with its fused entries (ABI
  *    1.4) gives the logits it gives without them, bit for bit, on every
  *    architecture's fixture, and fuses every pair a decode step has.
+ *  - mul_mat nodes that share their input go to a kernel variant's
+ *    gemv_multi (ABI 1.4) as one call: on tiny-qwen2 through cpu-simd,
+ *    q, k, v (with their biases) and ffn gate, up are one call each, and
+ *    the logits of a prompt and decode steps are bit for bit those of
+ *    the same variant seen as ABI 1.3 (one gemv per node, then the
+ *    backend's add) and of a variant that refuses the combination.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -27,7 +33,9 @@
 #include "backend.h"
 #include "graph.h"
 #include "helpers.h"
+#include "kernel.h"
 #include "model.h"
+#include "policy.h"
 #include "registry.h"
 #include "session.h"
 
@@ -512,4 +520,196 @@ Test(replay, f2_rejects_a_decode_form_that_misreads_the_recurrent_state, .timeou
 	cr_expect(strstr(msg, "(decode step 0)") != NULL, "%s", msg);
 	json_decref(root);
 	free(model);
+}
+
+/* --- gemv_multi: the interpreter's grouping of mul_mat nodes ------------ */
+
+/* The variant's own table, and what the wrappers below saw. */
+static const struct q4kh_kernel_v1 *multi_real;
+static int multi_calls[Q4KH_GEMV_MULTI_MAX + 1]; /* by n */
+static int multi_biased;                         /* calls with a bias */
+
+/* Counts the call, then forwards it. */
+static q4kh_status counting_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                  uint32_t n, q4kh_prepared *const w[],
+                                  const struct q4kh_tensor *x,
+                                  const struct q4kh_tensor *const y[],
+                                  const struct q4kh_tensor *const bias[])
+{
+	cr_assert(n >= 2 && n <= Q4KH_GEMV_MULTI_MAX, "gemv_multi of %u matrices", n);
+	multi_calls[n]++;
+	for (uint32_t i = 0; bias && i < n; i++)
+		if (bias[i]) {
+			multi_biased++;
+			break;
+		}
+	return multi_real->gemv_multi(ctx, dev, n, w, x, y, bias);
+}
+
+/* Refuses three matrices (the host must split them), forwards the rest. */
+static q4kh_status refusing_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                  uint32_t n, q4kh_prepared *const w[],
+                                  const struct q4kh_tensor *x,
+                                  const struct q4kh_tensor *const y[],
+                                  const struct q4kh_tensor *const bias[])
+{
+	if (n == 3)
+		return Q4KH_ERR_UNSUPPORTED;
+	return counting_multi(ctx, dev, n, w, x, y, bias);
+}
+
+#define MULTI_PROMPT 5 /* tokens: one step of 5 columns, within cpu-simd's 8 */
+#define MULTI_DECODE 3 /* then one-token steps */
+
+/*
+ * Logits of the prompt's last token and of each decode step, in a row, on
+ * a new session of M (each mode records its own steps where the backend
+ * replays them).
+ */
+static float *multi_logits(struct q4kh_model *m)
+{
+	static const int32_t prompt[MULTI_PROMPT] = { 17, 400, 1203, 9, 77 };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session_params sp = { .n_ctx = 64 };
+	struct q4kh_session *s = NULL;
+	const int64_t n_vocab = m->hp.n_vocab;
+	float *out = calloc((size_t)n_vocab * (1 + MULTI_DECODE), sizeof(float));
+
+	cr_assert_not_null(out);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(s, prompt, MULTI_PROMPT, out, 0, &err), 0, "%s", err.msg);
+	for (int i = 0; i < MULTI_DECODE; i++) {
+		int32_t id = (int32_t)(31 * i + 5);
+
+		cr_assert_eq(q4kh_session_eval(s, &id, 1, out + (size_t)n_vocab * (i + 1), 0, &err),
+		             0, "%s", err.msg);
+	}
+	q4kh_session_free(s);
+	return out;
+}
+
+/*
+ * tiny-qwen2 (q, k, v with biases; Q4_K and Q6_K) on BACKEND through
+ * VARIANT, plugins from REG: with gemv_multi every layer's q, k, v and
+ * gate, up go as one call each (in every step where the backend runs the
+ * interpreter; EXACT: each step does), and the logits are bit for bit
+ * those of the variant seen as ABI 1.3 and of one that refuses three
+ * matrices.
+ */
+static void expect_grouping(struct q4kh_registry *reg, const char *backend,
+                            const char *variant, int exact)
+{
+	char *model = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_backend be;
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_model *m = NULL;
+	struct q4kh_kernel_v1 counting, refusing, old;
+	float *grouped, *split, *refused;
+	const int steps = 1 + MULTI_DECODE;
+	int layers;
+	size_t bytes;
+
+	cr_assert_geq(asprintf(&model, "%s/tests/fixtures/tiny-qwen2.gguf", test_srcdir()), 0);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, backend), 0, &be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s", err.msg);
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi), "%s has no gemv_multi", variant);
+	cr_assert_not_null(m->layers[0].bq.src, "tiny-qwen2 without q bias");
+	layers = (int)m->hp.n_layer;
+
+	multi_real = k.v;
+	counting = *k.v;
+	counting.gemv_multi = counting_multi;
+	refusing = *k.v;
+	refusing.gemv_multi = refusing_multi;
+	old = *k.v; /* as a 1.3 variant: the table ends before gemv_multi */
+	old.struct_size = (uint32_t)offsetof(struct q4kh_kernel_v1, gemv_multi);
+
+	memset(multi_calls, 0, sizeof(multi_calls));
+	multi_biased = 0;
+	k.v = &counting;
+	grouped = multi_logits(m);
+	/* q, k, v and gate, up of every layer, once each per interpreted step */
+	if (exact) {
+		cr_expect_eq(multi_calls[3], layers * steps, "%d calls for q, k, v", multi_calls[3]);
+		cr_expect_eq(multi_calls[2], layers * steps, "%d calls for gate, up", multi_calls[2]);
+		cr_expect_eq(multi_biased, layers * steps, "%d calls with biases", multi_biased);
+	} else {
+		cr_expect_geq(multi_calls[3], layers, "%d calls for q, k, v", multi_calls[3]);
+		cr_expect_eq(multi_calls[3], multi_calls[2]);
+		cr_expect_eq(multi_biased, multi_calls[3]);
+		cr_expect_eq(multi_calls[3] % layers, 0);
+	}
+	cr_expect_eq(multi_calls[4], 0);
+
+	k.v = &old;
+	memset(multi_calls, 0, sizeof(multi_calls));
+	split = multi_logits(m);
+	cr_expect_eq(multi_calls[2] + multi_calls[3], 0, "a 1.3 table got gemv_multi calls");
+
+	k.v = &refusing;
+	refused = multi_logits(m);
+	cr_expect_eq(multi_calls[3], 0);
+	cr_expect_gt(multi_calls[2], 0);
+
+	bytes = sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps;
+	cr_expect_eq(memcmp(grouped, split, bytes), 0,
+	             "%s/%s: grouped and per-node products give different logits", backend,
+	             variant);
+	cr_expect_eq(memcmp(refused, split, bytes), 0,
+	             "%s/%s: after a refused gemv_multi the logits differ", backend, variant);
+	k.v = multi_real;
+
+	free(refused);
+	free(split);
+	free(grouped);
+	q4kh_model_free(m);
+	q4kh_kernel_close(&k);
+	q4kh_backend_close(&be);
+	free(model);
+}
+
+/* On the reference cpu through cpu-simd: CI without a GPU runs this. */
+Test(gemv_multi, groups_shared_input_products_with_the_same_logits, .timeout = 300)
+{
+	const char *b = test_builddir();
+	char *path = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-simd needs AVX2 and FMA");
+	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-simd/.libs", b, b), 0);
+	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
+	expect_grouping(reg, "cpu", "cpu-simd", 1);
+	q4kh_registry_free(reg);
+	free(path);
+}
+
+/*
+ * On cuda through cuda-mwv: one launch for Q4_K and Q6_K with the biases,
+ * recorded into the replayed CUDA graph. Skips without the CUDA plugins or
+ * a device.
+ */
+Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	uint32_t n = 0;
+
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	if (!q4kh_registry_find(reg, "cuda") || !q4kh_registry_find(reg, "cuda-mwv")) {
+		q4kh_registry_free(reg);
+		cr_skip_test("this build has no cuda and cuda-mwv plugins");
+	}
+	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
+		q4kh_registry_free(reg);
+		cr_skip_test("no CUDA device (%s)", err.msg[0] ? err.msg : "the cuda backend has 0");
+	}
+	expect_grouping(reg, "cuda", "cuda-mwv", 0);
+	q4kh_registry_free(reg);
 }

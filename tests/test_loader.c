@@ -178,6 +178,17 @@ Test(loader, table_smaller_than_its_claimed_minor)
 	expect_rejection("old_table", want);
 }
 
+/* ABI 1.4 appended gemv_multi: a kernel table that claims 1.4 must hold it. */
+Test(loader, kernel_table_smaller_than_its_claimed_minor)
+{
+	char want[160];
+
+	snprintf(want, sizeof(want),
+	         "kernel table struct_size 96 is smaller than the %zu bytes of ABI 1.%d, which its descriptor claims",
+	         sizeof(struct q4kh_kernel_v1), Q4KH_ABI_MINOR);
+	expect_rejection("old_kernel_table", want);
+}
+
 /*
  * Every function behind a lying descriptor leaves evidence when called
  * (tests/plugins/liar.c): after the loader, and after the real CLI listing
@@ -433,6 +444,22 @@ Test(loader, abi_1_0_backend_is_accepted_without_the_1_1_entries)
 	cr_assert(Q4KH_BACKEND_HAS(p->desc->backend, native_device));
 	cr_assert_not(Q4KH_BACKEND_HAS(p->desc->backend, read_pass));
 	cr_assert_not(Q4KH_BACKEND_HAS(p->desc->backend, graph_free));
+	q4kh_registry_free(r);
+}
+
+/* A variant built for ABI 1.3 keeps loading; gemv_multi counts as absent. */
+Test(loader, abi_1_3_kernel_is_accepted_without_gemv_multi)
+{
+	const char *dir = fresh_dir();
+	struct q4kh_registry *r;
+	const struct q4kh_plugin *p;
+
+	free(put_test_plugin(dir, "kernel_v1_3", "old.so"));
+	p = scan_one(dir, &r);
+	cr_assert_eq(p->state, Q4KH_PLUGIN_ACCEPTED, "%s", p->reason);
+	cr_assert_eq(p->desc->abi_minor, 3);
+	cr_assert(Q4KH_KERNEL_HAS(p->desc->kernel, release));
+	cr_assert_not(Q4KH_KERNEL_HAS(p->desc->kernel, gemv_multi));
 	q4kh_registry_free(r);
 }
 

@@ -31,12 +31,11 @@ int32_t q4kh_block_project(struct q4kh_graph *g, const struct q4kh_weight *w,
 	int32_t out = q4kh_graph_act(g, w->t.ne[1], g->n_tokens, 1, "blk.%u.%s",
 	                             il, name);
 
-	q4kh_graph_mul_mat(g, q4kh_graph_weight(g, w, "blk.%u.%s.weight", il, name),
-	                   x, out);
-	if (bias && bias->src)
-		q4kh_graph_add(g, out, q4kh_graph_weight(g, bias, "blk.%u.%s.bias", il, name),
-		               out);
-	return out;
+	return q4kh_graph_mul_mat_bias(
+		g, q4kh_graph_weight(g, w, "blk.%u.%s.weight", il, name), x,
+		bias && bias->src ? q4kh_graph_weight(g, bias, "blk.%u.%s.bias", il, name)
+		                  : -1,
+		out);
 }
 
 /* Per-head RMSNorm of v {head_dim * heads, T} with weight w, in place. */
@@ -80,6 +79,7 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	const struct q4kh_hparams *hp = &m->hp;
 	const struct q4kh_layer *l = &m->layers[il];
 	const int64_t hd = hp->head_dim, T = g->n_tokens;
+	/* q, k and v one after another: one gemv_multi where a variant has it */
 	int32_t q = q4kh_block_project(g, &l->wq, &l->bq, h, "attn_q", il);
 	int32_t k = q4kh_block_project(g, &l->wk, &l->bk, h, "attn_k", il);
 	int32_t v = q4kh_block_project(g, &l->wv, &l->bv, h, "attn_v", il);
@@ -130,6 +130,7 @@ int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
                        uint32_t il, int32_t h, q4kh_glu_kind act)
 {
 	const struct q4kh_layer *l = &m->layers[il];
+	/* gate and up adjacent, as q, k and v above */
 	int32_t gate = q4kh_block_project(g, &l->w_gate, NULL, h, "ffn_gate", il);
 	int32_t up = q4kh_block_project(g, &l->w_up, NULL, h, "ffn_up", il);
 

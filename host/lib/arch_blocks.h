@@ -36,7 +36,12 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
                              uint32_t il, int32_t h,
                              const struct q4kh_attn_opts *opts);
 
-/* out = W x (+ bias), a new activation {W's rows, T} named blk.IL.NAME. */
+/*
+ * out = W x (+ bias), a new activation {W's rows, T} named blk.IL.NAME:
+ * one mul_mat node with the bias as its third source. Projections of one
+ * input built one after another stay adjacent nodes, which the
+ * interpreter serves with one gemv_multi (graph_run.h).
+ */
 int32_t q4kh_block_project(struct q4kh_graph *g, const struct q4kh_weight *w,
                            const struct q4kh_weight *bias, int32_t x,
                            const char *name, uint32_t il);

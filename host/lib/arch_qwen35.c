@@ -249,13 +249,13 @@ static int32_t linear_attention(struct q4kh_graph *g, const struct q4kh_session 
 	int32_t qkv = q4kh_block_project(g, &l->ssm_in, NULL, h, "attn_qkv", il);
 	int32_t z = q4kh_block_project(g, &l->ssm_z, NULL, h, "attn_gate", il);
 	int32_t beta = q4kh_block_project(g, &l->ssm_beta, NULL, h, "ssm_beta", il);
-	int32_t decay = q4kh_block_project(g, &l->ssm_alpha, NULL, h, "ssm_alpha", il);
+	/* alpha + dt_bias: the bias rides with the product (gemv_multi) */
+	int32_t decay = q4kh_block_project(g, &l->ssm_alpha, &l->ssm_dt, h, "ssm_alpha", il);
 	int32_t conv = q4kh_graph_act(g, ch, T, 1, "blk.%u.conv", il);
 	int32_t o = q4kh_graph_act(g, sd, hv, T, "blk.%u.delta", il);
 	int32_t q, k, v, heads;
 
 	q4kh_graph_unary(g, Q4KH_UNARY_SIGMOID, beta, beta);
-	q4kh_graph_add(g, decay, q4kh_graph_weight(g, &l->ssm_dt, "blk.%u.ssm_dt.bias", il), decay);
 	q4kh_graph_unary(g, Q4KH_UNARY_SOFTPLUS, decay, decay);
 	q4kh_graph_mul(g, decay, q4kh_graph_weight(g, &l->ssm_a, "blk.%u.ssm_a", il), decay);
 	q4kh_graph_ssm_conv(g, qkv, q4kh_graph_weight(g, &l->ssm_conv, "blk.%u.ssm_conv1d", il),

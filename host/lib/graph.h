@@ -28,7 +28,7 @@ struct q4kh_weight;
 
 enum q4kh_op {
 	Q4KH_OP_GET_ROWS,  /* src table (fixed), ids; f[0] scale */
-	Q4KH_OP_MUL_MAT,   /* src w (a weight), x: through w's kernel variant */
+	Q4KH_OP_MUL_MAT,   /* src w (a weight), x, bias (F32 {N}, or -1): through w's kernel variant */
 	Q4KH_OP_RMS_NORM,  /* src x, w (or -1); f[0] eps */
 	Q4KH_OP_ROPE,      /* src x, pos, freq factors (or -1); rope */
 	Q4KH_OP_ADD,       /* src a, b (b broadcast as the backend's add) */
@@ -168,6 +168,19 @@ static inline int32_t q4kh_graph_mul_mat(struct q4kh_graph *g, int32_t w,
                                          int32_t x, int32_t out)
 {
 	return q4kh_graph_node(g, Q4KH_OP_MUL_MAT, out, w, x, -1, -1, 0, 0,
+	                       0.0f, 0.0f);
+}
+
+/*
+ * out = w x + bias, bias a fixed F32 {N} added to every column (-1 for
+ * none): one node, so that the interpreter can hand the bias to a kernel
+ * variant's gemv_multi with the product (graph_run.h).
+ */
+static inline int32_t q4kh_graph_mul_mat_bias(struct q4kh_graph *g, int32_t w,
+                                              int32_t x, int32_t bias,
+                                              int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_MUL_MAT, out, w, x, bias, -1, 0, 0,
 	                       0.0f, 0.0f);
 }
 

@@ -38,13 +38,14 @@ static const char *node_name(const struct q4kh_graph *g, const struct q4kh_node 
 #define WHAT node_name(g, n, what, sizeof(what))
 
 /*
- * y = w x through w's kernel variant when it has one (gemv for at most
- * max_gemv_columns columns, gemm beyond), else the backend's mul_mat.
+ * y = w x (+ bias) through w's kernel variant when it has one (gemv for at
+ * most max_gemv_columns columns, gemm beyond), else the backend's mul_mat;
+ * the bias (NULL for none) through the backend's add.
  */
 static int matmul(const struct q4kh_backend *b, const struct q4kh_weight *w,
-                  const struct q4kh_tensor *x, const struct q4kh_tensor *y,
-                  const struct q4kh_graph *g, const struct q4kh_node *n,
-                  struct q4kh_error *err)
+                  const struct q4kh_tensor *x, const struct q4kh_tensor *bias,
+                  const struct q4kh_tensor *y, const struct q4kh_graph *g,
+                  const struct q4kh_node *n, struct q4kh_error *err)
 {
 	const struct q4kh_kernel *k = w ? w->kernel : NULL;
 	char what[96];
@@ -53,9 +54,132 @@ static int matmul(const struct q4kh_backend *b, const struct q4kh_weight *w,
 		int gemv = x->ne[1] <= (int64_t)k->v->max_gemv_columns;
 		q4kh_status st = gemv ? k->v->gemv(k->ctx, &k->native, w->prepared, x, y)
 		                      : k->v->gemm(k->ctx, &k->native, w->prepared, x, y);
-		return q4kh_kernel_check(k, st, gemv ? "gemv" : "gemm", err);
+
+		if (q4kh_kernel_check(k, st, gemv ? "gemv" : "gemm", err))
+			return -1;
+	} else {
+		CALL(b->v->mul_mat(b->dev, w ? &w->t : NULL, x, y));
 	}
-	CALL(b->v->mul_mat(b->dev, w ? &w->t : NULL, x, y));
+	if (bias)
+		CALL(b->v->add(b->dev, y, bias, y));
+	return 0;
+}
+
+/* One past the last byte of f32 tensor T in its buffer. */
+static uint64_t f32_end(const struct q4kh_tensor *t)
+{
+	uint64_t end = t->offset + sizeof(float);
+
+	for (int d = 0; d < 4; d++)
+		end += (uint64_t)(t->ne[d] - 1) * (uint64_t)t->nb[d];
+	return end;
+}
+
+/* Do f32 tensors A and B share a byte? */
+static int f32_overlap(const struct q4kh_tensor *a, const struct q4kh_tensor *b)
+{
+	return a->buffer == b->buffer && a->offset < f32_end(b) &&
+	       b->offset < f32_end(a);
+}
+
+/* The bias of mul_mat node N, or NULL. */
+static const struct q4kh_tensor *bias_of(const struct q4kh_graph *g,
+                                         const struct q4kh_node *n)
+{
+	return n->src[2] >= 0 ? &g->vals[n->src[2]].t : NULL;
+}
+
+/*
+ * Can mul_mat nodes A and B run in one call: does neither write a byte
+ * that the other reads or writes? (A may be B: its output and its bias.)
+ */
+static int apart(const struct q4kh_graph *g, const struct q4kh_node *a,
+                 const struct q4kh_node *b)
+{
+	const struct q4kh_tensor *ya = &g->vals[a->out].t, *yb = &g->vals[b->out].t;
+	const struct q4kh_tensor *ba = bias_of(g, a), *bb = bias_of(g, b);
+
+	return (a == b || !f32_overlap(ya, yb)) && (!bb || !f32_overlap(ya, bb)) &&
+	       (!ba || !f32_overlap(yb, ba)) &&
+	       !f32_overlap(ya, &g->vals[b->src[1]].t) &&
+	       !f32_overlap(yb, &g->vals[a->src[1]].t);
+}
+
+/*
+ * How many nodes from I on one gemv_multi serves: the mul_mat nodes that
+ * follow one another, read the same x value with at most max_gemv_columns
+ * columns, and whose weights the same kernel-variant context serves with
+ * gemv_multi (ABI 1.4), up to Q4KH_GEMV_MULTI_MAX of them, while no
+ * output shares a byte with x, a bias or another output (the planner
+ * keeps them apart: this only makes sure). 1 when no such run of two or
+ * more starts at I.
+ */
+static int32_t multi_run(const struct q4kh_graph *g, int32_t i)
+{
+	const struct q4kh_node *first = &g->nodes[i];
+	const struct q4kh_weight *w0;
+	const struct q4kh_kernel *k;
+	const struct q4kh_tensor *x;
+	int32_t n = 0;
+
+	if (first->op != Q4KH_OP_MUL_MAT)
+		return 1;
+	w0 = g->vals[first->src[0]].weight;
+	k = w0 ? w0->kernel : NULL;
+	x = &g->vals[first->src[1]].t;
+	if (!k || !Q4KH_KERNEL_HAS(k->v, gemv_multi) ||
+	    x->ne[1] > (int64_t)k->v->max_gemv_columns)
+		return 1;
+	for (; n < Q4KH_GEMV_MULTI_MAX && i + n < g->n_nodes; n++) {
+		const struct q4kh_node *nd = &g->nodes[i + n];
+		const struct q4kh_weight *w;
+		int ok;
+
+		if (nd->op != Q4KH_OP_MUL_MAT || nd->src[1] != first->src[1])
+			break;
+		w = g->vals[nd->src[0]].weight;
+		ok = w && w->kernel && w->kernel->v == k->v &&
+		     w->kernel->ctx == k->ctx && w->t.ne[0] == x->ne[0];
+
+		for (int32_t j = 0; j <= n && ok; j++)
+			ok = apart(g, &g->nodes[i + j], nd);
+		if (!ok)
+			break;
+	}
+	return n > 1 ? n : 1;
+}
+
+/*
+ * Nodes [I, I + N) of multi_run as one gemv_multi; when the variant
+ * answers Q4KH_ERR_UNSUPPORTED (it does not fuse this combination), node
+ * by node instead.
+ */
+static int run_multi(const struct q4kh_graph *g, int32_t i, int32_t n,
+                     const struct q4kh_backend *b, struct q4kh_error *err)
+{
+	const struct q4kh_node *nodes = &g->nodes[i];
+	const struct q4kh_kernel *k = g->vals[nodes[0].src[0]].weight->kernel;
+	q4kh_prepared *w[Q4KH_GEMV_MULTI_MAX];
+	const struct q4kh_tensor *y[Q4KH_GEMV_MULTI_MAX];
+	const struct q4kh_tensor *bias[Q4KH_GEMV_MULTI_MAX];
+	q4kh_status st;
+
+	for (int32_t j = 0; j < n; j++) {
+		w[j] = g->vals[nodes[j].src[0]].weight->prepared;
+		y[j] = &g->vals[nodes[j].out].t;
+		bias[j] = bias_of(g, &nodes[j]);
+	}
+	st = k->v->gemv_multi(k->ctx, &k->native, (uint32_t)n, w,
+	                      &g->vals[nodes[0].src[1]].t, y, bias);
+	if (st != Q4KH_ERR_UNSUPPORTED)
+		return q4kh_kernel_check(k, st, "gemv_multi", err);
+	for (int32_t j = 0; j < n; j++) {
+		const struct q4kh_node *nd = &nodes[j];
+
+		if (matmul(b, g->vals[nd->src[0]].weight, &g->vals[nd->src[1]].t,
+		           bias[j], y[j], g, nd, err))
+			return -1;
+	}
 	return 0;
 }
 
@@ -91,7 +215,7 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 			CALL(v->get_rows(dev, s[0], in->ids, g->n_tokens, n->f[0], out));
 		return 0;
 	case Q4KH_OP_MUL_MAT:
-		return matmul(b, vals[n->src[0]].weight, s[1], out, g, n, err);
+		return matmul(b, vals[n->src[0]].weight, s[1], s[2], out, g, n, err);
 	case Q4KH_OP_RMS_NORM:
 		CALL(v->rms_norm(dev, s[0], s[1], n->f[0], out));
 		return 0;
@@ -278,25 +402,37 @@ static int fuse_rope_set_rows(const struct q4kh_graph *g, const struct q4kh_node
 	             what, err);
 }
 
+/*
+ * Run what starts at node I: a group of products of one input (one
+ * gemv_multi), a fused pair, or the node alone. Returns the nodes that
+ * ran, -1 with err on a failure.
+ */
+static int32_t run_at(const struct q4kh_graph *g, int32_t i,
+                      const struct q4kh_backend *b,
+                      const struct q4kh_step_values *in, struct q4kh_error *err)
+{
+	const struct q4kh_node *n = &g->nodes[i];
+	const int32_t group = multi_run(g, i);
+	int rc = 0;
+
+	if (group > 1)
+		return run_multi(g, i, group, b, err) ? -1 : group;
+	if (i + 1 < g->n_nodes) {
+		rc = fuse_add_rms_norm(g, n, n + 1, b, err);
+		if (!rc)
+			rc = fuse_rope_set_rows(g, n, n + 1, b, err);
+	}
+	if (rc)
+		return rc < 0 ? -1 : 2;
+	return run_node(g, n, b, in, err) ? -1 : 1;
+}
+
 int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
                    const struct q4kh_step_values *in, struct q4kh_error *err)
 {
-	for (int32_t i = 0; i < g->n_nodes; i++) {
-		const struct q4kh_node *n = &g->nodes[i];
-		int rc = 0;
-
-		if (i + 1 < g->n_nodes) {
-			rc = fuse_add_rms_norm(g, n, n + 1, b, err);
-			if (!rc)
-				rc = fuse_rope_set_rows(g, n, n + 1, b, err);
-		}
-		if (rc < 0)
+	for (int32_t i = 0, ran; i < g->n_nodes; i += ran)
+		if ((ran = run_at(g, i, b, in, err)) < 0)
 			return -1;
-		if (rc > 0)
-			i++; /* the next node ran with this one */
-		else if (run_node(g, n, b, in, err))
-			return -1;
-	}
 	return 0;
 }
 

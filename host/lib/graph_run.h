@@ -11,6 +11,15 @@
  * (add then rms_norm of the sum, rope then set_rows of the rotated keys)
  * are issued as that one call (graph_run.c, "The peephole").
  *
+ * Mul_mat nodes that follow one another and read the same x, whose weights
+ * one kernel-variant context serves and which have at most its
+ * max_gemv_columns columns, go to that variant as one gemv_multi call
+ * (ABI 1.4) with their biases (up to Q4KH_GEMV_MULTI_MAX at a time): on a
+ * GPU one launch instead of one per matrix and one per bias. Everywhere
+ * else (variants without it or refusing the combination with
+ * Q4KH_ERR_UNSUPPORTED, gemm, the backend's mul_mat) each node is one
+ * product followed by the backend's add of its bias.
+ *
  * A backend that has every 1.2 entry and the 1.1 graph entries can record
  * the interpreter's calls once and replay them for later steps of the same
  * shape: nothing a recording holds changes between steps except the input

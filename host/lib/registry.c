@@ -48,6 +48,19 @@ static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_backend_v1, rope_set_rows) + sizeof(void (*)(void)),
 };
 
+/* The smallest legal kernel table: ABI 1.0's, up to release. */
+#define KERNEL_V1_0_SIZE \
+	(offsetof(struct q4kh_kernel_v1, release) + sizeof(void (*)(void)))
+
+/* The kernel table of each minor the host knows, as backend_table_size. */
+static const size_t kernel_table_size[Q4KH_ABI_MINOR + 1] = {
+	KERNEL_V1_0_SIZE,
+	KERNEL_V1_0_SIZE,
+	KERNEL_V1_0_SIZE,
+	KERNEL_V1_0_SIZE,
+	offsetof(struct q4kh_kernel_v1, gemv_multi) + sizeof(void (*)(void)),
+};
+
 #define NAME_MAX_LEN 63
 
 /* A required function pointer inside a plugin's table. */
@@ -208,14 +221,21 @@ static int check_backend(const struct q4kh_backend_v1 *b, uint32_t minor, char *
 	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
 }
 
-static int check_kernel(const struct q4kh_kernel_v1 *k, char *why, size_t size)
+static int check_kernel(const struct q4kh_kernel_v1 *k, uint32_t minor, char *why,
+                        size_t size)
 {
+	uint32_t m = minor < Q4KH_ABI_MINOR ? minor : Q4KH_ABI_MINOR;
+
 	if (!k)
 		return say(why, size, "kind is kernel but the kernel table is NULL");
-	if (k->struct_size < sizeof(*k))
+	if (k->struct_size < KERNEL_V1_0_SIZE)
 		return say(why, size,
 		           "kernel table struct_size %u is smaller than the %zu bytes of ABI %d.0",
-		           k->struct_size, sizeof(*k), Q4KH_ABI_MAJOR);
+		           k->struct_size, (size_t)KERNEL_V1_0_SIZE, Q4KH_ABI_MAJOR);
+	if (k->struct_size < kernel_table_size[m])
+		return say(why, size,
+		           "kernel table struct_size %u is smaller than the %zu bytes of ABI %d.%u, which its descriptor claims",
+		           k->struct_size, kernel_table_size[m], Q4KH_ABI_MAJOR, m);
 	if (!k->backend || !k->backend[0])
 		return say(why, size, "kernel table names no target backend");
 	if (k->n_types == 0 || !k->types)
@@ -246,7 +266,7 @@ static int check_desc(const struct q4kh_plugin_desc *d, char *why, size_t size)
 		           shown, NAME_MAX_LEN);
 	}
 	if (d->kind == Q4KH_KIND_KERNEL)
-		return check_kernel(d->kernel, why, size);
+		return check_kernel(d->kernel, d->abi_minor, why, size);
 	if (DESC_HAS(d, backend_kind) && d->backend_kind &&
 	    !is_identifier(d->backend_kind)) {
 		printable(shown, sizeof(shown), d->backend_kind);

@@ -5,7 +5,8 @@
  * columns once, then splits the weight rows over worker threads, each of
  * which decodes a row once and multiplies it with every column: the
  * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
- * of the variant's own (the reference cpu lends none).
+ * of the variant's own (the reference cpu lends none). gemv_multi (ABI
+ * 1.4) runs its products one after another, then adds their biases.
  *
  * Settings ([plugin.cpu-simd]):
  *   threads = 1..256   worker threads of its own, on a backend that lends
@@ -33,6 +34,8 @@
 #define ERROR_LEN 512
 /* Rows per part at least: smaller parts cost more to hand out than to do. */
 #define ROW_GRAIN 16
+/* Columns gemv() and gemv_multi() take. */
+#define MAX_GEMV_COLUMNS 8
 
 struct q4kh_kernel_ctx {
 	const struct q4kh_host_api *host;
@@ -468,6 +471,71 @@ static q4kh_status k_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device 
 	return product(ctx, dev, w, x, y, 1);
 }
 
+/* Is t an F32 vector {n}, values 4 bytes apart? */
+static int f32_vector(const struct q4kh_tensor *t, int64_t n)
+{
+	return t->type == Q4KH_TYPE_F32 && t->ne[0] == n && t->ne[1] == 1 &&
+	       t->ne[2] == 1 && t->ne[3] == 1 && t->nb[0] == 4;
+}
+
+/*
+ * ABI 1.4: y[i] = w[i] x (+ bias[i]) for i < n, one gemv after another,
+ * each bias added to every column afterwards, as the backend's add does
+ * (one float addition a value): the same results as gemv() and add
+ * separately, so that the interpreter's grouping runs end to end on a CPU
+ * (the matrices share nothing here that a GPU launch would save). Checks
+ * every argument before it computes anything.
+ */
+static q4kh_status k_gemv_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                uint32_t n, q4kh_prepared *const w[],
+                                const struct q4kh_tensor *x,
+                                const struct q4kh_tensor *const y[],
+                                const struct q4kh_tensor *const bias[])
+{
+	q4kh_status st;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (n < 1 || n > Q4KH_GEMV_MULTI_MAX || !w || !x || !y || !dev || !dev->address)
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "gemv_multi: n = %u (expected 1 .. %d) or a NULL argument", n,
+		            Q4KH_GEMV_MULTI_MAX);
+	if (x->ne[1] < 1 || x->ne[1] > MAX_GEMV_COLUMNS)
+		return fail(ctx, Q4KH_ERR_INVALID, "gemv_multi: x has %lld columns, expected 1 .. %d",
+		            (long long)x->ne[1], MAX_GEMV_COLUMNS);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!w[i] || !y[i])
+			return fail(ctx, Q4KH_ERR_INVALID, "gemv_multi: w[%u] or y[%u] is NULL", i, i);
+		if (w[i]->k != w[0]->k)
+			return fail(ctx, Q4KH_ERR_INVALID,
+			            "gemv_multi: w[%u] has K = %lld, w[0] %lld", i,
+			            (long long)w[i]->k, (long long)w[0]->k);
+		if (bias && bias[i] && !f32_vector(bias[i], w[i]->n))
+			return fail(ctx, Q4KH_ERR_INVALID,
+			            "gemv_multi: bias[%u]: expected F32 {%lld} with nb[0] = 4; "
+			            "found type %u {%lld, %lld}", i, (long long)w[i]->n,
+			            bias[i]->type, (long long)bias[i]->ne[0],
+			            (long long)bias[i]->ne[1]);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if ((st = product(ctx, dev, w[i], x, y[i], 0)))
+			return st;
+		if (bias && bias[i]) {
+			const float *b = (const float *)((const uint8_t *)dev->address(bias[i]->buffer) +
+			                                 bias[i]->offset);
+			uint8_t *yb = (uint8_t *)dev->address(y[i]->buffer) + y[i]->offset;
+
+			for (int64_t c = 0; c < y[i]->ne[1]; c++) {
+				float *col = (float *)(yb + c * y[i]->nb[1]);
+
+				for (int64_t r = 0; r < w[i]->n; r++)
+					col[r] += b[r];
+			}
+		}
+	}
+	return Q4KH_OK;
+}
+
 static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 {
 	(void)ctx;
@@ -479,7 +547,7 @@ static const struct q4kh_kernel_v1 table = {
 	.n_types = SIMD_NTYPES,
 	.backend = "cpu",
 	.types = types,
-	.max_gemv_columns = 8,
+	.max_gemv_columns = MAX_GEMV_COLUMNS,
 	.init = k_init,
 	.shutdown = k_shutdown,
 	.last_error = k_last_error,
@@ -488,6 +556,7 @@ static const struct q4kh_kernel_v1 table = {
 	.gemv = k_gemv,
 	.gemm = k_gemm,
 	.release = k_release,
+	.gemv_multi = k_gemv_multi,
 };
 
 #ifdef __clang__

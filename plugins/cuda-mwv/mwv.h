@@ -1,7 +1,7 @@
 /*
  * cuda-mwv: Q4_K and Q6_K GEMV with fp32 activations, warps streaming
- * rows (mwv_kernels.cu, mwv_q6k_kernels.cu), behind the shared variant
- * table (variant.h).
+ * rows (mwv_kernels.cu, mwv_q6k_kernels.cu; several matrices in one
+ * launch: mwv_multi.cu), behind the shared variant table (variant.h).
  */
 #ifndef Q4KH_CUDA_MWV_H
 #define Q4KH_CUDA_MWV_H
@@ -36,6 +36,16 @@ cudaError_t mwv_q6k_pack(const q4kh_prepared *w, void *dst, cudaStream_t s);
 /* As mwv_launch for the Q6_K copy (w->data, w->stride from prepare). */
 cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const struct cv_io *io,
                            int warps, cudaStream_t s);
+
+/*
+ * Enqueue gemv_multi's N (1 .. Q4KH_GEMV_MULTI_MAX) products io on stream
+ * s as one launch of WARPS warps per block: w[i] Q4_K (rows in place) or
+ * Q6_K (the copy), all of one K, prepared on one device; io->cols 1 ..
+ * CV_MAX_COLUMNS. Returns the launch's error.
+ */
+cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w[],
+                             const struct cv_multi_io *io, int warps,
+                             cudaStream_t s);
 
 #ifdef __cplusplus
 }

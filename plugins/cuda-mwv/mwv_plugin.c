@@ -2,12 +2,15 @@
  * cuda-mwv: Q4_K and Q6_K weights times fp32 activations on CUDA devices.
  * Q4_K is read in place (its 144-byte blocks keep the backend's rows
  * 16-byte aligned); Q6_K's 210-byte blocks are copied once, on the device,
- * into 224-byte ones (mwv_q6k_kernels.cu).
+ * into 224-byte ones (mwv_q6k_kernels.cu). gemv_multi (ABI 1.4) runs up
+ * to four of them, the two types mixed, in one launch (mwv_multi.cu).
  * [plugin.cuda-mwv] warps sets the thread block: 4 warps by default; the
  * warps stream their rows for the whole launch (variant_device.cuh), so the
  * block size matters little.
  */
 #include "buildconf.h"
+
+#include <stdio.h>
 
 #include "mwv.h"
 
@@ -35,6 +38,20 @@ static q4kh_status mwv_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
 	                   "cuda-mwv", w, io);
 }
 
+static q4kh_status mwv_apply_multi(q4kh_kernel_ctx *ctx, uint32_t n,
+                                   const q4kh_prepared *const w[],
+                                   const struct cv_multi_io *io, cudaStream_t s)
+{
+	cudaError_t e = mwv_multi_launch(n, w, io, ctx->warps, s);
+	char what[96];
+
+	if (e == cudaSuccess)
+		return Q4KH_OK;
+	snprintf(what, sizeof(what), "cuda-mwv gemv_multi kernel for %u matrices of K %lld x %lld columns",
+	         n, (long long)w[0]->k, (long long)io->cols);
+	return cv_cuda(ctx, e, what);
+}
+
 const struct cv_variant cv_self = {
 	.min_sm = 70,
 	.score = 100,
@@ -42,6 +59,7 @@ const struct cv_variant cv_self = {
 	.probe = mwv_probe,
 	.prepare = mwv_prepare,
 	.apply = mwv_apply,
+	.apply_multi = mwv_apply_multi,
 };
 
-CV_PLUGIN("cuda-mwv", mwv_types)
+CV_PLUGIN_MULTI("cuda-mwv", mwv_types)

@@ -437,13 +437,68 @@ static q4kh_status check_f32(q4kh_kernel_ctx *ctx, const char *what,
 	return Q4KH_OK;
 }
 
+/* w is prepared, on dev's device. */
+static q4kh_status check_prepared(q4kh_kernel_ctx *ctx, const char *what,
+                                  const struct q4kh_native_device *dev,
+                                  const q4kh_prepared *w)
+{
+	if (!w)
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: w is NULL", what);
+	if (w->ordinal != dev->ordinal)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: w was prepared on CUDA device %d, called for %d",
+		               what, w->ordinal, dev->ordinal);
+	return Q4KH_OK;
+}
+
+/* y {w->n, as x} shares no byte with x or w. */
+static q4kh_status check_apart(q4kh_kernel_ctx *ctx, const char *what,
+                               const q4kh_prepared *w,
+                               const struct q4kh_tensor *x,
+                               const struct q4kh_tensor *y)
+{
+	uint64_t x0, x1, y0, y1;
+
+	span(x, &x0, &x1);
+	span(y, &y0, &y1);
+	if (overlap(y->buffer, y0, y1, x->buffer, x0, x1))
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: y overlaps x", what);
+	if (overlap(y->buffer, y0, y1, w->buffer, w->begin, w->end))
+		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: y overlaps w", what);
+	return Q4KH_OK;
+}
+
+/*
+ * The device addresses of x (16-byte aligned: the kernels read it in
+ * 16-byte vectors) and y (4-byte aligned), checked operands of dev.
+ */
+static q4kh_status addresses(q4kh_kernel_ctx *ctx, const char *what,
+                             const struct q4kh_native_device *dev,
+                             const struct q4kh_tensor *x,
+                             const struct q4kh_tensor *y, const uint8_t **xa,
+                             uint8_t **ya)
+{
+	*xa = dev->address(x->buffer);
+	*ya = dev->address(y->buffer);
+	if (!*xa || !*ya)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: the backend gives no device address for %s", what,
+		               *xa ? "y" : "x");
+	*xa += x->offset;
+	*ya += y->offset;
+	if ((uintptr_t)*xa % 16 || (uintptr_t)*ya % 4)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "%s: x at %p or y at %p is not 16- or 4-byte aligned",
+		               what, (const void *)*xa, (void *)*ya);
+	return Q4KH_OK;
+}
+
 static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
                        const struct q4kh_native_device *dev, q4kh_prepared *w,
                        const struct q4kh_tensor *x, const struct q4kh_tensor *y,
                        int64_t cols_max)
 {
 	char xname[16], yname[16];
-	uint64_t x0, x1, y0, y1;
 	const uint8_t *xa;
 	uint8_t *ya;
 	struct cv_io io;
@@ -452,38 +507,16 @@ static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
 
 	if (!ctx)
 		return Q4KH_ERR_INVALID;
-	if ((st = check_native(ctx, what, dev)))
+	if ((st = check_native(ctx, what, dev)) ||
+	    (st = check_prepared(ctx, what, dev, w)))
 		return st;
-	if (!w)
-		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: w is NULL", what);
-	if (w->ordinal != dev->ordinal)
-		return cv_fail(ctx, Q4KH_ERR_INVALID,
-		               "%s: w was prepared on CUDA device %d, called for %d",
-		               what, w->ordinal, dev->ordinal);
 	snprintf(xname, sizeof(xname), "%s x", what);
 	snprintf(yname, sizeof(yname), "%s y", what);
-	/* The kernels read x in 16-byte vectors. */
 	if ((st = check_f32(ctx, xname, x, w->k, cols_max, 0, 16)) ||
-	    (st = check_f32(ctx, yname, y, w->n, cols_max, x->ne[1], 4)))
+	    (st = check_f32(ctx, yname, y, w->n, cols_max, x->ne[1], 4)) ||
+	    (st = check_apart(ctx, what, w, x, y)) ||
+	    (st = addresses(ctx, what, dev, x, y, &xa, &ya)))
 		return st;
-	span(x, &x0, &x1);
-	span(y, &y0, &y1);
-	if (overlap(y->buffer, y0, y1, x->buffer, x0, x1))
-		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: y overlaps x", what);
-	if (overlap(y->buffer, y0, y1, w->buffer, w->begin, w->end))
-		return cv_fail(ctx, Q4KH_ERR_INVALID, "%s: y overlaps w", what);
-	xa = dev->address(x->buffer);
-	ya = dev->address(y->buffer);
-	if (!xa || !ya)
-		return cv_fail(ctx, Q4KH_ERR_INVALID,
-		               "%s: the backend gives no device address for %s", what,
-		               xa ? "y" : "x");
-	xa += x->offset;
-	ya += y->offset;
-	if ((uintptr_t)xa % 16 || (uintptr_t)ya % 4)
-		return cv_fail(ctx, Q4KH_ERR_INVALID,
-		               "%s: x at %p or y at %p is not 16- or 4-byte aligned",
-		               what, (const void *)xa, (void *)ya);
 	io.ldx = x->nb[1] / 4;
 	io.ldy = y->nb[1] / 4;
 	io.call = what;
@@ -513,4 +546,107 @@ q4kh_status cv_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                     const struct q4kh_tensor *y)
 {
 	return run(ctx, "gemm", dev, w, x, y, INT64_MAX);
+}
+
+/* --- gemv_multi (ABI 1.4) ------------------------------------------------- */
+
+/* Bias B of product I: F32 {n}, contiguous, in a buffer of dev; its address. */
+static q4kh_status check_bias(q4kh_kernel_ctx *ctx, uint32_t i,
+                              const struct q4kh_native_device *dev,
+                              const struct q4kh_tensor *b, int64_t n,
+                              const float **out)
+{
+	const uint8_t *a;
+
+	if (!b->buffer || b->type != Q4KH_TYPE_F32 || b->ne[0] != n ||
+	    b->ne[1] != 1 || b->ne[2] != 1 || b->ne[3] != 1 || b->nb[0] != 4)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "gemv_multi: bias[%u]: type %u {%lld, %lld, %lld, "
+		               "%lld}, nb[0] = %lld: expected F32 {%lld} with "
+		               "nb[0] = 4 in a buffer",
+		               i, b->type, (long long)b->ne[0], (long long)b->ne[1],
+		               (long long)b->ne[2], (long long)b->ne[3],
+		               (long long)b->nb[0], (long long)n);
+	a = dev->address(b->buffer);
+	if (!a || (uintptr_t)(a + b->offset) % 4)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "gemv_multi: bias[%u]: no device address, or not "
+		               "4-byte aligned", i);
+	*out = (const float *)(a + b->offset);
+	return Q4KH_OK;
+}
+
+/* Do f32 tensors A (a vector {N}, or a matrix) and B share a byte? */
+static int f32_overlaps(const struct q4kh_tensor *a, const struct q4kh_tensor *b)
+{
+	uint64_t a0, a1, b0, b1;
+
+	span(a, &a0, &a1);
+	span(b, &b0, &b1);
+	return overlap(a->buffer, a0, a1, b->buffer, b0, b1);
+}
+
+q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
+                          const struct q4kh_native_device *dev, uint32_t n,
+                          q4kh_prepared *const w[], const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *const y[],
+                          const struct q4kh_tensor *const bias[])
+{
+	const q4kh_prepared *cw[Q4KH_GEMV_MULTI_MAX];
+	struct cv_multi_io io;
+	const uint8_t *xa = NULL;
+	uint8_t *ya;
+	q4kh_status st;
+	int prev;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if ((st = check_native(ctx, "gemv_multi", dev)))
+		return st;
+	if (n < 1 || n > Q4KH_GEMV_MULTI_MAX || !w || !y)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "gemv_multi: n = %u (expected 1 .. %d), or w or y NULL",
+		               n, Q4KH_GEMV_MULTI_MAX);
+	for (uint32_t i = 0; i < n; i++) {
+		if ((st = check_prepared(ctx, "gemv_multi", dev, w[i])))
+			return st;
+		if (w[i]->k != w[0]->k)
+			return cv_fail(ctx, Q4KH_ERR_INVALID,
+			               "gemv_multi: w[%u] has K = %lld, w[0] %lld", i,
+			               (long long)w[i]->k, (long long)w[0]->k);
+		cw[i] = w[i];
+	}
+	if ((st = check_f32(ctx, "gemv_multi x", x, w[0]->k, CV_MAX_COLUMNS, 0, 16)))
+		return st;
+	for (uint32_t i = 0; i < n; i++) {
+		if ((st = check_f32(ctx, "gemv_multi y", y[i], w[i]->n, CV_MAX_COLUMNS,
+		                    x->ne[1], 4)))
+			return st;
+		for (uint32_t j = 0; j < n; j++) {
+			if ((st = check_apart(ctx, "gemv_multi", w[j], x, y[i])))
+				return st;
+			if ((j < i && f32_overlaps(y[j], y[i])) ||
+			    (bias && bias[j] && f32_overlaps(bias[j], y[i])))
+				return cv_fail(ctx, Q4KH_ERR_INVALID,
+				               "gemv_multi: y[%u] overlaps %s[%u]", i,
+				               j < i && f32_overlaps(y[j], y[i]) ? "y" : "bias",
+				               j);
+		}
+		if ((st = addresses(ctx, "gemv_multi", dev, x, y[i], &xa, &ya)))
+			return st;
+		io.y[i] = (float *)ya;
+		io.ldy[i] = y[i]->nb[1] / 4;
+		io.bias[i] = NULL;
+		if (bias && bias[i] &&
+		    (st = check_bias(ctx, i, dev, bias[i], w[i]->n, &io.bias[i])))
+			return st;
+	}
+	io.x = (const float *)xa;
+	io.ldx = x->nb[1] / 4;
+	io.cols = x->ne[1];
+	if ((st = enter(ctx, "gemv_multi", dev->ordinal, &prev)))
+		return st;
+	st = cv_self.apply_multi(ctx, n, cw, &io, (cudaStream_t)dev->stream);
+	leave(prev);
+	return st;
 }

@@ -67,6 +67,19 @@ struct cv_io {
 	const char *call; /* "gemv" or "gemm": for error messages */
 };
 
+/*
+ * gemv_multi's products (ABI 1.4) on device pointers: y[i][:, t] =
+ * W[i] x[:, t] (+ bias[i]) for i < n, t < cols, x as in struct cv_io.
+ */
+struct cv_multi_io {
+	const float *x;
+	int64_t ldx;
+	int64_t cols;                                /* 1 .. CV_MAX_COLUMNS */
+	float *y[Q4KH_GEMV_MULTI_MAX];               /* column t at y + t * ldy */
+	int64_t ldy[Q4KH_GEMV_MULTI_MAX];            /* floats */
+	const float *bias[Q4KH_GEMV_MULTI_MAX];      /* {N_i}, or NULL for none */
+};
+
 /* What differs between the variants. */
 struct cv_variant {
 	uint32_t min_sm;   /* oldest architecture it runs on, 75 = sm_75 */
@@ -87,6 +100,15 @@ struct cv_variant {
 	/* Enqueue io (1 .. CV_MAX_COLUMNS columns) on stream s. */
 	q4kh_status (*apply)(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
 	                     const struct cv_io *io, cudaStream_t s);
+	/*
+	 * For a plugin declared with CV_PLUGIN_MULTI (NULL otherwise):
+	 * enqueue io's N products (1 .. Q4KH_GEMV_MULTI_MAX, weights of one
+	 * K, arguments checked) on stream s as one launch, or return
+	 * Q4KH_ERR_UNSUPPORTED having enqueued nothing.
+	 */
+	q4kh_status (*apply_multi)(q4kh_kernel_ctx *ctx, uint32_t n,
+	                           const q4kh_prepared *const w[],
+	                           const struct cv_multi_io *io, cudaStream_t s);
 };
 
 /* Defined by each plugin: its behaviour, and through CV_PLUGIN below its
@@ -133,6 +155,16 @@ q4kh_status cv_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                     q4kh_prepared *w, const struct q4kh_tensor *x,
                     const struct q4kh_tensor *y);
 void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
+/*
+ * gemv_multi for a variant with apply_multi: checks every argument as gemv
+ * does, that the products write nothing another reads or writes and every
+ * bias (F32 {N_i}), then one apply_multi.
+ */
+q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
+                          const struct q4kh_native_device *dev, uint32_t n,
+                          q4kh_prepared *const w[], const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *const y[],
+                          const struct q4kh_tensor *const bias[]);
 
 /* The build id: host compiler, nvcc release and the GPU code built. */
 #ifdef __clang__
@@ -145,9 +177,11 @@ void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
 
 /*
  * The plugin's name, kernel table, descriptor and entry point, from its
- * name (a string literal) and its array of types. Needs buildconf.h.
+ * name (a string literal), its array of types and its gemv_multi entry
+ * (NULL, or cv_gemv_multi when cv_self has apply_multi): through
+ * CV_PLUGIN or CV_PLUGIN_MULTI below. Needs buildconf.h.
  */
-#define CV_PLUGIN(NAME, TYPES)                                                 \
+#define CV_PLUGIN_TABLE(NAME, TYPES, MULTI)                                    \
 	const char cv_name[] = NAME;                                           \
 	const struct q4kh_kernel_v1 cv_table = {                               \
 		.struct_size = sizeof(struct q4kh_kernel_v1),                  \
@@ -163,6 +197,7 @@ void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
 		.gemv = cv_gemv,                                               \
 		.gemm = cv_gemm,                                               \
 		.release = cv_release,                                         \
+		.gemv_multi = MULTI,                                           \
 	};                                                                     \
 	static const struct q4kh_plugin_desc cv_desc = {                       \
 		.struct_size = sizeof(struct q4kh_plugin_desc),                \
@@ -177,6 +212,11 @@ void cv_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
 		.kernel = &cv_table,                                           \
 	};                                                                     \
 	Q4KH_PLUGIN_ENTRY(cv_desc)
+
+/* A variant without gemv_multi (cv_self.apply_multi NULL). */
+#define CV_PLUGIN(NAME, TYPES) CV_PLUGIN_TABLE(NAME, TYPES, NULL)
+/* A variant whose cv_self.apply_multi fuses products (ABI 1.4). */
+#define CV_PLUGIN_MULTI(NAME, TYPES) CV_PLUGIN_TABLE(NAME, TYPES, cv_gemv_multi)
 
 /* Keep a formatted message as ctx's last error and return st. */
 q4kh_status cv_fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)

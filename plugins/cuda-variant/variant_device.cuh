@@ -78,12 +78,14 @@ __device__ __forceinline__ float cv_half_float(uint32_t v, int hi)
 
 /*
  * Sum acc over the 32 lanes of the warp and store row row0 + r, column c
- * at y[row0 + r + c * ldy] (rows >= n are skipped), one value per lane.
- * Every lane of the warp must call it.
+ * at y[row0 + r + c * ldy] (rows >= n are skipped), one value per lane,
+ * plus bias[row0 + r] when bias is not NULL (one float addition, as the
+ * backend's add). Every lane of the warp must call it.
  */
 template <int R, int T>
 __device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
-                                              int64_t n, float *y, int64_t ldy)
+                                              int64_t n, float *y, int64_t ldy,
+                                              const float *bias)
 {
 	const int lane = threadIdx.x & 31;
 
@@ -98,20 +100,24 @@ __device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
 #pragma unroll
 		for (int c = 0; c < T; c++)
 			if ((r * T + c) % 32 == lane && row0 + r < n)
-				y[row0 + r + c * ldy] = acc[r][c];
+				y[row0 + r + c * ldy] =
+					bias ? acc[r][c] + bias[row0 + r] : acc[r][c];
 }
 
-/* y {N, T} = W x with format F; see the top of this file. */
+/*
+ * y {N, T} = W x (+ bias) with format F, by warp WARP of WARPS that share
+ * the rows: the body of cv_stream_kernel (see the top of this file), also
+ * run by kernels that give each of several matrices its own blocks.
+ */
 template <int T, int R, int U, class F>
-__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
-cv_stream_kernel(F f, int64_t n, float *__restrict__ y, int64_t ldy)
+__device__ __forceinline__ void cv_stream_rows(const F &f, int64_t warp,
+                                               int64_t warps, int64_t n,
+                                               float *__restrict__ y,
+                                               int64_t ldy, const float *bias)
 {
 	const int lane = threadIdx.x & 31;
-	const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
 
-	for (int64_t g = (int64_t)blockIdx.x * (blockDim.x >> 5) +
-	                 (threadIdx.x >> 5);
-	     g * R < n; g += warps) {
+	for (int64_t g = warp; g * R < n; g += warps) {
 		const int64_t row0 = g * R;
 		int64_t rows[R];
 		float acc[R][T] = {};
@@ -133,9 +139,68 @@ cv_stream_kernel(F f, int64_t n, float *__restrict__ y, int64_t ldy)
 				if (j0 + 32 * u < f.pieces)
 					f.template dot<R, T>(acc, p[u], j0 + 32 * u);
 		}
-		cv_warp_store<R, T>(acc, row0, n, y, ldy);
+		cv_warp_store<R, T>(acc, row0, n, y, ldy, bias);
 	}
 }
+
+/* y {N, T} = W x with format F; see the top of this file. */
+template <int T, int R, int U, class F>
+__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
+cv_stream_kernel(F f, int64_t n, float *__restrict__ y, int64_t ldy)
+{
+	cv_stream_rows<T, R, U, F>(
+		f, (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5),
+		(int64_t)gridDim.x * (blockDim.x >> 5), n, y, ldy, NULL);
+}
+
+/* Rows per warp for N rows over SMS multiprocessors (see cv_stream_cols). */
+static inline int cv_stream_rows_per_warp(int64_t n, int sms)
+{
+	const int64_t per_sm = n / (sms > 0 ? sms : 1);
+
+	return per_sm >= 64 ? 4 : per_sm >= 16 ? 2 : 1;
+}
+
+/* Blocks of WARPS warps that keep SMS multiprocessors full: 64 warps each. */
+static inline int64_t cv_stream_most_blocks(int warps, int sms)
+{
+	return (int64_t)(sms > 0 ? sms : 1) * (64 / warps);
+}
+
+/*
+ * L.run<R, U>() for R_WANTED (4, 2 or 1) rows per warp and the pieces per
+ * lane and step U that suit rows of PIECES pieces: 4 when a lane has more
+ * than 2 pieces of a row, else 2; always 2 with 4 rows, whose loads fill
+ * the registers already.
+ */
+template <class L>
+static cudaError_t cv_stream_pick(const L &l, int r_wanted, int pieces)
+{
+	if (r_wanted == 4)
+		return l.template run<4, 2>();
+	if (r_wanted == 2)
+		return pieces > 64 ? l.template run<2, 4>() : l.template run<2, 2>();
+	return pieces > 64 ? l.template run<1, 4>() : l.template run<1, 2>();
+}
+
+/* cv_stream_kernel's launch for cv_stream_pick. */
+template <int T, class F>
+struct cv_stream_launcher {
+	const F &f;
+	int64_t n;
+	float *y;
+	int64_t ldy;
+	unsigned blocks;
+	int threads;
+	cudaStream_t s;
+
+	template <int R, int U>
+	cudaError_t run() const
+	{
+		cv_stream_kernel<T, R, U, F><<<blocks, threads, 0, s>>>(f, n, y, ldy);
+		return cudaGetLastError();
+	}
+};
 
 /*
  * Launch F's kernel for T columns of an N-row matrix: rows per warp by how
@@ -146,28 +211,15 @@ template <int T, class F>
 static cudaError_t cv_stream_cols(const F &f, int64_t n, float *y, int64_t ldy,
                                   int warps, int sms, cudaStream_t s)
 {
-	const int64_t per_sm = n / (sms > 0 ? sms : 1);
-	const int r = per_sm >= 64 ? 4 : per_sm >= 16 ? 2 : 1;
+	const int r = cv_stream_rows_per_warp(n, sms);
 	const int64_t groups = (n + r - 1) / r;
 	const int64_t want = (groups + warps - 1) / warps;
-	const int64_t most = (int64_t)(sms > 0 ? sms : 1) * (64 / warps);
-	const unsigned blocks = (unsigned)(want < most ? want : most);
-	const int threads = 32 * warps;
+	const int64_t most = cv_stream_most_blocks(warps, sms);
+	const cv_stream_launcher<T, F> l = {
+		f, n, y, ldy, (unsigned)(want < most ? want : most), 32 * warps, s
+	};
 
-#define CV_STREAM(R, U) \
-	cv_stream_kernel<T, R, U, F><<<blocks, threads, 0, s>>>(f, n, y, ldy)
-	if (r == 4)
-		CV_STREAM(4, 2);
-	else if (r == 2 && f.pieces > 64)
-		CV_STREAM(2, 4);
-	else if (r == 2)
-		CV_STREAM(2, 2);
-	else if (f.pieces > 64)
-		CV_STREAM(1, 4);
-	else
-		CV_STREAM(1, 2);
-#undef CV_STREAM
-	return cudaGetLastError();
+	return cv_stream_pick(l, r, f.pieces);
 }
 
 /* The same for COLS (1 .. CV_MAX_COLUMNS) columns. */

@@ -4,7 +4,10 @@
  * 0) and does nothing, but the host must accept it and record its minor.
  * Each load appends a line to the file $Q4KH_TEST_LOADS, when set, so a
  * test can count dlopen()s: a shadowed copy must not run this at all.
+ * Built with -DKERNEL_V1_3 (kernel_v1_3): the same variant as built for
+ * ABI 1.3, its table ending before gemv_multi, which a 1.4 host accepts.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -90,7 +93,11 @@ static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 static const uint32_t types[] = { Q4KH_TYPE_Q4_K };
 
 static const struct q4kh_kernel_v1 table = {
+#if defined(KERNEL_V1_3)
+	.struct_size = offsetof(struct q4kh_kernel_v1, gemv_multi),
+#else
 	.struct_size = sizeof(table),
+#endif
 	.n_types = 1,
 	.backend = "cuda",
 	.types = types,
@@ -108,9 +115,17 @@ static const struct q4kh_kernel_v1 table = {
 static const struct desc_v1_1 desc = {
 	.v1_0 = {
 		.struct_size = sizeof(desc),
+#if defined(KERNEL_V1_3)
+		.abi_minor = 3,
+#else
 		.abi_minor = Q4KH_ABI_MINOR + 1,
+#endif
 		.kind = Q4KH_KIND_KERNEL,
+#if defined(KERNEL_V1_3)
+		.name = "kernel-v1-3",
+#else
 		.name = "kernel-ok",
+#endif
 		.version = "1.1",
 		.vendor = "q4khost tests",
 		.license = "MIT",

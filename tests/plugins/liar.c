@@ -10,7 +10,9 @@
  *   old_table:   a backend whose descriptor claims this minor but whose
  *                table declares ABI 1.0's size;
  *   bad_backend_kind: a backend whose ABI 1.3 backend_kind is no
- *                identifier.
+ *                identifier;
+ *   old_kernel_table: a kernel variant whose descriptor claims this minor
+ *                but whose table declares ABI 1.3's size.
  * Behind each lie stand complete backend and kernel tables. Every function
  * in them, and the v2 entry, leaves evidence: it appends a line to the file
  * named by Q4KH_TEST_EVIDENCE and aborts. The host must refuse each plugin
@@ -60,6 +62,8 @@ static const uint32_t types[] = { Q4KH_TYPE_Q4_K };
 static const struct q4kh_kernel_v1 kernel = {
 #if defined(LIE_SHORT_TABLE)
 	.struct_size = 16,
+#elif defined(LIE_OLD_KERNEL_TABLE)
+	.struct_size = offsetof(struct q4kh_kernel_v1, gemv_multi),
 #else
 	.struct_size = sizeof(kernel),
 #endif
@@ -78,7 +82,7 @@ static const struct q4kh_plugin_desc desc = {
 	.struct_size = sizeof(desc),
 #endif
 	.abi_minor = Q4KH_ABI_MINOR,
-#if defined(LIE_SHORT_TABLE)
+#if defined(LIE_SHORT_TABLE) || defined(LIE_OLD_KERNEL_TABLE)
 	.kind = Q4KH_KIND_KERNEL,
 #else
 	.kind = Q4KH_KIND_BACKEND,

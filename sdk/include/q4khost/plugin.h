@@ -629,10 +629,12 @@ struct q4kh_native_device {
 	 (n)->field != NULL)
 
 /*
- * Kernel-variant function table, ABI 1.0. A kernel variant implements the
- * matmul of some weight types on one backend kind. The host asks score()
- * for each device, prepare()s every weight of those types, and then calls
- * gemv()/gemm() instead of the backend's built-in mul_mat for them.
+ * Kernel-variant function table, ABI 1.4 (1.0 ends at release). A kernel
+ * variant implements the matmul of some weight types on one backend kind.
+ * The host asks score() for each device, prepare()s every weight of those
+ * types, and then calls gemv()/gemm() (or gemv_multi() for several that
+ * share their activations) instead of the backend's built-in mul_mat for
+ * them.
  */
 struct q4kh_kernel_v1 {
 	uint32_t struct_size;
@@ -674,7 +676,37 @@ struct q4kh_kernel_v1 {
 	                    q4kh_prepared *w, const struct q4kh_tensor *x,
 	                    const struct q4kh_tensor *y);
 	void (*release)(q4kh_kernel_ctx *ctx, q4kh_prepared *w);
+
+	/*
+	 * ABI 1.4, optional (Q4KH_KERNEL_HAS): several products of one
+	 * activation, with their biases, in one call (on a GPU: one launch),
+	 * for 1 <= n <= Q4KH_GEMV_MULTI_MAX:
+	 *   y[i] {N_i, T} = w[i] x (+ bias[i] broadcast over the T columns)
+	 * w[i] prepared by this context, all of the same K; x {K, T} with
+	 * 1 <= T <= max_gemv_columns; bias NULL for none, else an array of n
+	 * entries, each NULL or an F32 {N_i} in backend memory. Every y[i]
+	 * is a separate f32 output: it overlaps neither x, nor any weight or
+	 * bias, nor another y[j]. The result is gemv(w[i], x, y[i]) followed
+	 * by the backend's add of bias[i]: y[i][r, t] is rounded once from
+	 * the product and once more from the bias, so a variant whose gemv
+	 * and gemv_multi share the per-row arithmetic matches its own gemv
+	 * and add bit for bit. The host's arrays are read during the call
+	 * only. Q4KH_ERR_UNSUPPORTED, with nothing written or enqueued, for a
+	 * combination the variant does not fuse (more matrices than it
+	 * takes, types it cannot mix, a layout it wants otherwise): the host
+	 * then calls gemv() for each matrix and the backend's add for each
+	 * bias. Other errors are failures, as gemv()'s.
+	 */
+	q4kh_status (*gemv_multi)(q4kh_kernel_ctx *ctx,
+	                          const struct q4kh_native_device *dev, uint32_t n,
+	                          q4kh_prepared *const w[],
+	                          const struct q4kh_tensor *x,
+	                          const struct q4kh_tensor *const y[],
+	                          const struct q4kh_tensor *const bias[]);
 };
+
+/* The most matrices one gemv_multi() call takes (ABI 1.4). */
+#define Q4KH_GEMV_MULTI_MAX 4
 
 /*
  * What the entry symbol returns: identity first, then the one table that
