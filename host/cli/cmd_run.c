@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,8 +87,7 @@ static void usage(FILE *out)
 	        "newline and the report (stop: interrupted) are still printed, or the\n"
 	        "JSON object with them; a second signal ends the process at once.\n"
 	        "A reader of the text that goes away (| head) stops it too, with the\n"
-	        "report (stop: standard output closed) and, the output cut short,\n"
-	        "exit code 1.\n\n"
+	        "report (stop: standard output closed) and exit code 0.\n\n"
 	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
 	        "            4 the requested backend or kernel cannot serve,\n"
 	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
@@ -434,10 +432,6 @@ static int generate(const struct run_opts *o, struct run *r,
 	if (n_ids == 0)
 		return q4kh_fail(err, "the prompt tokenized to nothing");
 	rep->stop_reason = "token limit";
-	/* A reader that goes away (| head) ends the generation with the
-	 * report, instead of SIGPIPE ending the process without one; set here,
-	 * after the F2 children were started, which would inherit it. */
-	signal(SIGPIPE, SIG_IGN);
 	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err))
 		return -1;
 	t0 = now();

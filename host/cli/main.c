@@ -2,8 +2,11 @@
 #include "buildconf.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
@@ -62,12 +65,31 @@ static int apply_log_env(void)
 	return 0;
 }
 
-/* Output lost on a full disk or a closed pipe must not exit 0. */
+/*
+ * Whether the reader of standard output went away (a pipe into head that
+ * has read enough): the write end of a pipe without a reader polls as an
+ * error, whatever errno an earlier write left.
+ */
+static int reader_gone(int write_errno)
+{
+	struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
+
+	return write_errno == EPIPE || (poll(&p, 1, 0) == 1 && (p.revents & POLLERR));
+}
+
+/*
+ * Output lost on a full disk must not exit 0; a reader that went away took
+ * what it wanted, which is no failure: every command then ends quietly
+ * with its own status (run has stopped generating and said so).
+ */
 static int finish(int rc)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "q4khost: cannot write to standard output: %s\n",
-		        strerror(errno));
+		int e = errno;
+
+		if (reader_gone(e))
+			return rc;
+		fprintf(stderr, "q4khost: cannot write to standard output: %s\n", strerror(e));
 		return rc ? rc : Q4KH_EXIT_FAIL;
 	}
 	return rc;
@@ -91,6 +113,11 @@ int main(int argc, char **argv)
 		       Q4KH_ABI_MINOR);
 		return Q4KH_EXIT_OK;
 	}
+	/* A reader that goes away (| head) is seen as EPIPE by the write, for
+	 * every command alike (finish), never as a SIGPIPE that ends the
+	 * process with 141 and no word; children of F2 get the default back
+	 * (isolate.c). */
+	signal(SIGPIPE, SIG_IGN);
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
 			return finish(commands[i].fn(argc - 1, argv + 1));
