@@ -144,6 +144,27 @@ Test(diagnostics, validate_fails_when_a_variant_cannot_be_measured)
 	free(out);
 }
 
+Test(diagnostics, validate_one_that_measures_nothing_says_why_once_and_fails)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none);
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "validate --one --backend cpu --device 3 --kernel none", NULL,
+	                          plugins, "", &out),
+	             1, "%s", out);
+	cr_expect_str_eq(out, "q4khost validate: cpu/built-in on device 3: not measured: the "
+	                      "candidate could not start (F2.4): cpu: no device 3 (the backend "
+	                      "has 1); no receipt written\n");
+	free(out);
+	/* A guard's child: the absence of a receipt is its answer. */
+	cr_expect_eq(q4khost_with("", "validate --one --quiet --backend cpu --device 3 --kernel none",
+	                          NULL, plugins, "", &out),
+	             0, "%s", out);
+	cr_expect_str_eq(out, "");
+	free(out);
+}
+
 Test(diagnostics, a_bad_cpu_threads_setting_names_its_file_line_and_key)
 {
 	static const char *const none[] = { NULL };
