@@ -271,6 +271,37 @@ Test(diagnostics, f2_off_names_where_it_was_turned_off)
 	free(cfg);
 }
 
+Test(diagnostics, counts_of_one_are_singular_and_no_driver_is_named_as_none)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins = test_plugin_dir(none);
+	char args[8192], *out;
+
+	cr_assert_eq(q4khost_with("", "run -n 1 -p a --threads 1", NULL, plugins, "", &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "q4khost: device 0: cpu (1 thread), uuid cpu") != NULL, "%s", out);
+	cr_expect(strstr(out, "q4khost: steps: op by op (1 step, 0 replays of 0 recordings)") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "; decode 1 token in ") != NULL, "%s", out);
+	free(out);
+	cr_assert_eq(q4khost_with("", "run -n 2 -p a --threads 2", NULL, plugins, "", &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "cpu (2 threads)") != NULL && strstr(out, "(2 steps, ") != NULL &&
+	                  strstr(out, "; decode 2 tokens in ") != NULL,
+	          "%s", out);
+	free(out);
+	/* The cpu backend has no driver version: the line names none. */
+	snprintf(args, sizeof(args),
+	         "bench-kernels --backend cpu --shapes gemma3-270m --types Q4_K --max-batch 1 "
+	         "--min-mib 1 --repeat 1 --kernels '' --plugin-path %s",
+	         plugins);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "device cpu (") != NULL && strstr(out, "); timing: ") != NULL, "%s",
+	          out);
+	cr_expect_null(strstr(out, "driver"), "%s", out);
+	free(out);
+}
+
 /* --- no noise, and no silence ---------------------------------------------- */
 
 Test(diagnostics, a_selector_for_no_device_is_warned_about)
