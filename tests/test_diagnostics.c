@@ -206,6 +206,76 @@ Test(diagnostics, an_f2_floor_below_the_catastrophic_one_is_a_bad_file, .timeout
 	free(cfg);
 }
 
+/* How many lines OUT holds. */
+static int lines(const char *out)
+{
+	int n = 0;
+
+	for (const char *s = out; (s = strchr(s, '\n')); s++)
+		n++;
+	return n;
+}
+
+Test(diagnostics, a_receipt_folder_that_cannot_be_written_is_a_bad_setting_said_once)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names);
+	char *file = file_with("not-a-folder", "x\n");
+	char *cfg, env[8192], config[8192], want[8192], text[8192], *out;
+
+	/* Set by the variable: a file, and a folder that would be under one. */
+	for (int i = 0; i < 2; i++) {
+		snprintf(env, sizeof(env), "Q4KHOST_F2_RECEIPT_DIR=%s%s", file, i ? "/f2/sub" : "");
+		cr_expect_eq(q4khost_with(env, "run -n 1", NULL, plugins, "", &out), 3, "%s", out);
+		snprintf(want, sizeof(want),
+		         "q4khost run: Q4KHOST_F2_RECEIPT_DIR=%s%s: F2 cannot keep its receipts "
+		         "there: Not a directory\n",
+		         file, i ? "/f2/sub" : "");
+		cr_expect_str_eq(out, want);
+		free(out);
+	}
+	/* Set in a file: the file and line; validate and bench alike. */
+	snprintf(text, sizeof(text), "[f2]\nreceipt_dir = %s\n", file);
+	cfg = file_with("receipts.ini", text);
+	snprintf(config, sizeof(config), "--config %s", cfg);
+	snprintf(want, sizeof(want),
+	         "%s:2 [f2]: receipt_dir = \"%s\": F2 cannot keep its receipts there: Not a directory\n",
+	         cfg, file);
+	for (int i = 0; i < 2; i++) {
+		cr_expect_eq(q4khost_with("Q4KHOST_F2_RECEIPT_DIR=", i ? "bench -n 1" : "validate", NULL,
+		                          plugins, config, &out),
+		             3, "%s", out);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		cr_expect_eq(lines(out), 1, "said once, alone: %s", out);
+		free(out);
+	}
+	/* A folder not there yet, under one that may be written: fine. */
+	snprintf(env, sizeof(env), "Q4KHOST_F2_RECEIPT_DIR=%s/new/f2", test_tmpdir());
+	cr_expect_eq(q4khost_with(env, "run -n 1", NULL, plugins, "", &out), 0, "%s", out);
+	free(out);
+	free(cfg);
+	free(file);
+}
+
+Test(diagnostics, a_receipt_folder_without_write_permission_is_named_with_why)
+{
+	char dir[4200], env[8192], want[8192], *out;
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+
+	if (geteuid() == 0)
+		cr_skip_test("root may write in any folder");
+	snprintf(dir, sizeof(dir), "%s/read-only", test_tmpdir());
+	cr_assert_eq(mkdir(dir, 0555), 0);
+	snprintf(env, sizeof(env), "Q4KHOST_F2_RECEIPT_DIR=%s/f2", dir);
+	cr_expect_eq(q4khost_with(env, "run -n 1", NULL, plugins, "", &out), 3, "%s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost run: Q4KHOST_F2_RECEIPT_DIR=%s/f2: F2 cannot keep its receipts there: "
+	         "Permission denied\n",
+	         dir);
+	cr_expect_str_eq(out, want);
+	free(out);
+}
+
 Test(diagnostics, a_utf8_bom_is_named_not_quoted)
 {
 	static const char *const none[] = { NULL };

@@ -14,7 +14,8 @@ enum q4kh_exit {
 	Q4KH_EXIT_OK = 0,
 	Q4KH_EXIT_FAIL = 1,    /* the work failed (I/O, backend error) */
 	Q4KH_EXIT_USAGE = 2,   /* bad command line */
-	Q4KH_EXIT_INPUT = 3,   /* a bad model or config file */
+	Q4KH_EXIT_INPUT = 3,   /* a bad model file or configuration (a file, a
+	                          setting's value, the receipt folder) */
 	Q4KH_EXIT_PLUGIN = 4   /* no plugin could honour the request */
 };
 

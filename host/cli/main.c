@@ -44,9 +44,10 @@ static void usage(FILE *out)
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG (debug,\n"
 	        "info, warning, error); see man q4khost.ini, or\n" Q4KH_DOCDIR "/config.md\n"
-	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 bad input file,\n"
-	        "            4 no plugin could honour the request, 130 or 143 stopped\n"
-	        "            by SIGINT or SIGTERM (run, validate)\n");
+	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 a bad model file or\n"
+	        "            configuration (a config file, a setting's value, the\n"
+	        "            receipt folder), 4 no plugin could honour the request,\n"
+	        "            130 or 143 stopped by SIGINT or SIGTERM (run, validate)\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. */
