@@ -91,7 +91,9 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 {
 	if (q4kh_registry_scan(cli_path, c, out, err))
 		return Q4KH_EXIT_FAIL;
-	return q4kh_guard_config_check(c, *out, err) ? Q4KH_EXIT_INPUT : 0;
+	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)
+	               ? Q4KH_EXIT_INPUT
+	               : 0;
 }
 
 void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
