@@ -33,6 +33,14 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
                         long hi, long *out);
 
 /*
+ * How to get the default model, for a message: "fetch it with
+ * PKGDATADIR/fetch-model.sh" when the installed script is there, else
+ * "fetch it with scripts/fetch-model.sh in q4khost's source tree" (a
+ * build that was not installed).
+ */
+const char *q4kh_cli_fetch_hint(void);
+
+/*
  * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
  * else the default model ($Q4KHOST_MODEL, else the file
  * scripts/fetch-model.sh fetches into the cache folder), written into BUF.

@@ -255,8 +255,8 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 	if (o->model)
 		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);
 	else if (access(q4kh_default_model_path(srv->model_path, sizeof(srv->model_path)), F_OK)) {
-		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
-		          srv->model_path);
+		q4kh_fail(err, "%s: no such file (the default model: %s, or pass -m FILE)",
+		          srv->model_path, q4kh_cli_fetch_hint());
 		return Q4KH_EXIT_INPUT;
 	}
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
