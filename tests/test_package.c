@@ -494,6 +494,7 @@ static void check_packages(const char *work, const char *script, const char *lib
 	expect_file(root, "/usr/share/man/man5/q4khost.ini.5.gz");
 	expect_file(root, "/usr/share/man/man7/q4khost-plugin.7.gz");
 	expect_file(root, "/usr/share/bash-completion/completions/q4khost");
+	expect_file(root, "/usr/share/q4khost/fetch-model.sh"); /* the CLI's hint names it */
 	expect_file(root, "/usr/include/q4khost/plugin.h");
 	expect_file(root, "/usr/include/q4khost/quant.h");
 	expect_file(root, "/usr/include/q4khost/contract.h");

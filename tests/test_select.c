@@ -366,26 +366,31 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 	free(cfg);
 }
 
-/* A variant whose own settings keep it from starting is not dropped in
- * silence: the run falls back and its report says which setting. An empty
- * "threads =" counts as unset. */
-Test(select, a_variant_that_will_not_start_is_named_with_its_reason, .timeout = 240)
+/* A variant that refuses the value of its own setting is a bad
+ * configuration, as a bad value the host checks is: exit 3 before any
+ * work, naming the setting, its file and line. An empty "threads ="
+ * counts as unset. */
+Test(select, a_variant_that_refuses_its_settings_is_a_bad_configuration, .timeout = 240)
 {
 	static const char *const none[] = { NULL };
 	const char *plugins;
 	char *out, args[8192];
 	char *cfg = config_file("[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
+	char want[8192];
 
 	test_model_path();
 	need_cpu_simd(0);
 	plugins = test_plugin_dir(none);
 	add_built_plugin(plugins, "cpu-simd");
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
-	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
-	cr_expect(strstr(out, "cpu/cpu-simd: cannot start: ") != NULL, "%s", out);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost run: plugin cpu-simd refuses its settings: ") != NULL, "%s",
+	          out);
 	cr_expect(strstr(out, "isa = \"sse9\": expected auto, avx2 or avx512-vnni") != NULL, "%s",
 	          out);
-	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in") != NULL, "%s", out);
+	snprintf(want, sizeof(want), "[its settings: isa = \"sse9\" (%s:2 [plugin.cpu-simd])]", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_null(strstr(out, "q4khost: kernels:"), "no work was done: %s", out);
 	free(out);
 	free(cfg);
 }
@@ -422,26 +427,25 @@ Test(select, an_empty_plugin_key_is_its_default)
 }
 
 /*
- * A backend whose own settings keep it from starting is named, never left
- * out in silence: the run that goes on without it says why in its report,
- * and plugins --explain under the plan. When that backend is the
- * reference, F2 can measure nothing, and each candidate says so with the
- * reference's reason instead of "wrote no receipt".
+ * A backend that refuses the value of its own setting is a bad
+ * configuration: run exits 3 before any work with the plugin's reason, its
+ * file and line (the reference's too, which would leave F2 nothing to
+ * measure), and plugins --explain, which diagnoses, names it under the
+ * plan.
  */
 Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
 {
 	static const char *const none[] = { NULL };
 	static const char *const cases[][3] = {
 		{ "[plugin.cpu-fast]\nthreads = abc\n",
-		  "q4khost: F2 rejected first: cpu-fast: init failed (invalid argument): "
+		  "q4khost run: plugin cpu-fast refuses its settings: "
 		  "[plugin.cpu-fast] threads = \"abc\": expected an integer from 1 to 256 [its "
 		  "settings: threads = \"abc\" (%s:2 [plugin.cpu-fast])]\n",
 		  "  left out, could not start: cpu-fast: init failed" },
 		{ "[plugin.cpu]\nthreads = 0\n",
-		  "no candidate could serve the request:\ncpu: init failed (invalid argument): "
+		  "q4khost run: plugin cpu refuses its settings: "
 		  "cpu: [plugin.cpu] threads = \"0\": expected an integer from 1 to 256 [its "
-		  "settings: threads = \"0\" (%s:2 [plugin.cpu])]\ncpu-fast/built-in: F2 not "
-		  "measured: the reference could not start (F2.4): cpu: init failed",
+		  "settings: threads = \"0\" (%s:2 [plugin.cpu])]\n",
 		  "q4khost run --device 0 tries: cpu-fast/built-in\n" },
 	};
 	const char *plugins;
@@ -456,8 +460,8 @@ Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
 		snprintf(want, sizeof(want), cases[i][1], cfg);
 		snprintf(args, sizeof(args),
 		         "run -n 1 -p Hello --kernel none --plugin-path %s --config %s", plugins, cfg);
-		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), i ? 4 : 0, "%s", out);
-		cr_expect(strstr(out, want) != NULL, "%s", out);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+		cr_expect_str_eq(out, want);
 		cr_expect(strstr(out, "wrote no receipt") == NULL, "%s", out);
 		free(out);
 		snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s",

@@ -14,7 +14,8 @@ enum q4kh_exit {
 	Q4KH_EXIT_OK = 0,
 	Q4KH_EXIT_FAIL = 1,    /* the work failed (I/O, backend error) */
 	Q4KH_EXIT_USAGE = 2,   /* bad command line */
-	Q4KH_EXIT_INPUT = 3,   /* a bad model or config file */
+	Q4KH_EXIT_INPUT = 3,   /* a bad model file or configuration (a file, a
+	                          setting's value, the receipt folder) */
 	Q4KH_EXIT_PLUGIN = 4   /* no plugin could honour the request */
 };
 
@@ -30,6 +31,14 @@ int q4kh_cli_bad_option(const char *command, char **argv);
  */
 int q4kh_cli_parse_long(const char *command, const char *s, const char *what, long lo,
                         long hi, long *out);
+
+/*
+ * How to get the default model, for a message: "fetch it with
+ * PKGDATADIR/fetch-model.sh" when the installed script is there, else
+ * "fetch it with scripts/fetch-model.sh in q4khost's source tree" (a
+ * build that was not installed).
+ */
+const char *q4kh_cli_fetch_hint(void);
 
 /*
  * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
@@ -52,9 +61,11 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 
 /*
  * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out and
- * check every F2 setting of C for its plugins (guard.h) before any work.
- * 0, or the exit code with err: Q4KH_EXIT_FAIL when the scan failed,
- * Q4KH_EXIT_INPUT for a bad F2 setting in a config file.
+ * check, before any work, the values of every plugin's own settings (the
+ * plugins check them: q4kh_registry_check_settings) and every F2 setting
+ * of C for its plugins (guard.h). 0, or the exit code with err:
+ * Q4KH_EXIT_FAIL when the scan failed, Q4KH_EXIT_INPUT for a bad setting,
+ * whoever checks it.
  */
 int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err);

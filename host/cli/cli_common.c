@@ -40,6 +40,15 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
 	return 0;
 }
 
+const char *q4kh_cli_fetch_hint(void)
+{
+	static const char installed[] = Q4KH_PKGDATADIR "/fetch-model.sh";
+
+	return access(installed, X_OK) == 0
+	               ? "fetch it with " Q4KH_PKGDATADIR "/fetch-model.sh"
+	               : "fetch it with scripts/fetch-model.sh in q4khost's source tree";
+}
+
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err)
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
@@ -51,8 +60,8 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 	if (env && *env)
 		q4kh_fail(err, "%s (from Q4KHOST_MODEL): %s", buf, strerror(errno));
 	else
-		q4kh_fail(err, "%s: no such file (the default model: fetch it with scripts/fetch-model.sh, or pass a model file)",
-		          buf);
+		q4kh_fail(err, "%s: no such file (the default model: %s, or pass a model file)", buf,
+		          q4kh_cli_fetch_hint());
 	return NULL;
 }
 
@@ -91,7 +100,9 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 {
 	if (q4kh_registry_scan(cli_path, c, out, err))
 		return Q4KH_EXIT_FAIL;
-	return q4kh_guard_config_check(c, *out, err) ? Q4KH_EXIT_INPUT : 0;
+	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)
+	               ? Q4KH_EXIT_INPUT
+	               : 0;
 }
 
 void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,

@@ -813,8 +813,10 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 		goto out;
 	B.rows = json_array();
 	if (!o.json) {
-		printf("device %s (%s, %s, driver %s); timing: %s, %s\n", B.b.record.name,
-		       B.b.record.uuid, B.b.record.arch, B.b.record.driver_version,
+		/* The cpu backends have no driver: nothing to name. */
+		printf("device %s (%s, %s%s%s); timing: %s, %s\n", B.b.record.name,
+		       B.b.record.uuid, B.b.record.arch, B.b.record.driver_version[0] ? ", driver " : "",
+		       B.b.record.driver_version,
 		       B.graphs ? "launches recorded in one graph" : "launches one by one",
 		       B.timers ? "device events" : "host clock and synchronize");
 		if (B.ceiling > 0)

@@ -36,7 +36,7 @@ static void usage(FILE *out)
 	        "every metadata key with its type and value, a table of tensor types\n"
 	        "with their counts and bytes, and the total parameter count. FILE\n"
 	        "defaults to the model q4khost run uses ($Q4KHOST_MODEL, else the\n"
-	        "model fetched by scripts/fetch-model.sh).\n\n"
+	        "default model that fetch-model.sh fetches into the cache folder).\n\n"
 	        "      --all    print every array element and whole strings (by default\n"
 	        "               arrays show their first %d elements and text output\n"
 	        "               cuts strings at %d bytes)\n"

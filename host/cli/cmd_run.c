@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +45,8 @@ static void usage(FILE *out)
 	        "what really ran (backend, device, kernels, plugin files, speed) goes\n"
 	        "to stderr.\n\n"
 	        "  -m, --model FILE      GGUF model (default: $Q4KHOST_MODEL, else the\n"
-	        "                        model fetched by scripts/fetch-model.sh)\n"
+	        "                        default model that fetch-model.sh fetches\n"
+	        "                        into the cache folder; man q4khost, FILES)\n"
 	        "  -p, --prompt TEXT     prompt (default: \"" DEFAULT_PROMPT "\")\n"
 	        "  -n, --n-predict N     tokens to generate (default 64)\n"
 	        "  -c, --ctx N           context length in tokens (default: the model's\n"
@@ -88,8 +88,7 @@ static void usage(FILE *out)
 	        "newline and the report (stop: interrupted) are still printed, or the\n"
 	        "JSON object with them; a second signal ends the process at once.\n"
 	        "A reader of the text that goes away (| head) stops it too, with the\n"
-	        "report (stop: standard output closed) and, the output cut short,\n"
-	        "exit code 1.\n\n"
+	        "report (stop: standard output closed) and exit code 0.\n\n"
 	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
 	        "            4 the requested backend or kernel cannot serve,\n"
 	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
@@ -451,10 +450,6 @@ static int generate(const struct run_opts *o, struct run *r,
 	if (n_ids == 0)
 		return q4kh_fail(err, "the prompt tokenized to nothing");
 	rep->stop_reason = "token limit";
-	/* A reader that goes away (| head) ends the generation with the
-	 * report, instead of SIGPIPE ending the process without one; set here,
-	 * after the F2 children were started, which would inherit it. */
-	signal(SIGPIPE, SIG_IGN);
 	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err))
 		return -1;
 	t0 = now();

@@ -242,7 +242,7 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 	const struct serve_opts *o = &srv->o;
 	struct q4kh_model *m;
 	char origin[700];
-	int bad_file;
+	int bad_file, rc;
 	const char *base;
 
 	if (q4kh_cli_config("serve", o->config_file, 0, &srv->config, err))
@@ -250,13 +250,13 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 	if (q4kh_settings_f2_mode(srv->config, o->f2, &srv->mode, srv->mode_origin,
 	                          sizeof(srv->mode_origin), &bad_file, err))
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
-	if (q4kh_registry_scan(o->plugin_path, srv->config, &srv->registry, err))
-		return Q4KH_EXIT_FAIL;
+	if ((rc = q4kh_cli_plugins(o->plugin_path, srv->config, &srv->registry, err)))
+		return rc;
 	if (o->model)
 		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);
 	else if (access(q4kh_default_model_path(srv->model_path, sizeof(srv->model_path)), F_OK)) {
-		q4kh_fail(err, "%s: no such file (fetch the default model with scripts/fetch-model.sh, or pass -m FILE)",
-		          srv->model_path);
+		q4kh_fail(err, "%s: no such file (the default model: %s, or pass -m FILE)",
+		          srv->model_path, q4kh_cli_fetch_hint());
 		return Q4KH_EXIT_INPUT;
 	}
 	/* A bad file is the user's input error (exit 3), whatever serves it. */

@@ -67,14 +67,17 @@ static void usage(FILE *out)
 	        "      --one             measure exactly --backend/--device/--kernel in this\n"
 	        "                        process and write its receipt (what a guard check\n"
 	        "                        runs in its child process)\n"
-	        "      --quiet           with --one: no verdict line (the receipt is the\n"
-	        "                        answer; the guard that started it reports)\n"
+	        "      --quiet           with --one: no verdict line, and exit code 0 once\n"
+	        "                        it measured to the end (the receipt, or none\n"
+	        "                        for nothing measured, is the answer; the guard\n"
+	        "                        that started it reports)\n"
 	        "  -h, --help            this help\n\n"
 	        "A kernel variant whose backend is not on the plugin path, or a missing\n"
 	        "reference cpu plugin, is listed under \"cannot be measured\" and fails\n"
 	        "the run: what cannot be measured is no pass.\n\n"
 	        "exit codes: 0 every candidate passed, 1 a candidate failed or was not\n"
-	        "            measured (or the plot could not be written), 2 usage,\n"
+	        "            measured (with --one: the one measured), or the plot could\n"
+	        "            not be written, 2 usage,\n"
 	        "            3 bad model or config file, 130 or 143 stopped by SIGINT\n"
 	        "            or SIGTERM (the measuring child is stopped too)\n");
 }
@@ -292,23 +295,33 @@ static json_t *row_json(const struct row *r)
 	                 "message", rc->message);
 }
 
-/* --one: measure in this process; the receipt is the answer. */
+/*
+ * --one: measure in this process and write the receipt. Its exit code is
+ * validate's (0 pass, 1 anything else, nothing measured included); with
+ * --quiet, a guard's child, 0 whenever it measured to the end: the guard
+ * reads the verdict from the receipt, or its absence, and a non-zero exit
+ * would read as a crash of the plugin.
+ */
 static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
                        struct q4kh_error *err)
 {
 	struct q4kh_candidate c = { o->backend, (uint32_t)o->device,
 	                            strcmp(o->kernel, "none") ? o->kernel : NULL };
 	struct q4kh_receipt rc;
+	enum q4kh_f2_verdict v;
 
 	if (q4kh_guard_measure(g, &c, &rc, err)) {
 		q4kh_receipt_free(&rc);
 		return Q4KH_EXIT_FAIL;
 	}
+	v = rc.verdict;
 	if (!o->quiet)
-		fprintf(stderr, "q4khost validate: %s/%s on device %u: %s: %s\n", c.backend,
-		        variant_name(&c), c.device, q4kh_f2_verdict_name(rc.verdict), rc.message);
+		fprintf(stderr, "q4khost validate: %s/%s on device %u: %s: %s%s\n", c.backend,
+		        variant_name(&c), c.device, q4kh_f2_verdict_name(v),
+		        q4kh_f2_message_after_verdict(v, rc.message),
+		        v == Q4KH_F2_NOT_MEASURED ? "; no receipt written" : "");
 	q4kh_receipt_free(&rc);
-	return Q4KH_EXIT_OK;
+	return o->quiet || v == Q4KH_F2_PASS ? Q4KH_EXIT_OK : Q4KH_EXIT_FAIL;
 }
 
 /* --plot: every row's points, from its receipt, as one SVG file. */

@@ -2,8 +2,11 @@
 #include "buildconf.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
@@ -41,9 +44,10 @@ static void usage(FILE *out)
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG (debug,\n"
 	        "info, warning, error); see man q4khost.ini, or\n" Q4KH_DOCDIR "/config.md\n"
-	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 bad input file,\n"
-	        "            4 no plugin could honour the request, 130 or 143 stopped\n"
-	        "            by SIGINT or SIGTERM (run, validate)\n");
+	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 a bad model file or\n"
+	        "            configuration (a config file, a setting's value, the\n"
+	        "            receipt folder), 4 no plugin could honour the request,\n"
+	        "            130 or 143 stopped by SIGINT or SIGTERM (run, validate)\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. */
@@ -62,12 +66,31 @@ static int apply_log_env(void)
 	return 0;
 }
 
-/* Output lost on a full disk or a closed pipe must not exit 0. */
+/*
+ * Whether the reader of standard output went away (a pipe into head that
+ * has read enough): the write end of a pipe without a reader polls as an
+ * error, whatever errno an earlier write left.
+ */
+static int reader_gone(int write_errno)
+{
+	struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
+
+	return write_errno == EPIPE || (poll(&p, 1, 0) == 1 && (p.revents & POLLERR));
+}
+
+/*
+ * Output lost on a full disk must not exit 0; a reader that went away took
+ * what it wanted, which is no failure: every command then ends quietly
+ * with its own status (run has stopped generating and said so).
+ */
 static int finish(int rc)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "q4khost: cannot write to standard output: %s\n",
-		        strerror(errno));
+		int e = errno;
+
+		if (reader_gone(e))
+			return rc;
+		fprintf(stderr, "q4khost: cannot write to standard output: %s\n", strerror(e));
 		return rc ? rc : Q4KH_EXIT_FAIL;
 	}
 	return rc;
@@ -91,6 +114,11 @@ int main(int argc, char **argv)
 		       Q4KH_ABI_MINOR);
 		return Q4KH_EXIT_OK;
 	}
+	/* A reader that goes away (| head) is seen as EPIPE by the write, for
+	 * every command alike (finish), never as a SIGPIPE that ends the
+	 * process with 141 and no word; children of F2 get the default back
+	 * (isolate.c). */
+	signal(SIGPIPE, SIG_IGN);
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
 			return finish(commands[i].fn(argc - 1, argv + 1));

@@ -28,6 +28,15 @@ const char *q4kh_f2_verdict_name(enum q4kh_f2_verdict v)
 	return "unknown";
 }
 
+const char *q4kh_f2_message_after_verdict(enum q4kh_f2_verdict v, const char *message)
+{
+	const char *name = q4kh_f2_verdict_name(v);
+	size_t len = strlen(name);
+
+	return !strncmp(message, name, len) && !strncmp(message + len, ": ", 2) ? message + len + 2
+	                                                                       : message;
+}
+
 /* Index of the largest finite value (lowest index on ties), -1 if none. */
 static int32_t finite_argmax(const float *v, int64_t n)
 {

@@ -53,6 +53,14 @@ enum q4kh_f2_verdict {
 /* "pass", "reject", "broken", "not measured". */
 const char *q4kh_f2_verdict_name(enum q4kh_f2_verdict v);
 
+/*
+ * MESSAGE (a verdict's message, e.g. a receipt's) without the name of
+ * verdict V it may start with ("not measured: the candidate could not
+ * start" gives "the candidate could not start"), for a line that names
+ * the verdict before it. Points into MESSAGE.
+ */
+const char *q4kh_f2_message_after_verdict(enum q4kh_f2_verdict v, const char *message);
+
 /* What one position showed. */
 struct q4kh_f2_point {
 	int64_t position;    /* 0 .. probe + steps - 1 */

@@ -179,7 +179,8 @@ int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_regis
 	struct q4kh_f2_rules rules;
 	uint64_t v;
 
-	if (f2_whole(c, "f2_timeout_s", 1, 86400, &v, err) ||
+	if (q4kh_receipt_dir_check(c, err) ||
+	    f2_whole(c, "f2_timeout_s", 1, 86400, &v, err) ||
 	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, &v, err) ||
 	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
 		return -1;

@@ -100,7 +100,8 @@ int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err);
 
 /*
- * Every F2 setting of C, checked before any work: [f2] f2_timeout_s and
+ * Every F2 setting of C, checked before any work: the receipt folder
+ * (q4kh_receipt_dir_check), [f2] f2_timeout_s and
  * f2_memory_limit_mb, and the rules (f2_floor, f2_decode_steps,
  * f2_probe_tokens) of [f2] and of [plugin.NAME] for every plugin R
  * accepted (R may be NULL). -1 with err naming the file, line, key and

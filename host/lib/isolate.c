@@ -143,6 +143,7 @@ static pid_t start(const char *exe, const char *const *argv, unsigned alarm_s,
 	(void)parent;
 #endif
 	signal(SIGALRM, SIG_DFL);
+	signal(SIGPIPE, SIG_DFL); /* ignored by the q4khost that starts us */
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	alarm(alarm_s);

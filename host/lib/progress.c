@@ -30,6 +30,27 @@ static int room(void)
 	return left > 8 ? left : 8;
 }
 
+/*
+ * TEXT cut to at most ROOM bytes (so at most ROOM columns) where it is
+ * longer: at the last space that leaves room for "...", which then marks
+ * the cut; inside a word only when no space is in the second half, and
+ * never inside a UTF-8 character.
+ */
+static void fit(char *text, int room)
+{
+	const size_t keep = room > 3 ? (size_t)room - 3 : 0;
+	size_t cut = keep;
+
+	if (strlen(text) <= (size_t)room)
+		return;
+	while (cut > keep / 2 && text[cut] != ' ')
+		cut--;
+	if (text[cut] != ' ')
+		for (cut = keep; cut > 0 && ((unsigned char)text[cut] & 0xc0) == 0x80; cut--)
+			;
+	snprintf(text + cut, 4, "...");
+}
+
 void q4kh_progress(const char *fmt, ...)
 {
 	char text[512];
@@ -40,8 +61,9 @@ void q4kh_progress(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
+	fit(text, room());
 	/* Carriage return, the text, then erase what a longer line left. */
-	fprintf(stderr, "\rq4khost %s: %.*s\033[K", command, room(), text);
+	fprintf(stderr, "\rq4khost %s: %s\033[K", command, text);
 	fflush(stderr);
 	atomic_store(&showing, 1);
 }

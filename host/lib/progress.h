@@ -15,7 +15,8 @@
  * whether stderr is a terminal. Without it no progress is shown. */
 void q4kh_progress_init(const char *command);
 
-/* Show "q4khost COMMAND: TEXT" as the status line, replacing the last. */
+/* Show "q4khost COMMAND: TEXT" as the status line, replacing the last;
+ * a TEXT too long for the terminal's width is cut at a word, with "...". */
 void q4kh_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Erase the status line, if one is showing. */

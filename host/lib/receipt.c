@@ -38,6 +38,59 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 	}
 }
 
+/* 0 when DIR is a folder we may write in, or does not exist and the nearest
+ * folder above it that does is one; else -1 with errno. */
+static int writable_or_creatable(const char *dir)
+{
+	char path[4096];
+	struct stat st;
+	char *slash;
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (;;) {
+		if (stat(path, &st) == 0) {
+			if (!S_ISDIR(st.st_mode)) {
+				errno = ENOTDIR;
+				return -1;
+			}
+			return access(path, W_OK | X_OK);
+		}
+		if (errno != ENOENT)
+			return -1;
+		slash = strrchr(path, '/');
+		if (!slash) /* relative: the current folder is above it */
+			return access(".", W_OK | X_OK);
+		if (slash == path) /* the root */
+			slash[1] = 0;
+		else
+			*slash = 0;
+	}
+}
+
+int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err)
+{
+	char dir[4096], where[700];
+	const char *origin, *why;
+
+	q4kh_receipt_dir(c, dir, sizeof(dir), &origin);
+	if (writable_or_creatable(dir) == 0)
+		return 0;
+	why = strerror(errno);
+	if (!strcmp(origin, "Q4KHOST_F2_RECEIPT_DIR"))
+		return q4kh_fail(err, "Q4KHOST_F2_RECEIPT_DIR=%s: F2 cannot keep its receipts there: %s",
+		                 dir, why);
+	if (strcmp(origin, "default"))
+		return q4kh_fail(err, "%s: receipt_dir = \"%s\": F2 cannot keep its receipts there: %s",
+		                 q4kh_config_where(c, "f2", "receipt_dir", where, sizeof(where))
+		                         ? where
+		                         : origin,
+		                 dir, why);
+	return q4kh_fail(err,
+	                 "%s (the default receipt folder): F2 cannot keep its receipts there: %s; "
+	                 "set Q4KHOST_F2_RECEIPT_DIR or [f2] receipt_dir to a folder you may write",
+	                 dir, why);
+}
+
 /* DIR/<sha256 of ID>.json: any identity maps to a safe file name. */
 static void receipt_path(const char *dir, const char *id, char *buf, size_t cap)
 {

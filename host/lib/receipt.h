@@ -91,6 +91,17 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
                       const char **origin);
 
 /*
+ * Whether receipts can be kept in the receipt folder of C (the one
+ * q4kh_receipt_dir gives), checked before any work and creating nothing:
+ * it is a folder this process may write, or it does not exist yet and the
+ * nearest folder above it that does is one. -1 with err in one line that
+ * names where the folder was set (Q4KHOST_F2_RECEIPT_DIR=..., [f2]
+ * receipt_dir with its file and line, or the default), the path and why
+ * ("Not a directory", "Permission denied").
+ */
+int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err);
+
+/*
  * Read the receipt of candidate ID (any printable identity string, e.g.
  * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR into *out, which is
  * overwritten (free its points first). 0 on success; 1 when there is none,

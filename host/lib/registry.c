@@ -764,6 +764,54 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, si
 	return buf;
 }
 
+/* Init P and shut it down: the status, and why into WHY when it failed. */
+static q4kh_status try_init(const struct q4kh_plugin *p, char *why, size_t cap)
+{
+	const char *detail = NULL;
+	q4kh_status st;
+
+	if (p->desc->kind == Q4KH_KIND_BACKEND) {
+		const struct q4kh_backend_v1 *v = p->desc->backend;
+		q4kh_backend_ctx *ctx = NULL;
+
+		if ((st = v->init(&p->api, &ctx)) == Q4KH_OK)
+			v->shutdown(ctx);
+		else
+			detail = v->last_error(NULL);
+	} else {
+		const struct q4kh_kernel_v1 *v = p->desc->kernel;
+		q4kh_kernel_ctx *ctx = NULL;
+
+		if ((st = v->init(&p->api, &ctx)) == Q4KH_OK)
+			v->shutdown(ctx);
+		else
+			detail = v->last_error(NULL);
+	}
+	snprintf(why, cap, "%s", detail ? detail : "");
+	return st;
+}
+
+int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_error *err)
+{
+	char section[sizeof("plugin.") + NAME_MAX_LEN], set[1024], why[512], settings[512];
+
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED)
+			continue;
+		snprintf(section, sizeof(section), "plugin.%s", p->name);
+		if (q4kh_config_section_text(p->config, section, NULL, set, sizeof(set)) == 0 &&
+		    !set[0])
+			continue; /* nothing set: nothing to refuse */
+		if (try_init(p, why, sizeof(why)) == Q4KH_ERR_INVALID &&
+		    q4kh_plugin_settings_read(p, settings, sizeof(settings))[0])
+			return q4kh_fail(err, "plugin %s refuses its settings: %s [its settings: %s]",
+			                 p->name, why, settings);
+	}
+	return 0;
+}
+
 /* Only once the array stops moving may host_data point into it. */
 static void give_host_api(struct q4kh_registry *r,
                           const struct q4kh_config *config)

@@ -88,6 +88,20 @@ void q4kh_registry_free(struct q4kh_registry *r);
 const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap);
 
 /*
+ * Whether every accepted plugin of R (backends and kernel variants) takes
+ * the values of its settings, before any work: each whose [plugin.NAME]
+ * section sets anything is initialised and shut down. -1 with err when an
+ * init fails with Q4KH_ERR_INVALID having read a setting that is set (how
+ * plugin.h says a value is malformed or out of range): "plugin NAME
+ * refuses its settings: REASON [its settings: KEY = "VALUE" (FILE:LINE
+ * [plugin.NAME])]", a bad configuration as a bad value the host checks
+ * is. Any other init failure, a value this machine cannot run
+ * (Q4KH_ERR_UNSUPPORTED) among them, is no configuration error: the
+ * selection falls back past the plugin and says why.
+ */
+int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_error *err);
+
+/*
  * The kind of accepted backend plugin P (plugin.h, backend_kind): what
  * the kernel variants that bind to it name as their backend. Its name
  * when the descriptor says none.

@@ -9,6 +9,12 @@ static double rate(int64_t tokens, double seconds)
 	return seconds > 0 ? (double)tokens / seconds : 0.0;
 }
 
+/* The plural's "s" of a count: "1 token", "2 tokens", "0 tokens". */
+static const char *plural(unsigned long long n)
+{
+	return n == 1 ? "" : "s";
+}
+
 /* "graph replay" when any step was a replay, else "op by op". */
 static const char *step_mode(const struct q4kh_session_stats *st)
 {
@@ -18,11 +24,13 @@ static const char *step_mode(const struct q4kh_session_stats *st)
 /* How the steps ran and, when not all could be replays, why. */
 static void print_steps(FILE *f, const struct q4kh_session_stats *st)
 {
-	fprintf(f, "q4khost: steps: %s (%llu steps, %llu replays of %llu recordings), "
+	unsigned long long steps = st->steps, replays = st->replayed, recordings = st->recorded;
+
+	fprintf(f, "q4khost: steps: %s (%llu step%s, %llu replay%s of %llu recording%s), "
 	           "KV cache %s%s%s\n",
-	        step_mode(st), (unsigned long long)st->steps,
-	        (unsigned long long)st->replayed, (unsigned long long)st->recorded,
-	        q4kh_type_name(st->kv_type), st->why_not[0] ? "; " : "", st->why_not);
+	        step_mode(st), steps, plural(steps), replays, plural(replays), recordings,
+	        plural(recordings), q4kh_type_name(st->kv_type), st->why_not[0] ? "; " : "",
+	        st->why_not);
 }
 
 void q4kh_report_print(FILE *f, const struct q4kh_report *r)
@@ -73,11 +81,12 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
 	if (r->steps)
 		print_steps(f, r->steps);
-	fprintf(f, "q4khost: prefill %lld tokens in %.3f s (%.1f tokens/s); "
-	           "decode %lld tokens in %.3f s (%.1f tokens/s); stop: %s\n",
-	        (long long)r->prompt_tokens, r->prefill_seconds,
-	        rate(r->prompt_tokens, r->prefill_seconds),
-	        (long long)r->generated_tokens, r->decode_seconds,
+	fprintf(f, "q4khost: prefill %lld token%s in %.3f s (%.1f tokens/s); "
+	           "decode %lld token%s in %.3f s (%.1f tokens/s); stop: %s\n",
+	        (long long)r->prompt_tokens, plural((unsigned long long)r->prompt_tokens),
+	        r->prefill_seconds, rate(r->prompt_tokens, r->prefill_seconds),
+	        (long long)r->generated_tokens, plural((unsigned long long)r->generated_tokens),
+	        r->decode_seconds,
 	        rate(r->generated_tokens > 0 ? r->generated_tokens - 1 : 0,
 	             r->decode_seconds),
 	        r->stop_reason);

@@ -220,16 +220,6 @@ static void off_source(const char *origin, char *buf, size_t cap)
 		snprintf(buf, cap, "mode = off at %s", origin);
 }
 
-/* D's message without the verdict it may start with ("not measured: "),
- * which the step names before it. */
-static const char *after_verdict(const struct q4kh_guard_decision *d)
-{
-	const char *v = q4kh_f2_verdict_name(d->verdict), *m = d->receipt.message;
-	size_t len = strlen(v);
-
-	return !strncmp(m, v, len) && !strncmp(m + len, ": ", 2) ? m + len + 2 : m;
-}
-
 /* Open backend, model and variant of C into OUT. */
 static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_select_cand *c,
                      struct q4kh_selection *out, struct q4kh_error *err)
@@ -344,7 +334,8 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		}
 		/* Whether it was measured now or read from a receipt. */
 		append(out->steps, sizeof(out->steps), "%s: F2 %s: %s [%s]\n", name,
-		       q4kh_f2_verdict_name(d.verdict), after_verdict(&d), d.source);
+		       q4kh_f2_verdict_name(d.verdict),
+		       q4kh_f2_message_after_verdict(d.verdict, d.receipt.message), d.source);
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;

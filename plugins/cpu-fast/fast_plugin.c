@@ -171,8 +171,8 @@ static q4kh_status f_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_info: no device %u (%s)", index,
 		                 ctx->k ? "cpu-fast has 1" : "this CPU runs neither AVX2 nor AVX-512");
 	/* The instruction set and threads are what tells this device apart. */
-	snprintf(rec.name, sizeof(rec.name), "cpu (%s float32, %u threads)", ctx->k->name,
-	         ctx->threads);
+	snprintf(rec.name, sizeof(rec.name), "cpu (%s float32, %u thread%s)", ctx->k->name,
+	         ctx->threads, ctx->threads == 1 ? "" : "s");
 	snprintf(rec.uuid, sizeof(rec.uuid), "cpu");
 	snprintf(rec.arch, sizeof(rec.arch), "%.31s", uname(&u) == 0 ? u.machine : "unknown");
 	rec.memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
@@ -250,12 +250,12 @@ static q4kh_status f_device_open(q4kh_backend_ctx *ctx, uint32_t index, q4kh_dev
 
 		f_device_close(dev);
 		return fast_fail(ctx, Q4KH_ERR_INTERNAL,
-		                 "device_open: cannot start %u worker threads: %s",
-		                 ctx->threads - 1, strerror(e));
+		                 "device_open: cannot start %u worker thread%s: %s",
+		                 ctx->threads - 1, ctx->threads == 2 ? "" : "s", strerror(e));
 	}
 	if (Q4KH_HOST_HAS(ctx->host, log)) {
-		snprintf(msg, sizeof(msg), NAME ": %s loops, %u threads, spinning %u us",
-		         ctx->k->name, ctx->threads, ctx->spin_us);
+		snprintf(msg, sizeof(msg), NAME ": %s loops, %u thread%s, spinning %u us",
+		         ctx->k->name, ctx->threads, ctx->threads == 1 ? "" : "s", ctx->spin_us);
 		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
 	}
 	*out = dev;

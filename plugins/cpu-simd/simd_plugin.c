@@ -142,8 +142,8 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	(*out)->kernels = kernels_of(chosen);
 	(*out)->threads = n;
 	if (Q4KH_HOST_HAS(host, log)) {
-		snprintf(line, sizeof(line), NAME ": %s kernels, %u threads",
-		         chosen ? kernels_of(chosen)->name : "no", n);
+		snprintf(line, sizeof(line), NAME ": %s kernels, %u thread%s",
+		         chosen ? kernels_of(chosen)->name : "no", n, n == 1 ? "" : "s");
 		host->log(host->host_data, Q4KH_LOG_DEBUG, line);
 	}
 	return Q4KH_OK;

@@ -119,7 +119,8 @@ static q4kh_status cpu_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 		                index);
 	memset(&rec, 0, sizeof(rec));
 	rec.struct_size = sizeof(rec);
-	snprintf(rec.name, sizeof(rec.name), "cpu (%u threads)", ctx->threads);
+	snprintf(rec.name, sizeof(rec.name), "cpu (%u thread%s)", ctx->threads,
+	         ctx->threads == 1 ? "" : "s");
 	snprintf(rec.uuid, sizeof(rec.uuid), "cpu");
 	snprintf(rec.arch, sizeof(rec.arch), "%.31s",
 	         uname(&u) == 0 ? u.machine : "unknown");
@@ -214,11 +215,12 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 
 		cpu_device_close(dev);
 		return cpu_fail(ctx, Q4KH_ERR_INTERNAL,
-		                "device_open: cannot start %u worker threads: %s",
-		                ctx->threads - 1, strerror(e));
+		                "device_open: cannot start %u worker thread%s: %s",
+		                ctx->threads - 1, ctx->threads == 2 ? "" : "s", strerror(e));
 	}
 	if (Q4KH_HOST_HAS(ctx->host, log)) {
-		snprintf(msg, sizeof(msg), "cpu: %u threads", ctx->threads);
+		snprintf(msg, sizeof(msg), "cpu: %u thread%s", ctx->threads,
+		         ctx->threads == 1 ? "" : "s");
 		ctx->host->log(ctx->host->host_data, Q4KH_LOG_DEBUG, msg);
 	}
 	*out = dev;

@@ -210,7 +210,11 @@ struct q4kh_backend_v1 {
 	uint32_t struct_size;
 	uint32_t reserved;
 
-	/* Create the backend context. host stays valid until shutdown(). */
+	/* Create the backend context. host stays valid until shutdown().
+	 * A setting read through config_get whose value is malformed or out
+	 * of range: Q4KH_ERR_INVALID (the host refuses its configuration); a
+	 * valid value this machine cannot honour: Q4KH_ERR_UNSUPPORTED (the
+	 * host falls back past the plugin). docs/plugin-abi.md section 8. */
 	q4kh_status (*init)(const struct q4kh_host_api *host,
 	                    q4kh_backend_ctx **out);
 	/* Free everything; devices and buffers must be closed/freed first. */
@@ -668,6 +672,7 @@ struct q4kh_kernel_v1 {
 	uint32_t max_gemv_columns; /* gemv() takes 1..this many columns */
 	uint32_t reserved;
 
+	/* As the backend's, settings' values included. */
 	q4kh_status (*init)(const struct q4kh_host_api *host,
 	                    q4kh_kernel_ctx **out);
 	void (*shutdown)(q4kh_kernel_ctx *ctx);
