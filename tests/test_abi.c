@@ -186,7 +186,8 @@ Test(abi, backend_table)
 	/* ABI 1.4 */
 	OFF(q4kh_backend_v1, add_rms_norm, 320);
 	OFF(q4kh_backend_v1, rope_set_rows, 328);
-	SIZE(q4kh_backend_v1, 336);
+	OFF(q4kh_backend_v1, rope_store, 336);
+	SIZE(q4kh_backend_v1, 344);
 }
 
 /*
@@ -206,10 +207,15 @@ Test(abi, optional_entries_beyond_a_tables_size_are_absent)
 	t.struct_size = 328;
 	cr_expect(Q4KH_BACKEND_HAS(&t, add_rms_norm));
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
-	t.struct_size = sizeof(t);
+	t.struct_size = 336;
 	cr_expect(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_store));
+	t.struct_size = sizeof(t);
+	cr_expect(Q4KH_BACKEND_HAS(&t, rope_store));
 	t.rope_set_rows = NULL;
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	t.rope_store = NULL;
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_store));
 }
 
 Test(abi, native_device)
