@@ -187,7 +187,8 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, add_rms_norm, 320);
 	OFF(q4kh_backend_v1, rope_set_rows, 328);
 	OFF(q4kh_backend_v1, top2, 336);
-	SIZE(q4kh_backend_v1, 344);
+	OFF(q4kh_backend_v1, rope_store, 344);
+	SIZE(q4kh_backend_v1, 352);
 }
 
 /*
@@ -210,10 +211,15 @@ Test(abi, optional_entries_beyond_a_tables_size_are_absent)
 	t.struct_size = 336; /* 1.4 before top2 */
 	cr_expect(Q4KH_BACKEND_HAS(&t, rope_set_rows));
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, top2));
-	t.struct_size = sizeof(t);
+	t.struct_size = 344; /* 1.4 before rope_store */
 	cr_expect(Q4KH_BACKEND_HAS(&t, top2));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_store));
+	t.struct_size = sizeof(t);
+	cr_expect(Q4KH_BACKEND_HAS(&t, rope_store));
 	t.rope_set_rows = NULL;
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	t.rope_store = NULL;
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_store));
 }
 
 Test(abi, native_device)

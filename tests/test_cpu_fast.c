@@ -18,7 +18,8 @@
  *   - delta_net: a running error bound over the recurrence on absolute
  *     values (at the test);
  *   - add_rms_norm and rope_set_rows (ABI 1.4): bit for bit their two
- *     ops, and within those ops' bounds;
+ *     ops, and within those ops' bounds; rope_store (ABI 1.4) bit for bit
+ *     its three;
  *   - top2 (ABI 1.4): the host's q4kh_top2 bit for bit, on random and
  *     adversarial columns (helpers.h).
  * Also the worker pool (every item once, any thread count, lent to a
@@ -984,16 +985,104 @@ Test(cpu_fast, rope_set_rows_is_rope_ext_then_set_rows)
 	}
 }
 
+/*
+ * rope_store (ABI 1.4): q, k and caches of types KT (keys) and VT
+ * (values), holding the same bytes beforehand, bit for bit what
+ * rope_ext of q, rope_ext and set_rows of k and set_rows of v give. T
+ * tokens at arbitrary positions, grouped-query heads (6 query heads, 2 KV
+ * heads), values of HD_V per head.
+ */
+static void rope_store_case(struct env *e, const char *isa, uint32_t kt, uint32_t vt,
+                            uint32_t mode, int yarn, int64_t T, int64_t hd_v)
+{
+	const int64_t hd = 64, hq = 6, hkv = 2, n = 12;
+	const int32_t pos[4] = { 3, 0, 11, 7 }, pos1[1] = { 9 };
+	float ff[24];
+	float *q = randoms(hd * hq * T, 3.0), *k = randoms(hd * hkv * T, 3.0);
+	float *v = randoms(hd_v * hkv * T, 3.0);
+	float *kfill = randoms(hd * hkv * n, 1.0), *vfill = randoms(hd_v * hkv * n, 1.0);
+	struct q4kh_tensor pt = tensor(e, Q4KH_TYPE_I32, T, 1, 1, T == 1 ? pos1 : pos), ft;
+	struct q4kh_tensor t[2][5]; /* the three ops', rope_store's: q k v k_cache v_cache */
+	struct q4kh_rope_params p = {
+		.struct_size = sizeof(p), .n_rot = 48, .mode = mode, .base = 10000.0f,
+		.freq_scale = yarn ? 0.25f : 1.0f, .ext_factor = yarn ? 1.0f : 0.0f,
+		.attn_factor = yarn ? 0.75f : 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+		.n_ctx_orig = 4096,
+	};
+	static const char *const names[5] = { "q", "k", "v", "k_cache", "v_cache" };
+
+	for (int i = 0; i < 24; i++)
+		ff[i] = 1.0f + (float)i / 3;
+	ft = tensor(e, Q4KH_TYPE_F32, 24, 1, 1, ff);
+	p.freq_factors = yarn ? &ft : NULL;
+	for (int s = 0; s < 2; s++) {
+		t[s][0] = tensor(e, Q4KH_TYPE_F32, hd, hq, T, q);
+		t[s][1] = tensor(e, Q4KH_TYPE_F32, hd, hkv, T, k);
+		t[s][2] = tensor(e, Q4KH_TYPE_F32, hd_v, hkv, T, v);
+		/* the caches' bytes beforehand: whatever the floats' bytes are */
+		t[s][3] = tensor(e, kt, hd, hkv, n, NULL);
+		t[s][4] = tensor(e, vt, hd_v, hkv, n, NULL);
+		cr_assert_eq(e->b->buffer_upload(e->dev, t[s][3].buffer, 0, kfill,
+		                                 (uint64_t)t[s][3].nb[3]), Q4KH_OK);
+		cr_assert_eq(e->b->buffer_upload(e->dev, t[s][4].buffer, 0, vfill,
+		                                 (uint64_t)t[s][4].nb[3]), Q4KH_OK);
+	}
+	cr_assert_eq(e->b->rope_ext(e->dev, &t[0][0], &pt, &p, &t[0][0]), Q4KH_OK);
+	cr_assert_eq(e->b->rope_ext(e->dev, &t[0][1], &pt, &p, &t[0][1]), Q4KH_OK);
+	cr_assert_eq(e->b->set_rows(e->dev, &t[0][1], &pt, &t[0][3]), Q4KH_OK);
+	cr_assert_eq(e->b->set_rows(e->dev, &t[0][2], &pt, &t[0][4]), Q4KH_OK);
+	cr_assert_eq(e->b->rope_store(e->dev, &t[1][0], &t[1][1], &t[1][2], &pt, &p, &t[1][3],
+	                              &t[1][4]),
+	             Q4KH_OK, "%s", e->b->last_error(e->ctx));
+	for (int i = 0; i < 5; i++) {
+		unsigned char *want = fetch(e, &t[0][i]), *got = fetch(e, &t[1][i]);
+
+		cr_expect_eq(memcmp(got, want, (size_t)t[0][i].nb[3]), 0,
+		             "%s rope_store %s, caches %u/%u, mode %u, yarn %d, T %lld, hd_v %lld: "
+		             "differs from the three ops'",
+		             isa, names[i], kt, vt, mode, yarn, (long long)T, (long long)hd_v);
+		free(want);
+		free(got);
+	}
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < 5; i++)
+			drop(e, &t[s][i]);
+	drop(e, &pt);
+	drop(e, &ft);
+	free(q);
+	free(k);
+	free(v);
+	free(kfill);
+	free(vfill);
+}
+
+Test(cpu_fast, rope_store_is_rope_ext_rope_set_rows_and_set_rows)
+{
+	FOR_EACH_ISA(e) {
+		for (int kt = 0; kt < 2; kt++)
+			for (int vt = 0; vt < 2; vt++)
+				for (int mode = 0; mode < 2; mode++)
+					for (int yarn = 0; yarn < 2; yarn++)
+						for (int shape = 0; shape < 2; shape++)
+							rope_store_case(e, isas[isa_],
+							                kt ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32,
+							                vt ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32,
+							                mode ? Q4KH_ROPE_NEOX : Q4KH_ROPE_NORM,
+							                yarn, shape ? 1 : 4, shape ? 40 : 64);
+	}
+}
+
 /* The fused entries refuse what their two ops refuse, and their own
- * aliasing: a broadcast or overlapping a, a position beyond the cache. */
+ * aliasing: a broadcast or overlapping a, a position beyond the cache;
+ * rope_store a position beyond either cache, a negative one, q on k. */
 Test(cpu_fast, fused_entries_refuse_with_one_line)
 {
-	const int32_t pos[2] = { 1, 4 };
+	const int32_t pos[2] = { 1, 4 }, neg[2] = { 1, -2 };
 	const struct q4kh_rope_params p = {
 		.struct_size = sizeof(p), .n_rot = 8, .mode = Q4KH_ROPE_NORM, .base = 10000.0f,
 		.freq_scale = 1.0f, .attn_factor = 1.0f,
 	};
-	struct q4kh_tensor x, a, b, pt, ct;
+	struct q4kh_tensor x, a, b, pt, ct, kc;
 	struct env *e;
 
 	e = env_open_default();
@@ -1012,6 +1101,23 @@ Test(cpu_fast, fused_entries_refuse_with_one_line)
 	ct = tensor(e, Q4KH_TYPE_F16, 8, 1, 4, NULL);
 	cr_expect_eq(e->b->rope_set_rows(e->dev, &x, &pt, &p, &ct), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->b->last_error(e->ctx), "set_rows rows[1] = 4, expected 0 .. 3");
+	drop(e, &a);
+	drop(e, &b);
+	a = tensor(e, Q4KH_TYPE_F32, 8, 1, 2, NULL);
+	b = tensor(e, Q4KH_TYPE_F32, 8, 1, 2, NULL);
+	kc = tensor(e, Q4KH_TYPE_F16, 8, 1, 8, NULL);
+	cr_expect_eq(e->b->rope_store(e->dev, &x, &a, &b, &pt, &p, &kc, &ct), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx), "set_rows rows[1] = 4, expected 0 .. 3");
+	cr_expect_eq(e->b->rope_store(e->dev, &x, &a, &b, &pt, &p, &ct, &kc), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx), "set_rows rows[1] = 4, expected 0 .. 3");
+	cr_expect_eq(e->b->rope_store(e->dev, &x, &x, &b, &pt, &p, &kc, &kc), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "rope_store q (offset 0) overlaps rope_store k (offset 0) in one buffer");
+	drop(e, &pt);
+	pt = tensor(e, Q4KH_TYPE_I32, 2, 1, 1, neg);
+	cr_expect_eq(e->b->rope_store(e->dev, &x, &a, &b, &pt, &p, &kc, &ct), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx), "rope_ext pos[1] = -2, expected 0 .. 2147483646");
+	drop(e, &kc);
 	drop(e, &x);
 	drop(e, &a);
 	drop(e, &b);

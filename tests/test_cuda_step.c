@@ -7,10 +7,10 @@
  * (the split form that decode takes, long contexts, windows), values out
  * of range reported at the next synchronisation, and a recorded step
  * replayed with rewritten positions; and the ABI 1.4 fused entries
- * add_rms_norm and rope_set_rows, against the reference's two ops and bit
- * for bit against the cuda backend's own two ops; and top2, the greedy
- * pick, bit for bit against the host's q4kh_top2 (helpers.h's columns),
- * directly and replayed. Every test skips without a device.
+ * add_rms_norm, rope_set_rows and rope_store, against the reference's
+ * ops and bit for bit against the cuda backend's own ops; and top2, the
+ * greedy pick, bit for bit against the host's q4kh_top2 (helpers.h's
+ * columns), directly and replayed. Every test skips without a device.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -241,6 +241,7 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	static const int32_t bad_rows[2] = { 3, -1 };
 	static const int32_t bad_pos[1] = { 64 };
 	static const int32_t far_rows[2] = { 3, 64 };
+	static const int32_t mid_rows[2] = { 3, 40 };
 	struct rig *r = rig_open();
 	const struct q4kh_backend_v1 *b = V(r, GPU);
 	q4kh_device_ctx *dev = DEV(r, GPU);
@@ -254,6 +255,10 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	struct twin q = twin_new(r, Q4KH_TYPE_F32, 64, 1, 1, 0, NULL);
 	struct twin o1 = twin_new(r, Q4KH_TYPE_F32, 64, 1, 1, 0, NULL);
 	struct twin far = twin_index(r, far_rows, 2);
+	struct twin mid = twin_index(r, mid_rows, 2);
+	struct twin sq = twin_new(r, Q4KH_TYPE_F32, 64, 2, 2, 0, NULL);
+	struct twin sv = twin_new(r, Q4KH_TYPE_F32, 64, 1, 2, 0, NULL);
+	struct twin small = twin_new(r, Q4KH_TYPE_F32, 64, 1, 32, 0, NULL);
 	struct q4kh_attn_params ap = { .struct_size = sizeof(ap), .scale = 0.125f };
 	const struct q4kh_rope_params rp = {
 		.struct_size = sizeof(rp), .n_rot = 64, .mode = Q4KH_ROPE_NEOX,
@@ -272,6 +277,17 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	             "rope_ext pos[1] = -1");
 	expect_fault(r, b->rope_set_rows(dev, G(src), G(far), &rp, G(cache)),
 	             "set_rows rows[1] = 64, expected 0 .. 63");
+	/* rope_store as rope_ext and the two set_rows do, whichever cache a
+	 * position misses */
+	expect_fault(r, b->rope_store(dev, G(sq), G(src), G(sv), G(rows), &rp, G(cache),
+	                              G(small)),
+	             "rope_ext pos[1] = -1");
+	expect_fault(r, b->rope_store(dev, G(sq), G(src), G(sv), G(mid), &rp, G(small),
+	                              G(cache)),
+	             "set_rows rows[1] = 40, expected 0 .. 31");
+	expect_fault(r, b->rope_store(dev, G(sq), G(src), G(sv), G(mid), &rp, G(cache),
+	                              G(small)),
+	             "set_rows rows[1] = 40, expected 0 .. 31");
 	/* A download reports it too (the host's logits are its sync point). */
 	cr_assert_eq(b->get_rows_ext(dev, G(table), G(ids), 1.0f, G(out)), Q4KH_OK);
 	{
@@ -288,6 +304,10 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	twin_free(r, &rows);
 	twin_free(r, &ps);
 	twin_free(r, &far);
+	twin_free(r, &mid);
+	twin_free(r, &sq);
+	twin_free(r, &sv);
+	twin_free(r, &small);
 	twin_free(r, &out);
 	twin_free(r, &src);
 	twin_free(r, &cache);
@@ -296,7 +316,7 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	rig_close(r);
 }
 
-/* --- add_rms_norm, rope_set_rows (ABI 1.4) ---------------------------------- */
+/* --- add_rms_norm, rope_set_rows, rope_store (ABI 1.4) ----------------------- */
 
 /* The whole buffer of T's cuda side (poison lead and guard included);
  * free() it. */
@@ -397,6 +417,31 @@ Test(cuda_step, add_rms_norm_is_add_then_rms_norm)
 	rig_close(r);
 }
 
+/*
+ * The rope of the fused-entry cases in *P: N_ROT of MODE at base 500000,
+ * YaRN (a quarter of the frequencies) when YARN; returned, n_rot / 2
+ * frequency factors in [1, 8), which each side's p.freq_factors names
+ * where a case has them (without YaRN).
+ */
+static struct twin case_rope(struct rig *r, int32_t n_rot, uint32_t mode, int yarn,
+                             struct q4kh_rope_params *p)
+{
+	float *ffv = rvals((size_t)n_rot / 2);
+	struct twin ff;
+
+	*p = (struct q4kh_rope_params){
+		.struct_size = sizeof(*p), .n_rot = n_rot, .mode = mode,
+		.base = 500000.0f, .freq_scale = yarn ? 0.25f : 1.0f,
+		.ext_factor = yarn ? 1.0f : 0.0f, .attn_factor = 1.0f,
+		.beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 8192,
+	};
+	for (int j = 0; j < n_rot / 2; j++)
+		ffv[j] = 1.0f + 7.0f * fabsf(ffv[j]);
+	ff = twin_f32(r, n_rot / 2, 1, 1, ffv);
+	free(ffv);
+	return ff;
+}
+
 /* One rope_set_rows case: keys {hd, nkv, T} at POS into a cache of TYPE. */
 struct rsr_case {
 	const char *name;
@@ -433,24 +478,16 @@ Test(cuda_step, rope_set_rows_is_rope_ext_then_set_rows)
 		const struct rsr_case *c = &cases[i];
 		const size_t nx = (size_t)(c->hd * c->nkv * c->T);
 		const size_t nc = (size_t)(c->hd * c->nkv * c->n_ctx);
-		float *xv = rvals(nx), *old = rvals(nc), *ffv = rvals((size_t)c->n_rot / 2);
+		float *xv = rvals(nx), *old = rvals(nc);
 		struct twin x = twin_f32(r, c->hd, c->nkv, c->T, xv);
 		struct twin x2 = twin_f32(r, c->hd, c->nkv, c->T, xv);
 		struct twin ps = twin_index(r, c->pos, c->T);
 		struct twin init = twin_f32(r, c->hd, c->nkv, c->n_ctx, old);
 		struct twin kc = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
 		struct twin kc2 = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
-		struct twin ff;
-		struct q4kh_rope_params p = {
-			.struct_size = sizeof(p), .n_rot = c->n_rot, .mode = c->mode,
-			.base = 500000.0f, .freq_scale = c->yarn ? 0.25f : 1.0f,
-			.ext_factor = c->yarn ? 1.0f : 0.0f, .attn_factor = 1.0f,
-			.beta_fast = 32.0f, .beta_slow = 1.0f, .n_ctx_orig = 8192,
-		};
+		struct q4kh_rope_params p;
+		struct twin ff = case_rope(r, c->n_rot, c->mode, c->yarn, &p);
 
-		for (int j = 0; j < c->n_rot / 2; j++)
-			ffv[j] = 1.0f + 7.0f * fabsf(ffv[j]);
-		ff = twin_f32(r, c->n_rot / 2, 1, 1, ffv);
 		BOTH(r, copy(DEV(r, s_), T(init), T(kc)));
 		BOTH(r, copy(DEV(r, s_), T(init), T(kc2)));
 		for (int s = 0; s < 2; s++) {
@@ -484,7 +521,122 @@ Test(cuda_step, rope_set_rows_is_rope_ext_then_set_rows)
 		twin_free(r, &ff);
 		free(xv);
 		free(old);
-		free(ffv);
+	}
+	rig_close(r);
+}
+
+/* One rope_store case: q {hd, nq, T}, k {hd, nkv, T}, v {hd_v, nkv, T}
+ * at POS into caches of KTYPE and VTYPE. */
+struct rs_case {
+	const char *name;
+	int64_t hd, hd_v, nq, nkv, n_ctx;
+	int32_t n_rot;
+	uint32_t mode, ktype, vtype;
+	int yarn;
+	int64_t T;
+	int32_t pos[5];
+};
+
+/*
+ * An attention layer's inputs: the cpu runs rope_ext of q, rope_ext and
+ * set_rows of k and set_rows of v, the cuda side the one kernel of
+ * rope_store, and a second set of cuda tensors the cuda backend's own
+ * four ops, matched bit for bit. The caches are filled first: rows not
+ * written keep their values.
+ */
+Test(cuda_step, rope_store_is_rope_ext_rope_set_rows_and_set_rows)
+{
+	static const struct rs_case cases[] = {
+		{ "Llama-3-8B decode, frequency factors", 128, 128, 32, 8, 1024, 128,
+		  Q4KH_ROPE_NORM, Q4KH_TYPE_F16, Q4KH_TYPE_F16, 0, 1, { 700 } },
+		{ "Qwen2.5-1.5B decode, YaRN", 128, 128, 12, 2, 1024, 128, Q4KH_ROPE_NEOX,
+		  Q4KH_TYPE_F16, Q4KH_TYPE_F16, 1, 1, { 1023 } },
+		{ "a prompt into F32, partial rotation", 64, 64, 8, 4, 64, 32, Q4KH_ROPE_NEOX,
+		  Q4KH_TYPE_F32, Q4KH_TYPE_F32, 0, 5, { 0, 1, 2, 3, 4 } },
+		{ "positions anywhere, F16 keys, F32 values of another width", 256, 96, 4, 1,
+		  300, 256, Q4KH_ROPE_NORM, Q4KH_TYPE_F16, Q4KH_TYPE_F32, 1, 3,
+		  { 299, 7, 150 } },
+		{ "F32 keys, F16 values, one KV head per query head", 64, 64, 3, 3, 40, 64,
+		  Q4KH_ROPE_NORM, Q4KH_TYPE_F32, Q4KH_TYPE_F16, 0, 2, { 39, 12 } },
+	};
+	struct rig *r = rig_open();
+
+	rng_seed(48);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct rs_case *c = &cases[i];
+		const size_t nq = (size_t)(c->hd * c->nq * c->T);
+		const size_t nk = (size_t)(c->hd * c->nkv * c->T);
+		const size_t nv = (size_t)(c->hd_v * c->nkv * c->T);
+		float *qv = rvals(nq), *kv = rvals(nk), *vv = rvals(nv);
+		float *kold = rvals((size_t)(c->hd * c->nkv * c->n_ctx));
+		float *vold = rvals((size_t)(c->hd_v * c->nkv * c->n_ctx));
+		struct twin q = twin_f32(r, c->hd, c->nq, c->T, qv);
+		struct twin q2 = twin_f32(r, c->hd, c->nq, c->T, qv);
+		struct twin k = twin_f32(r, c->hd, c->nkv, c->T, kv);
+		struct twin k2 = twin_f32(r, c->hd, c->nkv, c->T, kv);
+		struct twin v = twin_f32(r, c->hd_v, c->nkv, c->T, vv);
+		struct twin ps = twin_index(r, c->pos, c->T);
+		struct twin kinit = twin_f32(r, c->hd, c->nkv, c->n_ctx, kold);
+		struct twin vinit = twin_f32(r, c->hd_v, c->nkv, c->n_ctx, vold);
+		struct twin kc = twin_new(r, c->ktype, c->hd, c->nkv, c->n_ctx, 0, NULL);
+		struct twin kc2 = twin_new(r, c->ktype, c->hd, c->nkv, c->n_ctx, 0, NULL);
+		struct twin vc = twin_new(r, c->vtype, c->hd_v, c->nkv, c->n_ctx, 0, NULL);
+		struct twin vc2 = twin_new(r, c->vtype, c->hd_v, c->nkv, c->n_ctx, 0, NULL);
+		struct q4kh_rope_params p;
+		struct twin ff = case_rope(r, c->n_rot, c->mode, c->yarn, &p);
+
+		BOTH(r, copy(DEV(r, s_), T(kinit), T(kc)));
+		BOTH(r, copy(DEV(r, s_), T(kinit), T(kc2)));
+		BOTH(r, copy(DEV(r, s_), T(vinit), T(vc)));
+		BOTH(r, copy(DEV(r, s_), T(vinit), T(vc2)));
+		for (int s = 0; s < 2; s++) {
+			const struct q4kh_backend_v1 *b = V(r, s);
+			q4kh_device_ctx *dev = DEV(r, s);
+			/* the cpu's four ops into the compared set, cuda's into
+			 * the second */
+			struct twin *qs = s == REF ? &q : &q2, *ks = s == REF ? &k : &k2;
+			struct twin *kcs = s == REF ? &kc : &kc2, *vcs = s == REF ? &vc : &vc2;
+
+			p.freq_factors = c->yarn ? NULL : &ff.t[s];
+			cr_assert_eq(b->rope_ext(dev, &qs->t[s], &ps.t[s], &p, &qs->t[s]), Q4KH_OK,
+			             "%s", ERR(r, s));
+			cr_assert_eq(b->rope_ext(dev, &ks->t[s], &ps.t[s], &p, &ks->t[s]), Q4KH_OK,
+			             "%s", ERR(r, s));
+			cr_assert_eq(b->set_rows(dev, &ks->t[s], &ps.t[s], &kcs->t[s]), Q4KH_OK,
+			             "%s", ERR(r, s));
+			cr_assert_eq(b->set_rows(dev, &v.t[s], &ps.t[s], &vcs->t[s]), Q4KH_OK,
+			             "%s", ERR(r, s));
+			if (s == GPU)
+				cr_assert_eq(b->rope_store(dev, &q.t[s], &k.t[s], &v.t[s], &ps.t[s],
+				                           &p, &kc.t[s], &vc.t[s]),
+				             Q4KH_OK, "%s", ERR(r, s));
+		}
+		expect_agree(r, c->name, &q, NMSE_BOUND);
+		expect_agree(r, c->name, &k, NMSE_BOUND);
+		expect_agree(r, c->name, &kc, NMSE_BOUND);
+		expect_agree(r, c->name, &vc, 0.0); /* v rounded once, as set_rows does */
+		expect_same_gpu_bytes(r, c->name, &q, &q2);
+		expect_same_gpu_bytes(r, c->name, &k, &k2);
+		expect_same_gpu_bytes(r, c->name, &kc, &kc2);
+		expect_same_gpu_bytes(r, c->name, &vc, &vc2);
+		twin_free(r, &q);
+		twin_free(r, &q2);
+		twin_free(r, &k);
+		twin_free(r, &k2);
+		twin_free(r, &v);
+		twin_free(r, &ps);
+		twin_free(r, &kinit);
+		twin_free(r, &vinit);
+		twin_free(r, &kc);
+		twin_free(r, &kc2);
+		twin_free(r, &vc);
+		twin_free(r, &vc2);
+		twin_free(r, &ff);
+		free(qv);
+		free(kv);
+		free(vv);
+		free(kold);
+		free(vold);
 	}
 	rig_close(r);
 }

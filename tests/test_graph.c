@@ -214,7 +214,7 @@ Test(graph, builders_refuse_misuse_with_a_message)
 
 /* cpu-fast's own table, which the counting entries below call. */
 static const struct q4kh_backend_v1 *fast_v;
-static int64_t n_add_rms_norm, n_rope_set_rows;
+static int64_t n_add_rms_norm, n_rope_set_rows, n_rope_store;
 
 static q4kh_status counted_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                                         const struct q4kh_tensor *a,
@@ -233,6 +233,24 @@ static q4kh_status counted_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh
 	n_rope_set_rows++;
 	return fast_v->rope_set_rows(dev, x, pos, p, cache);
 }
+
+static q4kh_status counted_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                      const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                                      const struct q4kh_tensor *pos,
+                                      const struct q4kh_rope_params *p,
+                                      const struct q4kh_tensor *k_cache,
+                                      const struct q4kh_tensor *v_cache)
+{
+	n_rope_store++;
+	return fast_v->rope_store(dev, q, k, v, pos, p, k_cache, v_cache);
+}
+
+/* What peephole_logits leaves in cpu-fast's table. */
+enum fused_set {
+	FUSED_NONE,  /* no fused entry: every op alone */
+	FUSED_PAIRS, /* add_rms_norm and rope_set_rows */
+	FUSED_ALL,   /* and rope_store */
+};
 
 /*
  * cpu-fast with a copy of its table that a test may edit, and a model and
@@ -295,14 +313,15 @@ static void fast_close(struct fast_rig *f)
 
 /*
  * The logits of every token of a fixed sequence on FILE through cpu-fast
- * with a KV cache of KV, with its fused entries (counted) when FUSED, or
- * with them taken out of its table: a prompt of 6 tokens in steps of 4
+ * with a KV cache of KV, with the fused entries of FUSED (counted) and
+ * the others taken out of its table: a prompt of 6 tokens in steps of 4
  * and 2, then 3 one-token steps, in each of which every residual add
  * must be fused with the norm after it (the last with the output norm)
- * and every attention layer's keys with their cache write. NULL when
- * cpu-fast was not built or this CPU does not run it.
+ * and every attention layer's inputs go through one rope_store call
+ * (FUSED_ALL) or its keys through one rope_set_rows (FUSED_PAIRS). NULL
+ * when cpu-fast was not built or this CPU does not run it.
  */
-static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, int fused,
+static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fused_set fused,
                               int64_t *n_vocab)
 {
 	static const int32_t ids[] = { 1, 5, 9, 2, 7, 3, 4, 8, 6 };
@@ -316,9 +335,10 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, int fuse
 	if (!fast_open(&f))
 		return NULL;
 	cr_assert(Q4KH_BACKEND_HAS(f.be.v, add_rms_norm) &&
-	          Q4KH_BACKEND_HAS(f.be.v, rope_set_rows));
-	f.table.add_rms_norm = fused ? counted_add_rms_norm : NULL;
-	f.table.rope_set_rows = fused ? counted_rope_set_rows : NULL;
+	          Q4KH_BACKEND_HAS(f.be.v, rope_set_rows) && Q4KH_BACKEND_HAS(f.be.v, rope_store));
+	f.table.add_rms_norm = fused != FUSED_NONE ? counted_add_rms_norm : NULL;
+	f.table.rope_set_rows = fused != FUSED_NONE ? counted_rope_set_rows : NULL;
+	f.table.rope_store = fused == FUSED_ALL ? counted_rope_store : NULL;
 	fast_session(&f, file, &sp);
 	*n_vocab = f.m->hp.n_vocab;
 	cr_assert_gt(*n_vocab, 9);
@@ -328,15 +348,18 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, int fuse
 	cr_assert_not_null(lg);
 	cr_assert_eq(q4kh_session_eval(f.s, ids, prompt, lg, 1, &err), 0, "%s", err.msg);
 	for (int64_t t = prompt; t < n; t++) {
-		n_add_rms_norm = n_rope_set_rows = 0;
+		n_add_rms_norm = n_rope_set_rows = n_rope_store = 0;
 		cr_assert_eq(q4kh_session_eval(f.s, ids + t, 1, lg + t * *n_vocab, 1, &err), 0,
 		             "%s", err.msg);
-		cr_expect_eq(n_add_rms_norm, fused ? 2 * (int64_t)f.m->hp.n_layer : 0,
+		cr_expect_eq(n_add_rms_norm, fused != FUSED_NONE ? 2 * (int64_t)f.m->hp.n_layer : 0,
 		             "%s: add_rms_norm called %lld times in a decode step, %u layers",
 		             file, (long long)n_add_rms_norm, f.m->hp.n_layer);
-		cr_expect_eq(n_rope_set_rows, fused ? (int64_t)attn_layers : 0,
+		cr_expect_eq(n_rope_set_rows, fused == FUSED_PAIRS ? (int64_t)attn_layers : 0,
 		             "%s: rope_set_rows called %lld times in a decode step, %u attention layers",
 		             file, (long long)n_rope_set_rows, attn_layers);
+		cr_expect_eq(n_rope_store, fused == FUSED_ALL ? (int64_t)attn_layers : 0,
+		             "%s: rope_store called %lld times in a decode step, %u attention layers",
+		             file, (long long)n_rope_store, attn_layers);
 	}
 	fast_close(&f);
 	return lg;
@@ -352,17 +375,20 @@ Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout
 	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++)
 		for (int kv = Q4KH_KV_F32; kv <= Q4KH_KV_F16; kv++) {
 			int64_t n_vocab = 0, n_vocab2 = 0;
-			float *plain = peephole_logits(files[f], kv, 0, &n_vocab), *fused;
+			float *plain = peephole_logits(files[f], kv, FUSED_NONE, &n_vocab), *fused;
 
 			if (!plain)
 				cr_skip_test("cpu-fast was not built here or does not run on this CPU");
-			fused = peephole_logits(files[f], kv, 1, &n_vocab2);
-			/* the fused entries are their two ops' arithmetic: bit for bit */
-			cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
-			             "%s, %s cache: logits differ with the fused entries", files[f],
-			             kv == Q4KH_KV_F16 ? "f16" : "f32");
+			/* the fused entries are their ops' arithmetic: bit for bit */
+			for (enum fused_set set = FUSED_PAIRS; set <= FUSED_ALL; set++) {
+				fused = peephole_logits(files[f], kv, set, &n_vocab2);
+				cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
+				             "%s, %s cache: logits differ with the fused entries%s",
+				             files[f], kv == Q4KH_KV_F16 ? "f16" : "f32",
+				             set == FUSED_ALL ? " and rope_store" : "");
+				free(fused);
+			}
 			free(plain);
-			free(fused);
 		}
 }
 

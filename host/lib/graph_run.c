@@ -403,9 +403,49 @@ static int fuse_rope_set_rows(const struct q4kh_graph *g, const struct q4kh_node
 }
 
 /*
+ * An attention layer's inputs, four nodes from N: ROPE of q in place,
+ * ROPE of k in place with the same positions, parameters and frequency
+ * factors, SET_ROWS of exactly that k into the keys' cache, SET_ROWS of v
+ * into the values' cache at the same positions: rope_store. Returns 1
+ * when it ran them (the caller skips the four), 0 when the nodes do not
+ * form the pattern, -1 when the call fails. Gemma's SCALE of q between
+ * the ROPEs breaks the pattern: its keys still go through
+ * fuse_rope_set_rows.
+ */
+static int fuse_rope_store(const struct q4kh_graph *g, const struct q4kh_node *n,
+                           const struct q4kh_backend *b, struct q4kh_error *err)
+{
+	const struct q4kh_check quiet = { 0 }; /* a refusal writes nothing */
+	const struct q4kh_tensor *q = &g->vals[n[0].out].t, *k = &g->vals[n[1].out].t;
+	const struct q4kh_tensor *v, *pos = &g->vals[n[0].src[1]].t;
+	struct q4kh_rope_params p = n[0].rope;
+	char what[96];
+
+	if (n[0].op != Q4KH_OP_ROPE || n[1].op != Q4KH_OP_ROPE ||
+	    n[2].op != Q4KH_OP_SET_ROWS || n[3].op != Q4KH_OP_SET_ROWS ||
+	    !Q4KH_BACKEND_HAS(b->v, rope_store) || !same_view(&g->vals[n[0].src[0]].t, q) ||
+	    !same_view(&g->vals[n[1].src[0]].t, k) || !same_view(&g->vals[n[2].src[0]].t, k) ||
+	    n[1].src[1] != n[0].src[1] || n[2].src[1] != n[0].src[1] ||
+	    n[3].src[1] != n[0].src[1] || n[1].src[2] != n[0].src[2] ||
+	    /* whole structs: numbers only, no padding, freq_factors NULL */
+	    memcmp(&n[1].rope, &n[0].rope, sizeof(p)))
+		return 0;
+	v = &g->vals[n[3].src[0]].t;
+	if (q4kh_check_rope_store_apart(&quiet, q, k, v, pos, &g->vals[n[2].out].t,
+	                                &g->vals[n[3].out].t))
+		return 0;
+	p.freq_factors = n[0].src[2] >= 0 ? &g->vals[n[0].src[2]].t : NULL;
+	snprintf(what, sizeof(what), "rope_store (%s)", g->vals[n[2].out].name);
+	return fused(b, b->v->rope_store(b->dev, q, k, v, pos, &p, &g->vals[n[2].out].t,
+	                                 &g->vals[n[3].out].t),
+	             what, err);
+}
+
+/*
  * Run what starts at node I: a group of products of one input (one
- * gemv_multi), a fused pair, or the node alone. Returns the nodes that
- * ran, -1 with err on a failure.
+ * gemv_multi), a fused group (rope_store's four nodes, then the pairs),
+ * or the node alone. Returns the nodes that ran, -1 with err on a
+ * failure.
  */
 static int32_t run_at(const struct q4kh_graph *g, int32_t i,
                       const struct q4kh_backend *b,
@@ -417,6 +457,8 @@ static int32_t run_at(const struct q4kh_graph *g, int32_t i,
 
 	if (group > 1)
 		return run_multi(g, i, group, b, err) ? -1 : group;
+	if (i + 3 < g->n_nodes && (rc = fuse_rope_store(g, n, b, err)))
+		return rc < 0 ? -1 : 4;
 	if (i + 1 < g->n_nodes) {
 		rc = fuse_add_rms_norm(g, n, n + 1, b, err);
 		if (!rc)

@@ -173,7 +173,9 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 /*
  * ABI 1.4 (plugin.h): add then rms_norm of the sum, one pass over each
  * row; rope_ext in place then set_rows of the rotated rows at the same
- * positions, one pass over each head (fast_rope.c).
+ * positions, one pass over each head (fast_rope.c); rope_store, the
+ * queries rotated, the keys rotated and cached and the values cached in
+ * one pool job over the heads of all three (fast_rope.c).
  */
 q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                               const struct q4kh_tensor *a, const struct q4kh_tensor *w,
@@ -182,6 +184,12 @@ q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
                                const struct q4kh_tensor *pos,
                                const struct q4kh_rope_params *params,
                                const struct q4kh_tensor *cache);
+q4kh_status fast_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                            const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                            const struct q4kh_tensor *pos,
+                            const struct q4kh_rope_params *params,
+                            const struct q4kh_tensor *k_cache,
+                            const struct q4kh_tensor *v_cache);
 /* ABI 1.4 (plugin.h): the greedy pick of each column, columns spread over
  * the pool (fast_ops.c). */
 q4kh_status fast_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,

@@ -453,6 +453,7 @@ static const struct q4kh_backend_v1 table = {
 	.add_rms_norm = fast_add_rms_norm,
 	.rope_set_rows = fast_rope_set_rows,
 	.top2 = fast_top2,
+	.rope_store = fast_rope_store,
 };
 
 #ifdef __clang__

@@ -6,7 +6,9 @@
  * position is met and kept in f32: a decode step computes one row per
  * table instead of one per layer, head and pair. The rotation runs in f32
  * SIMD over (token, head) rows; rope_set_rows (ABI 1.4) writes each
- * rotated row to its cache row as soon as it is rotated.
+ * rotated row to its cache row as soon as it is rotated, and rope_store
+ * (ABI 1.4) does that for the keys, rotates the queries and writes the
+ * values to their cache in the same pool job.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -193,6 +195,27 @@ static void fill_row(const struct fast_angles *a, int64_t pos, float *row)
 	}
 }
 
+/*
+ * Row X of HD values rotated at position POS (table A's row ready) into
+ * O, which may be X; with C (not NULL, a row of type CTYPE) O also
+ * converted to C, as set_rows writes it.
+ */
+static void rope_row(const struct fast_kernels *k, const struct fast_angles *a, int32_t pos,
+                     int64_t hd, const float *x, float *o, uint32_t ctype, void *c)
+{
+	const int32_t n_rot = a->p.n_rot;
+	const float *row = a->rows + (int64_t)pos * a->row_len;
+
+	if (a->p.mode == Q4KH_ROPE_NORM)
+		k->rope_norm(x, row, row + n_rot, o, n_rot);
+	else
+		k->rope_neox(x, row, row + n_rot / 2, o, n_rot / 2);
+	if (o != x)
+		memcpy(o + n_rot, x + n_rot, sizeof(float) * (size_t)(hd - n_rot));
+	if (c)
+		fast_convert(k, Q4KH_TYPE_F32, ctype, o, c, hd);
+}
+
 struct rope_job {
 	const struct fast_kernels *k;
 	const struct q4kh_tensor *x, *out;
@@ -205,26 +228,43 @@ struct rope_job {
 static void rope_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 {
 	const struct rope_job *j = arg;
-	const int64_t heads = j->x->ne[1], hd = j->x->ne[0];
-	const int32_t n_rot = j->a->p.n_rot;
+	const int64_t heads = j->x->ne[1];
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++) {
-		const int64_t t = r / heads;
-		const float *x = (const float *)fast_at(j->x, r % heads, t, 0);
-		float *o = (float *)fast_at(j->out, r % heads, t, 0);
-		const float *row = j->a->rows + (int64_t)j->pos[t] * j->a->row_len;
+		const int64_t h = r % heads, t = r / heads;
 
-		if (j->a->p.mode == Q4KH_ROPE_NORM)
-			j->k->rope_norm(x, row, row + n_rot, o, n_rot);
-		else
-			j->k->rope_neox(x, row, row + n_rot / 2, o, n_rot / 2);
-		if (o != x)
-			memcpy(o + n_rot, x + n_rot, sizeof(float) * (size_t)(hd - n_rot));
-		if (j->cache)
-			fast_convert(j->k, Q4KH_TYPE_F32, j->cache->type, o,
-			             fast_at(j->cache, r % heads, j->pos[t], 0), hd);
+		rope_row(j->k, j->a, j->pos[t], j->x->ne[0], (const float *)fast_at(j->x, h, t, 0),
+		         (float *)fast_at(j->out, h, t, 0), j->cache ? j->cache->type : 0,
+		         j->cache ? fast_at(j->cache, h, j->pos[t], 0) : NULL);
 	}
+}
+
+/*
+ * The table of P (frequency factors FF) with the rows of positions
+ * pos[0 .. n) (each >= 0) computed; NULL, the device's error set, when
+ * out of memory.
+ */
+static struct fast_angles *angles_at(q4kh_device_ctx *dev, const struct q4kh_rope_params *p,
+                                     const float *ff, const int32_t *pos, int64_t n)
+{
+	struct fast_angles *a = angles_for(dev, p, ff);
+	int64_t last = 0;
+
+	for (int64_t t = 0; t < n; t++)
+		last = pos[t] > last ? pos[t] : last;
+	if (!a || angles_reserve(a, last + 1)) {
+		fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		          "rope: out of memory for the angles of %lld positions",
+		          (long long)last + 1);
+		return NULL;
+	}
+	for (int64_t t = 0; t < n; t++)
+		if (!a->ready[pos[t]]) {
+			fill_row(a, pos[t], a->rows + (int64_t)pos[t] * a->row_len);
+			a->ready[pos[t]] = 1;
+		}
+	return a;
 }
 
 /*
@@ -237,21 +277,10 @@ static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                             const float *ff, const struct q4kh_tensor *out,
                             const struct q4kh_tensor *cache)
 {
-	struct rope_job j = { dev->k, x, out, angles_for(dev, p, ff), pos, cache };
-	struct fast_angles *a = (struct fast_angles *)j.a;
-	int64_t last = 0;
+	struct rope_job j = { dev->k, x, out, angles_at(dev, p, ff, pos, x->ne[2]), pos, cache };
 
-	for (int64_t t = 0; t < x->ne[2]; t++)
-		last = pos[t] > last ? pos[t] : last;
-	if (!a || angles_reserve(a, last + 1))
-		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
-		                 "rope: out of memory for the angles of %lld positions",
-		                 (long long)last + 1);
-	for (int64_t t = 0; t < x->ne[2]; t++)
-		if (!a->ready[pos[t]]) {
-			fill_row(a, pos[t], a->rows + (int64_t)pos[t] * a->row_len);
-			a->ready[pos[t]] = 1;
-		}
+	if (!j.a)
+		return Q4KH_ERR_NOMEM;
 	fast_pool_run(dev->pool, x->ne[1] * x->ne[2], fast_grain(x->ne[0]), rope_task, &j);
 	return Q4KH_OK;
 }
@@ -320,4 +349,68 @@ q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
 	    (st = fast_index_values(dev, "set_rows rows", pos, cache->ne[2])))
 		return st;
 	return rope_ext_run(dev, x, pos, p, x, cache);
+}
+
+struct store_job {
+	const struct fast_kernels *k;
+	const struct fast_angles *a;
+	const int32_t *pos;
+	const struct q4kh_tensor *q, *kx, *v, *k_cache, *v_cache;
+};
+
+/* Rows r of a token's q heads, then its k heads, then its v heads. */
+static void store_task(void *arg, unsigned thread, int64_t begin, int64_t end)
+{
+	const struct store_job *j = arg;
+	const int64_t hq = j->q->ne[1], hk = j->kx->ne[1];
+	const int64_t per_token = hq + hk + j->v->ne[1];
+
+	(void)thread;
+	for (int64_t r = begin; r < end; r++) {
+		const int64_t t = r / per_token;
+		const int32_t pos = j->pos[t];
+		int64_t h = r % per_token;
+
+		if (h < hq) {
+			float *x = (float *)fast_at(j->q, h, t, 0);
+
+			rope_row(j->k, j->a, pos, j->q->ne[0], x, x, 0, NULL);
+		} else if ((h -= hq) < hk) {
+			float *x = (float *)fast_at(j->kx, h, t, 0);
+
+			rope_row(j->k, j->a, pos, j->kx->ne[0], x, x, j->k_cache->type,
+			         fast_at(j->k_cache, h, pos, 0));
+		} else {
+			h -= hk;
+			fast_convert(j->k, Q4KH_TYPE_F32, j->v_cache->type, fast_at(j->v, h, t, 0),
+			             fast_at(j->v_cache, h, pos, 0), j->v->ne[0]);
+		}
+	}
+}
+
+q4kh_status fast_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                            const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                            const struct q4kh_tensor *pos, const struct q4kh_rope_params *p,
+                            const struct q4kh_tensor *k_cache,
+                            const struct q4kh_tensor *v_cache)
+{
+	const struct q4kh_check c = fast_contract(dev);
+	struct store_job j = { dev ? dev->k : NULL, NULL, NULL, q, k, v, k_cache, v_cache };
+	q4kh_status st;
+
+	/* the positions as rope_ext checks them, then as each set_rows' rows */
+	if ((st = q4kh_check_rope_store(&c, q, k, v, pos, p, k_cache, v_cache)) ||
+	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)) ||
+	    (st = fast_index_values(dev, "set_rows rows", pos, k_cache->ne[2])) ||
+	    (st = fast_index_values(dev, "set_rows rows", pos, v_cache->ne[2])))
+		return st;
+	j.pos = (const int32_t *)fast_at(pos, 0, 0, 0);
+	j.a = angles_at(dev, p,
+	                p->freq_factors ? (const float *)fast_at(p->freq_factors, 0, 0, 0) : NULL,
+	                j.pos, q->ne[2]);
+	if (!j.a)
+		return Q4KH_ERR_NOMEM;
+	fast_pool_run(dev->pool, (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2],
+	              fast_grain(q->ne[0]), store_task, &j);
+	return Q4KH_OK;
 }

@@ -231,6 +231,15 @@ q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
                               const struct q4kh_tensor *pos,
                               const struct q4kh_rope_params *params,
                               const struct q4kh_tensor *cache);
+/* ABI 1.4: rope_ext of q, rope_set_rows of k and set_rows of v, all in
+ * place at one set of positions, in one kernel; positions checked on the
+ * device as the three do. */
+q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                            const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                            const struct q4kh_tensor *pos,
+                            const struct q4kh_rope_params *params,
+                            const struct q4kh_tensor *k_cache,
+                            const struct q4kh_tensor *v_cache);
 /* ABI 1.4: the greedy pick of each column of x in one launch
  * (cuda_top2.cu), with the device context's scratch for a long column. */
 q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,

@@ -116,6 +116,18 @@ cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
                                       const struct cuda_view *out,
                                       const struct cuda_view *cache,
                                       int32_t *fault, cudaStream_t s);
+/* rope_store: q and k {hd, heads, T} rotated in place, k's rows written
+ * to k_cache and v's {hd_v, heads_v, T} to v_cache (each f32 or f16, its
+ * own type) at rows pos[t], one kernel: positions checked as rope_ext
+ * (CUDA_FAULT_ROPE_POS) and set_rows (CUDA_FAULT_SET_ROWS_ROWS) check
+ * them. */
+cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
+                                   const struct cuda_view *k,
+                                   const struct cuda_view *v, const int32_t *pos,
+                                   const struct cuda_rope *p,
+                                   const struct cuda_view *k_cache,
+                                   const struct cuda_view *v_cache, int32_t *fault,
+                                   cudaStream_t s);
 /* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
 cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
                                const struct cuda_view *b,

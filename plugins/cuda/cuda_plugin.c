@@ -205,6 +205,7 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.add_rms_norm = cuda_add_rms_norm,
 	.rope_set_rows = cuda_rope_set_rows,
 	.top2 = cuda_top2,
+	.rope_store = cuda_rope_store,
 };
 
 #ifdef __clang__

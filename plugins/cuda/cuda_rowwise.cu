@@ -2,8 +2,10 @@
  * The ops that work on whole rows: rms_norm (one block per row, the sum of
  * squares in double) and rope (angles in double, as the cpu reference),
  * and their ABI 1.4 fusions, one kernel each: add_rms_norm (the residual
- * add done by the norm's kernel as it loads the row) and rope_set_rows
- * (the rotated values also written to the KV cache).
+ * add done by the norm's kernel as it loads the row), rope_set_rows (the
+ * rotated values also written to the KV cache) and rope_store (an
+ * attention layer's queries rotated, its keys rotated and cached and its
+ * values cached).
  */
 #include <math.h>
 
@@ -112,62 +114,112 @@ static __device__ double rope_theta(const struct cuda_rope &p, int32_t pos,
 }
 
 /*
- * Item i of a head: i < n_rot/2 rotates pair i; the others copy value
- * n_rot + (i - n_rot/2), which passes through. Each item reads before it
- * writes, and only its own values, so out may be x. A negative position
- * is a fault: the token's values are left as they are. With a cache
- * (cache.data not NULL: rope_set_rows, values of type C) each value of
- * out also goes to the cache's row pos[t], as set_rows writes it; a
+ * Item i of head h of token t: i < n_rot/2 rotates pair i; the others
+ * copy value n_rot + (i - n_rot/2), which passes through. Each item reads
+ * before it writes, and only its own values, so out may be x. A negative
+ * position is a fault: the token's values are left as they are. With a
+ * cache (cache.data not NULL: rope_set_rows, values of type C) each value
+ * of out also goes to the cache's row pos[t], as set_rows writes it; a
  * position beyond the cache is set_rows' fault and writes no cache value.
  */
+template <typename C>
+static __device__ __forceinline__ void
+rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope &p,
+          const struct cuda_view &out, const struct cuda_view &cache, int32_t *fault,
+          int64_t i, int64_t h, int64_t t)
+{
+	const int64_t half = p.n_rot / 2;
+	const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
+	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
+
+	if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pos[t], INT32_MAX))
+		return;
+	C *c = cache.data && index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t, pos[t],
+	                              cache.ne[2])
+	               ? (C *)(cache.data + h * cache.nb[1] + pos[t] * cache.nb[2])
+	               : NULL;
+	if (i < half) {
+		/* NORM rotates neighbours, NEOX the two halves. */
+		const int64_t a = p.neox ? i : 2 * i;
+		const int64_t b = p.neox ? i + half : 2 * i + 1;
+		const double va = xr[a], vb = xr[b];
+		double sn, cs;
+
+		sincos(rope_theta(p, pos[t], i), &sn, &cs);
+		sn *= p.mscale;
+		cs *= p.mscale;
+		const float ra = (float)(va * cs - vb * sn);
+		const float rb = (float)(va * sn + vb * cs);
+		o[a] = ra;
+		o[b] = rb;
+		if (c) {
+			c[a] = from_f32<C>(ra);
+			c[b] = from_f32<C>(rb);
+		}
+	} else {
+		const int64_t j = p.n_rot + (i - half);
+		const float v = xr[j];
+
+		o[j] = v;
+		if (c)
+			c[j] = from_f32<C>(v);
+	}
+}
+
+/* rope_item over every item of x, one thread an item. */
 template <typename C>
 static __global__ void __launch_bounds__(ROPE_THREADS)
 rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
             struct cuda_view out, struct cuda_view cache, int32_t *fault)
 {
-	const int64_t hd = x.ne[0], nh = x.ne[1], half = p.n_rot / 2;
-	const int64_t per_head = hd - half;
+	const int64_t per_head = x.ne[0] - p.n_rot / 2, nh = x.ne[1];
 	const int64_t items = per_head * nh * x.ne[2];
 
 	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	     it < items; it += (int64_t)gridDim.x * blockDim.x) {
-		const int64_t i = it % per_head, h = (it / per_head) % nh;
-		const int64_t t = it / (per_head * nh);
-		const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
-		float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
+	     it < items; it += (int64_t)gridDim.x * blockDim.x)
+		rope_item<C>(x, pos, p, out, cache, fault, it % per_head,
+		             (it / per_head) % nh, it / (per_head * nh));
+}
 
-		if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pos[t], INT32_MAX))
-			continue;
-		C *c = cache.data && index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t,
-		                              pos[t], cache.ne[2])
-		               ? (C *)(cache.data + h * cache.nb[1] +
-		                       pos[t] * cache.nb[2])
-		               : NULL;
-		if (i < half) {
-			/* NORM rotates neighbours, NEOX the two halves. */
-			const int64_t a = p.neox ? i : 2 * i;
-			const int64_t b = p.neox ? i + half : 2 * i + 1;
-			const double va = xr[a], vb = xr[b];
-			double sn, cs;
+/*
+ * rope_store: a block per head slot of a token, a token's q heads first,
+ * then its k heads, then its v heads; the block's threads share the
+ * slot's items. q and k go through rope_item (k with its cache, of type
+ * K), so their bits are rope_ext's and rope_set_rows'; a v row is
+ * converted to the cache's type V as set_rows writes it, after the
+ * checks of its position that rope_ext (which runs first when the three
+ * ops are issued alone) and set_rows make.
+ */
+template <typename K, typename V>
+static __global__ void __launch_bounds__(ROPE_THREADS)
+rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
+                  const int32_t *pos, struct cuda_rope p, struct cuda_view kc,
+                  struct cuda_view vc, int32_t *fault)
+{
+	const int64_t hq = q.ne[1], hk = k.ne[1];
+	const int64_t per_token = hq + hk + v.ne[1], slots = per_token * q.ne[2];
+	const int64_t half = p.n_rot / 2;
+	const struct cuda_view no_cache = { NULL, 0, { 0 }, { 0 } };
 
-			sincos(rope_theta(p, pos[t], i), &sn, &cs);
-			sn *= p.mscale;
-			cs *= p.mscale;
-			const float ra = (float)(va * cs - vb * sn);
-			const float rb = (float)(va * sn + vb * cs);
-			o[a] = ra;
-			o[b] = rb;
-			if (c) {
-				c[a] = from_f32<C>(ra);
-				c[b] = from_f32<C>(rb);
-			}
+	for (int64_t b = blockIdx.x; b < slots; b += gridDim.x) {
+		const int64_t t = b / per_token;
+		int64_t h = b % per_token;
+
+		if (h < hq) {
+			for (int64_t i = threadIdx.x; i < q.ne[0] - half; i += blockDim.x)
+				rope_item<float>(q, pos, p, q, no_cache, fault, i, h, t);
+		} else if ((h -= hq) < hk) {
+			for (int64_t i = threadIdx.x; i < k.ne[0] - half; i += blockDim.x)
+				rope_item<K>(k, pos, p, k, kc, fault, i, h, t);
 		} else {
-			const int64_t j = p.n_rot + (i - half);
-			const float v = xr[j];
-
-			o[j] = v;
-			if (c)
-				c[j] = from_f32<C>(v);
+			h -= hk;
+			if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pos[t], INT32_MAX) ||
+			    !index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t, pos[t], vc.ne[2]))
+				continue;
+			const float *vr = (const float *)(v.data + h * v.nb[1] + t * v.nb[2]);
+			V *c = (V *)(vc.data + h * vc.nb[1] + pos[t] * vc.nb[2]);
+			for (int64_t i = threadIdx.x; i < v.ne[0]; i += blockDim.x)
+				c[i] = from_f32<V>(vr[i]);
 		}
 	}
 }
@@ -230,4 +282,39 @@ extern "C" cudaError_t cuda_launch_rope(const struct cuda_view *x,
                                         int32_t *fault, cudaStream_t s)
 {
 	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, s);
+}
+
+/* rope_store_kernel with the cache types as template arguments. */
+template <typename K>
+static void launch_rope_store(const struct cuda_view *q, const struct cuda_view *k,
+                              const struct cuda_view *v, const int32_t *pos,
+                              const struct cuda_rope *p, const struct cuda_view *kc,
+                              const struct cuda_view *vc, int32_t *fault,
+                              unsigned g, cudaStream_t s)
+{
+	if (vc->type == Q4KH_TYPE_F16)
+		rope_store_kernel<K, __half><<<g, ROPE_THREADS, 0, s>>>(*q, *k, *v, pos, *p,
+		                                                        *kc, *vc, fault);
+	else
+		rope_store_kernel<K, float><<<g, ROPE_THREADS, 0, s>>>(*q, *k, *v, pos, *p,
+		                                                       *kc, *vc, fault);
+}
+
+extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
+                                              const struct cuda_view *k,
+                                              const struct cuda_view *v,
+                                              const int32_t *pos,
+                                              const struct cuda_rope *p,
+                                              const struct cuda_view *k_cache,
+                                              const struct cuda_view *v_cache,
+                                              int32_t *fault, cudaStream_t s)
+{
+	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
+	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
+
+	if (k_cache->type == Q4KH_TYPE_F16)
+		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
+	else
+		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
+	return cudaGetLastError();
 }

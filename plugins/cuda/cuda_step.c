@@ -2,11 +2,12 @@
  * ABI 1.2's entries (plugin.h): the ops whose per-step values (token ids,
  * positions, KV-cache rows) are I32 tensors in device memory, read when the
  * kernel runs, and ABI 1.4's rope_set_rows (rope_ext and set_rows in one
- * kernel) and top2 (the greedy pick, cuda_top2.cu). Nothing here touches
- * host memory per call, so a step made of these ops records once
- * (graph_begin) and replays for every later token
- * with only those tensors rewritten in between. The values themselves are
- * checked on the device (cuda_kernels.h, enum cuda_fault).
+ * kernel), rope_store (an attention layer's rope_ext of q, rope_set_rows
+ * of k and set_rows of v in one kernel) and top2 (the greedy pick,
+ * cuda_top2.cu). Nothing here touches host memory per call, so a step
+ * made of these ops records once (graph_begin) and replays for every
+ * later token with only those tensors rewritten in between. The values
+ * themselves are checked on the device (cuda_kernels.h, enum cuda_fault).
  */
 #include <math.h>
 
@@ -137,6 +138,32 @@ q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
 	if ((st = q4kh_check_rope_set_rows(&c, x, pos, params, cache)))
 		return st;
 	return rope_launch(dev, "rope_set_rows", x, pos, params, x, cache);
+}
+
+q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                            const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                            const struct q4kh_tensor *pos,
+                            const struct q4kh_rope_params *params,
+                            const struct q4kh_tensor *k_cache,
+                            const struct q4kh_tensor *v_cache)
+{
+	struct cuda_view vq, vk, vv, vkc, vvc;
+	struct cuda_rope r;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_rope_store(&c, q, k, v, pos, params, k_cache, v_cache)) ||
+	    (st = cuda_enter(dev, "rope_store")))
+		return st;
+	vq = cuda_view_of(q);
+	vk = cuda_view_of(k);
+	vv = cuda_view_of(v);
+	vkc = cuda_view_of(k_cache);
+	vvc = cuda_view_of(v_cache);
+	r = cuda_rope_of(params);
+	return cuda_launched(dev, "rope_store",
+	                cuda_launch_rope_store(&vq, &vk, &vv, index_data(pos), &r, &vkc,
+	                                       &vvc, dev->fault, dev->stream));
 }
 
 q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,

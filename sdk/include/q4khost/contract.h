@@ -936,6 +936,59 @@ static inline q4kh_status q4kh_check_rope_set_rows(const struct q4kh_check *c,
 }
 
 /*
+ * rope_store's own rule (ABI 1.4), on tensors whose buffers are known:
+ * each tensor the call writes (q, k and the caches) apart from every
+ * other operand, so that its three parts may run in any order. The host
+ * tests it before it fuses the three ops (graph_run.c).
+ */
+static inline q4kh_status q4kh_check_rope_store_apart(const struct q4kh_check *c,
+                                                      const struct q4kh_tensor *q,
+                                                      const struct q4kh_tensor *k,
+                                                      const struct q4kh_tensor *v,
+                                                      const struct q4kh_tensor *pos,
+                                                      const struct q4kh_tensor *k_cache,
+                                                      const struct q4kh_tensor *v_cache)
+{
+	static const char *const names[6] = {
+		"rope_store q", "rope_store k", "rope_store k_cache", "rope_store v_cache",
+		"rope_store v", "rope_store pos",
+	};
+	const struct q4kh_tensor *const t[6] = { q, k, k_cache, v_cache, v, pos };
+	q4kh_status st;
+
+	/* the first four are written */
+	for (int i = 0; i < 4; i++)
+		for (int j = i + 1; j < 6; j++)
+			if ((st = q4kh_check_disjoint(c, names[i], t[i], names[j], t[j])))
+				return st;
+	return Q4KH_OK;
+}
+
+/*
+ * rope_store (ABI 1.4): rope_ext's checks of q rotated in place at pos,
+ * rope_set_rows' of k into k_cache, set_rows' of v into v_cache,
+ * messages named after the part that refuses; then
+ * q4kh_check_rope_store_apart.
+ */
+static inline q4kh_status q4kh_check_rope_store(const struct q4kh_check *c,
+                                                const struct q4kh_tensor *q,
+                                                const struct q4kh_tensor *k,
+                                                const struct q4kh_tensor *v,
+                                                const struct q4kh_tensor *pos,
+                                                const struct q4kh_rope_params *p,
+                                                const struct q4kh_tensor *k_cache,
+                                                const struct q4kh_tensor *v_cache)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_rope_ext(c, q, pos, p, q)) ||
+	    (st = q4kh_check_rope_set_rows(c, k, pos, p, k_cache)) ||
+	    (st = q4kh_check_set_rows(c, v, pos, v_cache)))
+		return st;
+	return q4kh_check_rope_store_apart(c, q, k, v, pos, k_cache, v_cache);
+}
+
+/*
  * top2 (ABI 1.4): x F32 {N, T} with N <= INT32_MAX, idx I32 {T}, val F32
  * {2, T}; idx and val apart from x and from each other.
  */

@@ -559,6 +559,27 @@ struct q4kh_backend_v1 {
 	q4kh_status (*top2)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                    const struct q4kh_tensor *idx,
 	                    const struct q4kh_tensor *val);
+
+	/*
+	 * ABI 1.4, optional: an attention layer's inputs in one call, three
+	 * ops rather than two: rope_ext(q, pos, params, q), then
+	 * rope_set_rows(k, pos, params, k_cache), then
+	 * set_rows(v, pos, v_cache). q {hd, n_head, T}, k {hd_k, n_head_kv, T}
+	 * and v {hd_v, n_heads_v, T} f32, pos I32 {T}; k_cache
+	 * {hd_k, n_head_kv, n_k} and v_cache {hd_v, n_heads_v, n_v} f32 or
+	 * f16, each type its own. q, k, v and the two caches share no byte
+	 * with one another nor with pos. A position fails as the ops' do: a
+	 * negative one as rope_ext's (nothing written for that token), one at
+	 * or beyond a cache as set_rows' rows (q and k rotated, that cache's
+	 * row not written).
+	 */
+	q4kh_status (*rope_store)(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+	                          const struct q4kh_tensor *k,
+	                          const struct q4kh_tensor *v,
+	                          const struct q4kh_tensor *pos,
+	                          const struct q4kh_rope_params *params,
+	                          const struct q4kh_tensor *k_cache,
+	                          const struct q4kh_tensor *v_cache);
 };
 
 /*
