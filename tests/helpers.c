@@ -1,11 +1,13 @@
 #include "helpers.h"
 #include "gguf.h"
 #include "model.h"
+#include "session.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -472,4 +474,86 @@ int test_alive(pid_t pid)
 	char state;
 
 	return proc_stat(pid, &state, &ppid) && state != 'Z' && state != 'X';
+}
+
+static float top2_random(uint64_t *r) /* [-8, 8) */
+{
+	*r ^= *r << 13;
+	*r ^= *r >> 7;
+	*r ^= *r << 17;
+	return (float)((double)(*r >> 11) / (double)(1ull << 53) * 16.0 - 8.0);
+}
+
+const char *test_top2_column(int kind, float *x, int64_t n, uint64_t seed)
+{
+	uint64_t r = seed | 1;
+
+	for (int64_t i = 0; i < n; i++)
+		x[i] = top2_random(&r);
+	switch (kind) {
+	case 0:
+		return "random";
+	case 1: /* the maximum at two places, the runner-up at two more */
+		x[n / 3] = x[n - 1] = 100.0f;
+		x[n / 5] = x[n / 2] = 50.0f;
+		return "tied maximum and runner-up";
+	case 2:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = NAN;
+		return "all NaN";
+	case 3: /* +-Inf and NaN everywhere but at a few finite values */
+		for (int64_t i = 0; i < n; i++)
+			x[i] = i % 3 == 0 ? INFINITY : i % 3 == 1 ? -INFINITY : NAN;
+		x[n - 1] = 3.0f;
+		x[n / 2] = 2.0f;
+		x[0] = -FLT_MAX;
+		return "infinities around finite values";
+	case 4:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = i % 2 ? NAN : -INFINITY;
+		x[n - 1 - n / 3] = -1.0f;
+		return "a single finite value";
+	case 5: /* zeros of both signs: the lowest index's bits win */
+		for (int64_t i = 0; i < n; i++)
+			x[i] = i % 3 == 1 ? 0.0f : i % 3 == 2 ? NAN : -0.0f;
+		return "-0 and +0";
+	case 6:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = 1.5f;
+		return "all equal";
+	case 7: /* a few levels: ties everywhere */
+		for (int64_t i = 0; i < n; i++)
+			x[i] = floorf(x[i] / 4.0f);
+		return "a few levels";
+	case 8: /* rising: the maximum in the last slice */
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (float)i * 0x1p-10f;
+		return "rising";
+	case 9: /* the extremes of float */
+		x[n / 4] = FLT_MAX;
+		x[n - 1] = FLT_MAX;
+		x[0] = INFINITY;
+		x[n / 2] = -FLT_MAX;
+		return "FLT_MAX ties beside +Inf";
+	default: /* the maximum first, the runner-up last, subnormals between */
+		for (int64_t i = 0; i < n; i++)
+			x[i] = x[i] * 0x1p-140f;
+		x[0] = 0x1p-126f;
+		x[n - 1] = 0x1p-127f;
+		return "subnormals";
+	}
+}
+
+void test_expect_top2(const float *x, int64_t n, int32_t idx, const float val[2],
+                      const char *what)
+{
+	float want[2];
+	int32_t best = q4kh_top2(x, n, want);
+
+	cr_expect_eq(idx, best, "%s: index %d, the host's %d", what, idx, best);
+	cr_expect(!memcmp(&val[0], &want[0], sizeof(float)),
+	          "%s: value %a, the host's %a", what, (double)val[0], (double)want[0]);
+	cr_expect(!memcmp(&val[1], &want[1], sizeof(float)),
+	          "%s: runner-up %a, the host's %a", what, (double)val[1],
+	          (double)want[1]);
 }

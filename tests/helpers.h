@@ -117,4 +117,22 @@ pid_t test_child_of(pid_t parent, const char *needle);
 /* 1 while PID runs (a zombie counts as gone). */
 int test_alive(pid_t pid);
 
+/*
+ * Column KIND (0 .. TEST_TOP2_KINDS - 1) of a top2 test, N values into X
+ * (random from SEED where random): random values, ties of the maximum and
+ * of the runner-up far apart, every value NaN, +-Inf around the finite
+ * ones, a single finite value, -0 and +0 mixed, and more. Returns the
+ * kind's name for messages.
+ */
+#define TEST_TOP2_KINDS 11
+const char *test_top2_column(int kind, float *x, int64_t n, uint64_t seed);
+
+/*
+ * A backend's top2 of column X[0..n) (IDX, VAL[2]) against the host's
+ * q4kh_top2: the same index and the same bits in both values. WHAT names
+ * the case in the message.
+ */
+void test_expect_top2(const float *x, int64_t n, int32_t idx, const float val[2],
+                      const char *what);
+
 #endif

@@ -186,7 +186,8 @@ Test(abi, backend_table)
 	/* ABI 1.4 */
 	OFF(q4kh_backend_v1, add_rms_norm, 320);
 	OFF(q4kh_backend_v1, rope_set_rows, 328);
-	SIZE(q4kh_backend_v1, 336);
+	OFF(q4kh_backend_v1, top2, 336);
+	SIZE(q4kh_backend_v1, 344);
 }
 
 /*
@@ -206,8 +207,11 @@ Test(abi, optional_entries_beyond_a_tables_size_are_absent)
 	t.struct_size = 328;
 	cr_expect(Q4KH_BACKEND_HAS(&t, add_rms_norm));
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
-	t.struct_size = sizeof(t);
+	t.struct_size = 336; /* 1.4 before top2 */
 	cr_expect(Q4KH_BACKEND_HAS(&t, rope_set_rows));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, top2));
+	t.struct_size = sizeof(t);
+	cr_expect(Q4KH_BACKEND_HAS(&t, top2));
 	t.rope_set_rows = NULL;
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
 }

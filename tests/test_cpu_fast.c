@@ -18,7 +18,9 @@
  *   - delta_net: a running error bound over the recurrence on absolute
  *     values (at the test);
  *   - add_rms_norm and rope_set_rows (ABI 1.4): bit for bit their two
- *     ops, and within those ops' bounds.
+ *     ops, and within those ops' bounds;
+ *   - top2 (ABI 1.4): the host's q4kh_top2 bit for bit, on random and
+ *     adversarial columns (helpers.h).
  * Also the worker pool (every item once, any thread count, lent to a
  * kernel variant through struct q4kh_native_device), the descriptor and
  * device record, settings and errors.
@@ -127,6 +129,15 @@ static int cpu_runs(const char *isa)
 }
 
 static const char *const isas[] = { "avx2", "avx512" };
+
+/* An env on the instruction set cpu-fast picks itself; skips the test on
+ * a CPU without AVX2, where cpu-fast has no device. */
+static struct env *env_open_default(void)
+{
+	if (!cpu_runs("avx2"))
+		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	return env_open(NULL);
+}
 
 /* The body once per instruction set this CPU runs, with env E open on it
  * and its name isas[isa_]. */
@@ -985,9 +996,7 @@ Test(cpu_fast, fused_entries_refuse_with_one_line)
 	struct q4kh_tensor x, a, b, pt, ct;
 	struct env *e;
 
-	if (!cpu_runs("avx2"))
-		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
-	e = env_open(NULL);
+	e = env_open_default();
 	x = tensor(e, Q4KH_TYPE_F32, 8, 2, 1, NULL);
 	a = tensor(e, Q4KH_TYPE_F32, 8, 2, 1, NULL);
 	b = tensor(e, Q4KH_TYPE_F32, 8, 1, 1, NULL);
@@ -1008,6 +1017,117 @@ Test(cpu_fast, fused_entries_refuse_with_one_line)
 	drop(e, &b);
 	drop(e, &pt);
 	drop(e, &ct);
+	env_close(e);
+}
+
+/*
+ * top2 (ABI 1.4) of T columns of N values, each column of another kind
+ * (from FIRST on), against the host's q4kh_top2, bit for bit; idx and val
+ * in one buffer as the session places them, idx first, val's rows here
+ * padded to 16 bytes.
+ */
+static void top2_case(struct env *e, const char *isa, int64_t n, int64_t T, int first)
+{
+	float *x = malloc(sizeof(float) * (size_t)(n * T));
+	const char *kinds[16];
+	struct q4kh_tensor xt, idx = { .type = Q4KH_TYPE_I32 }, val = { .type = Q4KH_TYPE_F32 };
+	unsigned char *out;
+	char what[160];
+
+	cr_assert_not_null(x);
+	for (int64_t t = 0; t < T; t++)
+		kinds[t] = test_top2_column((first + (int)t) % TEST_TOP2_KINDS, x + t * n, n,
+		                            (uint64_t)(n * 131 + t));
+	xt = tensor(e, Q4KH_TYPE_F32, n, T, 1, x);
+	cr_assert_eq(e->b->buffer_alloc(e->dev, (uint64_t)(20 * T), &idx.buffer), Q4KH_OK);
+	idx.ne[0] = T;
+	idx.ne[1] = idx.ne[2] = idx.ne[3] = 1;
+	idx.nb[0] = 4;
+	idx.nb[1] = idx.nb[2] = idx.nb[3] = 4 * T;
+	val.buffer = idx.buffer;
+	val.offset = (uint64_t)(4 * T);
+	val.ne[0] = 2;
+	val.ne[1] = T;
+	val.ne[2] = val.ne[3] = 1;
+	val.nb[0] = 4;
+	val.nb[1] = 16;
+	val.nb[2] = val.nb[3] = 16 * T;
+	cr_assert_eq(e->b->top2(e->dev, &xt, &idx, &val), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	out = malloc((size_t)(20 * T));
+	cr_assert_not_null(out);
+	cr_assert_eq(e->b->buffer_download(e->dev, idx.buffer, 0, out, (uint64_t)(20 * T)),
+	             Q4KH_OK);
+	for (int64_t t = 0; t < T; t++) {
+		int32_t i;
+
+		memcpy(&i, out + 4 * t, sizeof(i));
+		snprintf(what, sizeof(what), "%s top2 n %lld column %lld of %lld (%s)", isa,
+		         (long long)n, (long long)t, (long long)T, kinds[t]);
+		test_expect_top2(x + t * n, n, i, (const float *)(out + 4 * T + 16 * t), what);
+	}
+	drop(e, &xt);
+	drop(e, &idx);
+	free(out);
+	free(x);
+}
+
+Test(cpu_fast, top2_is_the_hosts_pick)
+{
+	static const int64_t lens[] = { 1, 2, 3, 33, 4096, 151936 };
+
+	FOR_EACH_ISA(e) {
+		for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+			for (int k = 0; k < TEST_TOP2_KINDS; k++)
+				top2_case(e, isas[isa_], lens[li], 1, k);
+		top2_case(e, isas[isa_], 1, 16, 0);
+		top2_case(e, isas[isa_], 1000, TEST_TOP2_KINDS, 0);
+		top2_case(e, isas[isa_], 33, 16, 5);
+	}
+}
+
+/* top2 refuses outputs that overlap x or each other, and wrong shapes. */
+Test(cpu_fast, top2_refuses_with_one_line)
+{
+	struct q4kh_tensor x, o, idx, val;
+	struct env *e;
+
+	e = env_open_default();
+	x = tensor(e, Q4KH_TYPE_F32, 8, 2, 1, NULL);
+	o = tensor(e, Q4KH_TYPE_F32, 6, 1, 1, NULL);
+	idx = o;
+	idx.type = Q4KH_TYPE_I32;
+	idx.ne[0] = 2;
+	val = o;
+	val.ne[0] = 2;
+	val.ne[1] = 2;
+	val.nb[1] = 8;
+	cr_expect_eq(e->b->top2(e->dev, &x, &idx, &val), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "top2 val (offset 0) overlaps idx (offset 0) in one buffer");
+	val.offset = 12;
+	cr_expect_eq(e->b->top2(e->dev, &x, &idx, &val), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "top2 val: view {2, 2, 1, 1} at offset 12 ends past its 24-byte buffer");
+	val.ne[1] = 1;
+	cr_expect_eq(e->b->top2(e->dev, &x, &idx, &val), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "top2 val: shape {2, 1, 1, 1}, expected {2, 2, 1, 1}");
+	idx.ne[0] = 1;
+	cr_expect_eq(e->b->top2(e->dev, &x, &idx, &val), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "top2 idx: shape {1, 1, 1, 1}, expected {2, 1, 1, 1}");
+	val.ne[1] = 2;
+	val.offset = 8;
+	idx = x;
+	idx.type = Q4KH_TYPE_I32;
+	idx.ne[0] = 2;
+	idx.ne[1] = 1;
+	cr_expect_eq(e->b->top2(e->dev, &x, &idx, &val), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx),
+	                 "top2 idx (offset 0) overlaps x (offset 0) in one buffer");
+	drop(e, &x);
+	drop(e, &o);
 	env_close(e);
 }
 
@@ -1143,9 +1263,7 @@ Test(cpu_fast, native_handles_of_an_abi_1_0_host)
 	unsigned char rec[64];
 	struct q4kh_native_device *nd = (struct q4kh_native_device *)rec;
 
-	if (!cpu_runs("avx2"))
-		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
-	e = env_open(NULL);
+	e = env_open_default();
 	memset(rec, 0xAB, sizeof(rec));
 	nd->struct_size = offsetof(struct q4kh_native_device, address) + sizeof(nd->address);
 	cr_assert_eq(e->b->native_device(e->dev, nd), Q4KH_OK);
@@ -1208,9 +1326,7 @@ Test(cpu_fast, wrapped_weights_are_read_in_place_and_never_written)
 	struct q4kh_tensor w, o;
 	float got[4];
 
-	if (!cpu_runs("avx2"))
-		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
-	e = env_open(NULL);
+	e = env_open_default();
 	cr_assert_eq(e->b->buffer_wrap(e->dev, host, sizeof(host), &buf), Q4KH_OK);
 	cr_expect_eq(e->b->buffer_upload(e->dev, buf, 0, host, 4), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->b->last_error(e->ctx),
@@ -1231,9 +1347,7 @@ Test(cpu_fast, bad_views_fail_with_one_line)
 	struct env *e;
 	struct q4kh_tensor a, b;
 
-	if (!cpu_runs("avx2"))
-		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
-	e = env_open(NULL);
+	e = env_open_default();
 	a = tensor(e, Q4KH_TYPE_F32, 8, 2, 1, NULL);
 	b = tensor(e, Q4KH_TYPE_F32, 8, 3, 1, NULL);
 	cr_expect_eq(e->b->add(e->dev, &a, &b, &a), Q4KH_ERR_INVALID);

@@ -8,8 +8,9 @@
  * of range reported at the next synchronisation, and a recorded step
  * replayed with rewritten positions; and the ABI 1.4 fused entries
  * add_rms_norm and rope_set_rows, against the reference's two ops and bit
- * for bit against the cuda backend's own two ops. Every test skips
- * without a device.
+ * for bit against the cuda backend's own two ops; and top2, the greedy
+ * pick, bit for bit against the host's q4kh_top2 (helpers.h's columns),
+ * directly and replayed. Every test skips without a device.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "cuda_rig.h"
+#include "helpers.h"
 
 /* An I32 {n} tensor holding V on both sides. */
 static struct twin twin_index(struct rig *r, const int32_t *v, int64_t n)
@@ -603,5 +605,172 @@ Test(cuda_step, a_recorded_step_replays_with_rewritten_positions)
 	twin_free(r, &h.vn);
 	twin_free(r, &h.out);
 	free(kv0);
+	rig_close(r);
+}
+
+/* --- top2 (ABI 1.4) ------------------------------------------------------------ */
+
+/* A cuda buffer of 12 T bytes and a poisoned guard after them: idx I32
+ * {T} first, then val F32 {2, T}, as the session places them. */
+struct top2_out {
+	q4kh_buffer *buf;
+	struct q4kh_tensor idx, val;
+	int64_t T;
+};
+
+static struct top2_out top2_out_new(struct rig *r, int64_t T)
+{
+	struct top2_out o = { .T = T };
+	uint8_t *poison = malloc((size_t)(12 * T + GUARD));
+
+	cr_assert_not_null(poison);
+	memset(poison, POISON, (size_t)(12 * T + GUARD));
+	cr_assert_eq(V(r, GPU)->buffer_alloc(DEV(r, GPU), (uint64_t)(12 * T + GUARD), &o.buf),
+	             Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(V(r, GPU)->buffer_upload(DEV(r, GPU), o.buf, 0, poison,
+	                                      (uint64_t)(12 * T + GUARD)),
+	             Q4KH_OK, "%s", ERR(r, GPU));
+	o.idx = (struct q4kh_tensor){ .buffer = o.buf, .type = Q4KH_TYPE_I32,
+		                      .ne = { T, 1, 1, 1 },
+		                      .nb = { 4, 4 * T, 4 * T, 4 * T } };
+	o.val = (struct q4kh_tensor){ .buffer = o.buf, .offset = (uint64_t)(4 * T),
+		                      .type = Q4KH_TYPE_F32, .ne = { 2, T, 1, 1 },
+		                      .nb = { 4, 8, 8 * T, 8 * T } };
+	free(poison);
+	return o;
+}
+
+/* The T columns of X (rows packed, N values each, of kinds KINDS) against
+ * the host's pick, and the guard after the record still poison. */
+static void top2_expect(struct rig *r, const struct top2_out *o, const float *x, int64_t n,
+                        const char *const *kinds, const char *how)
+{
+	uint8_t *raw = malloc((size_t)(12 * o->T + GUARD));
+	char what[160];
+
+	cr_assert_not_null(raw);
+	cr_assert_eq(V(r, GPU)->buffer_download(DEV(r, GPU), o->buf, 0, raw,
+	                                        (uint64_t)(12 * o->T + GUARD)),
+	             Q4KH_OK, "%s", ERR(r, GPU));
+	for (int64_t t = 0; t < o->T; t++) {
+		int32_t i;
+		float v[2];
+
+		memcpy(&i, raw + 4 * t, sizeof(i));
+		memcpy(v, raw + 4 * o->T + 8 * t, sizeof(v));
+		snprintf(what, sizeof(what), "%s top2 n %lld column %lld of %lld (%s)", how,
+		         (long long)n, (long long)t, (long long)o->T, kinds[t]);
+		test_expect_top2(x + t * n, n, i, v, what);
+	}
+	for (int64_t b = 12 * o->T; b < 12 * o->T + GUARD; b++)
+		cr_assert_eq(raw[b], POISON, "%s top2 n %lld: byte %lld past the record written",
+		             how, (long long)n, (long long)(b - 12 * o->T));
+	free(raw);
+}
+
+/* Columns of kinds FIRST, FIRST + 1, ... into X (T of N values). */
+static void top2_fill(float *x, int64_t n, int64_t T, int first, const char **kinds)
+{
+	for (int64_t t = 0; t < T; t++)
+		kinds[t] = test_top2_column((first + (int)t) % TEST_TOP2_KINDS, x + t * n, n,
+		                            (uint64_t)(n * 7919 + first * 31 + t));
+}
+
+/*
+ * top2 against the host's q4kh_top2, bit for bit: every kind of column
+ * (ties, NaN, +-Inf, -0 and +0, a single finite value, ...) at lengths
+ * from 1 to the vocabularies of Qwen2.5 (151936) and Llama 3 (128256),
+ * one column (split over blocks) and several, padded rows, and more
+ * columns than the split form counts (a block per column).
+ */
+Test(cuda_step, top2_is_the_hosts_pick, .timeout = 300)
+{
+	static const int64_t lens[] = { 1, 2, 33, 2048, 2049, 100003, 128256, 151936 };
+	static const int64_t cols[] = { 1, 3, 64 };
+	struct rig *r = rig_open();
+
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+		for (size_t ci = 0; ci < sizeof(cols) / sizeof(cols[0]); ci++)
+			for (int k = 0; k < TEST_TOP2_KINDS; k += (int)cols[ci]) {
+				const int64_t n = lens[li], T = cols[ci];
+				float *x = malloc(sizeof(float) * (size_t)(n * T));
+				const char *kinds[64];
+				struct twin xt;
+				struct top2_out o;
+
+				cr_assert_not_null(x);
+				top2_fill(x, n, T, k, kinds);
+				xt = twin_new(r, Q4KH_TYPE_F32, n, T, 1, 16 * (T > 1), x);
+				o = top2_out_new(r, T);
+				cr_assert_eq(V(r, GPU)->top2(DEV(r, GPU), &xt.t[GPU], &o.idx, &o.val),
+				             Q4KH_OK, "%s", ERR(r, GPU));
+				top2_expect(r, &o, x, n, kinds, "direct");
+				V(r, GPU)->buffer_free(DEV(r, GPU), o.buf);
+				twin_free(r, &xt);
+				free(x);
+			}
+	{ /* more columns than counters: a block per column */
+		const int64_t n = 1000, T = 1100;
+		float *x = malloc(sizeof(float) * (size_t)(n * T));
+		const char **kinds = malloc(sizeof(*kinds) * (size_t)T);
+		struct twin xt;
+		struct top2_out o;
+
+		cr_assert(x && kinds);
+		top2_fill(x, n, T, 0, kinds);
+		xt = twin_f32(r, n, T, 1, x);
+		o = top2_out_new(r, T);
+		cr_assert_eq(V(r, GPU)->top2(DEV(r, GPU), &xt.t[GPU], &o.idx, &o.val), Q4KH_OK,
+		             "%s", ERR(r, GPU));
+		top2_expect(r, &o, x, n, kinds, "1100 columns");
+		V(r, GPU)->buffer_free(DEV(r, GPU), o.buf);
+		twin_free(r, &xt);
+		free(kinds);
+		free(x);
+	}
+	rig_close(r);
+}
+
+/*
+ * top2 of a decode step's logits (one column of 151936: the split form,
+ * whose last block sets its counter back to 0) recorded once and replayed
+ * over new logits of every kind: each replay must count from 0 again.
+ */
+Test(cuda_step, top2_recorded_replays_over_new_logits)
+{
+	const int64_t n = 151936;
+	const struct q4kh_backend_v1 *b;
+	struct rig *r = rig_open();
+	float *x = malloc(sizeof(float) * (size_t)n);
+	const char *kind[1];
+	struct twin xt;
+	struct top2_out o;
+	q4kh_graph *g = NULL;
+
+	cr_assert_not_null(x);
+	b = V(r, GPU);
+	top2_fill(x, n, 1, 0, kind);
+	xt = twin_f32(r, n, 1, 1, x);
+	o = top2_out_new(r, 1);
+	/* the first call sizes the scratch, which a recording cannot */
+	cr_assert_eq(b->top2(DEV(r, GPU), &xt.t[GPU], &o.idx, &o.val), Q4KH_OK, "%s",
+	             ERR(r, GPU));
+	top2_expect(r, &o, x, n, kind, "direct");
+	cr_assert_eq(b->graph_begin(DEV(r, GPU)), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(b->top2(DEV(r, GPU), &xt.t[GPU], &o.idx, &o.val), Q4KH_OK, "%s",
+	             ERR(r, GPU));
+	cr_assert_eq(b->graph_end(DEV(r, GPU), &g), Q4KH_OK, "%s", ERR(r, GPU));
+	for (int k = 1; k <= TEST_TOP2_KINDS; k++) {
+		top2_fill(x, n, 1, k, kind);
+		cr_assert_eq(b->buffer_upload(DEV(r, GPU), xt.t[GPU].buffer, xt.t[GPU].offset, x,
+		                              sizeof(float) * (size_t)n),
+		             Q4KH_OK, "%s", ERR(r, GPU));
+		cr_assert_eq(b->graph_launch(DEV(r, GPU), g), Q4KH_OK, "%s", ERR(r, GPU));
+		top2_expect(r, &o, x, n, kind, "replayed");
+	}
+	b->graph_free(DEV(r, GPU), g);
+	b->buffer_free(DEV(r, GPU), o.buf);
+	twin_free(r, &xt);
+	free(x);
 	rig_close(r);
 }

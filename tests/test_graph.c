@@ -16,7 +16,11 @@
  *    the first decode step after the prompt;
  *  - the interpreter's peephole: cpu-fast with its fused entries (ABI
  *    1.4) gives the logits it gives without them, bit for bit, on every
- *    architecture's fixture, and fuses every pair a decode step has.
+ *    architecture's fixture, and fuses every pair a decode step has;
+ *  - greedy generation with the pick made on the device (top2, ABI 1.4,
+ *    one call a token) gives the tokens and margins of the host's pick
+ *    from downloaded logits (the entry NULL, or a table that ends before
+ *    it), on cpu-fast and the fixtures.
  *  - mul_mat nodes that share their input go to a kernel variant's
  *    gemv_multi (ABI 1.4) as one call: on tiny-qwen2 through cpu-simd,
  *    q, k, v (with their biases) and ffn gate, up are one call each, and
@@ -36,6 +40,7 @@
 
 #include "backend.h"
 #include "graph.h"
+#include "greedy.h"
 #include "helpers.h"
 #include "kernel.h"
 #include "model.h"
@@ -234,6 +239,65 @@ static q4kh_status counted_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh
 }
 
 /*
+ * cpu-fast with a copy of its table that a test may edit, and a model and
+ * session on it: fast_open, edit f->table, fast_session, fast_close.
+ */
+struct fast_rig {
+	struct q4kh_registry *reg;
+	struct q4kh_backend be;
+	struct q4kh_backend_v1 table; /* be.v points here */
+	struct q4kh_model *m;
+	struct q4kh_session *s;
+};
+
+/* cpu-fast's backend, its table copied into f->table (fast_v: its own);
+ * 0 when cpu-fast was not built or this CPU does not run it. */
+static int fast_open(struct fast_rig *f)
+{
+	struct q4kh_error err = { { 0 } };
+	char *dir = NULL;
+
+	memset(f, 0, sizeof(*f));
+	if (asprintf(&dir, "%s/plugins/cpu-fast/.libs", test_builddir()) < 0)
+		cr_assert_fail("out of memory");
+	cr_assert_eq(q4kh_registry_scan(dir, NULL, &f->reg, &err), 0, "%s", err.msg);
+	free(dir);
+	if (!q4kh_registry_find(f->reg, "cpu-fast") ||
+	    q4kh_backend_open(q4kh_registry_find(f->reg, "cpu-fast"), 0, &f->be, &err)) {
+		q4kh_registry_free(f->reg);
+		return 0;
+	}
+	fast_v = f->be.v;
+	f->table = *f->be.v;
+	f->be.v = &f->table;
+	return 1;
+}
+
+/* The fixture FILE uploaded through f->table and a session of SP on it. */
+static void fast_session(struct fast_rig *f, const char *file,
+                         const struct q4kh_session_params *sp)
+{
+	struct q4kh_error err = { { 0 } };
+	char *path = NULL;
+
+	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
+		cr_assert_fail("out of memory");
+	cr_assert_eq(q4kh_model_open(path, &f->m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(f->m, &f->be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(f->m, sp, &f->s, &err), 0, "%s", err.msg);
+	free(path);
+}
+
+static void fast_close(struct fast_rig *f)
+{
+	q4kh_session_free(f->s);
+	q4kh_model_free(f->m);
+	f->be.v = fast_v;
+	q4kh_backend_close(&f->be);
+	q4kh_registry_free(f->reg);
+}
+
+/*
  * The logits of every token of a fixed sequence on FILE through cpu-fast
  * with a KV cache of KV, with its fused entries (counted) when FUSED, or
  * with them taken out of its table: a prompt of 6 tokens in steps of 4
@@ -249,60 +313,36 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, int fuse
 	const int64_t n = sizeof(ids) / sizeof(ids[0]), prompt = 6;
 	struct q4kh_session_params sp = { .n_ctx = 64, .n_batch = 4, .kv = kv };
 	struct q4kh_error err = { { 0 } };
-	struct q4kh_registry *reg = NULL;
-	struct q4kh_backend be = { 0 };
-	struct q4kh_backend_v1 table;
-	struct q4kh_model *m = NULL;
-	struct q4kh_session *s = NULL;
-	char *dir = NULL, *path = NULL;
+	struct fast_rig f;
 	uint32_t attn_layers = 0;
 	float *lg;
 
-	if (asprintf(&dir, "%s/plugins/cpu-fast/.libs", test_builddir()) < 0 ||
-	    asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
-		cr_assert_fail("out of memory");
-	cr_assert_eq(q4kh_registry_scan(dir, NULL, &reg, &err), 0, "%s", err.msg);
-	if (!q4kh_registry_find(reg, "cpu-fast") ||
-	    q4kh_backend_open(q4kh_registry_find(reg, "cpu-fast"), 0, &be, &err)) {
-		q4kh_registry_free(reg);
-		free(dir);
-		free(path);
+	if (!fast_open(&f))
 		return NULL;
-	}
-	fast_v = be.v;
-	cr_assert(Q4KH_BACKEND_HAS(be.v, add_rms_norm) && Q4KH_BACKEND_HAS(be.v, rope_set_rows));
-	table = *be.v;
-	table.add_rms_norm = fused ? counted_add_rms_norm : NULL;
-	table.rope_set_rows = fused ? counted_rope_set_rows : NULL;
-	be.v = &table;
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
-	*n_vocab = m->hp.n_vocab;
+	cr_assert(Q4KH_BACKEND_HAS(f.be.v, add_rms_norm) &&
+	          Q4KH_BACKEND_HAS(f.be.v, rope_set_rows));
+	f.table.add_rms_norm = fused ? counted_add_rms_norm : NULL;
+	f.table.rope_set_rows = fused ? counted_rope_set_rows : NULL;
+	fast_session(&f, file, &sp);
+	*n_vocab = f.m->hp.n_vocab;
 	cr_assert_gt(*n_vocab, 9);
-	for (uint32_t il = 0; il < m->hp.n_layer; il++)
-		attn_layers += !m->layers[il].recurrent;
+	for (uint32_t il = 0; il < f.m->hp.n_layer; il++)
+		attn_layers += !f.m->layers[il].recurrent;
 	lg = malloc(sizeof(float) * (size_t)(n * *n_vocab));
 	cr_assert_not_null(lg);
-	cr_assert_eq(q4kh_session_eval(s, ids, prompt, lg, 1, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(f.s, ids, prompt, lg, 1, &err), 0, "%s", err.msg);
 	for (int64_t t = prompt; t < n; t++) {
 		n_add_rms_norm = n_rope_set_rows = 0;
-		cr_assert_eq(q4kh_session_eval(s, ids + t, 1, lg + t * *n_vocab, 1, &err), 0,
+		cr_assert_eq(q4kh_session_eval(f.s, ids + t, 1, lg + t * *n_vocab, 1, &err), 0,
 		             "%s", err.msg);
-		cr_expect_eq(n_add_rms_norm, fused ? 2 * (int64_t)m->hp.n_layer : 0,
+		cr_expect_eq(n_add_rms_norm, fused ? 2 * (int64_t)f.m->hp.n_layer : 0,
 		             "%s: add_rms_norm called %lld times in a decode step, %u layers",
-		             file, (long long)n_add_rms_norm, m->hp.n_layer);
+		             file, (long long)n_add_rms_norm, f.m->hp.n_layer);
 		cr_expect_eq(n_rope_set_rows, fused ? (int64_t)attn_layers : 0,
 		             "%s: rope_set_rows called %lld times in a decode step, %u attention layers",
 		             file, (long long)n_rope_set_rows, attn_layers);
 	}
-	q4kh_session_free(s);
-	q4kh_model_free(m);
-	be.v = fast_v;
-	q4kh_backend_close(&be);
-	q4kh_registry_free(reg);
-	free(dir);
-	free(path);
+	fast_close(&f);
 	return lg;
 }
 
@@ -328,6 +368,76 @@ Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout
 			free(plain);
 			free(fused);
 		}
+}
+
+/* --- greedy selection on the device (top2, ABI 1.4) --- */
+
+static int64_t n_top2;
+
+static q4kh_status counted_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                const struct q4kh_tensor *idx,
+                                const struct q4kh_tensor *val)
+{
+	n_top2++;
+	return fast_v->top2(dev, x, idx, val);
+}
+
+/*
+ * Greedy generation of 8 tokens after a prompt of 6 on FILE through
+ * cpu-fast (n_batch 4: a prompt of two steps): with its top2 entry
+ * (counted: one call a token) when MODE is 0, with the entry NULL when 1,
+ * with a table that ends before it (1.4 before top2) when 2. 0 when
+ * cpu-fast was not built or this CPU does not run it.
+ */
+static int greedy_on_fast(const char *file, int mode, struct q4kh_greedy *out)
+{
+	static const int32_t ids[] = { 1, 5, 9, 2, 7, 3 };
+	struct q4kh_session_params sp = { .n_ctx = 64, .n_batch = 4 };
+	struct q4kh_error err = { { 0 } };
+	struct fast_rig f;
+
+	if (!fast_open(&f))
+		return 0;
+	cr_assert(Q4KH_BACKEND_HAS(f.be.v, top2));
+	if (mode == 0)
+		f.table.top2 = counted_top2;
+	else if (mode == 1)
+		f.table.top2 = NULL;
+	else
+		f.table.struct_size = offsetof(struct q4kh_backend_v1, top2);
+	fast_session(&f, file, &sp);
+	n_top2 = 0;
+	cr_assert_eq(q4kh_greedy_run(f.s, NULL, ids, 6, 8, out, &err), 0, "%s", err.msg);
+	cr_expect_eq(out->n, 8);
+	cr_expect_eq(n_top2, mode == 0 ? 8 : 0, "%s: top2 called %lld times for 8 tokens",
+	             file, (long long)n_top2);
+	fast_close(&f);
+	return 1;
+}
+
+Test(greedy, the_device_pick_gives_the_hosts_tokens_and_margins, .timeout = 300)
+{
+	static const char *const files[] = {
+		"tiny-llama.gguf", "tiny-qwen2-yarn.gguf", "tiny-qwen3.gguf", "tiny-qwen35.gguf",
+	};
+
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		struct q4kh_greedy g[3];
+
+		for (int mode = 0; mode < 3; mode++)
+			if (!greedy_on_fast(files[f], mode, &g[mode]))
+				cr_skip_test("cpu-fast was not built here or does not run on this CPU");
+		for (int mode = 1; mode < 3; mode++) {
+			cr_expect_eq(memcmp(g[0].tokens, g[mode].tokens, sizeof(int32_t) * 8), 0,
+			             "%s: tokens differ without top2 (%s)", files[f],
+			             mode == 1 ? "entry NULL" : "table before it");
+			cr_expect_eq(memcmp(g[0].margins, g[mode].margins, sizeof(double) * 8), 0,
+			             "%s: margins differ without top2 (%s)", files[f],
+			             mode == 1 ? "entry NULL" : "table before it");
+		}
+		for (int mode = 0; mode < 3; mode++)
+			q4kh_greedy_free(&g[mode]);
+	}
 }
 
 /* q4khost run ... --json on the default model; the parsed object. */

@@ -241,6 +241,11 @@ struct run {
 	struct q4kh_session *session;
 	struct q4kh_sampler *sampler;
 	int32_t *ids;
+	/* temperature 0: the next token is the session's greedy pick (made
+	 * on the device when the backend has top2), else it is sampled from
+	 * the logits */
+	int greedy;
+	int32_t pick;
 	float *logits;
 	char *text; /* generated text, kept for --json */
 	size_t text_len, text_cap;
@@ -361,6 +366,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	sp.n_ctx = (uint32_t)o->ctx;
 	if (q4kh_session_new(r->model, &sp, &r->session, err))
 		return Q4KH_EXIT_FAIL;
+	r->greedy = !(o->sp.temperature > 0.0f);
 	r->sampler = q4kh_sampler_new(&o->sp, r->model->hp.n_vocab);
 	r->logits = malloc(sizeof(float) * r->model->hp.n_vocab);
 	if (!r->sampler || !r->logits) {
@@ -383,9 +389,21 @@ static int stopped(struct q4kh_report *rep, char *reason, size_t cap)
 }
 
 /*
+ * Run ids[0..n) and, when LAST, keep what choosing the next token needs:
+ * the greedy pick in r->pick, or the logits in r->logits.
+ */
+static int feed(struct run *r, const int32_t *ids, int64_t n, int last,
+                struct q4kh_error *err)
+{
+	if (last && r->greedy)
+		return q4kh_session_eval_top2(r->session, ids, n, &r->pick, NULL, err);
+	return q4kh_session_eval(r->session, ids, n, last ? r->logits : NULL, 0, err);
+}
+
+/*
  * The prompt, one batch of the session at a time (the batches it would run
  * anyway), so that a long prefill shows progress and can be stopped
- * between batches. The logits of the last token go to r->logits.
+ * between batches. The last token's pick or logits are kept (feed).
  */
 static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_report *rep,
                    char *reason, size_t cap, struct q4kh_error *err)
@@ -401,8 +419,7 @@ static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_rep
 			              (long long)n);
 		if (stopped(rep, reason, cap))
 			break;
-		if (q4kh_session_eval(r->session, ids + done, k,
-		                      done + k == n ? r->logits : NULL, 0, err)) {
+		if (feed(r, ids + done, k, done + k == n, err)) {
 			q4kh_progress_clear();
 			return -1;
 		}
@@ -444,7 +461,7 @@ static int generate(const struct run_opts *o, struct run *r,
 	for (long i = 0; i < o->n_predict && !stopped(rep, reason, cap); i++) {
 		size_t len;
 
-		tok = q4kh_sampler_sample(r->sampler, r->logits);
+		tok = r->greedy ? r->pick : q4kh_sampler_sample(r->sampler, r->logits);
 		rep->generated_tokens++;
 		if (q4kh_tokenizer_is_eog(r->tok, tok)) {
 			rep->stop_reason = "end of generation token";
@@ -466,7 +483,7 @@ static int generate(const struct run_opts *o, struct run *r,
 			rep->stop_reason = "context full";
 			break;
 		}
-		if (q4kh_session_eval(r->session, &tok, 1, r->logits, 0, err))
+		if (feed(r, &tok, 1, 1, err))
 			return -1;
 	}
 	rep->decode_seconds = now() - t0;

@@ -45,7 +45,7 @@ static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
 	/* 1.3 appended to the descriptor and the native handles only */
 	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
-	offsetof(struct q4kh_backend_v1, rope_set_rows) + sizeof(void (*)(void)),
+	offsetof(struct q4kh_backend_v1, top2) + sizeof(void (*)(void)),
 };
 
 /* The smallest legal kernel table: ABI 1.0's, up to release. */

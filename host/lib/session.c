@@ -1,5 +1,6 @@
 #include "session.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,9 @@ void q4kh_session_free(struct q4kh_session *s)
 		s->b->v->buffer_free(s->b->dev, s->step);
 	if (s->scratch)
 		s->b->v->buffer_free(s->b->dev, s->scratch);
+	if (s->pick)
+		s->b->v->buffer_free(s->b->dev, s->pick);
+	free(s->pick_logits);
 	free(s->graphs);
 	free(s->k_cache);
 	free(s->v_cache);
@@ -330,13 +334,16 @@ static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,
 	                          "graph_launch", err);
 }
 
-/* One step: T tokens from IDS at n_past, logits of the last N_OUT into DST. */
+/*
+ * One step: T tokens from IDS at n_past; the logits of its last N_OUT
+ * tokens are then at *LG, in the scratch, until the next step.
+ */
 static int step(struct q4kh_session *s, const int32_t *ids, int64_t t,
-                int64_t n_out, float *dst, struct q4kh_error *err)
+                int64_t n_out, const struct q4kh_tensor **lg,
+                struct q4kh_error *err)
 {
 	struct q4kh_session_graph *sg = graph_for(s, t, n_out, err);
 	struct q4kh_step_values in = { s->values, s->values + t };
-	const struct q4kh_tensor *lg;
 
 	if (!sg)
 		return -1;
@@ -349,18 +356,90 @@ static int step(struct q4kh_session *s, const int32_t *ids, int64_t t,
 	                       "buffer_upload (step inputs)", err) ||
 	    run_graph(s, sg, &in, err))
 		return -1;
-	if (!n_out)
-		return 0;
-	lg = &sg->g->vals[sg->g->logits].t;
-	return q4kh_backend_check(s->b,
-	                          s->b->v->buffer_download(s->b->dev, lg->buffer,
-	                                                   lg->offset, dst,
-	                                                   q4kh_tensor_bytes(lg)),
-	                          "buffer_download (logits)", err);
+	*lg = n_out ? &sg->g->vals[sg->g->logits].t : NULL;
+	return 0;
 }
 
-int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
-                      float *logits, int all, struct q4kh_error *err)
+static int download(struct q4kh_session *s, const struct q4kh_tensor *t, void *dst,
+                    const char *what, struct q4kh_error *err)
+{
+	return q4kh_backend_check(s->b,
+	                          s->b->v->buffer_download(s->b->dev, t->buffer, t->offset,
+	                                                   dst, q4kh_tensor_bytes(t)),
+	                          what, err);
+}
+
+int32_t q4kh_top2(const float *v, int64_t n, float val[2])
+{
+	int32_t best = -1;
+
+	val[0] = val[1] = -INFINITY;
+	for (int64_t i = 0; i < n; i++) {
+		if (!isfinite(v[i]))
+			continue;
+		if (best < 0 || v[i] > val[0]) {
+			if (best >= 0)
+				val[1] = val[0];
+			best = (int32_t)i;
+			val[0] = v[i];
+		} else if (v[i] > val[1]) {
+			val[1] = v[i];
+		}
+	}
+	return best;
+}
+
+double q4kh_top2_margin(int32_t best, const float val[2])
+{
+	return best >= 0 ? (double)val[0] - (double)val[1] : NAN;
+}
+
+/*
+ * The greedy pick of LG, the last token's logits {n_vocab, 1}: on the
+ * device into s->pick with top2 when the backend has it, else from a
+ * host copy of the logits.
+ */
+static int pick(struct q4kh_session *s, const struct q4kh_tensor *lg, int32_t *token,
+                double *margin, struct q4kh_error *err)
+{
+	const struct q4kh_backend_v1 *v = s->b->v;
+	struct q4kh_tensor idx, val, both;
+	unsigned char rec[12];
+	float top[2];
+
+	if (!Q4KH_BACKEND_HAS(v, top2)) {
+		if (!s->pick_logits &&
+		    !(s->pick_logits = malloc(sizeof(float) * (size_t)s->m->hp.n_vocab)))
+			return q4kh_fail(err, "out of memory");
+		if (download(s, lg, s->pick_logits, "buffer_download (logits)", err))
+			return -1;
+		*token = q4kh_top2(s->pick_logits, s->m->hp.n_vocab, top);
+		if (margin)
+			*margin = q4kh_top2_margin(*token, top);
+		return 0;
+	}
+	if (!s->pick && alloc(s, sizeof(rec), &s->pick, "buffer_alloc (top2)", err))
+		return -1;
+	/* one 12-byte record: the index, then the two values */
+	idx = q4kh_tensor_make(s->pick, 0, Q4KH_TYPE_I32, 1, 1, 1);
+	val = q4kh_tensor_make(s->pick, sizeof(int32_t), Q4KH_TYPE_F32, 2, 1, 1);
+	both = q4kh_tensor_make(s->pick, 0, Q4KH_TYPE_I32, 3, 1, 1);
+	if (q4kh_backend_check(s->b, v->top2(s->b->dev, lg, &idx, &val), "top2", err) ||
+	    download(s, &both, rec, "buffer_download (top2)", err))
+		return -1;
+	memcpy(token, rec, sizeof(*token));
+	memcpy(top, rec + sizeof(*token), sizeof(top));
+	if (margin)
+		*margin = q4kh_top2_margin(*token, top);
+	return 0;
+}
+
+/*
+ * eval and eval_top2: the logits wanted into LOGITS (ALL: every token's)
+ * or, with TOKEN not NULL, the last token's greedy pick.
+ */
+static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *logits,
+                int all, int32_t *token, double *margin, struct q4kh_error *err)
 {
 	const int64_t n_vocab = s->m->hp.n_vocab;
 	const int64_t start = s->n_past;
@@ -379,10 +458,16 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
 		return -1;
 	for (int64_t c = 0; c < n; c += s->p.n_batch) {
 		int64_t t = n - c < s->p.n_batch ? n - c : s->p.n_batch;
-		int64_t n_out = !logits ? 0 : all ? t : c + t == n;
-		float *dst = all ? logits + c * n_vocab : logits;
+		int64_t n_out = all ? t : (logits || token) && c + t == n;
+		const struct q4kh_tensor *lg;
 
-		if (step(s, ids + c, t, n_out, dst, err))
+		if (step(s, ids + c, t, n_out, &lg, err))
+			goto fail;
+		if (lg && logits &&
+		    download(s, lg, all ? logits + c * n_vocab : logits,
+		             "buffer_download (logits)", err))
+			goto fail;
+		if (lg && token && pick(s, lg, token, margin, err))
 			goto fail;
 		s->n_past += t;
 	}
@@ -394,4 +479,16 @@ fail:
 	else
 		s->n_past = start;
 	return -1;
+}
+
+int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
+                      float *logits, int all, struct q4kh_error *err)
+{
+	return eval(s, ids, n, logits, all && logits, NULL, NULL, err);
+}
+
+int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
+                           int32_t *token, double *margin, struct q4kh_error *err)
+{
+	return eval(s, ids, n, NULL, 0, token, margin, err);
 }

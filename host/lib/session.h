@@ -69,6 +69,11 @@ struct q4kh_session {
 	q4kh_buffer *rs;
 	uint64_t rs_bytes;
 	int rs_stale; /* the states are not those of n_past: zero them first */
+	/* q4kh_session_eval_top2: on a backend with top2, the pick of the
+	 * last token ({idx, best, second}, 12 bytes), made on first use;
+	 * else a host copy of its logits */
+	q4kh_buffer *pick;
+	float *pick_logits;
 	struct q4kh_session_graph *graphs;     /* cached step graphs */
 	int32_t *values;                       /* host copy of ids, then pos */
 	struct q4kh_session_stats stats;
@@ -98,5 +103,31 @@ void q4kh_session_reset(struct q4kh_session *s);
  */
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err);
+
+/*
+ * q4kh_session_eval, and of the last token's logits only the greedy pick:
+ * *token the index of the largest finite logit (lowest on ties; -1 when
+ * none is finite) and *margin (unless MARGIN is NULL) its lead over the
+ * runner-up (q4kh_top2_margin). On a backend with the top2 entry (ABI 1.4) the pick is
+ * made on the device and 12 bytes are read instead of the logits;
+ * otherwise the logits are read and picked by q4kh_top2. The same
+ * result either way; errors as q4kh_session_eval's.
+ */
+int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
+                           int32_t *token, double *margin, struct q4kh_error *err);
+
+/*
+ * The greedy pick of V[0..n): the index of the largest finite value, the
+ * lowest one on ties, or -1 when no value is finite (NaN and +-Inf are
+ * skipped; -0 and +0 are equal). val[0] is that value, val[1] the largest
+ * finite value of the other indices (the lowest index's on ties), each
+ * -INFINITY when there is none. The definition that the backends' top2
+ * entries match bit for bit (plugin.h).
+ */
+int32_t q4kh_top2(const float *v, int64_t n, float val[2]);
+
+/* The lead of a q4kh_top2 pick over its runner-up, in double: +INFINITY
+ * with a single finite value, NAN with none. */
+double q4kh_top2_margin(int32_t best, const float val[2]);
 
 #endif

@@ -182,6 +182,10 @@ q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
                                const struct q4kh_tensor *pos,
                                const struct q4kh_rope_params *params,
                                const struct q4kh_tensor *cache);
+/* ABI 1.4 (plugin.h): the greedy pick of each column, columns spread over
+ * the pool (fast_ops.c). */
+q4kh_status fast_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *idx, const struct q4kh_tensor *val);
 q4kh_status fast_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                       float base, float freq_scale, const struct q4kh_tensor *out);

@@ -1,6 +1,8 @@
 /*
- * The row-wise ops: get_rows, rms_norm, add, mul, scale, glu, copy and
- * set_rows, and add_rms_norm (ABI 1.4: add, then rms_norm of the sum). Each checks its tensors, then hands ranges of rows to the pool
+ * The row-wise ops: get_rows, rms_norm, add, mul, scale, glu, copy,
+ * set_rows, add_rms_norm (ABI 1.4: add, then rms_norm of the sum) and
+ * top2 (ABI 1.4: the greedy pick of each column). Each checks its
+ * tensors, then hands ranges of rows to the pool
  * (on the calling thread alone when they are few); the inner loops are the
  * instruction set's (fast_kernels.h).
  */
@@ -316,5 +318,53 @@ q4kh_status fast_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	j.rows = (const int32_t *)fast_at(rows, 0, 0, 0);
 	fast_pool_run(dev->pool, src->ne[1] * src->ne[2], fast_grain(src->ne[0]), copy_task,
 	              &j);
+	return Q4KH_OK;
+}
+
+/* --- top2 --- */
+
+struct top2_job {
+	const struct q4kh_tensor *x, *idx, *val;
+};
+
+/* Columns [begin, end) of x: the scan of the host's q4kh_top2 (plugin.h
+ * defines the result; the order of the scan makes its ties). */
+static void top2_task(void *arg, unsigned thread, int64_t begin, int64_t end)
+{
+	const struct top2_job *j = arg;
+
+	(void)thread;
+	for (int64_t t = begin; t < end; t++) {
+		const float *x = (const float *)fast_row(j->x, t);
+		float *val = (float *)fast_row(j->val, t);
+		int32_t best = -1;
+
+		val[0] = val[1] = -INFINITY;
+		for (int64_t i = 0; i < j->x->ne[0]; i++) {
+			if (!isfinite(x[i]))
+				continue;
+			if (best < 0 || x[i] > val[0]) {
+				if (best >= 0)
+					val[1] = val[0];
+				best = (int32_t)i;
+				val[0] = x[i];
+			} else if (x[i] > val[1]) {
+				val[1] = x[i];
+			}
+		}
+		((int32_t *)fast_at(j->idx, 0, 0, 0))[t] = best;
+	}
+}
+
+q4kh_status fast_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *idx, const struct q4kh_tensor *val)
+{
+	struct top2_job j = { x, idx, val };
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_top2(&c, x, idx, val)))
+		return st;
+	fast_pool_run(dev->pool, x->ne[1], fast_grain(x->ne[0]), top2_task, &j);
 	return Q4KH_OK;
 }

@@ -452,6 +452,7 @@ static const struct q4kh_backend_v1 table = {
 	.delta_net = fast_delta_net,
 	.add_rms_norm = fast_add_rms_norm,
 	.rope_set_rows = fast_rope_set_rows,
+	.top2 = fast_top2,
 };
 
 #ifdef __clang__

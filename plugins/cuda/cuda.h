@@ -231,6 +231,10 @@ q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
                               const struct q4kh_tensor *pos,
                               const struct q4kh_rope_params *params,
                               const struct q4kh_tensor *cache);
+/* ABI 1.4: the greedy pick of each column of x in one launch
+ * (cuda_top2.cu), with the device context's scratch for a long column. */
+q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *idx, const struct q4kh_tensor *val);
 q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,
                                const struct q4kh_tensor *q,
                                const struct q4kh_tensor *k_cache,

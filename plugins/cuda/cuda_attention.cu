@@ -177,7 +177,6 @@ attention_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 #define SPLIT_MAX_S 128    /* ranges per query */
 #define SPLIT_KEYS 8       /* keys a warp scores at once, 4 lanes a key */
 #define SPLIT_MIN_KEYS (SPLIT_WARPS * SPLIT_KEYS) /* one batch a warp */
-#define SPLIT_COUNTERS 1024 /* ints at the start of the scratch */
 #define MERGE_LOADS 16     /* partials a merging thread has in flight */
 
 /* How a split launch cuts the work: S ranges per query. */
@@ -200,7 +199,7 @@ static struct split_plan plan_split(const struct cuda_view *q,
 	int64_t s;
 
 	if (t > SPLIT_MAX_T || (hd != 64 && hd != 128 && hd != 256) ||
-	    q->ne[1] / hkv > SPLIT_MAX_GROUP || hkv * t > SPLIT_COUNTERS ||
+	    q->ne[1] / hkv > SPLIT_MAX_GROUP || hkv * t > CUDA_SCRATCH_COUNTERS ||
 	    k->type != v->type || !aligned16(q) || !aligned16(k) || !aligned16(v))
 		return sp;
 	/* About eight blocks per multiprocessor over the KV heads and
@@ -584,7 +583,7 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	                (int)used, out, kh * group, t, pool, lsum);
 }
 
-/* The scratch: SPLIT_COUNTERS counters (zero between launches), the
+/* The scratch: CUDA_SCRATCH_COUNTERS counters (zero between launches), the
  * partial sums of every range (16-byte aligned), then their (m, l). */
 static size_t split_rows(const struct cuda_view *q, const struct split_plan &sp)
 {
@@ -597,7 +596,7 @@ extern "C" size_t cuda_attention_scratch(const struct cuda_view *q,
 {
 	const struct split_plan sp = plan_split(q, k, v, sms);
 
-	return sp.s ? SPLIT_COUNTERS * sizeof(int) +
+	return sp.s ? CUDA_SCRATCH_COUNTERS * sizeof(int) +
 	              split_rows(q, sp) * (sizeof(float2) + sizeof(float) * (size_t)q->ne[0])
 	            : 0;
 }
@@ -613,7 +612,7 @@ static cudaError_t launch_split(const struct cuda_view *q,
 {
 	const dim3 grid((unsigned)k->ne[1], (unsigned)sp.s, (unsigned)q->ne[2]);
 	int *count = (int *)scratch;
-	float *part = (float *)(count + SPLIT_COUNTERS);
+	float *part = (float *)(count + CUDA_SCRATCH_COUNTERS);
 	float2 *ml = (float2 *)(part + split_rows(q, sp) * (size_t)q->ne[0]);
 
 #define SPLIT(HD)                                                          \

@@ -137,6 +137,14 @@ cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
                                  cudaStream_t s);
 
 /*
+ * The device context's scratch (cuda.h) starts with this many int
+ * counters, zero between launches: a kernel whose blocks count their way
+ * to a last block that merges (attention's split form, top2) uses some
+ * of them and leaves them at zero again. Its own data lies after them.
+ */
+#define CUDA_SCRATCH_COUNTERS 1024
+
+/*
  * Causal, windowed, grouped-query attention over the KV cache (plugin.h);
  * positions from p->pos are checked against the cache (fault:
  * CUDA_FAULT_ATTENTION_POS). A few queries at a time (decode) are split
@@ -165,6 +173,20 @@ cudaError_t cuda_launch_read(const void *p, uint64_t n16, int sms,
 
 /* 1 when get_rows and mul_mat take weights of TYPE, else 0. */
 int cuda_type_supported(uint32_t type);
+
+/*
+ * The greedy pick of each column of x F32 {N, T} (plugin.h, top2):
+ * idx[t] (device, T values) and val[t nb1], val[t nb1 + 1] (device, nb1
+ * in floats). A column is split over several blocks, the last of which
+ * merges their picks, when cuda_top2_scratch() asks for scratch: SCRATCH
+ * then holds that many bytes of the device context's scratch (its
+ * counters at zero), else it is NULL and a block takes a whole column.
+ * One launch either way. SMS: the device's multiprocessors.
+ */
+size_t cuda_top2_scratch(const struct cuda_view *x, int sms);
+cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
+                             float *val, int64_t nb1, void *scratch, int sms,
+                             cudaStream_t s);
 
 /* cudaSuccess when this build holds code that the current device runs.
  * Also asks, once, how many blocks of each cuda_gemv.cu kernel a

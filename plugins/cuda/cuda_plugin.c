@@ -204,6 +204,7 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.attention_ext = cuda_attention_ext,
 	.add_rms_norm = cuda_add_rms_norm,
 	.rope_set_rows = cuda_rope_set_rows,
+	.top2 = cuda_top2,
 };
 
 #ifdef __clang__

@@ -16,10 +16,10 @@
 #define ROPE_THREADS 128
 
 /*
- * One block per row. Each thread loads its RMS_HELD values of the row at
- * once and keeps them for the second pass, so that a row of up to
- * RMS_THREADS * RMS_HELD values costs one memory latency, not one per
- * value a thread reads; longer rows loop over the rest. With ADD
+ * One block per row. Each thread loads its RMS_HELD values of the row
+ * (and of the weight) at once and keeps them for the second pass, so that
+ * a row of up to RMS_THREADS * RMS_HELD values costs one memory latency,
+ * not one per value a thread reads; longer rows loop over the rest. With ADD
  * (add_rms_norm) each value is x + a, add's sum, written back to x by the
  * thread that later reads it again; without, a is not read.
  */
@@ -36,15 +36,17 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
 		float *xr = (float *)view_row(x, r);
 		const float *ar = ADD ? (const float *)view_row(a, r) : NULL;
 		float *o = (float *)view_row(out, r);
-		float v[RMS_HELD], u[RMS_HELD];
+		float v[RMS_HELD], u[RMS_HELD], wv[RMS_HELD];
 		double ss = 0.0;
 
+		/* The weights too: the scale's wait is the reduction's only. */
 #pragma unroll
 		for (int k = 0; k < RMS_HELD; k++) {
 			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 
 			v[k] = i < n ? xr[i] : 0.0f;
 			u[k] = ADD && i < n ? ar[i] : 0.0f;
+			wv[k] = w && i < n ? w[i] : 0.0f;
 		}
 		/* The sums are stored after every load is issued (a store
 		 * to x could alias a later load, and would hold it back). */
@@ -79,7 +81,7 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
 			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 
 			if (i < n)
-				o[i] = w ? v[k] * s * w[i] : v[k] * s;
+				o[i] = w ? v[k] * s * wv[k] : v[k] * s;
 		}
 		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
 			o[i] = w ? xr[i] * s * w[i] : xr[i] * s;

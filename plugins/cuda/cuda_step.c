@@ -2,8 +2,9 @@
  * ABI 1.2's entries (plugin.h): the ops whose per-step values (token ids,
  * positions, KV-cache rows) are I32 tensors in device memory, read when the
  * kernel runs, and ABI 1.4's rope_set_rows (rope_ext and set_rows in one
- * kernel). Nothing here touches host memory per call, so a step made of
- * these ops records once (graph_begin) and replays for every later token
+ * kernel) and top2 (the greedy pick, cuda_top2.cu). Nothing here touches
+ * host memory per call, so a step made of these ops records once
+ * (graph_begin) and replays for every later token
  * with only those tensors rewritten in between. The values themselves are
  * checked on the device (cuda_kernels.h, enum cuda_fault).
  */
@@ -136,6 +137,32 @@ q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
 	if ((st = q4kh_check_rope_set_rows(&c, x, pos, params, cache)))
 		return st;
 	return rope_launch(dev, "rope_set_rows", x, pos, params, x, cache);
+}
+
+q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                      const struct q4kh_tensor *idx, const struct q4kh_tensor *val)
+{
+	const struct q4kh_check c = cuda_contract(dev);
+	struct cuda_view vx;
+	size_t scratch;
+	q4kh_status st;
+
+	if ((st = q4kh_check_top2(&c, x, idx, val)) || (st = cuda_enter(dev, "top2")))
+		return st;
+	vx = cuda_view_of(x);
+	/* A recording that meets a scratch too small for the split form (the
+	 * shape never ran before) takes a block per column, as attention. */
+	scratch = cuda_top2_scratch(&vx, dev->sms);
+	if (scratch > dev->scratch_size && dev->recording)
+		scratch = 0;
+	else if (scratch && (st = cuda_scratch(dev, "top2", scratch)))
+		return st;
+	return cuda_launched(dev, "top2",
+	                cuda_launch_top2(&vx, (int32_t *)(idx->buffer->ptr + idx->offset),
+	                                 (float *)(val->buffer->ptr + val->offset),
+	                                 val->nb[1] / (int64_t)sizeof(float),
+	                                 scratch ? dev->scratch : NULL, dev->sms,
+	                                 dev->stream));
 }
 
 q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,

@@ -935,6 +935,32 @@ static inline q4kh_status q4kh_check_rope_set_rows(const struct q4kh_check *c,
 	return q4kh_check_set_rows(c, x, pos, cache);
 }
 
+/*
+ * top2 (ABI 1.4): x F32 {N, T} with N <= INT32_MAX, idx I32 {T}, val F32
+ * {2, T}; idx and val apart from x and from each other.
+ */
+static inline q4kh_status q4kh_check_top2(const struct q4kh_check *c,
+                                          const struct q4kh_tensor *x,
+                                          const struct q4kh_tensor *idx,
+                                          const struct q4kh_tensor *val)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_tensor(c, "top2 x", x, Q4KH__F32)) ||
+	    (st = q4kh_check_shape(c, "top2 x", x, -1, -1, 1, 1)))
+		return st;
+	if (x->ne[0] > INT32_MAX)
+		return q4kh__check_fail(c, "top2 x: %lld rows, expected at most %d",
+		                        (long long)x->ne[0], INT32_MAX);
+	if ((st = q4kh_check_index(c, "top2 idx", idx, x->ne[1])) ||
+	    (st = q4kh_check_tensor(c, "top2 val", val, Q4KH__F32)) ||
+	    (st = q4kh_check_shape(c, "top2 val", val, 2, x->ne[1], 1, 1)) ||
+	    (st = q4kh_check_disjoint(c, "top2 idx", idx, "x", x)) ||
+	    (st = q4kh_check_disjoint(c, "top2 val", val, "x", x)))
+		return st;
+	return q4kh_check_disjoint(c, "top2 val", val, "idx", idx);
+}
+
 #undef Q4KH__F32
 #undef Q4KH__F32_F16
 

@@ -531,6 +531,30 @@ struct q4kh_backend_v1 {
 	                             const struct q4kh_tensor *pos,
 	                             const struct q4kh_rope_params *params,
 	                             const struct q4kh_tensor *cache);
+
+	/*
+	 * ABI 1.4, optional: greedy selection on the device, so that a host
+	 * choosing tokens by argmax reads 12 bytes per column instead of the
+	 * logits. For each column t of x F32 {N, T} (rows contiguous, row
+	 * stride free), over the finite values of x[:, t] (NaN and +-Inf are
+	 * skipped; -0 and +0 compare equal):
+	 *   idx[t]    the index of the largest, the lowest such index on
+	 *             ties; -1 when the column holds no finite value;
+	 *   val[0, t] that largest value (its bits as x holds them), or
+	 *             -INFINITY when there is none;
+	 *   val[1, t] the largest of the other indices' values (again the
+	 *             lowest index's on ties: val[1, t] == val[0, t] when the
+	 *             maximum is tied), or -INFINITY when there is none.
+	 * idx I32 {T}; val F32 {2, T}, row stride free. Neither overlaps x
+	 * nor the other, so a host can place them back to back in one
+	 * 12 T-byte range (idx, then val) and read both with one
+	 * buffer_download. N at most INT32_MAX. Runs on the device like any
+	 * op, records into a graph, and fails as the other ops do
+	 * (Q4KH_ERR_INVALID with contract.h's q4kh_check_top2 line).
+	 */
+	q4kh_status (*top2)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+	                    const struct q4kh_tensor *idx,
+	                    const struct q4kh_tensor *val);
 };
 
 /*
