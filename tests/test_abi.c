@@ -254,7 +254,8 @@ Test(abi, kernel_table)
 	OFF(q4kh_kernel_v1, release, 88);
 	/* ABI 1.4 */
 	OFF(q4kh_kernel_v1, gemv_multi, 96);
-	SIZE(q4kh_kernel_v1, 104);
+	OFF(q4kh_kernel_v1, gemv_glu, 104);
+	SIZE(q4kh_kernel_v1, 112);
 }
 
 static q4kh_status some_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
@@ -283,6 +284,31 @@ Test(abi, gemv_multi_is_seen_only_where_the_table_covers_it)
 	k.struct_size = sizeof(k);
 	k.gemv_multi = NULL;
 	cr_expect_not(Q4KH_KERNEL_HAS(&k, gemv_multi));
+}
+
+static q4kh_status some_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                            q4kh_glu_kind kind, q4kh_prepared *w_gate, q4kh_prepared *w_up,
+                            const struct q4kh_tensor *x, const struct q4kh_tensor *y)
+{
+	(void)ctx, (void)dev, (void)kind, (void)w_gate, (void)w_up, (void)x, (void)y;
+	return Q4KH_ERR_UNSUPPORTED;
+}
+
+/*
+ * gemv_glu, appended to 1.4 after gemv_multi: seen only where the table
+ * covers it (a table that ends with gemv_multi, 104 bytes, reads as
+ * without it) and it is not NULL.
+ */
+Test(abi, gemv_glu_is_seen_only_where_the_table_covers_it)
+{
+	struct q4kh_kernel_v1 k = { .struct_size = sizeof(k), .gemv_glu = some_glu };
+
+	cr_expect(Q4KH_KERNEL_HAS(&k, gemv_glu));
+	k.struct_size = 104;
+	cr_expect_not(Q4KH_KERNEL_HAS(&k, gemv_glu));
+	k.struct_size = sizeof(k);
+	k.gemv_glu = NULL;
+	cr_expect_not(Q4KH_KERNEL_HAS(&k, gemv_glu));
 }
 
 Test(abi, plugin_descriptor)

@@ -13,7 +13,8 @@
  * which every output must respect, for every gemv column count
  * 1..max_gemv_columns and for gemm, with each instruction set this CPU runs,
  * on the reference cpu backend (the variant's own threads) and on cpu-fast
- * (the threads it lends, ABI 1.3).
+ * (the threads it lends, ABI 1.3). Its gemv_glu (ABI 1.4) must give the
+ * bits of two gemv and the reference's glu, and refuse on cpu-fast.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -159,7 +160,10 @@ static float *fetch(struct env *e, const struct q4kh_tensor *t)
 	return out;
 }
 
-/* ROWS rows of the model's first {K, N} weight of TYPE, from the middle. */
+/*
+ * ROWS rows of the model's first {K, N} weight of TYPE, from the middle
+ * moved SHIFT rows on.
+ */
 struct weight {
 	const char *name;
 	int64_t k;
@@ -167,8 +171,8 @@ struct weight {
 	double *exact;        /* ROWS x k, dequantised by the cpu plugin */
 };
 
-static void weight_load(struct env *e, const struct q4kh_gguf *g, uint32_t type,
-                        struct weight *w)
+static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
+                        int64_t shift, struct weight *w)
 {
 	const struct q4kh_gguf_tensor *gt = NULL;
 	struct q4kh_tensor out;
@@ -189,9 +193,10 @@ static void weight_load(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 	w->t.nb[1] = (int64_t)rb;
 	w->t.nb[2] = w->t.nb[3] = (int64_t)rb * ROWS;
 	cr_assert_eq(e->b->buffer_alloc(e->dev, rb * ROWS, &w->t.buffer), Q4KH_OK);
+	cr_assert(gt->ne[1] / 2 + shift >= 0 && gt->ne[1] / 2 + shift + ROWS <= gt->ne[1]);
 	cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0,
 	                                 (const uint8_t *)gt->data +
-	                                         rb * (uint64_t)(gt->ne[1] / 2),
+	                                         rb * (uint64_t)(gt->ne[1] / 2 + shift),
 	                                 rb * ROWS),
 	             Q4KH_OK);
 	for (int i = 0; i < ROWS; i++)
@@ -205,6 +210,13 @@ static void weight_load(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 		w->exact[i] = v[i];
 	free(v);
 	e->b->buffer_free(e->dev, out.buffer);
+}
+
+/* ROWS rows of the model's first {K, N} weight of TYPE, from the middle. */
+static void weight_load(struct env *e, const struct q4kh_gguf *g, uint32_t type,
+                        struct weight *w)
+{
+	weight_rows(e, g, type, 0, w);
 }
 
 static uint64_t rng = 88172645463325252ull;
@@ -438,6 +450,87 @@ Test(cpu_simd, bad_weights_and_shapes_fail_with_messages)
 	                 "of 34 bytes and rows of at least 680");
 	e->b->buffer_free(e->dev, w.buffer);
 	env_close(e);
+}
+
+/*
+ * gemv_glu(kind, gate, up) at T = 1 .. max_gemv_columns on E's backend:
+ * the backend's glu of two gemv() (into a tensor apart), bit for bit,
+ * where it runs (EXPECT Q4KH_OK), else Q4KH_ERR_UNSUPPORTED with y
+ * untouched.
+ */
+static void glu_against(struct env *e, q4kh_prepared *gate, q4kh_prepared *up, int64_t k,
+                        q4kh_status expect)
+{
+	for (int64_t t = 1; t <= e->v->max_gemv_columns; t++)
+		for (int kind = 0; kind < 2; kind++) {
+			float *x = activations(k, t), *want, *got;
+			struct q4kh_tensor xt = f32_tensor(e, k, t, 64, x);
+			struct q4kh_tensor g = f32_tensor(e, ROWS, t, 32, NULL);
+			struct q4kh_tensor u = f32_tensor(e, ROWS, t, 32, NULL);
+			struct q4kh_tensor out = f32_tensor(e, ROWS, t, 32, NULL);
+			struct q4kh_tensor y = f32_tensor(e, ROWS, t, 32, NULL);
+
+			cr_assert_eq(e->v->gemv(e->kctx, &e->nd, gate, &xt, &g), Q4KH_OK);
+			cr_assert_eq(e->v->gemv(e->kctx, &e->nd, up, &xt, &u), Q4KH_OK);
+			cr_assert_eq(e->b->glu(e->dev, (q4kh_glu_kind)kind, &g, &u, &out), Q4KH_OK);
+			/* y starts as a copy of g: a refusal must leave it so */
+			cr_assert_eq(e->b->copy(e->dev, &g, &y), Q4KH_OK);
+			cr_assert_eq(e->v->gemv_glu(e->kctx, &e->nd, (q4kh_glu_kind)kind, gate, up,
+			                            &xt, &y),
+			             expect, "kind %d, T %lld: %s", kind, (long long)t,
+			             e->v->last_error(e->kctx));
+			want = fetch(e, expect == Q4KH_OK ? &out : &g);
+			got = fetch(e, &y);
+			cr_assert_eq(memcmp(got, want, sizeof(float) * (size_t)(ROWS * t)), 0,
+			             "kind %d, T %lld: gemv_glu %s", kind, (long long)t,
+			             expect == Q4KH_OK ? "differs from gemv, gemv and glu"
+			                               : "refused, yet wrote y");
+			free(want);
+			free(got);
+			free(x);
+			e->b->buffer_free(e->dev, xt.buffer);
+			e->b->buffer_free(e->dev, g.buffer);
+			e->b->buffer_free(e->dev, u.buffer);
+			e->b->buffer_free(e->dev, out.buffer);
+			e->b->buffer_free(e->dev, y.buffer);
+		}
+}
+
+/*
+ * gemv_glu (ABI 1.4), gate and up two row ranges of the model's first
+ * Q4_K weight: on the reference cpu, bit for bit what gemv, gemv and its
+ * glu give, SwiGLU and GeGLU; on cpu-fast, whose glu has arithmetic of its
+ * own, refused with nothing written.
+ */
+Test(cpu_simd, gemv_glu_is_gemv_gemv_and_the_reference_glu_bit_for_bit, .timeout = 300)
+{
+	static const char *const backends[] = { "cpu", "cpu-fast" };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g = NULL;
+
+	if (!cpu_runs("avx2"))
+		cr_skip_test("cpu-simd and cpu-fast need AVX2");
+	cr_assert_eq(q4kh_gguf_open(test_model_path(), &g, &err), 0, "%s", err.msg);
+	for (int b = 0; b < 2; b++) {
+		struct env *e = env_on(backends[b]);
+		struct weight gate, up;
+		q4kh_prepared *pg, *pu;
+
+		cr_assert_eq(env_variant(e, "auto"), Q4KH_OK, "%s", e->v->last_error(NULL));
+		weight_rows(e, g, Q4KH_TYPE_Q4_K, 0, &gate);
+		weight_rows(e, g, Q4KH_TYPE_Q4_K, -ROWS, &up);
+		cr_assert_eq(e->v->prepare(e->kctx, &e->nd, &gate.t, &pg), Q4KH_OK);
+		cr_assert_eq(e->v->prepare(e->kctx, &e->nd, &up.t, &pu), Q4KH_OK);
+		glu_against(e, pg, pu, gate.k, b == 0 ? Q4KH_OK : Q4KH_ERR_UNSUPPORTED);
+		e->v->release(e->kctx, pg);
+		e->v->release(e->kctx, pu);
+		e->b->buffer_free(e->dev, gate.t.buffer);
+		e->b->buffer_free(e->dev, up.t.buffer);
+		free(gate.exact);
+		free(up.exact);
+		env_close(e);
+	}
+	q4kh_gguf_close(g);
 }
 
 Test(cpu_simd, exports_exactly_the_entry_symbol)

@@ -31,7 +31,9 @@
  *
  * cuda-mwv's gemv_multi (ABI 1.4) must give, bit for bit, what its gemv
  * and the cuda backend's add give, for Q4_K and Q6_K mixed in one call,
- * with and without biases, at T = 1 .. 8.
+ * with and without biases, at T = 1 .. 8; its gemv_glu (ABI 1.4), what
+ * two gemv and the cuda backend's glu give, SwiGLU and GeGLU, Q4_K and
+ * Q6_K, at T = 1 .. 8, and refuse mixed types with nothing written.
  *
  * Without a CUDA device (CI) the GPU tests skip with the backend's reason;
  * the variant_plugin tests run everywhere.
@@ -993,6 +995,34 @@ Test(cuda_variants, bad_arguments_fail_with_reasons)
 	rig_close(&r);
 }
 
+/* --- the fused entries (ABI 1.4) against the calls they stand for ------- */
+
+/*
+ * GOT's view on the gpu holds, bit for bit, what WANT's does (the same
+ * shape), and no byte of GOT's buffer outside its view was written. WHAT
+ * names the case in a failure.
+ */
+static void expect_same_bits(struct rig *r, const struct view *got, const struct view *want,
+                             const char *what)
+{
+	uint8_t *g = fetch(&r->gpu, got), *e = fetch(&r->gpu, want);
+
+	for (uint64_t j = 0; j < got->size; j++)
+		if (!in_view(got, j))
+			cr_assert_eq(g[j], POISON, "%s: wrote byte %llu of y's buffer, outside "
+			             "the view", what, (unsigned long long)j);
+	for (int64_t c = 0; c < got->t.ne[1]; c++)
+		for (int64_t row = 0; row < got->t.ne[0]; row++) {
+			float a = f32_at(got, g, row, c), b = f32_at(want, e, row, c);
+
+			cr_assert(!memcmp(&a, &b, sizeof(a)), "%s: y[%lld, %lld] = %.9g, the "
+			          "calls it stands for give %.9g",
+			          what, (long long)row, (long long)c, a, b);
+		}
+	free(g);
+	free(e);
+}
+
 /* --- gemv_multi (ABI 1.4): cuda-mwv's one launch against gemv + add ------ */
 
 /* Products of one x: K, and per matrix its type, rows and whether a bias. */
@@ -1053,25 +1083,12 @@ static void multi_check(struct rig *r, struct q4kh_kernel *k, const struct multi
 	             "gemv_multi of %u matrices, K %lld, T %lld: %s", mc->n, (long long)mc->k,
 	             (long long)t, k->v->last_error(k->ctx));
 	for (uint32_t i = 0; i < mc->n; i++) {
-		uint8_t *got = fetch(&r->gpu, &ym[i]), *want = fetch(&r->gpu, &ys[i]);
+		char what[128];
 
-		for (uint64_t j = 0; j < ym[i].size; j++)
-			if (!in_view(&ym[i], j))
-				cr_assert_eq(got[j], POISON, "gemv_multi wrote byte %llu of y[%u]'s "
-				             "buffer, outside the view", (unsigned long long)j, i);
-		for (int64_t c = 0; c < t; c++)
-			for (int64_t row = 0; row < w[i].n; row++) {
-				float g = f32_at(&ym[i], got, row, c), e = f32_at(&ys[i], want, row, c);
-
-				cr_assert(!memcmp(&g, &e, sizeof(g)),
-				          "K %lld, T %lld: y[%u] (%s%s) [%lld, %lld] = %.9g, gemv%s "
-				          "gives %.9g",
-				          (long long)mc->k, (long long)t, i, q4kh_type_name(w[i].type),
-				          b[i] ? ", bias" : "", (long long)row, (long long)c, g,
-				          b[i] ? " + add" : "", e);
-			}
-		free(got);
-		free(want);
+		snprintf(what, sizeof(what), "gemv_multi, K %lld, T %lld: y[%u] (%s%s)",
+		         (long long)mc->k, (long long)t, i, q4kh_type_name(w[i].type),
+		         b[i] ? ", bias" : "");
+		expect_same_bits(r, &ym[i], &ys[i], what);
 		drop(&r->gpu, &ym[i]);
 		drop(&r->gpu, &ys[i]);
 	}
@@ -1187,6 +1204,154 @@ Test(cuda_variants, mwv_gemv_multi_bad_arguments_fail_with_reasons)
 	rig_close(&r);
 }
 
+/* --- gemv_glu (ABI 1.4): cuda-mwv's one launch against gemv, gemv, glu --- */
+
+/* Gate and up of one type, K and N. */
+struct glu_case {
+	uint32_t type;
+	int64_t k, n;
+};
+
+/*
+ * 4 rows a warp on an H200 (4 pieces a lane of each row); 2 rows a warp
+ * with 4 pieces a step (long rows, few of them) and with 2 (Q6_K, one row
+ * group of few rows); one super-block and a row count no multiple of
+ * anything.
+ */
+static const struct glu_case glu_cases[] = {
+	{ Q4KH_TYPE_Q4_K, 4096, 5003 },
+	{ Q4KH_TYPE_Q4_K, 8192, 300 },
+	{ Q4KH_TYPE_Q6_K, 2048, 259 },
+	{ Q4KH_TYPE_Q6_K, 256, 33 },
+};
+
+/*
+ * At T columns and KIND: y by gemv_glu must hold, bit for bit, what
+ * gemv(gate), gemv(up) and the cuda backend's glu give, and nothing
+ * outside y's view may be written.
+ */
+static void glu_check(struct rig *r, struct q4kh_kernel *k, const struct weight *gate,
+                      const struct weight *up, q4kh_glu_kind kind, int64_t t)
+{
+	const int64_t k0 = gate->k, n = gate->n, ynb = 4 * n + 12;
+	float *xv = random_floats((size_t)(k0 * t));
+	struct view x = put(&r->gpu, Q4KH_TYPE_F32, k0, t, 4 * k0 + 64, xv);
+	struct view yg = put(&r->gpu, Q4KH_TYPE_F32, n, t, ynb, NULL);
+	struct view yu = put(&r->gpu, Q4KH_TYPE_F32, n, t, ynb, NULL);
+	struct view want = put(&r->gpu, Q4KH_TYPE_F32, n, t, ynb, NULL);
+	struct view y = put(&r->gpu, Q4KH_TYPE_F32, n, t, ynb, NULL);
+	const char *what = kind == Q4KH_GLU_SILU ? "SwiGLU" : "GeGLU";
+	char buf[128];
+
+	cr_assert_eq(k->v->gemv(k->ctx, &k->native, gate->p, &x.t, &yg.t), Q4KH_OK, "gemv: %s",
+	             k->v->last_error(k->ctx));
+	cr_assert_eq(k->v->gemv(k->ctx, &k->native, up->p, &x.t, &yu.t), Q4KH_OK, "gemv: %s",
+	             k->v->last_error(k->ctx));
+	cr_assert_eq(r->gpu.v->glu(r->gpu.dev, kind, &yg.t, &yu.t, &want.t), Q4KH_OK, "glu: %s",
+	             r->gpu.v->last_error(r->gpu.ctx));
+	cr_assert_eq(k->v->gemv_glu(k->ctx, &k->native, kind, gate->p, up->p, &x.t, &y.t),
+	             Q4KH_OK, "gemv_glu %s, %s K %lld, N %lld, T %lld: %s", what,
+	             q4kh_type_name(gate->type), (long long)k0, (long long)n, (long long)t,
+	             k->v->last_error(k->ctx));
+	snprintf(buf, sizeof(buf), "gemv_glu %s, %s K %lld, T %lld", what,
+	         q4kh_type_name(gate->type), (long long)k0, (long long)t);
+	expect_same_bits(r, &y, &want, buf);
+	drop(&r->gpu, &x);
+	drop(&r->gpu, &yg);
+	drop(&r->gpu, &yu);
+	drop(&r->gpu, &want);
+	drop(&r->gpu, &y);
+	free(xv);
+}
+
+Test(cuda_variants, mwv_gemv_glu_matches_gemv_and_glu_bit_for_bit)
+{
+	struct q4kh_kernel k;
+	struct rig r;
+
+	srand48_r(16, &rng);
+	rig_open(&r, NULL);
+	kernel_open(&r, &mwv, &k);
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_glu));
+	for (size_t c = 0; c < N_OF(glu_cases); c++) {
+		const struct glu_case *gc = &glu_cases[c];
+		struct weight gate, up;
+
+		/* up's rows padded: the two strides differ */
+		weight_new(&r, &k, &mwv, gc->type, gc->k, gc->n, 0, &gate);
+		weight_new(&r, &k, &mwv, gc->type, gc->k, gc->n, 16, &up);
+		for (int64_t t = 1; t <= 8; t++) {
+			glu_check(&r, &k, &gate, &up, Q4KH_GLU_SILU, t);
+			glu_check(&r, &k, &gate, &up, Q4KH_GLU_GELU_TANH, t);
+		}
+		weight_free(&r, &k, &gate);
+		weight_free(&r, &k, &up);
+	}
+	q4kh_kernel_close(&k);
+	rig_close(&r);
+}
+
+/*
+ * Mixed types and an unknown kind are refused (Q4KH_ERR_UNSUPPORTED) with
+ * nothing written; bad arguments fail with reasons.
+ */
+Test(cuda_variants, mwv_gemv_glu_refuses_and_fails_with_reasons)
+{
+	struct q4kh_kernel k;
+	struct weight q4, q6, q4b;
+	struct view x, x9, y;
+	struct q4kh_tensor bad;
+	uint8_t *raw;
+	float *xv;
+	struct rig r;
+
+	srand48_r(17, &rng);
+	rig_open(&r, NULL);
+	kernel_open(&r, &mwv, &k);
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q4_K, 512, 16, 0, &q4);
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q6_K, 512, 16, 0, &q6);
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q4_K, 512, 17, 0, &q4b);
+	xv = random_floats(512 * 9);
+	x = put(&r.gpu, Q4KH_TYPE_F32, 512, 2, 4 * 512, xv);
+	x9 = put(&r.gpu, Q4KH_TYPE_F32, 512, 9, 4 * 512, xv);
+	y = put(&r.gpu, Q4KH_TYPE_F32, 16, 2, 4 * 16, NULL);
+
+	expect_error(&k, k.v->gemv_glu(k.ctx, &k.native, Q4KH_GLU_SILU, q4.p, q6.p, &x.t, &y.t),
+	             Q4KH_ERR_UNSUPPORTED, "gate Q4_K and up Q6_K");
+	expect_error(&k, k.v->gemv_glu(k.ctx, &k.native, (q4kh_glu_kind)7, q4.p, q4.p, &x.t,
+	                               &y.t),
+	             Q4KH_ERR_UNSUPPORTED, "unknown kind 7");
+	cr_assert_eq(r.gpu.v->synchronize(r.gpu.dev), Q4KH_OK);
+	raw = fetch(&r.gpu, &y);
+	for (uint64_t j = 0; j < y.size; j++)
+		cr_assert_eq(raw[j], POISON, "a refused gemv_glu wrote byte %llu of y",
+		             (unsigned long long)j);
+	free(raw);
+	expect_error(&k, k.v->gemv_glu(k.ctx, &k.native, Q4KH_GLU_SILU, q4.p, q4b.p, &x.t, &y.t),
+	             Q4KH_ERR_INVALID, "up {512, 17} and gate {512, 16} differ");
+	expect_error(&k, k.v->gemv_glu(k.ctx, &k.native, Q4KH_GLU_SILU, q4.p, q4.p, &x9.t, &y.t),
+	             Q4KH_ERR_INVALID, "gemv_glu x: shape {512, 9, 1, 1}");
+	bad = y.t;
+	bad.buffer = x.t.buffer;
+	expect_error(&k, k.v->gemv_glu(k.ctx, &k.native, Q4KH_GLU_SILU, q4.p, q4.p, &x.t, &bad),
+	             Q4KH_ERR_INVALID, "gemv_glu: y overlaps x");
+	/* After all that, a good call still succeeds. */
+	cr_assert_eq(k.v->gemv_glu(k.ctx, &k.native, Q4KH_GLU_GELU_TANH, q4.p, q4.p, &x.t, &y.t),
+	             Q4KH_OK, "%s", k.v->last_error(k.ctx));
+	cr_assert_eq(r.gpu.v->synchronize(r.gpu.dev), Q4KH_OK, "%s",
+	             r.gpu.v->last_error(r.gpu.ctx));
+
+	drop(&r.gpu, &x);
+	drop(&r.gpu, &x9);
+	drop(&r.gpu, &y);
+	weight_free(&r, &k, &q4);
+	weight_free(&r, &k, &q6);
+	weight_free(&r, &k, &q4b);
+	q4kh_kernel_close(&k);
+	free(xv);
+	rig_close(&r);
+}
+
 /* --- everywhere: loading, identity, score, config, init ------------------ */
 
 Test(variant_plugin, each_loads_and_declares_its_backend_and_types)
@@ -1209,8 +1374,11 @@ Test(variant_plugin, each_loads_and_declares_its_backend_and_types)
 		          p->name, p->desc->build_id);
 		cr_assert_not_null(kt);
 		cr_assert_eq(kt->struct_size, sizeof(struct q4kh_kernel_v1));
-		/* ABI 1.4: cuda-mwv fuses products of one input; the others not */
+		/* ABI 1.4: cuda-mwv fuses products of one input, and gate, up
+		 * with their GLU; the others not */
 		cr_assert_eq(Q4KH_KERNEL_HAS(kt, gemv_multi), variants[v] == &mwv, "%s",
+		             p->name);
+		cr_assert_eq(Q4KH_KERNEL_HAS(kt, gemv_glu), variants[v] == &mwv, "%s",
 		             p->name);
 		cr_assert_str_eq(kt->backend, "cuda", "%s", p->name);
 		cr_assert_eq(kt->max_gemv_columns, 8, "%s", p->name);
@@ -1359,6 +1527,11 @@ Test(variant_plugin, init_and_calls_without_a_device_fail_cleanly)
 		cr_assert_str_eq(kt->last_error(ctx), "prepare: native device is NULL");
 		cr_assert_eq(kt->gemv(ctx, NULL, NULL, &t, &t), Q4KH_ERR_INVALID);
 		cr_assert_str_eq(kt->last_error(ctx), "gemv: native device is NULL");
+		if (Q4KH_KERNEL_HAS(kt, gemv_glu)) {
+			cr_assert_eq(kt->gemv_glu(ctx, NULL, Q4KH_GLU_SILU, w, w, &t, &t),
+			             Q4KH_ERR_INVALID);
+			cr_assert_str_eq(kt->last_error(ctx), "gemv_glu: native device is NULL");
+		}
 		cr_assert_eq(kt->gemm(NULL, NULL, NULL, &t, &t), Q4KH_ERR_INVALID);
 		kt->release(ctx, NULL);
 		kt->shutdown(ctx);

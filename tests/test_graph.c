@@ -27,6 +27,10 @@
  *    the logits of a prompt and decode steps are bit for bit those of
  *    the same variant seen as ABI 1.3 (one gemv per node, then the
  *    backend's add) and of a variant that refuses the combination.
+ *  - ffn gate, up and their GLU go to a variant's gemv_glu (ABI 1.4) as
+ *    one call a layer: on tiny-qwen2 through cpu-simd, with the logits,
+ *    bit for bit, of the variant without the entry and of one that
+ *    refuses it (and on cuda through cuda-mwv where a GPU is).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -725,6 +729,37 @@ static float *multi_logits(struct q4kh_model *m)
 }
 
 /*
+ * tiny-qwen2 (q, k, v with biases; Q4_K and Q6_K) uploaded to BACKEND of
+ * REG (opened into BE), its weights served by VARIANT (opened into K).
+ */
+static struct q4kh_model *tiny_qwen2_on(struct q4kh_registry *reg, const char *backend,
+                                        const char *variant, struct q4kh_backend *be,
+                                        struct q4kh_kernel *k)
+{
+	char *model = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_model *m = NULL;
+
+	cr_assert_geq(asprintf(&model, "%s/tests/fixtures/tiny-qwen2.gguf", test_srcdir()), 0);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, backend), 0, be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_policy_use_kernel(reg, be, m, variant, k, &err), 0, "%s", err.msg);
+	free(model);
+	return m;
+}
+
+/* Close what tiny_qwen2_on() opened. */
+static void tiny_qwen2_close(struct q4kh_model *m, struct q4kh_kernel *k,
+                             struct q4kh_backend *be)
+{
+	q4kh_model_free(m);
+	q4kh_kernel_close(k);
+	q4kh_backend_close(be);
+}
+
+/*
  * tiny-qwen2 (q, k, v with biases; Q4_K and Q6_K) on BACKEND through
  * VARIANT, plugins from REG: with gemv_multi every layer's q, k, v and
  * gate, up go as one call each (in every step where the backend runs the
@@ -735,31 +770,25 @@ static float *multi_logits(struct q4kh_model *m)
 static void expect_grouping(struct q4kh_registry *reg, const char *backend,
                             const char *variant, int exact)
 {
-	char *model = NULL;
-	struct q4kh_error err = { { 0 } };
 	struct q4kh_backend be;
 	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = NULL;
+	struct q4kh_model *m = tiny_qwen2_on(reg, backend, variant, &be, &k);
 	struct q4kh_kernel_v1 counting, refusing, old;
 	float *grouped, *split, *refused;
 	const int steps = 1 + MULTI_DECODE;
 	int layers;
 	size_t bytes;
 
-	cr_assert_geq(asprintf(&model, "%s/tests/fixtures/tiny-qwen2.gguf", test_srcdir()), 0);
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, backend), 0, &be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s", err.msg);
 	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi), "%s has no gemv_multi", variant);
 	cr_assert_not_null(m->layers[0].bq.src, "tiny-qwen2 without q bias");
 	layers = (int)m->hp.n_layer;
 
 	multi_real = k.v;
+	/* without gemv_glu, which would take gate and up first */
 	counting = *k.v;
 	counting.gemv_multi = counting_multi;
-	refusing = *k.v;
+	counting.gemv_glu = NULL;
+	refusing = counting;
 	refusing.gemv_multi = refusing_multi;
 	old = *k.v; /* as a 1.3 variant: the table ends before gemv_multi */
 	old.struct_size = (uint32_t)offsetof(struct q4kh_kernel_v1, gemv_multi);
@@ -802,14 +831,15 @@ static void expect_grouping(struct q4kh_registry *reg, const char *backend,
 	free(refused);
 	free(split);
 	free(grouped);
-	q4kh_model_free(m);
-	q4kh_kernel_close(&k);
-	q4kh_backend_close(&be);
-	free(model);
+	tiny_qwen2_close(m, &k, &be);
 }
 
-/* On the reference cpu through cpu-simd: CI without a GPU runs this. */
-Test(gemv_multi, groups_shared_input_products_with_the_same_logits, .timeout = 300)
+/* expect_grouping or expect_glu: REG, BACKEND, VARIANT and EXACT as there. */
+typedef void (*expect_fn)(struct q4kh_registry *reg, const char *backend, const char *variant,
+                          int exact);
+
+/* EXPECT on the reference cpu through cpu-simd: CI without a GPU runs it. */
+static void on_cpu_simd(expect_fn expect)
 {
 	const char *b = test_builddir();
 	char *path = NULL;
@@ -821,17 +851,17 @@ Test(gemv_multi, groups_shared_input_products_with_the_same_logits, .timeout = 3
 		cr_skip_test("cpu-simd needs AVX2 and FMA");
 	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-simd/.libs", b, b), 0);
 	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
-	expect_grouping(reg, "cpu", "cpu-simd", 1);
+	expect(reg, "cpu", "cpu-simd", 1);
 	q4kh_registry_free(reg);
 	free(path);
 }
 
 /*
- * On cuda through cuda-mwv: one launch for Q4_K and Q6_K with the biases,
- * recorded into the replayed CUDA graph. Skips without the CUDA plugins or
- * a device.
+ * EXPECT on cuda through cuda-mwv, recorded into the replayed CUDA graph
+ * (not exact: replayed steps do not run the interpreter). Skips without
+ * the CUDA plugins or a device.
  */
-Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
+static void on_cuda_mwv(expect_fn expect)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
@@ -846,6 +876,128 @@ Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
 		q4kh_registry_free(reg);
 		cr_skip_test("no CUDA device (%s)", err.msg[0] ? err.msg : "the cuda backend has 0");
 	}
-	expect_grouping(reg, "cuda", "cuda-mwv", 0);
+	expect(reg, "cuda", "cuda-mwv", 0);
 	q4kh_registry_free(reg);
+}
+
+/* On the reference cpu through cpu-simd: CI without a GPU runs this. */
+Test(gemv_multi, groups_shared_input_products_with_the_same_logits, .timeout = 300)
+{
+	on_cpu_simd(expect_grouping);
+}
+
+/* On cuda through cuda-mwv: one launch for Q4_K and Q6_K with the biases. */
+Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
+{
+	on_cuda_mwv(expect_grouping);
+}
+
+/* --- gemv_glu: gate, up and their GLU in one kernel-variant call -------- */
+
+static const struct q4kh_kernel_v1 *glu_real;
+static int glu_calls, glu_refusals;
+
+/* Counts the call, then forwards it. */
+static q4kh_status counting_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                q4kh_glu_kind kind, q4kh_prepared *w_gate,
+                                q4kh_prepared *w_up, const struct q4kh_tensor *x,
+                                const struct q4kh_tensor *y)
+{
+	glu_calls++;
+	return glu_real->gemv_glu(ctx, dev, kind, w_gate, w_up, x, y);
+}
+
+/* Refuses every call, as a variant that lacks the kind or the types. */
+static q4kh_status refusing_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                q4kh_glu_kind kind, q4kh_prepared *w_gate,
+                                q4kh_prepared *w_up, const struct q4kh_tensor *x,
+                                const struct q4kh_tensor *y)
+{
+	(void)ctx, (void)dev, (void)kind, (void)w_gate, (void)w_up, (void)x, (void)y;
+	glu_refusals++;
+	return Q4KH_ERR_UNSUPPORTED;
+}
+
+/*
+ * tiny-qwen2 (SwiGLU) on BACKEND through VARIANT, plugins from REG: with
+ * gemv_glu every layer's gate, up and GLU go as one call (per interpreted
+ * step; EXACT: each step is) and no gate, up pair reaches gemv_multi; the
+ * logits are bit for bit those of the variant without the entry (gate and
+ * up through gemv_multi, then the backend's glu) and of one that refuses
+ * every call (the host falls back to the same).
+ */
+static void expect_glu(struct q4kh_registry *reg, const char *backend, const char *variant,
+                       int exact)
+{
+	struct q4kh_backend be;
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_model *m = tiny_qwen2_on(reg, backend, variant, &be, &k);
+	struct q4kh_kernel_v1 counting, refusing, without;
+	float *fused, *apart, *refused;
+	const int steps = 1 + MULTI_DECODE;
+	int layers;
+	size_t bytes;
+
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_glu), "%s has no gemv_glu", variant);
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi), "%s has no gemv_multi", variant);
+	layers = (int)m->hp.n_layer;
+
+	glu_real = multi_real = k.v;
+	counting = *k.v;
+	counting.gemv_multi = counting_multi;
+	counting.gemv_glu = counting_glu;
+	refusing = counting;
+	refusing.gemv_glu = refusing_glu;
+	without = counting;
+	without.gemv_glu = NULL;
+
+	glu_calls = 0;
+	memset(multi_calls, 0, sizeof(multi_calls));
+	k.v = &counting;
+	fused = multi_logits(m);
+	if (exact)
+		cr_expect_eq(glu_calls, layers * steps, "%d gemv_glu calls", glu_calls);
+	else
+		cr_expect(glu_calls >= layers && glu_calls % layers == 0, "%d gemv_glu calls",
+		          glu_calls);
+	cr_expect_eq(multi_calls[2], 0, "%d gate, up pairs reached gemv_multi", multi_calls[2]);
+	cr_expect_eq(multi_calls[3], glu_calls, "q, k, v: %d calls", multi_calls[3]);
+
+	memset(multi_calls, 0, sizeof(multi_calls));
+	k.v = &without;
+	apart = multi_logits(m);
+	cr_expect_eq(multi_calls[2], multi_calls[3], "gate, up: %d calls", multi_calls[2]);
+
+	glu_refusals = 0;
+	memset(multi_calls, 0, sizeof(multi_calls));
+	k.v = &refusing;
+	refused = multi_logits(m);
+	cr_expect_eq(glu_refusals, multi_calls[2], "%d refusals, %d gate, up calls",
+	             glu_refusals, multi_calls[2]);
+	cr_expect_gt(glu_refusals, 0);
+
+	bytes = sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps;
+	cr_expect_eq(memcmp(fused, apart, bytes), 0,
+	             "%s/%s: gemv_glu and gemv_multi + glu give different logits", backend,
+	             variant);
+	cr_expect_eq(memcmp(refused, apart, bytes), 0,
+	             "%s/%s: after a refused gemv_glu the logits differ", backend, variant);
+	k.v = glu_real;
+
+	free(refused);
+	free(apart);
+	free(fused);
+	tiny_qwen2_close(m, &k, &be);
+}
+
+/* On the reference cpu through cpu-simd: CI without a GPU runs this. */
+Test(gemv_glu, fuses_gate_up_and_glu_with_the_same_logits, .timeout = 300)
+{
+	on_cpu_simd(expect_glu);
+}
+
+/* On cuda through cuda-mwv (tiny-qwen2's gate and up are both Q4_K). */
+Test(gemv_glu, cuda_mwv_fuses_with_the_same_logits, .timeout = 300)
+{
+	on_cuda_mwv(expect_glu);
 }

@@ -130,7 +130,11 @@ int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
                        uint32_t il, int32_t h, q4kh_glu_kind act)
 {
 	const struct q4kh_layer *l = &m->layers[il];
-	/* gate and up adjacent, as q, k and v above */
+	/*
+	 * gate and up adjacent, as q, k and v above, and the GLU in place on
+	 * gate right after them: the interpreter's pattern for gemv_glu
+	 * (graph_run.c), up read by nothing after it
+	 */
 	int32_t gate = q4kh_block_project(g, &l->w_gate, NULL, h, "ffn_gate", il);
 	int32_t up = q4kh_block_project(g, &l->w_up, NULL, h, "ffn_up", il);
 

@@ -183,6 +183,58 @@ static int run_multi(const struct q4kh_graph *g, int32_t i, int32_t n,
 	return 0;
 }
 
+/* Is activation V read by no node after node N (N its last reader)? */
+static int dead_after(const struct q4kh_graph *g, int32_t v, int32_t n)
+{
+	return g->vals[v].kind == Q4KH_VAL_ACT && g->vals[v].last == n;
+}
+
+/*
+ * Nodes I, I + 1, I + 2 as one gemv_glu (ABI 1.4) when they are a
+ * feed-forward block's MUL_MAT gate, MUL_MAT up of the same x (no bias)
+ * and GLU(gate, up), both weights served by one kernel-variant context
+ * that has the entry, of the same K and N, with x at most
+ * max_gemv_columns columns. The call writes the GLU's output only, never
+ * the products: up's value must be read by nothing after the GLU, and so
+ * must gate's unless it is the GLU's output (in place, as q4kh_block_ffn
+ * builds it); the output shares no byte with x. Returns 3 (the nodes
+ * that ran), 0 when the nodes run as they are (not the pattern, or the
+ * variant answered Q4KH_ERR_UNSUPPORTED, having done nothing), -1 with
+ * err on a failure.
+ */
+static int32_t fuse_gemv_glu(const struct q4kh_graph *g, int32_t i,
+                             struct q4kh_error *err)
+{
+	const struct q4kh_node *gate = &g->nodes[i], *up = gate + 1, *glu = gate + 2;
+	const struct q4kh_weight *wg, *wu;
+	const struct q4kh_kernel *k;
+	const struct q4kh_tensor *x, *y;
+	q4kh_status st;
+
+	if (i + 2 >= g->n_nodes || gate->op != Q4KH_OP_MUL_MAT ||
+	    up->op != Q4KH_OP_MUL_MAT || glu->op != Q4KH_OP_GLU ||
+	    up->src[1] != gate->src[1] || gate->src[2] >= 0 || up->src[2] >= 0 ||
+	    glu->src[0] != gate->out || glu->src[1] != up->out || gate->out == up->out ||
+	    !dead_after(g, up->out, i + 2) ||
+	    (glu->out != gate->out && !dead_after(g, gate->out, i + 2)))
+		return 0;
+	wg = g->vals[gate->src[0]].weight;
+	wu = g->vals[up->src[0]].weight;
+	k = wg ? wg->kernel : NULL;
+	x = &g->vals[gate->src[1]].t;
+	y = &g->vals[glu->out].t;
+	if (!k || !wu || !wu->kernel || wu->kernel->v != k->v || wu->kernel->ctx != k->ctx ||
+	    !Q4KH_KERNEL_HAS(k->v, gemv_glu) ||
+	    x->ne[1] > (int64_t)k->v->max_gemv_columns || wg->t.ne[0] != x->ne[0] ||
+	    wu->t.ne[0] != x->ne[0] || wg->t.ne[1] != wu->t.ne[1] || f32_overlap(y, x))
+		return 0;
+	st = k->v->gemv_glu(k->ctx, &k->native, (q4kh_glu_kind)glu->i[0], wg->prepared,
+	                    wu->prepared, x, y);
+	if (st == Q4KH_ERR_UNSUPPORTED)
+		return 0;
+	return q4kh_kernel_check(k, st, "gemv_glu", err) ? -1 : 3;
+}
+
 /* Are pos[0 .. n) consecutive, as the 1.0 entries' single pos0 needs? */
 static int consecutive(const int32_t *pos, int64_t n, const char *what,
                        struct q4kh_error *err)
@@ -442,19 +494,23 @@ static int fuse_rope_store(const struct q4kh_graph *g, const struct q4kh_node *n
 }
 
 /*
- * Run what starts at node I: a group of products of one input (one
- * gemv_multi), a fused group (rope_store's four nodes, then the pairs),
- * or the node alone. Returns the nodes that ran, -1 with err on a
- * failure.
+ * Run what starts at node I: gate, up and their GLU (one gemv_glu), a
+ * group of products of one input (one gemv_multi), a fused group
+ * (rope_store's four nodes, then the pairs), or the node alone. Returns
+ * the nodes that ran, -1 with err on a failure.
  */
 static int32_t run_at(const struct q4kh_graph *g, int32_t i,
                       const struct q4kh_backend *b,
                       const struct q4kh_step_values *in, struct q4kh_error *err)
 {
 	const struct q4kh_node *n = &g->nodes[i];
-	const int32_t group = multi_run(g, i);
+	const int32_t ffn = fuse_gemv_glu(g, i, err);
+	int32_t group;
 	int rc = 0;
 
+	if (ffn)
+		return ffn;
+	group = multi_run(g, i);
 	if (group > 1)
 		return run_multi(g, i, group, b, err) ? -1 : group;
 	if (i + 3 < g->n_nodes && (rc = fuse_rope_store(g, n, b, err)))

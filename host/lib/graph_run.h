@@ -18,7 +18,12 @@
  * GPU one launch instead of one per matrix and one per bias. Everywhere
  * else (variants without it or refusing the combination with
  * Q4KH_ERR_UNSUPPORTED, gemm, the backend's mul_mat) each node is one
- * product followed by the backend's add of its bias.
+ * product followed by the backend's add of its bias. Before that, a
+ * feed-forward block's gate and up products (no bias) followed by their
+ * GLU go to the variant's gemv_glu (ABI 1.4) as one call when it serves
+ * both weights and up's value is read by nothing after the GLU (the call
+ * writes the GLU's output only); when it refuses, the products group as
+ * above and the GLU runs on the backend.
  *
  * A backend that has every 1.2 entry and the 1.1 graph entries can record
  * the interpreter's calls once and replay them for later steps of the same

@@ -58,7 +58,7 @@ static const size_t kernel_table_size[Q4KH_ABI_MINOR + 1] = {
 	KERNEL_V1_0_SIZE,
 	KERNEL_V1_0_SIZE,
 	KERNEL_V1_0_SIZE,
-	offsetof(struct q4kh_kernel_v1, gemv_multi) + sizeof(void (*)(void)),
+	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
 };
 
 #define NAME_MAX_LEN 63

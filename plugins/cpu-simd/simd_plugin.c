@@ -6,7 +6,8 @@
  * which decodes a row once and multiplies it with every column: the
  * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
  * of the variant's own (the reference cpu lends none). gemv_multi (ABI
- * 1.4) runs its products one after another, then adds their biases.
+ * 1.4) runs its products one after another, then adds their biases;
+ * gemv_glu (ABI 1.4) its two products, then the reference's glu.
  *
  * Settings ([plugin.cpu-simd]):
  *   threads = 1..256   worker threads of its own, on a backend that lends
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/cpu_glu.h"
 #include "../cpu/cpu_pool.h"
 #include "simd.h"
 
@@ -34,7 +36,7 @@
 #define ERROR_LEN 512
 /* Rows per part at least: smaller parts cost more to hand out than to do. */
 #define ROW_GRAIN 16
-/* Columns gemv() and gemv_multi() take. */
+/* Columns gemv(), gemv_multi() and gemv_glu() take. */
 #define MAX_GEMV_COLUMNS 8
 
 struct q4kh_kernel_ctx {
@@ -45,6 +47,8 @@ struct q4kh_kernel_ctx {
 	struct cpu_pool *pool;             /* started by the first product */
 	void *scratch;                     /* one call's columns and rows (carve()) */
 	size_t scratch_size;
+	float *up;                         /* gemv_glu's up product */
+	size_t up_size;                    /* floats */
 	char error[ERROR_LEN];
 };
 
@@ -155,6 +159,7 @@ static void k_shutdown(q4kh_kernel_ctx *ctx)
 		return;
 	cpu_pool_destroy(ctx->pool);
 	free(ctx->scratch);
+	free(ctx->up);
 	free(ctx);
 }
 
@@ -347,43 +352,30 @@ static void run_part(void *arg, unsigned part, int64_t begin, int64_t end)
 }
 
 /*
- * y = w x through the gemv kernels (one column at a time) or, with GEMM,
- * the gemm kernels (W columns per pass). Quantises x into ctx's scratch,
- * then splits w's rows over the pool.
+ * y = w x, for x's columns, into YB (column c at YB + c * YNB bytes)
+ * through the gemv kernels (one column at a time) or, with GEMM, the gemm
+ * kernels (W columns per pass): product() once it has checked the
+ * arguments. Quantises x into ctx's scratch, then splits w's rows over the
+ * pool.
  */
-static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
-                           q4kh_prepared *w, const struct q4kh_tensor *x,
-                           const struct q4kh_tensor *y, int gemm)
+static q4kh_status product_to(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                              q4kh_prepared *w, const struct q4kh_tensor *x, uint8_t *yb,
+                              int64_t ynb, int gemm)
 {
-	int64_t k, cols, groups;
+	const int width = ctx->kernels->width;
+	const int64_t k = w->k, cols = x->ne[1];
+	int64_t groups;
 	size_t rows;
 	struct job j = { 0 };
 	struct simd_act *act, *tmp;
 	struct simd_group *grp;
 	struct simd_row *row;
 	float **ycol;
-	uint8_t *xb, *yb, *next;
+	uint8_t *xb, *next;
 	size_t bytes;
-	int width, lent, split;
+	int lent, split;
 	unsigned threads;
 
-	if (!ctx || !w || !x || !y || !dev || !dev->address)
-		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
-		           : Q4KH_ERR_INVALID;
-	if (!ctx->kernels) /* prepare() refused every weight: cannot happen */
-		return fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv/gemm: no kernels for this CPU");
-	width = ctx->kernels->width;
-	k = w->k;
-	cols = x->ne[1];
-	if (!f32_columns(x, k) || !f32_columns(y, w->n) || y->ne[1] != cols ||
-	    cols > INT32_MAX)
-		return fail(ctx, Q4KH_ERR_INVALID,
-		            "gemv/gemm: expected f32 x {%lld, T} and y {%lld, T} with "
-		            "contiguous columns; found x type %u {%lld, %lld}, y type %u "
-		            "{%lld, %lld}",
-		            (long long)k, (long long)w->n, x->type, (long long)x->ne[0],
-		            (long long)x->ne[1], y->type, (long long)y->ne[0],
-		            (long long)y->ne[1]);
 	lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
 	if (!lent && !ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
 		return fail(ctx, Q4KH_ERR_INTERNAL,
@@ -400,7 +392,6 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
 		            bytes, (long long)cols);
 	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
-	yb = (uint8_t *)dev->address(y->buffer) + y->offset;
 	act = ctx->scratch;
 	tmp = act + cols;
 	grp = (struct simd_group *)(tmp + (groups ? threads : 0));
@@ -410,7 +401,7 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	for (size_t t = 0; t < rows; t++)
 		take(&next, k, &row[t].u, &row[t].s, &row[t].o);
 	for (int64_t c = 0; c < cols; c++)
-		ycol[c] = (float *)(yb + c * y->nb[1]);
+		ycol[c] = (float *)(yb + c * ynb);
 	if (gemm) {
 		struct prep_job pj = { ctx->kernels, xb, x->nb[1], k, cols, grp, tmp };
 		int16_t *q;
@@ -455,6 +446,31 @@ static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device
 	j.tile_rows = ctx->kernels->tile_rows;
 	run_parallel(ctx, dev, lent, w->n, ROW_GRAIN, run_part, &j);
 	return Q4KH_OK;
+}
+
+/*
+ * y = w x: checks the arguments, then product_to() y's columns.
+ */
+static q4kh_status product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                           q4kh_prepared *w, const struct q4kh_tensor *x,
+                           const struct q4kh_tensor *y, int gemm)
+{
+	if (!ctx || !w || !x || !y || !dev || !dev->address)
+		return ctx ? fail(ctx, Q4KH_ERR_INVALID, "gemv/gemm: a NULL argument")
+		           : Q4KH_ERR_INVALID;
+	if (!ctx->kernels) /* prepare() refused every weight: cannot happen */
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv/gemm: no kernels for this CPU");
+	if (!f32_columns(x, w->k) || !f32_columns(y, w->n) || y->ne[1] != x->ne[1] ||
+	    x->ne[1] > INT32_MAX)
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "gemv/gemm: expected f32 x {%lld, T} and y {%lld, T} with "
+		            "contiguous columns; found x type %u {%lld, %lld}, y type %u "
+		            "{%lld, %lld}",
+		            (long long)w->k, (long long)w->n, x->type, (long long)x->ne[0],
+		            (long long)x->ne[1], y->type, (long long)y->ne[0],
+		            (long long)y->ne[1]);
+	return product_to(ctx, dev, w, x, (uint8_t *)dev->address(y->buffer) + y->offset,
+	                  y->nb[1], gemm);
 }
 
 static q4kh_status k_gemv(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
@@ -536,6 +552,106 @@ static q4kh_status k_gemv_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_d
 	return Q4KH_OK;
 }
 
+/* gemv_glu's activation: gate = act(gate) * up over rows [begin, end). */
+struct glu_job {
+	float *gate;       /* column c at gate + c * ldg */
+	const float *up;   /* column c at up + c * n */
+	int64_t ldg, n, cols;
+	q4kh_glu_kind kind;
+};
+
+static void glu_part(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct glu_job *j = arg;
+
+	(void)part;
+	for (int64_t c = 0; c < j->cols; c++) {
+		float *g = j->gate + c * j->ldg;
+		const float *u = j->up + c * j->n;
+
+		for (int64_t r = begin; r < end; r++)
+			g[r] = cpu_glu_value(j->kind, g[r], u[r]);
+	}
+}
+
+/* Do the bytes of f32 matrices A and B (host pointers of dev) overlap? */
+static int f32_overlap(const struct q4kh_native_device *dev, const struct q4kh_tensor *a,
+                       const struct q4kh_tensor *b)
+{
+	const uint8_t *a0 = (const uint8_t *)dev->address(a->buffer) + a->offset;
+	const uint8_t *b0 = (const uint8_t *)dev->address(b->buffer) + b->offset;
+
+	return a0 < b0 + (b->ne[1] - 1) * b->nb[1] + 4 * b->ne[0] &&
+	       b0 < a0 + (a->ne[1] - 1) * a->nb[1] + 4 * a->ne[0];
+}
+
+/*
+ * ABI 1.4: y = act(w_gate x) * (w_up x) as two gemv() and the reference
+ * cpu backend's glu give it: the gate product into y, the up product into
+ * the context's memory, then every value through the reference's own
+ * arithmetic (cpu_glu_value, plugins/cpu/cpu_glu.h), so that the
+ * interpreter's fused path runs end to end without a GPU. On a backend
+ * that lends its threads (ABI 1.3) it answers Q4KH_ERR_UNSUPPORTED: the
+ * ABI does not tell a variant which "cpu" backend it serves, and the one
+ * in the tree that lends them, cpu-fast, has a glu of its own arithmetic
+ * (vector approximations) that this cannot reproduce; the reference lends
+ * none. Checks every argument before it computes anything.
+ */
+static q4kh_status k_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                              q4kh_glu_kind kind, q4kh_prepared *w_gate,
+                              q4kh_prepared *w_up, const struct q4kh_tensor *x,
+                              const struct q4kh_tensor *y)
+{
+	struct glu_job j;
+	size_t want;
+	q4kh_status st;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (!w_gate || !w_up || !x || !y || !dev || !dev->address)
+		return fail(ctx, Q4KH_ERR_INVALID, "gemv_glu: a NULL argument");
+	if (w_up->k != w_gate->k || w_up->n != w_gate->n)
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "gemv_glu: up {%lld, %lld} and gate {%lld, %lld} differ",
+		            (long long)w_up->k, (long long)w_up->n, (long long)w_gate->k,
+		            (long long)w_gate->n);
+	if (!f32_columns(x, w_gate->k) || !f32_columns(y, w_gate->n) ||
+	    y->ne[1] != x->ne[1] || x->ne[1] > MAX_GEMV_COLUMNS)
+		return fail(ctx, Q4KH_ERR_INVALID,
+		            "gemv_glu: expected f32 x {%lld, T} and y {%lld, T}, T 1 .. %d, "
+		            "with contiguous columns; found x type %u {%lld, %lld}, y type "
+		            "%u {%lld, %lld}",
+		            (long long)w_gate->k, (long long)w_gate->n, MAX_GEMV_COLUMNS,
+		            x->type, (long long)x->ne[0], (long long)x->ne[1], y->type,
+		            (long long)y->ne[0], (long long)y->ne[1]);
+	if (f32_overlap(dev, x, y))
+		return fail(ctx, Q4KH_ERR_INVALID, "gemv_glu: y overlaps x");
+	if (!ctx->kernels) /* prepare() refused every weight: cannot happen */
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv_glu: no kernels for this CPU");
+	if (kind != Q4KH_GLU_SILU && kind != Q4KH_GLU_GELU_TANH)
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv_glu: unknown kind %d", (int)kind);
+	if (Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0)
+		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		            "gemv_glu: the backend lends its threads, and its glu may round "
+		            "otherwise than the reference's");
+	want = (size_t)(w_up->n * x->ne[1]);
+	if (want > ctx->up_size) {
+		float *p = realloc(ctx->up, want * sizeof(float));
+
+		if (!p)
+			return fail(ctx, Q4KH_ERR_NOMEM, "gemv_glu: cannot allocate %zu floats", want);
+		ctx->up = p;
+		ctx->up_size = want;
+	}
+	j = (struct glu_job){ (float *)((uint8_t *)dev->address(y->buffer) + y->offset), ctx->up,
+	                      y->nb[1] / 4, w_up->n, x->ne[1], kind };
+	if ((st = product_to(ctx, dev, w_gate, x, (uint8_t *)j.gate, y->nb[1], 0)) ||
+	    (st = product_to(ctx, dev, w_up, x, (uint8_t *)ctx->up, 4 * w_up->n, 0)))
+		return st;
+	run_parallel(ctx, dev, 0, w_up->n, ROW_GRAIN, glu_part, &j);
+	return Q4KH_OK;
+}
+
 static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 {
 	(void)ctx;
@@ -557,6 +673,7 @@ static const struct q4kh_kernel_v1 table = {
 	.gemm = k_gemm,
 	.release = k_release,
 	.gemv_multi = k_gemv_multi,
+	.gemv_glu = k_gemv_glu,
 };
 
 #ifdef __clang__

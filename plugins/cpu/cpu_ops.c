@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cpu_glu.h"
 
 /* Rows per part so that a part holds at least this many values. */
 #define GRAIN_VALUES 16384
@@ -347,23 +348,9 @@ struct glu_job {
 	q4kh_glu_kind kind;
 };
 
-/* 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), in double. */
-static double gelu_tanh(double g)
-{
-	const double k = 0.79788456080286535587989211986876; /* sqrt(2/pi) */
-
-	return 0.5 * g * (1.0 + tanh(k * (g + 0.044715 * g * g * g)));
-}
-
-static double silu(double g)
-{
-	return g / (1.0 + exp(-g));
-}
-
 static void glu_task(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct glu_job *j = arg;
-	double (*act)(double) = j->kind == Q4KH_GLU_SILU ? silu : gelu_tanh;
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
@@ -372,7 +359,7 @@ static void glu_task(void *arg, unsigned part, int64_t begin, int64_t end)
 		float *o = (float *)cpu_flat_row(j->out, r);
 
 		for (int64_t i = 0; i < j->gate->ne[0]; i++)
-			o[i] = (float)(act(g[i]) * (double)u[i]);
+			o[i] = cpu_glu_value(j->kind, g[i], u[i]);
 	}
 }
 
@@ -435,7 +422,7 @@ q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
 		return st;
 	j.f = kind == Q4KH_UNARY_SIGMOID ? sigmoid
 	      : kind == Q4KH_UNARY_SOFTPLUS ? softplus
-	                                    : silu;
+	                                    : cpu_silu;
 	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }

@@ -1,7 +1,8 @@
 /*
  * cuda-mwv: Q4_K and Q6_K GEMV with fp32 activations, warps streaming
  * rows (mwv_kernels.cu, mwv_q6k_kernels.cu; several matrices in one
- * launch: mwv_multi.cu), behind the shared variant table (variant.h).
+ * launch: mwv_multi.cu; gate, up and their activation: mwv_glu.cu),
+ * behind the shared variant table (variant.h).
  */
 #ifndef Q4KH_CUDA_MWV_H
 #define Q4KH_CUDA_MWV_H
@@ -46,6 +47,17 @@ cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const struct cv_io *io,
 cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w[],
                              const struct cv_multi_io *io, int warps,
                              cudaStream_t s);
+
+/*
+ * Enqueue gemv_glu's y = act(gate x) * (up x) (io->y {N, cols}, cols 1 ..
+ * CV_MAX_COLUMNS) on stream s as one launch of WARPS warps per block, act
+ * SiLU with SILU, else the tanh GELU (cuda_glu.cuh): gate and up of one
+ * type, Q4_K (rows in place) or Q6_K (the copy), one K and N, prepared on
+ * one device. cudaErrorInvalidValue for mixed types or shapes.
+ */
+cudaError_t mwv_glu_launch(int silu, const q4kh_prepared *gate,
+                           const q4kh_prepared *up, const struct cv_io *io,
+                           int warps, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -151,18 +151,7 @@ extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w
 	a.pieces = (int)(w[0]->k / 32);
 	a.x = io->x;
 	a.ldx = io->ldx;
-	switch (io->cols) {
-#define MWV_COLS(T) \
-	case T: return multi_cols<T>(a, r, (unsigned)blocks, warps, s)
-	MWV_COLS(1);
-	MWV_COLS(2);
-	MWV_COLS(3);
-	MWV_COLS(4);
-	MWV_COLS(5);
-	MWV_COLS(6);
-	MWV_COLS(7);
-	MWV_COLS(8);
-#undef MWV_COLS
-	default: return cudaErrorInvalidValue;
-	}
+	return cv_for_cols(io->cols, [&](auto t) {
+		return multi_cols<decltype(t)::value>(a, r, (unsigned)blocks, warps, s);
+	});
 }

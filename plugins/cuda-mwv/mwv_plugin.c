@@ -3,7 +3,9 @@
  * Q4_K is read in place (its 144-byte blocks keep the backend's rows
  * 16-byte aligned); Q6_K's 210-byte blocks are copied once, on the device,
  * into 224-byte ones (mwv_q6k_kernels.cu). gemv_multi (ABI 1.4) runs up
- * to four of them, the two types mixed, in one launch (mwv_multi.cu).
+ * to four of them, the two types mixed, in one launch (mwv_multi.cu);
+ * gemv_glu (ABI 1.4) gate and up of one type with their activation
+ * (mwv_glu.cu).
  * [plugin.cuda-mwv] warps sets the thread block: 4 warps by default; the
  * warps stream their rows for the whole launch (variant_device.cuh), so the
  * block size matters little.
@@ -52,6 +54,23 @@ static q4kh_status mwv_apply_multi(q4kh_kernel_ctx *ctx, uint32_t n,
 	return cv_cuda(ctx, e, what);
 }
 
+/* Both Q4_K or both Q6_K, SiLU or the tanh GELU: else not fused. */
+static q4kh_status mwv_apply_glu(q4kh_kernel_ctx *ctx, q4kh_glu_kind kind,
+                                 const q4kh_prepared *gate, const q4kh_prepared *up,
+                                 const struct cv_io *io, cudaStream_t s)
+{
+	if (gate->type != up->type)
+		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		               "gemv_glu: gate %s and up %s: cuda-mwv fuses one type only",
+		               q4kh_type_name(gate->type), q4kh_type_name(up->type));
+	if (kind != Q4KH_GLU_SILU && kind != Q4KH_GLU_GELU_TANH)
+		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv_glu: unknown kind %d",
+		               (int)kind);
+	return cv_launched(ctx,
+	                   mwv_glu_launch(kind == Q4KH_GLU_SILU, gate, up, io, ctx->warps, s),
+	                   "cuda-mwv gemv_glu", gate, io);
+}
+
 const struct cv_variant cv_self = {
 	.min_sm = 70,
 	.score = 100,
@@ -60,6 +79,7 @@ const struct cv_variant cv_self = {
 	.prepare = mwv_prepare,
 	.apply = mwv_apply,
 	.apply_multi = mwv_apply_multi,
+	.apply_glu = mwv_apply_glu,
 };
 
-CV_PLUGIN_MULTI("cuda-mwv", mwv_types)
+CV_PLUGIN_FUSED("cuda-mwv", mwv_types)

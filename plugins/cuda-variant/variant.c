@@ -493,23 +493,21 @@ static q4kh_status addresses(q4kh_kernel_ctx *ctx, const char *what,
 	return Q4KH_OK;
 }
 
-static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
-                       const struct q4kh_native_device *dev, q4kh_prepared *w,
-                       const struct q4kh_tensor *x, const struct q4kh_tensor *y,
-                       int64_t cols_max)
+/*
+ * WHAT's x {w->k, 1 .. COLS_MAX} and y {w->n, as x} checked (y apart from
+ * x and w) into io, with their device addresses and all x's columns.
+ */
+static q4kh_status operands(q4kh_kernel_ctx *ctx, const char *what,
+                            const struct q4kh_native_device *dev,
+                            const q4kh_prepared *w, const struct q4kh_tensor *x,
+                            const struct q4kh_tensor *y, int64_t cols_max,
+                            struct cv_io *io)
 {
 	char xname[16], yname[16];
 	const uint8_t *xa;
 	uint8_t *ya;
-	struct cv_io io;
 	q4kh_status st;
-	int prev;
 
-	if (!ctx)
-		return Q4KH_ERR_INVALID;
-	if ((st = check_native(ctx, what, dev)) ||
-	    (st = check_prepared(ctx, what, dev, w)))
-		return st;
 	snprintf(xname, sizeof(xname), "%s x", what);
 	snprintf(yname, sizeof(yname), "%s y", what);
 	if ((st = check_f32(ctx, xname, x, w->k, cols_max, 0, 16)) ||
@@ -517,17 +515,38 @@ static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
 	    (st = check_apart(ctx, what, w, x, y)) ||
 	    (st = addresses(ctx, what, dev, x, y, &xa, &ya)))
 		return st;
-	io.ldx = x->nb[1] / 4;
-	io.ldy = y->nb[1] / 4;
-	io.call = what;
+	io->x = (const float *)xa;
+	io->ldx = x->nb[1] / 4;
+	io->y = (float *)ya;
+	io->ldy = y->nb[1] / 4;
+	io->cols = x->ne[1];
+	io->call = what;
+	return Q4KH_OK;
+}
+
+static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
+                       const struct q4kh_native_device *dev, q4kh_prepared *w,
+                       const struct q4kh_tensor *x, const struct q4kh_tensor *y,
+                       int64_t cols_max)
+{
+	struct cv_io all, io;
+	q4kh_status st;
+	int prev;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if ((st = check_native(ctx, what, dev)) ||
+	    (st = check_prepared(ctx, what, dev, w)) ||
+	    (st = operands(ctx, what, dev, w, x, y, cols_max, &all)))
+		return st;
 	if ((st = enter(ctx, what, dev->ordinal, &prev)))
 		return st;
+	io = all;
 	/* A batch goes through in tiles of columns, each reading w once. */
-	for (int64_t c0 = 0; c0 < x->ne[1] && !st; c0 += CV_MAX_COLUMNS) {
-		io.x = (const float *)xa + c0 * io.ldx;
-		io.y = (float *)ya + c0 * io.ldy;
-		io.cols = x->ne[1] - c0 < CV_MAX_COLUMNS ? x->ne[1] - c0
-		                                          : CV_MAX_COLUMNS;
+	for (int64_t c0 = 0; c0 < all.cols && !st; c0 += CV_MAX_COLUMNS) {
+		io.x = all.x + c0 * all.ldx;
+		io.y = all.y + c0 * all.ldy;
+		io.cols = all.cols - c0 < CV_MAX_COLUMNS ? all.cols - c0 : CV_MAX_COLUMNS;
 		st = cv_self.apply(ctx, w, &io, (cudaStream_t)dev->stream);
 	}
 	leave(prev);
@@ -647,6 +666,38 @@ q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
 	if ((st = enter(ctx, "gemv_multi", dev->ordinal, &prev)))
 		return st;
 	st = cv_self.apply_multi(ctx, n, cw, &io, (cudaStream_t)dev->stream);
+	leave(prev);
+	return st;
+}
+
+/* --- gemv_glu (ABI 1.4) --------------------------------------------------- */
+
+q4kh_status cv_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                        q4kh_glu_kind kind, q4kh_prepared *w_gate,
+                        q4kh_prepared *w_up, const struct q4kh_tensor *x,
+                        const struct q4kh_tensor *y)
+{
+	struct cv_io io;
+	q4kh_status st;
+	int prev;
+
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if ((st = check_native(ctx, "gemv_glu", dev)) ||
+	    (st = check_prepared(ctx, "gemv_glu", dev, w_gate)) ||
+	    (st = check_prepared(ctx, "gemv_glu", dev, w_up)))
+		return st;
+	if (w_up->k != w_gate->k || w_up->n != w_gate->n)
+		return cv_fail(ctx, Q4KH_ERR_INVALID,
+		               "gemv_glu: up {%lld, %lld} and gate {%lld, %lld} differ",
+		               (long long)w_up->k, (long long)w_up->n,
+		               (long long)w_gate->k, (long long)w_gate->n);
+	if ((st = operands(ctx, "gemv_glu", dev, w_gate, x, y, CV_MAX_COLUMNS, &io)) ||
+	    (st = check_apart(ctx, "gemv_glu", w_up, x, y)))
+		return st;
+	if ((st = enter(ctx, "gemv_glu", dev->ordinal, &prev)))
+		return st;
+	st = cv_self.apply_glu(ctx, kind, w_gate, w_up, &io, (cudaStream_t)dev->stream);
 	leave(prev);
 	return st;
 }

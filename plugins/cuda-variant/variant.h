@@ -109,6 +109,16 @@ struct cv_variant {
 	q4kh_status (*apply_multi)(q4kh_kernel_ctx *ctx, uint32_t n,
 	                           const q4kh_prepared *const w[],
 	                           const struct cv_multi_io *io, cudaStream_t s);
+	/*
+	 * For a plugin declared with CV_PLUGIN_FUSED (NULL otherwise):
+	 * enqueue io->y = act(gate io->x) * (up io->x) (gemv_glu, ABI 1.4;
+	 * gate and up of one K and N, arguments checked, 1 .. CV_MAX_COLUMNS
+	 * columns) on stream s as one launch, act as the cuda backend's glu,
+	 * or return Q4KH_ERR_UNSUPPORTED having enqueued nothing.
+	 */
+	q4kh_status (*apply_glu)(q4kh_kernel_ctx *ctx, q4kh_glu_kind kind,
+	                         const q4kh_prepared *gate, const q4kh_prepared *up,
+	                         const struct cv_io *io, cudaStream_t s);
 };
 
 /* Defined by each plugin: its behaviour, and through CV_PLUGIN below its
@@ -165,6 +175,15 @@ q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
                           q4kh_prepared *const w[], const struct q4kh_tensor *x,
                           const struct q4kh_tensor *const y[],
                           const struct q4kh_tensor *const bias[]);
+/*
+ * gemv_glu for a variant with apply_glu: checks every argument as gemv
+ * does (y against both weights), that gate and up share K and N, then one
+ * apply_glu.
+ */
+q4kh_status cv_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                        q4kh_glu_kind kind, q4kh_prepared *w_gate,
+                        q4kh_prepared *w_up, const struct q4kh_tensor *x,
+                        const struct q4kh_tensor *y);
 
 /* The build id: host compiler, nvcc release and the GPU code built. */
 #ifdef __clang__
@@ -177,11 +196,12 @@ q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
 
 /*
  * The plugin's name, kernel table, descriptor and entry point, from its
- * name (a string literal), its array of types and its gemv_multi entry
- * (NULL, or cv_gemv_multi when cv_self has apply_multi): through
- * CV_PLUGIN or CV_PLUGIN_MULTI below. Needs buildconf.h.
+ * name (a string literal), its array of types and its gemv_multi and
+ * gemv_glu entries (NULL, or cv_gemv_multi and cv_gemv_glu when cv_self
+ * has apply_multi and apply_glu): through CV_PLUGIN or CV_PLUGIN_FUSED
+ * below. Needs buildconf.h.
  */
-#define CV_PLUGIN_TABLE(NAME, TYPES, MULTI)                                    \
+#define CV_PLUGIN_TABLE(NAME, TYPES, MULTI, GLU)                               \
 	const char cv_name[] = NAME;                                           \
 	const struct q4kh_kernel_v1 cv_table = {                               \
 		.struct_size = sizeof(struct q4kh_kernel_v1),                  \
@@ -198,6 +218,7 @@ q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
 		.gemm = cv_gemm,                                               \
 		.release = cv_release,                                         \
 		.gemv_multi = MULTI,                                           \
+		.gemv_glu = GLU,                                               \
 	};                                                                     \
 	static const struct q4kh_plugin_desc cv_desc = {                       \
 		.struct_size = sizeof(struct q4kh_plugin_desc),                \
@@ -213,10 +234,11 @@ q4kh_status cv_gemv_multi(q4kh_kernel_ctx *ctx,
 	};                                                                     \
 	Q4KH_PLUGIN_ENTRY(cv_desc)
 
-/* A variant without gemv_multi (cv_self.apply_multi NULL). */
-#define CV_PLUGIN(NAME, TYPES) CV_PLUGIN_TABLE(NAME, TYPES, NULL)
-/* A variant whose cv_self.apply_multi fuses products (ABI 1.4). */
-#define CV_PLUGIN_MULTI(NAME, TYPES) CV_PLUGIN_TABLE(NAME, TYPES, cv_gemv_multi)
+/* A variant without the fused entries (cv_self.apply_multi, apply_glu NULL). */
+#define CV_PLUGIN(NAME, TYPES) CV_PLUGIN_TABLE(NAME, TYPES, NULL, NULL)
+/* A variant whose cv_self.apply_multi and apply_glu fuse (ABI 1.4). */
+#define CV_PLUGIN_FUSED(NAME, TYPES)                                           \
+	CV_PLUGIN_TABLE(NAME, TYPES, cv_gemv_multi, cv_gemv_glu)
 
 /* Keep a formatted message as ctx's last error and return st. */
 q4kh_status cv_fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)

@@ -27,6 +27,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "variant.h"
 
 #define CV_FULL_MASK 0xFFFFFFFFu
@@ -77,6 +79,22 @@ __device__ __forceinline__ float cv_half_float(uint32_t v, int hi)
 }
 
 /*
+ * Sum acc over the 32 lanes of the warp: a butterfly, after which every
+ * lane holds the same sums, bit for bit (each addition's two operands
+ * meet in both lanes, and a + b is b + a). Every lane must call it.
+ */
+template <int R, int T>
+__device__ __forceinline__ void cv_warp_sum(float (&acc)[R][T])
+{
+	for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int c = 0; c < T; c++)
+				acc[r][c] += __shfl_xor_sync(CV_FULL_MASK, acc[r][c], off);
+}
+
+/*
  * Sum acc over the 32 lanes of the warp and store row row0 + r, column c
  * at y[row0 + r + c * ldy] (rows >= n are skipped), one value per lane,
  * plus bias[row0 + r] when bias is not NULL (one float addition, as the
@@ -89,12 +107,7 @@ __device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
 {
 	const int lane = threadIdx.x & 31;
 
-	for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-		for (int r = 0; r < R; r++)
-#pragma unroll
-			for (int c = 0; c < T; c++)
-				acc[r][c] += __shfl_xor_sync(CV_FULL_MASK, acc[r][c], off);
+	cv_warp_sum<R, T>(acc);
 #pragma unroll
 	for (int r = 0; r < R; r++)
 #pragma unroll
@@ -104,16 +117,32 @@ __device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
 					bias ? acc[r][c] + bias[row0 + r] : acc[r][c];
 }
 
+/* cv_stream_each's store of plain rows: cv_warp_store's. */
+struct cv_row_store {
+	float *y;
+	int64_t ldy;
+	const float *bias; /* NULL: none */
+
+	template <int R, int T>
+	__device__ __forceinline__ void store(float (&acc)[R][T], int64_t row0,
+	                                      int64_t n) const
+	{
+		cv_warp_store<R, T>(acc, row0, n, y, ldy, bias);
+	}
+};
+
 /*
- * y {N, T} = W x (+ bias) with format F, by warp WARP of WARPS that share
- * the rows: the body of cv_stream_kernel (see the top of this file), also
- * run by kernels that give each of several matrices its own blocks.
+ * The rows of an N-row matrix with format F, by warp WARP of WARPS that
+ * share them: R rows at a time, each row's lane partial sums in acc,
+ * handed to s.store<R, T>(acc, row0, n) (which sums over the warp and
+ * stores rows row0 .. row0 + R - 1 below n). The body of cv_stream_kernel
+ * (see the top of this file); a row's arithmetic does not depend on R or
+ * U, so every store sees gemv's sums.
  */
-template <int T, int R, int U, class F>
-__device__ __forceinline__ void cv_stream_rows(const F &f, int64_t warp,
+template <int T, int R, int U, class F, class S>
+__device__ __forceinline__ void cv_stream_each(const F &f, int64_t warp,
                                                int64_t warps, int64_t n,
-                                               float *__restrict__ y,
-                                               int64_t ldy, const float *bias)
+                                               const S &s)
 {
 	const int lane = threadIdx.x & 31;
 
@@ -139,9 +168,51 @@ __device__ __forceinline__ void cv_stream_rows(const F &f, int64_t warp,
 				if (j0 + 32 * u < f.pieces)
 					f.template dot<R, T>(acc, p[u], j0 + 32 * u);
 		}
-		cv_warp_store<R, T>(acc, row0, n, y, ldy, bias);
+		s.template store<R, T>(acc, row0, n);
 	}
 }
+
+/*
+ * y {N, T} = W x (+ bias) with format F, by warp WARP of WARPS that share
+ * the rows: cv_stream_each with cv_warp_store, also run by kernels that
+ * give each of several matrices its own blocks.
+ */
+template <int T, int R, int U, class F>
+__device__ __forceinline__ void cv_stream_rows(const F &f, int64_t warp,
+                                               int64_t warps, int64_t n,
+                                               float *__restrict__ y,
+                                               int64_t ldy, const float *bias)
+{
+	const cv_row_store s = { y, ldy, bias };
+
+	cv_stream_each<T, R, U>(f, warp, warps, n, s);
+}
+
+/*
+ * Two matrices of format F with the same K and N as one of 2N rows for
+ * cv_stream_each: row 2i is row i of gate, row 2i + 1 row i of up, so
+ * that a warp with an even R loads and reduces the same R / 2 rows of
+ * both (every load of both issued before the dots), and its store finds
+ * a gate row's sums next to its up row's. Both share x (dot() is gate's).
+ */
+template <class F>
+struct cv_pair {
+	typedef typename F::piece_t piece_t;
+	F gate, up;
+	int pieces;
+
+	__device__ __forceinline__ piece_t load(int64_t row, int j) const
+	{
+		return (row & 1 ? up : gate).load(row >> 1, j);
+	}
+
+	template <int R, int T>
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const piece_t (&pc)[R],
+	                                    int j) const
+	{
+		gate.template dot<R, T>(acc, pc, j);
+	}
+};
 
 /* y {N, T} = W x with format F; see the top of this file. */
 template <int T, int R, int U, class F>
@@ -222,15 +293,17 @@ static cudaError_t cv_stream_cols(const F &f, int64_t n, float *y, int64_t ldy,
 	return cv_stream_pick(l, r, f.pieces);
 }
 
-/* The same for COLS (1 .. CV_MAX_COLUMNS) columns. */
-template <class F>
-static cudaError_t cv_stream_launch(const F &f, int cols, int64_t n, float *y,
-                                    int64_t ldy, int warps, int sms,
-                                    cudaStream_t s)
+/*
+ * l(std::integral_constant<int, T>()) for T = COLS (1 .. CV_MAX_COLUMNS):
+ * from a run-time column count to the kernels' template parameter, for a
+ * generic lambda that reads T as decltype(t)::value.
+ */
+template <class L>
+static cudaError_t cv_for_cols(int64_t cols, const L &l)
 {
 	switch (cols) {
 #define CV_COLS(T) \
-	case T: return cv_stream_cols<T, F>(f, n, y, ldy, warps, sms, s)
+	case T: return l(std::integral_constant<int, T>())
 	CV_COLS(1);
 	CV_COLS(2);
 	CV_COLS(3);
@@ -242,6 +315,17 @@ static cudaError_t cv_stream_launch(const F &f, int cols, int64_t n, float *y,
 #undef CV_COLS
 	default: return cudaErrorInvalidValue;
 	}
+}
+
+/* The same for COLS (1 .. CV_MAX_COLUMNS) columns. */
+template <class F>
+static cudaError_t cv_stream_launch(const F &f, int cols, int64_t n, float *y,
+                                    int64_t ldy, int warps, int sms,
+                                    cudaStream_t s)
+{
+	return cv_for_cols(cols, [&](auto t) {
+		return cv_stream_cols<decltype(t)::value, F>(f, n, y, ldy, warps, sms, s);
+	});
 }
 
 #endif

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "cuda_glu.cuh"
 #include "cuda_kernels.h"
 #include "q4khost/quant.h"
 
@@ -71,14 +72,7 @@ scale_kernel(struct cuda_view x, float v, struct cuda_view out)
 	}
 }
 
-/* 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) and g / (1 + exp(-g)). */
-static __device__ __forceinline__ float gelu_tanh(float g)
-{
-	const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-
-	return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
-}
-
+/* act(gate) * up, as cuda_glu.cuh computes it (the variants' gemv_glu too). */
 template <bool SILU>
 static __global__ void __launch_bounds__(EW_THREADS)
 glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
@@ -87,9 +81,7 @@ glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
 		int64_t i[4];
 
 		unflatten(gate.ne, e, i);
-		const float g = *at<float>(gate, i);
-		const float act = SILU ? g / (1.0f + expf(-g)) : gelu_tanh(g);
-		*at<float>(out, i) = act * *at<float>(up, i);
+		*at<float>(out, i) = cuda_glu_value(SILU, *at<float>(gate, i), *at<float>(up, i));
 	}
 }
 

@@ -682,7 +682,8 @@ struct q4kh_native_device {
  * variant implements the matmul of some weight types on one backend kind.
  * The host asks score() for each device, prepare()s every weight of those
  * types, and then calls gemv()/gemm() (or gemv_multi() for several that
- * share their activations) instead of the backend's built-in mul_mat for
+ * share their activations, gemv_glu() for a gate and up product with
+ * their gated activation) instead of the backend's built-in mul_mat for
  * them.
  */
 struct q4kh_kernel_v1 {
@@ -753,6 +754,29 @@ struct q4kh_kernel_v1 {
 	                          const struct q4kh_tensor *x,
 	                          const struct q4kh_tensor *const y[],
 	                          const struct q4kh_tensor *const bias[]);
+	/*
+	 * ABI 1.4, optional (Q4KH_KERNEL_HAS): a feed-forward block's gate and
+	 * up products and its gated activation in one call (on a GPU: one
+	 * launch):
+	 *   y {N, T} = act(w_gate x) * (w_up x), act as the backend's glu
+	 * w_gate and w_up prepared by this context, both {K, N}; x {K, T}
+	 * with 1 <= T <= max_gemv_columns; y an f32 {N, T} that overlaps
+	 * neither x nor a weight. The result is gemv(w_gate, x, g), gemv(w_up,
+	 * x, u), then the backend's glu(kind, g, u, y): each product rounded
+	 * to f32 as gemv rounds it, then act and the multiplication exactly as
+	 * that backend's glu computes them (for "cuda": in float, as its
+	 * glu kernel); g and u are never stored. The host's tensors are read
+	 * during the call only. Q4KH_ERR_UNSUPPORTED, with nothing written or
+	 * enqueued, when the variant cannot give those bits (a kind, a pair of
+	 * types, a layout or a backend it does not fuse): the host then runs
+	 * the two products (gemv_multi or gemv) and the backend's glu. Other
+	 * errors are failures, as gemv()'s.
+	 */
+	q4kh_status (*gemv_glu)(q4kh_kernel_ctx *ctx,
+	                        const struct q4kh_native_device *dev,
+	                        q4kh_glu_kind kind, q4kh_prepared *w_gate,
+	                        q4kh_prepared *w_up, const struct q4kh_tensor *x,
+	                        const struct q4kh_tensor *y);
 };
 
 /* The most matrices one gemv_multi() call takes (ABI 1.4). */
