@@ -119,7 +119,7 @@ else
 	row "q4khost plugins" FAIL "$(tail -n 3 "$logs/plugins.err")"
 fi
 
-for t in "$build"/tests/test_cuda_*; do
+for t in "$build"/tests/test_cuda_* "$build"/tests/test_graph; do
 	[ -f "$t" ] && [ -x "$t" ] || continue
 	case $t in *.o | *.c | *.log | *.trs) continue ;; esac
 	name=$(basename "$t")
