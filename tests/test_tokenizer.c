@@ -454,3 +454,23 @@ Test(synthetic, rejects_other_tokenizer_models)
 	q4kh_gguf_close(g);
 	free(path);
 }
+
+/* A vocabulary with no special token at all (found by fuzz-gguf: the
+ * special-token index was sorted through a null pointer). */
+Test(synthetic, vocabulary_without_special_tokens)
+{
+	static const struct vocab plain[] = {
+		{ "a", -1, 1 }, { "b", -1, 1 }, { "ab", -2, 1 },
+	};
+	struct q4kh_error err = { "" };
+	struct q4kh_gguf *g;
+	struct q4kh_tokenizer *t;
+	char *path = write_vocab("llama", plain, 3);
+
+	cr_assert_eq(q4kh_gguf_open(path, &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_tokenizer_load(g, &t, &err), 0, "%s", err.msg);
+	q4kh_gguf_close(g);
+	EXPECT_IDS(t, "aab", 1, 0, 2);
+	q4kh_tokenizer_free(t);
+	free(path);
+}

@@ -390,7 +390,8 @@ static int index_specials(struct q4kh_tokenizer *t)
 		sl->first[(uint8_t)t->arena[e->off]] |=
 			e->type == TT_USER ? SP_USER : SP_PARSED;
 	}
-	qsort(t->sp_len, t->n_sp_len, sizeof(*t->sp_len), cmp_len_desc);
+	if (t->n_sp_len) /* a vocabulary may have no special token */
+		qsort(t->sp_len, t->n_sp_len, sizeof(*t->sp_len), cmp_len_desc);
 	return 0;
 }
 
