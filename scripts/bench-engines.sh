@@ -13,8 +13,10 @@
 #                            [--kernels LIST] [--llamacpp TARBALL]
 #                            [--build DIR] [--lib DIR]
 #
-#   --models LIST   names of scripts/gen-bench-model.py or GGUF paths,
-#                   comma-separated (default llama3-8b,qwen2.5-1.5b)
+#   --models LIST   names of scripts/gen-bench-model.py (llama3-8b,
+#                   qwen2.5-1.5b, gemma3-270m: the default model's shape)
+#                   or GGUF paths, comma-separated (default
+#                   llama3-8b,qwen2.5-1.5b)
 #   --depths LIST   prompt lengths D (default 512,4096)
 #   --gen N         decode tokens timed after each prompt (default 128)
 #   --kernels LIST  q4khost kernels, as bench --kernels (default: none and
@@ -145,7 +147,8 @@ for f in "${files[@]}"; do
 		{ tail -5 "$out/llama-$base.log" >&2; continue; }
 	for d in "${ds[@]}"; do
 		step "q4khost on $base, $d-token prompt"
-		# One byte token per character on the benchmark vocabularies.
+		# One token per character on the benchmark vocabularies (byte
+		# tokens; gemma3-270m's one-character pieces): BOS and D - 1.
 		text=$(python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$d")
 		"$q4k" bench -m "$f" --backend cuda --kernels "$kernels" --f2 off -n "$gen" \
 			$built_in -p "$text" --json >"$out/q4k-$base-$d.json" 2>"$out/q4k-$base-$d.log" ||

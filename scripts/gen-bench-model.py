@@ -7,15 +7,28 @@ weights, for benchmarks (never committed: gigabytes).
   qwen2.5-1.5b  "qwen2": 1536 hidden, 28 layers, 12/2 heads (128 each),
                 8960 FFN, 151936 tokens, q/k/v biases, tied LM head;
                 about 1.0 GiB
+  gemma3-270m   "gemma3": 640 hidden, 18 layers, 4/1 heads (256 each),
+                2048 FFN, 262144 tokens, q/k norms, post-attention and
+                post-FFN norms, a sliding window of 512 on 5 layers of 6,
+                tied LM head; about 0.24 GiB (the default model's shape:
+                keys, tensor names, types and order as in
+                gemma-3-270m-q4_k_m.gguf)
 
 Types as in a Q4_K_M file: Q4_K for the matrices, Q6_K for attn_v and
 ffn_down on the layers llama.cpp's Q4_K_M gives more bits to, Q6_K for the
-LM head (token_embd when tied), F32 norms and biases. Weights are random
+LM head (token_embd when tied), F32 norms and biases; gemma3-270m as its
+Q4_K_M file has them, where rows of 640 values cannot be k-quants: Q8_0
+token_embd and Q5_0 attn_q, attn_k, ffn_gate and ffn_up, attn_v Q8_0 on
+the layers given more bits and Q5_0 on the others, Q4_K attn_output,
+ffn_down Q6_K or Q4_K. Weights are random
 quantization blocks (scripts/synthgguf.py): the speed of a real file of
 that shape, not its text. The vocabulary is synthetic but complete: the
 256 byte tokens, the family's special tokens (Llama 3 headers, ChatML) and
 unused padding tokens up to the real size, so q4khost run works on it
-(prompts tokenize to bytes).
+(prompts tokenize to bytes); gemma3-270m's is a SentencePiece vocabulary
+with Gemma 3's special, user-defined and byte tokens at their ids and one
+normal piece per printable ASCII character and the space (prompts of ASCII
+text tokenize to one token per character).
 
 Needs Python 3 and NumPy only (no gguf package, no registry), so it runs
 on a GPU machine as it is. Same arguments, same bytes.
@@ -45,6 +58,9 @@ MODELS = {
         n_vocab=151936, pre="qwen2", specials=synthgguf.QWEN_SPECIALS,
         bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
         template=synthgguf.CHATML_TEMPLATE),
+    "gemma3-270m": dict(
+        shape=synthgguf.Gemma3Shape(640, 18, 2048, 4, 1, 256, 1000000.0, 1e-6, 32768, 512),
+        n_vocab=262144),
 }
 
 
@@ -61,6 +77,42 @@ def vocabulary(n_vocab, specials):
     return tokens, types, [space + " " + space]
 
 
+def llama_plan(w, model, m):
+    """The keys of a llama-family model into W; its tensors' plan."""
+    s = m["shape"]
+    synthgguf.add_hparams(w, s, "synthetic-" + model,
+                          "random weights in real shapes for benchmarks (scripts/gen-bench-model.py)")
+    tokens, types, merges = vocabulary(m["n_vocab"], m["specials"])
+    synthgguf.add_tokenizer(w, tokens, types, merges, m["pre"], m["bos"], m["eos"],
+                            m["add_bos"], m["template"])
+    plan = [("token_embd.weight", "Q6_K" if s.tied else "Q4_K", s.n_embd, m["n_vocab"], 1.0),
+            ("output_norm.weight", "norm", s.n_embd, 1, 0)]
+    if not s.tied:
+        plan.append(("output.weight", "Q6_K", s.n_embd, m["n_vocab"], 0.25))
+    for il in range(s.n_layer):
+        plan += synthgguf.layer_tensors(s, il, 1.0)
+    return plan
+
+
+def gemma3_plan(w, model, m):
+    """The keys of a gemma3 model into W, in the real file's order; its
+    tensors' plan, in the real file's order. The token embedding (the LM
+    head too) has a standard deviation of 0.25: scaled by sqrt(n_embd) it
+    is about as large as what the 18 layers add to the residual stream."""
+    s = m["shape"]
+    synthgguf.add_gemma3_hparams(w, s, "synthetic-" + model,
+                                 "random weights in real shapes for benchmarks (scripts/gen-bench-model.py)")
+    tokens, scores, types = synthgguf.gemma_vocabulary(m["n_vocab"])
+    synthgguf.add_spm_tokenizer(w, tokens, scores, types, "<bos>", "<eos>", "<unk>", "<pad>")
+    w.add("general.quantization_version", 2)
+    w.add("general.file_type", 15)  # Q4_K_M
+    plan = [("output_norm.weight", "norm", s.n_embd, 1, 0),
+            ("token_embd.weight", "Q8_0", s.n_embd, m["n_vocab"], 0.25)]
+    for il in range(s.n_layer):
+        plan += synthgguf.gemma3_layer_tensors(s, il)
+    return plan
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", choices=sorted(MODELS))
@@ -73,17 +125,7 @@ def main():
     if a.layers:
         s.n_layer = a.layers
     w = synthgguf.Writer()
-    synthgguf.add_hparams(w, s, "synthetic-" + a.model,
-                          "random weights in real shapes for benchmarks (scripts/gen-bench-model.py)")
-    tokens, types, merges = vocabulary(m["n_vocab"], m["specials"])
-    synthgguf.add_tokenizer(w, tokens, types, merges, m["pre"], m["bos"], m["eos"],
-                            m["add_bos"], m["template"])
-    plan = [("token_embd.weight", "Q6_K" if s.tied else "Q4_K", s.n_embd, m["n_vocab"], 1.0),
-            ("output_norm.weight", "norm", s.n_embd, 1, 0)]
-    if not s.tied:
-        plan.append(("output.weight", "Q6_K", s.n_embd, m["n_vocab"], 0.25))
-    for il in range(s.n_layer):
-        plan += synthgguf.layer_tensors(s, il, 1.0)
+    plan = (gemma3_plan if s.arch == "gemma3" else llama_plan)(w, a.model, m)
     for name, qtype, ne0, ne1, _ in plan:
         synthgguf.declare(w, name, qtype, ne0, ne1)
     by_name = {p[0]: p for p in plan}

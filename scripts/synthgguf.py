@@ -20,6 +20,7 @@ ALIGNMENT = 32
 # ggml tensor types used here: (id, values per block, bytes per block)
 TYPES = {
     "F32": (0, 1, 4),
+    "Q5_0": (6, 32, 22),
     "Q8_0": (8, 32, 34),
     "Q4_K": (12, 256, 144),
     "Q6_K": (14, 256, 210),
@@ -164,6 +165,12 @@ def random_blocks(rng, qtype, ne0, ne1, std):
     if qtype == "F32":
         return rng.normal(0.0, std, ne0 * ne1).astype("<f4").tobytes()
     n = ne0 // TYPES[qtype][1] * ne1
+    if qtype == "Q5_0":
+        # x = d (q - 16), 5-bit q uniform in [0, 31] (its high bits in qh,
+        # its low nibbles in qs): std 9.23 d, mean -0.5 d
+        qh = rng.integers(0, 256, (n, 4), dtype=np.uint8)
+        qs = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+        return np.hstack([_fp16(std / 9.23, n), qh, qs]).tobytes()
     if qtype == "Q8_0":
         # x = d q, q uniform in [-127, 127]: std 73.6 d
         q = rng.integers(-127, 128, (n, 32), dtype=np.int8).view(np.uint8)
@@ -192,7 +199,7 @@ def random_blocks(rng, qtype, ne0, ne1, std):
 # --- models of the llama family (llama, qwen2, qwen3) ------------------------
 
 # tokenizer.ggml.token_type values (llama.cpp's)
-NORMAL, CONTROL, USER, UNUSED = 1, 3, 4, 5
+NORMAL, CONTROL, USER, UNUSED, BYTE = 1, 3, 4, 5, 6
 
 LLAMA3_SPECIALS = [
     "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
@@ -240,8 +247,9 @@ class Shape:
         del self.__dict__["self"]
 
 
-def add_base_hparams(w, s, name, description):
-    """The keys every architecture's file starts with; the prefix."""
+def _first_hparams(w, s, name, description):
+    """The keys every architecture's file starts with, up to the number of
+    query heads; the prefix."""
     w.add("general.architecture", s.arch)
     w.add("general.name", name)
     w.add("general.description", description)
@@ -251,6 +259,12 @@ def add_base_hparams(w, s, name, description):
     w.add(p + "block_count", s.n_layer)
     w.add(p + "feed_forward_length", s.n_ff)
     w.add(p + "attention.head_count", s.n_head)
+    return p
+
+
+def add_base_hparams(w, s, name, description):
+    """The keys every llama-family file starts with; the prefix."""
+    p = _first_hparams(w, s, name, description)
     w.add(p + "attention.head_count_kv", s.n_head_kv)
     return p
 
@@ -395,3 +409,120 @@ def qwen35_layer_tensors(s, il, gain):
                   (b + "ffn_gate.weight", "Q4_K", e, s.n_ff, e ** -0.5),
                   (b + "ffn_up.weight", "Q4_K", e, s.n_ff, e ** -0.5),
                   (b + "ffn_down.weight", wide, s.n_ff, e, gain * s.n_ff ** -0.5)]
+
+
+# --- Gemma 3 (gemma3): SentencePiece vocabulary, q/k norms, post-norms --------
+
+class Gemma3Shape:
+    """Hyper-parameters of a gemma3 model as its GGUF files give them (the
+    sliding-window pattern, 5 local layers to 1 global, and the local
+    layers' RoPE base 10000 are not in the file: readers know them)."""
+
+    def __init__(self, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, rope_base,
+                 eps, ctx, window):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+        self.arch = "gemma3"
+
+
+def add_gemma3_hparams(w, s, name, description):
+    """The architecture's keys of a gemma3 file, in the order its converter
+    writes them (the number of KV heads last)."""
+    p = _first_hparams(w, s, name, description)
+    for key, value in (("attention.layer_norm_rms_epsilon", s.eps),
+                       ("attention.key_length", s.head_dim),
+                       ("attention.value_length", s.head_dim),
+                       ("rope.freq_base", s.rope_base),
+                       ("attention.sliding_window", s.window),
+                       ("attention.head_count_kv", s.n_head_kv)):
+        w.add(p + key, value)
+
+
+# Gemma 3's HTML tags among its user-defined tokens: each group's opening
+# tags, then its closing ones.
+_GEMMA_TAGS = [
+    ["table", "caption", "thead", "tbody", "tfoot", "tr", "th", "td"],
+    ["h1", "h2", "h3", "h4", "h5", "h6", "blockquote"],
+    ["strong", "em", "b", "i", "u", "s", "sub", "sup", "code"],
+    ["a", "html", "body", "img", "span", "bbox", "ul", "li", "div", "iframe", "footer"],
+]
+
+
+def gemma_vocabulary(n_vocab):
+    """(tokens, scores, types) with the layout of Gemma 3's 262144-token
+    SentencePiece vocabulary: <pad> <eos> <bos> <unk> <mask> [multimodal],
+    <unused0..98>, <start_of_turn> <end_of_turn> (105, 106), the runs of
+    newlines and spaces and the HTML tags (user-defined), the 256 byte
+    tokens <0x00>..<0xFF> (238..493), normal pieces, the runs of tabs,
+    <start_of_image> <end_of_image>, <unused99..> to the end. The normal
+    pieces are U+2581 (SentencePiece's space) and the printable ASCII
+    characters, one each, then placeholders no text forms: a prompt
+    tokenizes to one token per character (bytes beyond ASCII to byte
+    tokens)."""
+    head = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[multimodal]"]
+    head += ["<unused%d>" % i for i in range(99)] + ["<start_of_turn>", "<end_of_turn>"]
+    user = ["\n" * n for n in range(1, 32)] + [" " * n for n in range(2, 32)]
+    for group in _GEMMA_TAGS:
+        user += ["<%s>" % t for t in group] + ["</%s>" % t for t in group]
+    tail_user = ["\t" * n for n in range(1, 32)] + ["<start_of_image>", "<end_of_image>"]
+    byte = ["<0x%02X>" % b for b in range(256)]
+    pieces = ["\u2581"] + [chr(c) for c in range(0x21, 0x7f)]
+    first_normal = len(head) + len(user) + len(byte)
+    n_unused = n_vocab - 256001
+    n_normal = n_vocab - first_normal - len(tail_user) - n_unused
+    pieces += ["<fill%d>" % (first_normal + i) for i in range(len(pieces), n_normal)]
+    tokens = head + user + byte + pieces + tail_user
+    tokens += ["<unused%d>" % (99 + i) for i in range(n_unused)]
+    types = ([CONTROL] * 5 + [USER] + [CONTROL] * 101 + [USER] * len(user) +
+             [BYTE] * 256 + [NORMAL] * n_normal + [USER] * len(tail_user) +
+             [CONTROL] * n_unused)
+    scores = ([-1000.0] * (len(head) + len(user)) + [0.0] * 256 +
+              [-float(i) for i in range(n_normal)] +
+              [-1000.0] * (len(tail_user) + n_unused))
+    return tokens, scores, types
+
+
+def add_spm_tokenizer(w, tokens, scores, types, bos, eos, unk, pad):
+    """A "llama" (SentencePiece) vocabulary as Gemma's files carry it:
+    BOS added, no space prefix, no chat template."""
+    w.add("tokenizer.ggml.model", "llama")
+    w.add("tokenizer.ggml.pre", "default")
+    w.add("tokenizer.ggml.tokens", tokens)
+    w.add("tokenizer.ggml.scores", scores)
+    w.add("tokenizer.ggml.token_type", types)
+    w.add("tokenizer.ggml.bos_token_id", tokens.index(bos))
+    w.add("tokenizer.ggml.eos_token_id", tokens.index(eos))
+    w.add("tokenizer.ggml.unknown_token_id", tokens.index(unk))
+    w.add("tokenizer.ggml.padding_token_id", tokens.index(pad))
+    w.add("tokenizer.ggml.add_bos_token", True)
+    w.add("tokenizer.ggml.add_sep_token", False)
+    w.add("tokenizer.ggml.add_eos_token", False)
+    w.add("tokenizer.ggml.add_space_prefix", False)
+
+
+def gemma3_layer_tensors(s, il):
+    """(name, type, ne0, ne1, std) of layer il as in a Q4_K_M file, in its
+    order (by name). Rows of n_embd values (not a multiple of 256 in the
+    small models) take llama.cpp's fallbacks: Q5_0 for Q4_K, Q8_0 for
+    Q6_K; attn_output and ffn_down keep the k-quants."""
+    b = "blk.%d." % il
+    qd, kvd, e, f = s.head_dim * s.n_head, s.head_dim * s.n_head_kv, s.n_embd, s.n_ff
+
+    def kq(kind):
+        if e % 256 == 0:
+            return kind
+        return {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}[kind]
+    more = q4_k_m_more_bits(il, s.n_layer)
+    return [(b + "attn_k.weight", kq("Q4_K"), e, kvd, e ** -0.5),
+            (b + "attn_k_norm.weight", "norm", s.head_dim, 1, 0),
+            (b + "attn_norm.weight", "norm", e, 1, 0),
+            (b + "attn_output.weight", "Q4_K", qd, e, qd ** -0.5),
+            (b + "attn_q.weight", kq("Q4_K"), e, qd, e ** -0.5),
+            (b + "attn_q_norm.weight", "norm", s.head_dim, 1, 0),
+            (b + "attn_v.weight", kq("Q6_K" if more else "Q4_K"), e, kvd, e ** -0.5),
+            (b + "ffn_down.weight", "Q6_K" if more else "Q4_K", f, e, f ** -0.5),
+            (b + "ffn_gate.weight", kq("Q4_K"), e, f, e ** -0.5),
+            (b + "ffn_norm.weight", "norm", e, 1, 0),
+            (b + "ffn_up.weight", kq("Q4_K"), e, f, e ** -0.5),
+            (b + "post_attention_norm.weight", "norm", e, 1, 0),
+            (b + "post_ffw_norm.weight", "norm", e, 1, 0)]
