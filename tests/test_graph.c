@@ -16,7 +16,10 @@
  *    the first decode step after the prompt;
  *  - the interpreter's peephole: cpu-fast with its fused entries (ABI
  *    1.4) gives the logits it gives without them, bit for bit, on every
- *    architecture's fixture, and fuses every pair a decode step has;
+ *    architecture's fixture and on Gemma 3 (the default model), and
+ *    fuses every pair a decode step has, every attention layer's rope
+ *    and cache writes as one rope_store (Gemma's too: its scale of q is
+ *    the attention's);
  *  - greedy generation with the pick made on the device (top2, ABI 1.4,
  *    one call a token) gives the tokens and margins of the host's pick
  *    from downloaded logits (the entry NULL, or a table that ends before
@@ -31,6 +34,9 @@
  *    one call a layer: on tiny-qwen2 through cpu-simd, with the logits,
  *    bit for bit, of the variant without the entry and of one that
  *    refuses it (and on cuda through cuda-mwv where a GPU is).
+ *  - Gemma 3 (q/k norms, post-norms, tanh-GELU FFN; Q5_0 and Q8_0)
+ *    through cpu-simd: q, k, v one gemv_multi and gate, up, GLU one
+ *    gemv_glu a layer, with the logits of the variant as ABI 1.3.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -291,15 +297,25 @@ static int fast_open(struct fast_rig *f)
 	return 1;
 }
 
-/* The fixture FILE uploaded through f->table and a session of SP on it. */
+/* FILE: a fixture's name, or a path (from /); allocated. */
+static char *model_file(const char *file)
+{
+	char *path = NULL;
+
+	if (file[0] == '/' ? !(path = strdup(file))
+	                   : asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
+		cr_assert_fail("out of memory");
+	return path;
+}
+
+/* The model FILE (model_file) uploaded through f->table and a session of
+ * SP on it. */
 static void fast_session(struct fast_rig *f, const char *file,
                          const struct q4kh_session_params *sp)
 {
 	struct q4kh_error err = { { 0 } };
-	char *path = NULL;
+	char *path = model_file(file);
 
-	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
-		cr_assert_fail("out of memory");
 	cr_assert_eq(q4kh_model_open(path, &f->m, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_model_upload(f->m, &f->be, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_session_new(f->m, sp, &f->s, &err), 0, "%s", err.msg);
@@ -316,7 +332,8 @@ static void fast_close(struct fast_rig *f)
 }
 
 /*
- * The logits of every token of a fixed sequence on FILE through cpu-fast
+ * The logits of every token of a fixed sequence on FILE (model_file)
+ * through cpu-fast
  * with a KV cache of KV, with the fused entries of FUSED (counted) and
  * the others taken out of its table: a prompt of 6 tokens in steps of 4
  * and 2, then 3 one-token steps, in each of which every residual add
@@ -394,6 +411,30 @@ Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout
 			}
 			free(plain);
 		}
+}
+
+/*
+ * Gemma 3 (the default model): q/k norms before RoPE, its scale of q in
+ * the attention, post-norms before each residual add. Every decode step
+ * reaches rope_store once a layer and add_rms_norm twice, with the
+ * logits of the ops one by one.
+ */
+Test(peephole, gemma3_reaches_rope_store_and_add_rms_norm, .timeout = 300)
+{
+	const char *model = test_model_path();
+	int64_t n_vocab = 0, n_vocab2 = 0;
+	float *plain = peephole_logits(model, Q4KH_KV_F16, FUSED_NONE, &n_vocab), *fused;
+
+	if (!plain)
+		cr_skip_test("cpu-fast was not built here or does not run on this CPU");
+	for (enum fused_set set = FUSED_PAIRS; set <= FUSED_ALL; set++) {
+		fused = peephole_logits(model, Q4KH_KV_F16, set, &n_vocab2);
+		cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
+		             "gemma3: logits differ with the fused entries%s",
+		             set == FUSED_ALL ? " and rope_store" : "");
+		free(fused);
+	}
+	free(plain);
 }
 
 /* --- greedy selection on the device (top2, ABI 1.4) --- */
@@ -729,18 +770,18 @@ static float *multi_logits(struct q4kh_model *m)
 }
 
 /*
- * tiny-qwen2 (q, k, v with biases; Q4_K and Q6_K) uploaded to BACKEND of
- * REG (opened into BE), its weights served by VARIANT (opened into K).
+ * The model FILE (model_file; tiny-qwen2: q, k, v with biases, Q4_K and
+ * Q6_K) uploaded to BACKEND of REG (opened into BE), its weights served
+ * by VARIANT (opened into K).
  */
-static struct q4kh_model *tiny_qwen2_on(struct q4kh_registry *reg, const char *backend,
-                                        const char *variant, struct q4kh_backend *be,
-                                        struct q4kh_kernel *k)
+static struct q4kh_model *model_on(struct q4kh_registry *reg, const char *file,
+                                   const char *backend, const char *variant,
+                                   struct q4kh_backend *be, struct q4kh_kernel *k)
 {
-	char *model = NULL;
+	char *model = model_file(file);
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_model *m = NULL;
 
-	cr_assert_geq(asprintf(&model, "%s/tests/fixtures/tiny-qwen2.gguf", test_srcdir()), 0);
 	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, backend), 0, be, &err), 0, "%s",
 	             err.msg);
 	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
@@ -750,8 +791,8 @@ static struct q4kh_model *tiny_qwen2_on(struct q4kh_registry *reg, const char *b
 	return m;
 }
 
-/* Close what tiny_qwen2_on() opened. */
-static void tiny_qwen2_close(struct q4kh_model *m, struct q4kh_kernel *k,
+/* Close what model_on() opened. */
+static void model_close(struct q4kh_model *m, struct q4kh_kernel *k,
                              struct q4kh_backend *be)
 {
 	q4kh_model_free(m);
@@ -772,7 +813,7 @@ static void expect_grouping(struct q4kh_registry *reg, const char *backend,
 {
 	struct q4kh_backend be;
 	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = tiny_qwen2_on(reg, backend, variant, &be, &k);
+	struct q4kh_model *m = model_on(reg, "tiny-qwen2.gguf", backend, variant, &be, &k);
 	struct q4kh_kernel_v1 counting, refusing, old;
 	float *grouped, *split, *refused;
 	const int steps = 1 + MULTI_DECODE;
@@ -831,7 +872,7 @@ static void expect_grouping(struct q4kh_registry *reg, const char *backend,
 	free(refused);
 	free(split);
 	free(grouped);
-	tiny_qwen2_close(m, &k, &be);
+	model_close(m, &k, &be);
 }
 
 /* expect_grouping or expect_glu: REG, BACKEND, VARIANT and EXACT as there. */
@@ -931,7 +972,7 @@ static void expect_glu(struct q4kh_registry *reg, const char *backend, const cha
 {
 	struct q4kh_backend be;
 	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = tiny_qwen2_on(reg, backend, variant, &be, &k);
+	struct q4kh_model *m = model_on(reg, "tiny-qwen2.gguf", backend, variant, &be, &k);
 	struct q4kh_kernel_v1 counting, refusing, without;
 	float *fused, *apart, *refused;
 	const int steps = 1 + MULTI_DECODE;
@@ -987,7 +1028,7 @@ static void expect_glu(struct q4kh_registry *reg, const char *backend, const cha
 	free(refused);
 	free(apart);
 	free(fused);
-	tiny_qwen2_close(m, &k, &be);
+	model_close(m, &k, &be);
 }
 
 /* On the reference cpu through cpu-simd: CI without a GPU runs this. */
@@ -1000,4 +1041,67 @@ Test(gemv_glu, fuses_gate_up_and_glu_with_the_same_logits, .timeout = 300)
 Test(gemv_glu, cuda_mwv_fuses_with_the_same_logits, .timeout = 300)
 {
 	on_cuda_mwv(expect_glu);
+}
+
+/*
+ * Gemma 3 (the default model: Q5_0 q, k, gate, up, Q8_0 or Q5_0 v) on
+ * BACKEND through VARIANT, plugins from REG: its per-head q/k norms come
+ * after the three products and its post-norms after the FFN, so every
+ * layer's q, k, v go as one gemv_multi and its gate, up and tanh GELU as
+ * one gemv_glu (per interpreted step; EXACT: each step is); the logits
+ * are bit for bit those of the variant seen as ABI 1.3 (one gemv per
+ * node, then the backend's glu).
+ */
+static void expect_gemma3_products(struct q4kh_registry *reg, const char *backend,
+                                   const char *variant, int exact)
+{
+	struct q4kh_backend be;
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_model *m = model_on(reg, test_model_path(), backend, variant, &be, &k);
+	struct q4kh_kernel_v1 counting, old;
+	float *fused, *apart;
+	const int steps = 1 + MULTI_DECODE;
+	int layers = (int)m->hp.n_layer;
+
+	cr_assert_str_eq(m->arch->name, "gemma3");
+	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi) && Q4KH_KERNEL_HAS(k.v, gemv_glu),
+	          "%s lacks gemv_multi or gemv_glu", variant);
+	glu_real = multi_real = k.v;
+	counting = *k.v;
+	counting.gemv_multi = counting_multi;
+	counting.gemv_glu = counting_glu;
+	old = *k.v;
+	old.struct_size = (uint32_t)offsetof(struct q4kh_kernel_v1, gemv_multi);
+
+	glu_calls = 0;
+	memset(multi_calls, 0, sizeof(multi_calls));
+	k.v = &counting;
+	fused = multi_logits(m);
+	if (exact) {
+		cr_expect_eq(multi_calls[3], layers * steps, "%d calls for q, k, v", multi_calls[3]);
+		cr_expect_eq(glu_calls, layers * steps, "%d gemv_glu calls", glu_calls);
+	} else {
+		cr_expect(glu_calls >= layers && glu_calls % layers == 0, "%d gemv_glu calls",
+		          glu_calls);
+		cr_expect_eq(multi_calls[3], glu_calls, "q, k, v: %d calls", multi_calls[3]);
+	}
+	cr_expect_eq(multi_calls[2] + multi_calls[4], 0, "other groups: %d, %d",
+	             multi_calls[2], multi_calls[4]);
+
+	k.v = &old;
+	apart = multi_logits(m);
+	cr_expect_eq(memcmp(fused, apart, sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps),
+	             0, "%s/%s: gemma3's logits differ with gemv_multi and gemv_glu", backend,
+	             variant);
+	k.v = glu_real;
+
+	free(apart);
+	free(fused);
+	model_close(m, &k, &be);
+}
+
+/* On the reference cpu through cpu-simd (every type of the file). */
+Test(gemv_glu, gemma3_groups_qkv_and_fuses_its_gelu_ffn, .timeout = 300)
+{
+	on_cpu_simd(expect_gemma3_products);
 }

@@ -106,19 +106,19 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	qh = q4kh_graph_reshape(g, q, hd, hp->n_head, T);
 	kh = q4kh_graph_reshape(g, k, hd, hp->n_head_kv, T);
 	ff = m->rope_freqs.src ? q4kh_graph_weight(g, &m->rope_freqs, "rope_freqs") : -1;
+	/*
+	 * rope q, rope k, k and v into the caches, nothing between them: one
+	 * rope_store call on backends that fuse the four, else the keys as
+	 * one rope_set_rows (graph_run.c)
+	 */
 	q4kh_graph_rope(g, qh, &rope, ff, qh);
-	if (opts->prescale_q)
-		q4kh_graph_scale(g, q, hp->attn_scale, q);
 	kc = q4kh_graph_fixed(g, &s->k_cache[il], "blk.%u.k_cache", il);
 	vc = q4kh_graph_fixed(g, &s->v_cache[il], "blk.%u.v_cache", il);
-	/* the rotated keys go straight to the cache: one rope_set_rows call
-	 * on backends that fuse the pair (graph_run.c) */
 	q4kh_graph_rope(g, kh, &rope, ff, kh);
 	q4kh_graph_set_rows(g, kh, kc);
 	q4kh_graph_set_rows(g, q4kh_graph_reshape(g, v, hd, hp->n_head_kv, T), vc);
 	oh = q4kh_graph_act(g, hd, hp->n_head, T, "blk.%u.attn", il);
-	q4kh_graph_attention(g, qh, kc, vc, opts->window,
-	                     opts->prescale_q ? 1.0f : hp->attn_scale, 0.0f, oh);
+	q4kh_graph_attention(g, qh, kc, vc, opts->window, hp->attn_scale, 0.0f, oh);
 	if (opts->gate_q)
 		q4kh_graph_mul(g, oh, gate, oh);
 	return q4kh_block_project(g, &l->wo, NULL,

@@ -14,8 +14,6 @@
 /* How an architecture's attention differs from Llama's. */
 struct q4kh_attn_opts {
 	int32_t window;   /* sliding window in keys; 0 = none */
-	int prescale_q;   /* scale q by attn_scale after RoPE (Gemma), not in
-	                     the attention's softmax */
 	int gate_q;       /* Wq gives each head's query, then as many values of
 	                     an output gate: the attention's output is
 	                     multiplied by sigmoid(gate) before Wo (Qwen3.5) */
@@ -29,8 +27,9 @@ int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m);
  * q, k, v = Wq h (+ bq), Wk h (+ bk), Wv h (+ bv); per-head RMSNorm of q
  * and k when the layer has q_norm; RoPE at the step's positions (with
  * the model's frequency factors and YaRN scaling); k and v written to
- * the layer's cache rows; attention; with gate_q, the output times
- * sigmoid(gate); then Wo. Returns the output {n_embd, T}.
+ * the layer's cache rows; attention with the scale hp.attn_scale; with
+ * gate_q, the output times sigmoid(gate); then Wo. Returns the output
+ * {n_embd, T}.
  */
 int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
                              uint32_t il, int32_t h,

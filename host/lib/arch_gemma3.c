@@ -108,10 +108,18 @@ static int build(struct q4kh_graph *g, const struct q4kh_session *s,
 	(void)err; /* misuse is recorded in g and checked by the caller */
 	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
 		const struct q4kh_layer *l = &m->layers[il];
-		/* q is pre-scaled, as llama.cpp does */
+		/*
+		 * llama.cpp scales q by attn_scale after RoPE and gives its
+		 * attention a scale of 1; here the attention's own scale is
+		 * attn_scale. The same math: the scale multiplies each q . k
+		 * either way (and RoPE is linear). The same bits too but on
+		 * 27B: 1/16 on the other sizes (head dim 256) scales exactly.
+		 * No op of its own, and nothing between rope q, rope k and
+		 * the two cache writes: one rope_store call where the backend
+		 * has it (graph_run.c).
+		 */
 		const struct q4kh_attn_opts opts = {
 			.window = l->swa ? (int32_t)m->hp.n_swa : 0,
-			.prescale_q = 1,
 		};
 		int32_t h = q4kh_block_norm(g, m, x, &l->attn_norm, "attn_norm", il);
 

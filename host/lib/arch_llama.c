@@ -155,7 +155,7 @@ int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
                      struct q4kh_error *err)
 {
 	const struct q4kh_model *m = s->m;
-	const struct q4kh_attn_opts opts = { .window = 0, .prescale_q = 0 };
+	const struct q4kh_attn_opts opts = { .window = 0 };
 	int32_t x = q4kh_block_embed(g, m);
 
 	(void)err; /* misuse is recorded in g and checked by the caller */

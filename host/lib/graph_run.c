@@ -460,9 +460,9 @@ static int fuse_rope_set_rows(const struct q4kh_graph *g, const struct q4kh_node
  * factors, SET_ROWS of exactly that k into the keys' cache, SET_ROWS of v
  * into the values' cache at the same positions: rope_store. Returns 1
  * when it ran them (the caller skips the four), 0 when the nodes do not
- * form the pattern, -1 when the call fails. Gemma's SCALE of q between
- * the ROPEs breaks the pattern: its keys still go through
- * fuse_rope_set_rows.
+ * form the pattern, -1 when the call fails. Every architecture's
+ * attention block builds the four back to back (arch_blocks.c; Gemma's
+ * scale of q is the attention's scale, not a node between them).
  */
 static int fuse_rope_store(const struct q4kh_graph *g, const struct q4kh_node *n,
                            const struct q4kh_backend *b, struct q4kh_error *err)

@@ -61,7 +61,7 @@ struct q4kh_hparams {
 	uint32_t n_head, n_head_kv, head_dim, n_rot;
 	uint32_t n_ctx_train, n_swa;
 	float eps;           /* RMSNorm epsilon */
-	float attn_scale;    /* multiplies q before attention */
+	float attn_scale;    /* the attention's scale of each q . k */
 	float embd_scale;    /* multiplies embedding rows */
 	float final_softcap; /* 0 = none */
 	q4kh_rope_mode rope_mode;
