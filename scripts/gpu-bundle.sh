@@ -46,7 +46,7 @@ mkdir -p "$bundle/build" "$bundle/lib"
 )
 
 # What the GPU machine has: the C library, the compiler's runtime, CUDA.
-system_lib='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libmvec|libstdc\+\+|libgcc_s|libcuda|libcudart|libnvidia-|libnvrtc|libnvJitLink|libcublas)[.-]'
+system_lib='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|libmvec|libstdc\+\+|libgcc_s|libcuda|libcudart|libnvidia-|libnvrtc|libnvJitLink|libcublas|libcublasLt)[.-]'
 missing=0
 while read -r name arrow path rest; do
 	[ "$arrow" = "=>" ] || continue

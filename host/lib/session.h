@@ -33,9 +33,11 @@ enum q4kh_kv_choice {
 
 struct q4kh_session_params {
 	uint32_t n_ctx;   /* KV cache length in tokens (0: min(4096, trained)) */
-	/* tokens per step, the chunks of a long prompt (0: 128 on the
-	 * backends of kind "cpu" other than the reference, where a weight row
-	 * decoded for a chunk then serves twice the columns; else 64) */
+	/* tokens per step, the chunks of a long prompt (0: 512 on a GPU,
+	 * where a chunk's products run on tensor cores and each weight is
+	 * dequantised once per chunk; 128 on the backends of kind "cpu" other
+	 * than the reference, where a weight row decoded for a chunk then
+	 * serves twice the columns; else 64) */
 	uint32_t n_batch;
 	enum q4kh_kv_choice kv;
 };

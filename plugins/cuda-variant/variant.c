@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cuda/cuda_tc.h"
 #include "variant.h"
 
 /* Largest K and N accepted: kernel indices stay in 32 bits. */
@@ -524,6 +525,30 @@ static q4kh_status operands(q4kh_kernel_ctx *ctx, const char *what,
 	return Q4KH_OK;
 }
 
+/*
+ * A prompt's product on tensor cores (cuda_tc.h), from the weight as the
+ * GGUF file lays it out (w->src), whatever the variant made of it.
+ */
+static q4kh_status tc_run(q4kh_kernel_ctx *ctx,
+                          const struct q4kh_native_device *dev,
+                          const q4kh_prepared *w, const struct cv_io *io)
+{
+	void *blas, *scratch;
+	char why[512];
+	q4kh_status st;
+
+	if ((st = cv_scratch_blas(ctx, dev->ordinal, io->call, &blas)) ||
+	    (st = cv_scratch_get(ctx, dev->ordinal,
+	                         cuda_tc_scratch_bytes(w->k, w->n, io->cols),
+	                         (cudaStream_t)dev->stream, io->call, &scratch)))
+		return st;
+	if (cuda_tc_gemm(blas, w->type, w->src, w->src_stride, w->k, w->n, io->x,
+	                 io->ldx, io->y, io->ldy, io->cols, scratch,
+	                 (cudaStream_t)dev->stream, why, sizeof(why)))
+		return cv_fail(ctx, Q4KH_ERR_DEVICE, "%s: %s", io->call, why);
+	return Q4KH_OK;
+}
+
 static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
                        const struct q4kh_native_device *dev, q4kh_prepared *w,
                        const struct q4kh_tensor *x, const struct q4kh_tensor *y,
@@ -541,6 +566,11 @@ static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
 		return st;
 	if ((st = enter(ctx, what, dev->ordinal, &prev)))
 		return st;
+	if (cols_max > CV_MAX_COLUMNS && cuda_tc_wanted(w->type, all.cols)) {
+		st = tc_run(ctx, dev, w, &all);
+		leave(prev);
+		return st;
+	}
 	io = all;
 	/* A batch goes through in tiles of columns, each reading w once. */
 	for (int64_t c0 = 0; c0 < all.cols && !st; c0 += CV_MAX_COLUMNS) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cuda/cuda_tc.h"
 #include "variant.h"
 
 /* Allocations are rounded up to this many bytes. */
@@ -154,6 +155,29 @@ q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
 	return st;
 }
 
+q4kh_status cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
+                            void **out)
+{
+	struct cv_scratch *sc = &ctx->scratch;
+	struct cv_scratch_dev *d;
+	q4kh_status st = Q4KH_OK;
+	char why[256];
+
+	*out = NULL;
+	pthread_mutex_lock(&sc->lock);
+	d = ordinal >= 0 ? entry(sc, ordinal) : NULL;
+	if (!d)
+		st = cv_fail(ctx, Q4KH_ERR_NOMEM,
+		             "%s: cuBLAS handle of CUDA device %d: out of host memory",
+		             what, ordinal);
+	else if (!d->blas && cuda_tc_open(&d->blas, why, sizeof(why)))
+		st = cv_fail(ctx, Q4KH_ERR_DEVICE, "%s: %s", what, why);
+	if (!st)
+		*out = d->blas;
+	pthread_mutex_unlock(&sc->lock);
+	return st;
+}
+
 /* cudaFree P on the current device; a failure is logged with ORDINAL. */
 static void free_logged(q4kh_kernel_ctx *ctx, int ordinal, void *p)
 {
@@ -177,10 +201,12 @@ void cv_scratch_free(q4kh_kernel_ctx *ctx)
 		prev = -1;
 	for (int i = 0; i < sc->n; i++) {
 		struct cv_scratch_dev *d = &sc->dev[i];
-		const int on = d->ptr && cudaSetDevice(i) == cudaSuccess;
+		const int on = (d->ptr || d->blas) && cudaSetDevice(i) == cudaSuccess;
 
-		if (on)
+		if (on && d->ptr)
 			free_logged(ctx, i, d->ptr);
+		if (on)
+			cuda_tc_close(d->blas);
 		while (d->retired) {
 			struct cv_retired *r = d->retired;
 

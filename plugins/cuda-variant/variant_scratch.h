@@ -54,6 +54,8 @@ struct cv_scratch_dev {
 	void *ptr;                  /* device memory, or NULL */
 	size_t size;                /* bytes at ptr */
 	struct cv_retired *retired; /* earlier buffers, freed at shutdown */
+	void *blas;                 /* cuda_tc's cuBLAS handle, or NULL until
+	                               the first product on tensor cores */
 };
 
 /* Every device's scratch: a member of q4kh_kernel_ctx. */
@@ -82,7 +84,15 @@ q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
                            cudaStream_t s, const char *what, void **out);
 
 /*
- * Free every device's buffers, retired ones included (cudaFree waits for
+ * *OUT = the cuBLAS handle (cuda_tc.h) of CUDA device ORDINAL, the current
+ * device, made on first use and kept until shutdown. On failure *OUT is
+ * NULL and ctx's last error reads "WHAT: cublasCreate: ..." (Q4KH_ERR_DEVICE).
+ */
+q4kh_status cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
+                            void **out);
+
+/*
+ * Free every device's buffers and cuBLAS handles, retired ones included (cudaFree waits for
  * the work that uses them), and the table; for shutdown(), after which no
  * recorded graph may replay. A cudaFree that fails is logged as a warning.
  */

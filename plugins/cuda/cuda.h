@@ -43,6 +43,8 @@ struct q4kh_device_ctx {
 	void *scratch;    /* device: attention's partial results */
 	size_t scratch_size;
 	struct cuda_retired *retired; /* earlier scratch, freed on close */
+	void *blas;       /* cuda_tc's cuBLAS handle; made by the first
+	                     product that goes to tensor cores */
 };
 
 /* Scratch memory that recorded graphs may still use: kept until close. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "cuda_tc.h"
 
 /* Int32 values the staging buffer first holds (a long prompt's ids). */
 #define STAGE_FIRST 4096
@@ -125,6 +126,7 @@ void cuda_device_close(q4kh_device_ctx *dev)
 		cudaFree(dev->fault);
 		cudaFreeHost(dev->fault_seen);
 		cudaFree(dev->scratch);
+		cuda_tc_close(dev->blas);
 	}
 	while (dev->retired) {
 		struct cuda_retired *r = dev->retired;

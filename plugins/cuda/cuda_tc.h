@@ -1,0 +1,88 @@
+/*
+ * Batched products on tensor cores (cuda_tc.cu), shared by the cuda
+ * backend's built-in mul_mat and the CUDA kernel variants' gemm, for a
+ * prompt's many columns:
+ *
+ *   y {N, T} = w {K, N} x {K, T}
+ *
+ * The weight's rows are dequantised to fp16, a slice of CUDA_TC_SLICE
+ * bytes at a time, the activations rounded to fp16 once per call, and
+ * cuBLAS (cublasGemmEx, fp16 inputs, fp32 accumulation and output) forms
+ * each slice's rows of y. The weight's values are the format's (the same
+ * floats as cuda_quant.cuh's load_group), rounded once to fp16; an
+ * activation larger than fp16's 65504 becomes infinite, which F2 sees as
+ * a failed check. Batch 1 to CUDA_TC_MIN_COLUMNS - 1 stays on the GEMV
+ * kernels: there the fp16 copy of the weight costs more than reading the
+ * packed weight once per 8 columns.
+ *
+ * Memory: the caller lends cuda_tc_scratch_bytes() of device scratch
+ * (the fp16 activations, one fp16 slice of the weight and cuBLAS's
+ * workspace); nothing is allocated per call, so a call can be recorded
+ * into a CUDA graph once the handle exists. The handle is one cuBLAS
+ * context per device, made by cuda_tc_open() on that device.
+ *
+ * Threads: a handle is used by one thread at a time (the plugins' T1
+ * rule); every call is enqueued on the stream it is given.
+ */
+#ifndef Q4KH_CUDA_TC_H
+#define Q4KH_CUDA_TC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Columns from which a product goes to tensor cores. A model's probe of
+ * 64 tokens reaches it, so F2 judges this path. */
+#define CUDA_TC_MIN_COLUMNS 32
+
+/* Bytes of fp16 weight dequantised per cuBLAS call (at least one row). */
+#define CUDA_TC_SLICE ((size_t)64 << 20)
+
+/* Scratch of cuBLAS per call; the size NVIDIA advises for Hopper. */
+#define CUDA_TC_WORKSPACE ((size_t)32 << 20)
+
+/* 1 when TYPE's rows can be dequantised here: every quantised type of
+ * cuda_quant.cuh and F16; F32 weights stay on the fp32 kernels. */
+int cuda_tc_supports(uint32_t type);
+
+/* 1 when a product of T columns of TYPE goes to tensor cores. */
+int cuda_tc_wanted(uint32_t type, int64_t t);
+
+/* Bytes of scratch cuda_tc_gemm needs for K, N and T (256-aligned parts). */
+size_t cuda_tc_scratch_bytes(int64_t k, int64_t n, int64_t t);
+
+/*
+ * *HANDLE = a cuBLAS context for the current device, on which calls may
+ * later be recorded into graphs. Safe while the calling thread captures a
+ * stream: it leaves capture's thread-local mode for the allocations.
+ * 0 on success; else -1 and WHY (CAP bytes) reads "cublasCreate: ...".
+ */
+int cuda_tc_open(void **handle, char *why, size_t cap);
+
+/* Free a handle of cuda_tc_open (NULL: nothing), on its device. */
+void cuda_tc_close(void *handle);
+
+/*
+ * Enqueue y = w x on stream S. w: N rows of K values of TYPE, row r at
+ * w + r W_ROW (device memory, the GGUF block layout); x: T columns of K
+ * floats, column t at x + t LDX (floats); y: column t at y + t LDY
+ * (floats), overlapping neither. SCRATCH: cuda_tc_scratch_bytes(K, N, T)
+ * bytes of device memory, 256-aligned, not used by other work until this
+ * call's work is done. 0 on success; else -1 and WHY names the step and
+ * the CUDA or cuBLAS status.
+ */
+int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w, int64_t w_row,
+                 int64_t k, int64_t n, const float *x, int64_t ldx, float *y,
+                 int64_t ldy, int64_t t, void *scratch, cudaStream_t s,
+                 char *why, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
