@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda_rig.h"
+#include "helpers.h"
 
 /* --- random numbers ------------------------------------------------------ */
 
@@ -112,7 +113,7 @@ struct rig *rig_open(void)
 	if (cuda_devices(cuda, why, sizeof(why)) == 0) {
 		q4kh_registry_free(r->reg);
 		free(r);
-		cr_skip_test("no CUDA device, so no cuda op can run here: %s", why);
+		test_no_cuda_device("the cuda ops", why);
 	}
 	cr_assert_eq(q4kh_backend_open(find_plugin(r->reg, "cpu"), 0, &r->be[REF],
 	                               &err),

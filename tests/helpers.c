@@ -65,6 +65,31 @@ static void remove_tmpdirs(void)
 	}
 }
 
+/* Does the system show an NVIDIA GPU: a device node, or a GPU entry of
+ * the kernel driver? */
+static int system_shows_nvidia_gpu(void)
+{
+	DIR *d = opendir("/proc/driver/nvidia/gpus");
+	struct dirent *e;
+	int found = access("/dev/nvidia0", F_OK) == 0;
+
+	while (d && !found && (e = readdir(d)))
+		found = e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return found;
+}
+
+void test_no_cuda_device(const char *what, const char *why)
+{
+	if (system_shows_nvidia_gpu())
+		cr_assert_fail("%s: this machine shows an NVIDIA GPU (/dev/nvidia0 or "
+		               "/proc/driver/nvidia/gpus) but the cuda plugin reports "
+		               "no device: %s",
+		               what, why);
+	cr_skip_test("no CUDA device, so %s cannot run here: %s", what, why);
+}
+
 const char *test_tmpdir(void)
 {
 	char tmpl[4096];

@@ -18,6 +18,16 @@ const char *test_builddir(void);
  */
 const char *test_model_path(void);
 
+/*
+ * The cuda plugin reported no device, WHY its error: skip the calling test
+ * on a machine where the system shows no NVIDIA GPU (no /dev/nvidia0 and
+ * nothing under /proc/driver/nvidia/gpus: CI, hosts without a GPU or
+ * driver); fail it where the system shows one that the plugin cannot use
+ * (a driver too old for the runtime, a broken install), so a GPU machine
+ * can never pass its GPU suites by skipping them. WHAT names the tests.
+ */
+void test_no_cuda_device(const char *what, const char *why);
+
 /* A fresh private folder under $TMPDIR, removed with its contents when the
  * test process exits. The string belongs to the helpers (freed at exit). */
 const char *test_tmpdir(void);

@@ -294,8 +294,7 @@ static void rig_open(struct rig *r, const char *warps)
 		snprintf(why, sizeof(why), "%s",
 		         cuda->desc->backend->last_error(ctx));
 		cuda->desc->backend->shutdown(ctx);
-		cr_skip_test("no CUDA device, so no kernel variant can run here: %s",
-		             why);
+		test_no_cuda_device("the CUDA kernel variants", why);
 	}
 	cuda->desc->backend->shutdown(ctx);
 	cr_assert_eq(q4kh_backend_open(find_plugin(r->reg, "cpu"), 0, &r->cpu,
