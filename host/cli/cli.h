@@ -20,10 +20,12 @@ enum q4kh_exit {
 };
 
 /*
- * After getopt_long (called with opterr = 0) returned '?' or ':': say which
- * argument was wrong in one line and return Q4KH_EXIT_USAGE.
+ * After getopt_long (called with opterr = 0 and an option string starting
+ * with ':') returned C, '?' or ':': say in one line which option was
+ * unknown ('?'), or which option lacks its value (':'), and return
+ * Q4KH_EXIT_USAGE.
  */
-int q4kh_cli_bad_option(const char *command, char **argv);
+int q4kh_cli_bad_option(const char *command, char **argv, int c);
 
 /*
  * Parse S, the value of option WHAT of COMMAND, as a decimal number in
@@ -33,10 +35,19 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
                         long hi, long *out);
 
 /*
- * How to get the default model, for a message: "fetch it with
- * PKGDATADIR/fetch-model.sh" when the installed script is there, else
- * "fetch it with scripts/fetch-model.sh in q4khost's source tree" (a
- * build that was not installed).
+ * The path of document NAME ("config.md") for --help: the installed one
+ * in DOCDIR, or, in a build that was not installed, the source tree's
+ * docs/NAME (absolute), so the path named exists. A static buffer,
+ * overwritten by the next call.
+ */
+const char *q4kh_cli_doc(const char *name);
+
+/*
+ * How to get the default model, for a message: "fetch it with SCRIPT",
+ * SCRIPT the absolute path of fetch-model.sh, installed in PKGDATADIR or
+ * in the source tree of a build not installed (a command to paste from any
+ * folder); "fetch it with scripts/fetch-model.sh in q4khost's source
+ * tree" when neither is there.
  */
 const char *q4kh_cli_fetch_hint(void);
 

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +17,23 @@
 #include "policy.h"
 #include "secure.h"
 
-int q4kh_cli_bad_option(const char *command, char **argv)
+int q4kh_cli_bad_option(const char *command, char **argv, int c)
 {
-	fprintf(stderr, "q4khost %s: unknown option or missing value in '%s' (try q4khost %s --help)\n",
-	        command, argv[optind - 1], command);
+	const char *arg = argv[optind - 1];
+	int len = (int)strcspn(arg, "="); /* --name=value names --name */
+
+	if (c == ':')
+		fprintf(stderr, "q4khost %s: option '%.*s' needs a value (try q4khost %s --help)\n",
+		        command, len, arg, command);
+	else if (optopt && !strncmp(arg, "--", 2) && arg[len]) /* --json=1: known, given a value */
+		fprintf(stderr, "q4khost %s: option '%.*s' takes no value (try q4khost %s --help)\n",
+		        command, len, arg, command);
+	else if (optopt && strncmp(arg, "--", 2)) /* short, maybe among others: -xv */
+		fprintf(stderr, "q4khost %s: unknown option '-%c' (try q4khost %s --help)\n",
+		        command, optopt, command);
+	else
+		fprintf(stderr, "q4khost %s: unknown option '%.*s' (try q4khost %s --help)\n",
+		        command, len, arg, command);
 	return Q4KH_EXIT_USAGE;
 }
 
@@ -40,13 +54,41 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
 	return 0;
 }
 
+/*
+ * INSTALLED, unless it is not there (MODE: access(2)'s) and the source
+ * tree's REL is: then its canonical path (configure may have been given
+ * a relative path to itself), in BUF of PATH_MAX bytes.
+ */
+static const char *installed_or_source(const char *installed, const char *rel, int mode,
+                                       char *buf)
+{
+	char source[PATH_MAX + 64];
+
+	snprintf(source, sizeof(source), "%s/%s", Q4KH_SRCDIR, rel);
+	if (access(installed, mode) == 0 || access(source, mode) != 0 || !realpath(source, buf))
+		return installed;
+	return buf;
+}
+
+const char *q4kh_cli_doc(const char *name)
+{
+	static char installed[PATH_MAX], rel[PATH_MAX], buf[PATH_MAX];
+
+	snprintf(installed, sizeof(installed), "%s/%s", Q4KH_DOCDIR, name);
+	snprintf(rel, sizeof(rel), "docs/%s", name);
+	return installed_or_source(installed, rel, R_OK, buf);
+}
+
 const char *q4kh_cli_fetch_hint(void)
 {
-	static const char installed[] = Q4KH_PKGDATADIR "/fetch-model.sh";
+	static char hint[PATH_MAX + 32], buf[PATH_MAX];
+	const char *script = installed_or_source(Q4KH_PKGDATADIR "/fetch-model.sh",
+	                                         "scripts/fetch-model.sh", X_OK, buf);
 
-	return access(installed, X_OK) == 0
-	               ? "fetch it with " Q4KH_PKGDATADIR "/fetch-model.sh"
-	               : "fetch it with scripts/fetch-model.sh in q4khost's source tree";
+	if (access(script, X_OK) != 0)
+		return "fetch it with scripts/fetch-model.sh in q4khost's source tree";
+	snprintf(hint, sizeof(hint), "fetch it with %s", script);
+	return hint;
 }
 
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err)
@@ -86,12 +128,13 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 {
 	if (!quiet)
 		warn_ignored_env(command);
+	/* before the files: a misspelt variable may be why one is missing */
+	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
+		q4kh_env_check(warn_line, (void *)command);
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)
 		q4kh_config_check(*out, warn_line, (void *)command);
-	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
-		q4kh_env_check(warn_line, (void *)command);
 	return 0;
 }
 

@@ -111,7 +111,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 	o->n_decode = 32;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:n:p:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:n:p:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -137,7 +137,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("bench", argv); return -1;
+		default: q4kh_cli_bad_option("bench", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

@@ -201,7 +201,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->repeat = 5;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
 		switch (c) {
 		case O_BACKEND: o->backend = optarg; break;
 		case O_KERNELS: o->kernels = optarg; break;
@@ -227,7 +227,7 @@ static int parse(int argc, char **argv, struct opts *o)
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("bench-kernels", argv); return -1;
+		default: q4kh_cli_bad_option("bench-kernels", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

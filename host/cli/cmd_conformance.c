@@ -75,7 +75,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("conformance", argv); return -1;
+		default: q4kh_cli_bad_option("conformance", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

@@ -437,21 +437,37 @@ static json_t *json_info(const struct q4kh_gguf *g, int all,
 	return root;
 }
 
+/* A write that fails leaves stdout's error flag set: the dispatcher says
+ * so once, or nothing when the reader went away (| head), as for text. */
 static int print_json(const struct q4kh_gguf *g, int all, struct q4kh_error *err)
 {
 	json_t *root = json_info(g, all, err);
-	int rc;
 
 	if (!root)
 		return -1;
-	rc = json_dumpf(root, stdout, JSON_INDENT(2));
-	json_decref(root);
-	if (rc == 0)
+	if (json_dumpf(root, stdout, JSON_INDENT(2)) == 0)
 		putchar('\n');
-	return rc ? q4kh_fail(err, "cannot write the JSON report") : 0;
+	json_decref(root);
+	return 0;
 }
 
 /* --- the command --------------------------------------------------------- */
+
+/*
+ * info reads no setting, but what is wrong with them is said here as by
+ * every command (a Q4KHOST_CONFIG file that is not there, an unknown
+ * Q4KHOST_ variable or key), as warnings: the work goes on.
+ */
+static void warn_config(void)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *c = NULL;
+
+	if (q4kh_cli_config("info", NULL, 0, &c, &err))
+		fprintf(stderr, "q4khost info: warning: %s (info reads no setting, so it goes on; "
+		        "every other command stops here)\n", err.msg);
+	q4kh_config_free(c);
+}
 
 int q4kh_cmd_info(int argc, char **argv)
 {
@@ -469,7 +485,7 @@ int q4kh_cmd_info(int argc, char **argv)
 
 	optind = 1;
 	opterr = 0; /* our own message below names the command */
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			json = 1;
@@ -481,7 +497,7 @@ int q4kh_cmd_info(int argc, char **argv)
 			usage(stdout);
 			return Q4KH_EXIT_OK;
 		default:
-			return q4kh_cli_bad_option("info", argv);
+			return q4kh_cli_bad_option("info", argv, c);
 		}
 	}
 	if (argc - optind > 1) {
@@ -489,6 +505,7 @@ int q4kh_cmd_info(int argc, char **argv)
 		        "(try q4khost info --help)\n", argc - optind);
 		return Q4KH_EXIT_USAGE;
 	}
+	warn_config();
 	file = q4kh_cli_model(optind < argc ? argv[optind] : NULL, model_path,
 	                      sizeof(model_path), &err);
 	if (!file || q4kh_gguf_open(file, &g, &err)) {

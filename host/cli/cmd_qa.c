@@ -75,7 +75,7 @@ static void usage(FILE *out)
 	        "  {\"prompt\": \"1, 2, 3, 4, 5, 6,\", \"accept\": [\" 7, 8, 9\"], \"max_tokens\": 8}\n"
 	        "keys: prompt, accept (answers the text, leading white space aside, must\n"
 	        "start with), max_tokens (default 16), chat (apply the chat template;\n"
-	        "default false), name; '#' lines are comments\n(" Q4KH_DOCDIR "/f2.md).\n\n"
+	        "default false), name; '#' lines are comments\n(%s).\n\n"
 	        "      --cases FILE      the golden cases (required)\n"
 	        "      --chat-template NAME  the chat family of \"chat\" cases (default:\n"
 	        "                        the model's own template's; as q4khost run)\n"
@@ -94,7 +94,8 @@ static void usage(FILE *out)
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 every case that is not a knife edge passed on every path,\n"
 	        "            1 a case failed on some path (or could not run), 2 usage,\n"
-	        "            3 bad model, cases or config file\n");
+	        "            3 bad model, cases or config file\n",
+	        q4kh_cli_doc("f2.md"));
 }
 
 static int parse(int argc, char **argv, struct qa_opts *o)
@@ -127,7 +128,7 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
 		switch (c) {
 		case O_CASES: o->cases = optarg; break;
 		case 'm': o->model = optarg; break;
@@ -166,7 +167,7 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 			o->device_set |= c == O_DEVICE;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("qa", argv); return -1;
+		default: q4kh_cli_bad_option("qa", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

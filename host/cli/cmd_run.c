@@ -156,7 +156,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	o->sp.top_p = 0.95f;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:p:n:c:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:p:n:c:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -212,7 +212,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			break;
 		case 'h': usage(stdout); return 1;
 		default:
-			q4kh_cli_bad_option("run", argv);
+			q4kh_cli_bad_option("run", argv, c);
 			return -1;
 		}
 	}

@@ -43,7 +43,7 @@ static void usage(FILE *out)
 	        "kernel variant that targets it, on each of its devices (kernel\n"
 	        "variants for the cpu backend included). Valid receipts are used unless\n"
 	        "--f2 fresh; each measurement runs in a child process. The rules:\n"
-	        Q4KH_DOCDIR "/f2.md\n\n"
+	        "%s\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        only this device\n"
@@ -79,7 +79,8 @@ static void usage(FILE *out)
 	        "            measured (with --one: the one measured), or the plot could\n"
 	        "            not be written, 2 usage,\n"
 	        "            3 bad model or config file, 130 or 143 stopped by SIGINT\n"
-	        "            or SIGTERM (the measuring child is stopped too)\n");
+	        "            or SIGTERM (the measuring child is stopped too)\n",
+	        q4kh_cli_doc("f2.md"));
 }
 
 static int parse(int argc, char **argv, struct validate_opts *o)
@@ -111,7 +112,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case O_BACKEND: o->backend = optarg; break;
@@ -163,7 +164,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 			o->memory_limit_set = 1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("validate", argv); return -1;
+		default: q4kh_cli_bad_option("validate", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

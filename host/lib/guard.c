@@ -263,6 +263,27 @@ static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
 	return 0;
 }
 
+/*
+ * Plugin settings (threads, isa, ...) name a receipt of their own: the id
+ * gets a hash of them, so switching between two settings keeps both
+ * receipts instead of measuring again each time. Without settings the id
+ * stays what it always was.
+ */
+static void settings_id(const struct q4kh_receipt_key *key, char *id, size_t id_cap)
+{
+	char all[Q4KH_RECEIPT_PLUGINS * 320] = "", hex[Q4KH_SHA256_HEX];
+	size_t used = 0, len = strlen(id);
+
+	for (int i = 0; i < key->n_plugins; i++)
+		if (key->plugins[i].settings[0])
+			used += (size_t)snprintf(all + used, sizeof(all) - used, "[plugin.%s] %s\n",
+			                         key->plugins[i].name, key->plugins[i].settings);
+	if (!used)
+		return;
+	q4kh_sha256_bytes(all, used, hex);
+	snprintf(id + len, id_cap - len, " settings %.16s", hex);
+}
+
 int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                    const struct q4kh_device_record *dev,
                    struct q4kh_receipt_key *key, char *id, size_t id_cap,
@@ -288,6 +309,7 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		return -1;
 	snprintf(id, id_cap, "%s %s %s %s", g->model_sha256, c->backend,
 	         c->variant ? c->variant : "built-in", dev->uuid);
+	settings_id(key, id, id_cap);
 	return 0;
 }
 
