@@ -788,3 +788,46 @@ Test(first_run, switching_threads_back_keeps_each_receipt, .timeout = 240)
 		free(out);
 	}
 }
+
+Test(first_run, a_backend_without_a_device_is_named_as_loaded_with_why)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "no_device", NULL });
+	char args[8192], want[8192], *out;
+
+	snprintf(args, sizeof(args), "conformance -b no-device --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s", out);
+	snprintf(want, sizeof(want), "q4khost conformance: backend no-device (%s/no_device.so) is "
+	         "loaded but has no device, so there is nothing to check; it says: device_info: "
+	         "no device 0 (no-device has 0: this test backend never has one)\n", plugins);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_null(strstr(out, "no backend no-device"), "%s", out);
+	free(out);
+}
+
+Test(first_run, an_unknown_backend_or_kernel_is_refused_before_any_output)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "no_device", NULL });
+	static const char *const cases[][3] = {
+		/* env, arguments, what the error starts with */
+		{ "", "plugins --explain --backend nope", "q4khost plugins: --backend nope: no backend plugin of that name" },
+		{ "", "plugins --explain --kernel nope", "q4khost plugins: --kernel: 'nope' is not a kernel variant" },
+		{ "Q4KHOST_BACKEND=nope", "plugins --explain", "q4khost plugins: Q4KHOST_BACKEND=nope: no backend plugin of that name" },
+		{ "Q4KHOST_BACKEND=nope", "run -n 1", "q4khost run: Q4KHOST_BACKEND=nope: no backend plugin of that name" },
+		{ "", "conformance -b nope", "q4khost conformance: --backend nope: no backend plugin of that name" },
+	};
+	char args[8192], *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(args, sizeof(args), "%s -m %s --plugin-path %s", cases[i][1], tiny_model(),
+		         plugins);
+		if (!strncmp(cases[i][1], "plugins", 7) || !strncmp(cases[i][1], "conformance", 11))
+			snprintf(args, sizeof(args), "%s --plugin-path %s", cases[i][1], plugins);
+		cr_expect_eq(test_q4khost(cases[i][0], test_tmpdir(), args, &out), 4, "%s: %s", args, out);
+		/* the error is all there is: nothing printed before it */
+		cr_expect_eq(strncmp(out, cases[i][2], strlen(cases[i][2])), 0, "%s: %s", args, out);
+		if (strstr(cases[i][2], "backend plugin"))
+			cr_expect(strstr(out, "; the backends there: cpu, no-device (") != NULL, "%s: %s",
+			          args, out);
+		free(out);
+	}
+}

@@ -344,6 +344,8 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	rq.config_file = o->config_file;
 	rq.mode_origin = origin;
 	rq.backend = q4kh_settings_backend(o->backend, backend_origin, sizeof(backend_origin));
+	if (q4kh_registry_check_backend(r->registry, rq.backend, backend_origin, err))
+		return Q4KH_EXIT_PLUGIN;
 	rq.device = (uint32_t)o->device;
 	rq.model_path = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
 	if (!rq.model_path)

@@ -112,4 +112,13 @@ const char *q4kh_backend_kind(const struct q4kh_plugin *p);
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);
 
+/*
+ * 0 when NAME, the backend asked for (NULL: none) from ORIGIN
+ * ("--backend" or "Q4KHOST_BACKEND", as q4kh_settings_backend says), is an
+ * accepted backend plugin of R; else -1 with err naming ORIGIN, the value,
+ * the plugin path and the backends accepted there.
+ */
+int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
+                                const char *origin, struct q4kh_error *err);
+
 #endif
