@@ -55,8 +55,9 @@ const char *q4kh_cli_fetch_hint(void);
  * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
  * else the default model ($Q4KHOST_MODEL, else the file
  * scripts/fetch-model.sh fetches into the cache folder), written into BUF.
- * NULL with err when the default is missing: naming Q4KHOST_MODEL when
- * it was set, else saying how to get the default model.
+ * NULL with err when GIVEN is empty (-m ''), or when the default is
+ * missing: naming Q4KHOST_MODEL when it was set, else saying how to get
+ * the default model.
  */
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err);
 

@@ -95,6 +95,11 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
 
+	if (given && !*given) {
+		q4kh_fail(err, "the model file name is empty: expected the path of a GGUF file "
+		          "(or none, for the default model)");
+		return NULL;
+	}
 	if (given)
 		return given;
 	if (access(q4kh_default_model_path(buf, cap), F_OK) == 0)

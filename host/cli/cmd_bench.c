@@ -133,7 +133,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			o->device_set = 1;
 			break;
 		case O_TIMEOUT:
-			if (parse_count(optarg, "--timeout", 1, 86400, &o->timeout))
+			if (parse_count(optarg, "--timeout (seconds)", 1, Q4KH_TIMEOUT_MAX_S, &o->timeout))
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;

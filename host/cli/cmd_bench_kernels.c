@@ -824,9 +824,12 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 			       o.repeat, B.ceiling * 1e-9);
 		else
 			printf("read ceiling: the backend has no read_pass (ABI 1.1)\n\n");
-		printf("%-6s %-12s %-11s %-14s %-11s %8s %6s %6s | batch 2..%ld, us | b%ld/b1 NMSE\n",
-		       "type", "model", "role", "N x K", "kernel", "b1 us", "GB/s", "%ceil",
-		       o.max_cols, o.max_cols);
+		printf("%-6s %-12s %-11s %-14s %-11s %8s %6s %6s | ", "type", "model", "role",
+		       "N x K", "kernel", "b1 us", "GB/s", "%ceil");
+		if (o.max_cols > 1) /* "2..1" would be an empty range */
+			printf("batch 2..%ld, us | b%ld/b1 NMSE\n", o.max_cols, o.max_cols);
+		else
+			printf("no batches (--max-batch 1) | b1/b1 NMSE\n");
 	}
 	for (size_t t = 0; t < N_OF(types); t++) {
 		if (!listed(o.type_list, q4kh_type_name(types[t])) ||

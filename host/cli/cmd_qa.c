@@ -121,8 +121,6 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	};
 	struct q4kh_error err;
 	enum q4kh_chat_format family;
-	char *end;
-	long *target;
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -155,16 +153,14 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 			}
 			break;
 		case O_DEVICE:
-		case O_TIMEOUT:
-			target = c == O_DEVICE ? &o->device : &o->timeout;
-			errno = 0;
-			*target = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || *target < (c == O_DEVICE ? 0 : 1)) {
-				fprintf(stderr, "q4khost qa: --%s takes a whole number, got '%s'\n",
-				        c == O_DEVICE ? "device" : "timeout", optarg);
+			if (q4kh_cli_parse_long("qa", optarg, "--device", 0, INT32_MAX, &o->device))
 				return -1;
-			}
-			o->device_set |= c == O_DEVICE;
+			o->device_set = 1;
+			break;
+		case O_TIMEOUT:
+			if (q4kh_cli_parse_long("qa", optarg, "--timeout (seconds)", 1,
+			                        Q4KH_TIMEOUT_MAX_S, &o->timeout))
+				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
 		default: q4kh_cli_bad_option("qa", argv, c); return -1;

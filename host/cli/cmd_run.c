@@ -48,7 +48,7 @@ static void usage(FILE *out)
 	        "                        default model that fetch-model.sh fetches\n"
 	        "                        into the cache folder; man q4khost, FILES)\n"
 	        "  -p, --prompt TEXT     prompt (default: \"" DEFAULT_PROMPT "\")\n"
-	        "  -n, --n-predict N     tokens to generate (default 64)\n"
+	        "  -n, --n-predict N     tokens to generate, at least 1 (default 64)\n"
 	        "  -c, --ctx N           context length in tokens (default: the model's\n"
 	        "                        trained context, at most 4096; more than it\n"
 	        "                        is warned about)\n"
@@ -56,7 +56,8 @@ static void usage(FILE *out)
 	        "      --top-k K         keep the K most likely tokens (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
 	        "      --seed S          random seed (default 0)\n"
-	        "      --raw             do not apply the model's chat template\n"
+	        "      --raw             do not apply the model's chat template (not with\n"
+	        "                        --chat-template)\n"
 	        "      --chat-template NAME  lay the prompt out as chat family NAME\n"
 	        "                        (chatml, llama3, deepseek3, ...; none = raw text)\n"
 	        "                        instead of the model's own template's family\n"
@@ -161,7 +162,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
 		case 'n':
-			if (parse_long(optarg, "--n-predict", 0, INT_MAX, &o->n_predict))
+			if (parse_long(optarg, "--n-predict", 1, INT_MAX, &o->n_predict))
 				return -1;
 			break;
 		case 'c':
@@ -218,6 +219,12 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "q4khost run: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (o->raw && o->chat_template) {
+		fprintf(stderr, "q4khost run: --raw and --chat-template %s contradict each other: "
+		        "--raw lays out no chat template (--chat-template none says the same)\n",
+		        o->chat_template);
 		return -1;
 	}
 	return 0;

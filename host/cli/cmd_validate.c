@@ -142,15 +142,14 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 			}
 			break;
 		case O_DEVICE:
-		case O_TIMEOUT:
-			errno = 0;
-			*(c == O_DEVICE ? &o->device : &o->timeout) = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || (c == O_DEVICE ? o->device : o->timeout) < (c == O_DEVICE ? 0 : 1)) {
-				fprintf(stderr, "q4khost validate: --%s takes a whole number, got '%s'\n",
-				        c == O_DEVICE ? "device" : "timeout", optarg);
+			if (q4kh_cli_parse_long("validate", optarg, "--device", 0, INT32_MAX, &o->device))
 				return -1;
-			}
-			o->device_set |= c == O_DEVICE;
+			o->device_set = 1;
+			break;
+		case O_TIMEOUT:
+			if (q4kh_cli_parse_long("validate", optarg, "--timeout (seconds)", 1,
+			                        Q4KH_TIMEOUT_MAX_S, &o->timeout))
+				return -1;
 			break;
 		case O_MEMORY:
 			errno = 0;

@@ -29,7 +29,7 @@ int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
 	 * why: the plugin names its key, we name the file and line. */
 	detail = b->v->last_error(b->ctx);
 	if (!b->ctx)
-		q4kh_plugin_settings_read(b->plugin, settings, sizeof(settings));
+		q4kh_plugin_settings_read(b->plugin, 1, settings, sizeof(settings));
 	return q4kh_fail(err, "%s: %s failed (%s): %s%s%s%s", b->plugin->name, what,
 	                 q4kh_status_name(st), detail ? detail : "",
 	                 settings[0] ? " [its settings: " : "", settings,

@@ -104,7 +104,7 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->n_probe = n_probe;
 	timeout = 600;
 	g->memory_limit_mib = q4kh_isolate_default_memory_mib();
-	if (f2_whole(c, "f2_timeout_s", 1, 86400, &timeout, err) ||
+	if (f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &timeout, err) ||
 	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB,
 	             &g->memory_limit_mib, err))
 		return -1;
@@ -180,7 +180,7 @@ int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_regis
 	uint64_t v;
 
 	if (q4kh_receipt_dir_check(c, err) ||
-	    f2_whole(c, "f2_timeout_s", 1, 86400, &v, err) ||
+	    f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &v, err) ||
 	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, &v, err) ||
 	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
 		return -1;
@@ -443,7 +443,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		reason = q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff));
 		if (!reason && mode != Q4KH_F2_FRESH) {
 			out->verdict = out->receipt.verdict;
-			snprintf(out->source, sizeof(out->source), "receipt (%s)",
+			snprintf(out->source, sizeof(out->source), "receipt of %s",
 			         out->receipt.created);
 			return 0;
 		}
@@ -455,7 +455,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	} else {
 		reason = "the receipt could not be read";
 	}
-	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
+	snprintf(out->source, sizeof(out->source), "fresh: %.200s", reason);
 	if (reference_down(g, &lerr)) {
 		out->verdict = Q4KH_F2_NOT_MEASURED;
 		snprintf(out->receipt.message, sizeof(out->receipt.message), REFERENCE_DOWN,

@@ -82,10 +82,13 @@ void q4kh_registry_free(struct q4kh_registry *r);
 /*
  * The settings plugin P read through config_get that are set, with where,
  * into BUF: "threads = \"0\" (/etc/q4khost/q4khost.ini:7 [plugin.cpu])",
- * several joined by "; "; "" when none. For an error the plugin reports:
- * it knows its key, the host knows the file and line. Returns BUF.
+ * or without VALUES "threads from /etc/q4khost/q4khost.ini:7
+ * [plugin.cpu]" (for a message that quotes the value already), several
+ * joined by "; "; "" when none. For an error the plugin reports: it knows
+ * its key, the host knows the file and line. Returns BUF.
  */
-const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap);
+const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, char *buf,
+                                      size_t cap);
 
 /*
  * Whether every accepted plugin of R (backends and kernel variants) takes
