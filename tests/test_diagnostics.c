@@ -901,3 +901,37 @@ Test(first_run, a_rate_from_no_time_is_not_made_up)
 	json_decref(j);
 	free(out);
 }
+
+Test(first_run, json_always_carries_the_prompt_and_the_text)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+	json_t *j;
+
+	/* 0xe9 alone (Latin-1 é) and 0xff are no UTF-8: each becomes U+FFFD */
+	cr_expect_eq(q4khost_with("", "run -n 4 --json -p \"$(printf 'caf\\351 \\377 ok')\"", NULL, plugins,
+	                          "2>/dev/null", &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "prompt")),
+	                 "caf\xef\xbf\xbd \xef\xbf\xbd ok", "%s", out);
+	cr_expect(json_is_string(json_object_get(j, "text")), "%s", out);
+	json_decref(j);
+	free(out);
+}
+
+Test(first_run, an_unwritable_plot_is_refused_before_any_work)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /nonexistent-dir/f2.svg",
+	                          &out), 1, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --plot /nonexistent-dir/f2.svg: cannot create it in "
+	                      "/nonexistent-dir: No such file or directory (checked before any "
+	                      "measurement)\n") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "receipts in"), "no work was done: %s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /", &out), 1, "%s", out);
+	cr_expect(strstr(out, "--plot /: is a folder, expected a file to write") != NULL, "%s", out);
+	free(out);
+}

@@ -6,6 +6,9 @@
 #ifndef Q4KH_CLI_H
 #define Q4KH_CLI_H
 
+#include <jansson.h>
+#include <stddef.h>
+
 #include "config.h"
 #include "error.h"
 #include "registry.h"
@@ -97,6 +100,14 @@ void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
  */
 int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config *c,
                          const char *kernel_cli, const char *backend_cli, int json);
+
+/*
+ * A JSON string of the LEN bytes at S: every byte that is not part of a
+ * valid UTF-8 sequence becomes U+FFFD, so the output stays valid JSON
+ * whatever it holds (a prompt, a model's text or metadata). NULL only
+ * when out of memory.
+ */
+json_t *q4kh_cli_json_text(const char *s, size_t len);
 
 int q4kh_cmd_run(int argc, char **argv);
 int q4kh_cmd_plugins(int argc, char **argv);

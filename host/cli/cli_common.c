@@ -4,7 +4,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,4 +164,64 @@ void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
 		fprintf(stderr,
 		        "q4khost %s: warning: kernel selectors that match no device here, their entries ignored: %s (q4khost plugins lists the devices)\n",
 		        command, unmatched);
+}
+
+/* Length of the valid UTF-8 sequence at S (N bytes left), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong forms, surrogates, beyond U+10FFFF */
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+json_t *q4kh_cli_json_text(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	json_t *j = json_stringn(s, len);
+	char *buf;
+	size_t o = 0;
+
+	if (j)
+		return j;
+	buf = malloc(len * 3 + 1);
+	if (!buf)
+		return NULL;
+	for (size_t i = 0; i < len;) {
+		size_t n = utf8_len(p + i, len - i);
+
+		if (n) {
+			memcpy(buf + o, p + i, n);
+			o += n;
+			i += n;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	j = json_stringn(buf, o);
+	free(buf);
+	return j;
 }

@@ -82,8 +82,9 @@ static void usage(FILE *out)
 	        "                        threads, else every online CPU)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
-	        "      --json            print one JSON object (text and report)\n"
-	        "                        instead of streaming\n"
+	        "      --json            print one JSON object (prompt, text and report)\n"
+	        "                        instead of streaming; bytes of the prompt or\n"
+	        "                        text that are not UTF-8 become U+FFFD there\n"
 	        "  -h, --help            this help\n\n"
 	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
 	        "newline and the report (stop: interrupted) are still printed, or the\n"
@@ -527,8 +528,8 @@ int q4kh_cmd_run(int argc, char **argv)
 	rep.steps = &r.session->stats;
 	if (o.json) {
 		json_t *j = q4kh_report_json(&rep);
-		json_object_set_new(j, "prompt", json_string(o.prompt));
-		json_object_set_new(j, "text", json_stringn(r.text ? r.text : "", r.text_len));
+		json_object_set_new(j, "prompt", q4kh_cli_json_text(o.prompt, strlen(o.prompt)));
+		json_object_set_new(j, "text", q4kh_cli_json_text(r.text ? r.text : "", r.text_len));
 		json_dumpf(j, stdout, JSON_INDENT(2));
 		fputc('\n', stdout);
 		json_decref(j);

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "candidates.h"
@@ -324,6 +326,39 @@ static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
 	return o->quiet || v == Q4KH_F2_PASS ? Q4KH_EXIT_OK : Q4KH_EXIT_FAIL;
 }
 
+/*
+ * --plot PATH can be written (an existing file this user may write, or a
+ * new one in a folder they may write), checked before any measurement so
+ * that minutes of work do not end in "cannot create the plot". 0, or -1
+ * with err.
+ */
+static int check_plot_path(const char *path, struct q4kh_error *err)
+{
+	char dir[4096], *slash;
+	struct stat st;
+
+	if (!*path)
+		return q4kh_fail(err, "--plot: the file name is empty: expected FILE.svg");
+	if (stat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return q4kh_fail(err, "--plot %s: is a folder, expected a file to write", path);
+		if (access(path, W_OK) != 0)
+			return q4kh_fail(err, "--plot %s: cannot write it: %s (checked before any "
+			                 "measurement)", path, strerror(errno));
+		return 0;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		slash[slash == dir] = 0; /* "/x.svg" lies in "/" */
+	if (access(dir, W_OK | X_OK) != 0)
+		return q4kh_fail(err, "--plot %s: cannot create it in %s: %s (checked before any "
+		                 "measurement)", path, dir, strerror(errno));
+	return 0;
+}
+
 /* --plot: every row's points, from its receipt, as one SVG file. */
 static int write_plot(const char *path, const char *model, const struct row *rows,
                       size_t n, struct q4kh_error *err)
@@ -395,6 +430,10 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (!o.one) {
 		q4kh_interrupt_install();
 		q4kh_progress_init("validate");
+	}
+	if (o.plot && !o.one && check_plot_path(o.plot, &err)) {
+		rc = Q4KH_EXIT_FAIL;
+		goto out;
 	}
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
