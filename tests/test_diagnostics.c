@@ -935,3 +935,28 @@ Test(first_run, an_unwritable_plot_is_refused_before_any_work)
 	cr_expect(strstr(out, "--plot /: is a folder, expected a file to write") != NULL, "%s", out);
 	free(out);
 }
+
+Test(first_run, a_receipt_folder_is_judged_alike_everywhere)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	static const char *const why =
+		"Q4KHOST_F2_RECEIPT_DIR=relative/f2: F2 cannot keep its receipts there: a relative "
+		"folder would depend on the current directory; give an absolute path";
+	char want[1024], *out;
+
+	/* refused by what may need a receipt, even on the reference backend */
+	cr_expect_eq(q4khost_with("Q4KHOST_F2_RECEIPT_DIR=relative/f2", "run -n 1 --backend cpu", NULL,
+	                          plugins, "", &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: %s\n", why);
+	cr_expect_str_eq(out, want);
+	free(out);
+	/* explained, with the consequence, by what diagnoses */
+	snprintf(want, sizeof(want), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_RECEIPT_DIR=relative/f2", test_tmpdir(), want, &out), 0,
+	             "%s", out);
+	snprintf(want, sizeof(want), "q4khost plugins: warning: %s; so run, validate, bench, qa, "
+	         "serve and conformance refuse to start (exit 3), whatever backend they would use\n",
+	         why);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
