@@ -376,9 +376,13 @@ Test(diagnostics, counts_of_one_are_singular_and_no_driver_is_named_as_none)
 	         "--min-mib 1 --repeat 1 --kernels '' --plugin-path %s",
 	         plugins);
 	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
-	cr_expect(strstr(out, "device cpu (") != NULL && strstr(out, "); timing: ") != NULL, "%s",
-	          out);
+	cr_expect(strstr(out, "device cpu (") != NULL && strstr(out, ", uuid cpu, arch ") != NULL &&
+	                  strstr(out, "; timing: ") != NULL,
+	          "%s", out);
 	cr_expect_null(strstr(out, "driver"), "%s", out);
+	/* one column: no empty range of batches in the header */
+	cr_expect_null(strstr(out, "batch 2..1"), "%s", out);
+	cr_expect(strstr(out, "| no batches (--max-batch 1) | b1/b1 NMSE\n") != NULL, "%s", out);
 	free(out);
 }
 

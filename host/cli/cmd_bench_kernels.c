@@ -814,7 +814,7 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 	B.rows = json_array();
 	if (!o.json) {
 		/* The cpu backends have no driver: nothing to name. */
-		printf("device %s (%s, %s%s%s); timing: %s, %s\n", B.b.record.name,
+		printf("device %s, uuid %s, arch %s%s%s; timing: %s, %s\n", B.b.record.name,
 		       B.b.record.uuid, B.b.record.arch, B.b.record.driver_version[0] ? ", driver " : "",
 		       B.b.record.driver_version,
 		       B.graphs ? "launches recorded in one graph" : "launches one by one",

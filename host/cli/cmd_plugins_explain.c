@@ -212,7 +212,8 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		                 "types", jtypes);
 		json_array_append_new(jdevices, jdev);
 	} else {
-		printf("\nbackend %s, device %u: %s (uuid %s, arch %s)\n", p->name, d,
+		/* as the run report says it; a device name may hold parentheses */
+		printf("\nbackend %s, device %u: %s, uuid %s, arch %s\n", p->name, d,
 		       b.record.name, b.record.uuid, b.record.arch);
 		printf("  kernel setting: %s (from %s%s)\n", setting_text, o.choice.origin,
 		       o.explicit_request ? "; an explicit request: no fall-back"
