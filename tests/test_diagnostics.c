@@ -313,7 +313,8 @@ Test(diagnostics, a_device_no_backend_has_is_refused)
 	json_t *j;
 
 	cr_expect_eq(q4khost_with("", "run -n 1 --device 3", NULL, plugins, "", &out), 4, "%s", out);
-	cr_expect(strstr(out, "no backend has a device 3 (cpu (1 device))") != NULL, "%s", out);
+	cr_expect(strstr(out, "no backend has a device 3; cpu has 1 device; q4khost plugins lists "
+	                      "the devices\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "device 3:"), "nothing ran on, or is reported as, device 3");
 	free(out);
 	cr_assert_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "", &out), 0, "%s", out);
@@ -806,6 +807,13 @@ Test(first_run, a_backend_without_a_device_is_named_as_loaded_with_why)
 	         "no device 0 (no-device has 0: this test backend never has one)\n", plugins);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	cr_expect_null(strstr(out, "no backend no-device"), "%s", out);
+	free(out);
+	/* run, asked for it, says the same */
+	cr_expect_eq(q4khost_with("", "run -n 1 --backend no-device", NULL, plugins, "", &out), 4,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost run: backend no-device is loaded but has no device: "
+	                      "device_info: no device 0 (no-device has 0: this test backend never "
+	                      "has one); q4khost plugins lists the devices\n") != NULL, "%s", out);
 	free(out);
 }
 
