@@ -191,7 +191,7 @@ Test(ab, validate_plot_draws_one_series_per_candidate_from_receipts, .timeout = 
 	/* The second run decides from receipts alone and draws the same image. */
 	snprintf(args, sizeof(args), "--plot %s", second);
 	cr_expect_eq(q4khost(&r, "", "validate", args, &out), 1, "%s", out);
-	cr_expect(strstr(out, "receipt (") != NULL, "%s", out);
+	cr_expect(strstr(out, "receipt of ") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "fresh ("), "%s", out);
 	free(out);
 	a = test_read_file(first, &la);
@@ -252,7 +252,7 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	cr_expect_eq(q4khost(&r, "Q4KHOST_Q4K_KERNEL=cpu-q8act,defect-nan", "bench",
 	                     "-n 2 -p 'The water cycle'", &out),
 	             1, "%s", out);
-	cr_expect(strstr(out, "cpu-q8act") != NULL && strstr(out, "receipt (") != NULL,
+	cr_expect(strstr(out, "cpu-q8act") != NULL && strstr(out, "receipt of ") != NULL,
 	          "the receipt of the first run decides: %s", out);
 	cr_expect(strstr(out, "not timed: F2 reject: position 1 (prefill)") != NULL, "%s", out);
 	cr_expect(strstr(out, "built-in") != NULL, "%s", out);

@@ -90,14 +90,14 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 2400)
 	expect(root, "defect-kv", "broken", "(decode step 4)");
 	expect(root, "defect-abort", "reject", "killed by signal 6");
 	json_array_foreach(json_object_get(root, "candidates"), i, c)
-		cr_expect(strstr(str(c, "source"), "fresh (reason: no receipt)") == str(c, "source"),
+		cr_expect(strstr(str(c, "source"), "fresh: no receipt") == str(c, "source"),
 		          "%s: %s", str(c, "kernel"), str(c, "source"));
 	json_decref(root);
 
 	/* A second run decides from the receipts alone. */
 	root = validate(plugins, receipts, "", &status);
 	json_array_foreach(json_object_get(root, "candidates"), i, c)
-		cr_expect(!strncmp(str(c, "source"), "receipt (", 9), "%s: %s",
+		cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s: %s",
 		          str(c, "kernel"), str(c, "source"));
 	json_decref(root);
 
@@ -176,9 +176,9 @@ Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout
 	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
 	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
 	          "%s", out);
-	cr_expect(strstr(out, "F2: pass (fresh (reason: no receipt))") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s", out);
 	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
-	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "the second run uses the receipt: %s", out);
+	cr_expect(strstr(out, "F2: pass (receipt of ") != NULL, "the second run uses the receipt: %s", out);
 	cr_expect_eq(run_cli(plugins, receipts, "--kernel defect-nan", out, sizeof(out)), 4,
 	             "a named variant that fails F2 is an error, not a fall-back: %s", out);
 	cr_expect(strstr(out, "cpu/defect-nan: F2 reject: position 1 (prefill)") != NULL, "%s", out);
@@ -209,7 +209,7 @@ static const char *rejection_source(const char *out, const char *name)
 
 static int from_receipt(const char *out, const char *name)
 {
-	return !strncmp(rejection_source(out, name), "receipt (", 9);
+	return !strncmp(rejection_source(out, name), "receipt of ", 11);
 }
 
 /*
@@ -241,12 +241,12 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
 	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
 	          "%s", out);
-	cr_expect(strstr(out, "F2: pass (fresh (reason: no receipt))") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-abort: F2 reject: validation crashed: "
-	                      "killed by signal 6 (Aborted) [fresh (reason: no receipt)]") != NULL,
+	                      "killed by signal 6 (Aborted) [fresh: no receipt]") != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-hang: F2 reject: validation timed out "
-	                      "after 30 s and was killed [fresh (reason: no receipt)]") != NULL,
+	                      "after 30 s and was killed [fresh: no receipt]") != NULL,
 	          "%s", out);
 	hog = strstr(out, "F2 rejected first: cpu/defect-hog: F2 reject: validation exceeded the "
 	                  "memory limit: ");
@@ -259,7 +259,7 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 
 	/* The second run decides from the receipts alone. */
 	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
-	cr_expect(strstr(out, "F2: pass (receipt (") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt of ") != NULL, "%s", out);
 	cr_expect(from_receipt(out, "cpu/defect-abort"), "%s", out);
 	cr_expect(from_receipt(out, "cpu/defect-hang"), "%s", out);
 	cr_expect(from_receipt(out, "cpu/defect-hog"), "%s", out);
@@ -276,7 +276,7 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	cr_assert_eq(fputc(0, f), 0);
 	cr_assert_eq(fclose(f), 0);
 	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
-	cr_expect(!strncmp(rejection_source(out, "cpu/defect-abort"), "fresh (reason: ", 15),
+	cr_expect(!strncmp(rejection_source(out, "cpu/defect-abort"), "fresh: ", 7),
 	          "%s", out);
 	cr_expect(strstr(out, "cpu/defect-abort: F2 reject: validation crashed: killed by signal 6") != NULL,
 	          "%s", out);

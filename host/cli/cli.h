@@ -6,6 +6,9 @@
 #ifndef Q4KH_CLI_H
 #define Q4KH_CLI_H
 
+#include <jansson.h>
+#include <stddef.h>
+
 #include "config.h"
 #include "error.h"
 #include "registry.h"
@@ -20,10 +23,12 @@ enum q4kh_exit {
 };
 
 /*
- * After getopt_long (called with opterr = 0) returned '?' or ':': say which
- * argument was wrong in one line and return Q4KH_EXIT_USAGE.
+ * After getopt_long (called with opterr = 0 and an option string starting
+ * with ':') returned C, '?' or ':': say in one line which option was
+ * unknown ('?'), or which option lacks its value (':'), and return
+ * Q4KH_EXIT_USAGE.
  */
-int q4kh_cli_bad_option(const char *command, char **argv);
+int q4kh_cli_bad_option(const char *command, char **argv, int c);
 
 /*
  * Parse S, the value of option WHAT of COMMAND, as a decimal number in
@@ -33,10 +38,19 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
                         long hi, long *out);
 
 /*
- * How to get the default model, for a message: "fetch it with
- * PKGDATADIR/fetch-model.sh" when the installed script is there, else
- * "fetch it with scripts/fetch-model.sh in q4khost's source tree" (a
- * build that was not installed).
+ * The path of document NAME ("config.md") for --help: the installed one
+ * in DOCDIR, or, in a build that was not installed, the source tree's
+ * docs/NAME (absolute), so the path named exists. A static buffer,
+ * overwritten by the next call.
+ */
+const char *q4kh_cli_doc(const char *name);
+
+/*
+ * How to get the default model, for a message: "fetch it with SCRIPT",
+ * SCRIPT the absolute path of fetch-model.sh, installed in PKGDATADIR or
+ * in the source tree of a build not installed (a command to paste from any
+ * folder); "fetch it with scripts/fetch-model.sh in q4khost's source
+ * tree" when neither is there.
  */
 const char *q4kh_cli_fetch_hint(void);
 
@@ -44,8 +58,9 @@ const char *q4kh_cli_fetch_hint(void);
  * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
  * else the default model ($Q4KHOST_MODEL, else the file
  * scripts/fetch-model.sh fetches into the cache folder), written into BUF.
- * NULL with err when the default is missing: naming Q4KHOST_MODEL when
- * it was set, else saying how to get the default model.
+ * NULL with err when GIVEN is empty (-m ''), or when the default is
+ * missing: naming Q4KHOST_MODEL when it was set, else saying how to get
+ * the default model.
  */
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err);
 
@@ -85,6 +100,14 @@ void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
  */
 int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config *c,
                          const char *kernel_cli, const char *backend_cli, int json);
+
+/*
+ * A JSON string of the LEN bytes at S: every byte that is not part of a
+ * valid UTF-8 sequence becomes U+FFFD, so the output stays valid JSON
+ * whatever it holds (a prompt, a model's text or metadata). NULL only
+ * when out of memory.
+ */
+json_t *q4kh_cli_json_text(const char *s, size_t len);
 
 int q4kh_cmd_run(int argc, char **argv);
 int q4kh_cmd_plugins(int argc, char **argv);

@@ -4,6 +4,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +19,23 @@
 #include "policy.h"
 #include "secure.h"
 
-int q4kh_cli_bad_option(const char *command, char **argv)
+int q4kh_cli_bad_option(const char *command, char **argv, int c)
 {
-	fprintf(stderr, "q4khost %s: unknown option or missing value in '%s' (try q4khost %s --help)\n",
-	        command, argv[optind - 1], command);
+	const char *arg = argv[optind - 1];
+	int len = (int)strcspn(arg, "="); /* --name=value names --name */
+
+	if (c == ':')
+		fprintf(stderr, "q4khost %s: option '%.*s' needs a value (try q4khost %s --help)\n",
+		        command, len, arg, command);
+	else if (optopt && !strncmp(arg, "--", 2) && arg[len]) /* --json=1: known, given a value */
+		fprintf(stderr, "q4khost %s: option '%.*s' takes no value (try q4khost %s --help)\n",
+		        command, len, arg, command);
+	else if (optopt && strncmp(arg, "--", 2)) /* short, maybe among others: -xv */
+		fprintf(stderr, "q4khost %s: unknown option '-%c' (try q4khost %s --help)\n",
+		        command, optopt, command);
+	else
+		fprintf(stderr, "q4khost %s: unknown option '%.*s' (try q4khost %s --help)\n",
+		        command, len, arg, command);
 	return Q4KH_EXIT_USAGE;
 }
 
@@ -40,19 +56,52 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
 	return 0;
 }
 
+/*
+ * INSTALLED, unless it is not there (MODE: access(2)'s) and the source
+ * tree's REL is: then its canonical path (configure may have been given
+ * a relative path to itself), in BUF of PATH_MAX bytes.
+ */
+static const char *installed_or_source(const char *installed, const char *rel, int mode,
+                                       char *buf)
+{
+	char source[PATH_MAX + 64];
+
+	snprintf(source, sizeof(source), "%s/%s", Q4KH_SRCDIR, rel);
+	if (access(installed, mode) == 0 || access(source, mode) != 0 || !realpath(source, buf))
+		return installed;
+	return buf;
+}
+
+const char *q4kh_cli_doc(const char *name)
+{
+	static char installed[PATH_MAX], rel[PATH_MAX], buf[PATH_MAX];
+
+	snprintf(installed, sizeof(installed), "%s/%s", Q4KH_DOCDIR, name);
+	snprintf(rel, sizeof(rel), "docs/%s", name);
+	return installed_or_source(installed, rel, R_OK, buf);
+}
+
 const char *q4kh_cli_fetch_hint(void)
 {
-	static const char installed[] = Q4KH_PKGDATADIR "/fetch-model.sh";
+	static char hint[PATH_MAX + 32], buf[PATH_MAX];
+	const char *script = installed_or_source(Q4KH_PKGDATADIR "/fetch-model.sh",
+	                                         "scripts/fetch-model.sh", X_OK, buf);
 
-	return access(installed, X_OK) == 0
-	               ? "fetch it with " Q4KH_PKGDATADIR "/fetch-model.sh"
-	               : "fetch it with scripts/fetch-model.sh in q4khost's source tree";
+	if (access(script, X_OK) != 0)
+		return "fetch it with scripts/fetch-model.sh in q4khost's source tree";
+	snprintf(hint, sizeof(hint), "fetch it with %s", script);
+	return hint;
 }
 
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err)
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
 
+	if (given && !*given) {
+		q4kh_fail(err, "the model file name is empty: expected the path of a GGUF file "
+		          "(or none, for the default model)");
+		return NULL;
+	}
 	if (given)
 		return given;
 	if (access(q4kh_default_model_path(buf, cap), F_OK) == 0)
@@ -86,12 +135,13 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 {
 	if (!quiet)
 		warn_ignored_env(command);
+	/* before the files: a misspelt variable may be why one is missing */
+	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
+		q4kh_env_check(warn_line, (void *)command);
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)
 		q4kh_config_check(*out, warn_line, (void *)command);
-	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
-		q4kh_env_check(warn_line, (void *)command);
 	return 0;
 }
 
@@ -114,4 +164,64 @@ void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,
 		fprintf(stderr,
 		        "q4khost %s: warning: kernel selectors that match no device here, their entries ignored: %s (q4khost plugins lists the devices)\n",
 		        command, unmatched);
+}
+
+/* Length of the valid UTF-8 sequence at S (N bytes left), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong forms, surrogates, beyond U+10FFFF */
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+json_t *q4kh_cli_json_text(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	json_t *j = json_stringn(s, len);
+	char *buf;
+	size_t o = 0;
+
+	if (j)
+		return j;
+	buf = malloc(len * 3 + 1);
+	if (!buf)
+		return NULL;
+	for (size_t i = 0; i < len;) {
+		size_t n = utf8_len(p + i, len - i);
+
+		if (n) {
+			memcpy(buf + o, p + i, n);
+			o += n;
+			i += n;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	j = json_stringn(buf, o);
+	free(buf);
+	return j;
 }

@@ -111,7 +111,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 	o->n_decode = 32;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:n:p:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:n:p:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -133,11 +133,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			o->device_set = 1;
 			break;
 		case O_TIMEOUT:
-			if (parse_count(optarg, "--timeout", 1, 86400, &o->timeout))
+			if (parse_count(optarg, "--timeout (seconds)", 1, Q4KH_TIMEOUT_MAX_S, &o->timeout))
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("bench", argv); return -1;
+		default: q4kh_cli_bad_option("bench", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

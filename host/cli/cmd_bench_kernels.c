@@ -201,7 +201,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->repeat = 5;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
 		switch (c) {
 		case O_BACKEND: o->backend = optarg; break;
 		case O_KERNELS: o->kernels = optarg; break;
@@ -227,7 +227,7 @@ static int parse(int argc, char **argv, struct opts *o)
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("bench-kernels", argv); return -1;
+		default: q4kh_cli_bad_option("bench-kernels", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {
@@ -814,7 +814,7 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 	B.rows = json_array();
 	if (!o.json) {
 		/* The cpu backends have no driver: nothing to name. */
-		printf("device %s (%s, %s%s%s); timing: %s, %s\n", B.b.record.name,
+		printf("device %s, uuid %s, arch %s%s%s; timing: %s, %s\n", B.b.record.name,
 		       B.b.record.uuid, B.b.record.arch, B.b.record.driver_version[0] ? ", driver " : "",
 		       B.b.record.driver_version,
 		       B.graphs ? "launches recorded in one graph" : "launches one by one",
@@ -824,9 +824,12 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 			       o.repeat, B.ceiling * 1e-9);
 		else
 			printf("read ceiling: the backend has no read_pass (ABI 1.1)\n\n");
-		printf("%-6s %-12s %-11s %-14s %-11s %8s %6s %6s | batch 2..%ld, us | b%ld/b1 NMSE\n",
-		       "type", "model", "role", "N x K", "kernel", "b1 us", "GB/s", "%ceil",
-		       o.max_cols, o.max_cols);
+		printf("%-6s %-12s %-11s %-14s %-11s %8s %6s %6s | ", "type", "model", "role",
+		       "N x K", "kernel", "b1 us", "GB/s", "%ceil");
+		if (o.max_cols > 1) /* "2..1" would be an empty range */
+			printf("batch 2..%ld, us | b%ld/b1 NMSE\n", o.max_cols, o.max_cols);
+		else
+			printf("no batches (--max-batch 1) | b1/b1 NMSE\n");
 	}
 	for (size_t t = 0; t < N_OF(types); t++) {
 		if (!listed(o.type_list, q4kh_type_name(types[t])) ||

@@ -75,7 +75,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		case O_CONFIG: o->config_file = optarg; break;
 		case O_JSON: o->json = 1; break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("conformance", argv); return -1;
+		default: q4kh_cli_bad_option("conformance", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {
@@ -144,6 +144,17 @@ static int check_device(const struct q4kh_plugin *p, uint32_t d, const struct q4
 	return 0;
 }
 
+/* The backend named with -b is loaded, but has no device to check. */
+static int no_device(const struct q4kh_plugin *p, struct q4kh_error *err)
+{
+	char why[512];
+
+	q4kh_backend_why_no_device(p, why, sizeof(why));
+	q4kh_fail(err, "backend %s (%s) is loaded but has no device, so there is nothing to check%s%s",
+	          p->name, p->path, why[0] ? "; it says: " : " (it does not say why)", why);
+	return Q4KH_EXIT_PLUGIN;
+}
+
 int q4kh_cmd_conformance(int argc, char **argv)
 {
 	struct opts o;
@@ -166,6 +177,10 @@ int q4kh_cmd_conformance(int argc, char **argv)
 		rc = Q4KH_EXIT_INPUT;
 	if (rc)
 		goto out;
+	if (q4kh_registry_check_backend(r, o.backend, "--backend", &err)) {
+		rc = Q4KH_EXIT_PLUGIN;
+		goto out;
+	}
 	cpu = q4kh_registry_find(r, "cpu");
 	if (!cpu || cpu->state != Q4KH_PLUGIN_ACCEPTED || q4kh_backend_open(cpu, 0, &ref, &err)) {
 		if (!err.msg[0])
@@ -182,6 +197,10 @@ int q4kh_cmd_conformance(int argc, char **argv)
 			continue;
 		if (q4kh_backend_devices(p, &n, &err)) {
 			rc = Q4KH_EXIT_FAIL;
+			goto out;
+		}
+		if (n == 0 && o.backend) {
+			rc = no_device(p, &err);
 			goto out;
 		}
 		for (uint32_t d = 0; d < n; d++) {

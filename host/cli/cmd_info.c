@@ -239,68 +239,6 @@ static int print_text(const struct q4kh_gguf *g, int all, struct q4kh_error *err
 
 /* --- JSON ------------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at S (N bytes left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-	size_t len;
-	uint32_t cp;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		len = 2, cp = s[0] & 0x1f;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		len = 3, cp = s[0] & 0x0f;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		len = 4, cp = s[0] & 0x07;
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	/* overlong forms, surrogates, beyond U+10FFFF */
-	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-		return 0;
-	return len;
-}
-
-/* A JSON string of S; bytes that are not UTF-8 become U+FFFD, so the
- * output stays valid JSON whatever the file holds. */
-static json_t *json_str(const char *s, uint64_t len)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	json_t *j = json_stringn(s, len);
-	char *buf;
-	size_t o = 0;
-
-	if (j)
-		return j;
-	buf = malloc(len * 3 + 1);
-	if (!buf)
-		return NULL;
-	for (uint64_t i = 0; i < len;) {
-		size_t n = utf8_len(p + i, len - i);
-
-		if (n) {
-			memcpy(buf + o, p + i, n);
-			o += n;
-			i += n;
-		} else {
-			memcpy(buf + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	j = json_stringn(buf, o);
-	free(buf);
-	return j;
-}
-
 static json_t *json_scalar(const struct q4kh_gguf_scalar *s)
 {
 	switch (s->type) {
@@ -336,7 +274,7 @@ static json_t *json_elem(const struct q4kh_gguf_kv *kv,
 	struct q4kh_gguf_scalar s;
 
 	if (strs)
-		return json_str(strs[i].data, strs[i].len);
+		return q4kh_cli_json_text(strs[i].data, strs[i].len);
 	if (q4kh_gguf_scalar_at(kv, i, &s))
 		return json_null();
 	return json_scalar(&s);
@@ -374,7 +312,7 @@ static json_t *json_kv(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
 
 	if (!o)
 		return NULL;
-	json_object_set_new(o, "key", json_str(kv->key.data, kv->key.len));
+	json_object_set_new(o, "key", q4kh_cli_json_text(kv->key.data, kv->key.len));
 	json_object_set_new(o, "type", json_string(q4kh_gguf_vtype_name(kv->type)));
 	if (kv->type == Q4KH_GGUF_ARRAY) {
 		if (json_array_values(g, kv, all, o, err)) {
@@ -383,7 +321,7 @@ static json_t *json_kv(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
 		}
 	} else if (kv->type == Q4KH_GGUF_STRING) {
 		str = kv_string(kv);
-		json_object_set_new(o, "value", json_str(str.data, str.len));
+		json_object_set_new(o, "value", q4kh_cli_json_text(str.data, str.len));
 	} else {
 		q4kh_gguf_scalar_at(kv, 0, &s);
 		json_object_set_new(o, "value", json_scalar(&s));
@@ -422,7 +360,7 @@ static json_t *json_info(const struct q4kh_gguf *g, int all,
 	}
 	tally(g, &t);
 	root = json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I}",
-	                 "path", json_str(g->path, strlen(g->path)),
+	                 "path", q4kh_cli_json_text(g->path, strlen(g->path)),
 	                 "file_size", (json_int_t)g->size,
 	                 "version", (json_int_t)g->version,
 	                 "alignment", (json_int_t)g->alignment,
@@ -437,21 +375,37 @@ static json_t *json_info(const struct q4kh_gguf *g, int all,
 	return root;
 }
 
+/* A write that fails leaves stdout's error flag set: the dispatcher says
+ * so once, or nothing when the reader went away (| head), as for text. */
 static int print_json(const struct q4kh_gguf *g, int all, struct q4kh_error *err)
 {
 	json_t *root = json_info(g, all, err);
-	int rc;
 
 	if (!root)
 		return -1;
-	rc = json_dumpf(root, stdout, JSON_INDENT(2));
-	json_decref(root);
-	if (rc == 0)
+	if (json_dumpf(root, stdout, JSON_INDENT(2)) == 0)
 		putchar('\n');
-	return rc ? q4kh_fail(err, "cannot write the JSON report") : 0;
+	json_decref(root);
+	return 0;
 }
 
 /* --- the command --------------------------------------------------------- */
+
+/*
+ * info reads no setting, but what is wrong with them is said here as by
+ * every command (a Q4KHOST_CONFIG file that is not there, an unknown
+ * Q4KHOST_ variable or key), as warnings: the work goes on.
+ */
+static void warn_config(void)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *c = NULL;
+
+	if (q4kh_cli_config("info", NULL, 0, &c, &err))
+		fprintf(stderr, "q4khost info: warning: %s (info reads no setting, so it goes on; "
+		        "every other command stops here)\n", err.msg);
+	q4kh_config_free(c);
+}
 
 int q4kh_cmd_info(int argc, char **argv)
 {
@@ -469,7 +423,7 @@ int q4kh_cmd_info(int argc, char **argv)
 
 	optind = 1;
 	opterr = 0; /* our own message below names the command */
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			json = 1;
@@ -481,7 +435,7 @@ int q4kh_cmd_info(int argc, char **argv)
 			usage(stdout);
 			return Q4KH_EXIT_OK;
 		default:
-			return q4kh_cli_bad_option("info", argv);
+			return q4kh_cli_bad_option("info", argv, c);
 		}
 	}
 	if (argc - optind > 1) {
@@ -489,6 +443,7 @@ int q4kh_cmd_info(int argc, char **argv)
 		        "(try q4khost info --help)\n", argc - optind);
 		return Q4KH_EXIT_USAGE;
 	}
+	warn_config();
 	file = q4kh_cli_model(optind < argc ? argv[optind] : NULL, model_path,
 	                      sizeof(model_path), &err);
 	if (!file || q4kh_gguf_open(file, &g, &err)) {

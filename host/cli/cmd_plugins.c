@@ -76,7 +76,7 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
 		switch (c) {
 		case O_PPATH: o->plugin_path = optarg; break;
 		case O_CONFIG: o->config_file = optarg; break;
@@ -85,7 +85,7 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 		case O_KERNEL: o->kernel = optarg; break;
 		case O_BACKEND: o->backend = optarg; break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("plugins", argv); return -1;
+		default: q4kh_cli_bad_option("plugins", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

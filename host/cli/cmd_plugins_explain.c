@@ -47,6 +47,11 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	}
 	backend = q4kh_settings_backend(backend_cli, backend_origin, sizeof(backend_origin));
 	q4kh_receipt_dir(c, dir, sizeof(dir), &dir_origin);
+	/* explained, not refused: this command diagnoses */
+	if (q4kh_receipt_dir_check(c, &err))
+		fprintf(stderr, "q4khost plugins: warning: %s; so run, validate, bench, qa, serve and "
+		        "conformance refuse to start (exit 3), whatever backend they would use\n",
+		        err.msg);
 	if (json) {
 		json_object_set_new(out, "plugin_path", setting(r->path, r->path_origin));
 		json_object_set_new(out, "backend", setting(backend ? backend : "automatic",
@@ -207,7 +212,8 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		                 "types", jtypes);
 		json_array_append_new(jdevices, jdev);
 	} else {
-		printf("\nbackend %s, device %u: %s (uuid %s, arch %s)\n", p->name, d,
+		/* as the run report says it; a device name may hold parentheses */
+		printf("\nbackend %s, device %u: %s, uuid %s, arch %s\n", p->name, d,
 		       b.record.name, b.record.uuid, b.record.arch);
 		printf("  kernel setting: %s (from %s%s)\n", setting_text, o.choice.origin,
 		       o.explicit_request ? "; an explicit request: no fall-back"
@@ -288,6 +294,28 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
 	return 0;
 }
 
+/*
+ * The names given (--backend or Q4KHOST_BACKEND, the kernel variants of
+ * --kernel or Q4KHOST_Q4K_KERNEL) are checked before anything is printed:
+ * a mistake is one error, not half an answer. 0, or the exit code.
+ */
+static int check_names(const struct q4kh_registry *r, const char *kernel_cli,
+                       const char *backend_cli)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_kernel_choice choice;
+	struct q4kh_device_record none = { 0 }; /* the names parse alike for any device */
+	char origin[64];
+	const char *backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
+
+	if (q4kh_registry_check_backend(r, backend, origin, &err) ||
+	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		return Q4KH_EXIT_PLUGIN;
+	}
+	return 0;
+}
+
 int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config *c,
                          const char *kernel_cli, const char *backend_cli, int json)
 {
@@ -299,8 +327,11 @@ int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config
 	json_object_set_new(root, "settings", jset);
 	json_object_set_new(root, "devices", jdevices);
 	json_object_set_new(root, "run", jruns);
-	q4kh_cli_warn_selectors("plugins", r, kernel_cli);
-	rc = settings(r, c, backend_cli, jset, json);
+	rc = check_names(r, kernel_cli, backend_cli);
+	if (rc == 0)
+		q4kh_cli_warn_selectors("plugins", r, kernel_cli);
+	if (rc == 0)
+		rc = settings(r, c, backend_cli, jset, json);
 	for (size_t i = 0; rc == 0 && i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		uint32_t n;

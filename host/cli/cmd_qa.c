@@ -75,7 +75,7 @@ static void usage(FILE *out)
 	        "  {\"prompt\": \"1, 2, 3, 4, 5, 6,\", \"accept\": [\" 7, 8, 9\"], \"max_tokens\": 8}\n"
 	        "keys: prompt, accept (answers the text, leading white space aside, must\n"
 	        "start with), max_tokens (default 16), chat (apply the chat template;\n"
-	        "default false), name; '#' lines are comments\n(" Q4KH_DOCDIR "/f2.md).\n\n"
+	        "default false), name; '#' lines are comments\n(%s).\n\n"
 	        "      --cases FILE      the golden cases (required)\n"
 	        "      --chat-template NAME  the chat family of \"chat\" cases (default:\n"
 	        "                        the model's own template's; as q4khost run)\n"
@@ -94,7 +94,8 @@ static void usage(FILE *out)
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 every case that is not a knife edge passed on every path,\n"
 	        "            1 a case failed on some path (or could not run), 2 usage,\n"
-	        "            3 bad model, cases or config file\n");
+	        "            3 bad model, cases or config file\n",
+	        q4kh_cli_doc("f2.md"));
 }
 
 static int parse(int argc, char **argv, struct qa_opts *o)
@@ -120,14 +121,12 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	};
 	struct q4kh_error err;
 	enum q4kh_chat_format family;
-	char *end;
-	long *target;
 	int c;
 
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
 		switch (c) {
 		case O_CASES: o->cases = optarg; break;
 		case 'm': o->model = optarg; break;
@@ -154,19 +153,17 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 			}
 			break;
 		case O_DEVICE:
-		case O_TIMEOUT:
-			target = c == O_DEVICE ? &o->device : &o->timeout;
-			errno = 0;
-			*target = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || *target < (c == O_DEVICE ? 0 : 1)) {
-				fprintf(stderr, "q4khost qa: --%s takes a whole number, got '%s'\n",
-				        c == O_DEVICE ? "device" : "timeout", optarg);
+			if (q4kh_cli_parse_long("qa", optarg, "--device", 0, INT32_MAX, &o->device))
 				return -1;
-			}
-			o->device_set |= c == O_DEVICE;
+			o->device_set = 1;
+			break;
+		case O_TIMEOUT:
+			if (q4kh_cli_parse_long("qa", optarg, "--timeout (seconds)", 1,
+			                        Q4KH_TIMEOUT_MAX_S, &o->timeout))
+				return -1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("qa", argv); return -1;
+		default: q4kh_cli_bad_option("qa", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {

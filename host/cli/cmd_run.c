@@ -48,7 +48,7 @@ static void usage(FILE *out)
 	        "                        default model that fetch-model.sh fetches\n"
 	        "                        into the cache folder; man q4khost, FILES)\n"
 	        "  -p, --prompt TEXT     prompt (default: \"" DEFAULT_PROMPT "\")\n"
-	        "  -n, --n-predict N     tokens to generate (default 64)\n"
+	        "  -n, --n-predict N     tokens to generate, at least 1 (default 64)\n"
 	        "  -c, --ctx N           context length in tokens (default: the model's\n"
 	        "                        trained context, at most 4096; more than it\n"
 	        "                        is warned about)\n"
@@ -56,7 +56,8 @@ static void usage(FILE *out)
 	        "      --top-k K         keep the K most likely tokens (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
 	        "      --seed S          random seed (default 0)\n"
-	        "      --raw             do not apply the model's chat template\n"
+	        "      --raw             do not apply the model's chat template (not with\n"
+	        "                        --chat-template)\n"
 	        "      --chat-template NAME  lay the prompt out as chat family NAME\n"
 	        "                        (chatml, llama3, deepseek3, ...; none = raw text)\n"
 	        "                        instead of the model's own template's family\n"
@@ -81,8 +82,9 @@ static void usage(FILE *out)
 	        "                        threads, else every online CPU)\n"
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
-	        "      --json            print one JSON object (text and report)\n"
-	        "                        instead of streaming\n"
+	        "      --json            print one JSON object (prompt, text and report)\n"
+	        "                        instead of streaming; bytes of the prompt or\n"
+	        "                        text that are not UTF-8 become U+FFFD there\n"
 	        "  -h, --help            this help\n\n"
 	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
 	        "newline and the report (stop: interrupted) are still printed, or the\n"
@@ -156,12 +158,12 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	o->sp.top_p = 0.95f;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:p:n:c:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:p:n:c:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
 		case 'n':
-			if (parse_long(optarg, "--n-predict", 0, INT_MAX, &o->n_predict))
+			if (parse_long(optarg, "--n-predict", 1, INT_MAX, &o->n_predict))
 				return -1;
 			break;
 		case 'c':
@@ -212,12 +214,18 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			break;
 		case 'h': usage(stdout); return 1;
 		default:
-			q4kh_cli_bad_option("run", argv);
+			q4kh_cli_bad_option("run", argv, c);
 			return -1;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "q4khost run: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (o->raw && o->chat_template) {
+		fprintf(stderr, "q4khost run: --raw and --chat-template %s contradict each other: "
+		        "--raw lays out no chat template (--chat-template none says the same)\n",
+		        o->chat_template);
 		return -1;
 	}
 	return 0;
@@ -344,6 +352,8 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	rq.config_file = o->config_file;
 	rq.mode_origin = origin;
 	rq.backend = q4kh_settings_backend(o->backend, backend_origin, sizeof(backend_origin));
+	if (q4kh_registry_check_backend(r->registry, rq.backend, backend_origin, err))
+		return Q4KH_EXIT_PLUGIN;
 	rq.device = (uint32_t)o->device;
 	rq.model_path = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
 	if (!rq.model_path)
@@ -518,8 +528,8 @@ int q4kh_cmd_run(int argc, char **argv)
 	rep.steps = &r.session->stats;
 	if (o.json) {
 		json_t *j = q4kh_report_json(&rep);
-		json_object_set_new(j, "prompt", json_string(o.prompt));
-		json_object_set_new(j, "text", json_stringn(r.text ? r.text : "", r.text_len));
+		json_object_set_new(j, "prompt", q4kh_cli_json_text(o.prompt, strlen(o.prompt)));
+		json_object_set_new(j, "text", q4kh_cli_json_text(r.text ? r.text : "", r.text_len));
 		json_dumpf(j, stdout, JSON_INDENT(2));
 		fputc('\n', stdout);
 		json_decref(j);

@@ -145,7 +145,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	o->defaults.top_p = 0.95f;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:c:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:c:h", longs, NULL)) != -1) {
 		int rc = 0;
 
 		switch (c) {
@@ -195,7 +195,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		case O_CONFIG: o->config_file = optarg; break;
 		case 'h': usage(stdout); return 1;
 		default:
-			q4kh_cli_bad_option("serve", argv);
+			q4kh_cli_bad_option("serve", argv, c);
 			return -1;
 		}
 		if (rc)

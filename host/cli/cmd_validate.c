@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "candidates.h"
@@ -43,7 +45,7 @@ static void usage(FILE *out)
 	        "kernel variant that targets it, on each of its devices (kernel\n"
 	        "variants for the cpu backend included). Valid receipts are used unless\n"
 	        "--f2 fresh; each measurement runs in a child process. The rules:\n"
-	        Q4KH_DOCDIR "/f2.md\n\n"
+	        "%s\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        only this device\n"
@@ -79,7 +81,8 @@ static void usage(FILE *out)
 	        "            measured (with --one: the one measured), or the plot could\n"
 	        "            not be written, 2 usage,\n"
 	        "            3 bad model or config file, 130 or 143 stopped by SIGINT\n"
-	        "            or SIGTERM (the measuring child is stopped too)\n");
+	        "            or SIGTERM (the measuring child is stopped too)\n",
+	        q4kh_cli_doc("f2.md"));
 }
 
 static int parse(int argc, char **argv, struct validate_opts *o)
@@ -111,7 +114,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "m:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case O_BACKEND: o->backend = optarg; break;
@@ -141,15 +144,14 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 			}
 			break;
 		case O_DEVICE:
-		case O_TIMEOUT:
-			errno = 0;
-			*(c == O_DEVICE ? &o->device : &o->timeout) = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || (c == O_DEVICE ? o->device : o->timeout) < (c == O_DEVICE ? 0 : 1)) {
-				fprintf(stderr, "q4khost validate: --%s takes a whole number, got '%s'\n",
-				        c == O_DEVICE ? "device" : "timeout", optarg);
+			if (q4kh_cli_parse_long("validate", optarg, "--device", 0, INT32_MAX, &o->device))
 				return -1;
-			}
-			o->device_set |= c == O_DEVICE;
+			o->device_set = 1;
+			break;
+		case O_TIMEOUT:
+			if (q4kh_cli_parse_long("validate", optarg, "--timeout (seconds)", 1,
+			                        Q4KH_TIMEOUT_MAX_S, &o->timeout))
+				return -1;
 			break;
 		case O_MEMORY:
 			errno = 0;
@@ -163,7 +165,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 			o->memory_limit_set = 1;
 			break;
 		case 'h': usage(stdout); return 1;
-		default: q4kh_cli_bad_option("validate", argv); return -1;
+		default: q4kh_cli_bad_option("validate", argv, c); return -1;
 		}
 	}
 	if (optind < argc) {
@@ -324,6 +326,39 @@ static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
 	return o->quiet || v == Q4KH_F2_PASS ? Q4KH_EXIT_OK : Q4KH_EXIT_FAIL;
 }
 
+/*
+ * --plot PATH can be written (an existing file this user may write, or a
+ * new one in a folder they may write), checked before any measurement so
+ * that minutes of work do not end in "cannot create the plot". 0, or -1
+ * with err.
+ */
+static int check_plot_path(const char *path, struct q4kh_error *err)
+{
+	char dir[4096], *slash;
+	struct stat st;
+
+	if (!*path)
+		return q4kh_fail(err, "--plot: the file name is empty: expected FILE.svg");
+	if (stat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return q4kh_fail(err, "--plot %s: is a folder, expected a file to write", path);
+		if (access(path, W_OK) != 0)
+			return q4kh_fail(err, "--plot %s: cannot write it: %s (checked before any "
+			                 "measurement)", path, strerror(errno));
+		return 0;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		slash[slash == dir] = 0; /* "/x.svg" lies in "/" */
+	if (access(dir, W_OK | X_OK) != 0)
+		return q4kh_fail(err, "--plot %s: cannot create it in %s: %s (checked before any "
+		                 "measurement)", path, dir, strerror(errno));
+	return 0;
+}
+
 /* --plot: every row's points, from its receipt, as one SVG file. */
 static int write_plot(const char *path, const char *model, const struct row *rows,
                       size_t n, struct q4kh_error *err)
@@ -395,6 +430,10 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (!o.one) {
 		q4kh_interrupt_install();
 		q4kh_progress_init("validate");
+	}
+	if (o.plot && !o.one && check_plot_path(o.plot, &err)) {
+		rc = Q4KH_EXIT_FAIL;
+		goto out;
 	}
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||

@@ -42,8 +42,11 @@ static void usage(FILE *out)
 		fprintf(out, "  %-14s %s\n", commands[i].name, commands[i].summary);
 	fprintf(out,
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
-	        "Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG (debug,\n"
-	        "info, warning, error); see man q4khost.ini, or\n" Q4KH_DOCDIR "/config.md\n"
+	        "Q4KHOST_CONFIG, Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR,\n"
+	        "Q4KHOST_LOG (debug, info, warning, error), Q4KHOST_API_KEY (serve);\n"
+	        "see man q4khost.ini, or\n%s\n",
+	        q4kh_cli_doc("config.md"));
+	fprintf(out,
 	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 a bad model file or\n"
 	        "            configuration (a config file, a setting's value, the\n"
 	        "            receipt folder), 4 no plugin could honour the request,\n"
@@ -81,16 +84,17 @@ static int reader_gone(int write_errno)
 /*
  * Output lost on a full disk must not exit 0; a reader that went away took
  * what it wanted, which is no failure: every command then ends quietly
- * with its own status (run has stopped generating and said so).
+ * with its own status (run has stopped generating and said so). WHO:
+ * "q4khost" or "q4khost COMMAND", the prefix of the one line said.
  */
-static int finish(int rc)
+static int finish(const char *who, int rc)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		int e = errno;
 
 		if (reader_gone(e))
 			return rc;
-		fprintf(stderr, "q4khost: cannot write to standard output: %s\n", strerror(e));
+		fprintf(stderr, "%s: cannot write to standard output: %s\n", who, strerror(e));
 		return rc ? rc : Q4KH_EXIT_FAIL;
 	}
 	return rc;
@@ -98,31 +102,38 @@ static int finish(int rc)
 
 int main(int argc, char **argv)
 {
+	char who[64];
+
 	if (apply_log_env())
 		return Q4KH_EXIT_USAGE;
 	if (argc < 2) {
 		usage(stderr);
 		return Q4KH_EXIT_USAGE;
 	}
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-	    !strcmp(argv[1], "help")) {
-		usage(stdout);
-		return Q4KH_EXIT_OK;
-	}
-	if (!strcmp(argv[1], "--version")) {
-		printf("q4khost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, Q4KH_ABI_MAJOR,
-		       Q4KH_ABI_MINOR);
-		return Q4KH_EXIT_OK;
-	}
 	/* A reader that goes away (| head) is seen as EPIPE by the write, for
 	 * every command alike (finish), never as a SIGPIPE that ends the
 	 * process with 141 and no word; children of F2 get the default back
 	 * (isolate.c). */
 	signal(SIGPIPE, SIG_IGN);
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return finish("q4khost", Q4KH_EXIT_OK);
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("q4khost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, Q4KH_ABI_MAJOR,
+		       Q4KH_ABI_MINOR);
+		return finish("q4khost", Q4KH_EXIT_OK);
+	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (!strcmp(argv[1], commands[i].name))
-			return finish(commands[i].fn(argc - 1, argv + 1));
-	fprintf(stderr, "q4khost: unknown command '%s' (try q4khost --help)\n",
-	        argv[1]);
+		if (!strcmp(argv[1], commands[i].name)) {
+			snprintf(who, sizeof(who), "q4khost %s", commands[i].name);
+			return finish(who, commands[i].fn(argc - 1, argv + 1));
+		}
+	if (argv[1][0] == '-')
+		fprintf(stderr, "q4khost: unknown option '%s': options go after the command "
+		        "(q4khost COMMAND [OPTIONS]; try q4khost --help)\n", argv[1]);
+	else
+		fprintf(stderr, "q4khost: unknown command '%s' (try q4khost --help)\n", argv[1]);
 	return Q4KH_EXIT_USAGE;
 }

@@ -1,5 +1,6 @@
 #include "backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const char *q4kh_status_name(q4kh_status st)
@@ -28,7 +29,7 @@ int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
 	 * why: the plugin names its key, we name the file and line. */
 	detail = b->v->last_error(b->ctx);
 	if (!b->ctx)
-		q4kh_plugin_settings_read(b->plugin, settings, sizeof(settings));
+		q4kh_plugin_settings_read(b->plugin, 1, settings, sizeof(settings));
 	return q4kh_fail(err, "%s: %s failed (%s): %s%s%s%s", b->plugin->name, what,
 	                 q4kh_status_name(st), detail ? detail : "",
 	                 settings[0] ? " [its settings: " : "", settings,
@@ -54,6 +55,20 @@ int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
 		*n = 0;
 	b.v->shutdown(b.ctx);
 	return rc;
+}
+
+void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, size_t cap)
+{
+	struct q4kh_backend b = { .plugin = plugin, .v = plugin->desc->backend };
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+	const char *why;
+
+	buf[0] = 0;
+	if (b.v->init(&plugin->api, &b.ctx) != Q4KH_OK)
+		return;
+	if (b.v->device_info(b.ctx, 0, &rec) != Q4KH_OK && (why = b.v->last_error(b.ctx)))
+		snprintf(buf, cap, "%s", why);
+	b.v->shutdown(b.ctx);
 }
 
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,

@@ -27,6 +27,13 @@ struct q4kh_backend {
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
                       struct q4kh_backend *out, struct q4kh_error *err);
 /*
+ * Why backend PLUGIN, which counts no device, has none, in its own words:
+ * what its device_info refuses device 0 with (the cuda plugin names a
+ * missing driver or GPU), into BUF; "" when it cannot start or says nothing.
+ */
+void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, size_t cap);
+
+/*
  * How many devices backend PLUGIN has: init, device_count, shutdown. -1
  * with err (and *n = 0) when the plugin is no backend or a call fails.
  */

@@ -1,6 +1,7 @@
 #include "config_keys.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define F2_KEYS "f2_floor", "f2_decode_steps", "f2_probe_tokens"
@@ -53,11 +54,49 @@ static void join(const char *const *keys, char *buf, size_t cap)
 		used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", *keys);
 }
 
+/* A key line already seen in the file being checked. */
+struct seen {
+	char section[128], key[128];
+	unsigned line;
+};
+
 struct check {
 	void (*warn)(void *data, const char *line);
 	void *data;
 	size_t count;
+	const char *file; /* the file SEEN holds the keys of */
+	struct seen *seen;
+	size_t n_seen, cap_seen;
 };
+
+/*
+ * The line KEY of SECTION was first set on in the current file, 0 when
+ * this is the first time; FILE's keys are remembered from here on.
+ */
+static unsigned first_set(struct check *ck, const char *file, unsigned line,
+                          const char *section, const char *key)
+{
+	struct seen *grown;
+
+	if (!ck->file || strcmp(ck->file, file)) {
+		ck->file = file;
+		ck->n_seen = 0;
+	}
+	for (size_t i = 0; i < ck->n_seen; i++)
+		if (!strcmp(ck->seen[i].section, section) && !strcmp(ck->seen[i].key, key))
+			return ck->seen[i].line;
+	if (ck->n_seen == ck->cap_seen) {
+		grown = realloc(ck->seen, (ck->cap_seen * 2 + 16) * sizeof(*grown));
+		if (!grown)
+			return 0; /* out of memory: a repeat may go unwarned, nothing worse */
+		ck->seen = grown;
+		ck->cap_seen = ck->cap_seen * 2 + 16;
+	}
+	snprintf(ck->seen[ck->n_seen].section, sizeof(ck->seen[0].section), "%s", section);
+	snprintf(ck->seen[ck->n_seen].key, sizeof(ck->seen[0].key), "%s", key);
+	ck->seen[ck->n_seen++].line = line;
+	return 0;
+}
 
 static void check_key(void *data, const char *file, unsigned line,
                       const char *section, const char *key)
@@ -65,8 +104,12 @@ static void check_key(void *data, const char *file, unsigned line,
 	struct check *ck = data;
 	const struct section *s = find_section(section);
 	char msg[2048], known[256];
+	unsigned first = first_set(ck, file, line, section, key);
 
-	if (!*section) {
+	if (first) {
+		snprintf(msg, sizeof(msg), "%s:%u: key '%s' in section [%s] is set again (first on line %u); this later line wins",
+		         file, line, key, section, first);
+	} else if (!*section) {
 		snprintf(msg, sizeof(msg), "%s:%u: key '%s' is outside any [section]; ignored",
 		         file, line, key);
 	} else if (!s) {
@@ -96,9 +139,10 @@ static void check_key(void *data, const char *file, unsigned line,
 size_t q4kh_config_check(const struct q4kh_config *c,
                          void (*warn)(void *data, const char *line), void *data)
 {
-	struct check ck = { warn, data, 0 };
+	struct check ck = { warn, data, 0, NULL, NULL, 0, 0 };
 
 	q4kh_config_each(c, check_key, &ck);
+	free(ck.seen);
 	return ck.count;
 }
 

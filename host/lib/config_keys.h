@@ -24,7 +24,10 @@
  * Call WARN once for every key line of C's files that q4khost does not
  * know, with one line naming the file, line, section and key, e.g.
  * "/etc/q4khost/q4khost.ini:7: unknown key 'q4k_kernal' in section
- * [gpu.0] (known there: q4k_kernel); ignored". Returns how many.
+ * [gpu.0] (known there: q4k_kernel); ignored", and once for every key
+ * a file sets again in the same section, naming both lines ("... is set
+ * again (first on line 3); this later line wins", as iniparser keeps the
+ * last). Returns how many.
  */
 size_t q4kh_config_check(const struct q4kh_config *c,
                          void (*warn)(void *data, const char *line), void *data);

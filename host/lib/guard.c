@@ -104,7 +104,7 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->n_probe = n_probe;
 	timeout = 600;
 	g->memory_limit_mib = q4kh_isolate_default_memory_mib();
-	if (f2_whole(c, "f2_timeout_s", 1, 86400, &timeout, err) ||
+	if (f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &timeout, err) ||
 	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB,
 	             &g->memory_limit_mib, err))
 		return -1;
@@ -180,7 +180,7 @@ int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_regis
 	uint64_t v;
 
 	if (q4kh_receipt_dir_check(c, err) ||
-	    f2_whole(c, "f2_timeout_s", 1, 86400, &v, err) ||
+	    f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &v, err) ||
 	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, &v, err) ||
 	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
 		return -1;
@@ -263,6 +263,27 @@ static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
 	return 0;
 }
 
+/*
+ * Plugin settings (threads, isa, ...) name a receipt of their own: the id
+ * gets a hash of them, so switching between two settings keeps both
+ * receipts instead of measuring again each time. Without settings the id
+ * stays what it always was.
+ */
+static void settings_id(const struct q4kh_receipt_key *key, char *id, size_t id_cap)
+{
+	char all[Q4KH_RECEIPT_PLUGINS * 320] = "", hex[Q4KH_SHA256_HEX];
+	size_t used = 0, len = strlen(id);
+
+	for (int i = 0; i < key->n_plugins; i++)
+		if (key->plugins[i].settings[0])
+			used += (size_t)snprintf(all + used, sizeof(all) - used, "[plugin.%s] %s\n",
+			                         key->plugins[i].name, key->plugins[i].settings);
+	if (!used)
+		return;
+	q4kh_sha256_bytes(all, used, hex);
+	snprintf(id + len, id_cap - len, " settings %.16s", hex);
+}
+
 int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                    const struct q4kh_device_record *dev,
                    struct q4kh_receipt_key *key, char *id, size_t id_cap,
@@ -288,6 +309,7 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		return -1;
 	snprintf(id, id_cap, "%s %s %s %s", g->model_sha256, c->backend,
 	         c->variant ? c->variant : "built-in", dev->uuid);
+	settings_id(key, id, id_cap);
 	return 0;
 }
 
@@ -421,7 +443,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		reason = q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff));
 		if (!reason && mode != Q4KH_F2_FRESH) {
 			out->verdict = out->receipt.verdict;
-			snprintf(out->source, sizeof(out->source), "receipt (%s)",
+			snprintf(out->source, sizeof(out->source), "receipt of %s",
 			         out->receipt.created);
 			return 0;
 		}
@@ -433,7 +455,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	} else {
 		reason = "the receipt could not be read";
 	}
-	snprintf(out->source, sizeof(out->source), "fresh (reason: %.200s)", reason);
+	snprintf(out->source, sizeof(out->source), "fresh: %.200s", reason);
 	if (reference_down(g, &lerr)) {
 		out->verdict = Q4KH_F2_NOT_MEASURED;
 		snprintf(out->receipt.message, sizeof(out->receipt.message), REFERENCE_DOWN,

@@ -77,6 +77,8 @@ struct q4kh_guard {
 
 /* The largest f2_memory_limit_mb: 1 PiB, far above any machine. */
 #define Q4KH_MEMORY_LIMIT_MAX_MIB (1ull << 30)
+/* The most seconds one measurement may be given (f2_timeout_s, --timeout). */
+#define Q4KH_TIMEOUT_MAX_S 86400
 
 /*
  * Fill G for MODEL_PATH: hash the model (cached by file identity), find

@@ -38,8 +38,8 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 	}
 }
 
-/* 0 when DIR is a folder we may write in, or does not exist and the nearest
- * folder above it that does is one; else -1 with errno. */
+/* 0 when DIR (absolute) is a folder we may write in, or does not exist and
+ * the nearest folder above it that does is one; else -1 with errno. */
 static int writable_or_creatable(const char *dir)
 {
 	char path[4096];
@@ -58,8 +58,6 @@ static int writable_or_creatable(const char *dir)
 		if (errno != ENOENT)
 			return -1;
 		slash = strrchr(path, '/');
-		if (!slash) /* relative: the current folder is above it */
-			return access(".", W_OK | X_OK);
 		if (slash == path) /* the root */
 			slash[1] = 0;
 		else
@@ -73,9 +71,12 @@ int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err)
 	const char *origin, *why;
 
 	q4kh_receipt_dir(c, dir, sizeof(dir), &origin);
-	if (writable_or_creatable(dir) == 0)
+	if (dir[0] != '/')
+		why = "a relative folder would depend on the current directory; give an absolute path";
+	else if (writable_or_creatable(dir) == 0)
 		return 0;
-	why = strerror(errno);
+	else
+		why = strerror(errno);
 	if (!strcmp(origin, "Q4KHOST_F2_RECEIPT_DIR"))
 		return q4kh_fail(err, "Q4KHOST_F2_RECEIPT_DIR=%s: F2 cannot keep its receipts there: %s",
 		                 dir, why);

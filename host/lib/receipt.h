@@ -97,7 +97,8 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
  * nearest folder above it that does is one. -1 with err in one line that
  * names where the folder was set (Q4KHOST_F2_RECEIPT_DIR=..., [f2]
  * receipt_dir with its file and line, or the default), the path and why
- * ("Not a directory", "Permission denied").
+ * ("Not a directory", "Permission denied", or a relative path: it would
+ * depend on the current directory).
  */
 int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err);
 

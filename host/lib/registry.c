@@ -742,7 +742,8 @@ static const char *host_config_get(void *host_data, const char *key)
 	return v && *v ? v : NULL;
 }
 
-const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap)
+const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, char *buf,
+                                      size_t cap)
 {
 	char section[sizeof("plugin.") + NAME_MAX_LEN], where[700], shown[4 * 80 + 8];
 	size_t used = 0;
@@ -755,10 +756,14 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, si
 
 		if (!v)
 			continue;
-		used += (size_t)snprintf(buf + used, cap - used, "%s%s = \"%s\" (%s)",
-		                         used ? "; " : "", k,
-		                         q4kh_show(shown, sizeof(shown), v, strlen(v), 80, 0),
-		                         where);
+		if (values)
+			used += (size_t)snprintf(buf + used, cap - used, "%s%s = \"%s\" (%s)",
+			                         used ? "; " : "", k,
+			                         q4kh_show(shown, sizeof(shown), v, strlen(v), 80, 0),
+			                         where);
+		else
+			used += (size_t)snprintf(buf + used, cap - used, "%s%s from %s",
+			                         used ? "; " : "", k, where);
 	}
 	pthread_mutex_unlock(&keys_lock);
 	return buf;
@@ -791,6 +796,15 @@ static q4kh_status try_init(const struct q4kh_plugin *p, char *why, size_t cap)
 	return st;
 }
 
+/* WHY without the "NAME: " a plugin may start its message with, which the
+ * host's own message has said already. */
+static const char *without_name(const struct q4kh_plugin *p, const char *why)
+{
+	size_t n = strlen(p->name);
+
+	return !strncmp(why, p->name, n) && !strncmp(why + n, ": ", 2) ? why + n + 2 : why;
+}
+
 int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_error *err)
 {
 	char section[sizeof("plugin.") + NAME_MAX_LEN], set[1024], why[512], settings[512];
@@ -805,9 +819,9 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_erro
 		    !set[0])
 			continue; /* nothing set: nothing to refuse */
 		if (try_init(p, why, sizeof(why)) == Q4KH_ERR_INVALID &&
-		    q4kh_plugin_settings_read(p, settings, sizeof(settings))[0])
-			return q4kh_fail(err, "plugin %s refuses its settings: %s [its settings: %s]",
-			                 p->name, why, settings);
+		    q4kh_plugin_settings_read(p, 0, settings, sizeof(settings))[0])
+			return q4kh_fail(err, "plugin %s refuses its settings: %s (%s)", p->name,
+			                 without_name(p, why), settings);
 	}
 	return 0;
 }
@@ -865,4 +879,27 @@ const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name)
 {
 	return r && name ? find_accepted(r, name) : NULL;
+}
+
+int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
+                                const char *origin, struct q4kh_error *err)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
+	char known[1024] = "", shown[96];
+	size_t used = 0;
+
+	if (!name || (p && p->desc->kind == Q4KH_KIND_BACKEND))
+		return 0;
+	for (size_t i = 0; i < r->n_plugins && used < sizeof(known); i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND)
+			used += (size_t)snprintf(known + used, sizeof(known) - used, "%s%s",
+			                         used ? ", " : "", r->plugins[i].name);
+	q4kh_show(shown, sizeof(shown), name, strlen(name), 64, 0);
+	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s); the backends there: "
+	                 "%s (q4khost plugins lists every plugin and why)",
+	                 origin, strcmp(origin, "--backend") ? "=" : " ", shown,
+	                 p ? "that plugin is a kernel variant, not a backend"
+	                   : "no backend plugin of that name",
+	                 r->path, r->path_origin, known[0] ? known : "none");
 }

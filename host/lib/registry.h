@@ -82,10 +82,13 @@ void q4kh_registry_free(struct q4kh_registry *r);
 /*
  * The settings plugin P read through config_get that are set, with where,
  * into BUF: "threads = \"0\" (/etc/q4khost/q4khost.ini:7 [plugin.cpu])",
- * several joined by "; "; "" when none. For an error the plugin reports:
- * it knows its key, the host knows the file and line. Returns BUF.
+ * or without VALUES "threads from /etc/q4khost/q4khost.ini:7
+ * [plugin.cpu]" (for a message that quotes the value already), several
+ * joined by "; "; "" when none. For an error the plugin reports: it knows
+ * its key, the host knows the file and line. Returns BUF.
  */
-const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, char *buf, size_t cap);
+const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, char *buf,
+                                      size_t cap);
 
 /*
  * Whether every accepted plugin of R (backends and kernel variants) takes
@@ -111,5 +114,14 @@ const char *q4kh_backend_kind(const struct q4kh_plugin *p);
 /* The accepted plugin called NAME, or NULL. */
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);
+
+/*
+ * 0 when NAME, the backend asked for (NULL: none) from ORIGIN
+ * ("--backend" or "Q4KHOST_BACKEND", as q4kh_settings_backend says), is an
+ * accepted backend plugin of R; else -1 with err naming ORIGIN, the value,
+ * the plugin path and the backends accepted there.
+ */
+int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
+                                const char *origin, struct q4kh_error *err);
 
 #endif

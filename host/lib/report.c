@@ -4,9 +4,32 @@
 
 #include "kernel.h"
 
-static double rate(int64_t tokens, double seconds)
+/* Whether TOKENS in SECONDS make a rate: none from no time or no tokens
+ * (one generated token is prefill's; decode timed none). */
+static int has_rate(int64_t tokens, double seconds)
 {
-	return seconds > 0 ? (double)tokens / seconds : 0.0;
+	return tokens > 0 && seconds > 0;
+}
+
+/* "12.3 tokens/s", or "rate n/a" where there is no rate; in BUF. */
+static const char *rate_text(char *buf, size_t cap, int64_t tokens, double seconds)
+{
+	if (!has_rate(tokens, seconds))
+		return "rate n/a";
+	snprintf(buf, cap, "%.1f tokens/s", (double)tokens / seconds);
+	return buf;
+}
+
+/* The same for JSON: a number, or null. */
+static json_t *rate_json(int64_t tokens, double seconds)
+{
+	return has_rate(tokens, seconds) ? json_real((double)tokens / seconds) : json_null();
+}
+
+/* Tokens decode timed: every generated one but the first, which prefill gave. */
+static int64_t decoded(const struct q4kh_report *r)
+{
+	return r->generated_tokens > 0 ? r->generated_tokens - 1 : 0;
 }
 
 /* The plural's "s" of a count: "1 token", "2 tokens", "0 tokens". */
@@ -39,6 +62,7 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	const struct q4kh_device_record *d = &r->backend->record;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
+	char prefill_rate[48], decode_rate[48];
 
 	fprintf(f, "q4khost: model %s (%s, %u layers)\n", r->model_path,
 	        r->model->arch->name, r->model->hp.n_layer);
@@ -81,14 +105,14 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
 	if (r->steps)
 		print_steps(f, r->steps);
-	fprintf(f, "q4khost: prefill %lld token%s in %.3f s (%.1f tokens/s); "
-	           "decode %lld token%s in %.3f s (%.1f tokens/s); stop: %s\n",
+	fprintf(f, "q4khost: prefill %lld token%s in %.3f s (%s); "
+	           "decode %lld token%s in %.3f s (%s); stop: %s\n",
 	        (long long)r->prompt_tokens, plural((unsigned long long)r->prompt_tokens),
-	        r->prefill_seconds, rate(r->prompt_tokens, r->prefill_seconds),
+	        r->prefill_seconds,
+	        rate_text(prefill_rate, sizeof(prefill_rate), r->prompt_tokens, r->prefill_seconds),
 	        (long long)r->generated_tokens, plural((unsigned long long)r->generated_tokens),
 	        r->decode_seconds,
-	        rate(r->generated_tokens > 0 ? r->generated_tokens - 1 : 0,
-	             r->decode_seconds),
+	        rate_text(decode_rate, sizeof(decode_rate), decoded(r), r->decode_seconds),
 	        r->stop_reason);
 }
 
@@ -119,7 +143,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	json_t *o = json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
 		"s:o, s:s, s:{s:s, s:s, s:s, s:o}, s:s, "
-		"s:{s:I, s:f, s:f}, s:{s:I, s:f, s:f}, s:s}",
+		"s:{s:I, s:f, s:o}, s:{s:I, s:f, s:o}, s:s}",
 		"model", r->model_path, "architecture", r->model->arch->name,
 		"backend", "name", p->name, "version", p->desc->version, "build_id",
 		p->desc->build_id, "file", p->path,
@@ -132,11 +156,9 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		"chat_template", r->chat_template,
 		"prefill", "tokens", (json_int_t)r->prompt_tokens, "seconds",
 		r->prefill_seconds, "tokens_per_second",
-		rate(r->prompt_tokens, r->prefill_seconds),
+		rate_json(r->prompt_tokens, r->prefill_seconds),
 		"decode", "tokens", (json_int_t)r->generated_tokens, "seconds",
-		r->decode_seconds, "tokens_per_second",
-		rate(r->generated_tokens > 0 ? r->generated_tokens - 1 : 0,
-		     r->decode_seconds),
+		r->decode_seconds, "tokens_per_second", rate_json(decoded(r), r->decode_seconds),
 		"stop", r->stop_reason);
 
 	if (o && r->selection->not_applicable[0])

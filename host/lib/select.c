@@ -87,7 +87,7 @@ static int add_backend(const struct q4kh_select_request *rq,
 	return 0;
 }
 
-/* "cpu (1 device), cuda (2 devices)" of every accepted backend. */
+/* "cpu has 1 device, cuda has 2" of every accepted backend. */
 static void list_backends(const struct q4kh_registry *r, char *buf, size_t cap)
 {
 	char ignored[512] = "";
@@ -100,8 +100,8 @@ static void list_backends(const struct q4kh_registry *r, char *buf, size_t cap)
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND)
 			continue;
 		n = device_count(p, ignored, sizeof(ignored));
-		append(buf, cap, "%s%s (%u device%s)", buf[0] ? ", " : "", p->name, n,
-		       n == 1 ? "" : "s");
+		append(buf, cap, "%s%s has %u%s", buf[0] ? ", " : "", p->name, n,
+		       buf[0] ? "" : n == 1 ? " device" : " devices");
 	}
 }
 
@@ -143,8 +143,25 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
 		                 "the reference cpu plugin (cpu.so) is not there%s; "
 		                 "q4khost plugins lists what is",
 		                 r->path, r->path_origin, notes);
-	return q4kh_fail(err, "no backend has a device %u (%s); q4khost plugins lists the devices",
+	return q4kh_fail(err, "no backend has a device %u; %s; q4khost plugins lists the devices",
 	                 rq->device, backends);
+}
+
+/* The backend named is loaded, but lacks the device asked for: say why
+ * when it has none at all (the cuda plugin on a machine without a GPU). */
+static int no_such_device(const struct q4kh_select_request *rq, const struct q4kh_plugin *p,
+                          struct q4kh_error *err)
+{
+	uint32_t n = 0;
+	char why[512] = "";
+
+	if (q4kh_backend_devices(p, &n, NULL) == 0 && n == 0)
+		q4kh_backend_why_no_device(p, why, sizeof(why));
+	if (n == 0)
+		return q4kh_fail(err, "backend %s is loaded but has no device%s%s; q4khost plugins "
+		                 "lists the devices", rq->backend, why[0] ? ": " : "", why);
+	return q4kh_fail(err, "backend %s has no device %u (it has %u); q4khost plugins lists the "
+	                 "devices", rq->backend, rq->device, n);
 }
 
 int q4kh_select_plan(const struct q4kh_select_request *rq,
@@ -169,8 +186,7 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 			                 rq->backend, r->path, r->path_origin);
 		if (device_count(p, skipped, skipped_cap) <= rq->device)
 			return skipped[0] ? nothing_to_try(rq, skipped, err)
-			                  : q4kh_fail(err, "backend %s has no device %u; see q4khost plugins",
-			                              rq->backend, rq->device);
+			                  : no_such_device(rq, p, err);
 		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
 		                sizeof(others), skipped, skipped_cap, err))
 			return -1;

@@ -50,7 +50,7 @@ struct q4kh_selection {
 	struct q4kh_model *model;   /* uploaded to backend, variant prepared */
 	char f2_verdict[32];        /* "pass", "not needed", "off" */
 	uint32_t device;            /* the device that serves, within backend */
-	char f2_source[256];        /* "receipt (...)", "fresh (reason: ...)",
+	char f2_source[256];        /* "receipt of DATE", "fresh: REASON",
 	                               "Q4KHOST_F2=off" */
 	char f2_message[512];
 	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by

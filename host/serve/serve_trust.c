@@ -87,7 +87,7 @@ static int receipt_verdict(struct serve *srv, const struct q4kh_select_cand *c,
 		return 1;
 	}
 	d->verdict = d->receipt.verdict;
-	snprintf(d->source, sizeof(d->source), "receipt (%s)", d->receipt.created);
+	snprintf(d->source, sizeof(d->source), "receipt of %s", d->receipt.created);
 	return 0;
 }
 

@@ -132,7 +132,7 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 	} else if (e == cudaErrorInsufficientDriver && !driver_installed()) {
 		cudaGetLastError();
 		snprintf(ctx->no_devices, sizeof(ctx->no_devices),
-		         "no NVIDIA driver is installed (neither libcuda.so.1 nor libnvidia-ml.so.1 loads)");
+		         "no NVIDIA driver is installed: neither libcuda.so.1 nor libnvidia-ml.so.1 loads");
 		cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: no devices: %s", ctx->no_devices);
 	} else if (means_no_devices(e)) {
 		cudaGetLastError();
