@@ -356,7 +356,7 @@ Test(archs_cpu_fast, f2_passes_on_the_default_model, .timeout = 900)
  * repeats one token with top-2 margins near 100 logits, so it says nothing
  * about the forward pass that the logit checks have not.
  */
-static void check_cli(const char *arch)
+static void check_cli(const char *arch, int batch)
 {
 	char name[64];
 	const char *fx;
@@ -373,8 +373,8 @@ static void check_cli(const char *arch)
 	model = fixture(name);
 	fx = test_tmpdir();
 	cr_assert_geq(asprintf(&cmd, "'%s/host/cli/q4khost' run -m '%s' -n %d --temp 0 --raw --json "
-	                             "-p '%s' 2>%s/stderr",
-	                       test_builddir(), model, STEPS,
+	                             "-b %d -p '%s' 2>%s/stderr",
+	                       test_builddir(), model, STEPS, batch ? batch : 512,
 	                       json_string_value(json_object_get(c, "prompt")), fx), 0);
 	f = popen(cmd, "r");
 	cr_assert_not_null(f, "%s", cmd);
@@ -388,6 +388,16 @@ static void check_cli(const char *arch)
 	                 json_string_value(json_object_get(c, "text")),
 	                 "%s: q4khost run and llama.cpp differ", arch);
 	cr_expect_str_eq(json_string_value(json_object_get(doc, "architecture")), arch);
+	if (batch) {
+		/* the prompt in chunks of BATCH tokens, then one step a token */
+		json_int_t p = json_integer_value(json_object_get(json_object_get(doc, "prefill"), "tokens"));
+		json_int_t d = json_integer_value(json_object_get(json_object_get(doc, "decode"), "tokens"));
+		json_int_t steps = json_integer_value(json_object_get(json_object_get(doc, "steps"), "steps"));
+
+		cr_expect_eq(steps, (p + batch - 1) / batch + d - 1,
+		             "%s, --batch %d: %lld steps for %lld prompt and %lld generated tokens",
+		             arch, batch, (long long)steps, (long long)p, (long long)d);
+	}
 	json_decref(doc);
 	json_decref(o.root);
 	free(o.hidden);
@@ -396,10 +406,13 @@ static void check_cli(const char *arch)
 	free(model);
 }
 
-Test(cli, run_llama) { check_cli("llama"); }
-Test(cli, run_qwen2) { check_cli("qwen2"); }
-Test(cli, run_qwen3) { check_cli("qwen3"); }
-Test(cli, run_qwen35) { check_cli("qwen35"); }
+Test(cli, run_llama) { check_cli("llama", 0); }
+Test(cli, run_qwen2) { check_cli("qwen2", 0); }
+Test(cli, run_qwen3) { check_cli("qwen3", 0); }
+Test(cli, run_qwen35) { check_cli("qwen35", 0); }
+/* --batch: the same text when the prompt goes through in chunks of 3 */
+Test(cli, run_llama_in_chunks) { check_cli("llama", 3); }
+Test(cli, run_qwen35_in_chunks) { check_cli("qwen35", 3); }
 
 /*
  * The hybrid memory of qwen35 (issue 14), through the session: a prompt

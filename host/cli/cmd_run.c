@@ -32,7 +32,7 @@ struct run_opts {
 	const char *model, *prompt, *plugin_path, *config_file, *backend, *kernel;
 	const char *f2; /* the --f2 value, NULL when not given */
 	const char *chat_template; /* --chat-template NAME, NULL: the file's */
-	long n_predict, device, ctx, threads;
+	long n_predict, device, ctx, batch, threads;
 	struct q4kh_sampler_params sp;
 	int raw, json, no_parse_special;
 };
@@ -52,6 +52,9 @@ static void usage(FILE *out)
 	        "  -c, --ctx N           context length in tokens (default: the model's\n"
 	        "                        trained context, at most 4096; more than it\n"
 	        "                        is warned about)\n"
+	        "  -b, --batch N         prompt tokens per step, the chunks of a long\n"
+	        "                        prompt (default: 512 on a GPU, 128 on cpu-fast,\n"
+	        "                        64 on the cpu reference)\n"
 	        "      --temp T          sampling temperature; 0 = greedy (default 0)\n"
 	        "      --top-k K         keep the K most likely tokens (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
@@ -127,6 +130,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		{ "prompt", required_argument, 0, 'p' },
 		{ "n-predict", required_argument, 0, 'n' },
 		{ "ctx", required_argument, 0, 'c' },
+		{ "batch", required_argument, 0, 'b' },
 		{ "temp", required_argument, 0, O_TEMP },
 		{ "top-k", required_argument, 0, O_TOPK },
 		{ "top-p", required_argument, 0, O_TOPP },
@@ -158,7 +162,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	o->sp.top_p = 0.95f;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:p:n:c:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:p:n:c:b:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -168,6 +172,10 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			break;
 		case 'c':
 			if (parse_long(optarg, "--ctx", 1, 1 << 20, &o->ctx))
+				return -1;
+			break;
+		case 'b':
+			if (parse_long(optarg, "--batch", 1, 1 << 16, &o->batch))
 				return -1;
 			break;
 		case O_TEMP:
@@ -373,6 +381,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	if (q4kh_tokenizer_load(r->model->gguf, &r->tok, err))
 		return Q4KH_EXIT_INPUT;
 	sp.n_ctx = (uint32_t)o->ctx;
+	sp.n_batch = (uint32_t)o->batch;
 	if (q4kh_session_new(r->model, &sp, &r->session, err))
 		return Q4KH_EXIT_FAIL;
 	r->greedy = !(o->sp.temperature > 0.0f);
@@ -423,9 +432,11 @@ static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_rep
 	for (int64_t done = 0; done < n; done += batch) {
 		int64_t k = n - done < batch ? n - done : batch;
 
-		if (n > batch)
-			q4kh_progress("prefill: %lld of %lld prompt tokens", (long long)done,
-			              (long long)n);
+		if (n > batch && done)
+			q4kh_progress("prefill: %lld of %lld prompt tokens, %.1f tokens/s",
+			              (long long)done, (long long)n, done / (now() - t0));
+		else if (n > batch)
+			q4kh_progress("prefill: 0 of %lld prompt tokens", (long long)n);
 		if (stopped(rep, reason, cap))
 			break;
 		if (feed(r, ids + done, k, done + k == n, err)) {
