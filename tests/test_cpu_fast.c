@@ -19,7 +19,8 @@
  *     values (at the test);
  *   - add_rms_norm and rope_set_rows (ABI 1.4): bit for bit their two
  *     ops, and within those ops' bounds; rope_store (ABI 1.4) bit for bit
- *     its three;
+ *     its three; out-of-range positions as those ops issued one after the
+ *     other (U2, U4: rotated, then the cache refused);
  *   - top2 (ABI 1.4): the host's q4kh_top2 bit for bit, on random and
  *     adversarial columns (helpers.h).
  * Also the worker pool (every item once, any thread count, lent to a
@@ -1124,6 +1125,86 @@ Test(cpu_fast, fused_entries_refuse_with_one_line)
 	drop(e, &pt);
 	drop(e, &ct);
 	env_close(e);
+}
+
+/*
+ * U2 and U4 (docs/plugin-abi.md): positions out of range fail as the ops
+ * a fused entry stands for, issued one after the other, each failing
+ * alone. ROPE_STORE 0: rope_set_rows of k into a cache of K_ROWS rows,
+ * against rope_ext then set_rows; 1: rope_store with caches of K_ROWS
+ * and V_ROWS rows, against rope_ext of q, rope_ext and set_rows of k,
+ * set_rows of v. POS {1, POS1}: one past a cache leaves that cache's
+ * bytes, and only that cache's, as they were (q and k rotated, the other
+ * cache written); a negative one writes nothing. LINE: the one line
+ * (rope_store's: k's cache first, as the ops run).
+ */
+static void out_of_range_case(struct env *e, const char *isa, int rope_store, int32_t pos1,
+                              int64_t k_rows, int64_t v_rows, const char *line)
+{
+	const int64_t hd = 16, T = 2, rows[5] = { T, T, T, k_rows, v_rows };
+	const int64_t heads[5] = { 2, 1, 1, 1, 1 };
+	const int32_t pos[2] = { 1, pos1 };
+	const struct q4kh_rope_params p = {
+		.struct_size = sizeof(p), .n_rot = 8, .mode = Q4KH_ROPE_NEOX, .base = 10000.0f,
+		.freq_scale = 1.0f, .attn_factor = 1.0f,
+	};
+	static const char *const names[5] = { "q", "k", "v", "k_cache", "v_cache" };
+	struct q4kh_tensor t[2][5], pt = tensor(e, Q4KH_TYPE_I32, T, 1, 1, pos); /* q k v kc vc */
+	float *vals[5];
+	q4kh_status st;
+
+	for (int i = 0; i < 5; i++)
+		vals[i] = randoms(hd * heads[i] * rows[i], 2.0);
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < 5; i++)
+			t[s][i] = tensor(e, i == 3 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32, hd, heads[i],
+			                 rows[i], vals[i]);
+	/* the ops alone, each failing or not on its own */
+	if (rope_store)
+		(void)e->b->rope_ext(e->dev, &t[0][0], &pt, &p, &t[0][0]);
+	(void)e->b->rope_ext(e->dev, &t[0][1], &pt, &p, &t[0][1]);
+	(void)e->b->set_rows(e->dev, &t[0][1], &pt, &t[0][3]);
+	if (rope_store)
+		(void)e->b->set_rows(e->dev, &t[0][2], &pt, &t[0][4]);
+	st = rope_store ? e->b->rope_store(e->dev, &t[1][0], &t[1][1], &t[1][2], &pt, &p,
+	                                   &t[1][3], &t[1][4])
+	                : e->b->rope_set_rows(e->dev, &t[1][1], &pt, &p, &t[1][3]);
+	cr_expect_eq(st, Q4KH_ERR_INVALID, "%s %s pos[1] %d", isa,
+	             rope_store ? "rope_store" : "rope_set_rows", pos1);
+	cr_expect_str_eq(e->b->last_error(e->ctx), line);
+	for (int i = 0; i < 5; i++) {
+		unsigned char *want = fetch(e, &t[0][i]), *got = fetch(e, &t[1][i]);
+
+		cr_expect_eq(memcmp(got, want, (size_t)t[0][i].nb[3]), 0,
+		             "%s %s pos[1] %d, caches of %lld and %lld rows: %s differs from "
+		             "the ops'",
+		             isa, rope_store ? "rope_store" : "rope_set_rows", pos1,
+		             (long long)k_rows, (long long)v_rows, names[i]);
+		free(want);
+		free(got);
+	}
+	for (int i = 0; i < 5; i++) {
+		drop(e, &t[0][i]);
+		drop(e, &t[1][i]);
+		free(vals[i]);
+	}
+	drop(e, &pt);
+}
+
+Test(cpu_fast, fused_entries_rotate_before_a_position_past_the_cache_fails)
+{
+	static const char past_k[] = "set_rows rows[1] = 4, expected 0 .. 3";
+	static const char past_v[] = "set_rows rows[1] = 4, expected 0 .. 2";
+	static const char negative[] = "rope_ext pos[1] = -2, expected 0 .. 2147483646";
+
+	FOR_EACH_ISA(e) {
+		out_of_range_case(e, isas[isa_], 0, 4, 4, 8, past_k);
+		out_of_range_case(e, isas[isa_], 0, -2, 4, 8, negative);
+		out_of_range_case(e, isas[isa_], 1, 4, 4, 8, past_k);
+		out_of_range_case(e, isas[isa_], 1, 4, 8, 3, past_v);
+		out_of_range_case(e, isas[isa_], 1, 4, 4, 3, past_k);
+		out_of_range_case(e, isas[isa_], 1, -2, 8, 8, negative);
+	}
 }
 
 /*
