@@ -3,10 +3,10 @@
 # to carry there (the tool that reaches it takes 64 MiB a call):
 #   _build/gpu          configure --with-cuda --with-cuda-arch=90 (H200 only:
 #                       a fast build), everything plus the test programs
-#   .gpu/build          the CLI, the tests/test_cuda_* programs, test_graph
-#                       (its cuda cases: whole steps through the fused
-#                       entries) with the test plugins it loads, and every
-#                       plugins/*/.libs/*.so, in the build folder's layout
+#   .gpu/build          the CLI, the tests/test_cuda_* programs (among them
+#                       test_cuda_graph: whole steps through cuda-mwv's
+#                       fused products) and every plugins/*/.libs/*.so,
+#                       in the build folder's layout
 #   .gpu/lib            the shared libraries they need that a bare Ubuntu
 #                       24.04 with the CUDA toolkit lacks: everything ldd
 #                       names except glibc, libstdc++/libgcc and CUDA's
@@ -34,7 +34,7 @@ mkdir -p "$bundle/build" "$bundle/lib"
 (
 	cd "$build"
 	files=(host/cli/q4khost)
-	for f in tests/test_cuda_* tests/test_graph tests/plugins/.libs/*.so plugins/*/.libs/*.so; do
+	for f in tests/test_cuda_* plugins/*/.libs/*.so; do
 		case $f in *.c | *.o | *.log | *.trs) continue ;; esac
 		[ -f "$f" ] && [ -x "$f" ] && files+=("$f")
 	done

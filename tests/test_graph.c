@@ -33,7 +33,8 @@
  *  - ffn gate, up and their GLU go to a variant's gemv_glu (ABI 1.4) as
  *    one call a layer: on tiny-qwen2 through cpu-simd, with the logits,
  *    bit for bit, of the variant without the entry and of one that
- *    refuses it (and on cuda through cuda-mwv where a GPU is).
+ *    refuses it (tests/test_cuda_graph.c: both on cuda through cuda-mwv,
+ *    on the GPU machine; graph_products.c holds what the two share).
  *  - Gemma 3 (q/k norms, post-norms, tanh-GELU FFN; Q5_0 and Q8_0)
  *    through cpu-simd: q, k, v one gemv_multi and gate, up, GLU one
  *    gemv_glu a layer, with the logits of the variant as ABI 1.3.
@@ -46,6 +47,7 @@
 
 #include "backend.h"
 #include "graph.h"
+#include "graph_products.h"
 #include "greedy.h"
 #include "helpers.h"
 #include "kernel.h"
@@ -297,24 +299,13 @@ static int fast_open(struct fast_rig *f)
 	return 1;
 }
 
-/* FILE: a fixture's name, or a path (from /); allocated. */
-static char *model_file(const char *file)
-{
-	char *path = NULL;
-
-	if (file[0] == '/' ? !(path = strdup(file))
-	                   : asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
-		cr_assert_fail("out of memory");
-	return path;
-}
-
-/* The model FILE (model_file) uploaded through f->table and a session of
- * SP on it. */
+/* The model FILE (graph_model_file) uploaded through f->table and a
+ * session of SP on it. */
 static void fast_session(struct fast_rig *f, const char *file,
                          const struct q4kh_session_params *sp)
 {
 	struct q4kh_error err = { { 0 } };
-	char *path = model_file(file);
+	char *path = graph_model_file(file);
 
 	cr_assert_eq(q4kh_model_open(path, &f->m, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_model_upload(f->m, &f->be, &err), 0, "%s", err.msg);
@@ -332,7 +323,7 @@ static void fast_close(struct fast_rig *f)
 }
 
 /*
- * The logits of every token of a fixed sequence on FILE (model_file)
+ * The logits of every token of a fixed sequence on FILE (graph_model_file)
  * through cpu-fast
  * with a KV cache of KV, with the fused entries of FUSED (counted) and
  * the others taken out of its table: a prompt of 6 tokens in steps of 4
@@ -703,181 +694,7 @@ Test(replay, f2_rejects_a_decode_form_that_misreads_the_recurrent_state, .timeou
 	free(model);
 }
 
-/* --- gemv_multi: the interpreter's grouping of mul_mat nodes ------------ */
-
-/* The variant's own table, and what the wrappers below saw. */
-static const struct q4kh_kernel_v1 *multi_real;
-static int multi_calls[Q4KH_GEMV_MULTI_MAX + 1]; /* by n */
-static int multi_biased;                         /* calls with a bias */
-
-/* Counts the call, then forwards it. */
-static q4kh_status counting_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
-                                  uint32_t n, q4kh_prepared *const w[],
-                                  const struct q4kh_tensor *x,
-                                  const struct q4kh_tensor *const y[],
-                                  const struct q4kh_tensor *const bias[])
-{
-	cr_assert(n >= 2 && n <= Q4KH_GEMV_MULTI_MAX, "gemv_multi of %u matrices", n);
-	multi_calls[n]++;
-	for (uint32_t i = 0; bias && i < n; i++)
-		if (bias[i]) {
-			multi_biased++;
-			break;
-		}
-	return multi_real->gemv_multi(ctx, dev, n, w, x, y, bias);
-}
-
-/* Refuses three matrices (the host must split them), forwards the rest. */
-static q4kh_status refusing_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
-                                  uint32_t n, q4kh_prepared *const w[],
-                                  const struct q4kh_tensor *x,
-                                  const struct q4kh_tensor *const y[],
-                                  const struct q4kh_tensor *const bias[])
-{
-	if (n == 3)
-		return Q4KH_ERR_UNSUPPORTED;
-	return counting_multi(ctx, dev, n, w, x, y, bias);
-}
-
-#define MULTI_PROMPT 5 /* tokens: one step of 5 columns, within cpu-simd's 8 */
-#define MULTI_DECODE 3 /* then one-token steps */
-
-/*
- * Logits of the prompt's last token and of each decode step, in a row, on
- * a new session of M (each mode records its own steps where the backend
- * replays them).
- */
-static float *multi_logits(struct q4kh_model *m)
-{
-	static const int32_t prompt[MULTI_PROMPT] = { 17, 400, 1203, 9, 77 };
-	struct q4kh_error err = { { 0 } };
-	struct q4kh_session_params sp = { .n_ctx = 64 };
-	struct q4kh_session *s = NULL;
-	const int64_t n_vocab = m->hp.n_vocab;
-	float *out = calloc((size_t)n_vocab * (1 + MULTI_DECODE), sizeof(float));
-
-	cr_assert_not_null(out);
-	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_session_eval(s, prompt, MULTI_PROMPT, out, 0, &err), 0, "%s", err.msg);
-	for (int i = 0; i < MULTI_DECODE; i++) {
-		int32_t id = (int32_t)(31 * i + 5);
-
-		cr_assert_eq(q4kh_session_eval(s, &id, 1, out + (size_t)n_vocab * (i + 1), 0, &err),
-		             0, "%s", err.msg);
-	}
-	q4kh_session_free(s);
-	return out;
-}
-
-/*
- * The model FILE (model_file; tiny-qwen2: q, k, v with biases, Q4_K and
- * Q6_K) uploaded to BACKEND of REG (opened into BE), its weights served
- * by VARIANT (opened into K).
- */
-static struct q4kh_model *model_on(struct q4kh_registry *reg, const char *file,
-                                   const char *backend, const char *variant,
-                                   struct q4kh_backend *be, struct q4kh_kernel *k)
-{
-	char *model = model_file(file);
-	struct q4kh_error err = { { 0 } };
-	struct q4kh_model *m = NULL;
-
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, backend), 0, be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, be, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_policy_use_kernel(reg, be, m, variant, k, &err), 0, "%s", err.msg);
-	free(model);
-	return m;
-}
-
-/* Close what model_on() opened. */
-static void model_close(struct q4kh_model *m, struct q4kh_kernel *k,
-                             struct q4kh_backend *be)
-{
-	q4kh_model_free(m);
-	q4kh_kernel_close(k);
-	q4kh_backend_close(be);
-}
-
-/*
- * tiny-qwen2 (q, k, v with biases; Q4_K and Q6_K) on BACKEND through
- * VARIANT, plugins from REG: with gemv_multi every layer's q, k, v and
- * gate, up go as one call each (in every step where the backend runs the
- * interpreter; EXACT: each step does), and the logits are bit for bit
- * those of the variant seen as ABI 1.3 and of one that refuses three
- * matrices.
- */
-static void expect_grouping(struct q4kh_registry *reg, const char *backend,
-                            const char *variant, int exact)
-{
-	struct q4kh_backend be;
-	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = model_on(reg, "tiny-qwen2.gguf", backend, variant, &be, &k);
-	struct q4kh_kernel_v1 counting, refusing, old;
-	float *grouped, *split, *refused;
-	const int steps = 1 + MULTI_DECODE;
-	int layers;
-	size_t bytes;
-
-	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi), "%s has no gemv_multi", variant);
-	cr_assert_not_null(m->layers[0].bq.src, "tiny-qwen2 without q bias");
-	layers = (int)m->hp.n_layer;
-
-	multi_real = k.v;
-	/* without gemv_glu, which would take gate and up first */
-	counting = *k.v;
-	counting.gemv_multi = counting_multi;
-	counting.gemv_glu = NULL;
-	refusing = counting;
-	refusing.gemv_multi = refusing_multi;
-	old = *k.v; /* as a 1.3 variant: the table ends before gemv_multi */
-	old.struct_size = (uint32_t)offsetof(struct q4kh_kernel_v1, gemv_multi);
-
-	memset(multi_calls, 0, sizeof(multi_calls));
-	multi_biased = 0;
-	k.v = &counting;
-	grouped = multi_logits(m);
-	/* q, k, v and gate, up of every layer, once each per interpreted step */
-	if (exact) {
-		cr_expect_eq(multi_calls[3], layers * steps, "%d calls for q, k, v", multi_calls[3]);
-		cr_expect_eq(multi_calls[2], layers * steps, "%d calls for gate, up", multi_calls[2]);
-		cr_expect_eq(multi_biased, layers * steps, "%d calls with biases", multi_biased);
-	} else {
-		cr_expect_geq(multi_calls[3], layers, "%d calls for q, k, v", multi_calls[3]);
-		cr_expect_eq(multi_calls[3], multi_calls[2]);
-		cr_expect_eq(multi_biased, multi_calls[3]);
-		cr_expect_eq(multi_calls[3] % layers, 0);
-	}
-	cr_expect_eq(multi_calls[4], 0);
-
-	k.v = &old;
-	memset(multi_calls, 0, sizeof(multi_calls));
-	split = multi_logits(m);
-	cr_expect_eq(multi_calls[2] + multi_calls[3], 0, "a 1.3 table got gemv_multi calls");
-
-	k.v = &refusing;
-	refused = multi_logits(m);
-	cr_expect_eq(multi_calls[3], 0);
-	cr_expect_gt(multi_calls[2], 0);
-
-	bytes = sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps;
-	cr_expect_eq(memcmp(grouped, split, bytes), 0,
-	             "%s/%s: grouped and per-node products give different logits", backend,
-	             variant);
-	cr_expect_eq(memcmp(refused, split, bytes), 0,
-	             "%s/%s: after a refused gemv_multi the logits differ", backend, variant);
-	k.v = multi_real;
-
-	free(refused);
-	free(split);
-	free(grouped);
-	model_close(m, &k, &be);
-}
-
-/* expect_grouping or expect_glu: REG, BACKEND, VARIANT and EXACT as there. */
-typedef void (*expect_fn)(struct q4kh_registry *reg, const char *backend, const char *variant,
-                          int exact);
+/* --- gemv_multi and gemv_glu (graph_products.h) ------------------------ */
 
 /* EXPECT on the reference cpu through cpu-simd: CI without a GPU runs it. */
 static void on_cpu_simd(expect_fn expect)
@@ -897,207 +714,16 @@ static void on_cpu_simd(expect_fn expect)
 	free(path);
 }
 
-/*
- * EXPECT on cuda through cuda-mwv, recorded into the replayed CUDA graph
- * (not exact: replayed steps do not run the interpreter). Skips without
- * the CUDA plugins or a device.
- */
-static void on_cuda_mwv(expect_fn expect)
-{
-	struct q4kh_error err = { { 0 } };
-	struct q4kh_registry *reg = NULL;
-	uint32_t n = 0;
-
-	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	if (!q4kh_registry_find(reg, "cuda") || !q4kh_registry_find(reg, "cuda-mwv")) {
-		q4kh_registry_free(reg);
-		cr_skip_test("this build has no cuda and cuda-mwv plugins");
-	}
-	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
-		q4kh_registry_free(reg);
-		cr_skip_test("no CUDA device (%s)", err.msg[0] ? err.msg : "the cuda backend has 0");
-	}
-	expect(reg, "cuda", "cuda-mwv", 0);
-	q4kh_registry_free(reg);
-}
-
 /* On the reference cpu through cpu-simd: CI without a GPU runs this. */
 Test(gemv_multi, groups_shared_input_products_with_the_same_logits, .timeout = 300)
 {
 	on_cpu_simd(expect_grouping);
 }
 
-/* On cuda through cuda-mwv: one launch for Q4_K and Q6_K with the biases. */
-Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
-{
-	on_cuda_mwv(expect_grouping);
-}
-
-/* --- gemv_glu: gate, up and their GLU in one kernel-variant call -------- */
-
-static const struct q4kh_kernel_v1 *glu_real;
-static int glu_calls, glu_refusals;
-
-/* Counts the call, then forwards it. */
-static q4kh_status counting_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
-                                q4kh_glu_kind kind, q4kh_prepared *w_gate,
-                                q4kh_prepared *w_up, const struct q4kh_tensor *x,
-                                const struct q4kh_tensor *y)
-{
-	glu_calls++;
-	return glu_real->gemv_glu(ctx, dev, kind, w_gate, w_up, x, y);
-}
-
-/* Refuses every call, as a variant that lacks the kind or the types. */
-static q4kh_status refusing_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
-                                q4kh_glu_kind kind, q4kh_prepared *w_gate,
-                                q4kh_prepared *w_up, const struct q4kh_tensor *x,
-                                const struct q4kh_tensor *y)
-{
-	(void)ctx, (void)dev, (void)kind, (void)w_gate, (void)w_up, (void)x, (void)y;
-	glu_refusals++;
-	return Q4KH_ERR_UNSUPPORTED;
-}
-
-/*
- * tiny-qwen2 (SwiGLU) on BACKEND through VARIANT, plugins from REG: with
- * gemv_glu every layer's gate, up and GLU go as one call (per interpreted
- * step; EXACT: each step is) and no gate, up pair reaches gemv_multi; the
- * logits are bit for bit those of the variant without the entry (gate and
- * up through gemv_multi, then the backend's glu) and of one that refuses
- * every call (the host falls back to the same).
- */
-static void expect_glu(struct q4kh_registry *reg, const char *backend, const char *variant,
-                       int exact)
-{
-	struct q4kh_backend be;
-	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = model_on(reg, "tiny-qwen2.gguf", backend, variant, &be, &k);
-	struct q4kh_kernel_v1 counting, refusing, without;
-	float *fused, *apart, *refused;
-	const int steps = 1 + MULTI_DECODE;
-	int layers;
-	size_t bytes;
-
-	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_glu), "%s has no gemv_glu", variant);
-	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi), "%s has no gemv_multi", variant);
-	layers = (int)m->hp.n_layer;
-
-	glu_real = multi_real = k.v;
-	counting = *k.v;
-	counting.gemv_multi = counting_multi;
-	counting.gemv_glu = counting_glu;
-	refusing = counting;
-	refusing.gemv_glu = refusing_glu;
-	without = counting;
-	without.gemv_glu = NULL;
-
-	glu_calls = 0;
-	memset(multi_calls, 0, sizeof(multi_calls));
-	k.v = &counting;
-	fused = multi_logits(m);
-	if (exact)
-		cr_expect_eq(glu_calls, layers * steps, "%d gemv_glu calls", glu_calls);
-	else
-		cr_expect(glu_calls >= layers && glu_calls % layers == 0, "%d gemv_glu calls",
-		          glu_calls);
-	cr_expect_eq(multi_calls[2], 0, "%d gate, up pairs reached gemv_multi", multi_calls[2]);
-	cr_expect_eq(multi_calls[3], glu_calls, "q, k, v: %d calls", multi_calls[3]);
-
-	memset(multi_calls, 0, sizeof(multi_calls));
-	k.v = &without;
-	apart = multi_logits(m);
-	cr_expect_eq(multi_calls[2], multi_calls[3], "gate, up: %d calls", multi_calls[2]);
-
-	glu_refusals = 0;
-	memset(multi_calls, 0, sizeof(multi_calls));
-	k.v = &refusing;
-	refused = multi_logits(m);
-	cr_expect_eq(glu_refusals, multi_calls[2], "%d refusals, %d gate, up calls",
-	             glu_refusals, multi_calls[2]);
-	cr_expect_gt(glu_refusals, 0);
-
-	bytes = sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps;
-	cr_expect_eq(memcmp(fused, apart, bytes), 0,
-	             "%s/%s: gemv_glu and gemv_multi + glu give different logits", backend,
-	             variant);
-	cr_expect_eq(memcmp(refused, apart, bytes), 0,
-	             "%s/%s: after a refused gemv_glu the logits differ", backend, variant);
-	k.v = glu_real;
-
-	free(refused);
-	free(apart);
-	free(fused);
-	model_close(m, &k, &be);
-}
-
 /* On the reference cpu through cpu-simd: CI without a GPU runs this. */
 Test(gemv_glu, fuses_gate_up_and_glu_with_the_same_logits, .timeout = 300)
 {
 	on_cpu_simd(expect_glu);
-}
-
-/* On cuda through cuda-mwv (tiny-qwen2's gate and up are both Q4_K). */
-Test(gemv_glu, cuda_mwv_fuses_with_the_same_logits, .timeout = 300)
-{
-	on_cuda_mwv(expect_glu);
-}
-
-/*
- * Gemma 3 (the default model: Q5_0 q, k, gate, up, Q8_0 or Q5_0 v) on
- * BACKEND through VARIANT, plugins from REG: its per-head q/k norms come
- * after the three products and its post-norms after the FFN, so every
- * layer's q, k, v go as one gemv_multi and its gate, up and tanh GELU as
- * one gemv_glu (per interpreted step; EXACT: each step is); the logits
- * are bit for bit those of the variant seen as ABI 1.3 (one gemv per
- * node, then the backend's glu).
- */
-static void expect_gemma3_products(struct q4kh_registry *reg, const char *backend,
-                                   const char *variant, int exact)
-{
-	struct q4kh_backend be;
-	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = model_on(reg, test_model_path(), backend, variant, &be, &k);
-	struct q4kh_kernel_v1 counting, old;
-	float *fused, *apart;
-	const int steps = 1 + MULTI_DECODE;
-	int layers = (int)m->hp.n_layer;
-
-	cr_assert_str_eq(m->arch->name, "gemma3");
-	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi) && Q4KH_KERNEL_HAS(k.v, gemv_glu),
-	          "%s lacks gemv_multi or gemv_glu", variant);
-	glu_real = multi_real = k.v;
-	counting = *k.v;
-	counting.gemv_multi = counting_multi;
-	counting.gemv_glu = counting_glu;
-	old = *k.v;
-	old.struct_size = (uint32_t)offsetof(struct q4kh_kernel_v1, gemv_multi);
-
-	glu_calls = 0;
-	memset(multi_calls, 0, sizeof(multi_calls));
-	k.v = &counting;
-	fused = multi_logits(m);
-	if (exact) {
-		cr_expect_eq(multi_calls[3], layers * steps, "%d calls for q, k, v", multi_calls[3]);
-		cr_expect_eq(glu_calls, layers * steps, "%d gemv_glu calls", glu_calls);
-	} else {
-		cr_expect(glu_calls >= layers && glu_calls % layers == 0, "%d gemv_glu calls",
-		          glu_calls);
-		cr_expect_eq(multi_calls[3], glu_calls, "q, k, v: %d calls", multi_calls[3]);
-	}
-	cr_expect_eq(multi_calls[2] + multi_calls[4], 0, "other groups: %d, %d",
-	             multi_calls[2], multi_calls[4]);
-
-	k.v = &old;
-	apart = multi_logits(m);
-	cr_expect_eq(memcmp(fused, apart, sizeof(float) * (size_t)m->hp.n_vocab * (size_t)steps),
-	             0, "%s/%s: gemma3's logits differ with gemv_multi and gemv_glu", backend,
-	             variant);
-	k.v = glu_real;
-
-	free(apart);
-	free(fused);
-	model_close(m, &k, &be);
 }
 
 /* On the reference cpu through cpu-simd (every type of the file). */

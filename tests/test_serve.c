@@ -229,21 +229,30 @@ static char *header(const struct reply *r, const char *name)
 	return strndup(at, n);
 }
 
-/* q4khost run's greedy answer, cleaned as serve sends text. */
-static char *run_answer(const char *model, const char *dir, const char *prompt, int n,
-                        int chat)
+/* q4khost run's greedy answer on BACKEND (NULL: run's choice), cleaned as
+ * serve sends text. */
+static char *run_answer_on(const char *model, const char *dir, const char *backend,
+                           const char *prompt, int n, int chat)
 {
 	char cmd[16384], *out, *clean;
 	size_t len;
 
-	snprintf(cmd, sizeof(cmd), "%s run -m %s --plugin-path %s -p '%s' -n %d %s 2>/dev/null",
-	         q4khost(), model, dir, prompt, n, chat ? "" : "--raw");
+	snprintf(cmd, sizeof(cmd), "%s run -m %s --plugin-path %s%s%s -p '%s' -n %d %s 2>/dev/null",
+	         q4khost(), model, dir, backend ? " --backend " : "", backend ? backend : "",
+	         prompt, n, chat ? "" : "--raw");
 	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
 	len = strlen(out);
 	cr_assert(len > 0 && out[len - 1] == '\n');
 	clean = serve_utf8_clean(out, len - 1, &len);
 	free(out);
 	return clean;
+}
+
+/* q4khost run's greedy answer on its choice of backend. */
+static char *run_answer(const char *model, const char *dir, const char *prompt, int n,
+                        int chat)
+{
+	return run_answer_on(model, dir, NULL, prompt, n, chat);
 }
 
 /* The text of a curl-fetched stream, checking its events. */
@@ -408,6 +417,75 @@ Test(serve, answers_as_run, .timeout = 600)
 		free(got);
 		server_stop(&s);
 	}
+}
+
+/* The text of a completion of PROMPT, N tokens, with sampling SAMPLING
+ * ("\"temperature\": 0", ...), streamed or not. */
+static char *completion(const struct server *s, const char *prompt, int n,
+                        const char *sampling, int stream)
+{
+	char body[1024], *text;
+	struct reply r;
+	json_t *o;
+
+	snprintf(body, sizeof(body),
+	         "{\"prompt\": \"%s\", \"max_tokens\": %d, %s, \"stream\": %s}", prompt, n,
+	         sampling, stream ? "true" : "false");
+	r = http(s, "POST", "/v1/completions", body);
+	cr_assert_eq(r.status, 200, "%s: %s", body, r.body);
+	if (stream) {
+		text = stream_text(r.body);
+	} else {
+		o = json_loads(r.body, 0, NULL);
+		cr_assert_not_null(o, "%s", r.body);
+		text = strdup(json_string_value(json_object_get(
+			json_array_get(json_object_get(o, "choices"), 0), "text")));
+		json_decref(o);
+	}
+	reply_free(&r);
+	return text;
+}
+
+/*
+ * On cpu-fast, whose backend has top2 (ABI 1.4), a greedy answer takes
+ * each token from the pick made on the device: the same text as sampling
+ * with top_k 1 from the downloaded logits (the sampler's exact greedy,
+ * what serve did at temperature 0 before) and as q4khost run on cpu-fast.
+ */
+Test(serve, greedy_pick_on_the_device_is_the_logits_pick, .timeout = 600)
+{
+	static const char *const prompts[] = { "1, 2, 3, 4,", "Once upon a time" };
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-qwen2.gguf");
+	char path[8192], fast[4200];
+	const char *args[] = { "-m", model, "--plugin-path", path, "--backend", "cpu-fast",
+		               "--f2", "require", NULL };
+	struct server s;
+	char *got;
+
+	snprintf(fast, sizeof(fast), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
+	__builtin_cpu_init();
+	if (access(fast, R_OK) || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-fast was not built here or does not run on this CPU");
+	snprintf(path, sizeof(path), "%s:%s/plugins/cpu-fast/.libs", dir, test_builddir());
+	server_start(&s, args, test_tmpdir(), NULL);
+	await_serving(&s, "cpu-fast/built-in");
+	for (size_t i = 0; i < 2; i++) {
+		char *greedy = completion(&s, prompts[i], 16, "\"temperature\": 0", (int)i);
+		char *want = run_answer_on(model, path, "cpu-fast", prompts[i], 16, 0);
+
+		got = completion(&s, prompts[i], 16, "\"temperature\": 1, \"top_k\": 1", (int)i);
+		cr_expect_str_eq(greedy, got, "%s: the device's pick and the logits' differ",
+		                 prompts[i]);
+		cr_expect_str_eq(greedy, want, "%s: serve and run differ on cpu-fast", prompts[i]);
+		free(got);
+		free(want);
+		free(greedy);
+	}
+	got = serving(&s);
+	cr_assert_str_eq(got, "cpu-fast/built-in");
+	free(got);
+	server_stop(&s);
 }
 
 /* 400 requests from 16 clients: no error, every answer run's, RSS flat.

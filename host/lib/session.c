@@ -8,6 +8,7 @@
 #include "graph.h"
 #include "graph_run.h"
 #include "tensor.h"
+#include "q4khost/top2.h"
 
 #define SCRATCH_ALIGN 256
 /* Shape classes kept at once: prefill chunks, the last chunk, decode,
@@ -373,22 +374,7 @@ static int download(struct q4kh_session *s, const struct q4kh_tensor *t, void *d
 
 int32_t q4kh_top2(const float *v, int64_t n, float val[2])
 {
-	int32_t best = -1;
-
-	val[0] = val[1] = -INFINITY;
-	for (int64_t i = 0; i < n; i++) {
-		if (!isfinite(v[i]))
-			continue;
-		if (best < 0 || v[i] > val[0]) {
-			if (best >= 0)
-				val[1] = val[0];
-			best = (int32_t)i;
-			val[0] = v[i];
-		} else if (v[i] > val[1]) {
-			val[1] = v[i];
-		}
-	}
-	return best;
+	return q4kh_top2_scan(v, n, val);
 }
 
 double q4kh_top2_margin(int32_t best, const float val[2])

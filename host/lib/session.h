@@ -124,7 +124,8 @@ int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n
  * skipped; -0 and +0 are equal). val[0] is that value, val[1] the largest
  * finite value of the other indices (the lowest index's on ties), each
  * -INFINITY when there is none. The definition that the backends' top2
- * entries match bit for bit (plugin.h).
+ * entries match bit for bit (plugin.h): the scan of the SDK's
+ * q4khost/top2.h (q4kh_top2_scan), which a host-memory backend runs too.
  */
 int32_t q4kh_top2(const float *v, int64_t n, float val[2]);
 

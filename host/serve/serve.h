@@ -189,7 +189,7 @@ struct serve {
 	int draining, quit;
 	pthread_t engine;
 	int engine_started;
-	float **logits;           /* per slot */
+	float **logits;           /* per slot: a sampled job's (greedy reads a pick) */
 	/* trust */
 	struct serve_verdict verdicts[SERVE_MAX_VERDICTS];
 	int n_verdicts;

@@ -258,6 +258,21 @@ static void take_token(struct serve *srv, int i, int32_t tok)
 }
 
 /*
+ * Run ids[0..n) of job J, the last of its pending tokens, in session S,
+ * keeping what choosing the next token needs: at temperature 0 the
+ * session's greedy pick in *tok (q4kh_session_eval_top2: made on the
+ * device when the backend has top2, 12 bytes read instead of the logits),
+ * else the logits in LOGITS.
+ */
+static int eval_last(struct serve_job *j, struct q4kh_session *s, const int32_t *ids,
+                     int64_t n, float *logits, int32_t *tok, struct q4kh_error *err)
+{
+	if (!(j->sp.temperature > 0.0f)) /* as the sampler takes it: greedy */
+		return q4kh_session_eval_top2(s, ids, n, tok, NULL, err);
+	return q4kh_session_eval(s, ids, n, logits, 0, err);
+}
+
+/*
  * One step of job J in its slot, without the lock: the next piece of its
  * prompt, or the token it chose last. *tok gets the token chosen, or -1
  * while the prompt is not all in.
@@ -267,6 +282,7 @@ static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
 {
 	struct q4kh_session *s = j->path->sessions[j->slot];
 	float *logits = srv->logits[j->slot];
+	const int greedy = !(j->sp.temperature > 0.0f);
 
 	*tok = -1;
 	if (j->fed < j->n_ids) {
@@ -275,19 +291,21 @@ static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
 
 		t = t < s->p.n_batch ? t : s->p.n_batch;
 		last = j->fed + t == j->n_ids;
-		if (q4kh_session_eval(s, j->ids + j->fed, (int64_t)t, last ? logits : NULL, 0, err))
+		if (last ? eval_last(j, s, j->ids + j->fed, (int64_t)t, logits, tok, err)
+		         : q4kh_session_eval(s, j->ids + j->fed, (int64_t)t, NULL, 0, err))
 			return -1;
 		j->fed += t;
 		if (!last)
 			return 0;
-	} else if (q4kh_session_eval(s, &j->last, 1, logits, 0, err)) {
+	} else if (eval_last(j, s, &j->last, 1, logits, tok, err)) {
 		return -1;
 	} else {
 		j->n_fed++;
 	}
-	*tok = q4kh_sampler_sample(j->sampler, logits);
+	if (!greedy)
+		*tok = q4kh_sampler_sample(j->sampler, logits);
 	if (*tok < 0)
-		return q4kh_fail(err, "every logit is NaN");
+		return q4kh_fail(err, greedy ? "no logit is finite" : "every logit is NaN");
 	return 0;
 }
 

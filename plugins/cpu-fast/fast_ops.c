@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fast.h"
+#include "q4khost/top2.h"
 
 /* --- get_rows --- */
 
@@ -327,33 +328,17 @@ struct top2_job {
 	const struct q4kh_tensor *x, *idx, *val;
 };
 
-/* Columns [begin, end) of x: the scan of the host's q4kh_top2 (plugin.h
- * defines the result; the order of the scan makes its ties). */
+/* Columns [begin, end) of x: each the scan of the host's q4kh_top2
+ * (q4khost/top2.h), which plugin.h's top2 contract defines. */
 static void top2_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 {
 	const struct top2_job *j = arg;
 
 	(void)thread;
-	for (int64_t t = begin; t < end; t++) {
-		const float *x = (const float *)fast_row(j->x, t);
-		float *val = (float *)fast_row(j->val, t);
-		int32_t best = -1;
-
-		val[0] = val[1] = -INFINITY;
-		for (int64_t i = 0; i < j->x->ne[0]; i++) {
-			if (!isfinite(x[i]))
-				continue;
-			if (best < 0 || x[i] > val[0]) {
-				if (best >= 0)
-					val[1] = val[0];
-				best = (int32_t)i;
-				val[0] = x[i];
-			} else if (x[i] > val[1]) {
-				val[1] = x[i];
-			}
-		}
-		((int32_t *)fast_at(j->idx, 0, 0, 0))[t] = best;
-	}
+	for (int64_t t = begin; t < end; t++)
+		((int32_t *)fast_at(j->idx, 0, 0, 0))[t] =
+			q4kh_top2_scan((const float *)fast_row(j->x, t), j->x->ne[0],
+			               (float *)fast_row(j->val, t));
 }
 
 q4kh_status fast_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,

@@ -341,21 +341,24 @@ q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
                                const struct q4kh_tensor *cache)
 {
 	const struct q4kh_check c = fast_contract(dev);
-	q4kh_status st;
+	q4kh_status st, rows;
 
-	/* the positions as rope_ext checks them, then as set_rows' rows */
+	/* the positions as rope_ext checks them, then as set_rows' rows: one
+	 * past the cache fails set_rows alone, after x is rotated (U2) */
 	if ((st = q4kh_check_rope_set_rows(&c, x, pos, p, cache)) ||
-	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)) ||
-	    (st = fast_index_values(dev, "set_rows rows", pos, cache->ne[2])))
+	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)))
 		return st;
-	return rope_ext_run(dev, x, pos, p, x, cache);
+	rows = fast_index_values(dev, "set_rows rows", pos, cache->ne[2]);
+	st = rope_ext_run(dev, x, pos, p, x, rows ? NULL : cache);
+	return st ? st : rows;
 }
 
 struct store_job {
 	const struct fast_kernels *k;
 	const struct fast_angles *a;
 	const int32_t *pos;
-	const struct q4kh_tensor *q, *kx, *v, *k_cache, *v_cache;
+	const struct q4kh_tensor *q, *kx, *v;
+	const struct q4kh_tensor *k_cache, *v_cache; /* NULL: that cache not written */
 };
 
 /* Rows r of a token's q heads, then its k heads, then its v heads. */
@@ -378,9 +381,10 @@ static void store_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 		} else if ((h -= hq) < hk) {
 			float *x = (float *)fast_at(j->kx, h, t, 0);
 
-			rope_row(j->k, j->a, pos, j->kx->ne[0], x, x, j->k_cache->type,
-			         fast_at(j->k_cache, h, pos, 0));
-		} else {
+			rope_row(j->k, j->a, pos, j->kx->ne[0], x, x,
+			         j->k_cache ? j->k_cache->type : 0,
+			         j->k_cache ? fast_at(j->k_cache, h, pos, 0) : NULL);
+		} else if (j->v_cache) {
 			h -= hk;
 			fast_convert(j->k, Q4KH_TYPE_F32, j->v_cache->type, fast_at(j->v, h, t, 0),
 			             fast_at(j->v_cache, h, pos, 0), j->v->ne[0]);
@@ -396,14 +400,21 @@ q4kh_status fast_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 {
 	const struct q4kh_check c = fast_contract(dev);
 	struct store_job j = { dev ? dev->k : NULL, NULL, NULL, q, k, v, k_cache, v_cache };
-	q4kh_status st;
+	q4kh_status st, k_rows, v_rows;
 
-	/* the positions as rope_ext checks them, then as each set_rows' rows */
+	/* the positions as rope_ext checks them, then as each set_rows' rows:
+	 * one past a cache fails that cache's set_rows alone (U2, U4): q and k
+	 * are rotated, the other cache written. v's check first, so that the
+	 * line left is k's when both fail (a check that passes writes none). */
 	if ((st = q4kh_check_rope_store(&c, q, k, v, pos, p, k_cache, v_cache)) ||
-	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)) ||
-	    (st = fast_index_values(dev, "set_rows rows", pos, k_cache->ne[2])) ||
-	    (st = fast_index_values(dev, "set_rows rows", pos, v_cache->ne[2])))
+	    (st = fast_index_values(dev, "rope_ext pos", pos, INT32_MAX)))
 		return st;
+	v_rows = fast_index_values(dev, "set_rows rows", pos, v_cache->ne[2]);
+	k_rows = fast_index_values(dev, "set_rows rows", pos, k_cache->ne[2]);
+	if (k_rows)
+		j.k_cache = NULL;
+	if (v_rows)
+		j.v_cache = NULL;
 	j.pos = (const int32_t *)fast_at(pos, 0, 0, 0);
 	j.a = angles_at(dev, p,
 	                p->freq_factors ? (const float *)fast_at(p->freq_factors, 0, 0, 0) : NULL,
@@ -412,5 +423,5 @@ q4kh_status fast_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 		return Q4KH_ERR_NOMEM;
 	fast_pool_run(dev->pool, (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2],
 	              fast_grain(q->ne[0]), store_task, &j);
-	return Q4KH_OK;
+	return k_rows ? k_rows : v_rows;
 }

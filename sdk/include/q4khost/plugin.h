@@ -555,6 +555,8 @@ struct q4kh_backend_v1 {
 	 * buffer_download. N at most INT32_MAX. Runs on the device like any
 	 * op, records into a graph, and fails as the other ops do
 	 * (Q4KH_ERR_INVALID with contract.h's q4kh_check_top2 line).
+	 * q4khost/top2.h's q4kh_top2_scan is this pick of one column, the
+	 * host's own: a backend that holds x in host memory can call it.
 	 */
 	q4kh_status (*top2)(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                    const struct q4kh_tensor *idx,

@@ -1,0 +1,51 @@
+/*
+ * Whole steps on the cuda backend through the cuda-mwv kernel variant,
+ * recorded into the replayed CUDA graph (graph_products.h): on tiny-qwen2,
+ * mul_mat nodes of one input go to gemv_multi as one launch (Q4_K and
+ * Q6_K, with q, k, v's biases) and gate, up and their GLU to gemv_glu,
+ * with the logits, bit for bit, of the variant without the entries and of
+ * one that refuses them. tests/test_graph.c checks the same on the
+ * reference cpu through cpu-simd. Every test skips without the CUDA
+ * plugins or a device.
+ */
+#include <criterion/criterion.h>
+
+#include "backend.h"
+#include "graph_products.h"
+#include "registry.h"
+
+/*
+ * EXPECT on cuda through cuda-mwv, recorded into the replayed CUDA graph
+ * (not exact: replayed steps do not run the interpreter). Skips without
+ * the CUDA plugins or a device.
+ */
+static void on_cuda_mwv(expect_fn expect)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	uint32_t n = 0;
+
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	if (!q4kh_registry_find(reg, "cuda") || !q4kh_registry_find(reg, "cuda-mwv")) {
+		q4kh_registry_free(reg);
+		cr_skip_test("this build has no cuda and cuda-mwv plugins");
+	}
+	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
+		q4kh_registry_free(reg);
+		cr_skip_test("no CUDA device (%s)", err.msg[0] ? err.msg : "the cuda backend has 0");
+	}
+	expect(reg, "cuda", "cuda-mwv", 0);
+	q4kh_registry_free(reg);
+}
+
+/* gemv_multi: one launch for Q4_K and Q6_K with the biases. */
+Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
+{
+	on_cuda_mwv(expect_grouping);
+}
+
+/* gemv_glu (tiny-qwen2's gate and up are both Q4_K). */
+Test(gemv_glu, cuda_mwv_fuses_with_the_same_logits, .timeout = 300)
+{
+	on_cuda_mwv(expect_glu);
+}
