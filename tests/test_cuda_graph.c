@@ -5,13 +5,15 @@
  * Q6_K, with q, k, v's biases) and gate, up and their GLU to gemv_glu,
  * with the logits, bit for bit, of the variant without the entries and of
  * one that refuses them. tests/test_graph.c checks the same on the
- * reference cpu through cpu-simd. Every test skips without the CUDA
- * plugins or a device.
+ * reference cpu through cpu-simd. Every test skips where the system shows
+ * no NVIDIA GPU (test_no_cuda_device) and fails where the CUDA plugins it
+ * was built with are not on its path.
  */
 #include <criterion/criterion.h>
 
 #include "backend.h"
 #include "graph_products.h"
+#include "helpers.h"
 #include "registry.h"
 
 /*
@@ -26,13 +28,13 @@ static void on_cuda_mwv(expect_fn expect)
 	uint32_t n = 0;
 
 	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	if (!q4kh_registry_find(reg, "cuda") || !q4kh_registry_find(reg, "cuda-mwv")) {
-		q4kh_registry_free(reg);
-		cr_skip_test("this build has no cuda and cuda-mwv plugins");
-	}
+	/* built with the CUDA plugins: they must be on the test's path */
+	cr_assert(q4kh_registry_find(reg, "cuda") && q4kh_registry_find(reg, "cuda-mwv"),
+	          "the cuda and cuda-mwv plugins are not on the plugin path %s", reg->path);
 	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
 		q4kh_registry_free(reg);
-		cr_skip_test("no CUDA device (%s)", err.msg[0] ? err.msg : "the cuda backend has 0");
+		test_no_cuda_device("the recorded steps on cuda-mwv",
+		                    err.msg[0] ? err.msg : "the cuda backend has 0 devices");
 	}
 	expect(reg, "cuda", "cuda-mwv", 0);
 	q4kh_registry_free(reg);
