@@ -41,8 +41,11 @@ def bench_q4khost(binary, model, threads, decode, backend, kernel):
     out = subprocess.run([binary, "run", "-m", model, "-p", PROMPT, "-n", str(decode),
                           "--config", cfg, "--backend", backend, "--kernel", kernel,
                           "--raw", "--json"],
-                         check=True, capture_output=True, text=True, env=env).stdout
-    r = json.loads(out)
+                         capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise SystemExit(f"bench-cpu.py: q4khost run --backend {backend} --kernel {kernel} "
+                         f"exited {out.returncode}:\n{out.stderr.strip()}")
+    r = json.loads(out.stdout)
     return (r["prefill"]["tokens"], r["prefill"]["tokens_per_second"],
             r["decode"]["tokens"], r["decode"]["tokens_per_second"])
 
