@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "guard.h"
 #include "registry.h"
 
 enum q4kh_exit {
@@ -36,6 +37,16 @@ int q4kh_cli_bad_option(const char *command, char **argv, int c);
  */
 int q4kh_cli_parse_long(const char *command, const char *s, const char *what, long lo,
                         long hi, long *out);
+
+/*
+ * The options of the commands that measure F2 (validate, qa): --f2 VALUE,
+ * which takes auto or fresh only, and --timeout SECONDS, in
+ * [1, Q4KH_TIMEOUT_MAX_S]. Each parses VALUE into *out, or says in one
+ * line on stderr what COMMAND expected and returns -1.
+ */
+int q4kh_cli_f2_measure_mode(const char *command, const char *value,
+                             enum q4kh_f2_mode *out);
+int q4kh_cli_timeout(const char *command, const char *value, long *out);
 
 /*
  * The path of document NAME ("config.md") for --help: the installed one

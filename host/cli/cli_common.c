@@ -56,6 +56,23 @@ int q4kh_cli_parse_long(const char *command, const char *s, const char *what, lo
 	return 0;
 }
 
+int q4kh_cli_f2_measure_mode(const char *command, const char *value,
+                             enum q4kh_f2_mode *out)
+{
+	if (q4kh_f2_mode_parse(value, out) || (*out != Q4KH_F2_AUTO && *out != Q4KH_F2_FRESH)) {
+		fprintf(stderr, "q4khost %s: --f2 '%s' is not one of auto, fresh\n", command,
+		        value);
+		return -1;
+	}
+	return 0;
+}
+
+int q4kh_cli_timeout(const char *command, const char *value, long *out)
+{
+	return q4kh_cli_parse_long(command, value, "--timeout (seconds)", 1, Q4KH_TIMEOUT_MAX_S,
+	                           out);
+}
+
 /*
  * INSTALLED, unless it is not there (MODE: access(2)'s) and the source
  * tree's REL is: then its canonical path (configure may have been given

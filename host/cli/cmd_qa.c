@@ -145,12 +145,8 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 		case O_NO_PARSE_SPECIAL: o->no_parse_special = 1; break;
 		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
 		case O_F2:
-			if (q4kh_f2_mode_parse(optarg, &o->mode) ||
-			    (o->mode != Q4KH_F2_AUTO && o->mode != Q4KH_F2_FRESH)) {
-				fprintf(stderr, "q4khost qa: --f2 '%s' is not one of auto, fresh\n",
-				        optarg);
+			if (q4kh_cli_f2_measure_mode("qa", optarg, &o->mode))
 				return -1;
-			}
 			break;
 		case O_DEVICE:
 			if (q4kh_cli_parse_long("qa", optarg, "--device", 0, INT32_MAX, &o->device))
@@ -158,8 +154,7 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 			o->device_set = 1;
 			break;
 		case O_TIMEOUT:
-			if (q4kh_cli_parse_long("qa", optarg, "--timeout (seconds)", 1,
-			                        Q4KH_TIMEOUT_MAX_S, &o->timeout))
+			if (q4kh_cli_timeout("qa", optarg, &o->timeout))
 				return -1;
 			break;
 		case 'h': usage(stdout); return 1;

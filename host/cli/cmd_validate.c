@@ -136,12 +136,8 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_PLOT: o->plot = optarg; break;
 		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
 		case O_F2:
-			if (q4kh_f2_mode_parse(optarg, &o->mode) ||
-			    (o->mode != Q4KH_F2_AUTO && o->mode != Q4KH_F2_FRESH)) {
-				fprintf(stderr, "q4khost validate: --f2 '%s' is not one of auto, fresh\n",
-				        optarg);
+			if (q4kh_cli_f2_measure_mode("validate", optarg, &o->mode))
 				return -1;
-			}
 			break;
 		case O_DEVICE:
 			if (q4kh_cli_parse_long("validate", optarg, "--device", 0, INT32_MAX, &o->device))
@@ -149,8 +145,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 			o->device_set = 1;
 			break;
 		case O_TIMEOUT:
-			if (q4kh_cli_parse_long("validate", optarg, "--timeout (seconds)", 1,
-			                        Q4KH_TIMEOUT_MAX_S, &o->timeout))
+			if (q4kh_cli_timeout("validate", optarg, &o->timeout))
 				return -1;
 			break;
 		case O_MEMORY:
