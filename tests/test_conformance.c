@@ -109,3 +109,23 @@ Test(conformance, no_backend_but_the_reference_is_an_error)
 	free(cmd);
 	free(out);
 }
+
+/* --device N that no backend has: the message names the number and the
+ * path, in that order (the arguments were once given out of order). */
+Test(conformance, a_device_no_backend_has_is_named)
+{
+	static const char *const names[] = { NULL };
+	char *cmd = NULL, *out = NULL, *want = NULL;
+	const char *plugins = test_plugin_dir(names);
+
+	if (asprintf(&cmd, "%s/host/cli/q4khost conformance --device 3 --plugin-path %s",
+	             test_builddir(), plugins) < 0 ||
+	    asprintf(&want, "q4khost conformance: no backend but the reference with a device 3 "
+	             "(--device) on the plugin path %s\n", plugins) < 0)
+		cr_assert_fail("out of memory");
+	cr_expect_eq(test_shell(cmd, &out), 4, "%s", out);
+	cr_expect_str_eq(out, want);
+	free(cmd);
+	free(out);
+	free(want);
+}

@@ -214,9 +214,12 @@ int q4kh_cmd_conformance(int argc, char **argv)
 		}
 	}
 	if (!checked) {
-		q4kh_fail(&err, o.backend ? "no backend %s%s on the plugin path %s"
-		                          : "no backend but the reference on the plugin path %s%s%s",
-		          o.backend ? o.backend : "", o.device_set ? " with that device" : "", r->path);
+		char dev[48] = "";
+
+		if (o.device_set)
+			snprintf(dev, sizeof(dev), " with a device %ld (--device)", o.device);
+		q4kh_fail(&err, "no backend %s%s on the plugin path %s",
+		          o.backend ? o.backend : "but the reference", dev, r->path);
 		rc = Q4KH_EXIT_PLUGIN;
 		goto out;
 	}
