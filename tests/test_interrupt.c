@@ -5,7 +5,9 @@
  * gives one valid object (exit 143). A `validate --one` child never
  * outlives the parent's watch: a SIGTERM to the parent is passed on, a
  * SIGKILLed parent takes the child with it (PR_SET_PDEATHSIG), and a
- * stopped parent leaves it to its own alarm. Nothing here is timed: each
+ * stopped parent leaves it to its own alarm. Two signals at once (timeout
+ * -s INT) are one request; bench stops between rows with its table.
+ * Nothing here is timed: each
  * wait polls until what it waits for happens, bounded by the test's
  * .timeout.
  */
@@ -66,25 +68,44 @@ static void wait_until_gone(pid_t pid)
 		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
 }
 
-Test(interrupt, sigint_during_run_keeps_the_text_and_the_report, .timeout = 300)
+/*
+ * Start q4khost COMMAND with the reference plugin alone, wait for its
+ * first text (WAIT_TEXT) or 2 s, send it N_SIGINTS SIGINTs at once, and
+ * return its status with its stdout and stderr.
+ */
+static int interrupted(const char *command, int wait_text, int n_sigints, char **out,
+                       char **err)
 {
 	static const char *const none[] = { NULL };
-	const char *plugins;
-	char args[8192], *out, *err;
+	char args[8192];
 	struct bg b;
 	int status;
-	long decoded = -1;
-	const char *line;
 
 	test_model_path();
-	plugins = test_plugin_dir(none);
-	snprintf(args, sizeof(args), "run -n 2000 -p 'Once upon a time' --plugin-path %s", plugins);
+	snprintf(args, sizeof(args), "%s --plugin-path %s", command, test_plugin_dir(none));
 	start(&b, args);
-	test_wait_for(b.out, NULL); /* the first piece of text */
-	cr_assert_eq(kill(b.pid, SIGINT), 0);
+	if (wait_text)
+		test_wait_for(b.out, NULL); /* the first piece of text */
+	else
+		sleep(2); /* setup, or the first row: a stop anywhere must say so */
+	for (int i = 0; i < n_sigints; i++)
+		cr_assert_eq(kill(b.pid, SIGINT), 0);
 	status = test_reap(b.pid);
-	out = slurp(b.out);
-	err = slurp(b.err);
+	*out = slurp(b.out);
+	*err = slurp(b.err);
+	return status;
+}
+
+/* N_SIGINTS at once: timeout -s INT sends SIGINT to the process and then
+ * to its group, microseconds apart: one request to stop, not a second
+ * Ctrl-C that kills the process with no report (interrupt.h). */
+static void sigint_during_run(int n_sigints)
+{
+	char *out, *err;
+	long decoded = -1;
+	const char *line;
+	int status = interrupted("run -n 2000 -p 'Once upon a time'", 1, n_sigints, &out, &err);
+
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130,
 	          "SIGINT exits 130 (status %#x): %s", status, err);
 	cr_expect_gt(strlen(out), 1, "the text so far is kept");
@@ -95,6 +116,29 @@ Test(interrupt, sigint_during_run_keeps_the_text_and_the_report, .timeout = 300)
 	cr_expect_eq(sscanf(line, "; decode %ld tokens", &decoded), 1, "%s", line);
 	cr_expect(decoded > 0 && decoded < 2000, "stopped early: %ld tokens", decoded);
 	cr_expect(strstr(err, "stop: interrupted by SIGINT\n") != NULL, "%s", err);
+	free(out);
+	free(err);
+}
+
+Test(interrupt, sigint_during_run_keeps_the_text_and_the_report, .timeout = 300)
+{
+	sigint_during_run(1);
+}
+
+Test(interrupt, two_signals_together_are_one_request, .timeout = 300)
+{
+	sigint_during_run(2);
+}
+
+/* bench stops as run does: the table of the rows done, then why, 130. */
+Test(interrupt, sigint_during_bench_prints_the_rows_done, .timeout = 300)
+{
+	char *out, *err;
+	int status = interrupted("bench -n 4", 0, 1, &out, &err);
+
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
+	cr_expect(strstr(out, "prefill tok/s") != NULL, "the table: %s", out);
+	cr_expect(strstr(err, "q4khost bench: stopped by SIGINT") != NULL, "%s", err);
 	free(out);
 	free(err);
 }
@@ -203,6 +247,11 @@ static void start_hanging_validate(struct bg *b, const char *extra)
 
 Test(interrupt, sigterm_to_validate_stops_its_child_and_writes_no_receipt, .timeout = 300)
 {
+	static const char *const measured[] = { "min_cosine", "min_cosine_position",
+		                                "worst_position", "worst_decode_step",
+		                                "near_ties", "seconds", "source" };
+	json_t *j, *row;
+	json_error_t jerr;
 	struct bg b;
 	pid_t child;
 	int status;
@@ -216,6 +265,15 @@ Test(interrupt, sigterm_to_validate_stops_its_child_and_writes_no_receipt, .time
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %#x: %s", status, err);
 	cr_expect(!test_alive(child), "the child was stopped with its parent");
 	cr_expect(strstr(err, "stopped by SIGTERM") != NULL, "%s", err);
+	/* The stopped row measured nothing: null, not 0.0 or an older
+	 * receipt's numbers. */
+	j = json_load_file(b.out, 0, &jerr);
+	cr_assert_not_null(j, "%s", jerr.text);
+	row = json_array_get(json_object_get(j, "candidates"), 0);
+	cr_expect_str_eq(json_string_value(json_object_get(row, "verdict")), "error");
+	for (int i = 0; i < 7; i++)
+		cr_expect(json_is_null(json_object_get(row, measured[i])), "%s is null", measured[i]);
+	json_decref(j);
 	snprintf(cmd, sizeof(cmd), "ls %s | grep -c json || true", b.receipts);
 	test_shell(cmd, &listing);
 	cr_expect_str_eq(listing, "0\n", "no receipt for a measurement that was stopped");

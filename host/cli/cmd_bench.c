@@ -21,6 +21,7 @@
 #include "config.h"
 #include "greedy.h"
 #include "guard.h"
+#include "interrupt.h"
 #include "policy.h"
 #include "progress.h"
 #include "registry.h"
@@ -74,9 +75,13 @@ static void usage(FILE *out)
 	        "      --no-built-in     leave out the built-in kernels' row (they can\n"
 	        "                        be slow: a long prompt on a large model)\n"
 	        "  -h, --help            this help\n\n"
+	        "SIGINT (Ctrl-C) or SIGTERM stops it between rows: the rows done are\n"
+	        "printed, the others say they were not timed; a second signal at least\n"
+	        "half a second later ends the process at once.\n\n"
 	        "exit codes: 0 every row timed, 1 a row was not timed (F2 did not pass,\n"
 	        "            or it failed), 2 usage, 3 bad model or config file,\n"
-	        "            4 the kernels named cannot run here\n");
+	        "            4 the kernels named cannot run here, 130 or 143 stopped\n"
+	        "            by SIGINT or SIGTERM\n");
 }
 
 static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
@@ -356,6 +361,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	q4kh_interrupt_install();
 	q4kh_progress_init("bench");
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
@@ -385,6 +391,12 @@ int q4kh_cmd_bench(int argc, char **argv)
 		struct row *r = &rows[i];
 		struct q4kh_error e = { { 0 } };
 
+		if (q4kh_interrupted()) {
+			snprintf(r->note, sizeof(r->note), "stopped by %s before this row",
+			         q4kh_signal_name(q4kh_interrupted()));
+			untimed = 1;
+			continue;
+		}
 		if (!r->reference && mode != Q4KH_F2_OFF) {
 			if (q4kh_guard_check(&g, &r->c, &r->dev, mode, &r->d, &e)) {
 				snprintf(r->note, sizeof(r->note), "F2 could not decide: %.580s", e.msg);
@@ -422,6 +434,11 @@ int q4kh_cmd_bench(int argc, char **argv)
 	}
 	rc = untimed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
+	if (q4kh_interrupted()) {
+		q4kh_fail(&err, "stopped by %s; the rows not timed say so",
+		          q4kh_signal_name(q4kh_interrupted()));
+		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
+	}
 out:
 	if (err.msg[0])
 		fprintf(stderr, "q4khost bench: %s\n", err.msg);

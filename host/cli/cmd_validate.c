@@ -249,12 +249,18 @@ static void print_table(const struct row *rows, size_t n)
 		if (at >= 0)
 			snprintf(cos, sizeof(cos), "%.4f at %s", rc->points[at].cosine,
 			         position_text(at, rc->points[at].decode_step, where, sizeof(where)));
+		char ties[16] = "-", seconds[32] = "-";
+
 		position_text(passed || rows[i].failed ? -1 : rc->worst_position,
 		              rc->worst_decode_step, decided, sizeof(decided));
-		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9d %-7.1f %s\n",
+		if (!rows[i].failed) {
+			snprintf(ties, sizeof(ties), "%d", rc->near_ties);
+			snprintf(seconds, sizeof(seconds), "%.1f", rc->seconds);
+		}
+		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9s %-7s %s\n",
 		       rows[i].e.c.backend, variant_name(&rows[i].e.c), rows[i].e.c.device,
 		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict), cos,
-		       decided, rc->near_ties, rc->seconds, rows[i].d.source);
+		       decided, ties, seconds, rows[i].failed ? "-" : rows[i].d.source);
 		if (!passed)
 			printf("    %s\n", rc->message);
 	}
@@ -276,20 +282,26 @@ static void print_unmeasurable(const char *lines, size_t n_rows)
 	}
 }
 
+/* A row with no decision (an error, a stop) has measured nothing: null. */
 static json_t *row_json(const struct row *r)
 {
 	const struct q4kh_receipt *rc = &r->d.receipt;
+	int m = !r->failed;
 
-	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:I, s:I, s:i, s:i, s:f, s:s, s:s}",
+	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}",
 	                 "backend", r->e.c.backend, "kernel", variant_name(&r->e.c),
 	                 "device", (int)r->e.c.device, "device_uuid", r->e.dev.uuid,
 	                 "verdict", r->failed ? "error" : q4kh_f2_verdict_name(r->d.verdict),
-	                 "min_cosine", isfinite(rc->min_cosine) ? json_real(rc->min_cosine) : json_null(),
-	                 "min_cosine_position", (json_int_t)min_cosine_position(rc),
-	                 "worst_position", (json_int_t)rc->worst_position,
-	                 "worst_decode_step", rc->worst_decode_step, "near_ties",
-	                 rc->near_ties, "seconds", rc->seconds, "source", r->d.source,
-	                 "message", rc->message);
+	                 "min_cosine", m && isfinite(rc->min_cosine) ? json_real(rc->min_cosine)
+	                                                            : json_null(),
+	                 "min_cosine_position",
+	                 m ? json_integer(min_cosine_position(rc)) : json_null(),
+	                 "worst_position", m ? json_integer(rc->worst_position) : json_null(),
+	                 "worst_decode_step",
+	                 m ? json_integer(rc->worst_decode_step) : json_null(), "near_ties",
+	                 m ? json_integer(rc->near_ties) : json_null(), "seconds",
+	                 m ? json_real(rc->seconds) : json_null(), "source",
+	                 m ? json_string(r->d.source) : json_null(), "message", rc->message);
 }
 
 /*
@@ -472,6 +484,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 			         "not measured: stopped by %s", q4kh_signal_name(q4kh_interrupted()));
 		} else if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.mode, &rows[i].d,
 		                            &err)) {
+			/* Nothing of an older receipt read on the way is this run's. */
+			q4kh_receipt_free(&rows[i].d.receipt);
+			memset(&rows[i].d, 0, sizeof(rows[i].d));
 			rows[i].failed = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "%.500s", err.msg);

@@ -50,7 +50,10 @@ static void usage(FILE *out)
 	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 a bad model file or\n"
 	        "            configuration (a config file, a setting's value, the\n"
 	        "            receipt folder), 4 no plugin could honour the request,\n"
-	        "            130 or 143 stopped by SIGINT or SIGTERM (run, validate)\n");
+	        "            130 or 143 stopped by SIGINT or SIGTERM (run, validate,\n"
+	        "            bench); signals that come together are one request, a\n"
+	        "            second one 0.5 s or more after the first ends the\n"
+	        "            process at once\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. */

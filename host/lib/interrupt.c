@@ -3,17 +3,36 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static volatile sig_atomic_t stop_signal;
+static struct timespec first_at; /* when stop_signal was set (CLOCK_MONOTONIC) */
+
+/* Whether NOW is at least Q4KH_INTERRUPT_AGAIN_MS after the first signal. */
+static int asked_again(const struct timespec *now)
+{
+	long long ms = (long long)(now->tv_sec - first_at.tv_sec) * 1000 +
+	               (now->tv_nsec - first_at.tv_nsec) / 1000000;
+
+	return ms >= Q4KH_INTERRUPT_AGAIN_MS;
+}
 
 static void on_signal(int sig)
 {
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
 	if (stop_signal) {
+		/* A signal that came with the first one (timeout -s INT sends
+		 * it to the process, then to its group) is the same request. */
+		if (!asked_again(&now))
+			return;
 		/* Asked twice: the default action, now. */
 		signal(sig, SIG_DFL);
 		raise(sig);
 		return;
 	}
+	first_at = now;
 	stop_signal = sig;
 }
 

@@ -5,10 +5,17 @@
  * q4kh_interrupted() between units of work: a token, a prefill batch, a
  * 20 ms poll of a child. A second signal while the first is still being
  * acted on ends the process at once, with that signal, as if no handler
- * were installed: a stop that takes too long can still be forced.
+ * were installed: a stop that takes too long can still be forced. Only a
+ * signal Q4KH_INTERRUPT_AGAIN_MS or more after the first counts as asked
+ * twice: signals that arrive together (timeout -s INT sends one to the
+ * process and one to its group, microseconds apart; a Ctrl-C reaches
+ * every process of the terminal's group) are one request.
  */
 #ifndef Q4KH_INTERRUPT_H
 #define Q4KH_INTERRUPT_H
+
+/* How long after the first signal another one forces the stop. */
+#define Q4KH_INTERRUPT_AGAIN_MS 500
 
 /* Catch SIGINT and SIGTERM from now on (SA_RESTART: I/O is not cut short). */
 void q4kh_interrupt_install(void);
