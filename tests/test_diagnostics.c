@@ -13,12 +13,14 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf.h"
 #include "helpers.h"
 
 #define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
@@ -970,5 +972,95 @@ Test(first_run, a_receipt_folder_is_judged_alike_everywhere)
 	         "serve and conformance refuse to start (exit 3), whatever backend they would use\n",
 	         why);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+/* --- issue 19b: a fresh user's trial of main ------------------------------ */
+
+/* A run into a full disk says so once (not again from main), and the
+ * report still goes to stderr. */
+Test(first_run, a_run_into_a_full_disk_says_so_once_with_its_report)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out;
+
+	if (access("/dev/full", W_OK) != 0)
+		cr_skip_test("no /dev/full here");
+	snprintf(args, sizeof(args), "run -n 4 -m %s --plugin-path %s", tiny_model(), plugins);
+	q4khost_into("", args, ">/dev/full", &out);
+	cr_expect_eq(count(out, "cannot write to standard output"), 1, "said once: %s", out);
+	cr_expect(strstr(out, "q4khost run: cannot write to standard output: No space left on "
+	                      "device\nrc=1\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "q4khost: backend cpu") != NULL, "the report: %s", out);
+	cr_expect(strstr(out, "; stop: error\n") != NULL, "%s", out);
+	free(out);
+}
+
+/* A prompt longer than the context is refused before the prefill. */
+Test(first_run, a_prompt_longer_than_the_context_is_refused_before_the_prefill)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "run --ctx 4 -p 'one two three four five six seven'", NULL,
+	                          plugins, "", &out), 2, "%s", out);
+	cr_expect(strstr(out, "q4khost run: the prompt is ") != NULL, "%s", out);
+	cr_expect(strstr(out, " tokens; the context holds 4 (--ctx)") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "context full"), "%s", out);
+	cr_expect_null(strstr(out, "q4khost: prefill"), "no prefill, no report: %s", out);
+	free(out);
+}
+
+/* Weights that make every logit NaN: named as such, with the model file
+ * and the backend, after the report (not "token -1 is outside the
+ * vocabulary"). */
+Test(first_run, logits_with_no_finite_value_are_named_with_the_report)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	const struct q4kh_gguf_tensor *t;
+	struct q4kh_gguf *g = NULL;
+	struct q4kh_error err = { { 0 } };
+	char *model, *want, *out;
+	uint64_t offset, size;
+	FILE *f;
+
+	cr_assert_geq(asprintf(&model, "%s/nan.gguf", test_tmpdir()), 0);
+	cr_assert_geq(asprintf(&want, "cp %s %s", tiny_model(), model), 0);
+	cr_assert_eq(system(want), 0);
+	free(want);
+	cr_assert_eq(q4kh_gguf_open(model, &g, &err), 0, "%s", err.msg);
+	t = q4kh_gguf_tensor(g, "output_norm.weight");
+	cr_assert_not_null(t);
+	offset = t->offset;
+	size = t->size;
+	q4kh_gguf_close(g);
+	f = fopen(model, "r+b");
+	cr_assert_not_null(f);
+	cr_assert_eq(fseek(f, (long)offset, SEEK_SET), 0);
+	for (uint64_t i = 0; i < size / sizeof(float); i++)
+		cr_assert_eq(fwrite(&(float){ NAN }, sizeof(float), 1, f), 1);
+	cr_assert_eq(fclose(f), 0);
+	for (int sampled = 0; sampled < 2; sampled++) {
+		cr_expect_eq(q4khost_with("", sampled ? "run -n 2 --temp 0.8" : "run -n 2", model,
+		                          plugins, "", &out), 1, "%s", out);
+		cr_assert_geq(asprintf(&want, "q4khost run: the logits of step 0 have no finite "
+		                       "value (model data or backend): model %s, backend cpu "
+		                       "device 0\n", model), 0);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		cr_expect(strstr(out, "; stop: error\n") != NULL, "the report: %s", out);
+		cr_expect_null(strstr(out, "outside the vocabulary"), "%s", out);
+		free(want);
+		free(out);
+	}
+	free(model);
+}
+
+Test(first_run, an_extra_argument_points_at_help)
+{
+	char *out;
+
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "run extra", &out), 2, "%s", out);
+	cr_expect(strstr(out, "q4khost run: unexpected argument 'extra': the prompt goes after "
+	                      "-p (try q4khost run --help)\n") != NULL, "%s", out);
 	free(out);
 }

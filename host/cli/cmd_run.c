@@ -5,7 +5,9 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,7 +58,8 @@ static void usage(FILE *out)
 	        "                        prompt (default: 512 on a GPU, 128 on cpu-fast,\n"
 	        "                        64 on the cpu reference)\n"
 	        "      --temp T          sampling temperature; 0 = greedy (default 0)\n"
-	        "      --top-k K         keep the K most likely tokens (default 40)\n"
+	        "      --top-k K         keep the K most likely tokens; 0 = every token,\n"
+	        "                        no cut (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
 	        "      --seed S          random seed (default 0)\n"
 	        "      --raw             do not apply the model's chat template (not with\n"
@@ -91,10 +94,15 @@ static void usage(FILE *out)
 	        "  -h, --help            this help\n\n"
 	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
 	        "newline and the report (stop: interrupted) are still printed, or the\n"
-	        "JSON object with them; a second signal ends the process at once.\n"
+	        "JSON object with them; a second signal, 0.5 s or more after the\n"
+	        "first, ends the process at once (signals that come together, as\n"
+	        "timeout -s INT sends them, are one request).\n"
 	        "A reader of the text that goes away (| head) stops it too, with the\n"
 	        "report (stop: standard output closed) and exit code 0.\n\n"
-	        "exit codes: 0 ok, 1 failure, 2 usage, 3 bad model or config file,\n"
+	        "A failure while generating (logits with no finite value, output that\n"
+	        "cannot be written) still prints the report, then the error.\n\n"
+	        "exit codes: 0 ok, 1 failure, 2 usage (a prompt longer than the\n"
+	        "            context included), 3 bad model or config file,\n"
 	        "            4 the requested backend or kernel cannot serve,\n"
 	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
 }
@@ -227,7 +235,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "q4khost run: unexpected argument '%s'\n", argv[optind]);
+		fprintf(stderr, "q4khost run: unexpected argument '%s': the prompt goes after -p "
+		        "(try q4khost run --help)\n", argv[optind]);
 		return -1;
 	}
 	if (o->raw && o->chat_template) {
@@ -450,6 +459,47 @@ static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_rep
 	return 0;
 }
 
+/*
+ * The token of decode step STEP (0: the one after the prompt), or -1 with
+ * err when the logits have no finite value: corrupt weights or a backend
+ * fault, never a token to feed back (the greedy pick is then -1).
+ */
+static int32_t next_token(struct run *r, long step, struct q4kh_error *err)
+{
+	int64_t n_vocab = r->model->hp.n_vocab, i = 0;
+	int32_t tok = r->pick;
+
+	if (!r->greedy) {
+		while (i < n_vocab && !isfinite(r->logits[i]))
+			i++;
+		tok = i < n_vocab ? q4kh_sampler_sample(r->sampler, r->logits) : -1;
+	}
+	if (tok < 0)
+		q4kh_fail(err, "the logits of step %ld have no finite value (model data or "
+		          "backend): model %s, backend %s device %u", step, r->model->gguf->path,
+		          r->sel.backend.plugin->name, r->sel.device);
+	return tok;
+}
+
+/*
+ * Say once that standard output failed (main's finish must not say it
+ * again): the bytes still buffered for it are dropped.
+ */
+static int output_failed(struct q4kh_report *rep, struct q4kh_error *err)
+{
+	int e = errno;
+
+	__fpurge(stdout);
+	clearerr(stdout);
+	rep->stop_reason = "error";
+	return q4kh_fail(err, "cannot write to standard output: %s", strerror(e));
+}
+
+/*
+ * Tokenize, prefill and decode. 0, or the exit code with err; a failure
+ * once the prompt runs sets rep->stop_reason to "error" (the report is
+ * still printed).
+ */
 static int generate(const struct run_opts *o, struct run *r,
                     struct q4kh_report *rep, char *reason, size_t cap,
                     struct q4kh_error *err)
@@ -459,25 +509,42 @@ static int generate(const struct run_opts *o, struct run *r,
 	char piece[256], warning[512];
 	double t0;
 	int32_t tok;
+	int out_gone = 0; /* standard output failed or was closed */
 
 	if (q4kh_prompt_init(&pr, r->model->gguf, o->raw ? "none" : o->chat_template,
 	                     !o->no_parse_special, err))
-		return -1;
+		return Q4KH_EXIT_FAIL;
 	if (q4kh_prompt_warning(&pr, warning, sizeof(warning)))
 		fprintf(stderr, "q4khost run: warning: %s\n", warning);
 	rep->chat_template = o->raw ? "off (--raw)" : q4kh_chat_name(pr.chat);
 	if (q4kh_prompt_tokenize(&pr, r->tok, o->prompt, 1, &r->ids, &n_ids, err))
-		return -1;
-	if (n_ids == 0)
-		return q4kh_fail(err, "the prompt tokenized to nothing");
+		return Q4KH_EXIT_FAIL;
+	if (n_ids == 0) {
+		q4kh_fail(err, "the prompt tokenized to nothing");
+		return Q4KH_EXIT_FAIL;
+	}
+	/* Checked before the prefill, not found full after it. */
+	if (n_ids + 1 > r->session->p.n_ctx) {
+		q4kh_fail(err, "the prompt is %zu tokens; the context holds %u (--ctx%s), and at "
+		          "least one token must be generated: a shorter prompt, or --ctx %zu or "
+		          "more (the model was trained on %u)", n_ids, r->session->p.n_ctx,
+		          o->ctx ? "" : " not given: the model's trained context, at most 4096",
+		          n_ids + 1, r->model->hp.n_ctx_train);
+		return Q4KH_EXIT_USAGE;
+	}
 	rep->stop_reason = "token limit";
-	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err))
-		return -1;
+	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err)) {
+		rep->stop_reason = "error";
+		return Q4KH_EXIT_FAIL;
+	}
 	t0 = now();
 	for (long i = 0; i < o->n_predict && !stopped(rep, reason, cap); i++) {
 		size_t len;
 
-		tok = r->greedy ? r->pick : q4kh_sampler_sample(r->sampler, r->logits);
+		if ((tok = next_token(r, i, err)) < 0) {
+			rep->stop_reason = "error";
+			break;
+		}
 		rep->generated_tokens++;
 		if (q4kh_tokenizer_is_eog(r->tok, tok)) {
 			rep->stop_reason = "end of generation token";
@@ -485,12 +552,15 @@ static int generate(const struct run_opts *o, struct run *r,
 		}
 		len = q4kh_token_to_piece(r->tok, tok, 0, piece, sizeof(piece));
 		if (emit(r, piece, len < sizeof(piece) ? len : sizeof(piece), !o->json)) {
-			if (o->json)
-				return q4kh_fail(err, "out of memory");
-			if (errno != EPIPE)
-				return q4kh_fail(err, "cannot write to standard output: %s",
-				                 strerror(errno));
-			rep->stop_reason = "standard output closed";
+			out_gone = !o->json;
+			if (o->json) {
+				q4kh_fail(err, "out of memory");
+				rep->stop_reason = "error";
+			} else if (errno != EPIPE) {
+				output_failed(rep, err);
+			} else {
+				rep->stop_reason = "standard output closed";
+			}
 			break;
 		}
 		if (i + 1 == o->n_predict)
@@ -499,15 +569,17 @@ static int generate(const struct run_opts *o, struct run *r,
 			rep->stop_reason = "context full";
 			break;
 		}
-		if (feed(r, &tok, 1, 1, err))
-			return -1;
+		if (feed(r, &tok, 1, 1, err)) {
+			rep->stop_reason = "error";
+			break;
+		}
 	}
 	rep->decode_seconds = now() - t0;
-	if (!o->json) { /* before the report reaches unbuffered stderr */
-		fputc('\n', stdout);
-		fflush(stdout);
-	}
-	return 0;
+	/* The newline, before the report reaches unbuffered stderr. */
+	if (!o->json && !out_gone && (fputc('\n', stdout) == EOF || fflush(stdout)) &&
+	    !err->msg[0])
+		output_failed(rep, err);
+	return err->msg[0] ? Q4KH_EXIT_FAIL : 0;
 }
 
 int q4kh_cmd_run(int argc, char **argv)
@@ -524,9 +596,9 @@ int q4kh_cmd_run(int argc, char **argv)
 	q4kh_interrupt_install();
 	q4kh_progress_init("run");
 	rc = setup(&o, &r, &err);
-	if (rc == 0 && generate(&o, &r, &rep, reason, sizeof(reason), &err))
-		rc = Q4KH_EXIT_FAIL;
-	if (rc) {
+	if (rc == 0)
+		rc = generate(&o, &r, &rep, reason, sizeof(reason), &err);
+	if (rc && !rep.stop_reason) { /* failed before the prompt ran: no report */
 		fprintf(stderr, "q4khost run: %s\n", err.msg);
 		run_free(&r);
 		return rc;
@@ -541,14 +613,19 @@ int q4kh_cmd_run(int argc, char **argv)
 		json_t *j = q4kh_report_json(&rep);
 		json_object_set_new(j, "prompt", q4kh_cli_json_text(o.prompt, strlen(o.prompt)));
 		json_object_set_new(j, "text", q4kh_cli_json_text(r.text ? r.text : "", r.text_len));
+		if (rc)
+			json_object_set_new(j, "error", json_string(err.msg));
 		json_dumpf(j, stdout, JSON_INDENT(2));
 		fputc('\n', stdout);
 		json_decref(j);
 	} else {
 		q4kh_report_print(stderr, &rep);
 	}
+	if (rc)
+		fprintf(stderr, "q4khost run: %s\n", err.msg);
 	run_free(&r);
 	/* Stopped by a signal: the shell's convention, 128 + the signal. */
-	return rep.stop_reason == reason ? q4kh_interrupt_exit_code(q4kh_interrupted())
-	                                 : Q4KH_EXIT_OK;
+	return rc ? rc
+	          : rep.stop_reason == reason ? q4kh_interrupt_exit_code(q4kh_interrupted())
+	                                      : Q4KH_EXIT_OK;
 }
