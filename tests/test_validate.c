@@ -144,6 +144,12 @@ Test(validate, a_hanging_plugin_is_killed_and_rejected, .timeout = 120)
 	root = validate(plugins, receipts, "--timeout 5", &status);
 	cr_assert_not_null(root);
 	expect(root, "defect-hang", "reject", "timed out after 5 s");
+	/* the time it ran, not 0.0 */
+	cr_expect_geq(json_real_value(json_object_get(json_array_get(json_object_get(root,
+	                                                                              "candidates"),
+	                                                             0),
+	                                              "seconds")),
+	              5.0, "seconds");
 	json_decref(root);
 }
 
@@ -263,6 +269,8 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	cr_expect(from_receipt(out, "cpu/defect-abort"), "%s", out);
 	cr_expect(from_receipt(out, "cpu/defect-hang"), "%s", out);
 	cr_expect(from_receipt(out, "cpu/defect-hog"), "%s", out);
+	/* A rejection for a limit stays until asked again: how to ask is said. */
+	cr_expect(strstr(out, "; --f2 fresh measures it again]\n") != NULL, "%s", out);
 
 	/* Touched: the same bytes, so the same key. */
 	snprintf(abort_so, sizeof(abort_so), "%s/defect_abort.so", plugins);

@@ -356,7 +356,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 	enum q4kh_f2_mode mode;
 	size_t n = 0, n_ids = 0, n_probe = 0;
 	int32_t *ids = NULL, *probe = NULL;
-	char model_path[4096], origin[700];
+	char model_path[4096], origin[700], fresh_source[760];
 	int rc = parse(argc, argv, &o), bad_file, untimed = 0;
 
 	if (rc)
@@ -387,6 +387,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 	if (o.timeout)
 		g.timeout_seconds = (unsigned)o.timeout;
 	g.config_file = o.config_file;
+	q4kh_settings_f2_source(origin, "fresh", fresh_source, sizeof(fresh_source));
+	g.fresh_source = fresh_source;
 	for (size_t i = 0; i < n; i++) {
 		struct row *r = &rows[i];
 		struct q4kh_error e = { { 0 } };

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "isolate.h"
@@ -426,6 +427,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	struct q4kh_error lerr = { { 0 } };
 	char id[512], diff[256], why[256] = "";
 	const char *reason = "no receipt";
+	struct timespec t0, t1;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -448,7 +450,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 			return 0;
 		}
 		if (!reason)
-			reason = "--f2 fresh";
+			reason = g->fresh_source ? g->fresh_source : "--f2 fresh";
 		q4kh_receipt_free(&out->receipt);
 	} else if (rc > 0) {
 		reason = lerr.msg; /* none, or of another schema */
@@ -462,7 +464,9 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		         lerr.msg);
 		return 0;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = measure_isolated(g, c, reason, why, sizeof(why), err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc < 0)
 		return -1;
 	if (rc == 2) /* nothing learnt about the plugin: no receipt */
@@ -475,6 +479,9 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		out->receipt.min_cosine = NAN;
 		out->receipt.worst_position = -1;
 		out->receipt.worst_decode_step = -1;
+		/* the time it ran before it was stopped, not 0 */
+		out->receipt.seconds = (double)(t1.tv_sec - t0.tv_sec) +
+		                       (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 		snprintf(out->receipt.message, sizeof(out->receipt.message), "%s", why);
 		out->verdict = Q4KH_F2_REJECT;
 		return q4kh_receipt_save(g->receipt_dir, id, &out->receipt, err);

@@ -73,6 +73,8 @@ struct q4kh_guard {
 	uint64_t memory_limit_mib; /* the child's private resident memory; 0 = none */
 	const char *config_file;  /* --config, handed to the child; may be NULL */
 	const char *self_exe;     /* the q4khost binary that measures */
+	const char *fresh_source; /* where mode fresh was set, for a decision's
+	                             source (settings.h); NULL: "--f2 fresh" */
 };
 
 /* The largest f2_memory_limit_mb: 1 PiB, far above any machine. */

@@ -8,6 +8,7 @@
 #include "candidates.h"
 #include "interrupt.h"
 #include "policy.h"
+#include "settings.h"
 
 void q4kh_selection_close(struct q4kh_selection *s)
 {
@@ -226,16 +227,6 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 }
 
 /* How the report names an F2 that is off, after where that was set. */
-static void off_source(const char *origin, char *buf, size_t cap)
-{
-	if (!origin || !strcmp(origin, "--f2"))
-		snprintf(buf, cap, "--f2 off");
-	else if (!strcmp(origin, "Q4KHOST_F2"))
-		snprintf(buf, cap, "Q4KHOST_F2=off");
-	else
-		snprintf(buf, cap, "mode = off at %s", origin);
-}
-
 /* Open backend, model and variant of C into OUT. */
 static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_select_cand *c,
                      struct q4kh_selection *out, struct q4kh_error *err)
@@ -265,7 +256,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	size_t n_probe = 0, n_types;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	int n, guard_ready = 0, rc = -1;
-	char name[160];
+	char name[160], fresh_source[320];
 	size_t len;
 
 	memset(out, 0, sizeof(*out));
@@ -312,7 +303,8 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
 		if (rq->mode == Q4KH_F2_OFF) {
 			snprintf(out->f2_verdict, sizeof(out->f2_verdict), "off");
-			off_source(rq->mode_origin, out->f2_source, sizeof(out->f2_source));
+			q4kh_settings_f2_source(rq->mode_origin, "off", out->f2_source,
+			                        sizeof(out->f2_source));
 			snprintf(out->f2_message, sizeof(out->f2_message),
 			         "F2 IS OFF: %s serves unverified", name);
 			rc = 0;
@@ -326,6 +318,9 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 				goto out;
 			}
 			g.config_file = rq->config_file;
+			q4kh_settings_f2_source(rq->mode_origin, "fresh", fresh_source,
+			                        sizeof(fresh_source));
+			g.fresh_source = fresh_source;
 			guard_ready = 1;
 		}
 		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
@@ -349,9 +344,10 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		/* Whether it was measured now or read from a receipt. */
-		append(out->steps, sizeof(out->steps), "%s: F2 %s: %s [%s]\n", name,
+		append(out->steps, sizeof(out->steps), "%s: F2 %s: %s [%s%s]\n", name,
 		       q4kh_f2_verdict_name(d.verdict),
-		       q4kh_f2_message_after_verdict(d.verdict, d.receipt.message), d.source);
+		       q4kh_f2_message_after_verdict(d.verdict, d.receipt.message), d.source,
+		       strncmp(d.source, "receipt", 7) ? "" : "; --f2 fresh measures it again");
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;

@@ -33,6 +33,16 @@ int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
 	return 0;
 }
 
+void q4kh_settings_f2_source(const char *origin, const char *mode, char *buf, size_t cap)
+{
+	if (!origin || !strcmp(origin, "--f2"))
+		snprintf(buf, cap, "--f2 %s", mode);
+	else if (!strcmp(origin, "Q4KHOST_F2"))
+		snprintf(buf, cap, "Q4KHOST_F2=%s", mode);
+	else
+		snprintf(buf, cap, "mode = %s at %s", mode, origin);
+}
+
 const char *q4kh_settings_backend(const char *cli, char *origin, size_t cap)
 {
 	const char *env = q4kh_env("Q4KHOST_BACKEND");

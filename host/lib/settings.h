@@ -27,6 +27,13 @@ int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
                           int *bad_input, struct q4kh_error *err);
 
 /*
+ * Where MODE (its name: "off", "fresh") was set, for a report: "--f2 MODE",
+ * "Q4KHOST_F2=MODE" or "mode = MODE at ORIGIN" (ORIGIN as
+ * q4kh_settings_f2_mode wrote it; NULL counts as --f2).
+ */
+void q4kh_settings_f2_source(const char *origin, const char *mode, char *buf, size_t cap);
+
+/*
  * The backend asked for: CLI (--backend, or NULL), else Q4KHOST_BACKEND,
  * else NULL (automatic). ORIGIN gets "--backend", "Q4KHOST_BACKEND" or
  * "default".
