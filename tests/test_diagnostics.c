@@ -603,6 +603,12 @@ Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 	cr_expect_null(strstr(out, "F2: checking"), "%s", out);
 	cr_expect_null(strstr(out, "q4khost validate:"), "%s", out);
 	free(out);
+	/* fresh from the environment: the report names it, not --f2 */
+	snprintf(args, sizeof(args), "run -n 1 --kernel cpu-q8act --plugin-path %s --config %s",
+	         plugins, cfg);
+	cr_assert_eq(test_q4khost("Q4KHOST_F2=fresh", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: Q4KHOST_F2=fresh)") != NULL, "%s", out);
+	free(out);
 	free(cfg);
 }
 
@@ -1062,5 +1068,57 @@ Test(first_run, an_extra_argument_points_at_help)
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "run extra", &out), 2, "%s", out);
 	cr_expect(strstr(out, "q4khost run: unexpected argument 'extra': the prompt goes after "
 	                      "-p (try q4khost run --help)\n") != NULL, "%s", out);
+	free(out);
+}
+
+/* A bad Q4KHOST_F2 is named by plain `plugins` too, as a bad [f2] mode. */
+Test(first_run, a_bad_f2_mode_in_the_environment_is_named_by_plugins)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=bogus", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: warning: Q4KHOST_F2: 'bogus' is not one of auto, "
+	                      "fresh, off, require; run, bench and plugins --explain refuse it "
+	                      "(exit 2)\n") != NULL, "%s", out);
+	free(out);
+}
+
+/* The man pages hold no raw control characters (a form feed where \f was
+ * meant ran the SERVE options together). */
+Test(first_run, the_man_pages_hold_no_control_characters)
+{
+	static const char *const pages[] = { "q4khost.1", "q4khost.ini.5", "q4khost-plugin.7" };
+	char path[4200], *page;
+	size_t len;
+
+	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+		snprintf(path, sizeof(path), "%s/man/%s", test_builddir(), pages[i]);
+		page = test_read_file(path, &len);
+		cr_assert_not_null(page, "%s", path);
+		for (size_t k = 0; k < len; k++)
+			cr_expect(page[k] == '\n' || page[k] == '\t' || (unsigned char)page[k] >= 0x20,
+			          "%s: byte %zu is %#x", pages[i], k, (unsigned char)page[k]);
+		free(page);
+	}
+}
+
+/* validate --set is judged as a file's keys are: unknown ones warned
+ * about and ignored, a bad value refused with exit 3. */
+Test(first_run, validate_set_is_judged_as_a_file_is)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --set bogus:x=1 "
+	         "--set f2:nokey=1 --set f2:mode=bogus", tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: warning: --set bogus:x=1: unknown section "
+	                      "[bogus] (known: ") != NULL, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: warning: --set f2:nokey=1: unknown key 'nokey' "
+	                      "in section [f2] (known there: mode, ") != NULL, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --set: 'bogus' is not one of auto, fresh, off, "
+	                      "require\n") != NULL, "%s", out);
 	free(out);
 }

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "config.h"
 #include "registry.h"
+#include "settings.h"
 #include <q4khost/quant.h>
 
 struct plugins_opts {
@@ -394,6 +395,23 @@ static int report(const struct q4kh_registry *r, int json)
 	return rc;
 }
 
+/*
+ * The listing does not use the F2 mode, but a bad Q4KHOST_F2 or [f2] mode
+ * is said here too (--explain and every command that runs refuse it).
+ */
+static void warn_f2_mode(const struct q4kh_config *c)
+{
+	struct q4kh_error err = { "" };
+	enum q4kh_f2_mode mode;
+	char origin[700];
+	int bad_file;
+
+	if (q4kh_settings_f2_mode(c, NULL, &mode, origin, sizeof(origin), &bad_file, &err))
+		fprintf(stderr, "q4khost plugins: warning: %s; run, bench and plugins --explain "
+		        "refuse it (exit %d)\n", err.msg,
+		        bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE);
+}
+
 int q4kh_cmd_plugins(int argc, char **argv)
 {
 	struct plugins_opts o;
@@ -413,6 +431,8 @@ int q4kh_cmd_plugins(int argc, char **argv)
 		q4kh_config_free(config);
 		return Q4KH_EXIT_FAIL;
 	}
+	if (!o.explain)
+		warn_f2_mode(config);
 	rc = o.explain ? q4kh_plugins_explain(registry, config, o.kernel, o.backend, o.json)
 	               : report(registry, o.json);
 	q4kh_registry_free(registry);

@@ -19,12 +19,14 @@
 #include "candidates.h"
 #include "cli.h"
 #include "config.h"
+#include "config_keys.h"
 #include "guard.h"
 #include "interrupt.h"
 #include "model.h"
 #include "plot.h"
 #include "progress.h"
 #include "registry.h"
+#include "settings.h"
 
 struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
@@ -174,20 +176,36 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	return 0;
 }
 
-/* Every --set SECTION:KEY=VALUE into C, above the config files. */
-static int apply_sets(const struct validate_opts *o, struct q4kh_config *c,
+/*
+ * Every --set SECTION:KEY=VALUE into C, above the config files, judged as
+ * a file's keys are: an unknown section or key is warned about (unless
+ * QUIET, the guard's child) and ignored, a bad [f2] mode is refused here;
+ * every other value is checked with the plugins' settings
+ * (q4kh_cli_plugins).
+ */
+static int apply_sets(const struct validate_opts *o, int quiet, struct q4kh_config *c,
                       struct q4kh_error *err)
 {
+	enum q4kh_f2_mode mode;
+	char origin[700];
+	int bad_file;
+
 	for (int i = 0; i < o->n_set; i++) {
 		const char *colon = strchr(o->set[i], ':'), *eq = strchr(colon, '=');
-		char section[256], key[256];
+		char section[256], key[256], why[1536];
 
 		snprintf(section, sizeof(section), "%.*s", (int)(colon - o->set[i]), o->set[i]);
 		snprintf(key, sizeof(key), "%.*s", (int)(eq - colon - 1), colon + 1);
+		if (q4kh_config_key_unknown(section, key, why, sizeof(why))) {
+			if (!quiet)
+				fprintf(stderr, "q4khost validate: warning: --set %s: %s\n", o->set[i],
+				        why);
+			continue;
+		}
 		if (q4kh_config_set(c, section, key, eq + 1, "--set", err))
 			return -1;
 	}
-	return 0;
+	return q4kh_settings_f2_mode(c, NULL, &mode, origin, sizeof(origin), &bad_file, err);
 }
 
 /* One row of the table. */
@@ -445,7 +463,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
-	    apply_sets(&o, config, &err) ||
+	    apply_sets(&o, o.one, config, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))

@@ -98,20 +98,13 @@ static unsigned first_set(struct check *ck, const char *file, unsigned line,
 	return 0;
 }
 
-static void check_key(void *data, const char *file, unsigned line,
-                      const char *section, const char *key)
+int q4kh_config_key_unknown(const char *section, const char *key, char *msg, size_t cap)
 {
-	struct check *ck = data;
 	const struct section *s = find_section(section);
-	char msg[2048], known[256];
-	unsigned first = first_set(ck, file, line, section, key);
+	char known[256];
 
-	if (first) {
-		snprintf(msg, sizeof(msg), "%s:%u: key '%s' in section [%s] is set again (first on line %u); this later line wins",
-		         file, line, key, section, first);
-	} else if (!*section) {
-		snprintf(msg, sizeof(msg), "%s:%u: key '%s' is outside any [section]; ignored",
-		         file, line, key);
+	if (!*section) {
+		snprintf(msg, cap, "key '%s' is outside any [section]; ignored", key);
 	} else if (!s) {
 		char names[256];
 		const char *all[sizeof(sections) / sizeof(sections[0]) + 1];
@@ -119,19 +112,36 @@ static void check_key(void *data, const char *file, unsigned line,
 			all[i] = sections[i].shown;
 		all[sizeof(sections) / sizeof(sections[0])] = NULL;
 		join(all, names, sizeof(names));
-		snprintf(msg, sizeof(msg), "%s:%u: unknown section [%s] (known: %s); key '%s' ignored",
-		         file, line, section, names, key);
+		snprintf(msg, cap, "unknown section [%s] (known: %s); key '%s' ignored", section,
+		         names, key);
 	} else if (s->keys[0] && !listed(s->keys, key)) {
 		join(s->keys, known, sizeof(known));
-		snprintf(msg, sizeof(msg), "%s:%u: unknown key '%s' in section [%s] (known there: %s); ignored",
-		         file, line, key, section, known);
+		snprintf(msg, cap, "unknown key '%s' in section [%s] (known there: %s); ignored",
+		         key, section, known);
 	} else if (!s->keys[0] && !strncmp(key, "f2_", 3) && !listed(plugin_f2_keys, key)) {
 		join(plugin_f2_keys, known, sizeof(known));
-		snprintf(msg, sizeof(msg), "%s:%u: unknown F2 key '%s' in section [%s] (F2 keys: %s); ignored",
-		         file, line, key, section, known);
+		snprintf(msg, cap, "unknown F2 key '%s' in section [%s] (F2 keys: %s); ignored", key,
+		         section, known);
 	} else {
-		return;
+		return 0;
 	}
+	return 1;
+}
+
+static void check_key(void *data, const char *file, unsigned line,
+                      const char *section, const char *key)
+{
+	struct check *ck = data;
+	char msg[2048], why[1536];
+	unsigned first = first_set(ck, file, line, section, key);
+
+	if (first)
+		snprintf(msg, sizeof(msg), "%s:%u: key '%s' in section [%s] is set again (first on line %u); this later line wins",
+		         file, line, key, section, first);
+	else if (q4kh_config_key_unknown(section, key, why, sizeof(why)))
+		snprintf(msg, sizeof(msg), "%s:%u: %s", file, line, why);
+	else
+		return;
 	ck->count++;
 	ck->warn(ck->data, msg);
 }

@@ -33,6 +33,14 @@ size_t q4kh_config_check(const struct q4kh_config *c,
                          void (*warn)(void *data, const char *line), void *data);
 
 /*
+ * Whether q4khost does not know KEY of SECTION (a key outside any section
+ * included), as q4kh_config_check judges a file's keys: 1 with the reason
+ * in MSG ("unknown key 'x' in section [f2] (known there: ...); ignored"),
+ * else 0. For settings made on the command line (validate --set).
+ */
+int q4kh_config_key_unknown(const char *section, const char *key, char *msg, size_t cap);
+
+/*
  * Call WARN once for every variable of the environment that starts with
  * Q4KHOST_ but is none q4khost reads, so that a misspelt one is not
  * silently without effect: "unknown environment variable Q4KHOST_KERNEL
