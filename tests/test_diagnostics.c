@@ -1122,3 +1122,28 @@ Test(first_run, validate_set_is_judged_as_a_file_is)
 	                      "require\n") != NULL, "%s", out);
 	free(out);
 }
+
+/* A relative XDG_CACHE_HOME is ignored alike for the default model and
+ * the receipt folder (the XDG spec), with one warning. */
+Test(first_run, a_relative_cache_home_is_ignored_for_the_model_and_the_receipts)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	const char *home = test_tmpdir();
+	char env[8192], args[8192], want[8192], *out;
+
+	snprintf(env, sizeof(env), "Q4KHOST_F2_RECEIPT_DIR= Q4KHOST_MODEL= XDG_CACHE_HOME=rel "
+	         "HOME=%s", home);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost(env, test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "q4khost: warning: XDG_CACHE_HOME=rel is a relative path, "
+	         "which the XDG base directory spec says to ignore: using %s/.cache\n", home);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "XDG_CACHE_HOME=rel"), 1, "once: %s", out);
+	snprintf(want, sizeof(want), "%s/.cache/q4khost/f2", home);
+	cr_expect(strstr(out, want) != NULL, "the receipts: %s", out);
+	free(out);
+	test_q4khost(env, test_tmpdir(), "info", &out);
+	snprintf(want, sizeof(want), "%s/.cache/q4khost/models/", home);
+	cr_expect(strstr(out, want) != NULL, "the model: %s", out);
+	free(out);
+}

@@ -55,6 +55,24 @@ const char *q4kh_home(void)
 	return pw && pw->pw_dir ? pw->pw_dir : "";
 }
 
+const char *q4kh_cache_home(char *buf, size_t cap)
+{
+	static int warned;
+	const char *cache = q4kh_env("XDG_CACHE_HOME");
+
+	if (cache && cache[0] == '/') {
+		snprintf(buf, cap, "%s", cache);
+		return buf;
+	}
+	snprintf(buf, cap, "%s/.cache", q4kh_home());
+	if (cache && *cache && !warned) {
+		warned = 1;
+		fprintf(stderr, "q4khost: warning: XDG_CACHE_HOME=%s is a relative path, which the "
+		        "XDG base directory spec says to ignore: using %s\n", cache, buf);
+	}
+	return buf;
+}
+
 /* iniparser would print its own diagnostics to stderr; we word our own. */
 static int ini_quiet(const char *fmt, ...)
 {

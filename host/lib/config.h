@@ -93,6 +93,14 @@ void q4kh_config_each_set(const struct q4kh_config *c, q4kh_config_set_fn fn,
 const char *q4kh_home(void);
 
 /*
+ * The user's cache folder, into BUF: $XDG_CACHE_HOME when it is an
+ * absolute path, else q4kh_home()/.cache. A relative XDG_CACHE_HOME is
+ * ignored, as the XDG base directory spec says, with a one-line warning
+ * on stderr (once a process). For the default model and the receipts.
+ */
+const char *q4kh_cache_home(char *buf, size_t cap);
+
+/*
  * Read environment variable NAME, ignoring it in set-uid/set-gid programs
  * (secure_getenv), so an unprivileged user cannot steer a privileged host.
  */

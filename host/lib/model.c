@@ -29,15 +29,12 @@ static const struct q4kh_arch *const archs[] = {
 char *q4kh_default_model_path(char *buf, size_t cap)
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
-	const char *cache = q4kh_env("XDG_CACHE_HOME");
-	const char *home = q4kh_home();
+	char cache[4096];
 
 	if (env && *env)
 		snprintf(buf, cap, "%s", env);
-	else if (cache && *cache)
-		snprintf(buf, cap, "%s/q4khost/models/%s", cache, DEFAULT_MODEL);
 	else
-		snprintf(buf, cap, "%s/.cache/q4khost/models/%s", home,
+		snprintf(buf, cap, "%s/q4khost/models/%s", q4kh_cache_home(cache, sizeof(cache)),
 		         DEFAULT_MODEL);
 	return buf;
 }

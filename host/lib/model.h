@@ -119,7 +119,7 @@ extern const struct q4kh_arch q4kh_arch_qwen35;
 
 /*
  * The default model file: $Q4KHOST_MODEL, else
- * ${XDG_CACHE_HOME:-$HOME/.cache}/q4khost/models/gemma-3-270m-q4_k_m.gguf
+ * q4kh_cache_home()/q4khost/models/gemma-3-270m-q4_k_m.gguf
  * (where scripts/fetch-model.sh puts it). Writes into buf; returns buf.
  */
 char *q4kh_default_model_path(char *buf, size_t cap);

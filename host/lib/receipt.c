@@ -21,7 +21,7 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 {
 	const char *env = q4kh_env("Q4KHOST_F2_RECEIPT_DIR");
 	const char *file, *conf = q4kh_config_get(c, "f2", "receipt_dir", &file);
-	const char *cache = q4kh_env("XDG_CACHE_HOME"), *home = q4kh_home();
+	char cache[4096];
 
 	if (env && *env) {
 		snprintf(buf, cap, "%s", env);
@@ -30,10 +30,7 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 		snprintf(buf, cap, "%s", conf);
 		*origin = file;
 	} else {
-		if (cache && cache[0] == '/')
-			snprintf(buf, cap, "%s/q4khost/f2", cache);
-		else
-			snprintf(buf, cap, "%s/.cache/q4khost/f2", home);
+		snprintf(buf, cap, "%s/q4khost/f2", q4kh_cache_home(cache, sizeof(cache)));
 		*origin = "default";
 	}
 }

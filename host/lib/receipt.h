@@ -85,7 +85,8 @@ int q4kh_receipt_set_points(struct q4kh_receipt *r, const struct q4kh_f2_point *
 
 /*
  * The receipt folder: Q4KHOST_F2_RECEIPT_DIR, else [f2] receipt_dir, else
- * ${XDG_CACHE_HOME:-$HOME/.cache}/q4khost/f2. *origin says which.
+ * q4kh_cache_home()/q4khost/f2 (a relative XDG_CACHE_HOME ignored, with a
+ * warning). *origin says which.
  */
 void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
                       const char **origin);
