@@ -1147,3 +1147,46 @@ Test(first_run, a_relative_cache_home_is_ignored_for_the_model_and_the_receipts)
 	cr_expect(strstr(out, want) != NULL, "the model: %s", out);
 	free(out);
 }
+
+/* Backend names: bench lists the backends as run does, an empty name is
+ * refused as such, and bench-kernels says how to leave its cuda default. */
+Test(first_run, backend_errors_say_what_is_there)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	static const char *const cases[][2] = {
+		{ "bench --backend bogus", "q4khost bench: --backend bogus: no backend plugin of that "
+		                           "name on the plugin path " },
+		{ "run --backend ''", "q4khost run: --backend '': the backend name is empty: expected "
+		                      "one of the backends on the plugin path " },
+		{ "bench-kernels", "; cuda is the default: --backend NAME times another (cpu-fast: "
+		                   "the CPU's variants)\n" },
+	};
+	char args[8192], *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(args, sizeof(args), "%s -m %s --plugin-path %s", cases[i][0], tiny_model(),
+		         plugins);
+		if (!strcmp(cases[i][0], "bench-kernels"))
+			snprintf(args, sizeof(args), "bench-kernels --plugin-path %s", plugins);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s: %s", args, out);
+		cr_expect(strstr(out, cases[i][1]) != NULL, "%s: %s", args, out);
+		cr_expect(strstr(out, "cpu") != NULL, "the backends there: %s", out);
+		free(out);
+	}
+}
+
+/* More --threads than CPUs is said in one line; --top-k 0 is explained. */
+Test(first_run, threads_beyond_the_cpus_are_warned_about_and_top_k_0_explained)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 --threads 256", NULL, plugins, "", &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "q4khost run: warning: --threads 256 is more than the ") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "run --help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "0 = every token") != NULL, "%s", out);
+	free(out);
+}

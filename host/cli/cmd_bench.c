@@ -378,7 +378,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
-	if (collect(reg, &o, &rows, &n, &err))
+	if (q4kh_registry_check_backend(reg, o.backend, "--backend", &err) ||
+	    collect(reg, &o, &rows, &n, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (mode != Q4KH_F2_OFF &&

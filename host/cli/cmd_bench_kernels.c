@@ -63,6 +63,7 @@ static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_
 	                          Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q4_0, Q4KH_TYPE_F16,
 	                          Q4KH_TYPE_F32 };
 #define DEFAULT_TYPES "Q4_K,Q6_K,IQ4_XS,IQ4_NL"
+static const char DEFAULT_BACKEND[] = "cuda";
 
 struct opts {
 	const char *backend, *kernels, *sets, *type_list, *plugin_path, *config_file;
@@ -194,7 +195,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	o->backend = "cuda";
+	o->backend = DEFAULT_BACKEND;
 	o->type_list = DEFAULT_TYPES;
 	o->max_cols = MAX_COLS;
 	o->min_mib = 256;
@@ -736,11 +737,20 @@ out:
 static int open_all(struct bench *B, const struct q4kh_registry *r, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, B->o->backend);
+	char known[1024];
 
-	if (!p || p->desc->kind != Q4KH_KIND_BACKEND)
-		return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s)",
-		                 B->o->backend, r->path, r->path_origin);
-	if (q4kh_backend_open(p, (uint32_t)B->o->device, &B->b, err))
+	int missing = q4kh_registry_check_backend(r, B->o->backend, "--backend", err);
+	int failed = missing || q4kh_backend_open(p, (uint32_t)B->o->device, &B->b, err);
+	size_t len = strlen(err->msg);
+
+	/* cuda is the default: on a machine without a GPU, say what can run
+	 * (the error of a missing one lists the backends already) */
+	if (failed && B->o->backend == DEFAULT_BACKEND)
+		snprintf(err->msg + len, sizeof(err->msg) - len,
+		         "; cuda is the default: --backend NAME times another%s%s (cpu-fast: the "
+		         "CPU's variants)", missing ? "" : " of the backends on the plugin path: ",
+		         missing ? "" : q4kh_registry_backend_names(r, known, sizeof(known)));
+	if (failed)
 		return -1;
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *kp = &r->plugins[i];

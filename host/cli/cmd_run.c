@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cli.h"
@@ -355,6 +356,12 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (o->threads) {
 		char v[32];
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		if (cpus > 0 && o->threads > cpus)
+			fprintf(stderr, "q4khost run: warning: --threads %ld is more than the %ld "
+			        "online CPUs: the extra threads share them and are usually slower\n",
+			        o->threads, cpus);
 		snprintf(v, sizeof(v), "%ld", o->threads);
 		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
 			return Q4KH_EXIT_FAIL;

@@ -881,25 +881,37 @@ const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
 	return r && name ? find_accepted(r, name) : NULL;
 }
 
+const char *q4kh_registry_backend_names(const struct q4kh_registry *r, char *buf, size_t cap)
+{
+	size_t used = 0;
+
+	snprintf(buf, cap, "none");
+	for (size_t i = 0; i < r->n_plugins && used < cap; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND)
+			used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? ", " : "",
+			                         r->plugins[i].name);
+	return buf;
+}
+
 int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
                                 const char *origin, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
-	char known[1024] = "", shown[96];
-	size_t used = 0;
+	char known[1024], shown[96];
 
 	if (!name || (p && p->desc->kind == Q4KH_KIND_BACKEND))
 		return 0;
-	for (size_t i = 0; i < r->n_plugins && used < sizeof(known); i++)
-		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
-		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND)
-			used += (size_t)snprintf(known + used, sizeof(known) - used, "%s%s",
-			                         used ? ", " : "", r->plugins[i].name);
+	q4kh_registry_backend_names(r, known, sizeof(known));
+	if (!*name)
+		return q4kh_fail(err, "%s '': the backend name is empty: expected one of the "
+		                 "backends on the plugin path %s (from %s): %s", origin, r->path,
+		                 r->path_origin, known);
 	q4kh_show(shown, sizeof(shown), name, strlen(name), 64, 0);
 	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s); the backends there: "
 	                 "%s (q4khost plugins lists every plugin and why)",
 	                 origin, strcmp(origin, "--backend") ? "=" : " ", shown,
 	                 p ? "that plugin is a kernel variant, not a backend"
 	                   : "no backend plugin of that name",
-	                 r->path, r->path_origin, known[0] ? known : "none");
+	                 r->path, r->path_origin, known);
 }
