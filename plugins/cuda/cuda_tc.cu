@@ -80,7 +80,7 @@ static unsigned blocks_for(int64_t items)
 
 extern "C" int cuda_tc_supports(uint32_t type)
 {
-	return type != Q4KH_TYPE_F32 &&
+	return type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16 &&
 	       for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
