@@ -436,3 +436,31 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	           (const char *const[]){ "--f2-probe: probe 'code' is not one of builtin (F2's own text), prompt (the run's prompt)",
 	                                  NULL });
 }
+
+/*
+ * A prompt longer than f2_probe_tokens is judged on its last tokens, as
+ * the report says: with 8, " return" at position 11 of 32 tokens is
+ * outside them and the defect passes; with 32 it is inside, and rejected.
+ */
+Test(validate, a_long_prompt_is_judged_on_its_last_f2_probe_tokens, .timeout = 300)
+{
+	static const char *const names[] = { "replay_code_token", NULL };
+	static const char prompt[] = CODE_PROMPT " The sum of two numbers comes back from "
+	                             "this short function in one line.";
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char cfg[4200], more[4300];
+
+	snprintf(cfg, sizeof(cfg), "%s/short.ini", receipts);
+	test_write_file(cfg, "[f2]\nf2_probe_tokens = 8\n", 24);
+	snprintf(more, sizeof(more), "--f2-probe prompt --config %s", cfg);
+	expect_run(plugins, receipts, prompt, more, 0,
+	           (const char *const[]){ "q4khost: backend replay-code-token ",
+	                                  "F2 probe: this prompt, its last 8 of 32 tokens (f2_probe_tokens)\n",
+	                                  NULL });
+	test_write_file(cfg, "[f2]\nf2_probe_tokens = 32\n", 25);
+	expect_run(plugins, receipts, prompt, more, 0,
+	           (const char *const[]){ "q4khost: backend cpu ",
+	                                  "F2 probe: this prompt, 32 tokens\n",
+	                                  "replay-code-token/built-in: F2 broken: position 11 (prefill)",
+	                                  NULL });
+}
