@@ -47,9 +47,11 @@ int q4kh_f2_probe_parse(const char *s, enum q4kh_f2_probe_kind *out);
 const char *q4kh_f2_probe_name(enum q4kh_f2_probe_kind k);
 
 /*
- * The fewest tokens a prompt probe may have: below it the prefill is one
- * or two columns (no batched product is judged) and a run falls back to
- * the built-in probe, saying why.
+ * The fewest tokens a prompt probe may have: below it too few positions
+ * are judged to mean much (position 0 never is), and a prefill of so few
+ * columns may run on a variant's decode (gemv) kernels, leaving its
+ * batched ones unjudged. A run falls back to the built-in probe, saying
+ * why.
  */
 #define Q4KH_F2_PROMPT_MIN_TOKENS 8
 /* The most token ids a probe file may hold (q4kh_guard_probe_load). */
