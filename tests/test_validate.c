@@ -9,6 +9,7 @@
  * the built-in probe cannot, and its receipt vouches for that prompt only.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -394,9 +395,42 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 }
 
 /*
+ * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
+ * receipts written before probe kinds were; returns how many.
+ */
+static int strip_builtin_probe_kind(const char *receipts)
+{
+	DIR *d = opendir(receipts);
+	struct dirent *e;
+	char path[8192];
+	json_error_t jerr;
+	int n = 0;
+
+	cr_assert_not_null(d, "%s", receipts);
+	while ((e = readdir(d))) {
+		json_t *root, *key;
+
+		if (!strstr(e->d_name, ".json"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", receipts, e->d_name);
+		root = json_load_file(path, 0, &jerr);
+		key = json_object_get(root, "key");
+		if (!strcmp(str(key, "probe"), "builtin")) {
+			json_object_del(key, "probe");
+			cr_assert_eq(json_dump_file(root, path, JSON_INDENT(1)), 0, "%s", path);
+			n++;
+		}
+		json_decref(root);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
  * A prompt receipt vouches for that prompt only: the same prompt reads
  * it, another prompt is measured again, and the built-in probe keeps a
- * receipt of its own (neither replaces the other). A prompt too short to
+ * receipt of its own (neither replaces the other; one without a probe kind,
+ * as older receipts are, is the built-in probe's). A prompt too short to
  * judge falls back to the built-in probe and says why; a bad value is
  * refused with where it was set.
  */
@@ -425,6 +459,10 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	           (const char *const[]){ "F2: pass (fresh: no receipt)",
 	                                  "F2 probe: built-in probe, 64 tokens\n", NULL });
 	expect_run(plugins, receipts, snow, config, 0,
+	           (const char *const[]){ "F2: pass (receipt of ", NULL });
+	/* A receipt from before probe kinds is the built-in probe's. */
+	cr_expect_eq(strip_builtin_probe_kind(receipts), 1);
+	expect_run(plugins, receipts, river, builtin, 0,
 	           (const char *const[]){ "F2: pass (receipt of ", NULL });
 
 	expect_run(plugins, receipts, "Hi", config, 0,
