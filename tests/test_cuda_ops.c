@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "buildconf.h"
+#include "conformance.h"
 #include "helpers.h"
 #include "q4khost/plugin.h"
 #include "registry.h"
@@ -966,5 +967,39 @@ Test(cuda_ops, invalid_arguments_fail_with_messages)
 	twin_free(r, &cache);
 	twin_free(r, &big_q);
 	twin_free(r, &big_cache);
+	rig_close(r);
+}
+
+/* --- the conformance suite vendors run (q4khost conformance) --------------- */
+
+static void log_failure(void *data, const struct q4kh_conf_result *res)
+{
+	int *skipped = data;
+
+	if (res->skipped)
+		(*skipped)++;
+	else if (!res->ok)
+		cr_log_error("conformance %s %s: %s", res->op, res->what, res->message);
+}
+
+/*
+ * Every case of q4khost conformance (host/lib/conformance.c: odd shapes,
+ * strided views, poisoned outputs, guard bytes, NaN inputs) on the cuda
+ * backend against the reference, as a vendor's backend is judged; none
+ * may fail (cases of ops or types it does not offer are skipped: the
+ * linear-attention ops, today).
+ */
+Test(cuda_ops, conformance_passes_every_case)
+{
+	struct rig *r = rig_open();
+	struct q4kh_error err = { { 0 } };
+	int skipped = 0;
+	const int failed = q4kh_conformance_run(&r->be[REF], &r->be[GPU], 1234, log_failure,
+	                                        &skipped, &err);
+
+	cr_assert_geq(failed, 0, "conformance could not run: %s", err.msg);
+	cr_expect_eq(failed, 0, "%d conformance cases failed on cuda (logged above)", failed);
+	cr_log_info("conformance on cuda: %d cases skipped (ops or types it does not offer)",
+	            skipped);
 	rig_close(r);
 }

@@ -167,7 +167,7 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	         cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	snprintf(want, sizeof(want),
-	         "%s:5: unknown key 'f2_flor' in section [f2] (known there: mode, receipt_dir, f2_floor, f2_decode_steps, f2_probe_tokens, f2_timeout_s, f2_memory_limit_mb)",
+	         "%s:5: unknown key 'f2_flor' in section [f2] (known there: mode, probe, receipt_dir, f2_floor, f2_decode_steps, f2_probe_tokens, f2_timeout_s, f2_memory_limit_mb)",
 	         cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	snprintf(want, sizeof(want), "%s:7: unknown key 'q4k_kernal' in section [gpu.sm_90]", cfg);

@@ -5,9 +5,11 @@
  * fired; receipts make the second run free and a changed key (a lowered
  * floor in the config, a rewritten plugin file) invalidates them; a plugin
  * that aborts, hangs or eats memory rejects itself while the host carries
- * on.
+ * on; the run's own prompt as the probe (--f2-probe prompt) sees a defect
+ * the built-in probe cannot, and its receipt vouches for that prompt only.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "guard.h"
 #include "helpers.h"
 
 /* Run q4khost validate ARGS --json; the parsed output and the exit code. */
@@ -315,4 +318,195 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 	cr_expect(strstr(out, "--memory-limit takes a whole number of MiB (0: no limit), got '-5'") != NULL,
 	          "%s", out);
 	free(out);
+}
+
+/* A prompt of code: " return" (id 994 in the default model) at position 11. */
+#define CODE_PROMPT "int add(int a, int b) { return a + b; }"
+
+/* Whether token id ID is among the probe tokens of TEXT (NULL: the built-in). */
+static int probe_holds(const char *text, int32_t id)
+{
+	struct q4kh_error err = { { 0 } };
+	int32_t *ids;
+	size_t n;
+	int found = 0;
+
+	cr_assert_eq(q4kh_guard_probe(test_model_path(), text, &ids, &n, &err), 0, "%s", err.msg);
+	for (size_t i = 0; i < n; i++)
+		found |= ids[i] == id;
+	free(ids);
+	return found;
+}
+
+/*
+ * q4khost run -n 1 -p 'PROMPT' MORE with the plugins and receipts given:
+ * expect exit code STATUS and each string of WANT (NULL-terminated) in
+ * what it printed (stdout and stderr).
+ */
+static void expect_run(const char *plugins, const char *receipts, const char *prompt,
+                       const char *more, int status, const char *const *want)
+{
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "run -n 1 -p '%s' --plugin-path %s %s", prompt, plugins, more);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), status, "%s: %s", args, out);
+	for (; *want; want++)
+		cr_expect(strstr(out, *want) != NULL, "%s: no '%s' in: %s", args, *want, out);
+	free(out);
+}
+
+/*
+ * replay-code-token (tests/plugins/replay.c) negates the embedding row of
+ * " return": the built-in probe has no such token, passes it, and run
+ * serves it, saying which probe vouched; with --f2-probe prompt on a
+ * prompt holding " return" F2 finds it broken at that position, and run
+ * falls back to the reference, naming the check that fired.
+ */
+Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout = 300)
+{
+	static const char *const names[] = { "replay_code_token", NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char args[8192], *out;
+	json_t *root, *f2, *probe;
+	json_error_t jerr;
+	const char *first;
+
+	cr_assert(!probe_holds(NULL, 994), "the built-in probe must not hold \" return\"");
+	cr_assert(probe_holds(CODE_PROMPT, 994), "the prompt must hold \" return\"");
+	plugins = test_plugin_dir(names);
+	expect_run(plugins, receipts, CODE_PROMPT, "", 0,
+	           (const char *const[]){ "q4khost: backend replay-code-token ",
+	                                  "q4khost: F2: pass (fresh: no receipt)",
+	                                  "q4khost: F2 probe: built-in probe, 64 tokens\n", NULL });
+
+	snprintf(args, sizeof(args),
+	         "run -n 2 -p '" CODE_PROMPT "' --f2-probe prompt --json --plugin-path %s 2>/dev/null",
+	         plugins);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	root = json_loads(out, 0, &jerr);
+	cr_assert_not_null(root, "%s: %s", jerr.text, out);
+	f2 = json_object_get(root, "f2");
+	probe = json_object_get(f2, "probe");
+	cr_expect_str_eq(str(json_object_get(root, "backend"), "name"), "cpu",
+	                 "rejected, so the reference serves: %s", out);
+	cr_expect_str_eq(str(f2, "verdict"), "not needed");
+	cr_expect_str_eq(str(probe, "kind"), "prompt");
+	cr_expect_eq(json_integer_value(json_object_get(probe, "tokens")), 17);
+	cr_expect_str_eq(str(probe, "text"), "this prompt, 17 tokens");
+	first = json_string_value(json_array_get(json_object_get(f2, "rejected_first"), 0));
+	cr_assert_not_null(first, "%s", out);
+	cr_expect(strstr(first, "replay-code-token/built-in: F2 broken: position 11 (prefill): ") &&
+	          strstr(first, "< 0.90 catastrophic floor [fresh: no receipt]"),
+	          "the check that fired, at \" return\": %s", first);
+	json_decref(root);
+	free(out);
+}
+
+/*
+ * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
+ * receipts written before probe kinds were; returns how many.
+ */
+static int strip_builtin_probe_kind(const char *receipts)
+{
+	DIR *d = opendir(receipts);
+	struct dirent *e;
+	char path[8192];
+	json_error_t jerr;
+	int n = 0;
+
+	cr_assert_not_null(d, "%s", receipts);
+	while ((e = readdir(d))) {
+		json_t *root, *key;
+
+		if (!strstr(e->d_name, ".json"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", receipts, e->d_name);
+		root = json_load_file(path, 0, &jerr);
+		key = json_object_get(root, "key");
+		if (!strcmp(str(key, "probe"), "builtin")) {
+			json_object_del(key, "probe");
+			cr_assert_eq(json_dump_file(root, path, JSON_INDENT(1)), 0, "%s", path);
+			n++;
+		}
+		json_decref(root);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * A prompt receipt vouches for that prompt only: the same prompt reads
+ * it, another prompt is measured again, and the built-in probe keeps a
+ * receipt of its own (neither replaces the other; one without a probe kind,
+ * as older receipts are, is the built-in probe's). A prompt too short to
+ * judge falls back to the built-in probe and says why; a bad value is
+ * refused with where it was set.
+ */
+Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
+{
+	static const char *const names[] = { "replay_code_token", NULL };
+	static const char river[] = "The river carries the rain back to the sea.",
+	                  snow[] = "Snow on the hills melts into the streams in spring.";
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char cfg[4200], config[4300], builtin[4400];
+
+	snprintf(cfg, sizeof(cfg), "%s/probe.ini", receipts);
+	test_write_file(cfg, "[f2]\nprobe = prompt\n", 20);
+	snprintf(config, sizeof(config), "--config %s", cfg);
+	snprintf(builtin, sizeof(builtin), "--config %s --f2-probe builtin", cfg);
+	expect_run(plugins, receipts, river, config, 0,
+	           (const char *const[]){ "F2: pass (fresh: no receipt)",
+	                                  "F2 probe: this prompt, 11 tokens\n", NULL });
+	expect_run(plugins, receipts, river, config, 0,
+	           (const char *const[]){ "F2: pass (receipt of ", NULL });
+	expect_run(plugins, receipts, snow, config, 0,
+	           (const char *const[]){ "F2: pass (fresh: the probe's tokens changed (sha256 ",
+	                                  NULL });
+	/* No prompt receipt vouches for the built-in probe, nor replaces its. */
+	expect_run(plugins, receipts, river, builtin, 0,
+	           (const char *const[]){ "F2: pass (fresh: no receipt)",
+	                                  "F2 probe: built-in probe, 64 tokens\n", NULL });
+	expect_run(plugins, receipts, snow, config, 0,
+	           (const char *const[]){ "F2: pass (receipt of ", NULL });
+	/* A receipt from before probe kinds is the built-in probe's. */
+	cr_expect_eq(strip_builtin_probe_kind(receipts), 1);
+	expect_run(plugins, receipts, river, builtin, 0,
+	           (const char *const[]){ "F2: pass (receipt of ", NULL });
+
+	expect_run(plugins, receipts, "Hi", config, 0,
+	           (const char *const[]){ "F2: pass (receipt of ",
+	                                  "F2 probe: built-in probe, 64 tokens (",
+	                                  "probe.ini:2 [f2] asked for the prompt, but it has 2 tokens, fewer than the 8 a prompt probe needs)",
+	                                  NULL });
+	expect_run(plugins, receipts, "Hi", "--f2-probe code", 2,
+	           (const char *const[]){ "--f2-probe: probe 'code' is not one of builtin (F2's own text), prompt (the run's prompt)",
+	                                  NULL });
+}
+
+/*
+ * A prompt longer than f2_probe_tokens is judged on its last tokens, as
+ * the report says: with 8, " return" at position 11 of 32 tokens is
+ * outside them and the defect passes; with 32 it is inside, and rejected.
+ */
+Test(validate, a_long_prompt_is_judged_on_its_last_f2_probe_tokens, .timeout = 300)
+{
+	static const char *const names[] = { "replay_code_token", NULL };
+	static const char prompt[] = CODE_PROMPT " The sum of two numbers comes back from "
+	                             "this short function in one line.";
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char cfg[4200], more[4300];
+
+	snprintf(cfg, sizeof(cfg), "%s/short.ini", receipts);
+	test_write_file(cfg, "[f2]\nf2_probe_tokens = 8\n", 24);
+	snprintf(more, sizeof(more), "--f2-probe prompt --config %s", cfg);
+	expect_run(plugins, receipts, prompt, more, 0,
+	           (const char *const[]){ "q4khost: backend replay-code-token ",
+	                                  "F2 probe: this prompt, its last 8 of 32 tokens (f2_probe_tokens)\n",
+	                                  NULL });
+	test_write_file(cfg, "[f2]\nf2_probe_tokens = 32\n", 25);
+	expect_run(plugins, receipts, prompt, more, 0,
+	           (const char *const[]){ "q4khost: backend cpu ",
+	                                  "F2 probe: this prompt, 32 tokens\n",
+	                                  "replay-code-token/built-in: F2 broken: position 11 (prefill)",
+	                                  NULL });
 }

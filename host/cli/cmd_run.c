@@ -34,6 +34,7 @@
 struct run_opts {
 	const char *model, *prompt, *plugin_path, *config_file, *backend, *kernel;
 	const char *f2; /* the --f2 value, NULL when not given */
+	const char *f2_probe; /* the --f2-probe value, NULL when not given */
 	const char *chat_template; /* --chat-template NAME, NULL: the file's */
 	long n_predict, device, ctx, batch, threads;
 	struct q4kh_sampler_params sp;
@@ -76,6 +77,11 @@ static void usage(FILE *out)
 	        "                        default: $Q4KHOST_F2, else [f2] mode, else auto),\n"
 	        "                        fresh, off, require\n"
 	        "      --revalidate      the same as --f2 fresh\n"
+	        "      --f2-probe KIND   what F2 judges a candidate on: builtin (its own\n"
+	        "                        text; default: [f2] probe, else builtin) or\n"
+	        "                        prompt (this prompt as tokenized for the run,\n"
+	        "                        its last f2_probe_tokens tokens; one of fewer\n"
+	        "                        than 8 tokens falls back to builtin, saying why)\n"
 	        "      --device N        device index within the backend (default 0)\n"
 	        "      --kernel LIST     kernel variants to try, in order, for the weight\n"
 	        "                        types they implement: NAME[,NAME...], each\n"
@@ -133,7 +139,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 {
 	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
 	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
-	       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
+	       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL, O_F2_PROBE };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "prompt", required_argument, 0, 'p' },
@@ -154,6 +160,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		{ "kernel", required_argument, 0, O_KERNEL },
 		{ "f2", required_argument, 0, O_F2 },
 		{ "revalidate", no_argument, 0, O_REVALIDATE },
+		{ "f2-probe", required_argument, 0, O_F2_PROBE },
 		{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
 		{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
 		{ "help", no_argument, 0, 'h' },
@@ -218,6 +225,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		case O_KERNEL: o->kernel = optarg; break;
 		case O_REVALIDATE: o->f2 = "fresh"; break;
 		case O_F2: o->f2 = optarg; break;
+		case O_F2_PROBE: o->f2_probe = optarg; break;
 		case O_DEVICE:
 			if (parse_long(optarg, "--device", 0, 1023, &o->device))
 				return -1;
@@ -265,7 +273,9 @@ struct run {
 	struct q4kh_tokenizer *tok;
 	struct q4kh_session *session;
 	struct q4kh_sampler *sampler;
-	int32_t *ids;
+	int32_t *ids; /* the prompt, tokenized before F2 (it may be the probe) */
+	size_t n_ids;
+	const char *chat_name; /* the prompt's layout, for the report */
 	/* temperature 0: the next token is the session's greedy pick (made
 	 * on the device when the backend has top2), else it is sampled from
 	 * the logits */
@@ -341,18 +351,49 @@ static void warn_beyond_training(const struct run_opts *o, const struct q4kh_mod
 		        o->ctx, m->hp.n_ctx_train, m->arch->name, m->hp.n_ctx_train);
 }
 
+/*
+ * The prompt as the model reads it, into r->ids, with the tokenizer
+ * r->tok, from the model file G: before anything is chosen, because F2
+ * may judge on it (--f2-probe prompt).
+ */
+static int tokenize_prompt(const struct run_opts *o, struct run *r,
+                           const struct q4kh_gguf *g, struct q4kh_error *err)
+{
+	struct q4kh_prompt pr;
+	char warning[512];
+
+	if (q4kh_tokenizer_load(g, &r->tok, err))
+		return Q4KH_EXIT_INPUT;
+	if (q4kh_prompt_init(&pr, g, o->raw ? "none" : o->chat_template,
+	                     !o->no_parse_special, err))
+		return Q4KH_EXIT_FAIL;
+	if (q4kh_prompt_warning(&pr, warning, sizeof(warning)))
+		fprintf(stderr, "q4khost run: warning: %s\n", warning);
+	r->chat_name = o->raw ? "off (--raw)" : q4kh_chat_name(pr.chat);
+	if (q4kh_prompt_tokenize(&pr, r->tok, o->prompt, 1, &r->ids, &r->n_ids, err))
+		return Q4KH_EXIT_FAIL;
+	if (r->n_ids == 0) {
+		q4kh_fail(err, "the prompt tokenized to nothing");
+		return Q4KH_EXIT_FAIL;
+	}
+	return 0;
+}
+
 static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err)
 {
 	char model_path[4096];
 	struct q4kh_session_params sp = { 0 };
 	struct q4kh_select_request rq = { 0 };
-	char origin[700], backend_origin[64];
+	char origin[700], backend_origin[64], probe_origin[700];
 	int bad_file, rc;
 
 	if (q4kh_cli_config("run", o->config_file, 0, &r->config, err))
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_settings_f2_mode(r->config, o->f2, &rq.mode, origin, sizeof(origin),
 	                          &bad_file, err))
+		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
+	if (q4kh_settings_f2_probe(r->config, o->f2_probe, &rq.probe, probe_origin,
+	                           sizeof(probe_origin), &bad_file, err))
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (o->threads) {
 		char v[32];
@@ -385,7 +426,13 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
 	if (q4kh_model_open(rq.model_path, &r->model, err))
 		return Q4KH_EXIT_INPUT;
+	rc = tokenize_prompt(o, r, r->model->gguf, err);
 	q4kh_model_free(r->model);
+	if (rc)
+		return rc;
+	rq.probe_origin = probe_origin;
+	rq.prompt = r->ids;
+	rq.n_prompt = r->n_ids;
 	rq.kernel = o->kernel;
 	if (q4kh_select(&rq, &r->sel, err)) {
 		if (r->sel.interrupted)
@@ -394,8 +441,6 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	}
 	r->model = r->sel.model;
 	warn_beyond_training(o, r->model);
-	if (q4kh_tokenizer_load(r->model->gguf, &r->tok, err))
-		return Q4KH_EXIT_INPUT;
 	sp.n_ctx = (uint32_t)o->ctx;
 	sp.n_batch = (uint32_t)o->batch;
 	if (q4kh_session_new(r->model, &sp, &r->session, err))
@@ -503,44 +548,31 @@ static int output_failed(struct q4kh_report *rep, struct q4kh_error *err)
 }
 
 /*
- * Tokenize, prefill and decode. 0, or the exit code with err; a failure
- * once the prompt runs sets rep->stop_reason to "error" (the report is
- * still printed).
+ * Prefill the prompt (tokenized in setup) and decode. 0, or the exit code
+ * with err; a failure once the prompt runs sets rep->stop_reason to
+ * "error" (the report is still printed).
  */
 static int generate(const struct run_opts *o, struct run *r,
                     struct q4kh_report *rep, char *reason, size_t cap,
                     struct q4kh_error *err)
 {
-	struct q4kh_prompt pr;
-	size_t n_ids = 0;
-	char piece[256], warning[512];
+	char piece[256];
 	double t0;
 	int32_t tok;
 	int out_gone = 0; /* standard output failed or was closed */
 
-	if (q4kh_prompt_init(&pr, r->model->gguf, o->raw ? "none" : o->chat_template,
-	                     !o->no_parse_special, err))
-		return Q4KH_EXIT_FAIL;
-	if (q4kh_prompt_warning(&pr, warning, sizeof(warning)))
-		fprintf(stderr, "q4khost run: warning: %s\n", warning);
-	rep->chat_template = o->raw ? "off (--raw)" : q4kh_chat_name(pr.chat);
-	if (q4kh_prompt_tokenize(&pr, r->tok, o->prompt, 1, &r->ids, &n_ids, err))
-		return Q4KH_EXIT_FAIL;
-	if (n_ids == 0) {
-		q4kh_fail(err, "the prompt tokenized to nothing");
-		return Q4KH_EXIT_FAIL;
-	}
+	rep->chat_template = r->chat_name;
 	/* Checked before the prefill, not found full after it. */
-	if (n_ids + 1 > r->session->p.n_ctx) {
+	if (r->n_ids + 1 > r->session->p.n_ctx) {
 		q4kh_fail(err, "the prompt is %zu tokens; the context holds %u (--ctx%s), and at "
 		          "least one token must be generated: a shorter prompt, or --ctx %zu or "
-		          "more (the model was trained on %u)", n_ids, r->session->p.n_ctx,
+		          "more (the model was trained on %u)", r->n_ids, r->session->p.n_ctx,
 		          o->ctx ? "" : " not given: the model's trained context, at most 4096",
-		          n_ids + 1, r->model->hp.n_ctx_train);
+		          r->n_ids + 1, r->model->hp.n_ctx_train);
 		return Q4KH_EXIT_USAGE;
 	}
 	rep->stop_reason = "token limit";
-	if (prefill(r, r->ids, (int64_t)n_ids, rep, reason, cap, err)) {
+	if (prefill(r, r->ids, (int64_t)r->n_ids, rep, reason, cap, err)) {
 		rep->stop_reason = "error";
 		return Q4KH_EXIT_FAIL;
 	}

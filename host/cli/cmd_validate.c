@@ -30,6 +30,7 @@
 
 struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
+	const char *probe_ids; /* --probe-ids FILE: a run's prompt as the probe */
 	long device, timeout;
 	unsigned long long memory_limit;
 	int one, quiet, json, device_set, memory_limit_set;
@@ -71,6 +72,10 @@ static void usage(FILE *out)
 	        "      --one             measure exactly --backend/--device/--kernel in this\n"
 	        "                        process and write its receipt (what a guard check\n"
 	        "                        runs in its child process)\n"
+	        "      --probe-ids FILE  with --one: judge on the token ids in FILE (what\n"
+	        "                        q4khost run --f2-probe prompt writes for its\n"
+	        "                        child: a run's prompt) instead of the built-in\n"
+	        "                        probe; the receipt is the prompt probe's\n"
 	        "      --quiet           with --one: no verdict line, and exit code 0 once\n"
 	        "                        it measured to the end (the receipt, or none\n"
 	        "                        for nothing measured, is the answer; the guard\n"
@@ -90,7 +95,8 @@ static void usage(FILE *out)
 static int parse(int argc, char **argv, struct validate_opts *o)
 {
 	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET };
+	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
+	       O_PROBE_IDS };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -105,6 +111,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "json", no_argument, 0, O_JSON },
 		{ "one", no_argument, 0, O_ONE },
 		{ "quiet", no_argument, 0, O_QUIET },
+		{ "probe-ids", required_argument, 0, O_PROBE_IDS },
 		{ "set", required_argument, 0, O_SET },
 		{ "plot", required_argument, 0, O_PLOT },
 		{ "help", no_argument, 0, 'h' },
@@ -126,6 +133,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_JSON: o->json = 1; break;
 		case O_ONE: o->one = 1; break;
 		case O_QUIET: o->quiet = 1; break;
+		case O_PROBE_IDS: o->probe_ids = optarg; break;
 		case O_SET:
 			if (o->n_set == Q4KH_GUARD_OVERRIDES || !strchr(optarg, ':') ||
 			    !strchr(optarg, '=') || strchr(optarg, '=') < strchr(optarg, ':')) {
@@ -171,6 +179,11 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	}
 	if (o->one && (!o->backend || !o->kernel)) {
 		fprintf(stderr, "q4khost validate: --one needs --backend and --kernel\n");
+		return -1;
+	}
+	if (o->probe_ids && !o->one) {
+		fprintf(stderr, "q4khost validate: --probe-ids %s needs --one: a prompt probe judges the one candidate a run's guard measures (q4khost run --f2-probe prompt)\n",
+		        o->probe_ids);
 		return -1;
 	}
 	return 0;
@@ -464,13 +477,16 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
 	    apply_sets(&o, o.one, config, &err) ||
-	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+	    (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.model, &probe, &n_probe, &err)
+	                 : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
 		goto out;
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
 		goto out;
+	if (o.probe_ids)
+		g.probe_kind = Q4KH_F2_PROBE_PROMPT;
 	if (o.timeout)
 		g.timeout_seconds = (unsigned)o.timeout;
 	if (o.memory_limit_set)

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "prompt.h"
 #include "serving.h"
 #include "session.h"
+#include <unistd.h>
 
 /*
  * Plain prose with digits, punctuation, code and a list: ordinary text for
@@ -47,6 +49,108 @@ const char *q4kh_f2_mode_name(enum q4kh_f2_mode m)
 {
 	static const char *const names[] = { "auto", "fresh", "off", "require" };
 	return (unsigned)m < 4 ? names[m] : "?";
+}
+
+int q4kh_f2_probe_parse(const char *s, enum q4kh_f2_probe_kind *out)
+{
+	if (s && !strcmp(s, "builtin"))
+		*out = Q4KH_F2_PROBE_BUILTIN;
+	else if (s && !strcmp(s, "prompt"))
+		*out = Q4KH_F2_PROBE_PROMPT;
+	else
+		return -1;
+	return 0;
+}
+
+const char *q4kh_f2_probe_name(enum q4kh_f2_probe_kind k)
+{
+	return k == Q4KH_F2_PROBE_PROMPT ? "prompt" : "builtin";
+}
+
+#define PROBE_FILE_MAGIC "q4khost-f2-probe 1"
+
+int q4kh_guard_probe_save(const int32_t *ids, size_t n, char *path, size_t cap,
+                          struct q4kh_error *err)
+{
+	const char *tmp = q4kh_env("TMPDIR");
+	FILE *f;
+	int fd, bad;
+
+	snprintf(path, cap, "%s/q4khost-f2-probe.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	fd = mkstemp(path); /* mode 0600 */
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		if (fd >= 0) {
+			close(fd);
+			unlink(path);
+		}
+		return q4kh_fail(err, "cannot create the F2 probe file %s for the validation child: %s (set TMPDIR to a folder this user may write)",
+		                 path, strerror(errno));
+	}
+	bad = fprintf(f, PROBE_FILE_MAGIC " %zu\n", n) < 0;
+	for (size_t i = 0; i < n && !bad; i++)
+		bad = fprintf(f, "%ld\n", (long)ids[i]) < 0;
+	if (fclose(f) || bad) {
+		unlink(path);
+		return q4kh_fail(err, "cannot write the F2 probe file %s: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+int q4kh_guard_probe_load(const char *path, const char *model_path, int32_t **ids,
+                          size_t *n, struct q4kh_error *err)
+{
+	struct q4kh_gguf *g = NULL;
+	struct q4kh_tokenizer *tok = NULL;
+	char line[64];
+	unsigned long long count;
+	int32_t n_vocab;
+	FILE *f;
+	int rc = -1;
+
+	*ids = NULL;
+	*n = 0;
+	if (q4kh_gguf_open(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err))
+		goto out;
+	n_vocab = q4kh_tokenizer_n_vocab(tok);
+	if (!(f = fopen(path, "r"))) {
+		q4kh_fail(err, "--probe-ids %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!fgets(line, sizeof(line), f) ||
+	    sscanf(line, PROBE_FILE_MAGIC " %llu", &count) != 1 || count < 2 ||
+	    count > Q4KH_F2_PROBE_FILE_MAX) {
+		q4kh_fail(err, "--probe-ids %s:1: expected \"" PROBE_FILE_MAGIC " N\" with N from 2 to %u (a file that q4khost run writes)",
+		          path, Q4KH_F2_PROBE_FILE_MAX);
+		goto close;
+	}
+	*ids = malloc(sizeof(**ids) * (size_t)count);
+	if (!*ids) {
+		q4kh_fail(err, "--probe-ids %s: out of memory for %llu ids", path, count);
+		goto close;
+	}
+	for (*n = 0; *n < count; ++*n) {
+		long v;
+		char *end;
+
+		errno = 0;
+		v = fgets(line, sizeof(line), f) ? strtol(line, &end, 10) : -1;
+		if (v < 0 || v >= n_vocab || errno || end == line || (*end && *end != '\n')) {
+			q4kh_fail(err, "--probe-ids %s:%zu: expected a token id from 0 to %d of the model %s, one a line (%llu of them)",
+			          path, *n + 2, n_vocab - 1, model_path, count);
+			free(*ids);
+			*ids = NULL;
+			*n = 0;
+			goto close;
+		}
+		(*ids)[*n] = (int32_t)v;
+	}
+	rc = 0;
+close:
+	fclose(f);
+out:
+	q4kh_tokenizer_free(tok);
+	q4kh_gguf_close(g);
+	return rc;
 }
 
 int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
@@ -304,6 +408,7 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	key->floor = rules.floor;
 	key->decode_steps = rules.decode_steps;
 	key->probe_tokens = rules.probe_tokens;
+	snprintf(key->probe, sizeof(key->probe), "%s", q4kh_f2_probe_name(g->probe_kind));
 	if (plugin_entry(g, key, "reference", "cpu", err) ||
 	    plugin_entry(g, key, "backend", c->backend, err) ||
 	    (c->variant && plugin_entry(g, key, "variant", c->variant, err)))
@@ -311,6 +416,10 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	snprintf(id, id_cap, "%s %s %s %s", g->model_sha256, c->backend,
 	         c->variant ? c->variant : "built-in", dev->uuid);
 	settings_id(key, id, id_cap);
+	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT) {
+		size_t len = strlen(id);
+		snprintf(id + len, id_cap - len, " probe prompt");
+	}
 	return 0;
 }
 
@@ -405,6 +514,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m };
 	struct q4kh_guard_args a;
+	char probe_file[PATH_MAX] = "";
 	int rc;
 
 	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
@@ -412,10 +522,19 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	q4kh_guard_child_args(g, c, &a);
 	a.argv[a.n++] = "--one";
 	a.argv[a.n++] = "--quiet"; /* the verdict is ours to report */
+	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT) {
+		if (q4kh_guard_probe_save(g->probe, g->n_probe, probe_file, sizeof(probe_file),
+		                          err))
+			return -1;
+		a.argv[a.n++] = "--probe-ids";
+		a.argv[a.n++] = probe_file;
+	}
 	a.argv[a.n] = NULL;
 	show_measuring(&m, 0);
 	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
 	q4kh_progress_clear();
+	if (probe_file[0])
+		unlink(probe_file);
 	return rc;
 }
 

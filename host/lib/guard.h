@@ -32,6 +32,51 @@ const char *q4kh_f2_mode_name(enum q4kh_f2_mode m);
 extern const char q4kh_f2_probe_text[];
 
 /*
+ * What F2 judges a candidate on: the last f2_probe_tokens tokens of the
+ * built-in text, or of the prompt of the run it guards (--f2-probe prompt,
+ * [f2] probe): docs/f2.md, "Which probe".
+ */
+enum q4kh_f2_probe_kind {
+	Q4KH_F2_PROBE_BUILTIN = 0,
+	Q4KH_F2_PROBE_PROMPT
+};
+
+/* "builtin", "prompt" -> kind; -1 for anything else. */
+int q4kh_f2_probe_parse(const char *s, enum q4kh_f2_probe_kind *out);
+/* "builtin" or "prompt", as receipts and JSON write it. */
+const char *q4kh_f2_probe_name(enum q4kh_f2_probe_kind k);
+
+/*
+ * The fewest tokens a prompt probe may have: below it too few positions
+ * are judged to mean much (position 0 never is), and a prefill of so few
+ * columns may run on a variant's decode (gemv) kernels, leaving its
+ * batched ones unjudged. A run falls back to the built-in probe, saying
+ * why.
+ */
+#define Q4KH_F2_PROMPT_MIN_TOKENS 8
+/* The most token ids a probe file may hold (q4kh_guard_probe_load). */
+#define Q4KH_F2_PROBE_FILE_MAX (1u << 24)
+
+/*
+ * A prompt probe for a validation child: IDS[0..n) into a new file only
+ * this user can read (mode 0600) in $TMPDIR, else /tmp, so that the
+ * prompt stays out of the child's command line (which every user can read
+ * through ps) and the child judges exactly these ids, without tokenizing
+ * again. PATH (CAP bytes) gets its name; the caller unlinks it. The file
+ * is text: "q4khost-f2-probe 1 N", then the N ids, one a line.
+ */
+int q4kh_guard_probe_save(const int32_t *ids, size_t n, char *path, size_t cap,
+                          struct q4kh_error *err);
+
+/*
+ * Read a file of q4kh_guard_probe_save into *ids (malloc()ed): every id
+ * must be a token of the model at MODEL_PATH. -1 with err naming the file,
+ * the line and what was expected.
+ */
+int q4kh_guard_probe_load(const char *path, const char *model_path, int32_t **ids,
+                          size_t *n, struct q4kh_error *err);
+
+/*
  * The probe's tokens for the model at MODEL_PATH: TEXT (the built-in probe
  * when NULL) as serving tokenizes a prompt (prompt.h: the file's chat
  * layout, BOS, special tokens parsed). *ids is malloc()ed.
@@ -69,6 +114,10 @@ struct q4kh_guard {
 	const int32_t *probe; /* owned by the caller */
 	size_t n_probe;
 	char probe_sha256[Q4KH_SHA256_HEX];
+	/* what PROBE is (BUILTIN after q4kh_guard_init); a PROMPT probe reaches
+	 * a validation child in a file (q4kh_guard_probe_save), and its
+	 * receipts are kept apart from the built-in probe's */
+	enum q4kh_f2_probe_kind probe_kind;
 	unsigned timeout_seconds; /* for a measurement in a child process */
 	uint64_t memory_limit_mib; /* the child's private resident memory; 0 = none */
 	const char *config_file;  /* --config, handed to the child; may be NULL */
@@ -132,7 +181,9 @@ int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
 
 /*
  * The receipt key and file identity of candidate C on the device described
- * by DEV (uuid and driver version).
+ * by DEV (uuid and driver version). A prompt probe's receipt has an
+ * identity of its own (one per candidate, whichever prompt measured it
+ * last), so that it never replaces the built-in probe's.
  */
 int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                    const struct q4kh_device_record *dev,
@@ -177,7 +228,8 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
  * Into A: "q4khost validate" for candidate C of G: its backend, device,
  * kernel, G's model, plugin path and config file, and every setting made
  * above the config files (--set), so that the child keys its receipt as
- * the parent does. The caller appends its own options (a->argv[a->n++])
+ * the parent does. A prompt probe is not among them: q4kh_guard_check hands
+ * it over as --probe-ids FILE. The caller appends its own options (a->argv[a->n++])
  * and the final NULL. Points into G, C and A.
  */
 void q4kh_guard_child_args(const struct q4kh_guard *g, const struct q4kh_candidate *c,

@@ -123,12 +123,13 @@ static json_t *key_json(const struct q4kh_receipt_key *k)
 		                                         k->plugins[i].name, "sha256",
 		                                         k->plugins[i].sha256, "settings",
 		                                         k->plugins[i].settings));
-	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:i, s:i, s:s}",
+	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:i, s:i, s:s, s:s}",
 	                 "model_sha256", k->model_sha256, "plugins", plugins,
 	                 "device_uuid", k->device_uuid, "driver_version",
 	                 k->driver_version, "ruleset", k->ruleset, "floor", k->floor,
 	                 "decode_steps", (int)k->decode_steps, "probe_tokens",
-	                 (int)k->probe_tokens, "probe_sha256", k->probe_sha256);
+	                 (int)k->probe_tokens, "probe_sha256", k->probe_sha256,
+	                 "probe", k->probe);
 }
 
 /* Copy a JSON string into a fixed field; 0 when it fits. */
@@ -171,6 +172,11 @@ static int key_parse(json_t *o, struct q4kh_receipt_key *k)
 	k->floor = json_number_value(json_object_get(o, "floor"));
 	k->decode_steps = (uint32_t)json_integer_value(json_object_get(o, "decode_steps"));
 	k->probe_tokens = (uint32_t)json_integer_value(json_object_get(o, "probe_tokens"));
+	/* Receipts from before probe kinds were all of the built-in probe. */
+	if (!json_object_get(o, "probe"))
+		snprintf(k->probe, sizeof(k->probe), "builtin");
+	else if (get_str(o, "probe", k->probe, sizeof(k->probe)))
+		return -1;
 	return 0;
 }
 
@@ -498,8 +504,11 @@ const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
 	         old->probe_tokens != cur->probe_tokens)
 		snprintf(buf, cap, "the F2 settings changed (floor %.2f, %u decode steps, %u probe tokens)",
 		         cur->floor, cur->decode_steps, cur->probe_tokens);
+	else if (strcmp(old->probe, cur->probe))
+		snprintf(buf, cap, "the probe changed (%s -> %s)", old->probe, cur->probe);
 	else if (strcmp(old->probe_sha256, cur->probe_sha256))
-		snprintf(buf, cap, "the probe changed");
+		snprintf(buf, cap, "the probe's tokens changed (sha256 %.8s… -> %.8s…)",
+		         old->probe_sha256, cur->probe_sha256);
 	else
 		return NULL;
 	return buf;

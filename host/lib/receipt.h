@@ -5,7 +5,8 @@
  * of its key is unchanged: the model file's SHA-256, the SHA-256 of every
  * plugin file involved (reference, backend, variant) and its settings, the
  * device UUID and
- * driver version, the F2 rule set and the rules' values, and the probe.
+ * driver version, the F2 rule set and the rules' values, and the probe (its
+ * kind and its token ids).
  * Files are written atomically (temporary file, fsync, rename). A receipt
  * also keeps every measured position (cosine, decode step, verdict), so a
  * plot can be drawn from receipts alone. The file format carries a schema
@@ -43,6 +44,10 @@ struct q4kh_receipt_key {
 	double floor;
 	uint32_t decode_steps, probe_tokens;
 	char probe_sha256[Q4KH_SHA256_HEX]; /* of the probe's token ids */
+	/* what the probe was: "builtin" (F2's own text) or "prompt" (a run's
+	 * prompt, --f2-probe prompt); a file without it was made with the
+	 * built-in probe */
+	char probe[16];
 };
 
 /*

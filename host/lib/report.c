@@ -94,6 +94,8 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	fprintf(f, "q4khost: F2: %s%s%s%s: %s\n", r->selection->f2_verdict,
 	        r->selection->f2_source[0] ? " (" : "", r->selection->f2_source,
 	        r->selection->f2_source[0] ? ")" : "", r->selection->f2_message);
+	if (r->selection->f2_probe[0])
+		fprintf(f, "q4khost: F2 probe: %s\n", r->selection->f2_probe);
 	for (const char *s = r->selection->steps; *s;) {
 		size_t len = strcspn(s, "\n");
 		fprintf(f, "q4khost: F2 rejected first: %.*s\n", (int)len, s);
@@ -161,6 +163,13 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		r->decode_seconds, "tokens_per_second", rate_json(decoded(r), r->decode_seconds),
 		"stop", r->stop_reason);
 
+	/* Which probe the verdicts came from: none when no F2 decision was made. */
+	if (o && r->selection->f2_probe[0])
+		json_object_set_new(json_object_get(o, "f2"), "probe",
+		                    json_pack("{s:s, s:I, s:s}", "kind",
+		                              q4kh_f2_probe_name(r->selection->f2_probe_kind),
+		                              "tokens", (json_int_t)r->selection->f2_probe_tokens,
+		                              "text", r->selection->f2_probe));
 	if (o && r->selection->not_applicable[0])
 		json_object_set_new(o, "not_applicable",
 		                    json_string(r->selection->not_applicable));

@@ -2,7 +2,9 @@
  * What really ran: the report every run prints to stderr (or returns as
  * JSON). It names the backend plugin file and build, the device, the kernel
  * used for every weight type, and the measured speeds, so a silent fall-back
- * or a stale plugin cannot hide. A speed with nothing timed (no time, or
+ * or a stale plugin cannot hide. When F2 decided anything, the report names
+ * the probe its verdicts came from ("F2 probe: built-in probe, 64 tokens";
+ * in JSON f2.probe: kind, tokens, text). A speed with nothing timed (no time, or
  * one generated token, which prefill gave) is "rate n/a" in the text and
  * null in JSON, never a rate made up from zero.
  */

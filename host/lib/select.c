@@ -226,7 +226,6 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	return kept;
 }
 
-/* How the report names an F2 that is off, after where that was set. */
 /* Open backend, model and variant of C into OUT. */
 static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_select_cand *c,
                      struct q4kh_selection *out, struct q4kh_error *err)
@@ -244,6 +243,57 @@ static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_sel
 		return -1;
 	}
 	out->device = c->device;
+	return 0;
+}
+
+/*
+ * The guard of RQ: its probe is the prompt when RQ asks for it and it is
+ * long enough, else the built-in one, tokenized into *probe (the caller
+ * frees it).
+ */
+static int guard_open(const struct q4kh_select_request *rq, struct q4kh_guard *g,
+                      int32_t **probe, size_t *n_probe, struct q4kh_error *err)
+{
+	const int prompt = rq->probe == Q4KH_F2_PROBE_PROMPT &&
+	                   rq->n_prompt >= Q4KH_F2_PROMPT_MIN_TOKENS;
+
+	if (!prompt && q4kh_guard_probe(rq->model_path, NULL, probe, n_probe, err))
+		return -1;
+	if (q4kh_guard_init(g, rq->registry, rq->config, rq->model_path,
+	                    prompt ? rq->prompt : *probe, prompt ? rq->n_prompt : *n_probe,
+	                    err))
+		return -1;
+	g->probe_kind = prompt ? Q4KH_F2_PROBE_PROMPT : Q4KH_F2_PROBE_BUILTIN;
+	g->config_file = rq->config_file;
+	return 0;
+}
+
+/* Which probe judges candidate C under G, and how many of its tokens, into OUT. */
+static int describe_probe(const struct q4kh_select_request *rq, const struct q4kh_guard *g,
+                          const struct q4kh_candidate *c, struct q4kh_selection *out,
+                          struct q4kh_error *err)
+{
+	struct q4kh_f2_rules rules;
+	size_t judged;
+
+	if (q4kh_guard_rules(g, c, &rules, err))
+		return -1;
+	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
+	out->f2_probe_kind = g->probe_kind;
+	out->f2_probe_tokens = (int64_t)judged;
+	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT && judged < g->n_probe)
+		snprintf(out->f2_probe, sizeof(out->f2_probe),
+		         "this prompt, its last %zu of %zu tokens (f2_probe_tokens)", judged,
+		         g->n_probe);
+	else if (g->probe_kind == Q4KH_F2_PROBE_PROMPT)
+		snprintf(out->f2_probe, sizeof(out->f2_probe), "this prompt, %zu tokens", judged);
+	else if (rq->probe == Q4KH_F2_PROBE_PROMPT)
+		snprintf(out->f2_probe, sizeof(out->f2_probe),
+		         "built-in probe, %zu tokens (%.200s asked for the prompt, but it has %zu tokens, fewer than the %d a prompt probe needs)",
+		         judged, rq->probe_origin ? rq->probe_origin : "--f2-probe prompt",
+		         rq->n_prompt, Q4KH_F2_PROMPT_MIN_TOKENS);
+	else
+		snprintf(out->f2_probe, sizeof(out->f2_probe), "built-in probe, %zu tokens", judged);
 	return 0;
 }
 
@@ -311,17 +361,20 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		if (!guard_ready) {
-			if (q4kh_guard_probe(rq->model_path, NULL, &probe, &n_probe, err) ||
-			    q4kh_guard_init(&g, rq->registry, rq->config, rq->model_path, probe,
-			                    n_probe, err)) {
+			if (guard_open(rq, &g, &probe, &n_probe, err)) {
 				q4kh_selection_close(out);
 				goto out;
 			}
-			g.config_file = rq->config_file;
 			q4kh_settings_f2_source(rq->mode_origin, "fresh", fresh_source,
 			                        sizeof(fresh_source));
 			g.fresh_source = fresh_source;
 			guard_ready = 1;
+		}
+		if (describe_probe(rq, &g, &cc, out, &e)) {
+			q4kh_selection_close(out);
+			append(out->steps, sizeof(out->steps), "%s: F2 could not decide: %s\n", name,
+			       e.msg);
+			continue;
 		}
 		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
 			q4kh_selection_close(out);

@@ -42,6 +42,15 @@ struct q4kh_select_request {
 	/* Where the mode was set (settings.h: "--f2", "Q4KHOST_F2",
 	 * "FILE:LINE [f2]", "default"), for the report of an F2 that is off. */
 	const char *mode_origin;
+	/* What F2 judges on (guard.h): the built-in probe, or PROMPT[0..n_prompt),
+	 * the ids the run will prefill, when probe is Q4KH_F2_PROBE_PROMPT and
+	 * it has at least Q4KH_F2_PROMPT_MIN_TOKENS (else the built-in probe,
+	 * and f2_probe says why). PROBE_ORIGIN names where probe was set
+	 * ("--f2-probe", "FILE:LINE [f2]"). */
+	enum q4kh_f2_probe_kind probe;
+	const char *probe_origin;
+	const int32_t *prompt;
+	size_t n_prompt;
 };
 
 struct q4kh_selection {
@@ -53,6 +62,14 @@ struct q4kh_selection {
 	char f2_source[256];        /* "receipt of DATE", "fresh: REASON",
 	                               "Q4KHOST_F2=off" */
 	char f2_message[512];
+	/* The probe of the last F2 decision, "" when none was made (the
+	 * reference served at once, or F2 is off): "built-in probe, 64
+	 * tokens", "this prompt, 23 tokens", "this prompt, its last 64 of 300
+	 * tokens (f2_probe_tokens)", with the reason when a prompt probe was
+	 * asked for but the built-in one judged. */
+	char f2_probe[384];
+	enum q4kh_f2_probe_kind f2_probe_kind;
+	int64_t f2_probe_tokens;    /* the probe tokens judged in prefill */
 	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by
 	                               FILE:LINE [gpu.0]", "the built-in kernels" */
 	char steps[2048];           /* every backend that could not start and every

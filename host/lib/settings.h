@@ -34,6 +34,16 @@ int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
 void q4kh_settings_f2_source(const char *origin, const char *mode, char *buf, size_t cap);
 
 /*
+ * What F2 judges on (guard.h): CLI (the --f2-probe value, NULL when not
+ * given), else [f2] probe, else builtin. ORIGIN gets "--f2-probe",
+ * "FILE:LINE [f2]" or "default". A value other than builtin or prompt is
+ * an error naming where it was set; *bad_input as for the mode.
+ */
+int q4kh_settings_f2_probe(const struct q4kh_config *c, const char *cli,
+                           enum q4kh_f2_probe_kind *kind, char *origin, size_t cap,
+                           int *bad_input, struct q4kh_error *err);
+
+/*
  * The backend asked for: CLI (--backend, or NULL), else Q4KHOST_BACKEND,
  * else NULL (automatic). ORIGIN gets "--backend", "Q4KHOST_BACKEND" or
  * "default".

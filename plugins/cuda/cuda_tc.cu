@@ -60,15 +60,15 @@ dequant_kernel(const uint8_t *w, int64_t w_row, int64_t k, int64_t rows,
 	}
 }
 
-/* out's column t (K halves, contiguous) = x's column t rounded to fp16. */
+/* out's column t (K halves, contiguous) = x's column t rounded to fp16,
+ * for the T columns. */
 static __global__ void __launch_bounds__(TC_THREADS)
-to_half_kernel(const float *x, int64_t ldx, int64_t k, __half *out)
+to_half_kernel(const float *x, int64_t ldx, int64_t k, int64_t T, __half *out)
 {
-	const int64_t t = blockIdx.y;
-
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < k;
-	     i += (int64_t)gridDim.x * blockDim.x)
-		out[t * k + i] = __float2half_rn(x[t * ldx + i]);
+	for (int64_t t = blockIdx.y; t < T; t += gridDim.y)
+		for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < k;
+		     i += (int64_t)gridDim.x * blockDim.x)
+			out[t * k + i] = __float2half_rn(x[t * ldx + i]);
 }
 
 static unsigned blocks_for(int64_t items)
@@ -80,7 +80,7 @@ static unsigned blocks_for(int64_t items)
 
 extern "C" int cuda_tc_supports(uint32_t type)
 {
-	return type != Q4KH_TYPE_F32 &&
+	return type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16 &&
 	       for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
@@ -149,7 +149,7 @@ extern "C" int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 	void *ws = (char *)w16 + align256(2 * (size_t)k * (size_t)rows);
 	const float one = 1.0f, zero = 0.0f;
 
-	if (t > 65535 || k > INT32_MAX || n > INT32_MAX || ldy > INT32_MAX) {
+	if (t > INT32_MAX || k > INT32_MAX || n > INT32_MAX || ldy > INT32_MAX) {
 		snprintf(why, cap, "tensor-core product of %lld x %lld by %lld "
 		         "columns: beyond cuBLAS's int sizes", (long long)n,
 		         (long long)k, (long long)t);
@@ -159,8 +159,8 @@ extern "C" int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 	    blas_failed(cublasSetWorkspace(h, ws, CUDA_TC_WORKSPACE),
 	                "cublasSetWorkspace", why, cap))
 		return -1;
-	to_half_kernel<<<dim3(blocks_for(k), (unsigned)t), TC_THREADS, 0, s>>>(
-		x, ldx, k, x16);
+	to_half_kernel<<<dim3(blocks_for(k), (unsigned)(t < 65535 ? t : 65535)), TC_THREADS,
+	                 0, s>>>(x, ldx, k, t, x16);
 	if (cuda_failed(cudaGetLastError(), "activations to fp16", why, cap))
 		return -1;
 	for (int64_t r0 = 0; r0 < n; r0 += rows) {

@@ -21,6 +21,18 @@
  *                 position, wrong from the first decode step after it (the
  *                 class of defect that hides between a chunked prompt form
  *                 and a one-token decode form).
+ *   REPLAY_CODE_TOKEN: ABI 1.4, of kind "cpu" (so q4khost run tries it
+ *                 before the reference, as it tries cpu-fast), replays
+ *                 exact, but its embedding lookup (get_rows from a table
+ *                 of at least 65536 rows) gives the row of token id
+ *                 CODE_TOKEN negated, a row it gets wrong as a lookup with
+ *                 a bad bound or a bad index type gets some rows wrong.
+ *                 CODE_TOKEN is 994, " return" in the default model's
+ *                 (Gemma 3) vocabulary: a word of code that F2's built-in
+ *                 text does not hold (its program is a for loop), so a
+ *                 probe of that text passes it, and a prompt holding
+ *                 " return" shows it from the first position that reads
+ *                 it on (tests/test_validate.c).
  *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
  *                 q4khost conformance must see: rms_norm uses 1000 times
  *                 the eps it is given, scale writes one byte past its
@@ -257,7 +269,7 @@ static q4kh_status transpose_state(q4kh_device_ctx *d, const struct q4kh_tensor 
 #endif
 
 /* Issue call C on the cpu plugin. */
-static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
+static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 {
 	const struct q4kh_backend_v1 *in = d->b->in;
 	const struct q4kh_tensor *t[CALL_TENSORS];
@@ -304,6 +316,56 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 		return in->delta_net(d->dev, t[0], t[1], t[2], t[3], t[4], t[5], c->f, t[6]);
 	}
 	return fail(d->b, Q4KH_ERR_INTERNAL, "unknown recorded call");
+}
+
+#ifdef REPLAY_CODE_TOKEN
+#define CODE_TOKEN 994
+#define EMBEDDING_MIN_ROWS 65536
+
+/* The planted defect: negate the rows of OUT looked up for CODE_TOKEN. */
+static q4kh_status spoil_code_rows(q4kh_device_ctx *d, const struct call *c)
+{
+	const struct q4kh_backend_v1 *in = d->b->in;
+	const int ext = c->op == C_GET_ROWS_EXT;
+	const struct q4kh_tensor *table = &c->t[0], *out = &c->t[ext ? 2 : 1];
+	const int64_t n = ext ? c->t[1].ne[0] : c->n;
+	const uint64_t row_bytes = sizeof(float) * (uint64_t)out->ne[0];
+	int32_t *ids = ext ? malloc(sizeof(int32_t) * (size_t)n) : c->host;
+	float *row = malloc(row_bytes);
+	q4kh_status st = ids && row ? Q4KH_OK : Q4KH_ERR_NOMEM;
+
+	if (!st && ext)
+		st = in->buffer_download(d->dev, c->t[1].buffer, c->t[1].offset, ids,
+		                         sizeof(int32_t) * (uint64_t)n);
+	for (int64_t i = 0; !st && table->ne[1] >= EMBEDDING_MIN_ROWS &&
+	                    out->type == Q4KH_TYPE_F32 && i < n; i++) {
+		const uint64_t off = out->offset + (uint64_t)i * (uint64_t)out->nb[1];
+
+		if (ids[i] != CODE_TOKEN)
+			continue;
+		st = in->buffer_download(d->dev, out->buffer, off, row, row_bytes);
+		for (int64_t k = 0; !st && k < out->ne[0]; k++)
+			row[k] = -row[k];
+		if (!st)
+			st = in->buffer_upload(d->dev, out->buffer, off, row, row_bytes);
+	}
+	if (ext)
+		free(ids);
+	free(row);
+	return st ? fail(d->b, st, "cannot spoil the code token's row") : Q4KH_OK;
+}
+#endif
+
+/* Issue call C, with this variant's defect. */
+static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
+{
+	q4kh_status st = issue_op(d, c);
+
+#ifdef REPLAY_CODE_TOKEN
+	if (!st && (c->op == C_GET_ROWS || c->op == C_GET_ROWS_EXT))
+		st = spoil_code_rows(d, c);
+#endif
+	return st;
 }
 
 /*
@@ -721,6 +783,9 @@ static const struct q4kh_plugin_desc desc = {
 	.license = "MIT",
 	.build_id = "test",
 	.backend = &table,
+#ifdef REPLAY_CODE_TOKEN
+	.backend_kind = "cpu",
+#endif
 };
 
 API const struct q4kh_plugin_desc *q4kh_plugin_entry_v1(void)
