@@ -835,6 +835,11 @@ Test(first_run, an_unknown_backend_or_kernel_is_refused_before_any_output)
 		{ "Q4KHOST_BACKEND=nope", "plugins --explain", "q4khost plugins: Q4KHOST_BACKEND=nope: no backend plugin of that name" },
 		{ "Q4KHOST_BACKEND=nope", "run -n 1", "q4khost run: Q4KHOST_BACKEND=nope: no backend plugin of that name" },
 		{ "", "conformance -b nope", "q4khost conformance: --backend nope: no backend plugin of that name" },
+		/* a typo in a CI job that checks an install must not pass green */
+		{ "", "validate --backend nope", "q4khost validate: --backend nope: no backend plugin of that name" },
+		{ "", "validate --kernel nope", "q4khost validate: --kernel: 'nope' is not a kernel variant" },
+		{ "Q4KHOST_Q4K_KERNEL=nope", "validate", "q4khost validate: Q4KHOST_Q4K_KERNEL: 'nope' is not a kernel variant" },
+		{ "", "validate --device 9", "q4khost validate: no backend on the plugin path" },
 	};
 	char args[8192], *out;
 
@@ -851,6 +856,12 @@ Test(first_run, an_unknown_backend_or_kernel_is_refused_before_any_output)
 			          args, out);
 		free(out);
 	}
+	snprintf(args, sizeof(args), "qa --cases %s/tests/fixtures/qa-cases.jsonl --kernel nope -m %s "
+	         "--plugin-path %s", test_srcdir(), tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s: %s", args, out);
+	cr_expect(strstr(out, "q4khost qa: --kernel: 'nope' is not a kernel variant") != NULL,
+	          "%s: %s", args, out);
+	free(out);
 }
 
 Test(first_run, numbers_and_names_say_the_real_constraint)

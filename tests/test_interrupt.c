@@ -143,6 +143,48 @@ Test(interrupt, sigint_during_bench_prints_the_rows_done, .timeout = 300)
 	free(err);
 }
 
+/* A row whose F2 was stopped shows no verdict: neither "pass" (what a
+ * decision never filled reads as) nor an older receipt's numbers. The
+ * variant's F2 hangs until the SIGINT. */
+Test(interrupt, bench_rows_without_a_decision_show_no_verdict, .timeout = 300)
+{
+	static const char *const names[] = { "defect_hang", NULL };
+	char args[8192], *out, *err;
+	json_t *j, *row;
+	json_error_t jerr;
+	size_t i;
+	int undecided = 0, status;
+	struct bg b;
+
+	test_model_path();
+	snprintf(args, sizeof(args), "bench -n 2 --json --plugin-path %s", test_plugin_dir(names));
+	start(&b, args);
+	sleep(2);
+	cr_assert_eq(kill(b.pid, SIGINT), 0);
+	status = test_reap(b.pid);
+	out = slurp(b.out);
+	err = slurp(b.err);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
+	j = json_loads(out, 0, &jerr);
+	cr_assert_not_null(j, "stdout is one JSON object (%s): %s", jerr.text, out);
+	json_array_foreach(json_object_get(j, "rows"), i, row) {
+		json_t *f2 = json_object_get(row, "f2");
+		const char *note = json_string_value(json_object_get(row, "note"));
+
+		if (!note || !(strstr(note, "stopped") || strstr(note, "could not decide")) ||
+		    !strcmp(json_string_value(json_object_get(f2, "verdict")) ?: "", "reference"))
+			continue; /* the reference needs no F2 */
+		undecided++;
+		cr_expect(json_is_null(json_object_get(f2, "verdict")), "row %zu: %s", i, out);
+		cr_expect_null(json_object_get(f2, "min_cosine"), "row %zu: %s", i, out);
+		cr_expect_null(json_object_get(f2, "source"), "row %zu: %s", i, out);
+	}
+	cr_expect_gt(undecided, 0, "the hanging variant's row was stopped undecided: %s", out);
+	json_decref(j);
+	free(out);
+	free(err);
+}
+
 Test(interrupt, sigterm_during_run_json_gives_a_valid_object, .timeout = 300)
 {
 	static const char *const none[] = { NULL };

@@ -97,6 +97,16 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err);
 
 /*
+ * The names a command was given (--backend, else Q4KHOST_BACKEND; the
+ * kernel variants of --kernel, else Q4KHOST_Q4K_KERNEL; KERNEL_CLI and
+ * BACKEND_CLI NULL when not given) checked against R before any work or
+ * output: 0, or after one line on stderr naming the unknown name and the
+ * ones there, Q4KH_EXIT_PLUGIN.
+ */
+int q4kh_cli_check_names(const char *command, const struct q4kh_registry *r,
+                         const char *kernel_cli, const char *backend_cli);
+
+/*
  * Warn on stderr about every kernel selector (--kernel KERNEL_CLI, or
  * Q4KHOST_Q4K_KERNEL) that matches no device of R: its entry is ignored.
  */

@@ -18,6 +18,7 @@
 #include "model.h"
 #include "policy.h"
 #include "secure.h"
+#include "settings.h"
 
 int q4kh_cli_bad_option(const char *command, char **argv, int c)
 {
@@ -170,6 +171,23 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)
 	               ? Q4KH_EXIT_INPUT
 	               : 0;
+}
+
+int q4kh_cli_check_names(const char *command, const struct q4kh_registry *r,
+                         const char *kernel_cli, const char *backend_cli)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_kernel_choice choice;
+	struct q4kh_device_record none = { 0 }; /* the names parse alike for any device */
+	char origin[64];
+	const char *backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
+
+	if (q4kh_registry_check_backend(r, backend, origin, &err) ||
+	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, &err)) {
+		fprintf(stderr, "q4khost %s: %s\n", command, err.msg);
+		return Q4KH_EXIT_PLUGIN;
+	}
+	return 0;
 }
 
 void q4kh_cli_warn_selectors(const char *command, const struct q4kh_registry *r,

@@ -40,6 +40,7 @@ struct row {
 	struct q4kh_device_record dev;
 	int reference;         /* cpu with its built-in kernels: not guarded */
 	struct q4kh_guard_decision d;
+	int decided;           /* F2 gave d for this row (else d is not filled) */
 	int timed;             /* the speeds below were measured */
 	double prefill_tps, decode_tps;
 	char note[640];        /* why it was not timed */
@@ -270,13 +271,15 @@ static const char *kernel_name(const struct row *r)
 	return r->c.variant ? r->c.variant : "built-in";
 }
 
+/* The row's F2 column; NULL when F2 was not decided for it (stopped, or
+ * it could not measure). */
 static const char *verdict(const struct row *r, enum q4kh_f2_mode mode)
 {
 	if (r->reference)
 		return "reference";
 	if (mode == Q4KH_F2_OFF)
 		return "off";
-	return q4kh_f2_verdict_name(r->d.verdict);
+	return r->decided ? q4kh_f2_verdict_name(r->d.verdict) : NULL;
 }
 
 static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode)
@@ -292,14 +295,15 @@ static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode
 			snprintf(pre, sizeof(pre), "%.1f", r->prefill_tps);
 			snprintf(dec, sizeof(dec), "%.2f", r->decode_tps);
 		}
-		if (!r->reference && mode != Q4KH_F2_OFF) {
+		if (!r->reference && mode != Q4KH_F2_OFF && r->decided) {
 			if (isfinite(r->d.receipt.min_cosine))
 				snprintf(cos, sizeof(cos), "%.5f", r->d.receipt.min_cosine);
 			snprintf(ties, sizeof(ties), "%d", r->d.receipt.near_ties);
 		}
 		printf("%-8s %-6u %-16s %13s %13s  %-12s %-8s %-9s %s\n", r->c.backend,
-		       r->c.device, kernel_name(r), pre, dec, verdict(r, mode), cos, ties,
-		       r->reference ? "-" : r->d.source);
+		       r->c.device, kernel_name(r), pre, dec,
+		       verdict(r, mode) ? verdict(r, mode) : "-", cos, ties,
+		       r->decided ? r->d.source : "-");
 		if (r->note[0])
 			printf("    not timed: %s\n", r->note);
 	}
@@ -309,9 +313,9 @@ static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode
 
 static json_t *row_json(const struct row *r, enum q4kh_f2_mode mode)
 {
-	json_t *f2 = json_pack("{s:s}", "verdict", verdict(r, mode));
+	json_t *f2 = json_pack("{s:s?}", "verdict", verdict(r, mode));
 
-	if (!r->reference && mode != Q4KH_F2_OFF) {
+	if (!r->reference && mode != Q4KH_F2_OFF && r->decided) {
 		json_object_set_new(f2, "min_cosine", isfinite(r->d.receipt.min_cosine)
 		                                              ? json_real(r->d.receipt.min_cosine)
 		                                              : json_null());
@@ -406,6 +410,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 				untimed = 1;
 				continue;
 			}
+			r->decided = 1;
 			q4kh_receipt_free(&r->d.receipt); /* the summary is enough here */
 			if (r->d.verdict != Q4KH_F2_PASS) {
 				snprintf(r->note, sizeof(r->note), "F2 %s: %.580s",

@@ -294,28 +294,6 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
 	return 0;
 }
 
-/*
- * The names given (--backend or Q4KHOST_BACKEND, the kernel variants of
- * --kernel or Q4KHOST_Q4K_KERNEL) are checked before anything is printed:
- * a mistake is one error, not half an answer. 0, or the exit code.
- */
-static int check_names(const struct q4kh_registry *r, const char *kernel_cli,
-                       const char *backend_cli)
-{
-	struct q4kh_error err = { { 0 } };
-	struct q4kh_kernel_choice choice;
-	struct q4kh_device_record none = { 0 }; /* the names parse alike for any device */
-	char origin[64];
-	const char *backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
-
-	if (q4kh_registry_check_backend(r, backend, origin, &err) ||
-	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, &err)) {
-		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
-		return Q4KH_EXIT_PLUGIN;
-	}
-	return 0;
-}
-
 int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config *c,
                          const char *kernel_cli, const char *backend_cli, int json)
 {
@@ -327,7 +305,7 @@ int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config
 	json_object_set_new(root, "settings", jset);
 	json_object_set_new(root, "devices", jdevices);
 	json_object_set_new(root, "run", jruns);
-	rc = check_names(r, kernel_cli, backend_cli);
+	rc = q4kh_cli_check_names("plugins", r, kernel_cli, backend_cli);
 	if (rc == 0)
 		q4kh_cli_warn_selectors("plugins", r, kernel_cli);
 	if (rc == 0)

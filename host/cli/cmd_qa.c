@@ -94,7 +94,8 @@ static void usage(FILE *out)
 	        "  -h, --help            this help\n\n"
 	        "exit codes: 0 every case that is not a knife edge passed on every path,\n"
 	        "            1 a case failed on some path (or could not run), 2 usage,\n"
-	        "            3 bad model, cases or config file\n",
+	        "            3 bad model, cases or config file, 4 a --backend or\n"
+	        "            --kernel (or their variables) that no plugin has\n",
 	        q4kh_cli_doc("f2.md"));
 }
 
@@ -456,7 +457,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	if (tokenize_cases(&o, runs, n, &tok, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
+	    (rc = q4kh_cli_check_names("qa", reg, o.kernel, o.backend)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))

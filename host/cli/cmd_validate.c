@@ -87,8 +87,10 @@ static void usage(FILE *out)
 	        "exit codes: 0 every candidate passed, 1 a candidate failed or was not\n"
 	        "            measured (with --one: the one measured), or the plot could\n"
 	        "            not be written, 2 usage,\n"
-	        "            3 bad model or config file, 130 or 143 stopped by SIGINT\n"
-	        "            or SIGTERM (the measuring child is stopped too)\n",
+	        "            3 bad model or config file, 4 a --backend, --kernel\n"
+	        "            (or their variables) or --device that no plugin has,\n"
+	        "            130 or 143 stopped by SIGINT or SIGTERM (the measuring\n"
+	        "            child is stopped too)\n",
 	        q4kh_cli_doc("f2.md"));
 }
 
@@ -297,6 +299,20 @@ static void print_table(const struct row *rows, size_t n)
 	}
 }
 
+/* Does some backend of R have device DEVICE? */
+static int some_backend_has(const struct q4kh_registry *r, uint32_t device)
+{
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		uint32_t n = 0;
+
+		if (p->state == Q4KH_PLUGIN_ACCEPTED && p->desc->kind == Q4KH_KIND_BACKEND &&
+		    !q4kh_backend_devices(p, &n, NULL) && n > device)
+			return 1;
+	}
+	return 0;
+}
+
 /* What cannot be measured, under the table: each line fails the run. */
 static void print_unmeasurable(const char *lines, size_t n_rows)
 {
@@ -480,7 +496,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	    (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.model, &probe, &n_probe, &err)
 	                 : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
 		goto out;
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
+	    (!o.one && (rc = q4kh_cli_check_names("validate", reg, o.kernel, o.backend))))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
@@ -494,6 +511,12 @@ int q4kh_cmd_validate(int argc, char **argv)
 	g.config_file = o.config_file;
 	if (o.one) {
 		rc = measure_one(&o, &g, &err);
+		goto out;
+	}
+	if (o.device_set && !some_backend_has(reg, (uint32_t)o.device)) {
+		q4kh_fail(&err, "no backend on the plugin path %s has a device %ld (--device); "
+		          "q4khost plugins lists the devices", reg->path, o.device);
+		rc = Q4KH_EXIT_PLUGIN;
 		goto out;
 	}
 	filter = (struct q4kh_candidate_filter){ o.backend, o.device_set, (uint32_t)o.device,
