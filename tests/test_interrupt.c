@@ -185,6 +185,47 @@ Test(interrupt, bench_rows_without_a_decision_show_no_verdict, .timeout = 300)
 	free(err);
 }
 
+/* Stopped while F2 measures, before anything serves: still the one JSON
+ * object (and with text, a stop line), and the signal's exit code. */
+Test(interrupt, run_stopped_during_f2_still_reports, .timeout = 300)
+{
+	static const char *const names[] = { "defect_hang", NULL };
+	const char *plugins;
+	char args[8192], *err, *out;
+	json_t *j;
+	json_error_t jerr;
+	int status;
+	struct bg b;
+
+	test_model_path();
+	plugins = test_plugin_dir(names);
+	for (int json = 0; json < 2; json++) {
+		snprintf(args, sizeof(args), "run -n 5 -p hello%s --plugin-path %s",
+		         json ? " --json" : "", plugins);
+		start(&b, args);
+		sleep(2); /* the variant's F2 hangs until the signal */
+		cr_assert_eq(kill(b.pid, SIGINT), 0);
+		status = test_reap(b.pid);
+		out = slurp(b.out);
+		err = slurp(b.err);
+		cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status,
+		          err);
+		if (json) {
+			j = json_loads(out, 0, &jerr);
+			cr_assert_not_null(j, "stdout is one JSON object (%s): %s", jerr.text, out);
+			cr_expect_str_eq(json_string_value(json_object_get(j, "stop")),
+			                 "interrupted by SIGINT");
+			cr_expect_str_eq(json_string_value(json_object_get(j, "text")), "");
+			json_decref(j);
+		} else {
+			cr_expect(strstr(err, "stop: interrupted by SIGINT while F2 measured") != NULL,
+			          "%s", err);
+		}
+		free(out);
+		free(err);
+	}
+}
+
 Test(interrupt, sigterm_during_run_json_gives_a_valid_object, .timeout = 300)
 {
 	static const char *const none[] = { NULL };

@@ -621,6 +621,37 @@ static int generate(const struct run_opts *o, struct run *r,
 	return err->msg[0] ? Q4KH_EXIT_FAIL : 0;
 }
 
+/*
+ * Stopped by a signal while F2 measured the candidates, before anything
+ * served: no backend ran the prompt, so the report is one line (and with
+ * --json the one object, as on any other stop), then the signal's exit
+ * code.
+ */
+static int stopped_before_serving(const struct run_opts *o, const struct run *r,
+                                  const struct q4kh_error *err)
+{
+	char stop[64];
+
+	snprintf(stop, sizeof(stop), "interrupted by %s", q4kh_signal_name(r->sel.interrupted));
+	if (o->json) {
+		json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
+		                      "tokens", 0, "decode", "tokens", 0, "prompt",
+		                      q4kh_cli_json_text(o->prompt, strlen(o->prompt)), "text", "");
+
+		if (err->msg[0])
+			json_object_set_new(j, "error", json_string(err->msg));
+		json_dumpf(j, stdout, JSON_INDENT(2));
+		fputc('\n', stdout);
+		json_decref(j);
+	} else {
+		if (err->msg[0])
+			fprintf(stderr, "q4khost run: %s\n", err->msg);
+		fprintf(stderr, "stop: %s while F2 measured the candidates; nothing was generated\n",
+		        stop);
+	}
+	return q4kh_interrupt_exit_code(r->sel.interrupted);
+}
+
 int q4kh_cmd_run(int argc, char **argv)
 {
 	struct run_opts o;
@@ -637,6 +668,11 @@ int q4kh_cmd_run(int argc, char **argv)
 	rc = setup(&o, &r, &err);
 	if (rc == 0)
 		rc = generate(&o, &r, &rep, reason, sizeof(reason), &err);
+	if (rc && !rep.stop_reason && r.sel.interrupted) {
+		rc = stopped_before_serving(&o, &r, &err);
+		run_free(&r);
+		return rc;
+	}
 	if (rc && !rep.stop_reason) { /* failed before the prompt ran: no report */
 		fprintf(stderr, "q4khost run: %s\n", err.msg);
 		run_free(&r);
