@@ -878,6 +878,8 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 		  "q4khost run: the model file name is empty: expected the path of a GGUF file" },
 		{ "validate -m ''", "3",
 		  "q4khost validate: the model file name is empty: expected the path of a GGUF file" },
+		{ "run -n 1 --config ''", "3",
+		  "q4khost run: --config: the value is empty; expected the path of an INI file" },
 	};
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char args[8192], *out;
@@ -889,6 +891,11 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 		cr_expect(strstr(out, cases[i][2]) != NULL, "%s: %s", args, out);
 		free(out);
 	}
+	/* an empty --plugin-path is no path, not "every plugin missing" */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -n 1 --plugin-path ''", &out), 2, "%s",
+	             out);
+	cr_expect(strstr(out, "q4khost run: --plugin-path: the value is empty") != NULL, "%s", out);
+	free(out);
 }
 
 Test(first_run, a_key_set_twice_in_a_file_names_both_lines)
@@ -1025,6 +1032,20 @@ Test(first_run, a_prompt_longer_than_the_context_is_refused_before_the_prefill)
 	cr_expect(strstr(out, " tokens; the context holds 4 (--ctx)") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "context full"), "%s", out);
 	cr_expect_null(strstr(out, "q4khost: prefill"), "no prefill, no report: %s", out);
+	/* A context exactly the prompt's length still gives one token: the
+	 * first comes from the prompt's last logits and needs no row. */
+	{
+		const char *at = strstr(out, "the prompt is ");
+		unsigned n = 0;
+		char ctx[128];
+
+		cr_assert(at && sscanf(at, "the prompt is %u tokens", &n) == 1, "%s", out);
+		free(out);
+		snprintf(ctx, sizeof(ctx), "run --ctx %u -n 3 -p 'one two three four five six seven'",
+		         n);
+		cr_expect_eq(q4khost_with("", ctx, NULL, plugins, "", &out), 0, "%s: %s", ctx, out);
+		cr_expect(strstr(out, "stop: context full") != NULL, "%s: %s", ctx, out);
+	}
 	free(out);
 }
 

@@ -90,8 +90,8 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
  * check, before any work, the values of every plugin's own settings (the
  * plugins check them: q4kh_registry_check_settings) and every F2 setting
  * of C for its plugins (guard.h). 0, or the exit code with err:
- * Q4KH_EXIT_FAIL when the scan failed, Q4KH_EXIT_INPUT for a bad setting,
- * whoever checks it.
+ * Q4KH_EXIT_USAGE for an empty --plugin-path, Q4KH_EXIT_FAIL when the
+ * scan failed, Q4KH_EXIT_INPUT for a bad setting, whoever checks it.
  */
 int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err);

@@ -156,6 +156,8 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 	/* before the files: a misspelt variable may be why one is missing */
 	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
 		q4kh_env_check(warn_line, (void *)command);
+	if (file && !*file)
+		return q4kh_fail(err, "--config: the value is empty; expected the path of an INI file");
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)
@@ -166,6 +168,12 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err)
 {
+	*out = NULL;
+	if (cli_path && !*cli_path) {
+		q4kh_fail(err, "--plugin-path: the value is empty; expected ':'-separated plugin "
+		          "folders");
+		return Q4KH_EXIT_USAGE;
+	}
 	if (q4kh_registry_scan(cli_path, c, out, err))
 		return Q4KH_EXIT_FAIL;
 	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)

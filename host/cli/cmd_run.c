@@ -562,13 +562,15 @@ static int generate(const struct run_opts *o, struct run *r,
 	int out_gone = 0; /* standard output failed or was closed */
 
 	rep->chat_template = r->chat_name;
-	/* Checked before the prefill, not found full after it. */
-	if (r->n_ids + 1 > r->session->p.n_ctx) {
-		q4kh_fail(err, "the prompt is %zu tokens; the context holds %u (--ctx%s), and at "
-		          "least one token must be generated: a shorter prompt, or --ctx %zu or "
-		          "more (the model was trained on %u)", r->n_ids, r->session->p.n_ctx,
+	/* Checked before the prefill, not found full after it. The prompt
+	 * fills a row of the cache per token; the first token generated comes
+	 * from the prompt's last logits and needs no row of its own. */
+	if (r->n_ids > r->session->p.n_ctx) {
+		q4kh_fail(err, "the prompt is %zu tokens; the context holds %u (--ctx%s): a "
+		          "shorter prompt, or --ctx %zu or more (the model was trained on %u)",
+		          r->n_ids, r->session->p.n_ctx,
 		          o->ctx ? "" : " not given: the model's trained context, at most 4096",
-		          r->n_ids + 1, r->model->hp.n_ctx_train);
+		          r->n_ids, r->model->hp.n_ctx_train);
 		return Q4KH_EXIT_USAGE;
 	}
 	rep->stop_reason = "token limit";
