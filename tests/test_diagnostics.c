@@ -1167,7 +1167,7 @@ Test(first_run, a_relative_cache_home_is_ignored_for_the_model_and_the_receipts)
 	         "HOME=%s", home);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
 	cr_expect_eq(test_q4khost(env, test_tmpdir(), args, &out), 0, "%s", out);
-	snprintf(want, sizeof(want), "q4khost: warning: XDG_CACHE_HOME=rel is a relative path, "
+	snprintf(want, sizeof(want), "q4khost plugins: warning: XDG_CACHE_HOME=rel is a relative path, "
 	         "which the XDG base directory spec says to ignore: using %s/.cache\n", home);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	cr_expect_eq(count(out, "XDG_CACHE_HOME=rel"), 1, "once: %s", out);

@@ -140,12 +140,24 @@ static void warn_line(void *command, const char *line)
 /* Said once, so a privileged user sees why their variables do nothing. */
 static void warn_ignored_env(const char *command)
 {
+	static const char *const xdg[] = { "XDG_CONFIG_HOME", "XDG_CACHE_HOME" };
 	char names[1024];
 
-	if (q4kh_secure_mode() && q4kh_secure_env_names(names, sizeof(names)) > 0)
+	if (q4kh_secure_mode() && q4kh_secure_env_names(names, sizeof(names)) > 0) {
 		fprintf(stderr,
 		        "q4khost %s: running set-uid or set-gid: ignoring the environment variables %s\n",
 		        command, names);
+		return;
+	}
+	/* The XDG base directory spec: a relative value is invalid, ignored. */
+	for (int i = 0; i < 2; i++) {
+		const char *v = q4kh_env(xdg[i]);
+
+		if (v && *v && v[0] != '/')
+			fprintf(stderr, "q4khost %s: warning: %s=%s is a relative path, which the XDG "
+			        "base directory spec says to ignore: using %s/%s\n", command, xdg[i], v,
+			        q4kh_home(), i ? ".cache" : ".config");
+	}
 }
 
 int q4kh_cli_config(const char *command, const char *file, int quiet,

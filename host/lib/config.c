@@ -57,7 +57,6 @@ const char *q4kh_home(void)
 
 const char *q4kh_cache_home(char *buf, size_t cap)
 {
-	static int warned;
 	const char *cache = q4kh_env("XDG_CACHE_HOME");
 
 	if (cache && cache[0] == '/') {
@@ -65,11 +64,6 @@ const char *q4kh_cache_home(char *buf, size_t cap)
 		return buf;
 	}
 	snprintf(buf, cap, "%s/.cache", q4kh_home());
-	if (cache && *cache && !warned) {
-		warned = 1;
-		fprintf(stderr, "q4khost: warning: XDG_CACHE_HOME=%s is a relative path, which the "
-		        "XDG base directory spec says to ignore: using %s\n", cache, buf);
-	}
 	return buf;
 }
 

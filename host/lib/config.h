@@ -95,8 +95,9 @@ const char *q4kh_home(void);
 /*
  * The user's cache folder, into BUF: $XDG_CACHE_HOME when it is an
  * absolute path, else q4kh_home()/.cache. A relative XDG_CACHE_HOME is
- * ignored, as the XDG base directory spec says, with a one-line warning
- * on stderr (once a process). For the default model and the receipts.
+ * ignored, as the XDG base directory spec says (the commands warn about
+ * it once, as they read their configuration). For the default model and
+ * the receipts.
  */
 const char *q4kh_cache_home(char *buf, size_t cap);
 
