@@ -896,6 +896,11 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	             out);
 	cr_expect(strstr(out, "q4khost run: --plugin-path: the value is empty") != NULL, "%s", out);
 	free(out);
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=loud", test_tmpdir(), "run -n 1", &out), 2, "%s",
+	             out);
+	cr_expect(strstr(out, "q4khost run: Q4KHOST_LOG='loud' is not one of debug, info, "
+	                      "warning, error") != NULL, "%s", out);
+	free(out);
 }
 
 Test(first_run, a_key_set_twice_in_a_file_names_both_lines)

@@ -56,8 +56,9 @@ static void usage(FILE *out)
 	        "            process at once\n");
 }
 
-/* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. */
-static int apply_log_env(void)
+/* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. WHO
+ * names the command in the error ("q4khost run"). */
+static int apply_log_env(const char *who)
 {
 	const char *v = q4kh_env("Q4KHOST_LOG");
 	q4kh_log_level level;
@@ -65,7 +66,8 @@ static int apply_log_env(void)
 	if (!v || !*v)
 		return 0;
 	if (q4kh_log_parse(v, &level)) {
-		fprintf(stderr, "q4khost: Q4KHOST_LOG='%s' is not one of debug, info, warning, error\n", v);
+		fprintf(stderr, "%s: Q4KHOST_LOG='%s' is not one of debug, info, warning, error\n",
+		        who, v);
 		return -1;
 	}
 	q4kh_log_set_threshold(level);
@@ -107,7 +109,9 @@ int main(int argc, char **argv)
 {
 	char who[64];
 
-	if (apply_log_env())
+	snprintf(who, sizeof(who), "q4khost%s%s", argc > 1 && argv[1][0] != '-' ? " " : "",
+	         argc > 1 && argv[1][0] != '-' ? argv[1] : "");
+	if (apply_log_env(who))
 		return Q4KH_EXIT_USAGE;
 	if (argc < 2) {
 		usage(stderr);
