@@ -228,7 +228,16 @@ struct row {
 	struct q4kh_candidate_entry e;
 	struct q4kh_guard_decision d;
 	int failed; /* no decision could be made; message in d.receipt.message */
+	int stopped; /* of those, stopped by a signal: nothing was measured */
 };
+
+/* The row's verdict: NULL when a signal stopped it (nothing measured, as
+ * everything else the row did not measure), "error" when no decision
+ * could be made, else F2's. */
+static const char *row_verdict(const struct row *r)
+{
+	return r->stopped ? NULL : r->failed ? "error" : q4kh_f2_verdict_name(r->d.verdict);
+}
 
 static const char *variant_name(const struct q4kh_candidate *c)
 {
@@ -292,7 +301,7 @@ static void print_table(const struct row *rows, size_t n)
 		}
 		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9s %-7s %s\n",
 		       rows[i].e.c.backend, variant_name(&rows[i].e.c), rows[i].e.c.device,
-		       rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict), cos,
+		       row_verdict(&rows[i]) ? row_verdict(&rows[i]) : "-", cos,
 		       decided, ties, seconds, rows[i].failed ? "-" : rows[i].d.source);
 		if (!passed)
 			printf("    %s\n", rc->message);
@@ -335,10 +344,10 @@ static json_t *row_json(const struct row *r)
 	const struct q4kh_receipt *rc = &r->d.receipt;
 	int m = !r->failed;
 
-	return json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}",
+	return json_pack("{s:s, s:s, s:i, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}",
 	                 "backend", r->e.c.backend, "kernel", variant_name(&r->e.c),
 	                 "device", (int)r->e.c.device, "device_uuid", r->e.dev.uuid,
-	                 "verdict", r->failed ? "error" : q4kh_f2_verdict_name(r->d.verdict),
+	                 "verdict", row_verdict(r),
 	                 "min_cosine", m && isfinite(rc->min_cosine) ? json_real(rc->min_cosine)
 	                                                            : json_null(),
 	                 "min_cosine_position",
@@ -434,8 +443,7 @@ static int write_plot(const char *path, const char *model, const struct row *row
 		         q4kh_candidate_name(&rows[i].e.c, name, sizeof(name)),
 		         rows[i].e.c.device);
 		snprintf(summaries[i], sizeof(summaries[i]), "%s: %s",
-		         rows[i].failed ? "error" : q4kh_f2_verdict_name(rows[i].d.verdict),
-		         r->message);
+		         row_verdict(&rows[i]) ? row_verdict(&rows[i]) : "stopped", r->message);
 		/* A receipt written by a crash or timeout has no key floor. */
 		s[i] = (struct q4kh_plot_series){ labels[i], summaries[i],
 			                          r->key.floor > 0 ? r->key.floor : 0.95,
@@ -536,7 +544,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rows[i].e = list[i];
 	for (size_t i = 0; i < n; i++) {
 		if (q4kh_interrupted()) {
-			rows[i].failed = 1;
+			rows[i].failed = rows[i].stopped = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "not measured: stopped by %s", q4kh_signal_name(q4kh_interrupted()));
 		} else if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.mode, &rows[i].d,
@@ -545,6 +553,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 			q4kh_receipt_free(&rows[i].d.receipt);
 			memset(&rows[i].d, 0, sizeof(rows[i].d));
 			rows[i].failed = 1;
+			rows[i].stopped = q4kh_interrupted() != 0;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "%.500s", err.msg);
 		}
