@@ -450,6 +450,7 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	char cfg[4200], config[4300], builtin[4400];
 
+	test_model_path(); /* it runs on the default model: skips without it */
 	snprintf(cfg, sizeof(cfg), "%s/probe.ini", receipts);
 	test_write_file(cfg, "[f2]\nprobe = prompt\n", 20);
 	snprintf(config, sizeof(config), "--config %s", cfg);
@@ -496,6 +497,7 @@ Test(validate, a_long_prompt_is_judged_on_its_last_f2_probe_tokens, .timeout = 3
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	char cfg[4200], more[4300];
 
+	test_model_path(); /* it runs on the default model: skips without it */
 	snprintf(cfg, sizeof(cfg), "%s/short.ini", receipts);
 	test_write_file(cfg, "[f2]\nf2_probe_tokens = 8\n", 24);
 	snprintf(more, sizeof(more), "--f2-probe prompt --config %s", cfg);

@@ -313,9 +313,13 @@ static void announce(struct serve *srv)
 
 static struct serve *the_server; /* for the signal handler */
 
+/* The request to stop takes effect here, not when the main thread wakes:
+ * from the handler on, every new request is answered 503 (a lock-free
+ * atomic store and sem_post are async-signal-safe). */
 static void on_signal(int sig)
 {
 	(void)sig;
+	__atomic_store_n(&the_server->draining, 1, __ATOMIC_RELAXED);
 	sem_post(&the_server->stop);
 }
 

@@ -182,6 +182,14 @@ def main():
     keep = Client(url, key)
     keep.request("GET", "/health")
     os.kill(pid, signal.SIGTERM)
+    # "After SIGTERM" is after the server has it: a request that races the
+    # signal's delivery may still be served. The log line comes once it is
+    # draining.
+    for _ in range(300):
+        with open(log, errors="replace") as f:
+            if "stopping: no new connections" in f.read():
+                break
+        time.sleep(0.02)
     answered = refused = 0
     for i in range(1000):
         try:
