@@ -251,8 +251,12 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 		snprintf(row->note, sizeof(row->note), "cannot start: %.600s", err.msg);
 		return;
 	}
-	/* One untimed pass pages the weights in and sizes the scratch. */
-	if (q4kh_greedy_run(sv.s, NULL, ids, n_ids < 8 ? (int64_t)n_ids : 8, 2, &gr, &err) == 0) {
+	/* One untimed pass of the same prompt pages the weights in, sizes
+	 * the scratch and loads every kernel (a backend's matrix library
+	 * picks its algorithms on the first product of each shape): the
+	 * timed pass measures what a second prompt costs, as llama-bench's
+	 * warm-up run does. */
+	if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, 2, &gr, &err) == 0) {
 		q4kh_greedy_free(&gr);
 		if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, n_decode, &gr, &err) == 0) {
 			row->timed = 1;
