@@ -726,6 +726,31 @@ Test(cuda_ops, attention_long_context)
 	rig_close(r);
 }
 
+Test(cuda_ops, attention_prompt_on_tensor_cores)
+{
+	struct rig *r = rig_open();
+	/* Prompts over an F16 cache (cuda_flash.cu where the device has
+	 * compute capability 8.0): the three head dimensions, several
+	 * 64-query tiles with a partial last one, chunks after earlier
+	 * tokens, windows shorter and longer than a key tile, softcap,
+	 * grouped queries as the models we serve have them. */
+	static const struct attn_case cases[] = {
+		{ 128, 32, 8, 200, 0, 200, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 128, 12, 2, 130, 300, 450, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 256, 4, 1, 150, 600, 800, 512, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 256, 4, 1, 64, 0, 64, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 64, 8, 2, 100, 0, 120, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 64, 4, 4, 70, 10, 90, 5, 30.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 128, 8, 1, 17, 1000, 1100, 1, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+		{ 128, 4, 2, 300, 0, 300, 0, 50.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
+	};
+
+	rng_seed(33);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_attention(r, &cases[i]);
+	rig_close(r);
+}
+
 /* --- many ops in a row without waiting ------------------------------------- */
 
 /*

@@ -15,8 +15,9 @@
  * by the shapes, the ranges by the position read on the device, so one
  * recorded launch serves every later token.
  *
- * Otherwise (prompts): a block takes one query (head h, token t) at a
- * time: grid.x is the head, grid.y strides over the tokens. The visible keys are taken in chunks of
+ * Otherwise (prompts) on tensor cores where cuda_flash.cu can (an F16
+ * cache, compute capability 8.0 or later); else a block takes one query
+ * (head h, token t) at a time: grid.x is the head, grid.y strides over the tokens. The visible keys are taken in chunks of
  * ATTN_CHUNK: each warp computes the scores of some keys of the chunk (its
  * lanes split the head dimension), then the block folds the chunk into a
  * running softmax (Milakov & Gimelshein 2018, "Online normalizer
@@ -30,6 +31,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "cuda_attention.cuh"
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "q4khost/quant.h"
@@ -48,39 +50,6 @@ static __device__ __forceinline__ float cache_at(const __half *row, int64_t i)
 }
 
 /* Query t of head h: out = softmax(scores) . V over the visible keys. */
-/*
- * The position of query t in *POS: pos[t] from the device, checked
- * against the cache's length, or pos0 + t. 0 on a fault.
- */
-static __device__ __forceinline__ bool query_pos(const struct cuda_attn &p,
-                                                 const struct cuda_view &k,
-                                                 int64_t t, int32_t *fault,
-                                                 int64_t *pos)
-{
-	if (!p.pos) {
-		*pos = p.pos0 + t;
-		return true;
-	}
-	*pos = p.pos[t];
-	return index_ok(fault, CUDA_FAULT_ATTENTION_POS, t, p.pos[t], k.ne[2]);
-}
-
-/* The first key that a query at POS sees. */
-static __device__ __forceinline__ int64_t first_key(const struct cuda_attn &p,
-                                                    int64_t pos)
-{
-	return p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-}
-
-/* A score as the model defines it: scaled, then capped when softcap > 0. */
-static __device__ __forceinline__ float score(const struct cuda_attn &p,
-                                              float dot)
-{
-	const float s = dot * p.scale;
-
-	return p.softcap > 0.0f ? p.softcap * tanhf(s / p.softcap) : s;
-}
-
 template <typename K, typename V>
 static __device__ void attend(const struct cuda_view &q,
                               const struct cuda_view &k,
@@ -641,9 +610,13 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 	const bool k16 = k->type == Q4KH_TYPE_F16, v16 = v->type == Q4KH_TYPE_F16;
 	const struct split_plan sp = plan_split(q, k, v, sms);
 
+	cudaError_t e;
+
 	if (scratch && sp.s)
 		return k16 ? launch_split<__half>(q, k, v, p, out, sp, scratch, fault, s)
 		           : launch_split<float>(q, k, v, p, out, sp, scratch, fault, s);
+	if ((e = cuda_launch_flash(q, k, v, p, out, fault, s)) != cudaErrorNotSupported)
+		return e;
 	if (k16 && v16)
 		attention_kernel<__half, __half>
 			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);

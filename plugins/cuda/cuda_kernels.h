@@ -176,6 +176,20 @@ cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   int sms, int32_t *fault, cudaStream_t s);
 
 /*
+ * The same on tensor cores (cuda_flash.cu) for an F16 cache and a head
+ * dimension of 64, 128 or 256 on compute capability 8.0 or later, whatever
+ * the number of queries; cudaErrorNotSupported (nothing enqueued)
+ * otherwise. Scores from f16-rounded queries and keys, weights rounded to
+ * f16 for P V, f32 accumulation.
+ */
+cudaError_t cuda_launch_flash(const struct cuda_view *q,
+                              const struct cuda_view *k,
+                              const struct cuda_view *v,
+                              const struct cuda_attn *p,
+                              const struct cuda_view *out, int32_t *fault,
+                              cudaStream_t s);
+
+/*
  * Read N16 16-byte vectors from p once, as fast as the device can (a few
  * blocks per multiprocessor, SMS of them, streaming loads); the reads'
  * checksum goes to *sink only on an improbable value, so the loads stay.
