@@ -707,9 +707,19 @@ Test(cuda_ops, attention_gqa_window_softcap)
 	rig_close(r);
 }
 
-Test(cuda_ops, attention_long_context)
+/* Each of the N CASES, drawn from SEED. */
+static void check_attention_cases(long seed, const struct attn_case *cases, size_t n)
 {
 	struct rig *r = rig_open();
+
+	rng_seed(seed);
+	for (size_t i = 0; i < n; i++)
+		check_attention(r, &cases[i]);
+	rig_close(r);
+}
+
+Test(cuda_ops, attention_long_context)
+{
 	static const struct attn_case cases[] = {
 		/* Gemma 3 270M's shape: 4 heads over 1 KV head of 256, a
 		 * 512-key window; prefill chunk and decode step. */
@@ -720,20 +730,16 @@ Test(cuda_ops, attention_long_context)
 		{ 96, 6, 2, 130, 0, 130, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
 	};
 
-	rng_seed(32);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		check_attention(r, &cases[i]);
-	rig_close(r);
+	check_attention_cases(32, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
+/* Prompts over an F16 cache (cuda_flash.cu where the device has compute
+ * capability 8.0): the three head dimensions, several 64-query tiles with
+ * a partial last one, chunks after earlier tokens, windows shorter and
+ * longer than a key tile, softcap, grouped queries as the models we serve
+ * have them. */
 Test(cuda_ops, attention_prompt_on_tensor_cores)
 {
-	struct rig *r = rig_open();
-	/* Prompts over an F16 cache (cuda_flash.cu where the device has
-	 * compute capability 8.0): the three head dimensions, several
-	 * 64-query tiles with a partial last one, chunks after earlier
-	 * tokens, windows shorter and longer than a key tile, softcap,
-	 * grouped queries as the models we serve have them. */
 	static const struct attn_case cases[] = {
 		{ 128, 32, 8, 200, 0, 200, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
 		{ 128, 12, 2, 130, 300, 450, 0, 0.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
@@ -745,10 +751,7 @@ Test(cuda_ops, attention_prompt_on_tensor_cores)
 		{ 128, 4, 2, 300, 0, 300, 0, 50.0f, Q4KH_TYPE_F16, Q4KH_TYPE_F16 },
 	};
 
-	rng_seed(33);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		check_attention(r, &cases[i]);
-	rig_close(r);
+	check_attention_cases(33, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 /* --- many ops in a row without waiting ------------------------------------- */
