@@ -53,7 +53,7 @@ if [ "$kernel" = llama.cpp ]; then
 		-r 1 -p 0 -n "$n" -d "$d" | tail -n 3
 else
 	CUPTI_TRACE_OUT=$out LD_PRELOAD=$tracer "$build/host/cli/q4khost" bench -m "$model" \
-		--backend cuda --kernels "$kernel" --f2 off -n "$n" -p "$prompt" \
+		--backend cuda --kernels "$kernel" --f2 off -n "$n" -r 1 -p "$prompt" \
 		$([ "$kernel" = none ] || echo --no-built-in) | tail -n 3
 fi
 head -n 30 "$out"

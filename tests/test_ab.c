@@ -216,6 +216,7 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	             0, "%s", out);
 	j = parse_json(out);
 	cr_expect_eq(json_integer_value(json_object_get(j, "decode_tokens")), 3);
+	cr_expect_eq(json_integer_value(json_object_get(j, "repetitions")), 3, "the default");
 	cr_assert_eq(json_array_size(json_object_get(j, "rows")), 2, "the variant and built-in");
 	json_array_foreach(json_object_get(j, "rows"), i, row) {
 		json_t *f2 = json_object_get(row, "f2");
@@ -237,10 +238,11 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	json_decref(j);
 	free(out);
 	cr_assert_eq(q4khost(&r, "", "bench",
-	                     "--kernels cpu-q8act --no-built-in -n 2 -p 'The water cycle' --json",
+	                     "--kernels cpu-q8act --no-built-in -n 2 -r 1 -p 'The water cycle' --json",
 	                     &out),
 	             0, "%s", out);
 	j = parse_json(out);
+	cr_expect_eq(json_integer_value(json_object_get(j, "repetitions")), 1);
 	cr_assert_eq(json_array_size(json_object_get(j, "rows")), 1, "the variant alone");
 	cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "rows"), 0),
 	                                                   "kernel")),
@@ -256,6 +258,9 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	          "the receipt of the first run decides: %s", out);
 	cr_expect(strstr(out, "not timed: F2 reject: position 1 (prefill)") != NULL, "%s", out);
 	cr_expect(strstr(out, "built-in") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost(&r, "", "bench", "--kernels cpu-q8act -r 0", &out), 2, "%s", out);
+	cr_expect(strstr(out, "--repetitions") != NULL, "%s", out);
 	free(out);
 	cr_expect_eq(q4khost(&r, "", "bench", "--kernels cpu-q8", &out), 4, "%s", out);
 	cr_expect(strstr(out, "--kernels: 'cpu-q8' is not a kernel variant") != NULL, "%s", out);

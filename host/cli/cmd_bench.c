@@ -31,7 +31,7 @@
 
 struct bench_opts {
 	const char *model, *kernels, *backend, *plugin_path, *config_file, *prompt, *f2;
-	long device, n_decode, timeout;
+	long device, n_decode, repetitions, timeout;
 	int device_set, json, no_built_in;
 };
 
@@ -52,7 +52,8 @@ static void usage(FILE *out)
 	        "usage: q4khost bench [-m FILE] [--kernels LIST] [-n N] [OPTIONS]\n\n"
 	        "Compare kernel variants: one row per variant and one for the backend's\n"
 	        "built-in kernels, with prefill and decode tokens per second (one batched\n"
-	        "prefill of a fixed prompt, then N greedy decode tokens), and each\n"
+	        "prefill of a fixed prompt, then N greedy decode tokens; the mean of R\n"
+	        "passes after a warm-up pass), and each\n"
 	        "variant's F2 verdict, minimum cosine and near-ties (a valid receipt, or\n"
 	        "a fresh measurement in a child process). Only what passes F2 is timed.\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
@@ -62,6 +63,9 @@ static void usage(FILE *out)
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        device index within the backend (default 0)\n"
 	        "  -n, --n-decode N      greedy decode tokens to time (default 32)\n"
+	        "  -r, --repetitions N   timed passes of prompt and decode, after one\n"
+	        "                        untimed warm-up pass; speeds are their mean\n"
+	        "                        (default 3)\n"
 	        "  -p, --prompt TEXT     the prompt, raw text (default: F2's built-in\n"
 	        "                        validation text)\n"
 	        "      --f2 MODE         auto (default: $Q4KHOST_F2, else [f2] mode),\n"
@@ -100,6 +104,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		{ "backend", required_argument, 0, O_BACKEND },
 		{ "device", required_argument, 0, O_DEVICE },
 		{ "n-decode", required_argument, 0, 'n' },
+		{ "repetitions", required_argument, 0, 'r' },
 		{ "prompt", required_argument, 0, 'p' },
 		{ "f2", required_argument, 0, O_F2 },
 		{ "revalidate", no_argument, 0, O_REVALIDATE },
@@ -115,9 +120,10 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->n_decode = 32;
+	o->repetitions = 3;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:n:p:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:n:p:r:h", longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -131,6 +137,10 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		case O_NO_BUILT_IN: o->no_built_in = 1; break;
 		case 'n':
 			if (parse_count(optarg, "--n-decode", 1, 1 << 16, &o->n_decode))
+				return -1;
+			break;
+		case 'r':
+			if (parse_count(optarg, "--repetitions", 1, 100, &o->repetitions))
 				return -1;
 			break;
 		case O_DEVICE:
@@ -238,35 +248,48 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
 	return 0;
 }
 
-/* Time ROW: prefill of IDS and N_DECODE greedy tokens after a warm-up. */
+/*
+ * Time ROW: prefill of IDS and N_DECODE greedy tokens, REPS times after a
+ * warm-up pass; its speeds are the means of the passes' tokens per second
+ * (as llama-bench reports avg_ts).
+ */
 static void time_row(const struct q4kh_registry *r, const char *model,
-                     const int32_t *ids, size_t n_ids, long n_decode, struct row *row)
+                     const int32_t *ids, size_t n_ids, long n_decode, long reps,
+                     struct row *row)
 {
 	struct q4kh_serving sv;
 	struct q4kh_greedy gr;
 	struct q4kh_error err = { { 0 } };
+	double prefill = 0.0, decode = 0.0;
+	long done = -1; /* the warm-up pass is -1 */
 
 	if (q4kh_serving_open(r, model, &row->c, (uint32_t)(n_ids + (size_t)n_decode + 8),
 	                      &sv, &err)) {
 		snprintf(row->note, sizeof(row->note), "cannot start: %.600s", err.msg);
 		return;
 	}
-	/* One untimed pass of the same prompt pages the weights in, sizes
+	/* The untimed pass of the same prompt pages the weights in, sizes
 	 * the scratch and loads every kernel (a backend's matrix library
 	 * picks its algorithms on the first product of each shape): the
-	 * timed pass measures what a second prompt costs, as llama-bench's
-	 * warm-up run does. */
-	if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, 2, &gr, &err) == 0) {
-		q4kh_greedy_free(&gr);
-		if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, n_decode, &gr, &err) == 0) {
-			row->timed = 1;
-			row->prefill_tps = gr.prefill_seconds > 0 ? n_ids / gr.prefill_seconds : 0;
-			row->decode_tps = gr.decode_seconds > 0 ? (gr.n - 1) / gr.decode_seconds : 0;
-			q4kh_greedy_free(&gr);
+	 * timed passes measure what a later prompt costs. */
+	for (; done < reps && !q4kh_interrupted(); done++) {
+		if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, done < 0 ? 2 : n_decode,
+		                    &gr, &err))
+			break;
+		if (done >= 0) {
+			prefill += gr.prefill_seconds > 0 ? n_ids / gr.prefill_seconds : 0;
+			decode += gr.decode_seconds > 0 ? (gr.n - 1) / gr.decode_seconds : 0;
 		}
+		q4kh_greedy_free(&gr);
 	}
-	if (!row->timed)
-		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s", err.msg);
+	if (done == reps) {
+		row->timed = 1;
+		row->prefill_tps = prefill / (double)reps;
+		row->decode_tps = decode / (double)reps;
+	} else {
+		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s",
+		         err.msg[0] ? err.msg : "stopped by a signal");
+	}
 	q4kh_serving_close(&sv);
 }
 
@@ -423,9 +446,9 @@ int q4kh_cmd_bench(int argc, char **argv)
 				continue;
 			}
 		}
-		q4kh_progress("timing %s/%s (row %zu of %zu): a %zu-token prefill, then %ld decode tokens",
-		              r->c.backend, kernel_name(r), i + 1, n, n_ids, o.n_decode);
-		time_row(reg, o.model, ids, n_ids, o.n_decode, r);
+		q4kh_progress("timing %s/%s (row %zu of %zu): a %zu-token prefill, then %ld decode tokens, %ld+1 passes",
+		              r->c.backend, kernel_name(r), i + 1, n, n_ids, o.n_decode, o.repetitions);
+		time_row(reg, o.model, ids, n_ids, o.n_decode, o.repetitions, r);
 		q4kh_progress_clear();
 		untimed |= !r->timed;
 	}
@@ -433,15 +456,16 @@ int q4kh_cmd_bench(int argc, char **argv)
 		json_t *arr = json_array(), *root;
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, row_json(&rows[i], mode));
-		root = json_pack("{s:s, s:i, s:i, s:s, s:o}", "model", o.model, "prompt_tokens",
-		                 (int)n_ids, "decode_tokens", (int)o.n_decode, "f2_mode",
+		root = json_pack("{s:s, s:i, s:i, s:i, s:s, s:o}", "model", o.model, "prompt_tokens",
+		                 (int)n_ids, "decode_tokens", (int)o.n_decode, "repetitions",
+		                 (int)o.repetitions, "f2_mode",
 		                 q4kh_f2_mode_name(mode), "rows", arr);
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens; F2 %s (from %s)\n\n",
-		       o.model, n_ids, o.n_decode, q4kh_f2_mode_name(mode), origin);
+		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)\n\n",
+		       o.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin);
 		print_table(rows, n, mode);
 	}
 	rc = untimed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
