@@ -986,7 +986,10 @@ static __device__ __forceinline__ bool gv_step(float (&acc)[R][C], gv_pos<C, R> 
  * Units u, u + stride, ... (U at a time) of the rows into acc, each step's
  * loads issued before the step before it is computed, so two steps of
  * loads are in flight. Whole steps skip every check; the last, partial
- * step of a row, if any, is checked.
+ * step of a row, if any, is checked. A row of one whole step and a
+ * partial one (640 values, two units a step) loads both at once: one
+ * memory latency, not two; only formats whose rows need not be whole
+ * units (32-value blocks, F16, F32; not the super-blocks) carry that path.
  */
 template <uint32_t TYPE, int C, int R, int U>
 static __device__ __forceinline__ void gv_walk(float (&acc)[R][C], gv_pos<C, R> &p,
@@ -995,8 +998,29 @@ static __device__ __forceinline__ void gv_walk(float (&acc)[R][C], gv_pos<C, R> 
 {
 	typedef gv_fmt<TYPE> F;
 	typename F::template raw<R, U> p0, p1;
+	const int whole = p.u + U <= p.full ? (p.full - U - p.u) / p.stride + 1 : 0;
 
-	if (p.u + U <= p.full) {
+	constexpr bool ragged = TYPE == Q4KH_TYPE_Q4_0 || TYPE == Q4KH_TYPE_Q5_0 ||
+	                       TYPE == Q4KH_TYPE_IQ4_NL || TYPE == Q4KH_TYPE_Q8_0 ||
+	                       TYPE == Q4KH_TYPE_F16 || TYPE == Q4KH_TYPE_F32;
+
+	if (ragged && whole == 1 && p.u + p.stride < p.units) {
+		const uint8_t *bt[R];
+
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			bt[r] = p.b[r] + p.bstep;
+		F::template load<false, R, U>(p0, p.b, p.u, p.units, L);
+		F::template load<true, R, U>(p1, bt, p.u + p.stride, p.units, L);
+		F::template compute<false, C, R, U>(acc, p0, p.x, p.u, p.units, L, lane);
+#pragma unroll
+		for (int c = 0; c < C; c++)
+			p.x[c] += p.xstep;
+		F::template compute<true, C, R, U>(acc, p1, p.x, p.u + p.stride, p.units, L,
+		                                   lane);
+		return;
+	}
+	if (whole) {
 		F::template load<false, R, U>(p0, p.b, p.u, p.units, L);
 		while (gv_step<TYPE, C, R, U>(acc, p, p0, p1, L, lane) &&
 		       gv_step<TYPE, C, R, U>(acc, p, p1, p0, L, lane))

@@ -18,7 +18,8 @@
 #define ROPE_THREADS 128
 
 /*
- * One block per row. Each thread loads its RMS_HELD values of the row
+ * One block per row, of as many warps as the row needs (up to
+ * RMS_THREADS threads). Each thread loads its RMS_HELD values of the row
  * (and of the weight) at once and keeps them for the second pass, so that
  * a row of up to RMS_THREADS * RMS_HELD values costs one memory latency,
  * not one per value a thread reads; longer rows loop over the rest. With ADD
@@ -237,12 +238,16 @@ extern "C" cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
 	const int64_t rows = view_rows(x);
 	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
 	const float *wd = w ? (const float *)w->data : NULL;
+	/* Enough warps to hold the row, at most RMS_THREADS: a short row
+	 * (640 values, a head of 256) is not summed over 16 idle warps. */
+	const int64_t need = (x->ne[0] + RMS_HELD - 1) / RMS_HELD;
+	const unsigned threads = need >= RMS_THREADS ? RMS_THREADS
+	                                             : (unsigned)(need + 31) / 32 * 32;
 
 	if (a)
-		rms_norm_kernel<true><<<g, RMS_THREADS, 0, s>>>(*x, *a, wd, eps, *out);
+		rms_norm_kernel<true><<<g, threads, 0, s>>>(*x, *a, wd, eps, *out);
 	else
-		rms_norm_kernel<false><<<g, RMS_THREADS, 0, s>>>(*x, none, wd, eps,
-		                                                 *out);
+		rms_norm_kernel<false><<<g, threads, 0, s>>>(*x, none, wd, eps, *out);
 	return cudaGetLastError();
 }
 

@@ -8,7 +8,7 @@
  *    signs aside, and every value of a row is taken exactly once;
  *  - y = W x of every type, 1 to 11 columns, row counts that are not
  *    multiples of the rows per task, padded rows and columns, partial
- *    units, ks = 1, 2, 4 and several blocks per launch, against a double
+ *    units (rows of 640 values among them), ks = 1, 2, 4 and several blocks per launch, against a double
  *    sum of the cpu reference's weights (|error| / sum |w x| below 1e-5;
  *    padding of y left untouched).
  * Built and run by scripts/gemv-emulate.sh (not by make: it needs the CUDA
@@ -387,6 +387,9 @@ int main(void)
 			fails += product(type, c, 9, kl, c == 4 ? 3 : c, 2, 2, align, 8);
 			fails += product(type, c, 5, 4 * kl, c, 4, 1, 0, 0);
 			fails += product(type, c, 1, kl, c, 4, 3, 0, 0);
+			/* Gemma 3 270M's rows: one whole step and a partial one. */
+			fails += product(type, c, 11, be == 256 ? 768 : 640, c, 1, 2, 0, 0);
+			fails += product(type, c, 11, be == 256 ? 768 : 640, c, 2, 2, 0, 0);
 		}
 	}
 	printf("%s\n", fails ? "FAILED" : "all agree");
