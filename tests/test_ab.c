@@ -294,7 +294,7 @@ Test(ab, bench_kernels_checks_then_times_each_kernel, .timeout = 300)
 		cr_expect_eq(json_array_size(us), 2);
 		cr_expect_gt(json_number_value(json_array_get(us, 0)), 0, "%s", k);
 		cr_expect_gt(json_number_value(json_array_get(us, 1)), 0, "%s", k);
-		/* int8 activations: near 1e-5 (test_cuda_variants.c), under 5e-4 */
+		/* int8 activations: near 1e-5 (cuda_variant_rig.h), under 5e-4 */
 		cr_expect_lt(json_number_value(json_object_get(row, "nmse")), 5e-4, "%s", k);
 		variant += !strcmp(k, "cpu-q8act");
 	}
