@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_rig.h"
 #include "helpers.h"
 
 #define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
@@ -44,15 +45,6 @@ static int q4khost(const struct rig *r, const char *env, const char *command,
 	         "Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s --plugin-path %s --config %s %s",
 	         r->receipts, r->receipts, env, test_builddir(), command, r->plugins, r->cfg, args);
 	return test_shell(cmd, out);
-}
-
-static json_t *parse_json(const char *text)
-{
-	json_error_t jerr;
-	json_t *j = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, &jerr);
-
-	cr_assert_not_null(j, "no JSON (%s): %s", jerr.text, text);
-	return j;
 }
 
 /*
