@@ -25,24 +25,11 @@ static const char *config(void *host_data, const char *key)
 struct env *env_load(void)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	char path[4096];
-	q4kh_plugin_entry_fn entry;
 
 	cr_assert_not_null(e);
-	snprintf(path, sizeof(path), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
-	e->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert_not_null(e->dl, "dlopen %s: %s", path, dlerror());
-	entry = (q4kh_plugin_entry_fn)dlsym(e->dl, Q4KH_ENTRY_SYMBOL);
-	cr_assert_not_null(entry);
-	e->desc = entry();
+	e->desc = test_plugin_load("plugins/cpu-fast/.libs/cpu-fast.so", &e->dl);
 	e->b = e->desc->backend;
-	e->api = (struct q4kh_host_api){
-		.struct_size = sizeof(e->api),
-		.abi_major = Q4KH_ABI_MAJOR,
-		.abi_minor = Q4KH_ABI_MINOR,
-		.host_data = e,
-		.config_get = config,
-	};
+	e->api = test_host_api(e, config);
 	e->threads = "2";
 	return e;
 }

@@ -78,9 +78,7 @@ struct q4kh_registry *scan(void)
 	return reg;
 }
 
-/* Devices the cuda plugin reports; why there are none into WHY. */
-static uint32_t cuda_devices(const struct q4kh_plugin *p, char *why,
-                             size_t size)
+uint32_t cuda_devices(const struct q4kh_plugin *p, char *why, size_t size)
 {
 	const struct q4kh_backend_v1 *b = p->desc->backend;
 	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };

@@ -21,6 +21,9 @@
  * Without a CUDA device (CI) rig_open skips the test with the reason the
  * plugin gives. Criterion runs each test in a process of its own; the
  * random numbers are one stream per process.
+ *
+ * The kernel variants' rig (cuda_variant_rig.h) builds on the random
+ * numbers, the plugin lookup and the device count here.
  */
 #ifndef Q4KH_TEST_CUDA_RIG_H
 #define Q4KH_TEST_CUDA_RIG_H
@@ -61,6 +64,8 @@ const struct q4kh_plugin *find_plugin(const struct q4kh_registry *reg,
                                       const char *name);
 /* The plugin path's registry; fails the test on an error. */
 struct q4kh_registry *scan(void);
+/* Devices the cuda plugin P reports; when none, why into WHY (SIZE bytes). */
+uint32_t cuda_devices(const struct q4kh_plugin *p, char *why, size_t size);
 /* The cpu and cuda backends on device 0; skips without a CUDA device. */
 struct rig *rig_open(void);
 void rig_close(struct rig *r);

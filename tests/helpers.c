@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -310,6 +311,34 @@ const char *test_plugin_dir(const char *const *names)
 		cr_assert_eq(system(cmd), 0, "%s", cmd);
 	}
 	return dir;
+}
+
+const struct q4kh_plugin_desc *test_plugin_load(const char *rel, void **dl)
+{
+	const struct q4kh_plugin_desc *desc;
+	q4kh_plugin_entry_fn entry;
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", test_builddir(), rel);
+	*dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	cr_assert_not_null(*dl, "dlopen %s: %s", path, dlerror());
+	entry = (q4kh_plugin_entry_fn)dlsym(*dl, Q4KH_ENTRY_SYMBOL);
+	cr_assert_not_null(entry, "%s has no %s", path, Q4KH_ENTRY_SYMBOL);
+	desc = entry();
+	cr_assert_not_null(desc, "%s: its entry returned no descriptor", path);
+	return desc;
+}
+
+struct q4kh_host_api test_host_api(void *host_data,
+                                   const char *(*config_get)(void *host_data, const char *key))
+{
+	return (struct q4kh_host_api){
+		.struct_size = sizeof(struct q4kh_host_api),
+		.abi_major = Q4KH_ABI_MAJOR,
+		.abi_minor = Q4KH_ABI_MINOR,
+		.host_data = host_data,
+		.config_get = config_get,
+	};
 }
 
 int test_shell(const char *cmd, char **out)

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "q4khost/plugin.h"
+
 /* Source and build roots (set by make check; "." when run by hand). */
 const char *test_srcdir(void);
 const char *test_builddir(void);
@@ -77,6 +79,19 @@ char *test_vocab_gguf(const char *src, const char *key, const char *value);
  * tests/plugins/.libs without ".so"). The string is test_tmpdir()'s.
  */
 const char *test_plugin_dir(const char *const *names);
+
+/*
+ * The descriptor of the built plugin module REL (a path under the build
+ * root: "plugins/cpu/.libs/cpu.so"), loaded as the host loads one: dlopen
+ * (RTLD_NOW | RTLD_LOCAL) into *DL, then its entry symbol. Fails the test
+ * when the module, its entry or its descriptor is missing.
+ */
+const struct q4kh_plugin_desc *test_plugin_load(const char *rel, void **dl);
+
+/* A host API of this build's ABI for HOST_DATA, with settings read
+ * through CONFIG_GET (NULL: none) and no log. */
+struct q4kh_host_api test_host_api(void *host_data,
+                                   const char *(*config_get)(void *host_data, const char *key));
 
 /*
  * Run shell command CMD with its stderr merged into stdout; *out gets all

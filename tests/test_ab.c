@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_rig.h"
 #include "helpers.h"
 
 #define SHORT_PROBE "[f2]\nf2_probe_tokens = 16\n"
@@ -44,15 +45,6 @@ static int q4khost(const struct rig *r, const char *env, const char *command,
 	         "Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s --plugin-path %s --config %s %s",
 	         r->receipts, r->receipts, env, test_builddir(), command, r->plugins, r->cfg, args);
 	return test_shell(cmd, out);
-}
-
-static json_t *parse_json(const char *text)
-{
-	json_error_t jerr;
-	json_t *j = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, &jerr);
-
-	cr_assert_not_null(j, "no JSON (%s): %s", jerr.text, text);
-	return j;
 }
 
 /*
@@ -299,7 +291,7 @@ Test(ab, bench_kernels_checks_then_times_each_kernel, .timeout = 300)
 		cr_expect_eq(json_array_size(us), 2);
 		cr_expect_gt(json_number_value(json_array_get(us, 0)), 0, "%s", k);
 		cr_expect_gt(json_number_value(json_array_get(us, 1)), 0, "%s", k);
-		/* int8 activations: near 1e-5 (test_cuda_variants.c), under 5e-4 */
+		/* int8 activations: near 1e-5 (cuda_variant_rig.h), under 5e-4 */
 		cr_expect_lt(json_number_value(json_object_get(row, "nmse")), 5e-4, "%s", k);
 		variant += !strcmp(k, "cpu-q8act");
 	}

@@ -48,27 +48,11 @@ static void test_log(void *host_data, q4kh_log_level level, const char *msg)
 
 static void env_load(struct env *e)
 {
-	char path[4096];
-	q4kh_plugin_entry_fn entry;
-
-	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs/cpu.so",
-	         test_builddir());
-	e->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert_not_null(e->dl, "dlopen %s: %s", path, dlerror());
-	entry = (q4kh_plugin_entry_fn)dlsym(e->dl, Q4KH_ENTRY_SYMBOL);
-	cr_assert_not_null(entry, "%s has no %s", path, Q4KH_ENTRY_SYMBOL);
-	e->desc = entry();
-	cr_assert_not_null(e->desc);
+	e->desc = test_plugin_load("plugins/cpu/.libs/cpu.so", &e->dl);
 	e->b = e->desc->backend;
 	cr_assert_not_null(e->b);
-	e->api = (struct q4kh_host_api){
-		.struct_size = sizeof(e->api),
-		.abi_major = Q4KH_ABI_MAJOR,
-		.abi_minor = Q4KH_ABI_MINOR,
-		.host_data = e,
-		.log = test_log,
-		.config_get = test_config,
-	};
+	e->api = test_host_api(e, test_config);
+	e->api.log = test_log;
 }
 
 /* Load, init with THREADS (NULL: unset) and open device 0. */

@@ -51,19 +51,6 @@ static const char *config(void *host_data, const char *key)
 	return !strcmp(key, "threads") ? "2" : NULL;
 }
 
-static const void *entry_of(void **dl, const char *rel)
-{
-	char path[4096];
-	q4kh_plugin_entry_fn entry;
-
-	snprintf(path, sizeof(path), "%s/%s", test_builddir(), rel);
-	*dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert_not_null(*dl, "dlopen %s: %s", path, dlerror());
-	entry = (q4kh_plugin_entry_fn)dlsym(*dl, Q4KH_ENTRY_SYMBOL);
-	cr_assert_not_null(entry, "%s exports no entry", path);
-	return entry();
-}
-
 /* BACKEND ("cpu", "cpu-fast") and the variant's table; the variant's
  * context is opened by env_variant(). */
 static struct env *env_on(const char *backend)
@@ -74,20 +61,14 @@ static struct env *env_on(const char *backend)
 
 	cr_assert_not_null(e);
 	snprintf(rel, sizeof(rel), "plugins/%s/.libs/%s.so", backend, backend);
-	cpu = entry_of(&e->cpu_dl, rel);
-	simd = entry_of(&e->simd_dl, "plugins/cpu-simd/.libs/cpu-simd.so");
+	cpu = test_plugin_load(rel, &e->cpu_dl);
+	simd = test_plugin_load("plugins/cpu-simd/.libs/cpu-simd.so", &e->simd_dl);
 	cr_assert_str_eq(simd->name, "cpu-simd");
 	cr_assert_eq(simd->kind, Q4KH_KIND_KERNEL);
 	e->b = cpu->backend;
 	e->v = simd->kernel;
 	cr_assert_str_eq(e->v->backend, "cpu");
-	e->api = (struct q4kh_host_api){
-		.struct_size = sizeof(e->api),
-		.abi_major = Q4KH_ABI_MAJOR,
-		.abi_minor = Q4KH_ABI_MINOR,
-		.host_data = e,
-		.config_get = config,
-	};
+	e->api = test_host_api(e, config);
 	cr_assert_eq(e->b->init(&e->api, &e->ctx), Q4KH_OK, "%s", e->b->last_error(NULL));
 	cr_assert_eq(e->b->device_open(e->ctx, 0, &e->dev), Q4KH_OK);
 	e->nd.struct_size = sizeof(e->nd);

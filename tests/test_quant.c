@@ -40,31 +40,10 @@ struct plugin {
 	q4kh_device_ctx *dev;
 };
 
-static const char *no_config(void *host_data, const char *key)
-{
-	(void)host_data;
-	(void)key;
-	return NULL;
-}
-
 static void plugin_open(struct plugin *p)
 {
-	char path[4096];
-	q4kh_plugin_entry_fn entry;
-
-	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs/cpu.so",
-	         test_builddir());
-	p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	cr_assert_not_null(p->dl, "dlopen %s: %s", path, dlerror());
-	entry = (q4kh_plugin_entry_fn)dlsym(p->dl, Q4KH_ENTRY_SYMBOL);
-	cr_assert_not_null(entry);
-	p->b = entry()->backend;
-	p->api = (struct q4kh_host_api){
-		.struct_size = sizeof(p->api),
-		.abi_major = Q4KH_ABI_MAJOR,
-		.abi_minor = Q4KH_ABI_MINOR,
-		.config_get = no_config,
-	};
+	p->b = test_plugin_load("plugins/cpu/.libs/cpu.so", &p->dl)->backend;
+	p->api = test_host_api(NULL, NULL);
 	cr_assert_eq(p->b->init(&p->api, &p->ctx), Q4KH_OK, "%s",
 	             p->b->last_error(NULL));
 	cr_assert_eq(p->b->device_open(p->ctx, 0, &p->dev), Q4KH_OK, "%s",

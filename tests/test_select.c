@@ -15,27 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_rig.h"
 #include "helpers.h"
-
-/* A config file FILE in a fresh folder holding TEXT; returns its path. */
-static char *config_file(const char *text)
-{
-	char *path = malloc(4200);
-
-	snprintf(path, 4200, "%s/q.ini", test_tmpdir());
-	test_write_file(path, text, strlen(text));
-	return path;
-}
-
-static json_t *parse_json(const char *text)
-{
-	json_error_t jerr;
-	/* Warnings go to stderr, before the object: skip to it. */
-	json_t *j = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, &jerr);
-
-	cr_assert_not_null(j, "no JSON (%s): %s", jerr.text, text);
-	return j;
-}
 
 static const char *jget(json_t *j, const char *path)
 {
@@ -80,9 +61,9 @@ Test(select, plugins_explain_names_where_every_setting_came_from)
 	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	char *out, args[8192], want[8192];
-	char *cfg = config_file("[f2]\nmode = fresh\n\n"
-	                        "[gpu.0]\nq4k_kernel = cpu-q8act\n\n"
-	                        "[plugin.cpu-q8act]\nf2_floor = 0.93\n");
+	char *cfg = file_with("q.ini", "[f2]\nmode = fresh\n\n"
+	                               "[gpu.0]\nq4k_kernel = cpu-q8act\n\n"
+	                               "[plugin.cpu-q8act]\nf2_floor = 0.93\n");
 	json_t *j;
 
 	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s",
@@ -153,12 +134,12 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	static const char *const none[] = { NULL };
 	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
 	char *out, args[8192], want[8192];
-	char *cfg = config_file("[plugins]\npaht = /x\n"
-	                        "[f2]\nmode = auto\nf2_flor = 0.9\n"
-	                        "[gpu.sm_90]\nq4k_kernal = cuda-mwv\n"
-	                        "[plugin.cpu]\nthreads = 2\nf2_decode_step = 9\n"
-	                        "[plugin.cuda-mwv]\nwarps = 4\n"
-	                        "[gpus]\nq4k_kernel = none\n");
+	char *cfg = file_with("q.ini", "[plugins]\npaht = /x\n"
+	                               "[f2]\nmode = auto\nf2_flor = 0.9\n"
+	                               "[gpu.sm_90]\nq4k_kernal = cuda-mwv\n"
+	                               "[plugin.cpu]\nthreads = 2\nf2_decode_step = 9\n"
+	                               "[plugin.cuda-mwv]\nwarps = 4\n"
+	                               "[gpus]\nq4k_kernel = none\n");
 
 	snprintf(args, sizeof(args), "plugins --plugin-path %s --config %s", plugins, cfg);
 	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "a warning is no error: %s", out);
@@ -219,8 +200,10 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	plugins = test_plugin_dir(names);
 	receipts = test_tmpdir();
 	/* A short probe keeps the measurements quick; both configs share it. */
-	char *chosen = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.cpu]\nq4k_kernel = cpu-q8act\n");
-	char *broken = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan\n");
+	char *chosen = file_with("q.ini",
+	                         "[f2]\nf2_probe_tokens = 16\n\n[gpu.cpu]\nq4k_kernel = cpu-q8act\n");
+	char *broken = file_with("q.ini",
+	                         "[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan\n");
 
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
 	         chosen);
@@ -244,7 +227,8 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 
 	/* With the built-in kernels named after it, the reference serves. */
 	free(broken);
-	broken = config_file("[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan, none\n");
+	broken = file_with("q.ini",
+	                   "[f2]\nf2_probe_tokens = 16\n\n[gpu.0]\nq4k_kernel = defect-nan, none\n");
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --config %s", plugins,
 	         broken);
 	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
@@ -287,7 +271,7 @@ Test(select, a_cpu_variant_serves_by_score_after_f2, .timeout = 240)
 	static const char *const none[] = { NULL };
 	const char *plugins, *receipts;
 	char *out, args[8192];
-	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
+	char *cfg = file_with("q.ini", "[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
 	test_model_path();
@@ -328,7 +312,7 @@ Test(select, the_fast_cpu_backend_serves_after_gpu_kinds_and_before_the_referenc
 	static const char *const gpu[] = { "replay_ok", NULL }, *const none[] = { NULL };
 	const char *receipts = test_tmpdir(), *plugins;
 	char *out, args[8192];
-	char *cfg = config_file("[f2]\nf2_probe_tokens = 16\n");
+	char *cfg = file_with("q.ini", "[f2]\nf2_probe_tokens = 16\n");
 	json_t *j;
 
 	test_model_path();
@@ -375,7 +359,7 @@ Test(select, a_variant_that_refuses_its_settings_is_a_bad_configuration, .timeou
 	static const char *const none[] = { NULL };
 	const char *plugins;
 	char *out, args[8192];
-	char *cfg = config_file("[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
+	char *cfg = file_with("q.ini", "[plugin.cpu-simd]\nisa = sse9\n[plugin.cpu]\nthreads =\n");
 	char want[8192];
 
 	test_model_path();
@@ -403,8 +387,8 @@ Test(select, an_empty_plugin_key_is_its_default)
 	static const char *const none[] = { NULL };
 	const char *plugins;
 	char *out, args[8192];
-	char *cfg = config_file("[plugin.cpu-simd]\nisa =\n"
-	                        "[plugin.cpu-fast]\nisa =\nthreads =\nspin_us =\n");
+	char *cfg = file_with("q.ini", "[plugin.cpu-simd]\nisa =\n"
+	                               "[plugin.cpu-fast]\nisa =\nthreads =\nspin_us =\n");
 	json_t *j;
 
 	need_cpu_simd(1);
@@ -456,7 +440,7 @@ Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
 	plugins = test_plugin_dir(none);
 	add_built_plugin(plugins, "cpu-fast");
 	for (int i = 0; i < 2; i++) {
-		cfg = config_file(cases[i][0]);
+		cfg = file_with("q.ini", cases[i][0]);
 		snprintf(want, sizeof(want), cases[i][1], cfg);
 		snprintf(args, sizeof(args),
 		         "run -n 1 -p Hello --kernel none --plugin-path %s --config %s", plugins, cfg);
@@ -478,7 +462,7 @@ Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 	static const char *const none[] = { NULL };
 	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
 	char *out, args[8192], want[8192];
-	char *cfg = config_file("[f2]\nmode = sometimes\n");
+	char *cfg = file_with("q.ini", "[f2]\nmode = sometimes\n");
 
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s --config %s", plugins, cfg);
 	cr_expect_eq(test_q4khost("", receipts, args, &out), 3, "a bad config file: %s", out);

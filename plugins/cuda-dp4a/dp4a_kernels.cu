@@ -12,7 +12,7 @@
  * half of a sub-block adds it). The result is the exact dot product of
  * the dequantized weights with the dequantized activations, up to fp32
  * rounding; the int8 rounding of the activations is the whole error
- * (tests/test_cuda_variants.c bounds it).
+ * (tests/cuda_variant_rig.h bounds it).
  */
 #include "dp4a.h"
 #include "../cuda-variant/q4k_device.cuh"

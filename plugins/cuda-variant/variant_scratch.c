@@ -91,7 +91,7 @@ static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
                         const char *what)
 {
 	size_t want = bytes, round = CV_SCRATCH_ROUND;
-	struct cv_retired *r = NULL;
+	struct cuda_retired *r;
 	const char *call;
 	char where[256];
 	size_t got;
@@ -105,7 +105,7 @@ static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
 	snprintf(where, sizeof(where),
 	         "%s: %zu bytes of scratch on CUDA device %d (%zu held)", what,
 	         bytes, ordinal, d->size);
-	if (d->ptr && !(r = malloc(sizeof(*r))))
+	if (cuda_retired_reserve(d->ptr, &r))
 		return cv_fail(ctx, Q4KH_ERR_NOMEM, "%s: out of host memory", where);
 	got = want;
 	e = alloc(&p, got, s, &call);
@@ -119,11 +119,7 @@ static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
 		         ": %s", call);
 		return cv_cuda(ctx, e, where);
 	}
-	if (r) {
-		r->ptr = d->ptr;
-		r->next = d->retired;
-		d->retired = r;
-	}
+	cuda_retire(&d->retired, r, d->ptr);
 	d->ptr = p;
 	d->size = got;
 	return Q4KH_OK;
@@ -207,14 +203,9 @@ void cv_scratch_free(q4kh_kernel_ctx *ctx)
 			free_logged(ctx, i, d->ptr);
 		if (on)
 			cuda_tc_close(d->blas);
-		while (d->retired) {
-			struct cv_retired *r = d->retired;
-
-			d->retired = r->next;
+		for (void *p; (p = cuda_retired_pop(&d->retired));)
 			if (on)
-				free_logged(ctx, i, r->ptr);
-			free(r);
-		}
+				free_logged(ctx, i, p);
 	}
 	if (prev >= 0)
 		cudaSetDevice(prev);

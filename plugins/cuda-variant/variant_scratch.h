@@ -8,8 +8,8 @@
  * Lifetime: the host may record gemv and gemm into a CUDA graph (stream
  * capture) and replay it for every token; the graph keeps the scratch
  * address it was recorded with. So a buffer that a larger call outgrows
- * is never freed or reused at once: it goes on its device's retired list,
- * freed at shutdown, whether or not the stream is capturing (a graph
+ * is never freed or reused at once: it goes on its device's retired list
+ * (cuda_retired.h), freed at shutdown, whether or not the stream is capturing (a graph
  * recorded earlier may still point at it, and kernels already enqueued may
  * still read it). A new buffer is at least twice the old, so the retired
  * ones together stay smaller than the one in use.
@@ -37,25 +37,20 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../cuda/cuda_retired.h"
 #include "q4khost/plugin.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A buffer outgrown by a larger call: kept until shutdown. */
-struct cv_retired {
-	void *ptr;
-	struct cv_retired *next;
-};
-
 /* One CUDA device's scratch. */
 struct cv_scratch_dev {
-	void *ptr;                  /* device memory, or NULL */
-	size_t size;                /* bytes at ptr */
-	struct cv_retired *retired; /* earlier buffers, freed at shutdown */
-	void *blas;                 /* cuda_tc's cuBLAS handle, or NULL until
-	                               the first product on tensor cores */
+	void *ptr;                    /* device memory, or NULL */
+	size_t size;                  /* bytes at ptr */
+	struct cuda_retired *retired; /* earlier buffers, freed at shutdown */
+	void *blas;                   /* cuda_tc's cuBLAS handle, or NULL until
+	                                 the first product on tensor cores */
 };
 
 /* Every device's scratch: a member of q4kh_kernel_ctx. */

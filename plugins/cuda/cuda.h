@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_kernels.h"
+#include "cuda_retired.h"
 #include "q4khost/contract.h"
 #include "q4khost/plugin.h"
 
@@ -45,12 +46,6 @@ struct q4kh_device_ctx {
 	struct cuda_retired *retired; /* earlier scratch, freed on close */
 	void *blas;       /* cuda_tc's cuBLAS handle; made by the first
 	                     product that goes to tensor cores */
-};
-
-/* Scratch memory that recorded graphs may still use: kept until close. */
-struct cuda_retired {
-	void *ptr;
-	struct cuda_retired *next;
 };
 
 struct q4kh_buffer {

@@ -128,13 +128,8 @@ void cuda_device_close(q4kh_device_ctx *dev)
 		cudaFree(dev->scratch);
 		cuda_tc_close(dev->blas);
 	}
-	while (dev->retired) {
-		struct cuda_retired *r = dev->retired;
-
-		dev->retired = r->next;
-		cudaFree(r->ptr);
-		free(r);
-	}
+	for (void *p; (p = cuda_retired_pop(&dev->retired));)
+		cudaFree(p);
 	cudaGetLastError();
 	free(dev);
 }
@@ -295,8 +290,7 @@ q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
 	if (dev->recording) /* no allocation can be recorded */
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "%s: not while recording a graph", where);
-	r = dev->scratch ? malloc(sizeof(*r)) : NULL;
-	if (dev->scratch && !r)
+	if (cuda_retired_reserve(dev->scratch, &r))
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM, "%s: out of memory", where);
 	if ((st = cuda_check(dev, cudaMalloc(&p, size), where))) {
 		free(r);
@@ -308,11 +302,7 @@ q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
 		free(r);
 		return st;
 	}
-	if (r) {
-		r->ptr = dev->scratch;
-		r->next = dev->retired;
-		dev->retired = r;
-	}
+	cuda_retire(&dev->retired, r, dev->scratch);
 	dev->scratch = p;
 	dev->scratch_size = size;
 	return Q4KH_OK;

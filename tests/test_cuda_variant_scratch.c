@@ -1,0 +1,86 @@
+/*
+ * cuda-dp4a's int8 scratch (the variant context's, variant_scratch.h) in
+ * a recorded CUDA graph, against the reference cpu plugin's mul_mat
+ * (cuda_variant_rig.h: the rig, the bounds, the poison).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_variant_rig.h"
+
+TestSuite(cuda_variants, .timeout = 900);
+
+/*
+ * cuda-dp4a's int8 scratch (the context's, variant_scratch.h) in a CUDA
+ * graph: a gemv recorded while the scratch must grow (a longer row than
+ * any before, 8 columns) replays with new activations and agrees with the
+ * cpu, also after a larger product outside the recording has grown the
+ * scratch again (the recording keeps the buffer it was recorded with).
+ */
+Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
+{
+	const int64_t t = 8;
+	struct q4kh_kernel k;
+	struct weight small, big, bigger;
+	struct view xc, xg, yc, yg;
+	q4kh_graph *g = NULL;
+	float *xv;
+	double e;
+	char what[64];
+	struct vrig r;
+
+	variant_open(&r, &dp4a, 9, &k);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 256, 33, 0, &small);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 4096, 97, 0, &big);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 8192, 17, 0, &bigger);
+	/* The scratch's first size: one column of 256 values. */
+	xv = rvals(256);
+	e = multiply(&r, &k, &small, 1, xv, 1);
+	cr_assert_lt(e, dp4a.bound, "before recording: NMSE %.3g", e);
+	free(xv);
+	xc = put(&r.cpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
+	xg = put(&r.gpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
+	yc = put(&r.cpu, Q4KH_TYPE_F32, big.n, t, 4 * big.n, NULL);
+	yg = put(&r.gpu, Q4KH_TYPE_F32, big.n, t, 4 * big.n, NULL);
+	cr_assert_eq(r.gpu.v->graph_begin(r.gpu.dev), Q4KH_OK, "%s",
+	             r.gpu.v->last_error(r.gpu.ctx));
+	cr_assert_eq(k.v->gemv(k.ctx, &k.native, big.p, &xg.t, &yg.t), Q4KH_OK,
+	             "gemv while recording: %s", k.v->last_error(k.ctx));
+	cr_assert_eq(r.gpu.v->graph_end(r.gpu.dev, &g), Q4KH_OK, "%s",
+	             r.gpu.v->last_error(r.gpu.ctx));
+	for (int pass = 0; pass < 2; pass++) {
+		const size_t bytes = sizeof(float) * (size_t)(big.k * t);
+
+		xv = rvals((size_t)(big.k * t));
+		cr_assert_eq(r.cpu.v->buffer_upload(r.cpu.dev, xc.t.buffer, POISON_LEAD, xv,
+		                                    bytes),
+		             Q4KH_OK);
+		cr_assert_eq(r.gpu.v->buffer_upload(r.gpu.dev, xg.t.buffer, POISON_LEAD, xv,
+		                                    bytes),
+		             Q4KH_OK);
+		free(xv);
+		cr_assert_eq(r.cpu.v->mul_mat(r.cpu.dev, &big.cpu.t, &xc.t, &yc.t),
+		             Q4KH_OK, "%s", r.cpu.v->last_error(r.cpu.ctx));
+		cr_assert_eq(r.gpu.v->graph_launch(r.gpu.dev, g), Q4KH_OK, "%s",
+		             r.gpu.v->last_error(r.gpu.ctx));
+		snprintf(what, sizeof(what), "cuda-dp4a gemv, replay %d", pass);
+		e = nmse(&r, &yc, &yg, what);
+		cr_assert_lt(e, dp4a.bound, "replay %d: NMSE %.3g", pass, e);
+		if (pass == 0) {
+			xv = rvals((size_t)(bigger.k * t));
+			e = multiply(&r, &k, &bigger, t, xv, 1);
+			cr_assert_lt(e, dp4a.bound, "between replays: NMSE %.3g", e);
+			free(xv);
+		}
+	}
+	r.gpu.v->graph_free(r.gpu.dev, g);
+	drop(&r.cpu, &xc);
+	drop(&r.gpu, &xg);
+	drop(&r.cpu, &yc);
+	drop(&r.gpu, &yg);
+	weight_free(&r, &k, &small);
+	weight_free(&r, &k, &big);
+	weight_free(&r, &k, &bigger);
+	variant_close(&r, &k);
+}
