@@ -30,6 +30,13 @@
 #   --targets LIST  llama.cpp programs to build (default llama-bench, the
 #                   only one this script runs: about 4 minutes on 16 cores;
 #                   add llama-batched-bench,llama-server for other work)
+#   --serve LIST    instead of the table: the servers, for each number of
+#                   concurrent clients in LIST (e.g. 1,4,16): llama-server
+#                   (flash attention on, one slot per client, every layer
+#                   on the GPU) and q4khost serve (cuda backend, F2 off,
+#                   --parallel as many, the first kernel of --kernels)
+#                   loaded by scripts/serve-load.py with GEN-token answers
+#                   to prompts of the first of --depths; builds llama-server
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -45,6 +52,7 @@ out="${OUT:-/tmp}/bench-engines"
 lcp=/tmp/llamacpp
 targets=llama-bench
 prepare=0
+serve=
 
 usage() {
 	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2
@@ -62,6 +70,7 @@ while [ $# -gt 0 ]; do
 	--lib) lib=$2; shift 2 ;;
 	--targets) targets=$2; shift 2 ;;
 	--prepare) prepare=1; shift ;;
+	--serve) serve=$2; targets=llama-server; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
 	esac
@@ -122,6 +131,46 @@ for p in json.load(sys.stdin).get("plugins", []):
         print(p["name"])'); do
 		kernels+=",$k"
 	done
+fi
+
+# The servers instead of the table: the same client, the same file, one
+# server at a time on this GPU.
+if [ -n "$serve" ]; then
+	p=${depths%%,*}
+	k=${kernels#,}
+	k=${k%%,*}
+	wait_up() { # LOG: the server answers, or it died
+		for _ in $(seq 600); do
+			python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+				"http://127.0.0.1:$2/v1/models" 2>/dev/null && return 0
+			kill -0 "$3" 2>/dev/null || { tail -5 "$1" >&2; return 1; }
+			sleep 0.5
+		done
+		return 1
+	}
+	for f in "${files[@]}"; do
+		base=$(basename "$f" .gguf)
+		IFS=, read -ra cs <<<"$serve"
+		for c in "${cs[@]}"; do
+			step "llama-server on $base, $c clients"
+			"$lcp/build/bin/llama-server" -m "$f" -ngl 99 -fa on -np "$c" \
+				-c $((c * (p + gen + 64))) --port 18180 >"$out/llama-server-$base-$c.log" 2>&1 &
+			pid=$!
+			wait_up "$out/llama-server-$base-$c.log" 18180 $pid &&
+				python3 scripts/serve-load.py http://127.0.0.1:18180 --clients "$c" \
+					--prompt-tokens "$p" --max-tokens "$gen" --label "$base llama-server"
+			kill $pid; wait $pid 2>/dev/null
+			step "q4khost serve ($k) on $base, $c clients"
+			"$q4k" serve -m "$f" --backend cuda --kernel "$k" --f2 off --parallel "$c" \
+				-c $((p + gen + 64)) --port 18181 >"$out/q4k-serve-$base-$c.log" 2>&1 &
+			pid=$!
+			wait_up "$out/q4k-serve-$base-$c.log" 18181 $pid &&
+				python3 scripts/serve-load.py http://127.0.0.1:18181 --clients "$c" \
+					--prompt-tokens "$p" --max-tokens "$gen" --label "$base q4khost $k"
+			kill $pid; wait $pid 2>/dev/null
+		done
+	done
+	exit 0
 fi
 
 # The built-in kernels' row only when the list names them (none).
