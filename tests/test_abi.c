@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 4);
+	cr_expect_eq(Q4KH_ABI_MINOR, 5);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -188,7 +188,9 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, rope_set_rows, 328);
 	OFF(q4kh_backend_v1, top2, 336);
 	OFF(q4kh_backend_v1, rope_store, 344);
-	SIZE(q4kh_backend_v1, 352);
+	/* ABI 1.5 */
+	OFF(q4kh_backend_v1, norm_add_rms_norm, 352);
+	SIZE(q4kh_backend_v1, 360);
 }
 
 /*
@@ -214,8 +216,11 @@ Test(abi, optional_entries_beyond_a_tables_size_are_absent)
 	t.struct_size = 344; /* 1.4 before rope_store */
 	cr_expect(Q4KH_BACKEND_HAS(&t, top2));
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_store));
-	t.struct_size = sizeof(t);
+	t.struct_size = 352; /* 1.4: no 1.5 entry */
 	cr_expect(Q4KH_BACKEND_HAS(&t, rope_store));
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, norm_add_rms_norm));
+	t.struct_size = sizeof(t);
+	cr_expect(Q4KH_BACKEND_HAS(&t, norm_add_rms_norm));
 	t.rope_set_rows = NULL;
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
 	t.rope_store = NULL;

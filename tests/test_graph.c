@@ -226,7 +226,7 @@ Test(graph, builders_refuse_misuse_with_a_message)
 
 /* cpu-fast's own table, which the counting entries below call. */
 static const struct q4kh_backend_v1 *fast_v;
-static int64_t n_add_rms_norm, n_rope_set_rows, n_rope_store;
+static int64_t n_add_rms_norm, n_rope_set_rows, n_rope_store, n_norm_add_rms_norm;
 
 static q4kh_status counted_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                                         const struct q4kh_tensor *a,
@@ -257,11 +257,25 @@ static q4kh_status counted_rope_store(q4kh_device_ctx *dev, const struct q4kh_te
 	return fast_v->rope_store(dev, q, k, v, pos, p, k_cache, v_cache);
 }
 
+/* norm_add_rms_norm (ABI 1.5) as its ops, which cpu-fast has: the host's
+ * operands for it are checked by the logits they give. */
+static q4kh_status counted_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                             const struct q4kh_tensor *a,
+                                             const struct q4kh_tensor *w_a, float eps_a,
+                                             const struct q4kh_tensor *w, float eps,
+                                             const struct q4kh_tensor *out)
+{
+	q4kh_status st = fast_v->rms_norm(dev, a, w_a, eps_a, a);
+
+	n_norm_add_rms_norm++;
+	return st ? st : fast_v->add_rms_norm(dev, x, a, w, eps, out);
+}
+
 /* What peephole_logits leaves in cpu-fast's table. */
 enum fused_set {
 	FUSED_NONE,  /* no fused entry: every op alone */
 	FUSED_PAIRS, /* add_rms_norm and rope_set_rows */
-	FUSED_ALL,   /* and rope_store */
+	FUSED_ALL,   /* and rope_store, norm_add_rms_norm */
 };
 
 /*
@@ -324,17 +338,18 @@ static void fast_close(struct fast_rig *f)
 
 /*
  * The logits of every token of a fixed sequence on FILE (graph_model_file)
- * through cpu-fast
- * with a KV cache of KV, with the fused entries of FUSED (counted) and
- * the others taken out of its table: a prompt of 6 tokens in steps of 4
- * and 2, then 3 one-token steps, in each of which every residual add
- * must be fused with the norm after it (the last with the output norm)
- * and every attention layer's inputs go through one rope_store call
- * (FUSED_ALL) or its keys through one rope_set_rows (FUSED_PAIRS). NULL
- * when cpu-fast was not built or this CPU does not run it.
+ * through cpu-fast with a KV cache of KV, with the fused entries of FUSED
+ * (counted) and the others taken out of its table: a prompt of 6 tokens
+ * in steps of 4 and 2, then 3 one-token steps, in each of which every
+ * residual add must be fused with the norm after it (the last with the
+ * output norm), and with the post-norm before it too where the model has
+ * POST_NORMS (FUSED_ALL: norm_add_rms_norm), and every attention layer's
+ * inputs go through one rope_store call (FUSED_ALL) or its keys through
+ * one rope_set_rows (FUSED_PAIRS). NULL when cpu-fast was not built or
+ * this CPU does not run it.
  */
 static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fused_set fused,
-                              int64_t *n_vocab)
+                              int post_norms, int64_t *n_vocab)
 {
 	static const int32_t ids[] = { 1, 5, 9, 2, 7, 3, 4, 8, 6 };
 	const int64_t n = sizeof(ids) / sizeof(ids[0]), prompt = 6;
@@ -351,6 +366,7 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fus
 	f.table.add_rms_norm = fused != FUSED_NONE ? counted_add_rms_norm : NULL;
 	f.table.rope_set_rows = fused != FUSED_NONE ? counted_rope_set_rows : NULL;
 	f.table.rope_store = fused == FUSED_ALL ? counted_rope_store : NULL;
+	f.table.norm_add_rms_norm = fused == FUSED_ALL ? counted_norm_add_rms_norm : NULL;
 	fast_session(&f, file, &sp);
 	*n_vocab = f.m->hp.n_vocab;
 	cr_assert_gt(*n_vocab, 9);
@@ -360,12 +376,18 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fus
 	cr_assert_not_null(lg);
 	cr_assert_eq(q4kh_session_eval(f.s, ids, prompt, lg, 1, &err), 0, "%s", err.msg);
 	for (int64_t t = prompt; t < n; t++) {
-		n_add_rms_norm = n_rope_set_rows = n_rope_store = 0;
+		const int64_t adds = 2 * (int64_t)f.m->hp.n_layer;
+		const int64_t with_norm = fused == FUSED_ALL && post_norms ? adds : 0;
+
+		n_add_rms_norm = n_rope_set_rows = n_rope_store = n_norm_add_rms_norm = 0;
 		cr_assert_eq(q4kh_session_eval(f.s, ids + t, 1, lg + t * *n_vocab, 1, &err), 0,
 		             "%s", err.msg);
-		cr_expect_eq(n_add_rms_norm, fused != FUSED_NONE ? 2 * (int64_t)f.m->hp.n_layer : 0,
+		cr_expect_eq(n_add_rms_norm, fused != FUSED_NONE ? adds - with_norm : 0,
 		             "%s: add_rms_norm called %lld times in a decode step, %u layers",
 		             file, (long long)n_add_rms_norm, f.m->hp.n_layer);
+		cr_expect_eq(n_norm_add_rms_norm, with_norm,
+		             "%s: norm_add_rms_norm called %lld times in a decode step, %u layers",
+		             file, (long long)n_norm_add_rms_norm, f.m->hp.n_layer);
 		cr_expect_eq(n_rope_set_rows, fused == FUSED_PAIRS ? (int64_t)attn_layers : 0,
 		             "%s: rope_set_rows called %lld times in a decode step, %u attention layers",
 		             file, (long long)n_rope_set_rows, attn_layers);
@@ -387,13 +409,13 @@ Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout
 	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++)
 		for (int kv = Q4KH_KV_F32; kv <= Q4KH_KV_F16; kv++) {
 			int64_t n_vocab = 0, n_vocab2 = 0;
-			float *plain = peephole_logits(files[f], kv, FUSED_NONE, &n_vocab), *fused;
+			float *plain = peephole_logits(files[f], kv, FUSED_NONE, 0, &n_vocab), *fused;
 
 			if (!plain)
 				cr_skip_test("cpu-fast was not built here or does not run on this CPU");
 			/* the fused entries are their ops' arithmetic: bit for bit */
 			for (enum fused_set set = FUSED_PAIRS; set <= FUSED_ALL; set++) {
-				fused = peephole_logits(files[f], kv, set, &n_vocab2);
+				fused = peephole_logits(files[f], kv, set, 0, &n_vocab2);
 				cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
 				             "%s, %s cache: logits differ with the fused entries%s",
 				             files[f], kv == Q4KH_KV_F16 ? "f16" : "f32",
@@ -407,22 +429,23 @@ Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout
 /*
  * Gemma 3 (the default model): q/k norms before RoPE, its scale of q in
  * the attention, post-norms before each residual add. Every decode step
- * reaches rope_store once a layer and add_rms_norm twice, with the
- * logits of the ops one by one.
+ * reaches rope_store once a layer and add_rms_norm twice, or
+ * norm_add_rms_norm twice where the backend has it, with the logits of
+ * the ops one by one.
  */
-Test(peephole, gemma3_reaches_rope_store_and_add_rms_norm, .timeout = 300)
+Test(peephole, gemma3_reaches_rope_store_and_the_fused_norms, .timeout = 300)
 {
 	const char *model = test_model_path();
 	int64_t n_vocab = 0, n_vocab2 = 0;
-	float *plain = peephole_logits(model, Q4KH_KV_F16, FUSED_NONE, &n_vocab), *fused;
+	float *plain = peephole_logits(model, Q4KH_KV_F16, FUSED_NONE, 1, &n_vocab), *fused;
 
 	if (!plain)
 		cr_skip_test("cpu-fast was not built here or does not run on this CPU");
 	for (enum fused_set set = FUSED_PAIRS; set <= FUSED_ALL; set++) {
-		fused = peephole_logits(model, Q4KH_KV_F16, set, &n_vocab2);
+		fused = peephole_logits(model, Q4KH_KV_F16, set, 1, &n_vocab2);
 		cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
 		             "gemma3: logits differ with the fused entries%s",
-		             set == FUSED_ALL ? " and rope_store" : "");
+		             set == FUSED_ALL ? ", rope_store and norm_add_rms_norm" : "");
 		free(fused);
 	}
 	free(plain);

@@ -405,30 +405,69 @@ static int fused(const struct q4kh_backend *b, q4kh_status st, const char *what,
 /*
  * ADD x = x + a (in place on either operand, a of x's very shape), then
  * RMS_NORM of exactly that x (the same view: the next norm of the
- * residual stream) into an out that is a, or apart from a: add_rms_norm.
+ * residual stream) into an out that is a, or apart from a: the operands
+ * of add_rms_norm in *X, *A (its value in *AV), *W and *OUT; 0 when the
+ * nodes are not that pair.
  */
+static int add_norm_pair(const struct q4kh_graph *g, const struct q4kh_node *n,
+                         const struct q4kh_node *m, const struct q4kh_tensor **x,
+                         int32_t *av, const struct q4kh_tensor **w,
+                         const struct q4kh_tensor **out)
+{
+	const struct q4kh_check quiet = { 0 }; /* a refusal writes nothing */
+	const struct q4kh_tensor *a;
+
+	if (n->op != Q4KH_OP_ADD || m->op != Q4KH_OP_RMS_NORM ||
+	    (n->out != n->src[0] && n->out != n->src[1]))
+		return 0;
+	/* a + b is b + a in floating point too: x may be either operand */
+	*x = &g->vals[n->out].t;
+	*av = n->src[n->out == n->src[0] ? 1 : 0];
+	a = &g->vals[*av].t;
+	*w = m->src[1] >= 0 ? &g->vals[m->src[1]].t : NULL;
+	*out = &g->vals[m->out].t;
+	return same_view(&g->vals[m->src[0]].t, *x) && !memcmp(a->ne, (*x)->ne, sizeof(a->ne)) &&
+	       !q4kh_check_disjoint(&quiet, "", a, "", *x) &&
+	       !q4kh_check_in_place(&quiet, "", *out, "", a);
+}
+
+/* Nodes N, N + 1 as add_rms_norm where the backend has it (add_norm_pair). */
 static int fuse_add_rms_norm(const struct q4kh_graph *g, const struct q4kh_node *n,
                              const struct q4kh_node *m, const struct q4kh_backend *b,
                              struct q4kh_error *err)
 {
-	const struct q4kh_check quiet = { 0 }; /* a refusal writes nothing */
-	const struct q4kh_tensor *x, *a, *w, *out = &g->vals[m->out].t;
+	const struct q4kh_tensor *x, *w, *out;
+	int32_t av;
 	char what[96];
 
-	if (n->op != Q4KH_OP_ADD || m->op != Q4KH_OP_RMS_NORM ||
-	    !Q4KH_BACKEND_HAS(b->v, add_rms_norm) ||
-	    (n->out != n->src[0] && n->out != n->src[1]))
-		return 0;
-	/* a + b is b + a in floating point too: x may be either operand */
-	x = &g->vals[n->out].t;
-	a = &g->vals[n->src[n->out == n->src[0] ? 1 : 0]].t;
-	w = m->src[1] >= 0 ? &g->vals[m->src[1]].t : NULL;
-	if (!same_view(&g->vals[m->src[0]].t, x) || memcmp(a->ne, x->ne, sizeof(x->ne)) ||
-	    q4kh_check_disjoint(&quiet, "", a, "", x) ||
-	    q4kh_check_in_place(&quiet, "", out, "", a))
+	if (!Q4KH_BACKEND_HAS(b->v, add_rms_norm) || !add_norm_pair(g, n, m, &x, &av, &w, &out))
 		return 0;
 	snprintf(what, sizeof(what), "add_rms_norm (%s)", g->vals[m->out].name);
-	return fused(b, b->v->add_rms_norm(b->dev, x, a, w, m->f[0], out), what, err);
+	return fused(b, b->v->add_rms_norm(b->dev, x, &g->vals[av].t, w, m->f[0], out), what,
+	             err);
+}
+
+/*
+ * RMS_NORM of a in place (a block's output norm), then the add_norm_pair
+ * that adds exactly that a to the residual stream and norms it again:
+ * norm_add_rms_norm (ABI 1.5), nodes N .. N + 2.
+ */
+static int fuse_norm_add_rms_norm(const struct q4kh_graph *g, const struct q4kh_node *n,
+                                  const struct q4kh_backend *b, struct q4kh_error *err)
+{
+	const struct q4kh_tensor *x, *w, *out, *wa;
+	int32_t av;
+	char what[96];
+
+	if (n->op != Q4KH_OP_RMS_NORM || n->out != n->src[0] ||
+	    !Q4KH_BACKEND_HAS(b->v, norm_add_rms_norm) ||
+	    !add_norm_pair(g, n + 1, n + 2, &x, &av, &w, &out) || av != n->out)
+		return 0;
+	wa = n->src[1] >= 0 ? &g->vals[n->src[1]].t : NULL;
+	snprintf(what, sizeof(what), "norm_add_rms_norm (%s)", g->vals[n[2].out].name);
+	return fused(b, b->v->norm_add_rms_norm(b->dev, x, &g->vals[av].t, wa, n->f[0], w,
+	                                        n[2].f[0], out),
+	             what, err);
 }
 
 /*
@@ -515,6 +554,8 @@ static int32_t run_at(const struct q4kh_graph *g, int32_t i,
 		return run_multi(g, i, group, b, err) ? -1 : group;
 	if (i + 3 < g->n_nodes && (rc = fuse_rope_store(g, n, b, err)))
 		return rc < 0 ? -1 : 4;
+	if (i + 2 < g->n_nodes && (rc = fuse_norm_add_rms_norm(g, n, b, err)))
+		return rc < 0 ? -1 : 3;
 	if (i + 1 < g->n_nodes) {
 		rc = fuse_add_rms_norm(g, n, n + 1, b, err);
 		if (!rc)

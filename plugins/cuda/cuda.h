@@ -172,6 +172,11 @@ q4kh_status cuda_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                               const struct q4kh_tensor *a,
                               const struct q4kh_tensor *w, float eps,
                               const struct q4kh_tensor *out);
+q4kh_status cuda_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                   const struct q4kh_tensor *a,
+                                   const struct q4kh_tensor *w_a, float eps_a,
+                                   const struct q4kh_tensor *w, float eps,
+                                   const struct q4kh_tensor *out);
 q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                       float base, float freq_scale,

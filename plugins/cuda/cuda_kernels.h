@@ -101,6 +101,14 @@ cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
                                      const struct cuda_view *w, float eps,
                                      const struct cuda_view *out,
                                      cudaStream_t s);
+/* a = rms_norm(a) * wa, then the same as cuda_launch_add_rms_norm, in one
+ * kernel (plugin.h, norm_add_rms_norm); out may be x or a. */
+cudaError_t cuda_launch_norm_add_rms_norm(const struct cuda_view *x,
+                                          const struct cuda_view *a,
+                                          const struct cuda_view *wa, float eps_a,
+                                          const struct cuda_view *w, float eps,
+                                          const struct cuda_view *out,
+                                          cudaStream_t s);
 /* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
  * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,

@@ -121,6 +121,32 @@ q4kh_status cuda_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                                         &vo, dev->stream));
 }
 
+q4kh_status cuda_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                   const struct q4kh_tensor *a,
+                                   const struct q4kh_tensor *w_a, float eps_a,
+                                   const struct q4kh_tensor *w, float eps,
+                                   const struct q4kh_tensor *out)
+{
+	struct cuda_view vx, va, vwa, vw, vo;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_norm_add_rms_norm(&c, x, a, w_a, eps_a, w, eps, out)) ||
+	    (st = cuda_enter(dev, "norm_add_rms_norm")))
+		return st;
+	vx = cuda_view_of(x);
+	va = cuda_view_of(a);
+	vo = cuda_view_of(out);
+	if (w_a)
+		vwa = cuda_view_of(w_a);
+	if (w)
+		vw = cuda_view_of(w);
+	return cuda_launched(dev, "norm_add_rms_norm",
+	                     cuda_launch_norm_add_rms_norm(&vx, &va, w_a ? &vwa : NULL, eps_a,
+	                                                   w ? &vw : NULL, eps, &vo,
+	                                                   dev->stream));
+}
+
 q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                       const int32_t *pos, int32_t n_rot, q4kh_rope_mode mode,
                       float base, float freq_scale,

@@ -206,6 +206,7 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.rope_set_rows = cuda_rope_set_rows,
 	.top2 = cuda_top2,
 	.rope_store = cuda_rope_store,
+	.norm_add_rms_norm = cuda_norm_add_rms_norm,
 };
 
 #ifdef __clang__

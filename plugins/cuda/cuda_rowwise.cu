@@ -24,12 +24,16 @@
  * a row of up to RMS_THREADS * RMS_HELD values costs one memory latency,
  * not one per value a thread reads; longer rows loop over the rest. With ADD
  * (add_rms_norm) each value is x + a, add's sum, written back to x by the
- * thread that later reads it again; without, a is not read.
+ * thread that later reads it again; without, a is not read. With NORM_A
+ * too (norm_add_rms_norm) a is first normed in place with wa and eps_a,
+ * the same arithmetic (its own block sum), and that a is added. Each
+ * thread reads and writes only its own elements of x and a, so out may be
+ * either.
  */
-template <bool ADD>
+template <bool ADD, bool NORM_A>
 static __global__ void __launch_bounds__(RMS_THREADS)
-rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
-                float eps, struct cuda_view out)
+rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *wa, float eps_a,
+                const float *w, float eps, struct cuda_view out)
 {
 	__shared__ double part[32];
 	const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
@@ -37,10 +41,11 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
 
 	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
 		float *xr = (float *)view_row(x, r);
-		const float *ar = ADD ? (const float *)view_row(a, r) : NULL;
+		float *ar = ADD ? (float *)view_row(a, r) : NULL;
 		float *o = (float *)view_row(out, r);
-		float v[RMS_HELD], u[RMS_HELD], wv[RMS_HELD];
+		float v[RMS_HELD], u[RMS_HELD], wv[RMS_HELD], wav[RMS_HELD];
 		double ss = 0.0;
+		float s_a = 1.0f;
 
 		/* The weights too: the scale's wait is the reduction's only. */
 #pragma unroll
@@ -50,6 +55,21 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
 			v[k] = i < n ? xr[i] : 0.0f;
 			u[k] = ADD && i < n ? ar[i] : 0.0f;
 			wv[k] = w && i < n ? w[i] : 0.0f;
+			wav[k] = NORM_A && wa && i < n ? wa[i] : 0.0f;
+		}
+		if (NORM_A) {
+			double sa = 0.0;
+
+#pragma unroll
+			for (int k = 0; k < RMS_HELD; k++)
+				sa += (double)u[k] * (double)u[k];
+			for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
+				sa += (double)ar[i] * (double)ar[i];
+			sa = block_sum(sa, part);
+			s_a = (float)(1.0 / sqrt(sa / (double)n + (double)eps_a));
+#pragma unroll
+			for (int k = 0; k < RMS_HELD; k++)
+				u[k] = wa ? u[k] * s_a * wav[k] : u[k] * s_a;
 		}
 		/* The sums are stored after every load is issued (a store
 		 * to x could alias a later load, and would hold it back). */
@@ -59,8 +79,11 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
 				const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 
 				v[k] += u[k];
-				if (i < n)
+				if (i < n) {
 					xr[i] = v[k];
+					if (NORM_A)
+						ar[i] = u[k];
+				}
 			}
 		}
 #pragma unroll
@@ -70,7 +93,13 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *w,
 			float xi = xr[i];
 
 			if (ADD) {
-				xi += ar[i];
+				float ai = ar[i];
+
+				if (NORM_A) {
+					ai = wa ? ai * s_a * wa[i] : ai * s_a;
+					ar[i] = ai;
+				}
+				xi += ai;
 				xr[i] = xi;
 			}
 			ss += (double)xi * (double)xi;
@@ -225,8 +254,53 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	}
 }
 
+/* Threads of a norm's block: enough warps to hold a row of N values, at
+ * most RMS_THREADS (a row of 640 values, or a head of 256, is not summed
+ * over 16 idle warps). */
+static unsigned rms_threads(int64_t n)
+{
+	const int64_t need = (n + RMS_HELD - 1) / RMS_HELD;
+
+	return need >= RMS_THREADS ? RMS_THREADS : (unsigned)(need + 31) / 32 * 32;
+}
+
 /* The view of no tensor: a kernel's optional operand left out. */
 static const struct cuda_view none = { NULL, 0, { 0 }, { 0 } };
+
+/* rms_norm_kernel over x's rows: after x += a when A is not NULL, and
+ * after a's own norm (wa, which may be NULL, and eps_a) when NORM_A. */
+static cudaError_t launch_norm(const struct cuda_view *x, const struct cuda_view *a,
+                               bool norm_a, const struct cuda_view *wa, float eps_a,
+                               const struct cuda_view *w, float eps,
+                               const struct cuda_view *out, cudaStream_t s)
+{
+	const int64_t rows = view_rows(x);
+	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
+	const unsigned threads = rms_threads(x->ne[0]);
+	const float *wad = wa ? (const float *)wa->data : NULL;
+	const float *wd = w ? (const float *)w->data : NULL;
+
+	if (norm_a)
+		rms_norm_kernel<true, true><<<g, threads, 0, s>>>(*x, *a, wad, eps_a, wd, eps, *out);
+	else if (a)
+		rms_norm_kernel<true, false><<<g, threads, 0, s>>>(*x, *a, NULL, 0.0f, wd, eps, *out);
+	else
+		rms_norm_kernel<false, false><<<g, threads, 0, s>>>(*x, none, NULL, 0.0f, wd, eps,
+		                                                    *out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_norm_add_rms_norm(const struct cuda_view *x,
+                                                     const struct cuda_view *a,
+                                                     const struct cuda_view *wa,
+                                                     float eps_a,
+                                                     const struct cuda_view *w,
+                                                     float eps,
+                                                     const struct cuda_view *out,
+                                                     cudaStream_t s)
+{
+	return launch_norm(x, a, true, wa, eps_a, w, eps, out, s);
+}
 
 extern "C" cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
                                                 const struct cuda_view *a,
@@ -235,20 +309,7 @@ extern "C" cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
                                                 const struct cuda_view *out,
                                                 cudaStream_t s)
 {
-	const int64_t rows = view_rows(x);
-	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
-	const float *wd = w ? (const float *)w->data : NULL;
-	/* Enough warps to hold the row, at most RMS_THREADS: a short row
-	 * (640 values, a head of 256) is not summed over 16 idle warps. */
-	const int64_t need = (x->ne[0] + RMS_HELD - 1) / RMS_HELD;
-	const unsigned threads = need >= RMS_THREADS ? RMS_THREADS
-	                                             : (unsigned)(need + 31) / 32 * 32;
-
-	if (a)
-		rms_norm_kernel<true><<<g, threads, 0, s>>>(*x, *a, wd, eps, *out);
-	else
-		rms_norm_kernel<false><<<g, threads, 0, s>>>(*x, none, wd, eps, *out);
-	return cudaGetLastError();
+	return launch_norm(x, a, false, NULL, 0.0f, w, eps, out, s);
 }
 
 extern "C" cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,

@@ -918,6 +918,29 @@ static inline q4kh_status q4kh_check_add_rms_norm(const struct q4kh_check *c,
 }
 
 /*
+ * norm_add_rms_norm (ABI 1.5): rms_norm's checks of a normed in place
+ * with w_a, then add_rms_norm's of x += a normed into out; out apart from
+ * w_a.
+ */
+static inline q4kh_status q4kh_check_norm_add_rms_norm(const struct q4kh_check *c,
+                                                       const struct q4kh_tensor *x,
+                                                       const struct q4kh_tensor *a,
+                                                       const struct q4kh_tensor *w_a,
+                                                       float eps_a,
+                                                       const struct q4kh_tensor *w,
+                                                       float eps,
+                                                       const struct q4kh_tensor *out)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_rms_norm(c, a, w_a, eps_a, a)) ||
+	    (st = q4kh_check_add_rms_norm(c, x, a, w, eps, out)))
+		return st;
+	return w_a ? q4kh_check_disjoint(c, "norm_add_rms_norm out", out, "w_a", w_a)
+	           : Q4KH_OK;
+}
+
+/*
  * rope_set_rows (ABI 1.4): rope_ext's checks of x rotated in place at pos,
  * then set_rows' of x written to cache at rows pos (cache apart from x
  * and pos), messages named after the part that refuses.

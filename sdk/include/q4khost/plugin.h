@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 4
+#define Q4KH_ABI_MINOR 5
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -197,11 +197,11 @@ struct q4kh_rope_params {
 };
 
 /*
- * Backend function table, ABI 1.4 (1.0 ends at native_device, 1.1 at
- * graph_free, 1.2 and 1.3 at delta_net). All tensors passed to ops live
- * in buffers of the same device context. Ops may run asynchronously, in
- * the order they are issued; synchronize() waits for all of them. Types:
- * f32 unless said otherwise. An op's output may be one of its inputs only
+ * Backend function table, ABI 1.5 (1.0 ends at native_device, 1.1 at
+ * graph_free, 1.2 and 1.3 at delta_net, 1.4 at rope_store). All tensors
+ * passed to ops live in buffers of the same device context. Ops may run
+ * asynchronously, in the order they are issued; synchronize() waits for
+ * all of them. Types: f32 unless said otherwise. An op's output may be one of its inputs only
  * where the entry says so, and then exactly the same view; otherwise it
  * shares no byte with them. q4khost/contract.h checks every op's arguments so
  * (docs/plugin-abi.md section 12, rules A1 to A4).
@@ -582,6 +582,24 @@ struct q4kh_backend_v1 {
 	                          const struct q4kh_rope_params *params,
 	                          const struct q4kh_tensor *k_cache,
 	                          const struct q4kh_tensor *v_cache);
+
+	/*
+	 * ABI 1.5, optional, fused as the 1.4 entries above are: a block's
+	 * output norm, the residual add and the next norm in one call (each
+	 * half of a Gemma layer ends so): rms_norm(a, w_a, eps_a, a), then
+	 * add_rms_norm(x, a, w, eps, out). That is a = a / sqrt(mean(a^2) +
+	 * eps_a) * w_a, x = x + a, out = x / sqrt(mean(x^2) + eps) * w over
+	 * ne[0] of every row; a, x and out are all written. x and a f32 of one
+	 * shape (no broadcast), a apart from x; w_a and w F32 {ne0} or NULL;
+	 * out of x's shape, exactly x, exactly a or apart from both, and apart
+	 * from w_a and w. Checks: q4kh_check_norm_add_rms_norm.
+	 */
+	q4kh_status (*norm_add_rms_norm)(q4kh_device_ctx *dev,
+	                                 const struct q4kh_tensor *x,
+	                                 const struct q4kh_tensor *a,
+	                                 const struct q4kh_tensor *w_a, float eps_a,
+	                                 const struct q4kh_tensor *w, float eps,
+	                                 const struct q4kh_tensor *out);
 };
 
 /*
