@@ -2,6 +2,7 @@
  * What every command shares: one wording for command-line mistakes, and
  * the config with its warnings (an ignored environment among them).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -40,21 +41,74 @@ int q4kh_cli_bad_option(const char *command, char **argv, int c)
 	return Q4KH_EXIT_USAGE;
 }
 
+/*
+ * Say that S, the value of WHAT of COMMAND, is not KIND ("a whole
+ * number") in RANGE ("[1, 64]"): empty, or junk, white space around it
+ * included (strtol and strtod would skip it before the number). -1.
+ */
+static int bad_number(const char *command, const char *what, const char *kind,
+                      const char *range, const char *s)
+{
+	size_t len = strlen(s);
+
+	if (!len)
+		fprintf(stderr, "q4khost %s: %s: the value is empty; expected %s in %s\n", command,
+		        what, kind, range);
+	else
+		fprintf(stderr, "q4khost %s: %s must be %s in %s, got '%s'%s\n", command, what, kind,
+		        range, s,
+		        isspace((unsigned char)s[0]) || isspace((unsigned char)s[len - 1])
+		                ? " (white space around it is not allowed)"
+		                : "");
+	return -1;
+}
+
 int q4kh_cli_parse_long(const char *command, const char *s, const char *what, long lo,
                         long hi, long *out)
 {
-	char *end;
+	char *end, range[64];
 	long v;
 
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, "q4khost %s: %s must be a whole number in [%ld, %ld], got '%s'\n",
-		        command, what, lo, hi, s);
-		return -1;
+	if (errno || end == s || *end || isspace((unsigned char)*s) || v < lo || v > hi) {
+		snprintf(range, sizeof(range), "[%ld, %ld]", lo, hi);
+		return bad_number(command, what, "a whole number", range, s);
 	}
 	*out = v;
 	return 0;
+}
+
+int q4kh_cli_parse_double(const char *command, const char *s, const char *what, double lo,
+                          double hi, double *out)
+{
+	char *end, range[64];
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || isspace((unsigned char)*s) || !(v >= lo && v <= hi)) {
+		snprintf(range, sizeof(range), "[%g, %g]", lo, hi);
+		return bad_number(command, what, "a number", range, s);
+	}
+	*out = v;
+	return 0;
+}
+
+int q4kh_cli_names_given(const char *command, const char *backend,
+                         const char *kernel_option, const char *kernel)
+{
+	const char *option = backend && !*backend ? "--backend" : kernel_option;
+	const char *expected = backend && !*backend
+	        ? "the name of a backend plugin (q4khost plugins lists them)"
+	        : "kernel variant names, or none for the built-in kernels (q4khost plugins "
+	          "lists the variants)";
+
+	if ((!backend || *backend) && (!kernel || *kernel))
+		return 0;
+	fprintf(stderr, "q4khost %s: %s '': an empty name is not allowed; expected %s\n", command,
+	        option, expected);
+	return -1;
 }
 
 int q4kh_cli_f2_measure_mode(const char *command, const char *value,

@@ -96,7 +96,8 @@ static void usage(FILE *out)
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            print one JSON object (prompt, text and report)\n"
-	        "                        instead of streaming; bytes of the prompt or\n"
+	        "                        instead of streaming, an error's too (\"stop\":\n"
+	        "                        \"error\", with \"error\"); bytes of the prompt or\n"
 	        "                        text that are not UTF-8 become U+FFFD there\n"
 	        "  -h, --help            this help\n\n"
 	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
@@ -108,8 +109,9 @@ static void usage(FILE *out)
 	        "report (stop: standard output closed) and exit code 0.\n\n"
 	        "A failure while generating (logits with no finite value, output that\n"
 	        "cannot be written) still prints the report, then the error.\n\n"
-	        "exit codes: 0 ok, 1 failure, 2 usage (a prompt longer than the\n"
-	        "            context included), 3 bad model or config file,\n"
+	        "exit codes: 0 ok, 1 failure (the text, the report or a message that\n"
+	        "            cannot be written included), 2 usage (a prompt longer\n"
+	        "            than the context included), 3 bad model or config file,\n"
 	        "            4 the requested backend or kernel cannot serve,\n"
 	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
 }
@@ -119,19 +121,14 @@ static int parse_long(const char *s, const char *what, long lo, long hi, long *o
 	return q4kh_cli_parse_long("run", s, what, lo, hi, out);
 }
 
+/* A float option: a double in [lo, hi] rounds to a float in it (the bounds are floats). */
 static int parse_float(const char *s, const char *what, float lo, float hi, float *out)
 {
-	char *end;
-	float v;
+	double v;
 
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-		fprintf(stderr, "q4khost run: %s must be a number in [%g, %g], got '%s'\n",
-		        what, lo, hi, s);
+	if (q4kh_cli_parse_double("run", s, what, lo, hi, &v))
 		return -1;
-	}
-	*out = v;
+	*out = (float)v;
 	return 0;
 }
 
@@ -243,6 +240,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			return -1;
 		}
 	}
+	if (q4kh_cli_names_given("run", o->backend, "--kernel", o->kernel))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost run: unexpected argument '%s': the prompt goes after -p "
 		        "(try q4khost run --help)\n", argv[optind]);
@@ -574,6 +573,7 @@ static int generate(const struct run_opts *o, struct run *r,
 		return Q4KH_EXIT_USAGE;
 	}
 	rep->stop_reason = "token limit";
+	rep->prompt_total = (int64_t)r->n_ids;
 	if (prefill(r, r->ids, (int64_t)r->n_ids, rep, reason, cap, err)) {
 		rep->stop_reason = "error";
 		return Q4KH_EXIT_FAIL;
@@ -624,17 +624,16 @@ static int generate(const struct run_opts *o, struct run *r,
 }
 
 /*
- * Stopped by a signal while F2 measured the candidates, before anything
- * served: no backend ran the prompt, so the report is one line (and with
- * --json the one object, as on any other stop), then the signal's exit
- * code.
+ * Nothing was generated: the run failed before the prompt ran (STOP
+ * "error"), or a signal stopped it while F2 measured the candidates
+ * (STOP "interrupted by SIGINT"). With --json the one object all the same,
+ * the shape of any other stop, nothing generated, with ERR's message as
+ * "error" when there is one; the message goes to stderr too, and without
+ * --json a signal's stop line.
  */
-static int stopped_before_serving(const struct run_opts *o, const struct run *r,
-                                  const struct q4kh_error *err)
+static void nothing_generated(const struct run_opts *o, const char *stop,
+                              const struct q4kh_error *err)
 {
-	char stop[64];
-
-	snprintf(stop, sizeof(stop), "interrupted by %s", q4kh_signal_name(r->sel.interrupted));
 	if (o->json) {
 		json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
 		                      "tokens", 0, "decode", "tokens", 0, "prompt",
@@ -645,13 +644,12 @@ static int stopped_before_serving(const struct run_opts *o, const struct run *r,
 		json_dumpf(j, stdout, JSON_INDENT(2));
 		fputc('\n', stdout);
 		json_decref(j);
-	} else {
-		if (err->msg[0])
-			fprintf(stderr, "q4khost run: %s\n", err->msg);
+	}
+	if (err->msg[0])
+		fprintf(stderr, "q4khost run: %s\n", err->msg);
+	if (!o->json && strcmp(stop, "error"))
 		fprintf(stderr, "stop: %s while F2 measured the candidates; nothing was generated\n",
 		        stop);
-	}
-	return q4kh_interrupt_exit_code(r->sel.interrupted);
 }
 
 int q4kh_cmd_run(int argc, char **argv)
@@ -670,13 +668,13 @@ int q4kh_cmd_run(int argc, char **argv)
 	rc = setup(&o, &r, &err);
 	if (rc == 0)
 		rc = generate(&o, &r, &rep, reason, sizeof(reason), &err);
-	if (rc && !rep.stop_reason && r.sel.interrupted) {
-		rc = stopped_before_serving(&o, &r, &err);
-		run_free(&r);
-		return rc;
-	}
-	if (rc && !rep.stop_reason) { /* failed before the prompt ran: no report */
-		fprintf(stderr, "q4khost run: %s\n", err.msg);
+	if (rc && !rep.stop_reason) { /* before the prompt ran: no report */
+		if (r.sel.interrupted) {
+			snprintf(reason, sizeof(reason), "interrupted by %s",
+			         q4kh_signal_name(r.sel.interrupted));
+			rc = q4kh_interrupt_exit_code(r.sel.interrupted);
+		}
+		nothing_generated(&o, r.sel.interrupted ? reason : "error", &err);
 		run_free(&r);
 		return rc;
 	}
