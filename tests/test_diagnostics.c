@@ -1415,8 +1415,9 @@ Test(first_run, qa_names_a_case_by_file_and_line_once)
 	free(cases);
 }
 
-/* run --json: an error before the prompt runs is still one JSON object on
- * stdout, of the shape of any other stop, with the error. */
+/* run --json: an error before the prompt runs, a usage error included,
+ * is still one JSON object on stdout, of the shape of any other stop,
+ * with the error. */
 Test(first_run, run_json_errors_before_the_prompt_are_one_object)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
@@ -1424,6 +1425,9 @@ Test(first_run, run_json_errors_before_the_prompt_are_one_object)
 		{ "-m /nonexistent.gguf", "3", "/nonexistent.gguf: cannot open: " },
 		{ "--f2 bogus", "2", "--f2: 'bogus' is not one of auto, fresh, off, require" },
 		{ "--backend nope", "4", "--backend nope: no backend plugin of that name" },
+		{ "-n 0", "2", "--n-predict must be a whole number in [1, " },
+		{ "--bogus", "2", "unknown option '--bogus' (try q4khost run --help)" },
+		{ "--raw --chat-template chatml", "2", "--raw and --chat-template chatml contradict" },
 	};
 	char args[8192], inner[16384], cmd[20000], *out;
 	json_error_t jerr;
@@ -1448,4 +1452,9 @@ Test(first_run, run_json_errors_before_the_prompt_are_one_object)
 		json_decref(j);
 		free(out);
 	}
+	/* "-p --json" is a prompt, not --json: the usage error alone */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -p --json -n 0 2>/dev/null", &out), 2,
+	             "%s", out);
+	cr_expect_str_eq(out, "");
+	free(out);
 }

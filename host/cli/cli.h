@@ -24,6 +24,17 @@ enum q4kh_exit {
 };
 
 /*
+ * Say a usage error of COMMAND's command line on stderr in one line,
+ * "q4khost COMMAND: MESSAGE", MESSAGE from FMT as printf makes it; every
+ * shared parser below says its errors so. q4kh_cli_usage_said: the last
+ * MESSAGE said ("" before any), for a command whose --json object must
+ * carry its error (run).
+ */
+void q4kh_cli_usage(const char *command, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+const char *q4kh_cli_usage_said(void);
+
+/*
  * After getopt_long (called with opterr = 0 and an option string starting
  * with ':') returned C, '?' or ':': say in one line which option was
  * unknown ('?'), or which option lacks its value (':'), and return

@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,23 +22,41 @@
 #include "secure.h"
 #include "settings.h"
 
+/* What the last usage error said, for run --json's object. */
+static char usage_said[1024];
+
+void q4kh_cli_usage(const char *command, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(usage_said, sizeof(usage_said), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "q4khost %s: %s\n", command, usage_said);
+}
+
+const char *q4kh_cli_usage_said(void)
+{
+	return usage_said;
+}
+
 int q4kh_cli_bad_option(const char *command, char **argv, int c)
 {
 	const char *arg = argv[optind - 1];
 	int len = (int)strcspn(arg, "="); /* --name=value names --name */
 
 	if (c == ':')
-		fprintf(stderr, "q4khost %s: option '%.*s' needs a value (try q4khost %s --help)\n",
-		        command, len, arg, command);
+		q4kh_cli_usage(command, "option '%.*s' needs a value (try q4khost %s --help)", len,
+		               arg, command);
 	else if (optopt && !strncmp(arg, "--", 2) && arg[len]) /* --json=1: known, given a value */
-		fprintf(stderr, "q4khost %s: option '%.*s' takes no value (try q4khost %s --help)\n",
-		        command, len, arg, command);
+		q4kh_cli_usage(command, "option '%.*s' takes no value (try q4khost %s --help)", len,
+		               arg, command);
 	else if (optopt && strncmp(arg, "--", 2)) /* short, maybe among others: -xv */
-		fprintf(stderr, "q4khost %s: unknown option '-%c' (try q4khost %s --help)\n",
-		        command, optopt, command);
+		q4kh_cli_usage(command, "unknown option '-%c' (try q4khost %s --help)", optopt,
+		               command);
 	else
-		fprintf(stderr, "q4khost %s: unknown option '%.*s' (try q4khost %s --help)\n",
-		        command, len, arg, command);
+		q4kh_cli_usage(command, "unknown option '%.*s' (try q4khost %s --help)", len, arg,
+		               command);
 	return Q4KH_EXIT_USAGE;
 }
 
@@ -52,14 +71,12 @@ static int bad_number(const char *command, const char *what, const char *kind,
 	size_t len = strlen(s);
 
 	if (!len)
-		fprintf(stderr, "q4khost %s: %s: the value is empty; expected %s in %s\n", command,
-		        what, kind, range);
+		q4kh_cli_usage(command, "%s: the value is empty; expected %s in %s", what, kind, range);
 	else
-		fprintf(stderr, "q4khost %s: %s must be %s in %s, got '%s'%s\n", command, what, kind,
-		        range, s,
-		        isspace((unsigned char)s[0]) || isspace((unsigned char)s[len - 1])
-		                ? " (white space around it is not allowed)"
-		                : "");
+		q4kh_cli_usage(command, "%s must be %s in %s, got '%s'%s", what, kind, range, s,
+		               isspace((unsigned char)s[0]) || isspace((unsigned char)s[len - 1])
+		                       ? " (white space around it is not allowed)"
+		                       : "");
 	return -1;
 }
 
@@ -106,8 +123,8 @@ int q4kh_cli_names_given(const char *command, const char *backend,
 
 	if ((!backend || *backend) && (!kernel || *kernel))
 		return 0;
-	fprintf(stderr, "q4khost %s: %s '': an empty name is not allowed; expected %s\n", command,
-	        option, expected);
+	q4kh_cli_usage(command, "%s '': an empty name is not allowed; expected %s", option,
+	               expected);
 	return -1;
 }
 
@@ -115,8 +132,7 @@ int q4kh_cli_f2_measure_mode(const char *command, const char *value,
                              enum q4kh_f2_mode *out)
 {
 	if (q4kh_f2_mode_parse(value, out) || (*out != Q4KH_F2_AUTO && *out != Q4KH_F2_FRESH)) {
-		fprintf(stderr, "q4khost %s: --f2 '%s' is not one of auto, fresh\n", command,
-		        value);
+		q4kh_cli_usage(command, "--f2 '%s' is not one of auto, fresh", value);
 		return -1;
 	}
 	return 0;

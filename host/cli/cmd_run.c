@@ -132,37 +132,56 @@ static int parse_float(const char *s, const char *what, float lo, float hi, floa
 	return 0;
 }
 
+/* run's options, for parse and json_asked */
+enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
+       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
+       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL, O_F2_PROBE };
+static const struct option longs[] = {
+	{ "model", required_argument, 0, 'm' },
+	{ "prompt", required_argument, 0, 'p' },
+	{ "n-predict", required_argument, 0, 'n' },
+	{ "ctx", required_argument, 0, 'c' },
+	{ "batch", required_argument, 0, 'b' },
+	{ "temp", required_argument, 0, O_TEMP },
+	{ "top-k", required_argument, 0, O_TOPK },
+	{ "top-p", required_argument, 0, O_TOPP },
+	{ "seed", required_argument, 0, O_SEED },
+	{ "raw", no_argument, 0, O_RAW },
+	{ "backend", required_argument, 0, O_BACKEND },
+	{ "device", required_argument, 0, O_DEVICE },
+	{ "plugin-path", required_argument, 0, O_PPATH },
+	{ "config", required_argument, 0, O_CONFIG },
+	{ "json", no_argument, 0, O_JSON },
+	{ "threads", required_argument, 0, O_THREADS },
+	{ "kernel", required_argument, 0, O_KERNEL },
+	{ "f2", required_argument, 0, O_F2 },
+	{ "revalidate", no_argument, 0, O_REVALIDATE },
+	{ "f2-probe", required_argument, 0, O_F2_PROBE },
+	{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
+	{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
+	{ "help", no_argument, 0, 'h' },
+	{ 0, 0, 0, 0 },
+};
+#define SHORTS ":m:p:n:c:b:h"
+
+/*
+ * Whether --json is among ARGV's options, read as parse reads them (in
+ * "-p --json" it is the prompt), whatever else is wrong there: a usage
+ * error is one JSON object too with it.
+ */
+static int json_asked(int argc, char **argv)
+{
+	int c, json = 0;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1)
+		json |= c == O_JSON;
+	return json;
+}
+
 static int parse(int argc, char **argv, struct run_opts *o)
 {
-	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
-	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
-	       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL, O_F2_PROBE };
-	static const struct option longs[] = {
-		{ "model", required_argument, 0, 'm' },
-		{ "prompt", required_argument, 0, 'p' },
-		{ "n-predict", required_argument, 0, 'n' },
-		{ "ctx", required_argument, 0, 'c' },
-		{ "batch", required_argument, 0, 'b' },
-		{ "temp", required_argument, 0, O_TEMP },
-		{ "top-k", required_argument, 0, O_TOPK },
-		{ "top-p", required_argument, 0, O_TOPP },
-		{ "seed", required_argument, 0, O_SEED },
-		{ "raw", no_argument, 0, O_RAW },
-		{ "backend", required_argument, 0, O_BACKEND },
-		{ "device", required_argument, 0, O_DEVICE },
-		{ "plugin-path", required_argument, 0, O_PPATH },
-		{ "config", required_argument, 0, O_CONFIG },
-		{ "json", no_argument, 0, O_JSON },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "kernel", required_argument, 0, O_KERNEL },
-		{ "f2", required_argument, 0, O_F2 },
-		{ "revalidate", no_argument, 0, O_REVALIDATE },
-		{ "f2-probe", required_argument, 0, O_F2_PROBE },
-		{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
-		{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
-	};
 	struct q4kh_error err;
 	enum q4kh_chat_format family;
 	long v;
@@ -175,7 +194,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	o->sp.top_p = 0.95f;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:p:n:c:b:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -212,7 +231,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		case O_RAW: o->raw = 1; break;
 		case O_CHAT_TEMPLATE:
 			if (q4kh_prompt_family(optarg, &family, &err)) {
-				fprintf(stderr, "q4khost run: %s\n", err.msg);
+				q4kh_cli_usage("run", "%s", err.msg);
 				return -1;
 			}
 			o->chat_template = optarg;
@@ -243,14 +262,14 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	if (q4kh_cli_names_given("run", o->backend, "--kernel", o->kernel))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost run: unexpected argument '%s': the prompt goes after -p "
-		        "(try q4khost run --help)\n", argv[optind]);
+		q4kh_cli_usage("run", "unexpected argument '%s': the prompt goes after -p (try "
+		               "q4khost run --help)", argv[optind]);
 		return -1;
 	}
 	if (o->raw && o->chat_template) {
-		fprintf(stderr, "q4khost run: --raw and --chat-template %s contradict each other: "
-		        "--raw lays out no chat template (--chat-template none says the same)\n",
-		        o->chat_template);
+		q4kh_cli_usage("run", "--raw and --chat-template %s contradict each other: --raw "
+		               "lays out no chat template (--chat-template none says the same)",
+		               o->chat_template);
 		return -1;
 	}
 	return 0;
@@ -624,27 +643,35 @@ static int generate(const struct run_opts *o, struct run *r,
 }
 
 /*
+ * With --json, the one object of a run that generated nothing: the shape
+ * of any other stop, with STOP ("error", "interrupted by SIGINT") and
+ * MESSAGE as "error" when there is one.
+ */
+static void print_nothing_json(const char *prompt, const char *stop, const char *message)
+{
+	json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
+	                      "tokens", 0, "decode", "tokens", 0, "prompt",
+	                      q4kh_cli_json_text(prompt, strlen(prompt)), "text", "");
+
+	if (message[0])
+		json_object_set_new(j, "error", json_string(message));
+	json_dumpf(j, stdout, JSON_INDENT(2));
+	fputc('\n', stdout);
+	json_decref(j);
+}
+
+/*
  * Nothing was generated: the run failed before the prompt ran (STOP
  * "error"), or a signal stopped it while F2 measured the candidates
- * (STOP "interrupted by SIGINT"). With --json the one object all the same,
- * the shape of any other stop, nothing generated, with ERR's message as
- * "error" when there is one; the message goes to stderr too, and without
- * --json a signal's stop line.
+ * (STOP "interrupted by SIGINT"). With --json the one object all the
+ * same; ERR's message goes to stderr too, and without --json a signal's
+ * stop line.
  */
 static void nothing_generated(const struct run_opts *o, const char *stop,
                               const struct q4kh_error *err)
 {
-	if (o->json) {
-		json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
-		                      "tokens", 0, "decode", "tokens", 0, "prompt",
-		                      q4kh_cli_json_text(o->prompt, strlen(o->prompt)), "text", "");
-
-		if (err->msg[0])
-			json_object_set_new(j, "error", json_string(err->msg));
-		json_dumpf(j, stdout, JSON_INDENT(2));
-		fputc('\n', stdout);
-		json_decref(j);
-	}
+	if (o->json)
+		print_nothing_json(o->prompt, stop, err->msg);
 	if (err->msg[0])
 		fprintf(stderr, "q4khost run: %s\n", err->msg);
 	if (!o->json && strcmp(stop, "error"))
@@ -661,8 +688,13 @@ int q4kh_cmd_run(int argc, char **argv)
 	char reason[64];
 	int rc = parse(argc, argv, &o);
 
-	if (rc)
-		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (rc > 0)
+		return Q4KH_EXIT_OK;
+	if (rc) { /* said on stderr; the prompt is -p's when it came first */
+		if (json_asked(argc, argv))
+			print_nothing_json(o.prompt, "error", q4kh_cli_usage_said());
+		return Q4KH_EXIT_USAGE;
+	}
 	q4kh_interrupt_install();
 	q4kh_progress_init("run");
 	rc = setup(&o, &r, &err);
