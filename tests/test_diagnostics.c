@@ -1240,12 +1240,14 @@ Test(first_run, threads_beyond_the_cpus_are_warned_about_and_top_k_0_explained)
 
 /* --- issue 19c: a third trial ---------------------------------------------- */
 
-/* plugins --explain names the F2 probe and every [plugin.NAME] setting,
- * each with where it came from, as it names the other settings. */
+/* plugins --explain names the F2 probe, the child's limits and every
+ * [plugin.NAME] setting, each with where it came from, as it names the
+ * other settings. */
 Test(first_run, plugins_explain_names_the_f2_probe_and_plugin_settings_with_their_origins)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *cfg = file_with("explain.ini", "[f2]\nprobe = prompt\n\n[plugin.cpu]\nthreads = 2\n");
+	char *cfg = file_with("explain.ini", "[f2]\nprobe = prompt\n\n[plugin.cpu]\nthreads = 2\n"
+	                                     "[f2]\nf2_timeout_s = 30\n");
 	char args[8192], want[8192], *out;
 	json_t *j, *set;
 
@@ -1256,6 +1258,9 @@ Test(first_run, plugins_explain_names_the_f2_probe_and_plugin_settings_with_thei
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	snprintf(want, sizeof(want), "  cpu threads          2                                    "
 	         "from %s:5 [plugin.cpu]\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "  F2 timeout           30 s                                 "
+	         "from %s:7 [f2]\n", cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s", plugins,

@@ -83,8 +83,12 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	const char *dir_origin, *backend;
 	enum q4kh_f2_mode mode;
 	enum q4kh_f2_probe_kind probe;
+	struct q4kh_f2_limit_origins limits;
 	struct q4kh_error err = { { 0 } };
 	json_t *jplugins = json ? json_object() : NULL;
+	char timeout_text[32], memory_text[48];
+	unsigned timeout;
+	uint64_t memory;
 	int bad_file;
 
 	if (q4kh_settings_f2_mode(c, NULL, &mode, mode_origin, sizeof(mode_origin),
@@ -95,6 +99,14 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 		json_decref(jplugins);
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	}
+	if (q4kh_guard_limits_where(c, &timeout, &memory, &limits, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		json_decref(jplugins);
+		return Q4KH_EXIT_INPUT;
+	}
+	snprintf(timeout_text, sizeof(timeout_text), "%u s", timeout);
+	snprintf(memory_text, sizeof(memory_text), memory ? "%llu MiB" : "none",
+	         (unsigned long long)memory);
 	backend = q4kh_settings_backend(backend_cli, backend_origin, sizeof(backend_origin));
 	q4kh_receipt_dir(c, dir, sizeof(dir), &dir_origin);
 	/* explained, not refused: this command diagnoses */
@@ -110,6 +122,12 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 		json_object_set_new(out, "f2_probe", setting(q4kh_f2_probe_name(probe),
 		                                             probe_origin));
 		json_object_set_new(out, "receipt_dir", setting(dir, dir_origin));
+		json_object_set_new(out, "f2_timeout_s",
+		                    json_pack("{s:i, s:s}", "value", (int)timeout, "origin",
+		                              limits.timeout));
+		json_object_set_new(out, "f2_memory_limit_mb",
+		                    json_pack("{s:I, s:s}", "value", (json_int_t)memory, "origin",
+		                              limits.memory));
 		json_object_set_new(out, "catastrophic_floor",
 		                    json_pack("{s:f, s:s}", "value", Q4KH_F2_CATASTROPHIC,
 		                              "origin", "the fixed rule F2.2"));
@@ -123,6 +141,8 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	print_setting("F2 mode", q4kh_f2_mode_name(mode), mode_origin);
 	print_setting("F2 probe", q4kh_f2_probe_name(probe), probe_origin);
 	print_setting("receipt folder", dir, dir_origin);
+	print_setting("F2 timeout", timeout_text, limits.timeout);
+	print_setting("F2 memory limit", memory_text, limits.memory);
 	print_setting("catastrophic floor", "0.90", "the fixed rule F2.2");
 	plugin_settings(r, c, NULL, json);
 	return 0;
