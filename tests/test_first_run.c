@@ -503,8 +503,20 @@ Test(first_run, validate_set_is_judged_as_a_file_is)
 	                      "[bogus] (known: ") != NULL, "%s", out);
 	cr_expect(strstr(out, "q4khost validate: warning: --set f2:nokey=1: unknown key 'nokey' "
 	                      "in section [f2] (known there: mode, ") != NULL, "%s", out);
-	cr_expect(strstr(out, "q4khost validate: --set: 'bogus' is not one of auto, fresh, off, "
-	                      "require\n") != NULL, "%s", out);
+	/* the --set argument that is wrong is named as given */
+	cr_expect(strstr(out, "q4khost validate: --set f2:mode=bogus: 'bogus' is not one of auto, "
+	                      "fresh, off, require\n") != NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --set f2:f2_floor=0.1",
+	         tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --set f2:f2_floor=0.1: f2_floor = \"0.1\": "
+	                      "expected a number in [0.9, 1]\n") != NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --set plugin.cpu:threads=abc",
+	         tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "(threads from --set plugin.cpu:threads=abc)\n") != NULL, "%s", out);
 	free(out);
 }
 
@@ -533,16 +545,14 @@ Test(first_run, a_relative_cache_home_is_ignored_for_the_model_and_the_receipts)
 	free(out);
 }
 
-/* Backend names: bench lists the backends as run does, an empty name is
- * refused as such, and bench-kernels says how to leave its cuda default. */
+/* Backend names: bench lists the backends as run does, and bench-kernels
+ * says how to leave its cuda default. */
 Test(first_run, backend_errors_say_what_is_there)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	static const char *const cases[][2] = {
 		{ "bench --backend bogus", "q4khost bench: --backend bogus: no backend plugin of that "
 		                           "name on the plugin path " },
-		{ "run --backend ''", "q4khost run: --backend '': the backend name is empty: expected "
-		                      "one of the backends on the plugin path " },
 		{ "bench-kernels", "; cuda is the default: --backend NAME times another (cpu-fast: "
 		                   "the CPU's variants)\n" },
 	};
@@ -573,5 +583,231 @@ Test(first_run, threads_beyond_the_cpus_are_warned_about_and_top_k_0_explained)
 	free(out);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "run --help", &out), 0, "%s", out);
 	cr_expect(strstr(out, "0 = every token") != NULL, "%s", out);
+	free(out);
+}
+
+/* --- issue 19c: a third trial ---------------------------------------------- */
+
+/* plugins --explain names the F2 probe, the child's limits and every
+ * [plugin.NAME] setting, each with where it came from, as it names the
+ * other settings. */
+Test(first_run, plugins_explain_names_the_f2_probe_and_plugin_settings_with_their_origins)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("explain.ini", "[f2]\nprobe = prompt\n\n[plugin.cpu]\nthreads = 2\n"
+	                                     "[f2]\nf2_timeout_s = 30\n");
+	char args[8192], want[8192], *out;
+	json_t *j, *set;
+
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "  F2 probe             prompt                               "
+	         "from %s:2 [f2]\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "  cpu threads          2                                    "
+	         "from %s:5 [plugin.cpu]\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "  F2 timeout           30 s                                 "
+	         "from %s:7 [f2]\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s", plugins,
+	         cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	set = json_object_get(j, "settings");
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(set, "f2_probe"), "value")),
+	                 "prompt");
+	set = json_object_get(json_object_get(json_object_get(set, "plugins"), "cpu"), "threads");
+	cr_expect_str_eq(json_string_value(json_object_get(set, "value")), "2");
+	snprintf(want, sizeof(want), "%s:5 [plugin.cpu]", cfg);
+	cr_expect_str_eq(json_string_value(json_object_get(set, "origin")), want);
+	json_decref(j);
+	free(out);
+	/* nothing set: the probe's default, and no plugin setting to name */
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "  F2 probe             builtin                              from default\n")
+	          != NULL, "%s", out);
+	cr_expect(strstr(out, "):\n  none set\n") != NULL, "%s", out);
+	free(out);
+	free(cfg);
+}
+
+/* An empty --backend or --kernel is a usage error of every command that
+ * takes one, named as such before any work. */
+Test(first_run, an_empty_backend_or_kernel_name_is_a_usage_error)
+{
+	static const char *const commands[] = { "run", "bench", "validate", "qa --cases x",
+		                                "serve", "plugins --explain", "conformance",
+		                                "bench-kernels" };
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], want[512], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		const char *kernel = strncmp(commands[i], "bench", 5) ? "--kernel" : "--kernels";
+		int len = (int)strcspn(commands[i], " ");
+
+		snprintf(args, sizeof(args), "%s --backend '' --plugin-path %s", commands[i], plugins);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
+		snprintf(want, sizeof(want), "q4khost %.*s: --backend '': an empty name is not allowed; "
+		         "expected the name of a backend plugin (q4khost plugins lists them)\n", len,
+		         commands[i]);
+		cr_expect_str_eq(out, want, "%s", args);
+		free(out);
+		/* conformance takes no kernel; bench-kernels --kernels '' times the
+		 * built-in alone, as its help says */
+		if (!strcmp(commands[i], "conformance") || !strcmp(commands[i], "bench-kernels"))
+			continue;
+		snprintf(args, sizeof(args), "%s %s '' --plugin-path %s", commands[i], kernel, plugins);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
+		snprintf(want, sizeof(want), "q4khost %.*s: %s '': an empty name is not allowed; "
+		         "expected kernel variant names, or none for the built-in kernels",
+		         len, commands[i], kernel);
+		cr_expect(strstr(out, want) == out, "%s: %s", args, out);
+		free(out);
+	}
+}
+
+/* Usage mistakes, exit 2, each saying what was wrong: a number with white
+ * space around it (refused as any junk), an empty number, and validate
+ * --quiet without --one, where it means nothing. */
+Test(first_run, numbers_with_white_space_and_quiet_without_one_are_usage_errors)
+{
+	static const char *const cases[][2] = {
+		{ "run --device ''", "q4khost run: --device: the value is empty; expected a whole "
+		                     "number in [0, 1023]\n" },
+		{ "validate --quiet", "q4khost validate: --quiet needs --one: " },
+		{ "run -n ' 3'", "q4khost run: --n-predict must be a whole number in [1, 2147483647], "
+		                 "got ' 3' (white space around it is not allowed)\n" },
+		{ "run -n '3 '", "got '3 ' (white space around it is not allowed)\n" },
+		{ "run --temp ' 0.5'", "q4khost run: --temp must be a number in [0, 100], got ' 0.5' " },
+		{ "serve --top-p '0.5 '", "q4khost serve: --top-p must be a number in [0, 1], got '0.5 '" },
+		{ "serve --port ' 80' -m /nonexistent.gguf", "q4khost serve: --port must be a whole number in [0, 65535]" },
+		{ "validate --memory-limit ' 5'", "q4khost validate: --memory-limit (MiB; 0: no limit) "
+		                                  "must be a whole number in [0, 1073741824], got ' 5'" },
+		{ "validate --timeout '\t9'", "q4khost validate: --timeout (seconds) must be a whole " },
+	};
+	char *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cr_expect_eq(test_q4khost("", test_tmpdir(), cases[i][0], &out), 2, "%s: %s",
+		             cases[i][0], out);
+		cr_expect(strstr(out, cases[i][1]) != NULL, "%s: %s", cases[i][0], out);
+		free(out);
+	}
+}
+
+/* A host that does not resolve is refused before the model loads. */
+Test(first_run, serve_refuses_a_host_that_does_not_resolve_before_loading)
+{
+	char *out;
+
+	/* the model named does not exist: refusing it would be the late error */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "serve --host no-such-host.invalid -m "
+	                          "/nonexistent.gguf", &out), 2, "%s", out);
+	cr_expect(strstr(out, "q4khost serve: --host 'no-such-host.invalid': cannot be resolved to "
+	                      "an address to listen on: ") == out, "%s", out);
+	cr_expect_null(strstr(out, "nonexistent.gguf"), "%s", out);
+	free(out);
+}
+
+/* A report or message lost to a full standard error fails the command
+ * (as a lost standard output does): nothing can say so but the code. */
+Test(first_run, a_report_lost_to_a_full_standard_error_is_a_failure)
+{
+	static const char *const stderr_to[][2] = {
+		{ "/dev/full", "rc=1\n" },
+		{ "/dev/null", "rc=0\n" }, /* the same run with its report readable */
+	};
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], inner[16384], cmd[20000], *out;
+
+	if (access("/dev/full", W_OK) != 0)
+		cr_skip_test("no /dev/full here");
+	snprintf(args, sizeof(args), "run -n 2 -m %s --plugin-path %s", tiny_model(), plugins);
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(cmd, sizeof(cmd), "%s >/dev/null 2>%s; echo rc=$?",
+		         test_q4khost_command("", test_tmpdir(), args, inner, sizeof(inner)),
+		         stderr_to[i][0]);
+		test_shell(cmd, &out);
+		cr_expect_str_eq(out, stderr_to[i][1], "2>%s", stderr_to[i][0]);
+		free(out);
+	}
+	/* the help says so */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "1 failure (output that cannot be written, to\n            standard "
+	                      "output or standard error, included)") != NULL, "%s", out);
+	free(out);
+}
+
+/* qa names a case by its file and line once, after its name if it has one. */
+Test(first_run, qa_names_a_case_by_file_and_line_once)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cases = file_with("cases.jsonl",
+	                        "{\"prompt\": \"a b\", \"accept\": [\"x\"], \"max_tokens\": 2}\n"
+	                        "{\"name\": \"named\", \"prompt\": \"a b\", \"accept\": [\"x\"], "
+	                        "\"max_tokens\": 2}\n");
+	char args[8192], want[8192], *out;
+
+	snprintf(args, sizeof(args), "qa --cases %s -m %s --plugin-path %s", cases, tiny_model(),
+	         plugins);
+	test_q4khost("", test_tmpdir(), args, &out);
+	snprintf(want, sizeof(want), "\ncase %s:1: ", cases);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	snprintf(want, sizeof(want), "\ncase named (%s:2): ", cases);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_null(strstr(out, "(line "), "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "qa --json --cases %s -m %s --plugin-path %s", cases,
+	         tiny_model(), plugins);
+	test_q4khost("", test_tmpdir(), args, &out);
+	cr_expect(strstr(out, "\"name\": null") != NULL, "no made-up name: %s", out);
+	free(out);
+	free(cases);
+}
+
+/* run --json: an error before the prompt runs, a usage error included,
+ * is still one JSON object on stdout, of the shape of any other stop,
+ * with the error. */
+Test(first_run, run_json_errors_before_the_prompt_are_one_object)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	static const char *const cases[][3] = {
+		{ "-m /nonexistent.gguf", "3", "/nonexistent.gguf: cannot open: " },
+		{ "--f2 bogus", "2", "--f2: 'bogus' is not one of auto, fresh, off, require" },
+		{ "--backend nope", "4", "--backend nope: no backend plugin of that name" },
+		{ "-n 0", "2", "--n-predict must be a whole number in [1, " },
+		{ "--bogus", "2", "unknown option '--bogus' (try q4khost run --help)" },
+		{ "--raw --chat-template chatml", "2", "--raw and --chat-template chatml contradict" },
+	};
+	char args[8192], inner[16384], cmd[20000], *out;
+	json_error_t jerr;
+	json_t *j;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(args, sizeof(args), "run --json -n 1 -m %s --plugin-path %s %s", tiny_model(),
+		         plugins, cases[i][0]);
+		/* stdout alone */
+		snprintf(cmd, sizeof(cmd), "%s 2>/dev/null; echo rc=$? >&2",
+		         test_q4khost_command("", test_tmpdir(), args, inner, sizeof(inner)));
+		test_shell(cmd, &out);
+		cr_expect(strstr(out, "rc=") && atoi(strstr(out, "rc=") + 3) == atoi(cases[i][1]),
+		          "%s: %s", args, out);
+		*strstr(out, "rc=") = 0;
+		j = json_loads(out, 0, &jerr);
+		cr_assert_not_null(j, "%s: stdout is one JSON object (%s): %s", args, jerr.text, out);
+		cr_expect_str_eq(json_string_value(json_object_get(j, "stop")), "error", "%s", args);
+		cr_expect_str_eq(json_string_value(json_object_get(j, "text")), "", "%s", args);
+		cr_expect(strstr(json_string_value(json_object_get(j, "error")), cases[i][2]) != NULL,
+		          "%s: %s", args, out);
+		json_decref(j);
+		free(out);
+	}
+	/* "-p --json" is a prompt, not --json: the usage error alone */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -p --json -n 0 2>/dev/null", &out), 2,
+	             "%s", out);
+	cr_expect_str_eq(out, "");
 	free(out);
 }

@@ -131,6 +131,27 @@ Test(interrupt, two_signals_together_are_one_request, .timeout = 300)
 }
 
 /* bench stops as run does: the table of the rows done, then why, 130. */
+/* Stopped during a long prefill (3000 prompt tokens, one a step): the
+ * report says how far it got of the whole prompt. */
+Test(interrupt, sigint_during_prefill_says_how_far_of_the_prompt, .timeout = 300)
+{
+	char *out, *err;
+	long done = -1, total = -1;
+	const char *line;
+	int status = interrupted("run -n 1 -b 1 --raw -p \"$(yes a | head -n 3000 | tr '\\n' ' ')\"",
+	                         0, 1, &out, &err);
+
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
+	line = strstr(err, "q4khost: prefill ");
+	cr_assert_not_null(line, "%s", err);
+	cr_expect_eq(sscanf(line, "q4khost: prefill %ld of %ld tokens in ", &done, &total), 2, "%s",
+	             line);
+	cr_expect(done >= 0 && done < total && total > 3000, "%ld of %ld: %s", done, total, line);
+	cr_expect(strstr(err, "stop: interrupted by SIGINT\n") != NULL, "%s", err);
+	free(out);
+	free(err);
+}
+
 Test(interrupt, sigint_during_bench_prints_the_rows_done, .timeout = 300)
 {
 	char *out, *err;

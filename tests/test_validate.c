@@ -315,7 +315,7 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 	free(out);
 	snprintf(cmd, sizeof(cmd), "%s/host/cli/q4khost validate --memory-limit -5", test_builddir());
 	cr_expect_eq(test_shell(cmd, &out), 2, "%s", out);
-	cr_expect(strstr(out, "--memory-limit takes a whole number of MiB (0: no limit), got '-5'") != NULL,
+	cr_expect(strstr(out, "--memory-limit (MiB; 0: no limit) must be a whole number in [0, 1073741824], got '-5'") != NULL,
 	          "%s", out);
 	free(out);
 }

@@ -24,6 +24,17 @@ enum q4kh_exit {
 };
 
 /*
+ * Say a usage error of COMMAND's command line on stderr in one line,
+ * "q4khost COMMAND: MESSAGE", MESSAGE from FMT as printf makes it; every
+ * shared parser below says its errors so. q4kh_cli_usage_said: the last
+ * MESSAGE said ("" before any), for a command whose --json object must
+ * carry its error (run).
+ */
+void q4kh_cli_usage(const char *command, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+const char *q4kh_cli_usage_said(void);
+
+/*
  * After getopt_long (called with opterr = 0 and an option string starting
  * with ':') returned C, '?' or ':': say in one line which option was
  * unknown ('?'), or which option lacks its value (':'), and return
@@ -32,11 +43,26 @@ enum q4kh_exit {
 int q4kh_cli_bad_option(const char *command, char **argv, int c);
 
 /*
- * Parse S, the value of option WHAT of COMMAND, as a decimal number in
- * [lo, hi] into *out; else say so on stderr in one line and return -1.
+ * Parse S, the value of option WHAT of COMMAND, as a decimal whole number
+ * (q4kh_cli_parse_long) or a number (q4kh_cli_parse_double) in [lo, hi]
+ * into *out; else say so on stderr in one line and return -1. An empty
+ * value, and white space before or after the number, are refused as any
+ * other junk is.
  */
 int q4kh_cli_parse_long(const char *command, const char *s, const char *what, long lo,
                         long hi, long *out);
+int q4kh_cli_parse_double(const char *command, const char *s, const char *what, double lo,
+                          double hi, double *out);
+
+/*
+ * The names COMMAND was given, checked once its options are parsed:
+ * BACKEND (--backend) and KERNEL (the kernel list of option KERNEL_OPTION,
+ * --kernel or --kernels), NULL when not given. 0, or for an empty one a
+ * line on stderr naming the option, saying an empty name is not allowed
+ * and what it expects, and -1 (a usage error, exit 2).
+ */
+int q4kh_cli_names_given(const char *command, const char *backend,
+                         const char *kernel_option, const char *kernel);
 
 /*
  * The options of the commands that measure F2 (validate, qa): --f2 VALUE,

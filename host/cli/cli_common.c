@@ -2,10 +2,12 @@
  * What every command shares: one wording for command-line mistakes, and
  * the config with its warnings (an ignored environment among them).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,49 +22,117 @@
 #include "secure.h"
 #include "settings.h"
 
+/* What the last usage error said, for run --json's object. */
+static char usage_said[1024];
+
+void q4kh_cli_usage(const char *command, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(usage_said, sizeof(usage_said), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "q4khost %s: %s\n", command, usage_said);
+}
+
+const char *q4kh_cli_usage_said(void)
+{
+	return usage_said;
+}
+
 int q4kh_cli_bad_option(const char *command, char **argv, int c)
 {
 	const char *arg = argv[optind - 1];
 	int len = (int)strcspn(arg, "="); /* --name=value names --name */
 
 	if (c == ':')
-		fprintf(stderr, "q4khost %s: option '%.*s' needs a value (try q4khost %s --help)\n",
-		        command, len, arg, command);
+		q4kh_cli_usage(command, "option '%.*s' needs a value (try q4khost %s --help)", len,
+		               arg, command);
 	else if (optopt && !strncmp(arg, "--", 2) && arg[len]) /* --json=1: known, given a value */
-		fprintf(stderr, "q4khost %s: option '%.*s' takes no value (try q4khost %s --help)\n",
-		        command, len, arg, command);
+		q4kh_cli_usage(command, "option '%.*s' takes no value (try q4khost %s --help)", len,
+		               arg, command);
 	else if (optopt && strncmp(arg, "--", 2)) /* short, maybe among others: -xv */
-		fprintf(stderr, "q4khost %s: unknown option '-%c' (try q4khost %s --help)\n",
-		        command, optopt, command);
+		q4kh_cli_usage(command, "unknown option '-%c' (try q4khost %s --help)", optopt,
+		               command);
 	else
-		fprintf(stderr, "q4khost %s: unknown option '%.*s' (try q4khost %s --help)\n",
-		        command, len, arg, command);
+		q4kh_cli_usage(command, "unknown option '%.*s' (try q4khost %s --help)", len, arg,
+		               command);
 	return Q4KH_EXIT_USAGE;
+}
+
+/*
+ * Say that S, the value of WHAT of COMMAND, is not KIND ("a whole
+ * number") in RANGE ("[1, 64]"): empty, or junk, white space around it
+ * included (strtol and strtod would skip it before the number). -1.
+ */
+static int bad_number(const char *command, const char *what, const char *kind,
+                      const char *range, const char *s)
+{
+	size_t len = strlen(s);
+
+	if (!len)
+		q4kh_cli_usage(command, "%s: the value is empty; expected %s in %s", what, kind, range);
+	else
+		q4kh_cli_usage(command, "%s must be %s in %s, got '%s'%s", what, kind, range, s,
+		               isspace((unsigned char)s[0]) || isspace((unsigned char)s[len - 1])
+		                       ? " (white space around it is not allowed)"
+		                       : "");
+	return -1;
 }
 
 int q4kh_cli_parse_long(const char *command, const char *s, const char *what, long lo,
                         long hi, long *out)
 {
-	char *end;
+	char *end, range[64];
 	long v;
 
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, "q4khost %s: %s must be a whole number in [%ld, %ld], got '%s'\n",
-		        command, what, lo, hi, s);
-		return -1;
+	if (errno || end == s || *end || isspace((unsigned char)*s) || v < lo || v > hi) {
+		snprintf(range, sizeof(range), "[%ld, %ld]", lo, hi);
+		return bad_number(command, what, "a whole number", range, s);
 	}
 	*out = v;
 	return 0;
+}
+
+int q4kh_cli_parse_double(const char *command, const char *s, const char *what, double lo,
+                          double hi, double *out)
+{
+	char *end, range[64];
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || isspace((unsigned char)*s) || !(v >= lo && v <= hi)) {
+		snprintf(range, sizeof(range), "[%g, %g]", lo, hi);
+		return bad_number(command, what, "a number", range, s);
+	}
+	*out = v;
+	return 0;
+}
+
+int q4kh_cli_names_given(const char *command, const char *backend,
+                         const char *kernel_option, const char *kernel)
+{
+	const char *option = backend && !*backend ? "--backend" : kernel_option;
+	const char *expected = backend && !*backend
+	        ? "the name of a backend plugin (q4khost plugins lists them)"
+	        : "kernel variant names, or none for the built-in kernels (q4khost plugins "
+	          "lists the variants)";
+
+	if ((!backend || *backend) && (!kernel || *kernel))
+		return 0;
+	q4kh_cli_usage(command, "%s '': an empty name is not allowed; expected %s", option,
+	               expected);
+	return -1;
 }
 
 int q4kh_cli_f2_measure_mode(const char *command, const char *value,
                              enum q4kh_f2_mode *out)
 {
 	if (q4kh_f2_mode_parse(value, out) || (*out != Q4KH_F2_AUTO && *out != Q4KH_F2_FRESH)) {
-		fprintf(stderr, "q4khost %s: --f2 '%s' is not one of auto, fresh\n", command,
-		        value);
+		q4kh_cli_usage(command, "--f2 '%s' is not one of auto, fresh", value);
 		return -1;
 	}
 	return 0;

@@ -156,6 +156,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		default: q4kh_cli_bad_option("bench", argv, c); return -1;
 		}
 	}
+	if (q4kh_cli_names_given("bench", o->backend, "--kernels", o->kernels))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost bench: unexpected argument '%s'\n", argv[optind]);
 		return -1;

@@ -231,6 +231,9 @@ static int parse(int argc, char **argv, struct opts *o)
 		default: q4kh_cli_bad_option("bench-kernels", argv, c); return -1;
 		}
 	}
+	/* --kernels '' times the built-in alone: no empty name to refuse */
+	if (q4kh_cli_names_given("bench-kernels", o->backend, NULL, NULL))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost bench-kernels: unexpected argument '%s'\n", argv[optind]);
 		return -1;

@@ -78,6 +78,8 @@ static int parse(int argc, char **argv, struct opts *o)
 		default: q4kh_cli_bad_option("conformance", argv, c); return -1;
 		}
 	}
+	if (q4kh_cli_names_given("conformance", o->backend, NULL, NULL))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost conformance: unexpected argument '%s'\n", argv[optind]);
 		return -1;

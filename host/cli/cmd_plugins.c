@@ -89,6 +89,8 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 		default: q4kh_cli_bad_option("plugins", argv, c); return -1;
 		}
 	}
+	if (q4kh_cli_names_given("plugins", o->backend, "--kernel", o->kernel))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost plugins: unexpected argument '%s'\n",
 		        argv[optind]);

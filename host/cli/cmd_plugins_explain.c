@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "cli.h"
+#include "config.h"
 #include "guard.h"
 #include "policy.h"
 #include "receipt.h"
@@ -30,21 +31,82 @@ static void print_setting(const char *name, const char *value, const char *origi
 	printf("  %-20s %-36s from %s\n", name, value, origin);
 }
 
+/*
+ * Every key each accepted plugin's [plugin.NAME] section sets (the
+ * plugin's own settings and its F2 rules), with its value and where it
+ * came from, into OUT ({NAME: {KEY: setting}}) or as text; a key no file
+ * sets has the plugin's own default.
+ */
+static void plugin_settings(const struct q4kh_registry *r, const struct q4kh_config *c,
+                            json_t *out, int json)
+{
+	char section[160], origin[700], name[256];
+	const char *keys[256];
+	size_t shown = 0;
+
+	if (!json)
+		printf("plugin settings ([plugin.NAME] of the config; a key not set takes the "
+		       "plugin's default):\n");
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+		json_t *jp = json ? json_object() : NULL;
+		size_t n;
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED)
+			continue;
+		snprintf(section, sizeof(section), "plugin.%s", p->name);
+		n = q4kh_config_section_keys(c, section, NULL, keys, 256);
+		for (size_t k = 0; k < n; k++) {
+			const char *v = q4kh_config_where(c, section, keys[k], origin, sizeof(origin));
+
+			snprintf(name, sizeof(name), "%s %s", p->name, keys[k]);
+			if (json)
+				json_object_set_new(jp, keys[k], setting(v, origin));
+			else
+				print_setting(name, v, origin);
+		}
+		shown += n;
+		if (json && n)
+			json_object_set_new(out, p->name, jp);
+		else
+			json_decref(jp);
+	}
+	if (!json && !shown)
+		printf("  none set\n");
+}
+
 /* The settings that hold for every device. */
 static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
                     const char *backend_cli, json_t *out, int json)
 {
-	char mode_origin[700], backend_origin[64], dir[4096];
+	char mode_origin[700], probe_origin[700], backend_origin[64], dir[4096];
 	const char *dir_origin, *backend;
 	enum q4kh_f2_mode mode;
+	enum q4kh_f2_probe_kind probe;
+	struct q4kh_f2_limit_origins limits;
 	struct q4kh_error err = { { 0 } };
+	json_t *jplugins = json ? json_object() : NULL;
+	char timeout_text[32], memory_text[48];
+	unsigned timeout;
+	uint64_t memory;
 	int bad_file;
 
 	if (q4kh_settings_f2_mode(c, NULL, &mode, mode_origin, sizeof(mode_origin),
-	                          &bad_file, &err)) {
+	                          &bad_file, &err) ||
+	    q4kh_settings_f2_probe(c, NULL, &probe, probe_origin, sizeof(probe_origin),
+	                           &bad_file, &err)) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		json_decref(jplugins);
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	}
+	if (q4kh_guard_limits_where(c, &timeout, &memory, &limits, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		json_decref(jplugins);
+		return Q4KH_EXIT_INPUT;
+	}
+	snprintf(timeout_text, sizeof(timeout_text), "%u s", timeout);
+	snprintf(memory_text, sizeof(memory_text), memory ? "%llu MiB" : "none",
+	         (unsigned long long)memory);
 	backend = q4kh_settings_backend(backend_cli, backend_origin, sizeof(backend_origin));
 	q4kh_receipt_dir(c, dir, sizeof(dir), &dir_origin);
 	/* explained, not refused: this command diagnoses */
@@ -57,18 +119,32 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 		json_object_set_new(out, "backend", setting(backend ? backend : "automatic",
 		                                            backend_origin));
 		json_object_set_new(out, "f2_mode", setting(q4kh_f2_mode_name(mode), mode_origin));
+		json_object_set_new(out, "f2_probe", setting(q4kh_f2_probe_name(probe),
+		                                             probe_origin));
 		json_object_set_new(out, "receipt_dir", setting(dir, dir_origin));
+		json_object_set_new(out, "f2_timeout_s",
+		                    json_pack("{s:i, s:s}", "value", (int)timeout, "origin",
+		                              limits.timeout));
+		json_object_set_new(out, "f2_memory_limit_mb",
+		                    json_pack("{s:I, s:s}", "value", (json_int_t)memory, "origin",
+		                              limits.memory));
 		json_object_set_new(out, "catastrophic_floor",
 		                    json_pack("{s:f, s:s}", "value", Q4KH_F2_CATASTROPHIC,
 		                              "origin", "the fixed rule F2.2"));
+		plugin_settings(r, c, jplugins, json);
+		json_object_set_new(out, "plugins", jplugins);
 		return 0;
 	}
 	printf("settings:\n");
 	print_setting("plugin path", r->path, r->path_origin);
 	print_setting("backend", backend ? backend : "automatic", backend_origin);
 	print_setting("F2 mode", q4kh_f2_mode_name(mode), mode_origin);
+	print_setting("F2 probe", q4kh_f2_probe_name(probe), probe_origin);
 	print_setting("receipt folder", dir, dir_origin);
+	print_setting("F2 timeout", timeout_text, limits.timeout);
+	print_setting("F2 memory limit", memory_text, limits.memory);
 	print_setting("catastrophic floor", "0.90", "the fixed rule F2.2");
+	plugin_settings(r, c, NULL, json);
 	return 0;
 }
 

@@ -162,6 +162,8 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 		default: q4kh_cli_bad_option("qa", argv, c); return -1;
 		}
 	}
+	if (q4kh_cli_names_given("qa", o->backend, "--kernel", o->kernel))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost qa: unexpected argument '%s'\n", argv[optind]);
 		return -1;
@@ -360,7 +362,7 @@ static json_t *report_json(const struct qa_opts *o, const struct path *paths,
 			                                     r->text, "error",
 			                                     r->error[0] ? r->error : NULL));
 		}
-		json_array_append_new(jc, json_pack("{s:s, s:i, s:s, s:b, s:o, s:I, s:o}", "name",
+		json_array_append_new(jc, json_pack("{s:s?, s:i, s:s, s:b, s:o, s:I, s:o}", "name",
 		                                    runs[i].qc->name, "line", (int)runs[i].qc->line,
 		                                    "prompt", runs[i].qc->prompt, "knife_edge",
 		                                    runs[i].knife_edge, "min_margin",
@@ -395,15 +397,21 @@ static void report_text(const struct qa_opts *o, const struct path *paths, size_
 		       json_string_value(json_object_get(s, "message")));
 	for (i = 0; i < n; i++) {
 		const struct qa_case_run *c = &runs[i];
-		if (c->knife_edge && c->min_step >= 0)
-			printf("\ncase %s (line %u): KNIFE EDGE at step %lld (margin %.3f < %.2f): refused as a golden\n",
-			       c->qc->name, c->qc->line, (long long)c->min_step, c->min_margin, tolerance);
-		else if (c->min_step >= 0)
-			printf("\ncase %s (line %u): golden (smallest margin %.3f at step %lld)\n",
-			       c->qc->name, c->qc->line, c->min_margin, (long long)c->min_step);
+		char label[4400];
+
+		/* "NAME (FILE:LINE)", or FILE:LINE alone for a case without a name */
+		if (c->qc->name)
+			snprintf(label, sizeof(label), "%s (%s:%u)", c->qc->name, o->cases, c->qc->line);
 		else
-			printf("\ncase %s (line %u): did not run on the reference\n", c->qc->name,
-			       c->qc->line);
+			snprintf(label, sizeof(label), "%s:%u", o->cases, c->qc->line);
+		if (c->knife_edge && c->min_step >= 0)
+			printf("\ncase %s: KNIFE EDGE at step %lld (margin %.3f < %.2f): refused as a golden\n",
+			       label, (long long)c->min_step, c->min_margin, tolerance);
+		else if (c->min_step >= 0)
+			printf("\ncase %s: golden (smallest margin %.3f at step %lld)\n", label,
+			       c->min_margin, (long long)c->min_step);
+		else
+			printf("\ncase %s: did not run on the reference\n", label);
 		for (size_t p = 0; p < n_paths; p++) {
 			const struct result *r = &c->results[p];
 			if (r->error[0])

@@ -96,7 +96,8 @@ static void usage(FILE *out)
 	        "      --plugin-path P   ':'-separated plugin folders\n"
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            print one JSON object (prompt, text and report)\n"
-	        "                        instead of streaming; bytes of the prompt or\n"
+	        "                        instead of streaming, an error's too (\"stop\":\n"
+	        "                        \"error\", with \"error\"); bytes of the prompt or\n"
 	        "                        text that are not UTF-8 become U+FFFD there\n"
 	        "  -h, --help            this help\n\n"
 	        "SIGINT (Ctrl-C) or SIGTERM stops the generation: the text so far, a\n"
@@ -108,8 +109,9 @@ static void usage(FILE *out)
 	        "report (stop: standard output closed) and exit code 0.\n\n"
 	        "A failure while generating (logits with no finite value, output that\n"
 	        "cannot be written) still prints the report, then the error.\n\n"
-	        "exit codes: 0 ok, 1 failure, 2 usage (a prompt longer than the\n"
-	        "            context included), 3 bad model or config file,\n"
+	        "exit codes: 0 ok, 1 failure (the text, the report or a message that\n"
+	        "            cannot be written included), 2 usage (a prompt longer\n"
+	        "            than the context included), 3 bad model or config file,\n"
 	        "            4 the requested backend or kernel cannot serve,\n"
 	        "            130 stopped by SIGINT, 143 stopped by SIGTERM\n");
 }
@@ -119,53 +121,67 @@ static int parse_long(const char *s, const char *what, long lo, long hi, long *o
 	return q4kh_cli_parse_long("run", s, what, lo, hi, out);
 }
 
+/* A float option: a double in [lo, hi] rounds to a float in it (the bounds are floats). */
 static int parse_float(const char *s, const char *what, float lo, float hi, float *out)
 {
-	char *end;
-	float v;
+	double v;
 
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-		fprintf(stderr, "q4khost run: %s must be a number in [%g, %g], got '%s'\n",
-		        what, lo, hi, s);
+	if (q4kh_cli_parse_double("run", s, what, lo, hi, &v))
 		return -1;
-	}
-	*out = v;
+	*out = (float)v;
 	return 0;
+}
+
+/* run's options, for parse and json_asked */
+enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
+       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
+       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL, O_F2_PROBE };
+static const struct option longs[] = {
+	{ "model", required_argument, 0, 'm' },
+	{ "prompt", required_argument, 0, 'p' },
+	{ "n-predict", required_argument, 0, 'n' },
+	{ "ctx", required_argument, 0, 'c' },
+	{ "batch", required_argument, 0, 'b' },
+	{ "temp", required_argument, 0, O_TEMP },
+	{ "top-k", required_argument, 0, O_TOPK },
+	{ "top-p", required_argument, 0, O_TOPP },
+	{ "seed", required_argument, 0, O_SEED },
+	{ "raw", no_argument, 0, O_RAW },
+	{ "backend", required_argument, 0, O_BACKEND },
+	{ "device", required_argument, 0, O_DEVICE },
+	{ "plugin-path", required_argument, 0, O_PPATH },
+	{ "config", required_argument, 0, O_CONFIG },
+	{ "json", no_argument, 0, O_JSON },
+	{ "threads", required_argument, 0, O_THREADS },
+	{ "kernel", required_argument, 0, O_KERNEL },
+	{ "f2", required_argument, 0, O_F2 },
+	{ "revalidate", no_argument, 0, O_REVALIDATE },
+	{ "f2-probe", required_argument, 0, O_F2_PROBE },
+	{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
+	{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
+	{ "help", no_argument, 0, 'h' },
+	{ 0, 0, 0, 0 },
+};
+#define SHORTS ":m:p:n:c:b:h"
+
+/*
+ * Whether --json is among ARGV's options, read as parse reads them (in
+ * "-p --json" it is the prompt), whatever else is wrong there: a usage
+ * error is one JSON object too with it.
+ */
+static int json_asked(int argc, char **argv)
+{
+	int c, json = 0;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1)
+		json |= c == O_JSON;
+	return json;
 }
 
 static int parse(int argc, char **argv, struct run_opts *o)
 {
-	enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
-	       O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
-	       O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL, O_F2_PROBE };
-	static const struct option longs[] = {
-		{ "model", required_argument, 0, 'm' },
-		{ "prompt", required_argument, 0, 'p' },
-		{ "n-predict", required_argument, 0, 'n' },
-		{ "ctx", required_argument, 0, 'c' },
-		{ "batch", required_argument, 0, 'b' },
-		{ "temp", required_argument, 0, O_TEMP },
-		{ "top-k", required_argument, 0, O_TOPK },
-		{ "top-p", required_argument, 0, O_TOPP },
-		{ "seed", required_argument, 0, O_SEED },
-		{ "raw", no_argument, 0, O_RAW },
-		{ "backend", required_argument, 0, O_BACKEND },
-		{ "device", required_argument, 0, O_DEVICE },
-		{ "plugin-path", required_argument, 0, O_PPATH },
-		{ "config", required_argument, 0, O_CONFIG },
-		{ "json", no_argument, 0, O_JSON },
-		{ "threads", required_argument, 0, O_THREADS },
-		{ "kernel", required_argument, 0, O_KERNEL },
-		{ "f2", required_argument, 0, O_F2 },
-		{ "revalidate", no_argument, 0, O_REVALIDATE },
-		{ "f2-probe", required_argument, 0, O_F2_PROBE },
-		{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
-		{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
-	};
 	struct q4kh_error err;
 	enum q4kh_chat_format family;
 	long v;
@@ -178,7 +194,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	o->sp.top_p = 0.95f;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:p:n:c:b:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -215,7 +231,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		case O_RAW: o->raw = 1; break;
 		case O_CHAT_TEMPLATE:
 			if (q4kh_prompt_family(optarg, &family, &err)) {
-				fprintf(stderr, "q4khost run: %s\n", err.msg);
+				q4kh_cli_usage("run", "%s", err.msg);
 				return -1;
 			}
 			o->chat_template = optarg;
@@ -243,15 +259,17 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			return -1;
 		}
 	}
+	if (q4kh_cli_names_given("run", o->backend, "--kernel", o->kernel))
+		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost run: unexpected argument '%s': the prompt goes after -p "
-		        "(try q4khost run --help)\n", argv[optind]);
+		q4kh_cli_usage("run", "unexpected argument '%s': the prompt goes after -p (try "
+		               "q4khost run --help)", argv[optind]);
 		return -1;
 	}
 	if (o->raw && o->chat_template) {
-		fprintf(stderr, "q4khost run: --raw and --chat-template %s contradict each other: "
-		        "--raw lays out no chat template (--chat-template none says the same)\n",
-		        o->chat_template);
+		q4kh_cli_usage("run", "--raw and --chat-template %s contradict each other: --raw "
+		               "lays out no chat template (--chat-template none says the same)",
+		               o->chat_template);
 		return -1;
 	}
 	return 0;
@@ -574,6 +592,7 @@ static int generate(const struct run_opts *o, struct run *r,
 		return Q4KH_EXIT_USAGE;
 	}
 	rep->stop_reason = "token limit";
+	rep->prompt_total = (int64_t)r->n_ids;
 	if (prefill(r, r->ids, (int64_t)r->n_ids, rep, reason, cap, err)) {
 		rep->stop_reason = "error";
 		return Q4KH_EXIT_FAIL;
@@ -624,34 +643,40 @@ static int generate(const struct run_opts *o, struct run *r,
 }
 
 /*
- * Stopped by a signal while F2 measured the candidates, before anything
- * served: no backend ran the prompt, so the report is one line (and with
- * --json the one object, as on any other stop), then the signal's exit
- * code.
+ * With --json, the one object of a run that generated nothing: the shape
+ * of any other stop, with STOP ("error", "interrupted by SIGINT") and
+ * MESSAGE as "error" when there is one.
  */
-static int stopped_before_serving(const struct run_opts *o, const struct run *r,
-                                  const struct q4kh_error *err)
+static void print_nothing_json(const char *prompt, const char *stop, const char *message)
 {
-	char stop[64];
+	json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
+	                      "tokens", 0, "decode", "tokens", 0, "prompt",
+	                      q4kh_cli_json_text(prompt, strlen(prompt)), "text", "");
 
-	snprintf(stop, sizeof(stop), "interrupted by %s", q4kh_signal_name(r->sel.interrupted));
-	if (o->json) {
-		json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
-		                      "tokens", 0, "decode", "tokens", 0, "prompt",
-		                      q4kh_cli_json_text(o->prompt, strlen(o->prompt)), "text", "");
+	if (message[0])
+		json_object_set_new(j, "error", json_string(message));
+	json_dumpf(j, stdout, JSON_INDENT(2));
+	fputc('\n', stdout);
+	json_decref(j);
+}
 
-		if (err->msg[0])
-			json_object_set_new(j, "error", json_string(err->msg));
-		json_dumpf(j, stdout, JSON_INDENT(2));
-		fputc('\n', stdout);
-		json_decref(j);
-	} else {
-		if (err->msg[0])
-			fprintf(stderr, "q4khost run: %s\n", err->msg);
+/*
+ * Nothing was generated: the run failed before the prompt ran (STOP
+ * "error"), or a signal stopped it while F2 measured the candidates
+ * (STOP "interrupted by SIGINT"). With --json the one object all the
+ * same; ERR's message goes to stderr too, and without --json a signal's
+ * stop line.
+ */
+static void nothing_generated(const struct run_opts *o, const char *stop,
+                              const struct q4kh_error *err)
+{
+	if (o->json)
+		print_nothing_json(o->prompt, stop, err->msg);
+	if (err->msg[0])
+		fprintf(stderr, "q4khost run: %s\n", err->msg);
+	if (!o->json && strcmp(stop, "error"))
 		fprintf(stderr, "stop: %s while F2 measured the candidates; nothing was generated\n",
 		        stop);
-	}
-	return q4kh_interrupt_exit_code(r->sel.interrupted);
 }
 
 int q4kh_cmd_run(int argc, char **argv)
@@ -663,20 +688,25 @@ int q4kh_cmd_run(int argc, char **argv)
 	char reason[64];
 	int rc = parse(argc, argv, &o);
 
-	if (rc)
-		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (rc > 0)
+		return Q4KH_EXIT_OK;
+	if (rc) { /* said on stderr; the prompt is -p's when it came first */
+		if (json_asked(argc, argv))
+			print_nothing_json(o.prompt, "error", q4kh_cli_usage_said());
+		return Q4KH_EXIT_USAGE;
+	}
 	q4kh_interrupt_install();
 	q4kh_progress_init("run");
 	rc = setup(&o, &r, &err);
 	if (rc == 0)
 		rc = generate(&o, &r, &rep, reason, sizeof(reason), &err);
-	if (rc && !rep.stop_reason && r.sel.interrupted) {
-		rc = stopped_before_serving(&o, &r, &err);
-		run_free(&r);
-		return rc;
-	}
-	if (rc && !rep.stop_reason) { /* failed before the prompt ran: no report */
-		fprintf(stderr, "q4khost run: %s\n", err.msg);
+	if (rc && !rep.stop_reason) { /* before the prompt ran: no report */
+		if (r.sel.interrupted) {
+			snprintf(reason, sizeof(reason), "interrupted by %s",
+			         q4kh_signal_name(r.sel.interrupted));
+			rc = q4kh_interrupt_exit_code(r.sel.interrupted);
+		}
+		nothing_generated(&o, r.sel.interrupted ? reason : "error", &err);
 		run_free(&r);
 		return rc;
 	}

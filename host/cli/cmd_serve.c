@@ -33,7 +33,9 @@ static void usage(FILE *out)
 	        "is measured in the background and takes over between requests.\n\n"
 	        "  -m, --model FILE        GGUF model (default: as q4khost run)\n"
 	        "      --host ADDR         address to listen on (default 127.0.0.1; any other\n"
-	        "                          address is reachable from other machines)\n"
+	        "                          address is reachable from other machines); one\n"
+	        "                          that does not resolve is a usage error, said\n"
+	        "                          before the model loads\n"
 	        "      --port N            TCP port (default 8080; 0: a free one, named on\n"
 	        "                          stderr as \"listening on http://ADDR:PORT\")\n"
 	        "      --api-key-file FILE clients must send \"Authorization: Bearer KEY\" with\n"
@@ -78,18 +80,7 @@ static int parse_long(const char *s, const char *what, long lo, long hi, long *o
 
 static int parse_double(const char *s, const char *what, double lo, double hi, double *out)
 {
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-		fprintf(stderr, "q4khost serve: %s must be a number in [%g, %g], got '%s'\n", what,
-		        lo, hi, s);
-		return -1;
-	}
-	*out = v;
-	return 0;
+	return q4kh_cli_parse_double("serve", s, what, lo, hi, out);
 }
 
 static int parse(int argc, char **argv, struct serve_opts *o)
@@ -201,6 +192,8 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		if (rc)
 			return -1;
 	}
+	if (q4kh_cli_names_given("serve", o->backend, "--kernel", o->kernel))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost serve: unexpected argument '%s'\n", argv[optind]);
 		return -1;
@@ -388,7 +381,9 @@ int q4kh_cmd_serve(int argc, char **argv)
 		serve_free(srv);
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
 	}
-	rc = setup(srv, &err);
+	/* a host that cannot be listened on is a usage error, said before the
+	 * model loads */
+	rc = serve_http_resolve(srv, &err) ? Q4KH_EXIT_USAGE : setup(srv, &err);
 	if (!rc) {
 		int t = serve_trust_start(srv, &err);
 		rc = t == -2 ? Q4KH_EXIT_PLUGIN : t ? Q4KH_EXIT_FAIL : 0;

@@ -79,7 +79,7 @@ static void usage(FILE *out)
 	        "      --quiet           with --one: no verdict line, and exit code 0 once\n"
 	        "                        it measured to the end (the receipt, or none\n"
 	        "                        for nothing measured, is the answer; the guard\n"
-	        "                        that started it reports)\n"
+	        "                        that started it reports); refused without --one\n"
 	        "  -h, --help            this help\n\n"
 	        "A kernel variant whose backend is not on the plugin path, or a missing\n"
 	        "reference cpu plugin, is listed under \"cannot be measured\" and fails\n"
@@ -119,7 +119,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
-	char *end;
+	long memory_limit;
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -161,26 +161,28 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 				return -1;
 			break;
 		case O_MEMORY:
-			errno = 0;
-			o->memory_limit = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-' ||
-			    o->memory_limit > Q4KH_MEMORY_LIMIT_MAX_MIB) {
-				fprintf(stderr, "q4khost validate: --memory-limit takes a whole number of MiB (0: no limit), got '%s'\n",
-				        optarg);
+			if (q4kh_cli_parse_long("validate", optarg, "--memory-limit (MiB; 0: no limit)",
+			                        0, (long)Q4KH_MEMORY_LIMIT_MAX_MIB, &memory_limit))
 				return -1;
-			}
+			o->memory_limit = (unsigned long long)memory_limit;
 			o->memory_limit_set = 1;
 			break;
 		case 'h': usage(stdout); return 1;
 		default: q4kh_cli_bad_option("validate", argv, c); return -1;
 		}
 	}
+	if (q4kh_cli_names_given("validate", o->backend, "--kernel", o->kernel))
+		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost validate: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
 	if (o->one && (!o->backend || !o->kernel)) {
 		fprintf(stderr, "q4khost validate: --one needs --backend and --kernel\n");
+		return -1;
+	}
+	if (o->quiet && !o->one) {
+		fprintf(stderr, "q4khost validate: --quiet needs --one: it quiets the one measurement a guard's child makes; the table of every candidate has no quiet form (redirect it: the exit code alone says whether every candidate passed)\n");
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
@@ -207,7 +209,7 @@ static int apply_sets(const struct validate_opts *o, int quiet, struct q4kh_conf
 
 	for (int i = 0; i < o->n_set; i++) {
 		const char *colon = strchr(o->set[i], ':'), *eq = strchr(colon, '=');
-		char section[256], key[256], why[1536];
+		char section[256], key[256], why[1536], origin_set[1100];
 
 		snprintf(section, sizeof(section), "%.*s", (int)(colon - o->set[i]), o->set[i]);
 		snprintf(key, sizeof(key), "%.*s", (int)(eq - colon - 1), colon + 1);
@@ -217,7 +219,9 @@ static int apply_sets(const struct validate_opts *o, int quiet, struct q4kh_conf
 				        why);
 			continue;
 		}
-		if (q4kh_config_set(c, section, key, eq + 1, "--set", err))
+		/* each argument is the origin of its setting, so an error names it */
+		snprintf(origin_set, sizeof(origin_set), "--set %s", o->set[i]);
+		if (q4kh_config_set(c, section, key, eq + 1, origin_set, err))
 			return -1;
 	}
 	return q4kh_settings_f2_mode(c, NULL, &mode, origin, sizeof(origin), &bad_file, err);

@@ -47,13 +47,14 @@ static void usage(FILE *out)
 	        "see man q4khost.ini, or\n%s\n",
 	        q4kh_cli_doc("config.md"));
 	fprintf(out,
-	        "\nexit codes: 0 ok, 1 failure, 2 usage error, 3 a bad model file or\n"
-	        "            configuration (a config file, a setting's value, the\n"
-	        "            receipt folder), 4 no plugin could honour the request,\n"
-	        "            130 or 143 stopped by SIGINT or SIGTERM (run, validate,\n"
-	        "            bench); signals that come together are one request, a\n"
-	        "            second one 0.5 s or more after the first ends the\n"
-	        "            process at once\n");
+	        "\nexit codes: 0 ok, 1 failure (output that cannot be written, to\n"
+	        "            standard output or standard error, included), 2 usage\n"
+	        "            error, 3 a bad model file or configuration (a config\n"
+	        "            file, a setting's value, the receipt folder), 4 no plugin\n"
+	        "            could honour the request, 130 or 143 stopped by SIGINT or\n"
+	        "            SIGTERM (run, validate, bench); signals that come together\n"
+	        "            are one request, a second one 0.5 s or more after the\n"
+	        "            first ends the process at once\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. WHO
@@ -75,33 +76,39 @@ static int apply_log_env(const char *who)
 }
 
 /*
- * Whether the reader of standard output went away (a pipe into head that
- * has read enough): the write end of a pipe without a reader polls as an
- * error, whatever errno an earlier write left.
+ * Whether the reader of FD went away (a pipe into head that has read
+ * enough): the write end of a pipe without a reader polls as an error,
+ * whatever errno an earlier write left.
  */
-static int reader_gone(int write_errno)
+static int reader_gone(int fd, int write_errno)
 {
-	struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
 
 	return write_errno == EPIPE || (poll(&p, 1, 0) == 1 && (p.revents & POLLERR));
 }
 
 /*
- * Output lost on a full disk must not exit 0; a reader that went away took
- * what it wanted, which is no failure: every command then ends quietly
- * with its own status (run has stopped generating and said so). WHO:
- * "q4khost" or "q4khost COMMAND", the prefix of the one line said.
+ * Output lost on a full disk must not exit 0 (as coreutils' close_stdout):
+ * standard output is flushed and checked, and so is standard error, the
+ * report and every message, whose failure nothing can say but the exit
+ * code, 1. A reader that went away took what it wanted, which is no
+ * failure: every command then ends quietly with its own status (run has
+ * stopped generating and said so). WHO: "q4khost" or "q4khost COMMAND",
+ * the prefix of the one line said.
  */
 static int finish(const char *who, int rc)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		int e = errno;
 
-		if (reader_gone(e))
-			return rc;
-		fprintf(stderr, "%s: cannot write to standard output: %s\n", who, strerror(e));
-		return rc ? rc : Q4KH_EXIT_FAIL;
+		if (!reader_gone(STDOUT_FILENO, e)) {
+			fprintf(stderr, "%s: cannot write to standard output: %s\n", who, strerror(e));
+			rc = rc ? rc : Q4KH_EXIT_FAIL;
+		}
 	}
+	/* unbuffered: ferror says whether any write to it failed */
+	if (ferror(stderr) && !reader_gone(STDERR_FILENO, 0))
+		rc = rc ? rc : Q4KH_EXIT_FAIL;
 	return rc;
 }
 

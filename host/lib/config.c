@@ -480,14 +480,12 @@ static int by_string(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
-                             const char *skip, char *buf, size_t cap)
+size_t q4kh_config_section_keys(const struct q4kh_config *c, const char *section,
+                                const char *skip, const char **keys, size_t cap)
 {
-	const char *keys[256];
-	size_t n = 0, used = 0;
+	size_t n = 0;
 	char sec[256];
 
-	buf[0] = 0;
 	snprintf(sec, sizeof(sec), "%s", section);
 	lower(sec);
 	for (size_t i = 0; c && i < c->n_layers; i++) {
@@ -498,7 +496,7 @@ int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
 		if (nk <= 0 || !(lk = calloc((size_t)nk, sizeof(*lk))))
 			continue;
 		iniparser_getseckeys(d, sec, lk);
-		for (int k = 0; k < nk && n < sizeof(keys) / sizeof(keys[0]); k++) {
+		for (int k = 0; k < nk && n < cap; k++) {
 			const char *name = strchr(lk[k], ':') + 1;
 			size_t j = 0;
 
@@ -510,6 +508,16 @@ int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
 		free(lk);
 	}
 	qsort(keys, n, sizeof(keys[0]), by_string);
+	return n;
+}
+
+int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
+                             const char *skip, char *buf, size_t cap)
+{
+	const char *keys[256];
+	size_t n = q4kh_config_section_keys(c, section, skip, keys, 256), used = 0;
+
+	buf[0] = 0;
 	for (size_t k = 0; k < n; k++) {
 		const char *v = q4kh_config_get(c, section, keys[k], NULL);
 		int w = snprintf(buf + used, cap - used, "%s%s=%s", k ? "; " : "", keys[k],

@@ -69,6 +69,14 @@ int q4kh_config_set(struct q4kh_config *c, const char *section,
                     struct q4kh_error *err);
 
 /*
+ * The keys of SECTION that any layer sets, each once, sorted, leaving out
+ * those that start with SKIP (NULL: none), into KEYS (at most CAP; the
+ * strings are C's, valid until q4kh_config_free): how many.
+ */
+size_t q4kh_config_section_keys(const struct q4kh_config *c, const char *section,
+                                const char *skip, const char **keys, size_t cap);
+
+/*
  * The effective settings of SECTION, every layer's keys with the value
  * that wins, sorted by key, as "key=value; key=value" into BUF ("" when
  * none), leaving out the keys that start with SKIP (NULL: none): what a

@@ -173,10 +173,12 @@ out:
 
 /*
  * The whole number [f2] KEY into *v when set: LO to HI, else an error
- * naming the file and line.
+ * naming the file and line; where it was set into ORIGIN (CAP bytes),
+ * left alone when it is not.
  */
 static int f2_whole(const struct q4kh_config *c, const char *key, uint64_t lo,
-                    uint64_t hi, uint64_t *v, struct q4kh_error *err)
+                    uint64_t hi, uint64_t *v, char *origin, size_t cap,
+                    struct q4kh_error *err)
 {
 	char where[600], *end;
 	const char *s = q4kh_config_where(c, "f2", key, where, sizeof(where));
@@ -190,6 +192,26 @@ static int f2_whole(const struct q4kh_config *c, const char *key, uint64_t lo,
 		return q4kh_fail(err, "%s: %s = \"%s\": expected a whole number from %llu to %llu",
 		                 where, key, s, (unsigned long long)lo, (unsigned long long)hi);
 	*v = n;
+	snprintf(origin, cap, "%s", where);
+	return 0;
+}
+
+int q4kh_guard_limits_where(const struct q4kh_config *c, unsigned *timeout_s,
+                            uint64_t *memory_mib, struct q4kh_f2_limit_origins *o,
+                            struct q4kh_error *err)
+{
+	struct q4kh_f2_limit_origins none;
+	uint64_t timeout = 600;
+
+	o = o ? o : &none;
+	*o = (struct q4kh_f2_limit_origins){ "default", "default" };
+	*memory_mib = q4kh_isolate_default_memory_mib();
+	if (f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &timeout, o->timeout,
+	             sizeof(o->timeout), err) ||
+	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, memory_mib, o->memory,
+	             sizeof(o->memory), err))
+		return -1;
+	*timeout_s = (unsigned)timeout;
 	return 0;
 }
 
@@ -199,7 +221,6 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     struct q4kh_error *err)
 {
 	char cache[4200];
-	uint64_t timeout;
 
 	memset(g, 0, sizeof(*g));
 	g->registry = r;
@@ -207,13 +228,8 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->model_path = model_path;
 	g->probe = probe;
 	g->n_probe = n_probe;
-	timeout = 600;
-	g->memory_limit_mib = q4kh_isolate_default_memory_mib();
-	if (f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &timeout, err) ||
-	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB,
-	             &g->memory_limit_mib, err))
+	if (q4kh_guard_limits_where(c, &g->timeout_seconds, &g->memory_limit_mib, NULL, err))
 		return -1;
-	g->timeout_seconds = (unsigned)timeout;
 	g->self_exe = "/proc/self/exe"; /* Linux: the binary that runs now */
 	q4kh_receipt_dir(c, g->receipt_dir, sizeof(g->receipt_dir),
 	                 &g->receipt_dir_origin);
@@ -282,11 +298,11 @@ int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_regis
                             struct q4kh_error *err)
 {
 	struct q4kh_f2_rules rules;
-	uint64_t v;
+	unsigned timeout;
+	uint64_t memory;
 
 	if (q4kh_receipt_dir_check(c, err) ||
-	    f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &v, err) ||
-	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, &v, err) ||
+	    q4kh_guard_limits_where(c, &timeout, &memory, NULL, err) ||
 	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
 		return -1;
 	for (size_t i = 0; r && i < r->n_plugins; i++)

@@ -133,8 +133,8 @@ struct q4kh_guard {
 
 /*
  * Fill G for MODEL_PATH: hash the model (cached by file identity), find
- * the receipt folder, hash the probe, take the child's limits from [f2]
- * f2_timeout_s (default 600) and f2_memory_limit_mb (default: isolate.h).
+ * the receipt folder, hash the probe, take the child's limits
+ * (q4kh_guard_limits_where).
  * PROBE stays owned by the caller. A bad limit is an error naming the file
  * and line.
  */
@@ -162,6 +162,22 @@ int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
  * quietly "could not be decided".
  */
 int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_registry *r,
+                            struct q4kh_error *err);
+
+/* Where the limits of a measurement's child came from: "FILE:LINE
+ * [f2]" (an override's flag for validate --set) or "default". */
+struct q4kh_f2_limit_origins {
+	char timeout[640], memory[640];
+};
+
+/*
+ * The limits of q4kh_guard_init under config C (may be NULL): [f2]
+ * f2_timeout_s into *TIMEOUT_S (default 600) and f2_memory_limit_mb into
+ * *MEMORY_MIB (default: isolate.h), and, when O is not NULL, where each
+ * came from. A bad value is an error naming the file and line.
+ */
+int q4kh_guard_limits_where(const struct q4kh_config *c, unsigned *timeout_s,
+                            uint64_t *memory_mib, struct q4kh_f2_limit_origins *o,
                             struct q4kh_error *err);
 
 /* Where each configurable F2 rule came from: "FILE:LINE [SECTION]" or

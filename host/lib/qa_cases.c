@@ -50,7 +50,6 @@ static int parse_case(json_t *o, const char *path, unsigned line,
 	json_t *accept = json_object_get(o, "accept"), *v, *mt = json_object_get(o, "max_tokens");
 	json_t *chat = json_object_get(o, "chat"), *name = json_object_get(o, "name");
 	const char *key;
-	char label[32];
 	size_t i;
 
 	c->line = line;
@@ -75,13 +74,12 @@ static int parse_case(json_t *o, const char *path, unsigned line,
 		return q4kh_fail(err, "%s:%u: \"chat\" must be true or false", path, line);
 	if (name && !json_is_string(name))
 		return q4kh_fail(err, "%s:%u: \"name\" must be a string", path, line);
-	snprintf(label, sizeof(label), "line %u", line);
-	c->name = strdup(name ? json_string_value(name) : label);
+	c->name = name ? strdup(json_string_value(name)) : NULL;
 	c->prompt = strdup(json_string_value(json_object_get(o, "prompt")));
 	c->accept = calloc(json_array_size(accept), sizeof(*c->accept));
 	c->max_tokens = mt ? json_integer_value(mt) : DEFAULT_MAX_TOKENS;
 	c->chat = chat && json_is_true(chat);
-	if (!c->name || !c->prompt || !c->accept)
+	if ((name && !c->name) || !c->prompt || !c->accept)
 		return q4kh_fail(err, "%s:%u: out of memory", path, line);
 	json_array_foreach(accept, i, v) {
 		const char *s = json_string_value(v);

@@ -5,8 +5,8 @@
  * Keys: "prompt" (a string, required), "accept" (a non-empty array of
  * non-empty strings, required), "max_tokens" (tokens to generate greedily,
  * 1..4096, default 16), "chat" (true: the prompt goes through the model's
- * chat template; default false: raw text), "name" (a label, default
- * "line N"). Blank lines and lines starting with '#' are skipped; any other
+ * chat template; default false: raw text), "name" (a label; none by
+ * default, the file and line name the case). Blank lines and lines starting with '#' are skipped; any other
  * key is an error (a misspelt key must not pass silently). A case passes
  * when the generated text, leading white space removed, starts with one of
  * its accepted answers, leading white space removed. Thread-safe for
@@ -21,7 +21,7 @@
 #include "error.h"
 
 struct q4kh_qa_case {
-	char *name;
+	char *name; /* NULL when the case has none */
 	char *prompt;
 	char **accept;
 	size_t n_accept;

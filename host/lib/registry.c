@@ -903,10 +903,6 @@ int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
 	if (!name || (p && p->desc->kind == Q4KH_KIND_BACKEND))
 		return 0;
 	q4kh_registry_backend_names(r, known, sizeof(known));
-	if (!*name)
-		return q4kh_fail(err, "%s '': the backend name is empty: expected one of the "
-		                 "backends on the plugin path %s (from %s): %s", origin, r->path,
-		                 r->path_origin, known);
 	q4kh_show(shown, sizeof(shown), name, strlen(name), 64, 0);
 	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s); the backends there: "
 	                 "%s (q4khost plugins lists every plugin and why)",

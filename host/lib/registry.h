@@ -124,8 +124,10 @@ const char *q4kh_registry_backend_names(const struct q4kh_registry *r, char *buf
 /*
  * 0 when NAME, the backend asked for (NULL: none) from ORIGIN
  * ("--backend" or "Q4KHOST_BACKEND", as q4kh_settings_backend says), is an
- * accepted backend plugin of R; else -1 with err naming ORIGIN, the value
- * (an empty one as such), the plugin path and the backends accepted there.
+ * accepted backend plugin of R; else -1 with err naming ORIGIN, the value,
+ * the plugin path and the backends accepted there. NAME is never empty:
+ * the commands refuse an empty --backend as they parse it, and an empty
+ * Q4KHOST_BACKEND is unset.
  */
 int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
                                 const char *origin, struct q4kh_error *err);

@@ -62,7 +62,7 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	const struct q4kh_device_record *d = &r->backend->record;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
-	char prefill_rate[48], decode_rate[48];
+	char prefill_rate[48], decode_rate[48], of[40] = "";
 
 	fprintf(f, "q4khost: model %s (%s, %u layers)\n", r->model_path,
 	        r->model->arch->name, r->model->hp.n_layer);
@@ -107,9 +107,13 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
 	if (r->steps)
 		print_steps(f, r->steps);
-	fprintf(f, "q4khost: prefill %lld token%s in %.3f s (%s); "
+	/* a prefill stopped part way says how far it got */
+	if (r->prompt_tokens < r->prompt_total)
+		snprintf(of, sizeof(of), " of %lld", (long long)r->prompt_total);
+	fprintf(f, "q4khost: prefill %lld%s token%s in %.3f s (%s); "
 	           "decode %lld token%s in %.3f s (%s); stop: %s\n",
-	        (long long)r->prompt_tokens, plural((unsigned long long)r->prompt_tokens),
+	        (long long)r->prompt_tokens, of,
+	        plural((unsigned long long)(of[0] ? r->prompt_total : r->prompt_tokens)),
 	        r->prefill_seconds,
 	        rate_text(prefill_rate, sizeof(prefill_rate), r->prompt_tokens, r->prefill_seconds),
 	        (long long)r->generated_tokens, plural((unsigned long long)r->generated_tokens),
@@ -145,7 +149,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	json_t *o = json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
 		"s:o, s:s, s:{s:s, s:s, s:s, s:o}, s:s, "
-		"s:{s:I, s:f, s:o}, s:{s:I, s:f, s:o}, s:s}",
+		"s:{s:I, s:I, s:f, s:o}, s:{s:I, s:f, s:o}, s:s}",
 		"model", r->model_path, "architecture", r->model->arch->name,
 		"backend", "name", p->name, "version", p->desc->version, "build_id",
 		p->desc->build_id, "file", p->path,
@@ -156,7 +160,8 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		"f2", "verdict", r->selection->f2_verdict, "source", r->selection->f2_source,
 		"message", r->selection->f2_message, "rejected_first", fallbacks,
 		"chat_template", r->chat_template,
-		"prefill", "tokens", (json_int_t)r->prompt_tokens, "seconds",
+		"prefill", "tokens", (json_int_t)r->prompt_tokens, "of",
+		(json_int_t)r->prompt_total, "seconds",
 		r->prefill_seconds, "tokens_per_second",
 		rate_json(r->prompt_tokens, r->prefill_seconds),
 		"decode", "tokens", (json_int_t)r->generated_tokens, "seconds",

@@ -27,7 +27,8 @@ struct q4kh_report {
 	uint32_t device_index;
 	const char *chat_template; /* "gemma", or "none (raw text)" */
 	const struct q4kh_session_stats *steps; /* how the steps ran; may be NULL */
-	int64_t prompt_tokens;
+	int64_t prompt_tokens; /* prefilled: fewer than prompt_total when stopped */
+	int64_t prompt_total;  /* the prompt's tokens */
 	double prefill_seconds;
 	int64_t generated_tokens;
 	double decode_seconds; /* over generated_tokens - 1 decode steps */

@@ -28,6 +28,7 @@
 #include <semaphore.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -209,6 +210,8 @@ struct serve {
 	sem_t stop;               /* posted by SIGTERM and SIGINT */
 	struct MHD_Daemon *httpd;
 	int listen_fd;
+	struct sockaddr_storage listen_addr; /* --host and --port, resolved */
+	int listen_v6;
 };
 
 /* serve_path.c */
@@ -283,6 +286,12 @@ char *serve_status_health(struct serve *srv);  /* malloc()ed JSON */
 char *serve_status_metrics(struct serve *srv); /* malloc()ed text */
 
 /* serve_http.c */
+/*
+ * Resolve --host and --port into srv->listen_addr, before anything is
+ * loaded: -1 with err naming the host and getaddrinfo's reason.
+ */
+int serve_http_resolve(struct serve *srv, struct q4kh_error *err);
+/* Listen on srv->listen_addr (serve_http_resolve) and serve. */
 int serve_http_start(struct serve *srv, struct q4kh_error *err);
 /* Stop accepting connections; requests on open ones get 503. */
 void serve_http_quiesce(struct serve *srv);

@@ -503,15 +503,10 @@ static void on_log(void *cls, const char *fmt, va_list ap)
 	serve_log("http: %s", line);
 }
 
-int serve_http_start(struct serve *srv, struct q4kh_error *err)
+int serve_http_resolve(struct serve *srv, struct q4kh_error *err)
 {
 	struct addrinfo hints = { 0 }, *ai = NULL;
-	struct sockaddr_storage addr;
-	socklen_t alen = sizeof(addr);
-	const union MHD_DaemonInfo *info;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-	                 MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-	char port[16], host[NI_MAXHOST];
+	char port[16];
 	int rc;
 
 	hints.ai_socktype = SOCK_STREAM;
@@ -519,11 +514,27 @@ int serve_http_start(struct serve *srv, struct q4kh_error *err)
 	snprintf(port, sizeof(port), "%ld", srv->o.port);
 	rc = getaddrinfo(srv->o.host, port, &hints, &ai);
 	if (rc)
-		return q4kh_fail(err, "--host %s: %s", srv->o.host, gai_strerror(rc));
-	memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
+		return q4kh_fail(err, "--host '%s': cannot be resolved to an address to listen on: %s "
+		                 "(expected an address of this machine, such as 127.0.0.1 or ::1, "
+		                 "or a name that resolves to one)",
+		                 srv->o.host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+	memcpy(&srv->listen_addr, ai->ai_addr, ai->ai_addrlen);
+	srv->listen_v6 = ai->ai_family == AF_INET6;
 	freeaddrinfo(ai);
+	return 0;
+}
+
+int serve_http_start(struct serve *srv, struct q4kh_error *err)
+{
+	struct sockaddr_storage addr = srv->listen_addr;
+	socklen_t alen = sizeof(addr);
+	const union MHD_DaemonInfo *info;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+	                 MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	char port[16], host[NI_MAXHOST];
+
+	if (srv->listen_v6)
+		flags |= MHD_USE_IPv6;
 	srv->httpd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
