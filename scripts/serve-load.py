@@ -10,7 +10,10 @@ benchmark vocabularies of scripts/gen-bench-model.py) that differs per
 request at its start, so that no server can reuse another request's
 prompt; "cache_prompt": false and "ignore_eos": true ask llama-server for
 the same work as q4khost (which ignores fields it does not know). Tokens
-are counted from the final usage chunk, else one per streamed text chunk.
+are counted from the final usage chunk, else one per streamed chunk; the
+first token's time is that of the first chunk with a choice, text or not
+(a server holds back bytes that do not yet make a UTF-8 character, and
+the benchmark models' random weights produce many such bytes).
 
     serve-load.py URL --clients C [--requests N] [--prompt-tokens P]
                   [--max-tokens G] [--label NAME] [--json]
@@ -50,15 +53,14 @@ def one_request(url, body):
         msg = json.loads(data)
         if msg.get("usage"):
             usage = msg["usage"].get("completion_tokens")
-        for choice in msg.get("choices") or []:
-            if choice.get("text"):
-                chunks += 1
-                if ttft is None:
-                    ttft = time.perf_counter() - start
+        if msg.get("choices"):
+            chunks += 1
+            if ttft is None:
+                ttft = time.perf_counter() - start
     total = time.perf_counter() - start
     conn.close()
     if ttft is None:
-        raise RuntimeError("no text came back")
+        raise RuntimeError("the stream ended without a choice (%s usage tokens)" % usage)
     return ttft, total, usage if usage else chunks
 
 
