@@ -364,6 +364,29 @@ Test(cuda_ops, mul_mat_every_type_t1_to_9)
 	rig_close(r);
 }
 
+/*
+ * Prompt sizes around every hand-over: the GEMV's 8-column tiles (7, 8,
+ * 9), the tensor-core product from CUDA_TC_MIN_COLUMNS on (63, 64, 65:
+ * its 64 MiB weight slices and cuBLAS's tiles), a long prompt past 512
+ * (511, 513), for every quantised type a model we serve uses; the output
+ * padded with poison that must stay untouched.
+ */
+Test(cuda_ops, mul_mat_prompt_sizes)
+{
+	static const uint32_t types[] = {
+		Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q5_0,
+		Q4KH_TYPE_Q8_0, Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS,
+	};
+	static const int64_t cols[] = { 1, 7, 8, 9, 63, 64, 65, 511, 513 };
+	struct rig *r = rig_open();
+
+	rng_seed(14);
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+		for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+			check_mul_mat(r, types[ti], long_k(types[ti]), 75, cols[c], c % 2);
+	rig_close(r);
+}
+
 Test(cuda_ops, mul_mat_large_and_batched)
 {
 	struct rig *r = rig_open();

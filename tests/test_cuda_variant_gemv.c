@@ -2,7 +2,8 @@
  * The CUDA kernel variants' gemv and gemm against the reference cpu
  * plugin's mul_mat (cuda_variant_rig.h: the rig, the bounds, the poison).
  * For each weight, prepared once: gemv with T = 1 .. 8 columns and gemm
- * with T = 1, 9, 64, 67, on fresh random activations in +-[0.1, 1), at
+ * with T = 1, 7, 8, 9, 63, 64, 65, 511, 513 (around the 8-column tiles,
+ * the tensor-core hand-over and 512), on fresh random activations in +-[0.1, 1), at
  * shapes whose row count is no multiple of any rows-per-block and whose
  * row length runs from one block to 8192, including the default model's;
  * every warp count the config accepts; activations with massive channels,
@@ -17,13 +18,15 @@
 
 #include "cuda_variant_rig.h"
 
-/* gemv for T = 1 .. 8 and gemm for T = 1, 9, 64, 67 on fresh activations. */
+/* gemv for T = 1 .. 8 and gemm for the prompt sizes of gemm_t on fresh
+ * activations. */
 static void sweep(struct vrig *r, struct q4kh_kernel *k, const struct weight *w)
 {
-	static const int64_t gemm_t[] = { 1, 9, 64, 67 };
+	static const int64_t gemm_t[] = { 1, 7, 8, 9, 63, 64, 65, 511, 513 };
+	const int n_gemm = (int)(sizeof(gemm_t) / sizeof(gemm_t[0]));
 	double worst = 0;
 
-	for (int i = 0; i < 8 + 4; i++) {
+	for (int i = 0; i < 8 + n_gemm; i++) {
 		int gemv = i < 8;
 		int64_t t = gemv ? i + 1 : gemm_t[i - 8];
 		float *xv = rvals((size_t)(w->k * t));
@@ -38,7 +41,7 @@ static void sweep(struct vrig *r, struct q4kh_kernel *k, const struct weight *w)
 		free(xv);
 	}
 	cr_log_info("%s %s {%lld, %lld}: worst NMSE %.3g over T = 1..8 (gemv), "
-	            "1, 9, 64, 67 (gemm)",
+	            "1 .. 513 (gemm)",
 	            w->v->name, q4kh_type_name(w->type), (long long)w->k,
 	            (long long)w->n, worst);
 }
