@@ -85,6 +85,95 @@ static void add_rms_norm_case(struct env *e, const char *isa, int64_t n, int wit
 	drop(e, &ot);
 }
 
+/*
+ * norm_add_rms_norm (ABI 1.5): a normed in place with w_a, then
+ * add_rms_norm into out (apart, x or a: OUT_AT 0, 1, 2); a, x and out bit
+ * for bit what rms_norm, add and rms_norm give, out near float64's.
+ */
+static void norm_add_rms_norm_case(struct env *e, const char *isa, int64_t n, int with_w,
+                                   int out_at)
+{
+	const int64_t rows = 3;
+	float *x = randoms(n * rows, 3.0), *a = randoms(n * rows, 2.0), *w = randoms(n, 2.0),
+	      *wa = randoms(n, 2.0);
+	struct q4kh_tensor xt = tensor(e, Q4KH_TYPE_F32, n, rows, 1, x);
+	struct q4kh_tensor at = tensor(e, Q4KH_TYPE_F32, n, rows, 1, a);
+	struct q4kh_tensor wt = tensor(e, Q4KH_TYPE_F32, n, 1, 1, w);
+	struct q4kh_tensor wat = tensor(e, Q4KH_TYPE_F32, n, 1, 1, wa);
+	struct q4kh_tensor ot = tensor(e, Q4KH_TYPE_F32, n, rows, 1, NULL);
+	struct q4kh_tensor *out = out_at == 1 ? &xt : out_at == 2 ? &at : &ot;
+	const struct q4kh_tensor *wp = with_w ? &wt : NULL, *wap = with_w ? &wat : NULL;
+	const size_t bytes = sizeof(float) * (size_t)(n * rows);
+	float *want_x, *want_a, *want_o, *got;
+
+	cr_assert_eq(e->b->rms_norm(e->dev, &at, wap, 1e-5f, &at), Q4KH_OK);
+	cr_assert_eq(e->b->add(e->dev, &xt, &at, &xt), Q4KH_OK);
+	cr_assert_eq(e->b->rms_norm(e->dev, &xt, wp, 1e-6f, out), Q4KH_OK);
+	want_x = fetch(e, &xt);
+	want_a = fetch(e, &at);
+	want_o = fetch(e, out);
+	cr_assert_eq(e->b->buffer_upload(e->dev, xt.buffer, 0, x, (uint64_t)xt.nb[3]), Q4KH_OK);
+	cr_assert_eq(e->b->buffer_upload(e->dev, at.buffer, 0, a, (uint64_t)at.nb[3]), Q4KH_OK);
+	cr_assert_eq(e->b->norm_add_rms_norm(e->dev, &xt, &at, wap, 1e-5f, wp, 1e-6f, out),
+	             Q4KH_OK, "%s", e->b->last_error(e->ctx));
+	got = fetch(e, &xt);
+	cr_expect_eq(memcmp(got, want_x, bytes), 0, "%s norm_add_rms_norm n %lld: x", isa,
+	             (long long)n);
+	free(got);
+	got = fetch(e, &at);
+	cr_expect_eq(memcmp(got, want_a, bytes), 0, "%s norm_add_rms_norm n %lld: a", isa,
+	             (long long)n);
+	free(got);
+	got = fetch(e, out);
+	cr_expect_eq(memcmp(got, want_o, bytes), 0, "%s norm_add_rms_norm n %lld w %d out %d",
+	             isa, (long long)n, with_w, out_at);
+	for (int64_t r = 0; r < rows; r++) {
+		double sa = 0, ss = 0, v[700];
+
+		cr_assert(n <= 700);
+		for (int64_t i = 0; i < n; i++)
+			sa += (double)a[r * n + i] * a[r * n + i];
+		sa = 1.0 / sqrt(sa / n + 1e-5);
+		for (int64_t i = 0; i < n; i++) {
+			v[i] = x[r * n + i] + a[r * n + i] * sa * (with_w ? wa[i] : 1.0);
+			ss += v[i] * v[i];
+		}
+		ss = 1.0 / sqrt(ss / n + 1e-6);
+		for (int64_t i = 0; i < n; i++) {
+			const double exact = v[i] * ss * (with_w ? w[i] : 1.0);
+
+			EXPECT_NEAR(got[r * n + i], exact, 4 * (n + 8) * U * fabs(exact) + 1e-6,
+			            "%s norm_add_rms_norm n %lld, row %lld, %lld", isa, (long long)n,
+			            (long long)r, (long long)i);
+		}
+	}
+	free(got);
+	free(want_x);
+	free(want_a);
+	free(want_o);
+	free(x);
+	free(a);
+	free(w);
+	free(wa);
+	drop(e, &xt);
+	drop(e, &at);
+	drop(e, &wt);
+	drop(e, &wat);
+	drop(e, &ot);
+}
+
+Test(cpu_fast, norm_add_rms_norm_is_rms_norm_add_rms_norm)
+{
+	static const int64_t lens[] = { 640, 37 };
+
+	FOR_EACH_ISA(e) {
+		for (int li = 0; li < 2; li++)
+			for (int with_w = 0; with_w < 2; with_w++)
+				for (int out_at = 0; out_at < 3; out_at++)
+					norm_add_rms_norm_case(e, isas[isa_], lens[li], with_w, out_at);
+	}
+}
+
 Test(cpu_fast, add_rms_norm_is_add_then_rms_norm)
 {
 	static const int64_t lens[] = { 640, 37 };

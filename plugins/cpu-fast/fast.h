@@ -180,6 +180,10 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                               const struct q4kh_tensor *a, const struct q4kh_tensor *w,
                               float eps, const struct q4kh_tensor *out);
+q4kh_status fast_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                   const struct q4kh_tensor *a, const struct q4kh_tensor *w_a,
+                                   float eps_a, const struct q4kh_tensor *w, float eps,
+                                   const struct q4kh_tensor *out);
 q4kh_status fast_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                                const struct q4kh_tensor *pos,
                                const struct q4kh_rope_params *params,

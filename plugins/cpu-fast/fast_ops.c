@@ -1,6 +1,7 @@
 /*
  * The row-wise ops: get_rows, rms_norm, add, mul, scale, glu, copy,
- * set_rows, add_rms_norm (ABI 1.4: add, then rms_norm of the sum) and
+ * set_rows, add_rms_norm (ABI 1.4: add, then rms_norm of the sum),
+ * norm_add_rms_norm (ABI 1.5: rms_norm of a in place first) and
  * top2 (ABI 1.4: the greedy pick of each column). Each checks its
  * tensors, then hands ranges of rows to the pool
  * (on the calling thread alone when they are few); the inner loops are the
@@ -84,7 +85,22 @@ struct rms_norm_job {
 	const struct q4kh_tensor *a; /* add_rms_norm: x += a first; else NULL */
 	const float *w;
 	double eps;
+	int norm_a;       /* norm_add_rms_norm: a normed in place before the add */
+	const float *w_a; /* its weight, or NULL */
+	double eps_a;
 };
+
+/* rms_norm's arithmetic on row X of N values into O (may be X). */
+static void norm_row(const struct fast_kernels *k, float *x, const float *w, double eps,
+                     float *o, int64_t n)
+{
+	const float s = (float)(1.0 / sqrt((double)k->sum_squares(x, n) / (double)n + eps));
+
+	if (w)
+		k->scale_mul(x, s, w, o, n);
+	else
+		k->scale(x, s, o, n);
+}
 
 static void rms_norm_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 {
@@ -95,17 +111,16 @@ static void rms_norm_task(void *arg, unsigned thread, int64_t begin, int64_t end
 	for (int64_t r = begin; r < end; r++) {
 		float *x = (float *)fast_row(j->x, r);
 		float *o = (float *)fast_row(j->out, r);
-		float s;
 
-		/* add's kernel, on the row the norm then reads (out may be a:
-		 * the sum is complete before the first write of out) */
+		/* a's own norm first (norm_add_rms_norm), then add's kernel on
+		 * the row the norm then reads (out may be a: the sum is
+		 * complete before the first write of out) */
+		if (j->norm_a)
+			norm_row(j->k, (float *)fast_row(j->a, r), j->w_a, j->eps_a,
+			         (float *)fast_row(j->a, r), n);
 		if (j->a)
 			j->k->add(x, (const float *)fast_row(j->a, r), x, n);
-		s = (float)(1.0 / sqrt((double)j->k->sum_squares(x, n) / (double)n + j->eps));
-		if (j->w)
-			j->k->scale_mul(x, s, j->w, o, n);
-		else
-			j->k->scale(x, s, o, n);
+		norm_row(j->k, x, j->w, j->eps, o, n);
 	}
 }
 
@@ -113,7 +128,7 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *w, float eps,
                           const struct q4kh_tensor *out)
 {
-	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, NULL, NULL, eps };
+	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, NULL, NULL, eps, 0, NULL, 0.0 };
 	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
@@ -128,13 +143,30 @@ q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                               const struct q4kh_tensor *a, const struct q4kh_tensor *w,
                               float eps, const struct q4kh_tensor *out)
 {
-	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, a, NULL, eps };
+	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, a, NULL, eps, 0, NULL, 0.0 };
 	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
 	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)))
 		return st;
 	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
+	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	return Q4KH_OK;
+}
+
+q4kh_status fast_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                                   const struct q4kh_tensor *a, const struct q4kh_tensor *w_a,
+                                   float eps_a, const struct q4kh_tensor *w, float eps,
+                                   const struct q4kh_tensor *out)
+{
+	struct rms_norm_job j = { dev ? dev->k : NULL, x, out, a, NULL, eps, 1, NULL, eps_a };
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_norm_add_rms_norm(&c, x, a, w_a, eps_a, w, eps, out)))
+		return st;
+	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
+	j.w_a = w_a ? (const float *)fast_at(w_a, 0, 0, 0) : NULL;
 	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }

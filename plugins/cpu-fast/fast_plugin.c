@@ -454,6 +454,7 @@ static const struct q4kh_backend_v1 table = {
 	.rope_set_rows = fast_rope_set_rows,
 	.top2 = fast_top2,
 	.rope_store = fast_rope_store,
+	.norm_add_rms_norm = fast_norm_add_rms_norm,
 };
 
 #ifdef __clang__
