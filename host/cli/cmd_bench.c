@@ -80,8 +80,8 @@ static void usage(FILE *out)
 	        "      --no-built-in     leave out the built-in kernels' row (they can\n"
 	        "                        be slow: a long prompt on a large model)\n"
 	        "  -h, --help            this help\n\n"
-	        "SIGINT (Ctrl-C) or SIGTERM stops it between rows: the rows done are\n"
-	        "printed, the others say they were not timed; a second signal at least\n"
+	        "SIGINT (Ctrl-C) or SIGTERM stops it: the rows done are printed, the row\n"
+	        "in progress and the others say they were not timed; a second signal at least\n"
 	        "half a second later ends the process at once.\n\n"
 	        "exit codes: 0 every row timed, 1 a row was not timed (F2 did not pass,\n"
 	        "            or it failed), 2 usage, 3 bad model or config file,\n"
@@ -288,9 +288,11 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 		row->timed = 1;
 		row->prefill_tps = prefill / (double)reps;
 		row->decode_tps = decode / (double)reps;
+	} else if (q4kh_interrupted()) {
+		snprintf(row->note, sizeof(row->note), "interrupted by %s after %ld of %ld passes",
+		         q4kh_signal_name(q4kh_interrupted()), done < 0 ? 0 : done, reps);
 	} else {
-		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s",
-		         err.msg[0] ? err.msg : "stopped by a signal");
+		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s", err.msg);
 	}
 	q4kh_serving_close(&sv);
 }
