@@ -11,12 +11,15 @@
  * and their folder judged alike everywhere; the man pages free of control
  * characters.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cli_rig.h"
@@ -710,6 +713,27 @@ Test(first_run, serve_refuses_a_host_that_does_not_resolve_before_loading)
 	                      "an address to listen on: ") == out, "%s", out);
 	cr_expect_null(strstr(out, "nonexistent.gguf"), "%s", out);
 	free(out);
+}
+
+/* A port in use is said before the model loads, with the port asked for. */
+Test(first_run, serve_refuses_a_port_in_use_before_loading)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char args[256], want[128], *out;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !listen(fd, 1) &&
+	          !getsockname(fd, (struct sockaddr *)&a, &alen));
+	snprintf(args, sizeof(args), "serve --port %d -m /nonexistent.gguf", ntohs(a.sin_port));
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 1, "%s", out);
+	snprintf(want, sizeof(want), "q4khost serve: cannot listen on 127.0.0.1 port %d: ",
+	         ntohs(a.sin_port));
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_null(strstr(out, "nonexistent.gguf"), "%s", out);
+	free(out);
+	close(fd);
 }
 
 /* A report or message lost to a full standard error fails the command

@@ -381,9 +381,11 @@ int q4kh_cmd_serve(int argc, char **argv)
 		serve_free(srv);
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
 	}
-	/* a host that cannot be listened on is a usage error, said before the
-	 * model loads */
-	rc = serve_http_resolve(srv, &err) ? Q4KH_EXIT_USAGE : setup(srv, &err);
+	/* a host that cannot be listened on is a usage error, a port in use a
+	 * failure, both said before the model loads */
+	rc = serve_http_resolve(srv, &err)     ? Q4KH_EXIT_USAGE
+	     : serve_http_port_free(srv, &err) ? Q4KH_EXIT_FAIL
+	                                       : setup(srv, &err);
 	if (!rc) {
 		int t = serve_trust_start(srv, &err);
 		rc = t == -2 ? Q4KH_EXIT_PLUGIN : t ? Q4KH_EXIT_FAIL : 0;

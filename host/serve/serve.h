@@ -291,6 +291,11 @@ char *serve_status_metrics(struct serve *srv); /* malloc()ed text */
  * loaded: -1 with err naming the host and getaddrinfo's reason.
  */
 int serve_http_resolve(struct serve *srv, struct q4kh_error *err);
+/* 0 when srv->listen_addr's port (port 0 aside) can be bound now, so that
+ * a port in use is said before the model loads; -1 with err naming the
+ * host, the port and the reason. A port taken between this check and
+ * serve_http_start still fails there. */
+int serve_http_port_free(const struct serve *srv, struct q4kh_error *err);
 /* Listen on srv->listen_addr (serve_http_resolve) and serve. */
 int serve_http_start(struct serve *srv, struct q4kh_error *err);
 /* Stop accepting connections; requests on open ones get 503. */

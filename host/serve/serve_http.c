@@ -524,6 +524,28 @@ int serve_http_resolve(struct serve *srv, struct q4kh_error *err)
 	return 0;
 }
 
+int serve_http_port_free(const struct serve *srv, struct q4kh_error *err)
+{
+	const struct sockaddr_storage *addr = &srv->listen_addr;
+	const socklen_t alen = srv->listen_v6 ? sizeof(struct sockaddr_in6)
+	                                      : sizeof(struct sockaddr_in);
+	const int one = 1;
+	int fd, rc = 0;
+
+	if (srv->o.port == 0)
+		return 0; /* the kernel picks a free one */
+	fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0; /* nothing learned: serve_http_start will say */
+	/* as the daemon binds: an old connection in TIME_WAIT is no reason */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (const struct sockaddr *)addr, alen))
+		rc = q4kh_fail(err, "cannot listen on %s port %ld: %s", srv->o.host, srv->o.port,
+		               strerror(errno));
+	close(fd);
+	return rc;
+}
+
 int serve_http_start(struct serve *srv, struct q4kh_error *err)
 {
 	struct sockaddr_storage addr = srv->listen_addr;
@@ -536,7 +558,7 @@ int serve_http_start(struct serve *srv, struct q4kh_error *err)
 	if (srv->listen_v6)
 		flags |= MHD_USE_IPv6;
 	srv->httpd = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
+		flags, (uint16_t)srv->o.port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)srv->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
 		(unsigned)srv->o.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
