@@ -335,6 +335,7 @@ static void shut_down(struct serve *srv)
 	serve_http_quiesce(srv);
 	serve_engine_drain(srv, (double)srv->o.drain_timeout);
 	serve_engine_stop(srv);
+	serve_http_flush(srv, 2.0); /* cancelled streams say so and end */
 	serve_http_stop(srv);
 	serve_trust_stop(srv);
 	serve_shadow_stop(srv);

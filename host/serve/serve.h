@@ -188,6 +188,7 @@ struct serve {
 	int n_retired;
 	uint64_t next_seq;
 	int draining, quit;
+	int streams; /* event streams MHD holds (lock): shut_down lets them end */
 	pthread_t engine;
 	int engine_started;
 	float **logits;           /* per slot: a sampled job's (greedy reads a pick) */
@@ -300,6 +301,10 @@ int serve_http_port_free(const struct serve *srv, struct q4kh_error *err);
 int serve_http_start(struct serve *srv, struct q4kh_error *err);
 /* Stop accepting connections; requests on open ones get 503. */
 void serve_http_quiesce(struct serve *srv);
+/* Wait up to SECONDS for every event stream to end (the jobs are done or
+ * cancelled: each stream sends its last events, an error event and
+ * [DONE] for a cancelled one, before the connections close). */
+void serve_http_flush(struct serve *srv, double seconds);
 void serve_http_stop(struct serve *srv);
 
 /* One log line on stderr: "q4khost serve: ...". Thread-safe. */

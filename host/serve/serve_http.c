@@ -320,6 +320,7 @@ static void stream_free(void *cls)
 		pthread_cond_signal(&s->srv->work);
 	}
 	serve_job_release(s->job);
+	s->srv->streams--;
 	pthread_mutex_unlock(&s->srv->lock);
 	free(s->out);
 	free(s);
@@ -338,6 +339,9 @@ static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
 		return MHD_NO;
 	}
 	*s = (struct stream){ srv, j, fd, NULL, 0, 0, 0, 0, 0, serve_now() };
+	pthread_mutex_lock(&srv->lock);
+	srv->streams++; /* stream_free counts it out */
+	pthread_mutex_unlock(&srv->lock);
 	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
 	if (!r) {
 		stream_free(s);
@@ -591,6 +595,19 @@ void serve_http_quiesce(struct serve *srv)
 	 * backlog (Linux stops listening on a shut-down socket). */
 	if (fd >= 0)
 		shutdown(fd, SHUT_RD);
+}
+
+void serve_http_flush(struct serve *srv, double seconds)
+{
+	const double end = serve_now() + seconds;
+
+	pthread_mutex_lock(&srv->lock);
+	while (srv->streams > 0 && serve_now() < end) {
+		pthread_mutex_unlock(&srv->lock);
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+		pthread_mutex_lock(&srv->lock);
+	}
+	pthread_mutex_unlock(&srv->lock);
 }
 
 void serve_http_stop(struct serve *srv)

@@ -3,7 +3,8 @@ error body) or a closed connection while the server lives on: malformed
 JSON, wrong types, invalid UTF-8, an unknown model, endpoint or method,
 bodies too large or cut short, slow-loris clients, a client that leaves
 mid-stream (its generation must stop), requests without the API key; then
-SIGTERM with a stream in flight and 1,000 requests after it. The caller
+SIGTERM with a stream in flight (which must still end with [DONE]) and
+1,000 requests after it. The caller
 started the server with --max-body 65536 --idle-timeout 2, the API key KEY
 and its log in LOG, and checks that it exits 0.
 Usage: abuse.py URL PID KEY LOG MODEL"""
@@ -202,6 +203,20 @@ def main():
             check("after SIGTERM: 503 with a JSON error", False, (st, b))
         answered += 1
     CHECKS.append("1000 requests after SIGTERM")
+    # The stream in flight ends as a stream: finished or cancelled by the
+    # shutdown, its last event is [DONE] and its chunked body is closed.
+    s.settimeout(30)
+    rest = b""
+    try:
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            rest += got
+    except OSError:
+        pass
+    check("the stream in flight at SIGTERM ends with [DONE] and a closed body",
+          b"data: [DONE]" in rest and rest.endswith(b"0\r\n\r\n"), rest[-300:])
     s.close()
     print("abuse: %d checks passed; after SIGTERM %d requests got 503, %d a closed connection"
           % (len(CHECKS), answered, refused))
