@@ -323,6 +323,9 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 /* A prompt of code: " return" (id 994 in the default model) at position 11. */
 #define CODE_PROMPT "int add(int a, int b) { return a + b; }"
 
+/* What the report says of the built-in probe's reach: 64 tokens, 8 steps. */
+#define NOT_PAST_72 "positions 72 and later not checked\n"
+
 /* Whether token id ID is among the probe tokens of TEXT (NULL: the built-in). */
 static int probe_holds(const char *text, int32_t id)
 {
@@ -377,7 +380,7 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 	expect_run(plugins, receipts, CODE_PROMPT, "", 0,
 	           (const char *const[]){ "q4khost: backend replay-code-token ",
 	                                  "q4khost: F2: pass (fresh: no receipt)",
-	                                  "q4khost: F2 probe: built-in probe, 64 tokens\n", NULL });
+	                                  "q4khost: F2 probe: built-in probe, 64 tokens; " NOT_PAST_72, NULL });
 
 	snprintf(args, sizeof(args),
 	         "run -n 2 -p '" CODE_PROMPT "' --f2-probe prompt --json --plugin-path %s 2>/dev/null",
@@ -392,6 +395,8 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 	cr_expect_str_eq(str(f2, "verdict"), "not needed");
 	cr_expect_str_eq(str(probe, "kind"), "prompt");
 	cr_expect_eq(json_integer_value(json_object_get(probe, "tokens")), 17);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 25,
+	             "17 tokens and 8 decode steps measured");
 	cr_expect_str_eq(str(probe, "text"), "this prompt, 17 tokens");
 	first = json_string_value(json_array_get(json_object_get(f2, "rejected_first"), 0));
 	cr_assert_not_null(first, "%s", out);
@@ -457,7 +462,7 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	snprintf(builtin, sizeof(builtin), "--config %s --f2-probe builtin", cfg);
 	expect_run(plugins, receipts, river, config, 0,
 	           (const char *const[]){ "F2: pass (fresh: no receipt)",
-	                                  "F2 probe: this prompt, 11 tokens\n", NULL });
+	                                  "F2 probe: this prompt, 11 tokens; positions 19 and later not checked\n", NULL });
 	expect_run(plugins, receipts, river, config, 0,
 	           (const char *const[]){ "F2: pass (receipt of ", NULL });
 	expect_run(plugins, receipts, snow, config, 0,
@@ -466,7 +471,7 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	/* No prompt receipt vouches for the built-in probe, nor replaces its. */
 	expect_run(plugins, receipts, river, builtin, 0,
 	           (const char *const[]){ "F2: pass (fresh: no receipt)",
-	                                  "F2 probe: built-in probe, 64 tokens\n", NULL });
+	                                  "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72, NULL });
 	expect_run(plugins, receipts, snow, config, 0,
 	           (const char *const[]){ "F2: pass (receipt of ", NULL });
 	/* A receipt from before probe kinds is the built-in probe's. */
@@ -477,7 +482,8 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	expect_run(plugins, receipts, "Hi", config, 0,
 	           (const char *const[]){ "F2: pass (receipt of ",
 	                                  "F2 probe: built-in probe, 64 tokens (",
-	                                  "probe.ini:2 [f2] asked for the prompt, but it has 2 tokens, fewer than the 8 a prompt probe needs)",
+	                                  "probe.ini:2 [f2] asked for the prompt, but it has 2 tokens, fewer than the 8 a prompt probe needs); "
+	                                  NOT_PAST_72,
 	                                  NULL });
 	expect_run(plugins, receipts, "Hi", "--f2-probe code", 2,
 	           (const char *const[]){ "--f2-probe: probe 'code' is not one of builtin (F2's own text), prompt (the run's prompt)",
@@ -503,12 +509,14 @@ Test(validate, a_long_prompt_is_judged_on_its_last_f2_probe_tokens, .timeout = 3
 	snprintf(more, sizeof(more), "--f2-probe prompt --config %s", cfg);
 	expect_run(plugins, receipts, prompt, more, 0,
 	           (const char *const[]){ "q4khost: backend replay-code-token ",
-	                                  "F2 probe: this prompt, its last 8 of 32 tokens (f2_probe_tokens)\n",
+	                                  "F2 probe: this prompt, its last 8 of 32 tokens (f2_probe_tokens); "
+	                                  "positions 16 and later not checked\n",
 	                                  NULL });
 	test_write_file(cfg, "[f2]\nf2_probe_tokens = 32\n", 25);
 	expect_run(plugins, receipts, prompt, more, 0,
 	           (const char *const[]){ "q4khost: backend cpu ",
-	                                  "F2 probe: this prompt, 32 tokens\n",
+	                                  "F2 probe: this prompt, 32 tokens; positions 40 and later not checked\n",
 	                                  "replay-code-token/built-in: F2 broken: position 11 (prefill)",
 	                                  NULL });
 }
+
