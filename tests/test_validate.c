@@ -323,6 +323,9 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 /* A prompt of code: " return" (id 994 in the default model) at position 11. */
 #define CODE_PROMPT "int add(int a, int b) { return a + b; }"
 
+/* What the report says of the built-in probe's reach: 64 tokens, 8 steps. */
+#define NOT_PAST_72 "positions 72 and later not checked\n"
+
 /* Whether token id ID is among the probe tokens of TEXT (NULL: the built-in). */
 static int probe_holds(const char *text, int32_t id)
 {
@@ -377,7 +380,7 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 	expect_run(plugins, receipts, CODE_PROMPT, "", 0,
 	           (const char *const[]){ "q4khost: backend replay-code-token ",
 	                                  "q4khost: F2: pass (fresh: no receipt)",
-	                                  "q4khost: F2 probe: built-in probe, 64 tokens\n", NULL });
+	                                  "q4khost: F2 probe: built-in probe, 64 tokens; " NOT_PAST_72, NULL });
 
 	snprintf(args, sizeof(args),
 	         "run -n 2 -p '" CODE_PROMPT "' --f2-probe prompt --json --plugin-path %s 2>/dev/null",
@@ -392,6 +395,8 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 	cr_expect_str_eq(str(f2, "verdict"), "not needed");
 	cr_expect_str_eq(str(probe, "kind"), "prompt");
 	cr_expect_eq(json_integer_value(json_object_get(probe, "tokens")), 17);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 25,
+	             "17 tokens and 8 decode steps measured");
 	cr_expect_str_eq(str(probe, "text"), "this prompt, 17 tokens");
 	first = json_string_value(json_array_get(json_object_get(f2, "rejected_first"), 0));
 	cr_assert_not_null(first, "%s", out);
@@ -457,7 +462,7 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	snprintf(builtin, sizeof(builtin), "--config %s --f2-probe builtin", cfg);
 	expect_run(plugins, receipts, river, config, 0,
 	           (const char *const[]){ "F2: pass (fresh: no receipt)",
-	                                  "F2 probe: this prompt, 11 tokens\n", NULL });
+	                                  "F2 probe: this prompt, 11 tokens; positions 19 and later not checked\n", NULL });
 	expect_run(plugins, receipts, river, config, 0,
 	           (const char *const[]){ "F2: pass (receipt of ", NULL });
 	expect_run(plugins, receipts, snow, config, 0,
@@ -466,7 +471,7 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	/* No prompt receipt vouches for the built-in probe, nor replaces its. */
 	expect_run(plugins, receipts, river, builtin, 0,
 	           (const char *const[]){ "F2: pass (fresh: no receipt)",
-	                                  "F2 probe: built-in probe, 64 tokens\n", NULL });
+	                                  "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72, NULL });
 	expect_run(plugins, receipts, snow, config, 0,
 	           (const char *const[]){ "F2: pass (receipt of ", NULL });
 	/* A receipt from before probe kinds is the built-in probe's. */
@@ -477,7 +482,8 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	expect_run(plugins, receipts, "Hi", config, 0,
 	           (const char *const[]){ "F2: pass (receipt of ",
 	                                  "F2 probe: built-in probe, 64 tokens (",
-	                                  "probe.ini:2 [f2] asked for the prompt, but it has 2 tokens, fewer than the 8 a prompt probe needs)",
+	                                  "probe.ini:2 [f2] asked for the prompt, but it has 2 tokens, fewer than the 8 a prompt probe needs); "
+	                                  NOT_PAST_72,
 	                                  NULL });
 	expect_run(plugins, receipts, "Hi", "--f2-probe code", 2,
 	           (const char *const[]){ "--f2-probe: probe 'code' is not one of builtin (F2's own text), prompt (the run's prompt)",
@@ -503,12 +509,141 @@ Test(validate, a_long_prompt_is_judged_on_its_last_f2_probe_tokens, .timeout = 3
 	snprintf(more, sizeof(more), "--f2-probe prompt --config %s", cfg);
 	expect_run(plugins, receipts, prompt, more, 0,
 	           (const char *const[]){ "q4khost: backend replay-code-token ",
-	                                  "F2 probe: this prompt, its last 8 of 32 tokens (f2_probe_tokens)\n",
+	                                  "F2 probe: this prompt, its last 8 of 32 tokens (f2_probe_tokens); "
+	                                  "positions 16 and later not checked\n",
 	                                  NULL });
 	test_write_file(cfg, "[f2]\nf2_probe_tokens = 32\n", 25);
 	expect_run(plugins, receipts, prompt, more, 0,
 	           (const char *const[]){ "q4khost: backend cpu ",
-	                                  "F2 probe: this prompt, 32 tokens\n",
+	                                  "F2 probe: this prompt, 32 tokens; positions 40 and later not checked\n",
 	                                  "replay-code-token/built-in: F2 broken: position 11 (prefill)",
 	                                  NULL });
+}
+
+/*
+ * Issue 16: what each probe sees, each shown through q4khost run on a
+ * planted defect (tests/plugins/cpu_defect.c) that it must not miss, or,
+ * where no probe yet sees it, the gap made visible.
+ */
+
+/* "Hi": too short to be a probe, so the built-in one judges. */
+#define SHORT_PROMPT "Hi"
+#define RIVER "The river carries the rain back to the sea."
+
+/*
+ * Run SHORT_PROMPT: the built-in probe passes variant KERNEL, run serves
+ * it, and the report says where the probe's sight ends.
+ */
+static void served_on_the_built_in_probe(const char *plugins, const char *receipts,
+                                         const char *kernel)
+{
+	char serves[128];
+
+	snprintf(serves, sizeof(serves), "Q8_0=%s", kernel);
+	expect_run(plugins, receipts, SHORT_PROMPT, "", 0,
+	           (const char *const[]){ serves, "F2: pass (fresh: no receipt)",
+	                                  "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
+	                                  NULL });
+}
+
+/*
+ * Run PROMPT with MORE and, unless CFG_TEXT is NULL, a config file of
+ * CFG_TEXT: F2 rejects the variant with REJECTION (a part of its line) on
+ * the probe PROBE (a part of the report's line), and the reference serves.
+ */
+static void rejected(const char *plugins, const char *receipts, const char *prompt,
+                     const char *more, const char *cfg_text, const char *probe,
+                     const char *rejection)
+{
+	char cfg[4200], args[4400];
+
+	snprintf(args, sizeof(args), "%s", more);
+	if (cfg_text) {
+		snprintf(cfg, sizeof(cfg), "%s/f2.ini", receipts);
+		test_write_file(cfg, cfg_text, strlen(cfg_text));
+		snprintf(args, sizeof(args), "%s --config %s", more, cfg);
+	}
+	expect_run(plugins, receipts, prompt, args, 0,
+	           (const char *const[]){ "q4khost: backend cpu ", "Q8_0=cpu built-in", probe,
+	                                  rejection, NULL });
+}
+
+/*
+ * defect-late is right below position 600 and broken from 600 on. The
+ * built-in probe measures positions 0 to 71: it passes it, and run serves
+ * it, saying where the probe's sight ends. A prompt probe with the default
+ * f2_probe_tokens (64) judges the prompt's last 64 tokens, prefilled from
+ * position 0: it passes it too. Only a prompt probe of more than 600
+ * tokens, every one judged (f2_probe_tokens raised past the prompt), sees
+ * it, at position 600, and run falls back to the reference.
+ */
+Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeout = 1800)
+{
+	static const char *const names[] = { "defect_late", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	struct q4kh_error err = { { 0 } };
+	char prompt[4096] = "";
+	int32_t *ids;
+	size_t n;
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	for (int i = 0; i < 64; i++)
+		strcat(prompt, RIVER " ");
+	cr_assert_eq(q4kh_guard_probe(test_model_path(), prompt, &ids, &n, &err), 0, "%s",
+	             err.msg);
+	free(ids);
+	cr_assert_gt(n, 600, "the prompt must reach position 600: %zu tokens", n);
+	cr_assert_lt(n, 1000, "%zu tokens", n);
+
+	served_on_the_built_in_probe(plugins, receipts, "defect-late");
+	expect_run(plugins, receipts, prompt, "--f2-probe prompt", 0,
+	           (const char *const[]){ "Q8_0=defect-late", "F2: pass (fresh: ",
+	                                  "F2 probe: this prompt, its last 64 of ",
+	                                  "tokens (f2_probe_tokens); " NOT_PAST_72, NULL });
+	rejected(plugins, receipts, prompt, "--f2-probe prompt", "[f2]\nf2_probe_tokens = 1000\n",
+	         "F2 probe: this prompt, ",
+	         "F2 rejected first: cpu/defect-late: F2 broken: position 600 (prefill): ");
+}
+
+/*
+ * defect-decode9 is right in prefill and in the first 8 decode steps,
+ * broken from the 9th (decode step 8) on. F2 runs 8 decode steps after
+ * either probe (f2_decode_steps), so the built-in probe and the prompt
+ * probe both pass it and run serves it: nothing catches it by default.
+ * That gap is asserted here on purpose: a deeper default probe (issue 16's
+ * `validate --deep`, not built yet) must flip these passes. Raising
+ * f2_decode_steps is the one way today: with 16 steps it is broken at
+ * decode step 8.
+ */
+Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeout = 600)
+{
+	static const char *const names[] = { "defect_decode9", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
+	expect_run(plugins, receipts, RIVER, "--f2-probe prompt", 0,
+	           (const char *const[]){ "Q8_0=defect-decode9", "F2: pass (fresh: no receipt)",
+	                                  "F2 probe: this prompt, 11 tokens; "
+	                                  "positions 19 and later not checked\n",
+	                                  NULL });
+	rejected(plugins, receipts, SHORT_PROMPT, "", "[f2]\nf2_decode_steps = 16\n",
+	         "F2 probe: built-in probe, 64 tokens; positions 80 and later not checked\n",
+	         "F2 rejected first: cpu/defect-decode9: F2 broken: position 72 (decode step 8): ");
+}
+
+/*
+ * defect-batched is right with one column (every decode step) and broken
+ * with more (the batched prefill): the built-in probe's prefill of 64
+ * columns sees it at its first judged position, and run falls back to the
+ * reference.
+ */
+Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeout = 300)
+{
+	static const char *const names[] = { "defect_batched", NULL };
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
+	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
+	         "F2 rejected first: cpu/defect-batched: F2 broken: position 1 (prefill): ");
 }

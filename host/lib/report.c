@@ -94,8 +94,10 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	fprintf(f, "q4khost: F2: %s%s%s%s: %s\n", r->selection->f2_verdict,
 	        r->selection->f2_source[0] ? " (" : "", r->selection->f2_source,
 	        r->selection->f2_source[0] ? ")" : "", r->selection->f2_message);
+	/* A pass says nothing of what the probe did not reach: say where it ends. */
 	if (r->selection->f2_probe[0])
-		fprintf(f, "q4khost: F2 probe: %s\n", r->selection->f2_probe);
+		fprintf(f, "q4khost: F2 probe: %s; positions %lld and later not checked\n",
+		        r->selection->f2_probe, (long long)r->selection->f2_probe_positions);
 	for (const char *s = r->selection->steps; *s;) {
 		size_t len = strcspn(s, "\n");
 		fprintf(f, "q4khost: F2 rejected first: %.*s\n", (int)len, s);
@@ -171,9 +173,11 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	/* Which probe the verdicts came from: none when no F2 decision was made. */
 	if (o && r->selection->f2_probe[0])
 		json_object_set_new(json_object_get(o, "f2"), "probe",
-		                    json_pack("{s:s, s:I, s:s}", "kind",
+		                    json_pack("{s:s, s:I, s:I, s:s}", "kind",
 		                              q4kh_f2_probe_name(r->selection->f2_probe_kind),
 		                              "tokens", (json_int_t)r->selection->f2_probe_tokens,
+		                              "positions",
+		                              (json_int_t)r->selection->f2_probe_positions,
 		                              "text", r->selection->f2_probe));
 	if (o && r->selection->not_applicable[0])
 		json_object_set_new(o, "not_applicable",

@@ -281,6 +281,7 @@ static int describe_probe(const struct q4kh_select_request *rq, const struct q4k
 	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
 	out->f2_probe_kind = g->probe_kind;
 	out->f2_probe_tokens = (int64_t)judged;
+	out->f2_probe_positions = (int64_t)(judged + rules.decode_steps);
 	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT && judged < g->n_probe)
 		snprintf(out->f2_probe, sizeof(out->f2_probe),
 		         "this prompt, its last %zu of %zu tokens (f2_probe_tokens)", judged,

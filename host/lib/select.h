@@ -70,6 +70,8 @@ struct q4kh_selection {
 	char f2_probe[384];
 	enum q4kh_f2_probe_kind f2_probe_kind;
 	int64_t f2_probe_tokens;    /* the probe tokens judged in prefill */
+	int64_t f2_probe_positions; /* positions measured from 0: those tokens
+	                               and the decode steps; none past them */
 	char kernel_choice[800];    /* why these kernels: "cpu-q8act, named by
 	                               FILE:LINE [gpu.0]", "the built-in kernels" */
 	char steps[2048];           /* every backend that could not start and every

@@ -12,11 +12,31 @@
  *   flip:   sinks each column's top logit: argmax changes, cosine ~1;
  *   kv:     correct in prefill and in the first 4 decode steps, then
  *           scales the value projection by -20 (a KV-cache defect);
+ *   late:   correct at every position below LATE_POSITION (600), biased
+ *           as "biased" from there on (a kernel that goes wrong in a long
+ *           context): past the built-in probe's 72 positions;
+ *   decode9: correct in prefill and in the first 8 decode steps, biased
+ *           from the 9th (decode step 8) on: past the 8 decode steps
+ *           F2 runs by default;
+ *   batched: correct when called with one column, biased with more (a
+ *           batched kernel wrong where the one-column one is right).
  *   abort:  aborts in its first matmul; hang: sleeps forever in it;
  *   hog:    in its first matmul touches memory 16 MiB at a time, up to
  *           HOG_MIB more, then sleeps until killed (the bound keeps a host
  *           whose memory limit failed safe; its time limit then ends it).
  * The LM head is told apart as the weight with the most rows (>= 65536).
+ *
+ * A kernel variant is told no positions: it sees its weight and the columns
+ * of each call, nothing else. So late, decode9 and kv key on what it can
+ * count, as a kernel keeping per-weight state could: kv and decode9 on the
+ * single-column calls a weight has had (the decode steps, when the prefill
+ * has two columns or more in every call), late on the columns the LM head
+ * has multiplied before the one at hand. In F2's measurement that count
+ * is the position: each validation child runs one sequence, from position
+ * 0, on a fresh load of the plugin, and asks for the logits of every
+ * position (the prefill in chunks of n_batch columns, then one column a
+ * decode step). Outside F2 (a run's prefill computes the last position's
+ * logits only) it is not, and no test relies on it there.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -37,6 +57,7 @@ struct q4kh_prepared {
 	const struct q4kh_block_q8_0 *blocks;
 	int64_t k, n, row_bytes;
 	int64_t decode_calls; /* single-column calls so far */
+	int64_t columns;      /* columns multiplied before the current call */
 };
 
 static q4kh_status k_init(const struct q4kh_host_api *host,
@@ -153,6 +174,15 @@ static void hog(void)
 }
 #endif
 
+/* Adds +-1 RMS (S) to alternate rows of Y: cosine ~0.71, broken. */
+static inline void bias(const struct q4kh_prepared *w, float *y, double s)
+{
+	for (int64_t r = 0; r < w->n; r++)
+		y[r] += (float)(r % 2 ? s : -s);
+}
+
+#define LATE_POSITION 600
+
 /* Spoil column T of the output in this module's way. */
 static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 {
@@ -166,8 +196,7 @@ static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 	(void)top;
 #if defined(DEFECT_BIASED)
 	if (lm_head)
-		for (int64_t r = 0; r < w->n; r++)
-			y[r] += (float)(r % 2 ? s : -s);
+		bias(w, y, s);
 #elif defined(DEFECT_NOISY)
 	/* Imprecise, not wrong: logits more than 2 RMS under the top get the
 	 * noise, which cannot lift them past it, so the argmax stays. */
@@ -194,6 +223,15 @@ static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 	if (!lm_head && cols == 1 && w->decode_calls > 4)
 		for (int64_t r = 0; r < w->n; r++)
 			y[r] *= -20.0f;
+#elif defined(DEFECT_LATE)
+	if (lm_head && w->columns + t >= LATE_POSITION)
+		bias(w, y, s);
+#elif defined(DEFECT_DECODE9)
+	if (lm_head && cols == 1 && w->decode_calls > 8)
+		bias(w, y, s);
+#elif defined(DEFECT_BATCHED)
+	if (lm_head && cols > 1)
+		bias(w, y, s);
 #elif defined(DEFECT_ABORT)
 	abort();
 #elif defined(DEFECT_HANG)
@@ -236,6 +274,7 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
 	}
 	for (int64_t t = 0; t < cols; t++)
 		spoil(w, (float *)(yb + t * y->nb[1]), t, cols);
+	w->columns += cols;
 	free(row);
 	return Q4KH_OK;
 }
