@@ -46,6 +46,7 @@ static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	/* 1.3 appended to the descriptor and the native handles only */
 	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_backend_v1, rope_store) + sizeof(void (*)(void)),
+	offsetof(struct q4kh_backend_v1, norm_add_rms_norm) + sizeof(void (*)(void)),
 };
 
 /* The smallest legal kernel table: ABI 1.0's, up to release. */
@@ -58,6 +59,8 @@ static const size_t kernel_table_size[Q4KH_ABI_MINOR + 1] = {
 	KERNEL_V1_0_SIZE,
 	KERNEL_V1_0_SIZE,
 	KERNEL_V1_0_SIZE,
+	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
+	/* 1.5 appended to the backend table only */
 	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
 };
 
