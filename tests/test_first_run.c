@@ -12,11 +12,13 @@
  * characters.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_rig.h"
@@ -313,7 +315,7 @@ Test(first_run, json_always_carries_the_prompt_and_the_text)
 Test(first_run, an_unwritable_plot_is_refused_before_any_work)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *out;
+	char folder[4096], args[4200], want[4400], *out;
 
 	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /nonexistent-dir/f2.svg",
 	                          &out), 1, "%s", out);
@@ -322,8 +324,28 @@ Test(first_run, an_unwritable_plot_is_refused_before_any_work)
 	                      "measurement)\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "receipts in"), "no work was done: %s", out);
 	free(out);
-	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /", &out), 1, "%s", out);
-	cr_expect(strstr(out, "--plot /: is a folder, expected a file to write") != NULL, "%s", out);
+	snprintf(folder, sizeof(folder), "%s/plot-folder.svg", test_tmpdir());
+	cr_assert(mkdir(folder, 0700) == 0 || errno == EEXIST, "%s: %s", folder, strerror(errno));
+	snprintf(args, sizeof(args), "--plot %s", folder);
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, args, &out), 1, "%s", out);
+	snprintf(want, sizeof(want), "--plot %s: is a folder, expected a file to write", folder);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+Test(first_run, a_plot_not_named_svg_is_a_usage_error)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /tmp/x.png", &out), 2,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --plot '/tmp/x.png': expected a file name ending in "
+	                      ".svg (the plot is written as SVG)\n") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "receipts in"), "no work was done: %s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot ''", &out), 2, "%s", out);
+	cr_expect(strstr(out, "--plot '': expected a file name ending in .svg") != NULL, "%s", out);
 	free(out);
 }
 
