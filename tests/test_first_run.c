@@ -253,6 +253,29 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	free(out);
 }
 
+Test(first_run, the_log_variable_takes_the_four_names_in_any_case_and_says_what_it_sets)
+{
+	static const char *const good[] = { "ERROR", "Warning", "debug" };
+	char env[64], *out;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		snprintf(env, sizeof(env), "Q4KHOST_LOG=%s", good[i]);
+		cr_expect_eq(test_q4khost(env, test_tmpdir(), "info", &out), 0, "%s: %s", env, out);
+		free(out);
+	}
+	/* an abbreviation is no documented name */
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=warn", test_tmpdir(), "info", &out), 2, "%s", out);
+	cr_expect(strstr(out, "q4khost info: Q4KHOST_LOG='warn' is not one of debug, info, warning, "
+	                      "error (any case): the threshold of plugin log lines\n") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_LOG (which plugin log lines are shown: debug, info, warning\n"
+	                      "or error, any case; q4khost's own messages are always shown),\n")
+	                  != NULL, "%s", out);
+	free(out);
+}
+
 Test(first_run, a_key_set_twice_in_a_file_names_both_lines)
 {
 	char *cfg = file_with("twice.ini", "[f2]\nmode = auto\n[plugin.cpu]\nthreads = 2\n"
