@@ -9,7 +9,7 @@
  * a backend without a device named with why; rates never made up from no
  * time; logits with no finite value named; receipts kept across settings
  * and their folder judged alike everywhere; the man pages free of control
- * characters.
+ * characters; the quickstart showing its prompt.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -854,5 +854,41 @@ Test(first_run, run_json_errors_before_the_prompt_are_one_object)
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -p --json -n 0 2>/dev/null", &out), 2,
 	             "%s", out);
 	cr_expect_str_eq(out, "");
+	free(out);
+}
+
+/* scripts/quickstart.sh in a copy of its folder whose stages are stubs:
+ * PROMPT_ARG (shell words, maybe none) given, all it printed in *out. */
+static int quickstart_with_stubs(const char *prompt_arg, char **out)
+{
+	const char *dir = test_tmpdir();
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd),
+	         "set -e; mkdir -p %s/scripts %s/_prefix/bin %s/bin %s/_build/main; "
+	         "cp %s/scripts/quickstart.sh %s/scripts/; "
+	         "for s in install-deps build fetch-model; do printf '#!/bin/sh\\n' "
+	         ">%s/scripts/$s.sh; done; "
+	         "printf '#!/bin/sh\\n' >%s/bin/make; "
+	         "printf '#!/bin/sh\\necho the text\\n' >%s/_prefix/bin/q4khost; "
+	         "chmod +x %s/scripts/*.sh %s/bin/make %s/_prefix/bin/q4khost; "
+	         "PATH=%s/bin:$PATH bash %s/scripts/quickstart.sh %s",
+	         dir, dir, dir, dir, test_srcdir(), dir, dir, dir, dir, dir, dir, dir, dir, dir,
+	         prompt_arg);
+	return test_shell(cmd, out);
+}
+
+Test(first_run, the_quickstart_shows_the_prompt_before_the_text)
+{
+	char *out, *prompt, *text;
+
+	cr_assert_eq(quickstart_with_stubs("", &out), 0, "%s", out);
+	prompt = strstr(out, "quickstart: [5/5] generating 48 tokens after the prompt "
+	                     "\"The three primary colors are\"");
+	text = strstr(out, "the text\n");
+	cr_expect(prompt && text && prompt < text, "%s", out);
+	free(out);
+	cr_assert_eq(quickstart_with_stubs("'Once upon a time'", &out), 0, "%s", out);
+	cr_expect(strstr(out, "after the prompt \"Once upon a time\"") != NULL, "%s", out);
 	free(out);
 }
