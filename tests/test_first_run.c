@@ -892,3 +892,49 @@ Test(first_run, the_quickstart_shows_the_prompt_before_the_text)
 	cr_expect(strstr(out, "after the prompt \"Once upon a time\"") != NULL, "%s", out);
 	free(out);
 }
+
+Test(first_run, a_run_says_how_it_sampled_in_its_report_and_its_json)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	const char *sampled = "run -n 4 --temp 0.8 --top-k 5 --top-p 0.9 --seed 42";
+	char command[256], *out, *again;
+	json_t *j, *s, *k;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "2>/dev/null", &out), 0,
+	             "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "sampling"), "mode")),
+	                 "greedy", "%s", out);
+	json_decref(j);
+	free(out);
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost: sampling: greedy\n") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", sampled, NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost: sampling: temperature 0.8, top-k 5, top-p 0.9, seed 42\n")
+	                  != NULL, "%s", out);
+	free(out);
+	snprintf(command, sizeof(command), "%s --json", sampled);
+	cr_expect_eq(q4khost_with("", command, NULL, plugins, "2>/dev/null", &out), 0, "%s", out);
+	j = parse_json(out);
+	s = json_object_get(j, "sampling");
+	cr_expect_str_eq(json_string_value(json_object_get(s, "mode")), "sampled", "%s", out);
+	cr_expect_eq(json_real_value(json_object_get(s, "temperature")), 0.8, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(s, "top_k")), 5, "%s", out);
+	cr_expect_eq(json_real_value(json_object_get(s, "top_p")), 0.9, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(s, "seed")), 42, "%s", out);
+	/* what the JSON says makes the same text again */
+	snprintf(command, sizeof(command), "run -n 4 --json --temp %g --top-k %lld --top-p %g --seed %lld",
+	         json_real_value(json_object_get(s, "temperature")),
+	         (long long)json_integer_value(json_object_get(s, "top_k")),
+	         json_real_value(json_object_get(s, "top_p")),
+	         (long long)json_integer_value(json_object_get(s, "seed")));
+	cr_expect_eq(q4khost_with("", command, NULL, plugins, "2>/dev/null", &again), 0, "%s", again);
+	k = parse_json(again);
+	cr_expect_str_eq(json_string_value(json_object_get(k, "text")),
+	                 json_string_value(json_object_get(j, "text")), "%s\n%s", out, again);
+	json_decref(k);
+	json_decref(j);
+	free(again);
+	free(out);
+}
