@@ -188,8 +188,8 @@ Test(diagnostics, a_receipt_folder_that_cannot_be_written_is_a_bad_setting_said_
 		cr_expect_eq(q4khost_with(env, "run -n 1", NULL, plugins, "", &out), 3, "%s", out);
 		snprintf(want, sizeof(want),
 		         "q4khost run: Q4KHOST_F2_RECEIPT_DIR=%s%s: F2 cannot keep its receipts "
-		         "there: Not a directory\n",
-		         file, i ? "/f2/sub" : "");
+		         "there: %sNot a directory\n",
+		         file, i ? "/f2/sub" : "", i ? "cannot create it: " : "");
 		cr_expect_str_eq(out, want);
 		free(out);
 	}
@@ -229,7 +229,7 @@ Test(diagnostics, a_receipt_folder_without_write_permission_is_named_with_why)
 	cr_expect_eq(q4khost_with(env, "run -n 1", NULL, plugins, "", &out), 3, "%s", out);
 	snprintf(want, sizeof(want),
 	         "q4khost run: Q4KHOST_F2_RECEIPT_DIR=%s/f2: F2 cannot keep its receipts there: "
-	         "Permission denied\n",
+	         "cannot create it: Permission denied\n",
 	         dir);
 	cr_expect_str_eq(out, want);
 	free(out);

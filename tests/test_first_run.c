@@ -397,6 +397,50 @@ Test(first_run, a_receipt_folder_is_judged_alike_everywhere)
 	free(out);
 }
 
+Test(first_run, a_receipt_folder_that_cannot_be_created_is_refused_before_any_work)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("proc.ini", "[f2]\nreceipt_dir = /proc/nope\n");
+	char args[4200], want[4400], *out;
+
+	if (access("/proc/self", F_OK) != 0)
+		cr_skip_test("no /proc here");
+	/* /proc exists and may look writable (to root), but takes no folder */
+	cr_expect_eq(q4khost_with("Q4KHOST_F2_RECEIPT_DIR=/proc/nope", "run -p hi -n 3", NULL,
+	                          plugins, "", &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost run: Q4KHOST_F2_RECEIPT_DIR=/proc/nope: F2 cannot keep its "
+	                      "receipts there: cannot create it: ") != NULL, "%s", out);
+	cr_expect_eq(count(out, "\n"), 1, "said once, before any work: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "--config %s", cfg);
+	cr_expect_eq(q4khost_with("Q4KHOST_F2_RECEIPT_DIR=", "run -p hi -n 3", NULL, plugins, args,
+	                          &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: %s:2 [f2]: receipt_dir = \"/proc/nope\": F2 "
+	         "cannot keep its receipts there: cannot create it: ", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "\n"), 1, "said once, before any work: %s", out);
+	free(out);
+	free(cfg);
+}
+
+Test(first_run, a_missing_receipt_folder_is_made_by_the_check_for_this_user_alone)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char dir[4200], env[4300], args[4300], *out;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s/made/f2", test_tmpdir());
+	snprintf(env, sizeof(env), "Q4KHOST_F2_RECEIPT_DIR=%s", dir);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	/* plugins --explain measures nothing, yet its check made the folder */
+	cr_expect_eq(test_q4khost(env, test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "cannot keep"), "%s", out);
+	free(out);
+	cr_assert_eq(stat(dir, &st), 0, "%s: %s", dir, strerror(errno));
+	cr_expect(S_ISDIR(st.st_mode), "%s", dir);
+	cr_expect_eq(st.st_mode & 0777, 0700, "%s: %o", dir, st.st_mode & 0777);
+}
+
 /* --- issue 19b: a fresh user's trial of main ------------------------------ */
 
 /* A run into a full disk says so once (not again from main), and the
