@@ -51,8 +51,9 @@ make -C "$top/_build/main" install >"$top/_build/main/install.log" 2>&1 ||
 	{ tail -n 20 "$top/_build/main/install.log"; exit 1; }
 stage 4 "fetching the default model (scripts/fetch-model.sh)"
 scripts/fetch-model.sh
-stage 5 "generating text (a first run checks its kernels against the reference: F2)"
-"$top/_prefix/bin/q4khost" run -n 48 -p "${1:-The three primary colors are}"
+prompt=${1:-The three primary colors are}
+stage 5 "generating 48 tokens after the prompt \"$prompt\" (a first run checks its kernels against the reference: F2)"
+"$top/_prefix/bin/q4khost" run -n 48 -p "$prompt"
 echo "quickstart: done in $(($(date +%s) - t0)) s. Next:"
 echo "  export PATH=\"$top/_prefix/bin:\$PATH\" MANPATH=\"$top/_prefix/share/man:\""
 echo "  q4khost run -p \"Once upon a time\" -n 64; q4khost --help; man q4khost"

@@ -9,10 +9,11 @@
  * a backend without a device named with why; rates never made up from no
  * time; logits with no finite value named; receipts kept across settings
  * and their folder judged alike everywhere; the man pages free of control
- * characters.
+ * characters; the quickstart showing its prompt.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_rig.h"
@@ -254,6 +256,29 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	free(out);
 }
 
+Test(first_run, the_log_variable_takes_the_four_names_in_any_case_and_says_what_it_sets)
+{
+	static const char *const good[] = { "ERROR", "Warning", "debug" };
+	char env[64], *out;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		snprintf(env, sizeof(env), "Q4KHOST_LOG=%s", good[i]);
+		cr_expect_eq(test_q4khost(env, test_tmpdir(), "info", &out), 0, "%s: %s", env, out);
+		free(out);
+	}
+	/* an abbreviation is no documented name */
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=warn", test_tmpdir(), "info", &out), 2, "%s", out);
+	cr_expect(strstr(out, "q4khost info: Q4KHOST_LOG='warn' is not one of debug, info, warning, "
+	                      "error (any case): the threshold of plugin log lines\n") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_LOG (which plugin log lines are shown: debug, info, warning\n"
+	                      "or error, any case; q4khost's own messages are always shown),\n")
+	                  != NULL, "%s", out);
+	free(out);
+}
+
 Test(first_run, a_key_set_twice_in_a_file_names_both_lines)
 {
 	char *cfg = file_with("twice.ini", "[f2]\nmode = auto\n[plugin.cpu]\nthreads = 2\n"
@@ -316,7 +341,7 @@ Test(first_run, json_always_carries_the_prompt_and_the_text)
 Test(first_run, an_unwritable_plot_is_refused_before_any_work)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *out;
+	char folder[4096], args[4200], want[4400], *out;
 
 	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /nonexistent-dir/f2.svg",
 	                          &out), 1, "%s", out);
@@ -325,8 +350,28 @@ Test(first_run, an_unwritable_plot_is_refused_before_any_work)
 	                      "measurement)\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "receipts in"), "no work was done: %s", out);
 	free(out);
-	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /", &out), 1, "%s", out);
-	cr_expect(strstr(out, "--plot /: is a folder, expected a file to write") != NULL, "%s", out);
+	snprintf(folder, sizeof(folder), "%s/plot-folder.svg", test_tmpdir());
+	cr_assert(mkdir(folder, 0700) == 0 || errno == EEXIST, "%s: %s", folder, strerror(errno));
+	snprintf(args, sizeof(args), "--plot %s", folder);
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, args, &out), 1, "%s", out);
+	snprintf(want, sizeof(want), "--plot %s: is a folder, expected a file to write", folder);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+Test(first_run, a_plot_not_named_svg_is_a_usage_error)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot /tmp/x.png", &out), 2,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --plot '/tmp/x.png': expected a file name ending in "
+	                      ".svg (the plot is written as SVG)\n") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "receipts in"), "no work was done: %s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "--plot ''", &out), 2, "%s", out);
+	cr_expect(strstr(out, "--plot '': expected a file name ending in .svg") != NULL, "%s", out);
 	free(out);
 }
 
@@ -353,6 +398,50 @@ Test(first_run, a_receipt_folder_is_judged_alike_everywhere)
 	         why);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
+}
+
+Test(first_run, a_receipt_folder_that_cannot_be_created_is_refused_before_any_work)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("proc.ini", "[f2]\nreceipt_dir = /proc/nope\n");
+	char args[4200], want[4400], *out;
+
+	if (access("/proc/self", F_OK) != 0)
+		cr_skip_test("no /proc here");
+	/* /proc exists and may look writable (to root), but takes no folder */
+	cr_expect_eq(q4khost_with("Q4KHOST_F2_RECEIPT_DIR=/proc/nope", "run -p hi -n 3", NULL,
+	                          plugins, "", &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost run: Q4KHOST_F2_RECEIPT_DIR=/proc/nope: F2 cannot keep its "
+	                      "receipts there: cannot create it: ") != NULL, "%s", out);
+	cr_expect_eq(count(out, "\n"), 1, "said once, before any work: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "--config %s", cfg);
+	cr_expect_eq(q4khost_with("Q4KHOST_F2_RECEIPT_DIR=", "run -p hi -n 3", NULL, plugins, args,
+	                          &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: %s:2 [f2]: receipt_dir = \"/proc/nope\": F2 "
+	         "cannot keep its receipts there: cannot create it: ", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "\n"), 1, "said once, before any work: %s", out);
+	free(out);
+	free(cfg);
+}
+
+Test(first_run, a_missing_receipt_folder_is_made_by_the_check_for_this_user_alone)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char dir[4200], env[4300], args[4300], *out;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s/made/f2", test_tmpdir());
+	snprintf(env, sizeof(env), "Q4KHOST_F2_RECEIPT_DIR=%s", dir);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	/* plugins --explain measures nothing, yet its check made the folder */
+	cr_expect_eq(test_q4khost(env, test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "cannot keep"), "%s", out);
+	free(out);
+	cr_assert_eq(stat(dir, &st), 0, "%s: %s", dir, strerror(errno));
+	cr_expect(S_ISDIR(st.st_mode), "%s", dir);
+	cr_expect_eq(st.st_mode & 0777, 0700, "%s: %o", dir, st.st_mode & 0777);
 }
 
 /* --- issue 19b: a fresh user's trial of main ------------------------------ */
@@ -833,5 +922,87 @@ Test(first_run, run_json_errors_before_the_prompt_are_one_object)
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -p --json -n 0 2>/dev/null", &out), 2,
 	             "%s", out);
 	cr_expect_str_eq(out, "");
+	free(out);
+}
+
+/* scripts/quickstart.sh in a copy of its folder whose stages are stubs:
+ * PROMPT_ARG (shell words, maybe none) given, all it printed in *out. */
+static int quickstart_with_stubs(const char *prompt_arg, char **out)
+{
+	const char *dir = test_tmpdir();
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd),
+	         "set -e; mkdir -p %s/scripts %s/_prefix/bin %s/bin %s/_build/main; "
+	         "cp %s/scripts/quickstart.sh %s/scripts/; "
+	         "for s in install-deps build fetch-model; do printf '#!/bin/sh\\n' "
+	         ">%s/scripts/$s.sh; done; "
+	         "printf '#!/bin/sh\\n' >%s/bin/make; "
+	         "printf '#!/bin/sh\\necho the text\\n' >%s/_prefix/bin/q4khost; "
+	         "chmod +x %s/scripts/*.sh %s/bin/make %s/_prefix/bin/q4khost; "
+	         "PATH=%s/bin:$PATH bash %s/scripts/quickstart.sh %s",
+	         dir, dir, dir, dir, test_srcdir(), dir, dir, dir, dir, dir, dir, dir, dir, dir,
+	         prompt_arg);
+	return test_shell(cmd, out);
+}
+
+Test(first_run, the_quickstart_shows_the_prompt_before_the_text)
+{
+	char *out, *prompt, *text;
+
+	cr_assert_eq(quickstart_with_stubs("", &out), 0, "%s", out);
+	prompt = strstr(out, "quickstart: [5/5] generating 48 tokens after the prompt "
+	                     "\"The three primary colors are\"");
+	text = strstr(out, "the text\n");
+	cr_expect(prompt && text && prompt < text, "%s", out);
+	free(out);
+	cr_assert_eq(quickstart_with_stubs("'Once upon a time'", &out), 0, "%s", out);
+	cr_expect(strstr(out, "after the prompt \"Once upon a time\"") != NULL, "%s", out);
+	free(out);
+}
+
+Test(first_run, a_run_says_how_it_sampled_in_its_report_and_its_json)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	const char *sampled = "run -n 4 --temp 0.8 --top-k 5 --top-p 0.9 --seed 42";
+	char command[256], *out, *again;
+	json_t *j, *s, *k;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "2>/dev/null", &out), 0,
+	             "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "sampling"), "mode")),
+	                 "greedy", "%s", out);
+	json_decref(j);
+	free(out);
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost: sampling: greedy\n") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", sampled, NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost: sampling: temperature 0.8, top-k 5, top-p 0.9, seed 42\n")
+	                  != NULL, "%s", out);
+	free(out);
+	snprintf(command, sizeof(command), "%s --json", sampled);
+	cr_expect_eq(q4khost_with("", command, NULL, plugins, "2>/dev/null", &out), 0, "%s", out);
+	j = parse_json(out);
+	s = json_object_get(j, "sampling");
+	cr_expect_str_eq(json_string_value(json_object_get(s, "mode")), "sampled", "%s", out);
+	cr_expect_eq(json_real_value(json_object_get(s, "temperature")), 0.8, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(s, "top_k")), 5, "%s", out);
+	cr_expect_eq(json_real_value(json_object_get(s, "top_p")), 0.9, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(s, "seed")), 42, "%s", out);
+	/* what the JSON says makes the same text again */
+	snprintf(command, sizeof(command), "run -n 4 --json --temp %g --top-k %lld --top-p %g --seed %lld",
+	         json_real_value(json_object_get(s, "temperature")),
+	         (long long)json_integer_value(json_object_get(s, "top_k")),
+	         json_real_value(json_object_get(s, "top_p")),
+	         (long long)json_integer_value(json_object_get(s, "seed")));
+	cr_expect_eq(q4khost_with("", command, NULL, plugins, "2>/dev/null", &again), 0, "%s", again);
+	k = parse_json(again);
+	cr_expect_str_eq(json_string_value(json_object_get(k, "text")),
+	                 json_string_value(json_object_get(j, "text")), "%s\n%s", out, again);
+	json_decref(k);
+	json_decref(j);
+	free(again);
 	free(out);
 }

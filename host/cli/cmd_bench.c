@@ -450,8 +450,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 				continue;
 			}
 		}
-		q4kh_progress("timing %s/%s (row %zu of %zu): a %zu-token prefill, then %ld decode tokens, %ld+1 passes",
-		              r->c.backend, kernel_name(r), i + 1, n, n_ids, o.n_decode, o.repetitions);
+		q4kh_progress("row %zu of %zu: timing %s/%s: a %zu-token prefill, then %ld decode tokens, %ld+1 passes",
+		              i + 1, n, r->c.backend, kernel_name(r), n_ids, o.n_decode, o.repetitions);
 		time_row(reg, o.model, ids, n_ids, o.n_decode, o.repetitions, r);
 		q4kh_progress_clear();
 		untimed |= !r->timed;

@@ -63,7 +63,8 @@ static void usage(FILE *out)
 	        "      --top-k K         keep the K most likely tokens; 0 = every token,\n"
 	        "                        no cut (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
-	        "      --seed S          random seed (default 0)\n"
+	        "      --seed S          random seed (default 0); the report and --json\n"
+	        "                        name all four (or greedy), to run it again\n"
 	        "      --raw             do not apply the model's chat template (not with\n"
 	        "                        --chat-template)\n"
 	        "      --chat-template NAME  lay the prompt out as chat family NAME\n"
@@ -463,7 +464,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	sp.n_batch = (uint32_t)o->batch;
 	if (q4kh_session_new(r->model, &sp, &r->session, err))
 		return Q4KH_EXIT_FAIL;
-	r->greedy = !(o->sp.temperature > 0.0f);
+	r->greedy = q4kh_sampler_greedy(&o->sp);
 	r->sampler = q4kh_sampler_new(&o->sp, r->model->hp.n_vocab);
 	r->logits = malloc(sizeof(float) * r->model->hp.n_vocab);
 	if (!r->sampler || !r->logits) {
@@ -580,6 +581,7 @@ static int generate(const struct run_opts *o, struct run *r,
 	int out_gone = 0; /* standard output failed or was closed */
 
 	rep->chat_template = r->chat_name;
+	rep->sampling = &o->sp;
 	/* Checked before the prefill, not found full after it. The prompt
 	 * fills a row of the cache per token; the first token generated comes
 	 * from the prompt's last logits and needs no row of its own. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +93,14 @@ static void usage(FILE *out)
 	        "            130 or 143 stopped by SIGINT or SIGTERM (the measuring\n"
 	        "            child is stopped too)\n",
 	        q4kh_cli_doc("f2.md"));
+}
+
+/* --plot's name ends in .svg, the format written (any case: F2.SVG too). */
+static int has_svg_suffix(const char *path)
+{
+	size_t n = strlen(path);
+
+	return n > 4 && !strcasecmp(path + n - 4, ".svg");
 }
 
 static int parse(int argc, char **argv, struct validate_opts *o)
@@ -183,6 +192,11 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	}
 	if (o->quiet && !o->one) {
 		fprintf(stderr, "q4khost validate: --quiet needs --one: it quiets the one measurement a guard's child makes; the table of every candidate has no quiet form (redirect it: the exit code alone says whether every candidate passed)\n");
+		return -1;
+	}
+	if (o->plot && !has_svg_suffix(o->plot)) {
+		fprintf(stderr, "q4khost validate: --plot '%s': expected a file name ending in .svg "
+		        "(the plot is written as SVG)\n", o->plot);
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
@@ -394,8 +408,8 @@ static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
 }
 
 /*
- * --plot PATH can be written (an existing file this user may write, or a
- * new one in a folder they may write), checked before any measurement so
+ * --plot PATH (a name ending in .svg, parse()) can be written (an existing
+ * file this user may write, or a new one in a folder they may write), checked before any measurement so
  * that minutes of work do not end in "cannot create the plot". 0, or -1
  * with err.
  */
@@ -404,8 +418,6 @@ static int check_plot_path(const char *path, struct q4kh_error *err)
 	char dir[4096], *slash;
 	struct stat st;
 
-	if (!*path)
-		return q4kh_fail(err, "--plot: the file name is empty: expected FILE.svg");
 	if (stat(path, &st) == 0) {
 		if (S_ISDIR(st.st_mode))
 			return q4kh_fail(err, "--plot %s: is a folder, expected a file to write", path);

@@ -43,7 +43,9 @@ static void usage(FILE *out)
 	fprintf(out,
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_CONFIG, Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR,\n"
-	        "Q4KHOST_LOG (debug, info, warning, error), Q4KHOST_API_KEY (serve);\n"
+	        "Q4KHOST_LOG (which plugin log lines are shown: debug, info, warning\n"
+	        "or error, any case; q4khost's own messages are always shown),\n"
+	        "Q4KHOST_API_KEY (serve);\n"
 	        "see man q4khost.ini, or\n%s\n",
 	        q4kh_cli_doc("config.md"));
 	fprintf(out,
@@ -57,7 +59,8 @@ static void usage(FILE *out)
 	        "            first ends the process at once\n");
 }
 
-/* Q4KHOST_LOG=debug|info|warning|error: parsed, never just tested. WHO
+/* Q4KHOST_LOG=debug|info|warning|error (any case), the threshold of
+ * plugin log lines: parsed, never just tested. WHO
  * names the command in the error ("q4khost run"). */
 static int apply_log_env(const char *who)
 {
@@ -67,8 +70,8 @@ static int apply_log_env(const char *who)
 	if (!v || !*v)
 		return 0;
 	if (q4kh_log_parse(v, &level)) {
-		fprintf(stderr, "%s: Q4KHOST_LOG='%s' is not one of debug, info, warning, error\n",
-		        who, v);
+		fprintf(stderr, "%s: Q4KHOST_LOG='%s' is not one of debug, info, warning, error "
+		        "(any case): the threshold of plugin log lines\n", who, v);
 		return -1;
 	}
 	q4kh_log_set_threshold(level);

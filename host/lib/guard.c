@@ -502,8 +502,8 @@ static void show_measuring(void *data, unsigned seconds)
 {
 	const struct measuring *m = data;
 
-	/* The reason last: it may be long, and a terminal line is cut. */
-	q4kh_progress("F2: checking %s vs the reference: %u s (%s)", m->name, seconds,
+	/* The seconds first, the reason last: a line too long is cut at its end. */
+	q4kh_progress("F2, %u s: checking %s vs the reference (%s)", seconds, m->name,
 	              m->reason);
 }
 

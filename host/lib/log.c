@@ -1,6 +1,6 @@
 #include "log.h"
 
-#include <string.h>
+#include <strings.h>
 
 static volatile q4kh_log_level threshold = Q4KH_LOG_INFO;
 
@@ -30,12 +30,8 @@ int q4kh_log_parse(const char *word, q4kh_log_level *out)
 	static const q4kh_log_level all[] = { Q4KH_LOG_DEBUG, Q4KH_LOG_INFO,
 	                                      Q4KH_LOG_WARN, Q4KH_LOG_ERROR };
 
-	if (word && !strcmp(word, "warn")) {
-		*out = Q4KH_LOG_WARN;
-		return 0;
-	}
 	for (size_t i = 0; word && i < sizeof(all) / sizeof(all[0]); i++)
-		if (!strcmp(word, q4kh_log_word(all[i]))) {
+		if (!strcasecmp(word, q4kh_log_word(all[i]))) {
 			*out = all[i];
 			return 0;
 		}

@@ -35,45 +35,42 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 	}
 }
 
-/* 0 when DIR (absolute) is a folder we may write in, or does not exist and
- * the nearest folder above it that does is one; else -1 with errno. */
-static int writable_or_creatable(const char *dir)
+/* DIR and every folder above it that is missing, as mkdir -p does, each
+ * new one 0700 (receipts are this user's); 0, or -1 with errno. */
+static int mkdirs(const char *dir)
 {
 	char path[4096];
-	struct stat st;
-	char *slash;
 
 	snprintf(path, sizeof(path), "%s", dir);
-	for (;;) {
-		if (stat(path, &st) == 0) {
-			if (!S_ISDIR(st.st_mode)) {
-				errno = ENOTDIR;
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(path, 0700) != 0 && errno != EEXIST)
 				return -1;
-			}
-			return access(path, W_OK | X_OK);
+			*p = '/';
 		}
-		if (errno != ENOENT)
-			return -1;
-		slash = strrchr(path, '/');
-		if (slash == path) /* the root */
-			slash[1] = 0;
-		else
-			*slash = 0;
-	}
+	return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err)
 {
-	char dir[4096], where[700];
+	char dir[4096], where[700], created[300];
 	const char *origin, *why;
+	struct stat st;
 
 	q4kh_receipt_dir(c, dir, sizeof(dir), &origin);
-	if (dir[0] != '/')
+	if (dir[0] != '/') {
 		why = "a relative folder would depend on the current directory; give an absolute path";
-	else if (writable_or_creatable(dir) == 0)
-		return 0;
-	else
+	} else if (mkdirs(dir) != 0) {
+		snprintf(created, sizeof(created), "cannot create it: %s", strerror(errno));
+		why = created;
+	} else if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+		why = strerror(ENOTDIR); /* a file of that name: mkdir saw EEXIST */
+	} else if (access(dir, W_OK | X_OK) != 0) {
 		why = strerror(errno);
+	} else {
+		return 0;
+	}
 	if (!strcmp(origin, "Q4KHOST_F2_RECEIPT_DIR"))
 		return q4kh_fail(err, "Q4KHOST_F2_RECEIPT_DIR=%s: F2 cannot keep its receipts there: %s",
 		                 dir, why);
@@ -96,21 +93,6 @@ static void receipt_path(const char *dir, const char *id, char *buf, size_t cap)
 
 	q4kh_sha256_bytes(id, strlen(id), hex);
 	snprintf(buf, cap, "%s/%.32s.json", dir, hex);
-}
-
-static int mkdirs(const char *dir)
-{
-	char path[4096];
-
-	snprintf(path, sizeof(path), "%s", dir);
-	for (char *p = path + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			if (mkdir(path, 0755) != 0 && errno != EEXIST)
-				return -1;
-			*p = '/';
-		}
-	return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 static json_t *key_json(const struct q4kh_receipt_key *k)

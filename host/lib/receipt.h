@@ -98,13 +98,14 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 
 /*
  * Whether receipts can be kept in the receipt folder of C (the one
- * q4kh_receipt_dir gives), checked before any work and creating nothing:
- * it is a folder this process may write, or it does not exist yet and the
- * nearest folder above it that does is one. -1 with err in one line that
+ * q4kh_receipt_dir gives), checked before any work by making it: created
+ * with the folders above it that are missing (mkdir -p, each new one
+ * 0700), it must be a folder this process may write. -1 with err in one line that
  * names where the folder was set (Q4KHOST_F2_RECEIPT_DIR=..., [f2]
  * receipt_dir with its file and line, or the default), the path and why
- * ("Not a directory", "Permission denied", or a relative path: it would
- * depend on the current directory).
+ * ("Not a directory", "Permission denied", "cannot create it: No such file
+ * or directory" under /proc, or a relative path: it would depend on the
+ * current directory).
  */
 int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err);
 

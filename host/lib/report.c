@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernel.h"
@@ -56,6 +57,28 @@ static void print_steps(FILE *f, const struct q4kh_session_stats *st)
 	        st->why_not);
 }
 
+/* A float as the shortest decimal that reads back as it (0.8, not
+ * 0.800000011920929), for JSON that a reader passes back to --temp. */
+static double shortest(float v)
+{
+	char buf[32];
+
+	for (int digits = 6;; digits++) {
+		snprintf(buf, sizeof(buf), "%.*g", digits, (double)v);
+		if (digits == 9 || strtof(buf, NULL) == v)
+			return strtod(buf, NULL);
+	}
+}
+
+static json_t *sampling_json(const struct q4kh_sampler_params *s)
+{
+	if (q4kh_sampler_greedy(s))
+		return json_pack("{s:s}", "mode", "greedy");
+	return json_pack("{s:s, s:f, s:i, s:f, s:I}", "mode", "sampled", "temperature",
+	                 shortest(s->temperature), "top_k", (int)s->top_k, "top_p",
+	                 shortest(s->top_p), "seed", (json_int_t)s->seed);
+}
+
 void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 {
 	const struct q4kh_plugin *p = r->backend->plugin;
@@ -107,6 +130,12 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		fprintf(f, "q4khost: not applicable to this model (none of their types): %s\n",
 		        r->selection->not_applicable);
 	fprintf(f, "q4khost: chat template: %s\n", r->chat_template);
+	if (r->sampling && q4kh_sampler_greedy(r->sampling))
+		fprintf(f, "q4khost: sampling: greedy\n");
+	else if (r->sampling)
+		fprintf(f, "q4khost: sampling: temperature %g, top-k %d, top-p %g, seed %llu\n",
+		        shortest(r->sampling->temperature), (int)r->sampling->top_k,
+		        shortest(r->sampling->top_p), (unsigned long long)r->sampling->seed);
 	if (r->steps)
 		print_steps(f, r->steps);
 	/* a prefill stopped part way says how far it got */
@@ -179,6 +208,8 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		                              "positions",
 		                              (json_int_t)r->selection->f2_probe_positions,
 		                              "text", r->selection->f2_probe));
+	if (o && r->sampling)
+		json_object_set_new(o, "sampling", sampling_json(r->sampling));
 	if (o && r->selection->not_applicable[0])
 		json_object_set_new(o, "not_applicable",
 		                    json_string(r->selection->not_applicable));

@@ -6,7 +6,9 @@
  * the probe its verdicts came from ("F2 probe: built-in probe, 64 tokens";
  * in JSON f2.probe: kind, tokens, text). A speed with nothing timed (no time, or
  * one generated token, which prefill gave) is "rate n/a" in the text and
- * null in JSON, never a rate made up from zero.
+ * null in JSON, never a rate made up from zero. A run's report says how
+ * tokens were picked: "sampling: greedy", or the temperature, top-k, top-p
+ * and seed (JSON: sampling.mode "greedy" or "sampled", with those four).
  */
 #ifndef Q4KH_REPORT_H
 #define Q4KH_REPORT_H
@@ -16,6 +18,7 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "sampler.h"
 #include "select.h"
 #include "session.h"
 
@@ -26,6 +29,9 @@ struct q4kh_report {
 	const struct q4kh_selection *selection; /* F2 verdict and fall-backs */
 	uint32_t device_index;
 	const char *chat_template; /* "gemma", or "none (raw text)" */
+	/* How tokens were picked, so a sampled run can be made again; NULL:
+	 * not said (serve's status, which generates nothing itself). */
+	const struct q4kh_sampler_params *sampling;
 	const struct q4kh_session_stats *steps; /* how the steps ran; may be NULL */
 	int64_t prompt_tokens; /* prefilled: fewer than prompt_total when stopped */
 	int64_t prompt_total;  /* the prompt's tokens */

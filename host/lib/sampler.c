@@ -202,12 +202,17 @@ static int32_t draw(struct q4kh_sampler *s, size_t n, double sum)
 	return s->cand[last].id; /* u rounded up to the very end of the sum */
 }
 
+int q4kh_sampler_greedy(const struct q4kh_sampler_params *p)
+{
+	return !(p->temperature > 0.0f);
+}
+
 int32_t q4kh_sampler_sample(struct q4kh_sampler *s, const float *logits)
 {
 	size_t n, k;
 	double sum;
 
-	if (!(s->p.temperature > 0.0f))
+	if (q4kh_sampler_greedy(&s->p))
 		return q4kh_argmax(logits, s->n_vocab);
 	n = collect(s, logits);
 	if (n == 0)

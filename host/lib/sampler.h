@@ -28,6 +28,9 @@ void q4kh_sampler_free(struct q4kh_sampler *s);
 /* Pick a token from LOGITS[n_vocab]. Greedy ties go to the lowest id. NaN
  * logits are never picked; -1 when every logit is NaN. */
 int32_t q4kh_sampler_sample(struct q4kh_sampler *s, const float *logits);
+/* Whether P picks greedily (temperature 0, or anything not above 0):
+ * then top-k, top-p and the seed play no part. */
+int q4kh_sampler_greedy(const struct q4kh_sampler_params *p);
 /* Index of the largest logit (lowest id on ties; NaN ignored; -1 when
  * there is none). */
 int32_t q4kh_argmax(const float *logits, int32_t n);
