@@ -166,11 +166,12 @@ int q4kh_cmd_conformance(int argc, char **argv)
 	const struct q4kh_plugin *cpu;
 	struct q4kh_backend ref = { 0 };
 	struct sink s = { 0 };
-	json_t *devices = json_array();
+	json_t *devices;
 	int rc = parse(argc, argv, &o), checked = 0;
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	devices = json_array(); /* after the usage checks: they return at once */
 	s.json = o.json;
 	rc = q4kh_cli_config("conformance", o.config_file, o.json, &config, &err);
 	if (rc == 0)
