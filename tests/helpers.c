@@ -91,6 +91,15 @@ void test_no_cuda_device(const char *what, const char *why)
 	cr_skip_test("no CUDA device, so %s cannot run here: %s", what, why);
 }
 
+void test_skip_under_sanitizers(const char *why)
+{
+#ifdef __SANITIZE_ADDRESS__
+	cr_skip_test("sanitizer build: %s; the ordinary build runs this test", why);
+#else
+	(void)why;
+#endif
+}
+
 const char *test_tmpdir(void)
 {
 	char tmpl[4096];

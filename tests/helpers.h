@@ -30,6 +30,14 @@ const char *test_model_path(void);
  */
 void test_no_cuda_device(const char *what, const char *why);
 
+/*
+ * Skip the calling test in the sanitizer build (scripts/test-sanitizers.sh)
+ * only, WHY saying why: for the few tests whose minutes of arithmetic
+ * under AddressSanitizer add no code path that the other suites do not
+ * already check for memory errors. The ordinary build runs them.
+ */
+void test_skip_under_sanitizers(const char *why);
+
 /* A fresh private folder under $TMPDIR, removed with its contents when the
  * test process exits. The string belongs to the helpers (freed at exit). */
 const char *test_tmpdir(void);

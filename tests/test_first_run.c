@@ -308,8 +308,9 @@ Test(first_run, a_rate_from_no_time_is_not_made_up)
 
 	/* one token: prefill gave it, decode timed nothing */
 	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 0, "%s", out);
-	cr_expect(strstr(out, "; decode 1 token in 0.000 s (rate n/a); stop: token limit\n") != NULL,
-	          "%s", out);
+	/* the time is that of sampling and printing it: only its form is known */
+	cr_expect(strstr(out, "; decode 1 token in 0.") != NULL, "%s", out);
+	cr_expect(strstr(out, " s (rate n/a); stop: token limit\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "(0.0 tokens/s)"), "%s", out);
 	free(out);
 	cr_expect_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "2>/dev/null", &out), 0,

@@ -586,6 +586,9 @@ Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeo
 	int32_t *ids;
 	size_t n;
 
+	test_skip_under_sanitizers("two prompt probes of 600 positions on the default model "
+	                           "take 13 minutes there, through the host code the other "
+	                           "prompt-probe tests cover");
 	test_model_path(); /* it runs on the default model: skips without it */
 	for (int i = 0; i < 64; i++)
 		strcat(prompt, RIVER " ");
@@ -620,6 +623,8 @@ Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeou
 	static const char *const names[] = { "defect_decode9", NULL };
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 
+	test_skip_under_sanitizers("three F2 measurements that differ from the other "
+	                           "prompt-probe tests in their numbers only");
 	test_model_path(); /* it runs on the default model: skips without it */
 	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
 	expect_run(plugins, receipts, RIVER, "--f2-probe prompt", 0,
