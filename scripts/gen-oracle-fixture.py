@@ -16,7 +16,7 @@ dequantized LM head. Writes tests/fixtures/oracle-gemma3.json and
 oracle-gemma3.bin (hidden states, float32 little-endian, row-major); with
 --new, oracle-gemma3-new.json and .bin: prompts no other fixture uses, 8
 decode steps each, whose ids scripts/oracle-f64.py runs through the exact
-float64 forward pass.
+float64 forward pass (rerun it after this).
 
 Usage: scripts/gen-oracle-fixture.py [--new] [MODEL]
 """
