@@ -65,6 +65,7 @@ class Model:
         self.arch = self.value("general.architecture")
 
     def value(self, key, default=None):
+        """Metadata KEY; without a DEFAULT the key is required."""
         field = self.reader.fields.get(key)
         if field is None:
             if default is None:
@@ -246,6 +247,7 @@ def forward_gemma3(m, ids):
     glob = dict(base, base=float(m.hp("rope.freq_base", 10000.0)),
                 freq_scale=1.0 / factor if factor else 1.0)
     local = dict(base, base=float(m.hp("rope.freq_base_swa", 10000.0)), freq_scale=1.0)
+    # 27B (62 layers) scales q by 1/sqrt(n_embd / n_head), the others by 1/sqrt(head_dim)
     scale = 1 / math.sqrt(m.n_embd / m.n_head if m.n_layer == 62 else m.head_dim)
     pos = np.arange(len(ids))
     x = m.w("token_embd.weight")[ids] * math.sqrt(m.n_embd)
