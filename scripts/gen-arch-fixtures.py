@@ -11,6 +11,8 @@ margin and the final hidden state (after output_norm; float32 rows in the
 .bin).
 The C test rebuilds the full logits as dequant(LM head) . hidden in double;
 rebuild_cosine records how close that is to llama.cpp's own logits.
+scripts/oracle-f64.py runs the same ids through the exact float64 forward
+pass (tests/fixtures/oracle-f64-NAME.json and .bin); rerun it after this.
 
 tests/fixtures/tokenizer-bpe.json: for the llama ("llama-bpe"
 pre-tokenizer) and qwen2 ("qwen2") vocabularies, and qwen2's with the "gpt-2"

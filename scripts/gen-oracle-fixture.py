@@ -13,9 +13,12 @@ llama.cpp's own logits (rebuild_cosine) for every position.
 
 Oracle: llama-cpp-python (CPU build, flash attention off), gguf-py for the
 dequantized LM head. Writes tests/fixtures/oracle-gemma3.json and
-oracle-gemma3.bin (hidden states, float32 little-endian, row-major).
+oracle-gemma3.bin (hidden states, float32 little-endian, row-major); with
+--new, oracle-gemma3-new.json and .bin: prompts no other fixture uses, 8
+decode steps each, whose ids scripts/oracle-f64.py runs through the exact
+float64 forward pass (rerun it after this).
 
-Usage: scripts/gen-oracle-fixture.py [MODEL]
+Usage: scripts/gen-oracle-fixture.py [--new] [MODEL]
 """
 import json
 import os
@@ -41,11 +44,26 @@ PROMPTS = [
      "article we summarize the main steps in the development of"),
 ]
 STEPS = 32
+# --new: prose, a question, code, German, French and numbers
+NEW_PROMPTS = [
+    "Water boils at sea level at a temperature of",
+    "Q: Which planet is known as the Red Planet?\nA:",
+    "SELECT name, email FROM customers WHERE",
+    "Die Hauptstadt von Deutschland ist",
+    "Le petit chat dort sur",
+    "In 1969, Neil Armstrong became the first person to",
+]
+NEW_STEPS = 8
 TOPK = 8
 
 
 def main():
-    model = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser(
+    args = sys.argv[1:]
+    new = args[:1] == ["--new"]
+    args = args[1:] if new else args
+    name, prompts, steps = (("oracle-gemma3-new", NEW_PROMPTS, NEW_STEPS) if new
+                            else ("oracle-gemma3", PROMPTS, STEPS))
+    model = args[0] if args else os.path.expanduser(
         "~/.cache/q4khost/models/gemma-3-270m-q4_k_m.gguf")
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
     reader = GGUFReader(model)
@@ -80,13 +98,13 @@ def main():
             hidden_rows.append(hid[i])
         return rows
 
-    for text in PROMPTS:
+    for text in prompts:
         llm.reset()
         ids = llm.tokenize(text.encode(), add_bos=True, special=False)
         llm.eval(ids)
         positions = record(len(ids))
         gen = []
-        for step in range(STEPS):
+        for step in range(steps):
             tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
             gen.append(tok)
             llm.eval([tok])
@@ -103,7 +121,7 @@ def main():
               f"min rebuild cosine {min(p['rebuild_cosine'] for p in positions):.6f}: "
               f"{cases[-1]['text']!r}", file=sys.stderr)
 
-    np.stack(hidden_rows).astype("<f4").tofile(os.path.join(out_dir, "oracle-gemma3.bin"))
+    np.stack(hidden_rows).astype("<f4").tofile(os.path.join(out_dir, name + ".bin"))
     meta = {
         "source": f"llama-cpp-python {llama_cpp.__version__} (CPU, flash attention off), "
                   "gguf-py dequantizers; regenerate with scripts/gen-oracle-fixture.py",
@@ -113,7 +131,7 @@ def main():
         "hidden_rows": len(hidden_rows),
         "cases": cases,
     }
-    with open(os.path.join(out_dir, "oracle-gemma3.json"), "w") as f:
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
         json.dump(meta, f, indent=1)
 
 
