@@ -14,7 +14,8 @@
  * N tokens followed by three one-token steps must give what one prefill
  * of N + 3 tokens gives (each value within 1e-4 of the tensor's largest),
  * outputs and states, so a defect in either form alone is caught, and so
- * must a prompt cut in two.
+ * must a prompt cut in two and a decode step recorded once as a CUDA graph
+ * and replayed.
  *
  * Tolerances: the kernels compute in float what is defined here in
  * double. A convolution output is K products, a unary value one libm
@@ -520,6 +521,120 @@ Test(cuda_recurrent, delta_net_prompt_in_two_steps_is_one_step)
 	in = delta_inputs(delta_shapes[0], 300);
 	expect_cut_is_whole(r, &in, &cut, 1, "delta_net, 300 tokens as 128 + 172");
 	delta_free(&in);
+	rig_close(r);
+}
+
+/* Rewrite the view of T's cuda side with V (its elements in order). */
+static void refill(struct rig *r, const struct twin *t, const float *v)
+{
+	const struct q4kh_tensor *g = &t->t[GPU];
+
+	for (int64_t row = 0; row < g->ne[1] * g->ne[2]; row++)
+		cr_assert_eq(V(r, GPU)->buffer_upload(DEV(r, GPU), g->buffer,
+		                                      g->offset + (uint64_t)((row % g->ne[1]) * g->nb[1] +
+		                                                             (row / g->ne[1]) * g->nb[2]),
+		                                      v + row * g->ne[0],
+		                                      sizeof(float) * (size_t)g->ne[0]),
+		             Q4KH_OK, "%s", ERR(r, GPU));
+}
+
+/*
+ * plugin.h's rule S2: a decode step recorded once (a CUDA graph of
+ * ssm_conv and delta_net) and replayed with new inputs reads and writes
+ * the states as they are at each replay: after a prefill of 7 tokens,
+ * four replays give what one prefill of 11 tokens gives.
+ */
+Test(cuda_recurrent, a_recorded_decode_step_replays_on_the_states_as_they_are)
+{
+	const struct delta_shape d = delta_shapes[0];
+	const int64_t N = 7, steps = 4, T = N + steps, C = 96, K = 4;
+	const int64_t nd = d.sv * d.hv;
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	float *xv, *wv, *kv;
+	double *conv_steps, *conv_whole, *delta_steps, *delta_whole, *got, *ka, *kb;
+	struct twin w, ca, cb, xs, os, da, db;
+	struct delta_twins one;
+	struct delta_in in;
+	q4kh_graph *g = NULL;
+
+	rng_seed(78);
+	xv = rvals((size_t)(C * T));
+	wv = rvals((size_t)(C * K));
+	kv = rvals((size_t)(C * (K - 1)));
+	in = delta_inputs(d, T);
+	conv_steps = malloc(sizeof(double) * (size_t)(C * T));
+	conv_whole = malloc(sizeof(double) * (size_t)(C * T));
+	delta_steps = malloc(sizeof(double) * (size_t)(nd * T));
+	delta_whole = malloc(sizeof(double) * (size_t)(nd * T));
+	w = twin_new(r, Q4KH_TYPE_F32, K, C, 1, 0, wv);
+	ca = twin_new(r, Q4KH_TYPE_F32, K - 1, C, 1, 0, kv);
+	cb = twin_new(r, Q4KH_TYPE_F32, K - 1, C, 1, 0, kv);
+	da = state_upload(r, &in);
+	db = state_upload(r, &in);
+	conv_gpu(r, xv, &w, &ca, C, 0, N, conv_steps);
+	delta_gpu(r, &in, &da, 0, N, delta_steps);
+	xs = twin_new(r, Q4KH_TYPE_F32, C, 1, 1, 0, NULL);
+	os = twin_new(r, Q4KH_TYPE_F32, C, 1, 1, 0, NULL);
+	one = delta_upload(r, &in, N, 1);
+	for (int64_t i = 0; i < steps; i++) {
+		const int64_t t = N + i;
+
+		refill(r, &xs, xv + t * C);
+		refill(r, &one.q, in.q + t * d.hk * d.sk);
+		refill(r, &one.k, in.k + t * d.hk * d.sk);
+		refill(r, &one.v, in.v + t * nd);
+		refill(r, &one.g, in.g + t * d.hv);
+		refill(r, &one.beta, in.beta + t * d.hv);
+		if (!g) {
+			cr_assert_eq(b->graph_begin(DEV(r, GPU)), Q4KH_OK, "%s", ERR(r, GPU));
+			cr_assert_eq(b->ssm_conv(DEV(r, GPU), &xs.t[GPU], &w.t[GPU], &ca.t[GPU],
+			                         &os.t[GPU]),
+			             Q4KH_OK, "%s", ERR(r, GPU));
+			cr_assert_eq(delta_run(r, &one, &da, delta_scale(&d)), Q4KH_OK, "%s",
+			             ERR(r, GPU));
+			cr_assert_eq(b->graph_end(DEV(r, GPU), &g), Q4KH_OK, "%s", ERR(r, GPU));
+		}
+		cr_assert_eq(b->graph_launch(DEV(r, GPU), g), Q4KH_OK, "%s", ERR(r, GPU));
+		got = twin_values(r, &os, GPU);
+		memcpy(conv_steps + t * C, got, sizeof(double) * (size_t)C);
+		free(got);
+		got = twin_values(r, &one.out, GPU);
+		memcpy(delta_steps + t * nd, got, sizeof(double) * (size_t)nd);
+		free(got);
+	}
+	conv_gpu(r, xv, &w, &cb, C, 0, T, conv_whole);
+	delta_gpu(r, &in, &db, 0, T, delta_whole);
+	expect_same("ssm_conv, replayed decode steps", conv_steps, conv_whole, C * T, SAME_REL);
+	expect_same("delta_net, replayed decode steps", delta_steps, delta_whole, nd * T,
+	            SAME_REL);
+	ka = twin_values(r, &ca, GPU);
+	kb = twin_values(r, &cb, GPU);
+	expect_same("ssm_conv's state after the replays", ka, kb, C * (K - 1), SAME_REL);
+	free(ka);
+	free(kb);
+	ka = twin_values(r, &da, GPU);
+	kb = twin_values(r, &db, GPU);
+	expect_same("delta_net's state after the replays", ka, kb, d.sk * nd, SAME_REL);
+	free(ka);
+	free(kb);
+	b->graph_free(DEV(r, GPU), g);
+	delta_twins_free(r, &one);
+	twin_free(r, &w);
+	twin_free(r, &ca);
+	twin_free(r, &cb);
+	twin_free(r, &da);
+	twin_free(r, &db);
+	twin_free(r, &xs);
+	twin_free(r, &os);
+	delta_free(&in);
+	free(xv);
+	free(wv);
+	free(kv);
+	free(conv_steps);
+	free(conv_whole);
+	free(delta_steps);
+	free(delta_whole);
 	rig_close(r);
 }
 
