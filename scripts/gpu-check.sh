@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # One command on a GPU machine: what the GPU sees, every GPU test suite,
-# (with --model) each model end to end on the cuda backend with its built-in
-# kernels and with every kernel-variant plugin in the build, each against
-# the cpu reference's greedy text, (with --bench) q4khost bench-kernels,
-# and (with --bench-model) q4khost bench on a large model, F2 off. Ends
-# with one summary table; exits non-zero when anything failed (a variant
-# that has none of a model's weight types is a skip, not a failure).
+# F2 (q4khost validate, fresh) of every cuda candidate against the cpu
+# reference on each tiny model of tests/fixtures (tiny-qwen35 among them:
+# the gated delta-net layers' states through prefill and decode) and on
+# each --f2-model, (with --model) each model end to end on the cuda
+# backend with its built-in kernels and with every kernel-variant plugin in
+# the build, each against the cpu reference's greedy text, (with --bench)
+# q4khost bench-kernels, and (with --bench-model) q4khost bench on a large
+# model, F2 off. Ends with one summary table; exits non-zero when anything
+# failed (a variant that has none of a model's weight types is a skip, not
+# a failure).
 #
 # The tree is built elsewhere (scripts/gpu-bundle.sh) and carried here with
 # the shared libraries this machine lacks.
 #
 #   scripts/gpu-check.sh [--build DIR] [--lib DIR] [--model FILE]
 #                        [--prompt TEXT] [-n N] [--bench] [--bench-types LIST]
-#                        [--bench-model FILE] [--logs DIR]
+#                        [--bench-model FILE] [--f2-model FILE] [--logs DIR]
 #
 #   --build DIR   the build: .gpu/build when it exists, else _build/gpu
 #   --lib DIR     carried libraries, put on LD_LIBRARY_PATH (.gpu/lib)
@@ -24,6 +28,8 @@
 #   --bench-model FILE  q4khost bench -m FILE --backend cuda --f2 off -n 64
 #                 (repeatable): end-to-end speed of every variant on a
 #                 model too large for the cpu reference in a call's time
+#   --f2-model FILE  F2 rows for this GGUF file too (repeatable), after
+#                 the tiny fixtures'
 #   --logs DIR    every command's full output (${OUT:-/tmp}/gpu-check)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +41,7 @@ models=()
 bench=0
 bench_types=
 bench_models=()
+f2_models=(tests/fixtures/tiny-*.gguf)
 prompt="The history of the printing press begins in the fifteenth century, when"
 n_predict=64
 logs="${OUT:-/tmp}/gpu-check"
@@ -54,6 +61,7 @@ while [ $# -gt 0 ]; do
 	--bench) bench=1; shift ;;
 	--bench-types) bench_types=$2; shift 2 ;;
 	--bench-model) bench_models+=("$2"); shift 2 ;;
+	--f2-model) f2_models+=("$2"); shift 2 ;;
 	--logs) logs=$2; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "gpu-check.sh: unknown argument $1" >&2; usage ;;
@@ -136,6 +144,32 @@ for t in "$build"/tests/test_cuda_*; do
 	else
 		row "$name" FAIL "exit $rc; ${synth:-no synthesis line} | Skipped: $skips (log $logs/$name.log)"
 	fi
+done
+
+# F2, fresh, of every cuda candidate of each model: one row per candidate.
+for model in "${f2_models[@]}"; do
+	m=$(basename "$model" .gguf)
+	echo "== q4khost validate --f2 fresh --backend cuda -m $model"
+	Q4KHOST_F2_RECEIPT_DIR="$logs/receipts" "$q4khost" validate --json --f2 fresh \
+		--backend cuda -m "$model" >"$logs/f2-$m.json" 2>"$logs/f2-$m.err"
+	rc=$?
+	lines=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+for c in j["candidates"]:
+    print("%s\t%s\t%s" % (c["kernel"], "ok" if c["verdict"] == "pass" else "FAIL",
+                          c["message"].replace("\t", " ").replace("\n", " ")))
+for u in j["unmeasurable"]:
+    print("unmeasurable\tFAIL\t%s" % u)
+' "$logs/f2-$m.json" 2>/dev/null)
+	if [ -z "$lines" ]; then
+		row "F2 $m" FAIL "exit $rc: $(tail -n 3 "$logs/f2-$m.err" | tr '\n' ' ')"
+		continue
+	fi
+	while IFS=$'\t' read -r kernel result numbers; do
+		echo "$kernel: $numbers"
+		row "F2 $m: cuda/$kernel" "$result" "$numbers"
+	done <<<"$lines"
 done
 
 # run_model NAME MODEL ARGS...: q4khost run --json; sets run_text,

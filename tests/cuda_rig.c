@@ -239,6 +239,69 @@ static int in_view(const struct q4kh_tensor *t, uint64_t b)
 	       rel % t->nb[2] % t->nb[1] < (int64_t)row_bytes(t->type, t->ne[0]);
 }
 
+/* No byte of the cuda side's buffer (its bytes GPU) outside O's view may
+ * have changed. */
+static void expect_untouched(const char *what, const struct twin *o,
+                             const uint8_t *gpu)
+{
+	for (uint64_t b = 0; b < o->size; b++)
+		if (gpu[b] != POISON && !in_view(&o->t[GPU], b))
+			cr_assert_fail("%s: byte %llu of the %llu-byte buffer, outside "
+			               "the output view, was written",
+			               what, (unsigned long long)b,
+			               (unsigned long long)o->size);
+}
+
+/*
+ * GPU's elements against WANT's (N of them): none NaN, and NMSE <= BOUND;
+ * WHO names the side WANT comes from in the message.
+ */
+static void expect_nmse(const char *what, const double *got, const double *want,
+                        int64_t n, double bound, const char *who)
+{
+	double err = 0.0, sum = 0.0, worst = -1.0;
+	int64_t at = 0;
+
+	for (int64_t i = 0; i < n; i++) {
+		cr_assert(!isnan(got[i]), "%s: element %lld not written (NaN)", what,
+		          (long long)i);
+		cr_assert(isfinite(want[i]), "%s: the %s gave %g at %lld", what, who,
+		          want[i], (long long)i);
+		err += (got[i] - want[i]) * (got[i] - want[i]);
+		sum += want[i] * want[i];
+		if (fabs(got[i] - want[i]) > worst) {
+			worst = fabs(got[i] - want[i]);
+			at = i;
+		}
+	}
+	cr_assert(err <= bound * sum,
+	          "%s: NMSE %.3g > %g (worst element %lld: %.9g, %s %.9g)", what,
+	          sum > 0 ? err / sum : err, bound, (long long)at, got[at], who,
+	          want[at]);
+}
+
+/* The elements of side S's view in RAW, in order. */
+static double *values_of(const struct twin *o, int s, const uint8_t *raw)
+{
+	const struct q4kh_tensor *t = &o->t[s];
+	const int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
+	double *v = malloc(sizeof(double) * (size_t)n);
+
+	cr_assert_not_null(v);
+	for (int64_t i = 0; i < n; i++)
+		v[i] = element(t, raw, i);
+	return v;
+}
+
+double *twin_values(struct rig *r, const struct twin *o, int s)
+{
+	uint8_t *raw = twin_bytes(r, o, s);
+	double *v = values_of(o, s, raw);
+
+	free(raw);
+	return v;
+}
+
 /*
  * The cuda output O against the cpu's: every element written (not NaN),
  * nothing outside the view touched, and NMSE <= BOUND, or with BOUND 0 the
@@ -251,42 +314,41 @@ void expect_agree(struct rig *r, const char *what, const struct twin *o,
 	const size_t eb = q4kh_type_block_bytes(t->type);
 	uint8_t *ref = twin_bytes(r, o, REF), *gpu = twin_bytes(r, o, GPU);
 	int64_t n = t->ne[0] * t->ne[1] * t->ne[2];
-	double err = 0.0, sum = 0.0, worst = -1.0;
-	int64_t at = 0;
 
-	for (uint64_t b = 0; b < o->size; b++)
-		if (gpu[b] != POISON && !in_view(t, b))
-			cr_assert_fail("%s: byte %llu of the %llu-byte buffer, outside "
-			               "the output view, was written",
-			               what, (unsigned long long)b,
-			               (unsigned long long)o->size);
-	for (int64_t i = 0; i < n; i++) {
-		double g = element(t, gpu, i), c = element(&o->t[REF], ref, i);
-
-		cr_assert(!isnan(g), "%s: element %lld not written (NaN)", what,
-		          (long long)i);
-		if (bound == 0.0) {
+	expect_untouched(what, o, gpu);
+	if (bound == 0.0) {
+		for (int64_t i = 0; i < n; i++) {
+			cr_assert(!isnan(element(t, gpu, i)),
+			          "%s: element %lld not written (NaN)", what, (long long)i);
 			cr_assert(!memcmp(element_at(t, gpu, i),
 			                  element_at(&o->t[REF], ref, i), eb),
 			          "%s: element %lld = %.9g, cpu %.9g: must be the same "
 			          "bits",
-			          what, (long long)i, g, c);
-			continue;
+			          what, (long long)i, element(t, gpu, i),
+			          element(&o->t[REF], ref, i));
 		}
-		cr_assert(isfinite(c), "%s: the cpu reference gave %g at %lld", what,
-		          c, (long long)i);
-		err += (g - c) * (g - c);
-		sum += c * c;
-		if (fabs(g - c) > worst) {
-			worst = fabs(g - c);
-			at = i;
-		}
+	} else {
+		double *g = values_of(o, GPU, gpu), *c = values_of(o, REF, ref);
+
+		expect_nmse(what, g, c, n, bound, "cpu reference");
+		free(g);
+		free(c);
 	}
-	cr_assert(err <= bound * sum,
-	          "%s: NMSE %.3g > %g (worst element %lld: %.9g, cpu %.9g)", what,
-	          sum > 0 ? err / sum : err, bound, (long long)at,
-	          element(t, gpu, at), element(&o->t[REF], ref, at));
 	free(ref);
+	free(gpu);
+}
+
+void expect_near(struct rig *r, const char *what, const struct twin *o,
+                 const double *want, double bound)
+{
+	const struct q4kh_tensor *t = &o->t[GPU];
+	uint8_t *gpu = twin_bytes(r, o, GPU);
+	double *g = values_of(o, GPU, gpu);
+
+	expect_untouched(what, o, gpu);
+	expect_nmse(what, g, want, t->ne[0] * t->ne[1] * t->ne[2], bound,
+	            "test's float64 computation");
+	free(g);
 	free(gpu);
 }
 

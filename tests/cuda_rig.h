@@ -114,6 +114,16 @@ struct twin twin_weights(struct rig *r, uint32_t type, int64_t k,
 void expect_agree(struct rig *r, const char *what, const struct twin *o,
                   double bound);
 
+/*
+ * The cuda output O against WANT, the test's own computation of its
+ * elements (in order, ne[0] fastest): every element written, nothing
+ * outside the view touched, NMSE <= BOUND against WANT.
+ */
+void expect_near(struct rig *r, const char *what, const struct twin *o,
+                 const double *want, double bound);
+/* The elements of side S's view of O, in order; free() them. */
+double *twin_values(struct rig *r, const struct twin *o, int s);
+
 /* Both sides' status for one op; the cuda one must succeed. */
 #define BOTH(r, call)                                                          \
 	do {                                                                   \

@@ -201,6 +201,24 @@ q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                            const struct q4kh_attn_params *params,
                            const struct q4kh_tensor *out);
 
+/* ABI 1.2's ops of linear-attention layers (plugin.h); delta_net takes
+ * S_k up to CUDA_DELTA_MAX_KEYS (cuda_kernels.h), else
+ * Q4KH_ERR_UNSUPPORTED. */
+q4kh_status cuda_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                       const struct q4kh_tensor *x,
+                       const struct q4kh_tensor *out);
+q4kh_status cuda_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *w,
+                          const struct q4kh_tensor *state,
+                          const struct q4kh_tensor *out);
+q4kh_status cuda_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                           const struct q4kh_tensor *k,
+                           const struct q4kh_tensor *v,
+                           const struct q4kh_tensor *g,
+                           const struct q4kh_tensor *beta,
+                           const struct q4kh_tensor *state, float scale,
+                           const struct q4kh_tensor *out);
+
 /* The attention launch shared by attention and attention_ext: POS is the
  * device's positions or NULL for params->pos0 + t. */
 q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,

@@ -1,6 +1,8 @@
 /*
  * Element-wise ops: add and mul with broadcasting, scale, the gated
- * activations, the f32/f16 copy and the KV-cache write (set_rows). One thread per element, over the four
+ * activations, the unary functions of linear-attention layers (sigmoid,
+ * softplus, SiLU), the f32/f16 copy and the KV-cache write (set_rows).
+ * One thread per element, over the four
  * dimensions of the output with each operand's own strides. Every element
  * is read and written by one thread, so in-place use is safe.
  */
@@ -10,6 +12,7 @@
 #include "cuda_common.cuh"
 #include "cuda_glu.cuh"
 #include "cuda_kernels.h"
+#include "q4khost/plugin.h"
 #include "q4khost/quant.h"
 
 #define EW_THREADS 256
@@ -85,6 +88,31 @@ glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
 	}
 }
 
+/* The unary functions in float (expf, log1pf), as the reference computes
+ * them in double: softplus as x + log1p(exp(-x)) above 0, so that exp
+ * never overflows. */
+template <int KIND>
+static __device__ __forceinline__ float unary_value(float x)
+{
+	if (KIND == Q4KH_UNARY_SIGMOID)
+		return 1.0f / (1.0f + expf(-x));
+	if (KIND == Q4KH_UNARY_SOFTPLUS)
+		return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+	return x / (1.0f + expf(-x));
+}
+
+template <int KIND>
+static __global__ void __launch_bounds__(EW_THREADS)
+unary_kernel(struct cuda_view x, struct cuda_view out)
+{
+	FOR_EACH_ELEMENT(e, x) {
+		int64_t i[4];
+
+		unflatten(x.ne, e, i);
+		*at<float>(out, i) = unary_value<KIND>(*at<float>(x, i));
+	}
+}
+
 template <typename S, typename D>
 static __global__ void __launch_bounds__(EW_THREADS)
 copy_kernel(struct cuda_view src, struct cuda_view dst)
@@ -152,6 +180,21 @@ extern "C" cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
 	else
 		glu_kernel<false><<<grid_of(gate), EW_THREADS, 0, s>>>(*gate, *up,
 		                                                       *out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_unary(int kind, const struct cuda_view *x,
+                                         const struct cuda_view *out,
+                                         cudaStream_t s)
+{
+	const unsigned g = grid_of(x);
+
+	if (kind == Q4KH_UNARY_SIGMOID)
+		unary_kernel<Q4KH_UNARY_SIGMOID><<<g, EW_THREADS, 0, s>>>(*x, *out);
+	else if (kind == Q4KH_UNARY_SOFTPLUS)
+		unary_kernel<Q4KH_UNARY_SOFTPLUS><<<g, EW_THREADS, 0, s>>>(*x, *out);
+	else
+		unary_kernel<Q4KH_UNARY_SILU><<<g, EW_THREADS, 0, s>>>(*x, *out);
 	return cudaGetLastError();
 }
 

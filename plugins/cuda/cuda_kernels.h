@@ -146,6 +146,10 @@ cudaError_t cuda_launch_scale(const struct cuda_view *x, float v,
 cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
                             const struct cuda_view *up,
                             const struct cuda_view *out, cudaStream_t s);
+/* out = f(x) element-wise, f the q4kh_unary_kind KIND (plugin.h):
+ * sigmoid, softplus or SiLU, in float. */
+cudaError_t cuda_launch_unary(int kind, const struct cuda_view *x,
+                              const struct cuda_view *out, cudaStream_t s);
 /* dst = src element by element, f32/f16 either way (round to nearest even). */
 cudaError_t cuda_launch_copy(const struct cuda_view *src,
                              const struct cuda_view *dst, cudaStream_t s);
@@ -196,6 +200,28 @@ cudaError_t cuda_launch_flash(const struct cuda_view *q,
                               const struct cuda_attn *p,
                               const struct cuda_view *out, int32_t *fault,
                               cudaStream_t s);
+
+/*
+ * The linear-attention ops with a state (plugin.h: ssm_conv, delta_net),
+ * f32 views of the shapes plugin.h gives; each state is read and written
+ * in place by the same launch. ssm_conv: x {C, T}, w {K, C}, state
+ * {K-1, C}, out {C, T}, any K >= 2 (cuda_conv.cu). delta_net: the
+ * one-token form when T = 1, else the whole step's recurrence in one
+ * launch (cuda_delta.cu); cudaErrorNotSupported (nothing enqueued) when
+ * S_k = q->ne[0] exceeds CUDA_DELTA_MAX_KEYS, a warp's registers.
+ */
+#define CUDA_DELTA_MAX_KEYS 1024
+cudaError_t cuda_launch_ssm_conv(const struct cuda_view *x,
+                                 const struct cuda_view *w,
+                                 const struct cuda_view *state,
+                                 const struct cuda_view *out, cudaStream_t s);
+cudaError_t cuda_launch_delta_net(const struct cuda_view *q,
+                                  const struct cuda_view *k,
+                                  const struct cuda_view *v,
+                                  const struct cuda_view *g,
+                                  const struct cuda_view *beta,
+                                  const struct cuda_view *state, float scale,
+                                  const struct cuda_view *out, cudaStream_t s);
 
 /*
  * Read N16 16-byte vectors from p once, as fast as the device can (a few

@@ -1,5 +1,6 @@
 /*
- * The ops' entry points: each validates its arguments on the host (the same
+ * The ops' entry points (ABI 1.0, and 1.2's ops of linear-attention
+ * layers): each validates its arguments on the host (the same
  * contract as the cpu reference, plugin.h), makes the device current,
  * stages host-side ids or positions, and enqueues its kernel on the device
  * context's stream without waiting.
@@ -253,6 +254,78 @@ q4kh_status cuda_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	vs = cuda_view_of(src);
 	vd = cuda_view_of(dst);
 	return cuda_launched(dev, "copy", cuda_launch_copy(&vs, &vd, dev->stream));
+}
+
+/* --- unary, ssm_conv, delta_net: linear-attention layers --- */
+
+q4kh_status cuda_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
+                       const struct q4kh_tensor *x,
+                       const struct q4kh_tensor *out)
+{
+	struct cuda_view vx, vo;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_unary(&c, kind, x, out)) || (st = cuda_enter(dev, "unary")))
+		return st;
+	vx = cuda_view_of(x);
+	vo = cuda_view_of(out);
+	return cuda_launched(dev, "unary",
+	                     cuda_launch_unary((int)kind, &vx, &vo, dev->stream));
+}
+
+q4kh_status cuda_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *w,
+                          const struct q4kh_tensor *state,
+                          const struct q4kh_tensor *out)
+{
+	struct cuda_view vx, vw, vs, vo;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_ssm_conv(&c, x, w, state, out)) ||
+	    (st = cuda_enter(dev, "ssm_conv")))
+		return st;
+	vx = cuda_view_of(x);
+	vw = cuda_view_of(w);
+	vs = cuda_view_of(state);
+	vo = cuda_view_of(out);
+	return cuda_launched(dev, "ssm_conv",
+	                     cuda_launch_ssm_conv(&vx, &vw, &vs, &vo, dev->stream));
+}
+
+q4kh_status cuda_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                           const struct q4kh_tensor *k,
+                           const struct q4kh_tensor *v,
+                           const struct q4kh_tensor *g,
+                           const struct q4kh_tensor *beta,
+                           const struct q4kh_tensor *state, float scale,
+                           const struct q4kh_tensor *out)
+{
+	struct cuda_view vq, vk, vv, vg, vb, vs, vo;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_delta_net(&c, q, k, v, g, beta, state, scale, out)))
+		return st;
+	if (q->ne[0] > CUDA_DELTA_MAX_KEYS)
+		return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+		                 "delta_net: %lld keys per head (q's ne[0]), the cuda "
+		                 "kernel takes at most %d (a warp's registers hold "
+		                 "a row of the state)",
+		                 (long long)q->ne[0], CUDA_DELTA_MAX_KEYS);
+	if ((st = cuda_enter(dev, "delta_net")))
+		return st;
+	vq = cuda_view_of(q);
+	vk = cuda_view_of(k);
+	vv = cuda_view_of(v);
+	vg = cuda_view_of(g);
+	vb = cuda_view_of(beta);
+	vs = cuda_view_of(state);
+	vo = cuda_view_of(out);
+	return cuda_launched(dev, "delta_net",
+	                     cuda_launch_delta_net(&vq, &vk, &vv, &vg, &vb, &vs, scale,
+	                                           &vo, dev->stream));
 }
 
 /* --- attention --- */
