@@ -147,6 +147,7 @@ Test(enumerate, run_serves_on_cpu_and_names_the_refused, .timeout = 120)
 {
 	struct rig r;
 	char *out, command[4400];
+	json_t *root, *refused;
 
 	rig_init(&r);
 	snprintf(command, sizeof(command), "run -n 1 -m %s", tiny_model());
@@ -160,6 +161,24 @@ Test(enumerate, run_serves_on_cpu_and_names_the_refused, .timeout = 120)
 	/* the second run reads the cache, and still names them */
 	cr_assert_eq(q4khost_on(&r, command, &out), 0, "%s", out);
 	cr_expect_eq(count(out, "q4khost: refused backend enum-"), 3, "%s", out);
+	free(out);
+
+	/* and so does its JSON report, which says what served */
+	snprintf(command, sizeof(command), "run -n 1 --json -m %s", tiny_model());
+	cr_assert_eq(q4khost_on(&r, command, &out), 0, "%s", out);
+	root = parse_json(out);
+	refused = json_object_get(root, "refused_backends");
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(root, "backend"),
+	                                                   "name")), "cpu");
+	cr_assert_eq(json_array_size(refused), 3, "%s", out);
+	cr_expect_str_eq(json_string_value(json_object_get(json_array_get(refused, 0), "name")),
+	                 "enum-abort");
+	/* in the path's order: file names sorted */
+	cr_expect_str_eq(json_string_value(json_object_get(json_array_get(refused, 2), "name")),
+	                 "enum-hang");
+	cr_expect(strstr(json_string_value(json_object_get(json_array_get(refused, 2), "reason")),
+	                 "timed out after 1 s") != NULL, "%s", out);
+	json_decref(root);
 	free(out);
 	cr_expect_eq(inits(&r, "enum-abort") + inits(&r, "enum-hang") +
 	             inits(&r, "enum-describe"), 3, "a cached verdict started a helper");

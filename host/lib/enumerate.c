@@ -23,9 +23,12 @@
 #include "guard.h"
 #include "hash.h"
 #include "isolate.h"
+#include "progress.h"
 #include "receipt.h"
 #include "secure.h"
 
+/* Raise it when q4kh_enumerate_here asks a backend more: older "ok"
+ * records then vouch for less than is asked, and count as none. */
 #define CACHE_SCHEMA 1
 #define WHAT "its init or device enumeration (in a helper process)"
 
@@ -190,6 +193,15 @@ static void helper_args(const struct q4kh_registry *r, const struct q4kh_plugin 
 	a->argv[a->n] = NULL;
 }
 
+/* What a terminal shows while a helper runs: a hang takes the whole limit. */
+static void show_enumerating(void *data, unsigned seconds)
+{
+	const struct q4kh_plugin *p = data;
+
+	q4kh_progress("%u s: trying backend %s's init and devices in a helper process (%s)",
+	              seconds, p->name, p->path);
+}
+
 static void refuse(struct q4kh_plugin *p, const char *why, const char *file)
 {
 	p->state = Q4KH_PLUGIN_REFUSED;
@@ -204,7 +216,7 @@ static int vet_one(const struct q4kh_registry *r, const struct q4kh_config *c,
                    struct q4kh_error *err)
 {
 	struct q4kh_error unkept;
-	const struct q4kh_isolate_limits limits = { limit, 0, NULL, NULL, WHAT };
+	const struct q4kh_isolate_limits limits = { limit, 0, show_enumerating, p, WHAT };
 	char file[4200], id[512], why[512], verdict[530];
 	struct q4kh_guard_args a;
 	int cacheable = identity(p, dir, limit, file, sizeof(file), id, sizeof(id)) == 0;
@@ -217,6 +229,7 @@ static int vet_one(const struct q4kh_registry *r, const struct q4kh_config *c,
 	}
 	helper_args(r, p, &a);
 	rc = q4kh_isolate_run("/proc/self/exe", a.argv, &limits, why, sizeof(why), err);
+	q4kh_progress_clear();
 	if (rc < 0)
 		return -1;
 	if (rc == 2)
