@@ -8,9 +8,12 @@
  * owners count. Skipped, with the reason, when not run as root, without a
  * user called nobody, where the folder is mounted nosuid, or where a folder
  * above the test's (TMPDIR: make distcheck nests it in a private one) keeps
- * nobody out, and in the sanitizer build.
+ * nobody out, and in the sanitizer build. The same rule covers what the
+ * host caches about a plugin: a set-uid command trusts no enumeration
+ * record (enumerate.h) that root does not own.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +91,25 @@ static char *setuid_copy(uid_t uid)
 	return dst;
 }
 
+/*
+ * A set-uid copy of q4khost owned by nobody (*NOBODY), or the test skipped
+ * saying why it cannot be made here.
+ */
+static char *setuid_nobody(const struct passwd **nobody)
+{
+#ifdef __SANITIZE_ADDRESS__
+	/* The set-uid copy is not dumpable, so its LeakSanitizer cannot stop
+	 * its threads and fails at exit; the ordinary build runs these tests. */
+	cr_skip_test("a set-uid process cannot run LeakSanitizer (sanitizer build)");
+#endif
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make a set-uid copy owned by another user");
+	*nobody = getpwnam("nobody");
+	if (!*nobody || (*nobody)->pw_uid == 0)
+		cr_skip_test("no unprivileged user called nobody");
+	return setuid_copy((*nobody)->pw_uid);
+}
+
 Test(secure, setuid_ignores_the_environment_and_takes_root_owned_plugins_only)
 {
 	const struct passwd *nobody;
@@ -95,17 +117,7 @@ Test(secure, setuid_ignores_the_environment_and_takes_root_owned_plugins_only)
 	char *bin, user_file[4300], args[16384], env[8192], want[12288], *out;
 	char ordinary[4096];
 
-#ifdef __SANITIZE_ADDRESS__
-	/* The set-uid copy is not dumpable, so its LeakSanitizer cannot stop
-	 * its threads and fails at exit; the ordinary build runs this test. */
-	cr_skip_test("a set-uid process cannot run LeakSanitizer (sanitizer build)");
-#endif
-	if (geteuid() != 0)
-		cr_skip_test("needs root to make a set-uid copy owned by another user");
-	nobody = getpwnam("nobody");
-	if (!nobody || nobody->pw_uid == 0)
-		cr_skip_test("no unprivileged user called nobody");
-	bin = setuid_copy(nobody->pw_uid);
+	bin = setuid_nobody(&nobody);
 
 	/* Root's plugins; a plugin owned by nobody; a folder owned by nobody. */
 	root_dir = plugin_folder("kernel_ok");
@@ -151,5 +163,87 @@ Test(secure, setuid_ignores_the_environment_and_takes_root_owned_plugins_only)
 	cr_expect(strstr(out, "  from:      built-in\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, user_dir), "%s", out);
 	free(out);
+	free(bin);
+}
+
+/* How many lines of LOG read "NAME init" (tests/plugins/backend_v1_0.c). */
+static int inits(const char *log, const char *name)
+{
+	char line[128];
+	size_t len;
+	char *text = access(log, F_OK) == 0 ? test_read_file(log, &len) : NULL;
+	int n = 0;
+
+	snprintf(line, sizeof(line), "%s init\n", name);
+	for (const char *s = text; s && (s = strstr(s, line)) != NULL; s += strlen(line))
+		n++;
+	free(text);
+	return n;
+}
+
+/* How many enumeration records RECEIPTS/backends holds, all owned by UID. */
+static int nobody_records(const char *receipts, uid_t uid)
+{
+	char dir[4200], path[4500];
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+	int n = 0;
+
+	snprintf(dir, sizeof(dir), "%s/backends", receipts);
+	d = opendir(dir);
+	cr_assert_not_null(d, "no %s", dir);
+	while ((e = readdir(d)) != NULL) {
+		if (!strstr(e->d_name, ".enum"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		cr_assert_eq(stat(path, &st), 0);
+		cr_expect_eq(st.st_uid, uid, "%s", path);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+Test(secure, setuid_trusts_no_enumeration_record_root_does_not_own)
+{
+	const struct passwd *nobody;
+	const char *plugins_dir, *receipts, *config_dir;
+	char *bin, ordinary[4096], config[4200], log[4200], env[4400], args[12288], *out;
+	FILE *f;
+
+	bin = setuid_nobody(&nobody);
+	plugins_dir = plugin_folder("enum_abort");
+	/* the receipts are nobody's, as a set-uid nobody's own would be */
+	receipts = test_tmpdir();
+	cr_assert_eq(chown(receipts, nobody->pw_uid, (gid_t)-1), 0);
+	config_dir = test_tmpdir();
+	cr_assert_eq(chmod(config_dir, 0755), 0);
+	snprintf(config, sizeof(config), "%s/q4khost.ini", config_dir);
+	f = fopen(config, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "[f2]\nreceipt_dir = %s\n", receipts);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(chmod(config, 0644), 0);
+	snprintf(log, sizeof(log), "%s/init.log", receipts);
+	snprintf(env, sizeof(env), "Q4KH_TEST_ENUM_LOG=%s", log);
+	snprintf(args, sizeof(args), "--plugin-path %s --config %s", plugins_dir, config);
+
+	/* every set-uid command tries the backend again: its records are nobody's */
+	for (int i = 1; i <= 2; i++) {
+		cr_assert_eq(plugins(env, bin, args, &out), 0, "%s", out);
+		cr_expect(strstr(out, "REFUSED: its init or device enumeration (in a helper "
+		                      "process) crashed: killed by signal 6") != NULL, "%s", out);
+		free(out);
+		cr_expect_eq(inits(log, "enum-abort"), i, "set-uid command %d", i);
+	}
+	/* a record was kept, as nobody's: the set-uid commands read it, and refused it */
+	cr_expect_eq(nobody_records(receipts, nobody->pw_uid), 2, "cpu's and enum-abort's");
+	/* the control: the ordinary binary takes the record as it is */
+	snprintf(ordinary, sizeof(ordinary), "%s/host/cli/q4khost", test_builddir());
+	cr_assert_eq(plugins(env, ordinary, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "REFUSED: its init or device enumeration") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(inits(log, "enum-abort"), 2, "the ordinary binary started a helper");
 	free(bin);
 }

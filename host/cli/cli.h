@@ -112,12 +112,14 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
                     struct q4kh_config **out, struct q4kh_error *err);
 
 /*
- * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out and
- * check, before any work, the values of every plugin's own settings (the
- * plugins check them: q4kh_registry_check_settings) and every F2 setting
- * of C for its plugins (guard.h). 0, or the exit code with err:
- * Q4KH_EXIT_USAGE for an empty --plugin-path, Q4KH_EXIT_FAIL when the
- * scan failed, Q4KH_EXIT_INPUT for a bad setting, whoever checks it.
+ * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out, vet
+ * every backend's enumeration in a helper process (enumerate.h: one that
+ * crashes or hangs is refused) and check, before any work, the values of
+ * every plugin's own settings (the plugins check them:
+ * q4kh_registry_check_settings) and every F2 setting of C for its plugins
+ * (guard.h). 0, or the exit code with err: Q4KH_EXIT_USAGE for an empty
+ * --plugin-path, Q4KH_EXIT_FAIL when the scan or a helper failed or was
+ * stopped, Q4KH_EXIT_INPUT for a bad setting, whoever checks it.
  */
 int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err);

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "config_keys.h"
+#include "enumerate.h"
 #include "guard.h"
 #include "model.h"
 #include "policy.h"
@@ -250,13 +251,17 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err)
 {
+	unsigned limit;
+
 	*out = NULL;
 	if (cli_path && !*cli_path) {
 		q4kh_fail(err, "--plugin-path: the value is empty; expected ':'-separated plugin "
 		          "folders");
 		return Q4KH_EXIT_USAGE;
 	}
-	if (q4kh_registry_scan(cli_path, c, out, err))
+	if (q4kh_enumerate_timeout(c, &limit, err))
+		return Q4KH_EXIT_INPUT;
+	if (q4kh_registry_scan(cli_path, c, out, err) || q4kh_enumerate_vet(*out, c, err))
 		return Q4KH_EXIT_FAIL;
 	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)
 	               ? Q4KH_EXIT_INPUT

@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "cli.h"
+#include "enumerate.h"
 #include "kernel.h"
 
 #define MAX_COLS 8
@@ -811,7 +812,8 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 	if (q4kh_cli_config("bench-kernels", o.config_file, 0, &config, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err))
+	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
+	    q4kh_enumerate_vet(reg, config, &err))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
 	if (open_all(&B, reg, &err))

@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "cli.h"
 #include "config.h"
+#include "enumerate.h"
 #include "registry.h"
 #include "settings.h"
 #include <q4khost/quant.h>
@@ -37,8 +38,10 @@ static void usage(FILE *out)
 	        "usage: q4khost plugins [--explain [--kernel LIST] [--backend NAME]]\n"
 	        "                       [--plugin-path P] [--config FILE] [--json]\n\n"
 	        "List the plugin path and where it came from, every plugin file found\n"
-	        "(ACCEPTED, REJECTED with the reason, or SHADOWED by an earlier file of\n"
-	        "the same name), and the devices of every accepted backend.\n\n"
+	        "(ACCEPTED, REJECTED with the reason, SHADOWED by an earlier file of\n"
+	        "the same name, or REFUSED: a backend whose init or device enumeration\n"
+	        "crashed or hung in a helper process, remembered until its file\n"
+	        "changes), and the devices of every accepted backend.\n\n"
 	        "With --explain: for every device of every backend, the kernel chain that\n"
 	        "q4khost run tries (each candidate must still pass F2), the first choice\n"
 	        "and the runner-up per tensor type, the F2 rules of each candidate, and\n"
@@ -109,6 +112,7 @@ static const char *state_word(enum q4kh_plugin_state s)
 	case Q4KH_PLUGIN_ACCEPTED: return "accepted";
 	case Q4KH_PLUGIN_REJECTED: return "rejected";
 	case Q4KH_PLUGIN_SHADOWED: return "shadowed";
+	case Q4KH_PLUGIN_REFUSED: return "refused";
 	}
 	return "unknown";
 }
@@ -211,6 +215,8 @@ static void print_plugin(const struct q4kh_plugin *p)
 		printf("  REJECTED: %s\n", p->reason);
 	else if (p->state == Q4KH_PLUGIN_SHADOWED)
 		printf("  SHADOWED by %s\n", p->shadowed_by);
+	else if (p->state == Q4KH_PLUGIN_REFUSED)
+		printf("  REFUSED: %s\n", p->reason);
 	else
 		printf("  ACCEPTED\n");
 	printf("  name:      %s\n", p->name);
@@ -293,7 +299,7 @@ static json_t *plugin_json(const struct q4kh_plugin *p)
 	json_object_set_new(o, "path", jstr(p->path));
 	json_object_set_new(o, "state", json_string(state_word(p->state)));
 	json_object_set_new(o, "name", jstr(p->name));
-	if (p->state == Q4KH_PLUGIN_REJECTED)
+	if (p->state == Q4KH_PLUGIN_REJECTED || p->state == Q4KH_PLUGIN_REFUSED)
 		json_object_set_new(o, "reason", jstr(p->reason));
 	if (p->state == Q4KH_PLUGIN_SHADOWED)
 		json_object_set_new(o, "shadowed_by", jstr(p->shadowed_by));
@@ -424,12 +430,16 @@ int q4kh_cmd_plugins(int argc, char **argv)
 
 	if (rc != 0)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
-	if (q4kh_cli_config("plugins", o.config_file, 0, &config, &err) != 0) {
+	if (q4kh_cli_config("plugins", o.config_file, 0, &config, &err) != 0 ||
+	    q4kh_enumerate_timeout(config, &(unsigned){ 0 }, &err) != 0) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		q4kh_config_free(config);
 		return Q4KH_EXIT_INPUT;
 	}
-	if (q4kh_registry_scan(o.plugin_path, config, &registry, &err) != 0) {
+	if (q4kh_registry_scan(o.plugin_path, config, &registry, &err) != 0 ||
+	    q4kh_enumerate_vet(registry, config, &err) != 0) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		q4kh_registry_free(registry);
 		q4kh_config_free(config);
 		return Q4KH_EXIT_FAIL;
 	}

@@ -716,6 +716,7 @@ int q4kh_cmd_run(int argc, char **argv)
 	rep.model = r.model;
 	rep.backend = &r.sel.backend;
 	rep.selection = &r.sel;
+	rep.registry = r.registry;
 	rep.device_index = r.sel.device;
 	rep.steps = &r.session->stats;
 	if (o.json) {

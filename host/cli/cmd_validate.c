@@ -2,7 +2,9 @@
  * q4khost validate: run the F2 guard on every candidate (candidates.h) or
  * on the ones named, print the verdicts, and with --plot draw every
  * candidate's cosine per position from its receipt (plot.h). `--one` is
- * the isolated measurement a guard check starts in a child process.
+ * the isolated measurement a guard check starts in a child process;
+ * `--enumerate FILE` the helper that tries a backend's enumeration before
+ * a command trusts it (enumerate.h).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,6 +23,7 @@
 #include "cli.h"
 #include "config.h"
 #include "config_keys.h"
+#include "enumerate.h"
 #include "guard.h"
 #include "interrupt.h"
 #include "model.h"
@@ -32,6 +35,7 @@
 struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
 	const char *probe_ids; /* --probe-ids FILE: a run's prompt as the probe */
+	const char *enumerate; /* --enumerate FILE: a backend's helper process */
 	long device, timeout;
 	unsigned long long memory_limit;
 	int one, quiet, json, device_set, memory_limit_set;
@@ -77,6 +81,12 @@ static void usage(FILE *out)
 	        "                        q4khost run --f2-probe prompt writes for its\n"
 	        "                        child: a run's prompt) instead of the built-in\n"
 	        "                        probe; the receipt is the prompt probe's\n"
+	        "      --enumerate FILE  init backend plugin FILE of the plugin path, ask\n"
+	        "                        for its devices and shut it down, in this process,\n"
+	        "                        saying nothing: the helper process in which a\n"
+	        "                        command first tries a backend (exit 0 when the\n"
+	        "                        backend returned, whatever it returned); takes\n"
+	        "                        only --plugin-path, --config and --set\n"
 	        "      --quiet           with --one: no verdict line, and exit code 0 once\n"
 	        "                        it measured to the end (the receipt, or none\n"
 	        "                        for nothing measured, is the answer; the guard\n"
@@ -107,7 +117,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 {
 	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
 	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
-	       O_PROBE_IDS };
+	       O_PROBE_IDS, O_ENUMERATE };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "backend", required_argument, 0, O_BACKEND },
@@ -123,6 +133,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		{ "one", no_argument, 0, O_ONE },
 		{ "quiet", no_argument, 0, O_QUIET },
 		{ "probe-ids", required_argument, 0, O_PROBE_IDS },
+		{ "enumerate", required_argument, 0, O_ENUMERATE },
 		{ "set", required_argument, 0, O_SET },
 		{ "plot", required_argument, 0, O_PLOT },
 		{ "help", no_argument, 0, 'h' },
@@ -145,6 +156,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_ONE: o->one = 1; break;
 		case O_QUIET: o->quiet = 1; break;
 		case O_PROBE_IDS: o->probe_ids = optarg; break;
+		case O_ENUMERATE: o->enumerate = optarg; break;
 		case O_SET:
 			if (o->n_set == Q4KH_GUARD_OVERRIDES || !strchr(optarg, ':') ||
 			    !strchr(optarg, '=') || strchr(optarg, '=') < strchr(optarg, ':')) {
@@ -184,6 +196,13 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		return -1;
 	if (optind < argc) {
 		fprintf(stderr, "q4khost validate: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (o->enumerate && (o->model || o->backend || o->kernel || o->device_set || o->one ||
+	                     o->json || o->plot || o->probe_ids || o->timeout ||
+	                     o->memory_limit_set || o->mode)) {
+		fprintf(stderr, "q4khost validate: --enumerate takes only --plugin-path, --config "
+		        "and --set: it tries one backend's enumeration, nothing else\n");
 		return -1;
 	}
 	if (o->one && (!o->backend || !o->kernel)) {
@@ -485,6 +504,44 @@ out:
 	return rc;
 }
 
+/*
+ * validate --enumerate FILE: the helper of enumerate.h, silent but for a
+ * failure of its own (no accepted backend at FILE on the plugin path).
+ */
+static int enumerate_one(const struct validate_opts *o)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *config = NULL;
+	struct q4kh_registry *reg = NULL;
+	const struct q4kh_plugin *p = NULL;
+	int rc = Q4KH_EXIT_INPUT;
+
+	if (q4kh_cli_config("validate", o->config_file, 1, &config, &err) ||
+	    apply_sets(o, 1, config, &err))
+		goto out;
+	rc = Q4KH_EXIT_FAIL;
+	if (q4kh_registry_scan(o->plugin_path, config, &reg, &err))
+		goto out;
+	for (size_t i = 0; !p && i < reg->n_plugins; i++)
+		if (!strcmp(reg->plugins[i].path, o->enumerate) &&
+		    reg->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    reg->plugins[i].desc->kind == Q4KH_KIND_BACKEND)
+			p = &reg->plugins[i];
+	if (!p) {
+		q4kh_fail(&err, "--enumerate %s: no accepted backend plugin of that file on the "
+		          "plugin path %s", o->enumerate, reg->path);
+		goto out;
+	}
+	q4kh_enumerate_here(p);
+	rc = Q4KH_EXIT_OK;
+out:
+	if (rc)
+		fprintf(stderr, "q4khost validate: %s\n", err.msg);
+	q4kh_registry_free(reg);
+	q4kh_config_free(config);
+	return rc;
+}
+
 int q4kh_cmd_validate(int argc, char **argv)
 {
 	struct validate_opts o;
@@ -504,6 +561,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (o.enumerate)
+		return enumerate_one(&o);
 	/* The child measures until killed; its parent does the stopping. */
 	if (!o.one) {
 		q4kh_interrupt_install();

@@ -302,6 +302,26 @@ fail:
 	return -1;
 }
 
+int q4kh_config_whole(const struct q4kh_config *c, const char *section, const char *key,
+                      uint64_t lo, uint64_t hi, uint64_t *v, char *origin, size_t cap,
+                      struct q4kh_error *err)
+{
+	char where[600], *end;
+	const char *s = q4kh_config_where(c, section, key, where, sizeof(where));
+	unsigned long long n;
+
+	if (!s)
+		return 0;
+	errno = 0;
+	n = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || n < lo || n > hi)
+		return q4kh_fail(err, "%s: %s = \"%s\": expected a whole number from %llu to %llu",
+		                 where, key, s, (unsigned long long)lo, (unsigned long long)hi);
+	*v = n;
+	snprintf(origin, cap, "%s", where);
+	return 0;
+}
+
 void q4kh_config_free(struct q4kh_config *c)
 {
 	if (!c)

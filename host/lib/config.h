@@ -12,6 +12,7 @@
 #define Q4KH_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -85,6 +86,17 @@ size_t q4kh_config_section_keys(const struct q4kh_config *c, const char *section
  */
 int q4kh_config_section_text(const struct q4kh_config *c, const char *section,
                              const char *skip, char *buf, size_t cap);
+
+/*
+ * The whole number SECTION:KEY into *V when some layer sets it, and where
+ * ("FILE:LINE [SECTION]", or an override's origin) into ORIGIN (CAP
+ * bytes); both left alone when none does. A value that is not a decimal
+ * whole number from LO to HI is an error naming where it was set, the
+ * key, the value and the range.
+ */
+int q4kh_config_whole(const struct q4kh_config *c, const char *section, const char *key,
+                      uint64_t lo, uint64_t hi, uint64_t *v, char *origin, size_t cap,
+                      struct q4kh_error *err);
 
 /* Called for every key set above the file layers (q4kh_config_set). */
 typedef void (*q4kh_config_set_fn)(void *data, const char *section, const char *key,

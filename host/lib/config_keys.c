@@ -15,7 +15,7 @@ struct section {
 };
 
 static const struct section sections[] = {
-	{ "plugins", 0, { "path", NULL }, "plugins" },
+	{ "plugins", 0, { "path", "enumerate_timeout_s", NULL }, "plugins" },
 	{ "f2", 0, { "mode", "probe", "receipt_dir", F2_KEYS, "f2_timeout_s", "f2_memory_limit_mb", NULL }, "f2" },
 	{ "gpu", 0, { "q4k_kernel", NULL }, "gpu" },
 	{ "gpu.", 1, { "q4k_kernel", NULL }, "gpu.DEVICE" },

@@ -171,31 +171,6 @@ out:
 	return rc;
 }
 
-/*
- * The whole number [f2] KEY into *v when set: LO to HI, else an error
- * naming the file and line; where it was set into ORIGIN (CAP bytes),
- * left alone when it is not.
- */
-static int f2_whole(const struct q4kh_config *c, const char *key, uint64_t lo,
-                    uint64_t hi, uint64_t *v, char *origin, size_t cap,
-                    struct q4kh_error *err)
-{
-	char where[600], *end;
-	const char *s = q4kh_config_where(c, "f2", key, where, sizeof(where));
-	unsigned long long n;
-
-	if (!s)
-		return 0;
-	errno = 0;
-	n = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || n < lo || n > hi)
-		return q4kh_fail(err, "%s: %s = \"%s\": expected a whole number from %llu to %llu",
-		                 where, key, s, (unsigned long long)lo, (unsigned long long)hi);
-	*v = n;
-	snprintf(origin, cap, "%s", where);
-	return 0;
-}
-
 int q4kh_guard_limits_where(const struct q4kh_config *c, unsigned *timeout_s,
                             uint64_t *memory_mib, struct q4kh_f2_limit_origins *o,
                             struct q4kh_error *err)
@@ -206,10 +181,10 @@ int q4kh_guard_limits_where(const struct q4kh_config *c, unsigned *timeout_s,
 	o = o ? o : &none;
 	*o = (struct q4kh_f2_limit_origins){ "default", "default" };
 	*memory_mib = q4kh_isolate_default_memory_mib();
-	if (f2_whole(c, "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &timeout, o->timeout,
-	             sizeof(o->timeout), err) ||
-	    f2_whole(c, "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB, memory_mib, o->memory,
-	             sizeof(o->memory), err))
+	if (q4kh_config_whole(c, "f2", "f2_timeout_s", 1, Q4KH_TIMEOUT_MAX_S, &timeout,
+	                      o->timeout, sizeof(o->timeout), err) ||
+	    q4kh_config_whole(c, "f2", "f2_memory_limit_mb", 0, Q4KH_MEMORY_LIMIT_MAX_MIB,
+	                      memory_mib, o->memory, sizeof(o->memory), err))
 		return -1;
 	*timeout_s = (unsigned)timeout;
 	return 0;
@@ -528,7 +503,8 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 {
 	struct measuring m = { "", reason };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
-		                                    g->memory_limit_mib, show_measuring, &m };
+		                                    g->memory_limit_mib, show_measuring, &m,
+		                                    NULL };
 	struct q4kh_guard_args a;
 	char probe_file[PATH_MAX] = "";
 	int rc;

@@ -162,6 +162,7 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
                      size_t why_cap, struct q4kh_error *err)
 {
 	const uint64_t limit_kib = limits->memory_limit_mib * 1024;
+	const char *what = limits->what ? limits->what : "validation";
 	double t0 = now();
 	unsigned ticked = 0;
 	int status = 0, sig;
@@ -176,17 +177,17 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 		if (w == pid)
 			break;
 		if (w < 0 && errno != EINTR)
-			return q4kh_fail(err, "waiting for the validation process: %s",
+			return q4kh_fail(err, "waiting for the %s process: %s", what,
 			                 strerror(errno));
 		if ((sig = q4kh_interrupted())) {
 			stop_child(pid, sig);
-			snprintf(why, why_cap, "validation stopped by %s", q4kh_signal_name(sig));
+			snprintf(why, why_cap, "%s stopped by %s", what, q4kh_signal_name(sig));
 			return 2;
 		}
 		if (limit_kib && private_resident_kib(pid, &kib) == 0 && kib > limit_kib) {
 			/* Rounded up: over the limit by 1 KiB reads "M + 1 > M". */
 			snprintf(why, why_cap,
-			         "validation exceeded the memory limit: %llu MiB resident > %llu MiB",
+			         "%s exceeded the memory limit: %llu MiB resident > %llu MiB", what,
 			         (unsigned long long)((kib + 1023) / 1024),
 			         (unsigned long long)limits->memory_limit_mib);
 			return kill_child(pid);
@@ -201,7 +202,7 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 			 * verdict. */
 			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
 				break;
-			snprintf(why, why_cap, "validation timed out after %u s and was killed",
+			snprintf(why, why_cap, "%s timed out after %u s and was killed", what,
 			         limits->timeout_seconds);
 			return 1;
 		}
@@ -213,22 +214,22 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 	}
 	if (WIFSIGNALED(status) && (is_stop_signal(WTERMSIG(status)) || q4kh_interrupted())) {
 		sig = q4kh_interrupted() ? q4kh_interrupted() : WTERMSIG(status);
-		snprintf(why, why_cap, "validation stopped by %s", q4kh_signal_name(sig));
+		snprintf(why, why_cap, "%s stopped by %s", what, q4kh_signal_name(sig));
 		return 2;
 	}
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
 		snprintf(why, why_cap,
-		         "validation timed out after %u s and was killed by its own alarm",
+		         "%s timed out after %u s and was killed by its own alarm", what,
 		         limits->timeout_seconds + CHILD_GRACE_S);
 		return 1;
 	}
 	if (WIFSIGNALED(status)) {
-		snprintf(why, why_cap, "validation crashed: killed by signal %d (%s)",
+		snprintf(why, why_cap, "%s crashed: killed by signal %d (%s)", what,
 		         WTERMSIG(status), strsignal(WTERMSIG(status)));
 		return 1;
 	}
 	if (WEXITSTATUS(status) != 0) {
-		snprintf(why, why_cap, "validation failed: the process exited with status %d",
+		snprintf(why, why_cap, "%s failed: the process exited with status %d", what,
 		         WEXITSTATUS(status));
 		return 1;
 	}

@@ -18,6 +18,10 @@ struct q4kh_isolate_limits {
 	 * (NULL: not called); for progress on a terminal. */
 	void (*tick)(void *data, unsigned seconds);
 	void *tick_data;
+	/* What the child does, as WHY names it ("validation" when NULL): a
+	 * backend's enumeration says "its init or device enumeration (in a
+	 * helper process)". */
+	const char *what;
 };
 
 /*
@@ -26,8 +30,9 @@ struct q4kh_isolate_limits {
  * line in WHY when it was killed by a signal ("validation crashed: killed
  * by signal 6 (Aborted)"), exited non-zero, or broke a limit and was
  * killed ("validation timed out after 5 s and was killed", "validation
- * exceeded the memory limit: 1100 MiB resident > 1024 MiB"); 2 with WHY
- * ("validation stopped by SIGINT") when we were asked to stop
+ * exceeded the memory limit: 1100 MiB resident > 1024 MiB"), each message
+ * starting with LIMITS->what; 2 with WHY ("validation stopped by SIGINT")
+ * when we were asked to stop
  * (interrupt.h: the signal is passed on to the child, which is reaped) or
  * the child was stopped by SIGINT, SIGTERM or SIGHUP: nothing about the
  * plugin was learnt; -1 with err when it could not be started or waited

@@ -108,43 +108,10 @@ static int say(char *why, size_t size, const char *fmt, ...)
 	return -1;
 }
 
-/* Who besides the owner may write: NULL when nobody. */
-static const char *writers(mode_t mode)
-{
-	if ((mode & S_IWGRP) && (mode & S_IWOTH))
-		return "group and others";
-	if (mode & S_IWGRP)
-		return "group";
-	if (mode & S_IWOTH)
-		return "others";
-	return NULL;
-}
-
 /*
- * Why the file or folder (WHAT) at PATH with status ST may not be trusted,
- * into WHY; 0 when it may. Someone else who can write it could replace the
- * code we run; in a set-uid or set-gid process (sudo's rule for its
- * plugins) only root may own it, as the caller could own anything else.
- */
-static int untrusted(const struct stat *st, const char *what, const char *path,
-                     char *why, size_t size)
-{
-	const char *who = writers(st->st_mode);
-
-	if (who)
-		return say(why, size, "refused: the %s %s is writable by %s (mode %04o)",
-		           what, path, who, (unsigned)(st->st_mode & 07777));
-	if (st->st_uid != 0 && q4kh_secure_mode())
-		return say(why, size,
-		           "refused: the %s %s is owned by uid %u, not root (required when running set-uid or set-gid)",
-		           what, path, (unsigned)st->st_uid);
-	return 0;
-}
-
-/*
- * The folders above DIR, as untrusted() judges a plugin's own folder: one
- * that someone else could write lets them rename DIR and put another in
- * its place. A folder with the sticky bit (/tmp) is safe: there, only an
+ * The folders above DIR, as q4kh_secure_untrusted judges a plugin's own
+ * folder: one that someone else could write lets them rename DIR and put
+ * another in its place. A folder with the sticky bit (/tmp) is safe: there, only an
  * entry's owner may rename it. 0 when all may be trusted.
  */
 static int untrusted_above(const char *dir, char *why, size_t size)
@@ -159,7 +126,8 @@ static int untrusted_above(const char *dir, char *why, size_t size)
 		*(slash == real ? slash + 1 : slash) = 0;
 		if (stat(real, &st) != 0)
 			break;
-		if (!(st.st_mode & S_ISVTX) && untrusted(&st, "folder", real, one, sizeof(one)))
+		if (!(st.st_mode & S_ISVTX) &&
+		    q4kh_secure_untrusted(&st, "folder", real, one, sizeof(one)))
 			rc = say(why, size, "%s, above %s", one, dir);
 		if (slash == real)
 			break;
@@ -543,7 +511,7 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 	p->fd = fd;
 	if (dir_refusal)
 		say(p->reason, sizeof(p->reason), "%s", dir_refusal);
-	else if (!untrusted(&st, "file", path, p->reason, sizeof(p->reason))) {
+	else if (!q4kh_secure_untrusted(&st, "file", path, p->reason, sizeof(p->reason))) {
 		copy = earlier_copy(r, p);
 		rc = copy ? shadow(p, copy) : load_one(r, p);
 	}
@@ -620,7 +588,7 @@ static int scan_dir(struct q4kh_registry *r, struct scan_state *ss, const char *
 	}
 	if (remember_dir(ss, dir, &st))
 		return -1;
-	refused = untrusted(&st, "folder", dir, refusal, sizeof(refusal)) ||
+	refused = q4kh_secure_untrusted(&st, "folder", dir, refusal, sizeof(refusal)) ||
 	          untrusted_above(dir, refusal, sizeof(refusal));
 	n = scandir(dir, &names, is_so_name, by_name);
 	if (n < 0)

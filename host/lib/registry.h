@@ -29,7 +29,11 @@
 enum q4kh_plugin_state {
 	Q4KH_PLUGIN_ACCEPTED = 0,
 	Q4KH_PLUGIN_REJECTED = 1, /* reason says why */
-	Q4KH_PLUGIN_SHADOWED = 2  /* shadowed_by names the file that won */
+	Q4KH_PLUGIN_SHADOWED = 2, /* shadowed_by names the file that won */
+	/* A backend whose init or device enumeration crashed or hung in a
+	 * helper process (enumerate.h); reason says how. Still loaded, desc
+	 * valid, but nothing in it is called again. */
+	Q4KH_PLUGIN_REFUSED = 3
 };
 
 struct q4kh_plugin {

@@ -9,6 +9,9 @@
  * null in JSON, never a rate made up from zero. A run's report says how
  * tokens were picked: "sampling: greedy", or the temperature, top-k, top-p
  * and seed (JSON: sampling.mode "greedy" or "sampled", with those four).
+ * Every backend refused because its init or device enumeration crashed or
+ * hung (enumerate.h) is named with why ("refused backend NAME (FILE):
+ * WHY"; JSON refused_backends: name, file, reason).
  */
 #ifndef Q4KH_REPORT_H
 #define Q4KH_REPORT_H
@@ -27,6 +30,7 @@ struct q4kh_report {
 	const struct q4kh_model *model;
 	const struct q4kh_backend *backend;
 	const struct q4kh_selection *selection; /* F2 verdict and fall-backs */
+	const struct q4kh_registry *registry;   /* its refused backends; may be NULL */
 	uint32_t device_index;
 	const char *chat_template; /* "gemma", or "none (raw text)" */
 	/* How tokens were picked, so a sampled run can be made again; NULL:

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #ifdef HAVE_SYS_AUXV_H
 #include <sys/auxv.h>
@@ -53,4 +54,35 @@ size_t q4kh_secure_env_names(char *buf, size_t cap)
 		n++;
 	}
 	return n;
+}
+
+/* Who besides the owner may write: NULL when nobody. */
+static const char *writers(mode_t mode)
+{
+	if ((mode & S_IWGRP) && (mode & S_IWOTH))
+		return "group and others";
+	if (mode & S_IWGRP)
+		return "group";
+	if (mode & S_IWOTH)
+		return "others";
+	return NULL;
+}
+
+int q4kh_secure_untrusted(const struct stat *st, const char *what, const char *path,
+                          char *why, size_t size)
+{
+	const char *who = writers(st->st_mode);
+
+	if (who) {
+		snprintf(why, size, "refused: the %s %s is writable by %s (mode %04o)", what, path,
+		         who, (unsigned)(st->st_mode & 07777));
+		return -1;
+	}
+	if (st->st_uid != 0 && q4kh_secure_mode()) {
+		snprintf(why, size,
+		         "refused: the %s %s is owned by uid %u, not root (required when running set-uid or set-gid)",
+		         what, path, (unsigned)st->st_uid);
+		return -1;
+	}
+	return 0;
 }

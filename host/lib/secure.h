@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+struct stat;
+
 /*
  * 1 when this process runs in secure-execution mode: the kernel's
  * AT_SECURE (set-uid, set-gid or file capabilities), else, where the C
@@ -23,5 +25,19 @@ int q4kh_secure_mode(void);
  * how many there are. Reads environ: not thread-safe against setenv.
  */
 size_t q4kh_secure_env_names(char *buf, size_t cap);
+
+/*
+ * Whether the file or folder at PATH, of status ST, may be trusted: 0 when
+ * it may; else -1 with one line into WHY (CAP bytes), "refused: the WHAT
+ * PATH is writable by group (mode 0664)". Someone else who can write it
+ * could replace what we read or run, so a file or folder writable by
+ * group or others is refused; in a set-uid or set-gid process (sudo's
+ * rule for its plugins) one not owned by root is refused too, as the
+ * caller could own anything else. The rule for plugin files and folders
+ * (registry.c) and for the files the host caches about them
+ * (enumerate.c). Thread-safe.
+ */
+int q4kh_secure_untrusted(const struct stat *st, const char *what, const char *path,
+                          char *why, size_t cap);
 
 #endif

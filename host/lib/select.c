@@ -133,7 +133,9 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
 		return q4kh_fail(err, "no backend could start: %.*s", (int)len - 1, skipped);
 	list_backends(r, backends, sizeof(backends));
 	for (size_t i = 0; !backends[0] && i < r->n_plugins; i++)
-		if (r->plugins[i].state == Q4KH_PLUGIN_REJECTED && !strcmp(r->plugins[i].name, "cpu"))
+		if ((r->plugins[i].state == Q4KH_PLUGIN_REJECTED ||
+		     r->plugins[i].state == Q4KH_PLUGIN_REFUSED) &&
+		    !strcmp(r->plugins[i].name, "cpu"))
 			return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
 			                 "the reference cpu plugin %s was rejected: %s",
 			                 r->path, r->path_origin, r->plugins[i].path,

@@ -59,6 +59,7 @@ static json_t *path_json(const struct serve *srv, const struct serve_path *p)
 	rep.model = p->m;
 	rep.backend = p->be;
 	rep.selection = &p->sel;
+	rep.registry = srv->registry;
 	rep.device_index = p->cand.device;
 	rep.chat_template = q4kh_chat_name(q4kh_chat_detect(srv->gguf));
 	rep.stop_reason = "";

@@ -8,9 +8,22 @@
  * has no device, as the cuda plugin on a machine without a GPU, and says
  * why when asked for device 0; the host must name it as loaded but
  * without a device, with that reason. Its op entries are never called.
+ *
+ * Built again with -DENUM_NAME='"NAME"' and one of -DENUM_ABORT (init
+ * aborts), -DENUM_HANG (device_count never returns), -DENUM_DESCRIBE
+ * (device_info, asked why there is no device 0, dies of SIGSEGV): a
+ * backend that takes down whoever enumerates it, which a host must try in
+ * a helper process, refuse, and serve without. Each init of these appends
+ * "NAME init" as a line to the file $Q4KH_TEST_ENUM_LOG names (when set),
+ * so a test can count who called it: a command that reads its cached
+ * verdict adds none.
  */
+#include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "q4khost/plugin.h"
 
@@ -23,16 +36,36 @@ static void never_called(void)
 
 #define FN(f) .f = (__typeof__(((struct q4kh_backend_v1 *)0)->f))never_called
 
-#ifdef NO_DEVICE
+#if defined(NO_DEVICE) || defined(ENUM_NAME)
 struct q4kh_backend_ctx {
 	int unused;
 };
 
 static struct q4kh_backend_ctx the_ctx;
 
+/* One line per init into $Q4KH_TEST_ENUM_LOG: O_APPEND keeps lines whole. */
+static void log_init(void)
+{
+#ifdef ENUM_NAME
+	static const char line[] = ENUM_NAME " init\n";
+	const char *path = getenv("Q4KH_TEST_ENUM_LOG");
+	int fd = path ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
+
+	if (fd < 0)
+		return;
+	if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+		abort(); /* a count that silently misses would mislead the test */
+	close(fd);
+#endif
+}
+
 static q4kh_status nd_init(const struct q4kh_host_api *host, q4kh_backend_ctx **out)
 {
 	(void)host;
+	log_init();
+#ifdef ENUM_ABORT
+	abort();
+#endif
 	*out = &the_ctx;
 	return Q4KH_OK;
 }
@@ -51,6 +84,10 @@ static const char *nd_last_error(q4kh_backend_ctx *ctx)
 static q4kh_status nd_device_count(q4kh_backend_ctx *ctx, uint32_t *count)
 {
 	(void)ctx;
+#ifdef ENUM_HANG
+	for (;;)
+		pause();
+#endif
 	*count = 0;
 	return Q4KH_OK;
 }
@@ -59,10 +96,17 @@ static q4kh_status nd_device_info(q4kh_backend_ctx *ctx, uint32_t index,
                                   struct q4kh_device_record *out)
 {
 	(void)ctx, (void)index, (void)out;
+#ifdef ENUM_DESCRIBE
+	raise(SIGSEGV);
+#endif
 	return Q4KH_ERR_INVALID;
 }
 
+#ifdef ENUM_NAME
+#define NAME ENUM_NAME
+#else
 #define NAME "no-device"
+#endif
 #define FIRST_ENTRIES .init = nd_init, .shutdown = nd_shutdown, .last_error = nd_last_error, \
 	.device_count = nd_device_count, .device_info = nd_device_info
 #else
