@@ -1057,6 +1057,10 @@ Test(first_run, run_and_serve_take_one_temperature_range)
 	cr_expect(strstr(out, "--temp T          sampling temperature, 0 to 2 (OpenAI's range") !=
 	          NULL, "%s", out);
 	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "serve --help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "T\n                          from 0 to 2, OpenAI's range, as run "
+	                      "takes it\n") != NULL, "%s", out);
+	free(out);
 }
 
 /* info takes its file as -m FILE too, as every other command does. */
