@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -84,7 +85,7 @@ Test(first_run, options_are_named_as_unknown_or_lacking_a_value)
 		"q4khost run: option '-p' needs a value (try q4khost run --help)",
 		"q4khost run: option '--json' takes no value (try q4khost run --help)",
 		"q4khost run: unknown option '-x' (try q4khost run --help)",
-		"q4khost info: unknown option '--model' (try q4khost info --help)",
+		"q4khost info: option '--model' needs a value (try q4khost info --help)",
 	};
 	char *out;
 
@@ -227,12 +228,20 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 		{ "run -n 0", "2", "q4khost run: --n-predict must be a whole number in [1, " },
 		{ "run --raw --chat-template chatml", "2",
 		  "q4khost run: --raw and --chat-template chatml contradict each other" },
-		{ "run -n 1 -m ''", "3",
-		  "q4khost run: the model file name is empty: expected the path of a GGUF file" },
-		{ "validate -m ''", "3",
-		  "q4khost validate: the model file name is empty: expected the path of a GGUF file" },
-		{ "run -n 1 --config ''", "3",
-		  "q4khost run: --config: the value is empty; expected the path of an INI file" },
+		{ "run -n 1 -m ''", "2",
+		  "q4khost run: --model '': an empty value is not allowed; expected the path of a "
+		  "GGUF file (or no --model, for the default model)\n" },
+		{ "validate -m ''", "2",
+		  "q4khost validate: --model '': an empty value is not allowed; expected the path" },
+		{ "run -n 1 --config ''", "2",
+		  "q4khost run: --config '': an empty value is not allowed; expected the path of an "
+		  "INI file\n" },
+		{ "run -n 1 --kernel ,,", "2",
+		  "q4khost run: --kernel ',,': entry 1 of the list has no name; expected kernel "
+		  "variant names, NAME[,NAME...], each maybe DEVICE=NAME, or none for the built-in "
+		  "kernels" },
+		{ "run -n 1 --kernel 'a,0='", "2",
+		  "q4khost run: --kernel 'a,0=': entry 2 of the list has no name; " },
 	};
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char args[8192], *out;
@@ -247,7 +256,8 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	/* an empty --plugin-path is no path, not "every plugin missing" */
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -n 1 --plugin-path ''", &out), 2, "%s",
 	             out);
-	cr_expect(strstr(out, "q4khost run: --plugin-path: the value is empty") != NULL, "%s", out);
+	cr_expect(strstr(out, "q4khost run: --plugin-path '': an empty value is not allowed; "
+	                      "expected ':'-separated plugin folders\n") != NULL, "%s", out);
 	free(out);
 	cr_expect_eq(test_q4khost("Q4KHOST_LOG=loud", test_tmpdir(), "run -n 1", &out), 2, "%s",
 	             out);
@@ -543,12 +553,23 @@ Test(first_run, logits_with_no_finite_value_are_named_with_the_report)
 
 Test(first_run, an_extra_argument_points_at_help)
 {
-	char *out;
+	static const char *const commands[] = { "plugins", "validate", "bench", "conformance" };
+	char args[64], want[256], *out;
 
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "run extra", &out), 2, "%s", out);
 	cr_expect(strstr(out, "q4khost run: unexpected argument 'extra': the prompt goes after "
 	                      "-p (try q4khost run --help)\n") != NULL, "%s", out);
 	free(out);
+	/* the others take options only: "plugins extra" is no subcommand */
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		snprintf(args, sizeof(args), "%s extra", commands[i]);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
+		snprintf(want, sizeof(want), "q4khost %s: unexpected argument 'extra': %s takes "
+		         "options only (try q4khost %s --help)\n", commands[i], commands[i],
+		         commands[i]);
+		cr_expect_str_eq(out, want, "%s", args);
+		free(out);
+	}
 }
 
 /* A bad Q4KHOST_F2 is named by plain `plugins` too, as a bad [f2] mode. */
@@ -745,7 +766,7 @@ Test(first_run, an_empty_backend_or_kernel_name_is_a_usage_error)
 
 		snprintf(args, sizeof(args), "%s --backend '' --plugin-path %s", commands[i], plugins);
 		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
-		snprintf(want, sizeof(want), "q4khost %.*s: --backend '': an empty name is not allowed; "
+		snprintf(want, sizeof(want), "q4khost %.*s: --backend '': an empty value is not allowed; "
 		         "expected the name of a backend plugin (q4khost plugins lists them)\n", len,
 		         commands[i]);
 		cr_expect_str_eq(out, want, "%s", args);
@@ -756,8 +777,9 @@ Test(first_run, an_empty_backend_or_kernel_name_is_a_usage_error)
 			continue;
 		snprintf(args, sizeof(args), "%s %s '' --plugin-path %s", commands[i], kernel, plugins);
 		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
-		snprintf(want, sizeof(want), "q4khost %.*s: %s '': an empty name is not allowed; "
-		         "expected kernel variant names, or none for the built-in kernels",
+		snprintf(want, sizeof(want), "q4khost %.*s: %s '': an empty value is not allowed; "
+		         "expected kernel variant names, NAME[,NAME...], each maybe DEVICE=NAME, or "
+		         "none for the built-in kernels",
 		         len, commands[i], kernel);
 		cr_expect(strstr(out, want) == out, "%s: %s", args, out);
 		free(out);
@@ -776,7 +798,7 @@ Test(first_run, numbers_with_white_space_and_quiet_without_one_are_usage_errors)
 		{ "run -n ' 3'", "q4khost run: --n-predict must be a whole number in [1, 2147483647], "
 		                 "got ' 3' (white space around it is not allowed)\n" },
 		{ "run -n '3 '", "got '3 ' (white space around it is not allowed)\n" },
-		{ "run --temp ' 0.5'", "q4khost run: --temp must be a number in [0, 100], got ' 0.5' " },
+		{ "run --temp ' 0.5'", "q4khost run: --temp must be a number in [0, 2], got ' 0.5' " },
 		{ "serve --top-p '0.5 '", "q4khost serve: --top-p must be a number in [0, 1], got '0.5 '" },
 		{ "serve --port ' 80' -m /nonexistent.gguf", "q4khost serve: --port must be a whole number in [0, 65535]" },
 		{ "validate --memory-limit ' 5'", "q4khost validate: --memory-limit (MiB; 0: no limit) "
@@ -1008,4 +1030,208 @@ Test(first_run, a_run_says_how_it_sampled_in_its_report_and_its_json)
 	json_decref(j);
 	free(again);
 	free(out);
+}
+
+/* --- issue 19e: the fifth trial's leftovers ------------------------------- */
+
+/* The temperature is one range for run and serve, OpenAI's [0, 2]. */
+Test(first_run, run_and_serve_take_one_temperature_range)
+{
+	static const char *const commands[] = { "run", "serve" };
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], want[256], *out;
+
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(args, sizeof(args), "%s --temp 2.5 -m /nonexistent.gguf", commands[i]);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
+		snprintf(want, sizeof(want), "q4khost %s: --temp must be a number in [0, 2], got "
+		         "'2.5'\n", commands[i]);
+		cr_expect_str_eq(out, want, "%s", args);
+		free(out);
+	}
+	/* the top of the range is taken */
+	cr_expect_eq(q4khost_with("", "run -n 1 --temp 2", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost: sampling: temperature 2, ") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "run --help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "--temp T          sampling temperature, 0 to 2 (OpenAI's range") !=
+	          NULL, "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "serve --help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "T\n                          from 0 to 2, OpenAI's range, as run "
+	                      "takes it\n") != NULL, "%s", out);
+	free(out);
+}
+
+/* info takes its file as -m FILE too, as every other command does. */
+Test(first_run, info_takes_the_model_as_m_too)
+{
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "info -m %s", tiny_model());
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "general.architecture") && strstr(out, "llama.context_length"),
+	          "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "info --model %s %s", tiny_model(), tiny_model());
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s", out);
+	cr_expect_str_eq(out, "q4khost info: expected one model file, as FILE or -m FILE, found 2 "
+	                      "(try q4khost info --help)\n");
+	free(out);
+}
+
+/* qa names the line and column of a case that is no JSON, counted in the
+ * file's line (indentation included) as an editor counts them. */
+Test(first_run, qa_names_the_line_and_column_of_bad_json)
+{
+	static const char *const texts[][2] = {
+		/* "accept" (a missing comma before it) ends at column 25 */
+		{ "  {\"prompt\": \"a\" \"accept\": [\"x\"]}\n", ":1:25: '}' expected near '\"accept\"'\n" },
+		/* cut short: the error is at the line's last character, 31 */
+		{ "{\"prompt\": \"a\", \"accept\": [\"x\"]}\n{\"prompt\": \"a\", \"accept\": [\"x\"]\n",
+		  ":2:31: '}' expected near end of file\n" },
+	};
+	char args[8192], want[8192], *cases, *out;
+
+	for (size_t i = 0; i < 2; i++) {
+		cases = file_with("bad.jsonl", texts[i][0]);
+		snprintf(args, sizeof(args), "qa --cases %s -m %s", cases, tiny_model());
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+		snprintf(want, sizeof(want), "q4khost qa: %s%s", cases, texts[i][1]);
+		cr_expect_str_eq(out, want, "case %zu", i);
+		free(out);
+		free(cases);
+	}
+}
+
+/* A command's own file options, given '', are usage errors naming them,
+ * not "'': cannot read" (exit 3). */
+Test(first_run, an_empty_file_option_is_a_usage_error)
+{
+	static const char *const cases[][2] = {
+		{ "qa --cases ''", "q4khost qa: --cases '': an empty value is not allowed; expected "
+		                   "the path of a JSON Lines file of cases\n" },
+		{ "serve --api-key-file '' -m /nonexistent.gguf",
+		  "q4khost serve: --api-key-file '': an empty value is not allowed; expected the path "
+		  "of a file whose first line is the API key\n" },
+		{ "validate --one --backend cpu --kernel none --probe-ids ''",
+		  "q4khost validate: --probe-ids '': an empty value is not allowed; expected the path "
+		  "of a file of token ids\n" },
+	};
+	char *out;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cr_expect_eq(test_q4khost("", test_tmpdir(), cases[i][0], &out), 2, "%s: %s",
+		             cases[i][0], out);
+		cr_expect_str_eq(out, cases[i][1], "%s", cases[i][0]);
+		free(out);
+	}
+	/* a folder given as the cases is named as one, not as "no cases" */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "qa --cases / -m /nonexistent.gguf", &out), 3,
+	             "%s", out);
+	cr_expect_str_eq(out, "q4khost qa: /: cannot read: Is a directory\n");
+	free(out);
+}
+
+/* The completion offers both names of the built-in kernels. */
+Test(first_run, bash_completion_offers_built_in)
+{
+	char cmd[16384], *out;
+
+	/* bash-completion's _init_completion stubbed: "q4khost run --kernel b<TAB>" */
+	snprintf(cmd, sizeof(cmd),
+	         "bash -c 'source %s/data/bash-completion/q4khost; _init_completion() { cur=b; "
+	         "prev=--kernel; words=(%s/host/cli/q4khost run --kernel b); cword=3; }; "
+	         "_q4khost; printf \"%%s\\n\" \"${COMPREPLY[@]}\"'",
+	         test_srcdir(), test_builddir());
+	cr_expect_eq(test_shell(cmd, &out), 0, "%s", out);
+	cr_expect_str_eq(out, "built-in\n");
+	free(out);
+}
+
+/* Every kernel variant the manual's examples name is one the q4khost
+ * package installs (debian/q4khost.install's plugin patterns). */
+Test(first_run, the_manual_examples_name_installed_plugins)
+{
+	char path[4200], line[512], *text, *at;
+	size_t len;
+	int named = 0;
+
+	snprintf(path, sizeof(path), "%s/man/q4khost.1", test_builddir());
+	text = test_read_file(path, &len);
+	cr_assert_not_null(text, "%s", path);
+	at = strstr(text, ".SH EXAMPLES");
+	cr_assert_not_null(at);
+	while ((at = strstr(at, "\\-\\-kernel "))) {
+		char name[128], so[160];
+		size_t n = 0;
+		int installed = 0;
+		FILE *f;
+
+		at += strlen("\\-\\-kernel ");
+		for (; *at && *at != '\n' && *at != ' ' && n + 1 < sizeof(name); at++)
+			if (*at != '\\') /* "\-" is a hyphen */
+				name[n++] = *at;
+		name[n] = 0;
+		snprintf(so, sizeof(so), "%s.so", name);
+		snprintf(path, sizeof(path), "%s/debian/q4khost.install", test_srcdir());
+		f = fopen(path, "r");
+		cr_assert_not_null(f, "%s", path);
+		while (fgets(line, sizeof(line), f)) {
+			line[strcspn(line, "\n")] = 0;
+			if (strstr(line, "/plugins-abi") && !fnmatch(strrchr(line, '/') + 1, so, 0))
+				installed = 1;
+		}
+		fclose(f);
+		cr_expect(installed, "man q4khost's example names %s, which q4khost does not install",
+		          name);
+		named++;
+	}
+	cr_expect_gt(named, 0, "the examples name a kernel variant");
+	free(text);
+}
+
+/* With --json, an error is one JSON object on stdout ({"error": ...}, the
+ * key run's carries it in) and its line on stderr, for info, validate,
+ * bench and qa as for run; a usage error too. */
+Test(first_run, json_errors_are_one_object_on_stdout)
+{
+	static const char *const cases[][3] = {
+		{ "info --json /nonexistent.gguf", "3", "/nonexistent.gguf: cannot open: " },
+		{ "info --json --bogus", "2", "unknown option '--bogus' (try q4khost info --help)" },
+		{ "validate --json -m /nonexistent.gguf", "3", "/nonexistent.gguf: cannot open: " },
+		{ "validate --json --bogus", "2", "unknown option '--bogus' (try q4khost validate" },
+		{ "bench --json -m /nonexistent.gguf", "3", "/nonexistent.gguf: cannot open: " },
+		{ "bench --json -m ''", "2", "--model '': an empty value is not allowed" },
+		{ "qa --json --cases ''", "2", "--cases '': an empty value is not allowed" },
+		{ "qa --json --cases /nonexistent.jsonl -m /nonexistent.gguf", "3", "/nonexistent.jsonl: cannot read: " },
+	};
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], inner[16384], cmd[20000], errfile[4200], *out, *err;
+	json_error_t jerr;
+	json_t *j;
+	size_t len;
+
+	snprintf(errfile, sizeof(errfile), "%s/stderr", test_tmpdir());
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		/* info reads no plugin */
+		snprintf(args, sizeof(args), "%s%s%s", cases[i][0],
+		         strncmp(cases[i][0], "info", 4) ? " --plugin-path " : "",
+		         strncmp(cases[i][0], "info", 4) ? plugins : "");
+		snprintf(cmd, sizeof(cmd), "%s 2>%s",
+		         test_q4khost_command("", test_tmpdir(), args, inner, sizeof(inner)), errfile);
+		cr_expect_eq(test_shell(cmd, &out), atoi(cases[i][1]), "%s: %s", args, out);
+		j = json_loads(out, 0, &jerr);
+		cr_assert_not_null(j, "%s: stdout is one JSON object (%s): %s", args, jerr.text, out);
+		cr_expect_eq(strncmp(json_string_value(json_object_get(j, "error")), cases[i][2],
+		                     strlen(cases[i][2])), 0, "%s: %s", args, out);
+		err = test_read_file(errfile, &len);
+		cr_assert_not_null(err);
+		cr_expect(strstr(err, json_string_value(json_object_get(j, "error"))) != NULL &&
+		                  !strncmp(err, "q4khost ", 8),
+		          "%s: the human line on stderr: %s", args, err);
+		json_decref(j);
+		free(err);
+		free(out);
+	}
 }

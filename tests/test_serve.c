@@ -63,10 +63,11 @@ static char *read_log(const struct server *s)
 
 /*
  * Start q4khost serve --port 0 ARGS with receipts in RECEIPTS (and
- * $Q4KH_TEST_GATE = GATE when not NULL); wait for its "listening on" line.
+ * $Q4KH_TEST_GATE = GATE when not NULL) and ENV (NAME=VALUE, or NULL) set;
+ * wait for its "listening on" line. server_start: without ENV.
  */
-static void server_start(struct server *s, const char *const *args, const char *receipts,
-                         const char *gate)
+static void server_start_env(struct server *s, const char *const *args, const char *receipts,
+                             const char *gate, const char *env)
 {
 	const char *argv[64] = { q4khost(), "serve", "--port", "0" };
 	int n = 4;
@@ -90,6 +91,8 @@ static void server_start(struct server *s, const char *const *args, const char *
 		unsetenv("Q4KHOST_BACKEND");
 		unsetenv("Q4KHOST_Q4K_KERNEL");
 		unsetenv("Q4KHOST_API_KEY");
+		if (env)
+			putenv((char *)env);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -108,6 +111,12 @@ static void server_start(struct server *s, const char *const *args, const char *
 		sleep_ms(100);
 	}
 	cr_assert_fail("q4khost serve did not listen");
+}
+
+static void server_start(struct server *s, const char *const *args, const char *receipts,
+                         const char *gate)
+{
+	server_start_env(s, args, receipts, gate, NULL);
 }
 
 /* Wait for the server to exit; its exit status (-1: killed by a signal). */
@@ -713,5 +722,45 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/cpu-q8act");
 	free(v);
+	server_stop(&s);
+}
+
+/* An empty Q4KHOST_API_KEY is no key, said at start-up; a request naming
+ * another model (a client's fixed "gpt-4") is served by the one model
+ * loaded, whose id the response carries, as /v1/models lists it. */
+Test(serve, an_empty_key_is_warned_about_and_any_model_name_is_served, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	const char *req = "{\"model\": \"gpt-4\", \"messages\": [{\"role\": \"user\", "
+	                  "\"content\": \"Hi\"}], \"max_tokens\": 2}";
+	struct server s;
+	struct reply r;
+	json_t *models, *answer;
+	char *log;
+
+	server_start_env(&s, args, test_tmpdir(), NULL, "Q4KHOST_API_KEY=");
+	log = read_log(&s);
+	cr_expect_not_null(strstr(log, "warning: Q4KHOST_API_KEY is set but empty, which means no "
+	                               "key: the server is open to every client that reaches it"),
+	                   "%s", log);
+	cr_expect_not_null(strstr(log, "API key: none"), "%s", log);
+	free(log);
+	r = http(&s, "GET", "/v1/models", NULL);
+	models = json_loads(r.body, 0, NULL);
+	cr_assert_not_null(models, "%s", r.body);
+	reply_free(&r);
+	r = http(&s, "POST", "/v1/chat/completions", req);
+	cr_expect_eq(r.status, 200, "no key asked, any model name taken: %s", r.body);
+	answer = json_loads(r.body, 0, NULL);
+	cr_assert_not_null(answer, "%s", r.body);
+	cr_expect_str_eq(json_string_value(json_object_get(answer, "model")),
+	                 json_string_value(json_object_get(
+	                         json_array_get(json_object_get(models, "data"), 0), "id")),
+	                 "%s", r.body);
+	json_decref(answer);
+	json_decref(models);
+	reply_free(&r);
 	server_stop(&s);
 }

@@ -6,6 +6,7 @@
 #ifndef Q4KH_CLI_H
 #define Q4KH_CLI_H
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stddef.h>
 
@@ -43,6 +44,13 @@ const char *q4kh_cli_usage_said(void);
 int q4kh_cli_bad_option(const char *command, char **argv, int c);
 
 /*
+ * Say that ARG, left after COMMAND's options, is not taken (COMMAND has
+ * options only; a subcommand such as "plugins extra" does not exist), in
+ * one line pointing at --help, and return Q4KH_EXIT_USAGE.
+ */
+int q4kh_cli_extra_argument(const char *command, const char *arg);
+
+/*
  * Parse S, the value of option WHAT of COMMAND, as a decimal whole number
  * (q4kh_cli_parse_long) or a number (q4kh_cli_parse_double) in [lo, hi]
  * into *out; else say so on stderr in one line and return -1. An empty
@@ -55,14 +63,49 @@ int q4kh_cli_parse_double(const char *command, const char *s, const char *what, 
                           double hi, double *out);
 
 /*
- * The names COMMAND was given, checked once its options are parsed:
- * BACKEND (--backend) and KERNEL (the kernel list of option KERNEL_OPTION,
- * --kernel or --kernels), NULL when not given. 0, or for an empty one a
- * line on stderr naming the option, saying an empty name is not allowed
- * and what it expects, and -1 (a usage error, exit 2).
+ * What COMMAND was given on its command line, checked once its options are
+ * parsed; NULL: not given. An empty value of any is a usage error: a line
+ * on stderr naming the option, saying an empty value is not allowed and
+ * what it expects, and -1 (exit 2). So is a kernel list (KERNEL, the value
+ * of option KERNEL_OPTION, --kernel or --kernels) with an empty entry
+ * (",,", "a,", "0="), named with the entry's place in the list.
  */
-int q4kh_cli_names_given(const char *command, const char *backend,
-                         const char *kernel_option, const char *kernel);
+/*
+ * The check q4kh_cli_given_check makes of each, for a command's own
+ * options (qa --cases FILE): 0 when VALUE is NULL or not empty, else the
+ * line on stderr naming OPTION and saying EXPECTED, and -1.
+ */
+int q4kh_cli_not_empty(const char *command, const char *option, const char *value,
+                       const char *expected);
+
+struct q4kh_cli_given {
+	const char *model;       /* -m/--model FILE (info: also its FILE) */
+	const char *config;      /* --config FILE */
+	const char *plugin_path; /* --plugin-path P */
+	const char *backend;     /* --backend NAME */
+	const char *kernel_option, *kernel;
+};
+int q4kh_cli_given_check(const char *command, const struct q4kh_cli_given *given);
+
+/*
+ * A command's error as its --json output: one JSON object on stdout,
+ * {"error": MESSAGE}, the key run's --json object carries its error in,
+ * so a script reading stdout never meets empty or half output.
+ * q4kh_cli_error: that object when JSON (the command was given --json),
+ * and always the line "q4khost COMMAND: MESSAGE" on stderr; returns RC
+ * (the exit code).
+ */
+void q4kh_cli_json_error(const char *message);
+int q4kh_cli_error(const char *command, int json, int rc, const char *message);
+
+/*
+ * Whether option --json is among ARGV's options as getopt_long reads them
+ * with SHORTS and LONGS (in "-p --json" it is a value), whatever else is
+ * wrong there: a usage error is one JSON object too with it. JSON_VAL:
+ * what getopt_long returns for --json.
+ */
+int q4kh_cli_json_asked(int argc, char **argv, const char *shorts,
+                        const struct option *longs, int json_val);
 
 /*
  * The options of the commands that measure F2 (validate, qa): --f2 VALUE,
@@ -95,14 +138,15 @@ const char *q4kh_cli_fetch_hint(void);
  * The model a command uses: GIVEN (-m FILE, or info's FILE) when not NULL,
  * else the default model ($Q4KHOST_MODEL, else the file
  * scripts/fetch-model.sh fetches into the cache folder), written into BUF.
- * NULL with err when GIVEN is empty (-m ''), or when the default is
- * missing: naming Q4KHOST_MODEL when it was set, else saying how to get
- * the default model.
+ * NULL with err when the default is missing: naming Q4KHOST_MODEL when it
+ * was set, else saying how to get the default model. An empty GIVEN is a
+ * usage error, refused before (q4kh_cli_given_check).
  */
 const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh_error *err);
 
 /*
- * Load the layered config (FILE: the --config file or NULL) and, unless
+ * Load the layered config (FILE: the --config file or NULL; an empty one
+ * is refused before, q4kh_cli_given_check) and, unless
  * QUIET, warn on stderr about every key and Q4KHOST_ variable q4khost
  * does not know (config_keys.h) and, when running set-uid or set-gid,
  * name the set environment variables that are ignored for it (secure.h). -1 with err
@@ -117,9 +161,10 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
  * crashes or hangs is refused) and check, before any work, the values of
  * every plugin's own settings (the plugins check them:
  * q4kh_registry_check_settings) and every F2 setting of C for its plugins
- * (guard.h). 0, or the exit code with err: Q4KH_EXIT_USAGE for an empty
- * --plugin-path, Q4KH_EXIT_FAIL when the scan or a helper failed or was
- * stopped, Q4KH_EXIT_INPUT for a bad setting, whoever checks it.
+ * (guard.h). 0, or the exit code with err: Q4KH_EXIT_FAIL when the scan or
+ * a helper failed or was stopped, Q4KH_EXIT_INPUT for a bad setting,
+ * whoever checks it (an empty --plugin-path is refused before,
+ * q4kh_cli_given_check).
  */
 int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
                      struct q4kh_registry **out, struct q4kh_error *err);
@@ -128,11 +173,11 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
  * The names a command was given (--backend, else Q4KHOST_BACKEND; the
  * kernel variants of --kernel, else Q4KHOST_Q4K_KERNEL; KERNEL_CLI and
  * BACKEND_CLI NULL when not given) checked against R before any work or
- * output: 0, or after one line on stderr naming the unknown name and the
- * ones there, Q4KH_EXIT_PLUGIN.
+ * output: 0, or Q4KH_EXIT_PLUGIN with err naming the unknown name and the
+ * ones there.
  */
-int q4kh_cli_check_names(const char *command, const struct q4kh_registry *r,
-                         const char *kernel_cli, const char *backend_cli);
+int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
+                         const char *backend_cli, struct q4kh_error *err);
 
 /*
  * Warn on stderr about every kernel selector (--kernel KERNEL_CLI, or

@@ -23,7 +23,7 @@
 #include "secure.h"
 #include "settings.h"
 
-/* What the last usage error said, for run --json's object. */
+/* What the last usage error said, for a --json object. */
 static char usage_said[1024];
 
 void q4kh_cli_usage(const char *command, const char *fmt, ...)
@@ -58,6 +58,13 @@ int q4kh_cli_bad_option(const char *command, char **argv, int c)
 	else
 		q4kh_cli_usage(command, "unknown option '%.*s' (try q4khost %s --help)", len, arg,
 		               command);
+	return Q4KH_EXIT_USAGE;
+}
+
+int q4kh_cli_extra_argument(const char *command, const char *arg)
+{
+	q4kh_cli_usage(command, "unexpected argument '%s': %s takes options only (try q4khost %s "
+	               "--help)", arg, command, command);
 	return Q4KH_EXIT_USAGE;
 }
 
@@ -113,20 +120,85 @@ int q4kh_cli_parse_double(const char *command, const char *s, const char *what, 
 	return 0;
 }
 
-int q4kh_cli_names_given(const char *command, const char *backend,
-                         const char *kernel_option, const char *kernel)
+int q4kh_cli_not_empty(const char *command, const char *option, const char *value,
+                       const char *expected)
 {
-	const char *option = backend && !*backend ? "--backend" : kernel_option;
-	const char *expected = backend && !*backend
-	        ? "the name of a backend plugin (q4khost plugins lists them)"
-	        : "kernel variant names, or none for the built-in kernels (q4khost plugins "
-	          "lists the variants)";
-
-	if ((!backend || *backend) && (!kernel || *kernel))
+	if (!value || *value)
 		return 0;
-	q4kh_cli_usage(command, "%s '': an empty name is not allowed; expected %s", option,
+	q4kh_cli_usage(command, "%s '': an empty value is not allowed; expected %s", option,
 	               expected);
 	return -1;
+}
+
+/* The place (from 1) of LIST's first entry with no name ("a,,b": 2; in
+ * "0=a,1=", 2), or 0 when every entry has one. */
+static int empty_entry(const char *list)
+{
+	int place = 1;
+
+	for (const char *e = list;; place++) {
+		size_t len = strcspn(e, ",");
+		const char *eq = memchr(e, '=', len);
+
+		if (!len || (eq && eq + 1 == e + len))
+			return place;
+		if (!e[len])
+			return 0;
+		e += len + 1;
+	}
+}
+
+int q4kh_cli_given_check(const char *command, const struct q4kh_cli_given *g)
+{
+	static const char *const kernels =
+	        "kernel variant names, NAME[,NAME...], each maybe DEVICE=NAME, or none for the "
+	        "built-in kernels (q4khost plugins lists the variants)";
+	int place;
+
+	if (q4kh_cli_not_empty(command, "--model", g->model, "the path of a GGUF file (or no "
+	                       "--model, for the default model)") ||
+	    q4kh_cli_not_empty(command, "--config", g->config, "the path of an INI file") ||
+	    q4kh_cli_not_empty(command, "--plugin-path", g->plugin_path,
+	                       "':'-separated plugin folders") ||
+	    q4kh_cli_not_empty(command, "--backend", g->backend,
+	                       "the name of a backend plugin (q4khost plugins lists them)") ||
+	    q4kh_cli_not_empty(command, g->kernel_option, g->kernel, kernels))
+		return -1;
+	if (g->kernel && (place = empty_entry(g->kernel))) {
+		q4kh_cli_usage(command, "%s '%s': entry %d of the list has no name; expected %s",
+		               g->kernel_option, g->kernel, place, kernels);
+		return -1;
+	}
+	return 0;
+}
+
+void q4kh_cli_json_error(const char *message)
+{
+	json_t *j = json_pack("{s:s}", "error", message);
+
+	json_dumpf(j, stdout, JSON_INDENT(2));
+	fputc('\n', stdout);
+	json_decref(j);
+}
+
+int q4kh_cli_error(const char *command, int json, int rc, const char *message)
+{
+	if (json)
+		q4kh_cli_json_error(message);
+	fprintf(stderr, "q4khost %s: %s\n", command, message);
+	return rc;
+}
+
+int q4kh_cli_json_asked(int argc, char **argv, const char *shorts,
+                        const struct option *longs, int json_val)
+{
+	int c, json = 0;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, shorts, longs, NULL)) != -1)
+		json |= c == json_val;
+	return json;
 }
 
 int q4kh_cli_f2_measure_mode(const char *command, const char *value,
@@ -186,11 +258,6 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
 
-	if (given && !*given) {
-		q4kh_fail(err, "the model file name is empty: expected the path of a GGUF file "
-		          "(or none, for the default model)");
-		return NULL;
-	}
 	if (given)
 		return given;
 	if (access(q4kh_default_model_path(buf, cap), F_OK) == 0)
@@ -239,8 +306,6 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 	/* before the files: a misspelt variable may be why one is missing */
 	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
 		q4kh_env_check(warn_line, (void *)command);
-	if (file && !*file)
-		return q4kh_fail(err, "--config: the value is empty; expected the path of an INI file");
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)
@@ -254,11 +319,6 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 	unsigned limit;
 
 	*out = NULL;
-	if (cli_path && !*cli_path) {
-		q4kh_fail(err, "--plugin-path: the value is empty; expected ':'-separated plugin "
-		          "folders");
-		return Q4KH_EXIT_USAGE;
-	}
 	if (q4kh_enumerate_timeout(c, &limit, err))
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_scan(cli_path, c, out, err) || q4kh_enumerate_vet(*out, c, err))
@@ -268,20 +328,17 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 	               : 0;
 }
 
-int q4kh_cli_check_names(const char *command, const struct q4kh_registry *r,
-                         const char *kernel_cli, const char *backend_cli)
+int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
+                         const char *backend_cli, struct q4kh_error *err)
 {
-	struct q4kh_error err = { { 0 } };
 	struct q4kh_kernel_choice choice;
 	struct q4kh_device_record none = { 0 }; /* the names parse alike for any device */
 	char origin[64];
 	const char *backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
 
-	if (q4kh_registry_check_backend(r, backend, origin, &err) ||
-	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, &err)) {
-		fprintf(stderr, "q4khost %s: %s\n", command, err.msg);
+	if (q4kh_registry_check_backend(r, backend, origin, err) ||
+	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, err))
 		return Q4KH_EXIT_PLUGIN;
-	}
 	return 0;
 }
 

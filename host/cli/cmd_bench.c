@@ -94,28 +94,31 @@ static int parse_count(const char *s, const char *what, long lo, long hi, long *
 	return q4kh_cli_parse_long("bench", s, what, lo, hi, out);
 }
 
+/* bench's options, for parse and q4kh_cli_json_asked */
+enum { O_KERNELS = 256, O_BACKEND, O_DEVICE, O_F2, O_REVALIDATE, O_TIMEOUT,
+       O_PPATH, O_CONFIG, O_JSON, O_NO_BUILT_IN };
+static const struct option longs[] = {
+	{ "model", required_argument, 0, 'm' },
+	{ "kernels", required_argument, 0, O_KERNELS },
+	{ "backend", required_argument, 0, O_BACKEND },
+	{ "device", required_argument, 0, O_DEVICE },
+	{ "n-decode", required_argument, 0, 'n' },
+	{ "repetitions", required_argument, 0, 'r' },
+	{ "prompt", required_argument, 0, 'p' },
+	{ "f2", required_argument, 0, O_F2 },
+	{ "revalidate", no_argument, 0, O_REVALIDATE },
+	{ "timeout", required_argument, 0, O_TIMEOUT },
+	{ "plugin-path", required_argument, 0, O_PPATH },
+	{ "config", required_argument, 0, O_CONFIG },
+	{ "json", no_argument, 0, O_JSON },
+	{ "no-built-in", no_argument, 0, O_NO_BUILT_IN },
+	{ "help", no_argument, 0, 'h' },
+	{ 0, 0, 0, 0 },
+};
+#define SHORTS ":m:n:p:r:h"
+
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
-	enum { O_KERNELS = 256, O_BACKEND, O_DEVICE, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_NO_BUILT_IN };
-	static const struct option longs[] = {
-		{ "model", required_argument, 0, 'm' },
-		{ "kernels", required_argument, 0, O_KERNELS },
-		{ "backend", required_argument, 0, O_BACKEND },
-		{ "device", required_argument, 0, O_DEVICE },
-		{ "n-decode", required_argument, 0, 'n' },
-		{ "repetitions", required_argument, 0, 'r' },
-		{ "prompt", required_argument, 0, 'p' },
-		{ "f2", required_argument, 0, O_F2 },
-		{ "revalidate", no_argument, 0, O_REVALIDATE },
-		{ "timeout", required_argument, 0, O_TIMEOUT },
-		{ "plugin-path", required_argument, 0, O_PPATH },
-		{ "config", required_argument, 0, O_CONFIG },
-		{ "json", no_argument, 0, O_JSON },
-		{ "no-built-in", no_argument, 0, O_NO_BUILT_IN },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
-	};
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -123,7 +126,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 	o->repetitions = 3;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:n:p:r:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
@@ -156,10 +159,12 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		default: q4kh_cli_bad_option("bench", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_names_given("bench", o->backend, "--kernels", o->kernels))
+	if (q4kh_cli_given_check("bench", &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                                  o->plugin_path, o->backend,
+	                                                  "--kernels", o->kernels }))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost bench: unexpected argument '%s'\n", argv[optind]);
+		q4kh_cli_extra_argument("bench", argv[optind]);
 		return -1;
 	}
 	return 0;
@@ -392,10 +397,15 @@ int q4kh_cmd_bench(int argc, char **argv)
 	size_t n = 0, n_ids = 0, n_probe = 0;
 	int32_t *ids = NULL, *probe = NULL;
 	char model_path[4096], origin[700], fresh_source[760];
-	int rc = parse(argc, argv, &o), bad_file, untimed = 0;
+	int rc = parse(argc, argv, &o), bad_file, untimed = 0, reported = 0;
 
-	if (rc)
-		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (rc > 0)
+		return Q4KH_EXIT_OK;
+	if (rc) { /* said on stderr */
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON))
+			q4kh_cli_json_error(q4kh_cli_usage_said());
+		return Q4KH_EXIT_USAGE;
+	}
 	q4kh_interrupt_install();
 	q4kh_progress_init("bench");
 	rc = Q4KH_EXIT_INPUT;
@@ -474,14 +484,15 @@ int q4kh_cmd_bench(int argc, char **argv)
 	}
 	rc = untimed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
+	reported = 1;
 	if (q4kh_interrupted()) {
 		q4kh_fail(&err, "stopped by %s; the rows not timed say so",
 		          q4kh_signal_name(q4kh_interrupted()));
 		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
 	}
 out:
-	if (err.msg[0])
-		fprintf(stderr, "q4khost bench: %s\n", err.msg);
+	if (err.msg[0]) /* with --json, an object of its own unless the report's is out */
+		q4kh_cli_error("bench", o.json && !reported, rc, err.msg);
 	free(rows);
 	free(ids);
 	free(probe);

@@ -233,10 +233,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		}
 	}
 	/* --kernels '' times the built-in alone: no empty name to refuse */
-	if (q4kh_cli_names_given("bench-kernels", o->backend, NULL, NULL))
+	if (q4kh_cli_given_check("bench-kernels",
+	                         &(struct q4kh_cli_given){ NULL, o->config_file, o->plugin_path,
+	                                                   o->backend, NULL, NULL }))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost bench-kernels: unexpected argument '%s'\n", argv[optind]);
+		q4kh_cli_extra_argument("bench-kernels", argv[optind]);
 		return -1;
 	}
 	if (!strcmp(o->type_list, "all"))

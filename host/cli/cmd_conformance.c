@@ -78,10 +78,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		default: q4kh_cli_bad_option("conformance", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_names_given("conformance", o->backend, NULL, NULL))
+	if (q4kh_cli_given_check("conformance",
+	                         &(struct q4kh_cli_given){ NULL, o->config_file, o->plugin_path,
+	                                                   o->backend, NULL, NULL }))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost conformance: unexpected argument '%s'\n", argv[optind]);
+		q4kh_cli_extra_argument("conformance", argv[optind]);
 		return -1;
 	}
 	return 0;

@@ -31,17 +31,20 @@ struct totals {
 static void usage(FILE *out)
 {
 	fprintf(out,
-	        "usage: q4khost info [--json] [--all] [FILE]\n\n"
+	        "usage: q4khost info [--json] [--all] [-m FILE | FILE]\n\n"
 	        "Print a GGUF file's header (size, version, alignment, tensor count),\n"
 	        "every metadata key with its type and value, a table of tensor types\n"
 	        "with their counts and bytes, and the total parameter count. FILE\n"
 	        "defaults to the model q4khost run uses ($Q4KHOST_MODEL, else the\n"
 	        "default model that fetch-model.sh fetches into the cache folder).\n\n"
-	        "      --all    print every array element and whole strings (by default\n"
-	        "               arrays show their first %d elements and text output\n"
-	        "               cuts strings at %d bytes)\n"
-	        "      --json   print one JSON object with the same content\n"
-	        "  -h, --help   this help\n\n"
+	        "  -m, --model FILE  the same as FILE, as every other command takes it\n"
+	        "      --all         print every array element and whole strings (by\n"
+	        "                    default arrays show their first %d elements and\n"
+	        "                    text output cuts strings at %d bytes)\n"
+	        "      --json        print one JSON object with the same content; an\n"
+	        "                    error is one object too, {\"error\": MESSAGE},\n"
+	        "                    with its line on stderr\n"
+	        "  -h, --help        this help\n\n"
 	        "exit codes: 0 ok, 2 usage, 3 the file is not a valid GGUF file\n",
 	        SHOWN_ELEMS, SHOWN_BYTES);
 }
@@ -407,9 +410,19 @@ static void warn_config(void)
 	q4kh_config_free(c);
 }
 
+/* A usage error, said on stderr; with --json among ARGV also as one JSON
+ * object on stdout. Q4KH_EXIT_USAGE. */
+static int usage_error(int argc, char **argv, const struct option *opts)
+{
+	if (q4kh_cli_json_asked(argc, argv, ":m:h", opts, 'j'))
+		q4kh_cli_json_error(q4kh_cli_usage_said());
+	return Q4KH_EXIT_USAGE;
+}
+
 int q4kh_cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "model", required_argument, NULL, 'm' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "all", no_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
@@ -418,13 +431,16 @@ int q4kh_cmd_info(int argc, char **argv)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g;
 	char model_path[4096];
-	const char *file;
+	const char *file = NULL;
 	int json = 0, all = 0, c, rc;
 
 	optind = 1;
 	opterr = 0; /* our own message below names the command */
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
 		switch (c) {
+		case 'm':
+			file = optarg;
+			break;
 		case 'j':
 			json = 1;
 			break;
@@ -435,26 +451,26 @@ int q4kh_cmd_info(int argc, char **argv)
 			usage(stdout);
 			return Q4KH_EXIT_OK;
 		default:
-			return q4kh_cli_bad_option("info", argv, c);
+			q4kh_cli_bad_option("info", argv, c);
+			return usage_error(argc, argv, opts);
 		}
 	}
-	if (argc - optind > 1) {
-		fprintf(stderr, "q4khost info: expected at most one FILE, found %d arguments "
-		        "(try q4khost info --help)\n", argc - optind);
-		return Q4KH_EXIT_USAGE;
+	if (argc - optind > (file ? 0 : 1)) {
+		q4kh_cli_usage("info", "expected one model file, as FILE or -m FILE, found %d "
+		               "(try q4khost info --help)", argc - optind + (file != NULL));
+		return usage_error(argc, argv, opts);
 	}
+	if (!file && optind < argc)
+		file = argv[optind];
+	if (q4kh_cli_given_check("info", &(struct q4kh_cli_given){ .model = file }))
+		return usage_error(argc, argv, opts);
 	warn_config();
-	file = q4kh_cli_model(optind < argc ? argv[optind] : NULL, model_path,
-	                      sizeof(model_path), &err);
-	if (!file || q4kh_gguf_open(file, &g, &err)) {
-		fprintf(stderr, "q4khost info: %s\n", err.msg);
-		return Q4KH_EXIT_INPUT;
-	}
+	file = q4kh_cli_model(file, model_path, sizeof(model_path), &err);
+	if (!file || q4kh_gguf_open(file, &g, &err))
+		return q4kh_cli_error("info", json, Q4KH_EXIT_INPUT, err.msg);
 	rc = json ? print_json(g, all, &err) : print_text(g, all, &err);
 	q4kh_gguf_close(g);
-	if (rc) {
-		fprintf(stderr, "q4khost info: %s\n", err.msg);
-		return Q4KH_EXIT_FAIL;
-	}
+	if (rc)
+		return q4kh_cli_error("info", json, Q4KH_EXIT_FAIL, err.msg);
 	return Q4KH_EXIT_OK;
 }

@@ -92,11 +92,12 @@ static int parse(int argc, char **argv, struct plugins_opts *o)
 		default: q4kh_cli_bad_option("plugins", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_names_given("plugins", o->backend, "--kernel", o->kernel))
+	if (q4kh_cli_given_check("plugins", &(struct q4kh_cli_given){ NULL, o->config_file,
+	                                                    o->plugin_path, o->backend,
+	                                                    "--kernel", o->kernel }))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost plugins: unexpected argument '%s'\n",
-		        argv[optind]);
+		q4kh_cli_extra_argument("plugins", argv[optind]);
 		return -1;
 	}
 	if ((o->kernel || o->backend) && !o->explain) {

@@ -375,14 +375,17 @@ int q4kh_plugins_explain(const struct q4kh_registry *r, const struct q4kh_config
 {
 	json_t *root = json_object(), *jset = json_object(), *jdevices = json_array();
 	json_t *jruns = json_array();
+	struct q4kh_error err = { { 0 } };
 	uint32_t n_index = 0;
 	int rc;
 
 	json_object_set_new(root, "settings", jset);
 	json_object_set_new(root, "devices", jdevices);
 	json_object_set_new(root, "run", jruns);
-	rc = q4kh_cli_check_names("plugins", r, kernel_cli, backend_cli);
-	if (rc == 0)
+	rc = q4kh_cli_check_names(r, kernel_cli, backend_cli, &err);
+	if (rc)
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+	else
 		q4kh_cli_warn_selectors("plugins", r, kernel_cli);
 	if (rc == 0)
 		rc = settings(r, c, backend_cli, jset, json);

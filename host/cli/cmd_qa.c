@@ -99,27 +99,30 @@ static void usage(FILE *out)
 	        q4kh_cli_doc("f2.md"));
 }
 
+/* qa's options, for parse and q4kh_cli_json_asked */
+enum { O_CASES = 256, O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE,
+       O_TIMEOUT, O_PPATH, O_CONFIG, O_JSON, O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
+static const struct option longs[] = {
+	{ "cases", required_argument, 0, O_CASES },
+	{ "model", required_argument, 0, 'm' },
+	{ "backend", required_argument, 0, O_BACKEND },
+	{ "device", required_argument, 0, O_DEVICE },
+	{ "kernel", required_argument, 0, O_KERNEL },
+	{ "f2", required_argument, 0, O_F2 },
+	{ "revalidate", no_argument, 0, O_REVALIDATE },
+	{ "timeout", required_argument, 0, O_TIMEOUT },
+	{ "plugin-path", required_argument, 0, O_PPATH },
+	{ "config", required_argument, 0, O_CONFIG },
+	{ "json", no_argument, 0, O_JSON },
+	{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
+	{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
+	{ "help", no_argument, 0, 'h' },
+	{ 0, 0, 0, 0 },
+};
+#define SHORTS ":m:h"
+
 static int parse(int argc, char **argv, struct qa_opts *o)
 {
-	enum { O_CASES = 256, O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE,
-	       O_TIMEOUT, O_PPATH, O_CONFIG, O_JSON, O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
-	static const struct option longs[] = {
-		{ "cases", required_argument, 0, O_CASES },
-		{ "model", required_argument, 0, 'm' },
-		{ "backend", required_argument, 0, O_BACKEND },
-		{ "device", required_argument, 0, O_DEVICE },
-		{ "kernel", required_argument, 0, O_KERNEL },
-		{ "f2", required_argument, 0, O_F2 },
-		{ "revalidate", no_argument, 0, O_REVALIDATE },
-		{ "timeout", required_argument, 0, O_TIMEOUT },
-		{ "plugin-path", required_argument, 0, O_PPATH },
-		{ "config", required_argument, 0, O_CONFIG },
-		{ "json", no_argument, 0, O_JSON },
-		{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
-		{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
-	};
 	struct q4kh_error err;
 	enum q4kh_chat_format family;
 	int c;
@@ -127,7 +130,7 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
 		switch (c) {
 		case O_CASES: o->cases = optarg; break;
 		case 'm': o->model = optarg; break;
@@ -138,7 +141,7 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 		case O_JSON: o->json = 1; break;
 		case O_CHAT_TEMPLATE:
 			if (q4kh_prompt_family(optarg, &family, &err)) {
-				fprintf(stderr, "q4khost qa: %s\n", err.msg);
+				q4kh_cli_usage("qa", "%s", err.msg);
 				return -1;
 			}
 			o->chat_template = optarg;
@@ -162,14 +165,19 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 		default: q4kh_cli_bad_option("qa", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_names_given("qa", o->backend, "--kernel", o->kernel))
+	if (q4kh_cli_given_check("qa", &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                               o->plugin_path, o->backend, "--kernel",
+	                                               o->kernel }))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost qa: unexpected argument '%s'\n", argv[optind]);
+		q4kh_cli_extra_argument("qa", argv[optind]);
 		return -1;
 	}
+	if (q4kh_cli_not_empty("qa", "--cases", o->cases, "the path of a JSON Lines file of "
+	                       "cases"))
+		return -1;
 	if (!o->cases) {
-		fprintf(stderr, "q4khost qa: --cases FILE is required (try q4khost qa --help)\n");
+		q4kh_cli_usage("qa", "--cases FILE is required (try q4khost qa --help)");
 		return -1;
 	}
 	return 0;
@@ -446,7 +454,11 @@ int q4kh_cmd_qa(int argc, char **argv)
 
 	if (rc) {
 		json_decref(skipped);
-		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+		if (rc > 0)
+			return Q4KH_EXIT_OK;
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON)) /* said on stderr */
+			q4kh_cli_json_error(q4kh_cli_usage_said());
+		return Q4KH_EXIT_USAGE;
 	}
 	q4kh_progress_init("qa");
 	q4kh_f2_rules_default(&rules);
@@ -466,7 +478,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
-	    (rc = q4kh_cli_check_names("qa", reg, o.kernel, o.backend)))
+	    (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
@@ -496,8 +508,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	rc = counts[1] ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
 out:
-	if (err.msg[0])
-		fprintf(stderr, "q4khost qa: %s\n", err.msg);
+	if (err.msg[0]) /* the report's object, when printed, took err's place */
+		q4kh_cli_error("qa", o.json, rc, err.msg);
 	for (size_t i = 0; runs && i < n; i++) {
 		for (size_t p = 0; runs[i].results && p < n_paths; p++)
 			free(runs[i].results[p].text);

@@ -59,7 +59,8 @@ static void usage(FILE *out)
 	        "  -b, --batch N         prompt tokens per step, the chunks of a long\n"
 	        "                        prompt (default: 512 on a GPU, 128 on cpu-fast,\n"
 	        "                        64 on the cpu reference)\n"
-	        "      --temp T          sampling temperature; 0 = greedy (default 0)\n"
+	        "      --temp T          sampling temperature, 0 to 2 (OpenAI's range, as\n"
+	        "                        serve takes); 0 = greedy (default 0)\n"
 	        "      --top-k K         keep the K most likely tokens; 0 = every token,\n"
 	        "                        no cut (default 40)\n"
 	        "      --top-p P         nucleus sampling threshold (default 0.95)\n"
@@ -133,7 +134,7 @@ static int parse_float(const char *s, const char *what, float lo, float hi, floa
 	return 0;
 }
 
-/* run's options, for parse and json_asked */
+/* run's options, for parse and q4kh_cli_json_asked */
 enum { O_TEMP = 256, O_TOPK, O_TOPP, O_SEED, O_RAW, O_BACKEND, O_DEVICE,
        O_PPATH, O_CONFIG, O_JSON, O_THREADS, O_KERNEL, O_F2, O_REVALIDATE,
        O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL, O_F2_PROBE };
@@ -164,22 +165,6 @@ static const struct option longs[] = {
 	{ 0, 0, 0, 0 },
 };
 #define SHORTS ":m:p:n:c:b:h"
-
-/*
- * Whether --json is among ARGV's options, read as parse reads them (in
- * "-p --json" it is the prompt), whatever else is wrong there: a usage
- * error is one JSON object too with it.
- */
-static int json_asked(int argc, char **argv)
-{
-	int c, json = 0;
-
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1)
-		json |= c == O_JSON;
-	return json;
-}
 
 static int parse(int argc, char **argv, struct run_opts *o)
 {
@@ -212,7 +197,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 				return -1;
 			break;
 		case O_TEMP:
-			if (parse_float(optarg, "--temp", 0, 100, &o->sp.temperature))
+			if (parse_float(optarg, "--temp", 0, Q4KH_TEMPERATURE_MAX, &o->sp.temperature))
 				return -1;
 			break;
 		case O_TOPK:
@@ -260,7 +245,9 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			return -1;
 		}
 	}
-	if (q4kh_cli_names_given("run", o->backend, "--kernel", o->kernel))
+	if (q4kh_cli_given_check("run", &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                                o->plugin_path, o->backend, "--kernel",
+	                                                o->kernel }))
 		return -1;
 	if (optind < argc) {
 		q4kh_cli_usage("run", "unexpected argument '%s': the prompt goes after -p (try "
@@ -693,7 +680,7 @@ int q4kh_cmd_run(int argc, char **argv)
 	if (rc > 0)
 		return Q4KH_EXIT_OK;
 	if (rc) { /* said on stderr; the prompt is -p's when it came first */
-		if (json_asked(argc, argv))
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON))
 			print_nothing_json(o.prompt, "error", q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}

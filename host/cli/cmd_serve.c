@@ -40,7 +40,8 @@ static void usage(FILE *out)
 	        "                          stderr as \"listening on http://ADDR:PORT\")\n"
 	        "      --api-key-file FILE clients must send \"Authorization: Bearer KEY\" with\n"
 	        "                          the key in FILE (default: $Q4KHOST_API_KEY; no key\n"
-	        "                          when neither is set)\n"
+	        "                          when neither is set, or it is empty, said in a\n"
+	        "                          warning)\n"
 	        "  -c, --ctx N             context per slot in tokens (default: min(4096,\n"
 	        "                          the model's))\n"
 	        "      --parallel N        requests generated at once, one slot each (default 4)\n"
@@ -54,7 +55,8 @@ static void usage(FILE *out)
 	        "                          are cancelled (default 10)\n"
 	        "      --temp T, --top-k K, --top-p P, --seed S\n"
 	        "                          sampling of requests that do not set it (default:\n"
-	        "                          greedy, 40, 0.95, a random seed per request)\n"
+	        "                          greedy, 40, 0.95, a random seed per request); T\n"
+	        "                          from 0 to 2, OpenAI's range, as run takes it\n"
 	        "      --backend NAME, --device N, --kernel LIST\n"
 	        "                          what may serve, as for q4khost run\n"
 	        "      --f2 MODE           auto (default: $Q4KHOST_F2, else [f2] mode, else\n"
@@ -160,7 +162,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 			rc = parse_long(optarg, "--shutdown-timeout", 0, 86400, &o->drain_timeout);
 			break;
 		case O_TEMP:
-			rc = parse_double(optarg, "--temp", 0, 2, &d);
+			rc = parse_double(optarg, "--temp", 0, Q4KH_TEMPERATURE_MAX, &d);
 			o->defaults.temperature = (float)d;
 			break;
 		case O_TOPK:
@@ -192,10 +194,15 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		if (rc)
 			return -1;
 	}
-	if (q4kh_cli_names_given("serve", o->backend, "--kernel", o->kernel))
+	if (q4kh_cli_given_check("serve", &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                                  o->plugin_path, o->backend,
+	                                                  "--kernel", o->kernel }))
+		return -1;
+	if (q4kh_cli_not_empty("serve", "--api-key-file", o->api_key_file,
+	                       "the path of a file whose first line is the API key"))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost serve: unexpected argument '%s'\n", argv[optind]);
+		q4kh_cli_extra_argument("serve", argv[optind]);
 		return -1;
 	}
 	return 0;
@@ -209,7 +216,11 @@ static int load_api_key(struct serve *srv, struct q4kh_error *err)
 	size_t n;
 
 	if (!srv->o.api_key_file) {
-		if (env && *env)
+		/* set but empty reads as unset, said: a deploy that lost its secret */
+		if (env && !*env)
+			serve_log("warning: Q4KHOST_API_KEY is set but empty, which means no key: "
+			          "the server is open to every client that reaches it");
+		else if (env)
 			snprintf(srv->api_key, sizeof(srv->api_key), "%s", env);
 		serve_log("API key: %s", srv->api_key[0] ? "required (from Q4KHOST_API_KEY)" : "none");
 		return 0;

@@ -113,39 +113,42 @@ static int has_svg_suffix(const char *path)
 	return n > 4 && !strcasecmp(path + n - 4, ".svg");
 }
 
+/* validate's options, for parse and q4kh_cli_json_asked */
+enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
+       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
+       O_PROBE_IDS, O_ENUMERATE };
+static const struct option longs[] = {
+	{ "model", required_argument, 0, 'm' },
+	{ "backend", required_argument, 0, O_BACKEND },
+	{ "device", required_argument, 0, O_DEVICE },
+	{ "kernel", required_argument, 0, O_KERNEL },
+	{ "f2", required_argument, 0, O_F2 },
+	{ "revalidate", no_argument, 0, O_REVALIDATE },
+	{ "timeout", required_argument, 0, O_TIMEOUT },
+	{ "memory-limit", required_argument, 0, O_MEMORY },
+	{ "plugin-path", required_argument, 0, O_PPATH },
+	{ "config", required_argument, 0, O_CONFIG },
+	{ "json", no_argument, 0, O_JSON },
+	{ "one", no_argument, 0, O_ONE },
+	{ "quiet", no_argument, 0, O_QUIET },
+	{ "probe-ids", required_argument, 0, O_PROBE_IDS },
+	{ "enumerate", required_argument, 0, O_ENUMERATE },
+	{ "set", required_argument, 0, O_SET },
+	{ "plot", required_argument, 0, O_PLOT },
+	{ "help", no_argument, 0, 'h' },
+	{ 0, 0, 0, 0 },
+};
+#define SHORTS ":m:h"
+
 static int parse(int argc, char **argv, struct validate_opts *o)
 {
-	enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-	       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
-	       O_PROBE_IDS, O_ENUMERATE };
-	static const struct option longs[] = {
-		{ "model", required_argument, 0, 'm' },
-		{ "backend", required_argument, 0, O_BACKEND },
-		{ "device", required_argument, 0, O_DEVICE },
-		{ "kernel", required_argument, 0, O_KERNEL },
-		{ "f2", required_argument, 0, O_F2 },
-		{ "revalidate", no_argument, 0, O_REVALIDATE },
-		{ "timeout", required_argument, 0, O_TIMEOUT },
-		{ "memory-limit", required_argument, 0, O_MEMORY },
-		{ "plugin-path", required_argument, 0, O_PPATH },
-		{ "config", required_argument, 0, O_CONFIG },
-		{ "json", no_argument, 0, O_JSON },
-		{ "one", no_argument, 0, O_ONE },
-		{ "quiet", no_argument, 0, O_QUIET },
-		{ "probe-ids", required_argument, 0, O_PROBE_IDS },
-		{ "enumerate", required_argument, 0, O_ENUMERATE },
-		{ "set", required_argument, 0, O_SET },
-		{ "plot", required_argument, 0, O_PLOT },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
-	};
 	long memory_limit;
 	int c;
 
 	memset(o, 0, sizeof(*o));
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case O_BACKEND: o->backend = optarg; break;
@@ -160,7 +163,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_SET:
 			if (o->n_set == Q4KH_GUARD_OVERRIDES || !strchr(optarg, ':') ||
 			    !strchr(optarg, '=') || strchr(optarg, '=') < strchr(optarg, ':')) {
-				fprintf(stderr, "q4khost validate: --set '%s': expected SECTION:KEY=VALUE, at most %d of them\n",
+				q4kh_cli_usage("validate", "--set '%s': expected SECTION:KEY=VALUE, at most %d of them",
 				        optarg, Q4KH_GUARD_OVERRIDES);
 				return -1;
 			}
@@ -192,35 +195,40 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		default: q4kh_cli_bad_option("validate", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_names_given("validate", o->backend, "--kernel", o->kernel))
+	if (q4kh_cli_given_check("validate", &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                                     o->plugin_path, o->backend,
+	                                                     "--kernel", o->kernel }))
+		return -1;
+	if (q4kh_cli_not_empty("validate", "--probe-ids", o->probe_ids,
+	                       "the path of a file of token ids"))
 		return -1;
 	if (optind < argc) {
-		fprintf(stderr, "q4khost validate: unexpected argument '%s'\n", argv[optind]);
+		q4kh_cli_extra_argument("validate", argv[optind]);
 		return -1;
 	}
 	if (o->enumerate && (o->model || o->backend || o->kernel || o->device_set || o->one ||
 	                     o->json || o->plot || o->probe_ids || o->timeout ||
 	                     o->memory_limit_set || o->mode)) {
-		fprintf(stderr, "q4khost validate: --enumerate takes only --plugin-path, --config "
-		        "and --set: it tries one backend's enumeration, nothing else\n");
+		q4kh_cli_usage("validate", "--enumerate takes only --plugin-path, --config and "
+		               "--set: it tries one backend's enumeration, nothing else");
 		return -1;
 	}
 	if (o->one && (!o->backend || !o->kernel)) {
-		fprintf(stderr, "q4khost validate: --one needs --backend and --kernel\n");
+		q4kh_cli_usage("validate", "--one needs --backend and --kernel");
 		return -1;
 	}
 	if (o->quiet && !o->one) {
-		fprintf(stderr, "q4khost validate: --quiet needs --one: it quiets the one measurement a guard's child makes; the table of every candidate has no quiet form (redirect it: the exit code alone says whether every candidate passed)\n");
+		q4kh_cli_usage("validate", "--quiet needs --one: it quiets the one measurement a guard's child makes; the table of every candidate has no quiet form (redirect it: the exit code alone says whether every candidate passed)");
 		return -1;
 	}
 	if (o->plot && !has_svg_suffix(o->plot)) {
-		fprintf(stderr, "q4khost validate: --plot '%s': expected a file name ending in .svg "
-		        "(the plot is written as SVG)\n", o->plot);
+		q4kh_cli_usage("validate", "--plot '%s': expected a file name ending in .svg (the "
+		               "plot is written as SVG)", o->plot);
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
-		fprintf(stderr, "q4khost validate: --probe-ids %s needs --one: a prompt probe judges the one candidate a run's guard measures (q4khost run --f2-probe prompt)\n",
-		        o->probe_ids);
+		q4kh_cli_usage("validate", "--probe-ids %s needs --one: a prompt probe judges the one candidate a run's guard measures (q4khost run --f2-probe prompt)",
+		               o->probe_ids);
 		return -1;
 	}
 	return 0;
@@ -557,10 +565,15 @@ int q4kh_cmd_validate(int argc, char **argv)
 	size_t n_probe = 0;
 	char model_path[4096], unmeasurable[4096], not_applicable[1024];
 	uint32_t types[Q4KH_TYPE_COUNT];
-	int rc = parse(argc, argv, &o), failed = 0;
+	int rc = parse(argc, argv, &o), failed = 0, reported = 0;
 
-	if (rc)
-		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	if (rc > 0)
+		return Q4KH_EXIT_OK;
+	if (rc) { /* said on stderr */
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON))
+			q4kh_cli_json_error(q4kh_cli_usage_said());
+		return Q4KH_EXIT_USAGE;
+	}
 	if (o.enumerate)
 		return enumerate_one(&o);
 	/* The child measures until killed; its parent does the stopping. */
@@ -580,7 +593,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	                 : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
 		goto out;
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
-	    (!o.one && (rc = q4kh_cli_check_names("validate", reg, o.kernel, o.backend))))
+	    (!o.one && (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err))))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
@@ -660,6 +673,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	}
 	rc = failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
+	reported = 1;
 	if (o.plot && write_plot(o.plot, o.model, rows, n, &err))
 		rc = Q4KH_EXIT_FAIL;
 	if (q4kh_interrupted()) {
@@ -668,8 +682,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
 	}
 out:
-	if (err.msg[0])
-		fprintf(stderr, "q4khost validate: %s\n", err.msg);
+	if (err.msg[0]) /* with --json, an object of its own unless the report's is out */
+		q4kh_cli_error("validate", o.json && !reported, rc, err.msg);
 	for (size_t i = 0; rows && i < n; i++)
 		q4kh_receipt_free(&rows[i].d.receipt);
 	free(rows);

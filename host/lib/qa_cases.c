@@ -118,10 +118,16 @@ int q4kh_qa_cases_load(const char *path, struct q4kh_qa_case **out, size_t *n,
 		lineno++;
 		if (!l || *s == '#')
 			continue;
+		/* without the line's end, so that an error at the end of the
+		 * object is on this line, not at column 0 of the next */
+		while (isspace((unsigned char)s[l - 1]))
+			l--;
 		o = json_loadb(s, l, 0, &jerr);
 		if (!json_is_object(o)) {
+			/* jansson's column counts from s, after the indentation */
 			rc = o ? q4kh_fail(err, "%s:%u: expected one JSON object per line", path, lineno)
-			       : q4kh_fail(err, "%s:%u:%d: %s", path, lineno, jerr.column, jerr.text);
+			       : q4kh_fail(err, "%s:%u:%d: %s", path, lineno,
+			                   (int)(s - line) + jerr.column, jerr.text);
 			json_decref(o);
 			break;
 		}
@@ -138,6 +144,8 @@ int q4kh_qa_cases_load(const char *path, struct q4kh_qa_case **out, size_t *n,
 		json_decref(o);
 	}
 	free(line);
+	if (rc == 0 && ferror(f)) /* a folder reads as an error, not as no lines */
+		rc = q4kh_fail(err, "%s: cannot read: %s", path, strerror(errno));
 	fclose(f);
 	if (rc == 0 && *n == 0)
 		rc = q4kh_fail(err, "%s: no cases (one JSON object per line)", path);

@@ -11,6 +11,10 @@
 
 #include <stdint.h>
 
+/* The highest temperature any command or request takes: OpenAI's API range
+ * is [0, 2], and above it the text is noise. */
+#define Q4KH_TEMPERATURE_MAX 2.0f
+
 struct q4kh_sampler_params {
 	float temperature; /* 0 = greedy */
 	int32_t top_k;     /* 0 = no cut */

@@ -252,7 +252,7 @@ static int settings(const struct serve *srv, const json_t *root, struct serve_jo
 
 	if (!srv->o.seed_set && getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
 		seed = (json_int_t)serve_now();
-	if (number(root, "temperature", 0, 2, &temp, e) || number(root, "top_p", 0, 1, &top_p, e) ||
+	if (number(root, "temperature", 0, Q4KH_TEMPERATURE_MAX, &temp, e) || number(root, "top_p", 0, 1, &top_p, e) ||
 	    whole(root, "top_k", 0, INT32_MAX, &top_k, e) ||
 	    whole(root, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
 	    whole(root, "n", 1, 1, &n, e) ||
@@ -303,12 +303,6 @@ int serve_api_parse(const struct serve *srv, enum serve_kind kind, const char *b
 	model = json_object_get(root, "model");
 	if (model && !json_is_null(model) && !json_is_string(model)) {
 		refuse(e, 400, "model", "'model' must be a string, got %s", type_name(model));
-		goto out;
-	}
-	if (json_is_string(model) && strcmp(json_string_value(model), srv->model_id)) {
-		refuse(e, 404, "model", "the model '%.200s' does not exist here; this server serves '%.200s'",
-		       json_string_value(model), srv->model_id);
-		e->code = "model_not_found";
 		goto out;
 	}
 	j = serve_job_new();

@@ -136,6 +136,17 @@ static enum MHD_Result fail(struct serve *srv, struct MHD_Connection *c,
 	             "application/json", NULL, NULL);
 }
 
+/* 413, naming the limit and the option that raises it. */
+static enum MHD_Result too_large(struct serve *srv, struct MHD_Connection *c,
+                                 enum serve_endpoint ep)
+{
+	char message[160];
+
+	snprintf(message, sizeof(message), "the body is larger than this server takes: %ld "
+	         "bytes at most (q4khost serve --max-body BYTES raises the limit)", srv->o.max_body);
+	return fail(srv, c, ep, 413, message, NULL, NULL);
+}
+
 /* Compare in time that does not depend on where the strings differ. */
 static int same_secret(const char *a, const char *b)
 {
@@ -448,8 +459,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		rq->ep = endpoint_of(url);
 		/* Refused before the body is read: the connection then closes. */
 		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)srv->o.max_body)
-			return fail(srv, c, rq->ep, 413, "the body is larger than this server takes",
-			            NULL, NULL);
+			return too_large(srv, c, rq->ep);
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -475,8 +485,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (rq->too_large)
-		return fail(srv, c, rq->ep, 413, "the body is larger than this server takes", NULL,
-		            NULL);
+		return too_large(srv, c, rq->ep);
 	return route(srv, c, rq, method);
 }
 

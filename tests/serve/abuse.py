@@ -1,6 +1,7 @@
 """q4khost serve under bad input, each answered with a clean 4xx/5xx (a JSON
 error body) or a closed connection while the server lives on: malformed
-JSON, wrong types, invalid UTF-8, an unknown model, endpoint or method,
+JSON, wrong types, invalid UTF-8, an unknown endpoint or method, any
+model name (taken for the one model),
 bodies too large or cut short, slow-loris clients, a client that leaves
 mid-stream (its generation must stop), requests without the API key; then
 SIGTERM with a stream in flight (which must still end with [DONE]) and
@@ -109,8 +110,10 @@ def main():
         check("bad body: 400", st == 400 and error_body(b), (body, st, b))
     st, _, b = c.request("POST", "/v1/completions", b'{"prompt": ["a", "b"]}')
     check("prompt array of two: 400", st == 400 and error_body(b))
-    st, _, b = c.request("POST", chat, {"model": "nope", "messages": msg})
-    check("unknown model: 404", st == 404 and json.loads(b)["error"]["code"] == "model_not_found")
+    # OpenAI clients send a fixed name: any is taken for the one model loaded
+    st, _, b = c.request("POST", chat, {"model": "gpt-4", "messages": msg, "max_tokens": 1})
+    check("another model name: 200, answered as the served id",
+          st == 200 and json.loads(b)["model"] == mid, (st, b))
     st, _, b = c.request("GET", "/v1/nothing")
     check("unknown endpoint: 404", st == 404 and error_body(b))
     st, h, b = c.request("GET", chat)
@@ -122,6 +125,9 @@ def main():
     reply = raw(host, port, b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                 b"Content-Length: 10000000\r\n\r\n" % (chat.encode(), key.encode()) + b"{" * 4096)
     check("a body larger than --max-body: 413", reply.startswith(b"HTTP/1.1 413"), reply[:80])
+    check("the 413 names the limit and the option that raises it",
+          b"65536 bytes at most (q4khost serve --max-body BYTES raises the limit)" in reply,
+          reply[-300:])
     chunk = b"8000\r\n" + b" " * 0x8000 + b"\r\n"
     reply = raw(host, port, b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                 b"Transfer-Encoding: chunked\r\n\r\n" % (chat.encode(), key.encode())
