@@ -6,7 +6,10 @@
  * finish, join, and a finished one's session is reset and takes a new
  * prompt (what serve's slots do). On tiny-llama, tiny-qwen2, tiny-qwen3
  * and Gemma 3 (the default model, its sliding window shrunk so that the
- * sequences pass it); qwen35 (recurrent layers) is refused by name.
+ * sequences pass it); on tiny-llama also through a backend that records
+ * the batched step and replays it, and through one without the ABI 1.2
+ * entries (positions from host memory, one sequence's per node); qwen35
+ * (recurrent layers) is refused by name.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -53,13 +56,17 @@ struct rig {
 	int64_t n_vocab;
 };
 
-static void rig_open(struct rig *r, const char *path, uint32_t window)
+/* MODEL on BACKEND of the plugin folder PLUGINS (NULL: the test's path). */
+static void rig_open(struct rig *r, const char *path, uint32_t window, const char *plugins,
+                     const char *backend)
 {
 	struct q4kh_error err = { { 0 } };
+	const struct q4kh_plugin *p;
 
-	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &r->reg, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(r->reg, "cpu"), 0, &r->be, &err), 0,
-	             "%s", err.msg);
+	cr_assert_eq(q4kh_registry_scan(plugins, NULL, &r->reg, &err), 0, "%s", err.msg);
+	p = q4kh_registry_find(r->reg, backend);
+	cr_assert_not_null(p, "backend %s is not in %s", backend, plugins ? plugins : "the path");
+	cr_assert_eq(q4kh_backend_open(p, 0, &r->be, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_model_open(path, &r->m, &err), 0, "%s", err.msg);
 	if (window)
 		r->m->hp.n_swa = window; /* read when a step graph is built */
@@ -114,7 +121,8 @@ static double rel_diff(const float *a, const float *b, int64_t n)
  * decode step's logits (or greedy pick: odd sequences on odd rounds ask
  * for the pick only). Returns the largest relative difference.
  */
-static double batched_against_alone(const char *path, uint32_t window)
+static double batched_against_alone(const char *path, uint32_t window, const char *plugins,
+                                    const char *backend)
 {
 	struct rig r;
 	struct q4kh_session *slot[N_SLOTS];
@@ -123,7 +131,7 @@ static double batched_against_alone(const char *path, uint32_t window)
 	int32_t pick[N_SEQ][N_ROUNDS];
 	double worst = 0.0;
 
-	rig_open(&r, path, window);
+	rig_open(&r, path, window, plugins, backend);
 	for (int i = 0; i < N_SLOTS; i++)
 		slot[i] = session(&r);
 	for (int round = 0; round < N_ROUNDS; round++) {
@@ -161,6 +169,9 @@ static double batched_against_alone(const char *path, uint32_t window)
 			             "%s: sequence %zu's position after round %d", path, k, round);
 		}
 	}
+	/* slot 0 runs every round: the batched graphs are its */
+	if (!strcmp(backend, "replay-ok"))
+		cr_expect_gt(slot[0]->stats.replayed, 0, "no batched step was replayed");
 	for (int i = 0; i < N_SLOTS; i++)
 		q4kh_session_free(slot[i]);
 
@@ -196,31 +207,44 @@ static double batched_against_alone(const char *path, uint32_t window)
 	return worst;
 }
 
-static void fixture_case(const char *file)
+static void fixture_case(const char *file, const char *plugins, const char *backend)
 {
 	char *path = NULL;
 	double d;
 
 	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
 		cr_assert_fail("out of memory");
-	d = batched_against_alone(path, 0);
-	cr_log_info("%s: batched against alone: max relative difference %g", file, d);
+	d = batched_against_alone(path, 0, plugins, backend);
+	cr_log_info("%s on %s: batched against alone: max relative difference %g", file, backend,
+	            d);
 	free(path);
 }
 
 Test(batch, tiny_llama_sequences_get_their_logits_alone, .timeout = 120)
 {
-	fixture_case("tiny-llama.gguf");
+	fixture_case("tiny-llama.gguf", NULL, "cpu");
+}
+
+/* The batched steps of a stable set recorded and replayed (replay-ok),
+ * and run through the 1.0 entries (replay-v1-1: no set_rows or
+ * attention_ext, positions from host memory). */
+Test(batch, replayed_and_without_step_entries, .timeout = 120)
+{
+	static const char *const names[] = { "replay_ok", "replay_v1_1", NULL };
+	const char *plugins = test_plugin_dir(names);
+
+	fixture_case("tiny-llama.gguf", plugins, "replay-ok");
+	fixture_case("tiny-llama.gguf", plugins, "replay-v1-1");
 }
 
 Test(batch, tiny_qwen2_sequences_get_their_logits_alone, .timeout = 120)
 {
-	fixture_case("tiny-qwen2.gguf");
+	fixture_case("tiny-qwen2.gguf", NULL, "cpu");
 }
 
 Test(batch, tiny_qwen3_sequences_get_their_logits_alone, .timeout = 120)
 {
-	fixture_case("tiny-qwen3.gguf");
+	fixture_case("tiny-qwen3.gguf", NULL, "cpu");
 }
 
 /*
@@ -231,7 +255,7 @@ Test(batch, tiny_qwen3_sequences_get_their_logits_alone, .timeout = 120)
 Test(batch, gemma3_sequences_get_their_logits_alone_past_the_window, .timeout = 600)
 {
 	const char *model = test_model_path();
-	double d = batched_against_alone(model, 16);
+	double d = batched_against_alone(model, 16, NULL, "cpu");
 
 	cr_log_info("gemma3: batched against alone: max relative difference %g", d);
 }
@@ -247,7 +271,7 @@ Test(batch, recurrent_layers_are_refused)
 
 	if (asprintf(&path, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0)
 		cr_assert_fail("out of memory");
-	rig_open(&r, path, 0);
+	rig_open(&r, path, 0, NULL, "cpu");
 	for (int i = 0; i < 2; i++) {
 		s[i] = session(&r);
 		b[i] = (struct q4kh_batch_seq){ .s = s[i], .id = 1 };
@@ -273,7 +297,7 @@ Test(batch, a_session_twice_is_refused)
 
 	if (asprintf(&path, "%s/tests/fixtures/tiny-llama.gguf", test_srcdir()) < 0)
 		cr_assert_fail("out of memory");
-	rig_open(&r, path, 0);
+	rig_open(&r, path, 0, NULL, "cpu");
 	s = session(&r);
 	b[0] = (struct q4kh_batch_seq){ .s = s, .id = 1 };
 	b[1] = b[0];

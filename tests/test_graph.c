@@ -1,8 +1,8 @@
 /*
  * The step graph (host/lib/graph.h, graph_run.h, session.c):
  *  - the planner never lets two activations that are alive at once share
- *    a byte, on every architecture's real step graphs, and still reuses
- *    memory;
+ *    a byte, on every architecture's real step graphs (a batched decode
+ *    step of three sequences among them), and still reuses memory;
  *  - the builders refuse misuse with a message instead of a bad graph;
  *  - through the real CLI, a backend that records and replays steps gives
  *    the reference's text with most steps replayed; a 1.1 backend (no
