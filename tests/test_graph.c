@@ -1,8 +1,8 @@
 /*
  * The step graph (host/lib/graph.h, graph_run.h, session.c):
  *  - the planner never lets two activations that are alive at once share
- *    a byte, on every architecture's real step graphs, and still reuses
- *    memory;
+ *    a byte, on every architecture's real step graphs (a batched decode
+ *    step of three sequences among them), and still reuses memory;
  *  - the builders refuse misuse with a message instead of a bad graph;
  *  - through the real CLI, a backend that records and replays steps gives
  *    the reference's text with most steps replayed; a 1.1 backend (no
@@ -132,9 +132,13 @@ static void plan_model(const char *file)
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_backend be;
 	struct q4kh_model *m = NULL;
-	struct q4kh_session *s = NULL;
+	struct q4kh_session *s = NULL, *s2 = NULL, *s3 = NULL;
 	struct q4kh_session_params sp = { .n_ctx = 128 };
-	static const int64_t shapes[][2] = { { 1, 1 }, { 7, 1 }, { 64, 0 }, { 33, 33 } };
+	/* one sequence of T tokens; then a batched decode step of 3 (n 3) */
+	static const int64_t shapes[][3] = {
+		{ 1, 1, 1 }, { 7, 1, 1 }, { 64, 0, 1 }, { 33, 33, 1 }, { 3, 3, 3 },
+	};
+	const struct q4kh_session *seqs[3];
 
 	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
 		cr_assert_fail("out of memory");
@@ -144,14 +148,23 @@ static void plan_model(const char *file)
 	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s2, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s3, &err), 0, "%s", err.msg);
+	seqs[0] = s;
+	seqs[1] = s2;
+	seqs[2] = s3;
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-		struct q4kh_graph *g = q4kh_graph_new(shapes[i][0], shapes[i][1]);
+		const struct q4kh_seqs seq = { .m = m, .n = (int32_t)shapes[i][2], .s = seqs };
+		struct q4kh_graph *g;
 		char what[128];
 
-		snprintf(what, sizeof(what), "%s, %lld tokens, %lld logits", file,
-		         (long long)shapes[i][0], (long long)shapes[i][1]);
+		if (seq.n > 1 && !q4kh_session_batchable(s))
+			continue; /* recurrent layers: one sequence a step */
+		g = q4kh_graph_new(shapes[i][0], shapes[i][1]);
+		snprintf(what, sizeof(what), "%s, %lld tokens, %lld logits, %d sequences", file,
+		         (long long)shapes[i][0], (long long)shapes[i][1], seq.n);
 		cr_assert_not_null(g);
-		cr_assert_eq(m->arch->build(g, s, &err), 0, "%s: %s", what, err.msg);
+		cr_assert_eq(m->arch->build(g, &seq, &err), 0, "%s: %s", what, err.msg);
 		cr_assert_eq(q4kh_graph_check(g, &err), 0, "%s: %s", what, err.msg);
 		cr_assert_eq(q4kh_graph_plan(g, 256), 0);
 		cr_expect_eq(g->logits >= 0, shapes[i][1] > 0, "%s: logits %d", what, g->logits);
@@ -160,6 +173,8 @@ static void plan_model(const char *file)
 		q4kh_graph_free(g);
 	}
 	q4kh_session_free(s);
+	q4kh_session_free(s2);
+	q4kh_session_free(s3);
 	q4kh_model_free(m);
 	q4kh_backend_close(&be);
 	q4kh_registry_free(reg);

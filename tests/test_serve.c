@@ -1,9 +1,10 @@
 /*
  * q4khost serve, the real server on loopback with the tiny models: the
  * openai Python client and curl against q4khost run's greedy answers, a
- * bounded load test, bad input and SIGTERM, background F2 switching paths,
- * shadow parity demoting a variant with a prompt-dependent defect, F2 off
- * and explicit requests; and the text rules (UTF-8, stop strings) alone.
+ * bounded load test (whose concurrent decode runs in batched steps), bad
+ * input and SIGTERM, background F2 switching paths, shadow parity
+ * demoting a variant with a prompt-dependent defect, F2 off and explicit
+ * requests; and the text rules (UTF-8, stop strings) alone.
  * Every wait is bounded; no assertion is about time.
  */
 #include <criterion/criterion.h>
@@ -497,7 +498,8 @@ Test(serve, greedy_pick_on_the_device_is_the_logits_pick, .timeout = 600)
 	server_stop(&s);
 }
 
-/* 400 requests from 16 clients: no error, every answer run's, RSS flat.
+/* 400 requests from 16 clients: no error, every answer run's, RSS flat,
+ * and decode steps that batched several requests (/metrics) among them.
  * Under AddressSanitizer (scripts/test-sanitizers.sh) 100 requests, and
  * memory is not judged: its quarantine holds what was freed. */
 Test(serve, load, .timeout = 900)

@@ -361,6 +361,9 @@ static void serve_free(struct serve *srv)
 	for (int i = 0; srv->logits && i < srv->n_slots; i++)
 		free(srv->logits[i]);
 	free(srv->logits);
+	free(srv->batch);
+	free(srv->due);
+	free(srv->batch_slots);
 	free(srv->slots);
 	free(srv->queue);
 	free(srv->probe);

@@ -71,11 +71,33 @@ static int32_t split_gate(struct q4kh_graph *g, const struct q4kh_hparams *hp,
 	return q;
 }
 
-int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
+/*
+ * Sequence J's keys and values of layer IL into its caches and its
+ * queries' attention over them, into oh: its columns of kh, v and qh
+ * and its one position, when the step batches several sequences.
+ */
+static void attend_one(struct q4kh_graph *g, const struct q4kh_seqs *seq,
+                       int32_t j, uint32_t il, int32_t qh, int32_t kh, int32_t vh,
+                       int32_t oh, const struct q4kh_attn_opts *opts)
+{
+	const int32_t pos = q4kh_graph_view(g, g->pos, 1, 1, 1, sizeof(int32_t),
+	                                    sizeof(int32_t), (uint64_t)j * sizeof(int32_t));
+	const int32_t kc = q4kh_graph_fixed(g, &seq->s[j]->k_cache[il],
+	                                    "blk.%u.k_cache.%d", il, j);
+	const int32_t vc = q4kh_graph_fixed(g, &seq->s[j]->v_cache[il],
+	                                    "blk.%u.v_cache.%d", il, j);
+
+	q4kh_graph_set_rows(g, q4kh_graph_cols(g, kh, j, 1), pos, kc);
+	q4kh_graph_set_rows(g, q4kh_graph_cols(g, vh, j, 1), pos, vc);
+	q4kh_graph_attention(g, q4kh_graph_cols(g, qh, j, 1), kc, vc, pos, opts->window,
+	                     seq->m->hp.attn_scale, 0.0f, q4kh_graph_cols(g, oh, j, 1));
+}
+
+int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                              uint32_t il, int32_t h,
                              const struct q4kh_attn_opts *opts)
 {
-	const struct q4kh_model *m = s->m;
+	const struct q4kh_model *m = seq->m;
 	const struct q4kh_hparams *hp = &m->hp;
 	const struct q4kh_layer *l = &m->layers[il];
 	const int64_t hd = hp->head_dim, T = g->n_tokens;
@@ -95,7 +117,7 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 		.beta_slow = hp->yarn_beta_slow,
 		.n_ctx_orig = (int32_t)hp->n_ctx_orig,
 	};
-	int32_t qh, kh, kc, vc, oh, ff, gate = -1;
+	int32_t qh, kh, vh, oh, ff, gate = -1;
 
 	if (opts->gate_q)
 		q = split_gate(g, hp, q, il, &gate);
@@ -105,20 +127,32 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
 	}
 	qh = q4kh_graph_reshape(g, q, hd, hp->n_head, T);
 	kh = q4kh_graph_reshape(g, k, hd, hp->n_head_kv, T);
+	vh = q4kh_graph_reshape(g, v, hd, hp->n_head_kv, T);
 	ff = m->rope_freqs.src ? q4kh_graph_weight(g, &m->rope_freqs, "rope_freqs") : -1;
+	oh = q4kh_graph_act(g, hd, hp->n_head, T, "blk.%u.attn", il);
 	/*
 	 * rope q, rope k, k and v into the caches, nothing between them: one
 	 * rope_store call on backends that fuse the four, else the keys as
-	 * one rope_set_rows (graph_run.c)
+	 * one rope_set_rows (graph_run.c). Several sequences rope every
+	 * column at once and then write and attend per sequence, which
+	 * those patterns do not match: the nodes run one by one.
 	 */
 	q4kh_graph_rope(g, qh, &rope, ff, qh);
-	kc = q4kh_graph_fixed(g, &s->k_cache[il], "blk.%u.k_cache", il);
-	vc = q4kh_graph_fixed(g, &s->v_cache[il], "blk.%u.v_cache", il);
 	q4kh_graph_rope(g, kh, &rope, ff, kh);
-	q4kh_graph_set_rows(g, kh, kc);
-	q4kh_graph_set_rows(g, q4kh_graph_reshape(g, v, hd, hp->n_head_kv, T), vc);
-	oh = q4kh_graph_act(g, hd, hp->n_head, T, "blk.%u.attn", il);
-	q4kh_graph_attention(g, qh, kc, vc, opts->window, hp->attn_scale, 0.0f, oh);
+	if (seq->n == 1) {
+		const int32_t kc = q4kh_graph_fixed(g, &seq->s[0]->k_cache[il],
+		                                    "blk.%u.k_cache", il);
+		const int32_t vc = q4kh_graph_fixed(g, &seq->s[0]->v_cache[il],
+		                                    "blk.%u.v_cache", il);
+
+		q4kh_graph_set_rows(g, kh, g->pos, kc);
+		q4kh_graph_set_rows(g, vh, g->pos, vc);
+		q4kh_graph_attention(g, qh, kc, vc, g->pos, opts->window, hp->attn_scale,
+		                     0.0f, oh);
+	} else {
+		for (int32_t j = 0; j < seq->n; j++)
+			attend_one(g, seq, j, il, qh, kh, vh, oh, opts);
+	}
 	if (opts->gate_q)
 		q4kh_graph_mul(g, oh, gate, oh);
 	return q4kh_block_project(g, &l->wo, NULL,

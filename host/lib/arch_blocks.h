@@ -29,9 +29,11 @@ int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m);
  * the model's frequency factors and YaRN scaling); k and v written to
  * the layer's cache rows; attention with the scale hp.attn_scale; with
  * gate_q, the output times sigmoid(gate); then Wo. Returns the output
- * {n_embd, T}.
+ * {n_embd, T}. Each sequence of SEQ (model.h) writes and reads its own
+ * session's caches: several sequences get a cache write and an
+ * attention node each, over their own column and position.
  */
-int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_session *s,
+int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                              uint32_t il, int32_t h,
                              const struct q4kh_attn_opts *opts);
 

@@ -99,10 +99,10 @@ static void add_post_norm(struct q4kh_graph *g, const struct q4kh_model *m,
 	q4kh_graph_add(g, x, a, x);
 }
 
-static int build(struct q4kh_graph *g, const struct q4kh_session *s,
+static int build(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                  struct q4kh_error *err)
 {
-	const struct q4kh_model *m = s->m;
+	const struct q4kh_model *m = seq->m;
 	int32_t x = q4kh_block_embed(g, m);
 
 	(void)err; /* misuse is recorded in g and checked by the caller */
@@ -123,7 +123,7 @@ static int build(struct q4kh_graph *g, const struct q4kh_session *s,
 		};
 		int32_t h = q4kh_block_norm(g, m, x, &l->attn_norm, "attn_norm", il);
 
-		add_post_norm(g, m, x, q4kh_block_attention(g, s, il, h, &opts),
+		add_post_norm(g, m, x, q4kh_block_attention(g, seq, il, h, &opts),
 		              &l->post_attn_norm, "post_attention_norm", il);
 		h = q4kh_block_norm(g, m, x, &l->ffn_norm, "ffn_norm", il);
 		add_post_norm(g, m, x, q4kh_block_ffn(g, m, il, h, Q4KH_GLU_GELU_TANH),

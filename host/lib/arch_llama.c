@@ -151,10 +151,10 @@ int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err)
 	return 0;
 }
 
-int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
+int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                      struct q4kh_error *err)
 {
-	const struct q4kh_model *m = s->m;
+	const struct q4kh_model *m = seq->m;
 	const struct q4kh_attn_opts opts = { .window = 0 };
 	int32_t x = q4kh_block_embed(g, m);
 
@@ -163,7 +163,7 @@ int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
 		const struct q4kh_layer *l = &m->layers[il];
 		int32_t h = q4kh_block_norm(g, m, x, &l->attn_norm, "attn_norm", il);
 
-		q4kh_graph_add(g, x, q4kh_block_attention(g, s, il, h, &opts), x);
+		q4kh_graph_add(g, x, q4kh_block_attention(g, seq, il, h, &opts), x);
 		h = q4kh_block_norm(g, m, x, &l->ffn_norm, "ffn_norm", il);
 		q4kh_graph_add(g, x, q4kh_block_ffn(g, m, il, h, Q4KH_GLU_SILU), x);
 	}

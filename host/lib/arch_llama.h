@@ -39,7 +39,7 @@ int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err);
 int q4kh_llama_rope(struct q4kh_model *m, int rope_freqs, struct q4kh_error *err);
 
 /* struct q4kh_arch's build for the family (model.h). */
-int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_session *s,
+int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                      struct q4kh_error *err);
 
 #endif

@@ -280,21 +280,25 @@ static int32_t linear_attention(struct q4kh_graph *g, const struct q4kh_session 
 	                          "ssm_out", il);
 }
 
-static int build(struct q4kh_graph *g, const struct q4kh_session *s,
+static int build(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                  struct q4kh_error *err)
 {
-	const struct q4kh_model *m = s->m;
+	const struct q4kh_model *m = seq->m;
+	const struct q4kh_session *s = seq->s[0];
 	const struct q4kh_attn_opts opts = { .gate_q = 1 };
-	int32_t x = q4kh_block_embed(g, m);
+	int32_t x;
 
-	(void)err; /* misuse is recorded in g and checked by the caller */
+	if (seq->n != 1)
+		return q4kh_fail(err, "qwen35: a step of %d sequences: its recurrent states hold one sequence, so each runs its own steps",
+		                 seq->n);
+	x = q4kh_block_embed(g, m);
 	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
 		const struct q4kh_layer *l = &m->layers[il];
 		int32_t h = q4kh_block_norm(g, m, x, &l->attn_norm, "attn_norm", il);
 
 		q4kh_graph_add(g, x,
 		               l->recurrent ? linear_attention(g, s, il, h)
-		                            : q4kh_block_attention(g, s, il, h, &opts),
+		                            : q4kh_block_attention(g, seq, il, h, &opts),
 		               x);
 		h = q4kh_block_norm(g, m, x, &l->post_attn_norm, "post_attention_norm", il);
 		q4kh_graph_add(g, x, q4kh_block_ffn(g, m, il, h, Q4KH_GLU_SILU), x);

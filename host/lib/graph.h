@@ -222,23 +222,28 @@ static inline int32_t q4kh_graph_glu(struct q4kh_graph *g, q4kh_glu_kind kind,
 	                       0, 0.0f, 0.0f);
 }
 
-/* cache[:, :, pos[t]] = rows[:, :, t]: the step's keys or values. */
+/*
+ * cache[:, :, pos[t]] = rows[:, :, t]: keys or values {a, b, T'} at POS,
+ * the step's positions (g->pos) or a view of T' of them (one sequence's
+ * of a batched step).
+ */
 static inline int32_t q4kh_graph_set_rows(struct q4kh_graph *g, int32_t rows,
-                                          int32_t cache)
+                                          int32_t pos, int32_t cache)
 {
-	return q4kh_graph_node(g, Q4KH_OP_SET_ROWS, cache, rows, g->pos, -1, -1,
+	return q4kh_graph_node(g, Q4KH_OP_SET_ROWS, cache, rows, pos, -1, -1,
 	                       0, 0, 0.0f, 0.0f);
 }
 
-/* Attention of q {head_dim, heads, T} over the caches at the step's
- * positions; window 0 = none (plugin.h, attention). */
+/* Attention of q {head_dim, heads, T'} over the caches at POS (as
+ * set_rows's); window 0 = none (plugin.h, attention). */
 static inline int32_t q4kh_graph_attention(struct q4kh_graph *g, int32_t q,
                                            int32_t k_cache, int32_t v_cache,
-                                           int32_t window, float scale,
-                                           float softcap, int32_t out)
+                                           int32_t pos, int32_t window,
+                                           float scale, float softcap,
+                                           int32_t out)
 {
 	return q4kh_graph_node(g, Q4KH_OP_ATTENTION, out, q, k_cache, v_cache,
-	                       g->pos, window, 0, scale, softcap);
+	                       pos, window, 0, scale, softcap);
 }
 
 static inline int32_t q4kh_graph_mul(struct q4kh_graph *g, int32_t a,

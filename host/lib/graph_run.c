@@ -246,6 +246,17 @@ static int consecutive(const int32_t *pos, int64_t n, const char *what,
 	return 0;
 }
 
+/*
+ * The host copy of the positions POS holds, the step's or a view of some
+ * of them (one sequence's of a batched step), and in *N their count.
+ */
+static const int32_t *host_pos(const struct q4kh_graph *g, const struct q4kh_tensor *pos,
+                               const struct q4kh_step_values *in, int64_t *n)
+{
+	*n = pos->ne[0];
+	return in->pos + (pos->offset - g->vals[g->pos].t.offset) / sizeof(int32_t);
+}
+
 static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
                     const struct q4kh_backend *b,
                     const struct q4kh_step_values *in, struct q4kh_error *err)
@@ -300,18 +311,22 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 			CALL(v->set_rows(dev, s[0], s[1], out));
 		} else {
 			struct q4kh_tensor rows;
+			int64_t np;
+			const int32_t *pos = host_pos(g, s[1], in, &np);
 
-			if (consecutive(in->pos, g->n_tokens, WHAT, err))
+			if (consecutive(pos, np, WHAT, err))
 				return -1;
-			rows = q4kh_tensor_cols(out, in->pos[0], g->n_tokens);
+			rows = q4kh_tensor_cols(out, pos[0], np);
 			CALL(v->copy(dev, s[0], &rows));
 		}
 		return 0;
 	case Q4KH_OP_ATTENTION: {
+		int64_t np;
+		const int32_t *pos = host_pos(g, s[3], in, &np);
 		struct q4kh_attn_params p = {
 			.struct_size = sizeof(p),
 			.window = n->i[0],
-			.pos0 = in->pos[0],
+			.pos0 = pos[0],
 			.scale = n->f[0],
 			.softcap = n->f[1],
 		};
@@ -320,7 +335,7 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 			CALL(v->attention_ext(dev, s[0], s[1], s[2], s[3], &p, out));
 			return 0;
 		}
-		if (consecutive(in->pos, g->n_tokens, WHAT, err))
+		if (consecutive(pos, np, WHAT, err))
 			return -1;
 		CALL(v->attention(dev, s[0], s[1], s[2], &p, out));
 		return 0;

@@ -6,7 +6,9 @@
  * entry the backend has (get_rows_ext, rope_ext, set_rows, attention_ext)
  * read the step's ids and positions from the graph's input tensors, which
  * the caller has uploaded; older backends get them from host memory
- * through the 1.0 entries, which then need consecutive positions. Two
+ * through the 1.0 entries, which then need consecutive positions (a
+ * node's own: all the step's, or the one of its sequence that a cache
+ * write or attention of a batched decode step reads through a view). Two
  * consecutive nodes that a backend's ABI 1.4 fused entry computes
  * (add then rms_norm of the sum, rope then set_rows of the rotated keys)
  * are issued as that one call (graph_run.c, "The peephole").

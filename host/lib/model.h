@@ -92,6 +92,22 @@ struct q4kh_model {
 };
 
 /* What an architecture provides (one per arch_NAME.c). */
+/*
+ * The sequences a step graph runs (struct q4kh_arch's build). One
+ * sequence: the graph's T tokens are consecutive tokens of s[0]'s
+ * sequence, at its positions. N > 1 (a batched decode step,
+ * q4kh_session_eval_batch): T == N, token j is the next token of s[j]'s
+ * sequence at its own position, and the per-sequence parts of the step
+ * (cache writes, attention) are nodes of their own on s[j]'s tensors,
+ * while everything per column (products, norms, GLU, adds, RoPE) runs
+ * once over the N columns. Sessions of one model and backend, distinct.
+ */
+struct q4kh_seqs {
+	const struct q4kh_model *m;
+	int32_t n;
+	const struct q4kh_session *const *s; /* n of them */
+};
+
 struct q4kh_arch {
 	const char *name; /* general.architecture */
 	/* Read hyper-parameters and bind every weight; -1 with err. */
@@ -99,12 +115,14 @@ struct q4kh_arch {
 	/*
 	 * Describe one step of the forward pass into G (graph.h): the tokens
 	 * of G's ids input, at G's positions, through every layer (appending
-	 * their keys and values to s's KV cache at those positions), and when
-	 * g->n_out > 0 the logits of the last n_out tokens into a new
-	 * activation {n_vocab, n_out} named by g->logits. Builds only; runs
-	 * nothing. -1 with err.
+	 * their keys and values to each sequence's KV cache at those
+	 * positions), and when g->n_out > 0 the logits of the last n_out
+	 * tokens into a new activation {n_vocab, n_out} named by g->logits.
+	 * Builds only; runs nothing. -1 with err, among others for several
+	 * sequences on an architecture with recurrent layers, whose states
+	 * hold one sequence.
 	 */
-	int (*build)(struct q4kh_graph *g, const struct q4kh_session *s,
+	int (*build)(struct q4kh_graph *g, const struct q4kh_seqs *seq,
 	             struct q4kh_error *err);
 	/* What load and build shared by several architectures need to tell
 	 * them apart (arch_llama.h); NULL otherwise. */

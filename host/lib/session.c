@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,10 @@
 
 struct q4kh_session_graph {
 	struct q4kh_graph *g; /* NULL: a free slot */
+	/* the sequences it runs: their sessions' ids, this session's alone
+	 * or a batched step's (q4kh_session_eval_batch), in order */
+	uint64_t *seq_ids;
+	int32_t n_seq;
 	q4kh_graph *rec;      /* the backend's recording, once made */
 	uint64_t runs;        /* steps run with g */
 	uint64_t used;        /* s->stats.steps when last used */
@@ -46,6 +51,7 @@ static void drop_graph(struct q4kh_session *s, struct q4kh_session_graph *sg)
 {
 	drop_recording(s, sg);
 	q4kh_graph_free(sg->g);
+	free(sg->seq_ids);
 	memset(sg, 0, sizeof(*sg));
 }
 
@@ -76,9 +82,9 @@ static int reserve_scratch(struct q4kh_session *s, uint64_t bytes,
 	return 0;
 }
 
-/* The architecture's graph for T tokens and N_OUT logits, planned. */
-static struct q4kh_graph *build(struct q4kh_session *s, int64_t t,
-                                int64_t n_out, struct q4kh_error *err)
+/* The architecture's graph of SEQ for T tokens and N_OUT logits, planned. */
+static struct q4kh_graph *build(struct q4kh_session *s, const struct q4kh_seqs *seq,
+                                int64_t t, int64_t n_out, struct q4kh_error *err)
 {
 	struct q4kh_graph *g = q4kh_graph_new(t, n_out);
 	const char *missing;
@@ -87,7 +93,7 @@ static struct q4kh_graph *build(struct q4kh_session *s, int64_t t,
 		q4kh_fail(err, "out of memory for a step graph");
 		return NULL;
 	}
-	if (s->m->arch->build(g, s, err) || q4kh_graph_check(g, err))
+	if (s->m->arch->build(g, seq, err) || q4kh_graph_check(g, err))
 		goto fail;
 	if (n_out && g->logits < 0) {
 		q4kh_fail(err, "%s: the step graph has no logits", s->m->arch->name);
@@ -110,25 +116,50 @@ fail:
 	return NULL;
 }
 
-/* The cached graph of this shape, built and bound on first use. */
-static struct q4kh_session_graph *graph_for(struct q4kh_session *s, int64_t t,
-                                            int64_t n_out,
-                                            struct q4kh_error *err)
+/* Does cached graph C run the sequences SEQ, in that order? */
+static int same_seqs(const struct q4kh_session_graph *c, const struct q4kh_seqs *seq)
+{
+	if (c->n_seq != seq->n)
+		return 0;
+	for (int32_t j = 0; j < seq->n; j++)
+		if (c->seq_ids[j] != seq->s[j]->id)
+			return 0;
+	return 1;
+}
+
+/*
+ * The cached graph of this shape and these sequences (S alone, or S
+ * first of a batched step), built and bound to S's scratch and step
+ * inputs on first use.
+ */
+static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
+                                            const struct q4kh_seqs *seq, int64_t t,
+                                            int64_t n_out, struct q4kh_error *err)
 {
 	struct q4kh_session_graph *sg = &s->graphs[0];
 
 	for (int i = 0; i < SESSION_GRAPHS; i++) {
 		struct q4kh_session_graph *c = &s->graphs[i];
 
-		if (c->g && c->g->n_tokens == t && c->g->n_out == n_out)
+		if (c->g && c->g->n_tokens == t && c->g->n_out == n_out && same_seqs(c, seq))
 			return c;
 		if (!c->g || (sg->g && c->used < sg->used))
 			sg = c;
 	}
 	drop_graph(s, sg);
-	sg->g = build(s, t, n_out, err);
-	if (!sg->g)
+	sg->seq_ids = malloc(sizeof(*sg->seq_ids) * (size_t)seq->n);
+	if (!sg->seq_ids) {
+		q4kh_fail(err, "out of memory");
 		return NULL;
+	}
+	sg->n_seq = seq->n;
+	for (int32_t j = 0; j < seq->n; j++)
+		sg->seq_ids[j] = seq->s[j]->id;
+	sg->g = build(s, seq, t, n_out, err);
+	if (!sg->g) {
+		drop_graph(s, sg);
+		return NULL;
+	}
 	if (reserve_scratch(s, sg->g->scratch_bytes, err)) {
 		drop_graph(s, sg);
 		return NULL;
@@ -227,15 +258,25 @@ static int clear_states(struct q4kh_session *s, struct q4kh_error *err)
 	return rc;
 }
 
+/* One sequence: S's own tokens. */
+static struct q4kh_seqs alone(const struct q4kh_session *const *s)
+{
+	return (struct q4kh_seqs){ .m = (*s)->m, .n = 1, .s = s };
+}
+
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err)
 {
+	static atomic_uint_fast64_t next_id;
 	const struct q4kh_hparams *hp = &m->hp;
 	struct q4kh_session *s = calloc(1, sizeof(*s));
+	const struct q4kh_session *self = s;
+	struct q4kh_seqs one;
 	const char *missing;
 
 	if (!s)
 		return q4kh_fail(err, "out of memory");
+	s->id = atomic_fetch_add(&next_id, 1) + 1;
 	s->m = m;
 	s->b = m->backend;
 	s->p = *p;
@@ -267,7 +308,8 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		snprintf(s->stats.why_not, sizeof(s->stats.why_not),
 		         "%s has no %s", s->b->plugin->name, missing);
 	/* the decode step, built now: a backend that lacks an op fails here */
-	if (!graph_for(s, 1, 1, err))
+	one = alone(&self);
+	if (!graph_for(s, &one, 1, 1, err))
 		goto fail;
 	*out = s;
 	return 0;
@@ -345,7 +387,9 @@ static int step(struct q4kh_session *s, const int32_t *ids, int64_t t,
                 int64_t n_out, const struct q4kh_tensor **lg,
                 struct q4kh_error *err)
 {
-	struct q4kh_session_graph *sg = graph_for(s, t, n_out, err);
+	const struct q4kh_session *self = s;
+	const struct q4kh_seqs one = alone(&self);
+	struct q4kh_session_graph *sg = graph_for(s, &one, t, n_out, err);
 	struct q4kh_step_values in = { s->values, s->values + t };
 
 	if (!sg)
@@ -479,4 +523,90 @@ int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n
                            int32_t *token, double *margin, struct q4kh_error *err)
 {
 	return eval(s, ids, n, NULL, 0, token, margin, err);
+}
+
+int q4kh_session_batchable(const struct q4kh_session *s)
+{
+	return s->m->hp.n_recurrent == 0;
+}
+
+/* Can the sequences of B[0..n) run as one step? 0, or -1 with err. */
+static int batch_check(const struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *err)
+{
+	const struct q4kh_session *s0 = b[0].s;
+
+	if (!q4kh_session_batchable(s0))
+		return q4kh_fail(err, "%s has recurrent layers, whose states hold one sequence: its sessions step one at a time",
+		                 s0->m->arch->name);
+	if ((uint32_t)n > s0->p.n_batch)
+		return q4kh_fail(err, "a batched step of %d sequences: at most the session's batch of %u tokens",
+		                 n, s0->p.n_batch);
+	for (int32_t j = 0; j < n; j++) {
+		const struct q4kh_session *s = b[j].s;
+
+		if (s->m != s0->m || s->b != s0->b)
+			return q4kh_fail(err, "sequence %d of a batched step is on another model or backend than sequence 0",
+			                 j);
+		for (int32_t i = 0; i < j; i++)
+			if (b[i].s == s)
+				return q4kh_fail(err, "sequences %d and %d of a batched step are one session", i,
+				                 j);
+		if (s->n_past >= s->p.n_ctx)
+			return q4kh_fail(err, "sequence %d of a batched step: context full (%lld cached tokens, n_ctx %u)",
+			                 j, (long long)s->n_past, s->p.n_ctx);
+		if (b[j].id < 0 || (uint32_t)b[j].id >= s0->m->hp.n_vocab)
+			return q4kh_fail(err, "token %d of sequence %d is outside the vocabulary [0, %u)",
+			                 b[j].id, j, s0->m->hp.n_vocab);
+	}
+	return 0;
+}
+
+int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *err)
+{
+	struct q4kh_session *s0;
+	const struct q4kh_session **ss;
+	struct q4kh_session_graph *sg;
+	const struct q4kh_tensor *lg;
+	struct q4kh_seqs seq;
+	int rc = -1;
+
+	if (n < 1)
+		return q4kh_fail(err, "a batched step of %d sequences", n);
+	s0 = b[0].s;
+	if (n == 1)
+		return b[0].logits ? q4kh_session_eval(s0, &b[0].id, 1, b[0].logits, 0, err)
+		                   : q4kh_session_eval_top2(s0, &b[0].id, 1, &b[0].token, NULL, err);
+	if (batch_check(b, n, err))
+		return -1;
+	ss = malloc(sizeof(*ss) * (size_t)n);
+	if (!ss)
+		return q4kh_fail(err, "out of memory");
+	for (int32_t j = 0; j < n; j++) {
+		ss[j] = b[j].s;
+		s0->values[j] = b[j].id;
+		s0->values[n + j] = (int32_t)b[j].s->n_past;
+	}
+	seq = (struct q4kh_seqs){ .m = s0->m, .n = n, .s = ss };
+	sg = graph_for(s0, &seq, n, n, err);
+	if (!sg ||
+	    q4kh_backend_check(s0->b,
+	                       s0->b->v->buffer_upload(s0->b->dev, s0->step, 0, s0->values,
+	                                               2 * sizeof(int32_t) * (uint64_t)n),
+	                       "buffer_upload (step inputs)", err) ||
+	    run_graph(s0, sg, &(struct q4kh_step_values){ s0->values, s0->values + n }, err))
+		goto out;
+	lg = &sg->g->vals[sg->g->logits].t;
+	for (int32_t j = 0; j < n; j++) {
+		const struct q4kh_tensor col = q4kh_tensor_cols(lg, j, 1);
+
+		if (b[j].logits ? download(s0, &col, b[j].logits, "buffer_download (logits)", err)
+		                : pick(s0, &col, &b[j].token, NULL, err))
+			goto out;
+	}
+	for (int32_t j = 0; j < n; j++)
+		b[j].s->n_past++;
+	rc = 0;
+out:
+	free(ss);
+	return rc;
 }

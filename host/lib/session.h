@@ -12,6 +12,13 @@
  * one download. On a backend that can replay (graph_run.h), a shape met a
  * second time is recorded and every later step of that shape is one
  * replay. A session is used from one thread at a time.
+ *
+ * Several sessions of one model and backend can decode one token each in
+ * one step (q4kh_session_eval_batch): the products read each weight once
+ * for all of them (a kernel variant's multi-column gemv), while each
+ * sequence writes and attends over its own session's KV cache at its own
+ * position. Models with recurrent layers (qwen35) keep one sequence per
+ * step: their states hold one sequence.
  */
 #ifndef Q4KH_SESSION_H
 #define Q4KH_SESSION_H
@@ -56,6 +63,7 @@ struct q4kh_session_stats {
 struct q4kh_session_graph; /* one cached step graph (session.c) */
 
 struct q4kh_session {
+	uint64_t id; /* unique in the process: keys batched steps' graphs */
 	struct q4kh_model *m;
 	struct q4kh_backend *b;
 	struct q4kh_session_params p;
@@ -117,6 +125,39 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
  */
 int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
                            int32_t *token, double *margin, struct q4kh_error *err);
+
+/* One sequence of a batched decode step. */
+struct q4kh_batch_seq {
+	struct q4kh_session *s; /* its session, which holds its KV cache */
+	int32_t id;             /* the token it appends, at s->n_past */
+	float *logits; /* n_vocab floats for the token's logits; NULL: its
+	                  greedy pick into token instead */
+	int32_t token; /* out, when logits is NULL: q4kh_session_eval_top2's
+	                  pick (-1 when no logit is finite) */
+};
+
+/* 1 when S's model can decode with other sessions in one step: it has
+ * no recurrent layers. */
+int q4kh_session_batchable(const struct q4kh_session *s);
+
+/*
+ * One decode step of B[0..n): for each j, B[j].id at position
+ * B[j].s->n_past of its own session, as q4kh_session_eval(B[j].s,
+ * &B[j].id, 1, ...) would run it alone (the same logits to rounding:
+ * each column's products and per-token ops are those of a one-token
+ * step), then each n_past + 1. One step graph for the n columns, its
+ * nodes over every column at once but the cache writes and attentions,
+ * one per sequence on its session's caches; the graph is cached in
+ * B[0].s, keyed on the sessions in their order (a stable set of
+ * sessions reuses it; a changed one builds another), and runs in
+ * B[0].s's scratch. n == 1 is today's one-token step. The sessions must
+ * be distinct, of one model and backend, batchable, at most B[0].s's
+ * n_batch of them, each with room in its context. -1 with err when they are not, or when an id is outside the
+ * vocabulary (nothing changes), or on a backend failure (no n_past
+ * changes; cache rows past them are unread). Every session is used from
+ * the calling thread for the call.
+ */
+int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *err);
 
 /*
  * The greedy pick of V[0..n): the index of the largest finite value, the

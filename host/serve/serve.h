@@ -146,6 +146,8 @@ struct serve_metrics {
 	uint64_t requests[6][9];  /* endpoint x status code (serve_status.c) */
 	uint64_t prompt_tokens, completion_tokens;
 	double decode_seconds;    /* engine time in steps that made tokens */
+	/* decode steps of several requests at once, and the tokens they made */
+	uint64_t batched_steps, batched_tokens;
 	uint64_t ttft_buckets[10], ttft_count;
 	double ttft_sum;
 	uint64_t f2_pass, f2_reject, f2_other; /* background F2 and receipts */
@@ -192,6 +194,10 @@ struct serve {
 	pthread_t engine;
 	int engine_started;
 	float **logits;           /* per slot: a sampled job's (greedy reads a pick) */
+	/* per slot: a round's batched decode: the step's sequences, which
+	 * slots are due, the slots of one step */
+	struct q4kh_batch_seq *batch;
+	int *due, *batch_slots;
 	/* trust */
 	struct serve_verdict verdicts[SERVE_MAX_VERDICTS];
 	int n_verdicts;

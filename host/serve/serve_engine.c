@@ -1,15 +1,18 @@
 /*
  * The engine: a fixed set of slots, each with its own session (KV cache)
  * on the current path, filled from one FIFO queue, and one thread that
- * runs every forward step, round-robin over the busy slots: a prompt in
- * steps of the session's batch, then one token per turn. So requests are
- * admitted in the order they came, no slot waits more than one round for
- * its next token, and no request sees another's tokens or cache (each
- * slot's session is reset when it takes a job).
- *
- * Several sequences are not batched into one step: a session holds one
- * sequence (session.h), so concurrent decode runs as interleaved
- * single-column steps, not through the variants' multi-column GEMV.
+ * runs every forward step in rounds over the busy slots: a prompt in
+ * steps of the session's batch, one step per slot and round, round-robin;
+ * then the slots whose prompt is in decode one token each, all of one
+ * path together in one batched step (q4kh_session_eval_batch: one column
+ * per slot, each weight read once for all of them, through the kernel
+ * variants' multi-column GEMV; each slot's cache writes and attention on
+ * its own session). So requests are admitted in the order they came, no
+ * slot waits more than one round for its next token, and no request sees
+ * another's tokens or cache (each slot's session is reset when it takes
+ * a job, and a batched step keeps every sequence's cache apart). Each
+ * job picks its token with its own sampler, as alone. Models with
+ * recurrent layers (qwen35) decode one slot per step.
  */
 #include "serve.h"
 
@@ -273,6 +276,23 @@ static int eval_last(struct serve_job *j, struct q4kh_session *s, const int32_t 
 }
 
 /*
+ * Job J's next token from its step's result: at temperature 0 the greedy
+ * pick already in *tok, else its sampler's choice from LOGITS. -1 with
+ * err when there is none.
+ */
+static int choose(struct serve_job *j, const float *logits, int32_t *tok,
+                  struct q4kh_error *err)
+{
+	const int greedy = !(j->sp.temperature > 0.0f);
+
+	if (!greedy)
+		*tok = q4kh_sampler_sample(j->sampler, logits);
+	if (*tok < 0)
+		return q4kh_fail(err, greedy ? "no logit is finite" : "every logit is NaN");
+	return 0;
+}
+
+/*
  * One step of job J in its slot, without the lock: the next piece of its
  * prompt, or the token it chose last. *tok gets the token chosen, or -1
  * while the prompt is not all in.
@@ -282,7 +302,6 @@ static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
 {
 	struct q4kh_session *s = j->path->sessions[j->slot];
 	float *logits = srv->logits[j->slot];
-	const int greedy = !(j->sp.temperature > 0.0f);
 
 	*tok = -1;
 	if (j->fed < j->n_ids) {
@@ -302,11 +321,102 @@ static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
 	} else {
 		j->n_fed++;
 	}
-	if (!greedy)
-		*tok = q4kh_sampler_sample(j->sampler, logits);
-	if (*tok < 0)
-		return q4kh_fail(err, greedy ? "no logit is finite" : "every logit is NaN");
-	return 0;
+	return choose(j, logits, tok, err);
+}
+
+/* Does slot I's job decode in the round's batched step: its prompt is in
+ * and its path's model can batch? (lock held) */
+static int batched(const struct serve *srv, int i)
+{
+	const struct serve_job *j = srv->slots[i];
+
+	return j->fed == j->n_ids && q4kh_session_batchable(j->path->sessions[i]);
+}
+
+/*
+ * Slot I's step failed with ERR, or its token is TOK (lock held): end the
+ * job with the error, or take the token.
+ */
+static void stepped(struct serve *srv, int i, int rc, int32_t tok,
+                    const struct q4kh_error *err)
+{
+	struct serve_job *j = srv->slots[i];
+
+	if (rc) {
+		snprintf(j->error, sizeof(j->error), "generation failed: %.200s", err->msg);
+		j->http_status = 500;
+		end_job(srv, i, "error");
+	} else if (tok >= 0) {
+		take_token(srv, i, tok);
+	}
+}
+
+/*
+ * One decode step for the slots SLOT[0..n) (in slot order, so that a set
+ * that stays busy keeps its cached graph), all on one path: one batched
+ * step of their sessions (lock held; dropped while it runs).
+ */
+static void decode_batch(struct serve *srv, const int *slot, int n)
+{
+	struct q4kh_batch_seq *b = srv->batch;
+	struct q4kh_error err = { { 0 } };
+	int rc;
+
+	for (int k = 0; k < n; k++) {
+		struct serve_job *j = srv->slots[slot[k]];
+
+		b[k] = (struct q4kh_batch_seq){
+			.s = j->path->sessions[slot[k]],
+			.id = j->last,
+			.logits = j->sp.temperature > 0.0f ? srv->logits[slot[k]] : NULL,
+		};
+	}
+	pthread_mutex_unlock(&srv->lock);
+	rc = q4kh_session_eval_batch(b, n, &err);
+	pthread_mutex_lock(&srv->lock);
+	if (!rc && n > 1) {
+		srv->m.batched_steps++;
+		srv->m.batched_tokens += (uint64_t)n;
+	}
+	for (int k = 0; k < n; k++) {
+		struct serve_job *j = srv->slots[slot[k]];
+		struct q4kh_error jerr = err;
+		int32_t tok = b[k].token;
+		int jrc = rc;
+
+		if (!jrc) {
+			j->n_fed++;
+			jrc = choose(j, srv->logits[slot[k]], &tok, &jerr);
+		}
+		stepped(srv, slot[k], jrc, tok, &jerr);
+	}
+}
+
+/*
+ * The round's batched decode: the slots DUE marks (and unmarks), one step
+ * per path and per n_batch of them (lock held).
+ */
+static void decode_round(struct serve *srv, int *due)
+{
+	int *slot = srv->batch_slots;
+
+	for (;;) {
+		const struct serve_path *p = NULL;
+		uint32_t cap = 0;
+		int n = 0;
+
+		for (int i = 0; i < srv->n_slots; i++) {
+			if (!due[i] || (p && (srv->slots[i]->path != p || (uint32_t)n == cap)))
+				continue;
+			p = srv->slots[i]->path;
+			cap = p->sessions[i]->p.n_batch;
+			due[i] = 0;
+			slot[n++] = i;
+		}
+		if (!n)
+			return;
+		decode_batch(srv, slot, n);
+	}
 }
 
 /*
@@ -398,17 +508,14 @@ static void *engine_main(void *arg)
 				demoted(srv, i);
 				continue;
 			}
+			if ((srv->due[i] = batched(srv, i)))
+				continue;
 			pthread_mutex_unlock(&srv->lock);
 			rc = step(srv, j, &tok, &err);
 			pthread_mutex_lock(&srv->lock);
-			if (rc) {
-				snprintf(j->error, sizeof(j->error), "generation failed: %.200s", err.msg);
-				j->http_status = 500;
-				end_job(srv, i, "error");
-			} else if (tok >= 0) {
-				take_token(srv, i, tok);
-			}
+			stepped(srv, i, rc, tok, &err);
 		}
+		decode_round(srv, srv->due);
 		rr = (rr + 1) % srv->n_slots;
 		close_retired(srv);
 	}
@@ -421,7 +528,11 @@ int serve_engine_start(struct serve *srv, struct q4kh_error *err)
 	srv->queue = calloc((size_t)srv->o.max_queue, sizeof(*srv->queue));
 	srv->slots = calloc((size_t)srv->n_slots, sizeof(*srv->slots));
 	srv->logits = calloc((size_t)srv->n_slots, sizeof(*srv->logits));
-	if (!srv->queue || !srv->slots || !srv->logits)
+	srv->batch = calloc((size_t)srv->n_slots, sizeof(*srv->batch));
+	srv->due = calloc((size_t)srv->n_slots, sizeof(*srv->due));
+	srv->batch_slots = calloc((size_t)srv->n_slots, sizeof(*srv->batch_slots));
+	if (!srv->queue || !srv->slots || !srv->logits || !srv->batch || !srv->due ||
+	    !srv->batch_slots)
 		return q4kh_fail(err, "out of memory");
 	for (int i = 0; i < srv->n_slots; i++) {
 		srv->logits[i] = malloc(sizeof(float) * (size_t)srv->n_vocab);

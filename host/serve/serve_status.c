@@ -184,6 +184,11 @@ char *serve_status_metrics(struct serve *srv)
 	    m->decode_seconds > 0 ? (double)m->completion_tokens / m->decode_seconds : 0.0);
 	metric(&t, "queue_depth", "gauge", "Requests waiting for a slot.");
 	put(&t, "q4khost_queue_depth %zu\n", srv->q_len);
+	metric(&t, "batched_steps_total", "counter",
+	       "Decode steps that ran several requests' tokens at once.");
+	put(&t, "q4khost_batched_steps_total %llu\n", (unsigned long long)m->batched_steps);
+	metric(&t, "batched_tokens_total", "counter", "Tokens those batched steps made.");
+	put(&t, "q4khost_batched_tokens_total %llu\n", (unsigned long long)m->batched_tokens);
 	metric(&t, "slots_busy", "gauge", "Slots generating now.");
 	put(&t, "q4khost_slots_busy %d\n", busy_slots(srv));
 	metric(&t, "slots", "gauge", "Slots (requests generated at once).");

@@ -1,9 +1,11 @@
 """A bounded load test of q4khost serve: REQUESTS requests (chat and
 completions, streamed and not, over four prompts) from CLIENTS concurrent
 keep-alive clients, a fixed count that ends by itself. Every answer must
-be q4khost run's greedy answer, no request may fail, and the server's
+be q4khost run's greedy answer, no request may fail, the server's
 resident memory at the end must be within 10 % of what it was after the
-first 50 requests. Exit 0 when all of that holds.
+first 50 requests, and its /metrics must show decode steps that batched
+several requests (q4khost_batched_steps_total, with more tokens than
+steps). Exit 0 when all of that holds.
 Usage: load.py URL PID Q4KHOST MODEL PLUGIN_PATH REQUESTS CLIENTS rss|no-rss"""
 import queue
 import sys
@@ -71,11 +73,23 @@ def main():
     for t in threads:
         t.join()
     rss_end = rss_kib(pid)
-    print("load: %d requests from %d clients, %d errors; RSS %d KiB after 50, %d KiB at the end"
-          % (state["done"], clients, len(state["errors"]), state["rss50"], rss_end))
+    c = Client(url)
+    status, _, text = c.request("GET", "/metrics")
+    c.close()
+    metrics = dict(line.split(" ", 1) for line in text.decode().splitlines()
+                   if line.startswith("q4khost_batched_"))
+    steps = int(metrics.get("q4khost_batched_steps_total", "0"))
+    tokens = int(metrics.get("q4khost_batched_tokens_total", "0"))
+    print("load: %d requests from %d clients, %d errors; RSS %d KiB after 50, %d KiB at the end;"
+          " %d batched decode steps made %d tokens"
+          % (state["done"], clients, len(state["errors"]), state["rss50"], rss_end, steps,
+             tokens))
     for e in state["errors"][:10]:
         print("  " + e)
     if state["errors"] or state["done"] != total:
+        sys.exit(1)
+    if status != 200 or steps == 0 or tokens < 2 * steps:
+        print("load: no decode step batched several requests (/metrics %d)" % status)
         sys.exit(1)
     if judge_rss and rss_end > state["rss50"] * 1.10:
         print("load: resident memory grew by more than 10 %")

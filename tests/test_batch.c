@@ -1,0 +1,310 @@
+/*
+ * Batched decode (session.h, q4kh_session_eval_batch): several sessions
+ * of one model decode one token each in one step, and each sequence gets
+ * the logits (and greedy pick) it gets when its session runs alone, one
+ * token a step, on the exact reference cpu backend; while sequences
+ * finish, join, and a finished one's session is reset and takes a new
+ * prompt (what serve's slots do). On tiny-llama, tiny-qwen2, tiny-qwen3
+ * and Gemma 3 (the default model, its sliding window shrunk so that the
+ * sequences pass it); on tiny-llama also through a backend that records
+ * the batched step and replays it, and through one without the ABI 1.2
+ * entries (positions from host memory, one sequence's per node); qwen35
+ * (recurrent layers) is refused by name.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "helpers.h"
+#include "model.h"
+#include "registry.h"
+#include "session.h"
+
+#define N_SLOTS 5
+#define N_ROUNDS 9
+#define N_CTX 64
+
+/*
+ * One sequence of the schedule: its slot (session) in the batched run,
+ * its prompt's length, and the rounds it decodes in (first .. last): 2 to
+ * 5 sequences a round; slot 1's first sequence finishes after round 2
+ * and a new one takes the slot (reset) at round 4.
+ */
+static const struct seq_plan {
+	int slot, prompt, first, last;
+} plan[] = {
+	{ 0, 5, 0, 8 }, { 1, 17, 0, 2 }, { 2, 30, 0, 8 },
+	{ 1, 9, 4, 8 }, { 3, 3, 5, 8 },  { 4, 40, 7, 8 },
+};
+#define N_SEQ (sizeof(plan) / sizeof(plan[0]))
+
+/* Token I of sequence K's stream: its prompt, then what it is fed. */
+static int32_t token(size_t k, int i, int64_t n_vocab)
+{
+	return (int32_t)(((uint64_t)k * 7919u + (uint64_t)i * 104729u + 13u) %
+	                 (uint64_t)(n_vocab < 4000 ? n_vocab : 4000));
+}
+
+struct rig {
+	struct q4kh_registry *reg;
+	struct q4kh_backend be;
+	struct q4kh_model *m;
+	int64_t n_vocab;
+};
+
+/* MODEL on BACKEND of the plugin folder PLUGINS (NULL: the test's path). */
+static void rig_open(struct rig *r, const char *path, uint32_t window, const char *plugins,
+                     const char *backend)
+{
+	struct q4kh_error err = { { 0 } };
+	const struct q4kh_plugin *p;
+
+	cr_assert_eq(q4kh_registry_scan(plugins, NULL, &r->reg, &err), 0, "%s", err.msg);
+	p = q4kh_registry_find(r->reg, backend);
+	cr_assert_not_null(p, "backend %s is not in %s", backend, plugins ? plugins : "the path");
+	cr_assert_eq(q4kh_backend_open(p, 0, &r->be, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(path, &r->m, &err), 0, "%s", err.msg);
+	if (window)
+		r->m->hp.n_swa = window; /* read when a step graph is built */
+	cr_assert_eq(q4kh_model_upload(r->m, &r->be, &err), 0, "%s", err.msg);
+	r->n_vocab = r->m->hp.n_vocab;
+}
+
+static void rig_close(struct rig *r)
+{
+	q4kh_model_free(r->m);
+	q4kh_backend_close(&r->be);
+	q4kh_registry_free(r->reg);
+}
+
+static struct q4kh_session *session(struct rig *r)
+{
+	const struct q4kh_session_params sp = { .n_ctx = N_CTX };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s = NULL;
+
+	cr_assert_eq(q4kh_session_new(r->m, &sp, &s, &err), 0, "%s", err.msg);
+	return s;
+}
+
+/* Reset S and run sequence K's prompt in it. */
+static void prompt(struct rig *r, struct q4kh_session *s, size_t k)
+{
+	struct q4kh_error err = { { 0 } };
+	int32_t ids[64];
+
+	for (int i = 0; i < plan[k].prompt; i++)
+		ids[i] = token(k, i, r->n_vocab);
+	q4kh_session_reset(s);
+	cr_assert_eq(q4kh_session_eval(s, ids, plan[k].prompt, NULL, 0, &err), 0, "%s",
+	             err.msg);
+}
+
+/* The largest |a - b| over row B's largest |value|. */
+static double rel_diff(const float *a, const float *b, int64_t n)
+{
+	double d = 0.0, top = 0.0;
+
+	for (int64_t i = 0; i < n; i++) {
+		d = fmax(d, fabs((double)a[i] - (double)b[i]));
+		top = fmax(top, fabs((double)b[i]));
+	}
+	return top > 0.0 ? d / top : d;
+}
+
+/*
+ * Run the schedule batched, then each sequence alone, and compare every
+ * decode step's logits (or greedy pick: odd sequences on odd rounds ask
+ * for the pick only). Returns the largest relative difference.
+ */
+static double batched_against_alone(const char *path, uint32_t window, const char *plugins,
+                                    const char *backend)
+{
+	struct rig r;
+	struct q4kh_session *slot[N_SLOTS];
+	struct q4kh_error err = { { 0 } };
+	float *got[N_SEQ][N_ROUNDS] = { { NULL } };
+	int32_t pick[N_SEQ][N_ROUNDS];
+	double worst = 0.0;
+
+	rig_open(&r, path, window, plugins, backend);
+	for (int i = 0; i < N_SLOTS; i++)
+		slot[i] = session(&r);
+	for (int round = 0; round < N_ROUNDS; round++) {
+		struct q4kh_batch_seq b[N_SLOTS];
+		size_t who[N_SLOTS];
+		int n = 0;
+
+		/* in slot order, as serve's engine batches its slots */
+		for (int sl = 0; sl < N_SLOTS; sl++)
+			for (size_t k = 0; k < N_SEQ; k++) {
+				const int step = round - plan[k].first;
+
+				if (plan[k].slot != sl || round < plan[k].first || round > plan[k].last)
+					continue;
+				if (step == 0)
+					prompt(&r, slot[sl], k);
+				got[k][step] = malloc(sizeof(float) * (size_t)r.n_vocab);
+				cr_assert_not_null(got[k][step]);
+				b[n] = (struct q4kh_batch_seq){
+					.s = slot[sl],
+					.id = token(k, plan[k].prompt + step, r.n_vocab),
+					.logits = (k & 1) && (round & 1) ? NULL : got[k][step],
+				};
+				who[n++] = k;
+			}
+		cr_assert_geq(n, 2, "round %d batches %d sequences", round, n);
+		cr_assert_eq(q4kh_session_eval_batch(b, n, &err), 0, "%s: round %d: %s", path,
+		             round, err.msg);
+		for (int j = 0; j < n; j++) {
+			const size_t k = who[j];
+
+			pick[k][round - plan[k].first] = b[j].logits ? -2 : b[j].token;
+			cr_expect_eq(slot[plan[k].slot]->n_past,
+			             plan[k].prompt + round - plan[k].first + 1,
+			             "%s: sequence %zu's position after round %d", path, k, round);
+		}
+	}
+	/* slot 0 runs every round: the batched graphs are its */
+	if (!strcmp(backend, "replay-ok"))
+		cr_expect_gt(slot[0]->stats.replayed, 0, "no batched step was replayed");
+	for (int i = 0; i < N_SLOTS; i++)
+		q4kh_session_free(slot[i]);
+
+	/* each sequence alone, one token a step, in a session of its own */
+	for (size_t k = 0; k < N_SEQ; k++) {
+		struct q4kh_session *s = session(&r);
+		float *alone = malloc(sizeof(float) * (size_t)r.n_vocab);
+
+		cr_assert_not_null(alone);
+		prompt(&r, s, k);
+		for (int step = 0; step <= plan[k].last - plan[k].first; step++) {
+			const int32_t id = token(k, plan[k].prompt + step, r.n_vocab);
+			float top[2];
+
+			cr_assert_eq(q4kh_session_eval(s, &id, 1, alone, 0, &err), 0, "%s", err.msg);
+			if (pick[k][step] == -2) {
+				const double d = rel_diff(got[k][step], alone, r.n_vocab);
+
+				cr_expect_leq(d, 1e-5, "%s: sequence %zu, decode step %d: batched logits differ from alone by %g relative",
+				              path, k, step, d);
+				worst = fmax(worst, d);
+			} else {
+				cr_expect_eq(pick[k][step], q4kh_top2(alone, r.n_vocab, top),
+				             "%s: sequence %zu, decode step %d: batched greedy pick", path,
+				             k, step);
+			}
+			free(got[k][step]);
+		}
+		free(alone);
+		q4kh_session_free(s);
+	}
+	rig_close(&r);
+	return worst;
+}
+
+static void fixture_case(const char *file, const char *plugins, const char *backend)
+{
+	char *path = NULL;
+	double d;
+
+	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
+		cr_assert_fail("out of memory");
+	d = batched_against_alone(path, 0, plugins, backend);
+	cr_log_info("%s on %s: batched against alone: max relative difference %g", file, backend,
+	            d);
+	free(path);
+}
+
+Test(batch, tiny_llama_sequences_get_their_logits_alone, .timeout = 120)
+{
+	fixture_case("tiny-llama.gguf", NULL, "cpu");
+}
+
+/* The batched steps of a stable set recorded and replayed (replay-ok),
+ * and run through the 1.0 entries (replay-v1-1: no set_rows or
+ * attention_ext, positions from host memory). */
+Test(batch, replayed_and_without_step_entries, .timeout = 120)
+{
+	static const char *const names[] = { "replay_ok", "replay_v1_1", NULL };
+	const char *plugins = test_plugin_dir(names);
+
+	fixture_case("tiny-llama.gguf", plugins, "replay-ok");
+	fixture_case("tiny-llama.gguf", plugins, "replay-v1-1");
+}
+
+Test(batch, tiny_qwen2_sequences_get_their_logits_alone, .timeout = 120)
+{
+	fixture_case("tiny-qwen2.gguf", NULL, "cpu");
+}
+
+Test(batch, tiny_qwen3_sequences_get_their_logits_alone, .timeout = 120)
+{
+	fixture_case("tiny-qwen3.gguf", NULL, "cpu");
+}
+
+/*
+ * Gemma 3 with its window shrunk from 512 to 16 keys: sequences past 16
+ * positions attend to their own last 16 keys in the sliding layers and
+ * to all in the global ones, in the batched step as alone.
+ */
+Test(batch, gemma3_sequences_get_their_logits_alone_past_the_window, .timeout = 600)
+{
+	const char *model = test_model_path();
+	double d = batched_against_alone(model, 16, NULL, "cpu");
+
+	cr_log_info("gemma3: batched against alone: max relative difference %g", d);
+}
+
+/* qwen35's recurrent states hold one sequence: refused by name. */
+Test(batch, recurrent_layers_are_refused)
+{
+	struct rig r;
+	char *path = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s[2];
+	struct q4kh_batch_seq b[2];
+
+	if (asprintf(&path, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0)
+		cr_assert_fail("out of memory");
+	rig_open(&r, path, 0, NULL, "cpu");
+	for (int i = 0; i < 2; i++) {
+		s[i] = session(&r);
+		b[i] = (struct q4kh_batch_seq){ .s = s[i], .id = 1 };
+	}
+	cr_expect_eq(q4kh_session_batchable(s[0]), 0);
+	cr_expect_eq(q4kh_session_eval_batch(b, 2, &err), -1);
+	cr_expect(strstr(err.msg, "recurrent layers") != NULL, "%s", err.msg);
+	cr_expect_eq(s[0]->n_past, 0);
+	for (int i = 0; i < 2; i++)
+		q4kh_session_free(s[i]);
+	rig_close(&r);
+	free(path);
+}
+
+/* One session twice in a step would write two rows of one cache. */
+Test(batch, a_session_twice_is_refused)
+{
+	struct rig r;
+	char *path = NULL;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s;
+	struct q4kh_batch_seq b[2];
+
+	if (asprintf(&path, "%s/tests/fixtures/tiny-llama.gguf", test_srcdir()) < 0)
+		cr_assert_fail("out of memory");
+	rig_open(&r, path, 0, NULL, "cpu");
+	s = session(&r);
+	b[0] = (struct q4kh_batch_seq){ .s = s, .id = 1 };
+	b[1] = b[0];
+	cr_expect_eq(q4kh_session_eval_batch(b, 2, &err), -1);
+	cr_expect(strstr(err.msg, "are one session") != NULL, "%s", err.msg);
+	cr_expect_eq(s->n_past, 0);
+	q4kh_session_free(s);
+	rig_close(&r);
+	free(path);
+}
