@@ -613,10 +613,11 @@ Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeo
  * broken from the 9th (decode step 8) on. F2 runs 8 decode steps after
  * either probe (f2_decode_steps), so the built-in probe and the prompt
  * probe both pass it and run serves it: nothing catches it by default.
- * That gap is asserted here on purpose: a deeper default probe (issue 16's
- * `validate --deep`, not built yet) must flip these passes. Raising
- * f2_decode_steps is the one way today: with 16 steps it is broken at
- * decode step 8.
+ * That gap is asserted here on purpose: the default probes do not see it,
+ * so that a deeper default shows up here as a change. Raising
+ * f2_decode_steps sees it (with 16 steps it is broken at decode step 8),
+ * and so does the deep probe with its 32 decode steps (the tests after
+ * this one: validate --deep, [f2] require_deep).
  */
 Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeout = 600)
 {
@@ -651,4 +652,105 @@ Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeou
 	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-batched: F2 broken: position 1 (prefill): ");
+}
+
+/*
+ * The deep probe (validate --deep, [f2] require_deep: host/lib/deep.h) on a
+ * context of 200 positions (--ctx): 32 decode steps after a prefill of 168
+ * = 200 - 32 tokens, so its decode step 8 is position 176. Judged: every
+ * position from 1 to 128 (128), every 8th after (136, 144, 152, 160: 4),
+ * 128 + 1 and + 2 (the edge of the length 128: 2), the last prefill
+ * position 167 (1) and the 32 decode steps: 167 of 200.
+ */
+#define DEEP_CTX "--ctx 200"
+#define DEEP_200 "deep probe: 167 positions judged of 200, up to position 199, 32 decode steps"
+
+/*
+ * defect-decode9: the built-in probe passes it and run serves it (its
+ * shallow pass receipt is written). With require_deep (the environment's
+ * Q4KHOST_F2_REQUIRE_DEEP) that receipt does not count: run measures the
+ * deep probe, which sees decode step 8, and falls back to the reference.
+ * validate --deep then reads that deep receipt; and a run without
+ * require_deep takes the deep verdict over its shallow pass: the wider
+ * measurement decides.
+ */
+Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
+     .timeout = 600)
+{
+	static const char *const names[] = { "defect_decode9", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char args[4096], *out;
+	json_t *root, *c, *probe;
+	int status;
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
+
+	snprintf(args, sizeof(args), "run -n 1 -p '%s' " DEEP_CTX " --plugin-path %s",
+	         SHORT_PROMPT, plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost: F2 probe: " DEEP_200) != NULL, "%s", out);
+	cr_expect(strstr(out, "require_deep = true at Q4KHOST_F2_REQUIRE_DEEP") != NULL, "%s",
+	          out);
+	cr_expect(strstr(out, "Q8_0=cpu built-in") != NULL, "the reference serves: %s", out);
+	cr_expect(strstr(out, "F2 rejected first: cpu/defect-decode9: F2 broken: "
+	                      "position 176 (decode step 8): ") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "[fresh: no receipt]") != NULL,
+	          "the shallow receipt must not count: %s", out);
+	free(out);
+
+	root = validate(plugins, receipts, "--deep " DEEP_CTX, &status);
+	cr_assert_not_null(root);
+	cr_expect_eq(WEXITSTATUS(status), 1);
+	probe = json_object_get(root, "probe");
+	cr_expect_str_eq(str(probe, "kind"), "deep");
+	cr_expect_eq(json_integer_value(json_object_get(probe, "judged")), 167);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 200);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "last_position")), 199);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "decode_steps")), 32);
+	c = find(root, "defect-decode9");
+	cr_expect_str_eq(str(c, "verdict"), "broken", "%s", str(c, "message"));
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_position")), 176);
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_decode_step")), 8);
+	cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s", str(c, "source"));
+	json_decref(root);
+
+	expect_run(plugins, receipts, SHORT_PROMPT, "", 0,
+	           (const char *const[]){ "Q8_0=cpu built-in",
+	                                  "F2 rejected first: cpu/defect-decode9: F2 broken: "
+	                                  "position 176 (decode step 8): ",
+	                                  "[deep receipt of ", NULL });
+}
+
+/*
+ * defect-late is right below position 600 and broken from 600 on; the
+ * built-in probe passes it. The deep probe on a context of 680 positions
+ * (a prefill of 648, then 32 decode steps) judges every 8th position past
+ * 128, 600 among them: broken there, in prefill.
+ */
+Test(validate, the_deep_probe_sees_a_defect_past_position_600, .timeout = 900)
+{
+	static const char *const names[] = { "defect_late", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	json_t *root, *c, *probe;
+	int status;
+
+	test_skip_under_sanitizers("a deep probe of 680 positions on the default model, "
+	                           "through the host code the 200-position one covers");
+	test_model_path(); /* it runs on the default model: skips without it */
+	served_on_the_built_in_probe(plugins, receipts, "defect-late");
+	root = validate(plugins, receipts, "--deep --ctx 680", &status);
+	cr_assert_not_null(root);
+	cr_expect_eq(WEXITSTATUS(status), 1);
+	probe = json_object_get(root, "probe");
+	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 680);
+	c = find(root, "defect-late");
+	cr_expect_str_eq(str(c, "verdict"), "broken", "%s", str(c, "message"));
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_position")), 600);
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_decode_step")), -1);
+	cr_expect(strstr(str(c, "message"), "position 600 (prefill): ") != NULL, "%s",
+	          str(c, "message"));
+	json_decref(root);
 }

@@ -127,4 +127,21 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
                 struct q4kh_error *err);
 
+/*
+ * The deep probe's measurement (deep.h): TOKENS[0..prefill) on REF and CAND
+ * from empty caches, then DECODE_STEPS teacher-forced decode steps, judging
+ * the positions JUDGED[0..prefill + decode_steps) flags (JUDGED[prefill-1]
+ * must be set: its argmax feeds the first step). The candidate's prefill
+ * goes in chunks of its own n_batch tokens with every position's logits, as
+ * a long prompt does; the reference computes the logits of the judged
+ * positions only (the last token of a step), so its LM head runs where it
+ * counts. Two chunks of logits are held at once (2 x n_batch x n_vocab
+ * floats). OUT gets a point per position, the ones not judged with judged
+ * 0 and a NaN cosine (not computed). Errors as q4kh_f2_run's.
+ */
+int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
+                     const int32_t *tokens, int64_t prefill, const uint8_t *judged,
+                     uint32_t decode_steps, const struct q4kh_f2_rules *rules,
+                     struct q4kh_f2_result *out, struct q4kh_error *err);
+
 #endif

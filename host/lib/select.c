@@ -247,16 +247,27 @@ static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_sel
 }
 
 /*
- * The guard of RQ: its probe is the prompt when RQ asks for it and it is
- * long enough, else the built-in one, tokenized into *probe (the caller
- * frees it).
+ * The guard of RQ: its probe is the deep one when RQ asks for it (its
+ * plan into *DEEP), the prompt when RQ asks for it and it is long enough,
+ * else the built-in one, tokenized into *probe (the caller frees both).
  */
 static int guard_open(const struct q4kh_select_request *rq, struct q4kh_guard *g,
-                      int32_t **probe, size_t *n_probe, struct q4kh_error *err)
+                      int32_t **probe, size_t *n_probe, struct q4kh_deep_plan *deep,
+                      struct q4kh_error *err)
 {
 	const int prompt = rq->probe == Q4KH_F2_PROBE_PROMPT &&
 	                   rq->n_prompt >= Q4KH_F2_PROMPT_MIN_TOKENS;
 
+	if (rq->probe == Q4KH_F2_PROBE_DEEP) {
+		if (q4kh_deep_probe(rq->model_path, rq->deep_ctx, probe, deep, err) ||
+		    q4kh_guard_init(g, rq->registry, rq->config, rq->model_path, *probe,
+		                    (size_t)deep->prefill, err) ||
+		    q4kh_guard_use_deep(g, deep, rq->deep_ctx, err))
+			return -1;
+		*n_probe = (size_t)deep->prefill;
+		g->config_file = rq->config_file;
+		return 0;
+	}
 	if (!prompt && q4kh_guard_probe(rq->model_path, NULL, probe, n_probe, err))
 		return -1;
 	if (q4kh_guard_init(g, rq->registry, rq->config, rq->model_path,
@@ -278,8 +289,18 @@ static int describe_probe(const struct q4kh_select_request *rq, const struct q4k
 
 	if (q4kh_guard_rules(g, c, &rules, err))
 		return -1;
-	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
 	out->f2_probe_kind = g->probe_kind;
+	if (g->deep) {
+		char text[300];
+
+		out->f2_probe_tokens = g->deep->prefill;
+		out->f2_probe_positions = g->deep->prefill + g->deep->decode_steps;
+		q4kh_deep_describe(g->deep, text, sizeof(text));
+		snprintf(out->f2_probe, sizeof(out->f2_probe), "%s (%.60s)", text,
+		         rq->probe_origin ? rq->probe_origin : "require_deep");
+		return 0;
+	}
+	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
 	out->f2_probe_tokens = (int64_t)judged;
 	out->f2_probe_positions = (int64_t)(judged + rules.decode_steps);
 	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT && judged < g->n_probe)
@@ -304,6 +325,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
 	struct q4kh_guard g;
 	int32_t *probe = NULL;
+	struct q4kh_deep_plan deep = { 0 };
 	size_t n_probe = 0, n_types;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	int n, guard_ready = 0, rc = -1;
@@ -362,7 +384,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		if (!guard_ready) {
-			if (guard_open(rq, &g, &probe, &n_probe, err)) {
+			if (guard_open(rq, &g, &probe, &n_probe, &deep, err)) {
 				q4kh_selection_close(out);
 				goto out;
 			}
@@ -413,5 +435,6 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	          (int)(len ? len - 1 : 0), out->steps);
 out:
 	free(probe);
+	q4kh_deep_plan_free(&deep);
 	return rc;
 }
