@@ -729,6 +729,16 @@ Test(first_run, plugins_explain_names_the_f2_probe_and_plugin_settings_with_thei
 	free(cfg);
 }
 
+/* q4khost ARGS with ENV before it exits 0 and prints WANT. */
+static void prints(const char *env, const char *args, const char *want)
+{
+	char *out;
+
+	cr_assert_eq(test_q4khost(env, test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, want) != NULL, "no '%s' in: %s", want, out);
+	free(out);
+}
+
 /* [f2] require_deep is shown with where it came from; the environment's
  * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
  * other than true or false is refused naming the file and line. */
@@ -738,25 +748,22 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	char *cfg = file_with("deep.ini", "[f2]\nrequire_deep = true\n");
 	char *bad = file_with("bad.ini", "[f2]\n\nrequire_deep = yes\n");
 	char args[8192], want[8192], *out;
-	json_t *j, *set;
+	json_t *j;
 
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
-	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
-	snprintf(want, sizeof(want), "  F2 require deep      true                                 "
-	         "from %s:2 [f2]\n", cfg);
-	cr_expect(strstr(out, want) != NULL, "%s", out);
-	free(out);
-	cr_assert_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=false", test_tmpdir(), args, &out), 0,
-	             "%s", out);
-	cr_expect(strstr(out, "  F2 require deep      false                                "
-	                      "from Q4KHOST_F2_REQUIRE_DEEP\n") != NULL, "%s", out);
-	free(out);
-	snprintf(args, sizeof(args), "plugins --explain --json --plugin-path %s --config %s",
-	         plugins, cfg);
+	snprintf(want, sizeof(want), "  %-20s %-36s from %s:2 [f2]\n", "F2 require deep", "true",
+	         cfg);
+	prints("", args, want);
+	prints("Q4KHOST_F2_REQUIRE_DEEP=false", args,
+	       "  F2 require deep      false                                "
+	       "from Q4KHOST_F2_REQUIRE_DEEP\n");
+	strcat(args, " --json");
 	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
 	j = parse_json(out);
-	set = json_object_get(json_object_get(j, "settings"), "f2_require_deep");
-	cr_expect(json_is_true(json_object_get(set, "value")), "%s", out);
+	cr_expect(json_is_true(json_object_get(
+	                  json_object_get(json_object_get(j, "settings"), "f2_require_deep"),
+	                  "value")),
+	          "%s", out);
 	json_decref(j);
 	free(out);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, bad);
@@ -766,285 +773,4 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	free(out);
 	free(bad);
 	free(cfg);
-}
-
-/* An empty --backend or --kernel is a usage error of every command that
- * takes one, named as such before any work. */
-Test(first_run, an_empty_backend_or_kernel_name_is_a_usage_error)
-{
-	static const char *const commands[] = { "run", "bench", "validate", "qa --cases x",
-		                                "serve", "plugins --explain", "conformance",
-		                                "bench-kernels" };
-	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char args[8192], want[512], *out;
-
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-		const char *kernel = strncmp(commands[i], "bench", 5) ? "--kernel" : "--kernels";
-		int len = (int)strcspn(commands[i], " ");
-
-		snprintf(args, sizeof(args), "%s --backend '' --plugin-path %s", commands[i], plugins);
-		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
-		snprintf(want, sizeof(want), "q4khost %.*s: --backend '': an empty name is not allowed; "
-		         "expected the name of a backend plugin (q4khost plugins lists them)\n", len,
-		         commands[i]);
-		cr_expect_str_eq(out, want, "%s", args);
-		free(out);
-		/* conformance takes no kernel; bench-kernels --kernels '' times the
-		 * built-in alone, as its help says */
-		if (!strcmp(commands[i], "conformance") || !strcmp(commands[i], "bench-kernels"))
-			continue;
-		snprintf(args, sizeof(args), "%s %s '' --plugin-path %s", commands[i], kernel, plugins);
-		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s: %s", args, out);
-		snprintf(want, sizeof(want), "q4khost %.*s: %s '': an empty name is not allowed; "
-		         "expected kernel variant names, or none for the built-in kernels",
-		         len, commands[i], kernel);
-		cr_expect(strstr(out, want) == out, "%s: %s", args, out);
-		free(out);
-	}
-}
-
-/* Usage mistakes, exit 2, each saying what was wrong: a number with white
- * space around it (refused as any junk), an empty number, and validate
- * --quiet without --one, where it means nothing. */
-Test(first_run, numbers_with_white_space_and_quiet_without_one_are_usage_errors)
-{
-	static const char *const cases[][2] = {
-		{ "run --device ''", "q4khost run: --device: the value is empty; expected a whole "
-		                     "number in [0, 1023]\n" },
-		{ "validate --quiet", "q4khost validate: --quiet needs --one: " },
-		{ "run -n ' 3'", "q4khost run: --n-predict must be a whole number in [1, 2147483647], "
-		                 "got ' 3' (white space around it is not allowed)\n" },
-		{ "run -n '3 '", "got '3 ' (white space around it is not allowed)\n" },
-		{ "run --temp ' 0.5'", "q4khost run: --temp must be a number in [0, 100], got ' 0.5' " },
-		{ "serve --top-p '0.5 '", "q4khost serve: --top-p must be a number in [0, 1], got '0.5 '" },
-		{ "serve --port ' 80' -m /nonexistent.gguf", "q4khost serve: --port must be a whole number in [0, 65535]" },
-		{ "validate --memory-limit ' 5'", "q4khost validate: --memory-limit (MiB; 0: no limit) "
-		                                  "must be a whole number in [0, 1073741824], got ' 5'" },
-		{ "validate --timeout '\t9'", "q4khost validate: --timeout (seconds) must be a whole " },
-	};
-	char *out;
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		cr_expect_eq(test_q4khost("", test_tmpdir(), cases[i][0], &out), 2, "%s: %s",
-		             cases[i][0], out);
-		cr_expect(strstr(out, cases[i][1]) != NULL, "%s: %s", cases[i][0], out);
-		free(out);
-	}
-}
-
-/* A host that does not resolve is refused before the model loads. */
-Test(first_run, serve_refuses_a_host_that_does_not_resolve_before_loading)
-{
-	char *out;
-
-	/* the model named does not exist: refusing it would be the late error */
-	cr_expect_eq(test_q4khost("", test_tmpdir(), "serve --host no-such-host.invalid -m "
-	                          "/nonexistent.gguf", &out), 2, "%s", out);
-	cr_expect(strstr(out, "q4khost serve: --host 'no-such-host.invalid': cannot be resolved to "
-	                      "an address to listen on: ") == out, "%s", out);
-	cr_expect_null(strstr(out, "nonexistent.gguf"), "%s", out);
-	free(out);
-}
-
-/* A port in use is said before the model loads, with the port asked for. */
-Test(first_run, serve_refuses_a_port_in_use_before_loading)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t alen = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	char args[256], want[128], *out;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !listen(fd, 1) &&
-	          !getsockname(fd, (struct sockaddr *)&a, &alen));
-	snprintf(args, sizeof(args), "serve --port %d -m /nonexistent.gguf", ntohs(a.sin_port));
-	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 1, "%s", out);
-	snprintf(want, sizeof(want), "q4khost serve: cannot listen on 127.0.0.1 port %d: ",
-	         ntohs(a.sin_port));
-	cr_expect(strstr(out, want) != NULL, "%s", out);
-	cr_expect_null(strstr(out, "nonexistent.gguf"), "%s", out);
-	free(out);
-	close(fd);
-}
-
-/* A report or message lost to a full standard error fails the command
- * (as a lost standard output does): nothing can say so but the code. */
-Test(first_run, a_report_lost_to_a_full_standard_error_is_a_failure)
-{
-	static const char *const stderr_to[][2] = {
-		{ "/dev/full", "rc=1\n" },
-		{ "/dev/null", "rc=0\n" }, /* the same run with its report readable */
-	};
-	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char args[8192], inner[16384], cmd[20000], *out;
-
-	if (access("/dev/full", W_OK) != 0)
-		cr_skip_test("no /dev/full here");
-	snprintf(args, sizeof(args), "run -n 2 -m %s --plugin-path %s", tiny_model(), plugins);
-	for (size_t i = 0; i < 2; i++) {
-		snprintf(cmd, sizeof(cmd), "%s >/dev/null 2>%s; echo rc=$?",
-		         test_q4khost_command("", test_tmpdir(), args, inner, sizeof(inner)),
-		         stderr_to[i][0]);
-		test_shell(cmd, &out);
-		cr_expect_str_eq(out, stderr_to[i][1], "2>%s", stderr_to[i][0]);
-		free(out);
-	}
-	/* the help says so */
-	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
-	cr_expect(strstr(out, "1 failure (output that cannot be written, to\n            standard "
-	                      "output or standard error, included)") != NULL, "%s", out);
-	free(out);
-}
-
-/* qa names a case by its file and line once, after its name if it has one. */
-Test(first_run, qa_names_a_case_by_file_and_line_once)
-{
-	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *cases = file_with("cases.jsonl",
-	                        "{\"prompt\": \"a b\", \"accept\": [\"x\"], \"max_tokens\": 2}\n"
-	                        "{\"name\": \"named\", \"prompt\": \"a b\", \"accept\": [\"x\"], "
-	                        "\"max_tokens\": 2}\n");
-	char args[8192], want[8192], *out;
-
-	snprintf(args, sizeof(args), "qa --cases %s -m %s --plugin-path %s", cases, tiny_model(),
-	         plugins);
-	test_q4khost("", test_tmpdir(), args, &out);
-	snprintf(want, sizeof(want), "\ncase %s:1: ", cases);
-	cr_expect(strstr(out, want) != NULL, "%s", out);
-	snprintf(want, sizeof(want), "\ncase named (%s:2): ", cases);
-	cr_expect(strstr(out, want) != NULL, "%s", out);
-	cr_expect_null(strstr(out, "(line "), "%s", out);
-	free(out);
-	snprintf(args, sizeof(args), "qa --json --cases %s -m %s --plugin-path %s", cases,
-	         tiny_model(), plugins);
-	test_q4khost("", test_tmpdir(), args, &out);
-	cr_expect(strstr(out, "\"name\": null") != NULL, "no made-up name: %s", out);
-	free(out);
-	free(cases);
-}
-
-/* run --json: an error before the prompt runs, a usage error included,
- * is still one JSON object on stdout, of the shape of any other stop,
- * with the error. */
-Test(first_run, run_json_errors_before_the_prompt_are_one_object)
-{
-	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	static const char *const cases[][3] = {
-		{ "-m /nonexistent.gguf", "3", "/nonexistent.gguf: cannot open: " },
-		{ "--f2 bogus", "2", "--f2: 'bogus' is not one of auto, fresh, off, require" },
-		{ "--backend nope", "4", "--backend nope: no backend plugin of that name" },
-		{ "-n 0", "2", "--n-predict must be a whole number in [1, " },
-		{ "--bogus", "2", "unknown option '--bogus' (try q4khost run --help)" },
-		{ "--raw --chat-template chatml", "2", "--raw and --chat-template chatml contradict" },
-	};
-	char args[8192], inner[16384], cmd[20000], *out;
-	json_error_t jerr;
-	json_t *j;
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		snprintf(args, sizeof(args), "run --json -n 1 -m %s --plugin-path %s %s", tiny_model(),
-		         plugins, cases[i][0]);
-		/* stdout alone */
-		snprintf(cmd, sizeof(cmd), "%s 2>/dev/null; echo rc=$? >&2",
-		         test_q4khost_command("", test_tmpdir(), args, inner, sizeof(inner)));
-		test_shell(cmd, &out);
-		cr_expect(strstr(out, "rc=") && atoi(strstr(out, "rc=") + 3) == atoi(cases[i][1]),
-		          "%s: %s", args, out);
-		*strstr(out, "rc=") = 0;
-		j = json_loads(out, 0, &jerr);
-		cr_assert_not_null(j, "%s: stdout is one JSON object (%s): %s", args, jerr.text, out);
-		cr_expect_str_eq(json_string_value(json_object_get(j, "stop")), "error", "%s", args);
-		cr_expect_str_eq(json_string_value(json_object_get(j, "text")), "", "%s", args);
-		cr_expect(strstr(json_string_value(json_object_get(j, "error")), cases[i][2]) != NULL,
-		          "%s: %s", args, out);
-		json_decref(j);
-		free(out);
-	}
-	/* "-p --json" is a prompt, not --json: the usage error alone */
-	cr_expect_eq(test_q4khost("", test_tmpdir(), "run -p --json -n 0 2>/dev/null", &out), 2,
-	             "%s", out);
-	cr_expect_str_eq(out, "");
-	free(out);
-}
-
-/* scripts/quickstart.sh in a copy of its folder whose stages are stubs:
- * PROMPT_ARG (shell words, maybe none) given, all it printed in *out. */
-static int quickstart_with_stubs(const char *prompt_arg, char **out)
-{
-	const char *dir = test_tmpdir();
-	char cmd[8192];
-
-	snprintf(cmd, sizeof(cmd),
-	         "set -e; mkdir -p %s/scripts %s/_prefix/bin %s/bin %s/_build/main; "
-	         "cp %s/scripts/quickstart.sh %s/scripts/; "
-	         "for s in install-deps build fetch-model; do printf '#!/bin/sh\\n' "
-	         ">%s/scripts/$s.sh; done; "
-	         "printf '#!/bin/sh\\n' >%s/bin/make; "
-	         "printf '#!/bin/sh\\necho the text\\n' >%s/_prefix/bin/q4khost; "
-	         "chmod +x %s/scripts/*.sh %s/bin/make %s/_prefix/bin/q4khost; "
-	         "PATH=%s/bin:$PATH bash %s/scripts/quickstart.sh %s",
-	         dir, dir, dir, dir, test_srcdir(), dir, dir, dir, dir, dir, dir, dir, dir, dir,
-	         prompt_arg);
-	return test_shell(cmd, out);
-}
-
-Test(first_run, the_quickstart_shows_the_prompt_before_the_text)
-{
-	char *out, *prompt, *text;
-
-	cr_assert_eq(quickstart_with_stubs("", &out), 0, "%s", out);
-	prompt = strstr(out, "quickstart: [5/5] generating 48 tokens after the prompt "
-	                     "\"The three primary colors are\"");
-	text = strstr(out, "the text\n");
-	cr_expect(prompt && text && prompt < text, "%s", out);
-	free(out);
-	cr_assert_eq(quickstart_with_stubs("'Once upon a time'", &out), 0, "%s", out);
-	cr_expect(strstr(out, "after the prompt \"Once upon a time\"") != NULL, "%s", out);
-	free(out);
-}
-
-Test(first_run, a_run_says_how_it_sampled_in_its_report_and_its_json)
-{
-	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	const char *sampled = "run -n 4 --temp 0.8 --top-k 5 --top-p 0.9 --seed 42";
-	char command[256], *out, *again;
-	json_t *j, *s, *k;
-
-	cr_expect_eq(q4khost_with("", "run -n 1 --json", NULL, plugins, "2>/dev/null", &out), 0,
-	             "%s", out);
-	j = parse_json(out);
-	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "sampling"), "mode")),
-	                 "greedy", "%s", out);
-	json_decref(j);
-	free(out);
-	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, "", &out), 0, "%s", out);
-	cr_expect(strstr(out, "q4khost: sampling: greedy\n") != NULL, "%s", out);
-	free(out);
-	cr_expect_eq(q4khost_with("", sampled, NULL, plugins, "", &out), 0, "%s", out);
-	cr_expect(strstr(out, "q4khost: sampling: temperature 0.8, top-k 5, top-p 0.9, seed 42\n")
-	                  != NULL, "%s", out);
-	free(out);
-	snprintf(command, sizeof(command), "%s --json", sampled);
-	cr_expect_eq(q4khost_with("", command, NULL, plugins, "2>/dev/null", &out), 0, "%s", out);
-	j = parse_json(out);
-	s = json_object_get(j, "sampling");
-	cr_expect_str_eq(json_string_value(json_object_get(s, "mode")), "sampled", "%s", out);
-	cr_expect_eq(json_real_value(json_object_get(s, "temperature")), 0.8, "%s", out);
-	cr_expect_eq(json_integer_value(json_object_get(s, "top_k")), 5, "%s", out);
-	cr_expect_eq(json_real_value(json_object_get(s, "top_p")), 0.9, "%s", out);
-	cr_expect_eq(json_integer_value(json_object_get(s, "seed")), 42, "%s", out);
-	/* what the JSON says makes the same text again */
-	snprintf(command, sizeof(command), "run -n 4 --json --temp %g --top-k %lld --top-p %g --seed %lld",
-	         json_real_value(json_object_get(s, "temperature")),
-	         (long long)json_integer_value(json_object_get(s, "top_k")),
-	         json_real_value(json_object_get(s, "top_p")),
-	         (long long)json_integer_value(json_object_get(s, "seed")));
-	cr_expect_eq(q4khost_with("", command, NULL, plugins, "2>/dev/null", &again), 0, "%s", again);
-	k = parse_json(again);
-	cr_expect_str_eq(json_string_value(json_object_get(k, "text")),
-	                 json_string_value(json_object_get(j, "text")), "%s\n%s", out, again);
-	json_decref(k);
-	json_decref(j);
-	free(again);
-	free(out);
 }
