@@ -721,7 +721,10 @@ Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
 	           (const char *const[]){ "Q8_0=cpu built-in",
 	                                  "F2 rejected first: cpu/defect-decode9: F2 broken: "
 	                                  "position 176 (decode step 8): ",
-	                                  "[deep receipt of ", NULL });
+	                                  "[deep receipt of ",
+	                                  "F2 probe: deep probe of a deep receipt: 167 positions "
+	                                  "judged of 200, up to position 199, 32 decode steps",
+	                                  NULL });
 }
 
 /*

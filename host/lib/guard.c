@@ -590,8 +590,8 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
  * Whether a valid deep receipt of the candidate keyed KEY (receipt ID)
  * decides for the built-in probe: the wider measurement, whichever deep
  * probe it ran (its tokens are the host's, its reach the context it was
- * given); a deep rejection is not outvoted by a pass of 64 tokens. Fills
- * OUT when it does.
+ * given), when it measured every position; a deep rejection is not
+ * outvoted by a pass of 64 tokens. Fills OUT when it does.
  */
 static int deep_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key *key,
                         const char *id, struct q4kh_guard_decision *out)
@@ -606,7 +606,9 @@ static int deep_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_ke
 		return 0;
 	snprintf(want.probe, sizeof(want.probe), "%s", q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
 	memcpy(want.probe_sha256, out->receipt.key.probe_sha256, sizeof(want.probe_sha256));
-	if (q4kh_receipt_key_diff(&out->receipt.key, &want, diff, sizeof(diff))) {
+	/* a crash or a timeout (no points) says nothing of the positions */
+	if (!out->receipt.n_points ||
+	    q4kh_receipt_key_diff(&out->receipt.key, &want, diff, sizeof(diff))) {
 		q4kh_receipt_free(&out->receipt);
 		return 0;
 	}

@@ -319,6 +319,28 @@ static int describe_probe(const struct q4kh_select_request *rq, const struct q4k
 	return 0;
 }
 
+/*
+ * A deep receipt decided for another probe (guard.h): the probe its
+ * points say it judged, into OUT, so that the report names the probe the
+ * verdict came from.
+ */
+static void describe_deep_receipt(const struct q4kh_receipt *r, struct q4kh_selection *out)
+{
+	int64_t judged = 0, steps = 0;
+
+	for (int64_t i = 0; i < r->n_points; i++) {
+		judged += r->points[i].judged;
+		steps += r->points[i].decode_step >= 0;
+	}
+	out->f2_probe_kind = Q4KH_F2_PROBE_DEEP;
+	out->f2_probe_tokens = r->n_points - steps;
+	out->f2_probe_positions = r->n_points;
+	snprintf(out->f2_probe, sizeof(out->f2_probe),
+	         "deep probe of a deep receipt: %lld positions judged of %lld, up to position %lld, %lld decode steps",
+	         (long long)judged, (long long)r->n_points, (long long)(r->n_points - 1),
+	         (long long)steps);
+}
+
 int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out,
                 struct q4kh_error *err)
 {
@@ -410,6 +432,9 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			       e.msg);
 			continue;
 		}
+		if (g.probe_kind != Q4KH_F2_PROBE_DEEP &&
+		    !strcmp(d.receipt.key.probe, q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP)))
+			describe_deep_receipt(&d.receipt, out);
 		q4kh_receipt_free(&d.receipt); /* its points: not needed here */
 		snprintf(out->f2_verdict, sizeof(out->f2_verdict), "%s",
 		         q4kh_f2_verdict_name(d.verdict));
