@@ -663,6 +663,29 @@ Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeou
  * position 167 (1) and the 32 decode steps: 167 of 200.
  */
 #define DEEP_CTX "--ctx 200"
+
+/*
+ * validate --deep ARGS --json: exit code EXIT and KERNEL's row with
+ * VERDICT; the row, in *ROOT (the caller frees it), and the probe into
+ * *PROBE.
+ */
+static json_t *deep_row(const char *plugins, const char *receipts, const char *args, int exit,
+                        const char *kernel, const char *verdict, json_t **root,
+                        json_t **probe)
+{
+	char all[1024];
+	json_t *c;
+	int status;
+
+	snprintf(all, sizeof(all), "--deep %s", args);
+	*root = validate(plugins, receipts, all, &status);
+	cr_assert_not_null(*root);
+	cr_expect_eq(WEXITSTATUS(status), exit);
+	*probe = json_object_get(*root, "probe");
+	c = find(*root, kernel);
+	cr_expect_str_eq(str(c, "verdict"), verdict, "%s", str(c, "message"));
+	return c;
+}
 #define DEEP_200 "deep probe: 167 positions judged of 200, up to position 199, 32 decode steps"
 
 /*
@@ -681,8 +704,9 @@ Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	char args[4096], *out;
 	json_t *root, *c, *probe;
-	int status;
 
+	test_skip_under_sanitizers("a deep probe of 200 positions and three runs on the default "
+	                           "model; the tiny model's deep test covers the same host code");
 	test_model_path(); /* it runs on the default model: skips without it */
 	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
 
@@ -701,17 +725,12 @@ Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
 	          "the shallow receipt must not count: %s", out);
 	free(out);
 
-	root = validate(plugins, receipts, "--deep " DEEP_CTX, &status);
-	cr_assert_not_null(root);
-	cr_expect_eq(WEXITSTATUS(status), 1);
-	probe = json_object_get(root, "probe");
+	c = deep_row(plugins, receipts, DEEP_CTX, 1, "defect-decode9", "broken", &root, &probe);
 	cr_expect_str_eq(str(probe, "kind"), "deep");
 	cr_expect_eq(json_integer_value(json_object_get(probe, "judged")), 167);
 	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 200);
 	cr_expect_eq(json_integer_value(json_object_get(probe, "last_position")), 199);
 	cr_expect_eq(json_integer_value(json_object_get(probe, "decode_steps")), 32);
-	c = find(root, "defect-decode9");
-	cr_expect_str_eq(str(c, "verdict"), "broken", "%s", str(c, "message"));
 	cr_expect_eq(json_integer_value(json_object_get(c, "worst_position")), 176);
 	cr_expect_eq(json_integer_value(json_object_get(c, "worst_decode_step")), 8);
 	cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s", str(c, "source"));
@@ -738,22 +757,61 @@ Test(validate, the_deep_probe_sees_a_defect_past_position_600, .timeout = 900)
 	static const char *const names[] = { "defect_late", NULL };
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	json_t *root, *c, *probe;
-	int status;
 
 	test_skip_under_sanitizers("a deep probe of 680 positions on the default model, "
 	                           "through the host code the 200-position one covers");
 	test_model_path(); /* it runs on the default model: skips without it */
 	served_on_the_built_in_probe(plugins, receipts, "defect-late");
-	root = validate(plugins, receipts, "--deep --ctx 680", &status);
-	cr_assert_not_null(root);
-	cr_expect_eq(WEXITSTATUS(status), 1);
-	probe = json_object_get(root, "probe");
+	c = deep_row(plugins, receipts, "--ctx 680", 1, "defect-late", "broken", &root, &probe);
 	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 680);
-	c = find(root, "defect-late");
-	cr_expect_str_eq(str(c, "verdict"), "broken", "%s", str(c, "message"));
 	cr_expect_eq(json_integer_value(json_object_get(c, "worst_position")), 600);
 	cr_expect_eq(json_integer_value(json_object_get(c, "worst_decode_step")), -1);
 	cr_expect(strstr(str(c, "message"), "position 600 (prefill): ") != NULL, "%s",
 	          str(c, "message"));
+	json_decref(root);
+}
+
+/*
+ * The same host code on the tiny llama model, where a measurement takes a
+ * second: cpu-fast passes the deep probe of 300 positions (every position
+ * to 128, every 8th after (136 to 264: 17), 128 + 1 and + 2, the last
+ * prefill position 267 and the 32 decode steps: 180 judged). A shallow
+ * pass receipt does not satisfy require_deep: run measures the deep probe
+ * although one is there; the next run with require_deep reads the deep
+ * receipt, and so does validate --deep.
+ */
+Test(validate, require_deep_accepts_deep_receipts_only, .timeout = 300)
+{
+	const char *b = test_builddir(), *receipts = test_tmpdir();
+	char plugins[2048], args[4096], *out;
+	json_t *root, *c, *probe;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs -m %s/tests/fixtures/tiny-llama.gguf",
+	         b, b, test_srcdir());
+	expect_run(plugins, receipts, SHORT_PROMPT, "", 0,
+	           (const char *const[]){ "backend cpu-fast ", "F2: pass (fresh: no receipt)",
+	                                  "F2 probe: built-in probe, ", NULL });
+	snprintf(args, sizeof(args), "run -n 1 -p '%s' --ctx 300 --plugin-path %s", SHORT_PROMPT,
+	         plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "backend cpu-fast ") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL,
+	          "the shallow receipt must not count: %s", out);
+	cr_expect(strstr(out, "F2 probe: deep probe: 180 positions judged of 300, up to position "
+	                      "299, 32 decode steps") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "F2: pass (receipt of ") != NULL, "%s", out);
+	free(out);
+
+	c = deep_row(plugins, receipts, "--ctx 300", 0, "built-in", "pass", &root, &probe);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "judged")), 180);
+	cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s", str(c, "source"));
 	json_decref(root);
 }
