@@ -6,7 +6,9 @@
  * floor in the config, a rewritten plugin file) invalidates them; a plugin
  * that aborts, hangs or eats memory rejects itself while the host carries
  * on; the run's own prompt as the probe (--f2-probe prompt) sees a defect
- * the built-in probe cannot, and its receipt vouches for that prompt only.
+ * the built-in probe cannot, and its receipt vouches for that prompt only;
+ * the deep probe (validate --deep) sees defects past position 600 and past
+ * 8 decode steps, and [f2] require_deep serves on deep receipts only.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
