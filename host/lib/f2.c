@@ -79,6 +79,7 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
 	               pt->ref_gap <= rules->near_tie_logits;
 	pt->verdict = Q4KH_F2_PASS;
 	pt->rule = NULL;
+	pt->computed = 1;
 	if (!pt->judged)
 		return;
 	if (pt->nonfinite) {

@@ -72,6 +72,8 @@ struct q4kh_f2_point {
 	int nonfinite;       /* candidate (1) or reference (2) had NaN/Inf */
 	int zero_norm;       /* a vector of zeros */
 	int judged;          /* position >= 1 */
+	int computed;        /* compared (q4kh_f2_judge); 0 only between the
+	                        deep probe's bands (q4kh_f2_run_plan) */
 	int near_tie;        /* a tolerated argmax disagreement */
 	enum q4kh_f2_verdict verdict;
 	const char *rule;    /* the rule that fired, or NULL */
@@ -80,7 +82,7 @@ struct q4kh_f2_point {
 /*
  * Compare one position: REF and CAND are logit vectors of N floats. Fills
  * every field of *pt but position/decode_step/judged, which the caller
- * sets first.
+ * sets first; computed becomes 1.
  */
 void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
                    const struct q4kh_f2_rules *rules, struct q4kh_f2_point *pt);

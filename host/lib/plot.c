@@ -220,8 +220,8 @@ static void boundary(FILE *f, const struct panel *p, const struct q4kh_plot_seri
 }
 
 /* The line, broken wherever the cosine is not finite. */
-/* A position not judged and without a cosine was not computed. */
-#define NOT_COMPUTED(pt) (!(pt)->judged && !isfinite((pt)->cosine))
+/* A position between the deep probe's bands, not computed. */
+#define NOT_COMPUTED(pt) (!(pt)->computed)
 
 static void series(FILE *f, const struct panel *p, const struct q4kh_plot_series *s)
 {
