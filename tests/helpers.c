@@ -403,7 +403,8 @@ const char *test_q4khost_command(const char *env, const char *receipts, const ch
                                  char *buf, size_t cap)
 {
 	int n = snprintf(buf, cap,
-	                 "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_BACKEND -u Q4KHOST_LOG "
+	                 "env -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 -u Q4KHOST_F2_REQUIRE_DEEP "
+	                 "-u Q4KHOST_BACKEND -u Q4KHOST_LOG "
 	                 "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s %s/host/cli/q4khost %s",
 	                 receipts, receipts, env, test_builddir(), args);
 

@@ -117,8 +117,9 @@ int test_exported_symbols(const char *so, char *first, size_t cap);
 
 /*
  * The shell command that runs the built q4khost with ARGS as a user who
- * set nothing would: no Q4KHOST_Q4K_KERNEL, _F2, _BACKEND or _LOG, no
- * user config file (XDG_CONFIG_HOME=RECEIPTS), receipts in RECEIPTS; ENV
+ * set nothing would: no Q4KHOST_Q4K_KERNEL, _F2, _F2_REQUIRE_DEEP, _BACKEND
+ * or _LOG, no user config file (XDG_CONFIG_HOME=RECEIPTS), receipts in
+ * RECEIPTS; ENV
  * (more VAR=VALUE words, or "") goes before it. Into BUF; returns BUF.
  */
 const char *test_q4khost_command(const char *env, const char *receipts, const char *args,

@@ -750,6 +750,52 @@ Test(first_run, plugins_explain_names_the_f2_probe_and_plugin_settings_with_thei
 	free(cfg);
 }
 
+/* q4khost ARGS with ENV before it exits 0 and prints WANT. */
+static void prints(const char *env, const char *args, const char *want)
+{
+	char *out;
+
+	cr_assert_eq(test_q4khost(env, test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, want) != NULL, "no '%s' in: %s", want, out);
+	free(out);
+}
+
+/* [f2] require_deep is shown with where it came from; the environment's
+ * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
+ * other than true or false is refused naming the file and line. */
+Test(first_run, plugins_explain_names_require_deep_and_its_origin)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("deep.ini", "[f2]\nrequire_deep = true\n");
+	char *bad = file_with("bad.ini", "[f2]\n\nrequire_deep = yes\n");
+	char args[8192], want[8192], *out;
+	json_t *j;
+
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	snprintf(want, sizeof(want), "  %-20s %-36s from %s:2 [f2]\n", "F2 require deep", "true",
+	         cfg);
+	prints("", args, want);
+	prints("Q4KHOST_F2_REQUIRE_DEEP=false", args,
+	       "  F2 require deep      false                                "
+	       "from Q4KHOST_F2_REQUIRE_DEEP\n");
+	strcat(args, " --json");
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect(json_is_true(json_object_get(
+	                  json_object_get(json_object_get(j, "settings"), "f2_require_deep"),
+	                  "value")),
+	          "%s", out);
+	json_decref(j);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, bad);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes' is not one of true", bad);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	free(bad);
+	free(cfg);
+}
+
 /* An empty --backend or --kernel is a usage error of every command that
  * takes one, named as such before any work. */
 Test(first_run, an_empty_backend_or_kernel_name_is_a_usage_error)

@@ -148,7 +148,7 @@ Test(select, unknown_config_keys_are_warnings_naming_file_line_and_section)
 	         cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	snprintf(want, sizeof(want),
-	         "%s:5: unknown key 'f2_flor' in section [f2] (known there: mode, probe, receipt_dir, f2_floor, f2_decode_steps, f2_probe_tokens, f2_timeout_s, f2_memory_limit_mb)",
+	         "%s:5: unknown key 'f2_flor' in section [f2] (known there: mode, probe, require_deep, receipt_dir, f2_floor, f2_decode_steps, f2_probe_tokens, f2_timeout_s, f2_memory_limit_mb)",
 	         cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	snprintf(want, sizeof(want), "%s:7: unknown key 'q4k_kernal' in section [gpu.sm_90]", cfg);
@@ -180,7 +180,8 @@ Test(select, unknown_q4khost_variables_are_warnings)
 	             0, "a warning is no error: %s", out);
 	cr_expect(strstr(out, "q4khost plugins: warning: unknown environment variable "
 	                      "Q4KHOST_KERNEL (known: Q4KHOST_API_KEY, Q4KHOST_BACKEND, "
-	                      "Q4KHOST_CONFIG, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, Q4KHOST_LOG, "
+	                      "Q4KHOST_CONFIG, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, "
+	                      "Q4KHOST_F2_REQUIRE_DEEP, Q4KHOST_LOG, "
 	                      "Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_Q4K_KERNEL); "
 	                      "ignored\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "Q4KHOST_F2 ("), "a variable it reads: %s", out);

@@ -6,7 +6,9 @@
  * floor in the config, a rewritten plugin file) invalidates them; a plugin
  * that aborts, hangs or eats memory rejects itself while the host carries
  * on; the run's own prompt as the probe (--f2-probe prompt) sees a defect
- * the built-in probe cannot, and its receipt vouches for that prompt only.
+ * the built-in probe cannot, and its receipt vouches for that prompt only;
+ * the deep probe (validate --deep) sees defects past position 600 and past
+ * 8 decode steps, and [f2] require_deep serves on deep receipts only.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -613,10 +615,11 @@ Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeo
  * broken from the 9th (decode step 8) on. F2 runs 8 decode steps after
  * either probe (f2_decode_steps), so the built-in probe and the prompt
  * probe both pass it and run serves it: nothing catches it by default.
- * That gap is asserted here on purpose: a deeper default probe (issue 16's
- * `validate --deep`, not built yet) must flip these passes. Raising
- * f2_decode_steps is the one way today: with 16 steps it is broken at
- * decode step 8.
+ * That gap is asserted here on purpose: the default probes do not see it,
+ * so that a deeper default shows up here as a change. Raising
+ * f2_decode_steps sees it (with 16 steps it is broken at decode step 8),
+ * and so does the deep probe with its 32 decode steps (the tests after
+ * this one: validate --deep, [f2] require_deep).
  */
 Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeout = 600)
 {
@@ -651,4 +654,166 @@ Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeou
 	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-batched: F2 broken: position 1 (prefill): ");
+}
+
+/*
+ * The deep probe (validate --deep, [f2] require_deep: host/lib/deep.h) on a
+ * context of 200 positions (--ctx): 32 decode steps after a prefill of 168
+ * = 200 - 32 tokens, so its decode step 8 is position 176. Judged: every
+ * position from 1 to 128 (128), every 8th after (136, 144, 152, 160: 4),
+ * 128 + 1 and + 2 (the edge of the length 128: 2), the last prefill
+ * position 167 (1) and the 32 decode steps: 167 of 200.
+ */
+#define DEEP_CTX "--ctx 200"
+
+/*
+ * validate --deep ARGS --json: exit code EXIT and KERNEL's row with
+ * VERDICT; the row, in *ROOT (the caller frees it), and the probe into
+ * *PROBE.
+ */
+static json_t *deep_row(const char *plugins, const char *receipts, const char *args, int exit,
+                        const char *kernel, const char *verdict, json_t **root,
+                        json_t **probe)
+{
+	char all[1024];
+	json_t *c;
+	int status;
+
+	snprintf(all, sizeof(all), "--deep %s", args);
+	*root = validate(plugins, receipts, all, &status);
+	cr_assert_not_null(*root);
+	cr_expect_eq(WEXITSTATUS(status), exit);
+	*probe = json_object_get(*root, "probe");
+	c = find(*root, kernel);
+	cr_expect_str_eq(str(c, "verdict"), verdict, "%s", str(c, "message"));
+	return c;
+}
+#define DEEP_200 "deep probe: 167 positions judged of 200, up to position 199, 32 decode steps"
+
+/*
+ * defect-decode9: the built-in probe passes it and run serves it (its
+ * shallow pass receipt is written). With require_deep (the environment's
+ * Q4KHOST_F2_REQUIRE_DEEP) that receipt does not count: run measures the
+ * deep probe, which sees decode step 8, and falls back to the reference.
+ * validate --deep then reads that deep receipt; and a run without
+ * require_deep takes the deep verdict over its shallow pass: the wider
+ * measurement decides.
+ */
+Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
+     .timeout = 600)
+{
+	static const char *const names[] = { "defect_decode9", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char args[4096], *out;
+	json_t *root, *c, *probe;
+
+	test_skip_under_sanitizers("a deep probe of 200 positions and three runs on the default "
+	                           "model; the tiny model's deep test covers the same host code");
+	test_model_path(); /* it runs on the default model: skips without it */
+	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
+
+	snprintf(args, sizeof(args), "run -n 1 -p '%s' " DEEP_CTX " --plugin-path %s",
+	         SHORT_PROMPT, plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost: F2 probe: " DEEP_200) != NULL, "%s", out);
+	cr_expect(strstr(out, "require_deep = true at Q4KHOST_F2_REQUIRE_DEEP") != NULL, "%s",
+	          out);
+	cr_expect(strstr(out, "Q8_0=cpu built-in") != NULL, "the reference serves: %s", out);
+	cr_expect(strstr(out, "F2 rejected first: cpu/defect-decode9: F2 broken: "
+	                      "position 176 (decode step 8): ") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "[fresh: no receipt]") != NULL,
+	          "the shallow receipt must not count: %s", out);
+	free(out);
+
+	c = deep_row(plugins, receipts, DEEP_CTX, 1, "defect-decode9", "broken", &root, &probe);
+	cr_expect_str_eq(str(probe, "kind"), "deep");
+	cr_expect_eq(json_integer_value(json_object_get(probe, "judged")), 167);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 200);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "last_position")), 199);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "decode_steps")), 32);
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_position")), 176);
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_decode_step")), 8);
+	cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s", str(c, "source"));
+	json_decref(root);
+
+	expect_run(plugins, receipts, SHORT_PROMPT, "", 0,
+	           (const char *const[]){ "Q8_0=cpu built-in",
+	                                  "F2 rejected first: cpu/defect-decode9: F2 broken: "
+	                                  "position 176 (decode step 8): ",
+	                                  "[deep receipt of ",
+	                                  "F2 probe: deep probe of a deep receipt: 167 positions "
+	                                  "judged of 200, up to position 199, 32 decode steps",
+	                                  NULL });
+}
+
+/*
+ * defect-late is right below position 600 and broken from 600 on; the
+ * built-in probe passes it. The deep probe on a context of 680 positions
+ * (a prefill of 648, then 32 decode steps) judges every 8th position past
+ * 128, 600 among them: broken there, in prefill.
+ */
+Test(validate, the_deep_probe_sees_a_defect_past_position_600, .timeout = 900)
+{
+	static const char *const names[] = { "defect_late", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	json_t *root, *c, *probe;
+
+	test_skip_under_sanitizers("a deep probe of 680 positions on the default model, "
+	                           "through the host code the 200-position one covers");
+	test_model_path(); /* it runs on the default model: skips without it */
+	served_on_the_built_in_probe(plugins, receipts, "defect-late");
+	c = deep_row(plugins, receipts, "--ctx 680", 1, "defect-late", "broken", &root, &probe);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 680);
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_position")), 600);
+	cr_expect_eq(json_integer_value(json_object_get(c, "worst_decode_step")), -1);
+	cr_expect(strstr(str(c, "message"), "position 600 (prefill): ") != NULL, "%s",
+	          str(c, "message"));
+	json_decref(root);
+}
+
+/*
+ * The same host code on the tiny llama model, where a measurement takes a
+ * second: cpu-fast passes the deep probe of 300 positions (every position
+ * to 128, every 8th after (136 to 264: 17), 128 + 1 and + 2, the last
+ * prefill position 267 and the 32 decode steps: 180 judged). A shallow
+ * pass receipt does not satisfy require_deep: run measures the deep probe
+ * although one is there; the next run with require_deep reads the deep
+ * receipt, and so does validate --deep.
+ */
+Test(validate, require_deep_accepts_deep_receipts_only, .timeout = 300)
+{
+	const char *b = test_builddir(), *receipts = test_tmpdir();
+	char plugins[2048], args[4096], *out;
+	json_t *root, *c, *probe;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs -m %s/tests/fixtures/tiny-llama.gguf",
+	         b, b, test_srcdir());
+	expect_run(plugins, receipts, SHORT_PROMPT, "", 0,
+	           (const char *const[]){ "backend cpu-fast ", "F2: pass (fresh: no receipt)",
+	                                  "F2 probe: built-in probe, ", NULL });
+	snprintf(args, sizeof(args), "run -n 1 -p '%s' --ctx 300 --plugin-path %s", SHORT_PROMPT,
+	         plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "backend cpu-fast ") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL,
+	          "the shallow receipt must not count: %s", out);
+	cr_expect(strstr(out, "F2 probe: deep probe: 180 positions judged of 300, up to position "
+	                      "299, 32 decode steps") != NULL,
+	          "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "F2: pass (receipt of ") != NULL, "%s", out);
+	free(out);
+
+	c = deep_row(plugins, receipts, "--ctx 300", 0, "built-in", "pass", &root, &probe);
+	cr_expect_eq(json_integer_value(json_object_get(probe, "judged")), 180);
+	cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s", str(c, "source"));
+	json_decref(root);
 }

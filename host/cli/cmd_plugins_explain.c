@@ -79,7 +79,7 @@ static void plugin_settings(const struct q4kh_registry *r, const struct q4kh_con
 static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
                     const char *backend_cli, json_t *out, int json)
 {
-	char mode_origin[700], probe_origin[700], backend_origin[64], dir[4096];
+	char mode_origin[700], probe_origin[700], deep_origin[640], backend_origin[64], dir[4096];
 	const char *dir_origin, *backend;
 	enum q4kh_f2_mode mode;
 	enum q4kh_f2_probe_kind probe;
@@ -89,12 +89,14 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	char timeout_text[32], memory_text[48];
 	unsigned timeout;
 	uint64_t memory;
-	int bad_file;
+	int bad_file, deep;
 
 	if (q4kh_settings_f2_mode(c, NULL, &mode, mode_origin, sizeof(mode_origin),
 	                          &bad_file, &err) ||
 	    q4kh_settings_f2_probe(c, NULL, &probe, probe_origin, sizeof(probe_origin),
-	                           &bad_file, &err)) {
+	                           &bad_file, &err) ||
+	    q4kh_settings_f2_require_deep(c, &deep, deep_origin, sizeof(deep_origin), &bad_file,
+	                                  &err)) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
 		json_decref(jplugins);
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
@@ -121,6 +123,8 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 		json_object_set_new(out, "f2_mode", setting(q4kh_f2_mode_name(mode), mode_origin));
 		json_object_set_new(out, "f2_probe", setting(q4kh_f2_probe_name(probe),
 		                                             probe_origin));
+		json_object_set_new(out, "f2_require_deep",
+		                    json_pack("{s:b, s:s}", "value", deep, "origin", deep_origin));
 		json_object_set_new(out, "receipt_dir", setting(dir, dir_origin));
 		json_object_set_new(out, "f2_timeout_s",
 		                    json_pack("{s:i, s:s}", "value", (int)timeout, "origin",
@@ -140,6 +144,7 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	print_setting("backend", backend ? backend : "automatic", backend_origin);
 	print_setting("F2 mode", q4kh_f2_mode_name(mode), mode_origin);
 	print_setting("F2 probe", q4kh_f2_probe_name(probe), probe_origin);
+	print_setting("F2 require deep", deep ? "true" : "false", deep_origin);
 	print_setting("receipt folder", dir, dir_origin);
 	print_setting("F2 timeout", timeout_text, limits.timeout);
 	print_setting("F2 memory limit", memory_text, limits.memory);

@@ -246,14 +246,24 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 	const struct serve_opts *o = &srv->o;
 	struct q4kh_model *m;
 	char origin[700];
-	int bad_file, rc;
+	int bad_file, rc, deep;
 	const char *base;
 
 	if (q4kh_cli_config("serve", o->config_file, 0, &srv->config, err))
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_settings_f2_mode(srv->config, o->f2, &srv->mode, srv->mode_origin,
-	                          sizeof(srv->mode_origin), &bad_file, err))
+	                          sizeof(srv->mode_origin), &bad_file, err) ||
+	    q4kh_settings_f2_require_deep(srv->config, &deep, origin, sizeof(origin), &bad_file,
+	                                  err))
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
+	if (deep) {
+		/* deep receipts only: the guard judges on the deep probe */
+		srv->rq.probe = Q4KH_F2_PROBE_DEEP;
+		srv->rq.deep_ctx = (uint32_t)o->ctx;
+		snprintf(srv->deep_origin, sizeof(srv->deep_origin), "require_deep = true at %.600s",
+		         origin);
+		srv->rq.probe_origin = srv->deep_origin;
+	}
 	if ((rc = q4kh_cli_plugins(o->plugin_path, srv->config, &srv->registry, err)))
 		return rc;
 	if (o->model)
@@ -367,6 +377,7 @@ static void serve_free(struct serve *srv)
 	free(srv->slots);
 	free(srv->queue);
 	free(srv->probe);
+	q4kh_deep_plan_free(&srv->deep);
 	q4kh_tokenizer_free(srv->tok);
 	q4kh_gguf_close(srv->gguf);
 	q4kh_registry_free(srv->registry);

@@ -36,9 +36,9 @@ struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
 	const char *probe_ids; /* --probe-ids FILE: a run's prompt as the probe */
 	const char *enumerate; /* --enumerate FILE: a backend's helper process */
-	long device, timeout;
+	long device, timeout, ctx;
 	unsigned long long memory_limit;
-	int one, quiet, json, device_set, memory_limit_set;
+	int one, quiet, json, device_set, memory_limit_set, deep;
 	enum q4kh_f2_mode mode;
 	const char *set[Q4KH_GUARD_OVERRIDES]; /* --set SECTION:KEY=VALUE */
 	int n_set;
@@ -70,6 +70,13 @@ static void usage(FILE *out)
 	        "      --set S:K=V       set key K of section S above every config file\n"
 	        "                        (repeatable; how a run hands its command-line\n"
 	        "                        settings to the validation child)\n"
+	        "      --deep            judge on the deep probe: a suite of texts past every\n"
+	        "                        length where kernels or the model change (chunks,\n"
+	        "                        attention tiles and splits, the sliding window,\n"
+	        "                        1024, 4096), in bands, then 32 decode steps; its\n"
+	        "                        receipts are deep ones ([f2] require_deep)\n"
+	        "      --ctx N           with --deep: reach at most N positions, decode\n"
+	        "                        steps included (default: the model's context)\n"
 	        "      --json            one JSON object\n"
 	        "      --plot FILE.svg   draw each candidate's cosine against position\n"
 	        "                        (prefill and decode) with the floors, and mark\n"
@@ -116,7 +123,7 @@ static int has_svg_suffix(const char *path)
 /* validate's options, for parse and q4kh_cli_json_asked */
 enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
        O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
-       O_PROBE_IDS, O_ENUMERATE };
+       O_PROBE_IDS, O_ENUMERATE, O_DEEP, O_CTX };
 static const struct option longs[] = {
 	{ "model", required_argument, 0, 'm' },
 	{ "backend", required_argument, 0, O_BACKEND },
@@ -133,6 +140,8 @@ static const struct option longs[] = {
 	{ "quiet", no_argument, 0, O_QUIET },
 	{ "probe-ids", required_argument, 0, O_PROBE_IDS },
 	{ "enumerate", required_argument, 0, O_ENUMERATE },
+	{ "deep", no_argument, 0, O_DEEP },
+	{ "ctx", required_argument, 0, O_CTX },
 	{ "set", required_argument, 0, O_SET },
 	{ "plot", required_argument, 0, O_PLOT },
 	{ "help", no_argument, 0, 'h' },
@@ -160,6 +169,11 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_QUIET: o->quiet = 1; break;
 		case O_PROBE_IDS: o->probe_ids = optarg; break;
 		case O_ENUMERATE: o->enumerate = optarg; break;
+		case O_DEEP: o->deep = 1; break;
+		case O_CTX:
+			if (q4kh_cli_parse_long("validate", optarg, "--ctx", 1, 1 << 20, &o->ctx))
+				return -1;
+			break;
 		case O_SET:
 			if (o->n_set == Q4KH_GUARD_OVERRIDES || !strchr(optarg, ':') ||
 			    !strchr(optarg, '=') || strchr(optarg, '=') < strchr(optarg, ':')) {
@@ -224,6 +238,16 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (o->plot && !has_svg_suffix(o->plot)) {
 		q4kh_cli_usage("validate", "--plot '%s': expected a file name ending in .svg (the "
 		               "plot is written as SVG)", o->plot);
+		return -1;
+	}
+	if (o->ctx && !o->deep) {
+		q4kh_cli_usage("validate", "--ctx %ld needs --deep: it caps the deep probe's reach",
+		               o->ctx);
+		return -1;
+	}
+	if (o->deep && o->probe_ids) {
+		q4kh_cli_usage("validate", "--deep and --probe-ids %s: one probe at a time (the deep "
+		               "suite, or a run's prompt)", o->probe_ids);
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
@@ -406,6 +430,23 @@ static json_t *row_json(const struct row *r)
 }
 
 /*
+ * Which probe the verdicts came from, for --json: kind "deep" with what it
+ * judged (q4kh_deep_describe's TEXT and its numbers), else "builtin".
+ */
+static json_t *probe_json(const struct validate_opts *o, const struct q4kh_deep_plan *deep,
+                          const char *text)
+{
+	if (!o->deep)
+		return json_pack("{s:s}", "kind", q4kh_f2_probe_name(Q4KH_F2_PROBE_BUILTIN));
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:i}", "kind",
+	                 q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP), "text", text, "judged",
+	                 (json_int_t)deep->n_judged, "positions",
+	                 (json_int_t)(deep->prefill + deep->decode_steps), "last_position",
+	                 (json_int_t)(deep->prefill + deep->decode_steps - 1), "decode_steps",
+	                 (int)deep->decode_steps);
+}
+
+/*
  * --one: measure in this process and write the receipt. Its exit code is
  * validate's (0 pass, 1 anything else, nothing measured included); with
  * --quiet, a guard's child, 0 whenever it measured to the end: the guard
@@ -563,7 +604,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	size_t n = 0;
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
-	char model_path[4096], unmeasurable[4096], not_applicable[1024];
+	struct q4kh_deep_plan deep = { 0 };
+	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[512] = "";
 	uint32_t types[Q4KH_TYPE_COUNT];
 	int rc = parse(argc, argv, &o), failed = 0, reported = 0;
 
@@ -590,8 +632,13 @@ int q4kh_cmd_validate(int argc, char **argv)
 	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
 	    apply_sets(&o, o.one, config, &err) ||
 	    (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.model, &probe, &n_probe, &err)
+	     : o.deep    ? q4kh_deep_probe(o.model, (uint32_t)o.ctx, &probe, &deep, &err)
 	                 : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
 		goto out;
+	if (o.deep) {
+		n_probe = (size_t)deep.prefill;
+		q4kh_deep_describe(&deep, probe_text, sizeof(probe_text));
+	}
 	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
 	    (!o.one && (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err))))
 		goto out;
@@ -600,6 +647,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		goto out;
 	if (o.probe_ids)
 		g.probe_kind = Q4KH_F2_PROBE_PROMPT;
+	if (o.deep && q4kh_guard_use_deep(&g, &deep, (uint32_t)o.ctx, &err))
+		goto out;
 	if (o.timeout)
 		g.timeout_seconds = (unsigned)o.timeout;
 	if (o.memory_limit_set)
@@ -656,15 +705,18 @@ int q4kh_cmd_validate(int argc, char **argv)
 			json_array_append_new(gaps, json_stringn(s, len));
 			s += len + (s[len] == '\n');
 		}
-		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s}", "model", o.model, "model_sha256",
-		                 g.model_sha256, "receipt_dir", g.receipt_dir, "candidates", arr,
-		                 "unmeasurable", gaps, "not_applicable", not_applicable);
+		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.model,
+		                 "model_sha256", g.model_sha256, "receipt_dir", g.receipt_dir,
+		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",
+		                 not_applicable, "probe", probe_json(&o, &deep, probe_text));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n\n", o.model,
+		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n", o.model,
 		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
+		printf("F2 probe: %s\n\n", o.deep ? probe_text
+		                                   : "built-in probe (f2_probe_tokens tokens, f2_decode_steps decode steps); a valid deep receipt decides instead");
 		print_table(rows, n);
 		print_unmeasurable(unmeasurable, n);
 		if (not_applicable[0])
@@ -689,6 +741,7 @@ out:
 	free(rows);
 	free(list);
 	free(probe);
+	q4kh_deep_plan_free(&deep);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

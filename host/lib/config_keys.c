@@ -16,7 +16,7 @@ struct section {
 
 static const struct section sections[] = {
 	{ "plugins", 0, { "path", "enumerate_timeout_s", NULL }, "plugins" },
-	{ "f2", 0, { "mode", "probe", "receipt_dir", F2_KEYS, "f2_timeout_s", "f2_memory_limit_mb", NULL }, "f2" },
+	{ "f2", 0, { "mode", "probe", "require_deep", "receipt_dir", F2_KEYS, "f2_timeout_s", "f2_memory_limit_mb", NULL }, "f2" },
 	{ "gpu", 0, { "q4k_kernel", NULL }, "gpu" },
 	{ "gpu.", 1, { "q4k_kernel", NULL }, "gpu.DEVICE" },
 	{ "plugin.", 1, { NULL }, "plugin.NAME" },
@@ -161,8 +161,8 @@ extern char **environ;
 /* The variables q4khost reads (docs/config.md, section 4). */
 static const char *const env_names[] = {
 	"Q4KHOST_API_KEY", "Q4KHOST_BACKEND", "Q4KHOST_CONFIG", "Q4KHOST_F2",
-	"Q4KHOST_F2_RECEIPT_DIR", "Q4KHOST_LOG", "Q4KHOST_MODEL", "Q4KHOST_PLUGIN_PATH",
-	"Q4KHOST_Q4K_KERNEL", NULL
+	"Q4KHOST_F2_RECEIPT_DIR", "Q4KHOST_F2_REQUIRE_DEEP", "Q4KHOST_LOG", "Q4KHOST_MODEL",
+	"Q4KHOST_PLUGIN_PATH", "Q4KHOST_Q4K_KERNEL", NULL
 };
 
 size_t q4kh_env_check(void (*warn)(void *data, const char *line), void *data)

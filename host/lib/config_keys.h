@@ -6,8 +6,9 @@
  *
  * Known sections and keys:
  *   [plugins]      path
- *   [f2]           mode, receipt_dir, f2_floor, f2_decode_steps,
- *                  f2_probe_tokens
+ *   [f2]           mode, probe, require_deep, receipt_dir, f2_floor,
+ *                  f2_decode_steps, f2_probe_tokens, f2_timeout_s,
+ *                  f2_memory_limit_mb
  *   [gpu], [gpu.SELECTOR]  q4k_kernel (SELECTOR: a device's UUID, index,
  *                  name or architecture)
  *   [plugin.NAME]  any key (the plugin reads its own), except that a key

@@ -79,6 +79,7 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
 	               pt->ref_gap <= rules->near_tie_logits;
 	pt->verdict = Q4KH_F2_PASS;
 	pt->rule = NULL;
+	pt->computed = 1;
 	if (!pt->judged)
 		return;
 	if (pt->nonfinite) {
@@ -211,6 +212,57 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 	}
 }
 
+/*
+ * A run's memory: OUT's ROWS points, and N_ROWS rows of V logits for each
+ * side into *RL and *CL. -1 with err, nothing kept, on out of memory.
+ */
+static int run_alloc(struct q4kh_f2_result *out, int64_t rows, int64_t n_rows, int64_t v,
+                     float **rl, float **cl, struct q4kh_error *err)
+{
+	*rl = malloc(sizeof(float) * (size_t)(n_rows * v));
+	*cl = malloc(sizeof(float) * (size_t)(n_rows * v));
+	out->points = calloc((size_t)rows, sizeof(*out->points));
+	if (*rl && *cl && out->points)
+		return 0;
+	free(*rl);
+	free(*cl);
+	q4kh_f2_result_free(out);
+	return q4kh_fail(err, "F2: out of memory for 2 x %lld x %lld logits", (long long)n_rows,
+	                 (long long)v);
+}
+
+/*
+ * One teacher-forced decode step of TOK (the reference's greedy token) on
+ * both sides, logits into RL and CL; -1 with OUT not measured (F2.4) when
+ * a side fails.
+ */
+static int decode_both(struct q4kh_session *ref, struct q4kh_session *cand, int32_t tok,
+                       float *rl, float *cl, struct q4kh_f2_result *out)
+{
+	struct q4kh_error e = { { 0 } };
+
+	if (tok < 0 || q4kh_session_eval(ref, &tok, 1, rl, 1, &e)) {
+		not_measured(out, "reference", "a decode step", &e);
+		return -1;
+	}
+	if (q4kh_session_eval(cand, &tok, 1, cl, 1, &e)) {
+		not_measured(out, "candidate", "a decode step", &e);
+		return -1;
+	}
+	return 0;
+}
+
+/* A run's end: its seconds since T0, both sessions reset, the logits freed. */
+static void run_end(struct q4kh_f2_result *out, double t0, struct q4kh_session *ref,
+                    struct q4kh_session *cand, float *rl, float *cl)
+{
+	out->seconds = now() - t0;
+	q4kh_session_reset(ref);
+	q4kh_session_reset(cand);
+	free(rl);
+	free(cl);
+}
+
 int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
                 const int32_t *tokens, size_t n,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
@@ -227,16 +279,8 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
 	memset(out, 0, sizeof(*out));
 	if (p < 2 || cand->m->hp.n_vocab != v)
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens and two sessions of one vocabulary");
-	rl = malloc(sizeof(float) * (size_t)(rows * v));
-	cl = malloc(sizeof(float) * (size_t)(rows * v));
-	out->points = calloc((size_t)rows, sizeof(*out->points));
-	if (!rl || !cl || !out->points) {
-		free(rl);
-		free(cl);
-		q4kh_f2_result_free(out);
-		return q4kh_fail(err, "F2: out of memory for %lld x %lld logits",
-		                 (long long)rows, (long long)v);
-	}
+	if (run_alloc(out, rows, rows, v, &rl, &cl, err))
+		return -1;
 	q4kh_session_reset(ref);
 	q4kh_session_reset(cand);
 	if (q4kh_session_eval(ref, probe, p, rl, 1, &e)) {
@@ -252,14 +296,8 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
 		/* Teacher forcing: both sides take the reference's greedy token. */
 		int32_t tok = q4kh_argmax(rl + (row - 1) * v, (int32_t)v);
 
-		if (tok < 0 || q4kh_session_eval(ref, &tok, 1, rl + row * v, 1, &e)) {
-			not_measured(out, "reference", "a decode step", &e);
+		if (decode_both(ref, cand, tok, rl + row * v, cl + row * v, out))
 			goto done;
-		}
-		if (q4kh_session_eval(cand, &tok, 1, cl + row * v, 1, &e)) {
-			not_measured(out, "candidate", "a decode step", &e);
-			goto done;
-		}
 	}
 	out->n_points = rows;
 	for (int64_t i = 0; i < rows; i++) {
@@ -271,10 +309,97 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
 	}
 	q4kh_f2_conclude(out, rules);
 done:
-	out->seconds = now() - t0;
+	run_end(out, t0, ref, cand, rl, cl);
+	return 0;
+}
+
+/*
+ * The reference's logits of the judged positions of [C, C + T) into the
+ * rows of RL (row i - C for position i): each judged position as the last
+ * token of a step that reads the tokens since the last one, a run of
+ * judged positions after it in one step with every row.
+ */
+static int reference_judged(struct q4kh_session *ref, const int32_t *tokens, int64_t c,
+                            int64_t t, const uint8_t *judged, float *rl, int64_t v,
+                            struct q4kh_error *e)
+{
+	for (int64_t i = c; i < c + t; i++) {
+		int64_t j = i + 1;
+
+		if (!judged[i])
+			continue;
+		if (q4kh_session_eval(ref, tokens + ref->n_past, i + 1 - ref->n_past,
+		                      rl + (i - c) * v, 0, e))
+			return -1;
+		while (j < c + t && judged[j])
+			j++;
+		if (j > i + 1 &&
+		    q4kh_session_eval(ref, tokens + i + 1, j - i - 1, rl + (i + 1 - c) * v, 1, e))
+			return -1;
+		i = j - 1;
+	}
+	return 0;
+}
+
+int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
+                     const int32_t *tokens, int64_t prefill, const uint8_t *judged,
+                     uint32_t decode_steps, const struct q4kh_f2_rules *rules,
+                     struct q4kh_f2_result *out, struct q4kh_error *err)
+{
+	const int64_t v = ref->m->hp.n_vocab, nb = cand->p.n_batch;
+	const int64_t rows = prefill + decode_steps;
+	struct q4kh_error e = { { 0 } };
+	const float *last = NULL; /* the reference's logits of the last position */
+	float *rl, *cl;
+	double t0 = now();
+
+	memset(out, 0, sizeof(*out));
+	if (prefill < 2 || !judged[prefill - 1] || cand->m->hp.n_vocab != v)
+		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one judged, and two sessions of one vocabulary");
+	if (run_alloc(out, rows, nb, v, &rl, &cl, err))
+		return -1;
+	for (int64_t i = 0; i < rows; i++) {
+		struct q4kh_f2_point *pt = &out->points[i];
+		pt->position = i;
+		pt->decode_step = i < prefill ? -1 : (int32_t)(i - prefill);
+		pt->cosine = NAN; /* not computed unless judged */
+		pt->ref_argmax = pt->cand_argmax = -1;
+	}
 	q4kh_session_reset(ref);
 	q4kh_session_reset(cand);
-	free(rl);
-	free(cl);
+	for (int64_t c = 0; c < prefill; c += nb) {
+		const int64_t t = prefill - c < nb ? prefill - c : nb;
+
+		if (q4kh_session_eval(cand, tokens + c, t, cl, 1, &e)) {
+			not_measured(out, "candidate", "prefill", &e);
+			goto done;
+		}
+		if (reference_judged(ref, tokens, c, t, judged, rl, v, &e)) {
+			not_measured(out, "reference", "prefill", &e);
+			goto done;
+		}
+		for (int64_t i = c; i < c + t; i++) {
+			out->points[i].judged = judged[i];
+			if (judged[i])
+				q4kh_f2_judge(rl + (i - c) * v, cl + (i - c) * v, v, rules,
+				              &out->points[i]);
+		}
+		if (prefill - 1 < c + t)
+			last = rl + (prefill - 1 - c) * v;
+	}
+	for (int64_t row = prefill; row < rows; row++) {
+		/* Teacher forcing: both sides take the reference's greedy token. */
+		int32_t tok = q4kh_argmax(last, (int32_t)v);
+
+		if (decode_both(ref, cand, tok, rl, cl, out))
+			goto done;
+		out->points[row].judged = 1;
+		q4kh_f2_judge(rl, cl, v, rules, &out->points[row]);
+		last = rl;
+	}
+	out->n_points = rows;
+	q4kh_f2_conclude(out, rules);
+done:
+	run_end(out, t0, ref, cand, rl, cl);
 	return 0;
 }

@@ -72,6 +72,8 @@ struct q4kh_f2_point {
 	int nonfinite;       /* candidate (1) or reference (2) had NaN/Inf */
 	int zero_norm;       /* a vector of zeros */
 	int judged;          /* position >= 1 */
+	int computed;        /* compared (q4kh_f2_judge); 0 only between the
+	                        deep probe's bands (q4kh_f2_run_plan) */
 	int near_tie;        /* a tolerated argmax disagreement */
 	enum q4kh_f2_verdict verdict;
 	const char *rule;    /* the rule that fired, or NULL */
@@ -80,7 +82,7 @@ struct q4kh_f2_point {
 /*
  * Compare one position: REF and CAND are logit vectors of N floats. Fills
  * every field of *pt but position/decode_step/judged, which the caller
- * sets first.
+ * sets first; computed becomes 1.
  */
 void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
                    const struct q4kh_f2_rules *rules, struct q4kh_f2_point *pt);
@@ -126,5 +128,22 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
                 const int32_t *tokens, size_t n,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
                 struct q4kh_error *err);
+
+/*
+ * The deep probe's measurement (deep.h): TOKENS[0..prefill) on REF and CAND
+ * from empty caches, then DECODE_STEPS teacher-forced decode steps, judging
+ * the positions JUDGED[0..prefill + decode_steps) flags (JUDGED[prefill-1]
+ * must be set: its argmax feeds the first step). The candidate's prefill
+ * goes in chunks of its own n_batch tokens with every position's logits, as
+ * a long prompt does; the reference computes the logits of the judged
+ * positions only (the last token of a step), so its LM head runs where it
+ * counts. Two chunks of logits are held at once (2 x n_batch x n_vocab
+ * floats). OUT gets a point per position, the ones not judged with judged
+ * 0 and a NaN cosine (not computed). Errors as q4kh_f2_run's.
+ */
+int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
+                     const int32_t *tokens, int64_t prefill, const uint8_t *judged,
+                     uint32_t decode_steps, const struct q4kh_f2_rules *rules,
+                     struct q4kh_f2_result *out, struct q4kh_error *err);
 
 #endif

@@ -64,7 +64,27 @@ int q4kh_f2_probe_parse(const char *s, enum q4kh_f2_probe_kind *out)
 
 const char *q4kh_f2_probe_name(enum q4kh_f2_probe_kind k)
 {
-	return k == Q4KH_F2_PROBE_PROMPT ? "prompt" : "builtin";
+	return k == Q4KH_F2_PROBE_PROMPT ? "prompt" : k == Q4KH_F2_PROBE_DEEP ? "deep" : "builtin";
+}
+
+int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
+                        uint32_t ctx, struct q4kh_error *err)
+{
+	const size_t ids = g->n_probe * sizeof(*g->probe);
+	const size_t flags = (size_t)(plan->prefill + plan->decode_steps);
+	unsigned char *all = malloc(ids + flags);
+
+	if (!all)
+		return q4kh_fail(err, "deep probe: out of memory");
+	/* the same tokens judged at other positions are another probe */
+	memcpy(all, g->probe, ids);
+	memcpy(all + ids, plan->judged, flags);
+	q4kh_sha256_bytes(all, ids + flags, g->probe_sha256);
+	free(all);
+	g->probe_kind = Q4KH_F2_PROBE_DEEP;
+	g->deep = plan;
+	g->deep_ctx = ctx;
+	return 0;
 }
 
 #define PROBE_FILE_MAGIC "q4khost-f2-probe 1"
@@ -407,9 +427,9 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	snprintf(id, id_cap, "%s %s %s %s", g->model_sha256, c->backend,
 	         c->variant ? c->variant : "built-in", dev->uuid);
 	settings_id(key, id, id_cap);
-	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT) {
+	if (g->probe_kind != Q4KH_F2_PROBE_BUILTIN) {
 		size_t len = strlen(id);
-		snprintf(id + len, id_cap - len, " probe prompt");
+		snprintf(id + len, id_cap - len, " probe %s", q4kh_f2_probe_name(g->probe_kind));
 	}
 	return 0;
 }
@@ -431,7 +451,8 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
 		return -1;
-	n_ctx = rules.probe_tokens + rules.decode_steps + 8;
+	n_ctx = g->deep ? (uint32_t)(g->deep->prefill + g->deep->decode_steps)
+	                : rules.probe_tokens + rules.decode_steps + 8;
 	out->verdict = Q4KH_F2_NOT_MEASURED;
 	out->min_cosine = NAN;
 	/* Fail closed (F2.4): a side that cannot even start is not measured. */
@@ -447,7 +468,9 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 		return 0;
 	}
 	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err) ||
-	    q4kh_f2_run(ref.s, cand.s, g->probe, g->n_probe, &rules, &res, err))
+	    (g->deep ? q4kh_f2_run_plan(ref.s, cand.s, g->probe, g->deep->prefill,
+	                                g->deep->judged, g->deep->decode_steps, &rules, &res, err)
+	             : q4kh_f2_run(ref.s, cand.s, g->probe, g->n_probe, &rules, &res, err)))
 		goto out;
 	out->verdict = res.verdict;
 	out->min_cosine = res.min_cosine;
@@ -506,7 +529,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		                                    g->memory_limit_mib, show_measuring, &m,
 		                                    NULL };
 	struct q4kh_guard_args a;
-	char probe_file[PATH_MAX] = "";
+	char probe_file[PATH_MAX] = "", ctx[16];
 	int rc;
 
 	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
@@ -521,6 +544,15 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		a.argv[a.n++] = "--probe-ids";
 		a.argv[a.n++] = probe_file;
 	}
+	if (g->probe_kind == Q4KH_F2_PROBE_DEEP) {
+		/* the child builds the same deep probe from the model file */
+		a.argv[a.n++] = "--deep";
+		if (g->deep_ctx) {
+			snprintf(ctx, sizeof(ctx), "%u", g->deep_ctx);
+			a.argv[a.n++] = "--ctx";
+			a.argv[a.n++] = ctx;
+		}
+	}
 	a.argv[a.n] = NULL;
 	show_measuring(&m, 0);
 	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
@@ -528,6 +560,37 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 	if (probe_file[0])
 		unlink(probe_file);
 	return rc;
+}
+
+/*
+ * Whether a valid deep receipt of the candidate keyed KEY (receipt ID)
+ * decides for the built-in probe: the wider measurement, whichever deep
+ * probe it ran (its tokens are the host's, its reach the context it was
+ * given), when it measured every position; a deep rejection is not
+ * outvoted by a pass of 64 tokens. Fills OUT when it does.
+ */
+static int deep_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key *key,
+                        const char *id, struct q4kh_guard_decision *out)
+{
+	struct q4kh_receipt_key want = *key;
+	struct q4kh_error e;
+	char deep_id[560], diff[256];
+
+	snprintf(deep_id, sizeof(deep_id), "%s probe %s", id,
+	         q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
+	if (q4kh_receipt_load(g->receipt_dir, deep_id, &out->receipt, &e) != 0)
+		return 0;
+	snprintf(want.probe, sizeof(want.probe), "%s", q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
+	memcpy(want.probe_sha256, out->receipt.key.probe_sha256, sizeof(want.probe_sha256));
+	/* a crash or a timeout (no points) says nothing of the positions */
+	if (!out->receipt.n_points ||
+	    q4kh_receipt_key_diff(&out->receipt.key, &want, diff, sizeof(diff))) {
+		q4kh_receipt_free(&out->receipt);
+		return 0;
+	}
+	out->verdict = out->receipt.verdict;
+	snprintf(out->source, sizeof(out->source), "deep receipt of %s", out->receipt.created);
+	return 1;
 }
 
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
@@ -551,6 +614,9 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	}
 	if (q4kh_guard_key(g, c, dev, &key, id, sizeof(id), err))
 		return -1;
+	if (mode != Q4KH_F2_FRESH && g->probe_kind == Q4KH_F2_PROBE_BUILTIN &&
+	    deep_receipt(g, &key, id, out))
+		return 0;
 	rc = q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr);
 	if (rc == 0) {
 		reason = q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff));

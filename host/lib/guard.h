@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "deep.h"
 #include "error.h"
 #include "f2.h"
 #include "receipt.h"
@@ -38,12 +39,14 @@ extern const char q4kh_f2_probe_text[];
  */
 enum q4kh_f2_probe_kind {
 	Q4KH_F2_PROBE_BUILTIN = 0,
-	Q4KH_F2_PROBE_PROMPT
+	Q4KH_F2_PROBE_PROMPT,
+	Q4KH_F2_PROBE_DEEP /* deep.h: validate --deep, [f2] require_deep */
 };
 
-/* "builtin", "prompt" -> kind; -1 for anything else. */
+/* "builtin", "prompt" -> kind (the values of [f2] probe and --f2-probe);
+ * -1 for anything else. */
 int q4kh_f2_probe_parse(const char *s, enum q4kh_f2_probe_kind *out);
-/* "builtin" or "prompt", as receipts and JSON write it. */
+/* "builtin", "prompt" or "deep", as receipts and JSON write it. */
 const char *q4kh_f2_probe_name(enum q4kh_f2_probe_kind k);
 
 /*
@@ -118,6 +121,10 @@ struct q4kh_guard {
 	 * a validation child in a file (q4kh_guard_probe_save), and its
 	 * receipts are kept apart from the built-in probe's */
 	enum q4kh_f2_probe_kind probe_kind;
+	/* a DEEP probe's plan (q4kh_guard_use_deep), owned by the caller, and
+	 * the context that capped it (0: the model's), handed to the child */
+	const struct q4kh_deep_plan *deep;
+	uint32_t deep_ctx;
 	unsigned timeout_seconds; /* for a measurement in a child process */
 	uint64_t memory_limit_mib; /* the child's private resident memory; 0 = none */
 	const char *config_file;  /* --config, handed to the child; may be NULL */
@@ -142,6 +149,15 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     const struct q4kh_config *c, const char *model_path,
                     const int32_t *probe, size_t n_probe,
                     struct q4kh_error *err);
+
+/*
+ * Make G's probe the deep one: PLAN over G's probe tokens (q4kh_deep_probe
+ * with context CTX), both owned by the caller. Its receipts are keyed on
+ * the tokens and the positions judged, and kept apart from the others.
+ * -1 with err on out of memory.
+ */
+int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
+                        uint32_t ctx, struct q4kh_error *err);
 
 /*
  * The F2 rules for a candidate: the defaults, then [f2] and [plugin.NAME]

@@ -220,6 +220,9 @@ static void boundary(FILE *f, const struct panel *p, const struct q4kh_plot_seri
 }
 
 /* The line, broken wherever the cosine is not finite. */
+/* A position between the deep probe's bands, not computed. */
+#define NOT_COMPUTED(pt) (!(pt)->computed)
+
 static void series(FILE *f, const struct panel *p, const struct q4kh_plot_series *s)
 {
 	int pen_down = 0;
@@ -228,6 +231,8 @@ static void series(FILE *f, const struct panel *p, const struct q4kh_plot_series
 	esc(f, s->label);
 	fputs("\" d=\"", f);
 	for (int64_t i = 0; i < s->n_points; i++) {
+		if (NOT_COMPUTED(&s->points[i]))
+			continue; /* the deep probe's positions between its bands */
 		if (!isfinite(s->points[i].cosine)) {
 			pen_down = 0;
 			continue;
@@ -253,6 +258,8 @@ static void mark(FILE *f, const struct panel *p, int64_t i,
 	double x = px(p, i), y;
 	const char *what, *tag = "circle";
 
+	if (NOT_COMPUTED(pt))
+		return;
 	if (!isfinite(pt->cosine)) {
 		y = p->top + PLOT_H - 6;
 		fprintf(f, "<path class=\"mark nonfinite\" data-position=\"%lld\" "

@@ -183,7 +183,7 @@ int q4kh_receipt_set_points(struct q4kh_receipt *r, const struct q4kh_f2_point *
 	for (int64_t i = 0; i < n; i++)
 		r->points[i] = (struct q4kh_receipt_point){ pts[i].cosine, pts[i].decode_step,
 			                                    pts[i].verdict, pts[i].judged,
-			                                    pts[i].near_tie };
+			                                    pts[i].computed, pts[i].near_tie };
 	r->n_points = n;
 	return 0;
 }
@@ -191,10 +191,13 @@ int q4kh_receipt_set_points(struct q4kh_receipt *r, const struct q4kh_f2_point *
 /*
  * A point is [cosine or null, decode step, mark], mark one of "unjudged"
  * (position 0), "pass", "near-tie" (a tolerated disagreement), "reject",
- * "broken": compact, and readable without this program.
+ * "broken", "skipped" (between the deep probe's bands: not computed, its
+ * cosine null): compact, and readable without this program.
  */
 static const char *point_mark(const struct q4kh_receipt_point *p)
 {
+	if (!p->computed)
+		return "skipped";
 	if (!p->judged)
 		return "unjudged";
 	if (p->verdict == Q4KH_F2_PASS && p->near_tie)
@@ -236,7 +239,8 @@ static int write_json(FILE *f, json_t *root, const struct q4kh_receipt *r)
 
 static int points_parse(json_t *a, struct q4kh_receipt *r)
 {
-	static const char *const marks[] = { "pass", "reject", "broken", "unjudged", "near-tie" };
+	static const char *const marks[] = { "pass", "reject", "broken", "unjudged", "near-tie",
+		                             "skipped" };
 	json_t *p;
 	size_t i;
 
@@ -251,14 +255,16 @@ static int points_parse(json_t *a, struct q4kh_receipt *r)
 		const char *m = json_string_value(json_array_get(p, 2));
 		int k = 0;
 
-		while (m && k < 5 && strcmp(m, marks[k]))
+		while (m && k < 6 && strcmp(m, marks[k]))
 			k++;
 		if (json_array_size(p) != 3 || !(json_is_number(c) || json_is_null(c)) ||
-		    !json_is_integer(json_array_get(p, 1)) || !m || k == 5)
+		    !json_is_integer(json_array_get(p, 1)) || !m || k == 6 ||
+		    (k == 5 && !json_is_null(c)))
 			return -1;
 		pt->cosine = json_is_null(c) ? NAN : json_number_value(c);
 		pt->decode_step = (int32_t)json_integer_value(json_array_get(p, 1));
-		pt->judged = k != 3;
+		pt->judged = k != 3 && k != 5;
+		pt->computed = k != 5;
 		pt->near_tie = k == 4;
 		pt->verdict = k < 3 ? (enum q4kh_f2_verdict)k : Q4KH_F2_PASS;
 		r->n_points = (int64_t)i + 1;

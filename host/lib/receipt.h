@@ -59,6 +59,7 @@ struct q4kh_receipt_point {
 	int32_t decode_step; /* -1 in prefill */
 	enum q4kh_f2_verdict verdict; /* PASS, REJECT or BROKEN */
 	int judged;          /* 0 for position 0 */
+	int computed;        /* 0 between the deep probe's bands: no cosine */
 	int near_tie;        /* a tolerated argmax disagreement */
 };
 

@@ -249,16 +249,27 @@ static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_sel
 }
 
 /*
- * The guard of RQ: its probe is the prompt when RQ asks for it and it is
- * long enough, else the built-in one, tokenized into *probe (the caller
- * frees it).
+ * The guard of RQ: its probe is the deep one when RQ asks for it (its
+ * plan into *DEEP), the prompt when RQ asks for it and it is long enough,
+ * else the built-in one, tokenized into *probe (the caller frees both).
  */
 static int guard_open(const struct q4kh_select_request *rq, struct q4kh_guard *g,
-                      int32_t **probe, size_t *n_probe, struct q4kh_error *err)
+                      int32_t **probe, size_t *n_probe, struct q4kh_deep_plan *deep,
+                      struct q4kh_error *err)
 {
 	const int prompt = rq->probe == Q4KH_F2_PROBE_PROMPT &&
 	                   rq->n_prompt >= Q4KH_F2_PROMPT_MIN_TOKENS;
 
+	if (rq->probe == Q4KH_F2_PROBE_DEEP) {
+		if (q4kh_deep_probe(rq->model_path, rq->deep_ctx, probe, deep, err) ||
+		    q4kh_guard_init(g, rq->registry, rq->config, rq->model_path, *probe,
+		                    (size_t)deep->prefill, err) ||
+		    q4kh_guard_use_deep(g, deep, rq->deep_ctx, err))
+			return -1;
+		*n_probe = (size_t)deep->prefill;
+		g->config_file = rq->config_file;
+		return 0;
+	}
 	if (!prompt && q4kh_guard_probe(rq->model_path, NULL, probe, n_probe, err))
 		return -1;
 	if (q4kh_guard_init(g, rq->registry, rq->config, rq->model_path,
@@ -280,8 +291,18 @@ static int describe_probe(const struct q4kh_select_request *rq, const struct q4k
 
 	if (q4kh_guard_rules(g, c, &rules, err))
 		return -1;
-	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
 	out->f2_probe_kind = g->probe_kind;
+	if (g->deep) {
+		char text[300];
+
+		out->f2_probe_tokens = g->deep->prefill;
+		out->f2_probe_positions = g->deep->prefill + g->deep->decode_steps;
+		q4kh_deep_describe(g->deep, text, sizeof(text));
+		snprintf(out->f2_probe, sizeof(out->f2_probe), "%s (%.60s)", text,
+		         rq->probe_origin ? rq->probe_origin : "require_deep");
+		return 0;
+	}
+	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
 	out->f2_probe_tokens = (int64_t)judged;
 	out->f2_probe_positions = (int64_t)(judged + rules.decode_steps);
 	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT && judged < g->n_probe)
@@ -300,12 +321,35 @@ static int describe_probe(const struct q4kh_select_request *rq, const struct q4k
 	return 0;
 }
 
+/*
+ * A deep receipt decided for another probe (guard.h): the probe its
+ * points say it judged, into OUT, so that the report names the probe the
+ * verdict came from.
+ */
+static void describe_deep_receipt(const struct q4kh_receipt *r, struct q4kh_selection *out)
+{
+	int64_t judged = 0, steps = 0;
+
+	for (int64_t i = 0; i < r->n_points; i++) {
+		judged += r->points[i].judged;
+		steps += r->points[i].decode_step >= 0;
+	}
+	out->f2_probe_kind = Q4KH_F2_PROBE_DEEP;
+	out->f2_probe_tokens = r->n_points - steps;
+	out->f2_probe_positions = r->n_points;
+	snprintf(out->f2_probe, sizeof(out->f2_probe),
+	         "deep probe of a deep receipt: %lld positions judged of %lld, up to position %lld, %lld decode steps",
+	         (long long)judged, (long long)r->n_points, (long long)(r->n_points - 1),
+	         (long long)steps);
+}
+
 int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out,
                 struct q4kh_error *err)
 {
 	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
 	struct q4kh_guard g;
 	int32_t *probe = NULL;
+	struct q4kh_deep_plan deep = { 0 };
 	size_t n_probe = 0, n_types;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	int n, guard_ready = 0, rc = -1;
@@ -364,7 +408,7 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			goto out;
 		}
 		if (!guard_ready) {
-			if (guard_open(rq, &g, &probe, &n_probe, err)) {
+			if (guard_open(rq, &g, &probe, &n_probe, &deep, err)) {
 				q4kh_selection_close(out);
 				goto out;
 			}
@@ -390,6 +434,9 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			       e.msg);
 			continue;
 		}
+		if (g.probe_kind != Q4KH_F2_PROBE_DEEP &&
+		    !strcmp(d.receipt.key.probe, q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP)))
+			describe_deep_receipt(&d.receipt, out);
 		q4kh_receipt_free(&d.receipt); /* its points: not needed here */
 		snprintf(out->f2_verdict, sizeof(out->f2_verdict), "%s",
 		         q4kh_f2_verdict_name(d.verdict));
@@ -415,5 +462,6 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	          (int)(len ? len - 1 : 0), out->steps);
 out:
 	free(probe);
+	q4kh_deep_plan_free(&deep);
 	return rc;
 }

@@ -51,6 +51,10 @@ struct q4kh_select_request {
 	const char *probe_origin;
 	const int32_t *prompt;
 	size_t n_prompt;
+	/* With probe Q4KH_F2_PROBE_DEEP ([f2] require_deep; PROBE_ORIGIN says
+	 * where it was set): the context that caps the deep probe (deep.h;
+	 * 0: the model's) */
+	uint32_t deep_ctx;
 };
 
 struct q4kh_selection {

@@ -72,6 +72,20 @@ int q4kh_settings_f2_probe(const struct q4kh_config *c, const char *cli,
 	return 0;
 }
 
+int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *origin,
+                                  size_t cap, int *bad_input, struct q4kh_error *err)
+{
+	const char *v = f2_setting(c, NULL, NULL, "Q4KHOST_F2_REQUIRE_DEEP", "require_deep",
+	                           origin, cap, bad_input);
+	char shown[VALUE_SHOWN * 4 + 8];
+
+	*on = v && !strcmp(v, "true");
+	if (v && !*on && strcmp(v, "false"))
+		return q4kh_fail(err, "%s: require_deep '%s' is not one of true (run and serve accept deep receipts only: q4khost validate --deep), false",
+		                 origin, q4kh_show(shown, sizeof(shown), v, strlen(v), VALUE_SHOWN, 0));
+	return 0;
+}
+
 const char *q4kh_settings_backend(const char *cli, char *origin, size_t cap)
 {
 	const char *env = q4kh_env("Q4KHOST_BACKEND");

@@ -44,6 +44,16 @@ int q4kh_settings_f2_probe(const struct q4kh_config *c, const char *cli,
                            int *bad_input, struct q4kh_error *err);
 
 /*
+ * Whether run and serve accept deep receipts only (guard.h's
+ * Q4KH_F2_PROBE_DEEP; docs/f2.md): Q4KHOST_F2_REQUIRE_DEEP, else [f2]
+ * require_deep, each "true" or "false"; default false. ORIGIN gets
+ * "Q4KHOST_F2_REQUIRE_DEEP", "FILE:LINE [f2]" or "default". Another value
+ * is an error naming where it was set; *bad_input as for the mode.
+ */
+int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *origin,
+                                  size_t cap, int *bad_input, struct q4kh_error *err);
+
+/*
  * The backend asked for: CLI (--backend, or NULL), else Q4KHOST_BACKEND,
  * else NULL (automatic). ORIGIN gets "--backend", "Q4KHOST_BACKEND" or
  * "default".

@@ -176,6 +176,10 @@ struct serve {
 	struct q4kh_guard guard;  /* receipts: lookups and demotions */
 	int32_t *probe;
 	size_t n_probe;
+	/* with [f2] require_deep (rq.probe Q4KH_F2_PROBE_DEEP): the deep
+	 * probe's plan, and where require_deep was set (rq.probe_origin) */
+	struct q4kh_deep_plan deep;
+	char deep_origin[700];
 	int guard_ready;
 
 	pthread_mutex_t lock;

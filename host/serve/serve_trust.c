@@ -400,9 +400,17 @@ int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 	if (srv->n_plan < 0)
 		return -2;
 	if (srv->mode != Q4KH_F2_OFF) {
-		if (q4kh_guard_probe(srv->model_path, NULL, &srv->probe, &srv->n_probe, err) ||
-		    q4kh_guard_init(&srv->guard, srv->registry, srv->config, srv->model_path,
-		                    srv->probe, srv->n_probe, err))
+		const int deep = srv->rq.probe == Q4KH_F2_PROBE_DEEP;
+
+		if ((deep ? q4kh_deep_probe(srv->model_path, srv->rq.deep_ctx, &srv->probe,
+		                            &srv->deep, err)
+		          : q4kh_guard_probe(srv->model_path, NULL, &srv->probe, &srv->n_probe, err)))
+			return -1;
+		if (deep)
+			srv->n_probe = (size_t)srv->deep.prefill;
+		if (q4kh_guard_init(&srv->guard, srv->registry, srv->config, srv->model_path,
+		                    srv->probe, srv->n_probe, err) ||
+		    (deep && q4kh_guard_use_deep(&srv->guard, &srv->deep, srv->rq.deep_ctx, err)))
 			return -1;
 		srv->guard.config_file = srv->o.config_file;
 		srv->guard_ready = 1;
