@@ -817,3 +817,22 @@ Test(validate, require_deep_accepts_deep_receipts_only, .timeout = 300)
 	cr_expect(!strncmp(str(c, "source"), "receipt of ", 11), "%s", str(c, "source"));
 	json_decref(root);
 }
+
+/*
+ * defect-narrow is right with one column and with more than 8, broken with
+ * 2 to 8: the probe's wide prefill (64 columns) and its one-column decode
+ * steps pass it, so only F2's narrow steps see it, at the first judged
+ * position of the first, 2 tokens wide; run falls back to the reference.
+ * A short prompt's chunk or a batched decode step of 2 to 8 sequences in
+ * serve takes that path.
+ */
+Test(validate, a_defect_of_narrow_steps_only_is_caught_by_them, .timeout = 300)
+{
+	static const char *const names[] = { "defect_narrow", NULL };
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
+	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
+	         "F2 rejected first: cpu/defect-narrow: F2 broken: position 1 (prefill in a "
+	         "step of 2 tokens): ");
+}

@@ -108,6 +108,9 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
 	if (pt->decode_step >= 0)
 		snprintf(where, sizeof(where), "position %lld (decode step %d)",
 		         (long long)pt->position, pt->decode_step);
+	else if (pt->narrow)
+		snprintf(where, sizeof(where), "position %lld (prefill in a step of %d tokens)",
+		         (long long)pt->position, pt->narrow);
 	else
 		snprintf(where, sizeof(where), "position %lld (prefill)",
 		         (long long)pt->position);
@@ -263,6 +266,56 @@ static void run_end(struct q4kh_f2_result *out, double t0, struct q4kh_session *
 	free(cl);
 }
 
+/*
+ * The narrow steps: CAND runs PROBE[0..) again from an empty cache in steps
+ * of 2, 3, .., Q4KH_F2_NARROW_MAX tokens (as far as P allows; never one,
+ * decode's width), each position judged against the reference's logits
+ * in RL (row i for position i; CL is scratch for as many rows). When they
+ * are worse than OUT's own verdict, their worse points replace OUT's and
+ * OUT is concluded again; otherwise OUT stays as it is. A failed step is
+ * a failed measurement (F2.4).
+ */
+/* The narrow steps' tokens: 2 + 3 + .. + Q4KH_F2_NARROW_MAX. */
+#define NARROW_TOKENS (Q4KH_F2_NARROW_MAX * (Q4KH_F2_NARROW_MAX + 1) / 2 - 1)
+
+static void narrow_steps(struct q4kh_session *cand, const int32_t *probe, int64_t p,
+                         const float *rl, float *cl, int64_t v,
+                         const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out)
+{
+	struct q4kh_f2_point pts[NARROW_TOKENS];
+	struct q4kh_f2_result narrow = { .points = pts, .n_points = 0 };
+	struct q4kh_error e = { { 0 } };
+	int64_t c = 0;
+
+	q4kh_session_reset(cand);
+	for (int32_t w = 2; w <= Q4KH_F2_NARROW_MAX && p - c >= 2; w++) {
+		const int64_t t = p - c < w ? p - c : w;
+
+		if (q4kh_session_eval(cand, probe + c, t, cl + c * v, 1, &e)) {
+			not_measured(out, "candidate", "a narrow prefill step", &e);
+			return;
+		}
+		for (int64_t i = c; i < c + t; i++) {
+			struct q4kh_f2_point *pt = &pts[narrow.n_points++];
+
+			*pt = (struct q4kh_f2_point){ .position = i, .decode_step = -1,
+				                      .judged = i >= 1, .narrow = (int32_t)t };
+			q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, pt);
+		}
+		c += t;
+	}
+	q4kh_f2_conclude(&narrow, rules);
+	if (severity(narrow.verdict) <= severity(out->verdict))
+		return;
+	for (int64_t k = 0; k < narrow.n_points; k++) {
+		struct q4kh_f2_point *pt = &out->points[pts[k].position];
+
+		if (severity(pts[k].verdict) > severity(pt->verdict))
+			*pt = pts[k];
+	}
+	q4kh_f2_conclude(out, rules);
+}
+
 int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
                 const int32_t *tokens, size_t n,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
@@ -308,6 +361,7 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
 		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, pt);
 	}
 	q4kh_f2_conclude(out, rules);
+	narrow_steps(cand, probe, p, rl, cl, v, rules, out);
 done:
 	run_end(out, t0, ref, cand, rl, cl);
 	return 0;
@@ -348,6 +402,10 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 {
 	const int64_t v = ref->m->hp.n_vocab, nb = cand->p.n_batch;
 	const int64_t rows = prefill + decode_steps;
+	/* the narrow steps' tokens: at most a chunk, whose logits RL holds */
+	const int64_t narrow = prefill < NARROW_TOKENS && prefill < nb ? prefill
+	                       : NARROW_TOKENS < nb                    ? NARROW_TOKENS
+	                                                               : nb;
 	struct q4kh_error e = { { 0 } };
 	const float *last = NULL; /* the reference's logits of the last position */
 	float *rl, *cl;
@@ -399,6 +457,15 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 	}
 	out->n_points = rows;
 	q4kh_f2_conclude(out, rules);
+	/* The narrow steps, against the reference's logits of their tokens,
+	 * all judged here (positions below 128): computed again, as the
+	 * chunks above kept none. */
+	q4kh_session_reset(ref);
+	if (q4kh_session_eval(ref, tokens, narrow, rl, 1, &e)) {
+		not_measured(out, "reference", "the narrow steps' prefill", &e);
+		goto done;
+	}
+	narrow_steps(cand, tokens, narrow, rl, cl, v, rules, out);
 done:
 	run_end(out, t0, ref, cand, rl, cl);
 	return 0;

@@ -5,9 +5,14 @@
  * and the reference cpu plugin run the same probe: one batched prefill of
  * the probe tokens with the logits of every position, then teacher-forced
  * decode steps through each side's own KV cache, both fed the reference's
- * greedy tokens. Every position's two logit vectors are compared and the
- * positions p >= 1 are judged by the rules below (rule numbers are cited in
- * messages and docs):
+ * greedy tokens. Then the candidate runs the probe's first tokens again in
+ * narrow steps, of 2 to Q4KH_F2_NARROW_MAX tokens: the widths of a short
+ * prompt's chunks and of a batched decode step of that many sequences,
+ * which multiply that many columns at once on kernel paths (GEMV tiles of
+ * 2 to 8 columns) that one wide prefill and one-token decode never take.
+ * Every position's two logit vectors are compared and the positions p >= 1
+ * are judged by the rules below (rule numbers are cited in messages and
+ * docs):
  *   F2.1 any NaN/Inf logit or a zero-norm vector rejects;
  *   F2.2 cosine (in double) < the acceptance floor rejects; below the fixed
  *        catastrophic floor the candidate is broken, not merely imprecise;
@@ -28,8 +33,11 @@
 #include "error.h"
 #include "session.h"
 
-/* Bumped whenever a rule or a default changes: receipts key on it. */
-#define Q4KH_F2_RULESET 1
+/* Bumped whenever a rule or a default changes: receipts key on it. 2: the
+ * narrow steps. */
+#define Q4KH_F2_RULESET 2
+/* The narrow steps' widths: 2, 3, .., this (35 tokens in all). */
+#define Q4KH_F2_NARROW_MAX 8
 #define Q4KH_F2_CATASTROPHIC 0.90 /* fixed */
 
 struct q4kh_f2_rules {
@@ -75,6 +83,7 @@ struct q4kh_f2_point {
 	int computed;        /* compared (q4kh_f2_judge); 0 only between the
 	                        deep probe's bands (q4kh_f2_run_plan) */
 	int near_tie;        /* a tolerated argmax disagreement */
+	int32_t narrow;      /* 0, or the width of the narrow step it came from */
 	enum q4kh_f2_verdict verdict;
 	const char *rule;    /* the rule that fired, or NULL */
 };
@@ -120,7 +129,11 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 /*
  * Run the probe TOKENS[0..n) (its last rules->probe_tokens tokens) on REF
  * and CAND from empty caches, then rules->decode_steps teacher-forced
- * decode steps, and judge. Both sessions are reset before and after. A
+ * decode steps, and judge; then the probe's first tokens on CAND again in
+ * narrow steps, judged against the same reference logits, which decide
+ * only when they find worse than the rest (their points replace the
+ * others where worse, marked with their width). Both sessions are reset
+ * before and after. A
  * forward that fails on either side gives NOT_MEASURED with its error in
  * the message; -1 only on out of memory or bad arguments.
  */

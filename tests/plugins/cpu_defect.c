@@ -19,7 +19,11 @@
  *           from the 9th (decode step 8) on: past the 8 decode steps
  *           F2 runs by default;
  *   batched: correct when called with one column, biased with more (a
- *           batched kernel wrong where the one-column one is right).
+ *           batched kernel wrong where the one-column one is right);
+ *   narrow: correct with one column and with more than 8, biased with 2
+ *           to 8 (a GEMV tile of several columns that is wrong: a short
+ *           prompt's chunk or a batched decode step of several sequences,
+ *           which F2's wide prefill and one-column decode never take).
  *   abort:  aborts in its first matmul; hang: sleeps forever in it;
  *   hog:    in its first matmul touches memory 16 MiB at a time, up to
  *           HOG_MIB more, then sleeps until killed (the bound keeps a host
@@ -231,6 +235,9 @@ static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 		bias(w, y, s);
 #elif defined(DEFECT_BATCHED)
 	if (lm_head && cols > 1)
+		bias(w, y, s);
+#elif defined(DEFECT_NARROW)
+	if (lm_head && cols > 1 && cols <= 8)
 		bias(w, y, s);
 #elif defined(DEFECT_ABORT)
 	abort();
