@@ -833,8 +833,9 @@ Test(first_run, an_empty_backend_or_kernel_name_is_a_usage_error)
 }
 
 /* Usage mistakes, exit 2, each saying what was wrong: a number with white
- * space around it (refused as any junk), an empty number, and validate
- * --quiet without --one, where it means nothing. */
+ * space around it (refused as any junk), an empty number, a hexadecimal
+ * one (strtod's 0x1), and validate --quiet without --one, where it means
+ * nothing. */
 Test(first_run, numbers_with_white_space_and_quiet_without_one_are_usage_errors)
 {
 	static const char *const cases[][2] = {
@@ -845,6 +846,7 @@ Test(first_run, numbers_with_white_space_and_quiet_without_one_are_usage_errors)
 		                 "got ' 3' (white space around it is not allowed)\n" },
 		{ "run -n '3 '", "got '3 ' (white space around it is not allowed)\n" },
 		{ "run --temp ' 0.5'", "q4khost run: --temp must be a number in [0, 2], got ' 0.5' " },
+		{ "run --temp 0x1", "q4khost run: --temp must be a number in [0, 2], got '0x1'\n" },
 		{ "serve --top-p '0.5 '", "q4khost serve: --top-p must be a number in [0, 1], got '0.5 '" },
 		{ "serve --port ' 80' -m /nonexistent.gguf", "q4khost serve: --port must be a whole number in [0, 65535]" },
 		{ "validate --memory-limit ' 5'", "q4khost validate: --memory-limit (MiB; 0: no limit) "
@@ -1280,4 +1282,19 @@ Test(first_run, json_errors_are_one_object_on_stdout)
 		free(err);
 		free(out);
 	}
+}
+
+/* Q4KHOST_MODEL naming a folder is refused naming the variable, before
+ * any plugin is scanned (exit 3, a bad model). */
+Test(first_run, a_model_variable_naming_a_folder_names_the_variable)
+{
+	const char *folder = test_tmpdir();
+	char env[4200], want[4400], *out;
+
+	snprintf(env, sizeof(env), "Q4KHOST_MODEL=%s", folder);
+	cr_expect_eq(test_q4khost(env, test_tmpdir(), "run -n 1 -p hi", &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: %s (from Q4KHOST_MODEL): expected a GGUF model "
+	         "file, found a directory\n", folder);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
 }

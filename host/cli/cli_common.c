@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -112,7 +113,9 @@ int q4kh_cli_parse_double(const char *command, const char *s, const char *what, 
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || *end || isspace((unsigned char)*s) || !(v >= lo && v <= hi)) {
+	/* decimal only: strtod would also read 0x1 as one */
+	if (errno || end == s || *end || isspace((unsigned char)*s) || strpbrk(s, "xX") ||
+	    !(v >= lo && v <= hi)) {
 		snprintf(range, sizeof(range), "[%g, %g]", lo, hi);
 		return bad_number(command, what, "a number", range, s);
 	}
@@ -258,10 +261,17 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 {
 	const char *env = q4kh_env("Q4KHOST_MODEL");
 
+	struct stat st;
+
 	if (given)
 		return given;
-	if (access(q4kh_default_model_path(buf, cap), F_OK) == 0)
-		return buf;
+	if (stat(q4kh_default_model_path(buf, cap), &st) == 0) {
+		if (S_ISREG(st.st_mode) || !env || !*env)
+			return buf;
+		q4kh_fail(err, "%s (from Q4KHOST_MODEL): expected a GGUF model file, found %s", buf,
+		          S_ISDIR(st.st_mode) ? "a directory" : "no regular file");
+		return NULL;
+	}
 	if (env && *env)
 		q4kh_fail(err, "%s (from Q4KHOST_MODEL): %s", buf, strerror(errno));
 	else
