@@ -604,6 +604,61 @@ Test(serve, background_f2_switches, .timeout = 600)
 	server_stop(&s);
 }
 
+/*
+ * [f2] require_deep holds for serve as for run: a shallow pass receipt of
+ * cpu-fast (a plain run's) does not let it serve. The reference serves
+ * first and the background F2 measures the deep probe (its own child
+ * judged on the built-in probe before, answered from the shallow receipt
+ * and switched); cpu-fast serves after that fresh deep pass only.
+ */
+Test(serve, require_deep_takes_no_shallow_receipt, .timeout = 600)
+{
+	const char *b = test_builddir(), *model = fixture("tiny-llama.gguf");
+	const char *receipts = test_tmpdir();
+	char dir[8400], cmd[16384], *out, *log;
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--ctx", "300", NULL };
+	struct server s;
+	json_t *h, *v;
+	size_t i;
+	int deep_fresh = 0;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	snprintf(dir, sizeof(dir), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs", b, b);
+	snprintf(cmd, sizeof(cmd),
+	         "Q4KHOST_F2_RECEIPT_DIR=%s %s run -m %s --plugin-path %s --backend cpu-fast "
+	         "--kernel none -p Hi -n 1 2>&1",
+	         receipts, q4khost(), model, dir);
+	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
+	cr_assert_not_null(strstr(out, "F2: pass (fresh: no receipt)"), "%s", out);
+	cr_assert_not_null(strstr(out, "F2 probe: built-in probe, "), "%s", out);
+	free(out);
+
+	server_start_env(&s, args, receipts, NULL, "Q4KHOST_F2_REQUIRE_DEEP=true");
+	log = read_log(&s);
+	cr_expect_null(strstr(log, "F2: pass (receipt of "), "the shallow receipt counted:\n%s",
+	               log);
+	free(log);
+	await_serving(&s, "cpu-fast/built-in");
+	h = health(&s);
+	json_array_foreach(json_object_get(h, "verdicts"), i, v) {
+		const char *src = json_string_value(json_object_get(v, "source"));
+
+		cr_expect(strncmp(src, "receipt of ", 11),
+		          "%s served on a receipt: %s", json_string_value(json_object_get(v, "path")),
+		          src);
+		deep_fresh |= !strcmp(json_string_value(json_object_get(v, "verdict")), "pass") &&
+		              !strncmp(src, "fresh", 5);
+	}
+	cr_expect(deep_fresh, "no fresh deep pass in /health");
+	json_decref(h);
+	log = read_log(&s);
+	cr_expect_not_null(strstr(log, "background F2: measuring cpu-fast/built-in"), "%s", log);
+	free(log);
+	server_stop(&s);
+}
+
 /* A variant whose defect shows only on some prompts passes F2, serves, and
  * is demoted by shadow parity after it serves such a prompt. */
 Test(serve, shadow_parity_demotes, .timeout = 600)

@@ -819,6 +819,84 @@ Test(validate, require_deep_accepts_deep_receipts_only, .timeout = 300)
 }
 
 /*
+ * A verdict of a limit the user set is no verdict on the plugin: the
+ * receipt keeps the limit (1 MiB here, which no process fits), is
+ * remembered under the same limit, and a run under the default limit
+ * measures again, saying why. The unmeasured row has no near-ties.
+ */
+Test(validate, a_limit_verdict_is_stale_under_a_larger_limit, .timeout = 300)
+{
+	const char *b = test_builddir(), *receipts = test_tmpdir();
+	char plugins[2048], args[4096], *out;
+	json_t *root, *c;
+	int status;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs -m %s/tests/fixtures/tiny-llama.gguf",
+	         b, b, test_srcdir());
+	for (int i = 0; i < 2; i++) {
+		root = validate(plugins, receipts,
+		                "--f2 auto --backend cpu-fast --kernel none --memory-limit 1",
+		                &status);
+		cr_assert_not_null(root);
+		c = find(root, "built-in");
+		cr_expect_str_eq(str(c, "verdict"), "reject", "%s", str(c, "message"));
+		cr_expect(strstr(str(c, "message"), "exceeded the memory limit: ") != NULL, "%s",
+		          str(c, "message"));
+		cr_expect(strstr(str(c, "message"), " > 1 MiB") != NULL, "%s", str(c, "message"));
+		cr_expect(json_is_null(json_object_get(c, "near_ties")),
+		          "a stopped measurement has no near-ties");
+		cr_expect(!strncmp(str(c, "source"), i ? "receipt of " : "fresh: no receipt", 11),
+		          "run %d: %s", i, str(c, "source"));
+		json_decref(root);
+	}
+	snprintf(args, sizeof(args), "validate --backend cpu-fast --kernel none --memory-limit 1 "
+	         "--plugin-path %s", plugins);
+	test_q4khost("", receipts, args, &out);
+	cr_expect(strstr(out, "reject        -                              -                    "
+	                      "-         ") != NULL, "near-ties '-' in the text: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "run -n 1 -p '%s' --backend cpu-fast --kernel none "
+	         "--plugin-path %s", SHORT_PROMPT, plugins);
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: the memory limit was raised (1 -> ") != NULL,
+	          "%s", out);
+	free(out);
+}
+
+/*
+ * The same for the time limit: defect-hang stopped after 1 s is remembered
+ * under --timeout 1 and measured again under --timeout 2.
+ */
+Test(validate, a_timeout_verdict_is_stale_under_a_longer_timeout, .timeout = 120)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "defect_hang", NULL });
+	const char *receipts = test_tmpdir();
+	static const char *const sources[] = { "fresh: no receipt", "receipt of ",
+		                               "fresh: the time limit was raised (1 -> 2 s)" };
+	char args[8400];
+	json_t *root, *c;
+	int status;
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(args, sizeof(args), "-m %s/tests/fixtures/tiny-llama.gguf --kernel "
+		         "defect-hang --timeout %d", test_srcdir(), i < 2 ? 1 : 2);
+		root = validate(plugins, receipts, args, &status);
+		cr_assert_not_null(root);
+		c = find(root, "defect-hang");
+		cr_expect_str_eq(str(c, "verdict"), "reject", "%s", str(c, "message"));
+		cr_expect(strstr(str(c, "message"), i < 2 ? "timed out after 1 s" : "timed out after 2 s"),
+		          "%s", str(c, "message"));
+		cr_expect(!strncmp(str(c, "source"), sources[i], strlen(sources[i])), "run %d: %s", i,
+		          str(c, "source"));
+		cr_expect(json_is_null(json_object_get(c, "near_ties")));
+		json_decref(root);
+	}
+}
+
+/*
  * defect-narrow is right with one column and with more than 8, broken with
  * 2 to 8: the probe's wide prefill (64 columns) and its one-column decode
  * steps pass it, so only F2's narrow steps see it, at the first judged

@@ -365,7 +365,8 @@ static void print_table(const struct row *rows, size_t n)
 		position_text(passed || rows[i].failed ? -1 : rc->worst_position,
 		              rc->worst_decode_step, decided, sizeof(decided));
 		if (!rows[i].failed) {
-			snprintf(ties, sizeof(ties), "%d", rc->near_ties);
+			if (rc->n_points) /* a crash or a limit measured no position */
+				snprintf(ties, sizeof(ties), "%d", rc->near_ties);
 			snprintf(seconds, sizeof(seconds), "%.1f", rc->seconds);
 		}
 		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9s %-7s %s\n",
@@ -424,7 +425,8 @@ static json_t *row_json(const struct row *r)
 	                 "worst_position", m ? json_integer(rc->worst_position) : json_null(),
 	                 "worst_decode_step",
 	                 m ? json_integer(rc->worst_decode_step) : json_null(), "near_ties",
-	                 m ? json_integer(rc->near_ties) : json_null(), "seconds",
+	                 m && rc->n_points ? json_integer(rc->near_ties) : json_null(),
+	                 "seconds",
 	                 m ? json_real(rc->seconds) : json_null(), "source",
 	                 m ? json_string(r->d.source) : json_null(), "message", rc->message);
 }

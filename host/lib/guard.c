@@ -434,6 +434,20 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	return 0;
 }
 
+void q4kh_guard_deep_args(const struct q4kh_guard *g, struct q4kh_guard_args *a)
+{
+	if (g->probe_kind == Q4KH_F2_PROBE_DEEP) {
+		/* the child builds the same deep probe from the model file */
+		a->argv[a->n++] = "--deep";
+		if (g->deep_ctx) {
+			snprintf(a->ctx, sizeof(a->ctx), "%u", g->deep_ctx);
+			a->argv[a->n++] = "--ctx";
+			a->argv[a->n++] = a->ctx;
+		}
+	}
+	a->argv[a->n] = NULL;
+}
+
 /* What a measurement says when the reference cannot start, with its reason. */
 #define REFERENCE_DOWN "not measured: the reference could not start (F2.4): %.400s"
 
@@ -521,15 +535,15 @@ static int reference_down(const struct q4kh_guard *g, struct q4kh_error *e)
 
 /* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
 static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candidate *c,
-                            const char *reason, char *why, size_t why_cap,
+                            const char *reason, char *why, size_t why_cap, int *hit,
                             struct q4kh_error *err)
 {
 	struct measuring m = { "", reason };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m,
-		                                    NULL };
+		                                    NULL, hit };
 	struct q4kh_guard_args a;
-	char probe_file[PATH_MAX] = "", ctx[16];
+	char probe_file[PATH_MAX] = "";
 	int rc;
 
 	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
@@ -544,16 +558,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		a.argv[a.n++] = "--probe-ids";
 		a.argv[a.n++] = probe_file;
 	}
-	if (g->probe_kind == Q4KH_F2_PROBE_DEEP) {
-		/* the child builds the same deep probe from the model file */
-		a.argv[a.n++] = "--deep";
-		if (g->deep_ctx) {
-			snprintf(ctx, sizeof(ctx), "%u", g->deep_ctx);
-			a.argv[a.n++] = "--ctx";
-			a.argv[a.n++] = ctx;
-		}
-	}
-	a.argv[a.n] = NULL;
+	q4kh_guard_deep_args(g, &a);
 	show_measuring(&m, 0);
 	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
 	q4kh_progress_clear();
@@ -593,6 +598,40 @@ static int deep_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_ke
 	return 1;
 }
 
+const char *q4kh_guard_limit_raised(const struct q4kh_guard *g,
+                                    const struct q4kh_receipt *r, char *buf, size_t cap)
+{
+	if (!strcmp(r->limit, "time") && g->timeout_seconds > r->limit_value) {
+		snprintf(buf, cap, "the time limit was raised (%llu -> %u s)",
+		         (unsigned long long)r->limit_value, g->timeout_seconds);
+		return buf;
+	}
+	if (!strcmp(r->limit, "memory") &&
+	    (!g->memory_limit_mib || g->memory_limit_mib > r->limit_value)) {
+		if (g->memory_limit_mib)
+			snprintf(buf, cap, "the memory limit was raised (%llu -> %llu MiB)",
+			         (unsigned long long)r->limit_value,
+			         (unsigned long long)g->memory_limit_mib);
+		else
+			snprintf(buf, cap, "the memory limit was raised (%llu MiB -> none)",
+			         (unsigned long long)r->limit_value);
+		return buf;
+	}
+	return NULL;
+}
+
+/* Record in R the limit HIT (isolate.h) that stopped G's measurement. */
+static void record_limit(const struct q4kh_guard *g, int hit, struct q4kh_receipt *r)
+{
+	if (hit == Q4KH_ISOLATE_HIT_TIME) {
+		snprintf(r->limit, sizeof(r->limit), "time");
+		r->limit_value = g->timeout_seconds;
+	} else if (hit == Q4KH_ISOLATE_HIT_MEMORY) {
+		snprintf(r->limit, sizeof(r->limit), "memory");
+		r->limit_value = g->memory_limit_mib;
+	}
+}
+
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
                      struct q4kh_guard_decision *out, struct q4kh_error *err)
@@ -602,7 +641,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	char id[512], diff[256], why[256] = "";
 	const char *reason = "no receipt";
 	struct timespec t0, t1;
-	int rc;
+	int rc, hit = Q4KH_ISOLATE_HIT_NONE;
 
 	memset(out, 0, sizeof(*out));
 	if (mode == Q4KH_F2_OFF) {
@@ -620,6 +659,8 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	rc = q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr);
 	if (rc == 0) {
 		reason = q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff));
+		if (!reason)
+			reason = q4kh_guard_limit_raised(g, &out->receipt, diff, sizeof(diff));
 		if (!reason && mode != Q4KH_F2_FRESH) {
 			out->verdict = out->receipt.verdict;
 			snprintf(out->source, sizeof(out->source), "receipt of %s",
@@ -642,7 +683,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		return 0;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	rc = measure_isolated(g, c, reason, why, sizeof(why), err);
+	rc = measure_isolated(g, c, reason, why, sizeof(why), &hit, err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc < 0)
 		return -1;
@@ -660,6 +701,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		out->receipt.seconds = (double)(t1.tv_sec - t0.tv_sec) +
 		                       (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 		snprintf(out->receipt.message, sizeof(out->receipt.message), "%s", why);
+		record_limit(g, hit, &out->receipt);
 		out->verdict = Q4KH_F2_REJECT;
 		return q4kh_receipt_save(g->receipt_dir, id, &out->receipt, err);
 	}

@@ -102,7 +102,7 @@ struct q4kh_candidate {
 struct q4kh_guard_args {
 	const char *argv[32 + 2 * Q4KH_GUARD_OVERRIDES]; /* NULL-terminated */
 	int n;
-	char device[16];
+	char device[16], ctx[16];
 	char set[Q4KH_GUARD_OVERRIDES][600];
 	int n_set;
 };
@@ -240,11 +240,21 @@ struct q4kh_guard_decision {
 };
 
 /*
+ * Why receipt R is stale under G's limits: it records a verdict of a
+ * limit (a time or memory limit that stopped the measurement) and G's is
+ * larger, so the measurement may finish now ("the memory limit was raised
+ * (10 -> 512 MiB)", in BUF). NULL while the same or a smaller limit holds.
+ */
+const char *q4kh_guard_limit_raised(const struct q4kh_guard *g,
+                                    const struct q4kh_receipt *r, char *buf, size_t cap);
+
+/*
  * Decide on C under MODE: use a valid receipt (auto, require), else
  * measure it in a child process (g->self_exe validate --one ...) under
  * g->timeout_seconds and g->memory_limit_mib (isolate.h); a child that
  * crashes, is killed, times out or exceeds the memory limit gives a
- * recorded rejection naming the signal or the limit; when the reference
+ * recorded rejection naming the signal or the limit (a limit's receipt
+ * keeps the limit: a larger one later measures again); when the reference
  * cpu backend cannot start, no child is started and the verdict is not
  * measured, the message giving the reference's reason. DEV is the
  * candidate's device record. While a child measures, a terminal shows
@@ -266,5 +276,12 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
  */
 void q4kh_guard_child_args(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                            struct q4kh_guard_args *a);
+
+/*
+ * Append to A the probe of G's that a validate child cannot know by
+ * itself: --deep (and --ctx N) when G judges on the deep probe, so that
+ * the child reads and writes the deep receipt, not the built-in one.
+ */
+void q4kh_guard_deep_args(const struct q4kh_guard *g, struct q4kh_guard_args *a);
 
 #endif

@@ -157,6 +157,12 @@ static int is_stop_signal(int sig)
 	return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
 }
 
+static void set_hit(const struct q4kh_isolate_limits *limits, int which)
+{
+	if (limits->hit)
+		*limits->hit = which;
+}
+
 int q4kh_isolate_run(const char *exe, const char *const *argv,
                      const struct q4kh_isolate_limits *limits, char *why,
                      size_t why_cap, struct q4kh_error *err)
@@ -190,6 +196,7 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 			         "%s exceeded the memory limit: %llu MiB resident > %llu MiB", what,
 			         (unsigned long long)((kib + 1023) / 1024),
 			         (unsigned long long)limits->memory_limit_mib);
+			set_hit(limits, Q4KH_ISOLATE_HIT_MEMORY);
 			return kill_child(pid);
 		}
 		if (now() - t0 > limits->timeout_seconds) {
@@ -204,6 +211,7 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 				break;
 			snprintf(why, why_cap, "%s timed out after %u s and was killed", what,
 			         limits->timeout_seconds);
+			set_hit(limits, Q4KH_ISOLATE_HIT_TIME);
 			return 1;
 		}
 		if (limits->tick && (unsigned)(now() - t0) > ticked) {
@@ -221,6 +229,7 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 		snprintf(why, why_cap,
 		         "%s timed out after %u s and was killed by its own alarm", what,
 		         limits->timeout_seconds + CHILD_GRACE_S);
+		set_hit(limits, Q4KH_ISOLATE_HIT_TIME);
 		return 1;
 	}
 	if (WIFSIGNALED(status)) {

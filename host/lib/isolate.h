@@ -22,7 +22,12 @@ struct q4kh_isolate_limits {
 	 * backend's enumeration says "its init or device enumeration (in a
 	 * helper process)". */
 	const char *what;
+	/* Where not NULL, which limit stopped the child, when one did
+	 * (Q4KH_ISOLATE_HIT_*); left as it is otherwise. */
+	int *hit;
 };
+
+enum { Q4KH_ISOLATE_HIT_NONE, Q4KH_ISOLATE_HIT_TIME, Q4KH_ISOLATE_HIT_MEMORY };
 
 /*
  * Run EXE with ARGV (NULL-terminated; the environment is ours) and wait

@@ -330,6 +330,21 @@ static int consistent(const char *path, const struct q4kh_receipt *r,
 	return 0;
 }
 
+/* The limit a verdict was stopped by ({"kind", "value"}), when there was one. */
+static void load_limit(json_t *o, struct q4kh_receipt *out)
+{
+	const char *kind = json_string_value(json_object_get(o, "kind"));
+	json_t *v = json_object_get(o, "value");
+
+	out->limit[0] = 0;
+	out->limit_value = 0;
+	if (!kind || !json_is_integer(v) || json_integer_value(v) < 0 ||
+	    (strcmp(kind, "time") && strcmp(kind, "memory")))
+		return;
+	snprintf(out->limit, sizeof(out->limit), "%s", kind);
+	out->limit_value = (uint64_t)json_integer_value(v);
+}
+
 int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
                       struct q4kh_error *err)
 {
@@ -384,6 +399,7 @@ int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
 	get_str(root, "message", out->message, sizeof(out->message));
 	get_str(root, "created", out->created, sizeof(out->created));
 	get_str(root, "host_version", out->host_version, sizeof(out->host_version));
+	load_limit(json_object_get(root, "limit"), out);
 	rc = consistent(path, out, err);
 	if (rc)
 		q4kh_receipt_free(out);
@@ -419,6 +435,10 @@ int q4kh_receipt_save(const char *dir, const char *id,
 	/* NaN is no JSON number: a NaN minimum is written as null. */
 	json_object_set_new(root, "min_cosine",
 	                    isfinite(r->min_cosine) ? json_real(r->min_cosine) : json_null());
+	if (r->limit[0])
+		json_object_set_new(root, "limit",
+		                    json_pack("{s:s, s:I}", "kind", r->limit, "value",
+		                              (json_int_t)r->limit_value));
 	receipt_path(dir, id, path, sizeof(path));
 	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -74,6 +74,12 @@ struct q4kh_receipt {
 	char message[512];
 	char created[32];      /* UTC, ISO 8601 */
 	char host_version[32];
+	/* A verdict that came from hitting a limit of F2's, not from the
+	 * plugin's output: "time" (LIMIT_VALUE seconds) or "memory"
+	 * (LIMIT_VALUE MiB); "" otherwise. A larger limit later makes the
+	 * receipt stale (q4kh_guard_limit_raised). */
+	char limit[8];
+	uint64_t limit_value;
 	/* Every position measured, in order; NULL and 0 when the measurement
 	 * did not finish (a crash, a timeout, F2.4). malloc()ed: see
 	 * q4kh_receipt_free. */

@@ -82,7 +82,8 @@ static int receipt_verdict(struct serve *srv, const struct q4kh_select_cand *c,
 		return -1;
 	if (q4kh_receipt_load(srv->guard.receipt_dir, id, &d->receipt, NULL) != 0)
 		return 1;
-	if (q4kh_receipt_key_diff(&d->receipt.key, &key, diff, sizeof(diff))) {
+	if (q4kh_receipt_key_diff(&d->receipt.key, &key, diff, sizeof(diff)) ||
+	    q4kh_guard_limit_raised(&srv->guard, &d->receipt, diff, sizeof(diff))) {
 		q4kh_receipt_free(&d->receipt);
 		return 1;
 	}
@@ -232,6 +233,9 @@ static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, p
 	int pipefd[2], rc;
 
 	q4kh_guard_child_args(&srv->guard, &cc, &a);
+	/* [f2] require_deep: the child judges on the deep probe too, or it
+	 * would answer from a shallow receipt that run does not take */
+	q4kh_guard_deep_args(&srv->guard, &a);
 	if (srv->mode == Q4KH_F2_FRESH) {
 		a.argv[a.n++] = "--f2";
 		a.argv[a.n++] = "fresh";
