@@ -6,7 +6,8 @@
  * outlives the parent's watch: a SIGTERM to the parent is passed on, a
  * SIGKILLed parent takes the child with it (PR_SET_PDEATHSIG), and a
  * stopped parent leaves it to its own alarm. Two signals at once (timeout
- * -s INT) are one request; bench stops between rows with its table.
+ * -s INT) are one request; bench stops between rows with its table,
+ * bench-kernels inside a row, with the rows done and --json's object.
  * Nothing here is timed: each
  * wait polls until what it waits for happens, bounded by the test's
  * .timeout.
@@ -164,6 +165,88 @@ Test(interrupt, sigint_during_bench_prints_the_rows_done, .timeout = 300)
 	cr_expect(strstr(out, "failed while timed") == NULL, "%s", out);
 	free(out);
 	free(err);
+}
+
+/*
+ * bench-kernels on cpu-fast, built-in alone, rows of seconds (--repeat 100), or
+ * NULL where this build or CPU has no cpu-fast. Started, then SIG once
+ * its first row is out (WAIT_ROW, text) or after 1 s (--json: nothing
+ * shows before the end); its status, stdout and stderr.
+ */
+static int bench_kernels_stopped(const char *extra, int wait_row, int sig, char **out,
+                                 char **err)
+{
+	const char *b = test_builddir();
+	char so[4096], args[8192];
+	struct bg bg;
+	int status;
+
+	snprintf(so, sizeof(so), "%s/plugins/cpu-fast/.libs/cpu-fast.so", b);
+	__builtin_cpu_init();
+	if (access(so, R_OK) || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no cpu-fast in this build or on this CPU");
+	snprintf(args, sizeof(args),
+	         "bench-kernels --backend cpu-fast --kernels '' --shapes gemma3-270m "
+	         "--types Q4_K --min-mib 2 --repeat 100 %s --plugin-path "
+	         "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs",
+	         extra, b, b);
+	start(&bg, args);
+	if (wait_row)
+		test_wait_for(bg.out, "built-in");
+	else
+		sleep(1);
+	cr_assert_eq(kill(bg.pid, sig), 0);
+	status = test_reap(bg.pid);
+	*out = slurp(bg.out);
+	*err = slurp(bg.err);
+	return status;
+}
+
+/* bench-kernels stops inside a row: the rows done, then after how many. */
+Test(interrupt, sigint_during_bench_kernels_prints_the_rows_done, .timeout = 300)
+{
+	char *out, *err;
+	int status = bench_kernels_stopped("", 1, SIGINT, &out, &err);
+
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
+	cr_expect(strstr(out, "attn_output") != NULL, "the first row: %s", out);
+	cr_expect(strstr(err, "q4khost bench-kernels: interrupted by SIGINT after 1 of 2 rows") !=
+	                  NULL,
+	          "%s", err);
+	cr_expect(strstr(out, "failed") == NULL, "%s", out);
+	free(out);
+	free(err);
+}
+
+/* With --json, SIGINT or SIGTERM: still one object, saying which signal. */
+static void bench_kernels_json_stopped(int sig, int code)
+{
+	char *out, *err;
+	json_error_t jerr;
+	json_t *j;
+	int status = bench_kernels_stopped("--json", 0, sig, &out, &err);
+
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == code, "status %#x: %s", status, err);
+	j = json_loads(out, 0, &jerr);
+	cr_assert_not_null(j, "stdout is one JSON object (%s): %s", jerr.text, out);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "interrupted")) ?: "",
+	                 sig == SIGINT ? "SIGINT" : "SIGTERM", "%s", out);
+	cr_expect_lt(json_integer_value(json_object_get(j, "rows_done")), 2, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(j, "rows_planned")), 2, "%s", out);
+	cr_expect(strstr(err, "interrupted by ") != NULL, "%s", err);
+	json_decref(j);
+	free(out);
+	free(err);
+}
+
+Test(interrupt, bench_kernels_json_sigint_keeps_the_object, .timeout = 300)
+{
+	bench_kernels_json_stopped(SIGINT, 130);
+}
+
+Test(interrupt, bench_kernels_json_sigterm_keeps_the_object, .timeout = 300)
+{
+	bench_kernels_json_stopped(SIGTERM, 143);
 }
 
 /* A row whose F2 was stopped shows no verdict: neither "pass" (what a

@@ -27,7 +27,9 @@
 #include "backend.h"
 #include "cli.h"
 #include "enumerate.h"
+#include "interrupt.h"
 #include "kernel.h"
+#include "progress.h"
 
 #define MAX_COLS 8
 #define MAX_KERNELS 16
@@ -77,6 +79,7 @@ struct result {
 	const char *kernel; /* variant name, or "built-in" */
 	double us[MAX_COLS];
 	double nmse;
+	int stopped;    /* SIGINT or SIGTERM cut its timing short */
 	char note[512]; /* why it was not timed, or why it is wrong */
 };
 
@@ -89,7 +92,12 @@ struct bench {
 	double ceiling; /* bytes per second */
 	json_t *rows;
 	int failed;
+	size_t done, total; /* rows reported whole, rows planned */
+	size_t row;         /* the row being timed, 1 .. total */
 };
+
+/* What time_passes returns when SIGINT or SIGTERM asked to stop. */
+#define STOPPED 1
 
 static void usage(FILE *out)
 {
@@ -117,9 +125,16 @@ static void usage(FILE *out)
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
 	        "  -h, --help            this help\n\n"
+	        "On a terminal, a status line on stderr names the row being timed (N of M:\n"
+	        "type, shape, kernel) and its column. SIGINT (Ctrl-C) or SIGTERM stops it\n"
+	        "within a pass: the rows done are printed (with --json, the object, with\n"
+	        "\"interrupted\": \"SIGINT\"), then a line saying after how many of the rows\n"
+	        "it stopped; a second signal at least half a second later ends the process\n"
+	        "at once.\n\n"
 	        "exit codes: 0 every kernel timed and correct, 1 a kernel failed or gave\n"
 	        "            a wrong result, 2 usage, 3 bad config file, 4 no such\n"
-	        "            backend, device or variant\n");
+	        "            backend, device or variant, 130 or 143 stopped by SIGINT\n"
+	        "            or SIGTERM\n");
 }
 
 static int parse_long(const char *s, const char *what, long lo, long hi, long *out)
@@ -335,7 +350,8 @@ typedef int (*launch_fn)(struct bench *B, void *ctx, size_t i, int c, struct q4k
 
 /*
  * Median seconds of one pass of L launches (launch(i % copies)) over
- * REPEAT timed passes, after one untimed pass.
+ * REPEAT timed passes, after one untimed pass. STOPPED when SIGINT or
+ * SIGTERM came during a pass (launches timed one by one stop at once).
  */
 static int time_passes(struct bench *B, launch_fn launch, void *ctx, size_t copies,
                        size_t l, int c, double *median, struct q4kh_error *err)
@@ -369,7 +385,7 @@ static int time_passes(struct bench *B, launch_fn launch, void *ctx, size_t copi
 			                       err))
 				goto out;
 		} else {
-			for (size_t i = 0; i < l; i++)
+			for (size_t i = 0; i < l && !q4kh_interrupted(); i++)
 				if (launch(B, ctx, i % copies, c, err))
 					goto out;
 		}
@@ -383,6 +399,10 @@ static int time_passes(struct bench *B, launch_fn launch, void *ctx, size_t copi
 		}
 		if (r >= 0)
 			t[r] = s;
+		if (q4kh_interrupted()) { /* this pass may be cut short: no median */
+			rc = STOPPED;
+			goto out;
+		}
 	}
 	qsort(t, (size_t)B->o->repeat, sizeof(t[0]), cmp_double);
 	*median = t[B->o->repeat / 2];
@@ -434,10 +454,15 @@ static int measure_ceiling(struct bench *B, struct q4kh_error *err)
 		                       B->b.v->buffer_upload(B->b.dev, r.buf, o, host, chunk),
 		                       "buffer_upload", err))
 			goto out;
-	if (time_passes(B, launch_read, &r, 1, 4, 1, &s, err))
+	q4kh_progress("measuring the read ceiling: read_pass over 1 GiB, %ld+1 passes",
+	              B->o->repeat);
+	rc = time_passes(B, launch_read, &r, 1, 4, 1, &s, err);
+	q4kh_progress_clear();
+	if (rc < 0)
 		goto out;
-	B->ceiling = 4.0 * (double)bytes / s;
-	rc = 0;
+	if (rc == 0)
+		B->ceiling = 4.0 * (double)bytes / s;
+	rc = 0; /* stopped: no ceiling, and no rows */
 out:
 	if (r.buf)
 		B->b.v->buffer_free(B->b.dev, r.buf);
@@ -638,8 +663,23 @@ static void run_kernel(struct bench *B, struct shape_run *s, const float *want, 
 	}
 	for (int c = 1; c <= cols; c++) {
 		double sec;
+		int rc;
 
-		if (time_passes(B, launch_gemv, s, s->copies, s->launches, c, &sec, &err)) {
+		/* the counters first: a narrow terminal still shows them move */
+		q4kh_progress("row %zu of %zu, column %d of %d: timing %s %s %s %lldx%lld, "
+		              "kernel %s, %ld+1 passes",
+		              B->row, B->total, c, cols, q4kh_type_name(s->type), s->sh->set,
+		              s->sh->role, (long long)s->sh->n, (long long)s->sh->k, res->kernel,
+		              B->o->repeat);
+		rc = time_passes(B, launch_gemv, s, s->copies, s->launches, c, &sec, &err);
+		if (rc == STOPPED) {
+			snprintf(res->note, sizeof(res->note),
+			         "interrupted by %s after %d of %d columns; not timed",
+			         q4kh_signal_name(q4kh_interrupted()), c - 1, cols);
+			res->stopped = 1;
+			return;
+		}
+		if (rc) {
 			snprintf(res->note, sizeof(res->note), "failed while timed: %.480s",
 			         err.msg);
 			B->failed = 1;
@@ -657,6 +697,9 @@ static void report(struct bench *B, const struct shape_run *s, const struct resu
 	const double pct = B->ceiling > 0 ? 100.0 * gbs * 1e9 / B->ceiling : 0;
 	json_t *us = json_array();
 
+	q4kh_progress_clear();
+	if (!res->stopped)
+		B->done++; /* a row the signal cut short says so in its note */
 	for (int c = 0; c < cols; c++)
 		json_array_append_new(us, res->us[c] > 0 ? json_real(res->us[c]) : json_null());
 	json_array_append_new(
@@ -687,6 +730,36 @@ static void report(struct bench *B, const struct shape_run *s, const struct resu
 	fflush(stdout);
 }
 
+/* Whether variant K gets a row for TYPE. */
+static int times(struct bench *B, struct q4kh_kernel *k, uint32_t type)
+{
+	return q4kh_kernel_implements(k, type) && k->v->score(k->ctx, &B->b.record, type) != 0;
+}
+
+/* Whether shape SH of TYPE is benchmarked. */
+static int planned(const struct bench *B, const struct shape *sh, uint32_t type)
+{
+	return listed(B->o->type_list, q4kh_type_name(type)) &&
+	       B->b.v->supports_type(B->b.ctx, type) && listed(B->o->sets, sh->set) &&
+	       sh->k % q4kh_type_block_elems(type) == 0;
+}
+
+/* The rows the run will print: the built-in's and each variant's. */
+static size_t count_rows(struct bench *B)
+{
+	size_t n = 0;
+
+	for (size_t t = 0; t < N_OF(types); t++)
+		for (size_t i = 0; i < N_OF(shapes); i++) {
+			if (!planned(B, &shapes[i], types[t]))
+				continue;
+			n++;
+			for (size_t j = 0; j < B->n_k; j++)
+				n += times(B, &B->k[j], types[t]) != 0;
+		}
+	return n;
+}
+
 static int bench_shape(struct bench *B, const struct shape *sh, uint32_t type,
                        struct q4kh_error *err)
 {
@@ -698,6 +771,10 @@ static int bench_shape(struct bench *B, const struct shape *sh, uint32_t type,
 
 	if (alloc_shape(B, &s, err))
 		goto out;
+	rc = 0;
+	if (q4kh_interrupted()) /* while the weights were uploaded: no row begun */
+		goto out;
+	rc = -1;
 	want = malloc((size_t)sh->n * cols * sizeof(float));
 	got = malloc((size_t)sh->n * cols * sizeof(float));
 	if (!want || !got) {
@@ -712,15 +789,17 @@ static int bench_shape(struct bench *B, const struct shape *sh, uint32_t type,
 	                       "buffer_download", err))
 		goto out;
 	res = (struct result){ .kernel = "built-in" };
+	B->row++;
 	run_kernel(B, &s, want, got, &res);
 	report(B, &s, &res);
-	for (size_t i = 0; i < B->n_k; i++) {
+	for (size_t i = 0; i < B->n_k && !q4kh_interrupted(); i++) {
 		struct q4kh_kernel *k = &B->k[i];
 		struct q4kh_error e = { { 0 } };
 
-		if (!q4kh_kernel_implements(k, type) || k->v->score(k->ctx, &B->b.record, type) == 0)
+		if (!times(B, k, type))
 			continue;
 		res = (struct result){ .kernel = k->plugin->name };
+		B->row++;
 		if (prepare_all(&s, k, &e)) {
 			snprintf(res.note, sizeof(res.note), "failed: %.490s", e.msg);
 			B->failed = 1;
@@ -792,6 +871,27 @@ static int open_all(struct bench *B, const struct q4kh_registry *r, struct q4kh_
 	return 0;
 }
 
+/* The --json object: the rows reported, and the signal that stopped the run. */
+static void print_json(const struct bench *B)
+{
+	const struct opts *o = B->o;
+	const int sig = q4kh_interrupted();
+	json_t *root = json_pack(
+		"{s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:I, s:o, s:O}", "backend",
+		o->backend, "device", B->b.record.name, "uuid", B->b.record.uuid, "arch",
+		B->b.record.arch, "driver", B->b.record.driver_version, "read_ceiling_gbps",
+		B->ceiling > 0 ? json_real(B->ceiling * 1e-9) : json_null(), "timing",
+		B->graphs ? "graph" : "launches", "clock", B->timers ? "device" : "host", "min_mib",
+		(json_int_t)o->min_mib, "rows_done", (json_int_t)B->done, "rows_planned",
+		(json_int_t)B->total, "interrupted",
+		sig ? json_string(q4kh_signal_name(sig)) : json_null(), "rows", B->rows);
+
+	json_dumpf(root, stdout, JSON_INDENT(2));
+	putchar('\n');
+	fflush(stdout);
+	json_decref(root);
+}
+
 static void close_all(struct bench *B)
 {
 	for (size_t i = 0; i < B->n_k; i++)
@@ -810,6 +910,8 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 
 	if (rc)
 		return rc > 0 ? Q4KH_EXIT_OK : Q4KH_EXIT_USAGE;
+	q4kh_interrupt_install();
+	q4kh_progress_init("bench-kernels");
 	rc = Q4KH_EXIT_INPUT;
 	if (q4kh_cli_config("bench-kernels", o.config_file, 0, &config, &err))
 		goto out;
@@ -829,6 +931,7 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 	if (measure_ceiling(&B, &err))
 		goto out;
 	B.rows = json_array();
+	B.total = count_rows(&B);
 	if (!o.json) {
 		/* The cpu backends have no driver: nothing to name. */
 		printf("device %s, uuid %s, arch %s%s%s; timing: %s, %s\n", B.b.record.name,
@@ -848,31 +951,22 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 		else
 			printf("no batches (--max-batch 1) | b1/b1 NMSE\n");
 	}
-	for (size_t t = 0; t < N_OF(types); t++) {
-		if (!listed(o.type_list, q4kh_type_name(types[t])) ||
-		    !B.b.v->supports_type(B.b.ctx, types[t]))
-			continue;
-		for (size_t i = 0; i < N_OF(shapes); i++)
-			if (listed(o.sets, shapes[i].set) &&
-			    shapes[i].k % q4kh_type_block_elems(types[t]) == 0 &&
+	for (size_t t = 0; t < N_OF(types) && !q4kh_interrupted(); t++)
+		for (size_t i = 0; i < N_OF(shapes) && !q4kh_interrupted(); i++)
+			if (planned(&B, &shapes[i], types[t]) &&
 			    bench_shape(&B, &shapes[i], types[t], &err))
 				goto out;
-	}
-	if (o.json) {
-		json_t *root = json_pack(
-			"{s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:s, s:I, s:O}", "backend", o.backend,
-			"device", B.b.record.name, "uuid", B.b.record.uuid, "arch", B.b.record.arch,
-			"driver", B.b.record.driver_version, "read_ceiling_gbps",
-			B.ceiling > 0 ? json_real(B.ceiling * 1e-9) : json_null(), "timing",
-			B.graphs ? "graph" : "launches", "clock", B.timers ? "device" : "host",
-			"min_mib", (json_int_t)o.min_mib, "rows", B.rows);
-		json_dumpf(root, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(root);
-	}
+	if (o.json)
+		print_json(&B);
 	rc = B.failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
+	if (q4kh_interrupted()) {
+		q4kh_fail(&err, "interrupted by %s after %zu of %zu rows; the rows done are above",
+		          q4kh_signal_name(q4kh_interrupted()), B.done, B.total);
+		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
+	}
 out:
+	q4kh_progress_clear();
 	if (err.msg[0])
 		fprintf(stderr, "q4khost bench-kernels: %s\n", err.msg);
 	json_decref(B.rows);
