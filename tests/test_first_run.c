@@ -1298,3 +1298,36 @@ Test(first_run, a_model_variable_naming_a_folder_names_the_variable)
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 }
+
+/* Filters that leave nothing to validate are no pass: the reason names the
+ * filter, what it left out, and what the path has. */
+Test(first_run, a_filter_that_leaves_no_candidate_says_which_and_fails, .timeout = 120)
+{
+	const char *only_cpu = test_plugin_dir((const char *const[]){ NULL });
+	char plugins[8300], want[9000], *out;
+	json_t *j;
+
+	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs",
+	         test_builddir(), test_builddir());
+	cr_expect_eq(q4khost_with("", "validate --backend cpu --kernel none", NULL, plugins, "",
+	                          &out), 1, "%s", out);
+	cr_expect(strstr(out, "(no candidates: --backend cpu --kernel none: cpu's built-in kernels "
+	                      "are the reference F2 compares against, not a candidate; the "
+	                      "candidates on this path: ") != NULL, "%s", out);
+	cr_expect(strstr(out, "cpu-fast/built-in") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "no backend other than cpu"), "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate --backend cpu --kernel none --json", NULL, plugins,
+	                          "2>/dev/null", &out), 1, "%s", out);
+	j = parse_json(out);
+	cr_expect(strstr(json_string_value(json_object_get(j, "not_applicable")),
+	                 "--backend cpu --kernel none: cpu's built-in kernels are the reference") !=
+	          NULL, "%s", out);
+	json_decref(j);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate", NULL, only_cpu, "", &out), 1, "%s", out);
+	snprintf(want, sizeof(want), "(no candidates: nothing to validate; the plugin path %s ",
+	         only_cpu);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
