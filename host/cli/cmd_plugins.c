@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "config.h"
 #include "enumerate.h"
+#include "guard.h"
 #include "registry.h"
 #include "settings.h"
 #include <q4khost/quant.h>
@@ -446,6 +447,14 @@ int q4kh_cmd_plugins(int argc, char **argv)
 	}
 	if (!o.explain)
 		warn_f2_mode(config);
+	/* A plan needs the settings run takes: refuse what run refuses, alike. */
+	if (o.explain && (q4kh_registry_check_settings(registry, &err) ||
+	                  q4kh_guard_config_check(config, registry, &err))) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		q4kh_registry_free(registry);
+		q4kh_config_free(config);
+		return Q4KH_EXIT_INPUT;
+	}
 	rc = o.explain ? q4kh_plugins_explain(registry, config, o.kernel, o.backend, o.json)
 	               : report(registry, o.json);
 	q4kh_registry_free(registry);
