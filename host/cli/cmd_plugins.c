@@ -15,7 +15,6 @@
 #include "cli.h"
 #include "config.h"
 #include "enumerate.h"
-#include "guard.h"
 #include "registry.h"
 #include "settings.h"
 #include <q4khost/quant.h>
@@ -447,9 +446,10 @@ int q4kh_cmd_plugins(int argc, char **argv)
 	}
 	if (!o.explain)
 		warn_f2_mode(config);
-	/* A plan needs the settings run takes: refuse what run refuses, alike. */
-	if (o.explain && (q4kh_registry_check_settings(registry, &err) ||
-	                  q4kh_guard_config_check(config, registry, &err))) {
+	/* A plan needs the plugin settings run takes: refuse what run refuses
+	 * (F2's own settings are explained below, a bad receipt folder with
+	 * its consequence). */
+	if (o.explain && q4kh_registry_check_settings(registry, &err)) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
 		q4kh_registry_free(registry);
 		q4kh_config_free(config);
