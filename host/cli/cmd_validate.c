@@ -726,7 +726,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 		if (why_none(reg, &o, types, filter.n_types, not_applicable, none_why,
 		             sizeof(none_why), &err))
 			goto out;
-		failed = 1;
+		/* filters that leave nothing validated nothing asked for; a path
+		 * with nothing to judge on this model is no failure of one */
+		failed = o.backend || o.device_set || o.kernel;
 	}
 	rows = calloc(n + 1, sizeof(*rows));
 	if (!rows) {
@@ -764,7 +766,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.model,
 		                 "model_sha256", g.model_sha256, "receipt_dir", g.receipt_dir,
 		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",
-		                 none_why[0] ? none_why : not_applicable, "probe", probe_json(&o, &deep, probe_text));
+		                 none_why[0] && (failed || !not_applicable[0]) ? none_why
+		                                                               : not_applicable, "probe", probe_json(&o, &deep, probe_text));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
