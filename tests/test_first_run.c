@@ -259,7 +259,7 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	cr_expect(strstr(out, "q4khost run: --plugin-path '': an empty value is not allowed; "
 	                      "expected ':'-separated plugin folders\n") != NULL, "%s", out);
 	free(out);
-	cr_expect_eq(test_q4khost("Q4KHOST_LOG=loud", test_tmpdir(), "run -n 1", &out), 2, "%s",
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=loud", test_tmpdir(), "run -n 1", &out), 3, "%s",
 	             out);
 	cr_expect(strstr(out, "q4khost run: Q4KHOST_LOG='loud' is not one of debug, info, "
 	                      "warning, error") != NULL, "%s", out);
@@ -279,7 +279,7 @@ Test(first_run, the_log_variable_takes_the_four_names_in_any_case_and_says_what_
 		free(out);
 	}
 	/* an abbreviation is no documented name */
-	cr_expect_eq(test_q4khost("Q4KHOST_LOG=warn", test_tmpdir(), "info", &out), 2, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=warn", test_tmpdir(), "info", &out), 3, "%s", out);
 	cr_expect(strstr(out, "q4khost info: Q4KHOST_LOG='warn' is not one of debug, info, warning, "
 	                      "error (any case): the threshold of plugin log lines\n") != NULL,
 	          "%s", out);
@@ -582,7 +582,37 @@ Test(first_run, a_bad_f2_mode_in_the_environment_is_named_by_plugins)
 	cr_expect_eq(test_q4khost("Q4KHOST_F2=bogus", test_tmpdir(), args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "q4khost plugins: warning: Q4KHOST_F2: 'bogus' is not one of auto, "
 	                      "fresh, off, require; run, bench and plugins --explain refuse it "
-	                      "(exit 2)\n") != NULL, "%s", out);
+	                      "(exit 3)\n") != NULL, "%s", out);
+	free(out);
+}
+
+/* A variable is a setting, as a file is: a bad value exits 3 everywhere,
+ * naming the variable, the value and what it takes. */
+Test(first_run, a_bad_environment_value_exits_3_naming_it)
+{
+	static const struct {
+		const char *env, *want;
+	} bad[] = {
+		{ "Q4KHOST_F2=bogus", "Q4KHOST_F2: 'bogus' is not one of auto, fresh, off, require" },
+		{ "Q4KHOST_LOG=loud", "Q4KHOST_LOG='loud' is not one of debug, info, warning, error" },
+		{ "Q4KHOST_F2_REQUIRE_DEEP=maybe",
+		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe' is not one of true (" },
+	};
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "run -n 1 -m %s --plugin-path %s", tiny_model(), plugins);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_expect_eq(test_q4khost(bad[i].env, test_tmpdir(), args, &out), 3, "%s: %s",
+		             bad[i].env, out);
+		cr_expect(strstr(out, bad[i].want) != NULL, "%s: %s", bad[i].env, out);
+		free(out);
+	}
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts "
+	                      "only),\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "a setting's value in a file or the\n            environment") !=
+	          NULL, "%s", out);
 	free(out);
 }
 

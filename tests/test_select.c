@@ -474,7 +474,7 @@ Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s", plugins);
-	cr_expect_eq(test_q4khost("Q4KHOST_F2=0", receipts, args, &out), 2, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=0", receipts, args, &out), 3, "%s", out);
 	cr_expect(strstr(out, "Q4KHOST_F2: '0' is not one of auto, fresh, off, require") != NULL,
 	          "%s", out);
 	free(out);
