@@ -152,6 +152,22 @@ Test(diagnostics, a_bad_cpu_threads_setting_names_its_file_line_and_key)
 			cr_expect(strstr(out, want) != NULL, "threads = %s: %s", values[i], out);
 			free(out);
 		}
+		/* a plan is made of the settings run takes: explain refuses alike */
+		{
+			char args[8800];
+
+			snprintf(args, sizeof(args), "plugins --explain --plugin-path %s %s", plugins,
+			         config);
+			cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+		}
+		snprintf(want, sizeof(want),
+		         "q4khost plugins: plugin cpu refuses its settings: [plugin.cpu] threads = "
+		         "\"%s\": ", values[i]);
+		cr_expect(strstr(out, want) != NULL, "explain: %s", out);
+		snprintf(want, sizeof(want), " (threads from %s:2 [plugin.cpu])\n", cfg);
+		cr_expect(strstr(out, want) != NULL, "explain: %s", out);
+		cr_expect_null(strstr(out, "F2 mode"), "no plan: %s", out);
+		free(out);
 		free(cfg);
 	}
 }

@@ -259,7 +259,7 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	cr_expect(strstr(out, "q4khost run: --plugin-path '': an empty value is not allowed; "
 	                      "expected ':'-separated plugin folders\n") != NULL, "%s", out);
 	free(out);
-	cr_expect_eq(test_q4khost("Q4KHOST_LOG=loud", test_tmpdir(), "run -n 1", &out), 2, "%s",
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=loud", test_tmpdir(), "run -n 1", &out), 3, "%s",
 	             out);
 	cr_expect(strstr(out, "q4khost run: Q4KHOST_LOG='loud' is not one of debug, info, "
 	                      "warning, error") != NULL, "%s", out);
@@ -279,7 +279,7 @@ Test(first_run, the_log_variable_takes_the_four_names_in_any_case_and_says_what_
 		free(out);
 	}
 	/* an abbreviation is no documented name */
-	cr_expect_eq(test_q4khost("Q4KHOST_LOG=warn", test_tmpdir(), "info", &out), 2, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_LOG=warn", test_tmpdir(), "info", &out), 3, "%s", out);
 	cr_expect(strstr(out, "q4khost info: Q4KHOST_LOG='warn' is not one of debug, info, warning, "
 	                      "error (any case): the threshold of plugin log lines\n") != NULL,
 	          "%s", out);
@@ -582,7 +582,37 @@ Test(first_run, a_bad_f2_mode_in_the_environment_is_named_by_plugins)
 	cr_expect_eq(test_q4khost("Q4KHOST_F2=bogus", test_tmpdir(), args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "q4khost plugins: warning: Q4KHOST_F2: 'bogus' is not one of auto, "
 	                      "fresh, off, require; run, bench and plugins --explain refuse it "
-	                      "(exit 2)\n") != NULL, "%s", out);
+	                      "(exit 3)\n") != NULL, "%s", out);
+	free(out);
+}
+
+/* A variable is a setting, as a file is: a bad value exits 3 everywhere,
+ * naming the variable, the value and what it takes. */
+Test(first_run, a_bad_environment_value_exits_3_naming_it)
+{
+	static const struct {
+		const char *env, *want;
+	} bad[] = {
+		{ "Q4KHOST_F2=bogus", "Q4KHOST_F2: 'bogus' is not one of auto, fresh, off, require" },
+		{ "Q4KHOST_LOG=loud", "Q4KHOST_LOG='loud' is not one of debug, info, warning, error" },
+		{ "Q4KHOST_F2_REQUIRE_DEEP=maybe",
+		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe' is not one of true (" },
+	};
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "run -n 1 -m %s --plugin-path %s", tiny_model(), plugins);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_expect_eq(test_q4khost(bad[i].env, test_tmpdir(), args, &out), 3, "%s: %s",
+		             bad[i].env, out);
+		cr_expect(strstr(out, bad[i].want) != NULL, "%s: %s", bad[i].env, out);
+		free(out);
+	}
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts "
+	                      "only),\n") != NULL, "%s", out);
+	cr_expect(strstr(out, "a setting's value in a file or the\n            environment") !=
+	          NULL, "%s", out);
 	free(out);
 }
 
@@ -1295,6 +1325,40 @@ Test(first_run, a_model_variable_naming_a_folder_names_the_variable)
 	cr_expect_eq(test_q4khost(env, test_tmpdir(), "run -n 1 -p hi", &out), 3, "%s", out);
 	snprintf(want, sizeof(want), "q4khost run: %s (from Q4KHOST_MODEL): expected a GGUF model "
 	         "file, found a directory\n", folder);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+/* Filters that leave nothing to validate are no pass: the reason names the
+ * filter, what it left out, and what the path has. */
+Test(first_run, a_filter_that_leaves_no_candidate_says_which_and_fails, .timeout = 120)
+{
+	const char *only_cpu = test_plugin_dir((const char *const[]){ NULL });
+	char plugins[8300], want[9000], *out;
+	json_t *j;
+
+	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs",
+	         test_builddir(), test_builddir());
+	cr_expect_eq(q4khost_with("", "validate --backend cpu --kernel none", NULL, plugins, "",
+	                          &out), 1, "%s", out);
+	cr_expect(strstr(out, "(no candidates: --backend cpu --kernel none: cpu's built-in kernels "
+	                      "are the reference F2 compares against, not a candidate; the "
+	                      "candidates on this path: ") != NULL, "%s", out);
+	cr_expect(strstr(out, "cpu-fast/built-in") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "no backend other than cpu"), "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "validate --backend cpu --kernel none --json", NULL, plugins,
+	                          "2>/dev/null", &out), 1, "%s", out);
+	j = parse_json(out);
+	cr_expect(strstr(json_string_value(json_object_get(j, "not_applicable")),
+	                 "--backend cpu --kernel none: cpu's built-in kernels are the reference") !=
+	          NULL, "%s", out);
+	json_decref(j);
+	free(out);
+	/* no filter: a path with nothing to judge is said truly, no failure */
+	cr_expect_eq(q4khost_with("", "validate", NULL, only_cpu, "", &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "(no candidates: nothing to validate; the plugin path %s ",
+	         only_cpu);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 }

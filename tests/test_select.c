@@ -415,8 +415,8 @@ Test(select, an_empty_plugin_key_is_its_default)
  * A backend that refuses the value of its own setting is a bad
  * configuration: run exits 3 before any work with the plugin's reason, its
  * file and line (the reference's too, which would leave F2 nothing to
- * measure), and plugins --explain, which diagnoses, names it under the
- * plan.
+ * measure), and plugins --explain, whose plan run would refuse, refuses
+ * it alike.
  */
 Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
 {
@@ -451,8 +451,10 @@ Test(select, a_backend_that_will_not_start_is_named_with_its_reason)
 		free(out);
 		snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s",
 		         plugins, cfg);
-		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
-		cr_expect(strstr(out, cases[i][2]) != NULL, "%s", out);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+		cr_expect(strstr(out, want + strlen("q4khost run: ")) != NULL, "%s", out);
+		cr_expect(strncmp(out, "q4khost plugins: ", 17) == 0, "%s", out);
+		cr_expect(strstr(out, cases[i][2]) == NULL, "no plan: %s", out);
 		free(out);
 		free(cfg);
 	}
@@ -472,7 +474,7 @@ Test(select, f2_mode_values_are_parsed_wherever_they_are_set)
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	snprintf(args, sizeof(args), "run -n 1 -p Hello --plugin-path %s", plugins);
-	cr_expect_eq(test_q4khost("Q4KHOST_F2=0", receipts, args, &out), 2, "%s", out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=0", receipts, args, &out), 3, "%s", out);
 	cr_expect(strstr(out, "Q4KHOST_F2: '0' is not one of auto, fresh, off, require") != NULL,
 	          "%s", out);
 	free(out);

@@ -659,6 +659,42 @@ Test(serve, require_deep_takes_no_shallow_receipt, .timeout = 600)
 	server_stop(&s);
 }
 
+/* serve killed with no chance to stop its background F2 (SIGKILL) takes the
+ * validation with it: neither validate nor the validate --one it started
+ * measures on (and writes a receipt) once serve is gone. */
+Test(serve, sigkill_during_background_f2_ends_the_validation, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	char gate[4200];
+	struct server s;
+	pid_t validate = 0, one = 0;
+	int status, gone = 0;
+
+	snprintf(gate, sizeof(gate), "%s/gate", test_tmpdir());
+	server_start(&s, args, test_tmpdir(), gate);
+	/* the measurement waits at the gate, which stays shut */
+	for (int i = 0; i < POLLS && !one; i++, sleep_ms(100)) {
+		if (!validate)
+			validate = test_child_of(s.pid, "validate");
+		if (validate)
+			one = test_child_of(validate, "--one");
+	}
+	cr_assert(validate && one, "no background validation under serve %d (validate %d)",
+	          (int)s.pid, (int)validate);
+	cr_assert_eq(kill(s.pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(s.pid, &status, 0), s.pid);
+	for (int i = 0; i < 20 && !gone; i++, sleep_ms(100))
+		gone = !test_alive(validate) && !test_alive(one);
+	/* whatever still runs is ours to end, whether the test passes or not */
+	kill(validate, SIGKILL);
+	kill(one, SIGKILL);
+	cr_expect(gone, "2 s after serve's SIGKILL: validate %d %s, validate --one %d %s",
+	          (int)validate, test_alive(validate) ? "runs" : "is gone", (int)one,
+	          test_alive(one) ? "runs" : "is gone");
+}
+
 /* A variant whose defect shows only on some prompts passes F2, serves, and
  * is demoted by shadow parity after it serves such a prompt. */
 Test(serve, shadow_parity_demotes, .timeout = 600)

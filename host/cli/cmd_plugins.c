@@ -446,6 +446,15 @@ int q4kh_cmd_plugins(int argc, char **argv)
 	}
 	if (!o.explain)
 		warn_f2_mode(config);
+	/* A plan needs the plugin settings run takes: refuse what run refuses
+	 * (F2's own settings are explained below, a bad receipt folder with
+	 * its consequence). */
+	if (o.explain && q4kh_registry_check_settings(registry, &err)) {
+		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
+		q4kh_registry_free(registry);
+		q4kh_config_free(config);
+		return Q4KH_EXIT_INPUT;
+	}
 	rc = o.explain ? q4kh_plugins_explain(registry, config, o.kernel, o.backend, o.json)
 	               : report(registry, o.json);
 	q4kh_registry_free(registry);

@@ -392,14 +392,62 @@ static int some_backend_has(const struct q4kh_registry *r, uint32_t device)
 	return 0;
 }
 
-/* What cannot be measured, under the table: each line fails the run. */
-static void print_unmeasurable(const char *lines, size_t n_rows)
+/*
+ * Why O's filters left no candidate on REG, into BUF: which filter removed
+ * what, and the candidates the path has without them. NOT_APPLICABLE: the
+ * variants the model has none of the types of.
+ */
+static int why_none(const struct q4kh_registry *reg, const struct validate_opts *o,
+                    const uint32_t *types, size_t n_types, const char *not_applicable,
+                    char *buf, size_t cap, struct q4kh_error *err)
 {
-	if (!lines[0]) {
-		if (n_rows == 0)
-			printf("(no candidates: no backend other than cpu and no kernel variant found)\n");
+	struct q4kh_candidate_filter all = { NULL, 0, 0, NULL, types, n_types };
+	struct q4kh_candidate_entry *list = NULL;
+	size_t n = 0, used = 0;
+	char flags[512] = "", name[256];
+	int filtered = o->backend || o->device_set || o->kernel;
+
+	if (q4kh_candidates_list(reg, &all, &list, &n, err))
+		return -1;
+	if (o->backend)
+		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --backend %s",
+		         o->backend);
+	if (o->device_set)
+		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --device %ld",
+		         o->device);
+	if (o->kernel)
+		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --kernel %s",
+		         o->kernel);
+#define ADD(...) (used += used < cap ? (size_t)snprintf(buf + used, cap - used, __VA_ARGS__) : 0)
+	if (!filtered)
+		ADD("nothing to validate");
+	else if (o->backend && !strcmp(o->backend, "cpu") && o->kernel && !strcmp(o->kernel, "none"))
+		ADD("%s: cpu's built-in kernels are the reference F2 compares against, not a "
+		    "candidate", flags + 1);
+	else if (o->backend && !strcmp(o->backend, "cpu") && !o->kernel)
+		ADD("%s: cpu is the reference F2 compares against, not a candidate, and no kernel "
+		    "variant for it applies to this model", flags + 1);
+	else
+		ADD("%s left out every candidate", flags + 1);
+	if (not_applicable[0])
+		ADD("; not applicable to this model (none of their types): %s", not_applicable);
+	if (n == 0)
+		ADD("; the plugin path %s (from %s) has no backend other than cpu and no kernel "
+		    "variant applicable to this model", reg->path, reg->path_origin);
+	else
+		ADD("; the candidates on this path: ");
+	for (size_t i = 0; i < n; i++)
+		ADD("%s%s", i ? ", " : "", q4kh_candidate_name(&list[i].c, name, sizeof(name)));
+#undef ADD
+	free(list);
+	return 0;
+}
+
+/* What cannot be measured, under the table: each line fails the run. */
+static void print_unmeasurable(const char *lines)
+{
+	if (!lines[0])
 		return;
-	}
 	printf("\ncannot be measured:\n");
 	for (const char *s = lines; *s;) {
 		size_t len = strcspn(s, "\n");
@@ -608,6 +656,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	size_t n_probe = 0;
 	struct q4kh_deep_plan deep = { 0 };
 	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[512] = "";
+	char none_why[4096] = "";
 	uint32_t types[Q4KH_TYPE_COUNT];
 	int rc = parse(argc, argv, &o), failed = 0, reported = 0;
 
@@ -674,6 +723,15 @@ int q4kh_cmd_validate(int argc, char **argv)
 	q4kh_candidates_not_applicable(reg, &filter, not_applicable, sizeof(not_applicable));
 	failed = q4kh_candidates_unmeasurable(reg, &filter, unmeasurable,
 	                                      sizeof(unmeasurable)) > 0;
+	if (n == 0 && !unmeasurable[0]) {
+		/* Nothing validated is no pass: say which filter left what out. */
+		if (why_none(reg, &o, types, filter.n_types, not_applicable, none_why,
+		             sizeof(none_why), &err))
+			goto out;
+		/* filters that leave nothing validated nothing asked for; a path
+		 * with nothing to judge on this model is no failure of one */
+		failed = o.backend || o.device_set || o.kernel;
+	}
 	rows = calloc(n + 1, sizeof(*rows));
 	if (!rows) {
 		q4kh_fail(&err, "out of memory");
@@ -710,7 +768,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.model,
 		                 "model_sha256", g.model_sha256, "receipt_dir", g.receipt_dir,
 		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",
-		                 not_applicable, "probe", probe_json(&o, &deep, probe_text));
+		                 none_why[0] && (failed || !not_applicable[0]) ? none_why
+		                                                               : not_applicable, "probe", probe_json(&o, &deep, probe_text));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
@@ -720,8 +779,10 @@ int q4kh_cmd_validate(int argc, char **argv)
 		printf("F2 probe: %s\n\n", o.deep ? probe_text
 		                                   : "built-in probe (f2_probe_tokens tokens, f2_decode_steps decode steps); a valid deep receipt decides instead");
 		print_table(rows, n);
-		print_unmeasurable(unmeasurable, n);
-		if (not_applicable[0])
+		print_unmeasurable(unmeasurable);
+		if (none_why[0])
+			printf("(no candidates: %s)\n", none_why);
+		if (not_applicable[0] && !none_why[0])
 			printf("not applicable to this model (none of their types): %s\n",
 			       not_applicable);
 	}

@@ -43,6 +43,7 @@ static void usage(FILE *out)
 	fprintf(out,
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_CONFIG, Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR,\n"
+	        "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts only),\n"
 	        "Q4KHOST_LOG (which plugin log lines are shown: debug, info, warning\n"
 	        "or error, any case; q4khost's own messages are always shown),\n"
 	        "Q4KHOST_API_KEY (serve);\n"
@@ -52,7 +53,8 @@ static void usage(FILE *out)
 	        "\nexit codes: 0 ok, 1 failure (output that cannot be written, to\n"
 	        "            standard output or standard error, included), 2 usage\n"
 	        "            error, 3 a bad model file or configuration (a config\n"
-	        "            file, a setting's value, the receipt folder), 4 no plugin\n"
+	        "            file, a setting's value in a file or the\n"
+	        "            environment, the receipt folder), 4 no plugin\n"
 	        "            could honour the request, 130 or 143 stopped by SIGINT or\n"
 	        "            SIGTERM (run, validate, bench); signals that come together\n"
 	        "            are one request, a second one 0.5 s or more after the\n"
@@ -121,8 +123,8 @@ int main(int argc, char **argv)
 
 	snprintf(who, sizeof(who), "q4khost%s%s", argc > 1 && argv[1][0] != '-' ? " " : "",
 	         argc > 1 && argv[1][0] != '-' ? argv[1] : "");
-	if (apply_log_env(who))
-		return Q4KH_EXIT_USAGE;
+	if (apply_log_env(who)) /* a setting's value, not usage */
+		return Q4KH_EXIT_INPUT;
 	if (argc < 2) {
 		usage(stderr);
 		return Q4KH_EXIT_USAGE;

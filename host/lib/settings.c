@@ -8,8 +8,9 @@
 
 /*
  * The value of an F2 setting: CLI (ORIGIN "CLI_NAME"), else the variable
- * ENV when not NULL and set, else [f2] KEY ("FILE:LINE [f2]"; *bad_input
- * 1); NULL for none of them (ORIGIN "default").
+ * ENV when not NULL and set (*bad_input 1), else [f2] KEY ("FILE:LINE
+ * [f2]"; *bad_input 1); NULL for none of them (ORIGIN "default"). A
+ * variable is a setting, as a file is: not command-line usage.
  */
 static const char *f2_setting(const struct q4kh_config *c, const char *cli,
                               const char *cli_name, const char *env, const char *key,
@@ -24,6 +25,7 @@ static const char *f2_setting(const struct q4kh_config *c, const char *cli,
 	}
 	if (e && *e) {
 		snprintf(origin, cap, "%s", env);
+		*bad_input = 1;
 		return e;
 	}
 	if ((v = q4kh_config_where(c, "f2", key, origin, cap)) && *v) {

@@ -20,7 +20,8 @@
  * else [f2] mode, else auto. ORIGIN gets "--f2", "Q4KHOST_F2",
  * "FILE:LINE [f2]" or "default". A value that is not one of auto, fresh,
  * off, require is an error naming where it was set; *bad_input says
- * whether it came from a file (1) or the command line or environment (0).
+ * whether it came from a setting, a file or the environment (1, exit 3),
+ * or the command line (0, exit 2).
  */
 int q4kh_settings_f2_mode(const struct q4kh_config *c, const char *cli,
                           enum q4kh_f2_mode *mode, char *origin, size_t cap,

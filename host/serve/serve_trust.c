@@ -12,16 +12,20 @@
  * out the reference) and --f2 require are chosen as run chooses: F2 first,
  * then serving.
  */
+#include "buildconf.h"
+
 #include "serve.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#ifdef HAVE_SYS_PRCTL_H
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include "backend.h"
@@ -220,17 +224,25 @@ static char *read_all(int fd)
  * Start q4khost validate --json on candidate C in a process group of its
  * own, so that stopping serve can end it and the measurement it runs
  * (which writes no receipt when killed). *pid and *fd: the child and its
- * standard output. Called with srv->lock held.
+ * standard output. Called with srv->lock held, on the F2 thread, which
+ * waits for the child (measure), so outlives it.
+ *
+ * fork and exec, not posix_spawn: the child must die with serve. A serve
+ * killed with no chance to stop it (SIGKILL, a crash) would leave validate
+ * running, and the validate --one it started (whose own death signal is
+ * validate's) measuring on and writing a receipt. PR_SET_PDEATHSIG, which
+ * posix_spawn has no place for, kills it when the thread that forked it
+ * ends: the F2 thread, which ends only after waiting for it, or with the
+ * whole process.
  */
 static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, pid_t *pid,
                           int *fd, struct q4kh_error *err)
 {
 	struct q4kh_guard_args a;
 	struct q4kh_candidate cc = { c->backend, c->device, c->variant };
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	sigset_t none, dflt;
-	int pipefd[2], rc;
+	pid_t parent = getpid();
+	sigset_t none;
+	int pipefd[2];
 
 	q4kh_guard_child_args(&srv->guard, &cc, &a);
 	/* [f2] require_deep: the child judges on the deep probe too, or it
@@ -244,28 +256,36 @@ static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, p
 	a.argv[a.n] = NULL;
 	if (pipe2(pipefd, O_CLOEXEC))
 		return q4kh_fail(err, "pipe: %s", strerror(errno));
-	sigemptyset(&none);
-	sigemptyset(&dflt);
-	sigaddset(&dflt, SIGTERM);
-	sigaddset(&dflt, SIGINT);
-	sigaddset(&dflt, SIGPIPE);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
-	posix_spawnattr_init(&at);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-	                                      POSIX_SPAWN_SETSIGDEF);
-	posix_spawnattr_setpgroup(&at, 0);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &dflt);
-	rc = posix_spawn(pid, srv->guard.self_exe, &fa, &at, (char *const *)a.argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
-	close(pipefd[1]);
-	if (rc) {
-		close(pipefd[0]);
-		return q4kh_fail(err, "cannot start %s validate: %s", srv->guard.self_exe,
-		                 strerror(rc));
+	*pid = fork();
+	if (*pid == 0) {
+		/* The child: only async-signal-safe calls until exec. */
+#ifdef HAVE_SYS_PRCTL_H
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+			_exit(127); /* serve is already gone */
+#else
+		(void)parent;
+#endif
+		setpgid(0, 0);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (dup2(pipefd[1], STDOUT_FILENO) < 0)
+			_exit(127);
+		execve(srv->guard.self_exe, (char *const *)a.argv, environ);
+		_exit(127);
 	}
+	int fork_errno = errno;
+
+	close(pipefd[1]);
+	if (*pid < 0) {
+		close(pipefd[0]);
+		return q4kh_fail(err, "cannot start %s validate: fork: %s", srv->guard.self_exe,
+		                 strerror(fork_errno));
+	}
+	/* the parent too, so that a stop can signal the group at once */
+	setpgid(*pid, *pid);
 	*fd = pipefd[0];
 	return 0;
 }
@@ -298,7 +318,7 @@ static int measure(struct serve *srv, const struct q4kh_select_cand *c,
                    struct serve_verdict *d)
 {
 	struct q4kh_error e = { { 0 } };
-	pid_t pid;
+	pid_t pid = 0;
 	int fd = -1, status = 0;
 	char *out;
 
