@@ -334,8 +334,7 @@ static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode
 		if (!r->reference && mode != Q4KH_F2_OFF && r->decided) {
 			if (isfinite(r->d.receipt.min_cosine))
 				snprintf(cos, sizeof(cos), "%.5f", r->d.receipt.min_cosine);
-			if (r->d.receipt.n_points) /* a crash or a limit measured none */
-				snprintf(ties, sizeof(ties), "%d", r->d.receipt.near_ties);
+			snprintf(ties, sizeof(ties), "%d", r->d.receipt.near_ties);
 		}
 		printf("%-8s %-6u %-16s %13s %13s  %-12s %-8s %-9s %s\n", r->c.backend,
 		       r->c.device, kernel_name(r), pre, dec,
@@ -356,9 +355,7 @@ static json_t *row_json(const struct row *r, enum q4kh_f2_mode mode)
 		json_object_set_new(f2, "min_cosine", isfinite(r->d.receipt.min_cosine)
 		                                              ? json_real(r->d.receipt.min_cosine)
 		                                              : json_null());
-		json_object_set_new(f2, "near_ties", r->d.receipt.n_points
-		                                             ? json_integer(r->d.receipt.near_ties)
-		                                             : json_null());
+		json_object_set_new(f2, "near_ties", json_integer(r->d.receipt.near_ties));
 		json_object_set_new(f2, "source", json_string(r->d.source));
 		json_object_set_new(f2, "message", json_string(r->d.receipt.message));
 	}
