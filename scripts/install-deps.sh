@@ -10,7 +10,7 @@ set -euo pipefail
 pkgs=(build-essential autoconf automake libtool pkg-config
       libiniparser-dev libcriterion-dev libjansson-dev libssl-dev libpcre2-dev
       libmicrohttpd-dev curl
-      python3 python3-pip ca-certificates
+      python3 python3-pip python3-numpy ca-certificates
       debhelper dpkg-dev lintian bash-completion
       rpm rpmlint elfutils "$@")
 

@@ -228,7 +228,7 @@ static int vet_one(const struct q4kh_registry *r, const struct q4kh_config *c,
 		return 0;
 	}
 	helper_args(r, p, &a);
-	rc = q4kh_isolate_run("/proc/self/exe", a.argv, &limits, why, sizeof(why), err);
+	rc = q4kh_isolate_run(q4kh_self_exe(), a.argv, &limits, why, sizeof(why), err);
 	q4kh_progress_clear();
 	if (rc < 0)
 		return -1;

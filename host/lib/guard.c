@@ -225,7 +225,7 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->n_probe = n_probe;
 	if (q4kh_guard_limits_where(c, &g->timeout_seconds, &g->memory_limit_mib, NULL, err))
 		return -1;
-	g->self_exe = "/proc/self/exe"; /* Linux: the binary that runs now */
+	g->self_exe = q4kh_self_exe();
 	q4kh_receipt_dir(c, g->receipt_dir, sizeof(g->receipt_dir),
 	                 &g->receipt_dir_origin);
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);

@@ -28,6 +28,7 @@
 #include "isolate.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -122,10 +123,10 @@ static void stop_child(pid_t pid, int sig)
 	}
 }
 
-/* fork and exec EXE; the child dies with us and on its own alarm. */
-static pid_t start(const char *exe, const char *const *argv, unsigned alarm_s,
-                   struct q4kh_error *err)
+pid_t q4kh_isolate_spawn(const char *exe, const char *const *argv,
+                         const struct q4kh_spawn_how *how, struct q4kh_error *err)
 {
+	static const int defaults[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGALRM };
 	pid_t parent = getpid(), pid = fork();
 	sigset_t none;
 
@@ -142,13 +143,38 @@ static pid_t start(const char *exe, const char *const *argv, unsigned alarm_s,
 #else
 	(void)parent;
 #endif
-	signal(SIGALRM, SIG_DFL);
-	signal(SIGPIPE, SIG_DFL); /* ignored by the q4khost that starts us */
+	if (how->own_group)
+		setpgid(0, 0);
+	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+		signal(defaults[i], SIG_DFL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	alarm(alarm_s);
+	if (how->stdout_fd >= 0 && dup2(how->stdout_fd, STDOUT_FILENO) < 0)
+		_exit(127);
+	alarm(how->alarm_s);
 	execve(exe, (char *const *)argv, environ);
 	_exit(127);
+}
+
+static char self_exe[4096];
+static pthread_once_t self_exe_once = PTHREAD_ONCE_INIT;
+
+static void find_self_exe(void)
+{
+	static const char deleted[] = " (deleted)";
+	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+	size_t d = sizeof(deleted) - 1;
+
+	if (n <= 0 || (size_t)n == sizeof(self_exe) - 1 ||
+	    ((size_t)n >= d && !memcmp(self_exe + n - d, deleted, d)))
+		n = snprintf(self_exe, sizeof(self_exe), "/proc/self/exe");
+	self_exe[n] = 0;
+}
+
+const char *q4kh_self_exe(void)
+{
+	pthread_once(&self_exe_once, find_self_exe);
+	return self_exe;
 }
 
 /* A stop asked of the process, not a crash of the plugin. */
@@ -173,7 +199,8 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 	unsigned ticked = 0;
 	int status = 0, sig;
 	uint64_t kib;
-	pid_t pid = start(exe, argv, limits->timeout_seconds + CHILD_GRACE_S, err);
+	const struct q4kh_spawn_how how = { -1, 0, limits->timeout_seconds + CHILD_GRACE_S };
+	pid_t pid = q4kh_isolate_spawn(exe, argv, &how, err);
 
 	if (pid < 0)
 		return -1;

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "error.h"
 
@@ -51,6 +52,36 @@ enum { Q4KH_ISOLATE_HIT_NONE, Q4KH_ISOLATE_HIT_TIME, Q4KH_ISOLATE_HIT_MEMORY };
 int q4kh_isolate_run(const char *exe, const char *const *argv,
                      const struct q4kh_isolate_limits *limits, char *why,
                      size_t why_cap, struct q4kh_error *err);
+
+/* How q4kh_isolate_spawn starts a child. */
+struct q4kh_spawn_how {
+	int stdout_fd;    /* made the child's standard output; -1 keeps ours */
+	int own_group;    /* non-zero: the child leads a new process group */
+	unsigned alarm_s; /* the child's own alarm, which kills it; 0: none */
+};
+
+/*
+ * fork and exec EXE with ARGV (NULL-terminated; our environment) as HOW
+ * says. Between the two the child asks to die with the thread that forked
+ * it (PR_SET_PDEATHSIG: a parent killed with no chance to stop it takes the
+ * child along), unblocks every signal and gives SIGINT, SIGTERM, SIGHUP,
+ * SIGPIPE and SIGALRM their default action (q4khost ignores SIGPIPE, and
+ * an ignored signal stays ignored across exec). Returns the child's pid,
+ * or -1 with err when fork fails; a failed exec is the child's exit status
+ * 127. The caller waits for it.
+ */
+pid_t q4kh_isolate_spawn(const char *exe, const char *const *argv,
+                         const struct q4kh_spawn_how *how, struct q4kh_error *err);
+
+/*
+ * The path of the q4khost binary that runs now, to start it again: what
+ * /proc/self/exe links to. Not /proc/self/exe itself: under valgrind (or
+ * any tool that loads the program itself) that is the tool's own binary,
+ * which it answers readlink() for with the program's. /proc/self/exe when
+ * the link cannot be read or its file has been replaced since we started
+ * (" (deleted)"). A static string, made on the first call; thread-safe.
+ */
+const char *q4kh_self_exe(void);
 
 /*
  * The default memory limit in MiB: half of the physical memory, so that a

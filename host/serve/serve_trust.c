@@ -23,13 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#ifdef HAVE_SYS_PRCTL_H
-#include <sys/prctl.h>
-#endif
 #include <unistd.h>
 
 #include "backend.h"
 #include "candidates.h"
+#include "isolate.h"
 
 extern char **environ;
 
@@ -227,21 +225,20 @@ static char *read_all(int fd)
  * standard output. Called with srv->lock held, on the F2 thread, which
  * waits for the child (measure), so outlives it.
  *
- * fork and exec, not posix_spawn: the child must die with serve. A serve
- * killed with no chance to stop it (SIGKILL, a crash) would leave validate
- * running, and the validate --one it started (whose own death signal is
- * validate's) measuring on and writing a receipt. PR_SET_PDEATHSIG, which
- * posix_spawn has no place for, kills it when the thread that forked it
- * ends: the F2 thread, which ends only after waiting for it, or with the
- * whole process.
+ * q4kh_isolate_spawn (fork and exec), not posix_spawn: the child must die
+ * with serve. A serve killed with no chance to stop it (SIGKILL, a crash)
+ * would leave validate running, and the validate --one it started (whose
+ * own death signal is validate's) measuring on and writing a receipt. The
+ * death signal kills it when the thread that forked it ends: the F2
+ * thread, which ends only after waiting for it, or with the whole
+ * process.
  */
 static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, pid_t *pid,
                           int *fd, struct q4kh_error *err)
 {
 	struct q4kh_guard_args a;
 	struct q4kh_candidate cc = { c->backend, c->device, c->variant };
-	pid_t parent = getpid();
-	sigset_t none;
+	struct q4kh_spawn_how how = { -1, 1, 0 };
 	int pipefd[2];
 
 	q4kh_guard_child_args(&srv->guard, &cc, &a);
@@ -256,33 +253,12 @@ static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, p
 	a.argv[a.n] = NULL;
 	if (pipe2(pipefd, O_CLOEXEC))
 		return q4kh_fail(err, "pipe: %s", strerror(errno));
-	*pid = fork();
-	if (*pid == 0) {
-		/* The child: only async-signal-safe calls until exec. */
-#ifdef HAVE_SYS_PRCTL_H
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
-			_exit(127); /* serve is already gone */
-#else
-		(void)parent;
-#endif
-		setpgid(0, 0);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGPIPE, SIG_DFL);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		if (dup2(pipefd[1], STDOUT_FILENO) < 0)
-			_exit(127);
-		execve(srv->guard.self_exe, (char *const *)a.argv, environ);
-		_exit(127);
-	}
-	int fork_errno = errno;
-
+	how.stdout_fd = pipefd[1];
+	*pid = q4kh_isolate_spawn(srv->guard.self_exe, a.argv, &how, err);
 	close(pipefd[1]);
 	if (*pid < 0) {
 		close(pipefd[0]);
-		return q4kh_fail(err, "cannot start %s validate: fork: %s", srv->guard.self_exe,
-		                 strerror(fork_errno));
+		return -1;
 	}
 	/* the parent too, so that a stop can signal the group at once */
 	setpgid(*pid, *pid);
