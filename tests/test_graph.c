@@ -732,6 +732,24 @@ Test(replay, f2_rejects_a_decode_form_that_misreads_the_recurrent_state, .timeou
 	free(model);
 }
 
+Test(replay, f2_rejects_a_prompt_form_that_pairs_a_token_with_the_last_key, .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_prompt_key", NULL };
+	const char *ok, *msg;
+	char *model = NULL;
+	json_t *root;
+
+	if (asprintf(&model, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0)
+		cr_assert_fail("out of memory");
+	root = validate_pair(names, model, "replay-prompt-key", &ok, &msg);
+	/* position 0 is right (no key before it); position 1 of the prompt is not */
+	cr_expect(strstr(msg, "position 1 ") != NULL || strstr(msg, "position 1:") != NULL,
+	          "%s", msg);
+	cr_expect(strstr(msg, "decode step") == NULL, "%s", msg);
+	json_decref(root);
+	free(model);
+}
+
 /* --- gemv_multi and gemv_glu (graph_products.h) ------------------------ */
 
 /* EXPECT on the reference cpu through cpu-simd: CI without a GPU runs it. */

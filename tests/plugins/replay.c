@@ -21,6 +21,12 @@
  *                 position, wrong from the first decode step after it (the
  *                 class of defect that hides between a chunked prompt form
  *                 and a one-token decode form).
+ *   REPLAY_PROMPT_KEY: ABI 1.2, replays exact, but its prompt form of
+ *                 delta_net (a step of several tokens) pairs each token
+ *                 with the previous token's key, as a chunked kernel whose
+ *                 staging is off by one would: right at position 0 of each
+ *                 step and in every one-token (decode) step, wrong at the
+ *                 other prompt positions.
  *   REPLAY_CODE_TOKEN: ABI 1.4, of kind "cpu" (so q4khost run tries it
  *                 before the reference, as it tries cpu-fast), replays
  *                 exact, but its embedding lookup (get_rows from a table
@@ -268,6 +274,27 @@ static q4kh_status transpose_state(q4kh_device_ctx *d, const struct q4kh_tensor 
 }
 #endif
 
+#ifdef REPLAY_PROMPT_KEY
+/* Give token t of K {S_k, H_k, T} the key of token t - 1, in place. */
+static q4kh_status shift_keys(q4kh_device_ctx *d, const struct q4kh_tensor *k)
+{
+	const uint64_t bytes = sizeof(float) * (uint64_t)k->ne[0];
+	float *row = malloc(bytes);
+	q4kh_status rc = row ? Q4KH_OK : Q4KH_ERR_NOMEM;
+
+	for (int64_t t = k->ne[2] - 1; !rc && t > 0; t--)
+		for (int64_t h = 0; !rc && h < k->ne[1]; h++) {
+			uint64_t at = k->offset + (uint64_t)h * k->nb[1] + (uint64_t)t * k->nb[2];
+
+			rc = d->b->in->buffer_download(d->dev, k->buffer, at - k->nb[2], row, bytes);
+			if (!rc)
+				rc = d->b->in->buffer_upload(d->dev, k->buffer, at, row, bytes);
+		}
+	free(row);
+	return rc ? fail(d->b, rc, "cannot shift the keys") : Q4KH_OK;
+}
+#endif
+
 /* Issue call C on the cpu plugin. */
 static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 {
@@ -308,6 +335,14 @@ static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 #ifdef REPLAY_DECODE_STATE
 		if (t[2]->ne[2] == 1) {
 			q4kh_status st = transpose_state(d, t[5]);
+
+			if (st)
+				return st;
+		}
+#endif
+#ifdef REPLAY_PROMPT_KEY
+		if (t[2]->ne[2] > 1) {
+			q4kh_status st = shift_keys(d, t[1]);
 
 			if (st)
 				return st;
