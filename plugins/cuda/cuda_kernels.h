@@ -90,25 +90,17 @@ cudaError_t cuda_gemv_launch(const struct cuda_view *w,
                              const struct cuda_view *x,
                              const struct cuda_view *y, int sms,
                              cudaStream_t s);
-/* out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row. */
-cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
-                                 const struct cuda_view *w, float eps,
-                                 const struct cuda_view *out, cudaStream_t s);
-/* The same after x += a (a of x's shape, apart from x; a NULL: none), in
- * one kernel; out may be x or a. */
-cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
-                                     const struct cuda_view *a,
-                                     const struct cuda_view *w, float eps,
-                                     const struct cuda_view *out,
-                                     cudaStream_t s);
-/* a = rms_norm(a) * wa, then the same as cuda_launch_add_rms_norm, in one
- * kernel (plugin.h, norm_add_rms_norm); out may be x or a. */
-cudaError_t cuda_launch_norm_add_rms_norm(const struct cuda_view *x,
-                                          const struct cuda_view *a,
-                                          const struct cuda_view *wa, float eps_a,
-                                          const struct cuda_view *w, float eps,
-                                          const struct cuda_view *out,
-                                          cudaStream_t s);
+/*
+ * out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row, in one
+ * kernel for rms_norm, add_rms_norm and norm_add_rms_norm (plugin.h): first
+ * x += a when a is not NULL (a of x's shape, apart from x), and before
+ * that, with NORM_A, a = rms_norm(a) with eps_a (* wa when wa is not NULL),
+ * written back to a. out may be x or a.
+ */
+cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
+                             int norm_a, const struct cuda_view *wa, float eps_a,
+                             const struct cuda_view *w, float eps,
+                             const struct cuda_view *out, cudaStream_t s);
 /* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
  * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
