@@ -167,7 +167,8 @@ cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
  * over the cache length when cuda_attention_scratch() asks for scratch
  * memory: SCRATCH then holds that many bytes of device memory, zero when
  * first allocated (the launch leaves the counters it keeps there at zero
- * again), else it is NULL. SMS: the device's multiprocessors.
+ * again), else it is NULL. SMS: the device's multiprocessors; CC_MAJOR:
+ * its compute capability's major number (both read at device open).
  */
 size_t cuda_attention_scratch(const struct cuda_view *q,
                               const struct cuda_view *k,
@@ -177,21 +178,22 @@ cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_view *v,
                                   const struct cuda_attn *p,
                                   const struct cuda_view *out, void *scratch,
-                                  int sms, int32_t *fault, cudaStream_t s);
+                                  int sms, int cc_major, int32_t *fault,
+                                  cudaStream_t s);
 
 /*
  * The same on tensor cores (cuda_flash.cu) for an F16 cache and a head
- * dimension of 64, 128 or 256 on compute capability 8.0 or later, whatever
- * the number of queries; cudaErrorNotSupported (nothing enqueued)
- * otherwise. Scores from f16-rounded queries and keys, weights rounded to
+ * dimension of 64, 128 or 256 on compute capability 8.0 or later (CC_MAJOR:
+ * the device's major number), whatever the number of queries;
+ * cudaErrorNotSupported (nothing enqueued) otherwise. Scores from f16-rounded queries and keys, weights rounded to
  * f16 for P V, f32 accumulation.
  */
 cudaError_t cuda_launch_flash(const struct cuda_view *q,
                               const struct cuda_view *k,
                               const struct cuda_view *v,
                               const struct cuda_attn *p,
-                              const struct cuda_view *out, int32_t *fault,
-                              cudaStream_t s);
+                              const struct cuda_view *out, int cc_major,
+                              int32_t *fault, cudaStream_t s);
 
 /*
  * The linear-attention ops with a state (plugin.h: ssm_conv, delta_net),

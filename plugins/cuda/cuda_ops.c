@@ -368,7 +368,8 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
 	return cuda_launched(dev, op,
 	                cuda_launch_attention(&vq, &vk, &vv, &a, &vo,
 	                                      scratch ? dev->scratch : NULL,
-	                                      dev->sms, dev->fault, dev->stream));
+	                                      dev->sms, dev->cc_major, dev->fault,
+	                                      dev->stream));
 }
 
 q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
