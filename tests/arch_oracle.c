@@ -20,35 +20,12 @@
 #include "session.h"
 #include "tokenizer.h"
 
-char *fixture(const char *name)
-{
-	char *path;
-
-	cr_assert_geq(asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), name), 0);
-	return path;
-}
-
-void load_oracle(const char *arch, struct oracle *o)
+void load_oracle(const char *arch, struct hidden_fixture *o)
 {
 	char name[64];
-	char *path;
-	json_error_t jerr;
-	size_t len;
 
-	snprintf(name, sizeof(name), "arch-%s.json", arch);
-	path = fixture(name);
-	o->root = json_load_file(path, 0, &jerr);
-	cr_assert_not_null(o->root, "%s:%d: %s", path, jerr.line, jerr.text);
-	o->n_embd = json_integer_value(json_object_get(o->root, "n_embd"));
-	o->n_vocab = json_integer_value(json_object_get(o->root, "n_vocab"));
-	o->rows = (size_t)json_integer_value(json_object_get(o->root, "hidden_rows"));
-	free(path);
-	snprintf(name, sizeof(name), "arch-%s.bin", arch);
-	path = fixture(name);
-	o->hidden = test_read_file(path, &len);
-	cr_assert_not_null(o->hidden, "cannot read %s", path);
-	cr_assert_eq(len, o->rows * o->n_embd * sizeof(float), "%s: size %zu", path, len);
-	free(path);
+	snprintf(name, sizeof(name), "arch-%s", arch);
+	hidden_fixture_load(name, o);
 }
 
 static int32_t *json_ids(json_t *a)
@@ -82,7 +59,7 @@ static void expect_prompt_ids(const struct q4kh_tokenizer *t, json_t *c)
 }
 
 /* One prompt: prefill, then STEPS decode steps on llama.cpp's tokens. */
-static double check_case(struct q4kh_session *s, const struct oracle *o,
+static double check_case(struct q4kh_session *s, const struct hidden_fixture *o,
                          const char *arch, size_t ci, json_t *c)
 {
 	json_t *pos = json_object_get(c, "positions");
@@ -144,7 +121,7 @@ void check_on(const char *name_, const char *arch, const char *plugin_path,
 	struct q4kh_tokenizer *tok = NULL;
 	struct q4kh_session *s = NULL;
 	struct q4kh_session_params sp = { .n_ctx = 256, .kv = Q4KH_KV_F16 };
-	struct oracle o;
+	struct hidden_fixture o;
 	json_t *c;
 	size_t ci;
 	double worst = 1.0;
@@ -182,8 +159,7 @@ void check_on(const char *name_, const char *arch, const char *plugin_path,
 	q4kh_kernel_close(&k);
 	q4kh_backend_close(&be);
 	q4kh_registry_free(reg);
-	json_decref(o.root);
-	free(o.hidden);
+	hidden_fixture_free(&o);
 	free(path);
 }
 

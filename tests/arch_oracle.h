@@ -17,26 +17,14 @@
 #ifndef Q4KH_TEST_ARCH_ORACLE_H
 #define Q4KH_TEST_ARCH_ORACLE_H
 
-#include <jansson.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "hidden_fixture.h"
 
 #define MIN_COSINE 0.999
 #define STEPS 16
 
-/* One fixture: its JSON, and llama.cpp's hidden states. */
-struct oracle {
-	json_t *root;
-	float *hidden; /* rows x n_embd */
-	size_t rows;
-	int64_t n_embd, n_vocab;
-};
-
-/* tests/fixtures/NAME under the source tree; free() it. */
-char *fixture(const char *name);
-/* arch-ARCH.json and .bin into O; fails the test when they do not read.
- * The caller frees o->root (json_decref) and o->hidden (free). */
-void load_oracle(const char *arch, struct oracle *o);
+/* arch-ARCH.json and .bin (hidden_fixture.h) into O; fails the test when
+ * they do not read. The caller frees O with hidden_fixture_free. */
+void load_oracle(const char *arch, struct hidden_fixture *o);
 /*
  * Model tiny-NAME.gguf of architecture ARCH against its fixture on
  * BACKEND (device 0), through kernel variant VARIANT or its built-in

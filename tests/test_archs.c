@@ -180,7 +180,7 @@ static void check_cli(const char *arch, int batch)
 	char name[64];
 	const char *fx;
 	char *model, *cmd, *out;
-	struct oracle o;
+	struct hidden_fixture o;
 	json_t *c, *doc;
 	json_error_t jerr;
 	FILE *f;
@@ -218,8 +218,7 @@ static void check_cli(const char *arch, int batch)
 		             arch, batch, (long long)steps, (long long)p, (long long)d);
 	}
 	json_decref(doc);
-	json_decref(o.root);
-	free(o.hidden);
+	hidden_fixture_free(&o);
 	free(out);
 	free(cmd);
 	free(model);
@@ -247,7 +246,7 @@ struct hybrid {
 	struct q4kh_session *s;
 };
 
-static struct oracle q35; /* the qwen35 fixture, for its token ids */
+static struct hidden_fixture q35; /* the qwen35 fixture, for its token ids */
 
 static void q35_load(void)
 {
@@ -256,8 +255,7 @@ static void q35_load(void)
 
 static void q35_free(void)
 {
-	json_decref(q35.root);
-	free(q35.hidden);
+	hidden_fixture_free(&q35);
 }
 
 static void hybrid_open(struct hybrid *h, const char *file, uint32_t n_batch)

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "hidden_fixture.h"
 #include "backend.h"
 #include "model.h"
 #include "registry.h"
@@ -50,39 +51,6 @@
 #define MAX_EXACT_DISTANCE 1e-9 /* 1 - cosine, reference against float64 */
 #define MAX_LLAMA_CPP_DISTANCE 0.05 /* 1 - cosine, llama.cpp against float64 */
 #define REBUILD_TOLERANCE 1e-5 /* relative: float32 storage of h */
-
-/* A fixture of final hidden states: NAME.json and NAME.bin. */
-struct rows {
-	json_t *root;
-	float *hidden; /* rows x n_embd */
-	size_t rows;
-	int64_t n_embd, n_vocab;
-};
-
-static void load_rows(const char *name, struct rows *o)
-{
-	char path[4096];
-	json_error_t jerr;
-	size_t len;
-
-	snprintf(path, sizeof(path), "%s/tests/fixtures/%s.json", test_srcdir(), name);
-	o->root = json_load_file(path, 0, &jerr);
-	cr_assert_not_null(o->root, "%s:%d: %s", path, jerr.line, jerr.text);
-	o->n_embd = json_integer_value(json_object_get(o->root, "n_embd"));
-	o->n_vocab = json_integer_value(json_object_get(o->root, "n_vocab"));
-	o->rows = (size_t)json_integer_value(json_object_get(o->root, "hidden_rows"));
-	snprintf(path, sizeof(path), "%s/tests/fixtures/%s.bin", test_srcdir(), name);
-	o->hidden = test_read_file(path, &len);
-	cr_assert_not_null(o->hidden, "cannot read %s", path);
-	cr_assert_eq(len, o->rows * o->n_embd * sizeof(float), "%s: size %zu, expected %zu rows of %lld floats",
-	             path, len, o->rows, (long long)o->n_embd);
-}
-
-static void free_rows(struct rows *o)
-{
-	json_decref(o->root);
-	free(o->hidden);
-}
 
 static int64_t int_at(json_t *a, size_t i)
 {
@@ -136,13 +104,13 @@ static void check_fixture(const char *model_path, const char *llama, const char 
 	struct q4kh_model *m = NULL;
 	struct q4kh_session *s = NULL;
 	struct q4kh_session_params sp = { .n_ctx = 256 };
-	struct rows lo, ex;
+	struct hidden_fixture lo, ex;
 	json_t *c;
 	size_t ci;
 	double worst_ref = 0.0, worst_llama = 0.0;
 
-	load_rows(llama, &lo);
-	load_rows(exact, &ex);
+	hidden_fixture_load(llama, &lo);
+	hidden_fixture_load(exact, &ex);
 	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
 	cr_assert_not_null(q4kh_registry_find(reg, "cpu"), "cpu plugin not found on %s", reg->path);
 	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &be, &err), 0, "%s", err.msg);
@@ -266,8 +234,8 @@ static void check_fixture(const char *model_path, const char *llama, const char 
 	q4kh_model_free(m);
 	q4kh_backend_close(&be);
 	q4kh_registry_free(reg);
-	free_rows(&lo);
-	free_rows(&ex);
+	hidden_fixture_free(&lo);
+	hidden_fixture_free(&ex);
 }
 
 Test(oracle, gemma3_matches_exact_and_llama_cpp, .timeout = 900)

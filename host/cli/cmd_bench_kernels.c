@@ -15,6 +15,9 @@
  * first copy is compared with the built-in mul_mat's by normalised mean
  * squared error (ggml's test-backend-ops bound for quantized products,
  * 5e-4): a fast wrong kernel is reported as wrong, never as fast.
+ *
+ * Its timed passes are in cmd_bench_kernels_timing.c, what it shows (the
+ * status line, the table, the --json object) in cmd_bench_kernels_report.c.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -22,24 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "backend.h"
 #include "cli.h"
+#include "cmd_bench_kernels.h"
 #include "enumerate.h"
 #include "interrupt.h"
-#include "kernel.h"
 #include "progress.h"
 
-#define MAX_COLS 8
-#define MAX_KERNELS 16
 /* ggml test-backend-ops: NMSE bound for quantized matrix products. */
 #define NMSE_MAX 5e-4
-
-struct shape {
-	const char *set, *role;
-	int64_t n, k; /* rows (outputs) x inputs */
-};
 
 /* Distinct matmul weight shapes of each model (N x K, GGUF's {K, N}). */
 static const struct shape shapes[] = {
@@ -67,37 +61,6 @@ static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_
 	                          Q4KH_TYPE_F32 };
 #define DEFAULT_TYPES "Q4_K,Q6_K,IQ4_XS,IQ4_NL"
 static const char DEFAULT_BACKEND[] = "cuda";
-
-struct opts {
-	const char *backend, *kernels, *sets, *type_list, *plugin_path, *config_file;
-	long device, max_cols, min_mib, repeat;
-	int json;
-};
-
-/* One timed kernel on one shape: microseconds per launch for 1..8 columns. */
-struct result {
-	const char *kernel; /* variant name, or "built-in" */
-	double us[MAX_COLS];
-	double nmse;
-	int stopped;    /* SIGINT or SIGTERM cut its timing short */
-	char note[512]; /* why it was not timed, or why it is wrong */
-};
-
-struct bench {
-	const struct opts *o;
-	struct q4kh_backend b;
-	struct q4kh_kernel k[MAX_KERNELS];
-	size_t n_k;
-	int graphs, timers;
-	double ceiling; /* bytes per second */
-	json_t *rows;
-	int failed;
-	size_t done, total; /* rows reported whole, rows planned */
-	size_t row;         /* the row being timed, 1 .. total */
-};
-
-/* What time_passes returns when SIGINT or SIGTERM asked to stop. */
-#define STOPPED 1
 
 static void usage(FILE *out)
 {
@@ -328,91 +291,6 @@ static void fill_blocks(uint8_t *p, size_t bytes, uint32_t type, uint64_t *seed)
 		}
 }
 
-/* --- timing ------------------------------------------------------------------- */
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* One launch of the work: copy I of the weights, C columns. */
-typedef int (*launch_fn)(struct bench *B, void *ctx, size_t i, int c, struct q4kh_error *err);
-
-/*
- * Median seconds of one pass of L launches (launch(i % copies)) over
- * REPEAT timed passes, after one untimed pass. STOPPED when SIGINT or
- * SIGTERM came during a pass (launches timed one by one stop at once).
- */
-static int time_passes(struct bench *B, launch_fn launch, void *ctx, size_t copies,
-                       size_t l, int c, double *median, struct q4kh_error *err)
-{
-	const struct q4kh_backend_v1 *v = B->b.v;
-	q4kh_graph *g = NULL;
-	double t[1000];
-	long r;
-	int rc = -1;
-
-	if (B->graphs) {
-		if (q4kh_backend_check(&B->b, v->graph_begin(B->b.dev), "graph_begin", err))
-			return -1;
-		for (size_t i = 0; i < l; i++)
-			if (launch(B, ctx, i % copies, c, err)) {
-				v->graph_end(B->b.dev, &g);
-				v->graph_free(B->b.dev, g);
-				return -1;
-			}
-		if (q4kh_backend_check(&B->b, v->graph_end(B->b.dev, &g), "graph_end", err))
-			return -1;
-	}
-	for (r = -1; r < B->o->repeat; r++) {
-		double t0 = now(), s = 0;
-
-		if (B->timers &&
-		    q4kh_backend_check(&B->b, v->timer_start(B->b.dev), "timer_start", err))
-			goto out;
-		if (g) {
-			if (q4kh_backend_check(&B->b, v->graph_launch(B->b.dev, g), "graph_launch",
-			                       err))
-				goto out;
-		} else {
-			for (size_t i = 0; i < l && !q4kh_interrupted(); i++)
-				if (launch(B, ctx, i % copies, c, err))
-					goto out;
-		}
-		if (B->timers) {
-			if (q4kh_backend_check(&B->b, v->timer_stop(B->b.dev, &s), "timer_stop", err))
-				goto out;
-		} else {
-			if (q4kh_backend_check(&B->b, v->synchronize(B->b.dev), "synchronize", err))
-				goto out;
-			s = now() - t0;
-		}
-		if (r >= 0)
-			t[r] = s;
-		if (q4kh_interrupted()) { /* this pass may be cut short: no median */
-			rc = STOPPED;
-			goto out;
-		}
-	}
-	qsort(t, (size_t)B->o->repeat, sizeof(t[0]), cmp_double);
-	*median = t[B->o->repeat / 2];
-	rc = 0;
-out:
-	if (g)
-		v->graph_free(B->b.dev, g);
-	return rc;
-}
-
 /* --- the read ceiling ----------------------------------------------------------- */
 
 struct read_ctx {
@@ -454,9 +332,8 @@ static int measure_ceiling(struct bench *B, struct q4kh_error *err)
 		                       B->b.v->buffer_upload(B->b.dev, r.buf, o, host, chunk),
 		                       "buffer_upload", err))
 			goto out;
-	q4kh_progress("measuring the read ceiling: read_pass over 1 GiB, %ld+1 passes",
-	              B->o->repeat);
-	rc = time_passes(B, launch_read, &r, 1, 4, 1, &s, err);
+	bench_kernels_status_ceiling(B);
+	rc = bench_kernels_time_passes(B, launch_read, &r, 1, 4, 1, &s, err);
 	q4kh_progress_clear();
 	if (rc < 0)
 		goto out;
@@ -471,17 +348,6 @@ out:
 }
 
 /* --- one shape, one type ------------------------------------------------------- */
-
-struct shape_run {
-	const struct shape *sh;
-	uint32_t type;
-	uint64_t bytes, stride; /* one copy's bytes, and copies' distance */
-	size_t copies, launches;
-	q4kh_buffer *w, *x, *y;
-	struct q4kh_tensor tw, tx[MAX_COLS], ty[MAX_COLS];
-	struct q4kh_kernel *k;        /* NULL: the built-in */
-	q4kh_prepared **prep;         /* per copy, for a variant */
-};
 
 static struct q4kh_tensor weight_copy(const struct shape_run *s, size_t i)
 {
@@ -665,13 +531,9 @@ static void run_kernel(struct bench *B, struct shape_run *s, const float *want, 
 		double sec;
 		int rc;
 
-		/* the counters first: a narrow terminal still shows them move */
-		q4kh_progress("row %zu of %zu, column %d of %d: timing %s %s %s %lldx%lld, "
-		              "kernel %s, %ld+1 passes",
-		              B->row, B->total, c, cols, q4kh_type_name(s->type), s->sh->set,
-		              s->sh->role, (long long)s->sh->n, (long long)s->sh->k, res->kernel,
-		              B->o->repeat);
-		rc = time_passes(B, launch_gemv, s, s->copies, s->launches, c, &sec, &err);
+		bench_kernels_status_row(B, s, res, c);
+		rc = bench_kernels_time_passes(B, launch_gemv, s, s->copies, s->launches, c, &sec,
+		                               &err);
 		if (rc == STOPPED) {
 			snprintf(res->note, sizeof(res->note),
 			         "interrupted by %s after %d of %d columns; not timed",
@@ -687,47 +549,6 @@ static void run_kernel(struct bench *B, struct shape_run *s, const float *want, 
 		}
 		res->us[c - 1] = sec / (double)s->launches * 1e6;
 	}
-}
-
-static void report(struct bench *B, const struct shape_run *s, const struct result *res)
-{
-	const int cols = (int)B->o->max_cols;
-	const char *tn = q4kh_type_name(s->type);
-	const double gbs = res->us[0] > 0 ? (double)s->bytes / res->us[0] * 1e-3 : 0;
-	const double pct = B->ceiling > 0 ? 100.0 * gbs * 1e9 / B->ceiling : 0;
-	json_t *us = json_array();
-
-	q4kh_progress_clear();
-	if (!res->stopped)
-		B->done++; /* a row the signal cut short says so in its note */
-	for (int c = 0; c < cols; c++)
-		json_array_append_new(us, res->us[c] > 0 ? json_real(res->us[c]) : json_null());
-	json_array_append_new(
-		B->rows,
-		json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:s?}", "type",
-		          tn, "set", s->sh->set, "role", s->sh->role, "n", (json_int_t)s->sh->n,
-		          "k", (json_int_t)s->sh->k, "weight_bytes", (json_int_t)s->bytes,
-		          "kernel", res->kernel, "us", us, "batch1_gbps",
-		          res->us[0] > 0 ? json_real(gbs) : json_null(), "batch1_pct_ceiling",
-		          res->us[0] > 0 && B->ceiling > 0 ? json_real(pct) : json_null(), "nmse",
-		          isfinite(res->nmse) ? json_real(res->nmse) : json_null(), "note",
-		          res->note[0] ? res->note : NULL));
-	if (B->o->json)
-		return;
-	printf("%-6s %-12s %-11s %7lldx%-6lld %-11s", tn, s->sh->set, s->sh->role,
-	       (long long)s->sh->n, (long long)s->sh->k, res->kernel);
-	if (res->note[0]) {
-		printf(" %s\n", res->note);
-		return;
-	}
-	if (B->ceiling > 0)
-		printf(" %8.2f %6.0f %5.1f%% |", res->us[0], gbs, pct);
-	else
-		printf(" %8.2f %6.0f %6s |", res->us[0], gbs, "-");
-	for (int c = 1; c < cols; c++)
-		printf(" %7.2f", res->us[c]);
-	printf(" | %4.2fx %8.1e\n", res->us[cols - 1] / res->us[0], res->nmse);
-	fflush(stdout);
 }
 
 /* Whether variant K gets a row for TYPE. */
@@ -791,7 +612,7 @@ static int bench_shape(struct bench *B, const struct shape *sh, uint32_t type,
 	res = (struct result){ .kernel = "built-in" };
 	B->row++;
 	run_kernel(B, &s, want, got, &res);
-	report(B, &s, &res);
+	bench_kernels_report(B, &s, &res);
 	for (size_t i = 0; i < B->n_k && !q4kh_interrupted(); i++) {
 		struct q4kh_kernel *k = &B->k[i];
 		struct q4kh_error e = { { 0 } };
@@ -807,7 +628,7 @@ static int bench_shape(struct bench *B, const struct shape *sh, uint32_t type,
 			run_kernel(B, &s, want, got, &res);
 		}
 		release_all(&s);
-		report(B, &s, &res);
+		bench_kernels_report(B, &s, &res);
 	}
 	rc = 0;
 out:
@@ -871,27 +692,6 @@ static int open_all(struct bench *B, const struct q4kh_registry *r, struct q4kh_
 	return 0;
 }
 
-/* The --json object: the rows reported, and the signal that stopped the run. */
-static void print_json(const struct bench *B)
-{
-	const struct opts *o = B->o;
-	const int sig = q4kh_interrupted();
-	json_t *root = json_pack(
-		"{s:s, s:s, s:s, s:s, s:s, s:o, s:s, s:s, s:I, s:I, s:I, s:o, s:O}", "backend",
-		o->backend, "device", B->b.record.name, "uuid", B->b.record.uuid, "arch",
-		B->b.record.arch, "driver", B->b.record.driver_version, "read_ceiling_gbps",
-		B->ceiling > 0 ? json_real(B->ceiling * 1e-9) : json_null(), "timing",
-		B->graphs ? "graph" : "launches", "clock", B->timers ? "device" : "host", "min_mib",
-		(json_int_t)o->min_mib, "rows_done", (json_int_t)B->done, "rows_planned",
-		(json_int_t)B->total, "interrupted",
-		sig ? json_string(q4kh_signal_name(sig)) : json_null(), "rows", B->rows);
-
-	json_dumpf(root, stdout, JSON_INDENT(2));
-	putchar('\n');
-	fflush(stdout);
-	json_decref(root);
-}
-
 static void close_all(struct bench *B)
 {
 	for (size_t i = 0; i < B->n_k; i++)
@@ -932,32 +732,15 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 		goto out;
 	B.rows = json_array();
 	B.total = count_rows(&B);
-	if (!o.json) {
-		/* The cpu backends have no driver: nothing to name. */
-		printf("device %s, uuid %s, arch %s%s%s; timing: %s, %s\n", B.b.record.name,
-		       B.b.record.uuid, B.b.record.arch, B.b.record.driver_version[0] ? ", driver " : "",
-		       B.b.record.driver_version,
-		       B.graphs ? "launches recorded in one graph" : "launches one by one",
-		       B.timers ? "device events" : "host clock and synchronize");
-		if (B.ceiling > 0)
-			printf("read ceiling (read_pass over 1 GiB, median of %ld): %.0f GB/s\n\n",
-			       o.repeat, B.ceiling * 1e-9);
-		else
-			printf("read ceiling: the backend has no read_pass (ABI 1.1)\n\n");
-		printf("%-6s %-12s %-11s %-14s %-11s %8s %6s %6s | ", "type", "model", "role",
-		       "N x K", "kernel", "b1 us", "GB/s", "%ceil");
-		if (o.max_cols > 1) /* "2..1" would be an empty range */
-			printf("batch 2..%ld, us | b%ld/b1 NMSE\n", o.max_cols, o.max_cols);
-		else
-			printf("no batches (--max-batch 1) | b1/b1 NMSE\n");
-	}
+	if (!o.json)
+		bench_kernels_print_header(&B);
 	for (size_t t = 0; t < N_OF(types) && !q4kh_interrupted(); t++)
 		for (size_t i = 0; i < N_OF(shapes) && !q4kh_interrupted(); i++)
 			if (planned(&B, &shapes[i], types[t]) &&
 			    bench_shape(&B, &shapes[i], types[t], &err))
 				goto out;
 	if (o.json)
-		print_json(&B);
+		bench_kernels_print_json(&B);
 	rc = B.failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
 	if (q4kh_interrupted()) {

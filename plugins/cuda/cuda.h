@@ -39,6 +39,7 @@ struct q4kh_device_ctx {
 	cudaEvent_t timer[2]; /* timer_start's and timer_stop's; made on first use */
 	int recording;    /* between graph_begin and graph_end */
 	int sms;          /* the device's multiprocessors */
+	int cc_major;     /* its compute capability's major number */
 	int32_t *fault;   /* device: CUDA_FAULT_WORDS, zero while none */
 	int32_t *fault_seen; /* pinned host copy, read at each synchronisation */
 	void *scratch;    /* device: attention's partial results */

@@ -601,7 +601,7 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                              const struct cuda_view *v,
                                              const struct cuda_attn *p,
                                              const struct cuda_view *out,
-                                             void *scratch, int sms,
+                                             void *scratch, int sms, int cc_major,
                                              int32_t *fault, cudaStream_t s)
 {
 	const dim3 grid((unsigned)q->ne[1],
@@ -615,7 +615,7 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 	if (scratch && sp.s)
 		return k16 ? launch_split<__half>(q, k, v, p, out, sp, scratch, fault, s)
 		           : launch_split<float>(q, k, v, p, out, sp, scratch, fault, s);
-	if ((e = cuda_launch_flash(q, k, v, p, out, fault, s)) != cudaErrorNotSupported)
+	if ((e = cuda_launch_flash(q, k, v, p, out, cc_major, fault, s)) != cudaErrorNotSupported)
 		return e;
 	if (k16 && v16)
 		attention_kernel<__half, __half>

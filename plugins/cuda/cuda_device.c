@@ -187,7 +187,11 @@ q4kh_status cuda_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 	    (st = cuda_check(dev, cudaDeviceGetAttribute(&dev->sms,
 	                                                 cudaDevAttrMultiProcessorCount,
 	                                                 dev->ordinal),
-	                     "device_open: cudaDeviceGetAttribute")))
+	                     "device_open: cudaDeviceGetAttribute")) ||
+	    (st = cuda_check(dev, cudaDeviceGetAttribute(&dev->cc_major,
+	                                                 cudaDevAttrComputeCapabilityMajor,
+	                                                 dev->ordinal),
+	                     "device_open: cudaDeviceGetAttribute (compute capability)")))
 		goto fail;
 	dev->stage_n = STAGE_FIRST;
 	cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: device %u open", index);

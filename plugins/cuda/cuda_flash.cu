@@ -288,20 +288,17 @@ static bool aligned(const struct cuda_view *v, uintptr_t a)
 	return (((uintptr_t)v->data | (uintptr_t)v->nb[1] | (uintptr_t)v->nb[2]) & (a - 1)) == 0;
 }
 
-/* Can the current device run the kernel on these views? */
+/* Can a device of compute capability CC_MAJOR.x run the kernel on these
+ * views? */
 static bool flash_supported(const struct cuda_view *q, const struct cuda_view *k,
-                            const struct cuda_view *v, const struct cuda_view *out)
+                            const struct cuda_view *v, const struct cuda_view *out,
+                            int cc_major)
 {
-	int dev, major = 0;
-
 	if (k->type != Q4KH_TYPE_F16 || v->type != Q4KH_TYPE_F16 ||
 	    (q->ne[0] != 64 && q->ne[0] != 128 && q->ne[0] != 256) ||
 	    !aligned(q, 8) || !aligned(out, 8) || !aligned(k, 16) || !aligned(v, 16))
 		return false;
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-		return false;
-	return major >= 8;
+	return cc_major >= 8;
 }
 
 extern "C" cudaError_t cuda_launch_flash(const struct cuda_view *q,
@@ -309,12 +306,13 @@ extern "C" cudaError_t cuda_launch_flash(const struct cuda_view *q,
                                          const struct cuda_view *v,
                                          const struct cuda_attn *p,
                                          const struct cuda_view *out,
-                                         int32_t *fault, cudaStream_t s)
+                                         int cc_major, int32_t *fault,
+                                         cudaStream_t s)
 {
 	const int64_t tiles = (q->ne[2] + FLASH_BM - 1) / FLASH_BM;
 	const dim3 grid((unsigned)q->ne[1], (unsigned)tiles);
 
-	if (tiles > 65535 || !flash_supported(q, k, v, out))
+	if (tiles > 65535 || !flash_supported(q, k, v, out, cc_major))
 		return cudaErrorNotSupported;
 	switch (q->ne[0]) {
 	case 64:

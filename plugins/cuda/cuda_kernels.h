@@ -90,25 +90,17 @@ cudaError_t cuda_gemv_launch(const struct cuda_view *w,
                              const struct cuda_view *x,
                              const struct cuda_view *y, int sms,
                              cudaStream_t s);
-/* out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row. */
-cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
-                                 const struct cuda_view *w, float eps,
-                                 const struct cuda_view *out, cudaStream_t s);
-/* The same after x += a (a of x's shape, apart from x; a NULL: none), in
- * one kernel; out may be x or a. */
-cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
-                                     const struct cuda_view *a,
-                                     const struct cuda_view *w, float eps,
-                                     const struct cuda_view *out,
-                                     cudaStream_t s);
-/* a = rms_norm(a) * wa, then the same as cuda_launch_add_rms_norm, in one
- * kernel (plugin.h, norm_add_rms_norm); out may be x or a. */
-cudaError_t cuda_launch_norm_add_rms_norm(const struct cuda_view *x,
-                                          const struct cuda_view *a,
-                                          const struct cuda_view *wa, float eps_a,
-                                          const struct cuda_view *w, float eps,
-                                          const struct cuda_view *out,
-                                          cudaStream_t s);
+/*
+ * out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row, in one
+ * kernel for rms_norm, add_rms_norm and norm_add_rms_norm (plugin.h): first
+ * x += a when a is not NULL (a of x's shape, apart from x), and before
+ * that, with NORM_A, a = rms_norm(a) with eps_a (* wa when wa is not NULL),
+ * written back to a. out may be x or a.
+ */
+cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
+                             int norm_a, const struct cuda_view *wa, float eps_a,
+                             const struct cuda_view *w, float eps,
+                             const struct cuda_view *out, cudaStream_t s);
 /* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
  * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
@@ -175,7 +167,8 @@ cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
  * over the cache length when cuda_attention_scratch() asks for scratch
  * memory: SCRATCH then holds that many bytes of device memory, zero when
  * first allocated (the launch leaves the counters it keeps there at zero
- * again), else it is NULL. SMS: the device's multiprocessors.
+ * again), else it is NULL. SMS: the device's multiprocessors; CC_MAJOR:
+ * its compute capability's major number (both read at device open).
  */
 size_t cuda_attention_scratch(const struct cuda_view *q,
                               const struct cuda_view *k,
@@ -185,21 +178,22 @@ cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_view *v,
                                   const struct cuda_attn *p,
                                   const struct cuda_view *out, void *scratch,
-                                  int sms, int32_t *fault, cudaStream_t s);
+                                  int sms, int cc_major, int32_t *fault,
+                                  cudaStream_t s);
 
 /*
  * The same on tensor cores (cuda_flash.cu) for an F16 cache and a head
- * dimension of 64, 128 or 256 on compute capability 8.0 or later, whatever
- * the number of queries; cudaErrorNotSupported (nothing enqueued)
- * otherwise. Scores from f16-rounded queries and keys, weights rounded to
+ * dimension of 64, 128 or 256 on compute capability 8.0 or later (CC_MAJOR:
+ * the device's major number), whatever the number of queries;
+ * cudaErrorNotSupported (nothing enqueued) otherwise. Scores from f16-rounded queries and keys, weights rounded to
  * f16 for P V, f32 accumulation.
  */
 cudaError_t cuda_launch_flash(const struct cuda_view *q,
                               const struct cuda_view *k,
                               const struct cuda_view *v,
                               const struct cuda_attn *p,
-                              const struct cuda_view *out, int32_t *fault,
-                              cudaStream_t s);
+                              const struct cuda_view *out, int cc_major,
+                              int32_t *fault, cudaStream_t s);
 
 /*
  * The linear-attention ops with a state (plugin.h: ssm_conv, delta_net),

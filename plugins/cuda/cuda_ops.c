@@ -80,24 +80,45 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 
 /* --- rms_norm, rope --- */
 
+/*
+ * rms_norm, add_rms_norm and norm_add_rms_norm once OP's checks passed:
+ * one launch (cuda_launch_norm) norms x, after x += a when A is not NULL,
+ * after a's own norm (W_A, which may be NULL, and EPS_A) when NORM_A.
+ */
+static q4kh_status launch_norm(q4kh_device_ctx *dev, const char *op,
+                               const struct q4kh_tensor *x, const struct q4kh_tensor *a,
+                               int norm_a, const struct q4kh_tensor *w_a, float eps_a,
+                               const struct q4kh_tensor *w, float eps,
+                               const struct q4kh_tensor *out)
+{
+	struct cuda_view vx, va, vwa, vw, vo;
+	q4kh_status st;
+
+	if ((st = cuda_enter(dev, op)))
+		return st;
+	vx = cuda_view_of(x);
+	vo = cuda_view_of(out);
+	if (a)
+		va = cuda_view_of(a);
+	if (w_a)
+		vwa = cuda_view_of(w_a);
+	if (w)
+		vw = cuda_view_of(w);
+	return cuda_launched(dev, op,
+	                     cuda_launch_norm(&vx, a ? &va : NULL, norm_a, w_a ? &vwa : NULL,
+	                                      eps_a, w ? &vw : NULL, eps, &vo, dev->stream));
+}
+
 q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *w, float eps,
                           const struct q4kh_tensor *out)
 {
-	struct cuda_view vx, vw, vo;
 	const struct q4kh_check c = cuda_contract(dev);
 	q4kh_status st;
 
-	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)) ||
-	    (st = cuda_enter(dev, "rms_norm")))
+	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
-	vx = cuda_view_of(x);
-	vo = cuda_view_of(out);
-	if (w)
-		vw = cuda_view_of(w);
-	return cuda_launched(dev, "rms_norm",
-	                cuda_launch_rms_norm(&vx, w ? &vw : NULL, eps, &vo,
-	                                     dev->stream));
+	return launch_norm(dev, "rms_norm", x, NULL, 0, NULL, 0.0f, w, eps, out);
 }
 
 q4kh_status cuda_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -105,21 +126,12 @@ q4kh_status cuda_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                               const struct q4kh_tensor *w, float eps,
                               const struct q4kh_tensor *out)
 {
-	struct cuda_view vx, va, vw, vo;
 	const struct q4kh_check c = cuda_contract(dev);
 	q4kh_status st;
 
-	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)) ||
-	    (st = cuda_enter(dev, "add_rms_norm")))
+	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)))
 		return st;
-	vx = cuda_view_of(x);
-	va = cuda_view_of(a);
-	vo = cuda_view_of(out);
-	if (w)
-		vw = cuda_view_of(w);
-	return cuda_launched(dev, "add_rms_norm",
-	                cuda_launch_add_rms_norm(&vx, &va, w ? &vw : NULL, eps,
-	                                         &vo, dev->stream));
+	return launch_norm(dev, "add_rms_norm", x, a, 0, NULL, 0.0f, w, eps, out);
 }
 
 q4kh_status cuda_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -128,24 +140,12 @@ q4kh_status cuda_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tenso
                                    const struct q4kh_tensor *w, float eps,
                                    const struct q4kh_tensor *out)
 {
-	struct cuda_view vx, va, vwa, vw, vo;
 	const struct q4kh_check c = cuda_contract(dev);
 	q4kh_status st;
 
-	if ((st = q4kh_check_norm_add_rms_norm(&c, x, a, w_a, eps_a, w, eps, out)) ||
-	    (st = cuda_enter(dev, "norm_add_rms_norm")))
+	if ((st = q4kh_check_norm_add_rms_norm(&c, x, a, w_a, eps_a, w, eps, out)))
 		return st;
-	vx = cuda_view_of(x);
-	va = cuda_view_of(a);
-	vo = cuda_view_of(out);
-	if (w_a)
-		vwa = cuda_view_of(w_a);
-	if (w)
-		vw = cuda_view_of(w);
-	return cuda_launched(dev, "norm_add_rms_norm",
-	                     cuda_launch_norm_add_rms_norm(&vx, &va, w_a ? &vwa : NULL, eps_a,
-	                                                   w ? &vw : NULL, eps, &vo,
-	                                                   dev->stream));
+	return launch_norm(dev, "norm_add_rms_norm", x, a, 1, w_a, eps_a, w, eps, out);
 }
 
 q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -368,7 +368,8 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
 	return cuda_launched(dev, op,
 	                cuda_launch_attention(&vq, &vk, &vv, &a, &vo,
 	                                      scratch ? dev->scratch : NULL,
-	                                      dev->sms, dev->fault, dev->stream));
+	                                      dev->sms, dev->cc_major, dev->fault,
+	                                      dev->stream));
 }
 
 q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,

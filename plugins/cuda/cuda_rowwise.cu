@@ -269,10 +269,10 @@ static const struct cuda_view none = { NULL, 0, { 0 }, { 0 } };
 
 /* rms_norm_kernel over x's rows: after x += a when A is not NULL, and
  * after a's own norm (wa, which may be NULL, and eps_a) when NORM_A. */
-static cudaError_t launch_norm(const struct cuda_view *x, const struct cuda_view *a,
-                               bool norm_a, const struct cuda_view *wa, float eps_a,
-                               const struct cuda_view *w, float eps,
-                               const struct cuda_view *out, cudaStream_t s)
+extern "C" cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
+                                        int norm_a, const struct cuda_view *wa, float eps_a,
+                                        const struct cuda_view *w, float eps,
+                                        const struct cuda_view *out, cudaStream_t s)
 {
 	const int64_t rows = view_rows(x);
 	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
@@ -288,37 +288,6 @@ static cudaError_t launch_norm(const struct cuda_view *x, const struct cuda_view
 		rms_norm_kernel<false, false><<<g, threads, 0, s>>>(*x, none, NULL, 0.0f, wd, eps,
 		                                                    *out);
 	return cudaGetLastError();
-}
-
-extern "C" cudaError_t cuda_launch_norm_add_rms_norm(const struct cuda_view *x,
-                                                     const struct cuda_view *a,
-                                                     const struct cuda_view *wa,
-                                                     float eps_a,
-                                                     const struct cuda_view *w,
-                                                     float eps,
-                                                     const struct cuda_view *out,
-                                                     cudaStream_t s)
-{
-	return launch_norm(x, a, true, wa, eps_a, w, eps, out, s);
-}
-
-extern "C" cudaError_t cuda_launch_add_rms_norm(const struct cuda_view *x,
-                                                const struct cuda_view *a,
-                                                const struct cuda_view *w,
-                                                float eps,
-                                                const struct cuda_view *out,
-                                                cudaStream_t s)
-{
-	return launch_norm(x, a, false, NULL, 0.0f, w, eps, out, s);
-}
-
-extern "C" cudaError_t cuda_launch_rms_norm(const struct cuda_view *x,
-                                            const struct cuda_view *w,
-                                            float eps,
-                                            const struct cuda_view *out,
-                                            cudaStream_t s)
-{
-	return cuda_launch_add_rms_norm(x, NULL, w, eps, out, s);
 }
 
 extern "C" cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,

@@ -1,0 +1,180 @@
+/*
+ * The reference cpu plugin's softmax attention (grouped queries, window,
+ * soft cap, positions per query) against float64, and the ops an
+ * attention layer feeds its cache with (set_rows, rope_ext, get_rows_ext).
+ * Shared set-up and the attention workload: tests/cpu_ops_helpers.h.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops_helpers.h"
+
+/* --- attention ------------------------------------------------------------ */
+
+Test(cpu_ops, attention_gqa_window_softcap)
+{
+	struct env *e = env_open("3");
+	const struct attn_params_case {
+		int32_t window;
+		int64_t pos0;
+		float softcap;
+		uint32_t type;
+	} cases[] = {
+		{ 0, 6, 0.0f, Q4KH_TYPE_F32 }, { 4, 6, 0.0f, Q4KH_TYPE_F32 },
+		{ 0, 0, 30.0f, Q4KH_TYPE_F16 }, { 3, 11, 0.0f, Q4KH_TYPE_F16 },
+		{ 1, 2, 0.0f, Q4KH_TYPE_F32 },
+	};
+
+	rng_state = 31;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct attn_case c = {
+			.hd = 64, .nh = 4, .nkv = 2, .T = 5, .n_ctx = 16,
+			.p = { .struct_size = sizeof(struct q4kh_attn_params),
+			       .window = cases[i].window, .pos0 = cases[i].pos0,
+			       .scale = 0.125f, .softcap = cases[i].softcap },
+			.kv_type = cases[i].type,
+		};
+		float *got;
+		double *want;
+		char what[64];
+
+		run_attention(e, &c, &got, &want);
+		snprintf(what, sizeof(what), "attention case %zu", i);
+		expect_close(what, got, want, (size_t)(c.hd * c.nh * c.T), 1e-6, 1e-7);
+		free(got);
+		free(want);
+	}
+	env_close(e);
+}
+
+/* ABI 1.2: one position per query, in device memory, in any order. */
+Test(cpu_ops, attention_ext_positions_per_query)
+{
+	struct env *e = env_open("2");
+	static const int32_t pos[][5] = { { 9, 2, 15, 0, 7 }, { 4, 5, 6, 7, 8 } };
+
+	rng_state = 37;
+	for (size_t i = 0; i < sizeof(pos) / sizeof(pos[0]); i++) {
+		struct attn_case c = {
+			.hd = 32, .nh = 4, .nkv = 1, .T = 5, .n_ctx = 16,
+			.p = { .struct_size = sizeof(struct q4kh_attn_params),
+			       .window = i ? 3 : 0, .pos0 = 1000, /* ignored */
+			       .scale = 0.2f },
+			.kv_type = i ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32,
+			.pos = pos[i],
+		};
+		float *got;
+		double *want;
+
+		run_attention(e, &c, &got, &want);
+		expect_close("attention_ext", got, want, (size_t)(c.hd * c.nh * c.T), 1e-6,
+		             1e-7);
+		free(got);
+		free(want);
+	}
+	env_close(e);
+}
+
+/* ABI 1.2: the KV-cache write at rows from device memory, f32 to f16. */
+Test(cpu_ops, set_rows_writes_exactly_the_rows_named)
+{
+	struct env *e = env_open("2");
+	static const int32_t rows[3] = { 5, 1, 3 };
+	float *src;
+	uint16_t *got;
+	struct q4kh_tensor s, r, d, bad;
+
+	rng_state = 43;
+	src = random_floats(8 * 2 * 3);
+	s = f32_tensor(e, 8, 2, 3, src);
+	r = make_tensor(e, Q4KH_TYPE_I32, 3, 1, 1, rows, 0);
+	d = make_tensor(e, Q4KH_TYPE_F16, 8, 2, 6, NULL, 0);
+	cr_assert_eq(e->b->set_rows(e->dev, &s, &r, &d), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	got = malloc(2 * 8 * 2 * 6);
+	cr_assert_not_null(got);
+	cr_assert_eq(e->b->buffer_download(e->dev, d.buffer, 0, got, 2 * 8 * 2 * 6), Q4KH_OK);
+	for (int64_t j = 0; j < 6; j++) {
+		int64_t t = j == 5 ? 0 : j == 1 ? 1 : j == 3 ? 2 : -1;
+
+		for (int64_t i = 0; i < 16; i++) {
+			uint16_t want = t < 0 ? 0xFFFF : ref_to_half(src[t * 16 + i]);
+
+			cr_expect_eq(got[j * 16 + i], want, "row %lld value %lld: %04x, expected %04x",
+			             (long long)j, (long long)i, got[j * 16 + i], want);
+		}
+	}
+	bad = r;
+	bad.ne[0] = 2;
+	expect_status(e, e->b->set_rows(e->dev, &s, &bad, &d),
+	              "set_rows rows: shape {2, 1, 1, 1}, expected {3, 1, 1, 1}");
+	drop(e, &d);
+	d = make_tensor(e, Q4KH_TYPE_F16, 8, 2, 5, NULL, 0);
+	expect_status(e, e->b->set_rows(e->dev, &s, &r, &d),
+	              "set_rows rows[0] = 5, expected 0 .. 4");
+	free(src);
+	free(got);
+	drop(e, &s);
+	drop(e, &r);
+	drop(e, &d);
+	env_close(e);
+}
+
+/* ABI 1.2: rope_ext and get_rows_ext read ids and positions from tensors
+ * and give the 1.0 entries' bits. */
+Test(cpu_ops, rope_ext_and_get_rows_ext_match_the_host_memory_forms)
+{
+	struct env *e = env_open("2");
+	static const int32_t pos[3] = { 17, 3, 250 }, ids[2] = { 6, 2 };
+	struct q4kh_rope_params rp = { .struct_size = sizeof(rp), .n_rot = 16,
+		                       .mode = Q4KH_ROPE_NEOX, .base = 10000.0f,
+		                       .freq_scale = 0.5f, .attn_factor = 1.0f };
+	double *exact;
+	float *x = random_floats(32 * 2 * 3), *a, *b;
+	struct q4kh_tensor xt, o1, o2, pt, it, w;
+
+	rng_state = 47;
+	xt = f32_tensor(e, 32, 2, 3, x);
+	o1 = f32_tensor(e, 32, 2, 3, NULL);
+	o2 = f32_tensor(e, 32, 2, 3, NULL);
+	pt = make_tensor(e, Q4KH_TYPE_I32, 3, 1, 1, pos, 0);
+	cr_assert_eq(e->b->rope(e->dev, &xt, pos, 16, Q4KH_ROPE_NEOX, 10000.0f, 0.5f, &o1),
+	             Q4KH_OK);
+	cr_assert_eq(e->b->rope_ext(e->dev, &xt, &pt, &rp, &o2), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	a = fetch(e, &o1);
+	b = fetch(e, &o2);
+	cr_expect_eq(memcmp(a, b, sizeof(float) * 32 * 2 * 3), 0, "rope_ext differs from rope");
+	free(a);
+	free(b);
+	expect_status(e, e->b->rope_ext(e->dev, &xt, &pt, NULL, &o2), "rope_ext: params NULL");
+
+	w = make_weight(e, Q4KH_TYPE_Q4_K, 256, 8, &exact);
+	it = make_tensor(e, Q4KH_TYPE_I32, 2, 1, 1, ids, 0);
+	drop(e, &o1);
+	drop(e, &o2);
+	o1 = f32_tensor(e, 256, 2, 1, NULL);
+	o2 = f32_tensor(e, 256, 2, 1, NULL);
+	cr_assert_eq(e->b->get_rows(e->dev, &w, ids, 2, 0.5f, &o1), Q4KH_OK);
+	cr_assert_eq(e->b->get_rows_ext(e->dev, &w, &it, 0.5f, &o2), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	a = fetch(e, &o1);
+	b = fetch(e, &o2);
+	cr_expect_eq(memcmp(a, b, sizeof(float) * 256 * 2), 0,
+	             "get_rows_ext differs from get_rows");
+	free(a);
+	free(b);
+	free(x);
+	free(exact);
+	drop(e, &xt);
+	drop(e, &o1);
+	drop(e, &o2);
+	drop(e, &pt);
+	drop(e, &it);
+	drop(e, &w);
+	env_close(e);
+}
