@@ -161,7 +161,8 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
  * crashes or hangs is refused) and check, before any work, the values of
  * every plugin's own settings (the plugins check them:
  * q4kh_registry_check_settings) and every F2 setting of C for its plugins
- * (guard.h). 0, or the exit code with err: Q4KH_EXIT_FAIL when the scan or
+ * (guard.h), and the form of Q4KHOST_Q4K_KERNEL (policy.h). 0, or the
+ * exit code with err: Q4KH_EXIT_FAIL when the scan or
  * a helper failed or was stopped, Q4KH_EXIT_INPUT for a bad setting,
  * whoever checks it (an empty --plugin-path is refused before,
  * q4kh_cli_given_check).
@@ -174,7 +175,8 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
  * kernel variants of --kernel, else Q4KHOST_Q4K_KERNEL; KERNEL_CLI and
  * BACKEND_CLI NULL when not given) checked against R before any work or
  * output: 0, or Q4KH_EXIT_PLUGIN with err naming the unknown name and the
- * ones there.
+ * ones there; Q4KH_EXIT_INPUT when Q4KHOST_Q4K_KERNEL is no kernel list
+ * at all (q4kh_policy_kernel_env_check).
  */
 int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
                          const char *backend_cli, struct q4kh_error *err);

@@ -329,7 +329,7 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 	unsigned limit;
 
 	*out = NULL;
-	if (q4kh_enumerate_timeout(c, &limit, err))
+	if (q4kh_enumerate_timeout(c, &limit, err) || q4kh_policy_kernel_env_check(err))
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_scan(cli_path, c, out, err) || q4kh_enumerate_vet(*out, c, err))
 		return Q4KH_EXIT_FAIL;
@@ -346,6 +346,8 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
 	char origin[64];
 	const char *backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
 
+	if (q4kh_policy_kernel_env_check(err))
+		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_check_backend(r, backend, origin, err) ||
 	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, err))
 		return Q4KH_EXIT_PLUGIN;

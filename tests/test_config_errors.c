@@ -1,0 +1,64 @@
+/*
+ * Leftovers of issue 19 (the first ten minutes of a new user: errors
+ * always say why), through the real CLI (cli_rig.h): a config file or
+ * variable whose mistake, or whose origin, was not named.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_rig.h"
+#include "helpers.h"
+
+Test(config_errors, a_missing_config_file_names_who_gave_it)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char extra[4400], env[4400], want[4400], *out;
+	const char *dir = test_tmpdir();
+
+	snprintf(extra, sizeof(extra), "-n 1 --config %s/none.ini", dir);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 3, "%s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost run: %s/none.ini: No such file or directory (from --config)\n", dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+
+	snprintf(env, sizeof(env), "Q4KHOST_CONFIG=%s/none.ini", dir);
+	cr_expect_eq(q4khost_with(env, "run", NULL, plugins, "-n 1", &out), 3, "%s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost run: %s/none.ini: No such file or directory (from Q4KHOST_CONFIG)\n",
+	         dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+/* A kernel list without the form of one is a bad setting (3), as any bad
+ * environment value; a well-formed one naming nothing there is a request
+ * no plugin can honour (4). */
+Test(config_errors, a_malformed_kernel_variable_is_a_bad_setting)
+{
+	static const char *const commands[] = { "run -n 1", "validate" };
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[4400], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		cr_expect_eq(q4khost_with("Q4KHOST_Q4K_KERNEL=,,", commands[i], NULL, plugins, "",
+		                          &out), 3, "%s: %s", commands[i], out);
+		cr_expect(strstr(out, ": Q4KHOST_Q4K_KERNEL: \",,\": an empty kernel name (expected "
+		                      "a kernel variant, or none or built-in for the built-in "
+		                      "kernels)\n") != NULL, "%s: %s", commands[i], out);
+		free(out);
+	}
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_Q4K_KERNEL==cpu-simd", test_tmpdir(), args, &out), 3,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: Q4KHOST_Q4K_KERNEL: \"=cpu-simd\": an entry has "
+	                      "'=' but no device before it") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("Q4KHOST_Q4K_KERNEL=nope", "run -n 1", NULL, plugins, "", &out),
+	             4, "%s", out);
+	cr_expect(strstr(out, "q4khost run: Q4KHOST_Q4K_KERNEL: 'nope' is not a kernel variant on "
+	                      "plugin path ") != NULL, "%s", out);
+	free(out);
+}
