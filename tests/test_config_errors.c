@@ -62,3 +62,27 @@ Test(config_errors, a_malformed_kernel_variable_is_a_bad_setting)
 	                      "plugin path ") != NULL, "%s", out);
 	free(out);
 }
+
+/* A key of [plugin.NAME] that plugin NAME never reads (a typo) is named
+ * with the keys it does read; its own keys and the F2 rules are not. */
+Test(config_errors, a_plugin_key_the_plugin_never_reads_is_warned_about)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("typo.ini", "[plugin.cpu]\nthreads = 1\nthreds = 2\nf2_floor = 0.99\n");
+	char extra[4400], args[8800], want[4400], *out;
+
+	snprintf(want, sizeof(want), "%s:3: key 'threds' in section [plugin.cpu] is not read by "
+	         "plugin cpu (it reads: threads); ignored\n", cfg);
+	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost run: warning: ") != NULL && strstr(out, want) != NULL,
+	          "%s", out);
+	cr_expect_eq(count(out, "is not read by"), 1, "threads and f2_floor are read: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: warning: ") != NULL && strstr(out, want) != NULL,
+	          "%s", out);
+	free(out);
+	free(cfg);
+}

@@ -155,20 +155,27 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 int q4kh_cli_config(const char *command, const char *file, int quiet,
                     struct q4kh_config **out, struct q4kh_error *err);
 
+/* "q4khost COMMAND: warning: LINE" on stderr: the warn callback of the
+ * library's checks (config_keys.h, q4kh_registry_check_settings). */
+void q4kh_cli_warn_line(void *command, const char *line);
+
 /*
  * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out, vet
  * every backend's enumeration in a helper process (enumerate.h: one that
  * crashes or hangs is refused) and check, before any work, the values of
  * every plugin's own settings (the plugins check them:
  * q4kh_registry_check_settings) and every F2 setting of C for its plugins
- * (guard.h), and the form of Q4KHOST_Q4K_KERNEL (policy.h). 0, or the
+ * (guard.h), and the form of Q4KHOST_Q4K_KERNEL (policy.h); unless QUIET
+ * (a child process of the command, whose parent has said it), warn as
+ * COMMAND about every key of a plugin's section that the plugin did not
+ * read. 0, or the
  * exit code with err: Q4KH_EXIT_FAIL when the scan or
  * a helper failed or was stopped, Q4KH_EXIT_INPUT for a bad setting,
  * whoever checks it (an empty --plugin-path is refused before,
  * q4kh_cli_given_check).
  */
-int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
-                     struct q4kh_registry **out, struct q4kh_error *err);
+int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
+                     int quiet, struct q4kh_registry **out, struct q4kh_error *err);
 
 /*
  * The names a command was given (--backend, else Q4KHOST_BACKEND; the

@@ -280,7 +280,7 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 	return NULL;
 }
 
-static void warn_line(void *command, const char *line)
+void q4kh_cli_warn_line(void *command, const char *line)
 {
 	fprintf(stderr, "q4khost %s: warning: %s\n", (const char *)command, line);
 }
@@ -315,16 +315,16 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 		warn_ignored_env(command);
 	/* before the files: a misspelt variable may be why one is missing */
 	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
-		q4kh_env_check(warn_line, (void *)command);
+		q4kh_env_check(q4kh_cli_warn_line, (void *)command);
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)
-		q4kh_config_check(*out, warn_line, (void *)command);
+		q4kh_config_check(*out, q4kh_cli_warn_line, (void *)command);
 	return 0;
 }
 
-int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
-                     struct q4kh_registry **out, struct q4kh_error *err)
+int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
+                     int quiet, struct q4kh_registry **out, struct q4kh_error *err)
 {
 	unsigned limit;
 
@@ -333,7 +333,9 @@ int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_scan(cli_path, c, out, err) || q4kh_enumerate_vet(*out, c, err))
 		return Q4KH_EXIT_FAIL;
-	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)
+	return q4kh_registry_check_settings(*out, quiet ? NULL : q4kh_cli_warn_line,
+	                                    (void *)command, err) ||
+	               q4kh_guard_config_check(c, *out, err)
 	               ? Q4KH_EXIT_INPUT
 	               : 0;
 }

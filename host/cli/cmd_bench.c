@@ -420,7 +420,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 	                    &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+	if ((rc = q4kh_cli_plugins("bench", o.plugin_path, config, 0, &reg, &err)))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
 	if (q4kh_registry_check_backend(reg, o.backend, "--backend", &err) ||

@@ -477,7 +477,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 	if (tokenize_cases(&o, runs, n, &tok, &err) ||
 	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
+	if ((rc = q4kh_cli_plugins("qa", o.plugin_path, config, 0, &reg, &err)) ||
 	    (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;

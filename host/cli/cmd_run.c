@@ -423,7 +423,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
 			return Q4KH_EXIT_FAIL;
 	}
-	if ((rc = q4kh_cli_plugins(o->plugin_path, r->config, &r->registry, err)))
+	if ((rc = q4kh_cli_plugins("run", o->plugin_path, r->config, 0, &r->registry, err)))
 		return rc;
 	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
 	if (o->threads && set_cpu_threads(r, o->threads, err))

@@ -264,7 +264,8 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		         origin);
 		srv->rq.probe_origin = srv->deep_origin;
 	}
-	if ((rc = q4kh_cli_plugins(o->plugin_path, srv->config, &srv->registry, err)))
+	if ((rc = q4kh_cli_plugins("serve", o->plugin_path, srv->config, 0, &srv->registry,
+	                           err)))
 		return rc;
 	if (o->model)
 		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);

@@ -690,7 +690,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		n_probe = (size_t)deep.prefill;
 		q4kh_deep_describe(&deep, probe_text, sizeof(probe_text));
 	}
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
+	if ((rc = q4kh_cli_plugins("validate", o.plugin_path, config, o.one, &reg, &err)) ||
 	    (!o.one && (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err))))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
