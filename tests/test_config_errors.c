@@ -86,3 +86,24 @@ Test(config_errors, a_plugin_key_the_plugin_never_reads_is_warned_about)
 	free(out);
 	free(cfg);
 }
+
+/* "threads =" counts as unset, as docs/config.md says of every key: no
+ * error, and plugins --explain says the default holds, not a blank. */
+Test(config_errors, an_empty_value_is_the_default_and_explain_says_so)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("empty.ini", "[plugin.cpu]\nthreads =\n");
+	char extra[4400], args[8800], want[4400], *out;
+
+	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "warning"), "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "  cpu threads          (empty: the plugin's default)        "
+	         "from %s:2 [plugin.cpu]\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	free(cfg);
+}
