@@ -107,3 +107,43 @@ Test(config_errors, an_empty_value_is_the_default_and_explain_says_so)
 	free(out);
 	free(cfg);
 }
+
+/* validate and bench read Q4KHOST_F2_REQUIRE_DEEP as run and serve do: a
+ * bad value is a bad setting (3); true makes validate measure the deep
+ * probe, and bench judge its rows on it (with the receipt validate
+ * wrote). */
+Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout = 300)
+{
+	static const char *const commands[] = { "validate", "bench" };
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	const char *receipts = test_tmpdir(); /* one folder: bench finds validate's receipt */
+	char want[1024], args[8800], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
+		                          "", &out), 3, "%s: %s", commands[i], out);
+		snprintf(want, sizeof(want), "q4khost %s: Q4KHOST_F2_REQUIRE_DEEP: require_deep "
+		         "'maybe' is not one of true", commands[i]);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		free(out);
+	}
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --kernel cpu-q8act",
+	         tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "F2 probe: deep probe: ") != NULL, "%s", out);
+	cr_expect(strstr(out, " (require_deep = true at Q4KHOST_F2_REQUIRE_DEEP)\n") != NULL, "%s",
+	          out);
+	free(out);
+	snprintf(args, sizeof(args), "bench -m %s --plugin-path %s --kernels cpu-q8act -n 2 -r 1 "
+	         "--no-built-in", tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "; F2 auto (from default) on the deep probe (require_deep = true at "
+	                      "Q4KHOST_F2_REQUIRE_DEEP)\n") != NULL, "%s", out);
+	/* the deep probe's own receipt, not a deep one standing in for the
+	 * built-in probe's ("deep receipt of"), nor a fresh measurement */
+	cr_expect(strstr(out, "  receipt of ") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "fresh"), "%s", out);
+	free(out);
+}

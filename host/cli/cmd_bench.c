@@ -19,6 +19,7 @@
 #include "candidates.h"
 #include "cli.h"
 #include "config.h"
+#include "deep.h"
 #include "greedy.h"
 #include "guard.h"
 #include "interrupt.h"
@@ -55,7 +56,9 @@ static void usage(FILE *out)
 	        "prefill of a fixed prompt, then N greedy decode tokens; the mean of R\n"
 	        "passes after a warm-up pass), and each\n"
 	        "variant's F2 verdict, minimum cosine and near-ties (a valid receipt, or\n"
-	        "a fresh measurement in a child process). Only what passes F2 is timed.\n\n"
+	        "a fresh measurement in a child process), on the deep probe when\n"
+	        "[f2] require_deep or Q4KHOST_F2_REQUIRE_DEEP is true, as run judges.\n"
+	        "Only what passes F2 is timed.\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --kernels LIST    variants to compare, as q4khost run --kernel\n"
 	        "                        (default: $Q4KHOST_Q4K_KERNEL, else every variant\n"
@@ -396,8 +399,9 @@ int q4kh_cmd_bench(int argc, char **argv)
 	enum q4kh_f2_mode mode;
 	size_t n = 0, n_ids = 0, n_probe = 0;
 	int32_t *ids = NULL, *probe = NULL;
-	char model_path[4096], origin[700], fresh_source[760];
-	int rc = parse(argc, argv, &o), bad_file, untimed = 0, reported = 0;
+	struct q4kh_deep_plan deep = { 0 };
+	char model_path[4096], origin[700], fresh_source[760], deep_why[700] = "";
+	int rc = parse(argc, argv, &o), bad_file, untimed = 0, reported = 0, deep_required;
 
 	if (rc > 0)
 		return Q4KH_EXIT_OK;
@@ -412,14 +416,21 @@ int q4kh_cmd_bench(int argc, char **argv)
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("bench", o.config_file, 0, &config, &err))
 		goto out;
-	if (q4kh_settings_f2_mode(config, o.f2, &mode, origin, sizeof(origin), &bad_file, &err)) {
+	if (q4kh_settings_f2_mode(config, o.f2, &mode, origin, sizeof(origin), &bad_file, &err) ||
+	    q4kh_settings_f2_deep_probe(config, &deep_required, deep_why, sizeof(deep_why),
+	                                &bad_file, &err)) {
 		rc = bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 		goto out;
 	}
+	/* The verdict a row shows is the one run would get: on the deep
+	 * probe when run asks for deep receipts. */
 	if (tokenize_prompt(o.model, o.prompt ? o.prompt : q4kh_f2_probe_text, &ids, &n_ids,
 	                    &err) ||
-	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+	    (deep_required ? q4kh_deep_probe(o.model, 0, &probe, &deep, &err)
+	                   : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
 		goto out;
+	if (deep_required)
+		n_probe = (size_t)deep.prefill;
 	if ((rc = q4kh_cli_plugins("bench", o.plugin_path, config, 0, &reg, &err)))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
@@ -428,7 +439,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (mode != Q4KH_F2_OFF &&
-	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
+	    (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err) ||
+	     (deep_required && q4kh_guard_use_deep(&g, &deep, 0, &err))))
 		goto out;
 	if (o.timeout)
 		g.timeout_seconds = (unsigned)o.timeout;
@@ -470,16 +482,21 @@ int q4kh_cmd_bench(int argc, char **argv)
 		json_t *arr = json_array(), *root;
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, row_json(&rows[i], mode));
-		root = json_pack("{s:s, s:i, s:i, s:i, s:s, s:o}", "model", o.model, "prompt_tokens",
-		                 (int)n_ids, "decode_tokens", (int)o.n_decode, "repetitions",
-		                 (int)o.repetitions, "f2_mode",
-		                 q4kh_f2_mode_name(mode), "rows", arr);
+		root = json_pack("{s:s, s:i, s:i, s:i, s:s, s:s, s:o}", "model", o.model,
+		                 "prompt_tokens", (int)n_ids, "decode_tokens", (int)o.n_decode,
+		                 "repetitions", (int)o.repetitions, "f2_mode",
+		                 q4kh_f2_mode_name(mode), "f2_probe",
+		                 q4kh_f2_probe_name(deep_required ? Q4KH_F2_PROBE_DEEP
+		                                                  : Q4KH_F2_PROBE_BUILTIN),
+		                 "rows", arr);
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)\n\n",
-		       o.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin);
+		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)%s%s%s\n\n",
+		       o.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin,
+		       deep_required ? " on the deep probe (" : "", deep_why,
+		       deep_required ? ")" : "");
 		print_table(rows, n, mode);
 	}
 	rc = untimed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
@@ -496,6 +513,7 @@ out:
 	free(rows);
 	free(ids);
 	free(probe);
+	q4kh_deep_plan_free(&deep);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

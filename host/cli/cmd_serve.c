@@ -253,15 +253,13 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_settings_f2_mode(srv->config, o->f2, &srv->mode, srv->mode_origin,
 	                          sizeof(srv->mode_origin), &bad_file, err) ||
-	    q4kh_settings_f2_require_deep(srv->config, &deep, origin, sizeof(origin), &bad_file,
-	                                  err))
+	    q4kh_settings_f2_deep_probe(srv->config, &deep, srv->deep_origin,
+	                                sizeof(srv->deep_origin), &bad_file, err))
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (deep) {
 		/* deep receipts only: the guard judges on the deep probe */
 		srv->rq.probe = Q4KH_F2_PROBE_DEEP;
 		srv->rq.deep_ctx = (uint32_t)o->ctx;
-		snprintf(srv->deep_origin, sizeof(srv->deep_origin), "require_deep = true at %.600s",
-		         origin);
 		srv->rq.probe_origin = srv->deep_origin;
 	}
 	if ((rc = q4kh_cli_plugins("serve", o->plugin_path, srv->config, 0, &srv->registry,

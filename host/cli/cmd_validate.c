@@ -74,7 +74,9 @@ static void usage(FILE *out)
 	        "                        length where kernels or the model change (chunks,\n"
 	        "                        attention tiles and splits, the sliding window,\n"
 	        "                        1024, 4096), in bands, then 32 decode steps; its\n"
-	        "                        receipts are deep ones ([f2] require_deep)\n"
+	        "                        receipts are deep ones; the default when\n"
+	        "                        [f2] require_deep or Q4KHOST_F2_REQUIRE_DEEP\n"
+	        "                        is true\n"
 	        "      --ctx N           with --deep: reach at most N positions, decode\n"
 	        "                        steps included (default: the model's context)\n"
 	        "      --json            one JSON object\n"
@@ -655,10 +657,10 @@ int q4kh_cmd_validate(int argc, char **argv)
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
 	struct q4kh_deep_plan deep = { 0 };
-	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[512] = "";
-	char none_why[4096] = "";
+	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[1400] = "";
+	char none_why[4096] = "", deep_why[700] = "";
 	uint32_t types[Q4KH_TYPE_COUNT];
-	int rc = parse(argc, argv, &o), failed = 0, reported = 0;
+	int rc = parse(argc, argv, &o), failed = 0, reported = 0, deep_required = 0, bad_file;
 
 	if (rc > 0)
 		return Q4KH_EXIT_OK;
@@ -681,14 +683,26 @@ int q4kh_cmd_validate(int argc, char **argv)
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
-	    apply_sets(&o, o.one, config, &err) ||
-	    (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.model, &probe, &n_probe, &err)
-	     : o.deep    ? q4kh_deep_probe(o.model, (uint32_t)o.ctx, &probe, &deep, &err)
-	                 : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
+	    apply_sets(&o, o.one, config, &err))
+		goto out;
+	/* Deep receipts are what run and serve will ask for: make those. A
+	 * child measures the probe its parent names. */
+	if (!o.one && q4kh_settings_f2_deep_probe(config, &deep_required, deep_why,
+	                                          sizeof(deep_why), &bad_file, &err))
+		goto out;
+	o.deep |= deep_required;
+	if (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.model, &probe, &n_probe, &err)
+	    : o.deep    ? q4kh_deep_probe(o.model, (uint32_t)o.ctx, &probe, &deep, &err)
+	                : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if (o.deep) {
+		size_t len;
+
 		n_probe = (size_t)deep.prefill;
 		q4kh_deep_describe(&deep, probe_text, sizeof(probe_text));
+		len = strlen(probe_text);
+		if (deep_required)
+			snprintf(probe_text + len, sizeof(probe_text) - len, " (%s)", deep_why);
 	}
 	if ((rc = q4kh_cli_plugins("validate", o.plugin_path, config, o.one, &reg, &err)) ||
 	    (!o.one && (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err))))
