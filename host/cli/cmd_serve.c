@@ -315,9 +315,20 @@ static void announce(struct serve *srv)
 	}
 	if (p->unverified)
 		serve_log("F2 IS OFF: %s serves UNVERIFIED; /health and every response say so", p->name);
-	for (int k = 0; k < srv->n_pending; k++)
-		serve_log("F2 measures %s in the background; it serves once it passes",
-		          srv->plan[srv->pending[k]].why);
+	for (int k = 0; k < srv->n_pending; k++) {
+		const struct q4kh_select_cand *c = &srv->plan[srv->pending[k]];
+		/* WHY starts with the kernel (the variant, or the built-in
+		 * kernels) and goes on with why it was chosen: the device, which
+		 * it does not name, goes between */
+		const char *kernel = c->variant ? c->variant : "the built-in kernels";
+		size_t n = strlen(kernel);
+		const char *how = strncmp(c->why, kernel, n) ? c->why
+		                                             : c->why + n + (c->why[n] == ',' ? 2 : 0);
+
+		serve_log("F2 measures %s on %s, device %u, in the background%s%s%s; it serves "
+		          "once it passes", kernel, c->backend, c->device, *how ? " (" : "", how,
+		          *how ? ")" : "");
+	}
 	if (strcmp(srv->o.host, "127.0.0.1") && strcmp(srv->o.host, "::1") &&
 	    strcmp(srv->o.host, "localhost"))
 		serve_log("warning: --host %s may be reachable from other machines%s", srv->o.host,
