@@ -35,6 +35,7 @@
 struct validate_opts {
 	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
 	const char *probe_ids; /* --probe-ids FILE: a run's prompt as the probe */
+	const char *progress_file; /* --progress-file FILE: positions done, for the parent */
 	const char *enumerate; /* --enumerate FILE: a backend's helper process */
 	long device, timeout, ctx;
 	unsigned long long memory_limit;
@@ -90,6 +91,9 @@ static void usage(FILE *out)
 	        "                        q4khost run --f2-probe prompt writes for its\n"
 	        "                        child: a run's prompt) instead of the built-in\n"
 	        "                        probe; the receipt is the prompt probe's\n"
+	        "      --progress-file FILE\n"
+	        "                        with --one --deep: keep the positions measured so\n"
+	        "                        far in FILE (what the parent's status line shows)\n"
 	        "      --enumerate FILE  init backend plugin FILE of the plugin path, ask\n"
 	        "                        for its devices and shut it down, in this process,\n"
 	        "                        saying nothing: the helper process in which a\n"
@@ -125,7 +129,7 @@ static int has_svg_suffix(const char *path)
 /* validate's options, for parse and q4kh_cli_json_asked */
 enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
        O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
-       O_PROBE_IDS, O_ENUMERATE, O_DEEP, O_CTX };
+       O_PROBE_IDS, O_ENUMERATE, O_DEEP, O_CTX, O_PROGRESS };
 static const struct option longs[] = {
 	{ "model", required_argument, 0, 'm' },
 	{ "backend", required_argument, 0, O_BACKEND },
@@ -141,6 +145,7 @@ static const struct option longs[] = {
 	{ "one", no_argument, 0, O_ONE },
 	{ "quiet", no_argument, 0, O_QUIET },
 	{ "probe-ids", required_argument, 0, O_PROBE_IDS },
+	{ "progress-file", required_argument, 0, O_PROGRESS },
 	{ "enumerate", required_argument, 0, O_ENUMERATE },
 	{ "deep", no_argument, 0, O_DEEP },
 	{ "ctx", required_argument, 0, O_CTX },
@@ -170,6 +175,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_ONE: o->one = 1; break;
 		case O_QUIET: o->quiet = 1; break;
 		case O_PROBE_IDS: o->probe_ids = optarg; break;
+		case O_PROGRESS: o->progress_file = optarg; break;
 		case O_ENUMERATE: o->enumerate = optarg; break;
 		case O_DEEP: o->deep = 1; break;
 		case O_CTX:
@@ -250,6 +256,11 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (o->deep && o->probe_ids) {
 		q4kh_cli_usage("validate", "--deep and --probe-ids %s: one probe at a time (the deep "
 		               "suite, or a run's prompt)", o->probe_ids);
+		return -1;
+	}
+	if (o->progress_file && (!o->one || !o->deep)) {
+		q4kh_cli_usage("validate", "--progress-file %s needs --one and --deep: it is how a deep measurement's child tells its parent how far it got",
+		               o->progress_file);
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
@@ -714,6 +725,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		g.probe_kind = Q4KH_F2_PROBE_PROMPT;
 	if (o.deep && q4kh_guard_use_deep(&g, &deep, (uint32_t)o.ctx, &err))
 		goto out;
+	g.progress_file = o.progress_file;
 	if (o.timeout)
 		g.timeout_seconds = (unsigned)o.timeout;
 	if (o.memory_limit_set)
