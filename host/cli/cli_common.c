@@ -175,6 +175,47 @@ int q4kh_cli_given_check(const char *command, const struct q4kh_cli_given *g)
 	return 0;
 }
 
+int q4kh_cli_common_option(const char *command, int c, long device_max, int measure,
+                           struct q4kh_cli_common *o)
+{
+	switch (c) {
+	case 'm': o->model = optarg; break;
+	case Q4KH_OPT_BACKEND: o->backend = optarg; break;
+	case Q4KH_OPT_KERNEL: o->kernel = optarg; break;
+	case Q4KH_OPT_PPATH: o->plugin_path = optarg; break;
+	case Q4KH_OPT_CONFIG: o->config_file = optarg; break;
+	case Q4KH_OPT_JSON: o->json = 1; break;
+	case Q4KH_OPT_REVALIDATE:
+		o->f2 = "fresh";
+		o->mode = Q4KH_F2_FRESH;
+		break;
+	case Q4KH_OPT_F2:
+		if (measure && q4kh_cli_f2_measure_mode(command, optarg, &o->mode))
+			return -1;
+		o->f2 = optarg;
+		break;
+	case Q4KH_OPT_DEVICE:
+		if (q4kh_cli_parse_long(command, optarg, "--device", 0, device_max, &o->device))
+			return -1;
+		o->device_set = 1;
+		break;
+	case Q4KH_OPT_TIMEOUT:
+		if (q4kh_cli_timeout(command, optarg, &o->timeout))
+			return -1;
+		break;
+	default: return 0;
+	}
+	return 1;
+}
+
+int q4kh_cli_common_check(const char *command, const char *kernel_option,
+                          const struct q4kh_cli_common *o)
+{
+	return q4kh_cli_given_check(command, &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                                     o->plugin_path, o->backend,
+	                                                     kernel_option, o->kernel });
+}
+
 void q4kh_cli_json_error(const char *message)
 {
 	json_t *j = json_pack("{s:s}", "error", message);
