@@ -68,7 +68,8 @@ Test(config_errors, a_malformed_kernel_variable_is_a_bad_setting)
 Test(config_errors, a_plugin_key_the_plugin_never_reads_is_warned_about)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *cfg = file_with("typo.ini", "[plugin.cpu]\nthreads = 1\nthreds = 2\nf2_floor = 0.99\n");
+	char *cfg = file_with("typo.ini",
+	                      "[plugin.cpu]\nthreads = 1\nthreds = 2\nf2_floor = 0.99\n");
 	char extra[4400], args[8800], want[4400], *out;
 
 	snprintf(want, sizeof(want), "%s:3: key 'threds' in section [plugin.cpu] is not read by "

@@ -63,7 +63,8 @@ static void plugin_settings(const struct q4kh_registry *r, const struct q4kh_con
 			if (json)
 				json_object_set_new(jp, keys[k], setting(v, origin));
 			else /* "key =" counts as unset: say so, not a blank */
-				print_setting(name, *v ? v : "(empty: the plugin's default)", origin);
+				print_setting(name, *v ? v : "(empty: the plugin's default)",
+				              origin);
 		}
 		shown += n;
 		if (json && n)

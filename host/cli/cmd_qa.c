@@ -429,7 +429,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 		json_decref(skipped);
 		if (rc > 0)
 			return Q4KH_EXIT_OK;
-		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, Q4KH_OPT_JSON)) /* said on stderr */
+		/* said on stderr; with --json, as an object too */
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, Q4KH_OPT_JSON))
 			q4kh_cli_json_error(q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}

@@ -322,8 +322,9 @@ static void announce(struct serve *srv)
 		 * it does not name, goes between */
 		const char *kernel = c->variant ? c->variant : "the built-in kernels";
 		size_t n = strlen(kernel);
-		const char *how = strncmp(c->why, kernel, n) ? c->why
-		                                             : c->why + n + (c->why[n] == ',' ? 2 : 0);
+		const char *how = strncmp(c->why, kernel, n)  ? c->why
+		                  : c->why[n] == ',' ? c->why + n + 2
+		                                     : c->why + n;
 
 		serve_log("F2 measures %s on %s, device %u, in the background%s%s%s; it serves "
 		          "once it passes", kernel, c->backend, c->device, *how ? " (" : "", how,

@@ -202,8 +202,8 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		q4kh_cli_extra_argument("validate", argv[optind]);
 		return -1;
 	}
-	if (o->enumerate && (o->c.model || o->c.backend || o->c.kernel || o->c.device_set || o->one ||
-	                     o->c.json || o->plot || o->probe_ids || o->c.timeout ||
+	if (o->enumerate && (o->c.model || o->c.backend || o->c.kernel || o->c.device_set ||
+	                     o->one || o->c.json || o->plot || o->probe_ids || o->c.timeout ||
 	                     o->memory_limit_set || o->c.mode)) {
 		q4kh_cli_usage("validate", "--enumerate takes only --plugin-path, --config and "
 		               "--set: it tries one backend's enumeration, nothing else");
@@ -408,7 +408,8 @@ static int why_none(const struct q4kh_registry *reg, const struct validate_opts 
 #define ADD(...) (used += used < cap ? (size_t)snprintf(buf + used, cap - used, __VA_ARGS__) : 0)
 	if (!filtered)
 		ADD("nothing to validate");
-	else if (o->c.backend && !strcmp(o->c.backend, "cpu") && o->c.kernel && !strcmp(o->c.kernel, "none"))
+	else if (o->c.backend && !strcmp(o->c.backend, "cpu") && o->c.kernel &&
+	         !strcmp(o->c.kernel, "none"))
 		ADD("%s: cpu's built-in kernels are the reference F2 compares against, not a "
 		    "candidate", flags + 1);
 	else if (o->c.backend && !strcmp(o->c.backend, "cpu") && !o->c.kernel)
@@ -715,8 +716,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rc = Q4KH_EXIT_PLUGIN;
 		goto out;
 	}
-	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set, (uint32_t)o.c.device,
-		                                 o.c.kernel, types, 0 };
+	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set,
+		                                 (uint32_t)o.c.device, o.c.kernel, types, 0 };
 	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||
 	    q4kh_candidates_list(reg, &filter, &list, &n, &err))
 		goto out;

@@ -292,7 +292,8 @@ int q4kh_config_load(const char *sysconfdir, const char *cli_file,
 		char why[sizeof(err->msg)];
 
 		snprintf(why, sizeof(why), "%s", err->msg);
-		q4kh_fail(err, "%.900s (from %s)", why, cli_file == env ? "Q4KHOST_CONFIG" : "--config");
+		q4kh_fail(err, "%.900s (from %s)", why,
+		          cli_file == env ? "Q4KHOST_CONFIG" : "--config");
 		goto fail;
 	}
 	*out = c;
