@@ -615,6 +615,12 @@ Test(diagnostics, a_deep_measurement_shows_the_positions_done, .timeout = 240)
 	cr_expect(strstr(out, " of 1024 positions: checking cpu/cpu-q8act...\033[K") != NULL,
 	          "%s", out);
 	free(out);
+	/* the child's option, refused anywhere else */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "validate --deep --progress-file x", &out), 2,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --progress-file x needs --one and --deep") != NULL,
+	          "%s", out);
+	free(out);
 }
 
 /* --- a machine without an NVIDIA driver ---------------------------------- */

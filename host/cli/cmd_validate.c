@@ -196,7 +196,9 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (q4kh_cli_common_check("validate", "--kernel", &o->c))
 		return -1;
 	if (q4kh_cli_not_empty("validate", "--probe-ids", o->probe_ids,
-	                       "the path of a file of token ids"))
+	                       "the path of a file of token ids") ||
+	    q4kh_cli_not_empty("validate", "--progress-file", o->progress_file,
+	                       "the path of a file the parent made"))
 		return -1;
 	if (optind < argc) {
 		q4kh_cli_extra_argument("validate", argv[optind]);
