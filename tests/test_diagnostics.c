@@ -598,6 +598,31 @@ Test(diagnostics, a_long_prefill_and_a_bench_show_progress_on_a_terminal, .timeo
 	free(out);
 }
 
+/* validate --deep takes minutes on a real model: its line says how far the
+ * measurement got, the positions done of the probe's, not only seconds
+ * (the child keeps the count in a file that goes with it). */
+Test(diagnostics, a_deep_measurement_shows_the_positions_done, .timeout = 240)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	char args[8192], *out;
+
+	snprintf(args, sizeof(args), "validate --deep --ctx 1024 --kernel cpu-q8act -m %s "
+	         "--plugin-path %s", tiny_model(), plugins);
+	cr_assert_eq(q4khost_on_a_terminal(test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "\rq4khost validate: F2, 0 s: checking cpu/cpu-q8act (device 0) vs "
+	                      "the") != NULL, "%s", out);
+	/* cut at the terminal's 80 columns: what moves comes first */
+	cr_expect(strstr(out, " of 1024 positions: checking cpu/cpu-q8act...\033[K") != NULL,
+	          "%s", out);
+	free(out);
+	/* the child's option, refused anywhere else */
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "validate --deep --progress-file x", &out), 2,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --progress-file x needs --one and --deep") != NULL,
+	          "%s", out);
+	free(out);
+}
+
 /* --- a machine without an NVIDIA driver ---------------------------------- */
 
 Test(diagnostics, without_a_driver_the_cuda_plugin_says_nothing)

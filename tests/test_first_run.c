@@ -610,7 +610,8 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 	}
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
 	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts "
-	                      "only),\n") != NULL, "%s", out);
+	                      "only,\nvalidate and bench judge on the deep probe),\n") != NULL, "%s",
+	          out);
 	cr_expect(strstr(out, "a setting's value in a file or the\n            environment") !=
 	          NULL, "%s", out);
 	free(out);

@@ -715,7 +715,7 @@ static void expect_config_error(const char *text, const char *after_file)
 	cr_assert_eq(setenv("XDG_CONFIG_HOME", sys, 1), 0);
 	cr_assert_eq(q4kh_config_load(sys, file, &c, &err), -1);
 	cr_assert_null(c);
-	snprintf(expected, sizeof(expected), "%s%s", file, after_file);
+	snprintf(expected, sizeof(expected), "%s%s (from --config)", file, after_file);
 	cr_assert_str_eq(err.msg, expected);
 	free(file);
 	free(sys);
@@ -768,7 +768,7 @@ Test(loader, missing_cli_config_is_an_error)
 
 	cr_assert_eq(setenv("XDG_CONFIG_HOME", top, 1), 0);
 	cr_assert_eq(q4kh_config_load(top, file, &c, &err), -1);
-	snprintf(expected, sizeof(expected), "%s: No such file or directory", file);
+	snprintf(expected, sizeof(expected), "%s: No such file or directory (from --config)", file);
 	cr_assert_str_eq(err.msg, expected);
 	free(file);
 }

@@ -857,3 +857,26 @@ Test(serve, an_empty_key_is_warned_about_and_any_model_name_is_served, .timeout 
 	reply_free(&r);
 	server_stop(&s);
 }
+
+/* Issue 19: the log names the device the background F2 measures on, and
+ * an empty 'messages' array is called empty, not just "an array". */
+Test(serve, names_the_device_f2_measures_on_and_an_empty_messages_array, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ "cpu_q8act", NULL });
+	const char *args[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", dir, NULL };
+	struct server s;
+	struct reply r;
+	char *log;
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	log = read_log(&s);
+	cr_expect_not_null(strstr(log, "q4khost serve: F2 measures cpu-q8act on cpu, device 0, in "
+	                               "the background (by score ("), "%s", log);
+	free(log);
+	r = http(&s, "POST", "/v1/chat/completions", "{\"messages\": []}");
+	cr_expect_eq(r.status, 400, "%s", r.body);
+	cr_expect_not_null(strstr(r.body, "'messages' must be a non-empty array, got an empty "
+	                                  "array\""), "%s", r.body);
+	reply_free(&r);
+	server_stop(&s);
+}

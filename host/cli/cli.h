@@ -88,6 +88,55 @@ struct q4kh_cli_given {
 int q4kh_cli_given_check(const char *command, const struct q4kh_cli_given *given);
 
 /*
+ * The options that bench, qa and validate share: one table and one parser,
+ * so that each takes them, and words their mistakes, alike. A command's
+ * table starts with Q4KH_CLI_COMMON_OPTIONS(KERNEL), KERNEL the name of
+ * its kernel option ("kernel", or bench's "kernels"), and its own options
+ * take values from Q4KH_OPT_OWN on; its short options string holds "m:".
+ */
+enum {
+	Q4KH_OPT_BACKEND = 256, Q4KH_OPT_DEVICE, Q4KH_OPT_KERNEL, Q4KH_OPT_F2,
+	Q4KH_OPT_REVALIDATE, Q4KH_OPT_TIMEOUT, Q4KH_OPT_PPATH, Q4KH_OPT_CONFIG, Q4KH_OPT_JSON,
+	Q4KH_OPT_OWN
+};
+#define Q4KH_CLI_COMMON_OPTIONS(KERNEL)                                          \
+	{ "model", required_argument, 0, 'm' },                                  \
+	{ "backend", required_argument, 0, Q4KH_OPT_BACKEND },                   \
+	{ "device", required_argument, 0, Q4KH_OPT_DEVICE },                     \
+	{ KERNEL, required_argument, 0, Q4KH_OPT_KERNEL },                       \
+	{ "f2", required_argument, 0, Q4KH_OPT_F2 },                             \
+	{ "revalidate", no_argument, 0, Q4KH_OPT_REVALIDATE },                   \
+	{ "timeout", required_argument, 0, Q4KH_OPT_TIMEOUT },                   \
+	{ "plugin-path", required_argument, 0, Q4KH_OPT_PPATH },                 \
+	{ "config", required_argument, 0, Q4KH_OPT_CONFIG },                     \
+	{ "json", no_argument, 0, Q4KH_OPT_JSON }
+
+struct q4kh_cli_common {
+	const char *model, *backend, *kernel, *plugin_path, *config_file;
+	const char *f2;         /* --f2 as given, "fresh" for --revalidate; NULL: neither */
+	enum q4kh_f2_mode mode; /* with MEASURE (below): --f2 as auto or fresh; else auto */
+	long device, timeout;   /* timeout 0: not given */
+	int device_set, json;
+};
+
+/*
+ * Take option C, what getopt_long returned, into O when it is a shared
+ * one: 1; 0 when it is not; -1 when its value is bad, said in one line on
+ * stderr as COMMAND's. DEVICE_MAX: the highest --device. MEASURE: --f2
+ * takes auto or fresh only (q4kh_cli_f2_measure_mode: validate and qa,
+ * which measure), else any value, judged with the setting later (bench).
+ */
+int q4kh_cli_common_option(const char *command, int c, long device_max, int measure,
+                           struct q4kh_cli_common *o);
+
+/*
+ * q4kh_cli_given_check of the shared options, once they are parsed;
+ * KERNEL_OPTION: "--kernel" or "--kernels".
+ */
+int q4kh_cli_common_check(const char *command, const char *kernel_option,
+                          const struct q4kh_cli_common *o);
+
+/*
  * A command's error as its --json output: one JSON object on stdout,
  * {"error": MESSAGE}, the key run's --json object carries its error in,
  * so a script reading stdout never meets empty or half output.
@@ -155,26 +204,35 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 int q4kh_cli_config(const char *command, const char *file, int quiet,
                     struct q4kh_config **out, struct q4kh_error *err);
 
+/* "q4khost COMMAND: warning: LINE" on stderr: the warn callback of the
+ * library's checks (config_keys.h, q4kh_registry_check_settings). */
+void q4kh_cli_warn_line(void *command, const char *line);
+
 /*
  * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out, vet
  * every backend's enumeration in a helper process (enumerate.h: one that
  * crashes or hangs is refused) and check, before any work, the values of
  * every plugin's own settings (the plugins check them:
  * q4kh_registry_check_settings) and every F2 setting of C for its plugins
- * (guard.h). 0, or the exit code with err: Q4KH_EXIT_FAIL when the scan or
+ * (guard.h), and the form of Q4KHOST_Q4K_KERNEL (policy.h); unless QUIET
+ * (a child process of the command, whose parent has said it), warn as
+ * COMMAND about every key of a plugin's section that the plugin did not
+ * read. 0, or the
+ * exit code with err: Q4KH_EXIT_FAIL when the scan or
  * a helper failed or was stopped, Q4KH_EXIT_INPUT for a bad setting,
  * whoever checks it (an empty --plugin-path is refused before,
  * q4kh_cli_given_check).
  */
-int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
-                     struct q4kh_registry **out, struct q4kh_error *err);
+int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
+                     int quiet, struct q4kh_registry **out, struct q4kh_error *err);
 
 /*
  * The names a command was given (--backend, else Q4KHOST_BACKEND; the
  * kernel variants of --kernel, else Q4KHOST_Q4K_KERNEL; KERNEL_CLI and
  * BACKEND_CLI NULL when not given) checked against R before any work or
  * output: 0, or Q4KH_EXIT_PLUGIN with err naming the unknown name and the
- * ones there.
+ * ones there; Q4KH_EXIT_INPUT when Q4KHOST_Q4K_KERNEL is no kernel list
+ * at all (q4kh_policy_kernel_env_check).
  */
 int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
                          const char *backend_cli, struct q4kh_error *err);

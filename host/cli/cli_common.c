@@ -175,6 +175,47 @@ int q4kh_cli_given_check(const char *command, const struct q4kh_cli_given *g)
 	return 0;
 }
 
+int q4kh_cli_common_option(const char *command, int c, long device_max, int measure,
+                           struct q4kh_cli_common *o)
+{
+	switch (c) {
+	case 'm': o->model = optarg; break;
+	case Q4KH_OPT_BACKEND: o->backend = optarg; break;
+	case Q4KH_OPT_KERNEL: o->kernel = optarg; break;
+	case Q4KH_OPT_PPATH: o->plugin_path = optarg; break;
+	case Q4KH_OPT_CONFIG: o->config_file = optarg; break;
+	case Q4KH_OPT_JSON: o->json = 1; break;
+	case Q4KH_OPT_REVALIDATE:
+		o->f2 = "fresh";
+		o->mode = Q4KH_F2_FRESH;
+		break;
+	case Q4KH_OPT_F2:
+		if (measure && q4kh_cli_f2_measure_mode(command, optarg, &o->mode))
+			return -1;
+		o->f2 = optarg;
+		break;
+	case Q4KH_OPT_DEVICE:
+		if (q4kh_cli_parse_long(command, optarg, "--device", 0, device_max, &o->device))
+			return -1;
+		o->device_set = 1;
+		break;
+	case Q4KH_OPT_TIMEOUT:
+		if (q4kh_cli_timeout(command, optarg, &o->timeout))
+			return -1;
+		break;
+	default: return 0;
+	}
+	return 1;
+}
+
+int q4kh_cli_common_check(const char *command, const char *kernel_option,
+                          const struct q4kh_cli_common *o)
+{
+	return q4kh_cli_given_check(command, &(struct q4kh_cli_given){ o->model, o->config_file,
+	                                                     o->plugin_path, o->backend,
+	                                                     kernel_option, o->kernel });
+}
+
 void q4kh_cli_json_error(const char *message)
 {
 	json_t *j = json_pack("{s:s}", "error", message);
@@ -280,7 +321,7 @@ const char *q4kh_cli_model(const char *given, char *buf, size_t cap, struct q4kh
 	return NULL;
 }
 
-static void warn_line(void *command, const char *line)
+void q4kh_cli_warn_line(void *command, const char *line)
 {
 	fprintf(stderr, "q4khost %s: warning: %s\n", (const char *)command, line);
 }
@@ -315,25 +356,27 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 		warn_ignored_env(command);
 	/* before the files: a misspelt variable may be why one is missing */
 	if (!quiet && !q4kh_secure_mode()) /* else every variable is ignored, said above */
-		q4kh_env_check(warn_line, (void *)command);
+		q4kh_env_check(q4kh_cli_warn_line, (void *)command);
 	if (q4kh_config_load(NULL, file, out, err))
 		return -1;
 	if (!quiet)
-		q4kh_config_check(*out, warn_line, (void *)command);
+		q4kh_config_check(*out, q4kh_cli_warn_line, (void *)command);
 	return 0;
 }
 
-int q4kh_cli_plugins(const char *cli_path, const struct q4kh_config *c,
-                     struct q4kh_registry **out, struct q4kh_error *err)
+int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
+                     int quiet, struct q4kh_registry **out, struct q4kh_error *err)
 {
 	unsigned limit;
 
 	*out = NULL;
-	if (q4kh_enumerate_timeout(c, &limit, err))
+	if (q4kh_enumerate_timeout(c, &limit, err) || q4kh_policy_kernel_env_check(err))
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_scan(cli_path, c, out, err) || q4kh_enumerate_vet(*out, c, err))
 		return Q4KH_EXIT_FAIL;
-	return q4kh_registry_check_settings(*out, err) || q4kh_guard_config_check(c, *out, err)
+	return q4kh_registry_check_settings(*out, quiet ? NULL : q4kh_cli_warn_line,
+	                                    (void *)command, err) ||
+	               q4kh_guard_config_check(c, *out, err)
 	               ? Q4KH_EXIT_INPUT
 	               : 0;
 }
@@ -346,6 +389,8 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
 	char origin[64];
 	const char *backend = q4kh_settings_backend(backend_cli, origin, sizeof(origin));
 
+	if (q4kh_policy_kernel_env_check(err))
+		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_check_backend(r, backend, origin, err) ||
 	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, err))
 		return Q4KH_EXIT_PLUGIN;

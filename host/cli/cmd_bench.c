@@ -19,6 +19,7 @@
 #include "candidates.h"
 #include "cli.h"
 #include "config.h"
+#include "deep.h"
 #include "greedy.h"
 #include "guard.h"
 #include "interrupt.h"
@@ -30,9 +31,10 @@
 #include "tokenizer.h"
 
 struct bench_opts {
-	const char *model, *kernels, *backend, *plugin_path, *config_file, *prompt, *f2;
-	long device, n_decode, repetitions, timeout;
-	int device_set, json, no_built_in;
+	struct q4kh_cli_common c; /* kernel: --kernels LIST */
+	const char *prompt;
+	long n_decode, repetitions;
+	int no_built_in;
 };
 
 struct row {
@@ -55,7 +57,9 @@ static void usage(FILE *out)
 	        "prefill of a fixed prompt, then N greedy decode tokens; the mean of R\n"
 	        "passes after a warm-up pass), and each\n"
 	        "variant's F2 verdict, minimum cosine and near-ties (a valid receipt, or\n"
-	        "a fresh measurement in a child process). Only what passes F2 is timed.\n\n"
+	        "a fresh measurement in a child process), on the deep probe when\n"
+	        "[f2] require_deep or Q4KHOST_F2_REQUIRE_DEEP is true, as run judges.\n"
+	        "Only what passes F2 is timed.\n\n"
 	        "  -m, --model FILE      GGUF model (default: as q4khost run)\n"
 	        "      --kernels LIST    variants to compare, as q4khost run --kernel\n"
 	        "                        (default: $Q4KHOST_Q4K_KERNEL, else every variant\n"
@@ -95,22 +99,12 @@ static int parse_count(const char *s, const char *what, long lo, long hi, long *
 }
 
 /* bench's options, for parse and q4kh_cli_json_asked */
-enum { O_KERNELS = 256, O_BACKEND, O_DEVICE, O_F2, O_REVALIDATE, O_TIMEOUT,
-       O_PPATH, O_CONFIG, O_JSON, O_NO_BUILT_IN };
+enum { O_NO_BUILT_IN = Q4KH_OPT_OWN };
 static const struct option longs[] = {
-	{ "model", required_argument, 0, 'm' },
-	{ "kernels", required_argument, 0, O_KERNELS },
-	{ "backend", required_argument, 0, O_BACKEND },
-	{ "device", required_argument, 0, O_DEVICE },
+	Q4KH_CLI_COMMON_OPTIONS("kernels"),
 	{ "n-decode", required_argument, 0, 'n' },
 	{ "repetitions", required_argument, 0, 'r' },
 	{ "prompt", required_argument, 0, 'p' },
-	{ "f2", required_argument, 0, O_F2 },
-	{ "revalidate", no_argument, 0, O_REVALIDATE },
-	{ "timeout", required_argument, 0, O_TIMEOUT },
-	{ "plugin-path", required_argument, 0, O_PPATH },
-	{ "config", required_argument, 0, O_CONFIG },
-	{ "json", no_argument, 0, O_JSON },
 	{ "no-built-in", no_argument, 0, O_NO_BUILT_IN },
 	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
@@ -127,16 +121,14 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
+		int common = q4kh_cli_common_option("bench", c, 1023, 0, &o->c);
+
+		if (common < 0)
+			return -1;
+		if (common)
+			continue;
 		switch (c) {
-		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
-		case O_KERNELS: o->kernels = optarg; break;
-		case O_BACKEND: o->backend = optarg; break;
-		case O_F2: o->f2 = optarg; break;
-		case O_REVALIDATE: o->f2 = "fresh"; break;
-		case O_PPATH: o->plugin_path = optarg; break;
-		case O_CONFIG: o->config_file = optarg; break;
-		case O_JSON: o->json = 1; break;
 		case O_NO_BUILT_IN: o->no_built_in = 1; break;
 		case 'n':
 			if (parse_count(optarg, "--n-decode", 1, 1 << 16, &o->n_decode))
@@ -146,22 +138,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			if (parse_count(optarg, "--repetitions", 1, 100, &o->repetitions))
 				return -1;
 			break;
-		case O_DEVICE:
-			if (parse_count(optarg, "--device", 0, 1023, &o->device))
-				return -1;
-			o->device_set = 1;
-			break;
-		case O_TIMEOUT:
-			if (parse_count(optarg, "--timeout (seconds)", 1, Q4KH_TIMEOUT_MAX_S, &o->timeout))
-				return -1;
-			break;
 		case 'h': usage(stdout); return 1;
 		default: q4kh_cli_bad_option("bench", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_given_check("bench", &(struct q4kh_cli_given){ o->model, o->config_file,
-	                                                  o->plugin_path, o->backend,
-	                                                  "--kernels", o->kernels }))
+	if (q4kh_cli_common_check("bench", "--kernels", &o->c))
 		return -1;
 	if (optind < argc) {
 		q4kh_cli_extra_argument("bench", argv[optind]);
@@ -196,9 +177,9 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 	struct row row = { 0 };
 	size_t before = *n, used = strlen(others);
 
-	if (q4kh_backend_open(p, (uint32_t)o->device, &b, NULL))
+	if (q4kh_backend_open(p, (uint32_t)o->c.device, &b, NULL))
 		return 0; /* no such device */
-	if (q4kh_policy_order(r, NULL, o->kernels, "--kernels", &b, &ord, err)) {
+	if (q4kh_policy_order(r, NULL, o->c.kernel, "--kernels", &b, &ord, err)) {
 		q4kh_backend_close(&b);
 		return -1;
 	}
@@ -221,7 +202,7 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 			j++;
 		if (j < *n)
 			continue;
-		row.c = (struct q4kh_candidate){ p->name, (uint32_t)o->device, variant };
+		row.c = (struct q4kh_candidate){ p->name, (uint32_t)o->c.device, variant };
 		row.reference = !variant && !strcmp(p->name, "cpu");
 		if (push(rows, n, &row))
 			return q4kh_fail(err, "out of memory");
@@ -239,7 +220,7 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
-		    (o->backend && strcmp(o->backend, p->name)))
+		    (o->c.backend && strcmp(o->c.backend, p->name)))
 			continue;
 		any = 1;
 		if (backend_rows(r, o, p, rows, n, others, sizeof(others), err))
@@ -247,9 +228,9 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
 	}
 	if (!any)
 		return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s)",
-		                 o->backend ? o->backend : "(any)", r->path, r->path_origin);
+		                 o->c.backend ? o->c.backend : "(any)", r->path, r->path_origin);
 	if (*n == 0)
-		return q4kh_fail(err, "nothing to compare on device %ld%s%s", o->device,
+		return q4kh_fail(err, "nothing to compare on device %ld%s%s", o->c.device,
 		                 others[0] ? ": the kernels named are for other backends: " : "",
 		                 others);
 	return 0;
@@ -396,43 +377,52 @@ int q4kh_cmd_bench(int argc, char **argv)
 	enum q4kh_f2_mode mode;
 	size_t n = 0, n_ids = 0, n_probe = 0;
 	int32_t *ids = NULL, *probe = NULL;
-	char model_path[4096], origin[700], fresh_source[760];
-	int rc = parse(argc, argv, &o), bad_file, untimed = 0, reported = 0;
+	struct q4kh_deep_plan deep = { 0 };
+	char model_path[4096], origin[700], fresh_source[760], deep_why[700] = "";
+	int rc = parse(argc, argv, &o), bad_file, untimed = 0, reported = 0, deep_required;
 
 	if (rc > 0)
 		return Q4KH_EXIT_OK;
 	if (rc) { /* said on stderr */
-		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON))
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, Q4KH_OPT_JSON))
 			q4kh_cli_json_error(q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}
 	q4kh_interrupt_install();
 	q4kh_progress_init("bench");
 	rc = Q4KH_EXIT_INPUT;
-	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
-	    q4kh_cli_config("bench", o.config_file, 0, &config, &err))
+	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("bench", o.c.config_file, 0, &config, &err))
 		goto out;
-	if (q4kh_settings_f2_mode(config, o.f2, &mode, origin, sizeof(origin), &bad_file, &err)) {
+	if (q4kh_settings_f2_mode(config, o.c.f2, &mode, origin, sizeof(origin), &bad_file, &err) ||
+	    q4kh_settings_f2_deep_probe(config, &deep_required, deep_why, sizeof(deep_why),
+	                                &bad_file, &err)) {
 		rc = bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 		goto out;
 	}
-	if (tokenize_prompt(o.model, o.prompt ? o.prompt : q4kh_f2_probe_text, &ids, &n_ids,
+	/* The verdict a row shows is the one run would get: on the deep
+	 * probe when run asks for deep receipts. */
+	if (tokenize_prompt(o.c.model, o.prompt ? o.prompt : q4kh_f2_probe_text, &ids, &n_ids,
 	                    &err) ||
-	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+	    (deep_required ? q4kh_deep_probe(o.c.model, 0, &probe, &deep, &err)
+	                   : q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err)))
 		goto out;
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)))
+	if (deep_required)
+		n_probe = (size_t)deep.prefill;
+	if ((rc = q4kh_cli_plugins("bench", o.c.plugin_path, config, 0, &reg, &err)))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
-	if (q4kh_registry_check_backend(reg, o.backend, "--backend", &err) ||
+	if (q4kh_registry_check_backend(reg, o.c.backend, "--backend", &err) ||
 	    collect(reg, &o, &rows, &n, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (mode != Q4KH_F2_OFF &&
-	    q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
+	    (q4kh_guard_init(&g, reg, config, o.c.model, probe, n_probe, &err) ||
+	     (deep_required && q4kh_guard_use_deep(&g, &deep, 0, &err))))
 		goto out;
-	if (o.timeout)
-		g.timeout_seconds = (unsigned)o.timeout;
-	g.config_file = o.config_file;
+	if (o.c.timeout)
+		g.timeout_seconds = (unsigned)o.c.timeout;
+	g.config_file = o.c.config_file;
 	q4kh_settings_f2_source(origin, "fresh", fresh_source, sizeof(fresh_source));
 	g.fresh_source = fresh_source;
 	for (size_t i = 0; i < n; i++) {
@@ -462,24 +452,29 @@ int q4kh_cmd_bench(int argc, char **argv)
 		}
 		q4kh_progress("row %zu of %zu: timing %s/%s: a %zu-token prefill, then %ld decode tokens, %ld+1 passes",
 		              i + 1, n, r->c.backend, kernel_name(r), n_ids, o.n_decode, o.repetitions);
-		time_row(reg, o.model, ids, n_ids, o.n_decode, o.repetitions, r);
+		time_row(reg, o.c.model, ids, n_ids, o.n_decode, o.repetitions, r);
 		q4kh_progress_clear();
 		untimed |= !r->timed;
 	}
-	if (o.json) {
+	if (o.c.json) {
 		json_t *arr = json_array(), *root;
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, row_json(&rows[i], mode));
-		root = json_pack("{s:s, s:i, s:i, s:i, s:s, s:o}", "model", o.model, "prompt_tokens",
-		                 (int)n_ids, "decode_tokens", (int)o.n_decode, "repetitions",
-		                 (int)o.repetitions, "f2_mode",
-		                 q4kh_f2_mode_name(mode), "rows", arr);
+		root = json_pack("{s:s, s:i, s:i, s:i, s:s, s:s, s:o}", "model", o.c.model,
+		                 "prompt_tokens", (int)n_ids, "decode_tokens", (int)o.n_decode,
+		                 "repetitions", (int)o.repetitions, "f2_mode",
+		                 q4kh_f2_mode_name(mode), "f2_probe",
+		                 q4kh_f2_probe_name(deep_required ? Q4KH_F2_PROBE_DEEP
+		                                                  : Q4KH_F2_PROBE_BUILTIN),
+		                 "rows", arr);
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)\n\n",
-		       o.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin);
+		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)%s%s%s\n\n",
+		       o.c.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin,
+		       deep_required ? " on the deep probe (" : "", deep_why,
+		       deep_required ? ")" : "");
 		print_table(rows, n, mode);
 	}
 	rc = untimed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
@@ -492,10 +487,11 @@ int q4kh_cmd_bench(int argc, char **argv)
 	}
 out:
 	if (err.msg[0]) /* with --json, an object of its own unless the report's is out */
-		q4kh_cli_error("bench", o.json && !reported, rc, err.msg);
+		q4kh_cli_error("bench", o.c.json && !reported, rc, err.msg);
 	free(rows);
 	free(ids);
 	free(probe);
+	q4kh_deep_plan_free(&deep);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

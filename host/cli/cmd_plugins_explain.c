@@ -62,8 +62,9 @@ static void plugin_settings(const struct q4kh_registry *r, const struct q4kh_con
 			snprintf(name, sizeof(name), "%s %s", p->name, keys[k]);
 			if (json)
 				json_object_set_new(jp, keys[k], setting(v, origin));
-			else
-				print_setting(name, v, origin);
+			else /* "key =" counts as unset: say so, not a blank */
+				print_setting(name, *v ? v : "(empty: the plugin's default)",
+				              origin);
 		}
 		shown += n;
 		if (json && n)

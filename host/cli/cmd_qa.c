@@ -30,11 +30,10 @@
 #include "tokenizer.h"
 
 struct qa_opts {
-	const char *model, *cases, *backend, *kernel, *plugin_path, *config_file;
+	struct q4kh_cli_common c;
+	const char *cases;
 	const char *chat_template; /* --chat-template NAME, NULL: the file's */
-	long device, timeout;
-	int device_set, json, no_parse_special;
-	enum q4kh_f2_mode mode;
+	int no_parse_special;
 };
 
 /* A path a case runs on: the reference, or a candidate that passed F2. */
@@ -100,20 +99,10 @@ static void usage(FILE *out)
 }
 
 /* qa's options, for parse and q4kh_cli_json_asked */
-enum { O_CASES = 256, O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE,
-       O_TIMEOUT, O_PPATH, O_CONFIG, O_JSON, O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
+enum { O_CASES = Q4KH_OPT_OWN, O_CHAT_TEMPLATE, O_NO_PARSE_SPECIAL };
 static const struct option longs[] = {
+	Q4KH_CLI_COMMON_OPTIONS("kernel"),
 	{ "cases", required_argument, 0, O_CASES },
-	{ "model", required_argument, 0, 'm' },
-	{ "backend", required_argument, 0, O_BACKEND },
-	{ "device", required_argument, 0, O_DEVICE },
-	{ "kernel", required_argument, 0, O_KERNEL },
-	{ "f2", required_argument, 0, O_F2 },
-	{ "revalidate", no_argument, 0, O_REVALIDATE },
-	{ "timeout", required_argument, 0, O_TIMEOUT },
-	{ "plugin-path", required_argument, 0, O_PPATH },
-	{ "config", required_argument, 0, O_CONFIG },
-	{ "json", no_argument, 0, O_JSON },
 	{ "chat-template", required_argument, 0, O_CHAT_TEMPLATE },
 	{ "no-parse-special", no_argument, 0, O_NO_PARSE_SPECIAL },
 	{ "help", no_argument, 0, 'h' },
@@ -131,14 +120,14 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
+		int common = q4kh_cli_common_option("qa", c, INT32_MAX, 1, &o->c);
+
+		if (common < 0)
+			return -1;
+		if (common)
+			continue;
 		switch (c) {
 		case O_CASES: o->cases = optarg; break;
-		case 'm': o->model = optarg; break;
-		case O_BACKEND: o->backend = optarg; break;
-		case O_KERNEL: o->kernel = optarg; break;
-		case O_PPATH: o->plugin_path = optarg; break;
-		case O_CONFIG: o->config_file = optarg; break;
-		case O_JSON: o->json = 1; break;
 		case O_CHAT_TEMPLATE:
 			if (q4kh_prompt_family(optarg, &family, &err)) {
 				q4kh_cli_usage("qa", "%s", err.msg);
@@ -147,27 +136,11 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 			o->chat_template = optarg;
 			break;
 		case O_NO_PARSE_SPECIAL: o->no_parse_special = 1; break;
-		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
-		case O_F2:
-			if (q4kh_cli_f2_measure_mode("qa", optarg, &o->mode))
-				return -1;
-			break;
-		case O_DEVICE:
-			if (q4kh_cli_parse_long("qa", optarg, "--device", 0, INT32_MAX, &o->device))
-				return -1;
-			o->device_set = 1;
-			break;
-		case O_TIMEOUT:
-			if (q4kh_cli_timeout("qa", optarg, &o->timeout))
-				return -1;
-			break;
 		case 'h': usage(stdout); return 1;
 		default: q4kh_cli_bad_option("qa", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_given_check("qa", &(struct q4kh_cli_given){ o->model, o->config_file,
-	                                               o->plugin_path, o->backend, "--kernel",
-	                                               o->kernel }))
+	if (q4kh_cli_common_check("qa", "--kernel", &o->c))
 		return -1;
 	if (optind < argc) {
 		q4kh_cli_extra_argument("qa", argv[optind]);
@@ -192,7 +165,7 @@ static int tokenize_cases(const struct qa_opts *o, struct qa_case_run *runs, siz
 	char warning[512];
 	int rc = -1;
 
-	if (q4kh_gguf_open(o->model, &g, err) || q4kh_tokenizer_load(g, tok, err) ||
+	if (q4kh_gguf_open(o->c.model, &g, err) || q4kh_tokenizer_load(g, tok, err) ||
 	    q4kh_prompt_init(&p, g, o->chat_template, !o->no_parse_special, err))
 		goto out;
 	if (q4kh_prompt_warning(&p, warning, sizeof(warning)))
@@ -294,14 +267,14 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
                         json_t *skipped, struct q4kh_error *err)
 {
 	uint32_t types[Q4KH_TYPE_COUNT];
-	struct q4kh_candidate_filter f = { o->backend, o->device_set, (uint32_t)o->device,
-		                           o->kernel, types, 0 };
+	struct q4kh_candidate_filter f = { o->c.backend, o->c.device_set, (uint32_t)o->c.device,
+		                           o->c.kernel, types, 0 };
 	struct q4kh_candidate_entry *list = NULL;
 	struct q4kh_guard g = { 0 };
 	size_t n = 0;
 
 	/* a variant with none of the model's types is not applicable */
-	if (q4kh_model_types_at(o->model, types, Q4KH_TYPE_COUNT, &f.n_types, err) ||
+	if (q4kh_model_types_at(o->c.model, types, Q4KH_TYPE_COUNT, &f.n_types, err) ||
 	    q4kh_candidates_list(r, &f, &list, &n, err))
 		return -1;
 	*paths = calloc(n + 1, sizeof(**paths));
@@ -313,13 +286,13 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 	snprintf((*paths)[0].name, sizeof((*paths)[0].name), "cpu/built-in");
 	snprintf((*paths)[0].f2, sizeof((*paths)[0].f2), "the reference");
 	*n_paths = 1;
-	if (n && q4kh_guard_init(&g, r, config, o->model, probe, n_probe, err)) {
+	if (n && q4kh_guard_init(&g, r, config, o->c.model, probe, n_probe, err)) {
 		free(list);
 		return -1;
 	}
-	if (o->timeout)
-		g.timeout_seconds = (unsigned)o->timeout;
-	g.config_file = o->config_file;
+	if (o->c.timeout)
+		g.timeout_seconds = (unsigned)o->c.timeout;
+	g.config_file = o->c.config_file;
 	for (size_t i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
@@ -328,7 +301,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 
 		snprintf(name, sizeof(name), "%s on device %u",
 		         q4kh_candidate_name(&list[i].c, p->name, sizeof(p->name)), list[i].c.device);
-		if (q4kh_guard_check(&g, &list[i].c, &list[i].dev, o->mode, &d, &e)) {
+		if (q4kh_guard_check(&g, &list[i].c, &list[i].dev, o->c.mode, &d, &e)) {
 			json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "path", name,
 			                                         "verdict", "error", "message", e.msg));
 			continue;
@@ -380,7 +353,7 @@ static json_t *report_json(const struct qa_opts *o, const struct path *paths,
 		                                    "min_margin_step", (json_int_t)runs[i].min_step,
 		                                    "results", res));
 	}
-	return json_pack("{s:s, s:s, s:f, s:o, s:O, s:o, s:i, s:i, s:i}", "model", o->model,
+	return json_pack("{s:s, s:s, s:f, s:o, s:O, s:o, s:i, s:i, s:i}", "model", o->c.model,
 	                 "cases_file", o->cases, "tolerance", tolerance, "paths", jp,
 	                 "skipped", skipped, "cases", jc, "passed", counts[0], "failed",
 	                 counts[1], "knife_edge", counts[2]);
@@ -396,7 +369,7 @@ static void report_text(const struct qa_opts *o, const struct path *paths, size_
 	printf("model %s\n%zu cases from %s\n"
 	       "knife-edge tolerance %.2f: a smaller top-2 margin anywhere on the\n"
 	       "reference's greedy path refuses a case as a golden\n\n",
-	       o->model, n, o->cases, tolerance);
+	       o->c.model, n, o->cases, tolerance);
 	for (i = 0; i < n_paths; i++)
 		printf("path: %s (%s)\n", paths[i].name, paths[i].f2);
 	json_array_foreach(skipped, i, s)
@@ -456,15 +429,16 @@ int q4kh_cmd_qa(int argc, char **argv)
 		json_decref(skipped);
 		if (rc > 0)
 			return Q4KH_EXIT_OK;
-		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON)) /* said on stderr */
+		/* said on stderr; with --json, as an object too */
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, Q4KH_OPT_JSON))
 			q4kh_cli_json_error(q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}
 	q4kh_progress_init("qa");
 	q4kh_f2_rules_default(&rules);
 	rc = Q4KH_EXIT_INPUT;
-	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
-	    q4kh_cli_config("qa", o.config_file, 0, &config, &err) ||
+	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("qa", o.c.config_file, 0, &config, &err) ||
 	    q4kh_qa_cases_load(o.cases, &cases, &n, &err))
 		goto out;
 	runs = calloc(n, sizeof(*runs));
@@ -475,10 +449,10 @@ int q4kh_cmd_qa(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		runs[i] = (struct qa_case_run){ .qc = &cases[i], .min_margin = NAN, .min_step = -1 };
 	if (tokenize_cases(&o, runs, n, &tok, &err) ||
-	    q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err))
+	    q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err))
 		goto out;
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
-	    (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err)))
+	if ((rc = q4kh_cli_plugins("qa", o.c.plugin_path, config, 0, &reg, &err)) ||
+	    (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
@@ -489,14 +463,14 @@ int q4kh_cmd_qa(int argc, char **argv)
 			goto out;
 		}
 	for (size_t p = 0; p < n_paths; p++)
-		run_path(reg, o.model, tok, &paths[p], p, runs, n, rules.near_tie_logits);
+		run_path(reg, o.c.model, tok, &paths[p], p, runs, n, rules.near_tie_logits);
 	for (size_t i = 0; i < n; i++) {
 		int ok = runs[i].results[0].ran;
 		for (size_t p = 0; ok && !runs[i].knife_edge && p < n_paths; p++)
 			ok = runs[i].results[p].pass;
 		counts[runs[i].knife_edge ? 2 : ok ? 0 : 1]++;
 	}
-	if (o.json) {
+	if (o.c.json) {
 		json_t *root = report_json(&o, paths, n_paths, skipped, runs, n,
 		                           rules.near_tie_logits, counts);
 		json_dumpf(root, stdout, JSON_INDENT(2));
@@ -509,7 +483,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 	err.msg[0] = 0;
 out:
 	if (err.msg[0]) /* the report's object, when printed, took err's place */
-		q4kh_cli_error("qa", o.json, rc, err.msg);
+		q4kh_cli_error("qa", o.c.json, rc, err.msg);
 	for (size_t i = 0; runs && i < n; i++) {
 		for (size_t p = 0; runs[i].results && p < n_paths; p++)
 			free(runs[i].results[p].text);

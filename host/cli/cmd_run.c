@@ -390,7 +390,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	char model_path[4096];
 	struct q4kh_session_params sp = { 0 };
 	struct q4kh_select_request rq = { 0 };
-	char origin[700], backend_origin[64], probe_origin[700], deep_origin[640];
+	char origin[700], backend_origin[64], probe_origin[700];
 	int bad_file, rc, deep;
 
 	if (q4kh_cli_config("run", o->config_file, 0, &r->config, err))
@@ -400,16 +400,14 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (q4kh_settings_f2_probe(r->config, o->f2_probe, &rq.probe, probe_origin,
 	                           sizeof(probe_origin), &bad_file, err) ||
-	    q4kh_settings_f2_require_deep(r->config, &deep, deep_origin, sizeof(deep_origin),
-	                                  &bad_file, err))
+	    q4kh_settings_f2_deep_probe(r->config, &deep, probe_origin, sizeof(probe_origin),
+	                                &bad_file, err))
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (deep) {
 		/* deep receipts only: F2 measures the deep probe where none is
 		 * valid, as it measures any probe without a receipt */
 		rq.probe = Q4KH_F2_PROBE_DEEP;
 		rq.deep_ctx = (uint32_t)o->ctx;
-		snprintf(probe_origin, sizeof(probe_origin), "require_deep = true at %.600s",
-		         deep_origin);
 	}
 	if (o->threads) {
 		char v[32];
@@ -423,7 +421,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
 			return Q4KH_EXIT_FAIL;
 	}
-	if ((rc = q4kh_cli_plugins(o->plugin_path, r->config, &r->registry, err)))
+	if ((rc = q4kh_cli_plugins("run", o->plugin_path, r->config, 0, &r->registry, err)))
 		return rc;
 	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
 	if (o->threads && set_cpu_threads(r, o->threads, err))

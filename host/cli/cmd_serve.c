@@ -253,18 +253,17 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_settings_f2_mode(srv->config, o->f2, &srv->mode, srv->mode_origin,
 	                          sizeof(srv->mode_origin), &bad_file, err) ||
-	    q4kh_settings_f2_require_deep(srv->config, &deep, origin, sizeof(origin), &bad_file,
-	                                  err))
+	    q4kh_settings_f2_deep_probe(srv->config, &deep, srv->deep_origin,
+	                                sizeof(srv->deep_origin), &bad_file, err))
 		return bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 	if (deep) {
 		/* deep receipts only: the guard judges on the deep probe */
 		srv->rq.probe = Q4KH_F2_PROBE_DEEP;
 		srv->rq.deep_ctx = (uint32_t)o->ctx;
-		snprintf(srv->deep_origin, sizeof(srv->deep_origin), "require_deep = true at %.600s",
-		         origin);
 		srv->rq.probe_origin = srv->deep_origin;
 	}
-	if ((rc = q4kh_cli_plugins(o->plugin_path, srv->config, &srv->registry, err)))
+	if ((rc = q4kh_cli_plugins("serve", o->plugin_path, srv->config, 0, &srv->registry,
+	                           err)))
 		return rc;
 	if (o->model)
 		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);
@@ -316,9 +315,21 @@ static void announce(struct serve *srv)
 	}
 	if (p->unverified)
 		serve_log("F2 IS OFF: %s serves UNVERIFIED; /health and every response say so", p->name);
-	for (int k = 0; k < srv->n_pending; k++)
-		serve_log("F2 measures %s in the background; it serves once it passes",
-		          srv->plan[srv->pending[k]].why);
+	for (int k = 0; k < srv->n_pending; k++) {
+		const struct q4kh_select_cand *c = &srv->plan[srv->pending[k]];
+		/* WHY starts with the kernel (the variant, or the built-in
+		 * kernels) and goes on with why it was chosen: the device, which
+		 * it does not name, goes between */
+		const char *kernel = c->variant ? c->variant : "the built-in kernels";
+		size_t n = strlen(kernel);
+		const char *how = strncmp(c->why, kernel, n)  ? c->why
+		                  : c->why[n] == ',' ? c->why + n + 2
+		                                     : c->why + n;
+
+		serve_log("F2 measures %s on %s, device %u, in the background%s%s%s; it serves "
+		          "once it passes", kernel, c->backend, c->device, *how ? " (" : "", how,
+		          *how ? ")" : "");
+	}
 	if (strcmp(srv->o.host, "127.0.0.1") && strcmp(srv->o.host, "::1") &&
 	    strcmp(srv->o.host, "localhost"))
 		serve_log("warning: --host %s may be reachable from other machines%s", srv->o.host,

@@ -33,13 +33,14 @@
 #include "settings.h"
 
 struct validate_opts {
-	const char *model, *backend, *kernel, *plugin_path, *config_file, *plot;
+	struct q4kh_cli_common c;
+	const char *plot;
 	const char *probe_ids; /* --probe-ids FILE: a run's prompt as the probe */
+	const char *progress_file; /* --progress-file FILE: positions done, for the parent */
 	const char *enumerate; /* --enumerate FILE: a backend's helper process */
-	long device, timeout, ctx;
+	long ctx;
 	unsigned long long memory_limit;
-	int one, quiet, json, device_set, memory_limit_set, deep;
-	enum q4kh_f2_mode mode;
+	int one, quiet, memory_limit_set, deep;
 	const char *set[Q4KH_GUARD_OVERRIDES]; /* --set SECTION:KEY=VALUE */
 	int n_set;
 };
@@ -74,7 +75,9 @@ static void usage(FILE *out)
 	        "                        length where kernels or the model change (chunks,\n"
 	        "                        attention tiles and splits, the sliding window,\n"
 	        "                        1024, 4096), in bands, then 32 decode steps; its\n"
-	        "                        receipts are deep ones ([f2] require_deep)\n"
+	        "                        receipts are deep ones; the default when\n"
+	        "                        [f2] require_deep or Q4KHOST_F2_REQUIRE_DEEP\n"
+	        "                        is true\n"
 	        "      --ctx N           with --deep: reach at most N positions, decode\n"
 	        "                        steps included (default: the model's context)\n"
 	        "      --json            one JSON object\n"
@@ -88,6 +91,9 @@ static void usage(FILE *out)
 	        "                        q4khost run --f2-probe prompt writes for its\n"
 	        "                        child: a run's prompt) instead of the built-in\n"
 	        "                        probe; the receipt is the prompt probe's\n"
+	        "      --progress-file FILE\n"
+	        "                        with --one --deep: keep the positions measured so\n"
+	        "                        far in FILE (what the parent's status line shows)\n"
 	        "      --enumerate FILE  init backend plugin FILE of the plugin path, ask\n"
 	        "                        for its devices and shut it down, in this process,\n"
 	        "                        saying nothing: the helper process in which a\n"
@@ -121,24 +127,15 @@ static int has_svg_suffix(const char *path)
 }
 
 /* validate's options, for parse and q4kh_cli_json_asked */
-enum { O_BACKEND = 256, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_TIMEOUT,
-       O_PPATH, O_CONFIG, O_JSON, O_ONE, O_PLOT, O_MEMORY, O_QUIET, O_SET,
-       O_PROBE_IDS, O_ENUMERATE, O_DEEP, O_CTX };
+enum { O_ONE = Q4KH_OPT_OWN, O_PLOT, O_MEMORY, O_QUIET, O_SET, O_PROBE_IDS, O_ENUMERATE,
+       O_DEEP, O_CTX, O_PROGRESS };
 static const struct option longs[] = {
-	{ "model", required_argument, 0, 'm' },
-	{ "backend", required_argument, 0, O_BACKEND },
-	{ "device", required_argument, 0, O_DEVICE },
-	{ "kernel", required_argument, 0, O_KERNEL },
-	{ "f2", required_argument, 0, O_F2 },
-	{ "revalidate", no_argument, 0, O_REVALIDATE },
-	{ "timeout", required_argument, 0, O_TIMEOUT },
+	Q4KH_CLI_COMMON_OPTIONS("kernel"),
 	{ "memory-limit", required_argument, 0, O_MEMORY },
-	{ "plugin-path", required_argument, 0, O_PPATH },
-	{ "config", required_argument, 0, O_CONFIG },
-	{ "json", no_argument, 0, O_JSON },
 	{ "one", no_argument, 0, O_ONE },
 	{ "quiet", no_argument, 0, O_QUIET },
 	{ "probe-ids", required_argument, 0, O_PROBE_IDS },
+	{ "progress-file", required_argument, 0, O_PROGRESS },
 	{ "enumerate", required_argument, 0, O_ENUMERATE },
 	{ "deep", no_argument, 0, O_DEEP },
 	{ "ctx", required_argument, 0, O_CTX },
@@ -158,16 +155,17 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, SHORTS, longs, NULL)) != -1) {
+		int common = q4kh_cli_common_option("validate", c, INT32_MAX, 1, &o->c);
+
+		if (common < 0)
+			return -1;
+		if (common)
+			continue;
 		switch (c) {
-		case 'm': o->model = optarg; break;
-		case O_BACKEND: o->backend = optarg; break;
-		case O_KERNEL: o->kernel = optarg; break;
-		case O_PPATH: o->plugin_path = optarg; break;
-		case O_CONFIG: o->config_file = optarg; break;
-		case O_JSON: o->json = 1; break;
 		case O_ONE: o->one = 1; break;
 		case O_QUIET: o->quiet = 1; break;
 		case O_PROBE_IDS: o->probe_ids = optarg; break;
+		case O_PROGRESS: o->progress_file = optarg; break;
 		case O_ENUMERATE: o->enumerate = optarg; break;
 		case O_DEEP: o->deep = 1; break;
 		case O_CTX:
@@ -184,20 +182,6 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 			o->set[o->n_set++] = optarg;
 			break;
 		case O_PLOT: o->plot = optarg; break;
-		case O_REVALIDATE: o->mode = Q4KH_F2_FRESH; break;
-		case O_F2:
-			if (q4kh_cli_f2_measure_mode("validate", optarg, &o->mode))
-				return -1;
-			break;
-		case O_DEVICE:
-			if (q4kh_cli_parse_long("validate", optarg, "--device", 0, INT32_MAX, &o->device))
-				return -1;
-			o->device_set = 1;
-			break;
-		case O_TIMEOUT:
-			if (q4kh_cli_timeout("validate", optarg, &o->timeout))
-				return -1;
-			break;
 		case O_MEMORY:
 			if (q4kh_cli_parse_long("validate", optarg, "--memory-limit (MiB; 0: no limit)",
 			                        0, (long)Q4KH_MEMORY_LIMIT_MAX_MIB, &memory_limit))
@@ -209,25 +193,25 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		default: q4kh_cli_bad_option("validate", argv, c); return -1;
 		}
 	}
-	if (q4kh_cli_given_check("validate", &(struct q4kh_cli_given){ o->model, o->config_file,
-	                                                     o->plugin_path, o->backend,
-	                                                     "--kernel", o->kernel }))
+	if (q4kh_cli_common_check("validate", "--kernel", &o->c))
 		return -1;
 	if (q4kh_cli_not_empty("validate", "--probe-ids", o->probe_ids,
-	                       "the path of a file of token ids"))
+	                       "the path of a file of token ids") ||
+	    q4kh_cli_not_empty("validate", "--progress-file", o->progress_file,
+	                       "the path of a file the parent made"))
 		return -1;
 	if (optind < argc) {
 		q4kh_cli_extra_argument("validate", argv[optind]);
 		return -1;
 	}
-	if (o->enumerate && (o->model || o->backend || o->kernel || o->device_set || o->one ||
-	                     o->json || o->plot || o->probe_ids || o->timeout ||
-	                     o->memory_limit_set || o->mode)) {
+	if (o->enumerate && (o->c.model || o->c.backend || o->c.kernel || o->c.device_set ||
+	                     o->one || o->c.json || o->plot || o->probe_ids || o->c.timeout ||
+	                     o->memory_limit_set || o->c.mode)) {
 		q4kh_cli_usage("validate", "--enumerate takes only --plugin-path, --config and "
 		               "--set: it tries one backend's enumeration, nothing else");
 		return -1;
 	}
-	if (o->one && (!o->backend || !o->kernel)) {
+	if (o->one && (!o->c.backend || !o->c.kernel)) {
 		q4kh_cli_usage("validate", "--one needs --backend and --kernel");
 		return -1;
 	}
@@ -248,6 +232,11 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (o->deep && o->probe_ids) {
 		q4kh_cli_usage("validate", "--deep and --probe-ids %s: one probe at a time (the deep "
 		               "suite, or a run's prompt)", o->probe_ids);
+		return -1;
+	}
+	if (o->progress_file && (!o->one || !o->deep)) {
+		q4kh_cli_usage("validate", "--progress-file %s needs --one and --deep: it is how a deep measurement's child tells its parent how far it got",
+		               o->progress_file);
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
@@ -405,26 +394,27 @@ static int why_none(const struct q4kh_registry *reg, const struct validate_opts 
 	struct q4kh_candidate_entry *list = NULL;
 	size_t n = 0, used = 0;
 	char flags[512] = "", name[256];
-	int filtered = o->backend || o->device_set || o->kernel;
+	int filtered = o->c.backend || o->c.device_set || o->c.kernel;
 
 	if (q4kh_candidates_list(reg, &all, &list, &n, err))
 		return -1;
-	if (o->backend)
+	if (o->c.backend)
 		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --backend %s",
-		         o->backend);
-	if (o->device_set)
+		         o->c.backend);
+	if (o->c.device_set)
 		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --device %ld",
-		         o->device);
-	if (o->kernel)
+		         o->c.device);
+	if (o->c.kernel)
 		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --kernel %s",
-		         o->kernel);
+		         o->c.kernel);
 #define ADD(...) (used += used < cap ? (size_t)snprintf(buf + used, cap - used, __VA_ARGS__) : 0)
 	if (!filtered)
 		ADD("nothing to validate");
-	else if (o->backend && !strcmp(o->backend, "cpu") && o->kernel && !strcmp(o->kernel, "none"))
+	else if (o->c.backend && !strcmp(o->c.backend, "cpu") && o->c.kernel &&
+	         !strcmp(o->c.kernel, "none"))
 		ADD("%s: cpu's built-in kernels are the reference F2 compares against, not a "
 		    "candidate", flags + 1);
-	else if (o->backend && !strcmp(o->backend, "cpu") && !o->kernel)
+	else if (o->c.backend && !strcmp(o->c.backend, "cpu") && !o->c.kernel)
 		ADD("%s: cpu is the reference F2 compares against, not a candidate, and no kernel "
 		    "variant for it applies to this model", flags + 1);
 	else
@@ -506,8 +496,8 @@ static json_t *probe_json(const struct validate_opts *o, const struct q4kh_deep_
 static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
                        struct q4kh_error *err)
 {
-	struct q4kh_candidate c = { o->backend, (uint32_t)o->device,
-	                            strcmp(o->kernel, "none") ? o->kernel : NULL };
+	struct q4kh_candidate c = { o->c.backend, (uint32_t)o->c.device,
+	                            strcmp(o->c.kernel, "none") ? o->c.kernel : NULL };
 	struct q4kh_receipt rc;
 	enum q4kh_f2_verdict v;
 
@@ -615,11 +605,11 @@ static int enumerate_one(const struct validate_opts *o)
 	const struct q4kh_plugin *p = NULL;
 	int rc = Q4KH_EXIT_INPUT;
 
-	if (q4kh_cli_config("validate", o->config_file, 1, &config, &err) ||
+	if (q4kh_cli_config("validate", o->c.config_file, 1, &config, &err) ||
 	    apply_sets(o, 1, config, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_registry_scan(o->plugin_path, config, &reg, &err))
+	if (q4kh_registry_scan(o->c.plugin_path, config, &reg, &err))
 		goto out;
 	for (size_t i = 0; !p && i < reg->n_plugins; i++)
 		if (!strcmp(reg->plugins[i].path, o->enumerate) &&
@@ -655,15 +645,15 @@ int q4kh_cmd_validate(int argc, char **argv)
 	int32_t *probe = NULL;
 	size_t n_probe = 0;
 	struct q4kh_deep_plan deep = { 0 };
-	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[512] = "";
-	char none_why[4096] = "";
+	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[1400] = "";
+	char none_why[4096] = "", deep_why[700] = "";
 	uint32_t types[Q4KH_TYPE_COUNT];
-	int rc = parse(argc, argv, &o), failed = 0, reported = 0;
+	int rc = parse(argc, argv, &o), failed = 0, reported = 0, deep_required = 0, bad_file;
 
 	if (rc > 0)
 		return Q4KH_EXIT_OK;
 	if (rc) { /* said on stderr */
-		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON))
+		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, Q4KH_OPT_JSON))
 			q4kh_cli_json_error(q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}
@@ -679,45 +669,58 @@ int q4kh_cmd_validate(int argc, char **argv)
 		goto out;
 	}
 	rc = Q4KH_EXIT_INPUT;
-	if (!(o.model = q4kh_cli_model(o.model, model_path, sizeof(model_path), &err)) ||
-	    q4kh_cli_config("validate", o.config_file, o.one, &config, &err) ||
-	    apply_sets(&o, o.one, config, &err) ||
-	    (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.model, &probe, &n_probe, &err)
-	     : o.deep    ? q4kh_deep_probe(o.model, (uint32_t)o.ctx, &probe, &deep, &err)
-	                 : q4kh_guard_probe(o.model, NULL, &probe, &n_probe, &err)))
+	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
+	    q4kh_cli_config("validate", o.c.config_file, o.one, &config, &err) ||
+	    apply_sets(&o, o.one, config, &err))
+		goto out;
+	/* Deep receipts are what run and serve will ask for: make those. A
+	 * child measures the probe its parent names. */
+	if (!o.one && q4kh_settings_f2_deep_probe(config, &deep_required, deep_why,
+	                                          sizeof(deep_why), &bad_file, &err))
+		goto out;
+	o.deep |= deep_required;
+	if (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.c.model, &probe, &n_probe, &err)
+	    : o.deep    ? q4kh_deep_probe(o.c.model, (uint32_t)o.ctx, &probe, &deep, &err)
+	                : q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if (o.deep) {
+		size_t len;
+
 		n_probe = (size_t)deep.prefill;
 		q4kh_deep_describe(&deep, probe_text, sizeof(probe_text));
+		len = strlen(probe_text);
+		if (deep_required)
+			snprintf(probe_text + len, sizeof(probe_text) - len, " (%s)", deep_why);
 	}
-	if ((rc = q4kh_cli_plugins(o.plugin_path, config, &reg, &err)) ||
-	    (!o.one && (rc = q4kh_cli_check_names(reg, o.kernel, o.backend, &err))))
+	if ((rc = q4kh_cli_plugins("validate", o.c.plugin_path, config, o.one, &reg, &err)) ||
+	    (!o.one && (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err))))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (q4kh_guard_init(&g, reg, config, o.model, probe, n_probe, &err))
+	if (q4kh_guard_init(&g, reg, config, o.c.model, probe, n_probe, &err))
 		goto out;
 	if (o.probe_ids)
 		g.probe_kind = Q4KH_F2_PROBE_PROMPT;
 	if (o.deep && q4kh_guard_use_deep(&g, &deep, (uint32_t)o.ctx, &err))
 		goto out;
-	if (o.timeout)
-		g.timeout_seconds = (unsigned)o.timeout;
+	g.progress_file = o.progress_file;
+	if (o.c.timeout)
+		g.timeout_seconds = (unsigned)o.c.timeout;
 	if (o.memory_limit_set)
 		g.memory_limit_mib = o.memory_limit;
-	g.config_file = o.config_file;
+	g.config_file = o.c.config_file;
 	if (o.one) {
 		rc = measure_one(&o, &g, &err);
 		goto out;
 	}
-	if (o.device_set && !some_backend_has(reg, (uint32_t)o.device)) {
+	if (o.c.device_set && !some_backend_has(reg, (uint32_t)o.c.device)) {
 		q4kh_fail(&err, "no backend on the plugin path %s has a device %ld (--device); "
-		          "q4khost plugins lists the devices", reg->path, o.device);
+		          "q4khost plugins lists the devices", reg->path, o.c.device);
 		rc = Q4KH_EXIT_PLUGIN;
 		goto out;
 	}
-	filter = (struct q4kh_candidate_filter){ o.backend, o.device_set, (uint32_t)o.device,
-		                                 o.kernel, types, 0 };
-	if (q4kh_model_types_at(o.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||
+	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set,
+		                                 (uint32_t)o.c.device, o.c.kernel, types, 0 };
+	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||
 	    q4kh_candidates_list(reg, &filter, &list, &n, &err))
 		goto out;
 	q4kh_candidates_not_applicable(reg, &filter, not_applicable, sizeof(not_applicable));
@@ -730,7 +733,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 			goto out;
 		/* filters that leave nothing validated nothing asked for; a path
 		 * with nothing to judge on this model is no failure of one */
-		failed = o.backend || o.device_set || o.kernel;
+		failed = o.c.backend || o.c.device_set || o.c.kernel;
 	}
 	rows = calloc(n + 1, sizeof(*rows));
 	if (!rows) {
@@ -744,7 +747,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 			rows[i].failed = rows[i].stopped = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "not measured: stopped by %s", q4kh_signal_name(q4kh_interrupted()));
-		} else if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.mode, &rows[i].d,
+		} else if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.c.mode, &rows[i].d,
 		                            &err)) {
 			/* Nothing of an older receipt read on the way is this run's. */
 			q4kh_receipt_free(&rows[i].d.receipt);
@@ -756,7 +759,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		}
 		failed |= rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS;
 	}
-	if (o.json) {
+	if (o.c.json) {
 		json_t *arr = json_array(), *gaps = json_array(), *root;
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, row_json(&rows[i]));
@@ -765,7 +768,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 			json_array_append_new(gaps, json_stringn(s, len));
 			s += len + (s[len] == '\n');
 		}
-		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.model,
+		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.c.model,
 		                 "model_sha256", g.model_sha256, "receipt_dir", g.receipt_dir,
 		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",
 		                 none_why[0] && (failed || !not_applicable[0]) ? none_why
@@ -774,7 +777,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n", o.model,
+		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n", o.c.model,
 		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
 		printf("F2 probe: %s\n\n", o.deep ? probe_text
 		                                   : "built-in probe (f2_probe_tokens tokens, f2_decode_steps decode steps); a valid deep receipt decides instead");
@@ -789,7 +792,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	rc = failed ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
 	reported = 1;
-	if (o.plot && write_plot(o.plot, o.model, rows, n, &err))
+	if (o.plot && write_plot(o.plot, o.c.model, rows, n, &err))
 		rc = Q4KH_EXIT_FAIL;
 	if (q4kh_interrupted()) {
 		q4kh_fail(&err, "stopped by %s; the candidates not measured have no receipt",
@@ -798,7 +801,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	}
 out:
 	if (err.msg[0]) /* with --json, an object of its own unless the report's is out */
-		q4kh_cli_error("validate", o.json && !reported, rc, err.msg);
+		q4kh_cli_error("validate", o.c.json && !reported, rc, err.msg);
 	for (size_t i = 0; rows && i < n; i++)
 		q4kh_receipt_free(&rows[i].d.receipt);
 	free(rows);

@@ -287,12 +287,13 @@ int q4kh_config_load(const char *sysconfdir, const char *cli_file,
 	    add_conf_d(c, sysconfdir, err) != 0 || add_user_file(c, err) != 0)
 		goto fail;
 	if (cli_file && add_layer(c, cli_file, 1, err) != 0) {
-		if (cli_file == env) { /* say where the name came from */
-			char why[sizeof(err->msg)];
+		/* say where the name came from: a user who typed neither may
+		 * not know which of the two set it */
+		char why[sizeof(err->msg)];
 
-			snprintf(why, sizeof(why), "%s", err->msg);
-			q4kh_fail(err, "%.900s (from Q4KHOST_CONFIG)", why);
-		}
+		snprintf(why, sizeof(why), "%s", err->msg);
+		q4kh_fail(err, "%.900s (from %s)", why,
+		          cli_file == env ? "Q4KHOST_CONFIG" : "--config");
 		goto fail;
 	}
 	*out = c;

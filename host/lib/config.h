@@ -23,8 +23,9 @@ struct q4kh_config;
  * and conf.d (NULL: the built-in one). cli_file: the --config file, or
  * NULL for $Q4KHOST_CONFIG (if set) or none; unlike the others it must
  * exist. -1 with err naming the file (and line,
- * when known) on a file that cannot be read or parsed, and saying "(from
- * Q4KHOST_CONFIG)" when that variable named it.
+ * when known) on a file that cannot be read or parsed; for the extra file
+ * it ends in "(from --config)", or "(from Q4KHOST_CONFIG)" when that
+ * variable named it.
  */
 int q4kh_config_load(const char *sysconfdir, const char *cli_file,
                      struct q4kh_config **out, struct q4kh_error *err);

@@ -398,7 +398,8 @@ static int reference_judged(struct q4kh_session *ref, const int32_t *tokens, int
 int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
                      const int32_t *tokens, int64_t prefill, const uint8_t *judged,
                      uint32_t decode_steps, const struct q4kh_f2_rules *rules,
-                     struct q4kh_f2_result *out, struct q4kh_error *err)
+                     void (*done)(void *data, int64_t positions, int64_t total),
+                     void *done_data, struct q4kh_f2_result *out, struct q4kh_error *err)
 {
 	const int64_t v = ref->m->hp.n_vocab, nb = cand->p.n_batch;
 	const int64_t rows = prefill + decode_steps;
@@ -444,6 +445,8 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 		}
 		if (prefill - 1 < c + t)
 			last = rl + (prefill - 1 - c) * v;
+		if (done)
+			done(done_data, c + t, rows);
 	}
 	for (int64_t row = prefill; row < rows; row++) {
 		/* Teacher forcing: both sides take the reference's greedy token. */
@@ -454,6 +457,8 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 		out->points[row].judged = 1;
 		q4kh_f2_judge(rl, cl, v, rules, &out->points[row]);
 		last = rl;
+		if (done)
+			done(done_data, row + 1, rows);
 	}
 	out->n_points = rows;
 	q4kh_f2_conclude(out, rules);

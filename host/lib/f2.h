@@ -152,11 +152,15 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
  * positions only (the last token of a step), so its LM head runs where it
  * counts. Two chunks of logits are held at once (2 x n_batch x n_vocab
  * floats). OUT gets a point per position, the ones not judged with judged
- * 0 and a NaN cosine (not computed). Errors as q4kh_f2_run's.
+ * 0 and a NaN cosine (not computed). DONE (NULL: none) hears after every
+ * chunk and decode step how many of the prefill + decode_steps positions
+ * both sides have run: minutes of work, for a progress line. Errors as
+ * q4kh_f2_run's.
  */
 int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
                      const int32_t *tokens, int64_t prefill, const uint8_t *judged,
                      uint32_t decode_steps, const struct q4kh_f2_rules *rules,
-                     struct q4kh_f2_result *out, struct q4kh_error *err);
+                     void (*done)(void *data, int64_t positions, int64_t total),
+                     void *done_data, struct q4kh_f2_result *out, struct q4kh_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 #include "guard.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -89,22 +90,36 @@ int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
 
 #define PROBE_FILE_MAGIC "q4khost-f2-probe 1"
 
+/*
+ * A new file of ours (mode 0600) in $TMPDIR, else /tmp, named after WHAT
+ * ("probe"), for a validation child: its path into PATH and an open
+ * descriptor, or -1 with err.
+ */
+static int child_file(const char *what, char *path, size_t cap, struct q4kh_error *err)
+{
+	const char *tmp = q4kh_env("TMPDIR");
+	int fd;
+
+	snprintf(path, cap, "%s/q4khost-f2-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", what);
+	fd = mkostemp(path, O_CLOEXEC); /* no other child inherits it */
+	if (fd < 0)
+		q4kh_fail(err, "cannot create the F2 %s file %s for the validation child: %s (set TMPDIR to a folder this user may write)",
+		          what, path, strerror(errno));
+	return fd;
+}
+
 int q4kh_guard_probe_save(const int32_t *ids, size_t n, char *path, size_t cap,
                           struct q4kh_error *err)
 {
-	const char *tmp = q4kh_env("TMPDIR");
 	FILE *f;
-	int fd, bad;
+	int fd = child_file("probe", path, cap, err), bad;
 
-	snprintf(path, cap, "%s/q4khost-f2-probe.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	fd = mkstemp(path); /* mode 0600 */
-	if (fd < 0 || !(f = fdopen(fd, "w"))) {
-		if (fd >= 0) {
-			close(fd);
-			unlink(path);
-		}
-		return q4kh_fail(err, "cannot create the F2 probe file %s for the validation child: %s (set TMPDIR to a folder this user may write)",
-		                 path, strerror(errno));
+	if (fd < 0)
+		return -1;
+	if (!(f = fdopen(fd, "w"))) {
+		close(fd);
+		unlink(path);
+		return q4kh_fail(err, "cannot write the F2 probe file %s: %s", path, strerror(errno));
 	}
 	bad = fprintf(f, PROBE_FILE_MAGIC " %zu\n", n) < 0;
 	for (size_t i = 0; i < n && !bad; i++)
@@ -448,6 +463,22 @@ void q4kh_guard_deep_args(const struct q4kh_guard *g, struct q4kh_guard_args *a)
 	a->argv[a->n] = NULL;
 }
 
+/*
+ * The positions a deep measurement has done, as "DONE TOTAL" at the start
+ * of the file open at *DATA, for the status line of the parent, which
+ * reads it (show_measuring). The numbers only grow, so each line covers
+ * the one before.
+ */
+static void write_progress(void *data, int64_t positions, int64_t total)
+{
+	char line[64];
+	int n = snprintf(line, sizeof(line), "%lld %lld\n", (long long)positions,
+	                 (long long)total);
+	ssize_t w = pwrite(*(const int *)data, line, (size_t)n, 0);
+
+	(void)w; /* a status line is not worth failing a measurement for */
+}
+
 /* What a measurement says when the reference cannot start, with its reason. */
 #define REFERENCE_DOWN "not measured: the reference could not start (F2.4): %.400s"
 
@@ -460,7 +491,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	struct q4kh_error e = { { 0 } };
 	char id[512];
 	uint32_t n_ctx;
-	int rc = -1;
+	int rc = -1, progress = -1;
 
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
@@ -481,9 +512,13 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 		q4kh_serving_close(&ref);
 		return 0;
 	}
+	if (g->deep && g->progress_file)
+		progress = open(g->progress_file, O_WRONLY | O_CLOEXEC);
 	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err) ||
 	    (g->deep ? q4kh_f2_run_plan(ref.s, cand.s, g->probe, g->deep->prefill,
-	                                g->deep->judged, g->deep->decode_steps, &rules, &res, err)
+	                                g->deep->judged, g->deep->decode_steps, &rules,
+	                                progress >= 0 ? write_progress : NULL, &progress, &res,
+	                                err)
 	             : q4kh_f2_run(ref.s, cand.s, g->probe, g->n_probe, &rules, &res, err)))
 		goto out;
 	out->verdict = res.verdict;
@@ -499,6 +534,8 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 		rc = q4kh_receipt_save(g->receipt_dir, id, out, err);
 	/* else nothing measured: nothing to remember */
 out:
+	if (progress >= 0)
+		close(progress);
 	q4kh_serving_close(&cand);
 	q4kh_serving_close(&ref);
 	return rc;
@@ -508,14 +545,20 @@ out:
 struct measuring {
 	char name[160];
 	const char *reason;
+	int progress; /* a deep measurement's positions (write_progress); -1: none */
 };
 
 static void show_measuring(void *data, unsigned seconds)
 {
 	const struct measuring *m = data;
+	char line[64] = "", done[80] = "";
+	long long positions, total;
 
-	/* The seconds first, the reason last: a line too long is cut at its end. */
-	q4kh_progress("F2, %u s: checking %s vs the reference (%s)", seconds, m->name,
+	if (m->progress >= 0 && pread(m->progress, line, sizeof(line) - 1, 0) > 0 &&
+	    sscanf(line, "%lld %lld", &positions, &total) == 2)
+		snprintf(done, sizeof(done), ", %lld of %lld positions", positions, total);
+	/* What moves first, the reason last: a line too long is cut at its end. */
+	q4kh_progress("F2, %u s%s: checking %s vs the reference (%s)", seconds, done, m->name,
 	              m->reason);
 }
 
@@ -538,12 +581,12 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
                             const char *reason, char *why, size_t why_cap, int *hit,
                             struct q4kh_error *err)
 {
-	struct measuring m = { "", reason };
+	struct measuring m = { "", reason, -1 };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m,
 		                                    NULL, hit };
 	struct q4kh_guard_args a;
-	char probe_file[PATH_MAX] = "";
+	char probe_file[PATH_MAX] = "", progress_file[PATH_MAX] = "";
 	int rc;
 
 	snprintf(m.name, sizeof(m.name), "%s/%s (device %u)", c->backend,
@@ -558,12 +601,27 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		a.argv[a.n++] = "--probe-ids";
 		a.argv[a.n++] = probe_file;
 	}
+	/* A deep measurement takes minutes: the child says how far it got. */
+	if (g->probe_kind == Q4KH_F2_PROBE_DEEP) {
+		if ((m.progress = child_file("progress", progress_file, sizeof(progress_file),
+		                             err)) < 0) {
+			if (probe_file[0])
+				unlink(probe_file);
+			return -1;
+		}
+		a.argv[a.n++] = "--progress-file";
+		a.argv[a.n++] = progress_file;
+	}
 	q4kh_guard_deep_args(g, &a);
 	show_measuring(&m, 0);
 	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
 	q4kh_progress_clear();
 	if (probe_file[0])
 		unlink(probe_file);
+	if (m.progress >= 0) {
+		close(m.progress);
+		unlink(progress_file);
+	}
 	return rc;
 }
 

@@ -131,6 +131,10 @@ struct q4kh_guard {
 	const char *self_exe;     /* the q4khost binary that measures */
 	const char *fresh_source; /* where mode fresh was set, for a decision's
 	                             source (settings.h); NULL: "--f2 fresh" */
+	/* In a validation child: the file its parent names, into which a DEEP
+	 * measurement writes the positions done ("DONE TOTAL"), for the
+	 * parent's status line; NULL: none. */
+	const char *progress_file;
 };
 
 /* The largest f2_memory_limit_mb: 1 PiB, far above any machine. */

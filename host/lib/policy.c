@@ -60,7 +60,8 @@ static char *trim(char *s)
 
 /*
  * Split VALUE (set at WHERE) into entries; selectors only when SELECTORS.
- * -1 with err on an empty part, an unknown name or too many entries.
+ * -1 with err on an empty part, an unknown name or too many entries. R
+ * NULL: the form alone, names not looked up (E's variants left unset).
  */
 static int parse_list(const struct q4kh_registry *r, const char *value,
                       const char *where, int selectors, struct entry *e,
@@ -102,7 +103,7 @@ static int parse_list(const struct q4kh_registry *r, const char *value,
 		if (!*name)
 			return q4kh_fail(err, "%s: \"%s\": an empty kernel name (expected a kernel variant, or none or built-in for the built-in kernels)",
 			                 where, shown);
-		if (means_builtin(name)) {
+		if (!r || means_builtin(name)) {
 			e[*n].variant = NULL;
 		} else if (!(e[*n].variant = find_variant(r, name))) {
 			q4kh_policy_list_variants(r, valid, sizeof(valid));
@@ -115,6 +116,15 @@ static int parse_list(const struct q4kh_registry *r, const char *value,
 		(*n)++;
 	}
 	return 0;
+}
+
+int q4kh_policy_kernel_env_check(struct q4kh_error *err)
+{
+	const char *env = q4kh_env(ENV_KERNEL);
+	struct entry e[Q4KH_KERNEL_LIST];
+	size_t n;
+
+	return env && *env ? parse_list(NULL, env, ENV_KERNEL, 1, e, &n, err) : 0;
 }
 
 /* How specifically SEL names DEV: 0 not at all, 1 (every device) .. 5. */

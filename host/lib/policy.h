@@ -79,6 +79,15 @@ int q4kh_policy_kernel_choice(const struct q4kh_registry *r,
                               struct q4kh_error *err);
 
 /*
+ * Whether Q4KHOST_Q4K_KERNEL, when set, has the form of a kernel list
+ * (its names are not looked up): -1 with err naming the variable and the
+ * mistake (an empty entry or selector, too many entries), a bad
+ * environment value as a bad config value is, which no plugin could
+ * change; 0 when it is unset or well formed.
+ */
+int q4kh_policy_kernel_env_check(struct q4kh_error *err);
+
+/*
  * The selectors (SELECTOR=NAME) in the command-line value CLI of FLAG
  * (NULL: "--kernel") and in Q4KHOST_Q4K_KERNEL that match no device of
  * any backend R accepted, into BUF ("--kernel: '5', Q4KHOST_Q4K_KERNEL:

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -776,12 +777,53 @@ static const char *without_name(const struct q4kh_plugin *p, const char *why)
 	return !strncmp(why, p->name, n) && !strncmp(why + n, ": ", 2) ? why + n + 2 : why;
 }
 
-int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_error *err)
+/* The plugin whose keys were read, and who hears of a key it did not read. */
+struct unread {
+	const struct q4kh_plugin *p;
+	void (*warn)(void *data, const char *line);
+	void *data;
+};
+
+static int was_read(const struct q4kh_plugin *p, const char *key)
+{
+	for (const char *k = p->keys_read; *k; k += strlen(k) + 1)
+		if (!strcasecmp(k, key))
+			return 1;
+	return 0;
+}
+
+/* A key line of [plugin.NAME] that plugin NAME never asked for: a typo
+ * would otherwise leave its setting at the default without a word. The
+ * F2 keys are the host's, checked by name (config_keys.h). */
+static void unread_key(void *data, const char *file, unsigned line, const char *section,
+                       const char *key)
+{
+	const struct unread *u = data;
+	char reads[sizeof(u->p->keys_read) + 16], msg[2048];
+	size_t used = 0;
+
+	if (strncmp(section, "plugin.", 7) || strcasecmp(section + 7, u->p->name) ||
+	    !strncmp(key, "f2_", 3) || was_read(u->p, key))
+		return;
+	snprintf(reads, sizeof(reads), "no key");
+	for (const char *k = u->p->keys_read; *k; k += strlen(k) + 1)
+		used += (size_t)snprintf(reads + used, sizeof(reads) - used, "%s%s",
+		                         used ? ", " : "", k);
+	snprintf(msg, sizeof(msg), "%s:%u: key '%s' in section [%s] is not read by plugin %s "
+	         "(it reads: %s); ignored", file, line, key, section, u->p->name, reads);
+	u->warn(u->data, msg);
+}
+
+int q4kh_registry_check_settings(const struct q4kh_registry *r,
+                                 void (*warn)(void *data, const char *line), void *data,
+                                 struct q4kh_error *err)
 {
 	char section[sizeof("plugin.") + NAME_MAX_LEN], set[1024], why[512], settings[512];
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
+		struct unread u = { p, warn, data };
+		q4kh_status st;
 
 		if (p->state != Q4KH_PLUGIN_ACCEPTED)
 			continue;
@@ -789,10 +831,14 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_erro
 		if (q4kh_config_section_text(p->config, section, NULL, set, sizeof(set)) == 0 &&
 		    !set[0])
 			continue; /* nothing set: nothing to refuse */
-		if (try_init(p, why, sizeof(why)) == Q4KH_ERR_INVALID &&
+		st = try_init(p, why, sizeof(why));
+		if (st == Q4KH_ERR_INVALID &&
 		    q4kh_plugin_settings_read(p, 0, settings, sizeof(settings))[0])
 			return q4kh_fail(err, "plugin %s refuses its settings: %s (%s)", p->name,
 			                 without_name(p, why), settings);
+		/* Only an init that ran to the end has asked for every key. */
+		if (st == Q4KH_OK && warn)
+			q4kh_config_each(p->config, unread_key, &u);
 	}
 	return 0;
 }

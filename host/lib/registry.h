@@ -104,9 +104,15 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
  * [plugin.NAME])]", a bad configuration as a bad value the host checks
  * is. Any other init failure, a value this machine cannot run
  * (Q4KH_ERR_UNSUPPORTED) among them, is no configuration error: the
- * selection falls back past the plugin and says why.
+ * selection falls back past the plugin and says why. After an init that
+ * succeeded, WARN (NULL: none) gets a line for every key line of the
+ * config files in [plugin.NAME] that the plugin never asked for
+ * (config_get), F2 keys aside: "FILE:LINE: key 'threds' in section
+ * [plugin.cpu] is not read by plugin cpu (it reads: threads); ignored".
  */
-int q4kh_registry_check_settings(const struct q4kh_registry *r, struct q4kh_error *err);
+int q4kh_registry_check_settings(const struct q4kh_registry *r,
+                                 void (*warn)(void *data, const char *line), void *data,
+                                 struct q4kh_error *err);
 
 /*
  * The kind of accepted backend plugin P (plugin.h, backend_kind): what

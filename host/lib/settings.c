@@ -88,6 +88,18 @@ int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *or
 	return 0;
 }
 
+int q4kh_settings_f2_deep_probe(const struct q4kh_config *c, int *on, char *why, size_t cap,
+                                int *bad_input, struct q4kh_error *err)
+{
+	char origin[700];
+
+	if (q4kh_settings_f2_require_deep(c, on, origin, sizeof(origin), bad_input, err))
+		return -1;
+	if (*on)
+		snprintf(why, cap, "require_deep = true at %.600s", origin);
+	return 0;
+}
+
 const char *q4kh_settings_backend(const char *cli, char *origin, size_t cap)
 {
 	const char *env = q4kh_env("Q4KHOST_BACKEND");

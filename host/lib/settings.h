@@ -55,6 +55,14 @@ int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *or
                                   size_t cap, int *bad_input, struct q4kh_error *err);
 
 /*
+ * The same for a command that judges candidates (run, serve, validate,
+ * bench): when it is on, F2 judges on the deep probe, and WHY gets what a
+ * report says of it, "require_deep = true at ORIGIN".
+ */
+int q4kh_settings_f2_deep_probe(const struct q4kh_config *c, int *on, char *why, size_t cap,
+                                int *bad_input, struct q4kh_error *err);
+
+/*
  * The backend asked for: CLI (--backend, or NULL), else Q4KHOST_BACKEND,
  * else NULL (automatic). ORIGIN gets "--backend", "Q4KHOST_BACKEND" or
  * "default".

@@ -146,7 +146,9 @@ static int chat_ids(const struct serve *srv, const json_t *root, struct serve_jo
 
 	if (!json_is_array(msgs) || json_array_size(msgs) == 0)
 		return refuse(e, 400, "messages", "'messages' must be a non-empty array, got %s",
-		              msgs ? type_name(msgs) : "nothing");
+		              !msgs                ? "nothing"
+		              : json_is_array(msgs) ? "an empty array"
+		                                    : type_name(msgs));
 	n = json_array_size(msgs);
 	if (n > MAX_MESSAGES)
 		return refuse(e, 400, "messages", "'messages' holds %zu messages; at most %d", n,

@@ -1,0 +1,150 @@
+/*
+ * Leftovers of issue 19 (the first ten minutes of a new user: errors
+ * always say why), through the real CLI (cli_rig.h): a config file or
+ * variable whose mistake, or whose origin, was not named.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_rig.h"
+#include "helpers.h"
+
+Test(config_errors, a_missing_config_file_names_who_gave_it)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char extra[4400], env[4400], want[4400], *out;
+	const char *dir = test_tmpdir();
+
+	snprintf(extra, sizeof(extra), "-n 1 --config %s/none.ini", dir);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 3, "%s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost run: %s/none.ini: No such file or directory (from --config)\n", dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+
+	snprintf(env, sizeof(env), "Q4KHOST_CONFIG=%s/none.ini", dir);
+	cr_expect_eq(q4khost_with(env, "run", NULL, plugins, "-n 1", &out), 3, "%s", out);
+	snprintf(want, sizeof(want),
+	         "q4khost run: %s/none.ini: No such file or directory (from Q4KHOST_CONFIG)\n",
+	         dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
+/* A kernel list without the form of one is a bad setting (3), as any bad
+ * environment value; a well-formed one naming nothing there is a request
+ * no plugin can honour (4). */
+Test(config_errors, a_malformed_kernel_variable_is_a_bad_setting)
+{
+	static const char *const commands[] = { "run -n 1", "validate" };
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[4400], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		cr_expect_eq(q4khost_with("Q4KHOST_Q4K_KERNEL=,,", commands[i], NULL, plugins, "",
+		                          &out), 3, "%s: %s", commands[i], out);
+		cr_expect(strstr(out, ": Q4KHOST_Q4K_KERNEL: \",,\": an empty kernel name (expected "
+		                      "a kernel variant, or none or built-in for the built-in "
+		                      "kernels)\n") != NULL, "%s: %s", commands[i], out);
+		free(out);
+	}
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_Q4K_KERNEL==cpu-simd", test_tmpdir(), args, &out), 3,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: Q4KHOST_Q4K_KERNEL: \"=cpu-simd\": an entry has "
+	                      "'=' but no device before it") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("Q4KHOST_Q4K_KERNEL=nope", "run -n 1", NULL, plugins, "", &out),
+	             4, "%s", out);
+	cr_expect(strstr(out, "q4khost run: Q4KHOST_Q4K_KERNEL: 'nope' is not a kernel variant on "
+	                      "plugin path ") != NULL, "%s", out);
+	free(out);
+}
+
+/* A key of [plugin.NAME] that plugin NAME never reads (a typo) is named
+ * with the keys it does read; its own keys and the F2 rules are not. */
+Test(config_errors, a_plugin_key_the_plugin_never_reads_is_warned_about)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("typo.ini",
+	                      "[plugin.cpu]\nthreads = 1\nthreds = 2\nf2_floor = 0.99\n");
+	char extra[4400], args[8800], want[4400], *out;
+
+	snprintf(want, sizeof(want), "%s:3: key 'threds' in section [plugin.cpu] is not read by "
+	         "plugin cpu (it reads: threads); ignored\n", cfg);
+	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost run: warning: ") != NULL && strstr(out, want) != NULL,
+	          "%s", out);
+	cr_expect_eq(count(out, "is not read by"), 1, "threads and f2_floor are read: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost plugins: warning: ") != NULL && strstr(out, want) != NULL,
+	          "%s", out);
+	free(out);
+	free(cfg);
+}
+
+/* "threads =" counts as unset, as docs/config.md says of every key: no
+ * error, and plugins --explain says the default holds, not a blank. */
+Test(config_errors, an_empty_value_is_the_default_and_explain_says_so)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("empty.ini", "[plugin.cpu]\nthreads =\n");
+	char extra[4400], args[8800], want[4400], *out;
+
+	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "warning"), "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "  cpu threads          (empty: the plugin's default)        "
+	         "from %s:2 [plugin.cpu]\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	free(cfg);
+}
+
+/* validate and bench read Q4KHOST_F2_REQUIRE_DEEP as run and serve do: a
+ * bad value is a bad setting (3); true makes validate measure the deep
+ * probe, and bench judge its rows on it (with the receipt validate
+ * wrote). */
+Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout = 300)
+{
+	static const char *const commands[] = { "validate", "bench" };
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	const char *receipts = test_tmpdir(); /* one folder: bench finds validate's receipt */
+	char want[1024], args[8800], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
+		                          "", &out), 3, "%s: %s", commands[i], out);
+		snprintf(want, sizeof(want), "q4khost %s: Q4KHOST_F2_REQUIRE_DEEP: require_deep "
+		         "'maybe' is not one of true", commands[i]);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		free(out);
+	}
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --kernel cpu-q8act",
+	         tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "F2 probe: deep probe: ") != NULL, "%s", out);
+	cr_expect(strstr(out, " (require_deep = true at Q4KHOST_F2_REQUIRE_DEEP)\n") != NULL, "%s",
+	          out);
+	free(out);
+	snprintf(args, sizeof(args), "bench -m %s --plugin-path %s --kernels cpu-q8act -n 2 -r 1 "
+	         "--no-built-in", tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=true", receipts, args, &out), 0, "%s",
+	             out);
+	cr_expect(strstr(out, "; F2 auto (from default) on the deep probe (require_deep = true at "
+	                      "Q4KHOST_F2_REQUIRE_DEEP)\n") != NULL, "%s", out);
+	/* the deep probe's own receipt, not a deep one standing in for the
+	 * built-in probe's ("deep receipt of"), nor a fresh measurement */
+	cr_expect(strstr(out, "  receipt of ") != NULL, "%s", out);
+	cr_expect_null(strstr(out, "fresh"), "%s", out);
+	free(out);
+}
