@@ -10,6 +10,9 @@
 #   fuzz        each libFuzzer target for 60 s (scripts/fuzz.sh 60)
 #   valgrind    q4khost run on the default model under memcheck
 #               (scripts/valgrind-run.sh), counted as one test
+#   emulate     the cuda backend's kernels without a GPU
+#               (scripts/cuda-emulate.sh), a test per harness; skipped
+#               without the CUDA toolkit's headers
 # Each stage's output goes to _build/STAGE.log; its closing line is shown,
 # and while it runs, a line a minute with the tests it has finished.
 # Ends with the totals, "N passed, N failed, N skipped".
@@ -45,6 +48,16 @@ main_stage() {
 valgrind_stage() {
 	bash scripts/valgrind-run.sh && echo "1 passed, 0 failed" ||
 		{ echo "0 passed, 1 failed"; return 1; }
+}
+
+emulate_stage() {
+	local cuda=${CUDA_HOME:-/usr/local/cuda}
+	if [ ! -f "$cuda/include/cuda_fp16.h" ] && [ ! -f /usr/include/cuda_fp16.h ]; then
+		echo "no CUDA headers (CUDA_HOME=$cuda): the emulation skips"
+		echo "0 passed, 0 failed, 2 skipped"
+		return 0
+	fi
+	bash scripts/cuda-emulate.sh "$top/_build/emu"
 }
 
 passed=0 failed=0 skipped=0 status=0
@@ -88,6 +101,7 @@ if [ $quick -eq 0 ]; then
 	stage sanitizers "$top/_build/asan/check.log" bash scripts/test-sanitizers.sh
 	stage fuzz /dev/null bash scripts/fuzz.sh 60
 	stage valgrind /dev/null valgrind_stage
+	stage emulate /dev/null emulate_stage
 fi
 [ $status -ne 0 ] && [ $failed -eq 0 ] && failed=1
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -1,8 +1,8 @@
 /*
  * The cuda backend's GEMV (plugins/cuda/cuda_gemv.cuh) run on a host, with
- * no GPU: each block's 128 threads are host threads, warp shuffles and
- * __syncthreads are barriers, loads are plain reads that check their
- * alignment. It checks the lane layouts and the walk, not the speed:
+ * no GPU: each block's 128 threads are fibers, with warp shuffles and
+ * __syncthreads as tests/emu/emu.h emulates them, loads are plain reads
+ * that check their alignment. It checks the lane layouts and the walk, not the speed:
  *  - every weight of the formats that compute weights one by one equals
  *    the cpu reference's dequantisation (plugins/cpu/cpu_quant.c), zeros'
  *    signs aside, and every value of a row is taken exactly once;
@@ -11,10 +11,9 @@
  *    units (rows of 640 values among them), ks = 1, 2, 4 and several blocks per launch, against a double
  *    sum of the cpu reference's weights (|error| / sum |w x| below 1e-5;
  *    padding of y left untouched).
- * Built and run by scripts/gemv-emulate.sh (not by make: it needs the CUDA
+ * Built and run by scripts/cuda-emulate.sh (not by make: it needs the CUDA
  * toolkit's headers and a C++20 compiler); exit 0 when everything agrees.
  */
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,103 +21,9 @@
 #include <cstring>
 #include <functional>
 #include <random>
-#include <thread>
 #include <vector>
 
-#define __device__
-#define __forceinline__ inline
-#include <cuda_fp16.h>
-#include <vector_functions.h>
-#include <vector_types.h>
-
-/* --- the device functions cuda_gemv.cuh uses, on a host ---------------- */
-
-static unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
-{
-	const uint64_t t = ((uint64_t)y << 32) | x;
-	unsigned r = 0;
-
-	for (int n = 0; n < 4; n++)
-		r |= (unsigned)((t >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
-	return r;
-}
-
-static float __int_as_float(int v)
-{
-	float f;
-
-	memcpy(&f, &v, 4);
-	return f;
-}
-
-static float __uint_as_float(unsigned v)
-{
-	return __int_as_float((int)v);
-}
-
-static void check_align(const void *p, size_t n)
-{
-	if ((uintptr_t)p % n) {
-		fprintf(stderr, "misaligned %zu-byte load at %p\n", n, p);
-		abort();
-	}
-}
-#define GV_HOST_LOAD_CHECK check_align
-
-static float4 __ldg(const float4 *p)
-{
-	check_align(p, 16);
-	return *p;
-}
-
-/* cuda_common.cuh's block_sum (unused here) names these. */
-static uint3 threadIdx, blockDim;
-static void __syncthreads(void)
-{
-}
-
-/* And its index_ok (unused here) this one. */
-static int atomicCAS(int *p, int compare, int value)
-{
-	__atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST,
-	                            __ATOMIC_SEQ_CST);
-	return compare;
-}
-
-/* A warp: its barrier and one word per lane to exchange. */
-struct warp {
-	std::barrier<> *bar;
-	uint32_t slot[32];
-};
-static thread_local warp *tl_warp;
-static thread_local int tl_lane;
-
-template <typename T>
-static T exchange(T v, int src)
-{
-	uint32_t u, r;
-	T o;
-
-	memcpy(&u, &v, 4);
-	tl_warp->slot[tl_lane] = u;
-	tl_warp->bar->arrive_and_wait();
-	r = tl_warp->slot[src & 31];
-	tl_warp->bar->arrive_and_wait();
-	memcpy(&o, &r, 4);
-	return o;
-}
-
-template <typename T>
-static T __shfl_sync(unsigned, T v, int src)
-{
-	return exchange(v, src);
-}
-
-template <typename T>
-static T __shfl_xor_sync(unsigned, T v, int mask)
-{
-	return exchange(v, tl_lane ^ mask);
-}
+#include "emu.h"
 
 #include "cuda_gemv.cuh"
 
@@ -190,27 +95,12 @@ template <uint32_t TYPE, int C>
 static void run_blocks(const gv_args &g, int64_t blocks)
 {
 	constexpr int R = gv_rows(C), U = gv_units(TYPE, C);
-	std::barrier<> block_bar(GV_THREADS);
-	std::vector<float> part(GV_WARPS * R * C);
-	warp warps[GV_WARPS];
-	std::vector<std::thread> threads;
+	std::vector<float> part(GV_WARPS * R * C, NAN); /* __shared__ */
 
-	for (warp &w : warps)
-		w.bar = new std::barrier<>(32);
-	for (int tid = 0; tid < GV_THREADS; tid++)
-		threads.emplace_back([&, tid]() {
-			tl_warp = &warps[tid / 32];
-			tl_lane = tid % 32;
-			for (int64_t b = 0; b < blocks; b++) {
-				gv_block<TYPE, C, R, U>(g, b, blocks, tid, part.data(),
-				                        [&]() { block_bar.arrive_and_wait(); });
-				block_bar.arrive_and_wait();
-			}
-		});
-	for (std::thread &t : threads)
-		t.join();
-	for (warp &w : warps)
-		delete w.bar;
+	emu::run(dim3((unsigned)blocks), dim3(GV_THREADS), 0, [&]() {
+		gv_block<TYPE, C, R, U>(g, blockIdx.x, gridDim.x, threadIdx.x, part.data(),
+		                        []() { __syncthreads(); });
+	});
 }
 
 template <uint32_t TYPE>

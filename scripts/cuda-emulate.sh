@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Run the cuda backend's kernels without a GPU: builds the harnesses of
+# tests/emu (tests/emu/emu.h emulates a launch: threads as fibers, warp
+# shuffles, __syncthreads) under AddressSanitizer and UBSan, and runs them:
+#   gemv       plugins/cuda/cuda_gemv.cuh against the cpu reference's
+#              dequantisation (tests/emu/gemv_emu.cpp)
+#   recurrent  delta_net, ssm_conv and unary (cuda_delta.cu, cuda_conv.cu,
+#              cuda_elementwise.cu) against references in double
+#              (tests/emu/recurrent_emu.cpp)
+# A .cu file is compiled as C++ after a sed that turns its launches
+# k<<<grid, block, shm, s>>>(args) into emu_launch(k, emu_cfg(grid, block,
+# shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
+# memory; #line keeps the .cu's own file and line numbers in messages.
+# Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
+# default /usr/local/cuda). Under 2 minutes on 2 cores, the harnesses
+# built and run side by side. Exit 0 when every check agrees; the last line counts the
+# harnesses that pass and fail.
+# Usage: scripts/cuda-emulate.sh [OUT-DIR [HARNESS...]]
+#        (default _build/emu, every harness)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$top/_build/emu}
+[ $# -gt 0 ] && shift
+harnesses=("$@")
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv recurrent)
+cuda=${CUDA_HOME:-/usr/local/cuda}
+mkdir -p "$out"
+flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
+	-I"$top/sdk/include" -I"$top/plugins/cuda" -I"$top/plugins/cpu")
+
+# plugins/cuda/NAME.cu as $out/NAME.emu.cu, for emu.h.
+emu_source() {
+	local src="$top/plugins/cuda/$1.cu"
+	{
+		echo "#line 1 \"$src\""
+		sed -e 's/extern __shared__ \(.*[^ ]\)  *\([A-Za-z_][A-Za-z0-9_]*\)\[\];/\1 *\2 = (\1 *)emu_dynamic_shared();/' \
+			-e 's/\([A-Za-z_][A-Za-z0-9_]*\(<[^<>]*>\)\{0,1\}\)<<</emu_launch(\1, emu_cfg(/' \
+			-e 's/>>>()/))/' -e 's/>>>(/), /' "$src"
+	} >"$out/$1.emu.cu.tmp"
+	if grep -n '<<<\|>>>\|__shared__' "$out/$1.emu.cu.tmp" | grep -v '^[0-9]*:\s*[/*]'; then
+		echo "cuda-emulate.sh: $1.cu: a launch or shared array the sed does not know" >&2
+		return 1
+	fi
+	mv "$out/$1.emu.cu.tmp" "$out/$1.emu.cu"
+}
+
+# harness NAME: build it and run it.
+harness() {
+	case $1 in
+	gemv)
+		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/cpu_quant.c" -o "$out/cpu_quant.o"
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/cpu_quant.o" \
+			-o "$out/gemv_emu"
+		;;
+	recurrent)
+		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source $s; done
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
+		;;
+	*) echo "cuda-emulate.sh: no harness $1" >&2; return 2 ;;
+	esac
+	"$out/$1_emu"
+}
+
+# Side by side (two of them, for 2 cores), each into its log, shown in
+# order.
+pids=()
+for h in "${harnesses[@]}"; do
+	harness "$h" >"$out/$h.log" 2>&1 &
+	pids+=($!)
+done
+pass=0 fail=0 i=0
+for h in "${harnesses[@]}"; do
+	if wait "${pids[$i]}"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+	echo "== $h"
+	cat "$out/$h.log"
+	i=$((i + 1))
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
