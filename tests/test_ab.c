@@ -138,6 +138,8 @@ Test(ab, validate_plot_draws_one_series_per_candidate_from_receipts, .timeout = 
 	size_t la, lb, i;
 	json_t *s, *c, *v;
 
+	test_skip_under_sanitizers("four F2 measurements on the default model before the plot, "
+	                           "which reads receipts only");
 	rig_open(&r, names);
 	snprintf(first, sizeof(first), "%s/fresh.svg", r.receipts);
 	snprintf(second, sizeof(second), "%s/receipts.svg", r.receipts);
@@ -202,6 +204,9 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 	json_t *j, *row;
 	size_t i;
 
+	test_skip_under_sanitizers("F2 and timed generations on the default model; "
+	                           "bench_kernels_checks_then_times_each_kernel runs bench's "
+	                           "report code");
 	rig_open(&r, names);
 	cr_assert_eq(q4khost(&r, "", "bench", "--kernels cpu-q8act -n 3 -p 'The water cycle' --json",
 	                     &out),

@@ -319,8 +319,11 @@ Test(f2_runs, a_biased_variant_is_broken)
 
 Test(f2_runs, a_noisy_variant_fails_the_default_floor_and_passes_a_lowered_one)
 {
-	struct q4kh_f2_result res = guard("defect-noisy", 0.95);
+	struct q4kh_f2_result res;
 
+	test_skip_under_sanitizers("two F2 measurements on the default model that differ from "
+	                           "a_biased_variant_is_broken in the floor only");
+	res = guard("defect-noisy", 0.95);
 	cr_expect_eq(res.verdict, Q4KH_F2_REJECT, "%s", res.message);
 	cr_expect(strstr(res.message, "< 0.95 acceptance floor") != NULL, "%s", res.message);
 	cr_expect(res.min_cosine > 0.90 && res.min_cosine < 0.95, "min cosine %.4f", res.min_cosine);

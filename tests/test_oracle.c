@@ -240,11 +240,15 @@ static void check_fixture(const char *model_path, const char *llama, const char 
 
 Test(oracle, gemma3_matches_exact_and_llama_cpp, .timeout = 900)
 {
+	test_skip_under_sanitizers("the default model through the whole forward pass, "
+	                           "as several F2 tests of this build run it");
 	check_fixture(test_model_path(), "oracle-gemma3", "oracle-f64-gemma3");
 }
 
 Test(oracle, gemma3_new_prompts, .timeout = 900)
 {
+	test_skip_under_sanitizers("the default model through the whole forward pass, "
+	                           "as several F2 tests of this build run it");
 	check_fixture(test_model_path(), "oracle-gemma3-new", "oracle-f64-gemma3-new");
 }
 

@@ -82,6 +82,8 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 2400)
 	size_t i;
 	int status;
 
+	test_skip_under_sanitizers("seven F2 measurements on the default model, one per planted "
+	                           "defect, each also in test_f2 or elsewhere in this suite");
 	test_model_path();
 	plugins = test_plugin_dir(names);
 	root = validate(plugins, receipts, "--timeout 300", &status);
@@ -457,6 +459,9 @@ Test(validate, a_prompt_receipt_vouches_for_that_prompt_only, .timeout = 300)
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	char cfg[4200], config[4300], builtin[4400];
 
+	test_skip_under_sanitizers("four prompt-probe measurements on the default model; "
+	                           "the_prompt_as_probe_sees_what_the_built_in_probe_cannot runs "
+	                           "the same path");
 	test_model_path(); /* it runs on the default model: skips without it */
 	snprintf(cfg, sizeof(cfg), "%s/probe.ini", receipts);
 	test_write_file(cfg, "[f2]\nprobe = prompt\n", 20);
@@ -505,6 +510,9 @@ Test(validate, a_long_prompt_is_judged_on_its_last_f2_probe_tokens, .timeout = 3
 	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
 	char cfg[4200], more[4300];
 
+	test_skip_under_sanitizers("long prompt probes on the default model; "
+	                           "the_prompt_as_probe_sees_what_the_built_in_probe_cannot runs "
+	                           "the same path");
 	test_model_path(); /* it runs on the default model: skips without it */
 	snprintf(cfg, sizeof(cfg), "%s/short.ini", receipts);
 	test_write_file(cfg, "[f2]\nf2_probe_tokens = 8\n", 24);
