@@ -13,10 +13,25 @@ weights, for benchmarks (never committed: gigabytes).
                 tied LM head; about 0.24 GiB (the default model's shape:
                 keys, tensor names, types and order as in
                 gemma-3-270m-q4_k_m.gguf)
+  qwen35-4b     "qwen35" (Qwen3.5-4B): 2560 hidden, 32 layers, 9216 FFN,
+                gated full attention on every 4th layer (3, 7, .., 31: 16/4
+                heads of 256, q/k norms, RoPE base 1e7 on 64 of the 256
+                values, sections [11, 11, 10, 0]), gated delta-net linear
+                attention on the other 24 (16 key and 32 value heads of 128,
+                a 4-tap convolution), 248320 tokens, tied LM head; keys and
+                tensors as llama.cpp's converter writes them, without the
+                multi-token-prediction layer (its --no-mtp; q4khost does not
+                run one); about 2.5 GiB (2,703,462,176 bytes)
 
 Types as in a Q4_K_M file: Q4_K for the matrices, Q6_K for attn_v and
 ffn_down on the layers llama.cpp's Q4_K_M gives more bits to, Q6_K for the
-LM head (token_embd when tied), F32 norms and biases; gemma3-270m as its
+LM head (token_embd when tied), F32 norms and biases; qwen35-4b as
+llama-quantize of llama-cpp-python 0.3.36's llama.cpp makes it, which
+counts each delta-net layer's attn_qkv as its attn_v (Q6_K on the same
+layers), keeps ssm_conv1d F32 (as are the 1-D ssm_a, ssm_dt.bias and
+ssm_norm), quantizes attn_gate, ssm_alpha, ssm_beta and ssm_out as any
+matrix (Q4_K) and orders the tensors by layer, by name within one;
+gemma3-270m as its
 Q4_K_M file has them, where rows of 640 values cannot be k-quants: Q8_0
 token_embd and Q5_0 attn_q, attn_k, ffn_gate and ffn_up, attn_v Q8_0 on
 the layers given more bits and Q5_0 on the others, Q4_K attn_output,
@@ -61,6 +76,16 @@ MODELS = {
     "gemma3-270m": dict(
         shape=synthgguf.Gemma3Shape(640, 18, 2048, 4, 1, 256, 1000000.0, 1e-6, 32768, 512),
         n_vocab=262144),
+    # Qwen/Qwen3.5-4B's text config: linear attention 16 key heads and 32
+    # value heads of 128, a 4-tap convolution; full attention every 4th
+    # layer, 16/4 heads of 256, rope sections [11, 11, 10] (the converter
+    # pads them to 4) over n_rot = 256 / 4
+    "qwen35-4b": dict(
+        shape=synthgguf.Qwen35Shape(2560, 32, 9216, 16, 4, 256, (11, 11, 10, 0), 16, 32, 128,
+                                    4, 4, 10000000.0, 1e-6, 262144, tied=True),
+        n_vocab=248320, pre="qwen35", specials=synthgguf.QWEN_SPECIALS,
+        bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
+        template=synthgguf.CHATML_TEMPLATE),
 }
 
 
@@ -77,14 +102,20 @@ def vocabulary(n_vocab, specials):
     return tokens, types, [space + " " + space]
 
 
-def llama_plan(w, model, m):
-    """The keys of a llama-family model into W; its tensors' plan."""
-    s = m["shape"]
-    synthgguf.add_hparams(w, s, "synthetic-" + model,
-                          "random weights in real shapes for benchmarks (scripts/gen-bench-model.py)")
+def add_bpe_model_keys(w, model, m, add_hparams):
+    """The architecture's keys (add_hparams: a function of synthgguf) and
+    the byte-level BPE vocabulary of a model with one, into W."""
+    add_hparams(w, m["shape"], "synthetic-" + model,
+                "random weights in real shapes for benchmarks (scripts/gen-bench-model.py)")
     tokens, types, merges = vocabulary(m["n_vocab"], m["specials"])
     synthgguf.add_tokenizer(w, tokens, types, merges, m["pre"], m["bos"], m["eos"],
                             m["add_bos"], m["template"])
+
+
+def llama_plan(w, model, m):
+    """The keys of a llama-family model into W; its tensors' plan."""
+    s = m["shape"]
+    add_bpe_model_keys(w, model, m, synthgguf.add_hparams)
     plan = [("token_embd.weight", "Q6_K" if s.tied else "Q4_K", s.n_embd, m["n_vocab"], 1.0),
             ("output_norm.weight", "norm", s.n_embd, 1, 0)]
     if not s.tied:
@@ -113,6 +144,23 @@ def gemma3_plan(w, model, m):
     return plan
 
 
+def qwen35_plan(w, model, m):
+    """The keys of a qwen35 model into W; its tensors' plan in the order
+    llama-quantize writes them (the output tensors, then layer by layer,
+    by name within each)."""
+    s = m["shape"]
+    add_bpe_model_keys(w, model, m, synthgguf.add_qwen35_hparams)
+    w.add("general.quantization_version", 2)
+    w.add("general.file_type", 15)  # Q4_K_M
+    plan = [("output_norm.weight", "norm", s.n_embd, 1, 0),
+            ("token_embd.weight", "Q6_K" if s.tied else "Q4_K", s.n_embd, m["n_vocab"], 1.0)]
+    if not s.tied:
+        plan.insert(0, ("output.weight", "Q6_K", s.n_embd, m["n_vocab"], 0.25))
+    for il in range(s.n_layer):
+        plan += sorted(synthgguf.qwen35_layer_tensors(s, il, 1.0, wide_qkv=True))
+    return plan
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", choices=sorted(MODELS))
@@ -125,7 +173,7 @@ def main():
     if a.layers:
         s.n_layer = a.layers
     w = synthgguf.Writer()
-    plan = (gemma3_plan if s.arch == "gemma3" else llama_plan)(w, a.model, m)
+    plan = {"gemma3": gemma3_plan, "qwen35": qwen35_plan}.get(s.arch, llama_plan)(w, a.model, m)
     for name, qtype, ne0, ne1, _ in plan:
         synthgguf.declare(w, name, qtype, ne0, ne1)
     by_name = {p[0]: p for p in plan}

@@ -380,15 +380,20 @@ def add_qwen35_hparams(w, s, name, description):
     w.add(p + "rope.dimension_sections", list(s.sections))
 
 
-def qwen35_layer_tensors(s, il, gain):
-    """(name, type, ne0, ne1, std) of layer il as in a Q4_K_M file."""
+def qwen35_layer_tensors(s, il, gain, wide_qkv=False):
+    """(name, type, ne0, ne1, std) of layer il as in a Q4_K_M file.
+    wide_qkv: attn_qkv takes attn_v's type, as in llama.cpp's Q4_K_M
+    (llama-cpp-python 0.3.36's src/llama-quant.cpp counts attn_qkv among
+    the attn_v-like tensors; one per layer in qwen35, so the layers given
+    more bits are by layer index); tests/fixtures/tiny-qwen35.gguf was
+    written with Q4_K there and keeps it."""
     b = "blk.%d." % il
     e = s.n_embd
     wide = "Q6_K" if q4_k_m_more_bits(il, s.n_layer) else "Q4_K"
     out = [(b + "attn_norm.weight", "norm", e, 1, 0)]
     if s.recurrent(il):
         vd, ch, hv = s.ssm_state * s.ssm_v_heads, s.conv_channels(), s.ssm_v_heads
-        out += [(b + "attn_qkv.weight", "Q4_K", e, ch, e ** -0.5),
+        out += [(b + "attn_qkv.weight", wide if wide_qkv else "Q4_K", e, ch, e ** -0.5),
                 (b + "attn_gate.weight", "Q4_K", e, vd, e ** -0.5),
                 (b + "ssm_conv1d.weight", "F32", s.conv_kernel, ch, 0.5),
                 (b + "ssm_dt.bias", "F32", hv, 1, 0.5),
