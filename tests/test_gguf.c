@@ -1444,15 +1444,15 @@ Test(gguf, default_model_matches_gguf_py)
 /* One mapping per file per process; a changed file is a new one. */
 Test(gguf_shared, same_file_same_mapping_until_it_changes)
 {
-	const char *path = test_model_path();
+	const char *model = test_model_path();
 	char *copy = NULL;
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *a, *b, *c;
 	size_t len;
 	void *bytes;
 
-	cr_assert_eq(q4kh_gguf_acquire(path, &a, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_gguf_acquire(path, &b, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_gguf_acquire(model, &a, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_gguf_acquire(model, &b, &err), 0, "%s", err.msg);
 	cr_expect_eq(a, b, "a second open of the same file maps it again");
 	q4kh_gguf_release(b);
 	cr_expect_eq(a->n_tensors > 0, 1); /* still open after one release */
@@ -1460,7 +1460,7 @@ Test(gguf_shared, same_file_same_mapping_until_it_changes)
 
 	/* a copy that is rewritten in place is not the old file */
 	cr_assert(asprintf(&copy, "%s/copy.gguf", test_tmpdir()) > 0);
-	bytes = test_read_file(path, &len);
+	bytes = test_read_file(model, &len);
 	cr_assert_not_null(bytes);
 	test_write_file(copy, bytes, len);
 	cr_assert_eq(q4kh_gguf_acquire(copy, &a, &err), 0, "%s", err.msg);

@@ -473,6 +473,25 @@ static json_t *row_json(const struct row *r)
  * Which probe the verdicts came from, for --json: kind "deep" with what it
  * judged (q4kh_deep_describe's TEXT and its numbers), else "builtin".
  */
+/* The built-in probe as [f2] sets it; a plugin's own section may judge
+ * on other numbers, which its row's receipt shows. */
+static void builtin_probe_text(const struct q4kh_config *config, size_t n_probe, char *out,
+                               size_t cap)
+{
+	struct q4kh_f2_rules rules;
+	struct q4kh_error err;
+
+	if (q4kh_guard_rules_where(config, NULL, &rules, NULL, &err)) {
+		snprintf(out, cap, "built-in probe (%s)", err.msg);
+		return;
+	}
+	snprintf(out, cap,
+	         "built-in probe, %zu tokens and %u decode steps (a [plugin.NAME] section may set "
+	         "others); a valid deep receipt decides instead",
+	         n_probe < rules.probe_tokens ? n_probe : (size_t)rules.probe_tokens,
+	         (unsigned)rules.decode_steps);
+}
+
 static json_t *probe_json(const struct validate_opts *o, const struct q4kh_deep_plan *deep,
                           const char *text)
 {
@@ -779,8 +798,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 	} else {
 		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n", o.c.model,
 		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
-		printf("F2 probe: %s\n\n", o.deep ? probe_text
-		                                   : "built-in probe (f2_probe_tokens tokens, f2_decode_steps decode steps); a valid deep receipt decides instead");
+		if (!o.deep)
+			builtin_probe_text(config, n_probe, probe_text, sizeof(probe_text));
+		printf("F2 probe: %s\n\n", probe_text);
 		print_table(rows, n);
 		print_unmeasurable(unmeasurable);
 		if (none_why[0])

@@ -260,8 +260,11 @@ static int rule_number(const struct q4kh_config *c, const char *plugin,
 	const char *s;
 	char *end;
 
-	snprintf(section, sizeof(section), "plugin.%s", plugin);
-	s = q4kh_config_where(c, section, key, where, sizeof(where));
+	s = NULL;
+	if (plugin) {
+		snprintf(section, sizeof(section), "plugin.%s", plugin);
+		s = q4kh_config_where(c, section, key, where, sizeof(where));
+	}
 	if (!s)
 		s = q4kh_config_where(c, "f2", key, where, sizeof(where));
 	if (!s)

@@ -208,8 +208,8 @@ struct q4kh_f2_rule_origins {
 
 /*
  * The rules of q4kh_guard_rules for the plugin called PLUGIN (the variant,
- * else the backend) under config C (may be NULL), and, when O is not NULL,
- * where each came from.
+ * else the backend; NULL: [f2] and the defaults alone) under config C (may
+ * be NULL), and, when O is not NULL, where each came from.
  */
 int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
                            struct q4kh_f2_rules *rules,

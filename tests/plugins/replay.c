@@ -507,8 +507,9 @@ static q4kh_status r_rope(q4kh_device_ctx *d, const struct q4kh_tensor *x,
 {
 	struct call c = { .op = C_ROPE };
 
-	c.rope = (struct q4kh_rope_params){ sizeof(c.rope), n_rot, (uint32_t)mode,
-		                             base, freq_scale, 0 };
+	c.rope = (struct q4kh_rope_params){ .struct_size = sizeof(c.rope), .n_rot = n_rot,
+		                             .mode = (uint32_t)mode, .base = base,
+		                             .freq_scale = freq_scale, .attn_factor = 1.0f };
 	T(c, 0, x);
 	T(c, 1, out);
 	return run(d, c, pos, x ? x->ne[2] : 0, -1);
