@@ -12,7 +12,6 @@
  * fails where the cuda plugin it was built with is not on its path.
  */
 #include <criterion/criterion.h>
-#include <criterion/parameterized.h>
 
 #include "arch_oracle.h"
 #include "backend.h"
@@ -38,25 +37,18 @@ static void on_cuda(const char *name, const char *arch)
 	check_on(name, arch, NULL, "cuda", NULL);
 }
 
-/* Each fixture (tests/fixtures/tiny-NAME.gguf) and its architecture. */
-struct fixture_arch {
-	const char *name, *arch;
-};
-
-ParameterizedTestParameters(cuda_archs, matches_llama_cpp)
+/* Each fixture (tests/fixtures/tiny-NAME.gguf) and its architecture. Plain
+ * tests, not a parameterized one: criterion's workers may be new processes
+ * of this program, where the parameters' pointers to string literals would
+ * point elsewhere (every case crashed so on the H200). */
+Test(cuda_archs, qwen35_matches_llama_cpp, .timeout = 300) { on_cuda("qwen35", "qwen35"); }
+Test(cuda_archs, llama_matches_llama_cpp, .timeout = 300) { on_cuda("llama", "llama"); }
+Test(cuda_archs, qwen2_matches_llama_cpp, .timeout = 300) { on_cuda("qwen2", "qwen2"); }
+Test(cuda_archs, qwen3_matches_llama_cpp, .timeout = 300) { on_cuda("qwen3", "qwen3"); }
+/* Llama 3.1's frequency factors */
+Test(cuda_archs, llama_ropefreqs_matches_llama_cpp, .timeout = 300)
 {
-	static struct fixture_arch params[] = {
-		{ "qwen35", "qwen35" }, { "llama", "llama" },
-		{ "qwen2", "qwen2" },   { "qwen3", "qwen3" },
-		{ "llama-ropefreqs", "llama" }, /* Llama 3.1's frequency factors */
-		{ "qwen2-yarn", "qwen2" },      /* YaRN */
-	};
-
-	return cr_make_param_array(struct fixture_arch, params,
-	                           sizeof(params) / sizeof(params[0]));
+	on_cuda("llama-ropefreqs", "llama");
 }
-
-ParameterizedTest(struct fixture_arch *p, cuda_archs, matches_llama_cpp, .timeout = 300)
-{
-	on_cuda(p->name, p->arch);
-}
+/* YaRN */
+Test(cuda_archs, qwen2_yarn_matches_llama_cpp, .timeout = 300) { on_cuda("qwen2-yarn", "qwen2"); }

@@ -40,6 +40,7 @@ struct stream {
 	char *out;          /* event bytes not yet handed to MHD */
 	size_t len, off;
 	size_t sent;        /* job text turned into events */
+	int64_t tokens;     /* answer tokens an event has shown */
 	int opened, closed; /* the first and the last event made */
 	double last;        /* when bytes were last handed over */
 };
@@ -263,13 +264,20 @@ static int next_events(struct stream *s)
 		if (j->kind == SERVE_CHAT)
 			return put(s, serve_api_event(srv, j, 1, NULL, 0, NULL)) ? -1 : 1;
 	}
-	if (j->ready > s->sent) {
-		size_t n;
-		char *text = serve_utf8_clean(j->text + s->sent, j->ready - s->sent, &n);
+	/* An event per new token, its text empty while the bytes are held
+	 * back (part of a UTF-8 character, or maybe of a stop string): a
+	 * client sees every token arrive, as from other OpenAI-compatible
+	 * servers. */
+	if (j->ready > s->sent || j->n_gen > s->tokens) {
+		size_t n = 0;
+		char *text = j->ready > s->sent
+		                     ? serve_utf8_clean(j->text + s->sent, j->ready - s->sent, &n)
+		                     : strdup("");
 		int rc = text ? put(s, serve_api_event(srv, j, 0, text, n, NULL)) : -1;
 
 		free(text);
 		s->sent = j->ready;
+		s->tokens = j->n_gen;
 		return rc ? -1 : 1;
 	}
 	if (j->state != SERVE_DONE || s->closed)
@@ -349,7 +357,7 @@ static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
 		release(srv, j);
 		return MHD_NO;
 	}
-	*s = (struct stream){ srv, j, fd, NULL, 0, 0, 0, 0, 0, serve_now() };
+	*s = (struct stream){ .srv = srv, .job = j, .fd = fd, .last = serve_now() };
 	pthread_mutex_lock(&srv->lock);
 	srv->streams++; /* stream_free counts it out */
 	pthread_mutex_unlock(&srv->lock);
