@@ -56,9 +56,9 @@ targets=llama-bench
 prepare=0
 serve=
 
-usage() {
-	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
+usage() { # STATUS: 0 for --help (on stdout), 2 for a wrong argument
+	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&"$((${1:-2} ? 2 : 1))"
+	exit "${1:-2}"
 }
 
 while [ $# -gt 0 ]; do
@@ -73,7 +73,7 @@ while [ $# -gt 0 ]; do
 	--targets) targets=$2; shift 2 ;;
 	--prepare) prepare=1; shift ;;
 	--serve) serve=$2; targets=llama-server; shift 2 ;;
-	-h | --help) usage ;;
+	-h | --help) usage 0 ;;
 	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
 	esac
 done

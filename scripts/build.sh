@@ -3,12 +3,65 @@
 # Extra arguments go to configure (the folder is configured again when they
 # change); installs go to ./_prefix unless they say otherwise. Without
 # --with-cuda or --without-cuda, configure builds the CUDA plugins whenever
-# it finds a toolkit, for every architecture (what CI and packages need).
+# it finds a toolkit, for every architecture (what packages need).
 # Says what it does, one line a stage; make's output goes to BUILD/build.log,
 # and also to the terminal when there is one (one short line a file).
-# Usage: scripts/build.sh [CONFIGURE-ARGS]
+#
+# --this-machine builds what this machine can run, as scripts/quickstart.sh
+# and scripts/test.sh do: the CUDA plugins only for the GPUs nvidia-smi
+# lists (their compute capabilities) when a CUDA toolkit is found, and none
+# without an NVIDIA GPU and driver, with one line saying which. With
+# Q4KH_CUDA=all in the environment it adds nothing instead: configure's
+# default, every architecture whenever a toolkit is found (CI sets it).
+# --which-cuda prints the configure arguments --this-machine adds (and its
+# line on stderr) and does nothing else.
+# Usage: scripts/build.sh [--this-machine] [CONFIGURE-ARGS]
+#        scripts/build.sh --which-cuda
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+
+# The configure arguments for this machine: "--without-cuda" or
+# "--with-cuda --with-cuda-arch=LIST" (nothing with Q4KH_CUDA=all), with a
+# line on stderr that says which and how to build every architecture.
+which_cuda() {
+	local caps="" nvcc="" d anyway="Q4KH_CUDA=all in the environment builds them anyway"
+	case ${Q4KH_CUDA:-} in
+	all)
+		echo "build: Q4KH_CUDA=all: the CUDA plugins for every architecture when a CUDA toolkit is found" >&2
+		return 0 ;;
+	'') ;;
+	*) echo "build: Q4KH_CUDA=$Q4KH_CUDA: unknown (all, or unset for this machine's GPUs)" >&2; exit 2 ;;
+	esac
+	if command -v nvidia-smi >/dev/null 2>&1; then
+		caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+			tr -d ' .' | grep -E '^[0-9]+$' | sort -u | paste -sd, -) || caps=""
+	fi
+	for d in "${CUDA_HOME:-}" /usr/local/cuda; do
+		[ -n "$d" ] && [ -x "$d/bin/nvcc" ] && nvcc="$d/bin/nvcc" && break
+	done
+	[ -n "$nvcc" ] || nvcc=$(command -v nvcc 2>/dev/null) || nvcc=""
+	if [ -z "$caps" ]; then
+		echo "build: no NVIDIA GPU with a driver here: building without the CUDA plugins ($anyway)" >&2
+		echo "--without-cuda"
+	elif [ -z "$nvcc" ]; then
+		echo "build: an NVIDIA GPU (compute capability $caps) but no CUDA toolkit (nvcc): building without the CUDA plugins" >&2
+		echo "--without-cuda"
+	else
+		echo "build: building the CUDA plugins for this machine's GPUs (compute capability $caps; $anyway for every architecture)" >&2
+		echo "--with-cuda --with-cuda-arch=$caps"
+	fi
+}
+
+case ${1:-} in
+-h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+--which-cuda) which_cuda; exit 0 ;;
+--this-machine)
+	shift
+	cuda=$(which_cuda) || exit 2
+	# shellcheck disable=SC2086 # the arguments are words on purpose
+	set -- $cuda "$@" ;;
+esac
+
 build="${Q4KH_BUILD_DIR:-$top/_build/main}"
 log="$build/build.log"
 jobs=$(nproc)

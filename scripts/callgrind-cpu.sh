@@ -13,6 +13,7 @@
 #
 #   scripts/callgrind-cpu.sh Q4KHOST-BINARY MODEL [N1 N2]
 # Q4KHOST_PLUGIN_PATH must name the cpu, cpu-fast and cpu-simd plugins.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 q4khost=$1 model=$2 n1=${3:-4} n2=${4:-12}

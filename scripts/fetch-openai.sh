@@ -5,6 +5,7 @@
 # Nothing is installed into Python itself: the folder goes on PYTHONPATH.
 # Prints the folder. --cached: fetch nothing; exit 1 when it is missing.
 # Usage: scripts/fetch-openai.sh [--cached]
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 
 version=3.51.0

@@ -12,6 +12,7 @@
 # crashes) and ends with "N passed, N failed"; exits 1 on any crash.
 # Usage: scripts/fuzz.sh [SECONDS [TARGET...]]  (TARGET: gguf, tokenizer,
 # config, receipt; default all)
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
 usage="usage: scripts/fuzz.sh [SECONDS [gguf|tokenizer|config|receipt...]]"
 secs=${1:-60}

@@ -17,6 +17,7 @@
 # (default --with-cuda-arch=90; they apply when _build/gpu is configured,
 # that is when it has no Makefile yet). Carry .gpu; run
 # scripts/gpu-check.sh there.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/gpu"

@@ -46,9 +46,9 @@ prompt="The history of the printing press begins in the fifteenth century, when"
 n_predict=64
 logs="${OUT:-/tmp}/gpu-check"
 
-usage() {
-	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
+usage() { # STATUS: 0 for --help (on stdout), 2 for a wrong argument
+	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&"$((${1:-2} ? 2 : 1))"
+	exit "${1:-2}"
 }
 
 while [ $# -gt 0 ]; do
@@ -63,7 +63,7 @@ while [ $# -gt 0 ]; do
 	--bench-model) bench_models+=("$2"); shift 2 ;;
 	--f2-model) f2_models+=("$2"); shift 2 ;;
 	--logs) logs=$2; shift 2 ;;
-	-h | --help) usage ;;
+	-h | --help) usage 0 ;;
 	*) echo "gpu-check.sh: unknown argument $1" >&2; usage ;;
 	esac
 done

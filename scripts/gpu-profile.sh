@@ -15,6 +15,7 @@
 #                  llama.cpp: llama-bench, flash attention on, one run)
 #   N              decode tokens (default 128)
 #   PROMPT_TOKENS  prompt length (default 512)
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"

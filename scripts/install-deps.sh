@@ -5,6 +5,7 @@
 # rpm, rpmlint and elfutils (eu-strip, for rpm's debuginfo split) build and
 # check the RPMs in tests/test_package.c.
 # Usage: scripts/install-deps.sh [PACKAGE...]   (as root, or through sudo when available)
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 
 pkgs=(build-essential autoconf automake libtool pkg-config

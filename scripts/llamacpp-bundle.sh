@@ -9,6 +9,7 @@
 # --build-cpu: also configure and build the three programs here for the
 # CPU (a check that the trimmed tree still builds; about 10 minutes on 2
 # cores), in _build/llamacpp-cpu.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"

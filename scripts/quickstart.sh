@@ -8,44 +8,24 @@
 # The CUDA plugins are built only for the GPUs this machine has (their
 # compute capabilities, from nvidia-smi), and only when a CUDA toolkit is
 # found; without a GPU and driver they are left out, with one line saying
-# so: `scripts/build.sh --with-cuda` builds them anyway, for every
-# architecture, as scripts/test.sh and the packages do.
-# Usage: scripts/quickstart.sh [PROMPT]
+# so (scripts/build.sh --this-machine, which scripts/test.sh uses too):
+# `Q4KH_CUDA=all scripts/quickstart.sh` or `scripts/build.sh --with-cuda`
+# builds them anyway, for every architecture, as CI and the packages do.
+# Usage: scripts/quickstart.sh [PROMPT]   (-h, --help: this text)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 t0=$(date +%s)
 stage() { echo "quickstart: [$1/5] $2 (at $(($(date +%s) - t0)) s)"; }
 
-# The configure arguments for the GPUs here: "--without-cuda" with a note
-# on stderr, or "--with-cuda --with-cuda-arch=LIST".
-cuda_args() {
-	local caps="" nvcc=""
-	if command -v nvidia-smi >/dev/null 2>&1; then
-		caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
-			tr -d ' .' | grep -E '^[0-9]+$' | sort -u | paste -sd, -) || caps=""
-	fi
-	for d in "${CUDA_HOME:-}" /usr/local/cuda; do
-		[ -n "$d" ] && [ -x "$d/bin/nvcc" ] && nvcc="$d/bin/nvcc" && break
-	done
-	[ -n "$nvcc" ] || nvcc=$(command -v nvcc 2>/dev/null) || nvcc=""
-	if [ -z "$caps" ]; then
-		echo "quickstart: no NVIDIA GPU with a driver here: building without the CUDA plugins (scripts/build.sh --with-cuda builds them anyway)" >&2
-		echo "--without-cuda"
-	elif [ -z "$nvcc" ]; then
-		echo "quickstart: an NVIDIA GPU (compute capability $caps) but no CUDA toolkit (nvcc): building without the CUDA plugins" >&2
-		echo "--without-cuda"
-	else
-		echo "quickstart: building the CUDA plugins for this machine's GPUs (compute capability $caps)" >&2
-		echo "--with-cuda --with-cuda-arch=$caps"
-	fi
-}
+case ${1:-} in
+-h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+esac
 
 stage 1 "installing the build packages that are missing (scripts/install-deps.sh)"
 scripts/install-deps.sh
 stage 2 "building in _build/main"
-# shellcheck disable=SC2046 # the arguments are words on purpose
-Q4KH_BUILD_DIR="$top/_build/main" scripts/build.sh $(cuda_args)
+Q4KH_BUILD_DIR="$top/_build/main" scripts/build.sh --this-machine
 stage 3 "installing into $top/_prefix (log: _build/main/install.log)"
 make -C "$top/_build/main" install >"$top/_build/main/install.log" 2>&1 ||
 	{ tail -n 20 "$top/_build/main/install.log"; exit 1; }

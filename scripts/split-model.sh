@@ -20,9 +20,9 @@ die() {
 	exit 1
 }
 
-usage() {
-	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2
-	exit 2
+usage() { # STATUS: 0 for --help (on stdout), 2 for a wrong argument
+	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&"$((${1:-2} ? 2 : 1))"
+	exit "${1:-2}"
 }
 
 split_file() {
@@ -71,6 +71,6 @@ join_parts() {
 case $1 in
 split) [ $# -eq 3 ] || [ $# -eq 4 ] || usage; split_file "$2" "$3" "${4:-60}" ;;
 join) [ $# -eq 3 ] || usage; join_parts "$2" "$3" ;;
--h | --help) usage ;;
+-h | --help) usage 0 ;;
 *) usage ;;
 esac

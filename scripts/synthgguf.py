@@ -9,9 +9,16 @@ block is valid data of its type (block layouts: sdk/include/q4khost/quant.h),
 its scales chosen so the dequantized values have mean about 0 and the
 standard deviation asked for. Same seed, same bytes.
 """
+import os
 import struct
+import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # one line, not a traceback, for the scripts that import this
+    sys.exit("%s: needs NumPy, which %s lacks: run it with /usr/bin/python3 after "
+             "scripts/install-deps.sh (Debian's python3-numpy), or pip install numpy"
+             % (os.path.basename(sys.argv[0]), sys.executable))
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3

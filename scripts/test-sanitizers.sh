@@ -7,6 +7,7 @@
 # host spawns for F2 (which the host would otherwise take for a rejected
 # plugin). Ends with "N passed, N failed, N skipped".
 # Usage: scripts/test-sanitizers.sh
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/asan"

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to test results: install what
 # is missing, fetch the default model (the tests need it) and the DeepSeek
-# vocabulary (scripts/fetch-deepseek-vocab.py), build, and run
+# vocabulary (scripts/fetch-deepseek-vocab.py), and run
+#   build       scripts/build.sh --this-machine in _build/main: what
+#               scripts/quickstart.sh builds here (the CUDA plugins for
+#               this machine's GPUs, none without a GPU and driver; one
+#               line says which). Q4KH_CUDA=all builds them for every
+#               architecture whenever a CUDA toolkit is found (CI does).
 #   main        every Criterion suite through make check, packaging
 #               included (the SDK examples, make distcheck, the .debs
 #               and the .rpms)
@@ -14,9 +19,11 @@
 #               (scripts/cuda-emulate.sh), a test per harness; skipped
 #               without the CUDA toolkit's headers
 # Each stage's output goes to _build/STAGE.log; its closing line is shown,
-# and while it runs, a line a minute with the tests it has finished.
-# Ends with the totals, "N passed, N failed, N skipped".
-# Usage: scripts/test.sh [--quick]   (--quick: the main stage only)
+# and while it runs, a line a minute: while compiling, the objects built
+# and the file last compiled, then the tests it has finished.
+# Ends with the totals, "N passed, N failed, N skipped". Ctrl-C stops the
+# stage, prints the stages done and the totals so far, and exits 130.
+# Usage: scripts/test.sh [--quick]   (--quick: build and main stages only)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/main"
@@ -29,15 +36,68 @@ case ${1:-} in
 *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
 esac
 
+t0=$(date +%s)
+passed=0 failed=0 skipped=0 status=0
+# The stage running: its name, process, check log, build folder, start.
+current=setup pid="" checks=/dev/null dir="" started=$t0 done_stages=()
+# Tests a stage has finished: automake's result lines in its make check log.
+finished() {
+	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
+}
+# Ctrl-C (SIGINT to the process group) or SIGTERM: the stage runs in a
+# process group of its own (set -m below), so stop it here, then say where
+# it stopped and what is done.
+interrupted() {
+	local sig=$1 code=$2 tree
+	trap - INT TERM
+	if [ -n "$pid" ]; then
+		# The test programs (Criterion) put themselves and their workers
+		# in process groups of their own: stop every descendant too.
+		tree=$(ps -eo pid=,ppid= | awk -v root="$pid" '{ kids[$2] = kids[$2] " " $1 }
+			END { n = split(kids[root], q, " ")
+			      for (i = 1; i <= n; i++) { print q[i]; m = split(kids[q[i]], c, " ")
+			                                 for (j = 1; j <= m; j++) q[++n] = c[j] } }')
+		kill -INT -- -"$pid" 2>/dev/null
+		# shellcheck disable=SC2086 # a list of process ids
+		kill -TERM $tree 2>/dev/null
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			# shellcheck disable=SC2086
+			kill -0 -- -"$pid" $tree 2>/dev/null || break
+			sleep 1
+		done
+		# shellcheck disable=SC2086
+		kill -KILL -- -"$pid" $tree 2>/dev/null
+		wait "$pid" 2>/dev/null
+	fi
+	echo "== $current: interrupted after $(($(date +%s) - started)) s${pid:+, $(progress)}"
+	echo "== stages done: ${done_stages[*]:-none}"
+	echo "$passed passed, $failed failed, $skipped skipped (so far)"
+	echo "test.sh: interrupted by SIG$sig after $(($(date +%s) - t0)) s" >&2
+	exit "$code"
+}
+trap 'interrupted INT 130' INT
+trap 'interrupted TERM 143' TERM
+
 bash scripts/install-deps.sh || exit 1
 bash scripts/fetch-model.sh || exit 1
-# a real test input, optional: test_bpe's DeepSeek cases skip without it
-python3 scripts/fetch-deepseek-vocab.py ||
+# a real test input, optional: test_bpe's DeepSeek cases skip without it.
+# It needs NumPy: python3 on PATH may be another than Debian's, which
+# scripts/install-deps.sh gave python3-numpy.
+py=python3
+python3 -c 'import numpy' 2>/dev/null ||
+	{ /usr/bin/python3 -c 'import numpy' 2>/dev/null && py=/usr/bin/python3; }
+"$py" scripts/fetch-deepseek-vocab.py ||
 	echo "test.sh: no DeepSeek-R1 vocabulary; its tokenizer cases will skip" >&2
 bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
+# What quickstart.sh builds here, and a line that says which.
+cuda_args=$(bash scripts/build.sh --which-cuda) || exit 1
+
+build_stage() {
+	# shellcheck disable=SC2086 # the arguments are words on purpose
+	Q4KH_BUILD_DIR="$build" bash scripts/build.sh $cuda_args
+}
 
 main_stage() {
-	Q4KH_BUILD_DIR="$build" bash scripts/build.sh || return 1
 	# tests/test_package: the SDK examples, make distcheck, the .debs and
 	# the .rpms.
 	Q4KH_REQUIRE_MODEL=1 Q4KH_TEST_PACKAGING=1 \
@@ -60,49 +120,71 @@ emulate_stage() {
 	bash scripts/cuda-emulate.sh "$top/_build/emu"
 }
 
-passed=0 failed=0 skipped=0 status=0
-# Tests a stage has finished: automake's result lines in its make check log.
-finished() {
-	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
+# What the stage has done so far: the tests $checks shows finished once it
+# exists, before that what make has compiled in $dir (the stage's own
+# build) since the stage started.
+progress() {
+	local objs last
+	if [ -f "$checks" ] || [ -z "$dir" ] || [ ! "$dir/build.log" -nt "$top/_build/.stage-start" ]; then
+		[ "$checks" = /dev/null ] && echo "running" || echo "$(finished "$checks") tests finished"
+		return
+	fi
+	objs=$(find "$dir" -name '*.lo' -newer "$top/_build/.stage-start" 2>/dev/null | wc -l)
+	last=$(tail -n 40 "$dir/build.log" | grep -oE "[[:alnum:]_./+-]+\.(c|cu|cpp)\b" | tail -n 1)
+	last=${last#"$top"/}
+	while [ "${last#../}" != "$last" ]; do last=${last#../}; done
+	echo "compiling: $objs objects built${last:+, last $last} (log: ${dir#"$top"/}/build.log)"
 }
-# stage NAME CHECKLOG COMMAND...: run it (a line a minute while it runs:
-# the time so far and the tests CHECKLOG shows finished), show its closing
-# line, add it up.
+# stage NAME CHECKLOG BUILD COMMAND...: run it (a line a minute while it
+# runs: the time so far and its progress), show its closing line, add it up.
 stage() {
-	local name=$1 log="$top/_build/$1.log" checks=$2 line start rc pid n=0
-	shift 2
+	local name=$1 log="$top/_build/$1.log" line rc n=0
+	current=$1 checks=$2 dir=$3
+	shift 3
 	mkdir -p "$top/_build"
-	start=$(date +%s)
+	started=$(date +%s)
+	touch "$top/_build/.stage-start"
 	[ -f "$checks" ] && rm -f "$checks" # the last run's
 	echo "== $name: started (output in ${log#"$top"/})"
-	"$@" >"$log" 2>&1 &
+	# A process group of its own: a Ctrl-C reaches this script, whose
+	# trap stops the stage (a background job would ignore SIGINT).
+	set -m
+	"$@" </dev/null >"$log" 2>&1 &
 	pid=$!
+	set +m
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 5
 		n=$((n + 1))
 		[ $((n % 12)) -eq 0 ] && kill -0 "$pid" 2>/dev/null &&
-			echo "   $name: $(($(date +%s) - start)) s, $(finished "$checks") tests finished"
+			echo "   $name: $(($(date +%s) - started)) s, $(progress)"
 	done
 	wait "$pid"
-	rc=$?
+	rc=$? pid=""
 	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-	echo "== $name ($(($(date +%s) - start)) s): ${line:-no closing line}"
+	[ "$name" = build ] && [ $rc -eq 0 ] && line="" # no tests of its own
+	[ $rc -eq 0 ] || [ -n "$line" ] || line="failed (exit $rc)"
+	echo "== $name ($(($(date +%s) - started)) s): ${line:-done}"
+	done_stages+=("$name")
 	if [ $rc -ne 0 ]; then
 		status=1
 		grep -vE '^[0-9]+ passed, ' "$log" | tail -n 40
-		[ -n "$line" ] || line="0 passed, 1 failed"
+		[ "${line#failed}" = "$line" ] || line="0 passed, 1 failed"
 	fi
-	set -- $line
+	set -- ${line:-0 passed, 0 failed}
 	passed=$((passed + $1)) failed=$((failed + $3)) skipped=$((skipped + ${5:-0}))
+	return $rc
 }
 
-stage main "$build/check.log" main_stage
-if [ $quick -eq 0 ]; then
-	stage sanitizers "$top/_build/asan/check.log" bash scripts/test-sanitizers.sh
-	stage fuzz /dev/null bash scripts/fuzz.sh 60
-	stage valgrind /dev/null valgrind_stage
-	stage emulate /dev/null emulate_stage
+if stage build /dev/null "$build" build_stage; then
+	stage main "$build/check.log" "" main_stage
 fi
+if [ $quick -eq 0 ]; then
+	stage sanitizers "$top/_build/asan/check.log" "$top/_build/asan" bash scripts/test-sanitizers.sh
+	stage fuzz /dev/null "" bash scripts/fuzz.sh 60
+	stage valgrind /dev/null "" valgrind_stage
+	stage emulate /dev/null "" emulate_stage
+fi
+current=""
 [ $status -ne 0 ] && [ $failed -eq 0 ] && failed=1
 echo "$passed passed, $failed failed, $skipped skipped"
 exit $status

@@ -7,6 +7,7 @@
 # definitely lost block. About 14 tokens through the forward pass: a few
 # minutes on 2 cores.
 # Usage: scripts/valgrind-run.sh
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/valgrind"
