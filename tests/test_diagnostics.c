@@ -289,6 +289,40 @@ Test(diagnostics, a_device_no_backend_has_is_refused)
 	free(out);
 }
 
+/* The commands that filter by --device refuse a device no backend has as
+ * run does, and bench on a path without the reference says what run says. */
+Test(diagnostics, every_command_refuses_a_device_no_backend_has_as_run_does)
+{
+	static const char *const none[] = { NULL }, *const q8act[] = { "cpu_q8act", NULL };
+	static const char *const commands[] = { "qa --cases %s/tests/fixtures/qa-cases.jsonl",
+		                                "validate", "bench -n 2 -r 1" };
+	const char *plugins = test_plugin_dir(none);
+	char command[4200], args[4600], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(*commands); i++) {
+		snprintf(command, sizeof(command), commands[i], test_srcdir());
+		snprintf(args, sizeof(args), "%s --device 3", command);
+		cr_expect_eq(q4khost_with("", args, NULL, plugins, "", &out), 4, "%s: %s", args, out);
+		cr_expect(strstr(out, "no backend has a device 3; cpu has 1 device; q4khost plugins "
+		                      "lists the devices\n") != NULL, "%s: %s", args, out);
+		cr_expect_null(strstr(out, "passed"), "%s: %s", args, out);
+		free(out);
+		snprintf(args, sizeof(args), "%s --device 3 --backend cpu", command);
+		cr_expect_eq(q4khost_with("", args, NULL, plugins, "", &out), 4, "%s: %s", args, out);
+		cr_expect(strstr(out, "backend cpu has no device 3 (it has 1)") != NULL, "%s: %s", args,
+		          out);
+		free(out);
+	}
+	plugins = folder_without_cpu(q8act);
+	cr_expect_eq(q4khost_with("", "bench -n 2", NULL, plugins, "", &out), 4, "%s", out);
+	snprintf(args, sizeof(args),
+	         "q4khost bench: no backend plugin on the plugin path %s (from --plugin-path): "
+	         "the reference cpu plugin (cpu.so) is not there; q4khost plugins lists what is\n",
+	         plugins);
+	cr_expect(strstr(out, args) != NULL, "%s", out);
+	free(out);
+}
+
 Test(diagnostics, f2_off_names_where_it_was_turned_off)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };

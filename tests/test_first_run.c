@@ -193,7 +193,7 @@ Test(first_run, an_unknown_backend_or_kernel_is_refused_before_any_output)
 		{ "", "validate --backend nope", "q4khost validate: --backend nope: no backend plugin of that name" },
 		{ "", "validate --kernel nope", "q4khost validate: --kernel: 'nope' is not a kernel variant" },
 		{ "Q4KHOST_Q4K_KERNEL=nope", "validate", "q4khost validate: Q4KHOST_Q4K_KERNEL: 'nope' is not a kernel variant" },
-		{ "", "validate --device 9", "q4khost validate: no backend on the plugin path" },
+		{ "", "validate --device 9", "q4khost validate: no backend has a device 9; " },
 	};
 	char args[8192], *out;
 

@@ -238,6 +238,14 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
                          const char *backend_cli, struct q4kh_error *err);
 
 /*
+ * With C's --device set, Q4KH_EXIT_PLUGIN and err, in run's words
+ * (q4kh_select_check_device: how many devices each backend has), when no
+ * backend of R (C's --backend alone, when given) has that device; else 0.
+ */
+int q4kh_cli_check_device(const struct q4kh_registry *r, const struct q4kh_cli_common *c,
+                          struct q4kh_error *err);
+
+/*
  * Warn on stderr about every kernel selector (--kernel KERNEL_CLI, or
  * Q4KHOST_Q4K_KERNEL) that matches no device of R: its entry is ignored.
  */

@@ -22,6 +22,7 @@
 #include "model.h"
 #include "policy.h"
 #include "secure.h"
+#include "select.h"
 #include "settings.h"
 
 /* What the last usage error said, for a --json object. */
@@ -393,6 +394,15 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_check_backend(r, backend, origin, err) ||
 	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, err))
+		return Q4KH_EXIT_PLUGIN;
+	return 0;
+}
+
+int q4kh_cli_check_device(const struct q4kh_registry *r, const struct q4kh_cli_common *c,
+                          struct q4kh_error *err)
+{
+	if (c->device_set &&
+	    q4kh_select_check_device(r, c->backend, (uint32_t)c->device, err))
 		return Q4KH_EXIT_PLUGIN;
 	return 0;
 }

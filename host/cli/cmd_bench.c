@@ -26,6 +26,7 @@
 #include "policy.h"
 #include "progress.h"
 #include "registry.h"
+#include "select.h"
 #include "serving.h"
 #include "settings.h"
 #include "tokenizer.h"
@@ -215,20 +216,15 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
                    struct row **rows, size_t *n, struct q4kh_error *err)
 {
 	char others[512] = "";
-	int any = 0;
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (o->c.backend && strcmp(o->c.backend, p->name)))
 			continue;
-		any = 1;
 		if (backend_rows(r, o, p, rows, n, others, sizeof(others), err))
 			return -1;
 	}
-	if (!any)
-		return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s)",
-		                 o->c.backend ? o->c.backend : "(any)", r->path, r->path_origin);
 	if (*n == 0)
 		return q4kh_fail(err, "nothing to compare on device %ld%s%s", o->c.device,
 		                 others[0] ? ": the kernels named are for other backends: " : "",
@@ -413,6 +409,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
 	if (q4kh_registry_check_backend(reg, o.c.backend, "--backend", &err) ||
+	    q4kh_select_check_device(reg, o.c.backend, (uint32_t)o.c.device, &err) ||
 	    collect(reg, &o, &rows, &n, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;

@@ -452,7 +452,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	    q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if ((rc = q4kh_cli_plugins("qa", o.c.plugin_path, config, 0, &reg, &err)) ||
-	    (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)))
+	    (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)) ||
+	    (rc = q4kh_cli_check_device(reg, &o.c, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))

@@ -367,20 +367,6 @@ static void print_table(const struct row *rows, size_t n)
 	}
 }
 
-/* Does some backend of R have device DEVICE? */
-static int some_backend_has(const struct q4kh_registry *r, uint32_t device)
-{
-	for (size_t i = 0; i < r->n_plugins; i++) {
-		const struct q4kh_plugin *p = &r->plugins[i];
-		uint32_t n = 0;
-
-		if (p->state == Q4KH_PLUGIN_ACCEPTED && p->desc->kind == Q4KH_KIND_BACKEND &&
-		    !q4kh_backend_devices(p, &n, NULL) && n > device)
-			return 1;
-	}
-	return 0;
-}
-
 /*
  * Why O's filters left no candidate on REG, into BUF: which filter removed
  * what, and the candidates the path has without them. NOT_APPLICABLE: the
@@ -731,12 +717,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rc = measure_one(&o, &g, &err);
 		goto out;
 	}
-	if (o.c.device_set && !some_backend_has(reg, (uint32_t)o.c.device)) {
-		q4kh_fail(&err, "no backend on the plugin path %s has a device %ld (--device); "
-		          "q4khost plugins lists the devices", reg->path, o.c.device);
-		rc = Q4KH_EXIT_PLUGIN;
+	if ((rc = q4kh_cli_check_device(reg, &o.c, &err)))
 		goto out;
-	}
+	rc = Q4KH_EXIT_FAIL;
 	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set,
 		                                 (uint32_t)o.c.device, o.c.kernel, types, 0 };
 	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||

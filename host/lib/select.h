@@ -117,6 +117,17 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_error *err);
 
 /*
+ * 0 when some accepted backend of R (BACKEND alone, when not NULL) has
+ * device DEVICE; else -1 with the error q4kh_select_plan gives for it: no
+ * backend plugin on the path (the reference among them), the backends
+ * that could not start, or how many devices each backend has. For the
+ * commands that filter by --device (validate, qa, bench) to say what run
+ * says.
+ */
+int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
+                             uint32_t device, struct q4kh_error *err);
+
+/*
  * Choose, guard and open what serves RQ. On success every part of *out is
  * open; release it with q4kh_selection_close. -1 with err when nothing can
  * serve, or a named request cannot be honoured (explicit_failure set), or
