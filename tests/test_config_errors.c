@@ -148,3 +148,25 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 	cr_expect_null(strstr(out, "fresh"), "%s", out);
 	free(out);
 }
+
+/* An F2 floor is shown as it was set, never rounded: 0.995 is not 0.99
+ * (below what was set), 0.9999 not 1.00; two decimals stay two. */
+Test(config_errors, an_f2_floor_is_shown_as_set)
+{
+	/* a variant to be judged, for the explanation's floor line */
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	static const char *const floors[] = { "0.995", "0.9999", "0.95" };
+	char text[64], args[8800], want[128], *cfg, *out;
+
+	for (size_t i = 0; i < sizeof(floors) / sizeof(*floors); i++) {
+		snprintf(text, sizeof(text), "[f2]\nf2_floor = %s\n", floors[i]);
+		cfg = file_with("floor.ini", text);
+		snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins,
+		         cfg);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+		snprintf(want, sizeof(want), "F2 acceptance floor %s (from ", floors[i]);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		free(out);
+		free(cfg);
+	}
+}

@@ -367,9 +367,9 @@ static void report_text(const struct qa_opts *o, const struct path *paths, size_
 	json_t *s;
 
 	printf("model %s\n%zu cases from %s\n"
-	       "knife-edge tolerance %.2f: a smaller top-2 margin anywhere on the\n"
+	       "knife-edge tolerance %s: a smaller top-2 margin anywhere on the\n"
 	       "reference's greedy path refuses a case as a golden\n\n",
-	       o->c.model, n, o->cases, tolerance);
+	       o->c.model, n, o->cases, q4kh_f2_threshold(tolerance).s);
 	for (i = 0; i < n_paths; i++)
 		printf("path: %s (%s)\n", paths[i].name, paths[i].f2);
 	json_array_foreach(skipped, i, s)
@@ -386,8 +386,9 @@ static void report_text(const struct qa_opts *o, const struct path *paths, size_
 		else
 			snprintf(label, sizeof(label), "%s:%u", o->cases, c->qc->line);
 		if (c->knife_edge && c->min_step >= 0)
-			printf("\ncase %s: KNIFE EDGE at step %lld (margin %.3f < %.2f): refused as a golden\n",
-			       label, (long long)c->min_step, c->min_margin, tolerance);
+			printf("\ncase %s: KNIFE EDGE at step %lld (margin %.3f < %s): refused as a golden\n",
+			       label, (long long)c->min_step, c->min_margin,
+			       q4kh_f2_threshold(tolerance).s);
 		else if (c->min_step >= 0)
 			printf("\ncase %s: golden (smallest margin %.3f at step %lld)\n", label,
 			       c->min_margin, (long long)c->min_step);
