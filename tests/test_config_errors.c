@@ -170,3 +170,28 @@ Test(config_errors, an_f2_floor_is_shown_as_set)
 		free(cfg);
 	}
 }
+
+/* A [plugin.NAME] section whose NAME is no plugin on the path (a typo) is
+ * named with file, line, the plugins there and the nearest name; a
+ * warning only, once per section, as another machine's path may have it. */
+Test(config_errors, a_plugin_section_no_plugin_has_is_warned_about)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	char *cfg = file_with("sections.ini", "[plugin.cpu_q8act]\nx = 1\ny = 2\n"
+	                                      "[plugin.nosuchplugin]\nz = 3\n[plugin.cpu]\nthreads = 1\n");
+	char extra[4400], want[8800], *out;
+
+	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: warning: %s:2: section [plugin.cpu_q8act] names no "
+	         "plugin on the plugin path %s, so its keys are not read here (plugins there: ",
+	         cfg, plugins);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect(strstr(out, "); did you mean [plugin.cpu-q8act]?\n") != NULL, "%s", out);
+	snprintf(want, sizeof(want), "%s:5: section [plugin.nosuchplugin] names no plugin", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "names no plugin"), 2, "once per section: %s", out);
+	cr_expect_eq(count(out, "did you mean"), 1, "nosuchplugin is near nothing: %s", out);
+	free(out);
+	free(cfg);
+}
