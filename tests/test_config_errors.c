@@ -195,3 +195,32 @@ Test(config_errors, a_plugin_section_no_plugin_has_is_warned_about)
 	free(out);
 	free(cfg);
 }
+
+/* validate reads Q4KHOST_F2 as run and bench do when --f2 is not given:
+ * fresh measures again past a valid receipt (and says the variable asked),
+ * --f2 wins over it, and off, which would have validate not measure, is
+ * a bad setting that names the variable. */
+Test(config_errors, validate_takes_its_mode_from_q4khost_f2)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	const char *receipts = test_tmpdir();
+	char args[8800], *out;
+
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s", tiny_model(), plugins);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=fresh", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "fresh: Q4KHOST_F2=fresh") != NULL, "measured again: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --f2 auto", tiny_model(),
+	         plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=fresh", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "receipt of ") != NULL, "--f2 wins: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s", tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=off", receipts, args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: Q4KHOST_F2=off: validate measures F2 and takes "
+	                      "auto (use valid receipts) or fresh (measure again)") != NULL,
+	          "%s", out);
+	free(out);
+}

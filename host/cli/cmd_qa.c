@@ -86,7 +86,9 @@ static void usage(FILE *out)
 	        "      --backend NAME    only candidates of this backend\n"
 	        "      --device N        only candidates on this device\n"
 	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
-	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
+	        "      --f2 MODE         auto (use valid receipts) or fresh; default:\n"
+	        "                        Q4KHOST_F2 (auto or fresh; off is refused),\n"
+	        "                        else auto\n"
 	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --timeout S       seconds one F2 measurement may take (default:\n"
 	        "                        [f2] f2_timeout_s, else 600)\n"
@@ -303,6 +305,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 	if (o->c.timeout)
 		g.timeout_seconds = (unsigned)o->c.timeout;
 	g.config_file = o->c.config_file;
+	g.fresh_source = o->c.fresh_source;
 	for (size_t i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
@@ -476,6 +479,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("qa", o.c.config_file, 0, &config, &err) ||
+	    q4kh_cli_f2_measure_env("qa", &o.c, &err) ||
 	    q4kh_qa_cases_load(o.cases, &cases, &n, &err))
 		goto out;
 	runs = calloc(n, sizeof(*runs));

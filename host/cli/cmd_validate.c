@@ -59,7 +59,9 @@ static void usage(FILE *out)
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        only this device\n"
 	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
-	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
+	        "      --f2 MODE         auto (use valid receipts) or fresh; default:\n"
+	        "                        Q4KHOST_F2 (auto or fresh; off is refused),\n"
+	        "                        else auto\n"
 	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --timeout S       seconds one measurement may take (default:\n"
 	        "                        [f2] f2_timeout_s, else 600)\n"
@@ -676,7 +678,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("validate", o.c.config_file, o.one, &config, &err) ||
-	    apply_sets(&o, o.one, config, &err))
+	    apply_sets(&o, o.one, config, &err) ||
+	    (!o.one && q4kh_cli_f2_measure_env("validate", &o.c, &err)))
 		goto out;
 	/* Deep receipts are what run and serve will ask for: make those. A
 	 * child measures the probe its parent names. */
@@ -713,6 +716,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (o.memory_limit_set)
 		g.memory_limit_mib = o.memory_limit;
 	g.config_file = o.c.config_file;
+	g.fresh_source = o.c.fresh_source;
 	if (o.one) {
 		rc = measure_one(&o, &g, &err);
 		goto out;
