@@ -484,8 +484,8 @@ Test(first_run, a_prompt_longer_than_the_context_is_refused_before_the_prefill)
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char *out;
 
-	cr_expect_eq(q4khost_with("", "run --ctx 4 -p 'one two three four five six seven'", NULL,
-	                          plugins, "", &out), 2, "%s", out);
+	cr_expect_eq(q4khost_with("", "run --ctx 4 -n 3 -p 'one two three four five six seven'",
+	                          NULL, plugins, "", &out), 2, "%s", out);
 	cr_expect(strstr(out, "q4khost run: the prompt is ") != NULL, "%s", out);
 	cr_expect(strstr(out, " tokens; the context holds 4 (--ctx)") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "context full"), "%s", out);
@@ -493,11 +493,21 @@ Test(first_run, a_prompt_longer_than_the_context_is_refused_before_the_prefill)
 	/* A context exactly the prompt's length still gives one token: the
 	 * first comes from the prompt's last logits and needs no row. */
 	{
-		const char *at = strstr(out, "the prompt is ");
-		unsigned n = 0;
+		const char *at = strstr(out, "the prompt is "), *hint = strstr(out, ", or --ctx ");
+		unsigned n = 0, needed = 0;
 		char ctx[128];
 
 		cr_assert(at && sscanf(at, "the prompt is %u tokens", &n) == 1, "%s", out);
+		/* the hint is for the whole request: the prompt and -n's 3 tokens,
+		 * the last of which needs no row */
+		cr_assert(hint && sscanf(hint, ", or --ctx %u or more for the prompt and the 3 "
+		                               "tokens asked for (-n)", &needed) == 1, "%s", out);
+		cr_expect_eq(needed, n + 2, "%s", out);
+		free(out);
+		snprintf(ctx, sizeof(ctx), "run --ctx %u -n 3 -p 'one two three four five six seven'",
+		         needed);
+		cr_expect_eq(q4khost_with("", ctx, NULL, plugins, "", &out), 0, "%s: %s", ctx, out);
+		cr_expect(strstr(out, "stop: token limit") != NULL, "the hint is enough: %s", out);
 		free(out);
 		snprintf(ctx, sizeof(ctx), "run --ctx %u -n 3 -p 'one two three four five six seven'",
 		         n);

@@ -323,10 +323,21 @@ Test(interrupt, run_stopped_during_f2_still_reports, .timeout = 300)
 			cr_expect_str_eq(json_string_value(json_object_get(j, "stop")),
 			                 "interrupted by SIGINT");
 			cr_expect_str_eq(json_string_value(json_object_get(j, "text")), "");
+			/* a normal run's keys, null where nothing was chosen */
+			cr_expect(json_is_string(json_object_get(j, "model")), "%s", out);
+			cr_expect(json_is_null(json_object_get(j, "backend")), "%s", out);
+			cr_expect_eq(json_integer_value(
+			                     json_object_get(json_object_get(j, "device"), "index")), 0);
+			cr_expect(json_is_object(json_object_get(j, "f2")), "%s", out);
+			cr_expect(json_is_object(json_object_get(j, "prefill")), "%s", out);
 			json_decref(j);
 		} else {
-			cr_expect(strstr(err, "stop: interrupted by SIGINT while F2 measured") != NULL,
-			          "%s", err);
+			cr_expect(strstr(err, "\nq4khost: model ") != NULL, "the report so far: %s", err);
+			cr_expect(strstr(err, "\nq4khost: backend none chosen: F2 was measuring "
+			                      "cpu/defect-hang") != NULL, "%s", err);
+			cr_expect(strstr(err, "\nq4khost: device 0: ") != NULL, "%s", err);
+			cr_expect(strstr(err, "\nq4khost: stop: interrupted by SIGINT while F2 "
+			                      "measured") != NULL, "%s", err);
 		}
 		free(out);
 		free(err);

@@ -446,6 +446,11 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			continue;
 		}
 		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
+			if (q4kh_interrupted()) {
+				snprintf(out->measuring, sizeof(out->measuring), "%s", name);
+				out->measuring_plugin = out->backend.plugin;
+				out->measuring_device = out->backend.record;
+			}
 			q4kh_selection_close(out);
 			if (q4kh_interrupted()) {
 				out->interrupted = q4kh_interrupted();

@@ -84,6 +84,12 @@ struct q4kh_selection {
 	                               left out: "cuda/cuda-gemv-iq, ..." */
 	int explicit_failure;       /* a named request could not be honoured */
 	int interrupted;            /* the signal that stopped the choice, or 0 */
+	/* With interrupted: the candidate F2 was measuring
+	 * ("cpu-fast/cpu-simd"), its backend plugin and that backend's
+	 * device, for a report of what was known when it stopped. */
+	char measuring[160];
+	const struct q4kh_plugin *measuring_plugin;
+	struct q4kh_device_record measuring_device;
 };
 
 /* One candidate of a plan. */
