@@ -124,7 +124,7 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
 		                          "", &out), 3, "%s: %s", commands[i], out);
 		snprintf(want, sizeof(want), "q4khost %s: Q4KHOST_F2_REQUIRE_DEEP: require_deep "
-		         "'maybe' is not one of true", commands[i]);
+		         "'maybe': expected true or false", commands[i]);
 		cr_expect(strstr(out, want) != NULL, "%s", out);
 		free(out);
 	}

@@ -689,3 +689,14 @@ Test(diagnostics, without_a_driver_the_cuda_plugin_says_nothing)
 	free(out);
 }
 
+
+/* One of something is singular: bench -n 1 -r 1's header. */
+Test(diagnostics, bench_says_one_pass_and_one_token_in_the_singular)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "bench -n 1 -r 1", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, " greedy decode token, 1 timed pass; ") != NULL, "%s", out);
+	free(out);
+}

@@ -606,7 +606,7 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 		{ "Q4KHOST_F2=bogus", "Q4KHOST_F2: 'bogus' is not one of auto, fresh, off, require" },
 		{ "Q4KHOST_LOG=loud", "Q4KHOST_LOG='loud' is not one of debug, info, warning, error" },
 		{ "Q4KHOST_F2_REQUIRE_DEEP=maybe",
-		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe' is not one of true (" },
+		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe': expected true or false (" },
 	};
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char args[8192], *out;
@@ -830,7 +830,7 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	free(out);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, bad);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
-	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes' is not one of true", bad);
+	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes': expected true or false", bad);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	free(bad);

@@ -468,8 +468,9 @@ int q4kh_cmd_bench(int argc, char **argv)
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)%s%s%s\n\n",
-		       o.c.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin,
+		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode token%s, %ld timed pass%s; F2 %s (from %s)%s%s%s\n\n",
+		       o.c.model, n_ids, o.n_decode, o.n_decode == 1 ? "" : "s", o.repetitions,
+		       o.repetitions == 1 ? "" : "es", q4kh_f2_mode_name(mode), origin,
 		       deep_required ? " on the deep probe (" : "", deep_why,
 		       deep_required ? ")" : "");
 		print_table(rows, n, mode);

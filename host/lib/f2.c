@@ -222,8 +222,9 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 	                 sizeof(out->message));
 	if (out->verdict == Q4KH_F2_PASS) {
 		char line[sizeof(out->message)];
-		snprintf(line, sizeof(line), "pass over %lld judged positions, %d near-ties; lowest at %.420s",
-		         (long long)judged, out->near_ties, out->message);
+		snprintf(line, sizeof(line), "pass over %lld judged position%s, %d near-tie%s; lowest at %.420s",
+		         (long long)judged, judged == 1 ? "" : "s", out->near_ties,
+		         out->near_ties == 1 ? "" : "s", out->message);
 		memcpy(out->message, line, sizeof(line));
 	}
 }
