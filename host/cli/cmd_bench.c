@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "candidates.h"
@@ -232,15 +233,32 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
 	return 0;
 }
 
+static const char *kernel_name(const struct row *r)
+{
+	return r->c.variant ? r->c.variant : "built-in";
+}
+
+/* Seconds on the monotonic clock. */
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /*
  * Time ROW: prefill of IDS and N_DECODE greedy tokens, REPS times after a
  * warm-up pass; its speeds are the means of the passes' tokens per second
- * (as llama-bench reports avg_ts).
+ * (as llama-bench reports avg_ts). The status line (progress.h) names the
+ * row (LABEL, "row 2 of 4") and its candidate first, then the pass and the
+ * seconds so far, so that a cut at the terminal's width keeps the name.
  */
 static void time_row(const struct q4kh_registry *r, const char *model,
                      const int32_t *ids, size_t n_ids, long n_decode, long reps,
-                     struct row *row)
+                     const char *label, struct row *row)
 {
+	const double t0 = seconds_now();
 	struct q4kh_serving sv;
 	struct q4kh_greedy gr;
 	struct q4kh_error err = { { 0 } };
@@ -257,6 +275,15 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 	 * picks its algorithms on the first product of each shape): the
 	 * timed passes measure what a later prompt costs. */
 	for (; done < reps && !q4kh_interrupted(); done++) {
+		char pass[48];
+
+		if (done < 0)
+			snprintf(pass, sizeof(pass), "warm-up pass");
+		else
+			snprintf(pass, sizeof(pass), "pass %ld of %ld", done + 1, reps);
+		q4kh_progress("%s, %s/%s: %s, %.0f s: a %zu-token prefill, then %ld decode tokens",
+		              label, row->c.backend, kernel_name(row), pass, seconds_now() - t0,
+		              n_ids, n_decode);
 		if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, done < 0 ? 2 : n_decode,
 		                    &gr, &err))
 			break;
@@ -277,11 +304,6 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s", err.msg);
 	}
 	q4kh_serving_close(&sv);
-}
-
-static const char *kernel_name(const struct row *r)
-{
-	return r->c.variant ? r->c.variant : "built-in";
 }
 
 /* The row's F2 column; NULL when F2 was not decided for it (stopped, or
@@ -425,6 +447,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 	for (size_t i = 0; i < n; i++) {
 		struct row *r = &rows[i];
 		struct q4kh_error e = { { 0 } };
+		char label[48];
 
 		if (q4kh_interrupted()) {
 			snprintf(r->note, sizeof(r->note), "stopped by %s before this row",
@@ -447,9 +470,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 				continue;
 			}
 		}
-		q4kh_progress("row %zu of %zu: timing %s/%s: a %zu-token prefill, then %ld decode tokens, %ld+1 passes",
-		              i + 1, n, r->c.backend, kernel_name(r), n_ids, o.n_decode, o.repetitions);
-		time_row(reg, o.c.model, ids, n_ids, o.n_decode, o.repetitions, r);
+		snprintf(label, sizeof(label), "row %zu of %zu", i + 1, n);
+		time_row(reg, o.c.model, ids, n_ids, o.n_decode, o.repetitions, label, r);
 		q4kh_progress_clear();
 		untimed |= !r->timed;
 	}
