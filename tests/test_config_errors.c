@@ -124,7 +124,7 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
 		                          "", &out), 3, "%s: %s", commands[i], out);
 		snprintf(want, sizeof(want), "q4khost %s: Q4KHOST_F2_REQUIRE_DEEP: require_deep "
-		         "'maybe' is not one of true", commands[i]);
+		         "'maybe': expected true or false", commands[i]);
 		cr_expect(strstr(out, want) != NULL, "%s", out);
 		free(out);
 	}
@@ -146,5 +146,81 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 	 * built-in probe's ("deep receipt of"), nor a fresh measurement */
 	cr_expect(strstr(out, "  receipt of ") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "fresh"), "%s", out);
+	free(out);
+}
+
+/* An F2 floor is shown as it was set, never rounded: 0.995 is not 0.99
+ * (below what was set), 0.9999 not 1.00; two decimals stay two. */
+Test(config_errors, an_f2_floor_is_shown_as_set)
+{
+	/* a variant to be judged, for the explanation's floor line */
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	static const char *const floors[] = { "0.995", "0.9999", "0.95" };
+	char text[64], args[8800], want[128], *cfg, *out;
+
+	for (size_t i = 0; i < sizeof(floors) / sizeof(*floors); i++) {
+		snprintf(text, sizeof(text), "[f2]\nf2_floor = %s\n", floors[i]);
+		cfg = file_with("floor.ini", text);
+		snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins,
+		         cfg);
+		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+		snprintf(want, sizeof(want), "F2 acceptance floor %s (from ", floors[i]);
+		cr_expect(strstr(out, want) != NULL, "%s", out);
+		free(out);
+		free(cfg);
+	}
+}
+
+/* A [plugin.NAME] section whose NAME is no plugin on the path (a typo) is
+ * named with file, line, the plugins there and the nearest name; a
+ * warning only, once per section, as another machine's path may have it. */
+Test(config_errors, a_plugin_section_no_plugin_has_is_warned_about)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	char *cfg = file_with("sections.ini", "[plugin.cpu_q8act]\nx = 1\ny = 2\n"
+	                                      "[plugin.nosuchplugin]\nz = 3\n[plugin.cpu]\nthreads = 1\n");
+	char extra[4400], want[8800], *out;
+
+	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: warning: %s:2: section [plugin.cpu_q8act] names no "
+	         "plugin on the plugin path %s, so its keys are not read here (plugins there: ",
+	         cfg, plugins);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect(strstr(out, "); did you mean [plugin.cpu-q8act]?\n") != NULL, "%s", out);
+	snprintf(want, sizeof(want), "%s:5: section [plugin.nosuchplugin] names no plugin", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "names no plugin"), 2, "once per section: %s", out);
+	cr_expect_eq(count(out, "did you mean"), 1, "nosuchplugin is near nothing: %s", out);
+	free(out);
+	free(cfg);
+}
+
+/* validate reads Q4KHOST_F2 as run and bench do when --f2 is not given:
+ * fresh measures again past a valid receipt (and says the variable asked),
+ * --f2 wins over it, and off, which would have validate not measure, is
+ * a bad setting that names the variable. */
+Test(config_errors, validate_takes_its_mode_from_q4khost_f2)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "cpu_q8act", NULL });
+	const char *receipts = test_tmpdir();
+	char args[8800], *out;
+
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s", tiny_model(), plugins);
+	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=fresh", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "fresh: Q4KHOST_F2=fresh") != NULL, "measured again: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --f2 auto", tiny_model(),
+	         plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=fresh", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "receipt of ") != NULL, "--f2 wins: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s", tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_F2=off", receipts, args, &out), 3, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: Q4KHOST_F2=off: validate measures F2 and takes "
+	                      "auto (use valid receipts) or fresh (measure again)") != NULL,
+	          "%s", out);
 	free(out);
 }

@@ -289,6 +289,40 @@ Test(diagnostics, a_device_no_backend_has_is_refused)
 	free(out);
 }
 
+/* The commands that filter by --device refuse a device no backend has as
+ * run does, and bench on a path without the reference says what run says. */
+Test(diagnostics, every_command_refuses_a_device_no_backend_has_as_run_does)
+{
+	static const char *const none[] = { NULL }, *const q8act[] = { "cpu_q8act", NULL };
+	static const char *const commands[] = { "qa --cases %s/tests/fixtures/qa-cases.jsonl",
+		                                "validate", "bench -n 2 -r 1" };
+	const char *plugins = test_plugin_dir(none);
+	char command[4200], args[4600], *out;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(*commands); i++) {
+		snprintf(command, sizeof(command), commands[i], test_srcdir());
+		snprintf(args, sizeof(args), "%s --device 3", command);
+		cr_expect_eq(q4khost_with("", args, NULL, plugins, "", &out), 4, "%s: %s", args, out);
+		cr_expect(strstr(out, "no backend has a device 3; cpu has 1 device; q4khost plugins "
+		                      "lists the devices\n") != NULL, "%s: %s", args, out);
+		cr_expect_null(strstr(out, "passed"), "%s: %s", args, out);
+		free(out);
+		snprintf(args, sizeof(args), "%s --device 3 --backend cpu", command);
+		cr_expect_eq(q4khost_with("", args, NULL, plugins, "", &out), 4, "%s: %s", args, out);
+		cr_expect(strstr(out, "backend cpu has no device 3 (it has 1)") != NULL, "%s: %s", args,
+		          out);
+		free(out);
+	}
+	plugins = folder_without_cpu(q8act);
+	cr_expect_eq(q4khost_with("", "bench -n 2", NULL, plugins, "", &out), 4, "%s", out);
+	snprintf(args, sizeof(args),
+	         "q4khost bench: no backend plugin on the plugin path %s (from --plugin-path): "
+	         "the reference cpu plugin (cpu.so) is not there; q4khost plugins lists what is\n",
+	         plugins);
+	cr_expect(strstr(out, args) != NULL, "%s", out);
+	free(out);
+}
+
 Test(diagnostics, f2_off_names_where_it_was_turned_off)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
@@ -550,9 +584,9 @@ Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 	snprintf(args, sizeof(args), "run -n 1 --kernel cpu-q8act --plugin-path %s --config %s",
 	         plugins, cfg);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
-	/* Cut to the terminal's width (80 here) at a word: the seconds come
-	 * first, so that they stay, and the reason last. */
-	cr_expect(strstr(out, "\rq4khost run: F2, 0 s: checking cpu/cpu-q8act (device 0) vs the "
+	/* Cut to the terminal's width (80 here) at a word: the candidate and
+	 * the seconds come first, so that they stay, and the reason last. */
+	cr_expect(strstr(out, "\rq4khost run: F2 of cpu/cpu-q8act (device 0): 0 s, against the "
 	                      "reference (no...\033[K") != NULL,
 	          "%s", out);
 	cr_expect_null(strstr(out, "q4khost validate:"), "the child's own line: %s", out);
@@ -594,7 +628,12 @@ Test(diagnostics, a_long_prefill_and_a_bench_show_progress_on_a_terminal, .timeo
 	free(out);
 	snprintf(args, sizeof(args), "bench -n 2 -m %s --plugin-path %s", tiny_model(), plugins);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
-	cr_expect(strstr(out, "\rq4khost bench: row 1 of 1: timing cpu/built-in: a ") != NULL, "%s", out);
+	/* the row's candidate first, then each pass and the seconds: a line
+	 * that moves during a long row, and keeps the name when cut */
+	cr_expect(strstr(out, "\rq4khost bench: row 1 of 1, cpu/built-in: warm-up pass, 0 s: a ") !=
+	          NULL, "%s", out);
+	cr_expect(strstr(out, "\rq4khost bench: row 1 of 1, cpu/built-in: pass 3 of 3, ") != NULL,
+	          "%s", out);
 	free(out);
 }
 
@@ -609,11 +648,11 @@ Test(diagnostics, a_deep_measurement_shows_the_positions_done, .timeout = 240)
 	snprintf(args, sizeof(args), "validate --deep --ctx 1024 --kernel cpu-q8act -m %s "
 	         "--plugin-path %s", tiny_model(), plugins);
 	cr_assert_eq(q4khost_on_a_terminal(test_tmpdir(), args, &out), 0, "%s", out);
-	cr_expect(strstr(out, "\rq4khost validate: F2, 0 s: checking cpu/cpu-q8act (device 0) vs "
+	cr_expect(strstr(out, "\rq4khost validate: F2 of cpu/cpu-q8act (device 0): 0 s, against "
 	                      "the") != NULL, "%s", out);
-	/* cut at the terminal's 80 columns: what moves comes first */
-	cr_expect(strstr(out, " of 1024 positions: checking cpu/cpu-q8act...\033[K") != NULL,
-	          "%s", out);
+	/* cut at the terminal's 80 columns: the name and what moves come first */
+	cr_expect(strstr(out, "\rq4khost validate: F2 of cpu/cpu-q8act (device 0): ") != NULL &&
+	          strstr(out, "/1024 positions,...\033[K") != NULL, "%s", out);
 	free(out);
 	/* the child's option, refused anywhere else */
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "validate --deep --progress-file x", &out), 2,
@@ -655,3 +694,14 @@ Test(diagnostics, without_a_driver_the_cuda_plugin_says_nothing)
 	free(out);
 }
 
+
+/* One of something is singular: bench -n 1 -r 1's header. */
+Test(diagnostics, bench_says_one_pass_and_one_token_in_the_singular)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+
+	cr_expect_eq(q4khost_with("", "bench -n 1 -r 1", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, " greedy decode token, 1 timed pass; ") != NULL, "%s", out);
+	free(out);
+}

@@ -365,3 +365,13 @@ Test(f2_runs, a_kv_cache_defect_is_caught_in_decode_only)
 		             (long long)i);
 	q4kh_f2_result_free(&res);
 }
+
+/* Thresholds read back as set: two decimals, or the digits they need. */
+Test(f2, a_threshold_is_printed_as_set)
+{
+	cr_expect_str_eq(q4kh_f2_threshold(0.95).s, "0.95");
+	cr_expect_str_eq(q4kh_f2_threshold(0.9).s, "0.90");
+	cr_expect_str_eq(q4kh_f2_threshold(0.995).s, "0.995");
+	cr_expect_str_eq(q4kh_f2_threshold(0.9999).s, "0.9999");
+	cr_expect_str_eq(q4kh_f2_threshold(0.5).s, "0.50");
+}

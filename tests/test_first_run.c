@@ -193,7 +193,7 @@ Test(first_run, an_unknown_backend_or_kernel_is_refused_before_any_output)
 		{ "", "validate --backend nope", "q4khost validate: --backend nope: no backend plugin of that name" },
 		{ "", "validate --kernel nope", "q4khost validate: --kernel: 'nope' is not a kernel variant" },
 		{ "Q4KHOST_Q4K_KERNEL=nope", "validate", "q4khost validate: Q4KHOST_Q4K_KERNEL: 'nope' is not a kernel variant" },
-		{ "", "validate --device 9", "q4khost validate: no backend on the plugin path" },
+		{ "", "validate --device 9", "q4khost validate: no backend has a device 9; " },
 	};
 	char args[8192], *out;
 
@@ -484,8 +484,8 @@ Test(first_run, a_prompt_longer_than_the_context_is_refused_before_the_prefill)
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char *out;
 
-	cr_expect_eq(q4khost_with("", "run --ctx 4 -p 'one two three four five six seven'", NULL,
-	                          plugins, "", &out), 2, "%s", out);
+	cr_expect_eq(q4khost_with("", "run --ctx 4 -n 3 -p 'one two three four five six seven'",
+	                          NULL, plugins, "", &out), 2, "%s", out);
 	cr_expect(strstr(out, "q4khost run: the prompt is ") != NULL, "%s", out);
 	cr_expect(strstr(out, " tokens; the context holds 4 (--ctx)") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "context full"), "%s", out);
@@ -493,11 +493,21 @@ Test(first_run, a_prompt_longer_than_the_context_is_refused_before_the_prefill)
 	/* A context exactly the prompt's length still gives one token: the
 	 * first comes from the prompt's last logits and needs no row. */
 	{
-		const char *at = strstr(out, "the prompt is ");
-		unsigned n = 0;
+		const char *at = strstr(out, "the prompt is "), *hint = strstr(out, ", or --ctx ");
+		unsigned n = 0, needed = 0;
 		char ctx[128];
 
 		cr_assert(at && sscanf(at, "the prompt is %u tokens", &n) == 1, "%s", out);
+		/* the hint is for the whole request: the prompt and -n's 3 tokens,
+		 * the last of which needs no row */
+		cr_assert(hint && sscanf(hint, ", or --ctx %u or more for the prompt and the 3 "
+		                               "tokens asked for (-n)", &needed) == 1, "%s", out);
+		cr_expect_eq(needed, n + 2, "%s", out);
+		free(out);
+		snprintf(ctx, sizeof(ctx), "run --ctx %u -n 3 -p 'one two three four five six seven'",
+		         needed);
+		cr_expect_eq(q4khost_with("", ctx, NULL, plugins, "", &out), 0, "%s: %s", ctx, out);
+		cr_expect(strstr(out, "stop: token limit") != NULL, "the hint is enough: %s", out);
 		free(out);
 		snprintf(ctx, sizeof(ctx), "run --ctx %u -n 3 -p 'one two three four five six seven'",
 		         n);
@@ -596,7 +606,7 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 		{ "Q4KHOST_F2=bogus", "Q4KHOST_F2: 'bogus' is not one of auto, fresh, off, require" },
 		{ "Q4KHOST_LOG=loud", "Q4KHOST_LOG='loud' is not one of debug, info, warning, error" },
 		{ "Q4KHOST_F2_REQUIRE_DEEP=maybe",
-		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe' is not one of true (" },
+		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe': expected true or false (" },
 	};
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char args[8192], *out;
@@ -820,7 +830,7 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	free(out);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, bad);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
-	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes' is not one of true", bad);
+	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes': expected true or false", bad);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	free(bad);

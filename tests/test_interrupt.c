@@ -6,7 +6,8 @@
  * outlives the parent's watch: a SIGTERM to the parent is passed on, a
  * SIGKILLed parent takes the child with it (PR_SET_PDEATHSIG), and a
  * stopped parent leaves it to its own alarm. Two signals at once (timeout
- * -s INT) are one request; bench stops between rows with its table,
+ * -s INT) are one request; bench stops between rows with its table, qa
+ * after the case in progress with the cases done,
  * bench-kernels inside a row, with the rows done and --json's object.
  * Nothing here is timed: each
  * wait polls until what it waits for happens, bounded by the test's
@@ -322,10 +323,21 @@ Test(interrupt, run_stopped_during_f2_still_reports, .timeout = 300)
 			cr_expect_str_eq(json_string_value(json_object_get(j, "stop")),
 			                 "interrupted by SIGINT");
 			cr_expect_str_eq(json_string_value(json_object_get(j, "text")), "");
+			/* a normal run's keys, null where nothing was chosen */
+			cr_expect(json_is_string(json_object_get(j, "model")), "%s", out);
+			cr_expect(json_is_null(json_object_get(j, "backend")), "%s", out);
+			cr_expect_eq(json_integer_value(
+			                     json_object_get(json_object_get(j, "device"), "index")), 0);
+			cr_expect(json_is_object(json_object_get(j, "f2")), "%s", out);
+			cr_expect(json_is_object(json_object_get(j, "prefill")), "%s", out);
 			json_decref(j);
 		} else {
-			cr_expect(strstr(err, "stop: interrupted by SIGINT while F2 measured") != NULL,
-			          "%s", err);
+			cr_expect(strstr(err, "\nq4khost: model ") != NULL, "the report so far: %s", err);
+			cr_expect(strstr(err, "\nq4khost: backend none chosen: F2 was measuring "
+			                      "cpu/defect-hang") != NULL, "%s", err);
+			cr_expect(strstr(err, "\nq4khost: device 0: ") != NULL, "%s", err);
+			cr_expect(strstr(err, "\nq4khost: stop: interrupted by SIGINT while F2 "
+			                      "measured") != NULL, "%s", err);
 		}
 		free(out);
 		free(err);
@@ -505,4 +517,68 @@ Test(interrupt, a_stopped_validate_leaves_its_child_to_its_own_alarm, .timeout =
 	                 "killed by its own alarm") != NULL,
 	          "%s", json_string_value(json_object_get(row, "message")));
 	json_decref(j);
+}
+
+/*
+ * qa stops as bench does, after the case in progress: the report of the
+ * cases done with the others as not run, then why on stderr, 130; with
+ * --json and SIGTERM one valid object that says it was stopped, 143. On
+ * the tiny fixture, the reference alone, 60 cases of 200 tokens: far more
+ * than the second before the signal.
+ */
+static void qa_stopped(const char *extra, int sig, int code)
+{
+	static const char *const none[] = { NULL };
+	char cases[4400], args[16384], line[128];
+	FILE *f;
+	struct bg b;
+	int status;
+	char *out, *err;
+
+	snprintf(cases, sizeof(cases), "%s/cases.jsonl", test_tmpdir());
+	f = fopen(cases, "w");
+	cr_assert_not_null(f);
+	for (int i = 0; i < 60; i++) {
+		snprintf(line, sizeof(line), "{\"prompt\": \"Once upon a time %d\", \"accept\": [\"x\"], "
+		         "\"max_tokens\": 200}\n", i);
+		fputs(line, f);
+	}
+	fclose(f);
+	snprintf(args, sizeof(args), "qa --cases %s -m %s/tests/fixtures/tiny-llama.gguf "
+	         "--plugin-path %s %s", cases, test_srcdir(), test_plugin_dir(none), extra);
+	start(&b, args);
+	sleep(1);
+	cr_assert_eq(kill(b.pid, sig), 0);
+	status = test_reap(b.pid);
+	out = slurp(b.out);
+	err = slurp(b.err);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == code, "status %#x: %s", status, err);
+	snprintf(line, sizeof(line), "q4khost qa: stopped by %s; ", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	cr_expect(strstr(err, line) != NULL, "%s", err);
+	snprintf(line, sizeof(line), "interrupted by %s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	if (strstr(extra, "--json")) {
+		json_error_t jerr;
+		json_t *j = json_loads(out, 0, &jerr);
+
+		cr_assert_not_null(j, "one object: %s: %s", jerr.text, out);
+		cr_expect_str_eq(json_string_value(json_object_get(j, "stopped")), line);
+		cr_expect_gt(json_integer_value(json_object_get(j, "not_run")), 0, "%s", out);
+		cr_expect_eq(json_array_size(json_object_get(j, "cases")), 60);
+		json_decref(j);
+	} else {
+		cr_expect(strstr(out, " not run (interrupted by SIGINT)\n") != NULL, "%s", out);
+		cr_expect(strstr(out, "not run: interrupted by SIGINT") != NULL, "%s", out);
+	}
+	free(out);
+	free(err);
+}
+
+Test(interrupt, sigint_during_qa_prints_the_cases_done, .timeout = 120)
+{
+	qa_stopped("", SIGINT, 130);
+}
+
+Test(interrupt, sigterm_during_qa_json_keeps_the_object, .timeout = 120)
+{
+	qa_stopped("--json", SIGTERM, 143);
 }

@@ -838,7 +838,7 @@ Test(serve, an_empty_key_is_warned_about_and_any_model_name_is_served, .timeout 
 	cr_expect_not_null(strstr(log, "warning: Q4KHOST_API_KEY is set but empty, which means no "
 	                               "key: the server is open to every client that reaches it"),
 	                   "%s", log);
-	cr_expect_not_null(strstr(log, "API key: none"), "%s", log);
+	cr_expect_null(strstr(log, "API key: none"), "a warning says it: %s", log);
 	free(log);
 	r = http(&s, "GET", "/v1/models", NULL);
 	models = json_loads(r.body, 0, NULL);
@@ -872,7 +872,16 @@ Test(serve, names_the_device_f2_measures_on_and_an_empty_messages_array, .timeou
 	log = read_log(&s);
 	cr_expect_not_null(strstr(log, "q4khost serve: F2 measures cpu-q8act on cpu, device 0, in "
 	                               "the background (by score ("), "%s", log);
+	/* no key at all: the warning --help promises, not "API key: none" */
+	cr_expect_not_null(strstr(log, "q4khost serve: warning: no API key (neither "
+	                               "--api-key-file nor Q4KHOST_API_KEY gives one): anyone who "
+	                               "can reach the port can use it"), "%s", log);
 	free(log);
+	/* the column where the bad token starts, not where it ends */
+	r = http(&s, "POST", "/v1/chat/completions", "not json");
+	cr_expect_eq(r.status, 400, "%s", r.body);
+	cr_expect_not_null(strstr(r.body, "near 'not' (line 1, column 1)"), "%s", r.body);
+	reply_free(&r);
 	r = http(&s, "POST", "/v1/chat/completions", "{\"messages\": []}");
 	cr_expect_eq(r.status, 400, "%s", r.body);
 	cr_expect_not_null(strstr(r.body, "'messages' must be a non-empty array, got an empty "

@@ -115,6 +115,8 @@ struct q4kh_cli_common {
 	const char *model, *backend, *kernel, *plugin_path, *config_file;
 	const char *f2;         /* --f2 as given, "fresh" for --revalidate; NULL: neither */
 	enum q4kh_f2_mode mode; /* with MEASURE (below): --f2 as auto or fresh; else auto */
+	const char *fresh_source; /* "Q4KHOST_F2=fresh" when the variable set mode
+	                             (q4kh_cli_f2_measure_env), else NULL: --f2 */
 	long device, timeout;   /* timeout 0: not given */
 	int device_set, json;
 };
@@ -164,6 +166,18 @@ int q4kh_cli_json_asked(int argc, char **argv, const char *shorts,
  */
 int q4kh_cli_f2_measure_mode(const char *command, const char *value,
                              enum q4kh_f2_mode *out);
+
+/*
+ * For validate and qa, which measure: when neither --f2 nor --revalidate
+ * was given, Q4KHOST_F2 (as run and bench read it) as O's mode: auto (use
+ * valid receipts) or fresh (measure again; O's fresh_source says so for
+ * the guard, guard.h). -1 with err, a bad setting
+ * (exit 3), for off or require, which would ask COMMAND not to measure or
+ * not to measure anew, and for any other value; the error names the
+ * variable.
+ */
+int q4kh_cli_f2_measure_env(const char *command, struct q4kh_cli_common *o,
+                            struct q4kh_error *err);
 int q4kh_cli_timeout(const char *command, const char *value, long *out);
 
 /*
@@ -236,6 +250,14 @@ int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4k
  */
 int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
                          const char *backend_cli, struct q4kh_error *err);
+
+/*
+ * With C's --device set, Q4KH_EXIT_PLUGIN and err, in run's words
+ * (q4kh_select_check_device: how many devices each backend has), when no
+ * backend of R (C's --backend alone, when given) has that device; else 0.
+ */
+int q4kh_cli_check_device(const struct q4kh_registry *r, const struct q4kh_cli_common *c,
+                          struct q4kh_error *err);
 
 /*
  * Warn on stderr about every kernel selector (--kernel KERNEL_CLI, or

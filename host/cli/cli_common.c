@@ -22,6 +22,7 @@
 #include "model.h"
 #include "policy.h"
 #include "secure.h"
+#include "select.h"
 #include "settings.h"
 
 /* What the last usage error said, for a --json object. */
@@ -255,6 +256,24 @@ int q4kh_cli_f2_measure_mode(const char *command, const char *value,
 	return 0;
 }
 
+int q4kh_cli_f2_measure_env(const char *command, struct q4kh_cli_common *o,
+                            struct q4kh_error *err)
+{
+	const char *v = q4kh_env("Q4KHOST_F2");
+	enum q4kh_f2_mode mode;
+
+	if (o->f2 || !v || !*v)
+		return 0;
+	if (q4kh_f2_mode_parse(v, &mode) || (mode != Q4KH_F2_AUTO && mode != Q4KH_F2_FRESH))
+		return q4kh_fail(err, "Q4KHOST_F2=%.64s: %s measures F2 and takes auto (use valid "
+		                 "receipts) or fresh (measure again); unset the variable or give "
+		                 "--f2", v, command);
+	o->mode = mode;
+	if (mode == Q4KH_F2_FRESH)
+		o->fresh_source = "Q4KHOST_F2=fresh";
+	return 0;
+}
+
 int q4kh_cli_timeout(const char *command, const char *value, long *out)
 {
 	return q4kh_cli_parse_long(command, value, "--timeout (seconds)", 1, Q4KH_TIMEOUT_MAX_S,
@@ -393,6 +412,15 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_check_backend(r, backend, origin, err) ||
 	    q4kh_policy_kernel_choice(r, NULL, kernel_cli, NULL, "", &none, &choice, err))
+		return Q4KH_EXIT_PLUGIN;
+	return 0;
+}
+
+int q4kh_cli_check_device(const struct q4kh_registry *r, const struct q4kh_cli_common *c,
+                          struct q4kh_error *err)
+{
+	if (c->device_set &&
+	    q4kh_select_check_device(r, c->backend, (uint32_t)c->device, err))
 		return Q4KH_EXIT_PLUGIN;
 	return 0;
 }

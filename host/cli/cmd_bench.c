@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "candidates.h"
@@ -26,6 +27,7 @@
 #include "policy.h"
 #include "progress.h"
 #include "registry.h"
+#include "select.h"
 #include "serving.h"
 #include "settings.h"
 #include "tokenizer.h"
@@ -215,20 +217,15 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
                    struct row **rows, size_t *n, struct q4kh_error *err)
 {
 	char others[512] = "";
-	int any = 0;
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (o->c.backend && strcmp(o->c.backend, p->name)))
 			continue;
-		any = 1;
 		if (backend_rows(r, o, p, rows, n, others, sizeof(others), err))
 			return -1;
 	}
-	if (!any)
-		return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s)",
-		                 o->c.backend ? o->c.backend : "(any)", r->path, r->path_origin);
 	if (*n == 0)
 		return q4kh_fail(err, "nothing to compare on device %ld%s%s", o->c.device,
 		                 others[0] ? ": the kernels named are for other backends: " : "",
@@ -236,15 +233,32 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
 	return 0;
 }
 
+static const char *kernel_name(const struct row *r)
+{
+	return r->c.variant ? r->c.variant : "built-in";
+}
+
+/* Seconds on the monotonic clock. */
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /*
  * Time ROW: prefill of IDS and N_DECODE greedy tokens, REPS times after a
  * warm-up pass; its speeds are the means of the passes' tokens per second
- * (as llama-bench reports avg_ts).
+ * (as llama-bench reports avg_ts). The status line (progress.h) names the
+ * row (LABEL, "row 2 of 4") and its candidate first, then the pass and the
+ * seconds so far, so that a cut at the terminal's width keeps the name.
  */
 static void time_row(const struct q4kh_registry *r, const char *model,
                      const int32_t *ids, size_t n_ids, long n_decode, long reps,
-                     struct row *row)
+                     const char *label, struct row *row)
 {
+	const double t0 = seconds_now();
 	struct q4kh_serving sv;
 	struct q4kh_greedy gr;
 	struct q4kh_error err = { { 0 } };
@@ -261,6 +275,15 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 	 * picks its algorithms on the first product of each shape): the
 	 * timed passes measure what a later prompt costs. */
 	for (; done < reps && !q4kh_interrupted(); done++) {
+		char pass[48];
+
+		if (done < 0)
+			snprintf(pass, sizeof(pass), "warm-up pass");
+		else
+			snprintf(pass, sizeof(pass), "pass %ld of %ld", done + 1, reps);
+		q4kh_progress("%s, %s/%s: %s, %.0f s: a %zu-token prefill, then %ld decode tokens",
+		              label, row->c.backend, kernel_name(row), pass, seconds_now() - t0,
+		              n_ids, n_decode);
 		if (q4kh_greedy_run(sv.s, NULL, ids, (int64_t)n_ids, done < 0 ? 2 : n_decode,
 		                    &gr, &err))
 			break;
@@ -281,11 +304,6 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 		snprintf(row->note, sizeof(row->note), "failed while timed: %.600s", err.msg);
 	}
 	q4kh_serving_close(&sv);
-}
-
-static const char *kernel_name(const struct row *r)
-{
-	return r->c.variant ? r->c.variant : "built-in";
 }
 
 /* The row's F2 column; NULL when F2 was not decided for it (stopped, or
@@ -413,6 +431,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
 	if (q4kh_registry_check_backend(reg, o.c.backend, "--backend", &err) ||
+	    q4kh_select_check_device(reg, o.c.backend, (uint32_t)o.c.device, &err) ||
 	    collect(reg, &o, &rows, &n, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
@@ -428,6 +447,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 	for (size_t i = 0; i < n; i++) {
 		struct row *r = &rows[i];
 		struct q4kh_error e = { { 0 } };
+		char label[48];
 
 		if (q4kh_interrupted()) {
 			snprintf(r->note, sizeof(r->note), "stopped by %s before this row",
@@ -450,9 +470,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 				continue;
 			}
 		}
-		q4kh_progress("row %zu of %zu: timing %s/%s: a %zu-token prefill, then %ld decode tokens, %ld+1 passes",
-		              i + 1, n, r->c.backend, kernel_name(r), n_ids, o.n_decode, o.repetitions);
-		time_row(reg, o.c.model, ids, n_ids, o.n_decode, o.repetitions, r);
+		snprintf(label, sizeof(label), "row %zu of %zu", i + 1, n);
+		time_row(reg, o.c.model, ids, n_ids, o.n_decode, o.repetitions, label, r);
 		q4kh_progress_clear();
 		untimed |= !r->timed;
 	}
@@ -471,8 +490,9 @@ int q4kh_cmd_bench(int argc, char **argv)
 		putchar('\n');
 		json_decref(root);
 	} else {
-		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode tokens, %ld timed passes; F2 %s (from %s)%s%s%s\n\n",
-		       o.c.model, n_ids, o.n_decode, o.repetitions, q4kh_f2_mode_name(mode), origin,
+		printf("model %s; a %zu-token prompt in one batched prefill, then %ld greedy decode token%s, %ld timed pass%s; F2 %s (from %s)%s%s%s\n\n",
+		       o.c.model, n_ids, o.n_decode, o.n_decode == 1 ? "" : "s", o.repetitions,
+		       o.repetitions == 1 ? "" : "es", q4kh_f2_mode_name(mode), origin,
 		       deep_required ? " on the deep probe (" : "", deep_why,
 		       deep_required ? ")" : "");
 		print_table(rows, n, mode);

@@ -204,9 +204,9 @@ static int rules(const struct q4kh_config *c, const struct q4kh_backend *b,
 		                              (int)ru.probe_tokens, "origin", o.probe_tokens));
 		return 0;
 	}
-	printf("        F2 acceptance floor %.2f (from %s), %u decode steps (from %s),\n"
+	printf("        F2 acceptance floor %s (from %s), %u decode steps (from %s),\n"
 	       "        %u probe tokens (from %s)\n",
-	       ru.floor, o.floor, ru.decode_steps, o.decode_steps, ru.probe_tokens,
+	       q4kh_f2_threshold(ru.floor).s, o.floor, ru.decode_steps, o.decode_steps, ru.probe_tokens,
 	       o.probe_tokens);
 	return 0;
 }

@@ -6,7 +6,8 @@
  * case's accepted answers. A case whose greedy path on the reference has a
  * top-2 margin below the near-tie tolerance at any step is a knife edge:
  * correct backends may flip it, so it is reported (step and margin) and
- * refused as a golden, never judged.
+ * refused as a golden, never judged. SIGINT or SIGTERM stops it after the
+ * case in progress: the cases done are reported, the others as not run.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,6 +22,7 @@
 #include "config.h"
 #include "greedy.h"
 #include "guard.h"
+#include "interrupt.h"
 #include "model.h"
 #include "progress.h"
 #include "prompt.h"
@@ -55,6 +57,7 @@ struct qa_case_run {
 	int32_t *ids;
 	size_t n_ids;
 	int knife_edge;
+	int stopped; /* a signal stopped qa before it ran on every path */
 	double min_margin;
 	int64_t min_step;
 	struct result *results; /* one per path */
@@ -83,7 +86,9 @@ static void usage(FILE *out)
 	        "      --backend NAME    only candidates of this backend\n"
 	        "      --device N        only candidates on this device\n"
 	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
-	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
+	        "      --f2 MODE         auto (use valid receipts) or fresh; default:\n"
+	        "                        Q4KHOST_F2 (auto or fresh; off is refused),\n"
+	        "                        else auto\n"
 	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --timeout S       seconds one F2 measurement may take (default:\n"
 	        "                        [f2] f2_timeout_s, else 600)\n"
@@ -91,10 +96,13 @@ static void usage(FILE *out)
 	        "      --config FILE     extra INI configuration file\n"
 	        "      --json            one JSON object\n"
 	        "  -h, --help            this help\n\n"
+	        "SIGINT or SIGTERM (Ctrl-C) stops it after the case in progress: the\n"
+	        "report of the cases done is still printed, the others are not run.\n\n"
 	        "exit codes: 0 every case that is not a knife edge passed on every path,\n"
 	        "            1 a case failed on some path (or could not run), 2 usage,\n"
-	        "            3 bad model, cases or config file, 4 a --backend or\n"
-	        "            --kernel (or their variables) that no plugin has\n",
+	        "            3 bad model, cases or config file, 4 a --backend,\n"
+	        "            --kernel or --device (or their variables) that no plugin\n"
+	        "            has, 130 or 143 stopped by SIGINT or SIGTERM\n",
 	        q4kh_cli_doc("f2.md"));
 }
 
@@ -231,6 +239,10 @@ static void run_path(const struct q4kh_registry *r, const char *model,
 
 		if (pi > 0 && runs[i].knife_edge)
 			continue;
+		if (q4kh_interrupted()) {
+			runs[i].stopped = 1;
+			continue;
+		}
 		if (!opened) {
 			snprintf(res->error, sizeof(res->error), "cannot start: %.480s", err.msg);
 			continue;
@@ -293,6 +305,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 	if (o->c.timeout)
 		g.timeout_seconds = (unsigned)o->c.timeout;
 	g.config_file = o->c.config_file;
+	g.fresh_source = o->c.fresh_source;
 	for (size_t i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
@@ -301,6 +314,14 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 
 		snprintf(name, sizeof(name), "%s on device %u",
 		         q4kh_candidate_name(&list[i].c, p->name, sizeof(p->name)), list[i].c.device);
+		if (q4kh_interrupted()) {
+			snprintf(e.msg, sizeof(e.msg), "stopped by %s before F2 measured it",
+			         q4kh_signal_name(q4kh_interrupted()));
+			json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "path", name,
+			                                         "verdict", "not measured", "message",
+			                                         e.msg));
+			continue;
+		}
 		if (q4kh_guard_check(&g, &list[i].c, &list[i].dev, o->c.mode, &d, &e)) {
 			json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "path", name,
 			                                         "verdict", "error", "message", e.msg));
@@ -323,9 +344,18 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 	return 0;
 }
 
+/* "interrupted by SIGINT", when a signal stopped qa. */
+static const char *stop_reason(void)
+{
+	static char reason[64];
+
+	snprintf(reason, sizeof(reason), "interrupted by %s", q4kh_signal_name(q4kh_interrupted()));
+	return reason;
+}
+
 static json_t *report_json(const struct qa_opts *o, const struct path *paths,
                            size_t n_paths, json_t *skipped, const struct qa_case_run *runs,
-                           size_t n, double tolerance, const int counts[3])
+                           size_t n, double tolerance, const int counts[4])
 {
 	json_t *jp = json_array(), *jc = json_array();
 
@@ -353,23 +383,24 @@ static json_t *report_json(const struct qa_opts *o, const struct path *paths,
 		                                    "min_margin_step", (json_int_t)runs[i].min_step,
 		                                    "results", res));
 	}
-	return json_pack("{s:s, s:s, s:f, s:o, s:O, s:o, s:i, s:i, s:i}", "model", o->c.model,
-	                 "cases_file", o->cases, "tolerance", tolerance, "paths", jp,
+	return json_pack("{s:s, s:s, s:f, s:o, s:O, s:o, s:i, s:i, s:i, s:i, s:s?}", "model",
+	                 o->c.model, "cases_file", o->cases, "tolerance", tolerance, "paths", jp,
 	                 "skipped", skipped, "cases", jc, "passed", counts[0], "failed",
-	                 counts[1], "knife_edge", counts[2]);
+	                 counts[1], "knife_edge", counts[2], "not_run", counts[3], "stopped",
+	                 q4kh_interrupted() ? stop_reason() : NULL);
 }
 
 static void report_text(const struct qa_opts *o, const struct path *paths, size_t n_paths,
                         json_t *skipped, const struct qa_case_run *runs, size_t n,
-                        double tolerance, const int counts[3])
+                        double tolerance, const int counts[4])
 {
 	size_t i;
 	json_t *s;
 
 	printf("model %s\n%zu cases from %s\n"
-	       "knife-edge tolerance %.2f: a smaller top-2 margin anywhere on the\n"
+	       "knife-edge tolerance %s: a smaller top-2 margin anywhere on the\n"
 	       "reference's greedy path refuses a case as a golden\n\n",
-	       o->c.model, n, o->cases, tolerance);
+	       o->c.model, n, o->cases, q4kh_f2_threshold(tolerance).s);
 	for (i = 0; i < n_paths; i++)
 		printf("path: %s (%s)\n", paths[i].name, paths[i].f2);
 	json_array_foreach(skipped, i, s)
@@ -386,11 +417,16 @@ static void report_text(const struct qa_opts *o, const struct path *paths, size_
 		else
 			snprintf(label, sizeof(label), "%s:%u", o->cases, c->qc->line);
 		if (c->knife_edge && c->min_step >= 0)
-			printf("\ncase %s: KNIFE EDGE at step %lld (margin %.3f < %.2f): refused as a golden\n",
-			       label, (long long)c->min_step, c->min_margin, tolerance);
+			printf("\ncase %s: KNIFE EDGE at step %lld (margin %.3f < %s): refused as a golden\n",
+			       label, (long long)c->min_step, c->min_margin,
+			       q4kh_f2_threshold(tolerance).s);
 		else if (c->min_step >= 0)
-			printf("\ncase %s: golden (smallest margin %.3f at step %lld)\n", label,
-			       c->min_margin, (long long)c->min_step);
+			printf("\ncase %s: golden (smallest margin %.3f at step %lld)%s%s\n", label,
+			       c->min_margin, (long long)c->min_step,
+			       c->stopped ? "; not run on every path: " : "",
+			       c->stopped ? stop_reason() : "");
+		else if (c->stopped)
+			printf("\ncase %s: not run: %s\n", label, stop_reason());
 		else
 			printf("\ncase %s: did not run on the reference\n", label);
 		for (size_t p = 0; p < n_paths; p++) {
@@ -402,9 +438,12 @@ static void report_text(const struct qa_opts *o, const struct path *paths, size_
 				       c->knife_edge ? "-" : r->pass ? "pass" : "FAIL", r->text);
 		}
 	}
-	printf("\n%d golden case%s passed on every path, %d failed, %d knife-edge case%s refused\n",
+	printf("\n%d golden case%s passed on every path, %d failed, %d knife-edge case%s refused",
 	       counts[0], counts[0] == 1 ? "" : "s", counts[1], counts[2],
 	       counts[2] == 1 ? "" : "s");
+	if (q4kh_interrupted())
+		printf(", %d not run (%s)", counts[3], stop_reason());
+	putchar('\n');
 }
 
 int q4kh_cmd_qa(int argc, char **argv)
@@ -422,8 +461,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	size_t n = 0, n_paths = 0, n_probe = 0;
 	int32_t *probe = NULL;
 	char model_path[4096];
-	int counts[3] = { 0, 0, 0 }; /* passed, failed, knife edges */
-	int rc = parse(argc, argv, &o);
+	int counts[4] = { 0, 0, 0, 0 }; /* passed, failed, knife edges, not run */
+	int reported = 0, rc = parse(argc, argv, &o);
 
 	if (rc) {
 		json_decref(skipped);
@@ -434,11 +473,13 @@ int q4kh_cmd_qa(int argc, char **argv)
 			q4kh_cli_json_error(q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}
+	q4kh_interrupt_install();
 	q4kh_progress_init("qa");
 	q4kh_f2_rules_default(&rules);
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("qa", o.c.config_file, 0, &config, &err) ||
+	    q4kh_cli_f2_measure_env("qa", &o.c, &err) ||
 	    q4kh_qa_cases_load(o.cases, &cases, &n, &err))
 		goto out;
 	runs = calloc(n, sizeof(*runs));
@@ -452,7 +493,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	    q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err))
 		goto out;
 	if ((rc = q4kh_cli_plugins("qa", o.c.plugin_path, config, 0, &reg, &err)) ||
-	    (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)))
+	    (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)) ||
+	    (rc = q4kh_cli_check_device(reg, &o.c, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
@@ -468,7 +510,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 		int ok = runs[i].results[0].ran;
 		for (size_t p = 0; ok && !runs[i].knife_edge && p < n_paths; p++)
 			ok = runs[i].results[p].pass;
-		counts[runs[i].knife_edge ? 2 : ok ? 0 : 1]++;
+		counts[runs[i].stopped ? 3 : runs[i].knife_edge ? 2 : ok ? 0 : 1]++;
 	}
 	if (o.c.json) {
 		json_t *root = report_json(&o, paths, n_paths, skipped, runs, n,
@@ -481,9 +523,15 @@ int q4kh_cmd_qa(int argc, char **argv)
 	}
 	rc = counts[1] ? Q4KH_EXIT_FAIL : Q4KH_EXIT_OK;
 	err.msg[0] = 0;
+	reported = 1;
+	if (q4kh_interrupted()) {
+		q4kh_fail(&err, "stopped by %s; %d of %zu cases not run on every path",
+		          q4kh_signal_name(q4kh_interrupted()), counts[3], n);
+		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
+	}
 out:
-	if (err.msg[0]) /* the report's object, when printed, took err's place */
-		q4kh_cli_error("qa", o.c.json, rc, err.msg);
+	if (err.msg[0]) /* with --json, an object of its own unless the report's is out */
+		q4kh_cli_error("qa", o.c.json && !reported, rc, err.msg);
 	for (size_t i = 0; runs && i < n; i++) {
 		for (size_t p = 0; runs[i].results && p < n_paths; p++)
 			free(runs[i].results[p].text);

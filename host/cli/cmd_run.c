@@ -282,6 +282,10 @@ struct run {
 	int32_t *ids; /* the prompt, tokenized before F2 (it may be the probe) */
 	size_t n_ids;
 	const char *chat_name; /* the prompt's layout, for the report */
+	/* the model file, known before anything is chosen: for the report of
+	 * a run stopped then ("" before it was opened) */
+	char model_path[4096], arch[32];
+	uint32_t n_layer;
 	/* temperature 0: the next token is the session's greedy pick (made
 	 * on the device when the backend has top2), else it is sampled from
 	 * the logits */
@@ -440,6 +444,9 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
 	if (q4kh_model_open(rq.model_path, &r->model, err))
 		return Q4KH_EXIT_INPUT;
+	snprintf(r->model_path, sizeof(r->model_path), "%s", rq.model_path);
+	snprintf(r->arch, sizeof(r->arch), "%s", r->model->arch->name);
+	r->n_layer = r->model->hp.n_layer;
 	rc = tokenize_prompt(o, r, r->model->gguf, err);
 	q4kh_model_free(r->model);
 	if (rc)
@@ -579,13 +586,16 @@ static int generate(const struct run_opts *o, struct run *r,
 	rep->sampling = &o->sp;
 	/* Checked before the prefill, not found full after it. The prompt
 	 * fills a row of the cache per token; the first token generated comes
-	 * from the prompt's last logits and needs no row of its own. */
+	 * from the prompt's last logits and needs no row of its own, nor does
+	 * the last: the whole request needs prompt + n - 1 rows, the hint. */
 	if (r->n_ids > r->session->p.n_ctx) {
 		q4kh_fail(err, "the prompt is %zu tokens; the context holds %u (--ctx%s): a "
-		          "shorter prompt, or --ctx %zu or more (the model was trained on %u)",
+		          "shorter prompt, or --ctx %lld or more for the prompt and the %ld "
+		          "tokens asked for (-n) (the model was trained on %u)",
 		          r->n_ids, r->session->p.n_ctx,
 		          o->ctx ? "" : " not given: the model's trained context, at most 4096",
-		          r->n_ids, r->model->hp.n_ctx_train);
+		          (long long)r->n_ids + o->n_predict - 1, o->n_predict,
+		          r->model->hp.n_ctx_train);
 		return Q4KH_EXIT_USAGE;
 	}
 	rep->stop_reason = "token limit";
@@ -639,16 +649,51 @@ static int generate(const struct run_opts *o, struct run *r,
 	return err->msg[0] ? Q4KH_EXIT_FAIL : 0;
 }
 
-/*
- * With --json, the one object of a run that generated nothing: the shape
- * of any other stop, with STOP ("error", "interrupted by SIGINT") and
- * MESSAGE as "error" when there is one.
- */
-static void print_nothing_json(const char *prompt, const char *stop, const char *message)
+/* JSON's string S, or null when S is NULL or "". */
+static json_t *string_or_null(const char *s)
 {
-	json_t *j = json_pack("{s:s, s:{s:i}, s:{s:i}, s:o, s:s}", "stop", stop, "prefill",
-	                      "tokens", 0, "decode", "tokens", 0, "prompt",
-	                      q4kh_cli_json_text(prompt, strlen(prompt)), "text", "");
+	return s && s[0] ? json_string(s) : json_null();
+}
+
+/*
+ * With --json, the one object of a run that generated nothing: the keys
+ * of any other run's (report.h), null where not known, with STOP
+ * ("error", "interrupted by SIGINT") and MESSAGE as "error" when there is
+ * one. R (NULL: none, a usage error) says what was known: the model once
+ * opened, and the device of the candidate F2 was measuring when a signal
+ * stopped it. No backend was chosen: "backend" is null.
+ */
+static void print_nothing_json(const struct run *r, const char *prompt, const char *stop,
+                               const char *message)
+{
+	const struct q4kh_selection *s = r ? &r->sel : NULL;
+	const struct q4kh_device_record *d = s && s->measuring[0] ? &s->measuring_device : NULL;
+	json_t *device = d ? json_pack("{s:i, s:s, s:s, s:s, s:s, s:I}", "index", (int)d->index,
+	                               "name", d->name, "uuid", d->uuid, "arch", d->arch,
+	                               "driver_version", d->driver_version, "memory_bytes",
+	                               (json_int_t)d->memory_bytes)
+	                   : json_null();
+	json_t *rejected = json_array();
+	json_t *j;
+
+	for (const char *t = s ? s->steps : ""; *t;) { /* as report.c lists them */
+		size_t len = strcspn(t, "\n");
+		json_array_append_new(rejected, json_stringn(t, len));
+		t += len + (t[len] == '\n');
+	}
+	j = json_pack("{s:o, s:o, s:n, s:o, s:n, s:n, s:{s:n, s:n, s:o, s:o, s:o}, "
+	              "s:[], s:o, s:{s:i, s:I, s:f, s:n}, s:{s:i, s:f, s:n}, s:s, "
+	              "s:o, s:s}",
+	              "model", string_or_null(r ? r->model_path : NULL), "architecture",
+	              string_or_null(r ? r->arch : NULL), "backend", "device", device,
+	              "kernels", "kernel_choice", "f2", "verdict", "source", "message",
+	              string_or_null(message), "rejected_first", rejected, "measuring",
+	              string_or_null(s ? s->measuring : NULL), "refused_backends",
+	              "chat_template", string_or_null(r ? r->chat_name : NULL), "prefill",
+	              "tokens", 0, "of", (json_int_t)(r ? r->n_ids : 0), "seconds", 0.0,
+	              "tokens_per_second", "decode", "tokens", 0, "seconds", 0.0,
+	              "tokens_per_second", "stop", stop, "prompt",
+	              q4kh_cli_json_text(prompt, strlen(prompt)), "text", "");
 
 	if (message[0])
 		json_object_set_new(j, "error", json_string(message));
@@ -658,22 +703,50 @@ static void print_nothing_json(const char *prompt, const char *stop, const char 
 }
 
 /*
+ * Without --json, the report lines of a run a signal STOP stopped while
+ * F2 measured the candidates: the model, the candidate being measured
+ * and its device, as far as known, then the stop.
+ */
+static void print_stopped_report(const struct run *r, const char *stop)
+{
+	const struct q4kh_selection *s = &r->sel;
+
+	if (r->model_path[0])
+		fprintf(stderr, "q4khost: model %s (%s, %u layers)\n", r->model_path, r->arch,
+		        r->n_layer);
+	if (s->measuring[0]) {
+		fprintf(stderr, "q4khost: backend none chosen: F2 was measuring %s (plugin %s %s "
+		        "from %s)\n", s->measuring, s->measuring_plugin->name,
+		        s->measuring_plugin->desc->version, s->measuring_plugin->path);
+		fprintf(stderr, "q4khost: device %u: %s, uuid %s, arch %s\n",
+		        s->measuring_device.index, s->measuring_device.name,
+		        s->measuring_device.uuid, s->measuring_device.arch);
+	}
+	for (const char *t = s->steps; *t;) {
+		size_t len = strcspn(t, "\n");
+		fprintf(stderr, "q4khost: F2 rejected first: %.*s\n", (int)len, t);
+		t += len + (t[len] == '\n');
+	}
+	fprintf(stderr, "q4khost: stop: %s while F2 measured the candidates; nothing was "
+	        "generated\n", stop);
+}
+
+/*
  * Nothing was generated: the run failed before the prompt ran (STOP
  * "error"), or a signal stopped it while F2 measured the candidates
  * (STOP "interrupted by SIGINT"). With --json the one object all the
  * same; ERR's message goes to stderr too, and without --json a signal's
  * stop line.
  */
-static void nothing_generated(const struct run_opts *o, const char *stop,
+static void nothing_generated(const struct run_opts *o, const struct run *r, const char *stop,
                               const struct q4kh_error *err)
 {
 	if (o->json)
-		print_nothing_json(o->prompt, stop, err->msg);
+		print_nothing_json(r, o->prompt, stop, err->msg);
 	if (err->msg[0])
 		fprintf(stderr, "q4khost run: %s\n", err->msg);
 	if (!o->json && strcmp(stop, "error"))
-		fprintf(stderr, "stop: %s while F2 measured the candidates; nothing was generated\n",
-		        stop);
+		print_stopped_report(r, stop);
 }
 
 int q4kh_cmd_run(int argc, char **argv)
@@ -689,7 +762,7 @@ int q4kh_cmd_run(int argc, char **argv)
 		return Q4KH_EXIT_OK;
 	if (rc) { /* said on stderr; the prompt is -p's when it came first */
 		if (q4kh_cli_json_asked(argc, argv, SHORTS, longs, O_JSON))
-			print_nothing_json(o.prompt, "error", q4kh_cli_usage_said());
+			print_nothing_json(NULL, o.prompt, "error", q4kh_cli_usage_said());
 		return Q4KH_EXIT_USAGE;
 	}
 	q4kh_interrupt_install();
@@ -703,7 +776,7 @@ int q4kh_cmd_run(int argc, char **argv)
 			         q4kh_signal_name(r.sel.interrupted));
 			rc = q4kh_interrupt_exit_code(r.sel.interrupted);
 		}
-		nothing_generated(&o, r.sel.interrupted ? reason : "error", &err);
+		nothing_generated(&o, &r, r.sel.interrupted ? reason : "error", &err);
 		run_free(&r);
 		return rc;
 	}

@@ -222,7 +222,11 @@ static int load_api_key(struct serve *srv, struct q4kh_error *err)
 			          "the server is open to every client that reaches it");
 		else if (env)
 			snprintf(srv->api_key, sizeof(srv->api_key), "%s", env);
-		serve_log("API key: %s", srv->api_key[0] ? "required (from Q4KHOST_API_KEY)" : "none");
+		else /* the warning --help promises */
+			serve_log("warning: no API key (neither --api-key-file nor Q4KHOST_API_KEY "
+			          "gives one): anyone who can reach the port can use it");
+		if (srv->api_key[0])
+			serve_log("API key: required (from Q4KHOST_API_KEY)");
 		return 0;
 	}
 	f = fopen(srv->o.api_key_file, "r");

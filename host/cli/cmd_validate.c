@@ -59,7 +59,9 @@ static void usage(FILE *out)
 	        "      --backend NAME    only this backend\n"
 	        "      --device N        only this device\n"
 	        "      --kernel NAME     only this kernel variant (none = built-in only)\n"
-	        "      --f2 MODE         auto (default: use valid receipts) or fresh\n"
+	        "      --f2 MODE         auto (use valid receipts) or fresh; default:\n"
+	        "                        Q4KHOST_F2 (auto or fresh; off is refused),\n"
+	        "                        else auto\n"
 	        "      --revalidate      the same as --f2 fresh\n"
 	        "      --timeout S       seconds one measurement may take (default:\n"
 	        "                        [f2] f2_timeout_s, else 600)\n"
@@ -365,20 +367,6 @@ static void print_table(const struct row *rows, size_t n)
 		if (!passed)
 			printf("    %s\n", rc->message);
 	}
-}
-
-/* Does some backend of R have device DEVICE? */
-static int some_backend_has(const struct q4kh_registry *r, uint32_t device)
-{
-	for (size_t i = 0; i < r->n_plugins; i++) {
-		const struct q4kh_plugin *p = &r->plugins[i];
-		uint32_t n = 0;
-
-		if (p->state == Q4KH_PLUGIN_ACCEPTED && p->desc->kind == Q4KH_KIND_BACKEND &&
-		    !q4kh_backend_devices(p, &n, NULL) && n > device)
-			return 1;
-	}
-	return 0;
 }
 
 /*
@@ -690,7 +678,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	rc = Q4KH_EXIT_INPUT;
 	if (!(o.c.model = q4kh_cli_model(o.c.model, model_path, sizeof(model_path), &err)) ||
 	    q4kh_cli_config("validate", o.c.config_file, o.one, &config, &err) ||
-	    apply_sets(&o, o.one, config, &err))
+	    apply_sets(&o, o.one, config, &err) ||
+	    (!o.one && q4kh_cli_f2_measure_env("validate", &o.c, &err)))
 		goto out;
 	/* Deep receipts are what run and serve will ask for: make those. A
 	 * child measures the probe its parent names. */
@@ -727,16 +716,14 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (o.memory_limit_set)
 		g.memory_limit_mib = o.memory_limit;
 	g.config_file = o.c.config_file;
+	g.fresh_source = o.c.fresh_source;
 	if (o.one) {
 		rc = measure_one(&o, &g, &err);
 		goto out;
 	}
-	if (o.c.device_set && !some_backend_has(reg, (uint32_t)o.c.device)) {
-		q4kh_fail(&err, "no backend on the plugin path %s has a device %ld (--device); "
-		          "q4khost plugins lists the devices", reg->path, o.c.device);
-		rc = Q4KH_EXIT_PLUGIN;
+	if ((rc = q4kh_cli_check_device(reg, &o.c, &err)))
 		goto out;
-	}
+	rc = Q4KH_EXIT_FAIL;
 	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set,
 		                                 (uint32_t)o.c.device, o.c.kernel, types, 0 };
 	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||

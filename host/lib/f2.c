@@ -17,6 +17,18 @@ void q4kh_f2_rules_default(struct q4kh_f2_rules *r)
 	r->probe_tokens = 64;
 }
 
+struct q4kh_f2_threshold_text q4kh_f2_threshold(double v)
+{
+	struct q4kh_f2_threshold_text t;
+
+	for (int digits = 2; digits <= 17; digits++) {
+		snprintf(t.s, sizeof(t.s), "%.*f", digits, v);
+		if (strtod(t.s, NULL) == v)
+			break;
+	}
+	return t;
+}
+
 const char *q4kh_f2_verdict_name(enum q4kh_f2_verdict v)
 {
 	switch (v) {
@@ -126,15 +138,16 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
 	else if (pt->zero_norm)
 		snprintf(what, sizeof(what), "a logit vector is all zeros (F2.1)");
 	else if (!(pt->cosine >= Q4KH_F2_CATASTROPHIC))
-		snprintf(what, sizeof(what), "cosine %.4f < %.2f catastrophic floor",
-		         pt->cosine, Q4KH_F2_CATASTROPHIC);
+		snprintf(what, sizeof(what), "cosine %.4f < %s catastrophic floor",
+		         pt->cosine, q4kh_f2_threshold(Q4KH_F2_CATASTROPHIC).s);
 	else if (pt->judged && !(pt->cosine >= rules->floor))
-		snprintf(what, sizeof(what), "cosine %.4f < %.2f acceptance floor",
-		         pt->cosine, rules->floor);
+		snprintf(what, sizeof(what), "cosine %.4f < %s acceptance floor",
+		         pt->cosine, q4kh_f2_threshold(rules->floor).s);
 	else if (pt->ref_argmax != pt->cand_argmax && !pt->near_tie)
 		snprintf(what, sizeof(what),
-		         "cosine %.4f, argmax differs beyond a near-tie (F2.3: needs cosine >= %.2f and a reference gap <= %.2f)",
-		         pt->cosine, rules->near_tie_cosine, rules->near_tie_logits);
+		         "cosine %.4f, argmax differs beyond a near-tie (F2.3: needs cosine >= %s and a reference gap <= %s)",
+		         pt->cosine, q4kh_f2_threshold(rules->near_tie_cosine).s,
+		         q4kh_f2_threshold(rules->near_tie_logits).s);
 	else
 		snprintf(what, sizeof(what), "cosine %.4f%s", pt->cosine,
 		         pt->near_tie ? ", a tolerated near-tie" : "");
@@ -209,8 +222,9 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 	                 sizeof(out->message));
 	if (out->verdict == Q4KH_F2_PASS) {
 		char line[sizeof(out->message)];
-		snprintf(line, sizeof(line), "pass over %lld judged positions, %d near-ties; lowest at %.420s",
-		         (long long)judged, out->near_ties, out->message);
+		snprintf(line, sizeof(line), "pass over %lld judged position%s, %d near-tie%s; lowest at %.420s",
+		         (long long)judged, judged == 1 ? "" : "s", out->near_ties,
+		         out->near_ties == 1 ? "" : "s", out->message);
 		memcpy(out->message, line, sizeof(line));
 	}
 }

@@ -61,6 +61,19 @@ enum q4kh_f2_verdict {
 /* "pass", "reject", "broken", "not measured". */
 const char *q4kh_f2_verdict_name(enum q4kh_f2_verdict v);
 
+/* A threshold as text (q4kh_f2_threshold). */
+struct q4kh_f2_threshold_text {
+	char s[32];
+};
+
+/*
+ * Threshold V (a floor, a near-tie tolerance) as it was set: two decimals
+ * ("0.95", "0.90"), or as many more as V needs to read back as itself
+ * ("0.995", "0.9999"), never rounded past what was set. A value, so that
+ * q4kh_f2_threshold(v).s can stand in a printf argument list.
+ */
+struct q4kh_f2_threshold_text q4kh_f2_threshold(double v);
+
 /*
  * MESSAGE (a verdict's message, e.g. a receipt's) without the name of
  * verdict V it may start with ("not measured: the candidate could not

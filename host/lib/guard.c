@@ -559,9 +559,10 @@ static void show_measuring(void *data, unsigned seconds)
 
 	if (m->progress >= 0 && pread(m->progress, line, sizeof(line) - 1, 0) > 0 &&
 	    sscanf(line, "%lld %lld", &positions, &total) == 2)
-		snprintf(done, sizeof(done), ", %lld of %lld positions", positions, total);
-	/* What moves first, the reason last: a line too long is cut at its end. */
-	q4kh_progress("F2, %u s%s: checking %s vs the reference (%s)", seconds, done, m->name,
+		snprintf(done, sizeof(done), ", %lld/%lld positions", positions, total);
+	/* The name, then what moves, the reason last: a line too long is cut
+	 * at its end, and keeps the name. */
+	q4kh_progress("F2 of %s: %u s%s, against the reference (%s)", m->name, seconds, done,
 	              m->reason);
 }
 

@@ -152,8 +152,8 @@ static void floor_label(FILE *f, double y, const char *color, const char *label,
                         double value)
 {
 	fprintf(f, "<text class=\"floor-label\" x=\"%.1f\" y=\"%.1f\" font-size=\"10\" "
-	           "fill=\"%s\">%s %.2f</text>\n",
-	        WIDTH - RIGHT + 6, y + 3, color, label, value);
+	           "fill=\"%s\">%s %s</text>\n",
+	        WIDTH - RIGHT + 6, y + 3, color, label, q4kh_f2_threshold(value).s);
 }
 
 /* Both floors, labelled in the right margin: the acceptance floor is never

@@ -17,8 +17,9 @@ void q4kh_progress_init(const char *command);
 
 /* Show "q4khost COMMAND: TEXT" as the status line, replacing the last;
  * a TEXT too long for the terminal's width is cut at a word, with "...",
- * from its end: what changes (a counter) goes first in TEXT, so that a
- * narrow terminal still shows it move. */
+ * from its end: what the work is on (a candidate's name) and what changes
+ * (a counter, the seconds) go first in TEXT, so that a narrow terminal
+ * still shows which and that it moves. */
 void q4kh_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Erase the status line, if one is showing. */

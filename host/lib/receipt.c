@@ -317,9 +317,9 @@ static int consistent(const char *path, const struct q4kh_receipt *r,
 	if (!r->n_points && r->verdict != Q4KH_F2_PASS)
 		return 0;
 	if (r->verdict < d) {
-		q4kh_fail(err, "%s says \"%s\" but its own measurements say \"%s\" (lowest judged cosine %.4f, floors %.2f and %.2f): ignored",
-		          path, verdicts[r->verdict], verdicts[d], min, r->key.floor,
-		          Q4KH_F2_CATASTROPHIC);
+		q4kh_fail(err, "%s says \"%s\" but its own measurements say \"%s\" (lowest judged cosine %.4f, floors %s and %s): ignored",
+		          path, verdicts[r->verdict], verdicts[d], min,
+		          q4kh_f2_threshold(r->key.floor).s, q4kh_f2_threshold(Q4KH_F2_CATASTROPHIC).s);
 		return 1;
 	}
 	if (r->n_points && !isnan(min) && !(fabs(r->min_cosine - min) <= 1e-6)) {
@@ -510,8 +510,8 @@ const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
 		         cur->ruleset);
 	else if (old->floor != cur->floor || old->decode_steps != cur->decode_steps ||
 	         old->probe_tokens != cur->probe_tokens)
-		snprintf(buf, cap, "the F2 settings changed (floor %.2f, %u decode steps, %u probe tokens)",
-		         cur->floor, cur->decode_steps, cur->probe_tokens);
+		snprintf(buf, cap, "the F2 settings changed (floor %s, %u decode steps, %u probe tokens)",
+		         q4kh_f2_threshold(cur->floor).s, cur->decode_steps, cur->probe_tokens);
 	else if (strcmp(old->probe, cur->probe))
 		snprintf(buf, cap, "the probe changed (%s -> %s)", old->probe, cur->probe);
 	else if (strcmp(old->probe_sha256, cur->probe_sha256))

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
+#include <ctype.h>
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
@@ -814,10 +815,96 @@ static void unread_key(void *data, const char *file, unsigned line, const char *
 	u->warn(u->data, msg);
 }
 
+/* Levenshtein distance of A and B, case aside, for the nearest name. */
+static size_t name_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), row[NAME_MAX_LEN + 1];
+
+	if (lb > NAME_MAX_LEN)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j], best = diag + (tolower((unsigned char)a[i - 1]) !=
+			                                  tolower((unsigned char)b[j - 1]));
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[lb];
+}
+
+/* Whether plugin I's name is that of one before it (a plugin in two folders). */
+static int listed_before(const struct q4kh_registry *r, size_t i)
+{
+	for (size_t j = 0; j < i; j++)
+		if (!strcmp(r->plugins[j].name, r->plugins[i].name))
+			return 1;
+	return 0;
+}
+
+/* What an unknown [plugin.NAME] section is checked against. */
+struct sections {
+	const struct q4kh_registry *r;
+	void (*warn)(void *data, const char *line);
+	void *data;
+	char last[4200]; /* "FILE\n[SECTION]" of the last one warned about */
+};
+
+/* The first key line of a [plugin.NAME] section whose NAME is no plugin
+ * of the path: a misspelt name would otherwise leave its settings unread
+ * without a word. A plugin missing here may be on another machine's path
+ * (a shared file), so a warning, not an error. */
+static void unknown_section(void *data, const char *file, unsigned line, const char *section,
+                            const char *key)
+{
+	struct sections *s = data;
+	const struct q4kh_registry *r = s->r;
+	const char *name = section + 7, *nearest = NULL;
+	char names[1024] = "", msg[2400], hint[NAME_MAX_LEN + 32] = "", here[sizeof(s->last)];
+	size_t used = 0, best = SIZE_MAX;
+
+	(void)key;
+	snprintf(here, sizeof(here), "%s\n[%s]", file, section);
+	if (strncmp(section, "plugin.", 7) || !strcmp(s->last, here))
+		return;
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		size_t d = name_distance(name, r->plugins[i].name);
+
+		if (!strcasecmp(name, r->plugins[i].name))
+			return;
+		if (d < best) {
+			best = d;
+			nearest = r->plugins[i].name;
+		}
+		if (used < sizeof(names) && !listed_before(r, i))
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+			                         used ? ", " : "", r->plugins[i].name);
+	}
+	memcpy(s->last, here, sizeof(here));
+	/* close: a slip of a character or two, not a different name */
+	if (nearest && best <= 2 && best < strlen(name))
+		snprintf(hint, sizeof(hint), "; did you mean [plugin.%s]?", nearest);
+	snprintf(msg, sizeof(msg), "%s:%u: section [%s] names no plugin on the plugin path %s, "
+	         "so its keys are not read here (plugins there: %s)%s", file, line, section,
+	         r->path, names[0] ? names : "none", hint);
+	s->warn(s->data, msg);
+}
+
 int q4kh_registry_check_settings(const struct q4kh_registry *r,
                                  void (*warn)(void *data, const char *line), void *data,
                                  struct q4kh_error *err)
 {
+	struct sections s = { r, warn, data, "" };
+
 	char section[sizeof("plugin.") + NAME_MAX_LEN], set[1024], why[512], settings[512];
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
@@ -840,6 +927,8 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r,
 		if (st == Q4KH_OK && warn)
 			q4kh_config_each(p->config, unread_key, &u);
 	}
+	if (warn && r->config)
+		q4kh_config_each(r->config, unknown_section, &s);
 	return 0;
 }
 
@@ -871,6 +960,7 @@ int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
 		return q4kh_fail(err, "plugin scan: out of memory");
 	}
 	give_host_api(r, config);
+	r->config = config;
 	*out = r;
 	return 0;
 }

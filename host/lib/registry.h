@@ -69,6 +69,7 @@ struct q4kh_registry {
 	 * relative folders (they would depend on the current directory), and
 	 * folders listed before. */
 	char notes[2048];
+	const struct q4kh_config *config; /* q4kh_registry_scan's; may be NULL */
 };
 
 /*
@@ -109,6 +110,13 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
  * config files in [plugin.NAME] that the plugin never asked for
  * (config_get), F2 keys aside: "FILE:LINE: key 'threds' in section
  * [plugin.cpu] is not read by plugin cpu (it reads: threads); ignored".
+ * WARN also gets a line for the first key line of every [plugin.NAME]
+ * section whose NAME is no plugin of R's path, with the names that are
+ * and the nearest when it is a slip away: "FILE:LINE: section
+ * [plugin.cpu_fast] names no plugin on the plugin path P, so its keys
+ * are not read here (plugins there: cpu, cpu-fast); did you mean
+ * [plugin.cpu-fast]?". Never an error: a file shared by machines may set plugins that
+ * only some of their paths have.
  */
 int q4kh_registry_check_settings(const struct q4kh_registry *r,
                                  void (*warn)(void *data, const char *line), void *data,

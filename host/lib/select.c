@@ -167,6 +167,28 @@ static int no_such_device(const struct q4kh_select_request *rq, const struct q4k
 	                 "devices", rq->backend, rq->device, n);
 }
 
+int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
+                              uint32_t device, struct q4kh_error *err)
+{
+	const struct q4kh_select_request rq = { .registry = r, .backend = backend,
+		                                .device = device };
+	char skipped[2048] = "";
+
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+
+		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
+		    (backend && strcmp(p->name, backend)))
+			continue;
+		if (device_count(p, skipped, sizeof(skipped)) > device)
+			return 0;
+		if (backend)
+			return skipped[0] ? nothing_to_try(&rq, skipped, err)
+			                  : no_such_device(&rq, p, err);
+	}
+	return nothing_to_try(&rq, skipped, err);
+}
+
 int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,
                      struct q4kh_error *err)
@@ -424,6 +446,11 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			continue;
 		}
 		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
+			if (q4kh_interrupted()) {
+				snprintf(out->measuring, sizeof(out->measuring), "%s", name);
+				out->measuring_plugin = out->backend.plugin;
+				out->measuring_device = out->backend.record;
+			}
 			q4kh_selection_close(out);
 			if (q4kh_interrupted()) {
 				out->interrupted = q4kh_interrupted();

@@ -84,6 +84,12 @@ struct q4kh_selection {
 	                               left out: "cuda/cuda-gemv-iq, ..." */
 	int explicit_failure;       /* a named request could not be honoured */
 	int interrupted;            /* the signal that stopped the choice, or 0 */
+	/* With interrupted: the candidate F2 was measuring
+	 * ("cpu-fast/cpu-simd"), its backend plugin and that backend's
+	 * device, for a report of what was known when it stopped. */
+	char measuring[160];
+	const struct q4kh_plugin *measuring_plugin;
+	struct q4kh_device_record measuring_device;
 };
 
 /* One candidate of a plan. */
@@ -115,6 +121,17 @@ struct q4kh_select_cand {
 int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,
                      struct q4kh_error *err);
+
+/*
+ * 0 when some accepted backend of R (BACKEND alone, when not NULL) has
+ * device DEVICE; else -1 with the error q4kh_select_plan gives for it: no
+ * backend plugin on the path (the reference among them), the backends
+ * that could not start, or how many devices each backend has. For the
+ * commands that filter by --device (validate, qa, bench) to say what run
+ * says.
+ */
+int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
+                             uint32_t device, struct q4kh_error *err);
 
 /*
  * Choose, guard and open what serves RQ. On success every part of *out is

@@ -83,7 +83,7 @@ int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *or
 
 	*on = v && !strcmp(v, "true");
 	if (v && !*on && strcmp(v, "false"))
-		return q4kh_fail(err, "%s: require_deep '%s' is not one of true (run and serve accept deep receipts only: q4khost validate --deep), false",
+		return q4kh_fail(err, "%s: require_deep '%s': expected true or false (true: run and serve accept deep receipts only, made by q4khost validate --deep)",
 		                 origin, q4kh_show(shown, sizeof(shown), v, strlen(v), VALUE_SHOWN, 0));
 	return 0;
 }

@@ -280,6 +280,22 @@ static int settings(const struct serve *srv, const json_t *root, struct serve_jo
 	return 0;
 }
 
+/*
+ * The column where the token of jansson's error E starts: jansson gives
+ * that of the token's last byte ("'[' or '{' expected near 'not'" at
+ * column 3 for a body "not..."), the token quoted at the end of its text.
+ */
+static int token_column(const json_error_t *e)
+{
+	const char *near = strstr(e->text, " near '");
+	size_t len = strlen(e->text);
+
+	if (!near || e->text[len - 1] != '\'' || e->column < 1)
+		return e->column;
+	len = (size_t)(e->text + len - 1 - (near + 7)); /* the token's bytes */
+	return (size_t)e->column > len ? e->column - (int)len + 1 : 1;
+}
+
 int serve_api_parse(const struct serve *srv, enum serve_kind kind, const char *body,
                     size_t len, struct serve_job **out, struct serve_api_error *e)
 {
@@ -295,7 +311,7 @@ int serve_api_parse(const struct serve *srv, enum serve_kind kind, const char *b
 	*out = NULL;
 	if (!root) {
 		refuse(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", jerr.text,
-		       jerr.line, jerr.column);
+		       jerr.line, token_column(&jerr));
 		return -1;
 	}
 	if (!json_is_object(root)) {
