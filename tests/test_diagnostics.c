@@ -660,6 +660,11 @@ Test(diagnostics, a_deep_measurement_shows_the_positions_done, .timeout = 240)
 	cr_expect(strstr(out, "q4khost validate: --progress-file x needs --one and --deep") != NULL,
 	          "%s", out);
 	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "validate --reference-logits x", &out), 2,
+	             "%s", out);
+	cr_expect(strstr(out, "q4khost validate: --reference-logits x needs --one") != NULL, "%s",
+	          out);
+	free(out);
 }
 
 /* --- a machine without an NVIDIA driver ---------------------------------- */

@@ -283,11 +283,13 @@ static struct q4kh_f2_result guard(const char *variant, double floor)
 	struct q4kh_f2_rules r;
 	struct q4kh_f2_result res;
 	struct q4kh_error err = { { 0 } };
+	struct q4kh_f2_ref ref;
 
 	q4kh_f2_rules_default(&r);
 	r.floor = floor;
 	side_open(&cand, variant);
-	cr_assert_eq(q4kh_f2_run(ref_side.s, cand.s, probe, n_probe, &r, &res, &err), 0,
+	q4kh_f2_ref_live(&ref, ref_side.s);
+	cr_assert_eq(q4kh_f2_run(&ref, cand.s, probe, n_probe, &r, &res, &err), 0,
 	             "%s", err.msg);
 	fprintf(stderr, "F2 %s (floor %.2f): %s, min cosine %.4f: %s\n", variant, floor,
 	        q4kh_f2_verdict_name(res.verdict), res.min_cosine, res.message);

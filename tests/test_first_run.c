@@ -1206,6 +1206,9 @@ Test(first_run, an_empty_file_option_is_a_usage_error)
 		{ "validate --one --backend cpu --kernel none --probe-ids ''",
 		  "q4khost validate: --probe-ids '': an empty value is not allowed; expected the path "
 		  "of a file of token ids\n" },
+		{ "validate --one --backend cpu --kernel none --reference-logits ''",
+		  "q4khost validate: --reference-logits '': an empty value is not allowed; expected "
+		  "the path of a file in a folder the parent made\n" },
 	};
 	char *out;
 

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "cli_rig.h"
 #include "guard.h"
 #include "helpers.h"
 
@@ -921,4 +922,211 @@ Test(validate, a_defect_of_narrow_steps_only_is_caught_by_them, .timeout = 300)
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-narrow: F2 broken: position 1 (prefill in a "
 	         "step of 2 tokens): ");
+}
+
+/*
+ * The reference, computed once (docs/f2.md): the children of one validate
+ * share its logits through a file; the receipts (but for their seconds
+ * and dates) are those of children that each compute it (validate --one
+ * without --reference-logits). On the tiny llama model with three
+ * candidates, the built-in probe and the deep one.
+ */
+
+/* Every receipt JSON in DIR by file name, less what differs between two
+ * runs of one measurement (seconds, date). */
+static json_t *receipts_in(const char *dir)
+{
+	json_t *all = json_object();
+	struct dirent *d;
+	DIR *dp = opendir(dir);
+
+	cr_assert_not_null(dp, "%s", dir);
+	while ((d = readdir(dp))) {
+		char path[4400];
+		json_error_t jerr;
+		json_t *j;
+		size_t len = strlen(d->d_name);
+
+		if (len < 6 || strcmp(d->d_name + len - 5, ".json"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		j = json_load_file(path, 0, &jerr);
+		cr_assert_not_null(j, "%s: %s", path, jerr.text);
+		json_object_del(j, "seconds");
+		json_object_del(j, "created");
+		json_object_set_new(all, d->d_name, j);
+	}
+	closedir(dp);
+	return all;
+}
+
+/* The entries of folder DIR but . and .. */
+static int entries(const char *dir)
+{
+	DIR *dp = opendir(dir);
+	struct dirent *d;
+	int n = 0;
+
+	cr_assert_not_null(dp, "%s", dir);
+	while ((d = readdir(dp)))
+		n += strcmp(d->d_name, ".") && strcmp(d->d_name, "..");
+	closedir(dp);
+	return n;
+}
+
+static const char *const SHARED_KERNELS[] = { "cpu-q8act", "defect-noisy", "defect-nan", NULL };
+
+/* validate --one of each of SHARED_KERNELS on the tiny model, each child
+ * computing the reference, receipts in RECEIPTS. */
+static void measure_each_alone(const char *plugins, const char *receipts, const char *probe)
+{
+	for (const char *const *k = SHARED_KERNELS; *k; k++) {
+		char args[8192], *out;
+
+		snprintf(args, sizeof(args),
+		         "validate --one --backend cpu --kernel %s -m %s --plugin-path %s %s", *k,
+		         tiny_model(), plugins, probe);
+		cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+		free(out);
+	}
+}
+
+Test(validate, the_reference_runs_once_per_command_and_changes_no_receipt, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", "defect_noisy", "defect_nan", NULL };
+	static const char *const probes[] = { "", "--deep --ctx 300" };
+	const char *plugins = test_plugin_dir(names);
+
+	for (int i = 0; i < 2; i++) {
+		const char *shared = test_tmpdir(), *alone = test_tmpdir(), *tmp = test_tmpdir();
+		char args[8192], env[4200], *out;
+		json_t *a, *b, *root, *ref;
+
+		snprintf(args, sizeof(args), "validate -m %s --plugin-path %s %s", tiny_model(),
+		         plugins, probes[i]);
+		cr_expect_eq(test_q4khost("Q4KHOST_LOG=debug", shared, args, &out), 0, "%s", out);
+		/* the first child computed it, the other two read it: no forward */
+		cr_expect_eq(count(out, "F2: the reference computed: the shared file "), 1, "%s", out);
+		cr_expect_eq(count(out, "F2: the reference's logits read from the shared file "), 2,
+		             "%s", out);
+		cr_expect(strstr(out, "; the reference ran once for 3 measurements\n") != NULL, "%s",
+		          out);
+		free(out);
+		measure_each_alone(plugins, alone, probes[i]);
+		a = receipts_in(shared);
+		b = receipts_in(alone);
+		cr_expect_eq(json_object_size(a), 3);
+		cr_expect(json_equal(a, b), "%s: the shared reference changed a receipt",
+		          probes[i][0] ? probes[i] : "built-in probe");
+		json_decref(a);
+		json_decref(b);
+
+		/* --json counts them; the folder is gone afterwards */
+		snprintf(args, sizeof(args), "validate --json --f2 fresh -m %s --plugin-path %s %s",
+		         tiny_model(), plugins, probes[i]);
+		snprintf(env, sizeof(env), "TMPDIR=%s", tmp);
+		cr_expect_eq(test_q4khost(env, shared, args, &out), 0, "%s", out);
+		cr_expect_eq(entries(tmp), 0, "the shared folder in %s outlives the command", tmp);
+		root = parse_json(out);
+		ref = json_object_get(root, "reference");
+		cr_expect_eq(json_integer_value(json_object_get(ref, "computed")), 1, "%s", out);
+		cr_expect_eq(json_integer_value(json_object_get(ref, "read")), 2, "%s", out);
+		json_decref(root);
+		free(out);
+	}
+}
+
+/* validate --one of cpu-q8act on the tiny model with --reference-logits
+ * FILE (NULL: without) and EXTRA; all it printed into *out, receipts in
+ * RECEIPTS. */
+static void one_with_file(const char *plugins, const char *receipts, const char *file,
+                          const char *extra, char **out)
+{
+	char args[8192];
+
+	snprintf(args, sizeof(args),
+	         "validate --one --backend cpu --kernel cpu-q8act -m %s --plugin-path %s %s%s %s",
+	         tiny_model(), plugins, file ? "--reference-logits " : "", file ? file : "",
+	         extra);
+	cr_expect_eq(test_q4khost("", receipts, args, out), 0, "%s", *out);
+}
+
+/* The receipts of RECEIPTS are those of ALONE's. */
+static void same_receipts(const char *receipts, const char *alone, const char *what)
+{
+	json_t *a = receipts_in(receipts), *b = receipts_in(alone);
+
+	cr_expect(json_equal(a, b), "%s: a receipt differs from the one computed alone", what);
+	json_decref(a);
+	json_decref(b);
+}
+
+/*
+ * A shared file is untrusted: one cut short, one with a changed row, one
+ * with a header cut short and one made for other rules (12 decode steps)
+ * are each refused with the reason said (on stderr at the default log
+ * level), and the child computes the reference itself: the same receipt
+ * as without the file. A good file is read. (test_first_run and
+ * test_diagnostics check the option's usage errors.)
+ */
+Test(validate, a_bad_shared_reference_file_is_refused_and_the_reference_computed,
+     .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	static const struct {
+		const char *what, *sh, *reason;
+	} bad[] = {
+		{ "cut short", "truncate -s -100 %s", "bytes where " },
+		{ "a changed row", "printf '\\377\\377\\377\\377' | dd of=%s bs=1 seek=2000 conv=notrunc 2>/dev/null",
+		  "its rows do not match their SHA-256 (corrupt)" },
+		{ "a header cut short", "truncate -s 40 %s", "inside its header (short)" },
+	};
+	const char *plugins = test_plugin_dir(names), *dir = test_tmpdir();
+	const char *alone = test_tmpdir();
+	char good[4200], file[4200], cmd[9000], *out;
+
+	one_with_file(plugins, alone, NULL, "", &out);
+	free(out);
+	snprintf(good, sizeof(good), "%s/good", dir);
+	one_with_file(plugins, test_tmpdir(), good, "", &out);
+	cr_expect(strstr(out, "was refused") == NULL, "a file not there is no refusal: %s", out);
+	free(out);
+	cr_assert_eq(access(good, R_OK), 0, "the first child writes the file");
+
+	{
+		const char *receipts = test_tmpdir();
+
+		one_with_file(plugins, receipts, good, "", &out);
+		cr_expect(strstr(out, "refused") == NULL, "%s", out);
+		free(out);
+		same_receipts(receipts, alone, "a good file");
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *receipts = test_tmpdir();
+
+		snprintf(file, sizeof(file), "%s/bad%zu", dir, i);
+		snprintf(cmd, sizeof(cmd), "cp %s %s && ", good, file);
+		snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), bad[i].sh, file);
+		cr_assert_eq(system(cmd), 0, "%s", cmd);
+		one_with_file(plugins, receipts, file, "", &out);
+		cr_expect(strstr(out, "F2: the reference computed: the shared file ") != NULL &&
+		                  strstr(out, " was refused: ") != NULL &&
+		                  strstr(out, bad[i].reason) != NULL,
+		          "%s: the refusal and its reason '%s' are said: %s", bad[i].what,
+		          bad[i].reason, out);
+		free(out);
+		same_receipts(receipts, alone, bad[i].what);
+	}
+	/* made for 12 decode steps, read for 8: another header */
+	snprintf(file, sizeof(file), "%s/other", dir);
+	one_with_file(plugins, test_tmpdir(), file, "--set f2:f2_decode_steps=12", &out);
+	free(out);
+	{
+		const char *receipts = test_tmpdir();
+
+		one_with_file(plugins, receipts, file, "", &out);
+		cr_expect(strstr(out, " was refused: its header differs: ") != NULL, "%s", out);
+		free(out);
+		same_receipts(receipts, alone, "a file of other rules");
+	}
 }

@@ -37,6 +37,7 @@ struct validate_opts {
 	const char *plot;
 	const char *probe_ids; /* --probe-ids FILE: a run's prompt as the probe */
 	const char *progress_file; /* --progress-file FILE: positions done, for the parent */
+	const char *reference_logits; /* --reference-logits FILE: shared by the children */
 	const char *enumerate; /* --enumerate FILE: a backend's helper process */
 	long ctx;
 	unsigned long long memory_limit;
@@ -96,6 +97,12 @@ static void usage(FILE *out)
 	        "      --progress-file FILE\n"
 	        "                        with --one --deep: keep the positions measured so\n"
 	        "                        far in FILE (what the parent's status line shows)\n"
+	        "      --reference-logits FILE\n"
+	        "                        with --one: read the reference's logits from FILE\n"
+	        "                        when it holds exactly this measurement's (checked\n"
+	        "                        in full), else compute them and write FILE (what\n"
+	        "                        the parent hands each child, so that the\n"
+	        "                        reference runs once per command)\n"
 	        "      --enumerate FILE  init backend plugin FILE of the plugin path, ask\n"
 	        "                        for its devices and shut it down, in this process,\n"
 	        "                        saying nothing: the helper process in which a\n"
@@ -130,7 +137,7 @@ static int has_svg_suffix(const char *path)
 
 /* validate's options, for parse and q4kh_cli_json_asked */
 enum { O_ONE = Q4KH_OPT_OWN, O_PLOT, O_MEMORY, O_QUIET, O_SET, O_PROBE_IDS, O_ENUMERATE,
-       O_DEEP, O_CTX, O_PROGRESS };
+       O_DEEP, O_CTX, O_PROGRESS, O_REFERENCE };
 static const struct option longs[] = {
 	Q4KH_CLI_COMMON_OPTIONS("kernel"),
 	{ "memory-limit", required_argument, 0, O_MEMORY },
@@ -138,6 +145,7 @@ static const struct option longs[] = {
 	{ "quiet", no_argument, 0, O_QUIET },
 	{ "probe-ids", required_argument, 0, O_PROBE_IDS },
 	{ "progress-file", required_argument, 0, O_PROGRESS },
+	{ "reference-logits", required_argument, 0, O_REFERENCE },
 	{ "enumerate", required_argument, 0, O_ENUMERATE },
 	{ "deep", no_argument, 0, O_DEEP },
 	{ "ctx", required_argument, 0, O_CTX },
@@ -168,6 +176,7 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 		case O_QUIET: o->quiet = 1; break;
 		case O_PROBE_IDS: o->probe_ids = optarg; break;
 		case O_PROGRESS: o->progress_file = optarg; break;
+		case O_REFERENCE: o->reference_logits = optarg; break;
 		case O_ENUMERATE: o->enumerate = optarg; break;
 		case O_DEEP: o->deep = 1; break;
 		case O_CTX:
@@ -200,7 +209,9 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (q4kh_cli_not_empty("validate", "--probe-ids", o->probe_ids,
 	                       "the path of a file of token ids") ||
 	    q4kh_cli_not_empty("validate", "--progress-file", o->progress_file,
-	                       "the path of a file the parent made"))
+	                       "the path of a file the parent made") ||
+	    q4kh_cli_not_empty("validate", "--reference-logits", o->reference_logits,
+	                       "the path of a file in a folder the parent made"))
 		return -1;
 	if (optind < argc) {
 		q4kh_cli_extra_argument("validate", argv[optind]);
@@ -239,6 +250,11 @@ static int parse(int argc, char **argv, struct validate_opts *o)
 	if (o->progress_file && (!o->one || !o->deep)) {
 		q4kh_cli_usage("validate", "--progress-file %s needs --one and --deep: it is how a deep measurement's child tells its parent how far it got",
 		               o->progress_file);
+		return -1;
+	}
+	if (o->reference_logits && !o->one) {
+		q4kh_cli_usage("validate", "--reference-logits %s needs --one: it is how the children of one validate share the reference (the parent makes the file's folder)",
+		               o->reference_logits);
 		return -1;
 	}
 	if (o->probe_ids && !o->one) {
@@ -494,6 +510,56 @@ static json_t *probe_json(const struct validate_opts *o, const struct q4kh_deep_
 }
 
 /*
+ * The private folder (mode 0700) in $TMPDIR, else /tmp, in which the
+ * children of this command share the reference's logits: its path into
+ * DIR, the shared file's into FILE. 0 (say so, and each child computes
+ * the reference) when it cannot be made.
+ */
+static int share_dir_make(char *dir, size_t dir_cap, char *file, size_t file_cap)
+{
+	const char *tmp = q4kh_env("TMPDIR");
+
+	snprintf(dir, dir_cap, "%s/q4khost-f2-reference.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "q4khost validate: warning: cannot create %s (%s): each measurement computes the reference itself\n",
+		        dir, strerror(errno));
+		dir[0] = 0;
+		return 0;
+	}
+	snprintf(file, file_cap, "%s/reference-logits", dir);
+	return 1;
+}
+
+/* Remove DIR and all share_dir_make's FILE may have left in it. */
+static void share_dir_remove(const char *dir, const char *file)
+{
+	static const char *const ends[] = { "", ".part", ".log" };
+	char path[PATH_MAX + 64];
+
+	for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", file, ends[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+/* The probe line's clause on the reference: how many measurements
+ * computed it and how many read it from the shared file; "" for one
+ * measurement or none. */
+static const char *reference_text(int computed, int read, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	if (computed + read < 2)
+		return buf;
+	if (computed == 1)
+		snprintf(buf, cap, "; the reference ran once for %d measurements", computed + read);
+	else
+		snprintf(buf, cap, "; the reference ran %d times for %d measurements", computed,
+		         computed + read);
+	return buf;
+}
+
+/*
  * --one: measure in this process and write the receipt. Its exit code is
  * validate's (0 pass, 1 anything else, nothing measured included); with
  * --quiet, a guard's child, 0 whenever it measured to the end: the guard
@@ -654,6 +720,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	struct q4kh_deep_plan deep = { 0 };
 	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[1400] = "";
 	char none_why[4096] = "", deep_why[700] = "";
+	char shared[PATH_MAX] = "", reference[PATH_MAX + 32] = "";
+	int ref_computed = 0, ref_read = 0;
 	uint32_t types[Q4KH_TYPE_COUNT];
 	int rc = parse(argc, argv, &o), failed = 0, reported = 0, deep_required = 0, bad_file;
 
@@ -711,6 +779,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (o.deep && q4kh_guard_use_deep(&g, &deep, (uint32_t)o.ctx, &err))
 		goto out;
 	g.progress_file = o.progress_file;
+	g.reference_logits = o.reference_logits;
 	if (o.c.timeout)
 		g.timeout_seconds = (unsigned)o.c.timeout;
 	if (o.memory_limit_set)
@@ -721,6 +790,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rc = measure_one(&o, &g, &err);
 		goto out;
 	}
+	/* the children share the reference: without the folder, each computes it */
+	if (share_dir_make(shared, sizeof(shared), reference, sizeof(reference)))
+		g.reference_logits = reference;
 	if ((rc = q4kh_cli_check_device(reg, &o.c, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
@@ -765,6 +837,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		}
 		failed |= rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS;
 	}
+	if (g.reference_logits)
+		q4kh_f2_ref_counts(g.reference_logits, &ref_computed, &ref_read);
 	if (o.c.json) {
 		json_t *arr = json_array(), *gaps = json_array(), *root;
 		for (size_t i = 0; i < n; i++)
@@ -779,15 +853,20 @@ int q4kh_cmd_validate(int argc, char **argv)
 		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",
 		                 none_why[0] && (failed || !not_applicable[0]) ? none_why
 		                                                               : not_applicable, "probe", probe_json(&o, &deep, probe_text));
+		json_object_set_new(root, "reference",
+		                    json_pack("{s:i, s:i}", "computed", ref_computed, "read", ref_read));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
 	} else {
+		char ref_line[160];
+
 		printf("model %s (sha256 %.12s…), receipts in %s (%s)\n", o.c.model,
 		       g.model_sha256, g.receipt_dir, g.receipt_dir_origin);
 		if (!o.deep)
 			builtin_probe_text(config, n_probe, probe_text, sizeof(probe_text));
-		printf("F2 probe: %s\n\n", probe_text);
+		printf("F2 probe: %s%s\n\n", probe_text,
+		       reference_text(ref_computed, ref_read, ref_line, sizeof(ref_line)));
 		print_table(rows, n);
 		print_unmeasurable(unmeasurable);
 		if (none_why[0])
@@ -807,6 +886,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		rc = q4kh_interrupt_exit_code(q4kh_interrupted());
 	}
 out:
+	if (shared[0])
+		share_dir_remove(shared, reference);
 	if (err.msg[0]) /* with --json, an object of its own unless the report's is out */
 		q4kh_cli_error("validate", o.c.json && !reported, rc, err.msg);
 	for (size_t i = 0; rows && i < n; i++)

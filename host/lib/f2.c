@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "f2_reference.h"
 #include "sampler.h"
 
 void q4kh_f2_rules_default(struct q4kh_f2_rules *r)
@@ -253,12 +254,12 @@ static int run_alloc(struct q4kh_f2_result *out, int64_t rows, int64_t n_rows, i
  * both sides, logits into RL and CL; -1 with OUT not measured (F2.4) when
  * a side fails.
  */
-static int decode_both(struct q4kh_session *ref, struct q4kh_session *cand, int32_t tok,
+static int decode_both(struct q4kh_f2_ref *ref, struct q4kh_session *cand, int32_t tok,
                        float *rl, float *cl, struct q4kh_f2_result *out)
 {
 	struct q4kh_error e = { { 0 } };
 
-	if (tok < 0 || q4kh_session_eval(ref, &tok, 1, rl, 1, &e)) {
+	if (tok < 0 || q4kh_f2_ref_eval(ref, &tok, 1, rl, 1, &e)) {
 		not_measured(out, "reference", "a decode step", &e);
 		return -1;
 	}
@@ -270,11 +271,12 @@ static int decode_both(struct q4kh_session *ref, struct q4kh_session *cand, int3
 }
 
 /* A run's end: its seconds since T0, both sessions reset, the logits freed. */
-static void run_end(struct q4kh_f2_result *out, double t0, struct q4kh_session *ref,
+static void run_end(struct q4kh_f2_result *out, double t0, struct q4kh_f2_ref *ref,
                     struct q4kh_session *cand, float *rl, float *cl)
 {
 	out->seconds = now() - t0;
-	q4kh_session_reset(ref);
+	q4kh_f2_ref_end(ref);
+	q4kh_f2_ref_reset(ref);
 	q4kh_session_reset(cand);
 	free(rl);
 	free(cl);
@@ -330,27 +332,36 @@ static void narrow_steps(struct q4kh_session *cand, const int32_t *probe, int64_
 	q4kh_f2_conclude(out, rules);
 }
 
-int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
+int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                 const int32_t *tokens, size_t n,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
                 struct q4kh_error *err)
 {
-	const int64_t v = ref->m->hp.n_vocab;
+	const int64_t v = ref->n_vocab;
 	const int64_t p = (int64_t)(n < rules->probe_tokens ? n : rules->probe_tokens);
 	const int64_t rows = p + rules->decode_steps;
 	const int32_t *probe = tokens + (n - (size_t)p);
 	struct q4kh_error e = { { 0 } };
 	float *rl, *cl;
 	double t0 = now();
+	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (p < 2 || cand->m->hp.n_vocab != v)
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens and two sessions of one vocabulary");
-	if (run_alloc(out, rows, rows, v, &rl, &cl, err))
+	/* the narrow steps read the prefill's rows: nothing more to keep */
+	rc = q4kh_f2_ref_begin(ref, &(struct q4kh_f2_ref_shape){ "probe", probe, p, NULL,
+	                                                         rules->decode_steps, 0, 0, rows },
+	                       err);
+	if (rc)
+		return rc;
+	if (run_alloc(out, rows, rows, v, &rl, &cl, err)) {
+		q4kh_f2_ref_end(ref);
 		return -1;
-	q4kh_session_reset(ref);
+	}
+	q4kh_f2_ref_reset(ref);
 	q4kh_session_reset(cand);
-	if (q4kh_session_eval(ref, probe, p, rl, 1, &e)) {
+	if (q4kh_f2_ref_eval(ref, probe, p, rl, 1, &e)) {
 		not_measured(out, "reference", "prefill", &e);
 		goto done;
 	}
@@ -387,7 +398,7 @@ done:
  * token of a step that reads the tokens since the last one, a run of
  * judged positions after it in one step with every row.
  */
-static int reference_judged(struct q4kh_session *ref, const int32_t *tokens, int64_t c,
+static int reference_judged(struct q4kh_f2_ref *ref, const int32_t *tokens, int64_t c,
                             int64_t t, const uint8_t *judged, float *rl, int64_t v,
                             struct q4kh_error *e)
 {
@@ -396,26 +407,26 @@ static int reference_judged(struct q4kh_session *ref, const int32_t *tokens, int
 
 		if (!judged[i])
 			continue;
-		if (q4kh_session_eval(ref, tokens + ref->n_past, i + 1 - ref->n_past,
-		                      rl + (i - c) * v, 0, e))
+		if (q4kh_f2_ref_eval(ref, tokens + ref->n_past, i + 1 - ref->n_past,
+		                     rl + (i - c) * v, 0, e))
 			return -1;
 		while (j < c + t && judged[j])
 			j++;
 		if (j > i + 1 &&
-		    q4kh_session_eval(ref, tokens + i + 1, j - i - 1, rl + (i + 1 - c) * v, 1, e))
+		    q4kh_f2_ref_eval(ref, tokens + i + 1, j - i - 1, rl + (i + 1 - c) * v, 1, e))
 			return -1;
 		i = j - 1;
 	}
 	return 0;
 }
 
-int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
+int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                      const int32_t *tokens, int64_t prefill, const uint8_t *judged,
                      uint32_t decode_steps, const struct q4kh_f2_rules *rules,
                      void (*done)(void *data, int64_t positions, int64_t total),
                      void *done_data, struct q4kh_f2_result *out, struct q4kh_error *err)
 {
-	const int64_t v = ref->m->hp.n_vocab, nb = cand->p.n_batch;
+	const int64_t v = ref->n_vocab, nb = cand->p.n_batch;
 	const int64_t rows = prefill + decode_steps;
 	/* the narrow steps' tokens: at most a chunk, whose logits RL holds */
 	const int64_t narrow = prefill < NARROW_TOKENS && prefill < nb ? prefill
@@ -425,12 +436,25 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 	const float *last = NULL; /* the reference's logits of the last position */
 	float *rl, *cl;
 	double t0 = now();
+	int64_t n_judged = 0;
+	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (prefill < 2 || !judged[prefill - 1] || cand->m->hp.n_vocab != v)
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one judged, and two sessions of one vocabulary");
-	if (run_alloc(out, rows, nb, v, &rl, &cl, err))
+	for (int64_t i = 0; i < prefill; i++)
+		n_judged += judged[i] != 0;
+	/* its rows: the judged positions, the decode steps, the narrow steps' */
+	rc = q4kh_f2_ref_begin(ref, &(struct q4kh_f2_ref_shape){ "plan", tokens, prefill, judged,
+	                                                         decode_steps, nb, narrow,
+	                                                         n_judged + decode_steps + narrow },
+	                       err);
+	if (rc)
+		return rc;
+	if (run_alloc(out, rows, nb, v, &rl, &cl, err)) {
+		q4kh_f2_ref_end(ref);
 		return -1;
+	}
 	for (int64_t i = 0; i < rows; i++) {
 		struct q4kh_f2_point *pt = &out->points[i];
 		pt->position = i;
@@ -438,7 +462,7 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 		pt->cosine = NAN; /* not computed unless judged */
 		pt->ref_argmax = pt->cand_argmax = -1;
 	}
-	q4kh_session_reset(ref);
+	q4kh_f2_ref_reset(ref);
 	q4kh_session_reset(cand);
 	for (int64_t c = 0; c < prefill; c += nb) {
 		const int64_t t = prefill - c < nb ? prefill - c : nb;
@@ -479,8 +503,8 @@ int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
 	/* The narrow steps, against the reference's logits of their tokens,
 	 * all judged here (positions below 128): computed again, as the
 	 * chunks above kept none. */
-	q4kh_session_reset(ref);
-	if (q4kh_session_eval(ref, tokens, narrow, rl, 1, &e)) {
+	q4kh_f2_ref_reset(ref);
+	if (q4kh_f2_ref_eval(ref, tokens, narrow, rl, 1, &e)) {
 		not_measured(out, "reference", "the narrow steps' prefill", &e);
 		goto done;
 	}

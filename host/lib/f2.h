@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "f2_reference.h"
 #include "session.h"
 
 /* Bumped whenever a rule or a default changes: receipts key on it. 2: the
@@ -141,16 +142,20 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 
 /*
  * Run the probe TOKENS[0..n) (its last rules->probe_tokens tokens) on REF
- * and CAND from empty caches, then rules->decode_steps teacher-forced
+ * (a live session, q4kh_f2_ref_live, or one shared through a file:
+ * f2_reference.h) and CAND from empty caches, then rules->decode_steps teacher-forced
  * decode steps, and judge; then the probe's first tokens on CAND again in
  * narrow steps, judged against the same reference logits, which decide
  * only when they find worse than the rest (their points replace the
  * others where worse, marked with their width). Both sessions are reset
  * before and after. A
  * forward that fails on either side gives NOT_MEASURED with its error in
- * the message; -1 only on out of memory or bad arguments.
+ * the message (a shared file that fails mid-run also sets
+ * ref->replay_failed: run again); -1 only on out of memory or bad
+ * arguments; 1, OUT empty, when REF's shared file was refused and REF has
+ * no session to compute with (q4kh_f2_ref_begin).
  */
-int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
+int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                 const int32_t *tokens, size_t n,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
                 struct q4kh_error *err);
@@ -168,9 +173,12 @@ int q4kh_f2_run(struct q4kh_session *ref, struct q4kh_session *cand,
  * 0 and a NaN cosine (not computed). DONE (NULL: none) hears after every
  * chunk and decode step how many of the prefill + decode_steps positions
  * both sides have run: minutes of work, for a progress line. Errors as
- * q4kh_f2_run's.
+ * q4kh_f2_run's. The reference's rows, for a shared file: the judged
+ * prefill positions in order, the decode steps, then the narrow steps'
+ * (chunking and narrow width are the candidate's n_batch's, so the header
+ * names them).
  */
-int q4kh_f2_run_plan(struct q4kh_session *ref, struct q4kh_session *cand,
+int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                      const int32_t *tokens, int64_t prefill, const uint8_t *judged,
                      uint32_t decode_steps, const struct q4kh_f2_rules *rules,
                      void (*done)(void *data, int64_t positions, int64_t total),

@@ -5,13 +5,16 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "backend.h"
+#include "buildconf.h"
 #include "isolate.h"
+#include "log.h"
 #include "progress.h"
 #include "tokenizer.h"
 #include "model.h"
@@ -485,16 +488,64 @@ static void write_progress(void *data, int64_t positions, int64_t total)
 /* What a measurement says when the reference cannot start, with its reason. */
 #define REFERENCE_DOWN "not measured: the reference could not start (F2.4): %.400s"
 
+/* A host note of LEVEL on stderr, below the threshold dropped (log.h). */
+static void note(q4kh_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level < q4kh_log_threshold())
+		return;
+	fprintf(stderr, "q4khost: %s: ", q4kh_log_word(level));
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/*
+ * What a shared reference file must have been computed for, beyond the
+ * run's shape (f2_reference.h): the model, the reference plugin's file and
+ * settings (KEY's entry of role reference), the reference's context N_CTX
+ * and this host.
+ */
+static void reference_identity(const struct q4kh_guard *g, const struct q4kh_receipt_key *key,
+                               uint32_t n_ctx, char *buf, size_t cap)
+{
+	const struct q4kh_receipt_plugin *p = &key->plugins[0];
+	char settings[Q4KH_SHA256_HEX] = "none";
+
+	if (p->settings[0])
+		q4kh_sha256_bytes(p->settings, strlen(p->settings), settings);
+	snprintf(buf, cap,
+	         "model_sha256 %s\nreference %s sha256 %s settings %s\nn_ctx %u\nhost %s\n",
+	         g->model_sha256, p->name, p->sha256, settings, n_ctx, PACKAGE_VERSION);
+}
+
+/* Open the reference on G's model for N_CTX tokens into REF; 0, or -1 with OUT
+ * not measured (F2.4: a side that cannot even start is not measured). */
+static int reference_open(const struct q4kh_guard *g, uint32_t n_ctx,
+                          struct q4kh_serving *ref, struct q4kh_receipt *out)
+{
+	struct q4kh_error e = { { 0 } };
+
+	if (q4kh_serving_open(g->registry, g->model_path,
+	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, n_ctx, ref, &e) == 0)
+		return 0;
+	snprintf(out->message, sizeof(out->message), REFERENCE_DOWN, e.msg);
+	return -1;
+}
+
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                        struct q4kh_receipt *out, struct q4kh_error *err)
 {
 	struct q4kh_f2_rules rules;
 	struct q4kh_f2_result res;
 	struct q4kh_serving ref, cand;
+	struct q4kh_f2_ref fref = { 0 };
 	struct q4kh_error e = { { 0 } };
-	char id[512];
+	char id[512], identity[1024];
 	uint32_t n_ctx;
-	int rc = -1, progress = -1;
+	int rc = -1, progress = -1, ref_open = 0, run;
 
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
@@ -503,27 +554,69 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	                : rules.probe_tokens + rules.decode_steps + 8;
 	out->verdict = Q4KH_F2_NOT_MEASURED;
 	out->min_cosine = NAN;
-	/* Fail closed (F2.4): a side that cannot even start is not measured. */
-	if (q4kh_serving_open(g->registry, g->model_path,
-	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, n_ctx, &ref, &e)) {
-		snprintf(out->message, sizeof(out->message), REFERENCE_DOWN, e.msg);
-		return 0;
+	/* With a shared file the reference may not be needed at all. */
+	if (!g->reference_logits) {
+		if (reference_open(g, n_ctx, &ref, out))
+			return 0;
+		ref_open = 1;
 	}
 	if (q4kh_serving_open(g->registry, g->model_path, c, n_ctx, &cand, &e)) {
 		snprintf(out->message, sizeof(out->message),
 		         "not measured: the candidate could not start (F2.4): %.400s", e.msg);
-		q4kh_serving_close(&ref);
+		if (ref_open)
+			q4kh_serving_close(&ref);
 		return 0;
 	}
 	if (g->deep && g->progress_file)
 		progress = open(g->progress_file, O_WRONLY | O_CLOEXEC);
-	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err) ||
-	    (g->deep ? q4kh_f2_run_plan(ref.s, cand.s, g->probe, g->deep->prefill,
-	                                g->deep->judged, g->deep->decode_steps, &rules,
-	                                progress >= 0 ? write_progress : NULL, &progress, &res,
-	                                err)
-	             : q4kh_f2_run(ref.s, cand.s, g->probe, g->n_probe, &rules, &res, err)))
+	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err))
 		goto out;
+	reference_identity(g, &out->key, n_ctx, identity, sizeof(identity));
+	fref.s = ref_open ? ref.s : NULL;
+	fref.n_vocab = cand.s->m->hp.n_vocab;
+	fref.path = g->reference_logits;
+	fref.identity = identity;
+	for (;;) {
+		run = g->deep ? q4kh_f2_run_plan(&fref, cand.s, g->probe, g->deep->prefill,
+		                                 g->deep->judged, g->deep->decode_steps, &rules,
+		                                 progress >= 0 ? write_progress : NULL, &progress,
+		                                 &res, err)
+		              : q4kh_f2_run(&fref, cand.s, g->probe, g->n_probe, &rules, &res, err);
+		if (run < 0)
+			goto out;
+		if (run == 0 && !fref.replay_failed)
+			break;
+		/* refused, or failed mid-run: compute the reference after all */
+		if (run == 0) {
+			q4kh_f2_result_free(&res);
+			note(Q4KH_LOG_WARN, "F2: the shared reference file %s failed while read "
+			     "(%s); computing the reference", fref.path, fref.why);
+		}
+		if (!ref_open) {
+			if (reference_open(g, n_ctx, &ref, out)) {
+				rc = 0;
+				goto out;
+			}
+			ref_open = 1;
+		}
+		fref.s = ref.s;
+		fref.refused = 1;
+		fref.replay_failed = 0;
+	}
+	if (fref.path) {
+		/* a file not there yet is the first measurement's: no news */
+		const int absent = !strcmp(fref.why, strerror(ENOENT));
+
+		if (fref.replaying)
+			note(Q4KH_LOG_DEBUG, "F2: the reference's logits read from the shared file %s",
+			     fref.path);
+		else
+			note(absent ? Q4KH_LOG_DEBUG : Q4KH_LOG_INFO,
+			     "F2: the reference computed: the shared file %s %s%s; %s", fref.path,
+			     absent ? "is not there yet" : "was refused: ", absent ? "" : fref.why,
+			     fref.recorded ? "wrote it" : fref.unwritten);
+		q4kh_f2_ref_note(fref.path, fref.replaying ? "read" : "computed");
+	}
 	out->verdict = res.verdict;
 	out->min_cosine = res.min_cosine;
 	out->near_ties = res.near_ties;
@@ -540,7 +633,8 @@ out:
 	if (progress >= 0)
 		close(progress);
 	q4kh_serving_close(&cand);
-	q4kh_serving_close(&ref);
+	if (ref_open)
+		q4kh_serving_close(&ref);
 	return rc;
 }
 
@@ -615,6 +709,10 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		}
 		a.argv[a.n++] = "--progress-file";
 		a.argv[a.n++] = progress_file;
+	}
+	if (g->reference_logits) {
+		a.argv[a.n++] = "--reference-logits";
+		a.argv[a.n++] = g->reference_logits;
 	}
 	q4kh_guard_deep_args(g, &a);
 	show_measuring(&m, 0);

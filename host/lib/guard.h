@@ -135,6 +135,12 @@ struct q4kh_guard {
 	 * measurement writes the positions done ("DONE TOTAL"), for the
 	 * parent's status line; NULL: none. */
 	const char *progress_file;
+	/* The file through which the measurements of one command share the
+	 * reference's logits (f2_reference.h), in a folder of the parent's:
+	 * the parent hands it to each child (--reference-logits), a child
+	 * replays it, or computes and writes it. NULL: each measurement
+	 * computes the reference. */
+	const char *reference_logits;
 };
 
 /* The largest f2_memory_limit_mb: 1 PiB, far above any machine. */
