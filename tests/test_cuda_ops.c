@@ -366,7 +366,7 @@ Test(cuda_ops, mul_mat_every_type_t1_to_9)
 
 /*
  * Prompt sizes around every hand-over: the GEMV's 8-column tiles (7, 8,
- * 9), the tensor-core product from CUDA_TC_MIN_COLUMNS on (63, 64, 65:
+ * 9), the tensor-core product from CUDA_TC_MIN_COLUMNS (16, 17) on (63, 64, 65:
  * its 64 MiB weight slices and cuBLAS's tiles), a long prompt past 512
  * (511, 513), for every quantised type a model we serve uses; the output
  * padded with poison that must stay untouched.
@@ -377,7 +377,7 @@ Test(cuda_ops, mul_mat_prompt_sizes)
 		Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q5_0,
 		Q4KH_TYPE_Q8_0, Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS,
 	};
-	static const int64_t cols[] = { 1, 7, 8, 9, 63, 64, 65, 511, 513 };
+	static const int64_t cols[] = { 1, 7, 8, 9, 16, 17, 63, 64, 65, 511, 513 };
 	struct rig *r = rig_open();
 
 	rng_seed(14);

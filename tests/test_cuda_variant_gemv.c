@@ -2,7 +2,7 @@
  * The CUDA kernel variants' gemv and gemm against the reference cpu
  * plugin's mul_mat (cuda_variant_rig.h: the rig, the bounds, the poison).
  * For each weight, prepared once: gemv with T = 1 .. 8 columns and gemm
- * with T = 1, 7, 8, 9, 63, 64, 65, 511, 513 (around the 8-column tiles,
+ * with T = 1, 7, 8, 9, 16, 17, 63, 64, 65, 511, 513 (around the 8-column tiles,
  * the tensor-core hand-over and 512), on fresh random activations in +-[0.1, 1), at
  * shapes whose row count is no multiple of any rows-per-block and whose
  * row length runs from one block to 8192, including the default model's;
@@ -22,7 +22,7 @@
  * activations. */
 static void sweep(struct vrig *r, struct q4kh_kernel *k, const struct weight *w)
 {
-	static const int64_t gemm_t[] = { 1, 7, 8, 9, 63, 64, 65, 511, 513 };
+	static const int64_t gemm_t[] = { 1, 7, 8, 9, 16, 17, 63, 64, 65, 511, 513 };
 	const int n_gemm = (int)(sizeof(gemm_t) / sizeof(gemm_t[0]));
 	double worst = 0;
 

@@ -75,6 +75,7 @@ const struct cv_variant cv_self = {
 	.min_sm = 70,
 	.score = 100,
 	.default_warps = 4,
+	.tc_min_columns = 9, /* two tiles of 8 columns cost more than the fp16 copy */
 	.probe = mwv_probe,
 	.prepare = mwv_prepare,
 	.apply = mwv_apply,

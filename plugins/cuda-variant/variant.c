@@ -566,7 +566,9 @@ static q4kh_status run(q4kh_kernel_ctx *ctx, const char *what,
 		return st;
 	if ((st = enter(ctx, what, dev->ordinal, &prev)))
 		return st;
-	if (cols_max > CV_MAX_COLUMNS && cuda_tc_wanted(w->type, all.cols)) {
+	if (cols_max > CV_MAX_COLUMNS &&
+	    cuda_tc_wanted(w->type, all.cols,
+	                   cv_self.tc_min_columns ? cv_self.tc_min_columns : CUDA_TC_MIN_COLUMNS)) {
 		st = tc_run(ctx, dev, w, &all);
 		leave(prev);
 		return st;

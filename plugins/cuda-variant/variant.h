@@ -85,6 +85,9 @@ struct cv_variant {
 	uint32_t min_sm;   /* oldest architecture it runs on, 75 = sm_75 */
 	uint32_t score;    /* score() on devices it runs on */
 	int default_warps; /* when [plugin.NAME] warps is unset */
+	/* gemm's columns from which a product goes to tensor cores
+	 * (cuda_tc.h); 0: CUDA_TC_MIN_COLUMNS. Measured: docs/perf.md. */
+	int64_t tc_min_columns;
 	/*
 	 * cudaSuccess when this build holds code for the current device
 	 * (cudaFuncGetAttributes of one of its kernels).

@@ -71,7 +71,7 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 	vw = cuda_view_of(w);
 	vx = cuda_view_of(x);
 	vy = cuda_view_of(y);
-	if (cuda_tc_wanted(w->type, x->ne[1]) && x->nb[1] % 4 == 0 &&
+	if (cuda_tc_wanted(w->type, x->ne[1], CUDA_TC_MIN_COLUMNS) && x->nb[1] % 4 == 0 &&
 	    y->nb[1] % 4 == 0)
 		return tc_mul_mat(dev, &vw, &vx, &vy);
 	return cuda_launched(dev, "mul_mat",

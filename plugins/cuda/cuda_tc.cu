@@ -84,9 +84,9 @@ extern "C" int cuda_tc_supports(uint32_t type)
 	       for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
-extern "C" int cuda_tc_wanted(uint32_t type, int64_t t)
+extern "C" int cuda_tc_wanted(uint32_t type, int64_t t, int64_t min_columns)
 {
-	return t >= CUDA_TC_MIN_COLUMNS && cuda_tc_supports(type);
+	return t >= min_columns && cuda_tc_supports(type);
 }
 
 extern "C" size_t cuda_tc_scratch_bytes(int64_t k, int64_t n, int64_t t)

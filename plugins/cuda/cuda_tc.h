@@ -11,9 +11,9 @@
  * each slice's rows of y. The weight's values are the format's (the same
  * floats as cuda_quant.cuh's load_group), rounded once to fp16; an
  * activation larger than fp16's 65504 becomes infinite, which F2 sees as
- * a failed check. Batch 1 to CUDA_TC_MIN_COLUMNS - 1 stays on the GEMV
- * kernels: there the fp16 copy of the weight costs more than reading the
- * packed weight once per 8 columns.
+ * a failed check. Fewer columns than the caller's hand-over stay on the
+ * GEMV kernels: there the fp16 copy of the weight costs more than reading
+ * the packed weight once per tile of columns.
  *
  * Memory: the caller lends cuda_tc_scratch_bytes() of device scratch
  * (the fp16 activations, one fp16 slice of the weight and cuBLAS's
@@ -36,9 +36,13 @@
 extern "C" {
 #endif
 
-/* Columns from which a product goes to tensor cores. A model's probe of
- * 64 tokens reaches it, so F2 judges this path. */
-#define CUDA_TC_MIN_COLUMNS 32
+/* Columns from which the built-in kernels' products go to tensor cores,
+ * and a variant's unless it sets its own (cv_variant.tc_min_columns):
+ * measured on an H200 (docs/perf.md, 2026-12-03), a prompt of 16 tokens
+ * costs the same either way on the Llama-3-8B and Qwen2.5-1.5B shapes,
+ * one of 17 to 31 less on tensor cores. A model's probe of 64 tokens
+ * passes it, so F2 judges this path. */
+#define CUDA_TC_MIN_COLUMNS 17
 
 /* Bytes of fp16 weight dequantised per cuBLAS call (at least one row). */
 #define CUDA_TC_SLICE ((size_t)64 << 20)
@@ -52,8 +56,9 @@ extern "C" {
  * activations would not meet. */
 int cuda_tc_supports(uint32_t type);
 
-/* 1 when a product of T columns of TYPE goes to tensor cores. */
-int cuda_tc_wanted(uint32_t type, int64_t t);
+/* 1 when a product of T columns of TYPE goes to tensor cores, for a
+ * caller whose hand-over is MIN_COLUMNS (T >= MIN_COLUMNS). */
+int cuda_tc_wanted(uint32_t type, int64_t t, int64_t min_columns);
 
 /* Bytes of scratch cuda_tc_gemm needs for K, N and T (256-aligned parts). */
 size_t cuda_tc_scratch_bytes(int64_t k, int64_t n, int64_t t);
