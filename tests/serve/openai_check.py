@@ -32,16 +32,20 @@ def main():
         assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
         assert r.usage.completion_tokens <= n
 
-        parts, usage = [], None
+        parts, usage, token_events = [], None, 0
         for c in client.chat.completions.create(model=mid, messages=messages, max_tokens=n,
                                                 temperature=0, stream=True,
                                                 stream_options={"include_usage": True}):
             if c.choices:
                 parts.append(c.choices[0].delta.content or "")
+                token_events += c.choices[0].delta.role is None and \
+                    c.choices[0].finish_reason is None
             if c.usage:
                 usage = c.usage
         assert "".join(parts) == chat, (prompt, "".join(parts), chat)
         assert usage and usage.prompt_tokens == chat_tokens
+        # an event per token, also where its bytes are held back
+        assert token_events == usage.completion_tokens, (token_events, usage)
 
         r = client.completions.create(model=mid, prompt=prompt, max_tokens=n, temperature=0)
         assert r.choices[0].text == raw, (prompt, r.choices[0].text, raw)
