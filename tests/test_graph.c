@@ -586,8 +586,9 @@ Test(replay, recorded_steps_give_the_references_text, .timeout = 600)
 	old = run_json(plugins, "--backend replay-v1-1 --f2 off");
 
 	cr_expect_str_eq(steps_str(ref, "mode"), "op by op");
-	cr_expect(strstr(steps_str(ref, "why_not"), "cpu has no graph_begin") != NULL, "%s",
-	          steps_str(ref, "why_not"));
+	cr_expect(strstr(steps_str(ref, "why_not"),
+	                 "cpu does not record steps for replay (it has no graph_begin)") != NULL,
+	          "%s", steps_str(ref, "why_not"));
 
 	/* 1 prefill step, 11 decode steps: the 2nd decode step is recorded,
 	 * the 2nd to the 11th are replays. */
@@ -600,7 +601,9 @@ Test(replay, recorded_steps_give_the_references_text, .timeout = 600)
 	cr_expect_str_eq(text_of(old), text_of(ref));
 	cr_expect_str_eq(steps_str(old, "mode"), "op by op");
 	cr_expect_eq(steps_of(old, "replays"), 0);
-	cr_expect(strstr(steps_str(old, "why_not"), "replay-v1-1 has no get_rows_ext") != NULL,
+	cr_expect(strstr(steps_str(old, "why_not"),
+	                 "replay-v1-1 does not record steps for replay (it has no get_rows_ext)") !=
+	                  NULL,
 	          "%s", steps_str(old, "why_not"));
 	json_decref(ref);
 	json_decref(ok);

@@ -306,7 +306,8 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	s->stats.replay = !missing;
 	if (missing)
 		snprintf(s->stats.why_not, sizeof(s->stats.why_not),
-		         "%s has no %s", s->b->plugin->name, missing);
+		         "%s does not record steps for replay (it has no %s)",
+		         s->b->plugin->name, missing);
 	/* the decode step, built now: a backend that lacks an op fails here */
 	one = alone(&self);
 	if (!graph_for(s, &one, 1, 1, err))
