@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -85,10 +84,9 @@ static void header_diff(const char *have, size_t len, const char *want, char *wh
 static int replay_open(struct q4kh_f2_ref *r, const char *want, int64_t rows)
 {
 	const size_t hlen = strlen(want);
-	unsigned char buf[1 << 16], md[32];
+	unsigned char buf[1 << 16];
 	char have[HEADER_MAX], hex[Q4KH_SHA256_HEX], trailer[TRAILER_LEN + 1];
-	EVP_MD_CTX *ctx = NULL;
-	unsigned int mdlen = 0;
+	struct q4kh_sha256 *h = NULL;
 	struct stat st;
 	uint64_t payload, left;
 	int fd, ok = 0;
@@ -128,24 +126,21 @@ static int replay_open(struct q4kh_f2_ref *r, const char *want, int64_t rows)
 		         (unsigned long long)(hlen + payload + TRAILER_LEN));
 		goto out;
 	}
-	if (!(ctx = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+	if (!(h = q4kh_sha256_new())) {
 		snprintf(r->why, sizeof(r->why), "cannot hash it: out of memory");
 		goto out;
 	}
 	for (left = payload; left > 0;) {
 		size_t want_n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
 
-		if (fread(buf, 1, want_n, r->f) != want_n || !EVP_DigestUpdate(ctx, buf, want_n)) {
+		if (fread(buf, 1, want_n, r->f) != want_n || q4kh_sha256_add(h, buf, want_n)) {
 			snprintf(r->why, sizeof(r->why), "cannot read its rows: %s",
 			         ferror(r->f) ? strerror(errno) : "end of file");
 			goto out;
 		}
 		left -= want_n;
 	}
-	EVP_DigestFinal_ex(ctx, md, &mdlen);
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	if (fread(trailer, 1, TRAILER_LEN, r->f) != TRAILER_LEN ||
+	if (q4kh_sha256_hex(h, hex) || fread(trailer, 1, TRAILER_LEN, r->f) != TRAILER_LEN ||
 	    memcmp(trailer, "sha256 ", 7) || memcmp(trailer + 7, hex, 64) ||
 	    trailer[TRAILER_LEN - 1] != '\n') {
 		snprintf(r->why, sizeof(r->why), "its rows do not match their SHA-256 (corrupt)");
@@ -155,7 +150,7 @@ static int replay_open(struct q4kh_f2_ref *r, const char *want, int64_t rows)
 	if (!ok)
 		snprintf(r->why, sizeof(r->why), "cannot seek in it: %s", strerror(errno));
 out:
-	EVP_MD_CTX_free(ctx);
+	q4kh_sha256_free(h);
 	if (ok)
 		return 0;
 	fclose(r->f);
@@ -175,9 +170,8 @@ static void record_open(struct q4kh_f2_ref *r, const char *head)
 		snprintf(r->unwritten, sizeof(r->unwritten), "cannot create %.200s: %s", part, strerror(errno));
 		return;
 	}
-	r->md = EVP_MD_CTX_new();
-	if (!r->md || !EVP_DigestInit_ex(r->md, EVP_sha256(), NULL) ||
-	    fputs(head, r->f) == EOF) {
+	r->md = q4kh_sha256_new();
+	if (!r->md || fputs(head, r->f) == EOF) {
 		snprintf(r->unwritten, sizeof(r->unwritten), "cannot write %.200s: %s", part, strerror(errno));
 		fclose(r->f);
 		r->f = NULL;
@@ -241,7 +235,7 @@ static int rows_io(struct q4kh_f2_ref *r, float *rows, int64_t count, struct q4k
 		return -1;
 	}
 	if (r->f && (fwrite(rows, sizeof(float), n, r->f) != n ||
-	             !EVP_DigestUpdate(r->md, rows, n * sizeof(float)))) {
+	             q4kh_sha256_add(r->md, rows, n * sizeof(float)))) {
 		/* the measurement goes on; only the sharing is lost */
 		snprintf(r->unwritten, sizeof(r->unwritten), "cannot write it: %s", strerror(errno));
 		fclose(r->f);
@@ -268,9 +262,7 @@ void q4kh_f2_ref_reset(struct q4kh_f2_ref *r)
 
 void q4kh_f2_ref_end(struct q4kh_f2_ref *r)
 {
-	char part[4200];
-	unsigned char md[32];
-	unsigned int mdlen = 0;
+	char part[4200], hex[Q4KH_SHA256_HEX];
 	int ok;
 
 	if (r->replaying || !r->path) {
@@ -281,11 +273,8 @@ void q4kh_f2_ref_end(struct q4kh_f2_ref *r)
 	}
 	snprintf(part, sizeof(part), "%s.part", r->path);
 	if (r->f) {
-		ok = r->rows_done == r->rows_total && EVP_DigestFinal_ex(r->md, md, &mdlen) &&
-		     fputs("sha256 ", r->f) != EOF;
-		for (int i = 0; ok && i < 32; i++)
-			ok = fprintf(r->f, "%02x", md[i]) == 2;
-		ok = fputc('\n', r->f) != EOF && ok;
+		ok = r->rows_done == r->rows_total && !q4kh_sha256_hex(r->md, hex) &&
+		     fprintf(r->f, "sha256 %s\n", hex) == TRAILER_LEN;
 		ok = fclose(r->f) == 0 && ok;
 		r->f = NULL;
 		if (!ok && !r->unwritten[0])
@@ -301,7 +290,7 @@ void q4kh_f2_ref_end(struct q4kh_f2_ref *r)
 	}
 	if (!r->recorded)
 		unlink(part); /* half a file, or one that failed: no reader sees it */
-	EVP_MD_CTX_free(r->md);
+	q4kh_sha256_free(r->md);
 	r->md = NULL;
 }
 

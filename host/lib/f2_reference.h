@@ -60,7 +60,7 @@ struct q4kh_f2_ref {
 	int64_t rows_done;
 	int64_t rows_total;
 	FILE *f;                /* the file replayed, or FILE.part recorded */
-	void *md;               /* the running hash of the rows written */
+	struct q4kh_sha256 *md; /* the running hash of the rows written */
 	char why[640];          /* why the file was refused */
 	char unwritten[320];    /* why a recording was not written, when not */
 };

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,25 +25,59 @@ void q4kh_sha256_bytes(const void *data, size_t len, char hex[Q4KH_SHA256_HEX])
 	to_hex(md, hex);
 }
 
+struct q4kh_sha256 {
+	EVP_MD_CTX *ctx;
+};
+
+struct q4kh_sha256 *q4kh_sha256_new(void)
+{
+	struct q4kh_sha256 *h = malloc(sizeof(*h));
+
+	if (h && (h->ctx = EVP_MD_CTX_new()) && EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL))
+		return h;
+	q4kh_sha256_free(h);
+	return NULL;
+}
+
+int q4kh_sha256_add(struct q4kh_sha256 *h, const void *data, size_t len)
+{
+	return EVP_DigestUpdate(h->ctx, data, len) ? 0 : -1;
+}
+
+int q4kh_sha256_hex(struct q4kh_sha256 *h, char hex[Q4KH_SHA256_HEX])
+{
+	unsigned char md[32];
+	unsigned int n = 0;
+
+	if (!EVP_DigestFinal_ex(h->ctx, md, &n))
+		return -1;
+	to_hex(md, hex);
+	return 0;
+}
+
+void q4kh_sha256_free(struct q4kh_sha256 *h)
+{
+	if (h) {
+		EVP_MD_CTX_free(h->ctx);
+		free(h);
+	}
+}
+
 static int hash_fd(int fd, char hex[Q4KH_SHA256_HEX])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned char buf[1 << 16], md[32];
-	unsigned int n = 0;
-	ssize_t got;
+	struct q4kh_sha256 *h = q4kh_sha256_new();
+	unsigned char buf[1 << 16];
+	ssize_t got = -1;
 	int rc = -1;
 
-	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
-		goto out;
+	if (!h)
+		return -1;
 	while ((got = read(fd, buf, sizeof(buf))) > 0)
-		if (!EVP_DigestUpdate(ctx, buf, (size_t)got))
-			goto out;
-	if (got == 0 && EVP_DigestFinal_ex(ctx, md, &n)) {
-		to_hex(md, hex);
-		rc = 0;
-	}
-out:
-	EVP_MD_CTX_free(ctx);
+		if (q4kh_sha256_add(h, buf, (size_t)got))
+			break;
+	if (got == 0)
+		rc = q4kh_sha256_hex(h, hex);
+	q4kh_sha256_free(h);
 	return rc;
 }
 

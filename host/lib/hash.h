@@ -25,4 +25,17 @@ int q4kh_sha256_file(const char *path, const char *cache_dir,
 /* Hash LEN bytes of DATA into hex. */
 void q4kh_sha256_bytes(const void *data, size_t len, char hex[Q4KH_SHA256_HEX]);
 
+/*
+ * SHA-256 of data that comes in pieces (a file's rows as they are written
+ * or read): q4kh_sha256_new (NULL on out of memory), q4kh_sha256_add for
+ * each piece, q4kh_sha256_hex once for the digest of all of them, then
+ * q4kh_sha256_free (NULL is fine). add and hex return -1 when libcrypto
+ * fails. One hash per thread at a time.
+ */
+struct q4kh_sha256;
+struct q4kh_sha256 *q4kh_sha256_new(void);
+int q4kh_sha256_add(struct q4kh_sha256 *h, const void *data, size_t len);
+int q4kh_sha256_hex(struct q4kh_sha256 *h, char hex[Q4KH_SHA256_HEX]);
+void q4kh_sha256_free(struct q4kh_sha256 *h);
+
 #endif
