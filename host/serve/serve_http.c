@@ -264,10 +264,10 @@ static int next_events(struct stream *s)
 		if (j->kind == SERVE_CHAT)
 			return put(s, serve_api_event(srv, j, 1, NULL, 0, NULL)) ? -1 : 1;
 	}
-	/* An event per new token, its text empty while the bytes are held
-	 * back (part of a UTF-8 character, or maybe of a stop string): a
-	 * client sees every token arrive, as from other OpenAI-compatible
-	 * servers. */
+	/* An event whenever tokens were made since the last one, its text
+	 * empty while their bytes are held back (part of a UTF-8 character,
+	 * or maybe of a stop string): a client sees the answer progress, as
+	 * from other OpenAI-compatible servers. */
 	if (j->ready > s->sent || j->n_gen > s->tokens) {
 		size_t n = 0;
 		char *text = j->ready > s->sent

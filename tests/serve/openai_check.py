@@ -44,8 +44,9 @@ def main():
                 usage = c.usage
         assert "".join(parts) == chat, (prompt, "".join(parts), chat)
         assert usage and usage.prompt_tokens == chat_tokens
-        # an event per token, also where its bytes are held back
-        assert token_events == usage.completion_tokens, (token_events, usage)
+        # events as tokens are made (tokens made between two reads share
+        # one), also while their bytes are held back
+        assert 0 < token_events <= usage.completion_tokens, (token_events, usage)
 
         r = client.completions.create(model=mid, prompt=prompt, max_tokens=n, temperature=0)
         assert r.choices[0].text == raw, (prompt, r.choices[0].text, raw)
