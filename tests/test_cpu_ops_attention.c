@@ -51,6 +51,37 @@ Test(cpu_ops, attention_gqa_window_softcap)
 	env_close(e);
 }
 
+/*
+ * The blocking's edges: three blocks of 16 query tokens, more keys than a
+ * block of 64, three heads to a KV head (between register tiles), head
+ * dimensions past the last 8.
+ */
+Test(cpu_ops, attention_blocks_and_tails)
+{
+	struct env *e = env_open("2");
+	const int32_t windows[] = { 0, 50 };
+
+	rng_state = 33;
+	for (size_t i = 0; i < 2; i++) {
+		struct attn_case c = {
+			.hd = 20, .nh = 6, .nkv = 2, .T = 37, .n_ctx = 160,
+			.p = { .struct_size = sizeof(struct q4kh_attn_params),
+			       .window = windows[i], .pos0 = 100, .scale = 0.25f,
+			       .softcap = i ? 20.0f : 0.0f },
+			.kv_type = i ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32,
+		};
+		float *got;
+		double *want;
+
+		run_attention(e, &c, &got, &want);
+		expect_close("attention blocks", got, want, (size_t)(c.hd * c.nh * c.T), 1e-6,
+		             1e-7);
+		free(got);
+		free(want);
+	}
+	env_close(e);
+}
+
 /* ABI 1.2: one position per query, in device memory, in any order. */
 Test(cpu_ops, attention_ext_positions_per_query)
 {

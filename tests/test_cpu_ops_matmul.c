@@ -106,6 +106,11 @@ Test(cpu_ops, mul_mat_every_type)
 	/* Lengths that leave a tail after the 8 accumulator lanes. */
 	check_mul_mat(e, Q4KH_TYPE_F32, 37, 11, 5);
 	check_mul_mat(e, Q4KH_TYPE_F16, 13, 9, 4);
+	/* Every edge of the blocking: K in three slices of 512 and a tail,
+	 * rows past a block of 32 and between register tiles, columns past
+	 * a block of 128 and between tiles. */
+	check_mul_mat(e, Q4KH_TYPE_F32, 1029, 37, 133);
+	check_mul_mat(e, Q4KH_TYPE_Q4_K, 1280, 35, 130);
 	env_close(e);
 }
 
@@ -118,17 +123,18 @@ Test(cpu_ops, mul_mat_column_independent_of_batch)
 	float *xv, *g7, *g1;
 
 	rng_state = 13;
+	/* 133 columns: column 130 is past a block of 128, alone in its tile */
 	w = make_weight(e, Q4KH_TYPE_Q4_K, 1024, 29, &exact);
-	xv = random_floats(1024 * 7);
-	x7 = f32_tensor(e, 1024, 7, 1, xv);
-	x1 = f32_tensor(e, 1024, 1, 1, xv + 1024 * 5);
-	y7 = f32_tensor(e, 29, 7, 1, NULL);
+	xv = random_floats(1024 * 133);
+	x7 = f32_tensor(e, 1024, 133, 1, xv);
+	x1 = f32_tensor(e, 1024, 1, 1, xv + 1024 * 130);
+	y7 = f32_tensor(e, 29, 133, 1, NULL);
 	y1 = f32_tensor(e, 29, 1, 1, NULL);
 	cr_assert_eq(e->b->mul_mat(e->dev, &w, &x7, &y7), Q4KH_OK);
 	cr_assert_eq(e->b->mul_mat(e->dev, &w, &x1, &y1), Q4KH_OK);
 	g7 = fetch(e, &y7);
 	g1 = fetch(e, &y1);
-	cr_assert_arr_eq(g1, g7 + 29 * 5, 29 * sizeof(float));
+	cr_assert_arr_eq(g1, g7 + 29 * 130, 29 * sizeof(float));
 	free(g7);
 	free(g1);
 	free(xv);

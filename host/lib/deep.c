@@ -20,9 +20,9 @@ static const uint32_t deep_lengths[] = {
 	/* cuda: flash-decoding's shortest key range (SPLIT_MIN_KEYS), the key
 	 * tile of 256-dimension heads (flash_tile) */
 	32,
-	/* the reference's prefill chunk (n_batch); cuda: a flash-attention
-	 * block's queries (FLASH_BM) and key tile, the older kernel's
-	 * ATTN_CHUNK */
+	/* cuda: a flash-attention block's queries (FLASH_BM) and key tile,
+	 * the older kernel's ATTN_CHUNK (the reference's chunks do not
+	 * matter: its logits are the same bits for any chunking) */
 	64,
 	128,  /* cpu-fast's prefill chunk (n_batch) */
 	512,  /* a GPU backend's prefill chunk (n_batch) */

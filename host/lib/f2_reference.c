@@ -245,12 +245,24 @@ static int rows_io(struct q4kh_f2_ref *r, float *rows, int64_t count, struct q4k
 }
 
 int q4kh_f2_ref_eval(struct q4kh_f2_ref *r, const int32_t *ids, int64_t n, float *logits,
-                     int all, struct q4kh_error *e)
+                     const uint8_t *rows, struct q4kh_error *e)
 {
-	if (!r->replaying && q4kh_session_eval(r->s, ids, n, logits, all, e))
+	int64_t wanted = 0;
+
+	for (int64_t i = 0; i < n; i++)
+		wanted += !rows || rows[i];
+	if (!r->replaying &&
+	    q4kh_session_eval(r->s, ids, n, wanted ? logits : NULL, 1, e))
 		return -1;
 	r->n_past += n;
-	return r->path ? rows_io(r, logits, all ? n : 1, e) : 0;
+	if (!r->path)
+		return 0;
+	if (wanted == n)
+		return rows_io(r, logits, n, e);
+	for (int64_t i = 0; i < n; i++)
+		if (rows[i] && rows_io(r, logits + i * r->n_vocab, 1, e))
+			return -1;
+	return 0;
 }
 
 void q4kh_f2_ref_reset(struct q4kh_f2_ref *r)

@@ -285,7 +285,7 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	if (!s->p.n_batch)
 		s->p.n_batch = strcmp(q4kh_backend_kind(s->b->plugin), "cpu") ? 512
 		               : fast_cpu(s->b)                                 ? 128
-		                                                                : 64;
+		                                                                : 256;
 	s->stats.kv_type = kv_type(s->p.kv, s->b);
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));

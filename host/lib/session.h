@@ -44,7 +44,9 @@ struct q4kh_session_params {
 	 * where a chunk's products run on tensor cores and each weight is
 	 * dequantised once per chunk; 128 on the backends of kind "cpu" other
 	 * than the reference, where a weight row decoded for a chunk then
-	 * serves twice the columns; else 64) */
+	 * serves twice the columns; else 256: the reference dequantises a
+	 * weight row into double once per step, which costs about what 64
+	 * columns of its products do) */
 	uint32_t n_batch;
 	enum q4kh_kv_choice kv;
 };

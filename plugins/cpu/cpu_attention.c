@@ -1,12 +1,34 @@
 /*
- * Causal grouped-query attention over the KV cache. One (token, head) pair
- * is one work item: its scores, softmax and weighted sum of values are
- * computed by one thread, in double, over the visible keys in increasing
- * position.
+ * Causal grouped-query attention over the KV cache, in double. For query
+ * t of head h at position p, over the visible keys i = first .. p:
+ *   s_i = scale * dot(q, K_i)  (cpu_lanes.h's order), then the soft cap;
+ *   e_i = exp(s_i - max s), sum = e_first + ... + e_p in increasing i;
+ *   out = (e_first V_first + ... + e_p V_p) / sum, each dimension summed
+ *   in increasing i.
+ * So a query's output depends on its own position and keys only: the same
+ * bits whatever the batch, the thread count or the blocking below.
+ *
+ * One work item is one KV head (group) and a block of TOKENS queries'
+ * tokens: the group's n_rep heads of each, whose key ranges are equal.
+ * The item walks its keys in blocks of KEYS rows, converted once into
+ * double and used by every query of the item while in L1 and L2: first
+ * for the scores (register tiles of keys x heads), then, after each
+ * query's softmax, for the weighted sum (tiles of heads x 32 dimensions).
  */
+/* The kernels below need -O3's vectoriser; the build's CFLAGS say -O2. */
+#pragma GCC optimize("O3")
+
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
+#include "cpu_lanes.h"
+
+#define TOKENS 16 /* query tokens per work item */
+#define KEYS 64   /* key rows converted together */
+
+typedef cpu_v8d v8d;
 
 struct attn_job {
 	const struct q4kh_tensor *q, *k, *v, *out;
@@ -15,84 +37,342 @@ struct attn_job {
 	int64_t pos0;
 	int32_t window;
 	double scale, softcap;
+	int64_t hd, rep, n_kv, n_tok, blocks;
+	int64_t span; /* the most keys one item sees */
+	int isa;      /* cpu_lanes_isa() */
 };
 
-/* Row (head g, position j) of an f32 or f16 cache, as doubles. */
-static void cache_row(const q4kh_device_ctx *dev, const struct q4kh_tensor *c,
-                      int64_t g, int64_t j, double *out)
-{
-	const unsigned char *p = cpu_row(c, g, j, 0);
+/* One item's work and its scratch. */
+struct attn_item {
+	const struct attn_job *j;
+	int64_t g, t0, nt; /* group, tokens t0 .. t0+nt-1 */
+	int64_t lo, n;     /* its keys lo .. lo+n-1 */
+	double *qd;        /* [nt * rep][hd] the queries */
+	double *s;         /* [nt * rep][n] scores, then weights */
+	v8d *acc;          /* [nt * rep][hd / 8] the weighted sums */
+	double *rows;      /* [KEYS][hd] a block of K or V rows */
+	v8d *tile;         /* [4 * 4] a tile's lanes */
+};
 
-	if (c->type == Q4KH_TYPE_F32)
-		for (int64_t i = 0; i < c->ne[0]; i++)
-			out[i] = ((const float *)p)[i];
-	else
-		for (int64_t i = 0; i < c->ne[0]; i++)
-			out[i] = dev->f16[((const uint16_t *)p)[i]];
+static int64_t pos_of(const struct attn_job *j, int64_t t)
+{
+	return j->pos ? j->pos[t] : j->pos0 + t;
 }
 
-/* Query t of head h: out = softmax(scores) . V over keys first .. p. */
-static void attend(const struct attn_job *j, double *scratch, int64_t t,
-                   int64_t h)
+static int64_t first_of(const struct attn_job *j, int64_t p)
 {
-	int64_t hd = j->q->ne[0];
-	int64_t g = h / (j->q->ne[1] / j->k->ne[1]);
-	int64_t p = j->pos ? j->pos[t] : j->pos0 + t;
-	int64_t first = j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-	int64_t n = p - first + 1;
-	double *qd = scratch, *row = qd + hd, *acc = row + hd, *s = acc + hd;
-	const float *q = (const float *)cpu_row(j->q, h, t, 0);
-	float *o = (float *)cpu_row(j->out, h, t, 0);
-	double max = -INFINITY, sum = 0.0;
+	return j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+}
 
-	for (int64_t i = 0; i < hd; i++) {
-		qd[i] = q[i];
-		acc[i] = 0.0;
+/* Rows i0 .. i0+n-1 of group G of cache C (f32 or f16), as doubles. */
+static void cache_rows(const struct attn_job *j, const struct q4kh_tensor *c, int64_t g,
+                       int64_t i0, int64_t n, double *out)
+{
+	for (int64_t r = 0; r < n; r++, out += j->hd) {
+		const unsigned char *p = cpu_row(c, g, i0 + r, 0);
+
+		if (c->type == Q4KH_TYPE_F32)
+			for (int64_t i = 0; i < j->hd; i++)
+				out[i] = ((const float *)p)[i];
+		else
+			for (int64_t i = 0; i < j->hd; i++)
+				out[i] = j->dev->f16[((const uint16_t *)p)[i]];
 	}
-	for (int64_t i = 0; i < n; i++) {
-		cache_row(j->dev, j->k, g, first + i, row);
-		s[i] = j->scale * cpu_dot(qd, row, hd);
-		if (j->softcap > 0.0)
-			s[i] = j->softcap * tanh(s[i] / j->softcap);
-		if (s[i] > max)
-			max = s[i];
+}
+
+/*
+ * Scores of keys i0 .. i0+nk-1 (rows of it->rows from R) against heads
+ * h0 .. h0+NH-1 of token row QT, in tiles of NK keys.
+ */
+static inline __attribute__((always_inline)) void
+scores(const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t nk,
+       const double *r, const int NK, const int NH)
+{
+	const int64_t hd = it->j->hd, body = hd - hd % CPU_LANES;
+	const double *q = it->qd + (qt * it->j->rep + h0) * hd;
+	double *s = it->s + (qt * it->j->rep + h0) * it->n + (i0 - it->lo);
+
+	for (int64_t i = 0; i < nk;) {
+		const int nr = nk - i >= NK ? NK : 1;
+		const double *kr = r + i * hd;
+
+		memset(it->tile, 0, sizeof(v8d) * 16);
+		if (nr == NK)
+			cpu_lanes_tile(kr, hd, q, hd, body, NK, NH, it->tile, NH);
+		else
+			cpu_lanes_tile(kr, hd, q, hd, body, 1, NH, it->tile, NH);
+		for (int a = 0; a < nr; a++)
+			for (int h = 0; h < NH; h++) {
+				v8d *l = &it->tile[a * NH + h];
+
+				for (int64_t d = body; d < hd; d++)
+					(*l)[d - body] += kr[a * hd + d] * q[h * hd + d];
+				s[h * it->n + i + a] = it->j->scale * cpu_lanes_sum(l);
+			}
+		i += nr;
 	}
-	for (int64_t i = 0; i < n; i++) {
-		s[i] = exp(s[i] - max);
-		sum += s[i];
+}
+
+/*
+ * acc of heads h0 .. h0+NH-1 of token row QT += weights x V rows i0 ..
+ * i0+nk-1 (rows of it->rows from R), in tiles of NH heads x 4 lanes of
+ * eight dimensions (then one), the dimensions past the last eight alone.
+ */
+static inline __attribute__((always_inline)) void
+weigh(const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t nk,
+      const double *r, const int NH)
+{
+	const int64_t hd = it->j->hd, units = hd / CPU_LANES, rep = it->j->rep;
+	const double *w = it->s + (qt * rep + h0) * it->n + (i0 - it->lo);
+	v8d *acc = it->acc + (qt * rep + h0) * units;
+
+	for (int64_t u = 0; u < units;) {
+		const int nu = units - u >= 4 ? 4 : 1;
+		v8d a[4][4];
+
+		for (int h = 0; h < NH; h++)
+			for (int x = 0; x < nu; x++)
+				a[h][x] = acc[h * units + u + x];
+		for (int64_t i = 0; i < nk; i++) {
+			v8d vv[4];
+
+			for (int x = 0; x < nu; x++)
+				memcpy(&vv[x], r + i * hd + (u + x) * CPU_LANES, sizeof(v8d));
+			for (int h = 0; h < NH; h++) {
+				const double e = w[h * it->n + i];
+
+				for (int x = 0; x < nu; x++)
+					a[h][x] += e * vv[x];
+			}
+		}
+		for (int h = 0; h < NH; h++)
+			for (int x = 0; x < nu; x++)
+				acc[h * units + u + x] = a[h][x];
+		u += nu;
 	}
-	for (int64_t i = 0; i < n; i++) {
-		cache_row(j->dev, j->v, g, first + i, row);
-		for (int64_t d = 0; d < hd; d++)
-			acc[d] += s[i] * row[d];
+}
+
+/* The dimensions past the last eight, for head row QH (weights W). */
+static void weigh_tail(const struct attn_item *it, int64_t qh, int64_t i0, int64_t nk,
+                       const double *r, double *tail)
+{
+	const int64_t hd = it->j->hd, body = hd - hd % CPU_LANES;
+	const double *w = it->s + qh * it->n + (i0 - it->lo);
+
+	for (int64_t i = 0; i < nk; i++)
+		for (int64_t d = body; d < hd; d++)
+			tail[qh * hd + d] += w[i] * r[i * hd + d];
+}
+
+/*
+ * Keys of token row QT within block [b0, b0 + nb): *i0 and the count (0
+ * when none).
+ */
+static int64_t visible(const struct attn_item *it, int64_t qt, int64_t b0, int64_t nb,
+                       int64_t *i0)
+{
+	const int64_t p = pos_of(it->j, it->t0 + qt), f = first_of(it->j, p);
+	const int64_t a = f > b0 ? f : b0, z = p < b0 + nb - 1 ? p : b0 + nb - 1;
+
+	*i0 = a;
+	return z >= a ? z - a + 1 : 0;
+}
+
+/* One block's scores or weighted sums for every query of IT, heads in
+ * tiles of NH (then one), keys in tiles of NK. */
+static inline __attribute__((always_inline)) void
+block_pass(const struct attn_item *it, int64_t b0, int64_t nb, int pass, double *tail,
+           const int NK, const int NH)
+{
+	const int64_t rep = it->j->rep;
+
+	for (int64_t qt = 0; qt < it->nt; qt++) {
+		int64_t i0, nk = visible(it, qt, b0, nb, &i0);
+		const double *r = it->rows + (i0 - b0) * it->j->hd;
+
+		if (!nk)
+			continue;
+		for (int64_t h = 0; h < rep;) {
+			const int nh = rep - h >= NH ? NH : 1;
+
+			if (pass == 0 && nh == NH)
+				scores(it, qt, h, i0, nk, r, NK, NH);
+			else if (pass == 0)
+				scores(it, qt, h, i0, nk, r, NK, 1);
+			else if (nh == NH)
+				weigh(it, qt, h, i0, nk, r, NH);
+			else
+				weigh(it, qt, h, i0, nk, r, 1);
+			if (pass == 1 && it->j->hd % CPU_LANES)
+				for (int x = 0; x < nh; x++)
+					weigh_tail(it, qt * rep + h + x, i0, nk, r, tail);
+			h += nh;
+		}
 	}
-	for (int64_t d = 0; d < hd; d++)
-		o[d] = (float)(acc[d] / sum);
+}
+
+typedef void pass_fn(const struct attn_item *it, int64_t b0, int64_t nb, int pass,
+                     double *tail);
+
+static void pass_2x2(const struct attn_item *it, int64_t b0, int64_t nb, int pass,
+                     double *tail)
+{
+	block_pass(it, b0, nb, pass, tail, 2, 2);
+}
+
+#if CPU_LANES_TARGETS
+CPU_TARGET_AVX2 static void pass_avx2(const struct attn_item *it, int64_t b0, int64_t nb,
+                                      int pass, double *tail)
+{
+	block_pass(it, b0, nb, pass, tail, 2, 2);
+}
+
+CPU_TARGET_AVX512 static void pass_avx512(const struct attn_item *it, int64_t b0,
+                                          int64_t nb, int pass, double *tail)
+{
+	block_pass(it, b0, nb, pass, tail, 4, 4);
+}
+#endif
+
+static pass_fn *pick_pass(int isa)
+{
+	switch (isa) {
+#if CPU_LANES_TARGETS
+	case 2: return pass_avx512;
+	case 1: return pass_avx2;
+#endif
+	default: return pass_2x2;
+	}
+}
+
+/* Each query's scores of IT into weights (e_i), and their sums. */
+static void softmax(const struct attn_item *it, double *sums)
+{
+	const struct attn_job *j = it->j;
+
+	for (int64_t qt = 0; qt < it->nt; qt++) {
+		const int64_t p = pos_of(j, it->t0 + qt), f = first_of(j, p);
+
+		for (int64_t h = 0; h < j->rep; h++) {
+			double *s = it->s + (qt * j->rep + h) * it->n - it->lo;
+			double max = -INFINITY, sum = 0.0;
+
+			for (int64_t i = f; i <= p; i++) {
+				if (j->softcap > 0.0)
+					s[i] = j->softcap * tanh(s[i] / j->softcap);
+				if (s[i] > max)
+					max = s[i];
+			}
+			for (int64_t i = f; i <= p; i++) {
+				s[i] = exp(s[i] - max);
+				sum += s[i];
+			}
+			sums[qt * j->rep + h] = sum;
+		}
+	}
+}
+
+/* Work item R: group R mod n_kv; token blocks paired early with late, so
+ * that contiguous parts of the items cost about the same. */
+static void item_of(const struct attn_job *j, int64_t r, struct attn_item *it)
+{
+	const int64_t half = r / j->n_kv;
+	const int64_t b = half % 2 ? j->blocks - 1 - half / 2 : half / 2;
+	int64_t hi = 0;
+
+	it->g = r % j->n_kv;
+	it->t0 = b * TOKENS;
+	it->nt = j->n_tok - it->t0 < TOKENS ? j->n_tok - it->t0 : TOKENS;
+	it->lo = INT64_MAX;
+	for (int64_t t = it->t0; t < it->t0 + it->nt; t++) {
+		const int64_t p = pos_of(j, t), f = first_of(j, p);
+
+		it->lo = f < it->lo ? f : it->lo;
+		hi = p > hi ? p : hi;
+	}
+	it->n = hi - it->lo + 1;
 }
 
 static void attn_task(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct attn_job *j = arg;
-	int64_t n_head = j->q->ne[1];
+	const int64_t hd = j->hd, nq = TOKENS * j->rep;
+	pass_fn *pass = pick_pass(j->isa);
+	struct attn_item it = { .j = j };
+	v8d *base = j->dev->scratch[part];
+	double *sum, *tail;
 
-	for (int64_t r = begin; r < end; r++)
-		attend(j, j->dev->scratch[part], r / n_head, r % n_head);
+	it.tile = base;
+	it.acc = base + 16;
+	it.qd = (double *)(it.acc + nq * (hd / CPU_LANES));
+	it.rows = it.qd + nq * hd;
+	sum = it.rows + KEYS * hd;
+	tail = sum + nq;
+	it.s = tail + nq * hd;
+	for (int64_t r = begin; r < end; r++) {
+		item_of(j, r, &it);
+		for (int64_t t = 0; t < it.nt; t++)
+			for (int64_t h = 0; h < j->rep; h++) {
+				const float *q = (const float *)cpu_row(j->q, it.g * j->rep + h,
+				                                        it.t0 + t, 0);
+
+				for (int64_t d = 0; d < hd; d++)
+					it.qd[(t * j->rep + h) * hd + d] = q[d];
+			}
+		memset(it.acc, 0, sizeof(v8d) * (size_t)(it.nt * j->rep * (hd / CPU_LANES)));
+		memset(tail, 0, sizeof(double) * (size_t)(it.nt * j->rep * hd));
+		for (int ps = 0; ps < 2; ps++) {
+			for (int64_t b0 = it.lo; b0 < it.lo + it.n; b0 += KEYS) {
+				const int64_t nb = it.lo + it.n - b0 < KEYS ? it.lo + it.n - b0 : KEYS;
+
+				cache_rows(j, ps ? j->v : j->k, it.g, b0, nb, it.rows);
+				pass(&it, b0, nb, ps, tail);
+			}
+			if (!ps)
+				softmax(&it, sum);
+		}
+		for (int64_t t = 0; t < it.nt; t++)
+			for (int64_t h = 0; h < j->rep; h++) {
+				const int64_t qh = t * j->rep + h;
+				const double *a = (const double *)(it.acc + qh * (hd / CPU_LANES));
+				float *o = (float *)cpu_row(j->out, it.g * j->rep + h, it.t0 + t, 0);
+
+				for (int64_t d = 0; d < hd - hd % CPU_LANES; d++)
+					o[d] = (float)(a[d] / sum[qh]);
+				for (int64_t d = hd - hd % CPU_LANES; d < hd; d++)
+					o[d] = (float)(tail[qh * hd + d] / sum[qh]);
+			}
+	}
 }
 
 /* Run job J, checked, whose queries reach at most key position LAST. */
 static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
                             const struct q4kh_attn_params *params, int64_t last)
 {
+	const int64_t hd = j->q->ne[0], nq = TOKENS * (j->q->ne[1] / j->k->ne[1]);
 	q4kh_status st;
 
 	j->window = params->window;
 	j->scale = params->scale;
 	j->softcap = params->softcap;
-	st = cpu_scratch_reserve(dev, sizeof(double) *
-	                                      (uint64_t)(3 * j->q->ne[0] + last + 1));
+	j->hd = hd;
+	j->n_kv = j->k->ne[1];
+	j->rep = j->q->ne[1] / j->n_kv;
+	j->n_tok = j->q->ne[2];
+	j->blocks = (j->n_tok + TOKENS - 1) / TOKENS;
+	/* a block of TOKENS consecutive positions sees at most window +
+	 * TOKENS - 1 keys; positions given one by one, any of them */
+	j->span = !j->pos && j->window && j->window + TOKENS < last + 1 ? j->window + TOKENS
+	                                                                : last + 1;
+	j->isa = cpu_lanes_isa();
+	/* the tile, sums, queries, a block of rows, 1/sums, tails, scores */
+	st = cpu_scratch_reserve(dev, sizeof(v8d) * 16 +
+	                                      sizeof(double) *
+	                                              (uint64_t)(nq * hd * 3 + KEYS * hd + nq +
+	                                                         nq * j->span));
 	if (st)
 		return st;
-	cpu_pool_run(dev->pool, j->q->ne[1] * j->q->ne[2], 1, attn_task, j);
+	cpu_pool_run(dev->pool, j->n_kv * j->blocks, 1, attn_task, j);
 	return Q4KH_OK;
 }
 
@@ -102,7 +382,7 @@ q4kh_status cpu_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                           const struct q4kh_attn_params *params,
                           const struct q4kh_tensor *out)
 {
-	struct attn_job j = { q, k_cache, v_cache, out, dev, NULL, 0, 0, 0, 0 };
+	struct attn_job j = { .q = q, .k = k_cache, .v = v_cache, .out = out, .dev = dev };
 	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
@@ -119,7 +399,7 @@ q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                               const struct q4kh_attn_params *params,
                               const struct q4kh_tensor *out)
 {
-	struct attn_job j = { q, k_cache, v_cache, out, dev, NULL, 0, 0, 0, 0 };
+	struct attn_job j = { .q = q, .k = k_cache, .v = v_cache, .out = out, .dev = dev };
 	const struct q4kh_check c = cpu_contract(dev);
 	int64_t last = 0;
 	q4kh_status st;

@@ -1,14 +1,17 @@
 /*
- * mul_mat: y[n, t] = sum_k w[k, n] x[k, t], accumulated in double.
+ * mul_mat: y[n, t] = sum_k w[k, n] x[k, t], accumulated in double, each
+ * y[n, t] a dot product in cpu_lanes.h's order of sums: the same bits
+ * whatever the thread count, the batch size T, the blocking or the
+ * instruction set.
  *
- * Each thread owns a range of output rows. It dequantizes a block of weight
- * rows once into double scratch and dots it against every activation
- * column (converted to double once per call). Every dot product uses
- * LANES independent accumulators, lane l summing the products at k = l
- * (mod LANES) in increasing k, combined in one fixed tree at the end; so
- * y[n, t] is the same bits whatever the thread count, the batch size T or
- * the blocking, and the lanes let the compiler vectorise without
- * reassociating (no -ffast-math).
+ * The blocking, for each thread's range of output rows:
+ *   - a block of ROWS weight rows is dequantized once into double;
+ *   - the columns go in blocks of COLS, whose lane accumulators are kept in
+ *     the thread's scratch while K is walked in slices of SLICE values;
+ *   - within a slice, a register tile of NR rows x NC columns runs over
+ *     the slice's K: NC activation columns of SLICE doubles stay in L1 for
+ *     every tile of rows, the block's rows stream from L2.
+ * NR x NC is 4 x 4 with AVX-512's 32 vector registers, else 2 x 2.
  */
 /* The kernels below need -O3's vectoriser; the build's CFLAGS say -O2. */
 #pragma GCC optimize("O3")
@@ -17,139 +20,178 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "cpu_lanes.h"
 
-#define LANES 8
-#define ROW_BLOCK 8 /* weight rows dequantized together */
-#define COL_BLOCK 4 /* activation columns per micro-kernel */
+#define ROWS 32    /* weight rows dequantized together */
+#define COLS 128   /* activation columns whose accumulators are kept */
+#define SLICE 512  /* values of K per pass over a block's columns */
+
+typedef cpu_v8d v8d;
 
 struct mm_job {
-	const struct q4kh_tensor *w, *y;
+	const struct q4kh_tensor *w, *x, *y;
 	q4kh_device_ctx *dev;
-	const double *x; /* {K, T} contiguous doubles */
+	double *xd; /* {K, T} contiguous doubles */
 	int64_t k, t;
 };
 
-/* Four lanes of a dot product; GCC lowers it to whatever the target has. */
-typedef double v4d __attribute__((vector_size(32)));
-
-#define LOAD4(v, p) memcpy(&(v), (p), sizeof(v4d))
-
-/* Lanes 0-3 in lo, 4-7 in hi, summed in one fixed tree. */
-static inline double combine(const v4d *lo, const v4d *hi)
-{
-	return (((*lo)[0] + (*lo)[1]) + ((*lo)[2] + (*lo)[3])) +
-	       (((*hi)[0] + (*hi)[1]) + ((*hi)[2] + (*hi)[3]));
-}
+/* One block's work: rows n0 .. n0+nr-1, in double in wd (row stride k). */
+struct mm_block {
+	const struct mm_job *j;
+	const double *wd;
+	v8d *acc; /* [nr][COLS] lane accumulators */
+	int64_t n0, nr;
+};
 
 /*
- * out[r * nc + c] = dot(w + r * k, x + c * k) for r < NR, c < NC. Inlined
- * with constant NR and NC so the accumulators live in registers.
+ * Block B's columns t0 .. t0+nc-1 over K values [k0, k0 + n), in tiles of
+ * NR x NC, the edges in tiles of NR x 1 and 1 x 1.
  */
 static inline __attribute__((always_inline)) void
-dot_tile(const double *w, const double *x, int64_t k, int nr, int nc,
-         double *out)
+slice(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0, int64_t n,
+      const int NR, const int NC)
 {
-	v4d lo[2][COL_BLOCK] = { { { 0 } } }, hi[2][COL_BLOCK] = { { { 0 } } };
-	int64_t body = k - k % LANES;
+	const int64_t k = b->j->k;
+	int64_t c = 0;
 
-	for (int64_t i = 0; i < body; i += LANES) {
-		for (int r = 0; r < nr; r++) {
-			v4d w0, w1;
+	for (; c + NC <= nc; c += NC) {
+		const double *x = b->j->xd + (t0 + c) * k + k0;
+		int64_t r = 0;
 
-			LOAD4(w0, w + r * k + i);
-			LOAD4(w1, w + r * k + i + 4);
-			for (int c = 0; c < nc; c++) {
-				v4d x0, x1;
+		for (; r + NR <= b->nr; r += NR)
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, NC, b->acc + r * COLS + c, COLS);
+		for (; r < b->nr; r++)
+			for (int cc = 0; cc < NC; cc++)
+				cpu_lanes_tile(b->wd + r * k + k0, k, x + cc * k, k, n, 1, 1,
+				               b->acc + r * COLS + c + cc, COLS);
+	}
+	for (; c < nc; c++) {
+		const double *x = b->j->xd + (t0 + c) * k + k0;
+		int64_t r = 0;
 
-				LOAD4(x0, x + c * k + i);
-				LOAD4(x1, x + c * k + i + 4);
-				lo[r][c] += w0 * x0;
-				hi[r][c] += w1 * x1;
+		for (; r + NR <= b->nr; r += NR)
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, 1, b->acc + r * COLS + c, COLS);
+		for (; r < b->nr; r++)
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, 1, 1, b->acc + r * COLS + c, COLS);
+	}
+}
+
+/* The same function for each tile size; the CPU picks one (pick_slice). */
+typedef void slice_fn(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
+                      int64_t n);
+
+static void slice_2x2(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
+                      int64_t n)
+{
+	slice(b, t0, nc, k0, n, 2, 2);
+}
+
+#if CPU_LANES_TARGETS
+CPU_TARGET_AVX2 static void slice_avx2(const struct mm_block *b, int64_t t0, int64_t nc,
+                                       int64_t k0, int64_t n)
+{
+	slice(b, t0, nc, k0, n, 2, 2);
+}
+
+CPU_TARGET_AVX512 static void slice_avx512(const struct mm_block *b, int64_t t0, int64_t nc,
+                                           int64_t k0, int64_t n)
+{
+	slice(b, t0, nc, k0, n, 4, 4);
+}
+#endif
+
+static slice_fn *pick_slice(void)
+{
+	switch (cpu_lanes_isa()) {
+#if CPU_LANES_TARGETS
+	case 2: return slice_avx512;
+	case 1: return slice_avx2;
+#endif
+	default: return slice_2x2;
+	}
+}
+
+/* Block B times every column of x, into y. */
+static void block_times_x(const struct mm_block *b, slice_fn *fn)
+{
+	const struct mm_job *j = b->j;
+	const int64_t k = j->k, body = k - k % CPU_LANES;
+
+	for (int64_t t0 = 0; t0 < j->t; t0 += COLS) {
+		int64_t nc = j->t - t0 < COLS ? j->t - t0 : COLS;
+
+		for (int64_t r = 0; r < b->nr; r++)
+			memset(b->acc + r * COLS, 0, sizeof(v8d) * (size_t)nc);
+		for (int64_t k0 = 0; k0 < body; k0 += SLICE)
+			fn(b, t0, nc, k0, body - k0 < SLICE ? body - k0 : SLICE);
+		for (int64_t c = 0; c < nc; c++) {
+			const double *x = j->xd + (t0 + c) * k;
+			float *yc = (float *)cpu_row(j->y, t0 + c, 0, 0);
+
+			for (int64_t r = 0; r < b->nr; r++) {
+				v8d *a = b->acc + r * COLS + c;
+
+				/* the tail, k mod 8 values, in lanes 0 .. */
+				for (int64_t i = body; i < k; i++)
+					(*a)[i - body] += b->wd[r * k + i] * x[i];
+				yc[b->n0 + r] = (float)cpu_lanes_sum(a);
 			}
 		}
 	}
-	for (int64_t i = body; i < k; i++) {
-		int l = (int)(i - body);
-
-		for (int r = 0; r < nr; r++)
-			for (int c = 0; c < nc; c++) {
-				double p = w[r * k + i] * x[c * k + i];
-
-				if (l < 4)
-					lo[r][c][l] += p;
-				else
-					hi[r][c][l - 4] += p;
-			}
-	}
-	for (int r = 0; r < nr; r++)
-		for (int c = 0; c < nc; c++)
-			out[r * nc + c] = combine(&lo[r][c], &hi[r][c]);
 }
 
 CPU_VECTOR_CLONES double cpu_dot(const double *a, const double *b, int64_t n)
 {
-	double out;
+	const int64_t body = n - n % CPU_LANES;
+	v8d acc = { 0 };
 
-	dot_tile(a, b, n, 1, 1, &out);
-	return out;
+	cpu_lanes_tile(a, n, b, n, body, 1, 1, &acc, 1);
+	for (int64_t i = body; i < n; i++)
+		acc[i - body] += a[i] * b[i];
+	return cpu_lanes_sum(&acc);
 }
 
-/* Rows n0 .. n0+nr-1 (f32 in wf) times every column of x, into y. */
-CPU_VECTOR_CLONES static void block_times_x(const struct mm_job *j,
-                                            const float *wf, double *wd,
-                                            int64_t n0, int64_t nr)
+/* Bytes of one thread's scratch for K: a block's rows in double, a row
+ * dequantized to float, the block's accumulators. */
+static uint64_t scratch_bytes(int64_t k)
 {
-	const struct q4kh_tensor *y = j->y;
-	int64_t k = j->k;
-	double out[2 * COL_BLOCK];
-
-	for (int64_t i = 0; i < nr * k; i++)
-		wd[i] = wf[i];
-	for (int64_t t = 0; t < j->t; t += COL_BLOCK) {
-		int64_t nc = j->t - t < COL_BLOCK ? j->t - t : COL_BLOCK;
-
-		for (int64_t r = 0; r < nr; r += 2) {
-			int pair = nr - r >= 2;
-
-			for (int64_t c = 0; c < nc;) {
-				const double *xc = j->x + (t + c) * k;
-				int cols = nc - c == COL_BLOCK ? COL_BLOCK : 1;
-
-				/* Constant tile sizes, so each call is specialised. */
-				if (pair && cols == COL_BLOCK)
-					dot_tile(wd + r * k, xc, k, 2, COL_BLOCK, out);
-				else if (cols == COL_BLOCK)
-					dot_tile(wd + r * k, xc, k, 1, COL_BLOCK, out);
-				else if (pair)
-					dot_tile(wd + r * k, xc, k, 2, 1, out);
-				else
-					dot_tile(wd + r * k, xc, k, 1, 1, out);
-				for (int cc = 0; cc < cols; cc++) {
-					float *yc = (float *)cpu_row(y, t + c + cc, 0, 0);
-
-					for (int rr = 0; rr < 1 + pair; rr++)
-						yc[n0 + r + rr] = (float)out[rr * cols + cc];
-				}
-				c += cols;
-			}
-		}
-	}
+	return sizeof(double) * (uint64_t)(ROWS * k) + sizeof(float) * (uint64_t)k +
+	       sizeof(v8d) * ROWS * COLS + CPU_ALIGN;
 }
 
 static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct mm_job *j = arg;
-	int64_t k = j->k;
+	const int64_t k = j->k;
 	double *wd = j->dev->scratch[part];
-	float *wf = (float *)(wd + ROW_BLOCK * k);
+	float *wf = (float *)(wd + ROWS * k);
+	uintptr_t a = (uintptr_t)(wf + k);
+	struct mm_block b = { j, wd, (v8d *)((a + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1)),
+		              0, 0 };
+	slice_fn *fn = pick_slice();
 
-	for (int64_t n0 = begin; n0 < end; n0 += ROW_BLOCK) {
-		int64_t nr = end - n0 < ROW_BLOCK ? end - n0 : ROW_BLOCK;
+	for (b.n0 = begin; b.n0 < end; b.n0 += ROWS) {
+		b.nr = end - b.n0 < ROWS ? end - b.n0 : ROWS;
+		for (int64_t r = 0; r < b.nr; r++) {
+			cpu_dequant_row(j->w->type, cpu_row(j->w, b.n0 + r, 0, 0), wf, k);
+			for (int64_t i = 0; i < k; i++)
+				wd[r * k + i] = wf[i];
+		}
+		block_times_x(&b, fn);
+	}
+}
 
-		for (int64_t r = 0; r < nr; r++)
-			cpu_dequant_row(j->w->type, cpu_row(j->w, n0 + r, 0, 0),
-			                wf + r * k, k);
-		block_times_x(j, wf, wd, n0, nr);
+/* Columns [begin, end) of x into double. */
+static void x_task(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct mm_job *j = arg;
+
+	(void)part;
+	for (int64_t t = begin; t < end; t++) {
+		const float *xs = (const float *)cpu_row(j->x, t, 0, 0);
+
+		for (int64_t i = 0; i < j->k; i++)
+			j->xd[t * j->k + i] = xs[i];
 	}
 }
 
@@ -157,33 +199,24 @@ q4kh_status cpu_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                         const struct q4kh_tensor *x,
                         const struct q4kh_tensor *y)
 {
-	struct mm_job j = { w, y, dev, NULL, 0, 0 };
+	struct mm_job j = { w, x, y, dev, NULL, 0, 0 };
 	const struct q4kh_check c = cpu_contract(dev);
-	double *xd;
 	q4kh_status st;
 
 	if ((st = q4kh_check_mul_mat(&c, w, x, y)))
 		return st;
 	j.k = w->ne[0];
 	j.t = x->ne[1];
-	st = cpu_scratch_reserve(dev, (uint64_t)j.k * ROW_BLOCK *
-	                                      (sizeof(double) + sizeof(float)));
-	if (st)
+	if ((st = cpu_scratch_reserve(dev, scratch_bytes(j.k))))
 		return st;
-	xd = malloc(sizeof(double) * (size_t)j.k * (size_t)j.t);
-	if (!xd)
+	j.xd = malloc(sizeof(double) * (size_t)j.k * (size_t)j.t);
+	if (!j.xd)
 		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                "mul_mat: out of memory for %lld x %lld activations",
 		                (long long)j.k, (long long)j.t);
-	for (int64_t t = 0; t < j.t; t++) {
-		const float *xs = (const float *)cpu_row(x, t, 0, 0);
-
-		for (int64_t i = 0; i < j.k; i++)
-			xd[t * j.k + i] = xs[i];
-	}
-	j.x = xd;
-	/* A part of fewer rows than a block would waste the dequantization. */
-	cpu_pool_run(dev->pool, w->ne[1], ROW_BLOCK, mm_task, &j);
-	free(xd);
+	cpu_pool_run(dev->pool, j.t, 1, x_task, &j);
+	/* Parts of at least 8 rows: fewer would waste the dequantization. */
+	cpu_pool_run(dev->pool, w->ne[1], 8, mm_task, &j);
+	free(j.xd);
 	return Q4KH_OK;
 }

@@ -98,7 +98,8 @@ static void k_scale_min(const uint8_t *scales, int j, int *sc, int *m)
  * Q4_K and Q5_K share everything but the fifth bit: QH is NULL for Q4_K.
  * Sub-blocks 2c and 2c+1 take the low and high nibbles of qs[32c ..].
  */
-static void dequant_k_super(const uint8_t *scales, const uint8_t *qh,
+static inline __attribute__((always_inline)) void
+dequant_k_super(const uint8_t *scales, const uint8_t *qh,
                             const uint8_t *qs, float d, float dmin, float *out)
 {
 	for (int j = 0; j < 8; j++) {
@@ -155,27 +156,24 @@ static void dequant_q6_k(const uint8_t *row, float *out, int64_t k)
 			(const int8_t *)(row + offsetof(struct q4kh_block_q6_k, scales));
 		float d = half_at(row + offsetof(struct q4kh_block_q6_k, d));
 
-		for (int h = 0; h < 2; h++) {
-			const uint8_t *l = ql + 64 * h;
-			const uint8_t *hb = qh + 32 * h;
-			float *o = out + 128 * h;
+		/* Value 128h + 32s + i: the low nibble (s < 2) or high nibble of
+		 * ql[64h + 32(s % 2) + i], bits 2s and 2s+1 of qh[32h + i], the
+		 * scale of its 16 values. */
+		for (int h = 0; h < 2; h++)
+			for (int s = 0; s < 4; s++)
+				for (int half = 0; half < 2; half++) {
+					const uint8_t *l = ql + 64 * h + 32 * (s % 2) + 16 * half;
+					const uint8_t *hb = qh + 32 * h + 16 * half;
+					float *o = out + 128 * h + 32 * s + 16 * half;
+					float dl = d * (float)sc[8 * h + 2 * s + half];
 
-			for (int i = 0; i < 32; i++) {
-				int q[4] = {
-					(l[i] & 0xF) | ((hb[i] >> 0) & 3) << 4,
-					(l[i + 32] & 0xF) | ((hb[i] >> 2) & 3) << 4,
-					(l[i] >> 4) | ((hb[i] >> 4) & 3) << 4,
-					(l[i + 32] >> 4) | ((hb[i] >> 6) & 3) << 4,
-				};
+					for (int i = 0; i < 16; i++) {
+						int q = ((l[i] >> (4 * (s / 2))) & 0xF) |
+						        ((hb[i] >> (2 * s)) & 3) << 4;
 
-				for (int s = 0; s < 4; s++) {
-					int v = 128 * h + 32 * s + i;
-
-					o[32 * s + i] =
-						d * (float)sc[v / 16] * (float)(q[s] - 32);
+						o[i] = dl * (float)(q - 32);
+					}
 				}
-			}
-		}
 	}
 }
 
