@@ -408,14 +408,20 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	const float *last = NULL; /* the reference's logits of the last position */
 	float *rl, *cl;
 	double t0 = now();
-	int64_t n_judged = 0;
+	int64_t n_judged = 0, n_rows = 1;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (prefill < 2 || !judged[prefill - 1] || cand->m->hp.n_vocab != v)
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one judged, and two sessions of one vocabulary");
-	for (int64_t i = 0; i < prefill; i++)
-		n_judged += judged[i] != 0;
+	for (int64_t c = 0; c < prefill; c += nb) {
+		int64_t in_chunk = 0;
+
+		for (int64_t i = c; i < c + nb && i < prefill; i++)
+			in_chunk += judged[i] != 0;
+		n_judged += in_chunk;
+		n_rows = in_chunk > n_rows ? in_chunk : n_rows;
+	}
 	/* its rows: the judged positions, the decode steps, the narrow steps' */
 	rc = q4kh_f2_ref_begin(ref, &(struct q4kh_f2_ref_shape){ "plan", tokens, prefill, judged,
 	                                                         decode_steps, nb, narrow,
@@ -423,7 +429,9 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	                       err);
 	if (rc)
 		return rc;
-	if (run_alloc(out, rows, nb, v, &rl, &cl, err)) {
+	/* Logits are kept for the judged positions of a chunk, for the narrow
+	 * steps' tokens and for a decode step, not for a whole chunk. */
+	if (run_alloc(out, rows, n_rows > narrow ? n_rows : narrow, v, &rl, &cl, err)) {
 		q4kh_f2_ref_end(ref);
 		return -1;
 	}
@@ -439,7 +447,9 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	for (int64_t c = 0; c < prefill; c += nb) {
 		const int64_t t = prefill - c < nb ? prefill - c : nb;
 
-		if (q4kh_session_eval(cand, tokens + c, t, cl, 1, &e)) {
+		int64_t j = 0; /* the judged positions' rows, one after another */
+
+		if (q4kh_session_eval_rows(cand, tokens + c, t, cl, judged + c, &e)) {
 			not_measured(out, "candidate", "prefill", &e);
 			goto done;
 		}
@@ -453,12 +463,15 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		}
 		for (int64_t i = c; i < c + t; i++) {
 			out->points[i].judged = judged[i];
-			if (judged[i])
-				q4kh_f2_judge(rl + (i - c) * v, cl + (i - c) * v, v, rules,
-				              &out->points[i]);
+			if (!judged[i])
+				continue;
+			q4kh_f2_judge(rl + j * v, cl + j * v, v, rules, &out->points[i]);
+			/* the last position is judged: its row is the reference's
+			 * last prefill logits, which pick the first decode token */
+			if (i == prefill - 1)
+				last = rl + j * v;
+			j++;
 		}
-		if (prefill - 1 < c + t)
-			last = rl + (prefill - 1 - c) * v;
 		if (done)
 			done(done_data, c + t, rows);
 	}

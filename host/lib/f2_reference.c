@@ -252,17 +252,11 @@ int q4kh_f2_ref_eval(struct q4kh_f2_ref *r, const int32_t *ids, int64_t n, float
 	for (int64_t i = 0; i < n; i++)
 		wanted += !rows || rows[i];
 	if (!r->replaying &&
-	    q4kh_session_eval(r->s, ids, n, wanted ? logits : NULL, 1, e))
+	    (rows ? q4kh_session_eval_rows(r->s, ids, n, logits, rows, e)
+	          : q4kh_session_eval(r->s, ids, n, logits, 1, e)))
 		return -1;
 	r->n_past += n;
-	if (!r->path)
-		return 0;
-	if (wanted == n)
-		return rows_io(r, logits, n, e);
-	for (int64_t i = 0; i < n; i++)
-		if (rows[i] && rows_io(r, logits + i * r->n_vocab, 1, e))
-			return -1;
-	return 0;
+	return r->path && wanted ? rows_io(r, logits, wanted, e) : 0;
 }
 
 void q4kh_f2_ref_reset(struct q4kh_f2_ref *r)

@@ -83,15 +83,11 @@ int q4kh_f2_ref_begin(struct q4kh_f2_ref *r, const struct q4kh_f2_ref_shape *sha
                       struct q4kh_error *err);
 
 /*
- * The reference's logits for IDS[0..n) at positions n_past.. into LOGITS
- * (n rows of N_VOCAB floats, row i for token i), as q4kh_session_eval
- * computes them: from the session (and recorded), or read from the file.
- * ROWS (n flags; NULL: every row) names the rows wanted: only those are
- * recorded or replayed, in order, and the others are undefined. The
- * session computes every row in one step when any is wanted (the
- * reference's logits do not depend on the step's width), none when none
- * is. -1 with E on a failure of either; a replay failure sets
- * replay_failed.
+ * The reference's logits for IDS[0..n) at positions n_past.. into LOGITS,
+ * as q4kh_session_eval computes them (every row) or, with ROWS (n flags),
+ * as q4kh_session_eval_rows does (the flagged rows, one after another):
+ * from the session (and recorded), or read from the file. -1 with E on a
+ * failure of either; a replay failure sets replay_failed.
  */
 int q4kh_f2_ref_eval(struct q4kh_f2_ref *r, const int32_t *ids, int64_t n, float *logits,
                      const uint8_t *rows, struct q4kh_error *e);

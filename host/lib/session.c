@@ -467,12 +467,40 @@ static int pick(struct q4kh_session *s, const struct q4kh_tensor *lg, int32_t *t
 	return 0;
 }
 
+/* Of LG, the logits {n_vocab, t} of a step's tokens, the rows flagged in
+ * ROWS into DST, one after another, a download per run of rows. */
+static int download_rows(struct q4kh_session *s, const struct q4kh_tensor *lg,
+                         const uint8_t *rows, int64_t t, float *dst, struct q4kh_error *err)
+{
+	const uint64_t row = sizeof(float) * (uint64_t)s->m->hp.n_vocab;
+
+	for (int64_t i = 0; i < t;) {
+		int64_t j = i;
+
+		while (j < t && rows[j])
+			j++;
+		if (j > i) {
+			if (q4kh_backend_check(s->b,
+			                       s->b->v->buffer_download(s->b->dev, lg->buffer,
+			                                                lg->offset + row * (uint64_t)i,
+			                                                dst, row * (uint64_t)(j - i)),
+			                       "buffer_download (logits)", err))
+				return -1;
+			dst += (j - i) * s->m->hp.n_vocab;
+		}
+		i = j + 1;
+	}
+	return 0;
+}
+
 /*
- * eval and eval_top2: the logits wanted into LOGITS (ALL: every token's)
- * or, with TOKEN not NULL, the last token's greedy pick.
+ * eval, eval_rows and eval_top2: the logits wanted into LOGITS (ALL: every
+ * token's; ROWS: the flagged tokens', one after another) or, with TOKEN
+ * not NULL, the last token's greedy pick.
  */
 static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *logits,
-                int all, int32_t *token, double *margin, struct q4kh_error *err)
+                int all, const uint8_t *rows, int32_t *token, double *margin,
+                struct q4kh_error *err)
 {
 	const int64_t n_vocab = s->m->hp.n_vocab;
 	const int64_t start = s->n_past;
@@ -491,14 +519,23 @@ static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *lo
 		return -1;
 	for (int64_t c = 0; c < n; c += s->p.n_batch) {
 		int64_t t = n - c < s->p.n_batch ? n - c : s->p.n_batch;
-		int64_t n_out = all ? t : (logits || token) && c + t == n;
+		int64_t n_out = all ? t : (logits || token) && c + t == n, wanted = 0;
 		const struct q4kh_tensor *lg;
 
+		if (rows) {
+			for (int64_t i = c; i < c + t; i++)
+				wanted += rows[i] != 0;
+			n_out = wanted ? t : 0;
+		}
 		if (step(s, ids + c, t, n_out, &lg, err))
 			goto fail;
-		if (lg && logits &&
-		    download(s, lg, all ? logits + c * n_vocab : logits,
-		             "buffer_download (logits)", err))
+		if (lg && rows) {
+			if (download_rows(s, lg, rows + c, t, logits, err))
+				goto fail;
+			logits += wanted * n_vocab;
+		} else if (lg && logits &&
+		           download(s, lg, all ? logits + c * n_vocab : logits,
+		                    "buffer_download (logits)", err))
 			goto fail;
 		if (lg && token && pick(s, lg, token, margin, err))
 			goto fail;
@@ -517,13 +554,19 @@ fail:
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err)
 {
-	return eval(s, ids, n, logits, all && logits, NULL, NULL, err);
+	return eval(s, ids, n, logits, all && logits, NULL, NULL, NULL, err);
+}
+
+int q4kh_session_eval_rows(struct q4kh_session *s, const int32_t *ids, int64_t n,
+                           float *logits, const uint8_t *rows, struct q4kh_error *err)
+{
+	return eval(s, ids, n, logits, 0, rows, NULL, NULL, err);
 }
 
 int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
                            int32_t *token, double *margin, struct q4kh_error *err)
 {
-	return eval(s, ids, n, NULL, 0, token, margin, err);
+	return eval(s, ids, n, NULL, 0, NULL, token, margin, err);
 }
 
 int q4kh_session_batchable(const struct q4kh_session *s)
