@@ -1018,6 +1018,9 @@ Test(validate, the_reference_runs_once_per_command_and_changes_no_receipt, .time
 		cr_expect_eq(test_q4khost("Q4KHOST_LOG=debug", shared, args, &out), 0, "%s", out);
 		/* the first child computed it, the other two read it: no forward */
 		cr_expect_eq(count(out, "F2: the reference computed: the shared file "), 1, "%s", out);
+		/* on the deep probe, alone, before its candidate started */
+		cr_expect_eq(count(out, "wrote it, the reference alone, before the candidate started"),
+		             i, "%s", out);
 		cr_expect_eq(count(out, "F2: the reference's logits read from the shared file "), 2,
 		             "%s", out);
 		cr_expect(strstr(out, "; the reference ran once for 3 measurements\n") != NULL, "%s",

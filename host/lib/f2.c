@@ -392,6 +392,107 @@ done:
 	return 0;
 }
 
+/* A deep run's reference side, the same for every candidate of one chunk
+ * size NB: its rows and the logits a side holds at once. */
+struct plan_shape {
+	int64_t narrow;   /* the narrow steps' tokens: at most a chunk */
+	int64_t n_judged; /* judged prefill positions */
+	int64_t n_rows;   /* logit rows held: the most judged of one chunk,
+	                     the narrow steps' tokens, a decode step */
+};
+
+static struct plan_shape plan_shape(int64_t prefill, const uint8_t *judged, int64_t nb)
+{
+	struct plan_shape p = { 0, 0, 1 };
+
+	p.narrow = prefill < NARROW_TOKENS && prefill < nb ? prefill
+	           : NARROW_TOKENS < nb                    ? NARROW_TOKENS
+	                                                   : nb;
+	for (int64_t c = 0; c < prefill; c += nb) {
+		int64_t in_chunk = 0;
+
+		for (int64_t i = c; i < c + nb && i < prefill; i++)
+			in_chunk += judged[i] != 0;
+		p.n_judged += in_chunk;
+		p.n_rows = in_chunk > p.n_rows ? in_chunk : p.n_rows;
+	}
+	p.n_rows = p.narrow > p.n_rows ? p.narrow : p.n_rows;
+	return p;
+}
+
+/* The shared file's description of a deep run's reference rows. The chunk
+ * is 0: the reference's logits are the same bits however its prefill is
+ * cut into steps, so one recording serves every candidate. */
+static struct q4kh_f2_ref_shape plan_ref_shape(const int32_t *tokens, int64_t prefill,
+                                               const uint8_t *judged, uint32_t decode_steps,
+                                               const struct plan_shape *p)
+{
+	return (struct q4kh_f2_ref_shape){ "plan", tokens, prefill, judged, decode_steps, 0,
+		                           p->narrow, p->n_judged + decode_steps + p->narrow };
+}
+
+int q4kh_f2_record_plan(struct q4kh_f2_ref *ref, const int32_t *tokens, int64_t prefill,
+                        const uint8_t *judged, uint32_t decode_steps, int64_t nb,
+                        void (*done)(void *data, int64_t positions, int64_t total),
+                        void *done_data, struct q4kh_error *err)
+{
+	const int64_t v = ref->n_vocab, rows = prefill + decode_steps;
+	const struct plan_shape p = plan_shape(prefill, judged, nb);
+	const float *last = NULL;
+	float *rl;
+	int rc = -1;
+
+	if (prefill < 2 || !judged[prefill - 1] || !ref->s || !ref->path)
+		return q4kh_fail(err, "F2: recording the reference needs a probe of at least 2 tokens, its last one judged, a reference session and a file");
+	const struct q4kh_f2_ref_shape shape =
+		plan_ref_shape(tokens, prefill, judged, decode_steps, &p);
+
+	if (q4kh_f2_ref_begin(ref, &shape, err))
+		return -1;
+	if (!(rl = malloc(sizeof(float) * (size_t)(p.n_rows * v)))) {
+		q4kh_f2_ref_end(ref);
+		return q4kh_fail(err, "F2: out of memory for %lld x %lld logits",
+		                 (long long)p.n_rows, (long long)v);
+	}
+	q4kh_f2_ref_reset(ref);
+	/* The rows in run_plan's order: each chunk's judged positions, the
+	 * decode steps, the narrow steps' tokens. */
+	for (int64_t c = 0; c < prefill; c += nb) {
+		const int64_t t = prefill - c < nb ? prefill - c : nb;
+		int64_t j = 0;
+
+		if (q4kh_f2_ref_eval(ref, tokens + c, t, rl, judged + c, err))
+			goto out;
+		for (int64_t i = c; i < c + t; i++) {
+			if (!judged[i])
+				continue;
+			if (i == prefill - 1)
+				last = rl + j * v;
+			j++;
+		}
+		if (done)
+			done(done_data, c + t, rows);
+	}
+	for (int64_t row = prefill; row < rows; row++) {
+		int32_t tok = q4kh_argmax(last, (int32_t)v);
+
+		if (tok < 0 || q4kh_f2_ref_eval(ref, &tok, 1, rl, NULL, err))
+			goto out;
+		last = rl;
+		if (done)
+			done(done_data, row + 1, rows);
+	}
+	q4kh_f2_ref_reset(ref);
+	rc = q4kh_f2_ref_eval(ref, tokens, p.narrow, rl, NULL, err);
+out:
+	q4kh_f2_ref_end(ref);
+	free(rl);
+	if (rc == 0 && !ref->recorded)
+		rc = q4kh_fail(err, "F2: the reference's file %s was not written: %s", ref->path,
+		               ref->unwritten);
+	return rc;
+}
+
 int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                      const int32_t *tokens, int64_t prefill, const uint8_t *judged,
                      uint32_t decode_steps, const struct q4kh_f2_rules *rules,
@@ -400,38 +501,26 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 {
 	const int64_t v = ref->n_vocab, nb = cand->p.n_batch;
 	const int64_t rows = prefill + decode_steps;
-	/* the narrow steps' tokens: at most a chunk, whose logits RL holds */
-	const int64_t narrow = prefill < NARROW_TOKENS && prefill < nb ? prefill
-	                       : NARROW_TOKENS < nb                    ? NARROW_TOKENS
-	                                                               : nb;
+	const struct plan_shape p = plan_shape(prefill, judged, nb);
+	const int64_t narrow = p.narrow;
 	struct q4kh_error e = { { 0 } };
 	const float *last = NULL; /* the reference's logits of the last position */
 	float *rl, *cl;
 	double t0 = now();
-	int64_t n_judged = 0, n_rows = 1;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (prefill < 2 || !judged[prefill - 1] || cand->m->hp.n_vocab != v)
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one judged, and two sessions of one vocabulary");
-	for (int64_t c = 0; c < prefill; c += nb) {
-		int64_t in_chunk = 0;
+	const struct q4kh_f2_ref_shape shape =
+		plan_ref_shape(tokens, prefill, judged, decode_steps, &p);
 
-		for (int64_t i = c; i < c + nb && i < prefill; i++)
-			in_chunk += judged[i] != 0;
-		n_judged += in_chunk;
-		n_rows = in_chunk > n_rows ? in_chunk : n_rows;
-	}
-	/* its rows: the judged positions, the decode steps, the narrow steps' */
-	rc = q4kh_f2_ref_begin(ref, &(struct q4kh_f2_ref_shape){ "plan", tokens, prefill, judged,
-	                                                         decode_steps, nb, narrow,
-	                                                         n_judged + decode_steps + narrow },
-	                       err);
+	rc = q4kh_f2_ref_begin(ref, &shape, err);
 	if (rc)
 		return rc;
 	/* Logits are kept for the judged positions of a chunk, for the narrow
 	 * steps' tokens and for a decode step, not for a whole chunk. */
-	if (run_alloc(out, rows, n_rows > narrow ? n_rows : narrow, v, &rl, &cl, err)) {
+	if (run_alloc(out, rows, p.n_rows, v, &rl, &cl, err)) {
 		q4kh_f2_ref_end(ref);
 		return -1;
 	}

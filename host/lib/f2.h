@@ -164,24 +164,37 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
  * The deep probe's measurement (deep.h): TOKENS[0..prefill) on REF and CAND
  * from empty caches, then DECODE_STEPS teacher-forced decode steps, judging
  * the positions JUDGED[0..prefill + decode_steps) flags (JUDGED[prefill-1]
- * must be set: its argmax feeds the first step). The candidate's prefill
- * goes in chunks of its own n_batch tokens with every position's logits, as
- * a long prompt does; the reference computes the logits of the judged
- * positions only (the last token of a step), so its LM head runs where it
- * counts. Two chunks of logits are held at once (2 x n_batch x n_vocab
- * floats). OUT gets a point per position, the ones not judged with judged
- * 0 and a NaN cosine (not computed). DONE (NULL: none) hears after every
- * chunk and decode step how many of the prefill + decode_steps positions
- * both sides have run: minutes of work, for a progress line. Errors as
- * q4kh_f2_run's. The reference's rows, for a shared file: the judged
- * prefill positions in order, the decode steps, then the narrow steps'
- * (chunking and narrow width are the candidate's n_batch's, so the header
- * names them).
+ * must be set: its argmax feeds the first step). The prefill goes in
+ * chunks of the candidate's n_batch tokens, as a long prompt does, each
+ * chunk one step on both sides with every row's logits computed, of which
+ * each side keeps the judged rows only (q4kh_session_eval_rows): 2 x the
+ * most judged positions of a chunk x n_vocab floats are held. OUT gets a
+ * point per position, the ones not judged with judged 0 and a NaN cosine
+ * (not computed). DONE (NULL: none) hears after every chunk and decode
+ * step how many of the prefill + decode_steps positions both sides have
+ * run: minutes of work, for a progress line. Errors as q4kh_f2_run's. The
+ * reference's rows, for a shared file: the judged prefill positions in
+ * order, the decode steps, then the narrow steps' tokens (their number
+ * depends on n_batch when it is under 35, so the header names it).
  */
 int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                      const int32_t *tokens, int64_t prefill, const uint8_t *judged,
                      uint32_t decode_steps, const struct q4kh_f2_rules *rules,
                      void (*done)(void *data, int64_t positions, int64_t total),
                      void *done_data, struct q4kh_f2_result *out, struct q4kh_error *err);
+
+/*
+ * The reference side of q4kh_f2_run_plan alone, for a candidate of chunk
+ * NB: REF (a live session and a file path) computes the rows run_plan
+ * would record and writes them to REF->path, so that a candidate measured
+ * afterwards replays them without the reference ever sharing its process
+ * memory with the candidate. DONE as run_plan's. 0 when the file was
+ * written (REF->recorded); -1 with err otherwise (a failed forward, out of
+ * memory, a file that could not be written: no file is left).
+ */
+int q4kh_f2_record_plan(struct q4kh_f2_ref *ref, const int32_t *tokens, int64_t prefill,
+                        const uint8_t *judged, uint32_t decode_steps, int64_t nb,
+                        void (*done)(void *data, int64_t positions, int64_t total),
+                        void *done_data, struct q4kh_error *err);
 
 #endif

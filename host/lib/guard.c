@@ -535,6 +535,50 @@ static int reference_open(const struct q4kh_guard *g, uint32_t n_ctx,
 	return -1;
 }
 
+/*
+ * The first deep measurement of a command, whose shared file is not there
+ * yet: the reference computes its rows alone and writes the file, and is
+ * closed before the candidate starts, so that the reference's KV cache and
+ * steps and the candidate's runtime never share this process's memory.
+ * 1 when the file was written, *SECONDS its time; 0 when not (the
+ * measurement then computes the reference beside the candidate, as any
+ * would), with why in the log.
+ */
+static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progress,
+                           double *seconds)
+{
+	struct timespec t0, t1;
+	struct q4kh_receipt_key key = { 0 };
+	struct q4kh_receipt out = { 0 };
+	struct q4kh_serving ref;
+	struct q4kh_f2_ref fref = { 0 };
+	struct q4kh_error e = { { 0 } };
+	char identity[1024];
+	int rc;
+
+	if (plugin_entry(g, &key, "reference", "cpu", &e) ||
+	    reference_open(g, n_ctx, &ref, &out)) {
+		note(Q4KH_LOG_DEBUG, "F2: the reference could not run alone: %s",
+		     e.msg[0] ? e.msg : out.message);
+		return 0;
+	}
+	reference_identity(g, &key, n_ctx, identity, sizeof(identity));
+	fref.s = ref.s;
+	fref.n_vocab = ref.s->m->hp.n_vocab;
+	fref.path = g->reference_logits;
+	fref.identity = identity;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = q4kh_f2_record_plan(&fref, g->probe, g->deep->prefill, g->deep->judged,
+	                         g->deep->decode_steps, ref.s->p.n_batch,
+	                         progress >= 0 ? write_progress : NULL, &progress, &e);
+	q4kh_serving_close(&ref);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	*seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (rc)
+		note(Q4KH_LOG_INFO, "F2: the reference could not run alone (%s); it runs beside the candidate", e.msg);
+	return rc == 0;
+}
+
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                        struct q4kh_receipt *out, struct q4kh_error *err)
 {
@@ -545,7 +589,8 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	struct q4kh_error e = { { 0 } };
 	char id[512], identity[1024];
 	uint32_t n_ctx;
-	int rc = -1, progress = -1, ref_open = 0, run;
+	int rc = -1, progress = -1, ref_open = 0, first = 0, run;
+	double first_seconds = 0; /* the reference's, when it ran first */
 
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
@@ -554,10 +599,17 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	                : rules.probe_tokens + rules.decode_steps + 8;
 	out->verdict = Q4KH_F2_NOT_MEASURED;
 	out->min_cosine = NAN;
+	if (g->deep && g->progress_file)
+		progress = open(g->progress_file, O_WRONLY | O_CLOEXEC);
+	if (g->deep && g->reference_logits && access(g->reference_logits, F_OK) != 0)
+		first = reference_first(g, n_ctx, progress, &first_seconds);
 	/* With a shared file the reference may not be needed at all. */
 	if (!g->reference_logits) {
-		if (reference_open(g, n_ctx, &ref, out))
+		if (reference_open(g, n_ctx, &ref, out)) {
+			if (progress >= 0)
+				close(progress);
 			return 0;
+		}
 		ref_open = 1;
 	}
 	if (q4kh_serving_open(g->registry, g->model_path, c, n_ctx, &cand, &e)) {
@@ -565,10 +617,10 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 		         "not measured: the candidate could not start (F2.4): %.400s", e.msg);
 		if (ref_open)
 			q4kh_serving_close(&ref);
+		if (progress >= 0)
+			close(progress);
 		return 0;
 	}
-	if (g->deep && g->progress_file)
-		progress = open(g->progress_file, O_WRONLY | O_CLOEXEC);
 	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err))
 		goto out;
 	reference_identity(g, &out->key, n_ctx, identity, sizeof(identity));
@@ -607,7 +659,12 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 		/* a file not there yet is the first measurement's: no news */
 		const int absent = !strcmp(fref.why, strerror(ENOENT));
 
-		if (fref.replaying)
+		if (fref.replaying && first)
+			note(Q4KH_LOG_DEBUG,
+			     "F2: the reference computed: the shared file %s is not there yet; "
+			     "wrote it, the reference alone, before the candidate started",
+			     fref.path);
+		else if (fref.replaying)
 			note(Q4KH_LOG_DEBUG, "F2: the reference's logits read from the shared file %s",
 			     fref.path);
 		else
@@ -615,12 +672,13 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 			     "F2: the reference computed: the shared file %s %s%s; %s", fref.path,
 			     absent ? "is not there yet" : "was refused: ", absent ? "" : fref.why,
 			     fref.recorded ? "wrote it" : fref.unwritten);
-		q4kh_f2_ref_note(fref.path, fref.replaying ? "read" : "computed");
+		/* a file this measurement wrote itself, then read: computed */
+		q4kh_f2_ref_note(fref.path, fref.replaying && !first ? "read" : "computed");
 	}
 	out->verdict = res.verdict;
 	out->min_cosine = res.min_cosine;
 	out->near_ties = res.near_ties;
-	out->seconds = res.seconds;
+	out->seconds = res.seconds + (first ? first_seconds : 0);
 	out->worst_position = res.worst >= 0 ? res.points[res.worst].position : -1;
 	out->worst_decode_step = res.worst >= 0 ? res.points[res.worst].decode_step : -1;
 	snprintf(out->message, sizeof(out->message), "%s", res.message);
