@@ -469,18 +469,28 @@ void q4kh_guard_deep_args(const struct q4kh_guard *g, struct q4kh_guard_args *a)
 	a->argv[a->n] = NULL;
 }
 
+/* Where a deep measurement's positions go (write_progress): the file, and
+ * what came before this run. When the reference ran alone first, its
+ * positions count, then the candidate's: out of twice the probe's. */
+struct progress_to {
+	int fd;
+	int64_t before; /* positions counted before this run */
+	int64_t runs;   /* runs of the probe in the total: 1 or 2 */
+};
+
 /*
  * The positions a deep measurement has done, as "DONE TOTAL" at the start
- * of the file open at *DATA, for the status line of the parent, which
- * reads it (show_measuring). The numbers only grow, so each line covers
- * the one before.
+ * of the file of the progress_to at DATA, for the status line of the
+ * parent, which reads it (show_measuring). The numbers only grow, so each
+ * line covers the one before.
  */
 static void write_progress(void *data, int64_t positions, int64_t total)
 {
+	const struct progress_to *to = data;
 	char line[64];
-	int n = snprintf(line, sizeof(line), "%lld %lld\n", (long long)positions,
-	                 (long long)total);
-	ssize_t w = pwrite(*(const int *)data, line, (size_t)n, 0);
+	int n = snprintf(line, sizeof(line), "%lld %lld\n", (long long)(to->before + positions),
+	                 (long long)(to->runs * total));
+	ssize_t w = pwrite(to->fd, line, (size_t)n, 0);
 
 	(void)w; /* a status line is not worth failing a measurement for */
 }
@@ -548,6 +558,7 @@ static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progr
                            double *seconds)
 {
 	struct timespec t0, t1;
+	struct progress_to to = { progress, 0, 2 };
 	struct q4kh_receipt_key key = { 0 };
 	struct q4kh_receipt out = { 0 };
 	struct q4kh_serving ref;
@@ -570,7 +581,7 @@ static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progr
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = q4kh_f2_record_plan(&fref, g->probe, g->deep->prefill, g->deep->judged,
 	                         g->deep->decode_steps, ref.s->p.n_batch,
-	                         progress >= 0 ? write_progress : NULL, &progress, &e);
+	                         progress >= 0 ? write_progress : NULL, &to, &e);
 	q4kh_serving_close(&ref);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	*seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -591,6 +602,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	uint32_t n_ctx;
 	int rc = -1, progress = -1, ref_open = 0, first = 0, run;
 	double first_seconds = 0; /* the reference's, when it ran first */
+	struct progress_to to = { -1, 0, 1 };
 
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
@@ -601,6 +613,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	out->min_cosine = NAN;
 	if (g->deep && g->progress_file)
 		progress = open(g->progress_file, O_WRONLY | O_CLOEXEC);
+	to.fd = progress;
 	if (g->deep && g->reference_logits && access(g->reference_logits, F_OK) != 0)
 		first = reference_first(g, n_ctx, progress, &first_seconds);
 	/* With a shared file the reference may not be needed at all. */
@@ -628,10 +641,14 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	fref.n_vocab = cand.s->m->hp.n_vocab;
 	fref.path = g->reference_logits;
 	fref.identity = identity;
+	if (first) {
+		to.before = g->deep->prefill + g->deep->decode_steps;
+		to.runs = 2;
+	}
 	for (;;) {
 		run = g->deep ? q4kh_f2_run_plan(&fref, cand.s, g->probe, g->deep->prefill,
 		                                 g->deep->judged, g->deep->decode_steps, &rules,
-		                                 progress >= 0 ? write_progress : NULL, &progress,
+		                                 progress >= 0 ? write_progress : NULL, &to,
 		                                 &res, err)
 		              : q4kh_f2_run(&fref, cand.s, g->probe, g->n_probe, &rules, &res, err);
 		if (run < 0)
