@@ -614,17 +614,18 @@ Test(diagnostics, a_long_prefill_and_a_bench_show_progress_on_a_terminal, .timeo
 {
 	static const char *const none[] = { NULL };
 	const char *plugins = test_plugin_dir(none), *receipts = test_tmpdir();
-	char args[8192], prompt[1024] = "", *out;
+	char args[8192], prompt[2048] = "", *out;
 
-	for (int i = 0; i < 100; i++)
+	/* more than one of the reference's steps of 256 tokens */
+	for (int i = 0; i < 160; i++)
 		strcat(prompt, "one two ");
 	snprintf(args, sizeof(args), "run -n 1 -m %s -p '%s' --plugin-path %s", tiny_model(), prompt,
 	         plugins);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
-	cr_expect(strstr(out, "\rq4khost run: prefill: 64 of ") != NULL, "%s", out);
+	cr_expect(strstr(out, "\rq4khost run: prefill: 256 of ") != NULL, "%s", out);
 	free(out);
 	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
-	cr_expect_null(strstr(out, "prefill: 64 of"), "%s", out);
+	cr_expect_null(strstr(out, "prefill: 256 of"), "%s", out);
 	free(out);
 	snprintf(args, sizeof(args), "bench -n 2 -m %s --plugin-path %s", tiny_model(), plugins);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
@@ -650,9 +651,11 @@ Test(diagnostics, a_deep_measurement_shows_the_positions_done, .timeout = 240)
 	cr_assert_eq(q4khost_on_a_terminal(test_tmpdir(), args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "\rq4khost validate: F2 of cpu/cpu-q8act (device 0): 0 s, against "
 	                      "the") != NULL, "%s", out);
-	/* cut at the terminal's 80 columns: the name and what moves come first */
+	/* cut at the terminal's 80 columns: the name and what moves come
+	 * first; the reference alone first, then the candidate, so out of
+	 * twice the probe's 1024 positions */
 	cr_expect(strstr(out, "\rq4khost validate: F2 of cpu/cpu-q8act (device 0): ") != NULL &&
-	          strstr(out, "/1024 positions,...\033[K") != NULL, "%s", out);
+	          strstr(out, "/2048 positions,...\033[K") != NULL, "%s", out);
 	free(out);
 	/* the child's option, refused anywhere else */
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "validate --deep --progress-file x", &out), 2,
