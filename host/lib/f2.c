@@ -401,6 +401,16 @@ struct plan_shape {
 	                     the narrow steps' tokens, a decode step */
 };
 
+/* How many of JUDGED[c .. c+t) are set. */
+static int64_t judged_in(const uint8_t *judged, int64_t c, int64_t t)
+{
+	int64_t n = 0;
+
+	for (int64_t i = c; i < c + t; i++)
+		n += judged[i] != 0;
+	return n;
+}
+
 static struct plan_shape plan_shape(int64_t prefill, const uint8_t *judged, int64_t nb)
 {
 	struct plan_shape p = { 0, 0, 1 };
@@ -409,10 +419,8 @@ static struct plan_shape plan_shape(int64_t prefill, const uint8_t *judged, int6
 	           : NARROW_TOKENS < nb                    ? NARROW_TOKENS
 	                                                   : nb;
 	for (int64_t c = 0; c < prefill; c += nb) {
-		int64_t in_chunk = 0;
+		const int64_t in_chunk = judged_in(judged, c, prefill - c < nb ? prefill - c : nb);
 
-		for (int64_t i = c; i < c + nb && i < prefill; i++)
-			in_chunk += judged[i] != 0;
 		p.n_judged += in_chunk;
 		p.n_rows = in_chunk > p.n_rows ? in_chunk : p.n_rows;
 	}
@@ -438,15 +446,14 @@ int q4kh_f2_record_plan(struct q4kh_f2_ref *ref, const int32_t *tokens, int64_t 
 {
 	const int64_t v = ref->n_vocab, rows = prefill + decode_steps;
 	const struct plan_shape p = plan_shape(prefill, judged, nb);
+	const struct q4kh_f2_ref_shape shape =
+		plan_ref_shape(tokens, prefill, judged, decode_steps, &p);
 	const float *last = NULL;
 	float *rl;
 	int rc = -1;
 
 	if (prefill < 2 || !judged[prefill - 1] || !ref->s || !ref->path)
 		return q4kh_fail(err, "F2: recording the reference needs a probe of at least 2 tokens, its last one judged, a reference session and a file");
-	const struct q4kh_f2_ref_shape shape =
-		plan_ref_shape(tokens, prefill, judged, decode_steps, &p);
-
 	if (q4kh_f2_ref_begin(ref, &shape, err))
 		return -1;
 	if (!(rl = malloc(sizeof(float) * (size_t)(p.n_rows * v)))) {
@@ -459,17 +466,12 @@ int q4kh_f2_record_plan(struct q4kh_f2_ref *ref, const int32_t *tokens, int64_t 
 	 * decode steps, the narrow steps' tokens. */
 	for (int64_t c = 0; c < prefill; c += nb) {
 		const int64_t t = prefill - c < nb ? prefill - c : nb;
-		int64_t j = 0;
 
 		if (q4kh_f2_ref_eval(ref, tokens + c, t, rl, judged + c, err))
 			goto out;
-		for (int64_t i = c; i < c + t; i++) {
-			if (!judged[i])
-				continue;
-			if (i == prefill - 1)
-				last = rl + j * v;
-			j++;
-		}
+		/* the last position, judged, is the last chunk's last row */
+		if (c + t == prefill)
+			last = rl + (judged_in(judged, c, t) - 1) * v;
 		if (done)
 			done(done_data, c + t, rows);
 	}
@@ -503,6 +505,8 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	const int64_t rows = prefill + decode_steps;
 	const struct plan_shape p = plan_shape(prefill, judged, nb);
 	const int64_t narrow = p.narrow;
+	const struct q4kh_f2_ref_shape shape =
+		plan_ref_shape(tokens, prefill, judged, decode_steps, &p);
 	struct q4kh_error e = { { 0 } };
 	const float *last = NULL; /* the reference's logits of the last position */
 	float *rl, *cl;
@@ -512,9 +516,6 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	memset(out, 0, sizeof(*out));
 	if (prefill < 2 || !judged[prefill - 1] || cand->m->hp.n_vocab != v)
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one judged, and two sessions of one vocabulary");
-	const struct q4kh_f2_ref_shape shape =
-		plan_ref_shape(tokens, prefill, judged, decode_steps, &p);
-
 	rc = q4kh_f2_ref_begin(ref, &shape, err);
 	if (rc)
 		return rc;

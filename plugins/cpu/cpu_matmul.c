@@ -28,8 +28,15 @@
 
 typedef cpu_v8d v8d;
 
+struct mm_block;
+
+/* The same function for each tile size; the CPU picks one (pick_slice). */
+typedef void slice_fn(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
+                      int64_t n);
+
 struct mm_job {
 	const struct q4kh_tensor *w, *x, *y;
+	slice_fn *slice; /* pick_slice's, once a call */
 	q4kh_device_ctx *dev;
 	double *xd; /* {K, T} contiguous doubles */
 	int64_t k, t;
@@ -76,9 +83,6 @@ slice(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0, int64_t n,
 	}
 }
 
-/* The same function for each tile size; the CPU picks one (pick_slice). */
-typedef void slice_fn(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
-                      int64_t n);
 
 static void slice_2x2(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
                       int64_t n)
@@ -168,7 +172,6 @@ static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	uintptr_t a = (uintptr_t)(wf + k);
 	struct mm_block b = { j, wd, (v8d *)((a + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1)),
 		              0, 0 };
-	slice_fn *fn = pick_slice();
 
 	for (b.n0 = begin; b.n0 < end; b.n0 += ROWS) {
 		b.nr = end - b.n0 < ROWS ? end - b.n0 : ROWS;
@@ -177,7 +180,7 @@ static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 			for (int64_t i = 0; i < k; i++)
 				wd[r * k + i] = wf[i];
 		}
-		block_times_x(&b, fn);
+		block_times_x(&b, j->slice);
 	}
 }
 
@@ -199,7 +202,7 @@ q4kh_status cpu_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                         const struct q4kh_tensor *x,
                         const struct q4kh_tensor *y)
 {
-	struct mm_job j = { w, x, y, dev, NULL, 0, 0 };
+	struct mm_job j = { w, x, y, pick_slice(), dev, NULL, 0, 0 };
 	const struct q4kh_check c = cpu_contract(dev);
 	q4kh_status st;
 
