@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 5);
+	cr_expect_eq(Q4KH_ABI_MINOR, 6);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -54,6 +54,76 @@ Test(abi, enum_values)
 	cr_expect_eq(Q4KH_UNARY_SIGMOID, 0);
 	cr_expect_eq(Q4KH_UNARY_SOFTPLUS, 1);
 	cr_expect_eq(Q4KH_UNARY_SILU, 2);
+	/* 1.6 */
+	cr_expect_eq(Q4KH_ARITH_UNDECLARED, 0);
+	cr_expect_eq(Q4KH_ARITH_EXACT, 1);
+	cr_expect_eq(Q4KH_ARITH_F32, 2);
+	cr_expect_eq(Q4KH_ARITH_F16, 3);
+	cr_expect_eq(Q4KH_ARITH_INT16, 4);
+	cr_expect_eq(Q4KH_ARITH_INT8, 5);
+	cr_expect_eq(Q4KH_OP_GET_ROWS, 0);
+	cr_expect_eq(Q4KH_OP_MUL_MAT, 1);
+	cr_expect_eq(Q4KH_OP_RMS_NORM, 2);
+	cr_expect_eq(Q4KH_OP_ROPE, 3);
+	cr_expect_eq(Q4KH_OP_ADD, 4);
+	cr_expect_eq(Q4KH_OP_SCALE, 5);
+	cr_expect_eq(Q4KH_OP_GLU, 6);
+	cr_expect_eq(Q4KH_OP_SET_ROWS, 7);
+	cr_expect_eq(Q4KH_OP_ATTENTION, 8);
+	cr_expect_eq(Q4KH_OP_MUL, 9);
+	cr_expect_eq(Q4KH_OP_COPY, 10);
+	cr_expect_eq(Q4KH_OP_UNARY, 11);
+	cr_expect_eq(Q4KH_OP_SSM_CONV, 12);
+	cr_expect_eq(Q4KH_OP_DELTA_NET, 13);
+	cr_expect_eq(Q4KH_VAL_FIXED, 0);
+	cr_expect_eq(Q4KH_VAL_IDS, 1);
+	cr_expect_eq(Q4KH_VAL_POS, 2);
+	cr_expect_eq(Q4KH_VAL_ACT, 3);
+	cr_expect_eq(Q4KH_VAL_VIEW, 4);
+	cr_expect_eq(Q4KH_PATH_NODES, 1);
+	cr_expect_eq(Q4KH_PATH_REPLAY, 2);
+	cr_expect_eq(Q4KH_PATH_PERSISTENT, 3);
+	cr_expect_eq(Q4KH_STEP_SRC, 6);
+}
+
+/* The step graph a backend's graph_prepare receives (ABI 1.6). */
+Test(abi, step_graph)
+{
+	OFF(q4kh_step_node, op, 0);
+	OFF(q4kh_step_node, src, 4);
+	OFF(q4kh_step_node, out, 28);
+	OFF(q4kh_step_node, i, 32);
+	OFF(q4kh_step_node, f, 40);
+	OFF(q4kh_step_node, rope, 48);
+	SIZE(q4kh_step_node, 96);
+	OFF(q4kh_step_value, t, 0);
+	OFF(q4kh_step_value, kind, 88);
+	OFF(q4kh_step_value, base, 92);
+	OFF(q4kh_step_value, name, 96);
+	OFF(q4kh_step_value, kernel, 104);
+	OFF(q4kh_step_value, kernel_ctx, 112);
+	OFF(q4kh_step_value, prepared, 120);
+	OFF(q4kh_step_value, native, 128);
+	SIZE(q4kh_step_value, 136);
+	OFF(q4kh_step_graph, struct_size, 0);
+	OFF(q4kh_step_graph, node_size, 4);
+	OFF(q4kh_step_graph, value_size, 8);
+	OFF(q4kh_step_graph, n_nodes, 12);
+	OFF(q4kh_step_graph, n_values, 16);
+	OFF(q4kh_step_graph, ids, 20);
+	OFF(q4kh_step_graph, pos, 24);
+	OFF(q4kh_step_graph, logits, 28);
+	OFF(q4kh_step_graph, n_tokens, 32);
+	OFF(q4kh_step_graph, n_out, 40);
+	OFF(q4kh_step_graph, n_seqs, 48);
+	OFF(q4kh_step_graph, nodes, 56);
+	OFF(q4kh_step_graph, values, 64);
+	SIZE(q4kh_step_graph, 72);
+	OFF(q4kh_step_run, struct_size, 0);
+	OFF(q4kh_step_run, path, 4);
+	OFF(q4kh_step_run, launches, 8);
+	OFF(q4kh_step_run, fused, 12);
+	SIZE(q4kh_step_run, 16);
 }
 
 /* GGUF's on-disk type ids (ggml.h enum ggml_type). */
@@ -190,7 +260,13 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, rope_store, 344);
 	/* ABI 1.5 */
 	OFF(q4kh_backend_v1, norm_add_rms_norm, 352);
-	SIZE(q4kh_backend_v1, 360);
+	/* 1.6 */
+	OFF(q4kh_backend_v1, graph_prepare, 360);
+	OFF(q4kh_backend_v1, graph_compute, 368);
+	OFF(q4kh_backend_v1, graph_release, 376);
+	OFF(q4kh_backend_v1, arith, 384);
+	OFF(q4kh_backend_v1, reserved_1_6, 388);
+	SIZE(q4kh_backend_v1, 392);
 }
 
 /*
@@ -260,7 +336,10 @@ Test(abi, kernel_table)
 	/* ABI 1.4 */
 	OFF(q4kh_kernel_v1, gemv_multi, 96);
 	OFF(q4kh_kernel_v1, gemv_glu, 104);
-	SIZE(q4kh_kernel_v1, 112);
+	/* 1.6 */
+	OFF(q4kh_kernel_v1, arith, 112);
+	OFF(q4kh_kernel_v1, reserved_1_6, 116);
+	SIZE(q4kh_kernel_v1, 120);
 }
 
 static q4kh_status some_multi(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,

@@ -26,34 +26,12 @@
 
 struct q4kh_weight;
 
-enum q4kh_op {
-	Q4KH_OP_GET_ROWS,  /* src table (fixed), ids; f[0] scale */
-	Q4KH_OP_MUL_MAT,   /* src w (a weight), x, bias (F32 {N}, or -1): through w's kernel variant */
-	Q4KH_OP_RMS_NORM,  /* src x, w (or -1); f[0] eps */
-	Q4KH_OP_ROPE,      /* src x, pos, freq factors (or -1); rope */
-	Q4KH_OP_ADD,       /* src a, b (b broadcast as the backend's add) */
-	Q4KH_OP_SCALE,     /* src x; f[0] */
-	Q4KH_OP_GLU,       /* src gate, up; i[0] q4kh_glu_kind */
-	Q4KH_OP_SET_ROWS,  /* src new rows {a, b, T}, pos; out the cache */
-	Q4KH_OP_ATTENTION, /* src q, k_cache, v_cache, pos; i[0] window; f[0] scale, f[1] softcap */
-	Q4KH_OP_MUL,       /* src a, b (b broadcast as the backend's mul) */
-	Q4KH_OP_COPY,      /* src x (any strides); out contiguous */
-	Q4KH_OP_UNARY,     /* src x; i[0] q4kh_unary_kind */
-	Q4KH_OP_SSM_CONV,  /* src x, w, state (fixed, rewritten) */
-	Q4KH_OP_DELTA_NET, /* src q, k, v, g, beta, state (fixed, rewritten); f[0] scale */
-	Q4KH_OP_COUNT
-};
-
-enum q4kh_value_kind {
-	Q4KH_VAL_FIXED, /* a tensor that outlives the step: weight, cache */
-	Q4KH_VAL_IDS,   /* the step's token ids, I32 {T} */
-	Q4KH_VAL_POS,   /* the step's positions, I32 {T}; also the cache rows */
-	Q4KH_VAL_ACT,   /* an f32 activation in the scratch */
-	Q4KH_VAL_VIEW   /* bytes of another value (base), reshaped */
-};
+/* The ops and value kinds are the ABI's (plugin.h, ABI 1.6): the graph a
+ * backend's graph_prepare receives is this one, exported. */
+#define Q4KH_OP_COUNT (Q4KH_OP_DELTA_NET + 1)
 
 #define Q4KH_GRAPH_NAME 40
-#define Q4KH_GRAPH_SRC 6
+#define Q4KH_GRAPH_SRC Q4KH_STEP_SRC
 
 struct q4kh_value {
 	enum q4kh_value_kind kind;

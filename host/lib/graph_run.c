@@ -357,8 +357,6 @@ static int run_node(const struct q4kh_graph *g, const struct q4kh_node *n,
 		CALL(v->delta_net(dev, s[0], s[1], s[2], s[3], s[4], s[5], n->f[0],
 		                  out));
 		return 0;
-	case Q4KH_OP_COUNT:
-		break;
 	}
 	return q4kh_fail(err, "step graph: node of unknown op %d", (int)n->op);
 }

@@ -49,6 +49,7 @@ static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_backend_v1, delta_net) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_backend_v1, rope_store) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_backend_v1, norm_add_rms_norm) + sizeof(void (*)(void)),
+	offsetof(struct q4kh_backend_v1, reserved_1_6) + sizeof(uint32_t),
 };
 
 /* The smallest legal kernel table: ABI 1.0's, up to release. */
@@ -64,6 +65,7 @@ static const size_t kernel_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
 	/* 1.5 appended to the backend table only */
 	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
+	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
 };
 
 #define NAME_MAX_LEN 63
@@ -191,6 +193,12 @@ static int check_backend(const struct q4kh_backend_v1 *b, uint32_t minor, char *
 		return say(why, size,
 		           "backend table struct_size %u is smaller than the %zu bytes of ABI %d.%u, which its descriptor claims",
 		           b->struct_size, backend_table_size[m], Q4KH_ABI_MAJOR, m);
+	if ((Q4KH_BACKEND_HAS(b, graph_prepare) || Q4KH_BACKEND_HAS(b, graph_compute) ||
+	     Q4KH_BACKEND_HAS(b, graph_release)) &&
+	    !(Q4KH_BACKEND_HAS(b, graph_prepare) && Q4KH_BACKEND_HAS(b, graph_compute) &&
+	      Q4KH_BACKEND_HAS(b, graph_release)))
+		return say(why, size,
+		           "backend table has some of graph_prepare, graph_compute and graph_release but not all three (ABI 1.6: all or none)");
 	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
 }
 

@@ -39,22 +39,63 @@ static const char *plural(unsigned long long n)
 	return n == 1 ? "" : "s";
 }
 
-/* "graph replay" when any step was a replay, else "op by op". */
-static const char *step_mode(const struct q4kh_session_stats *st)
+/* The path most steps took (the later one on a tie: decode's, which
+ * outnumbers the prompt's steps); "op by op" before any step. */
+static enum q4kh_step_way step_way(const struct q4kh_session_stats *st)
 {
-	return st->replayed ? "graph replay" : "op by op";
+	enum q4kh_step_way best = Q4KH_WAY_OP_BY_OP;
+
+	for (int w = 0; w < Q4KH_WAY_COUNT; w++)
+		if (st->ways[w] && st->ways[w] >= st->ways[best])
+			best = (enum q4kh_step_way)w;
+	return best;
 }
 
-/* How the steps ran and, when not all could be replays, why. */
+static const char *step_mode(const struct q4kh_session_stats *st)
+{
+	return q4kh_step_way_name(step_way(st));
+}
+
+/* How the steps ran and, when not all could take the backend's graph
+ * entry or be replays, why. */
 static void print_steps(FILE *f, const struct q4kh_session_stats *st)
 {
 	unsigned long long steps = st->steps, replays = st->replayed, recordings = st->recorded;
+	const char *sep = "";
 
-	fprintf(f, "q4khost: steps: %s (%llu step%s, %llu replay%s of %llu recording%s), "
-	           "KV cache %s%s%s\n",
-	        step_mode(st), steps, plural(steps), replays, plural(replays), recordings,
-	        plural(recordings), q4kh_type_name(st->kv_type), st->why_not[0] ? "; " : "",
-	        st->why_not);
+	if (!st->ways[Q4KH_WAY_GRAPH_NODES] && !st->ways[Q4KH_WAY_GRAPH_REPLAY] &&
+	    !st->ways[Q4KH_WAY_GRAPH_PERSISTENT]) {
+		fprintf(f, "q4khost: steps: %s (%llu step%s, %llu replay%s of %llu recording%s), "
+		           "KV cache %s%s%s\n",
+		        step_mode(st), steps, plural(steps), replays, plural(replays),
+		        recordings, plural(recordings), q4kh_type_name(st->kv_type),
+		        st->why_not[0] ? "; " : "", st->why_not);
+		return;
+	}
+	fprintf(f, "q4khost: steps: %s (%llu step%s:", step_mode(st), steps, plural(steps));
+	for (int w = 0; w < Q4KH_WAY_COUNT; w++) {
+		if (!st->ways[w])
+			continue;
+		fprintf(f, "%s %llu %s", sep, (unsigned long long)st->ways[w],
+		        q4kh_step_way_name((enum q4kh_step_way)w));
+		sep = ",";
+	}
+	if (st->launches)
+		fprintf(f, "; %u launches a step", st->launches);
+	fprintf(f, "), KV cache %s%s%s\n", q4kh_type_name(st->kv_type),
+	        st->why_not[0] ? "; " : "", st->why_not);
+}
+
+/* Steps by path, as {"graph_replay": 128, ...}: the paths taken only. */
+static json_t *ways_json(const struct q4kh_session_stats *st)
+{
+	json_t *o = json_object();
+
+	for (int w = 0; o && w < Q4KH_WAY_COUNT; w++)
+		if (st->ways[w])
+			json_object_set_new(o, q4kh_step_way_token((enum q4kh_step_way)w),
+			                    json_integer((json_int_t)st->ways[w]));
+	return o;
 }
 
 /* A float as the shortest decimal that reads back as it (0.8, not
@@ -228,7 +269,10 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	if (o && r->steps)
 		json_object_set_new(
 			o, "steps",
-			json_pack("{s:s, s:I, s:I, s:I, s:s, s:s}", "mode", step_mode(r->steps),
+			json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:s, s:s}", "mode",
+			          step_mode(r->steps), "path",
+			          q4kh_step_way_token(step_way(r->steps)), "paths",
+			          ways_json(r->steps), "launches", (json_int_t)r->steps->launches,
 			          "steps", (json_int_t)r->steps->steps, "replays",
 			          (json_int_t)r->steps->replayed, "recordings",
 			          (json_int_t)r->steps->recorded, "why_not",

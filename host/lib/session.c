@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "graph_entry.h"
 #include "graph_run.h"
 #include "tensor.h"
 #include "q4khost/top2.h"
@@ -22,10 +23,12 @@ struct q4kh_session_graph {
 	 * or a batched step's (q4kh_session_eval_batch), in order */
 	uint64_t *seq_ids;
 	int32_t n_seq;
-	q4kh_graph *rec;      /* the backend's recording, once made */
+	q4kh_graph *rec;      /* the host's recording, once made */
+	q4kh_step *entry;     /* the backend's prepared step (ABI 1.6) */
 	uint64_t runs;        /* steps run with g */
 	uint64_t used;        /* s->stats.steps when last used */
 	int no_record;        /* recording g failed once: run it op by op */
+	int no_entry;         /* the backend declined g: the host runs it */
 };
 
 static uint64_t align_up(uint64_t v)
@@ -40,11 +43,16 @@ static int alloc(struct q4kh_session *s, uint64_t size, q4kh_buffer **buf,
 	                          what, err);
 }
 
+/* Drop what the backend holds of SG's bound tensors: the host's recording
+ * or the backend's prepared step. */
 static void drop_recording(struct q4kh_session *s, struct q4kh_session_graph *sg)
 {
 	if (sg->rec)
 		s->b->v->graph_free(s->b->dev, sg->rec);
+	if (sg->entry)
+		s->b->v->graph_release(s->b->dev, sg->entry);
 	sg->rec = NULL;
+	sg->entry = NULL;
 }
 
 static void drop_graph(struct q4kh_session *s, struct q4kh_session_graph *sg)
@@ -302,9 +310,10 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	    alloc(s, 2 * sizeof(int32_t) * s->p.n_batch, &s->step,
 	          "buffer_alloc (step inputs)", err))
 		goto fail;
+	s->stats.entry = !q4kh_graph_entry_missing(s->b);
 	missing = q4kh_graph_replay_missing(s->b);
 	s->stats.replay = !missing;
-	if (missing)
+	if (missing && !s->stats.entry)
 		snprintf(s->stats.why_not, sizeof(s->stats.why_not),
 		         "%s does not record steps for replay (it has no %s)",
 		         s->b->plugin->name, missing);
@@ -356,13 +365,57 @@ void q4kh_session_reset(struct q4kh_session *s)
  * when the backend replays and this shape ran before (a shape met once,
  * like a prompt's last chunk, is not worth a recording); else op by op.
  */
+/* Count a step that took path W. */
+static void took(struct q4kh_session *s, enum q4kh_step_way w)
+{
+	s->stats.ways[w]++;
+	s->stats.last = w;
+}
+
+/*
+ * Run SG through the backend's graph entry, preparing it first: 1 when it
+ * ran, 0 when the backend declined the graph (the host runs it from then
+ * on), -1 with err on a failure.
+ */
+static int run_entry(struct q4kh_session *s, struct q4kh_session_graph *sg,
+                     struct q4kh_error *err)
+{
+	static const enum q4kh_step_way ways[] = {
+		[Q4KH_PATH_NODES] = Q4KH_WAY_GRAPH_NODES,
+		[Q4KH_PATH_REPLAY] = Q4KH_WAY_GRAPH_REPLAY,
+		[Q4KH_PATH_PERSISTENT] = Q4KH_WAY_GRAPH_PERSISTENT,
+	};
+	struct q4kh_step_run run = { .struct_size = sizeof(run) };
+	int rc;
+
+	if (!sg->entry) {
+		rc = q4kh_graph_entry_prepare(sg->g, sg->n_seq, s->b, &sg->entry,
+		                              s->stats.why_not, sizeof(s->stats.why_not), err);
+		if (rc <= 0) {
+			sg->no_entry = !rc;
+			return rc;
+		}
+	}
+	if (q4kh_backend_check(s->b, s->b->v->graph_compute(s->b->dev, sg->entry, &run),
+	                       "graph_compute", err))
+		return -1;
+	took(s, run.path >= Q4KH_PATH_NODES && run.path <= Q4KH_PATH_PERSISTENT
+	                ? ways[run.path]
+	                : Q4KH_WAY_GRAPH_NODES);
+	s->stats.launches = run.launches;
+	return 1;
+}
+
 static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,
                      const struct q4kh_step_values *in, struct q4kh_error *err)
 {
 	struct q4kh_error rec_err;
+	int rc;
 
 	sg->runs++;
 	sg->used = ++s->stats.steps;
+	if (s->stats.entry && !sg->no_entry && (rc = run_entry(s, sg, err)))
+		return rc < 0 ? -1 : 0;
 	if (!sg->rec && s->stats.replay && !sg->no_record && sg->runs > 1) {
 		if (q4kh_graph_record(sg->g, s->b, in, &sg->rec, &rec_err)) {
 			sg->no_record = 1;
@@ -373,11 +426,33 @@ static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,
 			s->stats.recorded++;
 		}
 	}
-	if (!sg->rec)
+	if (!sg->rec) {
+		took(s, Q4KH_WAY_OP_BY_OP);
 		return q4kh_graph_run(sg->g, s->b, in, err);
+	}
 	s->stats.replayed++;
+	took(s, Q4KH_WAY_REPLAY);
 	return q4kh_backend_check(s->b, s->b->v->graph_launch(s->b->dev, sg->rec),
 	                          "graph_launch", err);
+}
+
+const char *q4kh_step_way_name(enum q4kh_step_way w)
+{
+	static const char *const names[Q4KH_WAY_COUNT] = {
+		"op by op", "graph replay", "graph entry (node by node)",
+		"graph entry (replay)", "graph entry (persistent kernel)",
+	};
+
+	return (unsigned)w < Q4KH_WAY_COUNT ? names[w] : "unknown";
+}
+
+const char *q4kh_step_way_token(enum q4kh_step_way w)
+{
+	static const char *const tokens[Q4KH_WAY_COUNT] = {
+		"op_by_op", "replay", "graph_nodes", "graph_replay", "graph_persistent",
+	};
+
+	return (unsigned)w < Q4KH_WAY_COUNT ? tokens[w] : "unknown";
 }
 
 /*

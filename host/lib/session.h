@@ -51,16 +51,40 @@ struct q4kh_session_params {
 	enum q4kh_kv_choice kv;
 };
 
+/*
+ * The paths a step can take: the host's own (its interpreter, or its
+ * recording of the interpreter's calls replayed, ABI 1.1), or the
+ * backend's graph entry (ABI 1.6), which says how it ran the step.
+ */
+enum q4kh_step_way {
+	Q4KH_WAY_OP_BY_OP,         /* the host's interpreter (graph_run.h) */
+	Q4KH_WAY_REPLAY,           /* the host's recording, replayed */
+	Q4KH_WAY_GRAPH_NODES,      /* graph entry: the backend's own walk */
+	Q4KH_WAY_GRAPH_REPLAY,     /* graph entry: the backend's recording */
+	Q4KH_WAY_GRAPH_PERSISTENT, /* graph entry: a persistent kernel */
+	Q4KH_WAY_COUNT
+};
+
 /* How the steps of a session ran, for the report. */
 struct q4kh_session_stats {
 	uint64_t steps;    /* steps run */
-	uint64_t replayed; /* of them, replays of a recording */
-	uint64_t recorded; /* recordings made */
-	int replay;        /* the backend can replay (graph_run.h) */
+	uint64_t replayed; /* of them, replays of a host recording */
+	uint64_t recorded; /* host recordings made */
+	uint64_t ways[Q4KH_WAY_COUNT]; /* steps by the path they took */
+	enum q4kh_step_way last;       /* the last step's path */
+	uint32_t launches; /* the last graph-entry step's launches (0 unknown) */
+	int entry;         /* the backend takes whole steps (graph_entry.h) */
+	int replay;        /* the host can replay on it (graph_run.h) */
 	int record_failed; /* a recording failed: those shapes run op by op */
 	uint32_t kv_type;  /* the KV cache's: Q4KH_TYPE_F32 or Q4KH_TYPE_F16 */
-	char why_not[256]; /* when replay is 0 or a recording failed: why */
+	char why_not[256]; /* why steps were not whole on the backend or not
+	                      replays, when they were not */
 };
+
+/* "graph entry (replay)", "op by op": a path in the report's words. */
+const char *q4kh_step_way_name(enum q4kh_step_way w);
+/* "graph_replay", "op_by_op": the same as run --json's token. */
+const char *q4kh_step_way_token(enum q4kh_step_way w);
 
 struct q4kh_session_graph; /* one cached step graph (session.c) */
 

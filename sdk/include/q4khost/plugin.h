@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 5
+#define Q4KH_ABI_MINOR 6
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -79,8 +79,11 @@ typedef struct q4kh_buffer q4kh_buffer;
 typedef struct q4kh_kernel_ctx q4kh_kernel_ctx;
 typedef struct q4kh_prepared q4kh_prepared;
 typedef struct q4kh_graph q4kh_graph;
-/* Defined below; declared here so the backend table can name it. */
+typedef struct q4kh_step q4kh_step;
+/* Defined below; declared here so the backend table and the step graph
+ * can name them. */
 struct q4kh_native_device;
+struct q4kh_kernel_v1;
 
 /*
  * What the host offers a plugin. Passed to init(); valid until shutdown()
@@ -197,8 +200,161 @@ struct q4kh_rope_params {
 };
 
 /*
- * Backend function table, ABI 1.5 (1.0 ends at native_device, 1.1 at
- * graph_free, 1.2 and 1.3 at delta_net, 1.4 at rope_store). All tensors
+ * ABI 1.6: the arithmetic a plugin's products and ops use, which sets how
+ * close F2 holds its logits to the exact reference's (docs/f2.md,
+ * "Floors that follow the arithmetic"). A backend declares the class of
+ * its own ops and built-in products, a kernel variant the class of its
+ * products; a path's class is the coarsest of its parts. In order from
+ * the finest: each class's rounding contains the ones before it.
+ */
+typedef enum q4kh_arith {
+	Q4KH_ARITH_UNDECLARED = 0, /* a plugin before 1.6: F2's default floor */
+	Q4KH_ARITH_EXACT = 1,      /* double accumulation: the reference */
+	Q4KH_ARITH_F32 = 2,        /* f32 activations, caches and sums */
+	Q4KH_ARITH_F16 = 3,        /* activations or the KV cache rounded to
+	                              f16 or bf16 (tensor cores, F16 caches) */
+	Q4KH_ARITH_INT16 = 4,      /* activations quantised to 16-bit integers
+	                              per block */
+	Q4KH_ARITH_INT8 = 5        /* activations quantised to 8-bit integers
+	                              per block (dp4a, VNNI on int8) */
+} q4kh_arith;
+
+/*
+ * ABI 1.6: the step graph as a backend receives it whole (graph_prepare
+ * below; docs/plugin-abi.md section 4, "The step as the unit of work").
+ * A step is nodes over values. Node k computes
+ *   values[out] = op(values[src[0]], values[src[1]], ...)
+ * with the parameters that q4kh_op's comment names, in the order the
+ * nodes come: a later node may read what an earlier one wrote, and may
+ * overwrite what no later node reads (the host's planner lays activations
+ * out so; a backend reorders only where the data allow it). Every node is
+ * exactly the backend entry of the same name, with the 1.2 semantics for
+ * ids and positions (device tensors read when the op runs): a backend that
+ * takes a graph computes what calling those entries in node order
+ * computes, fusing as it likes.
+ */
+typedef enum q4kh_op {
+	Q4KH_OP_GET_ROWS = 0,  /* src table, ids; f[0] scale: get_rows_ext */
+	Q4KH_OP_MUL_MAT = 1,   /* src w (a weight value), x, bias (F32 {N}
+	                          added to every column, or -1): the weight's
+	                          kernel variant's gemv/gemm, else mul_mat */
+	Q4KH_OP_RMS_NORM = 2,  /* src x, w (or -1); f[0] eps */
+	Q4KH_OP_ROPE = 3,      /* src x, pos, freq factors (or -1); rope:
+	                          rope_ext's parameters, freq_factors NULL */
+	Q4KH_OP_ADD = 4,       /* src a, b (b broadcast as add's) */
+	Q4KH_OP_SCALE = 5,     /* src x; f[0] */
+	Q4KH_OP_GLU = 6,       /* src gate, up; i[0] q4kh_glu_kind */
+	Q4KH_OP_SET_ROWS = 7,  /* src rows {a, b, T}, pos; out the cache */
+	Q4KH_OP_ATTENTION = 8, /* src q, k_cache, v_cache, pos; i[0] window;
+	                          f[0] scale, f[1] softcap: attention_ext */
+	Q4KH_OP_MUL = 9,       /* src a, b (b broadcast as mul's) */
+	Q4KH_OP_COPY = 10,     /* src x (any strides); out */
+	Q4KH_OP_UNARY = 11,    /* src x; i[0] q4kh_unary_kind */
+	Q4KH_OP_SSM_CONV = 12, /* src x, w, state (rewritten in place) */
+	Q4KH_OP_DELTA_NET = 13 /* src q, k, v, g, beta, state (rewritten);
+	                          f[0] scale */
+} q4kh_op;
+
+/* What a value of a step graph is. */
+typedef enum q4kh_value_kind {
+	Q4KH_VAL_FIXED = 0, /* outlives the step: a weight, a cache, a state */
+	Q4KH_VAL_IDS = 1,   /* the step's token ids, I32 {T} */
+	Q4KH_VAL_POS = 2,   /* the step's positions, I32 {T}; the cache rows */
+	Q4KH_VAL_ACT = 3,   /* an f32 activation in the step's scratch */
+	Q4KH_VAL_VIEW = 4   /* bytes of another value (base), reshaped */
+} q4kh_value_kind;
+
+#define Q4KH_STEP_SRC 6 /* sources a node names at most */
+
+/* One node (ABI 1.6). Sources and out index the graph's values. */
+struct q4kh_step_node {
+	uint32_t op; /* q4kh_op */
+	int32_t src[Q4KH_STEP_SRC]; /* -1 where unused */
+	int32_t out;
+	int32_t i[2];
+	float f[2];
+	/* ROPE only: freq_factors is NULL here; the factors are src[2] */
+	struct q4kh_rope_params rope;
+};
+
+/*
+ * One value (ABI 1.6): its tensor, bound (buffer, offset, shape and
+ * strides final), and for a weight that a mul_mat node reads, the route
+ * of its product: the kernel variant the host chose for it on this device
+ * (docs/architecture.md section 5), with what to pass that variant's
+ * entries. kernel NULL: the backend's own mul_mat.
+ */
+struct q4kh_step_value {
+	struct q4kh_tensor t;
+	uint32_t kind;    /* q4kh_value_kind */
+	int32_t base;     /* VIEW: the value it views; else -1 */
+	const char *name; /* "blk.3.attn_q", "blk.3.q (heads)": for messages */
+	const struct q4kh_kernel_v1 *kernel;
+	q4kh_kernel_ctx *kernel_ctx;
+	q4kh_prepared *prepared;                 /* kernel's prepare() of t */
+	const struct q4kh_native_device *native; /* the dev argument for it */
+};
+
+/*
+ * A whole step (ABI 1.6). The arrays are strided by the host's node_size
+ * and value_size (q4kh_step_node_at, q4kh_step_value_at), so a backend
+ * built against an older header reads the host's arrays right and a
+ * newer one reads no field past those sizes. Valid during graph_prepare
+ * only: a backend copies what it keeps. The tensors it names stay where
+ * they are, and the buffers stay allocated, until graph_release.
+ */
+struct q4kh_step_graph {
+	uint32_t struct_size;
+	uint32_t node_size;  /* bytes from one node to the next */
+	uint32_t value_size; /* bytes from one value to the next */
+	int32_t n_nodes;
+	int32_t n_values;
+	int32_t ids, pos; /* the step's inputs: values of kind IDS and POS */
+	int32_t logits;   /* F32 {n_vocab, n_out}, or -1 when n_out is 0 */
+	int64_t n_tokens; /* T: columns of the step */
+	int64_t n_out;    /* logits of the last n_out columns; 0: none */
+	uint32_t n_seqs;  /* sequences in the step: 1, or N of a batched
+	                     decode step (one token each) */
+	uint32_t reserved;
+	const struct q4kh_step_node *nodes;
+	const struct q4kh_step_value *values;
+};
+
+/* Node I and value I of graph G, whatever the sizes the host built. */
+static inline const struct q4kh_step_node *
+q4kh_step_node_at(const struct q4kh_step_graph *g, int32_t i)
+{
+	return (const struct q4kh_step_node *)(const void *)((const char *)g->nodes +
+	                                                      (size_t)i * g->node_size);
+}
+
+static inline const struct q4kh_step_value *
+q4kh_step_value_at(const struct q4kh_step_graph *g, int32_t i)
+{
+	return (const struct q4kh_step_value *)(const void *)((const char *)g->values +
+	                                                       (size_t)i * g->value_size);
+}
+
+/* How a backend ran one step (ABI 1.6, graph_compute's report). */
+typedef enum q4kh_step_path {
+	Q4KH_PATH_NODES = 1,     /* issued node by node or fused group by
+	                            group, by the backend itself */
+	Q4KH_PATH_REPLAY = 2,    /* a recording of the step replayed (a CUDA
+	                            graph) */
+	Q4KH_PATH_PERSISTENT = 3 /* a persistent kernel ran the step */
+} q4kh_step_path;
+
+struct q4kh_step_run {
+	uint32_t struct_size; /* set by the host */
+	uint32_t path;        /* q4kh_step_path */
+	uint32_t launches;    /* kernels launched or pool jobs run; 0 unknown */
+	uint32_t fused;       /* nodes computed inside a fused group */
+};
+
+/*
+ * Backend function table, ABI 1.6 (1.0 ends at native_device, 1.1 at
+ * graph_free, 1.2 and 1.3 at delta_net, 1.4 at rope_store, 1.5 at
+ * norm_add_rms_norm). All tensors
  * passed to ops live in buffers of the same device context. Ops may run
  * asynchronously, in the order they are issued; synchronize() waits for
  * all of them. Types: f32 unless said otherwise. An op's output may be one of its inputs only
@@ -600,6 +756,50 @@ struct q4kh_backend_v1 {
 	                                 const struct q4kh_tensor *w_a, float eps_a,
 	                                 const struct q4kh_tensor *w, float eps,
 	                                 const struct q4kh_tensor *out);
+
+	/*
+	 * ABI 1.6, optional, all three or none: the backend takes the whole
+	 * step (struct q4kh_step_graph) and runs it its own way: fusing
+	 * neighbouring nodes, recording and replaying, a persistent kernel.
+	 * The fused entries of ABI 1.4 and 1.5 (add_rms_norm, rope_set_rows,
+	 * rope_store, norm_add_rms_norm) are deprecated: a backend with these
+	 * entries fuses behind them instead, the host calls the fused entries
+	 * only for backends without them, and no new fused entry is added.
+	 *
+	 * graph_prepare: analyse G once (a shape class: tokens, sequences,
+	 * logits wanted) and return in *out what graph_compute runs. G is the
+	 * host's during the call only; the tensors it names stay put until
+	 * graph_release. Q4KH_ERR_UNSUPPORTED with nothing kept when the
+	 * backend cannot take this graph (an op or a layout it does not
+	 * take): the host then runs the nodes itself, through the entries
+	 * above. Kernel variants keep their entries: for a mul_mat node whose
+	 * weight names a kernel, the backend calls that kernel's gemv (at most
+	 * max_gemv_columns columns), gemv_multi, gemv_glu or gemm with the
+	 * value's kernel_ctx, native and prepared, and never its own mul_mat.
+	 *
+	 * graph_compute: enqueue one run of the step. Between two runs the
+	 * host changes nothing but the contents of the IDS and POS values
+	 * (one buffer_upload before each run) and what the step itself writes
+	 * (caches, states); a backend may therefore record the step once and
+	 * replay it. Asynchronous like any op: errors of the run (an id or a
+	 * position out of range) are reported by it or by the next call that
+	 * waits. RUN (NULL for none; the host sets struct_size and zeroes the
+	 * rest) says how this run went: the path, launches, fused nodes.
+	 *
+	 * graph_release: free what graph_prepare made (NULL is ignored); the
+	 * host calls it before it frees or moves any buffer the graph names.
+	 */
+	q4kh_status (*graph_prepare)(q4kh_device_ctx *dev,
+	                             const struct q4kh_step_graph *g,
+	                             q4kh_step **out);
+	q4kh_status (*graph_compute)(q4kh_device_ctx *dev, q4kh_step *step,
+	                             struct q4kh_step_run *run);
+	void (*graph_release)(q4kh_device_ctx *dev, q4kh_step *step);
+
+	/* ABI 1.6: q4kh_arith of the backend's ops and built-in products, as
+	 * configured (0: undeclared). */
+	uint32_t arith;
+	uint32_t reserved_1_6;
 };
 
 /*
@@ -698,7 +898,8 @@ struct q4kh_native_device {
 	 (n)->field != NULL)
 
 /*
- * Kernel-variant function table, ABI 1.4 (1.0 ends at release). A kernel
+ * Kernel-variant function table, ABI 1.6 (1.0 ends at release, 1.4 at
+ * gemv_glu). A kernel
  * variant implements the matmul of some weight types on one backend kind.
  * The host asks score() for each device, prepare()s every weight of those
  * types, and then calls gemv()/gemm() (or gemv_multi() for several that
@@ -797,6 +998,11 @@ struct q4kh_kernel_v1 {
 	                        q4kh_glu_kind kind, q4kh_prepared *w_gate,
 	                        q4kh_prepared *w_up, const struct q4kh_tensor *x,
 	                        const struct q4kh_tensor *y);
+
+	/* ABI 1.6: q4kh_arith of the variant's products, prompts' included
+	 * (0: undeclared). */
+	uint32_t arith;
+	uint32_t reserved_1_6;
 };
 
 /* The most matrices one gemv_multi() call takes (ABI 1.4). */
