@@ -1,31 +1,19 @@
 /*
- * Running a planned and bound step graph (graph.h) on a backend device.
+ * Running a step graph on a backend device through the backend's op
+ * table, for backends without the graph entry of ABI 1.6 (graph_entry.h)
+ * or graphs they decline.
  *
- * The interpreter issues one call per node through the backend's op table,
- * or through the weight's kernel variant for mul_mat. Ops whose ABI 1.2
- * entry the backend has (get_rows_ext, rope_ext, set_rows, attention_ext)
- * read the step's ids and positions from the graph's input tensors, which
- * the caller has uploaded; older backends get them from host memory
- * through the 1.0 entries, which then need consecutive positions (a
- * node's own: all the step's, or the one of its sequence that a cache
- * write or attention of a batched decode step reads through a view). Two
- * consecutive nodes that a backend's ABI 1.4 fused entry computes
- * (add then rms_norm of the sum, rope then set_rows of the rotated keys)
- * are issued as that one call (graph_run.c, "The peephole").
- *
- * Mul_mat nodes that follow one another and read the same x, whose weights
- * one kernel-variant context serves and which have at most its
- * max_gemv_columns columns, go to that variant as one gemv_multi call
- * (ABI 1.4) with their biases (up to Q4KH_GEMV_MULTI_MAX at a time): on a
- * GPU one launch instead of one per matrix and one per bias. Everywhere
- * else (variants without it or refusing the combination with
- * Q4KH_ERR_UNSUPPORTED, gemm, the backend's mul_mat) each node is one
- * product followed by the backend's add of its bias. Before that, a
- * feed-forward block's gate and up products (no bias) followed by their
- * GLU go to the variant's gemv_glu (ABI 1.4) as one call when it serves
- * both weights and up's value is read by nothing after the GLU (the call
- * writes the GLU's output only); when it refuses, the products group as
- * above and the GLU runs on the backend.
+ * The interpreter walks the graph's export (struct q4kh_step_graph) with
+ * the SDK's q4khost/step.h, the code a backend's own graph_compute can
+ * share: one call per node, a mul_mat through its weight's kernel
+ * variant, and a group of nodes as one call where the backend (its
+ * deprecated fused entries of ABI 1.4 and 1.5: add_rms_norm,
+ * rope_set_rows, rope_store, norm_add_rms_norm) or the variant
+ * (gemv_multi, gemv_glu) has the entry and the views make the fused form
+ * exact. Ops whose ABI 1.2 entry the backend has read the step's ids and
+ * positions from the graph's input tensors, which the caller has
+ * uploaded; older backends get them from host memory through the 1.0
+ * entries, which then need consecutive positions.
  *
  * A backend that has every 1.2 entry and the 1.1 graph entries can record
  * the interpreter's calls once and replay them for later steps of the same
@@ -53,10 +41,11 @@ struct q4kh_step_values {
 const char *q4kh_graph_missing(const struct q4kh_graph *g,
                                const struct q4kh_backend *b);
 
-/* Issue every node of G on B, in order, fused pairs as one call. -1 with
- * err naming the node (or the fused entry). */
-int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_backend *b,
-                   const struct q4kh_step_values *in, struct q4kh_error *err);
+/* Issue every node of G (exported as SG) on B, in order, fused groups as
+ * one call. -1 with err naming the call and the value it writes. */
+int q4kh_graph_run(const struct q4kh_graph *g, const struct q4kh_step_graph *sg,
+                   const struct q4kh_backend *b, const struct q4kh_step_values *in,
+                   struct q4kh_error *err);
 
 /*
  * NULL when B can record a step and replay it (see above); else the name
@@ -69,8 +58,8 @@ const char *q4kh_graph_replay_missing(const struct q4kh_backend *b);
  * replayed with graph_launch and released with graph_free. Nothing runs.
  * -1 with err when a call fails; the recording is then ended and freed.
  */
-int q4kh_graph_record(const struct q4kh_graph *g, const struct q4kh_backend *b,
-                      const struct q4kh_step_values *in, q4kh_graph **out,
-                      struct q4kh_error *err);
+int q4kh_graph_record(const struct q4kh_graph *g, const struct q4kh_step_graph *sg,
+                      const struct q4kh_backend *b, const struct q4kh_step_values *in,
+                      q4kh_graph **out, struct q4kh_error *err);
 
 #endif

@@ -23,6 +23,7 @@ struct q4kh_session_graph {
 	 * or a batched step's (q4kh_session_eval_batch), in order */
 	uint64_t *seq_ids;
 	int32_t n_seq;
+	struct q4kh_graph_export ex; /* g as the ABI shows it, bound */
 	q4kh_graph *rec;      /* the host's recording, once made */
 	q4kh_step *entry;     /* the backend's prepared step (ABI 1.6) */
 	uint64_t runs;        /* steps run with g */
@@ -58,9 +59,17 @@ static void drop_recording(struct q4kh_session *s, struct q4kh_session_graph *sg
 static void drop_graph(struct q4kh_session *s, struct q4kh_session_graph *sg)
 {
 	drop_recording(s, sg);
+	q4kh_graph_export_free(&sg->ex);
 	q4kh_graph_free(sg->g);
 	free(sg->seq_ids);
 	memset(sg, 0, sizeof(*sg));
+}
+
+/* Bind SG's graph to the scratch and step inputs, and export it. */
+static int bind(struct q4kh_session *s, struct q4kh_session_graph *sg, struct q4kh_error *err)
+{
+	q4kh_graph_bind(sg->g, s->scratch, s->step);
+	return q4kh_graph_export(sg->g, sg->n_seq, &sg->ex, err);
 }
 
 /*
@@ -85,7 +94,8 @@ static int reserve_scratch(struct q4kh_session *s, uint64_t bytes,
 		if (!s->graphs[i].g)
 			continue;
 		drop_recording(s, &s->graphs[i]);
-		q4kh_graph_bind(s->graphs[i].g, s->scratch, s->step);
+		if (bind(s, &s->graphs[i], err))
+			return -1;
 	}
 	return 0;
 }
@@ -168,11 +178,10 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
 		drop_graph(s, sg);
 		return NULL;
 	}
-	if (reserve_scratch(s, sg->g->scratch_bytes, err)) {
+	if (reserve_scratch(s, sg->g->scratch_bytes, err) || bind(s, sg, err)) {
 		drop_graph(s, sg);
 		return NULL;
 	}
-	q4kh_graph_bind(sg->g, s->scratch, s->step);
 	return sg;
 }
 
@@ -389,8 +398,8 @@ static int run_entry(struct q4kh_session *s, struct q4kh_session_graph *sg,
 	int rc;
 
 	if (!sg->entry) {
-		rc = q4kh_graph_entry_prepare(sg->g, sg->n_seq, s->b, &sg->entry,
-		                              s->stats.why_not, sizeof(s->stats.why_not), err);
+		rc = q4kh_graph_entry_prepare(&sg->ex, s->b, &sg->entry, s->stats.why_not,
+		                              sizeof(s->stats.why_not), err);
 		if (rc <= 0) {
 			sg->no_entry = !rc;
 			return rc;
@@ -417,7 +426,7 @@ static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,
 	if (s->stats.entry && !sg->no_entry && (rc = run_entry(s, sg, err)))
 		return rc < 0 ? -1 : 0;
 	if (!sg->rec && s->stats.replay && !sg->no_record && sg->runs > 1) {
-		if (q4kh_graph_record(sg->g, s->b, in, &sg->rec, &rec_err)) {
+		if (q4kh_graph_record(sg->g, &sg->ex.sg, s->b, in, &sg->rec, &rec_err)) {
 			sg->no_record = 1;
 			s->stats.record_failed = 1;
 			snprintf(s->stats.why_not, sizeof(s->stats.why_not), "%.255s",
@@ -428,7 +437,7 @@ static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,
 	}
 	if (!sg->rec) {
 		took(s, Q4KH_WAY_OP_BY_OP);
-		return q4kh_graph_run(sg->g, s->b, in, err);
+		return q4kh_graph_run(sg->g, &sg->ex.sg, s->b, in, err);
 	}
 	s->stats.replayed++;
 	took(s, Q4KH_WAY_REPLAY);
