@@ -33,7 +33,9 @@
 #include "arch_oracle.h"
 #include "backend.h"
 #include "helpers.h"
+#include "kernel.h"
 #include "model.h"
+#include "policy.h"
 #include "registry.h"
 #include "sampler.h"
 #include "session.h"
@@ -104,9 +106,149 @@ Test(archs_cpu_fast, qwen2_yarn_matches_llama_cpp, .timeout = 300)
 	check_fast("qwen2-yarn", "qwen2");
 }
 
+/* Prompt tokens, decode tokens and batched decode steps of a whole-step run. */
+#define ENTRY_PROMPT 9
+#define ENTRY_DECODE 3
+#define ENTRY_BATCH 2
+
+/*
+ * The logits of whole steps of M on its backend, in one array (freed by
+ * the caller): a prefill of ENTRY_PROMPT tokens (every row), ENTRY_DECODE
+ * decode steps, then, when M is batchable, a second session's prefill and
+ * ENTRY_BATCH decode steps of both sequences in one step. *ROWS gets the
+ * rows of logits written, *WAY how many steps took each path.
+ */
+static float *entry_steps(struct q4kh_model *m, int64_t *rows_out,
+                          uint64_t way[Q4KH_WAY_COUNT])
+{
+	const struct q4kh_session_params sp = { .n_ctx = 64, .kv = Q4KH_KV_F16 };
+	const int64_t nv = m->hp.n_vocab;
+	const int64_t rows = ENTRY_PROMPT + ENTRY_DECODE + 1 + 2 * ENTRY_BATCH;
+	float *lg = calloc((size_t)(rows * nv), sizeof(float)), *at = lg;
+	struct q4kh_session *s[2] = { NULL, NULL };
+	struct q4kh_error err;
+	int32_t ids[ENTRY_PROMPT];
+
+	cr_assert_not_null(lg);
+	for (int i = 0; i < ENTRY_PROMPT; i++)
+		ids[i] = (int32_t)((i * 7919 + 11) % nv);
+	for (int j = 0; j < 2; j++)
+		cr_assert_eq(q4kh_session_new(m, &sp, &s[j], &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(s[0], ids, ENTRY_PROMPT, at, 1, &err), 0, "%s", err.msg);
+	at += ENTRY_PROMPT * nv;
+	for (int i = 0; i < ENTRY_DECODE; i++, at += nv)
+		cr_assert_eq(q4kh_session_eval(s[0], &ids[i], 1, at, 0, &err), 0, "%s", err.msg);
+	if (q4kh_session_batchable(s[0])) {
+		cr_assert_eq(q4kh_session_eval(s[1], ids + 2, 4, at, 0, &err), 0, "%s", err.msg);
+		at += nv;
+		for (int i = 0; i < ENTRY_BATCH; i++, at += 2 * nv) {
+			struct q4kh_batch_seq b[2] = { { s[0], ids[i + 3], at, 0 },
+				                       { s[1], ids[i + 5], at + nv, 0 } };
+
+			cr_assert_eq(q4kh_session_eval_batch(b, 2, &err), 0, "%s", err.msg);
+		}
+	}
+	*rows_out = (at - lg) / nv;
+	for (int j = 0; j < 2; j++) {
+		for (int w = 0; w < Q4KH_WAY_COUNT; w++)
+			way[w] += s[j]->stats.ways[w];
+		q4kh_session_free(s[j]);
+	}
+	return lg;
+}
+
+/*
+ * Whole steps of MODEL_PATH on cpu-fast, through kernel variant VARIANT
+ * or its built-in products (NULL), handed to its graph entries (ABI 1.6)
+ * and run by the host's interpreter node by node on the same device and
+ * weights (the same table without the entries): the same logits, bit for
+ * bit, every step on the path it was sent.
+ */
+static void check_entry(const char *model_path, const char *variant)
+{
+	char *path = fast_path();
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_backend be = { 0 };
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_backend_v1 nodes;
+	const struct q4kh_backend_v1 *whole;
+	struct q4kh_model *m = NULL;
+	struct q4kh_error err;
+	uint64_t w_entry[Q4KH_WAY_COUNT] = { 0 }, w_nodes[Q4KH_WAY_COUNT] = { 0 };
+	float *a, *b;
+	int64_t n;
+
+	if (!path)
+		cr_skip_test("this build or CPU has no cpu-fast");
+	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu-fast"), 0, &be, &err), 0,
+	             "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(model_path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
+		             err.msg);
+	whole = be.v;
+	cr_assert(Q4KH_BACKEND_HAS(whole, graph_compute), "cpu-fast has no graph_compute");
+	a = entry_steps(m, &n, w_entry);
+	nodes = *whole;
+	nodes.graph_prepare = NULL;
+	nodes.graph_compute = NULL;
+	nodes.graph_release = NULL;
+	be.v = &nodes;
+	b = entry_steps(m, &n, w_nodes);
+	be.v = whole;
+	for (int w = 0; w < Q4KH_WAY_COUNT; w++) {
+		cr_expect_eq(w_entry[w], w == Q4KH_WAY_GRAPH_NODES ? w_nodes[Q4KH_WAY_OP_BY_OP] : 0,
+		             "%s/%s: %llu steps took path %s through the entry", model_path,
+		             variant ? variant : "built-in", (unsigned long long)w_entry[w],
+		             q4kh_step_way_token((enum q4kh_step_way)w));
+		cr_expect_eq(w_nodes[w], w == Q4KH_WAY_OP_BY_OP ? w_entry[Q4KH_WAY_GRAPH_NODES] : 0);
+	}
+	for (int64_t i = 0; i < n * m->hp.n_vocab; i++)
+		if (memcmp(&a[i], &b[i], sizeof(float))) {
+			cr_expect(0, "%s/%s: logit %lld of row %lld: %.9g through the entry, %.9g by nodes",
+			        model_path, variant ? variant : "built-in",
+			        (long long)(i % m->hp.n_vocab), (long long)(i / m->hp.n_vocab),
+			        (double)a[i], (double)b[i]);
+			break;
+		}
+	free(a);
+	free(b);
+	q4kh_model_free(m);
+	q4kh_kernel_close(&k);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	free(path);
+}
+
+/* Every tiny fixture, with its built-in products and with cpu-simd. */
+Test(archs_cpu_fast, graph_entry_matches_the_interpreter_bit_for_bit, .timeout = 600)
+{
+	static const char *const names[] = { "llama", "llama-ropefreqs", "qwen2", "qwen2-yarn",
+		                             "qwen3", "qwen35" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char file[64], *p;
+
+		snprintf(file, sizeof(file), "tiny-%s.gguf", names[i]);
+		p = fixture(file);
+		check_entry(p, NULL);
+		check_entry(p, "cpu-simd");
+		free(p);
+	}
+}
+
+Test(archs_cpu_fast, graph_entry_matches_the_interpreter_on_the_default_model, .timeout = 900)
+{
+	check_entry(test_model_path(), "cpu-simd");
+	check_entry(test_model_path(), NULL);
+}
+
 /*
  * F2 through the real CLI, fresh: every cpu-fast candidate (built-in
- * kernels, cpu-simd) of MODEL passes against the reference. The verdicts,
+ * kernels, cpu-simd) of MODEL passes against the reference, and a run
+ * then takes every step through cpu-fast's graph entry. The verdicts,
  * lowest cosines and near-ties go to stderr.
  */
 static void f2_passes(const char *model)
@@ -139,6 +281,20 @@ static void f2_passes(const char *model)
 		        json_real_value(json_object_get(c, "min_cosine")),
 		        (long long)json_integer_value(json_object_get(c, "near_ties")));
 	}
+	json_decref(doc);
+	free(out);
+	free(cmd);
+	/* the path F2 judged serves: every step through the graph entry */
+	cr_assert_geq(asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s '%s/host/cli/q4khost' run --json "
+	                             "--backend cpu-fast --plugin-path %s -m '%s' -n 4 -p 'Hello' "
+	                             "2>/dev/null",
+	                       test_tmpdir(), test_builddir(), path, model), 0);
+	status = test_shell(cmd, &out);
+	doc = json_loads(out, 0, &jerr);
+	cr_assert_not_null(doc, "q4khost run printed no JSON (%s): %s", jerr.text, out);
+	cr_expect_eq(status, 0, "%s", out);
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(doc, "steps"), "path")),
+	                 "graph_nodes", "%s: %s", model, out);
 	json_decref(doc);
 	free(out);
 	free(cmd);

@@ -332,7 +332,7 @@ static const char *const graph_ops[] = { "get_rows", "mul_mat", "rms_norm", "rop
  * offers passing conformance against the reference (only the weight types
  * it does not read and the entries it lacks skip), passed by F2 with
  * float arithmetic's margin, and serving the default model, the report
- * naming it.
+ * naming it and its step graph entries as the path every step took.
  */
 Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout = 900)
 {
@@ -411,6 +411,14 @@ Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout
 	cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "decode"), "tokens")),
 	             8, "%s", json_dumps(j, JSON_COMPACT));
 	cr_expect_neq(strlen(str(j, "text")), 0);
+	/* its graph entries (ABI 1.6), linked from the staged SDK's library,
+	 * ran every step */
+	cr_expect_str_eq(str(json_object_get(j, "steps"), "path"), "graph_nodes", "%s",
+	                 str(json_object_get(j, "steps"), "why_not"));
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(j, "steps"),
+	                                                                "paths"),
+	                                                "graph_nodes")),
+	             json_integer_value(json_object_get(json_object_get(j, "steps"), "steps")));
 	json_decref(j);
 }
 

@@ -9,7 +9,8 @@
  * Files: fast_plugin.c (identity, settings, devices, buffers), fast_pool.c
  * (the worker pool), fast_tensor.c (argument checks, through the SDK's
  * contract.h), fast_ops.c (row-wise ops), fast_rope.c, fast_attention.c,
- * fast_recurrent.c (the linear-attention ops), fast_matmul.c (the
+ * fast_recurrent.c (the linear-attention ops), fast_graph.c (the step graph
+ * entries of ABI 1.6), fast_matmul.c (the
  * built-in matrix product), and the inner loops once per instruction set
  * (fast_kernels.h, built by fast_avx2.c and fast_avx512.c with their own
  * -m flags).
@@ -167,6 +168,15 @@ q4kh_status fast_get_rows_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *ta
                               const struct q4kh_tensor *out);
 q4kh_status fast_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                          const struct q4kh_tensor *x, const struct q4kh_tensor *y);
+/*
+ * mul_mat, then r = r + y (add's arithmetic) in the same pool job: each
+ * value added as it is made (the step graph's fusion, fast_graph.c). R
+ * f32 of y's shape, rows contiguous, sharing no byte with w, x or y; NULL
+ * for mul_mat alone.
+ */
+q4kh_status fast_mul_mat_add(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                             const struct q4kh_tensor *x, const struct q4kh_tensor *y,
+                             const struct q4kh_tensor *r);
 q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
                           const struct q4kh_tensor *w, float eps,
                           const struct q4kh_tensor *out);
@@ -249,6 +259,17 @@ q4kh_status fast_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
  */
 void fast_convert(const struct fast_kernels *k, uint32_t from, uint32_t to, const void *s,
                   void *d, int64_t n);
+
+/* The function table (fast_plugin.c), which the step graph's nodes are
+ * issued through (fast_graph.c). */
+extern const struct q4kh_backend_v1 fast_table;
+
+/* ABI 1.6: the step graph's entries (fast_graph.c). */
+q4kh_status fast_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                               q4kh_step **out);
+q4kh_status fast_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
+                               struct q4kh_step_run *run);
+void fast_graph_release(q4kh_device_ctx *dev, q4kh_step *step);
 
 /* Free DEV's RoPE tables (fast_rope.c). */
 void fast_angles_free(q4kh_device_ctx *dev);

@@ -3,12 +3,15 @@
  * serves: each weight row decoded to f32 once (the reference's exact
  * decoders, plugins/cpu/cpu_quant.c) into the thread's scratch, then one
  * f32 SIMD dot product per column. F32 and F16 rows are read in place.
+ * The step graph's fused form (fast_graph.c) adds each product value
+ * into a residual as it is made: one f32 addition, add's.
  */
 #include "fast.h"
 
 struct matmul_job {
 	q4kh_device_ctx *dev;
 	const struct q4kh_tensor *w, *x, *y;
+	const struct q4kh_tensor *r; /* r += y as it is made, or NULL */
 };
 
 static void matmul_task(void *arg, unsigned thread, int64_t begin, int64_t end)
@@ -28,22 +31,33 @@ static void matmul_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 		for (int64_t t = 0; t < T; t++) {
 			const float *x = (const float *)fast_at(j->x, t, 0, 0);
 
-			((float *)fast_at(j->y, t, 0, 0))[r] =
-				type == Q4KH_TYPE_F16 ? k->dot_f16(x, w, K) : k->dot(row, x, K);
+			const float v = type == Q4KH_TYPE_F16 ? k->dot_f16(x, w, K) : k->dot(row, x, K);
+
+			((float *)fast_at(j->y, t, 0, 0))[r] = v;
+			if (j->r)
+				((float *)fast_at(j->r, t, 0, 0))[r] += v;
 		}
 	}
+}
+
+q4kh_status fast_mul_mat_add(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                             const struct q4kh_tensor *x, const struct q4kh_tensor *y,
+                             const struct q4kh_tensor *r)
+{
+	struct matmul_job j = { dev, w, x, y, r };
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_mul_mat(&c, w, x, y)) ||
+	    (r && (st = q4kh_check_binary(&c, "add", r, y, r))) ||
+	    (st = fast_scratch(dev, sizeof(float) * (uint64_t)w->ne[0])))
+		return st;
+	fast_pool_run(dev->pool, w->ne[1], fast_grain(w->ne[0] * x->ne[1]), matmul_task, &j);
+	return Q4KH_OK;
 }
 
 q4kh_status fast_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                          const struct q4kh_tensor *x, const struct q4kh_tensor *y)
 {
-	struct matmul_job j = { dev, w, x, y };
-	const struct q4kh_check c = fast_contract(dev);
-	q4kh_status st;
-
-	if ((st = q4kh_check_mul_mat(&c, w, x, y)) ||
-	    (st = fast_scratch(dev, sizeof(float) * (uint64_t)w->ne[0])))
-		return st;
-	fast_pool_run(dev->pool, w->ne[1], fast_grain(w->ne[0] * x->ne[1]), matmul_task, &j);
-	return Q4KH_OK;
+	return fast_mul_mat_add(dev, w, x, y, NULL);
 }

@@ -416,7 +416,7 @@ static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_devi
  * while the kernel variants' products, which the host calls directly and
  * which run at once on the host's cores, have no queue to be captured in.
  */
-static const struct q4kh_backend_v1 table = {
+const struct q4kh_backend_v1 fast_table = {
 	.struct_size = sizeof(struct q4kh_backend_v1),
 	.init = f_init,
 	.shutdown = f_shutdown,
@@ -455,6 +455,9 @@ static const struct q4kh_backend_v1 table = {
 	.top2 = fast_top2,
 	.rope_store = fast_rope_store,
 	.norm_add_rms_norm = fast_norm_add_rms_norm,
+	.graph_prepare = fast_graph_prepare,
+	.graph_compute = fast_graph_compute,
+	.graph_release = fast_graph_release,
 };
 
 #ifdef __clang__
@@ -472,7 +475,7 @@ static const struct q4kh_plugin_desc desc = {
 	.vendor = "q4khost",
 	.license = "MIT",
 	.build_id = FAST_COMPILER,
-	.backend = &table,
+	.backend = &fast_table,
 	.backend_kind = "cpu",
 };
 

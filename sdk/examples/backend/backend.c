@@ -212,14 +212,15 @@ static q4kh_status b_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
 }
 
 /*
- * The table: ABI 1.0's entries, and of 1.2 the four that take a step's ids
+ * The table: ABI 1.0's entries, of 1.2 the four that take a step's ids
  * and positions from device memory (so the host needs no 1.0 fallback
- * whose positions must be consecutive). Everything else stays NULL: no
- * kernel variants (native_device), no measurement or recording (1.1), no
- * weights in place (buffer_wrap), no linear-attention layers (qwen35).
+ * whose positions must be consecutive), and 1.6's step graph entries.
+ * Everything else stays NULL: no kernel variants (native_device), no
+ * measurement or recording (1.1), no weights in place (buffer_wrap), no
+ * linear-attention layers (qwen35), none of the deprecated fused entries.
  */
-static const struct q4kh_backend_v1 table = {
-	.struct_size = sizeof(table),
+const struct q4kh_backend_v1 example_table = {
+	.struct_size = sizeof(example_table),
 	.init = b_init,
 	.shutdown = b_shutdown,
 	.last_error = b_last_error,
@@ -247,6 +248,9 @@ static const struct q4kh_backend_v1 table = {
 	.rope_ext = example_rope_ext,
 	.set_rows = example_set_rows,
 	.attention_ext = example_attention_ext,
+	.graph_prepare = example_graph_prepare,
+	.graph_compute = example_graph_compute,
+	.graph_release = example_graph_release,
 };
 
 static const struct q4kh_plugin_desc desc = {
@@ -258,7 +262,7 @@ static const struct q4kh_plugin_desc desc = {
 	.vendor = "q4khost SDK example",
 	.license = "MIT",
 	.build_id = BUILD_ID,
-	.backend = &table,
+	.backend = &example_table,
 };
 
 /* The one symbol the plugin exports (-fvisibility=hidden hides the rest). */

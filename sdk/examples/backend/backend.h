@@ -1,7 +1,7 @@
 /*
- * example-backend: what its three files share. backend.c is the plugin
+ * example-backend: what its four files share. backend.c is the plugin
  * (identity, devices, buffers, the table), ops.c the ops, weights.c the
- * weight types it reads.
+ * weight types it reads, graph.c the step graph's entries.
  */
 #ifndef EXAMPLE_BACKEND_H
 #define EXAMPLE_BACKEND_H
@@ -37,6 +37,9 @@ q4kh_status example_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
 
 /* The contract checks' view of dev (q4khost/contract.h); dev may be NULL. */
 struct q4kh_check example_contract(q4kh_device_ctx *dev);
+
+/* The function table (backend.c), which graph.c issues nodes through. */
+extern const struct q4kh_backend_v1 example_table;
 
 /* --- weights.c --- */
 
@@ -91,5 +94,13 @@ q4kh_status example_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor
                                   const struct q4kh_tensor *pos,
                                   const struct q4kh_attn_params *params,
                                   const struct q4kh_tensor *out);
+
+/* --- graph.c: the step graph's entries (ABI 1.6) --- */
+
+q4kh_status example_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                                  q4kh_step **out);
+q4kh_status example_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
+                                  struct q4kh_step_run *run);
+void example_graph_release(q4kh_device_ctx *dev, q4kh_step *step);
 
 #endif
