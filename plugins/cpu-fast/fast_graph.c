@@ -32,9 +32,7 @@ struct fast_group {
 };
 
 struct q4kh_step {
-	struct q4kh_step_graph g; /* over the copies below */
-	struct q4kh_step_node *nodes;
-	struct q4kh_step_value *values;
+	struct q4kh_step_graph *g; /* the copy (q4kh_step_copy) */
 	struct fast_group *groups;
 	int32_t n_groups;
 	uint32_t fused; /* nodes inside a group of more than one */
@@ -90,7 +88,7 @@ static int32_t match_matmul_add(const struct q4kh_step_graph *g, int32_t i)
 /* The plan of S's graph: its groups, in order. 0, or -1 out of memory. */
 static int plan(q4kh_step *s)
 {
-	const struct q4kh_step_graph *g = &s->g;
+	const struct q4kh_step_graph *g = s->g;
 
 	s->groups = calloc((size_t)g->n_nodes + 1, sizeof(*s->groups));
 	if (!s->groups)
@@ -110,20 +108,10 @@ void fast_graph_release(q4kh_device_ctx *dev, q4kh_step *s)
 {
 	(void)dev;
 	if (s) {
-		free(s->nodes);
-		free(s->values);
+		q4kh_step_copy_free(s->g);
 		free(s->groups);
 	}
 	free(s);
-}
-
-/* Copy what G's arrays hold at the smaller of the host's size and this
- * header's: fields a host older than this header lacks stay zero. */
-static void copy_strided(void *dst, size_t size, const void *src, size_t stride, int32_t n)
-{
-	for (int32_t i = 0; i < n; i++)
-		memcpy((char *)dst + (size_t)i * size, (const char *)src + (size_t)i * stride,
-		       stride < size ? stride : size);
 }
 
 q4kh_status fast_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
@@ -141,25 +129,13 @@ q4kh_status fast_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
 			                 "know (it knows up to %d, delta_net)",
 			                 i, NODE(g, i)->op, Q4KH_OP_DELTA_NET);
 	s = calloc(1, sizeof(*s));
-	if (s) {
-		s->nodes = calloc((size_t)g->n_nodes + 1, sizeof(*s->nodes));
-		s->values = calloc((size_t)g->n_values + 1, sizeof(*s->values));
-	}
-	if (!s || !s->nodes || !s->values) {
+	if (s)
+		s->g = q4kh_step_copy(g);
+	if (!s || !s->g) {
 		fast_graph_release(dev, s);
 		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "graph_prepare: out of memory for a graph of %d nodes", g->n_nodes);
 	}
-	copy_strided(s->nodes, sizeof(*s->nodes), g->nodes, g->node_size, g->n_nodes);
-	copy_strided(s->values, sizeof(*s->values), g->values, g->value_size, g->n_values);
-	for (int32_t i = 0; i < g->n_values; i++)
-		s->values[i].name = NULL; /* the host's, valid during this call only */
-	s->g = *g;
-	s->g.struct_size = sizeof(s->g);
-	s->g.node_size = sizeof(*s->nodes);
-	s->g.value_size = sizeof(*s->values);
-	s->g.nodes = s->nodes;
-	s->g.values = s->values;
 	if (plan(s)) {
 		fast_graph_release(dev, s);
 		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
@@ -175,7 +151,7 @@ static q4kh_status issue(q4kh_device_ctx *dev, const q4kh_step *s, const struct 
 {
 	/* cpu-fast has every ABI 1.2 entry: no host copies of ids or positions */
 	static const struct q4kh_step_host_values none = { NULL, NULL };
-	const struct q4kh_step_graph *g = &s->g;
+	const struct q4kh_step_graph *g = s->g;
 
 	if (p->fuse == FAST_FUSE_MATMUL_ADD) {
 		const struct q4kh_step_node *mm = NODE(g, p->i);

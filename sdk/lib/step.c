@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "q4khost/contract.h"
@@ -25,6 +26,41 @@ const char *q4kh_step_op_name(uint32_t op)
 	};
 
 	return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown op";
+}
+
+/* --- copies --- */
+
+struct q4kh_step_graph *q4kh_step_copy(const struct q4kh_step_graph *g)
+{
+	const size_t ns = sizeof(struct q4kh_step_node), vs = sizeof(struct q4kh_step_value);
+	struct q4kh_step_graph *c;
+	struct q4kh_step_node *nodes;
+	struct q4kh_step_value *vals;
+
+	/* the graph first, then the values, then the nodes: each aligned */
+	c = calloc(1, sizeof(*c) + vs * (size_t)g->n_values + ns * (size_t)g->n_nodes);
+	if (!c)
+		return NULL;
+	vals = (struct q4kh_step_value *)(void *)(c + 1);
+	nodes = (struct q4kh_step_node *)(void *)(vals + g->n_values);
+	for (int32_t i = 0; i < g->n_nodes; i++)
+		memcpy(&nodes[i], q4kh_step_node_at(g, i), g->node_size < ns ? g->node_size : ns);
+	for (int32_t i = 0; i < g->n_values; i++) {
+		memcpy(&vals[i], q4kh_step_value_at(g, i), g->value_size < vs ? g->value_size : vs);
+		vals[i].name = NULL;
+	}
+	*c = *g;
+	c->struct_size = sizeof(*c);
+	c->node_size = (uint32_t)ns;
+	c->value_size = (uint32_t)vs;
+	c->nodes = nodes;
+	c->values = vals;
+	return c;
+}
+
+void q4kh_step_copy_free(struct q4kh_step_graph *copy)
+{
+	free(copy);
 }
 
 /* --- shorthands --- */

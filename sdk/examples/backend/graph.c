@@ -14,11 +14,9 @@
 
 #include "backend.h"
 
-/* The graph as prepared: its own arrays, at this header's sizes. */
+/* The graph as prepared: the SDK's copy of it (q4kh_step_copy). */
 struct q4kh_step {
-	struct q4kh_step_graph g;
-	struct q4kh_step_node *nodes;
-	struct q4kh_step_value *values;
+	struct q4kh_step_graph *g;
 };
 
 /* 1 when this backend has an entry for OP (the linear-attention ops are
@@ -46,31 +44,13 @@ q4kh_status example_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_g
 			                    i, q4kh_step_op_name(op));
 	}
 	s = calloc(1, sizeof(*s));
-	if (s) {
-		s->nodes = calloc((size_t)g->n_nodes + 1, sizeof(*s->nodes));
-		s->values = calloc((size_t)g->n_values + 1, sizeof(*s->values));
-	}
-	if (!s || !s->nodes || !s->values) {
+	if (s)
+		s->g = q4kh_step_copy(g);
+	if (!s || !s->g) {
 		example_graph_release(dev, s);
 		return example_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                    "graph_prepare: out of memory for %d nodes", g->n_nodes);
 	}
-	/* Copy each element at the smaller of the host's size and ours: the
-	 * fields a host older than this header lacks stay zero. */
-	for (int32_t i = 0; i < g->n_nodes; i++)
-		memcpy(&s->nodes[i], q4kh_step_node_at(g, i),
-		       g->node_size < sizeof(*s->nodes) ? g->node_size : sizeof(*s->nodes));
-	for (int32_t i = 0; i < g->n_values; i++) {
-		memcpy(&s->values[i], q4kh_step_value_at(g, i),
-		       g->value_size < sizeof(*s->values) ? g->value_size : sizeof(*s->values));
-		s->values[i].name = NULL; /* the host's, valid during this call only */
-	}
-	s->g = *g;
-	s->g.struct_size = sizeof(s->g);
-	s->g.node_size = sizeof(*s->nodes);
-	s->g.value_size = sizeof(*s->values);
-	s->g.nodes = s->nodes;
-	s->g.values = s->values;
 	*out = s;
 	return Q4KH_OK;
 }
@@ -86,7 +66,7 @@ q4kh_status example_graph_compute(q4kh_device_ctx *dev, q4kh_step *s, struct q4k
 
 	if (!dev || !s)
 		return Q4KH_ERR_INVALID;
-	st = q4kh_step_run(&example_table, dev, &s->g, ~0u, &none, &calls, &fail);
+	st = q4kh_step_run(&example_table, dev, s->g, ~0u, &none, &calls, &fail);
 	if (st != Q4KH_OK) {
 		/* the op's own message is already in last_error() unless a
 		 * kernel variant failed or the SDK refused the node */
@@ -100,7 +80,7 @@ q4kh_status example_graph_compute(q4kh_device_ctx *dev, q4kh_step *s, struct q4k
 	if (run) {
 		run->path = Q4KH_PATH_NODES;
 		run->launches = calls;
-		run->fused = calls < (uint32_t)s->g.n_nodes ? (uint32_t)s->g.n_nodes - calls : 0;
+		run->fused = calls < (uint32_t)s->g->n_nodes ? (uint32_t)s->g->n_nodes - calls : 0;
 	}
 	return Q4KH_OK;
 }
@@ -108,9 +88,7 @@ q4kh_status example_graph_compute(q4kh_device_ctx *dev, q4kh_step *s, struct q4k
 void example_graph_release(q4kh_device_ctx *dev, q4kh_step *s)
 {
 	(void)dev;
-	if (s) {
-		free(s->nodes);
-		free(s->values);
-	}
+	if (s)
+		q4kh_step_copy_free(s->g);
 	free(s);
 }

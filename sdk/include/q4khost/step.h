@@ -41,6 +41,18 @@ static inline const struct q4kh_tensor *q4kh_step_tensor(const struct q4kh_step_
 }
 
 /*
+ * A copy of G that outlives graph_prepare (docs/plugin-abi.md E2): one
+ * allocation holding the graph, its nodes and its values at this
+ * header's sizes (the fields a host older than this header lacks are
+ * zero; those a newer host added are dropped), with node_size and
+ * value_size set to them and every value's name NULL (the names are the
+ * host's, valid during graph_prepare only). NULL when out of memory.
+ * Free with q4kh_step_copy_free (NULL is ignored).
+ */
+struct q4kh_step_graph *q4kh_step_copy(const struct q4kh_step_graph *g);
+void q4kh_step_copy_free(struct q4kh_step_graph *copy);
+
+/*
  * The patterns of consecutive nodes a backend may run as one call, as the
  * in-tree backends and the host's interpreter do. Each is exact: the
  * fused call gives the bits of its nodes run one by one.
