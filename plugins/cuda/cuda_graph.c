@@ -322,7 +322,7 @@ static void record(q4kh_device_ctx *dev, struct q4kh_step *s)
 	if (!st) {
 		st = issue(dev, s);
 		if (st) /* the first failure's message, before graph_end's */
-			snprintf(s->no_record, sizeof(s->no_record), "%s", dev->ctx->error);
+			snprintf(s->no_record, sizeof(s->no_record), "%.255s", dev->ctx->error);
 		/* graph_end ends the capture even after a failed call */
 		end = cuda_graph_end_counted(dev, &rec, &nodes);
 		if (!st)
@@ -330,7 +330,7 @@ static void record(q4kh_device_ctx *dev, struct q4kh_step *s)
 	}
 	if (st) {
 		if (!s->no_record[0])
-			snprintf(s->no_record, sizeof(s->no_record), "%s", dev->ctx->error);
+			snprintf(s->no_record, sizeof(s->no_record), "%.255s", dev->ctx->error);
 		cuda_graph_free(dev, rec);
 		cuda_fail(dev->ctx, st, "graph_compute: recording a step of %lld tokens failed, "
 		          "it runs call by call: %s", (long long)s->g.n_tokens, s->no_record);
