@@ -1,27 +1,48 @@
 /*
- * Whole steps on the cuda backend through the cuda-mwv kernel variant,
- * recorded into the replayed CUDA graph (graph_products.h): on tiny-qwen2,
- * mul_mat nodes of one input go to gemv_multi as one launch (Q4_K and
- * Q6_K, with q, k, v's biases) and gate, up and their GLU to gemv_glu,
- * with the logits, bit for bit, of the variant without the entries and of
- * one that refuses them. tests/test_graph.c checks the same on the
- * reference cpu through cpu-simd. Every test skips where the system shows
- * no NVIDIA GPU (test_no_cuda_device) and fails where the CUDA plugins it
- * was built with are not on its path.
+ * Whole steps on the cuda backend.
+ *
+ * Through its graph entry (ABI 1.6, plugins/cuda/cuda_graph.c): prompt
+ * steps of 32 columns, one-token decode steps and batched decode steps of
+ * three sessions, each shape run eagerly, then recorded into a CUDA graph
+ * and replayed, give the logits, bit for bit, of the host's interpreter
+ * on the same backend (the backend's table without the entry, nor the
+ * host's own recording), on tiny-llama and tiny-qwen2, with the backend's
+ * own products and through cuda-mwv; and q4khost run reports the decode
+ * steps as replays of the entry.
+ *
+ * Through the cuda-mwv kernel variant, recorded into the replayed CUDA
+ * graph (graph_products.h): on tiny-qwen2, mul_mat nodes of one input go
+ * to gemv_multi as one launch (Q4_K and Q6_K, with q, k, v's biases) and
+ * gate, up and their GLU to gemv_glu, with the logits, bit for bit, of the
+ * variant without the entries and of one that refuses them.
+ * tests/test_graph.c checks the same on the reference cpu through
+ * cpu-simd.
+ *
+ * Every test skips where the system shows no NVIDIA GPU
+ * (test_no_cuda_device) and fails where the CUDA plugins it was built
+ * with are not on its path.
  */
 #include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 #include "graph_products.h"
 #include "helpers.h"
+#include "kernel.h"
+#include "model.h"
+#include "policy.h"
 #include "registry.h"
+#include "session.h"
 
 /*
- * EXPECT on cuda through cuda-mwv, recorded into the replayed CUDA graph
- * (not exact: replayed steps do not run the interpreter). Skips without
- * the CUDA plugins or a device.
+ * The plugin path's registry, with the cuda and cuda-mwv plugins on it
+ * (the test fails without them) and a CUDA device (the test WHAT skips
+ * without one).
  */
-static void on_cuda_mwv(expect_fn expect)
+static struct q4kh_registry *cuda_registry(const char *what)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
@@ -33,9 +54,20 @@ static void on_cuda_mwv(expect_fn expect)
 	          "the cuda and cuda-mwv plugins are not on the plugin path %s", reg->path);
 	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
 		q4kh_registry_free(reg);
-		test_no_cuda_device("the recorded steps on cuda-mwv",
-		                    err.msg[0] ? err.msg : "the cuda backend has 0 devices");
+		test_no_cuda_device(what, err.msg[0] ? err.msg : "the cuda backend has 0 devices");
 	}
+	return reg;
+}
+
+/*
+ * EXPECT on cuda through cuda-mwv, recorded into the replayed CUDA graph
+ * (not exact: replayed steps do not run the interpreter). Skips without
+ * the CUDA plugins or a device.
+ */
+static void on_cuda_mwv(expect_fn expect)
+{
+	struct q4kh_registry *reg = cuda_registry("the recorded steps on cuda-mwv");
+
 	expect(reg, "cuda", "cuda-mwv", 0);
 	q4kh_registry_free(reg);
 }
@@ -50,4 +82,217 @@ Test(gemv_multi, cuda_mwv_groups_with_the_same_logits, .timeout = 300)
 Test(gemv_glu, cuda_mwv_fuses_with_the_same_logits, .timeout = 300)
 {
 	on_cuda_mwv(expect_glu);
+}
+
+/* --- the graph entry against the host's interpreter ----------------------- */
+
+#define N_BATCH 32              /* prompt steps of 32 columns: tensor cores, gemm */
+#define PROMPT (3 * N_BATCH)    /* three steps of one shape */
+#define DECODE 4                /* one-token steps */
+#define SEQS 3                  /* sessions of the batched decode steps */
+#define SEQ_PROMPT 5            /* tokens the other sessions start with */
+#define BATCHED 4               /* batched decode steps */
+#define ROWS (PROMPT + DECODE + (SEQS - 1) * SEQ_PROMPT + SEQS * BATCHED)
+
+/* What one pass of the steps gave. */
+struct pass {
+	float *logits; /* ROWS rows of n_vocab: every step's, in order */
+	/* the first session's steps by path after its prompt, its decode
+	 * steps and the batched steps (whose graph it holds) */
+	uint64_t ways[3][Q4KH_WAY_COUNT];
+	uint32_t launches; /* its last step's, as the backend reported them */
+};
+
+/* Token I of a stream that stays inside a vocabulary of N_VOCAB. */
+static int32_t token(int64_t i, int64_t n_vocab)
+{
+	return (int32_t)((i * 7919 + 13) % n_vocab);
+}
+
+/*
+ * On M: the first session's prompt (PROMPT tokens, every row's logits)
+ * and DECODE one-token steps, two more sessions' prompts, then BATCHED
+ * decode steps of the three in one graph (q4kh_session_eval_batch).
+ */
+static struct pass run_pass(struct q4kh_model *m)
+{
+	const int64_t nv = m->hp.n_vocab;
+	struct q4kh_session_params sp = { .n_ctx = 256, .n_batch = N_BATCH };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s[SEQS];
+	struct pass p = { .logits = calloc((size_t)(nv * ROWS), sizeof(float)) };
+	float *row = p.logits;
+	int32_t ids[PROMPT];
+	int64_t next = 0;
+
+	cr_assert_not_null(p.logits);
+	for (int j = 0; j < SEQS; j++)
+		cr_assert_eq(q4kh_session_new(m, &sp, &s[j], &err), 0, "%s", err.msg);
+	for (int i = 0; i < PROMPT; i++)
+		ids[i] = token(next++, nv);
+	cr_assert_eq(q4kh_session_eval(s[0], ids, PROMPT, row, 1, &err), 0, "%s", err.msg);
+	row += PROMPT * nv;
+	memcpy(p.ways[0], s[0]->stats.ways, sizeof(p.ways[0]));
+	for (int i = 0; i < DECODE; i++, row += nv) {
+		int32_t id = token(next++, nv);
+
+		cr_assert_eq(q4kh_session_eval(s[0], &id, 1, row, 0, &err), 0, "%s", err.msg);
+	}
+	memcpy(p.ways[1], s[0]->stats.ways, sizeof(p.ways[1]));
+	for (int j = 1; j < SEQS; j++, row += SEQ_PROMPT * nv) {
+		for (int i = 0; i < SEQ_PROMPT; i++)
+			ids[i] = token(next++, nv);
+		cr_assert_eq(q4kh_session_eval(s[j], ids, SEQ_PROMPT, row, 1, &err), 0, "%s",
+		             err.msg);
+	}
+	for (int b = 0; b < BATCHED; b++) {
+		struct q4kh_batch_seq seq[SEQS];
+
+		for (int j = 0; j < SEQS; j++, row += nv)
+			seq[j] = (struct q4kh_batch_seq){ .s = s[j], .id = token(next++, nv),
+				                          .logits = row };
+		cr_assert_eq(q4kh_session_eval_batch(seq, SEQS, &err), 0, "%s", err.msg);
+	}
+	memcpy(p.ways[2], s[0]->stats.ways, sizeof(p.ways[2]));
+	p.launches = s[0]->stats.launches;
+	for (int j = 0; j < SEQS; j++)
+		q4kh_session_free(s[j]);
+	return p;
+}
+
+/* Steps of the first session that took path W, by the end of phase K. */
+#define WAYS(p, k, w) ((p).ways[k][Q4KH_WAY_##w])
+
+/*
+ * The model FILE (a fixture) on cuda, its products the backend's own
+ * (VARIANT NULL) or VARIANT's: the steps through the graph entry give
+ * the interpreter's logits bit for bit, and each shape runs eagerly once,
+ * is recorded on its second run and replayed from then on.
+ */
+static void entry_against_interpreter(const char *file, const char *variant)
+{
+	struct q4kh_registry *reg = cuda_registry("the cuda graph entry");
+	struct q4kh_error err = { { 0 } };
+	char *path = graph_model_file(file);
+	struct q4kh_backend be = { 0 };
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_backend_v1 interp;
+	struct q4kh_model *m = NULL;
+	const struct q4kh_backend_v1 *real;
+	struct pass entry, host;
+	size_t bytes;
+
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
+		             err.msg);
+	real = be.v;
+	cr_assert(Q4KH_BACKEND_HAS(real, graph_prepare) && Q4KH_BACKEND_HAS(real, graph_compute) &&
+	          Q4KH_BACKEND_HAS(real, graph_release), "cuda has no graph entry");
+	bytes = sizeof(float) * (size_t)m->hp.n_vocab * ROWS;
+
+	entry = run_pass(m);
+	/* the interpreter on every step: no entry, and no host recording */
+	interp = *real;
+	interp.graph_prepare = NULL;
+	interp.graph_compute = NULL;
+	interp.graph_release = NULL;
+	interp.graph_begin = NULL;
+	be.v = &interp;
+	host = run_pass(m);
+	be.v = real;
+
+	cr_expect_eq(memcmp(entry.logits, host.logits, bytes), 0,
+	             "%s%s%s: the graph entry's logits differ from the interpreter's", file,
+	             variant ? " through " : "", variant ? variant : "");
+	for (int64_t r = 0; r < ROWS; r++) {
+		const size_t at = (size_t)(r * m->hp.n_vocab), n = (size_t)m->hp.n_vocab;
+
+		if (memcmp(entry.logits + at, host.logits + at, n * sizeof(float))) {
+			cr_log_error("%s: first differing row %lld of %d", file, (long long)r, ROWS);
+			break;
+		}
+	}
+	/* prompt: eager, recorded, replayed; decode and batched steps: eager,
+	 * recorded, then replayed twice */
+	cr_expect_eq(WAYS(entry, 0, GRAPH_NODES), 1);
+	cr_expect_eq(WAYS(entry, 0, GRAPH_REPLAY), 2);
+	cr_expect_eq(WAYS(entry, 1, GRAPH_NODES), 2);
+	cr_expect_eq(WAYS(entry, 1, GRAPH_REPLAY), 2 + DECODE - 1);
+	cr_expect_eq(WAYS(entry, 2, GRAPH_NODES), 3);
+	cr_expect_eq(WAYS(entry, 2, GRAPH_REPLAY), 2 + DECODE - 1 + BATCHED - 1);
+	cr_expect_eq(WAYS(entry, 2, OP_BY_OP) + WAYS(entry, 2, REPLAY), 0);
+	cr_expect_gt(entry.launches, 0, "a replay of the batched step: %u launches",
+	             entry.launches);
+	cr_expect_eq(WAYS(host, 2, OP_BY_OP), 3 + DECODE + BATCHED);
+	cr_expect_eq(WAYS(host, 2, GRAPH_NODES) + WAYS(host, 2, GRAPH_REPLAY) +
+	                     WAYS(host, 2, REPLAY),
+	             0);
+
+	free(entry.logits);
+	free(host.logits);
+	q4kh_model_free(m);
+	q4kh_kernel_close(&k);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	free(path);
+}
+
+Test(graph_entry, tiny_llama_as_the_interpreter, .timeout = 300)
+{
+	entry_against_interpreter("tiny-llama.gguf", NULL);
+}
+
+Test(graph_entry, tiny_qwen2_as_the_interpreter, .timeout = 300)
+{
+	entry_against_interpreter("tiny-qwen2.gguf", NULL);
+}
+
+Test(graph_entry, tiny_llama_through_cuda_mwv_as_the_interpreter, .timeout = 300)
+{
+	entry_against_interpreter("tiny-llama.gguf", "cuda-mwv");
+}
+
+Test(graph_entry, tiny_qwen2_through_cuda_mwv_as_the_interpreter, .timeout = 300)
+{
+	entry_against_interpreter("tiny-qwen2.gguf", "cuda-mwv");
+}
+
+/* q4khost run --json on cuda: the prompt's step and the first decode step
+ * run call by call, every later decode step is a replay of the entry. */
+Test(graph_entry, run_reports_graph_replay, .timeout = 300)
+{
+	struct q4kh_registry *reg = cuda_registry("q4khost run on the cuda graph entry");
+	char *model = graph_model_file("tiny-llama.gguf"), *cmd = NULL, *out = NULL;
+	json_t *j, *steps, *paths;
+	json_error_t jerr;
+	json_int_t n;
+	int rc;
+
+	q4kh_registry_free(reg);
+	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --f2 off -m %s "
+	                   "-p 'The capital of France is' -n 12 2>/dev/null",
+	             test_builddir(), model) < 0)
+		cr_assert_fail("out of memory");
+	rc = test_shell(cmd, &out);
+	cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, out);
+	j = json_loads(out, 0, &jerr);
+	cr_assert_not_null(j, "not JSON (%s): %s", jerr.text, out);
+	steps = json_object_get(j, "steps");
+	paths = json_object_get(steps, "paths");
+	n = json_integer_value(json_object_get(steps, "steps"));
+	cr_assert_geq(n, 4, "%lld steps: %s", (long long)n, out);
+	cr_expect_str_eq(json_string_value(json_object_get(steps, "path")), "graph_replay", "%s",
+	                 out);
+	cr_expect_eq(json_integer_value(json_object_get(paths, "graph_nodes")), 2, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(paths, "graph_replay")), n - 2, "%s",
+	             out);
+	cr_expect_gt(json_integer_value(json_object_get(steps, "launches")), 0, "%s", out);
+	json_decref(j);
+	free(cmd);
+	free(out);
+	free(model);
 }

@@ -14,6 +14,7 @@
 #ifndef Q4KH_CUDA_H
 #define Q4KH_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
@@ -103,12 +104,53 @@ q4kh_status cuda_timer_start(q4kh_device_ctx *dev);
 q4kh_status cuda_timer_stop(q4kh_device_ctx *dev, double *seconds);
 q4kh_status cuda_graph_begin(q4kh_device_ctx *dev);
 q4kh_status cuda_graph_end(q4kh_device_ctx *dev, q4kh_graph **out);
+/* cuda_graph_end, with the recorded graph's node count (the kernels and
+ * copies one launch of it runs) in *NODES unless NODES is NULL. */
+q4kh_status cuda_graph_end_counted(q4kh_device_ctx *dev, q4kh_graph **out,
+                                   size_t *nodes);
 q4kh_status cuda_graph_launch(q4kh_device_ctx *dev, q4kh_graph *graph);
 void cuda_graph_free(q4kh_device_ctx *dev, q4kh_graph *graph);
 /* Q4KH_OK unless dev records a graph; then fail naming WHAT. */
 q4kh_status cuda_not_recording(q4kh_device_ctx *dev, const char *what);
 
+/* --- ABI 1.6: whole steps (cuda_graph.c) --- */
+
+/*
+ * graph_prepare: copy G's nodes, values and value names (G is the host's
+ * during the call only), check that every node can run here, and plan
+ * its calls with q4kh_step_next over cuda_backend (fused groups as the
+ * host's interpreter finds them). Q4KH_ERR_UNSUPPORTED, nothing kept and
+ * the reason in last_error, for a node this backend cannot take (a weight
+ * type it does not multiply, a delta_net beyond CUDA_DELTA_MAX_KEYS keys,
+ * a routed weight whose variant has no gemv or gemm);
+ * Q4KH_ERR_INVALID for a graph that is not well formed (an index out of
+ * range, a missing source, a cycle of views).
+ */
+q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                               q4kh_step **out);
+/*
+ * graph_compute: the first run issues the planned calls on dev's stream
+ * (Q4KH_PATH_NODES); the second records them (cuda_graph_begin ..
+ * cuda_graph_end_counted) and launches the recording, and every later run
+ * is that one cudaGraphLaunch (Q4KH_PATH_REPLAY). A recording that fails
+ * is logged once and leaves the step's runs eager; the reason stays in
+ * the step (and in last_error until the next failure). RUN, when not
+ * NULL, gets the path, the launches (the recording's node count, or the
+ * calls issued) and the nodes inside fused groups. Asynchronous: ids and
+ * positions out of range are found on the device and reported by the
+ * next wait (cuda_wait). Not while a graph_begin recording is open.
+ */
+q4kh_status cuda_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
+                               struct q4kh_step_run *run);
+/* graph_release: wait for dev's stream, then free the recording and the
+ * copies (STEP NULL: nothing). */
+void cuda_graph_release(q4kh_device_ctx *dev, q4kh_step *step);
+
 /* --- errors and logging (cuda_plugin.c) --- */
+
+/* The backend's table: the entries that graph_compute issues nodes and
+ * fused groups through (q4khost/step.h). */
+extern const struct q4kh_backend_v1 cuda_backend;
 
 /* Log one line through the host, when it offers logging. */
 void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,

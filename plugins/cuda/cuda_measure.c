@@ -1,7 +1,8 @@
 /*
  * ABI 1.1's measurement entries (plugin.h): the read pass that gives the
  * device's read-bandwidth ceiling, device-side timing with two CUDA events
- * per device context, and recordings of the stream replayed as CUDA graphs.
+ * per device context, and recordings of the stream replayed as CUDA graphs
+ * (also the recording of ABI 1.6's prepared steps, cuda_graph.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,12 @@ q4kh_status cuda_graph_begin(q4kh_device_ctx *dev)
 
 q4kh_status cuda_graph_end(q4kh_device_ctx *dev, q4kh_graph **out)
 {
+	return cuda_graph_end_counted(dev, out, NULL);
+}
+
+q4kh_status cuda_graph_end_counted(q4kh_device_ctx *dev, q4kh_graph **out,
+                                   size_t *nodes)
+{
 	cudaGraph_t graph = NULL;
 	q4kh_graph *g;
 	q4kh_status st;
@@ -141,6 +148,9 @@ q4kh_status cuda_graph_end(q4kh_device_ctx *dev, q4kh_graph **out)
 	g = st ? NULL : calloc(1, sizeof(*g));
 	if (!st && !g)
 		st = cuda_fail(dev->ctx, Q4KH_ERR_NOMEM, "graph_end: out of memory");
+	if (!st && nodes)
+		st = cuda_check(dev, cudaGraphGetNodes(graph, NULL, nodes),
+		                "graph_end: cudaGraphGetNodes");
 	if (!st)
 		st = cuda_check(dev, cudaGraphInstantiate(&g->exec, graph, 0),
 		                "graph_end: cudaGraphInstantiate");

@@ -1,7 +1,7 @@
 /*
  * The cuda plugin's identity, context and error reporting. Devices live in
- * cuda_device.c, buffers in cuda_buffer.c, the ops in cuda_ops.c and the
- * kernels in the .cu files.
+ * cuda_device.c, buffers in cuda_buffer.c, the ops in cuda_ops.c, whole
+ * steps (ABI 1.6) in cuda_graph.c and the kernels in the .cu files.
  */
 #include "buildconf.h"
 
@@ -165,7 +165,7 @@ static int cuda_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
 	return cuda_type_supported(type);
 }
 
-static const struct q4kh_backend_v1 cuda_backend = {
+const struct q4kh_backend_v1 cuda_backend = {
 	.struct_size = sizeof(struct q4kh_backend_v1),
 	.init = cuda_init,
 	.shutdown = cuda_shutdown,
@@ -210,6 +210,9 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.top2 = cuda_top2,
 	.rope_store = cuda_rope_store,
 	.norm_add_rms_norm = cuda_norm_add_rms_norm,
+	.graph_prepare = cuda_graph_prepare,
+	.graph_compute = cuda_graph_compute,
+	.graph_release = cuda_graph_release,
 };
 
 #ifdef __clang__

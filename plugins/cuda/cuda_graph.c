@@ -1,0 +1,393 @@
+/*
+ * ABI 1.6's step entries (plugin.h: graph_prepare, graph_compute,
+ * graph_release; cuda.h says what each does here). A prepared step is the
+ * host's graph copied, with its calls planned once by q4khost/step.h over
+ * the backend's own table, so its fused groups are those the host's
+ * interpreter issues on this backend and its logits the same bits. The
+ * first run issues the calls on the stream; the second records them with
+ * cuda_measure.c's capture and launches the recording, which every later
+ * run replays: between runs the host rewrites only the ids and positions,
+ * which the kernels read from device memory when they run (cuda_step.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "q4khost/step.h"
+
+/* One call of the plan: nodes [first, first + n) as pattern FUSE. */
+struct cuda_group {
+	int32_t first, n;
+	q4kh_step_fuse fuse;
+};
+
+struct q4kh_step {
+	struct q4kh_step_graph g; /* the host's, over the copies below */
+	struct q4kh_step_node *nodes;
+	struct q4kh_step_value *values;
+	char *names; /* the values' names, one block */
+	struct cuda_group *groups;
+	int32_t n_groups;
+	uint32_t fused;      /* nodes inside groups of two or more */
+	uint64_t runs;       /* runs issued without an error */
+	q4kh_graph *rec;     /* the recording, from the second run on */
+	uint32_t rec_nodes;  /* its nodes: what one replay launches */
+	char no_record[256]; /* why recording failed (runs stay eager) */
+};
+
+/* --- checking and copying the host's graph --- */
+
+/* Sources each op needs (plugin.h's q4kh_op); later ones are optional. */
+static const int8_t needs[] = {
+	[Q4KH_OP_GET_ROWS] = 2, [Q4KH_OP_MUL_MAT] = 2,   [Q4KH_OP_RMS_NORM] = 1,
+	[Q4KH_OP_ROPE] = 2,     [Q4KH_OP_ADD] = 2,       [Q4KH_OP_SCALE] = 1,
+	[Q4KH_OP_GLU] = 2,      [Q4KH_OP_SET_ROWS] = 2,  [Q4KH_OP_ATTENTION] = 4,
+	[Q4KH_OP_MUL] = 2,      [Q4KH_OP_COPY] = 1,      [Q4KH_OP_UNARY] = 1,
+	[Q4KH_OP_SSM_CONV] = 3, [Q4KH_OP_DELTA_NET] = 6,
+};
+
+#define N_OPS (int32_t)(sizeof(needs) / sizeof(needs[0]))
+
+static int in_range(int32_t v, const struct q4kh_step_graph *g)
+{
+	return v >= 0 && v < g->n_values;
+}
+
+/* A value's name for a message. */
+static const char *name_of(const struct q4kh_step_graph *g, int32_t v)
+{
+	const char *name = in_range(v, g) ? q4kh_step_value_at(g, v)->name : NULL;
+
+	return name ? name : "unnamed";
+}
+
+/* Is every view of G's values a chain that ends in a value of its own? */
+static q4kh_status check_values(q4kh_device_ctx *dev, const struct q4kh_step_graph *g)
+{
+	for (int32_t i = 0; i < g->n_values; i++) {
+		int32_t v = i, hops = 0;
+
+		while (q4kh_step_value_at(g, v)->kind == Q4KH_VAL_VIEW) {
+			v = q4kh_step_value_at(g, v)->base;
+			if (!in_range(v, g) || ++hops > g->n_values)
+				return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
+				                 "graph_prepare: value %d (%s) views %s, expected a "
+				                 "chain of views that ends in one of the graph's %d values",
+				                 i, name_of(g, i), in_range(v, g) ? "itself" : "no value",
+				                 g->n_values);
+		}
+	}
+	return Q4KH_OK;
+}
+
+/*
+ * Can node I of G run here? Its sources and output well formed
+ * (Q4KH_ERR_INVALID otherwise), and its op, weight or shape one this
+ * backend takes (Q4KH_ERR_UNSUPPORTED otherwise: the host runs the graph).
+ */
+static q4kh_status check_node(q4kh_device_ctx *dev, const struct q4kh_step_graph *g, int32_t i)
+{
+	const struct q4kh_step_node *n = q4kh_step_node_at(g, i);
+	const struct q4kh_step_value *w;
+
+	if (n->op >= (uint32_t)N_OPS)
+		return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+		                 "graph_prepare: node %d: op %u is not one that ABI 1.6 names", i,
+		                 n->op);
+	if (!in_range(n->out, g))
+		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "graph_prepare: node %d (%s): output %d, expected a value in "
+		                 "0 .. %d", i, q4kh_step_op_name(n->op), n->out, g->n_values - 1);
+	for (int k = 0; k < Q4KH_STEP_SRC; k++)
+		if (n->src[k] < -1 || n->src[k] >= g->n_values ||
+		    (k < needs[n->op] && n->src[k] < 0))
+			return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
+			                 "graph_prepare: node %d (%s, writes %s): source %d is %d, "
+			                 "expected a value in 0 .. %d%s", i,
+			                 q4kh_step_op_name(n->op), name_of(g, n->out), k, n->src[k],
+			                 g->n_values - 1, k < needs[n->op] ? "" : " or -1");
+	switch ((q4kh_op)n->op) {
+	case Q4KH_OP_GET_ROWS:
+		w = q4kh_step_value_at(g, n->src[0]);
+		if (!cuda_type_supported(w->t.type))
+			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "graph_prepare: node %d (get_rows of %s): cuda has no "
+			                 "rows of type %s", i, name_of(g, n->src[0]),
+			                 q4kh_type_name(w->t.type));
+		break;
+	case Q4KH_OP_MUL_MAT:
+		w = q4kh_step_value_at(g, n->src[0]);
+		if (w->kernel && (!Q4KH_KERNEL_HAS(w->kernel, gemv) ||
+		                  !Q4KH_KERNEL_HAS(w->kernel, gemm)))
+			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "graph_prepare: node %d (mul_mat of %s): its kernel "
+			                 "variant has no %s", i, name_of(g, n->src[0]),
+			                 Q4KH_KERNEL_HAS(w->kernel, gemv) ? "gemm" : "gemv");
+		if (!w->kernel && !cuda_type_supported(w->t.type))
+			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "graph_prepare: node %d (mul_mat of %s): cuda does not "
+			                 "multiply %s weights", i, name_of(g, n->src[0]),
+			                 q4kh_type_name(w->t.type));
+		break;
+	case Q4KH_OP_DELTA_NET:
+		if (q4kh_step_value_at(g, n->src[0])->t.ne[0] > CUDA_DELTA_MAX_KEYS)
+			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "graph_prepare: node %d (delta_net into %s): %lld keys a "
+			                 "head, cuda takes at most %d", i, name_of(g, n->out),
+			                 (long long)q4kh_step_value_at(g, n->src[0])->t.ne[0],
+			                 CUDA_DELTA_MAX_KEYS);
+		break;
+	default:
+		break;
+	}
+	return Q4KH_OK;
+}
+
+static q4kh_status check_graph(q4kh_device_ctx *dev, const struct q4kh_step_graph *g)
+{
+	q4kh_status st;
+
+	if (g->struct_size < sizeof(*g) || g->node_size < sizeof(struct q4kh_step_node) ||
+	    g->value_size < sizeof(struct q4kh_step_value))
+		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "graph_prepare: a graph of %u bytes, nodes of %u and values "
+		                 "of %u: expected at least ABI 1.6's %zu, %zu and %zu",
+		                 g->struct_size, g->node_size, g->value_size, sizeof(*g),
+		                 sizeof(struct q4kh_step_node), sizeof(struct q4kh_step_value));
+	if (g->n_nodes < 1 || g->n_values < 1 || !g->nodes || !g->values ||
+	    (g->ids != -1 && !in_range(g->ids, g)) || (g->pos != -1 && !in_range(g->pos, g)) ||
+	    (g->logits != -1 && !in_range(g->logits, g)))
+		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
+		                 "graph_prepare: %d nodes over %d values, ids %d, pos %d, "
+		                 "logits %d: expected nodes and values, and inputs and logits "
+		                 "among the values or -1", g->n_nodes, g->n_values, g->ids, g->pos,
+		                 g->logits);
+	if ((st = check_values(dev, g)))
+		return st;
+	for (int32_t i = 0; i < g->n_nodes; i++)
+		if ((st = check_node(dev, g, i)))
+			return st;
+	return Q4KH_OK;
+}
+
+/* Free step S and what it holds. */
+static void step_free(struct q4kh_step *s)
+{
+	free(s->nodes);
+	free(s->values);
+	free(s->names);
+	free(s->groups);
+	free(s);
+}
+
+/* S's copy of checked graph G: its arrays at this header's sizes and the
+ * values' names in one block. Q4KH_ERR_NOMEM when memory runs out. */
+static q4kh_status copy_graph(q4kh_device_ctx *dev, struct q4kh_step *s,
+                              const struct q4kh_step_graph *g)
+{
+	size_t chars = 0;
+	char *at;
+
+	for (int32_t i = 0; i < g->n_values; i++) {
+		const char *name = q4kh_step_value_at(g, i)->name;
+
+		chars += name ? strlen(name) + 1 : 0;
+	}
+	s->nodes = malloc(sizeof(*s->nodes) * (size_t)g->n_nodes);
+	s->values = malloc(sizeof(*s->values) * (size_t)g->n_values);
+	s->names = malloc(chars ? chars : 1);
+	if (!s->nodes || !s->values || !s->names)
+		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                 "graph_prepare: out of memory copying %d nodes and %d values",
+		                 g->n_nodes, g->n_values);
+	for (int32_t i = 0; i < g->n_nodes; i++)
+		s->nodes[i] = *q4kh_step_node_at(g, i);
+	at = s->names;
+	for (int32_t i = 0; i < g->n_values; i++) {
+		s->values[i] = *q4kh_step_value_at(g, i);
+		if (s->values[i].name) {
+			size_t len = strlen(s->values[i].name) + 1;
+
+			memcpy(at, s->values[i].name, len);
+			s->values[i].name = at;
+			at += len;
+		}
+	}
+	s->g = *g;
+	s->g.struct_size = sizeof(s->g);
+	s->g.node_size = sizeof(*s->nodes);
+	s->g.value_size = sizeof(*s->values);
+	s->g.nodes = s->nodes;
+	s->g.values = s->values;
+	return Q4KH_OK;
+}
+
+/* The calls of S's graph, as the host's interpreter groups them. */
+static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
+{
+	s->groups = malloc(sizeof(*s->groups) * (size_t)s->g.n_nodes);
+	if (!s->groups)
+		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		                 "graph_prepare: out of memory planning %d nodes", s->g.n_nodes);
+	for (int32_t i = 0, n; i < s->g.n_nodes; i += n) {
+		struct cuda_group *c = &s->groups[s->n_groups++];
+
+		c->first = i;
+		c->fuse = q4kh_step_next(&cuda_backend, &s->g, i, ~0u, &n);
+		c->n = n;
+		if (n > 1)
+			s->fused += (uint32_t)n;
+	}
+	return Q4KH_OK;
+}
+
+q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                               q4kh_step **out)
+{
+	struct q4kh_step *s;
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!g || !out)
+		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID, "graph_prepare: %s is NULL",
+		                 g ? "out" : "the graph");
+	*out = NULL;
+	if ((st = check_graph(dev, g)))
+		return st;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM, "graph_prepare: out of memory");
+	if ((st = copy_graph(dev, s, g)) || (st = plan(dev, s))) {
+		step_free(s);
+		return st;
+	}
+	*out = s;
+	return Q4KH_OK;
+}
+
+/* --- running --- */
+
+/*
+ * The failure F of a call as graph_compute's error: the node, the call,
+ * the value it writes, and the message of whoever refused (the SDK, the
+ * kernel variant, or this backend, whose last_error it rewrites).
+ */
+static q4kh_status issue_failed(q4kh_device_ctx *dev, const struct q4kh_step *s,
+                                q4kh_status st, const struct q4kh_step_fail *f)
+{
+	const struct q4kh_step_node *n = &s->nodes[f->node];
+	char why[sizeof(dev->ctx->error)];
+
+	if (f->msg[0])
+		snprintf(why, sizeof(why), "%s", f->msg);
+	else if (f->kernel && Q4KH_KERNEL_HAS(f->kernel, last_error))
+		snprintf(why, sizeof(why), "%s", f->kernel->last_error(f->kernel_ctx));
+	else
+		snprintf(why, sizeof(why), "%s", dev->ctx->error);
+	return cuda_fail(dev->ctx, st, "graph_compute: node %d, %s (%s): %s", f->node, f->call,
+	                 name_of(&s->g, n->out), why);
+}
+
+/* Issue S's planned calls on dev's stream, in order. */
+static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
+{
+	/* cuda has the ABI 1.2 entries: no node reads host values */
+	const struct q4kh_step_host_values none = { NULL, NULL };
+	struct q4kh_step_fail fail;
+
+	for (int32_t k = 0; k < s->n_groups; k++) {
+		const struct cuda_group *c = &s->groups[k];
+		q4kh_status st = q4kh_step_issue_group(&cuda_backend, dev, &s->g, c->first,
+		                                       c->fuse, c->n, &none, &fail);
+
+		if (st)
+			return issue_failed(dev, s, st, &fail);
+	}
+	return Q4KH_OK;
+}
+
+/*
+ * Record S's calls into S->rec (nothing runs). On a failure S->no_record
+ * says why, the log says so once, and S's runs stay eager: a variant that
+ * cannot be captured costs the replay, not the step.
+ */
+static void record(q4kh_device_ctx *dev, struct q4kh_step *s)
+{
+	q4kh_graph *rec = NULL;
+	size_t nodes = 0;
+	q4kh_status st = cuda_graph_begin(dev), end;
+
+	if (!st) {
+		st = issue(dev, s);
+		if (st) /* the first failure's message, before graph_end's */
+			snprintf(s->no_record, sizeof(s->no_record), "%.255s", dev->ctx->error);
+		/* graph_end ends the capture even after a failed call */
+		end = cuda_graph_end_counted(dev, &rec, &nodes);
+		if (!st)
+			st = end;
+	}
+	if (st) {
+		if (!s->no_record[0])
+			snprintf(s->no_record, sizeof(s->no_record), "%.255s", dev->ctx->error);
+		cuda_graph_free(dev, rec);
+		cuda_fail(dev->ctx, st, "graph_compute: recording a step of %lld tokens failed, "
+		          "it runs call by call: %s", (long long)s->g.n_tokens, s->no_record);
+		cuda_log(dev->ctx, Q4KH_LOG_WARN, "cuda: %s", dev->ctx->error);
+		return;
+	}
+	s->rec = rec;
+	s->rec_nodes = (uint32_t)nodes;
+}
+
+q4kh_status cuda_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
+                               struct q4kh_step_run *run)
+{
+	struct q4kh_step *s = step;
+	struct q4kh_step_run done = { .struct_size = sizeof(done) };
+	q4kh_status st;
+
+	if (!dev)
+		return Q4KH_ERR_INVALID;
+	if (!s)
+		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID, "graph_compute: the step is NULL");
+	if ((st = cuda_not_recording(dev, "graph_compute")) ||
+	    (st = cuda_enter(dev, "graph_compute")))
+		return st;
+	/* a step that ran once has every scratch it needs: record it */
+	if (s->runs && !s->rec && !s->no_record[0])
+		record(dev, s);
+	if (s->rec) {
+		st = cuda_graph_launch(dev, s->rec);
+		done.path = Q4KH_PATH_REPLAY;
+		done.launches = s->rec_nodes;
+	} else {
+		st = issue(dev, s);
+		done.path = Q4KH_PATH_NODES;
+		done.launches = (uint32_t)s->n_groups;
+	}
+	if (st)
+		return st;
+	s->runs++;
+	done.fused = s->fused;
+	if (run) {
+		/* the fields a host of RUN's size has room for */
+		size_t size = run->struct_size < sizeof(done) ? run->struct_size : sizeof(done);
+
+		done.struct_size = run->struct_size;
+		memcpy(run, &done, size);
+	}
+	return Q4KH_OK;
+}
+
+void cuda_graph_release(q4kh_device_ctx *dev, q4kh_step *step)
+{
+	if (!step)
+		return;
+	if (dev && step->rec && cudaSetDevice(dev->ordinal) == cudaSuccess)
+		cudaStreamSynchronize(dev->stream); /* no replay of it in flight */
+	cudaGetLastError();
+	cuda_graph_free(dev, step->rec);
+	step_free(step);
+}
