@@ -378,6 +378,11 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fus
 		return NULL;
 	cr_assert(Q4KH_BACKEND_HAS(f.be.v, add_rms_norm) &&
 	          Q4KH_BACKEND_HAS(f.be.v, rope_set_rows) && Q4KH_BACKEND_HAS(f.be.v, rope_store));
+	/* the host's interpreter groups the nodes here, not cpu-fast's own
+	 * graph entry (ABI 1.6), which never calls through this table */
+	f.table.graph_prepare = NULL;
+	f.table.graph_compute = NULL;
+	f.table.graph_release = NULL;
 	f.table.add_rms_norm = fused != FUSED_NONE ? counted_add_rms_norm : NULL;
 	f.table.rope_set_rows = fused != FUSED_NONE ? counted_rope_set_rows : NULL;
 	f.table.rope_store = fused == FUSED_ALL ? counted_rope_store : NULL;

@@ -23,10 +23,7 @@ struct cuda_group {
 };
 
 struct q4kh_step {
-	struct q4kh_step_graph g; /* the host's, over the copies below */
-	struct q4kh_step_node *nodes;
-	struct q4kh_step_value *values;
-	char *names; /* the values' names, one block */
+	struct q4kh_step_graph *g; /* the host's, copied (q4kh_step_copy) */
 	struct cuda_group *groups;
 	int32_t n_groups;
 	uint32_t fused;      /* nodes inside groups of two or more */
@@ -174,67 +171,23 @@ static q4kh_status check_graph(q4kh_device_ctx *dev, const struct q4kh_step_grap
 /* Free step S and what it holds. */
 static void step_free(struct q4kh_step *s)
 {
-	free(s->nodes);
-	free(s->values);
-	free(s->names);
+	q4kh_step_copy_free(s->g);
 	free(s->groups);
 	free(s);
-}
-
-/* S's copy of checked graph G: its arrays at this header's sizes and the
- * values' names in one block. Q4KH_ERR_NOMEM when memory runs out. */
-static q4kh_status copy_graph(q4kh_device_ctx *dev, struct q4kh_step *s,
-                              const struct q4kh_step_graph *g)
-{
-	size_t chars = 0;
-	char *at;
-
-	for (int32_t i = 0; i < g->n_values; i++) {
-		const char *name = q4kh_step_value_at(g, i)->name;
-
-		chars += name ? strlen(name) + 1 : 0;
-	}
-	s->nodes = malloc(sizeof(*s->nodes) * (size_t)g->n_nodes);
-	s->values = malloc(sizeof(*s->values) * (size_t)g->n_values);
-	s->names = malloc(chars ? chars : 1);
-	if (!s->nodes || !s->values || !s->names)
-		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
-		                 "graph_prepare: out of memory copying %d nodes and %d values",
-		                 g->n_nodes, g->n_values);
-	for (int32_t i = 0; i < g->n_nodes; i++)
-		s->nodes[i] = *q4kh_step_node_at(g, i);
-	at = s->names;
-	for (int32_t i = 0; i < g->n_values; i++) {
-		s->values[i] = *q4kh_step_value_at(g, i);
-		if (s->values[i].name) {
-			size_t len = strlen(s->values[i].name) + 1;
-
-			memcpy(at, s->values[i].name, len);
-			s->values[i].name = at;
-			at += len;
-		}
-	}
-	s->g = *g;
-	s->g.struct_size = sizeof(s->g);
-	s->g.node_size = sizeof(*s->nodes);
-	s->g.value_size = sizeof(*s->values);
-	s->g.nodes = s->nodes;
-	s->g.values = s->values;
-	return Q4KH_OK;
 }
 
 /* The calls of S's graph, as the host's interpreter groups them. */
 static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 {
-	s->groups = malloc(sizeof(*s->groups) * (size_t)s->g.n_nodes);
+	s->groups = malloc(sizeof(*s->groups) * (size_t)s->g->n_nodes);
 	if (!s->groups)
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
-		                 "graph_prepare: out of memory planning %d nodes", s->g.n_nodes);
-	for (int32_t i = 0, n; i < s->g.n_nodes; i += n) {
-		struct cuda_group *c = &s->groups[s->n_groups++];
+		                 "graph_prepare: out of memory planning %d nodes", s->g->n_nodes);
+	for (int32_t i = 0, n; i < s->g->n_nodes; i += n) {
+		struct cuda_group *c = s->groups[s->n_groups++];
 
 		c->first = i;
-		c->fuse = q4kh_step_next(&cuda_backend, &s->g, i, ~0u, &n);
+		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
 		c->n = n;
 		if (n > 1)
 			s->fused += (uint32_t)n;
@@ -259,7 +212,12 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM, "graph_prepare: out of memory");
-	if ((st = copy_graph(dev, s, g)) || (st = plan(dev, s))) {
+	s->g = q4kh_step_copy(g);
+	if (!s->g)
+		st = cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
+		               "graph_prepare: out of memory copying %d nodes and %d values",
+		               g->n_nodes, g->n_values);
+	if (!s->g || (st = plan(dev, s))) {
 		step_free(s);
 		return st;
 	}
@@ -277,7 +235,7 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
 static q4kh_status issue_failed(q4kh_device_ctx *dev, const struct q4kh_step *s,
                                 q4kh_status st, const struct q4kh_step_fail *f)
 {
-	const struct q4kh_step_node *n = &s->nodes[f->node];
+	const struct q4kh_step_node *n = q4kh_step_node_at(s->g, f->node);
 	char why[sizeof(dev->ctx->error)];
 
 	if (f->msg[0])
@@ -287,7 +245,7 @@ static q4kh_status issue_failed(q4kh_device_ctx *dev, const struct q4kh_step *s,
 	else
 		snprintf(why, sizeof(why), "%s", dev->ctx->error);
 	return cuda_fail(dev->ctx, st, "graph_compute: node %d, %s (%s): %s", f->node, f->call,
-	                 name_of(&s->g, n->out), why);
+	                 name_of(s->g, n->out), why);
 }
 
 /* Issue S's planned calls on dev's stream, in order. */
@@ -298,8 +256,8 @@ static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 	struct q4kh_step_fail fail;
 
 	for (int32_t k = 0; k < s->n_groups; k++) {
-		const struct cuda_group *c = &s->groups[k];
-		q4kh_status st = q4kh_step_issue_group(&cuda_backend, dev, &s->g, c->first,
+		const struct cuda_group *c = s->groups[k];
+		q4kh_status st = q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first,
 		                                       c->fuse, c->n, &none, &fail);
 
 		if (st)
@@ -333,7 +291,7 @@ static void record(q4kh_device_ctx *dev, struct q4kh_step *s)
 			snprintf(s->no_record, sizeof(s->no_record), "%.255s", dev->ctx->error);
 		cuda_graph_free(dev, rec);
 		cuda_fail(dev->ctx, st, "graph_compute: recording a step of %lld tokens failed, "
-		          "it runs call by call: %s", (long long)s->g.n_tokens, s->no_record);
+		          "it runs call by call: %s", (long long)s->g->n_tokens, s->no_record);
 		cuda_log(dev->ctx, Q4KH_LOG_WARN, "cuda: %s", dev->ctx->error);
 		return;
 	}

@@ -36,18 +36,34 @@ struct q4kh_step_graph *q4kh_step_copy(const struct q4kh_step_graph *g)
 	struct q4kh_step_graph *c;
 	struct q4kh_step_node *nodes;
 	struct q4kh_step_value *vals;
+	size_t chars = 0;
+	char *at;
 
-	/* the graph first, then the values, then the nodes: each aligned */
-	c = calloc(1, sizeof(*c) + vs * (size_t)g->n_values + ns * (size_t)g->n_nodes);
+	for (int32_t i = 0; i < g->n_values; i++) {
+		const char *name = q4kh_step_value_at(g, i)->name;
+
+		chars += name ? strlen(name) + 1 : 0;
+	}
+	/* the graph, then the values, then the nodes (each aligned as the one
+	 * before it ends), then the names */
+	c = calloc(1, sizeof(*c) + vs * (size_t)g->n_values + ns * (size_t)g->n_nodes + chars);
 	if (!c)
 		return NULL;
 	vals = (struct q4kh_step_value *)(void *)(c + 1);
 	nodes = (struct q4kh_step_node *)(void *)(vals + g->n_values);
+	at = (char *)(nodes + g->n_nodes);
 	for (int32_t i = 0; i < g->n_nodes; i++)
 		memcpy(&nodes[i], q4kh_step_node_at(g, i), g->node_size < ns ? g->node_size : ns);
 	for (int32_t i = 0; i < g->n_values; i++) {
+		const char *name = q4kh_step_value_at(g, i)->name;
+
 		memcpy(&vals[i], q4kh_step_value_at(g, i), g->value_size < vs ? g->value_size : vs);
-		vals[i].name = NULL;
+		if (name) {
+			size_t len = strlen(name) + 1;
+
+			vals[i].name = memcpy(at, name, len);
+			at += len;
+		}
 	}
 	*c = *g;
 	c->struct_size = sizeof(*c);

@@ -45,8 +45,8 @@ static inline const struct q4kh_tensor *q4kh_step_tensor(const struct q4kh_step_
  * allocation holding the graph, its nodes and its values at this
  * header's sizes (the fields a host older than this header lacks are
  * zero; those a newer host added are dropped), with node_size and
- * value_size set to them and every value's name NULL (the names are the
- * host's, valid during graph_prepare only). NULL when out of memory.
+ * value_size set to them, and the values' names copied into it (the
+ * host's are valid during graph_prepare only). NULL when out of memory.
  * Free with q4kh_step_copy_free (NULL is ignored).
  */
 struct q4kh_step_graph *q4kh_step_copy(const struct q4kh_step_graph *g);
