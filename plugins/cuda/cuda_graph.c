@@ -184,7 +184,7 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "graph_prepare: out of memory planning %d nodes", s->g->n_nodes);
 	for (int32_t i = 0, n; i < s->g->n_nodes; i += n) {
-		struct cuda_group *c = s->groups[s->n_groups++];
+		struct cuda_group *c = &s->groups[s->n_groups++];
 
 		c->first = i;
 		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
@@ -256,7 +256,7 @@ static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 	struct q4kh_step_fail fail;
 
 	for (int32_t k = 0; k < s->n_groups; k++) {
-		const struct cuda_group *c = s->groups[k];
+		const struct cuda_group *c = &s->groups[k];
 		q4kh_status st = q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first,
 		                                       c->fuse, c->n, &none, &fail);
 
