@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "q4khost/quant.h"
+#include "q4khost/step.h"
 
 #define GUARD 64
 #define SENTINEL 0xA5
@@ -684,6 +685,221 @@ static void case_delta_net(struct run *R)
 	drop(R, &o);
 }
 
+/* --- ABI 1.6: whole steps through graph_prepare and graph_compute --- */
+
+/*
+ * The step the graph cases run: one attention layer of T = 2 tokens over
+ * a residual x {256, T} (Q8_0 products of 2 query heads and 1 KV head of
+ * 64, RoPE, an F16 cache of 8 rows, the output product, the residual add
+ * and the next norm), whose last norm's output stands for the logits.
+ * Its nodes hold the patterns backends fuse (q4khost/step.h): three
+ * products of one input, rope_store's four nodes, add_rms_norm.
+ */
+enum { GV_IDS, GV_POS, GV_X, GV_WNORM, GV_WQ, GV_WK, GV_WV, GV_WO, GV_KC, GV_VC, GV_H, GV_Q,
+       GV_K, GV_V, GV_O, GV_A, GV_OUT, GV_PAIRS, /* values with buffers of their own */
+       GV_QH = GV_PAIRS, GV_KH, GV_VH, GV_AH, GV_COUNT };
+
+#define GRAPH_T 2
+#define GRAPH_RUNS 3
+
+struct step_case {
+	struct pair p[GV_PAIRS];
+	struct q4kh_step_value v[2][GV_COUNT]; /* per side: 0 ref, 1 cand */
+	struct q4kh_step_node n[12];
+	struct q4kh_step_graph g[2];
+};
+
+/* Value V of side S: a pair's tensor, or a view of one. */
+static void graph_value(struct step_case *c, int side, int v, int base, int64_t ne0,
+                        int64_t ne1, int64_t ne2, uint32_t kind)
+{
+	const struct q4kh_tensor *t = side ? &c->p[base].c : &c->p[base].r;
+	struct q4kh_step_value *o = &c->v[side][v];
+
+	*o = (struct q4kh_step_value){ .t = *t, .kind = kind, .base = -1, .name = "" };
+	if (v != base) { /* a contiguous view of base's bytes */
+		o->kind = Q4KH_VAL_VIEW;
+		o->base = base;
+		o->t.ne[0] = ne0;
+		o->t.ne[1] = ne1;
+		o->t.ne[2] = ne2;
+		o->t.nb[1] = o->t.nb[0] * ne0;
+		o->t.nb[2] = o->t.nb[1] * ne1;
+		o->t.nb[3] = o->t.nb[2] * ne2;
+	}
+}
+
+static void graph_node(struct q4kh_step_node *n, q4kh_op op, int out, int a, int b, int c,
+                       int d, float f0)
+{
+	*n = (struct q4kh_step_node){ .op = op, .out = out, .src = { a, b, c, d, -1, -1 },
+		                      .f = { f0, 0.0f } };
+}
+
+/* The buffers of the step on both sides, and its graph on each. */
+static int graph_make(struct run *R, struct step_case *c)
+{
+	static const double zeros[GRAPH_T];
+	const int64_t T = GRAPH_T;
+	const struct q4kh_rope_params rope = {
+		.struct_size = sizeof(rope), .n_rot = 64, .mode = Q4KH_ROPE_NEOX, .base = 10000.0f,
+		.freq_scale = 1.0f, .attn_factor = 1.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+		.n_ctx_orig = 4096,
+	};
+	struct { int v; uint32_t type; int64_t ne0, ne1, ne2; int output; } shapes[GV_PAIRS] = {
+		{ GV_IDS, Q4KH_TYPE_I32, T, 1, 1, 0 },   { GV_POS, Q4KH_TYPE_I32, T, 1, 1, 0 },
+		{ GV_X, Q4KH_TYPE_F32, 256, T, 1, 0 },   { GV_WNORM, Q4KH_TYPE_F32, 256, 1, 1, 0 },
+		{ GV_WQ, Q4KH_TYPE_Q8_0, 256, 128, 1, 0 }, { GV_WK, Q4KH_TYPE_Q8_0, 256, 64, 1, 0 },
+		{ GV_WV, Q4KH_TYPE_Q8_0, 256, 64, 1, 0 }, { GV_WO, Q4KH_TYPE_Q8_0, 128, 256, 1, 0 },
+		{ GV_KC, Q4KH_TYPE_F16, 64, 1, 8, 1 },   { GV_VC, Q4KH_TYPE_F16, 64, 1, 8, 1 },
+		{ GV_H, Q4KH_TYPE_F32, 256, T, 1, 1 },   { GV_Q, Q4KH_TYPE_F32, 128, T, 1, 1 },
+		{ GV_K, Q4KH_TYPE_F32, 64, T, 1, 1 },    { GV_V, Q4KH_TYPE_F32, 64, T, 1, 1 },
+		{ GV_O, Q4KH_TYPE_F32, 256, T, 1, 1 },   { GV_A, Q4KH_TYPE_F32, 64, 2, T, 1 },
+		{ GV_OUT, Q4KH_TYPE_F32, 256, T, 1, 1 },
+	};
+	struct q4kh_step_node *n = c->n;
+
+	for (int i = 0; i < GV_PAIRS; i++)
+		if (make(R, &c->p[i], shapes[i].type, shapes[i].ne0, shapes[i].ne1, shapes[i].ne2, 0,
+		         shapes[i].type == Q4KH_TYPE_I32 ? zeros : NULL, shapes[i].output))
+			return -1;
+	for (int side = 0; side < 2; side++) {
+		for (int i = 0; i < GV_PAIRS; i++)
+			graph_value(c, side, i, i, 0, 0, 0,
+			            i == GV_IDS   ? Q4KH_VAL_IDS
+			            : i == GV_POS ? Q4KH_VAL_POS
+			            : i >= GV_H   ? Q4KH_VAL_ACT
+			                          : Q4KH_VAL_FIXED);
+		graph_value(c, side, GV_QH, GV_Q, 64, 2, T, 0);
+		graph_value(c, side, GV_KH, GV_K, 64, 1, T, 0);
+		graph_value(c, side, GV_VH, GV_V, 64, 1, T, 0);
+		graph_value(c, side, GV_AH, GV_A, 128, T, 1, 0);
+	}
+	graph_node(&n[0], Q4KH_OP_RMS_NORM, GV_H, GV_X, GV_WNORM, -1, -1, 1e-5f);
+	graph_node(&n[1], Q4KH_OP_MUL_MAT, GV_Q, GV_WQ, GV_H, -1, -1, 0.0f);
+	graph_node(&n[2], Q4KH_OP_MUL_MAT, GV_K, GV_WK, GV_H, -1, -1, 0.0f);
+	graph_node(&n[3], Q4KH_OP_MUL_MAT, GV_V, GV_WV, GV_H, -1, -1, 0.0f);
+	graph_node(&n[4], Q4KH_OP_ROPE, GV_QH, GV_QH, GV_POS, -1, -1, 0.0f);
+	graph_node(&n[5], Q4KH_OP_ROPE, GV_KH, GV_KH, GV_POS, -1, -1, 0.0f);
+	n[4].rope = n[5].rope = rope;
+	graph_node(&n[6], Q4KH_OP_SET_ROWS, GV_KC, GV_KH, GV_POS, -1, -1, 0.0f);
+	graph_node(&n[7], Q4KH_OP_SET_ROWS, GV_VC, GV_VH, GV_POS, -1, -1, 0.0f);
+	graph_node(&n[8], Q4KH_OP_ATTENTION, GV_A, GV_QH, GV_KC, GV_VC, GV_POS, 0.125f);
+	graph_node(&n[9], Q4KH_OP_MUL_MAT, GV_O, GV_WO, GV_AH, -1, -1, 0.0f);
+	graph_node(&n[10], Q4KH_OP_ADD, GV_X, GV_X, GV_O, -1, -1, 0.0f);
+	graph_node(&n[11], Q4KH_OP_RMS_NORM, GV_OUT, GV_X, GV_WNORM, -1, -1, 1e-5f);
+	for (int side = 0; side < 2; side++)
+		c->g[side] = (struct q4kh_step_graph){
+			.struct_size = sizeof(c->g[side]), .node_size = sizeof(c->n[0]),
+			.value_size = sizeof(c->v[side][0]), .n_nodes = 12, .n_values = GV_COUNT,
+			.ids = GV_IDS, .pos = GV_POS, .logits = GV_OUT, .n_tokens = T, .n_out = T,
+			.n_seqs = 1, .nodes = c->n, .values = c->v[side],
+		};
+	return 0;
+}
+
+/* Positions 2 RUN, 2 RUN + 1 into the step's POS on both sides. */
+static int graph_positions(struct run *R, struct step_case *c, int run, int32_t pos[GRAPH_T])
+{
+	const struct pair *p = &c->p[GV_POS];
+
+	for (int t = 0; t < GRAPH_T; t++)
+		pos[t] = GRAPH_T * run + t;
+	return q4kh_backend_check(R->ref, R->ref->v->buffer_upload(R->ref->dev, p->rb, GUARD, pos,
+	                                                           sizeof(int32_t) * GRAPH_T),
+	                          "buffer_upload", R->err) ||
+	       q4kh_backend_check(R->cand, R->cand->v->buffer_upload(R->cand->dev, p->cb, GUARD,
+	                                                             pos, sizeof(int32_t) * GRAPH_T),
+	                          "buffer_upload", R->err);
+}
+
+/*
+ * The step GRAPH_RUNS times on both sides, the reference side node by node
+ * through its own table (the host's interpreter), the candidate's through
+ * its graph entry; after each run the outputs are compared under LIMIT,
+ * and after the last the KV cache. AGAINST names the reference side.
+ */
+static void case_graph(struct run *R, const char *against, double limit)
+{
+	static const char *const paths[] = { "?", "node by node", "replay", "persistent kernel" };
+	struct step_case *c = calloc(1, sizeof(*c));
+	struct q4kh_conf_result res;
+	q4kh_step *step = NULL;
+	q4kh_status st;
+
+	if (!c) {
+		R->fatal = 1;
+		q4kh_fail(R->err, "out of memory");
+		return;
+	}
+	if (graph_make(R, c))
+		goto out;
+	st = R->cand->v->graph_prepare(R->cand->dev, &c->g[1], &step);
+	if (st) {
+		res = begin("graph_compute", limit, "a layer of 2 tokens, vs %s", against);
+		snprintf(res.message, sizeof(res.message), "graph_prepare: %s: %s",
+		         q4kh_status_name(st), R->cand->v->last_error(R->cand->ctx));
+		if (st == Q4KH_ERR_UNSUPPORTED)
+			skip(R, &res, res.message);
+		else
+			report(R, &res);
+		goto out;
+	}
+	for (int run = 0; run < GRAPH_RUNS && !R->fatal; run++) {
+		struct q4kh_step_run how = { .struct_size = sizeof(how) };
+		struct q4kh_step_fail fail;
+		int32_t pos[GRAPH_T];
+		const struct q4kh_step_host_values hv = { NULL, pos };
+		q4kh_status ref_st, cand_st;
+
+		if (graph_positions(R, c, run, pos)) {
+			R->fatal = 1;
+			break;
+		}
+		ref_st = q4kh_step_run(R->ref->v, R->ref->dev, &c->g[0], ~0u, &hv, NULL, &fail);
+		cand_st = R->cand->v->graph_compute(R->cand->dev, step, &how);
+		res = begin("graph_compute", limit, "layer at %d,%d, run %d/%d (%s), vs %s", pos[0],
+		            pos[1], run + 1, GRAPH_RUNS, how.path < 4 ? paths[how.path] : paths[0],
+		            against);
+		judge(R, &res, ref_st, cand_st, &c->p[GV_OUT]);
+	}
+	if (!R->fatal) {
+		res = begin("graph_compute", limit, "the cache's keys after %d runs, vs %s",
+		            GRAPH_RUNS, against);
+		judge(R, &res, Q4KH_OK, Q4KH_OK, &c->p[GV_KC]);
+	}
+	R->cand->v->graph_release(R->cand->dev, step);
+out:
+	for (int i = 0; i < GV_PAIRS; i++)
+		drop(R, &c->p[i]);
+	free(c);
+}
+
+/*
+ * The whole-step cases of a backend with the graph entries (ABI 1.6,
+ * docs/plugin-abi.md E8): against the reference, and against the same
+ * backend's own node-by-node results, which fusions must not move beyond
+ * f32 rounding.
+ */
+static void cases_graph(struct run *R)
+{
+	struct run own = *R;
+	struct q4kh_conf_result res;
+
+	if (!Q4KH_BACKEND_HAS(R->cand->v, graph_prepare)) {
+		res = begin("graph_compute", LIMIT_QUANT, "whole steps");
+		skip(R, &res, "no graph_prepare (ABI 1.6): the host runs its steps node by node");
+		return;
+	}
+	case_graph(R, "the reference", LIMIT_QUANT);
+	if (R->fatal)
+		return;
+	own.ref = R->cand;
+	case_graph(&own, "its own nodes", LIMIT_F32);
+	R->failed = own.failed;
+	R->fatal = own.fatal;
+}
+
 int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backend *cand,
                          uint64_t seed, q4kh_conf_fn fn, void *data,
                          struct q4kh_error *err)
@@ -734,5 +950,7 @@ int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backe
 		case_ssm_conv(&R);
 	if (!R.fatal)
 		case_delta_net(&R);
+	if (!R.fatal)
+		cases_graph(&R);
 	return R.fatal ? -1 : R.failed;
 }

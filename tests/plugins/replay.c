@@ -43,6 +43,12 @@
  *                 q4khost conformance must see: rms_norm uses 1000 times
  *                 the eps it is given, scale writes one byte past its
  *                 output, add leaves its last element unwritten (NaN).
+ *   GRAPH_DROP:   ABI 1.6, with the graph entries (graph_prepare,
+ *                 graph_compute, graph_release): every op is right, but
+ *                 its graph_compute leaves out the first add of each
+ *                 step (a residual add), as a backend whose fused walk
+ *                 loses a node would; q4khost conformance's whole-step
+ *                 cases must see it and its op cases must not.
  * CPU_PLUGIN is the path of the cpu plugin to wrap.
  */
 #include <dlfcn.h>
@@ -761,6 +767,60 @@ static void r_graph_free(q4kh_device_ctx *d, q4kh_graph *g)
 	free_graph(g);
 }
 
+#ifdef GRAPH_DROP
+#include "q4khost/step.h"
+
+static const struct q4kh_backend_v1 table;
+
+struct q4kh_step {
+	struct q4kh_step_graph *g;
+};
+
+static q4kh_status r_graph_prepare(q4kh_device_ctx *d, const struct q4kh_step_graph *g,
+                                   q4kh_step **out)
+{
+	q4kh_step *s = calloc(1, sizeof(*s));
+
+	(void)d;
+	if (!s || !(s->g = q4kh_step_copy(g))) {
+		free(s);
+		return Q4KH_ERR_NOMEM;
+	}
+	*out = s;
+	return Q4KH_OK;
+}
+
+/* Every node through this table, but the step's first add. */
+static q4kh_status r_graph_compute(q4kh_device_ctx *d, q4kh_step *s, struct q4kh_step_run *run)
+{
+	const struct q4kh_step_host_values none = { NULL, NULL };
+	struct q4kh_step_fail fail;
+	int dropped = 0;
+
+	for (int32_t i = 0; i < s->g->n_nodes; i++) {
+		q4kh_status st;
+
+		if (!dropped && q4kh_step_node_at(s->g, i)->op == Q4KH_OP_ADD) {
+			dropped = 1;
+			continue;
+		}
+		if ((st = q4kh_step_issue_node(&table, d, s->g, i, &none, &fail)))
+			return st;
+	}
+	if (run)
+		run->path = Q4KH_PATH_NODES;
+	return Q4KH_OK;
+}
+
+static void r_graph_release(q4kh_device_ctx *d, q4kh_step *s)
+{
+	(void)d;
+	if (s)
+		q4kh_step_copy_free(s->g);
+	free(s);
+}
+#endif
+
 static const struct q4kh_backend_v1 table = {
 #ifdef REPLAY_V1_1
 	.struct_size = offsetof(struct q4kh_backend_v1, graph_free) +
@@ -803,6 +863,11 @@ static const struct q4kh_backend_v1 table = {
 	.graph_end = r_graph_end,
 	.graph_launch = r_graph_launch,
 	.graph_free = r_graph_free,
+#ifdef GRAPH_DROP
+	.graph_prepare = r_graph_prepare,
+	.graph_compute = r_graph_compute,
+	.graph_release = r_graph_release,
+#endif
 };
 
 static const struct q4kh_plugin_desc desc = {
