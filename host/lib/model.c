@@ -10,6 +10,7 @@
 #include "gguf_shared.h"
 #include "kernel.h"
 #include "tensor.h"
+#include "weight_types.h"
 
 #define DEFAULT_MODEL "gemma-3-270m-q4_k_m.gguf"
 
@@ -77,7 +78,7 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 		          names);
 		goto fail;
 	}
-	if (m->arch->load(m, err))
+	if (q4kh_weight_types_check(m->gguf, err) || m->arch->load(m, err))
 		goto fail;
 	*out = m;
 	return 0;
