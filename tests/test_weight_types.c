@@ -172,7 +172,8 @@ Test(weight_types, a_type_id_no_gguf_type_has_is_named_with_its_tensor)
  * replay-no-q8-0 (tests/plugins/replay.c), of kind cpu, says it lacks
  * Q8_0, which the fixture's output.weight has: run passes it over and the
  * reference serves; asked for by name it is refused with the same line;
- * validate lists it as passed over, with nothing measured.
+ * serve says it left it out; validate lists it as passed over, with
+ * nothing measured.
  */
 Test(weight_types, a_backend_without_a_type_is_passed_over_before_anything_runs)
 {
@@ -191,6 +192,14 @@ Test(weight_types, a_backend_without_a_type_is_passed_over_before_anything_runs)
 	cr_expect_eq(q4khost_with("", "run -n 2 -p hello --backend replay-no-q8-0", NULL, plugins,
 	                          "", &out),
 	             4, "%s", out);
+	cr_expect(strstr(out, why) != NULL, "%s", out);
+	free(out);
+	/* serve names it among what its plan left out, and serves (SIGTERM:
+	 * drained, exit 0). */
+	cr_expect_eq(q4khost_with("timeout --preserve-status -s TERM 20", "serve --port 0", NULL,
+	                          plugins, "", &out),
+	             0, "%s", out);
+	cr_expect(strstr(out, "q4khost serve: left out: replay-no-q8-0: ") != NULL, "%s", out);
 	cr_expect(strstr(out, why) != NULL, "%s", out);
 	free(out);
 	cr_expect_eq(q4khost_with("", "validate", NULL, plugins, "", &out), 0, "%s", out);
