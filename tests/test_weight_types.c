@@ -23,12 +23,13 @@
 	"llama.cpp's llama-quantize"
 
 /*
- * A copy of the tiny llama fixture whose last tensor in the data section
- * has type TYPE, its data grown (zeros) to that type's size; its name into
- * NAME. A tensor info is its name (u64 length, bytes), n_dims (u32), ne
- * (u64 each), then the type (u32): the name lies in the mapping.
+ * A copy of the tiny llama fixture whose tensor TENSOR (NULL: the last in
+ * the data section) has type TYPE, the file grown (zeros) where that
+ * type's data runs past its end; the tensor's name into NAME. A tensor
+ * info is its name (u64 length, bytes), n_dims (u32), ne (u64 each), then
+ * the type (u32): the name lies in the mapping.
  */
-static char *retyped_model(uint32_t type, char *name, size_t cap)
+static char *retyped(const char *tensor, uint32_t type, char *name, size_t cap)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g;
@@ -42,8 +43,11 @@ static char *retyped_model(uint32_t type, char *name, size_t cap)
 
 	cr_assert_eq(q4kh_gguf_open(tiny_model(), &g, &err), 0, "%s", err.msg);
 	for (uint64_t i = 0; i < g->n_tensors; i++)
-		if (!last || g->tensors[i].offset > last->offset)
+		if (tensor ? !strncmp(g->tensors[i].name.data, tensor, g->tensors[i].name.len) &&
+		                     strlen(tensor) == g->tensors[i].name.len
+		           : !last || g->tensors[i].offset > last->offset)
 			last = &g->tensors[i];
+	cr_assert_not_null(last, "no tensor %s in %s", tensor, tiny_model());
 	snprintf(name, cap, "%.*s", (int)last->name.len, last->name.data);
 	at = (uint64_t)((const uint8_t *)last->name.data - g->map) + last->name.len + 4 +
 	     8 * last->n_dims;
@@ -56,7 +60,7 @@ static char *retyped_model(uint32_t type, char *name, size_t cap)
 	for (int i = 0; i < 4; i++)
 		bytes[at + i] = (uint8_t)(type >> 8 * i);
 	q4kh_gguf_close(g);
-	cr_assert_geq(asprintf(&path, "%s/retyped-%u.gguf", test_tmpdir(), type), 0);
+	cr_assert_geq(asprintf(&path, "%s/retyped-%s-%u.gguf", test_tmpdir(), name, type), 0);
 	f = fopen(path, "wb");
 	cr_assert_not_null(f, "%s", path);
 	cr_assert_eq(fwrite(bytes, 1, size, f), size);
@@ -72,7 +76,7 @@ static char *retyped_model(uint32_t type, char *name, size_t cap)
 static void expect_refusal(const char *env, const char *command)
 {
 	char name[256], want[2048], *out;
-	char *model = retyped_model(Q4KH_TYPE_Q8_K, name, sizeof(name));
+	char *model = retyped(NULL, Q4KH_TYPE_Q8_K, name, sizeof(name));
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 
 	cr_expect_eq(q4khost_with(env, command, model, plugins, "", &out), 3, "%s", out);
@@ -100,7 +104,7 @@ Test(weight_types, serve_refuses_to_start_on_it)
 Test(weight_types, validate_refuses_it_as_input)
 {
 	char name[256], *out;
-	char *model = retyped_model(Q4KH_TYPE_Q8_K, name, sizeof(name));
+	char *model = retyped(NULL, Q4KH_TYPE_Q8_K, name, sizeof(name));
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 
 	cr_expect_eq(q4khost_with("", "validate", model, plugins, "", &out), 3, "%s", out);
@@ -113,7 +117,7 @@ Test(weight_types, validate_refuses_it_as_input)
 Test(weight_types, info_marks_unsupported_tensors)
 {
 	char name[256], line[512], args[4096], *out;
-	char *model = retyped_model(Q4KH_TYPE_Q8_K, name, sizeof(name));
+	char *model = retyped(NULL, Q4KH_TYPE_Q8_K, name, sizeof(name));
 	json_t *o, *types, *bad;
 	size_t i;
 	json_t *v;
@@ -155,7 +159,7 @@ Test(weight_types, info_marks_unsupported_tensors)
 Test(weight_types, a_type_id_no_gguf_type_has_is_named_with_its_tensor)
 {
 	char name[256], want[512], *out;
-	char *model = retyped_model(99, name, sizeof(name));
+	char *model = retyped(NULL, 99, name, sizeof(name));
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 
 	cr_expect_eq(q4khost_with("", "run -n 4 -p hello", model, plugins, "", &out), 3, "%s",
@@ -164,6 +168,24 @@ Test(weight_types, a_type_id_no_gguf_type_has_is_named_with_its_tensor)
 	         "id 99", name);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	cr_expect_eq(count(out, "\n"), 1, "%s", out);
+	free(out);
+	free(model);
+}
+
+/* A vector (a norm) of a type q4khost runs, but not F32, which the ops
+ * that read vectors take alone: refused when the file is opened. */
+Test(weight_types, a_vector_other_than_f32_is_refused_when_opened)
+{
+	char name[256], *out;
+	char *model = retyped("output_norm.weight", Q4KH_TYPE_F16, name, sizeof(name));
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char want[4096];
+
+	cr_expect_eq(q4khost_with("", "run -n 2 -p hello", model, plugins, "", &out), 3, "%s",
+	             out);
+	snprintf(want, sizeof(want), "q4khost run: %s: tensor output_norm.weight is a vector of "
+	         "type F16, expected F32\n", model);
+	cr_expect_str_eq(out, want);
 	free(out);
 	free(model);
 }
