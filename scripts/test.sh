@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to test results: install what
-# is missing, fetch the default model (the tests need it) and the DeepSeek
-# vocabulary (scripts/fetch-deepseek-vocab.py), and run
+# is missing, fetch the default model (the tests need it), the DeepSeek
+# vocabulary (scripts/fetch-deepseek-vocab.py) and SmolLM2's Q4_1 model
+# (scripts/fetch-smollm2.py), and run
 #   build       scripts/build.sh --this-machine in _build/main: what
 #               scripts/quickstart.sh builds here (the CUDA plugins for
 #               this machine's GPUs, none without a GPU and driver; one
@@ -88,6 +89,9 @@ python3 -c 'import numpy' 2>/dev/null ||
 	{ /usr/bin/python3 -c 'import numpy' 2>/dev/null && py=/usr/bin/python3; }
 "$py" scripts/fetch-deepseek-vocab.py ||
 	echo "test.sh: no DeepSeek-R1 vocabulary; its tokenizer cases will skip" >&2
+# a real Q4_1 model, optional: tests/test_smollm2 skips without it.
+"$py" scripts/fetch-smollm2.py >/dev/null ||
+	echo "test.sh: no SmolLM2 Q4_1 model; tests/test_smollm2 will skip" >&2
 bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
 # What quickstart.sh builds here, and a line that says which.
 cuda_args=$(bash scripts/build.sh --which-cuda) || exit 1

@@ -350,6 +350,24 @@ struct q4kh_host_api test_host_api(void *host_data,
 	};
 }
 
+char *test_shell_quote(const char *s)
+{
+	char *q = malloc(4 * strlen(s) + 3), *w = q;
+
+	cr_assert_not_null(q);
+	*w++ = '\'';
+	for (; *s; s++)
+		if (*s == '\'') {
+			memcpy(w, "'\\''", 4); /* close, an escaped quote, open */
+			w += 4;
+		} else {
+			*w++ = *s;
+		}
+	*w++ = '\'';
+	*w = 0;
+	return q;
+}
+
 int test_shell(const char *cmd, char **out)
 {
 	char *full = malloc(strlen(cmd) + 16), *buf = NULL;

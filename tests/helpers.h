@@ -108,6 +108,9 @@ struct q4kh_host_api test_host_api(void *host_data,
  */
 int test_shell(const char *cmd, char **out);
 
+/* S as one word of the shell, in single quotes (malloc()ed). */
+char *test_shell_quote(const char *s);
+
 /*
  * The dynamic symbols shared object SO defines (binutils' nm -D
  * --defined-only): their number, the first one's name into FIRST (CAP

@@ -307,7 +307,7 @@ Test(ab, bench_kernels_checks_then_times_each_kernel, .timeout = 300)
 	             "%s", out);
 	cr_expect(strstr(out, "no accepted variant 'nothing'") != NULL, "%s", out);
 	free(out);
-	cr_expect_eq(q4khost(&r, "", "bench-kernels", "--types Q2_K", &out), 2, "%s", out);
+	cr_expect_eq(q4khost(&r, "", "bench-kernels", "--types Q8_K", &out), 2, "%s", out);
 	free(out);
 }
 

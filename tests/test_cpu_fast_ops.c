@@ -13,7 +13,9 @@
  *   - attention: each score within hd u of its exact sum of |q k|, so each
  *     weight within that (and a few u) relative, and the output within
  *     (2 max score error + (n + 8) u) of the weighted sum of |v|;
- *   - the built-in mul_mat: K u of the sum of |w x|;
+ *   - the built-in mul_mat: K u of the sum of |w x|, on every weight type
+ *     q4khost runs, from gguf-py's values of the same blocks
+ *     (tests/fixtures/dequant-blocks.txt);
  *   - unary: as glu (sigmoid, SiLU), a few ulp (softplus);
  *   - ssm_conv: K u of the sum of |w u|, the kept values bit for bit;
  *   - delta_net: a running error bound over the recurrence on absolute
@@ -26,8 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks_fixture.h"
 #include "cpu_fast_rig.h"
 #include "helpers.h"
+#include "weight_types.h"
 
 Test(cpu_fast, rms_norm_within_the_bound_of_a_float_sum)
 {
@@ -654,4 +658,69 @@ Test(cpu_fast, get_rows_and_the_built_in_mul_mat)
 		drop(e, &ft);
 		drop(e, &it);
 	}
+}
+
+/*
+ * Every weight type against gguf-py's values of the same blocks: get_rows
+ * is the reference's exact decoder then one rounding of the scale, and
+ * mul_mat within (K + 4) u of the sum of |w x|.
+ */
+Test(cpu_fast, every_weight_type_against_gguf_py)
+{
+	struct blocks_fixture bf;
+	const int64_t T = 3;
+
+	blocks_fixture_load(&bf);
+	FOR_EACH_ISA(e) {
+		for (uint32_t t = 0; t < Q4KH_TYPE_COUNT + 60; t++)
+			cr_expect_eq(e->b->supports_type(e->ctx, t), q4kh_weight_type_supported(t),
+			             "%s type %u", isas[isa_], t);
+		for (size_t i = 0; i < bf.n; i++) {
+			const struct blocks_tensor *b = &bf.t[i];
+			const int64_t k = b->ne0, n = b->rows;
+			const int32_t ids[3] = { (int32_t)(n - 1), 0, (int32_t)(n - 1) };
+			float *x = randoms(k * T, 2.0), *got;
+			struct q4kh_tensor wt = tensor(e, b->type, k, n, 1, b->bytes);
+			struct q4kh_tensor xt = tensor(e, Q4KH_TYPE_F32, k, T, 1, x);
+			struct q4kh_tensor ot = tensor(e, Q4KH_TYPE_F32, k, T, 1, NULL);
+			struct q4kh_tensor yt = tensor(e, Q4KH_TYPE_F32, n, T, 1, NULL);
+			struct q4kh_tensor it = tensor(e, Q4KH_TYPE_I32, T, 1, 1, ids);
+
+			cr_assert_eq(e->b->get_rows_ext(e->dev, &wt, &it, 0.75f, &ot), Q4KH_OK,
+			             "%s %s: %s", isas[isa_], b->name, e->b->last_error(e->ctx));
+			got = fetch(e, &ot);
+			for (int64_t c = 0; c < T; c++)
+				for (int64_t v = 0; v < k; v++)
+					cr_expect_eq(got[c * k + v],
+					             (float)((double)b->values[ids[c] * k + v] * 0.75),
+					             "%s %s get_rows id %d value %lld", isas[isa_],
+					             b->name, ids[c], (long long)v);
+			free(got);
+			cr_assert_eq(e->b->mul_mat(e->dev, &wt, &xt, &yt), Q4KH_OK, "%s %s: %s",
+			             isas[isa_], b->name, e->b->last_error(e->ctx));
+			got = fetch(e, &yt);
+			for (int64_t c = 0; c < T; c++)
+				for (int64_t r = 0; r < n; r++) {
+					double exact = 0, mag = 0;
+
+					for (int64_t v = 0; v < k; v++) {
+						const double p = (double)b->values[r * k + v] * x[c * k + v];
+
+						exact += p;
+						mag += fabs(p);
+					}
+					EXPECT_NEAR(got[c * n + r], exact, (k + 4) * U * mag,
+					            "%s mul_mat %s row %lld column %lld", isas[isa_],
+					            b->name, (long long)r, (long long)c);
+				}
+			free(got);
+			free(x);
+			drop(e, &wt);
+			drop(e, &xt);
+			drop(e, &ot);
+			drop(e, &yt);
+			drop(e, &it);
+		}
+	}
+	blocks_fixture_free(&bf);
 }

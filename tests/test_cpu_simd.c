@@ -1,8 +1,11 @@
 /*
  * The cpu-simd kernel variant against float64. Weight rows of every type it
- * implements come from the default model, dequantised by the cpu plugin's
- * get_rows (checked value for value against gguf-py by test_quant); they
- * multiply random activations with a few large channels, summed in double.
+ * implements come from the default model (Q4_K, Q5_0, Q6_K, Q8_0), or for
+ * the types it lacks (Q4_0, Q4_1, Q5_1, Q5_K) from the random blocks of
+ * tests/fixtures/dequant-blocks.txt, their rows repeated; dequantised by
+ * the cpu plugin's get_rows (checked value for value against gguf-py by
+ * test_quant); they multiply random activations with a few large
+ * channels, summed in double.
  *
  * The variant rounds each activation to int16 in blocks of 32 values with
  * scale d_b = max |x| / 32639 (SIMD_QMAX, plugins/cpu-simd/simd.h),
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks_fixture.h"
 #include "gguf.h"
 #include "helpers.h"
 #include "q4khost/plugin.h"
@@ -152,6 +156,27 @@ struct weight {
 	double *exact;        /* ROWS x k, dequantised by the cpu plugin */
 };
 
+/* ROWS rows of TYPE from the blocks fixture, its rows repeated, into W. */
+static void fixture_rows(struct env *e, uint32_t type, struct weight *w)
+{
+	struct blocks_fixture bf;
+	const struct blocks_tensor *bt;
+
+	blocks_fixture_load(&bf);
+	bt = blocks_fixture_find(&bf, type);
+	cr_assert_not_null(bt, "neither the default model nor the blocks fixture has %s",
+	                   q4kh_type_name(type));
+	w->k = bt->ne0;
+	w->t.nb[1] = (int64_t)bt->row_bytes;
+	cr_assert_eq(e->b->buffer_alloc(e->dev, bt->row_bytes * ROWS, &w->t.buffer), Q4KH_OK);
+	for (int i = 0; i < ROWS; i++)
+		cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, bt->row_bytes * (uint64_t)i,
+		                                 bt->bytes + bt->row_bytes * (uint64_t)(i % bt->rows),
+		                                 bt->row_bytes),
+		             Q4KH_OK);
+	blocks_fixture_free(&bf);
+}
+
 static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
                         int64_t shift, struct weight *w)
 {
@@ -165,21 +190,25 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 		if (g->tensors[i].type == type && g->tensors[i].n_dims == 2 &&
 		    g->tensors[i].ne[1] >= ROWS)
 			gt = &g->tensors[i];
-	cr_assert_not_null(gt, "the default model has no 2-D %s weight", q4kh_type_name(type));
 	w->name = q4kh_type_name(type);
-	w->k = gt->ne[0];
-	rb = gt->size / (uint64_t)gt->ne[1];
-	w->t = (struct q4kh_tensor){ .type = type, .ne = { w->k, ROWS, 1, 1 } };
+	w->t = (struct q4kh_tensor){ .type = type, .ne = { 0, ROWS, 1, 1 } };
 	w->t.nb[0] = (int64_t)q4kh_type_block_bytes(type);
-	w->t.nb[1] = (int64_t)rb;
-	w->t.nb[2] = w->t.nb[3] = (int64_t)rb * ROWS;
-	cr_assert_eq(e->b->buffer_alloc(e->dev, rb * ROWS, &w->t.buffer), Q4KH_OK);
-	cr_assert(gt->ne[1] / 2 + shift >= 0 && gt->ne[1] / 2 + shift + ROWS <= gt->ne[1]);
-	cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0,
-	                                 (const uint8_t *)gt->data +
-	                                         rb * (uint64_t)(gt->ne[1] / 2 + shift),
-	                                 rb * ROWS),
-	             Q4KH_OK);
+	if (gt) {
+		w->k = gt->ne[0];
+		rb = gt->size / (uint64_t)gt->ne[1];
+		w->t.nb[1] = (int64_t)rb;
+		cr_assert_eq(e->b->buffer_alloc(e->dev, rb * ROWS, &w->t.buffer), Q4KH_OK);
+		cr_assert(gt->ne[1] / 2 + shift >= 0 && gt->ne[1] / 2 + shift + ROWS <= gt->ne[1]);
+		cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0,
+		                                 (const uint8_t *)gt->data +
+		                                         rb * (uint64_t)(gt->ne[1] / 2 + shift),
+		                                 rb * ROWS),
+		             Q4KH_OK);
+	} else {
+		fixture_rows(e, type, w);
+	}
+	w->t.ne[0] = w->k;
+	w->t.nb[2] = w->t.nb[3] = w->t.nb[1] * ROWS;
 	for (int i = 0; i < ROWS; i++)
 		ids[i] = i;
 	out = f32_tensor(e, w->k, ROWS, 0, NULL);
@@ -272,7 +301,9 @@ static float *product(struct env *e, const struct weight *w, q4kh_prepared *p,
 }
 
 static const uint32_t simd_types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q6_K,
-	                               Q4KH_TYPE_Q8_0 };
+	                               Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q4_0, Q4KH_TYPE_Q4_1,
+	                               Q4KH_TYPE_Q5_1, Q4KH_TYPE_Q5_K };
+#define N_SIMD_TYPES (int)(sizeof(simd_types) / sizeof(simd_types[0]))
 static const char *const isas[] = { "avx2", "avx512-vnni" };
 
 static void every_type_and_column_count(const char *backend)
@@ -280,18 +311,18 @@ static void every_type_and_column_count(const char *backend)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g = NULL;
 	struct env *e;
-	struct weight w[4];
+	struct weight w[N_SIMD_TYPES];
 	int ran = 0;
 
 	cr_assert_eq(q4kh_gguf_open(test_model_path(), &g, &err), 0, "%s", err.msg);
 	e = env_on(backend);
-	for (int t = 0; t < 4; t++)
+	for (int t = 0; t < N_SIMD_TYPES; t++)
 		weight_load(e, g, simd_types[t], &w[t]);
 	for (int i = 0; i < 2; i++) {
 		if (!cpu_runs(isas[i]))
 			continue;
 		cr_assert_eq(env_variant(e, isas[i]), Q4KH_OK, "%s", e->v->last_error(NULL));
-		for (int t = 0; t < 4; t++) {
+		for (int t = 0; t < N_SIMD_TYPES; t++) {
 			float *x = activations(w[t].k, GEMM_COLS), *all, *one;
 			q4kh_prepared *p;
 
@@ -314,7 +345,7 @@ static void every_type_and_column_count(const char *backend)
 	}
 	if (!ran)
 		cr_skip_test("this CPU runs neither AVX2 nor AVX-512 VNNI");
-	for (int t = 0; t < 4; t++) {
+	for (int t = 0; t < N_SIMD_TYPES; t++) {
 		e->b->buffer_free(e->dev, w[t].t.buffer);
 		free(w[t].exact);
 	}
@@ -359,10 +390,10 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 			continue;
 		}
 		cr_assert_eq(st, Q4KH_OK, "%s", e->v->last_error(NULL));
-		for (int t = 0; t < 4; t++)
+		for (int t = 0; t < N_SIMD_TYPES; t++)
 			cr_expect_eq(e->v->score(e->kctx, &rec, simd_types[t]), (uint32_t)(2 + i),
 			             "%s %s", isas[i], q4kh_type_name(simd_types[t]));
-		cr_expect_eq(e->v->score(e->kctx, &rec, Q4KH_TYPE_Q4_0), 0);
+		cr_expect_eq(e->v->score(e->kctx, &rec, Q4KH_TYPE_IQ4_NL), 0);
 		cr_expect_eq(e->v->score(e->kctx, &rec, Q4KH_TYPE_F32), 0);
 	}
 	cr_expect_eq(env_variant(e, "sse9"), Q4KH_ERR_INVALID);
@@ -420,9 +451,9 @@ Test(cpu_simd, bad_weights_and_shapes_fail_with_messages)
 	cr_assert_eq(e->b->buffer_alloc(e->dev, 1440, &w.buffer), Q4KH_OK);
 	cr_expect_eq(e->v->prepare(e->kctx, &e->nd, &w, &p), Q4KH_ERR_UNSUPPORTED);
 	cr_expect_str_eq(e->v->last_error(e->kctx),
-	                 "prepare: type 12 {640, 4, 1, 1}: expected a 2-D Q4_K or Q6_K "
-	                 "weight with K a multiple of 256, or Q5_0 or Q8_0 with K a "
-	                 "multiple of 32");
+	                 "prepare: type 12 {640, 4, 1, 1}: expected a 2-D Q4_K, Q5_K or Q6_K "
+	                 "weight with K a multiple of 256, or Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 "
+	                 "with K a multiple of 32");
 	w.type = Q4KH_TYPE_Q8_0;
 	w.nb[0] = 32;
 	cr_expect_eq(e->v->prepare(e->kctx, &e->nd, &w, &p), Q4KH_ERR_INVALID);

@@ -5,9 +5,10 @@
  * scripts/gen-dequant-fixture.py): float64 sum, sum of squares, sum of
  * absolute values, min and max of every tensor, and 64 sampled values each.
  * The model is read with our GGUF reader and uploaded as it is on disk.
- * IQ4_NL and IQ4_XS, which the model lacks, are checked on random blocks
- * (tests/fixtures/dequant-iq4.txt, scripts/gen-iq4-fixture.py): get_rows
- * value for value and mul_mat against float64 sums of gguf-py's values.
+ * Every weight type, the model's and the rest, is checked on random blocks
+ * (tests/fixtures/dequant-blocks.txt, scripts/gen-blocks-fixture.py):
+ * get_rows value for value and mul_mat against float64 sums of gguf-py's
+ * values.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -16,9 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks_fixture.h"
 #include "gguf.h"
 #include "helpers.h"
 #include "q4khost/plugin.h"
+#include "weight_types.h"
 
 #define SAMPLES 64
 #define CHUNK_VALUES (1 << 20) /* values dequantized per get_rows call */
@@ -246,46 +249,12 @@ Test(quant, every_tensor_of_the_model_matches_gguf_py, .timeout = 600)
 	fclose(f);
 }
 
-/* --- IQ4_NL and IQ4_XS blocks against gguf-py (needs no model) ----------- */
+/* --- every weight type's blocks against gguf-py (needs no model) -------- */
 
-/*
- * tests/fixtures/dequant-iq4.txt (scripts/gen-iq4-fixture.py): random
- * blocks with chosen extremes and gguf-py's values for them.
- */
-struct iq4_tensor {
-	char type[16];
-	int64_t ne0, rows;
-	uint8_t *bytes;
-	size_t size;
-	float *values;
-};
-
-static void iq4_next(FILE *f, struct iq4_tensor *t)
-{
-	uint32_t type;
-
-	cr_assert_eq(fscanf(f, " tensor %15s %lld %lld", t->type,
-	                    (long long *)&t->ne0, (long long *)&t->rows),
-	             3, "iq4 fixture: bad tensor line");
-	type = !strcmp(t->type, "IQ4_NL") ? Q4KH_TYPE_IQ4_NL : Q4KH_TYPE_IQ4_XS;
-	t->size = (size_t)(t->ne0 / q4kh_type_block_elems(type) * t->rows) *
-	          q4kh_type_block_bytes(type);
-	t->bytes = malloc(t->size);
-	t->values = malloc(sizeof(float) * (size_t)(t->ne0 * t->rows));
-	cr_assert(t->bytes && t->values);
-	cr_assert_eq(fscanf(f, " bytes"), 0);
-	for (size_t i = 0; i < t->size; i++)
-		cr_assert_eq(fscanf(f, "%2hhx", &t->bytes[i]), 1,
-		             "iq4 fixture: %s: byte %zu", t->type, i);
-	cr_assert_eq(fscanf(f, " values"), 0);
-	for (int64_t i = 0; i < t->ne0 * t->rows; i++)
-		cr_assert_eq(fscanf(f, "%f", &t->values[i]), 1,
-		             "iq4 fixture: %s: value %lld", t->type, (long long)i);
-}
-
-/* get_rows in reverse order with repeats: every value exactly gguf-py's. */
-static void iq4_get_rows(struct plugin *p, const struct iq4_tensor *t,
-                         const struct q4kh_tensor *table)
+/* get_rows in reverse order with repeats: every value exactly gguf-py's
+ * (a zero's sign aside). */
+static void blocks_get_rows(struct plugin *p, const struct blocks_tensor *t,
+                            const struct q4kh_tensor *table)
 {
 	int64_t n = t->rows + 1, ne0 = t->ne0;
 	struct q4kh_tensor out = {
@@ -304,7 +273,7 @@ static void iq4_get_rows(struct plugin *p, const struct iq4_tensor *t,
 	                                &out.buffer),
 	             Q4KH_OK);
 	cr_assert_eq(p->b->get_rows(p->dev, table, ids, n, 1.0f, &out), Q4KH_OK,
-	             "%s: %s", t->type, p->b->last_error(p->ctx));
+	             "%s: %s", t->name, p->b->last_error(p->ctx));
 	cr_assert_eq(p->b->buffer_download(p->dev, out.buffer, 0, v,
 	                                   (uint64_t)(4 * ne0 * n)),
 	             Q4KH_OK);
@@ -313,7 +282,7 @@ static void iq4_get_rows(struct plugin *p, const struct iq4_tensor *t,
 			float want = t->values[ids[i] * ne0 + k];
 
 			cr_assert(v[i * ne0 + k] == want,
-			          "%s: row %d [%lld] = %.9g, gguf-py %.9g", t->type,
+			          "%s: row %d [%lld] = %.9g, gguf-py %.9g", t->name,
 			          ids[i], (long long)k, (double)v[i * ne0 + k],
 			          (double)want);
 		}
@@ -322,9 +291,13 @@ static void iq4_get_rows(struct plugin *p, const struct iq4_tensor *t,
 	free(v);
 }
 
-/* mul_mat against float64 sums of gguf-py's values; tol from sum |w x|. */
-static void iq4_mul_mat(struct plugin *p, const struct iq4_tensor *t,
-                        const struct q4kh_tensor *w)
+/*
+ * mul_mat against float64 sums of gguf-py's values: the reference sums in
+ * double and rounds once, so within 2^-24 |s| plus the double sum's error,
+ * 1e-6 of sum |w x| with room.
+ */
+static void blocks_mul_mat(struct plugin *p, const struct blocks_tensor *t,
+                           const struct q4kh_tensor *w)
 {
 	enum { T = 3 };
 	int64_t ne0 = t->ne0, n = t->rows;
@@ -355,7 +328,7 @@ static void iq4_mul_mat(struct plugin *p, const struct iq4_tensor *t,
 	cr_assert_eq(p->b->buffer_alloc(p->dev, (uint64_t)(4 * n * T), &y.buffer),
 	             Q4KH_OK);
 	cr_assert_eq(p->b->mul_mat(p->dev, w, &x, &y), Q4KH_OK, "%s: %s",
-	             t->type, p->b->last_error(p->ctx));
+	             t->name, p->b->last_error(p->ctx));
 	cr_assert_eq(p->b->buffer_download(p->dev, y.buffer, 0, got,
 	                                   (uint64_t)(4 * n * T)),
 	             Q4KH_OK);
@@ -370,7 +343,7 @@ static void iq4_mul_mat(struct plugin *p, const struct iq4_tensor *t,
 				m += fabs(pr);
 			}
 			cr_assert(fabs(got[c * n + r] - s) <= 1e-6 * m,
-			          "%s: y[%lld, %d] = %.9g, expected %.9g", t->type,
+			          "%s: y[%lld, %d] = %.9g, expected %.9g", t->name,
 			          (long long)r, c, (double)got[c * n + r], s);
 		}
 	p->b->buffer_free(p->dev, x.buffer);
@@ -378,50 +351,49 @@ static void iq4_mul_mat(struct plugin *p, const struct iq4_tensor *t,
 	free(xv);
 }
 
-Test(quant, iq4_blocks_match_gguf_py)
+/* The types q4khost multiplies (docs/architecture.md "Weight types"). */
+static const uint32_t weight_types[] = {
+	Q4KH_TYPE_F32,  Q4KH_TYPE_F16,  Q4KH_TYPE_BF16,   Q4KH_TYPE_Q4_0, Q4KH_TYPE_Q4_1,
+	Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q5_1, Q4KH_TYPE_Q8_0,   Q4KH_TYPE_Q2_K, Q4KH_TYPE_Q3_K,
+	Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_K, Q4KH_TYPE_Q6_K,   Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS,
+};
+
+Test(quant, every_weight_type_matches_gguf_py)
 {
-	char path[4096], line[512];
+	struct blocks_fixture bf;
 	struct plugin p = { 0 };
-	long long count;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/tests/fixtures/dequant-iq4.txt",
-	         test_srcdir());
-	f = fopen(path, "r");
-	cr_assert_not_null(f, "cannot open %s", path);
-	do
-		cr_assert_not_null(fgets(line, sizeof(line), f), "%s: empty", path);
-	while (line[0] == '#');
-	cr_assert_str_eq(line, "q4khost-iq4-fixture 1\n", "%s: header", path);
-	cr_assert_eq(fscanf(f, "tensors %lld", &count), 1);
-	cr_assert_eq(count, 2);
+	blocks_fixture_load(&bf);
 	plugin_open(&p);
-	for (long long i = 0; i < count; i++) {
-		struct iq4_tensor t;
-		uint32_t type;
-		struct q4kh_tensor table = { 0 };
+	for (size_t i = 0; i < sizeof(weight_types) / sizeof(weight_types[0]); i++)
+		cr_assert_not_null(blocks_fixture_find(&bf, weight_types[i]),
+		                   "the fixture lacks %s (scripts/gen-blocks-fixture.py)",
+		                   q4kh_type_name(weight_types[i]));
+	/* The host refuses files of any other type, and runs these. */
+	for (uint32_t t = 0; t < Q4KH_TYPE_COUNT; t++) {
+		int listed = 0;
 
-		iq4_next(f, &t);
-		type = !strcmp(t.type, "IQ4_NL") ? Q4KH_TYPE_IQ4_NL
-		                                  : Q4KH_TYPE_IQ4_XS;
-		cr_assert_eq(p.b->supports_type(p.ctx, type), 1, "%s", t.type);
-		table.type = type;
-		table.ne[0] = t.ne0;
-		table.ne[1] = t.rows;
-		table.ne[2] = table.ne[3] = 1;
-		table.nb[0] = q4kh_type_block_bytes(type);
-		table.nb[1] = (int64_t)t.size / t.rows;
-		table.nb[2] = table.nb[3] = (int64_t)t.size;
-		cr_assert_eq(p.b->buffer_alloc(p.dev, t.size, &table.buffer), Q4KH_OK);
-		cr_assert_eq(p.b->buffer_upload(p.dev, table.buffer, 0, t.bytes,
-		                                t.size),
+		for (size_t i = 0; i < sizeof(weight_types) / sizeof(weight_types[0]); i++)
+			listed |= weight_types[i] == t;
+		cr_assert_eq(q4kh_weight_type_supported(t), listed, "type %u", t);
+	}
+	for (size_t i = 0; i < bf.n; i++) {
+		const struct blocks_tensor *t = &bf.t[i];
+		struct q4kh_tensor table = {
+			.type = t->type,
+			.ne = { t->ne0, t->rows, 1, 1 },
+			.nb = { q4kh_type_block_bytes(t->type), (int64_t)t->row_bytes,
+			        (int64_t)t->size, (int64_t)t->size },
+		};
+
+		cr_assert_eq(p.b->supports_type(p.ctx, t->type), 1, "%s", t->name);
+		cr_assert_eq(p.b->buffer_alloc(p.dev, t->size, &table.buffer), Q4KH_OK);
+		cr_assert_eq(p.b->buffer_upload(p.dev, table.buffer, 0, t->bytes, t->size),
 		             Q4KH_OK);
-		iq4_get_rows(&p, &t, &table);
-		iq4_mul_mat(&p, &t, &table);
+		blocks_get_rows(&p, t, &table);
+		blocks_mul_mat(&p, t, &table);
 		p.b->buffer_free(p.dev, table.buffer);
-		free(t.bytes);
-		free(t.values);
 	}
 	plugin_close(&p);
-	fclose(f);
+	blocks_fixture_free(&bf);
 }

@@ -58,7 +58,8 @@ static const struct shape shapes[] = {
 static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_XS,
 	                          Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_Q5_K, Q4KH_TYPE_Q8_0,
 	                          Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q4_0, Q4KH_TYPE_F16,
-	                          Q4KH_TYPE_F32 };
+	                          Q4KH_TYPE_F32, Q4KH_TYPE_Q4_1, Q4KH_TYPE_Q5_1,
+	                          Q4KH_TYPE_Q2_K, Q4KH_TYPE_Q3_K, Q4KH_TYPE_BF16 };
 #define DEFAULT_TYPES "Q4_K,Q6_K,IQ4_XS,IQ4_NL"
 static const char DEFAULT_BACKEND[] = "cuda";
 
@@ -80,7 +81,9 @@ static void usage(FILE *out)
 	        "      --shapes LIST     gemma3-270m, qwen2.5-1.5b, llama3-8b, large\n"
 	        "                        (default: all)\n"
 	        "      --types LIST      Q4_K, Q6_K, IQ4_XS, IQ4_NL, Q5_K, Q8_0, Q5_0,\n"
-	        "                        Q4_0, F16, F32, or all (default: the first four)\n"
+	        "                        Q4_0, F16, F32, Q4_1, Q5_1, Q2_K, Q3_K, BF16, or\n"
+	        "                        all (default: the first four; a type the backend\n"
+	        "                        lacks is left out)\n"
 	        "      --max-batch N     columns 1 .. N, N <= 8 (default 8)\n"
 	        "      --min-mib N       weight copies total at least N MiB (default 256)\n"
 	        "      --repeat N        timed passes, the median is kept (default 5)\n"
@@ -170,7 +173,8 @@ static int parse(int argc, char **argv, struct opts *o)
 	static const char *const set_names[] = { "gemma3-270m", "qwen2.5-1.5b", "llama3-8b",
 		                                 "large" };
 	static const char *const type_names[] = { "Q4_K", "Q6_K", "IQ4_XS", "IQ4_NL", "Q5_K",
-		                                  "Q8_0", "Q5_0", "Q4_0", "F16", "F32" };
+		                                  "Q8_0", "Q5_0", "Q4_0", "F16", "F32",
+		                                  "Q4_1", "Q5_1", "Q2_K", "Q3_K", "BF16" };
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -257,6 +261,19 @@ static int half_fields(uint32_t type, size_t off[2])
 	case Q4KH_TYPE_Q8_0: off[0] = offsetof(struct q4kh_block_q8_0, d); return 1;
 	case Q4KH_TYPE_Q5_0: off[0] = offsetof(struct q4kh_block_q5_0, d); return 1;
 	case Q4KH_TYPE_Q4_0: off[0] = offsetof(struct q4kh_block_q4_0, d); return 1;
+	case Q4KH_TYPE_Q4_1:
+		off[0] = offsetof(struct q4kh_block_q4_1, d);
+		off[1] = offsetof(struct q4kh_block_q4_1, m);
+		return 2;
+	case Q4KH_TYPE_Q5_1:
+		off[0] = offsetof(struct q4kh_block_q5_1, d);
+		off[1] = offsetof(struct q4kh_block_q5_1, m);
+		return 2;
+	case Q4KH_TYPE_Q2_K:
+		off[0] = offsetof(struct q4kh_block_q2_k, d);
+		off[1] = offsetof(struct q4kh_block_q2_k, dmin);
+		return 2;
+	case Q4KH_TYPE_Q3_K: off[0] = offsetof(struct q4kh_block_q3_k, d); return 1;
 	case Q4KH_TYPE_F16: off[0] = 0; return 1;
 	}
 	return 0;
@@ -284,6 +301,10 @@ static void fill_blocks(uint8_t *p, size_t bytes, uint32_t type, uint64_t *seed)
 			                        (2.0 / 256) - 1.0 / 256);
 			memcpy(p + i, &f, 4);
 		}
+	/* BF16: an exponent byte of about 2^-9 under random sign and mantissa. */
+	if (type == Q4KH_TYPE_BF16)
+		for (size_t i = 1; i < bytes; i += 2)
+			p[i] = (uint8_t)((p[i] & 0x80) | 0x3B);
 	for (size_t b = 0; b + bb <= bytes; b += bb)
 		for (int h = 0; h < nh; h++) {
 			uint16_t v = (uint16_t)(0x1800 | (next(seed) & 0x3FF));

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "gguf.h"
+#include "weight_types.h"
 
 #define SHOWN_ELEMS 8    /* array elements shown without --all */
 #define SHOWN_BYTES 120  /* string bytes shown as text without --all */
@@ -45,6 +46,9 @@ static void usage(FILE *out)
 	        "                    error is one object too, {\"error\": MESSAGE},\n"
 	        "                    with its line on stderr\n"
 	        "  -h, --help        this help\n\n"
+	        "A tensor type q4khost does not run is marked \"unsupported\" in the\n"
+	        "table, and the tensors of such types are listed (q4khost run and serve\n"
+	        "refuse the file); the file is still described, exit code 0.\n\n"
 	        "exit codes: 0 ok, 2 usage, 3 the file is not a valid GGUF file\n",
 	        SHOWN_ELEMS, SHOWN_BYTES);
 }
@@ -211,6 +215,35 @@ static int print_kv(const struct q4kh_gguf *g, const struct q4kh_gguf_kv *kv,
 	return 0;
 }
 
+/*
+ * The tensors of types q4khost does not run (the first SHOWN_ELEMS without
+ * ALL), and what that means, after the table.
+ */
+static void print_unsupported(const struct q4kh_gguf *g, int all)
+{
+	uint64_t n, shown = 0;
+	char list[256];
+
+	if (!q4kh_weight_types_unsupported(g, &n))
+		return;
+	printf("unsupported:   %" PRIu64 " tensor%s of types q4khost does not run (it runs %s; "
+	       "run and serve refuse this file: re-quantize it with llama.cpp's "
+	       "llama-quantize):\n", n, n == 1 ? "" : "s",
+	       q4kh_weight_types_list(list, sizeof(list)));
+	for (uint64_t i = 0; i < g->n_tensors && (all || shown < SHOWN_ELEMS); i++) {
+		const struct q4kh_gguf_tensor *x = &g->tensors[i];
+
+		if (q4kh_weight_type_supported(x->type))
+			continue;
+		fputs("  ", stdout);
+		print_escaped(x->name.data, x->name.len);
+		printf("  %s (GGUF type %" PRIu32 ")\n", type_name(x->type), x->type);
+		shown++;
+	}
+	if (shown < n)
+		printf("  ... (%" PRIu64 " more; --all lists them)\n", n - shown);
+}
+
 static int print_text(const struct q4kh_gguf *g, int all, struct q4kh_error *err)
 {
 	struct totals t;
@@ -231,12 +264,14 @@ static int print_text(const struct q4kh_gguf *g, int all, struct q4kh_error *err
 	for (uint32_t k = 0; k < Q4KH_TYPE_COUNT; k++) {
 		if (!t.type[k].count)
 			continue;
-		printf("  %-8s %8" PRIu64 " %16" PRIu64 "\n", type_name(k),
-		       t.type[k].count, t.type[k].bytes);
+		printf("  %-8s %8" PRIu64 " %16" PRIu64 "%s\n", type_name(k),
+		       t.type[k].count, t.type[k].bytes,
+		       q4kh_weight_type_supported(k) ? "" : "  unsupported");
 		bytes += t.type[k].bytes;
 	}
 	printf("  %-8s %8" PRIu64 " %16" PRIu64 "\n", "total", g->n_tensors, bytes);
 	printf("parameters:    %" PRIu64 "\n", t.params);
+	print_unsupported(g, all);
 	return 0;
 }
 
@@ -339,10 +374,29 @@ static json_t *json_types(const struct totals *t)
 	for (uint32_t k = 0; a && k < Q4KH_TYPE_COUNT; k++) {
 		if (!t->type[k].count)
 			continue;
-		json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "type",
+		json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:b}", "type",
 		                                   type_name(k), "count",
 		                                   (json_int_t)t->type[k].count, "bytes",
-		                                   (json_int_t)t->type[k].bytes));
+		                                   (json_int_t)t->type[k].bytes, "supported",
+		                                   q4kh_weight_type_supported(k)));
+	}
+	return a;
+}
+
+/* Every tensor of a type q4khost does not run: {"name", "type", "type_id"}. */
+static json_t *json_unsupported(const struct q4kh_gguf *g)
+{
+	json_t *a = json_array();
+
+	for (uint64_t i = 0; a && i < g->n_tensors; i++) {
+		const struct q4kh_gguf_tensor *x = &g->tensors[i];
+
+		if (q4kh_weight_type_supported(x->type))
+			continue;
+		json_array_append_new(a, json_pack("{s:o, s:s, s:I}", "name",
+		                                   q4kh_cli_json_text(x->name.data, x->name.len),
+		                                   "type", type_name(x->type), "type_id",
+		                                   (json_int_t)x->type));
 	}
 	return a;
 }
@@ -362,7 +416,7 @@ static json_t *json_info(const struct q4kh_gguf *g, int all,
 		json_array_append_new(meta, kv);
 	}
 	tally(g, &t);
-	root = json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I}",
+	root = json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I}",
 	                 "path", q4kh_cli_json_text(g->path, strlen(g->path)),
 	                 "file_size", (json_int_t)g->size,
 	                 "version", (json_int_t)g->version,
@@ -372,6 +426,7 @@ static json_t *json_info(const struct q4kh_gguf *g, int all,
 	                 "kv_count", (json_int_t)g->n_kv,
 	                 "metadata", meta,
 	                 "tensor_types", json_types(&t),
+	                 "unsupported_tensors", json_unsupported(g),
 	                 "parameters", (json_int_t)t.params);
 	if (!root)
 		q4kh_fail(err, "%s: out of memory for the JSON report", g->path);

@@ -280,7 +280,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 {
 	uint32_t types[Q4KH_TYPE_COUNT];
 	struct q4kh_candidate_filter f = { o->c.backend, o->c.device_set, (uint32_t)o->c.device,
-		                           o->c.kernel, types, 0 };
+		                           o->c.kernel, types, 0, NULL, 0 };
 	struct q4kh_candidate_entry *list = NULL;
 	struct q4kh_guard g = { 0 };
 	size_t n = 0;

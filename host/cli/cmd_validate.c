@@ -394,7 +394,7 @@ static int why_none(const struct q4kh_registry *reg, const struct validate_opts 
                     const uint32_t *types, size_t n_types, const char *not_applicable,
                     char *buf, size_t cap, struct q4kh_error *err)
 {
-	struct q4kh_candidate_filter all = { NULL, 0, 0, NULL, types, n_types };
+	struct q4kh_candidate_filter all = { .types = types, .n_types = n_types };
 	struct q4kh_candidate_entry *list = NULL;
 	size_t n = 0, used = 0;
 	char flags[512] = "", name[256];
@@ -438,11 +438,25 @@ static int why_none(const struct q4kh_registry *reg, const struct validate_opts 
 }
 
 /* What cannot be measured, under the table: each line fails the run. */
-static void print_unmeasurable(const char *lines)
+/* LINES (each ending in a newline) as a JSON array of strings. */
+static json_t *json_lines(const char *lines)
+{
+	json_t *a = json_array();
+
+	for (const char *s = lines; *s;) {
+		size_t len = strcspn(s, "\n");
+		json_array_append_new(a, json_stringn(s, len));
+		s += len + (s[len] == '\n');
+	}
+	return a;
+}
+
+/* LINES (each ending in a newline) under HEADING, or nothing when "". */
+static void print_lines(const char *heading, const char *lines)
 {
 	if (!lines[0])
 		return;
-	printf("\ncannot be measured:\n");
+	printf("\n%s:\n", heading);
 	for (const char *s = lines; *s;) {
 		size_t len = strcspn(s, "\n");
 		printf("    %.*s\n", (int)len, s);
@@ -719,7 +733,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	size_t n_probe = 0;
 	struct q4kh_deep_plan deep = { 0 };
 	char model_path[4096], unmeasurable[4096], not_applicable[1024], probe_text[1400] = "";
-	char none_why[4096] = "", deep_why[700] = "";
+	char none_why[4096] = "", deep_why[700] = "", passed_over[2048] = "";
 	char shared[PATH_MAX] = "", reference[PATH_MAX + 32] = "";
 	int ref_computed = 0, ref_read = 0;
 	uint32_t types[Q4KH_TYPE_COUNT];
@@ -797,9 +811,14 @@ int q4kh_cmd_validate(int argc, char **argv)
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set,
-		                                 (uint32_t)o.c.device, o.c.kernel, types, 0 };
-	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err) ||
-	    q4kh_candidates_list(reg, &filter, &list, &n, &err))
+		                                 (uint32_t)o.c.device, o.c.kernel, types, 0,
+		                                 passed_over, sizeof(passed_over) };
+	/* A file that does not open as a model is the user's input (exit 3). */
+	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err)) {
+		rc = Q4KH_EXIT_INPUT;
+		goto out;
+	}
+	if (q4kh_candidates_list(reg, &filter, &list, &n, &err))
 		goto out;
 	q4kh_candidates_not_applicable(reg, &filter, not_applicable, sizeof(not_applicable));
 	failed = q4kh_candidates_unmeasurable(reg, &filter, unmeasurable,
@@ -840,19 +859,17 @@ int q4kh_cmd_validate(int argc, char **argv)
 	if (g.reference_logits)
 		q4kh_f2_ref_counts(g.reference_logits, &ref_computed, &ref_read);
 	if (o.c.json) {
-		json_t *arr = json_array(), *gaps = json_array(), *root;
+		json_t *arr = json_array(), *gaps = json_lines(unmeasurable), *root;
+		json_t *lacking = json_lines(passed_over);
+
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(arr, row_json(&rows[i]));
-		for (const char *s = unmeasurable; *s;) {
-			size_t len = strcspn(s, "\n");
-			json_array_append_new(gaps, json_stringn(s, len));
-			s += len + (s[len] == '\n');
-		}
 		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.c.model,
 		                 "model_sha256", g.model_sha256, "receipt_dir", g.receipt_dir,
 		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",
 		                 none_why[0] && (failed || !not_applicable[0]) ? none_why
 		                                                               : not_applicable, "probe", probe_json(&o, &deep, probe_text));
+		json_object_set_new(root, "passed_over", lacking);
 		json_object_set_new(root, "reference",
 		                    json_pack("{s:i, s:i}", "computed", ref_computed, "read", ref_read));
 		json_dumpf(root, stdout, JSON_INDENT(2));
@@ -868,7 +885,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 		printf("F2 probe: %s%s\n\n", probe_text,
 		       reference_text(ref_computed, ref_read, ref_line, sizeof(ref_line)));
 		print_table(rows, n);
-		print_unmeasurable(unmeasurable);
+		print_lines("cannot be measured", unmeasurable);
+		print_lines("passed over for this model", passed_over);
 		if (none_why[0])
 			printf("(no candidates: %s)\n", none_why);
 		if (not_applicable[0] && !none_why[0])

@@ -71,6 +71,27 @@ void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, siz
 	b.v->shutdown(b.ctx);
 }
 
+int q4kh_backend_check_types(const struct q4kh_backend *b, const uint32_t *types, size_t n,
+                             struct q4kh_error *err)
+{
+	char has[512] = "";
+	size_t used = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (b->v->supports_type(b->ctx, types[i]))
+			continue;
+		for (uint32_t t = 0; t < Q4KH_TYPE_COUNT && used < sizeof(has); t++)
+			if (q4kh_type_name(t) && b->v->supports_type(b->ctx, t))
+				used += (size_t)snprintf(has + used, sizeof(has) - used, "%s%s",
+				                         used ? ", " : "", q4kh_type_name(t));
+		return q4kh_fail(err, "backend %s does not implement %s (GGUF type %u), a weight "
+		                 "type of this model (it implements %s)", b->plugin->name,
+		                 q4kh_type_name(types[i]) ? q4kh_type_name(types[i]) : "?",
+		                 types[i], has[0] ? has : "none");
+	}
+	return 0;
+}
+
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
                       struct q4kh_backend *out, struct q4kh_error *err)
 {

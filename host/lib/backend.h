@@ -39,6 +39,16 @@ void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, siz
  */
 int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
                          struct q4kh_error *err);
+/*
+ * 0 when backend B (open) implements each of the N weight TYPES (its
+ * supports_type), else -1 with err naming the first it lacks and those it
+ * has: "backend cuda does not implement Q4_1 (GGUF type 3), a weight type
+ * of this model (it implements F32, F16, ...)". A backend passed over for a
+ * model says so with this line before anything runs.
+ */
+int q4kh_backend_check_types(const struct q4kh_backend *b, const uint32_t *types, size_t n,
+                             struct q4kh_error *err);
+
 /* Close the device and shut the plugin down; safe on a zeroed struct. */
 void q4kh_backend_close(struct q4kh_backend *b);
 

@@ -47,6 +47,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
                        struct q4kh_candidate_entry **list, size_t *n,
                        struct q4kh_error *err)
 {
+	struct q4kh_error lacks = { { 0 } };
 	const char *kind;
 	uint32_t count;
 
@@ -62,6 +63,13 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 			return -1;
 		kind = q4kh_backend_kind(be);
 		e.dev = b.record;
+		if (f->types && q4kh_backend_check_types(&b, f->types, f->n_types, &lacks)) {
+			q4kh_backend_close(&b);
+			if (f->passed_over && strlen(f->passed_over) + 1 < f->passed_over_cap)
+				snprintf(f->passed_over + strlen(f->passed_over),
+				         f->passed_over_cap - strlen(f->passed_over), "%s\n", lacks.msg);
+			return 0;
+		}
 		q4kh_backend_close(&b);
 		/* Index n_plugins stands for the built-in kernels, listed last. */
 		for (size_t i = 0; i <= r->n_plugins; i++) {
@@ -91,6 +99,8 @@ int q4kh_candidates_list(const struct q4kh_registry *r,
 {
 	*out = NULL;
 	*n = 0;
+	if (f->passed_over && f->passed_over_cap)
+		f->passed_over[0] = 0;
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||

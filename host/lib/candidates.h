@@ -28,6 +28,12 @@ struct q4kh_candidate_filter {
 	 * variant that implements none of them is left out, not applicable. */
 	const uint32_t *types;
 	size_t n_types;
+	/* With types: a backend without one of them is left out, and when
+	 * PASSED_OVER is not NULL q4kh_candidates_list writes a line for it
+	 * there ("cuda: backend cuda does not implement Q4_1 ..."), each
+	 * ending in a newline; "" when none. */
+	char *passed_over;
+	size_t passed_over_cap;
 };
 
 /* 1 when kernel variant K implements one of the N TYPES. */

@@ -76,8 +76,20 @@ static void random_block(struct run *R, uint32_t type, uint8_t *b)
 		*(uint16_t *)(b + offsetof(struct q4kh_block_q6_k, d)) =
 			q4kh_f32_to_fp16(0.002f + 0.01f * (uniform(R) + 1.0f));
 		break;
+	case Q4KH_TYPE_Q3_K:
+		*(uint16_t *)(b + offsetof(struct q4kh_block_q3_k, d)) =
+			q4kh_f32_to_fp16(0.002f + 0.01f * (uniform(R) + 1.0f));
+		break;
+	case Q4KH_TYPE_Q2_K:
+		*(uint16_t *)(b + offsetof(struct q4kh_block_q2_k, d)) =
+			q4kh_f32_to_fp16(0.005f + 0.02f * (uniform(R) + 1.0f));
+		*(uint16_t *)(b + offsetof(struct q4kh_block_q2_k, dmin)) =
+			q4kh_f32_to_fp16(0.002f * (uniform(R) + 1.0f));
+		break;
 	case Q4KH_TYPE_Q4_K:
 	case Q4KH_TYPE_Q5_K:
+	case Q4KH_TYPE_Q4_1: /* dmin or m second */
+	case Q4KH_TYPE_Q5_1:
 		((uint16_t *)b)[1] = q4kh_f32_to_fp16(0.002f * (uniform(R) + 1.0f));
 		__attribute__((fallthrough)); /* d is first */
 	default:
@@ -85,13 +97,18 @@ static void random_block(struct run *R, uint32_t type, uint8_t *b)
 	}
 }
 
-/* Element i of a row of f32, f16 or I32 values from V. */
+/* Element i of a row of f32, f16, bf16 (V's float truncated) or I32
+ * values from V. */
 static void put_value(uint32_t type, uint8_t *row, int64_t i, double v)
 {
+	union { float f; uint32_t u; } x = { (float)v };
+
 	if (type == Q4KH_TYPE_F32)
-		((float *)row)[i] = (float)v;
+		((float *)row)[i] = x.f;
 	else if (type == Q4KH_TYPE_F16)
-		((uint16_t *)row)[i] = q4kh_f32_to_fp16((float)v);
+		((uint16_t *)row)[i] = q4kh_f32_to_fp16(x.f);
+	else if (type == Q4KH_TYPE_BF16)
+		((uint16_t *)row)[i] = (uint16_t)(x.u >> 16);
 	else
 		((int32_t *)row)[i] = (int32_t)v;
 }
@@ -283,7 +300,8 @@ static void skip(struct run *R, struct q4kh_conf_result *res, const char *why)
 }
 
 static const uint32_t weight_types[] = {
-	Q4KH_TYPE_F32, Q4KH_TYPE_F16, Q4KH_TYPE_Q4_0, Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q8_0,
+	Q4KH_TYPE_F32,  Q4KH_TYPE_F16,  Q4KH_TYPE_BF16, Q4KH_TYPE_Q4_0,   Q4KH_TYPE_Q4_1,
+	Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q5_1, Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q2_K,   Q4KH_TYPE_Q3_K,
 	Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS,
 };
 

@@ -10,6 +10,7 @@
 #include "gguf_shared.h"
 #include "kernel.h"
 #include "tensor.h"
+#include "weight_types.h"
 
 #define DEFAULT_MODEL "gemma-3-270m-q4_k_m.gguf"
 
@@ -77,7 +78,7 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 		          names);
 		goto fail;
 	}
-	if (m->arch->load(m, err))
+	if (q4kh_weight_types_check(m->gguf, err) || m->arch->load(m, err))
 		goto fail;
 	*out = m;
 	return 0;
@@ -110,8 +111,9 @@ int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
 		                 m->gguf->path, name, (long long)t->ne[0],
 		                 (long long)t->ne[1], (long long)t->ne[2],
 		                 (long long)t->ne[3], (long long)ne0, (long long)ne1);
-	if (t->type != Q4KH_TYPE_F32 && ne1 == 1 && ne0 > 1 &&
-	    q4kh_type_block_elems(t->type) != 1)
+	/* Norms and biases go to ops that take F32 alone (contract.h), as
+	 * llama.cpp's converters write every vector. */
+	if (t->type != Q4KH_TYPE_F32 && ne1 == 1 && ne0 > 1)
 		return q4kh_fail(err, "%s: tensor %s is a vector of type %s, expected F32",
 		                 m->gguf->path, name, q4kh_type_name(t->type));
 	w->src = t;

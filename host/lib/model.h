@@ -142,7 +142,10 @@ extern const struct q4kh_arch q4kh_arch_qwen35;
  */
 char *q4kh_default_model_path(char *buf, size_t cap);
 
-/* Open PATH, find its architecture and load it. -1 with err. */
+/*
+ * Open PATH, find its architecture and load it. -1 with err, among others
+ * when a tensor's type is not one q4khost runs (weight_types.h).
+ */
 int q4kh_model_open(const char *path, struct q4kh_model **out,
                     struct q4kh_error *err);
 /*

@@ -44,12 +44,19 @@ static uint32_t device_count(const struct q4kh_plugin *p, char *skipped, size_t 
 	return n;
 }
 
+/* The model's matrix weight types; none when the request names no model. */
+struct model_types {
+	uint32_t types[Q4KH_TYPE_COUNT];
+	size_t n;
+};
+
 /*
  * Append the kernel chain of backend P's device DEVICE (policy.h) to LIST;
  * what its setting named for other backends goes to OTHERS. A device that
- * does not open adds nothing but a line in SKIPPED.
+ * does not open, or a backend without one of MT's types, adds nothing but
+ * a line in SKIPPED.
  */
-static int add_backend(const struct q4kh_select_request *rq,
+static int add_backend(const struct q4kh_select_request *rq, const struct model_types *mt,
                        const struct q4kh_plugin *p, uint32_t device,
                        struct q4kh_select_cand *list, int *n, int *explicit_request,
                        char *others, size_t others_cap, char *skipped,
@@ -63,6 +70,11 @@ static int add_backend(const struct q4kh_select_request *rq,
 
 	if (q4kh_backend_open(p, device, &b, &e)) {
 		append(skipped, skipped_cap, "%s\n", e.msg);
+		return 0;
+	}
+	if (q4kh_backend_check_types(&b, mt->types, mt->n, &e)) {
+		append(skipped, skipped_cap, "%s: passed over for this model: %s\n", p->name, e.msg);
+		q4kh_backend_close(&b);
 		return 0;
 	}
 	if (q4kh_policy_order(rq->registry, rq->config, rq->kernel, NULL, &b, &o, err)) {
@@ -197,12 +209,16 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	const struct q4kh_plugin *cpu = q4kh_registry_find(r, "cpu");
 	char others[512] = "", own[2048];
 	int n = 0, kept = 0, explicit_request = 0;
+	struct model_types mt = { .n = 0 };
 
 	if (!skipped) {
 		skipped = own;
 		skipped_cap = sizeof(own);
 	}
 	skipped[0] = 0;
+	if (rq->model_path &&
+	    q4kh_model_types_at(rq->model_path, mt.types, Q4KH_TYPE_COUNT, &mt.n, err))
+		return -1;
 
 	if (rq->backend) {
 		const struct q4kh_plugin *p = q4kh_registry_find(r, rq->backend);
@@ -212,7 +228,7 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 		if (device_count(p, skipped, skipped_cap) <= rq->device)
 			return skipped[0] ? nothing_to_try(rq, skipped, err)
 			                  : no_such_device(rq, p, err);
-		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
+		if (add_backend(rq, &mt, p, rq->device, list, &n, &explicit_request, others,
 		                sizeof(others), skipped, skipped_cap, err))
 			return -1;
 	} else {
@@ -225,14 +241,14 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 				    p->desc->kind == Q4KH_KIND_BACKEND && strcmp(p->name, "cpu") &&
 				    (strcmp(q4kh_backend_kind(p), "cpu") == 0) == host &&
 				    device_count(p, skipped, skipped_cap) > rq->device &&
-				    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
+				    add_backend(rq, &mt, p, rq->device, list, &n, &explicit_request, others,
 				                sizeof(others), skipped, skipped_cap, err))
 					return -1;
 			}
 		/* The reference last: its one device stands in for a device of
 		 * another backend, but a device no backend has is a mistake. */
 		if (cpu && (n > 0 || device_count(cpu, skipped, skipped_cap) > rq->device) &&
-		    add_backend(rq, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
+		    add_backend(rq, &mt, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
 		                skipped, skipped_cap, err))
 			return -1;
 	}

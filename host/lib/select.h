@@ -105,7 +105,8 @@ struct q4kh_select_cand {
 
 /*
  * The candidates q4kh_select tries for RQ, in order, into LIST (room for
- * Q4KH_SELECT_MAX; RQ's model and mode are not used). The reference cpu
+ * Q4KH_SELECT_MAX; RQ's mode is not used, its model only for its weight
+ * types, when it names one). The reference cpu
  * backend's one device stands in last for device RQ->device of another
  * backend, but not for a device no backend has. Returns how many; -1 with
  * err when a named backend is missing, a kernel setting is invalid, an
@@ -115,8 +116,9 @@ struct q4kh_select_cand {
  * their plugins' reasons; no backend with the device). SKIPPED (NULL: not
  * wanted) gets a line for each backend left out because it could not
  * start, its plugin's reason ("cpu-fast: init failed (invalid argument):
- * ..."), each ending in a newline, so that a plan that goes on without it
- * can still say why.
+ * ..."), and for each backend passed over because it does not implement
+ * one of the model's weight types (q4kh_backend_check_types), each ending
+ * in a newline, so that a plan that goes on without it can still say why.
  */
 int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,

@@ -395,10 +395,19 @@ int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 {
 	struct q4kh_selection rec;
 	struct serve_path *p = NULL;
+	char skipped[2048];
 
-	srv->n_plan = q4kh_select_plan(&srv->rq, srv->plan, NULL, 0, err);
+	srv->n_plan = q4kh_select_plan(&srv->rq, srv->plan, skipped, sizeof(skipped), err);
 	if (srv->n_plan < 0)
 		return -2;
+	/* What the plan left out and why: a backend that could not start, or
+	 * one without a weight type of this model. */
+	for (const char *s = skipped; *s;) {
+		size_t len = strcspn(s, "\n");
+
+		serve_log("left out: %.*s", (int)len, s);
+		s += len + (s[len] == '\n');
+	}
 	if (srv->mode != Q4KH_F2_OFF) {
 		const int deep = srv->rq.probe == Q4KH_F2_PROBE_DEEP;
 

@@ -21,6 +21,10 @@ enum simd_wtype {
 	SIMD_Q5_0,
 	SIMD_Q6_K,
 	SIMD_Q8_0,
+	SIMD_Q4_0,
+	SIMD_Q4_1,
+	SIMD_Q5_1,
+	SIMD_Q5_K,
 	SIMD_NTYPES
 };
 

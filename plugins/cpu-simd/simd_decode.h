@@ -7,8 +7,10 @@
  * Each decoder writes a row as value = s_b * u_i - o_b per block b of 32
  * (block layouts and formulas: quant.h):
  *   Q8_0:  u = q,                 s = d
+ *   Q4_0:  u = q - 8,             s = d
  *   Q5_0:  u = q - 16,            s = d
- *   Q4_K:  u = q,                 s = d sc_j, o = dmin m_j   (j: sub-block)
+ *   Q4_1, Q5_1: u = q,            s = d, o = -m
+ *   Q4_K, Q5_K: u = q,            s = d sc_j, o = dmin m_j   (j: sub-block)
  *   Q6_K:  u = sc_g (q - 32),     s = d                      (g: 16 values)
  * and o = 0 where not given.
  */
@@ -17,6 +19,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "simd.h"
@@ -39,24 +42,31 @@ static inline void store_i8(int16_t *u, __m256i v)
 	                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)));
 }
 
-/* The 5-bit values of a Q5_0 block, value j in byte j. */
-static inline __m256i q5_0_values(const struct q4kh_block_q5_0 *b)
+/* The 4-bit codes of a legacy block's 16 bytes QS, value j in byte j (j <
+ * 16 the low nibble of qs[j], j + 16 the high one). */
+static inline __m256i nibbles(const uint8_t *qs)
 {
 	const __m128i low = _mm_set1_epi8(0x0F);
+	const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+
+	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+}
+
+/* The 5-bit codes of a Q5_0 or Q5_1 block (its qh and qs), value j in
+ * byte j. */
+static inline __m256i q5_values(const uint8_t *qh4, const uint8_t *qs)
+{
 	/* Byte j selects byte j / 8 of qh, then tests bit j % 8 of it. */
 	const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
 	                                         0x0101010101010101, 0);
 	const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
-	const __m128i qs = _mm_loadu_si128((const __m128i *)b->qs);
-	__m256i hi, nib;
+	__m256i hi;
 	uint32_t qh;
 
-	memcpy(&qh, b->qh, 4);
+	memcpy(&qh, qh4, 4);
 	hi = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
 	hi = _mm256_cmpeq_epi8(_mm256_and_si256(hi, bit), bit);
-	nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low),
-	                       _mm_and_si128(qs, low));
-	return _mm256_or_si256(nib, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
+	return _mm256_or_si256(nibbles(qs), _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
 }
 
 /*
@@ -76,10 +86,42 @@ static inline __m256i bytes_q5_0(const void *row, int64_t b, float *d)
 	const struct q4kh_block_q5_0 *w = row;
 
 	*d = fp16(w[b].d);
-	return _mm256_sub_epi8(q5_0_values(&w[b]), _mm256_set1_epi8(16));
+	return _mm256_sub_epi8(q5_values(w[b].qh, w[b].qs), _mm256_set1_epi8(16));
+}
+
+static inline __m256i bytes_q4_0(const void *row, int64_t b, float *d)
+{
+	const struct q4kh_block_q4_0 *w = row;
+
+	*d = fp16(w[b].d);
+	return _mm256_sub_epi8(nibbles(w[b].qs), _mm256_set1_epi8(8));
 }
 
 typedef __m256i (*bytes_fn)(const void *row, int64_t b, float *d);
+
+/*
+ * Block b of a Q4_1 or Q5_1 row as 32 unsigned codes q, with its scale in
+ * *d and its min in *m: value = d q + m.
+ */
+static inline __m256i bytes_q4_1(const void *row, int64_t b, float *d, float *m)
+{
+	const struct q4kh_block_q4_1 *w = row;
+
+	*d = fp16(w[b].d);
+	*m = fp16(w[b].m);
+	return nibbles(w[b].qs);
+}
+
+static inline __m256i bytes_q5_1(const void *row, int64_t b, float *d, float *m)
+{
+	const struct q4kh_block_q5_1 *w = row;
+
+	*d = fp16(w[b].d);
+	*m = fp16(w[b].m);
+	return q5_values(w[b].qh, w[b].qs);
+}
+
+typedef __m256i (*bytes_min_fn)(const void *row, int64_t b, float *d, float *m);
 
 static inline __attribute__((always_inline)) void
 decode_bytes(bytes_fn bytes, const void *row, int64_t k, const struct simd_row *out)
@@ -100,13 +142,41 @@ static void decode_q5_0(const void *row, int64_t k, const struct simd_row *out)
 	decode_bytes(bytes_q5_0, row, k, out);
 }
 
-/*
- * A Q4_K block's 8 sub-block scales and mins (quant.h), times d and dmin:
- * the 6-bit fields unpacked from the 12 bytes in four 32-bit steps (as
- * llama.cpp does), then converted 8 at a time.
- */
-static inline void q4_k_scales(const struct q4kh_block_q4_k *w, __m256 *sc, __m256 *m)
+static void decode_q4_0(const void *row, int64_t k, const struct simd_row *out)
 {
+	decode_bytes(bytes_q4_0, row, k, out);
+}
+
+static inline __attribute__((always_inline)) void
+decode_bytes_min(bytes_min_fn bytes, const void *row, int64_t k, const struct simd_row *out)
+{
+	for (int64_t b = 0; b < k / 32; b++) {
+		float m;
+
+		store_i8(out->u + 32 * b, bytes(row, b, &out->s[b], &m));
+		out->o[b] = -m;
+	}
+}
+
+static void decode_q4_1(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_bytes_min(bytes_q4_1, row, k, out);
+}
+
+static void decode_q5_1(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_bytes_min(bytes_q5_1, row, k, out);
+}
+
+/*
+ * A Q4_K or Q5_K block's 8 sub-block scales and mins (quant.h; the two
+ * share d, dmin and scales), times d and dmin: the 6-bit fields unpacked
+ * from the 12 bytes in four 32-bit steps (as llama.cpp does), then
+ * converted 8 at a time.
+ */
+static inline void q4_k_scales(const void *block, __m256 *sc, __m256 *m)
+{
+	const struct q4kh_block_q4_k *w = block;
 	const uint8_t *s = w->scales;
 	uint32_t u0, u1, u2;
 	uint64_t a, b;
@@ -124,25 +194,84 @@ static inline void q4_k_scales(const struct q4kh_block_q4_k *w, __m256 *sc, __m2
 	                   _mm256_set1_ps(fp16(w->dmin)));
 }
 
-static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
+/*
+ * Sub-blocks 2c and 2c + 1 of a Q4_K block as unsigned 4-bit codes, into
+ * *lo and *hi: the low and high nibbles of qs[32c ..].
+ */
+static inline __attribute__((always_inline)) void
+q4_k_pair(const void *block, int c, __m256i *lo, __m256i *hi)
 {
-	const struct q4kh_block_q4_k *w = row;
-	const __m256i low = _mm256_set1_epi8(0x0F);
+	const struct q4kh_block_q4_k *b = block;
+	const __m256i low = _mm256_set1_epi8(0x0F), qs = load32(b->qs + 32 * c);
 
+	*lo = _mm256_and_si256(qs, low);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(qs, 4), low);
+}
+
+/*
+ * The same of a Q5_K block as unsigned 5-bit codes: the nibbles of
+ * qs[32c ..] with bits 2c and 2c + 1 of qh.
+ */
+static inline __attribute__((always_inline)) void
+q5_k_pair(const void *block, int c, __m256i *lo, __m256i *hi)
+{
+	const struct q4kh_block_q5_k *b = block;
+	const __m256i low = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+	const __m256i qs = load32(b->qs + 32 * c), qh = load32(b->qh);
+
+	*lo = _mm256_or_si256(_mm256_and_si256(qs, low),
+	                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+	*hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), low),
+	                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one),
+	                                        4));
+}
+
+/* The Q5_K block's scale fields, as those of a Q4_K block (same offsets). */
+static inline void q5_k_scales(const void *block, __m256 *sc, __m256 *m)
+{
+	struct q4kh_block_q4_k head;
+
+	memcpy(&head, block, offsetof(struct q4kh_block_q4_k, qs));
+	q4_k_scales(&head, sc, m);
+}
+
+/* Sub-blocks 2c and 2c + 1 of one Q4_K or Q5_K super-block as unsigned
+ * codes (q4_k_pair, q5_k_pair), and its scales and mins times d and dmin
+ * (q4_k_scales, q5_k_scales). */
+typedef void (*k_pair_fn)(const void *block, int c, __m256i *lo, __m256i *hi);
+typedef void (*k_scales_fn)(const void *block, __m256 *sc, __m256 *m);
+
+/* A row of Q4_K or Q5_K super-blocks of BLOCK_BYTES, decoded. */
+static inline __attribute__((always_inline)) void
+decode_k(k_pair_fn pair, k_scales_fn scales, size_t block_bytes, const void *row, int64_t k,
+         const struct simd_row *out)
+{
 	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const uint8_t *block = (const uint8_t *)row + block_bytes * (size_t)sb;
 		int16_t *u = out->u + sb * Q4KH_QK_K;
 		__m256 sc, m;
 
 		for (int c = 0; c < 4; c++) {
-			const __m256i qs = load32(w[sb].qs + 32 * c);
+			__m256i lo, hi;
 
-			store_i8(u + 64 * c, _mm256_and_si256(qs, low));
-			store_i8(u + 64 * c + 32, _mm256_and_si256(_mm256_srli_epi16(qs, 4), low));
+			pair(block, c, &lo, &hi);
+			store_i8(u + 64 * c, lo);
+			store_i8(u + 64 * c + 32, hi);
 		}
-		q4_k_scales(&w[sb], &sc, &m);
+		scales(block, &sc, &m);
 		_mm256_storeu_ps(out->s + sb * 8, sc);
 		_mm256_storeu_ps(out->o + sb * 8, m);
 	}
+}
+
+static void decode_q4_k(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_k(q4_k_pair, q4_k_scales, sizeof(struct q4kh_block_q4_k), row, k, out);
+}
+
+static void decode_q5_k(const void *row, int64_t k, const struct simd_row *out)
+{
+	decode_k(q5_k_pair, q5_k_scales, sizeof(struct q4kh_block_q5_k), row, k, out);
 }
 
 /*

@@ -72,8 +72,10 @@ fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)
 	return st;
 }
 
-static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0,
-	                          Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q8_0 };
+/* In the order of enum simd_wtype. */
+static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q6_K,
+	                          Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q4_0, Q4KH_TYPE_Q4_1,
+	                          Q4KH_TYPE_Q5_1, Q4KH_TYPE_Q5_K };
 
 /* enum simd_wtype of a GGUF type; -1 for types without kernels. */
 static int wtype(uint32_t type)
@@ -196,8 +198,8 @@ static q4kh_status k_prepare(q4kh_kernel_ctx *ctx, const struct q4kh_native_devi
 	    w->ne[1] <= 0 || w->ne[2] != 1 || w->ne[3] != 1)
 		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
 		            "prepare: type %u {%lld, %lld, %lld, %lld}: expected a 2-D "
-		            "Q4_K or Q6_K weight with K a multiple of 256, or Q5_0 or "
-		            "Q8_0 with K a multiple of 32",
+		            "Q4_K, Q5_K or Q6_K weight with K a multiple of 256, or Q4_0, "
+		            "Q4_1, Q5_0, Q5_1 or Q8_0 with K a multiple of 32",
 		            w->type, (long long)w->ne[0], (long long)w->ne[1],
 		            (long long)w->ne[2], (long long)w->ne[3]);
 	if (w->nb[0] != (int64_t)q4kh_type_block_bytes(w->type) ||

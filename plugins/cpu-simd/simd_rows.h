@@ -14,7 +14,9 @@
  *   times 32 int16 values q, summed into int32 lanes and converted,
  *
  * the vectors of the direct products below (a single column straight from
- * the weight's blocks: no decoded row to write and read back);
+ * the weight's blocks: no decoded row to write and read back; Q4_1 and
+ * Q5_1 add their mins through the column's block sums, as dot subtracts
+ * the offsets o);
  *
  *   static void tile(const struct simd_row *w, const struct simd_group *g,
  *                    int64_t k, float *out)
@@ -81,6 +83,83 @@ static float direct_q5_0(const void *row, const struct simd_act *a, int64_t k)
 	return direct(bytes_q5_0, row, a, k);
 }
 
+static float direct_q4_0(const void *row, const struct simd_act *a, int64_t k)
+{
+	return direct(bytes_q4_0, row, a, k);
+}
+
+/*
+ * One column times a Q4_1 or Q5_1 row: d q + m per value, so each block
+ * adds d d_b (q . a) and m ds_b (the column's scaled block sum).
+ */
+static inline __attribute__((always_inline)) float
+direct_min(bytes_min_fn bytes, const void *row, const struct simd_act *a, int64_t k)
+{
+	vf acc0 = vf_zero(), acc1 = vf_zero();
+	const int64_t nb = k / 32;
+	float off = 0;
+
+	for (int64_t b = 0; b < nb; b++) {
+		float d, m;
+		const __m256i w = bytes(row, b, &d, &m);
+
+		if (b % 2)
+			acc1 = vf_fma(prod_u8(w, a->q + 32 * b), d * a->d[b], acc1);
+		else
+			acc0 = vf_fma(prod_u8(w, a->q + 32 * b), d * a->d[b], acc0);
+		off += m * a->ds[b];
+	}
+	return vf_sum(acc0, acc1, vf_zero(), vf_zero()) + off;
+}
+
+static float direct_q4_1(const void *row, const struct simd_act *a, int64_t k)
+{
+	return direct_min(bytes_q4_1, row, a, k);
+}
+
+static float direct_q5_1(const void *row, const struct simd_act *a, int64_t k)
+{
+	return direct_min(bytes_q5_1, row, a, k);
+}
+
+/*
+ * One column times a Q4_K or Q5_K row of super-blocks BLOCK_BYTES long:
+ * the codes built in registers, each sub-block scaled by d sc_j and the
+ * mins taken off through the column's block sums.
+ */
+static inline __attribute__((always_inline)) float
+direct_k(k_pair_fn pair, k_scales_fn scales, size_t block_bytes, const void *row,
+         const struct simd_act *a, int64_t k)
+{
+	vf acc[4] = { vf_zero(), vf_zero(), vf_zero(), vf_zero() };
+	__m256 offv = _mm256_setzero_ps();
+
+	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
+		const uint8_t *block = (const uint8_t *)row + block_bytes * (size_t)sb;
+		float s[8];
+		__m256 sc, m;
+
+		scales(block, &sc, &m);
+		_mm256_storeu_ps(s, _mm256_mul_ps(sc, _mm256_loadu_ps(a->d + sb * 8)));
+		offv = _mm256_fmadd_ps(m, _mm256_loadu_ps(a->ds + sb * 8), offv);
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			const int64_t j = sb * 8 + 2 * c;
+			__m256i lo, hi;
+
+			pair(block, c, &lo, &hi);
+			acc[c] = vf_fma(prod_u8(lo, a->q + 32 * j), s[2 * c], acc[c]);
+			acc[c] = vf_fma(prod_u8(hi, a->q + 32 * (j + 1)), s[2 * c + 1], acc[c]);
+		}
+	}
+	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - hsum8(offv);
+}
+
+static float direct_q5_k(const void *row, const struct simd_act *a, int64_t k)
+{
+	return direct_k(q5_k_pair, q5_k_scales, sizeof(struct q4kh_block_q5_k), row, a, k);
+}
+
 #ifndef SIMD_DIRECT_Q4_K
 #define SIMD_DIRECT_Q4_K direct_q4_k
 #define SIMD_DIRECT_Q6_K direct_q6_k
@@ -129,31 +208,7 @@ static float direct_q6_k(const void *row, const struct simd_act *a, int64_t k)
 /* One column times a Q4_K row: nibbles widened in registers. */
 static float direct_q4_k(const void *row, const struct simd_act *a, int64_t k)
 {
-	const struct q4kh_block_q4_k *w = row;
-	const __m256i low = _mm256_set1_epi8(0x0F);
-	vf acc[4] = { vf_zero(), vf_zero(), vf_zero(), vf_zero() };
-	__m256 offv = _mm256_setzero_ps();
-
-	for (int64_t sb = 0; sb < k / Q4KH_QK_K; sb++) {
-		float s[8];
-		__m256 sc, m;
-
-		q4_k_scales(&w[sb], &sc, &m);
-		_mm256_storeu_ps(s, _mm256_mul_ps(sc, _mm256_loadu_ps(a->d + sb * 8)));
-		offv = _mm256_fmadd_ps(m, _mm256_loadu_ps(a->ds + sb * 8), offv);
-#pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) {
-			const __m256i qs = load32(w[sb].qs + 32 * c);
-			const int64_t j = sb * 8 + 2 * c;
-
-			acc[c] = vf_fma(prod_u8(_mm256_and_si256(qs, low), a->q + 32 * j), s[2 * c],
-			                acc[c]);
-			acc[c] = vf_fma(prod_u8(_mm256_and_si256(_mm256_srli_epi16(qs, 4), low),
-			                        a->q + 32 * (j + 1)),
-			                s[2 * c + 1], acc[c]);
-		}
-	}
-	return vf_sum(acc[0], acc[1], acc[2], acc[3]) - hsum8(offv);
+	return direct_k(q4_k_pair, q4_k_scales, sizeof(struct q4kh_block_q4_k), row, a, k);
 }
 #endif
 
@@ -247,15 +302,22 @@ SIMD_ROWS_FN(q4_k, SIMD_DIRECT_Q4_K)
 SIMD_ROWS_FN(q5_0, direct_q5_0)
 SIMD_ROWS_FN(q6_k, SIMD_DIRECT_Q6_K)
 SIMD_ROWS_FN(q8_0, direct_q8_0)
+SIMD_ROWS_FN(q4_0, direct_q4_0)
+SIMD_ROWS_FN(q4_1, direct_q4_1)
+SIMD_ROWS_FN(q5_1, direct_q5_1)
+SIMD_ROWS_FN(q5_k, direct_q5_k)
 
+/* In the order of enum simd_wtype. */
 const struct simd_kernels SIMD_TABLE = {
 	.name = SIMD_NAME,
 	.width = SIMD_WIDTH,
 	.tile_rows = SIMD_ROWS,
 	.quantize = quantize,
 	.split = SIMD_SPLIT,
-	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0 },
-	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0 },
+	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0, rows_q4_0, rows_q4_1, rows_q5_1,
+	          rows_q5_k },
+	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0, tiles_q4_0, tiles_q4_1,
+	           tiles_q5_1, tiles_q5_k },
 };
 
 #endif

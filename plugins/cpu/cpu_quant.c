@@ -2,8 +2,8 @@
  * Dequantization of one row, block by block, following the layouts in
  * q4khost/quant.h. Every product below is exact in f32 (an fp16 scale has
  * 11 significant bits, the integer factors at most 13 together), so the
- * only rounding is the subtraction of the min in the K-quants, as in ggml
- * and gguf-py.
+ * only rounding is the addition of the min in Q4_1 and Q5_1 and its
+ * subtraction in Q2_K, Q4_K and Q5_K, as in ggml and gguf-py.
  */
 /* Vectorising these loops needs -O3; the build's CFLAGS say -O2. */
 #pragma GCC optimize("O3")
@@ -28,6 +28,13 @@ static void dequant_f16(const uint8_t *row, float *out, int64_t k)
 {
 	for (int64_t i = 0; i < k; i++)
 		out[i] = half_at(row + 2 * i);
+}
+
+CPU_VECTOR_CLONES
+static void dequant_bf16(const uint8_t *row, float *out, int64_t k)
+{
+	for (int64_t i = 0; i < k; i++)
+		out[i] = q4kh_bf16_to_f32((uint16_t)(row[2 * i] | row[2 * i + 1] << 8));
 }
 
 CPU_VECTOR_CLONES
@@ -62,22 +69,129 @@ static void dequant_q4_0(const uint8_t *row, float *out, int64_t k)
 }
 
 CPU_VECTOR_CLONES
+static void dequant_q4_1(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q4_1);
+
+	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
+		const uint8_t *qs = row + offsetof(struct q4kh_block_q4_1, qs);
+		float d = half_at(row), m = half_at(row + 2);
+
+		for (int j = 0; j < Q4KH_QK / 2; j++) {
+			out[j] = d * (float)(qs[j] & 0xF) + m;
+			out[j + 16] = d * (float)(qs[j] >> 4) + m;
+		}
+	}
+}
+
+/*
+ * The 32 5-bit codes of a Q5_0 or Q5_1 block: value j < 16 takes the low
+ * nibble of qs[j] and bit j of qh, value j + 16 the high nibble and bit
+ * j + 16.
+ */
+static inline __attribute__((always_inline)) void
+q5_codes(const uint8_t *qh, const uint8_t *qs, int *q)
+{
+	uint32_t hi = qh[0] | qh[1] << 8 | qh[2] << 16 | (uint32_t)qh[3] << 24;
+
+	for (int j = 0; j < Q4KH_QK / 2; j++) {
+		q[j] = (qs[j] & 0xF) | ((hi >> j) & 1) << 4;
+		q[j + 16] = (qs[j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
+	}
+}
+
+CPU_VECTOR_CLONES
 static void dequant_q5_0(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q5_0);
 
 	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
-		const uint8_t *qh = row + offsetof(struct q4kh_block_q5_0, qh);
-		const uint8_t *qs = row + offsetof(struct q4kh_block_q5_0, qs);
-		uint32_t hi = qh[0] | qh[1] << 8 | qh[2] << 16 | (uint32_t)qh[3] << 24;
+		int q[Q4KH_QK];
 		float d = half_at(row);
 
-		for (int j = 0; j < Q4KH_QK / 2; j++) {
-			int lo = (qs[j] & 0xF) | ((hi >> j) & 1) << 4;
-			int up = (qs[j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
+		q5_codes(row + offsetof(struct q4kh_block_q5_0, qh),
+		         row + offsetof(struct q4kh_block_q5_0, qs), q);
+		for (int j = 0; j < Q4KH_QK; j++)
+			out[j] = d * (float)(q[j] - 16);
+	}
+}
 
-			out[j] = d * (float)(lo - 16);
-			out[j + 16] = d * (float)(up - 16);
+CPU_VECTOR_CLONES
+static void dequant_q5_1(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q5_1);
+
+	for (int64_t b = 0; b < k / Q4KH_QK; b++, row += bs, out += Q4KH_QK) {
+		int q[Q4KH_QK];
+		float d = half_at(row), m = half_at(row + 2);
+
+		q5_codes(row + offsetof(struct q4kh_block_q5_1, qh),
+		         row + offsetof(struct q4kh_block_q5_1, qs), q);
+		for (int j = 0; j < Q4KH_QK; j++)
+			out[j] = d * (float)q[j] + m;
+	}
+}
+
+/*
+ * Q2_K: value v = 128h + 32j + l takes bits 2j, 2j+1 of qs[32h + l] and
+ * the scale and min nibbles of sub-block v / 16.
+ */
+CPU_VECTOR_CLONES
+static void dequant_q2_k(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q2_k);
+
+	for (int64_t b = 0; b < k / Q4KH_QK_K; b++, row += bs, out += Q4KH_QK_K) {
+		const uint8_t *sc = row + offsetof(struct q4kh_block_q2_k, scales);
+		const uint8_t *qs = row + offsetof(struct q4kh_block_q2_k, qs);
+		float d = half_at(row + offsetof(struct q4kh_block_q2_k, d));
+		float dmin = half_at(row + offsetof(struct q4kh_block_q2_k, dmin));
+
+		for (int s = 0; s < Q4KH_QK_K / 16; s++) {
+			const uint8_t *q = qs + 32 * (s / 8) + 16 * (s % 2);
+			int shift = 2 * ((s % 8) / 2);
+			float dl = d * (float)(sc[s] & 0xF), ml = dmin * (float)(sc[s] >> 4);
+
+			for (int l = 0; l < 16; l++)
+				out[16 * s + l] = dl * (float)((q[l] >> shift) & 3) - ml;
+		}
+	}
+}
+
+/* The signed 6-bit scale of sub-block s of a Q3_K super-block. */
+static int q3_k_scale(const uint8_t *scales, int s)
+{
+	int lo = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+	int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+
+	return (lo | hi << 4) - 32;
+}
+
+/*
+ * Q3_K: value v = 128h + 32j + l takes bits 2j, 2j+1 of qs[32h + l], bit
+ * 4h + j of hmask[l] (clear: minus 4) and the scale of sub-block v / 16.
+ */
+CPU_VECTOR_CLONES
+static void dequant_q3_k(const uint8_t *row, float *out, int64_t k)
+{
+	const size_t bs = sizeof(struct q4kh_block_q3_k);
+
+	for (int64_t b = 0; b < k / Q4KH_QK_K; b++, row += bs, out += Q4KH_QK_K) {
+		const uint8_t *hm = row + offsetof(struct q4kh_block_q3_k, hmask);
+		const uint8_t *qs = row + offsetof(struct q4kh_block_q3_k, qs);
+		const uint8_t *sc = row + offsetof(struct q4kh_block_q3_k, scales);
+		float d = half_at(row + offsetof(struct q4kh_block_q3_k, d));
+
+		for (int s = 0; s < Q4KH_QK_K / 16; s++) {
+			const int h = s / 8, j = (s % 8) / 2, l0 = 16 * (s % 2);
+			float dl = d * (float)q3_k_scale(sc, s);
+
+			for (int l = l0; l < l0 + 16; l++) {
+				int q = ((qs[32 * h + l] >> (2 * j)) & 3) -
+				        (((hm[l] >> (4 * h + j)) & 1) ? 0 : 4);
+
+				out[16 * s + l - l0] = dl * (float)q;
+			}
 		}
 	}
 }
@@ -230,9 +344,14 @@ static dequant_fn dequant_for(uint32_t type)
 	switch (type) {
 	case Q4KH_TYPE_F32: return dequant_f32;
 	case Q4KH_TYPE_F16: return dequant_f16;
+	case Q4KH_TYPE_BF16: return dequant_bf16;
 	case Q4KH_TYPE_Q8_0: return dequant_q8_0;
 	case Q4KH_TYPE_Q4_0: return dequant_q4_0;
+	case Q4KH_TYPE_Q4_1: return dequant_q4_1;
 	case Q4KH_TYPE_Q5_0: return dequant_q5_0;
+	case Q4KH_TYPE_Q5_1: return dequant_q5_1;
+	case Q4KH_TYPE_Q2_K: return dequant_q2_k;
+	case Q4KH_TYPE_Q3_K: return dequant_q3_k;
 	case Q4KH_TYPE_Q4_K: return dequant_q4_k;
 	case Q4KH_TYPE_Q5_K: return dequant_q5_k;
 	case Q4KH_TYPE_Q6_K: return dequant_q6_k;

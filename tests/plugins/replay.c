@@ -39,6 +39,12 @@
  *                 probe of that text passes it, and a prompt holding
  *                 " return" shows it from the first position that reads
  *                 it on (tests/test_validate.c).
+ *   REPLAY_NO_Q8_0: ABI 1.4, of kind "cpu" (tried before the reference),
+ *                 replays exact, but says it does not implement Q8_0
+ *                 weights (supports_type), as a backend without that
+ *                 type's kernels would: the host must pass it over for a
+ *                 model with Q8_0 weights before anything runs, and its
+ *                 get_rows and mul_mat refuse Q8_0 should it not.
  *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
  *                 q4khost conformance must see: rms_norm uses 1000 times
  *                 the eps it is given, scale writes one byte past its
@@ -209,6 +215,10 @@ static void r_device_close(q4kh_device_ctx *d)
 
 static int r_supports_type(q4kh_backend_ctx *b, uint32_t type)
 {
+#ifdef REPLAY_NO_Q8_0
+	if (type == Q4KH_TYPE_Q8_0)
+		return 0;
+#endif
 	return b->in->supports_type(b->ctx, type);
 }
 
@@ -400,7 +410,16 @@ static q4kh_status spoil_code_rows(q4kh_device_ctx *d, const struct call *c)
 /* Issue call C, with this variant's defect. */
 static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 {
-	q4kh_status st = issue_op(d, c);
+	q4kh_status st;
+
+#ifdef REPLAY_NO_Q8_0
+	if ((c->op == C_GET_ROWS || c->op == C_GET_ROWS_EXT || c->op == C_MUL_MAT) &&
+	    c->t[0].type == Q4KH_TYPE_Q8_0)
+		return fail(d->b, Q4KH_ERR_UNSUPPORTED, c->op == C_MUL_MAT
+		                                                ? "mul_mat: Q8_0 weights are not implemented"
+		                                                : "get_rows: Q8_0 weights are not implemented");
+#endif
+	st = issue_op(d, c);
 
 #ifdef REPLAY_CODE_TOKEN
 	if (!st && (c->op == C_GET_ROWS || c->op == C_GET_ROWS_EXT))
@@ -884,7 +903,7 @@ static const struct q4kh_plugin_desc desc = {
 	.license = "MIT",
 	.build_id = "test",
 	.backend = &table,
-#ifdef REPLAY_CODE_TOKEN
+#if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0)
 	.backend_kind = "cpu",
 #endif
 };

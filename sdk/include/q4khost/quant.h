@@ -1,10 +1,16 @@
 /*
  * GGUF tensor types and block layouts, as ggml defines them
- * (ggml/include/ggml.h enum ggml_type; ggml/src/ggml-common.h blocks).
+ * (ggml/include/ggml.h enum ggml_type; ggml/src/ggml-common.h blocks; the
+ * value formulas are ggml's dequantize_row_* in ggml/src/ggml-quants.c).
  * The numeric values are GGUF's on-disk type ids.
  *
  * A quantized row of K values is K / block_elems blocks stored back to back.
  * fp16 fields are IEEE 754 binary16, little-endian, like every field here.
+ *
+ * Every type ggml stores in files has an id, a name and a size here, so
+ * that a file holding one parses and the host can name it when it refuses
+ * it; the layouts below are those of the types q4khost multiplies
+ * (docs/architecture.md "Weight types").
  */
 #ifndef Q4KHOST_QUANT_H
 #define Q4KHOST_QUANT_H
@@ -30,15 +36,35 @@ enum q4kh_type {
 	Q4KH_TYPE_Q5_K = 13,
 	Q4KH_TYPE_Q6_K = 14,
 	Q4KH_TYPE_Q8_K = 15,
+	Q4KH_TYPE_IQ2_XXS = 16,
+	Q4KH_TYPE_IQ2_XS = 17,
+	Q4KH_TYPE_IQ3_XXS = 18,
+	Q4KH_TYPE_IQ1_S = 19,
 	Q4KH_TYPE_IQ4_NL = 20,
+	Q4KH_TYPE_IQ3_S = 21,
+	Q4KH_TYPE_IQ2_S = 22,
 	Q4KH_TYPE_IQ4_XS = 23,
+	Q4KH_TYPE_I8 = 24,
+	Q4KH_TYPE_I16 = 25,
 	Q4KH_TYPE_I32 = 26, /* int32 values: token ids, positions (ABI 1.2) */
+	Q4KH_TYPE_I64 = 27,
+	Q4KH_TYPE_F64 = 28,
+	Q4KH_TYPE_IQ1_M = 29,
 	Q4KH_TYPE_BF16 = 30,
+	Q4KH_TYPE_TQ1_0 = 34,
+	Q4KH_TYPE_TQ2_0 = 35,
+	Q4KH_TYPE_MXFP4 = 39,
 	Q4KH_TYPE_COUNT = 40 /* one past the largest GGUF id we know of */
 };
 
 #define Q4KH_QK 32   /* values per block of the legacy and i-quant types */
 #define Q4KH_QK_K 256 /* values per super-block of the K-quants */
+
+/*
+ * The float types store one value per element: F32 an IEEE 754 binary32,
+ * F16 a binary16 (q4kh_fp16_to_f32), BF16 the high 16 bits of a binary32
+ * (q4kh_bf16_to_f32: x has those bits over 16 zero bits).
+ */
 
 /* Q5_0: x = d * (q - 16), q 5-bit: low 4 bits in qs, 5th bit in qh.
  * Value j < 16 uses the low nibble of qs[j] and bit j of qh; value j + 16
@@ -59,6 +85,52 @@ struct q4kh_block_q8_0 {
 struct q4kh_block_q4_0 {
 	uint16_t d;
 	uint8_t qs[Q4KH_QK / 2];
+};
+
+/* Q4_1: x = d * q + m, q the 4-bit code laid out as in Q4_0. */
+struct q4kh_block_q4_1 {
+	uint16_t d; /* fp16 scale */
+	uint16_t m; /* fp16 min (added) */
+	uint8_t qs[Q4KH_QK / 2];
+};
+
+/* Q5_1: x = d * q + m, q the 5-bit code laid out as in Q5_0. */
+struct q4kh_block_q5_1 {
+	uint16_t d; /* fp16 scale */
+	uint16_t m; /* fp16 min (added) */
+	uint8_t qh[4];
+	uint8_t qs[Q4KH_QK / 2];
+};
+
+/*
+ * Q2_K: a 256-value super-block of 16 sub-blocks of 16. Value v =
+ * 128h + 32j + l (h < 2, j < 4, l < 32) has the 2-bit code
+ * q = (qs[32h + l] >> 2j) & 3 and sub-block s = v / 16, whose byte
+ * scales[s] holds a 4-bit scale (low nibble) and a 4-bit min (high):
+ *   x = d * (scales[s] & 0xF) * q - dmin * (scales[s] >> 4).
+ */
+struct q4kh_block_q2_k {
+	uint8_t scales[Q4KH_QK_K / 16];
+	uint8_t qs[Q4KH_QK_K / 4];
+	uint16_t d;    /* fp16 super-block scale of the scales */
+	uint16_t dmin; /* fp16 super-block scale of the mins */
+};
+
+/*
+ * Q3_K: a 256-value super-block of 16 sub-blocks of 16 with signed 6-bit
+ * scales. Value v = 128h + 32j + l (h < 2, j < 4, l < 32) has the 2-bit
+ * code q2 = (qs[32h + l] >> 2j) & 3 and the high bit
+ * b = (hmask[l] >> (4h + j)) & 1, q = q2 - (b ? 0 : 4), in sub-block
+ * s = v / 16 with the scale
+ *   sc_s = ((s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4)
+ *           | ((scales[8 + s % 4] >> 2 (s / 4)) & 3) << 4) - 32,
+ *   x = d * sc_s * q.
+ */
+struct q4kh_block_q3_k {
+	uint8_t hmask[Q4KH_QK_K / 8];
+	uint8_t qs[Q4KH_QK_K / 4];
+	uint8_t scales[12];
+	uint16_t d; /* fp16 */
 };
 
 /*
@@ -145,7 +217,11 @@ static inline uint32_t q4kh_type_block_elems(uint32_t t)
 	case Q4KH_TYPE_F32:
 	case Q4KH_TYPE_F16:
 	case Q4KH_TYPE_BF16:
+	case Q4KH_TYPE_F64:
+	case Q4KH_TYPE_I8:
+	case Q4KH_TYPE_I16:
 	case Q4KH_TYPE_I32:
+	case Q4KH_TYPE_I64:
 		return 1;
 	case Q4KH_TYPE_Q4_0:
 	case Q4KH_TYPE_Q4_1:
@@ -153,6 +229,7 @@ static inline uint32_t q4kh_type_block_elems(uint32_t t)
 	case Q4KH_TYPE_Q5_1:
 	case Q4KH_TYPE_Q8_0:
 	case Q4KH_TYPE_IQ4_NL:
+	case Q4KH_TYPE_MXFP4:
 		return Q4KH_QK;
 	case Q4KH_TYPE_Q2_K:
 	case Q4KH_TYPE_Q3_K:
@@ -161,6 +238,15 @@ static inline uint32_t q4kh_type_block_elems(uint32_t t)
 	case Q4KH_TYPE_Q5_K:
 	case Q4KH_TYPE_Q6_K:
 	case Q4KH_TYPE_IQ4_XS:
+	case Q4KH_TYPE_IQ2_XXS:
+	case Q4KH_TYPE_IQ2_XS:
+	case Q4KH_TYPE_IQ2_S:
+	case Q4KH_TYPE_IQ3_XXS:
+	case Q4KH_TYPE_IQ3_S:
+	case Q4KH_TYPE_IQ1_S:
+	case Q4KH_TYPE_IQ1_M:
+	case Q4KH_TYPE_TQ1_0:
+	case Q4KH_TYPE_TQ2_0:
 		return Q4KH_QK_K;
 	default:
 		return 0;
@@ -173,21 +259,36 @@ static inline uint32_t q4kh_type_block_bytes(uint32_t t)
 	case Q4KH_TYPE_F32: return 4;
 	case Q4KH_TYPE_F16: return 2;
 	case Q4KH_TYPE_BF16: return 2;
+	case Q4KH_TYPE_F64: return 8;
+	case Q4KH_TYPE_I8: return 1;
+	case Q4KH_TYPE_I16: return 2;
 	case Q4KH_TYPE_I32: return 4;
+	case Q4KH_TYPE_I64: return 8;
 	case Q4KH_TYPE_Q4_0: return sizeof(struct q4kh_block_q4_0);
+	case Q4KH_TYPE_Q4_1: return sizeof(struct q4kh_block_q4_1);
 	case Q4KH_TYPE_Q5_0: return sizeof(struct q4kh_block_q5_0);
+	case Q4KH_TYPE_Q5_1: return sizeof(struct q4kh_block_q5_1);
 	case Q4KH_TYPE_Q8_0: return sizeof(struct q4kh_block_q8_0);
 	case Q4KH_TYPE_IQ4_NL: return sizeof(struct q4kh_block_iq4_nl);
+	case Q4KH_TYPE_Q2_K: return sizeof(struct q4kh_block_q2_k);
+	case Q4KH_TYPE_Q3_K: return sizeof(struct q4kh_block_q3_k);
 	case Q4KH_TYPE_Q4_K: return sizeof(struct q4kh_block_q4_k);
 	case Q4KH_TYPE_Q5_K: return sizeof(struct q4kh_block_q5_k);
 	case Q4KH_TYPE_Q6_K: return sizeof(struct q4kh_block_q6_k);
 	case Q4KH_TYPE_IQ4_XS: return sizeof(struct q4kh_block_iq4_xs);
-	/* Sizes of types without a layout here, so files holding them parse. */
-	case Q4KH_TYPE_Q4_1: return 20;
-	case Q4KH_TYPE_Q5_1: return 24;
-	case Q4KH_TYPE_Q2_K: return 84;
-	case Q4KH_TYPE_Q3_K: return 110;
+	/* Sizes of types without a layout here, so files holding them parse
+	 * (ggml-common.h's static_asserts on each block). */
 	case Q4KH_TYPE_Q8_K: return 292;
+	case Q4KH_TYPE_IQ2_XXS: return 66;
+	case Q4KH_TYPE_IQ2_XS: return 74;
+	case Q4KH_TYPE_IQ2_S: return 82;
+	case Q4KH_TYPE_IQ3_XXS: return 98;
+	case Q4KH_TYPE_IQ3_S: return 110;
+	case Q4KH_TYPE_IQ1_S: return 50;
+	case Q4KH_TYPE_IQ1_M: return 56;
+	case Q4KH_TYPE_TQ1_0: return 54;
+	case Q4KH_TYPE_TQ2_0: return 66;
+	case Q4KH_TYPE_MXFP4: return 17;
 	default: return 0;
 	}
 }
@@ -216,6 +317,14 @@ static inline float q4kh_fp16_to_f32(uint16_t h)
 		bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
 	}
 	v.u = bits;
+	return v.f;
+}
+
+/* bfloat16 to float, exactly: the bits over 16 zero bits. Pure. */
+static inline float q4kh_bf16_to_f32(uint16_t h)
+{
+	union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
+
 	return v.f;
 }
 
@@ -273,9 +382,23 @@ static inline const char *q4kh_type_name(uint32_t t)
 	case Q4KH_TYPE_Q5_K: return "Q5_K";
 	case Q4KH_TYPE_Q6_K: return "Q6_K";
 	case Q4KH_TYPE_Q8_K: return "Q8_K";
+	case Q4KH_TYPE_IQ2_XXS: return "IQ2_XXS";
+	case Q4KH_TYPE_IQ2_XS: return "IQ2_XS";
+	case Q4KH_TYPE_IQ2_S: return "IQ2_S";
+	case Q4KH_TYPE_IQ3_XXS: return "IQ3_XXS";
+	case Q4KH_TYPE_IQ3_S: return "IQ3_S";
+	case Q4KH_TYPE_IQ1_S: return "IQ1_S";
+	case Q4KH_TYPE_IQ1_M: return "IQ1_M";
 	case Q4KH_TYPE_IQ4_NL: return "IQ4_NL";
 	case Q4KH_TYPE_IQ4_XS: return "IQ4_XS";
+	case Q4KH_TYPE_TQ1_0: return "TQ1_0";
+	case Q4KH_TYPE_TQ2_0: return "TQ2_0";
+	case Q4KH_TYPE_MXFP4: return "MXFP4";
+	case Q4KH_TYPE_I8: return "I8";
+	case Q4KH_TYPE_I16: return "I16";
 	case Q4KH_TYPE_I32: return "I32";
+	case Q4KH_TYPE_I64: return "I64";
+	case Q4KH_TYPE_F64: return "F64";
 	default: return NULL;
 	}
 }
