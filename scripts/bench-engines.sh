@@ -32,6 +32,11 @@
 #   --targets LIST  llama.cpp programs to build (default llama-bench, the
 #                   only one this script runs: about 4 minutes on 16 cores;
 #                   add llama-batched-bench,llama-server for other work)
+#   --table DIR     only the table, from the JSON files an earlier call
+#                   left in DIR (llama-MODEL.json, q4k-MODEL-D.json); no GPU
+#   --self-check    --table on the recorded files of
+#                   tests/fixtures/bench-engines, compared with the table
+#                   there (table.txt); exit 0 when they agree
 #   --serve LIST    instead of the table: the servers, for each number of
 #                   concurrent clients in LIST (e.g. 1,4,16): llama-server
 #                   (flash attention on, one slot per client, every layer
@@ -61,6 +66,50 @@ usage() { # STATUS: 0 for --help (on stdout), 2 for a wrong argument
 	exit "${1:-2}"
 }
 
+# The table's lines, tab-separated, for model BASE and a prompt of D tokens
+# from llama-bench's JSON LLAMA and q4khost bench's JSON Q4K (its decode
+# tokens are the measure's): prefill, then decode after the prompt. A row
+# q4khost did not time (bench exits 1 then, having written every row)
+# reads "KERNEL not timed"; llama.cpp's figure is nan when it lacks the
+# measure.
+table_rows() {
+	python3 - "$@" <<'EOF'
+import json, sys
+lcp, q4k, base, d = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = json.load(open(lcp))
+q = json.load(open(q4k))
+gen = q["decode_tokens"]
+def ts(p, n, depth):
+    for r in runs:
+        if r["n_prompt"] == p and r["n_gen"] == n and r.get("n_depth", 0) == depth:
+            return r["avg_ts"]
+    return float("nan")
+for what, ref, key in (("prefill %d" % d, ts(d, 0, 0), "prefill_tokens_per_second"),
+                       ("decode %d after %d" % (gen, d), ts(0, gen, d), "decode_tokens_per_second")):
+    ours = [(r["kernel"], r.get(key)) for r in q["rows"]]
+    timed = [v for _, v in ours if v]
+    best = max(timed) / ref if timed and ref > 0 else float("nan")
+    print("\t".join([base, what, "%.1f" % ref] +
+                    ["%s %.1f" % (k, v) if v else "%s not timed" % k for k, v in ours] +
+                    ["%.2fx" % best]))
+EOF
+}
+
+# The table from the JSON files in DIR, model by model, prompts in order.
+table_from() {
+	local f name base
+	for f in $(ls "$1"/q4k-*.json | sort -V); do
+		name=$(basename "$f" .json)
+		base=${name#q4k-}
+		table_rows "$1/llama-${base%-*}.json" "$f" "${base%-*}" "${base##*-}" || return 1
+	done
+}
+
+show_table() { # the table's TSV lines on stdin
+	echo "model | measure | llama.cpp tok/s | q4khost tok/s by kernel | best/llama.cpp"
+	sed 's/\t/ | /g'
+}
+
 while [ $# -gt 0 ]; do
 	case $1 in
 	--models) models=$2; shift 2 ;;
@@ -73,6 +122,12 @@ while [ $# -gt 0 ]; do
 	--targets) targets=$2; shift 2 ;;
 	--prepare) prepare=1; shift ;;
 	--serve) serve=$2; targets=llama-server; shift 2 ;;
+	--table) table_from "$2" | show_table; exit "${PIPESTATUS[0]}" ;;
+	--self-check)
+		fixtures=$top/tests/fixtures/bench-engines
+		table_from "$fixtures" | show_table | diff -u "$fixtures/table.txt" - &&
+			echo "bench-engines.sh: the table from $fixtures is table.txt"
+		exit ;;
 	-h | --help) usage 0 ;;
 	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
 	esac
@@ -201,31 +256,16 @@ for f in "${files[@]}"; do
 		# One token per character on the benchmark vocabularies (byte
 		# tokens; gemma3-270m's one-character pieces): BOS and D - 1.
 		text=$(python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$d")
+		# bench exits 1 when a row was not timed (a variant the model
+		# has no type of): its JSON still holds every row.
 		"$q4k" bench -m "$f" --backend cuda --kernels "$kernels" --f2 off -n "$gen" \
-			$built_in -p "$text" --json >"$out/q4k-$base-$d.json" 2>"$out/q4k-$base-$d.log" ||
+			$built_in -p "$text" --json >"$out/q4k-$base-$d.json" 2>"$out/q4k-$base-$d.log"
+		[ $? -le 1 ] && [ -s "$out/q4k-$base-$d.json" ] ||
 			{ tail -5 "$out/q4k-$base-$d.log" >&2; continue; }
-		python3 - "$out/llama-$base.json" "$out/q4k-$base-$d.json" "$base" "$d" "$gen" >>"$table" <<'EOF'
-import json, sys
-lcp, q4k, base, d, gen = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-runs = json.load(open(lcp))
-def ts(p, n, depth):
-    for r in runs:
-        if r["n_prompt"] == p and r["n_gen"] == n and r.get("n_depth", 0) == depth:
-            return r["avg_ts"]
-    return float("nan")
-q = json.load(open(q4k))
-for what, ref, key in (("prefill %d" % d, ts(d, 0, 0), "prefill_tokens_per_second"),
-                       ("decode %d after %d" % (gen, d), ts(0, gen, d), "decode_tokens_per_second")):
-    ours = {r["kernel"]: r[key] for r in q["rows"] if r.get(key)}
-    best = max(ours.values()) if ours else float("nan")
-    print("\t".join([base, what, "%.1f" % ref] +
-                    ["%s %.1f" % (k, v) for k, v in ours.items()] +
-                    ["%.2fx" % (best / ref)]))
-EOF
+		table_rows "$out/llama-$base.json" "$out/q4k-$base-$d.json" "$base" "$d" >>"$table"
 	done
 done
 
 echo
 echo "read ceiling: $ceiling GB/s (q4khost bench-kernels, this run)"
-echo "model | measure | llama.cpp tok/s | q4khost tok/s by kernel | best/llama.cpp"
-sed 's/\t/ | /g' "$table"
+show_table <"$table"

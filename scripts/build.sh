@@ -12,7 +12,9 @@
 # lists (their compute capabilities) when a CUDA toolkit is found, and none
 # without an NVIDIA GPU and driver, with one line saying which. With
 # Q4KH_CUDA=all in the environment it adds nothing instead: configure's
-# default, every architecture whenever a toolkit is found (CI sets it).
+# default, every architecture whenever a toolkit is found (what packages
+# build); with Q4KH_CUDA=LIST (compute capabilities, "75,90") it builds
+# for those whenever a toolkit is found, GPU or not (CI sets 75,90).
 # --which-cuda prints the configure arguments --this-machine adds (and its
 # line on stderr) and does nothing else.
 # Usage: scripts/build.sh [--this-machine] [CONFIGURE-ARGS]
@@ -21,8 +23,9 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 
 # The configure arguments for this machine: "--without-cuda" or
-# "--with-cuda --with-cuda-arch=LIST" (nothing with Q4KH_CUDA=all), with a
-# line on stderr that says which and how to build every architecture.
+# "--with-cuda --with-cuda-arch=LIST" (nothing with Q4KH_CUDA=all,
+# "--with-cuda-arch=LIST" with Q4KH_CUDA=LIST), with a line on stderr that
+# says which and how to build every architecture.
 which_cuda() {
 	local caps="" nvcc="" d anyway="Q4KH_CUDA=all in the environment builds them anyway"
 	case ${Q4KH_CUDA:-} in
@@ -30,7 +33,13 @@ which_cuda() {
 		echo "build: Q4KH_CUDA=all: the CUDA plugins for every architecture when a CUDA toolkit is found" >&2
 		return 0 ;;
 	'') ;;
-	*) echo "build: Q4KH_CUDA=$Q4KH_CUDA: unknown (all, or unset for this machine's GPUs)" >&2; exit 2 ;;
+	*[!0-9,]* | ,* | *, | *,,*)
+		echo "build: Q4KH_CUDA=$Q4KH_CUDA: unknown (all, compute capabilities such as 75,90, or unset for this machine's GPUs)" >&2
+		exit 2 ;;
+	*)
+		echo "build: Q4KH_CUDA=$Q4KH_CUDA: the CUDA plugins for compute capability $Q4KH_CUDA when a CUDA toolkit is found" >&2
+		echo "--with-cuda-arch=$Q4KH_CUDA"
+		return 0 ;;
 	esac
 	if command -v nvidia-smi >/dev/null 2>&1; then
 		caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets (tests/fuzz/fuzz_*.c) with clang in
 # ${Q4KH_FUZZ_BUILD_DIR:-_build/fuzz} (configure --enable-fuzzers) and run
-# each for SECONDS (default 60), one after the other, on one core. Each
+# each for SECONDS (default 60), as many at a time as there are cores
+# (each target on one). Each
 # target's corpus stays in BUILD/fuzz-corpus/TARGET between runs; it starts
 # from the committed seeds and regression inputs (tests/fuzz/seeds,
 # tests/fuzz/regressions) and seeds made here from real files: the default
@@ -59,16 +60,17 @@ made_seeds() {
 	esac
 }
 
-passed=0 failed=0
-for t in $targets; do
-	corpus="$build/fuzz-corpus/$t" seeds="$build/fuzz-seeds/$t" crashes="$build/fuzz-crashes/$t"
+# fuzz_one TARGET: one target for $secs s; its line, and on a crash the
+# report's gist, on stdout; exit 1 on a crash.
+fuzz_one() {
+	local t=$1 corpus="$build/fuzz-corpus/$1" seeds="$build/fuzz-seeds/$1"
+	local crashes="$build/fuzz-crashes/$1" log="$build/fuzz-$1.log" tmp rc start took execs
 	rm -rf "$seeds"
 	mkdir -p "$corpus" "$seeds" "$crashes"
 	for d in seeds regressions; do
 		[ -d "$top/tests/fuzz/$d/$t" ] && cp "$top/tests/fuzz/$d/$t"/* "$seeds"/ 2>/dev/null
 	done
 	made_seeds "$t" "$seeds"
-	log="$build/fuzz-$t.log"
 	# libFuzzer exits without atexit handlers: the targets' scratch files
 	# go to a folder cleared here instead of /tmp
 	tmp="$build/fuzz-tmp/$t"
@@ -82,18 +84,25 @@ for t in $targets; do
 	took=$(($(date +%s) - start))
 	rm -rf "$tmp"
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-	if [ $rc -eq 0 ]; then
-		crash=0
-		passed=$((passed + 1))
-	else
-		crash=1
-		failed=$((failed + 1))
-	fi
-	echo "fuzz-$t: ${took} s, ${execs:-0} executions, $crash crashes"
+	echo "fuzz-$t: ${took} s, ${execs:-0} executions, $((rc != 0)) crashes"
 	if [ $rc -ne 0 ]; then
 		grep -E '^(fuzz: violated|==[0-9]+==ERROR|SUMMARY)|Test unit written' "$log" | head -5
 		echo "  (log: $log)"
+		return 1
 	fi
+}
+
+# The targets side by side, a core each; each one's lines as it ends.
+passed=0 failed=0 jobs=$(nproc) running=()
+for t in $targets; do
+	fuzz_one "$t" >"$build/fuzz-$t.out" &
+	running+=("$!:$t")
+	[ ${#running[@]} -lt "$jobs" ] && [ "$t" != "${targets##* }" ] && continue
+	for job in "${running[@]}"; do
+		if wait "${job%%:*}"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+		cat "$build/fuzz-${job#*:}.out"
+	done
+	running=()
 done
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

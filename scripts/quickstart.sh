@@ -27,7 +27,9 @@ scripts/install-deps.sh
 stage 2 "building in _build/main"
 Q4KH_BUILD_DIR="$top/_build/main" scripts/build.sh --this-machine
 stage 3 "installing into $top/_prefix (log: _build/main/install.log)"
-make -C "$top/_build/main" install >"$top/_build/main/install.log" 2>&1 ||
+# Folders no group may write, whatever the user's umask: the host refuses
+# plugins below one that others could write (docs/config.md).
+(umask 022 && make -C "$top/_build/main" install) >"$top/_build/main/install.log" 2>&1 ||
 	{ tail -n 20 "$top/_build/main/install.log"; exit 1; }
 stage 4 "fetching the default model (scripts/fetch-model.sh)"
 scripts/fetch-model.sh

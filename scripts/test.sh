@@ -19,28 +19,44 @@
 #   emulate     the cuda backend's kernels without a GPU
 #               (scripts/cuda-emulate.sh), a test per harness; skipped
 #               without the CUDA toolkit's headers
+# After main, the sanitizer stage, which keeps every core busy, runs beside
+# a second lane of fuzz, valgrind and emulate, which mostly take one core
+# each (scripts/test.sh --stages fuzz,valgrind,emulate, its lines shown as
+# they come).
 # Each stage's output goes to _build/STAGE.log; its closing line is shown,
 # and while it runs, a line a minute: while compiling, the objects built
 # and the file last compiled, then the tests it has finished.
 # Ends with the totals, "N passed, N failed, N skipped". Ctrl-C stops the
-# stage, prints the stages done and the totals so far, and exits 130.
+# stages, prints the stages done and the totals so far, and exits 130.
 # Usage: scripts/test.sh [--quick]   (--quick: build and main stages only)
+#        scripts/test.sh --stages LIST   (only these of sanitizers, fuzz,
+#                                         valgrind, emulate, one by one,
+#                                         on the build main made)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/main"
 cd "$top"
-quick=0
+quick=0 only=""
 case ${1:-} in
 '') ;;
 --quick) quick=1 ;;
+--stages) only=${2:-} ;;
 -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-*) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+*) echo "usage: scripts/test.sh [--quick | --stages LIST]" >&2; exit 2 ;;
 esac
+for s in ${only//,/ }; do
+	case $s in sanitizers | fuzz | valgrind | emulate) ;;
+	*) echo "test.sh --stages: no stage '$s' (sanitizers, fuzz, valgrind, emulate)" >&2; exit 2 ;;
+	esac
+done
 
 t0=$(date +%s)
 passed=0 failed=0 skipped=0 status=0
 # The stage running: its name, process, check log, build folder, start.
 current=setup pid="" checks=/dev/null dir="" started=$t0 done_stages=()
+# The second lane (a test.sh --stages of its own): its process, its log,
+# the lines of it shown so far.
+lane="" lane_log="$top/_build/lane.log" lane_shown=0
 # Tests a stage has finished: automake's result lines in its make check log.
 finished() {
 	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
@@ -70,6 +86,11 @@ interrupted() {
 		kill -KILL -- -"$pid" $tree 2>/dev/null
 		wait "$pid" 2>/dev/null
 	fi
+	if [ -n "$lane" ]; then # it stops its own stage, and says so
+		kill -INT -- -"$lane" 2>/dev/null
+		wait "$lane" 2>/dev/null
+		relay_lane
+	fi
 	echo "== $current: interrupted after $(($(date +%s) - started)) s${pid:+, $(progress)}"
 	echo "== stages done: ${done_stages[*]:-none}"
 	echo "$passed passed, $failed failed, $skipped skipped (so far)"
@@ -79,7 +100,23 @@ interrupted() {
 trap 'interrupted INT 130' INT
 trap 'interrupted TERM 143' TERM
 
-bash scripts/install-deps.sh || exit 1
+# The lane's lines not shown yet, shown.
+relay_lane() {
+	local n
+	[ -n "$lane_log" ] && [ -f "$lane_log" ] || return 0
+	n=$(wc -l <"$lane_log")
+	[ "$n" -gt "$lane_shown" ] && sed -n "$((lane_shown + 1)),${n}p" "$lane_log" |
+		grep -vE '^[0-9]+ passed, [0-9]+ failed' | sed 's/^/  | /'
+	lane_shown=$n
+}
+
+# What test.sh does before the stages: the packages, the model and the
+# test inputs; the build's CUDA choice.
+setup() {
+# the second lane's tools too: two lanes must not both install
+# shellcheck disable=SC2046 # the words are package names
+bash scripts/install-deps.sh $([ $quick -eq 0 ] && echo clang libclang-rt-dev llvm valgrind) ||
+	exit 1
 bash scripts/fetch-model.sh || exit 1
 # a real test input, optional: test_bpe's DeepSeek cases skip without it.
 # It needs NumPy: python3 on PATH may be another than Debian's, which
@@ -95,6 +132,7 @@ python3 -c 'import numpy' 2>/dev/null ||
 bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
 # What quickstart.sh builds here, and a line that says which.
 cuda_args=$(bash scripts/build.sh --which-cuda) || exit 1
+}
 
 build_stage() {
 	# shellcheck disable=SC2086 # the arguments are words on purpose
@@ -158,6 +196,7 @@ stage() {
 	set +m
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 5
+		relay_lane
 		n=$((n + 1))
 		[ $((n % 12)) -eq 0 ] && kill -0 "$pid" 2>/dev/null &&
 			echo "   $name: $(($(date +%s) - started)) s, $(progress)"
@@ -179,14 +218,56 @@ stage() {
 	return $rc
 }
 
-if stage build /dev/null "$build" build_stage; then
-	stage main "$build/check.log" "" main_stage
-fi
-if [ $quick -eq 0 ]; then
-	stage sanitizers "$top/_build/asan/check.log" "$top/_build/asan" bash scripts/test-sanitizers.sh
-	stage fuzz /dev/null "" bash scripts/fuzz.sh 60
-	stage valgrind /dev/null "" valgrind_stage
-	stage emulate /dev/null "" emulate_stage
+# stage_named NAME: one of the stages after main.
+stage_named() {
+	case $1 in
+	sanitizers) stage sanitizers "$top/_build/asan/check.log" "$top/_build/asan" \
+		bash scripts/test-sanitizers.sh ;;
+	fuzz) stage fuzz /dev/null "" bash scripts/fuzz.sh 60 ;;
+	valgrind) stage valgrind /dev/null "" valgrind_stage ;;
+	emulate) stage emulate /dev/null "" emulate_stage ;;
+	esac
+}
+
+# The second lane's totals ("N passed, N failed, N skipped", its last
+# line) added to ours once it has ended; its stages count as done.
+lane_end() {
+	local rc line
+	while kill -0 "$lane" 2>/dev/null; do
+		sleep 5
+		relay_lane
+	done
+	wait "$lane"
+	rc=$? lane=""
+	relay_lane
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$lane_log" | tail -n 1)
+	[ $rc -eq 0 ] || status=1
+	done_stages+=(fuzz valgrind emulate)
+	set -- ${line:-0 passed, 1 failed, 0 skipped}
+	passed=$((passed + $1)) failed=$((failed + $3)) skipped=$((skipped + ${5:-0}))
+}
+
+if [ -n "$only" ]; then
+	lane_log="" # this is a lane: it shows no other
+	for s in ${only//,/ }; do
+		stage_named "$s"
+	done
+else
+	rm -f "$lane_log" # the last run's
+	setup
+	if stage build /dev/null "$build" build_stage; then
+		stage main "$build/check.log" "" main_stage
+	fi
+	if [ $quick -eq 0 ]; then
+		mkdir -p "$top/_build"
+		echo "== fuzz, valgrind, emulate: started beside sanitizers (their lines marked |)"
+		set -m
+		bash "$0" --stages fuzz,valgrind,emulate </dev/null >"$lane_log" 2>&1 &
+		lane=$! lane_shown=0
+		set +m
+		stage_named sanitizers
+		lane_end
+	fi
 fi
 current=""
 [ $status -ne 0 ] && [ $failed -eq 0 ] && failed=1

@@ -362,3 +362,19 @@ Test(ab, qa_judges_golden_cases_and_refuses_knife_edges, .timeout = 300)
 	cr_expect(strstr(out, "wrong.jsonl:2: unknown key \"acept\"") != NULL, "%s", out);
 	free(out);
 }
+
+/*
+ * scripts/bench-engines.sh's table (the GPU comparison with llama.cpp),
+ * built from recorded JSON files without a GPU: llama-bench's (in the
+ * schema its README shows) and q4khost bench's own, where one row was not
+ * timed (a variant the model has none of the types of: bench exits 1 and
+ * writes every row), as on the H100 run whose table came out empty.
+ */
+Test(ab, bench_engines_builds_its_table_from_recorded_json)
+{
+	char cmd[4200], *out;
+
+	snprintf(cmd, sizeof(cmd), "bash %s/scripts/bench-engines.sh --self-check", test_srcdir());
+	cr_expect_eq(test_shell(cmd, &out), 0, "%s", out);
+	free(out);
+}

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "helpers.h"
 #include "q4khost/plugin.h"
 
@@ -422,6 +423,101 @@ Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout
 	json_decref(j);
 }
 
+/* The mode bits of PATH, which must exist. */
+static mode_t mode_of(const char *path)
+{
+	struct stat sb;
+
+	cr_assert_eq(stat(path, &sb), 0, "%s is not there", path);
+	return sb.st_mode & 07777;
+}
+
+/* The SHA-256 of the file at PATH into HEX. */
+static void file_sha256(const char *path, char hex[Q4KH_SHA256_HEX])
+{
+	size_t len;
+	char *data = test_read_file(path, &len);
+
+	cr_assert_not_null(data, "cannot read %s", path);
+	q4kh_sha256_bytes(data, len, hex);
+	free(data);
+}
+
+/*
+ * What the quickstart does after building, under a user's umask: make
+ * install (staged with DESTDIR), then the installed host runs the default
+ * model. Under umask 002 make's own folders are 0775; the plugin folder
+ * must still be 0755 and the plugins 0755, and the host must load them.
+ * Then the plugins are the same bytes from both installs and from a build
+ * of the release tree at another path (docs/packaging.md, "Reproducible").
+ */
+Test(package, install_under_umask_002_and_022_serves_the_same_bytes, .timeout = 1800)
+{
+	static const char *const masks[] = { "002", "022" };
+	const char *work, *model;
+	char stage[2][2048], elsewhere[2048], built[2048], args[CMD_MAX];
+	char hex[3][Q4KH_SHA256_HEX], *dir, *path, *host, *so, *lib, *last;
+	json_t *j;
+	int st, compared = 0;
+
+	require_packaging();
+	model = test_model_path();
+	work = test_tmpdir();
+	run_script(work, "install", work);
+	for (int m = 0; m < 2; m++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "umask-%s", masks[m]);
+		script_value(work, "install", key, stage[m], sizeof(stage[m]));
+		cr_assert_geq(asprintf(&dir, "%s%s", stage[m], getenv("Q4KH_TEST_PLUGINDIR")), 0);
+		cr_expect_eq(mode_of(dir), 0755, "umask %s: %s has mode %04o", masks[m], dir,
+		             mode_of(dir));
+		cr_assert_geq(asprintf(&path, "%s/cpu.so", dir), 0);
+		cr_expect_eq(mode_of(path), 0755, "umask %s: %s has mode %04o", masks[m], path,
+		             mode_of(path));
+		free(path);
+		/* The quickstart's last stage, from this install. */
+		cr_assert_geq(asprintf(&host, "%s%s/q4khost", stage[m], getenv("Q4KH_TEST_BINDIR")),
+		              0);
+		snprintf(args, sizeof(args),
+		         "run --plugin-path '%s' -m '%s' -n 4 -p 'The three primary colors are'", dir,
+		         model);
+		j = host_json(work, host, args, &st);
+		cr_expect_eq(st, 0, "umask %s: q4khost %s exited with status %d:\n%s", masks[m],
+		             args, st, json_dumps(j, JSON_COMPACT));
+		cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "decode"),
+		                                                "tokens")),
+		             4, "umask %s: %s", masks[m], json_dumps(j, JSON_COMPACT));
+		json_decref(j);
+		free(host);
+		free(dir);
+	}
+
+	/* Every plugin of the second build: the same bytes as both installs'. */
+	script_value(work, "install", "elsewhere", elsewhere, sizeof(elsewhere));
+	script_value(work, "install", "built elsewhere", built, sizeof(built));
+	for (char *t = strtok_r(built, " ", &last); t; t = strtok_r(NULL, " ", &last)) {
+		/* plugins/NAME/NAME.la */
+		char *name = strrchr(t, '/') + 1;
+
+		*strrchr(name, '.') = 0;
+		for (int m = 0; m < 2; m++) {
+			cr_assert_geq(asprintf(&so, "%s%s/%s.so", stage[m],
+			                       getenv("Q4KH_TEST_PLUGINDIR"), name), 0);
+			file_sha256(so, hex[m]);
+			free(so);
+		}
+		cr_assert_geq(asprintf(&lib, "%s/plugins/%s/.libs/%s.so", elsewhere, name, name),
+		              0);
+		file_sha256(lib, hex[2]);
+		cr_expect_str_eq(hex[0], hex[1], "%s.so: installed twice, two files", name);
+		cr_expect_str_eq(hex[0], hex[2], "%s.so differs when built in %s", name, elsewhere);
+		free(lib);
+		compared++;
+	}
+	cr_expect_geq(compared, 1, "no plugin compared");
+}
+
 Test(package, distcheck_passes, .timeout = 1800)
 {
 	const char *work;
@@ -590,6 +686,9 @@ Test(package, debs_build_lint_clean_and_run_from_a_scratch_root, .timeout = 1800
 	model = test_model_path();
 	work = test_tmpdir();
 	run_script(work, "debs", work);
+	/* Built again at the same path: the same files, byte for byte. */
+	script_value(work, "debs", "reproducible", multiarch, sizeof(multiarch));
+	cr_expect_str_eq(multiarch, "yes");
 	script_value(work, "debs", "multiarch", multiarch, sizeof(multiarch));
 	snprintf(libdir, sizeof(libdir), "/usr/lib/%s", multiarch);
 	/* Debian compresses documents over 4 KiB. */

@@ -14,6 +14,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,16 @@ Test(secure, setuid_ignores_the_environment_and_takes_root_owned_plugins_only)
 	snprintf(want, sizeof(want),
 	         "%s/defect_nan.so\n  REJECTED: refused: the folder %s is owned by uid %u, not root (required when running set-uid or set-gid)\n",
 	         user_dir, user_dir, (unsigned)nobody->pw_uid);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+
+	/* Set-uid keeps sudo's rule: no group may write, its owner's own included. */
+	cr_assert_eq(chmod(root_dir, 0775), 0);
+	snprintf(args, sizeof(args), "--plugin-path %s", root_dir);
+	cr_assert_eq(plugins("", bin, args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want),
+	         "%s/kernel_ok.so\n  REJECTED: refused: the folder %s is writable by group %s (mode 0775; fix: chmod g-w %s)\n",
+	         root_dir, root_dir, getgrgid(getegid())->gr_name, root_dir);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 

@@ -889,3 +889,91 @@ Test(serve, names_the_device_f2_measures_on_and_an_empty_messages_array, .timeou
 	reply_free(&r);
 	server_stop(&s);
 }
+
+/* The access line of the request METHOD PATH with STATUS in S's log,
+ * waited for (a line comes when its request ends); malloc()ed. */
+static char *access_line(const struct server *s, const char *method, const char *path,
+                         int status)
+{
+	char want[512];
+
+	snprintf(want, sizeof(want), "q4khost serve: access: 127.0.0.1 %s %s %d ", method, path,
+	         status);
+	for (int i = 0; i < POLLS; i++) {
+		char *log = read_log(s), *at = strstr(log, want), *line;
+
+		if (at) {
+			line = strndup(at, strcspn(at, "\n"));
+			free(log);
+			return line;
+		}
+		free(log);
+		sleep_ms(100);
+	}
+	cr_assert_fail("no line '%s...' in the log", want);
+	return NULL;
+}
+
+/*
+ * Issue 33: every request has an access line (method, path, status, time
+ * and why), 4xx ones included; a client that drops a request before its
+ * answer is a 499 line, not libmicrohttpd's "internal error"; a NUL in a
+ * string is said in the user's words, not by jansson's flag.
+ */
+Test(serve, access_log_and_plain_words, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *args[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", dir, NULL };
+	const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
+	                   "\"max_tokens\": 1500, \"temperature\": 0}";
+	struct server s;
+	struct reply r;
+	char cmd[8192], req[4200], raw[1024], *line, *log, *out;
+	int n;
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	r = http(&s, "POST", "/v1/chat/completions",
+	         "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}");
+	cr_expect_eq(r.status, 400, "%s", r.body);
+	cr_expect_null(strstr(r.body, "JSON_ALLOW_NUL"), "%s", r.body);
+	cr_expect_not_null(strstr(r.body, "a string in the body holds \\\\u0000, a NUL character, "
+	                                  "which no prompt or field may contain (line 1, column "),
+	                   "%s", r.body);
+	reply_free(&r);
+	line = access_line(&s, "POST", "/v1/chat/completions", 400);
+	cr_expect_not_null(strstr(line, " s: a string in the body holds \\u0000, a NUL character"),
+	                   "%s", line);
+	free(line);
+
+	r = http(&s, "GET", "/v1/nothing", NULL);
+	cr_expect_eq(r.status, 404, "%s", r.body);
+	reply_free(&r);
+	line = access_line(&s, "GET", "/v1/nothing", 404);
+	cr_expect_not_null(strstr(line, " s: no such endpoint"), "%s", line);
+	free(line);
+	r = http(&s, "GET", "/health", NULL);
+	reply_free(&r);
+	free(access_line(&s, "GET", "/health", 200));
+
+	/* A long answer asked for, the connection closed at once. */
+	snprintf(req, sizeof(req), "%s/request", test_tmpdir());
+	n = snprintf(raw, sizeof(raw),
+	             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+	             "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+	             strlen(body), body);
+	test_write_file(req, raw, (size_t)n);
+	snprintf(cmd, sizeof(cmd), "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%s && cat %s >&3'",
+	         strrchr(s.url, ':') + 1, req);
+	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
+	free(out);
+	line = access_line(&s, "POST", "/v1/chat/completions", 499);
+	cr_expect_not_null(strstr(line, " s: the client closed the connection before the answer; "
+	                                "chatcmpl-"),
+	                   "%s", line);
+	cr_expect_not_null(strstr(line, " was cancelled"), "%s", line);
+	free(line);
+	server_stop(&s);
+	log = read_log(&s);
+	cr_expect_null(strstr(log, "internal error"), "%s", log);
+	free(log);
+}

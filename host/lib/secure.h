@@ -28,14 +28,20 @@ size_t q4kh_secure_env_names(char *buf, size_t cap);
 
 /*
  * Whether the file or folder at PATH, of status ST, may be trusted: 0 when
- * it may; else -1 with one line into WHY (CAP bytes), "refused: the WHAT
- * PATH is writable by group (mode 0664)". Someone else who can write it
- * could replace what we read or run, so a file or folder writable by
- * group or others is refused; in a set-uid or set-gid process (sudo's
- * rule for its plugins) one not owned by root is refused too, as the
- * caller could own anything else. The rule for plugin files and folders
- * (registry.c) and for the files the host caches about them
- * (enumerate.c). Thread-safe.
+ * it may; else -1 with one line into WHY (CAP bytes) that says how to fix
+ * it: "refused: the WHAT PATH is writable by group staff (mode 0664; fix:
+ * chmod g-w PATH)". Someone else who can write it could replace what we
+ * read or run, so a file or folder writable by others, or by a group that
+ * holds anyone besides its owner, is refused. Writable by the owner's
+ * user-private group (the group holds the owner and nobody else, as the
+ * user and group databases list them: what umask 002 gives on Debian,
+ * Ubuntu and Fedora) is writable by the owner alone, and accepted, as
+ * OpenSSH judges ~/.ssh. In a set-uid or set-gid process (sudo's rule for
+ * its plugins) any group-writable one, and one not owned by root, is
+ * refused, as the caller could own anything else. The rule for plugin
+ * files and folders (registry.c) and for the files the host caches about
+ * them (enumerate.c). Thread-safe (a group-writable one walks the user
+ * database under a lock).
  */
 int q4kh_secure_untrusted(const struct stat *st, const char *what, const char *path,
                           char *why, size_t cap);

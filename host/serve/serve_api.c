@@ -309,6 +309,13 @@ int serve_api_parse(const struct serve *srv, enum serve_kind kind, const char *b
 	int rc = -1;
 
 	*out = NULL;
+	if (!root && json_error_code(&jerr) == json_error_null_character) {
+		/* jansson's text names its own flag (JSON_ALLOW_NUL) */
+		refuse(e, 400, NULL, "a string in the body holds \\u0000, a NUL character, which "
+		       "no prompt or field may contain (line %d, column %d)", jerr.line,
+		       jerr.column);
+		return -1;
+	}
 	if (!root) {
 		refuse(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", jerr.text,
 		       jerr.line, token_column(&jerr));

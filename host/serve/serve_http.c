@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,18 @@
 #define WAIT_NS (200 * 1000 * 1000) /* between looks for a client that left */
 #define KEEPALIVE_S 10.0            /* an SSE comment after this much silence */
 
-/* One request: its body while it arrives. */
+/* One request: its body while it arrives, and its access-log line's parts. */
 struct request {
 	enum serve_endpoint ep;
 	char *body;
 	size_t len, cap;
 	int too_large;
+	double t0;           /* when its headers were read */
+	char method[16];     /* printable, cut */
+	char path[200];      /* printable, cut */
+	char client[64];     /* the peer's address */
+	unsigned status;     /* the status sent; 0: none yet */
+	char reason[400];    /* why, in the log's words */
 };
 
 /* A streamed answer, owned by its MHD response. */
@@ -65,6 +72,19 @@ static int client_gone(int fd)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* The client's address, numeric, into BUF ("?" when unknown). */
+static void peer(struct MHD_Connection *c, char *buf, size_t cap)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *a = ci ? ci->client_addr : NULL;
+	socklen_t len = a && a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+	                                             : sizeof(struct sockaddr_in);
+
+	if (!a || getnameinfo(a, len, buf, cap, NULL, 0, NI_NUMERICHOST))
+		snprintf(buf, cap, "?");
+}
+
 static int conn_fd(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
@@ -84,21 +104,44 @@ static void current_f2(struct serve *srv, char *buf, size_t cap)
 	pthread_mutex_unlock(&srv->lock);
 }
 
-/* Queue BODY (malloc()ed, taken) with STATUS and the headers every answer has. */
-static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c,
-                             enum serve_endpoint ep, unsigned status, char *body,
-                             const char *type, const char *f2, const char *served_by)
+/* What RQ's access line will say: STATUS and why (printf's FMT). */
+__attribute__((format(printf, 3, 4)))
+static void note(struct request *rq, unsigned status, const char *fmt, ...)
 {
+	va_list ap;
+
+	rq->status = status;
+	va_start(ap, fmt);
+	vsnprintf(rq->reason, sizeof(rq->reason), fmt, ap);
+	va_end(ap);
+}
+
+/* Nothing can be sent: the access line says why; MHD closes the connection. */
+static enum MHD_Result out_of_memory(struct request *rq, const char *what)
+{
+	note(rq, 500, "out of memory for %s; the connection was closed unanswered", what);
+	return MHD_NO;
+}
+
+/*
+ * Queue BODY (malloc()ed, taken) with STATUS and the headers every answer
+ * has, for RQ; REASON is its access line's ("ok" when NULL).
+ */
+static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct request *rq,
+                             unsigned status, char *body, const char *type, const char *f2,
+                             const char *served_by, const char *reason)
+{
+	const enum serve_endpoint ep = rq->ep;
 	struct MHD_Response *r;
 	char f2buf[400], shown[400];
 	enum MHD_Result rc;
 
 	if (!body)
-		return MHD_NO;
+		return out_of_memory(rq, "the answer");
 	r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
 		free(body);
-		return MHD_NO;
+		return out_of_memory(rq, "the answer");
 	}
 	if (!f2) {
 		current_f2(srv, f2buf, sizeof(f2buf));
@@ -121,31 +164,32 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c,
 	rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	serve_status_count(srv, ep, status);
+	note(rq, status, "%s", reason ? reason : "ok");
 	return rc;
 }
 
-static enum MHD_Result fail(struct serve *srv, struct MHD_Connection *c,
-                            enum serve_endpoint ep, unsigned status, const char *message,
-                            const char *param, const char *code)
+static enum MHD_Result fail(struct serve *srv, struct MHD_Connection *c, struct request *rq,
+                            unsigned status, const char *message, const char *param,
+                            const char *code)
 {
 	const char *type = status == 401   ? "authentication_error"
 	                   : status == 404 ? "not_found_error"
 	                   : status >= 500 ? "server_error"
 	                                   : "invalid_request_error";
 
-	return reply(srv, c, ep, status, serve_api_error_body(message, type, param, code),
-	             "application/json", NULL, NULL);
+	return reply(srv, c, rq, status, serve_api_error_body(message, type, param, code),
+	             "application/json", NULL, NULL, message);
 }
 
 /* 413, naming the limit and the option that raises it. */
 static enum MHD_Result too_large(struct serve *srv, struct MHD_Connection *c,
-                                 enum serve_endpoint ep)
+                                 struct request *rq)
 {
 	char message[160];
 
 	snprintf(message, sizeof(message), "the body is larger than this server takes: %ld "
 	         "bytes at most (q4khost serve --max-body BYTES raises the limit)", srv->o.max_body);
-	return fail(srv, c, ep, 413, message, NULL, NULL);
+	return fail(srv, c, rq, 413, message, NULL, NULL);
 }
 
 /* Compare in time that does not depend on where the strings differ. */
@@ -346,7 +390,7 @@ static void stream_free(void *cls)
 }
 
 static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
-                                    enum serve_endpoint ep, struct serve_job *j, int fd)
+                                    struct request *rq, struct serve_job *j, int fd)
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	struct MHD_Response *r;
@@ -355,7 +399,7 @@ static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
 
 	if (!s) {
 		release(srv, j);
-		return MHD_NO;
+		return out_of_memory(rq, "a stream");
 	}
 	*s = (struct stream){ .srv = srv, .job = j, .fd = fd, .last = serve_now() };
 	pthread_mutex_lock(&srv->lock);
@@ -364,7 +408,7 @@ static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
 	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
 	if (!r) {
 		stream_free(s);
-		return MHD_NO;
+		return out_of_memory(rq, "a stream");
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
@@ -374,7 +418,8 @@ static enum MHD_Result start_stream(struct serve *srv, struct MHD_Connection *c,
 	                                  strlen(j->served_by), 300, 1));
 	rc = MHD_queue_response(c, MHD_HTTP_OK, r);
 	MHD_destroy_response(r);
-	serve_status_count(srv, ep, 200);
+	serve_status_count(srv, rq->ep, 200);
+	note(rq, 200, "%s, streamed", j->id);
 	return rc;
 }
 
@@ -389,30 +434,34 @@ static enum MHD_Result generate(struct serve *srv, struct MHD_Connection *c,
 
 	if (serve_api_parse(srv, rq->ep == SERVE_EP_CHAT ? SERVE_CHAT : SERVE_COMPLETION,
 	                    rq->body ? rq->body : "", rq->len, &j, &e))
-		return fail(srv, c, rq->ep, (unsigned)e.status, e.message, e.param, e.code);
+		return fail(srv, c, rq, (unsigned)e.status, e.message, e.param, e.code);
 	status = serve_engine_submit(srv, j);
 	if (status) {
-		rc = fail(srv, c, rq->ep, (unsigned)status, j->error, NULL, NULL);
+		rc = fail(srv, c, rq, (unsigned)status, j->error, NULL, NULL);
 		release(srv, j);
 		return rc;
 	}
 	if (wait_for(srv, j, j->stream ? SERVE_RUNNING : SERVE_DONE, fd)) {
+		/* Nobody to answer: MHD_NO closes the connection, and the
+		 * access line, not MHD's "internal error", says why. */
+		note(rq, 499, "the client closed the connection before the answer; %s was "
+		     "cancelled", j->id);
 		release(srv, j);
 		serve_status_count(srv, rq->ep, 499); /* counted as "other" */
-		return MHD_NO;                          /* the client left */
+		return MHD_NO;
 	}
 	pthread_mutex_lock(&srv->lock);
 	status = j->error[0] && j->state == SERVE_DONE ? j->http_status : 0;
 	pthread_mutex_unlock(&srv->lock);
 	if (status) {
-		rc = fail(srv, c, rq->ep, (unsigned)status, j->error, NULL, NULL);
+		rc = fail(srv, c, rq, (unsigned)status, j->error, NULL, NULL);
 		release(srv, j);
 		return rc;
 	}
 	if (j->stream)
-		return start_stream(srv, c, rq->ep, j, fd);
-	rc = reply(srv, c, rq->ep, 200, serve_api_response(srv, j), "application/json", j->f2,
-	           j->served_by);
+		return start_stream(srv, c, rq, j, fd);
+	rc = reply(srv, c, rq, 200, serve_api_response(srv, j), "application/json", j->f2,
+	           j->served_by, j->id);
 	release(srv, j);
 	return rc;
 }
@@ -424,28 +473,28 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 	const int post = !strcmp(method, "POST");
 
 	if (rq->ep == SERVE_EP_OTHER)
-		return fail(srv, c, rq->ep, 404, "no such endpoint", NULL, NULL);
+		return fail(srv, c, rq, 404, "no such endpoint", NULL, NULL);
 	if ((rq->ep <= SERVE_EP_COMPLETIONS && !post) || (rq->ep > SERVE_EP_COMPLETIONS && !get))
-		return fail(srv, c, rq->ep, 405, "method not allowed here", NULL, NULL);
+		return fail(srv, c, rq, 405, "method not allowed here", NULL, NULL);
 	if (rq->ep == SERVE_EP_HEALTH)
-		return reply(srv, c, rq->ep, 200, serve_status_health(srv), "application/json",
+		return reply(srv, c, rq, 200, serve_status_health(srv), "application/json", NULL,
 		             NULL, NULL);
 	if (!authorized(srv, c))
-		return fail(srv, c, rq->ep, 401,
+		return fail(srv, c, rq, 401,
 		            "a valid API key is required (Authorization: Bearer KEY)", NULL,
 		            "invalid_api_key");
 	switch (rq->ep) {
 	case SERVE_EP_METRICS:
-		return reply(srv, c, rq->ep, 200, serve_status_metrics(srv),
-		             "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+		return reply(srv, c, rq, 200, serve_status_metrics(srv),
+		             "text/plain; version=0.0.4; charset=utf-8", NULL, NULL, NULL);
 	case SERVE_EP_MODELS:
-		return reply(srv, c, rq->ep, 200, serve_api_models(srv), "application/json", NULL,
-		             NULL);
+		return reply(srv, c, rq, 200, serve_api_models(srv), "application/json", NULL,
+		             NULL, NULL);
 	default:
 		break;
 	}
 	if (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED))
-		return fail(srv, c, rq->ep, 503, "the server is shutting down", NULL, NULL);
+		return fail(srv, c, rq, 503, "the server is shutting down", NULL, NULL);
 	return generate(srv, c, rq);
 }
 
@@ -461,13 +510,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
 		rq = calloc(1, sizeof(*rq));
-		if (!rq)
+		if (!rq) {
+			serve_log("out of memory for a request; its connection was closed");
 			return MHD_NO;
+		}
 		*ctx = rq;
 		rq->ep = endpoint_of(url);
+		rq->t0 = serve_now();
+		q4kh_show(rq->method, sizeof(rq->method), method, strlen(method), 12, 1);
+		q4kh_show(rq->path, sizeof(rq->path), url, strlen(url), 120, 1);
+		peer(c, rq->client, sizeof(rq->client));
 		/* Refused before the body is read: the connection then closes. */
 		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)srv->o.max_body)
-			return too_large(srv, c, rq->ep);
+			return too_large(srv, c, rq);
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -482,7 +537,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 				size_t cap = (rq->len + *upload_size + 1) * 2;
 				char *b = realloc(rq->body, cap);
 				if (!b)
-					return MHD_NO;
+					return out_of_memory(rq, "the body");
 				rq->body = b;
 				rq->cap = cap;
 			}
@@ -493,10 +548,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (rq->too_large)
-		return too_large(srv, c, rq->ep);
+		return too_large(srv, c, rq);
 	return route(srv, c, rq, method);
 }
 
+/* Why a request that was never answered ended, as an access log's status
+ * (nginx's 499 and 408: none of them is sent). */
+static void unanswered(struct request *rq, enum MHD_RequestTerminationCode why)
+{
+	switch (why) {
+	case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+		note(rq, 408, "the connection idled past --idle-timeout before the request was "
+		     "complete; closed unanswered");
+		break;
+	case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+		note(rq, 503, "the server stopped before the request was complete");
+		break;
+	default:
+		note(rq, 499, "the client closed the connection before the request was complete");
+		break;
+	}
+}
+
+/* One access line per request, when it ends: who, what, the status sent
+ * (or why none was), how long, and why (docs/serve.md, section 6). */
 static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
                          enum MHD_RequestTerminationCode why)
 {
@@ -504,20 +579,36 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 
 	(void)cls;
 	(void)c;
-	(void)why;
-	if (rq)
-		free(rq->body);
+	if (!rq)
+		return;
+	if (!rq->status)
+		unanswered(rq, why);
+	else if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->status < 400 &&
+	         rq->reason[0])
+		snprintf(rq->reason + strlen(rq->reason), sizeof(rq->reason) - strlen(rq->reason),
+		         "; the client left before the end");
+	serve_log("access: %s %s %s %u %.3f s: %s", rq->client, rq->method, rq->path, rq->status,
+	          serve_now() - rq->t0, rq->reason);
+	free(rq->body);
 	free(rq);
 	*ctx = NULL;
 }
 
+/*
+ * libmicrohttpd's own lines. Its "Application reported internal error"
+ * follows every MHD_NO of ours (out of memory, or a client that left before
+ * its answer), and the request's access line already says which.
+ */
 static void on_log(void *cls, const char *fmt, va_list ap)
 {
+	static const char ours[] = "Application reported internal error";
 	char line[512];
 	size_t n;
 
 	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
+	if (!strncmp(line, ours, sizeof(ours) - 1))
+		return;
 	n = strlen(line);
 	while (n && line[n - 1] == '\n')
 		line[--n] = 0;
