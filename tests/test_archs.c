@@ -18,10 +18,12 @@
  *   - bad files fail with an error naming the key and the value.
  * The KV cache is F16, as llama.cpp's. The same checks hold for the fast
  * cpu path, the cpu-fast backend with its built-in kernels and with the
- * cpu-simd kernel variant, and F2 (q4khost validate, fresh) passes both
- * against the reference on every fixture and on the default model. The
- * per-case checks are tests/arch_oracle.c's, which tests/test_cuda_archs.c
- * runs on the cuda backend.
+ * cpu-simd kernel variant, which are also held to the float64 fixtures of
+ * scripts/oracle-f64.py (every tiny model and the default model's two) at
+ * the bound arch_oracle.h derives from their arithmetic; and F2 (q4khost
+ * validate, fresh) passes both against the reference on every fixture and
+ * on the default model. The per-case checks are tests/arch_oracle.c's,
+ * which tests/test_cuda_archs.c runs on the cuda backend.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -65,15 +67,21 @@ static void check_model(const char *name, const char *arch)
 	check_on(name, arch, NULL, "cpu", NULL);
 }
 
-/* On cpu-fast, alone and with cpu-simd (F16 cache: its default). */
+/* On cpu-fast, alone and with cpu-simd (F16 cache: its default), against
+ * llama.cpp and the float64 fixture. */
 static void check_fast(const char *name, const char *arch)
 {
-	char *path = fast_path();
+	char *path = fast_path(), *model, file[64];
 
 	if (!path)
 		cr_skip_test("this build or CPU has no cpu-fast");
+	snprintf(file, sizeof(file), "tiny-%s.gguf", name);
+	model = fixture(file);
 	check_on(name, arch, path, "cpu-fast", NULL);
 	check_on(name, arch, path, "cpu-fast", "cpu-simd");
+	check_exact_on(model, name, path, "cpu-fast", NULL, 0);
+	check_exact_on(model, name, path, "cpu-fast", "cpu-simd", ARITH_INT16);
+	free(model);
 	free(path);
 }
 
@@ -102,6 +110,22 @@ Test(archs_cpu_fast, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 Test(archs_cpu_fast, qwen2_yarn_matches_llama_cpp, .timeout = 300)
 {
 	check_fast("qwen2-yarn", "qwen2");
+}
+/* The default model against its float64 fixtures (test_oracle holds the
+ * reference to them). */
+Test(archs_cpu_fast, gemma3_matches_float64, .timeout = 600)
+{
+	static const char *const names[] = { "gemma3", "gemma3-new" };
+	char *path = fast_path();
+
+	if (!path)
+		cr_skip_test("this build or CPU has no cpu-fast");
+	for (size_t i = 0; i < 2; i++) {
+		check_exact_on(test_model_path(), names[i], path, "cpu-fast", NULL, 0);
+		check_exact_on(test_model_path(), names[i], path, "cpu-fast", "cpu-simd",
+		               ARITH_INT16);
+	}
+	free(path);
 }
 
 /*
@@ -499,3 +523,4 @@ Test(errors, rope_sections_leaving_a_pair_unrotated_are_refused)
 	free(src);
 	free(path);
 }
+
