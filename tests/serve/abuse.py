@@ -13,17 +13,7 @@ import sys
 import time
 import urllib.parse
 
-from common import Client, model_id
-
-CHECKS = []
-
-
-def check(name, ok, detail=""):
-    CHECKS.append(name)
-    if not ok:
-        print("FAILED: %s %s" % (name, detail))
-        sys.exit(1)
-
+from common import CHECKS, Client, check, model_id
 
 def error_body(body):
     o = json.loads(body)

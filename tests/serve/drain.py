@@ -15,21 +15,11 @@ import sys
 import threading
 import time
 
-from common import Client, streamed_text
+from common import CHECKS, Client, check, streamed_text
 
 BOUND = 120  # seconds any wait for the server may take before it fails
 KEPT = 4     # connections opened before SIGTERM, each to get a 503
 REQUEST = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": True}
-CHECKS = []
-
-
-def check(name, ok, detail=""):
-    CHECKS.append(name)
-    if not ok:
-        print("FAILED: %s %s" % (name, detail))
-        sys.exit(1)
-
-
 def wait_for(name, state):
     """Poll STATE() until it is true; fail NAME after BOUND seconds."""
     end = time.time() + BOUND
