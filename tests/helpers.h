@@ -138,6 +138,34 @@ pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path);
 /* Wait for PID, started by test_spawn, to end; its wait status. */
 int test_reap(pid_t pid);
 
+/* What a program wrote on its terminal (test_spawn_tty), read so far. */
+struct test_tty {
+	int fd;     /* the terminal's other end */
+	char *text; /* NUL-terminated */
+	size_t len;
+};
+
+/*
+ * test_spawn with stderr on a terminal (a pseudo-terminal in raw mode, so
+ * its text is the program's bytes, 1000 columns wide, so its status lines
+ * are whole): what a program shows only on a
+ * terminal, its status lines, can be waited for. *TTY gets the other end:
+ * read it with test_tty_wait_for, and test_tty_close it before test_reap
+ * (a program blocks while its terminal is full).
+ */
+pid_t test_spawn_tty(const char *cmd, const char *out_path, struct test_tty *tty);
+
+/*
+ * Read TTY until its text past offset FROM holds NEEDLE: the offset just
+ * past NEEDLE, or -1 when the program closed its terminal first. The
+ * test's .timeout bounds the wait.
+ */
+long test_tty_wait_for(struct test_tty *tty, size_t from, const char *needle);
+
+/* Read TTY to its end (the program closed it) and close it: the whole
+ * text, malloc()ed. */
+char *test_tty_close(struct test_tty *tty);
+
 /*
  * Wait until the file PATH holds NEEDLE (NULL: anything at all), polling;
  * the test's .timeout bounds the wait, nothing here is timed.
