@@ -93,6 +93,18 @@ void test_no_cuda_device(const char *what, const char *why)
 	cr_skip_test("no CUDA device, so %s cannot run here: %s", what, why);
 }
 
+void test_need_cpu_fast(void)
+{
+	char so[4200];
+
+	snprintf(so, sizeof(so), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
+	if (access(so, R_OK) != 0)
+		cr_skip_test("cpu-fast and cpu-simd were not built here (configure: HAVE_CPU_SIMD)");
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("this CPU runs neither cpu-fast nor cpu-simd (they need AVX2 and FMA)");
+}
+
 void test_skip_under_sanitizers(const char *why)
 {
 #ifdef __SANITIZE_ADDRESS__

@@ -38,6 +38,14 @@ void test_no_cuda_device(const char *what, const char *why);
  */
 void test_skip_under_sanitizers(const char *why);
 
+/*
+ * Skip the calling test unless cpu-fast and cpu-simd were built here
+ * (configure builds both where it finds x86-64 SIMD: HAVE_CPU_SIMD) and
+ * this CPU runs them (AVX2 and FMA). A gate on the build and the CPU,
+ * never on what the plugins do, which the test then asserts.
+ */
+void test_need_cpu_fast(void);
+
 /* A fresh private folder under $TMPDIR, removed with its contents when the
  * test process exits. The string belongs to the helpers (freed at exit). */
 const char *test_tmpdir(void);

@@ -43,21 +43,17 @@
 
 /*
  * The plugin path of the fast cpu path (reference, cpu-fast, cpu-simd),
- * or NULL when this build or CPU has no cpu-fast. malloc()ed.
+ * malloc()ed; a skip where this build or CPU has no cpu-fast.
  */
 static char *fast_path(void)
 {
 	const char *b = test_builddir();
-	char *so, *path = NULL;
+	char *path = NULL;
 
-	cr_assert_geq(asprintf(&so, "%s/plugins/cpu-fast/.libs/cpu-fast.so", b), 0);
-	__builtin_cpu_init();
-	if (access(so, R_OK) == 0 && __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("fma"))
-		cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
-		                              "%s/plugins/cpu-simd/.libs",
-		                       b, b, b), 0);
-	free(so);
+	test_need_cpu_fast();
+	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
+	                              "%s/plugins/cpu-simd/.libs",
+	                       b, b, b), 0);
 	return path;
 }
 
@@ -73,8 +69,6 @@ static void check_fast(const char *name, const char *arch)
 {
 	char *path = fast_path(), *model, file[64];
 
-	if (!path)
-		cr_skip_test("this build or CPU has no cpu-fast");
 	snprintf(file, sizeof(file), "tiny-%s.gguf", name);
 	model = fixture(file);
 	check_on(name, arch, path, "cpu-fast", NULL);
@@ -118,8 +112,6 @@ Test(archs_cpu_fast, gemma3_matches_float64, .timeout = 600)
 	static const char *const names[] = { "gemma3", "gemma3-new" };
 	char *path = fast_path();
 
-	if (!path)
-		cr_skip_test("this build or CPU has no cpu-fast");
 	for (size_t i = 0; i < 2; i++) {
 		check_exact_on(test_model_path(), names[i], path, "cpu-fast", NULL, 0);
 		check_exact_on(test_model_path(), names[i], path, "cpu-fast", "cpu-simd",
@@ -141,8 +133,6 @@ static void f2_passes(const char *model)
 	size_t i;
 	int status;
 
-	if (!path)
-		cr_skip_test("this build or CPU has no cpu-fast");
 	cr_assert_geq(asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s '%s/host/cli/q4khost' validate "
 	                             "--json --f2 fresh --backend cpu-fast --plugin-path %s "
 	                             "-m '%s' 2>/dev/null",

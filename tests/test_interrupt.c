@@ -219,13 +219,10 @@ static int bench_kernels_stopped(const char *extra, int wait_row, int sig, char 
                                  char **err)
 {
 	const char *b = test_builddir();
-	char so[4096], args[8192];
+	char args[8192];
 	struct bg bg;
 
-	snprintf(so, sizeof(so), "%s/plugins/cpu-fast/.libs/cpu-fast.so", b);
-	__builtin_cpu_init();
-	if (access(so, R_OK) || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("no cpu-fast in this build or on this CPU");
+	test_need_cpu_fast();
 	snprintf(args, sizeof(args),
 	         "bench-kernels --backend cpu-fast --kernels '' --shapes gemma3-270m "
 	         "--types Q4_K --min-mib 2 --repeat 100 %s --plugin-path "

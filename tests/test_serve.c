@@ -478,16 +478,13 @@ Test(serve, greedy_pick_on_the_device_is_the_logits_pick, .timeout = 600)
 	static const char *const prompts[] = { "1, 2, 3, 4,", "Once upon a time" };
 	const char *dir = plugins((const char *const[]){ NULL });
 	const char *model = fixture("tiny-qwen2.gguf");
-	char path[8192], fast[4200];
+	char path[8192];
 	const char *args[] = { "-m", model, "--plugin-path", path, "--backend", "cpu-fast",
 		               "--f2", "require", NULL };
 	struct server s;
 	char *got;
 
-	snprintf(fast, sizeof(fast), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
-	__builtin_cpu_init();
-	if (access(fast, R_OK) || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-fast was not built here or does not run on this CPU");
+	test_need_cpu_fast();
 	snprintf(path, sizeof(path), "%s:%s/plugins/cpu-fast/.libs", dir, test_builddir());
 	server_start(&s, args, test_tmpdir(), NULL);
 	await_serving(&s, "cpu-fast/built-in");
@@ -657,9 +654,7 @@ Test(serve, require_deep_takes_no_shallow_receipt, .timeout = 600)
 	size_t i;
 	int deep_fresh = 0;
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	test_need_cpu_fast();
 	snprintf(dir, sizeof(dir), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs", b, b);
 	snprintf(cmd, sizeof(cmd),
 	         "Q4KHOST_F2_RECEIPT_DIR=%s %s run -m %s --plugin-path %s --backend cpu-fast "
