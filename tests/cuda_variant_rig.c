@@ -14,10 +14,11 @@
 
 /* --- the variants and what they must declare ------------------------------ */
 
-const struct variant mwv = { "cuda-mwv", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2, NMSE_BOUND };
-const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K }, 1, INT8_BOUND };
-const struct variant iq = { "cuda-gemv-iq", { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS }, 2,
-	                    NMSE_BOUND };
+/* The tensor-core columns: cuda-mwv's own (mwv_plugin.c), the others'
+ * CUDA_TC_MIN_COLUMNS (cuda_tc.h). */
+const struct variant mwv = { "cuda-mwv", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2, 0, 9 };
+const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K }, 1, 1, 17 };
+const struct variant iq = { "cuda-gemv-iq", { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS }, 2, 0, 17 };
 const struct variant *const variants[3] = { &mwv, &dp4a, &iq };
 
 /* --- random valid blocks ------------------------------------------------- */
@@ -116,6 +117,85 @@ uint8_t *random_blocks(uint32_t type, int64_t k, int64_t n)
 		default: cr_assert_fail("no packer for type %u", type);
 		}
 	return w;
+}
+
+/* --- the ranges of the bounds (cuda_variant_rig.h) -------------------------- */
+
+static double half(uint16_t h)
+{
+	return q4kh_fp16_to_f32(h);
+}
+
+/* The largest |code value| of IQ4_NL and IQ4_XS. */
+static double kvalue_max(void)
+{
+	double m = 0;
+
+	for (int i = 0; i < 16; i++)
+		m = fmax(m, fabs((double)q4kh_kvalues_iq4nl[i]));
+	return m;
+}
+
+/* s_g of each group of 32 values of the block of TYPE at P, into S. */
+static void block_ranges(uint32_t type, const uint8_t *p, double *s)
+{
+	switch (type) {
+	case Q4KH_TYPE_Q4_K: {
+		struct q4kh_block_q4_k b;
+
+		memcpy(&b, p, sizeof(b));
+		for (int j = 0; j < 8; j++) {
+			const uint8_t *q = b.scales;
+			int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
+			int m = j < 4 ? q[j + 4] & 63 : q[j + 4] >> 4 | (q[j] >> 6) << 4;
+
+			s[j] = 15.0 * half(b.d) * sc + half(b.dmin) * m;
+		}
+		break;
+	}
+	case Q4KH_TYPE_Q6_K: {
+		struct q4kh_block_q6_k b;
+
+		memcpy(&b, p, sizeof(b));
+		/* value v has scale v / 16; codes minus 32 reach -32 */
+		for (int g = 0; g < 8; g++)
+			s[g] = 32.0 * fabs(half(b.d)) *
+			       fmax(abs(b.scales[2 * g]), abs(b.scales[2 * g + 1]));
+		break;
+	}
+	case Q4KH_TYPE_IQ4_NL: {
+		struct q4kh_block_iq4_nl b;
+
+		memcpy(&b, p, sizeof(b));
+		s[0] = kvalue_max() * fabs(half(b.d));
+		break;
+	}
+	case Q4KH_TYPE_IQ4_XS: {
+		struct q4kh_block_iq4_xs b;
+
+		memcpy(&b, p, sizeof(b));
+		for (int j = 0; j < 8; j++) {
+			int ls = (b.scales_l[j / 2] >> 4 * (j % 2) & 15) | (b.scales_h >> 2 * j & 3) << 4;
+
+			s[j] = kvalue_max() * fabs(half(b.d) * (ls - 32));
+		}
+		break;
+	}
+	default: cr_assert_fail("no ranges for type %u", type);
+	}
+}
+
+double *ranges(uint32_t type, const uint8_t *w, int64_t k, int64_t n)
+{
+	const size_t bb = q4kh_type_block_bytes(type);
+	const int64_t per = q4kh_type_block_elems(type) / CV_GROUP;
+	const int64_t blocks = k / q4kh_type_block_elems(type) * n;
+	double *s = malloc(sizeof(double) * (size_t)(blocks * per));
+
+	cr_assert_not_null(s);
+	for (int64_t b = 0; b < blocks; b++)
+		block_ranges(type, w + (size_t)b * bb, s + b * per);
+	return s;
 }
 
 /* --- the registry, the two backends, a variant --------------------------- */
@@ -268,6 +348,7 @@ void weight_new(struct vrig *r, struct q4kh_kernel *k, const struct variant *v,
 	w->n = n;
 	w->cpu = put(&r->cpu, type, kk, n, nb1, bytes);
 	w->gpu = put(&r->gpu, type, kk, n, nb1, bytes);
+	w->range = ranges(type, bytes, kk, n);
 	free(bytes);
 	cr_assert_eq(k->v->prepare(k->ctx, &k->native, &w->gpu.t, &w->p), Q4KH_OK,
 	             "%s: prepare %s {%lld, %lld}: %s", v->name,
@@ -288,36 +369,92 @@ void weight_free(struct vrig *r, struct q4kh_kernel *k, struct weight *w)
 	free(raw);
 	drop(&r->cpu, &w->cpu);
 	drop(&r->gpu, &w->gpu);
+	free(w->range);
 }
 
-double nmse(struct vrig *r, const struct view *yc, const struct view *yg, const char *what)
+/* The bound of one element of y (cuda_variant_rig.h): S, the int8 term
+ * (cuda-dp4a's GEMV) and sum |x| of its column given. */
+static double element_bound(const struct weight *w, int tc, double S, double int8, double xsum)
 {
+	const double u = ldexp(1.0, -24);
+
+	if (tc)
+		return (ldexp(1.0, -10) + ldexp(1.0, -22) + 2 * u + 2 * u * (double)w->k) * S +
+		       ldexp(1.0, -25) * xsum;
+	return (1.0 + 4.0 * (41.0 + 4.0 * (double)((w->k + 1023) / 1024))) * u * S +
+	       (w->v->int8 ? int8 : 0.0);
+}
+
+struct agreement agree(struct vrig *r, const struct weight *w, const float *xv, int64_t t,
+                       int gemv, const struct view *yc, const struct view *yg,
+                       const char *what)
+{
+	const int tc = !gemv && t >= w->v->tc_columns;
+	const int64_t groups = w->k / CV_GROUP;
 	uint8_t *ref = fetch(&r->cpu, yc), *got = fetch(&r->gpu, yg);
+	double *ax = malloc(sizeof(double) * (size_t)groups);
+	double *dq = malloc(sizeof(double) * (size_t)groups);
+	struct agreement a = { 0, 0 };
 	double err = 0, sum = 0;
 
+	cr_assert(ax && dq);
 	for (uint64_t i = 0; i < yg->size; i++)
 		if (got[i] != POISON && !in_view(yg, i))
 			cr_assert_fail("%s: byte %llu of the %llu-byte output buffer, outside y, "
 			               "was written",
 			               what, (unsigned long long)i, (unsigned long long)yg->size);
-	for (int64_t c = 0; c < yg->t.ne[1]; c++)
-		for (int64_t i = 0; i < yg->t.ne[0]; i++) {
-			double g = f32_at(yg, got, i, c), e = f32_at(yc, ref, i, c);
+	for (int64_t c = 0; c < yg->t.ne[1]; c++) {
+		const float *x = xv + c * w->k;
+		double xsum = 0;
 
-			cr_assert(!isnan(g), "%s: y[%lld, %lld] not written (NaN)", what,
-			          (long long)i, (long long)c);
-			cr_assert(isfinite(e), "%s: cpu y[%lld, %lld] = %g", what, (long long)i,
-			          (long long)c, e);
-			err += (g - e) * (g - e);
-			sum += e * e;
+		/* per group: sum |x|, and 16 d_b of the int8 term */
+		for (int64_t g = 0; g < groups; g++) {
+			double amax = 0;
+
+			ax[g] = 0;
+			for (int64_t i = g * CV_GROUP; i < (g + 1) * CV_GROUP; i++) {
+				ax[g] += fabs(x[i]);
+				amax = fmax(amax, fabs(x[i]));
+			}
+			dq[g] = 16.0 * amax / 127.0;
+			xsum += ax[g];
 		}
+		for (int64_t i = 0; i < yg->t.ne[0]; i++) {
+			const double *s = w->range + i * groups;
+			double yg_i = f32_at(yg, got, i, c), yc_i = f32_at(yc, ref, i, c);
+			double S = 0, int8 = 0, bound;
+
+			cr_assert(!isnan(yg_i), "%s: y[%lld, %lld] not written (NaN)", what,
+			          (long long)i, (long long)c);
+			cr_assert(isfinite(yc_i), "%s: cpu y[%lld, %lld] = %g", what, (long long)i,
+			          (long long)c, yc_i);
+			for (int64_t j = 0; j < groups; j++) {
+				S += s[j] * ax[j];
+				int8 += s[j] * dq[j];
+			}
+			bound = element_bound(w, tc, S, int8, xsum);
+			cr_assert(fabs(yg_i - yc_i) <= bound,
+			          "%s: y[%lld, %lld] = %.9g, cpu %.9g: error %.3g > bound %.3g (%s)",
+			          what, (long long)i, (long long)c, yg_i, yc_i, fabs(yg_i - yc_i),
+			          bound, tc ? "tensor cores" : w->v->int8 ? "int8 GEMV" : "fp32 GEMV");
+			a.worst = fmax(a.worst, fabs(yg_i - yc_i) / bound);
+			err += (yg_i - yc_i) * (yg_i - yc_i);
+			sum += yc_i * yc_i;
+		}
+	}
+	a.nmse = err / sum;
+	if (tc || w->v->int8)
+		cr_assert(a.nmse < (tc ? FP16_BOUND : INT8_BOUND), "%s: NMSE %.3g, bound %g", what,
+		          a.nmse, tc ? FP16_BOUND : INT8_BOUND);
+	free(ax);
+	free(dq);
 	free(ref);
 	free(got);
-	return err / sum;
+	return a;
 }
 
-double multiply(struct vrig *r, struct q4kh_kernel *k, const struct weight *w, int64_t t,
-                const float *xv, int gemv)
+struct agreement multiply(struct vrig *r, struct q4kh_kernel *k, const struct weight *w,
+                          int64_t t, const float *xv, int gemv)
 {
 	/* Padded columns: x 16-byte aligned, y only 4. */
 	const int64_t xnb = 4 * w->k + 64, ynb = 4 * w->n + 12;
@@ -327,7 +464,7 @@ double multiply(struct vrig *r, struct q4kh_kernel *k, const struct weight *w, i
 	struct view yg = put(&r->gpu, Q4KH_TYPE_F32, w->n, t, ynb, NULL);
 	char what[160];
 	q4kh_status st;
-	double e;
+	struct agreement a;
 
 	snprintf(what, sizeof(what), "%s %s %s {%lld, %lld} x %lld", w->v->name,
 	         gemv ? "gemv" : "gemm", q4kh_type_name(w->type), (long long)w->k,
@@ -337,12 +474,12 @@ double multiply(struct vrig *r, struct q4kh_kernel *k, const struct weight *w, i
 	st = gemv ? k->v->gemv(k->ctx, &k->native, w->p, &xg.t, &yg.t)
 	          : k->v->gemm(k->ctx, &k->native, w->p, &xg.t, &yg.t);
 	cr_assert_eq(st, Q4KH_OK, "%s: %s", what, k->v->last_error(k->ctx));
-	e = nmse(r, &yc, &yg, what);
+	a = agree(r, w, xv, t, gemv, &yc, &yg, what);
 	drop(&r->cpu, &xc);
 	drop(&r->gpu, &xg);
 	drop(&r->cpu, &yc);
 	drop(&r->gpu, &yg);
-	return e;
+	return a;
 }
 
 void expect_error(struct q4kh_kernel *k, q4kh_status st, q4kh_status want,

@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -89,6 +91,18 @@ void test_no_cuda_device(const char *what, const char *why)
 		               "no device: %s",
 		               what, why);
 	cr_skip_test("no CUDA device, so %s cannot run here: %s", what, why);
+}
+
+void test_need_cpu_fast(void)
+{
+	char so[4200];
+
+	snprintf(so, sizeof(so), "%s/plugins/cpu-fast/.libs/cpu-fast.so", test_builddir());
+	if (access(so, R_OK) != 0)
+		cr_skip_test("cpu-fast and cpu-simd were not built here (configure: HAVE_CPU_SIMD)");
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("this CPU runs neither cpu-fast nor cpu-simd (they need AVX2 and FMA)");
 }
 
 void test_skip_under_sanitizers(const char *why)
@@ -443,7 +457,9 @@ int test_q4khost(const char *env, const char *receipts, const char *args, char *
 	return rc;
 }
 
-pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path)
+/* `exec CMD` with stdout into OUT_PATH and stderr on ERR_FD, or into
+ * ERR_PATH when ERR_FD is -1. */
+static pid_t spawn(const char *cmd, const char *out_path, const char *err_path, int err_fd)
 {
 	char *full;
 	pid_t pid;
@@ -453,7 +469,7 @@ pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path)
 	cr_assert_geq(pid, 0, "fork");
 	if (pid == 0) {
 		int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int err = err_fd >= 0 ? err_fd : open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 		if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 			_exit(127);
@@ -462,6 +478,80 @@ pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path)
 	}
 	free(full);
 	return pid;
+}
+
+pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path)
+{
+	return spawn(cmd, out_path, err_path, -1);
+}
+
+pid_t test_spawn_tty(const char *cmd, const char *out_path, struct test_tty *tty)
+{
+	struct termios raw;
+	int slave;
+	pid_t pid;
+
+	tty->fd = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	cr_assert_geq(tty->fd, 0, "posix_openpt: %s", strerror(errno));
+	cr_assert(!grantpt(tty->fd) && !unlockpt(tty->fd), "grantpt: %s", strerror(errno));
+	/* Open here, so the terminal has a writer from the start: a read of
+	 * the master before the child opened it would see its end. */
+	slave = open(ptsname(tty->fd), O_RDWR | O_NOCTTY);
+	cr_assert_geq(slave, 0, "%s: %s", ptsname(tty->fd), strerror(errno));
+	cr_assert_eq(tcgetattr(slave, &raw), 0);
+	cfmakeraw(&raw);
+	cr_assert_eq(tcsetattr(slave, TCSANOW, &raw), 0);
+	/* Wide, so that no status line is cut to the terminal's width. */
+	cr_assert_eq(ioctl(slave, TIOCSWINSZ, &(struct winsize){ .ws_row = 50, .ws_col = 1000 }), 0);
+	tty->text = calloc(1, 1);
+	tty->len = 0;
+	cr_assert_not_null(tty->text);
+	pid = spawn(cmd, out_path, NULL, slave);
+	close(slave);
+	return pid;
+}
+
+/* Append what TTY has now (waiting for some); 0 at its end. */
+static int tty_read(struct test_tty *tty)
+{
+	char buf[4096];
+	ssize_t n;
+
+	while ((n = read(tty->fd, buf, sizeof(buf))) < 0 && errno == EINTR)
+		;
+	if (n <= 0) /* EIO: the program closed its side */
+		return 0;
+	tty->text = realloc(tty->text, tty->len + (size_t)n + 1);
+	cr_assert_not_null(tty->text);
+	memcpy(tty->text + tty->len, buf, (size_t)n);
+	tty->len += (size_t)n;
+	tty->text[tty->len] = 0;
+	return 1;
+}
+
+long test_tty_wait_for(struct test_tty *tty, size_t from, const char *needle)
+{
+	for (;;) {
+		const char *at = from <= tty->len ? strstr(tty->text + from, needle) : NULL;
+
+		if (at)
+			return (long)(at - tty->text + (long)strlen(needle));
+		if (!tty_read(tty))
+			return -1;
+	}
+}
+
+char *test_tty_close(struct test_tty *tty)
+{
+	char *text;
+
+	while (tty_read(tty))
+		;
+	close(tty->fd);
+	text = tty->text;
+	tty->text = NULL;
+	tty->fd = -1;
+	return text;
 }
 
 int test_reap(pid_t pid)

@@ -38,6 +38,14 @@ void test_no_cuda_device(const char *what, const char *why);
  */
 void test_skip_under_sanitizers(const char *why);
 
+/*
+ * Skip the calling test unless cpu-fast and cpu-simd were built here
+ * (configure builds both where it finds x86-64 SIMD: HAVE_CPU_SIMD) and
+ * this CPU runs them (AVX2 and FMA). A gate on the build and the CPU,
+ * never on what the plugins do, which the test then asserts.
+ */
+void test_need_cpu_fast(void);
+
 /* A fresh private folder under $TMPDIR, removed with its contents when the
  * test process exits. The string belongs to the helpers (freed at exit). */
 const char *test_tmpdir(void);
@@ -140,6 +148,34 @@ pid_t test_spawn(const char *cmd, const char *out_path, const char *err_path);
 
 /* Wait for PID, started by test_spawn, to end; its wait status. */
 int test_reap(pid_t pid);
+
+/* What a program wrote on its terminal (test_spawn_tty), read so far. */
+struct test_tty {
+	int fd;     /* the terminal's other end */
+	char *text; /* NUL-terminated */
+	size_t len;
+};
+
+/*
+ * test_spawn with stderr on a terminal (a pseudo-terminal in raw mode, so
+ * its text is the program's bytes, 1000 columns wide, so its status lines
+ * are whole): what a program shows only on a
+ * terminal, its status lines, can be waited for. *TTY gets the other end:
+ * read it with test_tty_wait_for, and test_tty_close it before test_reap
+ * (a program blocks while its terminal is full).
+ */
+pid_t test_spawn_tty(const char *cmd, const char *out_path, struct test_tty *tty);
+
+/*
+ * Read TTY until its text past offset FROM holds NEEDLE: the offset just
+ * past NEEDLE, or -1 when the program closed its terminal first. The
+ * test's .timeout bounds the wait.
+ */
+long test_tty_wait_for(struct test_tty *tty, size_t from, const char *needle);
+
+/* Read TTY to its end (the program closed it) and close it: the whole
+ * text, malloc()ed. */
+char *test_tty_close(struct test_tty *tty);
 
 /*
  * Wait until the file PATH holds NEEDLE (NULL: anything at all), polling;

@@ -18,10 +18,12 @@
  *   - bad files fail with an error naming the key and the value.
  * The KV cache is F16, as llama.cpp's. The same checks hold for the fast
  * cpu path, the cpu-fast backend with its built-in kernels and with the
- * cpu-simd kernel variant, and F2 (q4khost validate, fresh) passes both
- * against the reference on every fixture and on the default model. The
- * per-case checks are tests/arch_oracle.c's, which tests/test_cuda_archs.c
- * runs on the cuda backend.
+ * cpu-simd kernel variant, which are also held to the float64 fixtures of
+ * scripts/oracle-f64.py (every tiny model and the default model's two) at
+ * the bound arch_oracle.h derives from their arithmetic; and F2 (q4khost
+ * validate, fresh) passes both against the reference on every fixture and
+ * on the default model. The per-case checks are tests/arch_oracle.c's,
+ * which tests/test_cuda_archs.c runs on the cuda backend.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -43,21 +45,17 @@
 
 /*
  * The plugin path of the fast cpu path (reference, cpu-fast, cpu-simd),
- * or NULL when this build or CPU has no cpu-fast. malloc()ed.
+ * malloc()ed; a skip where this build or CPU has no cpu-fast.
  */
 static char *fast_path(void)
 {
 	const char *b = test_builddir();
-	char *so, *path = NULL;
+	char *path = NULL;
 
-	cr_assert_geq(asprintf(&so, "%s/plugins/cpu-fast/.libs/cpu-fast.so", b), 0);
-	__builtin_cpu_init();
-	if (access(so, R_OK) == 0 && __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("fma"))
-		cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
-		                              "%s/plugins/cpu-simd/.libs",
-		                       b, b, b), 0);
-	free(so);
+	test_need_cpu_fast();
+	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
+	                              "%s/plugins/cpu-simd/.libs",
+	                       b, b, b), 0);
 	return path;
 }
 
@@ -67,15 +65,19 @@ static void check_model(const char *name, const char *arch)
 	check_on(name, arch, NULL, "cpu", NULL);
 }
 
-/* On cpu-fast, alone and with cpu-simd (F16 cache: its default). */
+/* On cpu-fast, alone and with cpu-simd (F16 cache: its default), against
+ * llama.cpp and the float64 fixture. */
 static void check_fast(const char *name, const char *arch)
 {
-	char *path = fast_path();
+	char *path = fast_path(), *model, file[64];
 
-	if (!path)
-		cr_skip_test("this build or CPU has no cpu-fast");
+	snprintf(file, sizeof(file), "tiny-%s.gguf", name);
+	model = fixture(file);
 	check_on(name, arch, path, "cpu-fast", NULL);
 	check_on(name, arch, path, "cpu-fast", "cpu-simd");
+	check_exact_on(model, name, path, "cpu-fast", NULL, 0);
+	check_exact_on(model, name, path, "cpu-fast", "cpu-simd", ARITH_INT16);
+	free(model);
 	free(path);
 }
 
@@ -104,6 +106,23 @@ Test(archs_cpu_fast, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 Test(archs_cpu_fast, qwen2_yarn_matches_llama_cpp, .timeout = 300)
 {
 	check_fast("qwen2-yarn", "qwen2");
+}
+/* The default model against its float64 fixtures (test_oracle holds the
+ * reference to them). */
+Test(archs_cpu_fast, gemma3_matches_float64, .timeout = 600)
+{
+	static const char *const names[] = { "gemma3", "gemma3-new" };
+	char *path;
+
+	test_skip_under_sanitizers("the default model's forward pass on cpu-fast, as the F2 "
+	                           "tests of this build run it");
+	path = fast_path();
+	for (size_t i = 0; i < 2; i++) {
+		check_exact_on(test_model_path(), names[i], path, "cpu-fast", NULL, 0);
+		check_exact_on(test_model_path(), names[i], path, "cpu-fast", "cpu-simd",
+		               ARITH_INT16);
+	}
+	free(path);
 }
 
 /* Prompt tokens, decode tokens and batched decode steps of a whole-step run. */
@@ -259,8 +278,6 @@ static void f2_passes(const char *model)
 	size_t i;
 	int status;
 
-	if (!path)
-		cr_skip_test("this build or CPU has no cpu-fast");
 	cr_assert_geq(asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s '%s/host/cli/q4khost' validate "
 	                             "--json --f2 fresh --backend cpu-fast --plugin-path %s "
 	                             "-m '%s' 2>/dev/null",
@@ -655,3 +672,4 @@ Test(errors, rope_sections_leaving_a_pair_unrotated_are_refused)
 	free(src);
 	free(path);
 }
+

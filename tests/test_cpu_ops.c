@@ -1,8 +1,8 @@
 /*
  * The reference cpu plugin, loaded the way the host loads it: its
  * descriptor, device record, threads setting, buffers and types; every op's
- * refusal of bad arguments with a message; and outputs bitwise identical at
- * 1, 2 and 3 threads. Each op against its float64 reference is in
+ * refusal of bad arguments with a message; and every op's outputs bitwise
+ * identical at 1, 2 and 3 threads. Each op against its float64 reference is in
  * test_cpu_ops_matmul.c, _rowwise.c, _attention.c and _recurrent.c; what
  * they share in tests/cpu_ops_helpers.h.
  */
@@ -334,104 +334,262 @@ Test(cpu_ops, invalid_arguments_fail_with_messages)
 
 /* --- determinism across thread counts ------------------------------------ */
 
-/* The outputs of a fixed workload, concatenated. */
-static uint8_t *workload(const char *threads, size_t *len)
+/* Every output of a workload, its bytes one after another, and which op
+ * gave each part. */
+struct bits {
+	struct env *e;
+	uint8_t *all;
+	size_t used;
+	const char *op[64];
+	size_t end[64]; /* of op[i]'s part */
+	int n;
+};
+
+/* Append N bytes at P, an output of OP, to B. */
+static void append(struct bits *b, const char *op, const void *p, size_t n)
 {
-	struct env *e = env_open(threads);
-	static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q8_0 };
-	static const int64_t ts[] = { 1, 7 };
-	uint8_t *all = NULL;
-	size_t used = 0;
+	cr_assert_lt(b->n, 64);
+	b->all = realloc(b->all, b->used + n);
+	cr_assert_not_null(b->all);
+	memcpy(b->all + b->used, p, n);
+	b->used += n;
+	b->op[b->n] = op;
+	b->end[b->n++] = b->used;
+}
 
-	rng_state = 51;
-	for (int ti = 0; ti < 2; ti++)
-		for (int i = 0; i < 2; i++) {
-			double *exact;
-			struct q4kh_tensor w = make_weight(e, types[ti], 1024, 77, &exact);
-			float *xv = random_floats((size_t)(1024 * ts[i]));
-			struct q4kh_tensor x = f32_tensor(e, 1024, ts[i], 1, xv);
-			struct q4kh_tensor y = f32_tensor(e, 77, ts[i], 1, NULL);
-			float *got;
+/* Append T's bytes (rows packed), an output of OP, to B; then free T. */
+static void keep(struct bits *b, const char *op, struct q4kh_tensor *t)
+{
+	float *got = fetch(b->e, t);
 
+	append(b, op, got, (size_t)(t->ne[0] / q4kh_type_block_elems(t->type)) *
+	                           q4kh_type_block_bytes(t->type) * (size_t)(t->ne[1] * t->ne[2]));
+	free(got);
+	drop(b->e, t);
+}
+
+/* An I32 tensor {n} of IDS. */
+static struct q4kh_tensor i32_tensor(struct env *e, const int32_t *ids, int64_t n)
+{
+	return make_tensor(e, Q4KH_TYPE_I32, n, 1, 1, ids, 0);
+}
+
+/* mul_mat of every weight type at 1 and 7 columns; get_rows and
+ * get_rows_ext of 40 rows. */
+static void products(struct bits *b)
+{
+	struct env *e = b->e;
+	int32_t ids[40];
+
+	for (int i = 0; i < 40; i++)
+		ids[i] = (i * 37) % 77;
+	for (size_t ti = 0; ti < sizeof(all_types) / sizeof(all_types[0]); ti++) {
+		double *exact;
+		struct q4kh_tensor w = make_weight(e, all_types[ti], 1024, 77, &exact);
+		struct q4kh_tensor it = i32_tensor(e, ids, 40), y;
+
+		for (int64_t t = 1; t <= 7; t += 6) {
+			float *xv = random_floats((size_t)(1024 * t));
+			struct q4kh_tensor x = f32_tensor(e, 1024, t, 1, xv);
+
+			y = f32_tensor(e, 77, t, 1, NULL);
 			cr_assert_eq(e->b->mul_mat(e->dev, &w, &x, &y), Q4KH_OK);
-			got = fetch(e, &y);
-			all = realloc(all, used + sizeof(float) * (size_t)(77 * ts[i]));
-			memcpy(all + used, got, sizeof(float) * (size_t)(77 * ts[i]));
-			used += sizeof(float) * (size_t)(77 * ts[i]);
-			free(got);
-			free(xv);
-			free(exact);
-			drop(e, &w);
+			keep(b, "mul_mat", &y);
 			drop(e, &x);
-			drop(e, &y);
+			free(xv);
 		}
-	{
-		float *xv = random_floats(640 * 120), *wv = random_floats(640);
-		struct q4kh_tensor x = f32_tensor(e, 640, 120, 1, xv);
-		struct q4kh_tensor w = f32_tensor(e, 640, 1, 1, wv);
-		float *got;
-
-		cr_assert_eq(e->b->rms_norm(e->dev, &x, &w, 1e-6f, &x), Q4KH_OK);
-		got = fetch(e, &x);
-		all = realloc(all, used + sizeof(float) * 640 * 120);
-		memcpy(all + used, got, sizeof(float) * 640 * 120);
-		used += sizeof(float) * 640 * 120;
-		free(got);
-		free(xv);
-		free(wv);
-		drop(e, &x);
+		y = f32_tensor(e, 1024, 40, 1, NULL);
+		cr_assert_eq(e->b->get_rows(e->dev, &w, ids, 40, 0.5f, &y), Q4KH_OK);
+		keep(b, "get_rows", &y);
+		y = f32_tensor(e, 1024, 40, 1, NULL);
+		cr_assert_eq(e->b->get_rows_ext(e->dev, &w, &it, 2.0f, &y), Q4KH_OK);
+		keep(b, "get_rows_ext", &y);
+		drop(e, &it);
 		drop(e, &w);
+		free(exact);
 	}
-	{
-		struct attn_case c = {
-			.hd = 256, .nh = 4, .nkv = 1, .T = 9, .n_ctx = 40,
+}
+
+/* The row-wise ops on {640, 120}: rms_norm, add, mul, scale, both glu,
+ * every unary, copy to f16. */
+static void rowwise(struct bits *b)
+{
+	struct env *e = b->e;
+	float *av = random_floats(640 * 120), *bv = random_floats(640 * 120);
+	float *wv = random_floats(640);
+	struct q4kh_tensor a = f32_tensor(e, 640, 120, 1, av), c = f32_tensor(e, 640, 120, 1, bv);
+	struct q4kh_tensor w = f32_tensor(e, 640, 1, 1, wv), y;
+
+	y = f32_tensor(e, 640, 120, 1, NULL);
+	cr_assert_eq(e->b->rms_norm(e->dev, &a, &w, 1e-6f, &y), Q4KH_OK);
+	keep(b, "rms_norm", &y);
+	y = f32_tensor(e, 640, 120, 1, NULL);
+	cr_assert_eq(e->b->add(e->dev, &a, &w, &y), Q4KH_OK);
+	keep(b, "add", &y);
+	y = f32_tensor(e, 640, 120, 1, NULL);
+	cr_assert_eq(e->b->mul(e->dev, &a, &c, &y), Q4KH_OK);
+	keep(b, "mul", &y);
+	y = f32_tensor(e, 640, 120, 1, NULL);
+	cr_assert_eq(e->b->scale(e->dev, &a, 0.37f, &y), Q4KH_OK);
+	keep(b, "scale", &y);
+	for (int kind = Q4KH_GLU_GELU_TANH; kind <= Q4KH_GLU_SILU; kind++) {
+		y = f32_tensor(e, 640, 120, 1, NULL);
+		cr_assert_eq(e->b->glu(e->dev, (q4kh_glu_kind)kind, &a, &c, &y), Q4KH_OK);
+		keep(b, "glu", &y);
+	}
+	for (int kind = Q4KH_UNARY_SIGMOID; kind <= Q4KH_UNARY_SILU; kind++) {
+		y = f32_tensor(e, 640, 120, 1, NULL);
+		cr_assert_eq(e->b->unary(e->dev, (q4kh_unary_kind)kind, &a, &y), Q4KH_OK);
+		keep(b, "unary", &y);
+	}
+	y = make_tensor(e, Q4KH_TYPE_F16, 640, 120, 1, NULL, 0);
+	cr_assert_eq(e->b->copy(e->dev, &a, &y), Q4KH_OK);
+	keep(b, "copy", &y);
+	drop(e, &a);
+	drop(e, &c);
+	drop(e, &w);
+	free(av);
+	free(bv);
+	free(wv);
+}
+
+/* What an attention layer does with its keys: rope (both modes), rope_ext
+ * with YaRN and frequency factors, set_rows into an f16 cache, attention
+ * (f16 cache, a window) and attention_ext (f32 cache, positions). */
+static void attention_layer(struct bits *b)
+{
+	struct env *e = b->e;
+	enum { HD = 64, NH = 8, T = 100 };
+	int32_t pos[T], rows[T];
+	float *xv = random_floats(HD * NH * T), *fv = random_floats(HD / 2);
+	struct q4kh_tensor x = f32_tensor(e, HD, NH, T, xv), ff = f32_tensor(e, HD / 2, 1, 1, fv);
+	struct q4kh_tensor pt, rt, y;
+	struct q4kh_rope_params rp = { .struct_size = sizeof(rp), .n_rot = HD,
+		                       .mode = Q4KH_ROPE_NEOX, .base = 10000.0f,
+		                       .freq_scale = 0.25f, .ext_factor = 1.0f,
+		                       .attn_factor = 1.0f, .beta_fast = 32.0f,
+		                       .beta_slow = 1.0f, .n_ctx_orig = 64,
+		                       .freq_factors = &ff };
+	const int32_t attn_pos[9] = { 3, 30, 31, 7, 60, 61, 62, 0, 63 };
+
+	for (int t = 0; t < T; t++) {
+		pos[t] = 5 + 3 * t;
+		rows[t] = (t * 41) % T;
+	}
+	pt = i32_tensor(e, pos, T);
+	rt = i32_tensor(e, rows, T);
+	for (int mode = Q4KH_ROPE_NORM; mode <= Q4KH_ROPE_NEOX; mode += 2) {
+		y = f32_tensor(e, HD, NH, T, NULL);
+		cr_assert_eq(e->b->rope(e->dev, &x, pos, HD, (q4kh_rope_mode)mode, 10000.0f, 1.0f,
+		                        &y),
+		             Q4KH_OK);
+		keep(b, "rope", &y);
+	}
+	y = f32_tensor(e, HD, NH, T, NULL);
+	cr_assert_eq(e->b->rope_ext(e->dev, &x, &pt, &rp, &y), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	keep(b, "rope_ext", &y);
+	y = make_tensor(e, Q4KH_TYPE_F16, HD, NH, T, NULL, 0);
+	cr_assert_eq(e->b->set_rows(e->dev, &x, &rt, &y), Q4KH_OK, "%s", e->b->last_error(e->ctx));
+	keep(b, "set_rows", &y);
+	for (int c = 0; c < 2; c++) {
+		struct attn_case ac = {
+			.hd = 256, .nh = 4, .nkv = 1, .T = 9, .n_ctx = 64,
 			.p = { .struct_size = sizeof(struct q4kh_attn_params),
-			       .window = 12, .pos0 = 20, .scale = 0.0625f },
-			.kv_type = Q4KH_TYPE_F16,
+			       .window = c ? 0 : 12, .pos0 = 20, .scale = 0.0625f },
+			.kv_type = c ? Q4KH_TYPE_F32 : Q4KH_TYPE_F16,
+			.pos = c ? attn_pos : NULL,
 		};
 		float *got;
 		double *want;
 
-		run_attention(e, &c, &got, &want);
-		all = realloc(all, used + sizeof(float) * 256 * 4 * 9);
-		memcpy(all + used, got, sizeof(float) * 256 * 4 * 9);
-		used += sizeof(float) * 256 * 4 * 9;
+		run_attention(e, &ac, &got, &want);
+		append(b, c ? "attention_ext" : "attention", got, sizeof(float) * 256 * 4 * 9);
 		free(got);
 		free(want);
 	}
-	{
-		struct delta_case c = { .sk = 64, .sv = 64, .hk = 2, .hv = 6, .T = 12 };
-		struct q4kh_tensor st;
-		float *got;
+	drop(e, &x);
+	drop(e, &ff);
+	drop(e, &pt);
+	drop(e, &rt);
+	free(xv);
+	free(fv);
+}
 
-		delta_inputs(&c);
-		st = f32_tensor(e, c.sk, c.sv, c.hv, c.s0);
-		got = run_delta(e, &c, &st, 0, c.T, 0.125f);
-		all = realloc(all, used + sizeof(float) * 64 * 6 * 12);
-		memcpy(all + used, got, sizeof(float) * 64 * 6 * 12);
-		used += sizeof(float) * 64 * 6 * 12;
-		free(got);
-		drop(e, &st);
-		delta_free(&c);
-	}
-	env_close(e);
-	*len = used;
-	return all;
+/* A linear-attention layer's own ops: ssm_conv (output and state) and
+ * delta_net (output and state). */
+static void recurrent(struct bits *b)
+{
+	struct env *e = b->e;
+	enum { C = 40, K = 4, T = 12 };
+	float *xv = random_floats(C * T), *wv = random_floats(C * K);
+	float *sv = random_floats(C * (K - 1));
+	struct q4kh_tensor x = f32_tensor(e, C, T, 1, xv), w = f32_tensor(e, K, C, 1, wv);
+	struct q4kh_tensor st = f32_tensor(e, K - 1, C, 1, sv), y = f32_tensor(e, C, T, 1, NULL);
+	struct delta_case dc = { .sk = 64, .sv = 64, .hk = 2, .hv = 6, .T = 12 };
+	float *got;
+
+	cr_assert_eq(e->b->ssm_conv(e->dev, &x, &w, &st, &y), Q4KH_OK, "%s",
+	             e->b->last_error(e->ctx));
+	keep(b, "ssm_conv", &y);
+	keep(b, "ssm_conv state", &st);
+	delta_inputs(&dc);
+	st = f32_tensor(e, dc.sk, dc.sv, dc.hv, dc.s0);
+	got = run_delta(e, &dc, &st, 0, dc.T, 0.125f);
+	append(b, "delta_net", got, sizeof(float) * 64 * 6 * 12);
+	free(got);
+	keep(b, "delta_net state", &st);
+	delta_free(&dc);
+	drop(e, &x);
+	drop(e, &w);
+	free(xv);
+	free(wv);
+	free(sv);
+}
+
+/* The outputs of a fixed workload at THREADS threads, concatenated into
+ * *B: every op of the cpu plugin's table (the 1.0 ops, the 1.2 step
+ * entries, the linear-attention ones), on shapes that give each thread a
+ * part. */
+static void workload(const char *threads, struct bits *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->e = env_open(threads);
+	rng_state = 51;
+	products(b);
+	rowwise(b);
+	attention_layer(b);
+	recurrent(b);
+	env_close(b->e);
+}
+
+/* The op whose output first differs between A and B, or NULL. */
+static const char *first_difference(const struct bits *a, const struct bits *b)
+{
+	size_t at = 0;
+
+	cr_assert_eq(a->used, b->used);
+	while (at < a->used && a->all[at] == b->all[at])
+		at++;
+	for (int i = 0; at < a->used && i < a->n; i++)
+		if (at < a->end[i])
+			return a->op[i];
+	return NULL;
 }
 
 Test(cpu_ops, bitwise_identical_at_1_2_3_threads)
 {
-	size_t n1, n2, n3;
-	uint8_t *r1 = workload("1", &n1), *r2 = workload("2", &n2);
-	uint8_t *r3 = workload("3", &n3);
+	struct bits r[3];
+	const char *op;
 
-	cr_assert_eq(n1, n2);
-	cr_assert_eq(n1, n3);
-	for (size_t i = 0; i < n1 / sizeof(float); i++)
-		cr_assert(!isnan(((float *)r1)[i]), "output %zu not written", i);
-	cr_assert(memcmp(r1, r2, n1) == 0, "2 threads differ from 1");
-	cr_assert(memcmp(r1, r3, n1) == 0, "3 threads differ from 1");
-	free(r1);
-	free(r2);
-	free(r3);
+	for (int i = 0; i < 3; i++)
+		workload(i == 0 ? "1" : i == 1 ? "2" : "3", &r[i]);
+	for (size_t i = 0; i < r[0].used / sizeof(float); i++)
+		cr_assert(!isnan(((float *)r[0].all)[i]), "output %zu not written", i);
+	for (int i = 1; i < 3; i++) {
+		op = first_difference(&r[0], &r[i]);
+		cr_expect_null(op, "%s: %d threads differ from 1", op, i + 1);
+	}
+	for (int i = 0; i < 3; i++)
+		free(r[i].all);
 }

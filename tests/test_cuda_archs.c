@@ -6,20 +6,26 @@
  * scalings, and qwen35 (issue 14), whose gated delta-net layers run
  * cuda's unary, ssm_conv and delta_net, the prompt through the prompt
  * kernels and each decode step through the one-token kernels and the
- * replayed CUDA graph, the recurrent states carried between them.
- * tests/test_archs.c checks the same on the cpu backends. Every test
+ * replayed CUDA graph, the recurrent states carried between them; and
+ * against the float64 fixtures of scripts/oracle-f64.py (those models and
+ * the default model's), at the bound arch_oracle.h derives for cuda's
+ * arithmetic (F16 cache, a prompt's products, FlashAttention and the LM
+ * head in fp16). tests/test_archs.c checks the same on the cpu backends.
+ * Every test
  * skips where the system shows no NVIDIA GPU (test_no_cuda_device) and
  * fails where the cuda plugin it was built with is not on its path.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "arch_oracle.h"
 #include "backend.h"
 #include "helpers.h"
 #include "registry.h"
 
-/* NAME's fixture on cuda's device 0, or a skip without one. */
-static void on_cuda(const char *name, const char *arch)
+/* A skip without a CUDA device. */
+static void need_cuda(void)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
@@ -34,7 +40,19 @@ static void on_cuda(const char *name, const char *arch)
 		                    err.msg[0] ? err.msg : "the cuda backend has 0 devices");
 	}
 	q4kh_registry_free(reg);
+}
+
+/* NAME's fixtures on cuda's device 0: llama.cpp's and the float64 one. */
+static void on_cuda(const char *name, const char *arch)
+{
+	char file[64], *model;
+
+	need_cuda();
+	snprintf(file, sizeof(file), "tiny-%s.gguf", name);
+	model = fixture(file);
 	check_on(name, arch, NULL, "cuda", NULL);
+	check_exact_on(model, name, NULL, "cuda", NULL, ARITH_FP16);
+	free(model);
 }
 
 /* Each fixture (tests/fixtures/tiny-NAME.gguf) and its architecture. Plain
@@ -52,3 +70,10 @@ Test(cuda_archs, llama_ropefreqs_matches_llama_cpp, .timeout = 300)
 }
 /* YaRN */
 Test(cuda_archs, qwen2_yarn_matches_llama_cpp, .timeout = 300) { on_cuda("qwen2-yarn", "qwen2"); }
+/* The default model against its float64 fixtures. */
+Test(cuda_archs, gemma3_matches_float64, .timeout = 600)
+{
+	need_cuda();
+	check_exact_on(test_model_path(), "gemma3", NULL, "cuda", NULL, ARITH_FP16);
+	check_exact_on(test_model_path(), "gemma3-new", NULL, "cuda", NULL, ARITH_FP16);
+}

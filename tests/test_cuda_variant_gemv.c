@@ -24,26 +24,22 @@ static void sweep(struct vrig *r, struct q4kh_kernel *k, const struct weight *w)
 {
 	static const int64_t gemm_t[] = { 1, 7, 8, 9, 16, 17, 63, 64, 65, 511, 513 };
 	const int n_gemm = (int)(sizeof(gemm_t) / sizeof(gemm_t[0]));
-	double worst = 0;
+	double worst = 0, ratio = 0;
 
 	for (int i = 0; i < 8 + n_gemm; i++) {
 		int gemv = i < 8;
 		int64_t t = gemv ? i + 1 : gemm_t[i - 8];
 		float *xv = rvals((size_t)(w->k * t));
-		double e = multiply(r, k, w, t, xv, gemv);
+		struct agreement a = multiply(r, k, w, t, xv, gemv);
 
-		cr_assert(e < w->v->bound, "%s %s %s {%lld, %lld} x %lld: NMSE %.3g, "
-		          "bound %g",
-		          w->v->name, gemv ? "gemv" : "gemm", q4kh_type_name(w->type),
-		          (long long)w->k, (long long)w->n, (long long)t, e,
-		          w->v->bound);
-		worst = e > worst ? e : worst;
+		worst = fmax(worst, a.nmse);
+		ratio = fmax(ratio, a.worst);
 		free(xv);
 	}
-	cr_log_info("%s %s {%lld, %lld}: worst NMSE %.3g over T = 1..8 (gemv), "
-	            "1 .. 513 (gemm)",
+	cr_log_info("%s %s {%lld, %lld}: worst NMSE %.3g, largest error %.3g of its bound, "
+	            "over T = 1..8 (gemv), 1 .. 513 (gemm)",
 	            w->v->name, q4kh_type_name(w->type), (long long)w->k,
-	            (long long)w->n, worst);
+	            (long long)w->n, worst, ratio);
 }
 
 struct shape {
@@ -110,6 +106,60 @@ static const struct shape iq4_xs_few[] = {
 
 TestSuite(cuda_variants, .timeout = 900);
 
+/*
+ * The premise of the elements' bounds: no value of a group exceeds its
+ * range s_g, each value as the reference cpu plugin dequantises it
+ * (get_rows), for random blocks of every type; and the ranges are no
+ * looser than their formats make them (some value reaches half of its
+ * group's). Needs no GPU.
+ */
+Test(cuda_variants, every_value_within_its_groups_range)
+{
+	static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_NL,
+		                          Q4KH_TYPE_IQ4_XS };
+	const int64_t k = 1024, n = 64;
+	struct q4kh_error err = { { 0 } };
+	struct vrig r;
+	int32_t ids[64];
+
+	rng_seed(12);
+	vrig_scan(&r, NULL);
+	cr_assert_eq(q4kh_backend_open(find_plugin(r.reg, "cpu"), 0, &r.cpu, &err), 0, "%s",
+	             err.msg);
+	for (int64_t i = 0; i < n; i++)
+		ids[i] = (int32_t)i;
+	for (size_t t = 0; t < N_OF(types); t++) {
+		uint8_t *bytes = random_blocks(types[t], k, n);
+		double *s = ranges(types[t], bytes, k, n), reach = 0;
+		struct view w = put(&r.cpu, types[t], k, n, (int64_t)row_bytes(types[t], k), bytes);
+		struct view out = put(&r.cpu, Q4KH_TYPE_F32, k, n, 4 * k, NULL);
+		uint8_t *raw;
+
+		cr_assert_eq(r.cpu.v->get_rows(r.cpu.dev, &w.t, ids, n, 1.0f, &out.t), Q4KH_OK,
+		             "%s", r.cpu.v->last_error(r.cpu.ctx));
+		raw = fetch(&r.cpu, &out);
+		for (int64_t row = 0; row < n; row++)
+			for (int64_t i = 0; i < k; i++) {
+				const double v = fabs(f32_at(&out, raw, i, row));
+				const double sg = s[row * (k / CV_GROUP) + i / CV_GROUP];
+
+				cr_assert_leq(v, sg * (1 + 1e-6), "%s row %lld value %lld: |%g| > its "
+				              "group's range %g",
+				              q4kh_type_name(types[t]), (long long)row, (long long)i, v,
+				              sg);
+				reach = fmax(reach, v / sg);
+			}
+		cr_expect_geq(reach, 0.5, "%s: no value reaches half its range (%g)",
+		              q4kh_type_name(types[t]), reach);
+		free(raw);
+		drop(&r.cpu, &w);
+		drop(&r.cpu, &out);
+		free(s);
+		free(bytes);
+	}
+	vrig_close(&r);
+}
+
 Test(cuda_variants, mwv_q4_k)
 {
 	check_shapes(&mwv, Q4KH_TYPE_Q4_K, q4k_shapes, N_OF(q4k_shapes), NULL, 1);
@@ -166,12 +216,11 @@ Test(cuda_variants, gemv_iq_token_embd_shape)
 	weight_new(&r, &k, &iq, Q4KH_TYPE_IQ4_NL, 640, 262144, 0, &w);
 	for (int64_t t = 1; t <= 8; t += 7) {
 		float *xv = rvals((size_t)(640 * t));
-		double e = multiply(&r, &k, &w, t, xv, 1);
+		struct agreement a = multiply(&r, &k, &w, t, xv, 1);
 
-		cr_assert(e < NMSE_BOUND, "IQ4_NL {640, 262144} x %lld: NMSE %.3g",
-		          (long long)t, e);
-		cr_log_info("cuda-gemv-iq IQ4_NL {640, 262144} x %lld: NMSE %.3g",
-		            (long long)t, e);
+		cr_log_info("cuda-gemv-iq IQ4_NL {640, 262144} x %lld: NMSE %.3g, largest error "
+		            "%.3g of its bound",
+		            (long long)t, a.nmse, a.worst);
 		free(xv);
 	}
 	weight_free(&r, &k, &w);
@@ -182,8 +231,8 @@ Test(cuda_variants, gemv_iq_token_embd_shape)
  * The known failure of int8 activations: a few massive channels (here
  * 1 in 97, 60 times the rest) set the int8 scale of their blocks, and the
  * other 31 values of those blocks keep 1 to 3 bits. Measured and logged
- * for both Q4_K variants; cuda-mwv must stay within its bound, and
- * cuda-dp4a's error must come out larger than on ordinary activations.
+ * for both Q4_K variants; both stay within their elements' bounds, and
+ * cuda-dp4a's NMSE must come out larger than on ordinary activations.
  */
 Test(cuda_variants, massive_activations)
 {
@@ -198,7 +247,7 @@ Test(cuda_variants, massive_activations)
 	for (int v = 0; v < 2; v++) {
 		struct q4kh_kernel k;
 		struct weight w;
-		double plain, massive;
+		struct agreement plain, massive;
 		float *xm = malloc(sizeof(float) * (size_t)(kk * t));
 
 		cr_assert_not_null(xm);
@@ -211,17 +260,14 @@ Test(cuda_variants, massive_activations)
 		cr_log_info("%s Q4_K {%lld, %lld} x %lld: NMSE %.3g plain, %.3g with "
 		            "massive channels",
 		            q4k[v]->name, (long long)kk, (long long)n, (long long)t,
-		            plain, massive);
+		            plain.nmse, massive.nmse);
 		fprintf(stderr, "%s: NMSE %.3g plain, %.3g with massive channels\n",
-		        q4k[v]->name, plain, massive);
-		cr_assert(plain < q4k[v]->bound);
-		if (q4k[v] == &mwv)
-			cr_assert(massive < NMSE_BOUND, "cuda-mwv: NMSE %.3g", massive);
-		else
-			cr_assert(isfinite(massive) && massive > plain,
+		        q4k[v]->name, plain.nmse, massive.nmse);
+		if (q4k[v] == &dp4a)
+			cr_assert(isfinite(massive.nmse) && massive.nmse > plain.nmse,
 			          "cuda-dp4a: NMSE %.3g with massive channels, %.3g "
 			          "without",
-			          massive, plain);
+			          massive.nmse, plain.nmse);
 		weight_free(&r, &k, &w);
 		q4kh_kernel_close(&k);
 		free(xm);

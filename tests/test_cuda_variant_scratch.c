@@ -26,7 +26,6 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 	struct view xc, xg, yc, yg;
 	q4kh_graph *g = NULL;
 	float *xv;
-	double e;
 	char what[64];
 	struct vrig r;
 
@@ -36,8 +35,7 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 8192, 17, 0, &bigger);
 	/* The scratch's first size: one column of 256 values. */
 	xv = rvals(256);
-	e = multiply(&r, &k, &small, 1, xv, 1);
-	cr_assert_lt(e, dp4a.bound, "before recording: NMSE %.3g", e);
+	multiply(&r, &k, &small, 1, xv, 1); /* before recording */
 	free(xv);
 	xc = put(&r.cpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
 	xg = put(&r.gpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
@@ -59,18 +57,16 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 		cr_assert_eq(r.gpu.v->buffer_upload(r.gpu.dev, xg.t.buffer, POISON_LEAD, xv,
 		                                    bytes),
 		             Q4KH_OK);
-		free(xv);
 		cr_assert_eq(r.cpu.v->mul_mat(r.cpu.dev, &big.cpu.t, &xc.t, &yc.t),
 		             Q4KH_OK, "%s", r.cpu.v->last_error(r.cpu.ctx));
 		cr_assert_eq(r.gpu.v->graph_launch(r.gpu.dev, g), Q4KH_OK, "%s",
 		             r.gpu.v->last_error(r.gpu.ctx));
 		snprintf(what, sizeof(what), "cuda-dp4a gemv, replay %d", pass);
-		e = nmse(&r, &yc, &yg, what);
-		cr_assert_lt(e, dp4a.bound, "replay %d: NMSE %.3g", pass, e);
+		agree(&r, &big, xv, t, 1, &yc, &yg, what);
+		free(xv);
 		if (pass == 0) {
 			xv = rvals((size_t)(bigger.k * t));
-			e = multiply(&r, &k, &bigger, t, xv, 1);
-			cr_assert_lt(e, dp4a.bound, "between replays: NMSE %.3g", e);
+			multiply(&r, &k, &bigger, t, xv, 1); /* between replays */
 			free(xv);
 		}
 	}

@@ -306,26 +306,25 @@ struct fast_rig {
 };
 
 /* cpu-fast's backend, its table copied into f->table (fast_v: its own);
- * 0 when cpu-fast was not built or this CPU does not run it. */
-static int fast_open(struct fast_rig *f)
+ * a skip where cpu-fast was not built or this CPU does not run it. */
+static void fast_open(struct fast_rig *f)
 {
 	struct q4kh_error err = { { 0 } };
 	char *dir = NULL;
 
+	test_need_cpu_fast();
 	memset(f, 0, sizeof(*f));
 	if (asprintf(&dir, "%s/plugins/cpu-fast/.libs", test_builddir()) < 0)
 		cr_assert_fail("out of memory");
 	cr_assert_eq(q4kh_registry_scan(dir, NULL, &f->reg, &err), 0, "%s", err.msg);
 	free(dir);
-	if (!q4kh_registry_find(f->reg, "cpu-fast") ||
-	    q4kh_backend_open(q4kh_registry_find(f->reg, "cpu-fast"), 0, &f->be, &err)) {
-		q4kh_registry_free(f->reg);
-		return 0;
-	}
+	cr_assert_not_null(q4kh_registry_find(f->reg, "cpu-fast"), "cpu-fast not found on %s",
+	                   f->reg->path);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(f->reg, "cpu-fast"), 0, &f->be, &err), 0,
+	             "%s", err.msg);
 	fast_v = f->be.v;
 	f->table = *f->be.v;
 	f->be.v = &f->table;
-	return 1;
 }
 
 /* The model FILE (graph_model_file) uploaded through f->table and a
@@ -360,8 +359,8 @@ static void fast_close(struct fast_rig *f)
  * output norm), and with the post-norm before it too where the model has
  * POST_NORMS (FUSED_ALL: norm_add_rms_norm), and every attention layer's
  * inputs go through one rope_store call (FUSED_ALL) or its keys through
- * one rope_set_rows (FUSED_PAIRS). NULL when cpu-fast was not built or
- * this CPU does not run it.
+ * one rope_set_rows (FUSED_PAIRS). A skip where cpu-fast was not built
+ * or this CPU does not run it.
  */
 static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fused_set fused,
                               int post_norms, int64_t *n_vocab)
@@ -374,8 +373,7 @@ static float *peephole_logits(const char *file, enum q4kh_kv_choice kv, enum fus
 	uint32_t attn_layers = 0;
 	float *lg;
 
-	if (!fast_open(&f))
-		return NULL;
+	fast_open(&f);
 	cr_assert(Q4KH_BACKEND_HAS(f.be.v, add_rms_norm) &&
 	          Q4KH_BACKEND_HAS(f.be.v, rope_set_rows) && Q4KH_BACKEND_HAS(f.be.v, rope_store));
 	/* the host's interpreter groups the nodes here, not cpu-fast's own
@@ -431,8 +429,6 @@ Test(peephole, fused_entries_give_the_logits_of_the_ops_they_stand_for, .timeout
 			int64_t n_vocab = 0, n_vocab2 = 0;
 			float *plain = peephole_logits(files[f], kv, FUSED_NONE, 0, &n_vocab), *fused;
 
-			if (!plain)
-				cr_skip_test("cpu-fast was not built here or does not run on this CPU");
 			/* the fused entries are their ops' arithmetic: bit for bit */
 			for (enum fused_set set = FUSED_PAIRS; set <= FUSED_ALL; set++) {
 				fused = peephole_logits(files[f], kv, set, 0, &n_vocab2);
@@ -459,8 +455,6 @@ Test(peephole, gemma3_reaches_rope_store_and_the_fused_norms, .timeout = 300)
 	int64_t n_vocab = 0, n_vocab2 = 0;
 	float *plain = peephole_logits(model, Q4KH_KV_F16, FUSED_NONE, 1, &n_vocab), *fused;
 
-	if (!plain)
-		cr_skip_test("cpu-fast was not built here or does not run on this CPU");
 	for (enum fused_set set = FUSED_PAIRS; set <= FUSED_ALL; set++) {
 		fused = peephole_logits(model, Q4KH_KV_F16, set, 1, &n_vocab2);
 		cr_expect_eq(memcmp(plain, fused, sizeof(float) * 9 * (size_t)n_vocab), 0,
@@ -487,18 +481,17 @@ static q4kh_status counted_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *
  * Greedy generation of 8 tokens after a prompt of 6 on FILE through
  * cpu-fast (n_batch 4: a prompt of two steps): with its top2 entry
  * (counted: one call a token) when MODE is 0, with the entry NULL when 1,
- * with a table that ends before it (1.4 before top2) when 2. 0 when
+ * with a table that ends before it (1.4 before top2) when 2. A skip where
  * cpu-fast was not built or this CPU does not run it.
  */
-static int greedy_on_fast(const char *file, int mode, struct q4kh_greedy *out)
+static void greedy_on_fast(const char *file, int mode, struct q4kh_greedy *out)
 {
 	static const int32_t ids[] = { 1, 5, 9, 2, 7, 3 };
 	struct q4kh_session_params sp = { .n_ctx = 64, .n_batch = 4 };
 	struct q4kh_error err = { { 0 } };
 	struct fast_rig f;
 
-	if (!fast_open(&f))
-		return 0;
+	fast_open(&f);
 	cr_assert(Q4KH_BACKEND_HAS(f.be.v, top2));
 	if (mode == 0)
 		f.table.top2 = counted_top2;
@@ -513,7 +506,6 @@ static int greedy_on_fast(const char *file, int mode, struct q4kh_greedy *out)
 	cr_expect_eq(n_top2, mode == 0 ? 8 : 0, "%s: top2 called %lld times for 8 tokens",
 	             file, (long long)n_top2);
 	fast_close(&f);
-	return 1;
 }
 
 Test(greedy, the_device_pick_gives_the_hosts_tokens_and_margins, .timeout = 300)
@@ -526,8 +518,7 @@ Test(greedy, the_device_pick_gives_the_hosts_tokens_and_margins, .timeout = 300)
 		struct q4kh_greedy g[3];
 
 		for (int mode = 0; mode < 3; mode++)
-			if (!greedy_on_fast(files[f], mode, &g[mode]))
-				cr_skip_test("cpu-fast was not built here or does not run on this CPU");
+			greedy_on_fast(files[f], mode, &g[mode]);
 		for (int mode = 1; mode < 3; mode++) {
 			cr_expect_eq(memcmp(g[0].tokens, g[mode].tokens, sizeof(int32_t) * 8), 0,
 			             "%s: tokens differ without top2 (%s)", files[f],
@@ -768,9 +759,7 @@ static void on_cpu_simd(expect_fn expect)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-simd needs AVX2 and FMA");
+	test_need_cpu_fast();
 	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-simd/.libs", b, b), 0);
 	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
 	expect(reg, "cpu", "cpu-simd", 1);

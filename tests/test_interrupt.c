@@ -9,8 +9,9 @@
  * -s INT) are one request; bench stops between rows with its table, qa
  * after the case in progress with the cases done,
  * bench-kernels inside a row, with the rows done and --json's object.
- * Nothing here is timed: each
- * wait polls until what it waits for happens, bounded by the test's
+ * Nothing here is timed: each signal waits for the state it must find (the
+ * text so far, a status line on the program's terminal, the F2 child), and
+ * each wait polls until what it waits for happens, bounded by the test's
  * .timeout.
  */
 #include <criterion/criterion.h>
@@ -28,12 +29,14 @@
 /* Where a background q4khost writes. */
 struct bg {
 	char out[4200], err[4200];
+	struct test_tty tty; /* stderr, when on a terminal (fd -1: into ERR) */
 	const char *receipts;
 	pid_t pid;
 };
 
-/* Start q4khost ARGS with its own receipts and no user config. */
-static void start(struct bg *b, const char *args)
+/* Start q4khost ARGS with its own receipts and no user config, its stderr
+ * on a terminal (ON_TTY: status lines show) or into a file. */
+static void start_as(struct bg *b, const char *args, int on_tty)
 {
 	char cmd[16384];
 	const char *dir = test_tmpdir();
@@ -41,8 +44,29 @@ static void start(struct bg *b, const char *args)
 	b->receipts = test_tmpdir();
 	snprintf(b->out, sizeof(b->out), "%s/stdout", dir);
 	snprintf(b->err, sizeof(b->err), "%s/stderr", dir);
-	b->pid = test_spawn(test_q4khost_command("", b->receipts, args, cmd, sizeof(cmd)), b->out,
-	                    b->err);
+	test_q4khost_command("", b->receipts, args, cmd, sizeof(cmd));
+	b->tty.fd = -1;
+	b->pid = on_tty ? test_spawn_tty(cmd, b->out, &b->tty) : test_spawn(cmd, b->out, b->err);
+}
+
+static void start(struct bg *b, const char *args)
+{
+	start_as(b, args, 0);
+}
+
+static void start_on_tty(struct bg *b, const char *args)
+{
+	start_as(b, args, 1);
+}
+
+/* Wait until B's terminal shows NEEDLE past offset FROM; the offset past it. */
+static size_t on_tty(struct bg *b, size_t from, const char *needle)
+{
+	long at = test_tty_wait_for(&b->tty, from, needle);
+
+	cr_assert_geq(at, 0, "q4khost ended before its terminal showed \"%s\":\n%s", needle,
+	              b->tty.text);
+	return (size_t)at;
 }
 
 static char *slurp(const char *path)
@@ -52,6 +76,22 @@ static char *slurp(const char *path)
 
 	cr_assert_not_null(text, "%s", path);
 	return text;
+}
+
+/* Wait for B to end: its status, its stdout and stderr in *OUT and *ERR
+ * (either may be NULL). */
+static int finish(struct bg *b, char **out, char **err)
+{
+	char *tty = b->tty.fd >= 0 ? test_tty_close(&b->tty) : NULL;
+	int status = test_reap(b->pid);
+
+	if (out)
+		*out = slurp(b->out);
+	if (err)
+		*err = tty ? tty : slurp(b->err);
+	else
+		free(tty);
+	return status;
 }
 
 /* Poll for the validation child of PARENT. */
@@ -71,31 +111,28 @@ static void wait_until_gone(pid_t pid)
 }
 
 /*
- * Start q4khost COMMAND with the reference plugin alone, wait for its
- * first text (WAIT_TEXT) or 2 s, send it N_SIGINTS SIGINTs at once, and
- * return its status with its stdout and stderr.
+ * Start q4khost COMMAND with the reference plugin alone, its stderr on a
+ * terminal, wait for its first text or, with STATUS, for that status line
+ * on its terminal, send it N_SIGINTS SIGINTs at once, and return its
+ * status with its stdout and stderr.
  */
-static int interrupted(const char *command, int wait_text, int n_sigints, char **out,
-                       char **err)
+static int interrupted(const char *command, const char *status_line, int n_sigints,
+                       char **out, char **err)
 {
 	static const char *const none[] = { NULL };
 	char args[8192];
 	struct bg b;
-	int status;
 
 	test_model_path();
 	snprintf(args, sizeof(args), "%s --plugin-path %s", command, test_plugin_dir(none));
-	start(&b, args);
-	if (wait_text)
-		test_wait_for(b.out, NULL); /* the first piece of text */
+	start_on_tty(&b, args);
+	if (status_line)
+		on_tty(&b, 0, status_line);
 	else
-		sleep(2); /* setup, or the first row: a stop anywhere must say so */
+		test_wait_for(b.out, NULL); /* the first piece of text */
 	for (int i = 0; i < n_sigints; i++)
 		cr_assert_eq(kill(b.pid, SIGINT), 0);
-	status = test_reap(b.pid);
-	*out = slurp(b.out);
-	*err = slurp(b.err);
-	return status;
+	return finish(&b, out, err);
 }
 
 /* N_SIGINTS at once: timeout -s INT sends SIGINT to the process and then
@@ -106,7 +143,8 @@ static void sigint_during_run(int n_sigints)
 	char *out, *err;
 	long decoded = -1;
 	const char *line;
-	int status = interrupted("run -n 2000 -p 'Once upon a time'", 1, n_sigints, &out, &err);
+	int status = interrupted("run -n 2000 -p 'Once upon a time'", NULL, n_sigints, &out,
+	                         &err);
 
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130,
 	          "SIGINT exits 130 (status %#x): %s", status, err);
@@ -132,33 +170,35 @@ Test(interrupt, two_signals_together_are_one_request, .timeout = 300)
 	sigint_during_run(2);
 }
 
-/* Stopped during a long prefill (3000 prompt tokens, one a step): the
- * report says how far it got of the whole prompt. */
+/* Stopped during a long prefill (3000 prompt tokens, one a step), once
+ * its status line counts a token done: the report says how far it got of
+ * the whole prompt. */
 Test(interrupt, sigint_during_prefill_says_how_far_of_the_prompt, .timeout = 300)
 {
 	char *out, *err;
 	long done = -1, total = -1;
 	const char *line;
 	int status = interrupted("run -n 1 -b 1 --raw -p \"$(yes a | head -n 3000 | tr '\\n' ' ')\"",
-	                         0, 1, &out, &err);
+	                         "prefill: 1 of ", 1, &out, &err);
 
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
 	line = strstr(err, "q4khost: prefill ");
 	cr_assert_not_null(line, "%s", err);
 	cr_expect_eq(sscanf(line, "q4khost: prefill %ld of %ld tokens in ", &done, &total), 2, "%s",
 	             line);
-	cr_expect(done >= 0 && done < total && total > 3000, "%ld of %ld: %s", done, total, line);
+	cr_expect(done >= 1 && done < total && total > 3000, "%ld of %ld: %s", done, total, line);
 	cr_expect(strstr(err, "stop: interrupted by SIGINT\n") != NULL, "%s", err);
 	free(out);
 	free(err);
 }
 
 /* bench stops as run does: the table of the rows done, then why, 130; a
- * row the signal cut short says it was interrupted, not that it failed. */
+ * row the signal cut short (stopped once its status line shows) says it
+ * was interrupted, not that it failed. */
 Test(interrupt, sigint_during_bench_prints_the_rows_done, .timeout = 300)
 {
 	char *out, *err;
-	int status = interrupted("bench -n 4", 0, 1, &out, &err);
+	int status = interrupted("bench -n 4", "bench: row 1 of ", 1, &out, &err);
 
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
 	cr_expect(strstr(out, "prefill tok/s") != NULL, "the table: %s", out);
@@ -171,36 +211,30 @@ Test(interrupt, sigint_during_bench_prints_the_rows_done, .timeout = 300)
 /*
  * bench-kernels on cpu-fast, built-in alone, rows of seconds (--repeat 100), or
  * NULL where this build or CPU has no cpu-fast. Started, then SIG once
- * its first row is out (WAIT_ROW, text) or after 1 s (--json: nothing
- * shows before the end); its status, stdout and stderr.
+ * its first row is out (WAIT_ROW, text) or its status line times the
+ * first row (--json: nothing shows on stdout before the end); its status,
+ * stdout and stderr.
  */
 static int bench_kernels_stopped(const char *extra, int wait_row, int sig, char **out,
                                  char **err)
 {
 	const char *b = test_builddir();
-	char so[4096], args[8192];
+	char args[8192];
 	struct bg bg;
-	int status;
 
-	snprintf(so, sizeof(so), "%s/plugins/cpu-fast/.libs/cpu-fast.so", b);
-	__builtin_cpu_init();
-	if (access(so, R_OK) || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("no cpu-fast in this build or on this CPU");
+	test_need_cpu_fast();
 	snprintf(args, sizeof(args),
 	         "bench-kernels --backend cpu-fast --kernels '' --shapes gemma3-270m "
 	         "--types Q4_K --min-mib 2 --repeat 100 %s --plugin-path "
 	         "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs",
 	         extra, b, b);
-	start(&bg, args);
+	start_on_tty(&bg, args);
 	if (wait_row)
 		test_wait_for(bg.out, "built-in");
 	else
-		sleep(1);
+		on_tty(&bg, 0, "row 1 of 2, ");
 	cr_assert_eq(kill(bg.pid, sig), 0);
-	status = test_reap(bg.pid);
-	*out = slurp(bg.out);
-	*err = slurp(bg.err);
-	return status;
+	return finish(&bg, out, err);
 }
 
 /* bench-kernels stops inside a row: the rows done, then after how many. */
@@ -266,11 +300,9 @@ Test(interrupt, bench_rows_without_a_decision_show_no_verdict, .timeout = 300)
 	test_model_path();
 	snprintf(args, sizeof(args), "bench -n 2 --json --plugin-path %s", test_plugin_dir(names));
 	start(&b, args);
-	sleep(2);
+	wait_for_child(b.pid); /* the variant's F2, which hangs until the signal */
 	cr_assert_eq(kill(b.pid, SIGINT), 0);
-	status = test_reap(b.pid);
-	out = slurp(b.out);
-	err = slurp(b.err);
+	status = finish(&b, &out, &err);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status, err);
 	j = json_loads(out, 0, &jerr);
 	cr_assert_not_null(j, "stdout is one JSON object (%s): %s", jerr.text, out);
@@ -310,11 +342,9 @@ Test(interrupt, run_stopped_during_f2_still_reports, .timeout = 300)
 		snprintf(args, sizeof(args), "run -n 5 -p hello%s --plugin-path %s",
 		         json ? " --json" : "", plugins);
 		start(&b, args);
-		sleep(2); /* the variant's F2 hangs until the signal */
+		wait_for_child(b.pid); /* the variant's F2, which hangs until the signal */
 		cr_assert_eq(kill(b.pid, SIGINT), 0);
-		status = test_reap(b.pid);
-		out = slurp(b.out);
-		err = slurp(b.err);
+		status = finish(&b, &out, &err);
 		cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %#x: %s", status,
 		          err);
 		if (json) {
@@ -356,16 +386,16 @@ Test(interrupt, sigterm_during_run_json_gives_a_valid_object, .timeout = 300)
 
 	test_model_path();
 	plugins = test_plugin_dir(none);
-	snprintf(args, sizeof(args), "run -n 2000 -p 'Once upon a time' --json --plugin-path %s",
-	         plugins);
-	start(&b, args);
-	/* With --json nothing is printed before the end. Stopped anywhere
-	 * (setup, prefill, decode), the object must hold what was generated;
-	 * a moment's delay makes it likely that there is some. */
-	sleep(2);
+	snprintf(args, sizeof(args),
+	         "run -n 2000 -b 1 -p 'Once upon a time' --json --plugin-path %s", plugins);
+	start_on_tty(&b, args);
+	/* With --json nothing is printed before the end; on a terminal the
+	 * prompt's status line shows (-b 1: a step a token) and is erased
+	 * when the prompt is in: then decode runs. The object must hold what
+	 * was generated. */
+	on_tty(&b, on_tty(&b, 0, "prefill: "), "\r\033[K");
 	cr_assert_eq(kill(b.pid, SIGTERM), 0);
-	status = test_reap(b.pid);
-	err = slurp(b.err);
+	status = finish(&b, NULL, &err);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143,
 	          "SIGTERM exits 143 (status %#x): %s", status, err);
 	j = json_load_file(b.out, 0, &jerr);
@@ -461,8 +491,7 @@ Test(interrupt, sigterm_to_validate_stops_its_child_and_writes_no_receipt, .time
 	start_hanging_validate(&b, "--timeout 600");
 	child = wait_for_child(b.pid);
 	cr_assert_eq(kill(b.pid, SIGTERM), 0, "to the parent alone");
-	status = test_reap(b.pid);
-	err = slurp(b.err);
+	status = finish(&b, NULL, &err);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %#x: %s", status, err);
 	cr_expect(!test_alive(child), "the child was stopped with its parent");
 	cr_expect(strstr(err, "stopped by SIGTERM") != NULL, "%s", err);
@@ -523,8 +552,8 @@ Test(interrupt, a_stopped_validate_leaves_its_child_to_its_own_alarm, .timeout =
  * qa stops as bench does, after the case in progress: the report of the
  * cases done with the others as not run, then why on stderr, 130; with
  * --json and SIGTERM one valid object that says it was stopped, 143. On
- * the tiny fixture, the reference alone, 60 cases of 200 tokens: far more
- * than the second before the signal.
+ * the tiny fixture, the reference alone, 60 cases of 200 tokens, stopped
+ * once its status line says the second case began.
  */
 static void qa_stopped(const char *extra, int sig, int code)
 {
@@ -546,12 +575,10 @@ static void qa_stopped(const char *extra, int sig, int code)
 	fclose(f);
 	snprintf(args, sizeof(args), "qa --cases %s -m %s/tests/fixtures/tiny-llama.gguf "
 	         "--plugin-path %s %s", cases, test_srcdir(), test_plugin_dir(none), extra);
-	start(&b, args);
-	sleep(1);
+	start_on_tty(&b, args);
+	on_tty(&b, 0, ": case 2 of 60"); /* its status line: the first case is done */
 	cr_assert_eq(kill(b.pid, sig), 0);
-	status = test_reap(b.pid);
-	out = slurp(b.out);
-	err = slurp(b.err);
+	status = finish(&b, &out, &err);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == code, "status %#x: %s", status, err);
 	snprintf(line, sizeof(line), "q4khost qa: stopped by %s; ", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	cr_expect(strstr(err, line) != NULL, "%s", err);
@@ -563,6 +590,8 @@ static void qa_stopped(const char *extra, int sig, int code)
 		cr_assert_not_null(j, "one object: %s: %s", jerr.text, out);
 		cr_expect_str_eq(json_string_value(json_object_get(j, "stopped")), line);
 		cr_expect_gt(json_integer_value(json_object_get(j, "not_run")), 0, "%s", out);
+		cr_expect_lt(json_integer_value(json_object_get(j, "not_run")), 60,
+		             "the case done before the signal counts: %s", out);
 		cr_expect_eq(json_array_size(json_object_get(j, "cases")), 60);
 		json_decref(j);
 	} else {

@@ -808,9 +808,7 @@ Test(validate, require_deep_accepts_deep_receipts_only, .timeout = 300)
 	char plugins[2048], args[4096], *out;
 	json_t *root, *c, *probe;
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	test_need_cpu_fast();
 	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs -m %s/tests/fixtures/tiny-llama.gguf",
 	         b, b, test_srcdir());
 	expect_run(plugins, receipts, SHORT_PROMPT, "", 0,
@@ -851,9 +849,7 @@ Test(validate, a_limit_verdict_is_stale_under_a_larger_limit, .timeout = 300)
 	json_t *root, *c;
 	int status;
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("cpu-fast needs AVX2 and FMA");
+	test_need_cpu_fast();
 	snprintf(plugins, sizeof(plugins), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs -m %s/tests/fixtures/tiny-llama.gguf",
 	         b, b, test_srcdir());
 	for (int i = 0; i < 2; i++) {

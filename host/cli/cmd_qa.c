@@ -247,6 +247,7 @@ static void run_path(const struct q4kh_registry *r, const char *model,
 			snprintf(res->error, sizeof(res->error), "cannot start: %.480s", err.msg);
 			continue;
 		}
+		q4kh_progress("%s: case %zu of %zu", p->name, i + 1, n);
 		if (q4kh_greedy_run(sv.s, tok, runs[i].ids, (int64_t)runs[i].n_ids,
 		                    runs[i].qc->max_tokens, &gr, &err)) {
 			snprintf(res->error, sizeof(res->error), "generation failed: %.480s", err.msg);
@@ -267,6 +268,7 @@ static void run_path(const struct q4kh_registry *r, const char *model,
 		}
 		q4kh_greedy_free(&gr);
 	}
+	q4kh_progress_clear();
 	if (opened)
 		q4kh_serving_close(&sv);
 }

@@ -9,7 +9,9 @@
  * Built twice more for tests/test_serve.c (one source, one module each):
  *   -DQ8ACT_GATE: its first product waits until the file named by
  *     $Q4KH_TEST_GATE exists (at most 10 minutes), so a test decides when
- *     an F2 measurement of it may end;
+ *     an F2 measurement of it may end; and every product waits while the
+ *     file named by $Q4KH_TEST_HOLD exists (at most 10 minutes), so a test
+ *     holds a served request in flight;
  *   -DQ8ACT_TAIL: a planted defect that shows only on some prompts: in a
  *     batch of more than 8 columns that is no multiple of 8, the columns
  *     past the last multiple of 8 come out scaled by -50 (a tail-handling
@@ -160,11 +162,13 @@ static float row_dot(const struct q4kh_block_q4_k *row, int64_t k,
 static void wait_for_gate(void)
 {
 	static int opened;
-	const char *gate = getenv("Q4KH_TEST_GATE");
+	const char *gate = getenv("Q4KH_TEST_GATE"), *hold = getenv("Q4KH_TEST_HOLD");
 
 	for (int i = 0; gate && !opened && i < 10 * 60 * 50 && access(gate, F_OK); i++)
 		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
 	opened = 1;
+	for (int i = 0; hold && i < 10 * 60 * 50 && !access(hold, F_OK); i++)
+		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
 }
 #endif
 

@@ -1,10 +1,22 @@
-"""What the serve test scripts share: q4khost run's answers, plain HTTP
-and server-sent events over http.client, a process's resident memory."""
+"""What the serve test scripts share: checks that stop at the first
+failure, q4khost run's answers, plain HTTP and server-sent events over
+http.client, a process's resident memory."""
 import http.client
 import json
 import os
 import subprocess
+import sys
 import urllib.parse
+
+CHECKS = []  # the names of the checks made, for a script's summary
+
+
+def check(name, ok, detail=""):
+    """Count check NAME; when not OK, print it with DETAIL and exit 1."""
+    CHECKS.append(name)
+    if not ok:
+        print("FAILED: %s %s" % (name, detail))
+        sys.exit(1)
 
 
 def run_answer(q4khost, model, plugin_path, prompt, n, chat):
