@@ -213,6 +213,113 @@ Test(f2_rules, position_zero_is_reported_but_not_judged)
 	cr_expect_float_eq(pt.cosine, 0.5, 1e-4, "still measured for the report");
 }
 
+/* What a receipt keeps of P (receipt.h): its cosine, decode step,
+ * verdict, near-tie and whether it was judged; nothing else. */
+static struct q4kh_f2_point as_kept(const struct q4kh_f2_point *p)
+{
+	return (struct q4kh_f2_point){ .position = p->position, .decode_step = p->decode_step,
+		                       .cosine = p->cosine, .judged = p->judged,
+		                       .computed = p->computed, .near_tie = p->near_tie,
+		                       .verdict = p->verdict };
+}
+
+/* The deciding point of each case below: CAND, from REF, as the case
+ * says; REF itself may change (a NaN on the reference's side). */
+static void make_case(int c, float *ref, float *cand)
+{
+	reference(ref);
+	memcpy(cand, ref, sizeof(float) * N);
+	switch (c) {
+	case 0: /* a tolerated near-tie, the lowest cosine of a pass */
+		ref[8] = 8.7f;
+		memcpy(cand, ref, sizeof(float) * N);
+		cand[8] = 9.2f;
+		break;
+	case 1: /* F2.3 */
+		cand[8] = 9.2f;
+		break;
+	case 2: /* F2.1, candidate */
+		cand[100] = NAN;
+		break;
+	case 3: /* F2.1, reference */
+		ref[100] = INFINITY;
+		break;
+	case 4: /* F2.1, zeros */
+		memset(cand, 0, sizeof(float) * N);
+		break;
+	case 5: /* F2.2 */
+		at_cosine(ref, cand, 0.93);
+		break;
+	default: /* broken */
+		at_cosine(ref, cand, 0.5);
+	}
+}
+
+/* MSG with the digit after AFTER changed (when MSG has AFTER): a number
+ * the points decide, which must then not match RES. */
+static void expect_altered(const char *msg, const char *after, const struct q4kh_f2_result *res,
+                           const struct q4kh_f2_rules *r, int c, const char *site)
+{
+	char altered[512], *d;
+
+	snprintf(altered, sizeof(altered), "%s", msg);
+	if (!(d = strstr(altered, after)))
+		return;
+	d += strlen(after);
+	cr_assert(*d >= '0' && *d <= '9', "case %d: no digit after '%s': %s", c, after, msg);
+	*d = *d == '9' ? '8' : (char)(*d + 1);
+	cr_expect(!q4kh_f2_message_matches(altered, res, r), "case %d, %s: '%s' changed, matched: %s",
+	          c, site, after, altered);
+}
+
+/*
+ * A receipt keeps of each point its cosine, decode step, verdict and
+ * near-tie: q4kh_f2_message_matches must find the message q4kh_f2_conclude
+ * wrote in what that leaves, whatever decided (a pass's lowest near-tie,
+ * F2.3, each F2.1, F2.2, broken; in prefill, in a narrow step, in a decode
+ * step), and must not once a number the points decide changes in it (the
+ * position, the decode step, the cosine, a pass's counts).
+ */
+Test(f2_rules, a_conclusion_is_found_again_in_what_a_receipt_keeps)
+{
+	static const char *const sites[] = { "prefill", "narrow", "decode" };
+	static const char *const numbers[] = { "position ", "decode step ", "cosine 0.",
+		                               "pass over ", "positions, " };
+	struct q4kh_f2_rules r;
+
+	rules(&r);
+	for (int c = 0; c < 7; c++)
+		for (int s = 0; s < 3; s++) {
+			float ref[N], cand[N], same[N];
+			struct q4kh_f2_point pts[4], kept[4];
+			struct q4kh_f2_result res = { .points = pts, .n_points = 4 };
+			struct q4kh_f2_result from_receipt = { .points = kept, .n_points = 4 };
+			const int at = s == 2 ? 3 : 1;
+
+			reference(same);
+			make_case(c, ref, cand);
+			for (int i = 0; i < 4; i++) {
+				pts[i] = (struct q4kh_f2_point){ .position = i,
+					                         .decode_step = i < 3 ? -1 : 0,
+					                         .judged = i >= 1 };
+				if (i == at)
+					q4kh_f2_judge(ref, cand, N, &r, &pts[i]);
+				else
+					q4kh_f2_judge(same, same, N, &r, &pts[i]);
+			}
+			pts[at].narrow = s == 1 ? 3 : 0;
+			q4kh_f2_conclude(&res, &r);
+			cr_assert_eq(res.worst, at, "case %d: decided at %lld", c, (long long)res.worst);
+			for (int i = 0; i < 4; i++)
+				kept[i] = as_kept(&pts[i]);
+			q4kh_f2_conclude(&from_receipt, &r);
+			cr_expect(q4kh_f2_message_matches(res.message, &from_receipt, &r),
+			          "case %d, %s: not found again: %s", c, sites[s], res.message);
+			for (size_t k = 0; k < sizeof(numbers) / sizeof(numbers[0]); k++)
+				expect_altered(res.message, numbers[k], &from_receipt, &r, c, sites[s]);
+		}
+}
+
 /* --- whole runs on the default model ------------------------------------ */
 
 #define PROBE "The quick brown fox jumps over the lazy dog. Water boils at one hundred degrees Celsius at sea level, and"

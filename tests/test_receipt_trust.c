@@ -1,9 +1,15 @@
 /*
  * A receipt cannot lie, tried as a careful user would, through the real
  * CLI:
- *  - a broken variant's receipt with its verdict edited to "pass" is not
- *    believed: the verdict is derived again from the receipt's own points,
- *    the candidate is measured again and does not serve;
+ *  - every field of a broken variant's receipt, forged in turn (its
+ *    verdict, its points' marks, cosines and decode steps, its summary,
+ *    its message, how many points it holds, every part of its key), reads
+ *    as no receipt: the report names what disagrees, a fresh measurement
+ *    starts, and the variant does not serve; the forgery a reviewer made
+ *    (the verdict and message of a pass, every mark blanked) is measured
+ *    to the end and found broken again (docs/f2.md, "Receipts");
+ *  - a deep receipt edited by hand decides neither for the deep probe nor
+ *    for the built-in one;
  *  - a plugin overwritten in place by another build of the same size,
  *    its modification time restored, is hashed again (the hash cache also
  *    keys on the change time, which cannot be set back), so its old pass
@@ -11,6 +17,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,70 +26,431 @@
 
 #include "helpers.h"
 
-/* q4khost COMMAND ... with receipts in RECEIPTS; the output and status. */
-static int q4k(const char *receipts, const char *plugins, const char *args, char **out)
+/* q4khost COMMAND ... on MODEL (NULL: the default one) with plugins from
+ * PLUGINS and receipts in RECEIPTS; the output and status. */
+static int q4k_on(const char *model, const char *receipts, const char *plugins,
+                  const char *args, char **out)
 {
 	char *cmd = NULL;
 	int rc;
 
-	if (asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost %s --plugin-path %s -m %s",
-	             receipts, test_builddir(), args, plugins, test_model_path()) < 0)
+	if (asprintf(&cmd, "%s --plugin-path %s -m %s", args, plugins,
+	             model ? model : test_model_path()) < 0)
 		cr_assert_fail("out of memory");
-	rc = test_shell(cmd, out);
+	rc = test_q4khost("", receipts, cmd, out);
 	free(cmd);
 	return rc;
 }
 
-/* The one receipt file in DIR (its path, malloc()ed). */
-static char *only_receipt(const char *dir)
+static int q4k(const char *receipts, const char *plugins, const char *args, char **out)
+{
+	return q4k_on(NULL, receipts, plugins, args, out);
+}
+
+/* The receipt file in DIR whose name `ls` lists first of those matching
+ * GLOB (its path, malloc()ed); there must be COUNT of them. */
+static char *receipt_file(const char *dir, const char *glob, int count)
 {
 	char *cmd = NULL, *out = NULL;
+	int n = 0;
 
-	if (asprintf(&cmd, "ls %s/*.json", dir) < 0)
+	if (asprintf(&cmd, "ls -tr %s/%s", dir, glob) < 0)
 		cr_assert_fail("out of memory");
 	cr_assert_eq(test_shell(cmd, &out), 0, "no receipt in %s", dir);
-	cr_assert_eq(strchr(out, '\n'), strrchr(out, '\n'), "more than one receipt: %s", out);
+	for (const char *p = out; (p = strchr(p, '\n')); p++)
+		n++;
+	cr_assert_eq(n, count, "%d receipts, not %d: %s", n, count, out);
 	*strchr(out, '\n') = 0;
 	free(cmd);
 	return out;
 }
 
-Test(receipt_trust, an_edited_verdict_is_not_believed, .timeout = 900)
+static char *only_receipt(const char *dir)
+{
+	return receipt_file(dir, "*.json", 1);
+}
+
+/*
+ * One edit of a receipt: the value at PATH ("verdict", "key/floor",
+ * "points/5/2": object keys and array indexes; "*" for every element of
+ * an array, "+" to append to it) becomes the JSON text VALUE, or is
+ * removed when VALUE is NULL ("points/-1": the last element).
+ */
+struct edit {
+	const char *path, *value;
+};
+
+static void apply(json_t *at, const char *path, const char *value)
+{
+	const char *slash = strchr(path, '/');
+	char step[64];
+	size_t len = slash ? (size_t)(slash - path) : strlen(path);
+	json_t *v = NULL;
+
+	snprintf(step, sizeof(step), "%.*s", (int)len, path);
+	if (value && !slash) {
+		v = json_loads(value, JSON_DECODE_ANY, NULL);
+		cr_assert_not_null(v, "not JSON: %s", value);
+	}
+	if (json_is_array(at) && !strcmp(step, "*")) {
+		cr_assert_not_null(slash, "'*' takes a path after it");
+		for (size_t i = 0; i < json_array_size(at); i++)
+			apply(json_array_get(at, i), slash + 1, value);
+	} else if (json_is_array(at) && !strcmp(step, "+")) {
+		json_array_append_new(at, v);
+	} else if (json_is_array(at)) {
+		long i = strtol(step, NULL, 10);
+		size_t at_i = (size_t)(i < 0 ? (long)json_array_size(at) + i : i);
+
+		cr_assert_lt(at_i, json_array_size(at), "no element %s", step);
+		if (slash)
+			apply(json_array_get(at, at_i), slash + 1, value);
+		else if (v)
+			json_array_set_new(at, at_i, v);
+		else
+			json_array_remove(at, at_i);
+	} else if (slash) {
+		cr_assert_not_null(json_object_get(at, step), "no key %s", step);
+		apply(json_object_get(at, step), slash + 1, value);
+	} else if (v) {
+		json_object_set_new(at, step, v);
+	} else {
+		json_object_del(at, step);
+	}
+}
+
+/* ORIGINAL with the edits E (ending in one of NULL path) into the file PATH. */
+static void forge(const json_t *original, const struct edit *e, const char *path)
+{
+	json_t *r = json_deep_copy(original);
+
+	for (; e->path; e++)
+		apply(r, e->path, e->value);
+	/* the default precision writes every double back as it was read */
+	cr_assert_eq(json_dump_file(r, path, JSON_INDENT(1)), 0, "cannot write %s", path);
+	json_decref(r);
+}
+
+/* Each forged field of a receipt of defect-biased on the default model
+ * (72 points: position 0 not judged, 1 to 63 in prefill, 64 to 71 the
+ * decode steps 0 to 7; broken everywhere, decided at position 1), and
+ * what the report says of it: a void receipt's field (after "receipt
+ * FILE: "), or the part of the key that changed. */
+static const struct forgery {
+	const char *what;
+	struct edit edits[4];
+	const char *why[2];
+	int void_receipt;
+} forgeries[] = {
+	{ "the verdict",
+	  { { "verdict", "\"pass\"" } },
+	  { "verdict \"pass\" but its points' verdict is \"broken\", decided at position 1 (prefill): ignored]" },
+	  1 },
+	{ "the verdict, to a rejection",
+	  { { "verdict", "\"reject\"" } },
+	  { "verdict \"reject\" but its points' verdict is \"broken\"" },
+	  1 },
+	{ "the verdict, the message of a pass and every mark blanked (a reviewer's forgery)",
+	  { { "verdict", "\"pass\"" },
+	    { "message", "\"pass over 71 judged positions, 0 near-ties; lowest at position 6 (prefill): argmax 625 (agrees), cosine 0.7062\"" },
+	    { "points/*/2", "\"unjudged\"" } },
+	  { "point 1 is marked \"unjudged\" but its probe plan judges position 1 (prefill): ignored]" },
+	  1 },
+	{ "a decode step's mark blanked",
+	  { { "points/70/2", "\"unjudged\"" } },
+	  { "point 70 is marked \"unjudged\" but its probe plan judges position 70 (decode step 6)" },
+	  1 },
+	{ "a mark to skipped",
+	  { { "points/5/2", "\"skipped\"" }, { "points/5/0", "null" } },
+	  { "point 5 is marked \"skipped\" but its probe plan judges position 5 (prefill)" },
+	  1 },
+	{ "a mark to pass",
+	  { { "points/5/2", "\"pass\"" } },
+	  { "point 5 is marked \"pass\" but its cosine 0.", " makes it \"broken\" (floors 0.95 and 0.90)" },
+	  1 },
+	{ "a mark to near-tie",
+	  { { "points/5/2", "\"near-tie\"" } },
+	  { "point 5 is marked \"near-tie\" but its cosine 0.", " makes it \"broken\"" },
+	  1 },
+	{ "a mark to reject",
+	  { { "points/5/2", "\"reject\"" } },
+	  { "point 5 is marked \"reject\" but its cosine 0.", " makes it \"broken\"" },
+	  1 },
+	{ "position 0 judged",
+	  { { "points/0/2", "\"broken\"" } },
+	  { "point 0 is marked \"broken\" but its probe plan compares without judging (\"unjudged\") position 0 (prefill)" },
+	  1 },
+	{ "a point's decode step",
+	  { { "points/70/1", "5" } },
+	  { "point 70 has decode step 5 but its probe plan has position 70 (decode step 6)" },
+	  1 },
+	{ "every cosine, to 0.9999",
+	  { { "points/*/0", "0.9999" } },
+	  { "point 1 is marked \"broken\" but its cosine 0.9999 is not below the 0.90 catastrophic floor" },
+	  1 },
+	{ "every cosine, to 0.8 (still broken)",
+	  { { "points/*/0", "0.8" } },
+	  { "min_cosine 0.70", " but its points' lowest judged cosine is 0.8000" },
+	  1 },
+	{ "min_cosine",
+	  { { "min_cosine", "0.999" } },
+	  { "min_cosine 0.9990 but its points' lowest judged cosine is 0." },
+	  1 },
+	{ "min_cosine, to null",
+	  { { "min_cosine", "null" } },
+	  { "min_cosine null but its points' lowest judged cosine is 0." },
+	  1 },
+	{ "worst_position",
+	  { { "worst_position", "6" } },
+	  { "worst_position 6 but its points decide at position 1 (prefill)" },
+	  1 },
+	{ "worst_decode_step",
+	  { { "worst_decode_step", "3" } },
+	  { "worst_decode_step 3 but its points decide at position 1 (prefill)" },
+	  1 },
+	{ "near_ties",
+	  { { "near_ties", "2" } },
+	  { "near_ties 2 but its points hold 0" },
+	  1 },
+	{ "the message, to a pass's",
+	  { { "message", "\"pass over 71 judged positions, 0 near-ties; lowest at position 6 (prefill): argmax 625 (agrees), cosine 0.7062\"" } },
+	  { "message \"pass over 71 judged positions, 0 near-ties; lowest at positi...\" but its points "
+	    "give \"broken\" at position 1 (prefill), cosine 0." },
+	  1 },
+	{ "the message's position",
+	  { { "message", "\"position 2 (prefill): argmax 625 (agrees), cosine 0.7068 < 0.90 catastrophic floor\"" } },
+	  { "message \"position 2 (prefill): argmax 625 (agrees), cosine 0.7068 < 0...\" but its "
+	    "points give \"broken\" at position 1 (prefill)" },
+	  1 },
+	{ "the message's cosine",
+	  { { "message", "\"position 1 (prefill): argmax 625 (agrees), cosine 0.9068 < 0.90 catastrophic floor\"" } },
+	  { "message \"position 1 (prefill): argmax 625 (agrees), cosine 0.9068 < 0...\" but its "
+	    "points give \"broken\" at position 1 (prefill)" },
+	  1 },
+	{ "the last point removed",
+	  { { "points/-1", NULL } },
+	  { "71 points but its probe plan has 72 (64 prefill positions, 8 decode steps)" },
+	  1 },
+	{ "a point added",
+	  { { "points/+", "[0.7062, 8, \"broken\"]" } },
+	  { "73 points but its probe plan has 72 (64 prefill positions, 8 decode steps)" },
+	  1 },
+	{ "every point removed",
+	  { { "points", "[]" } },
+	  { "min_cosine 0.", " but it holds no measured position" },
+	  1 },
+	{ "the model's hash",
+	  { { "key/model_sha256", "\"00000000000000000000000000000000000000000000000000000000000000aa\"" } },
+	  { "[fresh: the model file changed (sha256 00000000… -> " },
+	  0 },
+	{ "the variant's hash",
+	  { { "key/plugins/2/sha256", "\"00000000000000000000000000000000000000000000000000000000000000bb\"" } },
+	  { "[fresh: the plugin file of defect-biased changed (sha256 00000000… -> " },
+	  0 },
+	{ "the variant's settings",
+	  { { "key/plugins/2/settings", "\"threads=1\"" } },
+	  { "[fresh: the settings of defect-biased changed ([plugin.defect-biased] \"threads=1\" -> \"\")]" },
+	  0 },
+	{ "the device",
+	  { { "key/device_uuid", "\"GPU-forged\"" } },
+	  { "[fresh: the device changed (GPU-forged -> cpu)]" },
+	  0 },
+	{ "the floor",
+	  { { "key/floor", "0.9" } },
+	  { "[fresh: the F2 settings changed (floor 0.95, 8 decode steps, 64 probe tokens)]" },
+	  0 },
+	{ "the decode steps",
+	  { { "key/decode_steps", "4" } },
+	  { "[fresh: the F2 settings changed (floor 0.95, 8 decode steps, 64 probe tokens)]" },
+	  0 },
+	{ "the rule set",
+	  { { "key/ruleset", "1" } },
+	  { "[fresh: the F2 rule set changed (1 -> " },
+	  0 },
+	{ "the probe's kind",
+	  { { "key/probe", "\"prompt\"" } },
+	  { "[fresh: the probe changed (prompt -> builtin)]" },
+	  0 },
+	{ "the probe's hash",
+	  { { "key/probe_sha256", "\"00000000000000000000000000000000000000000000000000000000000000cc\"" } },
+	  { "[fresh: the probe's tokens changed (sha256 00000000… -> " },
+	  0 },
+};
+
+/* That OUT says BEFORE "receipt FILE: " WHY in one piece: a void receipt
+ * FILE and the field that voids it, named where BEFORE puts it. */
+static void expect_void(const char *out, const char *before, const char *file, const char *why,
+                        const char *what)
+{
+	char *want = NULL;
+
+	cr_assert(asprintf(&want, "%sreceipt %s: %s", before, file, why) > 0);
+	cr_expect(strstr(out, want) != NULL, "%s: the report lacks '%s': %s", what, want, out);
+	free(want);
+}
+
+/*
+ * run --kernel defect-biased with the config CFG, which stops a
+ * measurement after a second (f2_timeout_s, not part of a receipt's key):
+ * a receipt decides at once, and a fresh measurement shows as a timeout.
+ * Its output; the variant must not have served.
+ */
+static char *run_limited(const char *receipts, const char *plugins, const char *cfg)
+{
+	char *args = NULL, *out = NULL;
+
+	cr_assert(asprintf(&args, "run -p 'The sky is' -n 4 --kernel defect-biased --config %s",
+	                   cfg) > 0);
+	cr_expect_neq(q4k(receipts, plugins, args, &out), 0, "the variant served: %s", out);
+	cr_expect(strstr(out, "F2: pass") == NULL, "%s", out);
+	free(args);
+	return out;
+}
+
+Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
 {
 	static const char *const names[] = { "defect_biased", NULL };
 	const char *plugins, *receipts = test_tmpdir();
-	char *out = NULL, *path, *text, *at;
-	size_t len;
+	char *out = NULL, *path, *cfg = NULL;
+	json_t *original, *again;
 
 	test_model_path();
 	plugins = test_plugin_dir(names);
+	cr_assert(asprintf(&cfg, "%s/limited.ini", receipts) > 0);
+	test_write_file(cfg, "[f2]\nf2_timeout_s = 1\n", 21);
 	cr_assert_eq(q4k(receipts, plugins, "validate --kernel defect-biased", &out), 1, "%s", out);
 	cr_assert(strstr(out, "broken") != NULL, "%s", out);
 	free(out);
-
 	path = only_receipt(receipts);
-	text = test_read_file(path, &len);
-	cr_assert_not_null(text);
-	at = strstr(text, "\"verdict\": \"broken\"");
-	cr_assert_not_null(at, "no verdict line in %s", path);
-	/* the same length: "broken" -> "pass  " would not parse; rewrite */
-	{
-		char *edited = NULL;
+	original = json_load_file(path, 0, NULL);
+	cr_assert_not_null(original, "%s", path);
+	cr_assert_eq(json_array_size(json_object_get(original, "points")), 72);
 
-		*at = 0;
-		cr_assert(asprintf(&edited, "%s\"verdict\": \"pass\"%s", text,
-		                   at + strlen("\"verdict\": \"broken\"")) > 0);
-		test_write_file(path, edited, strlen(edited));
-		free(edited);
+	/* As written, the receipt decides: no measurement. */
+	out = run_limited(receipts, plugins, cfg);
+	cr_expect(strstr(out, "F2 broken: position 1 (prefill): ") != NULL &&
+	                  strstr(out, "[receipt of ") != NULL,
+	          "the receipt as written did not decide: %s", out);
+	free(out);
+
+	for (size_t i = 0; i < sizeof(forgeries) / sizeof(forgeries[0]); i++) {
+		const struct forgery *f = &forgeries[i];
+
+		forge(original, f->edits, path);
+		out = run_limited(receipts, plugins, cfg);
+		cr_expect(strstr(out, "validation timed out after 1 s") != NULL,
+		          "%s: not measured again: %s", f->what, out);
+		if (f->void_receipt) {
+			expect_void(out, "[fresh: ", path, f->why[0], f->what);
+		} else {
+			cr_expect(strstr(out, f->why[0]) != NULL, "%s: the report lacks '%s': %s",
+			          f->what, f->why[0], out);
+		}
+		if (f->why[1])
+			cr_expect(strstr(out, f->why[1]) != NULL, "%s: the report lacks '%s': %s",
+			          f->what, f->why[1], out);
+		free(out);
 	}
 
-	cr_expect_neq(q4k(receipts, plugins, "run -p 'The sky is' -n 4 --kernel defect-biased", &out),
-	              0, "an edited receipt made a broken variant serve: %s", out);
-	cr_expect(strstr(out, "says \"pass\" but its own measurements say \"broken\"") != NULL,
-	          "the report does not say why the receipt was ignored: %s", out);
+	/* The reviewer's forgery, measured to the end: broken again. */
+	forge(original, forgeries[2].edits, path);
+	cr_expect_neq(q4k(receipts, plugins, "run -p 'The sky is' -n 4 --kernel defect-biased",
+	                  &out),
+	              0, "the forged receipt made a broken variant serve: %s", out);
+	cr_expect(strstr(out, "F2 broken: position 1 (prefill): argmax ") != NULL, "%s", out);
+	expect_void(out, "[fresh: ", path, forgeries[2].why[0], forgeries[2].what);
 	cr_expect(strstr(out, "F2: pass") == NULL, "%s", out);
 	free(out);
-	free(text);
+	again = json_load_file(path, 0, NULL);
+	cr_assert_not_null(again);
+	cr_expect_str_eq(json_string_value(json_object_get(again, "verdict")), "broken");
+	json_decref(again);
+	json_decref(original);
+	free(path);
+	free(cfg);
+}
+
+/*
+ * The deep probe on the tiny llama model, where a measurement takes
+ * seconds: defect-biased (right there: the model's one Q8_0 tensor is its
+ * embedding) passes the deep probe of 300 positions, 180 of them judged.
+ * That deep receipt decides for the built-in probe too. Edited, it
+ * decides for neither: validate --deep measures again, naming what
+ * disagrees, and a run on the built-in probe warns about it and measures
+ * its own probe.
+ */
+#define RUN "run -p 'The sky is' -n 2 --kernel defect-biased"
+
+Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
+{
+	static const char *const names[] = { "defect_biased", NULL };
+	/* what each forgery's report says, after "receipt FILE: " */
+	static const struct forgery deep[] = {
+		{ "a skipped position judged",
+		  { { "points/201/0", "1.0" }, { "points/201/2", "\"pass\"" } },
+		  { "point 201 is marked \"pass\" but its probe plan skips (\"skipped\") position 201 (prefill)" },
+		  1 },
+		{ "a judged position skipped",
+		  { { "points/136/0", "null" }, { "points/136/2", "\"skipped\"" } },
+		  { "point 136 is marked \"skipped\" but its probe plan judges position 136 (prefill)" },
+		  1 },
+		{ "the last decode step removed",
+		  { { "points/-1", NULL } },
+		  { "299 points but its probe plan has 300 (268 prefill positions, 32 decode steps)",
+		    "probe_sha256 " },
+		  1 },
+	};
+	const char *plugins, *receipts = test_tmpdir();
+	char model[4200], *out = NULL, *path, *cmd = NULL;
+	json_t *original;
+
+	snprintf(model, sizeof(model), "%s/tests/fixtures/tiny-llama.gguf", test_srcdir());
+	plugins = test_plugin_dir(names);
+	cr_assert_eq(q4k_on(model, receipts, plugins,
+	                    "validate --deep --ctx 300 --kernel defect-biased", &out),
+	             0, "%s", out);
+	free(out);
+	path = only_receipt(receipts);
+	original = json_load_file(path, 0, NULL);
+	cr_assert_not_null(original, "%s", path);
+	cr_assert_eq(json_array_size(json_object_get(original, "points")), 300);
+	cr_assert_str_eq(json_string_value(json_array_get(
+	                         json_array_get(json_object_get(original, "points"), 201), 2)),
+	                 "skipped", "position 201 is between the bands");
+	/* as written, it decides for the built-in probe: no measurement */
+	cr_expect_eq(q4k_on(model, receipts, plugins, RUN, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (deep receipt of ") != NULL, "%s", out);
+	free(out);
+
+	for (size_t i = 0; i < sizeof(deep) / sizeof(deep[0]); i++) {
+		const struct forgery *f = &deep[i];
+
+		/* the deep probe's own receipt: measured again */
+		forge(original, f->edits, path);
+		cr_expect_eq(q4k_on(model, receipts, plugins,
+		                    "validate --deep --ctx 300 --kernel defect-biased", &out),
+		             0, "%s", out);
+		expect_void(out, "fresh: ", path, f->why[0], f->what);
+		free(out);
+
+		/* for the built-in probe, whichever deep probe it ran: its hash
+		 * must be that of the deep probe of as many points */
+		forge(original, f->edits, path);
+		cr_expect_eq(q4k_on(model, receipts, plugins, RUN, &out), 0, "%s", out);
+		expect_void(out, "q4khost: warning: ", path, f->why[1] ? f->why[1] : f->why[0],
+		            f->what);
+		cr_expect(strstr(out, "deep receipt of") == NULL, "%s: it decided: %s", f->what, out);
+		cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s: %s", f->what, out);
+		free(out);
+		/* the built-in probe's receipt that run wrote goes: the next
+		 * run must find no other receipt that could decide */
+		cr_assert(asprintf(&cmd, "find %s -maxdepth 1 -name '*.json' ! -path %s -delete",
+		                   receipts, path) > 0);
+		cr_assert_eq(test_shell(cmd, &out), 0, "%s", out);
+		free(cmd);
+		free(out);
+	}
+	json_decref(original);
 	free(path);
 }
 

@@ -61,6 +61,16 @@ static int32_t finite_argmax(const float *v, int64_t n)
 	return best;
 }
 
+enum q4kh_f2_verdict q4kh_f2_cosine_verdict(double cos, const struct q4kh_f2_rules *rules)
+{
+	/* NaN (F2.1: NaN/Inf logits or a vector of zeros) fails both tests */
+	if (isnan(cos))
+		return Q4KH_F2_REJECT;
+	if (!(cos >= Q4KH_F2_CATASTROPHIC))
+		return Q4KH_F2_BROKEN;
+	return cos >= rules->floor ? Q4KH_F2_PASS : Q4KH_F2_REJECT;
+}
+
 void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
                    const struct q4kh_f2_rules *rules, struct q4kh_f2_point *pt)
 {
@@ -95,18 +105,10 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
 	pt->computed = 1;
 	if (!pt->judged)
 		return;
-	if (pt->nonfinite) {
-		pt->verdict = Q4KH_F2_REJECT;
-		pt->rule = "F2.1";
-	} else if (pt->zero_norm) {
-		pt->verdict = Q4KH_F2_REJECT;
-		pt->rule = "F2.1";
-	} else if (!(pt->cosine >= Q4KH_F2_CATASTROPHIC)) {
-		pt->verdict = Q4KH_F2_BROKEN;
-		pt->rule = "F2.2";
-	} else if (!(pt->cosine >= rules->floor)) {
-		pt->verdict = Q4KH_F2_REJECT;
-		pt->rule = "F2.2";
+	pt->verdict = q4kh_f2_cosine_verdict(pt->cosine, rules);
+	if (pt->verdict != Q4KH_F2_PASS) {
+		pt->rule = isnan(pt->cosine) ? "F2.1" : "F2.2";
+		pt->near_tie = 0;
 	} else if (pt->ref_argmax != pt->cand_argmax && !pt->near_tie) {
 		pt->verdict = Q4KH_F2_REJECT;
 		pt->rule = "F2.3";
@@ -188,6 +190,26 @@ static void not_measured(struct q4kh_f2_result *out, const char *side,
 	         "not measured: the %s failed in %s (F2.4): %.400s", side, phase, e->msg);
 }
 
+/*
+ * The message of verdict V decided at WORST (q4kh_f2_conclude's): the line
+ * that describes WORST, after a summary over JUDGED positions and
+ * NEAR_TIES when V is a pass.
+ */
+static void verdict_message(char *buf, size_t cap, enum q4kh_f2_verdict v,
+                            const struct q4kh_f2_point *worst, int64_t judged, int near_ties,
+                            const struct q4kh_f2_rules *rules)
+{
+	char line[512];
+
+	q4kh_f2_describe(worst, rules, line, sizeof(line));
+	if (v != Q4KH_F2_PASS)
+		snprintf(buf, cap, "%s", line);
+	else
+		snprintf(buf, cap, "pass over %lld judged position%s, %d near-tie%s; lowest at %.420s",
+		         (long long)judged, judged == 1 ? "" : "s", near_ties,
+		         near_ties == 1 ? "" : "s", line);
+}
+
 void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules)
 {
 	int64_t judged = 0;
@@ -195,6 +217,7 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 	out->verdict = Q4KH_F2_PASS;
 	out->min_cosine = INFINITY;
 	out->worst = -1;
+	out->near_ties = 0; /* concluded again after the narrow steps */
 	for (int64_t i = 0; i < out->n_points; i++) {
 		const struct q4kh_f2_point *pt = &out->points[i];
 		if (!pt->judged)
@@ -219,15 +242,66 @@ void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *ru
 		         "not measured: no position could be judged (F2.4)");
 		return;
 	}
-	q4kh_f2_describe(&out->points[out->worst], rules, out->message,
-	                 sizeof(out->message));
-	if (out->verdict == Q4KH_F2_PASS) {
-		char line[sizeof(out->message)];
-		snprintf(line, sizeof(line), "pass over %lld judged position%s, %d near-tie%s; lowest at %.420s",
-		         (long long)judged, judged == 1 ? "" : "s", out->near_ties,
-		         out->near_ties == 1 ? "" : "s", out->message);
-		memcpy(out->message, line, sizeof(line));
+	verdict_message(out->message, sizeof(out->message), out->verdict,
+	                &out->points[out->worst], judged, out->near_ties, rules);
+}
+
+int q4kh_f2_message_matches(const char *message, const struct q4kh_f2_result *res,
+                            const struct q4kh_f2_rules *rules)
+{
+	struct q4kh_f2_point w;
+	const char *argmax = strstr(message, "argmax "), *narrow;
+	char want[sizeof(res->message)];
+	int64_t judged = 0;
+
+	if (res->worst < 0)
+		return !strcmp(message, res->message);
+	for (int64_t i = 0; i < res->n_points; i++)
+		judged += res->points[i].judged != 0;
+	w = res->points[res->worst];
+	/* What a receipt's point does not keep, as MESSAGE says it. */
+	if (!argmax)
+		return 0;
+	if (sscanf(argmax, "argmax %d (reference) vs %d (candidate), reference gap %lf",
+	           &w.ref_argmax, &w.cand_argmax, &w.ref_gap) != 3) {
+		if (sscanf(argmax, "argmax %d (agrees)", &w.ref_argmax) != 1)
+			return 0;
+		w.cand_argmax = w.ref_argmax;
 	}
+	/* Where the cosine passes, the argmaxes differ exactly at a
+	 * tolerated near-tie and at an F2.3 rejection. */
+	if (q4kh_f2_cosine_verdict(w.cosine, rules) == Q4KH_F2_PASS &&
+	    (w.ref_argmax == w.cand_argmax) != (w.verdict == Q4KH_F2_PASS && !w.near_tie))
+		return 0;
+	narrow = strstr(message, "(prefill in a step of ");
+	w.narrow = 0;
+	if (narrow && w.decode_step < 0 &&
+	    sscanf(narrow, "(prefill in a step of %d tokens)", &w.narrow) != 1)
+		return 0;
+	w.nonfinite = isnan(w.cosine) && strstr(message, "candidate logits hold") ? 1
+	              : isnan(w.cosine) && strstr(message, "reference logits hold") ? 2
+	                                                                             : 0;
+	w.zero_norm = isnan(w.cosine) && !w.nonfinite;
+	verdict_message(want, sizeof(want), res->verdict, &w, judged, res->near_ties, rules);
+	return !strcmp(message, want);
+}
+
+struct q4kh_f2_plan q4kh_f2_probe_plan(size_t n, const struct q4kh_f2_rules *rules)
+{
+	return (struct q4kh_f2_plan){ (int64_t)(n < rules->probe_tokens ? n : rules->probe_tokens),
+		                      rules->decode_steps, NULL };
+}
+
+void q4kh_f2_plan_point(const struct q4kh_f2_plan *plan, int64_t i, struct q4kh_f2_point *pt)
+{
+	*pt = (struct q4kh_f2_point){ .position = i,
+		                      .decode_step = i < plan->prefill ? -1
+		                                                       : (int32_t)(i - plan->prefill),
+		                      .cosine = NAN,
+		                      .ref_argmax = -1,
+		                      .cand_argmax = -1,
+		                      .judged = plan->judged ? plan->judged[i] != 0 : i >= 1,
+		                      .computed = !plan->judged || plan->judged[i] };
 }
 
 /*
@@ -338,8 +412,9 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                 struct q4kh_error *err)
 {
 	const int64_t v = ref->n_vocab;
-	const int64_t p = (int64_t)(n < rules->probe_tokens ? n : rules->probe_tokens);
-	const int64_t rows = p + rules->decode_steps;
+	const struct q4kh_f2_plan plan = q4kh_f2_probe_plan(n, rules);
+	const int64_t p = plan.prefill;
+	const int64_t rows = p + plan.decode_steps;
 	const int32_t *probe = tokens + (n - (size_t)p);
 	struct q4kh_error e = { { 0 } };
 	float *rl, *cl;
@@ -351,7 +426,7 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens and two sessions of one vocabulary");
 	/* the narrow steps read the prefill's rows: nothing more to keep */
 	rc = q4kh_f2_ref_begin(ref, &(struct q4kh_f2_ref_shape){ "probe", probe, p, NULL,
-	                                                         rules->decode_steps, 0, 0, rows },
+	                                                         plan.decode_steps, 0, 0, rows },
 	                       err);
 	if (rc)
 		return rc;
@@ -369,7 +444,7 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		not_measured(out, "candidate", "prefill", &e);
 		goto done;
 	}
-	for (int64_t s = 0; s < (int64_t)rules->decode_steps; s++) {
+	for (int64_t s = 0; s < (int64_t)plan.decode_steps; s++) {
 		const int64_t row = p + s;
 		/* Teacher forcing: both sides take the reference's greedy token. */
 		int32_t tok = q4kh_argmax(rl + (row - 1) * v, (int32_t)v);
@@ -379,11 +454,8 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	}
 	out->n_points = rows;
 	for (int64_t i = 0; i < rows; i++) {
-		struct q4kh_f2_point *pt = &out->points[i];
-		pt->position = i;
-		pt->decode_step = i < p ? -1 : (int32_t)(i - p);
-		pt->judged = i >= 1;
-		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, pt);
+		q4kh_f2_plan_point(&plan, i, &out->points[i]);
+		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, &out->points[i]);
 	}
 	q4kh_f2_conclude(out, rules);
 	narrow_steps(cand, probe, p, rl, cl, v, rules, out);
@@ -409,6 +481,18 @@ static int64_t judged_in(const uint8_t *judged, int64_t c, int64_t t)
 	for (int64_t i = c; i < c + t; i++)
 		n += judged[i] != 0;
 	return n;
+}
+
+/* Whether a deep plan's flags JUDGED judge its last prefill position (its
+ * argmax feeds the first decode step) and every decode step. */
+static int plan_flags_ok(int64_t prefill, const uint8_t *judged, uint32_t decode_steps)
+{
+	if (prefill < 2 || !judged[prefill - 1])
+		return 0;
+	for (int64_t i = prefill; i < prefill + decode_steps; i++)
+		if (!judged[i])
+			return 0;
+	return 1;
 }
 
 static struct plan_shape plan_shape(int64_t prefill, const uint8_t *judged, int64_t nb)
@@ -452,8 +536,8 @@ int q4kh_f2_record_plan(struct q4kh_f2_ref *ref, const int32_t *tokens, int64_t 
 	float *rl;
 	int rc = -1;
 
-	if (prefill < 2 || !judged[prefill - 1] || !ref->s || !ref->path)
-		return q4kh_fail(err, "F2: recording the reference needs a probe of at least 2 tokens, its last one judged, a reference session and a file");
+	if (!plan_flags_ok(prefill, judged, decode_steps) || !ref->s || !ref->path)
+		return q4kh_fail(err, "F2: recording the reference needs a probe of at least 2 tokens, its last one and its decode steps judged, a reference session and a file");
 	if (q4kh_f2_ref_begin(ref, &shape, err))
 		return -1;
 	if (!(rl = malloc(sizeof(float) * (size_t)(p.n_rows * v)))) {
@@ -514,8 +598,8 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (prefill < 2 || !judged[prefill - 1] || cand->m->hp.n_vocab != v)
-		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one judged, and two sessions of one vocabulary");
+	if (!plan_flags_ok(prefill, judged, decode_steps) || cand->m->hp.n_vocab != v)
+		return q4kh_fail(err, "F2 needs a probe of at least 2 tokens, its last one and its decode steps judged, and two sessions of one vocabulary");
 	rc = q4kh_f2_ref_begin(ref, &shape, err);
 	if (rc)
 		return rc;
@@ -525,13 +609,9 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		q4kh_f2_ref_end(ref);
 		return -1;
 	}
-	for (int64_t i = 0; i < rows; i++) {
-		struct q4kh_f2_point *pt = &out->points[i];
-		pt->position = i;
-		pt->decode_step = i < prefill ? -1 : (int32_t)(i - prefill);
-		pt->cosine = NAN; /* not computed unless judged */
-		pt->ref_argmax = pt->cand_argmax = -1;
-	}
+	for (int64_t i = 0; i < rows; i++)
+		q4kh_f2_plan_point(&(struct q4kh_f2_plan){ prefill, decode_steps, judged }, i,
+		                   &out->points[i]);
 	q4kh_f2_ref_reset(ref);
 	q4kh_session_reset(cand);
 	for (int64_t c = 0; c < prefill; c += nb) {
@@ -552,7 +632,6 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 			goto done;
 		}
 		for (int64_t i = c; i < c + t; i++) {
-			out->points[i].judged = judged[i];
 			if (!judged[i])
 				continue;
 			q4kh_f2_judge(rl + j * v, cl + j * v, v, rules, &out->points[i]);
@@ -571,7 +650,6 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 
 		if (decode_both(ref, cand, tok, rl, cl, out))
 			goto done;
-		out->points[row].judged = 1;
 		q4kh_f2_judge(rl, cl, v, rules, &out->points[row]);
 		last = rl;
 		if (done)

@@ -103,9 +103,20 @@ struct q4kh_f2_point {
 };
 
 /*
+ * What the cosine COS of a judged position decides by itself under RULES:
+ * reject when it is NaN (F2.1: NaN or Inf logits, or a vector of zeros),
+ * broken below the catastrophic floor, reject below the acceptance floor
+ * (F2.2), else pass, which an argmax disagreement beyond a near-tie may
+ * still turn into a rejection (F2.3). q4kh_f2_judge decides with it, and a
+ * receipt's marks are held to it (receipt_check.h).
+ */
+enum q4kh_f2_verdict q4kh_f2_cosine_verdict(double cos, const struct q4kh_f2_rules *rules);
+
+/*
  * Compare one position: REF and CAND are logit vectors of N floats. Fills
  * every field of *pt but position/decode_step/judged, which the caller
- * sets first; computed becomes 1.
+ * sets first; computed becomes 1. near_tie is left set only where the
+ * position passes: a disagreement at a rejected position is not tolerated.
  */
 void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
                    const struct q4kh_f2_rules *rules, struct q4kh_f2_point *pt);
@@ -117,6 +128,37 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
  */
 void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap);
+
+/*
+ * Which positions an F2 measurement has and which it judges: PREFILL
+ * positions of the probe's tokens (0 .. prefill-1), then DECODE_STEPS
+ * teacher-forced decode steps. Without JUDGED (the built-in and prompt
+ * probes, q4kh_f2_run) every position is compared and every one but
+ * position 0 judged; with it (the deep probe, q4kh_f2_run_plan: prefill +
+ * decode_steps flags, owned by the caller) only the flagged positions are
+ * compared, and judged. The narrow steps judge prefill positions again and
+ * add none. A receipt must hold exactly its plan's points
+ * (receipt_check.h).
+ */
+struct q4kh_f2_plan {
+	int64_t prefill;
+	uint32_t decode_steps;
+	const uint8_t *judged;
+};
+
+/* The plan of q4kh_f2_run on a probe of N tokens under RULES: its last
+ * rules->probe_tokens tokens (all N when fewer), then rules->decode_steps
+ * decode steps. */
+struct q4kh_f2_plan q4kh_f2_probe_plan(size_t n, const struct q4kh_f2_rules *rules);
+
+/*
+ * Position I of PLAN (0 <= I < prefill + decode_steps) as a finished
+ * measurement holds it: *PT zeroed but for position, decode_step (-1 in
+ * prefill), judged and computed, with a NaN cosine and argmaxes of -1
+ * until q4kh_f2_judge compares it. The measurements and the receipt
+ * checks take their positions from here.
+ */
+void q4kh_f2_plan_point(const struct q4kh_f2_plan *plan, int64_t i, struct q4kh_f2_point *pt);
 
 struct q4kh_f2_result {
 	enum q4kh_f2_verdict verdict;
@@ -133,12 +175,26 @@ void q4kh_f2_result_free(struct q4kh_f2_result *r);
 
 /*
  * The verdict of OUT's n_points points (judged by q4kh_f2_judge): the
- * worst over the judged ones, the first point of that severity as worst,
- * min_cosine, near_ties and the message naming what fired (or a pass
- * summary). q4kh_f2_run ends with it; serve's shadow parity judges the
- * positions of a served request with it.
+ * worst over the judged ones, the first point of that severity as worst
+ * (for a pass, the first of the lowest cosine), min_cosine (NaN when a
+ * judged cosine is), near_ties (of the judged points) and the message
+ * naming what fired (or a pass summary). q4kh_f2_run ends with it; serve's
+ * shadow parity judges the positions of a served request with it, and a
+ * receipt's summary is derived again with it (receipt_check.h).
  */
 void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules);
+
+/*
+ * Whether MESSAGE is the one q4kh_f2_conclude gives RES, whose points keep
+ * only what a receipt keeps (cosine, decode step, verdict, near-tie). What
+ * they lack is read from MESSAGE itself, and must fit the deciding point:
+ * the argmaxes and the reference gap (they differ exactly where a passing
+ * point is a near-tie or an F2.3 rejection), a narrow step's width, which
+ * side's logits held NaN. 1 when it is; 0 when MESSAGE states anything
+ * else (another verdict, position, decode step, cosine, floor or count).
+ */
+int q4kh_f2_message_matches(const char *message, const struct q4kh_f2_result *res,
+                            const struct q4kh_f2_rules *rules);
 
 /*
  * Run the probe TOKENS[0..n) (its last rules->probe_tokens tokens) on REF
@@ -164,7 +220,8 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
  * The deep probe's measurement (deep.h): TOKENS[0..prefill) on REF and CAND
  * from empty caches, then DECODE_STEPS teacher-forced decode steps, judging
  * the positions JUDGED[0..prefill + decode_steps) flags (JUDGED[prefill-1]
- * must be set: its argmax feeds the first step). The prefill goes in
+ * must be set: its argmax feeds the first step; so must every decode
+ * step's). The prefill goes in
  * chunks of the candidate's n_batch tokens, as a long prompt does, each
  * chunk one step on both sides with every row's logits computed, of which
  * each side keeps the judged rows only (q4kh_session_eval_rows): 2 x the

@@ -16,6 +16,7 @@
 #include "isolate.h"
 #include "log.h"
 #include "progress.h"
+#include "receipt_check.h"
 #include "tokenizer.h"
 #include "model.h"
 #include "prompt.h"
@@ -71,24 +72,44 @@ const char *q4kh_f2_probe_name(enum q4kh_f2_probe_kind k)
 	return k == Q4KH_F2_PROBE_PROMPT ? "prompt" : k == Q4KH_F2_PROBE_DEEP ? "deep" : "builtin";
 }
 
-int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
-                        uint32_t ctx, struct q4kh_error *err)
+/*
+ * The SHA-256 of a deep probe, its N token ids IDS and PLAN's flags, into
+ * HEX: the same tokens judged at other positions are another probe. -1
+ * with err on out of memory.
+ */
+static int deep_probe_sha256(const int32_t *ids, size_t n, const struct q4kh_deep_plan *plan,
+                             char *hex, struct q4kh_error *err)
 {
-	const size_t ids = g->n_probe * sizeof(*g->probe);
+	const size_t bytes = n * sizeof(*ids);
 	const size_t flags = (size_t)(plan->prefill + plan->decode_steps);
-	unsigned char *all = malloc(ids + flags);
+	unsigned char *all = malloc(bytes + flags);
 
 	if (!all)
 		return q4kh_fail(err, "deep probe: out of memory");
-	/* the same tokens judged at other positions are another probe */
-	memcpy(all, g->probe, ids);
-	memcpy(all + ids, plan->judged, flags);
-	q4kh_sha256_bytes(all, ids + flags, g->probe_sha256);
+	memcpy(all, ids, bytes);
+	memcpy(all + bytes, plan->judged, flags);
+	q4kh_sha256_bytes(all, bytes + flags, hex);
 	free(all);
+	return 0;
+}
+
+int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
+                        uint32_t ctx, struct q4kh_error *err)
+{
+	if (deep_probe_sha256(g->probe, g->n_probe, plan, g->probe_sha256, err))
+		return -1;
 	g->probe_kind = Q4KH_F2_PROBE_DEEP;
 	g->deep = plan;
 	g->deep_ctx = ctx;
 	return 0;
+}
+
+struct q4kh_f2_plan q4kh_guard_plan(const struct q4kh_guard *g, const struct q4kh_f2_rules *rules)
+{
+	if (g->deep)
+		return (struct q4kh_f2_plan){ g->deep->prefill, g->deep->decode_steps,
+			                      g->deep->judged };
+	return q4kh_f2_probe_plan(g->n_probe, rules);
 }
 
 #define PROBE_FILE_MAGIC "q4khost-f2-probe 1"
@@ -594,6 +615,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
                        struct q4kh_receipt *out, struct q4kh_error *err)
 {
 	struct q4kh_f2_rules rules;
+	struct q4kh_f2_plan plan;
 	struct q4kh_f2_result res;
 	struct q4kh_serving ref, cand;
 	struct q4kh_f2_ref fref = { 0 };
@@ -607,7 +629,8 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
 		return -1;
-	n_ctx = g->deep ? (uint32_t)(g->deep->prefill + g->deep->decode_steps)
+	plan = q4kh_guard_plan(g, &rules);
+	n_ctx = g->deep ? (uint32_t)(plan.prefill + plan.decode_steps)
 	                : rules.probe_tokens + rules.decode_steps + 8;
 	out->verdict = Q4KH_F2_NOT_MEASURED;
 	out->min_cosine = NAN;
@@ -646,8 +669,8 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 		to.runs = 2;
 	}
 	for (;;) {
-		run = g->deep ? q4kh_f2_run_plan(&fref, cand.s, g->probe, g->deep->prefill,
-		                                 g->deep->judged, g->deep->decode_steps, &rules,
+		run = g->deep ? q4kh_f2_run_plan(&fref, cand.s, g->probe, plan.prefill, plan.judged,
+		                                 plan.decode_steps, &rules,
 		                                 progress >= 0 ? write_progress : NULL, &to,
 		                                 &res, err)
 		              : q4kh_f2_run(&fref, cand.s, g->probe, g->n_probe, &rules, &res, err);
@@ -803,28 +826,111 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 }
 
 /*
+ * The plan of the deep receipt R that a guard of another probe reads
+ * (deep_receipt): the deep probe of G's model that reaches R's points,
+ * into *PLAN (free it), when its tokens and flags are the ones R is keyed
+ * on (probe_sha256). 0, or 1 with why not in WHY.
+ */
+static int deep_plan_of(const struct q4kh_guard *g, const struct q4kh_receipt *r,
+                        const char *path, struct q4kh_deep_plan *plan, char *why, size_t cap)
+{
+	struct q4kh_error e = { { 0 } };
+	char hex[Q4KH_SHA256_HEX];
+	int32_t *ids = NULL;
+	int rc;
+
+	/* A context of its points makes q4kh_deep_probe reach exactly as far:
+	 * the prefill is the context less the decode steps, or the whole
+	 * probe when that is shorter. */
+	if (r->n_points > UINT32_MAX ||
+	    q4kh_deep_probe(g->model_path, (uint32_t)r->n_points, &ids, plan, &e)) {
+		snprintf(why, cap, "receipt %s: %lld points, which no deep probe of this model has (%s): ignored",
+		         path, (long long)r->n_points, e.msg);
+		return 1;
+	}
+	rc = deep_probe_sha256(ids, (size_t)plan->prefill, plan, hex, &e);
+	free(ids);
+	if (!rc && strcmp(hex, r->key.probe_sha256)) {
+		snprintf(why, cap, "receipt %s: probe_sha256 %.8s… but the deep probe of its %lld points is %.8s…: ignored",
+		         path, r->key.probe_sha256, (long long)r->n_points, hex);
+		rc = 1;
+	} else if (rc) {
+		snprintf(why, cap, "%s", e.msg);
+		rc = 1;
+	}
+	if (rc)
+		q4kh_deep_plan_free(plan);
+	return rc;
+}
+
+int q4kh_guard_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key *key,
+                       const char *id, struct q4kh_receipt *out, char *why, size_t cap)
+{
+	struct q4kh_receipt_key want = *key;
+	struct q4kh_deep_plan deep = { 0 };
+	struct q4kh_f2_rules rules;
+	struct q4kh_f2_plan plan;
+	struct q4kh_error e = { { 0 } };
+	char path[4096], diff[256];
+	/* a deep receipt decides for another probe: whichever deep probe it
+	 * ran (its tokens are the host's, its reach the context it was given) */
+	const int other_deep = !g->deep && !strcmp(key->probe, q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
+	int rc = q4kh_receipt_load(g->receipt_dir, id, out, &e);
+
+	if (rc) {
+		snprintf(why, cap, rc > 0 ? "%s" : "the receipt could not be read: %s", e.msg);
+		return 1;
+	}
+	q4kh_receipt_path(g->receipt_dir, id, path, sizeof(path));
+	if (other_deep)
+		memcpy(want.probe_sha256, out->key.probe_sha256, sizeof(want.probe_sha256));
+	if (q4kh_receipt_key_diff(&out->key, &want, diff, sizeof(diff))) {
+		snprintf(why, cap, "%s", diff);
+		rc = 1;
+	} else if (other_deep && out->n_points &&
+	           deep_plan_of(g, out, path, &deep, why, cap)) {
+		rc = 2;
+	} else {
+		q4kh_receipt_rules(&out->key, &rules);
+		plan = other_deep && out->n_points
+		               ? (struct q4kh_f2_plan){ deep.prefill, deep.decode_steps, deep.judged }
+		               : q4kh_guard_plan(g, &rules);
+		if (q4kh_receipt_check(path, out, &plan, &e)) {
+			snprintf(why, cap, "%s", e.msg);
+			rc = 2;
+		} else if (q4kh_guard_limit_raised(g, out, diff, sizeof(diff))) {
+			snprintf(why, cap, "%s", diff);
+			rc = 1;
+		}
+	}
+	q4kh_deep_plan_free(&deep);
+	if (rc)
+		q4kh_receipt_free(out);
+	return rc;
+}
+
+/*
  * Whether a valid deep receipt of the candidate keyed KEY (receipt ID)
  * decides for the built-in probe: the wider measurement, whichever deep
- * probe it ran (its tokens are the host's, its reach the context it was
- * given), when it measured every position; a deep rejection is not
+ * probe it ran, when it measured every position; a deep rejection is not
  * outvoted by a pass of 64 tokens. Fills OUT when it does.
  */
 static int deep_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key *key,
                         const char *id, struct q4kh_guard_decision *out)
 {
 	struct q4kh_receipt_key want = *key;
-	struct q4kh_error e;
-	char deep_id[560], diff[256];
+	char deep_id[560], why[512];
+	int rc;
 
 	snprintf(deep_id, sizeof(deep_id), "%s probe %s", id,
 	         q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
-	if (q4kh_receipt_load(g->receipt_dir, deep_id, &out->receipt, &e) != 0)
-		return 0;
 	snprintf(want.probe, sizeof(want.probe), "%s", q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
-	memcpy(want.probe_sha256, out->receipt.key.probe_sha256, sizeof(want.probe_sha256));
+	rc = q4kh_guard_receipt(g, &want, deep_id, &out->receipt, why, sizeof(why));
+	/* the decision's source will name the built-in probe's receipt */
+	if (rc == 2)
+		note(Q4KH_LOG_WARN, "%s", why);
 	/* a crash or a timeout (no points) says nothing of the positions */
-	if (!out->receipt.n_points ||
-	    q4kh_receipt_key_diff(&out->receipt.key, &want, diff, sizeof(diff))) {
+	if (rc || !out->receipt.n_points) {
 		q4kh_receipt_free(&out->receipt);
 		return 0;
 	}
@@ -873,8 +979,8 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 {
 	struct q4kh_receipt_key key;
 	struct q4kh_error lerr = { { 0 } };
-	char id[512], diff[256], why[256] = "";
-	const char *reason = "no receipt";
+	char id[512], absent[512], why[256] = "";
+	const char *reason;
 	struct timespec t0, t1;
 	int rc, hit = Q4KH_ISOLATE_HIT_NONE;
 
@@ -891,26 +997,20 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	if (mode != Q4KH_F2_FRESH && g->probe_kind == Q4KH_F2_PROBE_BUILTIN &&
 	    deep_receipt(g, &key, id, out))
 		return 0;
-	rc = q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr);
-	if (rc == 0) {
-		reason = q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff));
-		if (!reason)
-			reason = q4kh_guard_limit_raised(g, &out->receipt, diff, sizeof(diff));
-		if (!reason && mode != Q4KH_F2_FRESH) {
+	/* none, stale and void read alike: measured */
+	if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) == 0) {
+		if (mode != Q4KH_F2_FRESH) {
 			out->verdict = out->receipt.verdict;
 			snprintf(out->source, sizeof(out->source), "receipt of %s",
 			         out->receipt.created);
 			return 0;
 		}
-		if (!reason)
-			reason = g->fresh_source ? g->fresh_source : "--f2 fresh";
+		reason = g->fresh_source ? g->fresh_source : "--f2 fresh";
 		q4kh_receipt_free(&out->receipt);
-	} else if (rc > 0) {
-		reason = lerr.msg; /* none, or of another schema */
 	} else {
-		reason = "the receipt could not be read";
+		reason = absent;
 	}
-	snprintf(out->source, sizeof(out->source), "fresh: %.200s", reason);
+	snprintf(out->source, sizeof(out->source), "fresh: %.240s", reason);
 	if (reference_down(g, &lerr)) {
 		out->verdict = Q4KH_F2_NOT_MEASURED;
 		snprintf(out->receipt.message, sizeof(out->receipt.message), REFERENCE_DOWN,
@@ -940,10 +1040,9 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		out->verdict = Q4KH_F2_REJECT;
 		return q4kh_receipt_save(g->receipt_dir, id, &out->receipt, err);
 	}
-	if (q4kh_receipt_load(g->receipt_dir, id, &out->receipt, &lerr) != 0 ||
-	    q4kh_receipt_key_diff(&out->receipt.key, &key, diff, sizeof(diff))) {
-		/* The child ran but measured nothing (F2.4). */
-		q4kh_receipt_free(&out->receipt);
+	if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) != 0) {
+		/* The child ran but measured nothing (F2.4); a receipt left
+		 * from before that cannot be used counts for nothing either. */
 		out->verdict = Q4KH_F2_NOT_MEASURED;
 		snprintf(out->receipt.message, sizeof(out->receipt.message),
 		         "not measured: the validation process wrote no receipt (F2.4)");

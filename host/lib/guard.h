@@ -170,6 +170,16 @@ int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
                         uint32_t ctx, struct q4kh_error *err);
 
 /*
+ * The plan of G's probe under RULES (f2.h): the deep probe's when G judges
+ * on it (q4kh_guard_use_deep), else that of q4kh_f2_run on G's tokens
+ * (q4kh_f2_probe_plan: their last rules->probe_tokens, then
+ * rules->decode_steps decode steps). What q4kh_guard_measure runs, and, under
+ * a receipt's own rules (q4kh_receipt_rules), the points a receipt of G
+ * must hold. Points into G's deep plan.
+ */
+struct q4kh_f2_plan q4kh_guard_plan(const struct q4kh_guard *g, const struct q4kh_f2_rules *rules);
+
+/*
  * The F2 rules for a candidate: the defaults, then [f2] and [plugin.NAME]
  * keys f2_floor, f2_decode_steps, f2_probe_tokens (NAME the variant, else
  * the backend). A floor under the catastrophic floor or a bad number is an
@@ -240,6 +250,27 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
  */
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                        struct q4kh_receipt *out, struct q4kh_error *err);
+
+/*
+ * The receipt ID of G's folder that may decide for key KEY (q4kh_guard_key)
+ * now, into *OUT (overwritten; free its points with q4kh_receipt_free):
+ * read (q4kh_receipt_load), its key the same as KEY, what it claims true of
+ * its points on the probe plan of its key (q4kh_guard_plan under
+ * q4kh_receipt_rules; q4kh_receipt_check), and no limit of G's raised
+ * since a limit stopped it (q4kh_guard_limit_raised). 0 when it may;
+ * else OUT is empty and WHY (CAP bytes) says why not: 1 for none, another
+ * schema, a file that cannot be parsed, the first part of the key that
+ * changed or a raised limit; 2 for a void receipt (current, but it claims
+ * what its points do not say), naming the field ("receipt PATH:
+ * min_cosine 0.9990 but its points' lowest judged cosine is 0.7060:
+ * ignored"). Either way the receipt is treated as none: the candidate is
+ * measured again. KEY of probe "deep" for a G of another probe asks for a
+ * deep receipt of whichever reach (its context): its plan is the deep
+ * probe of G's model with as many points, whose tokens and flags must
+ * hash to the receipt's probe_sha256.
+ */
+int q4kh_guard_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key *key,
+                       const char *id, struct q4kh_receipt *out, char *why, size_t cap);
 
 /* The outcome of q4kh_guard_check; free receipt.points with
  * q4kh_receipt_free. */

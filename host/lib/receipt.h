@@ -9,9 +9,11 @@
  * kind and its token ids).
  * Files are written atomically (temporary file, fsync, rename). A receipt
  * also keeps every measured position (cosine, decode step, verdict), so a
- * plot can be drawn from receipts alone. The file format carries a schema
- * number (RECEIPT_SCHEMA in receipt.c); a file of another schema counts as
- * no receipt. Functions are thread-safe for distinct receipts.
+ * plot can be drawn from receipts alone, and so that what it claims can be
+ * checked against them when it is read (receipt_check.h; this file only
+ * reads and writes). The file format carries a schema number
+ * (RECEIPT_SCHEMA in receipt.c); a file of another schema counts as no
+ * receipt. Functions are thread-safe for distinct receipts.
  */
 #ifndef Q4KH_RECEIPT_H
 #define Q4KH_RECEIPT_H
@@ -44,9 +46,9 @@ struct q4kh_receipt_key {
 	double floor;
 	uint32_t decode_steps, probe_tokens;
 	char probe_sha256[Q4KH_SHA256_HEX]; /* of the probe's token ids */
-	/* what the probe was: "builtin" (F2's own text) or "prompt" (a run's
-	 * prompt, --f2-probe prompt); a file without it was made with the
-	 * built-in probe */
+	/* what the probe was: "builtin" (F2's own text), "prompt" (a run's
+	 * prompt, --f2-probe prompt) or "deep" (deep.h); a file without it was
+	 * made with the built-in probe */
 	char probe[16];
 };
 
@@ -58,7 +60,7 @@ struct q4kh_receipt_point {
 	double cosine;       /* NaN when not computable (F2.1) */
 	int32_t decode_step; /* -1 in prefill */
 	enum q4kh_f2_verdict verdict; /* PASS, REJECT or BROKEN */
-	int judged;          /* 0 for position 0 */
+	int judged;          /* 0 for position 0 and between the deep bands */
 	int computed;        /* 0 between the deep probe's bands: no cosine */
 	int near_tie;        /* a tolerated argmax disagreement */
 };
@@ -86,6 +88,14 @@ struct q4kh_receipt {
 	struct q4kh_receipt_point *points;
 	int64_t n_points;
 };
+
+/*
+ * The mark a receipt file gives point P: "unjudged" (compared, not judged:
+ * position 0), "pass", "near-tie" (a tolerated argmax disagreement),
+ * "reject", "broken", or "skipped" (between the deep probe's bands: not
+ * compared, its cosine null).
+ */
+const char *q4kh_receipt_point_mark(const struct q4kh_receipt_point *p);
 
 /* Free R's points (R itself stays usable, with none). */
 void q4kh_receipt_free(struct q4kh_receipt *r);
@@ -117,14 +127,20 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err);
 
 /*
+ * The file of candidate ID's receipt in DIR into BUF (CAP bytes):
+ * DIR/<the first 32 hex digits of the SHA-256 of ID>.json, so that any
+ * identity maps to a safe file name.
+ */
+void q4kh_receipt_path(const char *dir, const char *id, char *buf, size_t cap);
+
+/*
  * Read the receipt of candidate ID (any printable identity string, e.g.
  * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR into *out, which is
- * overwritten (free its points first). 0 on success; 1 when there is none,
- * it is of another schema, or its verdict or lowest cosine disagrees with
- * its own measured points under its floors (an edited receipt vouches for
- * nothing), with err saying which; -1 with err for a
+ * overwritten (free its points first). 0 on success; 1 when there is none
+ * or it is of another schema, with err saying which; -1 with err for a
  * file that exists but cannot be parsed (the caller treats it as absent
- * and overwrites it).
+ * and overwrites it). It reads what the file says, true or not: whether
+ * that may be believed is q4kh_receipt_check's to say.
  */
 int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
                       struct q4kh_error *err);

@@ -272,7 +272,8 @@ void serve_trust_note(struct serve *srv, const char *path, const char *verdict,
 struct serve_path *serve_trust_fallback(struct serve *srv, int after,
                                         struct q4kh_error *err);
 /* Write the receipt of candidate C on device DEV from a shadow result
- * RES that rejected it, with MESSAGE. */
+ * RES that rejected it: its verdict and MESSAGE, without points (the
+ * request's positions are not the probe's). */
 int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate *c,
                                  const struct q4kh_device_record *dev,
                                  const struct q4kh_f2_result *res,

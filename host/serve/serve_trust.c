@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +71,7 @@ static int receipt_verdict(struct serve *srv, const struct q4kh_select_cand *c,
 	const struct q4kh_plugin *p = q4kh_registry_find(srv->registry, c->backend);
 	struct q4kh_receipt_key key;
 	struct q4kh_backend b;
-	char id[512], diff[256];
+	char id[512], why[512];
 	int rc;
 
 	memset(d, 0, sizeof(*d));
@@ -82,13 +83,8 @@ static int receipt_verdict(struct serve *srv, const struct q4kh_select_cand *c,
 	q4kh_backend_close(&b);
 	if (rc)
 		return -1;
-	if (q4kh_receipt_load(srv->guard.receipt_dir, id, &d->receipt, NULL) != 0)
+	if (q4kh_guard_receipt(&srv->guard, &key, id, &d->receipt, why, sizeof(why)) != 0)
 		return 1;
-	if (q4kh_receipt_key_diff(&d->receipt.key, &key, diff, sizeof(diff)) ||
-	    q4kh_guard_limit_raised(&srv->guard, &d->receipt, diff, sizeof(diff))) {
-		q4kh_receipt_free(&d->receipt);
-		return 1;
-	}
 	d->verdict = d->receipt.verdict;
 	snprintf(d->source, sizeof(d->source), "receipt of %s", d->receipt.created);
 	return 0;
@@ -495,15 +491,16 @@ int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate 
 		return q4kh_fail(err, "F2 is off: no receipt");
 	if (q4kh_guard_key(&srv->guard, c, dev, &r.key, id, sizeof(id), err))
 		return -1;
+	/* The served request's positions are not the probe's: a receipt
+	 * keeps none of them (its points must be its key's probe plan,
+	 * receipt_check.h), only the rejection and MESSAGE, which names the
+	 * request, the position and the cosine. */
 	r.verdict = res->verdict;
-	r.min_cosine = res->min_cosine;
-	r.worst_position = res->worst >= 0 ? res->points[res->worst].position : -1;
-	r.worst_decode_step = res->worst >= 0 ? res->points[res->worst].decode_step : -1;
-	r.near_ties = res->near_ties;
+	r.min_cosine = NAN;
+	r.worst_position = -1;
+	r.worst_decode_step = -1;
 	r.seconds = res->seconds;
 	snprintf(r.message, sizeof(r.message), "%s", message);
-	rc = q4kh_receipt_set_points(&r, res->points, res->n_points, err) ||
-	     q4kh_receipt_save(srv->guard.receipt_dir, id, &r, err);
-	q4kh_receipt_free(&r);
+	rc = q4kh_receipt_save(srv->guard.receipt_dir, id, &r, err);
 	return rc ? -1 : 0;
 }

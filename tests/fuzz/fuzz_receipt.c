@@ -1,10 +1,13 @@
 /*
- * Fuzz target: the F2 receipt reader (receipt.c, JSON through jansson).
- * The input is the receipt file of one candidate. A receipt that loads is
- * compared with a key of our own (as the guard does), written again and
- * read back: the second reading must equal the first, field by field
- * (a point's cosine to the 10 significant digits receipts keep), since
- * the guard trusts a receipt it wrote itself.
+ * Fuzz target: the F2 receipt reader (receipt.c, JSON through jansson) and
+ * its check (receipt_check.c). The input is the receipt file of one
+ * candidate. A receipt that loads is compared with a key of our own (as
+ * the guard does), checked against the plan of the built-in probe its key
+ * names (its probe tokens, then its decode steps), written again and read
+ * back: the second reading must equal the first, field by field (a
+ * point's cosine to the last bit, which receipts keep), and must be as
+ * believable as the first, since the guard trusts a receipt it wrote
+ * itself.
  */
 #include "fuzz.h"
 
@@ -15,6 +18,7 @@
 
 #include "hash.h"
 #include "receipt.h"
+#include "receipt_check.h"
 
 #define ID "0123abcd cuda cuda-mwv GPU-5c7a"
 
@@ -33,12 +37,6 @@ static int same_double(double a, double b)
 	return a == b || (isnan(a) && isnan(b));
 }
 
-/* Equal to the 10 significant digits a receipt keeps of a point. */
-static int same_digits(double a, double b)
-{
-	return same_double(a, b) || fabs(a - b) <= 1e-9 * fabs(a);
-}
-
 static void check_same(const struct q4kh_receipt *a, const struct q4kh_receipt *b)
 {
 	char why[256];
@@ -53,12 +51,25 @@ static void check_same(const struct q4kh_receipt *a, const struct q4kh_receipt *
 		fuzz_violation("a rewritten receipt reads back differently");
 	for (int64_t i = 0; i < a->n_points; i++) {
 		const struct q4kh_receipt_point *p = &a->points[i], *q = &b->points[i];
-		if (!same_digits(p->cosine, q->cosine) || p->decode_step != q->decode_step ||
+		if (!same_double(p->cosine, q->cosine) || p->decode_step != q->decode_step ||
 		    p->verdict != q->verdict || p->judged != q->judged ||
 		    p->near_tie != q->near_tie)
 			fuzz_violation("point %lld of a rewritten receipt differs",
 			               (long long)i);
 	}
+}
+
+/* Whether R is believable on the built-in probe's plan of its own key;
+ * a void one must say why in one line. */
+static int believed(const char *path, const struct q4kh_receipt *r)
+{
+	const struct q4kh_f2_plan plan = { r->key.probe_tokens, r->key.decode_steps, NULL };
+	struct q4kh_error err = { { 0 } };
+	int rc = q4kh_receipt_check(path, r, &plan, &err);
+
+	if (rc)
+		fuzz_check_error(&err, "q4kh_receipt_check");
+	return rc == 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -68,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct q4kh_receipt_key mine;
 	struct q4kh_error err;
 	FILE *f;
-	int rc;
+	int rc, trusted;
 
 	snprintf(in, sizeof(in), "%s/in", fuzz_tmpdir());
 	snprintf(out, sizeof(out), "%s/out", fuzz_tmpdir());
@@ -88,9 +99,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	q4kh_receipt_key_diff(&mine, &r.key, why, sizeof(why));
 	if (q4kh_receipt_save(out, ID, &r, &err))
 		fuzz_violation("a receipt that loaded cannot be written: %s", err.msg);
+	trusted = believed(path, &r);
 	if (q4kh_receipt_load(out, ID, &again, &err) != 0)
 		fuzz_violation("a receipt we wrote does not load: %s", err.msg);
 	check_same(&r, &again);
+	if (trusted && !believed(path, &again))
+		fuzz_violation("a believable receipt, written again, is void");
 	q4kh_receipt_free(&r);
 	q4kh_receipt_free(&again);
 	return 0;
