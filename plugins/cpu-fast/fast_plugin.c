@@ -455,6 +455,10 @@ static const struct q4kh_backend_v1 table = {
 	.top2 = fast_top2,
 	.rope_store = fast_rope_store,
 	.norm_add_rms_norm = fast_norm_add_rms_norm,
+	/* Its ops run in f32, but its attention reads keys and values the
+	 * host's F16 cache rounded (every backend but the reference gets one):
+	 * f16 is the coarsest rounding on its path, and F2 measures it so. */
+	.arith = Q4KH_ARITH_F16,
 };
 
 #ifdef __clang__

@@ -210,6 +210,9 @@ static const struct q4kh_backend_v1 cuda_backend = {
 	.top2 = cuda_top2,
 	.rope_store = cuda_rope_store,
 	.norm_add_rms_norm = cuda_norm_add_rms_norm,
+	/* a prompt's products and attention on fp16 tensor cores (cuda_tc.cu,
+	 * cuda_flash.cu), the host's F16 cache */
+	.arith = Q4KH_ARITH_F16,
 };
 
 #ifdef __clang__

@@ -247,6 +247,10 @@ static const struct q4kh_backend_v1 table = {
 	.rope_ext = example_rope_ext,
 	.set_rows = example_set_rows,
 	.attention_ext = example_attention_ext,
+	/* The arithmetic F2 holds it to (docs/plugin-abi.md): float ops, but
+	 * the host gives every backend but the reference an F16 KV cache,
+	 * which its attention reads: f16 is the coarsest rounding it does. */
+	.arith = Q4KH_ARITH_F16,
 };
 
 static const struct q4kh_plugin_desc desc = {
