@@ -171,6 +171,47 @@ Test(config_errors, an_f2_floor_is_shown_as_set)
 	}
 }
 
+/* The "F2 acceptance floor" line plugins --explain prints under chain step
+ * LABEL ("cpu/cpu-q8act"), up to its comma, into BUF. */
+static const char *floor_line(const char *out, const char *label, char *buf, size_t cap)
+{
+	const char *at = strstr(out, label), *line = at ? strstr(at, "F2 acceptance floor ") : NULL;
+
+	cr_assert_not_null(line, "no floor under %s: %s", label, out);
+	snprintf(buf, cap, "%.*s", (int)strcspn(line, ",\n"), line);
+	return buf;
+}
+
+/* docs/f2.md, "Floors that follow the arithmetic": a path is judged at
+ * its class's floor, from the plugins' own declarations, unless f2_floor
+ * names one ([plugin.NAME] over [f2]), above or below the class's. */
+Test(config_errors, a_path_is_judged_at_its_class_floor_unless_a_setting_names_one)
+{
+	const char *plugins =
+		test_plugin_dir((const char *const[]){ "cpu_q8act", "defect_noisy", NULL });
+	char *cfg = file_with("floors.ini", "[f2]\nf2_floor = 0.97\n[plugin.cpu-q8act]\n"
+	                                    "f2_floor = 0.95\n");
+	char args[8800], line[256], want[4400], *out;
+
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect_str_eq(floor_line(out, "cpu/cpu-q8act", line, sizeof(line)),
+	                 "F2 acceptance floor 0.99 (from the int8 arithmetic class)");
+	cr_expect_str_eq(floor_line(out, "cpu/defect-noisy", line, sizeof(line)),
+	                 "F2 acceptance floor 0.99999 (from the f32 arithmetic class)");
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins,
+	         cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "F2 acceptance floor 0.95 (from %s:4 [plugin.cpu-q8act])",
+	         cfg);
+	cr_expect_str_eq(floor_line(out, "cpu/cpu-q8act", line, sizeof(line)), want);
+	snprintf(want, sizeof(want), "F2 acceptance floor 0.97 (from %s:2 [f2])", cfg);
+	cr_expect_str_eq(floor_line(out, "cpu/defect-noisy", line, sizeof(line)), want);
+	free(out);
+	free(cfg);
+}
+
 /* A [plugin.NAME] section whose NAME is no plugin on the path (a typo) is
  * named with file, line, the plugins there and the nearest name; a
  * warning only, once per section, as another machine's path may have it. */

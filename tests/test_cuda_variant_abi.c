@@ -170,6 +170,10 @@ Test(variant_plugin, each_loads_and_declares_its_backend_and_types)
 		cr_assert_eq(Q4KH_KERNEL_HAS(kt, gemv_glu), variants[v] == &mwv, "%s",
 		             p->name);
 		cr_assert_str_eq(kt->backend, "cuda", "%s", p->name);
+		/* ABI 1.6: int8 activations in cuda-dp4a; every variant's gemm
+		 * on fp16 tensor cores, so f16 at the finest (docs/f2.md) */
+		cr_assert_eq(kt->arith, variants[v] == &dp4a ? Q4KH_ARITH_INT8 : Q4KH_ARITH_F16,
+		             "%s", p->name);
 		cr_assert_eq(kt->max_gemv_columns, 8, "%s", p->name);
 		cr_assert_eq(kt->n_types, variants[v]->n_types, "%s", p->name);
 		for (uint32_t i = 0; i < kt->n_types; i++)

@@ -1,8 +1,10 @@
 /*
  * The F2 guard: its rules on constructed logit vectors (every number below
- * is computed here from the vectors, never taken from a run), and whole
- * runs of the reference against real kernel variants for the cpu backend,
- * one correct and several with planted defects (tests/plugins).
+ * is computed here from the vectors, never taken from a run), the floors
+ * of the arithmetic classes (docs/f2.md, "Floors that follow the
+ * arithmetic": the figures there), and whole runs of the reference
+ * against real kernel variants for the cpu backend, one correct and
+ * several with planted defects (tests/plugins).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "f2.h"
+#include "guard.h"
 #include "helpers.h"
 #include "kernel.h"
 #include "model.h"
@@ -134,6 +137,87 @@ Test(f2_rules, floors_and_their_messages)
 	cr_expect(strstr(msg, "< 0.95 acceptance floor") != NULL, "%s", msg);
 	at_cosine(ref, cand, 0.97);
 	cr_expect_eq(judge(ref, cand).verdict, Q4KH_F2_PASS);
+}
+
+/* docs/f2.md's table of floors, class by class. */
+static const struct {
+	uint32_t arith;
+	const char *floor; /* as docs/f2.md writes it */
+	const char *source;
+} class_floors[] = {
+	{ Q4KH_ARITH_EXACT, "0.999999", "exact arithmetic" },
+	{ Q4KH_ARITH_F32, "0.99999", "f32 arithmetic" },
+	{ Q4KH_ARITH_F16, "0.9999", "f16 arithmetic" },
+	{ Q4KH_ARITH_INT16, "0.9999", "int16 arithmetic" },
+	{ Q4KH_ARITH_INT8, "0.99", "int8 arithmetic" },
+	{ Q4KH_ARITH_UNDECLARED, "0.95", "no arithmetic class declared" },
+};
+
+/*
+ * A candidate a twentieth of its class's distance from 1 under the floor
+ * is rejected, naming the floor and the class; as far above it passes.
+ * The floor is docs/f2.md's, read back as text, not the host's constant.
+ */
+Test(f2_rules, each_class_rejects_just_under_its_floor_and_passes_just_above)
+{
+	float ref[N], cand[N];
+
+	reference(ref);
+	for (size_t i = 0; i < sizeof(class_floors) / sizeof(class_floors[0]); i++) {
+		const double floor = strtod(class_floors[i].floor, NULL), room = (1 - floor) / 20;
+		struct q4kh_f2_rules r;
+		struct q4kh_f2_point pt = { .position = 5, .decode_step = -1, .judged = 1 };
+		char msg[512], want[160];
+
+		q4kh_f2_rules_default(&r);
+		q4kh_f2_rules_class(&r, class_floors[i].arith);
+		cr_expect_eq(r.floor, floor, "%s: floor %.9g", class_floors[i].source, r.floor);
+		at_cosine(ref, cand, floor - room);
+		q4kh_f2_judge(ref, cand, N, &r, &pt);
+		cr_assert_float_eq(pt.cosine, floor - room, room / 10, "the vectors are built as meant");
+		cr_expect_eq(pt.verdict, Q4KH_F2_REJECT, "%s at %.9f", class_floors[i].source,
+		             pt.cosine);
+		q4kh_f2_describe(&pt, &r, msg, sizeof(msg));
+		snprintf(want, sizeof(want), " < %s acceptance floor (%s)", class_floors[i].floor,
+		         class_floors[i].source);
+		cr_expect(strstr(msg, want) != NULL, "'%s' lacks '%s'", msg, want);
+		at_cosine(ref, cand, floor + room);
+		q4kh_f2_judge(ref, cand, N, &r, &pt);
+		cr_expect_eq(pt.verdict, Q4KH_F2_PASS, "%s at %.9f", class_floors[i].source,
+		             pt.cosine);
+	}
+}
+
+/* Rules without a class are the floor F2 had before classes: 0.95. */
+Test(f2_rules, an_undeclared_path_keeps_the_default_floor)
+{
+	struct q4kh_f2_rules r;
+
+	q4kh_f2_rules_default(&r);
+	cr_expect_eq(r.arith, Q4KH_ARITH_UNDECLARED);
+	cr_expect_eq(r.floor, 0.95);
+	cr_expect_str_eq(q4kh_f2_floor_source(&r), "no arithmetic class declared");
+	r.floor_set = 1;
+	cr_expect_str_eq(q4kh_f2_floor_source(&r), "set by f2_floor");
+}
+
+/* A path's class is its coarser part's; a part that declares nothing, or
+ * a class this host does not know, makes the path undeclared. */
+Test(f2_rules, a_path_takes_the_coarser_class_of_its_parts)
+{
+	cr_expect_eq(q4kh_f2_arith_coarsest(Q4KH_ARITH_EXACT, Q4KH_ARITH_INT16), Q4KH_ARITH_INT16);
+	cr_expect_eq(q4kh_f2_arith_coarsest(Q4KH_ARITH_F16, Q4KH_ARITH_INT16), Q4KH_ARITH_INT16);
+	cr_expect_eq(q4kh_f2_arith_coarsest(Q4KH_ARITH_F16, Q4KH_ARITH_F32), Q4KH_ARITH_F16);
+	cr_expect_eq(q4kh_f2_arith_coarsest(Q4KH_ARITH_INT8, Q4KH_ARITH_F16), Q4KH_ARITH_INT8);
+	cr_expect_eq(q4kh_f2_arith_coarsest(Q4KH_ARITH_EXACT, Q4KH_ARITH_UNDECLARED),
+	             Q4KH_ARITH_UNDECLARED);
+	cr_expect_eq(q4kh_f2_arith_coarsest(Q4KH_ARITH_UNDECLARED, Q4KH_ARITH_INT8),
+	             Q4KH_ARITH_UNDECLARED);
+	cr_expect_not(q4kh_f2_arith_known(Q4KH_ARITH_INT8 + 1));
+	cr_expect_eq(q4kh_f2_arith_floor(Q4KH_ARITH_INT8 + 1), 0.95);
+	/* a coarser class never has a tighter floor than a finer one */
+	for (uint32_t a = Q4KH_ARITH_EXACT; a < Q4KH_ARITH_INT8; a++)
+		cr_expect_geq(q4kh_f2_arith_floor(a), q4kh_f2_arith_floor(a + 1), "%s", q4kh_f2_arith_name(a));
 }
 
 Test(f2_rules, the_example_line_of_the_design)
@@ -318,6 +402,68 @@ Test(f2_rules, a_conclusion_is_found_again_in_what_a_receipt_keeps)
 			for (size_t k = 0; k < sizeof(numbers) / sizeof(numbers[0]); k++)
 				expect_altered(res.message, numbers[k], &from_receipt, &r, c, sites[s]);
 		}
+
+/* --- the class of a path, from its plugins' tables ---------------------- */
+
+static struct q4kh_registry *class_reg;
+
+static void setup_classes(void)
+{
+	char path[8192];
+	struct q4kh_error err = { { 0 } };
+
+	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
+	         "%s/plugins/cpu-simd/.libs:%s/tests/plugins/.libs", test_builddir(),
+	         test_builddir(), test_builddir(), test_builddir());
+	cr_assert_eq(q4kh_registry_scan(path, NULL, &class_reg, &err), 0, "%s", err.msg);
+}
+
+static void teardown_classes(void)
+{
+	q4kh_registry_free(class_reg);
+}
+
+TestSuite(f2_classes, .init = setup_classes, .fini = teardown_classes);
+
+static uint32_t path_class(const char *backend, const char *variant)
+{
+	const struct q4kh_candidate c = { backend, 0, variant };
+
+	cr_assert_not_null(q4kh_registry_find(class_reg, backend), "%s", backend);
+	cr_assert(!variant || q4kh_registry_find(class_reg, variant), "%s", variant);
+	return q4kh_guard_arith(class_reg, &c);
+}
+
+/* What each in-tree path declares (docs/f2.md's table of classes). */
+Test(f2_classes, each_path_is_judged_at_the_class_its_plugins_declare)
+{
+	cr_expect_eq(path_class("cpu", NULL), Q4KH_ARITH_EXACT);
+	cr_expect_eq(path_class("cpu", "cpu-simd"), Q4KH_ARITH_INT16);
+	cr_expect_eq(path_class("cpu", "cpu-q8act"), Q4KH_ARITH_INT8);
+	cr_expect_eq(path_class("cpu-fast", NULL), Q4KH_ARITH_F16);
+	cr_expect_eq(path_class("cpu-fast", "cpu-simd"), Q4KH_ARITH_INT16);
+	cr_expect_eq(path_class("cpu-fast", "cpu-q8act"), Q4KH_ARITH_INT8);
+	cr_expect_eq(path_class("replay-ok", NULL), Q4KH_ARITH_F16);
+	/* the planted defects claim what they compute with, and get its floor */
+	cr_expect_eq(path_class("cpu", "defect-noisy"), Q4KH_ARITH_F32);
+	cr_expect_eq(path_class("replay-prompt-gate", NULL), Q4KH_ARITH_F16);
+}
+
+/* A plugin that declares nothing, or a class this host does not know,
+ * leaves its path undeclared: F2's default floor. */
+Test(f2_classes, an_undeclared_part_leaves_the_path_at_the_default_floor)
+{
+	struct q4kh_f2_rules r;
+	struct q4kh_error err = { { 0 } };
+
+	/* ABI 1.1: its table ends before arith */
+	cr_expect_eq(path_class("replay-v1-1", NULL), Q4KH_ARITH_UNDECLARED);
+	/* kernel-ok declares a class past INT8, a later minor's */
+	cr_expect_eq(path_class("cpu", "kernel-ok"), Q4KH_ARITH_UNDECLARED);
+	cr_assert_eq(q4kh_guard_rules_where(NULL, "replay-v1-1",
+	                                    path_class("replay-v1-1", NULL), &r, NULL, &err),
+	             0, "%s", err.msg);
+	cr_expect_eq(r.floor, 0.95);
 }
 
 /* --- whole runs on the default model ------------------------------------ */

@@ -749,6 +749,37 @@ Test(replay, f2_rejects_a_prompt_form_that_pairs_a_token_with_the_last_key, .tim
 	free(model);
 }
 
+/*
+ * The milder prompt-form defect docs/f2.md records as having passed:
+ * every token of a step decayed by the first token's gate. Its lowest
+ * cosine stays above 0.95, the floor before arithmetic classes; the f16
+ * class it declares (the cache the host gives it) rejects it in prefill.
+ */
+Test(replay, f2_rejects_a_prompt_form_that_decays_every_token_by_the_first_gate,
+     .timeout = 600)
+{
+	static const char *const names[] = { "replay_ok", "replay_prompt_gate", NULL };
+	const char *ok, *msg;
+	char *model = NULL;
+	json_t *root, *c;
+	size_t i;
+
+	if (asprintf(&model, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0)
+		cr_assert_fail("out of memory");
+	root = validate_pair(names, model, "replay-prompt-gate", &ok, &msg);
+	cr_expect(strstr(msg, "acceptance floor (f16 arithmetic)") != NULL, "%s", msg);
+	cr_expect(strstr(msg, "(prefill)") != NULL, "%s", msg);
+	json_array_foreach(json_object_get(root, "candidates"), i, c) {
+		if (strcmp(json_string_value(json_object_get(c, "backend")), "replay-prompt-gate"))
+			continue;
+		cr_expect_str_eq(json_string_value(json_object_get(c, "verdict")), "reject");
+		cr_expect_gt(json_real_value(json_object_get(c, "min_cosine")), 0.95,
+		             "the defect the old floor passed: %s", msg);
+	}
+	json_decref(root);
+	free(model);
+}
+
 /* --- gemv_multi and gemv_glu (graph_products.h) ------------------------ */
 
 /* EXPECT on the reference cpu through cpu-simd: CI without a GPU runs it. */

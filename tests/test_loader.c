@@ -519,6 +519,8 @@ Test(loader, abi_1_0_backend_is_accepted_without_the_1_1_entries)
 	cr_assert(Q4KH_BACKEND_HAS(p->desc->backend, native_device));
 	cr_assert_not(Q4KH_BACKEND_HAS(p->desc->backend, read_pass));
 	cr_assert_not(Q4KH_BACKEND_HAS(p->desc->backend, graph_free));
+	/* its table holds a class past its struct_size: never read */
+	cr_assert_eq(q4kh_plugin_arith(p), Q4KH_ARITH_UNDECLARED);
 	q4kh_registry_free(r);
 }
 
@@ -535,6 +537,7 @@ Test(loader, abi_1_3_kernel_is_accepted_without_gemv_multi)
 	cr_assert_eq(p->desc->abi_minor, 3);
 	cr_assert(Q4KH_KERNEL_HAS(p->desc->kernel, release));
 	cr_assert_not(Q4KH_KERNEL_HAS(p->desc->kernel, gemv_multi));
+	cr_assert_eq(q4kh_plugin_arith(p), Q4KH_ARITH_UNDECLARED);
 	q4kh_registry_free(r);
 }
 
@@ -551,6 +554,8 @@ Test(loader, newer_minor_kernel_is_accepted_and_recorded)
 	cr_assert_eq(p->desc->abi_minor, Q4KH_ABI_MINOR + 1);
 	cr_assert_eq(p->desc->kind, Q4KH_KIND_KERNEL);
 	cr_assert_str_eq(p->desc->kernel->backend, "cuda");
+	/* its class as written, one this host does not know (guard.h judges) */
+	cr_assert_eq(q4kh_plugin_arith(p), Q4KH_ARITH_INT8 + 1);
 	cr_assert_eq(q4kh_registry_find(r, "kernel-ok"), p);
 	cr_assert_null(q4kh_registry_find(r, "cpu"));
 	q4kh_registry_free(r);

@@ -230,6 +230,8 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	cr_expect_str_eq(str(p, "backend"), "cpu");
 	cr_expect_eq(json_array_size(json_object_get(p, "types")), 1);
 	cr_expect_str_eq(json_string_value(json_array_get(json_object_get(p, "types"), 0)), "Q4_K");
+	/* and the arithmetic F2 holds it to: float activations and sums */
+	cr_expect_str_eq(str(p, "arith"), "f32");
 	json_decref(j);
 
 	snprintf(args, sizeof(args),
@@ -248,7 +250,9 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 		else
 			cr_expect_fail("measured on backend %s", str(c, "backend"));
 		cr_expect_str_eq(str(c, "verdict"), "pass", "%s", str(c, "message"));
-		/* Float activations: far above the 0.95 floor (docs/plugin-abi.md). */
+		/* Float activations: judged at the f32 floor on cpu, at f16's on
+		 * cpu-fast, whose cache rounds (docs/f2.md) */
+		cr_expect_str_eq(str(c, "arith"), strcmp(str(c, "backend"), "cpu") ? "f16" : "f32");
 		cr_expect_geq(json_real_value(json_object_get(c, "min_cosine")), 0.999,
 		              "%s", str(c, "message"));
 	}
@@ -354,6 +358,8 @@ Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout
 	cr_expect_eq(st, 0, "q4khost %s exited with status %d", args, st);
 	expect_accepted(j, "cpu", "backend", plugins);
 	expect_accepted(j, "example-backend", "backend", plugins);
+	cr_expect_str_eq(str(plugin_entry(j, "cpu"), "arith"), "exact");
+	cr_expect_str_eq(str(plugin_entry(j, "example-backend"), "arith"), "f16");
 	json_decref(j);
 
 	snprintf(args, sizeof(args), "conformance --plugin-path '%s' --backend example-backend",
@@ -388,7 +394,8 @@ Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout
 		seen++;
 		cr_expect_str_eq(str(c, "backend"), "example-backend");
 		cr_expect_str_eq(str(c, "verdict"), "pass", "%s", str(c, "message"));
-		/* Float arithmetic: far above the 0.95 floor (docs/plugin-abi.md). */
+		/* Float ops on the host's F16 cache: judged at the f16 floor */
+		cr_expect_str_eq(str(c, "arith"), "f16");
 		cr_expect_geq(json_real_value(json_object_get(c, "min_cosine")), 0.999, "%s",
 		              str(c, "message"));
 	}

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "config.h"
 #include "enumerate.h"
+#include "f2.h"
 #include "registry.h"
 #include "settings.h"
 #include <q4khost/quant.h>
@@ -207,6 +208,13 @@ static const struct q4kh_kernel_v1 *kernel_table(const struct q4kh_plugin *p)
 	return p->desc->kernel;
 }
 
+/* The arithmetic class an accepted plugin declares (plugin.h, q4kh_arith),
+ * which sets F2's floor for its paths; NULL for any other. */
+static const char *arith_word(const struct q4kh_plugin *p)
+{
+	return p->state == Q4KH_PLUGIN_ACCEPTED ? q4kh_f2_arith_name(q4kh_plugin_arith(p)) : NULL;
+}
+
 static void print_plugin(const struct q4kh_plugin *p)
 {
 	const struct q4kh_plugin_desc *d = p->desc;
@@ -229,6 +237,8 @@ static void print_plugin(const struct q4kh_plugin *p)
 	printf("  license:   %s\n", or_dash(d->license));
 	printf("  build id:  %s\n", or_dash(d->build_id));
 	printf("  ABI:       %d.%u\n", Q4KH_ABI_MAJOR, d->abi_minor);
+	if (arith_word(p))
+		printf("  arith:     %s\n", arith_word(p));
 	if (kernel_table(p)) {
 		const struct q4kh_kernel_v1 *k = d->kernel;
 
@@ -313,6 +323,8 @@ static json_t *plugin_json(const struct q4kh_plugin *p)
 	json_object_set_new(o, "build_id", jstr(d->build_id));
 	json_object_set_new(o, "abi_major", json_integer(Q4KH_ABI_MAJOR));
 	json_object_set_new(o, "abi_minor", json_integer(d->abi_minor));
+	if (arith_word(p))
+		json_object_set_new(o, "arith", json_string(arith_word(p)));
 	if (kernel_table(p)) {
 		const struct q4kh_kernel_v1 *k = d->kernel;
 		json_t *types = json_array();

@@ -176,9 +176,12 @@ static void choice_text(const struct q4kh_kernel_choice *ch, char *buf, size_t c
 }
 
 /* F2's rules for the candidate at step S (none for the reference). */
-static int rules(const struct q4kh_config *c, const struct q4kh_backend *b,
-                 const struct q4kh_policy_step *s, json_t *jstep, int json)
+static int rules(const struct q4kh_registry *r, const struct q4kh_config *c,
+                 const struct q4kh_backend *b, const struct q4kh_policy_step *s,
+                 json_t *jstep, int json)
 {
+	const struct q4kh_candidate cand = { b->plugin->name, 0, s->variant };
+	const uint32_t arith = q4kh_guard_arith(r, &cand);
 	struct q4kh_f2_rules ru;
 	struct q4kh_f2_rule_origins o;
 	struct q4kh_error err = { { 0 } };
@@ -190,15 +193,16 @@ static int rules(const struct q4kh_config *c, const struct q4kh_backend *b,
 			printf("        F2: the reference, not guarded\n");
 		return 0;
 	}
-	if (q4kh_guard_rules_where(c, s->variant ? s->variant : b->plugin->name, &ru, &o,
+	if (q4kh_guard_rules_where(c, s->variant ? s->variant : b->plugin->name, arith, &ru, &o,
 	                           &err)) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
 		return Q4KH_EXIT_INPUT;
 	}
 	if (json) {
 		json_object_set_new(jstep, "f2",
-		                    json_pack("{s:{s:f, s:s}, s:{s:i, s:s}, s:{s:i, s:s}}",
-		                              "floor", "value", ru.floor, "origin", o.floor,
+		                    json_pack("{s:s, s:{s:f, s:s}, s:{s:i, s:s}, s:{s:i, s:s}}",
+		                              "arith", q4kh_f2_arith_name(arith), "floor", "value",
+		                              ru.floor, "origin", o.floor,
 		                              "decode_steps", "value", (int)ru.decode_steps,
 		                              "origin", o.decode_steps, "probe_tokens", "value",
 		                              (int)ru.probe_tokens, "origin", o.probe_tokens));
@@ -317,7 +321,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		} else {
 			printf("    %zu. %-26s %s\n", i + 1, label, why);
 		}
-		rc = rules(c, &b, s, jstep, json);
+		rc = rules(r, c, &b, s, jstep, json);
 	}
 	if (!json)
 		printf("  by tensor type (first choice before F2, and the runner-up):\n");

@@ -465,15 +465,20 @@ static void print_lines(const char *heading, const char *lines)
 }
 
 /* A row with no decision (an error, a stop) has measured nothing: null. */
-static json_t *row_json(const struct row *r)
+/* Row R as JSON; REG names the arithmetic class of its path. */
+static json_t *row_json(const struct row *r, const struct q4kh_registry *reg)
 {
 	const struct q4kh_receipt *rc = &r->d.receipt;
 	int m = !r->failed;
 
-	return json_pack("{s:s, s:s, s:i, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}",
+	return json_pack("{s:s, s:s, s:i, s:s, s:s?, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+	                 "s:s}",
 	                 "backend", r->e.c.backend, "kernel", variant_name(&r->e.c),
 	                 "device", (int)r->e.c.device, "device_uuid", r->e.dev.uuid,
-	                 "verdict", row_verdict(r),
+	                 "verdict", row_verdict(r), "arith",
+	                 q4kh_f2_arith_name(q4kh_guard_arith(reg, &r->e.c)),
+	                 /* the floor it was judged by; none for a crash or timeout */
+	                 "floor", m && rc->key.floor > 0 ? json_real(rc->key.floor) : json_null(),
 	                 "min_cosine", m && isfinite(rc->min_cosine) ? json_real(rc->min_cosine)
 	                                                            : json_null(),
 	                 "min_cosine_position",
@@ -499,7 +504,7 @@ static void builtin_probe_text(const struct q4kh_config *config, size_t n_probe,
 	struct q4kh_f2_rules rules;
 	struct q4kh_error err;
 
-	if (q4kh_guard_rules_where(config, NULL, &rules, NULL, &err)) {
+	if (q4kh_guard_rules_where(config, NULL, Q4KH_ARITH_UNDECLARED, &rules, NULL, &err)) {
 		snprintf(out, cap, "built-in probe (%s)", err.msg);
 		return;
 	}
@@ -657,7 +662,8 @@ static int write_plot(const char *path, const char *model, const struct row *row
 		         row_verdict(&rows[i]) ? row_verdict(&rows[i]) : "stopped", r->message);
 		/* A receipt written by a crash or timeout has no key floor. */
 		s[i] = (struct q4kh_plot_series){ labels[i], summaries[i],
-			                          r->key.floor > 0 ? r->key.floor : 0.95,
+			                          r->key.floor > 0 ? r->key.floor
+			                                           : Q4KH_F2_FLOOR_DEFAULT,
 			                          r->points, r->n_points };
 	}
 	snprintf(subtitle, sizeof(subtitle), "model %s; position 0 is not judged", model);
@@ -863,7 +869,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		json_t *lacking = json_lines(passed_over);
 
 		for (size_t i = 0; i < n; i++)
-			json_array_append_new(arr, row_json(&rows[i]));
+			json_array_append_new(arr, row_json(&rows[i], reg));
 		root = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "model", o.c.model,
 		                 "model_sha256", g.model_sha256, "receipt_dir", g.receipt_dir,
 		                 "candidates", arr, "unmeasurable", gaps, "not_applicable",

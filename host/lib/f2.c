@@ -9,9 +9,81 @@
 #include "f2_reference.h"
 #include "sampler.h"
 
+/*
+ * Each class's acceptance floor: the lowest cosine correct code of that
+ * class gave over every fixture and the default model, built-in and deep
+ * probes, with a margin (docs/f2.md, "Floors that follow the
+ * arithmetic", has the table). A class's floor is never above a finer
+ * class's, so that the coarsest part of a path sets it.
+ */
+static const struct {
+	const char *name;
+	double floor;
+} arith_classes[] = {
+	[Q4KH_ARITH_UNDECLARED] = { "undeclared", Q4KH_F2_FLOOR_DEFAULT },
+	[Q4KH_ARITH_EXACT] = { "exact", 0.999999 },
+	[Q4KH_ARITH_F32] = { "f32", 0.99999 },
+	[Q4KH_ARITH_F16] = { "f16", 0.9999 },
+	[Q4KH_ARITH_INT16] = { "int16", 0.9999 },
+	[Q4KH_ARITH_INT8] = { "int8", 0.99 },
+};
+
+int q4kh_f2_arith_known(uint32_t arith)
+{
+	return arith < sizeof(arith_classes) / sizeof(arith_classes[0]);
+}
+
+const char *q4kh_f2_arith_name(uint32_t arith)
+{
+	return q4kh_f2_arith_known(arith) ? arith_classes[arith].name : "unknown";
+}
+
+uint32_t q4kh_f2_arith_of_name(const char *name)
+{
+	for (uint32_t a = 0; name && q4kh_f2_arith_known(a); a++)
+		if (!strcmp(name, arith_classes[a].name))
+			return a;
+	return Q4KH_ARITH_UNDECLARED;
+}
+
+double q4kh_f2_arith_floor(uint32_t arith)
+{
+	return q4kh_f2_arith_known(arith) ? arith_classes[arith].floor : Q4KH_F2_FLOOR_DEFAULT;
+}
+
+uint32_t q4kh_f2_arith_coarsest(uint32_t a, uint32_t b)
+{
+	if (a == Q4KH_ARITH_UNDECLARED || b == Q4KH_ARITH_UNDECLARED)
+		return Q4KH_ARITH_UNDECLARED;
+	return a > b ? a : b;
+}
+
+void q4kh_f2_rules_class(struct q4kh_f2_rules *r, uint32_t arith)
+{
+	r->arith = arith;
+	r->floor = q4kh_f2_arith_floor(arith);
+	r->floor_set = 0;
+}
+
+const char *q4kh_f2_floor_source(const struct q4kh_f2_rules *r)
+{
+	static const char *const of_class[] = {
+		[Q4KH_ARITH_UNDECLARED] = "no arithmetic class declared",
+		[Q4KH_ARITH_EXACT] = "exact arithmetic",
+		[Q4KH_ARITH_F32] = "f32 arithmetic",
+		[Q4KH_ARITH_F16] = "f16 arithmetic",
+		[Q4KH_ARITH_INT16] = "int16 arithmetic",
+		[Q4KH_ARITH_INT8] = "int8 arithmetic",
+	};
+
+	if (r->floor_set)
+		return "set by f2_floor";
+	return q4kh_f2_arith_known(r->arith) ? of_class[r->arith] : of_class[0];
+}
+
 void q4kh_f2_rules_default(struct q4kh_f2_rules *r)
 {
-	r->floor = 0.95;
+	q4kh_f2_rules_class(r, Q4KH_ARITH_UNDECLARED);
 	r->near_tie_cosine = 0.98;
 	r->near_tie_logits = 0.5;
 	r->decode_steps = 8;
@@ -115,9 +187,22 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
 	}
 }
 
+/*
+ * Decimals of a cosine shown beside RULES' acceptance floor: two more
+ * than the floor has, at least 4, so that a cosine just under a floor of
+ * 0.9999 never reads as 0.9999 itself.
+ */
+static int cosine_digits(const struct q4kh_f2_rules *rules)
+{
+	const int floor_digits = (int)strlen(q4kh_f2_threshold(rules->floor).s) - 2;
+
+	return floor_digits + 2 > 4 ? floor_digits + 2 : 4;
+}
+
 void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap)
 {
+	const int digits = cosine_digits(rules);
 	char where[64], argmax[160], what[200];
 
 	if (pt->decode_step >= 0)
@@ -144,15 +229,16 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
 		snprintf(what, sizeof(what), "cosine %.4f < %s catastrophic floor",
 		         pt->cosine, q4kh_f2_threshold(Q4KH_F2_CATASTROPHIC).s);
 	else if (pt->judged && !(pt->cosine >= rules->floor))
-		snprintf(what, sizeof(what), "cosine %.4f < %s acceptance floor",
-		         pt->cosine, q4kh_f2_threshold(rules->floor).s);
+		snprintf(what, sizeof(what), "cosine %.*f < %s acceptance floor (%s)", digits,
+		         pt->cosine, q4kh_f2_threshold(rules->floor).s,
+		         q4kh_f2_floor_source(rules));
 	else if (pt->ref_argmax != pt->cand_argmax && !pt->near_tie)
 		snprintf(what, sizeof(what),
-		         "cosine %.4f, argmax differs beyond a near-tie (F2.3: needs cosine >= %s and a reference gap <= %s)",
-		         pt->cosine, q4kh_f2_threshold(rules->near_tie_cosine).s,
+		         "cosine %.*f, argmax differs beyond a near-tie (F2.3: needs cosine >= %s and a reference gap <= %s)",
+		         digits, pt->cosine, q4kh_f2_threshold(rules->near_tie_cosine).s,
 		         q4kh_f2_threshold(rules->near_tie_logits).s);
 	else
-		snprintf(what, sizeof(what), "cosine %.4f%s", pt->cosine,
+		snprintf(what, sizeof(what), "cosine %.*f%s", digits, pt->cosine,
 		         pt->near_tie ? ", a tolerated near-tie" : "");
 	snprintf(buf, cap, "%s: %s, %s", where, argmax, what);
 }
@@ -205,9 +291,10 @@ static void verdict_message(char *buf, size_t cap, enum q4kh_f2_verdict v,
 	if (v != Q4KH_F2_PASS)
 		snprintf(buf, cap, "%s", line);
 	else
-		snprintf(buf, cap, "pass over %lld judged position%s, %d near-tie%s; lowest at %.420s",
-		         (long long)judged, judged == 1 ? "" : "s", near_ties,
-		         near_ties == 1 ? "" : "s", line);
+		snprintf(buf, cap,
+		         "pass over %lld judged position%s at the %s acceptance floor (%s), %d near-tie%s; lowest at %.380s",
+		         (long long)judged, judged == 1 ? "" : "s", q4kh_f2_threshold(rules->floor).s,
+		         q4kh_f2_floor_source(rules), near_ties, near_ties == 1 ? "" : "s", line);
 }
 
 void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules)

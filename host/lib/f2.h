@@ -15,7 +15,10 @@
  * docs):
  *   F2.1 any NaN/Inf logit or a zero-norm vector rejects;
  *   F2.2 cosine (in double) < the acceptance floor rejects; below the fixed
- *        catastrophic floor the candidate is broken, not merely imprecise;
+ *        catastrophic floor the candidate is broken, not merely imprecise.
+ *        The acceptance floor follows the path's arithmetic class (its
+ *        plugins' q4kh_arith declarations, q4kh_f2_arith_floor) unless a
+ *        setting (f2_floor) chose it;
  *   F2.3 an argmax disagreement is a tolerated near-tie only when cosine >=
  *        near_tie_cosine and the reference's logit for the candidate's token
  *        is within near_tie_logits of its maximum; any other disagreement
@@ -40,17 +43,60 @@
 /* The narrow steps' widths: 2, 3, .., this (35 tokens in all). */
 #define Q4KH_F2_NARROW_MAX 8
 #define Q4KH_F2_CATASTROPHIC 0.90 /* fixed */
+/* The acceptance floor of a path that declares no arithmetic class (a
+ * plugin built before ABI 1.6): the floor F2 had before the classes. */
+#define Q4KH_F2_FLOOR_DEFAULT 0.95
 
 struct q4kh_f2_rules {
 	double floor;           /* acceptance floor, >= Q4KH_F2_CATASTROPHIC */
+	uint32_t arith;         /* the path's class (q4kh_arith; UNDECLARED
+	                           unless q4kh_f2_rules_class set it) */
+	int floor_set;          /* 1: a setting (f2_floor) chose the floor, not
+	                           the class */
 	double near_tie_cosine; /* 0.98 */
 	double near_tie_logits; /* 0.5 */
 	uint32_t decode_steps;  /* >= 1; default 8 */
 	uint32_t probe_tokens;  /* the probe's last tokens used; default 64 */
 };
 
-/* The defaults of docs/architecture.md section 4. */
+/* The defaults of docs/architecture.md section 4: an undeclared class,
+ * floor Q4KH_F2_FLOOR_DEFAULT. */
 void q4kh_f2_rules_default(struct q4kh_f2_rules *r);
+
+/*
+ * The acceptance floor of arithmetic class ARITH (docs/f2.md, "Floors that
+ * follow the arithmetic": each class's lowest cosine measured on correct
+ * code, with a margin): Q4KH_F2_FLOOR_DEFAULT for UNDECLARED. ARITH must
+ * be a q4kh_arith value (q4kh_f2_arith_known).
+ */
+double q4kh_f2_arith_floor(uint32_t arith);
+
+/* Whether ARITH is a class this host knows (UNDECLARED .. INT8). */
+int q4kh_f2_arith_known(uint32_t arith);
+
+/* "undeclared", "exact", "f32", "f16", "int16", "int8"; "unknown" else. */
+const char *q4kh_f2_arith_name(uint32_t arith);
+
+/* The class named NAME by q4kh_f2_arith_name ("f16"); UNDECLARED for NULL,
+ * "undeclared" or a name this host does not know. */
+uint32_t q4kh_f2_arith_of_name(const char *name);
+
+/*
+ * The class of a path of two parts (a backend and its kernel variant):
+ * the coarser of A and B, in q4kh_arith's order; UNDECLARED when either
+ * is, since a part that declares nothing may round anything.
+ */
+uint32_t q4kh_f2_arith_coarsest(uint32_t a, uint32_t b);
+
+/* R judges a path of class ARITH: R->arith, and R->floor its class's
+ * floor (floor_set 0). */
+void q4kh_f2_rules_class(struct q4kh_f2_rules *r, uint32_t arith);
+
+/*
+ * Where R's floor comes from, for a message: "set by f2_floor", "int8
+ * arithmetic", "no arithmetic class declared". Static text.
+ */
+const char *q4kh_f2_floor_source(const struct q4kh_f2_rules *r);
 
 enum q4kh_f2_verdict {
 	Q4KH_F2_PASS = 0,
@@ -124,7 +170,9 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
 /*
  * The one line that names what fired at PT, e.g.
  * "position 64 (decode step 0): argmax 74455 (agrees), cosine 0.8675 <
- * 0.90 catastrophic floor". Never prints agreeing argmaxes as a != b.
+ * 0.90 catastrophic floor", or under the acceptance floor "cosine 0.9650
+ * < 0.9999 acceptance floor (f16 arithmetic)" (q4kh_f2_floor_source).
+ * Never prints agreeing argmaxes as a != b.
  */
 void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap);
@@ -178,9 +226,10 @@ void q4kh_f2_result_free(struct q4kh_f2_result *r);
  * worst over the judged ones, the first point of that severity as worst
  * (for a pass, the first of the lowest cosine), min_cosine (NaN when a
  * judged cosine is), near_ties (of the judged points) and the message
- * naming what fired (or a pass summary). q4kh_f2_run ends with it; serve's
- * shadow parity judges the positions of a served request with it, and a
- * receipt's summary is derived again with it (receipt_check.h).
+ * naming what fired (or a pass summary naming the floor and where it came
+ * from). q4kh_f2_run ends with it; serve's shadow parity judges the
+ * positions of a served request with it, and a receipt's summary is
+ * derived again with it (receipt_check.h).
  */
 void q4kh_f2_conclude(struct q4kh_f2_result *out, const struct q4kh_f2_rules *rules);
 

@@ -305,19 +305,28 @@ static int rule_number(const struct q4kh_config *c, const char *plugin,
 	return 0;
 }
 
-int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
+int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin, uint32_t arith,
                            struct q4kh_f2_rules *rules,
                            struct q4kh_f2_rule_origins *o, struct q4kh_error *err)
 {
 	double floor, steps, probe;
 
 	q4kh_f2_rules_default(rules);
-	if (o)
+	q4kh_f2_rules_class(rules, arith);
+	if (o) {
 		*o = (struct q4kh_f2_rule_origins){ "default", "default", "default" };
-	floor = rules->floor;
+		if (arith == Q4KH_ARITH_UNDECLARED)
+			snprintf(o->floor, sizeof(o->floor), "default (no arithmetic class declared)");
+		else
+			snprintf(o->floor, sizeof(o->floor), "the %s arithmetic class",
+			         q4kh_f2_arith_name(arith));
+	}
+	floor = -1;
 	steps = rules->decode_steps;
 	probe = rules->probe_tokens;
-	/* A config may lower the floor, never below the catastrophic one. */
+	/* A setting names the floor outright, above or below the class's (an
+	 * operator's decision for that plugin, shown with its origin and kept
+	 * in the receipt's key), never below the catastrophic one. */
 	if (rule_number(c, plugin, "f2_floor", Q4KH_F2_CATASTROPHIC, 1.0, &floor,
 	                o ? o->floor : NULL, sizeof(o->floor), err) ||
 	    rule_number(c, plugin, "f2_decode_steps", 8, 4096, &steps,
@@ -325,7 +334,10 @@ int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
 	    rule_number(c, plugin, "f2_probe_tokens", 2, 8192, &probe,
 	                o ? o->probe_tokens : NULL, sizeof(o->probe_tokens), err))
 		return -1;
-	rules->floor = floor;
+	if (floor >= 0) {
+		rules->floor = floor;
+		rules->floor_set = 1;
+	}
 	rules->decode_steps = (uint32_t)steps;
 	rules->probe_tokens = (uint32_t)probe;
 	return 0;
@@ -340,20 +352,38 @@ int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_regis
 
 	if (q4kh_receipt_dir_check(c, err) ||
 	    q4kh_guard_limits_where(c, &timeout, &memory, NULL, err) ||
-	    q4kh_guard_rules_where(c, "cpu", &rules, NULL, err))
+	    q4kh_guard_rules_where(c, "cpu", Q4KH_ARITH_UNDECLARED, &rules, NULL, err))
 		return -1;
 	for (size_t i = 0; r && i < r->n_plugins; i++)
 		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
-		    q4kh_guard_rules_where(c, r->plugins[i].name, &rules, NULL, err))
+		    q4kh_guard_rules_where(c, r->plugins[i].name, Q4KH_ARITH_UNDECLARED, &rules,
+		                           NULL, err))
 			return -1;
 	return 0;
+}
+
+/* What plugin NAME of R declares, UNDECLARED for a class unknown here. */
+static uint32_t declared_arith(const struct q4kh_registry *r, const char *name)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
+	const uint32_t a = p ? q4kh_plugin_arith(p) : Q4KH_ARITH_UNDECLARED;
+
+	return q4kh_f2_arith_known(a) ? a : Q4KH_ARITH_UNDECLARED;
+}
+
+uint32_t q4kh_guard_arith(const struct q4kh_registry *r, const struct q4kh_candidate *c)
+{
+	const uint32_t backend = declared_arith(r, c->backend);
+
+	return c->variant ? q4kh_f2_arith_coarsest(backend, declared_arith(r, c->variant))
+	                  : backend;
 }
 
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err)
 {
 	return q4kh_guard_rules_where(g->config, c->variant ? c->variant : c->backend,
-	                              rules, NULL, err);
+	                              q4kh_guard_arith(g->registry, c), rules, NULL, err);
 }
 
 static void add_override(void *data, const char *section, const char *key,
@@ -459,6 +489,8 @@ int q4kh_guard_key(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	         dev->driver_version);
 	key->ruleset = Q4KH_F2_RULESET;
 	key->floor = rules.floor;
+	key->arith = rules.arith;
+	key->floor_set = rules.floor_set;
 	key->decode_steps = rules.decode_steps;
 	key->probe_tokens = rules.probe_tokens;
 	snprintf(key->probe, sizeof(key->probe), "%s", q4kh_f2_probe_name(g->probe_kind));

@@ -180,10 +180,20 @@ int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
 struct q4kh_f2_plan q4kh_guard_plan(const struct q4kh_guard *g, const struct q4kh_f2_rules *rules);
 
 /*
- * The F2 rules for a candidate: the defaults, then [f2] and [plugin.NAME]
- * keys f2_floor, f2_decode_steps, f2_probe_tokens (NAME the variant, else
- * the backend). A floor under the catastrophic floor or a bad number is an
- * error naming the key and where it was set.
+ * The arithmetic class of candidate C's path (plugin.h, q4kh_arith;
+ * docs/f2.md, "Floors that follow the arithmetic"): the coarsest of what
+ * its backend and its kernel variant declare (q4kh_f2_arith_coarsest).
+ * UNDECLARED when either declares nothing, declares a class this host
+ * does not know (a newer plugin's), or is not accepted in R.
+ */
+uint32_t q4kh_guard_arith(const struct q4kh_registry *r, const struct q4kh_candidate *c);
+
+/*
+ * The F2 rules for a candidate: the defaults with the floor of its path's
+ * class (q4kh_guard_arith), then [f2] and [plugin.NAME] keys f2_floor,
+ * f2_decode_steps, f2_probe_tokens (NAME the variant, else the backend):
+ * a floor set there wins over the class's. A floor under the catastrophic
+ * floor or a bad number is an error naming the key and where it was set.
  */
 int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err);
@@ -217,17 +227,19 @@ int q4kh_guard_limits_where(const struct q4kh_config *c, unsigned *timeout_s,
                             struct q4kh_error *err);
 
 /* Where each configurable F2 rule came from: "FILE:LINE [SECTION]" or
- * "default". */
+ * "default"; for the floor also "the int8 arithmetic class" or "default
+ * (no arithmetic class declared)". */
 struct q4kh_f2_rule_origins {
 	char floor[640], decode_steps[640], probe_tokens[640];
 };
 
 /*
  * The rules of q4kh_guard_rules for the plugin called PLUGIN (the variant,
- * else the backend; NULL: [f2] and the defaults alone) under config C (may
- * be NULL), and, when O is not NULL, where each came from.
+ * else the backend; NULL: [f2] and the defaults alone) on a path of class
+ * ARITH (q4kh_guard_arith) under config C (may be NULL), and, when O is
+ * not NULL, where each came from.
  */
-int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin,
+int q4kh_guard_rules_where(const struct q4kh_config *c, const char *plugin, uint32_t arith,
                            struct q4kh_f2_rules *rules,
                            struct q4kh_f2_rule_origins *o, struct q4kh_error *err);
 

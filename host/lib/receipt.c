@@ -106,10 +106,11 @@ static json_t *key_json(const struct q4kh_receipt_key *k)
 		                                         k->plugins[i].name, "sha256",
 		                                         k->plugins[i].sha256, "settings",
 		                                         k->plugins[i].settings));
-	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:i, s:i, s:s, s:s}",
+	return json_pack("{s:s, s:o, s:s, s:s, s:i, s:f, s:s, s:b, s:i, s:i, s:s, s:s}",
 	                 "model_sha256", k->model_sha256, "plugins", plugins,
 	                 "device_uuid", k->device_uuid, "driver_version",
 	                 k->driver_version, "ruleset", k->ruleset, "floor", k->floor,
+	                 "arith", q4kh_f2_arith_name(k->arith), "floor_set", k->floor_set,
 	                 "decode_steps", (int)k->decode_steps, "probe_tokens",
 	                 (int)k->probe_tokens, "probe_sha256", k->probe_sha256,
 	                 "probe", k->probe);
@@ -153,6 +154,8 @@ static int key_parse(json_t *o, struct q4kh_receipt_key *k)
 	k->n_plugins = (int)json_array_size(plugins);
 	k->ruleset = (int)json_integer_value(json_object_get(o, "ruleset"));
 	k->floor = json_number_value(json_object_get(o, "floor"));
+	k->arith = q4kh_f2_arith_of_name(json_string_value(json_object_get(o, "arith")));
+	k->floor_set = json_is_true(json_object_get(o, "floor_set"));
 	k->decode_steps = (uint32_t)json_integer_value(json_object_get(o, "decode_steps"));
 	k->probe_tokens = (uint32_t)json_integer_value(json_object_get(o, "probe_tokens"));
 	/* Receipts from before probe kinds were all of the built-in probe. */
@@ -449,10 +452,13 @@ const char *q4kh_receipt_key_diff(const struct q4kh_receipt_key *old,
 	else if (old->ruleset != cur->ruleset)
 		snprintf(buf, cap, "the F2 rule set changed (%d -> %d)", old->ruleset,
 		         cur->ruleset);
-	else if (old->floor != cur->floor || old->decode_steps != cur->decode_steps ||
+	else if (old->floor != cur->floor || old->arith != cur->arith ||
+	         old->floor_set != cur->floor_set || old->decode_steps != cur->decode_steps ||
 	         old->probe_tokens != cur->probe_tokens)
-		snprintf(buf, cap, "the F2 settings changed (floor %s, %u decode steps, %u probe tokens)",
-		         q4kh_f2_threshold(cur->floor).s, cur->decode_steps, cur->probe_tokens);
+		snprintf(buf, cap, "the F2 settings changed (floor %s, %s, %u decode steps, %u probe tokens)",
+		         q4kh_f2_threshold(cur->floor).s,
+		         cur->floor_set ? "set by f2_floor" : q4kh_f2_arith_name(cur->arith),
+		         cur->decode_steps, cur->probe_tokens);
 	else if (strcmp(old->probe, cur->probe))
 		snprintf(buf, cap, "the probe changed (%s -> %s)", old->probe, cur->probe);
 	else if (strcmp(old->probe_sha256, cur->probe_sha256))

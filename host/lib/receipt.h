@@ -44,6 +44,11 @@ struct q4kh_receipt_key {
 	char driver_version[64];
 	int ruleset;
 	double floor;
+	/* what chose the floor (f2.h): the path's arithmetic class
+	 * (q4kh_arith; "arith" in the file, by name) and whether f2_floor set
+	 * it instead ("floor_set"); a file without them: UNDECLARED, 0 */
+	uint32_t arith;
+	int floor_set;
 	uint32_t decode_steps, probe_tokens;
 	char probe_sha256[Q4KH_SHA256_HEX]; /* of the probe's token ids */
 	/* what the probe was: "builtin" (F2's own text), "prompt" (a run's

@@ -8,7 +8,9 @@
 void q4kh_receipt_rules(const struct q4kh_receipt_key *key, struct q4kh_f2_rules *rules)
 {
 	q4kh_f2_rules_default(rules);
+	q4kh_f2_rules_class(rules, key->arith);
 	rules->floor = key->floor;
+	rules->floor_set = key->floor_set;
 	rules->decode_steps = key->decode_steps;
 	rules->probe_tokens = key->probe_tokens;
 }

@@ -266,6 +266,20 @@ const char *q4kh_backend_kind(const struct q4kh_plugin *p)
 	                                                   : p->name;
 }
 
+uint32_t q4kh_plugin_arith(const struct q4kh_plugin *p)
+{
+	const struct q4kh_plugin_desc *d = p->desc;
+	/* a table too short for the field (before ABI 1.6) declares nothing */
+	const size_t b_end = offsetof(struct q4kh_backend_v1, arith) + sizeof(uint32_t);
+	const size_t k_end = offsetof(struct q4kh_kernel_v1, arith) + sizeof(uint32_t);
+
+	if (p->state != Q4KH_PLUGIN_ACCEPTED || !d)
+		return Q4KH_ARITH_UNDECLARED;
+	if (d->kind == Q4KH_KIND_BACKEND)
+		return d->backend->struct_size >= b_end ? d->backend->arith : Q4KH_ARITH_UNDECLARED;
+	return d->kernel->struct_size >= k_end ? d->kernel->arith : Q4KH_ARITH_UNDECLARED;
+}
+
 /* Word the rejection of a file that lacks our entry symbol. */
 static void explain_missing_entry(void *dl, char *why, size_t size)
 {

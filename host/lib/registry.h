@@ -129,6 +129,15 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r,
  */
 const char *q4kh_backend_kind(const struct q4kh_plugin *p);
 
+/*
+ * The arithmetic class accepted plugin P declares in its table (plugin.h,
+ * q4kh_arith: the backend table's arith for a backend, the kernel
+ * table's for a kernel variant), as the plugin wrote it: a value this
+ * host may not know. UNDECLARED when the table is too short to hold the
+ * field (a plugin before ABI 1.6) or P is not accepted.
+ */
+uint32_t q4kh_plugin_arith(const struct q4kh_plugin *p);
+
 /* The accepted plugin called NAME, or NULL. */
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);

@@ -228,7 +228,7 @@ static void check(struct serve *srv, struct serve_shadow *sh, const struct sampl
 	const char *verdict;
 
 	if (q4kh_guard_rules_where(srv->config, s->cand.variant ? s->cand.variant : s->cand.backend,
-	                           &rules, NULL, &e) ||
+	                           q4kh_guard_arith(srv->registry, &s->cand), &rules, NULL, &e) ||
 	    open_sides(srv, sh, s, &e) || compare(sh, sh->ref.s, sh->cand.s, s, &rules, &res, &e)) {
 		res.verdict = Q4KH_F2_NOT_MEASURED;
 		snprintf(res.message, sizeof(res.message), "not measured: %.480s", e.msg);

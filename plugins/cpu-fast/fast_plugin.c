@@ -458,6 +458,10 @@ const struct q4kh_backend_v1 fast_table = {
 	.graph_prepare = fast_graph_prepare,
 	.graph_compute = fast_graph_compute,
 	.graph_release = fast_graph_release,
+	/* Its ops run in f32, but its attention reads keys and values the
+	 * host's F16 cache rounded (every backend but the reference gets one):
+	 * f16 is the coarsest rounding on its path, and F2 measures it so. */
+	.arith = Q4KH_ARITH_F16,
 };
 
 #ifdef __clang__

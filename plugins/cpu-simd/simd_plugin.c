@@ -676,6 +676,8 @@ static const struct q4kh_kernel_v1 table = {
 	.release = k_release,
 	.gemv_multi = k_gemv_multi,
 	.gemv_glu = k_gemv_glu,
+	/* activations quantised to int16 per 32 values, with both ISAs */
+	.arith = Q4KH_ARITH_INT16,
 };
 
 #ifdef __clang__

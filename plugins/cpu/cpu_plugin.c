@@ -396,6 +396,8 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.unary = cpu_unary,
 	.ssm_conv = cpu_ssm_conv,
 	.delta_net = cpu_delta_net,
+	/* double sums, an F32 cache: the exact reference F2 measures against */
+	.arith = Q4KH_ARITH_EXACT,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

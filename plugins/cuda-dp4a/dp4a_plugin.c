@@ -45,4 +45,5 @@ const struct cv_variant cv_self = {
 	.apply = dp4a_apply,
 };
 
-CV_PLUGIN("cuda-dp4a", dp4a_types)
+/* int8 activations per 32 values, integer dot products */
+CV_PLUGIN("cuda-dp4a", dp4a_types, Q4KH_ARITH_INT8)

@@ -39,4 +39,5 @@ const struct cv_variant cv_self = {
 	.apply = iq_apply,
 };
 
-CV_PLUGIN("cuda-gemv-iq", iq_types)
+/* f32 activations in its GEMV, fp16 tensor cores for a prompt (cv_gemm) */
+CV_PLUGIN("cuda-gemv-iq", iq_types, Q4KH_ARITH_F16)

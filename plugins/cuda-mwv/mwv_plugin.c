@@ -83,4 +83,5 @@ const struct cv_variant cv_self = {
 	.apply_glu = mwv_apply_glu,
 };
 
-CV_PLUGIN_FUSED("cuda-mwv", mwv_types)
+/* f32 activations in its GEMV, fp16 tensor cores for a prompt (cv_gemm) */
+CV_PLUGIN_FUSED("cuda-mwv", mwv_types, Q4KH_ARITH_F16)

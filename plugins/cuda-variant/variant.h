@@ -199,12 +199,14 @@ q4kh_status cv_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *d
 
 /*
  * The plugin's name, kernel table, descriptor and entry point, from its
- * name (a string literal), its array of types and its gemv_multi and
+ * name (a string literal), its array of types, its gemv_multi and
  * gemv_glu entries (NULL, or cv_gemv_multi and cv_gemv_glu when cv_self
- * has apply_multi and apply_glu): through CV_PLUGIN or CV_PLUGIN_FUSED
- * below. Needs buildconf.h.
+ * has apply_multi and apply_glu) and the q4kh_arith class of its
+ * products (ARITH; F16 at the finest, since every variant's gemm, a
+ * prompt's, runs on fp16 tensor cores: cv_gemm): through CV_PLUGIN or
+ * CV_PLUGIN_FUSED below. Needs buildconf.h.
  */
-#define CV_PLUGIN_TABLE(NAME, TYPES, MULTI, GLU)                               \
+#define CV_PLUGIN_TABLE(NAME, TYPES, MULTI, GLU, ARITH)                        \
 	const char cv_name[] = NAME;                                           \
 	const struct q4kh_kernel_v1 cv_table = {                               \
 		.struct_size = sizeof(struct q4kh_kernel_v1),                  \
@@ -222,6 +224,7 @@ q4kh_status cv_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *d
 		.release = cv_release,                                         \
 		.gemv_multi = MULTI,                                           \
 		.gemv_glu = GLU,                                               \
+		.arith = ARITH,                                                \
 	};                                                                     \
 	static const struct q4kh_plugin_desc cv_desc = {                       \
 		.struct_size = sizeof(struct q4kh_plugin_desc),                \
@@ -238,10 +241,10 @@ q4kh_status cv_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *d
 	Q4KH_PLUGIN_ENTRY(cv_desc)
 
 /* A variant without the fused entries (cv_self.apply_multi, apply_glu NULL). */
-#define CV_PLUGIN(NAME, TYPES) CV_PLUGIN_TABLE(NAME, TYPES, NULL, NULL)
+#define CV_PLUGIN(NAME, TYPES, ARITH) CV_PLUGIN_TABLE(NAME, TYPES, NULL, NULL, ARITH)
 /* A variant whose cv_self.apply_multi and apply_glu fuse (ABI 1.4). */
-#define CV_PLUGIN_FUSED(NAME, TYPES)                                           \
-	CV_PLUGIN_TABLE(NAME, TYPES, cv_gemv_multi, cv_gemv_glu)
+#define CV_PLUGIN_FUSED(NAME, TYPES, ARITH)                                    \
+	CV_PLUGIN_TABLE(NAME, TYPES, cv_gemv_multi, cv_gemv_glu, ARITH)
 
 /* Keep a formatted message as ctx's last error and return st. */
 q4kh_status cv_fail(q4kh_kernel_ctx *ctx, q4kh_status st, const char *fmt, ...)

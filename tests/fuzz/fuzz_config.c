@@ -126,7 +126,8 @@ static void resolve(const struct q4kh_config *c, char **parts)
 		fuzz_check_error(&err, "q4kh_settings_f2_mode");
 	q4kh_settings_backend(NULL, origin, sizeof(origin));
 	for (size_t i = 0; i < N_PLUGINS; i++) {
-		if (q4kh_guard_rules_where(c, descs[i].name, &rules, &origins, &err)) {
+		if (q4kh_guard_rules_where(c, descs[i].name, Q4KH_ARITH_UNDECLARED, &rules, &origins,
+		                           &err)) {
 			fuzz_check_error(&err, "q4kh_guard_rules_where");
 			continue;
 		}

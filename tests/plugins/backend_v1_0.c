@@ -117,8 +117,9 @@ static q4kh_status nd_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 #define FIRST_ENTRIES FN(init), FN(shutdown), FN(last_error), FN(device_count), FN(device_info)
 #endif
 
-/* The 1.1 entries hold never_called too: a host that read them would
- * find them non-NULL, so only the struct_size check keeps them unread. */
+/* The 1.1 entries hold never_called too, and arith (1.6) a class: a host
+ * that read them would find them set, so only the struct_size check keeps
+ * them unread. */
 static const struct q4kh_backend_v1 table = {
 	.struct_size = offsetof(struct q4kh_backend_v1, native_device) +
 	               sizeof(table.native_device),
@@ -128,7 +129,7 @@ static const struct q4kh_backend_v1 table = {
 	FN(rope), FN(add), FN(mul), FN(scale), FN(glu), FN(copy),
 	FN(attention), FN(synchronize), FN(native_device), FN(read_pass),
 	FN(timer_start), FN(timer_stop), FN(graph_begin), FN(graph_end),
-	FN(graph_launch), FN(graph_free),
+	FN(graph_launch), FN(graph_free), .arith = Q4KH_ARITH_EXACT,
 };
 
 static const struct q4kh_plugin_desc desc = {

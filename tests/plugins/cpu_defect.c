@@ -29,6 +29,9 @@
  *           HOG_MIB more, then sleeps until killed (the bound keeps a host
  *           whose memory limit failed safe; its time limit then ends it).
  * The LM head is told apart as the weight with the most rows (>= 65536).
+ * Each declares the arithmetic it claims, f32 (its products' own): F2
+ * then holds it to the f32 floor, and a declaration must never save a
+ * defect, however fine the class it claims.
  *
  * A kernel variant is told no positions: it sees its weight and the columns
  * of each call, nothing else. So late, decode9 and kv key on what it can
@@ -308,6 +311,7 @@ static const struct q4kh_kernel_v1 table = {
 	.gemv = k_apply,
 	.gemm = k_apply,
 	.release = k_release,
+	.arith = Q4KH_ARITH_F32,
 };
 
 static const struct q4kh_plugin_desc desc = {

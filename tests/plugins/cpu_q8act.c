@@ -240,6 +240,8 @@ static const struct q4kh_kernel_v1 table = {
 	.gemv = k_apply,
 	.gemm = k_apply,
 	.release = k_release,
+	/* what it does (and serve-tail claims): int8 activations */
+	.arith = Q4KH_ARITH_INT8,
 };
 
 static const struct q4kh_plugin_desc desc = {

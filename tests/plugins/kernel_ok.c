@@ -6,6 +6,8 @@
  * test can count dlopen()s: a shadowed copy must not run this at all.
  * Built with -DKERNEL_V1_3 (kernel_v1_3): the same variant as built for
  * ABI 1.3, its table ending before gemv_multi, which a 1.4 host accepts.
+ * Its arithmetic class is one a later minor might add, past INT8: a host
+ * that does not know it judges the variant as undeclared.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -110,6 +112,7 @@ static const struct q4kh_kernel_v1 table = {
 	.gemv = k_apply,
 	.gemm = k_apply,
 	.release = k_release,
+	.arith = Q4KH_ARITH_INT8 + 1,
 };
 
 static const struct desc_v1_1 desc = {

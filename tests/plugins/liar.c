@@ -13,7 +13,9 @@
  *                identifier;
  *   old_kernel_table: a kernel variant whose descriptor claims this minor
  *                but whose table declares ABI 1.3's size.
- * Behind each lie stand complete backend and kernel tables. Every function
+ * Behind each lie stand complete backend and kernel tables, each declaring
+ * the finest arithmetic class, exact: a declaration must not save a plugin
+ * the loader refuses. Every function
  * in them, and the v2 entry, leaves evidence: it appends a line to the file
  * named by Q4KH_TEST_EVIDENCE and aborts. The host must refuse each plugin
  * having called nothing but q4kh_plugin_entry_v1.
@@ -55,6 +57,7 @@ static const struct q4kh_backend_v1 backend = {
 	BFN(buffer_download), BFN(get_rows), BFN(mul_mat), BFN(rms_norm),
 	BFN(rope), BFN(add), BFN(mul), BFN(scale), BFN(glu), BFN(copy),
 	BFN(attention), BFN(synchronize), BFN(native_device),
+	.arith = Q4KH_ARITH_EXACT,
 };
 
 static const uint32_t types[] = { Q4KH_TYPE_Q4_K };
@@ -73,6 +76,7 @@ static const struct q4kh_kernel_v1 kernel = {
 	.max_gemv_columns = 8,
 	KFN(init), KFN(shutdown), KFN(last_error), KFN(score), KFN(prepare),
 	KFN(gemv), KFN(gemm), KFN(release),
+	.arith = Q4KH_ARITH_EXACT,
 };
 
 static const struct q4kh_plugin_desc desc = {

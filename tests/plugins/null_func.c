@@ -24,6 +24,7 @@ static const struct q4kh_backend_v1 table = {
 	FN(buffer_download), FN(get_rows), .mul_mat = NULL, FN(rms_norm),
 	FN(rope), FN(add), FN(mul), FN(scale), FN(glu), FN(copy),
 	FN(attention), FN(synchronize),
+	.arith = Q4KH_ARITH_EXACT, /* a declaration does not make a table whole */
 };
 
 static const struct q4kh_plugin_desc desc = {

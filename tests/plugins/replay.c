@@ -27,6 +27,15 @@
  *                 staging is off by one would: right at position 0 of each
  *                 step and in every one-token (decode) step, wrong at the
  *                 other prompt positions.
+ *   REPLAY_PROMPT_GATE: ABI 1.2, replays exact, but its prompt form of
+ *                 delta_net decays every token of a step of several tokens
+ *                 by the first token's gate (a chunked kernel that loads
+ *                 one gate per chunk): right in every one-token step and at
+ *                 each step's first token, mildly wrong after it. On the
+ *                 tiny qwen35 model, whose random gates hardly differ from
+ *                 token to token, its logits stay above cosine 0.95 (the
+ *                 floor before arithmetic classes, which it passed) and
+ *                 fall far below its class's (tests/test_graph.c).
  *   REPLAY_CODE_TOKEN: ABI 1.4, of kind "cpu" (so q4khost run tries it
  *                 before the reference, as it tries cpu-fast), replays
  *                 exact, but its embedding lookup (get_rows from a table
@@ -55,7 +64,11 @@
  *                 step (a residual add), as a backend whose fused walk
  *                 loses a node would; q4khost conformance's whole-step
  *                 cases must see it and its op cases must not.
- * CPU_PLUGIN is the path of the cpu plugin to wrap.
+ * CPU_PLUGIN is the path of the cpu plugin to wrap. Every variant but
+ * REPLAY_V1_1 (whose table ends before the field) declares f16
+ * arithmetic: the reference's ops on the F16 KV cache the host gives
+ * every backend but the reference; the defects claim the same, which
+ * must not save them.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -311,6 +324,43 @@ static q4kh_status shift_keys(q4kh_device_ctx *d, const struct q4kh_tensor *k)
 }
 #endif
 
+#ifdef REPLAY_PROMPT_GATE
+/* Give every token t of G {H_v, T} the gates of token 0, in place. */
+static q4kh_status first_gates(q4kh_device_ctx *d, const struct q4kh_tensor *g)
+{
+	const uint64_t bytes = sizeof(float) * (uint64_t)g->ne[0];
+	float *row = malloc(bytes);
+	q4kh_status rc = row ? Q4KH_OK : Q4KH_ERR_NOMEM;
+
+	if (!rc)
+		rc = d->b->in->buffer_download(d->dev, g->buffer, g->offset, row, bytes);
+	for (int64_t t = 1; !rc && t < g->ne[1]; t++)
+		rc = d->b->in->buffer_upload(d->dev, g->buffer, g->offset + (uint64_t)t * g->nb[1],
+		                             row, bytes);
+	free(row);
+	return rc ? fail(d->b, rc, "cannot copy the first token's gates") : Q4KH_OK;
+}
+#endif
+
+/*
+ * This variant's defect in delta_net's inputs T (q, k, v, g, beta, state,
+ * out), planted before the call: a step of T[2]->ne[2] tokens.
+ */
+static q4kh_status delta_defect(q4kh_device_ctx *d, const struct q4kh_tensor *const t[])
+{
+#if defined(REPLAY_DECODE_STATE)
+	return t[2]->ne[2] == 1 ? transpose_state(d, t[5]) : Q4KH_OK;
+#elif defined(REPLAY_PROMPT_KEY)
+	return t[2]->ne[2] > 1 ? shift_keys(d, t[1]) : Q4KH_OK;
+#elif defined(REPLAY_PROMPT_GATE)
+	return t[2]->ne[2] > 1 ? first_gates(d, t[3]) : Q4KH_OK;
+#else
+	(void)d;
+	(void)t;
+	return Q4KH_OK;
+#endif
+}
+
 /* Issue call C on the cpu plugin. */
 static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 {
@@ -347,24 +397,11 @@ static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 		return in->attention_ext(d->dev, t[0], t[1], t[2], t[3], &c->attn, t[4]);
 	case C_UNARY: return in->unary(d->dev, (q4kh_unary_kind)c->i, t[0], t[1]);
 	case C_SSM_CONV: return in->ssm_conv(d->dev, t[0], t[1], t[2], t[3]);
-	case C_DELTA_NET:
-#ifdef REPLAY_DECODE_STATE
-		if (t[2]->ne[2] == 1) {
-			q4kh_status st = transpose_state(d, t[5]);
+	case C_DELTA_NET: {
+		q4kh_status st = delta_defect(d, t);
 
-			if (st)
-				return st;
-		}
-#endif
-#ifdef REPLAY_PROMPT_KEY
-		if (t[2]->ne[2] > 1) {
-			q4kh_status st = shift_keys(d, t[1]);
-
-			if (st)
-				return st;
-		}
-#endif
-		return in->delta_net(d->dev, t[0], t[1], t[2], t[3], t[4], t[5], c->f, t[6]);
+		return st ? st : in->delta_net(d->dev, t[0], t[1], t[2], t[3], t[4], t[5], c->f, t[6]);
+	}
 	}
 	return fail(d->b, Q4KH_ERR_INTERNAL, "unknown recorded call");
 }
@@ -886,6 +923,9 @@ static const struct q4kh_backend_v1 table = {
 	.graph_prepare = r_graph_prepare,
 	.graph_compute = r_graph_compute,
 	.graph_release = r_graph_release,
+#endif
+#ifndef REPLAY_V1_1
+	.arith = Q4KH_ARITH_F16,
 #endif
 };
 

@@ -251,6 +251,10 @@ const struct q4kh_backend_v1 example_table = {
 	.graph_prepare = example_graph_prepare,
 	.graph_compute = example_graph_compute,
 	.graph_release = example_graph_release,
+	/* The arithmetic F2 holds it to (docs/plugin-abi.md): float ops, but
+	 * the host gives every backend but the reference an F16 KV cache,
+	 * which its attention reads: f16 is the coarsest rounding it does. */
+	.arith = Q4KH_ARITH_F16,
 };
 
 static const struct q4kh_plugin_desc desc = {

@@ -310,6 +310,9 @@ static const struct q4kh_kernel_v1 table = {
 	.gemv = k_apply,
 	.gemm = k_apply,
 	.release = k_release,
+	/* The arithmetic F2 holds it to (docs/plugin-abi.md): float
+	 * activations and float sums, nothing rounded to f16 or integers. */
+	.arith = Q4KH_ARITH_F32,
 };
 
 static const struct q4kh_plugin_desc desc = {

@@ -174,6 +174,9 @@ static const struct q4kh_kernel_v1 table = {
 	.gemv = k_apply,
 	.gemm = k_apply,
 	.release = k_release,
+	/* The arithmetic F2 holds it to (docs/plugin-abi.md): float
+	 * activations and float sums in gemv and gemm alike. */
+	.arith = Q4KH_ARITH_F32,
 };
 
 static const struct q4kh_plugin_desc desc = {

@@ -202,10 +202,17 @@ struct q4kh_rope_params {
 /*
  * ABI 1.6: the arithmetic a plugin's products and ops use, which sets how
  * close F2 holds its logits to the exact reference's (docs/f2.md,
- * "Floors that follow the arithmetic"). A backend declares the class of
- * its own ops and built-in products, a kernel variant the class of its
- * products; a path's class is the coarsest of its parts. In order from
- * the finest: each class's rounding contains the ones before it.
+ * "Floors that follow the arithmetic"; docs/plugin-abi.md, "Arithmetic
+ * class"). A backend declares the class of its own ops and built-in
+ * products, a kernel variant the class of its products (gemm's too);
+ * a path's class is the coarsest of its parts. In order from the finest:
+ * each class's rounding contains the ones before it. Declare the coarsest
+ * rounding your code does in any configuration: the host gives every
+ * backend but the reference an F16 KV cache, so a backend whose
+ * attention reads it is F16 at the finest. UNDECLARED, or a value the
+ * host does not know, keeps F2's default floor (0.95); any declaration
+ * holds the plugin to a tighter one, and no declaration saves a wrong
+ * result.
  */
 typedef enum q4kh_arith {
 	Q4KH_ARITH_UNDECLARED = 0, /* a plugin before 1.6: F2's default floor */
@@ -796,8 +803,8 @@ struct q4kh_backend_v1 {
 	                             struct q4kh_step_run *run);
 	void (*graph_release)(q4kh_device_ctx *dev, q4kh_step *step);
 
-	/* ABI 1.6: q4kh_arith of the backend's ops and built-in products, as
-	 * configured (0: undeclared). */
+	/* ABI 1.6: q4kh_arith of the backend's ops and built-in products, the
+	 * KV cache it reads included (0: undeclared). */
 	uint32_t arith;
 	uint32_t reserved_1_6;
 };
