@@ -402,6 +402,7 @@ Test(f2_rules, a_conclusion_is_found_again_in_what_a_receipt_keeps)
 			for (size_t k = 0; k < sizeof(numbers) / sizeof(numbers[0]); k++)
 				expect_altered(res.message, numbers[k], &from_receipt, &r, c, sites[s]);
 		}
+}
 
 /* --- the class of a path, from its plugins' tables ---------------------- */
 
