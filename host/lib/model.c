@@ -396,6 +396,7 @@ int q4kh_model_use_kernel(struct q4kh_model *m, const struct q4kh_kernel *k,
 	}
 	sync_tied_output(m);
 	free(list);
+	m->routes++;
 	return 0;
 }
 
@@ -405,6 +406,7 @@ void q4kh_model_release_kernels(struct q4kh_model *m)
 
 	if (!list)
 		return;
+	m->routes++;
 	release_weights(list, weight_list(m, list), NULL);
 	sync_tied_output(m);
 	free(list);

@@ -89,6 +89,10 @@ struct q4kh_model {
 	/* After upload: */
 	struct q4kh_backend *backend;
 	q4kh_buffer *weights; /* the file's data section in place, or a copy */
+	/* Changes whenever a weight's route does (q4kh_model_use_kernel,
+	 * q4kh_model_release_kernels): step graphs' exports name each
+	 * weight's kernel variant, and sessions export theirs again. */
+	uint64_t routes;
 };
 
 /* What an architecture provides (one per arch_NAME.c). */

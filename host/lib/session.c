@@ -156,6 +156,16 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
 {
 	struct q4kh_session_graph *sg = &s->graphs[0];
 
+	/* A weight changed kernel variant since the graphs were exported:
+	 * their exports, recordings and prepared steps name the old ones. */
+	for (int i = 0; i < SESSION_GRAPHS && s->routes != s->m->routes; i++) {
+		if (!s->graphs[i].g)
+			continue;
+		drop_recording(s, &s->graphs[i]);
+		if (bind(s, &s->graphs[i], err))
+			return NULL;
+	}
+	s->routes = s->m->routes;
 	for (int i = 0; i < SESSION_GRAPHS; i++) {
 		struct q4kh_session_graph *c = &s->graphs[i];
 

@@ -111,6 +111,7 @@ struct q4kh_session {
 	q4kh_buffer *pick;
 	float *pick_logits;
 	struct q4kh_session_graph *graphs;     /* cached step graphs */
+	uint64_t routes; /* m->routes when they were last exported */
 	int32_t *values;                       /* host copy of ids, then pos */
 	struct q4kh_session_stats stats;
 };
