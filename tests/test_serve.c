@@ -509,8 +509,10 @@ Test(serve, greedy_pick_on_the_device_is_the_logits_pick, .timeout = 600)
 /* 400 requests from 16 clients: no error, every answer run's, RSS flat,
  * and decode steps that batched several requests (/metrics) among them.
  * Under AddressSanitizer (scripts/test-sanitizers.sh) 100 requests, and
- * memory is not judged: its quarantine holds what was freed. */
-Test(serve, load, .timeout = 900)
+ * memory is not judged: its quarantine holds what was freed. On BACKEND
+ * (NULL: the reference, the only plugin on the path), which must serve
+ * after F2 (--f2 require) and answer as run does on it. */
+static void load_on(const char *backend)
 {
 #ifdef __SANITIZE_ADDRESS__
 	const char *rss = "no-rss", *count = "100";
@@ -519,15 +521,38 @@ Test(serve, load, .timeout = 900)
 #endif
 	const char *dir = plugins((const char *const[]){ NULL });
 	const char *model = fixture("tiny-llama.gguf");
-	const char *args[] = { "-m", model, "--plugin-path", dir, "--parallel", "4", NULL };
+	char path[8192], served[64];
+	const char *args[] = { "-m", model, "--plugin-path", path, "--parallel", "4",
+		               backend ? "--backend" : NULL, backend, "--f2", "require", NULL };
 	struct server s;
 	char py[16384];
 
+	snprintf(path, sizeof(path), "%s", dir);
+	if (backend)
+		snprintf(path, sizeof(path), "%s:%s/plugins/%s/.libs", dir, test_builddir(),
+		         backend);
 	server_start(&s, args, test_tmpdir(), NULL);
-	snprintf(py, sizeof(py), "%s %d %s %s %s %s 16 %s", s.url, (int)s.pid, q4khost(), model,
-	         dir, count, rss);
+	if (backend) {
+		snprintf(served, sizeof(served), "%s/built-in", backend);
+		await_serving(&s, served);
+	}
+	snprintf(py, sizeof(py), "%s %d %s %s %s %s 16 %s %s", s.url, (int)s.pid, q4khost(),
+	         model, path, count, rss, backend ? backend : "");
 	python("load.py", py);
 	server_stop(&s);
+}
+
+Test(serve, load, .timeout = 900)
+{
+	load_on(NULL);
+}
+
+/* The same load on cpu-fast, whose batched steps are its own kernels'
+ * (multi-column products, F16 caches side by side). */
+Test(serve, load_on_cpu_fast, .timeout = 900)
+{
+	test_need_cpu_fast();
+	load_on("cpu-fast");
 }
 
 /* Bad input, slow clients, a client that leaves, the API key. */
@@ -633,6 +658,49 @@ Test(serve, background_f2_switches, .timeout = 600)
 	cr_assert_not_null(strstr(log, "F2: pass (receipt of "), "%s", log);
 	cr_assert_null(strstr(log, "in the background"), "%s", log);
 	free(log);
+	server_stop(&s);
+}
+
+/* Poll the server's log until it holds TEXT; the log, malloc()ed; fails
+ * after the bound. */
+static char *await_log(const struct server *s, const char *text)
+{
+	for (int i = 0; i < POLLS; i++) {
+		char *log = read_log(s);
+
+		if (strstr(log, text))
+			return log;
+		free(log);
+		sleep_ms(100);
+	}
+	cr_assert_fail("the server's log never said '%s'", text);
+	return NULL;
+}
+
+/*
+ * replay-batched, exact but in a step of several sequences (its planted
+ * defect, tests/plugins/replay.c): the background F2 finds it broken in
+ * its batched steps, at sequence 1 (position 41 of the built-in probe,
+ * docs/f2.md), and the reference keeps serving, as the log says.
+ */
+Test(serve, a_backend_wrong_only_in_batched_steps_does_not_serve, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "replay_batched", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	struct server s;
+	char *log, *p;
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	log = await_log(&s, "keeps serving");
+	cr_expect_not_null(strstr(log, "background F2: replay-batched/built-in: broken: batched step "
+	                               "of 4 sequences, sequence 1, position 41 (its decode step 0): "),
+	                   "%s", log);
+	cr_expect_not_null(strstr(log, "; cpu/built-in keeps serving"), "%s", log);
+	free(log);
+	p = serving(&s);
+	cr_expect_str_eq(p, "cpu/built-in");
+	free(p);
 	server_stop(&s);
 }
 
@@ -928,23 +996,15 @@ Test(serve, names_the_device_f2_measures_on_and_an_empty_messages_array, .timeou
 static char *access_line(const struct server *s, const char *method, const char *path,
                          int status)
 {
-	char want[512];
+	char want[512], *log, *at, *line;
 
 	snprintf(want, sizeof(want), "q4khost serve: access: 127.0.0.1 %s %s %d ", method, path,
 	         status);
-	for (int i = 0; i < POLLS; i++) {
-		char *log = read_log(s), *at = strstr(log, want), *line;
-
-		if (at) {
-			line = strndup(at, strcspn(at, "\n"));
-			free(log);
-			return line;
-		}
-		free(log);
-		sleep_ms(100);
-	}
-	cr_assert_fail("no line '%s...' in the log", want);
-	return NULL;
+	log = await_log(s, want);
+	at = strstr(log, want);
+	line = strndup(at, strcspn(at, "\n"));
+	free(log);
+	return line;
 }
 
 /*
