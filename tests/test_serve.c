@@ -162,15 +162,19 @@ static void reply_free(struct reply *r)
 	free(r->headers);
 }
 
-/* METHOD PATH on S with BODY (or NULL) through curl. */
+/* METHOD PATH on S with BODY (or NULL) through curl. One folder for the
+ * test's requests, one after another: a poll of /health makes hundreds,
+ * more than test_tmpdir has folders. */
 static struct reply http(const struct server *s, const char *method, const char *path,
                          const char *body)
 {
-	const char *dir = test_tmpdir();
+	static const char *dir;
 	char req[4300], hdr[4300], out[4300], cmd[16384], *printed;
 	struct reply r = { 0 };
 	size_t len;
 
+	if (!dir)
+		dir = test_tmpdir();
 	snprintf(req, sizeof(req), "%s/req", dir);
 	snprintf(hdr, sizeof(hdr), "%s/hdr", dir);
 	snprintf(out, sizeof(out), "%s/out", dir);
@@ -825,10 +829,12 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/serve-tail");
 	free(v);
-	/* 21 prompt tokens: a batch with a tail of 5 columns. */
+	/* 76 prompt tokens: a batch with a tail of 4 columns. */
 	r = http(&s, "POST", "/v1/completions",
-	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and\", "
-	         "\"max_tokens\": 4}");
+	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
+	         "while the farmer watches from the old barn near the river. The quick brown fox "
+	         "jumps over the lazy dog again and again, while the farmer watches from the old "
+	         "barn near the river\", \"max_tokens\": 4}");
 	cr_assert_eq(r.status, 200, "%s", r.body);
 	v = header(&r, "X-Q4KHost-Served-By");
 	cr_assert(!strncmp(v, "cpu/serve-tail", 14), "%s", v);
@@ -859,7 +865,7 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	cr_assert(strcmp(json_string_value(json_object_get(c, "verdict")), "pass"), "%s", out);
 	cr_assert(!strncmp(json_string_value(json_object_get(c, "source")), "receipt of ", 11));
 	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")),
-	                          "shadow parity, served request cmpl-2 (21 prompt + "),
+	                          "shadow parity, served request cmpl-2 (76 prompt + "),
 	                   "%s", out);
 	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")), "position "));
 	json_decref(o);

@@ -1007,9 +1007,10 @@ Test(validate, a_timeout_verdict_is_stale_under_a_longer_timeout, .timeout = 120
  * defect-narrow is right with one column and with more than 8, broken with
  * 2 to 8: the probe's wide prefill (64 columns) and its one-column decode
  * steps pass it, so only F2's narrow steps see it, at the first judged
- * position of the first, 2 tokens wide; run falls back to the reference.
- * A short prompt's chunk or a batched decode step of 2 to 8 sequences in
- * serve takes that path.
+ * position of the first, 2 tokens wide, and its batched steps (4 columns),
+ * after which the narrow steps' points come; run falls back to the
+ * reference. A short prompt's chunk or a batched decode step of 2 to 8
+ * sequences in serve takes that path.
  */
 Test(validate, a_defect_of_narrow_steps_only_is_caught_by_them, .timeout = 300)
 {

@@ -670,9 +670,16 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	/* the judged rows of CL are free again: the batched steps' scratch */
 	if (batched_steps(cand, probe, &plan, rl, cl, v, rules, out))
 		goto done;
-	out->n_points = q4kh_f2_plan_points(&plan);
+	/* The narrow steps weigh against the one-sequence points, and come
+	 * first where both find trouble: a step of 4 sequences multiplies 4
+	 * columns at once, the narrow steps' width that names the cause. */
+	out->n_points = rows;
 	q4kh_f2_conclude(out, rules);
 	narrow_steps(cand, probe, p, rl, cl, v, rules, out);
+	if (out->verdict != Q4KH_F2_NOT_MEASURED) {
+		out->n_points = q4kh_f2_plan_points(&plan);
+		q4kh_f2_conclude(out, rules);
+	}
 done:
 	run_end(out, t0, ref, cand, rl, cl);
 	return 0;
