@@ -227,8 +227,7 @@ static double exact_case(struct q4kh_session *s, const struct hidden_fixture *x,
 	return worst;
 }
 
-/* The bound of arch_oracle.h for model M and the ARITH_ flags. */
-static double exact_bound(const struct q4kh_model *m, unsigned arith)
+double arch_exact_bound(const struct q4kh_model *m, unsigned arith)
 {
 	const double u16_sq = ldexp(1.0, -22), int16 = 32639.0;
 	const double products = 8.0 * m->hp.n_layer + 1.0;
@@ -257,7 +256,7 @@ void check_exact_on(const char *model_path, const char *name, const char *plugin
 	path_open(&p, model_path, plugin_path, backend, variant);
 	cr_assert_eq(p.m->hp.n_vocab, x.n_vocab, "%s: n_vocab %lld, %s.json says %lld",
 	             model_path, (long long)p.m->hp.n_vocab, fx, (long long)x.n_vocab);
-	bound = exact_bound(p.m, arith);
+	bound = arch_exact_bound(p.m, arith);
 	snprintf(what, sizeof(what), "%s on %s/%s", name, backend, variant ? variant : "built-in");
 	json_array_foreach(json_object_get(x.root, "cases"), ci, c)
 		worst = fmax(worst, exact_case(p.s, &x, what, ci, c, bound));

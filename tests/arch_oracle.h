@@ -18,6 +18,7 @@
 #define Q4KH_TEST_ARCH_ORACLE_H
 
 #include "hidden_fixture.h"
+#include "model.h"
 
 #define MIN_COSINE 0.999
 #define STEPS 16
@@ -78,6 +79,10 @@ void check_on(const char *name, const char *arch, const char *plugin_path,
  */
 #define ARITH_INT16 1u
 #define ARITH_FP16 2u
+
+/* The bound above on 1 - cosine against the exact result, for model M
+ * on a path of the ARITH_ flags. */
+double arch_exact_bound(const struct q4kh_model *m, unsigned arith);
 
 /*
  * Model MODEL_PATH against the float64 fixture oracle-f64-NAME

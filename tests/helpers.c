@@ -109,6 +109,18 @@ void test_need_cpu_fast(void)
 		cr_skip_test("this CPU runs neither cpu-fast nor cpu-simd (they need AVX2 and FMA)");
 }
 
+char *test_fast_plugin_path(void)
+{
+	const char *b = test_builddir();
+	char *path = NULL;
+
+	test_need_cpu_fast();
+	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
+	                              "%s/plugins/cpu-simd/.libs",
+	                       b, b, b), 0);
+	return path;
+}
+
 void test_skip_under_sanitizers(const char *why)
 {
 #ifdef __SANITIZE_ADDRESS__

@@ -48,6 +48,11 @@ void test_skip_under_sanitizers(const char *why);
  */
 void test_need_cpu_fast(void);
 
+/* The plugin path of the fast cpu path (the reference, cpu-fast,
+ * cpu-simd), malloc()ed; a skip (test_need_cpu_fast) where this build or
+ * CPU has no cpu-fast. */
+char *test_fast_plugin_path(void);
+
 /* A fresh private folder under $TMPDIR, removed with its contents when the
  * test process exits. The string belongs to the helpers (freed at exit). */
 const char *test_tmpdir(void);

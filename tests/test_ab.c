@@ -159,9 +159,10 @@ Test(ab, validate_plot_draws_one_series_per_candidate_from_receipts, .timeout = 
 	cr_expect_eq(json_array_size(json_object_get(s, "overlaps")), 0, "text over text: %s",
 	             json_dumps(json_object_get(s, "overlaps"), 0));
 
-	/* 16 prefill positions and 8 decode steps, position 0 not judged. */
+	/* 16 prefill positions, 8 decode steps and the batched steps' 4 x 4
+	 * points (docs/f2.md), position 0 not judged. */
 	c = candidate(s, "cpu/cpu-q8act on device 0");
-	cr_expect_eq(json_integer_value(json_object_get(c, "points")), 24);
+	cr_expect_eq(json_integer_value(json_object_get(c, "points")), 40);
 	cr_expect_eq(json_integer_value(json_object_get(c, "moves")), 1, "one unbroken line");
 	cr_expect_eq(n_marks(c, "rejected"), 0);
 	cr_expect_eq(n_marks(c, "unjudged"), 1);
@@ -175,7 +176,7 @@ Test(ab, validate_plot_draws_one_series_per_candidate_from_receipts, .timeout = 
 	/* NaN everywhere: marked at every position, no line drawn. */
 	c = candidate(s, "cpu/defect-nan on device 0");
 	cr_expect_eq(json_integer_value(json_object_get(c, "points")), 0);
-	cr_expect_eq(n_marks(c, "nonfinite"), 24);
+	cr_expect_eq(n_marks(c, "nonfinite"), 40);
 
 	/* A crash measured nothing: an empty series, still one per candidate. */
 	c = candidate(s, "cpu/defect-abort on device 0");

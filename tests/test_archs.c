@@ -43,22 +43,6 @@
 #include "session.h"
 #include "tokenizer.h"
 
-/*
- * The plugin path of the fast cpu path (reference, cpu-fast, cpu-simd),
- * malloc()ed; a skip where this build or CPU has no cpu-fast.
- */
-static char *fast_path(void)
-{
-	const char *b = test_builddir();
-	char *path = NULL;
-
-	test_need_cpu_fast();
-	cr_assert_geq(asprintf(&path, "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs:"
-	                              "%s/plugins/cpu-simd/.libs",
-	                       b, b, b), 0);
-	return path;
-}
-
 /* On the reference. */
 static void check_model(const char *name, const char *arch)
 {
@@ -69,7 +53,7 @@ static void check_model(const char *name, const char *arch)
  * llama.cpp and the float64 fixture. */
 static void check_fast(const char *name, const char *arch)
 {
-	char *path = fast_path(), *model, file[64];
+	char *path = test_fast_plugin_path(), *model, file[64];
 
 	snprintf(file, sizeof(file), "tiny-%s.gguf", name);
 	model = fixture(file);
@@ -116,7 +100,7 @@ Test(archs_cpu_fast, gemma3_matches_float64, .timeout = 600)
 
 	test_skip_under_sanitizers("the default model's forward pass on cpu-fast, as the F2 "
 	                           "tests of this build run it");
-	path = fast_path();
+	path = test_fast_plugin_path();
 	for (size_t i = 0; i < 2; i++) {
 		check_exact_on(test_model_path(), names[i], path, "cpu-fast", NULL, 0);
 		check_exact_on(test_model_path(), names[i], path, "cpu-fast", "cpu-simd",
@@ -185,7 +169,7 @@ static float *entry_steps(struct q4kh_model *m, int64_t *rows_out,
  */
 static void check_entry(const char *model_path, const char *variant)
 {
-	char *path = fast_path();
+	char *path = test_fast_plugin_path();
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_backend be = { 0 };
 	struct q4kh_kernel k = { 0 };
@@ -272,7 +256,7 @@ Test(archs_cpu_fast, graph_entry_matches_the_interpreter_on_the_default_model, .
  */
 static void f2_passes(const char *model)
 {
-	char *path = fast_path(), *cmd, *out;
+	char *path = test_fast_plugin_path(), *cmd, *out;
 	json_t *doc, *c;
 	json_error_t jerr;
 	size_t i;

@@ -558,7 +558,8 @@ Test(f2_runs, a_correct_int8_activation_variant_passes)
 	struct q4kh_f2_result res = guard("cpu-q8act", 0.95);
 
 	cr_expect_eq(res.verdict, Q4KH_F2_PASS, "%s", res.message);
-	cr_expect_eq(res.n_points, (int64_t)n_probe + 8, "prefill positions plus 8 decode steps");
+	cr_expect_eq(res.n_points, (int64_t)n_probe + 8 + 4 * 4,
+	             "prefill positions, 8 decode steps, 4 batched steps of 4 sequences");
 	cr_expect_geq(res.min_cosine, 0.99);
 	q4kh_f2_result_free(&res);
 }
@@ -630,4 +631,54 @@ Test(f2, a_threshold_is_printed_as_set)
 	cr_expect_str_eq(q4kh_f2_threshold(0.995).s, "0.995");
 	cr_expect_str_eq(q4kh_f2_threshold(0.9999).s, "0.9999");
 	cr_expect_str_eq(q4kh_f2_threshold(0.5).s, "0.50");
+}
+
+/*
+ * The batched steps' points in the probe plan (f2.h): 4 sequences at
+ * staggered lengths within the probe's first 64 tokens, 4 steps each,
+ * step by step after the decode steps. The lengths worked by hand from
+ * the rule: the longest leaves its 4 steps within the reach (64 - 4 =
+ * 60), the others step down by (60 - 1) / 3 = 19; a probe of 8 tokens
+ * has 4, 3, 2 and 1; one of 7 has no batched steps.
+ */
+Test(f2, the_batched_steps_are_in_the_probe_plan)
+{
+	struct q4kh_f2_rules r;
+	struct q4kh_f2_plan plan;
+	struct q4kh_f2_point pt;
+	char msg[512];
+	static const int64_t lengths[4] = { 60, 41, 22, 3 };
+
+	rules(&r);
+	plan = q4kh_f2_probe_plan(100, &r);
+	cr_expect_eq(plan.prefill, 64);
+	cr_expect_eq(plan.batched, 16);
+	cr_expect_eq(q4kh_f2_plan_points(&plan), 64 + 8 + 16);
+	for (int32_t s = 0; s < 4; s++)
+		cr_expect_eq(q4kh_f2_batch_length(64, s), lengths[s], "sequence %d", s);
+	for (int64_t j = 0; j < 16; j++) {
+		q4kh_f2_plan_point(&plan, 72 + j, &pt);
+		cr_expect_eq(pt.batch, 4);
+		cr_expect_eq(pt.seq, j % 4, "point %lld", (long long)(72 + j));
+		cr_expect_eq(pt.decode_step, j / 4, "point %lld", (long long)(72 + j));
+		cr_expect_eq(pt.position, lengths[j % 4] + j / 4, "point %lld", (long long)(72 + j));
+		cr_expect(pt.judged && pt.computed);
+	}
+	q4kh_f2_plan_point(&plan, 71, &pt);
+	cr_expect(pt.batch == 0 && pt.decode_step == 7 && pt.position == 71);
+	for (int32_t s = 0; s < 4; s++)
+		cr_expect_eq(q4kh_f2_batch_length(8, s), 4 - s, "sequence %d", s);
+	r.probe_tokens = 7;
+	cr_expect_eq(q4kh_f2_probe_plan(100, &r).batched, 0);
+	cr_expect_eq(q4kh_f2_batch_length(7, 0), 0);
+	r.probe_tokens = 8;
+	cr_expect_eq(q4kh_f2_probe_plan(100, &r).batched, 16);
+
+	/* the message names the step, the sequence and its position */
+	q4kh_f2_plan_point(&plan, 77, &pt);
+	pt.cosine = 0.5;
+	pt.ref_argmax = pt.cand_argmax = 3;
+	describe(&pt, msg, sizeof(msg));
+	cr_expect_str_eq(msg, "batched step of 4 sequences, sequence 1, position 42 (its decode "
+	                      "step 1): argmax 3 (agrees), cosine 0.5000 < 0.90 catastrophic floor");
 }

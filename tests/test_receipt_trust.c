@@ -132,8 +132,11 @@ static void forge(const json_t *original, const struct edit *e, const char *path
 }
 
 /* Each forged field of a receipt of defect-biased on the default model
- * (72 points: position 0 not judged, 1 to 63 in prefill, 64 to 71 the
- * decode steps 0 to 7; broken everywhere, decided at position 1), and
+ * (88 points: position 0 not judged, 1 to 63 in prefill, 64 to 71 the
+ * decode steps 0 to 7, 72 to 87 the batched steps': 4 steps of sequences
+ * 0 to 3 at lengths 60, 41, 22 and 3, so point 80 is sequence 0's
+ * position 62, its decode step 2; broken everywhere, decided at
+ * position 1), and
  * what the report says of it: a void receipt's field (after "receipt
  * FILE: "), or the part of the key that changed. */
 static const struct forgery {
@@ -229,11 +232,23 @@ static const struct forgery {
 	  1 },
 	{ "the last point removed",
 	  { { "points/-1", NULL } },
-	  { "71 points but its probe plan has 72 (64 prefill positions, 8 decode steps)" },
+	  { "87 points but its probe plan has 88 (64 prefill positions, 8 decode steps, "
+	    "16 in batched steps)" },
 	  1 },
 	{ "a point added",
 	  { { "points/+", "[0.7062, 8, \"broken\"]" } },
-	  { "73 points but its probe plan has 72 (64 prefill positions, 8 decode steps)" },
+	  { "89 points but its probe plan has 88 (64 prefill positions, 8 decode steps, "
+	    "16 in batched steps)" },
+	  1 },
+	{ "a batched point's decode step",
+	  { { "points/80/1", "0" } },
+	  { "point 80 has decode step 0 but its probe plan has position 62 (batched step of 4 "
+	    "sequences, sequence 0, its decode step 2)" },
+	  1 },
+	{ "a batched point blanked",
+	  { { "points/80/2", "\"unjudged\"" } },
+	  { "point 80 is marked \"unjudged\" but its probe plan judges position 62 (batched "
+	    "step of 4 sequences, sequence 0, its decode step 2)" },
 	  1 },
 	{ "every point removed",
 	  { { "points", "[]" } },
@@ -324,7 +339,7 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
 	path = only_receipt(receipts);
 	original = json_load_file(path, 0, NULL);
 	cr_assert_not_null(original, "%s", path);
-	cr_assert_eq(json_array_size(json_object_get(original, "points")), 72);
+	cr_assert_eq(json_array_size(json_object_get(original, "points")), 88);
 
 	/* As written, the receipt decides: no measurement. */
 	out = run_limited(receipts, plugins, cfg);

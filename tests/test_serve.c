@@ -162,15 +162,19 @@ static void reply_free(struct reply *r)
 	free(r->headers);
 }
 
-/* METHOD PATH on S with BODY (or NULL) through curl. */
+/* METHOD PATH on S with BODY (or NULL) through curl. One folder for the
+ * test's requests, one after another: a poll of /health makes hundreds,
+ * more than test_tmpdir has folders. */
 static struct reply http(const struct server *s, const char *method, const char *path,
                          const char *body)
 {
-	const char *dir = test_tmpdir();
+	static const char *dir;
 	char req[4300], hdr[4300], out[4300], cmd[16384], *printed;
 	struct reply r = { 0 };
 	size_t len;
 
+	if (!dir)
+		dir = test_tmpdir();
 	snprintf(req, sizeof(req), "%s/req", dir);
 	snprintf(hdr, sizeof(hdr), "%s/hdr", dir);
 	snprintf(out, sizeof(out), "%s/out", dir);
@@ -509,8 +513,10 @@ Test(serve, greedy_pick_on_the_device_is_the_logits_pick, .timeout = 600)
 /* 400 requests from 16 clients: no error, every answer run's, RSS flat,
  * and decode steps that batched several requests (/metrics) among them.
  * Under AddressSanitizer (scripts/test-sanitizers.sh) 100 requests, and
- * memory is not judged: its quarantine holds what was freed. */
-Test(serve, load, .timeout = 900)
+ * memory is not judged: its quarantine holds what was freed. On BACKEND
+ * (NULL: the reference, the only plugin on the path), which must serve
+ * after F2 (--f2 require) and answer as run does on it. */
+static void load_on(const char *backend)
 {
 #ifdef __SANITIZE_ADDRESS__
 	const char *rss = "no-rss", *count = "100";
@@ -519,15 +525,38 @@ Test(serve, load, .timeout = 900)
 #endif
 	const char *dir = plugins((const char *const[]){ NULL });
 	const char *model = fixture("tiny-llama.gguf");
-	const char *args[] = { "-m", model, "--plugin-path", dir, "--parallel", "4", NULL };
+	char path[8192], served[64];
+	const char *args[] = { "-m", model, "--plugin-path", path, "--parallel", "4",
+		               backend ? "--backend" : NULL, backend, "--f2", "require", NULL };
 	struct server s;
 	char py[16384];
 
+	snprintf(path, sizeof(path), "%s", dir);
+	if (backend)
+		snprintf(path, sizeof(path), "%s:%s/plugins/%s/.libs", dir, test_builddir(),
+		         backend);
 	server_start(&s, args, test_tmpdir(), NULL);
-	snprintf(py, sizeof(py), "%s %d %s %s %s %s 16 %s", s.url, (int)s.pid, q4khost(), model,
-	         dir, count, rss);
+	if (backend) {
+		snprintf(served, sizeof(served), "%s/built-in", backend);
+		await_serving(&s, served);
+	}
+	snprintf(py, sizeof(py), "%s %d %s %s %s %s 16 %s %s", s.url, (int)s.pid, q4khost(),
+	         model, path, count, rss, backend ? backend : "");
 	python("load.py", py);
 	server_stop(&s);
+}
+
+Test(serve, load, .timeout = 900)
+{
+	load_on(NULL);
+}
+
+/* The same load on cpu-fast, whose batched steps are its own kernels'
+ * (multi-column products, F16 caches side by side). */
+Test(serve, load_on_cpu_fast, .timeout = 900)
+{
+	test_need_cpu_fast();
+	load_on("cpu-fast");
 }
 
 /* Bad input, slow clients, a client that leaves, the API key. */
@@ -633,6 +662,49 @@ Test(serve, background_f2_switches, .timeout = 600)
 	cr_assert_not_null(strstr(log, "F2: pass (receipt of "), "%s", log);
 	cr_assert_null(strstr(log, "in the background"), "%s", log);
 	free(log);
+	server_stop(&s);
+}
+
+/* Poll the server's log until it holds TEXT; the log, malloc()ed; fails
+ * after the bound. */
+static char *await_log(const struct server *s, const char *text)
+{
+	for (int i = 0; i < POLLS; i++) {
+		char *log = read_log(s);
+
+		if (strstr(log, text))
+			return log;
+		free(log);
+		sleep_ms(100);
+	}
+	cr_assert_fail("the server's log never said '%s'", text);
+	return NULL;
+}
+
+/*
+ * replay-batched, exact but in a step of several sequences (its planted
+ * defect, tests/plugins/replay.c): the background F2 finds it broken in
+ * its batched steps, at sequence 1 (position 41 of the built-in probe,
+ * docs/f2.md), and the reference keeps serving, as the log says.
+ */
+Test(serve, a_backend_wrong_only_in_batched_steps_does_not_serve, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "replay_batched", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	struct server s;
+	char *log, *p;
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	log = await_log(&s, "keeps serving");
+	cr_expect_not_null(strstr(log, "background F2: replay-batched/built-in: broken: batched step "
+	                               "of 4 sequences, sequence 1, position 41 (its decode step 0): "),
+	                   "%s", log);
+	cr_expect_not_null(strstr(log, "; cpu/built-in keeps serving"), "%s", log);
+	free(log);
+	p = serving(&s);
+	cr_expect_str_eq(p, "cpu/built-in");
+	free(p);
 	server_stop(&s);
 }
 
@@ -757,10 +829,12 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/serve-tail");
 	free(v);
-	/* 21 prompt tokens: a batch with a tail of 5 columns. */
+	/* 76 prompt tokens: a batch with a tail of 4 columns. */
 	r = http(&s, "POST", "/v1/completions",
-	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and\", "
-	         "\"max_tokens\": 4}");
+	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
+	         "while the farmer watches from the old barn near the river. The quick brown fox "
+	         "jumps over the lazy dog again and again, while the farmer watches from the old "
+	         "barn near the river\", \"max_tokens\": 4}");
 	cr_assert_eq(r.status, 200, "%s", r.body);
 	v = header(&r, "X-Q4KHost-Served-By");
 	cr_assert(!strncmp(v, "cpu/serve-tail", 14), "%s", v);
@@ -791,7 +865,7 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	cr_assert(strcmp(json_string_value(json_object_get(c, "verdict")), "pass"), "%s", out);
 	cr_assert(!strncmp(json_string_value(json_object_get(c, "source")), "receipt of ", 11));
 	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")),
-	                          "shadow parity, served request cmpl-2 (21 prompt + "),
+	                          "shadow parity, served request cmpl-2 (76 prompt + "),
 	                   "%s", out);
 	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")), "position "));
 	json_decref(o);
@@ -928,23 +1002,15 @@ Test(serve, names_the_device_f2_measures_on_and_an_empty_messages_array, .timeou
 static char *access_line(const struct server *s, const char *method, const char *path,
                          int status)
 {
-	char want[512];
+	char want[512], *log, *at, *line;
 
 	snprintf(want, sizeof(want), "q4khost serve: access: 127.0.0.1 %s %s %d ", method, path,
 	         status);
-	for (int i = 0; i < POLLS; i++) {
-		char *log = read_log(s), *at = strstr(log, want), *line;
-
-		if (at) {
-			line = strndup(at, strcspn(at, "\n"));
-			free(log);
-			return line;
-		}
-		free(log);
-		sleep_ms(100);
-	}
-	cr_assert_fail("no line '%s...' in the log", want);
-	return NULL;
+	log = await_log(s, want);
+	at = strstr(log, want);
+	line = strndup(at, strcspn(at, "\n"));
+	free(log);
+	return line;
 }
 
 /*

@@ -496,6 +496,25 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 }
 
 /*
+ * replay-batched (tests/plugins/replay.c) is exact in every step of one
+ * sequence, and in a step of several every sequence but the first attends
+ * with the first one's queries: F2's batched steps (4 sequences at
+ * lengths 60, 41, 22 and 3 of the built-in probe, docs/f2.md) catch it at
+ * their first step, in sequence 1 (position 41), and run falls back to
+ * the reference, naming the step, the sequence and the position.
+ */
+Test(validate, a_backend_wrong_only_in_batched_steps_is_rejected, .timeout = 300)
+{
+	static const char *const names[] = { "replay_batched", NULL };
+
+	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
+	           (const char *const[]){ "q4khost: backend cpu ",
+	                                  "replay-batched/built-in: F2 broken: batched step of 4 "
+	                                  "sequences, sequence 1, position 41 (its decode step 0): ",
+	                                  "[fresh: no receipt]", NULL });
+}
+
+/*
  * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
  * receipts written before probe kinds were; returns how many.
  */
@@ -988,9 +1007,10 @@ Test(validate, a_timeout_verdict_is_stale_under_a_longer_timeout, .timeout = 120
  * defect-narrow is right with one column and with more than 8, broken with
  * 2 to 8: the probe's wide prefill (64 columns) and its one-column decode
  * steps pass it, so only F2's narrow steps see it, at the first judged
- * position of the first, 2 tokens wide; run falls back to the reference.
- * A short prompt's chunk or a batched decode step of 2 to 8 sequences in
- * serve takes that path.
+ * position of the first, 2 tokens wide, and its batched steps (4 columns),
+ * after which the narrow steps' points come; run falls back to the
+ * reference. A short prompt's chunk or a batched decode step of 2 to 8
+ * sequences in serve takes that path.
  */
 Test(validate, a_defect_of_narrow_steps_only_is_caught_by_them, .timeout = 300)
 {

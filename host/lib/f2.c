@@ -198,9 +198,13 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap)
 {
 	const int digits = q4kh_f2_cosine_digits(rules);
-	char where[64], argmax[160], what[200];
+	char where[112], argmax[160], what[200];
 
-	if (pt->decode_step >= 0)
+	if (pt->batch)
+		snprintf(where, sizeof(where),
+		         "batched step of %d sequences, sequence %d, position %lld (its decode step %d)",
+		         pt->batch, pt->seq, (long long)pt->position, pt->decode_step);
+	else if (pt->decode_step >= 0)
 		snprintf(where, sizeof(where), "position %lld (decode step %d)",
 		         (long long)pt->position, pt->decode_step);
 	else if (pt->narrow)
@@ -368,14 +372,36 @@ int q4kh_f2_message_matches(const char *message, const struct q4kh_f2_result *re
 	return !strcmp(message, want);
 }
 
+int64_t q4kh_f2_plan_points(const struct q4kh_f2_plan *plan)
+{
+	return plan->prefill + plan->decode_steps + plan->batched;
+}
+
+int64_t q4kh_f2_batch_length(int64_t prefill, int32_t seq)
+{
+	const int64_t reach = prefill < Q4KH_F2_BATCH_REACH ? prefill : Q4KH_F2_BATCH_REACH;
+	/* the longest leaves room for its decode steps within the reach */
+	const int64_t top = reach - Q4KH_F2_BATCH_STEPS;
+
+	if (top < Q4KH_F2_BATCH_SEQS)
+		return 0;
+	return top - seq * ((top - 1) / (Q4KH_F2_BATCH_SEQS - 1));
+}
+
 struct q4kh_f2_plan q4kh_f2_probe_plan(size_t n, const struct q4kh_f2_rules *rules)
 {
-	return (struct q4kh_f2_plan){ (int64_t)(n < rules->probe_tokens ? n : rules->probe_tokens),
-		                      rules->decode_steps, NULL };
+	const int64_t p = (int64_t)(n < rules->probe_tokens ? n : rules->probe_tokens);
+
+	return (struct q4kh_f2_plan){ p, rules->decode_steps, NULL,
+		                      q4kh_f2_batch_length(p, 0)
+		                              ? Q4KH_F2_BATCH_SEQS * Q4KH_F2_BATCH_STEPS
+		                              : 0 };
 }
 
 void q4kh_f2_plan_point(const struct q4kh_f2_plan *plan, int64_t i, struct q4kh_f2_point *pt)
 {
+	const int64_t j = i - plan->prefill - plan->decode_steps; /* a batched point's */
+
 	*pt = (struct q4kh_f2_point){ .position = i,
 		                      .decode_step = i < plan->prefill ? -1
 		                                                       : (int32_t)(i - plan->prefill),
@@ -384,6 +410,13 @@ void q4kh_f2_plan_point(const struct q4kh_f2_plan *plan, int64_t i, struct q4kh_
 		                      .cand_argmax = -1,
 		                      .judged = plan->judged ? plan->judged[i] != 0 : i >= 1,
 		                      .computed = !plan->judged || plan->judged[i] };
+	if (j < 0)
+		return;
+	/* step by step, so that the first of them that fails is the earliest */
+	pt->batch = Q4KH_F2_BATCH_SEQS;
+	pt->seq = (int32_t)(j % Q4KH_F2_BATCH_SEQS);
+	pt->decode_step = (int32_t)(j / Q4KH_F2_BATCH_SEQS);
+	pt->position = q4kh_f2_batch_length(plan->prefill, pt->seq) + pt->decode_step;
 }
 
 /*
@@ -488,6 +521,97 @@ static void narrow_steps(struct q4kh_session *cand, const int32_t *probe, int64_
 	q4kh_f2_conclude(out, rules);
 }
 
+/* PROBE[0..n) into S alone, in steps of its n_batch, as serve prefills a
+ * prompt; -1 with E on a failure. */
+static int prefill_alone(struct q4kh_session *s, const int32_t *probe, int64_t n,
+                         struct q4kh_error *e)
+{
+	for (int64_t c = 0; c < n; c += s->p.n_batch) {
+		const int64_t t = n - c < s->p.n_batch ? n - c : s->p.n_batch;
+
+		if (q4kh_session_eval(s, probe + c, t, NULL, 0, e))
+			return -1;
+	}
+	return 0;
+}
+
+/* One step of the batched steps: B[0..n) together, as serve decodes its
+ * slots, or each alone in turn on a model whose sessions cannot batch. */
+static int step_together(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *e)
+{
+	if (q4kh_session_batchable(b[0].s))
+		return q4kh_session_eval_batch(b, n, e);
+	for (int32_t j = 0; j < n; j++)
+		if (q4kh_session_eval(b[j].s, &b[j].id, 1, b[j].logits, 1, e))
+			return -1;
+	return 0;
+}
+
+/*
+ * The batched steps of PLAN (q4kh_f2_batch_length): CAND, emptied, and
+ * sessions of its model opened for the others each prefill their prefix
+ * of PROBE alone, then decode Q4KH_F2_BATCH_STEPS steps together, fed the
+ * probe's next tokens; each sequence's logits (into CL, a row each) are
+ * judged against the reference's prefill logits RL of its position, into
+ * OUT's batched points. -1 with OUT not measured (F2.4) when a session
+ * cannot open or a step fails.
+ */
+static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
+                         const struct q4kh_f2_plan *plan, const float *rl, float *cl, int64_t v,
+                         const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out)
+{
+	struct q4kh_session *s[Q4KH_F2_BATCH_SEQS] = { cand };
+	struct q4kh_batch_seq b[Q4KH_F2_BATCH_SEQS];
+	int64_t len[Q4KH_F2_BATCH_SEQS];
+	struct q4kh_session_params sp = cand->p;
+	struct q4kh_error e = { { 0 } };
+	const char *phase = "the batched steps' prefill";
+	int rc = -1;
+
+	if (!plan->batched)
+		return 0;
+	for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
+		len[j] = q4kh_f2_batch_length(plan->prefill, j);
+	/* the others only prefill their prefix: no larger steps than that
+	 * (a GPU's scratch for 512 tokens, three times over, on a large
+	 * model); the batched step runs in cand's scratch */
+	sp.n_batch = sp.n_batch < len[0] ? sp.n_batch : (uint32_t)len[0];
+	for (int32_t j = 1; j < Q4KH_F2_BATCH_SEQS; j++) {
+		if (q4kh_session_new(cand->m, &sp, &s[j], &e)) {
+			phase = "opening the batched steps' sessions";
+			goto out;
+		}
+	}
+	q4kh_session_reset(cand);
+	for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
+		if (prefill_alone(s[j], probe, len[j], &e))
+			goto out;
+	phase = "a batched step";
+	for (int32_t k = 0; k < Q4KH_F2_BATCH_STEPS; k++) {
+		const int64_t first = plan->prefill + plan->decode_steps + k * Q4KH_F2_BATCH_SEQS;
+
+		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
+			b[j] = (struct q4kh_batch_seq){ s[j], probe[len[j] + k], cl + j * v, -1 };
+		if (step_together(b, Q4KH_F2_BATCH_SEQS, &e))
+			goto out;
+		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++) {
+			struct q4kh_f2_point *pt = &out->points[first + j];
+
+			q4kh_f2_plan_point(plan, first + j, pt);
+			q4kh_f2_judge(rl + pt->position * v, cl + j * v, v, rules, pt);
+		}
+	}
+	rc = 0;
+out:
+	if (rc)
+		not_measured(out, "candidate", phase, &e);
+	for (int32_t j = 1; j < Q4KH_F2_BATCH_SEQS; j++)
+		if (s[j])
+			q4kh_session_free(s[j]);
+	q4kh_session_reset(cand);
+	return rc;
+}
+
 int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
                 const int32_t *tokens, size_t n,
                 const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out,
@@ -512,7 +636,7 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 	                       err);
 	if (rc)
 		return rc;
-	if (run_alloc(out, rows, rows, v, &rl, &cl, err)) {
+	if (run_alloc(out, q4kh_f2_plan_points(&plan), rows, v, &rl, &cl, err)) {
 		q4kh_f2_ref_end(ref);
 		return -1;
 	}
@@ -534,13 +658,23 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		if (decode_both(ref, cand, tok, rl + row * v, cl + row * v, out))
 			goto done;
 	}
-	out->n_points = rows;
 	for (int64_t i = 0; i < rows; i++) {
 		q4kh_f2_plan_point(&plan, i, &out->points[i]);
 		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, &out->points[i]);
 	}
+	/* the judged rows of CL are free again: the batched steps' scratch */
+	if (batched_steps(cand, probe, &plan, rl, cl, v, rules, out))
+		goto done;
+	/* The narrow steps weigh against the one-sequence points, and come
+	 * first where both find trouble: a step of 4 sequences multiplies 4
+	 * columns at once, the narrow steps' width that names the cause. */
+	out->n_points = rows;
 	q4kh_f2_conclude(out, rules);
 	narrow_steps(cand, probe, p, rl, cl, v, rules, out);
+	if (out->verdict != Q4KH_F2_NOT_MEASURED) {
+		out->n_points = q4kh_f2_plan_points(&plan);
+		q4kh_f2_conclude(out, rules);
+	}
 done:
 	run_end(out, t0, ref, cand, rl, cl);
 	return 0;
@@ -692,7 +826,7 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		return -1;
 	}
 	for (int64_t i = 0; i < rows; i++)
-		q4kh_f2_plan_point(&(struct q4kh_f2_plan){ prefill, decode_steps, judged }, i,
+		q4kh_f2_plan_point(&(struct q4kh_f2_plan){ prefill, decode_steps, judged, 0 }, i,
 		                   &out->points[i]);
 	q4kh_f2_ref_reset(ref);
 	q4kh_session_reset(cand);

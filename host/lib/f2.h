@@ -38,10 +38,22 @@
 #include "session.h"
 
 /* Bumped whenever a rule or a default changes: receipts key on it. 2: the
- * narrow steps. */
-#define Q4KH_F2_RULESET 2
+ * narrow steps; 3: the batched steps. */
+#define Q4KH_F2_RULESET 3
 /* The narrow steps' widths: 2, 3, .., this (35 tokens in all). */
 #define Q4KH_F2_NARROW_MAX 8
+/*
+ * The batched steps (q4kh_f2_run): this many sequences, each a prefix of
+ * the probe prefilled alone at a length of its own, then this many decode
+ * steps of all of them together in one step each (serve's batched decode,
+ * q4kh_session_eval_batch), fed the probe's next tokens, so that every
+ * position they judge is one the reference's prefill already computed.
+ * They use the probe's first Q4KH_F2_BATCH_REACH tokens at most, and need
+ * Q4KH_F2_BATCH_SEQS + Q4KH_F2_BATCH_STEPS of them (none below).
+ */
+#define Q4KH_F2_BATCH_SEQS 4
+#define Q4KH_F2_BATCH_STEPS 4
+#define Q4KH_F2_BATCH_REACH 64
 #define Q4KH_F2_CATASTROPHIC 0.90 /* fixed */
 /* The acceptance floor of a path that declares no arithmetic class (a
  * plugin built before ABI 1.6): the floor F2 had before the classes. */
@@ -152,6 +164,9 @@ struct q4kh_f2_point {
 	                        deep probe's bands (q4kh_f2_run_plan) */
 	int near_tie;        /* a tolerated argmax disagreement */
 	int32_t narrow;      /* 0, or the width of the narrow step it came from */
+	int32_t batch;       /* 0, or the sequences of the batched step it came
+	                        from (decode_step is then that sequence's) */
+	int32_t seq;         /* with batch: its sequence, 0 .. batch - 1 */
 	enum q4kh_f2_verdict verdict;
 	const char *rule;    /* the rule that fired, or NULL */
 };
@@ -188,31 +203,47 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
 /*
  * Which positions an F2 measurement has and which it judges: PREFILL
  * positions of the probe's tokens (0 .. prefill-1), then DECODE_STEPS
- * teacher-forced decode steps. Without JUDGED (the built-in and prompt
+ * teacher-forced decode steps, then BATCHED points of the batched steps
+ * (Q4KH_F2_BATCH_SEQS sequences x Q4KH_F2_BATCH_STEPS steps, step by step,
+ * or none: q4kh_f2_batch_length). Without JUDGED (the built-in and prompt
  * probes, q4kh_f2_run) every position is compared and every one but
  * position 0 judged; with it (the deep probe, q4kh_f2_run_plan: prefill +
- * decode_steps flags, owned by the caller) only the flagged positions are
- * compared, and judged. The narrow steps judge prefill positions again and
- * add none. A receipt must hold exactly its plan's points
- * (receipt_check.h).
+ * decode_steps flags, owned by the caller; no batched points) only the
+ * flagged positions are compared, and judged. The narrow steps judge
+ * prefill positions again and add none. A receipt must hold exactly its
+ * plan's points (receipt_check.h).
  */
 struct q4kh_f2_plan {
 	int64_t prefill;
 	uint32_t decode_steps;
 	const uint8_t *judged;
+	int64_t batched;
 };
+
+/* The points of PLAN: prefill + decode_steps + batched. */
+int64_t q4kh_f2_plan_points(const struct q4kh_f2_plan *plan);
+
+/*
+ * How many of a probe of PREFILL tokens sequence SEQ (0 ..
+ * Q4KH_F2_BATCH_SEQS - 1) of the batched steps prefills alone before
+ * they decode together: staggered, sequence 0 the longest, each at least
+ * 1; 0 for every SEQ when the probe is too short for the batched steps
+ * (fewer than Q4KH_F2_BATCH_SEQS + Q4KH_F2_BATCH_STEPS tokens).
+ */
+int64_t q4kh_f2_batch_length(int64_t prefill, int32_t seq);
 
 /* The plan of q4kh_f2_run on a probe of N tokens under RULES: its last
  * rules->probe_tokens tokens (all N when fewer), then rules->decode_steps
- * decode steps. */
+ * decode steps, then the batched steps' points. */
 struct q4kh_f2_plan q4kh_f2_probe_plan(size_t n, const struct q4kh_f2_rules *rules);
 
 /*
- * Position I of PLAN (0 <= I < prefill + decode_steps) as a finished
+ * Point I of PLAN (0 <= I < q4kh_f2_plan_points) as a finished
  * measurement holds it: *PT zeroed but for position, decode_step (-1 in
- * prefill), judged and computed, with a NaN cosine and argmaxes of -1
- * until q4kh_f2_judge compares it. The measurements and the receipt
- * checks take their positions from here.
+ * prefill), judged, computed and, for a batched point, batch and seq
+ * (its position that sequence's, its decode step that sequence's), with
+ * a NaN cosine and argmaxes of -1 until q4kh_f2_judge compares it. The
+ * measurements and the receipt checks take their positions from here.
  */
 void q4kh_f2_plan_point(const struct q4kh_f2_plan *plan, int64_t i, struct q4kh_f2_point *pt);
 
@@ -257,7 +288,11 @@ int q4kh_f2_message_matches(const char *message, const struct q4kh_f2_result *re
  * Run the probe TOKENS[0..n) (its last rules->probe_tokens tokens) on REF
  * (a live session, q4kh_f2_ref_live, or one shared through a file:
  * f2_reference.h) and CAND from empty caches, then rules->decode_steps teacher-forced
- * decode steps, and judge; then the probe's first tokens on CAND again in
+ * decode steps, and judge; then the batched steps on CAND and
+ * Q4KH_F2_BATCH_SEQS - 1 sessions of its model opened for them (each
+ * sequence against the reference's prefill logits of its positions; on a
+ * model whose sessions cannot batch, q4kh_session_batchable, each
+ * sequence steps alone in turn, as serve runs them); then the probe's first tokens on CAND again in
  * narrow steps, judged against the same reference logits, which decide
  * only when they find worse than the rest (their points replace the
  * others where worse, marked with their width). Both sessions are reset

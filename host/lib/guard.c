@@ -108,7 +108,7 @@ struct q4kh_f2_plan q4kh_guard_plan(const struct q4kh_guard *g, const struct q4k
 {
 	if (g->deep)
 		return (struct q4kh_f2_plan){ g->deep->prefill, g->deep->decode_steps,
-			                      g->deep->judged };
+			                      g->deep->judged, 0 };
 	return q4kh_f2_probe_plan(g->n_probe, rules);
 }
 
@@ -925,7 +925,7 @@ int q4kh_guard_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key
 	} else {
 		q4kh_receipt_rules(&out->key, &rules);
 		plan = other_deep && out->n_points
-		               ? (struct q4kh_f2_plan){ deep.prefill, deep.decode_steps, deep.judged }
+		               ? (struct q4kh_f2_plan){ deep.prefill, deep.decode_steps, deep.judged, 0 }
 		               : q4kh_guard_plan(g, &rules);
 		if (q4kh_receipt_check(path, out, &plan, &e)) {
 			snprintf(why, cap, "%s", e.msg);

@@ -173,7 +173,8 @@ int q4kh_guard_use_deep(struct q4kh_guard *g, const struct q4kh_deep_plan *plan,
  * The plan of G's probe under RULES (f2.h): the deep probe's when G judges
  * on it (q4kh_guard_use_deep), else that of q4kh_f2_run on G's tokens
  * (q4kh_f2_probe_plan: their last rules->probe_tokens, then
- * rules->decode_steps decode steps). What q4kh_guard_measure runs, and, under
+ * rules->decode_steps decode steps, then the batched steps' points). What
+ * q4kh_guard_measure runs, and, under
  * a receipt's own rules (q4kh_receipt_rules), the points a receipt of G
  * must hold. Points into G's deep plan.
  */

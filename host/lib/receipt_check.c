@@ -19,13 +19,19 @@ void q4kh_receipt_rules(const struct q4kh_receipt_key *key, struct q4kh_f2_rules
 #define VOID(err, path, fmt, ...) \
 	(q4kh_fail((err), "receipt %s: " fmt ": ignored", (path), __VA_ARGS__), 1)
 
-/* "prefill" or "decode step D", for position I, into BUF. */
-static const char *where(int64_t i, int32_t decode_step, char *buf, size_t cap)
+/* Where plan point PT is: "position 5 (prefill)", "position 70 (decode
+ * step 6)", "position 23 (batched step of 4 sequences, sequence 1, its
+ * decode step 0)", into BUF. */
+static const char *where(const struct q4kh_f2_point *pt, char *buf, size_t cap)
 {
-	if (decode_step < 0)
-		snprintf(buf, cap, "position %lld (prefill)", (long long)i);
+	if (pt->batch)
+		snprintf(buf, cap, "position %lld (batched step of %d sequences, sequence %d, its decode step %d)",
+		         (long long)pt->position, pt->batch, pt->seq, pt->decode_step);
+	else if (pt->decode_step < 0)
+		snprintf(buf, cap, "position %lld (prefill)", (long long)pt->position);
 	else
-		snprintf(buf, cap, "position %lld (decode step %d)", (long long)i, decode_step);
+		snprintf(buf, cap, "position %lld (decode step %d)", (long long)pt->position,
+		         pt->decode_step);
 	return buf;
 }
 
@@ -72,19 +78,18 @@ static int check_point(const char *path, const struct q4kh_receipt *r, int64_t i
 	const struct q4kh_receipt_point *p = &r->points[i];
 	const char *mark = q4kh_receipt_point_mark(p);
 	enum q4kh_f2_verdict v;
-	char at[64], shown[32];
+	char at[128], shown[32];
 
 	if (p->decode_step != pt->decode_step)
 		return VOID(err, path, "point %lld has decode step %d but its probe plan has %s",
-		            (long long)i, p->decode_step,
-		            where(i, pt->decode_step, at, sizeof(at)));
+		            (long long)i, p->decode_step, where(pt, at, sizeof(at)));
 	if (p->judged != pt->judged || p->computed != pt->computed)
 		return VOID(err, path, "point %lld is marked \"%s\" but its probe plan %s %s",
 		            (long long)i, mark,
 		            pt->judged     ? "judges"
 		            : pt->computed ? "compares without judging (\"unjudged\")"
 		                           : "skips (\"skipped\")",
-		            where(i, pt->decode_step, at, sizeof(at)));
+		            where(pt, at, sizeof(at)));
 	if (!p->judged)
 		return 0;
 	v = q4kh_f2_cosine_verdict(p->cosine, rules);
@@ -111,23 +116,23 @@ static int check_summary(const char *path, const struct q4kh_receipt *r,
                          struct q4kh_error *err)
 {
 	const struct q4kh_f2_point *w = &res->points[res->worst];
-	char a[32], b[32], at[64], shown[80];
+	char a[32], b[32], at[128], shown[80];
 
 	if (r->verdict != res->verdict)
 		return VOID(err, path, "verdict \"%s\" but its points' verdict is \"%s\", decided at %s",
 		            q4kh_f2_verdict_name(r->verdict), q4kh_f2_verdict_name(res->verdict),
-		            where(res->worst, w->decode_step, at, sizeof(at)));
+		            where(w, at, sizeof(at)));
 	if (!(r->min_cosine == res->min_cosine || (isnan(r->min_cosine) && isnan(res->min_cosine)))) {
 		two_cosines(r->min_cosine, res->min_cosine, a, b, sizeof(a));
 		return VOID(err, path, "min_cosine %s but its points' lowest judged cosine is %s", a, b);
 	}
-	if (r->worst_position != res->worst)
+	if (r->worst_position != w->position)
 		return VOID(err, path, "worst_position %lld but its points decide at %s",
 		            (long long)r->worst_position,
-		            where(res->worst, w->decode_step, at, sizeof(at)));
+		            where(w, at, sizeof(at)));
 	if (r->worst_decode_step != w->decode_step)
 		return VOID(err, path, "worst_decode_step %d but its points decide at %s",
-		            r->worst_decode_step, where(res->worst, w->decode_step, at, sizeof(at)));
+		            r->worst_decode_step, where(w, at, sizeof(at)));
 	if (r->near_ties != res->near_ties)
 		return VOID(err, path, "near_ties %d but its points hold %d", r->near_ties,
 		            res->near_ties);
@@ -136,7 +141,7 @@ static int check_summary(const char *path, const struct q4kh_receipt *r,
 		return VOID(err, path, "message \"%s\" but its points give \"%s\" at %s, cosine %s",
 		            q4kh_show(shown, sizeof(shown), r->message, strlen(r->message), 60, 0),
 		            q4kh_f2_verdict_name(res->verdict),
-		            where(res->worst, w->decode_step, at, sizeof(at)), a);
+		            where(w, at, sizeof(at)), a);
 	}
 	return 0;
 }
@@ -144,17 +149,23 @@ static int check_summary(const char *path, const struct q4kh_receipt *r,
 int q4kh_receipt_check(const char *path, const struct q4kh_receipt *r,
                        const struct q4kh_f2_plan *plan, struct q4kh_error *err)
 {
-	const int64_t rows = plan->prefill + plan->decode_steps;
+	const int64_t rows = q4kh_f2_plan_points(plan);
 	struct q4kh_f2_rules rules;
 	struct q4kh_f2_result res = { 0 };
 	int rc = 0;
 
 	if (!r->n_points)
 		return check_pointless(path, r, err);
-	if (r->n_points != rows)
-		return VOID(err, path, "%lld points but its probe plan has %lld (%lld prefill positions, %u decode steps)",
+	if (r->n_points != rows) {
+		char batched[48] = "";
+
+		if (plan->batched)
+			snprintf(batched, sizeof(batched), ", %lld in batched steps",
+			         (long long)plan->batched);
+		return VOID(err, path, "%lld points but its probe plan has %lld (%lld prefill positions, %u decode steps%s)",
 		            (long long)r->n_points, (long long)rows, (long long)plan->prefill,
-		            plan->decode_steps);
+		            plan->decode_steps, batched);
+	}
 	q4kh_receipt_rules(&r->key, &rules);
 	res.points = calloc((size_t)rows, sizeof(*res.points));
 	if (!res.points)

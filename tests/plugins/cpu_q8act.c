@@ -13,10 +13,10 @@
  *     file named by $Q4KH_TEST_HOLD exists (at most 10 minutes), so a test
  *     holds a served request in flight;
  *   -DQ8ACT_TAIL: a planted defect that shows only on some prompts: in a
- *     batch of more than 8 columns that is no multiple of 8, the columns
+ *     batch of more than 64 columns that is no multiple of 8, the columns
  *     past the last multiple of 8 come out scaled by -50 (a tail-handling
- *     bug), so F2's 64-token probe and one-token decode steps pass and a
- *     21-token prompt does not.
+ *     bug), so every step of F2's 64-token probe passes (its prefill, decode,
+ *     batched and narrow steps) and a 76-token prompt does not.
  *   -DQ8ACT_IQ4NL (as "cpu-iq4nl"): it lists only IQ4_NL, a type of none
  *     of the test models: a variant that is not applicable to them, whose
  *     products must never be called (they would treat the blocks as Q4_K).
@@ -207,7 +207,7 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
 			yt[r] = row_dot((const void *)((const char *)w->blocks + r * w->row_bytes),
 			                k, q, d, sum);
 #ifdef Q8ACT_TAIL
-		if (x->ne[1] > 8 && x->ne[1] % 8 && t >= x->ne[1] / 8 * 8)
+		if (x->ne[1] > 64 && x->ne[1] % 8 && t >= x->ne[1] / 8 * 8)
 			for (int64_t r = 0; r < w->n; r++)
 				yt[r] *= -50.0f;
 #endif

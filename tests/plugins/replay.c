@@ -54,6 +54,16 @@
  *                 type's kernels would: the host must pass it over for a
  *                 model with Q8_0 weights before anything runs, and its
  *                 get_rows and mul_mat refuse Q8_0 should it not.
+ *   REPLAY_BATCHED: of kind "cpu" (tried before the reference), replays
+ *                 exact, but in a step that carries several sequences
+ *                 (serve's batched decode: its rope turns more tokens
+ *                 than one attention reads) every sequence attends with
+ *                 the first sequence's queries, over its own cache, as a
+ *                 kernel that indexes the queries by head and not by
+ *                 sequence would: right in every step of one sequence
+ *                 (prefill, decode, the narrow steps) and for the first
+ *                 sequence of a batched step, wrong for the others
+ *                 (tests/test_validate.c, tests/test_batch.c).
  *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
  *                 q4khost conformance must see: rms_norm uses 1000 times
  *                 the eps it is given, scale writes one byte past its
@@ -122,6 +132,11 @@ struct q4kh_device_ctx {
 	q4kh_backend_ctx *b;
 	q4kh_device_ctx *dev; /* the cpu plugin's */
 	struct q4kh_graph *rec; /* non-NULL while recording */
+#ifdef REPLAY_BATCHED
+	int64_t step_tokens;    /* the tokens the last rope_ext turned */
+	uint64_t first_q;       /* the layer's first attention's queries */
+	int have_q;
+#endif
 };
 
 static const char *why_init = "";
@@ -444,6 +459,7 @@ static q4kh_status spoil_code_rows(q4kh_device_ctx *d, const struct call *c)
 }
 #endif
 
+
 /* Issue call C, with this variant's defect. */
 static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 {
@@ -455,6 +471,25 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 		return fail(d->b, Q4KH_ERR_UNSUPPORTED, c->op == C_MUL_MAT
 		                                                ? "mul_mat: Q8_0 weights are not implemented"
 		                                                : "get_rows: Q8_0 weights are not implemented");
+#endif
+#ifdef REPLAY_BATCHED
+	struct call first_q;
+
+	/* A step of several sequences ropes all their tokens at once, then
+	 * attends once per sequence, over that sequence's one token. */
+	if (c->op == C_ROPE_EXT) {
+		d->step_tokens = c->t[0].ne[2];
+		d->have_q = 0;
+	}
+	if (c->op == C_ATTENTION_EXT && c->t[0].ne[2] < d->step_tokens) {
+		if (!d->have_q) {
+			d->first_q = c->t[0].offset;
+			d->have_q = 1;
+		}
+		first_q = *c;
+		first_q.t[0].offset = d->first_q;
+		c = &first_q;
+	}
 #endif
 	st = issue_op(d, c);
 
@@ -943,7 +978,7 @@ static const struct q4kh_plugin_desc desc = {
 	.license = "MIT",
 	.build_id = "test",
 	.backend = &table,
-#if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0)
+#if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0) || defined(REPLAY_BATCHED)
 	.backend_kind = "cpu",
 #endif
 };

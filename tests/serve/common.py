@@ -19,13 +19,16 @@ def check(name, ok, detail=""):
         sys.exit(1)
 
 
-def run_answer(q4khost, model, plugin_path, prompt, n, chat):
+def run_answer(q4khost, model, plugin_path, prompt, n, chat, backend=None):
     """q4khost run's greedy answer to PROMPT (through the chat template
-    when CHAT, else raw) as serve must give it: the bytes it streams, less
-    the newline it ends with, as UTF-8 with U+FFFD for ill-formed bytes;
-    and the prompt's length in tokens (from --json)."""
+    when CHAT, else raw; on BACKEND when given) as serve must give it: the
+    bytes it streams, less the newline it ends with, as UTF-8 with U+FFFD
+    for ill-formed bytes; and the prompt's length in tokens (from
+    --json)."""
     args = [q4khost, "run", "-m", model, "--plugin-path", plugin_path,
             "-p", prompt, "-n", str(n), "--temp", "0"]
+    if backend:
+        args += ["--backend", backend]
     if not chat:
         args.append("--raw")
     out = subprocess.run(args, check=True, capture_output=True).stdout

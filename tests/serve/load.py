@@ -5,8 +5,9 @@ be q4khost run's greedy answer, no request may fail, the server's
 resident memory at the end must be within 10 % of what it was after the
 first 50 requests, and its /metrics must show decode steps that batched
 several requests (q4khost_batched_steps_total, with more tokens than
-steps). Exit 0 when all of that holds.
-Usage: load.py URL PID Q4KHOST MODEL PLUGIN_PATH REQUESTS CLIENTS rss|no-rss"""
+steps). Exit 0 when all of that holds. With BACKEND, the answers expected
+are q4khost run's on that backend (the one serve was started with).
+Usage: load.py URL PID Q4KHOST MODEL PLUGIN_PATH REQUESTS CLIENTS rss|no-rss [BACKEND]"""
 import queue
 import sys
 import threading
@@ -22,11 +23,13 @@ def main():
     url, pid, q4khost, model, plugin_path = sys.argv[1:6]
     pid, total, clients = int(pid), int(sys.argv[6]), int(sys.argv[7])
     judge_rss = sys.argv[8] == "rss"
+    backend = sys.argv[9] if len(sys.argv) > 9 else None
     mid = model_id(model)
     expect = {}
     for p in PROMPTS:
-        expect[p, True] = run_answer(q4khost, model, plugin_path, p, N, True)[0]
-        expect[p, False] = run_answer(q4khost, model, plugin_path, p, N, False)[0]
+        for chat in (True, False):
+            expect[p, chat] = run_answer(q4khost, model, plugin_path, p, N, chat,
+                                         backend)[0]
     work = queue.Queue()
     for i in range(total):
         work.put((i, PROMPTS[(i // 4) % len(PROMPTS)], i % 2 == 0, (i // 2) % 2 == 1))
