@@ -14,7 +14,7 @@
 # Q4KH_CUDA=all in the environment it adds nothing instead: configure's
 # default, every architecture whenever a toolkit is found (what packages
 # build); with Q4KH_CUDA=LIST (compute capabilities, "75,90") it builds
-# for those whenever a toolkit is found, GPU or not (CI sets 75,90).
+# for those whenever a toolkit is found, GPU or not (CI sets 90).
 # --which-cuda prints the configure arguments --this-machine adds (and its
 # line on stderr) and does nothing else.
 # Usage: scripts/build.sh [--this-machine] [CONFIGURE-ARGS]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every test suite (make check) on a build with AddressSanitizer,
 # LeakSanitizer and UndefinedBehaviorSanitizer (configure
-# --enable-sanitizers, no CUDA) in _build/asan. Fails on a failed test and
+# --enable-sanitizers, no CUDA) in _build/asan; the tests on the default
+# model skip there (tests/helpers.h, test_model_path), the tiny fixtures
+# run the same host code. Fails on a failed test and
 # on any sanitizer report from any process: test workers, the q4khost
 # commands the tests start, and the `q4khost validate --one` processes the
 # host spawns for F2 (which the host would otherwise take for a rejected

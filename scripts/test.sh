@@ -7,11 +7,14 @@
 #               scripts/quickstart.sh builds here (the CUDA plugins for
 #               this machine's GPUs, none without a GPU and driver; one
 #               line says which). Q4KH_CUDA=all builds them for every
-#               architecture whenever a CUDA toolkit is found (CI does).
+#               architecture whenever a CUDA toolkit is found,
+#               Q4KH_CUDA=90 for that one (CI sets it, .ci/run).
 #   main        every Criterion suite through make check, packaging
 #               included (the SDK examples, make distcheck, the .debs
 #               and the .rpms)
-#   sanitizers  every suite again on an ASan/LSan/UBSan build
+#   sanitizers  every suite again on an ASan/LSan/UBSan build, but for
+#               the tests on the default model (the tiny fixtures run the
+#               same host code there; valgrind runs the default model)
 #               (scripts/test-sanitizers.sh)
 #   fuzz        each libFuzzer target for 60 s (scripts/fuzz.sh 60)
 #   valgrind    q4khost run on the default model under memcheck

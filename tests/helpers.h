@@ -16,7 +16,9 @@ const char *test_builddir(void);
  * Path of the default model (Q4KHOST_MODEL, else the cache folder that
  * scripts/fetch-model.sh fills). When it is missing, the calling test is
  * skipped, or fails when Q4KH_REQUIRE_MODEL=1 (scripts/test.sh sets it so CI
- * can never pass by skipping).
+ * can never pass by skipping). Skipped in the sanitizer build, whose stage
+ * would otherwise take most of CI's time on tests the ordinary build runs
+ * (test_skip_under_sanitizers).
  */
 const char *test_model_path(void);
 

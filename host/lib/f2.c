@@ -187,12 +187,7 @@ void q4kh_f2_judge(const float *ref, const float *cand, int64_t n,
 	}
 }
 
-/*
- * Decimals of a cosine shown beside RULES' acceptance floor: two more
- * than the floor has, at least 4, so that a cosine just under a floor of
- * 0.9999 never reads as 0.9999 itself.
- */
-static int cosine_digits(const struct q4kh_f2_rules *rules)
+int q4kh_f2_cosine_digits(const struct q4kh_f2_rules *rules)
 {
 	const int floor_digits = (int)strlen(q4kh_f2_threshold(rules->floor).s) - 2;
 
@@ -202,7 +197,7 @@ static int cosine_digits(const struct q4kh_f2_rules *rules)
 void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap)
 {
-	const int digits = cosine_digits(rules);
+	const int digits = q4kh_f2_cosine_digits(rules);
 	char where[64], argmax[160], what[200];
 
 	if (pt->decode_step >= 0)

@@ -77,6 +77,14 @@ int q4kh_f2_arith_known(uint32_t arith);
 /* "undeclared", "exact", "f32", "f16", "int16", "int8"; "unknown" else. */
 const char *q4kh_f2_arith_name(uint32_t arith);
 
+/*
+ * Decimals of a cosine shown beside RULES' acceptance floor: two more
+ * than the floor has, at least 4, so that a cosine just under a floor of
+ * 0.9999 never reads as 0.9999 itself ("%.*f" of F2's messages and of a
+ * void receipt's reason).
+ */
+int q4kh_f2_cosine_digits(const struct q4kh_f2_rules *rules);
+
 /* The class named NAME by q4kh_f2_arith_name ("f16"); UNDECLARED for NULL,
  * "undeclared" or a name this host does not know. */
 uint32_t q4kh_f2_arith_of_name(const char *name);

@@ -88,7 +88,8 @@ static int check_point(const char *path, const struct q4kh_receipt *r, int64_t i
 	if (!p->judged)
 		return 0;
 	v = q4kh_f2_cosine_verdict(p->cosine, rules);
-	snprintf(shown, sizeof(shown), isnan(p->cosine) ? "null" : "%.4f", p->cosine);
+	snprintf(shown, sizeof(shown), isnan(p->cosine) ? "null" : "%.*f",
+	         q4kh_f2_cosine_digits(rules), p->cosine);
 	/* below a floor the cosine decides; above it, only F2.3 rejects */
 	if (v != Q4KH_F2_PASS && p->verdict != v)
 		return VOID(err, path, "point %lld is marked \"%s\" but its cosine %s makes it \"%s\" (floors %s and %s)",

@@ -12,9 +12,10 @@
 #
 # rpmbuild --nodeps: rpm looks for the build dependencies in its own
 # database, which holds nothing on Debian; Debian's packages supply them
-# here. The CUDA bundle is built when the build tree has the CUDA plugins
-# (for its first architecture only, to keep CI short), else --without
-# cuda. The main suite has just run the tests, so the package build does
+# here. --without cuda unless Q4KH_TEST_RPM_CUDA=1 and the build tree has
+# the CUDA plugins (then for one architecture, tests/package/common.sh's
+# cuda_arch): the .deb build compiles and checks the CUDA bundle, and a
+# third compile of it would cost CI minutes. The main suite has just run the tests, so the package build does
 # not (--nocheck). The .rpms and rpmlint's report are kept in
 # BUILD/tests/rpms/.
 # Usage: tests/package/rpms.sh WORK
@@ -37,7 +38,8 @@ mv "$build/q4khost-$version.tar.gz" "$top/SOURCES/"
 tar -xzf "$top/SOURCES/q4khost-$version.tar.gz" -C "$top/SPECS" --strip-components=3 \
 	"q4khost-$version/packaging/rpm/q4khost.spec" \
 	"q4khost-$version/packaging/rpm/q4khost.rpmlintrc"
-arch=$(cuda_arch)
+arch=""
+[ "${Q4KH_TEST_RPM_CUDA:-0}" = 1 ] && arch=$(cuda_arch)
 if [ -n "$arch" ]; then
 	cuda=(--with cuda --define "cuda_arch $arch")
 else
