@@ -786,14 +786,13 @@ Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeou
  * defect-batched is right with one column (every decode step) and broken
  * with more (the batched prefill): the built-in probe's prefill of 64
  * columns sees it at its first judged position, and run falls back to the
- * reference.
+ * reference. On the tiny llama model.
  */
 Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeout = 300)
 {
 	static const char *const names[] = { "defect_batched", NULL };
 
-	test_model_path(); /* it runs on the default model: skips without it */
-	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
+	rejected(on_tiny(test_plugin_dir(names)), test_tmpdir(), SHORT_PROMPT, "", NULL,
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-batched: F2 broken: position 1 (prefill): ");
 }
@@ -847,7 +846,7 @@ Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it, .tim
 {
 	static const char *const names[] = { "defect_decode9", NULL };
 	const char *plugins = on_tiny(test_plugin_dir(names)), *receipts = test_tmpdir();
-	char args[4096], *out;
+	char args[8400], *out;
 	json_t *root, *c, *probe;
 
 	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
@@ -1034,14 +1033,13 @@ Test(validate, a_timeout_verdict_is_stale_under_a_longer_timeout, .timeout = 120
  * steps pass it, so only F2's narrow steps see it, at the first judged
  * position of the first, 2 tokens wide; run falls back to the reference.
  * A short prompt's chunk or a batched decode step of 2 to 8 sequences in
- * serve takes that path.
+ * serve takes that path. On the tiny llama model.
  */
 Test(validate, a_defect_of_narrow_steps_only_is_caught_by_them, .timeout = 300)
 {
 	static const char *const names[] = { "defect_narrow", NULL };
 
-	test_model_path(); /* it runs on the default model: skips without it */
-	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
+	rejected(on_tiny(test_plugin_dir(names)), test_tmpdir(), SHORT_PROMPT, "", NULL,
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-narrow: F2 broken: position 1 (prefill in a "
 	         "step of 2 tokens): ");
