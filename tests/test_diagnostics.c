@@ -545,9 +545,9 @@ Test(diagnostics, validate_says_where_the_minimum_is_and_where_it_was_decided, .
 	long min_at, decided;
 	json_t *j, *c;
 
-	test_model_path();
 	plugins = test_plugin_dir(names);
-	snprintf(args, sizeof(args), "validate --json --plugin-path %s --config %s", plugins, cfg);
+	snprintf(args, sizeof(args), "validate --json -m %s --plugin-path %s --config %s",
+	         tiny_model(), plugins, cfg);
 	cr_expect_eq(test_q4khost("", receipts, args, &out), 1, "%s", out);
 	j = parse_json(out);
 	c = json_array_get(json_object_get(j, "candidates"), 0);
@@ -557,7 +557,8 @@ Test(diagnostics, validate_says_where_the_minimum_is_and_where_it_was_decided, .
 	json_decref(j);
 	free(out);
 	/* The table says which is which (from the receipt, this time). */
-	snprintf(args, sizeof(args), "validate --plugin-path %s --config %s", plugins, cfg);
+	snprintf(args, sizeof(args), "validate -m %s --plugin-path %s --config %s", tiny_model(),
+	         plugins, cfg);
 	cr_expect_eq(test_q4khost("", receipts, args, &out), 1, "%s", out);
 	cr_expect(strstr(out, " min cos ") != NULL && strstr(out, " decided at ") != NULL, "%s", out);
 	row = strstr(out, " defect-flip ");
@@ -572,6 +573,7 @@ Test(diagnostics, validate_says_where_the_minimum_is_and_where_it_was_decided, .
 
 /* --- progress: on a terminal only ---------------------------------------- */
 
+/* On the tiny llama model: the progress line, not the model, is under test. */
 Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
@@ -579,10 +581,9 @@ Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 	char *cfg = file_with("short.ini", SHORT_PROBE);
 	char args[8192], *out;
 
-	test_model_path();
 	plugins = test_plugin_dir(names);
-	snprintf(args, sizeof(args), "run -n 1 --kernel cpu-q8act --plugin-path %s --config %s",
-	         plugins, cfg);
+	snprintf(args, sizeof(args), "run -n 1 -m %s --kernel cpu-q8act --plugin-path %s --config %s",
+	         tiny_model(), plugins, cfg);
 	cr_assert_eq(q4khost_on_a_terminal(receipts, args, &out), 0, "%s", out);
 	/* Cut to the terminal's width (80 here) at a word: the candidate and
 	 * the seconds come first, so that they stay, and the reason last. */
@@ -592,8 +593,8 @@ Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 	cr_expect_null(strstr(out, "q4khost validate:"), "the child's own line: %s", out);
 	free(out);
 	/* Not a terminal: the same work, not a byte of progress. */
-	snprintf(args, sizeof(args), "run -n 1 --f2 fresh --kernel cpu-q8act --plugin-path %s --config %s",
-	         plugins, cfg);
+	snprintf(args, sizeof(args), "run -n 1 -m %s --f2 fresh --kernel cpu-q8act --plugin-path %s "
+	         "--config %s", tiny_model(), plugins, cfg);
 	cr_assert_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2: pass (fresh: --f2 fresh)") != NULL, "%s", out);
 	cr_expect_null(strchr(out, '\r'), "%s", out);
@@ -602,8 +603,8 @@ Test(diagnostics, long_work_shows_progress_on_a_terminal_only, .timeout = 240)
 	cr_expect_null(strstr(out, "q4khost validate:"), "%s", out);
 	free(out);
 	/* fresh from the environment: the report names it, not --f2 */
-	snprintf(args, sizeof(args), "run -n 1 --kernel cpu-q8act --plugin-path %s --config %s",
-	         plugins, cfg);
+	snprintf(args, sizeof(args), "run -n 1 -m %s --kernel cpu-q8act --plugin-path %s --config %s",
+	         tiny_model(), plugins, cfg);
 	cr_assert_eq(test_q4khost("Q4KHOST_F2=fresh", receipts, args, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2: pass (fresh: Q4KHOST_F2=fresh)") != NULL, "%s", out);
 	free(out);

@@ -467,7 +467,16 @@ Test(f2_classes, an_undeclared_part_leaves_the_path_at_the_default_floor)
 	cr_expect_eq(r.floor, 0.95);
 }
 
-/* --- whole runs on the default model ------------------------------------ */
+/*
+ * --- whole runs ----------------------------------------------------------
+ * On the tiny llama model (f2_runs), where the planted defects act on its
+ * LM head as on the default model's and a run takes a second; on the
+ * default model (f2_runs_gemma) the two whose point is that model: the
+ * flip, whose wide margin at a cosine above 0.98 the default model's
+ * logits give (the tiny model's flip costs more cosine, under 0.98), and
+ * the KV defect, which spoils Q8_0 value projections that the tiny model
+ * lacks.
+ */
 
 #define PROBE "The quick brown fox jumps over the lazy dog. Water boils at one hundred degrees Celsius at sea level, and"
 
@@ -479,6 +488,7 @@ struct side {
 };
 
 static struct q4kh_registry *reg;
+static const char *model_path; /* the suite's model */
 static struct side ref_side;
 static int32_t *probe;
 static size_t n_probe;
@@ -491,7 +501,7 @@ static void side_open(struct side *sd, const char *variant)
 	memset(sd, 0, sizeof(*sd));
 	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &sd->be, &err), 0,
 	             "%s", err.msg);
-	cr_assert_eq(q4kh_model_open(test_model_path(), &sd->m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(model_path, &sd->m, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_model_upload(sd->m, &sd->be, &err), 0, "%s", err.msg);
 	if (variant)
 		cr_assert_eq(q4kh_policy_use_kernel(reg, &sd->be, sd->m, variant, &sd->k, &err),
@@ -507,7 +517,8 @@ static void side_close(struct side *sd)
 	q4kh_backend_close(&sd->be);
 }
 
-static void setup_runs(void)
+/* The reference side on MODEL, the registry and the probe's tokens. */
+static void setup_runs_on(const char *model)
 {
 	char path[8192];
 	struct q4kh_error err = { { 0 } };
@@ -516,11 +527,25 @@ static void setup_runs(void)
 	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs:%s/tests/plugins/.libs",
 	         test_builddir(), test_builddir());
 	cr_assert_eq(q4kh_registry_scan(path, NULL, &reg, &err), 0, "%s", err.msg);
+	model_path = model;
 	side_open(&ref_side, NULL);
 	cr_assert_eq(q4kh_tokenizer_load(ref_side.m->gguf, &tok, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_tokenize(tok, PROBE, strlen(PROBE), 1, 0, &probe, &n_probe, &err), 0,
 	             "%s", err.msg);
 	q4kh_tokenizer_free(tok);
+}
+
+static void setup_runs(void)
+{
+	static char tiny[4200];
+
+	snprintf(tiny, sizeof(tiny), "%s/tests/fixtures/tiny-llama.gguf", test_srcdir());
+	setup_runs_on(tiny);
+}
+
+static void setup_runs_gemma(void)
+{
+	setup_runs_on(test_model_path());
 }
 
 static void teardown_runs(void)
@@ -551,7 +576,8 @@ static struct q4kh_f2_result guard(const char *variant, double floor)
 	return res;
 }
 
-TestSuite(f2_runs, .init = setup_runs, .fini = teardown_runs, .timeout = 600);
+TestSuite(f2_runs, .init = setup_runs, .fini = teardown_runs, .timeout = 120);
+TestSuite(f2_runs_gemma, .init = setup_runs_gemma, .fini = teardown_runs, .timeout = 600);
 
 Test(f2_runs, a_correct_int8_activation_variant_passes)
 {
@@ -576,11 +602,7 @@ Test(f2_runs, a_biased_variant_is_broken)
 
 Test(f2_runs, a_noisy_variant_fails_the_default_floor_and_passes_a_lowered_one)
 {
-	struct q4kh_f2_result res;
-
-	test_skip_under_sanitizers("two F2 measurements on the default model that differ from "
-	                           "a_biased_variant_is_broken in the floor only");
-	res = guard("defect-noisy", 0.95);
+	struct q4kh_f2_result res = guard("defect-noisy", 0.95);
 	cr_expect_eq(res.verdict, Q4KH_F2_REJECT, "%s", res.message);
 	cr_expect(strstr(res.message, "< 0.95 acceptance floor") != NULL, "%s", res.message);
 	cr_expect(res.min_cosine > 0.90 && res.min_cosine < 0.95, "min cosine %.4f", res.min_cosine);
@@ -600,7 +622,7 @@ Test(f2_runs, a_nan_is_caught)
 	q4kh_f2_result_free(&res);
 }
 
-Test(f2_runs, a_wide_margin_argmax_flip_at_high_cosine_is_caught)
+Test(f2_runs_gemma, a_wide_margin_argmax_flip_at_high_cosine_is_caught)
 {
 	struct q4kh_f2_result res = guard("defect-flip", 0.95);
 
@@ -610,7 +632,7 @@ Test(f2_runs, a_wide_margin_argmax_flip_at_high_cosine_is_caught)
 	q4kh_f2_result_free(&res);
 }
 
-Test(f2_runs, a_kv_cache_defect_is_caught_in_decode_only)
+Test(f2_runs_gemma, a_kv_cache_defect_is_caught_in_decode_only)
 {
 	struct q4kh_f2_result res = guard("defect-kv", 0.95);
 

@@ -26,25 +26,23 @@
 
 #include "helpers.h"
 
-/* q4khost COMMAND ... on MODEL (NULL: the default one) with plugins from
- * PLUGINS and receipts in RECEIPTS; the output and status. */
-static int q4k_on(const char *model, const char *receipts, const char *plugins,
-                  const char *args, char **out)
+/*
+ * q4khost COMMAND ... on the tiny llama fixture with plugins from PLUGINS
+ * and receipts in RECEIPTS; the output and status. Receipts, not the
+ * model, are under test here: a measurement on it takes a second (the
+ * planted defects act on its LM head as on the default model's).
+ */
+static int q4k(const char *receipts, const char *plugins, const char *args, char **out)
 {
 	char *cmd = NULL;
 	int rc;
 
-	if (asprintf(&cmd, "%s --plugin-path %s -m %s", args, plugins,
-	             model ? model : test_model_path()) < 0)
+	if (asprintf(&cmd, "%s --plugin-path %s -m %s/tests/fixtures/tiny-llama.gguf", args,
+	             plugins, test_srcdir()) < 0)
 		cr_assert_fail("out of memory");
 	rc = test_q4khost("", receipts, cmd, out);
 	free(cmd);
 	return rc;
-}
-
-static int q4k(const char *receipts, const char *plugins, const char *args, char **out)
-{
-	return q4k_on(NULL, receipts, plugins, args, out);
 }
 
 /* The receipt file in DIR whose name `ls` lists first of those matching
@@ -131,14 +129,16 @@ static void forge(const json_t *original, const struct edit *e, const char *path
 	json_decref(r);
 }
 
-/* Each forged field of a receipt of defect-biased on the default model
+/* Each forged field of a receipt of defect-biased on the tiny llama model
  * (88 points: position 0 not judged, 1 to 63 in prefill, 64 to 71 the
  * decode steps 0 to 7, 72 to 87 the batched steps': 4 steps of sequences
  * 0 to 3 at lengths 60, 41, 22 and 3, so point 80 is sequence 0's
  * position 62, its decode step 2; broken everywhere, decided at
  * position 1), and
  * what the report says of it: a void receipt's field (after "receipt
- * FILE: "), or the part of the key that changed. */
+ * FILE: "), or the part of the key that changed. The plugin declares f32
+ * arithmetic, so its floor is 0.99999 (docs/f2.md, "Floors that follow the
+ * arithmetic"). */
 static const struct forgery {
 	const char *what;
 	struct edit edits[4];
@@ -193,7 +193,7 @@ static const struct forgery {
 	  1 },
 	{ "every cosine, to 0.8 (still broken)",
 	  { { "points/*/0", "0.8" } },
-	  { "min_cosine 0.70", " but its points' lowest judged cosine is 0.8000" },
+	  { "min_cosine 0.", " but its points' lowest judged cosine is 0.8000" },
 	  1 },
 	{ "min_cosine",
 	  { { "min_cosine", "0.999" } },
@@ -304,35 +304,31 @@ static void expect_void(const char *out, const char *before, const char *file, c
 	free(want);
 }
 
-/*
- * run --kernel defect-biased with the config CFG, which stops a
- * measurement after a second (f2_timeout_s, not part of a receipt's key):
- * a receipt decides at once, and a fresh measurement shows as a timeout.
- * Its output; the variant must not have served.
- */
-static char *run_limited(const char *receipts, const char *plugins, const char *cfg)
-{
-	char *args = NULL, *out = NULL;
+#define RUN_BIASED "run -p 'The sky is' -n 4 --kernel defect-biased"
 
-	cr_assert(asprintf(&args, "run -p 'The sky is' -n 4 --kernel defect-biased --config %s",
-	                   cfg) > 0);
-	cr_expect_neq(q4k(receipts, plugins, args, &out), 0, "the variant served: %s", out);
+/*
+ * run --kernel defect-biased: a receipt decides at once, a fresh
+ * measurement (a second on the tiny model) finds it broken again. Its
+ * output; the variant must not have served.
+ */
+static char *run_biased(const char *receipts, const char *plugins)
+{
+	char *out = NULL;
+
+	cr_expect_neq(q4k(receipts, plugins, RUN_BIASED, &out), 0, "the variant served: %s", out);
 	cr_expect(strstr(out, "F2: pass") == NULL, "%s", out);
-	free(args);
+	cr_expect(strstr(out, "F2 broken: position 1 (prefill): argmax ") != NULL, "%s", out);
 	return out;
 }
 
-Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
+Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 300)
 {
 	static const char *const names[] = { "defect_biased", NULL };
 	const char *plugins, *receipts = test_tmpdir();
-	char *out = NULL, *path, *cfg = NULL;
+	char *out = NULL, *path;
 	json_t *original, *again;
 
-	test_model_path();
 	plugins = test_plugin_dir(names);
-	cr_assert(asprintf(&cfg, "%s/limited.ini", receipts) > 0);
-	test_write_file(cfg, "[f2]\nf2_timeout_s = 1\n", 21);
 	cr_assert_eq(q4k(receipts, plugins, "validate --kernel defect-biased", &out), 1, "%s", out);
 	cr_assert(strstr(out, "broken") != NULL, "%s", out);
 	free(out);
@@ -342,9 +338,8 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
 	cr_assert_eq(json_array_size(json_object_get(original, "points")), 88);
 
 	/* As written, the receipt decides: no measurement. */
-	out = run_limited(receipts, plugins, cfg);
-	cr_expect(strstr(out, "F2 broken: position 1 (prefill): ") != NULL &&
-	                  strstr(out, "[receipt of ") != NULL,
+	out = run_biased(receipts, plugins);
+	cr_expect(strstr(out, "[receipt of ") != NULL,
 	          "the receipt as written did not decide: %s", out);
 	free(out);
 
@@ -352,9 +347,9 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
 		const struct forgery *f = &forgeries[i];
 
 		forge(original, f->edits, path);
-		out = run_limited(receipts, plugins, cfg);
-		cr_expect(strstr(out, "validation timed out after 1 s") != NULL,
-		          "%s: not measured again: %s", f->what, out);
+		out = run_biased(receipts, plugins);
+		cr_expect(strstr(out, "[receipt of ") == NULL, "%s: not measured again: %s", f->what,
+		          out);
 		if (f->void_receipt) {
 			expect_void(out, "[fresh: ", path, f->why[0], f->what);
 		} else {
@@ -369,12 +364,8 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
 
 	/* The reviewer's forgery, measured to the end: broken again. */
 	forge(original, forgeries[2].edits, path);
-	cr_expect_neq(q4k(receipts, plugins, "run -p 'The sky is' -n 4 --kernel defect-biased",
-	                  &out),
-	              0, "the forged receipt made a broken variant serve: %s", out);
-	cr_expect(strstr(out, "F2 broken: position 1 (prefill): argmax ") != NULL, "%s", out);
+	out = run_biased(receipts, plugins);
 	expect_void(out, "[fresh: ", path, forgeries[2].why[0], forgeries[2].what);
-	cr_expect(strstr(out, "F2: pass") == NULL, "%s", out);
 	free(out);
 	again = json_load_file(path, 0, NULL);
 	cr_assert_not_null(again);
@@ -382,23 +373,21 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 900)
 	json_decref(again);
 	json_decref(original);
 	free(path);
-	free(cfg);
 }
 
 /*
- * The deep probe on the tiny llama model, where a measurement takes
- * seconds: defect-biased (right there: the model's one Q8_0 tensor is its
- * embedding) passes the deep probe of 300 positions, 180 of them judged.
+ * The deep probe: cpu-q8act passes the deep probe of 300 positions, 180
+ * of them judged.
  * That deep receipt decides for the built-in probe too. Edited, it
  * decides for neither: validate --deep measures again, naming what
  * disagrees, and a run on the built-in probe warns about it and measures
  * its own probe.
  */
-#define RUN "run -p 'The sky is' -n 2 --kernel defect-biased"
+#define RUN "run -p 'The sky is' -n 2 --kernel cpu-q8act"
 
 Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 {
-	static const char *const names[] = { "defect_biased", NULL };
+	static const char *const names[] = { "cpu_q8act", NULL };
 	/* what each forgery's report says, after "receipt FILE: " */
 	static const struct forgery deep[] = {
 		{ "a skipped position judged",
@@ -416,13 +405,12 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 		  1 },
 	};
 	const char *plugins, *receipts = test_tmpdir();
-	char model[4200], *out = NULL, *path, *cmd = NULL;
+	char *out = NULL, *path, *cmd = NULL;
 	json_t *original;
 
-	snprintf(model, sizeof(model), "%s/tests/fixtures/tiny-llama.gguf", test_srcdir());
 	plugins = test_plugin_dir(names);
-	cr_assert_eq(q4k_on(model, receipts, plugins,
-	                    "validate --deep --ctx 300 --kernel defect-biased", &out),
+	cr_assert_eq(q4k(receipts, plugins,
+	                    "validate --deep --ctx 300 --kernel cpu-q8act", &out),
 	             0, "%s", out);
 	free(out);
 	path = only_receipt(receipts);
@@ -433,7 +421,7 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 	                         json_array_get(json_object_get(original, "points"), 201), 2)),
 	                 "skipped", "position 201 is between the bands");
 	/* as written, it decides for the built-in probe: no measurement */
-	cr_expect_eq(q4k_on(model, receipts, plugins, RUN, &out), 0, "%s", out);
+	cr_expect_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
 	cr_expect(strstr(out, "F2: pass (deep receipt of ") != NULL, "%s", out);
 	free(out);
 
@@ -442,8 +430,8 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 
 		/* the deep probe's own receipt: measured again */
 		forge(original, f->edits, path);
-		cr_expect_eq(q4k_on(model, receipts, plugins,
-		                    "validate --deep --ctx 300 --kernel defect-biased", &out),
+		cr_expect_eq(q4k(receipts, plugins,
+		                    "validate --deep --ctx 300 --kernel cpu-q8act", &out),
 		             0, "%s", out);
 		expect_void(out, "fresh: ", path, f->why[0], f->what);
 		free(out);
@@ -451,7 +439,7 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 		/* for the built-in probe, whichever deep probe it ran: its hash
 		 * must be that of the deep probe of as many points */
 		forge(original, f->edits, path);
-		cr_expect_eq(q4k_on(model, receipts, plugins, RUN, &out), 0, "%s", out);
+		cr_expect_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
 		expect_void(out, "q4khost: warning: ", path, f->why[1] ? f->why[1] : f->why[0],
 		            f->what);
 		cr_expect(strstr(out, "deep receipt of") == NULL, "%s: it decided: %s", f->what, out);
@@ -469,7 +457,7 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 	free(path);
 }
 
-Test(receipt_trust, a_plugin_rewritten_in_place_is_hashed_again, .timeout = 900)
+Test(receipt_trust, a_plugin_rewritten_in_place_is_hashed_again, .timeout = 300)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
 	const char *plugins, *receipts = test_tmpdir();
@@ -478,7 +466,6 @@ Test(receipt_trust, a_plugin_rewritten_in_place_is_hashed_again, .timeout = 900)
 	struct timespec times[2];
 	size_t len;
 
-	test_model_path();
 	plugins = test_plugin_dir(names);
 	cr_assert_eq(q4k(receipts, plugins, "validate --kernel cpu-q8act", &out), 0, "%s", out);
 	free(out);
@@ -539,15 +526,12 @@ static void run_with_config(const char *receipts, const char *plugins, const cha
 	free(args);
 }
 
-Test(receipt_trust, a_changed_plugin_setting_measures_again, .timeout = 900)
+Test(receipt_trust, a_changed_plugin_setting_measures_again, .timeout = 300)
 {
 	static const char *const names[] = { "cpu_q8act", NULL };
 	const char *plugins, *receipts = test_tmpdir();
 	char *out = NULL, *one = NULL, *two = NULL;
 
-	test_skip_under_sanitizers("three F2 measurements on the default model; the receipt "
-	                           "reading it tests runs in the two tests above");
-	test_model_path();
 	plugins = test_plugin_dir(names);
 	cr_assert(asprintf(&one, "%s/one.ini", receipts) > 0 &&
 	          asprintf(&two, "%s/two.ini", receipts) > 0);

@@ -84,22 +84,51 @@ static void expect(json_t *root, const char *kernel, const char *verdict,
 	expect_candidate(find(root, kernel), verdict, message_part);
 }
 
-/* Fifteen F2 measurements: about 2 minutes, 15 in the sanitizer build. */
-Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 2400)
+/*
+ * The folder PLUGINS, then -m and the tiny llama fixture: what the tests of
+ * host logic pass as their plugin path, so that they measure on it in a
+ * second, not on the default model in minutes. The planted defects act on
+ * its LM head (Q8_0, 4107 rows) as on the default model's. The text is
+ * overwritten by the next call.
+ */
+static const char *on_tiny(const char *plugins)
+{
+	static char both[8192];
+
+	snprintf(both, sizeof(both), "%s -m %s", plugins, tiny_model());
+	return both;
+}
+
+/* The tiny llama fixture's kernels line when variant K serves its Q4_K
+ * weights: its types in its file's order (token_embd Q4_K, output Q8_0,
+ * then the layers' Q6_K), the others on the built-in kernels. */
+#define TINY_Q4K_SERVED_BY(k) "Q4_K=" k ", Q8_0=cpu built-in, Q6_K=cpu built-in"
+
+/* How many tokens F2's prompt probe makes of TEXT on the tiny llama fixture. */
+static size_t tiny_tokens(const char *text)
+{
+	struct q4kh_error err = { { 0 } };
+	int32_t *ids;
+	size_t n;
+
+	cr_assert_eq(q4kh_guard_probe(tiny_model(), text, &ids, &n, &err), 0, "%s", err.msg);
+	free(ids);
+	return n;
+}
+
+/* Seven F2 measurements on the tiny llama model, then the same from
+ * receipts, then one again under a changed floor: seconds. */
+Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 300)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_biased", "defect_noisy",
-		                             "defect_nan", "defect_flip", "defect_kv",
-		                             "defect_abort", NULL };
+		                             "defect_nan", "defect_flip", "defect_abort", NULL };
 	const char *plugins, *receipts = test_tmpdir();
 	char cfg[4200], args[4400];
 	json_t *root, *c;
 	size_t i;
 	int status;
 
-	test_skip_under_sanitizers("seven F2 measurements on the default model, one per planted "
-	                           "defect, each also in test_f2 or elsewhere in this suite");
-	test_model_path();
-	plugins = test_plugin_dir(names);
+	plugins = on_tiny(test_plugin_dir(names));
 	root = validate(plugins, receipts, "--timeout 300", &status);
 	cr_assert_not_null(root, "validate printed no JSON");
 	cr_expect_eq(WEXITSTATUS(status), 1, "a rejected candidate makes the exit code 1");
@@ -111,7 +140,6 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 2400)
 	/* its flip costs cosine 0.9999: under the f32 floor before F2.3 fires
 	 * (test_f2.c shows F2.3 at 0.95) */
 	expect(root, "defect-flip", "reject", "< 0.99999 acceptance floor (f32 arithmetic)");
-	expect(root, "defect-kv", "broken", "(decode step 4)");
 	expect(root, "defect-abort", "reject", "killed by signal 6");
 	json_array_foreach(json_object_get(root, "candidates"), i, c)
 		cr_expect(strstr(str(c, "source"), "fresh: no receipt") == str(c, "source"),
@@ -135,6 +163,28 @@ Test(validate, every_planted_defect_is_caught_by_the_cli, .timeout = 2400)
 	cr_expect(strstr(str(find(root, "defect-noisy"), "source"), "the F2 settings changed") != NULL,
 	          "%s", str(find(root, "defect-noisy"), "source"));
 	cr_expect_eq(WEXITSTATUS(status), 0);
+	json_decref(root);
+}
+
+/*
+ * defect-kv spoils the default model's Q8_0 value projections after the
+ * fourth decode step (the tiny fixtures have no Q8_0 layer matrix): the
+ * CLI names the decode step where F2 found it broken. One measurement on
+ * the default model.
+ */
+Test(validate, a_kv_cache_defect_is_caught_by_the_cli, .timeout = 600)
+{
+	static const char *const names[] = { "defect_kv", NULL };
+	json_t *root;
+	int status;
+
+	test_skip_under_sanitizers("an F2 measurement on the default model; test_f2 checks "
+	                           "the same defect through the library");
+	test_model_path();
+	root = validate(test_plugin_dir(names), test_tmpdir(), "--timeout 300", &status);
+	cr_assert_not_null(root, "validate printed no JSON");
+	cr_expect_eq(WEXITSTATUS(status), 1, "a rejected candidate makes the exit code 1");
+	expect(root, "defect-kv", "broken", "(decode step 4)");
 	json_decref(root);
 }
 
@@ -251,16 +301,20 @@ static int run_cli(const char *plugins, const char *receipts, const char *args,
 	return WEXITSTATUS(pclose(p));
 }
 
+/*
+ * On the tiny llama model: run serves a variant that passed, the second
+ * time from its receipt; a variant named on the command line that fails F2
+ * is an error, not a fall-back, unless F2 is off, which the report shouts.
+ */
 Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout = 300)
 {
 	static const char *const names[] = { "cpu_q8act", "defect_nan", NULL };
 	const char *plugins, *receipts = test_tmpdir();
 	char out[16384];
 
-	test_model_path();
-	plugins = test_plugin_dir(names);
+	plugins = on_tiny(test_plugin_dir(names));
 	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
-	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
+	cr_expect(strstr(out, "kernels: " TINY_Q4K_SERVED_BY("cpu-q8act")) != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s", out);
 	cr_expect_eq(run_cli(plugins, receipts, "--kernel cpu-q8act", out, sizeof(out)), 0, "%s", out);
@@ -304,6 +358,7 @@ static int from_receipt(const char *out, const char *name)
  * q4khost run carries on to the next preference and says what served. The
  * rejections are recorded: the next run reads them, a touched file (same
  * bytes, same SHA-256) changes nothing, a rewritten file is measured again.
+ * On the tiny llama model: the limits, not the model, are under test.
  */
 /* The children's time limit there: the hanging plugin waits it out once,
  * and cpu-q8act's measurement must fit in it, which took over 30 s in the
@@ -322,20 +377,20 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	                               "f2_timeout_s = " LIMITS_TIMEOUT "\n"
 	                               "f2_memory_limit_mb = 1024\n\n[gpu.cpu]\n"
 	                               "q4k_kernel = defect-abort, defect-hang, defect-hog, cpu-q8act\n";
-	const char *plugins, *receipts = test_tmpdir();
+	const char *dir, *plugins, *receipts = test_tmpdir();
 	char cfg[4200], args[4400], abort_so[4200], out[16384];
 	const char *hog;
 	unsigned long long resident;
 	FILE *f;
 
-	test_model_path();
-	plugins = test_plugin_dir(names);
+	dir = test_plugin_dir(names);
+	plugins = on_tiny(dir);
 	snprintf(cfg, sizeof(cfg), "%s/limits.ini", receipts);
 	test_write_file(cfg, cfg_text, strlen(cfg_text));
 	snprintf(args, sizeof(args), "--config %s", cfg);
 
 	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
-	cr_expect(strstr(out, "kernels: Q8_0=cpu built-in, Q5_0=cpu built-in, Q4_K=cpu-q8act") != NULL,
+	cr_expect(strstr(out, "kernels: " TINY_Q4K_SERVED_BY("cpu-q8act")) != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-abort: F2 reject: validation crashed: "
@@ -364,7 +419,7 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	cr_expect(strstr(out, "; --f2 fresh measures it again]\n") != NULL, "%s", out);
 
 	/* Touched: the same bytes, so the same key. */
-	snprintf(abort_so, sizeof(abort_so), "%s/defect_abort.so", plugins);
+	snprintf(abort_so, sizeof(abort_so), "%s/defect_abort.so", dir);
 	cr_assert_eq(utimensat(AT_FDCWD, abort_so, NULL, 0), 0);
 	cr_assert_eq(run_cli(plugins, receipts, args, out, sizeof(out)), 0, "%s", out);
 	cr_expect(from_receipt(out, "cpu/defect-abort"), "%s", out);
@@ -688,26 +743,20 @@ static void rejected(const char *plugins, const char *receipts, const char *prom
  * f2_probe_tokens (64) judges the prompt's last 64 tokens, prefilled from
  * position 0: it passes it too. Only a prompt probe of more than 600
  * tokens, every one judged (f2_probe_tokens raised past the prompt), sees
- * it, at position 600, and run falls back to the reference.
+ * it, at position 600, and run falls back to the reference. On the tiny
+ * llama model (a context of 2048), whose LM head the defect spoils as the
+ * default model's: the probe's reach, not the model, is under test.
  */
-Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeout = 1800)
+Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeout = 300)
 {
 	static const char *const names[] = { "defect_late", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
-	struct q4kh_error err = { { 0 } };
+	const char *plugins = on_tiny(test_plugin_dir(names)), *receipts = test_tmpdir();
 	char prompt[4096] = "";
-	int32_t *ids;
 	size_t n;
 
-	test_skip_under_sanitizers("two prompt probes of 600 positions on the default model "
-	                           "take 13 minutes there, through the host code the other "
-	                           "prompt-probe tests cover");
-	test_model_path(); /* it runs on the default model: skips without it */
 	for (int i = 0; i < 64; i++)
 		strcat(prompt, RIVER " ");
-	cr_assert_eq(q4kh_guard_probe(test_model_path(), prompt, &ids, &n, &err), 0, "%s",
-	             err.msg);
-	free(ids);
+	n = tiny_tokens(prompt);
 	cr_assert_gt(n, 600, "the prompt must reach position 600: %zu tokens", n);
 	cr_assert_lt(n, 1000, "%zu tokens", n);
 
@@ -730,22 +779,23 @@ Test(validate, a_defect_past_position_600_needs_a_prompt_probe_that_long, .timeo
  * so that a deeper default shows up here as a change. Raising
  * f2_decode_steps sees it (with 16 steps it is broken at decode step 8),
  * and so does the deep probe with its 32 decode steps (the tests after
- * this one: validate --deep, [f2] require_deep).
+ * this one: validate --deep, [f2] require_deep). On the tiny llama model.
  */
-Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeout = 600)
+Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeout = 300)
 {
 	static const char *const names[] = { "defect_decode9", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	const char *plugins = on_tiny(test_plugin_dir(names)), *receipts = test_tmpdir();
+	char river_probe[128];
+	size_t n = tiny_tokens(RIVER);
 
-	test_skip_under_sanitizers("three F2 measurements that differ from the other "
-	                           "prompt-probe tests in their numbers only");
-	test_model_path(); /* it runs on the default model: skips without it */
+	/* the prompt's N tokens judged, then 8 decode steps: positions 0 to N + 7 */
+	snprintf(river_probe, sizeof(river_probe),
+	         "F2 probe: this prompt, %zu tokens; positions %zu and later not checked\n", n,
+	         n + 8);
 	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
 	expect_run(plugins, receipts, RIVER, "--f2-probe prompt", 0,
 	           (const char *const[]){ "Q8_0=defect-decode9", "F2: pass (fresh: no receipt)",
-	                                  "F2 probe: this prompt, 11 tokens; "
-	                                  "positions 19 and later not checked\n",
-	                                  NULL });
+	                                  river_probe, NULL });
 	rejected(plugins, receipts, SHORT_PROMPT, "", "[f2]\nf2_decode_steps = 16\n",
 	         "F2 probe: built-in probe, 64 tokens; positions 80 and later not checked\n",
 	         "F2 rejected first: cpu/defect-decode9: F2 broken: position 72 (decode step 8): ");
@@ -755,14 +805,13 @@ Test(validate, a_defect_past_eight_decode_steps_needs_more_decode_steps, .timeou
  * defect-batched is right with one column (every decode step) and broken
  * with more (the batched prefill): the built-in probe's prefill of 64
  * columns sees it at its first judged position, and run falls back to the
- * reference.
+ * reference. On the tiny llama model.
  */
 Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeout = 300)
 {
 	static const char *const names[] = { "defect_batched", NULL };
 
-	test_model_path(); /* it runs on the default model: skips without it */
-	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
+	rejected(on_tiny(test_plugin_dir(names)), test_tmpdir(), SHORT_PROMPT, "", NULL,
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-batched: F2 broken: position 1 (prefill): ");
 }
@@ -773,7 +822,9 @@ Test(validate, a_defect_of_the_batched_kernel_only_is_caught_in_prefill, .timeou
  * = 200 - 32 tokens, so its decode step 8 is position 176. Judged: every
  * position from 1 to 128 (128), every 8th after (136, 144, 152, 160: 4),
  * 128 + 1 and + 2 (the edge of the length 128: 2), the last prefill
- * position 167 (1) and the 32 decode steps: 167 of 200.
+ * position 167 (1) and the 32 decode steps: 167 of 200. The deep probe's
+ * tests run on the tiny llama model: its positions follow --ctx, not the
+ * model.
  */
 #define DEEP_CTX "--ctx 200"
 
@@ -810,17 +861,13 @@ static json_t *deep_row(const char *plugins, const char *receipts, const char *a
  * require_deep takes the deep verdict over its shallow pass: the wider
  * measurement decides.
  */
-Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
-     .timeout = 600)
+Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it, .timeout = 300)
 {
 	static const char *const names[] = { "defect_decode9", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
-	char args[4096], *out;
+	const char *plugins = on_tiny(test_plugin_dir(names)), *receipts = test_tmpdir();
+	char args[8400], *out;
 	json_t *root, *c, *probe;
 
-	test_skip_under_sanitizers("a deep probe of 200 positions and three runs on the default "
-	                           "model; the tiny model's deep test covers the same host code");
-	test_model_path(); /* it runs on the default model: skips without it */
 	served_on_the_built_in_probe(plugins, receipts, "defect-decode9");
 
 	snprintf(args, sizeof(args), "run -n 1 -p '%s' " DEEP_CTX " --plugin-path %s",
@@ -863,17 +910,14 @@ Test(validate, the_deep_probe_sees_decode_step_8_and_require_deep_wants_it,
  * defect-late is right below position 600 and broken from 600 on; the
  * built-in probe passes it. The deep probe on a context of 680 positions
  * (a prefill of 648, then 32 decode steps) judges every 8th position past
- * 128, 600 among them: broken there, in prefill.
+ * 128, 600 among them: broken there, in prefill (on the tiny llama model).
  */
-Test(validate, the_deep_probe_sees_a_defect_past_position_600, .timeout = 900)
+Test(validate, the_deep_probe_sees_a_defect_past_position_600, .timeout = 300)
 {
 	static const char *const names[] = { "defect_late", NULL };
-	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	const char *plugins = on_tiny(test_plugin_dir(names)), *receipts = test_tmpdir();
 	json_t *root, *c, *probe;
 
-	test_skip_under_sanitizers("a deep probe of 680 positions on the default model, "
-	                           "through the host code the 200-position one covers");
-	test_model_path(); /* it runs on the default model: skips without it */
 	served_on_the_built_in_probe(plugins, receipts, "defect-late");
 	c = deep_row(plugins, receipts, "--ctx 680", 1, "defect-late", "broken", &root, &probe);
 	cr_expect_eq(json_integer_value(json_object_get(probe, "positions")), 680);
@@ -885,8 +929,7 @@ Test(validate, the_deep_probe_sees_a_defect_past_position_600, .timeout = 900)
 }
 
 /*
- * The same host code on the tiny llama model, where a measurement takes a
- * second: cpu-fast passes the deep probe of 300 positions (every position
+ * On the tiny llama model, cpu-fast passes the deep probe of 300 positions
  * to 128, every 8th after (136 to 264: 17), 128 + 1 and + 2, the last
  * prefill position 267 and the 32 decode steps: 180 judged). A shallow
  * pass receipt does not satisfy require_deep: run measures the deep probe
@@ -1010,14 +1053,13 @@ Test(validate, a_timeout_verdict_is_stale_under_a_longer_timeout, .timeout = 120
  * position of the first, 2 tokens wide, and its batched steps (4 columns),
  * after which the narrow steps' points come; run falls back to the
  * reference. A short prompt's chunk or a batched decode step of 2 to 8
- * sequences in serve takes that path.
+ * sequences in serve takes that path. On the tiny llama model.
  */
 Test(validate, a_defect_of_narrow_steps_only_is_caught_by_them, .timeout = 300)
 {
 	static const char *const names[] = { "defect_narrow", NULL };
 
-	test_model_path(); /* it runs on the default model: skips without it */
-	rejected(test_plugin_dir(names), test_tmpdir(), SHORT_PROMPT, "", NULL,
+	rejected(on_tiny(test_plugin_dir(names)), test_tmpdir(), SHORT_PROMPT, "", NULL,
 	         "F2 probe: built-in probe, 64 tokens; " NOT_PAST_72,
 	         "F2 rejected first: cpu/defect-narrow: F2 broken: position 1 (prefill in a "
 	         "step of 2 tokens): ");
@@ -1073,19 +1115,25 @@ static int entries(const char *dir)
 	return n;
 }
 
-static const char *const SHARED_KERNELS[] = { "cpu-q8act", "defect-noisy", "defect-nan", NULL };
+/* One that passes, two that F2 rejects on the tiny model (validate's exit
+ * code 1): the shared reference must change no verdict either way. */
+static const struct {
+	const char *kernel;
+	int exit;
+} SHARED_KERNELS[] = { { "cpu-q8act", 0 }, { "defect-noisy", 1 }, { "defect-nan", 1 } };
 
 /* validate --one of each of SHARED_KERNELS on the tiny model, each child
  * computing the reference, receipts in RECEIPTS. */
 static void measure_each_alone(const char *plugins, const char *receipts, const char *probe)
 {
-	for (const char *const *k = SHARED_KERNELS; *k; k++) {
+	for (size_t i = 0; i < sizeof(SHARED_KERNELS) / sizeof(SHARED_KERNELS[0]); i++) {
 		char args[8192], *out;
 
 		snprintf(args, sizeof(args),
-		         "validate --one --backend cpu --kernel %s -m %s --plugin-path %s %s", *k,
-		         tiny_model(), plugins, probe);
-		cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+		         "validate --one --backend cpu --kernel %s -m %s --plugin-path %s %s",
+		         SHARED_KERNELS[i].kernel, tiny_model(), plugins, probe);
+		cr_expect_eq(test_q4khost("", receipts, args, &out), SHARED_KERNELS[i].exit, "%s",
+		             out);
 		free(out);
 	}
 }
@@ -1103,7 +1151,7 @@ Test(validate, the_reference_runs_once_per_command_and_changes_no_receipt, .time
 
 		snprintf(args, sizeof(args), "validate -m %s --plugin-path %s %s", tiny_model(),
 		         plugins, probes[i]);
-		cr_expect_eq(test_q4khost("Q4KHOST_LOG=debug", shared, args, &out), 0, "%s", out);
+		cr_expect_eq(test_q4khost("Q4KHOST_LOG=debug", shared, args, &out), 1, "%s", out);
 		/* the first child computed it, the other two read it: no forward */
 		cr_expect_eq(count(out, "F2: the reference computed: the shared file "), 1, "%s", out);
 		/* on the deep probe, alone, before its candidate started */
@@ -1127,7 +1175,7 @@ Test(validate, the_reference_runs_once_per_command_and_changes_no_receipt, .time
 		snprintf(args, sizeof(args), "validate --json --f2 fresh -m %s --plugin-path %s %s",
 		         tiny_model(), plugins, probes[i]);
 		snprintf(env, sizeof(env), "TMPDIR=%s", tmp);
-		cr_expect_eq(test_q4khost(env, shared, args, &out), 0, "%s", out);
+		cr_expect_eq(test_q4khost(env, shared, args, &out), 1, "%s", out);
 		cr_expect_eq(entries(tmp), 0, "the shared folder in %s outlives the command", tmp);
 		root = parse_json(out);
 		ref = json_object_get(root, "reference");
