@@ -562,6 +562,7 @@ Test(validate, a_backend_wrong_only_in_batched_steps_is_rejected, .timeout = 300
 {
 	static const char *const names[] = { "replay_batched", NULL };
 
+	test_model_path(); /* it runs on the default model: skips without it */
 	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
 	           (const char *const[]){ "q4khost: backend cpu ",
 	                                  "replay-batched/built-in: F2 broken: batched step of 4 "

@@ -74,9 +74,12 @@ cp "$work/rpmlint.txt" "$keep/"
 logged "$work/rpm-install.log" rpm --root "$root" --nodeps -i "${installed[@]}"
 
 # The ELF files installed: each stripped, with its debug information in
-# -debuginfo, and none with a RUNPATH or RPATH.
+# -debuginfo, and none with a RUNPATH or RPATH. The SDK's static library
+# (-devel) is an archive of objects that keep their debug information
+# (the spec says why), not one of these.
 elf=0 debuglink=0 runpath=0
 while IFS= read -r -d '' file; do
+	[ "${file%.a}" = "$file" ] || continue
 	readelf -h "$file" >/dev/null 2>&1 || continue
 	elf=$((elf + 1))
 	sections=$(readelf -S -W "$file")
