@@ -16,7 +16,7 @@
 #               the tests on the default model (the tiny fixtures run the
 #               same host code there; valgrind runs the default model)
 #               (scripts/test-sanitizers.sh)
-#   fuzz        each libFuzzer target for 60 s (scripts/fuzz.sh 60)
+#   fuzz        each libFuzzer target for 30 s (scripts/fuzz.sh 30)
 #   valgrind    q4khost run on the default model under memcheck
 #               (scripts/valgrind-run.sh), counted as one test
 #   emulate     the cuda backend's kernels without a GPU
@@ -226,7 +226,7 @@ stage_named() {
 	case $1 in
 	sanitizers) stage sanitizers "$top/_build/asan/check.log" "$top/_build/asan" \
 		bash scripts/test-sanitizers.sh ;;
-	fuzz) stage fuzz /dev/null "" bash scripts/fuzz.sh 60 ;;
+	fuzz) stage fuzz /dev/null "" bash scripts/fuzz.sh 30 ;;
 	valgrind) stage valgrind /dev/null "" valgrind_stage ;;
 	emulate) stage emulate /dev/null "" emulate_stage ;;
 	esac

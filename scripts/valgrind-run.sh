@@ -2,10 +2,11 @@
 # `q4khost run` on the default model under valgrind memcheck: the reference
 # cpu backend with its built-in kernels (no variant, so F2 has nothing to
 # measure and spawns nothing; children are traced all the same), two
-# threads, a short prompt and a few decode tokens. Built normally, with
-# debug info, in _build/valgrind. Fails on any memory error and on any
-# definitely lost block. About 14 tokens through the forward pass: a few
-# minutes on 2 cores.
+# threads, a short prompt and four decode tokens (the step recorded on the
+# second and replayed from the third). Built normally, with debug info,
+# in _build/valgrind. Fails on any memory error and on any definitely
+# lost block. About 10 tokens through the forward pass: a few minutes on
+# 2 cores.
 # Usage: scripts/valgrind-run.sh
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
@@ -33,7 +34,7 @@ env -u Q4KHOST_MODEL -u Q4KHOST_BACKEND -u Q4KHOST_Q4K_KERNEL -u Q4KHOST_F2 \
 	--log-file="$logs/memcheck.%p.log" \
 	"$build/host/cli/q4khost" run -m "$model" --backend cpu --kernel none \
 	--plugin-path "$build/plugins/cpu/.libs" --threads 2 -c 64 \
-	-p "The capital of France is" -n 8 >"$logs/stdout" 2>"$logs/stderr"
+	-p "The capital of France is" -n 4 >"$logs/stdout" 2>"$logs/stderr"
 rc=$?
 secs=$(($(date +%s) - start))
 

@@ -78,6 +78,8 @@ static void expect_llama_cpp_text(const char *backend, const char *plugins, cons
 
 Test(smollm2, q4_1_greedy_text_is_llama_cpps_on_the_reference, .timeout = 600)
 {
+	test_skip_under_sanitizers("a real model's greedy text, as the tests on the default "
+	                           "model (tests/helpers.h)");
 	expect_llama_cpp_text("cpu", test_plugin_dir((const char *const[]){ NULL }), "not needed");
 }
 
@@ -85,6 +87,8 @@ Test(smollm2, q4_1_greedy_text_is_llama_cpps_on_cpu_fast_after_f2, .timeout = 90
 {
 	char plugins[8192];
 
+	test_skip_under_sanitizers("a real model's greedy text and F2, as the tests on the "
+	                           "default model (tests/helpers.h)");
 	snprintf(plugins, sizeof(plugins), "%s:%s/plugins/cpu-fast/.libs",
 	         test_plugin_dir((const char *const[]){ NULL }), test_builddir());
 	expect_llama_cpp_text("cpu-fast", plugins, "pass");
