@@ -128,13 +128,21 @@ else
 fi
 
 # Every GPU suite is a test_cuda_* program (test_cuda_graph: whole steps
-# through cuda-mwv); the CPU suites are CI's.
-for t in "$build"/tests/test_cuda_*; do
+# through cuda-mwv), plus the cuda cases of CPU suites: test_batch's
+# batched decode against each sequence alone (on the default model too
+# when --model names one); the rest of those suites is CI's.
+suites=()
+for t in "$build"/tests/test_cuda_* "$build"/tests/test_batch; do
 	[ -f "$t" ] && [ -x "$t" ] || continue
 	case $t in *.o | *.c | *.log | *.trs) continue ;; esac
+	suites+=("$t")
+done
+for t in "${suites[@]}"; do
 	name=$(basename "$t")
-	echo "== $name"
-	"$t" --verbose >"$logs/$name.log" 2>&1
+	filter=
+	case $name in test_cuda_*) ;; *) filter="--filter=*/cuda_*" ;; esac
+	echo "== $name${filter:+ $filter}"
+	"$t" --verbose $filter >"$logs/$name.log" 2>&1
 	rc=$?
 	grep -E '^\[(FAIL|SKIP|====)\]|Assertion Failed' -A2 "$logs/$name.log" | grep -v '^--$' | head -80
 	synth=$(grep -o 'Tested: [0-9]* | Passing: [0-9]* | Failing: [0-9]* | Crashing: [0-9]*' "$logs/$name.log" | tail -n 1)
