@@ -20,7 +20,11 @@
 #
 #   --build DIR   the build: .gpu/build when it exists, else _build/gpu
 #   --lib DIR     carried libraries, put on LD_LIBRARY_PATH (.gpu/lib)
-#   --model FILE  run the model checks on this GGUF file (repeatable)
+#   --model FILE  run the model checks on this GGUF file (repeatable); a
+#                 file named as the default model (gemma-3-270m-q4_k_m.gguf)
+#                 is also the suites' default model, whose fixtures
+#                 (llama.cpp's and the float64 pass's) hold for that file
+#                 only, so another file never stands in for it there
 #   --prompt, -n  the model checks' prompt and tokens to generate
 #   --bench       time every variant's GEMV: q4khost bench-kernels
 #   --bench-types LIST  bench-kernels --types LIST (Q4_K,Q8_0,..., or all;
@@ -86,7 +90,9 @@ plugin_path=$(find "$build/plugins" -path '*/.libs/*.so' -printf '%h\n' 2>/dev/n
 export Q4KHOST_PLUGIN_PATH="$plugin_path"
 export Q4KH_TEST_BUILDDIR="$build" Q4KH_TEST_SRCDIR="$top"
 export CRITERION_JOBS="${CRITERION_JOBS:-4}"
-[ ${#models[@]} -gt 0 ] && export Q4KHOST_MODEL="${models[0]}"
+for m in "${models[@]}"; do
+	[ "$(basename "$m")" = gemma-3-270m-q4_k_m.gguf ] && export Q4KHOST_MODEL="$m"
+done
 q4khost="$build/host/cli/q4khost"
 
 rows=()

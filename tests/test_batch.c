@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arch_oracle.h"
 #include "backend.h"
@@ -390,6 +391,7 @@ Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
 {
 #ifdef Q4KH_CUDA_ARCHS
 	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16 };
+	char model[4096];
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_error err = { { 0 } };
 	uint32_t n = 0;
@@ -405,8 +407,14 @@ Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
 	}
 	q4kh_registry_free(reg);
 	fixture_case("tiny-llama.gguf", &cuda);
-	cr_log_info("gemma3 on cuda: max 1 - cosine %g",
-	            batched_against_alone(test_model_path(), 16, &cuda, NULL));
+	/* the default model where the machine has it: a GPU machine often
+	 * has not, and tiny-llama's verdict stands without it */
+	q4kh_default_model_path(model, sizeof(model));
+	if (access(model, R_OK) == 0)
+		cr_log_info("gemma3 on cuda: max 1 - cosine %g",
+		            batched_against_alone(model, 16, &cuda, NULL));
+	else
+		cr_log_warn("gemma3 on cuda not run: no default model at %s", model);
 #else
 	cr_skip_test("this build has no CUDA plugins");
 #endif
