@@ -4,8 +4,9 @@
  * bounded load test (whose concurrent decode runs in batched steps), bad
  * input and SIGTERM, background F2 switching paths, shadow parity
  * demoting a variant with a prompt-dependent defect, F2 off and explicit
- * requests; 256 clients at once and replicas behind HAProxy; and the
- * text rules (UTF-8, stop strings) alone.
+ * requests; 256 clients at once, replicas behind HAProxy and the
+ * Kubernetes example (packaging/); and the text rules (UTF-8, stop
+ * strings) alone.
  * Every wait is bounded; no assertion is about time.
  */
 #include <criterion/criterion.h>
@@ -302,40 +303,47 @@ static char *stream_text(const char *body)
 	return text;
 }
 
-/* The folder of the openai client (scripts/fetch-openai.sh), malloc()ed;
- * a skip without it. */
-static char *openai_client(void)
+/* The folder of Python package NAME (scripts/fetch-python.sh), malloc()ed;
+ * a skip without it (a failure for openai under Q4KH_REQUIRE_MODEL=1). */
+static char *python_package(const char *name)
 {
-	char cmd[8192], *client;
+	char cmd[8192], *dir;
 
-	snprintf(cmd, sizeof(cmd), "bash %s/scripts/fetch-openai.sh --cached", test_srcdir());
-	if (test_shell(cmd, &client)) {
+	snprintf(cmd, sizeof(cmd), "bash %s/scripts/fetch-python.sh --cached %s", test_srcdir(),
+	         name);
+	if (test_shell(cmd, &dir)) {
 		const char *req = getenv("Q4KH_REQUIRE_MODEL");
-		free(client);
-		if (req && !strcmp(req, "1"))
-			cr_assert_fail("the openai client is missing (run scripts/fetch-openai.sh)");
-		cr_skip_test("the openai client is missing (run scripts/fetch-openai.sh)");
+		free(dir);
+		if (req && !strcmp(req, "1") && !strcmp(name, "openai"))
+			cr_assert_fail("the openai client is missing (run scripts/fetch-python.sh "
+			               "openai)");
+		cr_skip_test("%s is missing (run scripts/fetch-python.sh %s)", name, name);
 	}
-	client[strcspn(client, "\n")] = 0;
-	return client;
+	dir[strcspn(dir, "\n")] = 0;
+	return dir;
 }
 
-/* python3 SCRIPT ARGS from tests/serve; the openai client on PYTHONPATH
- * for the one script that imports it, openai_check.py. */
-static void python(const char *script, const char *args)
+/* python3 SCRIPT ARGS from tests/serve, with Python package PACKAGE on
+ * PYTHONPATH when not NULL. */
+static void python_with(const char *package, const char *script, const char *args)
 {
-	char cmd[16384], *out, *client;
+	char cmd[16384], *out, *dir;
 	int rc;
 
-	client = !strcmp(script, "openai_check.py") ? openai_client() : strdup("");
+	dir = package ? python_package(package) : strdup("");
 	snprintf(cmd, sizeof(cmd),
 	         "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=%s:%s/tests/serve python3 %s/tests/serve/%s %s",
-	         client, test_srcdir(), test_srcdir(), script, args);
-	free(client);
+	         dir, test_srcdir(), test_srcdir(), script, args);
+	free(dir);
 	rc = test_shell(cmd, &out);
 	cr_log_info("%s", out);
 	cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
 	free(out);
+}
+
+static void python(const char *script, const char *args)
+{
+	python_with(NULL, script, args);
 }
 
 Test(serve_text, utf8_as_python_replaces)
@@ -403,7 +411,7 @@ Test(serve, answers_as_run, .timeout = 600)
 		server_start(&s, args, receipts, NULL);
 		snprintf(py, sizeof(py), "%s %s %s %s 16 'Hello, how are you?' 'Once upon a time'",
 		         s.url, q4khost(), model, dir);
-		python("openai_check.py", py);
+		python_with("openai", "openai_check.py", py);
 
 		want = run_answer(model, dir, "The three primary colors are", 12, 1);
 		snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"user\", \"content\": "
@@ -1152,3 +1160,14 @@ Test(serve, replicas_behind_haproxy, .timeout = 300)
 	server_stop(&r[2]);
 }
 
+/* Issue 34: the Kubernetes example validates against Kubernetes' schemas
+ * and agrees with serve (tests/serve/kubernetes_check.py); skips without
+ * kubernetes-validate (scripts/fetch-python.sh kubernetes-validate). */
+Test(serve_deploy, kubernetes_example, .timeout = 120)
+{
+	char args[8192];
+
+	snprintf(args, sizeof(args), "%s/packaging/kubernetes/q4khost-serve.yaml %s", test_srcdir(),
+	         q4khost());
+	python_with("kubernetes-validate", "kubernetes_check.py", args);
+}
