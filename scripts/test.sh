@@ -132,7 +132,10 @@ python3 -c 'import numpy' 2>/dev/null ||
 # a real Q4_1 model, optional: tests/test_smollm2 skips without it.
 "$py" scripts/fetch-smollm2.py >/dev/null ||
 	echo "test.sh: no SmolLM2 Q4_1 model; tests/test_smollm2 will skip" >&2
-bash scripts/fetch-openai.sh >/dev/null || exit 1 # tests/test_serve's client
+bash scripts/fetch-python.sh openai >/dev/null || exit 1 # tests/test_serve's client
+# the Kubernetes example's validator, optional: its test skips without it
+bash scripts/fetch-python.sh kubernetes-validate >/dev/null ||
+	echo "test.sh: no kubernetes-validate; the Kubernetes example's test will skip" >&2
 # What quickstart.sh builds here, and a line that says which.
 cuda_args=$(bash scripts/build.sh --which-cuda) || exit 1
 }

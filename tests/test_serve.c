@@ -4,7 +4,9 @@
  * bounded load test (whose concurrent decode runs in batched steps), bad
  * input and SIGTERM, background F2 switching paths, shadow parity
  * demoting a variant with a prompt-dependent defect, F2 off and explicit
- * requests; and the text rules (UTF-8, stop strings) alone.
+ * requests; 256 clients at once, replicas behind HAProxy and the
+ * Kubernetes example (packaging/); and the text rules (UTF-8, stop
+ * strings) alone.
  * Every wait is bounded; no assertion is about time.
  */
 #include <criterion/criterion.h>
@@ -192,13 +194,15 @@ static struct reply http(const struct server *s, const char *method, const char 
 	return r;
 }
 
+/* /health's JSON; its status is 200 when it says ready, else 503. */
 static json_t *health(const struct server *s)
 {
 	struct reply r = http(s, "GET", "/health", NULL);
 	json_t *h = json_loads(r.body, 0, NULL);
 
-	cr_assert_eq(r.status, 200);
 	cr_assert_not_null(h, "%s", r.body);
+	cr_assert_eq(r.status, json_is_true(json_object_get(h, "ready")) ? 200 : 503, "%s",
+	             r.body);
 	reply_free(&r);
 	return h;
 }
@@ -299,40 +303,47 @@ static char *stream_text(const char *body)
 	return text;
 }
 
-/* The folder of the openai client (scripts/fetch-openai.sh), malloc()ed;
- * a skip without it. */
-static char *openai_client(void)
+/* The folder of Python package NAME (scripts/fetch-python.sh), malloc()ed;
+ * a skip without it (a failure for openai under Q4KH_REQUIRE_MODEL=1). */
+static char *python_package(const char *name)
 {
-	char cmd[8192], *client;
+	char cmd[8192], *dir;
 
-	snprintf(cmd, sizeof(cmd), "bash %s/scripts/fetch-openai.sh --cached", test_srcdir());
-	if (test_shell(cmd, &client)) {
+	snprintf(cmd, sizeof(cmd), "bash %s/scripts/fetch-python.sh --cached %s", test_srcdir(),
+	         name);
+	if (test_shell(cmd, &dir)) {
 		const char *req = getenv("Q4KH_REQUIRE_MODEL");
-		free(client);
-		if (req && !strcmp(req, "1"))
-			cr_assert_fail("the openai client is missing (run scripts/fetch-openai.sh)");
-		cr_skip_test("the openai client is missing (run scripts/fetch-openai.sh)");
+		free(dir);
+		if (req && !strcmp(req, "1") && !strcmp(name, "openai"))
+			cr_assert_fail("the openai client is missing (run scripts/fetch-python.sh "
+			               "openai)");
+		cr_skip_test("%s is missing (run scripts/fetch-python.sh %s)", name, name);
 	}
-	client[strcspn(client, "\n")] = 0;
-	return client;
+	dir[strcspn(dir, "\n")] = 0;
+	return dir;
 }
 
-/* python3 SCRIPT ARGS from tests/serve; the openai client on PYTHONPATH
- * for the one script that imports it, openai_check.py. */
-static void python(const char *script, const char *args)
+/* python3 SCRIPT ARGS from tests/serve, with Python package PACKAGE on
+ * PYTHONPATH when not NULL. */
+static void python_with(const char *package, const char *script, const char *args)
 {
-	char cmd[16384], *out, *client;
+	char cmd[16384], *out, *dir;
 	int rc;
 
-	client = !strcmp(script, "openai_check.py") ? openai_client() : strdup("");
+	dir = package ? python_package(package) : strdup("");
 	snprintf(cmd, sizeof(cmd),
 	         "PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=%s:%s/tests/serve python3 %s/tests/serve/%s %s",
-	         client, test_srcdir(), test_srcdir(), script, args);
-	free(client);
+	         dir, test_srcdir(), test_srcdir(), script, args);
+	free(dir);
 	rc = test_shell(cmd, &out);
 	cr_log_info("%s", out);
 	cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
 	free(out);
+}
+
+static void python(const char *script, const char *args)
+{
+	python_with(NULL, script, args);
 }
 
 Test(serve_text, utf8_as_python_replaces)
@@ -400,7 +411,7 @@ Test(serve, answers_as_run, .timeout = 600)
 		server_start(&s, args, receipts, NULL);
 		snprintf(py, sizeof(py), "%s %s %s %s 16 'Hello, how are you?' 'Once upon a time'",
 		         s.url, q4khost(), model, dir);
-		python("openai_check.py", py);
+		python_with("openai", "openai_check.py", py);
 
 		want = run_answer(model, dir, "The three primary colors are", 12, 1);
 		snprintf(body, sizeof(body), "{\"messages\": [{\"role\": \"user\", \"content\": "
@@ -906,8 +917,10 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	cr_assert(!strncmp(v, "off;", 4), "%s", v);
 	free(v);
 	reply_free(&r);
+	/* not ready: a balancer or Kubernetes sends it nothing */
 	h = health(&s);
 	cr_assert(json_is_true(json_object_get(json_object_get(h, "f2"), "unverified")));
+	cr_assert(json_is_false(json_object_get(h, "ready")));
 	json_decref(h);
 	log = read_log(&s);
 	cr_assert_not_null(strstr(log, "F2 IS OFF"), "%s", log);
@@ -1075,4 +1088,86 @@ Test(serve, access_log_and_plain_words, .timeout = 300)
 	log = read_log(&s);
 	cr_expect_null(strstr(log, "internal error"), "%s", log);
 	free(log);
+}
+
+/*
+ * Issue 34: 256 clients at once, each reconnecting for its second request,
+ * with the default limits: every request is answered, none closed at the
+ * connection limit. Then with a queue of 8: the requests past it get 503
+ * with Retry-After, said in their access lines, and are answered when
+ * sent again after it.
+ */
+Test(serve, a_crowd_of_clients_is_answered, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *defaults[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu", NULL };
+	const char *small[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu",
+		                "--max-queue", "8", NULL };
+	struct server s;
+	char py[8192], *log, *line;
+
+	server_start(&s, defaults, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s 256 2 any", s.url);
+	python("crowd.py", py);
+	server_stop(&s);
+	log = read_log(&s);
+	cr_expect_null(strstr(log, "closed unanswered"), "%s", log);
+	free(log);
+
+	server_start(&s, small, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s 256 1 503", s.url);
+	python("crowd.py", py);
+	line = access_line(&s, "POST", "/v1/completions", 503);
+	cr_expect_not_null(strstr(line, "s: the queue is full (8 requests waiting); try again "
+	                                "later (Retry-After: 1 s)"), "%s", line);
+	free(line);
+	server_stop(&s);
+}
+
+/*
+ * Issue 34: two replicas and a third with F2 off behind HAProxy with the
+ * configuration in packaging/haproxy (tests/serve/balance.py): the third,
+ * not ready, gets nothing; the first, stopped with SIGTERM in the middle
+ * of a load, drains and exits 0 while every request is answered. Skips
+ * without haproxy (scripts/install-deps.sh installs it).
+ */
+Test(serve, replicas_behind_haproxy, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *unverified = plugins((const char *const[]){ "cpu_q8act", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *ready[] = { "-m", model, "--plugin-path", dir, NULL };
+	const char *off[] = { "-m", model, "--plugin-path", unverified, "--f2", "off", NULL };
+	struct server r[3];
+	char py[16384], *out;
+	int status;
+
+	status = test_shell("command -v haproxy", &out);
+	free(out);
+	if (status)
+		cr_skip_test("haproxy is not installed (scripts/install-deps.sh installs it)");
+	server_start(&r[0], ready, test_tmpdir(), NULL);
+	server_start(&r[1], ready, test_tmpdir(), NULL);
+	server_start(&r[2], off, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s/packaging/haproxy/q4khost-serve.cfg %s %d %s %s %s %s %s",
+	         test_srcdir(), r[0].url, (int)r[0].pid, r[0].log, r[1].url, r[1].log, r[2].url,
+	         r[2].log);
+	python("balance.py", py);
+	status = server_wait(&r[0]);
+	cr_assert_eq(status, 0, "the replica stopped with SIGTERM exited %d", status);
+	server_stop(&r[1]);
+	server_stop(&r[2]);
+}
+
+/* Issue 34: the Kubernetes example validates against Kubernetes' schemas
+ * and agrees with serve (tests/serve/kubernetes_check.py); skips without
+ * kubernetes-validate (scripts/fetch-python.sh kubernetes-validate). */
+Test(serve_deploy, kubernetes_example, .timeout = 120)
+{
+	char args[8192];
+
+	snprintf(args, sizeof(args), "%s/packaging/kubernetes/q4khost-serve.yaml %s", test_srcdir(),
+	         q4khost());
+	python_with("kubernetes-validate", "kubernetes_check.py", args);
 }

@@ -22,6 +22,8 @@
 #include "serve.h"
 #include "settings.h"
 
+#define MAX_CONNECTIONS 65536 /* each a thread of libmicrohttpd's */
+
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -45,8 +47,11 @@ static void usage(FILE *out)
 	        "  -c, --ctx N             context per slot in tokens (default: min(4096,\n"
 	        "                          the model's))\n"
 	        "      --parallel N        requests generated at once, one slot each (default 4)\n"
-	        "      --max-queue N       requests waiting for a slot; more get 503 (default 64)\n"
-	        "      --max-connections N open connections (default 64)\n"
+	        "      --max-queue N       requests waiting for a slot; more get 503 with\n"
+	        "                          Retry-After (default 512)\n"
+	        "      --max-connections N open connections; past them a new one is closed\n"
+	        "                          unanswered (default: 2 x (--parallel + --max-queue),\n"
+	        "                          at least 1024)\n"
 	        "      --max-body BYTES    largest request body (default 1048576)\n"
 	        "      --max-prompt-tokens N  longest prompt (default: the context)\n"
 	        "      --max-tokens N      largest max_tokens, and the default (default 4096)\n"
@@ -83,6 +88,28 @@ static int parse_long(const char *s, const char *what, long lo, long hi, long *o
 static int parse_double(const char *s, const char *what, double lo, double hi, double *out)
 {
 	return q4kh_cli_parse_double("serve", s, what, lo, hi, out);
+}
+
+/*
+ * --max-connections when not given: room for every request the slots and
+ * the queue hold, and as many again for idle keep-alive connections and
+ * for those that get a 503, so that a request past the queue is answered
+ * 503 rather than closed at the connection limit (docs/serve.md, section
+ * 6). Given lower, a warning says what follows.
+ */
+static void connection_limit(struct serve_opts *o)
+{
+	const long held = o->parallel + o->max_queue;
+
+	if (!o->max_connections) {
+		o->max_connections = 2 * held < 1024 ? 1024 : 2 * held;
+		if (o->max_connections > MAX_CONNECTIONS)
+			o->max_connections = MAX_CONNECTIONS;
+	} else if (o->max_connections <= held) {
+		serve_log("warning: --max-connections %ld is not above --parallel + --max-queue "
+		          "(%ld): requests may be closed unanswered before the queue is full",
+		          o->max_connections, held);
+	}
 }
 
 static int parse(int argc, char **argv, struct serve_opts *o)
@@ -128,8 +155,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	o->host = "127.0.0.1";
 	o->port = 8080;
 	o->parallel = 4;
-	o->max_queue = 64;
-	o->max_connections = 64;
+	o->max_queue = 512;
 	o->max_body = 1 << 20;
 	o->max_tokens = 4096;
 	o->idle_timeout = 30;
@@ -150,7 +176,8 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		case O_PARALLEL: rc = parse_long(optarg, "--parallel", 1, 256, &o->parallel); break;
 		case O_QUEUE: rc = parse_long(optarg, "--max-queue", 1, 1 << 20, &o->max_queue); break;
 		case O_CONNS:
-			rc = parse_long(optarg, "--max-connections", 1, 4096, &o->max_connections);
+			rc = parse_long(optarg, "--max-connections", 1, MAX_CONNECTIONS,
+			                &o->max_connections);
 			break;
 		case O_BODY: rc = parse_long(optarg, "--max-body", 64, 1L << 30, &o->max_body); break;
 		case O_PROMPT:
@@ -205,6 +232,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		q4kh_cli_extra_argument("serve", argv[optind]);
 		return -1;
 	}
+	connection_limit(o);
 	return 0;
 }
 

@@ -294,7 +294,10 @@ enum serve_endpoint {
 };
 void serve_status_count(struct serve *srv, enum serve_endpoint ep, unsigned code);
 void serve_status_ttft(struct serve *srv, double seconds); /* lock held */
-char *serve_status_health(struct serve *srv);  /* malloc()ed JSON */
+/* /health's JSON, malloc()ed; WHY (CAP bytes) is "" when the server is
+ * ready (not draining, and its path trusted by F2: the reference or a
+ * pass, not F2 off), else why not: /health answers 503 then. */
+char *serve_status_health(struct serve *srv, char *why, size_t cap);
 char *serve_status_metrics(struct serve *srv); /* malloc()ed text */
 
 /* serve_http.c */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +25,13 @@
 
 #define WAIT_NS (200 * 1000 * 1000) /* between looks for a client that left */
 #define KEEPALIVE_S 10.0            /* an SSE comment after this much silence */
+/* Every 503's Retry-After, seconds: a slot frees or the queue moves that
+ * soon at any load worth queueing for, and a balancer retries elsewhere at
+ * once (docs/serve.md, section 6). */
+#define RETRY_AFTER "1"
+/* Open files a server needs besides its connections: the model, plugins,
+ * receipts, the log, a validation child's pipes. */
+#define SPARE_FILES 128
 
 /* One request: its body while it arrives, and its access-log line's parts. */
 struct request {
@@ -155,6 +163,8 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 		                                  strlen(served_by), 300, 1));
 	if (status == 503 || status == 413)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (status == 503)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER);
 	if (status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
 	if (status == 405)
@@ -164,7 +174,8 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 	rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	serve_status_count(srv, ep, status);
-	note(rq, status, "%s", reason ? reason : "ok");
+	note(rq, status, "%s%s", reason ? reason : "ok",
+	     status == 503 ? " (Retry-After: " RETRY_AFTER " s)" : "");
 	return rc;
 }
 
@@ -476,9 +487,14 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 		return fail(srv, c, rq, 404, "no such endpoint", NULL, NULL);
 	if ((rq->ep <= SERVE_EP_COMPLETIONS && !post) || (rq->ep > SERVE_EP_COMPLETIONS && !get))
 		return fail(srv, c, rq, 405, "method not allowed here", NULL, NULL);
-	if (rq->ep == SERVE_EP_HEALTH)
-		return reply(srv, c, rq, 200, serve_status_health(srv), "application/json", NULL,
-		             NULL, NULL);
+	if (rq->ep == SERVE_EP_HEALTH) {
+		char why[300] = "";
+		char *body = serve_status_health(srv, why, sizeof(why));
+
+		/* a balancer's and Kubernetes' readiness read the status */
+		return reply(srv, c, rq, why[0] ? 503 : 200, body, "application/json", NULL, NULL,
+		             why[0] ? why : NULL);
+	}
 	if (!authorized(srv, c))
 		return fail(srv, c, rq, 401,
 		            "a valid API key is required (Authorization: Bearer KEY)", NULL,
@@ -602,13 +618,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 static void on_log(void *cls, const char *fmt, va_list ap)
 {
 	static const char ours[] = "Application reported internal error";
+	static const char full[] = "Server reached connection limit";
+	const struct serve *srv = cls;
 	char line[512];
 	size_t n;
 
-	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
 	if (!strncmp(line, ours, sizeof(ours) - 1))
 		return;
+	if (!strncmp(line, full, sizeof(full) - 1)) {
+		serve_log("http: %ld connections are open, --max-connections: a new one was closed "
+		          "unanswered", srv->o.max_connections);
+		return;
+	}
 	n = strlen(line);
 	while (n && line[n - 1] == '\n')
 		line[--n] = 0;
@@ -658,6 +680,27 @@ int serve_http_port_free(const struct serve *srv, struct q4kh_error *err)
 	return rc;
 }
 
+/*
+ * Raise the soft limit on open files to what --max-connections needs, as
+ * far as the hard limit lets (systemd's soft default is 1024): past it
+ * accept() fails and new connections wait unaccepted in the backlog.
+ */
+static void open_files_for(const struct serve *srv)
+{
+	const rlim_t want = (rlim_t)srv->o.max_connections + SPARE_FILES;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < want)
+		serve_log("warning: the open-file limit (ulimit -n, %llu) is below --max-connections "
+		          "%ld + %d: connections past it wait unaccepted",
+		          (unsigned long long)rl.rlim_cur, srv->o.max_connections, SPARE_FILES);
+}
+
 int serve_http_start(struct serve *srv, struct q4kh_error *err)
 {
 	struct sockaddr_storage addr = srv->listen_addr;
@@ -669,6 +712,7 @@ int serve_http_start(struct serve *srv, struct q4kh_error *err)
 
 	if (srv->listen_v6)
 		flags |= MHD_USE_IPv6;
+	open_files_for(srv);
 	srv->httpd = MHD_start_daemon(
 		flags, (uint16_t)srv->o.port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,

@@ -74,10 +74,27 @@ static json_t *path_json(const struct serve *srv, const struct serve_path *p)
 	return o;
 }
 
-char *serve_status_health(struct serve *srv)
+/* Ready (srv->lock held): 1, or 0 with why in WHY. */
+static int ready(const struct serve *srv, char *why, size_t cap)
+{
+	if (srv->draining)
+		snprintf(why, cap, "not ready: draining");
+	else if (!srv->cur)
+		snprintf(why, cap, "not ready: no validated path serves");
+	else if (srv->cur->unverified)
+		snprintf(why, cap, "not ready: F2 is off and %s serves unverified", srv->cur->name);
+	else {
+		why[0] = 0;
+		return 1;
+	}
+	return 0;
+}
+
+char *serve_status_health(struct serve *srv, char *why, size_t cap)
 {
 	json_t *root, *verdicts = json_array(), *switches = json_array(), *dev;
 	char *out;
+	int ok;
 
 	pthread_mutex_lock(&srv->lock);
 	for (int i = 0; i < srv->n_verdicts; i++) {
@@ -99,10 +116,11 @@ char *serve_status_health(struct serve *srv)
 	                srv->validating[0] ? json_pack("{s:b, s:s}", "running", 1, "candidate",
 	                                               srv->validating)
 	                                   : json_pack("{s:b}", "running", 0));
-	root = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:b}, s:[o], s:o, s:o, s:o, "
+	ok = ready(srv, why, cap);
+	root = json_pack("{s:s, s:b, s:s, s:s, s:{s:s, s:s, s:b}, s:[o], s:o, s:o, s:o, "
 	                 "s:{s:i, s:i}, s:I}",
 	                 "status", srv->draining ? "draining" : srv->cur ? "ok" : "unavailable",
-	                 "model", srv->model_id, "model_path", srv->model_path, "f2", "mode",
+	                 "ready", ok, "model", srv->model_id, "model_path", srv->model_path, "f2", "mode",
 	                 q4kh_f2_mode_name(srv->mode), "mode_origin", srv->mode_origin,
 	                 "unverified", srv->cur && srv->cur->unverified, "devices", dev,
 	                 "verdicts", verdicts, "switches", switches, "shadow",

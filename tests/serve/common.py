@@ -1,11 +1,14 @@
 """What the serve test scripts share: checks that stop at the first
-failure, q4khost run's answers, plain HTTP and server-sent events over
-http.client, a process's resident memory."""
+failure, bounded waits, clients in threads, q4khost run's answers, plain
+HTTP and server-sent events over http.client, a process's resident
+memory."""
 import http.client
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 
 CHECKS = []  # the names of the checks made, for a script's summary
@@ -17,6 +20,32 @@ def check(name, ok, detail=""):
     if not ok:
         print("FAILED: %s %s" % (name, detail))
         sys.exit(1)
+
+
+def wait_for(name, state, bound=120):
+    """Poll STATE() until it is true; fail NAME after BOUND seconds."""
+    end = time.time() + bound
+    while time.time() < end:
+        if state():
+            return
+        time.sleep(0.05)
+    check(name, False, "(not after %d s)" % bound)
+
+
+def read_text(path):
+    """A file's text (a server's log), bytes that are not UTF-8 replaced."""
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def run_threads(target, n):
+    """TARGET(k) in N threads at once, k from 0 to N - 1; returns when all
+    have ended."""
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def run_answer(q4khost, model, plugin_path, prompt, n, chat, backend=None):

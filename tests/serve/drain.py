@@ -1,7 +1,8 @@
 """SIGTERM drains q4khost serve as docs/serve.md section 6 says: the drain
 begins (its log line), a request already running finishes whole within
 --shutdown-timeout, requests on connections opened before the signal get
-503 with a JSON error, and new connections are refused or get 503. The
+503 with a JSON error, /health answers 503 (not ready, for a balancer),
+and new connections are refused or get 503. The
 caller started the server on a kernel variant whose every product waits
 while the file HOLD exists (tests/plugins/cpu_q8act.c, -DQ8ACT_GATE),
 with its log in LOG, a --shutdown-timeout that outlasts this script's
@@ -13,33 +14,21 @@ import os
 import signal
 import sys
 import threading
-import time
 
-from common import CHECKS, Client, check, streamed_text
+from common import CHECKS, Client, check, read_text, streamed_text, wait_for
 
 BOUND = 120  # seconds any wait for the server may take before it fails
 KEPT = 4     # connections opened before SIGTERM, each to get a 503
 REQUEST = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": True}
-def wait_for(name, state):
-    """Poll STATE() until it is true; fail NAME after BOUND seconds."""
-    end = time.time() + BOUND
-    while time.time() < end:
-        if state():
-            return
-        time.sleep(0.05)
-    check(name, False, "(not after %d s)" % BOUND)
 
-
-def log_text(log):
-    with open(log, errors="replace") as f:
-        return f.read()
-
-
-def health(client):
+def health(client, status=200):
+    """/health's JSON; fails unless it came with STATUS (200 while the
+    server is ready, 503 once it drains) and says ready as that does."""
     st, _, b = client.request("GET", "/health")
-    if st != 200:
-        check("/health answers 200", False, (st, b))
-    return json.loads(b)
+    o = json.loads(b)
+    if st != status or o["ready"] != (status == 200):
+        check("/health answers %d" % status, False, (st, b))
+    return o
 
 
 def text_of(events, what):
@@ -84,9 +73,9 @@ def main():
 
     os.kill(pid, signal.SIGTERM)
     wait_for("the drain begins after SIGTERM (its log line)",
-             lambda: "stopping: no new connections" in log_text(log))
-    check("/health on a kept-alive connection says draining",
-          health(watch)["status"] == "draining")
+             lambda: "stopping: no new connections" in read_text(log))
+    check("/health on a kept-alive connection says draining, not ready (503)",
+          health(watch, 503)["status"] == "draining")
     for i, c in enumerate(kept):
         try:
             st, _, b = c.request("POST", path, dict(REQUEST, stream=False))
@@ -116,7 +105,7 @@ def main():
     check(whole, text_of(events, whole) == text_of(want, "the answer before SIGTERM") and
           finish_reason(events) == finish_reason(want), (events, want))
     ident = json.loads(events[0])["id"]
-    line = [l for l in log_text(log).splitlines() if l.startswith("q4khost serve: %s:" % ident)]
+    line = [l for l in read_text(log).splitlines() if l.startswith("q4khost serve: %s:" % ident)]
     check("the log says it finished, not cancelled",
           len(line) == 1 and "(cancelled)" not in line[0], line)
     print("drain: %d checks passed; after SIGTERM %d kept-alive connections got 503; of 1000 "

@@ -12,7 +12,8 @@ import queue
 import sys
 import threading
 
-from common import Client, answer_text, model_id, rss_kib, run_answer, streamed_text
+from common import (Client, answer_text, model_id, rss_kib, run_answer, run_threads,
+                    streamed_text)
 
 PROMPTS = ["Hello, how are you?", "Once upon a time", "1, 2, 3, 4,",
            "The capital of France is"]
@@ -36,7 +37,7 @@ def main():
     lock = threading.Lock()
     state = {"done": 0, "rss50": None, "errors": []}
 
-    def client():
+    def client(_):
         c = Client(url)
         while True:
             try:
@@ -70,11 +71,7 @@ def main():
                     state["rss50"] = rss_kib(pid)
         c.close()
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(client, clients)
     rss_end = rss_kib(pid)
     c = Client(url)
     status, _, text = c.request("GET", "/metrics")
