@@ -247,7 +247,7 @@ static void rows_as_all(const char *file)
 	cr_assert(all && some);
 	cr_assert_eq(q4kh_session_eval(s, ids, n, all, 1, &err), 0, "%s", err.msg);
 	q4kh_session_reset(s);
-	cr_assert_eq(q4kh_session_eval_rows(s, ids, n, some, rows, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval_rows(s, ids, n, some, rows, 1, &err), 0, "%s", err.msg);
 	for (int64_t i = 0; i < n; i++) {
 		if (!rows[i])
 			continue;

@@ -335,11 +335,11 @@ Test(validate, a_deep_measurement_gives_a_log_its_estimate_and_a_line_a_minute, 
 {
 	static const char *const names[] = { "defect_hang", NULL };
 	const char *plugins = on_tiny(test_plugin_dir(names));
-	char args[4400], *out;
+	char args[8400], *out;
 	const char *minute;
 
 	snprintf(args, sizeof(args),
-	         "validate --deep --ctx 200 --kernel defect-hang --timeout 61 --plugin-path %s",
+	         "validate --deep --ctx 200 --kernel defect-hang --timeout 65 --plugin-path %s",
 	         plugins);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 1, "%s", out);
 	cr_expect(strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): deep probe: 400 "
@@ -347,9 +347,10 @@ Test(validate, a_deep_measurement_gives_a_log_its_estimate_and_a_line_a_minute, 
 	          "%s", out);
 	cr_expect(strstr(out, " pos/s on this machine (the pace of the first ") != NULL, "%s",
 	          out);
-	minute = strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): 60 s, 200/400 "
-	                     "positions, about ");
+	/* a minute in, give or take a poll on a busy machine */
+	minute = strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): 6");
 	cr_expect_not_null(minute, "%s", out);
+	cr_expect(minute && strstr(minute, " s, 200/400 positions, about "), "%s", out);
 	cr_expect(minute && strstr(minute, " left, against the reference (no receipt)\n"), "%s",
 	          out);
 	cr_expect_null(strchr(out, '\r'), "%s", out);

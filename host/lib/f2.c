@@ -835,7 +835,7 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 
 		int64_t j = 0; /* the judged positions' rows, one after another */
 
-		if (q4kh_session_eval_rows(cand, tokens + c, t, cl, judged + c, &e)) {
+		if (q4kh_session_eval_rows(cand, tokens + c, t, cl, judged + c, 0, &e)) {
 			not_measured(out, "candidate", "prefill", &e);
 			goto done;
 		}

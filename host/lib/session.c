@@ -575,13 +575,39 @@ static int pick(struct q4kh_session *s, const struct q4kh_tensor *lg, int32_t *t
 	return 0;
 }
 
+/* Of LG, the logits {n_vocab, t} of a step's tokens, the rows flagged in
+ * ROWS into DST, one after another, a download per run of rows. */
+static int download_rows(struct q4kh_session *s, const struct q4kh_tensor *lg,
+                         const uint8_t *rows, int64_t t, float *dst, struct q4kh_error *err)
+{
+	const uint64_t row = sizeof(float) * (uint64_t)s->m->hp.n_vocab;
+
+	for (int64_t i = 0; i < t;) {
+		int64_t j = i;
+
+		while (j < t && rows[j])
+			j++;
+		if (j > i) {
+			if (q4kh_backend_check(s->b,
+			                       s->b->v->buffer_download(s->b->dev, lg->buffer,
+			                                                lg->offset + row * (uint64_t)i,
+			                                                dst, row * (uint64_t)(j - i)),
+			                       "buffer_download (logits)", err))
+				return -1;
+			dst += (j - i) * s->m->hp.n_vocab;
+		}
+		i = j + 1;
+	}
+	return 0;
+}
+
 /*
  * eval, eval_rows and eval_top2: the logits wanted into LOGITS (ALL: every
  * token's; ROWS: the flagged tokens', one after another) or, with TOKEN
  * not NULL, the last token's greedy pick.
  */
 static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *logits,
-                int all, const uint8_t *rows, int32_t *token, double *margin,
+                int all, const uint8_t *rows, int only, int32_t *token, double *margin,
                 struct q4kh_error *err)
 {
 	const int64_t n_vocab = s->m->hp.n_vocab;
@@ -607,13 +633,14 @@ static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *lo
 		if (rows) {
 			for (int64_t i = c; i < c + t; i++)
 				wanted += rows[i] != 0;
-			n_out = wanted;
+			n_out = !wanted ? 0 : only ? wanted : t;
 		}
-		/* the flagged rows' logits alone, one after another */
-		if (step(s, ids + c, t, n_out, wanted ? rows + c : NULL, &lg, err))
+		/* ONLY: the flagged rows' logits alone, one after another */
+		if (step(s, ids + c, t, n_out, wanted && only ? rows + c : NULL, &lg, err))
 			goto fail;
 		if (lg && rows) {
-			if (download(s, lg, logits, "buffer_download (logits)", err))
+			if (only ? download(s, lg, logits, "buffer_download (logits)", err)
+			         : download_rows(s, lg, rows + c, t, logits, err))
 				goto fail;
 			logits += wanted * n_vocab;
 		} else if (lg && logits &&
@@ -637,19 +664,20 @@ fail:
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err)
 {
-	return eval(s, ids, n, logits, all && logits, NULL, NULL, NULL, err);
+	return eval(s, ids, n, logits, all && logits, NULL, 0, NULL, NULL, err);
 }
 
 int q4kh_session_eval_rows(struct q4kh_session *s, const int32_t *ids, int64_t n,
-                           float *logits, const uint8_t *rows, struct q4kh_error *err)
+                           float *logits, const uint8_t *rows, int only,
+                           struct q4kh_error *err)
 {
-	return eval(s, ids, n, logits, 0, rows, NULL, NULL, err);
+	return eval(s, ids, n, logits, 0, rows, only, NULL, NULL, err);
 }
 
 int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
                            int32_t *token, double *margin, struct q4kh_error *err)
 {
-	return eval(s, ids, n, NULL, 0, NULL, token, margin, err);
+	return eval(s, ids, n, NULL, 0, NULL, 0, token, margin, err);
 }
 
 int q4kh_session_batchable(const struct q4kh_session *s)
