@@ -117,11 +117,13 @@ Test(diagnostics, validate_one_that_measures_nothing_says_why_once_and_fails)
 	                      "candidate could not start (F2.4): cpu: no device 3 (the backend "
 	                      "has 1); no receipt written\n");
 	free(out);
-	/* A guard's child: the absence of a receipt is its answer. */
+	/* A guard's child: no receipt, and why as its one line on stderr,
+	 * the last, which the guard takes as the verdict's message (F2.4). */
 	cr_expect_eq(q4khost_with("", "validate --one --quiet --backend cpu --device 3 --kernel none",
 	                          NULL, plugins, "", &out),
 	             0, "%s", out);
-	cr_expect_str_eq(out, "");
+	cr_expect_str_eq(out, "not measured: the candidate could not start (F2.4): cpu: no device "
+	                      "3 (the backend has 1)\n");
 	free(out);
 }
 

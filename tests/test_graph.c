@@ -125,9 +125,24 @@ static void check_lifetimes(const struct q4kh_graph *g, const char *what)
 	}
 }
 
+/* The reference cpu backend on the tests' plugin path, and the fixture
+ * FILE (graph_model_file) opened and uploaded to it. */
+static void cpu_model(const char *file, struct q4kh_registry **reg, struct q4kh_backend *be,
+                      struct q4kh_model **m)
+{
+	struct q4kh_error err = { { 0 } };
+	char *path = graph_model_file(file);
+
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, reg, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(*reg, "cpu"), 0, be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(path, m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(*m, be, &err), 0, "%s", err.msg);
+	free(path);
+}
+
 static void plan_model(const char *file)
 {
-	char *path = NULL;
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_backend be;
@@ -140,13 +155,7 @@ static void plan_model(const char *file)
 	};
 	const struct q4kh_session *seqs[3];
 
-	if (asprintf(&path, "%s/tests/fixtures/%s", test_srcdir(), file) < 0)
-		cr_assert_fail("out of memory");
-	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cpu"), 0, &be, &err), 0,
-	             "%s", err.msg);
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	cpu_model(file, &reg, &be, &m);
 	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_session_new(m, &sp, &s2, &err), 0, "%s", err.msg);
 	cr_assert_eq(q4kh_session_new(m, &sp, &s3, &err), 0, "%s", err.msg);
@@ -172,13 +181,30 @@ static void plan_model(const char *file)
 		check_plan(g, what);
 		q4kh_graph_free(g);
 	}
+	/* The logits of chosen tokens (F2's deep probe): runs and single ones. */
+	{
+		static const uint8_t rows[9] = { 1, 0, 0, 1, 1, 1, 0, 0, 1 };
+		const struct q4kh_seqs seq = { .m = m, .n = 1, .s = seqs };
+		struct q4kh_graph *g = q4kh_graph_new(9, 0);
+		const char *what = file;
+
+		cr_assert_not_null(g);
+		cr_assert_eq(q4kh_graph_out_rows(g, rows), 0);
+		cr_expect_eq(g->n_out, 5);
+		cr_assert_eq(m->arch->build(g, &seq, &err), 0, "%s: %s", what, err.msg);
+		cr_assert_eq(q4kh_graph_check(g, &err), 0, "%s: %s", what, err.msg);
+		cr_assert_eq(q4kh_graph_plan(g, 256), 0);
+		cr_expect_eq(g->vals[g->logits].t.ne[1], 5, "%s", what);
+		check_lifetimes(g, what);
+		check_plan(g, what);
+		q4kh_graph_free(g);
+	}
 	q4kh_session_free(s);
 	q4kh_session_free(s2);
 	q4kh_session_free(s3);
 	q4kh_model_free(m);
 	q4kh_backend_close(&be);
 	q4kh_registry_free(reg);
-	free(path);
 }
 
 Test(graph, plans_of_every_architecture_never_overlap_live_activations)
@@ -187,6 +213,61 @@ Test(graph, plans_of_every_architecture_never_overlap_live_activations)
 	plan_model("tiny-qwen2.gguf");
 	plan_model("tiny-qwen3.gguf");
 	plan_model("tiny-qwen35.gguf");
+}
+
+/*
+ * On the reference, the logits of flagged tokens (q4kh_session_eval_rows:
+ * the output norm and projection on those columns alone) are the bits of
+ * the same rows when every row's are computed: F2's deep probe records
+ * them either way.
+ */
+static void rows_as_all(const char *file)
+{
+	static const uint8_t rows[40] = { 1, 1, 0, 0, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1,
+		                          0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+		                          1, 0, 1, 0, 1, 0, 1, 1 };
+	const int64_t n = sizeof(rows);
+	struct q4kh_session_params sp = { .n_ctx = 64, .n_batch = 16 };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_backend be;
+	struct q4kh_model *m = NULL;
+	struct q4kh_session *s = NULL;
+	int32_t ids[sizeof(rows)];
+	float *all, *some;
+	int64_t v, j = 0;
+
+	cpu_model(file, &reg, &be, &m);
+	cr_assert_eq(q4kh_session_new(m, &sp, &s, &err), 0, "%s", err.msg);
+	v = m->hp.n_vocab;
+	for (int64_t i = 0; i < n; i++)
+		ids[i] = (int32_t)((i * 7 + 3) % v);
+	all = malloc(sizeof(float) * (size_t)(n * v));
+	some = malloc(sizeof(float) * (size_t)(n * v));
+	cr_assert(all && some);
+	cr_assert_eq(q4kh_session_eval(s, ids, n, all, 1, &err), 0, "%s", err.msg);
+	q4kh_session_reset(s);
+	cr_assert_eq(q4kh_session_eval_rows(s, ids, n, some, rows, 1, &err), 0, "%s", err.msg);
+	for (int64_t i = 0; i < n; i++) {
+		if (!rows[i])
+			continue;
+		cr_expect_eq(memcmp(all + i * v, some + j * v, sizeof(float) * (size_t)v), 0,
+		             "%s: token %lld's logits differ when the flagged ones are computed "
+		             "alone", file, (long long)i);
+		j++;
+	}
+	free(all);
+	free(some);
+	q4kh_session_free(s);
+	q4kh_model_free(m);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+}
+
+Test(graph, flagged_rows_logits_are_the_bits_of_every_rows_on_the_reference, .timeout = 300)
+{
+	rows_as_all("tiny-llama.gguf");
+	rows_as_all("tiny-qwen35.gguf");
 }
 
 Test(graph, builders_refuse_misuse_with_a_message)

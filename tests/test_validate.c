@@ -11,6 +11,7 @@
  * 8 decode steps, and [f2] require_deep serves on deep receipts only.
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -23,6 +24,7 @@
 #include "cli_rig.h"
 #include "guard.h"
 #include "helpers.h"
+#include "isolate.h"
 
 /* Run q4khost validate ARGS --json; the parsed output and the exit code. */
 static json_t *validate(const char *plugins, const char *receipts, const char *args,
@@ -283,6 +285,78 @@ Test(validate, a_hanging_plugin_is_killed_and_rejected, .timeout = 120)
 	json_decref(root);
 }
 
+/*
+ * What a failing child says reaches its parent's reason (F2.4): the
+ * child's last line on stderr is kept back and quoted, whatever ended it;
+ * the lines before it are passed on as they come.
+ */
+static int child(const char *script, char *why, char *said)
+{
+	const char *const argv[] = { "sh", "-c", script, NULL };
+	const struct q4kh_isolate_limits limits = { 30, 0, NULL, NULL, NULL, NULL, said, 256 };
+	struct q4kh_error err = { { 0 } };
+	int rc;
+
+	why[0] = said[0] = 0;
+	rc = q4kh_isolate_run("/bin/sh", argv, &limits, why, 512, &err);
+	cr_assert_geq(rc, 0, "%s", err.msg);
+	fflush(stderr);
+	return rc;
+}
+
+Test(validate, a_childs_last_line_is_its_reason, .init = cr_redirect_stderr)
+{
+	char why[512], said[256];
+
+	cr_expect_eq(child("echo first >&2; echo 'the reason' >&2; exit 3", why, said), 1);
+	cr_expect_str_eq(why, "validation failed: the process exited with status 3; its last "
+	                      "line on stderr: the reason");
+	cr_expect_eq(child("echo 'a signal next' >&2; kill -SEGV $$", why, said), 1);
+	cr_expect_str_eq(why, "validation crashed: killed by signal 11 (Segmentation fault); its "
+	                      "last line on stderr: a signal next");
+	cr_expect_eq(child("exit 4", why, said), 1);
+	cr_expect_str_eq(why, "validation failed: the process exited with status 4");
+	/* exit 0: the caller decides what the last line is (guard.c: F2.4) */
+	cr_expect_eq(child("echo 'not measured: why' >&2", why, said), 0);
+	cr_expect_str_eq(said, "not measured: why");
+	cr_expect_eq(child("true", why, said), 0);
+	cr_expect_str_eq(said, "");
+	cr_assert_stderr_eq_str("first\n");
+}
+
+/*
+ * A deep measurement with stderr in a log (no terminal): the estimate
+ * comes as a line of its own once the first positions are done, and the
+ * status as a line a minute, with no terminal's carriage returns. On the
+ * tiny llama model the reference runs alone first (validate shares it),
+ * then defect-hang hangs in its first product until the time limit.
+ */
+Test(validate, a_deep_measurement_gives_a_log_its_estimate_and_a_line_a_minute, .timeout = 200)
+{
+	static const char *const names[] = { "defect_hang", NULL };
+	const char *plugins = on_tiny(test_plugin_dir(names));
+	char args[8400], *out;
+	const char *minute;
+
+	snprintf(args, sizeof(args),
+	         "validate --deep --ctx 200 --kernel defect-hang --timeout 65 --plugin-path %s",
+	         plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 1, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): deep probe: 400 "
+	                      "positions, about ") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, " pos/s on this machine (the pace of the first ") != NULL, "%s",
+	          out);
+	/* a minute in, give or take a poll on a busy machine */
+	minute = strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): 6");
+	cr_expect_not_null(minute, "%s", out);
+	cr_expect(minute && strstr(minute, " s, 200/400 positions, about "), "%s", out);
+	cr_expect(minute && strstr(minute, " left, against the reference (no receipt)\n"), "%s",
+	          out);
+	cr_expect_null(strchr(out, '\r'), "%s", out);
+	free(out);
+}
+
 /* q4khost run through the guard: what serves, and what a named request gets. */
 static int run_cli(const char *plugins, const char *receipts, const char *args,
                    char *out, size_t cap)
@@ -328,6 +402,27 @@ Test(validate, run_serves_only_what_passed_and_fails_closed_when_named, .timeout
 	          "%s", out);
 	cr_expect_eq(run_cli(plugins, receipts, "--f2 maybe", out, sizeof(out)), 2, "%s", out);
 	cr_expect(strstr(out, "not one of auto, fresh, off, require") != NULL, "%s", out);
+}
+
+/*
+ * A measurement that ends without a verdict (F2.4) says why in the
+ * child's own words: defect-fail fails every product, so the candidate's
+ * prefill fails in the validation child, which exits 0 without a receipt.
+ */
+Test(validate, a_measurement_without_a_verdict_carries_the_childs_reason, .timeout = 120)
+{
+	static const char *const names[] = { "defect_fail", NULL };
+	const char *plugins = on_tiny(test_plugin_dir(names)), *receipts = test_tmpdir();
+	char out[16384];
+
+	cr_expect_eq(run_cli(plugins, receipts, "--kernel defect-fail", out, sizeof(out)), 4,
+	             "%s", out);
+	cr_expect(strstr(out, "cpu/defect-fail: F2 not measured: the candidate failed in prefill "
+	                      "(F2.4): ") != NULL,
+	          "%s", out);
+	cr_expect(strstr(out, "defect-fail: the planted failure of every product") != NULL, "%s",
+	          out);
+	cr_expect_null(strstr(out, "wrote no receipt"), "%s", out);
 }
 
 /* The " [SOURCE]" that ends the report's line about candidate NAME. */
@@ -393,8 +488,11 @@ Test(validate, crash_hang_and_memory_hog_fall_back_and_are_remembered, .timeout 
 	cr_expect(strstr(out, "kernels: " TINY_Q4K_SERVED_BY("cpu-q8act")) != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s", out);
+	/* its last line on stderr is the reason's end (F2.4 carries the child's word) */
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-abort: F2 reject: validation crashed: "
-	                      "killed by signal 6 (Aborted) [fresh: no receipt]") != NULL,
+	                      "killed by signal 6 (Aborted); its last line on stderr: "
+	                      "defect-abort: the planted abort in its first product "
+	                      "[fresh: no receipt]") != NULL,
 	          "%s", out);
 	cr_expect(strstr(out, "F2 rejected first: cpu/defect-hang: F2 reject: validation timed out "
 	                      "after " LIMITS_TIMEOUT " s and was killed [fresh: no receipt]") !=

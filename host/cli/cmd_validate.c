@@ -603,6 +603,8 @@ static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
 		        variant_name(&c), c.device, q4kh_f2_verdict_name(v),
 		        q4kh_f2_message_after_verdict(v, rc.message),
 		        v == Q4KH_F2_NOT_MEASURED ? "; no receipt written" : "");
+	else if (v == Q4KH_F2_NOT_MEASURED) /* no receipt: the guard's reason is this line */
+		fprintf(stderr, "%s\n", rc.message);
 	q4kh_receipt_free(&rc);
 	return o->quiet || v == Q4KH_F2_PASS ? Q4KH_EXIT_OK : Q4KH_EXIT_FAIL;
 }

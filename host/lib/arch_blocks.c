@@ -179,15 +179,29 @@ int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
 void q4kh_block_logits(struct q4kh_graph *g, const struct q4kh_model *m,
                        int32_t x)
 {
-	int64_t n = g->n_out;
-	int32_t h, logits;
+	int64_t n = g->n_out, done = 0;
+	int32_t h, logits, norm;
 
 	if (!n)
 		return;
 	h = q4kh_graph_act(g, m->hp.n_embd, n, 1, "result_norm");
-	q4kh_graph_rms_norm(g, q4kh_graph_cols(g, x, g->n_tokens - n, n),
-	                    q4kh_graph_weight(g, &m->output_norm, "output_norm"),
-	                    m->hp.eps, h);
+	norm = q4kh_graph_weight(g, &m->output_norm, "output_norm");
+	if (!g->rows)
+		q4kh_graph_rms_norm(g, q4kh_graph_cols(g, x, g->n_tokens - n, n), norm,
+		                    m->hp.eps, h);
+	/* Chosen tokens: each run of them normed into the next columns of h. */
+	for (int64_t i = 0; g->rows && i < g->n_tokens;) {
+		int64_t j = i;
+
+		while (j < g->n_tokens && g->rows[j])
+			j++;
+		if (j > i) {
+			q4kh_graph_rms_norm(g, q4kh_graph_cols(g, x, i, j - i), norm, m->hp.eps,
+			                    q4kh_graph_cols(g, h, done, j - i));
+			done += j - i;
+		}
+		i = j + 1;
+	}
 	logits = q4kh_graph_act(g, m->hp.n_vocab, n, 1, "logits");
 	g->logits = q4kh_graph_mul_mat(g, q4kh_graph_weight(g, &m->output, "output"),
 	                               h, logits);

@@ -57,8 +57,9 @@ int32_t q4kh_block_norm(struct q4kh_graph *g, const struct q4kh_model *m,
                         const char *name, uint32_t il);
 
 /*
- * The logits of the last g->n_out tokens of x: Wout (rmsnorm(x)
- * output_norm), set as g->logits. Nothing when n_out is 0.
+ * The logits of the last g->n_out tokens of x, or of the tokens g->rows
+ * flags: Wout (rmsnorm(x) output_norm), set as g->logits. Nothing when
+ * n_out is 0.
  */
 void q4kh_block_logits(struct q4kh_graph *g, const struct q4kh_model *m,
                        int32_t x);

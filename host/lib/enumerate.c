@@ -216,7 +216,8 @@ static int vet_one(const struct q4kh_registry *r, const struct q4kh_config *c,
                    struct q4kh_error *err)
 {
 	struct q4kh_error unkept;
-	const struct q4kh_isolate_limits limits = { limit, 0, show_enumerating, p, WHAT, NULL };
+	const struct q4kh_isolate_limits limits = { limit, 0, show_enumerating, p, WHAT, NULL,
+		                                    NULL, 0 };
 	char file[4200], id[512], why[512], verdict[530];
 	struct q4kh_guard_args a;
 	int cacheable = identity(p, dir, limit, file, sizeof(file), id, sizeof(id)) == 0;

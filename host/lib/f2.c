@@ -835,14 +835,13 @@ int q4kh_f2_run_plan(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 
 		int64_t j = 0; /* the judged positions' rows, one after another */
 
-		if (q4kh_session_eval_rows(cand, tokens + c, t, cl, judged + c, &e)) {
+		if (q4kh_session_eval_rows(cand, tokens + c, t, cl, judged + c, 0, &e)) {
 			not_measured(out, "candidate", "prefill", &e);
 			goto done;
 		}
-		/* The reference takes the chunk in one step too, every row's
-		 * logits computed: the output projection on unjudged rows costs
-		 * less (about 7 % of an 8B step) than splitting the chunk at
-		 * judged positions, as every step reads every weight again. */
+		/* The reference takes the chunk in one step too, the output
+		 * projection on its judged rows alone: splitting the chunk at
+		 * judged positions would read every weight again each step. */
 		if (q4kh_f2_ref_eval(ref, tokens + c, t, rl, judged + c, &e)) {
 			not_measured(out, "reference", "prefill", &e);
 			goto done;

@@ -252,7 +252,7 @@ int q4kh_f2_ref_eval(struct q4kh_f2_ref *r, const int32_t *ids, int64_t n, float
 	for (int64_t i = 0; i < n; i++)
 		wanted += !rows || rows[i];
 	if (!r->replaying &&
-	    (rows ? q4kh_session_eval_rows(r->s, ids, n, logits, rows, e)
+	    (rows ? q4kh_session_eval_rows(r->s, ids, n, logits, rows, 1, e)
 	          : q4kh_session_eval(r->s, ids, n, logits, 1, e)))
 		return -1;
 	r->n_past += n;

@@ -108,10 +108,22 @@ struct q4kh_graph *q4kh_graph_new(int64_t n_tokens, int64_t n_out)
 	return g;
 }
 
+int q4kh_graph_out_rows(struct q4kh_graph *g, const uint8_t *rows)
+{
+	g->rows = malloc((size_t)g->n_tokens);
+	if (!g->rows)
+		return -1;
+	g->n_out = 0;
+	for (int64_t i = 0; i < g->n_tokens; i++)
+		g->n_out += (g->rows[i] = rows[i] != 0);
+	return 0;
+}
+
 void q4kh_graph_free(struct q4kh_graph *g)
 {
 	if (!g)
 		return;
+	free(g->rows);
 	free(g->vals);
 	free(g->nodes);
 	free(g);

@@ -57,6 +57,8 @@ struct q4kh_node {
 struct q4kh_graph {
 	int64_t n_tokens; /* T: tokens the step runs */
 	int64_t n_out;    /* logits of the last n_out tokens; 0: none */
+	uint8_t *rows;    /* instead, where not NULL: the n_out tokens flagged
+	                     among the T (q4kh_graph_out_rows) */
 	struct q4kh_value *vals;
 	struct q4kh_node *nodes;
 	int32_t n_vals, n_nodes;
@@ -75,6 +77,13 @@ struct q4kh_graph {
  */
 struct q4kh_graph *q4kh_graph_new(int64_t n_tokens, int64_t n_out);
 void q4kh_graph_free(struct q4kh_graph *g);
+/*
+ * Before the architecture builds G: its logits are those of the tokens
+ * flagged in ROWS (T flags, copied; at least one set), in order, instead
+ * of the last n_out's, and n_out is their count: the output norm and
+ * projection run on those columns alone. -1 when out of memory.
+ */
+int q4kh_graph_out_rows(struct q4kh_graph *g, const uint8_t *rows);
 
 /*
  * Builders, for architectures. Each returns the index of the value it

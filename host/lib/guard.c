@@ -768,26 +768,79 @@ out:
 	return rc;
 }
 
-/* What a terminal shows while a child measures. */
+/* A log (stderr not a terminal) gets the status as a line this often. */
+#define LOG_EVERY_S 60
+
+/* What a terminal shows while a child measures, and a log a line a minute. */
 struct measuring {
 	char name[160];
 	const char *reason;
-	int progress; /* a deep measurement's positions (write_progress); -1: none */
+	int progress;      /* a deep measurement's positions (write_progress); -1: none */
+	int estimated;     /* the deep measurement's estimate was said */
+	unsigned logged_s; /* when a log got the status last (seconds in) */
 };
+
+/* "6 min", "2 min 10 s", "40 s" into BUF: SECONDS, rounded to what matters. */
+static const char *duration(double seconds, char *buf, size_t cap)
+{
+	const long s = seconds < 1 ? 1 : (long)(seconds + 0.5);
+
+	if (s < 60)
+		snprintf(buf, cap, "%ld s", s);
+	else if (s < 600)
+		snprintf(buf, cap, "%ld min %ld s", s / 60, s % 60 / 10 * 10);
+	else
+		snprintf(buf, cap, "%ld min", (s + 30) / 60);
+	return buf;
+}
+
+/*
+ * A deep measurement's estimate, in a line of its own, once its first
+ * positions are done: how many it runs and how long they take at the
+ * pace of those (the child's start included). The reference's first
+ * chunk, every position of which is judged, is the slowest part of it:
+ * the figure errs long.
+ */
+static void estimate(struct measuring *m, unsigned seconds, long long positions,
+                     long long total)
+{
+	char all[40];
+
+	if (m->estimated || positions <= 0 || !seconds)
+		return;
+	m->estimated = 1;
+	q4kh_progress_note("F2 of %s: deep probe: %lld positions, about %s at %.1f pos/s on this "
+	                   "machine (the pace of the first %lld)",
+	                   m->name, total, duration((double)seconds * total / positions, all,
+	                                            sizeof(all)),
+	                   (double)positions / seconds, positions);
+}
 
 static void show_measuring(void *data, unsigned seconds)
 {
-	const struct measuring *m = data;
-	char line[64] = "", done[80] = "";
+	struct measuring *m = data;
+	char line[64] = "", done[120] = "", left[40];
 	long long positions, total;
 
 	if (m->progress >= 0 && pread(m->progress, line, sizeof(line) - 1, 0) > 0 &&
-	    sscanf(line, "%lld %lld", &positions, &total) == 2)
+	    sscanf(line, "%lld %lld", &positions, &total) == 2) {
+		estimate(m, seconds, positions, total);
 		snprintf(done, sizeof(done), ", %lld/%lld positions", positions, total);
+		if (positions > 0 && positions < total)
+			snprintf(done + strlen(done), sizeof(done) - strlen(done), ", about %s left",
+			         duration((double)seconds * (total - positions) / positions, left,
+			                  sizeof(left)));
+	}
 	/* The name, then what moves, the reason last: a line too long is cut
 	 * at its end, and keeps the name. */
-	q4kh_progress("F2 of %s: %u s%s, against the reference (%s)", m->name, seconds, done,
-	              m->reason);
+	if (q4kh_progress_on_terminal()) {
+		q4kh_progress("F2 of %s: %u s%s, against the reference (%s)", m->name, seconds,
+		              done, m->reason);
+	} else if (seconds >= m->logged_s + LOG_EVERY_S) {
+		m->logged_s = seconds;
+		q4kh_progress_note("F2 of %s: %u s%s, against the reference (%s)", m->name,
+		                   seconds, done, m->reason);
+	}
 }
 
 /*
@@ -804,15 +857,19 @@ static int reference_down(const struct q4kh_guard *g, struct q4kh_error *e)
 	return cpu && q4kh_backend_devices(cpu, &n, e) != 0;
 }
 
-/* Run the measurement in a child: a crash, a hang or a runaway cannot take us down. */
+/*
+ * Run the measurement in a child: a crash, a hang or a runaway cannot take
+ * us down. Its last line on stderr goes into SAID (SAID_CAP bytes) when it
+ * exits with status 0, into WHY with the rest when it fails.
+ */
 static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candidate *c,
-                            const char *reason, char *why, size_t why_cap, int *hit,
-                            struct q4kh_error *err)
+                            const char *reason, char *why, size_t why_cap, char *said,
+                            size_t said_cap, int *hit, struct q4kh_error *err)
 {
-	struct measuring m = { "", reason, -1 };
+	struct measuring m = { "", reason, -1, 0, 0 };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m,
-		                                    NULL, hit };
+		                                    NULL, hit, said, said_cap };
 	struct q4kh_guard_args a;
 	char probe_file[PATH_MAX] = "", progress_file[PATH_MAX] = "";
 	int rc;
@@ -1005,13 +1062,42 @@ static void record_limit(const struct q4kh_guard *g, int hit, struct q4kh_receip
 	}
 }
 
+/*
+ * The child exited with status 0 but left no receipt that counts (F2.4):
+ * the verdict, with its reason in OUT's message. A child that measured
+ * nothing says why in its last line on stderr (SAID: "not measured: the
+ * candidate could not start (F2.4): ..."), which is then the reason as it
+ * stands; else that line is quoted, with why the receipt found does not
+ * count (ABSENT, q4kh_guard_receipt's reason), so that no F2.4 verdict
+ * comes without a reason.
+ */
+static void not_recorded(const char *absent, const char *said, struct q4kh_guard_decision *out)
+{
+	char *m = out->receipt.message;
+	const size_t cap = sizeof(out->receipt.message);
+	int n;
+
+	memset(&out->receipt, 0, sizeof(out->receipt));
+	out->verdict = Q4KH_F2_NOT_MEASURED;
+	if (!strncmp(said, "not measured: ", strlen("not measured: "))) {
+		snprintf(m, cap, "%s", said);
+		return;
+	}
+	n = snprintf(m, cap, "not measured: the validation process exited with status 0 but "
+	             "left no receipt that counts (F2.4): %.160s", absent);
+	if ((size_t)n < cap)
+		snprintf(m + n, cap - (size_t)n, "; %s%.300s", said[0] ? "its last line on stderr: "
+		                                                    : "it wrote nothing on stderr",
+		         said);
+}
+
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
                      struct q4kh_guard_decision *out, struct q4kh_error *err)
 {
 	struct q4kh_receipt_key key;
 	struct q4kh_error lerr = { { 0 } };
-	char id[512], absent[512], why[256] = "";
+	char id[512], absent[512], why[512] = "", said[512] = "";
 	const char *reason;
 	struct timespec t0, t1;
 	int rc, hit = Q4KH_ISOLATE_HIT_NONE;
@@ -1050,7 +1136,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		return 0;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	rc = measure_isolated(g, c, reason, why, sizeof(why), &hit, err);
+	rc = measure_isolated(g, c, reason, why, sizeof(why), said, sizeof(said), &hit, err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc < 0)
 		return -1;
@@ -1075,10 +1161,12 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) != 0) {
 		/* The child ran but measured nothing (F2.4); a receipt left
 		 * from before that cannot be used counts for nothing either. */
-		out->verdict = Q4KH_F2_NOT_MEASURED;
-		snprintf(out->receipt.message, sizeof(out->receipt.message),
-		         "not measured: the validation process wrote no receipt (F2.4)");
+		not_recorded(absent, said, out);
 		return 0;
+	}
+	if (said[0]) { /* not the child's reason, then: its news */
+		q4kh_progress_clear();
+		fprintf(stderr, "%s\n", said);
 	}
 	out->verdict = out->receipt.verdict;
 	return 0;

@@ -28,6 +28,7 @@
 #include "isolate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@
 #endif
 
 #include "interrupt.h"
+#include "progress.h"
 
 extern char **environ;
 
@@ -149,7 +151,8 @@ pid_t q4kh_isolate_spawn(const char *exe, const char *const *argv,
 		signal(defaults[i], SIG_DFL);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (how->stdout_fd >= 0 && dup2(how->stdout_fd, STDOUT_FILENO) < 0)
+	if ((how->stdout_fd >= 0 && dup2(how->stdout_fd, STDOUT_FILENO) < 0) ||
+	    (how->stderr_fd >= 0 && dup2(how->stderr_fd, STDERR_FILENO) < 0))
 		_exit(127);
 	alarm(how->alarm_s);
 	execve(exe, (char *const *)argv, environ);
@@ -177,6 +180,67 @@ const char *q4kh_self_exe(void)
 	return self_exe;
 }
 
+/*
+ * The child's stderr, read from a pipe as it comes: every line is passed
+ * on to ours but the last, held back as the child's reason when it fails.
+ * A line longer than the room is passed on in pieces.
+ */
+struct said {
+	int fd;          /* the pipe's read end, non-blocking; -1 once closed */
+	char last[512];  /* the last line, or as much of it as has come */
+	size_t len;
+	int ended;       /* last holds a whole line (its newline came) */
+};
+
+static void pass_on(struct said *s)
+{
+	q4kh_progress_clear();
+	fprintf(stderr, "%.*s%s", (int)s->len, s->last, s->ended ? "\n" : "");
+	s->len = 0;
+	s->ended = 0;
+}
+
+/* Whatever the child has written since the last call. */
+static void read_said(struct said *s)
+{
+	char buf[4096];
+	ssize_t n;
+
+	while (s->fd >= 0 && (n = read(s->fd, buf, sizeof(buf))) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				close(s->fd);
+				s->fd = -1;
+			}
+			return;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			if (s->ended || s->len == sizeof(s->last))
+				pass_on(s);
+			if (buf[i] == '\n')
+				s->ended = 1;
+			else
+				s->last[s->len++] = buf[i];
+		}
+	}
+	if (s->fd >= 0) { /* end of file: every writer is gone */
+		close(s->fd);
+		s->fd = -1;
+	}
+}
+
+/* Append the child's last line to WHY (CAP bytes), when it wrote one. */
+static void quote_said(const struct said *s, char *why, size_t cap)
+{
+	size_t used = strlen(why);
+
+	if (s->len)
+		snprintf(why + used, cap - used, "; its last line on stderr: %.*s", (int)s->len,
+		         s->last);
+}
+
 /* A stop asked of the process, not a crash of the plugin. */
 static int is_stop_signal(int sig)
 {
@@ -189,9 +253,10 @@ static void set_hit(const struct q4kh_isolate_limits *limits, int which)
 		*limits->hit = which;
 }
 
-int q4kh_isolate_run(const char *exe, const char *const *argv,
-                     const struct q4kh_isolate_limits *limits, char *why,
-                     size_t why_cap, struct q4kh_error *err)
+/* Wait for the child PID under LIMITS, reading what it says into S: as
+ * q4kh_isolate_run, but for the child's last line. */
+static int watch(pid_t pid, const struct q4kh_isolate_limits *limits, struct said *s,
+                 char *why, size_t why_cap, struct q4kh_error *err)
 {
 	const uint64_t limit_kib = limits->memory_limit_mib * 1024;
 	const char *what = limits->what ? limits->what : "validation";
@@ -199,14 +264,12 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 	unsigned ticked = 0;
 	int status = 0, sig;
 	uint64_t kib;
-	const struct q4kh_spawn_how how = { -1, 0, limits->timeout_seconds + CHILD_GRACE_S };
-	pid_t pid = q4kh_isolate_spawn(exe, argv, &how, err);
 
-	if (pid < 0)
-		return -1;
 	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
+		pid_t w;
 
+		read_said(s);
+		w = waitpid(pid, &status, WNOHANG);
 		if (w == pid)
 			break;
 		if (w < 0 && errno != EINTR)
@@ -270,4 +333,38 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 		return 1;
 	}
 	return 0;
+}
+
+int q4kh_isolate_run(const char *exe, const char *const *argv,
+                     const struct q4kh_isolate_limits *limits, char *why,
+                     size_t why_cap, struct q4kh_error *err)
+{
+	struct q4kh_spawn_how how = { -1, -1, 0, limits->timeout_seconds + CHILD_GRACE_S };
+	struct said s = { -1, "", 0, 0 };
+	int fds[2], rc;
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC) != 0)
+		return q4kh_fail(err, "cannot start %s: pipe: %s", exe, strerror(errno));
+	how.stderr_fd = fds[1];
+	pid = q4kh_isolate_spawn(exe, argv, &how, err);
+	close(fds[1]);
+	if (pid < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	s.fd = fds[0];
+	fcntl(s.fd, F_SETFL, O_NONBLOCK);
+	rc = watch(pid, limits, &s, why, why_cap, err);
+	read_said(&s); /* what came after the last poll, or before a kill */
+	if (s.fd >= 0)
+		close(s.fd);
+	if (rc == 1) {
+		quote_said(&s, why, why_cap);
+	} else if (rc == 0 && limits->said) {
+		snprintf(limits->said, limits->said_cap, "%.*s", (int)s.len, s.last);
+	} else if (s.len) {
+		pass_on(&s);
+	}
+	return rc;
 }

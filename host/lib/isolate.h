@@ -26,18 +26,28 @@ struct q4kh_isolate_limits {
 	/* Where not NULL, which limit stopped the child, when one did
 	 * (Q4KH_ISOLATE_HIT_*); left as it is otherwise. */
 	int *hit;
+	/* Where not NULL, the child's last line on stderr (SAID_CAP bytes,
+	 * "" when it wrote none) when it exited with status 0, for the caller
+	 * to pass on or to quote; when NULL that line is passed on too. */
+	char *said;
+	size_t said_cap;
 };
 
 enum { Q4KH_ISOLATE_HIT_NONE, Q4KH_ISOLATE_HIT_TIME, Q4KH_ISOLATE_HIT_MEMORY };
 
 /*
  * Run EXE with ARGV (NULL-terminated; the environment is ours) and wait
- * for it under LIMITS. Returns 0 when it exited with status 0; 1 with one
+ * for it under LIMITS. What the child writes on stderr is passed on to
+ * ours line by line as it comes, but for its last line, which is its
+ * reason when it fails. Returns 0 when it exited with status 0; 1 with one
  * line in WHY when it was killed by a signal ("validation crashed: killed
- * by signal 6 (Aborted)"), exited non-zero, or broke a limit and was
- * killed ("validation timed out after 5 s and was killed", "validation
- * exceeded the memory limit: 1100 MiB resident > 1024 MiB"), each message
- * starting with LIMITS->what; 2 with WHY ("validation stopped by SIGINT")
+ * by signal 6 (Aborted)"), exited non-zero ("validation failed: the
+ * process exited with status 1"), or broke a limit and was killed
+ * ("validation timed out after 5 s and was killed", "validation exceeded
+ * the memory limit: 1100 MiB resident > 1024 MiB"), each message starting
+ * with LIMITS->what and ending with the child's last line on stderr when
+ * it wrote one ("...; its last line on stderr: q4khost validate:
+ * ..."); 2 with WHY ("validation stopped by SIGINT")
  * when we were asked to stop
  * (interrupt.h: the signal is passed on to the child, which is reaped) or
  * the child was stopped by SIGINT, SIGTERM or SIGHUP: nothing about the
@@ -56,6 +66,7 @@ int q4kh_isolate_run(const char *exe, const char *const *argv,
 /* How q4kh_isolate_spawn starts a child. */
 struct q4kh_spawn_how {
 	int stdout_fd;    /* made the child's standard output; -1 keeps ours */
+	int stderr_fd;    /* made the child's standard error; -1 keeps ours */
 	int own_group;    /* non-zero: the child leads a new process group */
 	unsigned alarm_s; /* the child's own alarm, which kills it; 0: none */
 };

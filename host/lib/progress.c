@@ -75,3 +75,23 @@ void q4kh_progress_clear(void)
 	fputs("\r\033[K", stderr);
 	fflush(stderr);
 }
+
+int q4kh_progress_on_terminal(void)
+{
+	return on;
+}
+
+void q4kh_progress_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!command)
+		return;
+	q4kh_progress_clear();
+	fprintf(stderr, "q4khost %s: ", command);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+}

@@ -4,6 +4,8 @@
  * a terminal can tell slow work from a hang. Only when stderr is a
  * terminal: a log, a pipe or a test sees none of it. The line is erased
  * before anything else is written to the terminal (q4kh_progress_clear).
+ * Work that a log should follow too (an F2 measurement) writes lines of
+ * its own there (q4kh_progress_note), as seldom as a log wants them.
  * q4kh_progress_init and q4kh_progress belong to the thread that runs the
  * command; q4kh_progress_clear may be called from any thread (a plugin's
  * log line clears the status line first).
@@ -24,5 +26,17 @@ void q4kh_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Erase the status line, if one is showing. */
 void q4kh_progress_clear(void);
+
+/* Whether q4kh_progress shows its line: stderr is a terminal (0 before
+ * q4kh_progress_init). */
+int q4kh_progress_on_terminal(void);
+
+/*
+ * "q4khost COMMAND: TEXT" as a line of its own, kept on a terminal (the
+ * status line erased first) and in a log alike: an estimate, or the
+ * status a log gets instead of the status line. Nothing before
+ * q4kh_progress_init.
+ */
+void q4kh_progress_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

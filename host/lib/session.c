@@ -100,14 +100,17 @@ static int reserve_scratch(struct q4kh_session *s, uint64_t bytes,
 	return 0;
 }
 
-/* The architecture's graph of SEQ for T tokens and N_OUT logits, planned. */
+/* The architecture's graph of SEQ for T tokens and the logits of the
+ * last N_OUT, or of the tokens ROWS flags (not NULL), planned. */
 static struct q4kh_graph *build(struct q4kh_session *s, const struct q4kh_seqs *seq,
-                                int64_t t, int64_t n_out, struct q4kh_error *err)
+                                int64_t t, int64_t n_out, const uint8_t *rows,
+                                struct q4kh_error *err)
 {
 	struct q4kh_graph *g = q4kh_graph_new(t, n_out);
 	const char *missing;
 
-	if (!g) {
+	if (!g || (rows && q4kh_graph_out_rows(g, rows))) {
+		q4kh_graph_free(g);
 		q4kh_fail(err, "out of memory for a step graph");
 		return NULL;
 	}
@@ -134,6 +137,14 @@ fail:
 	return NULL;
 }
 
+/* Does graph G give the logits of the tokens ROWS flags (NULL: of its last n_out)? */
+static int same_rows(const struct q4kh_graph *g, const uint8_t *rows)
+{
+	if (!g->rows || !rows)
+		return !g->rows && !rows;
+	return !memcmp(g->rows, rows, (size_t)g->n_tokens);
+}
+
 /* Does cached graph C run the sequences SEQ, in that order? */
 static int same_seqs(const struct q4kh_session_graph *c, const struct q4kh_seqs *seq)
 {
@@ -152,7 +163,8 @@ static int same_seqs(const struct q4kh_session_graph *c, const struct q4kh_seqs 
  */
 static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
                                             const struct q4kh_seqs *seq, int64_t t,
-                                            int64_t n_out, struct q4kh_error *err)
+                                            int64_t n_out, const uint8_t *rows,
+                                            struct q4kh_error *err)
 {
 	struct q4kh_session_graph *sg = &s->graphs[0];
 
@@ -169,7 +181,8 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
 	for (int i = 0; i < SESSION_GRAPHS; i++) {
 		struct q4kh_session_graph *c = &s->graphs[i];
 
-		if (c->g && c->g->n_tokens == t && c->g->n_out == n_out && same_seqs(c, seq))
+		if (c->g && c->g->n_tokens == t && c->g->n_out == n_out && same_seqs(c, seq) &&
+		    same_rows(c->g, rows))
 			return c;
 		if (!c->g || (sg->g && c->used < sg->used))
 			sg = c;
@@ -183,7 +196,7 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
 	sg->n_seq = seq->n;
 	for (int32_t j = 0; j < seq->n; j++)
 		sg->seq_ids[j] = seq->s[j]->id;
-	sg->g = build(s, seq, t, n_out, err);
+	sg->g = build(s, seq, t, n_out, rows, err);
 	if (!sg->g) {
 		drop_graph(s, sg);
 		return NULL;
@@ -338,7 +351,7 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		         s->b->plugin->name, missing);
 	/* the decode step, built now: a backend that lacks an op fails here */
 	one = alone(&self);
-	if (!graph_for(s, &one, 1, 1, err))
+	if (!graph_for(s, &one, 1, 1, NULL, err))
 		goto fail;
 	*out = s;
 	return 0;
@@ -476,15 +489,16 @@ const char *q4kh_step_way_token(enum q4kh_step_way w)
 
 /*
  * One step: T tokens from IDS at n_past; the logits of its last N_OUT
- * tokens are then at *LG, in the scratch, until the next step.
+ * tokens, or of the N_OUT that ROWS flags (not NULL), are then at *LG, in
+ * the scratch, until the next step.
  */
 static int step(struct q4kh_session *s, const int32_t *ids, int64_t t,
-                int64_t n_out, const struct q4kh_tensor **lg,
+                int64_t n_out, const uint8_t *rows, const struct q4kh_tensor **lg,
                 struct q4kh_error *err)
 {
 	const struct q4kh_session *self = s;
 	const struct q4kh_seqs one = alone(&self);
-	struct q4kh_session_graph *sg = graph_for(s, &one, t, n_out, err);
+	struct q4kh_session_graph *sg = graph_for(s, &one, t, n_out, rows, err);
 	struct q4kh_step_values in = { s->values, s->values + t };
 
 	if (!sg)
@@ -593,7 +607,7 @@ static int download_rows(struct q4kh_session *s, const struct q4kh_tensor *lg,
  * not NULL, the last token's greedy pick.
  */
 static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *logits,
-                int all, const uint8_t *rows, int32_t *token, double *margin,
+                int all, const uint8_t *rows, int only, int32_t *token, double *margin,
                 struct q4kh_error *err)
 {
 	const int64_t n_vocab = s->m->hp.n_vocab;
@@ -619,12 +633,14 @@ static int eval(struct q4kh_session *s, const int32_t *ids, int64_t n, float *lo
 		if (rows) {
 			for (int64_t i = c; i < c + t; i++)
 				wanted += rows[i] != 0;
-			n_out = wanted ? t : 0;
+			n_out = !wanted ? 0 : only ? wanted : t;
 		}
-		if (step(s, ids + c, t, n_out, &lg, err))
+		/* ONLY: the flagged rows' logits alone, one after another */
+		if (step(s, ids + c, t, n_out, wanted && only ? rows + c : NULL, &lg, err))
 			goto fail;
 		if (lg && rows) {
-			if (download_rows(s, lg, rows + c, t, logits, err))
+			if (only ? download(s, lg, logits, "buffer_download (logits)", err)
+			         : download_rows(s, lg, rows + c, t, logits, err))
 				goto fail;
 			logits += wanted * n_vocab;
 		} else if (lg && logits &&
@@ -648,19 +664,20 @@ fail:
 int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err)
 {
-	return eval(s, ids, n, logits, all && logits, NULL, NULL, NULL, err);
+	return eval(s, ids, n, logits, all && logits, NULL, 0, NULL, NULL, err);
 }
 
 int q4kh_session_eval_rows(struct q4kh_session *s, const int32_t *ids, int64_t n,
-                           float *logits, const uint8_t *rows, struct q4kh_error *err)
+                           float *logits, const uint8_t *rows, int only,
+                           struct q4kh_error *err)
 {
-	return eval(s, ids, n, logits, 0, rows, NULL, NULL, err);
+	return eval(s, ids, n, logits, 0, rows, only, NULL, NULL, err);
 }
 
 int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
                            int32_t *token, double *margin, struct q4kh_error *err)
 {
-	return eval(s, ids, n, NULL, 0, NULL, token, margin, err);
+	return eval(s, ids, n, NULL, 0, NULL, 0, token, margin, err);
 }
 
 int q4kh_session_batchable(const struct q4kh_session *s)
@@ -725,7 +742,7 @@ int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_err
 		s0->values[n + j] = (int32_t)b[j].s->n_past;
 	}
 	seq = (struct q4kh_seqs){ .m = s0->m, .n = n, .s = ss };
-	sg = graph_for(s0, &seq, n, n, err);
+	sg = graph_for(s0, &seq, n, n, NULL, err);
 	if (!sg ||
 	    q4kh_backend_check(s0->b,
 	                       s0->b->v->buffer_upload(s0->b->dev, s0->step, 0, s0->values,

@@ -142,14 +142,19 @@ int q4kh_session_eval(struct q4kh_session *s, const int32_t *ids, int64_t n,
                       float *logits, int all, struct q4kh_error *err);
 
 /*
- * q4kh_session_eval, keeping the logits of the tokens flagged in ROWS (n
+ * q4kh_session_eval, with the logits of the tokens flagged in ROWS (n
  * flags) only: LOGITS gets one row of n_vocab floats per flagged token, in
- * order (room for as many rows as flags). A step with a flagged token
- * computes every one of its rows, as with all; a step without computes
- * none. Errors as q4kh_session_eval's.
+ * order (room for as many rows as flags). With ONLY, a step runs every
+ * layer on all its tokens and the output norm and projection on its
+ * flagged ones alone (a step graph per pattern of flags): F2's reference,
+ * whose rows are the same bits either way. Without, a step with a flagged
+ * token computes every one of its rows, as with all, as a candidate's
+ * long prompt does. A step without a flag computes none. Errors as
+ * q4kh_session_eval's.
  */
 int q4kh_session_eval_rows(struct q4kh_session *s, const int32_t *ids, int64_t n,
-                           float *logits, const uint8_t *rows, struct q4kh_error *err);
+                           float *logits, const uint8_t *rows, int only,
+                           struct q4kh_error *err);
 
 /*
  * q4kh_session_eval, and of the last token's logits only the greedy pick:

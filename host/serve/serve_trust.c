@@ -234,7 +234,7 @@ static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, p
 {
 	struct q4kh_guard_args a;
 	struct q4kh_candidate cc = { c->backend, c->device, c->variant };
-	struct q4kh_spawn_how how = { -1, 1, 0 };
+	struct q4kh_spawn_how how = { -1, -1, 1, 0 };
 	int pipefd[2];
 
 	q4kh_guard_child_args(&srv->guard, &cc, &a);
@@ -262,7 +262,8 @@ static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, p
 	return 0;
 }
 
-/* The verdict in validate's JSON output OUT into D's fields. */
+/* The verdict in validate's JSON output OUT into D's fields; without one,
+ * how the process ended (its wait STATUS) is the reason. */
 static void parse_verdict(const char *out, int status, struct serve_verdict *d)
 {
 	json_t *root = json_loads(out, 0, NULL);
@@ -278,9 +279,16 @@ static void parse_verdict(const char *out, int status, struct serve_verdict *d)
 	} else {
 		snprintf(d->verdict, sizeof(d->verdict), "not measured");
 		snprintf(d->source, sizeof(d->source), "fresh");
-		snprintf(d->message, sizeof(d->message),
-		         "not measured: the validation process ended (status %d) without a verdict (F2.4)",
-		         status);
+		if (WIFSIGNALED(status))
+			snprintf(d->message, sizeof(d->message),
+			         "not measured: the validation process was killed by signal %d (%s) "
+			         "before it gave a verdict (F2.4)",
+			         WTERMSIG(status), strsignal(WTERMSIG(status)));
+		else
+			snprintf(d->message, sizeof(d->message),
+			         "not measured: the validation process exited with status %d without "
+			         "a verdict (F2.4)",
+			         WEXITSTATUS(status));
 	}
 	json_decref(root);
 }
@@ -313,7 +321,7 @@ static int measure(struct serve *srv, const struct q4kh_select_cand *c,
 	srv->f2_child = 0;
 	srv->validating[0] = 0;
 	pthread_mutex_unlock(&srv->lock);
-	parse_verdict(out ? out : "", WIFEXITED(status) ? WEXITSTATUS(status) : -1, d);
+	parse_verdict(out ? out : "", status, d);
 	free(out);
 	return 0;
 }

@@ -26,7 +26,10 @@
  *           to 8 (a GEMV tile of several columns that is wrong: a short
  *           prompt's chunk or a batched decode step of several sequences,
  *           which F2's wide prefill and one-column decode never take).
- *   abort:  aborts in its first matmul; hang: sleeps forever in it;
+ *   abort:  says so on stderr and aborts in its first matmul, as a
+ *           runtime's failed assertion does; hang: sleeps forever in it;
+ *   fail:   fails its first matmul with an error (the product cannot run),
+ *           so that the measurement ends without a verdict (F2.4);
  *   hog:    in its first matmul touches memory 16 MiB at a time, up to
  *           HOG_MIB more, then sleeps until killed (the bound keeps a host
  *           whose memory limit failed safe; its time limit then ends it).
@@ -52,6 +55,7 @@
  * logits only) it is not, and no test relies on it there.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -249,7 +253,10 @@ static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 	if (lm_head && cols > 1 && cols <= 8)
 		bias(w, y, s);
 #elif defined(DEFECT_ABORT)
+	fputs("defect-abort: the planted abort in its first product\n", stderr);
 	abort();
+#elif defined(DEFECT_FAIL)
+	/* k_apply failed the call before any spoiling */
 #elif defined(DEFECT_HANG)
 	for (;;)
 		pause();
@@ -275,6 +282,10 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
 		strcpy(ctx->error, "shapes do not match the weight");
 		return Q4KH_ERR_INVALID;
 	}
+#if defined(DEFECT_FAIL)
+	strcpy(ctx->error, "defect-fail: the planted failure of every product");
+	return Q4KH_ERR_INVALID;
+#endif
 	row = malloc(sizeof(float) * (size_t)w->k);
 	if (!row) {
 		strcpy(ctx->error, "out of memory");

@@ -319,7 +319,9 @@ struct q4kh_step_graph {
 	int32_t ids, pos; /* the step's inputs: values of kind IDS and POS */
 	int32_t logits;   /* F32 {n_vocab, n_out}, or -1 when n_out is 0 */
 	int64_t n_tokens; /* T: columns of the step */
-	int64_t n_out;    /* logits of the last n_out columns; 0: none */
+	int64_t n_out;    /* logits of n_out columns: the last n_out, or
+	                     those F2's deep probe judges (the nodes say
+	                     which); 0: none */
 	uint32_t n_seqs;  /* sequences in the step: 1, or N of a batched
 	                     decode step (one token each) */
 	uint32_t reserved;
