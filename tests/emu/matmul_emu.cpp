@@ -12,9 +12,9 @@
  *  - the fp16 slice of the tensor cores holds each value rounded to fp16;
  *  - y = W x, 1 to 9 columns, within 1e-5 of sum |w x| of the float64
  *    product (as tests/emu/gemv_emu.cpp judges), padding of y untouched.
- * Built and run by scripts/cuda-emulate.sh (it links cuBLAS for
- * cuda_tc.cu's other functions, which are not called); exit 0 when
- * everything agrees.
+ * Built and run by scripts/cuda-emulate.sh (it links cuBLAS and the CUDA
+ * runtime for cuda_tc.cu's other functions, which are not called); exit 0
+ * when everything agrees.
  */
 #include <cmath>
 #include <cstdint>
@@ -52,7 +52,7 @@ static size_t row_bytes(uint32_t type, int64_t k)
 static uint32_t type_named(const std::string &name)
 {
 	for (uint32_t t = 0; t < Q4KH_TYPE_COUNT; t++)
-		if (name == q4kh_type_name(t))
+		if (q4kh_type_name(t) && name == q4kh_type_name(t))
 			return t;
 	fprintf(stderr, "dequant-blocks.txt: unknown type %s\n", name.c_str());
 	exit(2);
