@@ -16,8 +16,10 @@
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
-# default /usr/local/cuda). Under 2 minutes on 2 cores, the harnesses
-# built and run side by side. Exit 0 when every check agrees; the last line counts the
+# default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
+# never called). gemv and recurrent take under 2 minutes on 2 cores, built
+# and run side by side; matmul about 3 minutes of one core more (its
+# build, mostly). Exit 0 when every check agrees; the last line counts the
 # harnesses that pass and fail.
 # Usage: scripts/cuda-emulate.sh [OUT-DIR [HARNESS...]]
 #        (default _build/emu, every harness)
