@@ -4,6 +4,10 @@
 # shuffles, __syncthreads) under AddressSanitizer and UBSan, and runs them:
 #   gemv       plugins/cuda/cuda_gemv.cuh against the cpu reference's
 #              dequantisation (tests/emu/gemv_emu.cpp)
+#   matmul     get_rows, mul_mat and the tensor cores' fp16 weights of
+#              every weight type (cuda_matmul.cu, cuda_gemv.cu's dispatch,
+#              cuda_tc.cu) against gguf-py's values of
+#              tests/fixtures/dequant-blocks.txt (tests/emu/matmul_emu.cpp)
 #   recurrent  delta_net, ssm_conv and unary (cuda_delta.cu, cuda_conv.cu,
 #              cuda_elementwise.cu) against references in double
 #              (tests/emu/recurrent_emu.cpp)
@@ -12,8 +16,10 @@
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
-# default /usr/local/cuda). Under 2 minutes on 2 cores, the harnesses
-# built and run side by side. Exit 0 when every check agrees; the last line counts the
+# default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
+# never called). gemv and recurrent take under 2 minutes on 2 cores, built
+# and run side by side; matmul about 3 minutes of one core more (its
+# build, mostly). Exit 0 when every check agrees; the last line counts the
 # harnesses that pass and fail.
 # Usage: scripts/cuda-emulate.sh [OUT-DIR [HARNESS...]]
 #        (default _build/emu, every harness)
@@ -23,7 +29,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv recurrent)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
@@ -38,7 +44,8 @@ emu_source() {
 			-e 's/\([A-Za-z_][A-Za-z0-9_]*\(<[^<>]*>\)\{0,1\}\)<<</emu_launch(\1, emu_cfg(/' \
 			-e 's/>>>()/))/' -e 's/>>>(/), /' "$src"
 	} >"$out/$1.emu.cu.tmp"
-	if grep -n '<<<\|>>>\|__shared__' "$out/$1.emu.cu.tmp" | grep -v '^[0-9]*:\s*[/*]'; then
+	# (a static __shared__ array needs no change: emu.h makes it static storage)
+	if grep -n '<<<\|>>>\|extern __shared__' "$out/$1.emu.cu.tmp" | grep -v '^[0-9]*:\s*[/*]'; then
 		echo "cuda-emulate.sh: $1.cu: a launch or shared array the sed does not know" >&2
 		return 1
 	fi
@@ -52,6 +59,13 @@ harness() {
 		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/cpu_quant.c" -o "$out/cpu_quant.o"
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/cpu_quant.o" \
 			-o "$out/gemv_emu"
+		;;
+	matmul)
+		for s in cuda_gemv cuda_matmul cuda_tc; do emu_source $s; done
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/matmul_emu.cpp" -o "$out/matmul_emu" \
+			-L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublas -lcudart
+		"$out/matmul_emu" "$top/tests/fixtures/dequant-blocks.txt"
+		return
 		;;
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source $s; done

@@ -387,17 +387,34 @@ uint8_t *random_weights(uint32_t type, int64_t k, int64_t rows)
 		}
 		return w;
 	case Q4KH_TYPE_F16:
+	case Q4KH_TYPE_BF16:
 		for (int64_t i = 0; i < k * rows; i++) {
-			uint16_t h = q4kh_f32_to_fp16(rval());
+			float f = rval();
+			uint32_t bits;
+			uint16_t h;
+
+			/* BF16: the high half of the float (truncated: any is valid) */
+			memcpy(&bits, &f, 4);
+			h = type == Q4KH_TYPE_F16 ? q4kh_f32_to_fp16(f) : (uint16_t)(bits >> 16);
 			w[2 * i] = (uint8_t)h;
 			w[2 * i + 1] = (uint8_t)(h >> 8);
 		}
 		return w;
 	case Q4KH_TYPE_Q4_K:
 	case Q4KH_TYPE_Q5_K:
-		scales[0] = 0;
+	case Q4KH_TYPE_Q4_1:
+	case Q4KH_TYPE_Q5_1:
+		scales[0] = 0; /* d, then dmin or m */
 		scales[1] = 2;
 		n_scales = 2;
+		break;
+	case Q4KH_TYPE_Q2_K:
+		scales[0] = offsetof(struct q4kh_block_q2_k, d);
+		scales[1] = offsetof(struct q4kh_block_q2_k, dmin);
+		n_scales = 2;
+		break;
+	case Q4KH_TYPE_Q3_K:
+		scales[0] = offsetof(struct q4kh_block_q3_k, d);
 		break;
 	case Q4KH_TYPE_Q6_K:
 		scales[0] = offsetof(struct q4kh_block_q6_k, d);

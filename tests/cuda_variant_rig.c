@@ -119,85 +119,6 @@ uint8_t *random_blocks(uint32_t type, int64_t k, int64_t n)
 	return w;
 }
 
-/* --- the ranges of the bounds (cuda_variant_rig.h) -------------------------- */
-
-static double half(uint16_t h)
-{
-	return q4kh_fp16_to_f32(h);
-}
-
-/* The largest |code value| of IQ4_NL and IQ4_XS. */
-static double kvalue_max(void)
-{
-	double m = 0;
-
-	for (int i = 0; i < 16; i++)
-		m = fmax(m, fabs((double)q4kh_kvalues_iq4nl[i]));
-	return m;
-}
-
-/* s_g of each group of 32 values of the block of TYPE at P, into S. */
-static void block_ranges(uint32_t type, const uint8_t *p, double *s)
-{
-	switch (type) {
-	case Q4KH_TYPE_Q4_K: {
-		struct q4kh_block_q4_k b;
-
-		memcpy(&b, p, sizeof(b));
-		for (int j = 0; j < 8; j++) {
-			const uint8_t *q = b.scales;
-			int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
-			int m = j < 4 ? q[j + 4] & 63 : q[j + 4] >> 4 | (q[j] >> 6) << 4;
-
-			s[j] = 15.0 * half(b.d) * sc + half(b.dmin) * m;
-		}
-		break;
-	}
-	case Q4KH_TYPE_Q6_K: {
-		struct q4kh_block_q6_k b;
-
-		memcpy(&b, p, sizeof(b));
-		/* value v has scale v / 16; codes minus 32 reach -32 */
-		for (int g = 0; g < 8; g++)
-			s[g] = 32.0 * fabs(half(b.d)) *
-			       fmax(abs(b.scales[2 * g]), abs(b.scales[2 * g + 1]));
-		break;
-	}
-	case Q4KH_TYPE_IQ4_NL: {
-		struct q4kh_block_iq4_nl b;
-
-		memcpy(&b, p, sizeof(b));
-		s[0] = kvalue_max() * fabs(half(b.d));
-		break;
-	}
-	case Q4KH_TYPE_IQ4_XS: {
-		struct q4kh_block_iq4_xs b;
-
-		memcpy(&b, p, sizeof(b));
-		for (int j = 0; j < 8; j++) {
-			int ls = (b.scales_l[j / 2] >> 4 * (j % 2) & 15) | (b.scales_h >> 2 * j & 3) << 4;
-
-			s[j] = kvalue_max() * fabs(half(b.d) * (ls - 32));
-		}
-		break;
-	}
-	default: cr_assert_fail("no ranges for type %u", type);
-	}
-}
-
-double *ranges(uint32_t type, const uint8_t *w, int64_t k, int64_t n)
-{
-	const size_t bb = q4kh_type_block_bytes(type);
-	const int64_t per = q4kh_type_block_elems(type) / CV_GROUP;
-	const int64_t blocks = k / q4kh_type_block_elems(type) * n;
-	double *s = malloc(sizeof(double) * (size_t)(blocks * per));
-
-	cr_assert_not_null(s);
-	for (int64_t b = 0; b < blocks; b++)
-		block_ranges(type, w + (size_t)b * bb, s + b * per);
-	return s;
-}
-
 /* --- the registry, the two backends, a variant --------------------------- */
 
 /*
@@ -348,7 +269,7 @@ void weight_new(struct vrig *r, struct q4kh_kernel *k, const struct variant *v,
 	w->n = n;
 	w->cpu = put(&r->cpu, type, kk, n, nb1, bytes);
 	w->gpu = put(&r->gpu, type, kk, n, nb1, bytes);
-	w->range = ranges(type, bytes, kk, n);
+	w->range = group_ranges(type, bytes, kk, n);
 	free(bytes);
 	cr_assert_eq(k->v->prepare(k->ctx, &k->native, &w->gpu.t, &w->p), Q4KH_OK,
 	             "%s: prepare %s {%lld, %lld}: %s", v->name,
@@ -376,13 +297,9 @@ void weight_free(struct vrig *r, struct q4kh_kernel *k, struct weight *w)
  * (cuda-dp4a's GEMV) and sum |x| of its column given. */
 static double element_bound(const struct weight *w, int tc, double S, double int8, double xsum)
 {
-	const double u = ldexp(1.0, -24);
-
 	if (tc)
-		return (ldexp(1.0, -10) + ldexp(1.0, -22) + 2 * u + 2 * u * (double)w->k) * S +
-		       ldexp(1.0, -25) * xsum;
-	return (1.0 + 4.0 * (41.0 + 4.0 * (double)((w->k + 1023) / 1024))) * u * S +
-	       (w->v->int8 ? int8 : 0.0);
+		return tc_bound(w->k, S, xsum);
+	return gemv_bound(w->k, S) + (w->v->int8 ? int8 : 0.0);
 }
 
 struct agreement agree(struct vrig *r, const struct weight *w, const float *xv, int64_t t,

@@ -13,30 +13,13 @@
  *
  * Agreement is judged element by element, as tests/test_cpu_simd.c judges
  * cpu-simd: |gpu - cpu| within a bound derived from the arithmetic, for
- * every element of y. For an element of row r and column x, let s_g be the
- * largest magnitude a value of group g (32 values) of row r can take in
- * its format (Q4_K 15 d sc + dmin m, Q6_K 32 |d sc|, IQ4_NL 127 |d|,
- * IQ4_XS 127 |d (ls - 32)|), S = sum_g s_g sum_{i in g} |x_i| (at least
- * sum_i |w_i x_i|, and at least a quarter of what the parts any kernel
- * sums add up to: cuda-mwv's Q4_K sums 32 d sc (1/2 + q/32) and
- * 16 d sc + dmin m, at most 3.2 s_g), u = 2^-24. Then
- *  - the reference rounds its double sum once: u S;
- *  - the GEMV kernels (gemv; gemm below the tensor-core columns) are fp32
- *    throughout: a term passes at most h = 41 + 4 ceil(K / 1024)
- *    roundings (32 fmas within its piece of 32 values, 4 a piece into its
- *    lane's sum for ceil(K / 1024) pieces, 5 levels of the warp's
- *    butterfly, 4 products of scales), each within u of a partial sum of
- *    magnitude at most 4 S: 4 h u S;
- *  - cuda-dp4a's GEMV also rounds activations to int8 per block b of 32
- *    (d_b = max_{i in b} |x_i| / 127): a value moves by at most d_b / 2,
- *    so y by at most sum_b d_b / 2 sum_{i in b} |w_i| <= 16 sum_b d_b s_b;
- *  - gemm from the variant's tensor-core columns (9 for cuda-mwv, 17 for
- *    the others: cuda_tc.h) dequantises each weight in fp32 (u s_g) and
- *    rounds it and the activations to fp16 (2^-11 of each, or 2^-25 for a
- *    weight below fp16's normal range), multiplies exactly and sums in
- *    fp32 whose additions may truncate (2u each), in an order cuBLAS does
- *    not document, so up to K of them:
- *    (2^-10 + 2^-22 + u + 2u K) S + 2^-25 sum |x|.
+ * every element of y: product_bounds.h's, from each group's range s_g
+ * decoded from the blocks (the fp32 GEMV for a variant's gemv and its gemm
+ * below its tensor-core columns, 9 for cuda-mwv, 17 for the others:
+ * cuda_tc.h; the tensor cores' from there). cuda-dp4a's GEMV also rounds
+ * activations to int8 per block b of 32 (d_b = max_{i in b} |x_i| / 127):
+ * a value moves by at most d_b / 2, so y by at most
+ * sum_b d_b / 2 sum_{i in b} |w_i| <= 16 sum_b d_b s_b.
  * The fp32 bound is about 6e-4 of a typical |y| at K = 640 and 3e-3 at
  * K = 8192 (for this rig's random blocks and activations): one output 1 %
  * off fails. A measured error far below its bound is expected: the bound
@@ -67,6 +50,7 @@
 #include "config.h"
 #include "cuda_rig.h"
 #include "kernel.h"
+#include "product_bounds.h"
 #include "q4khost/plugin.h"
 #include "registry.h"
 
@@ -94,9 +78,6 @@ extern const struct variant *const variants[3];
 /* N random valid rows of K values of TYPE (Q4_K, Q6_K, IQ4_NL or IQ4_XS),
  * packed; free() them. */
 uint8_t *random_blocks(uint32_t type, int64_t k, int64_t n);
-/* s_g (above) of every group of 32 values of N packed rows W of K values
- * of TYPE, row by row; free() them. */
-double *ranges(uint32_t type, const uint8_t *w, int64_t k, int64_t n);
 
 /* --- the registry, the two backends, a variant --- */
 

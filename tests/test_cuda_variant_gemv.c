@@ -130,7 +130,7 @@ Test(cuda_variants, every_value_within_its_groups_range)
 		ids[i] = (int32_t)i;
 	for (size_t t = 0; t < N_OF(types); t++) {
 		uint8_t *bytes = random_blocks(types[t], k, n);
-		double *s = ranges(types[t], bytes, k, n), reach = 0;
+		double *s = group_ranges(types[t], bytes, k, n), reach = 0;
 		struct view w = put(&r.cpu, types[t], k, n, (int64_t)row_bytes(types[t], k), bytes);
 		struct view out = put(&r.cpu, Q4KH_TYPE_F32, k, n, 4 * k, NULL);
 		uint8_t *raw;

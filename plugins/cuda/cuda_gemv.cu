@@ -1,8 +1,10 @@
 /*
- * The cuda backend's mul_mat for weights whose rows the loads of
- * cuda_gemv.cuh can read (a model's tensors): blocks of GV_WARPS warps that
- * stay for the whole launch and walk tasks of R rows x C columns, each row
- * shared by ks warps of the block.
+ * The cuda backend's mul_mat for weights of a type with a format in
+ * cuda_gemv_formats.cuh whose rows its loads can read (a model's tensors;
+ * cudaErrorNotSupported sends the others to cuda_matmul.cu's plain
+ * kernel): blocks of GV_WARPS warps that stay for the whole launch and
+ * walk tasks of R rows x C columns, each row shared by ks warps of the
+ * block.
  *
  * Choices per launch:
  *  - C, columns per pass: 1, 2, 4 or 8, the first at least x's columns (8,
@@ -123,13 +125,17 @@ extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 	return for_type(w->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
-		if (wa % gv_align(T) ||
-		    ((T == Q4KH_TYPE_F32 || T == Q4KH_TYPE_F16) && g.k % 4))
+		if constexpr (!gv_has_fmt<T>) {
 			return cudaErrorNotSupported;
-		return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
-		       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
-		       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
-		                  : gv_launch<T, 8>(g, sms, s);
+		} else {
+			if (wa % gv_align(T) ||
+			    ((T == Q4KH_TYPE_F32 || T == Q4KH_TYPE_F16) && g.k % 4))
+				return cudaErrorNotSupported;
+			return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
+			       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
+			       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
+			                  : gv_launch<T, 8>(g, sms, s);
+		}
 	});
 }
 
@@ -142,15 +148,20 @@ extern "C" cudaError_t cuda_gemv_runnable(void)
 			continue;
 		e = for_type(t, [](auto type) {
 			constexpr uint32_t T = decltype(type)::value;
-			cudaError_t r = gv_ask_occupancy<T, 1>();
 
-			if (r == cudaSuccess)
-				r = gv_ask_occupancy<T, 2>();
-			if (r == cudaSuccess)
-				r = gv_ask_occupancy<T, 4>();
-			if (r == cudaSuccess)
-				r = gv_ask_occupancy<T, 8>();
-			return r;
+			if constexpr (!gv_has_fmt<T>) {
+				return cudaSuccess;
+			} else {
+				cudaError_t r = gv_ask_occupancy<T, 1>();
+
+				if (r == cudaSuccess)
+					r = gv_ask_occupancy<T, 2>();
+				if (r == cudaSuccess)
+					r = gv_ask_occupancy<T, 4>();
+				if (r == cudaSuccess)
+					r = gv_ask_occupancy<T, 8>();
+				return r;
+			}
 		});
 		if (e != cudaSuccess)
 			return e;

@@ -907,8 +907,10 @@ struct gv_iq4_xs {
 	}
 };
 
-/* The format of each weight type. */
-template <uint32_t TYPE> struct gv_fmt;
+/* The format of each weight type; gv_none for a type without one (BF16,
+ * Q4_1, Q5_1, Q2_K, Q3_K), which cuda_matmul.cu's plain kernel multiplies. */
+struct gv_none {};
+template <uint32_t TYPE> struct gv_fmt : gv_none {};
 template <> struct gv_fmt<Q4KH_TYPE_F32> : gv_float<4> {};
 template <> struct gv_fmt<Q4KH_TYPE_F16> : gv_float<2> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q4_0> : gv_b32<Q4KH_TYPE_Q4_0> {};
@@ -919,5 +921,8 @@ template <> struct gv_fmt<Q4KH_TYPE_Q4_K> : gv_kmin<Q4KH_TYPE_Q4_K> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q5_K> : gv_kmin<Q4KH_TYPE_Q5_K> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q6_K> : gv_q6_k {};
 template <> struct gv_fmt<Q4KH_TYPE_IQ4_XS> : gv_iq4_xs {};
+
+template <uint32_t TYPE>
+constexpr bool gv_has_fmt = !std::is_base_of<gv_none, gv_fmt<TYPE> >::value;
 
 #endif

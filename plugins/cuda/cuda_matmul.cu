@@ -107,8 +107,9 @@ extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
 	if (e != cudaErrorNotSupported)
 		return e;
 	return for_type(w->type, [&](auto type) {
-		mul_mat_kernel<decltype(type)::value>
-			<<<grid, 32 * MM_WARPS, 0, s>>>(*w, *x, *y);
+		constexpr uint32_t T = decltype(type)::value;
+
+		mul_mat_kernel<T><<<grid, 32 * MM_WARPS, 0, s>>>(*w, *x, *y);
 		return cudaGetLastError();
 	});
 }
@@ -122,9 +123,9 @@ extern "C" cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
 	const unsigned grid = grid_for(n * ((table->ne[0] + 31) / 32), GR_THREADS);
 
 	return for_type(table->type, [&](auto type) {
-		get_rows_kernel<decltype(type)::value>
-			<<<grid, GR_THREADS, 0, s>>>(*table, ids, n, scale, *out,
-			                               fault);
+		constexpr uint32_t T = decltype(type)::value;
+
+		get_rows_kernel<T><<<grid, GR_THREADS, 0, s>>>(*table, ids, n, scale, *out, fault);
 		return cudaGetLastError();
 	});
 }

@@ -2,10 +2,12 @@
  * Device-side dequantization of every weight type the cuda backend takes,
  * following the block layouts of q4khost/quant.h. A row is read in groups
  * of 32 consecutive values: one block of the 32-value types, one sub-block
- * of the 256-value super-blocks, 32 elements of f32/f16 rows (the last
- * group of such a row may be shorter). Every value is computed as the cpu
- * reference computes it: the products are exact in f32, and the K-quants'
- * subtraction of the min is the only rounding.
+ * of 32 (two of 16 for Q2_K and Q3_K) of the 256-value super-blocks, 32
+ * elements of F32, F16 and BF16 rows (the last group of such a row may be
+ * shorter). Every value is computed as the cpu reference
+ * (plugins/cpu/cpu_quant.c) computes it: the products are exact in f32,
+ * and the addition or subtraction of a min (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
+ * is the only rounding, so a contracted fma gives the same float.
  */
 #ifndef Q4KH_CUDA_QUANT_CUH
 #define Q4KH_CUDA_QUANT_CUH
@@ -32,6 +34,12 @@ static __device__ __forceinline__ float ld_half(const uint8_t *p)
 	return __half2float(*(const __half *)p);
 }
 
+/* A BF16 element: the high 16 bits of a binary32. */
+static __device__ __forceinline__ float ld_bf16(const uint8_t *p)
+{
+	return __uint_as_float((uint32_t)*(const uint16_t *)p << 16);
+}
+
 /* Sub-block j's 6-bit scale and min in a Q4_K / Q5_K scales[12]. */
 static __device__ __forceinline__ void k_scale_min(const uint8_t *s, int j,
                                                    int *sc, int *m)
@@ -51,7 +59,8 @@ template <uint32_t TYPE>
 static __device__ __forceinline__ int load_group(const uint8_t *row, int64_t g,
                                                  int64_t k, float v[32])
 {
-	if constexpr (TYPE == Q4KH_TYPE_F32 || TYPE == Q4KH_TYPE_F16) {
+	if constexpr (TYPE == Q4KH_TYPE_F32 || TYPE == Q4KH_TYPE_F16 ||
+	              TYPE == Q4KH_TYPE_BF16) {
 		int64_t left = k - 32 * g;
 		int n = left < 32 ? (int)left : 32;
 
@@ -60,8 +69,10 @@ static __device__ __forceinline__ int load_group(const uint8_t *row, int64_t g,
 				v[i] = 0.0f;
 			else if constexpr (TYPE == Q4KH_TYPE_F32)
 				v[i] = ((const float *)row)[32 * g + i];
-			else
+			else if constexpr (TYPE == Q4KH_TYPE_F16)
 				v[i] = ld_half(row + 2 * (32 * g + i));
+			else
+				v[i] = ld_bf16(row + 2 * (32 * g + i));
 		}
 		return n;
 	} else if constexpr (TYPE == Q4KH_TYPE_Q8_0) {
@@ -90,18 +101,84 @@ static __device__ __forceinline__ int load_group(const uint8_t *row, int64_t g,
 				v[i + 16] = d * (float)cuda_iq4nl[hi];
 			}
 		}
-	} else if constexpr (TYPE == Q4KH_TYPE_Q5_0) {
-		const uint8_t *b = row + g * sizeof(struct q4kh_block_q5_0);
-		const uint8_t *qs = b + 6;
-		uint32_t qh = b[2] | b[3] << 8 | b[4] << 16 | (uint32_t)b[5] << 24;
-		float d = ld_half(b);
+	} else if constexpr (TYPE == Q4KH_TYPE_Q4_1) {
+		const uint8_t *b = row + g * sizeof(struct q4kh_block_q4_1);
+		const uint8_t *qs = b + offsetof(struct q4kh_block_q4_1, qs);
+		const float d = ld_half(b), m = ld_half(b + 2);
+
+		/* d q is exact: the addition of the min is the one rounding. */
+		for (int i = 0; i < 16; i++) {
+			v[i] = d * (float)(qs[i] & 0xF) + m;
+			v[i + 16] = d * (float)(qs[i] >> 4) + m;
+		}
+	} else if constexpr (TYPE == Q4KH_TYPE_Q5_0 || TYPE == Q4KH_TYPE_Q5_1) {
+		/* Q5_1 is Q5_0 with the fp16 min after d, and no offset 16. */
+		constexpr bool one = TYPE == Q4KH_TYPE_Q5_1;
+		constexpr size_t bs = one ? sizeof(struct q4kh_block_q5_1)
+		                          : sizeof(struct q4kh_block_q5_0);
+		const uint8_t *b = row + g * bs;
+		const uint8_t *h = b + (one ? 4 : 2);
+		const uint8_t *qs = h + 4;
+		uint32_t qh = h[0] | h[1] << 8 | h[2] << 16 | (uint32_t)h[3] << 24;
+		const float d = ld_half(b), m = one ? ld_half(b + 2) : 0.0f;
 
 		for (int i = 0; i < 16; i++) {
 			int lo = (qs[i] & 0xF) | ((qh >> i) & 1) << 4;
 			int hi = (qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4;
 
-			v[i] = d * (float)(lo - 16);
-			v[i + 16] = d * (float)(hi - 16);
+			if constexpr (one) {
+				v[i] = d * (float)lo + m;
+				v[i + 16] = d * (float)hi + m;
+			} else {
+				v[i] = d * (float)(lo - 16);
+				v[i + 16] = d * (float)(hi - 16);
+			}
+		}
+	} else if constexpr (TYPE == Q4KH_TYPE_Q2_K || TYPE == Q4KH_TYPE_Q3_K) {
+		/* Group j of a super-block is values 32j .. 32j + 31, quant.h's
+		 * v = 128h + 32c + l with h = j / 4, c = j % 4: the 2-bit codes
+		 * are bits 2c, 2c + 1 of qs[32h + l], the sub-blocks of 16 are
+		 * 2j and 2j + 1. */
+		constexpr bool three = TYPE == Q4KH_TYPE_Q3_K;
+		constexpr size_t bs = three ? sizeof(struct q4kh_block_q3_k)
+		                            : sizeof(struct q4kh_block_q2_k);
+		const uint8_t *b = row + (g / 8) * bs;
+		const int j = (int)(g % 8), h = j / 4, c = j % 4;
+
+		if constexpr (three) {
+			const uint8_t *hm = b + offsetof(struct q4kh_block_q3_k, hmask);
+			const uint8_t *qs = b + offsetof(struct q4kh_block_q3_k, qs) + 32 * h;
+			const uint8_t *sc = b + offsetof(struct q4kh_block_q3_k, scales);
+			const float d = ld_half(b + offsetof(struct q4kh_block_q3_k, d));
+
+			for (int half = 0; half < 2; half++) {
+				/* Sub-block s's signed 6-bit scale (quant.h's sc_s). */
+				const int s = 2 * j + half;
+				const int lo = s < 8 ? sc[s] & 0xF : sc[s - 8] >> 4;
+				const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+				const float dl = d * (float)((lo | hi << 4) - 32);
+
+				for (int l = 16 * half; l < 16 * half + 16; l++) {
+					const int q = ((qs[l] >> (2 * c)) & 3) -
+					              (((hm[l] >> (4 * h + c)) & 1) ? 0 : 4);
+
+					v[l] = dl * (float)q;
+				}
+			}
+		} else {
+			const uint8_t *sc = b + offsetof(struct q4kh_block_q2_k, scales);
+			const uint8_t *qs = b + offsetof(struct q4kh_block_q2_k, qs) + 32 * h;
+			const float d = ld_half(b + offsetof(struct q4kh_block_q2_k, d));
+			const float dmin = ld_half(b + offsetof(struct q4kh_block_q2_k, dmin));
+
+			for (int half = 0; half < 2; half++) {
+				const int s = 2 * j + half;
+				const float dl = d * (float)(sc[s] & 0xF);
+				const float ml = dmin * (float)(sc[s] >> 4);
+
+				for (int l = 16 * half; l < 16 * half + 16; l++)
+					v[l] = dl * (float)((qs[l] >> (2 * c)) & 3) - ml;
+			}
 		}
 	} else if constexpr (TYPE == Q4KH_TYPE_Q4_K || TYPE == Q4KH_TYPE_Q5_K) {
 		constexpr bool five = TYPE == Q4KH_TYPE_Q5_K;
@@ -170,9 +247,14 @@ static cudaError_t for_type(uint32_t type, F f)
 	switch (type) {
 	CASE(Q4KH_TYPE_F32);
 	CASE(Q4KH_TYPE_F16);
+	CASE(Q4KH_TYPE_BF16);
 	CASE(Q4KH_TYPE_Q4_0);
+	CASE(Q4KH_TYPE_Q4_1);
 	CASE(Q4KH_TYPE_Q5_0);
+	CASE(Q4KH_TYPE_Q5_1);
 	CASE(Q4KH_TYPE_Q8_0);
+	CASE(Q4KH_TYPE_Q2_K);
+	CASE(Q4KH_TYPE_Q3_K);
 	CASE(Q4KH_TYPE_Q4_K);
 	CASE(Q4KH_TYPE_Q5_K);
 	CASE(Q4KH_TYPE_Q6_K);

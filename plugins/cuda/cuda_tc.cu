@@ -80,7 +80,7 @@ static unsigned blocks_for(int64_t items)
 
 extern "C" int cuda_tc_supports(uint32_t type)
 {
-	return type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16 &&
+	return type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16 && type != Q4KH_TYPE_BF16 &&
 	       for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
@@ -166,9 +166,10 @@ extern "C" int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 	for (int64_t r0 = 0; r0 < n; r0 += rows) {
 		const int64_t m = n - r0 < rows ? n - r0 : rows;
 		const cudaError_t e = for_type(type, [&](auto ty) {
-			dequant_kernel<decltype(ty)::value>
-				<<<blocks_for(m * ((k + 31) / 32)), TC_THREADS, 0, s>>>(
-					w + r0 * w_row, w_row, k, m, w16);
+			constexpr uint32_t T = decltype(ty)::value;
+
+			dequant_kernel<T><<<blocks_for(m * ((k + 31) / 32)), TC_THREADS, 0, s>>>(
+				w + r0 * w_row, w_row, k, m, w16);
 			return cudaGetLastError();
 		});
 

@@ -51,9 +51,9 @@ extern "C" {
 #define CUDA_TC_WORKSPACE ((size_t)32 << 20)
 
 /* 1 when TYPE's rows can be dequantised here: every quantised type of
- * cuda_quant.cuh. F32 and F16 weights stay on the fp32 kernels: their
- * products are held to fp32 accuracy (conformance's 1e-7), which fp16
- * activations would not meet. */
+ * cuda_quant.cuh. F32, F16 and BF16 weights stay on the fp32 kernels:
+ * their products are held to fp32 accuracy (conformance's 1e-7), which
+ * fp16 activations would not meet (nor fp16 BF16's range). */
 int cuda_tc_supports(uint32_t type);
 
 /* 1 when a product of T columns of TYPE goes to tensor cores, for a

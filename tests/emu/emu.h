@@ -470,4 +470,23 @@ static inline cudaError_t emu_last_error(void)
 }
 #define cudaGetLastError emu_last_error
 
+/* Blocks of a kernel resident on a multiprocessor: 2, a number a device
+ * may give, so that a launch sized by it has several blocks. */
+template <typename K>
+static inline cudaError_t emu_occupancy(int *blocks, K, int, size_t)
+{
+	*blocks = 2;
+	return cudaSuccess;
+}
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor emu_occupancy
+
+/* A kernel's attributes: every kernel here can be launched; none asked. */
+template <typename K>
+static inline cudaError_t emu_func_attributes(cudaFuncAttributes *a, K)
+{
+	memset(a, 0, sizeof(*a));
+	return cudaSuccess;
+}
+#define cudaFuncGetAttributes emu_func_attributes
+
 #endif
