@@ -1,7 +1,8 @@
 /*
- * The llama, qwen2 and qwen3 (issue 3) and qwen35 (issue 14: the hybrid of
+ * The llama, qwen2 and qwen3 (issue 3), qwen35 (issue 14: the hybrid of
  * gated attention and gated delta-net layers, its decode steps through the
- * recurrent states) forward passes against llama.cpp on the tiny
+ * recurrent states) and qwen3moe (issue 31: a mixture of experts in every
+ * layer) forward passes against llama.cpp on the tiny
  * random-weight models of scripts/gen-tiny-models.py (two of them with
  * RoPE scaling: frequency factors, YaRN), through the fixtures recorded by
  * scripts/gen-arch-fixtures.py:
@@ -69,6 +70,7 @@ Test(archs, llama_matches_llama_cpp, .timeout = 300) { check_model("llama", "lla
 Test(archs, qwen2_matches_llama_cpp, .timeout = 300) { check_model("qwen2", "qwen2"); }
 Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_model("qwen3", "qwen3"); }
 Test(archs, qwen35_matches_llama_cpp, .timeout = 300) { check_model("qwen35", "qwen35"); }
+Test(archs, qwen3moe_matches_llama_cpp, .timeout = 300) { check_model("qwen3moe", "qwen3moe"); }
 /* RoPE scaling: Llama 3.1's frequency factors, and YaRN. */
 Test(archs, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 {
@@ -385,6 +387,7 @@ Test(cli, run_llama) { check_cli("llama", 0); }
 Test(cli, run_qwen2) { check_cli("qwen2", 0); }
 Test(cli, run_qwen3) { check_cli("qwen3", 0); }
 Test(cli, run_qwen35) { check_cli("qwen35", 0); }
+Test(cli, run_qwen3moe) { check_cli("qwen3moe", 0); }
 /* --batch: the same text when the prompt goes through in chunks of 3 */
 Test(cli, run_llama_in_chunks) { check_cli("llama", 3); }
 Test(cli, run_qwen35_in_chunks) { check_cli("qwen35", 3); }
