@@ -85,6 +85,10 @@ Test(archs_cpu_fast, llama_matches_llama_cpp, .timeout = 300) { check_fast("llam
 Test(archs_cpu_fast, qwen2_matches_llama_cpp, .timeout = 300) { check_fast("qwen2", "qwen2"); }
 Test(archs_cpu_fast, qwen3_matches_llama_cpp, .timeout = 300) { check_fast("qwen3", "qwen3"); }
 Test(archs_cpu_fast, qwen35_matches_llama_cpp, .timeout = 300) { check_fast("qwen35", "qwen35"); }
+Test(archs_cpu_fast, qwen3moe_matches_llama_cpp, .timeout = 300)
+{
+	check_fast("qwen3moe", "qwen3moe");
+}
 Test(archs_cpu_fast, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 {
 	check_fast("llama-ropefreqs", "llama");
@@ -231,7 +235,7 @@ static void check_entry(const char *model_path, const char *variant)
 Test(archs_cpu_fast, graph_entry_matches_the_interpreter_bit_for_bit, .timeout = 600)
 {
 	static const char *const names[] = { "llama", "llama-ropefreqs", "qwen2", "qwen2-yarn",
-		                             "qwen3", "qwen35" };
+		                             "qwen3", "qwen35", "qwen3moe" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char file[64], *p;
@@ -307,7 +311,7 @@ static void f2_passes(const char *model)
 Test(archs_cpu_fast, f2_passes_on_every_fixture, .timeout = 600)
 {
 	static const char *const names[] = { "llama", "qwen2", "qwen3", "qwen35",
-		                             "llama-ropefreqs", "qwen2-yarn" };
+		                             "llama-ropefreqs", "qwen2-yarn", "qwen3moe" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char *model = NULL;
