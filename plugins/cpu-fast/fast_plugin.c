@@ -415,20 +415,8 @@ static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_devi
 /* --- ABI 1.7: mixture of experts, the reference's code (cpu_moe.h) with
  * cpu-fast's own products --- */
 
-static unsigned char *f_at(const struct q4kh_tensor *t, int64_t i1, int64_t i2)
-{
-	return fast_at(t, i1, i2, 0);
-}
-
-static struct cpu_moe_backend f_moe(q4kh_device_ctx *dev)
-{
-	const struct cpu_moe_backend b = { dev, fast_contract(dev), fast_mul_mat, f_buffer_alloc,
-		                           f_buffer_free, f_at };
-
-	return b;
-}
-
-CPU_MOE_ENTRIES(f_moe_route, f_mul_mat_id, f_moe)
+CPU_MOE_ENTRIES(f_moe_route, f_mul_mat_id, fast_contract, fast_mul_mat, f_buffer_alloc,
+                f_buffer_free, fast_at)
 
 /*
  * No graph_begin: a recording would replay only the backend's own ops,

@@ -52,26 +52,40 @@ q4kh_status cpu_moe_mul_mat_id(const struct cpu_moe_backend *b, const struct q4k
 
 /*
  * The backend entries moe_route and mul_mat_id, as static functions named
- * ROUTE and MUL_MAT_ID, over the struct cpu_moe_backend that MOE_OF(dev)
- * returns: what a backend in host memory puts in its table.
+ * ROUTE and MUL_MAT_ID, over a backend in host memory: its contract
+ * (CONTRACT(dev), a struct q4kh_check), its MUL_MAT, BUFFER_ALLOC and
+ * BUFFER_FREE entries, and ROW(t, i1, i2, i3), the host address of
+ * element (0, i1, i2, i3) of a tensor. What such a backend puts in its
+ * table; it also defines ROUTE##_at and ROUTE##_backend.
  */
-#define CPU_MOE_ENTRIES(ROUTE, MUL_MAT_ID, MOE_OF)                                      \
-	static q4kh_status ROUTE(q4kh_device_ctx *dev, const struct q4kh_tensor *logits,  \
-	                         int32_t norm, const struct q4kh_tensor *ids,             \
-	                         const struct q4kh_tensor *weights)                       \
-	{                                                                                 \
-		const struct cpu_moe_backend b = MOE_OF(dev);                             \
-                                                                                          \
-		return cpu_moe_route(&b, logits, norm, ids, weights);                     \
-	}                                                                                 \
-	static q4kh_status MUL_MAT_ID(q4kh_device_ctx *dev, const struct q4kh_tensor *w,  \
-	                              const struct q4kh_tensor *x,                        \
-	                              const struct q4kh_tensor *ids,                      \
-	                              const struct q4kh_tensor *y)                        \
-	{                                                                                 \
-		const struct cpu_moe_backend b = MOE_OF(dev);                             \
-                                                                                          \
-		return cpu_moe_mul_mat_id(&b, w, x, ids, y);                              \
+#define CPU_MOE_ENTRIES(ROUTE, MUL_MAT_ID, CONTRACT, MUL_MAT, BUFFER_ALLOC, BUFFER_FREE, ROW) \
+	static unsigned char *ROUTE##_at(const struct q4kh_tensor *t, int64_t i1, int64_t i2)      \
+	{                                                                                          \
+		return ROW(t, i1, i2, 0);                                                          \
+	}                                                                                          \
+	static struct cpu_moe_backend ROUTE##_backend(q4kh_device_ctx *dev)                        \
+	{                                                                                          \
+		const struct cpu_moe_backend b = { dev, CONTRACT(dev), MUL_MAT, BUFFER_ALLOC,      \
+			                           BUFFER_FREE, ROUTE##_at };                      \
+                                                                                                   \
+		return b;                                                                          \
+	}                                                                                          \
+	static q4kh_status ROUTE(q4kh_device_ctx *dev, const struct q4kh_tensor *logits,           \
+	                         int32_t norm, const struct q4kh_tensor *ids,                      \
+	                         const struct q4kh_tensor *weights)                                \
+	{                                                                                          \
+		const struct cpu_moe_backend b = ROUTE##_backend(dev);                             \
+                                                                                                   \
+		return cpu_moe_route(&b, logits, norm, ids, weights);                              \
+	}                                                                                          \
+	static q4kh_status MUL_MAT_ID(q4kh_device_ctx *dev, const struct q4kh_tensor *w,           \
+	                              const struct q4kh_tensor *x,                                 \
+	                              const struct q4kh_tensor *ids,                               \
+	                              const struct q4kh_tensor *y)                                 \
+	{                                                                                          \
+		const struct cpu_moe_backend b = ROUTE##_backend(dev);                             \
+                                                                                                   \
+		return cpu_moe_mul_mat_id(&b, w, x, ids, y);                                       \
 	}
 
 #endif

@@ -363,20 +363,8 @@ static q4kh_status cpu_native_device(q4kh_device_ctx *dev,
 
 /* --- ABI 1.7: mixture of experts, through the shared code (cpu_moe.h) --- */
 
-static unsigned char *cpu_at(const struct q4kh_tensor *t, int64_t i1, int64_t i2)
-{
-	return cpu_row(t, i1, i2, 0);
-}
-
-static struct cpu_moe_backend cpu_moe(q4kh_device_ctx *dev)
-{
-	const struct cpu_moe_backend b = { dev, cpu_contract(dev), cpu_mul_mat, cpu_buffer_alloc,
-		                           cpu_buffer_free, cpu_at };
-
-	return b;
-}
-
-CPU_MOE_ENTRIES(cpu_moe_route_entry, cpu_mul_mat_id, cpu_moe)
+CPU_MOE_ENTRIES(cpu_route_entry, cpu_mul_mat_id, cpu_contract, cpu_mul_mat, cpu_buffer_alloc,
+                cpu_buffer_free, cpu_row)
 
 static const struct q4kh_backend_v1 cpu_backend = {
 	.struct_size = sizeof(struct q4kh_backend_v1),
@@ -416,7 +404,7 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.delta_net = cpu_delta_net,
 	/* double sums, an F32 cache: the exact reference F2 measures against */
 	.arith = Q4KH_ARITH_EXACT,
-	.moe_route = cpu_moe_route_entry,
+	.moe_route = cpu_route_entry,
 	.mul_mat_id = cpu_mul_mat_id,
 };
 
