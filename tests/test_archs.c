@@ -23,7 +23,8 @@
  * scripts/oracle-f64.py (every tiny model and the default model's two) at
  * the bound arch_oracle.h derives from their arithmetic; and F2 (q4khost
  * validate, fresh) passes both against the reference on every fixture and
- * on the default model. The per-case checks are tests/arch_oracle.c's,
+ * on the default model, and rejects a backend whose router picks the
+ * wrong expert for some tokens. The per-case checks are tests/arch_oracle.c's,
  * which tests/test_cuda_archs.c runs on the cuda backend.
  */
 #include <criterion/criterion.h>
@@ -322,6 +323,32 @@ Test(archs_cpu_fast, f2_passes_on_every_fixture, .timeout = 600)
 		f2_passes(model);
 		free(model);
 	}
+}
+
+/*
+ * F2 through the expert path: replay-route (tests/plugins/replay.c), a
+ * backend of kind cpu tried before the reference, sends every fourth
+ * token of a step, from the second on, to the wrong expert. On the tiny
+ * qwen3moe model F2 rejects it at the first token it misroutes, prompt
+ * position 1, and run serves with the reference.
+ */
+Test(archs, f2_rejects_a_router_that_picks_the_wrong_expert, .timeout = 300)
+{
+	static const char *const names[] = { "replay_route", NULL };
+	char *model = fixture("tiny-qwen3moe.gguf"), args[8192], *out;
+	static const char *const want[] = {
+		"q4khost: backend cpu ",
+		"q4khost: F2 rejected first: replay-route/built-in: F2 broken: position 1 (prefill): ",
+		"[fresh: no receipt]",
+	};
+
+	snprintf(args, sizeof(args), "run -n 1 -p 'The capital of France is' -m %s --plugin-path %s",
+	         model, test_plugin_dir(names));
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s: %s", args, out);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cr_expect(strstr(out, want[i]) != NULL, "%s: no '%s' in: %s", args, want[i], out);
+	free(out);
+	free(model);
 }
 
 Test(archs_cpu_fast, f2_passes_on_the_default_model, .timeout = 900)
