@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record llama.cpp's outputs on the tiny llama/qwen2/qwen3/qwen35 models
+"""Record llama.cpp's outputs on the tiny llama/qwen2/qwen3/qwen35/qwen3moe models
 (scripts/gen-tiny-models.py) as the oracle of tests/test_archs.c and
 tests/test_bpe.c, so CI needs no llama.cpp.
 
@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 16
 TOPK = 8
 # Each model's file is tests/fixtures/tiny-NAME.gguf (scripts/gen-tiny-models.py).
-ARCHS = ["llama", "qwen2", "qwen3", "qwen35", "llama-ropefreqs", "qwen2-yarn"]
+ARCHS = ["llama", "qwen2", "qwen3", "qwen35", "llama-ropefreqs", "qwen2-yarn", "qwen3moe"]
 PROMPTS = [
     "The capital of France is",
     "1, 2, 3, 4, 5, 6,",

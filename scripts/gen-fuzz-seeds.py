@@ -55,7 +55,7 @@ def write(path, arch, tokens, types, extra):
     w.tensor("token_embd.weight", "F32", N_EMBD, len(tokens))
     w.tensor("output_norm.weight", "F32", N_EMBD, 1)
     layer(w, arch)
-    sizes = {name: synthgguf.tensor_bytes(q, ne0, ne1) for name, q, ne0, ne1 in w.tensors}
+    sizes = {name: synthgguf.tensor_bytes(q, ne0, ne1, ne2) for name, q, ne0, ne1, ne2 in w.tensors}
     w.write(path, lambda name: bytes(sizes[name]))
 
 

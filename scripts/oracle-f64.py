@@ -19,9 +19,14 @@ The text-to-ids step is llama.cpp's (the ids come from its fixtures), so
 this script needs no tokenizer.
 
 Formulas: llama.cpp's graphs (src/models/llama.cpp, qwen2.cpp, qwen3.cpp,
-gemma3.cpp, qwen35.cpp with delta-net-base.cpp) and ggml's ops (rope_yarn,
-rms_norm, l2_norm, ssm_conv, gated_delta_net), computed in float64 with no
-quantised activations and an exact (float64) KV cache.
+gemma3.cpp, qwen35.cpp with delta-net-base.cpp, qwen3moe.cpp with
+llama-graph.cpp's build_moe_ffn) and ggml's ops (rope_yarn, rms_norm,
+l2_norm, ssm_conv, gated_delta_net, soft_max, top_k, mul_mat_id), computed
+in float64 with no quantised activations and an exact (float64) KV cache.
+For a mixture of experts it prints the narrowest routing gap it met: the
+least difference, in probability, between the last chosen expert and the
+first one left out (a choice the rounding of llama.cpp or of q4khost could
+flip when it is near zero).
 
 Usage: scripts/oracle-f64.py [FIXTURE...]
 (FIXTURE: a llama.cpp fixture's name without .json, e.g. oracle-gemma3 or
@@ -52,6 +57,7 @@ SOURCES = {
     "arch-qwen2-yarn": ("tiny-qwen2-yarn.gguf", None),
     "arch-qwen3": ("tiny-qwen3.gguf", None),
     "arch-qwen35": ("tiny-qwen35.gguf", None),
+    "arch-qwen3moe": ("tiny-qwen3moe.gguf", None),
 }
 
 
@@ -178,6 +184,21 @@ def llama_rope(m, neox):
     return r
 
 
+def attention_scale(m):
+    """The scale of q . k: 1 / sqrt(head_dim). llama.cpp 0.3.36 reads
+    ARCH.attention.scale only for its granite architectures (and dflash),
+    none of those here: for these it keeps 1 / sqrt(head_dim) whatever the
+    file says, as q4khost's loaders do. A file that sets another is run as
+    llama.cpp runs it, with a note."""
+    scale = 1 / math.sqrt(m.head_dim)
+    given = m.hp("attention.scale", 0.0)
+    if given and not math.isclose(given, scale, rel_tol=1e-6):
+        print("%s: %s.attention.scale %g ignored, as llama.cpp ignores it for %s: the "
+              "scale is 1/sqrt(%d)" % (m.path, m.arch, given, m.arch, m.head_dim),
+              file=sys.stderr)
+    return scale
+
+
 def set_dims(m):
     m.n_embd = int(m.hp("embedding_length"))
     m.n_head = int(m.hp("attention.head_count"))
@@ -220,16 +241,17 @@ def ffn(m, il, h, act):
 
 
 def forward_llama(m, ids):
-    """llama, qwen2 (q/k/v biases, NeoX), qwen3 (per-head q/k norms, NeoX)."""
+    """llama, qwen2 (q/k/v biases, NeoX), qwen3 (per-head q/k norms, NeoX),
+    qwen3moe (qwen3 with a mixture of experts for every FFN)."""
     r = llama_rope(m, neox=m.arch != "llama")
     pos = np.arange(len(ids))
     x = m.w("token_embd.weight")[ids]
     for il in range(m.n_layer):
         p = "blk.%d." % il
         h = rms_norm(x, m.w(p + "attn_norm.weight"), m.eps)
-        x = x + self_attention(m, il, h, pos, r, 1 / math.sqrt(m.head_dim))
+        x = x + self_attention(m, il, h, pos, r, attention_scale(m))
         h = rms_norm(x, m.w(p + "ffn_norm.weight"), m.eps)
-        x = x + ffn(m, il, h, silu)
+        x = x + (moe(m, il, h) if m.arch == "qwen3moe" else ffn(m, il, h, silu))
     return x
 
 
@@ -306,11 +328,29 @@ def recurrent_layers(m):
     return [(il + 1) % interval != 0 for il in range(m.n_layer)]
 
 
+def check_sections(m, n_rot):
+    """rope.dimension_sections as host/lib/arch_qwen35.c checks them: four
+    integers >= 0 that give every rotated pair a text position. llama.cpp's
+    interleaved multi-section RoPE gives pair i the position of section
+    (i mod sum) mod 3 while i mod sum stays under 3 times that section's
+    size, else the fourth section's, which is 0 for text: such a pair would
+    not rotate, and NeoX RoPE (below) would no longer be llama.cpp's."""
+    key = "%s.rope.dimension_sections" % m.arch
+    sec = [int(v) for v in m.value(key)]
+    total = sum(sec)
+    if len(sec) != 4 or min(sec) < 0 or not total or \
+            any(i % total >= 3 * sec[(i % total) % 3] for i in range(n_rot // 2)):
+        sys.exit("%s: %s is %s: expected four sections that give each of the %d rotated "
+                 "pairs a text position" % (m.path, key, sec, n_rot // 2))
+
+
 def forward_qwen35(m, ids):
     """Qwen3.5: gated attention and gated delta-net layers. Text tokens have
     one position in every RoPE section, so its multi-section RoPE is NeoX
-    RoPE over rope.dimension_count values."""
+    RoPE over rope.dimension_count values (when the sections rotate every
+    pair: check_sections)."""
     r = llama_rope(m, neox=True)
+    check_sections(m, r["n_rot"])
     pos = np.arange(len(ids))
     recurrent = recurrent_layers(m)
     x = m.w("token_embd.weight")[ids]
@@ -320,14 +360,37 @@ def forward_qwen35(m, ids):
         if recurrent[il]:
             x = x + linear_attention(m, il, h)
         else:
-            x = x + self_attention(m, il, h, pos, r, 1 / math.sqrt(m.head_dim), gated=True)
+            x = x + self_attention(m, il, h, pos, r, attention_scale(m), gated=True)
         h = rms_norm(x, m.w(p + "post_attention_norm.weight"), m.eps)
         x = x + ffn(m, il, h, silu)
     return x
 
 
+def moe(m, il, h):
+    """build_moe_ffn with softmax gating and norm_w (qwen3moe): each
+    token's expert_used_count most probable experts (the lower index first
+    among equal probabilities, as a stable descending sort), their
+    probabilities over their sum (clamped to 2^-14), each chosen expert's
+    SwiGLU, weighted, summed."""
+    p = "blk.%d." % il
+    k = int(m.hp("expert_used_count"))
+    logits = h @ m.w(p + "ffn_gate_inp.weight").T
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    gate, up, down = (m.w(p + "ffn_%s_exps.weight" % n) for n in ("gate", "up", "down"))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        order = np.argsort(-probs[t], kind="stable")
+        m.route_gap = min(m.route_gap, probs[t, order[k - 1]] - probs[t, order[k]])
+        chosen = order[:k]
+        w = probs[t, chosen] / max(probs[t, chosen].sum(), 2.0 ** -14)
+        for e, we in zip(chosen, w):
+            out[t] += we * (down[e] @ (silu(gate[e] @ h[t]) * (up[e] @ h[t])))
+    return out
+
+
 FORWARD = {"llama": forward_llama, "qwen2": forward_llama, "qwen3": forward_llama,
-           "gemma3": forward_gemma3, "qwen35": forward_qwen35}
+           "gemma3": forward_gemma3, "qwen35": forward_qwen35, "qwen3moe": forward_llama}
 
 
 def run(name):
@@ -341,6 +404,7 @@ def run(name):
         sys.exit("%s: architecture %s has no exact forward here (known: %s)" %
                  (path, m.arch, ", ".join(sorted(FORWARD))))
     set_dims(m)
+    m.route_gap = math.inf
     head = m.w("output.weight" if m.has("output.weight") else "token_embd.weight")
     norm = m.w("output_norm.weight")
     hidden, cases = [], []
@@ -359,6 +423,8 @@ def run(name):
         cases.append({"source_case": ci, "tokens": case["tokens"], "greedy": greedy, "rows": rows})
         print("%s case %d: %d rows, min margin %.4f" % (name, ci, len(rows),
               min(r["margin"] for r in rows)), file=sys.stderr)
+    if m.route_gap < math.inf:
+        print("%s: narrowest routing gap %.3g" % (name, m.route_gap), file=sys.stderr)
     out = os.path.join(FIXTURES, "oracle-f64-%s" % name.replace("oracle-", "").replace("arch-", ""))
     np.stack(hidden).astype("<f4").tofile(out + ".bin")
     with open(out + ".json", "w") as f:

@@ -119,11 +119,11 @@ def write_header_only(path, kvs):
         f.write(head + b"\0" * (-len(head) % ALIGNMENT))
 
 
-def tensor_bytes(qtype, ne0, ne1):
+def tensor_bytes(qtype, ne0, ne1, ne2=1):
     _, per_block, block_bytes = TYPES[qtype]
     if ne0 % per_block:
         raise ValueError("%s rows of %d values: not a multiple of %d" % (qtype, ne0, per_block))
-    return ne0 // per_block * block_bytes * ne1
+    return ne0 // per_block * block_bytes * ne1 * ne2
 
 
 class Writer:
@@ -132,13 +132,14 @@ class Writer:
 
     def __init__(self):
         self.kv = []
-        self.tensors = []  # (name, qtype, ne0, ne1)
+        self.tensors = []  # (name, qtype, ne0, ne1, ne2)
 
     def add(self, key, value):
         self.kv.append((key, value))
 
-    def tensor(self, name, qtype, ne0, ne1=1):
-        self.tensors.append((name, qtype, ne0, ne1))
+    def tensor(self, name, qtype, ne0, ne1=1, ne2=1):
+        """A tensor {ne0, ne1, ne2}: ne2 > 1 stacks ne2 matrices (experts)."""
+        self.tensors.append((name, qtype, ne0, ne1, ne2))
 
     def write(self, path, data):
         with open(path, "wb") as f:
@@ -147,17 +148,18 @@ class Writer:
                 vtype, raw = _value(value)
                 f.write(_str(key) + struct.pack("<I", vtype) + raw)
             offset = 0
-            for name, qtype, ne0, ne1 in self.tensors:
-                dims = [ne0] if ne1 == 1 else [ne0, ne1]
+            for name, qtype, ne0, ne1, ne2 in self.tensors:
+                dims = [ne0] if ne1 == ne2 == 1 else [ne0, ne1] if ne2 == 1 else [ne0, ne1, ne2]
                 f.write(_str(name) + struct.pack("<I", len(dims)))
                 f.write(struct.pack("<%dQ" % len(dims), *dims))
                 f.write(struct.pack("<IQ", TYPES[qtype][0], offset))
-                offset += -(-tensor_bytes(qtype, ne0, ne1) // ALIGNMENT) * ALIGNMENT
+                offset += -(-tensor_bytes(qtype, ne0, ne1, ne2) // ALIGNMENT) * ALIGNMENT
             f.write(b"\0" * (-f.tell() % ALIGNMENT))
-            for name, qtype, ne0, ne1 in self.tensors:
+            for name, qtype, ne0, ne1, ne2 in self.tensors:
                 raw = data(name)
-                if len(raw) != tensor_bytes(qtype, ne0, ne1):
-                    raise ValueError("%s: %d bytes, expected %d" % (name, len(raw), tensor_bytes(qtype, ne0, ne1)))
+                size = tensor_bytes(qtype, ne0, ne1, ne2)
+                if len(raw) != size:
+                    raise ValueError("%s: %d bytes, expected %d" % (name, len(raw), size))
                 f.write(raw)
                 f.write(b"\0" * (-len(raw) % ALIGNMENT))
 
@@ -331,6 +333,45 @@ def layer_tensors(s, il, gain):
                   (b + "ffn_down.weight", wide, s.n_ff, e, gain * s.n_ff ** -0.5)]
 
 
+# --- Qwen3-MoE (qwen3moe): qwen3's attention, a mixture of experts ------------
+
+class MoeShape(Shape):
+    """A qwen3moe model: qwen3's attention, and in every layer n_expert
+    SwiGLU experts of n_ff_exp, n_expert_used of them per token."""
+
+    def __init__(self, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, rope_base, eps,
+                 ctx, tied, n_expert, n_expert_used, n_ff_exp):
+        super().__init__("qwen3moe", n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim,
+                         rope_base, eps, ctx, tied, qk_norm=True)
+        self.n_expert, self.n_expert_used, self.n_ff_exp = n_expert, n_expert_used, n_ff_exp
+
+
+def add_moe_hparams(w, s, name, description):
+    """qwen3's keys and the experts' (llama.cpp's convert_hf_to_gguf.py)."""
+    add_hparams(w, s, name, description)
+    p = s.arch + "."
+    w.add(p + "expert_count", s.n_expert)
+    w.add(p + "expert_used_count", s.n_expert_used)
+    w.add(p + "expert_feed_forward_length", s.n_ff_exp)
+
+
+def moe_layer_tensors(s, il, gain):
+    """(name, type, ne0, ne1, std, ne2) of a qwen3moe layer as in a Q4_K_M
+    file: the attention of layer_tensors, the router ffn_gate_inp in F32
+    (llama-quantize leaves it so; std None: the caller writes its values),
+    the experts' stacks {ne0, ne1, n_expert} in Q4_K, down in Q6_K on the
+    layers that get more bits."""
+    b = "blk.%d." % il
+    e, f, n = s.n_embd, s.n_ff_exp, s.n_expert
+    wide = "Q6_K" if q4_k_m_more_bits(il, s.n_layer) else "Q4_K"
+    attn = [t + (1,) for t in layer_tensors(s, il, gain)
+            if not t[0].startswith(b + "ffn_") or t[0] == b + "ffn_norm.weight"]
+    return attn + [(b + "ffn_gate_inp.weight", "F32", e, n, None, 1),
+                   (b + "ffn_gate_exps.weight", "Q4_K", e, f, e ** -0.5, n),
+                   (b + "ffn_up_exps.weight", "Q4_K", e, f, e ** -0.5, n),
+                   (b + "ffn_down_exps.weight", wide, f, e, gain * f ** -0.5, n)]
+
+
 def tensor_data(rng, qtype, ne0, ne1, std):
     """Bytes of one planned tensor (a "norm" is 1 plus N(0, 0.1) noise; a
     "decay" is Qwen3.5's ssm_a, -exp(A_log), here per head from -0.02, a
@@ -342,8 +383,8 @@ def tensor_data(rng, qtype, ne0, ne1, std):
     return random_blocks(rng, qtype, ne0, ne1, std)
 
 
-def declare(w, name, qtype, ne0, ne1):
-    w.tensor(name, "F32" if qtype in ("norm", "decay") else qtype, ne0, ne1)
+def declare(w, name, qtype, ne0, ne1, ne2=1):
+    w.tensor(name, "F32" if qtype in ("norm", "decay") else qtype, ne0, ne1, ne2)
 
 
 # --- Qwen3.5 (qwen35): gated attention and gated delta-net layers -------------

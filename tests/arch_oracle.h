@@ -62,7 +62,9 @@ void check_on(const char *name, const char *arch, const char *plugin_path,
  * head keep the relative error. Hence 1 - cosine <= (1/2) sum of the mean
  * squares, with L layers of which L_att attend (the rest are qwen35's
  * linear-attention layers, f32 states), and at most 8 products a layer
- * (q, k, v, o, or qwen35's 5 projections; gate, up, down) and the LM head:
+ * (q, k, v, o, or qwen35's 5 projections; gate, up, down, or qwen3moe's
+ * experts' gate, up and down beside its F32 router, which no path rounds)
+ * and the LM head:
  *   F16 cache (K and V):  2 L_att u16^2 / 3 / 2
  *   ARITH_INT16:          (8 L + 1) (8/3) / 32639^2 / 2
  *   ARITH_FP16:           (2 (8 L + 1) + 2 L_att) u16^2 / 3 / 2
@@ -72,6 +74,7 @@ void check_on(const char *name, const char *arch, const char *plugin_path,
  *     built-in 2.4e-8 to 4.2e-8 of 3.2e-7, cpu-simd 2.7e-8 to 5.4e-8 of 3.6e-7;
  *   tiny qwen35 (L_att = 2 of 4): 6.3e-9 of 1.6e-7, 8.0e-9 of 2.0e-7 (its
  *     attention's output is gated by a sigmoid: a smaller branch);
+ *   tiny qwen3moe (L_att = 4): 1.6e-8 of 3.2e-7, 1.5e-8 of 3.6e-7;
  *   gemma3, gemma3-new (Gemma 3 270M, L_att = 18): built-in 2.7e-7 and
  *     4.4e-7 of 1.4e-6, cpu-simd 1.5e-7 and 2.6e-7 of 1.6e-6.
  * The exact cpu reference with this F16 cache measures as cpu-fast does

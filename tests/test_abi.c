@@ -29,7 +29,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 6);
+	cr_expect_eq(Q4KH_ABI_MINOR, 7);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -75,6 +75,9 @@ Test(abi, enum_values)
 	cr_expect_eq(Q4KH_OP_UNARY, 11);
 	cr_expect_eq(Q4KH_OP_SSM_CONV, 12);
 	cr_expect_eq(Q4KH_OP_DELTA_NET, 13);
+	/* 1.7 */
+	cr_expect_eq(Q4KH_OP_MOE_ROUTE, 14);
+	cr_expect_eq(Q4KH_OP_MUL_MAT_ID, 15);
 	cr_expect_eq(Q4KH_VAL_FIXED, 0);
 	cr_expect_eq(Q4KH_VAL_IDS, 1);
 	cr_expect_eq(Q4KH_VAL_POS, 2);
@@ -281,7 +284,10 @@ Test(abi, backend_table)
 	OFF(q4kh_backend_v1, graph_release, 376);
 	OFF(q4kh_backend_v1, arith, 384);
 	OFF(q4kh_backend_v1, reserved_1_6, 388);
-	SIZE(q4kh_backend_v1, 392);
+	/* 1.7 */
+	OFF(q4kh_backend_v1, moe_route, 392);
+	OFF(q4kh_backend_v1, mul_mat_id, 400);
+	SIZE(q4kh_backend_v1, 408);
 }
 
 /*
@@ -310,8 +316,11 @@ Test(abi, optional_entries_beyond_a_tables_size_are_absent)
 	t.struct_size = 352; /* 1.4: no 1.5 entry */
 	cr_expect(Q4KH_BACKEND_HAS(&t, rope_store));
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, norm_add_rms_norm));
+	t.struct_size = 392; /* 1.6: no 1.7 entry */
+	cr_expect_not(Q4KH_BACKEND_HAS(&t, moe_route));
 	t.struct_size = sizeof(t);
 	cr_expect(Q4KH_BACKEND_HAS(&t, norm_add_rms_norm));
+	cr_expect(Q4KH_BACKEND_HAS(&t, mul_mat_id));
 	t.rope_set_rows = NULL;
 	cr_expect_not(Q4KH_BACKEND_HAS(&t, rope_set_rows));
 	t.rope_store = NULL;

@@ -1,7 +1,8 @@
 /*
- * The llama, qwen2 and qwen3 (issue 3) and qwen35 (issue 14: the hybrid of
+ * The llama, qwen2 and qwen3 (issue 3), qwen35 (issue 14: the hybrid of
  * gated attention and gated delta-net layers, its decode steps through the
- * recurrent states) forward passes against llama.cpp on the tiny
+ * recurrent states) and qwen3moe (issue 31: a mixture of experts in every
+ * layer) forward passes against llama.cpp on the tiny
  * random-weight models of scripts/gen-tiny-models.py (two of them with
  * RoPE scaling: frequency factors, YaRN), through the fixtures recorded by
  * scripts/gen-arch-fixtures.py:
@@ -22,7 +23,8 @@
  * scripts/oracle-f64.py (every tiny model and the default model's two) at
  * the bound arch_oracle.h derives from their arithmetic; and F2 (q4khost
  * validate, fresh) passes both against the reference on every fixture and
- * on the default model. The per-case checks are tests/arch_oracle.c's,
+ * on the default model, and rejects a backend whose router picks the
+ * wrong expert for some tokens. The per-case checks are tests/arch_oracle.c's,
  * which tests/test_cuda_archs.c runs on the cuda backend.
  */
 #include <criterion/criterion.h>
@@ -69,6 +71,7 @@ Test(archs, llama_matches_llama_cpp, .timeout = 300) { check_model("llama", "lla
 Test(archs, qwen2_matches_llama_cpp, .timeout = 300) { check_model("qwen2", "qwen2"); }
 Test(archs, qwen3_matches_llama_cpp, .timeout = 300) { check_model("qwen3", "qwen3"); }
 Test(archs, qwen35_matches_llama_cpp, .timeout = 300) { check_model("qwen35", "qwen35"); }
+Test(archs, qwen3moe_matches_llama_cpp, .timeout = 300) { check_model("qwen3moe", "qwen3moe"); }
 /* RoPE scaling: Llama 3.1's frequency factors, and YaRN. */
 Test(archs, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 {
@@ -83,6 +86,10 @@ Test(archs_cpu_fast, llama_matches_llama_cpp, .timeout = 300) { check_fast("llam
 Test(archs_cpu_fast, qwen2_matches_llama_cpp, .timeout = 300) { check_fast("qwen2", "qwen2"); }
 Test(archs_cpu_fast, qwen3_matches_llama_cpp, .timeout = 300) { check_fast("qwen3", "qwen3"); }
 Test(archs_cpu_fast, qwen35_matches_llama_cpp, .timeout = 300) { check_fast("qwen35", "qwen35"); }
+Test(archs_cpu_fast, qwen3moe_matches_llama_cpp, .timeout = 300)
+{
+	check_fast("qwen3moe", "qwen3moe");
+}
 Test(archs_cpu_fast, llama_rope_freqs_match_llama_cpp, .timeout = 300)
 {
 	check_fast("llama-ropefreqs", "llama");
@@ -229,7 +236,7 @@ static void check_entry(const char *model_path, const char *variant)
 Test(archs_cpu_fast, graph_entry_matches_the_interpreter_bit_for_bit, .timeout = 600)
 {
 	static const char *const names[] = { "llama", "llama-ropefreqs", "qwen2", "qwen2-yarn",
-		                             "qwen3", "qwen35" };
+		                             "qwen3", "qwen35", "qwen3moe" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char file[64], *p;
@@ -305,7 +312,7 @@ static void f2_passes(const char *model)
 Test(archs_cpu_fast, f2_passes_on_every_fixture, .timeout = 600)
 {
 	static const char *const names[] = { "llama", "qwen2", "qwen3", "qwen35",
-		                             "llama-ropefreqs", "qwen2-yarn" };
+		                             "llama-ropefreqs", "qwen2-yarn", "qwen3moe" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char *model = NULL;
@@ -316,6 +323,32 @@ Test(archs_cpu_fast, f2_passes_on_every_fixture, .timeout = 600)
 		f2_passes(model);
 		free(model);
 	}
+}
+
+/*
+ * F2 through the expert path: replay-route (tests/plugins/replay.c), a
+ * backend of kind cpu tried before the reference, sends every fourth
+ * token of a step, from the second on, to the wrong expert. On the tiny
+ * qwen3moe model F2 rejects it at the first token it misroutes, prompt
+ * position 1, and run serves with the reference.
+ */
+Test(archs, f2_rejects_a_router_that_picks_the_wrong_expert, .timeout = 300)
+{
+	static const char *const names[] = { "replay_route", NULL };
+	char *model = fixture("tiny-qwen3moe.gguf"), args[8192], *out;
+	static const char *const want[] = {
+		"q4khost: backend cpu ",
+		"q4khost: F2 rejected first: replay-route/built-in: F2 broken: position 1 (prefill): ",
+		"[fresh: no receipt]",
+	};
+
+	snprintf(args, sizeof(args), "run -n 1 -p 'The capital of France is' -m %s --plugin-path %s",
+	         model, test_plugin_dir(names));
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s: %s", args, out);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cr_expect(strstr(out, want[i]) != NULL, "%s: no '%s' in: %s", args, want[i], out);
+	free(out);
+	free(model);
 }
 
 Test(archs_cpu_fast, f2_passes_on_the_default_model, .timeout = 900)
@@ -385,6 +418,7 @@ Test(cli, run_llama) { check_cli("llama", 0); }
 Test(cli, run_qwen2) { check_cli("qwen2", 0); }
 Test(cli, run_qwen3) { check_cli("qwen3", 0); }
 Test(cli, run_qwen35) { check_cli("qwen35", 0); }
+Test(cli, run_qwen3moe) { check_cli("qwen3moe", 0); }
 /* --batch: the same text when the prompt goes through in chunks of 3 */
 Test(cli, run_llama_in_chunks) { check_cli("llama", 3); }
 Test(cli, run_qwen35_in_chunks) { check_cli("qwen35", 3); }

@@ -6,7 +6,8 @@
  * the command exits 1; with no backend but the reference it exits 4.
  * Whole steps (ABI 1.6): cpu-fast's graph entry agrees with the reference
  * and with its own nodes; a backend whose graph_compute drops a node
- * fails those cases, and only those.
+ * fails those cases, and only those; one whose router misroutes tokens
+ * fails moe_route's expert ids (ABI 1.7), and only those.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -71,6 +72,30 @@ Test(conformance, the_reference_behind_a_recorder_passes_every_case, .timeout = 
 		                 str(c, "op"), str(c, "case"), str(c, "message"));
 	cr_expect_geq(json_array_size(cases_of(j)), 80);
 	cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 0);
+	json_decref(j);
+}
+
+/* replay-route misroutes tokens 1, 5, ... of each moe_route call: the
+ * expert ids of both moe_route cases fail (their weights, the
+ * probabilities in order, stay right), and nothing else. */
+Test(conformance, a_misrouting_router_fails_the_expert_ids_and_only_those, .timeout = 300)
+{
+	static const char *const names[] = { "replay_route", NULL };
+	json_t *j, *c;
+	size_t i;
+	int rc, failed = 0;
+
+	j = conformance(test_plugin_dir(names), "--backend replay-route", &rc);
+	cr_expect_eq(rc, 1, "a failed case makes the exit code 1");
+	json_array_foreach(cases_of(j), i, c) {
+		const char *op = str(c, "op"), *what = str(c, "case");
+		int ids = !strcmp(op, "moe_route") && strstr(what, "expert ids");
+
+		cr_expect_str_eq(str(c, "result"), ids ? "FAIL" : skipped_entry(c) ? "skip" : "pass",
+		                 "%s %s: %s", op, what, str(c, "message"));
+		failed += ids;
+	}
+	cr_expect_eq(failed, 2);
 	json_decref(j);
 }
 

@@ -1,7 +1,9 @@
 /*
  * The reference cpu plugin's get_rows and mul_mat over every weight type it
  * supports, against float64 from the exact values of blocks packed from
- * chosen codes (ggml's layouts). Shared set-up: tests/cpu_ops_helpers.h.
+ * chosen codes (ggml's layouts), and its mixture-of-experts ops (moe_route,
+ * mul_mat_id) against their definitions. Shared set-up:
+ * tests/cpu_ops_helpers.h.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -144,5 +146,198 @@ Test(cpu_ops, mul_mat_column_independent_of_batch)
 	drop(e, &x1);
 	drop(e, &y7);
 	drop(e, &y1);
+	env_close(e);
+}
+
+/* --- the mixture-of-experts ops (ABI 1.7) -------------------------------- */
+
+/* moe_route of one column in double, from plugin.h's definition. */
+static void route_ref(const float *l, int e, int k, int norm, int32_t *ids, double *w)
+{
+	double p[16], max = l[0], sum = 0.0, chosen = 0.0;
+	int taken[16] = { 0 };
+
+	for (int i = 1; i < e; i++)
+		max = fmax(max, l[i]);
+	for (int i = 0; i < e; i++)
+		sum += p[i] = exp((double)l[i] - max);
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+
+		for (int i = 0; i < e; i++)
+			if (!taken[i] && (best < 0 || p[i] > p[best]))
+				best = i;
+		taken[best] = 1;
+		ids[j] = best;
+		w[j] = p[best] / sum;
+		chosen += w[j];
+	}
+	for (int j = 0; norm && j < k; j++)
+		w[j] /= fmax(chosen, ldexp(1.0, -14));
+}
+
+/* Random logits with ties (columns 1 and 3: equal values where the
+ * choice is made), norm on and off; weights within one rounding. */
+Test(cpu_ops, moe_route_matches_its_definition)
+{
+	enum { E = 8, K = 3, T = 5 };
+	/* column 3: two equal largest, then a tie at the edge of the three */
+	static const float col3[E] = { 1.5f, 0.99f, 0.2f, -0.3f, 0.99f, 0.1f, -1.0f, 1.5f };
+	struct env *e = env_open("2");
+	float *l;
+
+	rng_state = 21;
+	l = random_floats(E * T);
+	l[1 * E + 2] = l[1 * E + 6] = 2.0f; /* first and second, tied */
+	memcpy(l + 3 * E, col3, sizeof(col3));
+	for (int norm = 0; norm < 2; norm++) {
+		struct q4kh_tensor lt = f32_tensor(e, E, T, 1, l);
+		struct q4kh_tensor ids = make_tensor(e, Q4KH_TYPE_I32, K, T, 1, NULL, 8);
+		struct q4kh_tensor w = make_tensor(e, Q4KH_TYPE_F32, K, T, 1, NULL, 4);
+		int32_t got_ids[K * T + 2];
+		float *got_w;
+
+		cr_assert_eq(e->b->moe_route(e->dev, &lt, norm, &ids, &w), Q4KH_OK, "%s",
+		             e->b->last_error(e->ctx));
+		got_w = fetch(e, &w);
+		for (int t = 0; t < T; t++) {
+			int32_t want_ids[K];
+			double want_w[K];
+
+			cr_assert_eq(e->b->buffer_download(e->dev, ids.buffer, (uint64_t)(t * ids.nb[1]),
+			                                   got_ids + t * K, sizeof(int32_t) * K),
+			             Q4KH_OK);
+			route_ref(l + t * E, E, K, norm, want_ids, want_w);
+			for (int j = 0; j < K; j++) {
+				cr_expect_eq(got_ids[t * K + j], want_ids[j],
+				             "norm %d column %d slot %d: expert %d, expected %d", norm, t,
+				             j, got_ids[t * K + j], want_ids[j]);
+				cr_expect(fabs(got_w[t * K + j] - want_w[j]) <= 0x1p-24 * want_w[j],
+				          "norm %d column %d slot %d: weight %.9g, expected %.9g", norm,
+				          t, j, (double)got_w[t * K + j], want_w[j]);
+			}
+		}
+		/* the tie at the edge goes to the lower index, expert 1 */
+		cr_expect_eq(got_ids[3 * K + 2], 1);
+		free(got_w);
+		drop(e, &lt);
+		drop(e, &ids);
+		drop(e, &w);
+	}
+	free(l);
+	env_close(e);
+}
+
+/* A stack {K, N, E} of TYPE over one weight {K, N E}: its exact values too. */
+static struct q4kh_tensor make_stack(struct env *e, uint32_t type, int64_t k, int64_t n,
+                                     int64_t experts, double **exact)
+{
+	struct q4kh_tensor w = make_weight(e, type, k, n * experts, exact);
+
+	w.ne[1] = n;
+	w.ne[2] = experts;
+	w.nb[2] = w.nb[1] * n;
+	w.nb[3] = w.nb[2] * experts;
+	return w;
+}
+
+/*
+ * Each slot's product is the chosen expert's, in float64 from the exact
+ * weights, and bit for bit mul_mat's of that expert and column; with one
+ * input per token (X = 1, gate and up) and one per slot (X = k, down).
+ */
+Test(cpu_ops, mul_mat_id_is_each_experts_mul_mat)
+{
+	enum { KD = 512, N = 19, E = 4, S = 2, T = 5 };
+	static const int32_t route[S * T] = { 2, 0, 3, 2, 1, 1, 0, 3, 2, 1 };
+	struct env *e = env_open("3");
+	double *exact;
+	struct q4kh_tensor w, ids;
+
+	rng_state = 22;
+	w = make_stack(e, Q4KH_TYPE_Q4_K, KD, N, E, &exact);
+	ids = make_tensor(e, Q4KH_TYPE_I32, S, T, 1, route, 0);
+	for (int x_slots = 1; x_slots <= S; x_slots++) {
+		float *xv = random_floats((size_t)(KD * x_slots * T)), *got;
+		struct q4kh_tensor x = make_tensor(e, Q4KH_TYPE_F32, KD, x_slots, T, xv, 64);
+		struct q4kh_tensor y = make_tensor(e, Q4KH_TYPE_F32, N, S, T, NULL, 32);
+
+		cr_assert_eq(e->b->mul_mat_id(e->dev, &w, &x, &ids, &y), Q4KH_OK, "%s",
+		             e->b->last_error(e->ctx));
+		got = fetch(e, &y);
+		for (int t = 0; t < T; t++)
+			for (int j = 0; j < S; j++) {
+				const int32_t ex = route[t * S + j];
+				const float *xc = xv + (t * x_slots + j % x_slots) * KD;
+				struct q4kh_tensor we = w, xs = f32_tensor(e, KD, 1, 1, xc);
+				struct q4kh_tensor ys = f32_tensor(e, N, 1, 1, NULL);
+				float *one;
+
+				we.offset += (uint64_t)(ex * w.nb[2]);
+				we.ne[2] = 1;
+				cr_assert_eq(e->b->mul_mat(e->dev, &we, &xs, &ys), Q4KH_OK);
+				one = fetch(e, &ys);
+				for (int r = 0; r < N; r++) {
+					double s = 0, m = 0;
+
+					for (int i = 0; i < KD; i++) {
+						s += exact[((int64_t)ex * N + r) * KD + i] * xc[i];
+						m += fabs(exact[((int64_t)ex * N + r) * KD + i] * xc[i]);
+					}
+					cr_expect(fabs(got[(t * S + j) * N + r] - s) <= 1e-6 * m,
+					          "X=%d token %d slot %d row %d: %.9g, expected %.9g",
+					          x_slots, t, j, r, (double)got[(t * S + j) * N + r], s);
+				}
+				cr_expect_arr_eq(one, got + (t * S + j) * N, N * sizeof(float),
+				                 "X=%d token %d slot %d: not mul_mat's bits", x_slots, t, j);
+				free(one);
+				drop(e, &xs);
+				drop(e, &ys);
+			}
+		free(got);
+		free(xv);
+		drop(e, &x);
+		drop(e, &y);
+	}
+	free(exact);
+	drop(e, &w);
+	drop(e, &ids);
+	env_close(e);
+}
+
+Test(cpu_ops, moe_ops_refuse_bad_ids_and_shapes)
+{
+	static const int32_t bad[4] = { 0, 1, 1, 4 };
+	struct env *e = env_open("1");
+	double *exact;
+	struct q4kh_tensor w, ids, x, y, x3, lt, w2;
+
+	rng_state = 23;
+	w = make_stack(e, Q4KH_TYPE_Q8_0, 64, 3, 4, &exact);
+	ids = make_tensor(e, Q4KH_TYPE_I32, 2, 2, 1, bad, 0);
+	x = f32_tensor(e, 64, 1, 2, NULL);
+	x3 = f32_tensor(e, 64, 3, 2, NULL);
+	y = f32_tensor(e, 3, 2, 2, NULL);
+	lt = f32_tensor(e, 4, 2, 1, NULL);
+	w2 = f32_tensor(e, 5, 2, 1, NULL);
+	expect_status(e, e->b->mul_mat_id(e->dev, &w, &x, &ids, &y),
+	              "mul_mat_id ids[1, 1] = 4, expected 0 .. 3");
+	expect_status(e, e->b->mul_mat_id(e->dev, &w, &x3, &ids, &y),
+	              "mul_mat_id x: ne[1] = 3, expected 1 or the 2 slots of ids");
+	expect_status(e, e->b->moe_route(e->dev, &lt, 2, &ids, &y),
+	              "moe_route weights: shape {3, 2, 2, 1}, expected {2, 2, 1, 1}");
+	expect_status(e, e->b->moe_route(e->dev, &lt, 2, &ids, &lt),
+	              "moe_route weights: shape {4, 2, 1, 1}, expected {2, 2, 1, 1}");
+	w2.ne[0] = 2;
+	expect_status(e, e->b->moe_route(e->dev, &lt, 2, &ids, &w2), "moe_route: norm 2");
+	free(exact);
+	drop(e, &w);
+	drop(e, &ids);
+	drop(e, &x);
+	drop(e, &x3);
+	drop(e, &y);
+	drop(e, &lt);
+	w2.ne[0] = 5;
+	drop(e, &w2);
 	env_close(e);
 }

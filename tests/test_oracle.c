@@ -269,3 +269,4 @@ Test(oracle, qwen2) { check_tiny("qwen2"); }
 Test(oracle, qwen2_yarn) { check_tiny("qwen2-yarn"); }
 Test(oracle, qwen3) { check_tiny("qwen3"); }
 Test(oracle, qwen35) { check_tiny("qwen35"); }
+Test(oracle, qwen3moe) { check_tiny("qwen3moe"); }

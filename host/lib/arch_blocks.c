@@ -176,6 +176,45 @@ int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
 	return q4kh_block_project(g, &l->w_down, NULL, gate, "ffn_down", il);
 }
 
+int32_t q4kh_block_moe(struct q4kh_graph *g, const struct q4kh_model *m, uint32_t il,
+                       int32_t h)
+{
+	const struct q4kh_layer *l = &m->layers[il];
+	const int64_t e = m->hp.n_embd, f = m->hp.n_ff_exp, k = m->hp.n_expert_used;
+	const int64_t T = g->n_tokens, slot = e * (int64_t)sizeof(float);
+	int32_t logits = q4kh_block_project(g, &l->ffn_gate_inp, NULL, h, "ffn_gate_inp", il);
+	int32_t ids = q4kh_graph_ids_act(g, k, T, "blk.%u.ffn_moe_topk", il);
+	int32_t weights = q4kh_graph_act(g, k, T, 1, "blk.%u.ffn_moe_weights", il);
+	int32_t x = q4kh_graph_reshape(g, h, e, 1, T);
+	int32_t gate = q4kh_graph_act(g, f, k, T, "blk.%u.ffn_moe_gate", il);
+	int32_t up = q4kh_graph_act(g, f, k, T, "blk.%u.ffn_moe_up", il);
+	int32_t down = q4kh_graph_act(g, e, k, T, "blk.%u.ffn_moe_down", il);
+	int32_t out = q4kh_graph_act(g, e, T, 1, "blk.%u.ffn_moe_out", il);
+
+	q4kh_graph_moe_route(g, logits, 1, ids, weights);
+	q4kh_graph_mul_mat_id(g, q4kh_graph_weight(g, &l->ffn_gate_exps, "blk.%u.ffn_gate_exps", il),
+	                      x, ids, gate);
+	q4kh_graph_mul_mat_id(g, q4kh_graph_weight(g, &l->ffn_up_exps, "blk.%u.ffn_up_exps", il),
+	                      x, ids, up);
+	q4kh_graph_glu(g, Q4KH_GLU_SILU, gate, up, gate);
+	q4kh_graph_mul_mat_id(g, q4kh_graph_weight(g, &l->ffn_down_exps, "blk.%u.ffn_down_exps", il),
+	                      gate, ids, down);
+	q4kh_graph_mul(g, down, q4kh_graph_reshape(g, weights, 1, k, T), down);
+	/* slot j of every token: {n_embd, T}, tokens k slots apart */
+	if (k == 1)
+		return q4kh_graph_copy(g, q4kh_graph_view(g, down, e, T, 1, slot * k, slot * k * T, 0),
+		                       out);
+	q4kh_graph_add(g, q4kh_graph_view(g, down, e, T, 1, slot * k, slot * k * T, 0),
+	               q4kh_graph_view(g, down, e, T, 1, slot * k, slot * k * T, (uint64_t)slot),
+	               out);
+	for (int64_t j = 2; j < k; j++)
+		q4kh_graph_add(g, out,
+		               q4kh_graph_view(g, down, e, T, 1, slot * k, slot * k * T,
+		                               (uint64_t)(slot * j)),
+		               out);
+	return out;
+}
+
 void q4kh_block_logits(struct q4kh_graph *g, const struct q4kh_model *m,
                        int32_t x)
 {

@@ -51,6 +51,18 @@ int32_t q4kh_block_project(struct q4kh_graph *g, const struct q4kh_weight *w,
 int32_t q4kh_block_ffn(struct q4kh_graph *g, const struct q4kh_model *m,
                        uint32_t il, int32_t h, q4kh_glu_kind act);
 
+/*
+ * The mixture of experts of layer IL over h {n_embd, T}, as llama.cpp's
+ * build_moe_ffn with softmax gating and normalised weights (Qwen3-MoE):
+ * the router's logits ffn_gate_inp h {n_expert, T}; moe_route's top
+ * n_expert_used experts and their weights; each chosen expert's
+ * Wdown (silu(Wgate h) * (Wup h)) through mul_mat_id; each times its
+ * weight; the slots summed in order (slot 0 + slot 1, then + slot 2 ...).
+ * Returns {n_embd, T}.
+ */
+int32_t q4kh_block_moe(struct q4kh_graph *g, const struct q4kh_model *m, uint32_t il,
+                       int32_t h);
+
 /* out = rmsnorm(x) w, into a new activation named NAME. */
 int32_t q4kh_block_norm(struct q4kh_graph *g, const struct q4kh_model *m,
                         int32_t x, const struct q4kh_weight *w,

@@ -98,6 +98,44 @@ int q4kh_llama_rope(struct q4kh_model *m, int rope_freqs, struct q4kh_error *err
 	return 0;
 }
 
+/*
+ * A mixture of experts' sizes as llama.cpp 0.3.36 reads them
+ * (llama-model.cpp, qwen3moe.cpp): expert_count and expert_used_count,
+ * 1 <= used <= count; expert_feed_forward_length, else n_ff / used.
+ */
+static int expert_hparams(struct q4kh_model *m, struct q4kh_error *err)
+{
+	struct q4kh_hparams *hp = &m->hp;
+
+	if (q4kh_model_u32(m, "%s.expert_count", &hp->n_expert, 1, err) ||
+	    q4kh_model_u32(m, "%s.expert_used_count", &hp->n_expert_used, 1, err) ||
+	    q4kh_model_u32(m, "%s.expert_feed_forward_length", &hp->n_ff_exp, 0, err))
+		return -1;
+	if (hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert ||
+	    hp->n_expert > Q4KH_MAX_EXPERTS)
+		return q4kh_fail(err, "%s: %s.expert_count %u, expert_used_count %u: expected 1 <= used <= count <= %d",
+		                 m->gguf->path, m->arch->name, hp->n_expert, hp->n_expert_used,
+		                 Q4KH_MAX_EXPERTS);
+	if (hp->n_ff_exp == 0)
+		hp->n_ff_exp = hp->n_ff / hp->n_expert_used;
+	return 0;
+}
+
+/* Layer IL's router and its experts' three stacks. */
+static int bind_experts(struct q4kh_model *m, uint32_t il, struct q4kh_error *err)
+{
+	const struct q4kh_hparams *hp = &m->hp;
+	struct q4kh_layer *l = &m->layers[il];
+	const int64_t e = hp->n_embd, f = hp->n_ff_exp, n = hp->n_expert;
+
+	return q4kh_model_bind(m, &l->ffn_gate_inp, 1, e, n, err, "blk.%u.ffn_gate_inp.weight", il) ||
+	       q4kh_model_bind3(m, &l->ffn_gate_exps, e, f, n, err, "blk.%u.ffn_gate_exps.weight", il) ||
+	       q4kh_model_bind3(m, &l->ffn_up_exps, e, f, n, err, "blk.%u.ffn_up_exps.weight", il) ||
+	       q4kh_model_bind3(m, &l->ffn_down_exps, f, e, n, err, "blk.%u.ffn_down_exps.weight", il)
+	               ? -1
+	               : 0;
+}
+
 static int bind_layer(struct q4kh_model *m, const struct q4kh_llama_family *f,
                       uint32_t il, struct q4kh_error *err)
 {
@@ -114,10 +152,12 @@ static int bind_layer(struct q4kh_model *m, const struct q4kh_llama_family *f,
 	    q4kh_model_bind(m, &l->bk, f->qkv_bias, kvd, 1, err, "blk.%u.attn_k.bias", il) ||
 	    q4kh_model_bind(m, &l->bv, f->qkv_bias, kvd, 1, err, "blk.%u.attn_v.bias", il) ||
 	    q4kh_model_bind(m, &l->wo, 1, qd, e, err, "blk.%u.attn_output.weight", il) ||
-	    q4kh_model_bind(m, &l->ffn_norm, 1, e, 1, err, "blk.%u.ffn_norm.weight", il) ||
-	    q4kh_model_bind(m, &l->w_gate, 1, e, hp->n_ff, err, "blk.%u.ffn_gate.weight", il) ||
-	    q4kh_model_bind(m, &l->w_up, 1, e, hp->n_ff, err, "blk.%u.ffn_up.weight", il) ||
-	    q4kh_model_bind(m, &l->w_down, 1, hp->n_ff, e, err, "blk.%u.ffn_down.weight", il))
+	    q4kh_model_bind(m, &l->ffn_norm, 1, e, 1, err, "blk.%u.ffn_norm.weight", il))
+		return -1;
+	if (f->moe ? bind_experts(m, il, err)
+	           : (q4kh_model_bind(m, &l->w_gate, 1, e, hp->n_ff, err, "blk.%u.ffn_gate.weight", il) ||
+	              q4kh_model_bind(m, &l->w_up, 1, e, hp->n_ff, err, "blk.%u.ffn_up.weight", il) ||
+	              q4kh_model_bind(m, &l->w_down, 1, hp->n_ff, e, err, "blk.%u.ffn_down.weight", il)))
 		return -1;
 	if (f->qk_norm &&
 	    (q4kh_model_bind(m, &l->q_norm, 1, hd, 1, err, "blk.%u.attn_q_norm.weight", il) ||
@@ -138,7 +178,7 @@ int q4kh_llama_load(struct q4kh_model *m, struct q4kh_error *err)
 	struct q4kh_hparams *hp = &m->hp;
 
 	if (q4kh_model_attn_hparams(m, err) || q4kh_llama_rope(m, f->rope_freqs, err) ||
-	    q4kh_model_bind_io(m, err))
+	    (f->moe && expert_hparams(m, err)) || q4kh_model_bind_io(m, err))
 		return -1;
 	hp->rope_mode = f->rope_mode;
 	hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -155,6 +195,7 @@ int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                      struct q4kh_error *err)
 {
 	const struct q4kh_model *m = seq->m;
+	const struct q4kh_llama_family *f = m->arch->data;
 	const struct q4kh_attn_opts opts = { .window = 0 };
 	int32_t x = q4kh_block_embed(g, m);
 
@@ -165,7 +206,10 @@ int q4kh_llama_build(struct q4kh_graph *g, const struct q4kh_seqs *seq,
 
 		q4kh_graph_add(g, x, q4kh_block_attention(g, seq, il, h, &opts), x);
 		h = q4kh_block_norm(g, m, x, &l->ffn_norm, "ffn_norm", il);
-		q4kh_graph_add(g, x, q4kh_block_ffn(g, m, il, h, Q4KH_GLU_SILU), x);
+		q4kh_graph_add(g, x,
+		               f->moe ? q4kh_block_moe(g, m, il, h)
+		                      : q4kh_block_ffn(g, m, il, h, Q4KH_GLU_SILU),
+		               x);
 	}
 	q4kh_block_logits(g, m, x);
 	return 0;

@@ -15,12 +15,15 @@ struct q4kh_llama_family {
 	int qkv_bias;             /* blk.N.attn_{q,k,v}.bias required (else optional) */
 	int qk_norm;              /* blk.N.attn_{q,k}_norm: per-head RMSNorm before RoPE */
 	int rope_freqs;           /* rope_freqs.weight (frequency factors) is read */
+	int moe;                  /* a mixture of experts replaces every layer's
+	                             feed-forward block (q4kh_block_moe) */
 };
 
 /*
  * Read the hyper-parameters (q4kh_model_attn_hparams, plus
  * RoPE: rope.freq_base (default 10000), rope.scaling none, linear or
- * yarn, and rope_freqs.weight where the family reads it) and bind every
+ * yarn, and rope_freqs.weight where the family reads it; with moe,
+ * expert_count, expert_used_count and expert_feed_forward_length) and bind every
  * weight of m->arch's family members. -1 with err naming the key or
  * tensor and what was found (another RoPE scaling, for one, is refused
  * rather than computed wrongly).

@@ -482,10 +482,16 @@ static void case_attention(struct run *R, uint32_t cache, int32_t window, float 
 
 /* --- ABI 1.2: per-step values in device memory --- */
 
-static int has_ext(struct run *R, struct q4kh_conf_result *res, int has_ref, int has_cand)
+/* Both sides have the optional entry of ABI 1.MINOR; else the case is
+ * skipped, saying which side lacks it. */
+static int has_ext(struct run *R, struct q4kh_conf_result *res, int minor, int has_ref,
+                   int has_cand)
 {
 	if (!has_cand) {
-		skip(R, res, "no such entry (ABI 1.2)");
+		char why[32];
+
+		snprintf(why, sizeof(why), "no such entry (ABI 1.%d)", minor);
+		skip(R, res, why);
 		return 0;
 	}
 	if (!has_ref) {
@@ -501,7 +507,7 @@ static void case_get_rows_ext(struct run *R)
 	struct q4kh_conf_result res = begin("get_rows_ext", LIMIT_F32, "Q4_K {256, 19}, 4 ids");
 	struct pair t, i, o;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, get_rows_ext),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, get_rows_ext),
 	             Q4KH_BACKEND_HAS(R->cand->v, get_rows_ext)))
 		return;
 	if (!both_support(R, Q4KH_TYPE_Q4_K))
@@ -528,7 +534,7 @@ static void case_rope_ext(struct run *R, int scaled)
 	double ff[32];
 	struct pair x, ps, f, o;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, rope_ext),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, rope_ext),
 	             Q4KH_BACKEND_HAS(R->cand->v, rope_ext)))
 		return;
 	for (int i = 0; i < 32; i++)
@@ -565,7 +571,7 @@ static void case_set_rows(struct run *R)
 	struct q4kh_conf_result res = begin("set_rows", LIMIT_F32, "{64, 2, 3} into F16 {64, 2, 8}");
 	struct pair s, r, d;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, set_rows),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, set_rows),
 	             Q4KH_BACKEND_HAS(R->cand->v, set_rows)))
 		return;
 	/* the rows not written stay NaN on both sides */
@@ -590,7 +596,7 @@ static void case_attention_ext(struct run *R, int32_t window)
 	                                    window);
 	struct pair q, k, v, ps, o;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, attention_ext),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, attention_ext),
 	             Q4KH_BACKEND_HAS(R->cand->v, attention_ext)))
 		return;
 	if (make(R, &q, Q4KH_TYPE_F32, 64, 4, 4, 0, NULL, 0) ||
@@ -619,7 +625,7 @@ static void case_unary(struct run *R, q4kh_unary_kind kind)
 	double xv[70 * 6];
 	struct pair x;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, unary),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, unary),
 	             Q4KH_BACKEND_HAS(R->cand->v, unary)))
 		return;
 	for (int i = 0; i < 70 * 6; i++)
@@ -649,7 +655,7 @@ static void case_ssm_conv(struct run *R)
 	struct q4kh_conf_result res = begin("ssm_conv", LIMIT_F32, "x {24, 5}, 4 taps");
 	struct pair x, w, st, o;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, ssm_conv),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, ssm_conv),
 	             Q4KH_BACKEND_HAS(R->cand->v, ssm_conv)))
 		return;
 	if (make(R, &x, Q4KH_TYPE_F32, 24, 5, 1, 8, NULL, 0) ||
@@ -673,7 +679,7 @@ static void case_delta_net(struct run *R)
 	double gv[4 * 3], bv[4 * 3];
 	struct pair q, k, v, g, b, st, o;
 
-	if (!has_ext(R, &res, Q4KH_BACKEND_HAS(R->ref->v, delta_net),
+	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, delta_net),
 	             Q4KH_BACKEND_HAS(R->cand->v, delta_net)))
 		return;
 	for (int i = 0; i < 12; i++) {
@@ -701,6 +707,66 @@ static void case_delta_net(struct run *R)
 	drop(R, &b);
 	drop(R, &st);
 	drop(R, &o);
+}
+
+/* --- ABI 1.7: mixture of experts --- */
+
+/*
+ * moe_route over 8 experts, 3 chosen for each of 5 tokens: the weights
+ * within f32 rounding, the expert ids exactly (limit 0).
+ */
+static void case_moe_route(struct run *R, int32_t norm)
+{
+	const char *what = norm ? "8 experts, 3 a token, 5 tokens, normalised"
+	                        : "8 experts, 3 a token, 5 tokens, probabilities";
+	struct q4kh_conf_result res = begin("moe_route", LIMIT_F32, "%s: weights", what);
+	struct pair l, ids, w;
+	q4kh_status rs, cs;
+
+	if (!has_ext(R, &res, 7, Q4KH_BACKEND_HAS(R->ref->v, moe_route),
+	             Q4KH_BACKEND_HAS(R->cand->v, moe_route)))
+		return;
+	if (make(R, &l, Q4KH_TYPE_F32, 8, 5, 1, 8, NULL, 0) ||
+	    make(R, &ids, Q4KH_TYPE_I32, 3, 5, 1, 4, NULL, 1) ||
+	    make(R, &w, Q4KH_TYPE_F32, 3, 5, 1, 0, NULL, 1))
+		return;
+	rs = R->ref->v->moe_route(R->ref->dev, &l.r, norm, &ids.r, &w.r);
+	cs = R->cand->v->moe_route(R->cand->dev, &l.c, norm, &ids.c, &w.c);
+	judge(R, &res, rs, cs, &w);
+	res = begin("moe_route", 0.0, "%s: expert ids", what);
+	judge(R, &res, rs, cs, &ids);
+	drop(R, &l);
+	drop(R, &ids);
+	drop(R, &w);
+}
+
+/* mul_mat_id of TYPE: 4 experts {256, 19}, 2 of them for each of 3
+ * tokens, one input a token (X = 1) or one a slot (X = 2). */
+static void case_mul_mat_id(struct run *R, uint32_t type, int64_t x_slots)
+{
+	static const double route[6] = { 3, 0, 1, 3, 2, 1 };
+	struct q4kh_conf_result res =
+		begin("mul_mat_id", q4kh_type_block_elems(type) > 1 ? LIMIT_QUANT : LIMIT_F32,
+		      "%s 4 x {256, 19}, 2 of them a token, %lld input(s) a token",
+		      q4kh_type_name(type), (long long)x_slots);
+	struct pair w, x, ids, y;
+
+	if (!has_ext(R, &res, 7, Q4KH_BACKEND_HAS(R->ref->v, mul_mat_id),
+	             Q4KH_BACKEND_HAS(R->cand->v, mul_mat_id)))
+		return;
+	if (!both_support(R, type))
+		return skip(R, &res, "type not supported");
+	if (make(R, &w, type, 256, 19, 4, 0, NULL, 0) ||
+	    make(R, &x, Q4KH_TYPE_F32, 256, x_slots, 3, 16, NULL, 0) ||
+	    make(R, &ids, Q4KH_TYPE_I32, 2, 3, 1, 0, route, 0) ||
+	    make(R, &y, Q4KH_TYPE_F32, 19, 2, 3, 12, NULL, 1))
+		return;
+	judge(R, &res, R->ref->v->mul_mat_id(R->ref->dev, &w.r, &x.r, &ids.r, &y.r),
+	      R->cand->v->mul_mat_id(R->cand->dev, &w.c, &x.c, &ids.c, &y.c), &y);
+	drop(R, &w);
+	drop(R, &x);
+	drop(R, &ids);
+	drop(R, &y);
 }
 
 /* --- ABI 1.6: whole steps through graph_prepare and graph_compute --- */
@@ -968,6 +1034,11 @@ int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backe
 		case_ssm_conv(&R);
 	if (!R.fatal)
 		case_delta_net(&R);
+	for (int32_t norm = 0; norm < 2 && !R.fatal; norm++)
+		case_moe_route(&R, norm);
+	for (size_t t = 0; t < sizeof(weight_types) / sizeof(weight_types[0]) && !R.fatal; t++)
+		for (int64_t xs = 1; xs <= 2 && !R.fatal; xs++)
+			case_mul_mat_id(&R, weight_types[t], xs);
 	if (!R.fatal)
 		cases_graph(&R);
 	return R.fatal ? -1 : R.failed;

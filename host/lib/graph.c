@@ -19,7 +19,8 @@ static const char *const op_names[Q4KH_OP_COUNT] = {
 	[Q4KH_OP_SET_ROWS] = "set_rows", [Q4KH_OP_ATTENTION] = "attention",
 	[Q4KH_OP_MUL] = "mul",           [Q4KH_OP_COPY] = "copy",
 	[Q4KH_OP_UNARY] = "unary",       [Q4KH_OP_SSM_CONV] = "ssm_conv",
-	[Q4KH_OP_DELTA_NET] = "delta_net",
+	[Q4KH_OP_DELTA_NET] = "delta_net", [Q4KH_OP_MOE_ROUTE] = "moe_route",
+	[Q4KH_OP_MUL_MAT_ID] = "mul_mat_id",
 };
 
 const char *q4kh_op_name(enum q4kh_op op)
@@ -163,18 +164,37 @@ int32_t q4kh_graph_weight(struct q4kh_graph *g, const struct q4kh_weight *w,
 	return i;
 }
 
-int32_t q4kh_graph_act(struct q4kh_graph *g, int64_t ne0, int64_t ne1,
-                       int64_t ne2, const char *name, ...)
+static int32_t add_act(struct q4kh_graph *g, uint32_t type, int64_t ne0, int64_t ne1,
+                       int64_t ne2, const char *name, va_list ap)
 {
-	struct q4kh_tensor t = q4kh_tensor_make(NULL, 0, Q4KH_TYPE_F32, ne0, ne1, ne2);
-	va_list ap;
-	int32_t i;
+	struct q4kh_tensor t = q4kh_tensor_make(NULL, 0, type, ne0, ne1, ne2);
 
 	if (ne0 < 1 || ne1 < 1 || ne2 < 1)
 		return refuse(g, "activation %s of %lld x %lld x %lld", name,
 		              (long long)ne0, (long long)ne1, (long long)ne2);
+	return add_value(g, Q4KH_VAL_ACT, &t, name, ap);
+}
+
+int32_t q4kh_graph_act(struct q4kh_graph *g, int64_t ne0, int64_t ne1,
+                       int64_t ne2, const char *name, ...)
+{
+	va_list ap;
+	int32_t i;
+
 	va_start(ap, name);
-	i = add_value(g, Q4KH_VAL_ACT, &t, name, ap);
+	i = add_act(g, Q4KH_TYPE_F32, ne0, ne1, ne2, name, ap);
+	va_end(ap);
+	return i;
+}
+
+int32_t q4kh_graph_ids_act(struct q4kh_graph *g, int64_t ne0, int64_t ne1,
+                           const char *name, ...)
+{
+	va_list ap;
+	int32_t i;
+
+	va_start(ap, name);
+	i = add_act(g, Q4KH_TYPE_I32, ne0, ne1, 1, name, ap);
 	va_end(ap);
 	return i;
 }

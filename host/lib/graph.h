@@ -10,7 +10,7 @@
  * Values are tensors of four kinds: fixed tensors that outlive the step
  * (weights, the KV cache), the step's inputs (token ids and positions,
  * I32 {T}, rewritten before every run), activations (f32, placed in the
- * session's scratch by the planner) and views (another value's bytes seen
+ * session's scratch by the planner; I32 for expert ids) and views (another value's bytes seen
  * with another shape). A node's output may be one of its inputs (x += a).
  *
  * A graph is used from one thread at a time.
@@ -28,7 +28,7 @@ struct q4kh_weight;
 
 /* The ops and value kinds are the ABI's (plugin.h, ABI 1.6): the graph a
  * backend's graph_prepare receives is this one, exported. */
-#define Q4KH_OP_COUNT (Q4KH_OP_DELTA_NET + 1)
+#define Q4KH_OP_COUNT (Q4KH_OP_MUL_MAT_ID + 1)
 
 #define Q4KH_GRAPH_NAME 40
 #define Q4KH_GRAPH_SRC Q4KH_STEP_SRC
@@ -106,6 +106,10 @@ int32_t q4kh_graph_weight(struct q4kh_graph *g, const struct q4kh_weight *w,
 int32_t q4kh_graph_act(struct q4kh_graph *g, int64_t ne0, int64_t ne1,
                        int64_t ne2, const char *name, ...)
 	__attribute__((format(printf, 5, 6)));
+/* A new I32 activation {ne0, ne1}: moe_route's expert ids. */
+int32_t q4kh_graph_ids_act(struct q4kh_graph *g, int64_t ne0, int64_t ne1,
+                           const char *name, ...)
+	__attribute__((format(printf, 4, 5)));
 /* Value V's bytes as a contiguous {ne0, ne1, ne2}; counts must match. */
 int32_t q4kh_graph_reshape(struct q4kh_graph *g, int32_t v, int64_t ne0,
                            int64_t ne1, int64_t ne2);
@@ -278,6 +282,27 @@ static inline int32_t q4kh_graph_delta_net(struct q4kh_graph *g, int32_t q,
 	const float f[2] = { scale, 0.0f };
 
 	return q4kh_graph_op(g, Q4KH_OP_DELTA_NET, out, src, NULL, f);
+}
+
+/*
+ * The router's choice (plugin.h, moe_route): ids I32 {k, T} (written) and
+ * the experts' weights into out F32 {k, T} from logits {E, T}; NORM 1
+ * divides the weights by their sum.
+ */
+static inline int32_t q4kh_graph_moe_route(struct q4kh_graph *g, int32_t logits,
+                                           int32_t norm, int32_t ids, int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_MOE_ROUTE, out, logits, ids, -1, -1, norm,
+	                       0, 0.0f, 0.0f);
+}
+
+/* out[:, j, t] = w[:, :, ids[j, t]] x[:, j % X, t] (plugin.h, mul_mat_id):
+ * w a value of q4kh_graph_weight {K, N, E}. */
+static inline int32_t q4kh_graph_mul_mat_id(struct q4kh_graph *g, int32_t w,
+                                            int32_t x, int32_t ids, int32_t out)
+{
+	return q4kh_graph_node(g, Q4KH_OP_MUL_MAT_ID, out, w, x, ids, -1, 0, 0,
+	                       0.0f, 0.0f);
 }
 
 /* 0, or -1 with err naming what the builders refused. */

@@ -62,6 +62,13 @@ const char *q4kh_graph_missing(const struct q4kh_graph *g,
 			if (!Q4KH_BACKEND_HAS(v, delta_net))
 				return "delta_net";
 			break;
+		case Q4KH_OP_MOE_ROUTE:
+		case Q4KH_OP_MUL_MAT_ID:
+			if (!Q4KH_BACKEND_HAS(v, moe_route))
+				return "moe_route";
+			if (!Q4KH_BACKEND_HAS(v, mul_mat_id))
+				return "mul_mat_id";
+			break;
 		default: /* the 1.0 entries, or a fallback to them */
 			break;
 		}

@@ -20,6 +20,7 @@ static const struct q4kh_arch *const archs[] = {
 	&q4kh_arch_qwen2,
 	&q4kh_arch_qwen3,
 	&q4kh_arch_qwen35,
+	&q4kh_arch_qwen3moe,
 };
 
 #define N_ARCHS (sizeof(archs) / sizeof(archs[0]))
@@ -87,17 +88,15 @@ fail:
 	return -1;
 }
 
-int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
-                    int64_t ne0, int64_t ne1, struct q4kh_error *err,
-                    const char *name_fmt, ...)
+/* q4kh_model_bind and q4kh_model_bind3: weight NAME_FMT of shape {ne0, ne1, ne2}. */
+static int bind_shape(struct q4kh_model *m, struct q4kh_weight *w, int required,
+                      const int64_t ne[3], struct q4kh_error *err, const char *name_fmt,
+                      va_list ap)
 {
-	char name[256];
-	va_list ap;
+	char name[256], want[64];
 	const struct q4kh_gguf_tensor *t;
 
-	va_start(ap, name_fmt);
 	vsnprintf(name, sizeof(name), name_fmt, ap);
-	va_end(ap);
 	t = q4kh_gguf_tensor(m->gguf, name);
 	if (!t) {
 		w->src = NULL;
@@ -105,19 +104,51 @@ int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
 		                            m->gguf->path, name)
 		                : 0;
 	}
-	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+	if (ne[2] == 1)
+		snprintf(want, sizeof(want), "{%lld, %lld}", (long long)ne[0], (long long)ne[1]);
+	else
+		snprintf(want, sizeof(want), "{%lld, %lld, %lld}", (long long)ne[0],
+		         (long long)ne[1], (long long)ne[2]);
+	if (t->ne[0] != ne[0] || t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != 1)
 		return q4kh_fail(err,
-		                 "%s: tensor %s has shape {%lld, %lld, %lld, %lld}, expected {%lld, %lld}",
+		                 "%s: tensor %s has shape {%lld, %lld, %lld, %lld}, expected %s",
 		                 m->gguf->path, name, (long long)t->ne[0],
 		                 (long long)t->ne[1], (long long)t->ne[2],
-		                 (long long)t->ne[3], (long long)ne0, (long long)ne1);
+		                 (long long)t->ne[3], want);
 	/* Norms and biases go to ops that take F32 alone (contract.h), as
 	 * llama.cpp's converters write every vector. */
-	if (t->type != Q4KH_TYPE_F32 && ne1 == 1 && ne0 > 1)
+	if (t->type != Q4KH_TYPE_F32 && ne[1] == 1 && ne[2] == 1 && ne[0] > 1)
 		return q4kh_fail(err, "%s: tensor %s is a vector of type %s, expected F32",
 		                 m->gguf->path, name, q4kh_type_name(t->type));
 	w->src = t;
 	return 0;
+}
+
+int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
+                    int64_t ne0, int64_t ne1, struct q4kh_error *err,
+                    const char *name_fmt, ...)
+{
+	const int64_t ne[3] = { ne0, ne1, 1 };
+	va_list ap;
+	int rc;
+
+	va_start(ap, name_fmt);
+	rc = bind_shape(m, w, required, ne, err, name_fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int q4kh_model_bind3(struct q4kh_model *m, struct q4kh_weight *w, int64_t ne0, int64_t ne1,
+                     int64_t ne2, struct q4kh_error *err, const char *name_fmt, ...)
+{
+	const int64_t ne[3] = { ne0, ne1, ne2 };
+	va_list ap;
+	int rc;
+
+	va_start(ap, name_fmt);
+	rc = bind_shape(m, w, 1, ne, err, name_fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 static void key_name(const struct q4kh_model *m, const char *fmt, char *buf,
@@ -226,7 +257,7 @@ int q4kh_model_bind_io(struct q4kh_model *m, struct q4kh_error *err)
 }
 
 /* The weights of a layer, as weight_list visits them. */
-#define LAYER_WEIGHTS 25
+#define LAYER_WEIGHTS 29
 
 /* Visit every bound weight (each once, though output may alias tok_embd). */
 static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
@@ -246,7 +277,8 @@ static size_t weight_list(struct q4kh_model *m, struct q4kh_weight **list)
 			&l->w_up, &l->w_down, &l->post_ffw_norm, &l->bq, &l->bk,
 			&l->bv, &l->ssm_in, &l->ssm_z, &l->ssm_conv, &l->ssm_alpha,
 			&l->ssm_beta, &l->ssm_dt, &l->ssm_a, &l->ssm_norm,
-			&l->ssm_out,
+			&l->ssm_out, &l->ffn_gate_inp, &l->ffn_gate_exps,
+			&l->ffn_up_exps, &l->ffn_down_exps,
 		};
 		for (size_t i = 0; i < LAYER_WEIGHTS; i++)
 			list[n++] = lw[i];
@@ -259,10 +291,20 @@ static size_t weight_slots(const struct q4kh_model *m)
 	return 4 + LAYER_WEIGHTS * (size_t)m->hp.n_layer;
 }
 
-/* Matrices, not norm vectors: what session_matmul multiplies by. */
+/* Matrices, not norm vectors: what session_matmul multiplies by; the
+ * experts' stacks {K, N, E} too (mul_mat_id), whose types the backend
+ * must multiply. */
 static int is_matrix(const struct q4kh_weight *w)
 {
 	return w->src && w->src->ne[1] > 1 && !w->not_matrix;
+}
+
+/* A matrix a kernel variant may take: the variants' entries multiply by
+ * one matrix {K, N}, so a stack of experts stays on the backend's
+ * mul_mat_id. */
+static int is_routable(const struct q4kh_weight *w)
+{
+	return is_matrix(w) && w->src->ne[2] == 1;
 }
 
 /* After a change to tok_embd, a tied LM head must see the same state. */
@@ -292,7 +334,7 @@ static int wrap_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 
 		if (src)
 			list[i]->t = q4kh_tensor_make(m->weights, (uint64_t)((const uint8_t *)src->data - base),
-			                              src->type, src->ne[0], src->ne[1], 1);
+			                              src->type, src->ne[0], src->ne[1], src->ne[2]);
 	}
 	return 0;
 }
@@ -315,7 +357,7 @@ static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 		if (!src)
 			continue;
 		list[i]->t = q4kh_tensor_make(m->weights, off, src->type, src->ne[0],
-		                              src->ne[1], 1);
+		                              src->ne[1], src->ne[2]);
 		if (q4kh_backend_check(b, b->v->buffer_upload(b->dev, m->weights, off,
 		                                              src->data, src->size),
 		                       "buffer_upload (weights)", err))
@@ -375,7 +417,7 @@ int q4kh_model_use_kernel(struct q4kh_model *m, const struct q4kh_kernel *k,
 		q4kh_prepared *p = NULL;
 		char what[320];
 
-		if (!is_matrix(w) || w->src->type != type || w->kernel == k)
+		if (!is_routable(w) || w->src->type != type || w->kernel == k)
 			continue;
 		snprintf(what, sizeof(what), "prepare (%.*s)", (int)w->src->name.len,
 		         w->src->name.data);
@@ -445,7 +487,7 @@ const struct q4kh_kernel *q4kh_model_kernel_for(const struct q4kh_model *m,
 		return NULL;
 	n = weight_list((struct q4kh_model *)m, list);
 	for (size_t i = 0; i < n && !k; i++)
-		if (is_matrix(list[i]) && list[i]->src->type == type)
+		if (is_routable(list[i]) && list[i]->src->type == type)
 			k = list[i]->kernel;
 	free(list);
 	return k;

@@ -50,6 +50,12 @@ struct q4kh_layer {
 	struct q4kh_weight ssm_a;      /* -exp(A_log), scales the decay; F32 */
 	struct q4kh_weight ssm_norm;   /* the gated RMSNorm's weight; F32 */
 	struct q4kh_weight ssm_out;    /* value heads back to n_embd */
+	/* A mixture-of-experts layer's (Qwen3-MoE's), instead of w_gate,
+	 * w_up and w_down: */
+	struct q4kh_weight ffn_gate_inp;  /* the router {n_embd, n_expert} */
+	struct q4kh_weight ffn_gate_exps; /* {n_embd, n_ff_exp, n_expert} */
+	struct q4kh_weight ffn_up_exps;   /* {n_embd, n_ff_exp, n_expert} */
+	struct q4kh_weight ffn_down_exps; /* {n_ff_exp, n_embd, n_expert} */
 	int recurrent;    /* linear attention: states instead of a KV cache */
 	int swa;          /* sliding-window attention in this layer */
 	float rope_base;  /* RoPE base for this layer */
@@ -75,7 +81,14 @@ struct q4kh_hparams {
 	uint32_t ssm_k_heads;  /* key (and query) heads */
 	uint32_t ssm_v_heads;  /* value heads, a multiple of the key heads */
 	uint32_t ssm_head_dim; /* values per key head and per value head */
+	/* Mixture-of-experts layers; n_expert 0 when there are none. */
+	uint32_t n_expert;      /* experts per layer */
+	uint32_t n_expert_used; /* experts each token goes through */
+	uint32_t n_ff_exp;      /* each expert's feed-forward width */
 };
+
+/* The most experts a layer may have: llama.cpp's LLAMA_MAX_EXPERTS. */
+#define Q4KH_MAX_EXPERTS 1024
 
 struct q4kh_arch;
 
@@ -138,6 +151,7 @@ extern const struct q4kh_arch q4kh_arch_llama;
 extern const struct q4kh_arch q4kh_arch_qwen2;
 extern const struct q4kh_arch q4kh_arch_qwen3;
 extern const struct q4kh_arch q4kh_arch_qwen35;
+extern const struct q4kh_arch q4kh_arch_qwen3moe;
 
 /*
  * The default model file: $Q4KHOST_MODEL, else
@@ -199,6 +213,14 @@ void q4kh_model_free(struct q4kh_model *m);
 int q4kh_model_bind(struct q4kh_model *m, struct q4kh_weight *w, int required,
                     int64_t ne0, int64_t ne1, struct q4kh_error *err,
                     const char *name_fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+
+/*
+ * q4kh_model_bind of a required stack of matrices {ne0, ne1, ne2} (the
+ * experts of a mixture-of-experts layer: ne2 of them).
+ */
+int q4kh_model_bind3(struct q4kh_model *m, struct q4kh_weight *w, int64_t ne0, int64_t ne1,
+                     int64_t ne2, struct q4kh_error *err, const char *name_fmt, ...)
 	__attribute__((format(printf, 7, 8)));
 
 /*

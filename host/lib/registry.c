@@ -50,6 +50,7 @@ static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_backend_v1, rope_store) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_backend_v1, norm_add_rms_norm) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_backend_v1, reserved_1_6) + sizeof(uint32_t),
+	offsetof(struct q4kh_backend_v1, mul_mat_id) + sizeof(void (*)(void)),
 };
 
 /* The smallest legal kernel table: ABI 1.0's, up to release. */
@@ -65,6 +66,8 @@ static const size_t kernel_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
 	/* 1.5 appended to the backend table only */
 	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
+	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
+	/* 1.7 appended to the backend table only */
 	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
 };
 
@@ -199,6 +202,9 @@ static int check_backend(const struct q4kh_backend_v1 *b, uint32_t minor, char *
 	      Q4KH_BACKEND_HAS(b, graph_release)))
 		return say(why, size,
 		           "backend table has some of graph_prepare, graph_compute and graph_release but not all three (ABI 1.6: all or none)");
+	if (Q4KH_BACKEND_HAS(b, moe_route) != Q4KH_BACKEND_HAS(b, mul_mat_id))
+		return say(why, size,
+		           "backend table has one of moe_route and mul_mat_id but not the other (ABI 1.7: both or neither)");
 	return check_fns(b, "backend", backend_fns, N_OF(backend_fns), why, size);
 }
 

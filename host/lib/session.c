@@ -122,7 +122,7 @@ static struct q4kh_graph *build(struct q4kh_session *s, const struct q4kh_seqs *
 	}
 	missing = q4kh_graph_missing(g, s->b);
 	if (missing) {
-		q4kh_fail(err, "backend %s cannot run %s: it has no %s (an optional entry of plugin ABI 1.2)",
+		q4kh_fail(err, "backend %s cannot run %s: it has no %s (an optional entry of the plugin ABI: docs/plugin-abi.md)",
 		          s->b->plugin->name, s->m->arch->name, missing);
 		goto fail;
 	}

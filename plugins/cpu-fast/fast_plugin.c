@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../cpu-simd/simd.h"
+#include "../cpu/cpu_moe.h"
 #include "fast.h"
 
 #define NAME "cpu-fast"
@@ -411,6 +412,12 @@ static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_devi
 	return Q4KH_OK;
 }
 
+/* --- ABI 1.7: mixture of experts, the reference's code (cpu_moe.h) with
+ * cpu-fast's own products --- */
+
+CPU_MOE_ENTRIES(f_moe_route, f_mul_mat_id, fast_contract, fast_mul_mat, f_buffer_alloc,
+                f_buffer_free, fast_at)
+
 /*
  * No graph_begin: a recording would replay only the backend's own ops,
  * while the kernel variants' products, which the host calls directly and
@@ -462,6 +469,8 @@ const struct q4kh_backend_v1 fast_table = {
 	 * host's F16 cache rounded (every backend but the reference gets one):
 	 * f16 is the coarsest rounding on its path, and F2 measures it so. */
 	.arith = Q4KH_ARITH_F16,
+	.moe_route = f_moe_route,
+	.mul_mat_id = f_mul_mat_id,
 };
 
 #ifdef __clang__

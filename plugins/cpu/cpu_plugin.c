@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "cpu_moe.h"
 
 /*
  * Why the last init() on this thread failed: there is no context to hold
@@ -360,6 +361,11 @@ static q4kh_status cpu_native_device(q4kh_device_ctx *dev,
 	return Q4KH_OK;
 }
 
+/* --- ABI 1.7: mixture of experts, through the shared code (cpu_moe.h) --- */
+
+CPU_MOE_ENTRIES(cpu_route_entry, cpu_mul_mat_id, cpu_contract, cpu_mul_mat, cpu_buffer_alloc,
+                cpu_buffer_free, cpu_row)
+
 static const struct q4kh_backend_v1 cpu_backend = {
 	.struct_size = sizeof(struct q4kh_backend_v1),
 	.init = cpu_init,
@@ -398,6 +404,8 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.delta_net = cpu_delta_net,
 	/* double sums, an F32 cache: the exact reference F2 measures against */
 	.arith = Q4KH_ARITH_EXACT,
+	.moe_route = cpu_route_entry,
+	.mul_mat_id = cpu_mul_mat_id,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

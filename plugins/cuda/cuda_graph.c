@@ -90,8 +90,8 @@ static q4kh_status check_node(q4kh_device_ctx *dev, const struct q4kh_step_graph
 
 	if (n->op >= (uint32_t)N_OPS)
 		return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
-		                 "graph_prepare: node %d: op %u is not one that ABI 1.6 names", i,
-		                 n->op);
+		                 "graph_prepare: node %d: op %u (%s), which cuda does not run", i,
+		                 n->op, q4kh_step_op_name(n->op));
 	if (!in_range(n->out, g))
 		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
 		                 "graph_prepare: node %d (%s): output %d, expected a value in "

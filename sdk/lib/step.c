@@ -23,6 +23,7 @@ const char *q4kh_step_op_name(uint32_t op)
 		[Q4KH_OP_ATTENTION] = "attention", [Q4KH_OP_MUL] = "mul",
 		[Q4KH_OP_COPY] = "copy",         [Q4KH_OP_UNARY] = "unary",
 		[Q4KH_OP_SSM_CONV] = "ssm_conv", [Q4KH_OP_DELTA_NET] = "delta_net",
+		[Q4KH_OP_MOE_ROUTE] = "moe_route", [Q4KH_OP_MUL_MAT_ID] = "mul_mat_id",
 	};
 
 	return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown op";
@@ -563,6 +564,16 @@ q4kh_status q4kh_step_issue_node(const struct q4kh_backend_v1 *t, q4kh_device_ct
 		CALL(t->delta_net(dev, s0, s1, TEN(g, n->src[2]), TEN(g, n->src[3]),
 		                  TEN(g, n->src[4]), TEN(g, n->src[5]), n->f[0], out),
 		     "delta_net");
+		return Q4KH_OK;
+	case Q4KH_OP_MOE_ROUTE:
+		if (!Q4KH_BACKEND_HAS(t, moe_route))
+			break;
+		CALL(t->moe_route(dev, s0, n->i[0], s1, out), "moe_route");
+		return Q4KH_OK;
+	case Q4KH_OP_MUL_MAT_ID:
+		if (!Q4KH_BACKEND_HAS(t, mul_mat_id))
+			break;
+		CALL(t->mul_mat_id(dev, s0, s1, TEN(g, n->src[2]), out), "mul_mat_id");
 		return Q4KH_OK;
 	}
 	return refuse(fail, i, q4kh_step_op_name(n->op),

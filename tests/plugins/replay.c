@@ -64,6 +64,13 @@
  *                 (prefill, decode, the narrow steps) and for the first
  *                 sequence of a batched step, wrong for the others
  *                 (tests/test_validate.c, tests/test_batch.c).
+ *   REPLAY_ROUTE: of kind "cpu" (tried before the reference), replays
+ *                 exact, but its router (moe_route, ABI 1.7) sends every
+ *                 fourth token of a step, from the second on, to the
+ *                 expert after the one it chose first (a top-k kernel
+ *                 whose index is off by one for some rows): right in every
+ *                 one-token step, wrong at those prompt positions of a
+ *                 mixture-of-experts model (tests/test_archs.c).
  *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
  *                 q4khost conformance must see: rms_norm uses 1000 times
  *                 the eps it is given, scale writes one byte past its
@@ -104,7 +111,7 @@ struct q4kh_backend_ctx {
 enum call_op {
 	C_GET_ROWS, C_MUL_MAT, C_RMS_NORM, C_ROPE, C_ADD, C_MUL, C_SCALE,
 	C_GLU, C_COPY, C_ATTENTION, C_GET_ROWS_EXT, C_ROPE_EXT, C_SET_ROWS,
-	C_ATTENTION_EXT, C_UNARY, C_SSM_CONV, C_DELTA_NET
+	C_ATTENTION_EXT, C_UNARY, C_SSM_CONV, C_DELTA_NET, C_MOE_ROUTE, C_MUL_MAT_ID
 };
 
 #define CALL_TENSORS 7
@@ -417,6 +424,8 @@ static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 
 		return st ? st : in->delta_net(d->dev, t[0], t[1], t[2], t[3], t[4], t[5], c->f, t[6]);
 	}
+	case C_MOE_ROUTE: return in->moe_route(d->dev, t[0], c->i, t[1], t[2]);
+	case C_MUL_MAT_ID: return in->mul_mat_id(d->dev, t[0], t[1], t[2], t[3]);
 	}
 	return fail(d->b, Q4KH_ERR_INTERNAL, "unknown recorded call");
 }
@@ -459,6 +468,28 @@ static q4kh_status spoil_code_rows(q4kh_device_ctx *d, const struct call *c)
 }
 #endif
 
+#ifdef REPLAY_ROUTE
+/* The planted defect: the first expert of tokens 1, 5, 9 ... of the step,
+ * in moe_route's ids (c->t[1], I32 {k, T}), becomes the next one. */
+static q4kh_status misroute(q4kh_device_ctx *d, const struct call *c)
+{
+	const struct q4kh_tensor *ids = &c->t[1];
+	const int64_t experts = c->t[0].ne[0];
+
+	for (int64_t t = 1; t < ids->ne[1]; t += 4) {
+		int32_t id;
+		const uint64_t at = ids->offset + (uint64_t)(t * ids->nb[1]);
+		q4kh_status st = d->b->in->buffer_download(d->dev, ids->buffer, at, &id, sizeof(id));
+
+		id = (int32_t)((id + 1) % experts);
+		if (!st)
+			st = d->b->in->buffer_upload(d->dev, ids->buffer, at, &id, sizeof(id));
+		if (st)
+			return fail(d->b, st, "cannot misroute a token");
+	}
+	return Q4KH_OK;
+}
+#endif
 
 /* Issue call C, with this variant's defect. */
 static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
@@ -496,6 +527,10 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 #ifdef REPLAY_CODE_TOKEN
 	if (!st && (c->op == C_GET_ROWS || c->op == C_GET_ROWS_EXT))
 		st = spoil_code_rows(d, c);
+#endif
+#ifdef REPLAY_ROUTE
+	if (!st && c->op == C_MOE_ROUTE)
+		st = misroute(d, c);
 #endif
 	return st;
 }
@@ -824,6 +859,33 @@ static q4kh_status r_delta_net(q4kh_device_ctx *d, const struct q4kh_tensor *q,
 	T(c, 6, out);
 	return run(d, c, NULL, 0, -1);
 }
+
+static q4kh_status r_moe_route(q4kh_device_ctx *d, const struct q4kh_tensor *logits,
+                               int32_t norm, const struct q4kh_tensor *ids,
+                               const struct q4kh_tensor *weights)
+{
+	struct call c = { .op = C_MOE_ROUTE, .i = norm };
+
+	if (!logits || !ids)
+		return fail(d->b, Q4KH_ERR_INVALID, "moe_route: logits or ids is NULL");
+	T(c, 0, logits);
+	T(c, 1, ids);
+	T(c, 2, weights);
+	return run(d, c, NULL, 0, -1);
+}
+
+static q4kh_status r_mul_mat_id(q4kh_device_ctx *d, const struct q4kh_tensor *w,
+                                const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
+                                const struct q4kh_tensor *y)
+{
+	struct call c = { .op = C_MUL_MAT_ID };
+
+	T(c, 0, w);
+	T(c, 1, x);
+	T(c, 2, ids);
+	T(c, 3, y);
+	return run(d, c, NULL, 0, -1);
+}
 #endif
 
 static q4kh_status r_graph_begin(q4kh_device_ctx *d)
@@ -925,6 +987,8 @@ static const struct q4kh_backend_v1 table = {
 	.unary = r_unary,
 	.ssm_conv = r_ssm_conv,
 	.delta_net = r_delta_net,
+	.moe_route = r_moe_route,
+	.mul_mat_id = r_mul_mat_id,
 #endif
 	.init = r_init,
 	.shutdown = r_shutdown,
@@ -978,7 +1042,8 @@ static const struct q4kh_plugin_desc desc = {
 	.license = "MIT",
 	.build_id = "test",
 	.backend = &table,
-#if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0) || defined(REPLAY_BATCHED)
+#if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0) || defined(REPLAY_BATCHED) || \
+	defined(REPLAY_ROUTE)
 	.backend_kind = "cpu",
 #endif
 };

@@ -1037,6 +1037,71 @@ static inline q4kh_status q4kh_check_top2(const struct q4kh_check *c,
 	return q4kh_check_disjoint(c, "top2 val", val, "idx", idx);
 }
 
+/*
+ * moe_route (ABI 1.7): logits F32 {E, T}; ids I32 {k, T} and weights F32
+ * {k, T} with 1 <= k <= E; norm 0 or 1; ids and weights apart from logits
+ * and from each other.
+ */
+static inline q4kh_status q4kh_check_moe_route(const struct q4kh_check *c,
+                                               const struct q4kh_tensor *logits,
+                                               int32_t norm,
+                                               const struct q4kh_tensor *ids,
+                                               const struct q4kh_tensor *weights)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_tensor(c, "moe_route logits", logits, Q4KH__F32)) ||
+	    (st = q4kh_check_shape(c, "moe_route logits", logits, -1, -1, 1, 1)) ||
+	    (st = q4kh_check_tensor(c, "moe_route ids", ids, Q4KH_TYPE_BIT(Q4KH_TYPE_I32))) ||
+	    (st = q4kh_check_shape(c, "moe_route ids", ids, -1, logits->ne[1], 1, 1)) ||
+	    (st = q4kh_check_tensor(c, "moe_route weights", weights, Q4KH__F32)) ||
+	    (st = q4kh_check_shape(c, "moe_route weights", weights, ids->ne[0], logits->ne[1],
+	                           1, 1)))
+		return st;
+	if (ids->ne[0] > logits->ne[0] || logits->ne[0] > INT32_MAX)
+		return q4kh__check_fail(c,
+		                        "moe_route: %lld experts chosen of %lld, expected 1 .. "
+		                        "the experts (at most %d)",
+		                        (long long)ids->ne[0], (long long)logits->ne[0], INT32_MAX);
+	if (norm != 0 && norm != 1)
+		return q4kh__check_fail(c, "moe_route: norm %d, expected 0 or 1", (int)norm);
+	if ((st = q4kh_check_disjoint(c, "moe_route ids", ids, "logits", logits)) ||
+	    (st = q4kh_check_disjoint(c, "moe_route weights", weights, "logits", logits)))
+		return st;
+	return q4kh_check_disjoint(c, "moe_route weights", weights, "ids", ids);
+}
+
+/*
+ * mul_mat_id (ABI 1.7): w {K, N, E} (a weight type), x F32 {K, X, T} with
+ * X 1 or k, ids I32 {k, T}, y F32 {N, k, T}; y apart from w, x and ids.
+ * The ids' values are the backend's to check when it reads them.
+ */
+static inline q4kh_status q4kh_check_mul_mat_id(const struct q4kh_check *c,
+                                                const struct q4kh_tensor *w,
+                                                const struct q4kh_tensor *x,
+                                                const struct q4kh_tensor *ids,
+                                                const struct q4kh_tensor *y)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_tensor(c, "mul_mat_id w", w, c->weight_types)) ||
+	    (st = q4kh_check_shape(c, "mul_mat_id w", w, -1, -1, -1, 1)) ||
+	    (st = q4kh_check_tensor(c, "mul_mat_id ids", ids, Q4KH_TYPE_BIT(Q4KH_TYPE_I32))) ||
+	    (st = q4kh_check_shape(c, "mul_mat_id ids", ids, -1, -1, 1, 1)) ||
+	    (st = q4kh_check_tensor(c, "mul_mat_id x", x, Q4KH__F32)) ||
+	    (st = q4kh_check_shape(c, "mul_mat_id x", x, w->ne[0], -1, ids->ne[1], 1)) ||
+	    (st = q4kh_check_tensor(c, "mul_mat_id y", y, Q4KH__F32)) ||
+	    (st = q4kh_check_shape(c, "mul_mat_id y", y, w->ne[1], ids->ne[0], ids->ne[1], 1)))
+		return st;
+	if (x->ne[1] != 1 && x->ne[1] != ids->ne[0])
+		return q4kh__check_fail(c, "mul_mat_id x: ne[1] = %lld, expected 1 or the %lld slots "
+		                        "of ids", (long long)x->ne[1], (long long)ids->ne[0]);
+	if ((st = q4kh_check_disjoint(c, "mul_mat_id y", y, "x", x)) ||
+	    (st = q4kh_check_disjoint(c, "mul_mat_id y", y, "ids", ids)))
+		return st;
+	return q4kh_check_disjoint(c, "mul_mat_id y", y, "w", w);
+}
+
 #undef Q4KH__F32
 #undef Q4KH__F32_F16
 

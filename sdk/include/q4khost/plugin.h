@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 6
+#define Q4KH_ABI_MINOR 7
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -258,8 +258,12 @@ typedef enum q4kh_op {
 	Q4KH_OP_COPY = 10,     /* src x (any strides); out */
 	Q4KH_OP_UNARY = 11,    /* src x; i[0] q4kh_unary_kind */
 	Q4KH_OP_SSM_CONV = 12, /* src x, w, state (rewritten in place) */
-	Q4KH_OP_DELTA_NET = 13 /* src q, k, v, g, beta, state (rewritten);
+	Q4KH_OP_DELTA_NET = 13, /* src q, k, v, g, beta, state (rewritten);
 	                          f[0] scale */
+	/* ABI 1.7: a mixture-of-experts layer (moe_route, mul_mat_id) */
+	Q4KH_OP_MOE_ROUTE = 14, /* src logits, ids (I32 {k, T}, written);
+	                           out the weights; i[0] norm */
+	Q4KH_OP_MUL_MAT_ID = 15 /* src w (a weight value {K, N, E}), x, ids */
 } q4kh_op;
 
 /* What a value of a step graph is. */
@@ -267,7 +271,8 @@ typedef enum q4kh_value_kind {
 	Q4KH_VAL_FIXED = 0, /* outlives the step: a weight, a cache, a state */
 	Q4KH_VAL_IDS = 1,   /* the step's token ids, I32 {T} */
 	Q4KH_VAL_POS = 2,   /* the step's positions, I32 {T}; the cache rows */
-	Q4KH_VAL_ACT = 3,   /* an f32 activation in the step's scratch */
+	Q4KH_VAL_ACT = 3,   /* an activation in the step's scratch: f32, or
+	                       I32 for moe_route's expert ids (ABI 1.7) */
 	Q4KH_VAL_VIEW = 4   /* bytes of another value (base), reshaped */
 } q4kh_value_kind;
 
@@ -361,9 +366,9 @@ struct q4kh_step_run {
 };
 
 /*
- * Backend function table, ABI 1.6 (1.0 ends at native_device, 1.1 at
+ * Backend function table, ABI 1.7 (1.0 ends at native_device, 1.1 at
  * graph_free, 1.2 and 1.3 at delta_net, 1.4 at rope_store, 1.5 at
- * norm_add_rms_norm). All tensors
+ * norm_add_rms_norm, 1.6 at reserved_1_6). All tensors
  * passed to ops live in buffers of the same device context. Ops may run
  * asynchronously, in the order they are issued; synchronize() waits for
  * all of them. Types: f32 unless said otherwise. An op's output may be one of its inputs only
@@ -809,6 +814,50 @@ struct q4kh_backend_v1 {
 	 * KV cache it reads included (0: undeclared). */
 	uint32_t arith;
 	uint32_t reserved_1_6;
+
+	/*
+	 * ABI 1.7, optional, both or neither: the ops of a mixture-of-experts
+	 * feed-forward block (Shazeer et al. 2017; llama.cpp's build_moe_ffn
+	 * with softmax gating, as Qwen3-MoE runs it). The host checks before
+	 * the first step of a model that needs them that the backend has
+	 * both, and refuses the model with the name of the missing entry
+	 * otherwise (docs/plugin-abi.md, "Mixture of experts").
+	 */
+
+	/*
+	 * The router's choice for each column t of logits F32 {E, T} (the
+	 * router's product, one logit per expert):
+	 *   p = softmax(logits[:, t])
+	 *   ids[:, t]  the k experts of the largest p, largest first, the
+	 *              lower index first among equal values (ggml_top_k's
+	 *              argsort, descending)
+	 *   weights[j, t] = p[ids[j, t]], divided by
+	 *              max(sum_j p[ids[j, t]], 2^-14) when norm is 1 (Qwen3-MoE,
+	 *              llama.cpp's norm_w; the clamp is its division guard)
+	 * ids I32 {k, T} and weights F32 {k, T}, 1 <= k <= E, rows contiguous,
+	 * row strides free; they overlap neither logits nor each other. norm
+	 * is 0 or 1. Checks: q4kh_check_moe_route.
+	 */
+	q4kh_status (*moe_route)(q4kh_device_ctx *dev, const struct q4kh_tensor *logits,
+	                         int32_t norm, const struct q4kh_tensor *ids,
+	                         const struct q4kh_tensor *weights);
+	/*
+	 * Products with one of E matrices per column, the matrix chosen per
+	 * token and slot (ggml_mul_mat_id): w {K, N, E} of a type
+	 * supports_type names (E matrices {K, N}, nb[2] bytes apart), x F32
+	 * {K, X, T} with X = 1 (one input for every slot) or X = k, ids I32
+	 * {k, T} (moe_route's), y F32 {N, k, T}:
+	 *   y[n, j, t] = sum_i w[i, n, ids[j, t]] x[i, j % X, t]
+	 * each column the product mul_mat gives for that matrix and column
+	 * (its arithmetic). An id outside [0, E) fails the call as a
+	 * set_rows row does (Q4KH_ERR_INVALID, at the call or the next one
+	 * that reports errors). y overlaps neither x, ids nor w. Checks:
+	 * q4kh_check_mul_mat_id.
+	 */
+	q4kh_status (*mul_mat_id)(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+	                          const struct q4kh_tensor *x,
+	                          const struct q4kh_tensor *ids,
+	                          const struct q4kh_tensor *y);
 };
 
 /*
