@@ -28,7 +28,7 @@
 #ifndef Q4KHOST_CUDA_PDL_CUH
 #define Q4KHOST_CUDA_PDL_CUH
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 #include <stdlib.h>
 #include <utility>
@@ -73,7 +73,7 @@ static inline bool q4kh_pdl_enabled(int dev)
 /*
  * kernel<<<grid, block, smem, s>>>(args...) with programmatic stream
  * serialization where q4kh_pdl_enabled, for kernels that keep the
- * contract above. Returns the launch's error (cudaLaunchKernelEx).
+ * contract above. Returns the launch's error (cudaLaunchKernelExC).
  */
 template <typename... P, typename... A>
 static inline cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block,
@@ -92,7 +92,12 @@ static inline cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 
 	c.stream = s;
 	c.attrs = at;
 	c.numAttrs = 1;
-	return cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
+	/* the arguments as the kernel's parameter types, then their addresses */
+	return [&](P... p) {
+		void *pp[] = { (void *)&p..., NULL };
+
+		return cudaLaunchKernelExC(&c, (const void *)kernel, pp);
+	}(std::forward<A>(args)...);
 }
 
 #endif
