@@ -11,6 +11,10 @@
 #   recurrent  delta_net, ssm_conv and unary (cuda_delta.cu, cuda_conv.cu,
 #              cuda_elementwise.cu) against references in double
 #              (tests/emu/recurrent_emu.cpp)
+#   moe        moe_route and mul_mat_id (cuda_moe.cu, with the grouped
+#              products of cuda_gemv.cu and cuda_matmul.cu) against
+#              plugin.h's routing in double and the cpu reference's
+#              dequantisation (tests/emu/moe_emu.cpp)
 # A .cu file is compiled as C++ after a sed that turns its launches
 # k<<<grid, block, shm, s>>>(args) into emu_launch(k, emu_cfg(grid, block,
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
@@ -29,7 +33,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
@@ -66,6 +70,12 @@ harness() {
 			-L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublas -lcudart
 		"$out/matmul_emu" "$top/tests/fixtures/dequant-blocks.txt"
 		return
+		;;
+	moe)
+		for s in cuda_gemv cuda_matmul cuda_moe; do emu_source $s; done
+		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/cpu_quant.c" -o "$out/moe_cpu_quant.o"
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/moe_emu.cpp" "$out/moe_cpu_quant.o" \
+			-o "$out/moe_emu"
 		;;
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source $s; done
