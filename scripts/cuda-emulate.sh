@@ -39,21 +39,25 @@ mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
 	-I"$top/sdk/include" -I"$top/plugins/cuda" -I"$top/plugins/cpu")
 
-# plugins/cuda/NAME.cu as $out/NAME.emu.cu, for emu.h.
+# plugins/cuda/NAME.cu as $out/NAME.emu.cu, for emu.h. Harnesses that run
+# side by side may make the same one: each writes its own temporary file
+# and renames it into place (the same bytes either way).
 emu_source() {
-	local src="$top/plugins/cuda/$1.cu"
+	local src="$top/plugins/cuda/$1.cu" tmp
+	tmp=$(mktemp "$out/$1.emu.cu.XXXXXX")
 	{
 		echo "#line 1 \"$src\""
 		sed -e 's/extern __shared__ \(.*[^ ]\)  *\([A-Za-z_][A-Za-z0-9_]*\)\[\];/\1 *\2 = (\1 *)emu_dynamic_shared();/' \
 			-e 's/\([A-Za-z_][A-Za-z0-9_]*\(<[^<>]*>\)\{0,1\}\)<<</emu_launch(\1, emu_cfg(/' \
 			-e 's/>>>()/))/' -e 's/>>>(/), /' "$src"
-	} >"$out/$1.emu.cu.tmp"
+	} >"$tmp"
 	# (a static __shared__ array needs no change: emu.h makes it static storage)
-	if grep -n '<<<\|>>>\|extern __shared__' "$out/$1.emu.cu.tmp" | grep -v '^[0-9]*:\s*[/*]'; then
+	if grep -n '<<<\|>>>\|extern __shared__' "$tmp" | grep -v '^[0-9]*:\s*[/*]'; then
 		echo "cuda-emulate.sh: $1.cu: a launch or shared array the sed does not know" >&2
+		rm -f "$tmp"
 		return 1
 	fi
-	mv "$out/$1.emu.cu.tmp" "$out/$1.emu.cu"
+	mv "$tmp" "$out/$1.emu.cu"
 }
 
 # harness NAME: build it and run it.
