@@ -1062,6 +1062,19 @@ static void record_limit(const struct q4kh_guard *g, int hit, struct q4kh_receip
 	}
 }
 
+/* OUT as a decision that measured nothing (F2.4): no cosine and no
+ * position, which a table would otherwise show as 0; the message is the
+ * caller's. */
+static void unmeasured(struct q4kh_guard_decision *out)
+{
+	memset(&out->receipt, 0, sizeof(out->receipt));
+	out->verdict = Q4KH_F2_NOT_MEASURED;
+	out->receipt.verdict = Q4KH_F2_NOT_MEASURED;
+	out->receipt.min_cosine = NAN;
+	out->receipt.worst_position = -1;
+	out->receipt.worst_decode_step = -1;
+}
+
 /*
  * The child exited with status 0 but left no receipt that counts (F2.4):
  * the verdict, with its reason in OUT's message. A child that measured
@@ -1077,8 +1090,7 @@ static void not_recorded(const char *absent, const char *said, struct q4kh_guard
 	const size_t cap = sizeof(out->receipt.message);
 	int n;
 
-	memset(&out->receipt, 0, sizeof(out->receipt));
-	out->verdict = Q4KH_F2_NOT_MEASURED;
+	unmeasured(out);
 	if (!strncmp(said, "not measured: ", strlen("not measured: "))) {
 		snprintf(m, cap, "%s", said);
 		return;
@@ -1104,7 +1116,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 
 	memset(out, 0, sizeof(*out));
 	if (mode == Q4KH_F2_OFF) {
-		out->verdict = Q4KH_F2_NOT_MEASURED;
+		unmeasured(out);
 		snprintf(out->source, sizeof(out->source), "off");
 		snprintf(out->receipt.message, sizeof(out->receipt.message),
 		         "F2 is off: the candidate is unverified");
@@ -1130,7 +1142,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	}
 	snprintf(out->source, sizeof(out->source), "fresh: %.240s", reason);
 	if (reference_down(g, &lerr)) {
-		out->verdict = Q4KH_F2_NOT_MEASURED;
+		unmeasured(out);
 		snprintf(out->receipt.message, sizeof(out->receipt.message), REFERENCE_DOWN,
 		         lerr.msg);
 		return 0;
