@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <jansson.h>
@@ -1372,4 +1373,50 @@ Test(first_run, a_filter_that_leaves_no_candidate_says_which_and_fails, .timeout
 	         only_cpu);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
+}
+
+/*
+ * Every script answers --help with exit 0 in an empty environment, the
+ * Python ones on a Python without its site packages (no NumPy, gguf-py or
+ * llama-cpp-python): the README says so. A file without "#!" is a module
+ * another script imports or a test runs, and is not executable.
+ */
+Test(first_run, every_script_answers_help_with_nothing_installed, .timeout = 300)
+{
+	const char *home = test_tmpdir();
+	char dir[4200], path[4500], head[3] = "", cmd[9100], *out;
+	struct dirent *e;
+	DIR *d;
+	int scripts = 0;
+
+	snprintf(dir, sizeof(dir), "%s/scripts", test_srcdir());
+	d = opendir(dir);
+	cr_assert_not_null(d, "%s", dir);
+	while ((e = readdir(d))) {
+		const size_t n = strlen(e->d_name);
+		const int python = n > 3 && !strcmp(e->d_name + n - 3, ".py");
+		struct stat st;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (e->d_name[0] == '.' || stat(path, &st) || !S_ISREG(st.st_mode))
+			continue;
+		cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+		head[0] = 0;
+		cr_expect(fgets(head, sizeof(head), f) || feof(f), "%s", path);
+		fclose(f);
+		if (strcmp(head, "#!")) {
+			cr_expect_eq(st.st_mode & 0111, 0, "%s: executable without a #! line", path);
+			continue;
+		}
+		cr_expect_neq(st.st_mode & 0100, 0, "%s: a #! line but not executable", path);
+		snprintf(cmd, sizeof(cmd), "cd %s && env -i PATH=/usr/bin:/bin HOME=%s %s %s --help",
+		         home, home, python ? "python3 -S" : "", path);
+		cr_expect_eq(test_shell(cmd, &out), 0, "%s --help: %s", path, out);
+		cr_expect_gt(strlen(out), 40, "%s --help says what it does: %s", path, out);
+		free(out);
+		scripts++;
+	}
+	closedir(d);
+	cr_expect_geq(scripts, 35, "the scripts found: %d", scripts);
 }

@@ -317,6 +317,17 @@ static const char *verdict(const struct row *r, enum q4kh_f2_mode mode)
 	return r->decided ? q4kh_f2_verdict_name(r->d.verdict) : NULL;
 }
 
+/* "F2 reject: WHY" as R's note; a message that starts with its verdict's
+ * name ("not measured: ...") says it once. */
+static void verdict_note(struct row *r)
+{
+	const char *v = q4kh_f2_verdict_name(r->d.verdict), *m = r->d.receipt.message;
+	const int named = !strncmp(m, v, strlen(v)) && m[strlen(v)] == ':';
+
+	snprintf(r->note, sizeof(r->note), "F2 %s%s%.580s", named ? "" : v, named ? "" : ": ",
+	         m);
+}
+
 static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode)
 {
 	printf("%-8s %-6s %-16s %13s %13s  %-12s %-8s %-9s %s\n", "backend", "device",
@@ -464,8 +475,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 			r->decided = 1;
 			q4kh_receipt_free(&r->d.receipt); /* the summary is enough here */
 			if (r->d.verdict != Q4KH_F2_PASS) {
-				snprintf(r->note, sizeof(r->note), "F2 %s: %.580s",
-				         q4kh_f2_verdict_name(r->d.verdict), r->d.receipt.message);
+				verdict_note(r);
 				untimed = 1;
 				continue;
 			}
