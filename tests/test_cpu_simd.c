@@ -18,6 +18,12 @@
  * on the reference cpu backend (the variant's own threads) and on cpu-fast
  * (the threads it lends, ABI 1.3). Its gemv_glu (ABI 1.4) must give the
  * bits of two gemv and the reference's glu, and refuse on cpu-fast.
+ *
+ * The Q4_K and Q6_K weights repacked for the AVX-512 VNNI gemm (struct
+ * simd_pack_q4_k, simd_pack_q6_k): packed here with the plugin's own
+ * simd_pack.c and read back by the layout as simd.h documents it, on any
+ * CPU; their product emulated in scalar C with the kernel's integer steps;
+ * and the kernel itself, on a CPU with AVX-512 VNNI, at the layout's edges.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -30,6 +36,7 @@
 #include "gguf.h"
 #include "helpers.h"
 #include "q4khost/plugin.h"
+#include "../plugins/cpu-simd/simd.h"
 
 #define ROWS 48
 #define GEMM_COLS 37
@@ -43,7 +50,9 @@ struct env {
 	q4kh_device_ctx *dev;
 	q4kh_kernel_ctx *kctx;
 	struct q4kh_native_device nd;
-	const char *isa; /* the [plugin.cpu-simd] isa setting */
+	const char *isa;     /* the [plugin.cpu-simd] isa setting */
+	const char *threads; /* and its threads; NULL: "2" */
+	const char *repack;  /* and its repack setting; NULL: unset */
 };
 
 static const char *config(void *host_data, const char *key)
@@ -52,7 +61,9 @@ static const char *config(void *host_data, const char *key)
 
 	if (!strcmp(key, "isa"))
 		return e->isa;
-	return !strcmp(key, "threads") ? "2" : NULL;
+	if (!strcmp(key, "repack"))
+		return e->repack;
+	return !strcmp(key, "threads") ? (e->threads ? e->threads : "2") : NULL;
 }
 
 /* BACKEND ("cpu", "cpu-fast") and the variant's table; the variant's
@@ -250,17 +261,21 @@ static float *activations(int64_t k, int64_t t)
 	return x;
 }
 
-/* Check column c of got against float64 and the bound of the header. */
-static void check_column(const struct weight *w, const char *isa, int64_t cols,
-                         int64_t c, const float *x, const float *got)
+/*
+ * Check rows [0, N) of column c of got against float64 and the bound of
+ * the header: weight row r's K values at EXACT + r * LD.
+ */
+static void check_rows(const char *name, const double *exact_w, int64_t ld, int64_t k,
+                       int64_t n, const char *isa, int64_t cols, int64_t c, const float *x,
+                       const float *got)
 {
 	const int64_t block = 32;
 
-	for (int64_t r = 0; r < ROWS; r++) {
-		const double *wr = w->exact + r * w->k;
+	for (int64_t r = 0; r < n; r++) {
+		const double *wr = exact_w + r * ld;
 		double exact = 0, mag = 0, bound = 0;
 
-		for (int64_t b = 0; b < w->k / block; b++) {
+		for (int64_t b = 0; b < k / block; b++) {
 			double amax = 0, wabs = 0;
 
 			for (int64_t i = b * block; i < (b + 1) * block; i++) {
@@ -273,11 +288,18 @@ static void check_column(const struct weight *w, const char *isa, int64_t cols,
 		}
 		bound += 1e-5 * mag;
 		cr_assert(fabs(got[r] - exact) <= bound,
-		          "%s %s, %lld columns: y[%lld, %lld] = %.9g, float64 %.9g, "
+		          "%s %s, K %lld, %lld columns: y[%lld, %lld] = %.9g, float64 %.9g, "
 		          "error %.3g > bound %.3g",
-		          w->name, isa, (long long)cols, (long long)r, (long long)c,
+		          name, isa, (long long)k, (long long)cols, (long long)r, (long long)c,
 		          (double)got[r], exact, fabs(got[r] - exact), bound);
 	}
+}
+
+/* Check column c of got: every one of w's ROWS rows. */
+static void check_column(const struct weight *w, const char *isa, int64_t cols,
+                         int64_t c, const float *x, const float *got)
+{
+	check_rows(w->name, w->exact, w->k, w->k, ROWS, isa, cols, c, x, got);
 }
 
 /* y = w x through gemv (cols <= max) or gemm; every column checked. */
@@ -399,6 +421,10 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 	cr_expect_eq(env_variant(e, "sse9"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
 	                 "[plugin.cpu-simd] isa = \"sse9\": expected auto, avx2 or avx512-vnni");
+	e->repack = "yes";
+	cr_expect_eq(env_variant(e, "auto"), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->v->last_error(NULL),
+	                 "[plugin.cpu-simd] repack = \"yes\": expected on or off");
 	env_close(e);
 }
 
@@ -554,4 +580,313 @@ Test(cpu_simd, exports_exactly_the_entry_symbol)
 	n = test_exported_symbols(so, first, sizeof(first));
 	cr_assert_eq(n, 1, "cpu-simd.so exports %d symbols", n);
 	cr_assert_str_eq(first, "q4kh_plugin_entry_v1");
+}
+
+/* ---- The packed layout of the AVX-512 VNNI gemm (simd.h) ---- */
+
+/* Rows of a packed test weight: two whole tiles and 5 rows of a third. */
+#define PACK_N 37
+
+/* Code I (< 256) of row R's super-block from the octets QS, 4 bits. */
+static int octet_code(const uint8_t qs[32][SIMD_PACK_ROWS][4], int r, int i)
+{
+	const uint8_t byte = qs[i / 8][r][i % 4];
+
+	return i % 8 < 4 ? byte & 0x0F : byte >> 4;
+}
+
+/* The packed super-block of row R (of N) that holds value V, and R's lane. */
+static const void *packed_block(int type, const void *packed, int64_t k, int64_t r, int64_t v)
+{
+	const size_t bytes = simd_pack_bytes(type, SIMD_PACK_ROWS, Q4KH_QK_K);
+
+	return (const uint8_t *)packed +
+	       bytes * (size_t)(r / SIMD_PACK_ROWS * (k / Q4KH_QK_K) + v / Q4KH_QK_K);
+}
+
+/* Row R's code of value V (Q6_K: with bits 4 and 5, before the - 32). */
+static int packed_code(int type, const void *packed, int64_t k, int64_t r, int64_t v)
+{
+	const int lane = (int)(r % SIMD_PACK_ROWS), i = (int)(v % Q4KH_QK_K);
+
+	if (type == SIMD_Q4_K) {
+		const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v);
+
+		return octet_code(b->qs, lane, i);
+	} else {
+		const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v);
+		const int h = b->qh[i / 16][lane][i % 4] >> (2 * (i % 16 / 4)) & 3;
+
+		return octet_code(b->ql, lane, i) | h << 4;
+	}
+}
+
+/* Row R's value V as the layout gives it, by ggml's formulas (quant.h);
+ * *mag: the size of its terms, for the tolerance. */
+static double packed_value(int type, const void *packed, int64_t k, int64_t r, int64_t v,
+                           double *mag)
+{
+	const int lane = (int)(r % SIMD_PACK_ROWS), i = (int)(v % Q4KH_QK_K);
+	const int q = packed_code(type, packed, k, r, v);
+
+	if (type == SIMD_Q4_K) {
+		const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v);
+		const double d1 = (double)b->d[lane] * b->sc[i / 32][lane];
+		const double m1 = (double)b->dmin[lane] * b->m[i / 32][lane];
+
+		*mag = fabs(d1 * q) + fabs(m1);
+		return d1 * q - m1;
+	} else {
+		const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v);
+		const double d1 = (double)b->d[lane] * b->sc[i / 16][lane];
+
+		*mag = fabs(d1 * (q - 32));
+		return d1 * (q - 32);
+	}
+}
+
+/* W's first PACK_N rows (or its first K values of each) repacked. */
+static void *pack_weight(const struct weight *w, int type, int64_t k, struct env *e)
+{
+	const size_t bytes = simd_pack_bytes(type, PACK_N, k);
+	void *packed = aligned_alloc(64, bytes);
+	const uint8_t *rows;
+
+	cr_assert_not_null(packed);
+	memset(packed, 0xA5, bytes); /* padding must be written, not left */
+	rows = (const uint8_t *)e->nd.address(w->t.buffer) + w->t.offset;
+	simd_pack_tiles(type, rows, w->t.nb[1], PACK_N, k, 0, 1, packed);
+	simd_pack_tiles(type, rows, w->t.nb[1], PACK_N, k, 1, (PACK_N + 15) / 16, packed);
+	return packed;
+}
+
+/* The types with a packed layout, as GGUF and enum simd_wtype give them. */
+static const uint32_t packed_gguf[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K };
+static const int packed_wtype[] = { SIMD_Q4_K, SIMD_Q6_K };
+
+/* The default model, open in *g, and the cpu backend with the variant's table. */
+static struct env *model_env(struct q4kh_gguf **g)
+{
+	struct q4kh_error err = { { 0 } };
+
+	*g = NULL;
+	cr_assert_eq(q4kh_gguf_open(test_model_path(), g, &err), 0, "%s", err.msg);
+	return env_open();
+}
+
+static void weight_free(struct env *e, struct weight *w)
+{
+	e->b->buffer_free(e->dev, w->t.buffer);
+	free(w->exact);
+}
+
+Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeout = 120)
+{
+	struct q4kh_gguf *g;
+	struct env *e = model_env(&g);
+	for (int t = 0; t < 2; t++) {
+		struct weight w;
+		void *packed;
+
+		weight_load(e, g, packed_gguf[t], &w);
+		cr_assert_eq(w.k % Q4KH_QK_K, 0);
+		cr_assert_eq(simd_pack_bytes(packed_wtype[t], PACK_N, w.k),
+		             3 * (size_t)(w.k / Q4KH_QK_K) * (t ? 3392 : 2432));
+		packed = pack_weight(&w, packed_wtype[t], w.k, e);
+		for (int64_t r = 0; r < 3 * SIMD_PACK_ROWS; r++)
+			for (int64_t v = 0; v < w.k; v++) {
+				double mag, got = packed_value(packed_wtype[t], packed, w.k, r, v, &mag);
+				const double want = r < PACK_N ? w.exact[r * w.k + v] : 0;
+
+				cr_assert(fabs(got - want) <= 1e-6 * mag,
+				          "%s row %lld value %lld: packed %.9g, reference %.9g",
+				          w.name, (long long)r, (long long)v, got, want);
+				if (r >= PACK_N)
+					cr_assert_eq(packed_code(packed_wtype[t], packed, w.k, r, v), 0,
+					             "%s padding row %lld", w.name, (long long)r);
+			}
+		free(packed);
+		weight_free(e, &w);
+	}
+	env_close(e);
+	q4kh_gguf_close(g);
+}
+
+/*
+ * Column X (K values) quantised as struct simd_act says (d = max |x| /
+ * SIMD_QMAX, q rounded to nearest even) and split: q = 256 hi + lo.
+ */
+static void quantize_split(const float *x, int64_t k, int8_t *hi, int8_t *lo, double *d,
+                           int32_t *sum)
+{
+	for (int64_t b = 0; b < k / 32; b++) {
+		float amax = 0;
+
+		for (int i = 0; i < 32; i++)
+			amax = fmaxf(amax, fabsf(x[32 * b + i]));
+		d[b] = (double)(amax / SIMD_QMAX);
+		sum[b] = 0;
+		for (int i = 0; i < 32; i++) {
+			const int q = (int)rintf(x[32 * b + i] * (amax > 0 ? SIMD_QMAX / amax : 0));
+
+			hi[32 * b + i] = (int8_t)((q + 128) >> 8);
+			lo[32 * b + i] = (int8_t)(q - 256 * ((q + 128) >> 8));
+			sum[b] += q;
+		}
+	}
+}
+
+/*
+ * The packed product of row R with one column, in the kernel's steps: per
+ * scale group an int32 sum of codes times the column's high bytes, shifted
+ * by 8, plus the sum against its low bytes; then scaled, and the Q4_K mins
+ * or the Q6_K - 32 taken off through the column's sums.
+ */
+static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
+                           const int8_t *hi, const int8_t *lo, const double *d,
+                           const int32_t *sum)
+{
+	const int lane = (int)(r % SIMD_PACK_ROWS), group = type == SIMD_Q4_K ? 32 : 16;
+	double y = 0;
+
+	for (int64_t v0 = 0; v0 < k; v0 += group) {
+		const int i = (int)(v0 % Q4KH_QK_K);
+		int32_t ph = 0, pl = 0, qsum = 0;
+
+		for (int64_t v = v0; v < v0 + group; v++) {
+			const int c = packed_code(type, packed, k, r, v);
+
+			ph += c * hi[v];
+			pl += c * lo[v];
+			qsum += 256 * hi[v] + lo[v];
+		}
+		if (type == SIMD_Q4_K) {
+			const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v0);
+
+			y += (double)(ph * 256 + pl) * b->d[lane] * b->sc[i / 32][lane] * d[v0 / 32] -
+			     (double)b->dmin[lane] * b->m[i / 32][lane] * d[v0 / 32] * sum[v0 / 32];
+		} else {
+			const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v0);
+
+			y += ((double)(ph * 256 + pl) - 32.0 * qsum) * b->d[lane] *
+			     b->sc[i / 16][lane] * d[v0 / 32];
+		}
+	}
+	return y;
+}
+
+Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 120)
+{
+	struct q4kh_gguf *g;
+	struct env *e = model_env(&g);
+	for (int t = 0; t < 2; t++) {
+		struct weight w;
+		float *x, y[PACK_N];
+		void *packed;
+		int8_t *hi, *lo;
+		double *d;
+		int32_t *sum;
+
+		weight_load(e, g, packed_gguf[t], &w);
+		packed = pack_weight(&w, packed_wtype[t], w.k, e);
+		x = activations(w.k, 3);
+		hi = malloc((size_t)w.k);
+		lo = malloc((size_t)w.k);
+		d = malloc(sizeof(*d) * (size_t)(w.k / 32));
+		sum = malloc(sizeof(*sum) * (size_t)(w.k / 32));
+		cr_assert(hi && lo && d && sum);
+		for (int c = 0; c < 3; c++) {
+			quantize_split(x + c * w.k, w.k, hi, lo, d, sum);
+			for (int64_t r = 0; r < PACK_N; r++)
+				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, hi, lo, d, sum);
+			check_rows(w.name, w.exact, w.k, w.k, PACK_N, "scalar", 3, c, x + c * w.k, y);
+		}
+		free(hi);
+		free(lo);
+		free(d);
+		free(sum);
+		free(x);
+		free(packed);
+		weight_free(e, &w);
+	}
+	env_close(e);
+	q4kh_gguf_close(g);
+}
+
+/*
+ * Through the plugin with the AVX-512 VNNI kernels: gemm of 1 .. 33
+ * columns on N rows (a part of a tile, a whole one, a tile and a row, two
+ * tiles and part of a third), K of one super-block and the weight's whole
+ * K (a view of the first values of each row), on 1 and 3 threads; every
+ * value within the bound, and column 0 the same bits whatever the batch.
+ */
+Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .timeout = 600)
+{
+	static const int64_t rows[] = { 5, 16, 17, PACK_N };
+	static const char *const threads[] = { "1", "3" };
+	struct q4kh_gguf *g;
+	struct env *e;
+
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
+		             "(its layout and steps are checked by the tests above)");
+	e = model_env(&g);
+	for (int th = 0; th < 2; th++) {
+		e->threads = threads[th];
+		cr_assert_eq(env_variant(e, "avx512-vnni"), Q4KH_OK, "%s", e->v->last_error(NULL));
+		for (int t = 0; t < 2; t++) {
+			struct weight w;
+			float *x;
+
+			weight_load(e, g, packed_gguf[t], &w);
+			x = activations(w.k, 33);
+			for (int kk = 0; kk < 2; kk++) {
+				const int64_t k = kk ? w.k : Q4KH_QK_K;
+				float *xk = malloc(sizeof(float) * (size_t)(k * 33)), *first = NULL;
+
+				cr_assert_not_null(xk);
+				for (int64_t c = 0; c < 33; c++)
+					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
+				for (int n = 0; n < 4; n++) {
+					struct q4kh_tensor view = w.t;
+					q4kh_prepared *p;
+
+					view.ne[0] = k;
+					view.ne[1] = rows[n];
+					cr_assert_eq(e->v->prepare(e->kctx, &e->nd, &view, &p), Q4KH_OK, "%s",
+					             e->v->last_error(e->kctx));
+					for (int64_t cols = 1; cols <= 33; cols++) {
+						struct q4kh_tensor xt = f32_tensor(e, k, cols, 64, xk);
+						struct q4kh_tensor yt = f32_tensor(e, rows[n], cols, 32, NULL);
+						float *y;
+
+						cr_assert_eq(e->v->gemm(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK,
+						             "%s", e->v->last_error(e->kctx));
+						y = fetch(e, &yt);
+						for (int64_t c = 0; c < cols; c++)
+							check_rows(w.name, w.exact, w.k, k, rows[n], "avx512-vnni",
+							           cols, c, xk + c * k, y + c * rows[n]);
+						if (n == 3 && !first)
+							first = y;
+						else if (n == 3)
+							cr_assert_eq(memcmp(first, y, sizeof(float) * PACK_N), 0,
+							             "%s K %lld: column 0 differs between 1 and "
+							             "%lld columns", w.name, (long long)k,
+							             (long long)cols);
+						if (y != first)
+							free(y);
+						e->b->buffer_free(e->dev, xt.buffer);
+						e->b->buffer_free(e->dev, yt.buffer);
+					}
+					e->v->release(e->kctx, p);
+				}
+				free(first);
+				free(xk);
+			}
+			free(x);
+			weight_free(e, &w);
+		}
+	}
+	env_close(e);
+	q4kh_gguf_close(g);
 }
