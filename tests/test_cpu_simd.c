@@ -158,7 +158,8 @@ static float *fetch(struct env *e, const struct q4kh_tensor *t)
 
 /*
  * ROWS rows of the model's first {K, N} weight of TYPE, from the middle
- * moved SHIFT rows on.
+ * moved SHIFT rows on (weight_rows(); without a model G, the blocks
+ * fixture's Q4_K or Q6_K rows made each its own).
  */
 struct weight {
 	const char *name;
@@ -167,11 +168,39 @@ struct weight {
 	double *exact;        /* ROWS x k, dequantised by the cpu plugin */
 };
 
-/* ROWS rows of TYPE from the blocks fixture, its rows repeated, into W. */
-static void fixture_rows(struct env *e, uint32_t type, struct weight *w)
+/*
+ * Row I of a Q4_K or Q6_K copy made its own: in every super-block, the
+ * codes (Q4_K qs, Q6_K ql) and the scales rotated by I bytes. Any bytes
+ * there are valid blocks, and d stays: the reference dequantises the
+ * result exactly as it does the file's.
+ */
+static void vary_row(uint32_t type, uint8_t *row, size_t row_bytes, int i)
+{
+	const int q4 = type == Q4KH_TYPE_Q4_K;
+	const size_t bb = q4kh_type_block_bytes(type);
+	/* Offsets and lengths of the codes and the scales in a block. */
+	const size_t codes = q4 ? offsetof(struct q4kh_block_q4_k, qs) : 0;
+	const size_t scales = q4 ? offsetof(struct q4kh_block_q4_k, scales)
+	                         : offsetof(struct q4kh_block_q6_k, scales);
+	const size_t sizes[2] = { Q4KH_QK_K / 2, q4 ? 12 : Q4KH_QK_K / 16 };
+
+	for (uint8_t *b = row; b < row + row_bytes; b += bb)
+		for (int f = 0; f < 2; f++) {
+			uint8_t tmp[Q4KH_QK_K / 2], *at = b + (f ? scales : codes);
+
+			for (size_t j = 0; j < sizes[f]; j++)
+				tmp[j] = at[(j + (size_t)i) % sizes[f]];
+			memcpy(at, tmp, sizes[f]);
+		}
+}
+
+/* ROWS rows of TYPE from the blocks fixture into W: its rows repeated, or
+ * with VARY (Q4_K, Q6_K) each made its own by vary_row(). */
+static void fixture_rows(struct env *e, uint32_t type, int vary, struct weight *w)
 {
 	struct blocks_fixture bf;
 	const struct blocks_tensor *bt;
+	uint8_t *rows;
 
 	blocks_fixture_load(&bf);
 	bt = blocks_fixture_find(&bf, type);
@@ -179,12 +208,18 @@ static void fixture_rows(struct env *e, uint32_t type, struct weight *w)
 	                   q4kh_type_name(type));
 	w->k = bt->ne0;
 	w->t.nb[1] = (int64_t)bt->row_bytes;
+	rows = malloc(bt->row_bytes * ROWS);
+	cr_assert_not_null(rows);
+	for (int i = 0; i < ROWS; i++) {
+		memcpy(rows + bt->row_bytes * (size_t)i,
+		       bt->bytes + bt->row_bytes * (size_t)(i % bt->rows), bt->row_bytes);
+		if (vary)
+			vary_row(type, rows + bt->row_bytes * (size_t)i, bt->row_bytes, i);
+	}
 	cr_assert_eq(e->b->buffer_alloc(e->dev, bt->row_bytes * ROWS, &w->t.buffer), Q4KH_OK);
-	for (int i = 0; i < ROWS; i++)
-		cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, bt->row_bytes * (uint64_t)i,
-		                                 bt->bytes + bt->row_bytes * (uint64_t)(i % bt->rows),
-		                                 bt->row_bytes),
-		             Q4KH_OK);
+	cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0, rows, bt->row_bytes * ROWS),
+	             Q4KH_OK);
+	free(rows);
 	blocks_fixture_free(&bf);
 }
 
@@ -197,7 +232,7 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 	uint64_t rb;
 	float *v;
 
-	for (uint64_t i = 0; i < g->n_tensors && !gt; i++)
+	for (uint64_t i = 0; g && i < g->n_tensors && !gt; i++)
 		if (g->tensors[i].type == type && g->tensors[i].n_dims == 2 &&
 		    g->tensors[i].ne[1] >= ROWS)
 			gt = &g->tensors[i];
@@ -216,7 +251,7 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 		                                 rb * ROWS),
 		             Q4KH_OK);
 	} else {
-		fixture_rows(e, type, w);
+		fixture_rows(e, type, !g, w);
 	}
 	w->t.ne[0] = w->k;
 	w->t.nb[2] = w->t.nb[3] = w->t.nb[1] * ROWS;
@@ -664,16 +699,6 @@ static void *pack_weight(const struct weight *w, int type, int64_t k, struct env
 static const uint32_t packed_gguf[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K };
 static const int packed_wtype[] = { SIMD_Q4_K, SIMD_Q6_K };
 
-/* The default model, open in *g, and the cpu backend with the variant's table. */
-static struct env *model_env(struct q4kh_gguf **g)
-{
-	struct q4kh_error err = { { 0 } };
-
-	*g = NULL;
-	cr_assert_eq(q4kh_gguf_open(test_model_path(), g, &err), 0, "%s", err.msg);
-	return env_open();
-}
-
 static void weight_free(struct env *e, struct weight *w)
 {
 	e->b->buffer_free(e->dev, w->t.buffer);
@@ -682,13 +707,12 @@ static void weight_free(struct env *e, struct weight *w)
 
 Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeout = 120)
 {
-	struct q4kh_gguf *g;
-	struct env *e = model_env(&g);
+	struct env *e = env_open();
 	for (int t = 0; t < 2; t++) {
 		struct weight w;
 		void *packed;
 
-		weight_load(e, g, packed_gguf[t], &w);
+		weight_rows(e, NULL, packed_gguf[t], 0, &w);
 		cr_assert_eq(w.k % Q4KH_QK_K, 0);
 		cr_assert_eq(simd_pack_bytes(packed_wtype[t], PACK_N, w.k),
 		             3 * (size_t)(w.k / Q4KH_QK_K) * (t ? 3392 : 2432));
@@ -709,7 +733,6 @@ Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeo
 		weight_free(e, &w);
 	}
 	env_close(e);
-	q4kh_gguf_close(g);
 }
 
 /*
@@ -777,8 +800,7 @@ static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
 
 Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 120)
 {
-	struct q4kh_gguf *g;
-	struct env *e = model_env(&g);
+	struct env *e = env_open();
 	for (int t = 0; t < 2; t++) {
 		struct weight w;
 		float *x, y[PACK_N];
@@ -787,7 +809,7 @@ Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 1
 		double *d;
 		int32_t *sum;
 
-		weight_load(e, g, packed_gguf[t], &w);
+		weight_rows(e, NULL, packed_gguf[t], 0, &w);
 		packed = pack_weight(&w, packed_wtype[t], w.k, e);
 		x = activations(w.k, 3);
 		hi = malloc((size_t)w.k);
@@ -810,7 +832,6 @@ Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 1
 		weight_free(e, &w);
 	}
 	env_close(e);
-	q4kh_gguf_close(g);
 }
 
 /*
@@ -824,13 +845,12 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 {
 	static const int64_t rows[] = { 5, 16, 17, PACK_N };
 	static const char *const threads[] = { "1", "3" };
-	struct q4kh_gguf *g;
 	struct env *e;
 
 	if (!cpu_runs("avx512-vnni"))
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
 		             "(its layout and steps are checked by the tests above)");
-	e = model_env(&g);
+	e = env_open();
 	for (int th = 0; th < 2; th++) {
 		e->threads = threads[th];
 		cr_assert_eq(env_variant(e, "avx512-vnni"), Q4KH_OK, "%s", e->v->last_error(NULL));
@@ -838,7 +858,7 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 			struct weight w;
 			float *x;
 
-			weight_load(e, g, packed_gguf[t], &w);
+			weight_rows(e, NULL, packed_gguf[t], 0, &w);
 			x = activations(w.k, 33);
 			for (int kk = 0; kk < 2; kk++) {
 				const int64_t k = kk ? w.k : Q4KH_QK_K;
@@ -888,5 +908,4 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 		}
 	}
 	env_close(e);
-	q4kh_gguf_close(g);
 }
