@@ -680,18 +680,19 @@ static double packed_value(int type, const void *packed, int64_t k, int64_t r, i
 	}
 }
 
-/* W's first PACK_N rows (or its first K values of each) repacked. */
-static void *pack_weight(const struct weight *w, int type, int64_t k, struct env *e)
+/* W's first N rows (of its first K values each) repacked, the first tile
+ * apart from the others as by two threads. */
+static void *pack_weight(const struct weight *w, int type, int64_t k, int64_t n, struct env *e)
 {
-	const size_t bytes = simd_pack_bytes(type, PACK_N, k);
+	const size_t bytes = simd_pack_bytes(type, n, k);
 	void *packed = aligned_alloc(64, bytes);
 	const uint8_t *rows;
 
 	cr_assert_not_null(packed);
 	memset(packed, 0xA5, bytes); /* padding must be written, not left */
 	rows = (const uint8_t *)e->nd.address(w->t.buffer) + w->t.offset;
-	simd_pack_tiles(type, rows, w->t.nb[1], PACK_N, k, 0, 1, packed);
-	simd_pack_tiles(type, rows, w->t.nb[1], PACK_N, k, 1, (PACK_N + 15) / 16, packed);
+	simd_pack_tiles(type, rows, w->t.nb[1], n, k, 0, 1, packed);
+	simd_pack_tiles(type, rows, w->t.nb[1], n, k, 1, (n + 15) / 16, packed);
 	return packed;
 }
 
@@ -716,7 +717,7 @@ Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeo
 		cr_assert_eq(w.k % Q4KH_QK_K, 0);
 		cr_assert_eq(simd_pack_bytes(packed_wtype[t], PACK_N, w.k),
 		             3 * (size_t)(w.k / Q4KH_QK_K) * (t ? 3392 : 2432));
-		packed = pack_weight(&w, packed_wtype[t], w.k, e);
+		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
 		for (int64_t r = 0; r < 3 * SIMD_PACK_ROWS; r++)
 			for (int64_t v = 0; v < w.k; v++) {
 				double mag, got = packed_value(packed_wtype[t], packed, w.k, r, v, &mag);
@@ -737,26 +738,53 @@ Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeo
 
 /*
  * Column X (K values) quantised as struct simd_act says (d = max |x| /
- * SIMD_QMAX, q rounded to nearest even) and split: q = 256 hi + lo.
+ * SIMD_QMAX, q rounded to nearest even) and split: q = 256 hi + lo, with
+ * the sums of q per 32 (sum) and per 16 (s16) and ds = d sum.
  */
-static void quantize_split(const float *x, int64_t k, int8_t *hi, int8_t *lo, double *d,
-                           int32_t *sum)
+struct split_col {
+	int8_t *hi, *lo;
+	float *d, *ds, *s16;
+	int32_t *sum;
+	struct simd_act act; /* the same, as the kernels take it */
+};
+
+static void split_col(const float *x, int64_t k, struct split_col *col)
 {
+	col->hi = malloc((size_t)k);
+	col->lo = malloc((size_t)k);
+	col->d = malloc(sizeof(float) * (size_t)(k / 32));
+	col->ds = malloc(sizeof(float) * (size_t)(k / 32));
+	col->s16 = calloc((size_t)(k / 16), sizeof(float));
+	col->sum = malloc(sizeof(int32_t) * (size_t)(k / 32));
+	cr_assert(col->hi && col->lo && col->d && col->ds && col->s16 && col->sum);
 	for (int64_t b = 0; b < k / 32; b++) {
 		float amax = 0;
 
 		for (int i = 0; i < 32; i++)
 			amax = fmaxf(amax, fabsf(x[32 * b + i]));
-		d[b] = (double)(amax / SIMD_QMAX);
-		sum[b] = 0;
+		col->d[b] = amax / SIMD_QMAX;
+		col->sum[b] = 0;
 		for (int i = 0; i < 32; i++) {
 			const int q = (int)rintf(x[32 * b + i] * (amax > 0 ? SIMD_QMAX / amax : 0));
 
-			hi[32 * b + i] = (int8_t)((q + 128) >> 8);
-			lo[32 * b + i] = (int8_t)(q - 256 * ((q + 128) >> 8));
-			sum[b] += q;
+			col->hi[32 * b + i] = (int8_t)((q + 128) >> 8);
+			col->lo[32 * b + i] = (int8_t)(q - 256 * ((q + 128) >> 8));
+			col->sum[b] += q;
+			col->s16[2 * b + i / 16] += (float)q;
 		}
+		col->ds[b] = col->d[b] * (float)col->sum[b];
 	}
+	col->act = (struct simd_act){ NULL, col->d, col->ds, col->hi, col->lo, col->s16 };
+}
+
+static void split_col_free(struct split_col *col)
+{
+	free(col->hi);
+	free(col->lo);
+	free(col->d);
+	free(col->ds);
+	free(col->s16);
+	free(col->sum);
 }
 
 /*
@@ -766,9 +794,11 @@ static void quantize_split(const float *x, int64_t k, int8_t *hi, int8_t *lo, do
  * or the Q6_K - 32 taken off through the column's sums.
  */
 static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
-                           const int8_t *hi, const int8_t *lo, const double *d,
-                           const int32_t *sum)
+                           const struct split_col *col)
 {
+	const int8_t *hi = col->hi, *lo = col->lo;
+	const float *d = col->d;
+	const int32_t *sum = col->sum;
 	const int lane = (int)(r % SIMD_PACK_ROWS), group = type == SIMD_Q4_K ? 32 : 16;
 	double y = 0;
 
@@ -805,30 +835,93 @@ Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 1
 		struct weight w;
 		float *x, y[PACK_N];
 		void *packed;
-		int8_t *hi, *lo;
-		double *d;
-		int32_t *sum;
 
 		weight_rows(e, NULL, packed_gguf[t], 0, &w);
-		packed = pack_weight(&w, packed_wtype[t], w.k, e);
+		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
 		x = activations(w.k, 3);
-		hi = malloc((size_t)w.k);
-		lo = malloc((size_t)w.k);
-		d = malloc(sizeof(*d) * (size_t)(w.k / 32));
-		sum = malloc(sizeof(*sum) * (size_t)(w.k / 32));
-		cr_assert(hi && lo && d && sum);
 		for (int c = 0; c < 3; c++) {
-			quantize_split(x + c * w.k, w.k, hi, lo, d, sum);
+			struct split_col col;
+
+			split_col(x + c * w.k, w.k, &col);
 			for (int64_t r = 0; r < PACK_N; r++)
-				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, hi, lo, d, sum);
+				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, &col);
 			check_rows(w.name, w.exact, w.k, w.k, PACK_N, "scalar", 3, c, x + c * w.k, y);
+			split_col_free(&col);
 		}
-		free(hi);
-		free(lo);
-		free(d);
-		free(sum);
 		free(x);
 		free(packed);
+		weight_free(e, &w);
+	}
+	env_close(e);
+}
+
+/* Columns of y the kernels write N rows of, PAD floats apart beyond them. */
+#define PAD 16
+
+/*
+ * The VNNI kernel's own code (plugins/cpu-simd/simd_vnni_packed.c, built
+ * into this program against tests/avx512-emu/immintrin.h: its intrinsics
+ * in plain C) at the tiles' edges, on any CPU: 5, 16, 17 and 37 rows, K of
+ * one super-block and of two, 1 .. 33 columns (blocks of 8 and their
+ * remainders), the tiles in two parts as by two threads. Every value
+ * within the bound, nothing written past a column's N rows, and a column's
+ * bits the same whatever the batch.
+ */
+Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
+{
+	static const simd_packed_fn kernel[] = { simd_vnni_packed_q4_k, simd_vnni_packed_q6_k };
+	static const int64_t rows[] = { 5, 16, 17, PACK_N };
+	struct env *e = env_open();
+
+	for (int t = 0; t < 2; t++) {
+		struct weight w;
+
+		weight_rows(e, NULL, packed_gguf[t], 0, &w);
+		for (int64_t k = Q4KH_QK_K; k <= w.k; k += w.k - Q4KH_QK_K) {
+			float *x = activations(k, 33);
+			struct split_col col[33];
+			struct simd_act act[33];
+
+			for (int c = 0; c < 33; c++) {
+				split_col(x + c * k, k, &col[c]);
+				act[c] = col[c].act;
+			}
+			for (int n = 0; n < 4; n++) {
+				const int64_t ld = rows[n] + PAD, tiles = (rows[n] + 15) / 16;
+				void *packed = pack_weight(&w, packed_wtype[t], k, rows[n], e);
+				float *y = malloc(sizeof(float) * (size_t)(33 * ld)), *yc[33];
+				float *first = malloc(sizeof(float) * (size_t)rows[n]);
+
+				cr_assert(y && first);
+				for (int cols = 1; cols <= 33; cols++) {
+					for (int64_t i = 0; i < 33 * ld; i++)
+						y[i] = NAN;
+					for (int c = 0; c < cols; c++)
+						yc[c] = y + c * ld;
+					kernel[t](packed, rows[n], k, 0, 1, act, cols, yc);
+					kernel[t](packed, rows[n], k, 1, tiles, act, cols, yc);
+					for (int c = 0; c < cols; c++) {
+						check_rows(w.name, w.exact, w.k, k, rows[n], "emulated avx512-vnni",
+						           cols, c, x + c * k, yc[c]);
+						for (int64_t i = rows[n]; i < ld; i++)
+							cr_assert(isnan(yc[c][i]), "%s K %lld, %lld rows: column %d "
+							          "written at row %lld", w.name, (long long)k,
+							          (long long)rows[n], c, (long long)i);
+					}
+					if (cols == 1)
+						memcpy(first, y, sizeof(float) * (size_t)rows[n]);
+					cr_assert_eq(memcmp(first, y, sizeof(float) * (size_t)rows[n]), 0,
+					             "%s K %lld: column 0 differs between 1 and %d columns",
+					             w.name, (long long)k, cols);
+				}
+				free(first);
+				free(y);
+				free(packed);
+			}
+			for (int c = 0; c < 33; c++)
+				split_col_free(&col[c]);
+			free(x);
+		}
 		weight_free(e, &w);
 	}
 	env_close(e);
