@@ -12,7 +12,7 @@
 # llama.cpp, q4khost, ratio; full outputs under ${OUT:-/tmp}/bench-cpu.
 #
 #   scripts/bench-cpu.sh [--models LIST] [--threads LIST] [--prompts LIST]
-#                        [--gen N] [--reps R] [--llamacpp TARBALL]
+#                        [--gen N] [--reps R] [--config FILE] [--llamacpp TARBALL]
 #                        [--build DIR] [--lib DIR]
 #
 #   --models LIST   names of scripts/gen-bench-model.py or GGUF paths,
@@ -22,6 +22,8 @@
 #   --prompts LIST  prompt lengths P in tokens (default 32,128,512)
 #   --gen N         decode tokens timed after the first prompt (default 32)
 #   --reps R        timed passes per figure, both engines (default 2)
+#   --config FILE   INI lines added to q4khost's configuration of every run
+#                   (e.g. [plugin.cpu-simd] repack = off)
 #   --llamacpp F    llama.cpp source tarball (default .gpu/llama.cpp.tar.xz)
 #   --build, --lib  the q4khost build and carried libraries, as
 #                   scripts/gpu-check.sh takes them (default .gpu/build
@@ -37,6 +39,7 @@ threads=1,2,4,8,16
 prompts=32,128,512
 gen=32
 reps=2
+extra=/dev/null
 tarball=.gpu/llama.cpp.tar.xz
 build=
 lib=.gpu/lib
@@ -89,6 +92,7 @@ while [ $# -gt 0 ]; do
 	--prompts) prompts=$2; shift 2 ;;
 	--gen) gen=$2; shift 2 ;;
 	--reps) reps=$2; shift 2 ;;
+	--config) extra=$2; shift 2 ;;
 	--llamacpp) tarball=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
 	--lib) lib=$2; shift 2 ;;
@@ -112,8 +116,8 @@ for f in "${files[@]}"; do
 		-o json >"$out/llama-$base.json" 2>"$out/llama-$base.log" ||
 		tail -5 "$out/llama-$base.log" >&2
 	for t in "${ts[@]}"; do
-		printf '[plugin.cpu-fast]\nthreads = %s\n[plugin.cpu-simd]\nthreads = %s\n' "$t" "$t" \
-			>"$out/threads-$t.ini"
+		{ printf '[plugin.cpu-fast]\nthreads = %s\n[plugin.cpu-simd]\nthreads = %s\n' "$t" "$t" &&
+			cat "$extra"; } >"$out/threads-$t.ini"
 		n=$gen
 		for p in "${ps[@]}"; do
 			step "q4khost on $base, $t threads, $p-token prompt"
