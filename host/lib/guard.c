@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "buildconf.h"
+#include "gguf_shared.h"
 #include "isolate.h"
 #include "log.h"
 #include "progress.h"
@@ -212,21 +213,30 @@ out:
 	return rc;
 }
 
+int q4kh_guard_probe_with(const struct q4kh_gguf *g, const struct q4kh_tokenizer *tok,
+                          const char *text, int32_t **ids, size_t *n,
+                          struct q4kh_error *err)
+{
+	struct q4kh_prompt p;
+
+	if (q4kh_prompt_init(&p, g, NULL, 1, err))
+		return -1;
+	return q4kh_prompt_tokenize(&p, tok, text ? text : q4kh_f2_probe_text, 1, ids, n, err);
+}
+
 int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
                      size_t *n, struct q4kh_error *err)
 {
 	struct q4kh_gguf *g = NULL;
 	struct q4kh_tokenizer *tok = NULL;
-	struct q4kh_prompt p;
 	int rc = -1;
 
-	if (q4kh_gguf_open(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err) ||
-	    q4kh_prompt_init(&p, g, NULL, 1, err))
+	if (q4kh_gguf_acquire(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err))
 		goto out;
-	rc = q4kh_prompt_tokenize(&p, tok, text ? text : q4kh_f2_probe_text, 1, ids, n, err);
+	rc = q4kh_guard_probe_with(g, tok, text, ids, n, err);
 out:
 	q4kh_tokenizer_free(tok);
-	q4kh_gguf_close(g);
+	q4kh_gguf_release(g);
 	return rc;
 }
 
@@ -254,7 +264,9 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     const int32_t *probe, size_t n_probe,
                     struct q4kh_error *err)
 {
+	struct q4kh_gguf *held;
 	char cache[4200];
+	int rc;
 
 	memset(g, 0, sizeof(*g));
 	g->registry = r;
@@ -269,7 +281,12 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	                 &g->receipt_dir_origin);
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	q4kh_sha256_bytes(probe, n_probe * sizeof(*probe), g->probe_sha256);
-	return q4kh_sha256_file(model_path, cache, g->model_sha256, err);
+	/* a model this process holds is hashed from its mapping: no second open */
+	if (q4kh_gguf_held(model_path, &held))
+		return q4kh_sha256_file(model_path, cache, g->model_sha256, err);
+	rc = q4kh_sha256_mapped(model_path, held->map, held->size, cache, g->model_sha256, err);
+	q4kh_gguf_release(held);
+	return rc;
 }
 
 /*
@@ -665,7 +682,7 @@ static int reference_open(const struct q4kh_guard *g, uint32_t n_ctx,
 	struct q4kh_error e = { { 0 } };
 
 	if (q4kh_serving_open(g->registry, g->model_path,
-	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, n_ctx, ref, &e) == 0)
+	                      &(struct q4kh_candidate){ .backend = "cpu" }, n_ctx, ref, &e) == 0)
 		return 0;
 	snprintf(out->message, sizeof(out->message), REFERENCE_DOWN, e.msg);
 	return -1;
@@ -975,9 +992,15 @@ static void show_measuring(void *data, unsigned seconds)
 static int reference_down(const struct q4kh_guard *g, struct q4kh_error *e)
 {
 	const struct q4kh_plugin *cpu = q4kh_registry_find(g->registry, "cpu");
+	const struct q4kh_host_backend *b;
 	uint32_t n;
 
-	return cpu && q4kh_backend_devices(cpu, &n, e) != 0;
+	if (!cpu || !g->host)
+		return cpu && q4kh_backend_devices(cpu, &n, e) != 0;
+	b = q4kh_host_backend(g->host, cpu);
+	if (b && !b->ctx)
+		q4kh_fail(e, "%s", b->why);
+	return b && !b->ctx;
 }
 
 /*
@@ -1226,6 +1249,32 @@ static void not_recorded(const char *absent, const char *said, struct q4kh_guard
 		         said);
 }
 
+int q4kh_guard_receipt_decision(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                                const struct q4kh_device_record *dev,
+                                struct q4kh_guard_decision *out, char *why, size_t cap,
+                                struct q4kh_receipt_key *key, char *id, size_t id_cap,
+                                struct q4kh_error *err)
+{
+	struct q4kh_receipt_key own_key;
+	char own_id[512];
+
+	key = key ? key : &own_key;
+	if (!id) {
+		id = own_id;
+		id_cap = sizeof(own_id);
+	}
+	memset(out, 0, sizeof(*out));
+	if (q4kh_guard_key(g, c, dev, key, id, id_cap, err))
+		return -1;
+	if (g->probe_kind == Q4KH_F2_PROBE_BUILTIN && deep_receipt(g, key, id, out))
+		return 0;
+	if (q4kh_guard_receipt(g, key, id, &out->receipt, why, cap))
+		return 1;
+	out->verdict = out->receipt.verdict;
+	snprintf(out->source, sizeof(out->source), "receipt of %s", out->receipt.created);
+	return 0;
+}
+
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      const struct q4kh_device_record *dev, enum q4kh_f2_mode mode,
                      struct q4kh_guard_decision *out, struct q4kh_error *err)
@@ -1245,19 +1294,16 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		         "F2 is off: the candidate is unverified");
 		return 0;
 	}
-	if (q4kh_guard_key(g, c, dev, &key, id, sizeof(id), err))
-		return -1;
-	if (mode != Q4KH_F2_FRESH && g->probe_kind == Q4KH_F2_PROBE_BUILTIN &&
-	    deep_receipt(g, &key, id, out))
-		return 0;
 	/* none, stale and void read alike: measured */
-	if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) == 0) {
-		if (mode != Q4KH_F2_FRESH) {
-			out->verdict = out->receipt.verdict;
-			snprintf(out->source, sizeof(out->source), "receipt of %s",
-			         out->receipt.created);
-			return 0;
-		}
+	if (mode != Q4KH_F2_FRESH) {
+		rc = q4kh_guard_receipt_decision(g, c, dev, out, absent, sizeof(absent), &key, id,
+		                                 sizeof(id), err);
+		if (rc <= 0)
+			return rc;
+		reason = absent;
+	} else if (q4kh_guard_key(g, c, dev, &key, id, sizeof(id), err)) {
+		return -1;
+	} else if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) == 0) {
 		reason = g->fresh_source ? g->fresh_source : "--f2 fresh";
 		q4kh_receipt_free(&out->receipt);
 	} else {
