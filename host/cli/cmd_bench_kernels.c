@@ -29,6 +29,7 @@
 #include "cli.h"
 #include "cmd_bench_kernels.h"
 #include "enumerate.h"
+#include "host.h"
 #include "interrupt.h"
 #include "progress.h"
 #include "select.h"
@@ -670,13 +671,27 @@ out:
 static int default_backend(const struct q4kh_registry *r, const struct q4kh_config *config,
                            struct opts *o, struct q4kh_error *err)
 {
-	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
-	const struct q4kh_select_request rq = { .registry = r, .config = config,
-		                                .device = (uint32_t)o->device };
+	struct q4kh_candidate *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
+	struct q4kh_host h;
+	int n;
 
-	if (q4kh_select_plan(&rq, list, NULL, 0, err) < 0)
+	if (!list)
+		return q4kh_fail(err, "out of memory");
+	if (q4kh_host_open(&h, r, config, NULL, err)) {
+		free(list);
 		return -1;
-	o->backend = list[0].backend;
+	}
+	const struct q4kh_select_request rq = { .host = &h, .device = (uint32_t)o->device };
+
+	n = q4kh_select_plan(&rq, list, NULL, 0, err);
+	/* the registry's string: it outlives the host context */
+	o->backend = n > 0 ? list[0].backend : NULL;
+	q4kh_host_close(&h);
+	free(list);
+	if (n == 0)
+		return q4kh_fail(err, "no backend on the plugin path has device %ld", (long)o->device);
+	if (n < 0)
+		return -1;
 	q4kh_progress_note("backend %s, the one q4khost run tries first here (--backend NAME "
 	                   "times another)", o->backend);
 	return 0;
