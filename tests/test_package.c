@@ -611,6 +611,7 @@ static void check_packages(const char *work, const char *script, const char *lib
 	expect_file(root, "/usr/include/q4khost/quant.h");
 	expect_file(root, "/usr/include/q4khost/contract.h");
 	expect_file(root, "/usr/include/q4khost/top2.h");
+	expect_file(root, "/usr/include/q4khost/cuda_pdl.cuh");
 	cr_assert_geq(asprintf(&file, "%s/pkgconfig/q4khost-plugin.pc", libdir), 0);
 	expect_file(root, file);
 	free(file);
