@@ -49,9 +49,9 @@ static void usage(FILE *out)
 	        "      --parallel N        requests generated at once, one slot each (default 4)\n"
 	        "      --max-queue N       requests waiting for a slot; more get 503 with\n"
 	        "                          Retry-After (default 512)\n"
-	        "      --max-connections N open connections; past them a new one is closed\n"
-	        "                          unanswered (default: 2 x (--parallel + --max-queue),\n"
-	        "                          at least 1024)\n"
+	        "      --max-connections N open connections, a thread each; past them a new one\n"
+	        "                          is answered 503 with Retry-After at once (default:\n"
+	        "                          2 x (--parallel + --max-queue), at least 1024)\n"
 	        "      --max-body BYTES    largest request body (default 1048576)\n"
 	        "      --max-prompt-tokens N  longest prompt (default: the context)\n"
 	        "      --max-tokens N      largest max_tokens, and the default (default 4096)\n"
@@ -93,9 +93,9 @@ static int parse_double(const char *s, const char *what, double lo, double hi, d
 /*
  * --max-connections when not given: room for every request the slots and
  * the queue hold, and as many again for idle keep-alive connections and
- * for those that get a 503, so that a request past the queue is answered
- * 503 rather than closed at the connection limit (docs/serve.md, section
- * 6). Given lower, a warning says what follows.
+ * for those on their way out, so that a request is refused only when the
+ * queue is full (docs/serve.md, section 6). Given lower, a warning says
+ * what follows.
  */
 static void connection_limit(struct serve_opts *o)
 {
@@ -107,7 +107,7 @@ static void connection_limit(struct serve_opts *o)
 			o->max_connections = MAX_CONNECTIONS;
 	} else if (o->max_connections <= held) {
 		serve_log("warning: --max-connections %ld is not above --parallel + --max-queue "
-		          "(%ld): requests may be closed unanswered before the queue is full",
+		          "(%ld): requests may get 503 before the queue is full",
 		          o->max_connections, held);
 	}
 }

@@ -66,14 +66,17 @@ int serve_engine_submit(struct serve *srv, struct serve_job *job)
 	pthread_mutex_lock(&srv->lock);
 	if (srv->draining) {
 		snprintf(job->error, sizeof(job->error), "the server is shutting down");
+		serve_status_reject(srv, SERVE_REJECT_DRAINING);
 		status = 503;
 	} else if (!srv->cur) {
 		snprintf(job->error, sizeof(job->error),
 		         "no validated path can serve this model now (see /health)");
+		serve_status_reject(srv, SERVE_REJECT_NO_PATH);
 		status = 503;
 	} else if (srv->q_len >= (size_t)srv->o.max_queue) {
 		snprintf(job->error, sizeof(job->error),
 		         "the queue is full (%zu requests waiting); try again later", srv->q_len);
+		serve_status_reject(srv, SERVE_REJECT_QUEUE_FULL);
 		status = 503;
 	} else {
 		job->seq = ++srv->next_seq;
@@ -122,6 +125,7 @@ static void admit(struct serve *srv)
 		j = queue_pop(srv);
 		if (!srv->cur) {
 			fail_job(j, 503, "no validated path can serve this model now (see /health)");
+			serve_status_reject(srv, SERVE_REJECT_NO_PATH);
 			serve_job_release(j);
 			i--;
 			continue;
@@ -441,6 +445,7 @@ static void demoted(struct serve *srv, int i)
 		         "the path serving this request (%s) was demoted by shadow parity and the queue is full",
 		         j->path->name);
 		j->http_status = 503;
+		serve_status_reject(srv, SERVE_REJECT_QUEUE_FULL);
 		end_job(srv, i, "error");
 		return;
 	}
@@ -605,6 +610,7 @@ void serve_engine_stop(struct serve *srv)
 	srv->quit = 1;
 	while ((j = queue_pop(srv))) {
 		fail_job(j, 503, "the server is shutting down");
+		serve_status_reject(srv, SERVE_REJECT_DRAINING);
 		serve_job_release(j);
 	}
 	for (int i = 0; i < srv->n_slots; i++)
