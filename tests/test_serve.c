@@ -1126,6 +1126,29 @@ Test(serve, a_crowd_of_clients_is_answered, .timeout = 300)
 }
 
 /*
+ * Issue 34, continuous batching: six clients at once with prompts of 3
+ * to 188 words on the exact cpu backend, --step-tokens 48 so that a
+ * prompt takes up to six steps: steps carry prompt chunks of several
+ * requests beside the answer tokens of others (tests/serve/mixed.py), and
+ * every greedy answer is the one the same prompt gets alone and from
+ * q4khost run.
+ */
+Test(serve, prompts_and_answers_share_steps, .timeout = 180)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu",
+		               "--parallel", "6", "--step-tokens", "48", NULL };
+	struct server s;
+	char py[16384];
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s %s %s %s 6", s.url, q4khost(), model, dir);
+	python("mixed.py", py);
+	server_stop(&s);
+}
+
+/*
  * Issue 34: more clients at once than --max-connections (4), each on a
  * connection of its own: every connection past the limit is accepted and
  * answered 503 with Retry-After and a JSON error (tests/serve/crowd.py

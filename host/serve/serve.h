@@ -68,6 +68,8 @@ struct serve_opts {
 	long max_prompt;          /* tokens of a prompt (0: the context) */
 	long max_tokens;          /* the largest max_tokens a request may ask */
 	long max_connections, max_queue;
+	long step_tokens;         /* tokens a batched step carries at most (0:
+	                             the session's batch) */
 	long idle_timeout;        /* seconds a connection may stay silent */
 	long drain_timeout;       /* seconds SIGTERM waits for requests */
 	double shadow_rate;       /* --f2-shadow */
@@ -159,8 +161,10 @@ struct serve_metrics {
 	uint64_t requests[6][9];  /* endpoint x status code (serve_status.c) */
 	uint64_t prompt_tokens, completion_tokens;
 	double decode_seconds;    /* engine time in steps that made tokens */
-	/* decode steps of several requests at once, and the tokens they made */
+	/* steps of several requests at once, and the tokens they made */
 	uint64_t batched_steps, batched_tokens;
+	/* of them, those that carried prompt chunks, and those chunks' tokens */
+	uint64_t mixed_steps, batched_prompt_tokens;
 	uint64_t ttft_buckets[10], ttft_count;
 	double ttft_sum;
 	uint64_t f2_pass, f2_reject, f2_other; /* background F2 and receipts */
@@ -216,10 +220,11 @@ struct serve {
 	pthread_t engine;
 	int engine_started;
 	float **logits;           /* per slot: a sampled job's (greedy reads a pick) */
-	/* per slot: a round's batched decode: the step's sequences, which
+	/* per slot: a round's batched steps: the step's sequences, which
 	 * slots are due, the slots of one step */
 	struct q4kh_batch_seq *batch;
 	int *due, *batch_slots;
+	size_t *take; /* per slot: its tokens in the step planned */
 	/* trust */
 	struct serve_verdict verdicts[SERVE_MAX_VERDICTS];
 	int n_verdicts;

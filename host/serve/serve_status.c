@@ -231,10 +231,17 @@ char *serve_status_metrics(struct serve *srv)
 		put(&t, "q4khost_rejected_total{reason=\"%s\"} %llu\n", reject_names[r],
 		    (unsigned long long)m->rejected[r]);
 	metric(&t, "batched_steps_total", "counter",
-	       "Decode steps that ran several requests' tokens at once.");
+	       "Steps that ran several requests' tokens at once.");
 	put(&t, "q4khost_batched_steps_total %llu\n", (unsigned long long)m->batched_steps);
-	metric(&t, "batched_tokens_total", "counter", "Tokens those batched steps made.");
+	metric(&t, "batched_tokens_total", "counter", "Answer tokens those batched steps made.");
 	put(&t, "q4khost_batched_tokens_total %llu\n", (unsigned long long)m->batched_tokens);
+	metric(&t, "mixed_steps_total", "counter",
+	       "Batched steps that carried prompt chunks beside other requests' tokens.");
+	put(&t, "q4khost_mixed_steps_total %llu\n", (unsigned long long)m->mixed_steps);
+	metric(&t, "batched_prompt_tokens_total", "counter",
+	       "Prompt tokens that ran in batched steps.");
+	put(&t, "q4khost_batched_prompt_tokens_total %llu\n",
+	    (unsigned long long)m->batched_prompt_tokens);
 	metric(&t, "slots_busy", "gauge", "Slots generating now.");
 	put(&t, "q4khost_slots_busy %d\n", busy_slots(srv));
 	metric(&t, "slots", "gauge", "Slots (requests generated at once).");
