@@ -4,7 +4,9 @@
  * the logits, bit for bit (and greedy pick), it gets when its session runs
  * alone, one token a step, on the exact reference cpu backend; while sequences
  * finish, join, and a finished one's session is reset and takes a new
- * prompt (what serve's slots do). On tiny-llama, tiny-qwen2, tiny-qwen3
+ * prompt (what serve's slots do), and in mixed steps where some sequences
+ * bring a prompt's chunk instead of one token (serve's continuous
+ * batching). On tiny-llama, tiny-qwen2, tiny-qwen3
  * and Gemma 3 (the default model, its sliding window shrunk so that the
  * sequences pass it); on tiny-llama also through a backend that records
  * the batched step and replays it, and through one without the ABI 1.2
