@@ -6,7 +6,9 @@ q4khost run's for its prompt and the answer the same server gave it alone
 (one request at a time, before the crowd), and /metrics must show steps
 that carried prompt chunks with other sequences
 (q4khost_mixed_steps_total) and more answer tokens than batched steps.
-Usage: mixed.py URL Q4KHOST MODEL PLUGIN_PATH CLIENTS"""
+With BACKEND, q4khost run's answers are taken on that backend (the one
+serve was started with).
+Usage: mixed.py URL Q4KHOST MODEL PLUGIN_PATH CLIENTS [BACKEND]"""
 import sys
 import threading
 
@@ -41,11 +43,12 @@ def metric(text, name):
 def main():
     url, q4khost, model, plugin_path, clients = sys.argv[1:6]
     clients = int(clients)
+    backend = sys.argv[6] if len(sys.argv) > 6 else None
     prompts = [prompt(k) for k in range(clients)]
     c = Client(url)
     alone = [complete(c, p) for p in prompts]
     for k, p in enumerate(prompts):
-        want, n_prompt = run_answer(q4khost, model, plugin_path, p, N, False)
+        want, n_prompt = run_answer(q4khost, model, plugin_path, p, N, False, backend)
         check("served alone, prompt %d (%d tokens) is answered as q4khost run answers it"
               % (k, n_prompt), alone[k] == want, "%r != %r" % (alone[k], want))
     start = threading.Barrier(clients)
