@@ -684,6 +684,22 @@ Test(validate, a_backend_wrong_only_in_batched_steps_is_rejected, .timeout = 300
 	                                  "[fresh: no receipt]", NULL });
 }
 
+/* F2's first batched step is a mixed step (docs/f2.md, item 5): a backend
+ * wrong only where a sequence brings a prompt's chunk beside the others'
+ * decoded tokens is rejected there, at the chunk's last token. */
+Test(validate, a_backend_wrong_only_in_mixed_steps_is_rejected, .timeout = 300)
+{
+	static const char *const names[] = { "replay_mixed", NULL };
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
+	           (const char *const[]){ "q4khost: backend cpu ",
+	                                  "replay-mixed/built-in: F2 broken: batched step of 4 "
+	                                  "sequences, sequence 3, position 3 (its decode step 0, "
+	                                  "the last token of a prompt chunk: a mixed step): ",
+	                                  "[fresh: no receipt]", NULL });
+}
+
 /*
  * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
  * receipts written before probe kinds were; returns how many.
