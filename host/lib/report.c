@@ -189,6 +189,12 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		        shortest(r->sampling->top_p), (unsigned long long)r->sampling->seed);
 	if (r->steps)
 		print_steps(f, r->steps);
+	if (r->startup)
+		fprintf(f, "q4khost: time to first token %.3f s: start-up %.3f s (plugins %.3f, "
+		        "model %.3f, choice and F2 %.3f, session %.3f), prefill %.3f s\n",
+		        r->startup->first_token, startup_seconds(r->startup), r->startup->plugins,
+		        r->startup->model, r->startup->choice, r->startup->session,
+		        r->prefill_seconds);
 	/* a prefill stopped part way says how far it got */
 	if (r->prompt_tokens < r->prompt_total)
 		snprintf(of, sizeof(of), " of %lld", (long long)r->prompt_total);
@@ -202,12 +208,6 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 	        r->decode_seconds,
 	        rate_text(decode_rate, sizeof(decode_rate), decoded(r), r->decode_seconds),
 	        r->stop_reason);
-	if (r->startup)
-		fprintf(f, "q4khost: time to first token %.3f s: start-up %.3f s (plugins %.3f, "
-		        "model %.3f, choice and F2 %.3f, session %.3f), prefill %.3f s\n",
-		        r->startup->first_token, startup_seconds(r->startup), r->startup->plugins,
-		        r->startup->model, r->startup->choice, r->startup->session,
-		        r->prefill_seconds);
 }
 
 json_t *q4kh_report_json(const struct q4kh_report *r)
