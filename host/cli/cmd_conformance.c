@@ -177,7 +177,7 @@ int q4kh_cmd_conformance(int argc, char **argv)
 	s.json = o.json;
 	rc = q4kh_cli_config("conformance", o.config_file, o.json, &config, &err);
 	if (rc == 0)
-		rc = q4kh_cli_plugins("conformance", o.plugin_path, config, o.json, &r, &err);
+		rc = q4kh_cli_plugins("conformance", o.plugin_path, config, o.json, NULL, &r, &err);
 	else
 		rc = Q4KH_EXIT_INPUT;
 	if (rc)

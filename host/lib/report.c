@@ -120,6 +120,11 @@ static json_t *sampling_json(const struct q4kh_sampler_params *s)
 	                 shortest(s->top_p), "seed", (json_int_t)s->seed);
 }
 
+static double startup_seconds(const struct q4kh_startup *s)
+{
+	return s->plugins + s->model + s->choice + s->session;
+}
+
 void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 {
 	const struct q4kh_plugin *p = r->backend->plugin;
@@ -184,6 +189,12 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		        shortest(r->sampling->top_p), (unsigned long long)r->sampling->seed);
 	if (r->steps)
 		print_steps(f, r->steps);
+	if (r->startup)
+		fprintf(f, "q4khost: time to first token %.3f s: start-up %.3f s (plugins %.3f, "
+		        "model %.3f, choice and F2 %.3f, session %.3f), prefill %.3f s\n",
+		        r->startup->first_token, startup_seconds(r->startup), r->startup->plugins,
+		        r->startup->model, r->startup->choice, r->startup->session,
+		        r->prefill_seconds);
 	/* a prefill stopped part way says how far it got */
 	if (r->prompt_tokens < r->prompt_total)
 		snprintf(of, sizeof(of), " of %lld", (long long)r->prompt_total);
@@ -263,6 +274,15 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		                              "text", r->selection->f2_probe));
 	if (o && r->sampling)
 		json_object_set_new(o, "sampling", sampling_json(r->sampling));
+	if (o && r->startup)
+		json_object_set_new(
+			o, "time_to_first_token",
+			json_pack("{s:f, s:f, s:f, s:{s:f, s:f, s:f, s:f}}", "seconds",
+			          r->startup->first_token, "startup_seconds",
+			          startup_seconds(r->startup), "prefill_seconds", r->prefill_seconds,
+			          "startup", "plugins_seconds", r->startup->plugins, "model_seconds",
+			          r->startup->model, "choice_seconds", r->startup->choice,
+			          "session_seconds", r->startup->session));
 	if (o && r->selection->not_applicable[0])
 		json_object_set_new(o, "not_applicable",
 		                    json_string(r->selection->not_applicable));

@@ -163,25 +163,22 @@ static int no_such_device(const struct q4kh_select_request *rq, const struct q4k
 	                 "devices", rq->backend, rq->device, n);
 }
 
-int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
-                              uint32_t device, struct q4kh_error *err)
+int q4kh_select_check_device(struct q4kh_host *h, const char *backend, uint32_t device,
+                             struct q4kh_error *err)
 {
-	struct q4kh_host h;
-	const struct q4kh_select_request rq = { .host = &h, .backend = backend,
-		                                .device = device };
+	const struct q4kh_registry *r = h->registry;
+	const struct q4kh_select_request rq = { .host = h, .backend = backend, .device = device };
 	const struct q4kh_plugin *named = NULL;
 	char skipped[2048] = "";
 	int rc = -1;
 
-	if (q4kh_host_open(&h, r, NULL, NULL, err))
-		return -1;
 	for (size_t i = 0; rc && !named && i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (backend && strcmp(p->name, backend)))
 			continue;
-		if (q4kh_host_devices(&h, p, skipped, sizeof(skipped)) > device)
+		if (q4kh_host_devices(h, p, skipped, sizeof(skipped)) > device)
 			rc = 0;
 		else if (backend)
 			named = p;
@@ -190,7 +187,6 @@ int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
 		no_such_device(&rq, named, err);
 	else if (rc)
 		nothing_to_try(&rq, skipped, err);
-	q4kh_host_close(&h);
 	return rc;
 }
 
