@@ -449,11 +449,13 @@ static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, name);
 	struct q4kh_receipt_plugin *e = &k->plugins[k->n_plugins];
-	char cache[4200], section[96];
+	char cache[4200], section[96], why[700];
 
-	if (!p)
-		return q4kh_fail(err, "plugin %s is not available on the plugin path %s",
-		                 name, g->registry->path);
+	if (!p) {
+		q4kh_registry_why_absent(g->registry, name, why, sizeof(why));
+		return q4kh_fail(err, "plugin %s is not available on the plugin path %s%s%s", name,
+		                 g->registry->path, why[0] ? ": " : "", why);
+	}
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	snprintf(e->role, sizeof(e->role), "%s", role);
 	snprintf(e->name, sizeof(e->name), "%s", name);

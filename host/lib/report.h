@@ -11,7 +11,11 @@
  * and seed (JSON: sampling.mode "greedy" or "sampled", with those four).
  * Every backend refused because its init or device enumeration crashed or
  * hung (enumerate.h) is named with why ("refused backend NAME (FILE):
- * WHY"; JSON refused_backends: name, file, reason).
+ * WHY"; JSON refused_backends: name, file, reason), and so is every file
+ * of the plugin path the loader rejected (registry.h: a mode that lets
+ * others write it, a descriptor it refused), whose kernels would
+ * otherwise be missed without a word ("rejected plugin NAME (FILE): WHY";
+ * JSON rejected_plugins: name, file, reason).
  */
 #ifndef Q4KH_REPORT_H
 #define Q4KH_REPORT_H
