@@ -712,14 +712,15 @@ static void print_nothing_json(const struct run *r, const char *prompt, const ch
 		t += len + (t[len] == '\n');
 	}
 	j = json_pack("{s:o, s:o, s:n, s:o, s:n, s:n, s:{s:n, s:n, s:o, s:o, s:o}, "
-	              "s:[], s:o, s:{s:i, s:I, s:f, s:n}, s:{s:i, s:f, s:n}, s:s, "
+	              "s:[], s:[], s:o, s:{s:i, s:I, s:f, s:n}, s:{s:i, s:f, s:n}, s:s, "
 	              "s:o, s:s}",
 	              "model", string_or_null(r ? r->model_path : NULL), "architecture",
 	              string_or_null(r ? r->arch : NULL), "backend", "device", device,
 	              "kernels", "kernel_choice", "f2", "verdict", "source", "message",
 	              string_or_null(message), "rejected_first", rejected, "measuring",
 	              string_or_null(s ? s->measuring : NULL), "refused_backends",
-	              "chat_template", string_or_null(r ? r->chat_name : NULL), "prefill",
+	              "rejected_plugins", "chat_template",
+	              string_or_null(r ? r->chat_name : NULL), "prefill",
 	              "tokens", 0, "of", (json_int_t)(r ? r->n_ids : 0), "seconds", 0.0,
 	              "tokens_per_second", "decode", "tokens", 0, "seconds", 0.0,
 	              "tokens_per_second", "stop", stop, "prompt",

@@ -145,13 +145,15 @@ size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
                                     size_t cap)
 {
 	size_t used = 0, n = 0;
+	char why[700];
 
 	buf[0] = 0;
 	if (!has_backend(r, "cpu")) {
+		q4kh_registry_why_absent(r, "cpu", why, sizeof(why));
 		used += (size_t)snprintf(buf, cap,
 		                         "the reference cpu plugin is not on the plugin path %s (from %s): "
-		                         "nothing can be measured against it (F2.4)\n",
-		                         r->path, r->path_origin);
+		                         "nothing can be measured against it (F2.4)%s%s\n",
+		                         r->path, r->path_origin, why[0] ? "; " : "", why);
 		n++;
 	}
 	for (size_t i = 0; i < r->n_plugins && used < cap; i++) {

@@ -1053,6 +1053,25 @@ const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
 	return r && name ? find_accepted(r, name) : NULL;
 }
 
+const char *q4kh_registry_why_absent(const struct q4kh_registry *r, const char *name, char *buf,
+                                     size_t cap)
+{
+	buf[0] = 0;
+	if (!r || !name || find_accepted(r, name))
+		return buf;
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+
+		if ((p->state == Q4KH_PLUGIN_REJECTED || p->state == Q4KH_PLUGIN_REFUSED) &&
+		    !strcmp(p->name, name)) {
+			snprintf(buf, cap, "%s was %s: %s", p->path,
+			         p->state == Q4KH_PLUGIN_REJECTED ? "rejected" : "refused", p->reason);
+			break;
+		}
+	}
+	return buf;
+}
+
 const char *q4kh_registry_backend_names(const struct q4kh_registry *r, char *buf, size_t cap)
 {
 	size_t used = 0;
@@ -1070,16 +1089,17 @@ int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
                                 const char *origin, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
-	char known[1024], shown[96];
+	char known[1024], shown[96], why[700];
 
 	if (!name || (p && p->desc->kind == Q4KH_KIND_BACKEND))
 		return 0;
 	q4kh_registry_backend_names(r, known, sizeof(known));
+	q4kh_registry_why_absent(r, name, why, sizeof(why));
 	q4kh_show(shown, sizeof(shown), name, strlen(name), 64, 0);
-	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s); the backends there: "
+	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s)%s%s; the backends there: "
 	                 "%s (q4khost plugins lists every plugin and why)",
 	                 origin, strcmp(origin, "--backend") ? "=" : " ", shown,
 	                 p ? "that plugin is a kernel variant, not a backend"
 	                   : "no backend plugin of that name",
-	                 r->path, r->path_origin, known);
+	                 r->path, r->path_origin, why[0] ? ": " : "", why, known);
 }

@@ -162,6 +162,17 @@ const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);
 
 /*
+ * Why no accepted plugin of R is called NAME, for a message that says it
+ * is missing: "FILE was rejected: REASON" (or "was refused: REASON")
+ * when a file of that name on the path was not accepted (a mode that
+ * lets others write it, a descriptor it refused, ...), so that the
+ * message carries the reason and its fix; "" when no file of that name
+ * is there, or one is accepted. Into BUF (CAP bytes); returns BUF.
+ */
+const char *q4kh_registry_why_absent(const struct q4kh_registry *r, const char *name, char *buf,
+                                     size_t cap);
+
+/*
  * The names of R's accepted backend plugins, ", "-separated, into BUF
  * ("none" when there is none); returns BUF.
  */

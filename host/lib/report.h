@@ -11,13 +11,16 @@
  * and seed (JSON: sampling.mode "greedy" or "sampled", with those four).
  * Every backend refused because its init or device enumeration crashed or
  * hung (enumerate.h) is named with why ("refused backend NAME (FILE):
- * WHY"; JSON refused_backends: name, file, reason). A run's report says,
+ * WHY"; JSON refused_backends: name, file, reason), and so is every file
+ * of the plugin path the loader rejected (registry.h: a mode that lets
+ * others write it, a descriptor it refused), whose kernels would
+ * otherwise be missed without a word ("rejected plugin NAME (FILE): WHY";
+ * JSON rejected_plugins: name, file, reason). A run's report says,
  * before its speeds and stop line (the last), its time to the first token
- * and the start-up phases in it ("time
- * to first token 0.412 s: start-up 0.301 s (plugins ..., model ...,
- * choice and F2 ..., session ...), prefill 0.108 s"; JSON
- * time_to_first_token: seconds, startup_seconds, prefill_seconds and the
- * phases).
+ * and the start-up phases in it ("time to first token 0.412 s: start-up
+ * 0.301 s (plugins ..., model ..., choice and F2 ..., session ...),
+ * prefill 0.108 s"; JSON time_to_first_token: seconds, startup_seconds,
+ * prefill_seconds and the phases).
  */
 #ifndef Q4KH_REPORT_H
 #define Q4KH_REPORT_H

@@ -122,20 +122,16 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
                           struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = rq->host->registry;
-	char backends[512], notes[1024];
+	char backends[512], notes[1024], why[700];
 	size_t len = strlen(skipped);
 
 	if (len)
 		return q4kh_fail(err, "no backend could start: %.*s", (int)len - 1, skipped);
 	list_backends(rq->host, backends, sizeof(backends));
-	for (size_t i = 0; !backends[0] && i < r->n_plugins; i++)
-		if ((r->plugins[i].state == Q4KH_PLUGIN_REJECTED ||
-		     r->plugins[i].state == Q4KH_PLUGIN_REFUSED) &&
-		    !strcmp(r->plugins[i].name, "cpu"))
-			return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
-			                 "the reference cpu plugin %s was rejected: %s",
-			                 r->path, r->path_origin, r->plugins[i].path,
-			                 r->plugins[i].reason);
+	if (!backends[0] && q4kh_registry_why_absent(r, "cpu", why, sizeof(why))[0])
+		return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
+		                 "the reference cpu plugin %s",
+		                 r->path, r->path_origin, why);
 	path_notes(r, notes, sizeof(notes));
 	if (!backends[0])
 		return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
