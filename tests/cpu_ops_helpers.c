@@ -431,10 +431,10 @@ static void cancel_pairs(const struct attn_case *c, float *q, float *k, float *v
 		}
 	for (int64_t j = 1; j < c->n_ctx; j += 2)
 		for (int64_t g = 0; g < c->nkv; g++) {
-			float *k0 = k + ((j - 1) * c->nkv + g) * hd, *v0 = v + ((j - 1) * c->nkv + g) * hd;
-			float *v1 = v + (j * c->nkv + g) * hd;
+			const int64_t r0 = ((j - 1) * c->nkv + g) * hd, r1 = (j * c->nkv + g) * hd;
+			float *v0 = v + r0, *v1 = v + r1;
 
-			memcpy(k + (j * c->nkv + g) * hd, k0, sizeof(float) * (size_t)hd);
+			memcpy(k + r1, k + r0, sizeof(float) * (size_t)hd);
 			for (int64_t d = 5; d < hd; d += 32) {
 				v0[d] *= 0x1p30f;
 				v1[d] = -v0[d];

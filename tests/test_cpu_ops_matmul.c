@@ -161,8 +161,8 @@ Test(cpu_ops, mul_mat_sums_in_its_stated_order)
 				const float want = (float)ref_lanes_dot(wv + r * k, xd + c * k, k);
 
 				cr_assert(got[c * n + r] == want,
-				          "K=%lld N=%lld T=%lld y[%lld, %lld] = %.9g, expected %.9g "
-				          "(the stated order)", (long long)k, (long long)n,
+				          "K=%lld N=%lld T=%lld y[%lld, %lld] = %.9g, expected "
+				          "%.9g (the stated order)", (long long)k, (long long)n,
 				          (long long)t, (long long)r, (long long)c,
 				          (double)got[c * n + r], (double)want);
 			}

@@ -68,8 +68,8 @@ slice(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0, int64_t n,
 		int64_t r = 0;
 
 		for (; r + NR <= b->nr; r += NR)
-			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, NC, b->acc + r * COLS + c,
-			               COLS, VW);
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, NC,
+			               b->acc + r * COLS + c, COLS, VW);
 		for (; r < b->nr; r++)
 			for (int cc = 0; cc < NC; cc++)
 				cpu_lanes_tile(b->wd + r * k + k0, k, x + cc * k, k, n, 1, 1,
