@@ -397,6 +397,51 @@ struct q4kh_tensor make_weight(struct env *e, uint32_t type, int64_t k,
 	return t;
 }
 
+double ref_lanes_dot(const float *a, const double *b, int64_t n)
+{
+	double l[8] = { 0 };
+
+	for (int64_t i = 0; i < n; i++)
+		l[i % 8] += a[i] * b[i];
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/*
+ * Inputs of C where the order of sums shows after rounding to float: in
+ * each query and key, dimension d (d mod 32 = 3) 2^20 times larger and
+ * d + 16 its copy, negated in the keys, so that the two products cancel
+ * in the score and the terms summed between them round to the big one's
+ * grain; each odd key a copy of the key before it (the same weight) with
+ * some values of its value row 2^30 times larger and negated, cancelling
+ * in the weighted sum the same way.
+ */
+static void cancel_pairs(const struct attn_case *c, float *q, float *k, float *v)
+{
+	const int64_t hd = c->hd;
+
+	for (int64_t r = 0; r < c->nh * c->T; r++)
+		for (int64_t d = 3; d + 16 < hd; d += 32) {
+			q[r * hd + d] *= 0x1p20f;
+			q[r * hd + d + 16] = q[r * hd + d];
+		}
+	for (int64_t r = 0; r < c->nkv * c->n_ctx; r++)
+		for (int64_t d = 3; d + 16 < hd; d += 32) {
+			k[r * hd + d] *= 0x1p20f;
+			k[r * hd + d + 16] = -k[r * hd + d];
+		}
+	for (int64_t j = 1; j < c->n_ctx; j += 2)
+		for (int64_t g = 0; g < c->nkv; g++) {
+			const int64_t r0 = ((j - 1) * c->nkv + g) * hd, r1 = (j * c->nkv + g) * hd;
+			float *v0 = v + r0, *v1 = v + r1;
+
+			memcpy(k + r1, k + r0, sizeof(float) * (size_t)hd);
+			for (int64_t d = 5; d < hd; d += 32) {
+				v0[d] *= 0x1p30f;
+				v1[d] = -v0[d];
+			}
+		}
+}
+
 void run_attention(struct env *e, const struct attn_case *c, float **got,
                    double **want)
 {
@@ -410,6 +455,8 @@ void run_attention(struct env *e, const struct attn_case *c, float **got,
 	struct q4kh_tensor q, k, v, out, pos = { 0 };
 	int f16 = c->kv_type == Q4KH_TYPE_F16;
 
+	if (c->cancel)
+		cancel_pairs(c, qv, kv, vv);
 	for (int64_t i = 0; i < kn; i++) {
 		kv[i] *= 2.0f;
 		kh[i] = ref_to_half(kv[i]);
@@ -434,14 +481,12 @@ void run_attention(struct env *e, const struct attn_case *c, float **got,
 
 			for (int64_t j = 0; j <= p; j++) {
 				const double *kk = kd + (j * c->nkv + g) * c->hd;
-				double d = 0;
+				double d;
 
 				s[j] = -INFINITY;
 				if (c->p.window && p - j >= c->p.window)
 					continue;
-				for (int64_t i = 0; i < c->hd; i++)
-					d += qq[i] * kk[i];
-				d *= c->p.scale;
+				d = ref_lanes_dot(qq, kk, c->hd) * c->p.scale;
 				if (c->p.softcap > 0)
 					d = c->p.softcap * tanh(d / c->p.softcap);
 				s[j] = d;

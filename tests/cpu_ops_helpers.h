@@ -96,9 +96,26 @@ struct attn_case {
 	struct q4kh_attn_params p;
 	uint32_t kv_type;
 	const int32_t *pos; /* attention_ext's positions; NULL: attention, pos0 */
+	int cancel;         /* big terms that cancel in pairs (an f32 cache):
+	                       the order of sums then shows in float */
 };
 
-/* Random q and caches; out and the float64 reference. */
+/*
+ * The dot product of A and B (N values) in double, in the reference's
+ * order of sums (plugins/cpu/cpu_lanes.h): product i in lane i mod 8,
+ * each lane in increasing i, the lanes in the tree ((0 + 1) + (2 + 3)) +
+ * ((4 + 5) + (6 + 7)). Its caller's bits match the plugin's only where
+ * the compiler fuses no multiply-add (-ffp-contract=off, as the plugin).
+ */
+double ref_lanes_dot(const float *a, const double *b, int64_t n);
+
+/*
+ * Random q and caches; out and the float64 reference, computed in the
+ * order the plugin's header states (each score a ref_lanes_dot times the
+ * scale, then the soft cap; the exponentials, their sum and each
+ * dimension's weighted sum in increasing key position), so that rounded
+ * to float it is the plugin's output bit for bit.
+ */
 void run_attention(struct env *e, const struct attn_case *c, float **got,
                    double **want);
 

@@ -82,6 +82,46 @@ Test(cpu_ops, attention_blocks_and_tails)
 	env_close(e);
 }
 
+/*
+ * Bit for bit, the order of sums the plugin's header states (which
+ * run_attention's reference follows), on inputs where another order
+ * shows in float (cancel_pairs): Gemma 3's heads (256 dimensions, four
+ * queries to a KV head) over more keys than a block of 64, and head
+ * dimensions that end in vectors of four and a tail, with a window and a
+ * soft cap. Each vector width of the plugin's tiles must give the same
+ * bits; a tolerance would let another order through.
+ */
+Test(cpu_ops, attention_sums_in_its_stated_order)
+{
+	struct env *e = env_open("2");
+	const struct attn_case cases[] = {
+		{ .hd = 256, .nh = 4, .nkv = 1, .T = 19, .n_ctx = 120,
+		  .p = { .struct_size = sizeof(struct q4kh_attn_params), .pos0 = 100,
+		         .scale = 0.0625f },
+		  .kv_type = Q4KH_TYPE_F32, .cancel = 1 },
+		{ .hd = 44, .nh = 6, .nkv = 2, .T = 37, .n_ctx = 160,
+		  .p = { .struct_size = sizeof(struct q4kh_attn_params), .window = 50,
+		         .pos0 = 100, .scale = 0.25f, .softcap = 20.0f },
+		  .kv_type = Q4KH_TYPE_F32, .cancel = 1 },
+	};
+
+	rng_state = 35;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct attn_case *c = &cases[i];
+		float *got;
+		double *want;
+
+		run_attention(e, c, &got, &want);
+		for (int64_t j = 0; j < c->hd * c->nh * c->T; j++)
+			cr_assert(got[j] == (float)want[j],
+			          "case %zu out[%lld] = %.9g, expected %.9g (the stated order)", i,
+			          (long long)j, (double)got[j], (double)(float)want[j]);
+		free(got);
+		free(want);
+	}
+	env_close(e);
+}
+
 /* ABI 1.2: one position per query, in device memory, in any order. */
 Test(cpu_ops, attention_ext_positions_per_query)
 {

@@ -116,6 +116,67 @@ Test(cpu_ops, mul_mat_every_type)
 	env_close(e);
 }
 
+/*
+ * Bit for bit, the order of sums the plugin states (ref_lanes_dot): F32
+ * weights are exact in double, so y follows from that order alone. At
+ * every edge of the blocking (K in slices of 512 and a tail, rows past a
+ * block of 32, columns past a block of 128), a K shorter than the 8
+ * lanes, and Gemma 3's 640. Products of two floats are exact in double,
+ * so on plain inputs another order hardly shows in float: every 32nd
+ * activation is 2^30 times larger and the one 16 on (the same lane) its
+ * negation, with equal weights, so that the two products cancel and the
+ * terms summed between them round to their grain. Each vector width of
+ * the plugin's tiles must give the same bits.
+ */
+Test(cpu_ops, mul_mat_sums_in_its_stated_order)
+{
+	struct env *e = env_open("2");
+	const int64_t shapes[][3] = { { 1029, 37, 133 }, { 5, 3, 2 }, { 640, 9, 6 } };
+
+	rng_state = 14;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const int64_t k = shapes[s][0], n = shapes[s][1], t = shapes[s][2];
+		float *wv = random_floats((size_t)(k * n)), *xv = random_floats((size_t)(k * t));
+		double *xd = malloc(sizeof(double) * (size_t)(k * t));
+		struct q4kh_tensor w, x, y = f32_tensor(e, n, t, 1, NULL);
+		float *got;
+
+		for (int64_t i = 3; i + 16 < k; i += 32) {
+			for (int64_t c = 0; c < t; c++) {
+				xv[c * k + i] *= 0x1p30f;
+				xv[c * k + i + 16] = -xv[c * k + i];
+			}
+			for (int64_t r = 0; r < n; r++)
+				wv[r * k + i + 16] = wv[r * k + i];
+		}
+		w = f32_tensor(e, k, n, 1, wv);
+		x = f32_tensor(e, k, t, 1, xv);
+		for (int64_t i = 0; i < k * t; i++)
+			xd[i] = xv[i];
+		cr_assert_eq(e->b->mul_mat(e->dev, &w, &x, &y), Q4KH_OK, "%s",
+		             e->b->last_error(e->ctx));
+		got = fetch(e, &y);
+		for (int64_t c = 0; c < t; c++)
+			for (int64_t r = 0; r < n; r++) {
+				const float want = (float)ref_lanes_dot(wv + r * k, xd + c * k, k);
+
+				cr_assert(got[c * n + r] == want,
+				          "K=%lld N=%lld T=%lld y[%lld, %lld] = %.9g, expected "
+				          "%.9g (the stated order)", (long long)k, (long long)n,
+				          (long long)t, (long long)r, (long long)c,
+				          (double)got[c * n + r], (double)want);
+			}
+		free(got);
+		free(wv);
+		free(xv);
+		free(xd);
+		drop(e, &w);
+		drop(e, &x);
+		drop(e, &y);
+	}
+	env_close(e);
+}
+
 /* Column t of y must not depend on what else is in the batch. */
 Test(cpu_ops, mul_mat_column_independent_of_batch)
 {

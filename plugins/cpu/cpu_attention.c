@@ -13,7 +13,8 @@
  * The item walks its keys in blocks of KEYS rows, converted once into
  * double and used by every query of the item while in L1 and L2: first
  * for the scores (register tiles of keys x heads), then, after each
- * query's softmax, for the weighted sum (tiles of heads x 32 dimensions).
+ * query's softmax, for the weighted sum (tiles of heads x 4 vectors of
+ * dimensions: 32 with AVX-512, else 16).
  */
 /* The kernels below need -O3's vectoriser; the build's CFLAGS say -O2. */
 #pragma GCC optimize("O3")
@@ -82,11 +83,11 @@ static void cache_rows(const struct attn_job *j, const struct q4kh_tensor *c, in
 
 /*
  * Scores of keys i0 .. i0+nk-1 (rows of it->rows from R) against heads
- * h0 .. h0+NH-1 of token row QT, in tiles of NK keys.
+ * h0 .. h0+NH-1 of token row QT, in tiles of NK keys, vectors of VW lanes.
  */
 static inline __attribute__((always_inline)) void
 scores(const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t nk,
-       const double *r, const int NK, const int NH)
+       const double *r, const int NK, const int NH, const int VW)
 {
 	const int64_t hd = it->j->hd, body = hd - hd % CPU_LANES;
 	const double *q = it->qd + (qt * it->j->rep + h0) * hd;
@@ -96,11 +97,11 @@ scores(const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t n
 		const int nr = nk - i >= NK ? NK : 1;
 		const double *kr = r + i * hd;
 
-		memset(it->tile, 0, sizeof(v8d) * 16);
+		memset(it->tile, 0, sizeof(v8d) * NK * NH);
 		if (nr == NK)
-			cpu_lanes_tile(kr, hd, q, hd, body, NK, NH, it->tile, NH);
+			cpu_lanes_tile(kr, hd, q, hd, body, NK, NH, it->tile, NH, VW);
 		else
-			cpu_lanes_tile(kr, hd, q, hd, body, 1, NH, it->tile, NH);
+			cpu_lanes_tile(kr, hd, q, hd, body, 1, NH, it->tile, NH, VW);
 		for (int a = 0; a < nr; a++)
 			for (int h = 0; h < NH; h++) {
 				v8d *l = &it->tile[a * NH + h];
@@ -115,41 +116,69 @@ scores(const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t n
 
 /*
  * acc of heads h0 .. h0+NH-1 of token row QT += weights x V rows i0 ..
- * i0+nk-1 (rows of it->rows from R), in tiles of NH heads x 4 lanes of
- * eight dimensions (then one), the dimensions past the last eight alone.
+ * i0+nk-1 (rows of it->rows from R), in tiles of NH heads x 4 vectors of
+ * type VT (then one), as NAME; the dimensions past the last eight alone.
+ * Each dimension's sum runs in increasing i whatever VT: one body for
+ * cpu_v8d (AVX-512) and cpu_v4d (cpu_lanes_tile says why both). NAME_tile
+ * is one tile of NU vectors, NU constant so that the tile lives in
+ * registers: acc (heads LDA doubles apart) += W (heads LDW apart) x R
+ * (rows HD apart).
  */
+#define WEIGH_OF(NAME, VT)                                                                  \
+	static inline __attribute__((always_inline)) void NAME##_tile(                      \
+		const double *w, int64_t ldw, double *acc, int64_t lda, const double *r,    \
+		int64_t hd, int64_t nk, const int NH, const int NU)                         \
+	{                                                                                   \
+		enum { VL = sizeof(VT) / sizeof(double) };                                  \
+		VT a[4][4];                                                                 \
+                                                                                            \
+		for (int h = 0; h < NH; h++)                                                \
+			for (int x = 0; x < NU; x++)                                        \
+				memcpy(&a[h][x], acc + h * lda + x * VL, sizeof(VT));       \
+		for (int64_t i = 0; i < nk; i++) {                                          \
+			VT vv[4];                                                           \
+                                                                                            \
+			_Pragma("GCC unroll 4") for (int x = 0; x < NU; x++)                \
+				memcpy(&vv[x], r + i * hd + x * VL, sizeof(VT));            \
+			_Pragma("GCC unroll 4") for (int h = 0; h < NH; h++) {              \
+				const double e = w[h * ldw + i];                            \
+                                                                                            \
+				_Pragma("GCC unroll 4") for (int x = 0; x < NU; x++)        \
+					a[h][x] += e * vv[x];                               \
+			}                                                                   \
+		}                                                                           \
+		for (int h = 0; h < NH; h++)                                                \
+			for (int x = 0; x < NU; x++)                                        \
+				memcpy(acc + h * lda + x * VL, &a[h][x], sizeof(VT));       \
+	}                                                                                   \
+	static inline __attribute__((always_inline)) void NAME(                             \
+		const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t nk, \
+		const double *r, const int NH)                                              \
+	{                                                                                   \
+		enum { VL = sizeof(VT) / sizeof(double) };                                  \
+		const int64_t hd = it->j->hd, body = hd - hd % CPU_LANES, rep = it->j->rep; \
+		const double *w = it->s + (qt * rep + h0) * it->n + (i0 - it->lo);          \
+		double *acc = (double *)(it->acc + (qt * rep + h0) * (hd / CPU_LANES));     \
+		int64_t u = 0;                                                              \
+                                                                                            \
+		for (; u + 4 * VL <= body; u += 4 * VL)                                     \
+			NAME##_tile(w, it->n, acc + u, body, r + u, hd, nk, NH, 4);         \
+		for (; u < body; u += VL)                                                   \
+			NAME##_tile(w, it->n, acc + u, body, r + u, hd, nk, NH, 1);         \
+	}
+
+WEIGH_OF(weigh8, v8d)
+WEIGH_OF(weigh4, cpu_v4d)
+
+/* weigh8 or weigh4, by VW. */
 static inline __attribute__((always_inline)) void
 weigh(const struct attn_item *it, int64_t qt, int64_t h0, int64_t i0, int64_t nk,
-      const double *r, const int NH)
+      const double *r, const int NH, const int VW)
 {
-	const int64_t hd = it->j->hd, units = hd / CPU_LANES, rep = it->j->rep;
-	const double *w = it->s + (qt * rep + h0) * it->n + (i0 - it->lo);
-	v8d *acc = it->acc + (qt * rep + h0) * units;
-
-	for (int64_t u = 0; u < units;) {
-		const int nu = units - u >= 4 ? 4 : 1;
-		v8d a[4][4];
-
-		for (int h = 0; h < NH; h++)
-			for (int x = 0; x < nu; x++)
-				a[h][x] = acc[h * units + u + x];
-		for (int64_t i = 0; i < nk; i++) {
-			v8d vv[4];
-
-			for (int x = 0; x < nu; x++)
-				memcpy(&vv[x], r + i * hd + (u + x) * CPU_LANES, sizeof(v8d));
-			for (int h = 0; h < NH; h++) {
-				const double e = w[h * it->n + i];
-
-				for (int x = 0; x < nu; x++)
-					a[h][x] += e * vv[x];
-			}
-		}
-		for (int h = 0; h < NH; h++)
-			for (int x = 0; x < nu; x++)
-				acc[h * units + u + x] = a[h][x];
-		u += nu;
-	}
+	if (VW == CPU_LANES)
+		weigh8(it, qt, h0, i0, nk, r, NH);
+	else
+		weigh4(it, qt, h0, i0, nk, r, NH);
 }
 
 /* The dimensions past the last eight, for head row QH (weights W). */
@@ -179,10 +208,10 @@ static int64_t visible(const struct attn_item *it, int64_t qt, int64_t b0, int64
 }
 
 /* One block's scores or weighted sums for every query of IT, heads in
- * tiles of NH (then one), keys in tiles of NK. */
+ * tiles of NH (then one), keys in tiles of NK, vectors of VW lanes. */
 static inline __attribute__((always_inline)) void
 block_pass(const struct attn_item *it, int64_t b0, int64_t nb, int pass, double *tail,
-           const int NK, const int NH)
+           const int NK, const int NH, const int VW)
 {
 	const int64_t rep = it->j->rep;
 
@@ -196,13 +225,13 @@ block_pass(const struct attn_item *it, int64_t b0, int64_t nb, int pass, double 
 			const int nh = rep - h >= NH ? NH : 1;
 
 			if (pass == 0 && nh == NH)
-				scores(it, qt, h, i0, nk, r, NK, NH);
+				scores(it, qt, h, i0, nk, r, NK, NH, VW);
 			else if (pass == 0)
-				scores(it, qt, h, i0, nk, r, NK, 1);
+				scores(it, qt, h, i0, nk, r, NK, 1, VW);
 			else if (nh == NH)
-				weigh(it, qt, h, i0, nk, r, NH);
+				weigh(it, qt, h, i0, nk, r, NH, VW);
 			else
-				weigh(it, qt, h, i0, nk, r, 1);
+				weigh(it, qt, h, i0, nk, r, 1, VW);
 			if (pass == 1 && it->j->hd % CPU_LANES)
 				for (int x = 0; x < nh; x++)
 					weigh_tail(it, qt * rep + h + x, i0, nk, r, tail);
@@ -217,20 +246,20 @@ typedef void pass_fn(const struct attn_item *it, int64_t b0, int64_t nb, int pas
 static void pass_2x2(const struct attn_item *it, int64_t b0, int64_t nb, int pass,
                      double *tail)
 {
-	block_pass(it, b0, nb, pass, tail, 2, 2);
+	block_pass(it, b0, nb, pass, tail, 2, 2, 4);
 }
 
 #if CPU_LANES_TARGETS
 CPU_TARGET_AVX2 static void pass_avx2(const struct attn_item *it, int64_t b0, int64_t nb,
                                       int pass, double *tail)
 {
-	block_pass(it, b0, nb, pass, tail, 2, 2);
+	block_pass(it, b0, nb, pass, tail, 2, 2, 4);
 }
 
 CPU_TARGET_AVX512 static void pass_avx512(const struct attn_item *it, int64_t b0,
                                           int64_t nb, int pass, double *tail)
 {
-	block_pass(it, b0, nb, pass, tail, 4, 4);
+	block_pass(it, b0, nb, pass, tail, 4, 4, 8);
 }
 #endif
 

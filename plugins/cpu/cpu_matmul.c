@@ -11,7 +11,8 @@
  *   - within a slice, a register tile of NR rows x NC columns runs over
  *     the slice's K: NC activation columns of SLICE doubles stay in L1 for
  *     every tile of rows, the block's rows stream from L2.
- * NR x NC is 4 x 4 with AVX-512's 32 vector registers, else 2 x 2.
+ * NR x NC is 4 x 4 with AVX-512's 32 vector registers; AVX2's 16 hold
+ * 3 x 3 in vectors of four lanes (cpu_lanes_tile's VW), the rest 2 x 2.
  */
 /* The kernels below need -O3's vectoriser; the build's CFLAGS say -O2. */
 #pragma GCC optimize("O3")
@@ -30,7 +31,8 @@ typedef cpu_v8d v8d;
 
 struct mm_block;
 
-/* The same function for each tile size; the CPU picks one (pick_slice). */
+/* The same function for each tile size and vector width; the CPU picks one
+ * (pick_slice). */
 typedef void slice_fn(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
                       int64_t n);
 
@@ -52,11 +54,11 @@ struct mm_block {
 
 /*
  * Block B's columns t0 .. t0+nc-1 over K values [k0, k0 + n), in tiles of
- * NR x NC, the edges in tiles of NR x 1 and 1 x 1.
+ * NR x NC, the edges in tiles of NR x 1 and 1 x 1, in vectors of VW lanes.
  */
 static inline __attribute__((always_inline)) void
 slice(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0, int64_t n,
-      const int NR, const int NC)
+      const int NR, const int NC, const int VW)
 {
 	const int64_t k = b->j->k;
 	int64_t c = 0;
@@ -66,20 +68,23 @@ slice(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0, int64_t n,
 		int64_t r = 0;
 
 		for (; r + NR <= b->nr; r += NR)
-			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, NC, b->acc + r * COLS + c, COLS);
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, NC,
+			               b->acc + r * COLS + c, COLS, VW);
 		for (; r < b->nr; r++)
 			for (int cc = 0; cc < NC; cc++)
 				cpu_lanes_tile(b->wd + r * k + k0, k, x + cc * k, k, n, 1, 1,
-				               b->acc + r * COLS + c + cc, COLS);
+				               b->acc + r * COLS + c + cc, COLS, VW);
 	}
 	for (; c < nc; c++) {
 		const double *x = b->j->xd + (t0 + c) * k + k0;
 		int64_t r = 0;
 
 		for (; r + NR <= b->nr; r += NR)
-			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, 1, b->acc + r * COLS + c, COLS);
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, NR, 1, b->acc + r * COLS + c,
+			               COLS, VW);
 		for (; r < b->nr; r++)
-			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, 1, 1, b->acc + r * COLS + c, COLS);
+			cpu_lanes_tile(b->wd + r * k + k0, k, x, k, n, 1, 1, b->acc + r * COLS + c,
+			               COLS, VW);
 	}
 }
 
@@ -87,20 +92,20 @@ slice(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0, int64_t n,
 static void slice_2x2(const struct mm_block *b, int64_t t0, int64_t nc, int64_t k0,
                       int64_t n)
 {
-	slice(b, t0, nc, k0, n, 2, 2);
+	slice(b, t0, nc, k0, n, 2, 2, 4);
 }
 
 #if CPU_LANES_TARGETS
 CPU_TARGET_AVX2 static void slice_avx2(const struct mm_block *b, int64_t t0, int64_t nc,
                                        int64_t k0, int64_t n)
 {
-	slice(b, t0, nc, k0, n, 2, 2);
+	slice(b, t0, nc, k0, n, 3, 3, 4);
 }
 
 CPU_TARGET_AVX512 static void slice_avx512(const struct mm_block *b, int64_t t0, int64_t nc,
                                            int64_t k0, int64_t n)
 {
-	slice(b, t0, nc, k0, n, 4, 4);
+	slice(b, t0, nc, k0, n, 4, 4, 8);
 }
 #endif
 
@@ -149,7 +154,7 @@ CPU_VECTOR_CLONES double cpu_dot(const double *a, const double *b, int64_t n)
 	const int64_t body = n - n % CPU_LANES;
 	v8d acc = { 0 };
 
-	cpu_lanes_tile(a, n, b, n, body, 1, 1, &acc, 1);
+	cpu_lanes_tile(a, n, b, n, body, 1, 1, &acc, 1, 4);
 	for (int64_t i = body; i < n; i++)
 		acc[i - body] += a[i] * b[i];
 	return cpu_lanes_sum(&acc);
