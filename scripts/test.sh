@@ -9,6 +9,8 @@
 #               line says which). Q4KH_CUDA=all builds them for every
 #               architecture whenever a CUDA toolkit is found,
 #               Q4KH_CUDA=90 for that one (CI sets it, .ci/run).
+#   prebuild    the sanitizer and fuzz builds (scripts/test-sanitizers.sh
+#               --build, scripts/fuzz.sh --build)
 #   main        every Criterion suite through make check, packaging
 #               included (the SDK examples, make distcheck, the .debs
 #               and the .rpms)
@@ -17,24 +19,29 @@
 #               same host code there; valgrind runs the default model)
 #               (scripts/test-sanitizers.sh)
 #   fuzz        each libFuzzer target for 30 s (scripts/fuzz.sh 30)
-#   valgrind    q4khost run on the default model under memcheck
-#               (scripts/valgrind-run.sh), counted as one test
+#   valgrind    q4khost run on the default model under memcheck, the
+#               main build's (scripts/valgrind-run.sh), counted as one test
 #   emulate     the cuda backend's kernels without a GPU
 #               (scripts/cuda-emulate.sh), a test per harness; skipped
 #               without the CUDA toolkit's headers
-# After main, the sanitizer stage, which keeps every core busy, runs beside
-# a second lane of fuzz, valgrind and emulate, which mostly take one core
-# each (scripts/test.sh --stages fuzz,valgrind,emulate, its lines shown as
-# they come).
+# Beside build and main, a second lane, at the lowest priority (nice 19),
+# runs prebuild and emulate on the cores they leave idle (tests that wait,
+# compiles of one file, a package build's single-threaded steps): none of
+# it needs their results (scripts/test.sh --stages prebuild,emulate, its
+# lines shown as they come, marked |). Once main and that lane have
+# ended, the sanitizer stage, which keeps every core busy, runs beside a
+# lane of fuzz and valgrind, which take a core or two for a few minutes;
+# both find their builds made.
 # Each stage's output goes to _build/STAGE.log; its closing line is shown,
 # and while it runs, a line a minute: while compiling, the objects built
 # and the file last compiled, then the tests it has finished.
 # Ends with the totals, "N passed, N failed, N skipped". Ctrl-C stops the
 # stages, prints the stages done and the totals so far, and exits 130.
 # Usage: scripts/test.sh [--quick]   (--quick: build and main stages only)
-#        scripts/test.sh --stages LIST   (only these of sanitizers, fuzz,
-#                                         valgrind, emulate, one by one,
-#                                         on the build main made)
+#        scripts/test.sh --stages LIST   (only these of prebuild,
+#                                         sanitizers, fuzz, valgrind,
+#                                         emulate, one by one, on the
+#                                         build main made)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/main"
@@ -48,8 +55,8 @@ case ${1:-} in
 *) echo "usage: scripts/test.sh [--quick | --stages LIST]" >&2; exit 2 ;;
 esac
 for s in ${only//,/ }; do
-	case $s in sanitizers | fuzz | valgrind | emulate) ;;
-	*) echo "test.sh --stages: no stage '$s' (sanitizers, fuzz, valgrind, emulate)" >&2; exit 2 ;;
+	case $s in prebuild | sanitizers | fuzz | valgrind | emulate) ;;
+	*) echo "test.sh --stages: no stage '$s' (prebuild, sanitizers, fuzz, valgrind, emulate)" >&2; exit 2 ;;
 	esac
 done
 
@@ -57,9 +64,9 @@ t0=$(date +%s)
 passed=0 failed=0 skipped=0 status=0
 # The stage running: its name, process, check log, build folder, start.
 current=setup pid="" checks=/dev/null dir="" started=$t0 done_stages=()
-# The second lane (a test.sh --stages of its own): its process, its log,
-# the lines of it shown so far.
-lane="" lane_log="$top/_build/lane.log" lane_shown=0
+# The second lane (a test.sh --stages of its own): its process, its
+# stages, its log, the lines of it shown so far.
+lane="" lane_stages="" lane_log="" lane_shown=0
 # Tests a stage has finished: automake's result lines in its make check log.
 finished() {
 	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
@@ -153,8 +160,12 @@ main_stage() {
 	bash scripts/check-summary.sh "$build" $?
 }
 
+prebuild_stage() {
+	bash scripts/test-sanitizers.sh --build && bash scripts/fuzz.sh --build
+}
+
 valgrind_stage() {
-	bash scripts/valgrind-run.sh && echo "1 passed, 0 failed" ||
+	bash scripts/valgrind-run.sh "$build" && echo "1 passed, 0 failed" ||
 		{ echo "0 passed, 1 failed"; return 1; }
 }
 
@@ -173,11 +184,11 @@ emulate_stage() {
 # build) since the stage started.
 progress() {
 	local objs last
-	if [ -f "$checks" ] || [ -z "$dir" ] || [ ! "$dir/build.log" -nt "$top/_build/.stage-start" ]; then
+	if [ -f "$checks" ] || [ -z "$dir" ] || [ ! "$dir/build.log" -nt "$top/_build/.$current-start" ]; then
 		[ "$checks" = /dev/null ] && echo "running" || echo "$(finished "$checks") tests finished"
 		return
 	fi
-	objs=$(find "$dir" -name '*.lo' -newer "$top/_build/.stage-start" 2>/dev/null | wc -l)
+	objs=$(find "$dir" -name '*.lo' -newer "$top/_build/.$current-start" 2>/dev/null | wc -l)
 	last=$(tail -n 40 "$dir/build.log" | grep -oE "[[:alnum:]_./+-]+\.(c|cu|cpp)\b" | tail -n 1)
 	last=${last#"$top"/}
 	while [ "${last#../}" != "$last" ]; do last=${last#../}; done
@@ -191,7 +202,7 @@ stage() {
 	shift 3
 	mkdir -p "$top/_build"
 	started=$(date +%s)
-	touch "$top/_build/.stage-start"
+	touch "$top/_build/.$current-start"
 	[ -f "$checks" ] && rm -f "$checks" # the last run's
 	echo "== $name: started (output in ${log#"$top"/})"
 	# A process group of its own: a Ctrl-C reaches this script, whose
@@ -224,15 +235,29 @@ stage() {
 	return $rc
 }
 
-# stage_named NAME: one of the stages after main.
+# stage_named NAME: one of the stages beside or after build and main.
 stage_named() {
 	case $1 in
+	prebuild) stage prebuild /dev/null "$top/_build/asan" prebuild_stage ;;
 	sanitizers) stage sanitizers "$top/_build/asan/check.log" "$top/_build/asan" \
 		bash scripts/test-sanitizers.sh ;;
 	fuzz) stage fuzz /dev/null "" bash scripts/fuzz.sh 30 ;;
 	valgrind) stage valgrind /dev/null "" valgrind_stage ;;
 	emulate) stage emulate /dev/null "" emulate_stage ;;
 	esac
+}
+
+# lane_start [nice] LIST: the stages of LIST, one by one, in the second
+# lane; with "nice", at the lowest priority.
+lane_start() {
+	local prio=()
+	[ "$1" = nice ] && prio=(nice -n 19) && shift
+	lane_stages=$1 lane_log="$top/_build/lane-${1//,/-}.log" lane_shown=0
+	mkdir -p "$top/_build"
+	set -m
+	"${prio[@]}" bash "$0" --stages "$lane_stages" </dev/null >"$lane_log" 2>&1 &
+	lane=$!
+	set +m
 }
 
 # The second lane's totals ("N passed, N failed, N skipped", its last
@@ -248,7 +273,8 @@ lane_end() {
 	relay_lane
 	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$lane_log" | tail -n 1)
 	[ $rc -eq 0 ] || status=1
-	done_stages+=(fuzz valgrind emulate)
+	# shellcheck disable=SC2206 # the stages' names, split at commas
+	done_stages+=(${lane_stages//,/ })
 	set -- ${line:-0 passed, 1 failed, 0 skipped}
 	passed=$((passed + $1)) failed=$((failed + $3)) skipped=$((skipped + ${5:-0}))
 }
@@ -259,18 +285,18 @@ if [ -n "$only" ]; then
 		stage_named "$s"
 	done
 else
-	rm -f "$lane_log" # the last run's
 	setup
+	if [ $quick -eq 0 ]; then
+		echo "== prebuild, emulate: started beside build and main, at the lowest priority (their lines marked |)"
+		lane_start nice prebuild,emulate
+	fi
 	if stage build /dev/null "$build" build_stage; then
 		stage main "$build/check.log" "" main_stage
 	fi
 	if [ $quick -eq 0 ]; then
-		mkdir -p "$top/_build"
-		echo "== fuzz, valgrind, emulate: started beside sanitizers (their lines marked |)"
-		set -m
-		bash "$0" --stages fuzz,valgrind,emulate </dev/null >"$lane_log" 2>&1 &
-		lane=$! lane_shown=0
-		set +m
+		lane_end
+		echo "== fuzz, valgrind: started beside sanitizers (their lines marked |)"
+		lane_start fuzz,valgrind
 		stage_named sanitizers
 		lane_end
 	fi
