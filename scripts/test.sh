@@ -24,14 +24,14 @@
 #   emulate     the cuda backend's kernels without a GPU
 #               (scripts/cuda-emulate.sh), a test per harness; skipped
 #               without the CUDA toolkit's headers
-# Beside build and main, a second lane, at the lowest priority (nice 19),
-# runs prebuild and emulate on the cores they leave idle (tests that wait,
-# compiles of one file, a package build's single-threaded steps): none of
-# it needs their results (scripts/test.sh --stages prebuild,emulate, its
-# lines shown as they come, marked |). Once main and that lane have
+# Beside build and main, a lane at the lowest priority (nice 19) runs
+# prebuild, then emulate, on the cores they leave idle (tests that wait,
+# compiles of one file, a package build's single-threaded steps): neither
+# needs their results (scripts/test.sh --stages prebuild,emulate; a lane's
+# lines are shown as they come, marked |). Once main and prebuild have
 # ended, the sanitizer stage, which keeps every core busy, runs beside a
-# lane of fuzz and valgrind, which take a core or two for a few minutes;
-# both find their builds made.
+# lane of fuzz and valgrind, which take a core or two for a few minutes,
+# and beside what is left of emulate; all find their builds made.
 # Each stage's output goes to _build/STAGE.log; its closing line is shown,
 # and while it runs, a line a minute: while compiling, the objects built
 # and the file last compiled, then the tests it has finished.
@@ -64,9 +64,9 @@ t0=$(date +%s)
 passed=0 failed=0 skipped=0 status=0
 # The stage running: its name, process, check log, build folder, start.
 current=setup pid="" checks=/dev/null dir="" started=$t0 done_stages=()
-# The second lane (a test.sh --stages of its own): its process, its
-# stages, its log, the lines of it shown so far.
-lane="" lane_stages="" lane_log="" lane_shown=0
+# The lanes beside the stages (each a test.sh --stages of its own), by
+# their stages' names joined with '-': process, log, lines of it shown.
+declare -A lane_pid=() lane_log=() lane_shown=()
 # Tests a stage has finished: automake's result lines in its make check log.
 finished() {
 	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
@@ -75,7 +75,7 @@ finished() {
 # process group of its own (set -m below), so stop it here, then say where
 # it stopped and what is done.
 interrupted() {
-	local sig=$1 code=$2 tree
+	local sig=$1 code=$2 tree l
 	trap - INT TERM
 	if [ -n "$pid" ]; then
 		# The test programs (Criterion) put themselves and their workers
@@ -96,11 +96,11 @@ interrupted() {
 		kill -KILL -- -"$pid" $tree 2>/dev/null
 		wait "$pid" 2>/dev/null
 	fi
-	if [ -n "$lane" ]; then # it stops its own stage, and says so
-		kill -INT -- -"$lane" 2>/dev/null
-		wait "$lane" 2>/dev/null
-		relay_lane
-	fi
+	for l in "${!lane_pid[@]}"; do # each stops its own stage, and says so
+		kill -INT -- -"${lane_pid[$l]}" 2>/dev/null
+		wait "${lane_pid[$l]}" 2>/dev/null
+	done
+	relay_lanes
 	echo "== $current: interrupted after $(($(date +%s) - started)) s${pid:+, $(progress)}"
 	echo "== stages done: ${done_stages[*]:-none}"
 	echo "$passed passed, $failed failed, $skipped skipped (so far)"
@@ -110,14 +110,16 @@ interrupted() {
 trap 'interrupted INT 130' INT
 trap 'interrupted TERM 143' TERM
 
-# The lane's lines not shown yet, shown.
-relay_lane() {
-	local n
-	[ -n "$lane_log" ] && [ -f "$lane_log" ] || return 0
-	n=$(wc -l <"$lane_log")
-	[ "$n" -gt "$lane_shown" ] && sed -n "$((lane_shown + 1)),${n}p" "$lane_log" |
-		grep -vE '^[0-9]+ passed, [0-9]+ failed' | sed 's/^/  | /'
-	lane_shown=$n
+# The lanes' lines not shown yet, shown.
+relay_lanes() {
+	local l n shown
+	for l in "${!lane_pid[@]}"; do
+		[ -f "${lane_log[$l]}" ] || continue
+		n=$(wc -l <"${lane_log[$l]}") shown=${lane_shown[$l]}
+		[ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "${lane_log[$l]}" |
+			grep -vE '^[0-9]+ passed, [0-9]+ failed' | sed 's/^/  | /'
+		lane_shown[$l]=$n
+	done
 }
 
 # What test.sh does before the stages: the packages, the model and the
@@ -213,7 +215,7 @@ stage() {
 	set +m
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 5
-		relay_lane
+		relay_lanes
 		n=$((n + 1))
 		[ $((n % 12)) -eq 0 ] && kill -0 "$pid" 2>/dev/null &&
 			echo "   $name: $(($(date +%s) - started)) s, $(progress)"
@@ -247,58 +249,71 @@ stage_named() {
 	esac
 }
 
-# lane_start [nice] LIST: the stages of LIST, one by one, in the second
-# lane; with "nice", at the lowest priority.
+# lane_start [nice] LIST: a lane of the stages of LIST (names joined with
+# ','), one by one; with "nice", at the lowest priority.
 lane_start() {
-	local prio=()
+	local prio=() l
 	[ "$1" = nice ] && prio=(nice -n 19) && shift
-	lane_stages=$1 lane_log="$top/_build/lane-${1//,/-}.log" lane_shown=0
+	l=${1//,/-}
+	echo "== ${1//,/, }: started beside the stages${prio[*]:+, at the lowest priority} (lines marked |)"
+	lane_log[$l]="$top/_build/lane-$l.log" lane_shown[$l]=0
 	mkdir -p "$top/_build"
 	set -m
-	"${prio[@]}" bash "$0" --stages "$lane_stages" </dev/null >"$lane_log" 2>&1 &
-	lane=$!
+	"${prio[@]}" bash "$0" --stages "$1" </dev/null >"${lane_log[$l]}" 2>&1 &
+	lane_pid[$l]=$!
 	set +m
 }
 
-# The second lane's totals ("N passed, N failed, N skipped", its last
-# line) added to ours once it has ended; its stages count as done.
-lane_end() {
-	local rc line
-	while kill -0 "$lane" 2>/dev/null; do
+# lane_past LIST STAGE: wait until the lane of LIST has ended STAGE (its
+# closing line) or ended.
+lane_past() {
+	local l=${1//,/-}
+	while kill -0 "${lane_pid[$l]}" 2>/dev/null &&
+		! grep -q "^== $2 (" "${lane_log[$l]}" 2>/dev/null; do
 		sleep 5
-		relay_lane
+		relay_lanes
 	done
-	wait "$lane"
-	rc=$? lane=""
-	relay_lane
-	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$lane_log" | tail -n 1)
+	relay_lanes
+}
+
+# lane_end LIST: wait until the lane of LIST has ended, then add its totals
+# ("N passed, N failed, N skipped", its last line) to ours; its stages
+# count as done.
+lane_end() {
+	local l=${1//,/-} rc line
+	while kill -0 "${lane_pid[$l]}" 2>/dev/null; do
+		sleep 5
+		relay_lanes
+	done
+	wait "${lane_pid[$l]}"
+	rc=$?
+	relay_lanes
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "${lane_log[$l]}" | tail -n 1)
+	unset "lane_pid[$l]" "lane_log[$l]" "lane_shown[$l]"
 	[ $rc -eq 0 ] || status=1
 	# shellcheck disable=SC2206 # the stages' names, split at commas
-	done_stages+=(${lane_stages//,/ })
+	done_stages+=(${1//,/ })
 	set -- ${line:-0 passed, 1 failed, 0 skipped}
 	passed=$((passed + $1)) failed=$((failed + $3)) skipped=$((skipped + ${5:-0}))
 }
 
 if [ -n "$only" ]; then
-	lane_log="" # this is a lane: it shows no other
 	for s in ${only//,/ }; do
 		stage_named "$s"
 	done
 else
 	setup
-	if [ $quick -eq 0 ]; then
-		echo "== prebuild, emulate: started beside build and main, at the lowest priority (their lines marked |)"
-		lane_start nice prebuild,emulate
-	fi
+	[ $quick -eq 1 ] || lane_start nice prebuild,emulate
 	if stage build /dev/null "$build" build_stage; then
 		stage main "$build/check.log" "" main_stage
 	fi
 	if [ $quick -eq 0 ]; then
-		lane_end
-		echo "== fuzz, valgrind: started beside sanitizers (their lines marked |)"
+		# the sanitizer tests need the sanitizer build, not the emulation
+		lane_past prebuild,emulate prebuild
 		lane_start fuzz,valgrind
 		stage_named sanitizers
-		lane_end
+		lane_end fuzz,valgrind
+		lane_end prebuild,emulate
 	fi
 fi
 current=""
