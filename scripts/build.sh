@@ -16,7 +16,8 @@
 # build); with Q4KH_CUDA=LIST (compute capabilities, "75,90") it builds
 # for those whenever a toolkit is found, GPU or not (CI sets 90).
 # --which-cuda prints the configure arguments --this-machine adds (and its
-# line on stderr) and does nothing else.
+# line on stderr) and does nothing else. Q4KH_MAKE_GOALS in the environment
+# makes those goals instead of everything (scripts/fuzz.sh: the fuzzers).
 # Usage: scripts/build.sh [--this-machine] [CONFIGURE-ARGS]
 #        scripts/build.sh --which-cuda
 set -euo pipefail
@@ -76,11 +77,17 @@ log="$build/build.log"
 jobs=$(nproc)
 cd "$top"
 mkdir -p m4 "$build"
+# Builds of other folders may start at the same time (scripts/test.sh
+# starts the sanitizer and fuzz builds beside the main one): one of them
+# generates configure, the others wait for it and use it.
+exec 9>m4/.autoreconf.lock
+flock 9
 if ! { [ -x configure ] && [ configure -nt configure.ac ] && [ Makefile.in -nt Makefile.am ]; }; then
 	echo "build: generating configure (autoreconf)"
 	autoreconf -fi >"$build/autoreconf.log" 2>&1 ||
 		{ tail -n 20 "$build/autoreconf.log"; echo "build: autoreconf failed; see $build/autoreconf.log" >&2; exit 1; }
 fi
+exec 9>&-
 cd "$build"
 # The arguments this folder was configured with, to notice a change.
 args="--prefix=$top/_prefix $*"
@@ -93,10 +100,12 @@ if [ ! -f Makefile ] || [ "$(cat .configure-args 2>/dev/null)" != "$args" ]; the
 fi
 echo "build: compiling with make -j$jobs (log: $log)"
 if [ -t 1 ]; then
-	make -j"$jobs" -s --no-print-directory V=0 2>&1 | tee "$log"
+	# shellcheck disable=SC2086 # make goals, split
+	make -j"$jobs" -s --no-print-directory V=0 ${Q4KH_MAKE_GOALS:-} 2>&1 | tee "$log"
 	status=${PIPESTATUS[0]}
 else
-	make -j"$jobs" >"$log" 2>&1 && status=0 || status=$?
+	# shellcheck disable=SC2086
+	make -j"$jobs" ${Q4KH_MAKE_GOALS:-} >"$log" 2>&1 && status=0 || status=$?
 fi
 if [ "$status" -ne 0 ]; then
 	[ -t 1 ] || tail -n 30 "$log"

@@ -19,11 +19,13 @@
 # k<<<grid, block, shm, s>>>(args) into emu_launch(k, emu_cfg(grid, block,
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
 # memory; #line keeps the .cu's own file and line numbers in messages.
+# What two harnesses link is compiled once, first, and shared: cuda_gemv.cu
+# and cuda_matmul.cu (matmul, moe; compiled on their own, g++ -include
+# emu.h) and the cpu reference's cpu_quant.c (gemv, moe).
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
 # default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
-# never called). gemv and recurrent take under 2 minutes on 2 cores, built
-# and run side by side; matmul about 3 minutes of one core more (its
-# build, mostly). Exit 0 when every check agrees; the last line counts the
+# never called). The builds take most of the time: on 2 cores about 10
+# minutes in all. Exit 0 when every check agrees; the last line counts the
 # harnesses that pass and fail.
 # Usage: scripts/cuda-emulate.sh [OUT-DIR [HARNESS...]]
 #        (default _build/emu, every harness)
@@ -60,26 +62,45 @@ emu_source() {
 	mv "$tmp" "$out/$1.emu.cu"
 }
 
+# object NAME: $out/NAME.o, of plugins/cpu/NAME.c or plugins/cuda/NAME.cu.
+object() {
+	if [ -f "$top/plugins/cpu/$1.c" ]; then
+		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/$1.c" -o "$out/$1.o"
+	else
+		emu_source "$1" &&
+			g++ -std=c++20 "${flags[@]}" -include "$top/tests/emu/emu.h" -x c++ \
+				-c "$out/$1.emu.cu" -o "$out/$1.o"
+	fi
+}
+
+# shared HARNESS: the objects it shares with another harness.
+shared() {
+	case $1 in
+	gemv) echo cpu_quant ;;
+	matmul) echo cuda_gemv cuda_matmul ;;
+	moe) echo cuda_gemv cuda_matmul cpu_quant ;;
+	esac
+}
+
 # harness NAME: build it and run it.
 harness() {
 	case $1 in
 	gemv)
-		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/cpu_quant.c" -o "$out/cpu_quant.o"
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/cpu_quant.o" \
 			-o "$out/gemv_emu"
 		;;
 	matmul)
-		for s in cuda_gemv cuda_matmul cuda_tc; do emu_source $s; done
-		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/matmul_emu.cpp" -o "$out/matmul_emu" \
+		emu_source cuda_tc
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/matmul_emu.cpp" "$out/cuda_gemv.o" \
+			"$out/cuda_matmul.o" -o "$out/matmul_emu" \
 			-L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublas -lcudart
 		"$out/matmul_emu" "$top/tests/fixtures/dequant-blocks.txt"
 		return
 		;;
 	moe)
-		for s in cuda_gemv cuda_matmul cuda_moe; do emu_source $s; done
-		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/cpu_quant.c" -o "$out/moe_cpu_quant.o"
-		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/moe_emu.cpp" "$out/moe_cpu_quant.o" \
-			-o "$out/moe_emu"
+		object cuda_moe
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/moe_emu.cpp" "$out/cuda_gemv.o" \
+			"$out/cuda_matmul.o" "$out/cuda_moe.o" "$out/cpu_quant.o" -o "$out/moe_emu"
 		;;
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source $s; done
@@ -90,8 +111,21 @@ harness() {
 	"$out/$1_emu"
 }
 
-# Side by side (two of them, for 2 cores), each into its log, shown in
-# order.
+# The shared objects first, side by side, each once; then the harnesses
+# side by side, each into its log, shown in order.
+# shellcheck disable=SC2046 # object names, split
+objects=$(printf '%s\n' $(for h in "${harnesses[@]}"; do shared "$h"; done) | sort -u)
+pids=()
+for o in $objects; do
+	object "$o" >"$out/$o.log" 2>&1 &
+	pids+=($!)
+done
+i=0 broken=0
+for o in $objects; do
+	wait "${pids[$i]}" || { echo "== $o, shared"; cat "$out/$o.log"; broken=1; }
+	i=$((i + 1))
+done
+[ $broken -eq 0 ] || { echo "0 passed, ${#harnesses[@]} failed"; exit 1; }
 pids=()
 for h in "${harnesses[@]}"; do
 	harness "$h" >"$out/$h.log" 2>&1 &

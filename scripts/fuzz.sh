@@ -11,11 +11,16 @@
 # BUILD/fuzz-crashes/TARGET; keep it in tests/fuzz/regressions/TARGET once
 # the bug is fixed. Prints one line per target (seconds, executions,
 # crashes) and ends with "N passed, N failed"; exits 1 on any crash.
+# --build builds and runs nothing (scripts/test.sh does that beside the
+# main stage, where it keeps idle cores busy).
 # Usage: scripts/fuzz.sh [SECONDS [TARGET...]]  (TARGET: gguf, tokenizer,
 # config, receipt; default all)
+#        scripts/fuzz.sh --build
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
-usage="usage: scripts/fuzz.sh [SECONDS [gguf|tokenizer|config|receipt...]]"
+usage="usage: scripts/fuzz.sh [SECONDS [gguf|tokenizer|config|receipt...] | --build]"
+build_only=0
+[ "${1:-}" = --build ] && [ $# -eq 1 ] && build_only=1 && shift
 secs=${1:-60}
 case $secs in '' | *[!0-9]*) echo "$usage" >&2; exit 2 ;; esac
 [ $# -gt 0 ] && shift
@@ -26,13 +31,16 @@ for t in $targets; do
 done
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="${Q4KH_FUZZ_BUILD_DIR:-$top/_build/fuzz}"
-# The fuzz build is the whole tree built by clang with sanitizers; make
-# builds the fuzzers there (configure --enable-fuzzers).
+# The fuzz build: clang with sanitizers (configure --enable-fuzzers), the
+# fuzzers and the library they link, nothing else of the tree.
 bash "$top/scripts/install-deps.sh" clang libclang-rt-dev llvm || exit 1
 mkdir -p "$build"
-Q4KH_BUILD_DIR="$build" bash "$top/scripts/build.sh" --without-cuda \
+# shellcheck disable=SC2086 # the targets, split
+Q4KH_MAKE_GOALS=$(printf 'tests/fuzz/fuzz-%s ' $all) \
+	Q4KH_BUILD_DIR="$build" bash "$top/scripts/build.sh" --without-cuda \
 	--enable-fuzzers CC=clang CFLAGS="-g -O1" 2>"$build/fuzz-build.log" ||
 	{ tail -20 "$build/fuzz-build.log"; exit 1; }
+[ $build_only -eq 0 ] || exit 0
 cd "$build" || exit 1
 export Q4KH_TEST_SRCDIR="$top"
 

@@ -8,8 +8,16 @@
 # commands the tests start, and the `q4khost validate --one` processes the
 # host spawns for F2 (which the host would otherwise take for a rejected
 # plugin). Ends with "N passed, N failed, N skipped".
-# Usage: scripts/test-sanitizers.sh
-case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
+# --build builds, the test programs too, and runs nothing (scripts/test.sh
+# does that beside the main stage, where it keeps idle cores busy).
+# Usage: scripts/test-sanitizers.sh [--build]
+build_only=0
+case ${1:-} in
+-h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+--build) build_only=1 ;;
+'') ;;
+*) echo "usage: scripts/test-sanitizers.sh [--build]" >&2; exit 2 ;;
+esac
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/asan"
@@ -22,6 +30,11 @@ if [ -f "$build/Makefile" ] && ! grep -q '^SANITIZER_CFLAGS = -fsanitize' "$buil
 	exit 1
 fi
 Q4KH_BUILD_DIR="$build" bash scripts/build.sh --without-cuda --enable-sanitizers || exit 1
+if [ $build_only -eq 1 ]; then
+	make -C "$build" -j"$(nproc)" check-programs >"$build/check-build.log" 2>&1 ||
+		{ tail -n 30 "$build/check-build.log"; echo "test-sanitizers: building the tests failed; see $build/check-build.log" >&2; exit 1; }
+	exit 0
+fi
 
 # ASan and LSan reports go to files (log_path, one per process:
 # asan.PID), never to stderr: tests compare the stderr of the host and of

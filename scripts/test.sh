@@ -9,6 +9,8 @@
 #               line says which). Q4KH_CUDA=all builds them for every
 #               architecture whenever a CUDA toolkit is found,
 #               Q4KH_CUDA=90 for that one (CI sets it, .ci/run).
+#   prebuild    the sanitizer and fuzz builds (scripts/test-sanitizers.sh
+#               --build, scripts/fuzz.sh --build)
 #   main        every Criterion suite through make check, packaging
 #               included (the SDK examples, make distcheck, the .debs
 #               and the .rpms)
@@ -17,24 +19,29 @@
 #               same host code there; valgrind runs the default model)
 #               (scripts/test-sanitizers.sh)
 #   fuzz        each libFuzzer target for 30 s (scripts/fuzz.sh 30)
-#   valgrind    q4khost run on the default model under memcheck
-#               (scripts/valgrind-run.sh), counted as one test
+#   valgrind    q4khost run on the default model under memcheck, the
+#               main build's (scripts/valgrind-run.sh), counted as one test
 #   emulate     the cuda backend's kernels without a GPU
 #               (scripts/cuda-emulate.sh), a test per harness; skipped
 #               without the CUDA toolkit's headers
-# After main, the sanitizer stage, which keeps every core busy, runs beside
-# a second lane of fuzz, valgrind and emulate, which mostly take one core
-# each (scripts/test.sh --stages fuzz,valgrind,emulate, its lines shown as
-# they come).
+# Beside build and main, a lane at the lowest priority (nice 19) runs
+# prebuild, then emulate, on the cores they leave idle (tests that wait,
+# compiles of one file, a package build's single-threaded steps): neither
+# needs their results (scripts/test.sh --stages prebuild,emulate; a lane's
+# lines are shown as they come, marked |). Once main and prebuild have
+# ended, the sanitizer stage, which keeps every core busy, runs beside a
+# lane of fuzz and valgrind, which take a core or two for a few minutes,
+# and beside what is left of emulate; all find their builds made.
 # Each stage's output goes to _build/STAGE.log; its closing line is shown,
 # and while it runs, a line a minute: while compiling, the objects built
 # and the file last compiled, then the tests it has finished.
 # Ends with the totals, "N passed, N failed, N skipped". Ctrl-C stops the
 # stages, prints the stages done and the totals so far, and exits 130.
 # Usage: scripts/test.sh [--quick]   (--quick: build and main stages only)
-#        scripts/test.sh --stages LIST   (only these of sanitizers, fuzz,
-#                                         valgrind, emulate, one by one,
-#                                         on the build main made)
+#        scripts/test.sh --stages LIST   (only these of prebuild,
+#                                         sanitizers, fuzz, valgrind,
+#                                         emulate, one by one, on the
+#                                         build main made)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/_build/main"
@@ -48,8 +55,8 @@ case ${1:-} in
 *) echo "usage: scripts/test.sh [--quick | --stages LIST]" >&2; exit 2 ;;
 esac
 for s in ${only//,/ }; do
-	case $s in sanitizers | fuzz | valgrind | emulate) ;;
-	*) echo "test.sh --stages: no stage '$s' (sanitizers, fuzz, valgrind, emulate)" >&2; exit 2 ;;
+	case $s in prebuild | sanitizers | fuzz | valgrind | emulate) ;;
+	*) echo "test.sh --stages: no stage '$s' (prebuild, sanitizers, fuzz, valgrind, emulate)" >&2; exit 2 ;;
 	esac
 done
 
@@ -57,9 +64,9 @@ t0=$(date +%s)
 passed=0 failed=0 skipped=0 status=0
 # The stage running: its name, process, check log, build folder, start.
 current=setup pid="" checks=/dev/null dir="" started=$t0 done_stages=()
-# The second lane (a test.sh --stages of its own): its process, its log,
-# the lines of it shown so far.
-lane="" lane_log="$top/_build/lane.log" lane_shown=0
+# The lanes beside the stages (each a test.sh --stages of its own), by
+# their stages' names joined with '-': process, log, lines of it shown.
+declare -A lane_pid=() lane_log=() lane_shown=()
 # Tests a stage has finished: automake's result lines in its make check log.
 finished() {
 	cat "$@" 2>/dev/null | grep -cE '^(PASS|FAIL|SKIP|XFAIL|XPASS|ERROR): '
@@ -68,7 +75,7 @@ finished() {
 # process group of its own (set -m below), so stop it here, then say where
 # it stopped and what is done.
 interrupted() {
-	local sig=$1 code=$2 tree
+	local sig=$1 code=$2 tree l
 	trap - INT TERM
 	if [ -n "$pid" ]; then
 		# The test programs (Criterion) put themselves and their workers
@@ -89,11 +96,11 @@ interrupted() {
 		kill -KILL -- -"$pid" $tree 2>/dev/null
 		wait "$pid" 2>/dev/null
 	fi
-	if [ -n "$lane" ]; then # it stops its own stage, and says so
-		kill -INT -- -"$lane" 2>/dev/null
-		wait "$lane" 2>/dev/null
-		relay_lane
-	fi
+	for l in "${!lane_pid[@]}"; do # each stops its own stage, and says so
+		kill -INT -- -"${lane_pid[$l]}" 2>/dev/null
+		wait "${lane_pid[$l]}" 2>/dev/null
+	done
+	relay_lanes
 	echo "== $current: interrupted after $(($(date +%s) - started)) s${pid:+, $(progress)}"
 	echo "== stages done: ${done_stages[*]:-none}"
 	echo "$passed passed, $failed failed, $skipped skipped (so far)"
@@ -103,14 +110,16 @@ interrupted() {
 trap 'interrupted INT 130' INT
 trap 'interrupted TERM 143' TERM
 
-# The lane's lines not shown yet, shown.
-relay_lane() {
-	local n
-	[ -n "$lane_log" ] && [ -f "$lane_log" ] || return 0
-	n=$(wc -l <"$lane_log")
-	[ "$n" -gt "$lane_shown" ] && sed -n "$((lane_shown + 1)),${n}p" "$lane_log" |
-		grep -vE '^[0-9]+ passed, [0-9]+ failed' | sed 's/^/  | /'
-	lane_shown=$n
+# The lanes' lines not shown yet, shown.
+relay_lanes() {
+	local l n shown
+	for l in "${!lane_pid[@]}"; do
+		[ -f "${lane_log[$l]}" ] || continue
+		n=$(wc -l <"${lane_log[$l]}") shown=${lane_shown[$l]}
+		[ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "${lane_log[$l]}" |
+			grep -vE '^[0-9]+ passed, [0-9]+ failed' | sed 's/^/  | /'
+		lane_shown[$l]=$n
+	done
 }
 
 # What test.sh does before the stages: the packages, the model and the
@@ -153,8 +162,12 @@ main_stage() {
 	bash scripts/check-summary.sh "$build" $?
 }
 
+prebuild_stage() {
+	bash scripts/test-sanitizers.sh --build && bash scripts/fuzz.sh --build
+}
+
 valgrind_stage() {
-	bash scripts/valgrind-run.sh && echo "1 passed, 0 failed" ||
+	bash scripts/valgrind-run.sh "$build" && echo "1 passed, 0 failed" ||
 		{ echo "0 passed, 1 failed"; return 1; }
 }
 
@@ -173,11 +186,11 @@ emulate_stage() {
 # build) since the stage started.
 progress() {
 	local objs last
-	if [ -f "$checks" ] || [ -z "$dir" ] || [ ! "$dir/build.log" -nt "$top/_build/.stage-start" ]; then
+	if [ -f "$checks" ] || [ -z "$dir" ] || [ ! "$dir/build.log" -nt "$top/_build/.$current-start" ]; then
 		[ "$checks" = /dev/null ] && echo "running" || echo "$(finished "$checks") tests finished"
 		return
 	fi
-	objs=$(find "$dir" -name '*.lo' -newer "$top/_build/.stage-start" 2>/dev/null | wc -l)
+	objs=$(find "$dir" -name '*.lo' -newer "$top/_build/.$current-start" 2>/dev/null | wc -l)
 	last=$(tail -n 40 "$dir/build.log" | grep -oE "[[:alnum:]_./+-]+\.(c|cu|cpp)\b" | tail -n 1)
 	last=${last#"$top"/}
 	while [ "${last#../}" != "$last" ]; do last=${last#../}; done
@@ -191,7 +204,7 @@ stage() {
 	shift 3
 	mkdir -p "$top/_build"
 	started=$(date +%s)
-	touch "$top/_build/.stage-start"
+	touch "$top/_build/.$current-start"
 	[ -f "$checks" ] && rm -f "$checks" # the last run's
 	echo "== $name: started (output in ${log#"$top"/})"
 	# A process group of its own: a Ctrl-C reaches this script, whose
@@ -202,7 +215,7 @@ stage() {
 	set +m
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 5
-		relay_lane
+		relay_lanes
 		n=$((n + 1))
 		[ $((n % 12)) -eq 0 ] && kill -0 "$pid" 2>/dev/null &&
 			echo "   $name: $(($(date +%s) - started)) s, $(progress)"
@@ -224,9 +237,10 @@ stage() {
 	return $rc
 }
 
-# stage_named NAME: one of the stages after main.
+# stage_named NAME: one of the stages beside or after build and main.
 stage_named() {
 	case $1 in
+	prebuild) stage prebuild /dev/null "$top/_build/asan" prebuild_stage ;;
 	sanitizers) stage sanitizers "$top/_build/asan/check.log" "$top/_build/asan" \
 		bash scripts/test-sanitizers.sh ;;
 	fuzz) stage fuzz /dev/null "" bash scripts/fuzz.sh 30 ;;
@@ -235,44 +249,71 @@ stage_named() {
 	esac
 }
 
-# The second lane's totals ("N passed, N failed, N skipped", its last
-# line) added to ours once it has ended; its stages count as done.
-lane_end() {
-	local rc line
-	while kill -0 "$lane" 2>/dev/null; do
+# lane_start [nice] LIST: a lane of the stages of LIST (names joined with
+# ','), one by one; with "nice", at the lowest priority.
+lane_start() {
+	local prio=() l
+	[ "$1" = nice ] && prio=(nice -n 19) && shift
+	l=${1//,/-}
+	echo "== ${1//,/, }: started beside the stages${prio[*]:+, at the lowest priority} (lines marked |)"
+	lane_log[$l]="$top/_build/lane-$l.log" lane_shown[$l]=0
+	mkdir -p "$top/_build"
+	set -m
+	"${prio[@]}" bash "$0" --stages "$1" </dev/null >"${lane_log[$l]}" 2>&1 &
+	lane_pid[$l]=$!
+	set +m
+}
+
+# lane_past LIST STAGE: wait until the lane of LIST has ended STAGE (its
+# closing line) or ended.
+lane_past() {
+	local l=${1//,/-}
+	while kill -0 "${lane_pid[$l]}" 2>/dev/null &&
+		! grep -q "^== $2 (" "${lane_log[$l]}" 2>/dev/null; do
 		sleep 5
-		relay_lane
+		relay_lanes
 	done
-	wait "$lane"
-	rc=$? lane=""
-	relay_lane
-	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$lane_log" | tail -n 1)
+	relay_lanes
+}
+
+# lane_end LIST: wait until the lane of LIST has ended, then add its totals
+# ("N passed, N failed, N skipped", its last line) to ours; its stages
+# count as done.
+lane_end() {
+	local l=${1//,/-} rc line
+	while kill -0 "${lane_pid[$l]}" 2>/dev/null; do
+		sleep 5
+		relay_lanes
+	done
+	wait "${lane_pid[$l]}"
+	rc=$?
+	relay_lanes
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "${lane_log[$l]}" | tail -n 1)
+	unset "lane_pid[$l]" "lane_log[$l]" "lane_shown[$l]"
 	[ $rc -eq 0 ] || status=1
-	done_stages+=(fuzz valgrind emulate)
+	# shellcheck disable=SC2206 # the stages' names, split at commas
+	done_stages+=(${1//,/ })
 	set -- ${line:-0 passed, 1 failed, 0 skipped}
 	passed=$((passed + $1)) failed=$((failed + $3)) skipped=$((skipped + ${5:-0}))
 }
 
 if [ -n "$only" ]; then
-	lane_log="" # this is a lane: it shows no other
 	for s in ${only//,/ }; do
 		stage_named "$s"
 	done
 else
-	rm -f "$lane_log" # the last run's
 	setup
+	[ $quick -eq 1 ] || lane_start nice prebuild,emulate
 	if stage build /dev/null "$build" build_stage; then
 		stage main "$build/check.log" "" main_stage
 	fi
 	if [ $quick -eq 0 ]; then
-		mkdir -p "$top/_build"
-		echo "== fuzz, valgrind, emulate: started beside sanitizers (their lines marked |)"
-		set -m
-		bash "$0" --stages fuzz,valgrind,emulate </dev/null >"$lane_log" 2>&1 &
-		lane=$! lane_shown=0
-		set +m
+		# the sanitizer tests need the sanitizer build, not the emulation
+		lane_past prebuild,emulate prebuild
+		lane_start fuzz,valgrind
 		stage_named sanitizers
-		lane_end
+		lane_end fuzz,valgrind
+		lane_end prebuild,emulate
 	fi
 fi
 current=""

@@ -4,19 +4,26 @@
 # measure and spawns nothing; children are traced all the same), two
 # threads, a short prompt and four decode tokens (the step recorded on the
 # second and replayed from the third). Built normally, with debug info,
-# in _build/valgrind. Fails on any memory error and on any definitely
-# lost block. About 10 tokens through the forward pass: a few minutes on
-# 2 cores.
-# Usage: scripts/valgrind-run.sh
+# in _build/valgrind; given BUILD, a folder scripts/build.sh has built
+# with its default flags (-g -O2), that build as it is (scripts/test.sh
+# gives its main build: the same host and cpu plugin, built once). Fails
+# on any memory error and on any definitely lost block. About 10 tokens
+# through the forward pass: a few minutes on 2 cores.
+# Usage: scripts/valgrind-run.sh [BUILD]
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-build="$top/_build/valgrind"
+build=${1:-$top/_build/valgrind}
 cd "$top"
 bash scripts/install-deps.sh valgrind || exit 1
 model=$(bash scripts/fetch-model.sh | sed -n 's/^model: //p')
 [ -f "$model" ] || { echo "valgrind-run: no default model" >&2; exit 1; }
-Q4KH_BUILD_DIR="$build" bash scripts/build.sh --without-cuda 'CFLAGS=-g -O2' || exit 1
+if [ $# -eq 0 ]; then
+	Q4KH_BUILD_DIR="$build" bash scripts/build.sh --without-cuda 'CFLAGS=-g -O2' || exit 1
+elif [ ! -x "$build/host/cli/q4khost" ] || [ ! -f "$build/plugins/cpu/.libs/cpu.so" ]; then
+	echo "valgrind-run: $build has no built q4khost and cpu plugin (scripts/build.sh builds them)" >&2
+	exit 1
+fi
 
 # Only this build's cpu plugin, no user config, receipts in a scratch folder.
 scratch=$(mktemp -d)

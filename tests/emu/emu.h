@@ -24,7 +24,8 @@
  * wrote shows; static __shared__ variables are static storage, shared
  * by the blocks that run one at a time.
  *
- * A .cu file compiles here after three textual changes (the sed of
+ * A .cu file compiles here, on its own (g++ -include emu.h) or included in
+ * a harness, after three textual changes (the sed of
  * scripts/cuda-emulate.sh): kernel<<<grid, block, shm, stream>>>(args)
  * becomes emu_launch(kernel, emu_cfg(grid, block, shm, stream), args),
  * and extern __shared__ T name[] becomes T *name = (T *)emu_dynamic_shared().
@@ -109,9 +110,12 @@ static inline int atomicCAS(int *p, int compare, int value)
 	return compare;
 }
 
-/* The running thread's coordinates (set as each fiber resumes). */
-static uint3 threadIdx, blockIdx;
-static dim3 blockDim, gridDim;
+/* The running thread's coordinates (set as each fiber resumes). Like the
+ * launch state below, one for the whole program (inline): a harness links
+ * .cu files compiled apart, and a kernel of one reads what a launch of
+ * another set, as cudaGetLastError() does on the device. */
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
 
 /* --- fibers ------------------------------------------------------------------ */
 
@@ -179,7 +183,7 @@ struct launch_state {
 	std::mt19937 order_rng{ 7 };
 };
 
-static launch_state L;
+inline launch_state L;
 
 static inline void switch_to_sched(bool done)
 {

@@ -27,9 +27,11 @@
 
 #include "emu.h"
 
-/* The .cu files, their launches rewritten for emu.h by the script. */
-#include "cuda_gemv.emu.cu"
-#include "cuda_matmul.emu.cu"
+#include "cuda_gemv_formats.cuh"
+#include "cuda_kernels.h"
+/* cuda_tc.cu, its launches rewritten for emu.h by the script: its
+ * dequant_kernel is launched here. cuda_gemv.cu and cuda_matmul.cu are
+ * linked, compiled apart (their objects shared with moe_emu). */
 #include "cuda_tc.emu.cu"
 
 static std::mt19937_64 rng(3);

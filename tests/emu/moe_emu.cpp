@@ -27,10 +27,9 @@
 #include "emu.h"
 #include "emu_rows.h"
 
-/* The .cu files, their launches rewritten for emu.h by the script. */
-#include "cuda_gemv.emu.cu"
-#include "cuda_matmul.emu.cu"
-#include "cuda_moe.emu.cu"
+/* cuda_moe.cu, cuda_gemv.cu and cuda_matmul.cu are linked, compiled
+ * apart by the script (the last two shared with matmul_emu). */
+#include "cuda_kernels.h"
 
 extern "C" void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
