@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "decide.h"
 #include "error.h"
 #include "f2.h"
 #include "guard.h"
@@ -195,14 +196,11 @@ struct serve {
 	struct q4kh_select_request rq;
 	struct q4kh_candidate plan[Q4KH_SELECT_MAX];
 	int n_plan;
-	struct q4kh_guard guard;  /* receipts: lookups and demotions */
-	int32_t *probe;
-	size_t n_probe;
-	/* with [f2] require_deep (rq.probe Q4KH_F2_PROBE_DEEP): the deep
-	 * probe's plan, and where require_deep was set (rq.probe_origin) */
-	struct q4kh_deep_plan deep;
+	/* receipts: lookups and demotions; judge.g NULL with F2 off. On the
+	 * deep probe with [f2] require_deep (rq.probe Q4KH_F2_PROBE_DEEP),
+	 * where it was set in deep_origin (rq.probe_origin). */
+	struct q4kh_decide_guard judge;
 	char deep_origin[700];
-	int guard_ready;
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;      /* the engine's: jobs, cancels, switches */
