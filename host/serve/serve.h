@@ -35,6 +35,7 @@
 #include "decide.h"
 #include "error.h"
 #include "f2.h"
+#include "generate.h"
 #include "guard.h"
 #include "registry.h"
 #include "sampler.h"
@@ -138,6 +139,9 @@ struct serve_job {
 	int slot;
 	struct serve_path *path;
 	struct q4kh_sampler *sampler;
+	/* the answer's generation (generate.h): its sampler (NULL: greedy),
+	 * the slot's logits, limits and the tokens taken */
+	struct q4kh_gen g;
 	size_t fed;               /* prompt tokens prefilled */
 	size_t n_fed;             /* answer tokens fed back (gen[0..n_fed)) */
 	int32_t last;             /* the token to feed next */
