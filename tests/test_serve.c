@@ -616,6 +616,27 @@ Test(serve, sigterm_drains, .timeout = 600)
 	cr_assert_eq(status, 0, "exit status %d after SIGTERM", status);
 }
 
+
+/*
+ * Start S (ARGS, RECEIPTS, GATE: server_start) and see that it serves
+ * PATH at once, trusted on F2's pass from SOURCE ("receipt of "), with no
+ * measurement in the background. Its log (malloc()ed).
+ */
+static char *serves_at_once(struct server *s, const char *const *args, const char *receipts,
+                            const char *gate, const char *path, const char *source)
+{
+	char *p, *log, want[160];
+
+	server_start(s, args, receipts, gate);
+	p = serving(s);
+	cr_assert_str_eq(p, path);
+	free(p);
+	log = read_log(s);
+	snprintf(want, sizeof(want), "F2: pass (%s", source);
+	cr_assert_not_null(strstr(log, want), "%s", log);
+	cr_assert_null(strstr(log, "in the background"), "%s", log);
+	return log;
+}
 /* No receipt: the reference serves at once while F2 measures the variant
  * (held by a gate the test opens), then the variant takes over. */
 Test(serve, background_f2_switches, .timeout = 600)
@@ -665,14 +686,7 @@ Test(serve, background_f2_switches, .timeout = 600)
 	server_stop(&s);
 
 	/* With its receipt it serves at once, measuring nothing. */
-	server_start(&s, args, receipts, gate);
-	v = serving(&s);
-	cr_assert_str_eq(v, "cpu/serve-gated");
-	free(v);
-	log = read_log(&s);
-	cr_assert_not_null(strstr(log, "F2: pass (receipt of "), "%s", log);
-	cr_assert_null(strstr(log, "in the background"), "%s", log);
-	free(log);
+	free(serves_at_once(&s, args, receipts, gate, "cpu/serve-gated", "receipt of "));
 	server_stop(&s);
 }
 
@@ -719,6 +733,18 @@ Test(serve, a_backend_wrong_only_in_batched_steps_does_not_serve, .timeout = 600
 	server_stop(&s);
 }
 
+/* q4khost ARGS with receipts in RECEIPTS: its output, stdout and stderr
+ * (malloc()ed); fails unless it exits 0. */
+static char *q4khost_ok(const char *receipts, const char *args)
+{
+	char cmd[20000], *out;
+
+	snprintf(cmd, sizeof(cmd), "Q4KHOST_F2_RECEIPT_DIR=%s %s %s 2>&1", receipts, q4khost(),
+	         args);
+	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
+	return out;
+}
+
 /*
  * [f2] require_deep holds for serve as for run: a shallow pass receipt of
  * cpu-fast (a plain run's) does not let it serve. The reference serves
@@ -739,11 +765,9 @@ Test(serve, require_deep_takes_no_shallow_receipt, .timeout = 600)
 
 	test_need_cpu_fast();
 	snprintf(dir, sizeof(dir), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs", b, b);
-	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s run -m %s --plugin-path %s --backend cpu-fast "
-	         "--kernel none -p Hi -n 1 2>&1",
-	         receipts, q4khost(), model, dir);
-	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
+	snprintf(cmd, sizeof(cmd), "run -m %s --plugin-path %s --backend cpu-fast --kernel none "
+	         "-p Hi -n 1", model, dir);
+	out = q4khost_ok(receipts, cmd);
 	cr_assert_not_null(strstr(out, "F2: pass (fresh: no receipt)"), "%s", out);
 	cr_assert_not_null(strstr(out, "F2 probe: built-in probe, "), "%s", out);
 	free(out);
@@ -768,6 +792,41 @@ Test(serve, require_deep_takes_no_shallow_receipt, .timeout = 600)
 	json_decref(h);
 	log = read_log(&s);
 	cr_expect_not_null(strstr(log, "background F2: measuring cpu-fast/built-in"), "%s", log);
+	free(log);
+	server_stop(&s);
+}
+
+/*
+ * A deep receipt decides for serve as for run (decide.h, one decision for
+ * both): cpu-fast holds only the deep probe's pass receipt (validate
+ * --deep). run serves it on that receipt, naming the probe; serve starts
+ * on it at once, on the same receipt, with the same probe line, and
+ * measures nothing in the background.
+ */
+Test(serve, a_deep_receipt_decides_as_for_run, .timeout = 600)
+{
+	static const char probe[] = "F2 probe: deep probe of a deep receipt: 180 positions judged "
+	                            "of 300, up to position 299, 32 decode steps";
+	const char *b = test_builddir(), *model = fixture("tiny-llama.gguf");
+	const char *receipts = test_tmpdir();
+	char dir[8400], cmd[16384], *out, *log;
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	struct server s;
+
+	test_need_cpu_fast();
+	snprintf(dir, sizeof(dir), "%s/plugins/cpu/.libs:%s/plugins/cpu-fast/.libs", b, b);
+	snprintf(cmd, sizeof(cmd), "validate --deep --ctx 300 -m %s --plugin-path %s --backend "
+	         "cpu-fast --kernel none", model, dir);
+	free(q4khost_ok(receipts, cmd));
+	snprintf(cmd, sizeof(cmd), "run -m %s --plugin-path %s -p Hi -n 1", model, dir);
+	out = q4khost_ok(receipts, cmd);
+	cr_expect_not_null(strstr(out, "backend cpu-fast "), "%s", out);
+	cr_expect_not_null(strstr(out, "F2: pass (deep receipt of "), "%s", out);
+	cr_expect_not_null(strstr(out, probe), "%s", out);
+	free(out);
+
+	log = serves_at_once(&s, args, receipts, NULL, "cpu-fast/built-in", "deep receipt of ");
+	cr_expect_not_null(strstr(log, probe), "%s", log);
 	free(log);
 	server_stop(&s);
 }

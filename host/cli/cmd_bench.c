@@ -20,6 +20,7 @@
 #include "candidates.h"
 #include "cli.h"
 #include "config.h"
+#include "decide.h"
 #include "deep.h"
 #include "greedy.h"
 #include "guard.h"
@@ -402,6 +403,9 @@ int q4kh_cmd_bench(int argc, char **argv)
 	/* the model, backends and variants, each opened once (host.h) */
 	struct q4kh_host h = { 0 };
 	struct q4kh_guard g = { 0 };
+	struct q4kh_decide_guard dg = { .g = &g };
+	struct q4kh_decide_how how = { 0 };
+	struct q4kh_decision d;
 	struct row *rows = NULL;
 	enum q4kh_f2_mode mode;
 	size_t n = 0, n_ids = 0, n_probe = 0;
@@ -458,6 +462,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 	g.host = &h;
 	q4kh_settings_f2_source(origin, "fresh", fresh_source, sizeof(fresh_source));
 	g.fresh_source = fresh_source;
+	how.mode = mode;
+	how.mode_origin = origin;
 	for (size_t i = 0; i < n; i++) {
 		struct row *r = &rows[i];
 		struct q4kh_error e = { { 0 } };
@@ -469,19 +475,18 @@ int q4kh_cmd_bench(int argc, char **argv)
 			untimed = 1;
 			continue;
 		}
-		if (!r->reference && mode != Q4KH_F2_OFF) {
-			if (q4kh_guard_check(&g, &r->c, &r->c.dev, mode, &r->d, &e)) {
-				snprintf(r->note, sizeof(r->note), "F2 could not decide: %.580s", e.msg);
-				untimed = 1;
-				continue;
-			}
-			r->decided = 1;
-			q4kh_receipt_free(&r->d.receipt); /* the summary is enough here */
-			if (r->d.verdict != Q4KH_F2_PASS) {
-				verdict_note(r);
-				untimed = 1;
-				continue;
-			}
+		if (q4kh_decide(&how, &dg, &r->c, &r->c.dev, &d, &e)) {
+			snprintf(r->note, sizeof(r->note), "F2 could not decide: %.580s", e.msg);
+			untimed = 1;
+			continue;
+		}
+		q4kh_receipt_free(&d.d.receipt); /* the summary is enough here */
+		r->decided = d.judged;
+		r->d = d.d;
+		if (d.outcome != Q4KH_SERVES) {
+			verdict_note(r);
+			untimed = 1;
+			continue;
 		}
 		snprintf(label, sizeof(label), "row %zu of %zu", i + 1, n);
 		time_row(&h, ids, n_ids, o.n_decode, o.repetitions, label, r);

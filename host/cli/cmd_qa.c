@@ -20,6 +20,7 @@
 #include "candidates.h"
 #include "cli.h"
 #include "config.h"
+#include "decide.h"
 #include "greedy.h"
 #include "guard.h"
 #include "interrupt.h"
@@ -278,6 +279,8 @@ static int choose_paths(const struct qa_opts *o, struct q4kh_host *h, const int3
 		                           o->c.kernel, h->types, h->n_types, NULL, 0 };
 	struct q4kh_candidate *list = NULL;
 	struct q4kh_guard g = { 0 };
+	struct q4kh_decide_guard dg = { .g = &g };
+	const struct q4kh_decide_how how = { o->c.mode, NULL, 0, NULL };
 	size_t n = 0;
 
 	if (q4kh_candidates_list(h, &f, &list, &n, err))
@@ -301,7 +304,7 @@ static int choose_paths(const struct qa_opts *o, struct q4kh_host *h, const int3
 	g.config_file = o->c.config_file;
 	g.fresh_source = o->c.fresh_source;
 	for (size_t i = 0; i < n; i++) {
-		struct q4kh_guard_decision d;
+		struct q4kh_decision d;
 		struct q4kh_error e = { { 0 } };
 		struct path *p = &(*paths)[*n_paths];
 		char name[160];
@@ -316,17 +319,16 @@ static int choose_paths(const struct qa_opts *o, struct q4kh_host *h, const int3
 			                                         e.msg));
 			continue;
 		}
-		if (q4kh_guard_check(&g, &list[i], &list[i].dev, o->c.mode, &d, &e)) {
+		if (q4kh_decide(&how, &dg, &list[i], &list[i].dev, &d, &e)) {
 			json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "path", name,
 			                                         "verdict", "error", "message", e.msg));
 			continue;
 		}
-		q4kh_receipt_free(&d.receipt);
-		if (d.verdict != Q4KH_F2_PASS) {
+		q4kh_receipt_free(&d.d.receipt);
+		if (d.outcome != Q4KH_SERVES) {
 			json_array_append_new(skipped,
 			                      json_pack("{s:s, s:s, s:s}", "path", name, "verdict",
-			                                q4kh_f2_verdict_name(d.verdict), "message",
-			                                d.receipt.message));
+			                                d.verdict, "message", d.message));
 			continue;
 		}
 		p->c = list[i];

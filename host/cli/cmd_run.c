@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include "backend.h"
 #include "cli.h"
 #include "config.h"
+#include "generate.h"
 #include "interrupt.h"
 #include "kernel.h"
 #include "model.h"
@@ -289,11 +289,10 @@ struct run {
 	 * a run stopped then ("" before it was opened) */
 	char model_path[4096], arch[32];
 	uint32_t n_layer;
-	/* temperature 0: the next token is the session's greedy pick (made
-	 * on the device when the backend has top2), else it is sampled from
-	 * the logits */
-	int greedy;
-	int32_t pick;
+	/* the generation (generate.h): at temperature 0 the next token is
+	 * the session's greedy pick (made on the device when the backend has
+	 * top2), else it is sampled (sampler) from the logits */
+	struct q4kh_gen g;
 	float *logits;
 	char *text; /* generated text, kept for --json */
 	size_t text_len, text_cap;
@@ -491,13 +490,16 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	    (r->n_ids <= r->session->p.n_ctx &&
 	     q4kh_session_prepare(r->session, (int64_t)r->n_ids, err)))
 		return Q4KH_EXIT_FAIL;
-	r->greedy = q4kh_sampler_greedy(&o->sp);
 	r->sampler = q4kh_sampler_new(&o->sp, r->model->hp.n_vocab);
 	r->logits = malloc(sizeof(float) * r->model->hp.n_vocab);
 	if (!r->sampler || !r->logits) {
 		q4kh_fail(err, "out of memory");
 		return Q4KH_EXIT_FAIL;
 	}
+	r->g = (struct q4kh_gen){
+		.sampler = q4kh_sampler_greedy(&o->sp) ? NULL : r->sampler, .logits = r->logits,
+		.n_vocab = r->model->hp.n_vocab, .tok = r->tok, .max_tokens = o->n_predict,
+	};
 	phase_done(r, &r->startup.session);
 	return 0;
 }
@@ -515,21 +517,9 @@ static int stopped(struct q4kh_report *rep, char *reason, size_t cap)
 }
 
 /*
- * Run ids[0..n) and, when LAST, keep what choosing the next token needs:
- * the greedy pick in r->pick, or the logits in r->logits.
- */
-static int feed(struct run *r, const int32_t *ids, int64_t n, int last,
-                struct q4kh_error *err)
-{
-	if (last && r->greedy)
-		return q4kh_session_eval_top2(r->session, ids, n, &r->pick, NULL, err);
-	return q4kh_session_eval(r->session, ids, n, last ? r->logits : NULL, 0, err);
-}
-
-/*
  * The prompt, one batch of the session at a time (the batches it would run
  * anyway), so that a long prefill shows progress and can be stopped
- * between batches. The last token's pick or logits are kept (feed).
+ * between batches. The last token's pick or logits are kept (q4kh_gen_eval).
  */
 static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_report *rep,
                    char *reason, size_t cap, struct q4kh_error *err)
@@ -547,7 +537,7 @@ static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_rep
 			q4kh_progress("prefill: 0 of %lld prompt tokens", (long long)n);
 		if (stopped(rep, reason, cap))
 			break;
-		if (feed(r, ids + done, k, done + k == n, err)) {
+		if (q4kh_gen_eval(&r->g, r->session, ids + done, k, done + k == n, err)) {
 			q4kh_progress_clear();
 			return -1;
 		}
@@ -556,28 +546,6 @@ static int prefill(struct run *r, const int32_t *ids, int64_t n, struct q4kh_rep
 	q4kh_progress_clear();
 	rep->prefill_seconds = now() - t0;
 	return 0;
-}
-
-/*
- * The token of decode step STEP (0: the one after the prompt), or -1 with
- * err when the logits have no finite value: corrupt weights or a backend
- * fault, never a token to feed back (the greedy pick is then -1).
- */
-static int32_t next_token(struct run *r, long step, struct q4kh_error *err)
-{
-	int64_t n_vocab = r->model->hp.n_vocab, i = 0;
-	int32_t tok = r->pick;
-
-	if (!r->greedy) {
-		while (i < n_vocab && !isfinite(r->logits[i]))
-			i++;
-		tok = i < n_vocab ? q4kh_sampler_sample(r->sampler, r->logits) : -1;
-	}
-	if (tok < 0)
-		q4kh_fail(err, "the logits of step %ld have no finite value (model data or "
-		          "backend): model %s, backend %s device %u", step, r->model->gguf->path,
-		          r->sel.backend.plugin->name, r->sel.device);
-	return tok;
 }
 
 /*
@@ -594,6 +562,60 @@ static int output_failed(struct q4kh_report *rep, struct q4kh_error *err)
 	return q4kh_fail(err, "cannot write to standard output: %s", strerror(e));
 }
 
+/* What the decode loop of a run tells and asks (generate.h). */
+struct decoding {
+	const struct run_opts *o;
+	struct run *r;
+	struct q4kh_report *rep;
+	char *reason;
+	size_t cap;
+	struct q4kh_error *err;
+	int out_gone; /* standard output failed or was closed */
+};
+
+static int decode_stop(void *data)
+{
+	struct decoding *d = data;
+
+	return stopped(d->rep, d->reason, d->cap);
+}
+
+/* Token TOK of the answer, which ends with it as END says: shown, or the
+ * reason the run stops. Nonzero when the text cannot be written. */
+static int decode_token(void *data, int32_t tok, enum q4kh_gen_end end)
+{
+	struct decoding *d = data;
+	struct q4kh_report *rep = d->rep;
+	char piece[256];
+	size_t len;
+
+	if (d->r->g.n == 1) {
+		d->r->startup.first_token = now() - d->r->t0;
+		rep->startup = &d->r->startup;
+	}
+	rep->generated_tokens++;
+	if (end == Q4KH_GEN_EOG) {
+		rep->stop_reason = "end of generation token";
+		return 0;
+	}
+	len = q4kh_token_to_piece(d->r->tok, tok, 0, piece, sizeof(piece));
+	if (emit(d->r, piece, len < sizeof(piece) ? len : sizeof(piece), !d->o->json)) {
+		d->out_gone = !d->o->json;
+		if (d->o->json) {
+			q4kh_fail(d->err, "out of memory");
+			rep->stop_reason = "error";
+		} else if (errno != EPIPE) {
+			output_failed(rep, d->err);
+		} else {
+			rep->stop_reason = "standard output closed";
+		}
+		return 1;
+	}
+	if (end == Q4KH_GEN_CONTEXT)
+		rep->stop_reason = "context full";
+	return 0;
+}
+
 /*
  * Prefill the prompt (tokenized in setup) and decode. 0, or the exit code
  * with err; a failure once the prompt runs sets rep->stop_reason to
@@ -603,10 +625,11 @@ static int generate(const struct run_opts *o, struct run *r,
                     struct q4kh_report *rep, char *reason, size_t cap,
                     struct q4kh_error *err)
 {
-	char piece[256];
+	struct decoding d = { o, r, rep, reason, cap, err, 0 };
+	const struct q4kh_gen_calls calls = { decode_token, decode_stop, &d };
+	enum q4kh_gen_end end;
 	double t0;
-	int32_t tok;
-	int out_gone = 0; /* standard output failed or was closed */
+	int rc;
 
 	rep->chat_template = r->chat_name;
 	rep->sampling = &o->sp;
@@ -631,49 +654,17 @@ static int generate(const struct run_opts *o, struct run *r,
 		return Q4KH_EXIT_FAIL;
 	}
 	t0 = now();
-	for (long i = 0; i < o->n_predict && !stopped(rep, reason, cap); i++) {
-		size_t len;
-
-		if ((tok = next_token(r, i, err)) < 0) {
-			rep->stop_reason = "error";
-			break;
-		}
-		if (i == 0) {
-			r->startup.first_token = now() - r->t0;
-			rep->startup = &r->startup;
-		}
-		rep->generated_tokens++;
-		if (q4kh_tokenizer_is_eog(r->tok, tok)) {
-			rep->stop_reason = "end of generation token";
-			break;
-		}
-		len = q4kh_token_to_piece(r->tok, tok, 0, piece, sizeof(piece));
-		if (emit(r, piece, len < sizeof(piece) ? len : sizeof(piece), !o->json)) {
-			out_gone = !o->json;
-			if (o->json) {
-				q4kh_fail(err, "out of memory");
-				rep->stop_reason = "error";
-			} else if (errno != EPIPE) {
-				output_failed(rep, err);
-			} else {
-				rep->stop_reason = "standard output closed";
-			}
-			break;
-		}
-		if (i + 1 == o->n_predict)
-			break;
-		if (r->session->n_past >= r->session->p.n_ctx) {
-			rep->stop_reason = "context full";
-			break;
-		}
-		if (feed(r, &tok, 1, 1, err)) {
-			rep->stop_reason = "error";
-			break;
-		}
-	}
+	rc = q4kh_gen_decode(&r->g, r->session, &calls, &end, err);
+	if (rc == Q4KH_GEN_NO_LOGIT)
+		/* corrupt weights or a backend fault, never a token to feed back */
+		q4kh_fail(err, "the logits of step %lld have no finite value (model data or "
+		          "backend): model %s, backend %s device %u", (long long)r->g.n,
+		          r->model->gguf->path, r->sel.backend.plugin->name, r->sel.device);
+	if (rc < 0)
+		rep->stop_reason = "error";
 	rep->decode_seconds = now() - t0;
 	/* The newline, before the report reaches unbuffered stderr. */
-	if (!o->json && !out_gone && (fputc('\n', stdout) == EOF || fflush(stdout)) &&
+	if (!o->json && !d.out_gone && (fputc('\n', stdout) == EOF || fflush(stdout)) &&
 	    !err->msg[0])
 		output_failed(rep, err);
 	return err->msg[0] ? Q4KH_EXIT_FAIL : 0;

@@ -324,6 +324,7 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 	srv->rq.device = (uint32_t)o->device;
 	srv->rq.kernel = o->kernel;
 	srv->rq.mode = srv->mode;
+	srv->rq.mode_origin = srv->mode_origin;
 	srv->n_slots = (int)o->parallel;
 	srv->n_ctx = (uint32_t)o->ctx;
 	return 0;
@@ -341,6 +342,8 @@ static void announce(struct serve *srv)
 	serve_log("serving %s; F2: %s%s%s%s: %s", what, p->sel.f2_verdict,
 	          p->sel.f2_source[0] ? " (" : "", p->sel.f2_source, p->sel.f2_source[0] ? ")" : "",
 	          p->sel.f2_message);
+	if (p->sel.f2_probe[0]) /* as run's report says it */
+		serve_log("F2 probe: %s", p->sel.f2_probe);
 	for (const char *s = p->sel.steps; *s;) {
 		size_t len = strcspn(s, "\n");
 		serve_log("F2 rejected first: %.*s", (int)len, s);
@@ -421,8 +424,7 @@ static void serve_free(struct serve *srv)
 	free(srv->take);
 	free(srv->slots);
 	free(srv->queue);
-	free(srv->probe);
-	q4kh_deep_plan_free(&srv->deep);
+	q4kh_decide_guard_close(&srv->judge);
 	q4kh_host_close(&srv->host);
 	q4kh_registry_free(srv->registry);
 	q4kh_config_free(srv->config);

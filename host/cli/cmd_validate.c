@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "config.h"
 #include "config_keys.h"
+#include "decide.h"
 #include "enumerate.h"
 #include "guard.h"
 #include "interrupt.h"
@@ -735,6 +736,9 @@ int q4kh_cmd_validate(int argc, char **argv)
 	/* the parent's model, backends and variants, each opened once (host.h) */
 	struct q4kh_host h = { 0 };
 	struct q4kh_guard g;
+	struct q4kh_decide_guard dg = { .g = &g };
+	struct q4kh_decide_how how = { 0 };
+	struct q4kh_decision d;
 	struct row *rows = NULL;
 	struct q4kh_candidate *list = NULL;
 	struct q4kh_candidate_filter filter = { 0 };
@@ -849,20 +853,19 @@ int q4kh_cmd_validate(int argc, char **argv)
 	}
 	for (size_t i = 0; i < n; i++)
 		rows[i].e = list[i];
+	how.mode = o.c.mode;
 	for (size_t i = 0; i < n; i++) {
 		if (q4kh_interrupted()) {
 			rows[i].failed = rows[i].stopped = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "not measured: stopped by %s", q4kh_signal_name(q4kh_interrupted()));
-		} else if (q4kh_guard_check(&g, &rows[i].e, &rows[i].e.dev, o.c.mode, &rows[i].d,
-		                            &err)) {
-			/* Nothing of an older receipt read on the way is this run's. */
-			q4kh_receipt_free(&rows[i].d.receipt);
-			memset(&rows[i].d, 0, sizeof(rows[i].d));
+		} else if (q4kh_decide(&how, &dg, &rows[i].e, &rows[i].e.dev, &d, &err)) {
 			rows[i].failed = 1;
 			rows[i].stopped = q4kh_interrupted() != 0;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "%.500s", err.msg);
+		} else {
+			rows[i].d = d.d; /* its points too: the plot's */
 		}
 		failed |= rows[i].failed || rows[i].d.verdict != Q4KH_F2_PASS;
 	}

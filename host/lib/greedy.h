@@ -28,8 +28,9 @@ struct q4kh_greedy {
  * From an empty cache (the session is reset first), run IDS[0..n_ids) and
  * then choose up to MAX_TOKENS tokens by argmax, feeding each back. With
  * TOK not NULL, stop after a token it calls end-of-generation; with NULL,
- * always choose MAX_TOKENS (a benchmark's fixed count). -1 with err when an
- * eval fails or on out of memory; *out is then empty.
+ * always choose MAX_TOKENS (a benchmark's fixed count). The loop is
+ * generate.h's. -1 with err when an eval fails, no logit is finite, the
+ * context fills before MAX_TOKENS, or on out of memory; *out is then empty.
  */
 int q4kh_greedy_run(struct q4kh_session *s, const struct q4kh_tokenizer *tok,
                     const int32_t *ids, int64_t n_ids, int64_t max_tokens,

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "candidates.h"
+#include "decide.h"
 #include "interrupt.h"
 #include "policy.h"
-#include "settings.h"
 
 void q4kh_selection_close(struct q4kh_selection *s)
 {
@@ -248,27 +248,6 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	return kept;
 }
 
-int q4kh_select_unjudged(const struct q4kh_candidate *c, enum q4kh_f2_mode mode,
-                         const char *mode_origin, struct q4kh_selection *s)
-{
-	char name[160];
-
-	if (q4kh_candidate_is_reference(c)) {
-		snprintf(s->f2_verdict, sizeof(s->f2_verdict), "not needed");
-		s->f2_source[0] = 0; /* left by a candidate tried before */
-		snprintf(s->f2_message, sizeof(s->f2_message),
-		         "the reference cpu backend with its built-in kernels");
-		return 1;
-	}
-	if (mode != Q4KH_F2_OFF)
-		return 0;
-	snprintf(s->f2_verdict, sizeof(s->f2_verdict), "off");
-	q4kh_settings_f2_source(mode_origin, "off", s->f2_source, sizeof(s->f2_source));
-	snprintf(s->f2_message, sizeof(s->f2_message), "F2 IS OFF: %s serves unverified",
-	         q4kh_candidate_name(c, name, sizeof(name)));
-	return 1;
-}
-
 /* Open backend, model and variant of C into OUT. */
 static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_candidate *c,
                      struct q4kh_selection *out, struct q4kh_error *err)
@@ -291,116 +270,15 @@ static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_can
 	return 0;
 }
 
-/*
- * The guard of RQ: its probe is the deep one when RQ asks for it (its
- * plan into *DEEP), the prompt when RQ asks for it and it is long enough,
- * else the built-in one, tokenized into *probe (the caller frees both).
- */
-static int guard_open(const struct q4kh_select_request *rq, struct q4kh_guard *g,
-                      int32_t **probe, size_t *n_probe, struct q4kh_deep_plan *deep,
-                      struct q4kh_error *err)
-{
-	struct q4kh_host *h = rq->host;
-	const int prompt = rq->probe == Q4KH_F2_PROBE_PROMPT &&
-	                   rq->n_prompt >= Q4KH_F2_PROMPT_MIN_TOKENS;
-
-	if (rq->probe == Q4KH_F2_PROBE_DEEP) {
-		if (q4kh_deep_probe(h->model_path, rq->deep_ctx, probe, deep, err) ||
-		    q4kh_guard_init(g, h->registry, h->config, h->model_path, *probe,
-		                    (size_t)deep->prefill, err) ||
-		    q4kh_guard_use_deep(g, deep, rq->deep_ctx, err))
-			return -1;
-		*n_probe = (size_t)deep->prefill;
-		g->config_file = rq->config_file;
-		g->host = h;
-		return 0;
-	}
-	if (!prompt &&
-	    q4kh_guard_probe_with(h->model->gguf, h->tok, NULL, probe, n_probe, err))
-		return -1;
-	if (q4kh_guard_init(g, h->registry, h->config, h->model_path,
-	                    prompt ? rq->prompt : *probe, prompt ? rq->n_prompt : *n_probe,
-	                    err))
-		return -1;
-	g->probe_kind = prompt ? Q4KH_F2_PROBE_PROMPT : Q4KH_F2_PROBE_BUILTIN;
-	g->config_file = rq->config_file;
-	g->host = h;
-	return 0;
-}
-
-/* Which probe judges candidate C under G, and how many of its tokens, into OUT. */
-static int describe_probe(const struct q4kh_select_request *rq, const struct q4kh_guard *g,
-                          const struct q4kh_candidate *c, struct q4kh_selection *out,
-                          struct q4kh_error *err)
-{
-	struct q4kh_f2_rules rules;
-	size_t judged;
-
-	if (q4kh_guard_rules(g, c, &rules, err))
-		return -1;
-	out->f2_probe_kind = g->probe_kind;
-	if (g->deep) {
-		char text[300];
-
-		out->f2_probe_tokens = g->deep->prefill;
-		out->f2_probe_positions = g->deep->prefill + g->deep->decode_steps;
-		q4kh_deep_describe(g->deep, text, sizeof(text));
-		snprintf(out->f2_probe, sizeof(out->f2_probe), "%s (%.60s)", text,
-		         rq->probe_origin ? rq->probe_origin : "require_deep");
-		return 0;
-	}
-	judged = g->n_probe < rules.probe_tokens ? g->n_probe : rules.probe_tokens;
-	out->f2_probe_tokens = (int64_t)judged;
-	out->f2_probe_positions = (int64_t)(judged + rules.decode_steps);
-	if (g->probe_kind == Q4KH_F2_PROBE_PROMPT && judged < g->n_probe)
-		snprintf(out->f2_probe, sizeof(out->f2_probe),
-		         "this prompt, its last %zu of %zu tokens (f2_probe_tokens)", judged,
-		         g->n_probe);
-	else if (g->probe_kind == Q4KH_F2_PROBE_PROMPT)
-		snprintf(out->f2_probe, sizeof(out->f2_probe), "this prompt, %zu tokens", judged);
-	else if (rq->probe == Q4KH_F2_PROBE_PROMPT)
-		snprintf(out->f2_probe, sizeof(out->f2_probe),
-		         "built-in probe, %zu tokens (%.200s asked for the prompt, but it has %zu tokens, fewer than the %d a prompt probe needs)",
-		         judged, rq->probe_origin ? rq->probe_origin : "--f2-probe prompt",
-		         rq->n_prompt, Q4KH_F2_PROMPT_MIN_TOKENS);
-	else
-		snprintf(out->f2_probe, sizeof(out->f2_probe), "built-in probe, %zu tokens", judged);
-	return 0;
-}
-
-/*
- * A deep receipt decided for another probe (guard.h): the probe its
- * points say it judged, into OUT, so that the report names the probe the
- * verdict came from.
- */
-static void describe_deep_receipt(const struct q4kh_receipt *r, struct q4kh_selection *out)
-{
-	int64_t judged = 0, steps = 0;
-
-	for (int64_t i = 0; i < r->n_points; i++) {
-		judged += r->points[i].judged;
-		steps += r->points[i].decode_step >= 0;
-	}
-	out->f2_probe_kind = Q4KH_F2_PROBE_DEEP;
-	out->f2_probe_tokens = r->n_points - steps;
-	out->f2_probe_positions = r->n_points;
-	snprintf(out->f2_probe, sizeof(out->f2_probe),
-	         "deep probe of a deep receipt: %lld positions judged of %lld, up to position %lld, %lld decode steps",
-	         (long long)judged, (long long)r->n_points, (long long)(r->n_points - 1),
-	         (long long)steps);
-}
-
 int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out,
                 struct q4kh_error *err)
 {
 	struct q4kh_candidate list[Q4KH_SELECT_MAX];
-	struct q4kh_guard g;
-	int32_t *probe = NULL;
-	struct q4kh_deep_plan deep = { 0 };
+	struct q4kh_decide_guard dg = { 0 };
+	const struct q4kh_decide_how how = { rq->mode, rq->mode_origin, 0, rq };
 	const struct q4kh_host *h = rq->host;
-	size_t n_probe = 0;
-	int n, guard_ready = 0, rc = -1;
-	char name[160], fresh_source[320];
+	int n, rc = -1;
+	char name[160];
 	size_t len;
 
 	memset(out, 0, sizeof(*out));
@@ -410,10 +288,11 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
-		struct q4kh_guard_decision d;
+		struct q4kh_decision d;
 		struct q4kh_error e = { { 0 } };
 		const struct q4kh_candidate *c = &list[i];
 		const int reference = q4kh_candidate_is_reference(c);
+		int decided;
 
 		q4kh_candidate_name(c, name, sizeof(name));
 		/* A variant chosen by score that has none of the model's types
@@ -433,30 +312,13 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			continue;
 		}
 		snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
-		if (q4kh_select_unjudged(c, rq->mode, rq->mode_origin, out)) {
-			if (reference && out->steps[0])
-				append(out->f2_message, sizeof(out->f2_message),
-				       " (every other candidate was rejected)");
-			rc = 0;
+		decided = q4kh_decide(&how, &dg, c, &out->backend.record, &d, &e);
+		if (decided == -2) { /* no guard: nothing can be judged */
+			q4kh_selection_close(out);
+			q4kh_fail(err, "%s", e.msg);
 			goto out;
 		}
-		if (!guard_ready) {
-			if (guard_open(rq, &g, &probe, &n_probe, &deep, err)) {
-				q4kh_selection_close(out);
-				goto out;
-			}
-			q4kh_settings_f2_source(rq->mode_origin, "fresh", fresh_source,
-			                        sizeof(fresh_source));
-			g.fresh_source = fresh_source;
-			guard_ready = 1;
-		}
-		if (describe_probe(rq, &g, c, out, &e)) {
-			q4kh_selection_close(out);
-			append(out->steps, sizeof(out->steps), "%s: F2 could not decide: %s\n", name,
-			       e.msg);
-			continue;
-		}
-		if (q4kh_guard_check(&g, c, &out->backend.record, rq->mode, &d, &e)) {
+		if (decided < 0) {
 			if (q4kh_interrupted()) {
 				snprintf(out->measuring, sizeof(out->measuring), "%s", name);
 				out->measuring_plugin = out->backend.plugin;
@@ -472,23 +334,16 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			       e.msg);
 			continue;
 		}
-		if (g.probe_kind != Q4KH_F2_PROBE_DEEP &&
-		    !strcmp(d.receipt.key.probe, q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP)))
-			describe_deep_receipt(&d.receipt, out);
-		q4kh_receipt_free(&d.receipt); /* its points: not needed here */
-		snprintf(out->f2_verdict, sizeof(out->f2_verdict), "%s",
-		         q4kh_f2_verdict_name(d.verdict));
-		snprintf(out->f2_source, sizeof(out->f2_source), "%s", d.source);
-		snprintf(out->f2_message, sizeof(out->f2_message), "%s", d.receipt.message);
-		if (d.verdict == Q4KH_F2_PASS) {
+		q4kh_receipt_free(&d.d.receipt); /* its points: not needed here */
+		q4kh_decision_record(&d, out);
+		if (d.outcome == Q4KH_SERVES) {
+			if (reference && out->steps[0])
+				append(out->f2_message, sizeof(out->f2_message),
+				       " (every other candidate was rejected)");
 			rc = 0;
 			goto out;
 		}
-		/* Whether it was measured now or read from a receipt. */
-		append(out->steps, sizeof(out->steps), "%s: F2 %s: %s [%s%s]\n", name,
-		       q4kh_f2_verdict_name(d.verdict),
-		       q4kh_f2_message_after_verdict(d.verdict, d.receipt.message), d.source,
-		       strncmp(d.source, "receipt", 7) ? "" : "; --f2 fresh measures it again");
+		q4kh_decision_step(&d, name, out->steps, sizeof(out->steps));
 		q4kh_selection_close(out);
 		if (rq->mode == Q4KH_F2_REQUIRE)
 			break;
@@ -499,7 +354,6 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 	          rq->mode == Q4KH_F2_REQUIRE ? " (--f2 require)" : "",
 	          (int)(len ? len - 1 : 0), out->steps);
 out:
-	free(probe);
-	q4kh_deep_plan_free(&deep);
+	q4kh_decide_guard_close(&dg);
 	return rc;
 }

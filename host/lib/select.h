@@ -13,7 +13,8 @@
  * explicit kernel request for the device only the named kernels are
  * candidates; with a named backend only its chain.
  * Each candidate other than the reference with its built-in kernels must
- * pass F2 (a valid receipt, or a fresh measurement in a child process). A
+ * pass F2 (a valid receipt, or a fresh measurement in a child process:
+ * decide.h, the one decision of every command and serve). A
  * rejected one is reported and the next is tried; a named request that
  * cannot be honoured is an error, never a silent fall-back. Not
  * thread-safe.
@@ -117,17 +118,6 @@ struct q4kh_selection {
 int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_candidate *list, char *skipped, size_t skipped_cap,
                      struct q4kh_error *err);
-
-/*
- * The F2 record of candidate C when nothing is to be judged, into S's
- * f2_verdict, f2_source and f2_message: the reference ("not needed"), or
- * with MODE off any other ("off", the source naming where MODE_ORIGIN set
- * it, "F2 IS OFF: NAME serves unverified"). 1 when it filled them; 0,
- * leaving S alone, when C must be judged (q4kh_guard_receipt_decision,
- * q4kh_guard_check). The one rule for run and serve.
- */
-int q4kh_select_unjudged(const struct q4kh_candidate *c, enum q4kh_f2_mode mode,
-                         const char *mode_origin, struct q4kh_selection *s);
 
 /*
  * 0 when some accepted backend of host context H (BACKEND alone, when not

@@ -32,8 +32,10 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "decide.h"
 #include "error.h"
 #include "f2.h"
+#include "generate.h"
 #include "guard.h"
 #include "registry.h"
 #include "sampler.h"
@@ -137,6 +139,9 @@ struct serve_job {
 	int slot;
 	struct serve_path *path;
 	struct q4kh_sampler *sampler;
+	/* the answer's generation (generate.h): its sampler (NULL: greedy),
+	 * the slot's logits, limits and the tokens taken */
+	struct q4kh_gen g;
 	size_t fed;               /* prompt tokens prefilled */
 	size_t n_fed;             /* answer tokens fed back (gen[0..n_fed)) */
 	int32_t last;             /* the token to feed next */
@@ -195,14 +200,11 @@ struct serve {
 	struct q4kh_select_request rq;
 	struct q4kh_candidate plan[Q4KH_SELECT_MAX];
 	int n_plan;
-	struct q4kh_guard guard;  /* receipts: lookups and demotions */
-	int32_t *probe;
-	size_t n_probe;
-	/* with [f2] require_deep (rq.probe Q4KH_F2_PROBE_DEEP): the deep
-	 * probe's plan, and where require_deep was set (rq.probe_origin) */
-	struct q4kh_deep_plan deep;
+	/* receipts: lookups and demotions; judge.g NULL with F2 off. On the
+	 * deep probe with [f2] require_deep (rq.probe Q4KH_F2_PROBE_DEEP),
+	 * where it was set in deep_origin (rq.probe_origin). */
+	struct q4kh_decide_guard judge;
 	char deep_origin[700];
-	int guard_ready;
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;      /* the engine's: jobs, cancels, switches */

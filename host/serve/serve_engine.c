@@ -12,7 +12,8 @@
  * order they came, and no request sees another's tokens or cache (each
  * slot's session is reset when it takes a job, and a batched step keeps
  * every sequence's cache apart). Each job picks its token with its own
- * sampler, as alone. Models with recurrent layers (qwen35) run one slot
+ * sampler, as alone, and ends as a run's answer ends: the bookkeeping of
+ * one sequence is generate.h's, the steps this file's. Models with recurrent layers (qwen35) run one slot
  * per step.
  */
 #include "serve.h"
@@ -139,6 +140,11 @@ static void admit(struct serve *srv)
 			i--;
 			continue;
 		}
+		j->g = (struct q4kh_gen){
+			.sampler = q4kh_sampler_greedy(&j->sp) ? NULL : j->sampler,
+			.logits = srv->logits[i], .n_vocab = srv->n_vocab, .tok = srv->tok,
+			.max_tokens = j->max_tokens,
+		};
 		j->slot = i;
 		j->path = srv->cur;
 		j->path->running++;
@@ -227,13 +233,14 @@ static void take_token(struct serve *srv, int i, int32_t tok)
 	char piece[256];
 	size_t from = j->len, n, hold;
 	long stop;
+	enum q4kh_gen_end end = q4kh_gen_take(&j->g, s, tok);
 
 	if (j->n_gen == 0) {
 		j->t_first = serve_now() - j->t_submit;
 		j->t_decode0 = serve_now();
 		serve_status_ttft(srv, j->t_first);
 	}
-	if (q4kh_tokenizer_is_eog(srv->tok, tok)) {
+	if (end == Q4KH_GEN_EOG) {
 		end_job(srv, i, "stop");
 		return;
 	}
@@ -252,7 +259,7 @@ static void take_token(struct serve *srv, int i, int32_t tok)
 		end_job(srv, i, "stop");
 		return;
 	}
-	if (j->n_gen >= j->max_tokens || s->n_past >= s->p.n_ctx) {
+	if (end != Q4KH_GEN_ON) { /* max_tokens, or the context is full */
 		end_job(srv, i, "length");
 		return;
 	}
@@ -266,34 +273,15 @@ static void take_token(struct serve *srv, int i, int32_t tok)
 }
 
 /*
- * Run ids[0..n) of job J, the last of its pending tokens, in session S,
- * keeping what choosing the next token needs: at temperature 0 the
- * session's greedy pick in *tok (q4kh_session_eval_top2: made on the
- * device when the backend has top2, 12 bytes read instead of the logits),
- * else the logits in LOGITS.
+ * Job J's next token from its step's result (q4kh_gen_choose: at
+ * temperature 0 the session's greedy pick, made on the device when the
+ * backend has top2, else its sampler's choice from the slot's logits).
+ * -1 with err when there is none.
  */
-static int eval_last(struct serve_job *j, struct q4kh_session *s, const int32_t *ids,
-                     int64_t n, float *logits, int32_t *tok, struct q4kh_error *err)
+static int choose(struct serve_job *j, int32_t *tok, struct q4kh_error *err)
 {
-	if (!(j->sp.temperature > 0.0f)) /* as the sampler takes it: greedy */
-		return q4kh_session_eval_top2(s, ids, n, tok, NULL, err);
-	return q4kh_session_eval(s, ids, n, logits, 0, err);
-}
-
-/*
- * Job J's next token from its step's result: at temperature 0 the greedy
- * pick already in *tok, else its sampler's choice from LOGITS. -1 with
- * err when there is none.
- */
-static int choose(struct serve_job *j, const float *logits, int32_t *tok,
-                  struct q4kh_error *err)
-{
-	const int greedy = !(j->sp.temperature > 0.0f);
-
-	if (!greedy)
-		*tok = q4kh_sampler_sample(j->sampler, logits);
-	if (*tok < 0)
-		return q4kh_fail(err, greedy ? "no logit is finite" : "every logit is NaN");
+	if ((*tok = q4kh_gen_choose(&j->g)) < 0)
+		return q4kh_fail(err, "no logit is finite");
 	return 0;
 }
 
@@ -302,11 +290,9 @@ static int choose(struct serve_job *j, const float *logits, int32_t *tok,
  * prompt, or the token it chose last. *tok gets the token chosen, or -1
  * while the prompt is not all in.
  */
-static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
-                struct q4kh_error *err)
+static int step(struct serve_job *j, int32_t *tok, struct q4kh_error *err)
 {
 	struct q4kh_session *s = j->path->sessions[j->slot];
-	float *logits = srv->logits[j->slot];
 
 	*tok = -1;
 	if (j->fed < j->n_ids) {
@@ -315,18 +301,17 @@ static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
 
 		t = t < s->p.n_batch ? t : s->p.n_batch;
 		last = j->fed + t == j->n_ids;
-		if (last ? eval_last(j, s, j->ids + j->fed, (int64_t)t, logits, tok, err)
-		         : q4kh_session_eval(s, j->ids + j->fed, (int64_t)t, NULL, 0, err))
+		if (q4kh_gen_eval(&j->g, s, j->ids + j->fed, (int64_t)t, last, err))
 			return -1;
 		j->fed += t;
 		if (!last)
 			return 0;
-	} else if (eval_last(j, s, &j->last, 1, logits, tok, err)) {
+	} else if (q4kh_gen_eval(&j->g, s, &j->last, 1, 1, err)) {
 		return -1;
 	} else {
 		j->n_fed++;
 	}
-	return choose(j, logits, tok, err);
+	return choose(j, tok, err);
 }
 
 /* Does slot I's job run in the round's batched steps: its path's model
@@ -373,7 +358,7 @@ static void step_batch(struct serve *srv, const int *slot, int n)
 		b[k] = (struct q4kh_batch_seq){
 			.s = j->path->sessions[slot[k]],
 			.id = j->last,
-			.logits = j->sp.temperature > 0.0f ? srv->logits[slot[k]] : NULL,
+			.logits = j->g.sampler ? j->g.logits : NULL,
 		};
 		if (j->fed < j->n_ids) {
 			b[k].ids = j->ids + j->fed;
@@ -405,7 +390,8 @@ static void step_batch(struct serve *srv, const int *slot, int n)
 		}
 		if (!jrc) {
 			srv->m.batched_tokens += n > 1;
-			jrc = choose(j, srv->logits[slot[k]], &tok, &jerr);
+			j->g.pick = b[k].token;
+			jrc = choose(j, &tok, &jerr);
 		}
 		stepped(srv, slot[k], jrc, tok, &jerr);
 	}
@@ -566,7 +552,7 @@ static void *engine_main(void *arg)
 			if ((srv->due[i] = batched(srv, i)))
 				continue;
 			pthread_mutex_unlock(&srv->lock);
-			rc = step(srv, j, &tok, &err);
+			rc = step(j, &tok, &err);
 			pthread_mutex_lock(&srv->lock);
 			stepped(srv, i, rc, tok, &err);
 		}

@@ -2,9 +2,10 @@
  * What serve trusts, and when it changes its mind.
  *
  * Start-up walks the same candidates as q4khost run (q4kh_select_plan) in
- * the same order and serves from the first one that is trusted now: the
- * reference cpu backend, or a candidate whose valid receipt says pass (or
- * any candidate with F2 off, loudly). Candidates before it that have no
+ * the same order and serves from the first one that is trusted now,
+ * decided as run decides (decide.h, receipts only): the reference cpu
+ * backend, or a candidate whose valid receipt says pass (or any candidate
+ * with F2 off, loudly). Candidates before it that have no
  * valid receipt are measured in the background, best first, by the same
  * child process as everywhere (q4khost validate, which runs validate --one
  * under F2's limits); the first that passes becomes the path for new
@@ -55,82 +56,65 @@ void serve_trust_note(struct serve *srv, const char *path, const char *verdict,
 		srv->m.f2_other++;
 }
 
-enum trust { TRUSTED, REJECTED, PENDING };
-
 /*
- * Whether plan entry C may serve now, with its F2 record in SEL's verdict,
- * source and message (a rejection's line goes to STEPS).
+ * Whether plan entry C may serve now, without measuring (decide.h), into
+ * D: a verdict of F2 goes to serve's verdicts, a rejection's line to
+ * STEPS (CAP bytes). A candidate F2 cannot decide on is undecided.
  */
-static enum trust classify(struct serve *srv, const struct q4kh_candidate *c,
-                           struct q4kh_selection *sel)
+static enum q4kh_outcome classify(struct serve *srv, const struct q4kh_candidate *c,
+                                  struct q4kh_decision *d, char *steps, size_t cap)
 {
-	struct q4kh_guard_decision d;
+	const struct q4kh_decide_how how = { srv->mode, srv->mode_origin, 1, &srv->rq };
 	struct q4kh_error e = { { 0 } };
-	char name[160], why[512];
-	int rc;
+	char name[160];
 
 	q4kh_candidate_name(c, name, sizeof(name));
-	if (q4kh_select_unjudged(c, srv->mode, srv->mode_origin, sel))
-		return TRUSTED;
-	if (srv->mode == Q4KH_F2_FRESH)
-		return PENDING;
-	rc = q4kh_guard_receipt_decision(&srv->guard, c, &c->dev, &d, why, sizeof(why), NULL,
-	                                 NULL, 0, &e);
-	if (rc < 0) {
+	if (q4kh_decide(&how, &srv->judge, c, &c->dev, d, &e)) {
 		serve_log("%s: F2 could not look for a receipt: %s", name, e.msg);
-		return PENDING;
+		return Q4KH_UNDECIDED;
 	}
-	if (rc > 0)
-		return PENDING;
-	q4kh_receipt_free(&d.receipt); /* its points; the message stays */
+	q4kh_receipt_free(&d->d.receipt); /* its points; the message stays */
+	if (!d->judged)
+		return d->outcome;
 	pthread_mutex_lock(&srv->lock);
-	serve_trust_note(srv, name, q4kh_f2_verdict_name(d.verdict), d.source,
-	                 d.receipt.message);
-	srv->m.fallbacks += d.verdict != Q4KH_F2_PASS;
+	serve_trust_note(srv, name, d->verdict, d->source, d->message);
+	srv->m.fallbacks += d->outcome != Q4KH_SERVES;
 	pthread_mutex_unlock(&srv->lock);
-	if (d.verdict == Q4KH_F2_PASS) {
-		snprintf(sel->f2_verdict, sizeof(sel->f2_verdict), "pass");
-		snprintf(sel->f2_source, sizeof(sel->f2_source), "%s", d.source);
-		snprintf(sel->f2_message, sizeof(sel->f2_message), "%s", d.receipt.message);
-		return TRUSTED;
-	}
-	snprintf(sel->steps + strlen(sel->steps), sizeof(sel->steps) - strlen(sel->steps),
-	         "%s: F2 %s: %s [%s]\n", name, q4kh_f2_verdict_name(d.verdict),
-	         d.receipt.message, d.source);
-	return REJECTED;
+	if (d->outcome == Q4KH_REJECTED)
+		q4kh_decision_step(d, name, steps, cap);
+	return d->outcome;
 }
 
-/* Open plan entry C as a path with the F2 record in REC. */
+/* Open plan entry C as a path with the F2 record D and the lines STEPS. */
 static struct serve_path *open_trusted(struct serve *srv, const struct q4kh_candidate *c,
-                                       const struct q4kh_selection *rec,
+                                       const struct q4kh_decision *d, const char *steps,
                                        struct q4kh_error *err)
 {
 	struct serve_path *p;
 
 	if (serve_path_open(srv, c, &p, err))
 		return NULL;
-	memcpy(p->sel.f2_verdict, rec->f2_verdict, sizeof(rec->f2_verdict));
-	memcpy(p->sel.f2_source, rec->f2_source, sizeof(rec->f2_source));
-	memcpy(p->sel.f2_message, rec->f2_message, sizeof(rec->f2_message));
-	memcpy(p->sel.steps, rec->steps, sizeof(rec->steps));
-	p->unverified = srv->mode == Q4KH_F2_OFF && !q4kh_candidate_is_reference(c);
-	p->guarded = !p->unverified && !q4kh_candidate_is_reference(c);
+	q4kh_decision_record(d, &p->sel);
+	snprintf(p->sel.steps, sizeof(p->sel.steps), "%s", steps);
+	p->unverified = !strcmp(d->verdict, "off");
+	p->guarded = d->judged;
 	return p;
 }
 
 struct serve_path *serve_trust_fallback(struct serve *srv, int after,
                                         struct q4kh_error *err)
 {
-	struct q4kh_selection rec;
+	struct q4kh_decision d;
+	char steps[2048];
 
 	for (int i = after + 1; i < srv->n_plan; i++) {
 		struct q4kh_error e = { { 0 } };
 		struct serve_path *p;
 
-		memset(&rec, 0, sizeof(rec));
-		if (classify(srv, &srv->plan[i], &rec) != TRUSTED)
+		steps[0] = 0;
+		if (classify(srv, &srv->plan[i], &d, steps, sizeof(steps)) != Q4KH_SERVES)
 			continue;
-		p = open_trusted(srv, &srv->plan[i], &rec, &e);
+		p = open_trusted(srv, &srv->plan[i], &d, steps, &e);
 		if (p)
 			return p;
 		serve_log("%s: cannot start: %s", srv->plan[i].why, e.msg);
@@ -189,10 +173,10 @@ static int spawn_validate(struct serve *srv, const struct q4kh_candidate *c, pid
 	struct q4kh_spawn_how how = { -1, -1, 1, 0 };
 	int pipefd[2];
 
-	q4kh_guard_child_args(&srv->guard, c, &a);
+	q4kh_guard_child_args(srv->judge.g, c, &a);
 	/* [f2] require_deep: the child judges on the deep probe too, or it
 	 * would answer from a shallow receipt that run does not take */
-	q4kh_guard_deep_args(&srv->guard, &a);
+	q4kh_guard_deep_args(srv->judge.g, &a);
 	if (srv->mode == Q4KH_F2_FRESH) {
 		a.argv[a.n++] = "--f2";
 		a.argv[a.n++] = "fresh";
@@ -202,7 +186,7 @@ static int spawn_validate(struct serve *srv, const struct q4kh_candidate *c, pid
 	if (pipe2(pipefd, O_CLOEXEC))
 		return q4kh_fail(err, "pipe: %s", strerror(errno));
 	how.stdout_fd = pipefd[1];
-	*pid = q4kh_isolate_spawn(srv->guard.self_exe, a.argv, &how, err);
+	*pid = q4kh_isolate_spawn(srv->judge.g->self_exe, a.argv, &how, err);
 	close(pipefd[1]);
 	if (*pid < 0) {
 		close(pipefd[0]);
@@ -348,9 +332,9 @@ static int start_synchronous(struct serve *srv, struct q4kh_error *err)
 
 int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 {
-	struct q4kh_selection rec;
+	struct q4kh_decision d;
 	struct serve_path *p = NULL;
-	char skipped[2048];
+	char skipped[2048], steps[2048] = "";
 
 	srv->n_plan = q4kh_select_plan(&srv->rq, srv->plan, skipped, sizeof(skipped), err);
 	if (srv->n_plan < 0)
@@ -363,41 +347,24 @@ int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 		serve_log("left out: %.*s", (int)len, s);
 		s += len + (s[len] == '\n');
 	}
-	if (srv->mode != Q4KH_F2_OFF) {
-		const int deep = srv->rq.probe == Q4KH_F2_PROBE_DEEP;
-
-		if ((deep ? q4kh_deep_probe(srv->model_path, srv->rq.deep_ctx, &srv->probe,
-		                            &srv->deep, err)
-		          : q4kh_guard_probe_with(srv->gguf, srv->tok, NULL, &srv->probe,
-		                                  &srv->n_probe, err)))
-			return -1;
-		if (deep)
-			srv->n_probe = (size_t)srv->deep.prefill;
-		if (q4kh_guard_init(&srv->guard, srv->registry, srv->config, srv->model_path,
-		                    srv->probe, srv->n_probe, err) ||
-		    (deep && q4kh_guard_use_deep(&srv->guard, &srv->deep, srv->rq.deep_ctx, err)))
-			return -1;
-		srv->guard.config_file = srv->o.config_file;
-		srv->guard_ready = 1;
-	}
+	if (srv->mode != Q4KH_F2_OFF && q4kh_decide_guard_open(&srv->judge, &srv->rq, err))
+		return -1;
 	if (srv->mode == Q4KH_F2_REQUIRE)
 		return start_synchronous(srv, err);
-	memset(&rec, 0, sizeof(rec));
 	for (int i = 0; i < srv->n_plan && !p; i++) {
 		struct q4kh_error e = { { 0 } };
 
-		switch (classify(srv, &srv->plan[i], &rec)) {
-		case PENDING:
+		switch (classify(srv, &srv->plan[i], &d, steps, sizeof(steps))) {
+		case Q4KH_UNDECIDED:
 			srv->pending[srv->n_pending++] = i;
 			break;
-		case REJECTED:
+		case Q4KH_REJECTED:
 			break;
-		case TRUSTED:
-			p = open_trusted(srv, &srv->plan[i], &rec, &e);
+		case Q4KH_SERVES:
+			p = open_trusted(srv, &srv->plan[i], &d, steps, &e);
 			if (!p) {
-				snprintf(rec.steps + strlen(rec.steps),
-				         sizeof(rec.steps) - strlen(rec.steps), "%s: cannot start: %s\n",
-				         srv->plan[i].why, e.msg);
+				snprintf(steps + strlen(steps), sizeof(steps) - strlen(steps),
+				         "%s: cannot start: %s\n", srv->plan[i].why, e.msg);
 				serve_log("%s: cannot start: %s", srv->plan[i].why, e.msg);
 			}
 			break;
@@ -447,9 +414,9 @@ int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate 
 	int rc;
 
 	memset(&r, 0, sizeof(r));
-	if (!srv->guard_ready)
+	if (!srv->judge.g)
 		return q4kh_fail(err, "F2 is off: no receipt");
-	if (q4kh_guard_key(&srv->guard, c, dev, &r.key, id, sizeof(id), err))
+	if (q4kh_guard_key(srv->judge.g, c, dev, &r.key, id, sizeof(id), err))
 		return -1;
 	/* The served request's positions are not the probe's: a receipt
 	 * keeps none of them (its points must be its key's probe plan,
@@ -461,6 +428,6 @@ int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate 
 	r.worst_decode_step = -1;
 	r.seconds = res->seconds;
 	snprintf(r.message, sizeof(r.message), "%s", message);
-	rc = q4kh_receipt_save(srv->guard.receipt_dir, id, &r, err);
+	rc = q4kh_receipt_save(srv->judge.g->receipt_dir, id, &r, err);
 	return rc ? -1 : 0;
 }
