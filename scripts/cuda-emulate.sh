@@ -6,7 +6,7 @@
 #              dequantisation (tests/emu/gemv_emu.cpp)
 #   matmul     get_rows, mul_mat and the tensor cores' fp16 weights of
 #              every weight type (cuda_matmul.cu, cuda_gemv.cu's dispatch,
-#              cuda_tc.cu) against gguf-py's values of
+#              sdk/lib/cuda_tc.cu) against gguf-py's values of
 #              tests/fixtures/dequant-blocks.txt (tests/emu/matmul_emu.cpp)
 #   recurrent  delta_net, ssm_conv and unary (cuda_delta.cu, cuda_conv.cu,
 #              cuda_elementwise.cu) against references in double
@@ -33,11 +33,12 @@ harnesses=("$@")
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
-	-I"$top/sdk/include" -I"$top/plugins/cuda" -I"$top/plugins/cpu")
+	-I"$top/sdk/include" -I"$top/plugins/cuda")
 
-# plugins/cuda/NAME.cu as $out/NAME.emu.cu, for emu.h.
+# DIR/NAME.cu of the tree as $out/NAME.emu.cu, for emu.h.
 emu_source() {
-	local src="$top/plugins/cuda/$1.cu"
+	local src="$top/$1.cu"
+	set -- "$(basename "$1")"
 	{
 		echo "#line 1 \"$src\""
 		sed -e 's/extern __shared__ \(.*[^ ]\)  *\([A-Za-z_][A-Za-z0-9_]*\)\[\];/\1 *\2 = (\1 *)emu_dynamic_shared();/' \
@@ -56,19 +57,21 @@ emu_source() {
 harness() {
 	case $1 in
 	gemv)
-		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/cpu_quant.c" -o "$out/cpu_quant.o"
-		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/cpu_quant.o" \
+		gcc -std=gnu11 "${flags[@]}" -c "$top/sdk/lib/dequant.c" -o "$out/dequant.o"
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/dequant.o" \
 			-o "$out/gemv_emu"
 		;;
 	matmul)
-		for s in cuda_gemv cuda_matmul cuda_tc; do emu_source $s; done
+		for s in plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul sdk/lib/cuda_tc; do
+			emu_source $s
+		done
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/matmul_emu.cpp" -o "$out/matmul_emu" \
 			-L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublas -lcudart
 		"$out/matmul_emu" "$top/tests/fixtures/dequant-blocks.txt"
 		return
 		;;
 	recurrent)
-		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source $s; done
+		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source plugins/cuda/$s; done
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
 		;;
 	*) echo "cuda-emulate.sh: no harness $1" >&2; return 2 ;;

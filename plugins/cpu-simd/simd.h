@@ -6,13 +6,14 @@
  * product is an integer dot product (decoders: simd_decode.h, row loop:
  * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
  * and chosen at run time from what the CPU and the OS support
- * (simd_cpu.c).
+ * (q4khost/cpu_isa.h, the SDK's).
  */
 #ifndef Q4KH_SIMD_H
 #define Q4KH_SIMD_H
 
 #include <stdint.h>
 
+#include "q4khost/cpu_isa.h"
 #include "q4khost/plugin.h"
 
 /* The weight types, as indices of a kernel table. */
@@ -26,13 +27,6 @@ enum simd_wtype {
 	SIMD_Q5_1,
 	SIMD_Q5_K,
 	SIMD_NTYPES
-};
-
-/* The instruction sets with kernels, in order of preference. */
-enum simd_isa {
-	SIMD_ISA_NONE = 0,
-	SIMD_ISA_AVX2 = 1,        /* AVX2 + FMA + F16C: vpmaddwd, 256 bits */
-	SIMD_ISA_AVX512_VNNI = 2  /* plus AVX-512 F/BW/VL/VNNI: vpdpwssd, 512 bits */
 };
 
 /*
@@ -129,13 +123,10 @@ struct simd_kernels {
 	              float *s16);
 };
 
-/* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()
+/* simd_avx2.c and simd_vnni.c; call only on a CPU that q4kh_cpu_isa_usable()
  * reports for them. */
 extern const struct simd_kernels simd_avx2_kernels;
 extern const struct simd_kernels simd_vnni_kernels;
-
-/* 1 when the CPU has ISA and the OS saves its register state (simd_cpu.c). */
-int simd_isa_usable(enum simd_isa isa);
 
 /*
  * Column c (< W) of group G from one quantised column A of K values, or

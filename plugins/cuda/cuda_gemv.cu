@@ -22,7 +22,7 @@
 
 #include "cuda_gemv.cuh"
 #include "cuda_kernels.h"
-#include "cuda_quant.cuh"
+#include "q4khost/cuda_quant.cuh"
 
 namespace {
 
@@ -122,7 +122,7 @@ extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 	/* units: an int, with room for a stride past the end. */
 	if (xa % 16 || g.k > ((int64_t)1 << 38))
 		return cudaErrorNotSupported;
-	return for_type(w->type, [&](auto type) {
+	return q4kh_for_type(w->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
 		if constexpr (!gv_has_fmt<T>) {
@@ -146,7 +146,7 @@ extern "C" cudaError_t cuda_gemv_runnable(void)
 
 		if (!cuda_type_supported(t))
 			continue;
-		e = for_type(t, [](auto type) {
+		e = q4kh_for_type(t, [](auto type) {
 			constexpr uint32_t T = decltype(type)::value;
 
 			if constexpr (!gv_has_fmt<T>) {

@@ -1,20 +1,20 @@
 /*
- * Retired device memory (cuda_retired.h): outgrown scratch, kept until
+ * Retired device memory (q4khost/cuda_retired.h): outgrown scratch, kept until
  * close or shutdown.
  */
 #include "buildconf.h"
 
 #include <stdlib.h>
 
-#include "cuda_retired.h"
+#include "q4khost/cuda_retired.h"
 
-int cuda_retired_reserve(const void *old, struct cuda_retired **node)
+int q4kh_retired_reserve(const void *old, struct q4kh_retired **node)
 {
 	*node = old ? malloc(sizeof(**node)) : NULL;
 	return old && !*node ? -1 : 0;
 }
 
-void cuda_retire(struct cuda_retired **list, struct cuda_retired *node, void *old)
+void q4kh_retire(struct q4kh_retired **list, struct q4kh_retired *node, void *old)
 {
 	if (!node)
 		return;
@@ -23,9 +23,9 @@ void cuda_retire(struct cuda_retired **list, struct cuda_retired *node, void *ol
 	*list = node;
 }
 
-void *cuda_retired_pop(struct cuda_retired **list)
+void *q4kh_retired_pop(struct q4kh_retired **list)
 {
-	struct cuda_retired *r = *list;
+	struct q4kh_retired *r = *list;
 	void *p;
 
 	if (!r)
