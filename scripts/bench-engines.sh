@@ -15,8 +15,9 @@
 #
 #   --models LIST   names of scripts/gen-bench-model.py (llama3-8b,
 #                   qwen2.5-1.5b, gemma3-270m: the default model's shape,
-#                   qwen35-4b: Qwen3.5-4B's hybrid delta-net layers; any
-#                   name it takes is passed on as is) or GGUF paths,
+#                   qwen35-4b: Qwen3.5-4B's hybrid delta-net layers,
+#                   qwen3-30b-a3b: Qwen3-30B-A3B's mixture of experts, about
+#                   17 GiB; any name it takes is passed on as is) or GGUF paths,
 #                   comma-separated (default
 #                   llama3-8b,qwen2.5-1.5b)
 #   --depths LIST   prompt lengths D (default 512,4096)

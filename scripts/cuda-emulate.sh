@@ -11,6 +11,10 @@
 #   recurrent  delta_net, ssm_conv and unary (cuda_delta.cu, cuda_conv.cu,
 #              cuda_elementwise.cu) against references in double
 #              (tests/emu/recurrent_emu.cpp)
+#   moe        moe_route and mul_mat_id (cuda_moe.cu, with the grouped
+#              products of cuda_gemv.cu and cuda_matmul.cu) against
+#              plugin.h's routing in double and the cpu reference's
+#              dequantisation (tests/emu/moe_emu.cpp)
 # A .cu file is compiled as C++ after a sed that turns its launches
 # k<<<grid, block, shm, s>>>(args) into emu_launch(k, emu_cfg(grid, block,
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
@@ -29,28 +33,32 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
 	-I"$top/sdk/include" -I"$top/plugins/cuda")
 
-# DIR/NAME.cu of the tree as $out/NAME.emu.cu, for emu.h.
+# DIR/NAME.cu of the tree as $out/NAME.emu.cu, for emu.h. Harnesses that
+# run side by side may make the same one: each writes its own temporary
+# file and renames it into place (the same bytes either way).
 emu_source() {
-	local src="$top/$1.cu"
+	local src="$top/$1.cu" tmp
 	set -- "$(basename "$1")"
+	tmp=$(mktemp "$out/$1.emu.cu.XXXXXX")
 	{
 		echo "#line 1 \"$src\""
 		sed -e 's/extern __shared__ \(.*[^ ]\)  *\([A-Za-z_][A-Za-z0-9_]*\)\[\];/\1 *\2 = (\1 *)emu_dynamic_shared();/' \
 			-e 's/\([A-Za-z_][A-Za-z0-9_]*\(<[^<>]*>\)\{0,1\}\)<<</emu_launch(\1, emu_cfg(/' \
 			-e 's/>>>()/))/' -e 's/>>>(/), /' "$src"
-	} >"$out/$1.emu.cu.tmp"
+	} >"$tmp"
 	# (a static __shared__ array needs no change: emu.h makes it static storage)
-	if grep -n '<<<\|>>>\|extern __shared__' "$out/$1.emu.cu.tmp" | grep -v '^[0-9]*:\s*[/*]'; then
+	if grep -n '<<<\|>>>\|extern __shared__' "$tmp" | grep -v '^[0-9]*:\s*[/*]'; then
 		echo "cuda-emulate.sh: $1.cu: a launch or shared array the sed does not know" >&2
+		rm -f "$tmp"
 		return 1
 	fi
-	mv "$out/$1.emu.cu.tmp" "$out/$1.emu.cu"
+	mv "$tmp" "$out/$1.emu.cu"
 }
 
 # harness NAME: build it and run it.
@@ -69,6 +77,12 @@ harness() {
 			-L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublas -lcudart
 		"$out/matmul_emu" "$top/tests/fixtures/dequant-blocks.txt"
 		return
+		;;
+	moe)
+		for s in cuda_gemv cuda_matmul cuda_moe; do emu_source plugins/cuda/$s; done
+		gcc -std=gnu11 "${flags[@]}" -c "$top/sdk/lib/dequant.c" -o "$out/moe_dequant.o"
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/moe_emu.cpp" "$out/moe_dequant.o" \
+			-o "$out/moe_emu"
 		;;
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source plugins/cuda/$s; done

@@ -22,6 +22,11 @@ weights, for benchmarks (never committed: gigabytes).
                 tensors as llama.cpp's converter writes them, without the
                 multi-token-prediction layer (its --no-mtp; q4khost does not
                 run one); about 2.5 GiB (2,703,462,176 bytes)
+  qwen3-30b-a3b "qwen3moe" (Qwen3-30B-A3B): 2048 hidden, 48 layers, 32/4
+                heads (128 each), q/k norms, in every layer 128 SwiGLU
+                experts of 768, 8 a token (a random F32 router: every
+                expert about as busy), 151936 tokens, separate LM head;
+                about 17 GiB
 
 Types as in a Q4_K_M file: Q4_K for the matrices, Q6_K for attn_v and
 ffn_down on the layers llama.cpp's Q4_K_M gives more bits to, Q6_K for the
@@ -31,7 +36,10 @@ counts each delta-net layer's attn_qkv as its attn_v (Q6_K on the same
 layers), keeps ssm_conv1d F32 (as are the 1-D ssm_a, ssm_dt.bias and
 ssm_norm), quantizes attn_gate, ssm_alpha, ssm_beta and ssm_out as any
 matrix (Q4_K) and orders the tensors by layer, by name within one;
-gemma3-270m as its
+qwen3-30b-a3b's experts as
+stacks {n_embd, 768, 128} (gate and up Q4_K, down Q6_K on the layers given
+more bits, else Q4_K), its router ffn_gate_inp F32 as llama-quantize keeps
+it; gemma3-270m as its
 Q4_K_M file has them, where rows of 640 values cannot be k-quants: Q8_0
 token_embd and Q5_0 attn_q, attn_k, ffn_gate and ffn_up, attn_v Q8_0 on
 the layers given more bits and Q5_0 on the others, Q4_K attn_output,
@@ -86,6 +94,15 @@ MODELS = {
         n_vocab=248320, pre="qwen35", specials=synthgguf.QWEN_SPECIALS,
         bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
         template=synthgguf.CHATML_TEMPLATE),
+    # Qwen/Qwen3-30B-A3B's config: intermediate_size 6144 (the dense FFN
+    # width the GGUF keeps as feed_forward_length), moe_intermediate_size
+    # 768, 128 experts, 8 a token, 40960 positions
+    "qwen3-30b-a3b": dict(
+        shape=synthgguf.MoeShape(2048, 48, 6144, 32, 4, 128, 1000000.0, 1e-6, 40960, False,
+                                 128, 8, 768),
+        n_vocab=151936, pre="qwen2", specials=synthgguf.QWEN_SPECIALS,
+        bos="<|endoftext|>", eos="<|im_end|>", add_bos=False,
+        template=synthgguf.CHATML_TEMPLATE),
 }
 
 
@@ -122,6 +139,24 @@ def llama_plan(w, model, m):
         plan.append(("output.weight", "Q6_K", s.n_embd, m["n_vocab"], 0.25))
     for il in range(s.n_layer):
         plan += synthgguf.layer_tensors(s, il, 1.0)
+    return plan
+
+
+def qwen3moe_plan(w, model, m):
+    """The keys of a qwen3moe model into W; its tensors' plan, llama's
+    with each layer's FFN a mixture of experts: the experts' stacks carry
+    their count as a sixth field (ne2), the router's values are N(0,
+    n_embd^-1/2)."""
+    s = m["shape"]
+    add_bpe_model_keys(w, model, m, synthgguf.add_moe_hparams)
+    w.add("general.quantization_version", 2)
+    w.add("general.file_type", 15)  # Q4_K_M
+    plan = [("token_embd.weight", "Q4_K", s.n_embd, m["n_vocab"], 1.0),
+            ("output_norm.weight", "norm", s.n_embd, 1, 0),
+            ("output.weight", "Q6_K", s.n_embd, m["n_vocab"], 0.25)]
+    for il in range(s.n_layer):
+        plan += [(name, qtype, ne0, ne1, s.n_embd ** -0.5 if std is None else std, ne2)
+                 for name, qtype, ne0, ne1, std, ne2 in synthgguf.moe_layer_tensors(s, il, 1.0)]
     return plan
 
 
@@ -173,14 +208,21 @@ def main():
     if a.layers:
         s.n_layer = a.layers
     w = synthgguf.Writer()
-    plan = {"gemma3": gemma3_plan, "qwen35": qwen35_plan}.get(s.arch, llama_plan)(w, a.model, m)
-    for name, qtype, ne0, ne1, _ in plan:
-        synthgguf.declare(w, name, qtype, ne0, ne1)
+    plan = {"gemma3": gemma3_plan, "qwen35": qwen35_plan,
+            "qwen3moe": qwen3moe_plan}.get(s.arch, llama_plan)(w, a.model, m)
+    # a plan's entry: name, type, ne0, ne1, std, and ne2 for a stack
+    for name, qtype, ne0, ne1, _, *ne2 in plan:
+        synthgguf.declare(w, name, qtype, ne0, ne1, *ne2)
     by_name = {p[0]: p for p in plan}
     rng = np.random.default_rng(a.seed)
+
+    def data(name):
+        _, qtype, ne0, ne1, std, *ne2 = by_name[name]
+        return synthgguf.tensor_data(rng, qtype, ne0, ne1 * (ne2[0] if ne2 else 1), std)
+
     # Tensors are asked for in declaration order: one rng stream, one at a
     # time in memory.
-    w.write(a.out, lambda name: synthgguf.tensor_data(rng, *by_name[name][1:]))
+    w.write(a.out, data)
     print("%s: %s, %d layers, %.2f GiB" % (a.out, a.model, s.n_layer,
                                            os.path.getsize(a.out) / 2 ** 30))
 

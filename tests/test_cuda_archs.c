@@ -6,7 +6,10 @@
  * scalings, and qwen35 (issue 14), whose gated delta-net layers run
  * cuda's unary, ssm_conv and delta_net, the prompt through the prompt
  * kernels and each decode step through the one-token kernels and the
- * replayed CUDA graph, the recurrent states carried between them; and
+ * replayed CUDA graph, the recurrent states carried between them;
+ * qwen3moe (issue 31), whose experts run cuda's moe_route and mul_mat_id
+ * (the prompt's columns grouped by expert on the device, a decode's read
+ * straight from their experts); and
  * against the float64 fixtures of scripts/oracle-f64.py (those models and
  * the default model's), at the bound arch_oracle.h derives for cuda's
  * arithmetic (F16 cache, a prompt's products, FlashAttention and the LM
@@ -63,6 +66,7 @@ Test(cuda_archs, qwen35_matches_llama_cpp, .timeout = 300) { on_cuda("qwen35", "
 Test(cuda_archs, llama_matches_llama_cpp, .timeout = 300) { on_cuda("llama", "llama"); }
 Test(cuda_archs, qwen2_matches_llama_cpp, .timeout = 300) { on_cuda("qwen2", "qwen2"); }
 Test(cuda_archs, qwen3_matches_llama_cpp, .timeout = 300) { on_cuda("qwen3", "qwen3"); }
+Test(cuda_archs, qwen3moe_matches_llama_cpp, .timeout = 300) { on_cuda("qwen3moe", "qwen3moe"); }
 /* Llama 3.1's frequency factors */
 Test(cuda_archs, llama_ropefreqs_matches_llama_cpp, .timeout = 300)
 {

@@ -7,7 +7,9 @@
  * and replayed, give the logits, bit for bit, of the host's interpreter
  * on the same backend (the backend's table without the entry, nor the
  * host's own recording), on tiny-llama and tiny-qwen2, with the backend's
- * own products and through cuda-mwv; and q4khost run reports the decode
+ * own products and through cuda-mwv, and on tiny-qwen3moe, whose routing
+ * and experts' products (grouped for the prompt, direct for decode) stay
+ * on the device; and q4khost run reports the decode
  * steps as replays of the entry.
  *
  * Through the cuda-mwv kernel variant, recorded into the replayed CUDA
@@ -249,6 +251,13 @@ Test(graph_entry, tiny_llama_as_the_interpreter, .timeout = 300)
 Test(graph_entry, tiny_qwen2_as_the_interpreter, .timeout = 300)
 {
 	entry_against_interpreter("tiny-qwen2.gguf", NULL);
+}
+
+/* the routing and the experts' products on the device, recorded and
+ * replayed with the rest of the step */
+Test(graph_entry, tiny_qwen3moe_as_the_interpreter, .timeout = 300)
+{
+	entry_against_interpreter("tiny-qwen3moe.gguf", NULL);
 }
 
 Test(graph_entry, tiny_llama_through_cuda_mwv_as_the_interpreter, .timeout = 300)

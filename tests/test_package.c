@@ -535,15 +535,15 @@ Test(package, distcheck_passes, .timeout = 1800)
 	run_script(work, "distcheck", work);
 }
 
-/* FILE exists under ROOT, a regular file. */
 /* The SDK's headers, in every package set (the CUDA ones too). */
 static const char *const sdk_headers[] = {
 	"plugin.h", "quant.h", "contract.h", "top2.h", "step.h", "pool.h", "glu.h", "moe.h",
 	"dequant.h", "cpu_isa.h", "cuda_tc.h", "cuda_retired.h", "cuda_variant.h",
 	"cuda_variant_scratch.h", "cuda_variant_device.cuh", "cuda_q4k_device.cuh",
-	"cuda_quant.cuh", "cuda_glu.cuh",
+	"cuda_quant.cuh", "cuda_glu.cuh", "cuda_pdl.cuh",
 };
 
+/* FILE exists under ROOT, a regular file. */
 static void expect_file(const char *root, const char *file)
 {
 	char path[4096];

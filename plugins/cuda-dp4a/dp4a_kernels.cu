@@ -46,6 +46,8 @@ quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
 	float v, amax, d;
 	int bad, qi, sum;
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
 	if (b >= blocks)
 		return;
 	v = x[b / per_col * ldx + b % per_col * QB + lane];
@@ -156,9 +158,9 @@ extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
 	dot.xq = (const int8_t *)scratch;
 	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
 	dot.k = w->k;
-	quantize_kernel<<<(unsigned)((blocks + 7) / 8), 256, 0, s>>>(
-		io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq, (float2 *)dot.ds);
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if ((e = q4kh_pdl_launch(quantize_kernel, (unsigned)((blocks + 7) / 8), 256, 0, s,
+	                         io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
+	                         (float2 *)dot.ds)) != cudaSuccess)
 		return e;
 	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
 	                             w->multiprocessors, s);

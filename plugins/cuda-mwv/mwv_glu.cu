@@ -63,12 +63,12 @@ cudaError_t glu_cols(const q4kh_cv_pair<F> &f, int64_t n, const glu_store &s, in
 	const unsigned blocks = (unsigned)(want < most ? want : most);
 
 	if (r == 4)
-		mwv_glu_kernel<T, 4, 2, F><<<blocks, 32 * warps, 0, st>>>(f, n, s);
-	else if (f.pieces > 64)
-		mwv_glu_kernel<T, 2, 4, F><<<blocks, 32 * warps, 0, st>>>(f, n, s);
-	else
-		mwv_glu_kernel<T, 2, 2, F><<<blocks, 32 * warps, 0, st>>>(f, n, s);
-	return cudaGetLastError();
+		return q4kh_pdl_launch(mwv_glu_kernel<T, 4, 2, F>, blocks, 32 * warps, 0, st, f,
+		                       n, s);
+	if (f.pieces > 64)
+		return q4kh_pdl_launch(mwv_glu_kernel<T, 2, 4, F>, blocks, 32 * warps, 0, st, f,
+		                       n, s);
+	return q4kh_pdl_launch(mwv_glu_kernel<T, 2, 2, F>, blocks, 32 * warps, 0, st, f, n, s);
 }
 
 /* Format F of gate and up (both prepared as F reads them) for IO's columns. */

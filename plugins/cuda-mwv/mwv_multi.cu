@@ -86,8 +86,7 @@ struct multi_launcher {
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		mwv_multi_kernel<T, R, U><<<blocks, threads, 0, s>>>(a);
-		return cudaGetLastError();
+		return q4kh_pdl_launch(mwv_multi_kernel<T, R, U>, blocks, threads, 0, s, a);
 	}
 };
 

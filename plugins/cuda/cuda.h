@@ -122,7 +122,8 @@ q4kh_status cuda_not_recording(q4kh_device_ctx *dev, const char *what);
  * host's interpreter finds them). Q4KH_ERR_UNSUPPORTED, nothing kept and
  * the reason in last_error, for a node this backend cannot take (a weight
  * type it does not multiply, a delta_net beyond CUDA_DELTA_MAX_KEYS keys,
- * a routed weight whose variant has no gemv or gemm);
+ * a moe_route or mul_mat_id beyond CUDA_MOE_MAX_EXPERTS experts, a routed
+ * weight whose variant has no gemv or gemm);
  * Q4KH_ERR_INVALID for a graph that is not well formed (an index out of
  * range, a missing source, a cycle of views).
  */
@@ -261,6 +262,19 @@ q4kh_status cuda_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                            const struct q4kh_tensor *beta,
                            const struct q4kh_tensor *state, float scale,
                            const struct q4kh_tensor *out);
+
+/* ABI 1.7's ops of mixture-of-experts layers (plugin.h), up to
+ * CUDA_MOE_MAX_EXPERTS experts (else Q4KH_ERR_UNSUPPORTED). Routing stays
+ * on the device: an id mul_mat_id reads out of range is reported by the
+ * next wait (cuda_wait). mul_mat_id of many columns uses the device
+ * context's scratch (cuda_scratch), so a recording finds it sized only
+ * after the same shape ran once. */
+q4kh_status cuda_moe_route(q4kh_device_ctx *dev, const struct q4kh_tensor *logits,
+                           int32_t norm, const struct q4kh_tensor *ids,
+                           const struct q4kh_tensor *weights);
+q4kh_status cuda_mul_mat_id(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                            const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
+                            const struct q4kh_tensor *y);
 
 /* The attention launch shared by attention and attention_ext: POS is the
  * device's positions or NULL for params->pos0 + t. */

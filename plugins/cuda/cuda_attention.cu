@@ -398,6 +398,9 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	constexpr int RQ = SPLIT_MAX_GROUP * HD / 4 / (32 * SPLIT_WARPS);
 	float4 qv[RQ];
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
+
 #pragma unroll
 	for (int r = 0; r < RQ; r++) {
 		const int i = threadIdx.x + r * 32 * SPLIT_WARPS;
@@ -584,16 +587,15 @@ static cudaError_t launch_split(const struct cuda_view *q,
 	float *part = (float *)(count + CUDA_SCRATCH_COUNTERS);
 	float2 *ml = (float2 *)(part + split_rows(q, sp) * (size_t)q->ne[0]);
 
-#define SPLIT(HD)                                                          \
-	split_kernel<KV, HD><<<grid, 32 * SPLIT_WARPS, 0, s>>>(            \
-		*q, *k, *v, *p, sp.group, ml, part, count, *out, fault)
+#define SPLIT(HD)                                                               \
+	q4kh_pdl_launch(split_kernel<KV, HD>, grid, 32 * SPLIT_WARPS, 0, s, *q, *k, *v, \
+	                *p, sp.group, ml, part, count, *out, fault)
 	switch (q->ne[0]) {
-	case 64: SPLIT(64); break;
-	case 128: SPLIT(128); break;
-	default: SPLIT(256); break;
+	case 64: return SPLIT(64);
+	case 128: return SPLIT(128);
+	default: return SPLIT(256);
 	}
 #undef SPLIT
-	return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,

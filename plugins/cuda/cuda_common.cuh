@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+#include "q4khost/cuda_pdl.cuh"
 
 /* A cache value as f32, and an f32 as a cache value (f16: round to
  * nearest even). */

@@ -248,6 +248,8 @@ static const char *fault_name(int32_t code)
 		return "set_rows rows";
 	case CUDA_FAULT_ATTENTION_POS:
 		return "attention_ext pos";
+	case CUDA_FAULT_MUL_MAT_ID_IDS:
+		return "mul_mat_id ids";
 	default:
 		return "an index tensor";
 	}

@@ -17,11 +17,17 @@
  *  - blocks: as many as are resident at once (the kernel's occupancy,
  *    asked once when a device opens, times the multiprocessors), or fewer
  *    when there are fewer tasks.
+ *
+ * mul_mat_id's grouped products (cuda_moe.cuh) walk the same blocks: a
+ * row of blocks per tile (one expert's matrix and up to 8 columns), C 1
+ * for the direct form's single columns and 8 for the grouped tiles, ks
+ * chosen as above over all tiles' tasks.
  */
 #include <atomic>
 
 #include "cuda_gemv.cuh"
 #include "cuda_kernels.h"
+#include "cuda_moe.cuh"
 #include "q4khost/cuda_quant.cuh"
 
 namespace {
@@ -68,13 +74,10 @@ constexpr int gv_align(uint32_t type)
 	                                                           : 2;
 }
 
+/* Blocks of gv_kernel<TYPE, C> resident on the device at once, in *OUT. */
 template <uint32_t TYPE, int C>
-cudaError_t gv_launch(gv_args g, int sms, cudaStream_t s)
+cudaError_t gv_resident(int sms, int64_t *out)
 {
-	constexpr int R = gv_rows(C), U = gv_units(TYPE, C);
-	const int64_t groups = (g.n + R - 1) / R, tiles = (g.t + C - 1) / C;
-	const int64_t units = g.units;
-	int64_t resident, blocks;
 	int occupancy = gv_occupancy<TYPE, C>.load(std::memory_order_relaxed);
 
 	if (occupancy <= 0) {
@@ -85,15 +88,88 @@ cudaError_t gv_launch(gv_args g, int sms, cudaStream_t s)
 			return e;
 		occupancy = gv_occupancy<TYPE, C>.load(std::memory_order_relaxed);
 	}
-	resident = (int64_t)(sms > 0 ? sms : 1) * occupancy;
-	g.ks = 1;
-	while (g.ks < GV_WARPS && groups * tiles * g.ks < 4 * resident * GV_WARPS &&
-	       units >= 2 * U * (2 * g.ks))
-		g.ks *= 2;
+	*out = (int64_t)(sms > 0 ? sms : 1) * occupancy;
+	return cudaSuccess;
+}
+
+/* Warps per row (ks) for TASKS tasks of rows of UNITS units on RESIDENT
+ * blocks: doubled while the launch has fewer than 4 tasks per resident
+ * warp and each warp still gets 2 steps of a row. */
+template <uint32_t TYPE, int C>
+int gv_split(int64_t tasks, int units, int64_t resident)
+{
+	constexpr int U = gv_units(TYPE, C);
+	int ks = 1;
+
+	while (ks < GV_WARPS && tasks * ks < 4 * resident * GV_WARPS && units >= 2 * U * (2 * ks))
+		ks *= 2;
+	return ks;
+}
+
+/* Can the loads read rows at the address bits WA (data and strides) and
+ * columns at XA, of K values? */
+template <uint32_t TYPE>
+bool gv_fits(uintptr_t wa, uintptr_t xa, int64_t k)
+{
+	/* units: an int, with room for a stride past the end. */
+	return !(xa % 16) && k <= ((int64_t)1 << 38) && !(wa % gv_align(TYPE)) &&
+	       !((TYPE == Q4KH_TYPE_F32 || TYPE == Q4KH_TYPE_F16) && k % 4);
+}
+
+template <uint32_t TYPE, int C>
+cudaError_t gv_launch(gv_args g, int sms, cudaStream_t s)
+{
+	constexpr int R = gv_rows(C);
+	const int64_t groups = (g.n + R - 1) / R, tiles = (g.t + C - 1) / C;
+	int64_t resident, blocks;
+	const cudaError_t e = gv_resident<TYPE, C>(sms, &resident);
+
+	if (e != cudaSuccess)
+		return e;
+	g.ks = gv_split<TYPE, C>(groups * tiles, g.units, resident);
 	blocks = (groups + GV_WARPS / g.ks - 1) / (GV_WARPS / g.ks) * tiles;
 	if (blocks > resident)
 		blocks = resident;
 	gv_kernel<TYPE, C><<<(unsigned)blocks, GV_THREADS, 0, s>>>(g);
+	return cudaGetLastError();
+}
+
+/* mul_mat_id's tiles (cuda_moe.cuh): block (i, b) walks tile i's tasks
+ * b, b + gridDim.y, ... as gv_kernel walks a product's. */
+template <uint32_t TYPE, int C>
+__global__ void __launch_bounds__(GV_THREADS, C <= 2 ? 4 : 2)
+gv_grouped_kernel(gv_args g, moe_tiles m)
+{
+	constexpr int R = gv_rows(C), U = gv_units(TYPE, C);
+	__shared__ float part[GV_WARPS * R * C];
+	moe_tile o;
+
+	if (!moe_tile_at(m, blockIdx.x, o))
+		return;
+	g.w = o.w;
+	g.x = o.x;
+	g.y = o.y;
+	g.x_col = o.x_col;
+	g.y_col = o.y_col;
+	g.t = o.t;
+	gv_block<TYPE, C, R, U>(g, blockIdx.y, gridDim.y, threadIdx.x, part, gv_syncthreads());
+}
+
+template <uint32_t TYPE, int C>
+cudaError_t gv_grouped(gv_args g, const moe_tiles &m, int64_t tiles, int sms, cudaStream_t s)
+{
+	constexpr int R = gv_rows(C);
+	const int64_t groups = (g.n + R - 1) / R;
+	int64_t resident, per;
+	const cudaError_t e = gv_resident<TYPE, C>(sms, &resident);
+
+	if (e != cudaSuccess)
+		return e;
+	g.ks = gv_split<TYPE, C>(groups * tiles, g.units, resident);
+	per = (groups + GV_WARPS / g.ks - 1) / (GV_WARPS / g.ks);
+	const dim3 grid((unsigned)tiles, (unsigned)(per < 65535 ? per : 65535));
+
+	gv_grouped_kernel<TYPE, C><<<grid, GV_THREADS, 0, s>>>(g, m);
 	return cudaGetLastError();
 }
 
@@ -119,22 +195,45 @@ extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 	g.t = x->ne[1];
 	g.units = (int)((g.k + GV_UNIT - 1) / GV_UNIT);
 	g.ks = 1;
-	/* units: an int, with room for a stride past the end. */
-	if (xa % 16 || g.k > ((int64_t)1 << 38))
-		return cudaErrorNotSupported;
 	return q4kh_for_type(w->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
 		if constexpr (!gv_has_fmt<T>) {
 			return cudaErrorNotSupported;
 		} else {
-			if (wa % gv_align(T) ||
-			    ((T == Q4KH_TYPE_F32 || T == Q4KH_TYPE_F16) && g.k % 4))
+			if (!gv_fits<T>(wa, xa, g.k))
 				return cudaErrorNotSupported;
 			return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
 			       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
 			       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
 			                  : gv_launch<T, 8>(g, sms, s);
+		}
+	});
+}
+
+cudaError_t cuda_gemv_grouped_launch(const moe_tiles &m, uint32_t type, int64_t tiles, int c,
+                                     uintptr_t xa, int sms, cudaStream_t s)
+{
+	const uintptr_t wa = (uintptr_t)m.w | (uintptr_t)(m.n > 1 ? m.w_row : 0) |
+	                     (uintptr_t)(m.e > 1 ? m.w_exp : 0);
+	gv_args g;
+
+	g.w_row = m.w_row;
+	g.n = m.n;
+	g.k = m.k;
+	g.units = (int)((g.k + GV_UNIT - 1) / GV_UNIT);
+	g.ks = 1;
+	return q4kh_for_type(type, [&](auto ty) {
+		constexpr uint32_t T = decltype(ty)::value;
+
+		if constexpr (!gv_has_fmt<T>) {
+			return cudaErrorNotSupported;
+		} else {
+			static_assert(CUDA_MOE_TILE == 8, "the grouped tiles take gv_kernel's 8 columns");
+			if (!gv_fits<T>(wa, xa, g.k))
+				return cudaErrorNotSupported;
+			return c == 1 ? gv_grouped<T, 1>(g, m, tiles, sms, s)
+			              : gv_grouped<T, CUDA_MOE_TILE>(g, m, tiles, sms, s);
 		}
 	});
 }

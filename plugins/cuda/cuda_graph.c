@@ -41,7 +41,8 @@ static const int8_t needs[] = {
 	[Q4KH_OP_ROPE] = 2,     [Q4KH_OP_ADD] = 2,       [Q4KH_OP_SCALE] = 1,
 	[Q4KH_OP_GLU] = 2,      [Q4KH_OP_SET_ROWS] = 2,  [Q4KH_OP_ATTENTION] = 4,
 	[Q4KH_OP_MUL] = 2,      [Q4KH_OP_COPY] = 1,      [Q4KH_OP_UNARY] = 1,
-	[Q4KH_OP_SSM_CONV] = 3, [Q4KH_OP_DELTA_NET] = 6,
+	[Q4KH_OP_SSM_CONV] = 3, [Q4KH_OP_DELTA_NET] = 6, [Q4KH_OP_MOE_ROUTE] = 2,
+	[Q4KH_OP_MUL_MAT_ID] = 3,
 };
 
 #define N_OPS (int32_t)(sizeof(needs) / sizeof(needs[0]))
@@ -124,6 +125,23 @@ static q4kh_status check_node(q4kh_device_ctx *dev, const struct q4kh_step_graph
 		if (!w->kernel && !cuda_type_supported(w->t.type))
 			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
 			                 "graph_prepare: node %d (mul_mat of %s): cuda does not "
+			                 "multiply %s weights", i, name_of(g, n->src[0]),
+			                 q4kh_type_name(w->t.type));
+		break;
+	case Q4KH_OP_MOE_ROUTE:
+	case Q4KH_OP_MUL_MAT_ID:
+		w = q4kh_step_value_at(g, n->src[0]);
+		/* the router's logits {E, T}, or the experts' stack {K, N, E} */
+		if (w->t.ne[n->op == Q4KH_OP_MOE_ROUTE ? 0 : 2] > CUDA_MOE_MAX_EXPERTS)
+			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "graph_prepare: node %d (%s of %s): %lld experts, cuda "
+			                 "takes at most %d", i, q4kh_step_op_name(n->op),
+			                 name_of(g, n->src[0]),
+			                 (long long)w->t.ne[n->op == Q4KH_OP_MOE_ROUTE ? 0 : 2],
+			                 CUDA_MOE_MAX_EXPERTS);
+		if (n->op == Q4KH_OP_MUL_MAT_ID && !cuda_type_supported(w->t.type))
+			return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+			                 "graph_prepare: node %d (mul_mat_id of %s): cuda does not "
 			                 "multiply %s weights", i, name_of(g, n->src[0]),
 			                 q4kh_type_name(w->t.type));
 		break;

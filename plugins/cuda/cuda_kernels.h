@@ -62,6 +62,7 @@ enum cuda_fault {
 	CUDA_FAULT_ROPE_POS,
 	CUDA_FAULT_SET_ROWS_ROWS,
 	CUDA_FAULT_ATTENTION_POS,
+	CUDA_FAULT_MUL_MAT_ID_IDS,
 };
 #define CUDA_FAULT_WORDS 4
 
@@ -241,6 +242,48 @@ size_t cuda_top2_scratch(const struct cuda_view *x, int sms);
 cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
                              float *val, int64_t nb1, void *scratch, int sms,
                              cudaStream_t s);
+
+/*
+ * The mixture-of-experts ops (plugin.h, ABI 1.7; cuda_moe.cu). Experts:
+ * at most CUDA_MOE_MAX_EXPERTS (moe_route keeps a column's probabilities
+ * in shared memory, mul_mat_id's grouping its counts).
+ */
+#define CUDA_MOE_MAX_EXPERTS 2048
+
+/*
+ * moe_route: logits F32 {E, T}, ids I32 {k, T}, weights F32 {k, T} (row
+ * strides free). A warp per column: p = softmax in double (the largest
+ * logit subtracted, the sum in a fixed tree), the k largest chosen one by
+ * one, the lower index first among equal values, the chosen ones' sum in
+ * slot order, weights over max(sum, 2^-14) with NORM, rounded once to
+ * float: the cpu reference's rule (sdk/lib/moe.c).
+ */
+cudaError_t cuda_launch_moe_route(const struct cuda_view *logits, int norm,
+                                  const struct cuda_view *ids,
+                                  const struct cuda_view *weights, cudaStream_t s);
+
+/*
+ * mul_mat_id: y {N, k, T} column (j, t) = w's matrix ids[j, t] {K, N} times
+ * x's column (j % X, t), for w {K, N, E} of a type cuda_type_supported
+ * takes. Each id is checked against E on the device (fault:
+ * CUDA_FAULT_MUL_MAT_ID_IDS; the column is left unwritten).
+ * With few columns (k T < 2 E: decode) one launch reads each column's
+ * expert rows straight from x into y; else the columns are grouped by
+ * expert on the device (a counting sort in one block), gathered, run
+ * CUDA_MOE_TILE at a time through each expert's matrix and scattered
+ * back: four launches, whatever the routing, and no host wait.
+ * cuda_mul_mat_id_scratch() bytes of SCRATCH (device memory, 256-aligned;
+ * 0: NULL will do) hold the grouping. Products through the GEMV formats
+ * where w and x suit them (cuda_gemv.cu), else the plain kernel
+ * (cuda_matmul.cu): fp32 throughout, each column as those kernels
+ * compute it. SMS: the device's multiprocessors.
+ */
+#define CUDA_MOE_TILE 8
+size_t cuda_mul_mat_id_scratch(const struct cuda_view *w, const struct cuda_view *ids);
+cudaError_t cuda_launch_mul_mat_id(const struct cuda_view *w, const struct cuda_view *x,
+                                   const struct cuda_view *ids, const struct cuda_view *y,
+                                   void *scratch, int sms, int32_t *fault,
+                                   cudaStream_t s);
 
 /* cudaSuccess when this build holds code that the current device runs.
  * Also asks, once, how many blocks of each cuda_gemv.cu kernel a

@@ -8,30 +8,32 @@
  * MM_COLS activation columns. Lane l decodes groups l, l + 32, ... of the
  * row (neighbouring lanes read neighbouring blocks), dots each group with
  * the columns in fp32, and the warp sums the lanes' partial sums in a fixed
- * tree.
+ * tree. mul_mat_id's grouped products (cuda_moe.cuh) run the same warps
+ * over each tile's expert and columns.
  */
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
+#include "cuda_moe.cuh"
 #include "q4khost/cuda_quant.cuh"
 
 #define MM_WARPS 4 /* weight rows per block */
 #define MM_COLS 8  /* activation columns per pass */
 #define GR_THREADS 128
 
+/*
+ * One warp: the row ROW of K values times columns FIRST, FIRST + STEP, ...
+ * (MM_COLS at a time) of the NT columns of x (column t at x + t XC bytes),
+ * each sum stored at y + t YC bytes.
+ */
 template <uint32_t TYPE>
-static __global__ void __launch_bounds__(32 * MM_WARPS)
-mul_mat_kernel(struct cuda_view w, struct cuda_view x, struct cuda_view y)
+static __device__ __forceinline__ void mm_row(const uint8_t *row, int64_t k, const char *x,
+                                              int64_t xc, char *y, int64_t yc, int64_t nt,
+                                              int64_t first, int64_t step, int lane)
 {
-	const int lane = threadIdx.x % 32;
-	const int64_t n = (int64_t)blockIdx.x * MM_WARPS + threadIdx.x / 32;
-	const int64_t k = w.ne[0], groups = (k + 31) / 32;
+	const int64_t groups = (k + 31) / 32;
 
-	if (n >= w.ne[1])
-		return; /* the whole warp: no lane is left in a shuffle */
-	const uint8_t *row = (const uint8_t *)w.data + n * w.nb[1];
-	for (int64_t t0 = (int64_t)blockIdx.y * MM_COLS; t0 < x.ne[1];
-	     t0 += (int64_t)gridDim.y * MM_COLS) {
-		const int nc = x.ne[1] - t0 < MM_COLS ? (int)(x.ne[1] - t0) : MM_COLS;
+	for (int64_t t0 = first; t0 < nt; t0 += step) {
+		const int nc = nt - t0 < MM_COLS ? (int)(nt - t0) : MM_COLS;
 		float acc[MM_COLS];
 
 #pragma unroll
@@ -45,14 +47,13 @@ mul_mat_kernel(struct cuda_view w, struct cuda_view x, struct cuda_view y)
 			for (int c = 0; c < MM_COLS; c++) {
 				if (c >= nc)
 					break;
-				const float *xc =
-					(const float *)(x.data + (t0 + c) * x.nb[1]) + 32 * g;
+				const float *xc_ = (const float *)(x + (t0 + c) * xc) + 32 * g;
 				float s = 0.0f;
 
 #pragma unroll
 				for (int i = 0; i < 32; i++)
 					if (i < cnt)
-						s += v[i] * xc[i];
+						s += v[i] * xc_[i];
 				acc[c] += s;
 			}
 		}
@@ -61,8 +62,35 @@ mul_mat_kernel(struct cuda_view w, struct cuda_view x, struct cuda_view y)
 			acc[c] = warp_sum(acc[c]);
 		if (lane == 0)
 			for (int c = 0; c < nc; c++)
-				((float *)(y.data + (t0 + c) * y.nb[1]))[n] = acc[c];
+				*(float *)(y + (t0 + c) * yc) = acc[c];
 	}
+}
+
+template <uint32_t TYPE>
+static __global__ void __launch_bounds__(32 * MM_WARPS)
+mul_mat_kernel(struct cuda_view w, struct cuda_view x, struct cuda_view y)
+{
+	const int64_t n = (int64_t)blockIdx.x * MM_WARPS + threadIdx.x / 32;
+
+	if (n >= w.ne[1])
+		return; /* the whole warp: no lane is left in a shuffle */
+	mm_row<TYPE>((const uint8_t *)w.data + n * w.nb[1], w.ne[0], x.data, x.nb[1],
+	             y.data + n * 4, y.nb[1], x.ne[1], (int64_t)blockIdx.y * MM_COLS,
+	             (int64_t)gridDim.y * MM_COLS, threadIdx.x % 32);
+}
+
+/* mul_mat_id's tiles (cuda_moe.cuh): block (i, b) takes rows b MM_WARPS ..
+ * of tile i. */
+template <uint32_t TYPE>
+static __global__ void __launch_bounds__(32 * MM_WARPS) mm_grouped_kernel(moe_tiles m)
+{
+	const int64_t n = (int64_t)blockIdx.y * MM_WARPS + threadIdx.x / 32;
+	moe_tile o;
+
+	if (!moe_tile_at(m, blockIdx.x, o) || n >= m.n)
+		return;
+	mm_row<TYPE>(o.w + n * m.w_row, m.k, (const char *)o.x, o.x_col * 4,
+	             (char *)(o.y + n), o.y_col * 4, o.t, 0, MM_COLS, threadIdx.x % 32);
 }
 
 /* One work item per (output row, group of 32 values). */
@@ -110,6 +138,22 @@ extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
 		constexpr uint32_t T = decltype(type)::value;
 
 		mul_mat_kernel<T><<<grid, 32 * MM_WARPS, 0, s>>>(*w, *x, *y);
+		return cudaGetLastError();
+	});
+}
+
+cudaError_t cuda_mm_grouped_launch(const moe_tiles &m, uint32_t type, int64_t tiles,
+                                   cudaStream_t s)
+{
+	const int64_t blocks = (m.n + MM_WARPS - 1) / MM_WARPS;
+	const dim3 grid((unsigned)tiles, (unsigned)blocks);
+
+	if (blocks > 65535)
+		return cudaErrorNotSupported;
+	return q4kh_for_type(type, [&](auto ty) {
+		constexpr uint32_t T = decltype(ty)::value;
+
+		mm_grouped_kernel<T><<<grid, 32 * MM_WARPS, 0, s>>>(m);
 		return cudaGetLastError();
 	});
 }

@@ -1,6 +1,6 @@
 /*
- * The ops' entry points (ABI 1.0, and 1.2's ops of linear-attention
- * layers): each validates its arguments on the host (the same
+ * The ops' entry points (ABI 1.0, 1.2's ops of linear-attention layers
+ * and 1.7's of mixture-of-experts layers): each validates its arguments on the host (the same
  * contract as the cpu reference, plugin.h), makes the device current,
  * stages host-side ids or positions, and enqueues its kernel on the device
  * context's stream without waiting.
@@ -384,4 +384,64 @@ q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	if ((st = q4kh_check_attention(&c, q, k_cache, v_cache, params, out)))
 		return st;
 	return cuda_attend(dev, "attention", q, k_cache, v_cache, NULL, params, out);
+}
+
+/* --- moe_route, mul_mat_id: mixture-of-experts layers (ABI 1.7) --- */
+
+/* Q4KH_OK when E experts are within the kernels' reach. */
+static q4kh_status moe_experts(q4kh_device_ctx *dev, const char *op, int64_t e)
+{
+	if (e <= CUDA_MOE_MAX_EXPERTS)
+		return Q4KH_OK;
+	return cuda_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
+	                 "%s: %lld experts, the cuda kernels take at most %d", op, (long long)e,
+	                 CUDA_MOE_MAX_EXPERTS);
+}
+
+q4kh_status cuda_moe_route(q4kh_device_ctx *dev, const struct q4kh_tensor *logits,
+                           int32_t norm, const struct q4kh_tensor *ids,
+                           const struct q4kh_tensor *weights)
+{
+	struct cuda_view vl, vi, vw;
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_moe_route(&c, logits, norm, ids, weights)) ||
+	    (st = moe_experts(dev, "moe_route", logits->ne[0])) ||
+	    (st = cuda_enter(dev, "moe_route")))
+		return st;
+	vl = cuda_view_of(logits);
+	vi = cuda_view_of(ids);
+	vw = cuda_view_of(weights);
+	return cuda_launched(dev, "moe_route",
+	                     cuda_launch_moe_route(&vl, norm, &vi, &vw, dev->stream));
+}
+
+/* The grouping of many columns lies past the scratch's counters, as the
+ * tensor cores' copies do (tc_mul_mat); a decode's needs none. */
+q4kh_status cuda_mul_mat_id(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
+                            const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
+                            const struct q4kh_tensor *y)
+{
+	const size_t base = CUDA_SCRATCH_COUNTERS * sizeof(int);
+	struct cuda_view vw, vx, vi, vy;
+	const struct q4kh_check c = cuda_contract(dev);
+	size_t scratch;
+	q4kh_status st;
+
+	if ((st = q4kh_check_mul_mat_id(&c, w, x, ids, y)) ||
+	    (st = moe_experts(dev, "mul_mat_id", w->ne[2])) ||
+	    (st = cuda_enter(dev, "mul_mat_id")))
+		return st;
+	vw = cuda_view_of(w);
+	vx = cuda_view_of(x);
+	vi = cuda_view_of(ids);
+	vy = cuda_view_of(y);
+	scratch = cuda_mul_mat_id_scratch(&vw, &vi);
+	if (scratch && (st = cuda_scratch(dev, "mul_mat_id", base + scratch)))
+		return st;
+	return cuda_launched(dev, "mul_mat_id",
+	                     cuda_launch_mul_mat_id(&vw, &vx, &vi, &vy,
+	                                            scratch ? (char *)dev->scratch + base : NULL,
+	                                            dev->sms, dev->fault, dev->stream));
 }

@@ -216,6 +216,8 @@ const struct q4kh_backend_v1 cuda_backend = {
 	/* a prompt's products and attention on fp16 tensor cores (sdk/lib/cuda_tc.cu,
 	 * cuda_flash.cu), the host's F16 cache */
 	.arith = Q4KH_ARITH_F16,
+	.moe_route = cuda_moe_route,
+	.mul_mat_id = cuda_mul_mat_id,
 };
 
 #ifdef __clang__

@@ -39,6 +39,7 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *wa, float e
 	const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
 	const int64_t held = (int64_t)RMS_HELD * blockDim.x;
 
+	q4kh_pdl_release();
 	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
 		float *xr = (float *)view_row(x, r);
 		float *ar = ADD ? (float *)view_row(a, r) : NULL;
@@ -47,15 +48,22 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *wa, float e
 		double ss = 0.0;
 		float s_a = 1.0f;
 
-		/* The weights too: the scale's wait is the reduction's only. */
+		/* The weights too: the scale's wait is the reduction's only.
+		 * They are no kernel's output: loaded before the wait. */
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++) {
+			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+			wv[k] = w && i < n ? w[i] : 0.0f;
+			wav[k] = NORM_A && wa && i < n ? wa[i] : 0.0f;
+		}
+		q4kh_pdl_wait();
 #pragma unroll
 		for (int k = 0; k < RMS_HELD; k++) {
 			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 
 			v[k] = i < n ? xr[i] : 0.0f;
 			u[k] = ADD && i < n ? ar[i] : 0.0f;
-			wv[k] = w && i < n ? w[i] : 0.0f;
-			wav[k] = NORM_A && wa && i < n ? wa[i] : 0.0f;
 		}
 		if (NORM_A) {
 			double sa = 0.0;
@@ -231,6 +239,8 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	const int64_t half = p.n_rot / 2;
 	const struct cuda_view no_cache = { NULL, 0, { 0 }, { 0 } };
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
 	for (int64_t b = blockIdx.x; b < slots; b += gridDim.x) {
 		const int64_t t = b / per_token;
 		int64_t h = b % per_token;
@@ -281,13 +291,13 @@ extern "C" cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct 
 	const float *wd = w ? (const float *)w->data : NULL;
 
 	if (norm_a)
-		rms_norm_kernel<true, true><<<g, threads, 0, s>>>(*x, *a, wad, eps_a, wd, eps, *out);
-	else if (a)
-		rms_norm_kernel<true, false><<<g, threads, 0, s>>>(*x, *a, NULL, 0.0f, wd, eps, *out);
-	else
-		rms_norm_kernel<false, false><<<g, threads, 0, s>>>(*x, none, NULL, 0.0f, wd, eps,
-		                                                    *out);
-	return cudaGetLastError();
+		return q4kh_pdl_launch(rms_norm_kernel<true, true>, g, threads, 0, s, *x, *a, wad,
+		                       eps_a, wd, eps, *out);
+	if (a)
+		return q4kh_pdl_launch(rms_norm_kernel<true, false>, g, threads, 0, s, *x, *a,
+		                       (const float *)NULL, 0.0f, wd, eps, *out);
+	return q4kh_pdl_launch(rms_norm_kernel<false, false>, g, threads, 0, s, *x, none,
+	                       (const float *)NULL, 0.0f, wd, eps, *out);
 }
 
 extern "C" cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
@@ -328,11 +338,11 @@ static void launch_rope_store(const struct cuda_view *q, const struct cuda_view 
                               unsigned g, cudaStream_t s)
 {
 	if (vc->type == Q4KH_TYPE_F16)
-		rope_store_kernel<K, __half><<<g, ROPE_THREADS, 0, s>>>(*q, *k, *v, pos, *p,
-		                                                        *kc, *vc, fault);
+		q4kh_pdl_launch(rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k, *v,
+		                pos, *p, *kc, *vc, fault);
 	else
-		rope_store_kernel<K, float><<<g, ROPE_THREADS, 0, s>>>(*q, *k, *v, pos, *p,
-		                                                       *kc, *vc, fault);
+		q4kh_pdl_launch(rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k, *v,
+		                pos, *p, *kc, *vc, fault);
 }
 
 extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,

@@ -423,6 +423,27 @@ static T __shfl_xor_sync(unsigned mask, T v, int lanes, int width = 32)
 	return emu::collective(emu::SHFL_XOR, mask, v, lanes);
 }
 
+/* A warp barrier: a shuffle every lane must reach. */
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+	(void)__shfl_sync(mask, 0, 0);
+}
+
+/* Bit l set where lane l's PRED holds: an OR over the warp's shuffles. */
+static inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+	unsigned v = pred ? 1u << threadIdx.x % 32 : 0u;
+
+	for (int o = 16; o > 0; o /= 2)
+		v |= __shfl_xor_sync(mask, v, o);
+	return v;
+}
+
+static inline int __popc(unsigned v)
+{
+	return __builtin_popcount(v);
+}
+
 static inline void __syncthreads(void)
 {
 	emu::L.cur->state = emu::SYNC;

@@ -32,6 +32,7 @@
 
 #include <type_traits>
 
+#include "q4khost/cuda_pdl.cuh"
 #include "q4khost/cuda_variant.h"
 
 #define Q4KH_CV_FULL_MASK 0xFFFFFFFFu
@@ -148,7 +149,9 @@ __device__ __forceinline__ void q4kh_cv_stream_each(const F &f, int64_t warp,
                                                     const S &s)
 {
 	const int lane = threadIdx.x & 31;
+	bool waiting = true; /* q4kh_pdl_wait not yet called */
 
+	q4kh_pdl_release();
 	for (int64_t g = warp; g * R < n; g += warps) {
 		const int64_t row0 = g * R;
 		int64_t rows[R];
@@ -166,13 +169,24 @@ __device__ __forceinline__ void q4kh_cv_stream_each(const F &f, int64_t warp,
 #pragma unroll
 					for (int r = 0; r < R; r++)
 						p[u][r] = f.load(rows[r], j0 + 32 * u);
+			/* The first weights are on their way; x is the last kernel's. */
+			if (waiting) {
+				q4kh_pdl_wait();
+				waiting = false;
+			}
 #pragma unroll
 			for (int u = 0; u < U; u++)
 				if (j0 + 32 * u < f.pieces)
 					f.template dot<R, T>(acc, p[u], j0 + 32 * u);
 		}
+		if (waiting) {
+			q4kh_pdl_wait();
+			waiting = false;
+		}
 		s.template store<R, T>(acc, row0, n);
 	}
+	if (waiting)
+		q4kh_pdl_wait();
 }
 
 /*
@@ -271,8 +285,8 @@ struct q4kh_cv_stream_launcher {
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		q4kh_cv_stream_kernel<T, R, U, F><<<blocks, threads, 0, s>>>(f, n, y, ldy);
-		return cudaGetLastError();
+		return q4kh_pdl_launch(q4kh_cv_stream_kernel<T, R, U, F>, blocks, threads, 0, s,
+		                       f, n, y, ldy);
 	}
 };
 

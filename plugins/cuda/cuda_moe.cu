@@ -1,0 +1,344 @@
+/*
+ * The mixture-of-experts ops (cuda_kernels.h: moe_route, mul_mat_id) as
+ * llama.cpp's build_moe_ffn computes them with softmax gating, on the
+ * device from the router's logits to the experts' products: nothing is
+ * read back to the host, so a step that holds them records and replays
+ * as a CUDA graph.
+ *
+ * mul_mat_id's grouping (more columns than a decode's): one block counts
+ * each expert's columns (a warp per expert, a ballot over 32 columns at a
+ * time, so the order within an expert is the columns' order), lays the
+ * experts' runs and tiles out by a prefix sum, and writes each column's
+ * place; the columns of x are gathered into those places, each tile runs
+ * through its expert's matrix (cuda_moe.cuh), and the products go back to
+ * y's columns. Every launch is sized by the most tiles the routing can
+ * make; the blocks past the count the grouping wrote return at once.
+ */
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "cuda_moe.cuh"
+
+#define RT_WARPS 4        /* moe_route: columns per block, up to 512 experts */
+#define SORT_THREADS 1024 /* the grouping's one block */
+#define MOVE_THREADS 256  /* gathering and scattering columns */
+
+/* The better of two candidates (value, index): a valid one (index >= 0)
+ * over none, the larger value, the lower index among equal values. */
+static __device__ __forceinline__ bool rt_better(double v, int i, double bv, int bi)
+{
+	return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
+}
+
+/*
+ * moe_route: warp w of the block takes column t = blockIdx.x RT_WARPS + w;
+ * P holds its probabilities (E doubles, -1 once chosen) and W the chosen
+ * ones (k doubles), in dynamic shared memory.
+ */
+static __global__ void __launch_bounds__(32 * RT_WARPS)
+moe_route_kernel(struct cuda_view logits, int norm, struct cuda_view ids, struct cuda_view wts,
+                 int warps)
+{
+	extern __shared__ double rt_shared[];
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+	const int64_t t = (int64_t)blockIdx.x * warps + warp, e = logits.ne[0], k = ids.ne[0];
+
+	if (t >= logits.ne[1])
+		return; /* the whole warp */
+	double *p = rt_shared + warp * (e + k), *w = p + e;
+	const float *l = (const float *)(logits.data + t * logits.nb[1]);
+	double max = -INFINITY, sum = 0.0, chosen = 0.0;
+
+	/* the reference's running max: logits[0] first, NaNs never taken
+	 * after it (a NaN there stays) */
+	for (int64_t i = lane; i < e; i += 32)
+		max = (double)l[i] > max ? (double)l[i] : max;
+	for (int o = 16; o > 0; o /= 2) {
+		const double m = __shfl_xor_sync(0xffffffffu, max, o);
+
+		max = m > max ? m : max;
+	}
+	if (l[0] != l[0])
+		max = l[0];
+	for (int64_t i = lane; i < e; i += 32) {
+		p[i] = exp((double)l[i] - max);
+		sum += p[i];
+	}
+	sum = warp_sum(sum);
+	for (int64_t i = lane; i < e; i += 32)
+		p[i] /= sum;
+	__syncwarp();
+	for (int64_t j = 0; j < k; j++) {
+		double bv = 0.0;
+		int bi = -1;
+
+		for (int64_t i = lane; i < e; i += 32)
+			if (p[i] >= 0.0 && rt_better(p[i], (int)i, bv, bi)) {
+				bv = p[i];
+				bi = (int)i;
+			}
+		for (int o = 16; o > 0; o /= 2) {
+			const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+
+			if (rt_better(ov, oi, bv, bi)) {
+				bv = ov;
+				bi = oi;
+			}
+		}
+		if (bi < 0) { /* NaN logits: the lowest index not yet chosen */
+			int lo = (int)e;
+
+			for (int64_t i = lane; i < e && lo == (int)e; i += 32)
+				if (p[i] != -1.0)
+					lo = (int)i;
+			for (int o = 16; o > 0; o /= 2) {
+				const int ol = __shfl_xor_sync(0xffffffffu, lo, o);
+
+				lo = ol < lo ? ol : lo;
+			}
+			bi = lo;
+			bv = p[bi];
+		}
+		chosen += bv; /* every lane, in slot order */
+		__syncwarp();
+		if (lane == 0) {
+			w[j] = bv;
+			p[bi] = -1.0;
+			((int32_t *)(ids.data + t * ids.nb[1]))[j] = bi;
+		}
+		__syncwarp();
+	}
+	for (int64_t j = lane; j < k; j += 32)
+		((float *)(wts.data + t * wts.nb[1]))[j] =
+			(float)(norm ? w[j] / (chosen > 0x1p-14 ? chosen : 0x1p-14) : w[j]);
+}
+
+/* Warps of moe_route's block for E experts and K chosen: RT_WARPS while
+ * their shared memory stays within 48 KiB, else 1. */
+static int rt_warps(int64_t e, int64_t k)
+{
+	return (e + k) * 8 * RT_WARPS <= (48 << 10) ? RT_WARPS : 1;
+}
+
+extern "C" cudaError_t cuda_launch_moe_route(const struct cuda_view *logits, int norm,
+                                             const struct cuda_view *ids,
+                                             const struct cuda_view *weights, cudaStream_t s)
+{
+	const int warps = rt_warps(logits->ne[0], ids->ne[0]);
+	const size_t shm = (size_t)(logits->ne[0] + ids->ne[0]) * 8 * (size_t)warps;
+
+	moe_route_kernel<<<grid_for(logits->ne[1], warps), 32 * warps, shm, s>>>(
+		*logits, norm, *ids, *weights, warps);
+	return cudaGetLastError();
+}
+
+/* --- mul_mat_id ------------------------------------------------------------ */
+
+/* Where the grouping lives in the scratch (each part 256-aligned). */
+struct moe_layout {
+	size_t head, tiles, perm, xs, ys, bytes;
+	int64_t n, max_tiles;
+};
+
+static size_t align256(size_t v)
+{
+	return (v + 255) / 256 * 256;
+}
+
+/* The direct form for K T columns of E experts: fewer than two columns
+ * an expert on average, where grouping shares too few weight reads to
+ * pay for its three launches. */
+static bool moe_direct(int64_t cols, int64_t e)
+{
+	return cols < 2 * e;
+}
+
+static moe_layout moe_layout_of(const struct cuda_view *w, const struct cuda_view *ids)
+{
+	moe_layout l;
+
+	l.n = ids->ne[0] * ids->ne[1];
+	/* a tile per CUDA_MOE_TILE columns, and one part-filled per expert */
+	l.max_tiles = l.n / CUDA_MOE_TILE + (w->ne[2] < l.n ? w->ne[2] : l.n);
+	l.head = 0;
+	l.tiles = align256(2 * sizeof(int32_t));
+	l.perm = l.tiles + align256((size_t)l.max_tiles * 3 * sizeof(int32_t));
+	l.xs = l.perm + align256((size_t)l.n * sizeof(int32_t));
+	l.ys = l.xs + align256((size_t)(l.n * w->ne[0]) * sizeof(float));
+	l.bytes = l.ys + align256((size_t)(l.n * w->ne[1]) * sizeof(float));
+	return l;
+}
+
+/* Column i's expert: ids {S, T}, column i = t S + j at row t, slot j. */
+static __device__ __forceinline__ int32_t sort_id(const int32_t *ids, int64_t ids_col, int64_t s,
+                                                  int64_t i)
+{
+	return ids[i / s * ids_col + i % s];
+}
+
+/*
+ * The grouping, one block of SORT_THREADS: head[0] the tiles, head[1] the
+ * columns placed (those with a valid id); tiles as cuda_moe.cuh's grouped
+ * form; perm[place] = column. Shared: three E ints (counts, first place,
+ * first tile). An id outside [0, E) is kept as the stream's fault and its
+ * column placed nowhere.
+ */
+static __global__ void __launch_bounds__(SORT_THREADS)
+moe_sort_kernel(const int32_t *ids, int64_t ids_col, int64_t s, int64_t n, int32_t e,
+                int32_t *head, int32_t *tiles, int32_t *perm, int32_t *fault)
+{
+	extern __shared__ int32_t sort_shared[];
+	int32_t *cnt = sort_shared, *first = cnt + e, *tile0 = first + e;
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+
+	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+		index_ok(fault, CUDA_FAULT_MUL_MAT_ID_IDS, i, sort_id(ids, ids_col, s, i), e);
+	for (int32_t x = warp; x < e; x += warps) {
+		int32_t c = 0;
+
+		for (int64_t i0 = 0; i0 < n; i0 += 32) {
+			const int64_t i = i0 + lane;
+
+			c += __popc(__ballot_sync(0xffffffffu,
+			                          i < n && sort_id(ids, ids_col, s, i) == x));
+		}
+		if (lane == 0)
+			cnt[x] = c;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t col = 0, tile = 0;
+
+		for (int32_t x = 0; x < e; x++) {
+			first[x] = col;
+			tile0[x] = tile;
+			col += cnt[x];
+			tile += (cnt[x] + CUDA_MOE_TILE - 1) / CUDA_MOE_TILE;
+		}
+		head[0] = tile;
+		head[1] = col;
+	}
+	__syncthreads();
+	for (int32_t x = warp; x < e; x += warps) {
+		int32_t at = first[x];
+
+		if (!cnt[x])
+			continue; /* the whole warp */
+		for (int32_t c = lane; c * CUDA_MOE_TILE < cnt[x]; c += 32) {
+			int32_t *d = tiles + 3 * (tile0[x] + c);
+			const int32_t left = cnt[x] - c * CUDA_MOE_TILE;
+
+			d[0] = x;
+			d[1] = first[x] + c * CUDA_MOE_TILE;
+			d[2] = left < CUDA_MOE_TILE ? left : CUDA_MOE_TILE;
+		}
+		for (int64_t i0 = 0; i0 < n; i0 += 32) {
+			const int64_t i = i0 + lane;
+			const unsigned m = __ballot_sync(0xffffffffu,
+			                                 i < n && sort_id(ids, ids_col, s, i) == x);
+
+			if (m >> lane & 1)
+				perm[at + __popc(m & ((1u << lane) - 1))] = (int32_t)i;
+			at += __popc(m);
+		}
+	}
+}
+
+/*
+ * Columns between x's places and the gathered ones: place p < head[1]
+ * holds column perm[p] = t S + j, which is x's (j % X, t) (GATHER) or y's
+ * (j, t) (else); the gathered columns are ROWS floats apart.
+ */
+static __global__ void __launch_bounds__(MOVE_THREADS)
+moe_move_kernel(bool gather, const int32_t *head, const int32_t *perm, int64_t n, int64_t rows,
+                struct cuda_view v, int64_t s, float *packed)
+{
+	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < n * rows;
+	     it += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t p = it / rows, r = it % rows;
+
+		if (p >= head[1])
+			break; /* every later item of this thread is past it too */
+		const int64_t i = perm[p], t = i / s, j = i % s;
+		float *col = (float *)(v.data + (gather ? j % v.ne[1] : j) * v.nb[1] + t * v.nb[2]);
+
+		if (gather)
+			packed[p * rows + r] = col[r];
+		else
+			col[r] = packed[p * rows + r];
+	}
+}
+
+extern "C" size_t cuda_mul_mat_id_scratch(const struct cuda_view *w,
+                                          const struct cuda_view *ids)
+{
+	return moe_direct(ids->ne[0] * ids->ne[1], w->ne[2]) ? 0 : moe_layout_of(w, ids).bytes;
+}
+
+/* The products of tile list M (TILES of at most C columns, x's address
+ * bits XA): the GEMV formats where they take w and x, else the plain
+ * kernel. */
+static cudaError_t moe_products(const moe_tiles &m, uint32_t type, int64_t tiles, int c,
+                                uintptr_t xa, int sms, cudaStream_t s)
+{
+	const cudaError_t e = cuda_gemv_grouped_launch(m, type, tiles, c, xa, sms, s);
+
+	return e != cudaErrorNotSupported ? e : cuda_mm_grouped_launch(m, type, tiles, s);
+}
+
+extern "C" cudaError_t cuda_launch_mul_mat_id(const struct cuda_view *w,
+                                              const struct cuda_view *x,
+                                              const struct cuda_view *ids,
+                                              const struct cuda_view *y, void *scratch,
+                                              int sms, int32_t *fault, cudaStream_t s)
+{
+	const int64_t S = ids->ne[0], T = ids->ne[1], n = S * T;
+	moe_tiles m = {};
+	cudaError_t e;
+
+	m.w = (const uint8_t *)w->data;
+	m.w_exp = w->nb[2];
+	m.w_row = w->nb[1];
+	m.n = w->ne[1];
+	m.k = w->ne[0];
+	m.e = w->ne[2];
+	m.ids = (const int32_t *)ids->data;
+	m.ids_col = ids->nb[1] / 4;
+	m.s = S;
+	m.fault = fault;
+	if (moe_direct(n, m.e)) {
+		m.x = (const float *)x->data;
+		m.y = (float *)y->data;
+		m.xs = x->ne[1];
+		m.x_slot = x->nb[1] / 4;
+		m.x_tok = x->nb[2] / 4;
+		m.y_slot = y->nb[1] / 4;
+		m.y_tok = y->nb[2] / 4;
+		return moe_products(m, w->type, n, 1,
+		                    (uintptr_t)x->data | (uintptr_t)(x->ne[1] > 1 ? x->nb[1] : 0) |
+		                            (uintptr_t)(T > 1 ? x->nb[2] : 0),
+		                    sms, s);
+	}
+	const moe_layout l = moe_layout_of(w, ids);
+	char *base = (char *)scratch;
+	int32_t *head = (int32_t *)(base + l.head), *perm = (int32_t *)(base + l.perm);
+	float *xs = (float *)(base + l.xs), *ys = (float *)(base + l.ys);
+
+	m.tiles = (const int32_t *)(base + l.tiles);
+	m.count = head;
+	m.x = xs;
+	m.y = ys;
+	moe_sort_kernel<<<1, SORT_THREADS, 3 * sizeof(int32_t) * (size_t)m.e, s>>>(
+		m.ids, m.ids_col, S, n, (int32_t)m.e, head, (int32_t *)m.tiles, perm, fault);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	moe_move_kernel<<<grid_for(n * m.k, MOVE_THREADS), MOVE_THREADS, 0, s>>>(
+		true, head, perm, n, m.k, *x, S, xs);
+	if ((e = cudaGetLastError()) != cudaSuccess ||
+	    (e = moe_products(m, w->type, l.max_tiles, CUDA_MOE_TILE,
+	                      (uintptr_t)xs | (uintptr_t)(m.k * 4), sms, s)) != cudaSuccess)
+		return e;
+	moe_move_kernel<<<grid_for(n * m.n, MOVE_THREADS), MOVE_THREADS, 0, s>>>(
+		false, head, perm, n, m.n, *y, S, ys);
+	return cudaGetLastError();
+}
