@@ -133,51 +133,14 @@ while [ $# -gt 0 ]; do
 	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
 	esac
 done
-scripts/gpu-unpack.sh || exit 1
-if [ -z "$build" ]; then
-	build=_build/gpu
-	[ -d .gpu/build ] && build=.gpu/build
-fi
-[ -d "$lib" ] && export LD_LIBRARY_PATH="$top/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-q4k="$top/$build/host/cli/q4khost"
-export Q4KHOST_PLUGIN_PATH
-Q4KHOST_PLUGIN_PATH=$(ls -d "$top/$build"/plugins/*/.libs | paste -sd:)
-mkdir -p "$out"
-step() { echo "== $* ($(date +%T))" >&2; }
+. "$top/scripts/bench-lib.sh"
+bench_setup _build/gpu || exit 1
 
 # 1. The models (first: a single core makes them while the GPU works).
-files=()
-IFS=, read -ra names <<<"$models"
-for m in "${names[@]}"; do
-	case $m in
-	*.gguf) files+=("$m") ;;
-	*)
-		f=/tmp/models/$m.gguf
-		if [ ! -f "$f" ]; then
-			step "generating $m"
-			mkdir -p /tmp/models
-			python3 scripts/gen-bench-model.py "$m" "$f.part" >"$out/gen-$m.log" 2>&1 &&
-				mv "$f.part" "$f" || exit 1
-		fi
-		files+=("$f")
-		;;
-	esac
-done
+bench_models "$models" || exit 1
 # 2. llama.cpp, built once per machine.
-missing=
-for t in ${targets//,/ }; do
-	[ -x "$lcp/build/bin/$t" ] || missing+=" $t"
-done
-if [ -n "$missing" ]; then
-	step "building llama.cpp ($targets)"
-	[ -d "$lcp/llama.cpp" ] || { mkdir -p "$lcp" && tar -C "$lcp" -xJf "$tarball"; } || exit 1
-	cmake -S "$lcp/llama.cpp" -B "$lcp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-		-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
-		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >"$out/cmake.log" 2>&1 &&
-		cmake --build "$lcp/build" -j"$(nproc)" --target $missing \
-			>"$out/build.log" 2>&1 ||
-		{ tail -30 "$out/build.log" >&2; exit 1; }
-fi
+build_llamacpp "$tarball" "$lcp" "$targets" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 ||
+	exit 1
 
 [ $prepare -eq 0 ] || exit 0
 if [ -z "$kernels" ]; then
@@ -254,9 +217,7 @@ for f in "${files[@]}"; do
 		{ tail -5 "$out/llama-$base.log" >&2; continue; }
 	for d in "${ds[@]}"; do
 		step "q4khost on $base, $d-token prompt"
-		# One token per character on the benchmark vocabularies (byte
-		# tokens; gemma3-270m's one-character pieces): BOS and D - 1.
-		text=$(python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$d")
+		text=$(bench_prompt "$d")
 		# bench exits 1 when a row was not timed (a variant the model
 		# has no type of): its JSON still holds every row.
 		"$q4k" bench -m "$f" --backend cuda --kernels "$kernels" --f2 off -n "$gen" \

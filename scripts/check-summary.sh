@@ -5,6 +5,7 @@
 # BUILD/tests/*.trs. Exits 1 when make failed or a test failed.
 # Usage: scripts/check-summary.sh BUILD RC   (make's output in BUILD/check.log)
 set -uo pipefail
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 [ $# -eq 2 ] || { echo "usage: $0 BUILD RC" >&2; exit 2; }
 build=$1
 rc=$2

@@ -30,6 +30,9 @@ gemma-3-270m-iq4_xs.gguf beside it (never inside the source tree).
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import numpy as np
 from gguf import (GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter,
                   LlamaFileType)
@@ -218,9 +221,6 @@ def requantize(tensor, stats):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
-        print(__doc__)
-        return
     src = sys.argv[1] if len(sys.argv) > 1 else default_model()
     dst = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
         os.path.dirname(os.path.abspath(src)), "gemma-3-270m-iq4_xs.gguf")

@@ -36,6 +36,9 @@ import os
 import sys
 import tempfile
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import llama_cpp
 import numpy as np
 from gguf import GGUFReader

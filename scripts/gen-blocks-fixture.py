@@ -18,6 +18,9 @@ OUT defaults to tests/fixtures/dequant-blocks.txt beside this script.
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES

@@ -20,6 +20,9 @@ import json
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import llama_cpp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

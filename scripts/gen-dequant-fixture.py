@@ -13,6 +13,9 @@ fills; OUT to tests/fixtures/dequant-gemma3-270m.txt beside this script.
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize

@@ -18,6 +18,9 @@ Usage: scripts/gen-fuzz-seeds.py [OUT_DIR]
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import synthgguf  # noqa: E402
 

@@ -24,6 +24,9 @@ import json
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import numpy as np
 import llama_cpp
 from gguf import GGUFReader

@@ -35,6 +35,9 @@ import os
 import sys
 import tempfile
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import llama_cpp
 
 HERE = os.path.dirname(os.path.abspath(__file__))

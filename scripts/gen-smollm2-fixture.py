@@ -18,6 +18,9 @@ import json
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import llama_cpp
 import numpy as np
 

@@ -55,6 +55,9 @@ import math
 import os
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize

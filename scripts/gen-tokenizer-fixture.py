@@ -18,6 +18,9 @@ import os
 import random
 import sys
 
+from scripthelp import answer_help
+answer_help(__doc__)  # before what may be missing
+
 import llama_cpp
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -5,8 +5,9 @@
 #                       a fast build), everything plus the test programs
 #   .gpu/build          the CLI, the tests/test_cuda_* programs (among them
 #                       test_cuda_graph: whole steps through cuda-mwv's
-#                       fused products), test_batch (its cuda case) and
-#                       every plugins/*/.libs/*.so,
+#                       fused products), test_batch (its cuda case),
+#                       test_cpu_simd (the AVX-512 VNNI gemm, on the
+#                       machine's Xeon) and every plugins/*/.libs/*.so,
 #                       in the build folder's layout
 #   .gpu/lib            the shared libraries they need that a bare Ubuntu
 #                       24.04 with the CUDA toolkit lacks: everything ldd
@@ -36,7 +37,7 @@ mkdir -p "$bundle/build" "$bundle/lib"
 (
 	cd "$build"
 	files=(host/cli/q4khost)
-	for f in tests/test_cuda_* tests/test_batch plugins/*/.libs/*.so; do
+	for f in tests/test_cuda_* tests/test_batch tests/test_cpu_simd plugins/*/.libs/*.so; do
 		case $f in *.c | *.o | *.log | *.trs) continue ;; esac
 		[ -f "$f" ] && [ -x "$f" ] && files+=("$f")
 	done

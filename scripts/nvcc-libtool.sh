@@ -13,6 +13,7 @@
 # the tree replaces (cudafe++'s --orig_src_path_name), and its host object
 # keeps the name of nvcc's temporary file (tmpxft_PID_...), which is
 # stripped (OBJCOPY, default objcopy).
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 nvcc=$1
 shift
 top=$(cd "$(dirname "$0")/.." && pwd -P)

@@ -277,6 +277,40 @@ Test(ab, bench_compares_a_variant_with_the_built_in_kernels, .timeout = 300)
 }
 
 /*
+ * A row F2 could not measure (defect-fail fails every product, F2.4) has
+ * no cosine, in the table or the JSON, and its note says "not measured"
+ * once, with the child's reason.
+ */
+Test(ab, bench_row_not_measured_has_no_cosine_and_says_so_once, .timeout = 300)
+{
+	static const char *const names[] = { "defect_fail", NULL };
+	const char *args = "--kernels defect-fail --no-built-in -n 2 -r 1 -p 'The water cycle'";
+	struct rig r;
+	char *out, json_args[256];
+	const char *row, *note;
+	json_t *j, *f2;
+
+	rig_open(&r, names, tiny_model());
+	cr_assert_eq(q4khost(&r, "", "bench", args, &out), 1, "%s", out);
+	row = strstr(out, "\ncpu ");
+	cr_assert_not_null(row, "%s", out);
+	note = strstr(row, "not timed: F2 not measured: the candidate failed in prefill (F2.4): ");
+	cr_expect_not_null(note, "%s", out);
+	cr_expect_null(strstr(row, "0.0000"), "a cosine on a row that measured none: %s", out);
+	cr_expect_null(strstr(out, "not measured: not measured"), "%s", out);
+	cr_expect(strstr(row, " not measured -") != NULL, "the min cos column is empty: %s", out);
+	free(out);
+	snprintf(json_args, sizeof(json_args), "%s --json", args);
+	cr_assert_eq(q4khost(&r, "", "bench", json_args, &out), 1, "%s", out);
+	j = parse_json(out);
+	f2 = json_object_get(json_array_get(json_object_get(j, "rows"), 0), "f2");
+	cr_expect_str_eq(json_string_value(json_object_get(f2, "verdict")), "not measured");
+	cr_expect(json_is_null(json_object_get(f2, "min_cosine")), "%s", out);
+	json_decref(j);
+	free(out);
+}
+
+/*
  * bench-kernels on the cpu backend, which has none of ABI 1.1's entries:
  * timed by the host clock, no ceiling, every row checked against the
  * built-in before it is timed.
@@ -320,6 +354,16 @@ Test(ab, bench_kernels_checks_then_times_each_kernel, .timeout = 300)
 	cr_expect(strstr(out, "no accepted variant 'nothing'") != NULL, "%s", out);
 	free(out);
 	cr_expect_eq(q4khost(&r, "", "bench-kernels", "--types Q8_K", &out), 2, "%s", out);
+	free(out);
+	/* without --backend: the one run tries first, here the reference */
+	cr_expect_eq(q4khost(&r, "", "bench-kernels",
+	                     "--shapes gemma3-270m --types Q4_K --max-batch 1 --min-mib 2 "
+	                     "--repeat 1 --kernels ''",
+	                     &out),
+	             0, "%s", out);
+	cr_expect(strstr(out, "q4khost bench-kernels: backend cpu, the one q4khost run tries first "
+	                      "here (--backend NAME times another)\n") != NULL,
+	          "%s", out);
 	free(out);
 }
 

@@ -18,6 +18,12 @@
  * on the reference cpu backend (the variant's own threads) and on cpu-fast
  * (the threads it lends, ABI 1.3). Its gemv_glu (ABI 1.4) must give the
  * bits of two gemv and the reference's glu, and refuse on cpu-fast.
+ *
+ * The Q4_K and Q6_K weights repacked for the AVX-512 VNNI gemm (struct
+ * simd_pack_q4_k, simd_pack_q6_k): packed here with the plugin's own
+ * simd_pack.c and read back by the layout as simd.h documents it, on any
+ * CPU; their product emulated in scalar C with the kernel's integer steps;
+ * and the kernel itself, on a CPU with AVX-512 VNNI, at the layout's edges.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -30,6 +36,7 @@
 #include "gguf.h"
 #include "helpers.h"
 #include "q4khost/plugin.h"
+#include "../plugins/cpu-simd/simd.h"
 
 #define ROWS 48
 #define GEMM_COLS 37
@@ -43,7 +50,9 @@ struct env {
 	q4kh_device_ctx *dev;
 	q4kh_kernel_ctx *kctx;
 	struct q4kh_native_device nd;
-	const char *isa; /* the [plugin.cpu-simd] isa setting */
+	const char *isa;     /* the [plugin.cpu-simd] isa setting */
+	const char *threads; /* and its threads; NULL: "2" */
+	const char *repack;  /* and its repack setting; NULL: unset */
 };
 
 static const char *config(void *host_data, const char *key)
@@ -52,7 +61,9 @@ static const char *config(void *host_data, const char *key)
 
 	if (!strcmp(key, "isa"))
 		return e->isa;
-	return !strcmp(key, "threads") ? "2" : NULL;
+	if (!strcmp(key, "repack"))
+		return e->repack;
+	return !strcmp(key, "threads") ? (e->threads ? e->threads : "2") : NULL;
 }
 
 /* BACKEND ("cpu", "cpu-fast") and the variant's table; the variant's
@@ -147,7 +158,8 @@ static float *fetch(struct env *e, const struct q4kh_tensor *t)
 
 /*
  * ROWS rows of the model's first {K, N} weight of TYPE, from the middle
- * moved SHIFT rows on.
+ * moved SHIFT rows on (weight_rows(); without a model G, the blocks
+ * fixture's Q4_K or Q6_K rows made each its own).
  */
 struct weight {
 	const char *name;
@@ -156,11 +168,39 @@ struct weight {
 	double *exact;        /* ROWS x k, dequantised by the cpu plugin */
 };
 
-/* ROWS rows of TYPE from the blocks fixture, its rows repeated, into W. */
-static void fixture_rows(struct env *e, uint32_t type, struct weight *w)
+/*
+ * Row I of a Q4_K or Q6_K copy made its own: in every super-block, the
+ * codes (Q4_K qs, Q6_K ql) and the scales rotated by I bytes. Any bytes
+ * there are valid blocks, and d stays: the reference dequantises the
+ * result exactly as it does the file's.
+ */
+static void vary_row(uint32_t type, uint8_t *row, size_t row_bytes, int i)
+{
+	const int q4 = type == Q4KH_TYPE_Q4_K;
+	const size_t bb = q4kh_type_block_bytes(type);
+	/* Offsets and lengths of the codes and the scales in a block. */
+	const size_t codes = q4 ? offsetof(struct q4kh_block_q4_k, qs) : 0;
+	const size_t scales = q4 ? offsetof(struct q4kh_block_q4_k, scales)
+	                         : offsetof(struct q4kh_block_q6_k, scales);
+	const size_t sizes[2] = { Q4KH_QK_K / 2, q4 ? 12 : Q4KH_QK_K / 16 };
+
+	for (uint8_t *b = row; b < row + row_bytes; b += bb)
+		for (int f = 0; f < 2; f++) {
+			uint8_t tmp[Q4KH_QK_K / 2], *at = b + (f ? scales : codes);
+
+			for (size_t j = 0; j < sizes[f]; j++)
+				tmp[j] = at[(j + (size_t)i) % sizes[f]];
+			memcpy(at, tmp, sizes[f]);
+		}
+}
+
+/* ROWS rows of TYPE from the blocks fixture into W: its rows repeated, or
+ * with VARY (Q4_K, Q6_K) each made its own by vary_row(). */
+static void fixture_rows(struct env *e, uint32_t type, int vary, struct weight *w)
 {
 	struct blocks_fixture bf;
 	const struct blocks_tensor *bt;
+	uint8_t *rows;
 
 	blocks_fixture_load(&bf);
 	bt = blocks_fixture_find(&bf, type);
@@ -168,12 +208,18 @@ static void fixture_rows(struct env *e, uint32_t type, struct weight *w)
 	                   q4kh_type_name(type));
 	w->k = bt->ne0;
 	w->t.nb[1] = (int64_t)bt->row_bytes;
+	rows = malloc(bt->row_bytes * ROWS);
+	cr_assert_not_null(rows);
+	for (int i = 0; i < ROWS; i++) {
+		memcpy(rows + bt->row_bytes * (size_t)i,
+		       bt->bytes + bt->row_bytes * (size_t)(i % bt->rows), bt->row_bytes);
+		if (vary)
+			vary_row(type, rows + bt->row_bytes * (size_t)i, bt->row_bytes, i);
+	}
 	cr_assert_eq(e->b->buffer_alloc(e->dev, bt->row_bytes * ROWS, &w->t.buffer), Q4KH_OK);
-	for (int i = 0; i < ROWS; i++)
-		cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, bt->row_bytes * (uint64_t)i,
-		                                 bt->bytes + bt->row_bytes * (uint64_t)(i % bt->rows),
-		                                 bt->row_bytes),
-		             Q4KH_OK);
+	cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0, rows, bt->row_bytes * ROWS),
+	             Q4KH_OK);
+	free(rows);
 	blocks_fixture_free(&bf);
 }
 
@@ -186,7 +232,7 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 	uint64_t rb;
 	float *v;
 
-	for (uint64_t i = 0; i < g->n_tensors && !gt; i++)
+	for (uint64_t i = 0; g && i < g->n_tensors && !gt; i++)
 		if (g->tensors[i].type == type && g->tensors[i].n_dims == 2 &&
 		    g->tensors[i].ne[1] >= ROWS)
 			gt = &g->tensors[i];
@@ -205,7 +251,7 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 		                                 rb * ROWS),
 		             Q4KH_OK);
 	} else {
-		fixture_rows(e, type, w);
+		fixture_rows(e, type, !g, w);
 	}
 	w->t.ne[0] = w->k;
 	w->t.nb[2] = w->t.nb[3] = w->t.nb[1] * ROWS;
@@ -250,17 +296,21 @@ static float *activations(int64_t k, int64_t t)
 	return x;
 }
 
-/* Check column c of got against float64 and the bound of the header. */
-static void check_column(const struct weight *w, const char *isa, int64_t cols,
-                         int64_t c, const float *x, const float *got)
+/*
+ * Check rows [0, N) of column c of got against float64 and the bound of
+ * the header: weight row r's K values at EXACT + r * LD.
+ */
+static void check_rows(const char *name, const double *exact_w, int64_t ld, int64_t k,
+                       int64_t n, const char *isa, int64_t cols, int64_t c, const float *x,
+                       const float *got)
 {
 	const int64_t block = 32;
 
-	for (int64_t r = 0; r < ROWS; r++) {
-		const double *wr = w->exact + r * w->k;
+	for (int64_t r = 0; r < n; r++) {
+		const double *wr = exact_w + r * ld;
 		double exact = 0, mag = 0, bound = 0;
 
-		for (int64_t b = 0; b < w->k / block; b++) {
+		for (int64_t b = 0; b < k / block; b++) {
 			double amax = 0, wabs = 0;
 
 			for (int64_t i = b * block; i < (b + 1) * block; i++) {
@@ -273,11 +323,18 @@ static void check_column(const struct weight *w, const char *isa, int64_t cols,
 		}
 		bound += 1e-5 * mag;
 		cr_assert(fabs(got[r] - exact) <= bound,
-		          "%s %s, %lld columns: y[%lld, %lld] = %.9g, float64 %.9g, "
+		          "%s %s, K %lld, %lld columns: y[%lld, %lld] = %.9g, float64 %.9g, "
 		          "error %.3g > bound %.3g",
-		          w->name, isa, (long long)cols, (long long)r, (long long)c,
+		          name, isa, (long long)k, (long long)cols, (long long)r, (long long)c,
 		          (double)got[r], exact, fabs(got[r] - exact), bound);
 	}
+}
+
+/* Check column c of got: every one of w's ROWS rows. */
+static void check_column(const struct weight *w, const char *isa, int64_t cols,
+                         int64_t c, const float *x, const float *got)
+{
+	check_rows(w->name, w->exact, w->k, w->k, ROWS, isa, cols, c, x, got);
 }
 
 /* y = w x through gemv (cols <= max) or gemm; every column checked. */
@@ -399,6 +456,10 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 	cr_expect_eq(env_variant(e, "sse9"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
 	                 "[plugin.cpu-simd] isa = \"sse9\": expected auto, avx2 or avx512-vnni");
+	e->repack = "yes";
+	cr_expect_eq(env_variant(e, "auto"), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->v->last_error(NULL),
+	                 "[plugin.cpu-simd] repack = \"yes\": expected on or off");
 	env_close(e);
 }
 
@@ -554,4 +615,390 @@ Test(cpu_simd, exports_exactly_the_entry_symbol)
 	n = test_exported_symbols(so, first, sizeof(first));
 	cr_assert_eq(n, 1, "cpu-simd.so exports %d symbols", n);
 	cr_assert_str_eq(first, "q4kh_plugin_entry_v1");
+}
+
+/* ---- The packed layout of the AVX-512 VNNI gemm (simd.h) ---- */
+
+/* Rows of a packed test weight: two whole tiles and 5 rows of a third. */
+#define PACK_N 37
+
+/* Code I (< 256) of row R's super-block from the octets QS, 4 bits. */
+static int octet_code(const uint8_t qs[32][SIMD_PACK_ROWS][4], int r, int i)
+{
+	const uint8_t byte = qs[i / 8][r][i % 4];
+
+	return i % 8 < 4 ? byte & 0x0F : byte >> 4;
+}
+
+/* The packed super-block of row R (of N) that holds value V, and R's lane. */
+static const void *packed_block(int type, const void *packed, int64_t k, int64_t r, int64_t v)
+{
+	const size_t bytes = simd_pack_bytes(type, SIMD_PACK_ROWS, Q4KH_QK_K);
+
+	return (const uint8_t *)packed +
+	       bytes * (size_t)(r / SIMD_PACK_ROWS * (k / Q4KH_QK_K) + v / Q4KH_QK_K);
+}
+
+/* Row R's code of value V (Q6_K: with bits 4 and 5, before the - 32). */
+static int packed_code(int type, const void *packed, int64_t k, int64_t r, int64_t v)
+{
+	const int lane = (int)(r % SIMD_PACK_ROWS), i = (int)(v % Q4KH_QK_K);
+
+	if (type == SIMD_Q4_K) {
+		const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v);
+
+		return octet_code(b->qs, lane, i);
+	} else {
+		const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v);
+		const int h = b->qh[i / 16][lane][i % 4] >> (2 * (i % 16 / 4)) & 3;
+
+		return octet_code(b->ql, lane, i) | h << 4;
+	}
+}
+
+/* Row R's value V as the layout gives it, by ggml's formulas (quant.h);
+ * *mag: the size of its terms, for the tolerance. */
+static double packed_value(int type, const void *packed, int64_t k, int64_t r, int64_t v,
+                           double *mag)
+{
+	const int lane = (int)(r % SIMD_PACK_ROWS), i = (int)(v % Q4KH_QK_K);
+	const int q = packed_code(type, packed, k, r, v);
+
+	if (type == SIMD_Q4_K) {
+		const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v);
+		const double d1 = (double)b->d[lane] * b->sc[i / 32][lane];
+		const double m1 = (double)b->dmin[lane] * b->m[i / 32][lane];
+
+		*mag = fabs(d1 * q) + fabs(m1);
+		return d1 * q - m1;
+	} else {
+		const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v);
+		const double d1 = (double)b->d[lane] * b->sc[i / 16][lane];
+
+		*mag = fabs(d1 * (q - 32));
+		return d1 * (q - 32);
+	}
+}
+
+/* W's first N rows (of its first K values each) repacked, the first tile
+ * apart from the others as by two threads. */
+static void *pack_weight(const struct weight *w, int type, int64_t k, int64_t n, struct env *e)
+{
+	const size_t bytes = simd_pack_bytes(type, n, k);
+	void *packed = aligned_alloc(64, bytes);
+	const uint8_t *rows;
+
+	cr_assert_not_null(packed);
+	memset(packed, 0xA5, bytes); /* padding must be written, not left */
+	rows = (const uint8_t *)e->nd.address(w->t.buffer) + w->t.offset;
+	simd_pack_tiles(type, rows, w->t.nb[1], n, k, 0, 1, packed);
+	simd_pack_tiles(type, rows, w->t.nb[1], n, k, 1, (n + 15) / 16, packed);
+	return packed;
+}
+
+/* The types with a packed layout, as GGUF and enum simd_wtype give them. */
+static const uint32_t packed_gguf[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K };
+static const int packed_wtype[] = { SIMD_Q4_K, SIMD_Q6_K };
+
+static void weight_free(struct env *e, struct weight *w)
+{
+	e->b->buffer_free(e->dev, w->t.buffer);
+	free(w->exact);
+}
+
+Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeout = 120)
+{
+	struct env *e = env_open();
+	for (int t = 0; t < 2; t++) {
+		struct weight w;
+		void *packed;
+
+		weight_rows(e, NULL, packed_gguf[t], 0, &w);
+		cr_assert_eq(w.k % Q4KH_QK_K, 0);
+		cr_assert_eq(simd_pack_bytes(packed_wtype[t], PACK_N, w.k),
+		             3 * (size_t)(w.k / Q4KH_QK_K) * (t ? 3392 : 2432));
+		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
+		for (int64_t r = 0; r < 3 * SIMD_PACK_ROWS; r++)
+			for (int64_t v = 0; v < w.k; v++) {
+				double mag, got = packed_value(packed_wtype[t], packed, w.k, r, v, &mag);
+				const double want = r < PACK_N ? w.exact[r * w.k + v] : 0;
+
+				cr_assert(fabs(got - want) <= 1e-6 * mag,
+				          "%s row %lld value %lld: packed %.9g, reference %.9g",
+				          w.name, (long long)r, (long long)v, got, want);
+				if (r >= PACK_N)
+					cr_assert_eq(packed_code(packed_wtype[t], packed, w.k, r, v), 0,
+					             "%s padding row %lld", w.name, (long long)r);
+			}
+		free(packed);
+		weight_free(e, &w);
+	}
+	env_close(e);
+}
+
+/*
+ * Column X (K values) quantised as struct simd_act says (d = max |x| /
+ * SIMD_QMAX, q rounded to nearest even) and split: q = 256 hi + lo, with
+ * the sums of q per 32 (sum) and per 16 (s16) and ds = d sum.
+ */
+struct split_col {
+	int8_t *hi, *lo;
+	float *d, *ds, *s16;
+	int32_t *sum;
+	struct simd_act act; /* the same, as the kernels take it */
+};
+
+static void split_col(const float *x, int64_t k, struct split_col *col)
+{
+	col->hi = malloc((size_t)k);
+	col->lo = malloc((size_t)k);
+	col->d = malloc(sizeof(float) * (size_t)(k / 32));
+	col->ds = malloc(sizeof(float) * (size_t)(k / 32));
+	col->s16 = calloc((size_t)(k / 16), sizeof(float));
+	col->sum = malloc(sizeof(int32_t) * (size_t)(k / 32));
+	cr_assert(col->hi && col->lo && col->d && col->ds && col->s16 && col->sum);
+	for (int64_t b = 0; b < k / 32; b++) {
+		float amax = 0;
+
+		for (int i = 0; i < 32; i++)
+			amax = fmaxf(amax, fabsf(x[32 * b + i]));
+		col->d[b] = amax / SIMD_QMAX;
+		col->sum[b] = 0;
+		for (int i = 0; i < 32; i++) {
+			const int q = (int)rintf(x[32 * b + i] * (amax > 0 ? SIMD_QMAX / amax : 0));
+
+			col->hi[32 * b + i] = (int8_t)((q + 128) >> 8);
+			col->lo[32 * b + i] = (int8_t)(q - 256 * ((q + 128) >> 8));
+			col->sum[b] += q;
+			col->s16[2 * b + i / 16] += (float)q;
+		}
+		col->ds[b] = col->d[b] * (float)col->sum[b];
+	}
+	col->act = (struct simd_act){ NULL, col->d, col->ds, col->hi, col->lo, col->s16 };
+}
+
+static void split_col_free(struct split_col *col)
+{
+	free(col->hi);
+	free(col->lo);
+	free(col->d);
+	free(col->ds);
+	free(col->s16);
+	free(col->sum);
+}
+
+/*
+ * The packed product of row R with one column, in the kernel's steps: per
+ * scale group an int32 sum of codes times the column's high bytes, shifted
+ * by 8, plus the sum against its low bytes; then scaled, and the Q4_K mins
+ * or the Q6_K - 32 taken off through the column's sums.
+ */
+static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
+                           const struct split_col *col)
+{
+	const int8_t *hi = col->hi, *lo = col->lo;
+	const float *d = col->d;
+	const int32_t *sum = col->sum;
+	const int lane = (int)(r % SIMD_PACK_ROWS), group = type == SIMD_Q4_K ? 32 : 16;
+	double y = 0;
+
+	for (int64_t v0 = 0; v0 < k; v0 += group) {
+		const int i = (int)(v0 % Q4KH_QK_K);
+		int32_t ph = 0, pl = 0, qsum = 0;
+
+		for (int64_t v = v0; v < v0 + group; v++) {
+			const int c = packed_code(type, packed, k, r, v);
+
+			ph += c * hi[v];
+			pl += c * lo[v];
+			qsum += 256 * hi[v] + lo[v];
+		}
+		if (type == SIMD_Q4_K) {
+			const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v0);
+
+			y += (double)(ph * 256 + pl) * b->d[lane] * b->sc[i / 32][lane] * d[v0 / 32] -
+			     (double)b->dmin[lane] * b->m[i / 32][lane] * d[v0 / 32] * sum[v0 / 32];
+		} else {
+			const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v0);
+
+			y += ((double)(ph * 256 + pl) - 32.0 * qsum) * b->d[lane] *
+			     b->sc[i / 16][lane] * d[v0 / 32];
+		}
+	}
+	return y;
+}
+
+Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 120)
+{
+	struct env *e = env_open();
+	for (int t = 0; t < 2; t++) {
+		struct weight w;
+		float *x, y[PACK_N];
+		void *packed;
+
+		weight_rows(e, NULL, packed_gguf[t], 0, &w);
+		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
+		x = activations(w.k, 3);
+		for (int c = 0; c < 3; c++) {
+			struct split_col col;
+
+			split_col(x + c * w.k, w.k, &col);
+			for (int64_t r = 0; r < PACK_N; r++)
+				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, &col);
+			check_rows(w.name, w.exact, w.k, w.k, PACK_N, "scalar", 3, c, x + c * w.k, y);
+			split_col_free(&col);
+		}
+		free(x);
+		free(packed);
+		weight_free(e, &w);
+	}
+	env_close(e);
+}
+
+/* Columns of y the kernels write N rows of, PAD floats apart beyond them. */
+#define PAD 16
+
+/*
+ * The VNNI kernel's own code (plugins/cpu-simd/simd_vnni_packed.c, built
+ * into this program against tests/avx512-emu/immintrin.h: its intrinsics
+ * in plain C) at the tiles' edges, on any CPU: 5, 16, 17 and 37 rows, K of
+ * one super-block and of two, 1 .. 33 columns (blocks of 8 and their
+ * remainders), the tiles in two parts as by two threads. Every value
+ * within the bound, nothing written past a column's N rows, and a column's
+ * bits the same whatever the batch.
+ */
+Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
+{
+	static const simd_packed_fn kernel[] = { simd_vnni_packed_q4_k, simd_vnni_packed_q6_k };
+	static const int64_t rows[] = { 5, 16, 17, PACK_N };
+	struct env *e = env_open();
+
+	for (int t = 0; t < 2; t++) {
+		struct weight w;
+
+		weight_rows(e, NULL, packed_gguf[t], 0, &w);
+		for (int64_t k = Q4KH_QK_K; k <= w.k; k += w.k - Q4KH_QK_K) {
+			float *x = activations(k, 33);
+			struct split_col col[33];
+			struct simd_act act[33];
+
+			for (int c = 0; c < 33; c++) {
+				split_col(x + c * k, k, &col[c]);
+				act[c] = col[c].act;
+			}
+			for (int n = 0; n < 4; n++) {
+				const int64_t ld = rows[n] + PAD, tiles = (rows[n] + 15) / 16;
+				void *packed = pack_weight(&w, packed_wtype[t], k, rows[n], e);
+				float *y = malloc(sizeof(float) * (size_t)(33 * ld)), *yc[33];
+				float *first = malloc(sizeof(float) * (size_t)rows[n]);
+
+				cr_assert(y && first);
+				for (int cols = 1; cols <= 33; cols++) {
+					for (int64_t i = 0; i < 33 * ld; i++)
+						y[i] = NAN;
+					for (int c = 0; c < cols; c++)
+						yc[c] = y + c * ld;
+					kernel[t](packed, rows[n], k, 0, 1, act, cols, yc);
+					kernel[t](packed, rows[n], k, 1, tiles, act, cols, yc);
+					for (int c = 0; c < cols; c++) {
+						check_rows(w.name, w.exact, w.k, k, rows[n], "emulated avx512-vnni",
+						           cols, c, x + c * k, yc[c]);
+						for (int64_t i = rows[n]; i < ld; i++)
+							cr_assert(isnan(yc[c][i]), "%s K %lld, %lld rows: column %d "
+							          "written at row %lld", w.name, (long long)k,
+							          (long long)rows[n], c, (long long)i);
+					}
+					if (cols == 1)
+						memcpy(first, y, sizeof(float) * (size_t)rows[n]);
+					cr_assert_eq(memcmp(first, y, sizeof(float) * (size_t)rows[n]), 0,
+					             "%s K %lld: column 0 differs between 1 and %d columns",
+					             w.name, (long long)k, cols);
+				}
+				free(first);
+				free(y);
+				free(packed);
+			}
+			for (int c = 0; c < 33; c++)
+				split_col_free(&col[c]);
+			free(x);
+		}
+		weight_free(e, &w);
+	}
+	env_close(e);
+}
+
+/*
+ * Through the plugin with the AVX-512 VNNI kernels: gemm of 1 .. 33
+ * columns on N rows (a part of a tile, a whole one, a tile and a row, two
+ * tiles and part of a third), K of one super-block and the weight's whole
+ * K (a view of the first values of each row), on 1 and 3 threads; every
+ * value within the bound, and column 0 the same bits whatever the batch.
+ */
+Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .timeout = 600)
+{
+	static const int64_t rows[] = { 5, 16, 17, PACK_N };
+	static const char *const threads[] = { "1", "3" };
+	struct env *e;
+
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
+		             "(its layout and steps are checked by the tests above)");
+	e = env_open();
+	for (int th = 0; th < 2; th++) {
+		e->threads = threads[th];
+		cr_assert_eq(env_variant(e, "avx512-vnni"), Q4KH_OK, "%s", e->v->last_error(NULL));
+		for (int t = 0; t < 2; t++) {
+			struct weight w;
+			float *x;
+
+			weight_rows(e, NULL, packed_gguf[t], 0, &w);
+			x = activations(w.k, 33);
+			for (int kk = 0; kk < 2; kk++) {
+				const int64_t k = kk ? w.k : Q4KH_QK_K;
+				float *xk = malloc(sizeof(float) * (size_t)(k * 33)), *first = NULL;
+
+				cr_assert_not_null(xk);
+				for (int64_t c = 0; c < 33; c++)
+					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
+				for (int n = 0; n < 4; n++) {
+					struct q4kh_tensor view = w.t;
+					q4kh_prepared *p;
+
+					view.ne[0] = k;
+					view.ne[1] = rows[n];
+					cr_assert_eq(e->v->prepare(e->kctx, &e->nd, &view, &p), Q4KH_OK, "%s",
+					             e->v->last_error(e->kctx));
+					for (int64_t cols = 1; cols <= 33; cols++) {
+						struct q4kh_tensor xt = f32_tensor(e, k, cols, 64, xk);
+						struct q4kh_tensor yt = f32_tensor(e, rows[n], cols, 32, NULL);
+						float *y;
+
+						cr_assert_eq(e->v->gemm(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK,
+						             "%s", e->v->last_error(e->kctx));
+						y = fetch(e, &yt);
+						for (int64_t c = 0; c < cols; c++)
+							check_rows(w.name, w.exact, w.k, k, rows[n], "avx512-vnni",
+							           cols, c, xk + c * k, y + c * rows[n]);
+						if (n == 3 && !first)
+							first = y;
+						else if (n == 3)
+							cr_assert_eq(memcmp(first, y, sizeof(float) * PACK_N), 0,
+							             "%s K %lld: column 0 differs between 1 and "
+							             "%lld columns", w.name, (long long)k,
+							             (long long)cols);
+						if (y != first)
+							free(y);
+						e->b->buffer_free(e->dev, xt.buffer);
+						e->b->buffer_free(e->dev, yt.buffer);
+					}
+					e->v->release(e->kctx, p);
+				}
+				free(first);
+				free(xk);
+			}
+			free(x);
+			weight_free(e, &w);
+		}
+	}
+	env_close(e);
 }

@@ -428,7 +428,7 @@ TestSuite(f2_classes, .init = setup_classes, .fini = teardown_classes);
 
 static uint32_t path_class(const char *backend, const char *variant)
 {
-	const struct q4kh_candidate c = { backend, 0, variant };
+	const struct q4kh_candidate c = { .backend = backend, .variant = variant };
 
 	cr_assert_not_null(q4kh_registry_find(class_reg, backend), "%s", backend);
 	cr_assert(!variant || q4kh_registry_find(class_reg, variant), "%s", variant);

@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <jansson.h>
@@ -699,29 +700,21 @@ Test(first_run, a_relative_cache_home_is_ignored_for_the_model_and_the_receipts)
 	free(out);
 }
 
-/* Backend names: bench lists the backends as run does, and bench-kernels
- * says how to leave its cuda default. */
+/* Backend names: bench lists the backends as run does. (bench-kernels'
+ * default, the backend run tries first, is test_ab's.) */
 Test(first_run, backend_errors_say_what_is_there)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	static const char *const cases[][2] = {
-		{ "bench --backend bogus", "q4khost bench: --backend bogus: no backend plugin of that "
-		                           "name on the plugin path " },
-		{ "bench-kernels", "; cuda is the default: --backend NAME times another (cpu-fast: "
-		                   "the CPU's variants)\n" },
-	};
 	char args[8192], *out;
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		snprintf(args, sizeof(args), "%s -m %s --plugin-path %s", cases[i][0], tiny_model(),
-		         plugins);
-		if (!strcmp(cases[i][0], "bench-kernels"))
-			snprintf(args, sizeof(args), "bench-kernels --plugin-path %s", plugins);
-		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s: %s", args, out);
-		cr_expect(strstr(out, cases[i][1]) != NULL, "%s: %s", args, out);
-		cr_expect(strstr(out, "cpu") != NULL, "the backends there: %s", out);
-		free(out);
-	}
+	snprintf(args, sizeof(args), "bench --backend bogus -m %s --plugin-path %s", tiny_model(),
+	         plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s: %s", args, out);
+	cr_expect(strstr(out, "q4khost bench: --backend bogus: no backend plugin of that name on "
+	                      "the plugin path ") != NULL,
+	          "%s: %s", args, out);
+	cr_expect(strstr(out, "cpu") != NULL, "the backends there: %s", out);
+	free(out);
 }
 
 /* More --threads than CPUs is said in one line; --top-k 0 is explained. */
@@ -1372,4 +1365,50 @@ Test(first_run, a_filter_that_leaves_no_candidate_says_which_and_fails, .timeout
 	         only_cpu);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
+}
+
+/*
+ * Every script answers --help with exit 0 in an empty environment, the
+ * Python ones on a Python without its site packages (no NumPy, gguf-py or
+ * llama-cpp-python): the README says so. A file without "#!" is a module
+ * another script imports or a test runs, and is not executable.
+ */
+Test(first_run, every_script_answers_help_with_nothing_installed, .timeout = 300)
+{
+	const char *home = test_tmpdir();
+	char dir[4200], path[4500], head[3] = "", cmd[9100], *out;
+	struct dirent *e;
+	DIR *d;
+	int scripts = 0;
+
+	snprintf(dir, sizeof(dir), "%s/scripts", test_srcdir());
+	d = opendir(dir);
+	cr_assert_not_null(d, "%s", dir);
+	while ((e = readdir(d))) {
+		const size_t n = strlen(e->d_name);
+		const int python = n > 3 && !strcmp(e->d_name + n - 3, ".py");
+		struct stat st;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (e->d_name[0] == '.' || stat(path, &st) || !S_ISREG(st.st_mode))
+			continue;
+		cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+		head[0] = 0;
+		cr_expect(fgets(head, sizeof(head), f) || feof(f), "%s", path);
+		fclose(f);
+		if (strcmp(head, "#!")) {
+			cr_expect_eq(st.st_mode & 0111, 0, "%s: executable without a #! line", path);
+			continue;
+		}
+		cr_expect_neq(st.st_mode & 0100, 0, "%s: a #! line but not executable", path);
+		snprintf(cmd, sizeof(cmd), "cd %s && env -i PATH=/usr/bin:/bin HOME=%s %s %s --help",
+		         home, home, python ? "python3 -S" : "", path);
+		cr_expect_eq(test_shell(cmd, &out), 0, "%s --help: %s", path, out);
+		cr_expect_gt(strlen(out), 40, "%s --help says what it does: %s", path, out);
+		free(out);
+		scripts++;
+	}
+	closedir(d);
+	cr_expect_geq(scripts, 35, "the scripts found: %d", scripts);
 }

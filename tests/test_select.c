@@ -518,3 +518,85 @@ Test(select, a_variant_with_none_of_the_models_types_is_not_applicable, .timeout
 	json_decref(j);
 	free(out);
 }
+
+/*
+ * How many openat() lines of the strace -f log LOG name PATH in the
+ * traced command's own process (the log's first pid), failed ones aside;
+ * -1 when the log holds no line.
+ */
+static int parent_opens(const char *log, const char *path)
+{
+	char line[8192];
+	long first = -1;
+	int n = 0;
+	FILE *f = fopen(log, "r");
+
+	cr_assert_not_null(f, "%s", log);
+	while (fgets(line, sizeof(line), f)) {
+		long pid = strtol(line, NULL, 10);
+
+		if (first < 0)
+			first = pid;
+		n += pid == first && strstr(line, "openat(") && strstr(line, path) &&
+		     !strstr(line, "= -1 ");
+	}
+	fclose(f);
+	return first < 0 ? -1 : n;
+}
+
+/*
+ * One host context for the command (docs/architecture.md section 7):
+ * run on the tiny model, with cpu-fast and cpu-simd to judge, maps the
+ * model file once and initialises each backend once in its own process,
+ * whether F2 measures in a child (no receipt yet) or reads the receipt;
+ * the child is another process and opens its own. The counts come from
+ * run --json's "host"; where strace runs here it counts the openat()
+ * calls of the model file too.
+ */
+Test(select, run_opens_the_model_once_and_starts_each_backend_once, .timeout = 240)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins, *receipts = test_tmpdir();
+	char *out, args[8192], env[4400], log[4200];
+	int traced;
+
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-fast");
+	add_built_plugin(plugins, "cpu-simd");
+	snprintf(log, sizeof(log), "%s/openat.log", receipts);
+	traced = system("strace -f -o /dev/null true >/dev/null 2>&1") == 0;
+	if (!traced)
+		cr_log_info("strace does not run here: the model's opens are counted by run --json alone");
+	snprintf(env, sizeof(env), "%s%s", traced ? "strace -f -e trace=openat -o " : "",
+	         traced ? log : "");
+	snprintf(args, sizeof(args), "run -n 2 -p Hello --threads 2 --json -m %s --plugin-path %s",
+	         tiny_model(), plugins);
+	for (int pass = 0; pass < 2; pass++) {
+		json_t *j;
+
+		cr_assert_eq(test_q4khost(env, receipts, args, &out), 0, "%s", out);
+		j = parse_json(out);
+		cr_expect_str_eq(jget(j, "backend.name"), "cpu-fast");
+		cr_expect_str_eq(jget(j, "kernels.Q4_K.plugin"), "cpu-simd");
+		cr_expect_str_eq(jget(j, "f2.verdict"), "pass");
+		cr_expect(strncmp(jget(j, "f2.source"), pass ? "receipt" : "fresh", 5) == 0,
+		          "pass %d: %s", pass, jget(j, "f2.source"));
+		cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "host"),
+		                                                "model_opens")), 1, "%s", out);
+		for (int b = 0; b < 2; b++) {
+			const char *name = b ? "cpu-fast" : "cpu";
+			json_t *inits = json_object_get(json_object_get(j, "host"), "backend_inits");
+
+			cr_expect_eq(json_integer_value(json_object_get(inits, name)), 1,
+			             "pass %d: %s initialised %lld times", pass, name,
+			             (long long)json_integer_value(json_object_get(inits, name)));
+		}
+		if (traced)
+			cr_expect_eq(parent_opens(log, tiny_model()), 1,
+			             "pass %d: run opened %s %d times (log %s)", pass, tiny_model(),
+			             parent_opens(log, tiny_model()), log);
+		json_decref(j);
+		free(out);
+	}
+}

@@ -325,13 +325,36 @@ Test(validate, a_childs_last_line_is_its_reason, .init = cr_redirect_stderr)
 }
 
 /*
- * A deep measurement with stderr in a log (no terminal): the estimate
- * comes as a line of its own once the first positions are done, and the
- * status as a line a minute, with no terminal's carriage returns. On the
- * tiny llama model the reference runs alone first (validate shares it),
- * then defect-hang hangs in its first product until the time limit.
+ * A deep measurement with stderr in a log (no terminal) says, before its
+ * long work starts, how long it will take and what it counts: on the tiny
+ * llama model the reference runs alone first (validate shares it), then
+ * the candidate, each timed first on the probe's first positions. No
+ * terminal's carriage returns.
  */
-Test(validate, a_deep_measurement_gives_a_log_its_estimate_and_a_line_a_minute, .timeout = 200)
+Test(validate, a_deep_measurement_gives_a_log_its_estimate_before_it_starts, .timeout = 200)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = on_tiny(test_plugin_dir(names));
+	char args[8400], *out;
+
+	snprintf(args, sizeof(args),
+	         "validate --deep --ctx 200 --kernel cpu-q8act --plugin-path %s", plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "q4khost validate: F2 of cpu/cpu-q8act (device 0): deep probe: about ") !=
+	                  NULL,
+	          "%s", out);
+	cr_expect(strstr(out, " for 400 positions (the reference's 200 alone, then the candidate's "
+	                      "200), at the pace of their first 32 on this machine\n") != NULL,
+	          "%s", out);
+	cr_expect_null(strchr(out, '\r'), "%s", out);
+	free(out);
+}
+
+/*
+ * The status as a line a minute in a log: defect-hang hangs in its first
+ * product, the one that times its pace, until the time limit.
+ */
+Test(validate, a_deep_measurement_gives_a_log_a_line_a_minute, .timeout = 200)
 {
 	static const char *const names[] = { "defect_hang", NULL };
 	const char *plugins = on_tiny(test_plugin_dir(names));
@@ -342,17 +365,10 @@ Test(validate, a_deep_measurement_gives_a_log_its_estimate_and_a_line_a_minute, 
 	         "validate --deep --ctx 200 --kernel defect-hang --timeout 65 --plugin-path %s",
 	         plugins);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 1, "%s", out);
-	cr_expect(strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): deep probe: 400 "
-	                      "positions, about ") != NULL,
-	          "%s", out);
-	cr_expect(strstr(out, " pos/s on this machine (the pace of the first ") != NULL, "%s",
-	          out);
 	/* a minute in, give or take a poll on a busy machine */
 	minute = strstr(out, "q4khost validate: F2 of cpu/defect-hang (device 0): 6");
 	cr_expect_not_null(minute, "%s", out);
-	cr_expect(minute && strstr(minute, " s, 200/400 positions, about "), "%s", out);
-	cr_expect(minute && strstr(minute, " left, against the reference (no receipt)\n"), "%s",
-	          out);
+	cr_expect(minute && strstr(minute, " s, against the reference (no receipt)\n"), "%s", out);
 	cr_expect_null(strchr(out, '\r'), "%s", out);
 	free(out);
 }

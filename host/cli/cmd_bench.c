@@ -41,7 +41,6 @@ struct bench_opts {
 
 struct row {
 	struct q4kh_candidate c;
-	struct q4kh_device_record dev;
 	int reference;         /* cpu with its built-in kernels: not guarded */
 	struct q4kh_guard_decision d;
 	int decided;           /* F2 gave d for this row (else d is not filled) */
@@ -185,7 +184,7 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 		q4kh_backend_close(&b);
 		return -1;
 	}
-	row.dev = b.record;
+	row.c.dev = b.record;
 	q4kh_backend_close(&b);
 	if (ord.choice.others[0] && used < others_cap)
 		snprintf(others + used, others_cap - used, "%s%s", used ? ", " : "",
@@ -204,7 +203,9 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 			j++;
 		if (j < *n)
 			continue;
-		row.c = (struct q4kh_candidate){ p->name, (uint32_t)o->c.device, variant };
+		row.c.backend = p->name;
+		row.c.device = (uint32_t)o->c.device;
+		row.c.variant = variant;
 		row.reference = !variant && !strcmp(p->name, "cpu");
 		if (push(rows, n, &row))
 			return q4kh_fail(err, "out of memory");
@@ -317,6 +318,17 @@ static const char *verdict(const struct row *r, enum q4kh_f2_mode mode)
 	return r->decided ? q4kh_f2_verdict_name(r->d.verdict) : NULL;
 }
 
+/* "F2 reject: WHY" as R's note; a message that starts with its verdict's
+ * name ("not measured: ...") says it once. */
+static void verdict_note(struct row *r)
+{
+	const char *v = q4kh_f2_verdict_name(r->d.verdict), *m = r->d.receipt.message;
+	const int named = !strncmp(m, v, strlen(v)) && m[strlen(v)] == ':';
+
+	snprintf(r->note, sizeof(r->note), "F2 %s%s%.580s", named ? "" : v, named ? "" : ": ",
+	         m);
+}
+
 static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode)
 {
 	printf("%-8s %-6s %-16s %13s %13s  %-12s %-8s %-9s %s\n", "backend", "device",
@@ -359,7 +371,7 @@ static json_t *row_json(const struct row *r, enum q4kh_f2_mode mode)
 		json_object_set_new(f2, "message", json_string(r->d.receipt.message));
 	}
 	return json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:o, s:s?}", "backend", r->c.backend,
-	                 "device", (int)r->c.device, "device_name", r->dev.name, "kernel",
+	                 "device", (int)r->c.device, "device_name", r->c.dev.name, "kernel",
 	                 kernel_name(r), "prefill_tokens_per_second",
 	                 r->timed ? json_real(r->prefill_tps) : json_null(),
 	                 "decode_tokens_per_second",
@@ -456,7 +468,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 			continue;
 		}
 		if (!r->reference && mode != Q4KH_F2_OFF) {
-			if (q4kh_guard_check(&g, &r->c, &r->dev, mode, &r->d, &e)) {
+			if (q4kh_guard_check(&g, &r->c, &r->c.dev, mode, &r->d, &e)) {
 				snprintf(r->note, sizeof(r->note), "F2 could not decide: %.580s", e.msg);
 				untimed = 1;
 				continue;
@@ -464,8 +476,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 			r->decided = 1;
 			q4kh_receipt_free(&r->d.receipt); /* the summary is enough here */
 			if (r->d.verdict != Q4KH_F2_PASS) {
-				snprintf(r->note, sizeof(r->note), "F2 %s: %.580s",
-				         q4kh_f2_verdict_name(r->d.verdict), r->d.receipt.message);
+				verdict_note(r);
 				untimed = 1;
 				continue;
 			}

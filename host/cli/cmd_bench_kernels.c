@@ -29,8 +29,10 @@
 #include "cli.h"
 #include "cmd_bench_kernels.h"
 #include "enumerate.h"
+#include "host.h"
 #include "interrupt.h"
 #include "progress.h"
+#include "select.h"
 
 /* ggml test-backend-ops: NMSE bound for quantized matrix products. */
 #define NMSE_MAX 5e-4
@@ -61,7 +63,6 @@ static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_
 	                          Q4KH_TYPE_F32, Q4KH_TYPE_Q4_1, Q4KH_TYPE_Q5_1,
 	                          Q4KH_TYPE_Q2_K, Q4KH_TYPE_Q3_K, Q4KH_TYPE_BF16 };
 #define DEFAULT_TYPES "Q4_K,Q6_K,IQ4_XS,IQ4_NL"
-static const char DEFAULT_BACKEND[] = "cuda";
 
 static void usage(FILE *out)
 {
@@ -73,7 +74,9 @@ static void usage(FILE *out)
 	        "over copies larger than the L2 cache; launches run back to back in one\n"
 	        "recorded graph, timed on the device. Each kernel's output is checked\n"
 	        "against the built-in's first (NMSE <= 5e-4).\n\n"
-	        "      --backend NAME    backend (default cuda)\n"
+	        "      --backend NAME    backend (default: the one q4khost run tries\n"
+	        "                        first here, cuda with a GPU, else cpu-fast;\n"
+	        "                        stderr names it)\n"
 	        "      --device N        device index within the backend (default 0)\n"
 	        "      --kernels LIST    comma-separated variants to time (default: every\n"
 	        "                        variant for the backend); the built-in always runs\n"
@@ -178,7 +181,6 @@ static int parse(int argc, char **argv, struct opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	o->backend = DEFAULT_BACKEND;
 	o->type_list = DEFAULT_TYPES;
 	o->max_cols = MAX_COLS;
 	o->min_mib = 256;
@@ -661,23 +663,46 @@ out:
 
 /* --- setup ---------------------------------------------------------------------- */
 
+/*
+ * Without --backend, the backend q4khost run tries first on this machine
+ * (select.h's order: a GPU backend with the device, else the host's fast
+ * one, else the reference), named on stderr.
+ */
+static int default_backend(const struct q4kh_registry *r, const struct q4kh_config *config,
+                           struct opts *o, struct q4kh_error *err)
+{
+	struct q4kh_candidate *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
+	struct q4kh_host h;
+	int n;
+
+	if (!list)
+		return q4kh_fail(err, "out of memory");
+	if (q4kh_host_open(&h, r, config, NULL, err)) {
+		free(list);
+		return -1;
+	}
+	const struct q4kh_select_request rq = { .host = &h, .device = (uint32_t)o->device };
+
+	n = q4kh_select_plan(&rq, list, NULL, 0, err);
+	/* the registry's string: it outlives the host context */
+	o->backend = n > 0 ? list[0].backend : NULL;
+	q4kh_host_close(&h);
+	free(list);
+	if (n == 0)
+		return q4kh_fail(err, "no backend on the plugin path has device %ld", (long)o->device);
+	if (n < 0)
+		return -1;
+	q4kh_progress_note("backend %s, the one q4khost run tries first here (--backend NAME "
+	                   "times another)", o->backend);
+	return 0;
+}
+
 static int open_all(struct bench *B, const struct q4kh_registry *r, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, B->o->backend);
-	char known[1024];
 
-	int missing = q4kh_registry_check_backend(r, B->o->backend, "--backend", err);
-	int failed = missing || q4kh_backend_open(p, (uint32_t)B->o->device, &B->b, err);
-	size_t len = strlen(err->msg);
-
-	/* cuda is the default: on a machine without a GPU, say what can run
-	 * (the error of a missing one lists the backends already) */
-	if (failed && B->o->backend == DEFAULT_BACKEND)
-		snprintf(err->msg + len, sizeof(err->msg) - len,
-		         "; cuda is the default: --backend NAME times another%s%s (cpu-fast: the "
-		         "CPU's variants)", missing ? "" : " of the backends on the plugin path: ",
-		         missing ? "" : q4kh_registry_backend_names(r, known, sizeof(known)));
-	if (failed)
+	if (q4kh_registry_check_backend(r, B->o->backend, "--backend", err) ||
+	    q4kh_backend_open(p, (uint32_t)B->o->device, &B->b, err))
 		return -1;
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *kp = &r->plugins[i];
@@ -741,7 +766,7 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 	    q4kh_enumerate_vet(reg, config, &err))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
-	if (open_all(&B, reg, &err))
+	if ((!o.backend && default_backend(reg, config, &o, &err)) || open_all(&B, reg, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (!B.b.v->supports_type(B.b.ctx, Q4KH_TYPE_Q4_K)) {

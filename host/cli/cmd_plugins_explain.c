@@ -180,7 +180,7 @@ static int rules(const struct q4kh_registry *r, const struct q4kh_config *c,
                  const struct q4kh_backend *b, const struct q4kh_policy_step *s,
                  json_t *jstep, int json)
 {
-	const struct q4kh_candidate cand = { b->plugin->name, 0, s->variant };
+	const struct q4kh_candidate cand = { .backend = b->plugin->name, .variant = s->variant };
 	const uint32_t arith = q4kh_guard_arith(r, &cand);
 	struct q4kh_f2_rules ru;
 	struct q4kh_f2_rule_origins o;
@@ -336,14 +336,17 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
                      const char *kernel_cli, const char *backend_cli, uint32_t n_index,
                      json_t *jruns, int json)
 {
-	struct q4kh_select_cand *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
+	struct q4kh_candidate *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
 	char origin[64], name[160], skipped[2048];
+	struct q4kh_host h;
+	struct q4kh_error herr = { { 0 } };
 
-	if (!list)
+	if (!list || q4kh_host_open(&h, r, c, NULL, &herr)) {
+		free(list);
 		return Q4KH_EXIT_FAIL;
+	}
 	for (uint32_t d = 0; d < n_index; d++) {
-		struct q4kh_select_request rq = { .registry = r, .config = c, .device = d,
-			                          .kernel = kernel_cli };
+		struct q4kh_select_request rq = { .host = &h, .device = d, .kernel = kernel_cli };
 		struct q4kh_error err = { { 0 } };
 		json_t *tries = json ? json_array() : NULL, *left_out = json ? json_array() : NULL;
 		int n;
@@ -376,6 +379,7 @@ static int run_plans(const struct q4kh_registry *r, const struct q4kh_config *c,
 			                                       left_out, "error",
 			                                       n < 0 ? err.msg : NULL));
 	}
+	q4kh_host_close(&h);
 	free(list);
 	return 0;
 }

@@ -283,7 +283,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 	uint32_t types[Q4KH_TYPE_COUNT];
 	struct q4kh_candidate_filter f = { o->c.backend, o->c.device_set, (uint32_t)o->c.device,
 		                           o->c.kernel, types, 0, NULL, 0 };
-	struct q4kh_candidate_entry *list = NULL;
+	struct q4kh_candidate *list = NULL;
 	struct q4kh_guard g = { 0 };
 	size_t n = 0;
 
@@ -296,7 +296,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 		free(list);
 		return q4kh_fail(err, "out of memory");
 	}
-	(*paths)[0].c = (struct q4kh_candidate){ "cpu", 0, NULL };
+	(*paths)[0].c = (struct q4kh_candidate){ .backend = "cpu" };
 	snprintf((*paths)[0].name, sizeof((*paths)[0].name), "cpu/built-in");
 	snprintf((*paths)[0].f2, sizeof((*paths)[0].f2), "the reference");
 	*n_paths = 1;
@@ -315,7 +315,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 		char name[160];
 
 		snprintf(name, sizeof(name), "%s on device %u",
-		         q4kh_candidate_name(&list[i].c, p->name, sizeof(p->name)), list[i].c.device);
+		         q4kh_candidate_name(&list[i], p->name, sizeof(p->name)), list[i].device);
 		if (q4kh_interrupted()) {
 			snprintf(e.msg, sizeof(e.msg), "stopped by %s before F2 measured it",
 			         q4kh_signal_name(q4kh_interrupted()));
@@ -324,7 +324,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 			                                         e.msg));
 			continue;
 		}
-		if (q4kh_guard_check(&g, &list[i].c, &list[i].dev, o->c.mode, &d, &e)) {
+		if (q4kh_guard_check(&g, &list[i], &list[i].dev, o->c.mode, &d, &e)) {
 			json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "path", name,
 			                                         "verdict", "error", "message", e.msg));
 			continue;
@@ -337,7 +337,7 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 			                                d.receipt.message));
 			continue;
 		}
-		p->c = list[i].c;
+		p->c = list[i];
 		snprintf(p->name, sizeof(p->name), "%s", name);
 		snprintf(p->f2, sizeof(p->f2), "F2 pass, %s", d.source);
 		(*n_paths)++;

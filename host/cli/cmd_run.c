@@ -274,9 +274,12 @@ static double now(void)
 struct run {
 	struct q4kh_config *config;
 	struct q4kh_registry *registry;
+	/* the model file, its tokenizer, the backends and variants, each
+	 * opened once for the run (host.h) */
+	struct q4kh_host host;
 	struct q4kh_selection sel; /* backend, kernel variant, model */
 	struct q4kh_model *model;  /* sel.model */
-	struct q4kh_tokenizer *tok;
+	const struct q4kh_tokenizer *tok; /* host.tok */
 	struct q4kh_session *session;
 	struct q4kh_sampler *sampler;
 	int32_t *ids; /* the prompt, tokenized before F2 (it may be the probe) */
@@ -300,8 +303,8 @@ static void run_free(struct run *r)
 {
 	q4kh_sampler_free(r->sampler);
 	q4kh_session_free(r->session);
-	q4kh_tokenizer_free(r->tok);
 	q4kh_selection_close(&r->sel);
+	q4kh_host_close(&r->host);
 	q4kh_registry_free(r->registry);
 	q4kh_config_free(r->config);
 	free(r->ids);
@@ -372,8 +375,6 @@ static int tokenize_prompt(const struct run_opts *o, struct run *r,
 	struct q4kh_prompt pr;
 	char warning[512];
 
-	if (q4kh_tokenizer_load(g, &r->tok, err))
-		return Q4KH_EXIT_INPUT;
 	if (q4kh_prompt_init(&pr, g, o->raw ? "none" : o->chat_template,
 	                     !o->no_parse_special, err))
 		return Q4KH_EXIT_FAIL;
@@ -392,6 +393,7 @@ static int tokenize_prompt(const struct run_opts *o, struct run *r,
 static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err)
 {
 	char model_path[4096];
+	const char *model;
 	struct q4kh_session_params sp = { 0 };
 	struct q4kh_select_request rq = { 0 };
 	char origin[700], backend_origin[64], probe_origin[700];
@@ -430,26 +432,24 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
 	if (o->threads && set_cpu_threads(r, o->threads, err))
 		return Q4KH_EXIT_FAIL;
-	rq.registry = r->registry;
-	rq.config = r->config;
 	rq.config_file = o->config_file;
 	rq.mode_origin = origin;
 	rq.backend = q4kh_settings_backend(o->backend, backend_origin, sizeof(backend_origin));
 	if (q4kh_registry_check_backend(r->registry, rq.backend, backend_origin, err))
 		return Q4KH_EXIT_PLUGIN;
 	rq.device = (uint32_t)o->device;
-	rq.model_path = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
-	if (!rq.model_path)
+	model = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
+	if (!model)
 		return Q4KH_EXIT_INPUT;
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
-	if (q4kh_model_open(rq.model_path, &r->model, err))
+	if (q4kh_host_open(&r->host, r->registry, r->config, model, err))
 		return Q4KH_EXIT_INPUT;
-	snprintf(r->model_path, sizeof(r->model_path), "%s", rq.model_path);
-	snprintf(r->arch, sizeof(r->arch), "%s", r->model->arch->name);
-	r->n_layer = r->model->hp.n_layer;
-	rc = tokenize_prompt(o, r, r->model->gguf, err);
-	q4kh_model_free(r->model);
-	if (rc)
+	rq.host = &r->host;
+	r->tok = r->host.tok;
+	snprintf(r->model_path, sizeof(r->model_path), "%s", model);
+	snprintf(r->arch, sizeof(r->arch), "%s", r->host.model->arch->name);
+	r->n_layer = r->host.model->hp.n_layer;
+	if ((rc = tokenize_prompt(o, r, r->host.model->gguf, err)))
 		return rc;
 	rq.probe_origin = probe_origin;
 	rq.prompt = r->ids;
@@ -791,6 +791,7 @@ int q4kh_cmd_run(int argc, char **argv)
 		json_t *j = q4kh_report_json(&rep);
 		json_object_set_new(j, "prompt", q4kh_cli_json_text(o.prompt, strlen(o.prompt)));
 		json_object_set_new(j, "text", q4kh_cli_json_text(r.text ? r.text : "", r.text_len));
+		json_object_set_new(j, "host", q4kh_host_json(&r.host));
 		if (rc)
 			json_object_set_new(j, "error", json_string(err.msg));
 		json_dumpf(j, stdout, JSON_INDENT(2));

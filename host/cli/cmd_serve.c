@@ -276,7 +276,6 @@ static int load_api_key(struct serve *srv, struct q4kh_error *err)
 static int setup(struct serve *srv, struct q4kh_error *err)
 {
 	const struct serve_opts *o = &srv->o;
-	struct q4kh_model *m;
 	char origin[700];
 	int bad_file, rc, deep;
 	const char *base;
@@ -305,20 +304,16 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		return Q4KH_EXIT_INPUT;
 	}
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
-	if (q4kh_model_open(srv->model_path, &m, err))
+	if (q4kh_host_open(&srv->host, srv->registry, srv->config, srv->model_path, err))
 		return Q4KH_EXIT_INPUT;
-	q4kh_model_free(m);
-	if (q4kh_gguf_open(srv->model_path, &srv->gguf, err) ||
-	    q4kh_tokenizer_load(srv->gguf, &srv->tok, err))
-		return Q4KH_EXIT_INPUT;
+	srv->gguf = srv->host.model->gguf;
+	srv->tok = srv->host.tok;
 	base = strrchr(srv->model_path, '/');
 	snprintf(srv->model_id, sizeof(srv->model_id), "%.255s", base ? base + 1 : srv->model_path);
 	if (load_api_key(srv, err))
 		return Q4KH_EXIT_INPUT;
-	srv->rq.registry = srv->registry;
-	srv->rq.config = srv->config;
+	srv->rq.host = &srv->host;
 	srv->rq.config_file = o->config_file;
-	srv->rq.model_path = srv->model_path;
 	srv->rq.backend = q4kh_settings_backend(o->backend, origin, sizeof(origin));
 	srv->rq.device = (uint32_t)o->device;
 	srv->rq.kernel = o->kernel;
@@ -348,7 +343,7 @@ static void announce(struct serve *srv)
 	if (p->unverified)
 		serve_log("F2 IS OFF: %s serves UNVERIFIED; /health and every response say so", p->name);
 	for (int k = 0; k < srv->n_pending; k++) {
-		const struct q4kh_select_cand *c = &srv->plan[srv->pending[k]];
+		const struct q4kh_candidate *c = &srv->plan[srv->pending[k]];
 		/* WHY starts with the kernel (the variant, or the built-in
 		 * kernels) and goes on with why it was chosen: the device, which
 		 * it does not name, goes between */
@@ -421,8 +416,7 @@ static void serve_free(struct serve *srv)
 	free(srv->queue);
 	free(srv->probe);
 	q4kh_deep_plan_free(&srv->deep);
-	q4kh_tokenizer_free(srv->tok);
-	q4kh_gguf_close(srv->gguf);
+	q4kh_host_close(&srv->host);
 	q4kh_registry_free(srv->registry);
 	q4kh_config_free(srv->config);
 	pthread_mutex_destroy(&srv->lock);

@@ -301,7 +301,7 @@ static int apply_sets(const struct validate_opts *o, int quiet, struct q4kh_conf
 
 /* One row of the table. */
 struct row {
-	struct q4kh_candidate_entry e;
+	struct q4kh_candidate e;
 	struct q4kh_guard_decision d;
 	int failed; /* no decision could be made; message in d.receipt.message */
 	int stopped; /* of those, stopped by a signal: nothing was measured */
@@ -377,7 +377,7 @@ static void print_table(const struct row *rows, size_t n)
 			snprintf(seconds, sizeof(seconds), "%.1f", rc->seconds);
 		}
 		printf("%-10s %-16s %-6u %-13s %-30s %-20s %-9s %-7s %s\n",
-		       rows[i].e.c.backend, variant_name(&rows[i].e.c), rows[i].e.c.device,
+		       rows[i].e.backend, variant_name(&rows[i].e), rows[i].e.device,
 		       row_verdict(&rows[i]) ? row_verdict(&rows[i]) : "-", cos,
 		       decided, ties, seconds, rows[i].failed ? "-" : rows[i].d.source);
 		if (!passed)
@@ -395,7 +395,7 @@ static int why_none(const struct q4kh_registry *reg, const struct validate_opts 
                     char *buf, size_t cap, struct q4kh_error *err)
 {
 	struct q4kh_candidate_filter all = { .types = types, .n_types = n_types };
-	struct q4kh_candidate_entry *list = NULL;
+	struct q4kh_candidate *list = NULL;
 	size_t n = 0, used = 0;
 	char flags[512] = "", name[256];
 	int filtered = o->c.backend || o->c.device_set || o->c.kernel;
@@ -431,7 +431,7 @@ static int why_none(const struct q4kh_registry *reg, const struct validate_opts 
 	else
 		ADD("; the candidates on this path: ");
 	for (size_t i = 0; i < n; i++)
-		ADD("%s%s", i ? ", " : "", q4kh_candidate_name(&list[i].c, name, sizeof(name)));
+		ADD("%s%s", i ? ", " : "", q4kh_candidate_name(&list[i], name, sizeof(name)));
 #undef ADD
 	free(list);
 	return 0;
@@ -473,10 +473,10 @@ static json_t *row_json(const struct row *r, const struct q4kh_registry *reg)
 
 	return json_pack("{s:s, s:s, s:i, s:s, s:s?, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
 	                 "s:s}",
-	                 "backend", r->e.c.backend, "kernel", variant_name(&r->e.c),
-	                 "device", (int)r->e.c.device, "device_uuid", r->e.dev.uuid,
+	                 "backend", r->e.backend, "kernel", variant_name(&r->e),
+	                 "device", (int)r->e.device, "device_uuid", r->e.dev.uuid,
 	                 "verdict", row_verdict(r), "arith",
-	                 q4kh_f2_arith_name(q4kh_guard_arith(reg, &r->e.c)),
+	                 q4kh_f2_arith_name(q4kh_guard_arith(reg, &r->e)),
 	                 /* the floor it was judged by; none for a crash or timeout */
 	                 "floor", m && rc->key.floor > 0 ? json_real(rc->key.floor) : json_null(),
 	                 "min_cosine", m && isfinite(rc->min_cosine) ? json_real(rc->min_cosine)
@@ -588,8 +588,8 @@ static const char *reference_text(int computed, int read, char *buf, size_t cap)
 static int measure_one(const struct validate_opts *o, struct q4kh_guard *g,
                        struct q4kh_error *err)
 {
-	struct q4kh_candidate c = { o->c.backend, (uint32_t)o->c.device,
-	                            strcmp(o->c.kernel, "none") ? o->c.kernel : NULL };
+	struct q4kh_candidate c = { .backend = o->c.backend, .device = (uint32_t)o->c.device,
+	                            .variant = strcmp(o->c.kernel, "none") ? o->c.kernel : NULL };
 	struct q4kh_receipt rc;
 	enum q4kh_f2_verdict v;
 
@@ -658,8 +658,8 @@ static int write_plot(const char *path, const char *model, const struct row *row
 	for (size_t i = 0; i < n; i++) {
 		const struct q4kh_receipt *r = &rows[i].d.receipt;
 		snprintf(labels[i], sizeof(labels[i]), "%s on device %u",
-		         q4kh_candidate_name(&rows[i].e.c, name, sizeof(name)),
-		         rows[i].e.c.device);
+		         q4kh_candidate_name(&rows[i].e, name, sizeof(name)),
+		         rows[i].e.device);
 		snprintf(summaries[i], sizeof(summaries[i]), "%s: %s",
 		         row_verdict(&rows[i]) ? row_verdict(&rows[i]) : "stopped", r->message);
 		/* A receipt written by a crash or timeout has no key floor. */
@@ -734,7 +734,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_guard g;
 	struct row *rows = NULL;
-	struct q4kh_candidate_entry *list = NULL;
+	struct q4kh_candidate *list = NULL;
 	struct q4kh_candidate_filter filter = { 0 };
 	size_t n = 0;
 	int32_t *probe = NULL;
@@ -852,7 +852,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 			rows[i].failed = rows[i].stopped = 1;
 			snprintf(rows[i].d.receipt.message, sizeof(rows[i].d.receipt.message),
 			         "not measured: stopped by %s", q4kh_signal_name(q4kh_interrupted()));
-		} else if (q4kh_guard_check(&g, &rows[i].e.c, &rows[i].e.dev, o.c.mode, &rows[i].d,
+		} else if (q4kh_guard_check(&g, &rows[i].e, &rows[i].e.dev, o.c.mode, &rows[i].d,
 		                            &err)) {
 			/* Nothing of an older receipt read on the way is this run's. */
 			q4kh_receipt_free(&rows[i].d.receipt);

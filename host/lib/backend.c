@@ -1,7 +1,17 @@
 #include "backend.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Inits per plugin, for q4kh_backend_inits: a plugin path holds far fewer
+ * backends than this; one past it is not counted. */
+#define COUNTED 64
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	const struct q4kh_plugin *plugin;
+	unsigned inits;
+} counts[COUNTED];
 
 const char *q4kh_status_name(q4kh_status st)
 {
@@ -36,6 +46,36 @@ int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
 	                 settings[0] ? "]" : "");
 }
 
+int q4kh_backend_init(const struct q4kh_plugin *plugin, q4kh_backend_ctx **ctx,
+                      struct q4kh_error *err)
+{
+	struct q4kh_backend b = { .plugin = plugin, .v = plugin->desc->backend };
+	size_t i;
+
+	pthread_mutex_lock(&counts_lock);
+	for (i = 0; i < COUNTED && counts[i].plugin && counts[i].plugin != plugin; i++)
+		;
+	if (i < COUNTED) {
+		counts[i].plugin = plugin;
+		counts[i].inits++;
+	}
+	pthread_mutex_unlock(&counts_lock);
+	*ctx = NULL;
+	return q4kh_backend_check(&b, b.v->init(&plugin->api, ctx), "init", err);
+}
+
+unsigned q4kh_backend_inits(const struct q4kh_plugin *plugin)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&counts_lock);
+	for (size_t i = 0; i < COUNTED && counts[i].plugin; i++)
+		if (counts[i].plugin == plugin)
+			n = counts[i].inits;
+	pthread_mutex_unlock(&counts_lock);
+	return n;
+}
+
 int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
                          struct q4kh_error *err)
 {
@@ -48,7 +88,7 @@ int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
 		return q4kh_fail(err, "%s (%s) is not a usable backend plugin",
 		                 plugin->name, plugin->path);
 	b.v = plugin->desc->backend;
-	if (q4kh_backend_check(&b, b.v->init(&plugin->api, &b.ctx), "init", err))
+	if (q4kh_backend_init(plugin, &b.ctx, err))
 		return -1;
 	rc = q4kh_backend_check(&b, b.v->device_count(b.ctx, n), "device_count", err);
 	if (rc)
@@ -64,7 +104,7 @@ void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, siz
 	const char *why;
 
 	buf[0] = 0;
-	if (b.v->init(&plugin->api, &b.ctx) != Q4KH_OK)
+	if (q4kh_backend_init(plugin, &b.ctx, NULL))
 		return;
 	if (b.v->device_info(b.ctx, 0, &rec) != Q4KH_OK && (why = b.v->last_error(b.ctx)))
 		snprintf(buf, cap, "%s", why);
@@ -92,6 +132,21 @@ int q4kh_backend_check_types(const struct q4kh_backend *b, const uint32_t *types
 	return 0;
 }
 
+int q4kh_backend_record(const struct q4kh_backend *b, uint32_t index,
+                        struct q4kh_device_record *rec, struct q4kh_error *err)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->struct_size = sizeof(*rec);
+	if (q4kh_backend_check(b, b->v->device_info(b->ctx, index, rec), "device_info", err))
+		return -1;
+	/* A plugin's strings are fixed arrays: never trust them to be terminated. */
+	rec->name[sizeof(rec->name) - 1] = 0;
+	rec->uuid[sizeof(rec->uuid) - 1] = 0;
+	rec->arch[sizeof(rec->arch) - 1] = 0;
+	rec->driver_version[sizeof(rec->driver_version) - 1] = 0;
+	return 0;
+}
+
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
                       struct q4kh_backend *out, struct q4kh_error *err)
 {
@@ -104,8 +159,7 @@ int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
 		                 plugin->name, plugin->path);
 	out->plugin = plugin;
 	out->v = plugin->desc->backend;
-	if (q4kh_backend_check(out, out->v->init(&plugin->api, &out->ctx), "init",
-	                       err))
+	if (q4kh_backend_init(plugin, &out->ctx, err))
 		goto fail;
 	if (q4kh_backend_check(out, out->v->device_count(out->ctx, &count),
 	                       "device_count", err))
@@ -115,15 +169,8 @@ int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
 		          index, count);
 		goto fail;
 	}
-	out->record.struct_size = sizeof(out->record);
-	if (q4kh_backend_check(out, out->v->device_info(out->ctx, index, &out->record),
-	                       "device_info", err))
+	if (q4kh_backend_record(out, index, &out->record, err))
 		goto fail;
-	/* A plugin's strings are fixed arrays: never trust them to be terminated. */
-	out->record.name[sizeof(out->record.name) - 1] = 0;
-	out->record.uuid[sizeof(out->record.uuid) - 1] = 0;
-	out->record.arch[sizeof(out->record.arch) - 1] = 0;
-	out->record.driver_version[sizeof(out->record.driver_version) - 1] = 0;
 	if (q4kh_backend_check(out, out->v->device_open(out->ctx, index, &out->dev),
 	                       "device_open", err))
 		goto fail;
@@ -135,9 +182,9 @@ fail:
 
 void q4kh_backend_close(struct q4kh_backend *b)
 {
-	if (b->dev)
+	if (b->dev && !b->borrowed)
 		b->v->device_close(b->dev);
-	if (b->ctx)
+	if (b->ctx && !b->borrowed)
 		b->v->shutdown(b->ctx);
 	memset(b, 0, sizeof(*b));
 }

@@ -12,12 +12,19 @@
 #include "q4khost/plugin.h"
 #include "registry.h"
 
+struct q4kh_kernel_cache;
+
 struct q4kh_backend {
 	const struct q4kh_plugin *plugin;
 	const struct q4kh_backend_v1 *v;
 	q4kh_backend_ctx *ctx;
 	q4kh_device_ctx *dev;
 	struct q4kh_device_record record;
+	/* ctx and dev are a host context's (host.h), which closes them */
+	int borrowed;
+	/* the device's kernel variants, opened once each (kernel.h); NULL:
+	 * each q4kh_kernel_open opens its own */
+	struct q4kh_kernel_cache *kernels;
 };
 
 /*
@@ -26,6 +33,13 @@ struct q4kh_backend {
  */
 int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
                       struct q4kh_backend *out, struct q4kh_error *err);
+/*
+ * Device INDEX's record from B's context (device_info), its strings
+ * terminated whatever the plugin wrote. -1 with err as q4kh_backend_check.
+ */
+int q4kh_backend_record(const struct q4kh_backend *b, uint32_t index,
+                        struct q4kh_device_record *rec, struct q4kh_error *err);
+
 /*
  * Why backend PLUGIN, which counts no device, has none, in its own words:
  * what its device_info refuses device 0 with (the cuda plugin names a
@@ -49,8 +63,22 @@ int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
 int q4kh_backend_check_types(const struct q4kh_backend *b, const uint32_t *types, size_t n,
                              struct q4kh_error *err);
 
-/* Close the device and shut the plugin down; safe on a zeroed struct. */
+/* Close the device and shut the plugin down (neither when B borrows them
+ * from a host context); safe on a zeroed struct. */
 void q4kh_backend_close(struct q4kh_backend *b);
+
+/*
+ * PLUGIN's init, counted: every backend context this process's library
+ * creates goes through it (the settings check of registry.h and the
+ * enumeration helper's process aside). -1 with err as q4kh_backend_check
+ * words it; *ctx is NULL then.
+ */
+int q4kh_backend_init(const struct q4kh_plugin *plugin, q4kh_backend_ctx **ctx,
+                      struct q4kh_error *err);
+/* How many times q4kh_backend_init initialised PLUGIN in this process
+ * (for run --json's "host" and the tests that hold it to one).
+ * Thread-safe. */
+unsigned q4kh_backend_inits(const struct q4kh_plugin *plugin);
 
 /*
  * Turn a plugin status into the host's convention: 0 when st is Q4KH_OK,

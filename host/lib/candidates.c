@@ -6,22 +6,16 @@
 
 #include "backend.h"
 
-const char *q4kh_candidate_name(const struct q4kh_candidate *c, char *buf, size_t cap)
-{
-	snprintf(buf, cap, "%s/%s", c->backend, c->variant ? c->variant : "built-in");
-	return buf;
-}
-
 static int targets(const struct q4kh_plugin *k, const char *backend)
 {
 	return k->state == Q4KH_PLUGIN_ACCEPTED && k->desc->kind == Q4KH_KIND_KERNEL &&
 	       !strcmp(k->desc->kernel->backend, backend);
 }
 
-static int push(struct q4kh_candidate_entry **list, size_t *n,
-                const struct q4kh_candidate_entry *e, struct q4kh_error *err)
+static int push(struct q4kh_candidate **list, size_t *n,
+                const struct q4kh_candidate *e, struct q4kh_error *err)
 {
-	struct q4kh_candidate_entry *grown = realloc(*list, (*n + 1) * sizeof(**list));
+	struct q4kh_candidate *grown = realloc(*list, (*n + 1) * sizeof(**list));
 
 	if (!grown)
 		return q4kh_fail(err, "out of memory");
@@ -44,7 +38,7 @@ int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, s
 /* BE's candidates on its devices. */
 static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *be,
                        const struct q4kh_candidate_filter *f,
-                       struct q4kh_candidate_entry **list, size_t *n,
+                       struct q4kh_candidate **list, size_t *n,
                        struct q4kh_error *err)
 {
 	struct q4kh_error lacks = { { 0 } };
@@ -55,7 +49,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 		return -1;
 	for (uint32_t d = 0; d < count; d++) {
 		struct q4kh_backend b;
-		struct q4kh_candidate_entry e;
+		struct q4kh_candidate e = { .device = d };
 
 		if (f->device_set && d != f->device)
 			continue;
@@ -84,7 +78,8 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 				continue;
 			if (f->kernel && strcmp(f->kernel, variant ? variant : "none"))
 				continue;
-			e.c = (struct q4kh_candidate){ be->name, d, variant };
+			e.backend = be->name;
+			e.variant = variant;
 			if (push(list, n, &e, err))
 				return -1;
 		}
@@ -94,7 +89,7 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 
 int q4kh_candidates_list(const struct q4kh_registry *r,
                          const struct q4kh_candidate_filter *f,
-                         struct q4kh_candidate_entry **out, size_t *n,
+                         struct q4kh_candidate **out, size_t *n,
                          struct q4kh_error *err)
 {
 	*out = NULL;

@@ -9,14 +9,9 @@
 
 #include <stddef.h>
 
+#include "candidate.h"
 #include "error.h"
-#include "guard.h"
 #include "registry.h"
-
-struct q4kh_candidate_entry {
-	struct q4kh_candidate c;        /* names point into the registry */
-	struct q4kh_device_record dev;  /* the device's record */
-};
 
 /* Which candidates to list; zero for all. */
 struct q4kh_candidate_filter {
@@ -41,13 +36,14 @@ int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, s
 
 /*
  * The candidates of R passing F, in plugin path order: per backend, per
- * device, its variants (path order) then its built-in kernels. *out is
+ * device, its variants (path order) then its built-in kernels, each with
+ * its device's record (names point into the registry). *out is
  * malloc()ed (NULL when none). -1 with err when a backend fails to start
  * or on out of memory.
  */
 int q4kh_candidates_list(const struct q4kh_registry *r,
                          const struct q4kh_candidate_filter *f,
-                         struct q4kh_candidate_entry **out, size_t *n,
+                         struct q4kh_candidate **out, size_t *n,
                          struct q4kh_error *err);
 
 /*
@@ -71,8 +67,5 @@ size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
 size_t q4kh_candidates_not_applicable(const struct q4kh_registry *r,
                                       const struct q4kh_candidate_filter *f, char *buf,
                                       size_t cap);
-
-/* "cpu/cpu-q8act" or "cuda/built-in" into BUF; returns BUF. */
-const char *q4kh_candidate_name(const struct q4kh_candidate *c, char *buf, size_t cap);
 
 #endif

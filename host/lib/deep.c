@@ -242,6 +242,48 @@ static void mark_lengths(struct q4kh_deep_plan *plan, uint32_t swa)
 		add_length(plan, swa, " (sliding window)", &used);
 }
 
+/* The multiply-adds of M's positions (struct q4kh_deep_cost). Every 2-D
+ * and 3-D tensor of a layer ("blk.") is a weight matrix applied to each
+ * position; of an expert tensor only the experts a position goes through. */
+static struct q4kh_deep_cost deep_cost(const struct q4kh_model *m)
+{
+	const struct q4kh_hparams *hp = &m->hp;
+	struct q4kh_deep_cost c = { 0 };
+
+	for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+		const struct q4kh_gguf_tensor *t = &m->gguf->tensors[i];
+		double n = (double)t->ne[0] * (double)t->ne[1];
+
+		if (t->n_dims < 2 || t->name.len < 4 || memcmp(t->name.data, "blk.", 4))
+			continue;
+		c.weights += t->n_dims == 3 && hp->n_expert ? n * hp->n_expert_used : n * t->ne[2];
+	}
+	c.output = (double)hp->n_vocab * hp->n_embd;
+	/* q . k and the weighted sum of v, per head, per key */
+	for (uint32_t l = 0; l < hp->n_layer; l++)
+		if (!m->layers[l].recurrent)
+			*(m->layers[l].swa && hp->n_swa ? &c.attn_swa : &c.attn_full) +=
+				2.0 * hp->n_head * hp->head_dim;
+	c.swa = hp->n_swa;
+	return c;
+}
+
+double q4kh_deep_work(const struct q4kh_deep_plan *plan, int64_t from, int64_t to,
+                      int all_rows)
+{
+	const struct q4kh_deep_cost *c = &plan->cost;
+	double w = 0;
+
+	for (int64_t p = from; p < to; p++) {
+		const double keys = (double)(p + 1);
+
+		w += c->weights + c->attn_full * keys +
+		     c->attn_swa * (c->swa && keys > c->swa ? c->swa : keys) +
+		     (all_rows || plan->judged[p] ? c->output : 0);
+	}
+	return w;
+}
+
 int q4kh_deep_probe(const char *model_path, uint32_t ctx, int32_t **ids,
                     struct q4kh_deep_plan *plan, struct q4kh_error *err)
 {
@@ -288,6 +330,7 @@ int q4kh_deep_probe(const char *model_path, uint32_t ctx, int32_t **ids,
 		plan->judged[p] = 1;
 	for (int64_t p = 0; p < rows; p++)
 		plan->n_judged += plan->judged[p];
+	plan->cost = deep_cost(m);
 	rc = suite_tokens(m->gguf, tok, (size_t)plan->prefill, ids, err);
 out:
 	if (rc)

@@ -28,6 +28,22 @@
  * this plus the decode steps is refused). */
 #define Q4KH_DEEP_MIN_PREFILL 64
 
+/*
+ * What a position of the deep probe costs, in multiply-adds of the model's
+ * own arithmetic, for an estimate of how long a run takes: the layers'
+ * weights, the output projection on a position whose logits are computed,
+ * and attention over the keys it sees (a sliding-window layer's at most
+ * its window). Counted from the model's tensors and shapes; a backend's
+ * speed per multiply-add is measured, not modelled (guard.c).
+ */
+struct q4kh_deep_cost {
+	double weights;   /* per position: every layer's weight matrices */
+	double output;    /* per position with logits: n_vocab x n_embd */
+	double attn_full; /* per position and key: layers that see every key */
+	double attn_swa;  /* the same, for the sliding-window layers */
+	uint32_t swa;     /* their window (keys) */
+};
+
 struct q4kh_deep_plan {
 	int64_t prefill;        /* positions 0 .. prefill-1 are the probe's tokens */
 	uint32_t decode_steps;  /* then these teacher-forced decode steps */
@@ -35,6 +51,7 @@ struct q4kh_deep_plan {
 	int64_t n_judged;       /* how many are set */
 	char lengths[256];      /* the lengths crossed, "32 64 ... 512 (sliding
 	                           window) 1024 4096", for the report */
+	struct q4kh_deep_cost cost;
 };
 
 /*
@@ -52,6 +69,16 @@ int q4kh_deep_probe(const char *model_path, uint32_t ctx, int32_t **ids,
                     struct q4kh_deep_plan *plan, struct q4kh_error *err);
 
 void q4kh_deep_plan_free(struct q4kh_deep_plan *plan);
+
+/*
+ * The work (multiply-adds, plan->cost) of positions FROM .. TO-1 of PLAN's
+ * run (prefill, then decode steps): logits for the judged positions alone,
+ * as the reference computes them, or with ALL_ROWS for every position, as
+ * a candidate does (a step with one judged position computes all its
+ * rows; every chunk of the deep probe has one).
+ */
+double q4kh_deep_work(const struct q4kh_deep_plan *plan, int64_t from, int64_t to,
+                      int all_rows);
 
 /*
  * What PLAN judges, for reports: "deep probe: N positions judged of M, up

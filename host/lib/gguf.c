@@ -644,12 +644,20 @@ static int map_file(struct q4kh_gguf *g, struct q4kh_error *err)
 	return 0;
 }
 
+static unsigned opens; /* q4kh_gguf_opens */
+
+unsigned q4kh_gguf_opens(void)
+{
+	return __atomic_load_n(&opens, __ATOMIC_RELAXED);
+}
+
 int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
                    struct q4kh_error *err)
 {
 	struct q4kh_gguf *g = calloc(1, sizeof(*g));
 	struct cursor c = { .path = path, .err = err };
 
+	__atomic_add_fetch(&opens, 1, __ATOMIC_RELAXED);
 	*out = NULL;
 	if (!g || !(g->path = strdup(path))) {
 		free(g);

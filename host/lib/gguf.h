@@ -105,6 +105,10 @@ struct q4kh_gguf {
 int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
                    struct q4kh_error *err);
 void q4kh_gguf_close(struct q4kh_gguf *g);
+/* How many times this process called q4kh_gguf_open (each opens and maps
+ * a file): for run --json's "host" and the tests that hold a command to
+ * one open of its model. Thread-safe. */
+unsigned q4kh_gguf_opens(void);
 
 /*
  * Give back the memory of the whole pages of G's mapping inside

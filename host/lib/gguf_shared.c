@@ -80,6 +80,24 @@ int q4kh_gguf_acquire(const char *path, struct q4kh_gguf **out,
 	return rc;
 }
 
+int q4kh_gguf_held(const char *path, struct q4kh_gguf **out)
+{
+	struct stat st;
+	struct entry *e;
+
+	*out = NULL;
+	if (stat(path, &st) < 0)
+		return -1;
+	pthread_mutex_lock(&lock);
+	e = find(&st);
+	if (e) {
+		e->refs++;
+		*out = e->g;
+	}
+	pthread_mutex_unlock(&lock);
+	return e ? 0 : -1;
+}
+
 void q4kh_gguf_release(struct q4kh_gguf *g)
 {
 	struct entry **p, *e;

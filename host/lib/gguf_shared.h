@@ -18,6 +18,11 @@
  */
 int q4kh_gguf_acquire(const char *path, struct q4kh_gguf **out,
                       struct q4kh_error *err);
+/*
+ * PATH's file as this process holds it now, one hold more, into *out: 0;
+ * -1 (*out NULL) when no one holds it, and nothing is opened.
+ */
+int q4kh_gguf_held(const char *path, struct q4kh_gguf **out);
 /* Drop one hold on G; the last closes it. NULL is ignored. */
 void q4kh_gguf_release(struct q4kh_gguf *g);
 

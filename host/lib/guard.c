@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "buildconf.h"
+#include "gguf_shared.h"
 #include "isolate.h"
 #include "log.h"
 #include "progress.h"
@@ -212,21 +213,30 @@ out:
 	return rc;
 }
 
+int q4kh_guard_probe_with(const struct q4kh_gguf *g, const struct q4kh_tokenizer *tok,
+                          const char *text, int32_t **ids, size_t *n,
+                          struct q4kh_error *err)
+{
+	struct q4kh_prompt p;
+
+	if (q4kh_prompt_init(&p, g, NULL, 1, err))
+		return -1;
+	return q4kh_prompt_tokenize(&p, tok, text ? text : q4kh_f2_probe_text, 1, ids, n, err);
+}
+
 int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
                      size_t *n, struct q4kh_error *err)
 {
 	struct q4kh_gguf *g = NULL;
 	struct q4kh_tokenizer *tok = NULL;
-	struct q4kh_prompt p;
 	int rc = -1;
 
-	if (q4kh_gguf_open(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err) ||
-	    q4kh_prompt_init(&p, g, NULL, 1, err))
+	if (q4kh_gguf_acquire(model_path, &g, err) || q4kh_tokenizer_load(g, &tok, err))
 		goto out;
-	rc = q4kh_prompt_tokenize(&p, tok, text ? text : q4kh_f2_probe_text, 1, ids, n, err);
+	rc = q4kh_guard_probe_with(g, tok, text, ids, n, err);
 out:
 	q4kh_tokenizer_free(tok);
-	q4kh_gguf_close(g);
+	q4kh_gguf_release(g);
 	return rc;
 }
 
@@ -254,7 +264,9 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
                     const int32_t *probe, size_t n_probe,
                     struct q4kh_error *err)
 {
+	struct q4kh_gguf *held;
 	char cache[4200];
+	int rc;
 
 	memset(g, 0, sizeof(*g));
 	g->registry = r;
@@ -269,7 +281,12 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	                 &g->receipt_dir_origin);
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	q4kh_sha256_bytes(probe, n_probe * sizeof(*probe), g->probe_sha256);
-	return q4kh_sha256_file(model_path, cache, g->model_sha256, err);
+	/* a model this process holds is hashed from its mapping: no second open */
+	if (q4kh_gguf_held(model_path, &held))
+		return q4kh_sha256_file(model_path, cache, g->model_sha256, err);
+	rc = q4kh_sha256_mapped(model_path, held->map, held->size, cache, g->model_sha256, err);
+	q4kh_gguf_release(held);
+	return rc;
 }
 
 /*
@@ -522,30 +539,103 @@ void q4kh_guard_deep_args(const struct q4kh_guard *g, struct q4kh_guard_args *a)
 	a->argv[a->n] = NULL;
 }
 
-/* Where a deep measurement's positions go (write_progress): the file, and
- * what came before this run. When the reference ran alone first, its
- * positions count, then the candidate's: out of twice the probe's. */
-struct progress_to {
-	int fd;
-	int64_t before; /* positions counted before this run */
-	int64_t runs;   /* runs of the probe in the total: 1 or 2 */
-};
+/* Seconds on the monotonic clock. */
+static double seconds_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
 
 /*
- * The positions a deep measurement has done, as "DONE TOTAL" at the start
- * of the file of the progress_to at DATA, for the status line of the
- * parent, which reads it (show_measuring). The numbers only grow, so each
- * line covers the one before.
+ * Where a deep measurement's positions go (write_progress), and how long
+ * the rest takes. When the reference runs alone first, its positions
+ * count, then the candidate's: out of twice the probe's. Time is work
+ * (q4kh_deep_work) at the pace of this run so far, or before its first
+ * chunk at the pace of a calibration (calibrate).
+ */
+struct progress_to {
+	int fd;
+	const struct q4kh_deep_plan *plan;
+	const char *runs_what; /* for the parent's estimate: PROGRESS_* */
+	int64_t before;        /* positions counted before this run */
+	int64_t runs;          /* runs of the probe in the total: 1 or 2 */
+	int all_rows;          /* this run computes every row of its chunks (a candidate) */
+	double t0;             /* when this run began */
+	double pace;           /* its work per second; 0: not known */
+	double after;          /* seconds the run after this one will take */
+};
+
+/* What a deep measurement's child runs, as its progress file says it. */
+#define PROGRESS_BOTH_IN_TURN "reference-then-candidate"
+#define PROGRESS_CANDIDATE "candidate"
+#define PROGRESS_SIDE_BY_SIDE "candidate-beside-reference"
+
+/*
+ * The positions a deep measurement has done and the seconds it has left
+ * (-1: not known yet), as "DONE TOTAL LEFT WHAT" at the start of the file
+ * of the progress_to at DATA, for the status line of the parent, which
+ * reads it (show_measuring). The numbers only grow, so each line covers
+ * the one before.
  */
 static void write_progress(void *data, int64_t positions, int64_t total)
 {
-	const struct progress_to *to = data;
-	char line[64];
-	int n = snprintf(line, sizeof(line), "%lld %lld\n", (long long)(to->before + positions),
-	                 (long long)(to->runs * total));
-	ssize_t w = pwrite(to->fd, line, (size_t)n, 0);
+	struct progress_to *to = data;
+	const double spent = seconds_now() - to->t0;
+	double left = -1;
+	char line[128];
+	int n;
+	ssize_t w;
 
+	if (positions > 0 && spent > 0)
+		to->pace = q4kh_deep_work(to->plan, 0, positions, to->all_rows) / spent;
+	if (to->pace > 0)
+		left = q4kh_deep_work(to->plan, positions, total, to->all_rows) / to->pace +
+		       to->after;
+	n = snprintf(line, sizeof(line), "%lld %lld %.0f %s\n",
+	             (long long)(to->before + positions), (long long)(to->runs * total), left,
+	             to->runs_what);
+	w = pwrite(to->fd, line, (size_t)n, 0);
 	(void)w; /* a status line is not worth failing a measurement for */
+}
+
+/* Positions of the deep probe a calibration runs: all of them judged, in
+ * one step, a few seconds on the reference on 2 cores. */
+#define CALIBRATE_POSITIONS 32
+
+/*
+ * The seconds S takes for the deep probe's first CALIBRATE_POSITIONS
+ * positions (their logits computed), S reset before and after: the pace
+ * of the long work to come, measured before it starts. 0 when it fails
+ * (the measurement then says so itself).
+ */
+static double calibrate(const struct q4kh_guard *g, struct q4kh_session *s)
+{
+	const int64_t n = g->deep->prefill < CALIBRATE_POSITIONS ? g->deep->prefill
+	                                                         : CALIBRATE_POSITIONS;
+	float *logits = malloc(sizeof(float) * (size_t)n * s->m->hp.n_vocab);
+	struct q4kh_error e = { { 0 } };
+	double t0 = seconds_now(), t = 0;
+
+	if (!logits)
+		return 0;
+	q4kh_session_reset(s);
+	if (q4kh_session_eval_rows(s, g->probe, n, logits, g->deep->judged, 1, &e) == 0)
+		t = seconds_now() - t0;
+	q4kh_session_reset(s);
+	free(logits);
+	return t;
+}
+
+/* The pace (work per second) of a run of ALL_ROWS that took SECONDS for
+ * the calibration's positions; 0 when not known. */
+static double calibrated_pace(const struct q4kh_guard *g, double seconds, int all_rows)
+{
+	const int64_t n = g->deep->prefill < CALIBRATE_POSITIONS ? g->deep->prefill
+	                                                         : CALIBRATE_POSITIONS;
+
+	return seconds > 0 ? q4kh_deep_work(g->deep, 0, n, all_rows) / seconds : 0;
 }
 
 /* What a measurement says when the reference cannot start, with its reason. */
@@ -592,7 +682,7 @@ static int reference_open(const struct q4kh_guard *g, uint32_t n_ctx,
 	struct q4kh_error e = { { 0 } };
 
 	if (q4kh_serving_open(g->registry, g->model_path,
-	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, n_ctx, ref, &e) == 0)
+	                      &(struct q4kh_candidate){ .backend = "cpu" }, n_ctx, ref, &e) == 0)
 		return 0;
 	snprintf(out->message, sizeof(out->message), REFERENCE_DOWN, e.msg);
 	return -1;
@@ -603,15 +693,18 @@ static int reference_open(const struct q4kh_guard *g, uint32_t n_ctx,
  * yet: the reference computes its rows alone and writes the file, and is
  * closed before the candidate starts, so that the reference's KV cache and
  * steps and the candidate's runtime never share this process's memory.
- * 1 when the file was written, *SECONDS its time; 0 when not (the
- * measurement then computes the reference beside the candidate, as any
- * would), with why in the log.
+ * Before it starts, PROGRESS (-1: none) gets the estimate of both runs:
+ * the reference's calibrated here, the candidate's from CAND_SECONDS (its
+ * calibration, 0: not known). 1 when the file was written, *SECONDS its
+ * time; 0 when not (the measurement then computes the reference beside
+ * the candidate, as any would), with why in the log.
  */
 static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progress,
-                           double *seconds)
+                           double cand_seconds, double *seconds)
 {
-	struct timespec t0, t1;
-	struct progress_to to = { progress, 0, 2 };
+	const int64_t rows = g->deep->prefill + g->deep->decode_steps;
+	const double cand_pace = calibrated_pace(g, cand_seconds, 1);
+	struct progress_to to = { progress, g->deep, PROGRESS_BOTH_IN_TURN, 0, 2, 0, 0, 0, 0 };
 	struct q4kh_receipt_key key = { 0 };
 	struct q4kh_receipt out = { 0 };
 	struct q4kh_serving ref;
@@ -631,16 +724,38 @@ static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progr
 	fref.n_vocab = ref.s->m->hp.n_vocab;
 	fref.path = g->reference_logits;
 	fref.identity = identity;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (progress >= 0) {
+		to.pace = calibrated_pace(g, calibrate(g, ref.s), 0);
+		to.after = cand_pace > 0 ? q4kh_deep_work(g->deep, 0, rows, 1) / cand_pace : 0;
+	}
+	to.t0 = seconds_now();
+	if (progress >= 0)
+		write_progress(&to, 0, rows);
 	rc = q4kh_f2_record_plan(&fref, g->probe, g->deep->prefill, g->deep->judged,
 	                         g->deep->decode_steps, ref.s->p.n_batch,
 	                         progress >= 0 ? write_progress : NULL, &to, &e);
 	q4kh_serving_close(&ref);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	*seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	*seconds = seconds_now() - to.t0;
 	if (rc)
 		note(Q4KH_LOG_INFO, "F2: the reference could not run alone (%s); it runs beside the candidate", e.msg);
 	return rc == 0;
+}
+
+/* The seconds candidate C takes for the calibration's positions, in a
+ * session of its own, closed after; 0 when it cannot start (its
+ * measurement then says why). */
+static double calibrate_candidate(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                                  uint32_t n_ctx)
+{
+	struct q4kh_serving cand;
+	struct q4kh_error e = { { 0 } };
+	double t;
+
+	if (q4kh_serving_open(g->registry, g->model_path, c, n_ctx, &cand, &e))
+		return 0;
+	t = calibrate(g, cand.s);
+	q4kh_serving_close(&cand);
+	return t;
 }
 
 int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *c,
@@ -656,7 +771,8 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	uint32_t n_ctx;
 	int rc = -1, progress = -1, ref_open = 0, first = 0, run;
 	double first_seconds = 0; /* the reference's, when it ran first */
-	struct progress_to to = { -1, 0, 1 };
+	double cand_seconds = 0;  /* the candidate's calibration */
+	struct progress_to to = { -1, g->deep, PROGRESS_CANDIDATE, 0, 1, 1, 0, 0, 0 };
 
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
@@ -669,8 +785,11 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	if (g->deep && g->progress_file)
 		progress = open(g->progress_file, O_WRONLY | O_CLOEXEC);
 	to.fd = progress;
-	if (g->deep && g->reference_logits && access(g->reference_logits, F_OK) != 0)
-		first = reference_first(g, n_ctx, progress, &first_seconds);
+	if (g->deep && g->reference_logits && access(g->reference_logits, F_OK) != 0) {
+		if (progress >= 0)
+			cand_seconds = calibrate_candidate(g, c, n_ctx);
+		first = reference_first(g, n_ctx, progress, cand_seconds, &first_seconds);
+	}
 	/* With a shared file the reference may not be needed at all. */
 	if (!g->reference_logits) {
 		if (reference_open(g, n_ctx, &ref, out)) {
@@ -689,6 +808,19 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 			close(progress);
 		return 0;
 	}
+	if (progress >= 0) {
+		if (first) {
+			to.before = g->deep->prefill + g->deep->decode_steps;
+			to.runs = 2;
+			to.runs_what = PROGRESS_BOTH_IN_TURN;
+		} else {
+			cand_seconds = calibrate(g, cand.s) + (ref_open ? calibrate(g, ref.s) : 0);
+			to.runs_what = ref_open ? PROGRESS_SIDE_BY_SIDE : PROGRESS_CANDIDATE;
+		}
+		to.pace = calibrated_pace(g, cand_seconds, 1);
+		to.t0 = seconds_now();
+		write_progress(&to, 0, g->deep->prefill + g->deep->decode_steps);
+	}
 	if (q4kh_guard_key(g, c, &cand.be.record, &out->key, id, sizeof(id), err))
 		goto out;
 	reference_identity(g, &out->key, n_ctx, identity, sizeof(identity));
@@ -696,10 +828,6 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	fref.n_vocab = cand.s->m->hp.n_vocab;
 	fref.path = g->reference_logits;
 	fref.identity = identity;
-	if (first) {
-		to.before = g->deep->prefill + g->deep->decode_steps;
-		to.runs = 2;
-	}
 	for (;;) {
 		run = g->deep ? q4kh_f2_run_plan(&fref, cand.s, g->probe, plan.prefill, plan.judged,
 		                                 plan.decode_steps, &rules,
@@ -778,6 +906,8 @@ struct measuring {
 	int progress;      /* a deep measurement's positions (write_progress); -1: none */
 	int estimated;     /* the deep measurement's estimate was said */
 	unsigned logged_s; /* when a log got the status last (seconds in) */
+	char line[128];    /* the child's last progress line */
+	unsigned line_s;   /* when it was first read (seconds in) */
 };
 
 /* "6 min", "2 min 10 s", "40 s" into BUF: SECONDS, rounded to what matters. */
@@ -795,41 +925,51 @@ static const char *duration(double seconds, char *buf, size_t cap)
 }
 
 /*
- * A deep measurement's estimate, in a line of its own, once its first
- * positions are done: how many it runs and how long they take at the
- * pace of those (the child's start included). The reference's first
- * chunk, every position of which is judged, is the slowest part of it:
- * the figure errs long.
+ * A deep measurement's estimate, in a line of its own, once, before its
+ * long work starts: LEFT seconds for TOTAL positions, and which runs they
+ * are (WHAT, write_progress), timed on a calibration of each (calibrate).
  */
-static void estimate(struct measuring *m, unsigned seconds, long long positions,
-                     long long total)
+static void estimate(struct measuring *m, double left, long long total, const char *what)
 {
-	char all[40];
+	char all[40], runs[160];
 
-	if (m->estimated || positions <= 0 || !seconds)
+	if (m->estimated || left < 0)
 		return;
 	m->estimated = 1;
-	q4kh_progress_note("F2 of %s: deep probe: %lld positions, about %s at %.1f pos/s on this "
-	                   "machine (the pace of the first %lld)",
-	                   m->name, total, duration((double)seconds * total / positions, all,
-	                                            sizeof(all)),
-	                   (double)positions / seconds, positions);
+	if (!strcmp(what, PROGRESS_BOTH_IN_TURN))
+		snprintf(runs, sizeof(runs), "the reference's %lld alone, then the candidate's %lld",
+		         total / 2, total / 2);
+	else if (!strcmp(what, PROGRESS_SIDE_BY_SIDE))
+		snprintf(runs, sizeof(runs), "the candidate's, the reference's beside each");
+	else
+		snprintf(runs, sizeof(runs), "the candidate's; the reference's logits are read "
+		         "from the file the first candidate wrote");
+	q4kh_progress_note("F2 of %s: deep probe: about %s for %lld positions (%s), at the pace "
+	                   "of their first %d on this machine",
+	                   m->name, duration(left, all, sizeof(all)), total, runs,
+	                   CALIBRATE_POSITIONS);
 }
 
 static void show_measuring(void *data, unsigned seconds)
 {
 	struct measuring *m = data;
-	char line[64] = "", done[120] = "", left[40];
+	char line[128] = "", what[48], done[120] = "", left_text[40];
 	long long positions, total;
+	double left;
 
 	if (m->progress >= 0 && pread(m->progress, line, sizeof(line) - 1, 0) > 0 &&
-	    sscanf(line, "%lld %lld", &positions, &total) == 2) {
-		estimate(m, seconds, positions, total);
+	    sscanf(line, "%lld %lld %lf %47s", &positions, &total, &left, what) == 4) {
+		if (strcmp(line, m->line)) {
+			snprintf(m->line, sizeof(m->line), "%s", line);
+			m->line_s = seconds;
+		}
+		estimate(m, left, total, what);
 		snprintf(done, sizeof(done), ", %lld/%lld positions", positions, total);
-		if (positions > 0 && positions < total)
+		/* the child's figure, less the time since it wrote it */
+		left -= seconds - m->line_s;
+		if (positions < total && left >= 1)
 			snprintf(done + strlen(done), sizeof(done) - strlen(done), ", about %s left",
-			         duration((double)seconds * (total - positions) / positions, left,
-			                  sizeof(left)));
+			         duration(left, left_text, sizeof(left_text)));
 	}
 	/* The name, then what moves, the reason last: a line too long is cut
 	 * at its end, and keeps the name. */
@@ -852,9 +992,15 @@ static void show_measuring(void *data, unsigned seconds)
 static int reference_down(const struct q4kh_guard *g, struct q4kh_error *e)
 {
 	const struct q4kh_plugin *cpu = q4kh_registry_find(g->registry, "cpu");
+	const struct q4kh_host_backend *b;
 	uint32_t n;
 
-	return cpu && q4kh_backend_devices(cpu, &n, e) != 0;
+	if (!cpu || !g->host)
+		return cpu && q4kh_backend_devices(cpu, &n, e) != 0;
+	b = q4kh_host_backend(g->host, cpu);
+	if (b && !b->ctx)
+		q4kh_fail(e, "%s", b->why);
+	return b && !b->ctx;
 }
 
 /*
@@ -866,7 +1012,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
                             const char *reason, char *why, size_t why_cap, char *said,
                             size_t said_cap, int *hit, struct q4kh_error *err)
 {
-	struct measuring m = { "", reason, -1, 0, 0 };
+	struct measuring m = { "", reason, -1, 0, 0, "", 0 };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m,
 		                                    NULL, hit, said, said_cap };
@@ -1062,6 +1208,19 @@ static void record_limit(const struct q4kh_guard *g, int hit, struct q4kh_receip
 	}
 }
 
+/* OUT as a decision that measured nothing (F2.4): no cosine and no
+ * position, which a table would otherwise show as 0; the message is the
+ * caller's. */
+static void unmeasured(struct q4kh_guard_decision *out)
+{
+	memset(&out->receipt, 0, sizeof(out->receipt));
+	out->verdict = Q4KH_F2_NOT_MEASURED;
+	out->receipt.verdict = Q4KH_F2_NOT_MEASURED;
+	out->receipt.min_cosine = NAN;
+	out->receipt.worst_position = -1;
+	out->receipt.worst_decode_step = -1;
+}
+
 /*
  * The child exited with status 0 but left no receipt that counts (F2.4):
  * the verdict, with its reason in OUT's message. A child that measured
@@ -1077,8 +1236,7 @@ static void not_recorded(const char *absent, const char *said, struct q4kh_guard
 	const size_t cap = sizeof(out->receipt.message);
 	int n;
 
-	memset(&out->receipt, 0, sizeof(out->receipt));
-	out->verdict = Q4KH_F2_NOT_MEASURED;
+	unmeasured(out);
 	if (!strncmp(said, "not measured: ", strlen("not measured: "))) {
 		snprintf(m, cap, "%s", said);
 		return;
@@ -1089,6 +1247,32 @@ static void not_recorded(const char *absent, const char *said, struct q4kh_guard
 		snprintf(m + n, cap - (size_t)n, "; %s%.300s", said[0] ? "its last line on stderr: "
 		                                                    : "it wrote nothing on stderr",
 		         said);
+}
+
+int q4kh_guard_receipt_decision(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                                const struct q4kh_device_record *dev,
+                                struct q4kh_guard_decision *out, char *why, size_t cap,
+                                struct q4kh_receipt_key *key, char *id, size_t id_cap,
+                                struct q4kh_error *err)
+{
+	struct q4kh_receipt_key own_key;
+	char own_id[512];
+
+	key = key ? key : &own_key;
+	if (!id) {
+		id = own_id;
+		id_cap = sizeof(own_id);
+	}
+	memset(out, 0, sizeof(*out));
+	if (q4kh_guard_key(g, c, dev, key, id, id_cap, err))
+		return -1;
+	if (g->probe_kind == Q4KH_F2_PROBE_BUILTIN && deep_receipt(g, key, id, out))
+		return 0;
+	if (q4kh_guard_receipt(g, key, id, &out->receipt, why, cap))
+		return 1;
+	out->verdict = out->receipt.verdict;
+	snprintf(out->source, sizeof(out->source), "receipt of %s", out->receipt.created);
+	return 0;
 }
 
 int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
@@ -1104,25 +1288,22 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 
 	memset(out, 0, sizeof(*out));
 	if (mode == Q4KH_F2_OFF) {
-		out->verdict = Q4KH_F2_NOT_MEASURED;
+		unmeasured(out);
 		snprintf(out->source, sizeof(out->source), "off");
 		snprintf(out->receipt.message, sizeof(out->receipt.message),
 		         "F2 is off: the candidate is unverified");
 		return 0;
 	}
-	if (q4kh_guard_key(g, c, dev, &key, id, sizeof(id), err))
-		return -1;
-	if (mode != Q4KH_F2_FRESH && g->probe_kind == Q4KH_F2_PROBE_BUILTIN &&
-	    deep_receipt(g, &key, id, out))
-		return 0;
 	/* none, stale and void read alike: measured */
-	if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) == 0) {
-		if (mode != Q4KH_F2_FRESH) {
-			out->verdict = out->receipt.verdict;
-			snprintf(out->source, sizeof(out->source), "receipt of %s",
-			         out->receipt.created);
-			return 0;
-		}
+	if (mode != Q4KH_F2_FRESH) {
+		rc = q4kh_guard_receipt_decision(g, c, dev, out, absent, sizeof(absent), &key, id,
+		                                 sizeof(id), err);
+		if (rc <= 0)
+			return rc;
+		reason = absent;
+	} else if (q4kh_guard_key(g, c, dev, &key, id, sizeof(id), err)) {
+		return -1;
+	} else if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) == 0) {
 		reason = g->fresh_source ? g->fresh_source : "--f2 fresh";
 		q4kh_receipt_free(&out->receipt);
 	} else {
@@ -1130,7 +1311,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 	}
 	snprintf(out->source, sizeof(out->source), "fresh: %.240s", reason);
 	if (reference_down(g, &lerr)) {
-		out->verdict = Q4KH_F2_NOT_MEASURED;
+		unmeasured(out);
 		snprintf(out->receipt.message, sizeof(out->receipt.message), REFERENCE_DOWN,
 		         lerr.msg);
 		return 0;

@@ -11,10 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "candidate.h"
 #include "config.h"
 #include "deep.h"
 #include "error.h"
 #include "f2.h"
+#include "host.h"
 #include "receipt.h"
 #include "registry.h"
 
@@ -82,17 +84,16 @@ int q4kh_guard_probe_load(const char *path, const char *model_path, int32_t **id
 /*
  * The probe's tokens for the model at MODEL_PATH: TEXT (the built-in probe
  * when NULL) as serving tokenizes a prompt (prompt.h: the file's chat
- * layout, BOS, special tokens parsed). *ids is malloc()ed.
+ * layout, BOS, special tokens parsed). *ids is malloc()ed. The file is
+ * shared with this process's other holds on it (gguf_shared.h).
  */
 int q4kh_guard_probe(const char *model_path, const char *text, int32_t **ids,
                      size_t *n, struct q4kh_error *err);
-
-/* What is being judged. */
-struct q4kh_candidate {
-	const char *backend;  /* backend plugin name */
-	uint32_t device;      /* index within the backend */
-	const char *variant;  /* kernel-variant plugin name, NULL = built-in */
-};
+/* q4kh_guard_probe for model file G with its tokenizer TOK (a host
+ * context's, host.h): nothing is opened or built again. */
+int q4kh_guard_probe_with(const struct q4kh_gguf *g, const struct q4kh_tokenizer *tok,
+                          const char *text, int32_t **ids, size_t *n,
+                          struct q4kh_error *err);
 
 /* Everything a guard decision needs besides the candidate. */
 /* Command-line and environment settings a validation child gets (--set). */
@@ -141,6 +142,9 @@ struct q4kh_guard {
 	 * replays it, or computes and writes it. NULL: each measurement
 	 * computes the reference. */
 	const char *reference_logits;
+	/* The command's host context (host.h), whose reference backend tells
+	 * whether it can start; NULL: start it to see. */
+	struct q4kh_host *host;
 };
 
 /* The largest f2_memory_limit_mb: 1 PiB, far above any machine. */
@@ -292,6 +296,25 @@ struct q4kh_guard_decision {
 	char source[256];  /* "receipt", "fresh (reason: ...)", "off" */
 	struct q4kh_receipt receipt;
 };
+
+/*
+ * The decision a receipt makes for candidate C on device DEV (its
+ * record) without measuring, the one rule for every command and serve:
+ * with G's built-in probe, a valid deep receipt of C that measured every
+ * position decides (the wider measurement; a deep rejection is not
+ * outvoted by a pass of the built-in probe), else G's own receipt of C
+ * (q4kh_guard_receipt). 0 with OUT's verdict, source ("receipt of DATE",
+ * "deep receipt of DATE") and receipt (free its points with q4kh_receipt_free); 1 when none may
+ * decide, WHY (CAP bytes) saying why G's own may not, OUT empty; -1 with
+ * err when the key cannot be computed (a plugin file cannot be hashed).
+ * KEY and ID (ID_CAP bytes; both may be NULL) get C's receipt key and
+ * identity (q4kh_guard_key), for a measurement that follows.
+ */
+int q4kh_guard_receipt_decision(const struct q4kh_guard *g, const struct q4kh_candidate *c,
+                                const struct q4kh_device_record *dev,
+                                struct q4kh_guard_decision *out, char *why, size_t cap,
+                                struct q4kh_receipt_key *key, char *id, size_t id_cap,
+                                struct q4kh_error *err);
 
 /*
  * Why receipt R is stale under G's limits: it records a verdict of a

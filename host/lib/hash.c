@@ -131,6 +131,23 @@ static void cache_write(const char *dir, const char *file, const char *id,
 		unlink(tmp);
 }
 
+int q4kh_sha256_mapped(const char *path, const void *map, uint64_t size,
+                       const char *cache_dir, char hex[Q4KH_SHA256_HEX],
+                       struct q4kh_error *err)
+{
+	char file[4096], id[128];
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return q4kh_fail(err, "%s: cannot stat: %s", path, strerror(errno));
+	cache_names(cache_dir, &st, file, sizeof(file), id, sizeof(id));
+	if (cache_read(file, id, hex) == 0)
+		return 0;
+	q4kh_sha256_bytes(map, (size_t)size, hex);
+	cache_write(cache_dir, file, id, hex);
+	return 0;
+}
+
 int q4kh_sha256_file(const char *path, const char *cache_dir,
                      char hex[Q4KH_SHA256_HEX], struct q4kh_error *err)
 {

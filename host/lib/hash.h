@@ -7,6 +7,7 @@
 #define Q4KH_HASH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -22,6 +23,15 @@
 int q4kh_sha256_file(const char *path, const char *cache_dir,
                      char hex[Q4KH_SHA256_HEX], struct q4kh_error *err);
 
+/*
+ * As q4kh_sha256_file with CACHE_DIR, for a file this process has mapped
+ * whole: MAP (SIZE bytes) holds PATH's bytes and is hashed on a miss of
+ * the cache (keyed on stat of PATH), so that the file is not opened
+ * again. -1 with err when PATH cannot be stat()ed.
+ */
+int q4kh_sha256_mapped(const char *path, const void *map, uint64_t size,
+                       const char *cache_dir, char hex[Q4KH_SHA256_HEX],
+                       struct q4kh_error *err);
 /* Hash LEN bytes of DATA into hex. */
 void q4kh_sha256_bytes(const void *data, size_t len, char hex[Q4KH_SHA256_HEX]);
 

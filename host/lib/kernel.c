@@ -1,5 +1,6 @@
 #include "kernel.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int q4kh_kernel_check(const struct q4kh_kernel *k, q4kh_status st,
@@ -12,6 +13,56 @@ int q4kh_kernel_check(const struct q4kh_kernel *k, q4kh_status st,
 	detail = k->v->last_error(k->ctx); /* NULL ctx: why init failed */
 	return q4kh_fail(err, "%s: %s failed (%s): %s", k->plugin->name, what,
 	                 q4kh_status_name(st), detail ? detail : "");
+}
+
+/* Open PLUGIN (checked) on B's device into OUT: native handles, then init. */
+static int open_on(const struct q4kh_plugin *plugin, const struct q4kh_backend *b,
+                   struct q4kh_kernel *out, struct q4kh_error *err)
+{
+	out->plugin = plugin;
+	out->v = plugin->desc->kernel;
+	out->native.struct_size = sizeof(out->native);
+	if (q4kh_backend_check(b, b->v->native_device(b->dev, &out->native),
+	                       "native_device", err))
+		goto fail;
+	if (q4kh_kernel_check(out, out->v->init(&plugin->api, &out->ctx), "init", err))
+		goto fail;
+	return 0;
+fail:
+	q4kh_kernel_close(out);
+	return -1;
+}
+
+/* PLUGIN from B's cache, opened there at the first call, into OUT, borrowed. */
+static int open_cached(const struct q4kh_plugin *plugin, const struct q4kh_backend *b,
+                       struct q4kh_kernel *out, struct q4kh_error *err)
+{
+	struct q4kh_kernel_cache *c = b->kernels;
+	struct q4kh_error e = { { 0 } };
+	size_t i = 0;
+
+	while (i < c->n && c->k[i].plugin != plugin)
+		i++;
+	if (i == c->n) {
+		if (c->n == Q4KH_KERNEL_CACHE)
+			return open_on(plugin, b, out, err); /* more than any path holds */
+		if (open_on(plugin, b, &c->k[i], &e))
+			snprintf(c->why[i], sizeof(c->why[i]), "%s", e.msg);
+		c->k[i].plugin = plugin;
+		c->n++;
+	}
+	if (c->why[i][0])
+		return q4kh_fail(err, "%s", c->why[i]);
+	*out = c->k[i];
+	out->borrowed = 1;
+	return 0;
+}
+
+void q4kh_kernel_cache_close(struct q4kh_kernel_cache *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		q4kh_kernel_close(&c->k[i]);
+	c->n = 0;
 }
 
 int q4kh_kernel_open(const struct q4kh_plugin *plugin,
@@ -33,23 +84,12 @@ int q4kh_kernel_open(const struct q4kh_plugin *plugin,
 	if (!b->v->native_device)
 		return q4kh_fail(err, "backend %s lends no native handles, so kernel variant %s cannot run on it",
 		                 b->plugin->name, plugin->name);
-	out->plugin = plugin;
-	out->v = v;
-	out->native.struct_size = sizeof(out->native);
-	if (q4kh_backend_check(b, b->v->native_device(b->dev, &out->native),
-	                       "native_device", err))
-		goto fail;
-	if (q4kh_kernel_check(out, v->init(&plugin->api, &out->ctx), "init", err))
-		goto fail;
-	return 0;
-fail:
-	q4kh_kernel_close(out);
-	return -1;
+	return b->kernels ? open_cached(plugin, b, out, err) : open_on(plugin, b, out, err);
 }
 
 void q4kh_kernel_close(struct q4kh_kernel *k)
 {
-	if (k->ctx)
+	if (k->ctx && !k->borrowed)
 		k->v->shutdown(k->ctx);
 	memset(k, 0, sizeof(*k));
 }

@@ -17,18 +17,38 @@ struct q4kh_kernel {
 	const struct q4kh_kernel_v1 *v;
 	q4kh_kernel_ctx *ctx;
 	struct q4kh_native_device native;
+	int borrowed; /* ctx is a kernel cache's, which shuts it down */
 };
+
+/*
+ * The kernel variants opened on one backend device, each once: a host
+ * context keeps one per device (host.h) and lends it through the
+ * backend's kernels, so that asking a variant's scores and routing
+ * weights through it use one context. An init that failed is kept too,
+ * with its error line.
+ */
+#define Q4KH_KERNEL_CACHE 32
+struct q4kh_kernel_cache {
+	struct q4kh_kernel k[Q4KH_KERNEL_CACHE];
+	char why[Q4KH_KERNEL_CACHE][1024]; /* "" when it opened */
+	size_t n;
+};
+/* Shut down every variant of C; every prepared weight must be released
+ * first. Safe on a zeroed cache. */
+void q4kh_kernel_cache_close(struct q4kh_kernel_cache *c);
 
 /*
  * Initialise kernel-variant PLUGIN for backend B's device. -1 with err when
  * the plugin is no kernel variant, targets another backend, the backend
- * lends no native handles, or init fails.
+ * lends no native handles, or init fails. When B carries a kernel cache,
+ * the variant is opened there once and *out borrows it (a failure is
+ * kept and said again).
  */
 int q4kh_kernel_open(const struct q4kh_plugin *plugin,
                      const struct q4kh_backend *b, struct q4kh_kernel *out,
                      struct q4kh_error *err);
-/* Shut the plugin down; every prepared weight must be released first.
- * Safe on a zeroed struct. */
+/* Shut the plugin down (not when borrowed from a cache); every prepared
+ * weight must be released first. Safe on a zeroed struct. */
 void q4kh_kernel_close(struct q4kh_kernel *k);
 
 /* 1 when the variant lists TYPE among its types. */

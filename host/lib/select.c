@@ -32,63 +32,47 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Devices of an accepted backend plugin; 0, with why in SKIPPED, when it
- * cannot start. */
-static uint32_t device_count(const struct q4kh_plugin *p, char *skipped, size_t cap)
-{
-	struct q4kh_error e = { { 0 } };
-	uint32_t n;
-
-	if (q4kh_backend_devices(p, &n, &e))
-		append(skipped, cap, "%s\n", e.msg);
-	return n;
-}
-
-/* The model's matrix weight types; none when the request names no model. */
-struct model_types {
-	uint32_t types[Q4KH_TYPE_COUNT];
-	size_t n;
-};
-
 /*
  * Append the kernel chain of backend P's device DEVICE (policy.h) to LIST;
  * what its setting named for other backends goes to OTHERS. A device that
- * does not open, or a backend without one of MT's types, adds nothing but
- * a line in SKIPPED.
+ * does not open, or a backend without one of the model's types, adds
+ * nothing but a line in SKIPPED.
  */
-static int add_backend(const struct q4kh_select_request *rq, const struct model_types *mt,
-                       const struct q4kh_plugin *p, uint32_t device,
-                       struct q4kh_select_cand *list, int *n, int *explicit_request,
+static int add_backend(const struct q4kh_select_request *rq, const struct q4kh_plugin *p, uint32_t device,
+                       struct q4kh_candidate *list, int *n, int *explicit_request,
                        char *others, size_t others_cap, char *skipped,
                        size_t skipped_cap, struct q4kh_error *err)
 {
+	struct q4kh_host *h = rq->host;
 	struct q4kh_policy_order o;
 	struct q4kh_backend b;
+	struct q4kh_device_record record;
 	struct q4kh_error e = { { 0 } };
 	size_t used = strlen(others);
 	char why[800];
 
-	if (q4kh_backend_open(p, device, &b, &e)) {
+	if (q4kh_host_backend_open(h, p, device, &b, &e)) {
 		append(skipped, skipped_cap, "%s\n", e.msg);
 		return 0;
 	}
-	if (q4kh_backend_check_types(&b, mt->types, mt->n, &e)) {
+	if (h->model && q4kh_backend_check_types(&b, h->types, h->n_types, &e)) {
 		append(skipped, skipped_cap, "%s: passed over for this model: %s\n", p->name, e.msg);
 		q4kh_backend_close(&b);
 		return 0;
 	}
-	if (q4kh_policy_order(rq->registry, rq->config, rq->kernel, NULL, &b, &o, err)) {
+	if (q4kh_policy_order(h->registry, h->config, rq->kernel, NULL, &b, &o, err)) {
 		q4kh_backend_close(&b);
 		return -1;
 	}
+	record = b.record;
 	q4kh_backend_close(&b);
 	*explicit_request |= o.explicit_request;
 	for (size_t i = 0; i < o.n && *n < Q4KH_SELECT_MAX; i++) {
-		struct q4kh_select_cand *c = &list[(*n)++];
+		struct q4kh_candidate *c = &list[(*n)++];
 
 		q4kh_policy_step_why(&o, &o.steps[i], why, sizeof(why));
-		*c = (struct q4kh_select_cand){ p->name, device, o.steps[i].variant,
-			                        o.explicit_request, "" };
+		*c = (struct q4kh_candidate){ p->name, device, o.steps[i].variant,
+			                      o.explicit_request, "", record };
 		if (c->variant)
 			snprintf(c->why, sizeof(c->why), "%s, %.700s", c->variant, why);
 		else
@@ -100,10 +84,10 @@ static int add_backend(const struct q4kh_select_request *rq, const struct model_
 	return 0;
 }
 
-/* "cpu has 1 device, cuda has 2" of every accepted backend. */
-static void list_backends(const struct q4kh_registry *r, char *buf, size_t cap)
+/* "cpu has 1 device, cuda has 2" of every accepted backend of H. */
+static void list_backends(struct q4kh_host *h, char *buf, size_t cap)
 {
-	char ignored[512] = "";
+	const struct q4kh_registry *r = h->registry;
 
 	buf[0] = 0;
 	for (size_t i = 0; i < r->n_plugins; i++) {
@@ -112,7 +96,7 @@ static void list_backends(const struct q4kh_registry *r, char *buf, size_t cap)
 
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND)
 			continue;
-		n = device_count(p, ignored, sizeof(ignored));
+		n = q4kh_host_devices(h, p, NULL, 0);
 		append(buf, cap, "%s%s has %u%s", buf[0] ? ", " : "", p->name, n,
 		       buf[0] ? "" : n == 1 ? " device" : " devices");
 	}
@@ -137,13 +121,13 @@ static void path_notes(const struct q4kh_registry *r, char *buf, size_t cap)
 static int nothing_to_try(const struct q4kh_select_request *rq, const char *skipped,
                           struct q4kh_error *err)
 {
-	const struct q4kh_registry *r = rq->registry;
+	const struct q4kh_registry *r = rq->host->registry;
 	char backends[512], notes[1024];
 	size_t len = strlen(skipped);
 
 	if (len)
 		return q4kh_fail(err, "no backend could start: %.*s", (int)len - 1, skipped);
-	list_backends(r, backends, sizeof(backends));
+	list_backends(rq->host, backends, sizeof(backends));
 	for (size_t i = 0; !backends[0] && i < r->n_plugins; i++)
 		if ((r->plugins[i].state == Q4KH_PLUGIN_REJECTED ||
 		     r->plugins[i].state == Q4KH_PLUGIN_REFUSED) &&
@@ -167,10 +151,10 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
 static int no_such_device(const struct q4kh_select_request *rq, const struct q4kh_plugin *p,
                           struct q4kh_error *err)
 {
-	uint32_t n = 0;
+	uint32_t n = q4kh_host_devices(rq->host, p, NULL, 0);
 	char why[512] = "";
 
-	if (q4kh_backend_devices(p, &n, NULL) == 0 && n == 0)
+	if (n == 0 && q4kh_host_backend(rq->host, p)->ctx)
 		q4kh_backend_why_no_device(p, why, sizeof(why));
 	if (n == 0)
 		return q4kh_fail(err, "backend %s is loaded but has no device%s%s; q4khost plugins "
@@ -182,53 +166,59 @@ static int no_such_device(const struct q4kh_select_request *rq, const struct q4k
 int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
                               uint32_t device, struct q4kh_error *err)
 {
-	const struct q4kh_select_request rq = { .registry = r, .backend = backend,
+	struct q4kh_host h;
+	const struct q4kh_select_request rq = { .host = &h, .backend = backend,
 		                                .device = device };
+	const struct q4kh_plugin *named = NULL;
 	char skipped[2048] = "";
+	int rc = -1;
 
-	for (size_t i = 0; i < r->n_plugins; i++) {
+	if (q4kh_host_open(&h, r, NULL, NULL, err))
+		return -1;
+	for (size_t i = 0; rc && !named && i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (backend && strcmp(p->name, backend)))
 			continue;
-		if (device_count(p, skipped, sizeof(skipped)) > device)
-			return 0;
-		if (backend)
-			return skipped[0] ? nothing_to_try(&rq, skipped, err)
-			                  : no_such_device(&rq, p, err);
+		if (q4kh_host_devices(&h, p, skipped, sizeof(skipped)) > device)
+			rc = 0;
+		else if (backend)
+			named = p;
 	}
-	return nothing_to_try(&rq, skipped, err);
+	if (rc && named && !skipped[0])
+		no_such_device(&rq, named, err);
+	else if (rc)
+		nothing_to_try(&rq, skipped, err);
+	q4kh_host_close(&h);
+	return rc;
 }
 
 int q4kh_select_plan(const struct q4kh_select_request *rq,
-                     struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,
+                     struct q4kh_candidate *list, char *skipped, size_t skipped_cap,
                      struct q4kh_error *err)
 {
-	const struct q4kh_registry *r = rq->registry;
+	struct q4kh_host *h = rq->host;
+	const struct q4kh_registry *r = h->registry;
 	const struct q4kh_plugin *cpu = q4kh_registry_find(r, "cpu");
 	char others[512] = "", own[2048];
 	int n = 0, kept = 0, explicit_request = 0;
-	struct model_types mt = { .n = 0 };
 
 	if (!skipped) {
 		skipped = own;
 		skipped_cap = sizeof(own);
 	}
 	skipped[0] = 0;
-	if (rq->model_path &&
-	    q4kh_model_types_at(rq->model_path, mt.types, Q4KH_TYPE_COUNT, &mt.n, err))
-		return -1;
 
 	if (rq->backend) {
 		const struct q4kh_plugin *p = q4kh_registry_find(r, rq->backend);
 		if (!p || p->desc->kind != Q4KH_KIND_BACKEND)
 			return q4kh_fail(err, "backend '%s' is not available on plugin path %s (%s); see q4khost plugins",
 			                 rq->backend, r->path, r->path_origin);
-		if (device_count(p, skipped, skipped_cap) <= rq->device)
+		if (q4kh_host_devices(h, p, skipped, skipped_cap) <= rq->device)
 			return skipped[0] ? nothing_to_try(rq, skipped, err)
 			                  : no_such_device(rq, p, err);
-		if (add_backend(rq, &mt, p, rq->device, list, &n, &explicit_request, others,
+		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
 		                sizeof(others), skipped, skipped_cap, err))
 			return -1;
 	} else {
@@ -240,15 +230,15 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 				if (p->state == Q4KH_PLUGIN_ACCEPTED &&
 				    p->desc->kind == Q4KH_KIND_BACKEND && strcmp(p->name, "cpu") &&
 				    (strcmp(q4kh_backend_kind(p), "cpu") == 0) == host &&
-				    device_count(p, skipped, skipped_cap) > rq->device &&
-				    add_backend(rq, &mt, p, rq->device, list, &n, &explicit_request, others,
+				    q4kh_host_devices(h, p, skipped, skipped_cap) > rq->device &&
+				    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
 				                sizeof(others), skipped, skipped_cap, err))
 					return -1;
 			}
 		/* The reference last: its one device stands in for a device of
 		 * another backend, but a device no backend has is a mistake. */
-		if (cpu && (n > 0 || device_count(cpu, skipped, skipped_cap) > rq->device) &&
-		    add_backend(rq, &mt, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
+		if (cpu && (n > 0 || q4kh_host_devices(h, cpu, skipped, skipped_cap) > rq->device) &&
+		    add_backend(rq, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
 		                skipped, skipped_cap, err))
 			return -1;
 	}
@@ -266,18 +256,41 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	return kept;
 }
 
+int q4kh_select_unjudged(const struct q4kh_candidate *c, enum q4kh_f2_mode mode,
+                         const char *mode_origin, struct q4kh_selection *s)
+{
+	char name[160];
+
+	if (q4kh_candidate_is_reference(c)) {
+		snprintf(s->f2_verdict, sizeof(s->f2_verdict), "not needed");
+		s->f2_source[0] = 0; /* left by a candidate tried before */
+		snprintf(s->f2_message, sizeof(s->f2_message),
+		         "the reference cpu backend with its built-in kernels");
+		return 1;
+	}
+	if (mode != Q4KH_F2_OFF)
+		return 0;
+	snprintf(s->f2_verdict, sizeof(s->f2_verdict), "off");
+	q4kh_settings_f2_source(mode_origin, "off", s->f2_source, sizeof(s->f2_source));
+	snprintf(s->f2_message, sizeof(s->f2_message), "F2 IS OFF: %s serves unverified",
+	         q4kh_candidate_name(c, name, sizeof(name)));
+	return 1;
+}
+
 /* Open backend, model and variant of C into OUT. */
-static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_select_cand *c,
+static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_candidate *c,
                      struct q4kh_selection *out, struct q4kh_error *err)
 {
-	const struct q4kh_plugin *p = q4kh_registry_find(rq->registry, c->backend);
+	struct q4kh_host *h = rq->host;
+	const struct q4kh_plugin *p = q4kh_registry_find(h->registry, c->backend);
 
 	if (!p)
 		return q4kh_fail(err, "backend '%s' is not available", c->backend);
-	if (q4kh_backend_open(p, c->device, &out->backend, err) ||
-	    q4kh_model_open(rq->model_path, &out->model, err) ||
+	/* the host's file, bound again for this backend: nothing is read twice */
+	if (q4kh_host_backend_open(h, p, c->device, &out->backend, err) ||
+	    q4kh_model_open(h->model_path, &out->model, err) ||
 	    q4kh_model_upload(out->model, &out->backend, err) ||
-	    (c->variant && q4kh_policy_use_kernel(rq->registry, &out->backend, out->model,
+	    (c->variant && q4kh_policy_use_kernel(h->registry, &out->backend, out->model,
 	                                          c->variant, &out->kernel, err))) {
 		q4kh_selection_close(out);
 		return -1;
@@ -295,27 +308,31 @@ static int guard_open(const struct q4kh_select_request *rq, struct q4kh_guard *g
                       int32_t **probe, size_t *n_probe, struct q4kh_deep_plan *deep,
                       struct q4kh_error *err)
 {
+	struct q4kh_host *h = rq->host;
 	const int prompt = rq->probe == Q4KH_F2_PROBE_PROMPT &&
 	                   rq->n_prompt >= Q4KH_F2_PROMPT_MIN_TOKENS;
 
 	if (rq->probe == Q4KH_F2_PROBE_DEEP) {
-		if (q4kh_deep_probe(rq->model_path, rq->deep_ctx, probe, deep, err) ||
-		    q4kh_guard_init(g, rq->registry, rq->config, rq->model_path, *probe,
+		if (q4kh_deep_probe(h->model_path, rq->deep_ctx, probe, deep, err) ||
+		    q4kh_guard_init(g, h->registry, h->config, h->model_path, *probe,
 		                    (size_t)deep->prefill, err) ||
 		    q4kh_guard_use_deep(g, deep, rq->deep_ctx, err))
 			return -1;
 		*n_probe = (size_t)deep->prefill;
 		g->config_file = rq->config_file;
+		g->host = h;
 		return 0;
 	}
-	if (!prompt && q4kh_guard_probe(rq->model_path, NULL, probe, n_probe, err))
+	if (!prompt &&
+	    q4kh_guard_probe_with(h->model->gguf, h->tok, NULL, probe, n_probe, err))
 		return -1;
-	if (q4kh_guard_init(g, rq->registry, rq->config, rq->model_path,
+	if (q4kh_guard_init(g, h->registry, h->config, h->model_path,
 	                    prompt ? rq->prompt : *probe, prompt ? rq->n_prompt : *n_probe,
 	                    err))
 		return -1;
 	g->probe_kind = prompt ? Q4KH_F2_PROBE_PROMPT : Q4KH_F2_PROBE_BUILTIN;
 	g->config_file = rq->config_file;
+	g->host = h;
 	return 0;
 }
 
@@ -384,12 +401,12 @@ static void describe_deep_receipt(const struct q4kh_receipt *r, struct q4kh_sele
 int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out,
                 struct q4kh_error *err)
 {
-	struct q4kh_select_cand list[Q4KH_SELECT_MAX];
+	struct q4kh_candidate list[Q4KH_SELECT_MAX];
 	struct q4kh_guard g;
 	int32_t *probe = NULL;
 	struct q4kh_deep_plan deep = { 0 };
-	size_t n_probe = 0, n_types;
-	uint32_t types[Q4KH_TYPE_COUNT];
+	const struct q4kh_host *h = rq->host;
+	size_t n_probe = 0;
 	int n, guard_ready = 0, rc = -1;
 	char name[160], fresh_source[320];
 	size_t len;
@@ -400,48 +417,34 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 		out->explicit_failure = 1;
 		return -1;
 	}
-	if (q4kh_model_types_at(rq->model_path, types, Q4KH_TYPE_COUNT, &n_types, err))
-		return -1;
 	for (int i = 0; i < n; i++) {
 		struct q4kh_guard_decision d;
 		struct q4kh_error e = { { 0 } };
-		const struct q4kh_select_cand *c = &list[i];
-		struct q4kh_candidate cc = { c->backend, c->device, c->variant };
+		const struct q4kh_candidate *c = &list[i];
+		const int reference = q4kh_candidate_is_reference(c);
 
-		q4kh_candidate_name(&cc, name, sizeof(name));
+		q4kh_candidate_name(c, name, sizeof(name));
 		/* A variant chosen by score that has none of the model's types
 		 * routes nothing: not applicable, never a rejection. */
 		if (c->variant && !c->explicit_request &&
-		    !q4kh_candidate_applies(q4kh_registry_find(rq->registry, c->variant), types,
-		                            n_types)) {
+		    !q4kh_candidate_applies(q4kh_registry_find(h->registry, c->variant), h->types,
+		                            h->n_types)) {
 			append(out->not_applicable, sizeof(out->not_applicable), "%s%s",
 			       out->not_applicable[0] ? ", " : "", name);
 			continue;
 		}
-		if (!strcmp(c->backend, "cpu") && !c->variant) {
-			/* The reference needs no guard. */
-			if (open_cand(rq, c, out, err))
+		/* the reference needs no guard: that it cannot start is the end */
+		if (open_cand(rq, c, out, reference ? err : &e)) {
+			if (reference)
 				goto out;
-			snprintf(out->f2_verdict, sizeof(out->f2_verdict), "not needed");
-			out->f2_source[0] = 0; /* left by a candidate tried before */
-			snprintf(out->f2_message, sizeof(out->f2_message),
-			         "the reference cpu backend with its built-in kernels%s",
-			         out->steps[0] ? " (every other candidate was rejected)" : "");
-			snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
-			rc = 0;
-			goto out;
-		}
-		if (open_cand(rq, c, out, &e)) {
 			append(out->steps, sizeof(out->steps), "%s: cannot start: %s\n", name, e.msg);
 			continue;
 		}
 		snprintf(out->kernel_choice, sizeof(out->kernel_choice), "%s", c->why);
-		if (rq->mode == Q4KH_F2_OFF) {
-			snprintf(out->f2_verdict, sizeof(out->f2_verdict), "off");
-			q4kh_settings_f2_source(rq->mode_origin, "off", out->f2_source,
-			                        sizeof(out->f2_source));
-			snprintf(out->f2_message, sizeof(out->f2_message),
-			         "F2 IS OFF: %s serves unverified", name);
+		if (q4kh_select_unjudged(c, rq->mode, rq->mode_origin, out)) {
+			if (reference && out->steps[0])
+				append(out->f2_message, sizeof(out->f2_message),
+				       " (every other candidate was rejected)");
 			rc = 0;
 			goto out;
 		}
@@ -455,13 +458,13 @@ int q4kh_select(const struct q4kh_select_request *rq, struct q4kh_selection *out
 			g.fresh_source = fresh_source;
 			guard_ready = 1;
 		}
-		if (describe_probe(rq, &g, &cc, out, &e)) {
+		if (describe_probe(rq, &g, c, out, &e)) {
 			q4kh_selection_close(out);
 			append(out->steps, sizeof(out->steps), "%s: F2 could not decide: %s\n", name,
 			       e.msg);
 			continue;
 		}
-		if (q4kh_guard_check(&g, &cc, &out->backend.record, rq->mode, &d, &e)) {
+		if (q4kh_guard_check(&g, c, &out->backend.record, rq->mode, &d, &e)) {
 			if (q4kh_interrupted()) {
 				snprintf(out->measuring, sizeof(out->measuring), "%s", name);
 				out->measuring_plugin = out->backend.plugin;

@@ -24,17 +24,19 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "candidate.h"
 #include "error.h"
 #include "guard.h"
+#include "host.h"
 #include "kernel.h"
 #include "model.h"
 #include "registry.h"
 
 struct q4kh_select_request {
-	const struct q4kh_registry *registry;
-	const struct q4kh_config *config;
+	/* The command's host context (host.h): its registry, config, model
+	 * (NULL for a plan that needs none), backends and variants. */
+	struct q4kh_host *host;
 	const char *config_file;  /* handed to validation child processes */
-	const char *model_path;
 	const char *backend;      /* NULL: automatic */
 	uint32_t device;
 	const char *kernel;       /* the --kernel value (policy.h), or NULL */
@@ -92,21 +94,13 @@ struct q4kh_selection {
 	struct q4kh_device_record measuring_device;
 };
 
-/* One candidate of a plan. */
-struct q4kh_select_cand {
-	const char *backend;  /* the registry's strings */
-	uint32_t device;
-	const char *variant;  /* NULL: the backend's built-in kernels */
-	int explicit_request; /* named by the command line or the environment */
-	char why[800];        /* "cpu-q8act, named by FILE:LINE [gpu.0]" */
-};
-
 #define Q4KH_SELECT_MAX 64
 
 /*
  * The candidates q4kh_select tries for RQ, in order, into LIST (room for
- * Q4KH_SELECT_MAX; RQ's mode is not used, its model only for its weight
- * types, when it names one). The reference cpu
+ * Q4KH_SELECT_MAX; RQ's mode is not used, its host's model only for its
+ * weight types, when it has one), each with its device's record, why it
+ * is there and whether it was named explicitly. The reference cpu
  * backend's one device stands in last for device RQ->device of another
  * backend, but not for a device no backend has. Returns how many; -1 with
  * err when a named backend is missing, a kernel setting is invalid, an
@@ -121,8 +115,19 @@ struct q4kh_select_cand {
  * in a newline, so that a plan that goes on without it can still say why.
  */
 int q4kh_select_plan(const struct q4kh_select_request *rq,
-                     struct q4kh_select_cand *list, char *skipped, size_t skipped_cap,
+                     struct q4kh_candidate *list, char *skipped, size_t skipped_cap,
                      struct q4kh_error *err);
+
+/*
+ * The F2 record of candidate C when nothing is to be judged, into S's
+ * f2_verdict, f2_source and f2_message: the reference ("not needed"), or
+ * with MODE off any other ("off", the source naming where MODE_ORIGIN set
+ * it, "F2 IS OFF: NAME serves unverified"). 1 when it filled them; 0,
+ * leaving S alone, when C must be judged (q4kh_guard_receipt_decision,
+ * q4kh_guard_check). The one rule for run and serve.
+ */
+int q4kh_select_unjudged(const struct q4kh_candidate *c, enum q4kh_f2_mode mode,
+                         const char *mode_origin, struct q4kh_selection *s);
 
 /*
  * 0 when some accepted backend of R (BACKEND alone, when not NULL) has
@@ -136,8 +141,10 @@ int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
                              uint32_t device, struct q4kh_error *err);
 
 /*
- * Choose, guard and open what serves RQ. On success every part of *out is
- * open; release it with q4kh_selection_close. -1 with err when nothing can
+ * Choose, guard and open what serves RQ, on its host's backends and
+ * model. On success every part of *out is open (the backend device
+ * borrowed from the host, which must outlive it); release it with
+ * q4kh_selection_close. -1 with err when nothing can
  * serve, or a named request cannot be honoured (explicit_failure set), or
  * when a SIGINT or SIGTERM stopped an F2 measurement (interrupt.h;
  * interrupted set, no receipt written).

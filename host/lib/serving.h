@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "candidate.h"
 #include "error.h"
-#include "guard.h"
 #include "kernel.h"
 #include "model.h"
 #include "registry.h"

@@ -163,15 +163,19 @@ struct serve {
 	struct q4kh_registry *registry;
 	char model_path[4096];
 	char model_id[256];       /* the file's base name: /v1/models */
-	struct q4kh_gguf *gguf;   /* for the chat template */
-	struct q4kh_tokenizer *tok;
+	/* the command's host context (host.h): the model file, its tokenizer,
+	 * the backends the plan and a synchronous choice use (the paths
+	 * opened later, on other threads, have contexts of their own) */
+	struct q4kh_host host;
+	const struct q4kh_gguf *gguf;   /* host's, for the chat template */
+	const struct q4kh_tokenizer *tok; /* host's */
 	int32_t n_vocab;
 	uint32_t n_ctx;
 	char api_key[512];        /* empty: none */
 	enum q4kh_f2_mode mode;
 	char mode_origin[700];
 	struct q4kh_select_request rq;
-	struct q4kh_select_cand plan[Q4KH_SELECT_MAX];
+	struct q4kh_candidate plan[Q4KH_SELECT_MAX];
 	int n_plan;
 	struct q4kh_guard guard;  /* receipts: lookups and demotions */
 	int32_t *probe;
@@ -226,7 +230,7 @@ struct serve {
 };
 
 /* serve_path.c */
-int serve_path_open(struct serve *srv, const struct q4kh_select_cand *c,
+int serve_path_open(struct serve *srv, const struct q4kh_candidate *c,
                     struct serve_path **out, struct q4kh_error *err);
 /* Choose, guard and open a path as q4khost run does (q4kh_select, F2
  * measured before it returns), for requests that name what must serve. */

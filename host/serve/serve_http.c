@@ -45,7 +45,12 @@ struct request {
 	char client[64];     /* the peer's address */
 	unsigned status;     /* the status sent; 0: none yet */
 	char reason[400];    /* why, in the log's words */
+	int routed;          /* on_request has seen it */
 };
+
+/* What libmicrohttpd last said on this connection's thread (one thread a
+ * connection): why it refused a request it answered itself. */
+static __thread char mhd_said[300];
 
 /* A streamed answer, owned by its MHD response. */
 struct stream {
@@ -514,6 +519,29 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 	return generate(srv, c, rq);
 }
 
+/* A request's record, from its first line on: on_uri makes it, so that
+ * one libmicrohttpd refuses before on_request (a malformed header) still
+ * gets its access line. NULL when out of memory. */
+static struct request *request_new(struct MHD_Connection *c, const char *path)
+{
+	struct request *rq = calloc(1, sizeof(*rq));
+
+	if (!rq)
+		return NULL;
+	rq->t0 = serve_now();
+	snprintf(rq->method, sizeof(rq->method), "-"); /* not parsed yet */
+	q4kh_show(rq->path, sizeof(rq->path), path, strlen(path), 120, 1);
+	peer(c, rq->client, sizeof(rq->client));
+	mhd_said[0] = 0;
+	return rq;
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	(void)cls;
+	return request_new(c, uri);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **ctx)
@@ -522,20 +550,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	struct request *rq = *ctx;
 
 	(void)version;
-	if (!rq) {
+	if (!rq || !rq->routed) {
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
-		rq = calloc(1, sizeof(*rq));
-		if (!rq) {
+		if (!rq && !(*ctx = rq = request_new(c, url))) {
 			serve_log("out of memory for a request; its connection was closed");
 			return MHD_NO;
 		}
-		*ctx = rq;
+		rq->routed = 1;
 		rq->ep = endpoint_of(url);
-		rq->t0 = serve_now();
 		q4kh_show(rq->method, sizeof(rq->method), method, strlen(method), 12, 1);
 		q4kh_show(rq->path, sizeof(rq->path), url, strlen(url), 120, 1);
-		peer(c, rq->client, sizeof(rq->client));
 		/* Refused before the body is read: the connection then closes. */
 		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)srv->o.max_body)
 			return too_large(srv, c, rq);
@@ -594,10 +619,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	struct request *rq = *ctx;
 
 	(void)cls;
-	(void)c;
 	if (!rq)
 		return;
-	if (!rq->status)
+	if (!rq->status && MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS))
+		note(rq, MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS)->http_status,
+		     "malformed HTTP, refused by libmicrohttpd before q4khost read the request: %s",
+		     mhd_said[0] ? mhd_said : "it said nothing");
+	else if (!rq->status)
 		unanswered(rq, why);
 	else if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->status < 400 &&
 	         rq->reason[0])
@@ -610,10 +638,33 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	*ctx = NULL;
 }
 
+/* The text of the HTML body in libmicrohttpd's LINE about an error answer
+ * of its own, without tags, into mhd_said; 0 when LINE has none. */
+static int said_body(const char *line)
+{
+	const char *p = strstr(line, "<body>"), *end = p ? strstr(p, "</body>") : NULL;
+	size_t n = 0;
+	int tag = 0;
+
+	if (!end)
+		return 0;
+	for (p += strlen("<body>"); p < end && n + 1 < sizeof(mhd_said); p++) {
+		if (*p == '<' || *p == '>')
+			tag = *p == '<';
+		else if (!tag)
+			mhd_said[n++] = *p;
+	}
+	mhd_said[n] = 0;
+	return 1;
+}
+
 /*
  * libmicrohttpd's own lines. Its "Application reported internal error"
  * follows every MHD_NO of ours (out of memory, or a client that left before
- * its answer), and the request's access line already says which.
+ * its answer), and the request's access line already says which. When it
+ * answers a malformed request itself, what it says is kept for that
+ * request's access line (on_completed), its HTML body's words rather than
+ * the line that quotes the HTML.
  */
 static void on_log(void *cls, const char *fmt, va_list ap)
 {
@@ -624,7 +675,7 @@ static void on_log(void *cls, const char *fmt, va_list ap)
 	size_t n;
 
 	vsnprintf(line, sizeof(line), fmt, ap);
-	if (!strncmp(line, ours, sizeof(ours) - 1))
+	if (!strncmp(line, ours, sizeof(ours) - 1) || said_body(line))
 		return;
 	if (!strncmp(line, full, sizeof(full) - 1)) {
 		serve_log("http: %ld connections are open, --max-connections: a new one was closed "
@@ -634,6 +685,7 @@ static void on_log(void *cls, const char *fmt, va_list ap)
 	n = strlen(line);
 	while (n && line[n - 1] == '\n')
 		line[--n] = 0;
+	snprintf(mhd_said, sizeof(mhd_said), "%s", line);
 	serve_log("http: %s", line);
 }
 
@@ -718,7 +770,7 @@ int serve_http_start(struct serve *srv, struct q4kh_error *err)
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)srv->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
 		(unsigned)srv->o.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-		MHD_OPTION_END);
+		MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_END);
 	if (!srv->httpd)
 		return q4kh_fail(err, "cannot listen on %s port %ld (in use, or not an address of this machine?)",
 		                 srv->o.host, srv->o.port);

@@ -26,7 +26,7 @@ static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_ses
 	return 0;
 }
 
-int serve_path_open(struct serve *srv, const struct q4kh_select_cand *c,
+int serve_path_open(struct serve *srv, const struct q4kh_candidate *c,
                     struct serve_path **out, struct q4kh_error *err)
 {
 	struct serve_path *p = calloc(1, sizeof(*p));
@@ -34,7 +34,7 @@ int serve_path_open(struct serve *srv, const struct q4kh_select_cand *c,
 	*out = NULL;
 	if (!p)
 		return q4kh_fail(err, "out of memory");
-	p->cand = (struct q4kh_candidate){ c->backend, c->device, c->variant };
+	p->cand = *c;
 	p->plan_index = (int)(c - srv->plan);
 	q4kh_candidate_name(&p->cand, p->name, sizeof(p->name));
 	snprintf(p->sel.kernel_choice, sizeof(p->sel.kernel_choice), "%s", c->why);
@@ -72,9 +72,11 @@ int serve_path_select(struct serve *srv, struct serve_path **out, int *explicit_
 	p->be = &p->sel.backend;
 	p->m = p->sel.model;
 	p->plan_index = -1;
-	p->cand = (struct q4kh_candidate){ p->be->plugin->name, p->be->record.index,
-		                           p->sel.kernel.plugin ? p->sel.kernel.plugin->name
-		                                                : NULL };
+	p->cand = (struct q4kh_candidate){ .backend = p->be->plugin->name,
+		                           .device = p->be->record.index,
+		                           .variant = p->sel.kernel.plugin
+		                                              ? p->sel.kernel.plugin->name
+		                                              : NULL };
 	q4kh_candidate_name(&p->cand, p->name, sizeof(p->name));
 	for (int i = 0; i < srv->n_plan; i++)
 		if (!strcmp(srv->plan[i].backend, p->cand.backend) &&

@@ -179,7 +179,7 @@ static int open_sides(struct serve *srv, struct serve_shadow *sh, const struct s
 {
 	if (!sh->ref.s &&
 	    q4kh_serving_open(srv->registry, srv->model_path,
-	                      &(struct q4kh_candidate){ "cpu", 0, NULL }, srv->n_ctx, &sh->ref,
+	                      &(struct q4kh_candidate){ .backend = "cpu" }, srv->n_ctx, &sh->ref,
 	                      err))
 		return -1;
 	if (sh->cand.s && (strcmp(sh->cand_name, s->path) || sh->cand_device != s->cand.device))

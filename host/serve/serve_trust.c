@@ -55,74 +55,27 @@ void serve_trust_note(struct serve *srv, const char *path, const char *verdict,
 		srv->m.f2_other++;
 }
 
-static int is_reference(const struct q4kh_select_cand *c)
-{
-	return !strcmp(c->backend, "cpu") && !c->variant;
-}
-
-/*
- * C's verdict from a valid receipt into D: 0; 1 when it has none that is
- * valid now; -1 with err when the key cannot be computed.
- */
-static int receipt_verdict(struct serve *srv, const struct q4kh_select_cand *c,
-                           struct q4kh_guard_decision *d, struct q4kh_error *err)
-{
-	const struct q4kh_candidate cc = { c->backend, c->device, c->variant };
-	const struct q4kh_plugin *p = q4kh_registry_find(srv->registry, c->backend);
-	struct q4kh_receipt_key key;
-	struct q4kh_backend b;
-	char id[512], why[512];
-	int rc;
-
-	memset(d, 0, sizeof(*d));
-	if (!p)
-		return q4kh_fail(err, "backend %s is not available", c->backend);
-	if (q4kh_backend_open(p, c->device, &b, err))
-		return -1;
-	rc = q4kh_guard_key(&srv->guard, &cc, &b.record, &key, id, sizeof(id), err);
-	q4kh_backend_close(&b);
-	if (rc)
-		return -1;
-	if (q4kh_guard_receipt(&srv->guard, &key, id, &d->receipt, why, sizeof(why)) != 0)
-		return 1;
-	d->verdict = d->receipt.verdict;
-	snprintf(d->source, sizeof(d->source), "receipt of %s", d->receipt.created);
-	return 0;
-}
-
 enum trust { TRUSTED, REJECTED, PENDING };
 
 /*
  * Whether plan entry C may serve now, with its F2 record in SEL's verdict,
  * source and message (a rejection's line goes to STEPS).
  */
-static enum trust classify(struct serve *srv, const struct q4kh_select_cand *c,
+static enum trust classify(struct serve *srv, const struct q4kh_candidate *c,
                            struct q4kh_selection *sel)
 {
 	struct q4kh_guard_decision d;
 	struct q4kh_error e = { { 0 } };
-	char name[160];
+	char name[160], why[512];
 	int rc;
 
-	q4kh_candidate_name(&(struct q4kh_candidate){ c->backend, c->device, c->variant },
-	                    name, sizeof(name));
-	if (is_reference(c)) {
-		snprintf(sel->f2_verdict, sizeof(sel->f2_verdict), "not needed");
-		sel->f2_source[0] = 0;
-		snprintf(sel->f2_message, sizeof(sel->f2_message),
-		         "the reference cpu backend with its built-in kernels");
+	q4kh_candidate_name(c, name, sizeof(name));
+	if (q4kh_select_unjudged(c, srv->mode, srv->mode_origin, sel))
 		return TRUSTED;
-	}
-	if (srv->mode == Q4KH_F2_OFF) {
-		snprintf(sel->f2_verdict, sizeof(sel->f2_verdict), "off");
-		snprintf(sel->f2_source, sizeof(sel->f2_source), "%.200s", srv->mode_origin);
-		snprintf(sel->f2_message, sizeof(sel->f2_message),
-		         "F2 IS OFF: %s serves unverified", name);
-		return TRUSTED;
-	}
 	if (srv->mode == Q4KH_F2_FRESH)
 		return PENDING;
-	rc = receipt_verdict(srv, c, &d, &e);
+	rc = q4kh_guard_receipt_decision(&srv->guard, c, &c->dev, &d, why, sizeof(why), NULL,
+	                                 NULL, 0, &e);
 	if (rc < 0) {
 		serve_log("%s: F2 could not look for a receipt: %s", name, e.msg);
 		return PENDING;
@@ -148,7 +101,7 @@ static enum trust classify(struct serve *srv, const struct q4kh_select_cand *c,
 }
 
 /* Open plan entry C as a path with the F2 record in REC. */
-static struct serve_path *open_trusted(struct serve *srv, const struct q4kh_select_cand *c,
+static struct serve_path *open_trusted(struct serve *srv, const struct q4kh_candidate *c,
                                        const struct q4kh_selection *rec,
                                        struct q4kh_error *err)
 {
@@ -160,8 +113,8 @@ static struct serve_path *open_trusted(struct serve *srv, const struct q4kh_sele
 	memcpy(p->sel.f2_source, rec->f2_source, sizeof(rec->f2_source));
 	memcpy(p->sel.f2_message, rec->f2_message, sizeof(rec->f2_message));
 	memcpy(p->sel.steps, rec->steps, sizeof(rec->steps));
-	p->unverified = srv->mode == Q4KH_F2_OFF && !is_reference(c);
-	p->guarded = !p->unverified && !is_reference(c);
+	p->unverified = srv->mode == Q4KH_F2_OFF && !q4kh_candidate_is_reference(c);
+	p->guarded = !p->unverified && !q4kh_candidate_is_reference(c);
 	return p;
 }
 
@@ -229,15 +182,14 @@ static char *read_all(int fd)
  * thread, which ends only after waiting for it, or with the whole
  * process.
  */
-static int spawn_validate(struct serve *srv, const struct q4kh_select_cand *c, pid_t *pid,
+static int spawn_validate(struct serve *srv, const struct q4kh_candidate *c, pid_t *pid,
                           int *fd, struct q4kh_error *err)
 {
 	struct q4kh_guard_args a;
-	struct q4kh_candidate cc = { c->backend, c->device, c->variant };
 	struct q4kh_spawn_how how = { -1, -1, 1, 0 };
 	int pipefd[2];
 
-	q4kh_guard_child_args(&srv->guard, &cc, &a);
+	q4kh_guard_child_args(&srv->guard, c, &a);
 	/* [f2] require_deep: the child judges on the deep probe too, or it
 	 * would answer from a shallow receipt that run does not take */
 	q4kh_guard_deep_args(&srv->guard, &a);
@@ -294,7 +246,7 @@ static void parse_verdict(const char *out, int status, struct serve_verdict *d)
 }
 
 /* Measure plan entry C in a child; its verdict into D. -1 when stopped. */
-static int measure(struct serve *srv, const struct q4kh_select_cand *c,
+static int measure(struct serve *srv, const struct q4kh_candidate *c,
                    struct serve_verdict *d)
 {
 	struct q4kh_error e = { { 0 } };
@@ -331,14 +283,13 @@ static void *f2_main(void *arg)
 	struct serve *srv = arg;
 
 	for (int k = 0; k < srv->n_pending; k++) {
-		const struct q4kh_select_cand *c = &srv->plan[srv->pending[k]];
+		const struct q4kh_candidate *c = &srv->plan[srv->pending[k]];
 		struct serve_verdict d = { 0 };
 		struct q4kh_error e = { { 0 } };
 		struct serve_path *p = NULL;
 		char reason[800];
 
-		q4kh_candidate_name(&(struct q4kh_candidate){ c->backend, c->device, c->variant },
-		                    d.path, sizeof(d.path));
+		q4kh_candidate_name(c, d.path, sizeof(d.path));
 		pthread_mutex_lock(&srv->lock);
 		serve_log("background F2: measuring %s while %s serves", d.path,
 		          srv->cur ? srv->cur->name : "nothing");
@@ -417,7 +368,8 @@ int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 
 		if ((deep ? q4kh_deep_probe(srv->model_path, srv->rq.deep_ctx, &srv->probe,
 		                            &srv->deep, err)
-		          : q4kh_guard_probe(srv->model_path, NULL, &srv->probe, &srv->n_probe, err)))
+		          : q4kh_guard_probe_with(srv->gguf, srv->tok, NULL, &srv->probe,
+		                                  &srv->n_probe, err)))
 			return -1;
 		if (deep)
 			srv->n_probe = (size_t)srv->deep.prefill;

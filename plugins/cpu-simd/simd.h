@@ -2,7 +2,8 @@
  * cpu-simd: a kernel variant for the "cpu" backend. Weights stay in the
  * backend's memory as GGUF blocks and are decoded a row at a time to int16;
  * activations are quantised to int16 blocks (simd_decode.h) and
- * interleaved for gemm (simd_interleave.c); every block
+ * interleaved for gemm (simd_interleave.c), or the weights repacked for
+ * it (simd_pack.c, simd_vnni_packed.c); every block
  * product is an integer dot product (decoders: simd_decode.h, row loop:
  * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
  * and chosen at run time from what the CPU and the OS support
@@ -11,6 +12,7 @@
 #ifndef Q4KH_SIMD_H
 #define Q4KH_SIMD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "q4khost/cpu_isa.h"
@@ -101,6 +103,67 @@ typedef void (*simd_tiles_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
                               int64_t r1, int64_t k, const struct simd_group *g,
                               int ncols, float *const *y, const struct simd_row *row);
 
+/*
+ * A Q4_K or Q6_K weight repacked at prepare() for the gemm of AVX-512 VNNI
+ * (simd_pack.c): rows in tiles of SIMD_PACK_ROWS (the last one padded with
+ * zero rows), a tile's K / 256 super-blocks one after another, tile after
+ * tile. In a super-block each 64 bytes of codes hold 4 consecutive values
+ * of each of the 16 rows, row r in bytes 4r .. 4r + 3: the 16 lanes of one
+ * vpdpbusd, which multiplies them with 4 bytes of one column broadcast, so
+ * one broadcast feeds 16 rows and a column's 16 results are one store.
+ * Scales stay as the GGUF blocks hold them (integers), one byte per row.
+ */
+#define SIMD_PACK_ROWS 16
+
+/*
+ * Q4_K: value = d sc_j q - dmin m_j in sub-block j (32 values), q of 4 bits
+ * (quant.h). Octet p (values 8p .. 8p + 7): qs[p][r][i] = q(r, 8p + i) |
+ * q(r, 8p + 4 + i) << 4, so the low nibbles of a 64-byte load are values
+ * 8p .. 8p + 3 of 16 rows and the high ones 8p + 4 .. 8p + 7. 2432 bytes
+ * for 16 rows, 16 x 144 in the file.
+ */
+struct simd_pack_q4_k {
+	float d[SIMD_PACK_ROWS], dmin[SIMD_PACK_ROWS];
+	uint8_t sc[8][SIMD_PACK_ROWS], m[8][SIMD_PACK_ROWS];
+	uint8_t qs[32][SIMD_PACK_ROWS][4];
+};
+
+/*
+ * Q6_K: value = d sc_g (q - 32) in group g (16 values), q of 6 bits. Low 4
+ * bits as Q4_K's qs; bits 4 and 5 of value 16g + 4s + i (s, i < 4) at bits
+ * 2s and 2s + 1 of qh[g][r][i]. 3392 bytes for 16 rows, 16 x 210 in the
+ * file.
+ */
+struct simd_pack_q6_k {
+	float d[SIMD_PACK_ROWS];
+	int8_t sc[16][SIMD_PACK_ROWS];
+	uint8_t ql[32][SIMD_PACK_ROWS][4];
+	uint8_t qh[16][SIMD_PACK_ROWS][4];
+};
+
+/*
+ * Bytes of a TYPE (enum simd_wtype) weight of N rows of K values (K a
+ * multiple of 256) repacked; 0 for a type without a packed layout. Pure.
+ */
+size_t simd_pack_bytes(int type, int64_t n, int64_t k);
+
+/*
+ * Tiles [t0, t1) of the repacked TYPE weight OUT (64-byte aligned,
+ * simd_pack_bytes() long) from its N GGUF rows of K values at W, rows
+ * ROW_BYTES apart. Plain C; tiles may be packed by different threads.
+ */
+void simd_pack_tiles(int type, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t k,
+                     int64_t t0, int64_t t1, void *out);
+
+/*
+ * y[c][r] = dot(row r, column c) for the rows of tiles [t0, t1) of the
+ * repacked weight P (N rows of K values; rows past N are not written) and
+ * c < ncols, from columns a[] quantised and split with their blocks in
+ * order (struct simd_act; q is not read). Call where the set's split is.
+ */
+typedef void (*simd_packed_fn)(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                               const struct simd_act *a, int ncols, float *const *y);
+
 /* One instruction set's kernels, indexed by enum simd_wtype. */
 struct simd_kernels {
 	const char *name;
@@ -117,16 +180,26 @@ struct simd_kernels {
 	 * Split the K quantised values q (K a multiple of 32) into hi, lo and
 	 * s16 as struct simd_act says, for the direct product of one column
 	 * with a weight of TYPE (enum simd_wtype), in the order of blocks its
-	 * product reads; NULL when this set's products read q only. Pure.
+	 * product reads (TYPE -1: in order, for the packed products); NULL
+	 * when this set's products read q only. Pure.
 	 */
 	void (*split)(const int16_t *q, int64_t k, int type, int8_t *hi, int8_t *lo,
 	              float *s16);
+	/* gemm on weights repacked at prepare() (struct simd_pack_q4_k,
+	 * simd_pack_q6_k); NULL for a type this set multiplies in place. */
+	simd_packed_fn packed[SIMD_NTYPES];
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that q4kh_cpu_isa_usable()
  * reports for them. */
 extern const struct simd_kernels simd_avx2_kernels;
 extern const struct simd_kernels simd_vnni_kernels;
+
+/* simd_vnni_packed.c: the VNNI set's packed products. */
+void simd_vnni_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y);
+void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y);
 
 /*
  * Column c (< W) of group G from one quantised column A of K values, or

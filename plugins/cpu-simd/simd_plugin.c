@@ -5,7 +5,10 @@
  * columns once, then splits the weight rows over worker threads, each of
  * which decodes a row once and multiplies it with every column: the
  * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
- * of the variant's own (the reference cpu lends none). gemv_multi (ABI
+ * of the variant's own (the reference cpu lends none). Where the set has
+ * a packed gemm for the type (AVX-512 VNNI: Q4_K, Q6_K), prepare() also
+ * repacks the weight into tiles of 16 rows, and gemm splits those tiles
+ * over the threads instead. gemv_multi (ABI
  * 1.4) runs its products one after another, then adds their biases;
  * gemv_glu (ABI 1.4) its two products, then the reference's glu.
  *
@@ -18,6 +21,12 @@
  *                      the kernels to use (default auto: the best this CPU
  *                      and OS can run); naming one this CPU cannot run
  *                      fails init()
+ *   repack = on | off  whether prepare() keeps a repacked copy of each Q4_K
+ *                      and Q6_K weight for the gemm of a set that has one
+ *                      (AVX-512 VNNI: simd_vnni_packed.c; default on: the
+ *                      prompt's products run on it, at the cost of those
+ *                      weights' size again in memory); off multiplies them
+ *                      in place as the other types
  */
 #include "buildconf.h"
 
@@ -44,6 +53,7 @@ struct q4kh_kernel_ctx {
 	enum q4kh_cpu_isa isa;             /* Q4KH_CPU_ISA_NONE: score 0, no kernels */
 	const struct simd_kernels *kernels;
 	unsigned threads;
+	int repack;                        /* the repack setting */
 	struct q4kh_pool *pool;            /* started by the first product */
 	void *scratch;                     /* one call's columns and rows (carve()) */
 	size_t scratch_size;
@@ -56,6 +66,7 @@ struct q4kh_prepared {
 	enum simd_wtype type;
 	const uint8_t *rows; /* the backend's copy, read in place */
 	int64_t k, n, row_bytes;
+	void *packed;        /* the same repacked for gemm (simd.h), or NULL */
 };
 
 
@@ -111,7 +122,7 @@ static int parse_isa(const char *s, enum q4kh_cpu_isa *out)
 
 static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
 {
-	const char *threads = NULL, *isa = NULL;
+	const char *threads = NULL, *isa = NULL, *repack = NULL;
 	unsigned n = q4kh_threads_online();
 	enum q4kh_cpu_isa chosen;
 	char line[128];
@@ -127,7 +138,11 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	if (Q4KH_HOST_HAS(host, config_get)) {
 		threads = host->config_get(host->host_data, "threads");
 		isa = host->config_get(host->host_data, "isa");
+		repack = host->config_get(host->host_data, "repack");
 	}
+	if (repack && strcmp(repack, "on") && strcmp(repack, "off"))
+		return fail(NULL, Q4KH_ERR_INVALID,
+		            "[plugin." NAME "] repack = \"%s\": expected on or off", repack);
 	if (threads && q4kh_threads_parse(threads, &n))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] threads = \"%s\": expected an integer "
@@ -147,6 +162,7 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	(*out)->isa = chosen;
 	(*out)->kernels = kernels_of(chosen);
 	(*out)->threads = n;
+	(*out)->repack = !repack || !strcmp(repack, "on");
 	if (Q4KH_HOST_HAS(host, log)) {
 		snprintf(line, sizeof(line), NAME ": %s kernels, %u thread%s",
 		         chosen ? kernels_of(chosen)->name : "no", n, n == 1 ? "" : "s");
@@ -180,10 +196,69 @@ static uint32_t k_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *d
 	return ctx->isa == Q4KH_CPU_ISA_AVX512_VNNI ? 3 : 2;
 }
 
+/* FN over [0, n) on the backend's lent threads, else on the variant's. */
+static void run_parallel(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev, int lent,
+                         int64_t n, int64_t grain, q4kh_task_fn fn, void *arg)
+{
+	if (lent)
+		dev->parallel(dev->pool, n, grain, fn, arg);
+	else
+		q4kh_pool_run(ctx->pool, n, grain, fn, arg);
+}
+
+/*
+ * The threads work runs on: *lent = 1 and the backend's count where it
+ * lends them (ABI 1.3), else the variant's own pool, started on first use.
+ * 0, or a failed status with the reason in ctx.
+ */
+static q4kh_status threads_of(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                              int *lent, unsigned *threads)
+{
+	*lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
+	if (!*lent && !ctx->pool && q4kh_pool_create(ctx->threads, &ctx->pool))
+		return fail(ctx, Q4KH_ERR_INTERNAL, "cannot start %u worker threads: %s",
+		            ctx->threads - 1, strerror(errno));
+	*threads = *lent ? dev->threads : ctx->threads;
+	return Q4KH_OK;
+}
+
+static void repack_part(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct q4kh_prepared *p = arg;
+
+	(void)part;
+	simd_pack_tiles((int)p->type, p->rows, p->row_bytes, p->n, p->k, begin, end, p->packed);
+}
+
+/*
+ * P's rows repacked for the gemm of its type (struct simd_kernels packed),
+ * the tiles over the threads. The copy lives as long as P: the file's
+ * blocks stay for gemv, which reads them in place.
+ */
+static q4kh_status repack(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                          struct q4kh_prepared *p)
+{
+	const size_t bytes = simd_pack_bytes((int)p->type, p->n, p->k);
+	unsigned threads;
+	int lent;
+	q4kh_status st;
+
+	if ((st = threads_of(ctx, dev, &lent, &threads)))
+		return st;
+	p->packed = aligned_alloc(64, bytes);
+	if (!p->packed)
+		return fail(ctx, Q4KH_ERR_NOMEM, "prepare: cannot allocate %zu bytes to repack "
+		            "{%lld, %lld} for gemm", bytes, (long long)p->k, (long long)p->n);
+	run_parallel(ctx, dev, lent, (p->n + SIMD_PACK_ROWS - 1) / SIMD_PACK_ROWS, 1, repack_part,
+	             p);
+	return Q4KH_OK;
+}
+
 static q4kh_status k_prepare(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                              const struct q4kh_tensor *w, q4kh_prepared **out)
 {
 	struct q4kh_prepared *p;
+	q4kh_status st;
 	int t;
 
 	if (!ctx || !w || !out)
@@ -222,6 +297,11 @@ static q4kh_status k_prepare(q4kh_kernel_ctx *ctx, const struct q4kh_native_devi
 	p->k = w->ne[0];
 	p->n = w->ne[1];
 	p->row_bytes = w->nb[1];
+	p->packed = NULL;
+	if (ctx->repack && ctx->kernels->packed[t] && (st = repack(ctx, dev, p))) {
+		free(p);
+		return st;
+	}
 	*out = p;
 	return Q4KH_OK;
 }
@@ -317,16 +397,6 @@ static void prep_part(void *arg, unsigned thread, int64_t begin, int64_t end)
 		}
 }
 
-/* FN over [0, n) on the backend's lent threads, else on the variant's. */
-static void run_parallel(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev, int lent,
-                         int64_t n, int64_t grain, q4kh_task_fn fn, void *arg)
-{
-	if (lent)
-		dev->parallel(dev->pool, n, grain, fn, arg);
-	else
-		q4kh_pool_run(ctx->pool, n, grain, fn, arg);
-}
-
 /* One product, as the pool's workers see it. */
 struct job {
 	const struct q4kh_prepared *w;
@@ -351,6 +421,86 @@ static void run_part(void *arg, unsigned part, int64_t begin, int64_t end)
 	else
 		j->rows(w->rows, w->row_bytes, begin, end, w->k, j->act, j->ncols, j->y,
 		        &j->row[part * j->tile_rows]);
+}
+
+/* A gemm on a repacked weight, as its workers see it. */
+struct packed_job {
+	const struct simd_kernels *kernels;
+	const struct q4kh_prepared *w;
+	const uint8_t *x;        /* column 0 */
+	int64_t stride;          /* between x's columns, bytes */
+	const struct simd_act *act;
+	int ncols;
+	float *const *y;
+};
+
+/* Columns [begin, end): quantised, then split with their blocks in order. */
+static void packed_cols_part(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct packed_job *j = arg;
+
+	(void)part;
+	for (int64_t c = begin; c < end; c++) {
+		const struct simd_act *a = &j->act[c];
+
+		j->kernels->quantize((const float *)(j->x + c * j->stride), j->w->k, (int16_t *)a->q,
+		                     (float *)a->d, (float *)a->ds);
+		j->kernels->split(a->q, j->w->k, -1, (int8_t *)a->hi, (int8_t *)a->lo,
+		                  (float *)a->s16);
+	}
+}
+
+static void packed_part(void *arg, unsigned part, int64_t begin, int64_t end)
+{
+	const struct packed_job *j = arg;
+	const struct q4kh_prepared *w = j->w;
+
+	(void)part;
+	j->kernels->packed[w->type](w->packed, w->n, w->k, begin, end, j->act, j->ncols, j->y);
+}
+
+/*
+ * y = w x through the packed product of w's type: every column quantised
+ * and split into ctx's scratch (the columns over the threads), then the
+ * tiles of 16 rows over the threads.
+ */
+static q4kh_status packed_product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                                  int lent, const q4kh_prepared *w, const uint8_t *xb,
+                                  int64_t stride, uint8_t *yb, int64_t ynb, int64_t cols)
+{
+	const int64_t k = w->k;
+	const size_t bytes = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *) +
+	                                     values_bytes(k) + split_bytes(k));
+	struct packed_job j = { ctx->kernels, w, xb, stride, NULL, (int)cols, NULL };
+	struct simd_act *act;
+	float **ycol;
+	uint8_t *next;
+
+	if (scratch_reserve(ctx, bytes))
+		return fail(ctx, Q4KH_ERR_NOMEM,
+		            "gemm: cannot allocate %zu bytes for %lld quantised columns", bytes,
+		            (long long)cols);
+	act = ctx->scratch;
+	ycol = (float **)(act + cols);
+	next = (uint8_t *)(ycol + cols);
+	for (int64_t c = 0; c < cols; c++) {
+		int16_t *q;
+		float *d, *ds, *s16;
+		int8_t *hi;
+
+		take(&next, k, &q, &d, &ds);
+		s16 = (float *)next;
+		hi = (int8_t *)(s16 + k / 16);
+		next += split_bytes(k);
+		act[c] = (struct simd_act){ q, d, ds, hi, hi + k, s16 };
+		ycol[c] = (float *)(yb + c * ynb);
+	}
+	j.act = act;
+	j.y = ycol;
+	run_parallel(ctx, dev, lent, cols, 1, packed_cols_part, &j);
+	run_parallel(ctx, dev, lent, (w->n + SIMD_PACK_ROWS - 1) / SIMD_PACK_ROWS, 1, packed_part,
+	             &j);
+	return Q4KH_OK;
 }
 
 /*
@@ -378,13 +528,13 @@ static q4kh_status product_to(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
 	int lent, split;
 	unsigned threads;
 
-	lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
-	if (!lent && !ctx->pool && q4kh_pool_create(ctx->threads, &ctx->pool))
-		return fail(ctx, Q4KH_ERR_INTERNAL,
-		            "gemv/gemm: cannot start %u worker threads: %s",
-		            ctx->threads - 1, strerror(errno));
+	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
+
+	if (threads_of(ctx, dev, &lent, &threads))
+		return Q4KH_ERR_INTERNAL;
+	if (gemm && w->packed)
+		return packed_product(ctx, dev, lent, w, xb, x->nb[1], yb, ynb, cols);
 	groups = gemm ? (cols + width - 1) / width : 0;
-	threads = lent ? dev->threads : ctx->threads;
 	rows = (size_t)threads * (size_t)ctx->kernels->tile_rows;
 	/* One column goes through the direct products, which may want it split. */
 	split = !gemm && cols == 1 && ctx->kernels->split;
@@ -393,7 +543,6 @@ static q4kh_status product_to(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
 		return fail(ctx, Q4KH_ERR_NOMEM,
 		            "gemv/gemm: cannot allocate %zu bytes for %lld quantised columns",
 		            bytes, (long long)cols);
-	xb = (uint8_t *)dev->address(x->buffer) + x->offset;
 	act = ctx->scratch;
 	tmp = act + cols;
 	grp = (struct simd_group *)(tmp + (groups ? threads : 0));
@@ -657,6 +806,8 @@ static q4kh_status k_gemv_glu(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
 static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 {
 	(void)ctx;
+	if (w)
+		free(w->packed);
 	free(w);
 }
 

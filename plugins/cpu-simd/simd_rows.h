@@ -26,7 +26,9 @@
  * SIMD_NAME, the struct simd_kernels to define and its name. A file with
  * products of its own for one column defines SIMD_DIRECT_Q4_K and
  * SIMD_DIRECT_Q6_K (functions as direct_fn below) and SIMD_SPLIT (struct
- * simd_kernels, split) before it includes this one.
+ * simd_kernels, split) before it includes this one; a file with gemm
+ * products on repacked weights, SIMD_PACKED_Q4_K and SIMD_PACKED_Q6_K
+ * (simd_packed_fn).
  */
 #ifndef Q4KH_SIMD_ROWS_H
 #define Q4KH_SIMD_ROWS_H
@@ -307,6 +309,11 @@ SIMD_ROWS_FN(q4_1, direct_q4_1)
 SIMD_ROWS_FN(q5_1, direct_q5_1)
 SIMD_ROWS_FN(q5_k, direct_q5_k)
 
+#ifndef SIMD_PACKED_Q4_K
+#define SIMD_PACKED_Q4_K NULL
+#define SIMD_PACKED_Q6_K NULL
+#endif
+
 /* In the order of enum simd_wtype. */
 const struct simd_kernels SIMD_TABLE = {
 	.name = SIMD_NAME,
@@ -318,6 +325,7 @@ const struct simd_kernels SIMD_TABLE = {
 	          rows_q5_k },
 	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0, tiles_q4_0, tiles_q4_1,
 	           tiles_q5_1, tiles_q5_k },
+	.packed = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q6_K] = SIMD_PACKED_Q6_K },
 };
 
 #endif

@@ -53,6 +53,17 @@ def closed_within(s, seconds):
     return False
 
 
+def access_lines(log, path, seconds=5):
+    """The access lines of LOG for PATH that are there within SECONDS."""
+    end = time.time() + seconds
+    while True:
+        with open(log, errors="replace") as f:
+            lines = [l for l in f if " access: " in l and (" %s " % path) in l]
+        if lines or time.time() > end:
+            return lines
+        time.sleep(0.1)
+
+
 def main():
     url, key, log, model = sys.argv[1:5]
     mid = model_id(model)
@@ -119,6 +130,20 @@ def main():
                 + chunk * 3 + b"0\r\n\r\n")
     check("a chunked body larger than --max-body: 413", reply.startswith(b"HTTP/1.1 413"),
           reply[:80])
+    # Malformed HTTP that libmicrohttpd answers itself, before q4khost reads
+    # the request: an honest 400 and one access line each.
+    for what, path, head, body in (
+            ("a Content-Length that is not a number", "/v1/bad-length",
+             b"Content-Length: abc\r\n", b"{}"),
+            ("a malformed chunked body", "/v1/bad-chunk",
+             b"Transfer-Encoding: chunked\r\n", b"zz\r\nabc\r\n0\r\n\r\n")):
+        reply = raw(host, port, b"POST %s HTTP/1.1\r\nHost: x\r\n%s\r\n%s"
+                    % (path.encode(), head, body))
+        check("%s: 400" % what, reply.startswith(b"HTTP/1.1 400 "), reply[:80])
+        lines = access_lines(log, path)
+        check("%s: one access line, 400, with libmicrohttpd's reason" % what,
+              len([l for l in lines if " 400 " in l and "refused by libmicrohttpd" in l]) == 1
+              and not [l for l in lines if " 499 " in l], lines)
     raw(host, port, b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"mess"
         % chat.encode(), read=False)
     s = socket.create_connection((host, port))

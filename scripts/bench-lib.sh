@@ -1,0 +1,73 @@
+# What the side-by-side scripts with llama.cpp share (sourced by
+# scripts/bench-engines.sh and scripts/bench-cpu.sh from the repository
+# root, $top, after they set $build, $lib and $out from their arguments).
+
+step() { echo "== $* ($(date +%T))" >&2; }
+
+# The q4khost build to time: $build, else .gpu/build where
+# scripts/gpu-unpack.sh unpacked the carried one, else DEFAULT. Its carried
+# libraries ($lib) go on the library path, its plugin folders on
+# Q4KHOST_PLUGIN_PATH; sets q4k (its CLI) and makes $out.
+bench_setup() {
+	scripts/gpu-unpack.sh || return 1
+	if [ -z "$build" ]; then
+		build=$1
+		[ -d .gpu/build ] && build=.gpu/build
+	fi
+	[ -d "$lib" ] && export LD_LIBRARY_PATH="$top/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	q4k="$top/$build/host/cli/q4khost"
+	export Q4KHOST_PLUGIN_PATH
+	Q4KHOST_PLUGIN_PATH=$(ls -d "$top/$build"/plugins/*/.libs | paste -sd:)
+	mkdir -p "$out"
+}
+
+# The benchmark models named in the comma-separated LIST into the array
+# files: names of scripts/gen-bench-model.py, made once per machine under
+# /tmp/models, or GGUF paths, taken as they are. 1 when one cannot be made.
+bench_models() {
+	local m f names
+	files=()
+	IFS=, read -ra names <<<"$1"
+	for m in "${names[@]}"; do
+		case $m in
+		*.gguf) files+=("$m") ;;
+		*)
+			f=/tmp/models/$m.gguf
+			if [ ! -f "$f" ]; then
+				step "generating $m"
+				mkdir -p /tmp/models
+				python3 scripts/gen-bench-model.py "$m" "$f.part" >"$out/gen-$m.log" 2>&1 &&
+					mv "$f.part" "$f" ||
+					{ tail -5 "$out/gen-$m.log" >&2; return 1; }
+			fi
+			files+=("$f")
+			;;
+		esac
+	done
+}
+
+# llama.cpp's programs TARGETS (comma-separated) built in DIR/build from the
+# source tarball TARBALL (scripts/llamacpp-bundle.sh), with the extra cmake
+# arguments after the third; only those not built there already, so once
+# per machine. Logs in $out. 1 when the build fails.
+build_llamacpp() {
+	local tarball=$1 dir=$2 targets=$3 missing= t
+	shift 3
+	for t in ${targets//,/ }; do
+		[ -x "$dir/build/bin/$t" ] || missing+=" $t"
+	done
+	[ -n "$missing" ] || return 0
+	step "building llama.cpp ($targets) in $dir"
+	[ -d "$dir/llama.cpp" ] || { mkdir -p "$dir" && tar -C "$dir" -xJf "$tarball"; } || return 1
+	cmake -S "$dir/llama.cpp" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "$@" \
+		>"$out/cmake.log" 2>&1 &&
+		cmake --build "$dir/build" -j"$(nproc)" --target $missing >"$out/build.log" 2>&1 ||
+		{ tail -30 "$out/build.log" >&2; return 1; }
+}
+
+# A raw prompt of D tokens on the benchmark vocabularies (one token per
+# character: byte tokens, gemma3-270m's one-character pieces): BOS and D - 1.
+bench_prompt() {
+	python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$1"
+}
