@@ -4,7 +4,9 @@
  * the logits, bit for bit (and greedy pick), it gets when its session runs
  * alone, one token a step, on the exact reference cpu backend; while sequences
  * finish, join, and a finished one's session is reset and takes a new
- * prompt (what serve's slots do). On tiny-llama, tiny-qwen2, tiny-qwen3
+ * prompt (what serve's slots do), and in mixed steps where some sequences
+ * bring a prompt's chunk instead of one token (serve's continuous
+ * batching). On tiny-llama, tiny-qwen2, tiny-qwen3
  * and Gemma 3 (the default model, its sliding window shrunk so that the
  * sequences pass it); on tiny-llama also through a backend that records
  * the batched step and replays it, and through one without the ABI 1.2
@@ -465,6 +467,88 @@ Test(batch, a_session_twice_is_refused)
 	cr_expect(strstr(err.msg, "are one session") != NULL, "%s", err.msg);
 	cr_expect_eq(s->n_past, 0);
 	q4kh_session_free(s);
+	rig_close(&r);
+	free(path);
+}
+
+/* The logits of S's next N tokens IDS into OUT (NULL: none wanted). */
+static void eval_alone(struct q4kh_session *s, const int32_t *ids, int64_t n, float *out)
+{
+	struct q4kh_error err = { { 0 } };
+
+	cr_assert_eq(q4kh_session_eval(s, ids, n, out, 0, &err), 0, "%s", err.msg);
+}
+
+/*
+ * Mixed steps (serve's continuous batching): in two steps, sequence 0
+ * decodes a token each, sequence 1's whole prompt runs beside it and then
+ * decodes, and sequence 2's prompt runs in two chunks, the first one's
+ * result skipped; every logit is, bit for bit on the exact cpu backend,
+ * what each session gets running the same tokens alone.
+ */
+Test(batch, prompt_chunks_beside_decoded_tokens_get_their_logits_alone, .timeout = 120)
+{
+	struct rig r;
+	char *path = fixture("tiny-llama.gguf");
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s[3], *alone;
+	struct q4kh_batch_seq b[3];
+	int32_t ids[3][40];
+	float *got[2][3], *want;
+	size_t bytes;
+
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	bytes = sizeof(float) * (size_t)r.n_vocab;
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 40; i++)
+			ids[k][i] = token((size_t)k, i, r.n_vocab);
+		s[k] = session(&r);
+		got[0][k] = malloc(bytes);
+		got[1][k] = malloc(bytes);
+		cr_assert(got[0][k] && got[1][k]);
+	}
+	want = malloc(bytes);
+	cr_assert_not_null(want);
+	eval_alone(s[0], ids[0], 12, NULL);
+	eval_alone(s[2], ids[2], 7, NULL);
+	b[0] = (struct q4kh_batch_seq){ .s = s[0], .id = ids[0][12], .logits = got[0][0] };
+	b[1] = (struct q4kh_batch_seq){ .s = s[1], .ids = ids[1], .n_ids = 20,
+		                        .logits = got[0][1] };
+	b[2] = (struct q4kh_batch_seq){ .s = s[2], .ids = ids[2] + 7, .n_ids = 10, .skip = 1 };
+	cr_assert_eq(q4kh_session_eval_batch(b, 3, &err), 0, "%s", err.msg);
+	b[0] = (struct q4kh_batch_seq){ .s = s[0], .id = ids[0][13], .logits = got[1][0] };
+	b[1] = (struct q4kh_batch_seq){ .s = s[1], .id = ids[1][20], .logits = got[1][1] };
+	b[2] = (struct q4kh_batch_seq){ .s = s[2], .ids = ids[2] + 17, .n_ids = 5,
+		                        .logits = got[1][2] };
+	cr_assert_eq(q4kh_session_eval_batch(b, 3, &err), 0, "%s", err.msg);
+	cr_expect_eq(s[0]->n_past, 14);
+	cr_expect_eq(s[1]->n_past, 21);
+	cr_expect_eq(s[2]->n_past, 22);
+
+	alone = session(&r);
+	eval_alone(alone, ids[0], 12, NULL);
+	eval_alone(alone, ids[0] + 12, 1, want);
+	cr_expect(!memcmp(want, got[0][0], bytes), "sequence 0's decoded token, step 1");
+	eval_alone(alone, ids[0] + 13, 1, want);
+	cr_expect(!memcmp(want, got[1][0], bytes), "sequence 0's decoded token, step 2");
+	q4kh_session_reset(alone);
+	eval_alone(alone, ids[1], 20, want);
+	cr_expect(!memcmp(want, got[0][1], bytes), "sequence 1's prompt of 20, step 1");
+	eval_alone(alone, ids[1] + 20, 1, want);
+	cr_expect(!memcmp(want, got[1][1], bytes), "sequence 1's decoded token, step 2");
+	q4kh_session_reset(alone);
+	eval_alone(alone, ids[2], 7, NULL);
+	eval_alone(alone, ids[2] + 7, 10, NULL);
+	eval_alone(alone, ids[2] + 17, 5, want);
+	cr_expect(!memcmp(want, got[1][2], bytes), "sequence 2's last prompt chunk, step 2");
+
+	q4kh_session_free(alone);
+	for (int k = 0; k < 3; k++) {
+		q4kh_session_free(s[k]);
+		free(got[0][k]);
+		free(got[1][k]);
+	}
+	free(want);
 	rig_close(&r);
 	free(path);
 }

@@ -120,6 +120,8 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 	const char *receipts = test_tmpdir(); /* one folder: bench finds validate's receipt */
 	char want[1024], args[8800], *out;
 
+	test_skip_under_sanitizers("two deep probes' arithmetic; test_validate's deep cases run "
+	                           "the deep probe's code under the sanitizers");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
 		                          "", &out), 3, "%s: %s", commands[i], out);

@@ -62,7 +62,7 @@ static void run_script(const char *work, const char *script, const char *args)
 	snprintf(out, sizeof(out), "%s/%s.out", work, script);
 	/*
 	 * Criterion marks the processes of its sandbox with BXFI_MAP: a suite
-	 * started below us (make distcheck runs them all) would take itself for
+	 * started below us (make distcheck runs some) would take itself for
 	 * one of ours and abort.
 	 */
 	snprintf(cmd, sizeof(cmd),

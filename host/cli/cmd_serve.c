@@ -47,11 +47,15 @@ static void usage(FILE *out)
 	        "  -c, --ctx N             context per slot in tokens (default: min(4096,\n"
 	        "                          the model's))\n"
 	        "      --parallel N        requests generated at once, one slot each (default 4)\n"
+	        "      --step-tokens N     tokens one step carries at most: every answer's next\n"
+	        "                          token, then prompts' chunks (default and most: the\n"
+	        "                          session's batch, 256 on cpu, 128 on cpu-fast, 512\n"
+	        "                          on a GPU)\n"
 	        "      --max-queue N       requests waiting for a slot; more get 503 with\n"
 	        "                          Retry-After (default 512)\n"
-	        "      --max-connections N open connections; past them a new one is closed\n"
-	        "                          unanswered (default: 2 x (--parallel + --max-queue),\n"
-	        "                          at least 1024)\n"
+	        "      --max-connections N open connections, a thread each; past them a new one\n"
+	        "                          is answered 503 with Retry-After at once (default:\n"
+	        "                          2 x (--parallel + --max-queue), at least 1024)\n"
 	        "      --max-body BYTES    largest request body (default 1048576)\n"
 	        "      --max-prompt-tokens N  longest prompt (default: the context)\n"
 	        "      --max-tokens N      largest max_tokens, and the default (default 4096)\n"
@@ -93,9 +97,9 @@ static int parse_double(const char *s, const char *what, double lo, double hi, d
 /*
  * --max-connections when not given: room for every request the slots and
  * the queue hold, and as many again for idle keep-alive connections and
- * for those that get a 503, so that a request past the queue is answered
- * 503 rather than closed at the connection limit (docs/serve.md, section
- * 6). Given lower, a warning says what follows.
+ * for those on their way out, so that a request is refused only when the
+ * queue is full (docs/serve.md, section 6). Given lower, a warning says
+ * what follows.
  */
 static void connection_limit(struct serve_opts *o)
 {
@@ -107,14 +111,14 @@ static void connection_limit(struct serve_opts *o)
 			o->max_connections = MAX_CONNECTIONS;
 	} else if (o->max_connections <= held) {
 		serve_log("warning: --max-connections %ld is not above --parallel + --max-queue "
-		          "(%ld): requests may be closed unanswered before the queue is full",
+		          "(%ld): requests may get 503 before the queue is full",
 		          o->max_connections, held);
 	}
 }
 
 static int parse(int argc, char **argv, struct serve_opts *o)
 {
-	enum { O_HOST = 256, O_PORT, O_KEYFILE, O_PARALLEL, O_QUEUE, O_CONNS, O_BODY,
+	enum { O_HOST = 256, O_PORT, O_KEYFILE, O_PARALLEL, O_QUEUE, O_CONNS, O_STEP, O_BODY,
 	       O_PROMPT, O_MAXTOK, O_IDLE, O_DRAIN, O_TEMP, O_TOPK, O_TOPP, O_SEED,
 	       O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_SHADOW, O_PPATH,
 	       O_CONFIG };
@@ -126,6 +130,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		{ "ctx", required_argument, 0, 'c' },
 		{ "parallel", required_argument, 0, O_PARALLEL },
 		{ "max-queue", required_argument, 0, O_QUEUE },
+		{ "step-tokens", required_argument, 0, O_STEP },
 		{ "max-connections", required_argument, 0, O_CONNS },
 		{ "max-body", required_argument, 0, O_BODY },
 		{ "max-prompt-tokens", required_argument, 0, O_PROMPT },
@@ -175,6 +180,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		case 'c': rc = parse_long(optarg, "--ctx", 16, 1 << 20, &o->ctx); break;
 		case O_PARALLEL: rc = parse_long(optarg, "--parallel", 1, 256, &o->parallel); break;
 		case O_QUEUE: rc = parse_long(optarg, "--max-queue", 1, 1 << 20, &o->max_queue); break;
+		case O_STEP: rc = parse_long(optarg, "--step-tokens", 1, 1 << 16, &o->step_tokens); break;
 		case O_CONNS:
 			rc = parse_long(optarg, "--max-connections", 1, MAX_CONNECTIONS,
 			                &o->max_connections);

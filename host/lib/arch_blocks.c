@@ -74,23 +74,27 @@ static int32_t split_gate(struct q4kh_graph *g, const struct q4kh_hparams *hp,
 /*
  * Sequence J's keys and values of layer IL into its caches and its
  * queries' attention over them, into oh: its columns of kh, v and qh
- * and its one position, when the step batches several sequences.
+ * and their positions (one, or a prompt's chunk in a mixed step), when
+ * the step batches several sequences.
  */
 static void attend_one(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                        int32_t j, uint32_t il, int32_t qh, int32_t kh, int32_t vh,
                        int32_t oh, const struct q4kh_attn_opts *opts)
 {
-	const int32_t pos = q4kh_graph_view(g, g->pos, 1, 1, 1, sizeof(int32_t),
-	                                    sizeof(int32_t), (uint64_t)j * sizeof(int32_t));
+	const int64_t c0 = seq->cols ? seq->cols[j] : j;
+	const int64_t nt = seq->cols ? seq->cols[j + 1] - c0 : 1;
+	const int64_t row = nt * (int64_t)sizeof(int32_t);
+	const int32_t pos = q4kh_graph_view(g, g->pos, nt, 1, 1, row, row,
+	                                    (uint64_t)c0 * sizeof(int32_t));
 	const int32_t kc = q4kh_graph_fixed(g, &seq->s[j]->k_cache[il],
 	                                    "blk.%u.k_cache.%d", il, j);
 	const int32_t vc = q4kh_graph_fixed(g, &seq->s[j]->v_cache[il],
 	                                    "blk.%u.v_cache.%d", il, j);
 
-	q4kh_graph_set_rows(g, q4kh_graph_cols(g, kh, j, 1), pos, kc);
-	q4kh_graph_set_rows(g, q4kh_graph_cols(g, vh, j, 1), pos, vc);
-	q4kh_graph_attention(g, q4kh_graph_cols(g, qh, j, 1), kc, vc, pos, opts->window,
-	                     seq->m->hp.attn_scale, 0.0f, q4kh_graph_cols(g, oh, j, 1));
+	q4kh_graph_set_rows(g, q4kh_graph_cols(g, kh, c0, nt), pos, kc);
+	q4kh_graph_set_rows(g, q4kh_graph_cols(g, vh, c0, nt), pos, vc);
+	q4kh_graph_attention(g, q4kh_graph_cols(g, qh, c0, nt), kc, vc, pos, opts->window,
+	                     seq->m->hp.attn_scale, 0.0f, q4kh_graph_cols(g, oh, c0, nt));
 }
 
 int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_seqs *seq,

@@ -591,7 +591,8 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 		const int64_t first = plan->prefill + plan->decode_steps + k * Q4KH_F2_BATCH_SEQS;
 
 		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
-			b[j] = (struct q4kh_batch_seq){ s[j], probe[len[j] + k], cl + j * v, -1 };
+			b[j] = (struct q4kh_batch_seq){ .s = s[j], .id = probe[len[j] + k],
+			                                .logits = cl + j * v, .token = -1 };
 		if (step_together(b, Q4KH_F2_BATCH_SEQS, &e))
 			goto out;
 		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++) {

@@ -114,7 +114,8 @@ struct q4kh_model {
  * sequence: the graph's T tokens are consecutive tokens of s[0]'s
  * sequence, at its positions. N > 1 (a batched decode step,
  * q4kh_session_eval_batch): T == N, token j is the next token of s[j]'s
- * sequence at its own position, and the per-sequence parts of the step
+ * sequence at its own position (or, with cols, a run of its next tokens),
+ * and the per-sequence parts of the step
  * (cache writes, attention) are nodes of their own on s[j]'s tensors,
  * while everything per column (products, norms, GLU, adds, RoPE) runs
  * once over the N columns. Sessions of one model and backend, distinct.
@@ -123,6 +124,11 @@ struct q4kh_seqs {
 	const struct q4kh_model *m;
 	int32_t n;
 	const struct q4kh_session *const *s; /* n of them */
+	/* N > 1 with a sequence of several tokens (a mixed step: prompt
+	 * chunks beside decoded tokens): n + 1 offsets, s[j]'s tokens are
+	 * columns cols[j] .. cols[j + 1] - 1, consecutive tokens of its
+	 * sequence at its positions, and T == cols[n]; NULL: one each */
+	const int32_t *cols;
 };
 
 struct q4kh_arch {

@@ -23,6 +23,7 @@ struct q4kh_session_graph {
 	 * or a batched step's (q4kh_session_eval_batch), in order */
 	uint64_t *seq_ids;
 	int32_t n_seq;
+	int32_t *seq_cols; /* a mixed step's column offsets (q4kh_seqs), or NULL */
 	struct q4kh_graph_export ex; /* g as the ABI shows it, bound */
 	q4kh_graph *rec;      /* the host's recording, once made */
 	q4kh_step *entry;     /* the backend's prepared step (ABI 1.6) */
@@ -62,6 +63,7 @@ static void drop_graph(struct q4kh_session *s, struct q4kh_session_graph *sg)
 	q4kh_graph_export_free(&sg->ex);
 	q4kh_graph_free(sg->g);
 	free(sg->seq_ids);
+	free(sg->seq_cols);
 	memset(sg, 0, sizeof(*sg));
 }
 
@@ -145,10 +147,13 @@ static int same_rows(const struct q4kh_graph *g, const uint8_t *rows)
 	return !memcmp(g->rows, rows, (size_t)g->n_tokens);
 }
 
-/* Does cached graph C run the sequences SEQ, in that order? */
+/* Does cached graph C run the sequences SEQ, in that order, with their
+ * columns? */
 static int same_seqs(const struct q4kh_session_graph *c, const struct q4kh_seqs *seq)
 {
-	if (c->n_seq != seq->n)
+	if (c->n_seq != seq->n || !c->seq_cols != !seq->cols)
+		return 0;
+	if (seq->cols && memcmp(c->seq_cols, seq->cols, sizeof(int32_t) * (size_t)(seq->n + 1)))
 		return 0;
 	for (int32_t j = 0; j < seq->n; j++)
 		if (c->seq_ids[j] != seq->s[j]->id)
@@ -189,10 +194,14 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
 	}
 	drop_graph(s, sg);
 	sg->seq_ids = malloc(sizeof(*sg->seq_ids) * (size_t)seq->n);
-	if (!sg->seq_ids) {
+	sg->seq_cols = seq->cols ? malloc(sizeof(int32_t) * (size_t)(seq->n + 1)) : NULL;
+	if (!sg->seq_ids || (seq->cols && !sg->seq_cols)) {
+		drop_graph(s, sg);
 		q4kh_fail(err, "out of memory");
 		return NULL;
 	}
+	if (seq->cols)
+		memcpy(sg->seq_cols, seq->cols, sizeof(int32_t) * (size_t)(seq->n + 1));
 	sg->n_seq = seq->n;
 	for (int32_t j = 0; j < seq->n; j++)
 		sg->seq_ids[j] = seq->s[j]->id;
@@ -686,18 +695,28 @@ int q4kh_session_batchable(const struct q4kh_session *s)
 }
 
 /* Can the sequences of B[0..n) run as one step? 0, or -1 with err. */
-static int batch_check(const struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *err)
+/* The tokens B appends: its chunk, or its one id; their count in *N. */
+static const int32_t *batch_ids(const struct q4kh_batch_seq *b, int32_t *n)
+{
+	*n = b->n_ids > 0 ? b->n_ids : 1;
+	return b->n_ids > 0 ? b->ids : &b->id;
+}
+
+/* Can the sequences of B[0..n) run as one step? 0 with their tokens in
+ * all in *T, or -1 with err. */
+static int batch_check(const struct q4kh_batch_seq *b, int32_t n, int64_t *t,
+                       struct q4kh_error *err)
 {
 	const struct q4kh_session *s0 = b[0].s;
 
 	if (!q4kh_session_batchable(s0))
 		return q4kh_fail(err, "%s has recurrent layers, whose states hold one sequence: its sessions step one at a time",
 		                 s0->m->arch->name);
-	if ((uint32_t)n > s0->p.n_batch)
-		return q4kh_fail(err, "a batched step of %d sequences: at most the session's batch of %u tokens",
-		                 n, s0->p.n_batch);
+	*t = 0;
 	for (int32_t j = 0; j < n; j++) {
 		const struct q4kh_session *s = b[j].s;
+		int32_t nj;
+		const int32_t *ids = batch_ids(&b[j], &nj);
 
 		if (s->m != s0->m || s->b != s0->b)
 			return q4kh_fail(err, "sequence %d of a batched step is on another model or backend than sequence 0",
@@ -706,14 +725,62 @@ static int batch_check(const struct q4kh_batch_seq *b, int32_t n, struct q4kh_er
 			if (b[i].s == s)
 				return q4kh_fail(err, "sequences %d and %d of a batched step are one session", i,
 				                 j);
-		if (s->n_past >= s->p.n_ctx)
-			return q4kh_fail(err, "sequence %d of a batched step: context full (%lld cached tokens, n_ctx %u)",
-			                 j, (long long)s->n_past, s->p.n_ctx);
-		if (b[j].id < 0 || (uint32_t)b[j].id >= s0->m->hp.n_vocab)
-			return q4kh_fail(err, "token %d of sequence %d is outside the vocabulary [0, %u)",
-			                 b[j].id, j, s0->m->hp.n_vocab);
+		if (s->n_past + nj > s->p.n_ctx)
+			return q4kh_fail(err, "sequence %d of a batched step: %d tokens do not fit its context (%lld cached tokens, n_ctx %u)",
+			                 j, nj, (long long)s->n_past, s->p.n_ctx);
+		for (int32_t k = 0; k < nj; k++)
+			if (ids[k] < 0 || (uint32_t)ids[k] >= s0->m->hp.n_vocab)
+				return q4kh_fail(err, "token %d of sequence %d is outside the vocabulary [0, %u)",
+				                 ids[k], j, s0->m->hp.n_vocab);
+		*t += nj;
 	}
+	if (*t > (int64_t)s0->p.n_batch)
+		return q4kh_fail(err, "a batched step of %lld tokens: at most the session's batch of %u tokens",
+		                 (long long)*t, s0->p.n_batch);
 	return 0;
+}
+
+/* B alone: its session's own step of its token or chunk. */
+static int eval_alone(struct q4kh_batch_seq *b, struct q4kh_error *err)
+{
+	int32_t n;
+	const int32_t *ids = batch_ids(b, &n);
+
+	if (b->skip)
+		return q4kh_session_eval(b->s, ids, n, NULL, 0, err);
+	return b->logits ? q4kh_session_eval(b->s, ids, n, b->logits, 0, err)
+	                 : q4kh_session_eval_top2(b->s, ids, n, &b->token, NULL, err);
+}
+
+/*
+ * The step inputs of B[0..n) (T tokens) into S0's values: ids, then
+ * positions. For a mixed step (a chunk, or a sequence whose result is
+ * skipped) also COLS (n + 1 offsets) and ROWS (T flags: the columns whose
+ * logits are wanted); their count.
+ */
+static int64_t batch_inputs(struct q4kh_session *s0, const struct q4kh_batch_seq *b, int32_t n,
+                            int64_t t, int32_t *cols, uint8_t *rows)
+{
+	int64_t c = 0, n_out = 0;
+
+	for (int32_t j = 0; j < n; j++) {
+		int32_t nj;
+		const int32_t *ids = batch_ids(&b[j], &nj);
+
+		if (cols)
+			cols[j] = (int32_t)c;
+		for (int32_t k = 0; k < nj; k++) {
+			s0->values[c + k] = ids[k];
+			s0->values[t + c + k] = (int32_t)(b[j].s->n_past + k);
+		}
+		c += nj;
+		if (rows)
+			rows[c - 1] = !b[j].skip;
+		n_out += !b[j].skip;
+	}
+	if (cols)
+		cols[n] = (int32_t)c;
+	return n_out;
 }
 
 int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *err)
@@ -723,45 +790,62 @@ int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_err
 	struct q4kh_session_graph *sg;
 	const struct q4kh_tensor *lg;
 	struct q4kh_seqs seq;
-	int rc = -1;
+	int32_t *cols = NULL;
+	uint8_t *rows = NULL;
+	int64_t t = 0, n_out, k = 0;
+	int mixed = 0, rc = -1;
 
 	if (n < 1)
 		return q4kh_fail(err, "a batched step of %d sequences", n);
 	s0 = b[0].s;
 	if (n == 1)
-		return b[0].logits ? q4kh_session_eval(s0, &b[0].id, 1, b[0].logits, 0, err)
-		                   : q4kh_session_eval_top2(s0, &b[0].id, 1, &b[0].token, NULL, err);
-	if (batch_check(b, n, err))
+		return eval_alone(b, err);
+	if (batch_check(b, n, &t, err))
 		return -1;
+	for (int32_t j = 0; j < n; j++)
+		mixed |= b[j].skip || b[j].n_ids > 1;
 	ss = malloc(sizeof(*ss) * (size_t)n);
-	if (!ss)
-		return q4kh_fail(err, "out of memory");
-	for (int32_t j = 0; j < n; j++) {
-		ss[j] = b[j].s;
-		s0->values[j] = b[j].id;
-		s0->values[n + j] = (int32_t)b[j].s->n_past;
+	if (mixed) {
+		cols = malloc(sizeof(*cols) * (size_t)(n + 1));
+		rows = calloc((size_t)t, 1);
 	}
-	seq = (struct q4kh_seqs){ .m = s0->m, .n = n, .s = ss };
-	sg = graph_for(s0, &seq, n, n, NULL, err);
+	if (!ss || (mixed && (!cols || !rows))) {
+		q4kh_fail(err, "out of memory");
+		goto out;
+	}
+	for (int32_t j = 0; j < n; j++)
+		ss[j] = b[j].s;
+	n_out = batch_inputs(s0, b, n, t, cols, rows);
+	seq = (struct q4kh_seqs){ .m = s0->m, .n = n, .s = ss, .cols = cols };
+	sg = graph_for(s0, &seq, t, n_out, rows, err);
 	if (!sg ||
 	    q4kh_backend_check(s0->b,
 	                       s0->b->v->buffer_upload(s0->b->dev, s0->step, 0, s0->values,
-	                                               2 * sizeof(int32_t) * (uint64_t)n),
+	                                               2 * sizeof(int32_t) * (uint64_t)t),
 	                       "buffer_upload (step inputs)", err) ||
-	    run_graph(s0, sg, &(struct q4kh_step_values){ s0->values, s0->values + n }, err))
+	    run_graph(s0, sg, &(struct q4kh_step_values){ s0->values, s0->values + t }, err))
 		goto out;
-	lg = &sg->g->vals[sg->g->logits].t;
+	lg = n_out ? &sg->g->vals[sg->g->logits].t : NULL;
 	for (int32_t j = 0; j < n; j++) {
-		const struct q4kh_tensor col = q4kh_tensor_cols(lg, j, 1);
+		struct q4kh_tensor col;
 
+		if (b[j].skip)
+			continue;
+		col = q4kh_tensor_cols(lg, k++, 1);
 		if (b[j].logits ? download(s0, &col, b[j].logits, "buffer_download (logits)", err)
 		                : pick(s0, &col, &b[j].token, NULL, err))
 			goto out;
 	}
-	for (int32_t j = 0; j < n; j++)
-		b[j].s->n_past++;
+	for (int32_t j = 0; j < n; j++) {
+		int32_t nj;
+
+		batch_ids(&b[j], &nj);
+		b[j].s->n_past += nj;
+	}
 	rc = 0;
 out:
 	free(ss);
+	free(cols);
+	free(rows);
 	return rc;
 }

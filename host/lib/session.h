@@ -168,7 +168,7 @@ int q4kh_session_eval_rows(struct q4kh_session *s, const int32_t *ids, int64_t n
 int q4kh_session_eval_top2(struct q4kh_session *s, const int32_t *ids, int64_t n,
                            int32_t *token, double *margin, struct q4kh_error *err);
 
-/* One sequence of a batched decode step. */
+/* One sequence of a batched step. */
 struct q4kh_batch_seq {
 	struct q4kh_session *s; /* its session, which holds its KV cache */
 	int32_t id;             /* the token it appends, at s->n_past */
@@ -176,6 +176,13 @@ struct q4kh_batch_seq {
 	                  greedy pick into token instead */
 	int32_t token; /* out, when logits is NULL: q4kh_session_eval_top2's
 	                  pick (-1 when no logit is finite) */
+	/* A prompt's chunk instead of id (a mixed step): n_ids > 0 tokens
+	 * ids[0..n_ids), appended at s->n_past on; logits and token are then
+	 * those of its last token, and none with skip (a chunk before the
+	 * prompt's last, whose logits nothing reads). Zero: id alone. */
+	const int32_t *ids;
+	int32_t n_ids;
+	int skip;
 };
 
 /* 1 when S's model can decode with other sessions in one step: it has
@@ -183,18 +190,20 @@ struct q4kh_batch_seq {
 int q4kh_session_batchable(const struct q4kh_session *s);
 
 /*
- * One decode step of B[0..n): for each j, B[j].id at position
- * B[j].s->n_past of its own session, as q4kh_session_eval(B[j].s,
- * &B[j].id, 1, ...) would run it alone (the same logits to rounding:
- * each column's products and per-token ops are those of a one-token
- * step), then each n_past + 1. One step graph for the n columns, its
- * nodes over every column at once but the cache writes and attentions,
- * one per sequence on its session's caches; the graph is cached in
- * B[0].s, keyed on the sessions in their order (a stable set of
- * sessions reuses it; a changed one builds another), and runs in
- * B[0].s's scratch. n == 1 is today's one-token step. The sessions must
- * be distinct, of one model and backend, batchable, at most B[0].s's
- * n_batch of them, each with room in its context. -1 with err when they are not, or when an id is outside the
+ * One step of B[0..n): for each j, B[j].id (or its chunk B[j].ids)
+ * at position B[j].s->n_past of its own session on, as
+ * q4kh_session_eval(B[j].s, &B[j].id, 1, ...) (or its chunk) would run it
+ * alone (the same logits to rounding: each column's products and
+ * per-token ops are those of a step of its own; on the exact cpu bit for
+ * bit), then each n_past + its tokens. One step graph for all the
+ * columns, its nodes over every column at once but the cache writes and
+ * attentions, one per sequence on its session's caches over its columns;
+ * the graph is cached in B[0].s, keyed on the sessions in their order
+ * and their token counts (a stable set of decoding sessions reuses it; a
+ * changed one, or other chunks, builds another), and runs in B[0].s's
+ * scratch. n == 1 is a step of that session alone. The sessions must be
+ * distinct, of one model and backend, batchable, with at most B[0].s's
+ * n_batch tokens in all, each with room in its context. -1 with err when they are not, or when an id is outside the
  * vocabulary (nothing changes), or on a backend failure (no n_past
  * changes; cache rows past them are unread). Every session is used from
  * the calling thread for the call.

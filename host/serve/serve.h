@@ -45,6 +45,19 @@
 #define SERVE_MAX_STOP 4 /* stop strings per request, as OpenAI allows */
 #define SERVE_MAX_SWITCHES 32 /* switches /health lists, latest last */
 #define SERVE_MAX_VERDICTS 64 /* background and shadow verdicts kept */
+/* Every 503's Retry-After, seconds: a slot frees or the queue moves that
+ * soon at any load worth queueing for, and a balancer retries elsewhere at
+ * once (docs/serve.md, section 6). */
+#define SERVE_RETRY_AFTER "1"
+
+/* Why a request got 503 (q4khost_rejected_total's reason label). */
+enum serve_reject {
+	SERVE_REJECT_QUEUE_FULL,  /* --max-queue requests wait already */
+	SERVE_REJECT_CONNECTIONS, /* --max-connections are open */
+	SERVE_REJECT_DRAINING,    /* SIGTERM: the server stops */
+	SERVE_REJECT_NO_PATH,     /* no trusted path can serve */
+	SERVE_REJECT_N
+};
 
 struct serve_opts {
 	const char *model, *host, *plugin_path, *config_file, *backend, *kernel;
@@ -55,6 +68,8 @@ struct serve_opts {
 	long max_prompt;          /* tokens of a prompt (0: the context) */
 	long max_tokens;          /* the largest max_tokens a request may ask */
 	long max_connections, max_queue;
+	long step_tokens;         /* tokens a batched step carries at most (0:
+	                             the session's batch) */
 	long idle_timeout;        /* seconds a connection may stay silent */
 	long drain_timeout;       /* seconds SIGTERM waits for requests */
 	double shadow_rate;       /* --f2-shadow */
@@ -146,13 +161,16 @@ struct serve_metrics {
 	uint64_t requests[6][9];  /* endpoint x status code (serve_status.c) */
 	uint64_t prompt_tokens, completion_tokens;
 	double decode_seconds;    /* engine time in steps that made tokens */
-	/* decode steps of several requests at once, and the tokens they made */
+	/* steps of several requests at once, and the tokens they made */
 	uint64_t batched_steps, batched_tokens;
+	/* of them, those that carried prompt chunks, and those chunks' tokens */
+	uint64_t mixed_steps, batched_prompt_tokens;
 	uint64_t ttft_buckets[10], ttft_count;
 	double ttft_sum;
 	uint64_t f2_pass, f2_reject, f2_other; /* background F2 and receipts */
 	uint64_t fallbacks, switches;
 	uint64_t shadow_pass, shadow_reject, shadow_other, shadow_dropped;
+	uint64_t rejected[SERVE_REJECT_N]; /* 503s, by enum serve_reject */
 };
 
 struct serve_shadow;
@@ -202,10 +220,11 @@ struct serve {
 	pthread_t engine;
 	int engine_started;
 	float **logits;           /* per slot: a sampled job's (greedy reads a pick) */
-	/* per slot: a round's batched decode: the step's sequences, which
+	/* per slot: a round's batched steps: the step's sequences, which
 	 * slots are due, the slots of one step */
 	struct q4kh_batch_seq *batch;
 	int *due, *batch_slots;
+	size_t *take; /* per slot: its tokens in the step planned */
 	/* trust */
 	struct serve_verdict verdicts[SERVE_MAX_VERDICTS];
 	int n_verdicts;
@@ -224,7 +243,9 @@ struct serve {
 	long started;             /* Unix time */
 	sem_t stop;               /* posted by SIGTERM and SIGINT */
 	struct MHD_Daemon *httpd;
-	int listen_fd;
+	int listen_fd;            /* ours: serve_accept.c accepts on it */
+	long conns;               /* connections handed to httpd, open (atomic) */
+	struct serve_acceptor *acceptor;
 	struct sockaddr_storage listen_addr; /* --host and --port, resolved */
 	int listen_v6;
 };
@@ -241,6 +262,8 @@ void serve_path_close(struct serve_path *p);
 void serve_path_describe(const struct serve_path *p, char *buf, size_t cap);
 /* The X-Q4KHost-F2 header's value for P (ASCII, one line). */
 void serve_path_f2_header(const struct serve_path *p, char *buf, size_t cap);
+/* The same for the path new requests go to now (takes srv->lock). */
+void serve_path_current_f2(struct serve *srv, char *buf, size_t cap);
 
 /* serve_engine.c */
 int serve_engine_start(struct serve *srv, struct q4kh_error *err);
@@ -296,13 +319,39 @@ enum serve_endpoint {
 	SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH,
 	SERVE_EP_METRICS, SERVE_EP_OTHER
 };
+/* The endpoint of a request's PATH (SERVE_EP_OTHER for any other). */
+enum serve_endpoint serve_status_endpoint(const char *path);
 void serve_status_count(struct serve *srv, enum serve_endpoint ep, unsigned code);
+/* Count a 503 for REASON (srv->lock held). */
+void serve_status_reject(struct serve *srv, enum serve_reject reason);
 void serve_status_ttft(struct serve *srv, double seconds); /* lock held */
 /* /health's JSON, malloc()ed; WHY (CAP bytes) is "" when the server is
  * ready (not draining, and its path trusted by F2: the reference or a
  * pass, not F2 off), else why not: /health answers 503 then. */
 char *serve_status_health(struct serve *srv, char *why, size_t cap);
 char *serve_status_metrics(struct serve *srv); /* malloc()ed text */
+
+/* serve_accept.c */
+/*
+ * Listen on srv->listen_addr (serve_http_resolve) into srv->listen_fd, non-
+ * blocking; -1 with err naming the host, the port and the reason.
+ */
+int serve_accept_listen(struct serve *srv, struct q4kh_error *err);
+/*
+ * Start the thread that accepts every connection on srv->listen_fd: while
+ * fewer than --max-connections are open it hands the connection to
+ * srv->httpd (serve_http_start made it, without a socket of its own); past
+ * them it answers 503 with Retry-After and an OpenAI error itself, without
+ * a thread, so that no connection is closed unanswered (docs/serve.md,
+ * section 6). -1 with err when the thread cannot start.
+ */
+int serve_accept_start(struct serve *srv, struct q4kh_error *err);
+/* Stop accepting: new connections are refused; those answered 503 finish. */
+void serve_accept_quiesce(struct serve *srv);
+/* Join the thread, close what it holds and the listening socket. */
+void serve_accept_stop(struct serve *srv);
+/* A connection handed to httpd closed (its counter, srv->conns). */
+void serve_accept_closed(struct serve *srv);
 
 /* serve_http.c */
 /*

@@ -1,18 +1,19 @@
 /*
  * The engine: a fixed set of slots, each with its own session (KV cache)
  * on the current path, filled from one FIFO queue, and one thread that
- * runs every forward step in rounds over the busy slots: a prompt in
- * steps of the session's batch, one step per slot and round, round-robin;
- * then the slots whose prompt is in decode one token each, all of one
- * path together in one batched step (q4kh_session_eval_batch: one column
- * per slot, each weight read once for all of them, through the kernel
- * variants' multi-column GEMV; each slot's cache writes and attention on
- * its own session). So requests are admitted in the order they came, no
- * slot waits more than one round for its next token, and no request sees
- * another's tokens or cache (each slot's session is reset when it takes
- * a job, and a batched step keeps every sequence's cache apart). Each
- * job picks its token with its own sampler, as alone. Models with
- * recurrent layers (qwen35) decode one slot per step.
+ * runs every forward step, with continuous batching: each round is one
+ * batched step per path (q4kh_session_eval_batch) carrying every decoding
+ * slot's next token first, then chunks of the prompts still being read,
+ * under a budget of --step-tokens (docs/serve.md, section 5): each weight
+ * is read once for all of its columns, through the kernel variants'
+ * multi-column GEMV, while each slot's cache writes and attention run on
+ * its own session. Requests join the batch when a slot takes them and
+ * leave it at their last token, between steps; they are admitted in the
+ * order they came, and no request sees another's tokens or cache (each
+ * slot's session is reset when it takes a job, and a batched step keeps
+ * every sequence's cache apart). Each job picks its token with its own
+ * sampler, as alone. Models with recurrent layers (qwen35) run one slot
+ * per step.
  */
 #include "serve.h"
 
@@ -66,14 +67,17 @@ int serve_engine_submit(struct serve *srv, struct serve_job *job)
 	pthread_mutex_lock(&srv->lock);
 	if (srv->draining) {
 		snprintf(job->error, sizeof(job->error), "the server is shutting down");
+		serve_status_reject(srv, SERVE_REJECT_DRAINING);
 		status = 503;
 	} else if (!srv->cur) {
 		snprintf(job->error, sizeof(job->error),
 		         "no validated path can serve this model now (see /health)");
+		serve_status_reject(srv, SERVE_REJECT_NO_PATH);
 		status = 503;
 	} else if (srv->q_len >= (size_t)srv->o.max_queue) {
 		snprintf(job->error, sizeof(job->error),
 		         "the queue is full (%zu requests waiting); try again later", srv->q_len);
+		serve_status_reject(srv, SERVE_REJECT_QUEUE_FULL);
 		status = 503;
 	} else {
 		job->seq = ++srv->next_seq;
@@ -122,6 +126,7 @@ static void admit(struct serve *srv)
 		j = queue_pop(srv);
 		if (!srv->cur) {
 			fail_job(j, 503, "no validated path can serve this model now (see /health)");
+			serve_status_reject(srv, SERVE_REJECT_NO_PATH);
 			serve_job_release(j);
 			i--;
 			continue;
@@ -324,13 +329,11 @@ static int step(struct serve *srv, struct serve_job *j, int32_t *tok,
 	return choose(j, logits, tok, err);
 }
 
-/* Does slot I's job decode in the round's batched step: its prompt is in
- * and its path's model can batch? (lock held) */
+/* Does slot I's job run in the round's batched steps: its path's model
+ * can batch? (lock held) */
 static int batched(const struct serve *srv, int i)
 {
-	const struct serve_job *j = srv->slots[i];
-
-	return j->fed == j->n_ids && q4kh_session_batchable(j->path->sessions[i]);
+	return q4kh_session_batchable(srv->slots[i]->path->sessions[i]);
 }
 
 /*
@@ -352,15 +355,17 @@ static void stepped(struct serve *srv, int i, int rc, int32_t tok,
 }
 
 /*
- * One decode step for the slots SLOT[0..n) (in slot order, so that a set
- * that stays busy keeps its cached graph), all on one path: one batched
- * step of their sessions (lock held; dropped while it runs).
+ * One step for the slots SLOT[0..n) (in slot order, so that a set that
+ * stays busy decoding keeps its cached graph), all on one path: each
+ * decoding slot's next token and each prefilling slot's next srv->take
+ * tokens of its prompt, in one batched step of their sessions (lock held;
+ * dropped while it runs).
  */
-static void decode_batch(struct serve *srv, const int *slot, int n)
+static void step_batch(struct serve *srv, const int *slot, int n)
 {
 	struct q4kh_batch_seq *b = srv->batch;
 	struct q4kh_error err = { { 0 } };
-	int rc;
+	int rc, prefill = 0;
 
 	for (int k = 0; k < n; k++) {
 		struct serve_job *j = srv->slots[slot[k]];
@@ -370,13 +375,19 @@ static void decode_batch(struct serve *srv, const int *slot, int n)
 			.id = j->last,
 			.logits = j->sp.temperature > 0.0f ? srv->logits[slot[k]] : NULL,
 		};
+		if (j->fed < j->n_ids) {
+			b[k].ids = j->ids + j->fed;
+			b[k].n_ids = (int32_t)srv->take[slot[k]];
+			b[k].skip = j->fed + srv->take[slot[k]] < j->n_ids;
+			prefill = 1;
+		}
 	}
 	pthread_mutex_unlock(&srv->lock);
 	rc = q4kh_session_eval_batch(b, n, &err);
 	pthread_mutex_lock(&srv->lock);
 	if (!rc && n > 1) {
 		srv->m.batched_steps++;
-		srv->m.batched_tokens += (uint64_t)n;
+		srv->m.mixed_steps += prefill;
 	}
 	for (int k = 0; k < n; k++) {
 		struct serve_job *j = srv->slots[slot[k]];
@@ -384,8 +395,16 @@ static void decode_batch(struct serve *srv, const int *slot, int n)
 		int32_t tok = b[k].token;
 		int jrc = rc;
 
-		if (!jrc) {
+		if (!jrc && b[k].n_ids) {
+			j->fed += (size_t)b[k].n_ids;
+			srv->m.batched_prompt_tokens += n > 1 ? (uint64_t)b[k].n_ids : 0;
+			if (b[k].skip)
+				continue; /* more of its prompt next round */
+		} else if (!jrc) {
 			j->n_fed++;
+		}
+		if (!jrc) {
+			srv->m.batched_tokens += n > 1;
 			jrc = choose(j, srv->logits[slot[k]], &tok, &jerr);
 		}
 		stepped(srv, slot[k], jrc, tok, &jerr);
@@ -393,29 +412,64 @@ static void decode_batch(struct serve *srv, const int *slot, int n)
 }
 
 /*
- * The round's batched decode: the slots DUE marks (and unmarks), one step
- * per path and per n_batch of them (lock held).
+ * The slots of path P that DUE marks into one step of at most BUDGET
+ * tokens (srv->take: each one's share), from slot RR on: every decoding
+ * slot's next token first, then prompts' chunks in the tokens left, so
+ * that a long prompt neither stalls the answers under way nor waits for
+ * them to end. Those left out wait for the next round. The slots taken,
+ * in slot order, into SLOT; their count (lock held).
  */
-static void decode_round(struct serve *srv, int *due)
+static int plan_step(struct serve *srv, const struct serve_path *p, const int *due, int rr,
+                     size_t budget, int *slot)
 {
-	int *slot = srv->batch_slots;
+	int n = 0;
 
+	for (int pass = 0; pass < 2; pass++)
+		for (int k = 0; k < srv->n_slots && budget; k++) {
+			const int i = (rr + k) % srv->n_slots;
+			const struct serve_job *j = srv->slots[i];
+			size_t left;
+
+			if (!due[i] || j->path != p || (j->fed < j->n_ids) != pass)
+				continue;
+			left = pass ? j->n_ids - j->fed : 1;
+			srv->take[i] = left < budget ? left : budget;
+			budget -= srv->take[i];
+		}
+	for (int i = 0; i < srv->n_slots; i++)
+		if (due[i] && srv->slots[i]->path == p && srv->take[i])
+			slot[n++] = i;
+	return n;
+}
+
+/*
+ * The round's batched steps: the slots DUE marks (and unmarks), one step
+ * per path of at most --step-tokens tokens and the session's batch
+ * (lock held).
+ */
+static void batch_round(struct serve *srv, int *due, int rr)
+{
 	for (;;) {
 		const struct serve_path *p = NULL;
-		uint32_t cap = 0;
-		int n = 0;
+		size_t budget = 0;
+		int n;
 
-		for (int i = 0; i < srv->n_slots; i++) {
-			if (!due[i] || (p && (srv->slots[i]->path != p || (uint32_t)n == cap)))
-				continue;
-			p = srv->slots[i]->path;
-			cap = p->sessions[i]->p.n_batch;
-			due[i] = 0;
-			slot[n++] = i;
-		}
-		if (!n)
+		for (int i = 0; i < srv->n_slots && !p; i++)
+			if (due[i]) {
+				p = srv->slots[i]->path;
+				budget = p->sessions[i]->p.n_batch;
+			}
+		if (!p)
 			return;
-		decode_batch(srv, slot, n);
+		if (srv->o.step_tokens && (size_t)srv->o.step_tokens < budget)
+			budget = (size_t)srv->o.step_tokens;
+		memset(srv->take, 0, sizeof(*srv->take) * (size_t)srv->n_slots);
+		n = plan_step(srv, p, due, rr, budget, srv->batch_slots);
+		for (int i = 0; i < srv->n_slots; i++)
+			if (due[i] && srv->slots[i]->path == p)
+				due[i] = 0;
+		if (n)
+			step_batch(srv, srv->batch_slots, n);
 	}
 }
 
@@ -441,6 +495,7 @@ static void demoted(struct serve *srv, int i)
 		         "the path serving this request (%s) was demoted by shadow parity and the queue is full",
 		         j->path->name);
 		j->http_status = 503;
+		serve_status_reject(srv, SERVE_REJECT_QUEUE_FULL);
 		end_job(srv, i, "error");
 		return;
 	}
@@ -515,7 +570,7 @@ static void *engine_main(void *arg)
 			pthread_mutex_lock(&srv->lock);
 			stepped(srv, i, rc, tok, &err);
 		}
-		decode_round(srv, srv->due);
+		batch_round(srv, srv->due, rr);
 		rr = (rr + 1) % srv->n_slots;
 		close_retired(srv);
 	}
@@ -531,8 +586,9 @@ int serve_engine_start(struct serve *srv, struct q4kh_error *err)
 	srv->batch = calloc((size_t)srv->n_slots, sizeof(*srv->batch));
 	srv->due = calloc((size_t)srv->n_slots, sizeof(*srv->due));
 	srv->batch_slots = calloc((size_t)srv->n_slots, sizeof(*srv->batch_slots));
+	srv->take = calloc((size_t)srv->n_slots, sizeof(*srv->take));
 	if (!srv->queue || !srv->slots || !srv->logits || !srv->batch || !srv->due ||
-	    !srv->batch_slots)
+	    !srv->batch_slots || !srv->take)
 		return q4kh_fail(err, "out of memory");
 	for (int i = 0; i < srv->n_slots; i++) {
 		srv->logits[i] = malloc(sizeof(float) * (size_t)srv->n_vocab);
@@ -605,6 +661,7 @@ void serve_engine_stop(struct serve *srv)
 	srv->quit = 1;
 	while ((j = queue_pop(srv))) {
 		fail_job(j, 503, "the server is shutting down");
+		serve_status_reject(srv, SERVE_REJECT_DRAINING);
 		serve_job_release(j);
 	}
 	for (int i = 0; i < srv->n_slots; i++)

@@ -2,8 +2,9 @@
  * HTTP through GNU libmicrohttpd, one thread per connection (the
  * connection's thread may then wait for the engine, and a stream's reader
  * may block until the next token): routing, the API key, limits on body
- * size, connections and idle time, server-sent events, and noticing a
- * client that left (its generation is cancelled).
+ * size and idle time, server-sent events, and noticing a client that
+ * left (its generation is cancelled). serve_accept.c accepts the
+ * connections and hands them over.
  */
 #include "serve.h"
 
@@ -25,13 +26,12 @@
 
 #define WAIT_NS (200 * 1000 * 1000) /* between looks for a client that left */
 #define KEEPALIVE_S 10.0            /* an SSE comment after this much silence */
-/* Every 503's Retry-After, seconds: a slot frees or the queue moves that
- * soon at any load worth queueing for, and a balancer retries elsewhere at
- * once (docs/serve.md, section 6). */
-#define RETRY_AFTER "1"
 /* Open files a server needs besides its connections: the model, plugins,
  * receipts, the log, a validation child's pipes. */
 #define SPARE_FILES 128
+/* Connections closed for serve_accept.c's count but not yet for
+ * libmicrohttpd's, which may then hold that many past --max-connections. */
+#define CLOSING 64
 
 /* One request: its body while it arrives, and its access-log line's parts. */
 struct request {
@@ -65,17 +65,6 @@ struct stream {
 	double last;        /* when bytes were last handed over */
 };
 
-static enum serve_endpoint endpoint_of(const char *url)
-{
-	static const char *const urls[] = { "/v1/chat/completions", "/v1/completions",
-		                            "/v1/models", "/health", "/metrics" };
-
-	for (int i = 0; i < 5; i++)
-		if (!strcmp(url, urls[i]))
-			return (enum serve_endpoint)i;
-	return SERVE_EP_OTHER;
-}
-
 /* A client that closed its end (or reset it) reads as 0 bytes or an error. */
 static int client_gone(int fd)
 {
@@ -104,17 +93,6 @@ static int conn_fd(struct MHD_Connection *c)
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 	return ci ? ci->connect_fd : -1;
-}
-
-/* The current path's F2 verdict for the X-Q4KHost-F2 header. */
-static void current_f2(struct serve *srv, char *buf, size_t cap)
-{
-	pthread_mutex_lock(&srv->lock);
-	if (srv->cur)
-		serve_path_f2_header(srv->cur, buf, cap);
-	else
-		snprintf(buf, cap, "none; no validated path serves");
-	pthread_mutex_unlock(&srv->lock);
 }
 
 /* What RQ's access line will say: STATUS and why (printf's FMT). */
@@ -157,7 +135,7 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 		return out_of_memory(rq, "the answer");
 	}
 	if (!f2) {
-		current_f2(srv, f2buf, sizeof(f2buf));
+		serve_path_current_f2(srv, f2buf, sizeof(f2buf));
 		f2 = f2buf;
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
@@ -169,7 +147,7 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 	if (status == 503 || status == 413)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (status == 503)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, SERVE_RETRY_AFTER);
 	if (status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
 	if (status == 405)
@@ -180,7 +158,7 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 	MHD_destroy_response(r);
 	serve_status_count(srv, ep, status);
 	note(rq, status, "%s%s", reason ? reason : "ok",
-	     status == 503 ? " (Retry-After: " RETRY_AFTER " s)" : "");
+	     status == 503 ? " (Retry-After: " SERVE_RETRY_AFTER " s)" : "");
 	return rc;
 }
 
@@ -514,8 +492,12 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 	default:
 		break;
 	}
-	if (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED)) {
+		pthread_mutex_lock(&srv->lock);
+		serve_status_reject(srv, SERVE_REJECT_DRAINING);
+		pthread_mutex_unlock(&srv->lock);
 		return fail(srv, c, rq, 503, "the server is shutting down", NULL, NULL);
+	}
 	return generate(srv, c, rq);
 }
 
@@ -558,7 +540,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		}
 		rq->routed = 1;
-		rq->ep = endpoint_of(url);
+		rq->ep = serve_status_endpoint(url);
 		q4kh_show(rq->method, sizeof(rq->method), method, strlen(method), 12, 1);
 		q4kh_show(rq->path, sizeof(rq->path), url, strlen(url), 120, 1);
 		/* Refused before the body is read: the connection then closes. */
@@ -664,24 +646,21 @@ static int said_body(const char *line)
  * its answer), and the request's access line already says which. When it
  * answers a malformed request itself, what it says is kept for that
  * request's access line (on_completed), its HTML body's words rather than
- * the line that quotes the HTML.
+ * the line that quotes the HTML. A connection it refuses at its limit is
+ * answered 503 by serve_accept.c, whose access line says so.
  */
 static void on_log(void *cls, const char *fmt, va_list ap)
 {
 	static const char ours[] = "Application reported internal error";
 	static const char full[] = "Server reached connection limit";
-	const struct serve *srv = cls;
 	char line[512];
 	size_t n;
 
+	(void)cls;
 	vsnprintf(line, sizeof(line), fmt, ap);
-	if (!strncmp(line, ours, sizeof(ours) - 1) || said_body(line))
+	if (!strncmp(line, ours, sizeof(ours) - 1) || !strncmp(line, full, sizeof(full) - 1) ||
+	    said_body(line))
 		return;
-	if (!strncmp(line, full, sizeof(full) - 1)) {
-		serve_log("http: %ld connections are open, --max-connections: a new one was closed "
-		          "unanswered", srv->o.max_connections);
-		return;
-	}
 	n = strlen(line);
 	while (n && line[n - 1] == '\n')
 		line[--n] = 0;
@@ -753,33 +732,48 @@ static void open_files_for(const struct serve *srv)
 		          (unsigned long long)rl.rlim_cur, srv->o.max_connections, SPARE_FILES);
 }
 
+/* libmicrohttpd's word that a connection closed: serve_accept.c counts
+ * the open ones against --max-connections. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+	(void)c;
+	(void)socket_ctx;
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+		serve_accept_closed(cls);
+}
+
 int serve_http_start(struct serve *srv, struct q4kh_error *err)
 {
-	struct sockaddr_storage addr = srv->listen_addr;
+	struct sockaddr_storage addr;
 	socklen_t alen = sizeof(addr);
-	const union MHD_DaemonInfo *info;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-	                 MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+	                       MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+	                       MHD_USE_NO_LISTEN_SOCKET;
 	char port[16], host[NI_MAXHOST];
 
-	if (srv->listen_v6)
-		flags |= MHD_USE_IPv6;
 	open_files_for(srv);
+	if (serve_accept_listen(srv, err))
+		return -1;
+	/* Its own limit only backs ours (serve_accept.c hands it at most
+	 * --max-connections): a closed connection leaves its count just after
+	 * it leaves ours. A connection it refuses anyway is answered 503. */
 	srv->httpd = MHD_start_daemon(
-		flags, (uint16_t)srv->o.port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
-		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)srv->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned)srv->o.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-		MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_END);
+		flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_log, srv,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->o.max_connections + CLOSING,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->o.idle_timeout,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
+		on_connection, srv, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_END);
 	if (!srv->httpd)
-		return q4kh_fail(err, "cannot listen on %s port %ld (in use, or not an address of this machine?)",
+		return q4kh_fail(err, "cannot start libmicrohttpd to serve on %s port %ld",
 		                 srv->o.host, srv->o.port);
-	info = MHD_get_daemon_info(srv->httpd, MHD_DAEMON_INFO_LISTEN_FD);
-	if (!info || getsockname(info->listen_fd, (struct sockaddr *)&addr, &alen) ||
+	if (getsockname(srv->listen_fd, (struct sockaddr *)&addr, &alen) ||
 	    getnameinfo((struct sockaddr *)&addr, alen, host, sizeof(host), port, sizeof(port),
 	                NI_NUMERICHOST | NI_NUMERICSERV))
 		return q4kh_fail(err, "cannot read the address of the listening socket: %s",
 		                 strerror(errno));
+	if (serve_accept_start(srv, err))
+		return -1;
 	/* The line tests and scripts read to find the port. */
 	serve_log(strchr(host, ':') ? "listening on http://[%s]:%s" : "listening on http://%s:%s",
 	          host, port);
@@ -788,17 +782,8 @@ int serve_http_start(struct serve *srv, struct q4kh_error *err)
 
 void serve_http_quiesce(struct serve *srv)
 {
-	int fd;
-
-	if (!srv->httpd)
-		return;
 	__atomic_store_n(&srv->draining, 1, __ATOMIC_RELAXED);
-	fd = MHD_quiesce_daemon(srv->httpd);
-	srv->listen_fd = fd; /* ours to close after MHD_stop_daemon */
-	/* New connections are refused at once instead of waiting in the
-	 * backlog (Linux stops listening on a shut-down socket). */
-	if (fd >= 0)
-		shutdown(fd, SHUT_RD);
+	serve_accept_quiesce(srv);
 }
 
 void serve_http_flush(struct serve *srv, double seconds)
@@ -816,11 +801,9 @@ void serve_http_flush(struct serve *srv, double seconds)
 
 void serve_http_stop(struct serve *srv)
 {
+	serve_accept_stop(srv); /* nothing more is handed to httpd */
 	if (!srv->httpd)
 		return;
 	MHD_stop_daemon(srv->httpd);
 	srv->httpd = NULL;
-	if (srv->listen_fd >= 0)
-		close(srv->listen_fd);
-	srv->listen_fd = -1;
 }

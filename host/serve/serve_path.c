@@ -125,3 +125,13 @@ void serve_path_f2_header(const struct serve_path *p, char *buf, size_t cap)
 	/* A header is one line of ASCII. */
 	q4kh_show(buf, cap, line, strlen(line), cap > 8 ? cap - 8 : 0, 1);
 }
+
+void serve_path_current_f2(struct serve *srv, char *buf, size_t cap)
+{
+	pthread_mutex_lock(&srv->lock);
+	if (srv->cur)
+		serve_path_f2_header(srv->cur, buf, cap);
+	else
+		snprintf(buf, cap, "none; no validated path serves");
+	pthread_mutex_unlock(&srv->lock);
+}

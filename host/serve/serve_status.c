@@ -17,8 +17,19 @@ static const unsigned codes[] = { 200, 400, 401, 404, 405, 413, 500, 503 };
 #define N_CODES (sizeof(codes) / sizeof(codes[0]))
 static const char *const endpoints[] = { "/v1/chat/completions", "/v1/completions",
 	                                 "/v1/models", "/health", "/metrics", "other" };
+/* q4khost_rejected_total's reasons, by enum serve_reject. */
+static const char *const reject_names[SERVE_REJECT_N] = { "queue_full", "connections",
+	                                                  "draining", "no_path" };
 /* Upper bounds of the time-to-first-token histogram, seconds. */
 static const double ttft_le[] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120 };
+
+enum serve_endpoint serve_status_endpoint(const char *path)
+{
+	for (int i = 0; i < SERVE_EP_OTHER; i++)
+		if (!strcmp(path, endpoints[i]))
+			return (enum serve_endpoint)i;
+	return SERVE_EP_OTHER;
+}
 
 void serve_status_count(struct serve *srv, enum serve_endpoint ep, unsigned code)
 {
@@ -29,6 +40,11 @@ void serve_status_count(struct serve *srv, enum serve_endpoint ep, unsigned code
 	pthread_mutex_lock(&srv->lock);
 	srv->m.requests[ep][c]++; /* c == N_CODES: any other code */
 	pthread_mutex_unlock(&srv->lock);
+}
+
+void serve_status_reject(struct serve *srv, enum serve_reject reason)
+{
+	srv->m.rejected[reason]++;
 }
 
 void serve_status_ttft(struct serve *srv, double seconds)
@@ -202,11 +218,30 @@ char *serve_status_metrics(struct serve *srv)
 	    m->decode_seconds > 0 ? (double)m->completion_tokens / m->decode_seconds : 0.0);
 	metric(&t, "queue_depth", "gauge", "Requests waiting for a slot.");
 	put(&t, "q4khost_queue_depth %zu\n", srv->q_len);
+	metric(&t, "queue_limit", "gauge", "Requests that may wait for a slot (--max-queue).");
+	put(&t, "q4khost_queue_limit %ld\n", srv->o.max_queue);
+	metric(&t, "connections", "gauge",
+	       "Connections open to libmicrohttpd, each a thread (at most --max-connections).");
+	put(&t, "q4khost_connections %ld\n", __atomic_load_n(&srv->conns, __ATOMIC_RELAXED));
+	metric(&t, "connections_limit", "gauge", "--max-connections.");
+	put(&t, "q4khost_connections_limit %ld\n", srv->o.max_connections);
+	metric(&t, "rejected_total", "counter",
+	       "Requests answered 503 with Retry-After and nothing generated, by reason.");
+	for (int r = 0; r < SERVE_REJECT_N; r++)
+		put(&t, "q4khost_rejected_total{reason=\"%s\"} %llu\n", reject_names[r],
+		    (unsigned long long)m->rejected[r]);
 	metric(&t, "batched_steps_total", "counter",
-	       "Decode steps that ran several requests' tokens at once.");
+	       "Steps that ran several requests' tokens at once.");
 	put(&t, "q4khost_batched_steps_total %llu\n", (unsigned long long)m->batched_steps);
-	metric(&t, "batched_tokens_total", "counter", "Tokens those batched steps made.");
+	metric(&t, "batched_tokens_total", "counter", "Answer tokens those batched steps made.");
 	put(&t, "q4khost_batched_tokens_total %llu\n", (unsigned long long)m->batched_tokens);
+	metric(&t, "mixed_steps_total", "counter",
+	       "Batched steps that carried prompt chunks beside other requests' tokens.");
+	put(&t, "q4khost_mixed_steps_total %llu\n", (unsigned long long)m->mixed_steps);
+	metric(&t, "batched_prompt_tokens_total", "counter",
+	       "Prompt tokens that ran in batched steps.");
+	put(&t, "q4khost_batched_prompt_tokens_total %llu\n",
+	    (unsigned long long)m->batched_prompt_tokens);
 	metric(&t, "slots_busy", "gauge", "Slots generating now.");
 	put(&t, "q4khost_slots_busy %d\n", busy_slots(srv));
 	metric(&t, "slots", "gauge", "Slots (requests generated at once).");

@@ -78,9 +78,9 @@ static int mul_mat_id(uint32_t type, int64_t e, int64_t k, int64_t n, int64_t s,
 	uint8_t *w = (uint8_t *)aligned((size_t)(w_exp * e));
 	float *x = (float *)aligned((size_t)(x_tok * t) * 4);
 	float *y = (float *)aligned((size_t)(y_tok * t) * 4);
-	int32_t *ids = (int32_t *)aligned((size_t)(s * t + 3) * 4);
+	const int64_t ids_col = s + 1; /* a token's ids, one unused int after them */
+	int32_t *ids = (int32_t *)aligned((size_t)(ids_col * t) * 4);
 	std::vector<float> deq((size_t)k);
-	const int64_t ids_col = s + 1;
 	int fails = 0;
 	double worst = 0;
 
