@@ -1,6 +1,7 @@
 /*
  * What a new user meets first, through the real CLI: errors that always
- * say why (a missing reference plugin, a bad [plugin.cpu] threads with
+ * say why (a missing reference plugin, a plugin rejected for its mode
+ * named with its fix wherever it is missed, a bad [plugin.cpu] threads with
  * its file and line, a variant without its backend failing validate, an
  * F2 floor below the catastrophic one refused as a bad file, a UTF-8 BOM
  * named), reports that say what really ran (the device, where F2 was
@@ -80,6 +81,80 @@ Test(diagnostics, a_missing_reference_plugin_is_named)
 	         plugins, plugins, plugins);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
+}
+
+/* A copy of the built plugin NAME (plugins/NAME/.libs/NAME.so) in DIR, mode MODE. */
+static void copy_built_plugin(const char *dir, const char *name, mode_t mode)
+{
+	char cmd[8192], path[4200];
+
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/%s/.libs/%s.so %s/", test_builddir(), name, name,
+	         dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(path, sizeof(path), "%s/%s.so", dir, name);
+	cr_assert_eq(chmod(path, mode), 0, "%s", path);
+}
+
+/* "P/NAME.so was rejected: refused: the file P/NAME.so is writable by
+ * others (mode 0646; fix: chmod o-w P/NAME.so)" into BUF. */
+static const char *rejected_for_mode(const char *dir, const char *name, char *buf, size_t cap)
+{
+	snprintf(buf, cap,
+	         "%s/%s.so was rejected: refused: the file %s/%s.so is writable by others "
+	         "(mode 0646; fix: chmod o-w %s/%s.so)",
+	         dir, name, dir, name, dir, name);
+	return buf;
+}
+
+/* q4khost COMMAND on PLUGINS exits with STATUS and says WANT. */
+static void expect_says(const char *command, const char *plugins, int status, const char *want)
+{
+	char *out;
+
+	cr_expect_eq(q4khost_with("", command, NULL, plugins, "", &out), status, "%s: %s",
+	             command, out);
+	cr_expect(strstr(out, want) != NULL, "%s: wanted %s in: %s", command, want, out);
+	free(out);
+}
+
+Test(diagnostics, a_plugin_rejected_for_its_mode_is_named_with_the_fix_where_it_is_missed)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char cpu[4200], want[16384], why[8192];
+
+	cr_assert_eq(chmod(plugins, 0755), 0);
+	copy_built_plugin(plugins, "cpu-fast", 0755);
+	copy_built_plugin(plugins, "cpu-simd", 0755);
+	snprintf(cpu, sizeof(cpu), "%s/cpu.so", plugins);
+	cr_assert_eq(chmod(cpu, 0646), 0);
+	rejected_for_mode(plugins, "cpu", why, sizeof(why));
+	/* cpu-fast serves, but F2 needs the reference */
+	snprintf(want, sizeof(want), "plugin cpu is not available on the plugin path %s: %s\n",
+	         plugins, why);
+	expect_says("run -n 1", plugins, 4, want);
+	snprintf(want, sizeof(want),
+	         "the reference cpu plugin is not on the plugin path %s (from --plugin-path): "
+	         "nothing can be measured against it (F2.4); %s\n",
+	         plugins, why);
+	expect_says("validate", plugins, 1, want);
+	snprintf(want, sizeof(want),
+	         "--backend cpu: no backend plugin of that name on the plugin path %s "
+	         "(from --plugin-path): %s; the backends there: cpu-fast",
+	         plugins, why);
+	expect_says("run -n 1 --backend cpu", plugins, 4, want);
+	/* a kernel variant: and the list of valid ones names the built-in once */
+	cr_assert_eq(chmod(cpu, 0755), 0);
+	snprintf(cpu, sizeof(cpu), "%s/cpu-simd.so", plugins);
+	cr_assert_eq(chmod(cpu, 0646), 0);
+	snprintf(want, sizeof(want),
+	         "--kernel: 'cpu-simd' is not a kernel variant on plugin path %s (--plugin-path): "
+	         "%s; valid: none, built-in\n",
+	         plugins, rejected_for_mode(plugins, "cpu-simd", why, sizeof(why)));
+	expect_says("run -n 1 --kernel cpu-simd", plugins, 4, want);
+	/* not asked for: the report says why its kernels are not used */
+	snprintf(want, sizeof(want), "q4khost: rejected plugin cpu-simd (%s/cpu-simd.so): %s\n",
+	         plugins, strstr(why, "refused: "));
+	expect_says("run -n 1", plugins, 0, want);
 }
 
 Test(diagnostics, validate_fails_when_a_variant_cannot_be_measured)

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli_rig.h"
@@ -328,6 +329,71 @@ Test(first_run, a_rate_from_no_time_is_not_made_up)
 	          "%s", out);
 	cr_expect_gt(json_number_value(json_object_get(json_object_get(j, "prefill"),
 	                                               "tokens_per_second")), 0, "%s", out);
+	json_decref(j);
+	free(out);
+}
+
+/* Seconds on the monotonic clock. */
+static double seconds_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* J's number at "OBJECT.KEY" (OBJECT "" for J itself); fails the test without. */
+static double number_at(json_t *j, const char *object, const char *key)
+{
+	json_t *v = json_object_get(object[0] ? json_object_get(j, object) : j, key);
+
+	cr_assert(json_is_number(v), "%s.%s is no number", object, key);
+	return json_number_value(v);
+}
+
+/*
+ * The time to the first token counts from the command's start
+ * (docs/architecture.md section 7, "Start-up"): it holds the start-up
+ * phases and the prefill, which times the prompt alone, and it is no
+ * longer than the whole command took as the test saw it from outside.
+ */
+Test(first_run, the_time_to_the_first_token_counts_the_start_up_and_the_prefill)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	double t0, outside, first, startup, phases = 0;
+	static const char *const names[] = { "plugins_seconds", "model_seconds",
+		                             "choice_seconds", "session_seconds" };
+	char *out;
+	json_t *j, *ttft;
+
+	cr_expect_eq(q4khost_with("", "run -n 2", NULL, plugins, "", &out), 0, "%s", out);
+	cr_expect(strstr(out, "\nq4khost: time to first token ") != NULL &&
+	          strstr(out, " s: start-up ") && strstr(out, ", choice and F2 ") &&
+	          strstr(out, "), prefill "), "%s", out);
+	free(out);
+	t0 = seconds_now();
+	cr_assert_eq(q4khost_with("", "run -n 2 --json", NULL, plugins, "2>/dev/null", &out), 0,
+	             "%s", out);
+	outside = seconds_now() - t0;
+	j = parse_json(out);
+	ttft = json_object_get(j, "time_to_first_token");
+	cr_assert_not_null(ttft, "%s", out);
+	first = number_at(j, "time_to_first_token", "seconds");
+	startup = number_at(j, "time_to_first_token", "startup_seconds");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		double v = number_at(ttft, "startup", names[i]);
+
+		cr_expect_geq(v, 0, "%s: %g", names[i], v);
+		phases += v;
+	}
+	cr_expect(fabs(phases - startup) < 1e-6, "the phases sum to %g, start-up %g", phases,
+	          startup);
+	cr_expect_eq(number_at(ttft, "", "prefill_seconds"), number_at(j, "prefill", "seconds"));
+	cr_expect_geq(first, startup + number_at(j, "prefill", "seconds"),
+	              "the first token at %g s, before the start-up %g s and the prefill %g s",
+	              first, startup, number_at(j, "prefill", "seconds"));
+	cr_expect_leq(first, outside, "the first token at %g s of a command of %g s", first,
+	              outside);
 	json_decref(j);
 	free(out);
 }

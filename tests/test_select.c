@@ -545,36 +545,97 @@ static int parent_opens(const char *log, const char *path)
 }
 
 /*
- * One host context for the command (docs/architecture.md section 7):
- * run on the tiny model, with cpu-fast and cpu-simd to judge, maps the
- * model file once and initialises each backend once in its own process,
- * whether F2 measures in a child (no receipt yet) or reads the receipt;
- * the child is another process and opens its own. The counts come from
- * run --json's "host"; where strace runs here it counts the openat()
- * calls of the model file too.
+ * Where strace runs here, the command line prefix that logs openat() of a
+ * command and its children into LOG (CAP bytes, in RECEIPTS); "" without.
  */
-Test(select, run_opens_the_model_once_and_starts_each_backend_once, .timeout = 240)
+static const char *traced_env(const char *receipts, char *log, size_t log_cap, char *env,
+                              size_t cap)
+{
+	static int traced = -1;
+
+	if (traced < 0) {
+#ifdef __SANITIZE_ADDRESS__
+		traced = 0; /* LeakSanitizer stops any process that runs under ptrace */
+#else
+		traced = system("strace -f -o /dev/null true >/dev/null 2>&1") == 0;
+#endif
+		if (!traced)
+			cr_log_info("no strace here (or a sanitizer build): the model's opens are "
+			            "counted by --json alone");
+	}
+	snprintf(log, log_cap, "%s/openat.log", receipts);
+	snprintf(env, cap, "%s%s", traced ? "strace -f -e trace=openat -o " : "",
+	         traced ? log : "");
+	return env;
+}
+
+/*
+ * J, a command's --json with its host context's counts ("host", host.h),
+ * and the openat() log LOG (its ENV from traced_env; "" when not traced):
+ * the command's own process opened the tiny model once and initialised
+ * the backends cpu and cpu-fast once each, and the kernel variant
+ * cpu-simd VARIANT_INITS times (once per device it ran on). WHAT names
+ * the command in a failure.
+ */
+static void expect_opened_once(json_t *j, const char *env, const char *log, const char *what,
+                               long variant_inits)
+{
+	json_t *host = json_object_get(j, "host");
+	json_t *inits = json_object_get(host, "backend_inits");
+
+	cr_assert_not_null(host, "%s: no \"host\" in its --json", what);
+	cr_expect_eq(json_integer_value(json_object_get(host, "model_opens")), 1,
+	             "%s: %lld opens of the model", what,
+	             (long long)json_integer_value(json_object_get(host, "model_opens")));
+	for (int b = 0; b < 2; b++) {
+		const char *name = b ? "cpu-fast" : "cpu";
+
+		cr_expect_eq(json_integer_value(json_object_get(inits, name)), 1,
+		             "%s: %s initialised %lld times", what, name,
+		             (long long)json_integer_value(json_object_get(inits, name)));
+	}
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(host, "variant_inits"),
+	                                                "cpu-simd")),
+	             variant_inits, "%s: cpu-simd initialised %lld times, expected %ld", what,
+	             (long long)json_integer_value(json_object_get(
+	                     json_object_get(host, "variant_inits"), "cpu-simd")),
+	             variant_inits);
+	if (env[0])
+		cr_expect_eq(parent_opens(log, tiny_model()), 1, "%s opened %s %d times (log %s)",
+		             what, tiny_model(), parent_opens(log, tiny_model()), log);
+}
+
+/* A plugin folder of cpu, cpu-fast and cpu-simd, when this CPU runs them. */
+static const char *fast_plugins(void)
 {
 	static const char *const none[] = { NULL };
-	const char *plugins, *receipts = test_tmpdir();
-	char *out, args[8192], env[4400], log[4200];
-	int traced;
+	const char *plugins;
 
 	need_cpu_simd(1);
 	plugins = test_plugin_dir(none);
 	add_built_plugin(plugins, "cpu-fast");
 	add_built_plugin(plugins, "cpu-simd");
-	snprintf(log, sizeof(log), "%s/openat.log", receipts);
-#ifdef __SANITIZE_ADDRESS__
-	traced = 0; /* LeakSanitizer stops any process that runs under ptrace */
-#else
-	traced = system("strace -f -o /dev/null true >/dev/null 2>&1") == 0;
-#endif
-	if (!traced)
-		cr_log_info("no strace here (or a sanitizer build): the model's opens are "
-		            "counted by run --json alone");
-	snprintf(env, sizeof(env), "%s%s", traced ? "strace -f -e trace=openat -o " : "",
-	         traced ? log : "");
+	return plugins;
+}
+
+/*
+ * One host context for the command (docs/architecture.md section 7):
+ * run on the tiny model, with cpu-fast and cpu-simd to judge, maps the
+ * model file once and initialises each backend once in its own process,
+ * and the variant once per device whose chain asks its score (cpu-fast's
+ * and the reference's), whether F2 measures in a child (no receipt yet)
+ * or reads the receipt; the child is another process and opens its own.
+ * --threads sets every cpu plugin's threads, so the settings check
+ * starts each of them: in the host context, its first init. The counts
+ * come from run --json's "host"; where strace runs here it counts the
+ * openat() calls of the model file too.
+ */
+Test(select, run_opens_the_model_once_and_starts_each_backend_once, .timeout = 240)
+{
+	const char *plugins = fast_plugins(), *receipts = test_tmpdir();
+	char *out, args[8192], env[4400], log[4200];
+
+	traced_env(receipts, log, sizeof(log), env, sizeof(env));
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --threads 2 --json -m %s --plugin-path %s",
 	         tiny_model(), plugins);
 	for (int pass = 0; pass < 2; pass++) {
@@ -587,21 +648,50 @@ Test(select, run_opens_the_model_once_and_starts_each_backend_once, .timeout = 2
 		cr_expect_str_eq(jget(j, "f2.verdict"), "pass");
 		cr_expect(strncmp(jget(j, "f2.source"), pass ? "receipt" : "fresh", 5) == 0,
 		          "pass %d: %s", pass, jget(j, "f2.source"));
-		cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "host"),
-		                                                "model_opens")), 1, "%s", out);
-		for (int b = 0; b < 2; b++) {
-			const char *name = b ? "cpu-fast" : "cpu";
-			json_t *inits = json_object_get(json_object_get(j, "host"), "backend_inits");
-
-			cr_expect_eq(json_integer_value(json_object_get(inits, name)), 1,
-			             "pass %d: %s initialised %lld times", pass, name,
-			             (long long)json_integer_value(json_object_get(inits, name)));
-		}
-		if (traced)
-			cr_expect_eq(parent_opens(log, tiny_model()), 1,
-			             "pass %d: run opened %s %d times (log %s)", pass, tiny_model(),
-			             parent_opens(log, tiny_model()), log);
+		expect_opened_once(j, env, log, pass ? "run (receipt)" : "run (F2 measures)", 2);
 		json_decref(j);
 		free(out);
 	}
+}
+
+/*
+ * validate, bench and qa hold one host context too: the model opened once
+ * in the command's process, each backend started once, each variant
+ * opened once per device (bench and qa time and run cpu-simd on cpu-fast's
+ * device and on cpu's), whatever candidates they judge, time or run; a
+ * validation child is another process.
+ */
+Test(select, validate_bench_and_qa_open_the_model_once_and_each_plugin_once, .timeout = 240)
+{
+	const char *plugins = fast_plugins(), *receipts = test_tmpdir();
+	char *cases = file_with("cases.jsonl", "{\"name\": \"counting\", \"prompt\": \"1, 2, 3,\", "
+	                                       "\"accept\": [\" 4\"], \"max_tokens\": 2}\n");
+	char *out, args[8192], env[4400], log[4200];
+	static const struct {
+		const char *command, *extra;
+		long variant_inits;
+	} commands[] = {
+		{ "validate", "", 0 }, /* the variant runs only in F2's children */
+		{ "bench", "-n 2 -r 1", 2 },
+		{ "qa", "--cases", 2 },
+	};
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		json_t *j;
+		int rc;
+
+		traced_env(receipts, log, sizeof(log), env, sizeof(env));
+		snprintf(args, sizeof(args), "%s --json %s%s%s -m %s --plugin-path %s",
+		         commands[i].command, commands[i].extra, strcmp(commands[i].command, "qa") ? "" : " ",
+		         strcmp(commands[i].command, "qa") ? "" : cases, tiny_model(), plugins);
+		rc = test_q4khost(env, receipts, args, &out);
+		/* qa's case may fail on a model this small: its counts are the point */
+		cr_assert(rc == 0 || (rc == 1 && !strcmp(commands[i].command, "qa")),
+		          "%s: exit %d: %s", args, rc, out);
+		j = parse_json(out);
+		expect_opened_once(j, env, log, commands[i].command, commands[i].variant_inits);
+		json_decref(j);
+		free(out);
+	}
+	free(cases);
 }

@@ -373,6 +373,33 @@ Test(validate, a_deep_measurement_gives_a_log_a_line_a_minute, .timeout = 200)
 	free(out);
 }
 
+/*
+ * A deep measurement whose estimate puts it past its time limit is
+ * stopped then, not at the limit with nothing learnt: defect-slow takes
+ * 0.1 s a column of the LM head, some 23 s for the 232 rows of the deep
+ * probe to 200 positions (its calibration alone takes 3.2 s), against a
+ * limit of 10 s. It ends as a timeout does, a verdict that a raised
+ * limit measures again, and says how to give it room.
+ */
+Test(validate, a_deep_measurement_its_estimate_puts_past_the_limit_stops_at_once, .timeout = 120)
+{
+	static const char *const names[] = { "defect_slow", NULL };
+	const char *plugins = on_tiny(test_plugin_dir(names));
+	char args[8400], *out;
+
+	snprintf(args, sizeof(args),
+	         "validate --deep --ctx 200 --kernel defect-slow --timeout 10 --plugin-path %s",
+	         plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 1, "%s", out);
+	cr_expect(strstr(out, "    validation stopped after ") != NULL, "%s", out);
+	cr_expect(strstr(out, " s: the deep probe needs about ") != NULL, "%s", out);
+	cr_expect(strstr(out, " here in all, at its pace so far, past the time limit of 10 s that "
+	                      "would stop it; --timeout ") != NULL,
+	          "%s", out);
+	cr_expect_null(strstr(out, "timed out"), "%s", out);
+	free(out);
+}
+
 /* q4khost run through the guard: what serves, and what a named request gets. */
 static int run_cli(const char *plugins, const char *receipts, const char *args,
                    char *out, size_t cap)
@@ -681,6 +708,22 @@ Test(validate, a_backend_wrong_only_in_batched_steps_is_rejected, .timeout = 300
 	           (const char *const[]){ "q4khost: backend cpu ",
 	                                  "replay-batched/built-in: F2 broken: batched step of 4 "
 	                                  "sequences, sequence 1, position 41 (its decode step 0): ",
+	                                  "[fresh: no receipt]", NULL });
+}
+
+/* F2's first batched step is a mixed step (docs/f2.md, item 5): a backend
+ * wrong only where a sequence brings a prompt's chunk beside the others'
+ * decoded tokens is rejected there, at the chunk's last token. */
+Test(validate, a_backend_wrong_only_in_mixed_steps_is_rejected, .timeout = 300)
+{
+	static const char *const names[] = { "replay_mixed", NULL };
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
+	           (const char *const[]){ "q4khost: backend cpu ",
+	                                  "replay-mixed/built-in: F2 broken: batched step of 4 "
+	                                  "sequences, sequence 3, position 3 (its decode step 0, "
+	                                  "the last token of a prompt chunk: a mixed step): ",
 	                                  "[fresh: no receipt]", NULL });
 }
 

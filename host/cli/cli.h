@@ -226,19 +226,38 @@ void q4kh_cli_warn_line(void *command, const char *line);
  * Scan the plugin path (CLI_PATH: --plugin-path, or NULL) into *out, vet
  * every backend's enumeration in a helper process (enumerate.h: one that
  * crashes or hangs is refused) and check, before any work, the values of
- * every plugin's own settings (the plugins check them:
- * q4kh_registry_check_settings) and every F2 setting of C for its plugins
- * (guard.h), and the form of Q4KHOST_Q4K_KERNEL (policy.h); unless QUIET
- * (a child process of the command, whose parent has said it), warn as
- * COMMAND about every key of a plugin's section that the plugin did not
- * read. 0, or the
- * exit code with err: Q4KH_EXIT_FAIL when the scan or
- * a helper failed or was stopped, Q4KH_EXIT_INPUT for a bad setting,
- * whoever checks it (an empty --plugin-path is refused before,
- * q4kh_cli_given_check).
+ * every plugin's own settings and every F2 setting of C
+ * (q4kh_cli_check_plugins). With HOST (NULL: none), the command's host
+ * context is opened on the registry, without a model (q4kh_host_open:
+ * the command opens it with q4kh_host_open_model), and the backends the
+ * check starts are started in it, once; the caller closes HOST, before
+ * it frees *out, whatever this returns. 0, or the exit code with err:
+ * Q4KH_EXIT_FAIL when the scan or a helper failed or was stopped,
+ * Q4KH_EXIT_INPUT for a bad setting, whoever checks it (an empty
+ * --plugin-path is refused before, q4kh_cli_given_check).
  */
 int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
-                     int quiet, struct q4kh_registry **out, struct q4kh_error *err);
+                     int quiet, struct q4kh_host *host, struct q4kh_registry **out,
+                     struct q4kh_error *err);
+
+/* The first half of q4kh_cli_plugins: the form of Q4KHOST_Q4K_KERNEL
+ * (policy.h), the scan and the vetting; its exit codes. For a command that
+ * sets plugins' settings from the registry (run --threads) before they
+ * are checked. */
+int q4kh_cli_scan(const struct q4kh_config *c, const char *cli_path,
+                  struct q4kh_registry **out, struct q4kh_error *err);
+
+/*
+ * The second half: the values of every plugin's own settings of R (the
+ * plugins check them: q4kh_registry_check_settings, the backends started
+ * in HOST when not NULL) and every F2 setting of C for its plugins
+ * (guard.h); unless QUIET (a child process of the command, whose parent
+ * has said it), warn as COMMAND about every key of a plugin's section
+ * that the plugin did not read. 0, or Q4KH_EXIT_INPUT with err.
+ */
+int q4kh_cli_check_plugins(const char *command, const struct q4kh_registry *r,
+                           const struct q4kh_config *c, struct q4kh_host *host, int quiet,
+                           struct q4kh_error *err);
 
 /*
  * The names a command was given (--backend, else Q4KHOST_BACKEND; the
@@ -254,9 +273,10 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
 /*
  * With C's --device set, Q4KH_EXIT_PLUGIN and err, in run's words
  * (q4kh_select_check_device: how many devices each backend has), when no
- * backend of R (C's --backend alone, when given) has that device; else 0.
+ * backend of host context H (C's --backend alone, when given) has that
+ * device; else 0.
  */
-int q4kh_cli_check_device(const struct q4kh_registry *r, const struct q4kh_cli_common *c,
+int q4kh_cli_check_device(struct q4kh_host *h, const struct q4kh_cli_common *c,
                           struct q4kh_error *err);
 
 /*

@@ -383,8 +383,8 @@ int q4kh_cli_config(const char *command, const char *file, int quiet,
 	return 0;
 }
 
-int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
-                     int quiet, struct q4kh_registry **out, struct q4kh_error *err)
+int q4kh_cli_scan(const struct q4kh_config *c, const char *cli_path,
+                  struct q4kh_registry **out, struct q4kh_error *err)
 {
 	unsigned limit;
 
@@ -393,11 +393,32 @@ int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4k
 		return Q4KH_EXIT_INPUT;
 	if (q4kh_registry_scan(cli_path, c, out, err) || q4kh_enumerate_vet(*out, c, err))
 		return Q4KH_EXIT_FAIL;
-	return q4kh_registry_check_settings(*out, quiet ? NULL : q4kh_cli_warn_line,
-	                                    (void *)command, err) ||
-	               q4kh_guard_config_check(c, *out, err)
+	return 0;
+}
+
+int q4kh_cli_check_plugins(const char *command, const struct q4kh_registry *r,
+                           const struct q4kh_config *c, struct q4kh_host *host, int quiet,
+                           struct q4kh_error *err)
+{
+	return q4kh_registry_check_settings(r, host ? q4kh_host_start_status : NULL, host,
+	                                    quiet ? NULL : q4kh_cli_warn_line, (void *)command,
+	                                    err) ||
+	               q4kh_guard_config_check(c, r, err)
 	               ? Q4KH_EXIT_INPUT
 	               : 0;
+}
+
+int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4kh_config *c,
+                     int quiet, struct q4kh_host *host, struct q4kh_registry **out,
+                     struct q4kh_error *err)
+{
+	int rc = q4kh_cli_scan(c, cli_path, out, err);
+
+	if (rc)
+		return rc;
+	if (host && q4kh_host_open(host, *out, c, NULL, err))
+		return Q4KH_EXIT_FAIL;
+	return q4kh_cli_check_plugins(command, *out, c, host, quiet, err);
 }
 
 int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
@@ -416,11 +437,11 @@ int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,
 	return 0;
 }
 
-int q4kh_cli_check_device(const struct q4kh_registry *r, const struct q4kh_cli_common *c,
+int q4kh_cli_check_device(struct q4kh_host *h, const struct q4kh_cli_common *c,
                           struct q4kh_error *err)
 {
 	if (c->device_set &&
-	    q4kh_select_check_device(r, c->backend, (uint32_t)c->device, err))
+	    q4kh_select_check_device(h, c->backend, (uint32_t)c->device, err))
 		return Q4KH_EXIT_PLUGIN;
 	return 0;
 }

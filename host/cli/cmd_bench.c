@@ -169,7 +169,7 @@ static int push(struct row **rows, size_t *n, const struct row *r)
  * setting names only other backends' variants. Config kernel preferences
  * do not choose what is compared.
  */
-static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *o,
+static int backend_rows(struct q4kh_host *h, const struct bench_opts *o,
                         const struct q4kh_plugin *p, struct row **rows, size_t *n,
                         char *others, size_t others_cap, struct q4kh_error *err)
 {
@@ -178,9 +178,11 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 	struct row row = { 0 };
 	size_t before = *n, used = strlen(others);
 
-	if (q4kh_backend_open(p, (uint32_t)o->c.device, &b, NULL))
+	struct q4kh_error none;
+
+	if (q4kh_host_backend_open(h, p, (uint32_t)o->c.device, &b, &none))
 		return 0; /* no such device */
-	if (q4kh_policy_order(r, NULL, o->c.kernel, "--kernels", &b, &ord, err)) {
+	if (q4kh_policy_order(h->registry, NULL, o->c.kernel, "--kernels", &b, &ord, err)) {
 		q4kh_backend_close(&b);
 		return -1;
 	}
@@ -213,10 +215,11 @@ static int backend_rows(const struct q4kh_registry *r, const struct bench_opts *
 	return 0;
 }
 
-/* Every row to compare, per backend with the device. */
-static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
-                   struct row **rows, size_t *n, struct q4kh_error *err)
+/* Every row to compare, per backend of H with the device. */
+static int collect(struct q4kh_host *h, const struct bench_opts *o, struct row **rows,
+                   size_t *n, struct q4kh_error *err)
 {
+	const struct q4kh_registry *r = h->registry;
 	char others[512] = "";
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
@@ -224,7 +227,7 @@ static int collect(const struct q4kh_registry *r, const struct bench_opts *o,
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (o->c.backend && strcmp(o->c.backend, p->name)))
 			continue;
-		if (backend_rows(r, o, p, rows, n, others, sizeof(others), err))
+		if (backend_rows(h, o, p, rows, n, others, sizeof(others), err))
 			return -1;
 	}
 	if (*n == 0)
@@ -255,9 +258,8 @@ static double seconds_now(void)
  * row (LABEL, "row 2 of 4") and its candidate first, then the pass and the
  * seconds so far, so that a cut at the terminal's width keeps the name.
  */
-static void time_row(const struct q4kh_registry *r, const char *model,
-                     const int32_t *ids, size_t n_ids, long n_decode, long reps,
-                     const char *label, struct row *row)
+static void time_row(struct q4kh_host *h, const int32_t *ids, size_t n_ids, long n_decode,
+                     long reps, const char *label, struct row *row)
 {
 	const double t0 = seconds_now();
 	struct q4kh_serving sv;
@@ -266,8 +268,8 @@ static void time_row(const struct q4kh_registry *r, const char *model,
 	double prefill = 0.0, decode = 0.0;
 	long done = -1; /* the warm-up pass is -1 */
 
-	if (q4kh_serving_open(r, model, &row->c, (uint32_t)(n_ids + (size_t)n_decode + 8),
-	                      &sv, &err)) {
+	if (q4kh_serving_open_on(h, &row->c, (uint32_t)(n_ids + (size_t)n_decode + 8), &sv,
+	                         &err)) {
 		snprintf(row->note, sizeof(row->note), "cannot start: %.600s", err.msg);
 		return;
 	}
@@ -379,18 +381,13 @@ static json_t *row_json(const struct row *r, enum q4kh_f2_mode mode)
 	                 r->note[0] ? r->note : NULL);
 }
 
-/* The prompt's tokens: raw text with BOS, as the model tokenizes it. */
-static int tokenize_prompt(const char *model, const char *text, int32_t **ids,
+/* The prompt's tokens: raw text with BOS, as the model's tokenizer TOK
+ * tokenizes it. */
+static int tokenize_prompt(const struct q4kh_tokenizer *tok, const char *text, int32_t **ids,
                            size_t *n, struct q4kh_error *err)
 {
-	struct q4kh_gguf *g = NULL;
-	struct q4kh_tokenizer *tok = NULL;
-	int rc = -1;
+	int rc = q4kh_tokenize(tok, text, strlen(text), 1, 0, ids, n, err);
 
-	if (q4kh_gguf_open(model, &g, err) == 0 && q4kh_tokenizer_load(g, &tok, err) == 0)
-		rc = q4kh_tokenize(tok, text, strlen(text), 1, 0, ids, n, err);
-	q4kh_tokenizer_free(tok);
-	q4kh_gguf_close(g);
 	if (rc == 0 && *n < 2)
 		rc = q4kh_fail(err, "the prompt tokenized to fewer than 2 tokens");
 	return rc;
@@ -402,6 +399,8 @@ int q4kh_cmd_bench(int argc, char **argv)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *config = NULL;
 	struct q4kh_registry *reg = NULL;
+	/* the model, backends and variants, each opened once (host.h) */
+	struct q4kh_host h = { 0 };
 	struct q4kh_guard g = { 0 };
 	struct row *rows = NULL;
 	enum q4kh_f2_mode mode;
@@ -430,21 +429,23 @@ int q4kh_cmd_bench(int argc, char **argv)
 		rc = bad_file ? Q4KH_EXIT_INPUT : Q4KH_EXIT_USAGE;
 		goto out;
 	}
+	if ((rc = q4kh_cli_plugins("bench", o.c.plugin_path, config, 0, &h, &reg, &err)))
+		goto out;
 	/* The verdict a row shows is the one run would get: on the deep
 	 * probe when run asks for deep receipts. */
-	if (tokenize_prompt(o.c.model, o.prompt ? o.prompt : q4kh_f2_probe_text, &ids, &n_ids,
-	                    &err) ||
+	rc = Q4KH_EXIT_INPUT;
+	if (q4kh_host_open_model(&h, o.c.model, &err) ||
+	    tokenize_prompt(h.tok, o.prompt ? o.prompt : q4kh_f2_probe_text, &ids, &n_ids, &err) ||
 	    (deep_required ? q4kh_deep_probe(o.c.model, 0, &probe, &deep, &err)
-	                   : q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err)))
+	                   : q4kh_guard_probe_with(h.model->gguf, h.tok, NULL, &probe, &n_probe,
+	                                           &err)))
 		goto out;
 	if (deep_required)
 		n_probe = (size_t)deep.prefill;
-	if ((rc = q4kh_cli_plugins("bench", o.c.plugin_path, config, 0, &reg, &err)))
-		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
 	if (q4kh_registry_check_backend(reg, o.c.backend, "--backend", &err) ||
-	    q4kh_select_check_device(reg, o.c.backend, (uint32_t)o.c.device, &err) ||
-	    collect(reg, &o, &rows, &n, &err))
+	    q4kh_select_check_device(&h, o.c.backend, (uint32_t)o.c.device, &err) ||
+	    collect(&h, &o, &rows, &n, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (mode != Q4KH_F2_OFF &&
@@ -454,6 +455,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 	if (o.c.timeout)
 		g.timeout_seconds = (unsigned)o.c.timeout;
 	g.config_file = o.c.config_file;
+	g.host = &h;
 	q4kh_settings_f2_source(origin, "fresh", fresh_source, sizeof(fresh_source));
 	g.fresh_source = fresh_source;
 	for (size_t i = 0; i < n; i++) {
@@ -482,7 +484,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 			}
 		}
 		snprintf(label, sizeof(label), "row %zu of %zu", i + 1, n);
-		time_row(reg, o.c.model, ids, n_ids, o.n_decode, o.repetitions, label, r);
+		time_row(&h, ids, n_ids, o.n_decode, o.repetitions, label, r);
 		q4kh_progress_clear();
 		untimed |= !r->timed;
 	}
@@ -497,6 +499,7 @@ int q4kh_cmd_bench(int argc, char **argv)
 		                 q4kh_f2_probe_name(deep_required ? Q4KH_F2_PROBE_DEEP
 		                                                  : Q4KH_F2_PROBE_BUILTIN),
 		                 "rows", arr);
+		json_object_set_new(root, "host", q4kh_host_json(&h));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
@@ -523,6 +526,7 @@ out:
 	free(ids);
 	free(probe);
 	q4kh_deep_plan_free(&deep);
+	q4kh_host_close(&h);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

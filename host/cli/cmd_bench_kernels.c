@@ -668,25 +668,16 @@ out:
  * (select.h's order: a GPU backend with the device, else the host's fast
  * one, else the reference), named on stderr.
  */
-static int default_backend(const struct q4kh_registry *r, const struct q4kh_config *config,
-                           struct opts *o, struct q4kh_error *err)
+static int default_backend(struct q4kh_host *h, struct opts *o, struct q4kh_error *err)
 {
 	struct q4kh_candidate *list = calloc(Q4KH_SELECT_MAX, sizeof(*list));
-	struct q4kh_host h;
+	const struct q4kh_select_request rq = { .host = h, .device = (uint32_t)o->device };
 	int n;
 
 	if (!list)
 		return q4kh_fail(err, "out of memory");
-	if (q4kh_host_open(&h, r, config, NULL, err)) {
-		free(list);
-		return -1;
-	}
-	const struct q4kh_select_request rq = { .host = &h, .device = (uint32_t)o->device };
-
 	n = q4kh_select_plan(&rq, list, NULL, 0, err);
-	/* the registry's string: it outlives the host context */
-	o->backend = n > 0 ? list[0].backend : NULL;
-	q4kh_host_close(&h);
+	o->backend = n > 0 ? list[0].backend : NULL; /* the registry's string */
 	free(list);
 	if (n == 0)
 		return q4kh_fail(err, "no backend on the plugin path has device %ld", (long)o->device);
@@ -697,12 +688,15 @@ static int default_backend(const struct q4kh_registry *r, const struct q4kh_conf
 	return 0;
 }
 
-static int open_all(struct bench *B, const struct q4kh_registry *r, struct q4kh_error *err)
+/* The backend and its variants, on host context H: the ones the default
+ * backend's plan started, opened once. */
+static int open_all(struct bench *B, struct q4kh_host *h, struct q4kh_error *err)
 {
+	const struct q4kh_registry *r = h->registry;
 	const struct q4kh_plugin *p = q4kh_registry_find(r, B->o->backend);
 
 	if (q4kh_registry_check_backend(r, B->o->backend, "--backend", err) ||
-	    q4kh_backend_open(p, (uint32_t)B->o->device, &B->b, err))
+	    q4kh_host_backend_open(h, p, (uint32_t)B->o->device, &B->b, err))
 		return -1;
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *kp = &r->plugins[i];
@@ -752,6 +746,7 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *config = NULL;
 	struct q4kh_registry *reg = NULL;
+	struct q4kh_host h = { 0 }; /* no model: the weights are made up */
 	int rc = parse(argc, argv, &o);
 
 	if (rc)
@@ -763,10 +758,10 @@ int q4kh_cmd_bench_kernels(int argc, char **argv)
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (q4kh_registry_scan(o.plugin_path, config, &reg, &err) ||
-	    q4kh_enumerate_vet(reg, config, &err))
+	    q4kh_enumerate_vet(reg, config, &err) || q4kh_host_open(&h, reg, config, NULL, &err))
 		goto out;
 	rc = Q4KH_EXIT_PLUGIN;
-	if ((!o.backend && default_backend(reg, config, &o, &err)) || open_all(&B, reg, &err))
+	if ((!o.backend && default_backend(&h, &o, &err)) || open_all(&B, &h, &err))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (!B.b.v->supports_type(B.b.ctx, Q4KH_TYPE_Q4_K)) {
@@ -800,6 +795,7 @@ out:
 		fprintf(stderr, "q4khost bench-kernels: %s\n", err.msg);
 	json_decref(B.rows);
 	close_all(&B);
+	q4kh_host_close(&h);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

@@ -169,6 +169,7 @@ int q4kh_cmd_conformance(int argc, char **argv)
 	struct q4kh_backend ref = { 0 };
 	struct sink s = { 0 };
 	json_t *devices;
+	char why[700];
 	int rc = parse(argc, argv, &o), checked = 0;
 
 	if (rc)
@@ -177,7 +178,7 @@ int q4kh_cmd_conformance(int argc, char **argv)
 	s.json = o.json;
 	rc = q4kh_cli_config("conformance", o.config_file, o.json, &config, &err);
 	if (rc == 0)
-		rc = q4kh_cli_plugins("conformance", o.plugin_path, config, o.json, &r, &err);
+		rc = q4kh_cli_plugins("conformance", o.plugin_path, config, o.json, NULL, &r, &err);
 	else
 		rc = Q4KH_EXIT_INPUT;
 	if (rc)
@@ -188,8 +189,11 @@ int q4kh_cmd_conformance(int argc, char **argv)
 	}
 	cpu = q4kh_registry_find(r, "cpu");
 	if (!cpu || cpu->state != Q4KH_PLUGIN_ACCEPTED || q4kh_backend_open(cpu, 0, &ref, &err)) {
-		if (!err.msg[0])
-			q4kh_fail(&err, "the reference cpu plugin is not on the plugin path %s", r->path);
+		if (!err.msg[0]) {
+			q4kh_registry_why_absent(r, "cpu", why, sizeof(why));
+			q4kh_fail(&err, "the reference cpu plugin is not on the plugin path %s%s%s",
+			          r->path, why[0] ? ": " : "", why);
+		}
 		rc = Q4KH_EXIT_PLUGIN;
 		goto out;
 	}

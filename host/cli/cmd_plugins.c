@@ -462,7 +462,7 @@ int q4kh_cmd_plugins(int argc, char **argv)
 	 * (F2's own settings are explained below, a bad receipt folder with
 	 * its consequence). */
 	if (o.explain &&
-	    q4kh_registry_check_settings(registry, q4kh_cli_warn_line, (void *)"plugins", &err)) {
+	    q4kh_registry_check_settings(registry, NULL, NULL, q4kh_cli_warn_line, (void *)"plugins", &err)) {
 		fprintf(stderr, "q4khost plugins: %s\n", err.msg);
 		q4kh_registry_free(registry);
 		q4kh_config_free(config);

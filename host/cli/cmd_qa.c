@@ -164,28 +164,22 @@ static int parse(int argc, char **argv, struct qa_opts *o)
 	return 0;
 }
 
-/* The prompt of each case as serving tokenizes it. */
-static int tokenize_cases(const struct qa_opts *o, struct qa_case_run *runs, size_t n,
-                          struct q4kh_tokenizer **tok, struct q4kh_error *err)
+/* The prompt of each case as serving tokenizes it, with H's model. */
+static int tokenize_cases(const struct qa_opts *o, const struct q4kh_host *h,
+                          struct qa_case_run *runs, size_t n, struct q4kh_error *err)
 {
-	struct q4kh_gguf *g = NULL;
 	struct q4kh_prompt p;
 	char warning[512];
-	int rc = -1;
 
-	if (q4kh_gguf_open(o->c.model, &g, err) || q4kh_tokenizer_load(g, tok, err) ||
-	    q4kh_prompt_init(&p, g, o->chat_template, !o->no_parse_special, err))
-		goto out;
+	if (q4kh_prompt_init(&p, h->model->gguf, o->chat_template, !o->no_parse_special, err))
+		return -1;
 	if (q4kh_prompt_warning(&p, warning, sizeof(warning)))
 		fprintf(stderr, "q4khost qa: warning: %s\n", warning);
 	for (size_t i = 0; i < n; i++)
-		if (q4kh_prompt_tokenize(&p, *tok, runs[i].qc->prompt, runs[i].qc->chat,
+		if (q4kh_prompt_tokenize(&p, h->tok, runs[i].qc->prompt, runs[i].qc->chat,
 		                         &runs[i].ids, &runs[i].n_ids, err))
-			goto out;
-	rc = 0;
-out:
-	q4kh_gguf_close(g);
-	return rc;
+			return -1;
+	return 0;
 }
 
 /* The text of TOKENS (an end-of-generation token adds nothing). */
@@ -220,10 +214,10 @@ static char *detokenize(const struct q4kh_tokenizer *tok, const struct q4kh_gree
  * Run every case on path P (index PI): on the reference first (PI 0), which
  * also decides the knife edges; other paths skip knife-edge cases.
  */
-static void run_path(const struct q4kh_registry *r, const char *model,
-                     const struct q4kh_tokenizer *tok, const struct path *p, size_t pi,
+static void run_path(struct q4kh_host *h, const struct path *p, size_t pi,
                      struct qa_case_run *runs, size_t n, double tolerance)
 {
+	const struct q4kh_tokenizer *tok = h->tok;
 	struct q4kh_serving sv;
 	struct q4kh_error err = { { 0 } };
 	uint32_t n_ctx = 8;
@@ -232,7 +226,7 @@ static void run_path(const struct q4kh_registry *r, const char *model,
 	for (size_t i = 0; i < n; i++)
 		if (runs[i].n_ids + (size_t)runs[i].qc->max_tokens + 8 > n_ctx)
 			n_ctx = (uint32_t)(runs[i].n_ids + (size_t)runs[i].qc->max_tokens + 8);
-	opened = q4kh_serving_open(r, model, &p->c, n_ctx, &sv, &err) == 0;
+	opened = q4kh_serving_open_on(h, &p->c, n_ctx, &sv, &err) == 0;
 	for (size_t i = 0; i < n; i++) {
 		struct result *res = &runs[i].results[pi];
 		struct q4kh_greedy gr;
@@ -275,21 +269,18 @@ static void run_path(const struct q4kh_registry *r, const char *model,
 
 /* The reference first, then every candidate that passes F2; the others
  * in *skipped with their verdict. */
-static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
-                        const struct q4kh_config *config, const int32_t *probe,
+static int choose_paths(const struct qa_opts *o, struct q4kh_host *h, const int32_t *probe,
                         size_t n_probe, struct path **paths, size_t *n_paths,
                         json_t *skipped, struct q4kh_error *err)
 {
-	uint32_t types[Q4KH_TYPE_COUNT];
+	/* a variant with none of the model's types is not applicable */
 	struct q4kh_candidate_filter f = { o->c.backend, o->c.device_set, (uint32_t)o->c.device,
-		                           o->c.kernel, types, 0, NULL, 0 };
+		                           o->c.kernel, h->types, h->n_types, NULL, 0 };
 	struct q4kh_candidate *list = NULL;
 	struct q4kh_guard g = { 0 };
 	size_t n = 0;
 
-	/* a variant with none of the model's types is not applicable */
-	if (q4kh_model_types_at(o->c.model, types, Q4KH_TYPE_COUNT, &f.n_types, err) ||
-	    q4kh_candidates_list(r, &f, &list, &n, err))
+	if (q4kh_candidates_list(h, &f, &list, &n, err))
 		return -1;
 	*paths = calloc(n + 1, sizeof(**paths));
 	if (!*paths) {
@@ -300,10 +291,11 @@ static int choose_paths(const struct qa_opts *o, const struct q4kh_registry *r,
 	snprintf((*paths)[0].name, sizeof((*paths)[0].name), "cpu/built-in");
 	snprintf((*paths)[0].f2, sizeof((*paths)[0].f2), "the reference");
 	*n_paths = 1;
-	if (n && q4kh_guard_init(&g, r, config, o->c.model, probe, n_probe, err)) {
+	if (n && q4kh_guard_init(&g, h->registry, h->config, o->c.model, probe, n_probe, err)) {
 		free(list);
 		return -1;
 	}
+	g.host = h;
 	if (o->c.timeout)
 		g.timeout_seconds = (unsigned)o->c.timeout;
 	g.config_file = o->c.config_file;
@@ -454,7 +446,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *config = NULL;
 	struct q4kh_registry *reg = NULL;
-	struct q4kh_tokenizer *tok = NULL;
+	/* the model, backends and variants, each opened once (host.h) */
+	struct q4kh_host h = { 0 };
 	struct q4kh_qa_case *cases = NULL;
 	struct qa_case_run *runs = NULL;
 	struct path *paths = NULL;
@@ -491,15 +484,17 @@ int q4kh_cmd_qa(int argc, char **argv)
 	}
 	for (size_t i = 0; i < n; i++)
 		runs[i] = (struct qa_case_run){ .qc = &cases[i], .min_margin = NAN, .min_step = -1 };
-	if (tokenize_cases(&o, runs, n, &tok, &err) ||
-	    q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err))
+	if ((rc = q4kh_cli_plugins("qa", o.c.plugin_path, config, 0, &h, &reg, &err)))
 		goto out;
-	if ((rc = q4kh_cli_plugins("qa", o.c.plugin_path, config, 0, &reg, &err)) ||
-	    (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)) ||
-	    (rc = q4kh_cli_check_device(reg, &o.c, &err)))
+	rc = Q4KH_EXIT_INPUT;
+	if (q4kh_host_open_model(&h, o.c.model, &err) || tokenize_cases(&o, &h, runs, n, &err) ||
+	    q4kh_guard_probe_with(h.model->gguf, h.tok, NULL, &probe, &n_probe, &err))
+		goto out;
+	if ((rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err)) ||
+	    (rc = q4kh_cli_check_device(&h, &o.c, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
-	if (choose_paths(&o, reg, config, probe, n_probe, &paths, &n_paths, skipped, &err))
+	if (choose_paths(&o, &h, probe, n_probe, &paths, &n_paths, skipped, &err))
 		goto out;
 	for (size_t i = 0; i < n; i++)
 		if (!(runs[i].results = calloc(n_paths, sizeof(*runs[i].results)))) {
@@ -507,7 +502,7 @@ int q4kh_cmd_qa(int argc, char **argv)
 			goto out;
 		}
 	for (size_t p = 0; p < n_paths; p++)
-		run_path(reg, o.c.model, tok, &paths[p], p, runs, n, rules.near_tie_logits);
+		run_path(&h, &paths[p], p, runs, n, rules.near_tie_logits);
 	for (size_t i = 0; i < n; i++) {
 		int ok = runs[i].results[0].ran;
 		for (size_t p = 0; ok && !runs[i].knife_edge && p < n_paths; p++)
@@ -517,6 +512,8 @@ int q4kh_cmd_qa(int argc, char **argv)
 	if (o.c.json) {
 		json_t *root = report_json(&o, paths, n_paths, skipped, runs, n,
 		                           rules.near_tie_logits, counts);
+
+		json_object_set_new(root, "host", q4kh_host_json(&h));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
@@ -544,8 +541,8 @@ out:
 	free(paths);
 	free(probe);
 	json_decref(skipped);
-	q4kh_tokenizer_free(tok);
 	q4kh_qa_cases_free(cases, n);
+	q4kh_host_close(&h);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

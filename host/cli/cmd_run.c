@@ -297,7 +297,20 @@ struct run {
 	float *logits;
 	char *text; /* generated text, kept for --json */
 	size_t text_len, text_cap;
+	/* the command's start, the end of the last start-up phase timed, and
+	 * the phases (report.h) */
+	double t0, mark;
+	struct q4kh_startup startup;
 };
+
+/* Seconds since the last phase ended, into *PHASE; the next starts now. */
+static void phase_done(struct run *r, double *phase)
+{
+	double t = now();
+
+	*phase = t - r->mark;
+	r->mark = t;
+}
 
 static void run_free(struct run *r)
 {
@@ -427,11 +440,18 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		if (q4kh_config_set(r->config, "plugin.cpu", "threads", v, "--threads", err))
 			return Q4KH_EXIT_FAIL;
 	}
-	if ((rc = q4kh_cli_plugins("run", o->plugin_path, r->config, 0, &r->registry, err)))
+	/* --threads reaches every cpu plugin before the settings check
+	 * starts them, once, in the run's host context */
+	if ((rc = q4kh_cli_scan(r->config, o->plugin_path, &r->registry, err)))
 		return rc;
-	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
 	if (o->threads && set_cpu_threads(r, o->threads, err))
 		return Q4KH_EXIT_FAIL;
+	if (q4kh_host_open(&r->host, r->registry, r->config, NULL, err))
+		return Q4KH_EXIT_FAIL;
+	if ((rc = q4kh_cli_check_plugins("run", r->registry, r->config, &r->host, 0, err)))
+		return rc;
+	q4kh_cli_warn_selectors("run", r->registry, o->kernel);
+	phase_done(r, &r->startup.plugins);
 	rq.config_file = o->config_file;
 	rq.mode_origin = origin;
 	rq.backend = q4kh_settings_backend(o->backend, backend_origin, sizeof(backend_origin));
@@ -442,7 +462,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	if (!model)
 		return Q4KH_EXIT_INPUT;
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
-	if (q4kh_host_open(&r->host, r->registry, r->config, model, err))
+	if (q4kh_host_open_model(&r->host, model, err))
 		return Q4KH_EXIT_INPUT;
 	rq.host = &r->host;
 	r->tok = r->host.tok;
@@ -451,6 +471,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	r->n_layer = r->host.model->hp.n_layer;
 	if ((rc = tokenize_prompt(o, r, r->host.model->gguf, err)))
 		return rc;
+	phase_done(r, &r->startup.model);
 	rq.probe_origin = probe_origin;
 	rq.prompt = r->ids;
 	rq.n_prompt = r->n_ids;
@@ -461,10 +482,14 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		return r->sel.explicit_failure ? Q4KH_EXIT_PLUGIN : Q4KH_EXIT_FAIL;
 	}
 	r->model = r->sel.model;
+	phase_done(r, &r->startup.choice);
 	warn_beyond_training(o, r->model);
 	sp.n_ctx = (uint32_t)o->ctx;
 	sp.n_batch = (uint32_t)o->batch;
-	if (q4kh_session_new(r->model, &sp, &r->session, err))
+	/* the prompt's graphs are start-up: its prefill times its compute */
+	if (q4kh_session_new(r->model, &sp, &r->session, err) ||
+	    (r->n_ids <= r->session->p.n_ctx &&
+	     q4kh_session_prepare(r->session, (int64_t)r->n_ids, err)))
 		return Q4KH_EXIT_FAIL;
 	r->greedy = q4kh_sampler_greedy(&o->sp);
 	r->sampler = q4kh_sampler_new(&o->sp, r->model->hp.n_vocab);
@@ -473,6 +498,7 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 		q4kh_fail(err, "out of memory");
 		return Q4KH_EXIT_FAIL;
 	}
+	phase_done(r, &r->startup.session);
 	return 0;
 }
 
@@ -612,6 +638,10 @@ static int generate(const struct run_opts *o, struct run *r,
 			rep->stop_reason = "error";
 			break;
 		}
+		if (i == 0) {
+			r->startup.first_token = now() - r->t0;
+			rep->startup = &r->startup;
+		}
 		rep->generated_tokens++;
 		if (q4kh_tokenizer_is_eog(r->tok, tok)) {
 			rep->stop_reason = "end of generation token";
@@ -682,14 +712,15 @@ static void print_nothing_json(const struct run *r, const char *prompt, const ch
 		t += len + (t[len] == '\n');
 	}
 	j = json_pack("{s:o, s:o, s:n, s:o, s:n, s:n, s:{s:n, s:n, s:o, s:o, s:o}, "
-	              "s:[], s:o, s:{s:i, s:I, s:f, s:n}, s:{s:i, s:f, s:n}, s:s, "
+	              "s:[], s:[], s:o, s:{s:i, s:I, s:f, s:n}, s:{s:i, s:f, s:n}, s:s, "
 	              "s:o, s:s}",
 	              "model", string_or_null(r ? r->model_path : NULL), "architecture",
 	              string_or_null(r ? r->arch : NULL), "backend", "device", device,
 	              "kernels", "kernel_choice", "f2", "verdict", "source", "message",
 	              string_or_null(message), "rejected_first", rejected, "measuring",
 	              string_or_null(s ? s->measuring : NULL), "refused_backends",
-	              "chat_template", string_or_null(r ? r->chat_name : NULL), "prefill",
+	              "rejected_plugins", "chat_template",
+	              string_or_null(r ? r->chat_name : NULL), "prefill",
 	              "tokens", 0, "of", (json_int_t)(r ? r->n_ids : 0), "seconds", 0.0,
 	              "tokens_per_second", "decode", "tokens", 0, "seconds", 0.0,
 	              "tokens_per_second", "stop", stop, "prompt",
@@ -756,8 +787,10 @@ int q4kh_cmd_run(int argc, char **argv)
 	struct q4kh_report rep = { 0 };
 	struct q4kh_error err = { { 0 } };
 	char reason[64];
-	int rc = parse(argc, argv, &o);
+	int rc;
 
+	r.t0 = r.mark = now(); /* the time to the first token counts from here */
+	rc = parse(argc, argv, &o);
 	if (rc > 0)
 		return Q4KH_EXIT_OK;
 	if (rc) { /* said on stderr; the prompt is -p's when it came first */

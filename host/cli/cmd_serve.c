@@ -299,8 +299,8 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		srv->rq.deep_ctx = (uint32_t)o->ctx;
 		srv->rq.probe_origin = srv->deep_origin;
 	}
-	if ((rc = q4kh_cli_plugins("serve", o->plugin_path, srv->config, 0, &srv->registry,
-	                           err)))
+	if ((rc = q4kh_cli_plugins("serve", o->plugin_path, srv->config, 0, &srv->host,
+	                           &srv->registry, err)))
 		return rc;
 	if (o->model)
 		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);
@@ -310,7 +310,7 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		return Q4KH_EXIT_INPUT;
 	}
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
-	if (q4kh_host_open(&srv->host, srv->registry, srv->config, srv->model_path, err))
+	if (q4kh_host_open_model(&srv->host, srv->model_path, err))
 		return Q4KH_EXIT_INPUT;
 	srv->gguf = srv->host.model->gguf;
 	srv->tok = srv->host.tok;

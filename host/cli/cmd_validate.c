@@ -386,21 +386,21 @@ static void print_table(const struct row *rows, size_t n)
 }
 
 /*
- * Why O's filters left no candidate on REG, into BUF: which filter removed
- * what, and the candidates the path has without them. NOT_APPLICABLE: the
- * variants the model has none of the types of.
+ * Why O's filters left no candidate on H's path, into BUF: which filter
+ * removed what, and the candidates the path has without them.
+ * NOT_APPLICABLE: the variants the model has none of the types of.
  */
-static int why_none(const struct q4kh_registry *reg, const struct validate_opts *o,
-                    const uint32_t *types, size_t n_types, const char *not_applicable,
-                    char *buf, size_t cap, struct q4kh_error *err)
+static int why_none(struct q4kh_host *h, const struct validate_opts *o,
+                    const char *not_applicable, char *buf, size_t cap, struct q4kh_error *err)
 {
-	struct q4kh_candidate_filter all = { .types = types, .n_types = n_types };
+	const struct q4kh_registry *reg = h->registry;
+	struct q4kh_candidate_filter all = { .types = h->types, .n_types = h->n_types };
 	struct q4kh_candidate *list = NULL;
 	size_t n = 0, used = 0;
 	char flags[512] = "", name[256];
 	int filtered = o->c.backend || o->c.device_set || o->c.kernel;
 
-	if (q4kh_candidates_list(reg, &all, &list, &n, err))
+	if (q4kh_candidates_list(h, &all, &list, &n, err))
 		return -1;
 	if (o->c.backend)
 		snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), " --backend %s",
@@ -732,6 +732,8 @@ int q4kh_cmd_validate(int argc, char **argv)
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *config = NULL;
 	struct q4kh_registry *reg = NULL;
+	/* the parent's model, backends and variants, each opened once (host.h) */
+	struct q4kh_host h = { 0 };
 	struct q4kh_guard g;
 	struct row *rows = NULL;
 	struct q4kh_candidate *list = NULL;
@@ -744,7 +746,6 @@ int q4kh_cmd_validate(int argc, char **argv)
 	char none_why[4096] = "", deep_why[700] = "", passed_over[2048] = "";
 	char shared[PATH_MAX] = "", reference[PATH_MAX + 32] = "";
 	int ref_computed = 0, ref_read = 0;
-	uint32_t types[Q4KH_TYPE_COUNT];
 	int rc = parse(argc, argv, &o), failed = 0, reported = 0, deep_required = 0, bad_file;
 
 	if (rc > 0)
@@ -777,9 +778,18 @@ int q4kh_cmd_validate(int argc, char **argv)
 	                                          sizeof(deep_why), &bad_file, &err))
 		goto out;
 	o.deep |= deep_required;
-	if (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.c.model, &probe, &n_probe, &err)
-	    : o.deep    ? q4kh_deep_probe(o.c.model, (uint32_t)o.ctx, &probe, &deep, &err)
-	                : q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err))
+	if ((rc = q4kh_cli_plugins("validate", o.c.plugin_path, config, o.one, o.one ? NULL : &h,
+	                           &reg, &err)) ||
+	    (!o.one && (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err))))
+		goto out;
+	/* A file that does not open as a model is the user's input (exit 3).
+	 * The child measures in a process of its own: no host context. */
+	rc = Q4KH_EXIT_INPUT;
+	if ((!o.one && q4kh_host_open_model(&h, o.c.model, &err)) ||
+	    (o.probe_ids ? q4kh_guard_probe_load(o.probe_ids, o.c.model, &probe, &n_probe, &err)
+	     : o.deep    ? q4kh_deep_probe(o.c.model, (uint32_t)o.ctx, &probe, &deep, &err)
+	     : h.model   ? q4kh_guard_probe_with(h.model->gguf, h.tok, NULL, &probe, &n_probe, &err)
+	                 : q4kh_guard_probe(o.c.model, NULL, &probe, &n_probe, &err)))
 		goto out;
 	if (o.deep) {
 		size_t len;
@@ -790,9 +800,6 @@ int q4kh_cmd_validate(int argc, char **argv)
 		if (deep_required)
 			snprintf(probe_text + len, sizeof(probe_text) - len, " (%s)", deep_why);
 	}
-	if ((rc = q4kh_cli_plugins("validate", o.c.plugin_path, config, o.one, &reg, &err)) ||
-	    (!o.one && (rc = q4kh_cli_check_names(reg, o.c.kernel, o.c.backend, &err))))
-		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	if (q4kh_guard_init(&g, reg, config, o.c.model, probe, n_probe, &err))
 		goto out;
@@ -808,6 +815,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		g.memory_limit_mib = o.memory_limit;
 	g.config_file = o.c.config_file;
 	g.fresh_source = o.c.fresh_source;
+	g.host = o.one ? NULL : &h;
 	if (o.one) {
 		rc = measure_one(&o, &g, &err);
 		goto out;
@@ -815,26 +823,20 @@ int q4kh_cmd_validate(int argc, char **argv)
 	/* the children share the reference: without the folder, each computes it */
 	if (share_dir_make(shared, sizeof(shared), reference, sizeof(reference)))
 		g.reference_logits = reference;
-	if ((rc = q4kh_cli_check_device(reg, &o.c, &err)))
+	if ((rc = q4kh_cli_check_device(&h, &o.c, &err)))
 		goto out;
 	rc = Q4KH_EXIT_FAIL;
 	filter = (struct q4kh_candidate_filter){ o.c.backend, o.c.device_set,
-		                                 (uint32_t)o.c.device, o.c.kernel, types, 0,
-		                                 passed_over, sizeof(passed_over) };
-	/* A file that does not open as a model is the user's input (exit 3). */
-	if (q4kh_model_types_at(o.c.model, types, Q4KH_TYPE_COUNT, &filter.n_types, &err)) {
-		rc = Q4KH_EXIT_INPUT;
-		goto out;
-	}
-	if (q4kh_candidates_list(reg, &filter, &list, &n, &err))
+		                                 (uint32_t)o.c.device, o.c.kernel, h.types,
+		                                 h.n_types, passed_over, sizeof(passed_over) };
+	if (q4kh_candidates_list(&h, &filter, &list, &n, &err))
 		goto out;
 	q4kh_candidates_not_applicable(reg, &filter, not_applicable, sizeof(not_applicable));
 	failed = q4kh_candidates_unmeasurable(reg, &filter, unmeasurable,
 	                                      sizeof(unmeasurable)) > 0;
 	if (n == 0 && !unmeasurable[0]) {
 		/* Nothing validated is no pass: say which filter left what out. */
-		if (why_none(reg, &o, types, filter.n_types, not_applicable, none_why,
-		             sizeof(none_why), &err))
+		if (why_none(&h, &o, not_applicable, none_why, sizeof(none_why), &err))
 			goto out;
 		/* filters that leave nothing validated nothing asked for; a path
 		 * with nothing to judge on this model is no failure of one */
@@ -880,6 +882,7 @@ int q4kh_cmd_validate(int argc, char **argv)
 		json_object_set_new(root, "passed_over", lacking);
 		json_object_set_new(root, "reference",
 		                    json_pack("{s:i, s:i}", "computed", ref_computed, "read", ref_read));
+		json_object_set_new(root, "host", q4kh_host_json(&h));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		putchar('\n');
 		json_decref(root);
@@ -922,6 +925,7 @@ out:
 	free(list);
 	free(probe);
 	q4kh_deep_plan_free(&deep);
+	q4kh_host_close(&h);
 	q4kh_registry_free(reg);
 	q4kh_config_free(config);
 	return rc;

@@ -1,17 +1,7 @@
 #include "backend.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-
-/* Inits per plugin, for q4kh_backend_inits: a plugin path holds far fewer
- * backends than this; one past it is not counted. */
-#define COUNTED 64
-static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-	const struct q4kh_plugin *plugin;
-	unsigned inits;
-} counts[COUNTED];
 
 const char *q4kh_status_name(q4kh_status st)
 {
@@ -47,33 +37,17 @@ int q4kh_backend_check(const struct q4kh_backend *b, q4kh_status st,
 }
 
 int q4kh_backend_init(const struct q4kh_plugin *plugin, q4kh_backend_ctx **ctx,
-                      struct q4kh_error *err)
+                      q4kh_status *status, struct q4kh_error *err)
 {
 	struct q4kh_backend b = { .plugin = plugin, .v = plugin->desc->backend };
-	size_t i;
+	q4kh_status st;
 
-	pthread_mutex_lock(&counts_lock);
-	for (i = 0; i < COUNTED && counts[i].plugin && counts[i].plugin != plugin; i++)
-		;
-	if (i < COUNTED) {
-		counts[i].plugin = plugin;
-		counts[i].inits++;
-	}
-	pthread_mutex_unlock(&counts_lock);
+	q4kh_plugin_count_init(plugin);
 	*ctx = NULL;
-	return q4kh_backend_check(&b, b.v->init(&plugin->api, ctx), "init", err);
-}
-
-unsigned q4kh_backend_inits(const struct q4kh_plugin *plugin)
-{
-	unsigned n = 0;
-
-	pthread_mutex_lock(&counts_lock);
-	for (size_t i = 0; i < COUNTED && counts[i].plugin; i++)
-		if (counts[i].plugin == plugin)
-			n = counts[i].inits;
-	pthread_mutex_unlock(&counts_lock);
-	return n;
+	st = b.v->init(&plugin->api, ctx);
+	if (status)
+		*status = st;
+	return q4kh_backend_check(&b, st, "init", err);
 }
 
 int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
@@ -88,7 +62,7 @@ int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
 		return q4kh_fail(err, "%s (%s) is not a usable backend plugin",
 		                 plugin->name, plugin->path);
 	b.v = plugin->desc->backend;
-	if (q4kh_backend_init(plugin, &b.ctx, err))
+	if (q4kh_backend_init(plugin, &b.ctx, NULL, err))
 		return -1;
 	rc = q4kh_backend_check(&b, b.v->device_count(b.ctx, n), "device_count", err);
 	if (rc)
@@ -104,7 +78,7 @@ void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, siz
 	const char *why;
 
 	buf[0] = 0;
-	if (q4kh_backend_init(plugin, &b.ctx, NULL))
+	if (q4kh_backend_init(plugin, &b.ctx, NULL, NULL))
 		return;
 	if (b.v->device_info(b.ctx, 0, &rec) != Q4KH_OK && (why = b.v->last_error(b.ctx)))
 		snprintf(buf, cap, "%s", why);
@@ -159,7 +133,7 @@ int q4kh_backend_open(const struct q4kh_plugin *plugin, uint32_t index,
 		                 plugin->name, plugin->path);
 	out->plugin = plugin;
 	out->v = plugin->desc->backend;
-	if (q4kh_backend_init(plugin, &out->ctx, err))
+	if (q4kh_backend_init(plugin, &out->ctx, NULL, err))
 		goto fail;
 	if (q4kh_backend_check(out, out->v->device_count(out->ctx, &count),
 	                       "device_count", err))

@@ -68,17 +68,13 @@ int q4kh_backend_check_types(const struct q4kh_backend *b, const uint32_t *types
 void q4kh_backend_close(struct q4kh_backend *b);
 
 /*
- * PLUGIN's init, counted: every backend context this process's library
- * creates goes through it (the settings check of registry.h and the
- * enumeration helper's process aside). -1 with err as q4kh_backend_check
- * words it; *ctx is NULL then.
+ * PLUGIN's init, counted (q4kh_plugin_inits): every backend context this
+ * process's library creates goes through it (the enumeration helper's
+ * process aside). -1 with err as q4kh_backend_check words it; *ctx is
+ * NULL then, and *status (NULL: not wanted) the status init returned.
  */
 int q4kh_backend_init(const struct q4kh_plugin *plugin, q4kh_backend_ctx **ctx,
-                      struct q4kh_error *err);
-/* How many times q4kh_backend_init initialised PLUGIN in this process
- * (for run --json's "host" and the tests that hold it to one).
- * Thread-safe. */
-unsigned q4kh_backend_inits(const struct q4kh_plugin *plugin);
+                      q4kh_status *status, struct q4kh_error *err);
 
 /*
  * Turn a plugin status into the host's convention: 0 when st is Q4KH_OK,

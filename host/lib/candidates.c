@@ -35,25 +35,26 @@ int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, s
 	return 0;
 }
 
-/* BE's candidates on its devices. */
-static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *be,
+/* BE's candidates on its devices, as host context H started it. */
+static int add_backend(struct q4kh_host *h, const struct q4kh_plugin *be,
                        const struct q4kh_candidate_filter *f,
                        struct q4kh_candidate **list, size_t *n,
                        struct q4kh_error *err)
 {
+	const struct q4kh_registry *r = h->registry;
+	const struct q4kh_host_backend *started = q4kh_host_backend(h, be);
 	struct q4kh_error lacks = { { 0 } };
 	const char *kind;
-	uint32_t count;
 
-	if (q4kh_backend_devices(be, &count, err))
-		return -1;
-	for (uint32_t d = 0; d < count; d++) {
+	if (!started->ctx)
+		return q4kh_fail(err, "%s", started->why);
+	for (uint32_t d = 0; d < started->n_devices; d++) {
 		struct q4kh_backend b;
 		struct q4kh_candidate e = { .device = d };
 
 		if (f->device_set && d != f->device)
 			continue;
-		if (q4kh_backend_open(be, d, &b, err))
+		if (q4kh_host_backend_open(h, be, d, &b, err))
 			return -1;
 		kind = q4kh_backend_kind(be);
 		e.dev = b.record;
@@ -87,11 +88,11 @@ static int add_backend(const struct q4kh_registry *r, const struct q4kh_plugin *
 	return 0;
 }
 
-int q4kh_candidates_list(const struct q4kh_registry *r,
-                         const struct q4kh_candidate_filter *f,
-                         struct q4kh_candidate **out, size_t *n,
-                         struct q4kh_error *err)
+int q4kh_candidates_list(struct q4kh_host *h, const struct q4kh_candidate_filter *f,
+                         struct q4kh_candidate **out, size_t *n, struct q4kh_error *err)
 {
+	const struct q4kh_registry *r = h->registry;
+
 	*out = NULL;
 	*n = 0;
 	if (f->passed_over && f->passed_over_cap)
@@ -101,7 +102,7 @@ int q4kh_candidates_list(const struct q4kh_registry *r,
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (f->backend && strcmp(f->backend, p->name)))
 			continue;
-		if (add_backend(r, p, f, out, n, err)) {
+		if (add_backend(h, p, f, out, n, err)) {
 			free(*out);
 			*out = NULL;
 			*n = 0;
@@ -144,13 +145,15 @@ size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
                                     size_t cap)
 {
 	size_t used = 0, n = 0;
+	char why[700];
 
 	buf[0] = 0;
 	if (!has_backend(r, "cpu")) {
+		q4kh_registry_why_absent(r, "cpu", why, sizeof(why));
 		used += (size_t)snprintf(buf, cap,
 		                         "the reference cpu plugin is not on the plugin path %s (from %s): "
-		                         "nothing can be measured against it (F2.4)\n",
-		                         r->path, r->path_origin);
+		                         "nothing can be measured against it (F2.4)%s%s\n",
+		                         r->path, r->path_origin, why[0] ? "; " : "", why);
 		n++;
 	}
 	for (size_t i = 0; i < r->n_plugins && used < cap; i++) {

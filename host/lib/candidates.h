@@ -11,6 +11,7 @@
 
 #include "candidate.h"
 #include "error.h"
+#include "host.h"
 #include "registry.h"
 
 /* Which candidates to list; zero for all. */
@@ -35,16 +36,15 @@ struct q4kh_candidate_filter {
 int q4kh_candidate_applies(const struct q4kh_plugin *k, const uint32_t *types, size_t n);
 
 /*
- * The candidates of R passing F, in plugin path order: per backend, per
- * device, its variants (path order) then its built-in kernels, each with
- * its device's record (names point into the registry). *out is
- * malloc()ed (NULL when none). -1 with err when a backend fails to start
- * or on out of memory.
+ * The candidates of host context H's registry passing F, in plugin path
+ * order: per backend, per device, its variants (path order) then its
+ * built-in kernels, each with its device's record (names point into the
+ * registry). The backends are started, and their devices opened, in H
+ * (host.h), once for the command. *out is malloc()ed (NULL when none).
+ * -1 with err when a backend fails to start or on out of memory.
  */
-int q4kh_candidates_list(const struct q4kh_registry *r,
-                         const struct q4kh_candidate_filter *f,
-                         struct q4kh_candidate **out, size_t *n,
-                         struct q4kh_error *err);
+int q4kh_candidates_list(struct q4kh_host *h, const struct q4kh_candidate_filter *f,
+                         struct q4kh_candidate **out, size_t *n, struct q4kh_error *err);
 
 /*
  * What ought to be judged on R under F but cannot be: the reference cpu

@@ -269,9 +269,10 @@ static struct q4kh_deep_cost deep_cost(const struct q4kh_model *m)
 }
 
 double q4kh_deep_work(const struct q4kh_deep_plan *plan, int64_t from, int64_t to,
-                      int all_rows)
+                      int all_rows, double logits_row)
 {
 	const struct q4kh_deep_cost *c = &plan->cost;
+	const double row = logits_row < 0 ? c->output : logits_row;
 	double w = 0;
 
 	for (int64_t p = from; p < to; p++) {
@@ -279,7 +280,7 @@ double q4kh_deep_work(const struct q4kh_deep_plan *plan, int64_t from, int64_t t
 
 		w += c->weights + c->attn_full * keys +
 		     c->attn_swa * (c->swa && keys > c->swa ? c->swa : keys) +
-		     (all_rows || plan->judged[p] ? c->output : 0);
+		     (all_rows || plan->judged[p] ? row : 0);
 	}
 	return w;
 }

@@ -75,10 +75,14 @@ void q4kh_deep_plan_free(struct q4kh_deep_plan *plan);
  * run (prefill, then decode steps): logits for the judged positions alone,
  * as the reference computes them, or with ALL_ROWS for every position, as
  * a candidate does (a step with one judged position computes all its
- * rows; every chunk of the deep probe has one).
+ * rows; every chunk of the deep probe has one). A row of logits counts
+ * LOGITS_ROW multiply-adds of the layers' pace (a backend's output
+ * projection may run far faster per multiply-add than its layers do: the
+ * reference's, by a calibration of each, guard.c), or plan->cost.output
+ * when LOGITS_ROW < 0.
  */
 double q4kh_deep_work(const struct q4kh_deep_plan *plan, int64_t from, int64_t to,
-                      int all_rows);
+                      int all_rows, double logits_row);
 
 /*
  * What PLAN judges, for reports: "deep probe: N positions judged of M, up

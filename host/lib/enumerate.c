@@ -194,12 +194,15 @@ static void helper_args(const struct q4kh_registry *r, const struct q4kh_plugin 
 }
 
 /* What a terminal shows while a helper runs: a hang takes the whole limit. */
-static void show_enumerating(void *data, unsigned seconds)
+static int show_enumerating(void *data, unsigned seconds, char *why, size_t why_cap)
 {
 	const struct q4kh_plugin *p = data;
 
+	(void)why;
+	(void)why_cap;
 	q4kh_progress("%u s: trying backend %s's init and devices in a helper process (%s)",
 	              seconds, p->name, p->path);
+	return 0;
 }
 
 static void refuse(struct q4kh_plugin *p, const char *why, const char *file)

@@ -198,12 +198,16 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap)
 {
 	const int digits = q4kh_f2_cosine_digits(rules);
-	char where[112], argmax[160], what[200];
+	char where[160], argmax[160], what[200];
 
 	if (pt->batch)
 		snprintf(where, sizeof(where),
-		         "batched step of %d sequences, sequence %d, position %lld (its decode step %d)",
-		         pt->batch, pt->seq, (long long)pt->position, pt->decode_step);
+		         "batched step of %d sequences, sequence %d, position %lld (its decode step "
+		         "%d%s)",
+		         pt->batch, pt->seq, (long long)pt->position, pt->decode_step,
+		         pt->seq == pt->batch - 1 && pt->decode_step == 0
+		                 ? ", the last token of a prompt chunk: a mixed step"
+		                 : "");
 	else if (pt->decode_step >= 0)
 		snprintf(where, sizeof(where), "position %lld (decode step %d)",
 		         (long long)pt->position, pt->decode_step);
@@ -542,16 +546,25 @@ static int step_together(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error 
 	if (q4kh_session_batchable(b[0].s))
 		return q4kh_session_eval_batch(b, n, e);
 	for (int32_t j = 0; j < n; j++)
-		if (q4kh_session_eval(b[j].s, &b[j].id, 1, b[j].logits, 1, e))
+		if (b[j].n_ids ? q4kh_session_eval(b[j].s, b[j].ids, b[j].n_ids, b[j].logits, 0, e)
+		               : q4kh_session_eval(b[j].s, &b[j].id, 1, b[j].logits, 1, e))
 			return -1;
 	return 0;
 }
+
+/* The prompt chunk of the batched steps' mixed step, at most: several
+ * tokens of one sequence beside one of each other sequence. */
+#define F2_MIXED_CHUNK 8
 
 /*
  * The batched steps of PLAN (q4kh_f2_batch_length): CAND, emptied, and
  * sessions of its model opened for the others each prefill their prefix
  * of PROBE alone, then decode Q4KH_F2_BATCH_STEPS steps together, fed the
- * probe's next tokens; each sequence's logits (into CL, a row each) are
+ * probe's next tokens. The last sequence leaves its prefix's last
+ * F2_MIXED_CHUNK tokens (fewer when it is shorter) to the first step,
+ * whose column for it is that chunk and its token: a mixed step, a
+ * prompt's chunk beside the others' decoded tokens, as serve's continuous
+ * batching runs them. Each sequence's logits (into CL, a row each) are
  * judged against the reference's prefill logits RL of its position, into
  * OUT's batched points. -1 with OUT not measured (F2.4) when a session
  * cannot open or a step fails.
@@ -566,12 +579,15 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 	struct q4kh_session_params sp = cand->p;
 	struct q4kh_error e = { { 0 } };
 	const char *phase = "the batched steps' prefill";
+	const int32_t last = Q4KH_F2_BATCH_SEQS - 1;
+	int64_t chunk;
 	int rc = -1;
 
 	if (!plan->batched)
 		return 0;
 	for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
 		len[j] = q4kh_f2_batch_length(plan->prefill, j);
+	chunk = len[last] < F2_MIXED_CHUNK ? len[last] : F2_MIXED_CHUNK;
 	/* the others only prefill their prefix: no larger steps than that
 	 * (a GPU's scratch for 512 tokens, three times over, on a large
 	 * model); the batched step runs in cand's scratch */
@@ -584,7 +600,7 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 	}
 	q4kh_session_reset(cand);
 	for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
-		if (prefill_alone(s[j], probe, len[j], &e))
+		if (prefill_alone(s[j], probe, len[j] - (j == last ? chunk : 0), &e))
 			goto out;
 	phase = "a batched step";
 	for (int32_t k = 0; k < Q4KH_F2_BATCH_STEPS; k++) {
@@ -593,6 +609,10 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
 			b[j] = (struct q4kh_batch_seq){ .s = s[j], .id = probe[len[j] + k],
 			                                .logits = cl + j * v, .token = -1 };
+		if (k == 0 && chunk) {
+			b[last].ids = probe + len[last] - chunk;
+			b[last].n_ids = (int32_t)chunk + 1;
+		}
 		if (step_together(b, Q4KH_F2_BATCH_SEQS, &e))
 			goto out;
 		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++) {

@@ -38,15 +38,18 @@
 #include "session.h"
 
 /* Bumped whenever a rule or a default changes: receipts key on it. 2: the
- * narrow steps; 3: the batched steps. */
-#define Q4KH_F2_RULESET 3
+ * narrow steps; 3: the batched steps; 4: their first step a mixed step. */
+#define Q4KH_F2_RULESET 4
 /* The narrow steps' widths: 2, 3, .., this (35 tokens in all). */
 #define Q4KH_F2_NARROW_MAX 8
 /*
  * The batched steps (q4kh_f2_run): this many sequences, each a prefix of
  * the probe prefilled alone at a length of its own, then this many decode
  * steps of all of them together in one step each (serve's batched decode,
- * q4kh_session_eval_batch), fed the probe's next tokens, so that every
+ * q4kh_session_eval_batch; in the first, the last sequence's column is
+ * the end of its prefix and its token, a prompt chunk beside the others'
+ * decoded tokens, as serve's continuous batching steps carry them), fed
+ * the probe's next tokens, so that every
  * position they judge is one the reference's prefill already computed.
  * They use the probe's first Q4KH_F2_BATCH_REACH tokens at most, and need
  * Q4KH_F2_BATCH_SEQS + Q4KH_F2_BATCH_STEPS of them (none below).

@@ -678,18 +678,39 @@ int q4kh_gguf_open(const char *path, struct q4kh_gguf **out,
 	return 0;
 }
 
+/* 1 when [p, p + size) lies in G's mapping. */
+static int in_map(const struct q4kh_gguf *g, const void *p, uint64_t size)
+{
+	return g->map && (const uint8_t *)p >= g->map &&
+	       (uint64_t)((const uint8_t *)p - g->map) <= g->size &&
+	       size <= g->size - (uint64_t)((const uint8_t *)p - g->map);
+}
+
 void q4kh_gguf_drop_pages(const struct q4kh_gguf *g, const void *p, uint64_t size)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t lo = ((uintptr_t)p + page - 1) / page * page;
 	uintptr_t hi = ((uintptr_t)p + size) / page * page;
 
-	if (!g->map || (const uint8_t *)p < g->map || (uint64_t)((const uint8_t *)p - g->map) > g->size ||
-	    size > g->size - (uint64_t)((const uint8_t *)p - g->map) || hi <= lo)
+	if (!in_map(g, p, size) || hi <= lo)
 		return;
 	/* The mapping is private and never written: dropped pages read back
 	 * from the file on their next access. */
 	madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void q4kh_gguf_populate(const struct q4kh_gguf *g, const void *p, uint64_t size)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p / page * page;
+
+	if (!in_map(g, p, size) || !size)
+		return;
+#ifdef MADV_POPULATE_READ
+	if (madvise((void *)lo, (uintptr_t)p + size - lo, MADV_POPULATE_READ) == 0)
+		return;
+#endif
+	madvise((void *)lo, (uintptr_t)p + size - lo, MADV_WILLNEED);
 }
 
 void q4kh_gguf_close(struct q4kh_gguf *g)

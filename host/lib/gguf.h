@@ -119,6 +119,16 @@ unsigned q4kh_gguf_opens(void);
  */
 void q4kh_gguf_drop_pages(const struct q4kh_gguf *g, const void *p, uint64_t size);
 
+/*
+ * Map the pages of G's mapping inside [p, p + size) now, read from the
+ * file or the page cache (MADV_POPULATE_READ; where the system has none,
+ * asked to be read ahead): for data a backend computes from in place, so
+ * that its first step does not fault them in page by page. As llama.cpp
+ * maps a model with MAP_POPULATE. Ranges outside the mapping are ignored;
+ * a failure is no error (the pages fault in on first use).
+ */
+void q4kh_gguf_populate(const struct q4kh_gguf *g, const void *p, uint64_t size);
+
 /* The key/value pair named KEY, or NULL. */
 const struct q4kh_gguf_kv *q4kh_gguf_find(const struct q4kh_gguf *g,
                                           const char *key);

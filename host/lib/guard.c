@@ -449,11 +449,13 @@ static int plugin_entry(const struct q4kh_guard *g, struct q4kh_receipt_key *k,
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(g->registry, name);
 	struct q4kh_receipt_plugin *e = &k->plugins[k->n_plugins];
-	char cache[4200], section[96];
+	char cache[4200], section[96], why[700];
 
-	if (!p)
-		return q4kh_fail(err, "plugin %s is not available on the plugin path %s",
-		                 name, g->registry->path);
+	if (!p) {
+		q4kh_registry_why_absent(g->registry, name, why, sizeof(why));
+		return q4kh_fail(err, "plugin %s is not available on the plugin path %s%s%s", name,
+		                 g->registry->path, why[0] ? ": " : "", why);
+	}
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	snprintf(e->role, sizeof(e->role), "%s", role);
 	snprintf(e->name, sizeof(e->name), "%s", name);
@@ -553,7 +555,8 @@ static double seconds_now(void)
  * the rest takes. When the reference runs alone first, its positions
  * count, then the candidate's: out of twice the probe's. Time is work
  * (q4kh_deep_work) at the pace of this run so far, or before its first
- * chunk at the pace of a calibration (calibrate).
+ * chunk at the pace of a calibration (calibrate), a row of logits
+ * counted as the calibration of the reference measured it.
  */
 struct progress_to {
 	int fd;
@@ -565,6 +568,7 @@ struct progress_to {
 	double t0;             /* when this run began */
 	double pace;           /* its work per second; 0: not known */
 	double after;          /* seconds the run after this one will take */
+	double logits_row;     /* a row of logits, in work (q4kh_deep_work); -1: as counted */
 };
 
 /* What a deep measurement's child runs, as its progress file says it. */
@@ -583,16 +587,17 @@ static void write_progress(void *data, int64_t positions, int64_t total)
 {
 	struct progress_to *to = data;
 	const double spent = seconds_now() - to->t0;
+	const double done = q4kh_deep_work(to->plan, 0, positions, to->all_rows, to->logits_row);
 	double left = -1;
 	char line[128];
 	int n;
 	ssize_t w;
 
 	if (positions > 0 && spent > 0)
-		to->pace = q4kh_deep_work(to->plan, 0, positions, to->all_rows) / spent;
+		to->pace = done / spent;
 	if (to->pace > 0)
-		left = q4kh_deep_work(to->plan, positions, total, to->all_rows) / to->pace +
-		       to->after;
+		left = to->after + q4kh_deep_work(to->plan, positions, total, to->all_rows,
+		                                  to->logits_row) / to->pace;
 	n = snprintf(line, sizeof(line), "%lld %lld %.0f %s\n",
 	             (long long)(to->before + positions), (long long)(to->runs * total), left,
 	             to->runs_what);
@@ -604,16 +609,23 @@ static void write_progress(void *data, int64_t positions, int64_t total)
  * one step, a few seconds on the reference on 2 cores. */
 #define CALIBRATE_POSITIONS 32
 
-/*
- * The seconds S takes for the deep probe's first CALIBRATE_POSITIONS
- * positions (their logits computed), S reset before and after: the pace
- * of the long work to come, measured before it starts. 0 when it fails
- * (the measurement then says so itself).
- */
-static double calibrate(const struct q4kh_guard *g, struct q4kh_session *s)
+/* The positions a calibration runs: CALIBRATE_POSITIONS, or the probe's. */
+static int64_t calibrated_positions(const struct q4kh_guard *g)
 {
-	const int64_t n = g->deep->prefill < CALIBRATE_POSITIONS ? g->deep->prefill
-	                                                         : CALIBRATE_POSITIONS;
+	return g->deep->prefill < CALIBRATE_POSITIONS ? g->deep->prefill : CALIBRATE_POSITIONS;
+}
+
+/*
+ * The seconds S takes for the deep probe's first positions
+ * (calibrated_positions), with the logits of the rows FLAGS sets
+ * computed, S reset before and after: the pace of the long work to come,
+ * measured before it starts. 0 when it fails (the measurement then says
+ * so itself).
+ */
+static double calibrate_rows(const struct q4kh_guard *g, struct q4kh_session *s,
+                             const uint8_t *flags)
+{
+	const int64_t n = calibrated_positions(g);
 	float *logits = malloc(sizeof(float) * (size_t)n * s->m->hp.n_vocab);
 	struct q4kh_error e = { { 0 } };
 	double t0 = seconds_now(), t = 0;
@@ -621,21 +633,60 @@ static double calibrate(const struct q4kh_guard *g, struct q4kh_session *s)
 	if (!logits)
 		return 0;
 	q4kh_session_reset(s);
-	if (q4kh_session_eval_rows(s, g->probe, n, logits, g->deep->judged, 1, &e) == 0)
+	if (q4kh_session_eval_rows(s, g->probe, n, logits, flags, 1, &e) == 0)
 		t = seconds_now() - t0;
 	q4kh_session_reset(s);
 	free(logits);
 	return t;
 }
 
+/* calibrate_rows with the judged positions' logits, as the probe runs them. */
+static double calibrate(const struct q4kh_guard *g, struct q4kh_session *s)
+{
+	return calibrate_rows(g, s, g->deep->judged);
+}
+
 /* The pace (work per second) of a run of ALL_ROWS that took SECONDS for
  * the calibration's positions; 0 when not known. */
 static double calibrated_pace(const struct q4kh_guard *g, double seconds, int all_rows)
 {
-	const int64_t n = g->deep->prefill < CALIBRATE_POSITIONS ? g->deep->prefill
-	                                                         : CALIBRATE_POSITIONS;
+	const double work = q4kh_deep_work(g->deep, 0, calibrated_positions(g), all_rows, -1);
 
-	return seconds > 0 ? q4kh_deep_work(g->deep, 0, n, all_rows) / seconds : 0;
+	return seconds > 0 ? work / seconds : 0;
+}
+
+/*
+ * The reference's pace on S into TO: its layers and its rows of logits
+ * timed apart, from the calibration's positions with every judged row's
+ * logits and with the last row's alone. The reference's output
+ * projection runs several times faster per multiply-add than its layers
+ * (on the default model, about 0.07 s a row of 168 M against 0.35 s a
+ * position of 78 M on 2 busy cores), so one pace for both, taken where
+ * nearly every row has logits, put the probe's long stretches with one
+ * judged row in eight some 20 % short. TO keeps the counted cost of a
+ * row when the difference does not show (a busy machine's noise).
+ */
+static void reference_pace(const struct q4kh_guard *g, struct q4kh_session *s,
+                           struct progress_to *to)
+{
+	const int64_t n = calibrated_positions(g);
+	uint8_t last[CALIBRATE_POSITIONS] = { 0 };
+	double all, one, row, layers;
+	int64_t rows = 0;
+
+	for (int64_t p = 0; p < n; p++)
+		rows += g->deep->judged[p] != 0;
+	all = calibrate(g, s);
+	last[n - 1] = 1;
+	one = calibrate_rows(g, s, last);
+	row = rows > 1 ? (all - one) / (double)(rows - 1) : 0;
+	layers = one - row;
+	to->logits_row = -1;
+	to->pace = calibrated_pace(g, all, 0);
+	if (all <= 0 || one <= 0 || row <= 0 || layers <= 0)
+		return;
+	to->pace = q4kh_deep_work(g->deep, 0, n, 0, 0) / layers;
+	to->logits_row = row * to->pace;
 }
 
 /* What a measurement says when the reference cannot start, with its reason. */
@@ -704,7 +755,7 @@ static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progr
 {
 	const int64_t rows = g->deep->prefill + g->deep->decode_steps;
 	const double cand_pace = calibrated_pace(g, cand_seconds, 1);
-	struct progress_to to = { progress, g->deep, PROGRESS_BOTH_IN_TURN, 0, 2, 0, 0, 0, 0 };
+	struct progress_to to = { progress, g->deep, PROGRESS_BOTH_IN_TURN, 0, 2, 0, 0, 0, 0, -1 };
 	struct q4kh_receipt_key key = { 0 };
 	struct q4kh_receipt out = { 0 };
 	struct q4kh_serving ref;
@@ -725,8 +776,8 @@ static int reference_first(const struct q4kh_guard *g, uint32_t n_ctx, int progr
 	fref.path = g->reference_logits;
 	fref.identity = identity;
 	if (progress >= 0) {
-		to.pace = calibrated_pace(g, calibrate(g, ref.s), 0);
-		to.after = cand_pace > 0 ? q4kh_deep_work(g->deep, 0, rows, 1) / cand_pace : 0;
+		reference_pace(g, ref.s, &to);
+		to.after = cand_pace > 0 ? q4kh_deep_work(g->deep, 0, rows, 1, -1) / cand_pace : 0;
 	}
 	to.t0 = seconds_now();
 	if (progress >= 0)
@@ -772,7 +823,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	int rc = -1, progress = -1, ref_open = 0, first = 0, run;
 	double first_seconds = 0; /* the reference's, when it ran first */
 	double cand_seconds = 0;  /* the candidate's calibration */
-	struct progress_to to = { -1, g->deep, PROGRESS_CANDIDATE, 0, 1, 1, 0, 0, 0 };
+	struct progress_to to = { -1, g->deep, PROGRESS_CANDIDATE, 0, 1, 1, 0, 0, 0, -1 };
 
 	memset(out, 0, sizeof(*out));
 	if (q4kh_guard_rules(g, c, &rules, err))
@@ -904,6 +955,7 @@ struct measuring {
 	char name[160];
 	const char *reason;
 	int progress;      /* a deep measurement's positions (write_progress); -1: none */
+	unsigned limit_s;  /* the time limit it runs under */
 	int estimated;     /* the deep measurement's estimate was said */
 	unsigned logged_s; /* when a log got the status last (seconds in) */
 	char line[128];    /* the child's last progress line */
@@ -950,7 +1002,31 @@ static void estimate(struct measuring *m, double left, long long total, const ch
 	                   CALIBRATE_POSITIONS);
 }
 
-static void show_measuring(void *data, unsigned seconds)
+/*
+ * Whether a deep measurement that will take LEFT more seconds from
+ * FROM_S (seconds into it) ends past M's time limit, which would kill
+ * it: then WHY (CAP bytes) says so, and how to give it room. The
+ * estimate errs short, if anything (the machine's load grows, attention
+ * reads more keys), so a measurement it puts past the limit is stopped
+ * at once rather than minutes later with nothing learnt.
+ */
+static int past_limit(const struct measuring *m, unsigned from_s, double left, char *why,
+                      size_t cap)
+{
+	const double all = from_s + left;
+	char all_text[40];
+
+	if (left < 0 || all <= m->limit_s)
+		return 0;
+	snprintf(why, cap, "validation stopped after %u s: the deep probe needs about %s here in "
+	         "all, at its pace so far, past the time limit of %u s that would stop it; "
+	         "--timeout %.0f (or [f2] f2_timeout_s) gives it twice that",
+	         from_s, duration(all, all_text, sizeof(all_text)), m->limit_s,
+	         ceil(2 * all / 60) * 60);
+	return 1;
+}
+
+static int show_measuring(void *data, unsigned seconds, char *why, size_t why_cap)
 {
 	struct measuring *m = data;
 	char line[128] = "", what[48], done[120] = "", left_text[40];
@@ -964,6 +1040,8 @@ static void show_measuring(void *data, unsigned seconds)
 			m->line_s = seconds;
 		}
 		estimate(m, left, total, what);
+		if (why && past_limit(m, m->line_s, left, why, why_cap))
+			return 1;
 		snprintf(done, sizeof(done), ", %lld/%lld positions", positions, total);
 		/* the child's figure, less the time since it wrote it */
 		left -= seconds - m->line_s;
@@ -981,6 +1059,7 @@ static void show_measuring(void *data, unsigned seconds)
 		q4kh_progress_note("F2 of %s: %u s%s, against the reference (%s)", m->name,
 		                   seconds, done, m->reason);
 	}
+	return 0;
 }
 
 /*
@@ -1012,7 +1091,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
                             const char *reason, char *why, size_t why_cap, char *said,
                             size_t said_cap, int *hit, struct q4kh_error *err)
 {
-	struct measuring m = { "", reason, -1, 0, 0, "", 0 };
+	struct measuring m = { "", reason, -1, g->timeout_seconds, 0, 0, "", 0 };
 	const struct q4kh_isolate_limits limits = { g->timeout_seconds,
 		                                    g->memory_limit_mib, show_measuring, &m,
 		                                    NULL, hit, said, said_cap };
@@ -1048,7 +1127,7 @@ static int measure_isolated(const struct q4kh_guard *g, const struct q4kh_candid
 		a.argv[a.n++] = g->reference_logits;
 	}
 	q4kh_guard_deep_args(g, &a);
-	show_measuring(&m, 0);
+	show_measuring(&m, 0, NULL, 0);
 	rc = q4kh_isolate_run(g->self_exe, a.argv, &limits, why, why_cap, err);
 	q4kh_progress_clear();
 	if (probe_file[0])

@@ -37,6 +37,8 @@ struct q4kh_host_backend {
 	int tried;                  /* started, or failed to, once */
 	q4kh_backend_ctx *ctx;      /* NULL when it could not start */
 	char why[1024];             /* why it could not start: the error line */
+	q4kh_status status;         /* what its init returned */
+	char detail[512];           /* its last_error after a failed init, or "" */
 	uint32_t n_devices;
 	struct q4kh_device_record *records; /* n_devices of them */
 	/* each device opened at its first use, with its variants' contexts */
@@ -47,12 +49,15 @@ struct q4kh_host_backend {
 struct q4kh_host {
 	const struct q4kh_registry *registry; /* the caller's */
 	const struct q4kh_config *config;     /* the caller's */
-	const char *model_path;               /* the caller's; NULL: no model */
+	const char *model_path;               /* path_copy; NULL: no model */
+	char *path_copy;                      /* the model's path, owned */
 	struct q4kh_model *model;   /* parsed once, on no backend */
 	struct q4kh_tokenizer *tok; /* the model's */
 	uint32_t types[Q4KH_TYPE_COUNT]; /* its matrix weight types */
 	size_t n_types;
 	struct q4kh_host_backend *backends; /* one per registry plugin, by index */
+	/* variants the settings check started, for their first device */
+	struct q4kh_kernel_spares spares;
 };
 
 /*
@@ -66,6 +71,15 @@ struct q4kh_host {
 int q4kh_host_open(struct q4kh_host *h, const struct q4kh_registry *r,
                    const struct q4kh_config *c, const char *model_path,
                    struct q4kh_error *err);
+
+/*
+ * The model of q4kh_host_open, for H opened without one: a command that
+ * checks its plugins' settings through H (q4kh_host_start_status) before
+ * it opens the model. H keeps a copy of MODEL_PATH. -1
+ * with err as q4kh_host_open (H stays open, without a model), or when H
+ * holds a model already.
+ */
+int q4kh_host_open_model(struct q4kh_host *h, const char *model_path, struct q4kh_error *err);
 
 /* Close every device, variant and backend, then the model. Every backend
  * device of q4kh_host_backend_open must be closed first. Safe on a zeroed
@@ -101,10 +115,23 @@ int q4kh_host_backend_open(struct q4kh_host *h, const struct q4kh_plugin *p, uin
                            struct q4kh_backend *out, struct q4kh_error *err);
 
 /*
- * What this process opened, for run --json's "host": {"model_opens": N
- * (q4kh_gguf_opens: files opened and mapped), "backend_inits": {"NAME":
- * N, ...} (q4kh_backend_inits of each accepted backend of H's registry)}.
- * A new reference; NULL on out of memory.
+ * The settings check's way to start plugin P (registry.h,
+ * q4kh_registry_check_settings; HOST a struct q4kh_host): a backend
+ * started in the host context (q4kh_host_backend), a kernel variant's
+ * context kept for the first device that opens it (kernel.h, spares),
+ * so that the check is P's one init. Returns what P's init returned,
+ * with its last_error into WHY (CAP bytes; "" when it started).
+ */
+q4kh_status q4kh_host_start_status(void *host, const struct q4kh_plugin *p, char *why,
+                                   size_t cap);
+
+/*
+ * What this process opened, for the commands' --json "host" (run,
+ * validate, bench, qa): {"model_opens": N (q4kh_gguf_opens: files opened
+ * and mapped), "backend_inits": {"NAME": N, ...}, "variant_inits":
+ * {"NAME": N, ...}} (q4kh_plugin_inits of each accepted backend and
+ * kernel variant of H's registry; a variant is opened once per device it
+ * runs on). A new reference; NULL on out of memory.
  */
 json_t *q4kh_host_json(const struct q4kh_host *h);
 

@@ -306,7 +306,10 @@ static int watch(pid_t pid, const struct q4kh_isolate_limits *limits, struct sai
 		}
 		if (limits->tick && (unsigned)(now() - t0) > ticked) {
 			ticked = (unsigned)(now() - t0);
-			limits->tick(limits->tick_data, ticked);
+			if (limits->tick(limits->tick_data, ticked, why, why_cap)) {
+				set_hit(limits, Q4KH_ISOLATE_HIT_TIME);
+				return kill_child(pid);
+			}
 		}
 		nanosleep(&(struct timespec){ .tv_nsec = POLL_NS }, NULL);
 	}

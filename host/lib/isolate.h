@@ -16,8 +16,12 @@ struct q4kh_isolate_limits {
 	unsigned timeout_seconds;  /* wall clock, >= 1 */
 	uint64_t memory_limit_mib; /* private resident memory; 0 = no limit */
 	/* Called once a second while the child runs, with the seconds so far
-	 * (NULL: not called); for progress on a terminal. */
-	void (*tick)(void *data, unsigned seconds);
+	 * (NULL: not called); for progress on a terminal. Non-zero when the
+	 * child cannot finish within the time limit (a deep measurement's
+	 * estimate says so), with one line in WHY (WHY_CAP bytes) that says
+	 * it: the child is killed then, as the limit would kill it later,
+	 * and the run ends as a timeout does. */
+	int (*tick)(void *data, unsigned seconds, char *why, size_t why_cap);
 	void *tick_data;
 	/* What the child does, as WHY names it ("validation" when NULL): a
 	 * backend's enumeration says "its init or device enumeration (in a
@@ -44,7 +48,8 @@ enum { Q4KH_ISOLATE_HIT_NONE, Q4KH_ISOLATE_HIT_TIME, Q4KH_ISOLATE_HIT_MEMORY };
  * by signal 6 (Aborted)"), exited non-zero ("validation failed: the
  * process exited with status 1"), or broke a limit and was killed
  * ("validation timed out after 5 s and was killed", "validation exceeded
- * the memory limit: 1100 MiB resident > 1024 MiB"), each message starting
+ * the memory limit: 1100 MiB resident > 1024 MiB", or the line of a tick
+ * that foresees the time limit), each message but a tick's starting
  * with LIMITS->what and ending with the child's last line on stderr when
  * it wrote one ("...; its last line on stderr: q4khost validate:
  * ..."); 2 with WHY ("validation stopped by SIGINT")

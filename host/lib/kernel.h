@@ -28,11 +28,35 @@ struct q4kh_kernel {
  * with its error line.
  */
 #define Q4KH_KERNEL_CACHE 32
+/*
+ * Kernel-variant contexts initialised before any device asked for one
+ * (the settings check, registry.h, through a host context): the first
+ * device that opens the plugin takes its context instead of
+ * initialising it again (a variant's context is bound to no device: the
+ * device comes with each call, plugin.h).
+ */
+struct q4kh_kernel_spares {
+	const struct q4kh_plugin *plugin[Q4KH_KERNEL_CACHE];
+	q4kh_kernel_ctx *ctx[Q4KH_KERNEL_CACHE];
+	size_t n;
+};
 struct q4kh_kernel_cache {
 	struct q4kh_kernel k[Q4KH_KERNEL_CACHE];
 	char why[Q4KH_KERNEL_CACHE][1024]; /* "" when it opened */
 	size_t n;
+	struct q4kh_kernel_spares *spares; /* taken from first; NULL: none */
 };
+
+/*
+ * Initialise kernel-variant plugin P (counted, q4kh_plugin_inits) and
+ * keep its context in S for the first device that opens it. Returns the
+ * status of P's init, with its last_error in WHY (CAP bytes; "" when it
+ * started). Not thread-safe.
+ */
+q4kh_status q4kh_kernel_spare_init(struct q4kh_kernel_spares *s, const struct q4kh_plugin *p,
+                                   char *why, size_t cap);
+/* Shut down every context S still holds. Safe on a zeroed struct. */
+void q4kh_kernel_spares_close(struct q4kh_kernel_spares *s);
 /* Shut down every variant of C; every prepared weight must be released
  * first. Safe on a zeroed cache. */
 void q4kh_kernel_cache_close(struct q4kh_kernel_cache *c);

@@ -329,6 +329,8 @@ static int wrap_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 	                                            &m->weights),
 	                       "buffer_wrap (weights in place)", err))
 		return -1;
+	/* what a copy would have read: now, not during the first step */
+	q4kh_gguf_populate(g, base, g->size - g->data_offset);
 	for (size_t i = 0; i < n; i++) {
 		const struct q4kh_gguf_tensor *src = list[i]->src;
 

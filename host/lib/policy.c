@@ -68,7 +68,7 @@ static int parse_list(const struct q4kh_registry *r, const char *value,
                       size_t *n, struct q4kh_error *err)
 {
 	char buf[1024], *save = NULL, *part;
-	char valid[512], shown[4 * VALUE_SHOWN + 8], shown_name[4 * VALUE_SHOWN + 8];
+	char valid[512], shown[4 * VALUE_SHOWN + 8], shown_name[4 * VALUE_SHOWN + 8], why[700];
 
 	*n = 0;
 	/* Values come from users: quoted so a message stays one line. */
@@ -106,12 +106,18 @@ static int parse_list(const struct q4kh_registry *r, const char *value,
 		if (!r || means_builtin(name)) {
 			e[*n].variant = NULL;
 		} else if (!(e[*n].variant = find_variant(r, name))) {
+			int some;
+
 			q4kh_policy_list_variants(r, valid, sizeof(valid));
-			return q4kh_fail(err, "%s: '%s' is not a kernel variant on plugin path %s (%s); valid: none, built-in, %s",
+			/* the list's own "none" would name the built-in twice */
+			some = strcmp(valid, "none") != 0;
+			q4kh_registry_why_absent(r, name, why, sizeof(why));
+			return q4kh_fail(err, "%s: '%s' is not a kernel variant on plugin path %s (%s)%s%s; valid: none, built-in%s%s",
 			                 where,
 			                 q4kh_show(shown_name, sizeof(shown_name), name,
 			                           strlen(name), VALUE_SHOWN, 0),
-			                 r->path, r->path_origin, valid);
+			                 r->path, r->path_origin, why[0] ? ": " : "", why,
+			                 some ? ", " : "", some ? valid : "");
 		}
 		(*n)++;
 	}
@@ -440,13 +446,14 @@ int q4kh_policy_use_kernel(const struct q4kh_registry *r,
                            struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
-	char list[512];
+	char list[512], why[700];
 	int used = 0;
 
 	if (!p || p->desc->kind != Q4KH_KIND_KERNEL) {
 		q4kh_policy_list_variants(r, list, sizeof(list));
-		return q4kh_fail(err, "kernel variant '%s' was not found on plugin path %s (%s); found: %s",
-		                 name, r->path, r->path_origin, list);
+		q4kh_registry_why_absent(r, name, why, sizeof(why));
+		return q4kh_fail(err, "kernel variant '%s' was not found on plugin path %s (%s)%s%s; found: %s",
+		                 name, r->path, r->path_origin, why[0] ? ": " : "", why, list);
 	}
 	if (q4kh_kernel_open(p, b, k, err))
 		return -1;

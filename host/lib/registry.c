@@ -770,12 +770,48 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
 	return buf;
 }
 
+/* Inits per plugin (q4kh_plugin_inits): a plugin path holds far fewer
+ * plugins than this; one past it is not counted. */
+#define COUNTED 64
+static pthread_mutex_t counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	const struct q4kh_plugin *plugin;
+	unsigned inits;
+} counts[COUNTED];
+
+void q4kh_plugin_count_init(const struct q4kh_plugin *p)
+{
+	size_t i;
+
+	pthread_mutex_lock(&counts_lock);
+	for (i = 0; i < COUNTED && counts[i].plugin && counts[i].plugin != p; i++)
+		;
+	if (i < COUNTED) {
+		counts[i].plugin = p;
+		counts[i].inits++;
+	}
+	pthread_mutex_unlock(&counts_lock);
+}
+
+unsigned q4kh_plugin_inits(const struct q4kh_plugin *p)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&counts_lock);
+	for (size_t i = 0; i < COUNTED && counts[i].plugin; i++)
+		if (counts[i].plugin == p)
+			n = counts[i].inits;
+	pthread_mutex_unlock(&counts_lock);
+	return n;
+}
+
 /* Init P and shut it down: the status, and why into WHY when it failed. */
 static q4kh_status try_init(const struct q4kh_plugin *p, char *why, size_t cap)
 {
 	const char *detail = NULL;
 	q4kh_status st;
 
+	q4kh_plugin_count_init(p);
 	if (p->desc->kind == Q4KH_KIND_BACKEND) {
 		const struct q4kh_backend_v1 *v = p->desc->backend;
 		q4kh_backend_ctx *ctx = NULL;
@@ -927,7 +963,8 @@ static void unknown_section(void *data, const char *file, unsigned line, const c
 	s->warn(s->data, msg);
 }
 
-int q4kh_registry_check_settings(const struct q4kh_registry *r,
+int q4kh_registry_check_settings(const struct q4kh_registry *r, q4kh_registry_start start,
+                                 void *start_data,
                                  void (*warn)(void *data, const char *line), void *data,
                                  struct q4kh_error *err)
 {
@@ -946,7 +983,7 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r,
 		if (q4kh_config_section_text(p->config, section, NULL, set, sizeof(set)) == 0 &&
 		    !set[0])
 			continue; /* nothing set: nothing to refuse */
-		st = try_init(p, why, sizeof(why));
+		st = start ? start(start_data, p, why, sizeof(why)) : try_init(p, why, sizeof(why));
 		if (st == Q4KH_ERR_INVALID &&
 		    q4kh_plugin_settings_read(p, 0, settings, sizeof(settings))[0])
 			return q4kh_fail(err, "plugin %s refuses its settings: %s (%s)", p->name,
@@ -1016,6 +1053,25 @@ const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
 	return r && name ? find_accepted(r, name) : NULL;
 }
 
+const char *q4kh_registry_why_absent(const struct q4kh_registry *r, const char *name, char *buf,
+                                     size_t cap)
+{
+	buf[0] = 0;
+	if (!r || !name || find_accepted(r, name))
+		return buf;
+	for (size_t i = 0; i < r->n_plugins; i++) {
+		const struct q4kh_plugin *p = &r->plugins[i];
+
+		if ((p->state == Q4KH_PLUGIN_REJECTED || p->state == Q4KH_PLUGIN_REFUSED) &&
+		    !strcmp(p->name, name)) {
+			snprintf(buf, cap, "%s was %s: %s", p->path,
+			         p->state == Q4KH_PLUGIN_REJECTED ? "rejected" : "refused", p->reason);
+			break;
+		}
+	}
+	return buf;
+}
+
 const char *q4kh_registry_backend_names(const struct q4kh_registry *r, char *buf, size_t cap)
 {
 	size_t used = 0;
@@ -1033,16 +1089,17 @@ int q4kh_registry_check_backend(const struct q4kh_registry *r, const char *name,
                                 const char *origin, struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
-	char known[1024], shown[96];
+	char known[1024], shown[96], why[700];
 
 	if (!name || (p && p->desc->kind == Q4KH_KIND_BACKEND))
 		return 0;
 	q4kh_registry_backend_names(r, known, sizeof(known));
+	q4kh_registry_why_absent(r, name, why, sizeof(why));
 	q4kh_show(shown, sizeof(shown), name, strlen(name), 64, 0);
-	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s); the backends there: "
+	return q4kh_fail(err, "%s%s%s: %s on the plugin path %s (from %s)%s%s; the backends there: "
 	                 "%s (q4khost plugins lists every plugin and why)",
 	                 origin, strcmp(origin, "--backend") ? "=" : " ", shown,
 	                 p ? "that plugin is a kernel variant, not a backend"
 	                   : "no backend plugin of that name",
-	                 r->path, r->path_origin, known);
+	                 r->path, r->path_origin, why[0] ? ": " : "", why, known);
 }

@@ -85,6 +85,17 @@ int q4kh_registry_scan(const char *cli_path, const struct q4kh_config *config,
 void q4kh_registry_free(struct q4kh_registry *r);
 
 /*
+ * Count one init of plugin P (a backend's or a kernel variant's) in this
+ * process: whoever calls a plugin's init calls this first, so that
+ * q4kh_plugin_inits tells how often the command started it. Thread-safe.
+ */
+void q4kh_plugin_count_init(const struct q4kh_plugin *p);
+/* How many times P was initialised in this process (q4kh_plugin_count_init;
+ * for the commands' "host" in --json and the tests that hold each plugin
+ * to one). Thread-safe. */
+unsigned q4kh_plugin_inits(const struct q4kh_plugin *p);
+
+/*
  * The settings plugin P read through config_get that are set, with where,
  * into BUF: "threads = \"0\" (/etc/q4khost/q4khost.ini:7 [plugin.cpu])",
  * or without VALUES "threads from /etc/q4khost/q4khost.ini:7
@@ -98,7 +109,12 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
 /*
  * Whether every accepted plugin of R (backends and kernel variants) takes
  * the values of its settings, before any work: each whose [plugin.NAME]
- * section sets anything is initialised and shut down. -1 with err when an
+ * section sets anything is initialised: through START (with START_DATA;
+ * host.h's q4kh_host_start_status keeps it started in the command's host
+ * context, so that this is its one init), or, with START NULL,
+ * initialised and shut down here. START returns the status of the
+ * plugin's init and its last_error in WHY, as the init here does. -1
+ * with err when an
  * init fails with Q4KH_ERR_INVALID having read a setting that is set (how
  * plugin.h says a value is malformed or out of range): "plugin NAME
  * refuses its settings: REASON [its settings: KEY = "VALUE" (FILE:LINE
@@ -118,7 +134,10 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
  * [plugin.cpu-fast]?". Never an error: a file shared by machines may set plugins that
  * only some of their paths have.
  */
-int q4kh_registry_check_settings(const struct q4kh_registry *r,
+typedef q4kh_status (*q4kh_registry_start)(void *data, const struct q4kh_plugin *p,
+                                           char *why, size_t cap);
+int q4kh_registry_check_settings(const struct q4kh_registry *r, q4kh_registry_start start,
+                                 void *start_data,
                                  void (*warn)(void *data, const char *line), void *data,
                                  struct q4kh_error *err);
 
@@ -141,6 +160,17 @@ uint32_t q4kh_plugin_arith(const struct q4kh_plugin *p);
 /* The accepted plugin called NAME, or NULL. */
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);
+
+/*
+ * Why no accepted plugin of R is called NAME, for a message that says it
+ * is missing: "FILE was rejected: REASON" (or "was refused: REASON")
+ * when a file of that name on the path was not accepted (a mode that
+ * lets others write it, a descriptor it refused, ...), so that the
+ * message carries the reason and its fix; "" when no file of that name
+ * is there, or one is accepted. Into BUF (CAP bytes); returns BUF.
+ */
+const char *q4kh_registry_why_absent(const struct q4kh_registry *r, const char *name, char *buf,
+                                     size_t cap);
 
 /*
  * The names of R's accepted backend plugins, ", "-separated, into BUF

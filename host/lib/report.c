@@ -120,6 +120,11 @@ static json_t *sampling_json(const struct q4kh_sampler_params *s)
 	                 shortest(s->top_p), "seed", (json_int_t)s->seed);
 }
 
+static double startup_seconds(const struct q4kh_startup *s)
+{
+	return s->plugins + s->model + s->choice + s->session;
+}
+
 void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 {
 	const struct q4kh_plugin *p = r->backend->plugin;
@@ -167,11 +172,16 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		fprintf(f, "q4khost: F2 rejected first: %.*s\n", (int)len, s);
 		s += len + (s[len] == '\n');
 	}
-	for (size_t i = 0; r->registry && i < r->registry->n_plugins; i++)
-		if (r->registry->plugins[i].state == Q4KH_PLUGIN_REFUSED)
-			fprintf(f, "q4khost: refused backend %s (%s): %s\n",
-			        r->registry->plugins[i].name, r->registry->plugins[i].path,
-			        r->registry->plugins[i].reason);
+	for (size_t i = 0; r->registry && i < r->registry->n_plugins; i++) {
+		const struct q4kh_plugin *b = &r->registry->plugins[i];
+
+		if (b->state == Q4KH_PLUGIN_REFUSED)
+			fprintf(f, "q4khost: refused backend %s (%s): %s\n", b->name, b->path,
+			        b->reason);
+		else if (b->state == Q4KH_PLUGIN_REJECTED)
+			fprintf(f, "q4khost: rejected plugin %s (%s): %s\n", b->name, b->path,
+			        b->reason);
+	}
 	if (r->selection->not_applicable[0])
 		fprintf(f, "q4khost: not applicable to this model (none of their types): %s\n",
 		        r->selection->not_applicable);
@@ -184,6 +194,12 @@ void q4kh_report_print(FILE *f, const struct q4kh_report *r)
 		        shortest(r->sampling->top_p), (unsigned long long)r->sampling->seed);
 	if (r->steps)
 		print_steps(f, r->steps);
+	if (r->startup)
+		fprintf(f, "q4khost: time to first token %.3f s: start-up %.3f s (plugins %.3f, "
+		        "model %.3f, choice and F2 %.3f, session %.3f), prefill %.3f s\n",
+		        r->startup->first_token, startup_seconds(r->startup), r->startup->plugins,
+		        r->startup->model, r->startup->choice, r->startup->session,
+		        r->prefill_seconds);
 	/* a prefill stopped part way says how far it got */
 	if (r->prompt_tokens < r->prompt_total)
 		snprintf(of, sizeof(of), " of %lld", (long long)r->prompt_total);
@@ -206,6 +222,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	uint32_t types[Q4KH_TYPE_COUNT];
 	size_t nt = q4kh_model_matrix_types(r->model, types, Q4KH_TYPE_COUNT);
 	json_t *kernels = json_object(), *fallbacks = json_array(), *refused = json_array();
+	json_t *rejected = json_array();
 
 	for (const char *s = r->selection->steps; *s;) {
 		size_t len = strcspn(s, "\n");
@@ -215,9 +232,10 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	for (size_t i = 0; r->registry && i < r->registry->n_plugins; i++) {
 		const struct q4kh_plugin *b = &r->registry->plugins[i];
 
-		if (b->state == Q4KH_PLUGIN_REFUSED)
-			json_array_append_new(refused, json_pack("{s:s, s:s, s:s}", "name", b->name,
-			                                         "file", b->path, "reason", b->reason));
+		if (b->state == Q4KH_PLUGIN_REFUSED || b->state == Q4KH_PLUGIN_REJECTED)
+			json_array_append_new(b->state == Q4KH_PLUGIN_REFUSED ? refused : rejected,
+			                      json_pack("{s:s, s:s, s:s}", "name", b->name, "file",
+			                                b->path, "reason", b->reason));
 	}
 	for (size_t i = 0; i < nt; i++) {
 		const struct q4kh_kernel *k = q4kh_model_kernel_for(r->model, types[i]);
@@ -232,7 +250,7 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 	}
 	json_t *o = json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:i, s:s, s:s, s:s, s:s, s:I}, "
-		"s:o, s:s, s:{s:s, s:s, s:s, s:o}, s:o, s:s, "
+		"s:o, s:s, s:{s:s, s:s, s:s, s:o}, s:o, s:o, s:s, "
 		"s:{s:I, s:I, s:f, s:o}, s:{s:I, s:f, s:o}, s:s}",
 		"model", r->model_path, "architecture", r->model->arch->name,
 		"backend", "name", p->name, "version", p->desc->version, "build_id",
@@ -243,7 +261,8 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		"kernels", kernels, "kernel_choice", r->selection->kernel_choice,
 		"f2", "verdict", r->selection->f2_verdict, "source", r->selection->f2_source,
 		"message", r->selection->f2_message, "rejected_first", fallbacks,
-		"refused_backends", refused, "chat_template", r->chat_template,
+		"refused_backends", refused, "rejected_plugins", rejected,
+		"chat_template", r->chat_template,
 		"prefill", "tokens", (json_int_t)r->prompt_tokens, "of",
 		(json_int_t)r->prompt_total, "seconds",
 		r->prefill_seconds, "tokens_per_second",
@@ -263,6 +282,15 @@ json_t *q4kh_report_json(const struct q4kh_report *r)
 		                              "text", r->selection->f2_probe));
 	if (o && r->sampling)
 		json_object_set_new(o, "sampling", sampling_json(r->sampling));
+	if (o && r->startup)
+		json_object_set_new(
+			o, "time_to_first_token",
+			json_pack("{s:f, s:f, s:f, s:{s:f, s:f, s:f, s:f}}", "seconds",
+			          r->startup->first_token, "startup_seconds",
+			          startup_seconds(r->startup), "prefill_seconds", r->prefill_seconds,
+			          "startup", "plugins_seconds", r->startup->plugins, "model_seconds",
+			          r->startup->model, "choice_seconds", r->startup->choice,
+			          "session_seconds", r->startup->session));
 	if (o && r->selection->not_applicable[0])
 		json_object_set_new(o, "not_applicable",
 		                    json_string(r->selection->not_applicable));

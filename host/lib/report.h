@@ -11,7 +11,16 @@
  * and seed (JSON: sampling.mode "greedy" or "sampled", with those four).
  * Every backend refused because its init or device enumeration crashed or
  * hung (enumerate.h) is named with why ("refused backend NAME (FILE):
- * WHY"; JSON refused_backends: name, file, reason).
+ * WHY"; JSON refused_backends: name, file, reason), and so is every file
+ * of the plugin path the loader rejected (registry.h: a mode that lets
+ * others write it, a descriptor it refused), whose kernels would
+ * otherwise be missed without a word ("rejected plugin NAME (FILE): WHY";
+ * JSON rejected_plugins: name, file, reason). A run's report says,
+ * before its speeds and stop line (the last), its time to the first token
+ * and the start-up phases in it ("time to first token 0.412 s: start-up
+ * 0.301 s (plugins ..., model ..., choice and F2 ..., session ...),
+ * prefill 0.108 s"; JSON time_to_first_token: seconds, startup_seconds,
+ * prefill_seconds and the phases).
  */
 #ifndef Q4KH_REPORT_H
 #define Q4KH_REPORT_H
@@ -24,6 +33,24 @@
 #include "sampler.h"
 #include "select.h"
 #include "session.h"
+
+/*
+ * Where a run's time to its first token went (docs/architecture.md
+ * section 7, "Start-up"), in seconds, each phase from the end of the one
+ * before, the first from the command's start: what the process does once
+ * before its first prompt, then that prompt's prefill (the report's own
+ * prefill seconds) and the first token's pick.
+ */
+struct q4kh_startup {
+	double plugins; /* config, the plugin scan, the helpers' vetting, the settings check */
+	double model;   /* the model file mapped and parsed, its tokenizer, the prompt's ids */
+	double choice;  /* the plan, F2 (a receipt read, or a measurement), the weights
+	                   on the backend and through the variant */
+	double session; /* the KV cache, and the step graphs of the prompt's chunks
+	                   built, planned and prepared with their scratch */
+	double first_token; /* the command's start to the first token picked: the
+	                       phases, the prefill and the pick */
+};
 
 struct q4kh_report {
 	const char *model_path;
@@ -43,6 +70,9 @@ struct q4kh_report {
 	int64_t generated_tokens;
 	double decode_seconds; /* over generated_tokens - 1 decode steps */
 	const char *stop_reason; /* "end of generation token", "token limit", ... */
+	/* the start-up phases and the time to the first token; NULL: not
+	 * timed, or no token was picked */
+	const struct q4kh_startup *startup;
 };
 
 /* Print the report as "q4khost: ..." lines. */

@@ -122,20 +122,16 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
                           struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = rq->host->registry;
-	char backends[512], notes[1024];
+	char backends[512], notes[1024], why[700];
 	size_t len = strlen(skipped);
 
 	if (len)
 		return q4kh_fail(err, "no backend could start: %.*s", (int)len - 1, skipped);
 	list_backends(rq->host, backends, sizeof(backends));
-	for (size_t i = 0; !backends[0] && i < r->n_plugins; i++)
-		if ((r->plugins[i].state == Q4KH_PLUGIN_REJECTED ||
-		     r->plugins[i].state == Q4KH_PLUGIN_REFUSED) &&
-		    !strcmp(r->plugins[i].name, "cpu"))
-			return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
-			                 "the reference cpu plugin %s was rejected: %s",
-			                 r->path, r->path_origin, r->plugins[i].path,
-			                 r->plugins[i].reason);
+	if (!backends[0] && q4kh_registry_why_absent(r, "cpu", why, sizeof(why))[0])
+		return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
+		                 "the reference cpu plugin %s",
+		                 r->path, r->path_origin, why);
 	path_notes(r, notes, sizeof(notes));
 	if (!backends[0])
 		return q4kh_fail(err, "no backend plugin on the plugin path %s (from %s): "
@@ -163,25 +159,22 @@ static int no_such_device(const struct q4kh_select_request *rq, const struct q4k
 	                 "devices", rq->backend, rq->device, n);
 }
 
-int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
-                              uint32_t device, struct q4kh_error *err)
+int q4kh_select_check_device(struct q4kh_host *h, const char *backend, uint32_t device,
+                             struct q4kh_error *err)
 {
-	struct q4kh_host h;
-	const struct q4kh_select_request rq = { .host = &h, .backend = backend,
-		                                .device = device };
+	const struct q4kh_registry *r = h->registry;
+	const struct q4kh_select_request rq = { .host = h, .backend = backend, .device = device };
 	const struct q4kh_plugin *named = NULL;
 	char skipped[2048] = "";
 	int rc = -1;
 
-	if (q4kh_host_open(&h, r, NULL, NULL, err))
-		return -1;
 	for (size_t i = 0; rc && !named && i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (backend && strcmp(p->name, backend)))
 			continue;
-		if (q4kh_host_devices(&h, p, skipped, sizeof(skipped)) > device)
+		if (q4kh_host_devices(h, p, skipped, sizeof(skipped)) > device)
 			rc = 0;
 		else if (backend)
 			named = p;
@@ -190,7 +183,6 @@ int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
 		no_such_device(&rq, named, err);
 	else if (rc)
 		nothing_to_try(&rq, skipped, err);
-	q4kh_host_close(&h);
 	return rc;
 }
 

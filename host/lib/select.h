@@ -130,15 +130,15 @@ int q4kh_select_unjudged(const struct q4kh_candidate *c, enum q4kh_f2_mode mode,
                          const char *mode_origin, struct q4kh_selection *s);
 
 /*
- * 0 when some accepted backend of R (BACKEND alone, when not NULL) has
- * device DEVICE; else -1 with the error q4kh_select_plan gives for it: no
- * backend plugin on the path (the reference among them), the backends
- * that could not start, or how many devices each backend has. For the
- * commands that filter by --device (validate, qa, bench) to say what run
- * says.
+ * 0 when some accepted backend of host context H (BACKEND alone, when not
+ * NULL) has device DEVICE, the backends started in H; else -1 with the
+ * error q4kh_select_plan gives for it: no backend plugin on the path (the
+ * reference among them), the backends that could not start, or how many
+ * devices each backend has. For the commands that filter by --device
+ * (validate, qa, bench) to say what run says.
  */
-int q4kh_select_check_device(const struct q4kh_registry *r, const char *backend,
-                             uint32_t device, struct q4kh_error *err);
+int q4kh_select_check_device(struct q4kh_host *h, const char *backend, uint32_t device,
+                             struct q4kh_error *err);
 
 /*
  * Choose, guard and open what serves RQ, on its host's backends and

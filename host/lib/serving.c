@@ -13,18 +13,15 @@ void q4kh_serving_close(struct q4kh_serving *sv)
 	memset(sv, 0, sizeof(*sv));
 }
 
-int q4kh_serving_open(const struct q4kh_registry *r, const char *model_path,
-                      const struct q4kh_candidate *c, uint32_t n_ctx,
-                      struct q4kh_serving *out, struct q4kh_error *err)
+/* The rest of OUT once its backend is open: model MODEL_PATH uploaded,
+ * C's variant routing it, a session of N_CTX tokens. */
+static int open_on_backend(const struct q4kh_registry *r, const char *model_path,
+                           const struct q4kh_candidate *c, uint32_t n_ctx,
+                           struct q4kh_serving *out, struct q4kh_error *err)
 {
-	const struct q4kh_plugin *p = q4kh_registry_find(r, c->backend);
 	struct q4kh_session_params sp = { .n_ctx = n_ctx };
 
-	memset(out, 0, sizeof(*out));
-	if (!p)
-		return q4kh_fail(err, "backend %s is not available", c->backend);
-	if (q4kh_backend_open(p, c->device, &out->be, err) ||
-	    q4kh_model_open(model_path, &out->m, err) ||
+	if (q4kh_model_open(model_path, &out->m, err) ||
 	    q4kh_model_upload(out->m, &out->be, err) ||
 	    (c->variant && q4kh_policy_use_kernel(r, &out->be, out->m, c->variant,
 	                                          &out->k, err)) ||
@@ -33,4 +30,32 @@ int q4kh_serving_open(const struct q4kh_registry *r, const char *model_path,
 		return -1;
 	}
 	return 0;
+}
+
+int q4kh_serving_open(const struct q4kh_registry *r, const char *model_path,
+                      const struct q4kh_candidate *c, uint32_t n_ctx,
+                      struct q4kh_serving *out, struct q4kh_error *err)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(r, c->backend);
+
+	memset(out, 0, sizeof(*out));
+	if (!p)
+		return q4kh_fail(err, "backend %s is not available", c->backend);
+	if (q4kh_backend_open(p, c->device, &out->be, err))
+		return -1;
+	return open_on_backend(r, model_path, c, n_ctx, out, err);
+}
+
+int q4kh_serving_open_on(struct q4kh_host *h, const struct q4kh_candidate *c, uint32_t n_ctx,
+                         struct q4kh_serving *out, struct q4kh_error *err)
+{
+	const struct q4kh_plugin *p = q4kh_registry_find(h->registry, c->backend);
+
+	memset(out, 0, sizeof(*out));
+	if (!p)
+		return q4kh_fail(err, "backend %s is not available", c->backend);
+	if (q4kh_host_backend_open(h, p, c->device, &out->be, err))
+		return -1;
+	/* the host's file, bound again for this backend: nothing is read twice */
+	return open_on_backend(h->registry, h->model_path, c, n_ctx, out, err);
 }

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "candidate.h"
 #include "error.h"
+#include "host.h"
 #include "kernel.h"
 #include "model.h"
 #include "registry.h"
@@ -32,6 +33,16 @@ struct q4kh_serving {
 int q4kh_serving_open(const struct q4kh_registry *r, const char *model_path,
                       const struct q4kh_candidate *c, uint32_t n_ctx,
                       struct q4kh_serving *out, struct q4kh_error *err);
+/*
+ * q4kh_serving_open on host context H (host.h), which holds the model:
+ * the backend device is H's (borrowed: H must outlive OUT), its variant
+ * opened once there, and the model H's mapping bound again for it. For a
+ * command that runs its candidates one after another on its own thread
+ * (bench, qa); a part that runs on another thread opens its own
+ * (q4kh_serving_open). -1 with err as q4kh_serving_open.
+ */
+int q4kh_serving_open_on(struct q4kh_host *h, const struct q4kh_candidate *c, uint32_t n_ctx,
+                         struct q4kh_serving *out, struct q4kh_error *err);
 /* Safe on a zeroed or closed struct. */
 void q4kh_serving_close(struct q4kh_serving *sv);
 

@@ -414,6 +414,26 @@ static void took(struct q4kh_session *s, enum q4kh_step_way w)
 }
 
 /*
+ * SG prepared for the backend's graph entry, once: 1 when it is, 0 when
+ * the backend has no entry or declined the graph (the host runs it from
+ * then on), -1 with err on a failure.
+ */
+static int prepare_entry(struct q4kh_session *s, struct q4kh_session_graph *sg,
+                         struct q4kh_error *err)
+{
+	int rc;
+
+	if (!s->stats.entry || sg->no_entry)
+		return 0;
+	if (sg->entry)
+		return 1;
+	rc = q4kh_graph_entry_prepare(&sg->ex, s->b, &sg->entry, s->stats.why_not,
+	                              sizeof(s->stats.why_not), err);
+	sg->no_entry = rc == 0;
+	return rc;
+}
+
+/*
  * Run SG through the backend's graph entry, preparing it first: 1 when it
  * ran, 0 when the backend declined the graph (the host runs it from then
  * on), -1 with err on a failure.
@@ -427,16 +447,10 @@ static int run_entry(struct q4kh_session *s, struct q4kh_session_graph *sg,
 		[Q4KH_PATH_PERSISTENT] = Q4KH_WAY_GRAPH_PERSISTENT,
 	};
 	struct q4kh_step_run run = { .struct_size = sizeof(run) };
-	int rc;
+	int rc = prepare_entry(s, sg, err);
 
-	if (!sg->entry) {
-		rc = q4kh_graph_entry_prepare(&sg->ex, s->b, &sg->entry, s->stats.why_not,
-		                              sizeof(s->stats.why_not), err);
-		if (rc <= 0) {
-			sg->no_entry = !rc;
-			return rc;
-		}
-	}
+	if (rc <= 0)
+		return rc;
 	if (q4kh_backend_check(s->b, s->b->v->graph_compute(s->b->dev, sg->entry, &run),
 	                       "graph_compute", err))
 		return -1;
@@ -445,6 +459,26 @@ static int run_entry(struct q4kh_session *s, struct q4kh_session_graph *sg,
 	                : Q4KH_WAY_GRAPH_NODES);
 	s->stats.launches = run.launches;
 	return 1;
+}
+
+int q4kh_session_prepare(struct q4kh_session *s, int64_t n, struct q4kh_error *err)
+{
+	const struct q4kh_session *self = s;
+	const struct q4kh_seqs one = alone(&self);
+	const int64_t batch = s->p.n_batch;
+	/* eval's chunks: whole batches without logits, the last with them */
+	const int64_t shapes[2][2] = { { batch, 0 }, { n - (n - 1) / batch * batch, 1 } };
+
+	if (n <= 0)
+		return q4kh_fail(err, "a prompt of %lld tokens to prepare", (long long)n);
+	for (int i = n > batch ? 0 : 1; i < 2; i++) {
+		struct q4kh_session_graph *sg = graph_for(s, &one, shapes[i][0], shapes[i][1], NULL,
+		                                          err);
+
+		if (!sg || prepare_entry(s, sg, err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 static int run_graph(struct q4kh_session *s, struct q4kh_session_graph *sg,

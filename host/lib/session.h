@@ -124,6 +124,17 @@ struct q4kh_session {
  */
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err);
+/*
+ * What a first eval of N tokens (q4kh_session_eval, eval_top2: its logits
+ * or pick of the last token) would do once before computing, done now:
+ * the step graphs of its chunks (n_batch tokens, then the last chunk's
+ * with its logits) built, planned and bound, the scratch they need
+ * reserved, and on a backend with the graph entry (ABI 1.6) each
+ * prepared. A start-up step, so that the prompt's own time is its
+ * compute (docs/architecture.md section 7, "Start-up"). -1 with err as
+ * eval would fail on the same graphs.
+ */
+int q4kh_session_prepare(struct q4kh_session *s, int64_t n, struct q4kh_error *err);
 void q4kh_session_free(struct q4kh_session *s);
 /* Forget every cached token (the memory is reused; states are zeroed
  * before the next step). */

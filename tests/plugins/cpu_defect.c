@@ -32,7 +32,10 @@
  *           so that the measurement ends without a verdict (F2.4);
  *   hog:    in its first matmul touches memory 16 MiB at a time, up to
  *           HOG_MIB more, then sleeps until killed (the bound keeps a host
- *           whose memory limit failed safe; its time limit then ends it).
+ *           whose memory limit failed safe; its time limit then ends it);
+ *   slow:   right, but sleeps SLOW_MS for each column of the LM head, as
+ *           a kernel far slower than its time limit allows: a deep
+ *           measurement's estimate foresees the limit.
  * The LM head is told apart as the weight with the most rows (>= 4096): its
  * rows are the vocabulary, more than any layer matrix has in the models the
  * tests run (the default model's 262144 over its FFN's 2048; the tiny
@@ -58,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "q4khost/plugin.h"
@@ -199,6 +203,7 @@ static inline void bias(const struct q4kh_prepared *w, float *y, double s)
 }
 
 #define LATE_POSITION 600
+#define SLOW_MS 100
 
 /* Spoil column T of the output in this module's way. */
 static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
@@ -262,6 +267,9 @@ static void spoil(struct q4kh_prepared *w, float *y, int64_t t, int64_t cols)
 		pause();
 #elif defined(DEFECT_HOG)
 	hog();
+#elif defined(DEFECT_SLOW)
+	if (lm_head)
+		nanosleep(&(struct timespec){ .tv_nsec = SLOW_MS * 1000000L }, NULL);
 #else
 #error "define one DEFECT_x"
 #endif

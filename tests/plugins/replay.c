@@ -64,6 +64,15 @@
  *                 (prefill, decode, the narrow steps) and for the first
  *                 sequence of a batched step, wrong for the others
  *                 (tests/test_validate.c, tests/test_batch.c).
+ *   REPLAY_MIXED: of kind "cpu" (tried before the reference), replays
+ *                 exact, but in a step that carries several sequences,
+ *                 one of them several tokens (a prompt's chunk beside
+ *                 decoded tokens: serve's continuous batching), that
+ *                 sequence's attention reads its queries one column
+ *                 early, as a kernel that indexes a chunk's queries from
+ *                 the step's start would: right in prefill, decode, the
+ *                 narrow steps and batched steps of one token a sequence
+ *                 (tests/test_validate.c).
  *   REPLAY_ROUTE: of kind "cpu" (tried before the reference), replays
  *                 exact, but its router (moe_route, ABI 1.7) sends every
  *                 fourth token of a step, from the second on, to the
@@ -139,8 +148,10 @@ struct q4kh_device_ctx {
 	q4kh_backend_ctx *b;
 	q4kh_device_ctx *dev; /* the cpu plugin's */
 	struct q4kh_graph *rec; /* non-NULL while recording */
-#ifdef REPLAY_BATCHED
+#if defined(REPLAY_BATCHED) || defined(REPLAY_MIXED)
 	int64_t step_tokens;    /* the tokens the last rope_ext turned */
+#endif
+#ifdef REPLAY_BATCHED
 	uint64_t first_q;       /* the layer's first attention's queries */
 	int have_q;
 #endif
@@ -520,6 +531,18 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 		first_q = *c;
 		first_q.t[0].offset = d->first_q;
 		c = &first_q;
+	}
+#endif
+#ifdef REPLAY_MIXED
+	struct call early;
+
+	if (c->op == C_ROPE_EXT)
+		d->step_tokens = c->t[0].ne[2];
+	if (c->op == C_ATTENTION_EXT && c->t[0].ne[2] > 1 && c->t[0].ne[2] < d->step_tokens &&
+	    c->t[0].offset >= (uint64_t)c->t[0].nb[2]) {
+		early = *c;
+		early.t[0].offset -= (uint64_t)c->t[0].nb[2];
+		c = &early;
 	}
 #endif
 	st = issue_op(d, c);

@@ -325,10 +325,16 @@ struct q4kh_step_graph {
 	int32_t logits;   /* F32 {n_vocab, n_out}, or -1 when n_out is 0 */
 	int64_t n_tokens; /* T: columns of the step */
 	int64_t n_out;    /* logits of n_out columns: the last n_out, or
-	                     those F2's deep probe judges (the nodes say
+	                     those F2's deep probe judges, or each
+	                     sequence's last of a mixed step (the nodes say
 	                     which); 0: none */
 	uint32_t n_seqs;  /* sequences in the step: 1, or N of a batched
-	                     decode step (one token each) */
+	                     step, their columns in order: one token each
+	                     (batched decode), or some a run of consecutive
+	                     tokens (a prompt's chunk beside the others'
+	                     decoded tokens: a mixed step of serve's
+	                     continuous batching, which F2's batched steps
+	                     judge since rule set 4) */
 	uint32_t reserved;
 	const struct q4kh_step_node *nodes;
 	const struct q4kh_step_value *values;
