@@ -691,6 +691,18 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
 	free(out);
 }
 
+/* run on the default model with replay plugin FILE alone beside the
+ * reference: F2 rejects it with BROKEN and run falls back to cpu. */
+static void expect_replay_broken(const char *file, const char *broken)
+{
+	const char *const names[] = { file, NULL };
+
+	test_model_path(); /* it runs on the default model: skips without it */
+	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
+	           (const char *const[]){ "q4khost: backend cpu ", broken,
+	                                  "[fresh: no receipt]", NULL });
+}
+
 /*
  * replay-batched (tests/plugins/replay.c) is exact in every step of one
  * sequence, and in a step of several every sequence but the first attends
@@ -701,14 +713,9 @@ Test(validate, the_prompt_as_probe_sees_what_the_built_in_probe_cannot, .timeout
  */
 Test(validate, a_backend_wrong_only_in_batched_steps_is_rejected, .timeout = 300)
 {
-	static const char *const names[] = { "replay_batched", NULL };
-
-	test_model_path(); /* it runs on the default model: skips without it */
-	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
-	           (const char *const[]){ "q4khost: backend cpu ",
-	                                  "replay-batched/built-in: F2 broken: batched step of 4 "
-	                                  "sequences, sequence 1, position 41 (its decode step 0): ",
-	                                  "[fresh: no receipt]", NULL });
+	expect_replay_broken("replay_batched",
+	                     "replay-batched/built-in: F2 broken: batched step of 4 sequences, "
+	                     "sequence 1, position 41 (its decode step 0): ");
 }
 
 /* F2's first batched step is a mixed step (docs/f2.md, item 5): a backend
@@ -716,15 +723,10 @@ Test(validate, a_backend_wrong_only_in_batched_steps_is_rejected, .timeout = 300
  * decoded tokens is rejected there, at the chunk's last token. */
 Test(validate, a_backend_wrong_only_in_mixed_steps_is_rejected, .timeout = 300)
 {
-	static const char *const names[] = { "replay_mixed", NULL };
-
-	test_model_path(); /* it runs on the default model: skips without it */
-	expect_run(test_plugin_dir(names), test_tmpdir(), "Once upon a time", "", 0,
-	           (const char *const[]){ "q4khost: backend cpu ",
-	                                  "replay-mixed/built-in: F2 broken: batched step of 4 "
-	                                  "sequences, sequence 3, position 3 (its decode step 0, "
-	                                  "the last token of a prompt chunk: a mixed step): ",
-	                                  "[fresh: no receipt]", NULL });
+	expect_replay_broken("replay_mixed",
+	                     "replay-mixed/built-in: F2 broken: batched step of 4 sequences, "
+	                     "sequence 3, position 3 (its decode step 0, the last token of a "
+	                     "prompt chunk: a mixed step): ");
 }
 
 /*

@@ -418,6 +418,7 @@ static void serve_free(struct serve *srv)
 	free(srv->batch);
 	free(srv->due);
 	free(srv->batch_slots);
+	free(srv->take);
 	free(srv->slots);
 	free(srv->queue);
 	free(srv->probe);
