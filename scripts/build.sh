@@ -72,10 +72,12 @@ case ${1:-} in
 esac
 
 build="${Q4KH_BUILD_DIR:-$top/_build/main}"
+# A relative folder is the caller's: made absolute before the cd below.
+mkdir -p "$build" && build=$(cd "$build" && pwd) || exit 1
 log="$build/build.log"
 jobs=$(nproc)
 cd "$top"
-mkdir -p m4 "$build"
+mkdir -p m4
 if ! { [ -x configure ] && [ configure -nt configure.ac ] && [ Makefile.in -nt Makefile.am ]; }; then
 	echo "build: generating configure (autoreconf)"
 	autoreconf -fi >"$build/autoreconf.log" 2>&1 ||
