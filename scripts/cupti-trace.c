@@ -5,8 +5,13 @@
  * writes one line per kernel name to stderr, or to $CUPTI_TRACE_OUT:
  * launches, total and mean GPU microseconds, share of the kernels' time,
  * sorted by total; then the kernels' total and the span from the first
- * kernel's start to the last one's end. scripts/gpu-profile.sh builds it
- * on the GPU machine and runs q4khost under it.
+ * kernel's start to the last one's end. Kernels that overlap (programmatic
+ * dependent launches) count their whole time in total_us, so each line
+ * also gives advance_us: over the kernels in the order they end, the time
+ * by which each moved the last end forward, its part of the span; the
+ * idle time between a kernel's start and the end before it is counted
+ * apart as gaps. scripts/gpu-profile.sh builds it on the GPU machine and
+ * runs q4khost under it.
  */
 #include <cupti.h>
 #include <stdint.h>
@@ -19,12 +24,20 @@
 
 struct entry {
 	char *name;
-	uint64_t count, ns;
+	uint64_t count, ns, advance;
+};
+
+/* One kernel's run, kept for the advance computed at exit. */
+struct run {
+	uint64_t start, end;
+	int name;
 };
 
 static struct entry table[MAX_NAMES];
 static int n_names;
 static uint64_t first_start = UINT64_MAX, last_end;
+static struct run *runs;
+static size_t n_runs, cap_runs;
 
 static void add(const char *name, uint64_t start, uint64_t end)
 {
@@ -41,6 +54,16 @@ static void add(const char *name, uint64_t start, uint64_t end)
 	}
 	table[i].count++;
 	table[i].ns += end - start;
+	if (n_runs == cap_runs) {
+		size_t cap = cap_runs ? 2 * cap_runs : 4096;
+		struct run *r = realloc(runs, cap * sizeof(*r));
+
+		if (!r)
+			return; /* the totals stay right; advance misses this run */
+		runs = r;
+		cap_runs = cap;
+	}
+	runs[n_runs++] = (struct run){ start, end, i };
 	if (start < first_start)
 		first_start = start;
 	if (end > last_end)
@@ -79,6 +102,32 @@ static int by_total(const void *a, const void *b)
 	return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
 }
 
+static int by_end(const void *a, const void *b)
+{
+	const struct run *x = a, *y = b;
+
+	return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* Each name's advance (see the top of this file); returns the gaps. */
+static uint64_t advances(void)
+{
+	uint64_t prev = 0, gaps = 0;
+
+	qsort(runs, n_runs, sizeof(*runs), by_end);
+	for (size_t i = 0; i < n_runs; i++) {
+		uint64_t from = runs[i].start > prev ? runs[i].start : prev;
+
+		if (prev && runs[i].start > prev)
+			gaps += runs[i].start - prev;
+		if (runs[i].end > from)
+			table[runs[i].name].advance += runs[i].end - from;
+		if (runs[i].end > prev)
+			prev = runs[i].end;
+	}
+	return gaps;
+}
+
 __attribute__((constructor)) static void start(void)
 {
 	if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
@@ -90,24 +139,27 @@ __attribute__((destructor)) static void stop(void)
 {
 	const char *path = getenv("CUPTI_TRACE_OUT");
 	FILE *f = path ? fopen(path, "w") : stderr;
-	uint64_t total = 0;
+	uint64_t total = 0, gaps;
 
 	cuptiActivityFlushAll(1);
 	if (!f)
 		f = stderr;
+	gaps = advances();
 	qsort(table, (size_t)n_names, sizeof(table[0]), by_total);
 	for (int i = 0; i < n_names; i++)
 		total += table[i].ns;
-	fprintf(f, "%10s %12s %10s %6s  %s\n", "launches", "total_us", "mean_us",
-	        "share", "kernel");
+	fprintf(f, "%10s %12s %10s %6s %12s  %s\n", "launches", "total_us", "mean_us",
+	        "share", "advance_us", "kernel");
 	for (int i = 0; i < n_names; i++)
-		fprintf(f, "%10llu %12.1f %10.2f %5.1f%%  %.150s\n",
+		fprintf(f, "%10llu %12.1f %10.2f %5.1f%% %12.1f  %.150s\n",
 		        (unsigned long long)table[i].count, table[i].ns / 1e3,
 		        table[i].ns / 1e3 / (double)table[i].count,
 		        100.0 * (double)table[i].ns / (double)(total ? total : 1),
-		        table[i].name);
-	fprintf(f, "kernels: %.1f us in all; span from the first start to the last end: %.1f us\n",
-	        total / 1e3, last_end > first_start ? (last_end - first_start) / 1e3 : 0.0);
+		        table[i].advance / 1e3, table[i].name);
+	fprintf(f, "kernels: %.1f us in all; span from the first start to the last end: "
+	        "%.1f us, of which gaps between kernels %.1f us\n",
+	        total / 1e3, last_end > first_start ? (last_end - first_start) / 1e3 : 0.0,
+	        gaps / 1e3);
 	if (f != stderr)
 		fclose(f);
 }
