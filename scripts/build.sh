@@ -73,6 +73,8 @@ case ${1:-} in
 esac
 
 build="${Q4KH_BUILD_DIR:-$top/_build/main}"
+# A relative folder is the caller's: made absolute before the cd below.
+mkdir -p "$build" && build=$(cd "$build" && pwd) || exit 1
 log="$build/build.log"
 jobs=$(nproc)
 cd "$top"

@@ -6,7 +6,7 @@
 #              dequantisation (tests/emu/gemv_emu.cpp)
 #   matmul     get_rows, mul_mat and the tensor cores' fp16 weights of
 #              every weight type (cuda_matmul.cu, cuda_gemv.cu's dispatch,
-#              cuda_tc.cu) against gguf-py's values of
+#              sdk/lib/cuda_tc.cu) against gguf-py's values of
 #              tests/fixtures/dequant-blocks.txt (tests/emu/matmul_emu.cpp)
 #   recurrent  delta_net, ssm_conv and unary (cuda_delta.cu, cuda_conv.cu,
 #              cuda_elementwise.cu) against references in double
@@ -21,7 +21,7 @@
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # What two harnesses link is compiled once, first, and shared: cuda_gemv.cu
 # and cuda_matmul.cu (matmul, moe; compiled on their own, g++ -include
-# emu.h) and the cpu reference's cpu_quant.c (gemv, moe).
+# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe).
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
 # default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
 # never called). The builds take most of the time: on 2 cores about 10
@@ -39,13 +39,14 @@ harnesses=("$@")
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
-	-I"$top/sdk/include" -I"$top/plugins/cuda" -I"$top/plugins/cpu")
+	-I"$top/sdk/include" -I"$top/plugins/cuda")
 
-# plugins/cuda/NAME.cu as $out/NAME.emu.cu, for emu.h. Harnesses that run
-# side by side may make the same one: each writes its own temporary file
-# and renames it into place (the same bytes either way).
+# DIR/NAME.cu of the tree as $out/NAME.emu.cu, for emu.h. Harnesses that
+# run side by side may make the same one: each writes its own temporary
+# file and renames it into place (the same bytes either way).
 emu_source() {
-	local src="$top/plugins/cuda/$1.cu" tmp
+	local src="$top/$1.cu" tmp
+	set -- "$(basename "$1")"
 	tmp=$(mktemp "$out/$1.emu.cu.XXXXXX")
 	{
 		echo "#line 1 \"$src\""
@@ -62,23 +63,26 @@ emu_source() {
 	mv "$tmp" "$out/$1.emu.cu"
 }
 
-# object NAME: $out/NAME.o, of plugins/cpu/NAME.c or plugins/cuda/NAME.cu.
+# object PATH: $out/NAME.o of the tree's PATH.c (C) or PATH.cu (emulated),
+# NAME its last part.
 object() {
-	if [ -f "$top/plugins/cpu/$1.c" ]; then
-		gcc -std=gnu11 "${flags[@]}" -c "$top/plugins/cpu/$1.c" -o "$out/$1.o"
+	local name
+	name=$(basename "$1")
+	if [ -f "$top/$1.c" ]; then
+		gcc -std=gnu11 "${flags[@]}" -c "$top/$1.c" -o "$out/$name.o"
 	else
 		emu_source "$1" &&
 			g++ -std=c++20 "${flags[@]}" -include "$top/tests/emu/emu.h" -x c++ \
-				-c "$out/$1.emu.cu" -o "$out/$1.o"
+				-c "$out/$name.emu.cu" -o "$out/$name.o"
 	fi
 }
 
 # shared HARNESS: the objects it shares with another harness.
 shared() {
 	case $1 in
-	gemv) echo cpu_quant ;;
-	matmul) echo cuda_gemv cuda_matmul ;;
-	moe) echo cuda_gemv cuda_matmul cpu_quant ;;
+	gemv) echo sdk/lib/dequant ;;
+	matmul) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul ;;
+	moe) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul sdk/lib/dequant ;;
 	esac
 }
 
@@ -86,11 +90,11 @@ shared() {
 harness() {
 	case $1 in
 	gemv)
-		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/cpu_quant.o" \
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/gemv_emu.cpp" "$out/dequant.o" \
 			-o "$out/gemv_emu"
 		;;
 	matmul)
-		emu_source cuda_tc
+		emu_source sdk/lib/cuda_tc
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/matmul_emu.cpp" "$out/cuda_gemv.o" \
 			"$out/cuda_matmul.o" -o "$out/matmul_emu" \
 			-L"$cuda/lib64" -Wl,-rpath,"$cuda/lib64" -lcublas -lcudart
@@ -98,12 +102,12 @@ harness() {
 		return
 		;;
 	moe)
-		object cuda_moe
+		object plugins/cuda/cuda_moe
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/moe_emu.cpp" "$out/cuda_gemv.o" \
-			"$out/cuda_matmul.o" "$out/cuda_moe.o" "$out/cpu_quant.o" -o "$out/moe_emu"
+			"$out/cuda_matmul.o" "$out/cuda_moe.o" "$out/dequant.o" -o "$out/moe_emu"
 		;;
 	recurrent)
-		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source $s; done
+		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source plugins/cuda/$s; done
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
 		;;
 	*) echo "cuda-emulate.sh: no harness $1" >&2; return 2 ;;
@@ -117,12 +121,12 @@ harness() {
 objects=$(printf '%s\n' $(for h in "${harnesses[@]}"; do shared "$h"; done) | sort -u)
 pids=()
 for o in $objects; do
-	object "$o" >"$out/$o.log" 2>&1 &
+	object "$o" >"$out/$(basename "$o").log" 2>&1 &
 	pids+=($!)
 done
 i=0 broken=0
 for o in $objects; do
-	wait "${pids[$i]}" || { echo "== $o, shared"; cat "$out/$o.log"; broken=1; }
+	wait "${pids[$i]}" || { echo "== $o, shared"; cat "$out/$(basename "$o").log"; broken=1; }
 	i=$((i + 1))
 done
 [ $broken -eq 0 ] || { echo "0 passed, ${#harnesses[@]} failed"; exit 1; }

@@ -16,7 +16,7 @@
  * every element of y: product_bounds.h's, from each group's range s_g
  * decoded from the blocks (the fp32 GEMV for a variant's gemv and its gemm
  * below its tensor-core columns, 9 for cuda-mwv, 17 for the others:
- * cuda_tc.h; the tensor cores' from there). cuda-dp4a's GEMV also rounds
+ * q4khost/cuda_tc.h; the tensor cores' from there). cuda-dp4a's GEMV also rounds
  * activations to int8 per block b of 32 (d_b = max_{i in b} |x_i| / 127):
  * a value moves by at most d_b / 2, so y by at most
  * sum_b d_b / 2 sum_{i in b} |w_i| <= 16 sum_b d_b s_b.

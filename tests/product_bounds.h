@@ -17,7 +17,7 @@
  *    levels of the warp's butterfly, 4 products of scales or the rounding
  *    of a min), each within u of a partial sum of magnitude at most 4 S,
  *    and the reference's double sum rounds once: (1 + 4 h) u S;
- *  - the tensor-core product (cuda_tc.h) dequantises each weight in fp32
+ *  - the tensor-core product (q4khost/cuda_tc.h) dequantises each weight in fp32
  *    (u s_g) and rounds it and the activations to fp16 (2^-11 of each, or
  *    2^-25 for a weight below fp16's normal range), multiplies exactly and
  *    sums in fp32 whose additions may truncate (2u each), in an order

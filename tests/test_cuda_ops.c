@@ -359,7 +359,7 @@ Test(cuda_ops, mul_mat_every_type_t1_to_9)
 
 /*
  * Prompt sizes around every hand-over: the GEMV's 8-column tiles (7, 8,
- * 9), the tensor-core product from CUDA_TC_MIN_COLUMNS (16, 17) on (63, 64, 65:
+ * 9), the tensor-core product from Q4KH_TC_MIN_COLUMNS (16, 17) on (63, 64, 65:
  * its 64 MiB weight slices and cuBLAS's tiles), a long prompt past 512
  * (511, 513), for every quantised type; the output
  * padded with poison that must stay untouched.

@@ -181,9 +181,9 @@ Test(variant_plugin, each_loads_and_declares_its_backend_and_types)
 			             p->name, i);
 		/* Hidden visibility: only the entry point is exported. */
 		cr_assert_not_null(dlsym(p->dl, Q4KH_ENTRY_SYMBOL));
-		cr_assert_null(dlsym(p->dl, "cv_init"), "%s exports cv_init",
+		cr_assert_null(dlsym(p->dl, "q4kh_cv_init"), "%s exports q4kh_cv_init",
 		               p->name);
-		cr_assert_null(dlsym(p->dl, "cv_self"), "%s exports cv_self",
+		cr_assert_null(dlsym(p->dl, "q4kh_cv_self"), "%s exports q4kh_cv_self",
 		               p->name);
 	}
 	vrig_close(&r);

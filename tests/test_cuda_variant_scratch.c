@@ -1,5 +1,5 @@
 /*
- * cuda-dp4a's int8 scratch (the variant context's, variant_scratch.h) in
+ * cuda-dp4a's int8 scratch (the variant context's, q4khost/cuda_variant_scratch.h) in
  * a recorded CUDA graph, against the reference cpu plugin's mul_mat
  * (cuda_variant_rig.h: the rig, the bounds, the poison).
  */
@@ -12,7 +12,7 @@
 TestSuite(cuda_variants, .timeout = 900);
 
 /*
- * cuda-dp4a's int8 scratch (the context's, variant_scratch.h) in a CUDA
+ * cuda-dp4a's int8 scratch (the context's, q4khost/cuda_variant_scratch.h) in a CUDA
  * graph: a gemv recorded while the scratch must grow (a longer row than
  * any before, 8 columns) replays with new activations and agrees with the
  * cpu, also after a larger product outside the recording has grown the

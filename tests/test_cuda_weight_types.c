@@ -7,7 +7,7 @@
  *    once;
  *  - mul_mat, through each of its kernels (the GEMV formats of
  *    cuda_gemv.cu, the plain kernel of cuda_matmul.cu, the tensor cores of
- *    cuda_tc.cu from 17 columns on), is within product_bounds.h's bound of
+ *    sdk/lib/cuda_tc.cu from 17 columns on), is within product_bounds.h's bound of
  *    the float64 product of gguf-py's values, element by element.
  * Rows of the fixture are tiled (each row's blocks repeated along K, the
  * rows cycled) so that a warp's lanes walk several groups of a row and a
@@ -27,7 +27,7 @@
 #include "q4khost/quant.h"
 #include "weight_types.h"
 
-#define TC_COLUMNS 17 /* CUDA_TC_MIN_COLUMNS (plugins/cuda/cuda_tc.h) */
+#define TC_COLUMNS 17 /* Q4KH_TC_MIN_COLUMNS (sdk/include/q4khost/cuda_tc.h) */
 #define TILE_K 9      /* each fixture row's blocks, repeated along K */
 #define TILE_N 37     /* rows of the tiled weight */
 

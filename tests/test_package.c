@@ -307,7 +307,9 @@ Test(package, sdk_cpu_example_is_listed_validated_chosen_and_completed, .timeout
 	free(got);
 }
 
-/* No GPU here: built with nvcc from the SDK alone and accepted by the host. */
+/* No GPU here: built with nvcc from the SDK alone and accepted by the host;
+ * skipped where q4khost is built without CUDA (its gemm links the SDK's
+ * CUDA library, installed only then). */
 Test(package, sdk_cuda_example_builds_and_is_accepted, .timeout = 900)
 {
 	const char *work;
@@ -535,6 +537,14 @@ Test(package, distcheck_passes, .timeout = 1800)
 	run_script(work, "distcheck", work);
 }
 
+/* The SDK's headers, in every package set (the CUDA ones too). */
+static const char *const sdk_headers[] = {
+	"plugin.h", "quant.h", "contract.h", "top2.h", "step.h", "pool.h", "glu.h", "moe.h",
+	"dequant.h", "cpu_isa.h", "cuda_tc.h", "cuda_retired.h", "cuda_variant.h",
+	"cuda_variant_scratch.h", "cuda_variant_device.cuh", "cuda_q4k_device.cuh",
+	"cuda_quant.cuh", "cuda_glu.cuh", "cuda_pdl.cuh",
+};
+
 /* FILE exists under ROOT, a regular file. */
 static void expect_file(const char *root, const char *file)
 {
@@ -544,6 +554,16 @@ static void expect_file(const char *root, const char *file)
 	snprintf(path, sizeof(path), "%s%s", root, file);
 	cr_expect(stat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s is not in the packages",
 	          file);
+}
+
+/* LIBDIR/NAME under ROOT (LIBDIR as the packages install it). */
+static void expect_lib_file(const char *root, const char *libdir, const char *name)
+{
+	char *file;
+
+	cr_assert_geq(asprintf(&file, "%s/%s", libdir, name), 0);
+	expect_file(root, file);
+	free(file);
 }
 
 /* Integer VALUE of a "KEY: VALUE" line of a script's output. */
@@ -607,14 +627,13 @@ static void check_packages(const char *work, const char *script, const char *lib
 	expect_file(root, "/usr/share/man/man7/q4khost-plugin.7.gz");
 	expect_file(root, "/usr/share/bash-completion/completions/q4khost");
 	expect_file(root, "/usr/share/q4khost/fetch-model.sh"); /* the CLI's hint names it */
-	expect_file(root, "/usr/include/q4khost/plugin.h");
-	expect_file(root, "/usr/include/q4khost/quant.h");
-	expect_file(root, "/usr/include/q4khost/contract.h");
-	expect_file(root, "/usr/include/q4khost/top2.h");
-	expect_file(root, "/usr/include/q4khost/cuda_pdl.cuh");
-	cr_assert_geq(asprintf(&file, "%s/pkgconfig/q4khost-plugin.pc", libdir), 0);
-	expect_file(root, file);
-	free(file);
+	for (size_t i = 0; i < sizeof(sdk_headers) / sizeof(sdk_headers[0]); i++) {
+		cr_assert_geq(asprintf(&file, "/usr/include/q4khost/%s", sdk_headers[i]), 0);
+		expect_file(root, file);
+		free(file);
+	}
+	expect_lib_file(root, libdir, "pkgconfig/q4khost-plugin.pc");
+	expect_lib_file(root, libdir, "libq4khost_sdk.a");
 	expect_file(root, sdk_doc);
 
 	/* The CUDA bundle, when the build tree has the CUDA plugins. */
@@ -623,6 +642,9 @@ static void check_packages(const char *work, const char *script, const char *lib
 			                              "cuda-gemv-iq" };
 
 		expect_file(root, "/etc/q4khost/conf.d/50-cuda.ini");
+		/* and the SDK's CUDA library (-dev-cuda, -devel-cuda) */
+		expect_lib_file(root, libdir, "libq4khost_sdk_cuda.a");
+		expect_lib_file(root, libdir, "pkgconfig/q4khost-plugin-cuda.pc");
 		snprintf(args, sizeof(args),
 		         "plugins --plugin-path '%s' --config '%s/etc/q4khost/conf.d/50-cuda.ini'",
 		         plugins, root);

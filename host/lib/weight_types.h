@@ -1,6 +1,6 @@
 /*
  * The weight types q4khost runs: those the exact cpu reference implements
- * for get_rows and mul_mat (plugins/cpu/cpu_quant.c), so every model that
+ * for get_rows and mul_mat (sdk/lib/dequant.c), so every model that
  * opens can be run and checked (F2) against it. A file holding any tensor
  * of another type is refused when it is opened, in one line that names the
  * tensor, its type and what to do (docs/architecture.md "Weight types").

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "q4khost/contract.h"
+#include "q4khost/dequant.h"
 #include "q4khost/plugin.h"
 
 #include "fast_pool.h"
@@ -151,12 +152,6 @@ static inline int64_t fast_rows(const struct q4kh_tensor *t)
 {
 	return t->ne[1] * t->ne[2] * t->ne[3];
 }
-
-/* --- dequantization (the reference's plugins/cpu/cpu_quant.c) --- */
-
-int cpu_type_supported(uint32_t type);
-uint32_t cpu_supported_types(void);
-void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
 /* --- ops --- */
 

@@ -1,7 +1,7 @@
 /*
  * The built-in matrix product, for the weight types no kernel variant
  * serves: each weight row decoded to f32 once (the reference's exact
- * decoders, plugins/cpu/cpu_quant.c) into the thread's scratch, then one
+ * decoders, sdk/lib/dequant.c) into the thread's scratch, then one
  * f32 SIMD dot product per column. F32 and F16 rows are read in place.
  * The step graph's fused form (fast_graph.c) adds each product value
  * into a residual as it is made: one f32 addition, add's.
@@ -27,7 +27,7 @@ static void matmul_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 		const float *row = type == Q4KH_TYPE_F32 ? w : scratch;
 
 		if (type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16)
-			cpu_dequant_row(type, w, scratch, K);
+			q4kh_dequant_row(type, w, scratch, K);
 		for (int64_t t = 0; t < T; t++) {
 			const float *x = (const float *)fast_at(j->x, t, 0, 0);
 

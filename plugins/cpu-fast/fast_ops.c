@@ -35,7 +35,7 @@ static void get_rows_task(void *arg, unsigned thread, int64_t begin, int64_t end
 		if (j->table->type == Q4KH_TYPE_F16)
 			j->k->from_f16(row, o, n);
 		else
-			cpu_dequant_row(j->table->type, row, o, n);
+			q4kh_dequant_row(j->table->type, row, o, n);
 		if (j->scale != 1.0f)
 			j->k->scale(o, j->scale, o, n);
 	}

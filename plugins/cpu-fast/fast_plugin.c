@@ -23,8 +23,8 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "../cpu-simd/simd.h"
-#include "../cpu/cpu_moe.h"
+#include "q4khost/cpu_isa.h"
+#include "q4khost/moe.h"
 #include "fast.h"
 
 #define NAME "cpu-fast"
@@ -77,13 +77,13 @@ static unsigned online_cpus(void)
 static int parse_isa(const char *s, const struct fast_kernels **out)
 {
 	if (!strcmp(s, "auto"))
-		*out = simd_isa_usable(SIMD_ISA_AVX512_VNNI) ? &fast_avx512_kernels :
-		       simd_isa_usable(SIMD_ISA_AVX2)        ? &fast_avx2_kernels :
-		                                               NULL;
+		*out = q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX512_VNNI) ? &fast_avx512_kernels :
+		       q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX2)        ? &fast_avx2_kernels :
+		                                                       NULL;
 	else if (!strcmp(s, "avx2"))
-		*out = simd_isa_usable(SIMD_ISA_AVX2) ? &fast_avx2_kernels : NULL;
+		*out = q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX2) ? &fast_avx2_kernels : NULL;
 	else if (!strcmp(s, "avx512"))
-		*out = simd_isa_usable(SIMD_ISA_AVX512_VNNI) ? &fast_avx512_kernels : NULL;
+		*out = q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX512_VNNI) ? &fast_avx512_kernels : NULL;
 	else
 		return -1;
 	return 0;
@@ -266,7 +266,7 @@ static q4kh_status f_device_open(q4kh_backend_ctx *ctx, uint32_t index, q4kh_dev
 static int f_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
 {
 	(void)ctx;
-	return cpu_type_supported(type);
+	return q4kh_dequant_supported(type);
 }
 
 static q4kh_status f_buffer_alloc(q4kh_device_ctx *dev, uint64_t size, q4kh_buffer **out)
@@ -412,11 +412,11 @@ static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_devi
 	return Q4KH_OK;
 }
 
-/* --- ABI 1.7: mixture of experts, the reference's code (cpu_moe.h) with
+/* --- ABI 1.7: mixture of experts, the reference's code (q4khost/moe.h) with
  * cpu-fast's own products --- */
 
-CPU_MOE_ENTRIES(f_moe_route, f_mul_mat_id, fast_contract, fast_mul_mat, f_buffer_alloc,
-                f_buffer_free, fast_at)
+Q4KH_MOE_ENTRIES(f_moe_route, f_mul_mat_id, fast_contract, fast_mul_mat, f_buffer_alloc,
+                 f_buffer_free, fast_at)
 
 /*
  * No graph_begin: a recording would replay only the backend's own ops,

@@ -18,7 +18,7 @@ struct q4kh_check fast_contract(q4kh_device_ctx *dev)
 	struct q4kh_check c = {
 		.dev = dev,
 		.buffer = own_buffer,
-		.weight_types = cpu_supported_types(),
+		.weight_types = q4kh_dequant_types(),
 		.msg = dev ? dev->ctx->error : NULL,
 		.cap = dev ? sizeof(dev->ctx->error) : 0,
 	};

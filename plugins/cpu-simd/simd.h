@@ -7,7 +7,7 @@
  * product is an integer dot product (decoders: simd_decode.h, row loop:
  * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
  * and chosen at run time from what the CPU and the OS support
- * (simd_cpu.c).
+ * (q4khost/cpu_isa.h, the SDK's).
  */
 #ifndef Q4KH_SIMD_H
 #define Q4KH_SIMD_H
@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "q4khost/cpu_isa.h"
 #include "q4khost/plugin.h"
 
 /* The weight types, as indices of a kernel table. */
@@ -28,13 +29,6 @@ enum simd_wtype {
 	SIMD_Q5_1,
 	SIMD_Q5_K,
 	SIMD_NTYPES
-};
-
-/* The instruction sets with kernels, in order of preference. */
-enum simd_isa {
-	SIMD_ISA_NONE = 0,
-	SIMD_ISA_AVX2 = 1,        /* AVX2 + FMA + F16C: vpmaddwd, 256 bits */
-	SIMD_ISA_AVX512_VNNI = 2  /* plus AVX-512 F/BW/VL/VNNI: vpdpwssd, 512 bits */
 };
 
 /*
@@ -196,7 +190,7 @@ struct simd_kernels {
 	simd_packed_fn packed[SIMD_NTYPES];
 };
 
-/* simd_avx2.c and simd_vnni.c; call only on a CPU that simd_isa_usable()
+/* simd_avx2.c and simd_vnni.c; call only on a CPU that q4kh_cpu_isa_usable()
  * reports for them. */
 extern const struct simd_kernels simd_avx2_kernels;
 extern const struct simd_kernels simd_vnni_kernels;
@@ -206,9 +200,6 @@ void simd_vnni_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int6
                            const struct simd_act *a, int ncols, float *const *y);
 void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                            const struct simd_act *a, int ncols, float *const *y);
-
-/* 1 when the CPU has ISA and the OS saves its register state (simd_cpu.c). */
-int simd_isa_usable(enum simd_isa isa);
 
 /*
  * Column c (< W) of group G from one quantised column A of K values, or

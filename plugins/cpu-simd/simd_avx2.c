@@ -1,7 +1,7 @@
 /*
  * cpu-simd's product for AVX2 (+ FMA, F16C): per block of 32, two vpmaddwd
  * (int16 pairs to int32) on 256-bit registers, scaled in float. Built with
- * -mavx2 -mfma -mf16c; called only where simd_isa_usable(SIMD_ISA_AVX2).
+ * -mavx2 -mfma -mf16c; called only where q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX2).
  */
 #include <immintrin.h>
 

@@ -37,8 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cpu/cpu_glu.h"
-#include "../cpu/cpu_pool.h"
+#include "q4khost/glu.h"
+#include "q4khost/pool.h"
 #include "simd.h"
 
 #define NAME "cpu-simd"
@@ -50,11 +50,11 @@
 
 struct q4kh_kernel_ctx {
 	const struct q4kh_host_api *host;
-	enum simd_isa isa;                 /* SIMD_ISA_NONE: score 0, no kernels */
+	enum q4kh_cpu_isa isa;             /* Q4KH_CPU_ISA_NONE: score 0, no kernels */
 	const struct simd_kernels *kernels;
 	unsigned threads;
 	int repack;                        /* the repack setting */
-	struct cpu_pool *pool;             /* started by the first product */
+	struct q4kh_pool *pool;            /* started by the first product */
 	void *scratch;                     /* one call's columns and rows (carve()) */
 	size_t scratch_size;
 	float *up;                         /* gemv_glu's up product */
@@ -97,24 +97,24 @@ static int wtype(uint32_t type)
 	return -1;
 }
 
-static const struct simd_kernels *kernels_of(enum simd_isa isa)
+static const struct simd_kernels *kernels_of(enum q4kh_cpu_isa isa)
 {
-	return isa == SIMD_ISA_AVX512_VNNI ? &simd_vnni_kernels :
-	       isa == SIMD_ISA_AVX2        ? &simd_avx2_kernels :
-	                                     NULL;
+	return isa == Q4KH_CPU_ISA_AVX512_VNNI ? &simd_vnni_kernels :
+	       isa == Q4KH_CPU_ISA_AVX2        ? &simd_avx2_kernels :
+	                                         NULL;
 }
 
 /* The ISA an "isa" setting asks for; -1 when the value is unknown. */
-static int parse_isa(const char *s, enum simd_isa *out)
+static int parse_isa(const char *s, enum q4kh_cpu_isa *out)
 {
 	if (!strcmp(s, "auto"))
-		*out = simd_isa_usable(SIMD_ISA_AVX512_VNNI) ? SIMD_ISA_AVX512_VNNI :
-		       simd_isa_usable(SIMD_ISA_AVX2)        ? SIMD_ISA_AVX2 :
-		                                               SIMD_ISA_NONE;
+		*out = q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX512_VNNI) ? Q4KH_CPU_ISA_AVX512_VNNI :
+		       q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX2)        ? Q4KH_CPU_ISA_AVX2 :
+		                                                       Q4KH_CPU_ISA_NONE;
 	else if (!strcmp(s, "avx2"))
-		*out = SIMD_ISA_AVX2;
+		*out = Q4KH_CPU_ISA_AVX2;
 	else if (!strcmp(s, "avx512-vnni"))
-		*out = SIMD_ISA_AVX512_VNNI;
+		*out = Q4KH_CPU_ISA_AVX512_VNNI;
 	else
 		return -1;
 	return 0;
@@ -123,8 +123,8 @@ static int parse_isa(const char *s, enum simd_isa *out)
 static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
 {
 	const char *threads = NULL, *isa = NULL, *repack = NULL;
-	unsigned n = cpu_threads_online();
-	enum simd_isa chosen;
+	unsigned n = q4kh_threads_online();
+	enum q4kh_cpu_isa chosen;
 	char line[128];
 
 	if (!host || !out)
@@ -143,15 +143,15 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	if (repack && strcmp(repack, "on") && strcmp(repack, "off"))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] repack = \"%s\": expected on or off", repack);
-	if (threads && cpu_threads_parse(threads, &n))
+	if (threads && q4kh_threads_parse(threads, &n))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] threads = \"%s\": expected an integer "
-		            "from 1 to %d", threads, CPU_MAX_THREADS);
+		            "from 1 to %d", threads, Q4KH_MAX_THREADS);
 	if (parse_isa(isa ? isa : "auto", &chosen))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] isa = \"%s\": expected auto, avx2 or "
 		            "avx512-vnni", isa);
-	if (isa && strcmp(isa, "auto") && !simd_isa_usable(chosen))
+	if (isa && strcmp(isa, "auto") && !q4kh_cpu_isa_usable(chosen))
 		return fail(NULL, Q4KH_ERR_UNSUPPORTED,
 		            "[plugin." NAME "] isa = %s: this CPU, or the OS's saved "
 		            "register state (XCR0), does not support it", isa);
@@ -175,7 +175,7 @@ static void k_shutdown(q4kh_kernel_ctx *ctx)
 {
 	if (!ctx)
 		return;
-	cpu_pool_destroy(ctx->pool);
+	q4kh_pool_destroy(ctx->pool);
 	free(ctx->scratch);
 	free(ctx->up);
 	free(ctx);
@@ -193,7 +193,7 @@ static uint32_t k_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *d
 	(void)dev; /* "cpu" has one device: this process's CPU */
 	if (!ctx || !ctx->kernels || wtype(type) < 0)
 		return 0;
-	return ctx->isa == SIMD_ISA_AVX512_VNNI ? 3 : 2;
+	return ctx->isa == Q4KH_CPU_ISA_AVX512_VNNI ? 3 : 2;
 }
 
 /* FN over [0, n) on the backend's lent threads, else on the variant's. */
@@ -203,7 +203,7 @@ static void run_parallel(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *
 	if (lent)
 		dev->parallel(dev->pool, n, grain, fn, arg);
 	else
-		cpu_pool_run(ctx->pool, n, grain, fn, arg);
+		q4kh_pool_run(ctx->pool, n, grain, fn, arg);
 }
 
 /*
@@ -215,7 +215,7 @@ static q4kh_status threads_of(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
                               int *lent, unsigned *threads)
 {
 	*lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
-	if (!*lent && !ctx->pool && cpu_pool_create(ctx->threads, &ctx->pool))
+	if (!*lent && !ctx->pool && q4kh_pool_create(ctx->threads, &ctx->pool))
 		return fail(ctx, Q4KH_ERR_INTERNAL, "cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
 	*threads = *lent ? dev->threads : ctx->threads;
@@ -721,7 +721,7 @@ static void glu_part(void *arg, unsigned part, int64_t begin, int64_t end)
 		const float *u = j->up + c * j->n;
 
 		for (int64_t r = begin; r < end; r++)
-			g[r] = cpu_glu_value(j->kind, g[r], u[r]);
+			g[r] = q4kh_glu_value(j->kind, g[r], u[r]);
 	}
 }
 
@@ -740,7 +740,7 @@ static int f32_overlap(const struct q4kh_native_device *dev, const struct q4kh_t
  * ABI 1.4: y = act(w_gate x) * (w_up x) as two gemv() and the reference
  * cpu backend's glu give it: the gate product into y, the up product into
  * the context's memory, then every value through the reference's own
- * arithmetic (cpu_glu_value, plugins/cpu/cpu_glu.h), so that the
+ * arithmetic (q4kh_glu_value, sdk/include/q4khost/glu.h), so that the
  * interpreter's fused path runs end to end without a GPU. On a backend
  * that lends its threads (ABI 1.3) it answers Q4KH_ERR_UNSUPPORTED: the
  * ABI does not tell a variant which "cpu" backend it serves, and the one

@@ -2,7 +2,7 @@
  * cpu-simd's product for AVX-512 VNNI: per block of 32, one vpdpwssd (int16
  * pairs summed into int32) on a 512-bit register, scaled in float. Built
  * with the AVX2 flags and -mavx512f -mavx512bw -mavx512vl -mavx512vnni;
- * called only where simd_isa_usable(SIMD_ISA_AVX512_VNNI).
+ * called only where q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX512_VNNI).
  */
 #include <immintrin.h>
 

@@ -7,7 +7,7 @@
  * high and low bytes (q = 256 hi + lo, struct simd_act): two vpdpbusd per 4
  * values, the high sum shifted by 8 before the low one joins it, give
  * exactly the int16 product. Built with the VNNI flags; called only where
- * simd_isa_usable(SIMD_ISA_AVX512_VNNI).
+ * q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX512_VNNI).
  */
 #include <immintrin.h>
 #include <string.h>

@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 #include "q4khost/contract.h"
+#include "q4khost/dequant.h"
 #include "q4khost/plugin.h"
-
-#include "cpu_pool.h"
+#include "q4khost/pool.h"
 
 #define CPU_ALIGN 64
 
@@ -38,7 +38,7 @@ struct q4kh_backend_ctx {
 
 struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
-	struct cpu_pool *pool;
+	struct q4kh_pool *pool;
 	unsigned threads;
 	void **scratch;       /* one per thread, CPU_ALIGN-aligned */
 	uint64_t scratch_size; /* bytes of each */
@@ -64,17 +64,8 @@ q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
 /* Make every thread's scratch at least BYTES long. */
 q4kh_status cpu_scratch_reserve(q4kh_device_ctx *dev, uint64_t bytes);
 
-/* --- dequantization (cpu_quant.c) --- */
-
 /* Bit for a type in a mask of accepted types. */
 #define CPU_T(type) Q4KH_TYPE_BIT(type)
-
-/* 1 when get_rows and mul_mat accept weights of TYPE. */
-int cpu_type_supported(uint32_t type);
-/* The mask (CPU_T bits) of those types. */
-uint32_t cpu_supported_types(void);
-/* Dequantize one row of K values of TYPE (supported) to f32, exactly. */
-void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
 /* --- the op contract (cpu_tensor.c) --- */
 

@@ -401,7 +401,7 @@ static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
 	                                                         nq * j->span));
 	if (st)
 		return st;
-	cpu_pool_run(dev->pool, j->n_kv * j->blocks, 1, attn_task, j);
+	q4kh_pool_run(dev->pool, j->n_kv * j->blocks, 1, attn_task, j);
 	return Q4KH_OK;
 }
 

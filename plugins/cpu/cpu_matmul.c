@@ -181,7 +181,7 @@ static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	for (b.n0 = begin; b.n0 < end; b.n0 += ROWS) {
 		b.nr = end - b.n0 < ROWS ? end - b.n0 : ROWS;
 		for (int64_t r = 0; r < b.nr; r++) {
-			cpu_dequant_row(j->w->type, cpu_row(j->w, b.n0 + r, 0, 0), wf, k);
+			q4kh_dequant_row(j->w->type, cpu_row(j->w, b.n0 + r, 0, 0), wf, k);
 			for (int64_t i = 0; i < k; i++)
 				wd[r * k + i] = wf[i];
 		}
@@ -222,9 +222,9 @@ q4kh_status cpu_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                "mul_mat: out of memory for %lld x %lld activations",
 		                (long long)j.k, (long long)j.t);
-	cpu_pool_run(dev->pool, j.t, 1, x_task, &j);
+	q4kh_pool_run(dev->pool, j.t, 1, x_task, &j);
 	/* Parts of at least 8 rows: fewer would waste the dequantization. */
-	cpu_pool_run(dev->pool, w->ne[1], 8, mm_task, &j);
+	q4kh_pool_run(dev->pool, w->ne[1], 8, mm_task, &j);
 	free(j.xd);
 	return Q4KH_OK;
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "cpu_glu.h"
+#include "q4khost/glu.h"
 
 /* Rows per part so that a part holds at least this many values. */
 #define GRAIN_VALUES 16384
@@ -36,8 +36,8 @@ static void get_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	for (int64_t r = begin; r < end; r++) {
 		float *o = (float *)cpu_row(j->out, r, 0, 0);
 
-		cpu_dequant_row(j->table->type, cpu_row(j->table, j->ids[r], 0, 0),
-		                o, k);
+		q4kh_dequant_row(j->table->type, cpu_row(j->table, j->ids[r], 0, 0),
+		                 o, k);
 		for (int64_t i = 0; i < k; i++)
 			o[i] *= j->scale;
 	}
@@ -53,7 +53,7 @@ q4kh_status cpu_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
 
 	if ((st = q4kh_check_get_rows(&c, table, ids, n, out)))
 		return st;
-	cpu_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
+	q4kh_pool_run(dev->pool, n, grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
 
@@ -70,7 +70,7 @@ q4kh_status cpu_get_rows_ext(q4kh_device_ctx *dev,
 	    (st = cpu_index_values(dev, "get_rows_ext ids", ids, table->ne[1])))
 		return st;
 	j.ids = (const int32_t *)cpu_row(ids, 0, 0, 0);
-	cpu_pool_run(dev->pool, ids->ne[0], grain(table->ne[0]), get_rows_task, &j);
+	q4kh_pool_run(dev->pool, ids->ne[0], grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
 
@@ -113,7 +113,7 @@ q4kh_status cpu_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
-	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), rms_norm_task, &j);
+	q4kh_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -208,8 +208,8 @@ static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                "rope: out of memory for %lld angles",
 		                (long long)x->ne[2] * p->n_rot / 2);
-	cpu_pool_run(dev->pool, x->ne[1] * x->ne[2], grain(x->ne[0]), rope_task,
-	             &j);
+	q4kh_pool_run(dev->pool, x->ne[1] * x->ne[2], grain(x->ne[0]), rope_task,
+	              &j);
 	free((void *)j.cs);
 	return Q4KH_OK;
 }
@@ -291,7 +291,7 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op,
 
 	if ((st = q4kh_check_binary(&c, op, a, b, out)))
 		return st;
-	cpu_pool_run(dev->pool, cpu_nrows(a), grain(a->ne[0]), binary_task, &j);
+	q4kh_pool_run(dev->pool, cpu_nrows(a), grain(a->ne[0]), binary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -337,7 +337,7 @@ q4kh_status cpu_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_scale(&c, x, out)))
 		return st;
-	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), scale_task, &j);
+	q4kh_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), scale_task, &j);
 	return Q4KH_OK;
 }
 
@@ -359,7 +359,7 @@ static void glu_task(void *arg, unsigned part, int64_t begin, int64_t end)
 		float *o = (float *)cpu_flat_row(j->out, r);
 
 		for (int64_t i = 0; i < j->gate->ne[0]; i++)
-			o[i] = cpu_glu_value(j->kind, g[i], u[i]);
+			o[i] = q4kh_glu_value(j->kind, g[i], u[i]);
 	}
 }
 
@@ -374,7 +374,7 @@ q4kh_status cpu_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 
 	if ((st = q4kh_check_glu(&c, kind, gate, up, out)))
 		return st;
-	cpu_pool_run(dev->pool, cpu_nrows(gate), grain(gate->ne[0]), glu_task, &j);
+	q4kh_pool_run(dev->pool, cpu_nrows(gate), grain(gate->ne[0]), glu_task, &j);
 	return Q4KH_OK;
 }
 
@@ -422,8 +422,8 @@ q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
 		return st;
 	j.f = kind == Q4KH_UNARY_SIGMOID ? sigmoid
 	      : kind == Q4KH_UNARY_SOFTPLUS ? softplus
-	                                    : cpu_silu;
-	cpu_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), unary_task, &j);
+	                                    : q4kh_silu;
+	q4kh_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -471,7 +471,7 @@ q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 
 	if ((st = q4kh_check_copy(&c, src, dst)))
 		return st;
-	cpu_pool_run(dev->pool, cpu_nrows(src), grain(src->ne[0]), copy_task, &j);
+	q4kh_pool_run(dev->pool, cpu_nrows(src), grain(src->ne[0]), copy_task, &j);
 	return Q4KH_OK;
 }
 
@@ -507,7 +507,7 @@ q4kh_status cpu_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	    (st = cpu_index_values(dev, "set_rows rows", rows, dst->ne[2])))
 		return st;
 	j.rows = (const int32_t *)cpu_row(rows, 0, 0, 0);
-	cpu_pool_run(dev->pool, src->ne[1] * src->ne[2], grain(src->ne[0]),
-	             set_rows_task, &j);
+	q4kh_pool_run(dev->pool, src->ne[1] * src->ne[2], grain(src->ne[0]),
+	              set_rows_task, &j);
 	return Q4KH_OK;
 }

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
-#include "cpu_moe.h"
+#include "q4khost/moe.h"
 
 /*
  * Why the last init() on this thread failed: there is no context to hold
@@ -65,11 +65,11 @@ static q4kh_status cpu_init(const struct q4kh_host_api *host,
 		                 host->abi_major, Q4KH_ABI_MAJOR);
 	if (Q4KH_HOST_HAS(host, config_get))
 		threads = host->config_get(host->host_data, "threads");
-	n = cpu_threads_online();
-	if (threads && cpu_threads_parse(threads, &n))
+	n = q4kh_threads_online();
+	if (threads && q4kh_threads_parse(threads, &n))
 		return init_fail("cpu: [plugin.cpu] threads = \"%s\": expected an "
 		                 "integer from 1 to %d",
-		                 threads, CPU_MAX_THREADS);
+		                 threads, Q4KH_MAX_THREADS);
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
 		init_fail("cpu: init: out of memory");
@@ -172,7 +172,7 @@ static void cpu_device_close(q4kh_device_ctx *dev)
 {
 	if (!dev)
 		return;
-	cpu_pool_destroy(dev->pool);
+	q4kh_pool_destroy(dev->pool);
 	free_scratch(dev);
 	free(dev->scratch);
 	free(dev->f16);
@@ -211,7 +211,7 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		dev->f16[h] = q4kh_fp16_to_f32((uint16_t)h);
 	dev->ctx = ctx;
 	dev->threads = ctx->threads;
-	if (cpu_pool_create(ctx->threads, &dev->pool)) {
+	if (q4kh_pool_create(ctx->threads, &dev->pool)) {
 		int e = errno;
 
 		cpu_device_close(dev);
@@ -231,7 +231,7 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 static int cpu_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
 {
 	(void)ctx;
-	return cpu_type_supported(type);
+	return q4kh_dequant_supported(type);
 }
 
 static q4kh_status cpu_buffer_alloc(q4kh_device_ctx *dev, uint64_t size,
@@ -361,10 +361,10 @@ static q4kh_status cpu_native_device(q4kh_device_ctx *dev,
 	return Q4KH_OK;
 }
 
-/* --- ABI 1.7: mixture of experts, through the shared code (cpu_moe.h) --- */
+/* --- ABI 1.7: mixture of experts, through the shared code (q4khost/moe.h) --- */
 
-CPU_MOE_ENTRIES(cpu_route_entry, cpu_mul_mat_id, cpu_contract, cpu_mul_mat, cpu_buffer_alloc,
-                cpu_buffer_free, cpu_row)
+Q4KH_MOE_ENTRIES(cpu_route_entry, cpu_mul_mat_id, cpu_contract, cpu_mul_mat, cpu_buffer_alloc,
+                 cpu_buffer_free, cpu_row)
 
 static const struct q4kh_backend_v1 cpu_backend = {
 	.struct_size = sizeof(struct q4kh_backend_v1),

@@ -65,7 +65,7 @@ q4kh_status cpu_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                                      (uint64_t)(w->ne[0] - 1 + x->ne[1]));
 	if (st)
 		return st;
-	cpu_pool_run(dev->pool, x->ne[0], 1, conv_task, &j);
+	q4kh_pool_run(dev->pool, x->ne[0], 1, conv_task, &j);
 	return Q4KH_OK;
 }
 
@@ -149,6 +149,6 @@ q4kh_status cpu_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	                                      (uint64_t)q->ne[0]);
 	if (st)
 		return st;
-	cpu_pool_run(dev->pool, v->ne[1], 1, delta_task, &j);
+	q4kh_pool_run(dev->pool, v->ne[1], 1, delta_task, &j);
 	return Q4KH_OK;
 }

@@ -1,12 +1,12 @@
 /*
  * cuda-dp4a: Q4_K GEMV with activations quantised to int8 blocks of 32 and
  * __dp4a integer dot products (dp4a_kernels.cu), behind the shared variant
- * table (variant.h).
+ * table (q4khost/cuda_variant.h).
  */
 #ifndef Q4KH_CUDA_DP4A_H
 #define Q4KH_CUDA_DP4A_H
 
-#include "../cuda-variant/variant.h"
+#include "q4khost/cuda_variant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,7 +27,7 @@ size_t dp4a_scratch_bytes(int64_t k, int64_t cols);
  * w->data: Q4_K rows w->stride bytes apart, both 16-byte aligned. Returns
  * the first launch error.
  */
-cudaError_t dp4a_launch(const q4kh_prepared *w, const struct cv_io *io,
+cudaError_t dp4a_launch(const q4kh_prepared *w, const struct q4kh_cv_io *io,
                         void *scratch, int warps, cudaStream_t s);
 
 #ifdef __cplusplus

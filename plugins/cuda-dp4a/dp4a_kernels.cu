@@ -3,8 +3,8 @@
  *
  * First each activation column is quantised in blocks of 32 values
  * (Q8_1-style): d = max |x| / 127, q = round(x / d), kept with d and
- * d * sum(q). Then, with the streaming shape of variant_device.cuh and the
- * pieces of q4k_device.cuh, each 16-byte piece (32 weights of two
+ * d * sum(q). Then, with the streaming shape of q4khost/cuda_variant_device.cuh and the
+ * pieces of q4khost/cuda_q4k_device.cuh, each 16-byte piece (32 weights of two
  * sub-blocks) meets 16 + 16 int8 activations in eight __dp4a; the Q4_K
  * mins need no per-value work: sub-block j of a super-block contributes
  *   d sc_j sum_i q_i a_i  -  dmin m_j d_a sum_i a_i
@@ -15,7 +15,7 @@
  * (tests/cuda_variant_rig.h bounds it).
  */
 #include "dp4a.h"
-#include "../cuda-variant/q4k_device.cuh"
+#include "q4khost/cuda_q4k_device.cuh"
 
 #define QB 32 /* activation values per int8 block */
 
@@ -54,14 +54,14 @@ quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
 	amax = fabsf(v);
 	bad = !isfinite(v);
 	for (int off = 16; off > 0; off >>= 1)
-		amax = fmaxf(amax, __shfl_xor_sync(CV_FULL_MASK, amax, off));
-	bad = __any_sync(CV_FULL_MASK, bad);
+		amax = fmaxf(amax, __shfl_xor_sync(Q4KH_CV_FULL_MASK, amax, off));
+	bad = __any_sync(Q4KH_CV_FULL_MASK, bad);
 	d = amax / 127.0f;
 	qi = amax > 0.0f ? __float2int_rn(v / d) : 0;
 	q[b / per_col * k + b % per_col * QB + lane] = (int8_t)qi;
 	sum = qi;
 	for (int off = 16; off > 0; off >>= 1)
-		sum += __shfl_xor_sync(CV_FULL_MASK, sum, off);
+		sum += __shfl_xor_sync(Q4KH_CV_FULL_MASK, sum, off);
 	if (lane == 0)
 		ds[b] = bad ? make_float2(__int_as_float(0x7FC00000),
 		                          __int_as_float(0x7FC00000))
@@ -81,34 +81,34 @@ __device__ __forceinline__ float small_int_float(int v)
 	return __int_as_float(v + 0x4B400000) - 12582912.0f;
 }
 
-/* The int8 arithmetic of one piece, for cv_stream_kernel. */
-struct dp4a_dot : q4k_rows {
+/* The int8 arithmetic of one piece, for q4kh_cv_stream_kernel. */
+struct dp4a_dot : q4kh_q4k_rows {
 	const int8_t *xq;  /* codes, column c at xq + c * k */
 	const float2 *ds;  /* {d, d * sum}, column c at ds + c * (k / QB) */
 	int64_t k;
 
 	template <int R, int T>
-	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4k_piece (&pc)[R],
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4kh_q4k_piece (&pc)[R],
 	                                    int j) const
 	{
 		const int sb = j >> 3, p = j & 7;
 		const int64_t nb = k / QB;
 		/* Activation blocks of sub-blocks 2 (p / 2) and 2 (p / 2) + 1. */
-		const int64_t b0 = (int64_t)sb * Q4K_PIECES + (p & ~1);
-		const int8_t *xp = xq + Q4K_PIECE_X(sb, p);
+		const int64_t b0 = (int64_t)sb * Q4KH_Q4K_PIECES + (p & ~1);
+		const int8_t *xp = xq + Q4KH_Q4K_PIECE_X(sb, p);
 		uint32_t lo[R][4], hi[R][4];
 		float dl[R][2], ml[R][2];
 
 #pragma unroll
 		for (int r = 0; r < R; r++) {
-			q4k_scales(pc[r].h, p >> 1, dl[r], ml[r]);
+			q4kh_q4k_scales(pc[r].h, p >> 1, dl[r], ml[r]);
 			/* Each sub-block's min once: by its first half's lane. */
 			if (p & 1)
 				ml[r][0] = ml[r][1] = 0.0f;
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
-				lo[r][i] = cv_word(pc[r].q, i) & 0x0F0F0F0F;
-				hi[r][i] = (cv_word(pc[r].q, i) >> 4) & 0x0F0F0F0F;
+				lo[r][i] = q4kh_cv_word(pc[r].q, i) & 0x0F0F0F0F;
+				hi[r][i] = (q4kh_cv_word(pc[r].q, i) >> 4) & 0x0F0F0F0F;
 			}
 		}
 #pragma unroll
@@ -124,8 +124,8 @@ struct dp4a_dot : q4k_rows {
 
 #pragma unroll
 				for (int i = 0; i < 4; i++) {
-					il = __dp4a((int)lo[r][i], (int)cv_word(al, i), il);
-					ih = __dp4a((int)hi[r][i], (int)cv_word(ah, i), ih);
+					il = __dp4a((int)lo[r][i], (int)q4kh_cv_word(al, i), il);
+					ih = __dp4a((int)hi[r][i], (int)q4kh_cv_word(ah, i), ih);
 				}
 				acc[r][c] = fmaf(dl[r][0] * s0.x, small_int_float(il), acc[r][c]);
 				acc[r][c] = fmaf(dl[r][1] * s1.x, small_int_float(ih), acc[r][c]);
@@ -145,7 +145,7 @@ extern "C" cudaError_t dp4a_probe(void)
 	return cudaFuncGetAttributes(&a, quantize_kernel);
 }
 
-extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const cv_io *io,
+extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                    void *scratch, int warps, cudaStream_t s)
 {
 	const int64_t blocks = w->k / QB * io->cols;
@@ -154,7 +154,7 @@ extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const cv_io *io,
 
 	dot.w = (const uint8_t *)w->data;
 	dot.stride = w->stride;
-	dot.pieces = (int)(w->k / (Q4K_VALUES / Q4K_PIECES));
+	dot.pieces = (int)(w->k / (Q4KH_Q4K_VALUES / Q4KH_Q4K_PIECES));
 	dot.xq = (const int8_t *)scratch;
 	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
 	dot.k = w->k;
@@ -162,6 +162,6 @@ extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const cv_io *io,
 	                         io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
 	                         (float2 *)dot.ds)) != cudaSuccess)
 		return e;
-	return cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                        w->multiprocessors, s);
+	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                             w->multiprocessors, s);
 }

@@ -15,12 +15,12 @@ static const uint32_t dp4a_types[] = { Q4KH_TYPE_Q4_K };
 
 /*
  * The int8 activations go to the context's scratch on w's device
- * (variant_scratch.h): allocated once, grown when a longer row or more
+ * (q4khost/cuda_variant_scratch.h): allocated once, grown when a longer row or more
  * columns need more, kept until shutdown, so nothing is allocated or
  * freed per product and a recorded graph holds only the two kernels.
  */
 static q4kh_status dp4a_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
-                              const struct cv_io *io, cudaStream_t s)
+                              const struct q4kh_cv_io *io, cudaStream_t s)
 {
 	char what[128];
 	void *scratch;
@@ -28,22 +28,22 @@ static q4kh_status dp4a_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
 
 	snprintf(what, sizeof(what), "%s: int8 activations of %lld x %lld columns",
 	         io->call, (long long)w->k, (long long)io->cols);
-	if ((st = cv_scratch_get(ctx, w->ordinal,
-	                         dp4a_scratch_bytes(w->k, io->cols), s, what,
-	                         &scratch)))
+	if ((st = q4kh_cv_scratch_get(ctx, w->ordinal,
+	                              dp4a_scratch_bytes(w->k, io->cols), s, what,
+	                              &scratch)))
 		return st;
-	return cv_launched(ctx, dp4a_launch(w, io, scratch, ctx->warps, s),
-	                   "cuda-dp4a", w, io);
+	return q4kh_cv_launched(ctx, dp4a_launch(w, io, scratch, ctx->warps, s),
+	                        "cuda-dp4a", w, io);
 }
 
-const struct cv_variant cv_self = {
+const struct q4kh_cv_variant q4kh_cv_self = {
 	.min_sm = 70,
 	.score = 50,
 	.default_warps = 4,
 	.probe = dp4a_probe,
-	.prepare = cv_prepare_aligned,
+	.prepare = q4kh_cv_prepare_aligned,
 	.apply = dp4a_apply,
 };
 
 /* int8 activations per 32 values, integer dot products */
-CV_PLUGIN("cuda-dp4a", dp4a_types, Q4KH_ARITH_INT8)
+Q4KH_CV_PLUGIN("cuda-dp4a", dp4a_types, Q4KH_ARITH_INT8)

@@ -1,13 +1,13 @@
 /*
  * cuda-gemv-iq: GEMV for the 4-bit i-quants IQ4_NL and IQ4_XS with fp32
  * activations (iq_kernels.cu), behind the shared variant table
- * (variant.h). Weights are repacked once by prepare into 16-byte code
+ * (q4khost/cuda_variant.h). Weights are repacked once by prepare into 16-byte code
  * pieces and separate scales.
  */
 #ifndef Q4KH_CUDA_IQ_H
 #define Q4KH_CUDA_IQ_H
 
-#include "../cuda-variant/variant.h"
+#include "q4khost/cuda_variant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,11 +26,11 @@ size_t iq_repacked_bytes(uint32_t type, int64_t k, int64_t n);
 cudaError_t iq_repack(const q4kh_prepared *w, void *dst, cudaStream_t s);
 
 /*
- * Enqueue y = W x for io->cols (1 .. CV_MAX_COLUMNS) columns on stream s,
+ * Enqueue y = W x for io->cols (1 .. Q4KH_CV_MAX_COLUMNS) columns on stream s,
  * with WARPS warps per block; w->data is the repacked copy. Returns the
  * launch error.
  */
-cudaError_t iq_launch(const q4kh_prepared *w, const struct cv_io *io,
+cudaError_t iq_launch(const q4kh_prepared *w, const struct q4kh_cv_io *io,
                       int warps, cudaStream_t s);
 
 #ifdef __cplusplus

@@ -11,11 +11,11 @@
  * The codebook lives in four registers as bytes kvalue + 128: two byte
  * permutes look up the low and the high half of the table for four codes
  * at once, a third turns bit 3 of each code into a byte mask that picks
- * between them. With the streaming shape of variant_device.cuh (a piece
+ * between them. With the streaming shape of q4khost/cuda_variant_device.cuh (a piece
  * is one block of 32), a piece's sum over its 32 values is scaled once.
  */
 #include "iq.h"
-#include "../cuda-variant/variant_device.cuh"
+#include "q4khost/cuda_variant_device.cuh"
 
 #define QB 32           /* values per block */
 #define XS_BLOCKS 8     /* blocks per IQ4_XS super-block */
@@ -146,13 +146,13 @@ __device__ __forceinline__ uint32_t lookup4(const iq_table &t, uint32_t s)
 	return (hi & upper) | (lo & ~upper);
 }
 
-/* What cv_stream_kernel loads for one block of 32: codes and scale. */
+/* What q4kh_cv_stream_kernel loads for one block of 32: codes and scale. */
 struct iq_piece {
 	uint4 q;
 	float scale;
 };
 
-/* The cv_stream_kernel format of the repacked copy. */
+/* The q4kh_cv_stream_kernel format of the repacked copy. */
 template <bool XS>
 struct iq_format {
 	typedef iq_piece piece_t;
@@ -169,7 +169,7 @@ struct iq_format {
 		const int64_t b = row * pieces + j;
 		iq_piece p;
 
-		p.q = cv_load_stream(codes + 16 * b);
+		p.q = q4kh_cv_load_stream(codes + 16 * b);
 		p.scale = XS ? __half2float(__ushort_as_half(__ldg(d + b / XS_BLOCKS))) *
 		                       (float)__ldg(ls + b)
 		             : __half2float(__ushort_as_half(__ldg(d + b)));
@@ -194,14 +194,14 @@ struct iq_format {
 			}
 #pragma unroll
 			for (int r = 0; r < R; r++) {
-				const uint32_t v = cv_word(pc[r].q, k);
+				const uint32_t v = q4kh_cv_word(pc[r].q, k);
 				const uint32_t ea = lookup4(t, v), eb = lookup4(t, v >> 16);
 				float fa[4], fb[4];
 
 #pragma unroll
 				for (int b = 0; b < 4; b++) {
-					fa[b] = cv_byte_float_less(ea, b, CODE_BIAS);
-					fb[b] = cv_byte_float_less(eb, b, CODE_BIAS);
+					fa[b] = q4kh_cv_byte_float_less(ea, b, CODE_BIAS);
+					fb[b] = q4kh_cv_byte_float_less(eb, b, CODE_BIAS);
 				}
 #pragma unroll
 				for (int c = 0; c < T; c++) {
@@ -232,7 +232,7 @@ extern "C" cudaError_t iq_probe(void)
 }
 
 template <bool XS>
-static cudaError_t launch_format(const q4kh_prepared *w, const cv_io *io,
+static cudaError_t launch_format(const q4kh_prepared *w, const q4kh_cv_io *io,
                                  int warps, cudaStream_t s)
 {
 	const iq_layout l = layout_of(w->type, w->k, w->n);
@@ -246,11 +246,11 @@ static cudaError_t launch_format(const q4kh_prepared *w, const cv_io *io,
 	f.x = io->x;
 	f.ldx = io->ldx;
 	f.pieces = (int)(w->k / QB);
-	return cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                        w->multiprocessors, s);
+	return q4kh_cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                             w->multiprocessors, s);
 }
 
-extern "C" cudaError_t iq_launch(const q4kh_prepared *w, const cv_io *io,
+extern "C" cudaError_t iq_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                  int warps, cudaStream_t s)
 {
 	return w->type == Q4KH_TYPE_IQ4_XS ? launch_format<true>(w, io, warps, s)

@@ -17,20 +17,20 @@ static q4kh_status iq_prepare(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
 	q4kh_status st;
 
 	/* stride: bytes of codes per row */
-	if ((st = cv_prepare_own(ctx, w, iq_repacked_bytes(w->type, w->k, w->n),
-	                         w->k / 2)))
+	if ((st = q4kh_cv_prepare_own(ctx, w, iq_repacked_bytes(w->type, w->k, w->n),
+	                              w->k / 2)))
 		return st;
-	return cv_cuda(ctx, iq_repack(w, w->own, s), "prepare: repack kernel");
+	return q4kh_cv_cuda(ctx, iq_repack(w, w->own, s), "prepare: repack kernel");
 }
 
 static q4kh_status iq_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
-                            const struct cv_io *io, cudaStream_t s)
+                            const struct q4kh_cv_io *io, cudaStream_t s)
 {
-	return cv_launched(ctx, iq_launch(w, io, ctx->warps, s), "cuda-gemv-iq",
-	                   w, io);
+	return q4kh_cv_launched(ctx, iq_launch(w, io, ctx->warps, s), "cuda-gemv-iq",
+	                        w, io);
 }
 
-const struct cv_variant cv_self = {
+const struct q4kh_cv_variant q4kh_cv_self = {
 	.min_sm = 70,
 	.score = 100,
 	.default_warps = 4,
@@ -39,5 +39,5 @@ const struct cv_variant cv_self = {
 	.apply = iq_apply,
 };
 
-/* f32 activations in its GEMV, fp16 tensor cores for a prompt (cv_gemm) */
-CV_PLUGIN("cuda-gemv-iq", iq_types, Q4KH_ARITH_F16)
+/* f32 activations in its GEMV, fp16 tensor cores for a prompt (q4kh_cv_gemm) */
+Q4KH_CV_PLUGIN("cuda-gemv-iq", iq_types, Q4KH_ARITH_F16)

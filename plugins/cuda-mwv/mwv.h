@@ -2,12 +2,12 @@
  * cuda-mwv: Q4_K and Q6_K GEMV with fp32 activations, warps streaming
  * rows (mwv_kernels.cu, mwv_q6k_kernels.cu; several matrices in one
  * launch: mwv_multi.cu; gate, up and their activation: mwv_glu.cu),
- * behind the shared variant table (variant.h).
+ * behind the shared variant table (q4khost/cuda_variant.h).
  */
 #ifndef Q4KH_CUDA_MWV_H
 #define Q4KH_CUDA_MWV_H
 
-#include "../cuda-variant/variant.h"
+#include "q4khost/cuda_variant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,11 +17,11 @@ extern "C" {
 cudaError_t mwv_probe(void);
 
 /*
- * Enqueue y = W x for io->cols (1 .. CV_MAX_COLUMNS) columns on stream s,
+ * Enqueue y = W x for io->cols (1 .. Q4KH_CV_MAX_COLUMNS) columns on stream s,
  * with WARPS warps per block. w->data: Q4_K rows w->stride bytes apart,
  * both 16-byte aligned. Returns the launch's error.
  */
-cudaError_t mwv_launch(const q4kh_prepared *w, const struct cv_io *io,
+cudaError_t mwv_launch(const q4kh_prepared *w, const struct q4kh_cv_io *io,
                        int warps, cudaStream_t s);
 
 /* Bytes of one row of K values in the Q6_K copy (224 per 256 values). */
@@ -35,28 +35,28 @@ int64_t mwv_q6k_row_bytes(int64_t k);
 cudaError_t mwv_q6k_pack(const q4kh_prepared *w, void *dst, cudaStream_t s);
 
 /* As mwv_launch for the Q6_K copy (w->data, w->stride from prepare). */
-cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const struct cv_io *io,
+cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const struct q4kh_cv_io *io,
                            int warps, cudaStream_t s);
 
 /*
  * Enqueue gemv_multi's N (1 .. Q4KH_GEMV_MULTI_MAX) products io on stream
  * s as one launch of WARPS warps per block: w[i] Q4_K (rows in place) or
  * Q6_K (the copy), all of one K, prepared on one device; io->cols 1 ..
- * CV_MAX_COLUMNS. Returns the launch's error.
+ * Q4KH_CV_MAX_COLUMNS. Returns the launch's error.
  */
 cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w[],
-                             const struct cv_multi_io *io, int warps,
+                             const struct q4kh_cv_multi_io *io, int warps,
                              cudaStream_t s);
 
 /*
  * Enqueue gemv_glu's y = act(gate x) * (up x) (io->y {N, cols}, cols 1 ..
- * CV_MAX_COLUMNS) on stream s as one launch of WARPS warps per block, act
- * SiLU with SILU, else the tanh GELU (cuda_glu.cuh): gate and up of one
+ * Q4KH_CV_MAX_COLUMNS) on stream s as one launch of WARPS warps per block, act
+ * SiLU with SILU, else the tanh GELU (q4khost/cuda_glu.cuh): gate and up of one
  * type, Q4_K (rows in place) or Q6_K (the copy), one K and N, prepared on
  * one device. cudaErrorInvalidValue for mixed types or shapes.
  */
 cudaError_t mwv_glu_launch(int silu, const q4kh_prepared *gate,
-                           const q4kh_prepared *up, const struct cv_io *io,
+                           const q4kh_prepared *up, const struct q4kh_cv_io *io,
                            int warps, cudaStream_t s);
 
 #ifdef __cplusplus

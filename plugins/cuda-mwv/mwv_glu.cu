@@ -1,20 +1,20 @@
 /*
  * gemv_glu for cuda-mwv (ABI 1.4): y = act(gate x) * (up x) in one launch.
- * The two matrices stream as one of 2N interleaved rows (cv_pair): a warp
+ * The two matrices stream as one of 2N interleaved rows (q4kh_cv_pair): a warp
  * takes R / 2 rows of each, issues every load of both before the dots,
- * sums each row exactly as cv_stream_kernel does for gemv (same format,
+ * sums each row exactly as q4kh_cv_stream_kernel does for gemv (same format,
  * mwv_q4k.cuh or mwv_q6k.cuh, same order: gemv's bits), and stores the
  * gated value of each gate row with its up row through the cuda backend's
- * own expression (cuda_glu.cuh). The products are never stored.
+ * own expression (q4khost/cuda_glu.cuh). The products are never stored.
  */
 #include "mwv.h"
 #include "mwv_q4k.cuh"
 #include "mwv_q6k.cuh"
-#include "../cuda/cuda_glu.cuh"
+#include "q4khost/cuda_glu.cuh"
 
 namespace {
 
-/* cv_stream_each's store for a cv_pair: row 2i is gate's, 2i + 1 up's. */
+/* q4kh_cv_stream_each's store for a q4kh_cv_pair: row 2i is gate's, 2i + 1 up's. */
 struct glu_store {
 	float *y; /* column c at y + c * ldy */
 	int64_t ldy;
@@ -26,39 +26,40 @@ struct glu_store {
 	{
 		const int lane = threadIdx.x & 31;
 
-		cv_warp_sum<R, T>(acc);
+		q4kh_cv_warp_sum<R, T>(acc);
 #pragma unroll
 		for (int q = 0; q < R / 2; q++)
 #pragma unroll
 			for (int c = 0; c < T; c++)
 				if ((q * T + c) % 32 == lane && row0 + 2 * q < n)
-					y[(row0 >> 1) + q + c * ldy] =
-						cuda_glu_value(silu, acc[2 * q][c], acc[2 * q + 1][c]);
+					y[(row0 >> 1) + q + c * ldy] = q4kh_cuda_glu_value(
+						silu, acc[2 * q][c], acc[2 * q + 1][c]);
 	}
 };
 
 template <int T, int R, int U, class F>
-__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
-mwv_glu_kernel(const cv_pair<F> f, int64_t n, const glu_store s)
+__global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
+mwv_glu_kernel(const q4kh_cv_pair<F> f, int64_t n, const glu_store s)
 {
 	static_assert(R % 2 == 0, "a warp takes whole pairs of rows");
-	cv_stream_each<T, R, U>(f, (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5),
-	                        (int64_t)gridDim.x * (blockDim.x >> 5), n, s);
+	q4kh_cv_stream_each<T, R, U>(f,
+	                             (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5),
+	                             (int64_t)gridDim.x * (blockDim.x >> 5), n, s);
 }
 
 /*
- * The launch for T columns of the 2N rows: blocks as cv_stream_cols gives
- * them; rows per warp and pieces per step as cv_stream_pick, but at least
+ * The launch for T columns of the 2N rows: blocks as q4kh_cv_stream_cols gives
+ * them; rows per warp and pieces per step as q4kh_cv_stream_pick, but at least
  * one pair of rows a warp (2 rows: 4 pieces a step on long rows).
  */
 template <int T, class F>
-cudaError_t glu_cols(const cv_pair<F> &f, int64_t n, const glu_store &s, int warps,
+cudaError_t glu_cols(const q4kh_cv_pair<F> &f, int64_t n, const glu_store &s, int warps,
                      int sms, cudaStream_t st)
 {
-	const int r = cv_stream_rows_per_warp(n, sms) == 4 ? 4 : 2;
+	const int r = q4kh_cv_stream_rows_per_warp(n, sms) == 4 ? 4 : 2;
 	const int64_t groups = (n + r - 1) / r;
 	const int64_t want = (groups + warps - 1) / warps;
-	const int64_t most = cv_stream_most_blocks(warps, sms);
+	const int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
 	const unsigned blocks = (unsigned)(want < most ? want : most);
 
 	if (r == 4)
@@ -73,9 +74,9 @@ cudaError_t glu_cols(const cv_pair<F> &f, int64_t n, const glu_store &s, int war
 /* Format F of gate and up (both prepared as F reads them) for IO's columns. */
 template <class F>
 cudaError_t glu_launch(F gate, F up, const q4kh_prepared *wg, const q4kh_prepared *wu,
-                       const cv_io *io, bool silu, int warps, cudaStream_t st)
+                       const q4kh_cv_io *io, bool silu, int warps, cudaStream_t st)
 {
-	cv_pair<F> f;
+	q4kh_cv_pair<F> f;
 	const glu_store s = { io->y, io->ldy, silu };
 	const int64_t n = 2 * wg->n;
 	const int sms = wg->multiprocessors;
@@ -89,7 +90,7 @@ cudaError_t glu_launch(F gate, F up, const q4kh_prepared *wg, const q4kh_prepare
 	gate.ldx = up.ldx = io->ldx;
 	f.gate = gate;
 	f.up = up;
-	return cv_for_cols(io->cols, [&](auto t) {
+	return q4kh_cv_for_cols(io->cols, [&](auto t) {
 		return glu_cols<decltype(t)::value, F>(f, n, s, warps, sms, st);
 	});
 }
@@ -97,7 +98,7 @@ cudaError_t glu_launch(F gate, F up, const q4kh_prepared *wg, const q4kh_prepare
 } // namespace
 
 extern "C" cudaError_t mwv_glu_launch(int silu, const q4kh_prepared *gate,
-                                      const q4kh_prepared *up, const cv_io *io,
+                                      const q4kh_prepared *up, const q4kh_cv_io *io,
                                       int warps, cudaStream_t s)
 {
 	if (gate->type != up->type || gate->k != up->k || gate->n != up->n)

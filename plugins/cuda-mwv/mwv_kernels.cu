@@ -1,6 +1,6 @@
 /*
- * Q4_K GEMV with fp32 activations: the streaming shape of variant_device.cuh,
- * the pieces of q4k_device.cuh.
+ * Q4_K GEMV with fp32 activations: the streaming shape of q4khost/cuda_variant_device.cuh,
+ * the pieces of q4khost/cuda_q4k_device.cuh.
  *
  * A weight is d sc q - dmin m with q a 4-bit code, so the 16 weights of
  * one half piece (one sub-block) times x come to
@@ -20,19 +20,19 @@ extern "C" cudaError_t mwv_probe(void)
 {
 	cudaFuncAttributes a;
 
-	return cudaFuncGetAttributes(&a, cv_stream_kernel<1, 1, 2, mwv_dot>);
+	return cudaFuncGetAttributes(&a, q4kh_cv_stream_kernel<1, 1, 2, mwv_dot>);
 }
 
-extern "C" cudaError_t mwv_launch(const q4kh_prepared *w, const cv_io *io,
+extern "C" cudaError_t mwv_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                   int warps, cudaStream_t s)
 {
 	mwv_dot dot;
 
 	dot.w = (const uint8_t *)w->data;
 	dot.stride = w->stride;
-	dot.pieces = (int)(w->k / (Q4K_VALUES / Q4K_PIECES));
+	dot.pieces = (int)(w->k / (Q4KH_Q4K_VALUES / Q4KH_Q4K_PIECES));
 	dot.x = io->x;
 	dot.ldx = io->ldx;
-	return cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                        w->multiprocessors, s);
+	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                             w->multiprocessors, s);
 }

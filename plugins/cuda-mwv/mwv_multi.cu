@@ -4,7 +4,7 @@
  * one range of blocks per matrix (prefix sums in the launch's argument);
  * a block finds its matrix there, branches once on its type (the branch
  * is uniform in the block) and streams that matrix's rows exactly as
- * cv_stream_kernel does for gemv, with the same formats (mwv_q4k.cuh,
+ * q4kh_cv_stream_kernel does for gemv, with the same formats (mwv_q4k.cuh,
  * mwv_q6k.cuh), so every row it computes has gemv's bits; the bias is
  * added as the row is stored.
  */
@@ -46,11 +46,11 @@ __device__ __forceinline__ void multi_rows(F f, const mwv_multi_args &a,
 	f.pieces = a.pieces;
 	f.x = a.x;
 	f.ldx = a.ldx;
-	cv_stream_rows<T, R, U>(f, warp, warps, m.n, m.y, m.ldy, m.bias);
+	q4kh_cv_stream_rows<T, R, U>(f, warp, warps, m.n, m.y, m.ldy, m.bias);
 }
 
 template <int T, int R, int U>
-__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
+__global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
 mwv_multi_kernel(const mwv_multi_args a)
 {
 	const int64_t per_block = blockDim.x >> 5;
@@ -75,7 +75,7 @@ mwv_multi_kernel(const mwv_multi_args a)
 		multi_rows<T, R, U>(mwv_dot(), a, m, warp, warps);
 }
 
-/* mwv_multi_kernel's launch for cv_stream_pick. */
+/* mwv_multi_kernel's launch for q4kh_cv_stream_pick. */
 template <int T>
 struct multi_launcher {
 	const mwv_multi_args &a;
@@ -90,20 +90,20 @@ struct multi_launcher {
 	}
 };
 
-/* Rows per warp R and pieces per step as cv_stream_cols picks them. */
+/* Rows per warp R and pieces per step as q4kh_cv_stream_cols picks them. */
 template <int T>
 cudaError_t multi_cols(const mwv_multi_args &a, int r, unsigned blocks, int warps,
                        cudaStream_t s)
 {
 	const multi_launcher<T> l = { a, blocks, 32 * warps, s };
 
-	return cv_stream_pick(l, r, a.pieces);
+	return q4kh_cv_stream_pick(l, r, a.pieces);
 }
 
 } // namespace
 
 extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w[],
-                                        const cv_multi_io *io, int warps,
+                                        const q4kh_cv_multi_io *io, int warps,
                                         cudaStream_t s)
 {
 	mwv_multi_args a = {};
@@ -116,7 +116,7 @@ extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w
 	for (uint32_t i = 0; i < n; i++)
 		rows += w[i]->n;
 	/* R from all the rows the launch spreads over the SMs, as for one matrix */
-	r = cv_stream_rows_per_warp(rows, sms);
+	r = q4kh_cv_stream_rows_per_warp(rows, sms);
 	for (uint32_t i = 0; i < n; i++) {
 		groups[i] = (w[i]->n + r - 1) / r;
 		total += groups[i];
@@ -125,7 +125,7 @@ extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w
 	 * A block per WARPS row groups of each matrix while the SMs take
 	 * them all; beyond, blocks in proportion to the groups, one at least.
 	 */
-	const int64_t most = cv_stream_most_blocks(warps, sms);
+	const int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
 	int64_t want = 0;
 
 	for (uint32_t i = 0; i < n; i++)
@@ -150,7 +150,7 @@ extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w
 	a.pieces = (int)(w[0]->k / 32);
 	a.x = io->x;
 	a.ldx = io->ldx;
-	return cv_for_cols(io->cols, [&](auto t) {
+	return q4kh_cv_for_cols(io->cols, [&](auto t) {
 		return multi_cols<decltype(t)::value>(a, r, (unsigned)blocks, warps, s);
 	});
 }

@@ -7,7 +7,7 @@
  * gemv_glu (ABI 1.4) gate and up of one type with their activation
  * (mwv_glu.cu).
  * [plugin.cuda-mwv] warps sets the thread block: 4 warps by default; the
- * warps stream their rows for the whole launch (variant_device.cuh), so the
+ * warps stream their rows for the whole launch (q4khost/cuda_variant_device.cuh), so the
  * block size matters little.
  */
 #include "buildconf.h"
@@ -25,24 +25,24 @@ static q4kh_status mwv_prepare(q4kh_kernel_ctx *ctx, q4kh_prepared *w,
 	q4kh_status st;
 
 	if (w->type == Q4KH_TYPE_Q4_K)
-		return cv_prepare_aligned(ctx, w, s);
-	if ((st = cv_prepare_own(ctx, w, (size_t)(row * w->n), row)))
+		return q4kh_cv_prepare_aligned(ctx, w, s);
+	if ((st = q4kh_cv_prepare_own(ctx, w, (size_t)(row * w->n), row)))
 		return st;
-	return cv_cuda(ctx, mwv_q6k_pack(w, w->own, s), "prepare: Q6_K copy kernel");
+	return q4kh_cv_cuda(ctx, mwv_q6k_pack(w, w->own, s), "prepare: Q6_K copy kernel");
 }
 
 static q4kh_status mwv_apply(q4kh_kernel_ctx *ctx, const q4kh_prepared *w,
-                             const struct cv_io *io, cudaStream_t s)
+                             const struct q4kh_cv_io *io, cudaStream_t s)
 {
-	return cv_launched(ctx,
-	                   w->type == Q4KH_TYPE_Q6_K ? mwv_q6k_launch(w, io, ctx->warps, s)
+	return q4kh_cv_launched(ctx,
+	                        w->type == Q4KH_TYPE_Q6_K ? mwv_q6k_launch(w, io, ctx->warps, s)
 	                                             : mwv_launch(w, io, ctx->warps, s),
-	                   "cuda-mwv", w, io);
+	                        "cuda-mwv", w, io);
 }
 
 static q4kh_status mwv_apply_multi(q4kh_kernel_ctx *ctx, uint32_t n,
                                    const q4kh_prepared *const w[],
-                                   const struct cv_multi_io *io, cudaStream_t s)
+                                   const struct q4kh_cv_multi_io *io, cudaStream_t s)
 {
 	cudaError_t e = mwv_multi_launch(n, w, io, ctx->warps, s);
 	char what[96];
@@ -51,27 +51,27 @@ static q4kh_status mwv_apply_multi(q4kh_kernel_ctx *ctx, uint32_t n,
 		return Q4KH_OK;
 	snprintf(what, sizeof(what), "cuda-mwv gemv_multi kernel for %u matrices of K %lld x %lld columns",
 	         n, (long long)w[0]->k, (long long)io->cols);
-	return cv_cuda(ctx, e, what);
+	return q4kh_cv_cuda(ctx, e, what);
 }
 
 /* Both Q4_K or both Q6_K, SiLU or the tanh GELU: else not fused. */
 static q4kh_status mwv_apply_glu(q4kh_kernel_ctx *ctx, q4kh_glu_kind kind,
                                  const q4kh_prepared *gate, const q4kh_prepared *up,
-                                 const struct cv_io *io, cudaStream_t s)
+                                 const struct q4kh_cv_io *io, cudaStream_t s)
 {
 	if (gate->type != up->type)
-		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
-		               "gemv_glu: gate %s and up %s: cuda-mwv fuses one type only",
-		               q4kh_type_name(gate->type), q4kh_type_name(up->type));
+		return q4kh_cv_fail(ctx, Q4KH_ERR_UNSUPPORTED,
+		                    "gemv_glu: gate %s and up %s: cuda-mwv fuses one type only",
+		                    q4kh_type_name(gate->type), q4kh_type_name(up->type));
 	if (kind != Q4KH_GLU_SILU && kind != Q4KH_GLU_GELU_TANH)
-		return cv_fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv_glu: unknown kind %d",
-		               (int)kind);
-	return cv_launched(ctx,
-	                   mwv_glu_launch(kind == Q4KH_GLU_SILU, gate, up, io, ctx->warps, s),
-	                   "cuda-mwv gemv_glu", gate, io);
+		return q4kh_cv_fail(ctx, Q4KH_ERR_UNSUPPORTED, "gemv_glu: unknown kind %d",
+		                    (int)kind);
+	return q4kh_cv_launched(ctx,
+	                        mwv_glu_launch(kind == Q4KH_GLU_SILU, gate, up, io, ctx->warps, s),
+	                        "cuda-mwv gemv_glu", gate, io);
 }
 
-const struct cv_variant cv_self = {
+const struct q4kh_cv_variant q4kh_cv_self = {
 	.min_sm = 70,
 	.score = 100,
 	.default_warps = 4,
@@ -83,5 +83,5 @@ const struct cv_variant cv_self = {
 	.apply_glu = mwv_apply_glu,
 };
 
-/* f32 activations in its GEMV, fp16 tensor cores for a prompt (cv_gemm) */
-CV_PLUGIN_FUSED("cuda-mwv", mwv_types, Q4KH_ARITH_F16)
+/* f32 activations in its GEMV, fp16 tensor cores for a prompt (q4kh_cv_gemm) */
+Q4KH_CV_PLUGIN_FUSED("cuda-mwv", mwv_types, Q4KH_ARITH_F16)

@@ -6,7 +6,7 @@
 #ifndef Q4KH_CUDA_MWV_Q4K_CUH
 #define Q4KH_CUDA_MWV_Q4K_CUH
 
-#include "../cuda-variant/q4k_device.cuh"
+#include "q4khost/cuda_q4k_device.cuh"
 
 namespace {
 
@@ -16,16 +16,16 @@ __device__ __forceinline__ float half_plus(uint32_t v, int b)
 	return __int_as_float((int)__byte_perm(v, 0x3F000000u, 0x7044u | (b << 8)));
 }
 
-struct mwv_dot : q4k_rows {
+struct mwv_dot : q4kh_q4k_rows {
 	const float *x; /* column c at x + c * ldx */
 	int64_t ldx;
 
 	template <int R, int T>
-	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4k_piece (&pc)[R],
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4kh_q4k_piece (&pc)[R],
 	                                    int j) const
 	{
 		const int sb = j >> 3, p = j & 7;
-		const float *xp = x + Q4K_PIECE_X(sb, p);
+		const float *xp = x + Q4KH_Q4K_PIECE_X(sb, p);
 		/* Per row and sub-block: 32 d sc and -(16 d sc + dmin m). */
 		float a[R][2], b[R][2];
 
@@ -33,7 +33,7 @@ struct mwv_dot : q4k_rows {
 		for (int r = 0; r < R; r++) {
 			float dl[2], ml[2];
 
-			q4k_scales(pc[r].h, p >> 1, dl, ml);
+			q4kh_q4k_scales(pc[r].h, p >> 1, dl, ml);
 #pragma unroll
 			for (int s = 0; s < 2; s++) {
 				a[r][s] = 32.0f * dl[s];
@@ -54,7 +54,7 @@ struct mwv_dot : q4k_rows {
 				sh += (xh.x + xh.y) + (xh.z + xh.w);
 #pragma unroll
 				for (int r = 0; r < R; r++) {
-					const uint32_t v = cv_word(pc[r].q, k);
+					const uint32_t v = q4kh_cv_word(pc[r].q, k);
 					const uint32_t l8 = (v << 3) & 0x78787878u;
 					const uint32_t h8 = (v >> 1) & 0x78787878u;
 

@@ -6,7 +6,7 @@
 #ifndef Q4KH_CUDA_MWV_Q6K_CUH
 #define Q4KH_CUDA_MWV_Q6K_CUH
 
-#include "../cuda-variant/variant_device.cuh"
+#include "q4khost/cuda_variant_device.cuh"
 
 #define Q6K_BYTES 210  /* sizeof(struct q4kh_block_q6_k) */
 #define Q6K_PACKED 224 /* the copy's block */
@@ -98,7 +98,7 @@ struct q6k_format {
 
 #pragma unroll
 					for (int b = 0; b < 4; b++)
-						q[b] = cv_byte_float_less(v, b, 32.0f);
+						q[b] = q4kh_cv_byte_float_less(v, b, 32.0f);
 #pragma unroll
 					for (int c = 0; c < T; c++) {
 						part[r][c] = fmaf(q[0], xv[c].x, part[r][c]);

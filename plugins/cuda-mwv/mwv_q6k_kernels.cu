@@ -1,6 +1,6 @@
 /*
  * Q6_K GEMV with fp32 activations (cuda-mwv), in the streaming shape of
- * variant_device.cuh.
+ * q4khost/cuda_variant_device.cuh.
  *
  * Q6_K's 210-byte super-blocks leave its rows and blocks 2-byte aligned,
  * so prepare copies each block into 224 bytes (ql 128, qh 64, scales 16,
@@ -47,7 +47,7 @@ extern "C" cudaError_t mwv_q6k_pack(const q4kh_prepared *w, void *dst,
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const cv_io *io,
+extern "C" cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                       int warps, cudaStream_t s)
 {
 	q6k_format f;
@@ -57,6 +57,6 @@ extern "C" cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const cv_io *io,
 	f.pieces = (int)(w->k / 32);
 	f.x = io->x;
 	f.ldx = io->ldx;
-	return cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                        w->multiprocessors, s);
+	return q4kh_cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                             w->multiprocessors, s);
 }

@@ -20,7 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_kernels.h"
-#include "cuda_retired.h"
+#include "q4khost/cuda_retired.h"
 #include "q4khost/contract.h"
 #include "q4khost/plugin.h"
 
@@ -45,7 +45,7 @@ struct q4kh_device_ctx {
 	int32_t *fault_seen; /* pinned host copy, read at each synchronisation */
 	void *scratch;    /* device: attention's partial results */
 	size_t scratch_size;
-	struct cuda_retired *retired; /* earlier scratch, freed on close */
+	struct q4kh_retired *retired; /* earlier scratch, freed on close */
 	void *blas;       /* cuda_tc's cuBLAS handle; made by the first
 	                     product that goes to tensor cores */
 };

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cuda.h"
-#include "cuda_tc.h"
+#include "q4khost/cuda_tc.h"
 
 /* Int32 values the staging buffer first holds (a long prompt's ids). */
 #define STAGE_FIRST 4096
@@ -126,9 +126,9 @@ void cuda_device_close(q4kh_device_ctx *dev)
 		cudaFree(dev->fault);
 		cudaFreeHost(dev->fault_seen);
 		cudaFree(dev->scratch);
-		cuda_tc_close(dev->blas);
+		q4kh_tc_close(dev->blas);
 	}
-	for (void *p; (p = cuda_retired_pop(&dev->retired));)
+	for (void *p; (p = q4kh_retired_pop(&dev->retired));)
 		cudaFree(p);
 	cudaGetLastError();
 	free(dev);
@@ -284,7 +284,7 @@ q4kh_status cuda_wait(q4kh_device_ctx *dev, const char *what)
 
 q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
 {
-	struct cuda_retired *r;
+	struct q4kh_retired *r;
 	char where[96];
 	void *p;
 	q4kh_status st;
@@ -296,7 +296,7 @@ q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
 	if (dev->recording) /* no allocation can be recorded */
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "%s: not while recording a graph", where);
-	if (cuda_retired_reserve(dev->scratch, &r))
+	if (q4kh_retired_reserve(dev->scratch, &r))
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM, "%s: out of memory", where);
 	if ((st = cuda_check(dev, cudaMalloc(&p, size), where))) {
 		free(r);
@@ -308,7 +308,7 @@ q4kh_status cuda_scratch(q4kh_device_ctx *dev, const char *what, size_t size)
 		free(r);
 		return st;
 	}
-	cuda_retire(&dev->retired, r, dev->scratch);
+	q4kh_retire(&dev->retired, r, dev->scratch);
 	dev->scratch = p;
 	dev->scratch_size = size;
 	return Q4KH_OK;

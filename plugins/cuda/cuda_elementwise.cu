@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
-#include "cuda_glu.cuh"
+#include "q4khost/cuda_glu.cuh"
 #include "cuda_kernels.h"
 #include "q4khost/plugin.h"
 #include "q4khost/quant.h"
@@ -75,7 +75,7 @@ scale_kernel(struct cuda_view x, float v, struct cuda_view out)
 	}
 }
 
-/* act(gate) * up, as cuda_glu.cuh computes it (the variants' gemv_glu too). */
+/* act(gate) * up, as q4khost/cuda_glu.cuh computes it (the variants' gemv_glu too). */
 template <bool SILU>
 static __global__ void __launch_bounds__(EW_THREADS)
 glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
@@ -84,7 +84,8 @@ glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
 		int64_t i[4];
 
 		unflatten(gate.ne, e, i);
-		*at<float>(out, i) = cuda_glu_value(SILU, *at<float>(gate, i), *at<float>(up, i));
+		*at<float>(out, i) =
+			q4kh_cuda_glu_value(SILU, *at<float>(gate, i), *at<float>(up, i));
 	}
 }
 

@@ -28,7 +28,7 @@
 #include "cuda_gemv.cuh"
 #include "cuda_kernels.h"
 #include "cuda_moe.cuh"
-#include "cuda_quant.cuh"
+#include "q4khost/cuda_quant.cuh"
 
 namespace {
 
@@ -195,7 +195,7 @@ extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 	g.t = x->ne[1];
 	g.units = (int)((g.k + GV_UNIT - 1) / GV_UNIT);
 	g.ks = 1;
-	return for_type(w->type, [&](auto type) {
+	return q4kh_for_type(w->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
 		if constexpr (!gv_has_fmt<T>) {
@@ -223,7 +223,7 @@ cudaError_t cuda_gemv_grouped_launch(const moe_tiles &m, uint32_t type, int64_t 
 	g.k = m.k;
 	g.units = (int)((g.k + GV_UNIT - 1) / GV_UNIT);
 	g.ks = 1;
-	return for_type(type, [&](auto ty) {
+	return q4kh_for_type(type, [&](auto ty) {
 		constexpr uint32_t T = decltype(ty)::value;
 
 		if constexpr (!gv_has_fmt<T>) {
@@ -245,7 +245,7 @@ extern "C" cudaError_t cuda_gemv_runnable(void)
 
 		if (!cuda_type_supported(t))
 			continue;
-		e = for_type(t, [](auto type) {
+		e = q4kh_for_type(t, [](auto type) {
 			constexpr uint32_t T = decltype(type)::value;
 
 			if constexpr (!gv_has_fmt<T>) {

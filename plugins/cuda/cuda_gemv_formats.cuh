@@ -31,7 +31,7 @@
  *
  * Arithmetic, fp32 throughout, activations as they come:
  *  - F32, F16, Q4_0, Q5_0, Q8_0, IQ4_NL and Q6_K compute every weight as
- *    cuda_quant.cuh's load_group does (the same float, but that a zero may
+ *    q4khost/cuda_quant.cuh's q4kh_load_group does (the same float, but that a zero may
  *    have the other sign; tests/emu/gemv_emu.cpp checks it), in one byte
  *    permute and one fma: the permute puts the code c under a float
  *    exponent, making M + c exactly (M = 128 or 32768), and

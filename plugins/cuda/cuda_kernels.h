@@ -256,7 +256,7 @@ cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
  * logit subtracted, the sum in a fixed tree), the k largest chosen one by
  * one, the lower index first among equal values, the chosen ones' sum in
  * slot order, weights over max(sum, 2^-14) with NORM, rounded once to
- * float: the cpu reference's rule (plugins/cpu/cpu_moe.c).
+ * float: the cpu reference's rule (sdk/lib/moe.c).
  */
 cudaError_t cuda_launch_moe_route(const struct cuda_view *logits, int norm,
                                   const struct cuda_view *ids,

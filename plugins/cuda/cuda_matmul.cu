@@ -1,6 +1,6 @@
 /*
  * get_rows and mul_mat for every weight type, one plain kernel per type
- * (cuda_quant.cuh decodes the groups of 32 values).
+ * (q4khost/cuda_quant.cuh decodes the groups of 32 values).
  *
  * mul_mat goes to cuda_gemv.cu (vector loads, many rows per block) when
  * the weights' rows and the activations are aligned for its loads, as a
@@ -14,7 +14,7 @@
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
 #include "cuda_moe.cuh"
-#include "cuda_quant.cuh"
+#include "q4khost/cuda_quant.cuh"
 
 #define MM_WARPS 4 /* weight rows per block */
 #define MM_COLS 8  /* activation columns per pass */
@@ -41,7 +41,7 @@ static __device__ __forceinline__ void mm_row(const uint8_t *row, int64_t k, con
 			acc[c] = 0.0f;
 		for (int64_t g = lane; g < groups; g += 32) {
 			float v[32];
-			const int cnt = load_group<TYPE>(row, g, k, v);
+			const int cnt = q4kh_load_group<TYPE>(row, g, k, v);
 
 #pragma unroll
 			for (int c = 0; c < MM_COLS; c++) {
@@ -110,7 +110,7 @@ get_rows_kernel(struct cuda_view table, const int32_t *ids, int64_t n,
 			(const uint8_t *)table.data + (int64_t)ids[r] * table.nb[1];
 		float *o = (float *)(out.data + r * out.nb[1]) + 32 * g;
 		float v[32];
-		const int cnt = load_group<TYPE>(row, g, k, v);
+		const int cnt = q4kh_load_group<TYPE>(row, g, k, v);
 
 		for (int i = 0; i < cnt; i++)
 			o[i] = v[i] * scale;
@@ -119,7 +119,7 @@ get_rows_kernel(struct cuda_view table, const int32_t *ids, int64_t n,
 
 extern "C" int cuda_type_supported(uint32_t type)
 {
-	return for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
+	return q4kh_for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
 extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
@@ -134,7 +134,7 @@ extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
 
 	if (e != cudaErrorNotSupported)
 		return e;
-	return for_type(w->type, [&](auto type) {
+	return q4kh_for_type(w->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
 		mul_mat_kernel<T><<<grid, 32 * MM_WARPS, 0, s>>>(*w, *x, *y);
@@ -150,7 +150,7 @@ cudaError_t cuda_mm_grouped_launch(const moe_tiles &m, uint32_t type, int64_t ti
 
 	if (blocks > 65535)
 		return cudaErrorNotSupported;
-	return for_type(type, [&](auto ty) {
+	return q4kh_for_type(type, [&](auto ty) {
 		constexpr uint32_t T = decltype(ty)::value;
 
 		mm_grouped_kernel<T><<<grid, 32 * MM_WARPS, 0, s>>>(m);
@@ -166,7 +166,7 @@ extern "C" cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
 {
 	const unsigned grid = grid_for(n * ((table->ne[0] + 31) / 32), GR_THREADS);
 
-	return for_type(table->type, [&](auto type) {
+	return q4kh_for_type(table->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
 		get_rows_kernel<T><<<grid, GR_THREADS, 0, s>>>(*table, ids, n, scale, *out, fault);

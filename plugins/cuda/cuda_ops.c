@@ -6,7 +6,7 @@
  * context's stream without waiting.
  */
 #include "cuda.h"
-#include "cuda_tc.h"
+#include "q4khost/cuda_tc.h"
 
 /* --- get_rows, mul_mat --- */
 
@@ -30,7 +30,7 @@ q4kh_status cuda_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
 }
 
 /*
- * y = w x on tensor cores (cuda_tc.h): the scratch past attention's
+ * y = w x on tensor cores (q4khost/cuda_tc.h): the scratch past attention's
  * counters, which must stay zero, lends the fp16 copies. The cuBLAS
  * handle is made by the first such product; a shape is always run once
  * before it is recorded, so a recording finds it.
@@ -43,13 +43,13 @@ static q4kh_status tc_mul_mat(q4kh_device_ctx *dev, const struct cuda_view *w,
 	char why[512];
 	q4kh_status st;
 
-	if (!dev->blas && cuda_tc_open(&dev->blas, why, sizeof(why)))
+	if (!dev->blas && q4kh_tc_open(&dev->blas, why, sizeof(why)))
 		return cuda_fail(dev->ctx, Q4KH_ERR_DEVICE, "mul_mat: %s", why);
 	if ((st = cuda_scratch(dev, "mul_mat",
-	                       base + cuda_tc_scratch_bytes(w->ne[0], w->ne[1],
+	                       base + q4kh_tc_scratch_bytes(w->ne[0], w->ne[1],
 	                                                    x->ne[1]))))
 		return st;
-	if (cuda_tc_gemm(dev->blas, w->type, (const uint8_t *)w->data, w->nb[1],
+	if (q4kh_tc_gemm(dev->blas, w->type, (const uint8_t *)w->data, w->nb[1],
 	                 w->ne[0], w->ne[1], (const float *)x->data, x->nb[1] / 4,
 	                 (float *)y->data, y->nb[1] / 4, x->ne[1],
 	                 (char *)dev->scratch + base, dev->stream, why, sizeof(why)))
@@ -71,7 +71,7 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 	vw = cuda_view_of(w);
 	vx = cuda_view_of(x);
 	vy = cuda_view_of(y);
-	if (cuda_tc_wanted(w->type, x->ne[1], CUDA_TC_MIN_COLUMNS) && x->nb[1] % 4 == 0 &&
+	if (q4kh_tc_wanted(w->type, x->ne[1], Q4KH_TC_MIN_COLUMNS) && x->nb[1] % 4 == 0 &&
 	    y->nb[1] % 4 == 0)
 		return tc_mul_mat(dev, &vw, &vx, &vy);
 	return cuda_launched(dev, "mul_mat",

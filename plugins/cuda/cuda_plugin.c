@@ -213,7 +213,7 @@ const struct q4kh_backend_v1 cuda_backend = {
 	.graph_prepare = cuda_graph_prepare,
 	.graph_compute = cuda_graph_compute,
 	.graph_release = cuda_graph_release,
-	/* a prompt's products and attention on fp16 tensor cores (cuda_tc.cu,
+	/* a prompt's products and attention on fp16 tensor cores (sdk/lib/cuda_tc.cu,
 	 * cuda_flash.cu), the host's F16 cache */
 	.arith = Q4KH_ARITH_F16,
 	.moe_route = cuda_moe_route,

@@ -4,7 +4,7 @@
  * __syncthreads as tests/emu/emu.h emulates them, loads are plain reads
  * that check their alignment. It checks the lane layouts and the walk, not the speed:
  *  - every weight of the formats that compute weights one by one equals
- *    the cpu reference's dequantisation (plugins/cpu/cpu_quant.c), zeros'
+ *    the cpu reference's dequantisation (sdk/lib/dequant.c), zeros'
  *    signs aside, and every value of a row is taken exactly once;
  *  - y = W x of every type, 1 to 11 columns, row counts that are not
  *    multiples of the rows per task, padded rows and columns, partial
@@ -25,10 +25,9 @@
 
 #include "emu.h"
 #include "emu_rows.h"
+#include "q4khost/dequant.h"
 
 #include "cuda_gemv.cuh"
-
-extern "C" void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
 static void *aligned(size_t bytes)
 {
@@ -118,7 +117,7 @@ static int product(uint32_t type, int c, int64_t n, int64_t k, int64_t t, int ks
 	g.ks = ks;
 	run(type, g, c, blocks);
 	for (int64_t r = 0; r < n; r++) {
-		cpu_dequant_row(type, w + r * stride, deq.data(), k);
+		q4kh_dequant_row(type, w + r * stride, deq.data(), k);
 		for (int64_t j = 0; j < t; j++) {
 			double s = 0, sa = 0, e;
 			const double got = y[(size_t)(j * ycol + r)];
@@ -163,7 +162,7 @@ static int weights(uint32_t type, int64_t k)
 	int bad = 0;
 
 	random_rows(type, k, 1, (int64_t)rb, w);
-	cpu_dequant_row(type, w, deq.data(), k);
+	q4kh_dequant_row(type, w, deq.data(), k);
 	for (int u = 0; u < units; u++)
 		for (int lane = 0; lane < 32; lane++) {
 			const typename E::lane_t L = E::lane_init(lane, k, units);

@@ -2,7 +2,7 @@
  * The cuda backend's get_rows and mul_mat for every weight type, and the
  * tensor-core path's dequantisation to fp16, run on a host with no GPU:
  * plugins/cuda/cuda_matmul.cu (its launches, the plain kernel, get_rows),
- * cuda_gemv.cu (mul_mat's dispatch to the GEMV formats) and cuda_tc.cu's
+ * cuda_gemv.cu (mul_mat's dispatch to the GEMV formats) and sdk/lib/cuda_tc.cu's
  * dequant_kernel, as they are, each launch emulated by tests/emu/emu.h.
  * Against gguf-py's values of tests/fixtures/dequant-blocks.txt (each
  * fixture row's blocks repeated along K and its rows cycled, so that a
@@ -13,7 +13,7 @@
  *  - y = W x, 1 to 9 columns, within 1e-5 of sum |w x| of the float64
  *    product (as tests/emu/gemv_emu.cpp judges), padding of y untouched.
  * Built and run by scripts/cuda-emulate.sh (it links cuBLAS and the CUDA
- * runtime for cuda_tc.cu's other functions, which are not called); exit 0
+ * runtime for sdk/lib/cuda_tc.cu's other functions, which are not called); exit 0
  * when everything agrees.
  */
 #include <cmath>
@@ -203,7 +203,7 @@ static int check_dequant(const fixture_tensor &f, const tiled &t)
 	std::vector<__half> out((size_t)(t.k * t.n));
 	int bad = 0;
 
-	for_type(f.type, [&](auto ty) {
+	q4kh_for_type(f.type, [&](auto ty) {
 		constexpr uint32_t T = decltype(ty)::value;
 
 		emu_launch(dequant_kernel<T>, emu_cfg(dim3(3), dim3(TC_THREADS)), t.w,
@@ -226,7 +226,7 @@ static int check_dequant(const fixture_tensor &f, const tiled &t)
  * the plain kernel of cuda_matmul.cu). */
 static bool has_gemv_format(uint32_t type)
 {
-	return for_type(type, [](auto ty) {
+	return q4kh_for_type(type, [](auto ty) {
 		return gv_has_fmt<decltype(ty)::value> ? cudaSuccess : cudaErrorNotSupported;
 	}) == cudaSuccess;
 }

@@ -7,7 +7,7 @@
  *    formats (Q4_K, Q6_K, Q8_0) and the plain kernel (Q2_K, and Q4_K
  *    rows it cannot align), x one input a token or one a slot, padded
  *    strides: every column within 1e-5 of sum |w x| of the float64 product
- *    of the cpu reference's dequantised weights (plugins/cpu/cpu_quant.c),
+ *    of the cpu reference's dequantised weights (sdk/lib/dequant.c),
  *    y's padding untouched;
  *  - an id out of range: the stream's fault words name it (element, value,
  *    limit), its column is left alone and every other column is right;
@@ -26,12 +26,11 @@
 
 #include "emu.h"
 #include "emu_rows.h"
+#include "q4khost/dequant.h"
 
 /* cuda_moe.cu, cuda_gemv.cu and cuda_matmul.cu are linked, compiled
  * apart by the script (the last two shared with matmul_emu). */
 #include "cuda_kernels.h"
-
-extern "C" void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 
 static void *aligned(size_t bytes)
 {
@@ -133,7 +132,7 @@ static int mul_mat_id(uint32_t type, int64_t e, int64_t k, int64_t n, int64_t s,
 						        (long long)col, (long long)r);
 					continue;
 				}
-				cpu_dequant_row(type, w + ex * w_exp + r * w_row, deq.data(), k);
+				q4kh_dequant_row(type, w + ex * w_exp + r * w_row, deq.data(), k);
 				for (int64_t i = 0; i < k; i++) {
 					sum += (double)deq[(size_t)i] * xc[i];
 					sa += fabs((double)deq[(size_t)i] * xc[i]);

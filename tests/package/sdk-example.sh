@@ -13,9 +13,12 @@ stage=$work/stage
 if [ "$example" = cuda-q4k ]; then
 	nvcc=$(command -v "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" nvcc | head -n 1 || true)
 	[ -n "$nvcc" ] || skip "no nvcc in \$CUDA_HOME/bin, /usr/local/cuda/bin or on PATH"
-	export CUDA_HOME=$(cd "$(dirname "$nvcc")/.." && pwd)
+	# its gemm links the SDK's CUDA library, which only a build with CUDA installs
 	arch=$(cuda_arch)
-	export CUDA_ARCHS=${arch:-90}
+	[ -n "$arch" ] || skip "q4khost is configured without CUDA here: no SDK CUDA library" \
+		"(libq4khost_sdk_cuda.a, pkg-config q4khost-plugin-cuda) for the CUDA example to link"
+	export CUDA_HOME=$(cd "$(dirname "$nvcc")/.." && pwd)
+	export CUDA_ARCHS=$arch
 fi
 
 logged "$work/install.log" own_make -C "$build" install DESTDIR="$stage"

@@ -9,17 +9,30 @@
  * (work stays in the backend's order, no synchronisation here) and
  * address(), the device pointer of a backend buffer. Weights are used in
  * place: prepare() only records where they are.
+ *
+ * gemm, a prompt's product, goes to the SDK's tensor-core products
+ * (q4khost/cuda_tc.h, pkg-config q4khost-plugin-cuda) from
+ * Q4KH_TC_MIN_COLUMNS columns on: one cuBLAS handle and one scratch buffer
+ * per device, kept until shutdown. Outgrown scratch goes on the SDK's
+ * retired list (q4khost/cuda_retired.h), since a CUDA graph the backend
+ * recorded may still point at it.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <cuda_runtime_api.h>
+
+#include <q4khost/cuda_retired.h>
+#include <q4khost/cuda_tc.h>
 #include <q4khost/plugin.h>
 
 #include "example_cuda_q4k.h"
 
 #define NAME "example-cuda-q4k"
 #define ERROR_LEN 512
+/* CUDA devices whose gemm may use tensor cores (ordinals 0 .. 15). */
+#define TC_DEVICES 16
 
 #ifndef PLUGIN_VERSION
 #define PLUGIN_VERSION "0"
@@ -28,8 +41,17 @@
 #define BUILD_ID "unknown"
 #endif
 
+/* What gemm keeps per device for the tensor cores. */
+struct tc_device {
+	void *blas;                   /* q4kh_tc_open's handle, or NULL */
+	void *scratch;                /* device memory, or NULL */
+	size_t size;                  /* bytes at scratch */
+	struct q4kh_retired *retired; /* outgrown scratch, freed at shutdown */
+};
+
 struct q4kh_kernel_ctx {
 	char error[ERROR_LEN];
+	struct tc_device tc[TC_DEVICES];
 };
 
 struct q4kh_prepared {
@@ -68,6 +90,19 @@ static q4kh_status k_init(const struct q4kh_host_api *host,
 
 static void k_shutdown(q4kh_kernel_ctx *ctx)
 {
+	if (!ctx)
+		return;
+	for (int i = 0; i < TC_DEVICES; i++) {
+		struct tc_device *d = &ctx->tc[i];
+
+		if (!d->blas && !d->scratch)
+			continue;
+		cudaSetDevice(i);
+		q4kh_tc_close(d->blas);
+		cudaFree(d->scratch);
+		for (void *p; (p = q4kh_retired_pop(&d->retired));)
+			cudaFree(p);
+	}
 	free(ctx);
 }
 
@@ -152,6 +187,84 @@ static q4kh_status k_apply(q4kh_kernel_ctx *ctx,
 	return Q4KH_OK;
 }
 
+/*
+ * D's scratch grown to BYTES for work on stream S. The old buffer is
+ * retired, not freed. cudaMalloc is no stream operation, but the backend
+ * records its steps in the capture's thread-local mode, which refuses it:
+ * while S is capturing, the thread allocates in the relaxed mode.
+ */
+static q4kh_status tc_scratch(q4kh_kernel_ctx *ctx, struct tc_device *d, size_t bytes,
+                              cudaStream_t s)
+{
+	enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+	enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+	struct q4kh_retired *node;
+	void *p = NULL;
+	cudaError_t e;
+
+	if (d->size >= bytes)
+		return Q4KH_OK;
+	if (q4kh_retired_reserve(d->scratch, &node))
+		return fail(ctx, Q4KH_ERR_NOMEM, "gemm: out of host memory");
+	cudaStreamIsCapturing(s, &capture);
+	if (capture == cudaStreamCaptureStatusActive)
+		cudaThreadExchangeStreamCaptureMode(&mode);
+	e = cudaMalloc(&p, bytes);
+	if (capture == cudaStreamCaptureStatusActive)
+		cudaThreadExchangeStreamCaptureMode(&mode);
+	if (e != cudaSuccess) {
+		free(node);
+		return fail(ctx, e == cudaErrorMemoryAllocation ? Q4KH_ERR_NOMEM : Q4KH_ERR_DEVICE,
+		            "gemm: %zu bytes of scratch: cudaMalloc: %s (%s)", bytes,
+		            cudaGetErrorName(e), cudaGetErrorString(e));
+	}
+	q4kh_retire(&d->retired, node, d->scratch);
+	d->scratch = p;
+	d->size = bytes;
+	return Q4KH_OK;
+}
+
+/* y = W x on the tensor cores of the lent device, with its handle and
+ * scratch; x and y checked by the caller. */
+static q4kh_status tc_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                           q4kh_prepared *w, const struct q4kh_tensor *x,
+                           const struct q4kh_tensor *y)
+{
+	struct tc_device *d = &ctx->tc[dev->ordinal];
+	const int64_t t = x->ne[1];
+	const uint8_t *xb = (const uint8_t *)dev->address(x->buffer) + x->offset;
+	uint8_t *yb = (uint8_t *)dev->address(y->buffer) + y->offset;
+	char why[256];
+	cudaError_t e = cudaSetDevice(dev->ordinal);
+	q4kh_status st;
+
+	if (e != cudaSuccess)
+		return fail(ctx, Q4KH_ERR_DEVICE, "gemm: cudaSetDevice(%d): %s", dev->ordinal,
+		            cudaGetErrorName(e));
+	if (!d->blas && q4kh_tc_open(&d->blas, why, sizeof(why)))
+		return fail(ctx, Q4KH_ERR_DEVICE, "gemm: %s", why);
+	st = tc_scratch(ctx, d, q4kh_tc_scratch_bytes(w->k, w->n, t), (cudaStream_t)dev->stream);
+	if (st)
+		return st;
+	if (q4kh_tc_gemm(d->blas, Q4KH_TYPE_Q4_K, w->rows, w->row_bytes, w->k, w->n,
+	                 (const float *)xb, x->nb[1] / 4, (float *)yb, y->nb[1] / 4, t,
+	                 d->scratch, (cudaStream_t)dev->stream, why, sizeof(why)))
+		return fail(ctx, Q4KH_ERR_DEVICE, "gemm: %s", why);
+	return Q4KH_OK;
+}
+
+/* A prompt's many columns on tensor cores, fewer through gemv's kernel. */
+static q4kh_status k_gemm(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
+                          q4kh_prepared *w, const struct q4kh_tensor *x,
+                          const struct q4kh_tensor *y)
+{
+	if (dev->ordinal < 0 || dev->ordinal >= TC_DEVICES ||
+	    !q4kh_tc_wanted(Q4KH_TYPE_Q4_K, x->ne[1], Q4KH_TC_MIN_COLUMNS) ||
+	    !f32_columns(x, w->k) || !f32_columns(y, w->n) || y->ne[1] != x->ne[1])
+		return k_apply(ctx, dev, w, x, y);
+	return tc_gemm(ctx, dev, w, x, y);
+}
+
 static void k_release(q4kh_kernel_ctx *ctx, q4kh_prepared *w)
 {
 	(void)ctx;
@@ -172,11 +285,11 @@ static const struct q4kh_kernel_v1 table = {
 	.score = k_score,
 	.prepare = k_prepare,
 	.gemv = k_apply,
-	.gemm = k_apply,
+	.gemm = k_gemm,
 	.release = k_release,
-	/* The arithmetic F2 holds it to (docs/plugin-abi.md): float
-	 * activations and float sums in gemv and gemm alike. */
-	.arith = Q4KH_ARITH_F32,
+	/* The arithmetic F2 holds it to (docs/plugin-abi.md): gemv in
+	 * float, but a prompt's gemm with fp16 activations and weights. */
+	.arith = Q4KH_ARITH_F16,
 };
 
 static const struct q4kh_plugin_desc desc = {

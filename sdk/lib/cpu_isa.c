@@ -1,13 +1,19 @@
 /*
- * Which kernels this CPU can run. CPUID says what the processor has; XCR0
- * (xgetbv) says which register state the OS saves on a context switch. Both
- * must hold: a CPU with AVX-512 under an OS (or hypervisor) that leaves ZMM
- * state off raises SIGILL on the first AVX-512 instruction.
+ * Which kernels this CPU can run (q4khost/cpu_isa.h). CPUID says what the
+ * processor has; XCR0 (xgetbv) says which register state the OS saves on a
+ * context switch. Both must hold: a CPU with AVX-512 under an OS (or
+ * hypervisor) that leaves ZMM state off raises SIGILL on the first AVX-512
+ * instruction. Where the compiler has no <cpuid.h> (not x86), no set is
+ * usable.
  */
-#include <cpuid.h>
+#include "buildconf.h"
+
 #include <stdint.h>
 
-#include "simd.h"
+#include "q4khost/cpu_isa.h"
+
+#ifdef HAVE_CPUID_H
+#include <cpuid.h>
 
 /* CPUID.1:ECX */
 #define ECX1_FMA (1u << 12)
@@ -34,14 +40,14 @@ static uint64_t xcr0(void)
 	return (uint64_t)hi << 32 | lo;
 }
 
-int simd_isa_usable(enum simd_isa isa)
+int q4kh_cpu_isa_usable(enum q4kh_cpu_isa isa)
 {
 	const uint32_t ecx1_need = ECX1_FMA | ECX1_OSXSAVE | ECX1_AVX | ECX1_F16C;
 	const uint32_t ebx7_512 = EBX7_AVX512F | EBX7_AVX512BW | EBX7_AVX512VL;
 	uint32_t a, b, c, d, b7, c7;
 	uint64_t x;
 
-	if (isa == SIMD_ISA_NONE)
+	if (isa == Q4KH_CPU_ISA_NONE)
 		return 0;
 	if (!__get_cpuid(1, &a, &b, &c, &d) || (c & ecx1_need) != ecx1_need)
 		return 0;
@@ -50,8 +56,15 @@ int simd_isa_usable(enum simd_isa isa)
 	x = xcr0();
 	if (!(b7 & EBX7_AVX2) || (x & XCR0_YMM) != XCR0_YMM)
 		return 0;
-	if (isa == SIMD_ISA_AVX2)
+	if (isa == Q4KH_CPU_ISA_AVX2)
 		return 1;
 	return (b7 & ebx7_512) == ebx7_512 && (c7 & ECX7_AVX512VNNI) &&
 	       (x & XCR0_ZMM) == XCR0_ZMM;
 }
+#else
+int q4kh_cpu_isa_usable(enum q4kh_cpu_isa isa)
+{
+	(void)isa;
+	return 0;
+}
+#endif

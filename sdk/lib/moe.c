@@ -1,11 +1,11 @@
 /*
- * moe_route and mul_mat_id for the backends in host memory (cpu_moe.h),
+ * moe_route and mul_mat_id for the backends in host memory (q4khost/moe.h),
  * as llama.cpp's build_moe_ffn computes them with softmax gating:
  * ggml_soft_max, ggml_top_k (argsort, descending), ggml_get_rows of the
  * chosen probabilities, their sum clamped to 2^-14 and the division
  * (norm_w), then ggml_mul_mat_id.
  */
-#include "cpu_moe.h"
+#include "q4khost/moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -47,9 +47,9 @@ static void route_column(const float *logits, int64_t e, int64_t k, int32_t norm
 		weights[j] = (float)(norm ? w[j] / (chosen > 0x1p-14 ? chosen : 0x1p-14) : w[j]);
 }
 
-q4kh_status cpu_moe_route(const struct cpu_moe_backend *b, const struct q4kh_tensor *logits,
-                          int32_t norm, const struct q4kh_tensor *ids,
-                          const struct q4kh_tensor *weights)
+q4kh_status q4kh_moe_route(const struct q4kh_moe_backend *b, const struct q4kh_tensor *logits,
+                           int32_t norm, const struct q4kh_tensor *ids,
+                           const struct q4kh_tensor *weights)
 {
 	q4kh_status st = q4kh_check_moe_route(&b->check, logits, norm, ids, weights);
 	double *p;
@@ -69,7 +69,7 @@ q4kh_status cpu_moe_route(const struct cpu_moe_backend *b, const struct q4kh_ten
 	return Q4KH_OK;
 }
 
-static int32_t id_at(const struct cpu_moe_backend *b, const struct q4kh_tensor *ids,
+static int32_t id_at(const struct q4kh_moe_backend *b, const struct q4kh_tensor *ids,
                      int64_t j, int64_t t)
 {
 	return ((const int32_t *)b->at(ids, t, 0))[j];
@@ -91,7 +91,7 @@ static struct q4kh_tensor in_scratch(q4kh_buffer *buf, uint64_t off, int64_t ne0
 }
 
 /* Expert E's columns through the backend's mul_mat, via xs and ys. */
-static q4kh_status one_expert(const struct cpu_moe_backend *b, const struct q4kh_tensor *w,
+static q4kh_status one_expert(const struct q4kh_moe_backend *b, const struct q4kh_tensor *w,
                               const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
                               const struct q4kh_tensor *y, int64_t e,
                               const struct q4kh_tensor *xs, const struct q4kh_tensor *ys)
@@ -121,9 +121,9 @@ static q4kh_status one_expert(const struct cpu_moe_backend *b, const struct q4kh
 	return Q4KH_OK;
 }
 
-q4kh_status cpu_moe_mul_mat_id(const struct cpu_moe_backend *b, const struct q4kh_tensor *w,
-                               const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
-                               const struct q4kh_tensor *y)
+q4kh_status q4kh_moe_mul_mat_id(const struct q4kh_moe_backend *b, const struct q4kh_tensor *w,
+                                const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
+                                const struct q4kh_tensor *y)
 {
 	const int64_t S = ids->ne[0], T = ids->ne[1];
 	q4kh_status st = q4kh_check_mul_mat_id(&b->check, w, x, ids, y);

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cpu_pool.h"
+#include "q4khost/pool.h"
 
-struct cpu_pool {
+struct q4kh_pool {
 	unsigned threads;
 	pthread_t *workers; /* threads - 1 of them */
 	unsigned started;
@@ -21,22 +21,22 @@ struct cpu_pool {
 	uint64_t job;        /* incremented for every job */
 	unsigned pending;    /* parts of the current job still running */
 	int stop;
-	cpu_task_fn fn;
+	q4kh_task_fn fn;
 	void *arg;
 	int64_t n;
 	unsigned parts;
 };
 
-unsigned cpu_threads_online(void)
+unsigned q4kh_threads_online(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (n < 1)
 		return 1;
-	return n > CPU_MAX_THREADS ? CPU_MAX_THREADS : (unsigned)n;
+	return n > Q4KH_MAX_THREADS ? Q4KH_MAX_THREADS : (unsigned)n;
 }
 
-int cpu_threads_parse(const char *s, unsigned *out)
+int q4kh_threads_parse(const char *s, unsigned *out)
 {
 	unsigned long v = 0;
 
@@ -46,7 +46,7 @@ int cpu_threads_parse(const char *s, unsigned *out)
 		if (*p < '0' || *p > '9')
 			return -1;
 		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > CPU_MAX_THREADS)
+		if (v > Q4KH_MAX_THREADS)
 			return -1;
 	}
 	if (v < 1)
@@ -55,12 +55,12 @@ int cpu_threads_parse(const char *s, unsigned *out)
 	return 0;
 }
 
-struct cpu_worker {
-	struct cpu_pool *pool;
+struct pool_worker {
+	struct q4kh_pool *pool;
 	unsigned part;
 };
 
-static void part_range(const struct cpu_pool *p, unsigned part, int64_t *begin,
+static void part_range(const struct q4kh_pool *p, unsigned part, int64_t *begin,
                        int64_t *end)
 {
 	*begin = p->n * part / p->parts;
@@ -69,11 +69,11 @@ static void part_range(const struct cpu_pool *p, unsigned part, int64_t *begin,
 
 static void *worker_main(void *arg)
 {
-	struct cpu_pool *p = ((struct cpu_worker *)arg)->pool;
-	unsigned part = ((struct cpu_worker *)arg)->part;
+	struct q4kh_pool *p = ((struct pool_worker *)arg)->pool;
+	unsigned part = ((struct pool_worker *)arg)->part;
 	uint64_t seen = 0;
 	int64_t begin, end;
-	cpu_task_fn fn;
+	q4kh_task_fn fn;
 	void *fn_arg;
 
 	free(arg);
@@ -99,9 +99,9 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int start_worker(struct cpu_pool *p, unsigned part)
+static int start_worker(struct q4kh_pool *p, unsigned part)
 {
-	struct cpu_worker *w = malloc(sizeof(*w));
+	struct pool_worker *w = malloc(sizeof(*w));
 	int rc;
 
 	if (!w)
@@ -114,9 +114,9 @@ static int start_worker(struct cpu_pool *p, unsigned part)
 	return rc;
 }
 
-int cpu_pool_create(unsigned threads, struct cpu_pool **out)
+int q4kh_pool_create(unsigned threads, struct q4kh_pool **out)
 {
-	struct cpu_pool *p = calloc(1, sizeof(*p));
+	struct q4kh_pool *p = calloc(1, sizeof(*p));
 	int rc = 0;
 
 	*out = NULL;
@@ -138,7 +138,7 @@ int cpu_pool_create(unsigned threads, struct cpu_pool **out)
 			p->started++;
 	}
 	if (rc) {
-		cpu_pool_destroy(p);
+		q4kh_pool_destroy(p);
 		errno = rc;
 		return -1;
 	}
@@ -146,7 +146,7 @@ int cpu_pool_create(unsigned threads, struct cpu_pool **out)
 	return 0;
 }
 
-void cpu_pool_destroy(struct cpu_pool *p)
+void q4kh_pool_destroy(struct q4kh_pool *p)
 {
 	if (!p)
 		return;
@@ -163,8 +163,8 @@ void cpu_pool_destroy(struct cpu_pool *p)
 	free(p);
 }
 
-void cpu_pool_run(struct cpu_pool *p, int64_t n, int64_t grain, cpu_task_fn fn,
-                  void *arg)
+void q4kh_pool_run(struct q4kh_pool *p, int64_t n, int64_t grain, q4kh_task_fn fn,
+                   void *arg)
 {
 	int64_t parts = grain > 0 ? (n + grain - 1) / grain : n;
 	int64_t begin, end;

@@ -8,9 +8,23 @@
 /* Vectorising these loops needs -O3; the build's CFLAGS say -O2. */
 #pragma GCC optimize("O3")
 
+#include <stddef.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "q4khost/contract.h"
+#include "q4khost/dequant.h"
+#include "q4khost/quant.h"
+
+/*
+ * The hot loops are also built for AVX2 where GCC can (the CPU picks at
+ * load time), as the cpu backend's are. AVX2 brings no FMA and contraction
+ * is off, so every build rounds alike.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DEQUANT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DEQUANT_CLONES
+#endif
 
 /* Block fields may sit at any even address: read them bytewise. */
 static float half_at(const uint8_t *p)
@@ -23,21 +37,21 @@ static void dequant_f32(const uint8_t *row, float *out, int64_t k)
 	memcpy(out, row, (size_t)k * sizeof(float));
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_f16(const uint8_t *row, float *out, int64_t k)
 {
 	for (int64_t i = 0; i < k; i++)
 		out[i] = half_at(row + 2 * i);
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_bf16(const uint8_t *row, float *out, int64_t k)
 {
 	for (int64_t i = 0; i < k; i++)
 		out[i] = q4kh_bf16_to_f32((uint16_t)(row[2 * i] | row[2 * i + 1] << 8));
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q8_0(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q8_0);
@@ -52,7 +66,7 @@ static void dequant_q8_0(const uint8_t *row, float *out, int64_t k)
 	}
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q4_0(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q4_0);
@@ -68,7 +82,7 @@ static void dequant_q4_0(const uint8_t *row, float *out, int64_t k)
 	}
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q4_1(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q4_1);
@@ -100,7 +114,7 @@ q5_codes(const uint8_t *qh, const uint8_t *qs, int *q)
 	}
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q5_0(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q5_0);
@@ -116,7 +130,7 @@ static void dequant_q5_0(const uint8_t *row, float *out, int64_t k)
 	}
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q5_1(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q5_1);
@@ -136,7 +150,7 @@ static void dequant_q5_1(const uint8_t *row, float *out, int64_t k)
  * Q2_K: value v = 128h + 32j + l takes bits 2j, 2j+1 of qs[32h + l] and
  * the scale and min nibbles of sub-block v / 16.
  */
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q2_k(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q2_k);
@@ -171,7 +185,7 @@ static int q3_k_scale(const uint8_t *scales, int s)
  * Q3_K: value v = 128h + 32j + l takes bits 2j, 2j+1 of qs[32h + l], bit
  * 4h + j of hmask[l] (clear: minus 4) and the scale of sub-block v / 16.
  */
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q3_k(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q3_k);
@@ -235,7 +249,7 @@ dequant_k_super(const uint8_t *scales, const uint8_t *qh,
 	}
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q4_k(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q4_k);
@@ -246,7 +260,7 @@ static void dequant_q4_k(const uint8_t *row, float *out, int64_t k)
 		                half_at(row), half_at(row + 2), out);
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q5_k(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q5_k);
@@ -258,7 +272,7 @@ static void dequant_q5_k(const uint8_t *row, float *out, int64_t k)
 		                half_at(row), half_at(row + 2), out);
 }
 
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_q6_k(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_q6_k);
@@ -292,7 +306,7 @@ static void dequant_q6_k(const uint8_t *row, float *out, int64_t k)
 }
 
 /* IQ4_NL: one fp16 scale per 32 values, codes laid out as in Q4_0. */
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_iq4_nl(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_iq4_nl);
@@ -313,7 +327,7 @@ static void dequant_iq4_nl(const uint8_t *row, float *out, int64_t k)
  * scales_l, 2 high bits in scales_h); d * (ls_j - 32) has at most 17
  * significant bits and a code 7, so both products are exact.
  */
-CPU_VECTOR_CLONES
+DEQUANT_CLONES
 static void dequant_iq4_xs(const uint8_t *row, float *out, int64_t k)
 {
 	const size_t bs = sizeof(struct q4kh_block_iq4_xs);
@@ -361,22 +375,22 @@ static dequant_fn dequant_for(uint32_t type)
 	}
 }
 
-int cpu_type_supported(uint32_t type)
+int q4kh_dequant_supported(uint32_t type)
 {
 	return dequant_for(type) != NULL;
 }
 
-uint32_t cpu_supported_types(void)
+uint32_t q4kh_dequant_types(void)
 {
 	uint32_t m = 0;
 
 	for (uint32_t t = 0; t < 32; t++)
-		if (cpu_type_supported(t))
-			m |= CPU_T(t);
+		if (q4kh_dequant_supported(t))
+			m |= Q4KH_TYPE_BIT(t);
 	return m;
 }
 
-void cpu_dequant_row(uint32_t type, const void *row, float *out, int64_t k)
+void q4kh_dequant_row(uint32_t type, const void *row, float *out, int64_t k)
 {
 	dequant_for(type)((const uint8_t *)row, out, k);
 }

@@ -1,5 +1,6 @@
 /*
- * Device scratch for a kernel variant's apply() (variant_scratch.c): one
+ * Device scratch for a kernel variant's apply(), in the SDK's CUDA library
+ * with the table of cuda_variant.h (cuda_variant_scratch.c): one
  * buffer per CUDA device, owned by the variant context, grown only when a
  * call needs more and kept until shutdown(). A call enqueues no allocation
  * and no free, so a product recorded into a CUDA graph holds only its
@@ -9,7 +10,7 @@
  * capture) and replay it for every token; the graph keeps the scratch
  * address it was recorded with. So a buffer that a larger call outgrows
  * is never freed or reused at once: it goes on its device's retired list
- * (cuda_retired.h), freed at shutdown, whether or not the stream is capturing (a graph
+ * (q4khost/cuda_retired.h), freed at shutdown, whether or not the stream is capturing (a graph
  * recorded earlier may still point at it, and kernels already enqueued may
  * still read it). A new buffer is at least twice the old, so the retired
  * ones together stay smaller than the one in use.
@@ -29,15 +30,15 @@
  * orders them: two threads calling for the same device at once (which T1
  * rules out) would share it.
  */
-#ifndef Q4KH_CUDA_VARIANT_SCRATCH_H
-#define Q4KH_CUDA_VARIANT_SCRATCH_H
+#ifndef Q4KHOST_CUDA_VARIANT_SCRATCH_H
+#define Q4KHOST_CUDA_VARIANT_SCRATCH_H
 
 #include <pthread.h>
 #include <stddef.h>
 
 #include <cuda_runtime_api.h>
 
-#include "../cuda/cuda_retired.h"
+#include "q4khost/cuda_retired.h"
 #include "q4khost/plugin.h"
 
 #ifdef __cplusplus
@@ -45,18 +46,18 @@ extern "C" {
 #endif
 
 /* One CUDA device's scratch. */
-struct cv_scratch_dev {
+struct q4kh_cv_scratch_dev {
 	void *ptr;                    /* device memory, or NULL */
 	size_t size;                  /* bytes at ptr */
-	struct cuda_retired *retired; /* earlier buffers, freed at shutdown */
+	struct q4kh_retired *retired; /* earlier buffers, freed at shutdown */
 	void *blas;                   /* cuda_tc's cuBLAS handle, or NULL until
 	                                 the first product on tensor cores */
 };
 
 /* Every device's scratch: a member of q4kh_kernel_ctx. */
-struct cv_scratch {
+struct q4kh_cv_scratch {
 	pthread_mutex_t lock;       /* guards dev and n */
-	struct cv_scratch_dev *dev; /* indexed by CUDA ordinal */
+	struct q4kh_cv_scratch_dev *dev; /* indexed by CUDA ordinal */
 	int n;                      /* entries in dev */
 };
 
@@ -64,7 +65,7 @@ struct cv_scratch {
  * Set up ctx->scratch, empty. Q4KH_ERR_NOMEM (and ctx's last error) when
  * the mutex cannot be made.
  */
-q4kh_status cv_scratch_init(q4kh_kernel_ctx *ctx);
+q4kh_status q4kh_cv_scratch_init(q4kh_kernel_ctx *ctx);
 
 /*
  * *OUT = at least BYTES (> 0) of device memory on CUDA device ORDINAL, the
@@ -75,23 +76,23 @@ q4kh_status cv_scratch_init(q4kh_kernel_ctx *ctx);
  * Q4KH_ERR_NOMEM for an allocation failure, Q4KH_ERR_DEVICE for another
  * CUDA error.
  */
-q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
-                           cudaStream_t s, const char *what, void **out);
+q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
+                                cudaStream_t s, const char *what, void **out);
 
 /*
- * *OUT = the cuBLAS handle (cuda_tc.h) of CUDA device ORDINAL, the current
+ * *OUT = the cuBLAS handle (q4khost/cuda_tc.h) of CUDA device ORDINAL, the current
  * device, made on first use and kept until shutdown. On failure *OUT is
  * NULL and ctx's last error reads "WHAT: cublasCreate: ..." (Q4KH_ERR_DEVICE).
  */
-q4kh_status cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
-                            void **out);
+q4kh_status q4kh_cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
+                                 void **out);
 
 /*
  * Free every device's buffers and cuBLAS handles, retired ones included (cudaFree waits for
  * the work that uses them), and the table; for shutdown(), after which no
  * recorded graph may replay. A cudaFree that fails is logged as a warning.
  */
-void cv_scratch_free(q4kh_kernel_ctx *ctx);
+void q4kh_cv_scratch_free(q4kh_kernel_ctx *ctx);
 
 #ifdef __cplusplus
 }

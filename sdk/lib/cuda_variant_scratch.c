@@ -1,7 +1,7 @@
 /*
  * Device scratch for the variants' apply(): one buffer per CUDA device in
  * the variant context, grown by doubling, outgrown buffers kept until
- * shutdown (variant_scratch.h says why).
+ * shutdown (q4khost/cuda_variant_scratch.h says why).
  */
 #include "buildconf.h"
 
@@ -9,29 +9,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cuda/cuda_tc.h"
-#include "variant.h"
+#include "q4khost/cuda_tc.h"
+#include "q4khost/cuda_variant.h"
 
 /* Allocations are rounded up to this many bytes. */
-#define CV_SCRATCH_ROUND 256
+#define Q4KH_CV_SCRATCH_ROUND 256
 
-q4kh_status cv_scratch_init(q4kh_kernel_ctx *ctx)
+q4kh_status q4kh_cv_scratch_init(q4kh_kernel_ctx *ctx)
 {
 	int e = pthread_mutex_init(&ctx->scratch.lock, NULL);
 
 	ctx->scratch.dev = NULL;
 	ctx->scratch.n = 0;
 	if (e)
-		return cv_fail(ctx, Q4KH_ERR_NOMEM, "scratch: pthread_mutex_init: %s",
-		               strerror(e));
+		return q4kh_cv_fail(ctx, Q4KH_ERR_NOMEM, "scratch: pthread_mutex_init: %s",
+		                    strerror(e));
 	return Q4KH_OK;
 }
 
 /* The entry of device ORDINAL, the table grown to hold it; NULL when out
  * of memory. The caller holds the lock. */
-static struct cv_scratch_dev *entry(struct cv_scratch *sc, int ordinal)
+static struct q4kh_cv_scratch_dev *entry(struct q4kh_cv_scratch *sc, int ordinal)
 {
-	struct cv_scratch_dev *d;
+	struct q4kh_cv_scratch_dev *d;
 
 	if (ordinal < sc->n)
 		return &sc->dev[ordinal];
@@ -86,12 +86,12 @@ out:
 
 /* Grow D to at least BYTES: twice its size or BYTES, whichever is more,
  * or BYTES alone when that much more does not fit. */
-static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
+static q4kh_status grow(q4kh_kernel_ctx *ctx, struct q4kh_cv_scratch_dev *d,
                         int ordinal, size_t bytes, cudaStream_t s,
                         const char *what)
 {
-	size_t want = bytes, round = CV_SCRATCH_ROUND;
-	struct cuda_retired *r;
+	size_t want = bytes, round = Q4KH_CV_SCRATCH_ROUND;
+	struct q4kh_retired *r;
 	const char *call;
 	char where[256];
 	size_t got;
@@ -105,8 +105,8 @@ static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
 	snprintf(where, sizeof(where),
 	         "%s: %zu bytes of scratch on CUDA device %d (%zu held)", what,
 	         bytes, ordinal, d->size);
-	if (cuda_retired_reserve(d->ptr, &r))
-		return cv_fail(ctx, Q4KH_ERR_NOMEM, "%s: out of host memory", where);
+	if (q4kh_retired_reserve(d->ptr, &r))
+		return q4kh_cv_fail(ctx, Q4KH_ERR_NOMEM, "%s: out of host memory", where);
 	got = want;
 	e = alloc(&p, got, s, &call);
 	if (e == cudaErrorMemoryAllocation && want > bytes) {
@@ -117,32 +117,32 @@ static q4kh_status grow(q4kh_kernel_ctx *ctx, struct cv_scratch_dev *d,
 		free(r);
 		snprintf(where + strlen(where), sizeof(where) - strlen(where),
 		         ": %s", call);
-		return cv_cuda(ctx, e, where);
+		return q4kh_cv_cuda(ctx, e, where);
 	}
-	cuda_retire(&d->retired, r, d->ptr);
+	q4kh_retire(&d->retired, r, d->ptr);
 	d->ptr = p;
 	d->size = got;
 	return Q4KH_OK;
 }
 
-q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
-                           cudaStream_t s, const char *what, void **out)
+q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
+                                cudaStream_t s, const char *what, void **out)
 {
-	struct cv_scratch *sc = &ctx->scratch;
-	struct cv_scratch_dev *d;
+	struct q4kh_cv_scratch *sc = &ctx->scratch;
+	struct q4kh_cv_scratch_dev *d;
 	q4kh_status st = Q4KH_OK;
 
 	*out = NULL;
 	if (ordinal < 0 || bytes == 0)
-		return cv_fail(ctx, Q4KH_ERR_INVALID,
-		               "%s: %zu bytes of scratch on CUDA device %d", what,
-		               bytes, ordinal);
+		return q4kh_cv_fail(ctx, Q4KH_ERR_INVALID,
+		                    "%s: %zu bytes of scratch on CUDA device %d", what,
+		                    bytes, ordinal);
 	pthread_mutex_lock(&sc->lock);
 	d = entry(sc, ordinal);
 	if (!d)
-		st = cv_fail(ctx, Q4KH_ERR_NOMEM,
-		             "%s: scratch of CUDA device %d: out of host memory",
-		             what, ordinal);
+		st = q4kh_cv_fail(ctx, Q4KH_ERR_NOMEM,
+		                  "%s: scratch of CUDA device %d: out of host memory",
+		                  what, ordinal);
 	else if (d->size < bytes)
 		st = grow(ctx, d, ordinal, bytes, s, what);
 	if (!st)
@@ -151,11 +151,11 @@ q4kh_status cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
 	return st;
 }
 
-q4kh_status cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
-                            void **out)
+q4kh_status q4kh_cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
+                                 void **out)
 {
-	struct cv_scratch *sc = &ctx->scratch;
-	struct cv_scratch_dev *d;
+	struct q4kh_cv_scratch *sc = &ctx->scratch;
+	struct q4kh_cv_scratch_dev *d;
 	q4kh_status st = Q4KH_OK;
 	char why[256];
 
@@ -163,11 +163,11 @@ q4kh_status cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
 	pthread_mutex_lock(&sc->lock);
 	d = ordinal >= 0 ? entry(sc, ordinal) : NULL;
 	if (!d)
-		st = cv_fail(ctx, Q4KH_ERR_NOMEM,
-		             "%s: cuBLAS handle of CUDA device %d: out of host memory",
-		             what, ordinal);
-	else if (!d->blas && cuda_tc_open(&d->blas, why, sizeof(why)))
-		st = cv_fail(ctx, Q4KH_ERR_DEVICE, "%s: %s", what, why);
+		st = q4kh_cv_fail(ctx, Q4KH_ERR_NOMEM,
+		                  "%s: cuBLAS handle of CUDA device %d: out of host memory",
+		                  what, ordinal);
+	else if (!d->blas && q4kh_tc_open(&d->blas, why, sizeof(why)))
+		st = q4kh_cv_fail(ctx, Q4KH_ERR_DEVICE, "%s: %s", what, why);
 	if (!st)
 		*out = d->blas;
 	pthread_mutex_unlock(&sc->lock);
@@ -184,26 +184,26 @@ static void free_logged(q4kh_kernel_ctx *ctx, int ordinal, void *p)
 		return;
 	snprintf(msg, sizeof(msg),
 	         "%s: shutdown: cudaFree of scratch on CUDA device %d: %s (%s)",
-	         cv_name, ordinal, cudaGetErrorName(e), cudaGetErrorString(e));
+	         q4kh_cv_name, ordinal, cudaGetErrorName(e), cudaGetErrorString(e));
 	ctx->host->log(ctx->host->host_data, Q4KH_LOG_WARN, msg);
 }
 
-void cv_scratch_free(q4kh_kernel_ctx *ctx)
+void q4kh_cv_scratch_free(q4kh_kernel_ctx *ctx)
 {
-	struct cv_scratch *sc = &ctx->scratch;
+	struct q4kh_cv_scratch *sc = &ctx->scratch;
 	int prev = -1;
 
 	if (sc->n > 0 && cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
 	for (int i = 0; i < sc->n; i++) {
-		struct cv_scratch_dev *d = &sc->dev[i];
+		struct q4kh_cv_scratch_dev *d = &sc->dev[i];
 		const int on = (d->ptr || d->blas) && cudaSetDevice(i) == cudaSuccess;
 
 		if (on && d->ptr)
 			free_logged(ctx, i, d->ptr);
 		if (on)
-			cuda_tc_close(d->blas);
-		for (void *p; (p = cuda_retired_pop(&d->retired));)
+			q4kh_tc_close(d->blas);
+		for (void *p; (p = q4kh_retired_pop(&d->retired));)
 			if (on)
 				free_logged(ctx, i, p);
 	}

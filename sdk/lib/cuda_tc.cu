@@ -1,6 +1,6 @@
 /*
  * Batched products on tensor cores (cuda_tc.h): weight slices dequantised
- * to fp16 by cuda_quant.cuh's load_group, activations rounded to fp16, and
+ * to fp16 by cuda_quant.cuh's q4kh_load_group, activations rounded to fp16, and
  * cublasGemmEx with fp32 accumulation writing y.
  */
 #include <stdio.h>
@@ -8,8 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
-#include "cuda_quant.cuh"
-#include "cuda_tc.h"
+#include "q4khost/cuda_quant.cuh"
+#include "q4khost/cuda_tc.h"
 
 #define TC_THREADS 256
 
@@ -18,10 +18,10 @@ static size_t align256(size_t n)
 	return (n + 255) & ~(size_t)255;
 }
 
-/* Rows of the weight per slice: CUDA_TC_SLICE bytes of fp16, at least 1. */
+/* Rows of the weight per slice: Q4KH_TC_SLICE bytes of fp16, at least 1. */
 static int64_t slice_rows(int64_t k, int64_t n)
 {
-	int64_t r = (int64_t)(CUDA_TC_SLICE / (2 * (size_t)k));
+	int64_t r = (int64_t)(Q4KH_TC_SLICE / (2 * (size_t)k));
 
 	return r < 1 ? 1 : r > n ? n : r;
 }
@@ -40,7 +40,7 @@ dequant_kernel(const uint8_t *w, int64_t w_row, int64_t k, int64_t rows,
 		const int64_t r = it / groups, g = it % groups;
 		__half *o = out + r * k + 32 * g;
 		float v[32];
-		const int cnt = load_group<TYPE>(w + r * w_row, g, k, v);
+		const int cnt = q4kh_load_group<TYPE>(w + r * w_row, g, k, v);
 
 		if (cnt == 32 && k % 8 == 0) {
 			/* 16-byte stores: rows of a multiple of 8 halves */
@@ -78,24 +78,24 @@ static unsigned blocks_for(int64_t items)
 	return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
-extern "C" int cuda_tc_supports(uint32_t type)
+extern "C" int q4kh_tc_supports(uint32_t type)
 {
 	return type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16 && type != Q4KH_TYPE_BF16 &&
-	       for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
+	       q4kh_for_type(type, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
-extern "C" int cuda_tc_wanted(uint32_t type, int64_t t, int64_t min_columns)
+extern "C" int q4kh_tc_wanted(uint32_t type, int64_t t, int64_t min_columns)
 {
-	return t >= min_columns && cuda_tc_supports(type);
+	return t >= min_columns && q4kh_tc_supports(type);
 }
 
-extern "C" size_t cuda_tc_scratch_bytes(int64_t k, int64_t n, int64_t t)
+extern "C" size_t q4kh_tc_scratch_bytes(int64_t k, int64_t n, int64_t t)
 {
 	return align256(2 * (size_t)k * (size_t)t) +
-	       align256(2 * (size_t)k * (size_t)slice_rows(k, n)) + CUDA_TC_WORKSPACE;
+	       align256(2 * (size_t)k * (size_t)slice_rows(k, n)) + Q4KH_TC_WORKSPACE;
 }
 
-extern "C" int cuda_tc_open(void **handle, char *why, size_t cap)
+extern "C" int q4kh_tc_open(void **handle, char *why, size_t cap)
 {
 	cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
 	cublasHandle_t h = NULL;
@@ -114,7 +114,7 @@ extern "C" int cuda_tc_open(void **handle, char *why, size_t cap)
 	return 0;
 }
 
-extern "C" void cuda_tc_close(void *handle)
+extern "C" void q4kh_tc_close(void *handle)
 {
 	if (handle)
 		cublasDestroy((cublasHandle_t)handle);
@@ -137,7 +137,7 @@ static int blas_failed(cublasStatus_t st, const char *step, char *why, size_t ca
 	return -1;
 }
 
-extern "C" int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
+extern "C" int q4kh_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
                             int64_t w_row, int64_t k, int64_t n, const float *x,
                             int64_t ldx, float *y, int64_t ldy, int64_t t,
                             void *scratch, cudaStream_t s, char *why, size_t cap)
@@ -156,7 +156,7 @@ extern "C" int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 		return -1;
 	}
 	if (blas_failed(cublasSetStream(h, s), "cublasSetStream", why, cap) ||
-	    blas_failed(cublasSetWorkspace(h, ws, CUDA_TC_WORKSPACE),
+	    blas_failed(cublasSetWorkspace(h, ws, Q4KH_TC_WORKSPACE),
 	                "cublasSetWorkspace", why, cap))
 		return -1;
 	to_half_kernel<<<dim3(blocks_for(k), (unsigned)(t < 65535 ? t : 65535)), TC_THREADS,
@@ -165,7 +165,7 @@ extern "C" int cuda_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 		return -1;
 	for (int64_t r0 = 0; r0 < n; r0 += rows) {
 		const int64_t m = n - r0 < rows ? n - r0 : rows;
-		const cudaError_t e = for_type(type, [&](auto ty) {
+		const cudaError_t e = q4kh_for_type(type, [&](auto ty) {
 			constexpr uint32_t T = decltype(ty)::value;
 
 			dequant_kernel<T><<<blocks_for(m * ((k + 31) / 32)), TC_THREADS, 0, s>>>(

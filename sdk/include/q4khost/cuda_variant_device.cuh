@@ -1,7 +1,10 @@
 /*
- * Device code and launch geometry shared by the CUDA variants' GEMV kernels.
+ * Device code and launch geometry of the CUDA kernel variants' GEMV
+ * kernels (header-only, for nvcc; with cuda_variant.h, whose context and
+ * limits it uses): the in-tree variants' shape, for a variant of the SDK's
+ * table (cuda_variant.h) to build its kernels on.
  *
- * Every kernel has one streaming shape (cv_stream_kernel). A warp owns R
+ * Every kernel has one streaming shape (q4kh_cv_stream_kernel). A warp owns R
  * consecutive weight rows at a time and walks a grid-stride loop over row
  * groups, so blocks live for the whole launch: no block launches, no
  * __syncthreads, and the sum over a row is a warp shuffle. Along the rows,
@@ -12,7 +15,7 @@
  * latency (one-pass blocks that loaded once and then reduced through shared
  * memory reached about 45 % of the read ceiling). Each activation value a
  * lane loads serves R rows, and every weight byte is read once for up to
- * CV_MAX_COLUMNS columns. fp32 accumulation throughout.
+ * Q4KH_CV_MAX_COLUMNS columns. fp32 accumulation throughout.
  *
  * What differs between the variants is a format F:
  *   F::piece_t                      what one piece's loads bring
@@ -20,8 +23,8 @@
  *   F::piece_t F::load(row, j)      issue the loads of piece j of a row
  *   F::dot<R, T>(acc, p[R], j)      acc[r][c] += piece j of row r . x[:, c]
  */
-#ifndef Q4KH_CUDA_VARIANT_DEVICE_CUH
-#define Q4KH_CUDA_VARIANT_DEVICE_CUH
+#ifndef Q4KHOST_CUDA_VARIANT_DEVICE_CUH
+#define Q4KHOST_CUDA_VARIANT_DEVICE_CUH
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,16 +32,16 @@
 
 #include <type_traits>
 
-#include "variant.h"
-#include <q4khost/cuda_pdl.cuh>
+#include "q4khost/cuda_pdl.cuh"
+#include "q4khost/cuda_variant.h"
 
-#define CV_FULL_MASK 0xFFFFFFFFu
+#define Q4KH_CV_FULL_MASK 0xFFFFFFFFu
 
 /*
  * 16 bytes of weights, read once per launch: no L1 allocation, so the
  * activations that every group re-reads keep the L1.
  */
-__device__ __forceinline__ uint4 cv_load_stream(const void *p)
+__device__ __forceinline__ uint4 q4kh_cv_load_stream(const void *p)
 {
 	uint4 v;
 
@@ -49,7 +52,7 @@ __device__ __forceinline__ uint4 cv_load_stream(const void *p)
 }
 
 /* Word I (0..3) of a 16-byte vector; I is a constant after unrolling. */
-__device__ __forceinline__ uint32_t cv_word(const uint4 &v, int i)
+__device__ __forceinline__ uint32_t q4kh_cv_word(const uint4 &v, int i)
 {
 	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -60,21 +63,21 @@ __device__ __forceinline__ uint32_t cv_word(const uint4 &v, int i)
  * subtraction of 2^23 + BIAS (exact by Sterbenz's lemma) leaves the value.
  * Cheaper than an integer conversion, which runs at a quarter rate.
  */
-__device__ __forceinline__ float cv_byte_float_less(uint32_t v, int b,
-                                                    float bias)
+__device__ __forceinline__ float q4kh_cv_byte_float_less(uint32_t v, int b,
+                                                         float bias)
 {
 	return __int_as_float((int)__byte_perm(v, 0x4B000000u, 0x7440u | b)) -
 	       (8388608.0f + bias);
 }
 
 /* Byte B of v as a float, exactly. */
-__device__ __forceinline__ float cv_byte_float(uint32_t v, int b)
+__device__ __forceinline__ float q4kh_cv_byte_float(uint32_t v, int b)
 {
-	return cv_byte_float_less(v, b, 0.0f);
+	return q4kh_cv_byte_float_less(v, b, 0.0f);
 }
 
 /* The fp16 in the low (HI = 0) or high half of v, as a float. */
-__device__ __forceinline__ float cv_half_float(uint32_t v, int hi)
+__device__ __forceinline__ float q4kh_cv_half_float(uint32_t v, int hi)
 {
 	return __half2float(__ushort_as_half((unsigned short)(v >> (16 * hi))));
 }
@@ -85,14 +88,14 @@ __device__ __forceinline__ float cv_half_float(uint32_t v, int hi)
  * meet in both lanes, and a + b is b + a). Every lane must call it.
  */
 template <int R, int T>
-__device__ __forceinline__ void cv_warp_sum(float (&acc)[R][T])
+__device__ __forceinline__ void q4kh_cv_warp_sum(float (&acc)[R][T])
 {
 	for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
 		for (int r = 0; r < R; r++)
 #pragma unroll
 			for (int c = 0; c < T; c++)
-				acc[r][c] += __shfl_xor_sync(CV_FULL_MASK, acc[r][c], off);
+				acc[r][c] += __shfl_xor_sync(Q4KH_CV_FULL_MASK, acc[r][c], off);
 }
 
 /*
@@ -102,13 +105,13 @@ __device__ __forceinline__ void cv_warp_sum(float (&acc)[R][T])
  * backend's add). Every lane of the warp must call it.
  */
 template <int R, int T>
-__device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
-                                              int64_t n, float *y, int64_t ldy,
-                                              const float *bias)
+__device__ __forceinline__ void q4kh_cv_warp_store(float (&acc)[R][T], int64_t row0,
+                                                   int64_t n, float *y, int64_t ldy,
+                                                   const float *bias)
 {
 	const int lane = threadIdx.x & 31;
 
-	cv_warp_sum<R, T>(acc);
+	q4kh_cv_warp_sum<R, T>(acc);
 #pragma unroll
 	for (int r = 0; r < R; r++)
 #pragma unroll
@@ -118,8 +121,8 @@ __device__ __forceinline__ void cv_warp_store(float (&acc)[R][T], int64_t row0,
 					bias ? acc[r][c] + bias[row0 + r] : acc[r][c];
 }
 
-/* cv_stream_each's store of plain rows: cv_warp_store's. */
-struct cv_row_store {
+/* q4kh_cv_stream_each's store of plain rows: q4kh_cv_warp_store's. */
+struct q4kh_cv_row_store {
 	float *y;
 	int64_t ldy;
 	const float *bias; /* NULL: none */
@@ -128,7 +131,7 @@ struct cv_row_store {
 	__device__ __forceinline__ void store(float (&acc)[R][T], int64_t row0,
 	                                      int64_t n) const
 	{
-		cv_warp_store<R, T>(acc, row0, n, y, ldy, bias);
+		q4kh_cv_warp_store<R, T>(acc, row0, n, y, ldy, bias);
 	}
 };
 
@@ -136,14 +139,14 @@ struct cv_row_store {
  * The rows of an N-row matrix with format F, by warp WARP of WARPS that
  * share them: R rows at a time, each row's lane partial sums in acc,
  * handed to s.store<R, T>(acc, row0, n) (which sums over the warp and
- * stores rows row0 .. row0 + R - 1 below n). The body of cv_stream_kernel
+ * stores rows row0 .. row0 + R - 1 below n). The body of q4kh_cv_stream_kernel
  * (see the top of this file); a row's arithmetic does not depend on R or
  * U, so every store sees gemv's sums.
  */
 template <int T, int R, int U, class F, class S>
-__device__ __forceinline__ void cv_stream_each(const F &f, int64_t warp,
-                                               int64_t warps, int64_t n,
-                                               const S &s)
+__device__ __forceinline__ void q4kh_cv_stream_each(const F &f, int64_t warp,
+                                                    int64_t warps, int64_t n,
+                                                    const S &s)
 {
 	const int lane = threadIdx.x & 31;
 	bool waiting = true; /* q4kh_pdl_wait not yet called */
@@ -188,29 +191,29 @@ __device__ __forceinline__ void cv_stream_each(const F &f, int64_t warp,
 
 /*
  * y {N, T} = W x (+ bias) with format F, by warp WARP of WARPS that share
- * the rows: cv_stream_each with cv_warp_store, also run by kernels that
+ * the rows: q4kh_cv_stream_each with q4kh_cv_warp_store, also run by kernels that
  * give each of several matrices its own blocks.
  */
 template <int T, int R, int U, class F>
-__device__ __forceinline__ void cv_stream_rows(const F &f, int64_t warp,
-                                               int64_t warps, int64_t n,
-                                               float *__restrict__ y,
-                                               int64_t ldy, const float *bias)
+__device__ __forceinline__ void q4kh_cv_stream_rows(const F &f, int64_t warp,
+                                                    int64_t warps, int64_t n,
+                                                    float *__restrict__ y,
+                                                    int64_t ldy, const float *bias)
 {
-	const cv_row_store s = { y, ldy, bias };
+	const q4kh_cv_row_store s = { y, ldy, bias };
 
-	cv_stream_each<T, R, U>(f, warp, warps, n, s);
+	q4kh_cv_stream_each<T, R, U>(f, warp, warps, n, s);
 }
 
 /*
  * Two matrices of format F with the same K and N as one of 2N rows for
- * cv_stream_each: row 2i is row i of gate, row 2i + 1 row i of up, so
+ * q4kh_cv_stream_each: row 2i is row i of gate, row 2i + 1 row i of up, so
  * that a warp with an even R loads and reduces the same R / 2 rows of
  * both (every load of both issued before the dots), and its store finds
  * a gate row's sums next to its up row's. Both share x (dot() is gate's).
  */
 template <class F>
-struct cv_pair {
+struct q4kh_cv_pair {
 	typedef typename F::piece_t piece_t;
 	F gate, up;
 	int pieces;
@@ -230,16 +233,16 @@ struct cv_pair {
 
 /* y {N, T} = W x with format F; see the top of this file. */
 template <int T, int R, int U, class F>
-__global__ void __launch_bounds__(CV_MAX_WARPS * 32)
-cv_stream_kernel(F f, int64_t n, float *__restrict__ y, int64_t ldy)
+__global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
+q4kh_cv_stream_kernel(F f, int64_t n, float *__restrict__ y, int64_t ldy)
 {
-	cv_stream_rows<T, R, U, F>(
+	q4kh_cv_stream_rows<T, R, U, F>(
 		f, (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5),
 		(int64_t)gridDim.x * (blockDim.x >> 5), n, y, ldy, NULL);
 }
 
-/* Rows per warp for N rows over SMS multiprocessors (see cv_stream_cols). */
-static inline int cv_stream_rows_per_warp(int64_t n, int sms)
+/* Rows per warp for N rows over SMS multiprocessors (see q4kh_cv_stream_cols). */
+static inline int q4kh_cv_stream_rows_per_warp(int64_t n, int sms)
 {
 	const int64_t per_sm = n / (sms > 0 ? sms : 1);
 
@@ -247,7 +250,7 @@ static inline int cv_stream_rows_per_warp(int64_t n, int sms)
 }
 
 /* Blocks of WARPS warps that keep SMS multiprocessors full: 64 warps each. */
-static inline int64_t cv_stream_most_blocks(int warps, int sms)
+static inline int64_t q4kh_cv_stream_most_blocks(int warps, int sms)
 {
 	return (int64_t)(sms > 0 ? sms : 1) * (64 / warps);
 }
@@ -259,7 +262,7 @@ static inline int64_t cv_stream_most_blocks(int warps, int sms)
  * the registers already.
  */
 template <class L>
-static cudaError_t cv_stream_pick(const L &l, int r_wanted, int pieces)
+static cudaError_t q4kh_cv_stream_pick(const L &l, int r_wanted, int pieces)
 {
 	if (r_wanted == 4)
 		return l.template run<4, 2>();
@@ -268,9 +271,9 @@ static cudaError_t cv_stream_pick(const L &l, int r_wanted, int pieces)
 	return pieces > 64 ? l.template run<1, 4>() : l.template run<1, 2>();
 }
 
-/* cv_stream_kernel's launch for cv_stream_pick. */
+/* q4kh_cv_stream_kernel's launch for q4kh_cv_stream_pick. */
 template <int T, class F>
-struct cv_stream_launcher {
+struct q4kh_cv_stream_launcher {
 	const F &f;
 	int64_t n;
 	float *y;
@@ -282,8 +285,8 @@ struct cv_stream_launcher {
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(cv_stream_kernel<T, R, U, F>, blocks, threads, 0, s, f,
-		                       n, y, ldy);
+		return q4kh_pdl_launch(q4kh_cv_stream_kernel<T, R, U, F>, blocks, threads, 0, s,
+		                       f, n, y, ldy);
 	}
 };
 
@@ -293,52 +296,52 @@ struct cv_stream_launcher {
  * each still gets 16 warps), pieces per lane and step by the row's length.
  */
 template <int T, class F>
-static cudaError_t cv_stream_cols(const F &f, int64_t n, float *y, int64_t ldy,
-                                  int warps, int sms, cudaStream_t s)
+static cudaError_t q4kh_cv_stream_cols(const F &f, int64_t n, float *y, int64_t ldy,
+                                       int warps, int sms, cudaStream_t s)
 {
-	const int r = cv_stream_rows_per_warp(n, sms);
+	const int r = q4kh_cv_stream_rows_per_warp(n, sms);
 	const int64_t groups = (n + r - 1) / r;
 	const int64_t want = (groups + warps - 1) / warps;
-	const int64_t most = cv_stream_most_blocks(warps, sms);
-	const cv_stream_launcher<T, F> l = {
+	const int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
+	const q4kh_cv_stream_launcher<T, F> l = {
 		f, n, y, ldy, (unsigned)(want < most ? want : most), 32 * warps, s
 	};
 
-	return cv_stream_pick(l, r, f.pieces);
+	return q4kh_cv_stream_pick(l, r, f.pieces);
 }
 
 /*
- * l(std::integral_constant<int, T>()) for T = COLS (1 .. CV_MAX_COLUMNS):
+ * l(std::integral_constant<int, T>()) for T = COLS (1 .. Q4KH_CV_MAX_COLUMNS):
  * from a run-time column count to the kernels' template parameter, for a
  * generic lambda that reads T as decltype(t)::value.
  */
 template <class L>
-static cudaError_t cv_for_cols(int64_t cols, const L &l)
+static cudaError_t q4kh_cv_for_cols(int64_t cols, const L &l)
 {
 	switch (cols) {
-#define CV_COLS(T) \
+#define Q4KH_CV_COLS(T) \
 	case T: return l(std::integral_constant<int, T>())
-	CV_COLS(1);
-	CV_COLS(2);
-	CV_COLS(3);
-	CV_COLS(4);
-	CV_COLS(5);
-	CV_COLS(6);
-	CV_COLS(7);
-	CV_COLS(8);
-#undef CV_COLS
+	Q4KH_CV_COLS(1);
+	Q4KH_CV_COLS(2);
+	Q4KH_CV_COLS(3);
+	Q4KH_CV_COLS(4);
+	Q4KH_CV_COLS(5);
+	Q4KH_CV_COLS(6);
+	Q4KH_CV_COLS(7);
+	Q4KH_CV_COLS(8);
+#undef Q4KH_CV_COLS
 	default: return cudaErrorInvalidValue;
 	}
 }
 
-/* The same for COLS (1 .. CV_MAX_COLUMNS) columns. */
+/* The same for COLS (1 .. Q4KH_CV_MAX_COLUMNS) columns. */
 template <class F>
-static cudaError_t cv_stream_launch(const F &f, int cols, int64_t n, float *y,
-                                    int64_t ldy, int warps, int sms,
-                                    cudaStream_t s)
+static cudaError_t q4kh_cv_stream_launch(const F &f, int cols, int64_t n, float *y,
+                                         int64_t ldy, int warps, int sms,
+                                         cudaStream_t s)
 {
-	return cv_for_cols(cols, [&](auto t) {
-		return cv_stream_cols<decltype(t)::value, F>(f, n, y, ldy, warps, sms, s);
+	return q4kh_cv_for_cols(cols, [&](auto t) {
+		return q4kh_cv_stream_cols<decltype(t)::value, F>(f, n, y, ldy, warps, sms, s);
 	});
 }
 
