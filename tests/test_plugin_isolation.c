@@ -155,7 +155,18 @@ struct vars {
 	char *value[VARS_MAX];
 	int n;
 	char **rules; /* the other logical lines (rules), NULL-terminated */
+	char *text;   /* Makefile.am, which the rules point into */
 };
+
+static void vars_free(struct vars *v)
+{
+	for (int i = 0; i < v->n; i++) {
+		free(v->name[i]);
+		free(v->value[i]);
+	}
+	free(v->rules);
+	free(v->text);
+}
 
 static const char *var_get(const struct vars *v, const char *name)
 {
@@ -193,7 +204,7 @@ static void read_makefile(struct vars *v)
 	char *text, *line, *save;
 
 	snprintf(path, sizeof(path), "%s/Makefile.am", test_srcdir());
-	text = test_read_file(path, &len);
+	v->text = text = test_read_file(path, &len);
 	cr_assert_not_null(text, "cannot read %s", path);
 	for (char *p = text; (p = strstr(p, "\\\n"));)
 		p[0] = p[1] = ' ';
@@ -301,6 +312,7 @@ Test(plugin_isolation, makefile_builds_no_plugin_from_another_plugins_files)
 		checked++;
 		cpu += !strcmp(t, "plugins/cpu/cpu.la");
 	}
+	vars_free(&v);
 	cr_assert_eq(cpu, 1, "Makefile.am: plugins/cpu/cpu.la not among the plugin modules");
 	cr_assert_geq(checked, 2, "Makefile.am: %d plugin modules and libraries found", checked);
 	cr_expect_eq(f.n, 0, "%d plugin build(s) take another plugin's files:\n%s", f.n, f.text);
