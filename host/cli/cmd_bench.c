@@ -325,11 +325,8 @@ static const char *verdict(const struct row *r, enum q4kh_f2_mode mode)
  * name ("not measured: ...") says it once. */
 static void verdict_note(struct row *r)
 {
-	const char *v = q4kh_f2_verdict_name(r->d.verdict), *m = r->d.receipt.message;
-	const int named = !strncmp(m, v, strlen(v)) && m[strlen(v)] == ':';
-
-	snprintf(r->note, sizeof(r->note), "F2 %s%s%.580s", named ? "" : v, named ? "" : ": ",
-	         m);
+	snprintf(r->note, sizeof(r->note), "F2 %s: %.580s", q4kh_f2_verdict_name(r->d.verdict),
+	         q4kh_f2_message_after_verdict(r->d.verdict, r->d.receipt.message));
 }
 
 static void print_table(const struct row *rows, size_t n, enum q4kh_f2_mode mode)

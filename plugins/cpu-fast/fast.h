@@ -24,7 +24,7 @@
 #include "q4khost/dequant.h"
 #include "q4khost/plugin.h"
 
-#include "fast_pool.h"
+#include "q4khost/pool.h"
 
 #define FAST_ALIGN 64
 /* Values a part of a row-wise op holds at least: smaller parts cost more
@@ -94,7 +94,7 @@ struct q4kh_backend_ctx {
 struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
 	const struct fast_kernels *k;
-	struct fast_pool *pool;
+	struct q4kh_pool *pool;
 	unsigned threads;
 	float **scratch;       /* one per thread, FAST_ALIGN-aligned */
 	uint64_t scratch_size; /* bytes of each */
@@ -108,7 +108,8 @@ struct q4kh_buffer {
 	int wrapped; /* data is the host's, read-only (buffer_wrap) */
 };
 
-/* Keep a formatted message as ctx's last error and return st. */
+/* Keep a formatted message as ctx's last error (ctx NULL: init()'s) and
+ * return st (Q4KH_BACKEND_ERRORS, q4khost/backend_base.h). */
 q4kh_status fast_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

@@ -112,7 +112,7 @@ static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
 	if ((st = fast_scratch(dev, sizeof(float) *
 	                                    (uint64_t)(j->span * (j->n_keys + j->q->ne[0] + 1)))))
 		return st;
-	fast_pool_run(dev->pool, j->q->ne[2] * groups * j->blocks, 1, attn_task, j);
+	q4kh_pool_run(dev->pool, j->q->ne[2] * groups * j->blocks, 1, attn_task, j);
 	return Q4KH_OK;
 }
 

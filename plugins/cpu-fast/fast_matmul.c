@@ -52,7 +52,7 @@ q4kh_status fast_mul_mat_add(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 	    (r && (st = q4kh_check_binary(&c, "add", r, y, r))) ||
 	    (st = fast_scratch(dev, sizeof(float) * (uint64_t)w->ne[0])))
 		return st;
-	fast_pool_run(dev->pool, w->ne[1], fast_grain(w->ne[0] * x->ne[1]), matmul_task, &j);
+	q4kh_pool_run(dev->pool, w->ne[1], fast_grain(w->ne[0] * x->ne[1]), matmul_task, &j);
 	return Q4KH_OK;
 }
 

@@ -47,7 +47,7 @@ static q4kh_status get_rows_run(q4kh_device_ctx *dev, const struct q4kh_tensor *
 {
 	struct get_rows_job j = { dev->k, table, out, ids, scale };
 
-	fast_pool_run(dev->pool, n, fast_grain(table->ne[0]), get_rows_task, &j);
+	q4kh_pool_run(dev->pool, n, fast_grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
 
@@ -135,7 +135,7 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
 	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
-	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -150,7 +150,7 @@ q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)))
 		return st;
 	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
-	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -167,7 +167,7 @@ q4kh_status fast_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tenso
 		return st;
 	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
 	j.w_a = w_a ? (const float *)fast_at(w_a, 0, 0, 0) : NULL;
-	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -215,7 +215,7 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op, const struct q4k
 
 	if ((st = q4kh_check_binary(&c, op, a, b, out)))
 		return st;
-	fast_pool_run(dev->pool, fast_rows(a), fast_grain(a->ne[0]), binary_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(a), fast_grain(a->ne[0]), binary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -256,7 +256,7 @@ q4kh_status fast_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x, float 
 
 	if ((st = q4kh_check_scale(&c, x, out)))
 		return st;
-	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), scale_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), scale_task, &j);
 	return Q4KH_OK;
 }
 
@@ -289,7 +289,7 @@ q4kh_status fast_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 
 	if ((st = q4kh_check_glu(&c, kind, gate, up, out)))
 		return st;
-	fast_pool_run(dev->pool, fast_rows(gate), fast_grain(gate->ne[0]), glu_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(gate), fast_grain(gate->ne[0]), glu_task, &j);
 	return Q4KH_OK;
 }
 
@@ -334,7 +334,7 @@ q4kh_status fast_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 
 	if ((st = q4kh_check_copy(&c, src, dst)))
 		return st;
-	fast_pool_run(dev->pool, fast_rows(src), fast_grain(src->ne[0]), copy_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(src), fast_grain(src->ne[0]), copy_task, &j);
 	return Q4KH_OK;
 }
 
@@ -349,7 +349,7 @@ q4kh_status fast_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	    (st = fast_index_values(dev, "set_rows rows", rows, dst->ne[2])))
 		return st;
 	j.rows = (const int32_t *)fast_at(rows, 0, 0, 0);
-	fast_pool_run(dev->pool, src->ne[1] * src->ne[2], fast_grain(src->ne[0]), copy_task,
+	q4kh_pool_run(dev->pool, src->ne[1] * src->ne[2], fast_grain(src->ne[0]), copy_task,
 	              &j);
 	return Q4KH_OK;
 }
@@ -382,6 +382,6 @@ q4kh_status fast_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_top2(&c, x, idx, val)))
 		return st;
-	fast_pool_run(dev->pool, x->ne[1], fast_grain(x->ne[0]), top2_task, &j);
+	q4kh_pool_run(dev->pool, x->ne[1], fast_grain(x->ne[0]), top2_task, &j);
 	return Q4KH_OK;
 }

@@ -15,63 +15,21 @@
 #include "buildconf.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <unistd.h>
 
+#include "q4khost/backend_base.h"
 #include "q4khost/cpu_isa.h"
 #include "q4khost/moe.h"
 #include "fast.h"
 
 #define NAME "cpu-fast"
-#define MAX_THREADS 256
 #define DEFAULT_SPIN_US 200
 #define MAX_SPIN_US 100000
 
-/* Why the last init() on this thread failed (last_error(NULL)). */
-static _Thread_local char init_error[512];
-
-q4kh_status fast_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(ctx ? ctx->error : init_error, ctx ? sizeof(ctx->error) : sizeof(init_error),
-	          fmt, ap);
-	va_end(ap);
-	return st;
-}
-
-/* A whole number LO .. HI, nothing else; -1 when S is not one. */
-static int whole(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	unsigned long v = 0;
-
-	if (!*s)
-		return -1;
-	for (const char *p = s; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > hi)
-			return -1;
-	}
-	if (v < lo)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
-static unsigned online_cpus(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (unsigned)n;
-}
+Q4KH_BACKEND_ERRORS(fast_fail, f_last_error)
 
 /* The loops an "isa" setting asks for; -1 when the value is unknown. */
 static int parse_isa(const char *s, const struct fast_kernels **out)
@@ -91,32 +49,17 @@ static int parse_isa(const char *s, const struct fast_kernels **out)
 
 static q4kh_status f_init(const struct q4kh_host_api *host, q4kh_backend_ctx **out)
 {
-	const char *threads = NULL, *isa = NULL, *spin = NULL;
-	unsigned n = online_cpus(), spin_us = DEFAULT_SPIN_US;
+	unsigned n = q4kh_threads_online(), spin_us = DEFAULT_SPIN_US;
+	const char *isa = NULL;
 	const struct fast_kernels *k;
+	q4kh_status st;
 
-	if (!out)
-		return fast_fail(NULL, Q4KH_ERR_INVALID, NAME ": init: out is NULL");
-	*out = NULL;
-	if (!host)
-		return fast_fail(NULL, Q4KH_ERR_INVALID, NAME ": init: host API is NULL");
-	if (host->abi_major != Q4KH_ABI_MAJOR)
-		return fast_fail(NULL, Q4KH_ERR_UNSUPPORTED,
-		                 NAME ": init: host ABI major %u, plugin built for %d",
-		                 host->abi_major, Q4KH_ABI_MAJOR);
-	if (Q4KH_HOST_HAS(host, config_get)) {
-		threads = host->config_get(host->host_data, "threads");
+	if ((st = q4kh_backend_init_check(NAME, host, out)) ||
+	    (st = q4kh_backend_setting_uint(host, NAME, "threads", 1, Q4KH_MAX_THREADS, &n)) ||
+	    (st = q4kh_backend_setting_uint(host, NAME, "spin_us", 0, MAX_SPIN_US, &spin_us)))
+		return st;
+	if (Q4KH_HOST_HAS(host, config_get))
 		isa = host->config_get(host->host_data, "isa");
-		spin = host->config_get(host->host_data, "spin_us");
-	}
-	if (threads && whole(threads, 1, MAX_THREADS, &n))
-		return fast_fail(NULL, Q4KH_ERR_INVALID,
-		                 "[plugin." NAME "] threads = \"%s\": expected an integer from 1 "
-		                 "to %d", threads, MAX_THREADS);
-	if (spin && whole(spin, 0, MAX_SPIN_US, &spin_us))
-		return fast_fail(NULL, Q4KH_ERR_INVALID,
-		                 "[plugin." NAME "] spin_us = \"%s\": expected an integer from 0 "
-		                 "to %d", spin, MAX_SPIN_US);
 	if (parse_isa(isa ? isa : "auto", &k))
 		return fast_fail(NULL, Q4KH_ERR_INVALID,
 		                 "[plugin." NAME "] isa = \"%s\": expected auto, avx2 or avx512",
@@ -140,11 +83,6 @@ static void f_shutdown(q4kh_backend_ctx *ctx)
 	free(ctx);
 }
 
-static const char *f_last_error(q4kh_backend_ctx *ctx)
-{
-	return ctx ? ctx->error : init_error;
-}
-
 /* One device, the host's cores, where they run AVX2 at least; else none. */
 static q4kh_status f_device_count(q4kh_backend_ctx *ctx, uint32_t *count)
 {
@@ -159,29 +97,18 @@ static q4kh_status f_device_count(q4kh_backend_ctx *ctx, uint32_t *count)
 static q4kh_status f_device_info(q4kh_backend_ctx *ctx, uint32_t index,
                                  struct q4kh_device_record *out)
 {
-	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
-	struct utsname u;
-	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-	uint32_t size;
+	struct q4kh_device_record rec;
 
 	if (!ctx)
 		return Q4KH_ERR_INVALID;
-	if (!out || out->struct_size < sizeof(rec.struct_size))
-		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_info: out is NULL or too small");
 	if (index != 0 || !ctx->k)
 		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_info: no device %u (%s)", index,
 		                 ctx->k ? "cpu-fast has 1" : "this CPU runs neither AVX2 nor AVX-512");
+	q4kh_backend_cpu_record(ctx->threads, &rec);
 	/* The instruction set and threads are what tells this device apart. */
 	snprintf(rec.name, sizeof(rec.name), "cpu (%s float32, %u thread%s)", ctx->k->name,
 	         ctx->threads, ctx->threads == 1 ? "" : "s");
-	snprintf(rec.uuid, sizeof(rec.uuid), "cpu");
-	snprintf(rec.arch, sizeof(rec.arch), "%.31s", uname(&u) == 0 ? u.machine : "unknown");
-	rec.memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-	rec.multiprocessors = ctx->threads;
-	size = out->struct_size < sizeof(rec) ? out->struct_size : sizeof(rec);
-	rec.struct_size = size;
-	memcpy(out, &rec, size);
-	return Q4KH_OK;
+	return q4kh_backend_put_record(&rec, out, ctx->error, sizeof(ctx->error));
 }
 
 static void free_scratch(q4kh_device_ctx *dev)
@@ -217,7 +144,7 @@ static void f_device_close(q4kh_device_ctx *dev)
 {
 	if (!dev)
 		return;
-	fast_pool_destroy(dev->pool);
+	q4kh_pool_destroy(dev->pool);
 	free_scratch(dev);
 	free(dev->scratch);
 	fast_angles_free(dev);
@@ -246,7 +173,7 @@ static q4kh_status f_device_open(q4kh_backend_ctx *ctx, uint32_t index, q4kh_dev
 	dev->ctx = ctx;
 	dev->k = ctx->k;
 	dev->threads = ctx->threads;
-	if (fast_pool_create(ctx->threads, ctx->spin_us, &dev->pool)) {
+	if (q4kh_pool_create(ctx->threads, ctx->spin_us, &dev->pool)) {
 		int e = errno;
 
 		f_device_close(dev);
@@ -403,12 +330,7 @@ static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_devi
 	out->ordinal = -1;
 	out->stream = NULL;
 	out->address = f_address;
-	if (out->struct_size >= offsetof(struct q4kh_native_device, parallel) +
-	                                sizeof(out->parallel)) {
-		out->threads = dev->threads;
-		out->pool = dev->pool;
-		out->parallel = fast_pool_run;
-	}
+	q4kh_pool_lend(dev->pool, out);
 	return Q4KH_OK;
 }
 

@@ -36,7 +36,7 @@ q4kh_status fast_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
 
 	if ((st = q4kh_check_unary(&c, kind, x, out)))
 		return st;
-	fast_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), unary_task, &j);
+	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -89,7 +89,7 @@ q4kh_status fast_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_ssm_conv(&c, x, w, state, out)))
 		return st;
-	fast_pool_run(dev->pool, x->ne[0], fast_grain(w->ne[0] * x->ne[1]), conv_task, &j);
+	q4kh_pool_run(dev->pool, x->ne[0], fast_grain(w->ne[0] * x->ne[1]), conv_task, &j);
 	return Q4KH_OK;
 }
 
@@ -139,6 +139,6 @@ q4kh_status fast_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 
 	if ((st = q4kh_check_delta_net(&c, q, k, v, g, beta, state, scale, out)))
 		return st;
-	fast_pool_run(dev->pool, v->ne[1], 1, delta_task, &j);
+	q4kh_pool_run(dev->pool, v->ne[1], 1, delta_task, &j);
 	return Q4KH_OK;
 }

@@ -281,7 +281,7 @@ static q4kh_status rope_run(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if (!j.a)
 		return Q4KH_ERR_NOMEM;
-	fast_pool_run(dev->pool, x->ne[1] * x->ne[2], fast_grain(x->ne[0]), rope_task, &j);
+	q4kh_pool_run(dev->pool, x->ne[1] * x->ne[2], fast_grain(x->ne[0]), rope_task, &j);
 	return Q4KH_OK;
 }
 
@@ -421,7 +421,7 @@ q4kh_status fast_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	                j.pos, q->ne[2]);
 	if (!j.a)
 		return Q4KH_ERR_NOMEM;
-	fast_pool_run(dev->pool, (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2],
+	q4kh_pool_run(dev->pool, (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2],
 	              fast_grain(q->ne[0]), store_task, &j);
 	return k_rows ? k_rows : v_rows;
 }

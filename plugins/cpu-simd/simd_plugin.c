@@ -215,7 +215,7 @@ static q4kh_status threads_of(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
                               int *lent, unsigned *threads)
 {
 	*lent = Q4KH_NATIVE_HAS(dev, parallel) && dev->threads > 0;
-	if (!*lent && !ctx->pool && q4kh_pool_create(ctx->threads, &ctx->pool))
+	if (!*lent && !ctx->pool && q4kh_pool_create(ctx->threads, 0, &ctx->pool))
 		return fail(ctx, Q4KH_ERR_INTERNAL, "cannot start %u worker threads: %s",
 		            ctx->threads - 1, strerror(errno));
 	*threads = *lent ? dev->threads : ctx->threads;

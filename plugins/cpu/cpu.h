@@ -56,7 +56,8 @@ struct q4kh_buffer {
 
 /* --- errors (cpu_plugin.c) --- */
 
-/* Keep a formatted message as ctx's last error and return st. */
+/* Keep a formatted message as ctx's last error (ctx NULL: init()'s) and
+ * return st (Q4KH_BACKEND_ERRORS, q4khost/backend_base.h). */
 q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
                      ...)
 	__attribute__((format(printf, 3, 4)));

@@ -5,76 +5,31 @@
 #include "buildconf.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <unistd.h>
 
 #include "cpu.h"
+#include "q4khost/backend_base.h"
 #include "q4khost/moe.h"
 
-/*
- * Why the last init() on this thread failed: there is no context to hold
- * it, so last_error(NULL) returns it.
- */
-static __thread char init_error[512];
-
-q4kh_status cpu_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
-                     ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
-	va_end(ap);
-	return st;
-}
-
-/* Without a context the message waits for last_error(NULL) (plugin.h). */
-static q4kh_status init_fail(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-static q4kh_status init_fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(init_error, sizeof(init_error), fmt, ap);
-	va_end(ap);
-	return Q4KH_ERR_INVALID;
-}
+Q4KH_BACKEND_ERRORS(cpu_fail, cpu_last_error)
 
 static q4kh_status cpu_init(const struct q4kh_host_api *host,
                             q4kh_backend_ctx **out)
 {
-	const char *threads = NULL;
+	unsigned n = q4kh_threads_online();
 	q4kh_backend_ctx *ctx;
-	unsigned n;
+	q4kh_status st;
 
-	if (!out)
-		return init_fail("cpu: init: out is NULL");
-	*out = NULL;
-	if (!host)
-		return init_fail("cpu: init: host API is NULL");
-	if (host->abi_major != Q4KH_ABI_MAJOR)
-		return init_fail("cpu: init: host ABI major %u, plugin built for %d",
-		                 host->abi_major, Q4KH_ABI_MAJOR);
-	if (Q4KH_HOST_HAS(host, config_get))
-		threads = host->config_get(host->host_data, "threads");
-	n = q4kh_threads_online();
-	if (threads && q4kh_threads_parse(threads, &n))
-		return init_fail("cpu: [plugin.cpu] threads = \"%s\": expected an "
-		                 "integer from 1 to %d",
-		                 threads, Q4KH_MAX_THREADS);
+	if ((st = q4kh_backend_init_check("cpu", host, out)) ||
+	    (st = q4kh_backend_setting_uint(host, "cpu", "threads", 1, Q4KH_MAX_THREADS, &n)))
+		return st;
 	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx) {
-		init_fail("cpu: init: out of memory");
-		return Q4KH_ERR_NOMEM;
-	}
+	if (!ctx)
+		return cpu_fail(NULL, Q4KH_ERR_NOMEM, "cpu: init: out of memory");
 	ctx->host = host;
 	ctx->threads = n;
 	*out = ctx;
@@ -84,11 +39,6 @@ static q4kh_status cpu_init(const struct q4kh_host_api *host,
 static void cpu_shutdown(q4kh_backend_ctx *ctx)
 {
 	free(ctx);
-}
-
-static const char *cpu_last_error(q4kh_backend_ctx *ctx)
-{
-	return ctx ? ctx->error : init_error;
 }
 
 static q4kh_status cpu_device_count(q4kh_backend_ctx *ctx, uint32_t *count)
@@ -105,38 +55,17 @@ static q4kh_status cpu_device_info(q4kh_backend_ctx *ctx, uint32_t index,
                                    struct q4kh_device_record *out)
 {
 	struct q4kh_device_record rec;
-	struct utsname u;
-	long pages = sysconf(_SC_PHYS_PAGES);
-	long page = sysconf(_SC_PAGESIZE);
-	uint32_t size;
 
 	if (!ctx)
 		return Q4KH_ERR_INVALID;
-	if (!out)
-		return cpu_fail(ctx, Q4KH_ERR_INVALID, "device_info: out is NULL");
 	if (index != 0)
 		return cpu_fail(ctx, Q4KH_ERR_INVALID,
 		                "device_info: no device %u (the cpu backend has 1)",
 		                index);
-	memset(&rec, 0, sizeof(rec));
-	rec.struct_size = sizeof(rec);
+	q4kh_backend_cpu_record(ctx->threads, &rec);
 	snprintf(rec.name, sizeof(rec.name), "cpu (%u thread%s)", ctx->threads,
 	         ctx->threads == 1 ? "" : "s");
-	snprintf(rec.uuid, sizeof(rec.uuid), "cpu");
-	snprintf(rec.arch, sizeof(rec.arch), "%.31s",
-	         uname(&u) == 0 ? u.machine : "unknown");
-	rec.memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page
-	                                         : 0;
-	rec.multiprocessors = ctx->threads;
-	/* Write no byte beyond what the host's record holds. */
-	size = out->struct_size < sizeof(rec) ? out->struct_size : sizeof(rec);
-	if (size < sizeof(rec.struct_size))
-		return cpu_fail(ctx, Q4KH_ERR_INVALID,
-		                "device_info: out->struct_size %u is too small",
-		                out->struct_size);
-	rec.struct_size = size;
-	memcpy(out, &rec, size);
-	return Q4KH_OK;
+	return q4kh_backend_put_record(&rec, out, ctx->error, sizeof(ctx->error));
 }
 
 static void free_scratch(q4kh_device_ctx *dev)
@@ -211,7 +140,7 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		dev->f16[h] = q4kh_fp16_to_f32((uint16_t)h);
 	dev->ctx = ctx;
 	dev->threads = ctx->threads;
-	if (q4kh_pool_create(ctx->threads, &dev->pool)) {
+	if (q4kh_pool_create(ctx->threads, 0, &dev->pool)) {
 		int e = errno;
 
 		cpu_device_close(dev);

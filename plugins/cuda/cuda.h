@@ -158,7 +158,8 @@ void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
               ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Keep a formatted message as ctx's last error and return st. */
+/* Keep a formatted message as ctx's last error (ctx NULL: init()'s) and
+ * return st (Q4KH_BACKEND_ERRORS, q4khost/backend_base.h). */
 q4kh_status cuda_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
                       ...)
 	__attribute__((format(printf, 3, 4)));

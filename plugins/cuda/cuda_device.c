@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "q4khost/backend_base.h"
 #include "q4khost/cuda_tc.h"
 
 /* Int32 values the staging buffer first holds (a long prompt's ids). */
@@ -60,18 +61,11 @@ q4kh_status cuda_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 	struct q4kh_device_record rec;
 	struct cudaDeviceProp prop;
 	cudaError_t e;
-	uint32_t size;
 
 	if (!ctx)
 		return Q4KH_ERR_INVALID;
-	if (!out)
-		return cuda_fail(ctx, Q4KH_ERR_INVALID, "device_info: out is NULL");
 	if (index >= (uint32_t)ctx->n_devices)
 		return no_device(ctx, "device_info", index);
-	if (out->struct_size < sizeof(rec.struct_size))
-		return cuda_fail(ctx, Q4KH_ERR_INVALID,
-		                 "device_info: out->struct_size %u is too small",
-		                 out->struct_size);
 	e = cudaGetDeviceProperties(&prop, (int)index);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
@@ -88,11 +82,8 @@ q4kh_status cuda_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 	cuda_driver_version(rec.driver_version, sizeof(rec.driver_version));
 	rec.memory_bytes = prop.totalGlobalMem;
 	rec.multiprocessors = (uint32_t)prop.multiProcessorCount;
-	/* Write no byte beyond what the host's record holds. */
-	size = out->struct_size < sizeof(rec) ? out->struct_size : sizeof(rec);
-	rec.struct_size = size;
-	memcpy(out, &rec, size);
-	return Q4KH_OK;
+	/* No byte beyond what the host's record holds. */
+	return q4kh_backend_put_record(&rec, out, ctx->error, sizeof(ctx->error));
 }
 
 q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what)

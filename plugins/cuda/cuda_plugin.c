@@ -12,20 +12,9 @@
 #include <stdlib.h>
 
 #include "cuda.h"
+#include "q4khost/backend_base.h"
 
-/* Why the last init() on this thread failed (no context holds it). */
-static __thread char init_error[512];
-
-q4kh_status cuda_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt,
-                      ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
-	va_end(ap);
-	return st;
-}
+Q4KH_BACKEND_ERRORS(cuda_fail, cuda_last_error)
 
 q4kh_status cuda_check(q4kh_device_ctx *dev, cudaError_t e, const char *what)
 {
@@ -63,19 +52,6 @@ void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
 	host->log(host->host_data, level, msg);
 }
 
-static q4kh_status init_fail(q4kh_status st, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static q4kh_status init_fail(q4kh_status st, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(init_error, sizeof(init_error), fmt, ap);
-	va_end(ap);
-	return st;
-}
-
 /*
  * No GPU, no driver, or a driver too old for this runtime: the backend has
  * no devices, which is not an error (CI machines, hosts without a GPU).
@@ -110,21 +86,15 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
                              q4kh_backend_ctx **out)
 {
 	q4kh_backend_ctx *ctx;
+	q4kh_status st;
 	cudaError_t e;
 	int n = 0;
 
-	if (!out)
-		return init_fail(Q4KH_ERR_INVALID, "cuda: init: out is NULL");
-	*out = NULL;
-	if (!host)
-		return init_fail(Q4KH_ERR_INVALID, "cuda: init: host API is NULL");
-	if (host->abi_major != Q4KH_ABI_MAJOR)
-		return init_fail(Q4KH_ERR_INVALID,
-		                 "cuda: init: host ABI major %u, plugin built for %d",
-		                 host->abi_major, Q4KH_ABI_MAJOR);
+	if ((st = q4kh_backend_init_check("cuda", host, out)))
+		return st;
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
-		return init_fail(Q4KH_ERR_NOMEM, "cuda: init: out of memory");
+		return cuda_fail(NULL, Q4KH_ERR_NOMEM, "cuda: init: out of memory");
 	ctx->host = host;
 	e = cudaGetDeviceCount(&n);
 	if (e == cudaSuccess) {
@@ -140,7 +110,7 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 		         cudaGetErrorString(e), cudaGetErrorName(e));
 		cuda_log(ctx, Q4KH_LOG_INFO, "cuda: no devices: %s", ctx->no_devices);
 	} else {
-		init_fail(Q4KH_ERR_DEVICE, "cuda: init: cudaGetDeviceCount: %s (%s)",
+		cuda_fail(NULL, Q4KH_ERR_DEVICE, "cuda: init: cudaGetDeviceCount: %s (%s)",
 		          cudaGetErrorString(e), cudaGetErrorName(e));
 		free(ctx);
 		return Q4KH_ERR_DEVICE;
@@ -152,11 +122,6 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 static void cuda_shutdown(q4kh_backend_ctx *ctx)
 {
 	free(ctx);
-}
-
-static const char *cuda_last_error(q4kh_backend_ctx *ctx)
-{
-	return ctx ? ctx->error : init_error;
 }
 
 static int cuda_supports_type(q4kh_backend_ctx *ctx, uint32_t type)

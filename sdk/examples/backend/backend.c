@@ -9,7 +9,6 @@
  * allocator, copies and queue where malloc, memcpy and "every op is done
  * when it returns" stand here.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,19 +22,8 @@
 #define BUILD_ID "unknown"
 #endif
 
-/* Why the last init() on this thread failed (no context exists yet). */
-static _Thread_local char init_error[256];
-
-q4kh_status example_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(ctx ? ctx->error : init_error,
-	          ctx ? sizeof(ctx->error) : sizeof(init_error), fmt, ap);
-	va_end(ap);
-	return st;
-}
+/* example_fail, and last_error(): ctx's line, or init()'s (backend_base.h). */
+Q4KH_BACKEND_ERRORS(example_fail, b_last_error)
 
 /* contract.h asks: is BUF one of DEV's, and how large is it? */
 static int own_buffer(const void *dev, const q4kh_buffer *buf, uint64_t *size)
@@ -62,18 +50,14 @@ struct q4kh_check example_contract(q4kh_device_ctx *dev)
 static q4kh_status b_init(const struct q4kh_host_api *host, q4kh_backend_ctx **out)
 {
 	q4kh_backend_ctx *ctx;
+	q4kh_status st;
 
-	if (!host || !out)
-		return example_fail(NULL, Q4KH_ERR_INVALID, "init: %s is NULL",
-		                    host ? "out" : "host");
-	*out = NULL;
-	if (host->abi_major != Q4KH_ABI_MAJOR)
-		return example_fail(NULL, Q4KH_ERR_UNSUPPORTED,
-		                    "init: host ABI major %u, plugin built for %d",
-		                    host->abi_major, Q4KH_ABI_MAJOR);
+	/* out, host and the ABI major (rule V5) */
+	if ((st = q4kh_backend_init_check(NAME, host, out)))
+		return st;
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
-		return example_fail(NULL, Q4KH_ERR_NOMEM, "init: out of memory");
+		return example_fail(NULL, Q4KH_ERR_NOMEM, NAME ": init: out of memory");
 	ctx->host = host;
 	if (Q4KH_HOST_HAS(host, log))
 		host->log(host->host_data, Q4KH_LOG_DEBUG, NAME ": one device, one thread");
@@ -84,11 +68,6 @@ static q4kh_status b_init(const struct q4kh_host_api *host, q4kh_backend_ctx **o
 static void b_shutdown(q4kh_backend_ctx *ctx)
 {
 	free(ctx);
-}
-
-static const char *b_last_error(q4kh_backend_ctx *ctx)
-{
-	return ctx ? ctx->error : init_error;
 }
 
 /* --- one device --- */
@@ -106,20 +85,19 @@ static q4kh_status b_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 {
 	struct q4kh_device_record rec;
 
-	if (!ctx || !out || out->struct_size < sizeof(rec.struct_size) || index != 0)
-		return example_fail(ctx, Q4KH_ERR_INVALID,
-		                    "device_info: device %u of 1, record %s", index,
-		                    out ? "too small" : "NULL");
+	if (!ctx)
+		return Q4KH_ERR_INVALID;
+	if (index != 0)
+		return example_fail(ctx, Q4KH_ERR_INVALID, "device_info: no device %u (" NAME
+		                    " has 1)", index);
 	memset(&rec, 0, sizeof(rec));
 	snprintf(rec.name, sizeof(rec.name), NAME " (portable C, 1 thread)");
 	/* The identity F2 receipts are keyed on: stable across runs. */
 	snprintf(rec.uuid, sizeof(rec.uuid), NAME "-0");
 	snprintf(rec.arch, sizeof(rec.arch), "generic");
 	rec.multiprocessors = 1;
-	/* Write no byte past the host's record (rule V2). */
-	rec.struct_size = out->struct_size < sizeof(rec) ? out->struct_size : sizeof(rec);
-	memcpy(out, &rec, rec.struct_size);
-	return Q4KH_OK;
+	/* No byte past the host's record (rule V2). */
+	return q4kh_backend_put_record(&rec, out, ctx->error, sizeof(ctx->error));
 }
 
 static q4kh_status b_device_open(q4kh_backend_ctx *ctx, uint32_t index,

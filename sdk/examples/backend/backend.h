@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include <q4khost/backend_base.h>
 #include <q4khost/contract.h>
 #include <q4khost/plugin.h>
 
@@ -31,7 +32,8 @@ struct q4kh_buffer {
 
 /* --- backend.c --- */
 
-/* Keep a message as ctx's last error and return st. */
+/* Keep a message as ctx's last error (ctx NULL: init()'s) and return st
+ * (Q4KH_BACKEND_ERRORS, q4khost/backend_base.h). */
 q4kh_status example_fail(q4kh_backend_ctx *ctx, q4kh_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

@@ -1,0 +1,121 @@
+/*
+ * A backend's errors, init() checks, settings and device records
+ * (q4khost/backend_base.h).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "q4khost/backend_base.h"
+
+/* init() has no context to hold its error: last_error(NULL) reads this. */
+static _Thread_local char init_error[1024];
+
+q4kh_status q4kh_backend_vfail(char *line, size_t cap, q4kh_status st, const char *fmt,
+                               va_list ap)
+{
+	if (!line) {
+		line = init_error;
+		cap = sizeof(init_error);
+	}
+	if (cap)
+		vsnprintf(line, cap, fmt, ap);
+	return st;
+}
+
+q4kh_status q4kh_backend_fail(char *line, size_t cap, q4kh_status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	st = q4kh_backend_vfail(line, cap, st, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+const char *q4kh_backend_init_error(void)
+{
+	return init_error;
+}
+
+q4kh_status q4kh_backend_init_check(const char *name, const struct q4kh_host_api *host,
+                                    q4kh_backend_ctx **out)
+{
+	if (!out)
+		return q4kh_backend_fail(NULL, 0, Q4KH_ERR_INVALID, "%s: init: out is NULL", name);
+	*out = NULL;
+	if (!host)
+		return q4kh_backend_fail(NULL, 0, Q4KH_ERR_INVALID, "%s: init: host API is NULL",
+		                         name);
+	if (host->abi_major != Q4KH_ABI_MAJOR)
+		return q4kh_backend_fail(NULL, 0, Q4KH_ERR_UNSUPPORTED,
+		                         "%s: init: host ABI major %u, plugin built for %d", name,
+		                         host->abi_major, Q4KH_ABI_MAJOR);
+	return Q4KH_OK;
+}
+
+int q4kh_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	unsigned long v = 0;
+
+	if (!*s)
+		return -1;
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > hi)
+			return -1;
+	}
+	if (v < lo)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+q4kh_status q4kh_backend_setting_uint(const struct q4kh_host_api *host, const char *name,
+                                      const char *key, unsigned lo, unsigned hi,
+                                      unsigned *value)
+{
+	const char *s = NULL;
+
+	if (Q4KH_HOST_HAS(host, config_get))
+		s = host->config_get(host->host_data, key);
+	/* "key =" with no value: as if unset (docs/plugin-abi.md section 8) */
+	if (!s || !*s || !q4kh_parse_uint(s, lo, hi, value))
+		return Q4KH_OK;
+	return q4kh_backend_fail(NULL, 0, Q4KH_ERR_INVALID,
+	                         "[plugin.%s] %s = \"%s\": expected an integer from %u to %u",
+	                         name, key, s, lo, hi);
+}
+
+q4kh_status q4kh_backend_put_record(const struct q4kh_device_record *rec,
+                                    struct q4kh_device_record *out, char *line, size_t cap)
+{
+	uint32_t size;
+
+	if (!out)
+		return q4kh_backend_fail(line, cap, Q4KH_ERR_INVALID, "device_info: out is NULL");
+	if (out->struct_size < sizeof(out->struct_size))
+		return q4kh_backend_fail(line, cap, Q4KH_ERR_INVALID,
+		                         "device_info: out->struct_size %u is too small",
+		                         out->struct_size);
+	size = out->struct_size < sizeof(*rec) ? out->struct_size : (uint32_t)sizeof(*rec);
+	memcpy(out, rec, size);
+	out->struct_size = size;
+	return Q4KH_OK;
+}
+
+void q4kh_backend_cpu_record(unsigned threads, struct q4kh_device_record *rec)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	struct utsname u;
+
+	memset(rec, 0, sizeof(*rec));
+	rec->struct_size = sizeof(*rec);
+	snprintf(rec->uuid, sizeof(rec->uuid), "cpu");
+	snprintf(rec->arch, sizeof(rec->arch), "%.31s", uname(&u) == 0 ? u.machine : "unknown");
+	rec->memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+	rec->multiprocessors = threads;
+}
