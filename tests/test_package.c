@@ -540,7 +540,7 @@ Test(package, distcheck_passes, .timeout = 1800)
 /* The SDK's headers, in every package set (the CUDA ones too). */
 static const char *const sdk_headers[] = {
 	"plugin.h", "quant.h", "contract.h", "top2.h", "step.h", "pool.h", "glu.h", "moe.h",
-	"dequant.h", "cpu_isa.h", "backend_base.h", "cuda_tc.h", "cuda_retired.h", "cuda_variant.h",
+	"dequant.h", "cpu_isa.h", "backend_base.h", "cpu_backend.h", "cuda_tc.h", "cuda_retired.h", "cuda_variant.h",
 	"cuda_variant_scratch.h", "cuda_variant_device.cuh", "cuda_q4k_device.cuh",
 	"cuda_quant.cuh", "cuda_glu.cuh", "cuda_pdl.cuh",
 };

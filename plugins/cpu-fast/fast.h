@@ -3,12 +3,15 @@
  * float32 SIMD (AVX2, or AVX-512 where the CPU and the OS's saved register
  * state allow), where the reference cpu backend computes in double. It is
  * of kind "cpu" (plugin.h, backend_kind), so the kernel variants for the
- * reference run on it too, on its worker threads (fast_pool.h), and F2
- * judges it against the reference like any other candidate.
+ * reference run on it too, on its worker threads (the SDK's spinning pool,
+ * q4khost/pool.h, lent through native_device), and F2 judges it against
+ * the reference like any other candidate.
  *
- * Files: fast_plugin.c (identity, settings, devices, buffers), fast_pool.c
- * (the worker pool), fast_tensor.c (argument checks, through the SDK's
- * contract.h), fast_ops.c (row-wise ops), fast_rope.c, fast_attention.c,
+ * Files: fast_plugin.c (identity, settings, devices, and the SDK's
+ * scaffolding: q4khost/backend_base.h's errors and records,
+ * q4khost/cpu_backend.h's buffers and scratch), fast_tensor.c (argument
+ * checks, through the SDK's contract.h), fast_ops.c (row-wise ops),
+ * fast_rope.c, fast_attention.c,
  * fast_recurrent.c (the linear-attention ops), fast_graph.c (the step graph
  * entries of ABI 1.6), fast_matmul.c (the
  * built-in matrix product), and the inner loops once per instruction set
@@ -21,12 +24,12 @@
 #include <stdint.h>
 
 #include "q4khost/contract.h"
+#include "q4khost/cpu_backend.h"
 #include "q4khost/dequant.h"
 #include "q4khost/plugin.h"
 
 #include "q4khost/pool.h"
 
-#define FAST_ALIGN 64
 /* Values a part of a row-wise op holds at least: smaller parts cost more
  * to hand out than to compute. */
 #define FAST_GRAIN_VALUES 16384
@@ -96,17 +99,11 @@ struct q4kh_device_ctx {
 	const struct fast_kernels *k;
 	struct q4kh_pool *pool;
 	unsigned threads;
-	float **scratch;       /* one per thread, FAST_ALIGN-aligned */
-	uint64_t scratch_size; /* bytes of each */
+	struct q4kh_cpu_scratch scratch; /* floats */
 	struct fast_angles *angles;
 };
 
-struct q4kh_buffer {
-	q4kh_device_ctx *dev;
-	uint64_t size;
-	unsigned char *data;
-	int wrapped; /* data is the host's, read-only (buffer_wrap) */
-};
+/* struct q4kh_buffer: q4khost/cpu_backend.h's. */
 
 /* Keep a formatted message as ctx's last error (ctx NULL: init()'s) and
  * return st (Q4KH_BACKEND_ERRORS, q4khost/backend_base.h). */

@@ -86,7 +86,7 @@ static void attn_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 		const int64_t t = r / (groups * j->blocks), g = r / j->blocks % groups;
 		const int64_t h0 = g * group + r % j->blocks * j->span;
 
-		attend(j, j->dev->scratch[thread], t, h0,
+		attend(j, j->dev->scratch.part[thread], t, h0,
 		       h0 + j->span < (g + 1) * group ? h0 + j->span : (g + 1) * group);
 	}
 }
@@ -108,7 +108,7 @@ static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
 	want = want < 1 ? 1 : want > group ? group : want;
 	j->span = (group + want - 1) / want;
 	j->blocks = (group + j->span - 1) / j->span;
-	j->n_keys = (last + 1 + FAST_ALIGN / 4 - 1) / (FAST_ALIGN / 4) * (FAST_ALIGN / 4);
+	j->n_keys = (last + 1 + Q4KH_CPU_ALIGN / 4 - 1) / (Q4KH_CPU_ALIGN / 4) * (Q4KH_CPU_ALIGN / 4);
 	if ((st = fast_scratch(dev, sizeof(float) *
 	                                    (uint64_t)(j->span * (j->n_keys + j->q->ne[0] + 1)))))
 		return st;

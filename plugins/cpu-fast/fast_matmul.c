@@ -20,7 +20,7 @@ static void matmul_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 	const struct fast_kernels *k = j->dev->k;
 	const int64_t K = j->w->ne[0], T = j->x->ne[1];
 	const uint32_t type = j->w->type;
-	float *scratch = j->dev->scratch[thread];
+	float *scratch = j->dev->scratch.part[thread];
 
 	for (int64_t r = begin; r < end; r++) {
 		const void *w = fast_at(j->w, r, 0, 0);

@@ -111,33 +111,11 @@ static q4kh_status f_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 	return q4kh_backend_put_record(&rec, out, ctx->error, sizeof(ctx->error));
 }
 
-static void free_scratch(q4kh_device_ctx *dev)
-{
-	for (unsigned i = 0; i < dev->threads; i++) {
-		free(dev->scratch[i]);
-		dev->scratch[i] = NULL;
-	}
-	dev->scratch_size = 0;
-}
-
 q4kh_status fast_scratch(q4kh_device_ctx *dev, uint64_t bytes)
 {
-	uint64_t size = (bytes + FAST_ALIGN - 1) / FAST_ALIGN * FAST_ALIGN;
+	const struct q4kh_check c = fast_contract(dev);
 
-	if (bytes <= dev->scratch_size)
-		return Q4KH_OK;
-	free_scratch(dev);
-	for (unsigned i = 0; i < dev->threads; i++) {
-		dev->scratch[i] = aligned_alloc(FAST_ALIGN, size);
-		if (!dev->scratch[i]) {
-			free_scratch(dev);
-			return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
-			                 "cannot allocate %u x %llu bytes of scratch", dev->threads,
-			                 (unsigned long long)size);
-		}
-	}
-	dev->scratch_size = size;
-	return Q4KH_OK;
+	return q4kh_cpu_scratch_reserve(&c, &dev->scratch, bytes);
 }
 
 static void f_device_close(q4kh_device_ctx *dev)
@@ -145,8 +123,7 @@ static void f_device_close(q4kh_device_ctx *dev)
 	if (!dev)
 		return;
 	q4kh_pool_destroy(dev->pool);
-	free_scratch(dev);
-	free(dev->scratch);
+	q4kh_cpu_scratch_free(&dev->scratch);
 	fast_angles_free(dev);
 	free(dev);
 }
@@ -164,9 +141,7 @@ static q4kh_status f_device_open(q4kh_backend_ctx *ctx, uint32_t index, q4kh_dev
 	if (index != 0 || !ctx->k)
 		return fast_fail(ctx, Q4KH_ERR_INVALID, "device_open: no device %u", index);
 	dev = calloc(1, sizeof(*dev));
-	if (dev)
-		dev->scratch = calloc(ctx->threads, sizeof(*dev->scratch));
-	if (!dev || !dev->scratch) {
+	if (!dev || q4kh_cpu_scratch_init(&dev->scratch, ctx->threads)) {
 		free(dev);
 		return fast_fail(ctx, Q4KH_ERR_NOMEM, "device_open: out of memory");
 	}
@@ -196,114 +171,7 @@ static int f_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
 	return q4kh_dequant_supported(type);
 }
 
-static q4kh_status f_buffer_alloc(q4kh_device_ctx *dev, uint64_t size, q4kh_buffer **out)
-{
-	q4kh_buffer *buf;
-
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!out)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "buffer_alloc: out is NULL");
-	*out = NULL;
-	if (size > UINT64_MAX - FAST_ALIGN || size + FAST_ALIGN > SIZE_MAX)
-		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM,
-		                 "buffer_alloc: %llu bytes is more than this host can address",
-		                 (unsigned long long)size);
-	buf = calloc(1, sizeof(*buf));
-	if (buf)
-		buf->data = aligned_alloc(FAST_ALIGN,
-		                          (size_t)((size + FAST_ALIGN) / FAST_ALIGN * FAST_ALIGN));
-	if (!buf || !buf->data) {
-		free(buf);
-		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM, "buffer_alloc: cannot allocate %llu bytes",
-		                 (unsigned long long)size);
-	}
-	buf->dev = dev;
-	buf->size = size;
-	*out = buf;
-	return Q4KH_OK;
-}
-
-static q4kh_status f_buffer_wrap(q4kh_device_ctx *dev, const void *host, uint64_t size,
-                                 q4kh_buffer **out)
-{
-	q4kh_buffer *buf;
-
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!out || !host || (uintptr_t)host % 32)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "buffer_wrap: out %p, host %p: expected an out pointer and host "
-		                 "memory aligned to 32 bytes",
-		                 (void *)out, host);
-	*out = NULL;
-	buf = calloc(1, sizeof(*buf));
-	if (!buf)
-		return fast_fail(dev->ctx, Q4KH_ERR_NOMEM, "buffer_wrap: out of memory");
-	*buf = (q4kh_buffer){ dev, size, (unsigned char *)(uintptr_t)host, 1 };
-	*out = buf;
-	return Q4KH_OK;
-}
-
-static void f_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
-{
-	(void)dev;
-	if (!buf)
-		return;
-	if (!buf->wrapped)
-		free(buf->data);
-	free(buf);
-}
-
-/* The checks upload and download share. */
-static q4kh_status transfer(q4kh_device_ctx *dev, const char *what, q4kh_buffer *buf,
-                            uint64_t offset, const void *host, uint64_t size)
-{
-	if (!buf || buf->dev != dev)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: %s", what,
-		                 buf ? "the buffer belongs to another device context"
-		                     : "buffer is NULL");
-	if (!host && size)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID, "%s: host pointer is NULL", what);
-	if (offset > buf->size || size > buf->size - offset)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "%s: %llu bytes at offset %llu do not fit in the %llu-byte buffer",
-		                 what, (unsigned long long)size, (unsigned long long)offset,
-		                 (unsigned long long)buf->size);
-	return Q4KH_OK;
-}
-
-static q4kh_status f_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf, uint64_t offset,
-                                   const void *src, uint64_t size)
-{
-	q4kh_status st;
-
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = transfer(dev, "buffer_upload", buf, offset, src, size)))
-		return st;
-	if (buf->wrapped)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "buffer_upload: the buffer wraps read-only host memory "
-		                 "(buffer_wrap)");
-	if (size)
-		memcpy(buf->data + offset, src, (size_t)size);
-	return Q4KH_OK;
-}
-
-static q4kh_status f_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf, uint64_t offset,
-                                     void *dst, uint64_t size)
-{
-	q4kh_status st;
-
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if ((st = transfer(dev, "buffer_download", buf, offset, dst, size)))
-		return st;
-	if (size)
-		memcpy(dst, buf->data + offset, (size_t)size);
-	return Q4KH_OK;
-}
+Q4KH_CPU_BUFFER_ENTRIES(f, fast_contract)
 
 /* Every op runs to completion before it returns. */
 static q4kh_status f_synchronize(q4kh_device_ctx *dev)
@@ -311,27 +179,15 @@ static q4kh_status f_synchronize(q4kh_device_ctx *dev)
 	return dev ? Q4KH_OK : Q4KH_ERR_INVALID;
 }
 
-static void *f_address(const q4kh_buffer *buf)
-{
-	return buf ? buf->data : NULL;
-}
-
 /* Host pointers, as the reference lends, and the worker pool (ABI 1.3). */
 static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_device *out)
 {
-	const size_t v1_0 = offsetof(struct q4kh_native_device, address) + sizeof(out->address);
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st = q4kh_cpu_native_device(&c, out);
 
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!out || out->struct_size < v1_0)
-		return fast_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "native_device: record of %u bytes, expected at least %zu",
-		                 out ? out->struct_size : 0, v1_0);
-	out->ordinal = -1;
-	out->stream = NULL;
-	out->address = f_address;
-	q4kh_pool_lend(dev->pool, out);
-	return Q4KH_OK;
+	if (!st)
+		q4kh_pool_lend(dev->pool, out);
+	return st;
 }
 
 /* --- ABI 1.7: mixture of experts, the reference's code (q4khost/moe.h) with

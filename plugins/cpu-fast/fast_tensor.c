@@ -5,19 +5,11 @@
  */
 #include "fast.h"
 
-static int own_buffer(const void *dev, const q4kh_buffer *buf, uint64_t *size)
-{
-	if (!dev || buf->dev != dev)
-		return 0;
-	*size = buf->size;
-	return 1;
-}
-
 struct q4kh_check fast_contract(q4kh_device_ctx *dev)
 {
 	struct q4kh_check c = {
 		.dev = dev,
-		.buffer = own_buffer,
+		.buffer = q4kh_cpu_buffer_owned,
 		.weight_types = q4kh_dequant_types(),
 		.msg = dev ? dev->ctx->error : NULL,
 		.cap = dev ? sizeof(dev->ctx->error) : 0,

@@ -13,11 +13,10 @@
 #include <stdint.h>
 
 #include "q4khost/contract.h"
+#include "q4khost/cpu_backend.h"
 #include "q4khost/dequant.h"
 #include "q4khost/plugin.h"
 #include "q4khost/pool.h"
-
-#define CPU_ALIGN 64
 
 /*
  * Hot loops are also built for AVX2 where GCC can (the CPU picks at load
@@ -40,19 +39,13 @@ struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
 	struct q4kh_pool *pool;
 	unsigned threads;
-	void **scratch;       /* one per thread, CPU_ALIGN-aligned */
-	uint64_t scratch_size; /* bytes of each */
+	struct q4kh_cpu_scratch scratch;
 	/* q4kh_fp16_to_f32(h) at [h], filled at open: the attention reads
 	 * f16 caches through it, the same bits at a load each. */
 	float *f16;
 };
 
-struct q4kh_buffer {
-	q4kh_device_ctx *dev;
-	uint64_t size;
-	unsigned char *data;
-	int wrapped; /* data is the host's, read-only (buffer_wrap) */
-};
+/* struct q4kh_buffer: q4khost/cpu_backend.h's. */
 
 /* --- errors (cpu_plugin.c) --- */
 

@@ -328,7 +328,7 @@ static void attn_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	const int64_t hd = j->hd, nq = TOKENS * j->rep;
 	pass_fn *pass = pick_pass(j->isa);
 	struct attn_item it = { .j = j };
-	v8d *base = j->dev->scratch[part];
+	v8d *base = j->dev->scratch.part[part];
 	double *sum, *tail;
 
 	it.tile = base;

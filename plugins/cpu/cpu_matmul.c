@@ -165,17 +165,17 @@ CPU_VECTOR_CLONES double cpu_dot(const double *a, const double *b, int64_t n)
 static uint64_t scratch_bytes(int64_t k)
 {
 	return sizeof(double) * (uint64_t)(ROWS * k) + sizeof(float) * (uint64_t)k +
-	       sizeof(v8d) * ROWS * COLS + CPU_ALIGN;
+	       sizeof(v8d) * ROWS * COLS + Q4KH_CPU_ALIGN;
 }
 
 static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct mm_job *j = arg;
 	const int64_t k = j->k;
-	double *wd = j->dev->scratch[part];
+	double *wd = j->dev->scratch.part[part];
 	float *wf = (float *)(wd + ROWS * k);
 	uintptr_t a = (uintptr_t)(wf + k);
-	struct mm_block b = { j, wd, (v8d *)((a + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1)),
+	struct mm_block b = { j, wd, (v8d *)((a + Q4KH_CPU_ALIGN - 1) & ~(uintptr_t)(Q4KH_CPU_ALIGN - 1)),
 		              0, 0 };
 
 	for (b.n0 = begin; b.n0 < end; b.n0 += ROWS) {

@@ -68,33 +68,11 @@ static q4kh_status cpu_device_info(q4kh_backend_ctx *ctx, uint32_t index,
 	return q4kh_backend_put_record(&rec, out, ctx->error, sizeof(ctx->error));
 }
 
-static void free_scratch(q4kh_device_ctx *dev)
-{
-	for (unsigned i = 0; i < dev->threads; i++) {
-		free(dev->scratch[i]);
-		dev->scratch[i] = NULL;
-	}
-	dev->scratch_size = 0;
-}
-
 q4kh_status cpu_scratch_reserve(q4kh_device_ctx *dev, uint64_t bytes)
 {
-	uint64_t size = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+	const struct q4kh_check c = cpu_contract(dev);
 
-	if (bytes <= dev->scratch_size)
-		return Q4KH_OK;
-	free_scratch(dev);
-	for (unsigned i = 0; i < dev->threads; i++) {
-		dev->scratch[i] = aligned_alloc(CPU_ALIGN, size);
-		if (!dev->scratch[i]) {
-			free_scratch(dev);
-			return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
-			                "cannot allocate %u x %llu bytes of scratch",
-			                dev->threads, (unsigned long long)size);
-		}
-	}
-	dev->scratch_size = size;
-	return Q4KH_OK;
+	return q4kh_cpu_scratch_reserve(&c, &dev->scratch, bytes);
 }
 
 static void cpu_device_close(q4kh_device_ctx *dev)
@@ -102,8 +80,7 @@ static void cpu_device_close(q4kh_device_ctx *dev)
 	if (!dev)
 		return;
 	q4kh_pool_destroy(dev->pool);
-	free_scratch(dev);
-	free(dev->scratch);
+	q4kh_cpu_scratch_free(&dev->scratch);
 	free(dev->f16);
 	free(dev);
 }
@@ -124,15 +101,11 @@ static q4kh_status cpu_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 		                "device_open: no device %u (the cpu backend has 1)",
 		                index);
 	dev = calloc(1, sizeof(*dev));
-	if (dev) {
-		dev->scratch = calloc(ctx->threads, sizeof(*dev->scratch));
+	if (dev)
 		dev->f16 = malloc(sizeof(*dev->f16) * 65536);
-	}
-	if (!dev || !dev->scratch || !dev->f16) {
-		if (dev) {
-			free(dev->scratch);
+	if (!dev || !dev->f16 || q4kh_cpu_scratch_init(&dev->scratch, ctx->threads)) {
+		if (dev)
 			free(dev->f16);
-		}
 		free(dev);
 		return cpu_fail(ctx, Q4KH_ERR_NOMEM, "device_open: out of memory");
 	}
@@ -163,105 +136,7 @@ static int cpu_supports_type(q4kh_backend_ctx *ctx, uint32_t type)
 	return q4kh_dequant_supported(type);
 }
 
-static q4kh_status cpu_buffer_alloc(q4kh_device_ctx *dev, uint64_t size,
-                                    q4kh_buffer **out)
-{
-	q4kh_buffer *buf;
-	uint64_t padded;
-
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!out)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "buffer_alloc: out is NULL");
-	*out = NULL;
-	/* aligned_alloc wants a multiple of the alignment, and at least one. */
-	if (size > UINT64_MAX - CPU_ALIGN || size + CPU_ALIGN > SIZE_MAX)
-		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
-		                "buffer_alloc: %llu bytes is more than this host "
-		                "can address",
-		                (unsigned long long)size);
-	padded = (size + CPU_ALIGN) / CPU_ALIGN * CPU_ALIGN;
-	buf = calloc(1, sizeof(*buf));
-	if (buf)
-		buf->data = aligned_alloc(CPU_ALIGN, (size_t)padded);
-	if (!buf || !buf->data) {
-		free(buf);
-		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM,
-		                "buffer_alloc: cannot allocate %llu bytes",
-		                (unsigned long long)size);
-	}
-	buf->dev = dev;
-	buf->size = size;
-	*out = buf;
-	return Q4KH_OK;
-}
-
-static q4kh_status cpu_buffer_wrap(q4kh_device_ctx *dev, const void *host,
-                                   uint64_t size, q4kh_buffer **out)
-{
-	q4kh_buffer *buf;
-
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!out || !host || (uintptr_t)host % 32)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "buffer_wrap: out %p, host %p: expected an out "
-		                "pointer and host memory aligned to 32 bytes",
-		                (void *)out, host);
-	*out = NULL;
-	buf = calloc(1, sizeof(*buf));
-	if (!buf)
-		return cpu_fail(dev->ctx, Q4KH_ERR_NOMEM, "buffer_wrap: out of memory");
-	buf->dev = dev;
-	buf->size = size;
-	buf->data = (unsigned char *)(uintptr_t)host;
-	buf->wrapped = 1;
-	*out = buf;
-	return Q4KH_OK;
-}
-
-static void cpu_buffer_free(q4kh_device_ctx *dev, q4kh_buffer *buf)
-{
-	(void)dev;
-	if (!buf)
-		return;
-	if (!buf->wrapped)
-		free(buf->data);
-	free(buf);
-}
-
-static q4kh_status cpu_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
-                                     uint64_t offset, const void *src,
-                                     uint64_t size)
-{
-	const struct q4kh_check c = cpu_contract(dev);
-	q4kh_status st;
-
-	if ((st = q4kh_check_transfer(&c, "buffer_upload", buf, offset, src, size)))
-		return st;
-	if (buf->wrapped)
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "buffer_upload: the buffer wraps read-only host "
-		                "memory (buffer_wrap)");
-	if (size)
-		memcpy(buf->data + offset, src, (size_t)size);
-	return Q4KH_OK;
-}
-
-static q4kh_status cpu_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
-                                       uint64_t offset, void *dst,
-                                       uint64_t size)
-{
-	const struct q4kh_check c = cpu_contract(dev);
-	q4kh_status st;
-
-	if ((st = q4kh_check_transfer(&c, "buffer_download", buf, offset, dst, size)))
-		return st;
-	if (size)
-		memcpy(dst, buf->data + offset, (size_t)size);
-	return Q4KH_OK;
-}
+Q4KH_CPU_BUFFER_ENTRIES(cpu, cpu_contract)
 
 /* Every op runs to completion before it returns. */
 static q4kh_status cpu_synchronize(q4kh_device_ctx *dev)
@@ -269,25 +144,14 @@ static q4kh_status cpu_synchronize(q4kh_device_ctx *dev)
 	return dev ? Q4KH_OK : Q4KH_ERR_INVALID;
 }
 
-static void *cpu_address(const q4kh_buffer *buf)
-{
-	return buf ? buf->data : NULL;
-}
-
-/* Kernel variants for "cpu" get host pointers: no device, no stream. */
+/* Kernel variants for "cpu" get host pointers: no device, no stream, and
+ * no threads: the reference's pool sleeps between ops (T5). */
 static q4kh_status cpu_native_device(q4kh_device_ctx *dev,
                                      struct q4kh_native_device *out)
 {
-	if (!dev)
-		return Q4KH_ERR_INVALID;
-	if (!out || out->struct_size < sizeof(*out))
-		return cpu_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                "native_device: record of %u bytes, expected %zu",
-		                out ? out->struct_size : 0, sizeof(*out));
-	out->ordinal = -1;
-	out->stream = NULL;
-	out->address = cpu_address;
-	return Q4KH_OK;
+	const struct q4kh_check c = cpu_contract(dev);
+
+	return q4kh_cpu_native_device(&c, out);
 }
 
 /* --- ABI 1.7: mixture of experts, through the shared code (q4khost/moe.h) --- */

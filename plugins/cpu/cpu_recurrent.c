@@ -47,7 +47,7 @@ static void conv_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	const struct conv_job *j = arg;
 
 	for (int64_t c = begin; c < end; c++)
-		conv_channel(j, j->dev->scratch[part], c);
+		conv_channel(j, j->dev->scratch.part[part], c);
 }
 
 q4kh_status cpu_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -127,7 +127,7 @@ static void delta_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	const struct delta_job *j = arg;
 
 	for (int64_t h = begin; h < end; h++)
-		delta_head(j, j->dev->scratch[part], h);
+		delta_head(j, j->dev->scratch.part[part], h);
 }
 
 q4kh_status cpu_delta_net(q4kh_device_ctx *dev, const struct q4kh_tensor *q,

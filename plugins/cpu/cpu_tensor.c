@@ -5,18 +5,11 @@
  */
 #include "cpu.h"
 
-/* Buffers are host memory of one device context. */
-static int own_buffer(const void *dev, const q4kh_buffer *buf, uint64_t *size)
-{
-	*size = buf->size;
-	return buf->dev == dev;
-}
-
 struct q4kh_check cpu_contract(q4kh_device_ctx *dev)
 {
 	struct q4kh_check c = {
 		.dev = dev,
-		.buffer = own_buffer,
+		.buffer = q4kh_cpu_buffer_owned,
 		.weight_types = q4kh_dequant_types(),
 		.msg = dev ? dev->ctx->error : NULL,
 		.cap = dev ? sizeof(dev->ctx->error) : 0,

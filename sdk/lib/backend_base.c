@@ -15,12 +15,26 @@ static _Thread_local char init_error[1024];
 q4kh_status q4kh_backend_vfail(char *line, size_t cap, q4kh_status st, const char *fmt,
                                va_list ap)
 {
-	if (!line) {
-		line = init_error;
-		cap = sizeof(init_error);
-	}
-	if (cap)
+	if (line && cap)
 		vsnprintf(line, cap, fmt, ap);
+	return st;
+}
+
+q4kh_status q4kh_backend_vinit_fail(q4kh_status st, const char *fmt, va_list ap)
+{
+	return q4kh_backend_vfail(init_error, sizeof(init_error), st, fmt, ap);
+}
+
+static q4kh_status init_fail(q4kh_status st, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static q4kh_status init_fail(q4kh_status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	st = q4kh_backend_vinit_fail(st, fmt, ap);
+	va_end(ap);
 	return st;
 }
 
@@ -43,15 +57,14 @@ q4kh_status q4kh_backend_init_check(const char *name, const struct q4kh_host_api
                                     q4kh_backend_ctx **out)
 {
 	if (!out)
-		return q4kh_backend_fail(NULL, 0, Q4KH_ERR_INVALID, "%s: init: out is NULL", name);
+		return init_fail(Q4KH_ERR_INVALID, "%s: init: out is NULL", name);
 	*out = NULL;
 	if (!host)
-		return q4kh_backend_fail(NULL, 0, Q4KH_ERR_INVALID, "%s: init: host API is NULL",
-		                         name);
+		return init_fail(Q4KH_ERR_INVALID, "%s: init: host API is NULL", name);
 	if (host->abi_major != Q4KH_ABI_MAJOR)
-		return q4kh_backend_fail(NULL, 0, Q4KH_ERR_UNSUPPORTED,
-		                         "%s: init: host ABI major %u, plugin built for %d", name,
-		                         host->abi_major, Q4KH_ABI_MAJOR);
+		return init_fail(Q4KH_ERR_UNSUPPORTED,
+		                 "%s: init: host ABI major %u, plugin built for %d", name,
+		                 host->abi_major, Q4KH_ABI_MAJOR);
 	return Q4KH_OK;
 }
 
@@ -85,9 +98,9 @@ q4kh_status q4kh_backend_setting_uint(const struct q4kh_host_api *host, const ch
 	/* "key =" with no value: as if unset (docs/plugin-abi.md section 8) */
 	if (!s || !*s || !q4kh_parse_uint(s, lo, hi, value))
 		return Q4KH_OK;
-	return q4kh_backend_fail(NULL, 0, Q4KH_ERR_INVALID,
-	                         "[plugin.%s] %s = \"%s\": expected an integer from %u to %u",
-	                         name, key, s, lo, hi);
+	return init_fail(Q4KH_ERR_INVALID,
+	                 "[plugin.%s] %s = \"%s\": expected an integer from %u to %u", name, key,
+	                 s, lo, hi);
 }
 
 q4kh_status q4kh_backend_put_record(const struct q4kh_device_record *rec,

@@ -30,9 +30,9 @@ extern "C" {
 
 /*
  * Write the message FMT, ... (printf's rules, cut to CAP - 1 bytes and
- * NUL-terminated) into LINE, or with LINE NULL into this thread's init()
- * error (q4kh_backend_init_error; CAP is then ignored), and return ST
- * unchanged: "return q4kh_backend_fail(..., Q4KH_ERR_X, ...)".
+ * NUL-terminated) into LINE (NULL or CAP 0: nowhere) and return ST
+ * unchanged: "return q4kh_backend_fail(ctx->error, sizeof(ctx->error),
+ * Q4KH_ERR_X, ...)".
  */
 q4kh_status q4kh_backend_fail(char *line, size_t cap, q4kh_status st, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -44,11 +44,14 @@ q4kh_status q4kh_backend_fail(char *line, size_t cap, q4kh_status st, const char
 q4kh_status q4kh_backend_vfail(char *line, size_t cap, q4kh_status st, const char *fmt,
                                va_list ap);
 
+/* q4kh_backend_vfail into this thread's init() error (below). */
+q4kh_status q4kh_backend_vinit_fail(q4kh_status st, const char *fmt, va_list ap);
+
 /*
- * Why the last init() on this thread failed, as q4kh_backend_fail with
- * LINE NULL or a function below left it: what last_error(NULL) returns;
- * "" before any failure. Owned by the library; valid until the thread's
- * next failing init() or its end.
+ * Why the last init() on this thread failed, as q4kh_backend_vinit_fail
+ * or a function below left it: what last_error(NULL) returns; "" before
+ * any failure. Owned by the library; valid until the thread's next
+ * failing init() or its end.
  */
 const char *q4kh_backend_init_error(void);
 
@@ -69,8 +72,8 @@ const char *q4kh_backend_init_error(void);
 		va_list ap;                                                            \
                                                                                        \
 		va_start(ap, fmt);                                                     \
-		st = q4kh_backend_vfail(ctx ? ctx->error : NULL,                       \
-		                        ctx ? sizeof(ctx->error) : 0, st, fmt, ap);    \
+		st = ctx ? q4kh_backend_vfail(ctx->error, sizeof(ctx->error), st, fmt, ap) \
+		         : q4kh_backend_vinit_fail(st, fmt, ap);                       \
 		va_end(ap);                                                            \
 		return st;                                                             \
 	}                                                                              \
