@@ -131,25 +131,8 @@ struct q4kh_check fast_contract(q4kh_device_ctx *dev);
 q4kh_status fast_index_values(q4kh_device_ctx *dev, const char *what,
                               const struct q4kh_tensor *t, int64_t limit);
 
-/* Element (0, i1, i2, i3) of t. */
-static inline unsigned char *fast_at(const struct q4kh_tensor *t, int64_t i1,
-                                     int64_t i2, int64_t i3)
-{
-	return t->buffer->data + t->offset + i1 * t->nb[1] + i2 * t->nb[2] +
-	       i3 * t->nb[3];
-}
-
-/* Flat row r (over ne[1], ne[2], ne[3]) of t. */
-static inline unsigned char *fast_row(const struct q4kh_tensor *t, int64_t r)
-{
-	return fast_at(t, r % t->ne[1], (r / t->ne[1]) % t->ne[2],
-	               r / (t->ne[1] * t->ne[2]));
-}
-
-static inline int64_t fast_rows(const struct q4kh_tensor *t)
-{
-	return t->ne[1] * t->ne[2] * t->ne[3];
-}
+/* A tensor's elements and rows: q4kh_cpu_at, q4kh_cpu_rows, q4kh_cpu_flat_row
+ * (q4khost/cpu_backend.h). */
 
 /* --- ops --- */
 

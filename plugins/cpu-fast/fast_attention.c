@@ -41,10 +41,10 @@ static void attend(const struct attn_job *j, float *scratch, int64_t t, int64_t 
 	const int kf16 = j->k->type == Q4KH_TYPE_F16, vf16 = j->v->type == Q4KH_TYPE_F16;
 
 	for (int64_t i = 0; i < n; i++) {
-		const void *key = fast_at(j->k, g, first + i, 0);
+		const void *key = q4kh_cpu_at(j->k, g, first + i, 0);
 
 		for (int64_t h = 0; h < nh; h++) {
-			const float *q = (const float *)fast_at(j->q, h0 + h, t, 0);
+			const float *q = (const float *)q4kh_cpu_at(j->q, h0 + h, t, 0);
 			float x = j->scale * (kf16 ? k->dot_f16(q, key, hd) : k->dot(q, key, hd));
 
 			if (j->softcap > 0.0f)
@@ -62,7 +62,7 @@ static void attend(const struct attn_job *j, float *scratch, int64_t t, int64_t 
 			acc[h * hd + d] = 0.0f;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		const void *value = fast_at(j->v, g, first + i, 0);
+		const void *value = q4kh_cpu_at(j->v, g, first + i, 0);
 
 		for (int64_t h = 0; h < nh; h++) {
 			const float w = scratch[h * j->n_keys + i];
@@ -74,7 +74,8 @@ static void attend(const struct attn_job *j, float *scratch, int64_t t, int64_t 
 		}
 	}
 	for (int64_t h = 0; h < nh; h++)
-		k->scale(acc + h * hd, 1.0f / sum[h], (float *)fast_at(j->out, h0 + h, t, 0), hd);
+		k->scale(acc + h * hd, 1.0f / sum[h], (float *)q4kh_cpu_at(j->out, h0 + h, t, 0),
+		         hd);
 }
 
 static void attn_task(void *arg, unsigned thread, int64_t begin, int64_t end)
@@ -108,7 +109,7 @@ static q4kh_status attn_run(q4kh_device_ctx *dev, struct attn_job *j,
 	want = want < 1 ? 1 : want > group ? group : want;
 	j->span = (group + want - 1) / want;
 	j->blocks = (group + j->span - 1) / j->span;
-	j->n_keys = (last + 1 + Q4KH_CPU_ALIGN / 4 - 1) / (Q4KH_CPU_ALIGN / 4) * (Q4KH_CPU_ALIGN / 4);
+	j->n_keys = (last + Q4KH_CPU_ALIGN / 4) / (Q4KH_CPU_ALIGN / 4) * (Q4KH_CPU_ALIGN / 4);
 	if ((st = fast_scratch(dev, sizeof(float) *
 	                                    (uint64_t)(j->span * (j->n_keys + j->q->ne[0] + 1)))))
 		return st;
@@ -147,7 +148,7 @@ q4kh_status fast_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q
 	if ((st = q4kh_check_attention_ext(&c, q, k_cache, v_cache, pos, params, out)) ||
 	    (st = fast_index_values(dev, "attention_ext pos", pos, k_cache->ne[2])))
 		return st;
-	j.pos = (const int32_t *)fast_at(pos, 0, 0, 0);
+	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
 	for (int64_t t = 0; t < q->ne[2]; t++)
 		last = j.pos[t] > last ? j.pos[t] : last;
 	return attn_run(dev, &j, params, last);

@@ -23,19 +23,19 @@ static void matmul_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 	float *scratch = j->dev->scratch.part[thread];
 
 	for (int64_t r = begin; r < end; r++) {
-		const void *w = fast_at(j->w, r, 0, 0);
+		const void *w = q4kh_cpu_at(j->w, r, 0, 0);
 		const float *row = type == Q4KH_TYPE_F32 ? w : scratch;
 
 		if (type != Q4KH_TYPE_F32 && type != Q4KH_TYPE_F16)
 			q4kh_dequant_row(type, w, scratch, K);
 		for (int64_t t = 0; t < T; t++) {
-			const float *x = (const float *)fast_at(j->x, t, 0, 0);
+			const float *x = (const float *)q4kh_cpu_at(j->x, t, 0, 0);
 
 			const float v = type == Q4KH_TYPE_F16 ? k->dot_f16(x, w, K) : k->dot(row, x, K);
 
-			((float *)fast_at(j->y, t, 0, 0))[r] = v;
+			((float *)q4kh_cpu_at(j->y, t, 0, 0))[r] = v;
 			if (j->r)
-				((float *)fast_at(j->r, t, 0, 0))[r] += v;
+				((float *)q4kh_cpu_at(j->r, t, 0, 0))[r] += v;
 		}
 	}
 }

@@ -29,8 +29,8 @@ static void get_rows_task(void *arg, unsigned thread, int64_t begin, int64_t end
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++) {
-		float *o = (float *)fast_at(j->out, r, 0, 0);
-		const void *row = fast_at(j->table, j->ids[r], 0, 0);
+		float *o = (float *)q4kh_cpu_at(j->out, r, 0, 0);
+		const void *row = q4kh_cpu_at(j->table, j->ids[r], 0, 0);
 
 		if (j->table->type == Q4KH_TYPE_F16)
 			j->k->from_f16(row, o, n);
@@ -73,7 +73,7 @@ q4kh_status fast_get_rows_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *ta
 	if ((st = q4kh_check_get_rows_ext(&c, table, ids, out)) ||
 	    (st = fast_index_values(dev, "get_rows_ext ids", ids, table->ne[1])))
 		return st;
-	return get_rows_run(dev, table, (const int32_t *)fast_at(ids, 0, 0, 0), ids->ne[0],
+	return get_rows_run(dev, table, (const int32_t *)q4kh_cpu_at(ids, 0, 0, 0), ids->ne[0],
 	                    scale, out);
 }
 
@@ -109,17 +109,17 @@ static void rms_norm_task(void *arg, unsigned thread, int64_t begin, int64_t end
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++) {
-		float *x = (float *)fast_row(j->x, r);
-		float *o = (float *)fast_row(j->out, r);
+		float *x = (float *)q4kh_cpu_flat_row(j->x, r);
+		float *o = (float *)q4kh_cpu_flat_row(j->out, r);
 
 		/* a's own norm first (norm_add_rms_norm), then add's kernel on
 		 * the row the norm then reads (out may be a: the sum is
 		 * complete before the first write of out) */
 		if (j->norm_a)
-			norm_row(j->k, (float *)fast_row(j->a, r), j->w_a, j->eps_a,
-			         (float *)fast_row(j->a, r), n);
+			norm_row(j->k, (float *)q4kh_cpu_flat_row(j->a, r), j->w_a, j->eps_a,
+			         (float *)q4kh_cpu_flat_row(j->a, r), n);
 		if (j->a)
-			j->k->add(x, (const float *)fast_row(j->a, r), x, n);
+			j->k->add(x, (const float *)q4kh_cpu_flat_row(j->a, r), x, n);
 		norm_row(j->k, x, j->w, j->eps, o, n);
 	}
 }
@@ -134,8 +134,8 @@ q4kh_status fast_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
-	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
-	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	j.w = w ? (const float *)q4kh_cpu_at(w, 0, 0, 0) : NULL;
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -149,8 +149,8 @@ q4kh_status fast_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_add_rms_norm(&c, x, a, w, eps, out)))
 		return st;
-	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
-	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	j.w = w ? (const float *)q4kh_cpu_at(w, 0, 0, 0) : NULL;
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -165,9 +165,9 @@ q4kh_status fast_norm_add_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tenso
 
 	if ((st = q4kh_check_norm_add_rms_norm(&c, x, a, w_a, eps_a, w, eps, out)))
 		return st;
-	j.w = w ? (const float *)fast_at(w, 0, 0, 0) : NULL;
-	j.w_a = w_a ? (const float *)fast_at(w_a, 0, 0, 0) : NULL;
-	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
+	j.w = w ? (const float *)q4kh_cpu_at(w, 0, 0, 0) : NULL;
+	j.w_a = w_a ? (const float *)q4kh_cpu_at(w_a, 0, 0, 0) : NULL;
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), fast_grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -189,10 +189,10 @@ static void binary_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 	for (int64_t r = begin; r < end; r++) {
 		const int64_t i1 = r % a->ne[1], i2 = (r / a->ne[1]) % a->ne[2];
 		const int64_t i3 = r / (a->ne[1] * a->ne[2]);
-		const float *x = (const float *)fast_at(a, i1, i2, i3);
-		const float *y = (const float *)fast_at(b, i1 % b->ne[1], i2 % b->ne[2],
+		const float *x = (const float *)q4kh_cpu_at(a, i1, i2, i3);
+		const float *y = (const float *)q4kh_cpu_at(b, i1 % b->ne[1], i2 % b->ne[2],
 		                                        i3 % b->ne[3]);
-		float *o = (float *)fast_at(j->out, i1, i2, i3);
+		float *o = (float *)q4kh_cpu_at(j->out, i1, i2, i3);
 
 		if (b->ne[0] == 1 && n > 1) { /* one value of b per row */
 			for (int64_t i = 0; i < n; i++)
@@ -215,7 +215,7 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op, const struct q4k
 
 	if ((st = q4kh_check_binary(&c, op, a, b, out)))
 		return st;
-	q4kh_pool_run(dev->pool, fast_rows(a), fast_grain(a->ne[0]), binary_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(a), fast_grain(a->ne[0]), binary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -243,8 +243,8 @@ static void scale_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++)
-		j->k->scale((const float *)fast_row(j->x, r), j->s, (float *)fast_row(j->out, r),
-		            j->x->ne[0]);
+		j->k->scale((const float *)q4kh_cpu_flat_row(j->x, r), j->s,
+		            (float *)q4kh_cpu_flat_row(j->out, r), j->x->ne[0]);
 }
 
 q4kh_status fast_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x, float s,
@@ -256,7 +256,7 @@ q4kh_status fast_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x, float 
 
 	if ((st = q4kh_check_scale(&c, x, out)))
 		return st;
-	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), scale_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), fast_grain(x->ne[0]), scale_task, &j);
 	return Q4KH_OK;
 }
 
@@ -274,9 +274,9 @@ static void glu_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++)
-		j->k->glu(j->kind, (const float *)fast_row(j->gate, r),
-		          (const float *)fast_row(j->up, r), (float *)fast_row(j->out, r),
-		          j->gate->ne[0]);
+		j->k->glu(j->kind, (const float *)q4kh_cpu_flat_row(j->gate, r),
+		          (const float *)q4kh_cpu_flat_row(j->up, r),
+		          (float *)q4kh_cpu_flat_row(j->out, r), j->gate->ne[0]);
 }
 
 q4kh_status fast_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
@@ -289,7 +289,7 @@ q4kh_status fast_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 
 	if ((st = q4kh_check_glu(&c, kind, gate, up, out)))
 		return st;
-	q4kh_pool_run(dev->pool, fast_rows(gate), fast_grain(gate->ne[0]), glu_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(gate), fast_grain(gate->ne[0]), glu_task, &j);
 	return Q4KH_OK;
 }
 
@@ -319,9 +319,9 @@ static void copy_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++)
-		fast_convert(j->k, s->type, d->type, fast_row(s, r),
-		        j->rows ? fast_at(d, r % s->ne[1], j->rows[r / s->ne[1]], 0)
-		                : fast_row(d, r),
+		fast_convert(j->k, s->type, d->type, q4kh_cpu_flat_row(s, r),
+		        j->rows ? q4kh_cpu_at(d, r % s->ne[1], j->rows[r / s->ne[1]], 0)
+		                : q4kh_cpu_flat_row(d, r),
 		        s->ne[0]);
 }
 
@@ -334,7 +334,7 @@ q4kh_status fast_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 
 	if ((st = q4kh_check_copy(&c, src, dst)))
 		return st;
-	q4kh_pool_run(dev->pool, fast_rows(src), fast_grain(src->ne[0]), copy_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(src), fast_grain(src->ne[0]), copy_task, &j);
 	return Q4KH_OK;
 }
 
@@ -348,7 +348,7 @@ q4kh_status fast_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	if ((st = q4kh_check_set_rows(&c, src, rows, dst)) ||
 	    (st = fast_index_values(dev, "set_rows rows", rows, dst->ne[2])))
 		return st;
-	j.rows = (const int32_t *)fast_at(rows, 0, 0, 0);
+	j.rows = (const int32_t *)q4kh_cpu_at(rows, 0, 0, 0);
 	q4kh_pool_run(dev->pool, src->ne[1] * src->ne[2], fast_grain(src->ne[0]), copy_task,
 	              &j);
 	return Q4KH_OK;
@@ -368,9 +368,9 @@ static void top2_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t t = begin; t < end; t++)
-		((int32_t *)fast_at(j->idx, 0, 0, 0))[t] =
-			q4kh_top2_scan((const float *)fast_row(j->x, t), j->x->ne[0],
-			               (float *)fast_row(j->val, t));
+		((int32_t *)q4kh_cpu_at(j->idx, 0, 0, 0))[t] =
+			q4kh_top2_scan((const float *)q4kh_cpu_flat_row(j->x, t), j->x->ne[0],
+			               (float *)q4kh_cpu_flat_row(j->val, t));
 }
 
 q4kh_status fast_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,

@@ -194,7 +194,7 @@ static q4kh_status f_native_device(q4kh_device_ctx *dev, struct q4kh_native_devi
  * cpu-fast's own products --- */
 
 Q4KH_MOE_ENTRIES(f_moe_route, f_mul_mat_id, fast_contract, fast_mul_mat, f_buffer_alloc,
-                 f_buffer_free, fast_at)
+                 f_buffer_free, q4kh_cpu_at)
 
 /*
  * No graph_begin: a recording would replay only the backend's own ops,

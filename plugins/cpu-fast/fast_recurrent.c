@@ -23,8 +23,8 @@ static void unary_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t r = begin; r < end; r++)
-		j->k->unary(j->kind, (const float *)fast_row(j->x, r), (float *)fast_row(j->out, r),
-		            j->x->ne[0]);
+		j->k->unary(j->kind, (const float *)q4kh_cpu_flat_row(j->x, r),
+		            (float *)q4kh_cpu_flat_row(j->out, r), j->x->ne[0]);
 }
 
 q4kh_status fast_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
@@ -36,7 +36,7 @@ q4kh_status fast_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
 
 	if ((st = q4kh_check_unary(&c, kind, x, out)))
 		return st;
-	q4kh_pool_run(dev->pool, fast_rows(x), fast_grain(x->ne[0]), unary_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), fast_grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -55,8 +55,8 @@ static void conv_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 
 	(void)thread;
 	for (int64_t c = begin; c < end; c++) {
-		const float *w = (const float *)fast_at(j->w, c, 0, 0);
-		float *state = (float *)fast_at(j->state, c, 0, 0);
+		const float *w = (const float *)q4kh_cpu_at(j->w, c, 0, 0);
+		float *state = (float *)q4kh_cpu_at(j->state, c, 0, 0);
 
 		for (int64_t t = 0; t < T; t++) {
 			float sum = 0.0f;
@@ -65,16 +65,17 @@ static void conv_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 				const int64_t u = t + i; /* index into kept, then x */
 
 				sum += w[i] * (u < kept ? state[u]
-				                        : ((const float *)fast_at(j->x, u - kept, 0,
-				                                                  0))[c]);
+				                        : ((const float *)q4kh_cpu_at(j->x, u - kept,
+				                                                      0, 0))[c]);
 			}
-			((float *)fast_at(j->out, t, 0, 0))[c] = sum;
+			((float *)q4kh_cpu_at(j->out, t, 0, 0))[c] = sum;
 		}
 		/* The new kept values: the last K-1 of (kept, x), oldest first. */
 		for (int64_t i = 0; i < kept; i++) {
 			const int64_t u = T + i;
 
-			state[i] = u < kept ? state[u] : ((const float *)fast_at(j->x, u - kept, 0, 0))[c];
+			state[i] = u < kept ? state[u]
+			                    : ((const float *)q4kh_cpu_at(j->x, u - kept, 0, 0))[c];
 		}
 	}
 }
@@ -112,17 +113,18 @@ static void delta_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 		const int64_t kh = h % j->q->ne[1];
 
 		for (int64_t t = 0; t < T; t++) {
-			const float *k = (const float *)fast_at(j->kt, kh, t, 0);
-			const float *q = (const float *)fast_at(j->q, kh, t, 0);
-			const float *v = (const float *)fast_at(j->v, h, t, 0);
-			float *o = (float *)fast_at(j->out, h, t, 0);
-			const float decay = expf(((const float *)fast_at(j->g, t, 0, 0))[h]);
-			const float beta = ((const float *)fast_at(j->beta, t, 0, 0))[h];
+			const float *k = (const float *)q4kh_cpu_at(j->kt, kh, t, 0);
+			const float *q = (const float *)q4kh_cpu_at(j->q, kh, t, 0);
+			const float *v = (const float *)q4kh_cpu_at(j->v, h, t, 0);
+			float *o = (float *)q4kh_cpu_at(j->out, h, t, 0);
+			const float decay = expf(((const float *)q4kh_cpu_at(j->g, t, 0, 0))[h]);
+			const float beta = ((const float *)q4kh_cpu_at(j->beta, t, 0, 0))[h];
 			const float kq = j->k->dot(k, q, sk);
 
 			for (int64_t i = 0; i < sv; i++)
-				o[i] = j->scale * j->k->delta_row((float *)fast_at(j->state, i, h, 0),
-				                                  k, q, sk, decay, beta, v[i], kq);
+				o[i] = j->scale *
+				       j->k->delta_row((float *)q4kh_cpu_at(j->state, i, h, 0), k, q,
+				                       sk, decay, beta, v[i], kq);
 		}
 	}
 }

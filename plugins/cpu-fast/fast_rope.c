@@ -234,9 +234,10 @@ static void rope_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 	for (int64_t r = begin; r < end; r++) {
 		const int64_t h = r % heads, t = r / heads;
 
-		rope_row(j->k, j->a, j->pos[t], j->x->ne[0], (const float *)fast_at(j->x, h, t, 0),
-		         (float *)fast_at(j->out, h, t, 0), j->cache ? j->cache->type : 0,
-		         j->cache ? fast_at(j->cache, h, j->pos[t], 0) : NULL);
+		rope_row(j->k, j->a, j->pos[t], j->x->ne[0],
+		         (const float *)q4kh_cpu_at(j->x, h, t, 0),
+		         (float *)q4kh_cpu_at(j->out, h, t, 0), j->cache ? j->cache->type : 0,
+		         j->cache ? q4kh_cpu_at(j->cache, h, j->pos[t], 0) : NULL);
 	}
 }
 
@@ -317,10 +318,10 @@ static q4kh_status rope_ext_run(q4kh_device_ctx *dev, const struct q4kh_tensor *
                                 const struct q4kh_tensor *out,
                                 const struct q4kh_tensor *cache)
 {
-	const float *ff = p->freq_factors ? (const float *)fast_at(p->freq_factors, 0, 0, 0)
+	const float *ff = p->freq_factors ? (const float *)q4kh_cpu_at(p->freq_factors, 0, 0, 0)
 	                                  : NULL;
 
-	return rope_run(dev, x, (const int32_t *)fast_at(pos, 0, 0, 0), p, ff, out, cache);
+	return rope_run(dev, x, (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0), p, ff, out, cache);
 }
 
 q4kh_status fast_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -375,19 +376,20 @@ static void store_task(void *arg, unsigned thread, int64_t begin, int64_t end)
 		int64_t h = r % per_token;
 
 		if (h < hq) {
-			float *x = (float *)fast_at(j->q, h, t, 0);
+			float *x = (float *)q4kh_cpu_at(j->q, h, t, 0);
 
 			rope_row(j->k, j->a, pos, j->q->ne[0], x, x, 0, NULL);
 		} else if ((h -= hq) < hk) {
-			float *x = (float *)fast_at(j->kx, h, t, 0);
+			float *x = (float *)q4kh_cpu_at(j->kx, h, t, 0);
 
 			rope_row(j->k, j->a, pos, j->kx->ne[0], x, x,
 			         j->k_cache ? j->k_cache->type : 0,
-			         j->k_cache ? fast_at(j->k_cache, h, pos, 0) : NULL);
+			         j->k_cache ? q4kh_cpu_at(j->k_cache, h, pos, 0) : NULL);
 		} else if (j->v_cache) {
 			h -= hk;
-			fast_convert(j->k, Q4KH_TYPE_F32, j->v_cache->type, fast_at(j->v, h, t, 0),
-			             fast_at(j->v_cache, h, pos, 0), j->v->ne[0]);
+			fast_convert(j->k, Q4KH_TYPE_F32, j->v_cache->type,
+			             q4kh_cpu_at(j->v, h, t, 0), q4kh_cpu_at(j->v_cache, h, pos, 0),
+			             j->v->ne[0]);
 		}
 	}
 }
@@ -415,9 +417,10 @@ q4kh_status fast_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 		j.k_cache = NULL;
 	if (v_rows)
 		j.v_cache = NULL;
-	j.pos = (const int32_t *)fast_at(pos, 0, 0, 0);
+	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
 	j.a = angles_at(dev, p,
-	                p->freq_factors ? (const float *)fast_at(p->freq_factors, 0, 0, 0) : NULL,
+	                p->freq_factors ? (const float *)q4kh_cpu_at(p->freq_factors, 0, 0, 0)
+	                                : NULL,
 	                j.pos, q->ne[2]);
 	if (!j.a)
 		return Q4KH_ERR_NOMEM;

@@ -7,15 +7,8 @@
 
 struct q4kh_check fast_contract(q4kh_device_ctx *dev)
 {
-	struct q4kh_check c = {
-		.dev = dev,
-		.buffer = q4kh_cpu_buffer_owned,
-		.weight_types = q4kh_dequant_types(),
-		.msg = dev ? dev->ctx->error : NULL,
-		.cap = dev ? sizeof(dev->ctx->error) : 0,
-	};
-
-	return c;
+	return q4kh_cpu_check(dev, q4kh_dequant_types(), dev ? dev->ctx->error : NULL,
+	                      dev ? sizeof(dev->ctx->error) : 0);
 }
 
 q4kh_status fast_index_values(q4kh_device_ctx *dev, const char *what,
@@ -23,6 +16,5 @@ q4kh_status fast_index_values(q4kh_device_ctx *dev, const char *what,
 {
 	const struct q4kh_check c = fast_contract(dev);
 
-	return q4kh_check_index_values(&c, what, (const int32_t *)fast_at(t, 0, 0, 0), t->ne[0],
-	                               limit);
+	return q4kh_cpu_index_values(&c, what, t, limit);
 }

@@ -80,30 +80,8 @@ struct q4kh_check cpu_contract(q4kh_device_ctx *dev);
 q4kh_status cpu_index_values(q4kh_device_ctx *dev, const char *what,
                              const struct q4kh_tensor *t, int64_t limit);
 
-/* Address of element (0, i1, i2, i3) of t. */
-static inline unsigned char *cpu_row(const struct q4kh_tensor *t, int64_t i1,
-                                     int64_t i2, int64_t i3)
-{
-	return t->buffer->data + t->offset + i1 * t->nb[1] + i2 * t->nb[2] +
-	       i3 * t->nb[3];
-}
-
-/* Rows of a tensor: ne[1] * ne[2] * ne[3]. */
-static inline int64_t cpu_nrows(const struct q4kh_tensor *t)
-{
-	return t->ne[1] * t->ne[2] * t->ne[3];
-}
-
-/* Address of flat row r (over ne[1], ne[2], ne[3]) of t. */
-static inline unsigned char *cpu_flat_row(const struct q4kh_tensor *t,
-                                          int64_t r)
-{
-	int64_t i1 = r % t->ne[1];
-	int64_t i2 = (r / t->ne[1]) % t->ne[2];
-	int64_t i3 = r / (t->ne[1] * t->ne[2]);
-
-	return cpu_row(t, i1, i2, i3);
-}
+/* A tensor's elements and rows: q4kh_cpu_at, q4kh_cpu_rows, q4kh_cpu_flat_row
+ * (q4khost/cpu_backend.h). */
 
 /*
  * sum a[i] b[i] in double (cpu_matmul.c): 8 lanes, lane l summing i = l

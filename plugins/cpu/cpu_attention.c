@@ -70,7 +70,7 @@ static void cache_rows(const struct attn_job *j, const struct q4kh_tensor *c, in
                        int64_t i0, int64_t n, double *out)
 {
 	for (int64_t r = 0; r < n; r++, out += j->hd) {
-		const unsigned char *p = cpu_row(c, g, i0 + r, 0);
+		const unsigned char *p = q4kh_cpu_at(c, g, i0 + r, 0);
 
 		if (c->type == Q4KH_TYPE_F32)
 			for (int64_t i = 0; i < j->hd; i++)
@@ -342,7 +342,7 @@ static void attn_task(void *arg, unsigned part, int64_t begin, int64_t end)
 		item_of(j, r, &it);
 		for (int64_t t = 0; t < it.nt; t++)
 			for (int64_t h = 0; h < j->rep; h++) {
-				const float *q = (const float *)cpu_row(j->q, it.g * j->rep + h,
+				const float *q = (const float *)q4kh_cpu_at(j->q, it.g * j->rep + h,
 				                                        it.t0 + t, 0);
 
 				for (int64_t d = 0; d < hd; d++)
@@ -364,7 +364,8 @@ static void attn_task(void *arg, unsigned part, int64_t begin, int64_t end)
 			for (int64_t h = 0; h < j->rep; h++) {
 				const int64_t qh = t * j->rep + h;
 				const double *a = (const double *)(it.acc + qh * (hd / CPU_LANES));
-				float *o = (float *)cpu_row(j->out, it.g * j->rep + h, it.t0 + t, 0);
+				float *o = (float *)q4kh_cpu_at(j->out, it.g * j->rep + h,
+				                                it.t0 + t, 0);
 
 				for (int64_t d = 0; d < hd - hd % CPU_LANES; d++)
 					o[d] = (float)(a[d] / sum[qh]);
@@ -436,7 +437,7 @@ q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	if ((st = q4kh_check_attention_ext(&c, q, k_cache, v_cache, pos, params, out)) ||
 	    (st = cpu_index_values(dev, "attention_ext pos", pos, k_cache->ne[2])))
 		return st;
-	j.pos = (const int32_t *)cpu_row(pos, 0, 0, 0);
+	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
 	for (int64_t t = 0; t < q->ne[2]; t++)
 		if (j.pos[t] > last)
 			last = j.pos[t];

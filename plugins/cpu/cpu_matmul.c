@@ -135,7 +135,7 @@ static void block_times_x(const struct mm_block *b, slice_fn *fn)
 			fn(b, t0, nc, k0, body - k0 < SLICE ? body - k0 : SLICE);
 		for (int64_t c = 0; c < nc; c++) {
 			const double *x = j->xd + (t0 + c) * k;
-			float *yc = (float *)cpu_row(j->y, t0 + c, 0, 0);
+			float *yc = (float *)q4kh_cpu_at(j->y, t0 + c, 0, 0);
 
 			for (int64_t r = 0; r < b->nr; r++) {
 				v8d *a = b->acc + r * COLS + c;
@@ -175,13 +175,14 @@ static void mm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	double *wd = j->dev->scratch.part[part];
 	float *wf = (float *)(wd + ROWS * k);
 	uintptr_t a = (uintptr_t)(wf + k);
-	struct mm_block b = { j, wd, (v8d *)((a + Q4KH_CPU_ALIGN - 1) & ~(uintptr_t)(Q4KH_CPU_ALIGN - 1)),
+	struct mm_block b = { j, wd,
+		              (v8d *)((a + Q4KH_CPU_ALIGN - 1) & ~(uintptr_t)(Q4KH_CPU_ALIGN - 1)),
 		              0, 0 };
 
 	for (b.n0 = begin; b.n0 < end; b.n0 += ROWS) {
 		b.nr = end - b.n0 < ROWS ? end - b.n0 : ROWS;
 		for (int64_t r = 0; r < b.nr; r++) {
-			q4kh_dequant_row(j->w->type, cpu_row(j->w, b.n0 + r, 0, 0), wf, k);
+			q4kh_dequant_row(j->w->type, q4kh_cpu_at(j->w, b.n0 + r, 0, 0), wf, k);
 			for (int64_t i = 0; i < k; i++)
 				wd[r * k + i] = wf[i];
 		}
@@ -196,7 +197,7 @@ static void x_task(void *arg, unsigned part, int64_t begin, int64_t end)
 
 	(void)part;
 	for (int64_t t = begin; t < end; t++) {
-		const float *xs = (const float *)cpu_row(j->x, t, 0, 0);
+		const float *xs = (const float *)q4kh_cpu_at(j->x, t, 0, 0);
 
 		for (int64_t i = 0; i < j->k; i++)
 			j->xd[t * j->k + i] = xs[i];

@@ -34,9 +34,9 @@ static void get_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
-		float *o = (float *)cpu_row(j->out, r, 0, 0);
+		float *o = (float *)q4kh_cpu_at(j->out, r, 0, 0);
 
-		q4kh_dequant_row(j->table->type, cpu_row(j->table, j->ids[r], 0, 0),
+		q4kh_dequant_row(j->table->type, q4kh_cpu_at(j->table, j->ids[r], 0, 0),
 		                 o, k);
 		for (int64_t i = 0; i < k; i++)
 			o[i] *= j->scale;
@@ -69,7 +69,7 @@ q4kh_status cpu_get_rows_ext(q4kh_device_ctx *dev,
 	if ((st = q4kh_check_get_rows_ext(&c, table, ids, out)) ||
 	    (st = cpu_index_values(dev, "get_rows_ext ids", ids, table->ne[1])))
 		return st;
-	j.ids = (const int32_t *)cpu_row(ids, 0, 0, 0);
+	j.ids = (const int32_t *)q4kh_cpu_at(ids, 0, 0, 0);
 	q4kh_pool_run(dev->pool, ids->ne[0], grain(table->ne[0]), get_rows_task, &j);
 	return Q4KH_OK;
 }
@@ -84,13 +84,13 @@ struct rms_norm_job {
 static void rms_norm_task(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct rms_norm_job *j = arg;
-	const float *w = j->w ? (const float *)cpu_row(j->w, 0, 0, 0) : NULL;
+	const float *w = j->w ? (const float *)q4kh_cpu_at(j->w, 0, 0, 0) : NULL;
 	int64_t n = j->x->ne[0];
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
-		const float *x = (const float *)cpu_flat_row(j->x, r);
-		float *o = (float *)cpu_flat_row(j->out, r);
+		const float *x = (const float *)q4kh_cpu_flat_row(j->x, r);
+		float *o = (float *)q4kh_cpu_flat_row(j->out, r);
 		double sum = 0.0;
 		float s;
 
@@ -113,7 +113,7 @@ q4kh_status cpu_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_rms_norm(&c, x, w, eps, out)))
 		return st;
-	q4kh_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), rms_norm_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), grain(x->ne[0]), rms_norm_task, &j);
 	return Q4KH_OK;
 }
 
@@ -138,8 +138,8 @@ static void rope_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
 		int64_t t = r / n_head;
-		const float *x = (const float *)cpu_row(j->x, r % n_head, t, 0);
-		float *o = (float *)cpu_row(j->out, r % n_head, t, 0);
+		const float *x = (const float *)q4kh_cpu_at(j->x, r % n_head, t, 0);
+		float *o = (float *)q4kh_cpu_at(j->out, r % n_head, t, 0);
 		const double *cs = j->cs + 2 * half * t;
 
 		for (int32_t i = 0; i < half; i++) {
@@ -242,8 +242,8 @@ q4kh_status cpu_rope_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	if ((st = q4kh_check_rope_ext(&c, x, pos, p, out)) ||
 	    (st = cpu_index_values(dev, "rope_ext pos", pos, INT32_MAX)))
 		return st;
-	return rope_run(dev, x, (const int32_t *)cpu_row(pos, 0, 0, 0), p,
-	                p->freq_factors ? (const float *)cpu_row(p->freq_factors, 0, 0, 0)
+	return rope_run(dev, x, (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0), p,
+	                p->freq_factors ? (const float *)q4kh_cpu_at(p->freq_factors, 0, 0, 0)
 	                                : NULL,
 	                out);
 }
@@ -265,10 +265,10 @@ static void binary_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	for (int64_t r = begin; r < end; r++) {
 		int64_t i1 = r % a->ne[1], i2 = (r / a->ne[1]) % a->ne[2];
 		int64_t i3 = r / (a->ne[1] * a->ne[2]);
-		const float *x = (const float *)cpu_row(a, i1, i2, i3);
-		const float *y = (const float *)cpu_row(b, i1 % b->ne[1],
+		const float *x = (const float *)q4kh_cpu_at(a, i1, i2, i3);
+		const float *y = (const float *)q4kh_cpu_at(b, i1 % b->ne[1],
 		                                        i2 % b->ne[2], i3 % b->ne[3]);
-		float *o = (float *)cpu_row(j->out, i1, i2, i3);
+		float *o = (float *)q4kh_cpu_at(j->out, i1, i2, i3);
 		int64_t ystep = b->ne[0] == 1 ? 0 : 1;
 
 		if (j->mul)
@@ -291,7 +291,7 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op,
 
 	if ((st = q4kh_check_binary(&c, op, a, b, out)))
 		return st;
-	q4kh_pool_run(dev->pool, cpu_nrows(a), grain(a->ne[0]), binary_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(a), grain(a->ne[0]), binary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -320,8 +320,8 @@ static void scale_task(void *arg, unsigned part, int64_t begin, int64_t end)
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
-		const float *x = (const float *)cpu_flat_row(j->x, r);
-		float *o = (float *)cpu_flat_row(j->out, r);
+		const float *x = (const float *)q4kh_cpu_flat_row(j->x, r);
+		float *o = (float *)q4kh_cpu_flat_row(j->out, r);
 
 		for (int64_t i = 0; i < j->x->ne[0]; i++)
 			o[i] = x[i] * j->s;
@@ -337,7 +337,7 @@ q4kh_status cpu_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 
 	if ((st = q4kh_check_scale(&c, x, out)))
 		return st;
-	q4kh_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), scale_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), grain(x->ne[0]), scale_task, &j);
 	return Q4KH_OK;
 }
 
@@ -354,9 +354,9 @@ static void glu_task(void *arg, unsigned part, int64_t begin, int64_t end)
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
-		const float *g = (const float *)cpu_flat_row(j->gate, r);
-		const float *u = (const float *)cpu_flat_row(j->up, r);
-		float *o = (float *)cpu_flat_row(j->out, r);
+		const float *g = (const float *)q4kh_cpu_flat_row(j->gate, r);
+		const float *u = (const float *)q4kh_cpu_flat_row(j->up, r);
+		float *o = (float *)q4kh_cpu_flat_row(j->out, r);
 
 		for (int64_t i = 0; i < j->gate->ne[0]; i++)
 			o[i] = q4kh_glu_value(j->kind, g[i], u[i]);
@@ -374,7 +374,7 @@ q4kh_status cpu_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 
 	if ((st = q4kh_check_glu(&c, kind, gate, up, out)))
 		return st;
-	q4kh_pool_run(dev->pool, cpu_nrows(gate), grain(gate->ne[0]), glu_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(gate), grain(gate->ne[0]), glu_task, &j);
 	return Q4KH_OK;
 }
 
@@ -402,8 +402,8 @@ static void unary_task(void *arg, unsigned part, int64_t begin, int64_t end)
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++) {
-		const float *x = (const float *)cpu_flat_row(j->x, r);
-		float *o = (float *)cpu_flat_row(j->out, r);
+		const float *x = (const float *)q4kh_cpu_flat_row(j->x, r);
+		float *o = (float *)q4kh_cpu_flat_row(j->out, r);
 
 		for (int64_t i = 0; i < j->x->ne[0]; i++)
 			o[i] = (float)j->f(x[i]);
@@ -423,7 +423,7 @@ q4kh_status cpu_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
 	j.f = kind == Q4KH_UNARY_SIGMOID ? sigmoid
 	      : kind == Q4KH_UNARY_SOFTPLUS ? softplus
 	                                    : q4kh_silu;
-	q4kh_pool_run(dev->pool, cpu_nrows(x), grain(x->ne[0]), unary_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(x), grain(x->ne[0]), unary_task, &j);
 	return Q4KH_OK;
 }
 
@@ -458,8 +458,8 @@ static void copy_task(void *arg, unsigned part, int64_t begin, int64_t end)
 
 	(void)part;
 	for (int64_t r = begin; r < end; r++)
-		convert_row(j->src->type, j->dst->type, cpu_flat_row(j->src, r),
-		            cpu_flat_row(j->dst, r), j->src->ne[0]);
+		convert_row(j->src->type, j->dst->type, q4kh_cpu_flat_row(j->src, r),
+		            q4kh_cpu_flat_row(j->dst, r), j->src->ne[0]);
 }
 
 q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
@@ -471,7 +471,7 @@ q4kh_status cpu_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 
 	if ((st = q4kh_check_copy(&c, src, dst)))
 		return st;
-	q4kh_pool_run(dev->pool, cpu_nrows(src), grain(src->ne[0]), copy_task, &j);
+	q4kh_pool_run(dev->pool, q4kh_cpu_rows(src), grain(src->ne[0]), copy_task, &j);
 	return Q4KH_OK;
 }
 
@@ -491,8 +491,8 @@ static void set_rows_task(void *arg, unsigned part, int64_t begin, int64_t end)
 	(void)part;
 	for (int64_t r = begin; r < end; r++)
 		convert_row(j->src->type, j->dst->type,
-		            cpu_row(j->src, r % b, r / b, 0),
-		            cpu_row(j->dst, r % b, j->rows[r / b], 0), j->src->ne[0]);
+		            q4kh_cpu_at(j->src, r % b, r / b, 0),
+		            q4kh_cpu_at(j->dst, r % b, j->rows[r / b], 0), j->src->ne[0]);
 }
 
 q4kh_status cpu_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
@@ -506,7 +506,7 @@ q4kh_status cpu_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	if ((st = q4kh_check_set_rows(&c, src, rows, dst)) ||
 	    (st = cpu_index_values(dev, "set_rows rows", rows, dst->ne[2])))
 		return st;
-	j.rows = (const int32_t *)cpu_row(rows, 0, 0, 0);
+	j.rows = (const int32_t *)q4kh_cpu_at(rows, 0, 0, 0);
 	q4kh_pool_run(dev->pool, src->ne[1] * src->ne[2], grain(src->ne[0]),
 	              set_rows_task, &j);
 	return Q4KH_OK;

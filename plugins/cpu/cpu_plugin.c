@@ -157,7 +157,7 @@ static q4kh_status cpu_native_device(q4kh_device_ctx *dev,
 /* --- ABI 1.7: mixture of experts, through the shared code (q4khost/moe.h) --- */
 
 Q4KH_MOE_ENTRIES(cpu_route_entry, cpu_mul_mat_id, cpu_contract, cpu_mul_mat, cpu_buffer_alloc,
-                 cpu_buffer_free, cpu_row)
+                 cpu_buffer_free, q4kh_cpu_at)
 
 static const struct q4kh_backend_v1 cpu_backend = {
 	.struct_size = sizeof(struct q4kh_backend_v1),

@@ -24,19 +24,19 @@ struct conv_job {
 static void conv_channel(const struct conv_job *j, double *u, int64_t c)
 {
 	const int64_t k = j->w->ne[0], kept = k - 1, T = j->x->ne[1];
-	const float *w = (const float *)cpu_row(j->w, c, 0, 0);
-	float *state = (float *)cpu_row(j->state, c, 0, 0);
+	const float *w = (const float *)q4kh_cpu_at(j->w, c, 0, 0);
+	float *state = (float *)q4kh_cpu_at(j->state, c, 0, 0);
 
 	for (int64_t i = 0; i < kept; i++)
 		u[i] = state[i];
 	for (int64_t t = 0; t < T; t++)
-		u[kept + t] = ((const float *)cpu_row(j->x, t, 0, 0))[c];
+		u[kept + t] = ((const float *)q4kh_cpu_at(j->x, t, 0, 0))[c];
 	for (int64_t t = 0; t < T; t++) {
 		double sum = 0.0;
 
 		for (int64_t i = 0; i < k; i++)
 			sum += (double)w[i] * u[t + i];
-		((float *)cpu_row(j->out, t, 0, 0))[c] = (float)sum;
+		((float *)q4kh_cpu_at(j->out, t, 0, 0))[c] = (float)sum;
 	}
 	for (int64_t i = 0; i < kept; i++)
 		state[i] = (float)u[T + i];
@@ -85,18 +85,18 @@ static void delta_head(const struct delta_job *j, double *s, int64_t h)
 	double *kd = s + sv * sk, *qd = kd + sk;
 
 	for (int64_t i = 0; i < sv; i++) {
-		const float *row = (const float *)cpu_row(j->state, i, h, 0);
+		const float *row = (const float *)q4kh_cpu_at(j->state, i, h, 0);
 
 		for (int64_t c = 0; c < sk; c++)
 			s[i * sk + c] = row[c];
 	}
 	for (int64_t t = 0; t < T; t++) {
-		const float *k = (const float *)cpu_row(j->k, kh, t, 0);
-		const float *q = (const float *)cpu_row(j->q, kh, t, 0);
-		const float *v = (const float *)cpu_row(j->v, h, t, 0);
-		float *o = (float *)cpu_row(j->out, h, t, 0);
-		double decay = exp((double)((const float *)cpu_row(j->g, t, 0, 0))[h]);
-		double beta = ((const float *)cpu_row(j->beta, t, 0, 0))[h];
+		const float *k = (const float *)q4kh_cpu_at(j->k, kh, t, 0);
+		const float *q = (const float *)q4kh_cpu_at(j->q, kh, t, 0);
+		const float *v = (const float *)q4kh_cpu_at(j->v, h, t, 0);
+		float *o = (float *)q4kh_cpu_at(j->out, h, t, 0);
+		double decay = exp((double)((const float *)q4kh_cpu_at(j->g, t, 0, 0))[h]);
+		double beta = ((const float *)q4kh_cpu_at(j->beta, t, 0, 0))[h];
 
 		for (int64_t c = 0; c < sk; c++) {
 			kd[c] = k[c];
@@ -115,7 +115,7 @@ static void delta_head(const struct delta_job *j, double *s, int64_t h)
 		}
 	}
 	for (int64_t i = 0; i < sv; i++) {
-		float *row = (float *)cpu_row(j->state, i, h, 0);
+		float *row = (float *)q4kh_cpu_at(j->state, i, h, 0);
 
 		for (int64_t c = 0; c < sk; c++)
 			row[c] = (float)s[i * sk + c];

@@ -21,6 +21,21 @@ int q4kh_cpu_buffer_owned(const void *dev, const q4kh_buffer *buf, uint64_t *siz
 	return dev && buf->dev == dev;
 }
 
+struct q4kh_check q4kh_cpu_check(q4kh_device_ctx *dev, uint32_t weight_types, char *msg,
+                                 size_t cap)
+{
+	struct q4kh_check c = { dev, q4kh_cpu_buffer_owned, weight_types, msg, cap };
+
+	return c;
+}
+
+q4kh_status q4kh_cpu_index_values(const struct q4kh_check *c, const char *what,
+                                  const struct q4kh_tensor *t, int64_t limit)
+{
+	return q4kh_check_index_values(c, what, (const int32_t *)q4kh_cpu_at(t, 0, 0, 0), t->ne[0],
+	                               limit);
+}
+
 /* A buffer struct for DATA, or Q4KH_ERR_NOMEM with WHAT's line. */
 static q4kh_status new_buffer(const struct q4kh_check *c, const char *what, uint64_t size,
                               unsigned char *data, int wrapped, q4kh_buffer **out)

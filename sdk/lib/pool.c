@@ -1,14 +1,15 @@
 /*
- * The worker pool (q4khost/pool.h). A job is published as a ticket, one 64-bit word that
- * holds the job's generation and the next unclaimed item; a thread claims
- * a part by advancing the ticket with a compare-and-swap that also checks
- * the generation, so a thread that wakes late for a finished job can
- * never claim a part of the next. The job's function and arguments sit in
- * one of two slots chosen by the generation's parity: the caller rewrites
- * a slot only when the job before it is done, and a late thread that
- * reads a slot being rewritten fails its compare-and-swap. Idle workers
- * spin on the ticket, then sleep on a condition variable, which the
- * caller signals only when one sleeps.
+ * The worker pool (q4khost/pool.h). A job is published as a ticket, one
+ * 64-bit word that holds the job's generation and the next unclaimed
+ * item; a thread claims a part by advancing the ticket with a
+ * compare-and-swap that also checks the generation, so a thread that
+ * wakes late for a finished job can never claim a part of the next. The
+ * job's function and arguments sit in one of two slots chosen by the
+ * generation's parity: the caller rewrites a slot only when the job before
+ * it is done, and a late thread that reads a slot being rewritten fails
+ * its compare-and-swap. Idle workers spin on the ticket for the pool's
+ * spell (with spin_us 0, one round of SPIN_CHECK pauses), then sleep on a
+ * condition variable, which the caller signals only when one sleeps.
  */
 #include "buildconf.h"
 

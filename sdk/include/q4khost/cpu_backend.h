@@ -48,6 +48,45 @@ struct q4kh_cpu_scratch {
 	uint64_t size;
 };
 
+/* Address of element (0, I1, I2, I3) of T, a tensor in one of these
+ * buffers (its view checked: contract.h). */
+static inline unsigned char *q4kh_cpu_at(const struct q4kh_tensor *t, int64_t i1, int64_t i2,
+                                         int64_t i3)
+{
+	return t->buffer->data + t->offset + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+/* Rows of T: ne[1] * ne[2] * ne[3]. */
+static inline int64_t q4kh_cpu_rows(const struct q4kh_tensor *t)
+{
+	return t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+/* Address of flat row R (0 .. q4kh_cpu_rows(T) - 1, over ne[1], ne[2],
+ * ne[3] in that order) of T. */
+static inline unsigned char *q4kh_cpu_flat_row(const struct q4kh_tensor *t, int64_t r)
+{
+	return q4kh_cpu_at(t, r % t->ne[1], (r / t->ne[1]) % t->ne[2], r / (t->ne[1] * t->ne[2]));
+}
+
+/*
+ * The contract checks' view of device context DEV (NULL: every op check
+ * fails, contract.h): buffers as q4kh_cpu_buffer_owned tells them, the
+ * weight types WEIGHT_TYPES (Q4KH_TYPE_BIT()s), failures written to MSG
+ * (CAP bytes: the backend's last error; NULL with DEV NULL).
+ */
+struct q4kh_check q4kh_cpu_check(q4kh_device_ctx *dev, uint32_t weight_types, char *msg,
+                                 size_t cap);
+
+/*
+ * q4kh_check_index_values (contract.h) over index tensor T (I32 {n},
+ * checked: its values in host memory): each of its ne[0] values in [0,
+ * LIMIT), else Q4KH_ERR_INVALID with the first that is not named in
+ * C->msg ("set_rows rows[0] = 5, expected 0 .. 4").
+ */
+q4kh_status q4kh_cpu_index_values(const struct q4kh_check *c, const char *what,
+                                  const struct q4kh_tensor *t, int64_t limit);
+
 /*
  * struct q4kh_check's buffer(): 1 with *SIZE its size when BUF is one of
  * DEV's buffers (as q4kh_cpu_buffer_alloc or _wrap made it for DEV), 0

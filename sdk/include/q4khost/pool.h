@@ -16,8 +16,9 @@
  * Between jobs a worker spins for a while on the pool's shared word (no
  * system call: the ops of one forward step come thousands a second), then
  * sleeps on a condition variable, which the caller signals only when a
- * worker sleeps. The spell is set per pool (spin_us): 0 sleeps at once,
- * as a pool that must leave the cores to others between ops does.
+ * worker sleeps. The spell is set per pool (spin_us): 0 sleeps after a
+ * few microseconds' pauses, as a pool that must leave the cores to others
+ * between ops does.
  *
  * Threads: a pool is used by one caller at a time (the plugins' T1 rule,
  * docs/plugin-abi.md); different pools are independent. Needs -lpthread.
@@ -55,7 +56,7 @@ int q4kh_threads_parse(const char *s, unsigned *out);
  * *OUT = a pool of THREADS (1 .. Q4KH_MAX_THREADS) threads: THREADS - 1
  * workers are started, the caller of q4kh_pool_run being thread 0. An
  * idle worker spins for up to SPIN_US microseconds after a job before it
- * sleeps (0: it sleeps at once). Returns 0; or -1 with errno set (ENOMEM,
+ * sleeps (0: after one short round of pauses). Returns 0; or -1 with errno set (ENOMEM,
  * or pthread_create's error) and *OUT NULL, having started and joined
  * nothing that lives on. The caller owns the pool and frees it with
  * q4kh_pool_destroy.
