@@ -86,6 +86,40 @@ Test(cpu_fast, native_handles_of_an_abi_1_0_host)
 	env_close(e);
 }
 
+/*
+ * The SDK's backend scaffolding as cpu-fast meets a host
+ * (q4khost/backend_base.h): another ABI major is refused as rule V5 says
+ * (Q4KH_ERR_UNSUPPORTED, the line for last_error(NULL)), and device_info
+ * writes no byte past a short record (V2) and refuses one too short to
+ * hold its struct_size.
+ */
+Test(cpu_fast, init_refuses_another_major_and_records_keep_to_their_size)
+{
+	struct env *e = env_load();
+	struct q4kh_device_record full, *r = &full;
+	const unsigned char *rec = (const unsigned char *)&full;
+
+	e->api.abi_major = Q4KH_ABI_MAJOR + 1;
+	cr_assert_eq(env_init(e), Q4KH_ERR_UNSUPPORTED);
+	cr_expect_str_eq(e->b->last_error(NULL),
+	                 "cpu-fast: init: host ABI major 2, plugin built for 1");
+	env_close(e);
+
+	e = env_open_default();
+	memset(&full, 0xAB, sizeof(full));
+	r->struct_size = 12; /* struct_size, index, and 4 bytes of name */
+	cr_assert_eq(e->b->device_info(e->ctx, 0, r), Q4KH_OK, "%s", e->b->last_error(e->ctx));
+	cr_expect_eq(r->struct_size, 12);
+	cr_expect_eq(r->index, 0);
+	cr_expect_eq(memcmp(r->name, "cpu ", 4), 0);
+	for (size_t i = 12; i < sizeof(full); i++)
+		cr_expect_eq(rec[i], 0xAB, "byte %zu past the record was written", i);
+	r->struct_size = 2;
+	cr_expect_eq(e->b->device_info(e->ctx, 0, r), Q4KH_ERR_INVALID);
+	cr_expect_str_eq(e->b->last_error(e->ctx), "device_info: out->struct_size 2 is too small");
+	env_close(e);
+}
+
 Test(cpu_fast, identity_device_and_settings)
 {
 	struct env *e = env_load();
