@@ -242,6 +242,21 @@ char *serve_status_metrics(struct serve *srv)
 	       "Prompt tokens that ran in batched steps.");
 	put(&t, "q4khost_batched_prompt_tokens_total %llu\n",
 	    (unsigned long long)m->batched_prompt_tokens);
+	metric(&t, "prefix_lookups_total", "counter",
+	       "Requests whose prompt start was looked up in the slots' caches (--prefix-cache).");
+	put(&t, "q4khost_prefix_lookups_total %llu\n", (unsigned long long)m->prefix_lookups);
+	metric(&t, "prefix_hits_total", "counter",
+	       "Of those, requests that reused at least one block of their prompt.");
+	put(&t, "q4khost_prefix_hits_total %llu\n", (unsigned long long)m->prefix_hits);
+	metric(&t, "prefix_blocks_reused_total", "counter",
+	       "Blocks of 16 prompt tokens reused instead of computed.");
+	put(&t, "q4khost_prefix_blocks_reused_total %llu\n", (unsigned long long)m->prefix_blocks);
+	metric(&t, "prefix_tokens_reused_total", "counter",
+	       "Prompt tokens reused instead of computed.");
+	put(&t, "q4khost_prefix_tokens_reused_total %llu\n", (unsigned long long)m->prefix_tokens);
+	metric(&t, "prefix_tokens_copied_total", "counter",
+	       "Of those, tokens whose keys and values were copied from another slot's cache.");
+	put(&t, "q4khost_prefix_tokens_copied_total %llu\n", (unsigned long long)m->prefix_copied);
 	metric(&t, "slots_busy", "gauge", "Slots generating now.");
 	put(&t, "q4khost_slots_busy %d\n", busy_slots(srv));
 	metric(&t, "slots", "gauge", "Slots (requests generated at once).");
