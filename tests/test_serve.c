@@ -1208,6 +1208,36 @@ Test(serve, prompts_and_answers_share_steps, .timeout = 180)
 }
 
 /*
+ * Issue 34, prefix reuse: four clients at once share a long system
+ * prompt, each asking two questions in turn, greedy and sampled with a
+ * seed, on the exact cpu backend (tests/serve/prefix.py): every answer is
+ * the one a server with --prefix-cache off gives, byte for byte, and
+ * /metrics counts the hits; the log line of a request that reused blocks
+ * says how many of its prompt tokens were reused.
+ */
+Test(serve, a_shared_system_prompt_is_reused_with_the_same_answers, .timeout = 180)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *on[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu",
+		             "--parallel", "4", NULL };
+	const char *off[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu",
+		              "--parallel", "4", "--prefix-cache", "off", NULL };
+	struct server s, t;
+	char py[8192], *log;
+
+	server_start(&s, on, test_tmpdir(), NULL);
+	server_start(&t, off, test_tmpdir(), NULL);
+	snprintf(py, sizeof(py), "%s %s 4", s.url, t.url);
+	python("prefix.py", py);
+	server_stop(&t);
+	server_stop(&s);
+	log = read_log(&s);
+	cr_expect_not_null(strstr(log, " of them reused) + 10 answer tokens"), "%s", log);
+	free(log);
+}
+
+/*
  * Issue 34: more clients at once than --max-connections (4), each on a
  * connection of its own: every connection past the limit is accepted and
  * answered 503 with Retry-After and a JSON error (tests/serve/crowd.py

@@ -9,9 +9,11 @@
  * multi-column GEMV, while each slot's cache writes and attention run on
  * its own session. Requests join the batch when a slot takes them and
  * leave it at their last token, between steps; they are admitted in the
- * order they came, and no request sees another's tokens or cache (each
- * slot's session is reset when it takes a job, and a batched step keeps
- * every sequence's cache apart). Each job picks its token with its own
+ * order they came, and no request sees another's tokens (each slot's
+ * session is emptied when it takes a job, but for the whole blocks of the
+ * job's own prompt that some slot's cache holds, which it reuses: prefix
+ * reuse, kv_prefix.h; and a batched step keeps every sequence's cache
+ * apart). Each job picks its token with its own
  * sampler, as alone, and ends as a run's answer ends: the bookkeeping of
  * one sequence is generate.h's, the steps this file's. Models with recurrent layers (qwen35) run one slot
  * per step.
