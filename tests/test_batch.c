@@ -397,25 +397,33 @@ Test(batch, a_backend_wrong_only_in_batched_steps_fails_the_bound, .timeout = 12
  * tiny-llama and Gemma 3. Skips where this build has no CUDA plugins or
  * the system shows no NVIDIA GPU (test_no_cuda_device).
  */
-Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
-{
 #ifdef Q4KH_CUDA_ARCHS
-	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16 };
-	char model[4096];
+/* Skip WHAT where the system shows no NVIDIA GPU (test_no_cuda_device);
+ * the cuda plugin must be on the test's path, this build having it. */
+static void need_cuda_device(const char *what)
+{
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_error err = { { 0 } };
 	uint32_t n = 0;
 
 	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	/* built with the CUDA plugins: they must be on the test's path */
 	cr_assert_not_null(q4kh_registry_find(reg, "cuda"),
 	                   "the cuda plugin is not on the plugin path %s", reg->path);
 	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
 		q4kh_registry_free(reg);
-		test_no_cuda_device("batched decode on cuda",
-		                    err.msg[0] ? err.msg : "the cuda backend has 0 devices");
+		test_no_cuda_device(what, err.msg[0] ? err.msg : "the cuda backend has 0 devices");
 	}
 	q4kh_registry_free(reg);
+}
+#endif
+
+Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
+{
+#ifdef Q4KH_CUDA_ARCHS
+	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16 };
+	char model[4096];
+
+	need_cuda_device("batched decode on cuda");
 	fixture_case("tiny-llama.gguf", &cuda);
 	/* the default model where the machine has it: a GPU machine often
 	 * has not, and tiny-llama's verdict stands without it */
@@ -732,6 +740,24 @@ Test(prefix, reused_blocks_on_cpu_fast_within_its_arithmetic, .timeout = 120)
 	                                 NULL, NULL));
 	free(path);
 	free(plugins);
+}
+
+/* cuda (its F16 cache, its copy kernel between caches): as cpu-fast.
+ * Skips as the batched case above does. */
+Test(prefix, reused_blocks_on_cuda_within_its_arithmetic, .timeout = 120)
+{
+#ifdef Q4KH_CUDA_ARCHS
+	char *path = fixture("tiny-llama.gguf");
+
+	need_cuda_device("prefix reuse on cuda");
+	cr_log_info("tiny-llama on cuda: reused against whole: max 1 - cosine %g",
+	            reused_against_whole(path,
+	                                 &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16 },
+	                                 NULL, NULL));
+	free(path);
+#else
+	cr_skip_test("this build has no CUDA plugins");
+#endif
 }
 
 /* replay-reuse copies an F16 tensor's first token into every token's rows
