@@ -9,14 +9,18 @@ other, greedy, of a P-token prompt (one token per character on the
 benchmark vocabularies of scripts/gen-bench-model.py) that differs per
 request at its start, so that no server can reuse another request's
 prompt; "cache_prompt": false and "ignore_eos": true ask llama-server for
-the same work as q4khost (which ignores fields it does not know). Tokens
+the same work as q4khost (which ignores fields it does not know). With
+--shared-tokens S the first S tokens are the same in every request (a
+system prompt all clients share) and the request's own part comes after
+them, with "cache_prompt": true: what prefix reuse saves (q4khost serve's
+--prefix-cache, docs/serve.md section 5; llama-server's slot cache). Tokens
 are counted from the final usage chunk, else one per streamed chunk; the
 first token's time is that of the first chunk with a choice, text or not
 (a server holds back bytes that do not yet make a UTF-8 character, and
 the benchmark models' random weights produce many such bytes).
 
     serve-load.py URL --clients C [--requests N] [--prompt-tokens P]
-                  [--max-tokens G] [--label NAME] [--json]
+                  [--shared-tokens S] [--max-tokens G] [--label NAME] [--json]
 
 Prints one line (or one JSON object): label, clients, requests, errors,
 aggregate tokens/s over the run's wall time, mean and p90 time to first
@@ -70,6 +74,8 @@ def main():
     ap.add_argument("--clients", type=int, required=True)
     ap.add_argument("--requests", type=int, default=4, help="per client (default 4)")
     ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--shared-tokens", type=int, default=0,
+                    help="the prompt's first S tokens, the same in every request (default 0)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--label", default="")
     ap.add_argument("--json", action="store_true")
@@ -81,10 +87,11 @@ def main():
     def client(c):
         for r in range(a.requests):
             tag = "%d %d " % (c, r)
-            body = {"prompt": (tag + base)[:a.prompt_tokens - 1], "max_tokens": a.max_tokens,
-                    "temperature": 0, "stream": True,
+            shared = base[:a.shared_tokens]
+            body = {"prompt": (shared + tag + base)[:a.prompt_tokens - 1],
+                    "max_tokens": a.max_tokens, "temperature": 0, "stream": True,
                     "stream_options": {"include_usage": True},
-                    "cache_prompt": False, "ignore_eos": True}
+                    "cache_prompt": a.shared_tokens > 0, "ignore_eos": True}
             try:
                 got = one_request(a.url, body)
                 with lock:

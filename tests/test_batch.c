@@ -17,6 +17,13 @@
  * round their sums in an order that may follow the step's columns; and
  * replay-batched, wrong only in steps of several sequences (its planted
  * defect, tests/plugins/replay.c), must fail it.
+ *
+ * Prefix reuse across requests (suite prefix): a session that takes the
+ * first blocks of its prompt from another session's cache
+ * (q4kh_session_take_prefix) gets the logits of the prompt computed whole,
+ * bit for bit on the exact cpu and within the bound on cpu-fast, and
+ * replay-reuse, wrong only in that copy, fails; the index of what the
+ * caches hold (kv_prefix.h) on holders built for the purpose.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -32,6 +39,7 @@
 #include "helpers.h"
 #include "hidden_fixture.h"
 #include "kernel.h"
+#include "kv_prefix.h"
 #include "model.h"
 #include "policy.h"
 #include "registry.h"
@@ -389,25 +397,33 @@ Test(batch, a_backend_wrong_only_in_batched_steps_fails_the_bound, .timeout = 12
  * tiny-llama and Gemma 3. Skips where this build has no CUDA plugins or
  * the system shows no NVIDIA GPU (test_no_cuda_device).
  */
-Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
-{
 #ifdef Q4KH_CUDA_ARCHS
-	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16 };
-	char model[4096];
+/* Skip WHAT where the system shows no NVIDIA GPU (test_no_cuda_device);
+ * the cuda plugin must be on the test's path, this build having it. */
+static void need_cuda_device(const char *what)
+{
 	struct q4kh_registry *reg = NULL;
 	struct q4kh_error err = { { 0 } };
 	uint32_t n = 0;
 
 	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	/* built with the CUDA plugins: they must be on the test's path */
 	cr_assert_not_null(q4kh_registry_find(reg, "cuda"),
 	                   "the cuda plugin is not on the plugin path %s", reg->path);
 	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
 		q4kh_registry_free(reg);
-		test_no_cuda_device("batched decode on cuda",
-		                    err.msg[0] ? err.msg : "the cuda backend has 0 devices");
+		test_no_cuda_device(what, err.msg[0] ? err.msg : "the cuda backend has 0 devices");
 	}
 	q4kh_registry_free(reg);
+}
+#endif
+
+Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
+{
+#ifdef Q4KH_CUDA_ARCHS
+	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16 };
+	char model[4096];
+
+	need_cuda_device("batched decode on cuda");
 	fixture_case("tiny-llama.gguf", &cuda);
 	/* the default model where the machine has it: a GPU machine often
 	 * has not, and tiny-llama's verdict stands without it */
@@ -551,4 +567,309 @@ Test(batch, prompt_chunks_beside_decoded_tokens_get_their_logits_alone, .timeout
 	free(want);
 	rig_close(&r);
 	free(path);
+}
+
+/* --- prefix reuse across requests (kv_prefix.h, q4kh_session_take_prefix) --- */
+
+#define PREFIX_PROMPT 45 /* two whole blocks and 13 tokens */
+#define PREFIX_STEPS 6   /* decode steps after it */
+#define PREFIX_TAKEN 32  /* the whole blocks of the prompt another session holds */
+
+/* Token I of the prefix tests' prompt and what follows it. */
+static int32_t prefix_token(int i, int64_t n_vocab)
+{
+	return token(11, i, n_vocab);
+}
+
+/*
+ * S's logits of the prompt's tokens from S->n_past on, then of
+ * PREFIX_STEPS decode steps, into OUT (1 + PREFIX_STEPS rows): the prompt's
+ * rest in one step, its last token's logits first.
+ */
+static void prefix_rest(struct rig *r, struct q4kh_session *s, float *out)
+{
+	struct q4kh_error err = { { 0 } };
+	int32_t ids[PREFIX_PROMPT + PREFIX_STEPS];
+	const int64_t from = s->n_past;
+
+	for (int i = 0; i < PREFIX_PROMPT + PREFIX_STEPS; i++)
+		ids[i] = prefix_token(i, r->n_vocab);
+	cr_assert_eq(q4kh_session_eval(s, ids + from, PREFIX_PROMPT - from, out, 0, &err), 0,
+	             "%s", err.msg);
+	for (int k = 0; k < PREFIX_STEPS; k++)
+		cr_assert_eq(q4kh_session_eval(s, ids + PREFIX_PROMPT + k, 1,
+		                               out + (k + 1) * r->n_vocab, 0, &err),
+		             0, "%s", err.msg);
+}
+
+/* Do S's and T's key and value rows [0, n) hold the same bytes, every layer? */
+static int same_kv_rows(struct rig *r, const struct q4kh_session *s,
+                        const struct q4kh_session *t, int64_t n)
+{
+	const struct q4kh_backend_v1 *v = r->be.v;
+	int same = 1;
+
+	for (uint32_t il = 0; il < r->m->hp.n_layer && same; il++)
+		for (int kv = 0; kv < 2 && same; kv++) {
+			const struct q4kh_tensor *a = kv ? &s->v_cache[il] : &s->k_cache[il];
+			const struct q4kh_tensor *b = kv ? &t->v_cache[il] : &t->k_cache[il];
+			const uint64_t bytes = (uint64_t)a->nb[2] * (uint64_t)n;
+			unsigned char *x = malloc(bytes), *y = malloc(bytes);
+
+			cr_assert(x && y);
+			cr_assert_eq(v->buffer_download(r->be.dev, a->buffer, a->offset, x, bytes), 0);
+			cr_assert_eq(v->buffer_download(r->be.dev, b->buffer, b->offset, y, bytes), 0);
+			same = !memcmp(x, y, bytes);
+			free(x);
+			free(y);
+		}
+	return same;
+}
+
+/*
+ * On path PA, the prompt's logits and decode steps of a session that
+ * computed all of it (the request without reuse) against three that take
+ * its first PREFIX_TAKEN tokens from a session that computed them for
+ * another request (the same start, then other tokens), as serve's prefix
+ * reuse does: copied into an empty session, copied past the block the
+ * session holds already, and kept in place in that other session. Each
+ * held to alone's bits on an exact path, else to the batched bound. The
+ * rows copied must be the source's bytes. Returns the largest difference
+ * (differs), with *WRONG counting the rows past it and *BYTES the
+ * sessions whose copied rows differ (each a failed expectation unless
+ * WRONG is set).
+ */
+static double reused_against_whole(const char *path, const struct path *pa, int *wrong,
+                                   int *bytes)
+{
+	const int64_t rows = 1 + PREFIX_STEPS;
+	struct rig r;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *whole, *other, *into[3];
+	float *want, *got;
+	int32_t ids[PREFIX_PROMPT];
+	double worst = 0.0;
+
+	rig_open(&r, path, 0, pa);
+	want = malloc(sizeof(float) * (size_t)(rows * r.n_vocab));
+	got = malloc(sizeof(float) * (size_t)(rows * r.n_vocab));
+	cr_assert(want && got);
+	whole = session(&r);
+	prefix_rest(&r, whole, want);
+	/* another request: the prompt's first 37 tokens, then 5 others */
+	other = session(&r);
+	for (int i = 0; i < PREFIX_PROMPT; i++)
+		ids[i] = i < 37 ? prefix_token(i, r.n_vocab) : token(12, i, r.n_vocab);
+	cr_assert_eq(q4kh_session_eval(other, ids, 42, NULL, 0, &err), 0, "%s", err.msg);
+	into[0] = session(&r);
+	cr_assert_eq(q4kh_session_take_prefix(into[0], other, 0, PREFIX_TAKEN, &err), 0, "%s",
+	             err.msg);
+	into[1] = session(&r);
+	cr_assert_eq(q4kh_session_eval(into[1], ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_take_prefix(into[1], other, Q4KH_PREFIX_BLOCK, PREFIX_TAKEN,
+	                                      &err),
+	             0, "%s", err.msg);
+	for (int k = 0; k < 2; k++)
+		if (!same_kv_rows(&r, into[k], other, PREFIX_TAKEN)) {
+			if (bytes)
+				++*bytes;
+			else
+				cr_expect_fail("%s on %s: session %d: the rows taken are not the source's bytes",
+				               path, pa->backend, k);
+		}
+	into[2] = other;
+	cr_assert_eq(q4kh_session_take_prefix(other, other, PREFIX_TAKEN, PREFIX_TAKEN, &err), 0,
+	             "%s", err.msg);
+	for (int k = 0; k < 3; k++) {
+		cr_expect_eq(into[k]->n_past, PREFIX_TAKEN);
+		prefix_rest(&r, into[k], got);
+		for (int64_t row = 0; row < rows; row++) {
+			double d;
+			const int off = differs(pa, r.m, got + row * r.n_vocab, want + row * r.n_vocab,
+			                        r.n_vocab, &d);
+
+			if (wrong)
+				*wrong += off;
+			else
+				cr_expect(!off, "%s on %s: reuse %d, row %lld: the logits %s (%g)", path,
+				          pa->backend, k, (long long)row,
+				          pa->exact ? "are not the whole prompt's bits"
+				                    : "are past the bound from the whole prompt's",
+				          d);
+			worst = isnan(d) || isnan(worst) ? NAN : fmax(worst, d);
+		}
+	}
+	for (int k = 0; k < 3; k++)
+		q4kh_session_free(into[k]);
+	q4kh_session_free(whole);
+	free(want);
+	free(got);
+	rig_close(&r);
+	return worst;
+}
+
+/*
+ * On the exact cpu, a prompt whose first two blocks come from another
+ * session's cache gives the logits, bit for bit, of the prompt computed
+ * whole, and so do the decode steps after it: the keys and values of a
+ * token depend on the tokens up to it alone. tiny-llama and tiny-qwen3
+ * (its q and k norms).
+ */
+Test(prefix, reused_blocks_give_the_whole_prompts_bits_on_cpu, .timeout = 120)
+{
+	static const char *const files[] = { "tiny-llama.gguf", "tiny-qwen3.gguf" };
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		char *path = fixture(files[i]);
+
+		reused_against_whole(path, &(const struct path){ NULL, "cpu", NULL, 1, 0 }, NULL,
+		                     NULL);
+		free(path);
+	}
+}
+
+/* cpu-fast (its F16 cache): the rows taken are the source's bytes, and the
+ * logits within the bound of its arithmetic. */
+Test(prefix, reused_blocks_on_cpu_fast_within_its_arithmetic, .timeout = 120)
+{
+	char *plugins = test_fast_plugin_path();
+	char *path = fixture("tiny-llama.gguf");
+
+	cr_log_info("tiny-llama on cpu-fast: reused against whole: max 1 - cosine %g",
+	            reused_against_whole(path, &(const struct path){ plugins, "cpu-fast", NULL, 0, 0 },
+	                                 NULL, NULL));
+	free(path);
+	free(plugins);
+}
+
+/* cuda (its F16 cache, its copy kernel between caches): as cpu-fast.
+ * Skips as the batched case above does. */
+Test(prefix, reused_blocks_on_cuda_within_its_arithmetic, .timeout = 120)
+{
+#ifdef Q4KH_CUDA_ARCHS
+	char *path = fixture("tiny-llama.gguf");
+
+	need_cuda_device("prefix reuse on cuda");
+	cr_log_info("tiny-llama on cuda: reused against whole: max 1 - cosine %g",
+	            reused_against_whole(path,
+	                                 &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16 },
+	                                 NULL, NULL));
+	free(path);
+#else
+	cr_skip_test("this build has no CUDA plugins");
+#endif
+}
+
+/* replay-reuse copies an F16 tensor's first token into every token's rows
+ * (its planted defect, tests/plugins/replay.c): exact in every step, the
+ * keys and values reused are wrong, and the check fails. */
+Test(prefix, a_backend_wrong_only_in_reuse_fails, .timeout = 120)
+{
+	static const char *const names[] = { "replay_reuse", NULL };
+	const struct path pa = { test_plugin_dir(names), "replay-reuse", NULL, 0, 0 };
+	char *path = fixture("tiny-llama.gguf");
+	int wrong = 0, bytes = 0;
+	double d = reused_against_whole(path, &pa, &wrong, &bytes);
+
+	cr_expect_eq(bytes, 2, "the rows taken differed in %d of 2 sessions", bytes);
+	cr_expect_gt(wrong, 0, "no row differed (max 1 - cosine %g)", d);
+	cr_log_info("replay-reuse on tiny-llama: %d rows past the bound, max 1 - cosine %g", wrong,
+	            d);
+	free(path);
+}
+
+/* A session of another model, or a prefix longer than the source holds,
+ * is refused by name; on a model with recurrent layers, any. */
+Test(prefix, what_cannot_be_taken_is_refused)
+{
+	struct rig r;
+	char *path = fixture("tiny-llama.gguf");
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *a, *b;
+	const int32_t ids[4] = { 1, 2, 3, 4 };
+
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	a = session(&r);
+	b = session(&r);
+	cr_assert_eq(q4kh_session_eval(a, ids, 4, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_take_prefix(b, a, 0, 5, &err), -1);
+	cr_expect(strstr(err.msg, "[0, 5) taken from a session of 4 cached tokens") != NULL, "%s",
+	          err.msg);
+	q4kh_session_free(a);
+	q4kh_session_free(b);
+	rig_close(&r);
+	free(path);
+	path = fixture("tiny-qwen35.gguf");
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	a = session(&r);
+	cr_expect_eq(q4kh_session_take_prefix(a, a, 0, 0, &err), -1);
+	cr_expect(strstr(err.msg, "recurrent layers") != NULL, "%s", err.msg);
+	q4kh_session_free(a);
+	rig_close(&r);
+	free(path);
+}
+
+/* The tokens of a test holder: stream K's first N, with token AT changed
+ * when AT >= 0. */
+static void holder_tokens(int32_t *ids, int k, int n, int at)
+{
+	for (int i = 0; i < n; i++)
+		ids[i] = token((size_t)k, i, 32000) + (i == at);
+}
+
+/*
+ * The index of what holders computed, on holders built for the purpose:
+ * the longest run of whole blocks, a block that differs ending it, equal
+ * tokens after a different start not matching (the hashes chain), the
+ * limit, truncation, least recently used on ties and for eviction.
+ */
+Test(prefix, the_index_finds_the_longest_run_of_whole_blocks)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_prefix *p;
+	int32_t a[100], b[100], c[100];
+	int64_t mine[3];
+	uint64_t ha[6], hb[6], hc[6];
+	int h, lru[3] = { 1, 1, 1 };
+
+	holder_tokens(a, 1, 100, -1);
+	holder_tokens(b, 1, 100, 50); /* block 3 (tokens 48 .. 63) differs */
+	holder_tokens(c, 2, 100, -1);
+	memcpy(c + 16, a + 16, sizeof(int32_t) * 32); /* a's blocks 1 and 2, after another 0 */
+	q4kh_prefix_hashes(a, 100, ha);
+	q4kh_prefix_hashes(b, 100, hb);
+	q4kh_prefix_hashes(c, 100, hc);
+	cr_expect(ha[0] == hb[0] && ha[2] == hb[2] && ha[3] != hb[3] && ha[5] != hb[5]);
+	cr_expect(ha[1] != hc[1] && ha[2] != hc[2], "the hashes of equal blocks after other ones");
+
+	cr_assert_eq(q4kh_prefix_new(3, 128, &p, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_prefix_find(p, a, 100, 99, &h, mine), 0);
+	cr_expect_eq(h, -1);
+	q4kh_prefix_append(p, 0, a, 40);
+	q4kh_prefix_append(p, 1, b, 30);
+	q4kh_prefix_append(p, 1, b + 30, 40); /* in two pieces, as steps append */
+	q4kh_prefix_append(p, 2, c, 64);
+	q4kh_prefix_keep(p, 1, 70);
+	q4kh_prefix_keep(p, 0, 40);
+	cr_expect_eq(q4kh_prefix_find(p, a, 100, 99, &h, mine), 48);
+	cr_expect_eq(h, 1);
+	cr_expect(mine[0] == 32 && mine[1] == 48 && mine[2] == 0, "%lld %lld %lld",
+	          (long long)mine[0], (long long)mine[1], (long long)mine[2]);
+	/* at most 40 tokens: holders 0 and 1 both have 32; 1 is used less lately */
+	cr_expect_eq(q4kh_prefix_find(p, a, 100, 40, &h, NULL), 32);
+	cr_expect_eq(h, 1);
+	cr_expect_eq(q4kh_prefix_find(p, a, 31, 99, &h, NULL), 16);
+	/* holder 1 keeps its first 20 tokens: its one whole block */
+	q4kh_prefix_keep(p, 1, 20);
+	cr_expect_eq(q4kh_prefix_find(p, a, 100, 99, &h, mine), 32);
+	cr_expect(h == 0 && mine[1] == 16, "holder %d, holder 1's %lld", h, (long long)mine[1]);
+	/* holder 2 is used least lately; without it, holder 0 (holder 1 was
+	 * kept after it) */
+	cr_expect_eq(q4kh_prefix_lru(p, lru), 2);
+	lru[2] = 0;
+	cr_expect_eq(q4kh_prefix_lru(p, lru), 0);
+	/* past the cap, tokens are not kept */
+	q4kh_prefix_append(p, 0, a, 100);
+	cr_expect_eq(q4kh_prefix_find(p, a, 100, 99, &h, mine), 32);
+	q4kh_prefix_free(p);
 }

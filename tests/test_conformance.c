@@ -7,7 +7,9 @@
  * Whole steps (ABI 1.6): cpu-fast's graph entry agrees with the reference
  * and with its own nodes; a backend whose graph_compute drops a node
  * fails those cases, and only those; one whose router misroutes tokens
- * fails moe_route's expert ids (ABI 1.7), and only those.
+ * fails moe_route's expert ids (ABI 1.7), and only those; one whose copy
+ * of F16 to F16 is wrong (a KV cache's prefix taken for reuse) fails that
+ * case alone.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -75,28 +77,49 @@ Test(conformance, the_reference_behind_a_recorder_passes_every_case, .timeout = 
 	json_decref(j);
 }
 
+/*
+ * Conformance of the test plugin FILE (backend BACKEND): exit 1, and the
+ * cases whose op is OP and whose description holds WHAT fail, the others
+ * pass (or skip, the graph entry's without it); how many failed.
+ */
+static int only_those_fail(const char *file, const char *backend, const char *op_failing,
+                           const char *what_failing)
+{
+	const char *const names[] = { file, NULL };
+	char args[256];
+	json_t *j, *c;
+	size_t i;
+	int rc, failed = 0;
+
+	snprintf(args, sizeof(args), "--backend %s", backend);
+	j = conformance(test_plugin_dir(names), args, &rc);
+	cr_expect_eq(rc, 1, "a failed case makes the exit code 1");
+	json_array_foreach(cases_of(j), i, c) {
+		const char *op = str(c, "op"), *what = str(c, "case");
+		int bad = !strcmp(op, op_failing) && strstr(what, what_failing);
+
+		cr_expect_str_eq(str(c, "result"), bad ? "FAIL" : skipped_entry(c) ? "skip" : "pass",
+		                 "%s %s: %s", op, what, str(c, "message"));
+		failed += bad;
+	}
+	json_decref(j);
+	return failed;
+}
+
 /* replay-route misroutes tokens 1, 5, ... of each moe_route call: the
  * expert ids of both moe_route cases fail (their weights, the
  * probabilities in order, stay right), and nothing else. */
 Test(conformance, a_misrouting_router_fails_the_expert_ids_and_only_those, .timeout = 300)
 {
-	static const char *const names[] = { "replay_route", NULL };
-	json_t *j, *c;
-	size_t i;
-	int rc, failed = 0;
+	cr_expect_eq(only_those_fail("replay_route", "replay-route", "moe_route", "expert ids"), 2);
+}
 
-	j = conformance(test_plugin_dir(names), "--backend replay-route", &rc);
-	cr_expect_eq(rc, 1, "a failed case makes the exit code 1");
-	json_array_foreach(cases_of(j), i, c) {
-		const char *op = str(c, "op"), *what = str(c, "case");
-		int ids = !strcmp(op, "moe_route") && strstr(what, "expert ids");
-
-		cr_expect_str_eq(str(c, "result"), ids ? "FAIL" : skipped_entry(c) ? "skip" : "pass",
-		                 "%s %s: %s", op, what, str(c, "message"));
-		failed += ids;
-	}
-	cr_expect_eq(failed, 2);
-	json_decref(j);
+/* replay-reuse writes an F16 tensor's first token into every token's rows
+ * when it copies F16 to F16 (what serve's prefix reuse does between KV
+ * caches): the copy case of F16 to F16 fails, and nothing else. */
+Test(conformance, a_wrong_f16_copy_fails_that_case_and_only_it, .timeout = 300)
+{
+	cr_expect_eq(only_those_fail("replay_reuse", "replay-reuse", "copy", "F16 to F16"), 1);
 }
 
 Test(conformance, planted_op_defects_fail_their_cases_and_only_those, .timeout = 300)

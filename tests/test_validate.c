@@ -733,6 +733,19 @@ Test(validate, a_backend_wrong_only_in_mixed_steps_is_rejected, .timeout = 300)
 	                     "prompt chunk: a mixed step): ");
 }
 
+/* F2's batched steps take their sequences' prefixes as serve's prefix
+ * reuse does (docs/f2.md, item 5): a backend wrong only in the keys and
+ * values a request reuses (replay-reuse: its F16 copy writes the first
+ * token's keys and values into every token's) is rejected: broken in
+ * sequence 2, which reused the probe's first block (sequence 1 reused two,
+ * and F2 names the first position of the worst verdict). */
+Test(validate, a_backend_wrong_only_in_reused_prefixes_is_rejected, .timeout = 300)
+{
+	expect_replay_broken("replay_reuse",
+	                     "replay-reuse/built-in: F2 broken: batched step of 4 sequences, "
+	                     "sequence 2, position 23 (its decode step 1): ");
+}
+
 /*
  * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
  * receipts written before probe kinds were; returns how many.

@@ -51,6 +51,10 @@ static void usage(FILE *out)
 	        "                          token, then prompts' chunks (default and most: the\n"
 	        "                          session's batch, 256 on cpu, 128 on cpu-fast, 512\n"
 	        "                          on a GPU)\n"
+	        "      --prefix-cache on|off  reuse the keys and values of a prompt's start that\n"
+	        "                          a slot computed for an earlier request, in blocks of\n"
+	        "                          16 tokens (default on: the same answers, bit for bit\n"
+	        "                          on cpu, and no memory of its own)\n"
 	        "      --max-queue N       requests waiting for a slot; more get 503 with\n"
 	        "                          Retry-After (default 512)\n"
 	        "      --max-connections N open connections, a thread each; past them a new one\n"
@@ -121,7 +125,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	enum { O_HOST = 256, O_PORT, O_KEYFILE, O_PARALLEL, O_QUEUE, O_CONNS, O_STEP, O_BODY,
 	       O_PROMPT, O_MAXTOK, O_IDLE, O_DRAIN, O_TEMP, O_TOPK, O_TOPP, O_SEED,
 	       O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_SHADOW, O_PPATH,
-	       O_CONFIG };
+	       O_CONFIG, O_PREFIX };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "host", required_argument, 0, O_HOST },
@@ -131,6 +135,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		{ "parallel", required_argument, 0, O_PARALLEL },
 		{ "max-queue", required_argument, 0, O_QUEUE },
 		{ "step-tokens", required_argument, 0, O_STEP },
+		{ "prefix-cache", required_argument, 0, O_PREFIX },
 		{ "max-connections", required_argument, 0, O_CONNS },
 		{ "max-body", required_argument, 0, O_BODY },
 		{ "max-prompt-tokens", required_argument, 0, O_PROMPT },
@@ -165,6 +170,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	o->max_tokens = 4096;
 	o->idle_timeout = 30;
 	o->drain_timeout = 10;
+	o->prefix_cache = 1;
 	o->defaults.top_k = 40;
 	o->defaults.top_p = 0.95f;
 	optind = 1;
@@ -181,6 +187,13 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		case O_PARALLEL: rc = parse_long(optarg, "--parallel", 1, 256, &o->parallel); break;
 		case O_QUEUE: rc = parse_long(optarg, "--max-queue", 1, 1 << 20, &o->max_queue); break;
 		case O_STEP: rc = parse_long(optarg, "--step-tokens", 1, 1 << 16, &o->step_tokens); break;
+		case O_PREFIX:
+			o->prefix_cache = !strcmp(optarg, "on");
+			if (!o->prefix_cache && strcmp(optarg, "off")) {
+				q4kh_cli_usage("serve", "--prefix-cache %s: expected on or off", optarg);
+				rc = -1;
+			}
+			break;
 		case O_CONNS:
 			rc = parse_long(optarg, "--max-connections", 1, MAX_CONNECTIONS,
 			                &o->max_connections);
@@ -421,6 +434,8 @@ static void serve_free(struct serve *srv)
 	free(srv->batch);
 	free(srv->due);
 	free(srv->batch_slots);
+	free(srv->prefix_mine);
+	free(srv->prefix_pick);
 	free(srv->take);
 	free(srv->slots);
 	free(srv->queue);

@@ -1016,6 +1016,8 @@ int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backe
 		case_copy(&R, Q4KH_TYPE_F32, Q4KH_TYPE_F16);
 	if (!R.fatal)
 		case_copy(&R, Q4KH_TYPE_F16, Q4KH_TYPE_F32);
+	if (!R.fatal) /* a KV cache's prefix into another's: serve's prefix reuse */
+		case_copy(&R, Q4KH_TYPE_F16, Q4KH_TYPE_F16);
 	if (!R.fatal)
 		case_attention(&R, Q4KH_TYPE_F32, 0, 0.0f);
 	if (!R.fatal)

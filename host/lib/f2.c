@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "f2_reference.h"
+#include "kv_prefix.h"
 #include "sampler.h"
 
 /*
@@ -525,12 +526,25 @@ static void narrow_steps(struct q4kh_session *cand, const int32_t *probe, int64_
 	q4kh_f2_conclude(out, rules);
 }
 
-/* PROBE[0..n) into S alone, in steps of its n_batch, as serve prefills a
- * prompt; -1 with E on a failure. */
-static int prefill_alone(struct q4kh_session *s, const int32_t *probe, int64_t n,
-                         struct q4kh_error *e)
+/*
+ * PROBE[0..n) into S alone, as serve prefills a prompt: the whole blocks
+ * of its start that HELD (NULL: none) has computed taken from HELD's cache
+ * (q4kh_session_take_prefix) as serve's prefix reuse takes them (at most
+ * all but the last token, kv_prefix.h), the rest in steps of its n_batch;
+ * -1 with E on a failure.
+ */
+static int prefill_alone(struct q4kh_session *s, const struct q4kh_session *held,
+                         const int32_t *probe, int64_t n, struct q4kh_error *e)
 {
-	for (int64_t c = 0; c < n; c += s->p.n_batch) {
+	int64_t c = 0;
+
+	if (held) {
+		c = (n - 1) / Q4KH_PREFIX_BLOCK * Q4KH_PREFIX_BLOCK;
+		c = c < held->n_past ? c : held->n_past / Q4KH_PREFIX_BLOCK * Q4KH_PREFIX_BLOCK;
+		if (c > 0 && q4kh_session_take_prefix(s, held, 0, c, e))
+			return -1;
+	}
+	for (; c < n; c += s->p.n_batch) {
 		const int64_t t = n - c < s->p.n_batch ? n - c : s->p.n_batch;
 
 		if (q4kh_session_eval(s, probe + c, t, NULL, 0, e))
@@ -559,7 +573,9 @@ static int step_together(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error 
 /*
  * The batched steps of PLAN (q4kh_f2_batch_length): CAND, emptied, and
  * sessions of its model opened for the others each prefill their prefix
- * of PROBE alone, then decode Q4KH_F2_BATCH_STEPS steps together, fed the
+ * of PROBE alone (the others taking the whole blocks of it that CAND
+ * computed first from CAND's cache, as serve's prefix reuse does), then
+ * decode Q4KH_F2_BATCH_STEPS steps together, fed the
  * probe's next tokens. The last sequence leaves its prefix's last
  * F2_MIXED_CHUNK tokens (fewer when it is shorter) to the first step,
  * whose column for it is that chunk and its token: a mixed step, a
@@ -600,7 +616,8 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 	}
 	q4kh_session_reset(cand);
 	for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
-		if (prefill_alone(s[j], probe, len[j] - (j == last ? chunk : 0), &e))
+		if (prefill_alone(s[j], j && q4kh_session_batchable(cand) ? cand : NULL, probe,
+		                  len[j] - (j == last ? chunk : 0), &e))
 			goto out;
 	phase = "a batched step";
 	for (int32_t k = 0; k < Q4KH_F2_BATCH_STEPS; k++) {

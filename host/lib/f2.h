@@ -38,8 +38,9 @@
 #include "session.h"
 
 /* Bumped whenever a rule or a default changes: receipts key on it. 2: the
- * narrow steps; 3: the batched steps; 4: their first step a mixed step. */
-#define Q4KH_F2_RULESET 4
+ * narrow steps; 3: the batched steps; 4: their first step a mixed step;
+ * 5: their sequences reuse the first one's prefix (serve's prefix cache). */
+#define Q4KH_F2_RULESET 5
 /* The narrow steps' widths: 2, 3, .., this (35 tokens in all). */
 #define Q4KH_F2_NARROW_MAX 8
 /*

@@ -401,6 +401,41 @@ void q4kh_session_reset(struct q4kh_session *s)
 	s->rs_stale = s->rs != NULL;
 }
 
+int q4kh_session_take_prefix(struct q4kh_session *dst, const struct q4kh_session *src,
+                              int64_t from, int64_t n, struct q4kh_error *err)
+{
+	const struct q4kh_hparams *hp = &dst->m->hp;
+
+	if (!q4kh_session_batchable(dst))
+		return q4kh_fail(err, "%s has recurrent layers, whose states hold no prefix to take",
+		                 dst->m->arch->name);
+	if (src->m != dst->m || src->b != dst->b || src->stats.kv_type != dst->stats.kv_type)
+		return q4kh_fail(err, "a prefix taken from a session of another model, backend or KV type");
+	if (from < 0 || from > n || n > src->n_past || n > dst->p.n_ctx)
+		return q4kh_fail(err, "a prefix of tokens [%lld, %lld) taken from a session of %lld cached tokens into one of n_ctx %u",
+		                 (long long)from, (long long)n, (long long)src->n_past, dst->p.n_ctx);
+	dst->n_past = 0;
+	for (uint32_t il = 0; il < hp->n_layer && dst != src && n > from; il++) {
+		const struct q4kh_tensor *const pairs[2][2] = {
+			{ &src->k_cache[il], &dst->k_cache[il] },
+			{ &src->v_cache[il], &dst->v_cache[il] },
+		};
+
+		if (dst->m->layers[il].recurrent)
+			continue;
+		for (int kv = 0; kv < 2; kv++) {
+			const struct q4kh_tensor a = q4kh_tensor_cols(pairs[kv][0], from, n - from);
+			const struct q4kh_tensor b = q4kh_tensor_cols(pairs[kv][1], from, n - from);
+
+			if (q4kh_backend_check(dst->b, dst->b->v->copy(dst->b->dev, &a, &b),
+			                       "copy (a KV cache's prefix)", err))
+				return -1;
+		}
+	}
+	dst->n_past = n;
+	return 0;
+}
+
 /*
  * Run graph SG once: as a replay when it has a recording; recorded first
  * when the backend replays and this shape ran before (a shape met once,

@@ -141,6 +141,25 @@ void q4kh_session_free(struct q4kh_session *s);
 void q4kh_session_reset(struct q4kh_session *s);
 
 /*
+ * Make DST's KV cache hold the first N tokens of SRC's (N at most
+ * src->n_past), as if DST had evaluated them: rows [FROM, N) of every
+ * attention layer's keys and values are copied on the device with the
+ * backend's copy, the same bits (the caller vouches that rows [0, FROM)
+ * of DST already hold the same tokens' keys and values); with DST == SRC
+ * nothing is copied, and the tokens past N are forgotten. DST's n_past
+ * becomes N. Prefix reuse across requests (docs/serve.md, section 5):
+ * the keys and values of a token depend only on the tokens up to it, so
+ * a request whose prompt starts with tokens another session computed
+ * reads them from there. Both sessions on one model and backend with one
+ * KV type, on a model without recurrent layers (q4kh_session_batchable:
+ * a state holds no prefix). -1 with err otherwise, or on a backend
+ * failure, after which DST is empty (n_past 0). Not thread-safe with
+ * steps of either session.
+ */
+int q4kh_session_take_prefix(struct q4kh_session *dst, const struct q4kh_session *src,
+                              int64_t from, int64_t n, struct q4kh_error *err);
+
+/*
  * Run ids[0..n) at positions n_past..n_past+n-1. logits (host memory, may be
  * NULL): with all set, n rows of n_vocab floats (row i for token i);
  * otherwise one row for the last token. -1 with err on an id outside the

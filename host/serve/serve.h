@@ -37,6 +37,7 @@
 #include "f2.h"
 #include "generate.h"
 #include "guard.h"
+#include "kv_prefix.h"
 #include "registry.h"
 #include "sampler.h"
 #include "select.h"
@@ -72,6 +73,7 @@ struct serve_opts {
 	long max_connections, max_queue;
 	long step_tokens;         /* tokens a batched step carries at most (0:
 	                             the session's batch) */
+	int prefix_cache;         /* --prefix-cache: reuse prompts' starts */
 	long idle_timeout;        /* seconds a connection may stay silent */
 	long drain_timeout;       /* seconds SIGTERM waits for requests */
 	double shadow_rate;       /* --f2-shadow */
@@ -93,6 +95,10 @@ struct serve_path {
 	struct q4kh_model *m;
 	struct q4kh_session **sessions; /* one per slot */
 	int n_sessions;
+	/* what each session's KV cache holds, for prefix reuse across
+	 * requests (kv_prefix.h); NULL when --prefix-cache is off or the
+	 * model has recurrent layers. Engine only. */
+	struct q4kh_prefix *prefix;
 	int guarded;    /* F2 judged it: neither the reference nor F2 off */
 	int unverified; /* F2 is off */
 	int plan_index; /* its place in the start-up plan; -1 outside it */
@@ -143,6 +149,7 @@ struct serve_job {
 	 * the slot's logits, limits and the tokens taken */
 	struct q4kh_gen g;
 	size_t fed;               /* prompt tokens prefilled */
+	size_t reused;            /* of them, taken from the prefix cache */
 	size_t n_fed;             /* answer tokens fed back (gen[0..n_fed)) */
 	int32_t last;             /* the token to feed next */
 	int32_t *gen;             /* answer tokens, for shadow parity */
@@ -170,6 +177,10 @@ struct serve_metrics {
 	uint64_t batched_steps, batched_tokens;
 	/* of them, those that carried prompt chunks, and those chunks' tokens */
 	uint64_t mixed_steps, batched_prompt_tokens;
+	/* prefix reuse: requests looked up, those that reused a block, the
+	 * blocks and tokens reused, and of those the tokens copied from
+	 * another slot's cache (the rest were in the slot's own) */
+	uint64_t prefix_lookups, prefix_hits, prefix_blocks, prefix_tokens, prefix_copied;
 	uint64_t ttft_buckets[10], ttft_count;
 	double ttft_sum;
 	uint64_t f2_pass, f2_reject, f2_other; /* background F2 and receipts */
@@ -227,6 +238,10 @@ struct serve {
 	struct q4kh_batch_seq *batch;
 	int *due, *batch_slots;
 	size_t *take; /* per slot: its tokens in the step planned */
+	/* per slot: a lookup's match in its cache, and the free slots of the
+	 * longest (serve_engine.c, place) */
+	int64_t *prefix_mine;
+	int *prefix_pick;
 	/* trust */
 	struct serve_verdict verdicts[SERVE_MAX_VERDICTS];
 	int n_verdicts;

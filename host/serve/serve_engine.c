@@ -9,9 +9,11 @@
  * multi-column GEMV, while each slot's cache writes and attention run on
  * its own session. Requests join the batch when a slot takes them and
  * leave it at their last token, between steps; they are admitted in the
- * order they came, and no request sees another's tokens or cache (each
- * slot's session is reset when it takes a job, and a batched step keeps
- * every sequence's cache apart). Each job picks its token with its own
+ * order they came, and no request sees another's tokens (each slot's
+ * session is emptied when it takes a job, but for the whole blocks of the
+ * job's own prompt that some slot's cache holds, which it reuses: prefix
+ * reuse, kv_prefix.h; and a batched step keeps every sequence's cache
+ * apart). Each job picks its token with its own
  * sampler, as alone, and ends as a run's answer ends: the bookkeeping of
  * one sequence is generate.h's, the steps this file's. Models with recurrent layers (qwen35) run one slot
  * per step.
@@ -116,20 +118,75 @@ static void queue_push_front(struct serve *srv, struct serve_job *j)
 	srv->q_len++;
 }
 
+/*
+ * The free slot for job J on the current path P, its cache holding the
+ * longest start of J's prompt found (lock held): with prefix reuse on,
+ * the run of whole blocks of the prompt that some slot's cache holds (at
+ * most all but the prompt's last token, whose logits the answer needs),
+ * in the free slot that holds most of it already (the least recently
+ * used of those; without a match, the least recently used: its blocks
+ * are evicted), the rest copied from the slot that has it; J's prompt is
+ * fed from there on. Else the first free slot, emptied.
+ */
+static int place(struct serve *srv, struct serve_path *p, struct serve_job *j)
+{
+	const int64_t limit = ((int64_t)j->n_ids - 1) / Q4KH_PREFIX_BLOCK * Q4KH_PREFIX_BLOCK;
+	int64_t *mine = srv->prefix_mine, len, own = 0;
+	struct q4kh_error err = { { 0 } };
+	int src, i = 0;
+
+	j->fed = j->reused = 0;
+	if (!p->prefix) {
+		while (srv->slots[i])
+			i++;
+		q4kh_session_reset(p->sessions[i]);
+		return i;
+	}
+	srv->m.prefix_lookups++;
+	len = q4kh_prefix_find(p->prefix, j->ids, (int64_t)j->n_ids, limit, &src, mine);
+	for (int k = 0; k < srv->n_slots; k++) {
+		if (len < 0)
+			mine[k] = 0;
+		if (!srv->slots[k] && mine[k] > own)
+			own = mine[k];
+	}
+	for (int k = 0; k < srv->n_slots; k++)
+		srv->prefix_pick[k] = !srv->slots[k] && mine[k] == own;
+	i = q4kh_prefix_lru(p->prefix, srv->prefix_pick);
+	if (len > 0 && q4kh_session_take_prefix(p->sessions[i], p->sessions[src], own, len, &err)) {
+		serve_log("%s: no prefix reuse: %s", j->id, err.msg);
+		len = 0;
+	}
+	if (len <= 0) {
+		len = 0;
+		q4kh_session_reset(p->sessions[i]);
+	}
+	q4kh_prefix_keep(p->prefix, i, own < len ? own : len);
+	if (len > own)
+		q4kh_prefix_append(p->prefix, i, j->ids + own, len - own);
+	j->fed = j->reused = (size_t)len;
+	srv->m.prefix_hits += len > 0;
+	srv->m.prefix_blocks += (uint64_t)len / Q4KH_PREFIX_BLOCK;
+	srv->m.prefix_tokens += (uint64_t)len;
+	srv->m.prefix_copied += len > own ? (uint64_t)(len - own) : 0;
+	return i;
+}
+
 /* Give a free slot to each waiting job, in order (lock held). */
 static void admit(struct serve *srv)
 {
-	for (int i = 0; i < srv->n_slots && srv->q_len; i++) {
-		struct serve_job *j;
+	int busy = 0;
 
-		if (srv->slots[i])
-			continue;
-		j = queue_pop(srv);
+	for (int i = 0; i < srv->n_slots; i++)
+		busy += srv->slots[i] != NULL;
+	while (busy < srv->n_slots && srv->q_len) {
+		struct serve_job *j = queue_pop(srv);
+		int i;
+
 		if (!srv->cur) {
 			fail_job(j, 503, "no validated path can serve this model now (see /health)");
 			serve_status_reject(srv, SERVE_REJECT_NO_PATH);
 			serve_job_release(j);
-			i--;
 			continue;
 		}
 		q4kh_sampler_free(j->sampler);
@@ -137,9 +194,9 @@ static void admit(struct serve *srv)
 		if (!j->sampler) {
 			fail_job(j, 500, "out of memory");
 			serve_job_release(j);
-			i--;
 			continue;
 		}
+		i = place(srv, srv->cur, j);
 		j->g = (struct q4kh_gen){
 			.sampler = q4kh_sampler_greedy(&j->sp) ? NULL : j->sampler,
 			.logits = srv->logits[i], .n_vocab = srv->n_vocab, .tok = srv->tok,
@@ -148,14 +205,13 @@ static void admit(struct serve *srv)
 		j->slot = i;
 		j->path = srv->cur;
 		j->path->running++;
-		j->fed = 0;
-		q4kh_session_reset(j->path->sessions[i]);
 		j->n_fed = 0;
 		serve_path_describe(j->path, j->served_by, sizeof(j->served_by));
 		snprintf(j->path_name, sizeof(j->path_name), "%s", j->path->name);
 		serve_path_f2_header(j->path, j->f2, sizeof(j->f2));
 		j->state = SERVE_RUNNING;
 		srv->slots[i] = j;
+		busy++;
 		pthread_cond_broadcast(&j->cv);
 	}
 }
@@ -179,8 +235,8 @@ static void end_job(struct serve *srv, int i, const char *finish)
 		serve_log("%s: %s after %lld tokens: %s", j->id, j->served_by,
 		          (long long)j->n_gen, j->error);
 	else
-		serve_log("%s: %zu prompt + %lld answer tokens on %s, first token after %.3f s, %.3f s in all (%s)",
-		          j->id, j->n_ids, (long long)j->n_gen, j->served_by, j->t_first,
+		serve_log("%s: %zu prompt (%zu of them reused) + %lld answer tokens on %s, first token after %.3f s, %.3f s in all (%s)",
+		          j->id, j->n_ids, j->reused, (long long)j->n_gen, j->served_by, j->t_first,
 		          now - j->t_submit, j->cancel ? "cancelled" : finish);
 	q4kh_sampler_free(j->sampler);
 	j->sampler = NULL;
@@ -380,6 +436,10 @@ static void step_batch(struct serve *srv, const int *slot, int n)
 		int32_t tok = b[k].token;
 		int jrc = rc;
 
+		if (!rc && j->path->prefix) /* what its cache holds now */
+			q4kh_prefix_append(j->path->prefix, slot[k], b[k].n_ids ? b[k].ids : &b[k].id,
+			                   b[k].n_ids ? b[k].n_ids : 1);
+
 		if (!jrc && b[k].n_ids) {
 			j->fed += (size_t)b[k].n_ids;
 			srv->m.batched_prompt_tokens += n > 1 ? (uint64_t)b[k].n_ids : 0;
@@ -573,8 +633,10 @@ int serve_engine_start(struct serve *srv, struct q4kh_error *err)
 	srv->due = calloc((size_t)srv->n_slots, sizeof(*srv->due));
 	srv->batch_slots = calloc((size_t)srv->n_slots, sizeof(*srv->batch_slots));
 	srv->take = calloc((size_t)srv->n_slots, sizeof(*srv->take));
+	srv->prefix_mine = calloc((size_t)srv->n_slots, sizeof(*srv->prefix_mine));
+	srv->prefix_pick = calloc((size_t)srv->n_slots, sizeof(*srv->prefix_pick));
 	if (!srv->queue || !srv->slots || !srv->logits || !srv->batch || !srv->due ||
-	    !srv->batch_slots || !srv->take)
+	    !srv->batch_slots || !srv->take || !srv->prefix_mine || !srv->prefix_pick)
 		return q4kh_fail(err, "out of memory");
 	for (int i = 0; i < srv->n_slots; i++) {
 		srv->logits[i] = malloc(sizeof(float) * (size_t)srv->n_vocab);

@@ -8,8 +8,10 @@
 #include "candidates.h"
 #include "error.h"
 
-/* A session per slot for P; FIRST, when not NULL, is the one its opener
- * made (it stays the opener's to free). */
+/* A session per slot for P, and what their caches hold for prefix reuse
+ * when --prefix-cache is on and their model's sessions batch (a state of
+ * a recurrent layer holds no prefix); FIRST, when not NULL, is the
+ * session its opener made (it stays the opener's to free). */
 static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_session *first,
                         struct q4kh_error *err)
 {
@@ -23,7 +25,9 @@ static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_ses
 	for (int i = first ? 1 : 0; i < srv->n_slots; i++)
 		if (q4kh_session_new(p->m, &sp, &p->sessions[i], err))
 			return -1;
-	return 0;
+	if (!srv->o.prefix_cache || !q4kh_session_batchable(p->sessions[0]))
+		return 0;
+	return q4kh_prefix_new(srv->n_slots, p->sessions[0]->p.n_ctx, &p->prefix, err);
 }
 
 int serve_path_open(struct serve *srv, const struct q4kh_candidate *c,
@@ -100,6 +104,7 @@ void serve_path_close(struct serve_path *p)
 	for (int i = p->sv.s ? 1 : 0; i < p->n_sessions; i++)
 		q4kh_session_free(p->sessions[i]);
 	free(p->sessions);
+	q4kh_prefix_free(p->prefix);
 	if (p->sel.model)
 		q4kh_selection_close(&p->sel);
 	q4kh_serving_close(&p->sv);

@@ -194,6 +194,24 @@ char *serve_status_metrics(struct serve *srv)
 	if (!t.s)
 		return NULL;
 	pthread_mutex_lock(&srv->lock);
+	/* prefix reuse (docs/serve.md, section 5) */
+	const struct {
+		const char *name, *help;
+		uint64_t value;
+	} prefix[] = {
+		{ "prefix_lookups_total",
+		  "Requests whose prompt start was looked up in the slots' caches (--prefix-cache).",
+		  m->prefix_lookups },
+		{ "prefix_hits_total", "Of those, requests that reused at least one block of their prompt.",
+		  m->prefix_hits },
+		{ "prefix_blocks_reused_total", "Blocks of 16 prompt tokens reused instead of computed.",
+		  m->prefix_blocks },
+		{ "prefix_tokens_reused_total", "Prompt tokens reused instead of computed.",
+		  m->prefix_tokens },
+		{ "prefix_tokens_copied_total",
+		  "Of those, tokens whose keys and values were copied from another slot's cache.",
+		  m->prefix_copied },
+	};
 	metric(&t, "requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
 	for (size_t e = 0; e < sizeof(endpoints) / sizeof(endpoints[0]); e++)
 		for (size_t c = 0; c <= N_CODES; c++)
@@ -242,6 +260,10 @@ char *serve_status_metrics(struct serve *srv)
 	       "Prompt tokens that ran in batched steps.");
 	put(&t, "q4khost_batched_prompt_tokens_total %llu\n",
 	    (unsigned long long)m->batched_prompt_tokens);
+	for (size_t i = 0; i < sizeof(prefix) / sizeof(prefix[0]); i++) {
+		metric(&t, prefix[i].name, "counter", prefix[i].help);
+		put(&t, "q4khost_%s %llu\n", prefix[i].name, (unsigned long long)prefix[i].value);
+	}
 	metric(&t, "slots_busy", "gauge", "Slots generating now.");
 	put(&t, "q4khost_slots_busy %d\n", busy_slots(srv));
 	metric(&t, "slots", "gauge", "Slots (requests generated at once).");

@@ -73,6 +73,16 @@
  *                 the step's start would: right in prefill, decode, the
  *                 narrow steps and batched steps of one token a sequence
  *                 (tests/test_validate.c).
+ *   REPLAY_REUSE: of kind "cpu" (tried before the reference), replays
+ *                 exact, but its copy of an F16 tensor of several tokens
+ *                 into another F16 tensor writes the first token's rows
+ *                 into every token's, as a kernel that indexes the source
+ *                 by head and not by token would. The
+ *                 step graphs never copy F16 to F16; taking a KV cache's
+ *                 prefix from another session does (prefix reuse,
+ *                 q4kh_session_take_prefix): right in every step, wrong
+ *                 in the keys and values a request reuses
+ *                 (tests/test_prefix.c, tests/test_validate.c).
  *   REPLAY_ROUTE: of kind "cpu" (tried before the reference), replays
  *                 exact, but its router (moe_route, ABI 1.7) sends every
  *                 fourth token of a step, from the second on, to the
@@ -543,6 +553,23 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 		early = *c;
 		early.t[0].offset -= (uint64_t)c->t[0].nb[2];
 		c = &early;
+	}
+#endif
+#ifdef REPLAY_REUSE
+	if (c->op == C_COPY && c->t[0].type == Q4KH_TYPE_F16 && c->t[1].type == Q4KH_TYPE_F16 &&
+	    c->t[0].ne[2] > 1) {
+		struct call one = *c;
+
+		for (int i = 0; i < 2; i++) {
+			one.t[i].ne[2] = 1;
+			one.t[i].nb[3] = one.t[i].nb[2];
+		}
+		for (int64_t t = 0; t < c->t[0].ne[2]; t++) {
+			one.t[1].offset = c->t[1].offset + (uint64_t)(t * c->t[1].nb[2]);
+			if ((st = issue_op(d, &one)))
+				return st;
+		}
+		return Q4KH_OK;
 	}
 #endif
 	st = issue_op(d, c);
@@ -1066,7 +1093,7 @@ static const struct q4kh_plugin_desc desc = {
 	.build_id = "test",
 	.backend = &table,
 #if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0) || defined(REPLAY_BATCHED) || \
-	defined(REPLAY_ROUTE)
+	defined(REPLAY_ROUTE) || defined(REPLAY_REUSE)
 	.backend_kind = "cpu",
 #endif
 };

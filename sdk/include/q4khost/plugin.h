@@ -480,8 +480,11 @@ struct q4kh_backend_v1 {
 	                   const struct q4kh_tensor *out);
 	/*
 	 * Copy src into dst element by element, converting between f32 and f16
-	 * (and f32 to f32). Shapes must match; strides may differ; dst may be
-	 * src. Used to write new keys and values into the KV cache.
+	 * (and f32 to f32, f16 to f16). Shapes must match; strides may differ;
+	 * dst may be src. Used to write new keys and values into the KV cache,
+	 * and to copy a cache's first tokens into another session's cache of
+	 * the same type (serve's prefix reuse: docs/plugin-abi.md, "KV caches
+	 * between sessions").
 	 */
 	q4kh_status (*copy)(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	                    const struct q4kh_tensor *dst);
