@@ -227,7 +227,9 @@ void q4kh_cli_warn_line(void *command, const char *line);
  * every backend's enumeration in a helper process (enumerate.h: one that
  * crashes or hangs is refused) and check, before any work, the values of
  * every plugin's own settings and every F2 setting of C
- * (q4kh_cli_check_plugins). With HOST (NULL: none), the command's host
+ * (q4kh_cli_check_plugins), then the receipt folder and key
+ * (q4kh_receipt_dir_check: the commands that call this may need a
+ * receipt; run checks them itself, only when it may). With HOST (NULL: none), the command's host
  * context is opened on the registry, without a model (q4kh_host_open:
  * the command opens it with q4kh_host_open_model), and the backends the
  * check starts are started in it, once; the caller closes HOST, before

@@ -67,6 +67,18 @@ const char *q4kh_cache_home(char *buf, size_t cap)
 	return buf;
 }
 
+const char *q4kh_config_home(char *buf, size_t cap)
+{
+	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
+
+	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
+	if (xdg && xdg[0] == '/')
+		snprintf(buf, cap, "%s", xdg);
+	else
+		snprintf(buf, cap, "%s/.config", q4kh_home());
+	return buf;
+}
+
 /* iniparser would print its own diagnostics to stderr; we word our own. */
 static int ini_quiet(const char *fmt, ...)
 {
@@ -257,14 +269,11 @@ static int add_conf_d(struct q4kh_config *c, const char *sysconfdir,
 static int add_user_file(struct q4kh_config *c, struct q4kh_error *err)
 {
 	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
-	const char *home = q4kh_home();
+	char dir[4096];
 
-	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
-	if (xdg && xdg[0] == '/')
-		return join_layer(c, xdg, "q4khost/q4khost.ini", 0, err);
-	if (home && *home)
-		return join_layer(c, home, ".config/q4khost/q4khost.ini", 0, err);
-	return 0;
+	if (!(xdg && xdg[0] == '/') && !*q4kh_home())
+		return 0; /* no home folder at all: no user file */
+	return join_layer(c, q4kh_config_home(dir, sizeof(dir)), "q4khost/q4khost.ini", 0, err);
 }
 
 int q4kh_config_load(const char *sysconfdir, const char *cli_file,

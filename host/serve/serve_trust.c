@@ -428,6 +428,6 @@ int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate 
 	r.worst_decode_step = -1;
 	r.seconds = res->seconds;
 	snprintf(r.message, sizeof(r.message), "%s", message);
-	rc = q4kh_receipt_save(srv->judge.g->receipt_dir, id, &r, err);
+	rc = q4kh_receipt_save(srv->judge.g->receipt_dir, id, &srv->judge.g->mac, &r, err);
 	return rc ? -1 : 0;
 }
