@@ -18,8 +18,6 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,47 +118,12 @@ static void apply(json_t *at, const char *path, const char *value)
 	}
 }
 
-/*
- * The receipt R into the file PATH, sealed as docs/f2.md (R.1) says: its
- * JSON text up to its closing brace, then ",\n \"mac\": \"hmac-sha256:",
- * the HMAC-SHA256 of those bytes under KEY (32 bytes) in hex, "\"\n}\n".
- * R holds no "mac".
- */
+/* R, which holds no "mac", into the file PATH, sealed with KEY. */
 static void seal_with(const unsigned char *key, json_t *r, const char *path)
 {
 	/* the default precision writes every double back as it was read */
-	char *text = json_dumps(r, JSON_INDENT(1));
-	unsigned char md[32];
-	unsigned int md_len = 0;
-	FILE *f = fopen(path, "w");
-	size_t body;
-
-	cr_assert(text && f, "cannot write %s", path);
-	body = strlen(text) - 2; /* json_dumps ends in "\n}" */
-	cr_assert_str_eq(text + body, "\n}");
-	HMAC(EVP_sha256(), key, 32, (const unsigned char *)text, body, md, &md_len);
-	fprintf(f, "%.*s,\n \"mac\": \"hmac-sha256:", (int)body, text);
-	for (unsigned i = 0; i < md_len; i++)
-		fprintf(f, "%02x", md[i]);
-	fprintf(f, "\"\n}\n");
-	cr_assert_eq(fclose(f), 0);
-	free(text);
-}
-
-/* The receipt key of a test's q4khost (XDG_CONFIG_HOME is RECEIPTS,
- * test_q4khost_command): 64 hex digits in RECEIPTS/q4khost/receipt.key. */
-static void user_key(const char *receipts, unsigned char *key)
-{
-	char *path = NULL;
-	FILE *f;
-
-	cr_assert(asprintf(&path, "%s/q4khost/receipt.key", receipts) > 0);
-	f = fopen(path, "r");
-	cr_assert_not_null(f, "no receipt key %s", path);
-	for (int i = 0; i < 32; i++)
-		cr_assert_eq(fscanf(f, "%2hhx", &key[i]), 1, "%s: not 64 hex digits", path);
-	fclose(f);
-	free(path);
+	cr_assert_eq(json_dump_file(r, path, JSON_INDENT(1)), 0, "cannot write %s", path);
+	test_receipt_seal(key, path);
 }
 
 /*
@@ -177,7 +140,7 @@ static void forge(const char *receipts, const json_t *original, const struct edi
 	for (; e->path; e++)
 		apply(r, e->path, e->value);
 	json_object_del(r, "mac");
-	user_key(receipts, key);
+	test_receipt_key(receipts, key);
 	seal_with(key, r, path);
 	json_decref(r);
 }

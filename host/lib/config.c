@@ -79,6 +79,21 @@ const char *q4kh_config_home(char *buf, size_t cap)
 	return buf;
 }
 
+int q4kh_mkdirs_private(const char *dir)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(path, 0700) != 0 && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* iniparser would print its own diagnostics to stderr; we word our own. */
 static int ini_quiet(const char *fmt, ...)
 {

@@ -131,6 +131,13 @@ const char *q4kh_cache_home(char *buf, size_t cap);
 const char *q4kh_config_home(char *buf, size_t cap);
 
 /*
+ * DIR and every folder above it that is missing, as mkdir -p makes them,
+ * each new one 0700 (the user's receipts and key are theirs alone);
+ * folders that exist are left as they are. 0, or -1 with errno.
+ */
+int q4kh_mkdirs_private(const char *dir);
+
+/*
  * Read environment variable NAME, ignoring it in set-uid/set-gid programs
  * (secure_getenv), so an unprivileged user cannot steer a privileged host.
  */

@@ -45,22 +45,6 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 	}
 }
 
-/* DIR and every folder above it that is missing, as mkdir -p does, each
- * new one 0700 (receipts are this user's); 0, or -1 with errno. */
-static int mkdirs(const char *dir)
-{
-	char path[4096];
-
-	snprintf(path, sizeof(path), "%s", dir);
-	for (char *p = path + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			if (mkdir(path, 0700) != 0 && errno != EEXIST)
-				return -1;
-			*p = '/';
-		}
-	return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac *mac,
                            struct q4kh_error *err)
@@ -73,7 +57,7 @@ int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac 
 	q4kh_receipt_dir(c, dir, sizeof(dir), &origin);
 	if (dir[0] != '/') {
 		why = "a relative folder would depend on the current directory; give an absolute path";
-	} else if (mkdirs(dir) != 0) {
+	} else if (q4kh_mkdirs_private(dir) != 0) {
 		snprintf(created, sizeof(created), "cannot create it: %s", strerror(errno));
 		why = created;
 	} else if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
@@ -494,7 +478,7 @@ int q4kh_receipt_save(const char *dir, const char *id, const struct q4kh_receipt
 	int fd, rc;
 	FILE *f;
 
-	if (mkdirs(dir) != 0)
+	if (q4kh_mkdirs_private(dir) != 0)
 		return q4kh_fail(err, "%s: cannot create the receipt folder: %s", dir,
 		                 strerror(errno));
 	gmtime_r(&t, &tm);

@@ -158,13 +158,15 @@ void q4kh_receipt_path(const char *dir, const char *id, char *buf, size_t cap);
  * following a symbolic link and read only when it is a regular file, and
  * believed only when it ends in K's MAC of its content and names ID.
  * 0 on success; 1 with err in one line naming the file when there is
- * none, when it is of another schema ("receipt PATH is of schema 4 (an
- * earlier version's, unsigned); ...: measuring again"), fails its
- * integrity check ("receipt PATH fails its integrity check: edited, or
- * written with another key; measuring again": nothing of its content is
- * quoted) or is another candidate's; -1 with err for a file that cannot
- * be read (a symbolic link, not a regular file) or a sealed one that does
- * not parse (the caller treats either as absent and overwrites it). It
+ * none, when it is a symbolic link ("receipt PATH is a symbolic link: not
+ * followed; measuring again") or not a regular file, of another schema
+ * ("receipt PATH is of schema 4 (an earlier version's, unsigned); ...:
+ * measuring again"), when it fails its integrity check ("receipt PATH
+ * fails its integrity check: edited, or written with another key;
+ * measuring again": nothing of its content is quoted) or is another
+ * candidate's; -1 with err for a file that cannot be read or a sealed one
+ * that does not parse. Either way the caller treats it as absent, and the
+ * next receipt written replaces it. It
  * reads what the file says: whether that may be believed is
  * q4kh_receipt_check's to say.
  */

@@ -37,17 +37,14 @@ void q4kh_receipt_mac_path(char *buf, size_t cap, const char **origin)
 /* The folders above FILE that are missing, each new one 0700; 0 or -1. */
 static int parents(const char *file)
 {
-	char path[4096];
+	char dir[4096], *slash;
 
-	snprintf(path, sizeof(path), "%s", file);
-	for (char *p = path + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			if (mkdir(path, 0700) != 0 && errno != EEXIST)
-				return -1;
-			*p = '/';
-		}
-	return 0;
+	snprintf(dir, sizeof(dir), "%s", file);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = 0;
+	return q4kh_mkdirs_private(dir);
 }
 
 /* A new key into PATH: a private temporary file linked into place, so that
