@@ -259,8 +259,8 @@ Test(validate, a_floor_below_the_catastrophic_one_is_refused)
 	test_write_file(cfg, "[plugin.defect-noisy]\nf2_floor = 0.5\n", 36);
 	snprintf(args, sizeof(args), "--config %s", cfg);
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s %s 2>&1 | grep -q 'f2_floor = \"0.5\": expected a number in \\[0.9, 1\\]'",
-	         receipts, test_builddir(), plugins, args);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s %s 2>&1 | grep -q 'f2_floor = \"0.5\": expected a number in \\[0.9, 1\\]'",
+	         receipts, receipts, test_builddir(), plugins, args);
 	status = system(cmd);
 	cr_expect_eq(WEXITSTATUS(status), 0, "the error names the key, its value and the range");
 }
@@ -414,8 +414,9 @@ static int run_cli(const char *plugins, const char *receipts, const char *args,
 	FILE *p;
 
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost run -n 2 -p Hello --plugin-path %s %s 2>&1",
-	         receipts, test_builddir(), plugins, args);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost run -n 2 -p Hello "
+	         "--plugin-path %s %s 2>&1",
+	         receipts, receipts, test_builddir(), plugins, args);
 	p = popen(cmd, "r");
 	cr_assert_not_null(p);
 	got = fread(out, 1, cap - 1, p);
@@ -596,8 +597,9 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 	snprintf(cfg, sizeof(cfg), "%s/bad.ini", receipts);
 	test_write_file(cfg, "[f2]\nf2_memory_limit_mb = 1e3\n", 29);
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s --config %s",
-	         receipts, test_builddir(), plugins, cfg);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate "
+	         "--plugin-path %s --config %s",
+	         receipts, receipts, test_builddir(), plugins, cfg);
 	cr_expect_eq(test_shell(cmd, &out), 3, "a bad config file: %s", out);
 	cr_expect(strstr(out, ":2 [f2]: f2_memory_limit_mb = \"1e3\": expected a whole number from 0 to 1073741824") != NULL,
 	          "%s", out);
