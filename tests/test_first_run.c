@@ -476,9 +476,9 @@ Test(first_run, a_receipt_folder_is_judged_alike_everywhere)
 	snprintf(want, sizeof(want), "plugins --explain --plugin-path %s", plugins);
 	cr_expect_eq(test_q4khost("Q4KHOST_F2_RECEIPT_DIR=relative/f2", test_tmpdir(), want, &out), 0,
 	             "%s", out);
-	snprintf(want, sizeof(want), "q4khost plugins: warning: %s; so validate, bench, qa, serve, "
-	         "conformance and every run that may need a receipt (F2 not off, a candidate "
-	         "besides the reference) refuse to start (exit 3)\n",
+	snprintf(want, sizeof(want), "q4khost plugins: warning: %s; so validate, bench, qa, "
+	         "conformance, and every run or serve that may need a receipt (F2 not off, a "
+	         "candidate besides the reference) refuse to start (exit 3)\n",
 	         why);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);

@@ -1343,3 +1343,34 @@ Test(serve, an_edited_receipt_does_not_serve, .timeout = 300)
 	server_stop(&s);
 	free(path);
 }
+
+/*
+ * serve that can need no receipt (--f2 off; or the reference alone,
+ * --backend cpu --kernel none) starts with a receipt folder, and a key,
+ * that cannot be made: it needs neither (docs/config.md, receipt_dir).
+ */
+Test(serve, f2_off_needs_no_receipt_folder, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ "cpu_q8act", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *off[] = { "-m", model, "--plugin-path", dir, "--f2", "off", NULL };
+	const char *ref[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu", "--kernel",
+		              "none", NULL };
+	char file[4200], receipts[4300], *p;
+	struct server s;
+
+	snprintf(file, sizeof(file), "%s/a-file", test_tmpdir());
+	test_write_file(file, "x\n", 2);
+	/* the folder and the key's folder (XDG_CONFIG_HOME) under a file */
+	snprintf(receipts, sizeof(receipts), "%s/f2", file);
+	server_start(&s, off, receipts, NULL);
+	p = serving(&s);
+	cr_expect_str_eq(p, "cpu/cpu-q8act");
+	free(p);
+	server_stop(&s);
+	server_start(&s, ref, receipts, NULL);
+	p = serving(&s);
+	cr_expect_str_eq(p, "cpu/built-in");
+	free(p);
+	server_stop(&s);
+}

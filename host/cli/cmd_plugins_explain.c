@@ -114,8 +114,8 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	q4kh_receipt_dir(c, dir, sizeof(dir), &dir_origin);
 	/* explained, not refused: this command diagnoses */
 	if (q4kh_receipt_dir_check(c, NULL, &err))
-		fprintf(stderr, "q4khost plugins: warning: %s; so validate, bench, qa, serve, "
-		        "conformance and every run that may need a receipt (F2 not off, a "
+		fprintf(stderr, "q4khost plugins: warning: %s; so validate, bench, qa, conformance, "
+		        "and every run or serve that may need a receipt (F2 not off, a "
 		        "candidate besides the reference) refuse to start (exit 3)\n",
 		        err.msg);
 	if (json) {

@@ -459,9 +459,8 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	rq.device = (uint32_t)o->device;
 	rq.kernel = o->kernel;
 	rq.host = &r->host;
-	/* before any work, but only for a run that may need a receipt */
-	if (q4kh_select_needs_receipts(&rq) && q4kh_receipt_dir_check(r->config, NULL, err))
-		return Q4KH_EXIT_INPUT;
+	if ((rc = q4kh_cli_check_receipts(&rq, r->config, err)))
+		return rc;
 	model = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
 	if (!model)
 		return Q4KH_EXIT_INPUT;
