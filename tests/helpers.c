@@ -11,6 +11,8 @@
 #include <float.h>
 #include <ftw.h>
 #include <math.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +177,46 @@ void *test_read_file(const char *path, size_t *len)
 		*len = (size_t)n;
 	}
 	return buf;
+}
+
+void test_receipt_key(const char *receipts, unsigned char key[32])
+{
+	char path[4200];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/q4khost/receipt.key", receipts);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "no receipt key %s", path);
+	for (int i = 0; i < 32; i++)
+		cr_assert_eq(fscanf(f, "%2hhx", &key[i]), 1, "%s: not 64 hex digits", path);
+	fclose(f);
+}
+
+void test_receipt_seal(const unsigned char key[32], const char *path)
+{
+	size_t len, body;
+	char *text = test_read_file(path, &len);
+	unsigned char md[32];
+	unsigned int md_len = 0;
+	FILE *f;
+
+	cr_assert_not_null(text, "%s", path);
+	body = len;
+	while (body && (text[body - 1] == '\n' || text[body - 1] == ' '))
+		body--;
+	cr_assert(body && text[body - 1] == '}', "%s: not a JSON object", path);
+	body--;
+	while (body && (text[body - 1] == '\n' || text[body - 1] == ' '))
+		body--;
+	HMAC(EVP_sha256(), key, 32, (const unsigned char *)text, body, md, &md_len);
+	f = fopen(path, "w");
+	cr_assert_not_null(f, "%s", path);
+	fprintf(f, "%.*s,\n \"mac\": \"hmac-sha256:", (int)body, text);
+	for (unsigned i = 0; i < md_len; i++)
+		fprintf(f, "%02x", md[i]);
+	fprintf(f, "\"\n}\n");
+	cr_assert_eq(fclose(f), 0, "%s", path);
+	free(text);
 }
 
 double test_cosine(const float *a, const float *b, int64_t n)

@@ -63,6 +63,22 @@ void test_write_file(const char *path, const void *data, size_t len);
 /* Read a whole file; *len gets its size. NULL when unreadable. */
 void *test_read_file(const char *path, size_t *len);
 
+/*
+ * The receipt key of a test's q4khost (XDG_CONFIG_HOME is RECEIPTS,
+ * test_q4khost_command): the 64 hex digits of RECEIPTS/q4khost/receipt.key
+ * into KEY's 32 bytes.
+ */
+void test_receipt_key(const char *receipts, unsigned char key[32]);
+
+/*
+ * Seal the receipt file PATH, a JSON object without "mac" (as
+ * json_dump_file writes it), as docs/f2.md (R.1) says, with OpenSSL's
+ * HMAC: its text up to the last member, then ",\n \"mac\": \"hmac-sha256:",
+ * the HMAC-SHA256 of that text under KEY in hex, "\"\n}\n". What a user
+ * who holds the key could write.
+ */
+void test_receipt_seal(const unsigned char key[32], const char *path);
+
 /* Cosine similarity of two vectors of N floats, accumulated in double. */
 double test_cosine(const float *a, const float *b, int64_t n);
 

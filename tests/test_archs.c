@@ -264,15 +264,17 @@ Test(archs_cpu_fast, graph_entry_matches_the_interpreter_on_the_default_model, .
 static void f2_passes(const char *model)
 {
 	char *path = test_fast_plugin_path(), *cmd, *out;
+	const char *receipts;
 	json_t *doc, *c;
 	json_error_t jerr;
 	size_t i;
 	int status;
 
-	cr_assert_geq(asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s '%s/host/cli/q4khost' validate "
-	                             "--json --f2 fresh --backend cpu-fast --plugin-path %s "
-	                             "-m '%s' 2>/dev/null",
-	                       test_tmpdir(), test_builddir(), path, model), 0);
+	receipts = test_tmpdir(); /* and the receipt key's folder (XDG_CONFIG_HOME) */
+	cr_assert_geq(asprintf(&cmd, "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s "
+	                             "'%s/host/cli/q4khost' validate --json --f2 fresh "
+	                             "--backend cpu-fast --plugin-path %s -m '%s' 2>/dev/null",
+	                       receipts, receipts, test_builddir(), path, model), 0);
 	status = test_shell(cmd, &out);
 	doc = json_loads(out, 0, &jerr);
 	cr_assert_not_null(doc, "q4khost validate printed no JSON (%s): %s", jerr.text, out);
@@ -293,10 +295,11 @@ static void f2_passes(const char *model)
 	free(out);
 	free(cmd);
 	/* the path F2 judged serves: every step through the graph entry */
-	cr_assert_geq(asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s '%s/host/cli/q4khost' run --json "
-	                             "--backend cpu-fast --plugin-path %s -m '%s' -n 4 -p 'Hello' "
-	                             "2>/dev/null",
-	                       test_tmpdir(), test_builddir(), path, model), 0);
+	receipts = test_tmpdir();
+	cr_assert_geq(asprintf(&cmd, "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s "
+	                             "'%s/host/cli/q4khost' run --json --backend cpu-fast "
+	                             "--plugin-path %s -m '%s' -n 4 -p 'Hello' 2>/dev/null",
+	                       receipts, receipts, test_builddir(), path, model), 0);
 	status = test_shell(cmd, &out);
 	doc = json_loads(out, 0, &jerr);
 	cr_assert_not_null(doc, "q4khost run printed no JSON (%s): %s", jerr.text, out);

@@ -696,7 +696,7 @@ Test(replay, recorded_steps_give_the_references_text, .timeout = 600)
 static json_t *validate_pair(const char *const *names, const char *model, const char *bad_name,
                              const char **ok, const char **bad)
 {
-	const char *plugins = test_plugin_dir(names);
+	const char *plugins = test_plugin_dir(names), *receipts;
 	char *cmd = NULL, *out = NULL;
 	json_error_t jerr;
 	json_t *root, *c;
@@ -704,9 +704,10 @@ static json_t *validate_pair(const char *const *names, const char *model, const 
 	int rc;
 
 	*ok = *bad = NULL;
-	if (asprintf(&cmd, "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --json "
-	                   "--plugin-path %s -m %s 2>/dev/null",
-	             test_tmpdir(), test_builddir(), plugins, model) < 0)
+	receipts = test_tmpdir(); /* and the receipt key's folder (XDG_CONFIG_HOME) */
+	if (asprintf(&cmd, "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost "
+	                   "validate --json --plugin-path %s -m %s 2>/dev/null",
+	             receipts, receipts, test_builddir(), plugins, model) < 0)
 		cr_assert_fail("out of memory");
 	rc = test_shell(cmd, &out);
 	cr_expect_eq(rc, 1, "a rejected candidate makes the exit code 1: %s", out);

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -117,15 +118,30 @@ static void apply(json_t *at, const char *path, const char *value)
 	}
 }
 
-/* ORIGINAL with the edits E (ending in one of NULL path) into the file PATH. */
-static void forge(const json_t *original, const struct edit *e, const char *path)
+/* R, which holds no "mac", into the file PATH, sealed with KEY. */
+static void seal_with(const unsigned char *key, json_t *r, const char *path)
+{
+	/* the default precision writes every double back as it was read */
+	cr_assert_eq(json_dump_file(r, path, JSON_INDENT(1)), 0, "cannot write %s", path);
+	test_receipt_seal(key, path);
+}
+
+/*
+ * ORIGINAL with the edits E (ending in one of NULL path) into the file
+ * PATH, sealed with the key of RECEIPTS' q4khost: an edit by someone who
+ * holds the key, which the checks of what a receipt claims still catch.
+ */
+static void forge(const char *receipts, const json_t *original, const struct edit *e,
+                  const char *path)
 {
 	json_t *r = json_deep_copy(original);
+	unsigned char key[32];
 
 	for (; e->path; e++)
 		apply(r, e->path, e->value);
-	/* the default precision writes every double back as it was read */
-	cr_assert_eq(json_dump_file(r, path, JSON_INDENT(1)), 0, "cannot write %s", path);
+	json_object_del(r, "mac");
+	test_receipt_key(receipts, key);
+	seal_with(key, r, path);
 	json_decref(r);
 }
 
@@ -346,7 +362,7 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 300)
 	for (size_t i = 0; i < sizeof(forgeries) / sizeof(forgeries[0]); i++) {
 		const struct forgery *f = &forgeries[i];
 
-		forge(original, f->edits, path);
+		forge(receipts, original, f->edits, path);
 		out = run_biased(receipts, plugins);
 		cr_expect(strstr(out, "[receipt of ") == NULL, "%s: not measured again: %s", f->what,
 		          out);
@@ -363,7 +379,7 @@ Test(receipt_trust, every_forged_field_reads_as_no_receipt, .timeout = 300)
 	}
 
 	/* The reviewer's forgery, measured to the end: broken again. */
-	forge(original, forgeries[2].edits, path);
+	forge(receipts, original, forgeries[2].edits, path);
 	out = run_biased(receipts, plugins);
 	expect_void(out, "[fresh: ", path, forgeries[2].why[0], forgeries[2].what);
 	free(out);
@@ -429,7 +445,7 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 		const struct forgery *f = &deep[i];
 
 		/* the deep probe's own receipt: measured again */
-		forge(original, f->edits, path);
+		forge(receipts, original, f->edits, path);
 		cr_expect_eq(q4k(receipts, plugins,
 		                    "validate --deep --ctx 300 --kernel cpu-q8act", &out),
 		             0, "%s", out);
@@ -438,7 +454,7 @@ Test(receipt_trust, an_edited_deep_receipt_decides_for_no_probe, .timeout = 300)
 
 		/* for the built-in probe, whichever deep probe it ran: its hash
 		 * must be that of the deep probe of as many points */
-		forge(original, f->edits, path);
+		forge(receipts, original, f->edits, path);
 		cr_expect_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
 		expect_void(out, "q4khost: warning: ", path, f->why[1] ? f->why[1] : f->why[0],
 		            f->what);
@@ -553,4 +569,290 @@ Test(receipt_trust, a_changed_plugin_setting_measures_again, .timeout = 300)
 	free(out);
 	free(one);
 	free(two);
+}
+
+/*
+ * The trial's forgery (docs/f2.md, R.1): a broken variant's receipt
+ * edited consistently into a pass, every point 0.9999999 and marked
+ * "pass", verdict, min_cosine and the exact message written to match,
+ * which the checks of what a receipt claims accept (sealed with the
+ * user's key, it decides: they alone cannot tell it from a measurement).
+ * Edited without the key, or sealed with another, it is refused by its
+ * MAC: the report names the file and why, F2 measures again, and the
+ * broken variant does not serve.
+ */
+Test(receipt_trust, a_consistent_edit_without_the_key_is_measured_again, .timeout = 300)
+{
+	static const char *const names[] = { "defect_biased", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char *out = NULL, *path, *message = NULL, *want = NULL;
+	const char *argmax;
+	unsigned char other[32];
+	json_t *r, *points, *p;
+	size_t i;
+	FILE *f;
+
+	cr_assert_eq(q4k(receipts, plugins, RUN_BIASED " --backend cpu", &out), 4, "%s", out);
+	cr_assert(strstr(out, "F2 broken: position 1 (prefill): argmax ") != NULL, "%s", out);
+	free(out);
+	path = only_receipt(receipts);
+	r = json_load_file(path, 0, NULL);
+	cr_assert_not_null(r, "%s", path);
+	argmax = strstr(json_string_value(json_object_get(r, "message")), "argmax ");
+	cr_assert_not_null(argmax);
+	points = json_object_get(r, "points");
+	json_array_foreach(points, i, p) {
+		json_array_set_new(p, 0, json_real(0.9999999));
+		json_array_set_new(p, 2, json_string(i ? "pass" : "unjudged"));
+	}
+	cr_assert(asprintf(&message, "pass over %zu judged positions at the 0.99999 acceptance floor "
+	                             "(f32 arithmetic), 0 near-ties; lowest at position 1 (prefill): "
+	                             "argmax %d (agrees), cosine 0.9999999",
+	                   json_array_size(points) - 1, atoi(argmax + 7)) > 0);
+	json_object_set_new(r, "verdict", json_string("pass"));
+	json_object_set_new(r, "min_cosine", json_real(0.9999999));
+	json_object_set_new(r, "message", json_string(message));
+
+	/* edited in place, the old MAC kept: the user's edit */
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	cr_assert_eq(json_dumpf(r, f, JSON_INDENT(1)), 0);
+	fclose(f);
+	cr_expect_eq(q4k(receipts, plugins, RUN_BIASED " --backend cpu", &out), 4,
+	             "the edited receipt was trusted: %s", out);
+	cr_assert(asprintf(&want, "[fresh: receipt %s fails its integrity check: edited, or written "
+	                          "with another key; measuring again]",
+	                   path) > 0);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect(strstr(out, "F2 broken: position 1 (prefill)") != NULL, "%s", out);
+	cr_expect(strstr(out, "F2: pass") == NULL, "%s", out);
+	free(out);
+
+	/* sealed with another key (another user's, or another machine's) */
+	json_object_del(r, "mac");
+	memset(other, 0x5a, sizeof(other));
+	seal_with(other, r, path);
+	cr_expect_eq(q4k(receipts, plugins, RUN_BIASED " --backend cpu", &out), 4, "%s", out);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+
+	/* consistent: with the user's own key the checks accept it, so the
+	 * MAC is what refused it above */
+	forge(receipts, r, (const struct edit[]){ { NULL, NULL } }, path);
+	cr_expect_eq(q4k(receipts, plugins, RUN_BIASED " --backend cpu", &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (receipt of ") != NULL, "%s", out);
+	free(out);
+	json_decref(r);
+	free(want);
+	free(message);
+	free(path);
+}
+
+/* A receipt as written is used: no measurement, however often it is read. */
+Test(receipt_trust, a_sealed_receipt_decides_without_measuring, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char *out = NULL, *path, *text;
+	size_t len;
+
+	cr_assert_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+	cr_expect(strstr(out, "F2: pass (fresh: no receipt)") != NULL, "%s", out);
+	free(out);
+	path = only_receipt(receipts);
+	text = test_read_file(path, &len);
+	cr_assert_not_null(text);
+	for (int i = 0; i < 2; i++) {
+		char *again;
+
+		cr_assert_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+		cr_expect(strstr(out, "F2: pass (receipt of ") != NULL, "%s", out);
+		free(out);
+		again = test_read_file(path, &len);
+		cr_expect(!memcmp(again, text, len), "the receipt was written again");
+		free(again);
+	}
+	free(text);
+	free(path);
+}
+
+/*
+ * The receipt folder and the key are judged as plugin folders are: a
+ * folder others may write is refused before any work (exit 3), as is a
+ * key others may read or one of another user's; the message says how to
+ * fix it.
+ */
+Test(receipt_trust, an_untrusted_folder_or_key_is_refused, .timeout = 120)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char *out = NULL, *want = NULL, *dir = NULL, *key = NULL, *env = NULL, *cmd = NULL;
+	struct stat st;
+
+	cr_assert(asprintf(&dir, "%s/ww", receipts) > 0 && asprintf(&key, "%s/k/receipt.key", receipts) > 0);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	cr_assert_eq(chmod(dir, 0777), 0);
+	cr_assert(asprintf(&env, "Q4KHOST_F2_RECEIPT_DIR=%s", dir) > 0);
+	cr_assert(asprintf(&cmd, "%s --plugin-path %s -m %s/tests/fixtures/tiny-llama.gguf", RUN,
+	                   plugins, test_srcdir()) > 0);
+	cr_expect_eq(test_q4khost(env, receipts, cmd, &out), 3, "%s", out);
+	cr_assert(asprintf(&want, "q4khost run: Q4KHOST_F2_RECEIPT_DIR=%s: F2 cannot keep its "
+	                          "receipts there: refused: the receipt folder %s is writable by "
+	                          "others (mode 0777; fix: chmod o-w %s)\n",
+	                   dir, dir, dir) > 0);
+	cr_expect_str_eq(out, want);
+	free(out);
+	free(want);
+	free(env);
+
+	/* the key: made 0600 at first use, refused once others may read it */
+	cr_assert(asprintf(&env, "Q4KHOST_RECEIPT_KEY=%s", key) > 0);
+	cr_expect_eq(test_q4khost(env, receipts, cmd, &out), 0, "%s", out);
+	free(out);
+	cr_assert_eq(stat(key, &st), 0, "the key was not made");
+	cr_expect_eq(st.st_mode & 07777, 0600);
+	cr_expect_eq(st.st_uid, geteuid());
+	cr_assert_eq(chmod(key, 0640), 0);
+	cr_expect_eq(test_q4khost(env, receipts, cmd, &out), 3, "%s", out);
+	cr_assert(asprintf(&want, "q4khost run: refused: the receipt key %s may be read or written "
+	                          "by others (mode 0640; fix: chmod 600 %s)\n",
+	                   key, key) > 0);
+	cr_expect_str_eq(out, want);
+	free(out);
+	free(want);
+	cr_assert_eq(chmod(key, 0600), 0);
+	if (geteuid() == 0) { /* only root can give a file away */
+		cr_assert_eq(chown(key, 65534, (gid_t)-1), 0);
+		cr_expect_eq(test_q4khost(env, receipts, cmd, &out), 3, "%s", out);
+		cr_expect(strstr(out, "is owned by uid 65534, not by this user (uid 0); each user keeps "
+		                      "a key of their own") != NULL, "%s", out);
+		free(out);
+	}
+	free(env);
+	free(cmd);
+	free(dir);
+	free(key);
+}
+
+/*
+ * A receipt that is a symbolic link is not followed: its target is not
+ * read (nothing of it reaches the report), F2 measures again, and the
+ * receipt it writes replaces the link, leaving the target as it was.
+ */
+Test(receipt_trust, a_symlinked_receipt_is_not_followed, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	static const char secret[] = "hunter2secret:$6$salt$hash:19000:0:99999:7:::\n";
+	char *out = NULL, *path, *target = NULL, *want = NULL, *text;
+	struct stat st;
+	size_t len;
+
+	cr_assert_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+	free(out);
+	path = only_receipt(receipts);
+	cr_assert(asprintf(&target, "%s/secret", receipts) > 0);
+	test_write_file(target, secret, strlen(secret));
+	cr_assert_eq(unlink(path), 0);
+	cr_assert_eq(symlink(target, path), 0);
+	cr_expect_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+	cr_assert(asprintf(&want, "F2: pass (fresh: receipt %s is a symbolic link: not followed; "
+	                          "measuring again)",
+	                   path) > 0);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect(strstr(out, "hunter2") == NULL, "the target was read: %s", out);
+	free(out);
+	cr_assert_eq(lstat(path, &st), 0);
+	cr_expect(S_ISREG(st.st_mode), "the link was not replaced by a receipt");
+	text = test_read_file(target, &len);
+	cr_expect(len == strlen(secret) && !memcmp(text, secret, len), "the target was written");
+	free(text);
+	free(want);
+	free(target);
+	free(path);
+}
+
+/*
+ * A receipt's time must be one: "created": "garbage", sealed with the
+ * user's key (what only the key holder could write), is void, named.
+ * A receipt of schema 4 (before receipts were sealed) is another
+ * version's: measured again, saying so.
+ */
+Test(receipt_trust, a_bad_time_or_an_unsealed_old_receipt_is_measured_again, .timeout = 300)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names), *receipts = test_tmpdir();
+	char *out = NULL, *path, *want = NULL;
+	json_t *original;
+	FILE *f;
+
+	cr_assert_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+	free(out);
+	path = only_receipt(receipts);
+	original = json_load_file(path, 0, NULL);
+	cr_assert_not_null(original);
+	forge(receipts, original, (const struct edit[]){ { "created", "\"garbage\"" }, { NULL, NULL } },
+	      path);
+	cr_expect_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+	cr_assert(asprintf(&want, "F2: pass (fresh: receipt %s: created \"garbage\" but a receipt's "
+	                          "time is UTC as 2026-11-30T06:01:24Z: ignored)",
+	                   path) > 0);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect(strstr(out, "receipt of garbage") == NULL, "%s", out);
+	free(out);
+	free(want);
+
+	json_object_set_new(original, "schema", json_integer(4));
+	json_object_del(original, "mac");
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	cr_assert_eq(json_dumpf(original, f, JSON_INDENT(1)), 0);
+	fclose(f);
+	cr_expect_eq(q4k(receipts, plugins, RUN, &out), 0, "%s", out);
+	cr_assert(asprintf(&want, "F2: pass (fresh: receipt %s is of schema 4 (an earlier version's, "
+	                          "unsigned); this host reads sealed receipts of schema 5: measuring "
+	                          "again)",
+	                   path) > 0);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+	free(want);
+	json_decref(original);
+	free(path);
+}
+
+/*
+ * A run that never needs a receipt needs neither the receipt folder nor
+ * the key: F2 off, or only the reference to serve (--backend cpu
+ * --kernel none), with a folder that cannot be made and a key that
+ * cannot be either; a run that may judge a variant is still refused
+ * before any work.
+ */
+Test(receipt_trust, a_run_that_needs_no_receipt_needs_no_folder, .timeout = 120)
+{
+	static const char *const names[] = { "cpu_q8act", NULL };
+	const char *plugins = test_plugin_dir(names), *tmp = test_tmpdir();
+	static const char *const runs[] = { "run -p 'The sky is' -n 2 --f2 off",
+		                            "run -p 'The sky is' -n 2 --backend cpu --kernel none" };
+	char *file = NULL, *env = NULL, *args = NULL, *out = NULL;
+
+	cr_assert(asprintf(&file, "%s/a-file", tmp) > 0);
+	test_write_file(file, "x\n", 2);
+	/* under a file: neither can be made, whoever runs it */
+	cr_assert(asprintf(&env, "Q4KHOST_F2_RECEIPT_DIR=%s/f2 Q4KHOST_RECEIPT_KEY=%s/receipt.key",
+	                   file, file) > 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert(asprintf(&args, "%s --plugin-path %s -m %s/tests/fixtures/tiny-llama.gguf",
+		                   i < 2 ? runs[i] : RUN, plugins, test_srcdir()) > 0);
+		if (i < 2) {
+			cr_expect_eq(test_q4khost(env, tmp, args, &out), 0, "%s: %s", args, out);
+		} else {
+			cr_expect_eq(test_q4khost(env, tmp, args, &out), 3, "%s: %s", args, out);
+			cr_expect(strstr(out, "F2 cannot keep its receipts there: cannot create it: Not a "
+			                      "directory") != NULL, "%s", out);
+		}
+		free(out);
+		free(args);
+	}
+	free(env);
+	free(file);
 }

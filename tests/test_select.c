@@ -183,7 +183,8 @@ Test(select, unknown_q4khost_variables_are_warnings)
 	                      "Q4KHOST_KERNEL (known: Q4KHOST_API_KEY, Q4KHOST_BACKEND, "
 	                      "Q4KHOST_CONFIG, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR, "
 	                      "Q4KHOST_F2_REQUIRE_DEEP, Q4KHOST_LOG, "
-	                      "Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_Q4K_KERNEL); "
+	                      "Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_Q4K_KERNEL, "
+	                      "Q4KHOST_RECEIPT_KEY); "
 	                      "ignored\n") != NULL, "%s", out);
 	cr_expect_null(strstr(out, "Q4KHOST_F2 ("), "a variable it reads: %s", out);
 	for (const char *p = out; (p = strstr(p, "unknown environment variable")); p++)

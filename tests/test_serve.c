@@ -98,6 +98,7 @@ static void server_start_env(struct server *s, const char *const *args, const ch
 		dup2(fd, 1);
 		dup2(fd, 2);
 		setenv("Q4KHOST_F2_RECEIPT_DIR", receipts, 1);
+		setenv("XDG_CONFIG_HOME", receipts, 1); /* and the receipt key */
 		if (gate)
 			setenv("Q4KH_TEST_GATE", gate, 1);
 		unsetenv("Q4KHOST_F2");
@@ -749,8 +750,8 @@ static char *q4khost_ok(const char *receipts, const char *args)
 {
 	char cmd[20000], *out;
 
-	snprintf(cmd, sizeof(cmd), "Q4KHOST_F2_RECEIPT_DIR=%s %s %s 2>&1", receipts, q4khost(),
-	         args);
+	snprintf(cmd, sizeof(cmd), "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s %s 2>&1",
+	         receipts, receipts, q4khost(), args);
 	cr_assert_eq(test_shell(cmd, &out), 0, "%s: %s", cmd, out);
 	return out;
 }
@@ -935,8 +936,9 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 
 	/* The receipt names the request and position; validate and run read it. */
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s validate --json -m %s --plugin-path %s 2>/dev/null",
-	         receipts, q4khost(), model, dir);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s validate --json -m %s "
+	         "--plugin-path %s 2>/dev/null",
+	         receipts, receipts, q4khost(), model, dir);
 	test_shell(cmd, &out);
 	o = json_loads(out, 0, NULL);
 	cr_assert_not_null(o, "%s", out);
@@ -950,8 +952,10 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	cr_assert_not_null(strstr(json_string_value(json_object_get(c, "message")), "position "));
 	json_decref(o);
 	free(out);
-	snprintf(cmd, sizeof(cmd), "Q4KHOST_F2_RECEIPT_DIR=%s %s run -m %s --plugin-path %s -n 2 2>&1 >/dev/null",
-	         receipts, q4khost(), model, dir);
+	snprintf(cmd, sizeof(cmd),
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s run -m %s --plugin-path %s -n 2 "
+	         "2>&1 >/dev/null",
+	         receipts, receipts, q4khost(), model, dir);
 	cr_assert_eq(test_shell(cmd, &out), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "F2 rejected first: cpu/serve-tail"), "%s", out);
 	cr_assert_not_null(strstr(out, "kernels: Q4_K=cpu built-in"), "%s", out);
@@ -1342,4 +1346,79 @@ Test(serve_deploy, kubernetes_example, .timeout = 120)
 	snprintf(args, sizeof(args), "%s/packaging/kubernetes/q4khost-serve.yaml %s", test_srcdir(),
 	         q4khost());
 	python_with("kubernetes-validate", "kubernetes_check.py", args);
+}
+
+/*
+ * A receipt edited by hand (docs/f2.md, R.1) decides nothing for serve
+ * either: defect-biased's broken receipt, edited into a pass without the
+ * key, is refused by its MAC at start-up, so the reference serves while
+ * F2 measures the variant again in the background, finds it broken, and
+ * the reference goes on serving.
+ */
+Test(serve, an_edited_receipt_does_not_serve, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ "defect_biased", NULL });
+	const char *model = fixture("tiny-llama.gguf"), *receipts = test_tmpdir();
+	const char *args[] = { "-m", model, "--plugin-path", dir, NULL };
+	char cmd[16384], *out, *log, *path;
+	struct server s;
+	json_t *r;
+
+	snprintf(cmd, sizeof(cmd),
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s validate -m %s --plugin-path %s "
+	         "--kernel defect-biased 2>&1",
+	         receipts, receipts, q4khost(), model, dir);
+	cr_assert_eq(test_shell(cmd, &out), 1, "%s", out);
+	free(out);
+	snprintf(cmd, sizeof(cmd), "ls %s/*.json", receipts);
+	cr_assert_eq(test_shell(cmd, &path), 0, "%s", path);
+	*strchr(path, '\n') = 0;
+	r = json_load_file(path, 0, NULL);
+	cr_assert_not_null(r, "%s", path);
+	json_object_set_new(r, "verdict", json_string("pass"));
+	cr_assert_eq(json_dump_file(r, path, JSON_INDENT(1)), 0);
+	json_decref(r);
+
+	server_start(&s, args, receipts, NULL);
+	log = await_log(&s, "background F2: cpu/defect-biased: broken: position 1 (prefill): ");
+	cr_expect_not_null(strstr(log, "fails its integrity check: edited, or written with another "
+	                               "key; measuring again]; cpu/built-in keeps serving"),
+	                   "%s", log);
+	free(log);
+	out = serving(&s);
+	cr_expect_str_eq(out, "cpu/built-in");
+	free(out);
+	server_stop(&s);
+	free(path);
+}
+
+/*
+ * serve that can need no receipt (--f2 off; or the reference alone,
+ * --backend cpu --kernel none) starts with a receipt folder, and a key,
+ * that cannot be made: it needs neither (docs/config.md, receipt_dir).
+ */
+Test(serve, f2_off_needs_no_receipt_folder, .timeout = 300)
+{
+	const char *dir = plugins((const char *const[]){ "cpu_q8act", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *off[] = { "-m", model, "--plugin-path", dir, "--f2", "off", NULL };
+	const char *ref[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu", "--kernel",
+		              "none", NULL };
+	char file[4200], receipts[4300], *p;
+	struct server s;
+
+	snprintf(file, sizeof(file), "%s/a-file", test_tmpdir());
+	test_write_file(file, "x\n", 2);
+	/* the folder and the key's folder (XDG_CONFIG_HOME) under a file */
+	snprintf(receipts, sizeof(receipts), "%s/f2", file);
+	server_start(&s, off, receipts, NULL);
+	p = serving(&s);
+	cr_expect_str_eq(p, "cpu/cpu-q8act");
+	free(p);
+	server_stop(&s);
+	server_start(&s, ref, receipts, NULL);
+	p = serving(&s);
+	cr_expect_str_eq(p, "cpu/built-in");
+	free(p);
+	server_stop(&s);
 }

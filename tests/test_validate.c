@@ -36,8 +36,9 @@ static json_t *validate(const char *plugins, const char *receipts, const char *a
 	FILE *p;
 
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --json --plugin-path %s %s",
-	         receipts, test_builddir(), plugins, args);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --json "
+	         "--plugin-path %s %s",
+	         receipts, receipts, test_builddir(), plugins, args);
 	p = popen(cmd, "r");
 	cr_assert_not_null(p);
 	j = json_loadf(p, 0, &jerr);
@@ -258,8 +259,8 @@ Test(validate, a_floor_below_the_catastrophic_one_is_refused)
 	test_write_file(cfg, "[plugin.defect-noisy]\nf2_floor = 0.5\n", 36);
 	snprintf(args, sizeof(args), "--config %s", cfg);
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s %s 2>&1 | grep -q 'f2_floor = \"0.5\": expected a number in \\[0.9, 1\\]'",
-	         receipts, test_builddir(), plugins, args);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s %s 2>&1 | grep -q 'f2_floor = \"0.5\": expected a number in \\[0.9, 1\\]'",
+	         receipts, receipts, test_builddir(), plugins, args);
 	status = system(cmd);
 	cr_expect_eq(WEXITSTATUS(status), 0, "the error names the key, its value and the range");
 }
@@ -413,8 +414,9 @@ static int run_cli(const char *plugins, const char *receipts, const char *args,
 	FILE *p;
 
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost run -n 2 -p Hello --plugin-path %s %s 2>&1",
-	         receipts, test_builddir(), plugins, args);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost run -n 2 -p Hello "
+	         "--plugin-path %s %s 2>&1",
+	         receipts, receipts, test_builddir(), plugins, args);
 	p = popen(cmd, "r");
 	cr_assert_not_null(p);
 	got = fread(out, 1, cap - 1, p);
@@ -595,8 +597,9 @@ Test(validate, memory_limits_are_parsed_wherever_they_are_set)
 	snprintf(cfg, sizeof(cfg), "%s/bad.ini", receipts);
 	test_write_file(cfg, "[f2]\nf2_memory_limit_mb = 1e3\n", 29);
 	snprintf(cmd, sizeof(cmd),
-	         "Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate --plugin-path %s --config %s",
-	         receipts, test_builddir(), plugins, cfg);
+	         "XDG_CONFIG_HOME=%s Q4KHOST_F2_RECEIPT_DIR=%s %s/host/cli/q4khost validate "
+	         "--plugin-path %s --config %s",
+	         receipts, receipts, test_builddir(), plugins, cfg);
 	cr_expect_eq(test_shell(cmd, &out), 3, "a bad config file: %s", out);
 	cr_expect(strstr(out, ":2 [f2]: f2_memory_limit_mb = \"1e3\": expected a whole number from 0 to 1073741824") != NULL,
 	          "%s", out);
@@ -748,7 +751,9 @@ Test(validate, a_backend_wrong_only_in_reused_prefixes_is_rejected, .timeout = 3
 
 /*
  * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
- * receipts written before probe kinds were; returns how many.
+ * receipts written before probe kinds were, sealed again with the user's
+ * key (an older host's receipt is measured again: its schema); returns
+ * how many.
  */
 static int strip_builtin_probe_kind(const char *receipts)
 {
@@ -768,8 +773,13 @@ static int strip_builtin_probe_kind(const char *receipts)
 		root = json_load_file(path, 0, &jerr);
 		key = json_object_get(root, "key");
 		if (!strcmp(str(key, "probe"), "builtin")) {
+			unsigned char k[32];
+
 			json_object_del(key, "probe");
+			json_object_del(root, "mac");
 			cr_assert_eq(json_dump_file(root, path, JSON_INDENT(1)), 0, "%s", path);
+			test_receipt_key(receipts, k);
+			test_receipt_seal(k, path);
 			n++;
 		}
 		json_decref(root);
@@ -1272,6 +1282,8 @@ static json_t *receipts_in(const char *dir)
 		cr_assert_not_null(j, "%s: %s", path, jerr.text);
 		json_object_del(j, "seconds");
 		json_object_del(j, "created");
+		/* sealed with each folder's own key, over the two above */
+		json_object_del(j, "mac");
 		json_object_set_new(all, d->d_name, j);
 	}
 	closedir(dp);

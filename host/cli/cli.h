@@ -15,6 +15,8 @@
 #include "guard.h"
 #include "registry.h"
 
+struct q4kh_select_request;
+
 enum q4kh_exit {
 	Q4KH_EXIT_OK = 0,
 	Q4KH_EXIT_FAIL = 1,    /* the work failed (I/O, backend error) */
@@ -227,7 +229,9 @@ void q4kh_cli_warn_line(void *command, const char *line);
  * every backend's enumeration in a helper process (enumerate.h: one that
  * crashes or hangs is refused) and check, before any work, the values of
  * every plugin's own settings and every F2 setting of C
- * (q4kh_cli_check_plugins). With HOST (NULL: none), the command's host
+ * (q4kh_cli_check_plugins), then the receipt folder and key
+ * (q4kh_receipt_dir_check: the commands that call this may need a
+ * receipt; run and serve check them with q4kh_cli_check_receipts). With HOST (NULL: none), the command's host
  * context is opened on the registry, without a model (q4kh_host_open:
  * the command opens it with q4kh_host_open_model), and the backends the
  * check starts are started in it, once; the caller closes HOST, before
@@ -258,6 +262,16 @@ int q4kh_cli_scan(const struct q4kh_config *c, const char *cli_path,
 int q4kh_cli_check_plugins(const char *command, const struct q4kh_registry *r,
                            const struct q4kh_config *c, struct q4kh_host *host, int quiet,
                            struct q4kh_error *err);
+
+/*
+ * For a command that serves RQ (run, serve), before any work: the receipt
+ * folder and key (q4kh_receipt_dir_check), but only when RQ may need a
+ * receipt (q4kh_select_needs_receipts: F2 not off, a candidate besides the
+ * reference), so that a run that needs none needs no folder. 0, or
+ * Q4KH_EXIT_INPUT with err.
+ */
+int q4kh_cli_check_receipts(const struct q4kh_select_request *rq, const struct q4kh_config *c,
+                            struct q4kh_error *err);
 
 /*
  * The names a command was given (--backend, else Q4KHOST_BACKEND; the

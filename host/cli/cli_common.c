@@ -418,7 +418,16 @@ int q4kh_cli_plugins(const char *command, const char *cli_path, const struct q4k
 		return rc;
 	if (host && q4kh_host_open(host, *out, c, NULL, err))
 		return Q4KH_EXIT_FAIL;
-	return q4kh_cli_check_plugins(command, *out, c, host, quiet, err);
+	rc = q4kh_cli_check_plugins(command, *out, c, host, quiet, err);
+	return rc ? rc : q4kh_receipt_dir_check(c, NULL, err) ? Q4KH_EXIT_INPUT : 0;
+}
+
+int q4kh_cli_check_receipts(const struct q4kh_select_request *rq, const struct q4kh_config *c,
+                            struct q4kh_error *err)
+{
+	return q4kh_select_needs_receipts(rq) && q4kh_receipt_dir_check(c, NULL, err)
+	               ? Q4KH_EXIT_INPUT
+	               : 0;
 }
 
 int q4kh_cli_check_names(const struct q4kh_registry *r, const char *kernel_cli,

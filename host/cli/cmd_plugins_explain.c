@@ -113,9 +113,10 @@ static int settings(const struct q4kh_registry *r, const struct q4kh_config *c,
 	backend = q4kh_settings_backend(backend_cli, backend_origin, sizeof(backend_origin));
 	q4kh_receipt_dir(c, dir, sizeof(dir), &dir_origin);
 	/* explained, not refused: this command diagnoses */
-	if (q4kh_receipt_dir_check(c, &err))
-		fprintf(stderr, "q4khost plugins: warning: %s; so run, validate, bench, qa, serve and "
-		        "conformance refuse to start (exit 3), whatever backend they would use\n",
+	if (q4kh_receipt_dir_check(c, NULL, &err))
+		fprintf(stderr, "q4khost plugins: warning: %s; so validate, bench, qa, conformance, "
+		        "and every run or serve that may need a receipt (F2 not off, a "
+		        "candidate besides the reference) refuse to start (exit 3)\n",
 		        err.msg);
 	if (json) {
 		json_object_set_new(out, "plugin_path", setting(r->path, r->path_origin));

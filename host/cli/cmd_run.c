@@ -457,13 +457,16 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	if (q4kh_registry_check_backend(r->registry, rq.backend, backend_origin, err))
 		return Q4KH_EXIT_PLUGIN;
 	rq.device = (uint32_t)o->device;
+	rq.kernel = o->kernel;
+	rq.host = &r->host;
+	if ((rc = q4kh_cli_check_receipts(&rq, r->config, err)))
+		return rc;
 	model = q4kh_cli_model(o->model, model_path, sizeof(model_path), err);
 	if (!model)
 		return Q4KH_EXIT_INPUT;
 	/* A bad file is the user's input error (exit 3), whatever serves it. */
 	if (q4kh_host_open_model(&r->host, model, err))
 		return Q4KH_EXIT_INPUT;
-	rq.host = &r->host;
 	r->tok = r->host.tok;
 	snprintf(r->model_path, sizeof(r->model_path), "%s", model);
 	snprintf(r->arch, sizeof(r->arch), "%s", r->host.model->arch->name);
@@ -474,7 +477,6 @@ static int setup(const struct run_opts *o, struct run *r, struct q4kh_error *err
 	rq.probe_origin = probe_origin;
 	rq.prompt = r->ids;
 	rq.n_prompt = r->n_ids;
-	rq.kernel = o->kernel;
 	if (q4kh_select(&rq, &r->sel, err)) {
 		if (r->sel.interrupted)
 			return q4kh_interrupt_exit_code(r->sel.interrupted);

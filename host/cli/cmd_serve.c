@@ -312,8 +312,20 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		srv->rq.deep_ctx = (uint32_t)o->ctx;
 		srv->rq.probe_origin = srv->deep_origin;
 	}
-	if ((rc = q4kh_cli_plugins("serve", o->plugin_path, srv->config, 0, &srv->host,
-	                           &srv->registry, err)))
+	if ((rc = q4kh_cli_scan(srv->config, o->plugin_path, &srv->registry, err)))
+		return rc;
+	if (q4kh_host_open(&srv->host, srv->registry, srv->config, NULL, err))
+		return Q4KH_EXIT_FAIL;
+	if ((rc = q4kh_cli_check_plugins("serve", srv->registry, srv->config, &srv->host, 0, err)))
+		return rc;
+	srv->rq.host = &srv->host;
+	srv->rq.config_file = o->config_file;
+	srv->rq.backend = q4kh_settings_backend(o->backend, origin, sizeof(origin));
+	srv->rq.device = (uint32_t)o->device;
+	srv->rq.kernel = o->kernel;
+	srv->rq.mode = srv->mode;
+	srv->rq.mode_origin = srv->mode_origin;
+	if ((rc = q4kh_cli_check_receipts(&srv->rq, srv->config, err)))
 		return rc;
 	if (o->model)
 		snprintf(srv->model_path, sizeof(srv->model_path), "%s", o->model);
@@ -331,13 +343,6 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 	snprintf(srv->model_id, sizeof(srv->model_id), "%.255s", base ? base + 1 : srv->model_path);
 	if (load_api_key(srv, err))
 		return Q4KH_EXIT_INPUT;
-	srv->rq.host = &srv->host;
-	srv->rq.config_file = o->config_file;
-	srv->rq.backend = q4kh_settings_backend(o->backend, origin, sizeof(origin));
-	srv->rq.device = (uint32_t)o->device;
-	srv->rq.kernel = o->kernel;
-	srv->rq.mode = srv->mode;
-	srv->rq.mode_origin = srv->mode_origin;
 	srv->n_slots = (int)o->parallel;
 	srv->n_ctx = (uint32_t)o->ctx;
 	return 0;

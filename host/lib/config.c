@@ -67,6 +67,33 @@ const char *q4kh_cache_home(char *buf, size_t cap)
 	return buf;
 }
 
+const char *q4kh_config_home(char *buf, size_t cap)
+{
+	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
+
+	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
+	if (xdg && xdg[0] == '/')
+		snprintf(buf, cap, "%s", xdg);
+	else
+		snprintf(buf, cap, "%s/.config", q4kh_home());
+	return buf;
+}
+
+int q4kh_mkdirs_private(const char *dir)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(path, 0700) != 0 && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* iniparser would print its own diagnostics to stderr; we word our own. */
 static int ini_quiet(const char *fmt, ...)
 {
@@ -257,14 +284,11 @@ static int add_conf_d(struct q4kh_config *c, const char *sysconfdir,
 static int add_user_file(struct q4kh_config *c, struct q4kh_error *err)
 {
 	const char *xdg = q4kh_env("XDG_CONFIG_HOME");
-	const char *home = q4kh_home();
+	char dir[4096];
 
-	/* The XDG base directory spec ignores a relative XDG_CONFIG_HOME. */
-	if (xdg && xdg[0] == '/')
-		return join_layer(c, xdg, "q4khost/q4khost.ini", 0, err);
-	if (home && *home)
-		return join_layer(c, home, ".config/q4khost/q4khost.ini", 0, err);
-	return 0;
+	if (!(xdg && xdg[0] == '/') && !*q4kh_home())
+		return 0; /* no home folder at all: no user file */
+	return join_layer(c, q4kh_config_home(dir, sizeof(dir)), "q4khost/q4khost.ini", 0, err);
 }
 
 int q4kh_config_load(const char *sysconfdir, const char *cli_file,

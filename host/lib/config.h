@@ -123,6 +123,21 @@ const char *q4kh_home(void);
 const char *q4kh_cache_home(char *buf, size_t cap);
 
 /*
+ * The user's configuration folder, into BUF: $XDG_CONFIG_HOME when it is
+ * an absolute path, else q4kh_home()/.config (a relative XDG_CONFIG_HOME
+ * ignored, as for q4kh_cache_home). For the user's q4khost.ini and receipt
+ * key.
+ */
+const char *q4kh_config_home(char *buf, size_t cap);
+
+/*
+ * DIR and every folder above it that is missing, as mkdir -p makes them,
+ * each new one 0700 (the user's receipts and key are theirs alone);
+ * folders that exist are left as they are. 0, or -1 with errno.
+ */
+int q4kh_mkdirs_private(const char *dir);
+
+/*
  * Read environment variable NAME, ignoring it in set-uid/set-gid programs
  * (secure_getenv), so an unprivileged user cannot steer a privileged host.
  */

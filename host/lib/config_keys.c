@@ -162,7 +162,7 @@ extern char **environ;
 static const char *const env_names[] = {
 	"Q4KHOST_API_KEY", "Q4KHOST_BACKEND", "Q4KHOST_CONFIG", "Q4KHOST_F2",
 	"Q4KHOST_F2_RECEIPT_DIR", "Q4KHOST_F2_REQUIRE_DEEP", "Q4KHOST_LOG", "Q4KHOST_MODEL",
-	"Q4KHOST_PLUGIN_PATH", "Q4KHOST_Q4K_KERNEL", NULL
+	"Q4KHOST_PLUGIN_PATH", "Q4KHOST_Q4K_KERNEL", "Q4KHOST_RECEIPT_KEY", NULL
 };
 
 size_t q4kh_env_check(void (*warn)(void *data, const char *line), void *data)

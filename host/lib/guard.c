@@ -279,6 +279,10 @@ int q4kh_guard_init(struct q4kh_guard *g, const struct q4kh_registry *r,
 	g->self_exe = q4kh_self_exe();
 	q4kh_receipt_dir(c, g->receipt_dir, sizeof(g->receipt_dir),
 	                 &g->receipt_dir_origin);
+	/* a guard keeps receipts: its folder and key, checked (and made) here,
+	 * where the first receipt is needed, never by a run that needs none */
+	if (q4kh_receipt_dir_check(c, &g->mac, err))
+		return -1;
 	snprintf(cache, sizeof(cache), "%s/hashes", g->receipt_dir);
 	q4kh_sha256_bytes(probe, n_probe * sizeof(*probe), g->probe_sha256);
 	/* a model this process holds is hashed from its mapping: no second open */
@@ -367,8 +371,7 @@ int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_regis
 	unsigned timeout;
 	uint64_t memory;
 
-	if (q4kh_receipt_dir_check(c, err) ||
-	    q4kh_guard_limits_where(c, &timeout, &memory, NULL, err) ||
+	if (q4kh_guard_limits_where(c, &timeout, &memory, NULL, err) ||
 	    q4kh_guard_rules_where(c, "cpu", Q4KH_ARITH_UNDECLARED, &rules, NULL, err))
 		return -1;
 	for (size_t i = 0; r && i < r->n_plugins; i++)
@@ -936,7 +939,7 @@ int q4kh_guard_measure(const struct q4kh_guard *g, const struct q4kh_candidate *
 	rc = q4kh_receipt_set_points(out, res.points, res.n_points, err);
 	q4kh_f2_result_free(&res);
 	if (rc == 0 && out->verdict != Q4KH_F2_NOT_MEASURED)
-		rc = q4kh_receipt_save(g->receipt_dir, id, out, err);
+		rc = q4kh_receipt_save(g->receipt_dir, id, &g->mac, out, err);
 	/* else nothing measured: nothing to remember */
 out:
 	if (progress >= 0)
@@ -1189,7 +1192,7 @@ int q4kh_guard_receipt(const struct q4kh_guard *g, const struct q4kh_receipt_key
 	/* a deep receipt decides for another probe: whichever deep probe it
 	 * ran (its tokens are the host's, its reach the context it was given) */
 	const int other_deep = !g->deep && !strcmp(key->probe, q4kh_f2_probe_name(Q4KH_F2_PROBE_DEEP));
-	int rc = q4kh_receipt_load(g->receipt_dir, id, out, &e);
+	int rc = q4kh_receipt_load(g->receipt_dir, id, &g->mac, out, &e);
 
 	if (rc) {
 		snprintf(why, cap, rc > 0 ? "%s" : "the receipt could not be read: %s", e.msg);
@@ -1416,7 +1419,7 @@ int q4kh_guard_check(const struct q4kh_guard *g, const struct q4kh_candidate *c,
 		snprintf(out->receipt.message, sizeof(out->receipt.message), "%s", why);
 		record_limit(g, hit, &out->receipt);
 		out->verdict = Q4KH_F2_REJECT;
-		return q4kh_receipt_save(g->receipt_dir, id, &out->receipt, err);
+		return q4kh_receipt_save(g->receipt_dir, id, &g->mac, &out->receipt, err);
 	}
 	if (q4kh_guard_receipt(g, &key, id, &out->receipt, absent, sizeof(absent)) != 0) {
 		/* The child ran but measured nothing (F2.4); a receipt left

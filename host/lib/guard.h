@@ -115,6 +115,7 @@ struct q4kh_guard {
 	char model_sha256[Q4KH_SHA256_HEX];
 	char receipt_dir[4096];
 	const char *receipt_dir_origin;
+	struct q4kh_receipt_mac mac; /* the key receipts are sealed with */
 	const int32_t *probe; /* owned by the caller */
 	size_t n_probe;
 	char probe_sha256[Q4KH_SHA256_HEX];
@@ -204,13 +205,14 @@ int q4kh_guard_rules(const struct q4kh_guard *g, const struct q4kh_candidate *c,
                      struct q4kh_f2_rules *rules, struct q4kh_error *err);
 
 /*
- * Every F2 setting of C, checked before any work: the receipt folder
- * (q4kh_receipt_dir_check), [f2] f2_timeout_s and
+ * Every F2 setting of C, checked before any work: [f2] f2_timeout_s and
  * f2_memory_limit_mb, and the rules (f2_floor, f2_decode_steps,
  * f2_probe_tokens) of [f2] and of [plugin.NAME] for every plugin R
  * accepted (R may be NULL). -1 with err naming the file, line, key and
  * the range: a bad config file, to be refused, never a candidate that
- * quietly "could not be decided".
+ * quietly "could not be decided". The receipt folder and key are the
+ * commands' to check, where they may need a receipt
+ * (q4kh_receipt_dir_check; q4kh_guard_init checks them too).
  */
 int q4kh_guard_config_check(const struct q4kh_config *c, const struct q4kh_registry *r,
                             struct q4kh_error *err);

@@ -13,10 +13,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "secure.h"
+
 /* 2: every measured position is kept ("points"). 4: their cosines to
  * the last bit, so that the summary is derived from them exactly when read
- * (receipt_check.h). */
-#define RECEIPT_SCHEMA 4
+ * (receipt_check.h). 5: sealed by an HMAC-SHA256 under this user's key
+ * ("mac", last: receipt_mac.h). */
+#define RECEIPT_SCHEMA 5
+
+#define MAC_START Q4KH_RECEIPT_MAC_START
+#define MAC_END Q4KH_RECEIPT_MAC_END
+/* The largest receipt file read: a deep probe's 4,136 points take 200 KiB. */
+#define RECEIPT_MAX_BYTES (64u << 20)
 
 void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
                       const char **origin)
@@ -37,41 +45,31 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 	}
 }
 
-/* DIR and every folder above it that is missing, as mkdir -p does, each
- * new one 0700 (receipts are this user's); 0, or -1 with errno. */
-static int mkdirs(const char *dir)
-{
-	char path[4096];
 
-	snprintf(path, sizeof(path), "%s", dir);
-	for (char *p = path + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			if (mkdir(path, 0700) != 0 && errno != EEXIST)
-				return -1;
-			*p = '/';
-		}
-	return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err)
+int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac *mac,
+                           struct q4kh_error *err)
 {
-	char dir[4096], where[700], created[300];
+	char dir[4096], where[700], created[300], untrusted[700];
 	const char *origin, *why;
+	struct q4kh_receipt_mac own;
 	struct stat st;
 
 	q4kh_receipt_dir(c, dir, sizeof(dir), &origin);
 	if (dir[0] != '/') {
 		why = "a relative folder would depend on the current directory; give an absolute path";
-	} else if (mkdirs(dir) != 0) {
+	} else if (q4kh_mkdirs_private(dir) != 0) {
 		snprintf(created, sizeof(created), "cannot create it: %s", strerror(errno));
 		why = created;
 	} else if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
 		why = strerror(ENOTDIR); /* a file of that name: mkdir saw EEXIST */
 	} else if (access(dir, W_OK | X_OK) != 0) {
 		why = strerror(errno);
+	} else if (stat(dir, &st) == 0 &&
+	           q4kh_secure_untrusted(&st, "receipt folder", dir, untrusted, sizeof(untrusted))) {
+		/* whoever else may write it could plant or swap receipts */
+		why = untrusted;
 	} else {
-		return 0;
+		return q4kh_receipt_mac_load(mac ? mac : &own, err);
 	}
 	if (!strcmp(origin, "Q4KHOST_F2_RECEIPT_DIR"))
 		return q4kh_fail(err, "Q4KHOST_F2_RECEIPT_DIR=%s: F2 cannot keep its receipts there: %s",
@@ -291,44 +289,139 @@ static void load_limit(json_t *o, struct q4kh_receipt *out)
 	out->limit_value = (uint64_t)json_integer_value(v);
 }
 
-int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
-                      struct q4kh_error *err)
+/*
+ * The file PATH into *BUF (malloc()ed, NUL-terminated; *LEN bytes):
+ * opened without following a symbolic link, or blocking on a FIFO, and
+ * only when it is a regular file. 0; 1 with err when there is none, or
+ * when it is a symbolic link or not a regular file (it counts as none, and
+ * the next receipt written replaces it); -1 with err.
+ */
+static int read_receipt(const char *path, char **buf, size_t *len, struct q4kh_error *err)
 {
-	char path[4096];
-	json_error_t jerr;
-	json_t *root;
-	json_int_t schema;
-	const char *v;
-	int rc = -1;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	ssize_t n = 0;
 
-	q4kh_receipt_path(dir, id, path, sizeof(path));
-	if (access(path, F_OK) != 0) {
+	*buf = NULL;
+	if (fd < 0 && errno == ENOENT) {
 		q4kh_fail(err, "no receipt");
 		return 1;
 	}
-	memset(out, 0, sizeof(*out));
-	root = json_load_file(path, 0, &jerr);
-	if (!root) {
-		char shown[256]; /* jansson quotes the text it stopped at, raw */
+	if (fd < 0 && errno == ELOOP) {
+		q4kh_fail(err, "receipt %s is a symbolic link: not followed; measuring again", path);
+		return 1;
+	}
+	if (fd < 0)
+		return q4kh_fail(err, "receipt %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > RECEIPT_MAX_BYTES) {
+		close(fd);
+		q4kh_fail(err, "receipt %s is not a regular file of at most %u MiB: not read; measuring again",
+		          path, RECEIPT_MAX_BYTES >> 20);
+		return 1;
+	}
+	*buf = malloc((size_t)st.st_size + 1);
+	while (*buf && (size_t)n < (size_t)st.st_size) {
+		ssize_t k = read(fd, *buf + n, (size_t)st.st_size - (size_t)n);
 
-		return q4kh_fail(err, "%s:%d: %s", path, jerr.line,
-		                 q4kh_show(shown, sizeof(shown), jerr.text, strlen(jerr.text),
-		                           sizeof(jerr.text), 0));
+		if (k <= 0)
+			break;
+		n += k;
 	}
-	schema = json_integer_value(json_object_get(root, "schema"));
-	if (json_is_integer(json_object_get(root, "schema")) && schema != RECEIPT_SCHEMA) {
-		/* Another host version's receipt: absent, not broken. */
-		q4kh_fail(err, "the receipt is of schema %lld; this host reads schema %d",
-		          (long long)schema, RECEIPT_SCHEMA);
-		rc = 1;
-		goto out;
+	close(fd);
+	if (!*buf || n != st.st_size) {
+		const int oom = !*buf;
+
+		free(*buf);
+		*buf = NULL;
+		return q4kh_fail(err, "receipt %s: cannot read it%s", path, oom ? ": out of memory" : "");
 	}
+	(*buf)[n] = 0;
+	*len = (size_t)n;
+	return 0;
+}
+
+/*
+ * How much of the receipt TEXT (LEN bytes) MAC covers: the bytes before
+ * its MAC_START, when it ends in a MAC under K that is the MAC of them;
+ * else 0.
+ */
+static size_t sealed_length(const struct q4kh_receipt_mac *k, const char *text, size_t len)
+{
+	const size_t start = strlen(MAC_START), end = strlen(MAC_END);
+	size_t body;
+	char mac[Q4KH_RECEIPT_MAC_HEX];
+
+	if (len < start + 64 + end)
+		return 0;
+	body = len - end - 64 - start;
+	if (memcmp(text + body, MAC_START, start) || memcmp(text + len - end, MAC_END, end))
+		return 0;
+	memcpy(mac, text + body + start, 64);
+	mac[64] = 0;
+	return q4kh_receipt_mac_ok(k, text, body, mac) ? body : 0;
+}
+
+/*
+ * Why receipt PATH (TEXT, LEN bytes) has no MAC of ours: another
+ * version's receipt (a schema number other than ours: those before 5 were
+ * not sealed), else an integrity failure. Nothing of the file is quoted:
+ * it may be anything, a secret file included.
+ */
+static int unsealed(const char *path, const char *text, size_t len, struct q4kh_error *err)
+{
+	json_t *root = json_loadb(text, len, 0, NULL);
+	json_t *schema = json_object_get(root, "schema");
+
+	if (json_is_integer(schema) && json_integer_value(schema) != RECEIPT_SCHEMA)
+		q4kh_fail(err, "receipt %s is of schema %lld%s; this host reads sealed receipts of schema %d: measuring again",
+		          path, (long long)json_integer_value(schema),
+		          json_integer_value(schema) < RECEIPT_SCHEMA ? " (an earlier version's, unsigned)" : "",
+		          RECEIPT_SCHEMA);
+	else
+		q4kh_fail(err, "receipt %s fails its integrity check: edited, or written with another key; measuring again",
+		          path);
+	json_decref(root);
+	return 1;
+}
+
+int q4kh_receipt_load(const char *dir, const char *id, const struct q4kh_receipt_mac *k,
+                      struct q4kh_receipt *out, struct q4kh_error *err)
+{
+	char path[4096], *text;
+	const char *v, *stored_id;
+	size_t len = 0, body;
+	json_t *root;
+	int rc;
+
+	q4kh_receipt_path(dir, id, path, sizeof(path));
+	memset(out, 0, sizeof(*out));
+	if ((rc = read_receipt(path, &text, &len, err)))
+		return rc;
+	body = sealed_length(k, text, len);
+	if (!body) {
+		rc = unsealed(path, text, len, err);
+		free(text);
+		return rc;
+	}
+	/* sealed: the content is ours, and it must still parse as a receipt */
+	rc = -1;
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+	free(text);
 	v = json_string_value(json_object_get(root, "verdict"));
-	if (!json_is_integer(json_object_get(root, "schema")) ||
-	    key_parse(json_object_get(root, "key"), &out->key) || !v ||
+	stored_id = json_string_value(json_object_get(root, "id"));
+	if (!root || json_integer_value(json_object_get(root, "schema")) != RECEIPT_SCHEMA ||
+	    !stored_id || key_parse(json_object_get(root, "key"), &out->key) || !v ||
 	    points_parse(json_object_get(root, "points"), out)) {
 		q4kh_receipt_free(out);
 		q4kh_fail(err, "%s: not a receipt of schema %d", path, RECEIPT_SCHEMA);
+		goto out;
+	}
+	/* a sealed receipt of another candidate, copied over this one's */
+	if (strcmp(stored_id, id)) {
+		q4kh_receipt_free(out);
+		q4kh_fail(err, "receipt %s is another candidate's (its id is not this one's): measuring again",
+		          path);
+		rc = 1;
 		goto out;
 	}
 	out->verdict = Q4KH_F2_NOT_MEASURED;
@@ -352,7 +445,30 @@ out:
 	return rc;
 }
 
-int q4kh_receipt_save(const char *dir, const char *id,
+/* ROOT as receipt text (write_json) with its MAC under K into the file F. */
+static int write_sealed(FILE *f, json_t *root, const struct q4kh_receipt *r,
+                        const struct q4kh_receipt_mac *k)
+{
+	char *text = NULL, mac[Q4KH_RECEIPT_MAC_HEX];
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+	int ok = m && write_json(m, root, r);
+
+	if (m)
+		ok = fclose(m) == 0 && ok;
+	/* write_json ends in "\n}\n": the MAC goes before the brace */
+	ok = ok && len > 3;
+	if (ok) {
+		len -= 3;
+		q4kh_receipt_mac_of(k, text, len, mac);
+		ok = fwrite(text, 1, len, f) == len &&
+		     fprintf(f, "%s%s%s", MAC_START, mac, MAC_END) > 0;
+	}
+	free(text);
+	return ok;
+}
+
+int q4kh_receipt_save(const char *dir, const char *id, const struct q4kh_receipt_mac *k,
                       const struct q4kh_receipt *r, struct q4kh_error *err)
 {
 	char path[4096], tmp[4200], created[32];
@@ -362,11 +478,11 @@ int q4kh_receipt_save(const char *dir, const char *id,
 	int fd, rc;
 	FILE *f;
 
-	if (mkdirs(dir) != 0)
+	if (q4kh_mkdirs_private(dir) != 0)
 		return q4kh_fail(err, "%s: cannot create the receipt folder: %s", dir,
 		                 strerror(errno));
 	gmtime_r(&t, &tm);
-	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	strftime(created, sizeof(created), Q4KH_RECEIPT_TIME_FORMAT, &tm);
 	root = json_pack("{s:i, s:s, s:o, s:s, s:s, s:I, s:i, s:i, s:f, s:s, s:s}",
 	                 "schema", RECEIPT_SCHEMA, "id", id, "key", key_json(&r->key),
 	                 "verdict", verdicts[r->verdict], "message", r->message,
@@ -384,11 +500,13 @@ int q4kh_receipt_save(const char *dir, const char *id,
 		                    json_pack("{s:s, s:I}", "kind", r->limit, "value",
 		                              (json_int_t)r->limit_value));
 	q4kh_receipt_path(dir, id, path, sizeof(path));
+	/* a new file (never one planted under its name, nor a link's target),
+	 * renamed over the receipt: rename replaces a link, never follows it */
 	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	rc = f && write_json(f, root, r) && fflush(f) == 0 &&
-	     fsync(fileno(f)) == 0;
+	rc = f && write_sealed(f, root, r, k) && fflush(f) == 0 && fsync(fileno(f)) == 0;
 	if (f)
 		rc = fclose(f) == 0 && rc;
 	else if (fd >= 0)

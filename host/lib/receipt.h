@@ -13,7 +13,10 @@
  * checked against them when it is read (receipt_check.h; this file only
  * reads and writes). The file format carries a schema number
  * (RECEIPT_SCHEMA in receipt.c); a file of another schema counts as no
- * receipt. Functions are thread-safe for distinct receipts.
+ * receipt. Each file ends in an HMAC-SHA256 of its content under this
+ * user's receipt key (receipt_mac.h): one without a MAC of that key, edited
+ * or written with another, counts as no receipt either (docs/f2.md, R.1).
+ * Functions are thread-safe for distinct receipts.
  */
 #ifndef Q4KH_RECEIPT_H
 #define Q4KH_RECEIPT_H
@@ -24,8 +27,12 @@
 #include "error.h"
 #include "f2.h"
 #include "hash.h"
+#include "receipt_mac.h"
 
-#define Q4KH_RECEIPT_PLUGINS 3 /* reference, backend, kernel variant */
+#define Q4KH_RECEIPT_PLUGINS 3
+/* A receipt's "created", for strftime and strptime: UTC, ISO 8601,
+ * "2026-11-30T06:01:24Z". */
+#define Q4KH_RECEIPT_TIME_FORMAT "%Y-%m-%dT%H:%M:%SZ" /* reference, backend, kernel variant */
 
 struct q4kh_receipt_plugin {
 	char role[16];  /* "reference", "backend", "variant" */
@@ -122,14 +129,20 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
  * Whether receipts can be kept in the receipt folder of C (the one
  * q4kh_receipt_dir gives), checked before any work by making it: created
  * with the folders above it that are missing (mkdir -p, each new one
- * 0700), it must be a folder this process may write. -1 with err in one line that
- * names where the folder was set (Q4KHOST_F2_RECEIPT_DIR=..., [f2]
- * receipt_dir with its file and line, or the default), the path and why
- * ("Not a directory", "Permission denied", "cannot create it: No such file
- * or directory" under /proc, or a relative path: it would depend on the
- * current directory).
+ * 0700), it must be a folder this process may write and nobody else may
+ * (q4kh_secure_untrusted, the plugin folders' rule: whoever else can write
+ * it could plant receipts), and this user's receipt key must load
+ * (q4kh_receipt_mac_load, which makes it at first use) into *MAC (NULL:
+ * only checked). -1 with err in one line that names where the folder was set
+ * (Q4KHOST_F2_RECEIPT_DIR=..., [f2] receipt_dir with its file and line, or
+ * the default), the path and why ("Not a directory", "Permission denied",
+ * "cannot create it: No such file or directory" under /proc, a relative
+ * path: it would depend on the current directory, "refused: the receipt
+ * folder PATH is writable by others (mode 0777; fix: chmod o-w PATH)"),
+ * or the key file and why it is refused.
  */
-int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_error *err);
+int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac *mac,
+                           struct q4kh_error *err);
 
 /*
  * The file of candidate ID's receipt in DIR into BUF (CAP bytes):
@@ -141,17 +154,29 @@ void q4kh_receipt_path(const char *dir, const char *id, char *buf, size_t cap);
 /*
  * Read the receipt of candidate ID (any printable identity string, e.g.
  * "MODEL-SHA cuda cuda-mwv GPU-…") from DIR into *out, which is
- * overwritten (free its points first). 0 on success; 1 when there is none
- * or it is of another schema, with err saying which; -1 with err for a
- * file that exists but cannot be parsed (the caller treats it as absent
- * and overwrites it). It reads what the file says, true or not: whether
- * that may be believed is q4kh_receipt_check's to say.
+ * overwritten (free its points first). The file is opened without
+ * following a symbolic link and read only when it is a regular file, and
+ * believed only when it ends in K's MAC of its content and names ID.
+ * 0 on success; 1 with err in one line naming the file when there is
+ * none, when it is a symbolic link ("receipt PATH is a symbolic link: not
+ * followed; measuring again") or not a regular file, of another schema
+ * ("receipt PATH is of schema 4 (an earlier version's, unsigned); ...:
+ * measuring again"), when it fails its integrity check ("receipt PATH
+ * fails its integrity check: edited, or written with another key;
+ * measuring again": nothing of its content is quoted) or is another
+ * candidate's; -1 with err for a file that cannot be read or a sealed one
+ * that does not parse. Either way the caller treats it as absent, and the
+ * next receipt written replaces it. It
+ * reads what the file says: whether that may be believed is
+ * q4kh_receipt_check's to say.
  */
-int q4kh_receipt_load(const char *dir, const char *id, struct q4kh_receipt *out,
-                      struct q4kh_error *err);
+int q4kh_receipt_load(const char *dir, const char *id, const struct q4kh_receipt_mac *k,
+                      struct q4kh_receipt *out, struct q4kh_error *err);
 
-/* Write R as the receipt of ID into DIR (created if missing). */
-int q4kh_receipt_save(const char *dir, const char *id,
+/* Write R, sealed with K's MAC, as the receipt of ID into DIR (created if
+ * missing): into a new file, renamed over the receipt (a symbolic link of
+ * its name is replaced, never followed). */
+int q4kh_receipt_save(const char *dir, const char *id, const struct q4kh_receipt_mac *k,
                       const struct q4kh_receipt *r, struct q4kh_error *err);
 
 /*

@@ -1,9 +1,12 @@
+#include "buildconf.h"
+
 #include "receipt_check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void q4kh_receipt_rules(const struct q4kh_receipt_key *key, struct q4kh_f2_rules *rules)
 {
@@ -146,6 +149,23 @@ static int check_summary(const char *path, const struct q4kh_receipt *r,
 	return 0;
 }
 
+/* Whether S is a time as receipts write it (Q4KH_RECEIPT_TIME_FORMAT),
+ * every field in range: 1 when it is. */
+static int is_time(const char *s)
+{
+	struct tm tm = { 0 }, back;
+	time_t t;
+	const char *end = strptime(s, Q4KH_RECEIPT_TIME_FORMAT, &tm);
+
+	/* strptime takes fields of fewer digits: the length is a receipt's */
+	if (!end || *end || strlen(s) != 20)
+		return 0;
+	back = tm;
+	t = timegm(&back);
+	/* timegm normalises a day past its month's end (February 30) */
+	return t != (time_t)-1 && back.tm_mday == tm.tm_mday && back.tm_mon == tm.tm_mon;
+}
+
 int q4kh_receipt_check(const char *path, const struct q4kh_receipt *r,
                        const struct q4kh_f2_plan *plan, struct q4kh_error *err)
 {
@@ -153,7 +173,11 @@ int q4kh_receipt_check(const char *path, const struct q4kh_receipt *r,
 	struct q4kh_f2_rules rules;
 	struct q4kh_f2_result res = { 0 };
 	int rc = 0;
+	char shown[4 * 32 + 8];
 
+	if (!is_time(r->created))
+		return VOID(err, path, "created \"%s\" but a receipt's time is UTC as 2026-11-30T06:01:24Z",
+		            q4kh_show(shown, sizeof(shown), r->created, strlen(r->created), 32, 1));
 	if (!r->n_points)
 		return check_pointless(path, r, err);
 	if (r->n_points != rows) {

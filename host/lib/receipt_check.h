@@ -24,6 +24,7 @@ void q4kh_receipt_rules(const struct q4kh_receipt_key *key, struct q4kh_f2_rules
  * Whether receipt R, read from the file PATH, says what its points say on
  * PLAN, the plan of its key (q4kh_guard_plan), under its key's rules
  * (q4kh_receipt_rules):
+ *  - its created is a time as receipts write it (Q4KH_RECEIPT_TIME_FORMAT);
  *  - its points are PLAN's: as many, each at PLAN's decode step, and marked
  *    as PLAN treats its position ("unjudged": compared, not judged;
  *    "skipped": not compared; any other mark: judged);

@@ -248,6 +248,19 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	return kept;
 }
 
+int q4kh_select_needs_receipts(const struct q4kh_select_request *rq)
+{
+	struct q4kh_candidate list[Q4KH_SELECT_MAX];
+	struct q4kh_error e = { { 0 } };
+	int n = rq->mode == Q4KH_F2_OFF ? 0 : q4kh_select_plan(rq, list, NULL, 0, &e);
+
+	/* a plan that fails is q4kh_select's error to report, before any receipt */
+	for (int i = 0; i < n; i++)
+		if (!q4kh_candidate_is_reference(&list[i]))
+			return 1;
+	return 0;
+}
+
 /* Open backend, model and variant of C into OUT. */
 static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_candidate *c,
                      struct q4kh_selection *out, struct q4kh_error *err)

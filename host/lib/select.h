@@ -120,6 +120,14 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
                      struct q4kh_error *err);
 
 /*
+ * Whether q4kh_select may need a receipt for RQ: F2 is not off and its
+ * plan (q4kh_select_plan) holds a candidate other than the reference. 0
+ * too when the plan fails (q4kh_select then says why). A run that needs
+ * none needs no receipt folder (docs/config.md, receipt_dir).
+ */
+int q4kh_select_needs_receipts(const struct q4kh_select_request *rq);
+
+/*
  * 0 when some accepted backend of host context H (BACKEND alone, when not
  * NULL) has device DEVICE, the backends started in H; else -1 with the
  * error q4kh_select_plan gives for it: no backend plugin on the path (the

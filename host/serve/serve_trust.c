@@ -347,7 +347,8 @@ int serve_trust_start(struct serve *srv, struct q4kh_error *err)
 		serve_log("left out: %.*s", (int)len, s);
 		s += len + (s[len] == '\n');
 	}
-	if (srv->mode != Q4KH_F2_OFF && q4kh_decide_guard_open(&srv->judge, &srv->rq, err))
+	/* no guard, and no receipt folder, where nothing can need a receipt */
+	if (q4kh_select_needs_receipts(&srv->rq) && q4kh_decide_guard_open(&srv->judge, &srv->rq, err))
 		return -1;
 	if (srv->mode == Q4KH_F2_REQUIRE)
 		return start_synchronous(srv, err);
@@ -428,6 +429,6 @@ int serve_trust_demotion_receipt(struct serve *srv, const struct q4kh_candidate 
 	r.worst_decode_step = -1;
 	r.seconds = res->seconds;
 	snprintf(r.message, sizeof(r.message), "%s", message);
-	rc = q4kh_receipt_save(srv->judge.g->receipt_dir, id, &r, err);
+	rc = q4kh_receipt_save(srv->judge.g->receipt_dir, id, &srv->judge.g->mac, &r, err);
 	return rc ? -1 : 0;
 }

@@ -7,7 +7,11 @@
  * back: the second reading must equal the first, field by field (a
  * point's cosine to the last bit, which receipts keep), and must be as
  * believable as the first, since the guard trusts a receipt it wrote
- * itself.
+ * itself. The input is the receipt's content (the JSON object up to its
+ * last member, without its closing brace: the seeds): it is sealed with a
+ * key of the target's before it is read (receipt_mac.h), so that the
+ * parser, not the MAC, is what is fuzzed; the unsealed input is read too,
+ * and must be refused.
  */
 #include "fuzz.h"
 
@@ -74,7 +78,8 @@ static int believed(const char *path, const struct q4kh_receipt *r)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char in[4200], out[4200], path[4300], why[256];
+	static const struct q4kh_receipt_mac key = { "fuzz key, 32 bytes, not secret", "" };
+	char in[4200], out[4200], path[4300], why[256], mac[Q4KH_RECEIPT_MAC_HEX];
 	struct q4kh_receipt r, again;
 	struct q4kh_receipt_key mine;
 	struct q4kh_error err;
@@ -88,7 +93,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f = fopen(path, "wb");
 	if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
 		fuzz_violation("cannot write %s", path);
-	rc = q4kh_receipt_load(in, ID, &r, &err);
+	if (q4kh_receipt_load(in, ID, &key, &r, &err) == 0)
+		fuzz_violation("an unsealed receipt was read");
+	fuzz_check_error(&err, "q4kh_receipt_load");
+	q4kh_receipt_mac_of(&key, data, size, mac);
+	f = fopen(path, "ab");
+	if (!f || fprintf(f, "%s%s%s", Q4KH_RECEIPT_MAC_START, mac, Q4KH_RECEIPT_MAC_END) < 0 ||
+	    fclose(f) != 0)
+		fuzz_violation("cannot seal %s", path);
+	rc = q4kh_receipt_load(in, ID, &key, &r, &err);
 	if (rc != 0) {
 		fuzz_check_error(&err, "q4kh_receipt_load");
 		return 0;
@@ -97,10 +110,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	snprintf(mine.model_sha256, sizeof(mine.model_sha256), "%064d", 0);
 	q4kh_receipt_key_diff(&r.key, &mine, why, sizeof(why));
 	q4kh_receipt_key_diff(&mine, &r.key, why, sizeof(why));
-	if (q4kh_receipt_save(out, ID, &r, &err))
+	if (q4kh_receipt_save(out, ID, &key, &r, &err))
 		fuzz_violation("a receipt that loaded cannot be written: %s", err.msg);
 	trusted = believed(path, &r);
-	if (q4kh_receipt_load(out, ID, &again, &err) != 0)
+	if (q4kh_receipt_load(out, ID, &key, &again, &err) != 0)
 		fuzz_violation("a receipt we wrote does not load: %s", err.msg);
 	check_same(&r, &again);
 	if (trusted && !believed(path, &again))
