@@ -618,6 +618,36 @@ Test(serve, sigterm_drains, .timeout = 600)
 
 
 /*
+ * A second SIGINT, a second after the first, stops serve at once (the
+ * top-level --help's promise): the drain of the first would wait 300 s
+ * for the request the serve-gated variant holds; serve ends by SIGINT.
+ */
+Test(serve, a_second_sigint_stops_at_once, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-gated",
+		               "--idle-timeout", "300", "--shutdown-timeout", "300", NULL };
+	char hold[4200], env[4300], py[16384];
+	struct server s;
+	int status = 0, ended = 0;
+
+	snprintf(hold, sizeof(hold), "%s/hold", test_tmpdir());
+	snprintf(env, sizeof(env), "Q4KH_TEST_HOLD=%s", hold);
+	server_start_env(&s, args, test_tmpdir(), NULL, env);
+	snprintf(py, sizeof(py), "%s %d %s %s", s.url, (int)s.pid, s.log, hold);
+	python("second_signal.py", py);
+	for (int i = 0; i < POLLS && !ended; i++, sleep_ms(100))
+		ended = waitpid(s.pid, &status, WNOHANG) == s.pid;
+	if (!ended)
+		kill(s.pid, SIGKILL);
+	cr_assert(ended, "serve still runs after a second SIGINT");
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+	          "serve did not end by SIGINT (the shell's 130): status 0x%x", status);
+}
+
+
+/*
  * Start S (ARGS, RECEIPTS, GATE: server_start) and see that it serves
  * PATH at once, trusted on F2's pass from SOURCE ("receipt of "), with no
  * measurement in the background. Its log (malloc()ed).
@@ -946,6 +976,66 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	cr_assert_not_null(strstr(out, "F2 rejected first: cpu/serve-tail"), "%s", out);
 	cr_assert_not_null(strstr(out, "kernels: Q4_K=cpu built-in"), "%s", out);
 	free(out);
+}
+
+/*
+ * A demotion that leaves nothing to serve is for good: --kernel serve-tail
+ * leaves the reference out, so after shadow parity demotes it every
+ * request gets 503 without Retry-After (a retry cannot help), its message
+ * saying why and that serve must be restarted; /health says the same.
+ */
+Test(serve, a_demotion_with_nothing_left_says_restart, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "serve_tail", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-tail",
+		               "--f2-shadow", "1", NULL };
+	const char *req = "{\"prompt\": \"Hi\", \"max_tokens\": 2}";
+	struct server s;
+	struct reply r;
+	json_t *h = NULL, *e;
+	const char *msg;
+	int rejected = 0;
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	/* 76 prompt tokens: a batch with a tail of 4 columns, which it gets wrong */
+	r = http(&s, "POST", "/v1/completions",
+	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
+	         "while the farmer watches from the old barn near the river. The quick brown fox "
+	         "jumps over the lazy dog again and again, while the farmer watches from the old "
+	         "barn near the river\", \"max_tokens\": 4}");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	reply_free(&r);
+	for (int i = 0; i < POLLS && !rejected; i++, sleep_ms(100)) {
+		h = health(&s);
+		rejected = (int)json_integer_value(
+			json_object_get(json_object_get(h, "shadow"), "rejected"));
+		json_decref(h);
+	}
+	cr_assert_eq(rejected, 1);
+	await_log(&s, "switching from cpu/serve-tail to none");
+	r = http(&s, "POST", "/v1/completions", req);
+	cr_assert_eq(r.status, 503, "%s", r.body);
+	cr_expect_null(strcasestr(r.headers, "Retry-After"), "%s", r.headers);
+	e = json_loads(r.body, 0, NULL);
+	cr_assert_not_null(e, "%s", r.body);
+	msg = json_string_value(json_object_get(json_object_get(e, "error"), "message"));
+	cr_assert_not_null(msg, "%s", r.body);
+	cr_expect_not_null(strstr(msg, "nothing serves until q4khost serve is restarted: shadow "
+	                               "parity demoted cpu/serve-tail (request cmpl-1)"), "%s", msg);
+	cr_expect_not_null(strstr(msg, "restart serve"), "%s", msg);
+	json_decref(e);
+	reply_free(&r);
+	h = health(&s);
+	cr_expect_str_eq(json_string_value(json_object_get(h, "status")), "unavailable");
+	cr_expect(json_is_false(json_object_get(h, "ready")));
+	msg = json_string_value(json_object_get(h, "unavailable"));
+	cr_expect(msg && strstr(msg, "restart serve"), "%s", msg ? msg : "(no unavailable)");
+	json_decref(h);
+	r = http(&s, "GET", "/health", NULL);
+	cr_expect_null(strcasestr(r.headers, "Retry-After"), "%s", r.headers);
+	reply_free(&r);
+	server_stop(&s);
 }
 
 /* F2 off says so on every response; an explicit request is validated

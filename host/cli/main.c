@@ -57,9 +57,10 @@ static void usage(FILE *out)
 	        "            file, a setting's value in a file or the\n"
 	        "            environment, the receipt folder), 4 no plugin\n"
 	        "            could honour the request, 130 or 143 stopped by SIGINT or\n"
-	        "            SIGTERM (run, validate, bench); signals that come together\n"
-	        "            are one request, a second one 0.5 s or more after the\n"
-	        "            first ends the process at once\n");
+	        "            SIGTERM (run, validate, bench; serve exits 0 once it has\n"
+	        "            drained); signals that come together are one request, a\n"
+	        "            second one 0.5 s or more after the first ends the process\n"
+	        "            at once, by that signal (every command, serve included)\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error (any case), the threshold of
