@@ -216,11 +216,11 @@ static void demote(struct serve *srv, struct serve_shadow *sh, const struct samp
 			snprintf(srv->unavailable, sizeof(srv->unavailable),
 			         "nothing serves until q4khost serve is restarted: shadow parity "
 			         "demoted %.160s (request %s) and %.200s; restart serve: the next "
-			         "start skips %.160s (its receipt now holds the rejection) and serves "
+			         "start skips it (its receipt now holds the rejection) and serves "
 			         "the next trusted candidate: the reference cpu backend, unless "
 			         "--backend, --kernel or Q4KHOST_Q4K_KERNEL leave it out (then drop "
 			         "them, or name a candidate that passes F2)",
-			         s->path, s->id, e.msg, s->path);
+			         s->path, s->id, e.msg);
 			serve_log("shadow parity: %s", srv->unavailable);
 		}
 		serve_engine_switch(srv, fb, 1, reason);
