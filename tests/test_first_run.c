@@ -265,6 +265,43 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	free(out);
 }
 
+/*
+ * A hyper-parameter out of range is named by its GGUF key, with its value
+ * and what was expected: the tiny llama with attention.head_count_kv one
+ * more than head_count, which no head count divides.
+ */
+Test(first_run, a_bad_hyper_parameter_names_its_key_and_what_was_expected)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g;
+	const struct q4kh_gguf_kv *kv;
+	uint32_t heads, bad;
+	uint64_t at;
+	size_t len;
+	char path[4200], want[4600], *bytes, *out;
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+
+	cr_assert_eq(q4kh_gguf_open(tiny_model(), &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_gguf_get_u32(g, "llama.attention.head_count", &heads, &err), 0);
+	kv = q4kh_gguf_find(g, "llama.attention.head_count_kv");
+	cr_assert(kv && kv->type == Q4KH_GGUF_UINT32);
+	at = kv->offset;
+	q4kh_gguf_close(g);
+	bytes = test_read_file(tiny_model(), &len);
+	cr_assert_not_null(bytes);
+	bad = heads + 1;
+	memcpy(bytes + at, &bad, 4); /* GGUF is little-endian, as this machine */
+	snprintf(path, sizeof(path), "%s/bad-kv-heads.gguf", test_tmpdir());
+	test_write_file(path, bytes, len);
+	free(bytes);
+	cr_expect_eq(q4khost_with("", "run -n 1 -p hi", path, plugins, "", &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "%s: llama.attention.head_count_kv = %u: expected a divisor "
+	         "of llama.attention.head_count %u\n", path, bad, heads);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "\n"), 1, "%s", out);
+	free(out);
+}
+
 Test(first_run, the_log_variable_takes_the_four_names_in_any_case_and_says_what_it_sets)
 {
 	static const char *const good[] = { "ERROR", "Warning", "debug" };
