@@ -728,6 +728,62 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 	free(out);
 }
 
+/*
+ * Keyword values are taken in any case, in the environment as in a file
+ * (docs/config.md, section 4): Q4KHOST_F2=OFF is off, as Q4KHOST_LOG=DEBUG
+ * is debug; Q4KHOST_F2_REQUIRE_DEEP=TRUE and [f2] mode = Fresh too.
+ */
+Test(first_run, keyword_values_are_taken_in_any_case)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out, *ini = file_with("case.ini", "[f2]\nmode = Fresh\n");
+	int rc;
+
+	snprintf(args, sizeof(args), "run -n 1 -p hi -m %s --plugin-path %s", tiny_model(),
+	         plugins);
+	rc = test_q4khost("Q4KHOST_F2=OFF", test_tmpdir(), args, &out);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "not one of") == NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins,
+	         ini);
+	rc = test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=TRUE", test_tmpdir(), args, &out);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "  F2 mode              fresh ") != NULL, "%s", out);
+	cr_expect(strstr(out, "  F2 require deep      true ") != NULL, "%s", out);
+	free(out);
+	free(ini);
+}
+
+/*
+ * A kernel variant that no plugin is, named in the environment or in a
+ * file, is no bad value (the name is well formed) but a request no plugin
+ * can honour: exit 4 from both, as --help and docs/config.md say.
+ */
+Test(first_run, a_kernel_no_plugin_is_exits_4_from_a_file_and_the_environment)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out, *ini = file_with("gpu.ini", "[gpu]\nq4k_kernel = nope\n");
+
+	snprintf(args, sizeof(args), "run -n 1 -p hi -m %s --plugin-path %s", tiny_model(),
+	         plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=nope", test_tmpdir(), args, &out), 4, "%s",
+	             out);
+	cr_expect(strstr(out, "'nope' is not a kernel variant") != NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "run -n 1 -p hi -m %s --plugin-path %s --config %s",
+	         tiny_model(), plugins, ini);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s", out);
+	cr_expect(strstr(out, "'nope' is not a kernel variant") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "4 no plugin could honour the request (a\n            backend or "
+	                      "kernel variant named by an option, a file or\n            the "
+	                      "environment that no plugin on the path is)") != NULL, "%s", out);
+	free(out);
+	free(ini);
+}
+
 /* The man pages hold no raw control characters (a form feed where \f was
  * meant ran the SERVE options together). */
 Test(first_run, the_man_pages_hold_no_control_characters)
