@@ -1064,6 +1064,11 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	cr_assert_eq(r.status, 200);
 	v = header(&r, "X-Q4KHost-F2");
 	cr_assert(!strncmp(v, "off;", 4), "%s", v);
+	/* the body says so too, for a client that keeps bodies alone */
+	h = json_loads(r.body, 0, NULL);
+	cr_assert_not_null(h, "%s", r.body);
+	cr_expect_str_eq(json_string_value(json_object_get(h, "q4khost_f2")), v);
+	json_decref(h);
 	free(v);
 	reply_free(&r);
 	/* not ready: a balancer or Kubernetes sends it nothing */

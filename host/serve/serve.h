@@ -165,7 +165,7 @@ struct serve_switch {
 };
 
 struct serve_metrics {
-	uint64_t requests[6][9];  /* endpoint x status code (serve_status.c) */
+	uint64_t requests[6][10]; /* endpoint x status code (serve_status.c) */
 	uint64_t prompt_tokens, completion_tokens;
 	double decode_seconds;    /* engine time in steps that made tokens */
 	/* steps of several requests at once, and the tokens they made */

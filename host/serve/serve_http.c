@@ -216,6 +216,38 @@ static int authorized(struct serve *srv, struct MHD_Connection *c)
 	return same_secret(h, srv->api_key);
 }
 
+/*
+ * The request's Content-Type when it says the body is not JSON; NULL for
+ * application/json (any parameters) and for none, which is taken as JSON
+ * (docs/serve.md, section 2).
+ */
+static const char *not_json(struct MHD_Connection *c)
+{
+	static const char json[] = "application/json";
+	const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+	                                            MHD_HTTP_HEADER_CONTENT_TYPE);
+	size_t n = t ? strcspn(t, "; \t") : 0;
+
+	if (!n || (n == sizeof(json) - 1 && !strncasecmp(t, json, n)))
+		return NULL;
+	return t;
+}
+
+/* 415 for a body whose Content-Type T is not JSON, with the fix for curl -d. */
+static enum MHD_Result not_json_reply(struct serve *srv, struct MHD_Connection *c,
+                                      struct request *rq, const char *t)
+{
+	char shown[200], message[600];
+
+	q4kh_show(shown, sizeof(shown), t, strlen(t), 120, 1);
+	snprintf(message, sizeof(message),
+	         "Content-Type '%s' is not JSON: expected application/json, or no Content-Type "
+	         "(curl -d sends application/x-www-form-urlencoded: add -H 'Content-Type: "
+	         "application/json')",
+	         shown);
+	return fail(srv, c, rq, 415, message, NULL, "unsupported_media_type");
+}
+
 /* Wait for news of J (srv->lock held), WAIT_NS at most. */
 static void wait_a_while(struct serve_job *j, struct serve *srv)
 {
@@ -499,6 +531,8 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 	default:
 		break;
 	}
+	if (not_json(c))
+		return not_json_reply(srv, c, rq, not_json(c));
 	if (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED)) {
 		pthread_mutex_lock(&srv->lock);
 		serve_status_reject(srv, SERVE_REJECT_DRAINING);

@@ -13,7 +13,7 @@
 #include "chat.h"
 #include "report.h"
 
-static const unsigned codes[] = { 200, 400, 401, 404, 405, 413, 500, 503 };
+static const unsigned codes[] = { 200, 400, 401, 404, 405, 413, 415, 500, 503 };
 #define N_CODES (sizeof(codes) / sizeof(codes[0]))
 static const char *const endpoints[] = { "/v1/chat/completions", "/v1/completions",
 	                                 "/v1/models", "/health", "/metrics", "other" };
