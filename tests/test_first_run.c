@@ -435,6 +435,24 @@ Test(first_run, the_time_to_the_first_token_counts_the_start_up_and_the_prefill)
 	free(out);
 }
 
+/* A usage error's JSON object has it as "error" alone: F2 said nothing,
+ * so f2.message is null, not a copy of it. */
+Test(first_run, json_of_a_usage_error_leaves_f2_out_of_it)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+	json_t *j;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 --json --temp 5", NULL, plugins, "2>/dev/null",
+	                          &out), 2, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "error")),
+	                 "--temp must be a number in [0, 2], got '5'", "%s", out);
+	cr_expect(json_is_null(json_object_get(json_object_get(j, "f2"), "message")), "%s", out);
+	json_decref(j);
+	free(out);
+}
+
 Test(first_run, json_always_carries_the_prompt_and_the_text)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
@@ -1325,13 +1343,19 @@ Test(first_run, qa_names_the_line_and_column_of_bad_json)
 	static const char *const texts[][2] = {
 		/* "accept" (a missing comma before it) ends at column 25 */
 		{ "  {\"prompt\": \"a\" \"accept\": [\"x\"]}\n", ":1:25: '}' expected near '\"accept\"'\n" },
-		/* cut short: the error is at the line's last character, 31 */
+		/* cut short: the error is at the line's last character, 31;
+		 * jansson's "end of file" is the end of the line it read */
 		{ "{\"prompt\": \"a\", \"accept\": [\"x\"]}\n{\"prompt\": \"a\", \"accept\": [\"x\"]\n",
-		  ":2:31: '}' expected near end of file\n" },
+		  ":2:31: '}' expected near the end of the line (a case is one whole JSON object on "
+		  "one line)\n" },
+		/* line 1 cut short, more lines after it */
+		{ "{\"prompt\": \"a\"\n{\"prompt\": \"a\", \"accept\": [\"x\"]}\n",
+		  ":1:14: '}' expected near the end of the line (a case is one whole JSON object on "
+		  "one line)\n" },
 	};
 	char args[8192], want[8192], *cases, *out;
 
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
 		cases = file_with("bad.jsonl", texts[i][0]);
 		snprintf(args, sizeof(args), "qa --cases %s -m %s", cases, tiny_model());
 		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
