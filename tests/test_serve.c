@@ -122,19 +122,27 @@ static void server_start(struct server *s, const char *const *args, const char *
 	server_start_env(s, args, receipts, gate, NULL);
 }
 
-/* Wait for the server to exit; its exit status (-1: killed by a signal). */
-static int server_wait(struct server *s)
+/* Wait for the server to exit; its wait status. Fails after the bound. */
+static int server_end(struct server *s)
 {
 	int status;
 
 	for (int i = 0; i < POLLS; i++) {
 		if (waitpid(s->pid, &status, WNOHANG) == s->pid)
-			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+			return status;
 		sleep_ms(100);
 	}
 	kill(s->pid, SIGKILL);
-	cr_assert_fail("q4khost serve did not exit after SIGTERM");
+	cr_assert_fail("q4khost serve did not exit after the signal");
 	return -1;
+}
+
+/* Wait for the server to exit; its exit status (-1: killed by a signal). */
+static int server_wait(struct server *s)
+{
+	int status = server_end(s);
+
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static void server_stop(struct server *s)
@@ -590,6 +598,29 @@ Test(serve, bad_input, .timeout = 600)
 }
 
 /*
+ * Serve on the serve-gated variant (each product waits while the file
+ * HOLD exists), with 300 s of --idle-timeout and --shutdown-timeout, and
+ * tests/serve/SCRIPT URL PID LOG HOLD against it, which signals it; its
+ * wait status once it exited.
+ */
+static int held_and_signalled(const char *script)
+{
+	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-gated",
+		               "--idle-timeout", "300", "--shutdown-timeout", "300", NULL };
+	char hold[4200], env[4300], py[16384];
+	struct server s;
+
+	snprintf(hold, sizeof(hold), "%s/hold", test_tmpdir());
+	snprintf(env, sizeof(env), "Q4KH_TEST_HOLD=%s", hold);
+	server_start_env(&s, args, test_tmpdir(), NULL, env);
+	snprintf(py, sizeof(py), "%s %d %s %s", s.url, (int)s.pid, s.log, hold);
+	python(script, py);
+	return server_end(&s);
+}
+
+/*
  * SIGTERM drains (docs/serve.md section 6): a request held in flight by
  * the serve-gated variant (each product waits while the hold file exists)
  * finishes whole after the signal, connections kept alive across it get
@@ -599,23 +630,11 @@ Test(serve, bad_input, .timeout = 600)
  */
 Test(serve, sigterm_drains, .timeout = 600)
 {
-	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
-	const char *model = fixture("tiny-llama.gguf");
-	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-gated",
-		               "--idle-timeout", "300", "--shutdown-timeout", "300", NULL };
-	char hold[4200], env[4300], py[16384];
-	struct server s;
-	int status;
+	int status = held_and_signalled("drain.py");
 
-	snprintf(hold, sizeof(hold), "%s/hold", test_tmpdir());
-	snprintf(env, sizeof(env), "Q4KH_TEST_HOLD=%s", hold);
-	server_start_env(&s, args, test_tmpdir(), NULL, env);
-	snprintf(py, sizeof(py), "%s %d %s %s", s.url, (int)s.pid, s.log, hold);
-	python("drain.py", py);
-	status = server_wait(&s);
-	cr_assert_eq(status, 0, "exit status %d after SIGTERM", status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	          "serve did not exit 0 after SIGTERM: status 0x%x", status);
 }
-
 
 /*
  * A second SIGINT, a second after the first, stops serve at once (the
@@ -624,24 +643,8 @@ Test(serve, sigterm_drains, .timeout = 600)
  */
 Test(serve, a_second_sigint_stops_at_once, .timeout = 600)
 {
-	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
-	const char *model = fixture("tiny-llama.gguf");
-	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-gated",
-		               "--idle-timeout", "300", "--shutdown-timeout", "300", NULL };
-	char hold[4200], env[4300], py[16384];
-	struct server s;
-	int status = 0, ended = 0;
+	int status = held_and_signalled("second_signal.py");
 
-	snprintf(hold, sizeof(hold), "%s/hold", test_tmpdir());
-	snprintf(env, sizeof(env), "Q4KH_TEST_HOLD=%s", hold);
-	server_start_env(&s, args, test_tmpdir(), NULL, env);
-	snprintf(py, sizeof(py), "%s %d %s %s", s.url, (int)s.pid, s.log, hold);
-	python("second_signal.py", py);
-	for (int i = 0; i < POLLS && !ended; i++, sleep_ms(100))
-		ended = waitpid(s.pid, &status, WNOHANG) == s.pid;
-	if (!ended)
-		kill(s.pid, SIGKILL);
-	cr_assert(ended, "serve still runs after a second SIGINT");
 	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
 	          "serve did not end by SIGINT (the shell's 130): status 0x%x", status);
 }
@@ -1045,7 +1048,8 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	const char *dir = plugins((const char *const[]){ "cpu_q8act", NULL });
 	const char *model = fixture("tiny-qwen2.gguf");
 	const char *off[] = { "-m", model, "--plugin-path", dir, "--f2", "off", NULL };
-	const char *named[] = { "-m", model, "--plugin-path", dir, "--kernel", "cpu-q8act", NULL };
+	const char *named[] = { "-m", model, "--plugin-path", dir, "--kernel", "cpu-q8act",
+		                "--parallel", "1", NULL };
 	const char *paths[] = { "/v1/models", "/health", "/metrics", "/nowhere" };
 	struct server s;
 	struct reply r;
@@ -1085,6 +1089,7 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	log = read_log(&s);
 	cr_assert_not_null(strstr(log, "F2 runs before serving"), "%s", log);
 	cr_assert_not_null(strstr(log, "F2: pass (fresh: no receipt)"), "%s", log);
+	cr_expect_not_null(strstr(log, " (tiny-qwen2.gguf), 1 slot of "), "%s", log);
 	free(log);
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/cpu-q8act");

@@ -340,8 +340,8 @@ static void announce(struct serve *srv)
 	char what[400];
 
 	serve_path_describe(p, what, sizeof(what));
-	serve_log("model %s (%s), %d slots of %u tokens", srv->model_path, srv->model_id,
-	          srv->n_slots, srv->n_ctx);
+	serve_log("model %s (%s), %d slot%s of %u tokens", srv->model_path, srv->model_id,
+	          srv->n_slots, srv->n_slots == 1 ? "" : "s", srv->n_ctx);
 	serve_log("serving %s; F2: %s%s%s%s: %s", what, p->sel.f2_verdict,
 	          p->sel.f2_source[0] ? " (" : "", p->sel.f2_source, p->sel.f2_source[0] ? ")" : "",
 	          p->sel.f2_message);
