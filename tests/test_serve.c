@@ -903,6 +903,21 @@ Test(serve, sigkill_during_background_f2_ends_the_validation, .timeout = 300)
 	          test_alive(one) ? "runs" : "is gone");
 }
 
+/* A completion of 76 prompt tokens, answered 200: a batch with a tail of
+ * 4 columns, which serve-tail gets wrong (tests/plugins/cpu_q8act.c). */
+static struct reply tail_request(const struct server *s)
+{
+	static const char body[] =
+		"{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
+		"while the farmer watches from the old barn near the river. The quick brown "
+		"fox jumps over the lazy dog again and again, while the farmer watches from "
+		"the old barn near the river\", \"max_tokens\": 4}";
+	struct reply r = http(s, "POST", "/v1/completions", body);
+
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	return r;
+}
+
 /* A variant whose defect shows only on some prompts passes F2, serves, and
  * is demoted by shadow parity after it serves such a prompt. */
 Test(serve, shadow_parity_demotes, .timeout = 600)
@@ -932,13 +947,7 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/serve-tail");
 	free(v);
-	/* 76 prompt tokens: a batch with a tail of 4 columns. */
-	r = http(&s, "POST", "/v1/completions",
-	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
-	         "while the farmer watches from the old barn near the river. The quick brown fox "
-	         "jumps over the lazy dog again and again, while the farmer watches from the old "
-	         "barn near the river\", \"max_tokens\": 4}");
-	cr_assert_eq(r.status, 200, "%s", r.body);
+	r = tail_request(&s);
 	v = header(&r, "X-Q4KHost-Served-By");
 	cr_assert(!strncmp(v, "cpu/serve-tail", 14), "%s", v);
 	free(v);
@@ -1001,13 +1010,7 @@ Test(serve, a_demotion_with_nothing_left_says_restart, .timeout = 600)
 	int rejected = 0;
 
 	server_start(&s, args, test_tmpdir(), NULL);
-	/* 76 prompt tokens: a batch with a tail of 4 columns, which it gets wrong */
-	r = http(&s, "POST", "/v1/completions",
-	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
-	         "while the farmer watches from the old barn near the river. The quick brown fox "
-	         "jumps over the lazy dog again and again, while the farmer watches from the old "
-	         "barn near the river\", \"max_tokens\": 4}");
-	cr_assert_eq(r.status, 200, "%s", r.body);
+	r = tail_request(&s);
 	reply_free(&r);
 	for (int i = 0; i < POLLS && !rejected; i++, sleep_ms(100)) {
 		h = health(&s);
