@@ -164,6 +164,10 @@ Test(abi, type_ids)
 	cr_expect_eq(Q4KH_TYPE_TQ1_0, 34);
 	cr_expect_eq(Q4KH_TYPE_TQ2_0, 35);
 	cr_expect_eq(Q4KH_TYPE_MXFP4, 39);
+	cr_expect_eq(Q4KH_TYPE_Q8_1, 9);
+	cr_expect_eq(Q4KH_TYPE_NVFP4, 40);
+	cr_expect_eq(Q4KH_TYPE_Q1_0, 41);
+	cr_expect_eq(Q4KH_TYPE_Q2_0, 42);
 	cr_expect_eq(Q4KH_QK, 32);
 	cr_expect_eq(Q4KH_QK_K, 256);
 }

@@ -505,6 +505,37 @@ Test(diagnostics, a_context_beyond_training_is_warned_about)
 	free(out);
 }
 
+/*
+ * A name ending in .so that is no plugin file is listed as skipped with
+ * why, not passed over without a word: a symbolic link whose target is
+ * gone, and a folder.
+ */
+Test(diagnostics, a_dangling_link_in_the_plugin_folder_is_listed_as_skipped)
+{
+	const char *dir = test_plugin_dir((const char *const[]){ NULL }), *gone = test_tmpdir();
+	char cmd[8192], args[8192], want[8192], *out;
+	json_t *j;
+
+	snprintf(cmd, sizeof(cmd), "ln -s %s/gone/cuda.so %s/cuda.so && mkdir %s/odd.so", gone,
+	         dir, dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(want, sizeof(want),
+	         "%s/cuda.so: skipped: a symbolic link to %s/gone/cuda.so, which does not exist\n"
+	         "%s/odd.so: skipped: not a regular file\n",
+	         dir, gone, dir);
+	snprintf(args, sizeof(args), "plugins --json --plugin-path %s", dir);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "path_notes")), want);
+	json_decref(j);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", dir);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "  note:      %s/cuda.so: skipped: a symbolic link to ", dir);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	free(out);
+}
+
 Test(diagnostics, the_plugin_path_notes_empty_and_repeated_entries)
 {
 	const char *top = test_tmpdir(), *receipts = test_tmpdir();

@@ -265,6 +265,43 @@ Test(first_run, numbers_and_names_say_the_real_constraint)
 	free(out);
 }
 
+/*
+ * A hyper-parameter out of range is named by its GGUF key, with its value
+ * and what was expected: the tiny llama with attention.head_count_kv one
+ * more than head_count, which no head count divides.
+ */
+Test(first_run, a_bad_hyper_parameter_names_its_key_and_what_was_expected)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_gguf *g;
+	const struct q4kh_gguf_kv *kv;
+	uint32_t heads, bad;
+	uint64_t at;
+	size_t len;
+	char path[4200], want[4600], *bytes, *out;
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+
+	cr_assert_eq(q4kh_gguf_open(tiny_model(), &g, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_gguf_get_u32(g, "llama.attention.head_count", &heads, &err), 0);
+	kv = q4kh_gguf_find(g, "llama.attention.head_count_kv");
+	cr_assert(kv && kv->type == Q4KH_GGUF_UINT32);
+	at = kv->offset;
+	q4kh_gguf_close(g);
+	bytes = test_read_file(tiny_model(), &len);
+	cr_assert_not_null(bytes);
+	bad = heads + 1;
+	memcpy(bytes + at, &bad, 4); /* GGUF is little-endian, as this machine */
+	snprintf(path, sizeof(path), "%s/bad-kv-heads.gguf", test_tmpdir());
+	test_write_file(path, bytes, len);
+	free(bytes);
+	cr_expect_eq(q4khost_with("", "run -n 1 -p hi", path, plugins, "", &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "%s: llama.attention.head_count_kv = %u: expected a divisor "
+	         "of llama.attention.head_count %u\n", path, bad, heads);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	cr_expect_eq(count(out, "\n"), 1, "%s", out);
+	free(out);
+}
+
 Test(first_run, the_log_variable_takes_the_four_names_in_any_case_and_says_what_it_sets)
 {
 	static const char *const good[] = { "ERROR", "Warning", "debug" };
@@ -394,6 +431,24 @@ Test(first_run, the_time_to_the_first_token_counts_the_start_up_and_the_prefill)
 	              first, startup, number_at(j, "prefill", "seconds"));
 	cr_expect_leq(first, outside, "the first token at %g s of a command of %g s", first,
 	              outside);
+	json_decref(j);
+	free(out);
+}
+
+/* A usage error's JSON object has it as "error" alone: F2 said nothing,
+ * so f2.message is null, not a copy of it. */
+Test(first_run, json_of_a_usage_error_leaves_f2_out_of_it)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *out;
+	json_t *j;
+
+	cr_expect_eq(q4khost_with("", "run -n 1 --json --temp 5", NULL, plugins, "2>/dev/null",
+	                          &out), 2, "%s", out);
+	j = parse_json(out);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "error")),
+	                 "--temp must be a number in [0, 2], got '5'", "%s", out);
+	cr_expect(json_is_null(json_object_get(json_object_get(j, "f2"), "message")), "%s", out);
 	json_decref(j);
 	free(out);
 }
@@ -697,6 +752,62 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 	cr_expect(strstr(out, "a setting's value in a file or the\n            environment") !=
 	          NULL, "%s", out);
 	free(out);
+}
+
+/*
+ * Keyword values are taken in any case, in the environment as in a file
+ * (docs/config.md, section 4): Q4KHOST_F2=OFF is off, as Q4KHOST_LOG=DEBUG
+ * is debug; Q4KHOST_F2_REQUIRE_DEEP=TRUE and [f2] mode = Fresh too.
+ */
+Test(first_run, keyword_values_are_taken_in_any_case)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out, *ini = file_with("case.ini", "[f2]\nmode = Fresh\n");
+	int rc;
+
+	snprintf(args, sizeof(args), "run -n 1 -p hi -m %s --plugin-path %s", tiny_model(),
+	         plugins);
+	rc = test_q4khost("Q4KHOST_F2=OFF", test_tmpdir(), args, &out);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "not one of") == NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins,
+	         ini);
+	rc = test_q4khost("Q4KHOST_F2_REQUIRE_DEEP=TRUE", test_tmpdir(), args, &out);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "  F2 mode              fresh ") != NULL, "%s", out);
+	cr_expect(strstr(out, "  F2 require deep      true ") != NULL, "%s", out);
+	free(out);
+	free(ini);
+}
+
+/*
+ * A kernel variant that no plugin is, named in the environment or in a
+ * file, is no bad value (the name is well formed) but a request no plugin
+ * can honour: exit 4 from both, as --help and docs/config.md say.
+ */
+Test(first_run, a_kernel_no_plugin_is_exits_4_from_a_file_and_the_environment)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char args[8192], *out, *ini = file_with("gpu.ini", "[gpu]\nq4k_kernel = nope\n");
+
+	snprintf(args, sizeof(args), "run -n 1 -p hi -m %s --plugin-path %s", tiny_model(),
+	         plugins);
+	cr_expect_eq(test_q4khost("Q4KHOST_Q4K_KERNEL=nope", test_tmpdir(), args, &out), 4, "%s",
+	             out);
+	cr_expect(strstr(out, "'nope' is not a kernel variant") != NULL, "%s", out);
+	free(out);
+	snprintf(args, sizeof(args), "run -n 1 -p hi -m %s --plugin-path %s --config %s",
+	         tiny_model(), plugins, ini);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s", out);
+	cr_expect(strstr(out, "'nope' is not a kernel variant") != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
+	cr_expect(strstr(out, "4 no plugin could honour the request (a\n            backend or "
+	                      "kernel variant named by an option, a file or\n            the "
+	                      "environment that no plugin on the path is)") != NULL, "%s", out);
+	free(out);
+	free(ini);
 }
 
 /* The man pages hold no raw control characters (a form feed where \f was
@@ -1240,13 +1351,19 @@ Test(first_run, qa_names_the_line_and_column_of_bad_json)
 	static const char *const texts[][2] = {
 		/* "accept" (a missing comma before it) ends at column 25 */
 		{ "  {\"prompt\": \"a\" \"accept\": [\"x\"]}\n", ":1:25: '}' expected near '\"accept\"'\n" },
-		/* cut short: the error is at the line's last character, 31 */
+		/* cut short: the error is at the line's last character, 31;
+		 * jansson's "end of file" is the end of the line it read */
 		{ "{\"prompt\": \"a\", \"accept\": [\"x\"]}\n{\"prompt\": \"a\", \"accept\": [\"x\"]\n",
-		  ":2:31: '}' expected near end of file\n" },
+		  ":2:31: '}' expected near the end of the line (a case is one whole JSON object on "
+		  "one line)\n" },
+		/* line 1 cut short, more lines after it */
+		{ "{\"prompt\": \"a\"\n{\"prompt\": \"a\", \"accept\": [\"x\"]}\n",
+		  ":1:14: '}' expected near the end of the line (a case is one whole JSON object on "
+		  "one line)\n" },
 	};
 	char args[8192], want[8192], *cases, *out;
 
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
 		cases = file_with("bad.jsonl", texts[i][0]);
 		snprintf(args, sizeof(args), "qa --cases %s -m %s", cases, tiny_model());
 		cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);

@@ -600,6 +600,64 @@ Test(gguf, vtype_names)
 	cr_assert_str_eq(q4kh_gguf_vtype_name(13), "unknown");
 }
 
+/*
+ * Every tensor type GGUF defines has its name and block geometry in
+ * quant.h: the ids, names and (values, bytes) per block of gguf-py's
+ * GGMLQuantizationType and GGML_QUANT_SIZES (llama.cpp's
+ * gguf-py/gguf/constants.py, 2026), copied here as the reference. Ids
+ * that were removed from GGUF files (4, 5, 31 to 33, 36 to 38) stay
+ * unknown, as past the last.
+ */
+Test(gguf, every_gguf_type_id_is_known)
+{
+	static const struct {
+		uint32_t id;
+		const char *name;
+		uint32_t elems, bytes;
+	} gguf_py[] = {
+		{ 0, "F32", 1, 4 },          { 1, "F16", 1, 2 },
+		{ 2, "Q4_0", 32, 2 + 16 },   { 3, "Q4_1", 32, 2 + 2 + 16 },
+		{ 6, "Q5_0", 32, 2 + 4 + 16 }, { 7, "Q5_1", 32, 2 + 2 + 4 + 16 },
+		{ 8, "Q8_0", 32, 2 + 32 },   { 9, "Q8_1", 32, 4 + 32 },
+		{ 10, "Q2_K", 256, 2 + 2 + 64 + 16 },
+		{ 11, "Q3_K", 256, 2 + 64 + 32 + 12 },
+		{ 12, "Q4_K", 256, 2 + 2 + 128 + 12 },
+		{ 13, "Q5_K", 256, 2 + 2 + 128 + 32 + 12 },
+		{ 14, "Q6_K", 256, 2 + 128 + 64 + 16 },
+		{ 15, "Q8_K", 256, 4 + 256 + 32 },
+		{ 16, "IQ2_XXS", 256, 2 + 64 },
+		{ 17, "IQ2_XS", 256, 2 + 64 + 8 },
+		{ 18, "IQ3_XXS", 256, 2 + 64 + 32 },
+		{ 19, "IQ1_S", 256, 2 + 32 + 16 },
+		{ 20, "IQ4_NL", 32, 2 + 16 },
+		{ 21, "IQ3_S", 256, 2 + 64 + 32 + 8 + 4 },
+		{ 22, "IQ2_S", 256, 2 + 64 + 16 },
+		{ 23, "IQ4_XS", 256, 2 + 2 + 128 + 4 },
+		{ 24, "I8", 1, 1 },          { 25, "I16", 1, 2 },
+		{ 26, "I32", 1, 4 },         { 27, "I64", 1, 8 },
+		{ 28, "F64", 1, 8 },         { 29, "IQ1_M", 256, 32 + 16 + 8 },
+		{ 30, "BF16", 1, 2 },        { 34, "TQ1_0", 256, 2 + 4 * 13 },
+		{ 35, "TQ2_0", 256, 2 + 64 }, { 39, "MXFP4", 32, 1 + 16 },
+		{ 40, "NVFP4", 64, 4 + 32 }, { 41, "Q1_0", 128, 2 + 16 },
+		{ 42, "Q2_0", 64, 2 + 16 },
+	};
+	static const uint32_t removed[] = { 4, 5, 31, 32, 33, 36, 37, 38, 43 };
+
+	for (size_t i = 0; i < sizeof(gguf_py) / sizeof(gguf_py[0]); i++) {
+		const char *name = q4kh_type_name(gguf_py[i].id);
+
+		cr_expect(name && !strcmp(name, gguf_py[i].name), "type %u: %s, expected %s",
+		          gguf_py[i].id, name ? name : "(unknown)", gguf_py[i].name);
+		cr_expect_eq(q4kh_type_block_elems(gguf_py[i].id), gguf_py[i].elems, "%s",
+		             gguf_py[i].name);
+		cr_expect_eq(q4kh_type_block_bytes(gguf_py[i].id), gguf_py[i].bytes, "%s",
+		             gguf_py[i].name);
+	}
+	cr_expect_eq(Q4KH_TYPE_COUNT, 43);
+	for (size_t i = 0; i < sizeof(removed) / sizeof(removed[0]); i++)
+		cr_expect_null(q4kh_type_name(removed[i]), "%u", removed[i]);
+}
+
 /* --- truncation ----------------------------------------------------------- */
 
 /* Opening a file cut at every byte fails with an offset inside the file. */

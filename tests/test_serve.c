@@ -133,19 +133,27 @@ static void server_start(struct server *s, const char *const *args, const char *
 	server_start_env(s, args, receipts, gate, NULL);
 }
 
-/* Wait for the server to exit; its exit status (-1: killed by a signal). */
-static int server_wait(struct server *s)
+/* Wait for the server to exit; its wait status. Fails after the bound. */
+static int server_end(struct server *s)
 {
 	int status;
 
 	for (int i = 0; i < POLLS; i++) {
 		if (waitpid(s->pid, &status, WNOHANG) == s->pid)
-			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+			return status;
 		sleep_ms(100);
 	}
 	kill(s->pid, SIGKILL);
-	cr_assert_fail("q4khost serve did not exit after SIGTERM");
+	cr_assert_fail("q4khost serve did not exit after the signal");
 	return -1;
+}
+
+/* Wait for the server to exit; its exit status (-1: killed by a signal). */
+static int server_wait(struct server *s)
+{
+	int status = server_end(s);
+
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static void server_stop(struct server *s)
@@ -601,6 +609,29 @@ Test(serve, bad_input, .timeout = 600)
 }
 
 /*
+ * Serve on the serve-gated variant (each product waits while the file
+ * HOLD exists), with 300 s of --idle-timeout and --shutdown-timeout, and
+ * tests/serve/SCRIPT URL PID LOG HOLD against it, which signals it; its
+ * wait status once it exited.
+ */
+static int held_and_signalled(const char *script)
+{
+	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-gated",
+		               "--idle-timeout", "300", "--shutdown-timeout", "300", NULL };
+	char hold[4200], env[4300], py[16384];
+	struct server s;
+
+	snprintf(hold, sizeof(hold), "%s/hold", test_tmpdir());
+	snprintf(env, sizeof(env), "Q4KH_TEST_HOLD=%s", hold);
+	server_start_env(&s, args, test_tmpdir(), NULL, env);
+	snprintf(py, sizeof(py), "%s %d %s %s", s.url, (int)s.pid, s.log, hold);
+	python(script, py);
+	return server_end(&s);
+}
+
+/*
  * SIGTERM drains (docs/serve.md section 6): a request held in flight by
  * the serve-gated variant (each product waits while the hold file exists)
  * finishes whole after the signal, connections kept alive across it get
@@ -610,21 +641,23 @@ Test(serve, bad_input, .timeout = 600)
  */
 Test(serve, sigterm_drains, .timeout = 600)
 {
-	const char *dir = plugins((const char *const[]){ "serve_gated", NULL });
-	const char *model = fixture("tiny-llama.gguf");
-	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-gated",
-		               "--idle-timeout", "300", "--shutdown-timeout", "300", NULL };
-	char hold[4200], env[4300], py[16384];
-	struct server s;
-	int status;
+	int status = held_and_signalled("drain.py");
 
-	snprintf(hold, sizeof(hold), "%s/hold", test_tmpdir());
-	snprintf(env, sizeof(env), "Q4KH_TEST_HOLD=%s", hold);
-	server_start_env(&s, args, test_tmpdir(), NULL, env);
-	snprintf(py, sizeof(py), "%s %d %s %s", s.url, (int)s.pid, s.log, hold);
-	python("drain.py", py);
-	status = server_wait(&s);
-	cr_assert_eq(status, 0, "exit status %d after SIGTERM", status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	          "serve did not exit 0 after SIGTERM: status 0x%x", status);
+}
+
+/*
+ * A second SIGINT, a second after the first, stops serve at once (the
+ * top-level --help's promise): the drain of the first would wait 300 s
+ * for the request the serve-gated variant holds; serve ends by SIGINT.
+ */
+Test(serve, a_second_sigint_stops_at_once, .timeout = 600)
+{
+	int status = held_and_signalled("second_signal.py");
+
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+	          "serve did not end by SIGINT (the shell's 130): status 0x%x", status);
 }
 
 
@@ -881,6 +914,21 @@ Test(serve, sigkill_during_background_f2_ends_the_validation, .timeout = 300)
 	          test_alive(one) ? "runs" : "is gone");
 }
 
+/* A completion of 76 prompt tokens, answered 200: a batch with a tail of
+ * 4 columns, which serve-tail gets wrong (tests/plugins/cpu_q8act.c). */
+static struct reply tail_request(const struct server *s)
+{
+	static const char body[] =
+		"{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
+		"while the farmer watches from the old barn near the river. The quick brown "
+		"fox jumps over the lazy dog again and again, while the farmer watches from "
+		"the old barn near the river\", \"max_tokens\": 4}";
+	struct reply r = http(s, "POST", "/v1/completions", body);
+
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	return r;
+}
+
 /* A variant whose defect shows only on some prompts passes F2, serves, and
  * is demoted by shadow parity after it serves such a prompt. */
 Test(serve, shadow_parity_demotes, .timeout = 600)
@@ -910,13 +958,7 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/serve-tail");
 	free(v);
-	/* 76 prompt tokens: a batch with a tail of 4 columns. */
-	r = http(&s, "POST", "/v1/completions",
-	         "{\"prompt\": \"The quick brown fox jumps over the lazy dog again and again, "
-	         "while the farmer watches from the old barn near the river. The quick brown fox "
-	         "jumps over the lazy dog again and again, while the farmer watches from the old "
-	         "barn near the river\", \"max_tokens\": 4}");
-	cr_assert_eq(r.status, 200, "%s", r.body);
+	r = tail_request(&s);
 	v = header(&r, "X-Q4KHost-Served-By");
 	cr_assert(!strncmp(v, "cpu/serve-tail", 14), "%s", v);
 	free(v);
@@ -962,6 +1004,60 @@ Test(serve, shadow_parity_demotes, .timeout = 600)
 	free(out);
 }
 
+/*
+ * A demotion that leaves nothing to serve is for good: --kernel serve-tail
+ * leaves the reference out, so after shadow parity demotes it every
+ * request gets 503 without Retry-After (a retry cannot help), its message
+ * saying why and that serve must be restarted; /health says the same.
+ */
+Test(serve, a_demotion_with_nothing_left_says_restart, .timeout = 600)
+{
+	const char *dir = plugins((const char *const[]){ "serve_tail", NULL });
+	const char *model = fixture("tiny-llama.gguf");
+	const char *args[] = { "-m", model, "--plugin-path", dir, "--kernel", "serve-tail",
+		               "--f2-shadow", "1", NULL };
+	const char *req = "{\"prompt\": \"Hi\", \"max_tokens\": 2}";
+	struct server s;
+	struct reply r;
+	json_t *h = NULL, *e;
+	const char *msg;
+	int rejected = 0;
+
+	server_start(&s, args, test_tmpdir(), NULL);
+	r = tail_request(&s);
+	reply_free(&r);
+	for (int i = 0; i < POLLS && !rejected; i++, sleep_ms(100)) {
+		h = health(&s);
+		rejected = (int)json_integer_value(
+			json_object_get(json_object_get(h, "shadow"), "rejected"));
+		json_decref(h);
+	}
+	cr_assert_eq(rejected, 1);
+	await_log(&s, "switching from cpu/serve-tail to none");
+	r = http(&s, "POST", "/v1/completions", req);
+	cr_assert_eq(r.status, 503, "%s", r.body);
+	cr_expect_null(strcasestr(r.headers, "Retry-After"), "%s", r.headers);
+	e = json_loads(r.body, 0, NULL);
+	cr_assert_not_null(e, "%s", r.body);
+	msg = json_string_value(json_object_get(json_object_get(e, "error"), "message"));
+	cr_assert_not_null(msg, "%s", r.body);
+	cr_expect_not_null(strstr(msg, "nothing serves until q4khost serve is restarted: shadow "
+	                               "parity demoted cpu/serve-tail (request cmpl-1)"), "%s", msg);
+	cr_expect_not_null(strstr(msg, "restart serve"), "%s", msg);
+	json_decref(e);
+	reply_free(&r);
+	h = health(&s);
+	cr_expect_str_eq(json_string_value(json_object_get(h, "status")), "unavailable");
+	cr_expect(json_is_false(json_object_get(h, "ready")));
+	msg = json_string_value(json_object_get(h, "unavailable"));
+	cr_expect(msg && strstr(msg, "restart serve"), "%s", msg ? msg : "(no unavailable)");
+	json_decref(h);
+	r = http(&s, "GET", "/health", NULL);
+	cr_expect_null(strcasestr(r.headers, "Retry-After"), "%s", r.headers);
+	reply_free(&r);
+	server_stop(&s);
+}
+
 /* F2 off says so on every response; an explicit request is validated
  * before serving, as run does. */
 Test(serve, f2_off_and_explicit_request, .timeout = 600)
@@ -969,7 +1065,8 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	const char *dir = plugins((const char *const[]){ "cpu_q8act", NULL });
 	const char *model = fixture("tiny-qwen2.gguf");
 	const char *off[] = { "-m", model, "--plugin-path", dir, "--f2", "off", NULL };
-	const char *named[] = { "-m", model, "--plugin-path", dir, "--kernel", "cpu-q8act", NULL };
+	const char *named[] = { "-m", model, "--plugin-path", dir, "--kernel", "cpu-q8act",
+		                "--parallel", "1", NULL };
 	const char *paths[] = { "/v1/models", "/health", "/metrics", "/nowhere" };
 	struct server s;
 	struct reply r;
@@ -988,6 +1085,11 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	cr_assert_eq(r.status, 200);
 	v = header(&r, "X-Q4KHost-F2");
 	cr_assert(!strncmp(v, "off;", 4), "%s", v);
+	/* the body says so too, for a client that keeps bodies alone */
+	h = json_loads(r.body, 0, NULL);
+	cr_assert_not_null(h, "%s", r.body);
+	cr_expect_str_eq(json_string_value(json_object_get(h, "q4khost_f2")), v);
+	json_decref(h);
 	free(v);
 	reply_free(&r);
 	/* not ready: a balancer or Kubernetes sends it nothing */
@@ -1004,6 +1106,7 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	log = read_log(&s);
 	cr_assert_not_null(strstr(log, "F2 runs before serving"), "%s", log);
 	cr_assert_not_null(strstr(log, "F2: pass (fresh: no receipt)"), "%s", log);
+	cr_expect_not_null(strstr(log, " (tiny-qwen2.gguf), 1 slot of "), "%s", log);
 	free(log);
 	v = serving(&s);
 	cr_assert_str_eq(v, "cpu/cpu-q8act");

@@ -156,6 +156,31 @@ Test(weight_types, info_marks_unsupported_tensors)
 	free(model);
 }
 
+/*
+ * Q8_1 (GGUF type 9, gguf-py's GGMLQuantizationType.Q8_1: 32 values in
+ * 36 bytes), a type q4khost does not run: the file parses, info marks the
+ * tensor, and run refuses it with the re-quantize hint, as for Q8_K.
+ */
+Test(weight_types, q8_1_is_named_and_marked_not_unknown)
+{
+	char name[256], line[512], args[4096], *out;
+	char *model = retyped(NULL, 9, name, sizeof(name));
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+
+	snprintf(args, sizeof(args), "info %s", model);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	snprintf(line, sizeof(line), "\n  %s  Q8_1 (GGUF type 9)\n", name);
+	cr_expect(strstr(out, line) != NULL, "%s", out);
+	free(out);
+	cr_expect_eq(q4khost_with("", "run -n 4 -p hello", model, plugins, "", &out), 3, "%s",
+	             out);
+	snprintf(line, sizeof(line), "tensor %s has type Q8_1 (GGUF type 9), which q4khost does "
+	         "not run; ", name);
+	cr_expect(strstr(out, line) != NULL && strstr(out, "re-quantize") != NULL, "%s", out);
+	free(out);
+	free(model);
+}
+
 Test(weight_types, a_type_id_no_gguf_type_has_is_named_with_its_tensor)
 {
 	char name[256], want[512], *out;

@@ -683,8 +683,10 @@ static json_t *string_or_null(const char *s)
  * of any other run's (report.h), null where not known, with STOP
  * ("error", "interrupted by SIGINT") and MESSAGE as "error" when there is
  * one. R (NULL: none, a usage error) says what was known: the model once
- * opened, and the device of the candidate F2 was measuring when a signal
- * stopped it. No backend was chosen: "backend" is null.
+ * opened, F2's last word on the choice (f2.message; not MESSAGE, which
+ * may be no F2 matter at all), and the device of the candidate F2 was
+ * measuring when a signal stopped it. No backend was chosen: "backend"
+ * is null.
  */
 static void print_nothing_json(const struct run *r, const char *prompt, const char *stop,
                                const char *message)
@@ -710,7 +712,8 @@ static void print_nothing_json(const struct run *r, const char *prompt, const ch
 	              "model", string_or_null(r ? r->model_path : NULL), "architecture",
 	              string_or_null(r ? r->arch : NULL), "backend", "device", device,
 	              "kernels", "kernel_choice", "f2", "verdict", "source", "message",
-	              string_or_null(message), "rejected_first", rejected, "measuring",
+	              string_or_null(s ? s->f2_message : NULL), "rejected_first", rejected,
+	              "measuring",
 	              string_or_null(s ? s->measuring : NULL), "refused_backends",
 	              "rejected_plugins", "chat_template",
 	              string_or_null(r ? r->chat_name : NULL), "prefill",

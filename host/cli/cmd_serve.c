@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "config.h"
 #include "gguf.h"
+#include "interrupt.h"
 #include "model.h"
 #include "serve.h"
 #include "settings.h"
@@ -83,7 +84,9 @@ static void usage(FILE *out)
 	        "      --config FILE       extra INI configuration file\n"
 	        "  -h, --help              this help\n\n"
 	        "SIGTERM or SIGINT: stop accepting, let requests finish (--shutdown-timeout),\n"
-	        "cancel the rest, exit 0.\n\n"
+	        "cancel the rest, exit 0. A second one 0.5 s or more after the first stops\n"
+	        "serve at once, by that signal (the shell's status 130 or 143), cutting off\n"
+	        "the requests in flight.\n\n"
 	        "exit codes: 0 stopped by a signal, 1 failure, 2 usage, 3 bad model or config\n"
 	        "            file, 4 the requested backend or kernel cannot serve\n");
 }
@@ -355,8 +358,8 @@ static void announce(struct serve *srv)
 	char what[400];
 
 	serve_path_describe(p, what, sizeof(what));
-	serve_log("model %s (%s), %d slots of %u tokens", srv->model_path, srv->model_id,
-	          srv->n_slots, srv->n_ctx);
+	serve_log("model %s (%s), %d slot%s of %u tokens", srv->model_path, srv->model_id,
+	          srv->n_slots, srv->n_slots == 1 ? "" : "s", srv->n_ctx);
 	serve_log("serving %s; F2: %s%s%s%s: %s", what, p->sel.f2_verdict,
 	          p->sel.f2_source[0] ? " (" : "", p->sel.f2_source, p->sel.f2_source[0] ? ")" : "",
 	          p->sel.f2_message);
@@ -392,25 +395,22 @@ static void announce(struct serve *srv)
 
 static struct serve *the_server; /* for the signal handler */
 
-/* The request to stop takes effect here, not when the main thread wakes:
- * from the handler on, every new request is answered 503 (a lock-free
- * atomic store and sem_post are async-signal-safe). */
-static void on_signal(int sig)
+/* The first SIGTERM or SIGINT takes effect here, not when the main thread
+ * wakes: from the handler on, every new request is answered 503 (a
+ * lock-free atomic store and sem_post are async-signal-safe). A second one
+ * 0.5 s or more later ends serve at once (interrupt.h), drain or not. */
+static void on_first_signal(int sig)
 {
 	(void)sig;
 	__atomic_store_n(&the_server->draining, 1, __ATOMIC_RELAXED);
 	sem_post(&the_server->stop);
 }
 
-static int install_signals(struct serve *srv)
+static void install_signals(struct serve *srv)
 {
-	struct sigaction sa = { 0 };
-
 	the_server = srv;
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
 	signal(SIGPIPE, SIG_IGN); /* a client that left is noticed by its write */
-	return sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL);
+	q4kh_interrupt_install_notify(on_first_signal);
 }
 
 /* Stop accepting, let requests finish within the bound, cancel the rest. */
@@ -486,7 +486,8 @@ int q4kh_cmd_serve(int argc, char **argv)
 		srv->n_ctx = srv->cur->sessions[0]->p.n_ctx;
 		srv->n_vocab = (int32_t)srv->cur->m->hp.n_vocab;
 		announce(srv);
-		if (install_signals(srv) || serve_engine_start(srv, &err) ||
+		install_signals(srv);
+		if (serve_engine_start(srv, &err) ||
 		    serve_shadow_start(srv, &err) || serve_http_start(srv, &err) ||
 		    serve_trust_background(srv, &err))
 			rc = Q4KH_EXIT_FAIL;

@@ -56,11 +56,15 @@ static void usage(FILE *out)
 	        "            standard output or standard error, included), 2 usage\n"
 	        "            error, 3 a bad model file or configuration (a config\n"
 	        "            file, a setting's value in a file or the\n"
-	        "            environment, the receipt folder), 4 no plugin\n"
-	        "            could honour the request, 130 or 143 stopped by SIGINT or\n"
-	        "            SIGTERM (run, validate, bench); signals that come together\n"
-	        "            are one request, a second one 0.5 s or more after the\n"
-	        "            first ends the process at once\n");
+	        "            environment that is no valid value, the receipt\n"
+	        "            folder), 4 no plugin could honour the request (a\n"
+	        "            backend or kernel variant named by an option, a file or\n"
+	        "            the environment that no plugin on the path is), 130 or\n"
+	        "            143 stopped by SIGINT or SIGTERM (run, validate, bench;\n"
+	        "            serve exits 0 once it has drained); signals that come\n"
+	        "            together are one request, a second one 0.5 s or more\n"
+	        "            after the first ends the process at once, by that signal\n"
+	        "            (every command, serve included)\n");
 }
 
 /* Q4KHOST_LOG=debug|info|warning|error (any case), the threshold of

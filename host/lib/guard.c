@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "backend.h"
@@ -44,7 +45,7 @@ int q4kh_f2_mode_parse(const char *s, enum q4kh_f2_mode *out)
 	static const char *const names[] = { "auto", "fresh", "off", "require" };
 
 	for (int i = 0; s && i < 4; i++)
-		if (!strcmp(s, names[i])) {
+		if (!strcasecmp(s, names[i])) {
 			*out = (enum q4kh_f2_mode)i;
 			return 0;
 		}
@@ -59,9 +60,9 @@ const char *q4kh_f2_mode_name(enum q4kh_f2_mode m)
 
 int q4kh_f2_probe_parse(const char *s, enum q4kh_f2_probe_kind *out)
 {
-	if (s && !strcmp(s, "builtin"))
+	if (s && !strcasecmp(s, "builtin"))
 		*out = Q4KH_F2_PROBE_BUILTIN;
-	else if (s && !strcmp(s, "prompt"))
+	else if (s && !strcasecmp(s, "prompt"))
 		*out = Q4KH_F2_PROBE_PROMPT;
 	else
 		return -1;

@@ -7,6 +7,7 @@
 
 static volatile sig_atomic_t stop_signal;
 static struct timespec first_at; /* when stop_signal was set (CLOCK_MONOTONIC) */
+static void (*notify)(int sig);  /* told of the first signal, or NULL */
 
 /* Whether NOW is at least Q4KH_INTERRUPT_AGAIN_MS after the first signal. */
 static int asked_again(const struct timespec *now)
@@ -34,12 +35,20 @@ static void on_signal(int sig)
 	}
 	first_at = now;
 	stop_signal = sig;
+	if (notify)
+		notify(sig);
 }
 
 void q4kh_interrupt_install(void)
 {
+	q4kh_interrupt_install_notify(NULL);
+}
+
+void q4kh_interrupt_install_notify(void (*first)(int sig))
+{
 	struct sigaction sa;
 
+	notify = first;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sa.sa_flags = SA_RESTART;

@@ -20,6 +20,14 @@
 /* Catch SIGINT and SIGTERM from now on (SA_RESTART: I/O is not cut short). */
 void q4kh_interrupt_install(void);
 
+/*
+ * The same, and call FIRST(sig) from the handler on the first signal, for
+ * a command that waits for it rather than asking q4kh_interrupted() (serve
+ * wakes its main thread). FIRST must be async-signal-safe; a second signal
+ * still ends the process at once, as above.
+ */
+void q4kh_interrupt_install_notify(void (*first)(int sig));
+
 /* The signal that asked us to stop (SIGINT or SIGTERM), or 0. Async-signal-safe. */
 int q4kh_interrupted(void);
 

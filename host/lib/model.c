@@ -185,6 +185,35 @@ int q4kh_model_f32(const struct q4kh_model *m, const char *key_fmt, float *out,
 	return rc < 0 ? -1 : 0;
 }
 
+/* The first of M's attention hyper-parameters out of range, named by its
+ * GGUF key with what was expected: -1 with ERR; 0 when all are in range. */
+static int check_attn_hparams(const struct q4kh_model *m, struct q4kh_error *err)
+{
+	const struct q4kh_hparams *hp = &m->hp;
+	const char *path = m->gguf->path, *a = m->arch->name;
+
+	if (hp->n_embd == 0)
+		return q4kh_fail(err, "%s: %s.embedding_length = 0: expected at least 1", path, a);
+	if (hp->n_layer == 0 || hp->n_layer > 4096)
+		return q4kh_fail(err, "%s: %s.block_count = %u: expected 1 to 4096", path, a,
+		                 hp->n_layer);
+	if (hp->n_ff == 0)
+		return q4kh_fail(err, "%s: %s.feed_forward_length = 0: expected at least 1", path,
+		                 a);
+	if (hp->n_head == 0)
+		return q4kh_fail(err, "%s: %s.attention.head_count = 0: expected at least 1", path,
+		                 a);
+	if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
+		return q4kh_fail(err, "%s: %s.attention.head_count_kv = %u: expected a divisor of "
+		                 "%s.attention.head_count %u",
+		                 path, a, hp->n_head_kv, a, hp->n_head);
+	if (!(hp->eps >= 0.0f))
+		return q4kh_fail(err, "%s: %s.attention.layer_norm_rms_epsilon = %g: expected a "
+		                 "number of at least 0",
+		                 path, a, (double)hp->eps);
+	return 0;
+}
+
 int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err)
 {
 	struct q4kh_hparams *hp = &m->hp;
@@ -201,12 +230,8 @@ int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err)
 	hp->n_head_kv = hp->n_head;
 	if (q4kh_model_u32(m, "%s.attention.head_count_kv", &hp->n_head_kv, 0, err))
 		return -1;
-	if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv ||
-	    hp->n_embd == 0 || hp->n_layer == 0 || hp->n_ff == 0 ||
-	    hp->n_layer > 4096 || !(hp->eps >= 0.0f))
-		return q4kh_fail(err, "%s: inconsistent hyper-parameters: n_embd %u, n_layer %u, n_ff %u, n_head %u, n_head_kv %u, eps %g",
-		                 m->gguf->path, hp->n_embd, hp->n_layer, hp->n_ff,
-		                 hp->n_head, hp->n_head_kv, (double)hp->eps);
+	if (check_attn_hparams(m, err))
+		return -1;
 	key_len = hp->n_embd / hp->n_head;
 	if (q4kh_model_u32(m, "%s.attention.key_length", &key_len, 0, err))
 		return -1;
@@ -214,8 +239,10 @@ int q4kh_model_attn_hparams(struct q4kh_model *m, struct q4kh_error *err)
 	if (q4kh_model_u32(m, "%s.attention.value_length", &val_len, 0, err))
 		return -1;
 	if (val_len != key_len || key_len == 0 || key_len % 2 || key_len > 1024)
-		return q4kh_fail(err, "%s: head dimensions key %u / value %u are not supported (equal, even, <= 1024)",
-		                 m->gguf->path, key_len, val_len);
+		return q4kh_fail(err, "%s: %s.attention.key_length %u and value_length %u "
+		                 "(where missing: embedding_length / head_count): expected equal, "
+		                 "even and at most 1024",
+		                 m->gguf->path, m->arch->name, key_len, val_len);
 	hp->head_dim = key_len;
 	hp->n_rot = key_len;
 	if (q4kh_model_u32(m, "%s.rope.dimension_count", &hp->n_rot, 0, err))

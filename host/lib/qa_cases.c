@@ -124,10 +124,19 @@ int q4kh_qa_cases_load(const char *path, struct q4kh_qa_case **out, size_t *n,
 			l--;
 		o = json_loadb(s, l, 0, &jerr);
 		if (!json_is_object(o)) {
-			/* jansson's column counts from s, after the indentation */
-			rc = o ? q4kh_fail(err, "%s:%u: expected one JSON object per line", path, lineno)
-			       : q4kh_fail(err, "%s:%u:%d: %s", path, lineno,
-			                   (int)(s - line) + jerr.column, jerr.text);
+			/* jansson's column counts from s, after the indentation;
+			 * it reads the line alone, so its "end of file" is the
+			 * line's end */
+			const char *eof = strstr(jerr.text, "end of file");
+
+			rc = o     ? q4kh_fail(err, "%s:%u: expected one JSON object per line", path,
+			                       lineno)
+			     : eof ? q4kh_fail(err, "%s:%u:%d: %.*sthe end of the line (a case is "
+			                       "one whole JSON object on one line)",
+			                       path, lineno, (int)(s - line) + jerr.column,
+			                       (int)(eof - jerr.text), jerr.text)
+			           : q4kh_fail(err, "%s:%u:%d: %s", path, lineno,
+			                       (int)(s - line) + jerr.column, jerr.text);
 			json_decref(o);
 			break;
 		}

@@ -512,6 +512,38 @@ static int shadow(struct q4kh_plugin *p, const struct q4kh_plugin *q)
 	return p->shadowed_by ? 0 : -1;
 }
 
+/* A line of r->notes: ENTRY (a folder of the path, or a file) and why it
+ * was skipped. */
+static int note(struct q4kh_registry *r, const char *entry, const char *why)
+{
+	size_t used = strlen(r->notes);
+
+	snprintf(r->notes + used, sizeof(r->notes) - used, "%s: %s\n", entry, why);
+	return 0;
+}
+
+/* Why PATH, a name ending in .so that could not be opened as a regular file
+ * (ERRNO_OPEN from open, 0 when it opened as something else), is no
+ * plugin: a note for `q4khost plugins`, as a skipped folder has. */
+static int note_not_a_file(struct q4kh_registry *r, const char *path, int errno_open)
+{
+	char why[4200], target[4096];
+	struct stat st;
+	ssize_t n;
+
+	if (errno_open == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
+	    (n = readlink(path, target, sizeof(target) - 1)) >= 0) {
+		target[n] = 0;
+		snprintf(why, sizeof(why), "skipped: a symbolic link to %s, which does not exist",
+		         target);
+	} else if (errno_open) {
+		snprintf(why, sizeof(why), "skipped: cannot be opened: %s", strerror(errno_open));
+	} else {
+		snprintf(why, sizeof(why), "skipped: not a regular file");
+	}
+	return note(r, path, why);
+}
+
 /* Record and load one .so file of DIR; dir_refusal set if DIR is unsafe. */
 static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
                      const char *file, const char *dir_refusal)
@@ -526,10 +558,11 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 		return -1;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		rc = note_not_a_file(r, path, fd < 0 ? errno : 0);
 		if (fd >= 0)
 			close(fd);
 		free(path);
-		return 0;
+		return rc;
 	}
 	p = add_plugin(r, cap, path, file);
 	if (!p) {
@@ -548,14 +581,6 @@ static int scan_file(struct q4kh_registry *r, size_t *cap, const char *dir,
 	if (!p->dl)
 		unload(p);
 	return rc;
-}
-
-static int note(struct q4kh_registry *r, const char *dir, const char *why)
-{
-	size_t used = strlen(r->notes);
-
-	snprintf(r->notes + used, sizeof(r->notes) - used, "%s: %s\n", dir, why);
-	return 0;
 }
 
 /* A folder already scanned, by identity, not by spelling. */

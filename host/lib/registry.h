@@ -66,8 +66,10 @@ struct q4kh_registry {
 	size_t n_plugins;
 	/* Entries of the path that were skipped and why, one per line
 	 * ("/x: skipped: does not exist"): empty entries, missing and
-	 * relative folders (they would depend on the current directory), and
-	 * folders listed before. */
+	 * relative folders (they would depend on the current directory),
+	 * folders listed before, and names ending in .so that are no regular
+	 * file ("/x/gone.so: skipped: a symbolic link to ..., which does not
+	 * exist"). */
 	char notes[2048];
 	const struct q4kh_config *config; /* q4kh_registry_scan's; may be NULL */
 };

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* Bytes of a bad value quoted in a message. */
 #define VALUE_SHOWN 80
@@ -81,8 +82,8 @@ int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *or
 	                           origin, cap, bad_input);
 	char shown[VALUE_SHOWN * 4 + 8];
 
-	*on = v && !strcmp(v, "true");
-	if (v && !*on && strcmp(v, "false"))
+	*on = v && !strcasecmp(v, "true");
+	if (v && !*on && strcasecmp(v, "false"))
 		return q4kh_fail(err, "%s: require_deep '%s': expected true or false (true: run and serve accept deep receipts only, made by q4khost validate --deep)",
 		                 origin, q4kh_show(shown, sizeof(shown), v, strlen(v), VALUE_SHOWN, 0));
 	return 0;

@@ -58,7 +58,7 @@ enum serve_reject {
 	SERVE_REJECT_QUEUE_FULL,  /* --max-queue requests wait already */
 	SERVE_REJECT_CONNECTIONS, /* --max-connections are open */
 	SERVE_REJECT_DRAINING,    /* SIGTERM: the server stops */
-	SERVE_REJECT_NO_PATH,     /* no trusted path can serve */
+	SERVE_REJECT_NO_PATH,     /* no trusted path can serve, until a restart */
 	SERVE_REJECT_N
 };
 
@@ -133,8 +133,10 @@ struct serve_job {
 	size_t len, cap, ready;   /* ready: bytes that may be sent now */
 	int64_t n_gen;            /* tokens in the answer */
 	const char *finish;       /* "stop", "length", NULL while running */
-	char error[256];          /* set when it ended without an answer */
+	char error[1024];         /* set when it ended without an answer */
 	int http_status;          /* with error: 503 or 500 */
+	int for_good;             /* a 503 that no retry helps: nothing serves
+	                             until a restart (no Retry-After) */
 	char served_by[200];      /* the path's name and device */
 	char path_name[160];      /* the path's name */
 	char f2[400];             /* the path's F2 verdict, for the header */
@@ -170,7 +172,7 @@ struct serve_switch {
 };
 
 struct serve_metrics {
-	uint64_t requests[6][9];  /* endpoint x status code (serve_status.c) */
+	uint64_t requests[6][10]; /* endpoint x status code (serve_status.c) */
 	uint64_t prompt_tokens, completion_tokens;
 	double decode_seconds;    /* engine time in steps that made tokens */
 	/* steps of several requests at once, and the tokens they made */
@@ -225,6 +227,9 @@ struct serve {
 	struct serve_job **slots;
 	int n_slots;
 	struct serve_path *cur;   /* new requests go here; NULL: none can */
+	/* with cur NULL: why nothing serves and what the operator must do,
+	 * for every 503 and /health (docs/serve.md, section 4) */
+	char unavailable[900];
 	struct serve_path *retired[8];
 	int n_retired;
 	uint64_t next_seq;
@@ -286,7 +291,8 @@ void serve_path_current_f2(struct serve *srv, char *buf, size_t cap);
 int serve_engine_start(struct serve *srv, struct q4kh_error *err);
 /*
  * Queue JOB (its request part filled). 0, or an HTTP status with
- * job->error: 503 when draining, full or nothing can serve.
+ * job->error: 503 when draining, full or nothing can serve (the last
+ * with job->for_good set: no retry helps).
  */
 int serve_engine_submit(struct serve *srv, struct serve_job *job);
 /* Make P current; with DEMOTE the old path's jobs stop or are re-run.

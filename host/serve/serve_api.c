@@ -91,13 +91,23 @@ static int boolean(const json_t *o, const char *key, int *out, struct serve_api_
 	return 0;
 }
 
-/* A message's content: a string, or an array of {"type": "text", "text": ...}. */
-static int content_text(const json_t *c, char **out, struct serve_api_error *e)
+/*
+ * Message K's content C: a string, or an array of {"type": "text", "text":
+ * ...}. As OpenAI's API, only an assistant's (ROLE) may be missing or
+ * null (a message that only called tools), read as empty.
+ */
+static int content_text(const json_t *c, size_t k, const char *role, char **out,
+                        struct serve_api_error *e)
 {
 	size_t len = 0, i;
 	const json_t *part;
 	char *s;
 
+	if ((!c || json_is_null(c)) && strcmp(role, "assistant"))
+		return refuse(e, 400, "messages",
+		              "messages[%zu].content is required for a %s message, got %s: expected "
+		              "a string or an array of text parts",
+		              k, role, c ? "null" : "nothing");
 	if (!c || json_is_null(c)) {
 		*out = strdup("");
 	} else if (json_is_string(c)) {
@@ -177,7 +187,7 @@ static int chat_ids(const struct serve *srv, const json_t *root, struct serve_jo
 			       i);
 			goto out;
 		}
-		if (content_text(json_object_get(m, "content"), &texts[i], e))
+		if (content_text(json_object_get(m, "content"), i, roles[r], &texts[i], e))
 			goto out;
 		/* A developer message is OpenAI's newer name for a system one. */
 		cm[i] = (struct q4kh_chat_msg){ roles[r == 1 ? 0 : r], texts[i] };
@@ -386,15 +396,17 @@ static json_t *usage(const struct serve_job *j)
 	                 (json_int_t)(j->n_ids + (size_t)j->n_gen));
 }
 
-/* What every body of J starts with. */
+/* What every body and event of J starts with; q4khost_f2 is its
+ * X-Q4KHost-F2 header's value, so that a client that keeps bodies alone
+ * still sees an answer F2 did not verify ("off; ... serves UNVERIFIED"). */
 static json_t *head(const struct serve *srv, const struct serve_job *j, const char *object)
 {
 	char fp[300];
 
 	snprintf(fp, sizeof(fp), "q4khost-%s %s", PACKAGE_VERSION, j->path_name);
-	return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", j->id, "object", object, "created",
-	                 (json_int_t)j->created, "model", srv->model_id, "system_fingerprint",
-	                 fp);
+	return json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", j->id, "object", object,
+	                 "created", (json_int_t)j->created, "model", srv->model_id,
+	                 "system_fingerprint", fp, "q4khost_f2", j->f2);
 }
 
 char *serve_api_response(const struct serve *srv, const struct serve_job *j)

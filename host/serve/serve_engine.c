@@ -63,6 +63,16 @@ static void fail_job(struct serve_job *j, int status, const char *msg)
 	pthread_cond_broadcast(&j->cv);
 }
 
+/* J is refused because nothing serves (lock held): counted, marked for
+ * good (its 503 advertises no retry); the message, why and what to do. */
+static const char *no_path(struct serve *srv, struct serve_job *j)
+{
+	j->for_good = 1;
+	serve_status_reject(srv, SERVE_REJECT_NO_PATH);
+	return srv->unavailable[0] ? srv->unavailable
+	                           : "no validated path can serve this model (see /health)";
+}
+
 int serve_engine_submit(struct serve *srv, struct serve_job *job)
 {
 	int status = 0;
@@ -73,9 +83,7 @@ int serve_engine_submit(struct serve *srv, struct serve_job *job)
 		serve_status_reject(srv, SERVE_REJECT_DRAINING);
 		status = 503;
 	} else if (!srv->cur) {
-		snprintf(job->error, sizeof(job->error),
-		         "no validated path can serve this model now (see /health)");
-		serve_status_reject(srv, SERVE_REJECT_NO_PATH);
+		snprintf(job->error, sizeof(job->error), "%s", no_path(srv, job));
 		status = 503;
 	} else if (srv->q_len >= (size_t)srv->o.max_queue) {
 		snprintf(job->error, sizeof(job->error),
@@ -184,8 +192,7 @@ static void admit(struct serve *srv)
 		int i;
 
 		if (!srv->cur) {
-			fail_job(j, 503, "no validated path can serve this model now (see /health)");
-			serve_status_reject(srv, SERVE_REJECT_NO_PATH);
+			fail_job(j, 503, no_path(srv, j));
 			serve_job_release(j);
 			continue;
 		}

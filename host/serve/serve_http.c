@@ -44,7 +44,9 @@ struct request {
 	char path[200];      /* printable, cut */
 	char client[64];     /* the peer's address */
 	unsigned status;     /* the status sent; 0: none yet */
-	char reason[400];    /* why, in the log's words */
+	int no_retry;        /* a 503 without Retry-After: nothing serves until a
+	                        restart, or /health's state, which no retry changes */
+	char reason[1200];   /* why, in the log's words */
 	int routed;          /* on_request has seen it */
 };
 
@@ -146,7 +148,7 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 		                                  strlen(served_by), 300, 1));
 	if (status == 503 || status == 413)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-	if (status == 503)
+	if (status == 503 && !rq->no_retry)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, SERVE_RETRY_AFTER);
 	if (status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -158,7 +160,9 @@ static enum MHD_Result reply(struct serve *srv, struct MHD_Connection *c, struct
 	MHD_destroy_response(r);
 	serve_status_count(srv, ep, status);
 	note(rq, status, "%s%s", reason ? reason : "ok",
-	     status == 503 ? " (Retry-After: " SERVE_RETRY_AFTER " s)" : "");
+	     status != 503  ? ""
+	     : rq->no_retry ? " (no Retry-After)"
+	                    : " (Retry-After: " SERVE_RETRY_AFTER " s)");
 	return rc;
 }
 
@@ -210,6 +214,38 @@ static int authorized(struct serve *srv, struct MHD_Connection *c)
 	while (*h == ' ')
 		h++;
 	return same_secret(h, srv->api_key);
+}
+
+/*
+ * The request's Content-Type when it says the body is not JSON; NULL for
+ * application/json (any parameters) and for none, which is taken as JSON
+ * (docs/serve.md, section 2).
+ */
+static const char *not_json(struct MHD_Connection *c)
+{
+	static const char json[] = "application/json";
+	const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+	                                            MHD_HTTP_HEADER_CONTENT_TYPE);
+	size_t n = t ? strcspn(t, "; \t") : 0;
+
+	if (!n || (n == sizeof(json) - 1 && !strncasecmp(t, json, n)))
+		return NULL;
+	return t;
+}
+
+/* 415 for a body whose Content-Type T is not JSON, with the fix for curl -d. */
+static enum MHD_Result not_json_reply(struct serve *srv, struct MHD_Connection *c,
+                                      struct request *rq, const char *t)
+{
+	char shown[200], message[600];
+
+	q4kh_show(shown, sizeof(shown), t, strlen(t), 120, 1);
+	snprintf(message, sizeof(message),
+	         "Content-Type '%s' is not JSON: expected application/json, or no Content-Type "
+	         "(curl -d sends application/x-www-form-urlencoded: add -H 'Content-Type: "
+	         "application/json')",
+	         shown);
+	return fail(srv, c, rq, 415, message, NULL, "unsupported_media_type");
 }
 
 /* Wait for news of J (srv->lock held), WAIT_NS at most. */
@@ -431,6 +467,7 @@ static enum MHD_Result generate(struct serve *srv, struct MHD_Connection *c,
 		return fail(srv, c, rq, (unsigned)e.status, e.message, e.param, e.code);
 	status = serve_engine_submit(srv, j);
 	if (status) {
+		rq->no_retry = j->for_good;
 		rc = fail(srv, c, rq, (unsigned)status, j->error, NULL, NULL);
 		release(srv, j);
 		return rc;
@@ -446,6 +483,7 @@ static enum MHD_Result generate(struct serve *srv, struct MHD_Connection *c,
 	}
 	pthread_mutex_lock(&srv->lock);
 	status = j->error[0] && j->state == SERVE_DONE ? j->http_status : 0;
+	rq->no_retry = j->for_good;
 	pthread_mutex_unlock(&srv->lock);
 	if (status) {
 		rc = fail(srv, c, rq, (unsigned)status, j->error, NULL, NULL);
@@ -471,10 +509,11 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 	if ((rq->ep <= SERVE_EP_COMPLETIONS && !post) || (rq->ep > SERVE_EP_COMPLETIONS && !get))
 		return fail(srv, c, rq, 405, "method not allowed here", NULL, NULL);
 	if (rq->ep == SERVE_EP_HEALTH) {
-		char why[300] = "";
+		char why[1000] = "";
 		char *body = serve_status_health(srv, why, sizeof(why));
 
 		/* a balancer's and Kubernetes' readiness read the status */
+		rq->no_retry = 1;
 		return reply(srv, c, rq, why[0] ? 503 : 200, body, "application/json", NULL, NULL,
 		             why[0] ? why : NULL);
 	}
@@ -492,6 +531,8 @@ static enum MHD_Result route(struct serve *srv, struct MHD_Connection *c,
 	default:
 		break;
 	}
+	if (not_json(c))
+		return not_json_reply(srv, c, rq, not_json(c));
 	if (__atomic_load_n(&srv->draining, __ATOMIC_RELAXED)) {
 		pthread_mutex_lock(&srv->lock);
 		serve_status_reject(srv, SERVE_REJECT_DRAINING);

@@ -208,11 +208,21 @@ static void demote(struct serve *srv, struct serve_shadow *sh, const struct samp
 	if (serve_trust_demotion_receipt(srv, &s->cand, &sh->cand.be.record, res, msg, &e))
 		serve_log("shadow parity: the receipt of %s could not be written: %s", s->path, e.msg);
 	fb = serve_trust_fallback(srv, s->plan_index, &e);
-	if (!fb)
-		serve_log("shadow parity: %s; nothing serves until a restart", e.msg);
 	snprintf(reason, sizeof(reason), "demoted by %.600s", msg);
 	pthread_mutex_lock(&srv->lock);
 	if (srv->cur && !strcmp(srv->cur->name, s->path) && srv->cur->cand.device == s->cand.device) {
+		if (!fb) {
+			/* Permanent: every request gets this, without a retry. */
+			snprintf(srv->unavailable, sizeof(srv->unavailable),
+			         "nothing serves until q4khost serve is restarted: shadow parity "
+			         "demoted %.160s (request %s) and %.200s; restart serve: the next "
+			         "start skips it (its receipt now holds the rejection) and serves "
+			         "the next trusted candidate: the reference cpu backend, unless "
+			         "--backend, --kernel or Q4KHOST_Q4K_KERNEL leave it out (then drop "
+			         "them, or name a candidate that passes F2)",
+			         s->path, s->id, e.msg);
+			serve_log("shadow parity: %s", srv->unavailable);
+		}
 		serve_engine_switch(srv, fb, 1, reason);
 		fb = NULL;
 	}

@@ -13,7 +13,7 @@
 #include "chat.h"
 #include "report.h"
 
-static const unsigned codes[] = { 200, 400, 401, 404, 405, 413, 500, 503 };
+static const unsigned codes[] = { 200, 400, 401, 404, 405, 413, 415, 500, 503 };
 #define N_CODES (sizeof(codes) / sizeof(codes[0]))
 static const char *const endpoints[] = { "/v1/chat/completions", "/v1/completions",
 	                                 "/v1/models", "/health", "/metrics", "other" };
@@ -90,13 +90,19 @@ static json_t *path_json(const struct serve *srv, const struct serve_path *p)
 	return o;
 }
 
+/* Why nothing serves, with srv->cur NULL (srv->lock held). */
+static const char *unavailable(const struct serve *srv)
+{
+	return srv->unavailable[0] ? srv->unavailable : "no validated path serves";
+}
+
 /* Ready (srv->lock held): 1, or 0 with why in WHY. */
 static int ready(const struct serve *srv, char *why, size_t cap)
 {
 	if (srv->draining)
 		snprintf(why, cap, "not ready: draining");
 	else if (!srv->cur)
-		snprintf(why, cap, "not ready: no validated path serves");
+		snprintf(why, cap, "not ready: %s", unavailable(srv));
 	else if (srv->cur->unverified)
 		snprintf(why, cap, "not ready: F2 is off and %s serves unverified", srv->cur->name);
 	else {
@@ -142,6 +148,11 @@ char *serve_status_health(struct serve *srv, char *why, size_t cap)
 	                 "verdicts", verdicts, "switches", switches, "shadow",
 	                 serve_shadow_json(srv), "slots", "total", srv->n_slots, "busy",
 	                 busy_slots(srv), "queue_depth", (json_int_t)srv->q_len);
+	/* why nothing serves and what the operator must do; null while a
+	 * path serves */
+	if (root)
+		json_object_set_new(root, "unavailable",
+		                    srv->cur ? json_null() : json_string(unavailable(srv)));
 	pthread_mutex_unlock(&srv->lock);
 	out = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
 	json_decref(root);
@@ -244,7 +255,7 @@ char *serve_status_metrics(struct serve *srv)
 	metric(&t, "connections_limit", "gauge", "--max-connections.");
 	put(&t, "q4khost_connections_limit %ld\n", srv->o.max_connections);
 	metric(&t, "rejected_total", "counter",
-	       "Requests answered 503 with Retry-After and nothing generated, by reason.");
+	       "Requests answered 503 with nothing generated, by reason (no_path: without Retry-After).");
 	for (int r = 0; r < SERVE_REJECT_N; r++)
 		put(&t, "q4khost_rejected_total{reason=\"%s\"} %llu\n", reject_names[r],
 		    (unsigned long long)m->rejected[r]);

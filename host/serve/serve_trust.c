@@ -119,7 +119,7 @@ struct serve_path *serve_trust_fallback(struct serve *srv, int after,
 			return p;
 		serve_log("%s: cannot start: %s", srv->plan[i].why, e.msg);
 	}
-	q4kh_fail(err, "no candidate after the demoted one is trusted");
+	q4kh_fail(err, "no candidate after it in the plan is trusted");
 	return NULL;
 }
 

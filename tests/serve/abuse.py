@@ -7,6 +7,7 @@ mid-stream (its generation must stop), requests without the API key
 (drain.py has SIGTERM). The caller started the server with --max-body
 65536 --idle-timeout 2, the API key KEY and its log in LOG.
 Usage: abuse.py URL KEY LOG MODEL"""
+import http.client
 import json
 import socket
 import sys
@@ -106,6 +107,44 @@ def main():
         check("bad body: 400", st == 400 and error_body(b), (body, st, b))
     st, _, b = c.request("POST", "/v1/completions", b'{"prompt": ["a", "b"]}')
     check("prompt array of two: 400", st == 400 and error_body(b))
+    # OpenAI's API requires a user's (system's, developer's) content; only an
+    # assistant's may be null (a message that only called tools).
+    for body, k, role in ((b'{"messages": [{"role": "user", "content": null}]}', 0, "user"),
+                          (b'{"messages": [{"role": "system", "content": "Be brief"}, '
+                           b'{"role": "user"}]}', 1, "user"),
+                          (b'{"messages": [{"role": "system", "content": null}, '
+                           b'{"role": "user", "content": "x"}]}', 0, "system")):
+        st, _, b = c.request("POST", chat, body)
+        check("a %s message without content: 400 naming messages[%d].content" % (role, k),
+              st == 400 and json.loads(b)["error"]["message"].startswith(
+                  "messages[%d].content is required for a %s message" % (k, role)), (st, b))
+    st, _, b = c.request("POST", chat, {"messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": None},
+        {"role": "user", "content": "Hi again"}], "max_tokens": 1})
+    check("an assistant message with null content: 200", st == 200, (st, b))
+    # The body is JSON: a Content-Type that says otherwise is refused (415,
+    # with the fix for curl -d's form type); none at all is taken as JSON.
+    for ctype in ("text/plain", "application/x-www-form-urlencoded",
+                  "multipart/form-data; boundary=x"):
+        st, _, b = c.request("POST", chat, {"messages": msg, "max_tokens": 1},
+                             {"Content-Type": ctype})
+        check("Content-Type %s: 415 naming it and the fix" % ctype,
+              st == 415 and error_body(b) and ctype.split(";")[0] in
+              json.loads(b)["error"]["message"] and
+              "-H 'Content-Type: application/json'" in json.loads(b)["error"]["message"],
+              (st, b))
+    st, _, b = c.request("POST", chat, {"messages": msg, "max_tokens": 1},
+                         {"Content-Type": "application/json; charset=utf-8"})
+    check("Content-Type application/json with a charset: 200", st == 200, (st, b))
+    plain = http.client.HTTPConnection(host, port, timeout=60)
+    plain.putrequest("POST", chat)
+    body = json.dumps({"messages": msg, "max_tokens": 1}).encode()
+    plain.putheader("Authorization", "Bearer " + key)
+    plain.putheader("Content-Length", str(len(body)))
+    plain.endheaders(body)
+    r = plain.getresponse()
+    check("no Content-Type: taken as JSON, 200", r.status == 200, (r.status, r.read()))
+    plain.close()
     # OpenAI clients send a fixed name: any is taken for the one model loaded
     st, _, b = c.request("POST", chat, {"model": "gpt-4", "messages": msg, "max_tokens": 1})
     check("another model name: 200, answered as the served id",

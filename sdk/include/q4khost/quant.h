@@ -30,6 +30,7 @@ enum q4kh_type {
 	Q4KH_TYPE_Q5_0 = 6,
 	Q4KH_TYPE_Q5_1 = 7,
 	Q4KH_TYPE_Q8_0 = 8,
+	Q4KH_TYPE_Q8_1 = 9,
 	Q4KH_TYPE_Q2_K = 10,
 	Q4KH_TYPE_Q3_K = 11,
 	Q4KH_TYPE_Q4_K = 12,
@@ -54,7 +55,13 @@ enum q4kh_type {
 	Q4KH_TYPE_TQ1_0 = 34,
 	Q4KH_TYPE_TQ2_0 = 35,
 	Q4KH_TYPE_MXFP4 = 39,
-	Q4KH_TYPE_COUNT = 40 /* one past the largest GGUF id we know of */
+	Q4KH_TYPE_NVFP4 = 40,
+	Q4KH_TYPE_Q1_0 = 41,
+	Q4KH_TYPE_Q2_0 = 42,
+	/* One past the largest GGUF id: every id of gguf-py's
+	 * GGMLQuantizationType has a name and a size here (ids 4, 5, 31 to
+	 * 33 and 36 to 38 were removed from GGUF files and are unknown). */
+	Q4KH_TYPE_COUNT = 43
 };
 
 #define Q4KH_QK 32   /* values per block of the legacy and i-quant types */
@@ -230,7 +237,13 @@ static inline uint32_t q4kh_type_block_elems(uint32_t t)
 	case Q4KH_TYPE_Q8_0:
 	case Q4KH_TYPE_IQ4_NL:
 	case Q4KH_TYPE_MXFP4:
+	case Q4KH_TYPE_Q8_1:
 		return Q4KH_QK;
+	case Q4KH_TYPE_NVFP4:
+	case Q4KH_TYPE_Q2_0:
+		return 64;
+	case Q4KH_TYPE_Q1_0:
+		return 128;
 	case Q4KH_TYPE_Q2_K:
 	case Q4KH_TYPE_Q3_K:
 	case Q4KH_TYPE_Q8_K:
@@ -277,7 +290,8 @@ static inline uint32_t q4kh_type_block_bytes(uint32_t t)
 	case Q4KH_TYPE_Q6_K: return sizeof(struct q4kh_block_q6_k);
 	case Q4KH_TYPE_IQ4_XS: return sizeof(struct q4kh_block_iq4_xs);
 	/* Sizes of types without a layout here, so files holding them parse
-	 * (ggml-common.h's static_asserts on each block). */
+	 * (ggml-common.h's static_asserts on each block; gguf-py's
+	 * GGML_QUANT_SIZES). */
 	case Q4KH_TYPE_Q8_K: return 292;
 	case Q4KH_TYPE_IQ2_XXS: return 66;
 	case Q4KH_TYPE_IQ2_XS: return 74;
@@ -289,6 +303,10 @@ static inline uint32_t q4kh_type_block_bytes(uint32_t t)
 	case Q4KH_TYPE_TQ1_0: return 54;
 	case Q4KH_TYPE_TQ2_0: return 66;
 	case Q4KH_TYPE_MXFP4: return 17;
+	case Q4KH_TYPE_Q8_1: return 36;  /* d, s (binary16 each), 32 int8 */
+	case Q4KH_TYPE_NVFP4: return 36; /* 4 UE4M3 scales, 64 E2M1 values */
+	case Q4KH_TYPE_Q1_0: return 18;
+	case Q4KH_TYPE_Q2_0: return 18;
 	default: return 0;
 	}
 }
@@ -376,6 +394,7 @@ static inline const char *q4kh_type_name(uint32_t t)
 	case Q4KH_TYPE_Q5_0: return "Q5_0";
 	case Q4KH_TYPE_Q5_1: return "Q5_1";
 	case Q4KH_TYPE_Q8_0: return "Q8_0";
+	case Q4KH_TYPE_Q8_1: return "Q8_1";
 	case Q4KH_TYPE_Q2_K: return "Q2_K";
 	case Q4KH_TYPE_Q3_K: return "Q3_K";
 	case Q4KH_TYPE_Q4_K: return "Q4_K";
@@ -394,6 +413,9 @@ static inline const char *q4kh_type_name(uint32_t t)
 	case Q4KH_TYPE_TQ1_0: return "TQ1_0";
 	case Q4KH_TYPE_TQ2_0: return "TQ2_0";
 	case Q4KH_TYPE_MXFP4: return "MXFP4";
+	case Q4KH_TYPE_NVFP4: return "NVFP4";
+	case Q4KH_TYPE_Q1_0: return "Q1_0";
+	case Q4KH_TYPE_Q2_0: return "Q2_0";
 	case Q4KH_TYPE_I8: return "I8";
 	case Q4KH_TYPE_I16: return "I16";
 	case Q4KH_TYPE_I32: return "I32";
