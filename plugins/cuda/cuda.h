@@ -318,21 +318,6 @@ q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
                             const struct q4kh_rope_params *params,
                             const struct q4kh_tensor *k_cache,
                             const struct q4kh_tensor *v_cache);
-/*
- * cuda's own group (cuda_graph.c): rms_norm of each q head with q_w (NULL:
- * none) and q_eps, of each k head with k_w and k_eps, in place, then
- * rope_store, in one kernel with the bits of the five nodes: each head is
- * normed by a block of rms_norm's size for it (cuda_head_norms). q and k
- * contiguous, of one head size at most CUDA_HEAD_NORM_MAX; the weights
- * f32 {head size}, contiguous.
- */
-q4kh_status cuda_norm_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q_w,
-                                 float q_eps, const struct q4kh_tensor *k_w, float k_eps,
-                                 const struct q4kh_tensor *q, const struct q4kh_tensor *k,
-                                 const struct q4kh_tensor *v, const struct q4kh_tensor *pos,
-                                 const struct q4kh_rope_params *params,
-                                 const struct q4kh_tensor *k_cache,
-                                 const struct q4kh_tensor *v_cache);
 /* ABI 1.4: the greedy pick of each column of x in one launch
  * (cuda_top2.cu), with the device context's scratch for a long column. */
 q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,

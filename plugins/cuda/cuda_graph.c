@@ -8,11 +8,6 @@
  * cuda_measure.c's capture and launches the recording, which every later
  * run replays: between runs the host rewrites only the ids and positions,
  * which the kernels read from device memory when they run (cuda_step.c).
- *
- * Beside the SDK's patterns the plan has groups of cuda's own, fusions no
- * ABI entry names (enum cuda_own), each exact: the bits of its nodes run
- * one by one. Q4KH_CUDA_FUSE=0 in the environment plans without them (A/B
- * runs).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,20 +16,10 @@
 #include "cuda.h"
 #include "q4khost/step.h"
 
-/* The groups cuda plans on its own. */
-enum cuda_own {
-	CUDA_OWN_NONE = 0,
-	/* rms_norm of q's heads, rms_norm of k's heads (both in place), then
-	 * a rope_store group: cuda_norm_rope_store */
-	CUDA_OWN_NORM_ROPE_STORE,
-};
-
-/* One call of the plan: nodes [first, first + n) as pattern FUSE, or as
- * cuda's own group OWN. */
+/* One call of the plan: nodes [first, first + n) as pattern FUSE. */
 struct cuda_group {
 	int32_t first, n;
 	q4kh_step_fuse fuse;
-	enum cuda_own own;
 };
 
 struct q4kh_step {
@@ -209,83 +194,10 @@ static void step_free(struct q4kh_step *s)
 	free(s);
 }
 
-/* --- planning --- */
-
-/* Is f32 tensor T's storage one run of its values, in order? */
-static int f32_dense(const struct q4kh_tensor *t)
-{
-	int64_t nb = sizeof(float);
-
-	for (int d = 0; d < 4; d++) {
-		if (t->ne[d] > 1 && t->nb[d] != nb)
-			return 0;
-		nb *= t->ne[d];
-	}
-	return t->type == Q4KH_TYPE_F32;
-}
-
-/* Do tensors A and B hold the same f32 values, contiguous, in one place? */
-static int same_rows(const struct q4kh_tensor *a, const struct q4kh_tensor *b)
-{
-	int64_t na = 1, nb = 1;
-
-	for (int d = 0; d < 4; d++) {
-		na *= a->ne[d];
-		nb *= b->ne[d];
-	}
-	return a->buffer == b->buffer && a->offset == b->offset && na == nb &&
-	       f32_dense(a) && f32_dense(b);
-}
-
-/* Is node N an in-place rms_norm of rows of HD values of X, with a weight
- * cuda_norm_rope_store takes (none, or f32 {HD})? */
-static int head_norm_of(const struct q4kh_step_graph *g, const struct q4kh_step_node *n,
-                        const struct q4kh_tensor *x, int64_t hd)
-{
-	const struct q4kh_tensor *in = q4kh_step_tensor(g, n->src[0]);
-	const struct q4kh_tensor *w = q4kh_step_tensor(g, n->src[1]);
-
-	return n->op == Q4KH_OP_RMS_NORM && in->ne[0] == hd &&
-	       same_rows(in, q4kh_step_tensor(g, n->out)) && same_rows(in, x) &&
-	       (!w || (f32_dense(w) && w->ne[0] == hd && w->ne[1] == 1 && w->ne[2] == 1 &&
-	               w->ne[3] == 1));
-}
-
-/*
- * CUDA_OWN_NORM_ROPE_STORE at node I of G: the norms of q's and k's heads
- * (arch_blocks.c's head_norm), then the four nodes of a rope_store whose
- * q and k they normed. 6 nodes, or 0.
- */
-static int32_t match_norm_rope_store(const struct q4kh_step_graph *g, int32_t i)
-{
-	const struct q4kh_tensor *q, *k;
-
-	if (i + 5 >= g->n_nodes || q4kh_step_match(g, i + 2, Q4KH_FUSE_ROPE_STORE) != 4)
-		return 0;
-	q = q4kh_step_tensor(g, q4kh_step_node_at(g, i + 2)->src[0]);
-	k = q4kh_step_tensor(g, q4kh_step_node_at(g, i + 3)->src[0]);
-	return q->ne[0] == k->ne[0] && q->ne[0] <= CUDA_HEAD_NORM_MAX &&
-	               head_norm_of(g, q4kh_step_node_at(g, i), q, q->ne[0]) &&
-	               head_norm_of(g, q4kh_step_node_at(g, i + 1), k, k->ne[0])
-	               ? 6
-	               : 0;
-}
-
-/* Q4KH_CUDA_FUSE=0: plan none of cuda's own groups. */
-static int own_groups(void)
-{
-	const char *e = getenv("Q4KH_CUDA_FUSE");
-
-	return !e || strcmp(e, "0") != 0;
-}
-
-/* The calls of S's graph: cuda's own groups where they match, else as the
- * host's interpreter groups them. */
+/* The calls of S's graph, as the host's interpreter groups them. */
 static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 {
-	const int own = own_groups();
-
-	s->groups = calloc((size_t)s->g->n_nodes, sizeof(*s->groups));
+	s->groups = malloc(sizeof(*s->groups) * (size_t)s->g->n_nodes);
 	if (!s->groups)
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "graph_prepare: out of memory planning %d nodes", s->g->n_nodes);
@@ -293,10 +205,7 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 		struct cuda_group *c = &s->groups[s->n_groups++];
 
 		c->first = i;
-		if (own && (n = match_norm_rope_store(s->g, i)) > 0)
-			c->own = CUDA_OWN_NORM_ROPE_STORE;
-		else
-			c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
+		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
 		c->n = n;
 		if (n > 1)
 			s->fused += (uint32_t)n;
@@ -357,29 +266,6 @@ static q4kh_status issue_failed(q4kh_device_ctx *dev, const struct q4kh_step *s,
 	                 name_of(s->g, n->out), why);
 }
 
-/* Issue cuda's own group C of S (matched by plan); *FAIL says where. */
-static q4kh_status issue_own(q4kh_device_ctx *dev, const struct q4kh_step *s,
-                             const struct cuda_group *c, struct q4kh_step_fail *fail)
-{
-	const struct q4kh_step_graph *g = s->g;
-	const struct q4kh_step_node *nq = q4kh_step_node_at(g, c->first);
-	const struct q4kh_step_node *nk = q4kh_step_node_at(g, c->first + 1);
-	const struct q4kh_step_node *rq = q4kh_step_node_at(g, c->first + 2);
-	const struct q4kh_step_node *rk = q4kh_step_node_at(g, c->first + 3);
-	const struct q4kh_step_node *sk = q4kh_step_node_at(g, c->first + 4);
-	const struct q4kh_step_node *sv = q4kh_step_node_at(g, c->first + 5);
-	struct q4kh_rope_params p = rq->rope;
-
-	p.freq_factors = q4kh_step_tensor(g, rq->src[2]);
-	*fail = (struct q4kh_step_fail){ .node = c->first, .call = "norm_rope_store" };
-	return cuda_norm_rope_store(dev, q4kh_step_tensor(g, nq->src[1]), nq->f[0],
-	                            q4kh_step_tensor(g, nk->src[1]), nk->f[0],
-	                            q4kh_step_tensor(g, rq->out), q4kh_step_tensor(g, rk->out),
-	                            q4kh_step_tensor(g, sv->src[0]),
-	                            q4kh_step_tensor(g, rq->src[1]), &p,
-	                            q4kh_step_tensor(g, sk->out), q4kh_step_tensor(g, sv->out));
-}
-
 /* Issue S's planned calls on dev's stream, in order. */
 static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 {
@@ -389,9 +275,8 @@ static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 
 	for (int32_t k = 0; k < s->n_groups; k++) {
 		const struct cuda_group *c = &s->groups[k];
-		q4kh_status st = c->own ? issue_own(dev, s, c, &fail)
-		                        : q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first,
-		                                                c->fuse, c->n, &none, &fail);
+		q4kh_status st = q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first,
+		                                       c->fuse, c->n, &none, &fail);
 
 		if (st)
 			return issue_failed(dev, s, st, &fail);

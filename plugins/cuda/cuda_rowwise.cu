@@ -28,113 +28,104 @@
  * too (norm_add_rms_norm) a is first normed in place with wa and eps_a,
  * the same arithmetic (its own block sum), and that a is added. Each
  * thread reads and writes only its own elements of x and a, so out may be
- * either. The row's body, for a block of blockDim.x threads (the norm's
- * kernel, and rope_store's heads): which threads hold which values, and so
- * the order of the sums, follows from blockDim.x alone.
+ * either.
  */
-template <bool ADD, bool NORM_A>
-static __device__ __forceinline__ void rms_row(float *xr, float *ar, const float *wa,
-                                               float eps_a, const float *w, float eps,
-                                               float *o, int64_t n, double *part)
-{
-	const int64_t held = (int64_t)RMS_HELD * blockDim.x;
-	float v[RMS_HELD], u[RMS_HELD], wv[RMS_HELD], wav[RMS_HELD];
-	double ss = 0.0;
-	float s_a = 1.0f;
-
-	/* The weights too: the scale's wait is the reduction's only.
-	 * They are no kernel's output: loaded before the wait. */
-#pragma unroll
-	for (int k = 0; k < RMS_HELD; k++) {
-		const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-
-		wv[k] = w && i < n ? w[i] : 0.0f;
-		wav[k] = NORM_A && wa && i < n ? wa[i] : 0.0f;
-	}
-	q4kh_pdl_wait();
-#pragma unroll
-	for (int k = 0; k < RMS_HELD; k++) {
-		const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-
-		v[k] = i < n ? xr[i] : 0.0f;
-		u[k] = ADD && i < n ? ar[i] : 0.0f;
-	}
-	if (NORM_A) {
-		double sa = 0.0;
-
-#pragma unroll
-		for (int k = 0; k < RMS_HELD; k++)
-			sa += (double)u[k] * (double)u[k];
-		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
-			sa += (double)ar[i] * (double)ar[i];
-		sa = block_sum(sa, part);
-		s_a = (float)(1.0 / sqrt(sa / (double)n + (double)eps_a));
-#pragma unroll
-		for (int k = 0; k < RMS_HELD; k++)
-			u[k] = wa ? u[k] * s_a * wav[k] : u[k] * s_a;
-	}
-	/* The sums are stored after every load is issued (a store
-	 * to x could alias a later load, and would hold it back). */
-	if (ADD) {
-#pragma unroll
-		for (int k = 0; k < RMS_HELD; k++) {
-			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-
-			v[k] += u[k];
-			if (i < n) {
-				xr[i] = v[k];
-				if (NORM_A)
-					ar[i] = u[k];
-			}
-		}
-	}
-#pragma unroll
-	for (int k = 0; k < RMS_HELD; k++)
-		ss += (double)v[k] * (double)v[k];
-	for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x) {
-		float xi = xr[i];
-
-		if (ADD) {
-			float ai = ar[i];
-
-			if (NORM_A) {
-				ai = wa ? ai * s_a * wa[i] : ai * s_a;
-				ar[i] = ai;
-			}
-			xi += ai;
-			xr[i] = xi;
-		}
-		ss += (double)xi * (double)xi;
-	}
-	/* Every read of the row (of a too) is done once the sum is
-	 * known, so out may be x or a. */
-	ss = block_sum(ss, part);
-	const float s = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-#pragma unroll
-	for (int k = 0; k < RMS_HELD; k++) {
-		const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-
-		if (i < n)
-			o[i] = w ? v[k] * s * wv[k] : v[k] * s;
-	}
-	for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
-		o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
-}
-
-/* rms_row over x's rows, a block a row (see rms_row). */
 template <bool ADD, bool NORM_A>
 static __global__ void __launch_bounds__(RMS_THREADS)
 rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *wa, float eps_a,
                 const float *w, float eps, struct cuda_view out)
 {
 	__shared__ double part[32];
-	const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
+	const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
+	const int64_t held = (int64_t)RMS_HELD * blockDim.x;
 
 	q4kh_pdl_release();
-	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-		rms_row<ADD, NORM_A>((float *)view_row(x, r),
-		                     ADD ? (float *)view_row(a, r) : NULL, wa, eps_a, w, eps,
-		                     (float *)view_row(out, r), x.ne[0], part);
+	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		float *xr = (float *)view_row(x, r);
+		float *ar = ADD ? (float *)view_row(a, r) : NULL;
+		float *o = (float *)view_row(out, r);
+		float v[RMS_HELD], u[RMS_HELD], wv[RMS_HELD], wav[RMS_HELD];
+		double ss = 0.0;
+		float s_a = 1.0f;
+
+		/* The weights too: the scale's wait is the reduction's only.
+		 * They are no kernel's output: loaded before the wait. */
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++) {
+			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+			wv[k] = w && i < n ? w[i] : 0.0f;
+			wav[k] = NORM_A && wa && i < n ? wa[i] : 0.0f;
+		}
+		q4kh_pdl_wait();
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++) {
+			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+			v[k] = i < n ? xr[i] : 0.0f;
+			u[k] = ADD && i < n ? ar[i] : 0.0f;
+		}
+		if (NORM_A) {
+			double sa = 0.0;
+
+#pragma unroll
+			for (int k = 0; k < RMS_HELD; k++)
+				sa += (double)u[k] * (double)u[k];
+			for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
+				sa += (double)ar[i] * (double)ar[i];
+			sa = block_sum(sa, part);
+			s_a = (float)(1.0 / sqrt(sa / (double)n + (double)eps_a));
+#pragma unroll
+			for (int k = 0; k < RMS_HELD; k++)
+				u[k] = wa ? u[k] * s_a * wav[k] : u[k] * s_a;
+		}
+		/* The sums are stored after every load is issued (a store
+		 * to x could alias a later load, and would hold it back). */
+		if (ADD) {
+#pragma unroll
+			for (int k = 0; k < RMS_HELD; k++) {
+				const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+				v[k] += u[k];
+				if (i < n) {
+					xr[i] = v[k];
+					if (NORM_A)
+						ar[i] = u[k];
+				}
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++)
+			ss += (double)v[k] * (double)v[k];
+		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x) {
+			float xi = xr[i];
+
+			if (ADD) {
+				float ai = ar[i];
+
+				if (NORM_A) {
+					ai = wa ? ai * s_a * wa[i] : ai * s_a;
+					ar[i] = ai;
+				}
+				xi += ai;
+				xr[i] = xi;
+			}
+			ss += (double)xi * (double)xi;
+		}
+		/* Every read of the row (of a too) is done once the sum is
+		 * known, so out may be x or a. */
+		ss = block_sum(ss, part);
+		const float s = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+#pragma unroll
+		for (int k = 0; k < RMS_HELD; k++) {
+			const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+
+			if (i < n)
+				o[i] = w ? v[k] * s * wv[k] : v[k] * s;
+		}
+		for (int64_t i = held + threadIdx.x; i < n; i += blockDim.x)
+			o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+	}
 }
 
 /*
@@ -241,10 +232,8 @@ template <typename K, typename V>
 static __global__ void __launch_bounds__(ROPE_THREADS)
 rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
                   const int32_t *pos, struct cuda_rope p, struct cuda_view kc,
-                  struct cuda_view vc, struct cuda_head_norms hn, int norm,
-                  int32_t *fault)
+                  struct cuda_view vc, int32_t *fault)
 {
-	__shared__ double part[32];
 	const int64_t hq = q.ne[1], hk = k.ne[1];
 	const int64_t per_token = hq + hk + v.ne[1], slots = per_token * q.ne[2];
 	const int64_t half = p.n_rot / 2;
@@ -257,23 +246,9 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 		int64_t h = b % per_token;
 
 		if (h < hq) {
-			if (norm) { /* the head whole before any pair of it turns */
-				float *r = (float *)(q.data + h * q.nb[1] + t * q.nb[2]);
-
-				rms_row<false, false>(r, NULL, NULL, 0.0f, hn.q_w, hn.q_eps, r,
-				                      q.ne[0], part);
-				__syncthreads();
-			}
 			for (int64_t i = threadIdx.x; i < q.ne[0] - half; i += blockDim.x)
 				rope_item<float>(q, pos, p, q, no_cache, fault, i, h, t);
 		} else if ((h -= hq) < hk) {
-			if (norm) {
-				float *r = (float *)(k.data + h * k.nb[1] + t * k.nb[2]);
-
-				rms_row<false, false>(r, NULL, NULL, 0.0f, hn.k_w, hn.k_eps, r,
-				                      k.ne[0], part);
-				__syncthreads();
-			}
 			for (int64_t i = threadIdx.x; i < k.ne[0] - half; i += blockDim.x)
 				rope_item<K>(k, pos, p, k, kc, fault, i, h, t);
 		} else {
@@ -359,16 +334,15 @@ template <typename K>
 static void launch_rope_store(const struct cuda_view *q, const struct cuda_view *k,
                               const struct cuda_view *v, const int32_t *pos,
                               const struct cuda_rope *p, const struct cuda_view *kc,
-                              const struct cuda_view *vc, const struct cuda_head_norms &hn,
-                              int norm, int32_t *fault, unsigned g, unsigned threads,
-                              cudaStream_t s)
+                              const struct cuda_view *vc, int32_t *fault,
+                              unsigned g, cudaStream_t s)
 {
 	if (vc->type == Q4KH_TYPE_F16)
-		q4kh_pdl_launch(rope_store_kernel<K, __half>, g, threads, 0, s, *q, *k, *v, pos,
-		                *p, *kc, *vc, hn, norm, fault);
+		q4kh_pdl_launch(rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k, *v,
+		                pos, *p, *kc, *vc, fault);
 	else
-		q4kh_pdl_launch(rope_store_kernel<K, float>, g, threads, 0, s, *q, *k, *v, pos,
-		                *p, *kc, *vc, hn, norm, fault);
+		q4kh_pdl_launch(rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k, *v,
+		                pos, *p, *kc, *vc, fault);
 }
 
 extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
@@ -378,22 +352,14 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                               const struct cuda_rope *p,
                                               const struct cuda_view *k_cache,
                                               const struct cuda_view *v_cache,
-                                              const struct cuda_head_norms *norms,
                                               int32_t *fault, cudaStream_t s)
 {
 	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
 	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
-	const struct cuda_head_norms hn = norms ? *norms : cuda_head_norms{};
-	/* with norms, the norm kernel's block for a head: rms_row's bits */
-	const unsigned threads = norms ? rms_threads(q->ne[0]) : ROPE_THREADS;
 
-	if (norms && (q->ne[0] != k->ne[0] || q->ne[0] > CUDA_HEAD_NORM_MAX))
-		return cudaErrorInvalidValue;
 	if (k_cache->type == Q4KH_TYPE_F16)
-		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, hn, norms != NULL,
-		                          fault, g, threads, s);
+		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
 	else
-		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, hn, norms != NULL,
-		                         fault, g, threads, s);
+		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
 	return cudaGetLastError();
 }

@@ -140,14 +140,12 @@ q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x
 	return rope_launch(dev, "rope_set_rows", x, pos, params, x, cache);
 }
 
-/* rope_store, with the heads' norms first when NORMS is not NULL. */
-static q4kh_status rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
-                              const struct q4kh_tensor *k, const struct q4kh_tensor *v,
-                              const struct q4kh_tensor *pos,
-                              const struct q4kh_rope_params *params,
-                              const struct q4kh_tensor *k_cache,
-                              const struct q4kh_tensor *v_cache,
-                              const struct cuda_head_norms *norms)
+q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                            const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                            const struct q4kh_tensor *pos,
+                            const struct q4kh_rope_params *params,
+                            const struct q4kh_tensor *k_cache,
+                            const struct q4kh_tensor *v_cache)
 {
 	struct cuda_view vq, vk, vv, vkc, vvc;
 	struct cuda_rope r;
@@ -163,36 +161,9 @@ static q4kh_status rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	vkc = cuda_view_of(k_cache);
 	vvc = cuda_view_of(v_cache);
 	r = cuda_rope_of(params);
-	return cuda_launched(dev, norms ? "norm_rope_store" : "rope_store",
-	                     cuda_launch_rope_store(&vq, &vk, &vv, index_data(pos), &r, &vkc,
-	                                            &vvc, norms, dev->fault, dev->stream));
-}
-
-q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
-                            const struct q4kh_tensor *k, const struct q4kh_tensor *v,
-                            const struct q4kh_tensor *pos,
-                            const struct q4kh_rope_params *params,
-                            const struct q4kh_tensor *k_cache,
-                            const struct q4kh_tensor *v_cache)
-{
-	return rope_store(dev, q, k, v, pos, params, k_cache, v_cache, NULL);
-}
-
-q4kh_status cuda_norm_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q_w,
-                                 float q_eps, const struct q4kh_tensor *k_w, float k_eps,
-                                 const struct q4kh_tensor *q, const struct q4kh_tensor *k,
-                                 const struct q4kh_tensor *v, const struct q4kh_tensor *pos,
-                                 const struct q4kh_rope_params *params,
-                                 const struct q4kh_tensor *k_cache,
-                                 const struct q4kh_tensor *v_cache)
-{
-	struct cuda_head_norms hn = { NULL, NULL, q_eps, k_eps };
-
-	if (q_w)
-		hn.q_w = (const float *)cuda_view_of(q_w).data;
-	if (k_w)
-		hn.k_w = (const float *)cuda_view_of(k_w).data;
-	return rope_store(dev, q, k, v, pos, params, k_cache, v_cache, &hn);
+	return cuda_launched(dev, "rope_store",
+	                cuda_launch_rope_store(&vq, &vk, &vv, index_data(pos), &r, &vkc,
+	                                       &vvc, dev->fault, dev->stream));
 }
 
 q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
