@@ -242,7 +242,7 @@ static int vet_one(const struct q4kh_registry *r, const struct q4kh_config *c,
 	snprintf(verdict, sizeof(verdict), rc ? "refused %s" : "ok", why);
 	/* the receipt folder is made as F2 makes it; when it cannot be, the
 	 * verdict is not kept, and the command that needs receipts says why */
-	if (cacheable && q4kh_receipt_dir_check(c, NULL, &unkept) == 0)
+	if (cacheable && q4kh_receipt_folder_check(c, &unkept) == 0)
 		write_record(dir, file, id, verdict);
 	if (rc)
 		refuse(p, why, file);

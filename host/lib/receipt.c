@@ -46,8 +46,10 @@ void q4kh_receipt_dir(const struct q4kh_config *c, char *buf, size_t cap,
 }
 
 
-int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac *mac,
-                           struct q4kh_error *err)
+/* q4kh_receipt_folder_check, with the key loaded into *MAC when MAC is not
+ * NULL and KEY is set (KEY 0: the folder only). */
+static int check(const struct q4kh_config *c, int key, struct q4kh_receipt_mac *mac,
+                 struct q4kh_error *err)
 {
 	char dir[4096], where[700], created[300], untrusted[700];
 	const char *origin, *why;
@@ -65,11 +67,11 @@ int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac 
 	} else if (access(dir, W_OK | X_OK) != 0) {
 		why = strerror(errno);
 	} else if (stat(dir, &st) == 0 &&
-	           q4kh_secure_untrusted(&st, "receipt folder", dir, untrusted, sizeof(untrusted))) {
+	           q4kh_secure_shared(&st, "receipt folder", dir, untrusted, sizeof(untrusted))) {
 		/* whoever else may write it could plant or swap receipts */
 		why = untrusted;
 	} else {
-		return q4kh_receipt_mac_load(mac ? mac : &own, err);
+		return key ? q4kh_receipt_mac_load(mac ? mac : &own, err) : 0;
 	}
 	if (!strcmp(origin, "Q4KHOST_F2_RECEIPT_DIR"))
 		return q4kh_fail(err, "Q4KHOST_F2_RECEIPT_DIR=%s: F2 cannot keep its receipts there: %s",
@@ -84,6 +86,17 @@ int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac 
 	                 "%s (the default receipt folder): F2 cannot keep its receipts there: %s; "
 	                 "set Q4KHOST_F2_RECEIPT_DIR or [f2] receipt_dir to a folder you may write",
 	                 dir, why);
+}
+
+int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac *mac,
+                           struct q4kh_error *err)
+{
+	return check(c, 1, mac, err);
+}
+
+int q4kh_receipt_folder_check(const struct q4kh_config *c, struct q4kh_error *err)
+{
+	return check(c, 0, NULL, err);
 }
 
 void q4kh_receipt_path(const char *dir, const char *id, char *buf, size_t cap)

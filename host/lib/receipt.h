@@ -145,6 +145,14 @@ int q4kh_receipt_dir_check(const struct q4kh_config *c, struct q4kh_receipt_mac 
                            struct q4kh_error *err);
 
 /*
+ * The folder alone, as q4kh_receipt_dir_check checks it, without the key:
+ * for what the folder keeps beside the receipts that no MAC seals
+ * (enumerate.c's records of each backend's start, trusted by their
+ * owner, secure.c's rule). 0, or -1 with err as q4kh_receipt_dir_check's.
+ */
+int q4kh_receipt_folder_check(const struct q4kh_config *c, struct q4kh_error *err);
+
+/*
  * The file of candidate ID's receipt in DIR into BUF (CAP bytes):
  * DIR/<the first 32 hex digits of the SHA-256 of ID>.json, so that any
  * identity maps to a safe file name.

@@ -116,7 +116,7 @@ static int key_untrusted(const char *path, const struct stat *st, char *why, siz
 		snprintf(why, cap, "refused: the receipt key's folder %s: %s", dir, strerror(errno));
 		return -1;
 	}
-	return q4kh_secure_untrusted(&ds, "receipt key's folder", dir, why, cap);
+	return q4kh_secure_shared(&ds, "receipt key's folder", dir, why, cap);
 }
 
 int q4kh_receipt_mac_load(struct q4kh_receipt_mac *out, struct q4kh_error *err)

@@ -119,22 +119,28 @@ static const char *writers(const struct stat *st, char *group, size_t cap)
 	return NULL;
 }
 
-int q4kh_secure_untrusted(const struct stat *st, const char *what, const char *path,
-                          char *why, size_t size)
+int q4kh_secure_shared(const struct stat *st, const char *what, const char *path, char *why,
+                       size_t size)
 {
 	char group[256], whom[300];
 	const char *who = writers(st, group, sizeof(group));
 
-	if (who) {
-		if (who[0] == 'g')
-			snprintf(whom, sizeof(whom), "group %s%s", group,
-			         who[1] ? " and others" : "");
-		else
-			snprintf(whom, sizeof(whom), "others");
-		snprintf(why, size, "refused: the %s %s is writable by %s (mode %04o; fix: chmod %s-w %s)",
-		         what, path, whom, (unsigned)(st->st_mode & 07777), who, path);
+	if (!who)
+		return 0;
+	if (who[0] == 'g')
+		snprintf(whom, sizeof(whom), "group %s%s", group, who[1] ? " and others" : "");
+	else
+		snprintf(whom, sizeof(whom), "others");
+	snprintf(why, size, "refused: the %s %s is writable by %s (mode %04o; fix: chmod %s-w %s)",
+	         what, path, whom, (unsigned)(st->st_mode & 07777), who, path);
+	return -1;
+}
+
+int q4kh_secure_untrusted(const struct stat *st, const char *what, const char *path,
+                          char *why, size_t size)
+{
+	if (q4kh_secure_shared(st, what, path, why, size))
 		return -1;
-	}
 	if (st->st_uid != 0 && q4kh_secure_mode()) {
 		snprintf(why, size,
 		         "refused: the %s %s is owned by uid %u, not root (required when running set-uid or set-gid)",

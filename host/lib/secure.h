@@ -46,4 +46,15 @@ size_t q4kh_secure_env_names(char *buf, size_t cap);
 int q4kh_secure_untrusted(const struct stat *st, const char *what, const char *path,
                           char *why, size_t cap);
 
+/*
+ * The first half of q4kh_secure_untrusted: -1 with WHY when someone
+ * besides the owner of ST may write it (others, or a group that holds
+ * anyone else), without the set-uid rule that only root's may be trusted.
+ * For what this process's user keeps for itself (the receipt folder and
+ * the receipt key's folder: a set-uid host's are its effective user's,
+ * whose MAC key seals what they hold). Thread-safe.
+ */
+int q4kh_secure_shared(const struct stat *st, const char *what, const char *path, char *why,
+                       size_t cap);
+
 #endif
