@@ -1033,7 +1033,7 @@ Test(serve, a_demotion_with_nothing_left_says_restart, .timeout = 600)
 		json_decref(h);
 	}
 	cr_assert_eq(rejected, 1);
-	await_log(&s, "switching from cpu/serve-tail to none");
+	free(await_log(&s, "switching from cpu/serve-tail to none"));
 	r = http(&s, "POST", "/v1/completions", req);
 	cr_assert_eq(r.status, 503, "%s", r.body);
 	cr_expect_null(strcasestr(r.headers, "Retry-After"), "%s", r.headers);
