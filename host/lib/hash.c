@@ -9,11 +9,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+void q4kh_hex(const unsigned char *bytes, size_t n, char *hex)
+{
+	static const char digit[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		hex[2 * i] = digit[bytes[i] >> 4];
+		hex[2 * i + 1] = digit[bytes[i] & 15];
+	}
+	hex[2 * n] = 0;
+}
+
 static void to_hex(const unsigned char *md, char hex[Q4KH_SHA256_HEX])
 {
-	for (int i = 0; i < 32; i++)
-		sprintf(hex + 2 * i, "%02x", md[i]);
-	hex[64] = 0;
+	q4kh_hex(md, 32, hex);
 }
 
 void q4kh_sha256_bytes(const void *data, size_t len, char hex[Q4KH_SHA256_HEX])

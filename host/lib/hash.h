@@ -35,6 +35,10 @@ int q4kh_sha256_mapped(const char *path, const void *map, uint64_t size,
 /* Hash LEN bytes of DATA into hex. */
 void q4kh_sha256_bytes(const void *data, size_t len, char hex[Q4KH_SHA256_HEX]);
 
+/* N bytes of BYTES as 2N lowercase hex digits and a NUL into HEX (2N + 1
+ * chars): how digests, MACs and keys are written. */
+void q4kh_hex(const unsigned char *bytes, size_t n, char *hex);
+
 /*
  * SHA-256 of data that comes in pieces (a file's rows as they are written
  * or read): q4kh_sha256_new (NULL on out of memory), q4kh_sha256_add for

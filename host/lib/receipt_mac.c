@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "hash.h"
 #include "secure.h"
 
 void q4kh_receipt_mac_path(char *buf, size_t cap, const char **origin)
@@ -60,8 +61,7 @@ static int make_key(const char *path)
 		errno = EIO;
 		return -1;
 	}
-	for (size_t i = 0; i < sizeof(key); i++)
-		snprintf(text + 2 * i, 3, "%02x", key[i]);
+	q4kh_hex(key, sizeof(key), text);
 	OPENSSL_cleanse(key, sizeof(key));
 	text[2 * Q4KH_RECEIPT_KEY_BYTES] = '\n';
 	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
@@ -79,12 +79,6 @@ static int make_key(const char *path)
 	unlink(tmp);
 	errno = e;
 	return ok ? 0 : -1;
-}
-
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	                                      : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* Whether the key file open as FD, of status ST, may be trusted; 0, or -1
@@ -152,7 +146,8 @@ int q4kh_receipt_mac_load(struct q4kh_receipt_mac *out, struct q4kh_error *err)
 		return q4kh_fail(err, "%s: expected a receipt key of %d hex digits and a newline (%zd bytes)",
 		                 out->path, 2 * Q4KH_RECEIPT_KEY_BYTES, n);
 	for (int i = 0; i < Q4KH_RECEIPT_KEY_BYTES; i++) {
-		int hi = hex_digit(text[2 * i]), lo = hex_digit(text[2 * i + 1]);
+		int hi = OPENSSL_hexchar2int((unsigned char)text[2 * i]);
+		int lo = OPENSSL_hexchar2int((unsigned char)text[2 * i + 1]);
 
 		if (hi < 0 || lo < 0) {
 			OPENSSL_cleanse(text, sizeof(text));
@@ -172,9 +167,7 @@ void q4kh_receipt_mac_of(const struct q4kh_receipt_mac *k, const void *data, siz
 	unsigned int len = 0;
 
 	HMAC(EVP_sha256(), k->key, sizeof(k->key), data, n, md, &len);
-	for (unsigned i = 0; i < len && i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	hex[64] = 0;
+	q4kh_hex(md, 32, hex);
 }
 
 int q4kh_receipt_mac_ok(const struct q4kh_receipt_mac *k, const void *data, size_t n,
