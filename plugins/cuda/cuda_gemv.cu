@@ -1,8 +1,8 @@
 /*
- * The cuda backend's mul_mat for weights of a type with a format in
- * cuda_gemv_formats.cuh whose rows its loads can read (a model's tensors;
- * cudaErrorNotSupported sends the others to cuda_matmul.cu's plain
- * kernel): blocks of GV_WARPS warps that stay for the whole launch and
+ * The cuda backend's mul_mat for weights whose rows the loads of their
+ * type's format in cuda_gemv_formats.cuh can read (gv_fits: a model's
+ * tensors; cudaErrorNotSupported sends the others to cuda_matmul.cu's
+ * plain kernel): blocks of GV_WARPS warps that stay for the whole launch and
  * walk tasks of R rows x C columns, each row shared by ks warps of the
  * block.
  *
@@ -64,16 +64,6 @@ cudaError_t gv_ask_occupancy(void)
 	return e;
 }
 
-/* Row alignment the loads need: 16-byte headers, 8-byte IQ4_XS headers and
- * F16 runs, 16-byte F32 runs; halves for the 2-byte-aligned blocks. */
-constexpr int gv_align(uint32_t type)
-{
-	return type == Q4KH_TYPE_Q4_K || type == Q4KH_TYPE_Q5_K || type == Q4KH_TYPE_F32
-	               ? 16
-	       : type == Q4KH_TYPE_IQ4_XS || type == Q4KH_TYPE_F16 ? 8
-	                                                           : 2;
-}
-
 /* Blocks of gv_kernel<TYPE, C> resident on the device at once, in *OUT. */
 template <uint32_t TYPE, int C>
 cudaError_t gv_resident(int sms, int64_t *out)
@@ -104,16 +94,6 @@ int gv_split(int64_t tasks, int units, int64_t resident)
 	while (ks < GV_WARPS && tasks * ks < 4 * resident * GV_WARPS && units >= 2 * U * (2 * ks))
 		ks *= 2;
 	return ks;
-}
-
-/* Can the loads read rows at the address bits WA (data and strides) and
- * columns at XA, of K values? */
-template <uint32_t TYPE>
-bool gv_fits(uintptr_t wa, uintptr_t xa, int64_t k)
-{
-	/* units: an int, with room for a stride past the end. */
-	return !(xa % 16) && k <= ((int64_t)1 << 38) && !(wa % gv_align(TYPE)) &&
-	       !((TYPE == Q4KH_TYPE_F32 || TYPE == Q4KH_TYPE_F16) && k % 4);
 }
 
 template <uint32_t TYPE, int C>
@@ -198,16 +178,12 @@ extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 	return q4kh_for_type(w->type, [&](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
-		if constexpr (!gv_has_fmt<T>) {
+		if (!gv_fits<T>(wa, xa, g.k))
 			return cudaErrorNotSupported;
-		} else {
-			if (!gv_fits<T>(wa, xa, g.k))
-				return cudaErrorNotSupported;
-			return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
-			       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
-			       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
-			                  : gv_launch<T, 8>(g, sms, s);
-		}
+		return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
+		       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
+		       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
+		                  : gv_launch<T, 8>(g, sms, s);
 	});
 }
 
@@ -226,15 +202,11 @@ cudaError_t cuda_gemv_grouped_launch(const moe_tiles &m, uint32_t type, int64_t 
 	return q4kh_for_type(type, [&](auto ty) {
 		constexpr uint32_t T = decltype(ty)::value;
 
-		if constexpr (!gv_has_fmt<T>) {
+		static_assert(CUDA_MOE_TILE == 8, "the grouped tiles take gv_kernel's 8 columns");
+		if (!gv_fits<T>(wa, xa, g.k))
 			return cudaErrorNotSupported;
-		} else {
-			static_assert(CUDA_MOE_TILE == 8, "the grouped tiles take gv_kernel's 8 columns");
-			if (!gv_fits<T>(wa, xa, g.k))
-				return cudaErrorNotSupported;
-			return c == 1 ? gv_grouped<T, 1>(g, m, tiles, sms, s)
-			              : gv_grouped<T, CUDA_MOE_TILE>(g, m, tiles, sms, s);
-		}
+		return c == 1 ? gv_grouped<T, 1>(g, m, tiles, sms, s)
+		              : gv_grouped<T, CUDA_MOE_TILE>(g, m, tiles, sms, s);
 	});
 }
 
@@ -247,20 +219,15 @@ extern "C" cudaError_t cuda_gemv_runnable(void)
 			continue;
 		e = q4kh_for_type(t, [](auto type) {
 			constexpr uint32_t T = decltype(type)::value;
+			cudaError_t r = gv_ask_occupancy<T, 1>();
 
-			if constexpr (!gv_has_fmt<T>) {
-				return cudaSuccess;
-			} else {
-				cudaError_t r = gv_ask_occupancy<T, 1>();
-
-				if (r == cudaSuccess)
-					r = gv_ask_occupancy<T, 2>();
-				if (r == cudaSuccess)
-					r = gv_ask_occupancy<T, 4>();
-				if (r == cudaSuccess)
-					r = gv_ask_occupancy<T, 8>();
-				return r;
-			}
+			if (r == cudaSuccess)
+				r = gv_ask_occupancy<T, 2>();
+			if (r == cudaSuccess)
+				r = gv_ask_occupancy<T, 4>();
+			if (r == cudaSuccess)
+				r = gv_ask_occupancy<T, 8>();
+			return r;
 		});
 		if (e != cudaSuccess)
 			return e;

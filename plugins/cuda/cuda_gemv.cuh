@@ -26,14 +26,14 @@ static constexpr __host__ __device__ int gv_rows(int cols)
 
 /* Units per step (two steps are in flight): at one column, as many as
  * keep a step's loads near 8 words a row and lane (fewer for the wide
- * F32, F16, Q8_0 and Q6_K units); half that at two columns; 1 beyond,
- * where registers are short. */
+ * F32, F16, BF16, Q8_0, Q3_K and Q6_K units); half that at two columns; 1
+ * beyond, where registers are short. */
 static constexpr __host__ __device__ int gv_units(uint32_t type, int cols)
 {
 	return cols > 2 ? 1
 	       : type == Q4KH_TYPE_F32 ? 1
-	       : type == Q4KH_TYPE_F16 || type == Q4KH_TYPE_Q8_0 ||
-	                       type == Q4KH_TYPE_Q6_K
+	       : type == Q4KH_TYPE_F16 || type == Q4KH_TYPE_BF16 || type == Q4KH_TYPE_Q8_0 ||
+	                       type == Q4KH_TYPE_Q3_K || type == Q4KH_TYPE_Q6_K
 	               ? 3 - cols
 	               : 8 / (2 * cols);
 }
@@ -81,7 +81,8 @@ static __device__ __forceinline__ bool gv_step(float (&acc)[R][C], gv_pos<C, R> 
  * step of a row, if any, is checked. A row of one whole step and a
  * partial one (640 values, two units a step) loads both at once: one
  * memory latency, not two; only formats whose rows need not be whole
- * units (32-value blocks, F16, F32; not the super-blocks) carry that path.
+ * units (32-value blocks and the float types; not the super-blocks) carry
+ * that path.
  */
 template <uint32_t TYPE, int C, int R, int U>
 static __device__ __forceinline__ void gv_walk(float (&acc)[R][C], gv_pos<C, R> &p,
@@ -92,9 +93,9 @@ static __device__ __forceinline__ void gv_walk(float (&acc)[R][C], gv_pos<C, R> 
 	typename F::template raw<R, U> p0, p1;
 	const int whole = p.u + U <= p.full ? (p.full - U - p.u) / p.stride + 1 : 0;
 
-	constexpr bool ragged = TYPE == Q4KH_TYPE_Q4_0 || TYPE == Q4KH_TYPE_Q5_0 ||
-	                       TYPE == Q4KH_TYPE_IQ4_NL || TYPE == Q4KH_TYPE_Q8_0 ||
-	                       TYPE == Q4KH_TYPE_F16 || TYPE == Q4KH_TYPE_F32;
+	constexpr bool ragged = TYPE != Q4KH_TYPE_Q2_K && TYPE != Q4KH_TYPE_Q3_K &&
+	                       TYPE != Q4KH_TYPE_Q4_K && TYPE != Q4KH_TYPE_Q5_K &&
+	                       TYPE != Q4KH_TYPE_Q6_K && TYPE != Q4KH_TYPE_IQ4_XS;
 
 	if (ragged && whole == 1 && p.u + p.stride < p.units) {
 		const uint8_t *bt[R];

@@ -4,11 +4,12 @@
  * row each lane of a warp loads and how it turns them into products with
  * the activations.
  *
- * A row is walked in units of 256 values: one super-block of Q4_K, Q5_K,
- * Q6_K and IQ4_XS, eight blocks of 32 of Q4_0, Q5_0, Q8_0 and IQ4_NL, 256
- * elements of F32 and F16 (the last unit of those six may be partial). In
- * a unit, lane l owns 8 values: two runs of 4 consecutive values, at
- * offsets x0 (the lane's) and x0 + X1 (the format's) of the unit:
+ * A row is walked in units of 256 values: one super-block of Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K and IQ4_XS, eight blocks of 32 of Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0 and IQ4_NL, 256 elements of F32, F16 and BF16 (the last unit
+ * of those nine may be partial). In a unit, lane l owns 8 values: two runs
+ * of 4 consecutive values, at offsets x0 (the lane's) and x0 + X1 (the
+ * format's) of the unit:
  *
  *   Q4_K, Q5_K  4-byte word l of qs: chunk c = l / 8, a = l % 8; runs at
  *               64c + 4a (low nibbles, sub-block 2c) and + 32 (high, 2c+1)
@@ -18,27 +19,40 @@
  *               32j + 4a (low nibbles) and + 16 (high), both sub-block j
  *   Q8_0        word l % 8 of qs of blocks 2g and 2g + 1 (g = l / 8): runs
  *               at 64g + 4 (l % 8) and + 32
- *   Q4_0, Q5_0, word l % 4 of qs of block l / 4: runs at 32 (l / 4) +
- *   IQ4_NL      4 (l % 4) (low nibbles) and + 16 (high)
- *   F16, F32    elements 4l .. 4l + 3 and 128 + 4l .. 128 + 4l + 3
+ *   Q4_0, Q4_1, word l % 4 of qs of block l / 4: runs at 32 (l / 4) +
+ *   Q5_0, Q5_1, 4 (l % 4) (low nibbles) and + 16 (high)
+ *   IQ4_NL
+ *   Q2_K, Q3_K  4-byte word a = l % 8 of qs half h = l / 16 (bytes 32h + 4a
+ *               ..), p = l / 8 % 2; runs at 128h + 64p + 4a (2-bit codes
+ *               2p) and + 32 (codes 2p + 1); the lanes of p = 0 and 1 load
+ *               the same words
+ *   F16, F32,   elements 4l .. 4l + 3 and 128 + 4l .. 128 + 4l + 3
+ *   BF16
  *
  * so the 32 lanes' weight loads are consecutive words of the unit, and for
- * Q4_K, Q5_K, Q6_K, Q8_0, F16 and F32 each 8 consecutive lanes read one
- * whole 128-byte line of an activation column (for the other four, half
- * lines: twice the L1 wavefronts for the activations). Blocks of 18, 22, 34
- * and 210 bytes sit at 2-byte boundaries: their words are read as two
- * 16-bit halves.
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0 and the float types each 8 consecutive
+ * lanes read one whole 128-byte line of an activation column (for the other
+ * six, half lines: twice the L1 wavefronts for the activations). Blocks of
+ * 18, 22, 34, 110 and 210 bytes sit at 2-byte boundaries: their words are
+ * read as two 16-bit halves. No block of 20, 24, 84 or 110 bytes keeps a
+ * 16-byte load inside one block, or its words in one lane's, without a
+ * copy of the weights in another layout; consecutive words over the warp
+ * read the same whole lines.
  *
  * Arithmetic, fp32 throughout, activations as they come:
- *  - F32, F16, Q4_0, Q5_0, Q8_0, IQ4_NL and Q6_K compute every weight as
- *    q4khost/cuda_quant.cuh's q4kh_load_group does (the same float, but that a zero may
- *    have the other sign; tests/emu/gemv_emu.cpp checks it), in one byte
- *    permute and one fma: the permute puts the code c under a float
- *    exponent, making M + c exactly (M = 128 or 32768), and
- *    fma(s, M + c, -s (M + o)) = s (c - o) rounded once, the product the
- *    format defines, because s (M + o) is exact for these scales s and
- *    offsets o (at most 21 significant bits). One more fma takes the
- *    product with the activation.
+ *  - F32, F16, BF16, Q4_0, Q5_0, Q8_0, IQ4_NL, Q3_K and Q6_K compute every
+ *    weight as q4khost/cuda_quant.cuh's q4kh_load_group does (the same
+ *    float, but that a zero may have the other sign; tests/emu/gemv_emu.cpp
+ *    checks it), in one byte permute and one fma: the permute puts the
+ *    code c under a float exponent, making M + c exactly (M = 128 or
+ *    32768), and fma(s, M + c, -s (M + o)) = s (c - o) rounded once, the
+ *    product the format defines, because s (M + o) is exact for these
+ *    scales s and offsets o (at most 23 significant bits). One more fma
+ *    takes the product with the activation.
+ *  - Q4_1, Q5_1 (d q + m) and Q2_K (d sc q - dmin m) compute every weight
+ *    as q4kh_load_group does too, in a permute, a subtraction that leaves
+ *    the code c exactly and one fma, s c + o rounded once: the min has no
+ *    exact term to fold into the permute's.
  *  - Q4_K and Q5_K (d sc q - dmin m) and IQ4_XS (d (ls - 32) kv) have no
  *    such exact term (the min; a 6-bit scale times 257), and a weight
  *    computed one by one would cost a fourth instruction, so they factor
@@ -56,6 +70,9 @@
  * A format F provides, for a step of U units u0 .. u0 + U - 1 (those below
  * units) of R rows:
  *   F::UB                           weight bytes per unit
+ *   F::ALIGN                        the alignment in bytes the loads need
+ *                                   of a row's address and of the stride
+ *                                   between rows
  *   F::X1                           where run 1 starts in x, from run 0
  *   F::lane_t F::lane_init(lane, k, units)
  *                                   the lane's constants: byte offsets of
@@ -313,11 +330,12 @@ struct gv_exact {
 	}
 };
 
-/* F32 (E = 4) and F16 (E = 2): elements 4l .. 4l + 3 and 128 + 4l .. of the
- * unit (k % 4 == 0). */
-template <int E>
-struct gv_float : gv_exact<gv_float<E> > {
-	static constexpr int UB = GV_UNIT * E, X1 = 128;
+/* F32 (E = 4), F16 and BF16 (E = 2, BF): elements 4l .. 4l + 3 and
+ * 128 + 4l .. of the unit (k % 4 == 0). A BF16 element is the high half
+ * of a binary32, so its value is one shift or mask. */
+template <int E, bool BF = false>
+struct gv_float : gv_exact<gv_float<E, BF> > {
+	static constexpr int UB = GV_UNIT * E, X1 = 128, ALIGN = 4 * E;
 	struct lane_t {
 		int q, x0, lim0, lim1;
 	};
@@ -368,6 +386,15 @@ struct gv_float : gv_exact<gv_float<E> > {
 			v[5] = __uint_as_float(q.b.y);
 			v[6] = __uint_as_float(q.b.z);
 			v[7] = __uint_as_float(q.b.w);
+		} else if constexpr (BF) {
+			v[0] = __uint_as_float(q.a.x << 16);
+			v[1] = __uint_as_float(q.a.x & 0xFFFF0000u);
+			v[2] = __uint_as_float(q.a.y << 16);
+			v[3] = __uint_as_float(q.a.y & 0xFFFF0000u);
+			v[4] = __uint_as_float(q.b.x << 16);
+			v[5] = __uint_as_float(q.b.x & 0xFFFF0000u);
+			v[6] = __uint_as_float(q.b.y << 16);
+			v[7] = __uint_as_float(q.b.y & 0xFFFF0000u);
 		} else {
 			v[0] = gv_half(q.a.x);
 			v[1] = gv_half(q.a.x >> 16);
@@ -385,7 +412,7 @@ struct gv_float : gv_exact<gv_float<E> > {
  * run j from block 2g + j. x = d q = fma(d, 32768 + (q + 128), -32896 d). */
 struct gv_q8_0 : gv_exact<gv_q8_0> {
 	static constexpr int BYTES = sizeof(struct q4kh_block_q8_0);
-	static constexpr int UB = 8 * BYTES, X1 = 32;
+	static constexpr int UB = 8 * BYTES, X1 = 32, ALIGN = 2;
 	struct lane_t {
 		int q, d, x0, lim0, lim1;
 	};
@@ -437,18 +464,29 @@ struct gv_q8_0 : gv_exact<gv_q8_0> {
 };
 
 /*
- * Q4_0, Q5_0 and IQ4_NL: word l % 4 of qs of block l / 4 of the unit; run
- * 0 the low nibbles, run 1 the high ones.
+ * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL: word l % 4 of qs of block l / 4 of the
+ * unit; run 0 the low nibbles, run 1 the high ones. Q4_1's 20-byte blocks
+ * keep their words at 4-byte boundaries, Q5_1's 24-byte blocks their
+ * header (d, m, qh) in one 8-byte load; the others' words are halves.
  */
 template <uint32_t TYPE>
 struct gv_b32 : gv_exact<gv_b32<TYPE> > {
-	static constexpr bool FIVE = TYPE == Q4KH_TYPE_Q5_0;
-	static constexpr int BYTES = FIVE ? sizeof(struct q4kh_block_q5_0)
-	                                  : sizeof(struct q4kh_block_q4_0);
+	static constexpr bool FIVE = TYPE == Q4KH_TYPE_Q5_0 || TYPE == Q4KH_TYPE_Q5_1;
+	static constexpr bool MIN = TYPE == Q4KH_TYPE_Q4_1 || TYPE == Q4KH_TYPE_Q5_1;
+	/* IQ4_NL's block is Q4_0's: d, then qs. */
+	typedef typename std::conditional<
+		TYPE == Q4KH_TYPE_Q4_1, struct q4kh_block_q4_1,
+		typename std::conditional<
+			TYPE == Q4KH_TYPE_Q5_0, struct q4kh_block_q5_0,
+			typename std::conditional<TYPE == Q4KH_TYPE_Q5_1, struct q4kh_block_q5_1,
+		                                  struct q4kh_block_q4_0>::type>::type>::type block;
+	static constexpr int BYTES = sizeof(block), QS = offsetof(block, qs);
 	static constexpr int UB = 8 * BYTES, X1 = 16;
+	static constexpr int ALIGN = TYPE == Q4KH_TYPE_Q5_1 ? 8 : TYPE == Q4KH_TYPE_Q4_1 ? 4 : 2;
 	struct lane_t {
 		int q, d, x0, lim0, lim1, shift;
 	};
+	/* d (and Q4_1's, Q5_1's m above it), qs word, qh. */
 	struct lane_raw {
 		uint32_t q, h, d;
 	};
@@ -458,7 +496,7 @@ struct gv_b32 : gv_exact<gv_b32<TYPE> > {
 		lane_t L;
 
 		L.d = lane / 4 * BYTES;
-		L.q = L.d + (FIVE ? 6 : 2) + 4 * (lane % 4);
+		L.q = L.d + QS + 4 * (lane % 4);
 		L.x0 = 32 * (lane / 4) + 4 * (lane % 4);
 		L.lim0 = L.lim1 = gv_lim(k / 32, lane / 4);
 		L.shift = 4 * (lane % 4);
@@ -471,10 +509,19 @@ struct gv_b32 : gv_exact<gv_b32<TYPE> > {
 		lane_raw q = { 0, 0, 0 };
 
 		if (ok) {
-			q.q = gv_ld32h(p + L.q);
-			if constexpr (FIVE)
-				q.h = gv_ld32h(p + L.d + 2);
-			q.d = gv_ld16(p + L.d);
+			if constexpr (TYPE == Q4KH_TYPE_Q5_1) {
+				const uint2 h = gv_ld<uint2>(p + L.d);
+
+				q.d = h.x;
+				q.h = h.y;
+			} else if constexpr (TYPE == Q4KH_TYPE_Q4_1) {
+				q.d = gv_ld32(p + L.d);
+			} else {
+				if constexpr (FIVE)
+					q.h = gv_ld32h(p + L.d + 2);
+				q.d = gv_ld16(p + L.d);
+			}
+			q.q = MIN ? gv_ld32(p + L.q) : gv_ld32h(p + L.q);
 		}
 		return q;
 	}
@@ -499,8 +546,6 @@ struct gv_b32 : gv_exact<gv_b32<TYPE> > {
 			v[7] = fmaf(d, gv_m32768(s1, 3), o);
 		} else {
 			uint32_t lo = q.q & 0x0F0F0F0Fu, hi = (q.q >> 4) & 0x0F0F0F0Fu;
-			/* Q4_0: d (q - 8); Q5_0: d (q - 16). */
-			const float o = (FIVE ? -144.0f : -136.0f) * d;
 
 			if constexpr (FIVE) {
 				/* Bit i of qh is the fifth bit of value i: spread the
@@ -510,10 +555,125 @@ struct gv_b32 : gv_exact<gv_b32<TYPE> > {
 				lo |= ((h & 0xF) * 0x02040810u) & 0x10101010u;
 				hi |= (((h >> 16) & 0xF) * 0x02040810u) & 0x10101010u;
 			}
+			if constexpr (MIN) {
+				/* Q4_1, Q5_1: d q + m, q = (128 + q) - 128 exactly. */
+				const float m = gv_half(q.d >> 16);
+
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				v[i] = fmaf(d, gv_m128(lo, i), o);
-				v[4 + i] = fmaf(d, gv_m128(hi, i), o);
+				for (int i = 0; i < 4; i++) {
+					v[i] = fmaf(d, gv_m128(lo, i) - 128.0f, m);
+					v[4 + i] = fmaf(d, gv_m128(hi, i) - 128.0f, m);
+				}
+			} else {
+				/* Q4_0: d (q - 8); Q5_0: d (q - 16). */
+				const float o = (FIVE ? -144.0f : -136.0f) * d;
+
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					v[i] = fmaf(d, gv_m128(lo, i), o);
+					v[4 + i] = fmaf(d, gv_m128(hi, i), o);
+				}
+			}
+		}
+	}
+};
+
+/*
+ * Q2_K and Q3_K: lane l (h = l / 16, p = l / 8 % 2, a = l % 8) takes qs word
+ * a of half h, whose byte i holds the 2-bit codes of values 128h + 32j +
+ * 4a + i (bits 2j, 2j + 1); run 0 is j = 2p, run 1 j = 2p + 1, of the
+ * sub-blocks of 16 s0 = 8h + 4p + a / 4 and s0 + 2.
+ *  - Q2_K: d sc q - dmin m, sc and m the nibbles of scales[s], which are
+ *    bytes a / 4 and 2 + a / 4 of the lane's scales word 2h + p.
+ *  - Q3_K: d (sc - 32) (q - 4 + 4 b), b bit 4h + j of hmask[4a + i] (word
+ *    a of hmask); sc's low 4 bits are nibble h of scales[4p + a / 4] (and
+ *    + 2), its high 2 bits 2 (2h + p) of scales[8 + a / 4] (and + 2): bytes
+ *    a / 4 and 2 + a / 4 of scales words p and 2. With 3-bit codes
+ *    c = q + 4b, the weight is fma(dl, 128 + c, -132 dl), 132 dl exact
+ *    (dl: 17 significant bits at most).
+ */
+template <uint32_t TYPE>
+struct gv_k2 : gv_exact<gv_k2<TYPE> > {
+	static constexpr bool THREE = TYPE == Q4KH_TYPE_Q3_K;
+	typedef typename std::conditional<THREE, struct q4kh_block_q3_k,
+	                                  struct q4kh_block_q2_k>::type block;
+	static constexpr int UB = sizeof(block), X1 = 32, ALIGN = THREE ? 2 : 4;
+	static constexpr int QS = offsetof(block, qs), SC = offsetof(block, scales);
+	static constexpr int D = offsetof(block, d);
+	struct lane_t {
+		int q, hm, sc, x0, j, hb, sb, lim0, lim1;
+	};
+	/* qs word; Q2_K: scales word, d | dmin << 16; Q3_K: hmask word,
+	 * scales words p and 2, d. */
+	struct lane_raw {
+		uint32_t q, s, d, hm, s2;
+	};
+
+	static __device__ __forceinline__ lane_t lane_init(int lane, int64_t, int units)
+	{
+		const int h = lane / 16, p = lane / 8 % 2, a = lane % 8;
+		lane_t L;
+
+		L.q = QS + 32 * h + 4 * a;
+		L.hm = 4 * a; /* Q3_K: hmask at 0 */
+		L.sc = SC + 4 * (THREE ? p : 2 * h + p);
+		L.x0 = 128 * h + 64 * p + 4 * a;
+		L.j = 2 * p;
+		L.hb = 4 * h + 2 * p; /* Q3_K: hmask bit of run 0 */
+		L.sb = a / 4;
+		L.lim0 = L.lim1 = units; /* whole super-blocks */
+		return L;
+	}
+	static __device__ __forceinline__ uint32_t word(const uint8_t *p)
+	{
+		return THREE ? gv_ld32h(p) : gv_ld32(p);
+	}
+	static __device__ __forceinline__ lane_raw lane_load(const uint8_t *p,
+	                                                     const lane_t &L, bool ok,
+	                                                     bool)
+	{
+		lane_raw q = { 0, 0, 0, 0, 0 };
+
+		if (ok) {
+			q.q = word(p + L.q);
+			q.s = word(p + L.sc);
+			if constexpr (THREE) {
+				q.hm = word(p + L.hm);
+				q.s2 = word(p + SC + 8);
+				q.d = gv_ld16(p + D);
+			} else {
+				q.d = gv_ld32(p + D);
+			}
+		}
+		return q;
+	}
+	static __device__ __forceinline__ void values(const lane_raw &q, const lane_t &L,
+	                                              float (&v)[8])
+	{
+		const float d = gv_half(q.d);
+
+#pragma unroll
+		for (int run = 0; run < 2; run++) {
+			const int b = L.sb + 2 * run; /* the sub-block's scales byte */
+			uint32_t c = (q.q >> (2 * (L.j + run))) & 0x03030303u;
+
+			if constexpr (THREE) {
+				const uint32_t sc = ((q.s >> (L.hb & 4)) & 0x0F0F0F0Fu) |
+				                    (((q.s2 >> L.hb) & 0x03030303u) << 4);
+				const float dl = d * (gv_m128(sc, b) - 160.0f);
+
+				c |= ((q.hm >> (L.hb + run)) & 0x01010101u) << 2;
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					v[4 * run + i] = fmaf(dl, gv_m128(c, i), -132.0f * dl);
+			} else {
+				const float dl = d * (gv_m128(q.s & 0x0F0F0F0Fu, b) - 128.0f);
+				const float ml = gv_half(q.d >> 16) *
+				                 (gv_m128((q.s >> 4) & 0x0F0F0F0Fu, b) - 128.0f);
+
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					v[4 * run + i] = fmaf(dl, gv_m128(c, i) - 128.0f, -ml);
 			}
 		}
 	}
@@ -528,7 +688,7 @@ struct gv_b32 : gv_exact<gv_b32<TYPE> > {
  */
 struct gv_q6_k {
 	static constexpr int BYTES = sizeof(struct q4kh_block_q6_k);
-	static constexpr int UB = BYTES, X1 = 64;
+	static constexpr int UB = BYTES, X1 = 64, ALIGN = 2;
 	struct lane_t {
 		int ql, qh, sc, x0, p2, s0;
 	};
@@ -648,7 +808,7 @@ struct gv_kmin {
 	static constexpr bool FIVE = TYPE == Q4KH_TYPE_Q5_K;
 	static constexpr int BYTES = FIVE ? sizeof(struct q4kh_block_q5_k)
 	                                  : sizeof(struct q4kh_block_q4_k);
-	static constexpr int UB = BYTES, X1 = 32;
+	static constexpr int UB = BYTES, X1 = 32, ALIGN = 16;
 	struct lane_t {
 		int q, qh, x0, c2, a;
 	};
@@ -810,7 +970,7 @@ struct gv_kmin {
  */
 struct gv_iq4_xs {
 	static constexpr int BYTES = sizeof(struct q4kh_block_iq4_xs);
-	static constexpr int UB = BYTES, X1 = 16;
+	static constexpr int UB = BYTES, X1 = 16, ALIGN = 8;
 	struct lane_t {
 		int q, x0, j, hu, sl, sh;
 	};
@@ -907,22 +1067,36 @@ struct gv_iq4_xs {
 	}
 };
 
-/* The format of each weight type; gv_none for a type without one (BF16,
- * Q4_1, Q5_1, Q2_K, Q3_K), which cuda_matmul.cu's plain kernel multiplies. */
-struct gv_none {};
-template <uint32_t TYPE> struct gv_fmt : gv_none {};
+/* The format of each weight type q4kh_for_type (q4khost/cuda_quant.cuh)
+ * runs: every one has one. */
+template <uint32_t TYPE> struct gv_fmt;
 template <> struct gv_fmt<Q4KH_TYPE_F32> : gv_float<4> {};
 template <> struct gv_fmt<Q4KH_TYPE_F16> : gv_float<2> {};
+template <> struct gv_fmt<Q4KH_TYPE_BF16> : gv_float<2, true> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q4_0> : gv_b32<Q4KH_TYPE_Q4_0> {};
+template <> struct gv_fmt<Q4KH_TYPE_Q4_1> : gv_b32<Q4KH_TYPE_Q4_1> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q5_0> : gv_b32<Q4KH_TYPE_Q5_0> {};
+template <> struct gv_fmt<Q4KH_TYPE_Q5_1> : gv_b32<Q4KH_TYPE_Q5_1> {};
 template <> struct gv_fmt<Q4KH_TYPE_IQ4_NL> : gv_b32<Q4KH_TYPE_IQ4_NL> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q8_0> : gv_q8_0 {};
+template <> struct gv_fmt<Q4KH_TYPE_Q2_K> : gv_k2<Q4KH_TYPE_Q2_K> {};
+template <> struct gv_fmt<Q4KH_TYPE_Q3_K> : gv_k2<Q4KH_TYPE_Q3_K> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q4_K> : gv_kmin<Q4KH_TYPE_Q4_K> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q5_K> : gv_kmin<Q4KH_TYPE_Q5_K> {};
 template <> struct gv_fmt<Q4KH_TYPE_Q6_K> : gv_q6_k {};
 template <> struct gv_fmt<Q4KH_TYPE_IQ4_XS> : gv_iq4_xs {};
 
+/* Can the loads of TYPE's format read rows at the address bits WA (data
+ * and strides) and columns at XA, of K values? */
 template <uint32_t TYPE>
-constexpr bool gv_has_fmt = !std::is_base_of<gv_none, gv_fmt<TYPE> >::value;
+static inline bool gv_fits(uintptr_t wa, uintptr_t xa, int64_t k)
+{
+	constexpr bool floats = TYPE == Q4KH_TYPE_F32 || TYPE == Q4KH_TYPE_F16 ||
+	                        TYPE == Q4KH_TYPE_BF16;
+
+	/* units: an int, with room for a stride past the end. */
+	return !(xa % 16) && k <= ((int64_t)1 << 38) && !(wa % gv_fmt<TYPE>::ALIGN) &&
+	       !(floats && k % 4);
+}
 
 #endif

@@ -3,9 +3,10 @@
  * no GPU: each block's 128 threads are fibers, with warp shuffles and
  * __syncthreads as tests/emu/emu.h emulates them, loads are plain reads
  * that check their alignment. It checks the lane layouts and the walk, not the speed:
- *  - every weight of the formats that compute weights one by one equals
- *    the cpu reference's dequantisation (sdk/lib/dequant.c), zeros'
- *    signs aside, and every value of a row is taken exactly once;
+ *  - every weight of the formats that compute weights one by one (all but
+ *    Q4_K, Q5_K, Q6_K and IQ4_XS) equals the cpu reference's
+ *    dequantisation (sdk/lib/dequant.c), zeros' signs aside, and every
+ *    value of a row is taken exactly once;
  *  - y = W x of every type, 1 to 11 columns, row counts that are not
  *    multiples of the rows per task, padded rows and columns, partial
  *    units (rows of 640 values among them), ks = 1, 2, 4 and several blocks per launch, against a double
@@ -28,6 +29,7 @@
 #include "q4khost/dequant.h"
 
 #include "cuda_gemv.cuh"
+#include "q4khost/cuda_quant.cuh"
 
 static void *aligned(size_t bytes)
 {
@@ -65,21 +67,22 @@ static void run_type(const gv_args &g, int c, int64_t blocks)
 
 static void run(uint32_t type, const gv_args &g, int c, int64_t blocks)
 {
-	switch (type) {
-#define T(t) \
-	case t: run_type<t>(g, c, blocks); break
-	T(Q4KH_TYPE_F32);
-	T(Q4KH_TYPE_F16);
-	T(Q4KH_TYPE_Q4_0);
-	T(Q4KH_TYPE_Q5_0);
-	T(Q4KH_TYPE_Q8_0);
-	T(Q4KH_TYPE_Q4_K);
-	T(Q4KH_TYPE_Q5_K);
-	T(Q4KH_TYPE_Q6_K);
-	T(Q4KH_TYPE_IQ4_NL);
-	T(Q4KH_TYPE_IQ4_XS);
-#undef T
-	}
+	q4kh_for_type(type, [&](auto ty) {
+		run_type<decltype(ty)::value>(g, c, blocks);
+		return cudaSuccess;
+	});
+}
+
+/* The alignment TYPE's format needs of rows and strides (gv_fmt::ALIGN). */
+static int64_t align_of(uint32_t type)
+{
+	int64_t a = 0;
+
+	q4kh_for_type(type, [&](auto ty) {
+		a = gv_fmt<decltype(ty)::value>::ALIGN;
+		return cudaSuccess;
+	});
+	return a;
 }
 
 /* One product: N rows of K values (rows WPAD bytes apart beyond their
@@ -198,27 +201,29 @@ static int weights(uint32_t type, int64_t k)
 int main(void)
 {
 	static const uint32_t types[] = {
-		Q4KH_TYPE_F32,  Q4KH_TYPE_F16,  Q4KH_TYPE_Q4_0, Q4KH_TYPE_Q5_0,   Q4KH_TYPE_Q8_0,
+		Q4KH_TYPE_F32,  Q4KH_TYPE_F16,  Q4KH_TYPE_BF16, Q4KH_TYPE_Q4_0,   Q4KH_TYPE_Q4_1,
+		Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q5_1, Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q2_K,   Q4KH_TYPE_Q3_K,
 		Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS,
 	};
 	int fails = 0;
 
 	fails += weights<gv_float<4> >(Q4KH_TYPE_F32, 1100);
 	fails += weights<gv_float<2> >(Q4KH_TYPE_F16, 1100);
+	fails += weights<gv_float<2, true> >(Q4KH_TYPE_BF16, 1100);
 	fails += weights<gv_q8_0>(Q4KH_TYPE_Q8_0, 1120);
 	fails += weights<gv_b32<Q4KH_TYPE_Q4_0> >(Q4KH_TYPE_Q4_0, 1120);
+	fails += weights<gv_b32<Q4KH_TYPE_Q4_1> >(Q4KH_TYPE_Q4_1, 1120);
 	fails += weights<gv_b32<Q4KH_TYPE_Q5_0> >(Q4KH_TYPE_Q5_0, 1120);
+	fails += weights<gv_b32<Q4KH_TYPE_Q5_1> >(Q4KH_TYPE_Q5_1, 1120);
 	fails += weights<gv_b32<Q4KH_TYPE_IQ4_NL> >(Q4KH_TYPE_IQ4_NL, 1120);
+	fails += weights<gv_k2<Q4KH_TYPE_Q2_K> >(Q4KH_TYPE_Q2_K, 2304);
+	fails += weights<gv_k2<Q4KH_TYPE_Q3_K> >(Q4KH_TYPE_Q3_K, 2304);
 	for (uint32_t type : types) {
 		const int64_t be = q4kh_type_block_elems(type);
 		/* A long row (several steps, a partial unit) and a short one. */
 		const int64_t kl = be == 256 ? 2304 : be == 32 ? 1120 : 1100;
 		const int64_t ksh = be == 256 ? 512 : be == 32 ? 96 : 68;
-		const int64_t align = type == Q4KH_TYPE_Q4_K || type == Q4KH_TYPE_Q5_K ||
-		                                      type == Q4KH_TYPE_F32
-		                              ? 16
-		                      : type == Q4KH_TYPE_IQ4_XS || type == Q4KH_TYPE_F16 ? 8
-		                                                                          : 2;
+		const int64_t align = align_of(type);
 
 		for (int c : { 1, 2, 4, 8 }) {
 			fails += product(type, c, 67, kl, c, 1, 3, 0, 4);

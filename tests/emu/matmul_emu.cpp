@@ -222,12 +222,17 @@ static int check_dequant(const fixture_tensor &f, const tiled &t)
 	return bad != 0;
 }
 
-/* Whether mul_mat of TYPE may take a GEMV format of cuda_gemv.cu (else
- * the plain kernel of cuda_matmul.cu). */
-static bool has_gemv_format(uint32_t type)
+/* Whether mul_mat of W and X takes the GEMV format of W's type (else the
+ * plain kernel of cuda_matmul.cu): the loads' test, gv_fits, on the
+ * addresses and strides cuda_gemv_launch gives it. */
+static bool takes_gemv(const cuda_view &w, const cuda_view &x)
 {
-	return q4kh_for_type(type, [](auto ty) {
-		return gv_has_fmt<decltype(ty)::value> ? cudaSuccess : cudaErrorNotSupported;
+	const uintptr_t wa = (uintptr_t)w.data | (uintptr_t)(w.ne[1] > 1 ? w.nb[1] : 0);
+	const uintptr_t xa = (uintptr_t)x.data | (uintptr_t)(x.ne[1] > 1 ? x.nb[1] : 0);
+
+	return q4kh_for_type(w.type, [&](auto ty) {
+		return gv_fits<decltype(ty)::value>(wa, xa, w.ne[0]) ? cudaSuccess
+		                                                      : cudaErrorNotSupported;
 	}) == cudaSuccess;
 }
 
@@ -275,7 +280,7 @@ static int check_mul_mat(const fixture_tensor &f, const tiled &t, int64_t cols)
 	free(x);
 	printf("mul_mat  %-6s k=%lld n=%lld t=%lld (%s): worst %.2g: %s\n", f.name.c_str(),
 	       (long long)t.k, (long long)t.n, (long long)cols,
-	       has_gemv_format(f.type) ? "GEMV format" : "plain kernel",
+	       takes_gemv(w, xv) ? "GEMV format" : "plain kernel",
 	       worst, bad ? "FAIL" : "ok");
 	return bad != 0;
 }

@@ -4,8 +4,8 @@
  * with no GPU, each launch emulated by tests/emu/emu.h:
  *  - mul_mat_id, direct (a few columns) and grouped (a counting sort, a
  *    gather, tiles of up to 8 columns, a scatter), through the GEMV
- *    formats (Q4_K, Q6_K, Q8_0) and the plain kernel (Q2_K, and Q4_K
- *    rows it cannot align), x one input a token or one a slot, padded
+ *    formats (Q4_K, Q6_K, Q8_0, Q2_K) and the plain kernel (Q4_K rows
+ *    its format cannot align), x one input a token or one a slot, padded
  *    strides: every column within 1e-5 of sum |w x| of the float64 product
  *    of the cpu reference's dequantised weights (sdk/lib/dequant.c),
  *    y's padding untouched;
