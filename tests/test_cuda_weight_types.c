@@ -5,10 +5,12 @@
  *  - supports_type names exactly the types q4khost runs (weight_types.c);
  *  - get_rows gives gguf-py's values bit for bit, times the scale rounded
  *    once;
- *  - mul_mat, through each of its kernels (the GEMV formats of
- *    cuda_gemv.cu, the plain kernel of cuda_matmul.cu, the tensor cores of
- *    sdk/lib/cuda_tc.cu from 17 columns on), is within product_bounds.h's bound of
- *    the float64 product of gguf-py's values, element by element.
+ *  - mul_mat, through each of its kernels (the GEMV format of each type in
+ *    cuda_gemv_formats.cuh; the plain kernel of cuda_matmul.cu, which takes
+ *    columns the GEMV's 16-byte activation loads cannot read; the tensor
+ *    cores of sdk/lib/cuda_tc.cu from 17 columns on), is within
+ *    product_bounds.h's bound of the float64 product of gguf-py's values,
+ *    element by element.
  * Rows of the fixture are tiled (each row's blocks repeated along K, the
  * rows cycled) so that a warp's lanes walk several groups of a row and a
  * launch has many rows. The first two tests run everywhere; the others skip
@@ -150,17 +152,18 @@ Test(cuda_weight_types, get_rows_gives_gguf_py_values)
 	rig_close(r);
 }
 
-/* y = w x of T columns on the cuda backend, every element within its
- * bound of the float64 product of gguf-py's values; the largest error
- * over its bound. */
+/* y = w x of T columns on the cuda backend, x's columns XPAD bytes apart
+ * beyond K values, every element within its bound of the float64 product
+ * of gguf-py's values; the largest error over its bound. */
 static double check_product(struct rig *r, const struct blocks_tensor *b,
                             const struct tiled *t, const struct twin *w, const double *s,
-                            int64_t cols)
+                            int64_t cols, int64_t xpad)
 {
 	const int tc = cols >= TC_COLUMNS && q4kh_type_block_elems(b->type) > 1;
+	const int plain = !tc && cols > 1 && xpad % 16;
 	const int64_t groups = t->k / BOUND_GROUP;
 	float *xv = rvals((size_t)(t->k * cols));
-	struct twin xt = twin_new(r, Q4KH_TYPE_F32, t->k, cols, 1, 32, xv);
+	struct twin xt = twin_new(r, Q4KH_TYPE_F32, t->k, cols, 1, xpad, xv);
 	struct twin yt = twin_new(r, Q4KH_TYPE_F32, t->n, cols, 1, 12, NULL);
 	double *want = malloc(sizeof(double) * (size_t)(t->n * cols)), *got, worst = 0;
 	double *ax = malloc(sizeof(double) * (size_t)groups);
@@ -179,7 +182,7 @@ static double check_product(struct rig *r, const struct blocks_tensor *b,
 		}
 	snprintf(what, sizeof(what), "mul_mat %s K=%lld N=%lld T=%lld (%s)", b->name,
 	         (long long)t->k, (long long)t->n, (long long)cols,
-	         tc ? "tensor cores" : "fp32 GEMV");
+	         tc ? "tensor cores" : plain ? "plain kernel" : "fp32 GEMV");
 	/* written, nothing else touched; then each element's bound */
 	expect_near(r, what, &yt, want, NMSE_BOUND);
 	got = twin_values(r, &yt, GPU);
@@ -218,7 +221,8 @@ static double check_product(struct rig *r, const struct blocks_tensor *b,
 /*
  * 1 to 9 columns (the GEMV's passes of 1, 2, 4 and 8, a tile beyond),
  * 16 (the last below the tensor cores) and 17, 33 (on them: quantised
- * types only; F32, F16 and BF16 stay on fp32).
+ * types only; F32, F16 and BF16 stay on fp32); 2 and 9 columns also 4
+ * bytes apart beyond K, which only the plain kernel reads.
  */
 Test(cuda_weight_types, mul_mat_within_bounds_of_gguf_py_values)
 {
@@ -234,7 +238,9 @@ Test(cuda_weight_types, mul_mat_within_bounds_of_gguf_py_values)
 		double *s = group_ranges(bf.t[i].type, t.bytes, t.k, t.n), worst = 0;
 
 		for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
-			worst = fmax(worst, check_product(r, &bf.t[i], &t, &w, s, cols[c]));
+			worst = fmax(worst, check_product(r, &bf.t[i], &t, &w, s, cols[c], 32));
+		worst = fmax(worst, check_product(r, &bf.t[i], &t, &w, s, 2, 4));
+		worst = fmax(worst, check_product(r, &bf.t[i], &t, &w, s, 9, 4));
 		cr_log_info("%s: largest error %.3g of its bound", bf.t[i].name, worst);
 		free(s);
 		twin_free(r, &w);
