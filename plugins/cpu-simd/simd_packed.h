@@ -1,0 +1,124 @@
+/*
+ * What the gemms on repacked Q4_K and Q6_K weights (struct simd_pack_q4_k,
+ * simd_pack_q6_k) share, AVX-512 VNNI's (simd_vnni_packed.c) and AMX's
+ * (simd_amx_packed.c): the codes of a tile unpacked to bytes, the
+ * float steps that scale a block's integer sum into a column's 16 rows,
+ * and the walk over tiles and columns. Both products compute the same
+ * exact int32 sum per block and give it to the same steps in the same
+ * order, so they agree bit for bit. Include where the AVX-512 flags are.
+ */
+#ifndef Q4KH_SIMD_PACKED_H
+#define Q4KH_SIMD_PACKED_H
+
+#include <immintrin.h>
+
+#include "simd.h"
+
+/* A block of tiles' codes and a pass's columns stay in L2 (1 to 2 MiB per
+ * core on the server parts): every column pass runs over the same tiles. */
+#define PACK_L2_BYTES (256 * 1024)
+/* The most columns a pass takes (AMX: the 16 rows of a tile). */
+#define PACK_MAX_COLS 16
+
+/* The two halves of an octet of codes (struct simd_pack_q4_k qs): values
+ * 8p .. 8p + 3 of each row into *a, 8p + 4 .. 8p + 7 into *b. */
+static inline void octet(const uint8_t *qs, __m512i *a, __m512i *b)
+{
+	const __m512i low = _mm512_set1_epi8(0x0F), v = _mm512_load_si512(qs);
+
+	*a = _mm512_and_si512(v, low);
+	*b = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+}
+
+/* Group g's 16 codes of each row (struct simd_pack_q6_k), 6 bits, before
+ * the - 32: values 16g + 4s .. 16g + 4s + 3 into w[s]. */
+static inline void q6_k_group(const struct simd_pack_q6_k *b, int g, __m512i w[4])
+{
+	const __m512i top = _mm512_set1_epi8(0x30);
+	const __m512i h = _mm512_load_si512(b->qh[g][0]);
+
+	octet(b->ql[2 * g][0], &w[0], &w[1]);
+	octet(b->ql[2 * g + 1][0], &w[2], &w[3]);
+	w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), top));
+	w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(h, 2), top));
+	w[2] = _mm512_or_si512(w[2], _mm512_and_si512(h, top));
+	w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_srli_epi16(h, 2), top));
+}
+
+/* 16 unsigned or signed bytes to float lanes. */
+static inline __m512 u8_ps(const uint8_t *p)
+{
+	return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)p)));
+}
+
+static inline __m512 i8_ps(const int8_t *p)
+{
+	return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)p)));
+}
+
+/*
+ * Q4_K, sub-block blk of column A, its 16 rows' int32 sums Q (codes .
+ * column): acc + (d sc_j) d_b Q - (dmin m_j) ds_b, S = d sc_j and M = dmin
+ * m_j of the 16 rows.
+ */
+static inline __m512 q4_k_step(__m512 acc, __m512i q, __m512 s, __m512 m,
+                               const struct simd_act *a, int64_t blk)
+{
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(s, _mm512_set1_ps(a->d[blk])),
+	                      acc);
+	return _mm512_fnmadd_ps(m, _mm512_set1_ps(a->ds[blk]), acc);
+}
+
+/*
+ * Q6_K, group V / 16 (V its first value) of column A: acc + (d sc_g) d_b
+ * (Q - 32 sum of the column over the group), S = d sc_g.
+ */
+static inline __m512 q6_k_step(__m512 acc, __m512i q, __m512 s, const struct simd_act *a,
+                               int64_t v)
+{
+	const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->d[v / 32]));
+
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sd, acc);
+	return _mm512_fnmadd_ps(sd, _mm512_set1_ps(32.0f * a->s16[v / 16]), acc);
+}
+
+/* One tile (NSB super-blocks at P) against NC columns A, results into
+ * out[c] for the rows KEEP selects. */
+typedef void (*packed_cols_fn)(const void *p, int64_t nsb, const struct simd_act *a, int nc,
+                               float *out[], __mmask16 keep);
+
+/*
+ * Tiles [t0, t1) in blocks whose codes fit PACK_L2_BYTES; within a block,
+ * columns COLS (<= PACK_MAX_COLS) at a time, each pass over every tile of
+ * the block, PASS(nc) called before each pass (NULL: nothing).
+ */
+static inline __attribute__((always_inline)) void
+packed_tiles(packed_cols_fn cols, int per_pass, void (*pass)(int nc), size_t block_bytes,
+             const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+             const struct simd_act *a, int ncols, float *const *y)
+{
+	const int64_t nsb = k / Q4KH_QK_K, tile_bytes = nsb * (int64_t)block_bytes;
+	const int64_t per = tile_bytes < PACK_L2_BYTES ? PACK_L2_BYTES / tile_bytes : 1;
+
+	for (int64_t b0 = t0; b0 < t1; b0 += per)
+		for (int c0 = 0; c0 < ncols; c0 += per_pass) {
+			const int nc = ncols - c0 < per_pass ? ncols - c0 : per_pass;
+
+			if (pass)
+				pass(nc);
+			for (int64_t t = b0; t < t1 && t < b0 + per; t++) {
+				const int64_t r0 = t * SIMD_PACK_ROWS;
+				const int64_t left = n - r0;
+				const __mmask16 keep = left >= SIMD_PACK_ROWS
+				                               ? (__mmask16)0xFFFF
+				                               : (__mmask16)((1u << left) - 1);
+				float *out[PACK_MAX_COLS];
+
+				for (int c = 0; c < nc; c++)
+					out[c] = y[c0 + c] + r0;
+				cols((const uint8_t *)p + t * tile_bytes, nsb, a + c0, nc, out, keep);
+			}
+		}
+}
+
+#endif
