@@ -386,6 +386,29 @@ Test(select, a_variant_that_refuses_its_settings_is_a_bad_configuration, .timeou
 	free(cfg);
 }
 
+/* A variant that would not start (init() fails for a reason other than
+ * a bad value: here isa = amx, which no machine runs with repack = off)
+ * stays in the chain, and plugins --explain says why, in the variant's
+ * words. */
+Test(select, the_explanation_says_why_a_variant_would_not_start)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char *out, args[8192];
+	char *cfg = file_with("q.ini", "[plugin.cpu-simd]\nisa = amx\nrepack = off\n");
+
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-simd");
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "1. cpu/cpu-simd               would not start: cpu-simd: init "
+	                      "failed (unsupported): [plugin.cpu-simd] isa = amx: ") != NULL,
+	          "%s", out);
+	free(out);
+	free(cfg);
+}
+
 /* A plugin key set to nothing ("isa =") counts as unset, as docs/config.md
  * says of every empty value: the plugin starts with its default instead of
  * refusing "". Here cpu-simd's isa and every key cpu-fast reads. */
