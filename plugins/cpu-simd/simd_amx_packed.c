@@ -71,136 +71,70 @@ static void pass_q6_k(int nc)
 	configure(16, nc);
 }
 
+/* A block's sums for the configured columns, as the tiles leave them. */
+struct amx_sums {
+	int64_t k;                              /* the columns' bytes are K apart */
+	alignas(64) uint8_t codes[8][64];       /* tile B */
+	alignas(64) int32_t ph[PACK_MAX_COLS][16]; /* column c's sums in row c */
+	alignas(64) int32_t pl[PACK_MAX_COLS][16];
+};
+
 /*
- * One block's sums for the configured columns: the unpacked CODES
- * against the column bytes at HI and LO (column c at + c K), row c of PH
- * and PL column c's sums for the 16 rows.
+ * The block's codes W (NQ registers) as tile B, the column bytes of its
+ * first value V as tiles A (a column a row, K apart): both tdpbsud, and
+ * the sums stored for amx_sum().
  */
-static inline void block_sums(const uint8_t *codes, const int8_t *hi, const int8_t *lo,
-                              int64_t k, int32_t ph[][16], int32_t pl[][16])
+static inline __attribute__((always_inline)) void
+amx_begin(void *state, const __m512i *w, int nq, const struct simd_act *a, int64_t v)
 {
+	struct amx_sums *st = state;
+
+#pragma GCC unroll 8
+	for (int i = 0; i < nq; i++)
+		_mm512_store_si512(st->codes[i], w[i]);
 	stores_done();
-	_tile_loadd(T_CODES, codes, 64);
-	_tile_loadd(T_HI, hi, k);
-	_tile_loadd(T_LO, lo, k);
+	_tile_loadd(T_CODES, st->codes, 64);
+	_tile_loadd(T_HI, a->hi + v, st->k);
+	_tile_loadd(T_LO, a->lo + v, st->k);
 	_tile_zero(T_PHI);
 	_tile_zero(T_PLO);
 	_tile_dpbsud(T_PHI, T_HI, T_CODES);
 	_tile_dpbsud(T_PLO, T_LO, T_CODES);
-	_tile_stored(T_PHI, ph, 64);
-	_tile_stored(T_PLO, pl, 64);
+	_tile_stored(T_PHI, st->ph, 64);
+	_tile_stored(T_PLO, st->pl, 64);
 }
 
-/* 256 hi + lo: the int16 product's sums, as vpdpbusd's (hi << 8) + lo. */
-static inline __m512i sums(const int32_t ph[16], const int32_t pl[16])
+/* Column c's sums: 256 hi + lo, as vpdpbusd's (hi << 8) + lo. */
+static inline __attribute__((always_inline)) __m512i
+amx_sum(void *state, const __m512i *w, int nq, const struct simd_act *a, int c, int64_t v)
 {
-	return _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ph), 8),
-	                        _mm512_load_si512(pl));
-}
+	const struct amx_sums *st = state;
 
-/*
- * One tile of Q4_K (NSB super-blocks at P) against NC columns, as the
- * VNNI gemm's tile_q4_k: per sub-block j, acc += (d sc_j) d_b (codes . q)
- * - (dmin m_j) ds_b.
- */
-static inline __attribute__((always_inline)) void
-tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *out[], __mmask16 keep)
-{
-	const int64_t k = nsb * Q4KH_QK_K;
-	alignas(64) uint8_t codes[8][64];
-	alignas(64) int32_t ph[PACK_MAX_COLS][16], pl[PACK_MAX_COLS][16];
-	__m512 acc[PACK_MAX_COLS];
-
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
-	for (int64_t sb = 0; sb < nsb; sb++) {
-		const struct simd_pack_q4_k *b = &p[sb];
-		const __m512 d = _mm512_load_ps(b->d), dmin = _mm512_load_ps(b->dmin);
-
-		for (int j = 0; j < 8; j++) {
-			const int64_t blk = 8 * sb + j;
-			const __m512 s = _mm512_mul_ps(u8_ps(b->sc[j]), d);
-			const __m512 m = _mm512_mul_ps(u8_ps(b->m[j]), dmin);
-
-#pragma GCC unroll 4
-			for (int o = 0; o < 4; o++) {
-				__m512i lo4, hi4;
-
-				octet(b->qs[4 * j + o][0], &lo4, &hi4);
-				_mm512_store_si512(codes[2 * o], lo4);
-				_mm512_store_si512(codes[2 * o + 1], hi4);
-			}
-			block_sums(codes[0], a->hi + 32 * blk, a->lo + 32 * blk, k, ph, pl);
-#pragma GCC unroll 16
-			for (int c = 0; c < nc; c++)
-				acc[c] = q4_k_step(acc[c], sums(ph[c], pl[c]), s, m, &a[c], blk);
-		}
-	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
-}
-
-/*
- * One tile of Q6_K against NC columns, as the VNNI gemm's tile_q6_k: per
- * group g of 16 values, acc += (d sc_g) d_b (codes . q - 32 sum of q).
- */
-static inline __attribute__((always_inline)) void
-tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *out[], __mmask16 keep)
-{
-	const int64_t k = nsb * Q4KH_QK_K;
-	alignas(64) uint8_t codes[4][64];
-	alignas(64) int32_t ph[PACK_MAX_COLS][16], pl[PACK_MAX_COLS][16];
-	__m512 acc[PACK_MAX_COLS];
-
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
-	for (int64_t sb = 0; sb < nsb; sb++) {
-		const struct simd_pack_q6_k *b = &p[sb];
-		const __m512 d = _mm512_load_ps(b->d);
-
-		for (int g = 0; g < 16; g++) {
-			const int64_t v = Q4KH_QK_K * sb + 16 * g;
-			const __m512 s = _mm512_mul_ps(i8_ps(b->sc[g]), d);
-			__m512i w[4];
-
-			q6_k_group(b, g, w);
-#pragma GCC unroll 4
-			for (int i = 0; i < 4; i++)
-				_mm512_store_si512(codes[i], w[i]);
-			block_sums(codes[0], a->hi + v, a->lo + v, k, ph, pl);
-#pragma GCC unroll 16
-			for (int c = 0; c < nc; c++)
-				acc[c] = q6_k_step(acc[c], sums(ph[c], pl[c]), s, &a[c], v);
-		}
-	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+	(void)w;
+	(void)nq;
+	(void)a;
+	(void)v;
+	return _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]), 8),
+	                        _mm512_load_si512(st->pl[c]));
 }
 
 /* A tile against NC columns: 16 (the accumulators in registers) or fewer. */
-static void q4_k_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc,
-                      float *out[], __mmask16 keep)
-{
-	if (nc == PACK_MAX_COLS)
-		tile_q4_k(p, nsb, a, PACK_MAX_COLS, out, keep);
-	else
-		tile_q4_k(p, nsb, a, nc, out, keep);
-}
+#define TILE_COLS(type)                                                                   \
+	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
+	                        float *out[], __mmask16 keep)                                  \
+	{                                                                                     \
+		struct amx_sums st;                                                           \
+                                                                                              \
+		st.k = nsb * Q4KH_QK_K;                                                       \
+		if (nc == PACK_MAX_COLS)                                                      \
+			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_begin, amx_sum,  \
+			            &st);                                                     \
+		else                                                                          \
+			tile_##type(p, nsb, a, nc, out, keep, amx_begin, amx_sum, &st);       \
+	}
 
-static void q6_k_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc,
-                      float *out[], __mmask16 keep)
-{
-	if (nc == PACK_MAX_COLS)
-		tile_q6_k(p, nsb, a, PACK_MAX_COLS, out, keep);
-	else
-		tile_q6_k(p, nsb, a, nc, out, keep);
-}
+TILE_COLS(q4_k)
+TILE_COLS(q6_k)
 
 void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y)

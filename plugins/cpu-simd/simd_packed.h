@@ -82,6 +82,95 @@ static inline __m512 q6_k_step(__m512 acc, __m512i q, __m512 s, const struct sim
 	return _mm512_fnmadd_ps(sd, _mm512_set1_ps(32.0f * a->s16[v / 16]), acc);
 }
 
+/*
+ * How a packed product forms a block's exact int32 sums (codes . q, the
+ * column's int16 values): BEGIN (NULL: nothing) once per block, with its
+ * codes unpacked in W (NQ registers of 4 codes of each of 16 rows) and V
+ * its first value; then SUM for each column c: the 16 rows' sums. STATE
+ * is the product's own.
+ */
+typedef void (*block_begin_fn)(void *state, const __m512i *w, int nq, const struct simd_act *a,
+                               int64_t v);
+typedef __m512i (*block_sum_fn)(void *state, const __m512i *w, int nq,
+                                const struct simd_act *a, int c, int64_t v);
+
+/*
+ * One tile of Q4_K (NSB super-blocks at P) against NC columns A, results
+ * into out[c] for the rows KEEP selects: per sub-block j of 32 values,
+ * acc += (d sc_j) d_b (codes . q) - (dmin m_j) ds_b, the same operations
+ * per column in the same order whatever NC (so a column's result does not
+ * depend on the batch) and whatever forms the sums.
+ */
+static inline __attribute__((always_inline)) void
+tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a, int nc,
+          float *out[], __mmask16 keep, block_begin_fn begin, block_sum_fn sum, void *state)
+{
+	__m512 acc[PACK_MAX_COLS];
+
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t sb = 0; sb < nsb; sb++) {
+		const struct simd_pack_q4_k *b = &p[sb];
+		const __m512 d = _mm512_load_ps(b->d), dmin = _mm512_load_ps(b->dmin);
+
+		for (int j = 0; j < 8; j++) {
+			const int64_t blk = 8 * sb + j;
+			const __m512 s = _mm512_mul_ps(u8_ps(b->sc[j]), d);
+			const __m512 m = _mm512_mul_ps(u8_ps(b->m[j]), dmin);
+			__m512i w[8];
+
+#pragma GCC unroll 4
+			for (int o = 0; o < 4; o++)
+				octet(b->qs[4 * j + o][0], &w[2 * o], &w[2 * o + 1]);
+			if (begin)
+				begin(state, w, 8, a, 32 * blk);
+#pragma GCC unroll 16
+			for (int c = 0; c < nc; c++)
+				acc[c] = q4_k_step(acc[c], sum(state, w, 8, a, c, 32 * blk), s, m, &a[c],
+				                   blk);
+		}
+	}
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+}
+
+/*
+ * The same for Q6_K: per group g of 16 values, acc += (d sc_g) d_b (codes
+ * . q - 32 sum of q over g).
+ */
+static inline __attribute__((always_inline)) void
+tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a, int nc,
+          float *out[], __mmask16 keep, block_begin_fn begin, block_sum_fn sum, void *state)
+{
+	__m512 acc[PACK_MAX_COLS];
+
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		acc[c] = _mm512_setzero_ps();
+	for (int64_t sb = 0; sb < nsb; sb++) {
+		const struct simd_pack_q6_k *b = &p[sb];
+		const __m512 d = _mm512_load_ps(b->d);
+
+		for (int g = 0; g < 16; g++) {
+			const int64_t v = Q4KH_QK_K * sb + 16 * g;
+			const __m512 s = _mm512_mul_ps(i8_ps(b->sc[g]), d);
+			__m512i w[4];
+
+			q6_k_group(b, g, w);
+			if (begin)
+				begin(state, w, 4, a, v);
+#pragma GCC unroll 16
+			for (int c = 0; c < nc; c++)
+				acc[c] = q6_k_step(acc[c], sum(state, w, 4, a, c, v), s, &a[c], v);
+		}
+	}
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+}
+
 /* One tile (NSB super-blocks at P) against NC columns A, results into
  * out[c] for the rows KEEP selects. */
 typedef void (*packed_cols_fn)(const void *p, int64_t nsb, const struct simd_act *a, int nc,

@@ -47,78 +47,12 @@ codes_dot(const __m512i *w, int nq, const int8_t *hi, const int8_t *lo)
 	return p;
 }
 
-/*
- * One tile of Q4_K (NSB super-blocks at P) against NC columns: per
- * sub-block j of 32 values, acc += (d sc_j) d_b (codes . q) - (dmin m_j)
- * ds_b. The same operations per column in the same order whatever NC, so a
- * column's result does not depend on the batch.
- */
-static inline __attribute__((always_inline)) void
-tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *acc_out[], __mmask16 keep)
+/* Column c's sums: the codes in registers against its bytes broadcast. */
+static inline __attribute__((always_inline)) __m512i
+vnni_sum(void *state, const __m512i *w, int nq, const struct simd_act *a, int c, int64_t v)
 {
-	__m512 acc[PACK_COLS];
-
-#pragma GCC unroll 8
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
-	for (int64_t sb = 0; sb < nsb; sb++) {
-		const struct simd_pack_q4_k *b = &p[sb];
-		const __m512 d = _mm512_load_ps(b->d), dmin = _mm512_load_ps(b->dmin);
-
-		for (int j = 0; j < 8; j++) {
-			const int64_t blk = 8 * sb + j;
-			const __m512 s = _mm512_mul_ps(u8_ps(b->sc[j]), d);
-			const __m512 m = _mm512_mul_ps(u8_ps(b->m[j]), dmin);
-			__m512i w[8];
-
-#pragma GCC unroll 4
-			for (int o = 0; o < 4; o++)
-				octet(b->qs[4 * j + o][0], &w[2 * o], &w[2 * o + 1]);
-#pragma GCC unroll 8
-			for (int c = 0; c < nc; c++)
-				acc[c] = q4_k_step(acc[c],
-				                   codes_dot(w, 8, a[c].hi + 32 * blk, a[c].lo + 32 * blk),
-				                   s, m, &a[c], blk);
-		}
-	}
-#pragma GCC unroll 8
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(acc_out[c], keep, acc[c]);
-}
-
-/*
- * One tile of Q6_K against NC columns: per group g of 16 values, acc +=
- * (d sc_g) d_b (codes . q - 32 sum of q over g).
- */
-static inline __attribute__((always_inline)) void
-tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *acc_out[], __mmask16 keep)
-{
-	__m512 acc[PACK_COLS];
-
-#pragma GCC unroll 8
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
-	for (int64_t sb = 0; sb < nsb; sb++) {
-		const struct simd_pack_q6_k *b = &p[sb];
-		const __m512 d = _mm512_load_ps(b->d);
-
-		for (int g = 0; g < 16; g++) {
-			const int64_t v = Q4KH_QK_K * sb + 16 * g;
-			const __m512 s = _mm512_mul_ps(i8_ps(b->sc[g]), d);
-			__m512i w[4];
-
-			q6_k_group(b, g, w);
-#pragma GCC unroll 8
-			for (int c = 0; c < nc; c++)
-				acc[c] = q6_k_step(acc[c], codes_dot(w, 4, a[c].hi + v, a[c].lo + v), s,
-				                   &a[c], v);
-		}
-	}
-#pragma GCC unroll 8
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(acc_out[c], keep, acc[c]);
+	(void)state;
+	return codes_dot(w, nq, a[c].hi + v, a[c].lo + v);
 }
 
 /* A tile against 1 .. PACK_COLS columns, each count its own unrolled copy. */
@@ -128,14 +62,16 @@ tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a,
 	{                                                                                     \
 		const struct simd_pack_##type *t = p;                                         \
 		switch (nc) {                                                                 \
-		case 1: tile_##type(t, nsb, a, 1, out, keep); break;                          \
-		case 2: tile_##type(t, nsb, a, 2, out, keep); break;                          \
-		case 3: tile_##type(t, nsb, a, 3, out, keep); break;                          \
-		case 4: tile_##type(t, nsb, a, 4, out, keep); break;                          \
-		case 5: tile_##type(t, nsb, a, 5, out, keep); break;                          \
-		case 6: tile_##type(t, nsb, a, 6, out, keep); break;                          \
-		case 7: tile_##type(t, nsb, a, 7, out, keep); break;                          \
-		default: tile_##type(t, nsb, a, PACK_COLS, out, keep); break;                 \
+		case 1: tile_##type(t, nsb, a, 1, out, keep, NULL, vnni_sum, NULL); break;    \
+		case 2: tile_##type(t, nsb, a, 2, out, keep, NULL, vnni_sum, NULL); break;    \
+		case 3: tile_##type(t, nsb, a, 3, out, keep, NULL, vnni_sum, NULL); break;    \
+		case 4: tile_##type(t, nsb, a, 4, out, keep, NULL, vnni_sum, NULL); break;    \
+		case 5: tile_##type(t, nsb, a, 5, out, keep, NULL, vnni_sum, NULL); break;    \
+		case 6: tile_##type(t, nsb, a, 6, out, keep, NULL, vnni_sum, NULL); break;    \
+		case 7: tile_##type(t, nsb, a, 7, out, keep, NULL, vnni_sum, NULL); break;    \
+		default:                                                                      \
+			tile_##type(t, nsb, a, PACK_COLS, out, keep, NULL, vnni_sum, NULL);   \
+			break;                                                                \
 		}                                                                             \
 	}
 
