@@ -31,7 +31,6 @@
  */
 #include "buildconf.h"
 
-#include <asm/prctl.h>
 #include <cpuid.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -39,8 +38,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Where the plugin can run AMX at all: a build with its gemm, on an OS
+ * that grants the tile data as Linux does. */
+#if defined(HAVE_SIMD_AMX) && HAVE_DECL_ARCH_REQ_XCOMP_PERM && HAVE_DECL_SYS_ARCH_PRCTL
+#define AMX_BUILT 1
+#include <asm/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 
 #include "blocks_fixture.h"
 #include "gguf.h"
@@ -139,7 +145,7 @@ static int cpuid_has_amx(void)
 /*
  * Does this CPU run ISA? Asked of libgcc (CPUID and XCR0), not of the
  * plugin; for amx also of Linux (the tile data, which the test asks for
- * itself) and of this build (configure's HAVE_SIMD_AMX).
+ * itself) and of this build (AMX_BUILT).
  */
 static int cpu_runs(const char *isa)
 {
@@ -147,7 +153,7 @@ static int cpu_runs(const char *isa)
 	if (!strcmp(isa, "avx2"))
 		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 	if (!strcmp(isa, "amx")) {
-#ifdef HAVE_SIMD_AMX
+#ifdef AMX_BUILT
 		return cpu_runs("avx512-vnni") && cpuid_has_amx() &&
 		       syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, 18 /* XTILEDATA */) == 0;
 #else
