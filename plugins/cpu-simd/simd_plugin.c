@@ -30,7 +30,7 @@
  *                      data, a build with the tile intrinsics and repack on
  *   repack = on | off  whether prepare() keeps a repacked copy of each Q4_K
  *                      and Q6_K weight for the gemm of a set that has one
- *                      (AVX-512 VNNI: simd_vnni_packed.c; default on: the
+ *                      (VNNI, AMX: simd_*_packed.c; default on: the
  *                      prompt's products run on it, at the cost of those
  *                      weights' size again in memory); off multiplies them
  *                      in place as the other types
