@@ -21,9 +21,26 @@ bench_setup() {
 	mkdir -p "$out"
 }
 
+# The python3 that makes the models (scripts/gen-bench-model.py needs
+# NumPy) into $python: $PYTHON, else the first python3 on PATH. 1, having
+# said which python3 lacks NumPy and what to do, when it has none.
+bench_python() {
+	python=${PYTHON:-python3}
+	"$python" -c 'import numpy' 2>/dev/null && return 0
+	echo "$(basename "$0"): $(command -v "$python" || echo "$python") ($("$python" --version 2>&1)) has no NumPy, which scripts/gen-bench-model.py needs to make the benchmark models" >&2
+	if [ "$(command -v "$python")" != /usr/bin/python3 ] &&
+		/usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+		echo "  /usr/bin/python3 has it: run again with PYTHON=/usr/bin/python3 (a pyenv python3 ahead of Debian's on PATH does not see Debian's python3-numpy)" >&2
+	else
+		echo "  install it (apt-get install python3-numpy, or $python -m pip install numpy), or name a python3 that has it in PYTHON" >&2
+	fi
+	return 1
+}
+
 # The benchmark models named in the comma-separated LIST into the array
 # files: names of scripts/gen-bench-model.py, made once per machine under
-# /tmp/models, or GGUF paths, taken as they are. 1 when one cannot be made.
+# /tmp/models by bench_python's python3, or GGUF paths, taken as they are.
+# 1 when one cannot be made.
 bench_models() {
 	local m f names
 	files=()
@@ -34,9 +51,10 @@ bench_models() {
 		*)
 			f=/tmp/models/$m.gguf
 			if [ ! -f "$f" ]; then
+				bench_python || return 1
 				step "generating $m"
 				mkdir -p /tmp/models
-				python3 scripts/gen-bench-model.py "$m" "$f.part" >"$out/gen-$m.log" 2>&1 &&
+				"$python" scripts/gen-bench-model.py "$m" "$f.part" >"$out/gen-$m.log" 2>&1 &&
 					mv "$f.part" "$f" ||
 					{ tail -5 "$out/gen-$m.log" >&2; return 1; }
 			fi

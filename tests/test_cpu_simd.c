@@ -19,18 +19,34 @@
  * (the threads it lends, ABI 1.3). Its gemv_glu (ABI 1.4) must give the
  * bits of two gemv and the reference's glu, and refuse on cpu-fast.
  *
- * The Q4_K and Q6_K weights repacked for the AVX-512 VNNI gemm (struct
- * simd_pack_q4_k, simd_pack_q6_k): packed here with the plugin's own
- * simd_pack.c and read back by the layout as simd.h documents it, on any
- * CPU; their product emulated in scalar C with the kernel's integer steps;
- * and the kernel itself, on a CPU with AVX-512 VNNI, at the layout's edges.
+ * The Q4_K and Q6_K weights repacked for the AVX-512 VNNI and AMX gemms
+ * (struct simd_pack_q4_k, simd_pack_q6_k): packed here with the plugin's
+ * own simd_pack.c and read back by the layout as simd.h documents it, on
+ * any CPU; their product emulated in scalar C with the kernel's integer
+ * steps; both kernels' own code on any CPU (their intrinsics emulated),
+ * the AMX one bit for bit the VNNI one; and the kernels themselves through
+ * the plugin where the CPU runs them, at the layout's edges, on odd thread
+ * counts, AMX bit for bit VNNI. Where AMX is not usable, its tests on the
+ * hardware skip with the plugin's reason.
  */
+#include "buildconf.h"
+
+#include <cpuid.h>
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Where the plugin can run AMX at all: a build with its gemm, on an OS
+ * that grants the tile data as Linux does. */
+#if defined(HAVE_SIMD_AMX) && HAVE_DECL_ARCH_REQ_XCOMP_PERM && HAVE_DECL_SYS_ARCH_PRCTL
+#define AMX_BUILT 1
+#include <asm/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "blocks_fixture.h"
 #include "gguf.h"
@@ -117,12 +133,33 @@ static void env_close(struct env *e)
 	free(e);
 }
 
-/* Does this CPU run ISA? Asked of libgcc, not of the plugin. */
+/* Does the CPU report AMX-TILE and AMX-INT8 (CPUID.(7,0):EDX bits 24,
+ * 25)? Read here, not through the SDK. */
+static int cpuid_has_amx(void)
+{
+	unsigned a, b, c, d;
+
+	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 3) == 3;
+}
+
+/*
+ * Does this CPU run ISA? Asked of libgcc (CPUID and XCR0), not of the
+ * plugin; for amx also of Linux (the tile data, which the test asks for
+ * itself) and of this build (AMX_BUILT).
+ */
 static int cpu_runs(const char *isa)
 {
 	__builtin_cpu_init();
 	if (!strcmp(isa, "avx2"))
 		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	if (!strcmp(isa, "amx")) {
+#ifdef AMX_BUILT
+		return cpu_runs("avx512-vnni") && cpuid_has_amx() &&
+		       syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, 18 /* XTILEDATA */) == 0;
+#else
+		return 0;
+#endif
+	}
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
 	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
 	       __builtin_cpu_supports("avx512vnni");
@@ -195,36 +232,43 @@ static void vary_row(uint32_t type, uint8_t *row, size_t row_bytes, int i)
 }
 
 /* ROWS rows of TYPE from the blocks fixture into W: its rows repeated, or
- * with VARY (Q4_K, Q6_K) each made its own by vary_row(). */
-static void fixture_rows(struct env *e, uint32_t type, int vary, struct weight *w)
+ * with VARY (Q4_K, Q6_K) each made its own by vary_row(); each row
+ * REPEAT fixture rows long, the copies (with VARY) made different too. */
+static void fixture_rows(struct env *e, uint32_t type, int vary, int repeat, struct weight *w)
 {
 	struct blocks_fixture bf;
 	const struct blocks_tensor *bt;
 	uint8_t *rows;
+	size_t rb;
 
 	blocks_fixture_load(&bf);
 	bt = blocks_fixture_find(&bf, type);
 	cr_assert_not_null(bt, "neither the default model nor the blocks fixture has %s",
 	                   q4kh_type_name(type));
-	w->k = bt->ne0;
-	w->t.nb[1] = (int64_t)bt->row_bytes;
-	rows = malloc(bt->row_bytes * ROWS);
+	rb = bt->row_bytes * (size_t)repeat;
+	w->k = bt->ne0 * repeat;
+	w->t.nb[1] = (int64_t)rb;
+	rows = malloc(rb * ROWS);
 	cr_assert_not_null(rows);
-	for (int i = 0; i < ROWS; i++) {
-		memcpy(rows + bt->row_bytes * (size_t)i,
-		       bt->bytes + bt->row_bytes * (size_t)(i % bt->rows), bt->row_bytes);
-		if (vary)
-			vary_row(type, rows + bt->row_bytes * (size_t)i, bt->row_bytes, i);
-	}
-	cr_assert_eq(e->b->buffer_alloc(e->dev, bt->row_bytes * ROWS, &w->t.buffer), Q4KH_OK);
-	cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0, rows, bt->row_bytes * ROWS),
-	             Q4KH_OK);
+	for (int i = 0; i < ROWS; i++)
+		for (int j = 0; j < repeat; j++) {
+			uint8_t *at = rows + rb * (size_t)i + bt->row_bytes * (size_t)j;
+
+			memcpy(at, bt->bytes + bt->row_bytes * (size_t)(i % bt->rows), bt->row_bytes);
+			if (vary)
+				vary_row(type, at, bt->row_bytes, i + 7 * j);
+		}
+	cr_assert_eq(e->b->buffer_alloc(e->dev, rb * ROWS, &w->t.buffer), Q4KH_OK);
+	cr_assert_eq(e->b->buffer_upload(e->dev, w->t.buffer, 0, rows, rb * ROWS), Q4KH_OK);
 	free(rows);
 	blocks_fixture_free(&bf);
 }
 
-static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
-                        int64_t shift, struct weight *w)
+/* ROWS rows of TYPE into W: the model G's first {K, N} weight of the type
+ * from the middle moved SHIFT rows on; without G, fixture_rows(), each row
+ * REPEAT fixture rows long; exact from the cpu plugin's get_rows. */
+static void weight_rows_of(struct env *e, const struct q4kh_gguf *g, uint32_t type,
+                           int64_t shift, int repeat, struct weight *w)
 {
 	const struct q4kh_gguf_tensor *gt = NULL;
 	struct q4kh_tensor out;
@@ -251,7 +295,7 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 		                                 rb * ROWS),
 		             Q4KH_OK);
 	} else {
-		fixture_rows(e, type, !g, w);
+		fixture_rows(e, type, !g, repeat, w);
 	}
 	w->t.ne[0] = w->k;
 	w->t.nb[2] = w->t.nb[3] = w->t.nb[1] * ROWS;
@@ -266,6 +310,12 @@ static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
 		w->exact[i] = v[i];
 	free(v);
 	e->b->buffer_free(e->dev, out.buffer);
+}
+
+static void weight_rows(struct env *e, const struct q4kh_gguf *g, uint32_t type,
+                        int64_t shift, struct weight *w)
+{
+	weight_rows_of(e, g, type, shift, 1, w);
 }
 
 /* ROWS rows of the model's first {K, N} weight of TYPE, from the middle. */
@@ -361,7 +411,8 @@ static const uint32_t simd_types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE
 	                               Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q4_0, Q4KH_TYPE_Q4_1,
 	                               Q4KH_TYPE_Q5_1, Q4KH_TYPE_Q5_K };
 #define N_SIMD_TYPES (int)(sizeof(simd_types) / sizeof(simd_types[0]))
-static const char *const isas[] = { "avx2", "avx512-vnni" };
+static const char *const isas[] = { "avx2", "avx512-vnni", "amx" };
+#define N_ISAS (int)(sizeof(isas) / sizeof(isas[0]))
 
 static void every_type_and_column_count(const char *backend)
 {
@@ -375,7 +426,7 @@ static void every_type_and_column_count(const char *backend)
 	e = env_on(backend);
 	for (int t = 0; t < N_SIMD_TYPES; t++)
 		weight_load(e, g, simd_types[t], &w[t]);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < N_ISAS; i++) {
 		if (!cpu_runs(isas[i]))
 			continue;
 		cr_assert_eq(env_variant(e, isas[i]), Q4KH_OK, "%s", e->v->last_error(NULL));
@@ -437,12 +488,15 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
 
 	cr_assert_eq(e->b->device_info(e->ctx, 0, &rec), Q4KH_OK);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < N_ISAS; i++) {
 		q4kh_status st = env_variant(e, isas[i]);
+		char want[256];
 
 		if (!cpu_runs(isas[i])) {
 			cr_expect_eq(st, Q4KH_ERR_UNSUPPORTED, "isa = %s", isas[i]);
-			cr_expect(strstr(e->v->last_error(NULL), "does not support it") != NULL,
+			snprintf(want, sizeof(want), "[plugin.cpu-simd] isa = %s: ", isas[i]);
+			cr_expect(strncmp(e->v->last_error(NULL), want, strlen(want)) == 0 &&
+			          strlen(e->v->last_error(NULL)) > strlen(want) + 20,
 			          "%s", e->v->last_error(NULL));
 			continue;
 		}
@@ -455,7 +509,7 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 	}
 	cr_expect_eq(env_variant(e, "sse9"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
-	                 "[plugin.cpu-simd] isa = \"sse9\": expected auto, avx2 or avx512-vnni");
+	                 "[plugin.cpu-simd] isa = \"sse9\": expected auto, avx2, avx512-vnni or amx");
 	e->repack = "yes";
 	cr_expect_eq(env_variant(e, "auto"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
@@ -748,15 +802,16 @@ struct split_col {
 	struct simd_act act; /* the same, as the kernels take it */
 };
 
-static void split_col(const float *x, int64_t k, struct split_col *col)
+/* Column X into COL, its bytes into HI and LO (K each). */
+static void split_col(const float *x, int64_t k, int8_t *hi, int8_t *lo, struct split_col *col)
 {
-	col->hi = malloc((size_t)k);
-	col->lo = malloc((size_t)k);
+	col->hi = hi;
+	col->lo = lo;
 	col->d = malloc(sizeof(float) * (size_t)(k / 32));
 	col->ds = malloc(sizeof(float) * (size_t)(k / 32));
 	col->s16 = calloc((size_t)(k / 16), sizeof(float));
 	col->sum = malloc(sizeof(int32_t) * (size_t)(k / 32));
-	cr_assert(col->hi && col->lo && col->d && col->ds && col->s16 && col->sum);
+	cr_assert(col->d && col->ds && col->s16 && col->sum);
 	for (int64_t b = 0; b < k / 32; b++) {
 		float amax = 0;
 
@@ -777,14 +832,43 @@ static void split_col(const float *x, int64_t k, struct split_col *col)
 	col->act = (struct simd_act){ NULL, col->d, col->ds, col->hi, col->lo, col->s16 };
 }
 
-static void split_col_free(struct split_col *col)
+/*
+ * N columns X (K values each, one after another) split, their bytes K
+ * apart as the packed products take them (simd_packed_fn, simd.h).
+ */
+struct split_cols {
+	int n;
+	int8_t *hi, *lo;      /* column c at + c K */
+	struct split_col *col;
+	struct simd_act *act; /* col[c].act */
+};
+
+static void split_cols(const float *x, int64_t k, int n, struct split_cols *s)
 {
-	free(col->hi);
-	free(col->lo);
-	free(col->d);
-	free(col->ds);
-	free(col->s16);
-	free(col->sum);
+	s->n = n;
+	s->hi = malloc((size_t)(n * k));
+	s->lo = malloc((size_t)(n * k));
+	s->col = malloc(sizeof(*s->col) * (size_t)n);
+	s->act = malloc(sizeof(*s->act) * (size_t)n);
+	cr_assert(s->hi && s->lo && s->col && s->act);
+	for (int c = 0; c < n; c++) {
+		split_col(x + c * k, k, s->hi + c * k, s->lo + c * k, &s->col[c]);
+		s->act[c] = s->col[c].act;
+	}
+}
+
+static void split_cols_free(struct split_cols *s)
+{
+	for (int c = 0; c < s->n; c++) {
+		free(s->col[c].d);
+		free(s->col[c].ds);
+		free(s->col[c].s16);
+		free(s->col[c].sum);
+	}
+	free(s->hi);
+	free(s->lo);
+	free(s->col);
+	free(s->act);
 }
 
 /*
@@ -835,19 +919,18 @@ Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 1
 		struct weight w;
 		float *x, y[PACK_N];
 		void *packed;
+		struct split_cols cols;
 
 		weight_rows(e, NULL, packed_gguf[t], 0, &w);
 		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
 		x = activations(w.k, 3);
+		split_cols(x, w.k, 3, &cols);
 		for (int c = 0; c < 3; c++) {
-			struct split_col col;
-
-			split_col(x + c * w.k, w.k, &col);
 			for (int64_t r = 0; r < PACK_N; r++)
-				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, &col);
+				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, &cols.col[c]);
 			check_rows(w.name, w.exact, w.k, w.k, PACK_N, "scalar", 3, c, x + c * w.k, y);
-			split_col_free(&col);
 		}
+		split_cols_free(&cols);
 		free(x);
 		free(packed);
 		weight_free(e, &w);
@@ -857,148 +940,349 @@ Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 1
 
 /* Columns of y the kernels write N rows of, PAD floats apart beyond them. */
 #define PAD 16
+/* The packed products' edges: rows (part of a tile, one, one and a row,
+ * two and part of a third); the most columns (two passes of 16 and one
+ * column, four of 8 and one). */
+static const int64_t edge_rows[] = { 5, 16, 17, PACK_N };
+#define N_EDGE_ROWS (int)(sizeof(edge_rows) / sizeof(edge_rows[0]))
+#define EDGE_COLS 33
+/* Fixture rows (512 values) a wide test row is long: K = 24576, so that 2
+ * tiles of Q4_K (3 of Q6_K: 48 x 3392 bytes a tile) fill the products'
+ * cache block (PACK_L2_BYTES, 256 KiB) and 37 rows cross one. */
+#define WIDE_REPEAT 48
+
+/* Column counts tried at K: every one up to EDGE_COLS, or on a wide K
+ * the edges of the passes only. */
+static int edge_cols_next(int64_t k, int cols)
+{
+	static const int few[] = { 1, 7, 8, 9, 15, 16, 17, EDGE_COLS, 0 };
+
+	if (k <= 2 * Q4KH_QK_K)
+		return cols < EDGE_COLS ? cols + 1 : 0;
+	for (int i = 0; few[i]; i++)
+		if (few[i] > cols)
+			return few[i];
+	return 0;
+}
+
+/* A set's packed products, in the order of packed_gguf. */
+struct packed_set {
+	const char *name;
+	simd_packed_fn fn[2];
+};
 
 /*
- * The VNNI kernel's own code (plugins/cpu-simd/simd_vnni_packed.c, built
- * into this program against tests/avx512-emu/immintrin.h: its intrinsics
- * in plain C) at the tiles' edges, on any CPU: 5, 16, 17 and 37 rows, K of
- * one super-block and of two, 1 .. 33 columns (blocks of 8 and their
- * remainders), the tiles in two parts as by two threads. Every value
- * within the bound, nothing written past a column's N rows, and a column's
- * bits the same whatever the batch.
+ * KERNEL's own code (plugins/cpu-simd/simd_*_packed.c, built into this
+ * program against tests/avx512-emu/immintrin.h: its intrinsics in plain
+ * C) at the tiles' edges, on any CPU: edge_rows, K of one super-block, of
+ * two and wide, 1 .. EDGE_COLS columns, the tiles in three parts as by
+ * three threads. Every value within the bound, nothing written past a
+ * column's N rows, a column's bits the same whatever the batch, and with
+ * SAME, every bit as SAME's code gives it.
  */
-Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
+static void packed_code_at_the_edges(const struct packed_set *kernel,
+                                     const struct packed_set *same)
 {
-	static const simd_packed_fn kernel[] = { simd_vnni_packed_q4_k, simd_vnni_packed_q6_k };
-	static const int64_t rows[] = { 5, 16, 17, PACK_N };
 	struct env *e = env_open();
 
-	for (int t = 0; t < 2; t++) {
-		struct weight w;
+	for (int t = 0; t < 2; t++)
+		for (int wide = 0; wide < 2; wide++) {
+			struct weight w;
 
-		weight_rows(e, NULL, packed_gguf[t], 0, &w);
-		for (int64_t k = Q4KH_QK_K; k <= w.k; k += w.k - Q4KH_QK_K) {
-			float *x = activations(k, 33);
-			struct split_col col[33];
-			struct simd_act act[33];
+			weight_rows_of(e, NULL, packed_gguf[t], 0, wide ? WIDE_REPEAT : 1, &w);
+			for (int64_t k = wide ? w.k : Q4KH_QK_K; k <= w.k; k += Q4KH_QK_K) {
+				float *x = activations(k, EDGE_COLS);
+				struct split_cols sc;
 
-			for (int c = 0; c < 33; c++) {
-				split_col(x + c * k, k, &col[c]);
-				act[c] = col[c].act;
-			}
-			for (int n = 0; n < 4; n++) {
-				const int64_t ld = rows[n] + PAD, tiles = (rows[n] + 15) / 16;
-				void *packed = pack_weight(&w, packed_wtype[t], k, rows[n], e);
-				float *y = malloc(sizeof(float) * (size_t)(33 * ld)), *yc[33];
-				float *first = malloc(sizeof(float) * (size_t)rows[n]);
+				split_cols(x, k, EDGE_COLS, &sc);
+				for (int n = 0; n < N_EDGE_ROWS; n++) {
+					const int64_t ld = edge_rows[n] + PAD, tiles = (edge_rows[n] + 15) / 16;
+					const int64_t cut[4] = { 0, 1, tiles < 2 ? tiles : 2, tiles };
+					void *packed = pack_weight(&w, packed_wtype[t], k, edge_rows[n], e);
+					float *y = malloc(sizeof(float) * (size_t)(2 * EDGE_COLS * ld));
+					float *first = malloc(sizeof(float) * (size_t)edge_rows[n]);
+					float *yc[EDGE_COLS], *yv[EDGE_COLS];
 
-				cr_assert(y && first);
-				for (int cols = 1; cols <= 33; cols++) {
-					for (int64_t i = 0; i < 33 * ld; i++)
-						y[i] = NAN;
-					for (int c = 0; c < cols; c++)
-						yc[c] = y + c * ld;
-					kernel[t](packed, rows[n], k, 0, 1, act, cols, yc);
-					kernel[t](packed, rows[n], k, 1, tiles, act, cols, yc);
-					for (int c = 0; c < cols; c++) {
-						check_rows(w.name, w.exact, w.k, k, rows[n], "emulated avx512-vnni",
-						           cols, c, x + c * k, yc[c]);
-						for (int64_t i = rows[n]; i < ld; i++)
-							cr_assert(isnan(yc[c][i]), "%s K %lld, %lld rows: column %d "
-							          "written at row %lld", w.name, (long long)k,
-							          (long long)rows[n], c, (long long)i);
+					cr_assert(y && first);
+					for (int cols = 1; cols; cols = edge_cols_next(k, cols)) {
+						for (int64_t i = 0; i < 2 * EDGE_COLS * ld; i++)
+							y[i] = NAN;
+						for (int c = 0; c < cols; c++) {
+							yc[c] = y + c * ld;
+							yv[c] = y + (EDGE_COLS + c) * ld;
+						}
+						for (int part = 0; part < 3; part++) {
+							kernel->fn[t](packed, edge_rows[n], k, cut[part], cut[part + 1],
+							              sc.act, cols, yc);
+							if (same)
+								same->fn[t](packed, edge_rows[n], k, cut[part],
+								            cut[part + 1], sc.act, cols, yv);
+						}
+						for (int c = 0; c < cols; c++) {
+							check_rows(w.name, w.exact, w.k, k, edge_rows[n], kernel->name,
+							           cols, c, x + c * k, yc[c]);
+							for (int64_t i = edge_rows[n]; i < ld; i++)
+								cr_assert(isnan(yc[c][i]), "%s K %lld, %lld rows: column "
+								          "%d written at row %lld", w.name, (long long)k,
+								          (long long)edge_rows[n], c, (long long)i);
+							cr_assert(!same || !memcmp(yc[c], yv[c], sizeof(float) *
+							                                          (size_t)ld),
+							          "%s %s, K %lld, %lld rows, %d columns: column %d is "
+							          "not %s's bit for bit", w.name, kernel->name,
+							          (long long)k, (long long)edge_rows[n], cols, c,
+							          same ? same->name : "");
+						}
+						if (cols == 1)
+							memcpy(first, y, sizeof(float) * (size_t)edge_rows[n]);
+						cr_assert_eq(memcmp(first, y, sizeof(float) * (size_t)edge_rows[n]),
+						             0, "%s K %lld: column 0 differs between 1 and %d "
+						             "columns", w.name, (long long)k, cols);
 					}
-					if (cols == 1)
-						memcpy(first, y, sizeof(float) * (size_t)rows[n]);
-					cr_assert_eq(memcmp(first, y, sizeof(float) * (size_t)rows[n]), 0,
-					             "%s K %lld: column 0 differs between 1 and %d columns",
-					             w.name, (long long)k, cols);
+					free(first);
+					free(y);
+					free(packed);
 				}
-				free(first);
-				free(y);
-				free(packed);
+				split_cols_free(&sc);
+				free(x);
 			}
-			for (int c = 0; c < 33; c++)
-				split_col_free(&col[c]);
-			free(x);
+			weight_free(e, &w);
 		}
-		weight_free(e, &w);
-	}
 	env_close(e);
 }
 
-/*
- * Through the plugin with the AVX-512 VNNI kernels: gemm of 1 .. 33
- * columns on N rows (a part of a tile, a whole one, a tile and a row, two
- * tiles and part of a third), K of one super-block and the weight's whole
- * K (a view of the first values of each row), on 1 and 3 threads; every
- * value within the bound, and column 0 the same bits whatever the batch.
- */
-Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .timeout = 600)
-{
-	static const int64_t rows[] = { 5, 16, 17, PACK_N };
-	static const char *const threads[] = { "1", "3" };
-	struct env *e;
+static const struct packed_set emulated_vnni = { "emulated avx512-vnni",
+	                                         { simd_vnni_packed_q4_k,
+	                                           simd_vnni_packed_q6_k } };
+static const struct packed_set emulated_amx = { "emulated amx",
+	                                        { simd_amx_packed_q4_k, simd_amx_packed_q6_k } };
 
-	if (!cpu_runs("avx512-vnni"))
-		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
-		             "(its layout and steps are checked by the tests above)");
-	e = env_open();
-	for (int th = 0; th < 2; th++) {
-		e->threads = threads[th];
-		cr_assert_eq(env_variant(e, "avx512-vnni"), Q4KH_OK, "%s", e->v->last_error(NULL));
-		for (int t = 0; t < 2; t++) {
+Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
+{
+	packed_code_at_the_edges(&emulated_vnni, NULL);
+}
+
+/*
+ * The AMX kernel's code, its tiles emulated as the SDM defines
+ * ldtilecfg, tileloadd, tdpbsud and tilestored (the emulation also
+ * faults where the hardware would: a shape tdpbsud refuses, a tile used
+ * unconfigured), at the same edges, every bit as the VNNI kernel's code
+ * gives it: the same int32 sums per block, scaled by the same steps.
+ */
+Test(cpu_simd_amx, the_amx_kernels_code_emulated_is_the_vnni_kernels_bit_for_bit,
+     .timeout = 600)
+{
+	packed_code_at_the_edges(&emulated_amx, &emulated_vnni);
+}
+
+/* y = w x through the plugin's gemm on rows [0, N) of W, its first K
+ * values (a view), for COLS columns of XK (K values each). */
+static float *plugin_gemm(struct env *e, const struct weight *w, int64_t k, int64_t n,
+                          const float *xk, int64_t cols)
+{
+	struct q4kh_tensor view = w->t, xt, yt;
+	q4kh_prepared *p;
+	float *y;
+
+	view.ne[0] = k;
+	view.ne[1] = n;
+	cr_assert_eq(e->v->prepare(e->kctx, &e->nd, &view, &p), Q4KH_OK, "%s",
+	             e->v->last_error(e->kctx));
+	xt = f32_tensor(e, k, cols, 64, xk);
+	yt = f32_tensor(e, n, cols, 32, NULL);
+	cr_assert_eq(e->v->gemm(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK, "%s",
+	             e->v->last_error(e->kctx));
+	y = fetch(e, &yt);
+	e->b->buffer_free(e->dev, xt.buffer);
+	e->b->buffer_free(e->dev, yt.buffer);
+	e->v->release(e->kctx, p);
+	return y;
+}
+
+/* As edge_cols_next(), then 100 columns: many passes, cut into chunks. */
+static int plugin_cols_next(int64_t k, int cols)
+{
+	const int next = cols < 100 ? edge_cols_next(k, cols) : 0;
+
+	return next ? next : cols < 100 ? 100 : 0;
+}
+
+/* Threads the plugin's gemm is tried on: one, odd counts, and the 16
+ * cores of the server parts (the packed gemm then cuts the columns too). */
+static const char *const edge_threads[] = { "1", "3", "7", "16" };
+#define N_EDGE_THREADS (int)(sizeof(edge_threads) / sizeof(edge_threads[0]))
+
+/*
+ * Through the plugin with the kernels of ISA on this CPU: gemm of
+ * 1 .. EDGE_COLS columns and of 100 on edge_rows, K of one super-block,
+ * of two and wide (views of the first values of each row), on
+ * edge_threads: every value within the bound, column 0 the same bits
+ * whatever the batch, every result the same bits at every thread count
+ * and, with SAME, as the plugin with isa = SAME gives them.
+ */
+static void plugin_gemm_at_the_edges(const char *isa, const char *same)
+{
+	struct env *e = env_open();
+
+	for (int t = 0; t < 2; t++)
+		for (int wide = 0; wide < 2; wide++) {
 			struct weight w;
 			float *x;
 
-			weight_rows(e, NULL, packed_gguf[t], 0, &w);
-			x = activations(w.k, 33);
-			for (int kk = 0; kk < 2; kk++) {
-				const int64_t k = kk ? w.k : Q4KH_QK_K;
-				float *xk = malloc(sizeof(float) * (size_t)(k * 33)), *first = NULL;
+			weight_rows_of(e, NULL, packed_gguf[t], 0, wide ? WIDE_REPEAT : 1, &w);
+			x = activations(w.k, 100);
+			for (int64_t k = wide ? w.k : Q4KH_QK_K; k <= w.k; k += Q4KH_QK_K) {
+				float *xk = malloc(sizeof(float) * (size_t)(k * 100));
 
 				cr_assert_not_null(xk);
-				for (int64_t c = 0; c < 33; c++)
+				for (int64_t c = 0; c < 100; c++)
 					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
-				for (int n = 0; n < 4; n++) {
-					struct q4kh_tensor view = w.t;
-					q4kh_prepared *p;
+				for (int n = 0; n < N_EDGE_ROWS; n++)
+					for (int cols = 1; cols; cols = plugin_cols_next(k, cols)) {
+						float *one = NULL, *want = NULL;
 
-					view.ne[0] = k;
-					view.ne[1] = rows[n];
-					cr_assert_eq(e->v->prepare(e->kctx, &e->nd, &view, &p), Q4KH_OK, "%s",
-					             e->v->last_error(e->kctx));
-					for (int64_t cols = 1; cols <= 33; cols++) {
-						struct q4kh_tensor xt = f32_tensor(e, k, cols, 64, xk);
-						struct q4kh_tensor yt = f32_tensor(e, rows[n], cols, 32, NULL);
-						float *y;
+						for (int th = 0; th < N_EDGE_THREADS; th++) {
+							float *y;
 
-						cr_assert_eq(e->v->gemm(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK,
-						             "%s", e->v->last_error(e->kctx));
-						y = fetch(e, &yt);
-						for (int64_t c = 0; c < cols; c++)
-							check_rows(w.name, w.exact, w.k, k, rows[n], "avx512-vnni",
-							           cols, c, xk + c * k, y + c * rows[n]);
-						if (n == 3 && !first)
-							first = y;
-						else if (n == 3)
-							cr_assert_eq(memcmp(first, y, sizeof(float) * PACK_N), 0,
-							             "%s K %lld: column 0 differs between 1 and "
-							             "%lld columns", w.name, (long long)k,
-							             (long long)cols);
-						if (y != first)
-							free(y);
-						e->b->buffer_free(e->dev, xt.buffer);
-						e->b->buffer_free(e->dev, yt.buffer);
+							e->threads = edge_threads[th];
+							cr_assert_eq(env_variant(e, isa), Q4KH_OK, "%s",
+							             e->v->last_error(NULL));
+							y = plugin_gemm(e, &w, k, edge_rows[n], xk, cols);
+							for (int64_t c = 0; c < cols; c++)
+								check_rows(w.name, w.exact, w.k, k, edge_rows[n], isa, cols,
+								           c, xk + c * k, y + c * edge_rows[n]);
+							if (!one)
+								one = y;
+							else
+								cr_assert(!memcmp(one, y, sizeof(float) *
+								                          (size_t)(cols * edge_rows[n])),
+								          "%s %s, K %lld, %lld rows, %d columns: %s "
+								          "threads differ from 1", w.name, isa,
+								          (long long)k, (long long)edge_rows[n], cols,
+								          edge_threads[th]);
+							if (y != one)
+								free(y);
+						}
+						if (same) {
+							cr_assert_eq(env_variant(e, same), Q4KH_OK, "%s",
+							             e->v->last_error(NULL));
+							want = plugin_gemm(e, &w, k, edge_rows[n], xk, cols);
+							for (int64_t i = 0; i < cols * edge_rows[n]; i++)
+								cr_assert(!memcmp(&one[i], &want[i], sizeof(float)),
+								          "%s %s, K %lld, %lld rows, %d columns: y[%lld, "
+								          "%lld] = %.9g, %s %.9g", w.name, isa,
+								          (long long)k, (long long)edge_rows[n], cols,
+								          (long long)(i % edge_rows[n]),
+								          (long long)(i / edge_rows[n]), (double)one[i],
+								          same, (double)want[i]);
+						}
+						free(want);
+						free(one);
 					}
-					e->v->release(e->kctx, p);
-				}
-				free(first);
 				free(xk);
 			}
 			free(x);
 			weight_free(e, &w);
 		}
+	env_close(e);
+}
+
+Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .timeout = 600)
+{
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
+		             "(its layout and steps are checked by the tests above)");
+	plugin_gemm_at_the_edges("avx512-vnni", NULL);
+}
+
+/*
+ * The plugin's reason why isa = amx cannot run here, for a skip; NULL
+ * where it runs. Checked against this test's own view (cpu_runs()).
+ */
+static const char *amx_unusable(void)
+{
+	static char why[512];
+	struct env *e = env_open();
+	const q4kh_status st = env_variant(e, "amx");
+
+	snprintf(why, sizeof(why), "%s", e->v->last_error(NULL));
+	env_close(e);
+	cr_assert_eq(st == Q4KH_OK, cpu_runs("amx"),
+	             "the plugin says %s, this test that the CPU %s AMX", st ? why : "it runs",
+	             cpu_runs("amx") ? "runs" : "does not run");
+	return st == Q4KH_OK ? NULL : why;
+}
+
+/*
+ * On a CPU with AMX, the plugin's AMX gemm at the tiles' edges (rows not
+ * a multiple of 16, K at the super-blocks' edges and across the cache
+ * blocks, 1 .. 33 and 100 columns, 1, 3, 7 and 16 threads) within the
+ * bound and every bit the plugin's AVX-512 VNNI gemm. Elsewhere, a skip
+ * that says why.
+ */
+Test(cpu_simd_amx, amx_gemm_at_the_tiles_edges_is_the_vnni_gemm_bit_for_bit, .timeout = 900)
+{
+	const char *why = amx_unusable();
+
+	if (why)
+		cr_skip_test("AMX is not usable here: %s", why);
+	plugin_gemm_at_the_edges("amx", "avx512-vnni");
+}
+
+/* The plugin's debug line from init (the host's log), kept by the test. */
+static char init_line[1024];
+
+static void keep_line(void *host_data, q4kh_log_level level, const char *msg)
+{
+	(void)host_data;
+	if (level == Q4KH_LOG_DEBUG)
+		snprintf(init_line, sizeof(init_line), "%s", msg);
+}
+
+/*
+ * isa = amx where AMX does not run fails init() naming the reason, read
+ * here from CPUID and Linux, not through the SDK; auto then takes AVX-512
+ * VNNI and its debug line says why amx was passed over. Where AMX runs,
+ * auto takes it, and amx with repack = off fails, naming the setting.
+ */
+Test(cpu_simd_amx, isa_amx_and_auto_say_why_amx_does_not_run)
+{
+	struct env *e = env_open();
+	q4kh_status st;
+
+	e->api.log = keep_line;
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI: what AMX lacks comes after that");
+	cr_assert_eq(env_variant(e, "auto"), Q4KH_OK, "%s", e->v->last_error(NULL));
+	if (cpu_runs("amx")) {
+		cr_expect_str_eq(init_line, "cpu-simd: amx kernels, 2 threads");
+		e->repack = "off";
+		cr_expect_eq(env_variant(e, "amx"), Q4KH_ERR_UNSUPPORTED);
+		cr_expect_str_eq(e->v->last_error(NULL),
+		                 "[plugin.cpu-simd] isa = amx: repack = off, and the AMX products "
+		                 "run on repacked weights only");
+		cr_expect_eq(env_variant(e, "auto"), Q4KH_OK);
+		cr_expect_str_eq(init_line, "cpu-simd: avx512-vnni kernels, 2 threads (isa auto; "
+		                            "passed over: amx: repack = off, and the AMX products "
+		                            "run on repacked weights only)");
+		env_close(e);
+		return;
+	}
+	st = env_variant(e, "amx");
+	cr_expect_eq(st, Q4KH_ERR_UNSUPPORTED);
+	if (!cpuid_has_amx()) {
+		cr_expect_str_eq(e->v->last_error(NULL),
+		                 "[plugin.cpu-simd] isa = amx: the CPU reports no AMX-TILE and "
+		                 "AMX-INT8 (CPUID.(7,0):EDX bits 24, 25)");
+		cr_expect_str_eq(init_line, "cpu-simd: avx512-vnni kernels, 2 threads (isa auto; "
+		                            "passed over: amx: the CPU reports no AMX-TILE and "
+		                            "AMX-INT8 (CPUID.(7,0):EDX bits 24, 25))");
+	} else {
+		/* The CPU has the tiles: the OS, Linux or this build keeps them off. */
+		cr_expect(strncmp(e->v->last_error(NULL), "[plugin.cpu-simd] isa = amx: ", 29) == 0,
+		          "%s", e->v->last_error(NULL));
+		cr_expect(strstr(init_line, "avx512-vnni kernels, 2 threads (isa auto; passed over: "
+		                            "amx: ") == init_line + strlen("cpu-simd: "),
+		          "%s", init_line);
 	}
 	env_close(e);
 }

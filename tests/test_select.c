@@ -377,11 +377,34 @@ Test(select, a_variant_that_refuses_its_settings_is_a_bad_configuration, .timeou
 	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
 	cr_expect(strstr(out, "q4khost run: plugin cpu-simd refuses its settings: ") != NULL, "%s",
 	          out);
-	cr_expect(strstr(out, "isa = \"sse9\": expected auto, avx2 or avx512-vnni") != NULL, "%s",
-	          out);
-	snprintf(want, sizeof(want), "avx512-vnni (isa from %s:2 [plugin.cpu-simd])\n", cfg);
+	cr_expect(strstr(out, "isa = \"sse9\": expected auto, avx2, avx512-vnni or amx") != NULL,
+	          "%s", out);
+	snprintf(want, sizeof(want), "or amx (isa from %s:2 [plugin.cpu-simd])\n", cfg);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	cr_expect_null(strstr(out, "q4khost: kernels:"), "no work was done: %s", out);
+	free(out);
+	free(cfg);
+}
+
+/* A variant that would not start (init() fails for a reason other than
+ * a bad value: here isa = amx, which no machine runs with repack = off)
+ * stays in the chain, and plugins --explain says why, in the variant's
+ * words. */
+Test(select, the_explanation_says_why_a_variant_would_not_start)
+{
+	static const char *const none[] = { NULL };
+	const char *plugins;
+	char *out, args[8192];
+	char *cfg = file_with("q.ini", "[plugin.cpu-simd]\nisa = amx\nrepack = off\n");
+
+	need_cpu_simd(1);
+	plugins = test_plugin_dir(none);
+	add_built_plugin(plugins, "cpu-simd");
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "1. cpu/cpu-simd               would not start: cpu-simd: init "
+	                      "failed (unsupported): [plugin.cpu-simd] isa = amx: ") != NULL,
+	          "%s", out);
 	free(out);
 	free(cfg);
 }

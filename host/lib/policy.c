@@ -339,6 +339,7 @@ static void add_step(struct q4kh_policy_order *o, const struct q4kh_registry *r,
 {
 	struct q4kh_policy_step *s = &o->steps[o->n];
 	struct q4kh_kernel k;
+	struct q4kh_error err = { { 0 } };
 
 	for (size_t i = 0; i < o->n; i++)
 		if (o->steps[i].variant == variant ||
@@ -352,7 +353,7 @@ static void add_step(struct q4kh_policy_order *o, const struct q4kh_registry *r,
 	if (!variant) {
 		for (uint32_t t = 0; t < Q4KH_TYPE_COUNT; t++)
 			s->scores[t] = b->v->supports_type(b->ctx, t) ? 1 : 0;
-	} else if (q4kh_kernel_open(find_variant(r, variant), b, &k, NULL) == 0) {
+	} else if (q4kh_kernel_open(find_variant(r, variant), b, &k, &err) == 0) {
 		for (uint32_t i = 0; i < k.v->n_types; i++) {
 			uint32_t t = k.v->types[i];
 			if (t >= Q4KH_TYPE_COUNT)
@@ -363,6 +364,7 @@ static void add_step(struct q4kh_policy_order *o, const struct q4kh_registry *r,
 		q4kh_kernel_close(&k);
 	} else {
 		s->init_failed = 1;
+		snprintf(s->why_not, sizeof(s->why_not), "%.500s", err.msg);
 	}
 	o->n++;
 }
@@ -419,7 +421,7 @@ const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,
 	if (s->variant && s->named)
 		snprintf(buf, cap, "named by %s", o->choice.origin);
 	else if (s->variant && s->init_failed)
-		snprintf(buf, cap, "would not start");
+		snprintf(buf, cap, "would not start: %s", s->why_not);
 	else if (s->variant)
 		snprintf(buf, cap, "by score (%u)", s->score);
 	else if (s->named)

@@ -112,8 +112,10 @@ struct q4kh_policy_step {
 	uint32_t scores[Q4KH_TYPE_COUNT];
 	/* The variant would not start on the device (its init failed, e.g. on
 	 * a bad setting): kept in the chain so that selection tries it and
-	 * the report says why, never dropped in silence. */
+	 * the report says why, never dropped in silence; why_not: the
+	 * failure's message. */
 	int init_failed;
+	char why_not[512];
 };
 
 #define Q4KH_POLICY_STEPS 48
@@ -140,8 +142,9 @@ int q4kh_policy_order(const struct q4kh_registry *r, const struct q4kh_config *c
 
 /*
  * Why step S of O is where it is, into BUF: "named by ORIGIN", "by score (N)",
- * "would not start", "the built-in kernels, named by ORIGIN" or "the
- * built-in kernels".
+ * "would not start: WHY" (the variant's init() failure, "cpu-simd: init
+ * failed (unsupported): [plugin.cpu-simd] isa = amx: ..."), "the built-in
+ * kernels, named by ORIGIN" or "the built-in kernels".
  * Returns BUF.
  */
 const char *q4kh_policy_step_why(const struct q4kh_policy_order *o,

@@ -3,7 +3,7 @@
  * backend's memory as GGUF blocks and are decoded a row at a time to int16;
  * activations are quantised to int16 blocks (simd_decode.h) and
  * interleaved for gemm (simd_interleave.c), or the weights repacked for
- * it (simd_pack.c, simd_vnni_packed.c); every block
+ * it (simd_pack.c, simd_vnni_packed.c, simd_amx_packed.c); every block
  * product is an integer dot product (decoders: simd_decode.h, row loop:
  * simd_rows.h), built once per instruction set (simd_avx2.c, simd_vnni.c)
  * and chosen at run time from what the CPU and the OS support
@@ -159,7 +159,9 @@ void simd_pack_tiles(int type, const uint8_t *w, int64_t row_bytes, int64_t n, i
  * y[c][r] = dot(row r, column c) for the rows of tiles [t0, t1) of the
  * repacked weight P (N rows of K values; rows past N are not written) and
  * c < ncols, from columns a[] quantised and split with their blocks in
- * order (struct simd_act; q is not read). Call where the set's split is.
+ * order (struct simd_act; q is not read), their bytes K apart: a[c].hi =
+ * a[0].hi + c K, and so lo (AMX loads 16 columns' bytes as the rows of one
+ * tile). Call where the set's split is.
  */
 typedef void (*simd_packed_fn)(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                                const struct simd_act *a, int ncols, float *const *y);
@@ -200,6 +202,14 @@ void simd_vnni_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int6
                            const struct simd_act *a, int ncols, float *const *y);
 void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                            const struct simd_act *a, int ncols, float *const *y);
+
+/* simd_amx_packed.c (configure: HAVE_SIMD_AMX): the same products on AMX
+ * tiles, bit for bit; the AMX set is the VNNI set with these. Call only
+ * where q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AMX_INT8). */
+void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                          const struct simd_act *a, int ncols, float *const *y);
+void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                          const struct simd_act *a, int ncols, float *const *y);
 
 /*
  * Column c (< W) of group G from one quantised column A of K values, or

@@ -6,9 +6,10 @@
  * which decodes a row once and multiplies it with every column: the
  * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
  * of the variant's own (the reference cpu lends none). Where the set has
- * a packed gemm for the type (AVX-512 VNNI: Q4_K, Q6_K), prepare() also
- * repacks the weight into tiles of 16 rows, and gemm splits those tiles
- * over the threads instead. gemv_multi (ABI
+ * a packed gemm for the type (AVX-512 VNNI and AMX: Q4_K, Q6_K), prepare()
+ * also repacks the weight into tiles of 16 rows, and gemm splits those
+ * tiles, and where they are few for the threads the columns too, over the
+ * threads instead. gemv_multi (ABI
  * 1.4) runs its products one after another, then adds their biases;
  * gemv_glu (ABI 1.4) its two products, then the reference's glu.
  *
@@ -17,13 +18,19 @@
  *                      none (default: the online CPUs, as the cpu
  *                      backend's own default; set it like [plugin.cpu]
  *                      threads, since the ABI does not pass that on)
- *   isa = auto | avx2 | avx512-vnni
+ *   isa = auto | avx2 | avx512-vnni | amx
  *                      the kernels to use (default auto: the best this CPU
- *                      and OS can run); naming one this CPU cannot run
- *                      fails init()
+ *                      and OS can run; the debug log line of init() names
+ *                      it and why each better one was passed over); naming
+ *                      one this CPU cannot run fails init() with the
+ *                      reason (q4kh_cpu_isa_check). amx is the AVX-512 VNNI
+ *                      set with the gemm of repacked Q4_K and Q6_K on AMX
+ *                      tiles (simd_amx_packed.c), the same bits: it needs
+ *                      AMX-TILE and AMX-INT8, Linux's grant of the tile
+ *                      data, a build with the tile intrinsics and repack on
  *   repack = on | off  whether prepare() keeps a repacked copy of each Q4_K
  *                      and Q6_K weight for the gemm of a set that has one
- *                      (AVX-512 VNNI: simd_vnni_packed.c; default on: the
+ *                      (VNNI, AMX: simd_*_packed.c; default on: the
  *                      prompt's products run on it, at the cost of those
  *                      weights' size again in memory); off multiplies them
  *                      in place as the other types
@@ -47,11 +54,18 @@
 #define ROW_GRAIN 16
 /* Columns gemv(), gemv_multi() and gemv_glu() take. */
 #define MAX_GEMV_COLUMNS 8
+/* Parts per thread a packed gemm is cut into at least, where it has the
+ * columns: the pool hands them out as threads come free. */
+#define PACK_PARTS_PER_THREAD 4
+/* Columns of a packed gemm's part come in multiples of this: whole passes
+ * of either packed product (8 columns for VNNI, 16 for AMX). */
+#define PACK_CHUNK_COLS 16
 
 struct q4kh_kernel_ctx {
 	const struct q4kh_host_api *host;
 	enum q4kh_cpu_isa isa;             /* Q4KH_CPU_ISA_NONE: score 0, no kernels */
-	const struct simd_kernels *kernels;
+	const struct simd_kernels *kernels; /* &set, or NULL */
+	struct simd_kernels set;
 	unsigned threads;
 	int repack;                        /* the repack setting */
 	struct q4kh_pool *pool;            /* started by the first product */
@@ -97,27 +111,79 @@ static int wtype(uint32_t type)
 	return -1;
 }
 
-static const struct simd_kernels *kernels_of(enum q4kh_cpu_isa isa)
+/* The sets an "isa" setting names, in the order of enum q4kh_cpu_isa. */
+static const char *const isa_names[] = { "auto", "avx2", "avx512-vnni", "amx" };
+#define N_ISAS (int)(sizeof(isa_names) / sizeof(isa_names[0]))
+
+/* ISA's kernels: AMX is the VNNI set with its packed products on tiles. */
+static void kernels_of(enum q4kh_cpu_isa isa, struct simd_kernels *set)
 {
-	return isa == Q4KH_CPU_ISA_AVX512_VNNI ? &simd_vnni_kernels :
-	       isa == Q4KH_CPU_ISA_AVX2        ? &simd_avx2_kernels :
-	                                         NULL;
+	*set = isa == Q4KH_CPU_ISA_AVX2 ? simd_avx2_kernels : simd_vnni_kernels;
+#ifdef HAVE_SIMD_AMX
+	if (isa == Q4KH_CPU_ISA_AMX_INT8) {
+		set->name = "amx";
+		set->packed[SIMD_Q4_K] = simd_amx_packed_q4_k;
+		set->packed[SIMD_Q6_K] = simd_amx_packed_q6_k;
+	}
+#endif
 }
 
-/* The ISA an "isa" setting asks for; -1 when the value is unknown. */
+/*
+ * Can the plugin run ISA here, with REPACK (the setting)? 1, or 0 with
+ * the reason in WHY (LEN bytes): the CPU's and the OS's first, then this
+ * build's and the settings'.
+ */
+static int runnable(enum q4kh_cpu_isa isa, int repack, char *why, size_t len)
+{
+	if (!q4kh_cpu_isa_check(isa, why, len))
+		return 0;
+	if (isa != Q4KH_CPU_ISA_AMX_INT8)
+		return 1;
+#ifdef HAVE_SIMD_AMX
+	if (!repack)
+		snprintf(why, len, "repack = off, and the AMX products run on repacked weights only");
+	return repack;
+#else
+	(void)repack;
+	snprintf(why, len, "this build's compiler had no AMX intrinsics (configure's "
+	         "HAVE_SIMD_AMX)");
+	return 0;
+#endif
+}
+
+/*
+ * The best set this plugin runs here, with REPACK: *OUT, and in NOTE (LEN
+ * bytes) why each better one was passed over ("" when none was).
+ */
+static void best_isa(int repack, enum q4kh_cpu_isa *out, char *note, size_t len)
+{
+	size_t used = 0;
+
+	note[0] = 0;
+	for (int i = N_ISAS - 1; i > 0; i--) {
+		char why[256];
+
+		if (runnable((enum q4kh_cpu_isa)i, repack, why, sizeof(why))) {
+			*out = (enum q4kh_cpu_isa)i;
+			return;
+		}
+		if (used < len)
+			used += (size_t)snprintf(note + used, len - used, "%s%s: %s", used ? "; " : "",
+			                         isa_names[i], why);
+	}
+	*out = Q4KH_CPU_ISA_NONE;
+}
+
+/* The ISA an "isa" setting names (Q4KH_CPU_ISA_NONE: auto); -1 when the
+ * value is unknown. */
 static int parse_isa(const char *s, enum q4kh_cpu_isa *out)
 {
-	if (!strcmp(s, "auto"))
-		*out = q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX512_VNNI) ? Q4KH_CPU_ISA_AVX512_VNNI :
-		       q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AVX2)        ? Q4KH_CPU_ISA_AVX2 :
-		                                                       Q4KH_CPU_ISA_NONE;
-	else if (!strcmp(s, "avx2"))
-		*out = Q4KH_CPU_ISA_AVX2;
-	else if (!strcmp(s, "avx512-vnni"))
-		*out = Q4KH_CPU_ISA_AVX512_VNNI;
-	else
-		return -1;
-	return 0;
+	for (int i = 0; i < N_ISAS; i++)
+		if (!strcmp(s, isa_names[i])) {
+			*out = (enum q4kh_cpu_isa)i;
+			return 0;
+		}
+	return -1;
 }
 
 static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **out)
@@ -125,7 +191,8 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	const char *threads = NULL, *isa = NULL, *repack = NULL;
 	unsigned n = q4kh_threads_online();
 	enum q4kh_cpu_isa chosen;
-	char line[128];
+	char line[1024], note[768] = "";
+	int repack_on;
 
 	if (!host || !out)
 		return fail(NULL, Q4KH_ERR_INVALID, NAME ": init: %s is NULL",
@@ -143,29 +210,34 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	if (repack && strcmp(repack, "on") && strcmp(repack, "off"))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] repack = \"%s\": expected on or off", repack);
+	repack_on = !repack || !strcmp(repack, "on");
 	if (threads && q4kh_threads_parse(threads, &n))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] threads = \"%s\": expected an integer "
 		            "from 1 to %d", threads, Q4KH_MAX_THREADS);
 	if (parse_isa(isa ? isa : "auto", &chosen))
 		return fail(NULL, Q4KH_ERR_INVALID,
-		            "[plugin." NAME "] isa = \"%s\": expected auto, avx2 or "
-		            "avx512-vnni", isa);
-	if (isa && strcmp(isa, "auto") && !q4kh_cpu_isa_usable(chosen))
-		return fail(NULL, Q4KH_ERR_UNSUPPORTED,
-		            "[plugin." NAME "] isa = %s: this CPU, or the OS's saved "
-		            "register state (XCR0), does not support it", isa);
+		            "[plugin." NAME "] isa = \"%s\": expected auto, avx2, avx512-vnni "
+		            "or amx", isa);
+	if (chosen == Q4KH_CPU_ISA_NONE)
+		best_isa(repack_on, &chosen, note, sizeof(note));
+	else if (!runnable(chosen, repack_on, note, sizeof(note)))
+		return fail(NULL, Q4KH_ERR_UNSUPPORTED, "[plugin." NAME "] isa = %s: %s", isa, note);
 	*out = calloc(1, sizeof(**out));
 	if (!*out)
 		return fail(NULL, Q4KH_ERR_NOMEM, NAME ": init: out of memory");
 	(*out)->host = host;
 	(*out)->isa = chosen;
-	(*out)->kernels = kernels_of(chosen);
+	if (chosen != Q4KH_CPU_ISA_NONE) {
+		kernels_of(chosen, &(*out)->set);
+		(*out)->kernels = &(*out)->set;
+	}
 	(*out)->threads = n;
-	(*out)->repack = !repack || !strcmp(repack, "on");
+	(*out)->repack = repack_on;
 	if (Q4KH_HOST_HAS(host, log)) {
-		snprintf(line, sizeof(line), NAME ": %s kernels, %u thread%s",
-		         chosen ? kernels_of(chosen)->name : "no", n, n == 1 ? "" : "s");
+		snprintf(line, sizeof(line), NAME ": %s kernels, %u thread%s%s%s%s",
+		         chosen ? (*out)->set.name : "no", n, n == 1 ? "" : "s",
+		         note[0] ? " (isa auto; passed over: " : "", note, note[0] ? ")" : "");
 		host->log(host->host_data, Q4KH_LOG_DEBUG, line);
 	}
 	return Q4KH_OK;
@@ -186,14 +258,15 @@ static const char *k_last_error(q4kh_kernel_ctx *ctx)
 	return ctx ? ctx->error : init_error;
 }
 
-/* VNNI above AVX2; 0 where neither runs or for a type without kernels. */
+/* AMX above VNNI above AVX2; 0 where none runs or for a type without
+ * kernels. */
 static uint32_t k_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *dev,
                         uint32_t type)
 {
 	(void)dev; /* "cpu" has one device: this process's CPU */
 	if (!ctx || !ctx->kernels || wtype(type) < 0)
 		return 0;
-	return ctx->isa == Q4KH_CPU_ISA_AVX512_VNNI ? 3 : 2;
+	return 1 + (uint32_t)ctx->isa;
 }
 
 /* FN over [0, n) on the backend's lent threads, else on the variant's. */
@@ -423,7 +496,10 @@ static void run_part(void *arg, unsigned part, int64_t begin, int64_t end)
 		        &j->row[part * j->tile_rows]);
 }
 
-/* A gemm on a repacked weight, as its workers see it. */
+/*
+ * A gemm on a repacked weight, as its workers see it: item i is tile i %
+ * tiles of the weight against the columns of chunk i / tiles (packed_part).
+ */
 struct packed_job {
 	const struct simd_kernels *kernels;
 	const struct q4kh_prepared *w;
@@ -432,6 +508,7 @@ struct packed_job {
 	const struct simd_act *act;
 	int ncols;
 	float *const *y;
+	int64_t tiles, chunks;
 };
 
 /* Columns [begin, end): quantised, then split with their blocks in order. */
@@ -450,31 +527,58 @@ static void packed_cols_part(void *arg, unsigned part, int64_t begin, int64_t en
 	}
 }
 
+/* The first column of chunk I of J's: whole PACK_CHUNK_COLS, shared out
+ * evenly. */
+static int chunk_column(const struct packed_job *j, int64_t i)
+{
+	const int64_t groups = (j->ncols + PACK_CHUNK_COLS - 1) / PACK_CHUNK_COLS;
+	const int64_t c = i * groups / j->chunks * PACK_CHUNK_COLS;
+
+	return c < j->ncols ? (int)c : j->ncols;
+}
+
+/* Items [begin, end): the tiles of each chunk they cover, as one call. */
 static void packed_part(void *arg, unsigned part, int64_t begin, int64_t end)
 {
 	const struct packed_job *j = arg;
 	const struct q4kh_prepared *w = j->w;
 
 	(void)part;
-	j->kernels->packed[w->type](w->packed, w->n, w->k, begin, end, j->act, j->ncols, j->y);
+	while (begin < end) {
+		const int64_t chunk = begin / j->tiles, t0 = begin % j->tiles;
+		const int64_t t1 = end - chunk * j->tiles < j->tiles ? end - chunk * j->tiles : j->tiles;
+		const int c0 = chunk_column(j, chunk), c1 = chunk_column(j, chunk + 1);
+
+		j->kernels->packed[w->type](w->packed, w->n, w->k, t0, t1, j->act + c0, c1 - c0,
+		                            j->y + c0);
+		begin += t1 - t0;
+	}
 }
 
 /*
  * y = w x through the packed product of w's type: every column quantised
- * and split into ctx's scratch (the columns over the threads), then the
- * tiles of 16 rows over the threads.
+ * and split into ctx's scratch (the columns over the threads; the bytes
+ * of all columns together, K apart, as the products take them), then the
+ * tiles of 16 rows over the THREADS, and where there are fewer than
+ * PACK_PARTS_PER_THREAD tiles a thread, the columns cut into as many
+ * chunks as make up for it (each chunk reads the weight again).
  */
 static q4kh_status packed_product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
-                                  int lent, const q4kh_prepared *w, const uint8_t *xb,
-                                  int64_t stride, uint8_t *yb, int64_t ynb, int64_t cols)
+                                  int lent, unsigned threads, const q4kh_prepared *w,
+                                  const uint8_t *xb, int64_t stride, uint8_t *yb, int64_t ynb,
+                                  int64_t cols)
 {
-	const int64_t k = w->k;
+	const int64_t k = w->k, tiles = (w->n + SIMD_PACK_ROWS - 1) / SIMD_PACK_ROWS;
+	const int64_t groups = (cols + PACK_CHUNK_COLS - 1) / PACK_CHUNK_COLS;
+	const int64_t want = ((int64_t)threads * PACK_PARTS_PER_THREAD + tiles - 1) / tiles;
 	const size_t bytes = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *) +
 	                                     values_bytes(k) + split_bytes(k));
-	struct packed_job j = { ctx->kernels, w, xb, stride, NULL, (int)cols, NULL };
+	struct packed_job j = { ctx->kernels, w, xb, stride, NULL, (int)cols, NULL, tiles,
+		                want < groups ? want : groups };
 	struct simd_act *act;
 	float **ycol;
 	uint8_t *next;
+	int8_t *hi, *lo;
 
 	if (scratch_reserve(ctx, bytes))
 		return fail(ctx, Q4KH_ERR_NOMEM,
@@ -483,23 +587,22 @@ static q4kh_status packed_product(q4kh_kernel_ctx *ctx, const struct q4kh_native
 	act = ctx->scratch;
 	ycol = (float **)(act + cols);
 	next = (uint8_t *)(ycol + cols);
+	hi = (int8_t *)next + cols * (int64_t)(values_bytes(k) + sizeof(float) * (size_t)(k / 16));
+	lo = hi + cols * k;
 	for (int64_t c = 0; c < cols; c++) {
 		int16_t *q;
 		float *d, *ds, *s16;
-		int8_t *hi;
 
 		take(&next, k, &q, &d, &ds);
 		s16 = (float *)next;
-		hi = (int8_t *)(s16 + k / 16);
-		next += split_bytes(k);
-		act[c] = (struct simd_act){ q, d, ds, hi, hi + k, s16 };
+		next += sizeof(float) * (size_t)(k / 16);
+		act[c] = (struct simd_act){ q, d, ds, hi + c * k, lo + c * k, s16 };
 		ycol[c] = (float *)(yb + c * ynb);
 	}
 	j.act = act;
 	j.y = ycol;
 	run_parallel(ctx, dev, lent, cols, 1, packed_cols_part, &j);
-	run_parallel(ctx, dev, lent, (w->n + SIMD_PACK_ROWS - 1) / SIMD_PACK_ROWS, 1, packed_part,
-	             &j);
+	run_parallel(ctx, dev, lent, tiles * j.chunks, 1, packed_part, &j);
 	return Q4KH_OK;
 }
 
@@ -533,7 +636,7 @@ static q4kh_status product_to(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
 	if (threads_of(ctx, dev, &lent, &threads))
 		return Q4KH_ERR_INTERNAL;
 	if (gemm && w->packed)
-		return packed_product(ctx, dev, lent, w, xb, x->nb[1], yb, ynb, cols);
+		return packed_product(ctx, dev, lent, threads, w, xb, x->nb[1], yb, ynb, cols);
 	groups = gemm ? (cols + width - 1) / width : 0;
 	rows = (size_t)threads * (size_t)ctx->kernels->tile_rows;
 	/* One column goes through the direct products, which may want it split. */
