@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 7
+#define Q4KH_ABI_MINOR 8
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -372,9 +372,9 @@ struct q4kh_step_run {
 };
 
 /*
- * Backend function table, ABI 1.7 (1.0 ends at native_device, 1.1 at
+ * Backend function table, ABI 1.8 (1.0 ends at native_device, 1.1 at
  * graph_free, 1.2 and 1.3 at delta_net, 1.4 at rope_store, 1.5 at
- * norm_add_rms_norm, 1.6 at reserved_1_6). All tensors
+ * norm_add_rms_norm, 1.6 at reserved_1_6, 1.7 at mul_mat_id). All tensors
  * passed to ops live in buffers of the same device context. Ops may run
  * asynchronously, in the order they are issued; synchronize() waits for
  * all of them. Types: f32 unless said otherwise. An op's output may be one of its inputs only
@@ -867,6 +867,40 @@ struct q4kh_backend_v1 {
 	                          const struct q4kh_tensor *x,
 	                          const struct q4kh_tensor *ids,
 	                          const struct q4kh_tensor *y);
+
+	/*
+	 * ABI 1.8, optional: attention_ext over a paged KV cache (Kwon et al.
+	 * 2023, vLLM's PagedAttention; docs/plugin-abi.md, "Paged KV cache").
+	 * Every sequence's keys and values live in a layer's pools of pages
+	 * of page_size (>= 1) tokens: k_pool and v_pool {hd, n_kv, n_slots},
+	 * f32 or f16, of one shape, n_slots a multiple of page_size (page i
+	 * is slots i * page_size .. i * page_size + page_size - 1). pages
+	 * I32 {B} is one sequence's block table: its key at position j is
+	 * pool slot
+	 *   pages[j / page_size] * page_size + j % page_size.
+	 * Query t at position pos[t] (pos I32 {T}) sees key j iff j <= pos[t]
+	 * and (window == 0 or pos[t] - j < window); params->pos0 is ignored.
+	 * Every pos[t] lies in [0, B * page_size) and every pages[b] in
+	 * [0, n_slots / page_size); a value outside fails the call as a
+	 * set_rows row does. The result is attention_ext's over a contiguous
+	 * cache holding the table's rows at positions 0, 1, ... (the same
+	 * keys in the same order): the reference gives the same bits both
+	 * ways. Slots of pages the table does not name, and slots past the
+	 * keys a query sees, are never read. The pools are written by
+	 * set_rows with rows = each token's slot (the slot mapping); two
+	 * sequences may name the same page (a shared prefix) in their tables.
+	 * q, out: as attention_ext's; out apart from pos and pages. Checks:
+	 * q4kh_check_attention_paged.
+	 */
+	q4kh_status (*attention_paged)(q4kh_device_ctx *dev,
+	                               const struct q4kh_tensor *q,
+	                               const struct q4kh_tensor *k_pool,
+	                               const struct q4kh_tensor *v_pool,
+	                               const struct q4kh_tensor *pos,
+	                               const struct q4kh_tensor *pages,
+	                               int32_t page_size,
+	                               const struct q4kh_attn_params *params,
+	                               const struct q4kh_tensor *out);
 };
 
 /*
