@@ -263,7 +263,14 @@ typedef enum q4kh_op {
 	/* ABI 1.7: a mixture-of-experts layer (moe_route, mul_mat_id) */
 	Q4KH_OP_MOE_ROUTE = 14, /* src logits, ids (I32 {k, T}, written);
 	                           out the weights; i[0] norm */
-	Q4KH_OP_MUL_MAT_ID = 15 /* src w (a weight value {K, N, E}), x, ids */
+	Q4KH_OP_MUL_MAT_ID = 15, /* src w (a weight value {K, N, E}), x, ids */
+	/* ABI 1.8: attention over a paged KV cache (attention_paged) */
+	Q4KH_OP_ATTENTION_PAGED = 16 /* src q, k_pool, v_pool, pos, pages (a
+	                                PAGES value or a view of one); i[0]
+	                                window, i[1] page_size; f[0] scale,
+	                                f[1] softcap. Its keys and values are
+	                                written by SET_ROWS nodes whose rows
+	                                are a SLOTS value (or a view) */
 } q4kh_op;
 
 /* What a value of a step graph is. */
@@ -273,7 +280,13 @@ typedef enum q4kh_value_kind {
 	Q4KH_VAL_POS = 2,   /* the step's positions, I32 {T}; the cache rows */
 	Q4KH_VAL_ACT = 3,   /* an activation in the step's scratch: f32, or
 	                       I32 for moe_route's expert ids (ABI 1.7) */
-	Q4KH_VAL_VIEW = 4   /* bytes of another value (base), reshaped */
+	Q4KH_VAL_VIEW = 4,  /* bytes of another value (base), reshaped */
+	/* ABI 1.8, steps over a paged KV cache; rewritten before every run,
+	 * as IDS and POS are: */
+	Q4KH_VAL_SLOTS = 5, /* the pool slot of each of the step's tokens,
+	                       I32 {T}: the rows its SET_ROWS nodes write */
+	Q4KH_VAL_PAGES = 6  /* each sequence's block table, I32 {B, n_seqs}:
+	                       column j sequence j's (attention_paged) */
 } q4kh_value_kind;
 
 #define Q4KH_STEP_SRC 6 /* sources a node names at most */
@@ -802,7 +815,8 @@ struct q4kh_backend_v1 {
 	 *
 	 * graph_compute: enqueue one run of the step. Between two runs the
 	 * host changes nothing but the contents of the IDS and POS values
-	 * (one buffer_upload before each run) and what the step itself writes
+	 * (and of SLOTS and PAGES, ABI 1.8; one buffer_upload before each
+	 * run) and what the step itself writes
 	 * (caches, states); a backend may therefore record the step once and
 	 * replay it. Asynchronous like any op: errors of the run (an id or a
 	 * position out of range) are reported by it or by the next call that
