@@ -806,6 +806,87 @@ Test(prefix, paged_reuse_maps_pages_and_copies_them_on_write, .timeout = 120)
 	free(plugins);
 }
 
+/* N tokens of stream K at S's n_past on, their last logits (or the last
+ * step's) into OUT. */
+static void stream(struct rig *r, struct q4kh_session *s, size_t k, int n, float *out)
+{
+	struct q4kh_error err = { { 0 } };
+	int32_t ids[64];
+	const int64_t at = s->n_past;
+
+	for (int i = 0; i < n; i++)
+		ids[i] = token(k, (int)at + i, r->n_vocab);
+	cr_assert_eq(q4kh_session_eval(s, ids, n, out, 0, &err), 0, "%s", err.msg);
+}
+
+/*
+ * Copy on write at the first difference, on path PA (pages of 8): A holds
+ * 42 tokens of stream 21; B takes its first 36 (pages 0 .. 4, the 5th
+ * holding A's tokens 32 .. 39, of which B keeps 4), then goes on with
+ * stream 22's tokens from 36 (B's first write copies the 5th page and
+ * nothing else); A then decodes 3 more of its own. Each is compared with
+ * a session of a contiguous cache of its own that ran its tokens whole
+ * (stream 22 is stream 21's first 36 tokens, then its own): without the
+ * copy, B's writes would land in A's rows 36 .. 39.
+ */
+static void paged_cow(const char *path, const struct path *pa)
+{
+	struct rig r;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *a, *b, *c;
+	float *want, *got;
+	int32_t ids[48];
+	double d;
+
+	rig_open(&r, path, 0, pa);
+	want = malloc(sizeof(float) * (size_t)r.n_vocab);
+	got = malloc(sizeof(float) * (size_t)r.n_vocab);
+	cr_assert(want && got);
+	a = session(&r);
+	stream(&r, a, 21, 42, NULL);
+	b = session(&r);
+	cr_assert_eq(q4kh_session_take_prefix(b, a, 0, 36, &err), 0, "%s", err.msg);
+	cr_expect(same_kv_rows(&r, a, b, 36), "B's first 5 pages are not A's");
+	cr_expect_eq(r.paged->pool.refs[a->table.pages[4]], 2);
+	/* B: stream 21's first 36 tokens, then 8 of its own */
+	for (int i = 0; i < 44; i++)
+		ids[i] = i < 36 ? token(21, i, r.n_vocab) : token(22, i, r.n_vocab);
+	cr_assert_eq(q4kh_session_eval(b, ids + 36, 8, got, 0, &err), 0, "%s", err.msg);
+	cr_expect(same_kv_rows(&r, a, b, 32), "B's first 4 pages are no longer A's");
+	cr_expect_neq(b->table.pages[4], a->table.pages[4], "B wrote into A's 5th page");
+	c = session_on(&r, 0);
+	cr_assert_eq(q4kh_session_eval(c, ids, 44, want, 0, &err), 0, "%s", err.msg);
+	cr_expect(!differs(pa, r.m, got, want, r.n_vocab, &d),
+	          "%s on %s: B after the copy: %g from its tokens computed whole", path,
+	          pa->backend, d);
+	q4kh_session_free(c);
+	/* A: 3 more of its own, over its rows 36 .. 39 */
+	stream(&r, a, 21, 3, got);
+	c = session_on(&r, 0);
+	stream(&r, c, 21, 45, want);
+	cr_expect(!differs(pa, r.m, got, want, r.n_vocab, &d),
+	          "%s on %s: A after B's copy: %g from its tokens computed whole", path,
+	          pa->backend, d);
+	q4kh_session_free(c);
+	q4kh_session_free(a);
+	q4kh_session_free(b);
+	free(want);
+	free(got);
+	rig_close(&r);
+}
+
+/* paged_cow on the exact cpu (bits) and on cpu-fast (the bound). */
+Test(prefix, paged_copy_on_write_keeps_two_sequences_apart, .timeout = 120)
+{
+	char *plugins = test_fast_plugin_path();
+	char *path = fixture("tiny-llama.gguf");
+
+	paged_cow(path, &(const struct path){ NULL, "cpu", NULL, 1, 0, 8 });
+	paged_cow(path, &(const struct path){ plugins, "cpu-fast", NULL, 0, 0, 8 });
+	free(path);
+	free(plugins);
+}
+
 /* cpu-fast (its F16 cache): the rows taken are the source's bytes, and the
  * logits within the bound of its arithmetic. */
 Test(prefix, reused_blocks_on_cpu_fast_within_its_arithmetic, .timeout = 120)
