@@ -347,16 +347,20 @@ Test(batch, tiny_llama_sequences_get_their_logits_alone, .timeout = 120)
  * every fifth; the 40-token prompt spans 9), a finished sequence's pages
  * given back by its reset and taken by the next; each sequence's logits
  * are those of a session with a contiguous cache of its own, bit for bit
- * on the exact cpu (tiny-llama, tiny-qwen3), within the batched bound on
- * cpu-fast (pages of 16).
+ * on the exact cpu (tiny-llama, tiny-qwen3) and through replay-ok, which
+ * records the paged steps and replays them with their slots and tables
+ * rewritten (G1), within the batched bound on cpu-fast (pages of 16).
  */
 Test(batch, paged_sequences_get_their_logits_alone, .timeout = 300)
 {
 	static const char *const files[] = { "tiny-llama.gguf", "tiny-qwen3.gguf" };
+	static const char *const names[] = { "replay_ok", NULL };
 	char *plugins = test_fast_plugin_path();
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 		fixture_case(files[i], &(const struct path){ NULL, "cpu", NULL, 1, 0, 5 });
+	fixture_case("tiny-llama.gguf",
+	             &(const struct path){ test_plugin_dir(names), "replay-ok", NULL, 1, 0, 5 });
 	fixture_case("tiny-llama.gguf",
 	             &(const struct path){ plugins, "cpu-fast", NULL, 0, 0, 16 });
 	free(plugins);

@@ -903,8 +903,9 @@ struct q4kh_backend_v1 {
 	 * keys a query sees, are never read. The pools are written by
 	 * set_rows with rows = each token's slot (the slot mapping); two
 	 * sequences may name the same page (a shared prefix) in their tables.
-	 * q, out: as attention_ext's; out apart from pos and pages. Checks:
-	 * q4kh_check_attention_paged.
+	 * pos and pages are device tensors read when the op runs, as the 1.2
+	 * entries' positions are. q, out: as attention_ext's; out apart from
+	 * pos and pages. Checks: q4kh_check_attention_paged.
 	 */
 	q4kh_status (*attention_paged)(q4kh_device_ctx *dev,
 	                               const struct q4kh_tensor *q,
