@@ -477,6 +477,9 @@ Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
 
 	need_cuda_device("batched decode on cuda");
 	fixture_case("tiny-llama.gguf", &cuda);
+	/* over pages of 16 (ABI 1.8, attention_paged) */
+	fixture_case("tiny-llama.gguf",
+	             &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16, 16 });
 	/* the default model where the machine has it: a GPU machine often
 	 * has not, and tiny-llama's verdict stands without it */
 	q4kh_default_model_path(model, sizeof(model));
