@@ -975,6 +975,77 @@ Test(prefix, what_cannot_be_taken_is_refused)
 	free(path);
 }
 
+/*
+ * What a paged KV cache refuses, by name: a model with recurrent layers, a
+ * backend without attention_paged, a prefix between a paged session and
+ * one of its own cache, a batched step of both kinds; and a pool too small
+ * for a prompt fails that eval, the session and the pool as they were.
+ */
+Test(prefix, what_pages_cannot_hold_is_refused)
+{
+	static const char *const names[] = { "replay_batched", NULL };
+	const struct path paged = { NULL, "cpu", NULL, 1, 0, 16 };
+	struct rig r;
+	char *path = fixture("tiny-llama.gguf"), *hybrid = fixture("tiny-qwen35.gguf");
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_kv_paged *k = NULL, *small = NULL;
+	struct q4kh_session *a, *b, *c, *d;
+	struct q4kh_batch_seq two[2];
+	int32_t ids[40];
+
+	rig_open(&r, hybrid, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
+	cr_expect_eq(q4kh_kv_paged_new(r.m, 8, 16, Q4KH_TYPE_F32, &k, &err), -1);
+	cr_expect(strstr(err.msg, "recurrent layers") != NULL, "%s", err.msg);
+	rig_close(&r);
+	rig_open(&r, path, 0, &(const struct path){ test_plugin_dir(names), "replay-batched", NULL,
+	                                            0, 0, 0 });
+	cr_expect_eq(q4kh_kv_paged_new(r.m, 8, 16, Q4KH_TYPE_F16, &k, &err), -1);
+	cr_expect_str_eq(err.msg,
+	                 "backend replay-batched has no paged KV cache: it has no attention_paged (ABI 1.8)");
+	rig_close(&r);
+
+	rig_open(&r, path, 0, &paged);
+	for (int i = 0; i < 40; i++)
+		ids[i] = token(3, i, r.n_vocab);
+	a = session_on(&r, 1);
+	b = session_on(&r, 0);
+	cr_assert_eq(q4kh_session_eval(a, ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(b, ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_take_prefix(b, a, 0, 16, &err), -1);
+	cr_expect(strstr(err.msg, "paged KV cache") != NULL, "%s", err.msg);
+	two[0] = (struct q4kh_batch_seq){ .s = a, .id = ids[20] };
+	two[1] = (struct q4kh_batch_seq){ .s = b, .id = ids[20] };
+	cr_expect_eq(q4kh_session_eval_batch(two, 2, &err), -1);
+	cr_expect_str_eq(err.msg, "sequence 1 of a batched step is on another model, backend or KV cache than sequence 0");
+	/* a pool of 3 pages of 16 tokens: c's 20 tokens and d's 10 fit, c's
+	 * next 20 do not; past the pool's 48 tokens, no table fits */
+	cr_assert_eq(q4kh_kv_paged_new(r.m, 3, 16, Q4KH_TYPE_F32, &small, &err), 0, "%s", err.msg);
+	{
+		const struct q4kh_session_params sp = { .n_ctx = N_CTX, .paged = small };
+
+		cr_assert_eq(q4kh_session_new(r.m, &sp, &c, &err), 0, "%s", err.msg);
+		cr_assert_eq(q4kh_session_new(r.m, &sp, &d, &err), 0, "%s", err.msg);
+	}
+	cr_assert_eq(q4kh_session_eval(c, ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(d, ids, 10, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_eval(c, ids + 20, 20, NULL, 0, &err), -1);
+	cr_expect_str_eq(err.msg, "KV pool full: 0 of its 3 pages free, 1 needed");
+	cr_expect_eq(c->n_past, 20);
+	cr_expect_eq(c->table.n, 2);
+	q4kh_session_free(d);
+	cr_expect_eq(q4kh_session_eval(c, ids + 20, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_eval(c, ids, 10, NULL, 0, &err), -1);
+	cr_expect_str_eq(err.msg, "KV block table of 50 tokens, expected 0 .. 48 (the pool's 3 pages of 16)");
+	q4kh_session_free(c);
+	cr_expect_eq(small->pool.n_free, 3);
+	q4kh_kv_paged_free(small);
+	q4kh_session_free(a);
+	q4kh_session_free(b);
+	rig_close(&r);
+	free(path);
+	free(hybrid);
+}
+
 /* The tokens of a test holder: stream K's first N, with token AT changed
  * when AT >= 0. */
 static void holder_tokens(int32_t *ids, int k, int n, int at)

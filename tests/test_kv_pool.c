@@ -201,7 +201,7 @@ Test(kv_pool, refusals_say_what_was_expected)
 	cr_expect_str_eq(err.msg, "KV block table of 13 tokens, expected 0 .. 12 (the pool's 3 pages of 4)");
 	cr_assert_eq(q4kh_kv_table_resize(&p, &a, 9, &err), 0, "%s", err.msg);
 	cr_expect_eq(q4kh_kv_table_resize(&p, &b, 5, &err), -1);
-	cr_expect_str_eq(err.msg, "KV pool: 2 pages needed, 0 free of 3");
+	cr_expect_str_eq(err.msg, "KV pool full: 0 of its 3 pages free, 2 needed");
 	cr_expect_eq(b.n, 0);
 	cr_expect_eq(q4kh_kv_table_share(&p, &b, &a, 10, &err), -1);
 	cr_expect_str_eq(err.msg, "KV block table: a prefix of 10 tokens shared from a table of 9");

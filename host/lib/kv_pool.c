@@ -81,8 +81,8 @@ int q4kh_kv_table_resize(struct q4kh_kv_pool *p, struct q4kh_kv_table *t, int64_
 		                 (long long)n, (long long)p->n_pages * p->page_size, p->n_pages,
 		                 p->page_size);
 	if (want - t->n > p->n_free)
-		return q4kh_fail(err, "KV pool: %d pages needed, %d free of %d", want - t->n,
-		                 p->n_free, p->n_pages);
+		return q4kh_fail(err, "KV pool full: %d of its %d pages free, %d needed", p->n_free,
+		                 p->n_pages, want - t->n);
 	if (reserve(t, want, err))
 		return -1;
 	while (t->n < want)

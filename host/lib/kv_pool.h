@@ -67,7 +67,8 @@ int32_t q4kh_kv_pool_pages_for(const struct q4kh_kv_pool *p, int64_t n);
  * needs fewer (a sequence cut back; a page it still holds part of stays
  * and, when shared, is copied at the next write, q4kh_kv_table_own).
  * Never copies. -1 with err, T unchanged, when the pool has too few free
- * pages ("KV pool: 3 pages needed, 1 free of 64") or memory runs out.
+ * pages ("KV pool full: 1 of its 64 pages free, 3 needed") or memory runs
+ * out.
  */
 int q4kh_kv_table_resize(struct q4kh_kv_pool *p, struct q4kh_kv_table *t, int64_t n,
                          struct q4kh_error *err);

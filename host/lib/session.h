@@ -137,7 +137,11 @@ struct q4kh_session {
  * Allocate caches, states, step inputs and scratch on the model's backend
  * (model uploaded), and build the one-token step: -1 with err when the
  * backend lacks an entry the model's ops need ("backend cuda cannot run
- * qwen35: it has no delta_net"), before any step runs.
+ * qwen35: it has no delta_net"), before any step runs. With p->paged the
+ * session's keys and values go to those pools (of this model: else -1),
+ * page by page as its tokens come; an eval for which the pool has no free
+ * page fails as a full context does ("KV pool full: ..."), nothing
+ * changed, and the session's pages go back when it is reset or freed.
  */
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err);
