@@ -15,6 +15,10 @@
 #              products of cuda_gemv.cu and cuda_matmul.cu) against
 #              plugin.h's routing in double and the cpu reference's
 #              dequantisation (tests/emu/moe_emu.cpp)
+#   attention  attention_paged (cuda_attention.cu's split and one-pass
+#              forms through a block table) against the same kernels over
+#              a contiguous cache, bit for bit, and attention in double
+#              (tests/emu/attention_emu.cpp)
 # A .cu file is compiled as C++ after a sed that turns its launches
 # k<<<grid, block, shm, s>>>(args) into emu_launch(k, emu_cfg(grid, block,
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
@@ -35,7 +39,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
@@ -109,6 +113,10 @@ harness() {
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source plugins/cuda/$s; done
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
+		;;
+	attention)
+		emu_source plugins/cuda/cuda_attention
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/attention_emu.cpp" -o "$out/attention_emu"
 		;;
 	*) echo "cuda-emulate.sh: no harness $1" >&2; return 2 ;;
 	esac

@@ -442,6 +442,60 @@ static void cancel_pairs(const struct attn_case *c, float *q, float *k, float *v
 		}
 }
 
+/*
+ * attention_paged of Q over C's caches (KDATA, VDATA: n_ctx rows of
+ * n_kv * hd values of C's type) scattered over pools as C's block table
+ * says; the output, which must equal CONTIGUOUS bit for bit.
+ */
+static float *run_paged(struct env *e, const struct attn_case *c,
+                        const struct q4kh_tensor *q, const void *kdata,
+                        const void *vdata, const float *contiguous)
+{
+	const size_t es = c->kv_type == Q4KH_TYPE_F16 ? 2 : 4;
+	const size_t row = es * (size_t)(c->hd * c->nkv);
+	const int64_t slots = (int64_t)c->pool_pages * c->page_size;
+	uint8_t *kp = malloc(row * (size_t)slots), *vp = malloc(row * (size_t)slots);
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)c->T);
+	struct q4kh_tensor k, v, pt, pg, out;
+	float *got;
+
+	cr_assert(kp && vp && pos);
+	cr_assert_geq((int64_t)c->n_pages * c->page_size, c->n_ctx);
+	memset(kp, 0xFF, row * (size_t)slots); /* NaN: read, it shows */
+	memset(vp, 0xFF, row * (size_t)slots);
+	for (int64_t j = 0; j < c->n_ctx; j++) {
+		const int64_t s = (int64_t)c->pages[j / c->page_size] * c->page_size +
+		                  j % c->page_size;
+
+		memcpy(kp + (size_t)s * row, (const uint8_t *)kdata + (size_t)j * row, row);
+		memcpy(vp + (size_t)s * row, (const uint8_t *)vdata + (size_t)j * row, row);
+	}
+	for (int64_t t = 0; t < c->T; t++)
+		pos[t] = c->pos ? c->pos[t] : (int32_t)(c->p.pos0 + t);
+	k = make_tensor(e, c->kv_type, c->hd, c->nkv, slots, kp, 0);
+	v = make_tensor(e, c->kv_type, c->hd, c->nkv, slots, vp, 0);
+	pt = make_tensor(e, Q4KH_TYPE_I32, c->T, 1, 1, pos, 0);
+	pg = make_tensor(e, Q4KH_TYPE_I32, c->n_pages, 1, 1, c->pages, 0);
+	out = f32_tensor(e, c->hd, c->nh, c->T, NULL);
+	cr_assert_eq(e->b->attention_paged(e->dev, q, &k, &v, &pt, &pg, c->page_size, &c->p,
+	                                   &out),
+	             Q4KH_OK, "%s", e->b->last_error(e->ctx));
+	got = fetch(e, &out);
+	for (int64_t i = 0; i < c->hd * c->nh * c->T; i++)
+		cr_assert(!memcmp(&got[i], &contiguous[i], sizeof(float)),
+		          "attention_paged out[%lld] = %.9g, the contiguous cache's %.9g (pages of %d)",
+		          (long long)i, (double)got[i], (double)contiguous[i], c->page_size);
+	free(kp);
+	free(vp);
+	free(pos);
+	drop(e, &k);
+	drop(e, &v);
+	drop(e, &pt);
+	drop(e, &pg);
+	drop(e, &out);
+	return got;
+}
+
 void run_attention(struct env *e, const struct attn_case *c, float **got,
                    double **want)
 {
@@ -513,6 +567,13 @@ void run_attention(struct env *e, const struct attn_case *c, float **got,
 		             "%s", e->b->last_error(e->ctx));
 	}
 	*got = fetch(e, &out);
+	if (c->page_size) {
+		float *paged = run_paged(e, c, &q, f16 ? (void *)kh : (void *)kv,
+		                         f16 ? (void *)vh : (void *)vv, *got);
+
+		free(*got);
+		*got = paged;
+	}
 	free(qv);
 	free(kv);
 	free(vv);

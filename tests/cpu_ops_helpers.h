@@ -98,6 +98,12 @@ struct attn_case {
 	const int32_t *pos; /* attention_ext's positions; NULL: attention, pos0 */
 	int cancel;         /* big terms that cancel in pairs (an f32 cache):
 	                       the order of sums then shows in float */
+	/* attention_paged too (ABI 1.8) when page_size > 0: the cache's rows
+	 * scattered over pools of pool_pages pages (NaN wherever no key of
+	 * the table is) through the block table pages[0 .. n_pages), which
+	 * covers n_ctx positions */
+	int32_t page_size, pool_pages, n_pages;
+	const int32_t *pages;
 };
 
 /*
@@ -114,7 +120,9 @@ double ref_lanes_dot(const float *a, const double *b, int64_t n);
  * order the plugin's header states (each score a ref_lanes_dot times the
  * scale, then the soft cap; the exponentials, their sum and each
  * dimension's weighted sum in increasing key position), so that rounded
- * to float it is the plugin's output bit for bit.
+ * to float it is the plugin's output bit for bit. With c->page_size, the
+ * same queries through attention_paged must give attention's (or
+ * attention_ext's) bits, asserted here; out is then the paged output.
  */
 void run_attention(struct env *e, const struct attn_case *c, float **got,
                    double **want);

@@ -30,7 +30,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 7);
+	cr_expect_eq(Q4KH_ABI_MINOR, 8);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -292,7 +292,9 @@ Test(abi, backend_table)
 	/* 1.7 */
 	OFF(q4kh_backend_v1, moe_route, 392);
 	OFF(q4kh_backend_v1, mul_mat_id, 400);
-	SIZE(q4kh_backend_v1, 408);
+	/* 1.8 */
+	OFF(q4kh_backend_v1, attention_paged, 408);
+	SIZE(q4kh_backend_v1, 416);
 }
 
 /*

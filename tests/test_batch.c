@@ -39,6 +39,7 @@
 #include "helpers.h"
 #include "hidden_fixture.h"
 #include "kernel.h"
+#include "kv_paged.h"
 #include "kv_prefix.h"
 #include "model.h"
 #include "policy.h"
@@ -75,6 +76,7 @@ struct rig {
 	struct q4kh_backend be;
 	struct q4kh_kernel k;
 	struct q4kh_model *m;
+	struct q4kh_kv_paged *paged; /* the pools of session(), or NULL */
 	int64_t n_vocab;
 };
 
@@ -90,7 +92,12 @@ struct path {
 	const char *backend, *variant;
 	int exact;
 	unsigned arith;
+	int32_t page; /* > 0: session() on a paged cache, pages of PAGE tokens
+	                 (what it is compared with keeps a cache of its own) */
 };
+
+/* Pages of the paged rig's pool: six sessions' contexts. */
+#define POOL_SESSIONS 6
 
 /* MODEL on P's backend and kernel variant. */
 static void rig_open(struct rig *r, const char *path, uint32_t window, const struct path *pa)
@@ -112,24 +119,44 @@ static void rig_open(struct rig *r, const char *path, uint32_t window, const str
 		cr_assert_eq(q4kh_policy_use_kernel(r->reg, &r->be, r->m, pa->variant, &r->k, &err),
 		             0, "%s", err.msg);
 	r->n_vocab = r->m->hp.n_vocab;
+	r->paged = NULL;
+	if (pa->page)
+		cr_assert_eq(q4kh_kv_paged_new(r->m, POOL_SESSIONS * ((N_CTX + pa->page - 1) / pa->page),
+		                               pa->page,
+		                               q4kh_session_kv_type(Q4KH_KV_DEFAULT, &r->be),
+		                               &r->paged, &err),
+		             0, "%s", err.msg);
 }
 
+/* Every session freed first: a paged rig's pages must all be back. */
 static void rig_close(struct rig *r)
 {
+	if (r->paged)
+		cr_expect_eq(r->paged->pool.n_free, r->paged->pool.n_pages,
+		             "%d of %d pages still held after every session was freed",
+		             r->paged->pool.n_pages - r->paged->pool.n_free, r->paged->pool.n_pages);
+	q4kh_kv_paged_free(r->paged);
 	q4kh_model_free(r->m);
 	q4kh_kernel_close(&r->k);
 	q4kh_backend_close(&r->be);
 	q4kh_registry_free(r->reg);
 }
 
-static struct q4kh_session *session(struct rig *r)
+/* A session on R's pools when it has them and PAGED, else with a cache of
+ * its own. */
+static struct q4kh_session *session_on(struct rig *r, int paged)
 {
-	const struct q4kh_session_params sp = { .n_ctx = N_CTX };
+	const struct q4kh_session_params sp = { .n_ctx = N_CTX, .paged = paged ? r->paged : NULL };
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_session *s = NULL;
 
 	cr_assert_eq(q4kh_session_new(r->m, &sp, &s, &err), 0, "%s", err.msg);
 	return s;
+}
+
+static struct q4kh_session *session(struct rig *r)
+{
+	return session_on(r, 1);
 }
 
 /* Reset S and run sequence K's prompt in it. */
@@ -254,7 +281,7 @@ static double batched_against_alone(const char *path, uint32_t window, const str
 
 	/* each sequence alone, one token a step, in a session of its own */
 	for (size_t k = 0; k < N_SEQ; k++) {
-		struct q4kh_session *s = session(&r);
+		struct q4kh_session *s = session_on(&r, 0);
 		float *alone = malloc(sizeof(float) * (size_t)r.n_vocab);
 
 		cr_assert_not_null(alone);
@@ -306,12 +333,37 @@ static void fixture_case(const char *file, const struct path *pa)
 /* The exact reference BACKEND (or a backend around it) of PLUGINS. */
 static void exact_case(const char *file, const char *plugins, const char *backend)
 {
-	fixture_case(file, &(const struct path){ plugins, backend, NULL, 1, 0 });
+	fixture_case(file, &(const struct path){ plugins, backend, NULL, 1, 0, 0 });
 }
 
 Test(batch, tiny_llama_sequences_get_their_logits_alone, .timeout = 120)
 {
 	exact_case("tiny-llama.gguf", NULL, "cpu");
+}
+
+/*
+ * Paged sessions (ABI 1.8, attention_paged): the slots of the schedule on
+ * one pool of pages of 5 tokens (pages never full at a step's end but
+ * every fifth; the 40-token prompt spans 9), a finished sequence's pages
+ * given back by its reset and taken by the next; each sequence's logits
+ * are those of a session with a contiguous cache of its own, bit for bit
+ * on the exact cpu (tiny-llama, tiny-qwen3) and through replay-ok, which
+ * records the paged steps and replays them with their slots and tables
+ * rewritten (G1), within the batched bound on cpu-fast (pages of 16).
+ */
+Test(batch, paged_sequences_get_their_logits_alone, .timeout = 300)
+{
+	static const char *const files[] = { "tiny-llama.gguf", "tiny-qwen3.gguf" };
+	static const char *const names[] = { "replay_ok", NULL };
+	char *plugins = test_fast_plugin_path();
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		fixture_case(files[i], &(const struct path){ NULL, "cpu", NULL, 1, 0, 5 });
+	fixture_case("tiny-llama.gguf",
+	             &(const struct path){ test_plugin_dir(names), "replay-ok", NULL, 1, 0, 5 });
+	fixture_case("tiny-llama.gguf",
+	             &(const struct path){ plugins, "cpu-fast", NULL, 0, 0, 16 });
+	free(plugins);
 }
 
 /* The batched steps of a stable set recorded and replayed (replay-ok),
@@ -344,7 +396,7 @@ Test(batch, tiny_qwen3_sequences_get_their_logits_alone, .timeout = 120)
 Test(batch, gemma3_sequences_get_their_logits_alone_past_the_window, .timeout = 600)
 {
 	const char *model = test_model_path();
-	double d = batched_against_alone(model, 16, &(const struct path){ NULL, "cpu", NULL, 1, 0 },
+	double d = batched_against_alone(model, 16, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 },
 	                                 NULL);
 
 	cr_log_info("gemma3: batched against alone: max relative difference %g", d);
@@ -359,8 +411,8 @@ Test(batch, cpu_fast_and_cpu_simd_sequences_within_their_arithmetic, .timeout = 
 {
 	static const char *const files[] = { "tiny-llama.gguf", "tiny-qwen3.gguf" };
 	char *plugins = test_fast_plugin_path();
-	const struct path fast = { plugins, "cpu-fast", NULL, 0, 0 };
-	const struct path simd = { plugins, "cpu-fast", "cpu-simd", 0, ARITH_INT16 };
+	const struct path fast = { plugins, "cpu-fast", NULL, 0, 0, 0 };
+	const struct path simd = { plugins, "cpu-fast", "cpu-simd", 0, ARITH_INT16, 0 };
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		fixture_case(files[i], &fast);
@@ -381,7 +433,7 @@ Test(batch, cpu_fast_and_cpu_simd_sequences_within_their_arithmetic, .timeout = 
 Test(batch, a_backend_wrong_only_in_batched_steps_fails_the_bound, .timeout = 120)
 {
 	static const char *const names[] = { "replay_batched", NULL };
-	const struct path pa = { test_plugin_dir(names), "replay-batched", NULL, 0, 0 };
+	const struct path pa = { test_plugin_dir(names), "replay-batched", NULL, 0, 0, 0 };
 	char *path = fixture("tiny-llama.gguf");
 	int wrong = 0;
 	double d = batched_against_alone(path, 0, &pa, &wrong);
@@ -420,11 +472,14 @@ static void need_cuda_device(const char *what)
 Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
 {
 #ifdef Q4KH_CUDA_ARCHS
-	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16 };
+	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16, 0 };
 	char model[4096];
 
 	need_cuda_device("batched decode on cuda");
 	fixture_case("tiny-llama.gguf", &cuda);
+	/* over pages of 16 (ABI 1.8, attention_paged) */
+	fixture_case("tiny-llama.gguf",
+	             &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16, 16 });
 	/* the default model where the machine has it: a GPU machine often
 	 * has not, and tiny-llama's verdict stands without it */
 	q4kh_default_model_path(model, sizeof(model));
@@ -449,7 +504,7 @@ Test(batch, recurrent_layers_are_refused)
 
 	if (asprintf(&path, "%s/tests/fixtures/tiny-qwen35.gguf", test_srcdir()) < 0)
 		cr_assert_fail("out of memory");
-	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
 	for (int i = 0; i < 2; i++) {
 		s[i] = session(&r);
 		b[i] = (struct q4kh_batch_seq){ .s = s[i], .id = 1 };
@@ -475,7 +530,7 @@ Test(batch, a_session_twice_is_refused)
 
 	if (asprintf(&path, "%s/tests/fixtures/tiny-llama.gguf", test_srcdir()) < 0)
 		cr_assert_fail("out of memory");
-	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
 	s = session(&r);
 	b[0] = (struct q4kh_batch_seq){ .s = s, .id = 1 };
 	b[1] = b[0];
@@ -513,7 +568,7 @@ Test(batch, prompt_chunks_beside_decoded_tokens_get_their_logits_alone, .timeout
 	float *got[2][3], *want;
 	size_t bytes;
 
-	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
 	bytes = sizeof(float) * (size_t)r.n_vocab;
 	for (int k = 0; k < 3; k++) {
 		for (int i = 0; i < 40; i++)
@@ -602,12 +657,20 @@ static void prefix_rest(struct rig *r, struct q4kh_session *s, float *out)
 		             0, "%s", err.msg);
 }
 
-/* Do S's and T's key and value rows [0, n) hold the same bytes, every layer? */
+/* Do S's and T's key and value rows [0, n) hold the same bytes, every
+ * layer? On a paged cache: are they the same pages? */
 static int same_kv_rows(struct rig *r, const struct q4kh_session *s,
                         const struct q4kh_session *t, int64_t n)
 {
 	const struct q4kh_backend_v1 *v = r->be.v;
 	int same = 1;
+
+	if (s->p.paged) {
+		const int32_t pages = q4kh_kv_pool_pages_for(&s->p.paged->pool, n);
+
+		return s->table.n >= pages && t->table.n >= pages &&
+		       !memcmp(s->table.pages, t->table.pages, sizeof(int32_t) * (size_t)pages);
+	}
 
 	for (uint32_t il = 0; il < r->m->hp.n_layer && same; il++)
 		for (int kv = 0; kv < 2 && same; kv++) {
@@ -654,7 +717,7 @@ static double reused_against_whole(const char *path, const struct path *pa, int 
 	want = malloc(sizeof(float) * (size_t)(rows * r.n_vocab));
 	got = malloc(sizeof(float) * (size_t)(rows * r.n_vocab));
 	cr_assert(want && got);
-	whole = session(&r);
+	whole = session_on(&r, 0);
 	prefix_rest(&r, whole, want);
 	/* another request: the prompt's first 37 tokens, then 5 others */
 	other = session(&r);
@@ -722,10 +785,113 @@ Test(prefix, reused_blocks_give_the_whole_prompts_bits_on_cpu, .timeout = 120)
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		char *path = fixture(files[i]);
 
-		reused_against_whole(path, &(const struct path){ NULL, "cpu", NULL, 1, 0 }, NULL,
+		reused_against_whole(path, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 }, NULL,
 		                     NULL);
 		free(path);
 	}
+}
+
+/*
+ * On pools of pages of 5 tokens (paged sessions; the whole prompt's in a
+ * cache of its own): the prefix of 32 tokens is mapped, its 7th page,
+ * shared and partly filled, copied by each session at its first write
+ * (the first difference), and the logits are still the whole prompt's
+ * bits on the exact cpu; within the bound on cpu-fast (pages of 16). Every
+ * page is back in the pool when the sessions are freed (rig_close).
+ */
+Test(prefix, paged_reuse_maps_pages_and_copies_them_on_write, .timeout = 120)
+{
+	char *plugins = test_fast_plugin_path();
+	char *path = fixture("tiny-llama.gguf");
+
+	reused_against_whole(path, &(const struct path){ NULL, "cpu", NULL, 1, 0, 5 }, NULL, NULL);
+	cr_log_info("tiny-llama on cpu-fast, pages of 16: reused against whole: max 1 - cosine %g",
+	            reused_against_whole(path,
+	                                 &(const struct path){ plugins, "cpu-fast", NULL, 0, 0, 16 },
+	                                 NULL, NULL));
+	free(path);
+	free(plugins);
+}
+
+/* N tokens of stream K at S's n_past on, their last logits (or the last
+ * step's) into OUT. */
+static void stream(struct rig *r, struct q4kh_session *s, size_t k, int n, float *out)
+{
+	struct q4kh_error err = { { 0 } };
+	int32_t ids[64];
+	const int64_t at = s->n_past;
+
+	for (int i = 0; i < n; i++)
+		ids[i] = token(k, (int)at + i, r->n_vocab);
+	cr_assert_eq(q4kh_session_eval(s, ids, n, out, 0, &err), 0, "%s", err.msg);
+}
+
+/*
+ * Copy on write at the first difference, on path PA (pages of 8): A holds
+ * 42 tokens of stream 21; B takes its first 36 (pages 0 .. 4, the 5th
+ * holding A's tokens 32 .. 39, of which B keeps 4), then goes on with
+ * stream 22's tokens from 36 (B's first write copies the 5th page and
+ * nothing else); A then decodes 3 more of its own. Each is compared with
+ * a session of a contiguous cache of its own that ran its tokens whole
+ * (stream 22 is stream 21's first 36 tokens, then its own): without the
+ * copy, B's writes would land in A's rows 36 .. 39.
+ */
+static void paged_cow(const char *path, const struct path *pa)
+{
+	struct rig r;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *a, *b, *c;
+	float *want, *got;
+	int32_t ids[48];
+	double d;
+
+	rig_open(&r, path, 0, pa);
+	want = malloc(sizeof(float) * (size_t)r.n_vocab);
+	got = malloc(sizeof(float) * (size_t)r.n_vocab);
+	cr_assert(want && got);
+	a = session(&r);
+	stream(&r, a, 21, 42, NULL);
+	b = session(&r);
+	cr_assert_eq(q4kh_session_take_prefix(b, a, 0, 36, &err), 0, "%s", err.msg);
+	cr_expect(same_kv_rows(&r, a, b, 36), "B's first 5 pages are not A's");
+	cr_expect_eq(r.paged->pool.refs[a->table.pages[4]], 2);
+	/* B: stream 21's first 36 tokens, then 8 of its own */
+	for (int i = 0; i < 44; i++)
+		ids[i] = i < 36 ? token(21, i, r.n_vocab) : token(22, i, r.n_vocab);
+	cr_assert_eq(q4kh_session_eval(b, ids + 36, 8, got, 0, &err), 0, "%s", err.msg);
+	cr_expect(same_kv_rows(&r, a, b, 32), "B's first 4 pages are no longer A's");
+	cr_expect_neq(b->table.pages[4], a->table.pages[4], "B wrote into A's 5th page");
+	c = session_on(&r, 0);
+	cr_assert_eq(q4kh_session_eval(c, ids, 44, want, 0, &err), 0, "%s", err.msg);
+	cr_expect(!differs(pa, r.m, got, want, r.n_vocab, &d),
+	          "%s on %s: B after the copy: %g from its tokens computed whole", path,
+	          pa->backend, d);
+	q4kh_session_free(c);
+	/* A: 3 more of its own, over its rows 36 .. 39 */
+	stream(&r, a, 21, 3, got);
+	c = session_on(&r, 0);
+	stream(&r, c, 21, 45, want);
+	cr_expect(!differs(pa, r.m, got, want, r.n_vocab, &d),
+	          "%s on %s: A after B's copy: %g from its tokens computed whole", path,
+	          pa->backend, d);
+	q4kh_session_free(c);
+	q4kh_session_free(a);
+	q4kh_session_free(b);
+	free(want);
+	free(got);
+	rig_close(&r);
+}
+
+/* paged_cow on the exact cpu (bits) and on cpu-fast (the bound). */
+Test(prefix, paged_copy_on_write_keeps_two_sequences_apart, .timeout = 120)
+{
+	char *plugins = test_fast_plugin_path();
+	char *path = fixture("tiny-llama.gguf");
+
+	paged_cow(path, &(const struct path){ NULL, "cpu", NULL, 1, 0, 8 });
+	paged_cow(path, &(const struct path){ plugins, "cpu-fast", NULL, 0, 0, 8 });
+	free(path);
+	free(plugins);
 }
 
 /* cpu-fast (its F16 cache): the rows taken are the source's bytes, and the
@@ -736,7 +902,7 @@ Test(prefix, reused_blocks_on_cpu_fast_within_its_arithmetic, .timeout = 120)
 	char *path = fixture("tiny-llama.gguf");
 
 	cr_log_info("tiny-llama on cpu-fast: reused against whole: max 1 - cosine %g",
-	            reused_against_whole(path, &(const struct path){ plugins, "cpu-fast", NULL, 0, 0 },
+	            reused_against_whole(path, &(const struct path){ plugins, "cpu-fast", NULL, 0, 0, 0 },
 	                                 NULL, NULL));
 	free(path);
 	free(plugins);
@@ -752,7 +918,7 @@ Test(prefix, reused_blocks_on_cuda_within_its_arithmetic, .timeout = 120)
 	need_cuda_device("prefix reuse on cuda");
 	cr_log_info("tiny-llama on cuda: reused against whole: max 1 - cosine %g",
 	            reused_against_whole(path,
-	                                 &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16 },
+	                                 &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16, 0 },
 	                                 NULL, NULL));
 	free(path);
 #else
@@ -766,7 +932,7 @@ Test(prefix, reused_blocks_on_cuda_within_its_arithmetic, .timeout = 120)
 Test(prefix, a_backend_wrong_only_in_reuse_fails, .timeout = 120)
 {
 	static const char *const names[] = { "replay_reuse", NULL };
-	const struct path pa = { test_plugin_dir(names), "replay-reuse", NULL, 0, 0 };
+	const struct path pa = { test_plugin_dir(names), "replay-reuse", NULL, 0, 0, 0 };
 	char *path = fixture("tiny-llama.gguf");
 	int wrong = 0, bytes = 0;
 	double d = reused_against_whole(path, &pa, &wrong, &bytes);
@@ -788,7 +954,7 @@ Test(prefix, what_cannot_be_taken_is_refused)
 	struct q4kh_session *a, *b;
 	const int32_t ids[4] = { 1, 2, 3, 4 };
 
-	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
 	a = session(&r);
 	b = session(&r);
 	cr_assert_eq(q4kh_session_eval(a, ids, 4, NULL, 0, &err), 0, "%s", err.msg);
@@ -800,13 +966,84 @@ Test(prefix, what_cannot_be_taken_is_refused)
 	rig_close(&r);
 	free(path);
 	path = fixture("tiny-qwen35.gguf");
-	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0 });
+	rig_open(&r, path, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
 	a = session(&r);
 	cr_expect_eq(q4kh_session_take_prefix(a, a, 0, 0, &err), -1);
 	cr_expect(strstr(err.msg, "recurrent layers") != NULL, "%s", err.msg);
 	q4kh_session_free(a);
 	rig_close(&r);
 	free(path);
+}
+
+/*
+ * What a paged KV cache refuses, by name: a model with recurrent layers, a
+ * backend without attention_paged, a prefix between a paged session and
+ * one of its own cache, a batched step of both kinds; and a pool too small
+ * for a prompt fails that eval, the session and the pool as they were.
+ */
+Test(prefix, what_pages_cannot_hold_is_refused)
+{
+	static const char *const names[] = { "replay_batched", NULL };
+	const struct path paged = { NULL, "cpu", NULL, 1, 0, 16 };
+	struct rig r;
+	char *path = fixture("tiny-llama.gguf"), *hybrid = fixture("tiny-qwen35.gguf");
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_kv_paged *k = NULL, *small = NULL;
+	struct q4kh_session *a, *b, *c, *d;
+	struct q4kh_batch_seq two[2];
+	int32_t ids[40];
+
+	rig_open(&r, hybrid, 0, &(const struct path){ NULL, "cpu", NULL, 1, 0, 0 });
+	cr_expect_eq(q4kh_kv_paged_new(r.m, 8, 16, Q4KH_TYPE_F32, &k, &err), -1);
+	cr_expect(strstr(err.msg, "recurrent layers") != NULL, "%s", err.msg);
+	rig_close(&r);
+	rig_open(&r, path, 0, &(const struct path){ test_plugin_dir(names), "replay-batched", NULL,
+	                                            0, 0, 0 });
+	cr_expect_eq(q4kh_kv_paged_new(r.m, 8, 16, Q4KH_TYPE_F16, &k, &err), -1);
+	cr_expect_str_eq(err.msg,
+	                 "backend replay-batched has no paged KV cache: it has no attention_paged (ABI 1.8)");
+	rig_close(&r);
+
+	rig_open(&r, path, 0, &paged);
+	for (int i = 0; i < 40; i++)
+		ids[i] = token(3, i, r.n_vocab);
+	a = session_on(&r, 1);
+	b = session_on(&r, 0);
+	cr_assert_eq(q4kh_session_eval(a, ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(b, ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_take_prefix(b, a, 0, 16, &err), -1);
+	cr_expect(strstr(err.msg, "paged KV cache") != NULL, "%s", err.msg);
+	two[0] = (struct q4kh_batch_seq){ .s = a, .id = ids[20] };
+	two[1] = (struct q4kh_batch_seq){ .s = b, .id = ids[20] };
+	cr_expect_eq(q4kh_session_eval_batch(two, 2, &err), -1);
+	cr_expect_str_eq(err.msg, "sequence 1 of a batched step is on another model, backend or KV cache than sequence 0");
+	/* a pool of 3 pages of 16 tokens: c's 20 tokens and d's 10 fit, c's
+	 * next 20 do not; past the pool's 48 tokens, no table fits */
+	cr_assert_eq(q4kh_kv_paged_new(r.m, 3, 16, Q4KH_TYPE_F32, &small, &err), 0, "%s", err.msg);
+	{
+		const struct q4kh_session_params sp = { .n_ctx = N_CTX, .paged = small };
+
+		cr_assert_eq(q4kh_session_new(r.m, &sp, &c, &err), 0, "%s", err.msg);
+		cr_assert_eq(q4kh_session_new(r.m, &sp, &d, &err), 0, "%s", err.msg);
+	}
+	cr_assert_eq(q4kh_session_eval(c, ids, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_session_eval(d, ids, 10, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_eval(c, ids + 20, 20, NULL, 0, &err), -1);
+	cr_expect_str_eq(err.msg, "KV pool full: 0 of its 3 pages free, 1 needed");
+	cr_expect_eq(c->n_past, 20);
+	cr_expect_eq(c->table.n, 2);
+	q4kh_session_free(d);
+	cr_expect_eq(q4kh_session_eval(c, ids + 20, 20, NULL, 0, &err), 0, "%s", err.msg);
+	cr_expect_eq(q4kh_session_eval(c, ids, 10, NULL, 0, &err), -1);
+	cr_expect_str_eq(err.msg, "KV block table of 50 tokens, expected 0 .. 48 (the pool's 3 pages of 16)");
+	q4kh_session_free(c);
+	cr_expect_eq(small->pool.n_free, 3);
+	q4kh_kv_paged_free(small);
+	q4kh_session_free(a);
+	q4kh_session_free(b);
+	rig_close(&r);
+	free(path);
+	free(hybrid);
 }
 
 /* The tokens of a test holder: stream K's first N, with token AT changed

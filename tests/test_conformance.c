@@ -36,13 +36,17 @@ static json_t *conformance(const char *plugins, const char *args, int *rc)
 	return j;
 }
 
-/* Is case C the one row of a backend without the graph entries (ABI 1.6)? */
+/* Is case C a row of an entry the test plugins do not all have: the one
+ * row of a backend without the graph entries (ABI 1.6), or attention_paged
+ * (ABI 1.8: replay.c gives it to replay-ok and replay-page alone)? */
 static int skipped_entry(json_t *c)
 {
 	const char *op = json_string_value(json_object_get(c, "op"));
 	const char *msg = json_string_value(json_object_get(c, "message"));
 
-	return op && msg && !strcmp(op, "graph_compute") && strstr(msg, "no graph_prepare");
+	return op && msg &&
+	       ((!strcmp(op, "graph_compute") && strstr(msg, "no graph_prepare")) ||
+	        (!strcmp(op, "attention_paged") && !strcmp(msg, "no such entry (ABI 1.8)")));
 }
 
 /* The cases of the one device in J. */
@@ -219,8 +223,8 @@ Test(conformance, a_graph_entry_that_drops_a_node_fails_the_whole_step_cases, .t
 	cr_expect_eq(rc, 1, "a failed case makes the exit code 1");
 	json_array_foreach(cases_of(j), i, c)
 		if (strcmp(str(c, "op"), "graph_compute"))
-			cr_expect_str_eq(str(c, "result"), "pass", "%s %s: %s", str(c, "op"),
-			                 str(c, "case"), str(c, "message"));
+			cr_expect_str_eq(str(c, "result"), skipped_entry(c) ? "skip" : "pass",
+			                 "%s %s: %s", str(c, "op"), str(c, "case"), str(c, "message"));
 	/* 3 runs and the cache, against the reference and against its nodes:
 	 * the dropped residual add changes each run's output, and the next
 	 * runs' keys in the cache */

@@ -12,7 +12,8 @@
  *     4 u m (|a| + |b|) per pair;
  *   - attention: each score within hd u of its exact sum of |q k|, so each
  *     weight within that (and a few u) relative, and the output within
- *     (2 max score error + (n + 8) u) of the weighted sum of |v|;
+ *     (2 max score error + (n + 8) u) of the weighted sum of |v|; over
+ *     pages (attention_paged), the contiguous cache's bits;
  *   - the built-in mul_mat: K u of the sum of |w x|, on every weight type
  *     q4khost runs, from gguf-py's values of the same blocks
  *     (tests/fixtures/dequant-blocks.txt);
@@ -437,16 +438,65 @@ Test(cpu_fast, rope_within_the_rounding_of_its_angles)
 }
 
 /*
+ * attention_paged of Q at positions POS over the cache rows KDATA and
+ * VDATA (N_CTX rows of N_KV heads) scattered over pools of 16 pages of 5
+ * tokens through a table of 13 of them out of order (the last one 4/5
+ * full; the others NaN, so that a read shows): OUT's bits, or the test
+ * fails.
+ */
+static void expect_paged_bits(struct env *e, uint32_t type, const struct q4kh_tensor *q,
+                              const void *kdata, const void *vdata, int64_t n_kv,
+                              int64_t n_ctx, const struct q4kh_tensor *pos,
+                              const struct q4kh_attn_params *p, const float *out)
+{
+	static const int32_t table[13] = { 11, 4, 15, 0, 8, 2, 13, 6, 1, 9, 14, 3, 7 };
+	const int32_t page = 5, pages = 16;
+	const size_t row = (size_t)(type == Q4KH_TYPE_F16 ? 2 : 4) * (size_t)(q->ne[0] * n_kv);
+	uint8_t *kp = malloc(row * (size_t)(pages * page)), *vp = malloc(row * (size_t)(pages * page));
+	struct q4kh_tensor kt, vt, tt, ot;
+	float *got;
+
+	cr_assert(kp && vp && n_ctx <= 13 * page);
+	memset(kp, 0xFF, row * (size_t)(pages * page));
+	memset(vp, 0xFF, row * (size_t)(pages * page));
+	for (int64_t j = 0; j < n_ctx; j++) {
+		const size_t slot = (size_t)(table[j / page] * page + j % page);
+
+		memcpy(kp + slot * row, (const uint8_t *)kdata + (size_t)j * row, row);
+		memcpy(vp + slot * row, (const uint8_t *)vdata + (size_t)j * row, row);
+	}
+	kt = tensor(e, type, q->ne[0], n_kv, pages * page, kp);
+	vt = tensor(e, type, q->ne[0], n_kv, pages * page, vp);
+	tt = tensor(e, Q4KH_TYPE_I32, 13, 1, 1, table);
+	ot = tensor(e, Q4KH_TYPE_F32, q->ne[0], q->ne[1], q->ne[2], NULL);
+	cr_assert_eq(e->b->attention_paged(e->dev, q, &kt, &vt, pos, &tt, page, p, &ot), Q4KH_OK,
+	             "%s", e->b->last_error(e->ctx));
+	got = fetch(e, &ot);
+	for (int64_t i = 0; i < q->ne[0] * q->ne[1] * q->ne[2]; i++)
+		cr_assert(!memcmp(&got[i], &out[i], sizeof(float)),
+		          "attention_paged out[%lld] = %.9g, the contiguous cache's %.9g",
+		          (long long)i, (double)got[i], (double)out[i]);
+	free(got);
+	free(kp);
+	free(vp);
+	drop(e, &kt);
+	drop(e, &vt);
+	drop(e, &tt);
+	drop(e, &ot);
+}
+
+/*
  * Attention of T queries over a cache of TYPE, against float64: at
  * positions pos0 + t, or with EXT at 5, 30, 31 (T = 3) or 3 + 4t (more:
- * a step that converts an f16 cache first).
+ * a step that converts an f16 cache first); the same queries over pages
+ * give the same bits (expect_paged_bits).
  */
 static void attention_case(struct env *e, const char *isa, uint32_t type, int32_t window,
                            float softcap, int ext, int64_t T)
 {
 	const int64_t hd = 40, heads = 4, kv = 2, n_ctx = 64;
 	const int32_t pos0 = 20;
-	int32_t ext_pos[12];
+	int32_t ext_pos[12], paged_pos[12];
 	float *q = randoms(hd * heads * T, 1.5), *k = randoms(hd * kv * n_ctx, 1.5);
 	float *v = randoms(hd * kv * n_ctx, 4.0), *got;
 	uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(hd * kv * n_ctx));
@@ -455,8 +505,10 @@ static void attention_case(struct env *e, const char *isa, uint32_t type, int32_
 	struct q4kh_tensor qt, kt, vt, ot, pt;
 
 	cr_assert_leq(T, 12);
-	for (int64_t t = 0; t < T; t++)
+	for (int64_t t = 0; t < T; t++) {
 		ext_pos[t] = T == 3 ? (int32_t[]){ 5, 30, 31 }[t] : (int32_t)(3 + 4 * t);
+		paged_pos[t] = ext ? ext_pos[t] : pos0 + (int32_t)t;
+	}
 	struct q4kh_attn_params p = { .struct_size = sizeof(p), .window = window,
 		                      .pos0 = pos0, .scale = 0.3f, .softcap = softcap };
 
@@ -478,6 +530,10 @@ static void attention_case(struct env *e, const char *isa, uint32_t type, int32_
 	                 : e->b->attention(e->dev, &qt, &kt, &vt, &p, &ot),
 	             Q4KH_OK, "%s", e->b->last_error(e->ctx));
 	got = fetch(e, &ot);
+	drop(e, &pt);
+	pt = tensor(e, Q4KH_TYPE_I32, T, 1, 1, paged_pos);
+	expect_paged_bits(e, type, &qt, f16 ? (const void *)kh : k, f16 ? (const void *)vh : v,
+	                  kv, n_ctx, &pt, &p, got);
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t h = 0; h < heads; h++) {
 			const int64_t g = h / (heads / kv), pos = ext ? ext_pos[t] : pos0 + t;

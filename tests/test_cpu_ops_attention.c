@@ -1,7 +1,8 @@
 /*
  * The reference cpu plugin's softmax attention (grouped queries, window,
- * soft cap, positions per query) against float64, and the ops an
- * attention layer feeds its cache with (set_rows, rope_ext, get_rows_ext).
+ * soft cap, positions per query, over pages through a block table)
+ * against float64, and the ops an attention layer feeds its cache with
+ * (set_rows, rope_ext, get_rows_ext).
  * Shared set-up and the attention workload: tests/cpu_ops_helpers.h.
  */
 #include <criterion/criterion.h>
@@ -147,6 +148,104 @@ Test(cpu_ops, attention_ext_positions_per_query)
 		free(got);
 		free(want);
 	}
+	env_close(e);
+}
+
+/*
+ * ABI 1.8: attention over pages gives the contiguous cache's bits (run_attention
+ * asserts it) and the stated order's float64 sums. Block tables out of
+ * order in pools with pages no table names (NaN, so that a read shows);
+ * pages of 16 with the last half full (Gemma 3's heads, 8 pages), of 7
+ * (key blocks of 64 straddle pages; 23 pages, a window and a soft cap), of
+ * 1 (each key its own page, positions per query, f16) and of 64 (one page
+ * holding less than a page).
+ */
+Test(cpu_ops, attention_paged_gives_the_contiguous_bits)
+{
+	struct env *e = env_open("2");
+	static const int32_t table16[8] = { 9, 2, 7, 0, 10, 4, 1, 5 };
+	static const int32_t table7[23] = { 22, 3, 17, 0, 25, 8, 13, 1, 29, 20, 6, 11,
+		                            27, 2, 15, 9, 24, 4, 18, 12, 28, 7, 16 };
+	static const int32_t table1[16] = { 19, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0 };
+	static const int32_t table64[1] = { 2 };
+	static const int32_t pos[5] = { 9, 2, 15, 0, 7 };
+	const struct attn_case cases[] = {
+		{ .hd = 256, .nh = 4, .nkv = 1, .T = 19, .n_ctx = 120,
+		  .p = { .struct_size = sizeof(struct q4kh_attn_params), .pos0 = 100,
+		         .scale = 0.0625f },
+		  .kv_type = Q4KH_TYPE_F32, .cancel = 1,
+		  .page_size = 16, .pool_pages = 11, .n_pages = 8, .pages = table16 },
+		{ .hd = 44, .nh = 6, .nkv = 2, .T = 37, .n_ctx = 160,
+		  .p = { .struct_size = sizeof(struct q4kh_attn_params), .window = 50,
+		         .pos0 = 100, .scale = 0.25f, .softcap = 20.0f },
+		  .kv_type = Q4KH_TYPE_F32, .cancel = 1,
+		  .page_size = 7, .pool_pages = 30, .n_pages = 23, .pages = table7 },
+		{ .hd = 32, .nh = 4, .nkv = 1, .T = 5, .n_ctx = 16,
+		  .p = { .struct_size = sizeof(struct q4kh_attn_params), .window = 3,
+		         .pos0 = 1000, .scale = 0.2f },
+		  .kv_type = Q4KH_TYPE_F16, .pos = pos,
+		  .page_size = 1, .pool_pages = 20, .n_pages = 16, .pages = table1 },
+		{ .hd = 64, .nh = 4, .nkv = 2, .T = 5, .n_ctx = 16,
+		  .p = { .struct_size = sizeof(struct q4kh_attn_params), .window = 4,
+		         .pos0 = 11, .scale = 0.125f, .softcap = 30.0f },
+		  .kv_type = Q4KH_TYPE_F16,
+		  .page_size = 64, .pool_pages = 3, .n_pages = 1, .pages = table64 },
+	};
+
+	rng_state = 39;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct attn_case *c = &cases[i];
+		const int64_t n = c->hd * c->nh * c->T;
+		float *got;
+		double *want;
+		char what[64];
+
+		run_attention(e, c, &got, &want);
+		snprintf(what, sizeof(what), "attention_paged case %zu", i);
+		if (c->cancel)
+			for (int64_t j = 0; j < n; j++)
+				cr_assert(got[j] == (float)want[j],
+				          "case %zu out[%lld] = %.9g, expected %.9g (the stated order)",
+				          i, (long long)j, (double)got[j], (double)(float)want[j]);
+		else
+			expect_close(what, got, want, (size_t)n, 1e-6, 1e-7);
+		free(got);
+		free(want);
+	}
+	env_close(e);
+}
+
+/* ABI 1.8: a page outside the pool, a position past the table, a page size
+ * that does not divide the pools: refused with what was expected. */
+Test(cpu_ops, attention_paged_refuses_what_its_table_cannot_hold)
+{
+	struct env *e = env_open("2");
+	static const int32_t pos[2] = { 3, 8 }, pages[3] = { 1, 5, 0 }, far[2] = { 3, 12 };
+	struct q4kh_attn_params p = { .struct_size = sizeof(p), .scale = 0.5f };
+	struct q4kh_tensor q = f32_tensor(e, 8, 2, 2, NULL);
+	struct q4kh_tensor k = make_tensor(e, Q4KH_TYPE_F16, 8, 1, 24, NULL, 0);
+	struct q4kh_tensor v = make_tensor(e, Q4KH_TYPE_F16, 8, 1, 24, NULL, 0);
+	struct q4kh_tensor out = f32_tensor(e, 8, 2, 2, NULL);
+	struct q4kh_tensor pt = make_tensor(e, Q4KH_TYPE_I32, 2, 1, 1, pos, 0);
+	struct q4kh_tensor ft = make_tensor(e, Q4KH_TYPE_I32, 2, 1, 1, far, 0);
+	struct q4kh_tensor pg = make_tensor(e, Q4KH_TYPE_I32, 3, 1, 1, pages, 0);
+
+	/* 24 slots in pages of 4: pages 0 .. 5 */
+	expect_status(e, e->b->attention_paged(e->dev, &q, &k, &v, &pt, &pg, 5, &p, &out),
+	              "attention_paged: page_size 5, expected >= 1 and dividing the pools' 24 slots");
+	expect_status(e, e->b->attention_paged(e->dev, &q, &k, &v, &pt, &pg, 6, &p, &out),
+	              "attention_paged pages[1] = 5, expected 0 .. 3");
+	expect_status(e, e->b->attention_paged(e->dev, &q, &k, &v, &ft, &pg, 4, &p, &out),
+	              "attention_paged pos[1] = 12, expected 0 .. 11");
+	expect_status(e, e->b->attention_paged(e->dev, &q, &k, &v, &pt, &pg, 4, &p, &pg),
+	              "attention out");
+	drop(e, &q);
+	drop(e, &k);
+	drop(e, &v);
+	drop(e, &out);
+	drop(e, &pt);
+	drop(e, &ft);
+	drop(e, &pg);
 	env_close(e);
 }
 

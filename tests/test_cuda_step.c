@@ -10,7 +10,9 @@
  * add_rms_norm, rope_set_rows and rope_store, against the reference's
  * ops and bit for bit against the cuda backend's own ops; and top2, the
  * greedy pick, bit for bit against the host's q4kh_top2 (helpers.h's
- * columns), directly and replayed. Every test skips without a device.
+ * columns), directly and replayed; and the ABI 1.8 attention_paged
+ * against the reference's and bit for bit against the same queries over
+ * a contiguous cache. Every test skips without a device.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -216,6 +218,125 @@ Test(cuda_step, attention_ext_model_shapes_and_long_contexts)
 	rig_close(r);
 }
 
+/* --- attention_paged (ABI 1.8) ---------------------------------------------- */
+
+/*
+ * Case C over pools of pages of PAGE tokens: the cache's rows scattered
+ * through a block table that is a shuffle of the pools' pages (two more
+ * than the table names, NaN in their rows and in the last page's rows
+ * past n_ctx: read, they show). The cuda output against the reference's
+ * attention_paged, and bit for bit against cuda's attention_ext over the
+ * same rows in a contiguous cache (the same kernel, only the rows'
+ * addresses differ).
+ */
+static void check_attention_paged(struct rig *r, const struct ext_case *c, int32_t page)
+{
+	const int64_t n_table = (c->n_ctx + page - 1) / page, n_pages = n_table + 2;
+	const int64_t row = c->hd * c->nkv, slots = n_pages * page;
+	const size_t nq = (size_t)(c->hd * c->nh * c->T), nc = (size_t)(row * c->n_ctx);
+	float *qv = rvals(nq), *kv = rvals(nc), *vv = rvals(nc);
+	float *kp = malloc(sizeof(float) * (size_t)(row * slots));
+	float *vp = malloc(sizeof(float) * (size_t)(row * slots));
+	int32_t *table = malloc(sizeof(int32_t) * (size_t)n_pages);
+	struct twin q, kc, vc, k32, v32, k, v, ps, pg, out, flat;
+	struct q4kh_attn_params p = {
+		.struct_size = sizeof(p), .window = c->window,
+		.scale = (float)(1.0 / sqrt((double)c->hd)),
+	};
+	double *got, *want;
+
+	cr_assert(kp && vp && table);
+	for (int64_t i = 0; i < n_pages; i++)
+		table[i] = (int32_t)i;
+	for (int64_t i = n_pages - 1; i > 0; i--) { /* Fisher-Yates */
+		const int64_t j = irand(0, i);
+		const int32_t t = table[i];
+
+		table[i] = table[j];
+		table[j] = t;
+	}
+	for (int64_t i = 0; i < row * slots; i++)
+		kp[i] = vp[i] = NAN;
+	for (int64_t j = 0; j < c->n_ctx; j++) {
+		const int64_t s = (int64_t)table[j / page] * page + j % page;
+
+		memcpy(kp + s * row, kv + j * row, sizeof(float) * (size_t)row);
+		memcpy(vp + s * row, vv + j * row, sizeof(float) * (size_t)row);
+	}
+	q = twin_f32(r, c->hd, c->nh, c->T, qv);
+	k32 = twin_f32(r, c->hd, c->nkv, slots, kp);
+	v32 = twin_f32(r, c->hd, c->nkv, slots, vp);
+	k = twin_new(r, c->type, c->hd, c->nkv, slots, 0, NULL);
+	v = twin_new(r, c->type, c->hd, c->nkv, slots, 0, NULL);
+	kc = twin_f32(r, c->hd, c->nkv, c->n_ctx, kv);
+	vc = twin_f32(r, c->hd, c->nkv, c->n_ctx, vv);
+	ps = twin_index(r, c->pos, c->T);
+	pg = twin_index(r, table, n_table);
+	out = twin_new(r, Q4KH_TYPE_F32, c->hd, c->nh, c->T, 8, NULL);
+	flat = twin_new(r, Q4KH_TYPE_F32, c->hd, c->nh, c->T, 8, NULL);
+	BOTH(r, copy(DEV(r, s_), T(k32), T(k)));
+	BOTH(r, copy(DEV(r, s_), T(v32), T(v)));
+	BOTH(r, attention_paged(DEV(r, s_), T(q), T(k), T(v), T(ps), T(pg), page, &p, T(out)));
+	expect_agree(r, c->name, &out, NMSE_BOUND);
+	/* the contiguous cache of the same type, on cuda */
+	twin_free(r, &k);
+	twin_free(r, &v);
+	k = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
+	v = twin_new(r, c->type, c->hd, c->nkv, c->n_ctx, 0, NULL);
+	BOTH(r, copy(DEV(r, s_), T(kc), T(k)));
+	BOTH(r, copy(DEV(r, s_), T(vc), T(v)));
+	BOTH(r, attention_ext(DEV(r, s_), T(q), T(k), T(v), T(ps), &p, T(flat)));
+	got = twin_values(r, &out, GPU);
+	want = twin_values(r, &flat, GPU);
+	for (size_t i = 0; i < nq; i++)
+		cr_expect(!memcmp(&got[i], &want[i], sizeof(double)),
+		          "%s, pages of %d: out[%zu] = %.9g over pages, %.9g contiguous", c->name,
+		          page, i, got[i], want[i]);
+	free(got);
+	free(want);
+	twin_free(r, &q);
+	twin_free(r, &kc);
+	twin_free(r, &vc);
+	twin_free(r, &k32);
+	twin_free(r, &v32);
+	twin_free(r, &k);
+	twin_free(r, &v);
+	twin_free(r, &ps);
+	twin_free(r, &pg);
+	twin_free(r, &out);
+	twin_free(r, &flat);
+	free(qv);
+	free(kv);
+	free(vv);
+	free(kp);
+	free(vp);
+	free(table);
+}
+
+/* Decode (the split form), a window, an F32 pool, several queries anywhere
+ * and a prompt's (the tensor-core form on an F16 pool), pages of 16 (vLLM's)
+ * and of 7 (key batches straddling pages, the last page part full). */
+Test(cuda_step, attention_paged_model_shapes)
+{
+	static const struct ext_case cases[] = {
+		{ "Llama-3-8B decode at 4000", 128, 32, 8, 4096, 0, Q4KH_TYPE_F16, 1, { 4000 } },
+		{ "Gemma 3 window 512 at 3000", 256, 4, 1, 3072, 512, Q4KH_TYPE_F16, 1, { 3000 } },
+		{ "Gemma 3 global at 3000, F32", 256, 4, 1, 3072, 0, Q4KH_TYPE_F32, 1, { 3000 } },
+		{ "four queries anywhere", 128, 8, 8, 1024, 0, Q4KH_TYPE_F16, 4, { 1000, 3, 517, 64 } },
+		{ "nine queries: the prompt form", 128, 4, 2, 300, 0, Q4KH_TYPE_F16, 9,
+		  { 10, 11, 12, 13, 200, 201, 202, 203, 299 } },
+		{ "head dimension 96", 96, 6, 2, 700, 0, Q4KH_TYPE_F16, 2, { 650, 20 } },
+	};
+	struct rig *r = rig_open();
+
+	rng_seed(45);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		check_attention_paged(r, &cases[i], 16);
+		check_attention_paged(r, &cases[i], 7);
+	}
+	rig_close(r);
+}
+
 /* --- values out of range ----------------------------------------------------- */
 
 /* The op is enqueued; the next synchronisation reports NEEDLE, once. */
@@ -272,6 +393,21 @@ Test(cuda_step, index_values_out_of_range_fail_at_the_next_synchronisation)
 	expect_fault(r, b->attention_ext(dev, G(q), G(cache), G(cache), G(ps), &ap,
 	                                 G(o1)),
 	             "attention_ext pos[0] = 64, expected 0 .. 63");
+	/* attention_paged: a position past its table of 3 pages of 16, then a
+	 * table entry past the pools' 4 pages that the query reads */
+	{
+		static const int32_t pages[3] = { 1, 3, 9 }, at40[1] = { 40 };
+		struct twin pg = twin_index(r, pages, 3), p40 = twin_index(r, at40, 1);
+
+		expect_fault(r, b->attention_paged(dev, G(q), G(cache), G(cache), G(ps), G(pg), 16,
+		                                   &ap, G(o1)),
+		             "attention_ext pos[0] = 64, expected 0 .. 47");
+		expect_fault(r, b->attention_paged(dev, G(q), G(cache), G(cache), G(p40), G(pg), 16,
+		                                   &ap, G(o1)),
+		             "attention_paged pages[2] = 9, expected 0 .. 3");
+		twin_free(r, &pg);
+		twin_free(r, &p40);
+	}
 	/* rope_set_rows checks its positions as rope_ext and set_rows do */
 	expect_fault(r, b->rope_set_rows(dev, G(src), G(rows), &rp, G(cache)),
 	             "rope_ext pos[1] = -1");

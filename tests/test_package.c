@@ -377,7 +377,8 @@ Test(package, sdk_backend_example_passes_conformance_and_f2_and_serves, .timeout
 		if (!strcmp(result, "skip")) {
 			cr_expect(!strcmp(msg, "type not supported") ||
 			                  !strcmp(msg, "no such entry (ABI 1.2)") ||
-			                  !strcmp(msg, "no such entry (ABI 1.7)"),
+			                  !strcmp(msg, "no such entry (ABI 1.7)") ||
+			                  !strcmp(msg, "no such entry (ABI 1.8)"),
 			          "%s %s skipped: %s", op, str(c, "case"), msg);
 			continue;
 		}

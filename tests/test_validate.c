@@ -750,6 +750,21 @@ Test(validate, a_backend_wrong_only_in_reused_prefixes_is_rejected, .timeout = 3
 }
 
 /*
+ * F2's batched steps run over pages too on a backend with attention_paged
+ * (docs/f2.md, item 5, rule set 6): replay-page, right over contiguous
+ * caches and wrong only in the keys past a sequence's first page of 12
+ * tokens (its block table read one entry early), is rejected there, at
+ * the first batched point (sequence 0 holds 60 tokens, five pages), and
+ * the message says the step ran over pages.
+ */
+Test(validate, a_backend_wrong_only_in_its_page_table_is_rejected, .timeout = 300)
+{
+	expect_replay_broken("replay_page",
+	                     "replay-page/built-in: F2 broken: batched step of 4 sequences over "
+	                     "pages of 12 tokens, sequence 0, position 60 (its decode step 0): ");
+}
+
+/*
  * Strip the probe kind from every built-in probe's receipt in RECEIPTS, as
  * receipts written before probe kinds were, sealed again with the user's
  * key (an older host's receipt is measured again: its schema); returns

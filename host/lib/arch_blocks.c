@@ -5,6 +5,8 @@
  */
 #include "arch_blocks.h"
 
+#include "kv_paged.h"
+
 int32_t q4kh_block_embed(struct q4kh_graph *g, const struct q4kh_model *m)
 {
 	int32_t x = q4kh_graph_act(g, m->hp.n_embd, g->n_tokens, 1, "x");
@@ -97,6 +99,39 @@ static void attend_one(struct q4kh_graph *g, const struct q4kh_seqs *seq,
 	                     seq->m->hp.attn_scale, 0.0f, q4kh_graph_cols(g, oh, c0, nt));
 }
 
+/*
+ * The same over a paged KV cache (session.h, p.paged): sequence J's keys
+ * and values to their slots in the layer's pools KP and VP, and its
+ * queries' attention through its block table, a column of the step's
+ * pages; with several sequences, over its columns of the step (as
+ * attend_one), else over all of them.
+ */
+static void attend_paged(struct q4kh_graph *g, const struct q4kh_seqs *seq, int32_t j,
+                         int32_t kp, int32_t vp, int32_t qh, int32_t kh, int32_t vh,
+                         int32_t oh, const struct q4kh_attn_opts *opts)
+{
+	int32_t pos = g->pos, slots = g->slots, pages = g->pages;
+
+	if (seq->n > 1) {
+		const int64_t c0 = seq->cols ? seq->cols[j] : j;
+		const int64_t nt = seq->cols ? seq->cols[j + 1] - c0 : 1;
+		const int64_t row = nt * (int64_t)sizeof(int32_t);
+		const uint64_t at = (uint64_t)c0 * sizeof(int32_t);
+
+		pos = q4kh_graph_view(g, g->pos, nt, 1, 1, row, row, at);
+		slots = q4kh_graph_view(g, g->slots, nt, 1, 1, row, row, at);
+		pages = q4kh_graph_cols(g, g->pages, j, 1);
+		qh = q4kh_graph_cols(g, qh, c0, nt);
+		kh = q4kh_graph_cols(g, kh, c0, nt);
+		vh = q4kh_graph_cols(g, vh, c0, nt);
+		oh = q4kh_graph_cols(g, oh, c0, nt);
+	}
+	q4kh_graph_set_rows(g, kh, slots, kp);
+	q4kh_graph_set_rows(g, vh, slots, vp);
+	q4kh_graph_attention_paged(g, qh, kp, vp, pos, pages, seq->s[j]->p.paged->pool.page_size,
+	                           opts->window, seq->m->hp.attn_scale, 0.0f, oh);
+}
+
 int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_seqs *seq,
                              uint32_t il, int32_t h,
                              const struct q4kh_attn_opts *opts)
@@ -143,7 +178,13 @@ int32_t q4kh_block_attention(struct q4kh_graph *g, const struct q4kh_seqs *seq,
 	 */
 	q4kh_graph_rope(g, qh, &rope, ff, qh);
 	q4kh_graph_rope(g, kh, &rope, ff, kh);
-	if (seq->n == 1) {
+	if (seq->s[0]->p.paged) {
+		const int32_t kp = q4kh_graph_fixed(g, &seq->s[0]->k_cache[il], "blk.%u.k_pool", il);
+		const int32_t vp = q4kh_graph_fixed(g, &seq->s[0]->v_cache[il], "blk.%u.v_pool", il);
+
+		for (int32_t j = 0; j < seq->n; j++)
+			attend_paged(g, seq, j, kp, vp, qh, kh, vh, oh, opts);
+	} else if (seq->n == 1) {
 		const int32_t kc = q4kh_graph_fixed(g, &seq->s[0]->k_cache[il],
 		                                    "blk.%u.k_cache", il);
 		const int32_t vc = q4kh_graph_fixed(g, &seq->s[0]->v_cache[il],

@@ -586,32 +586,51 @@ static void case_set_rows(struct run *R)
 	drop(R, &d);
 }
 
-static void case_attention_ext(struct run *R, int32_t window)
+/*
+ * attention_ext of 4 queries at 19, 2, 11, 11 over an F16 cache of 20
+ * positions; with PAGED (ABI 1.8, attention_paged) the same positions over
+ * pools of six pages of 4 tokens through a block table that names five of
+ * them out of order (the sixth, page 3, never read).
+ */
+static void case_attention_ext(struct run *R, int32_t window, int paged)
 {
-	static const double pos[4] = { 19, 2, 11, 11 };
+	static const double pos[4] = { 19, 2, 11, 11 }, pages[5] = { 4, 0, 5, 2, 1 };
 	struct q4kh_attn_params p = { .struct_size = sizeof(p), .window = window, .pos0 = 12345,
 		                      .scale = 0.125f };
-	struct q4kh_conf_result res = begin("attention_ext", LIMIT_QUANT,
-	                                    "F16 cache {64, 2, 20}, 4 queries at 19, 2, 11, 11, window %d",
-	                                    window);
-	struct pair q, k, v, ps, o;
+	struct q4kh_conf_result res =
+		paged ? begin("attention_paged", LIMIT_QUANT,
+		              "F16 pools {64, 2, 24} in pages of 4, table 4 0 5 2 1, 4 queries at 19, 2, 11, 11, window %d",
+		              window)
+		      : begin("attention_ext", LIMIT_QUANT,
+		              "F16 cache {64, 2, 20}, 4 queries at 19, 2, 11, 11, window %d", window);
+	const struct q4kh_backend_v1 *r = R->ref->v, *c = R->cand->v;
+	struct pair q, k, v, ps, pg = { 0 }, o;
 
-	if (!has_ext(R, &res, 2, Q4KH_BACKEND_HAS(R->ref->v, attention_ext),
-	             Q4KH_BACKEND_HAS(R->cand->v, attention_ext)))
+	if (!(paged ? has_ext(R, &res, 8, Q4KH_BACKEND_HAS(r, attention_paged),
+	                      Q4KH_BACKEND_HAS(c, attention_paged))
+	            : has_ext(R, &res, 2, Q4KH_BACKEND_HAS(r, attention_ext),
+	                      Q4KH_BACKEND_HAS(c, attention_ext))))
 		return;
 	if (make(R, &q, Q4KH_TYPE_F32, 64, 4, 4, 0, NULL, 0) ||
-	    make(R, &k, Q4KH_TYPE_F16, 64, 2, 20, 0, NULL, 0) ||
-	    make(R, &v, Q4KH_TYPE_F16, 64, 2, 20, 0, NULL, 0) ||
+	    make(R, &k, Q4KH_TYPE_F16, 64, 2, paged ? 24 : 20, 0, NULL, 0) ||
+	    make(R, &v, Q4KH_TYPE_F16, 64, 2, paged ? 24 : 20, 0, NULL, 0) ||
 	    make(R, &ps, Q4KH_TYPE_I32, 4, 1, 1, 0, pos, 0) ||
+	    (paged && make(R, &pg, Q4KH_TYPE_I32, 5, 1, 1, 0, pages, 0)) ||
 	    make(R, &o, Q4KH_TYPE_F32, 64, 4, 4, 0, NULL, 1))
 		return;
-	judge(R, &res,
-	      R->ref->v->attention_ext(R->ref->dev, &q.r, &k.r, &v.r, &ps.r, &p, &o.r),
-	      R->cand->v->attention_ext(R->cand->dev, &q.c, &k.c, &v.c, &ps.c, &p, &o.c), &o);
+	if (paged)
+		judge(R, &res,
+		      r->attention_paged(R->ref->dev, &q.r, &k.r, &v.r, &ps.r, &pg.r, 4, &p, &o.r),
+		      c->attention_paged(R->cand->dev, &q.c, &k.c, &v.c, &ps.c, &pg.c, 4, &p, &o.c),
+		      &o);
+	else
+		judge(R, &res, r->attention_ext(R->ref->dev, &q.r, &k.r, &v.r, &ps.r, &p, &o.r),
+		      c->attention_ext(R->cand->dev, &q.c, &k.c, &v.c, &ps.c, &p, &o.c), &o);
 	drop(R, &q);
 	drop(R, &k);
 	drop(R, &v);
 	drop(R, &ps);
+	drop(R, &pg);
 	drop(R, &o);
 }
 
@@ -1028,8 +1047,9 @@ int q4kh_conformance_run(const struct q4kh_backend *ref, const struct q4kh_backe
 		case_rope_ext(&R, s);
 	if (!R.fatal)
 		case_set_rows(&R);
-	for (int w = 0; w < 2 && !R.fatal; w++)
-		case_attention_ext(&R, w ? 5 : 0);
+	for (int paged = 0; paged < 2 && !R.fatal; paged++)
+		for (int w = 0; w < 2 && !R.fatal; w++)
+			case_attention_ext(&R, w ? 5 : 0, paged);
 	for (int u = Q4KH_UNARY_SIGMOID; u <= Q4KH_UNARY_SILU && !R.fatal; u++)
 		case_unary(&R, (q4kh_unary_kind)u);
 	if (!R.fatal)

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "f2_reference.h"
+#include "kv_paged.h"
 #include "kv_prefix.h"
 #include "sampler.h"
 
@@ -199,13 +200,17 @@ void q4kh_f2_describe(const struct q4kh_f2_point *pt,
                       const struct q4kh_f2_rules *rules, char *buf, size_t cap)
 {
 	const int digits = q4kh_f2_cosine_digits(rules);
-	char where[160], argmax[160], what[200];
+	char where[200], argmax[160], what[200];
 
+	char pages[40] = "";
+
+	if (pt->paged)
+		snprintf(pages, sizeof(pages), " over pages of %d tokens", pt->paged);
 	if (pt->batch)
 		snprintf(where, sizeof(where),
-		         "batched step of %d sequences, sequence %d, position %lld (its decode step "
-		         "%d%s)",
-		         pt->batch, pt->seq, (long long)pt->position, pt->decode_step,
+		         "batched step of %d sequences%s, sequence %d, position %lld (its decode "
+		         "step %d%s)",
+		         pt->batch, pages, pt->seq, (long long)pt->position, pt->decode_step,
 		         pt->seq == pt->batch - 1 && pt->decode_step == 0
 		                 ? ", the last token of a prompt chunk: a mixed step"
 		                 : "");
@@ -363,6 +368,10 @@ int q4kh_f2_message_matches(const char *message, const struct q4kh_f2_result *re
 	 * tolerated near-tie and at an F2.3 rejection. */
 	if (q4kh_f2_cosine_verdict(w.cosine, rules) == Q4KH_F2_PASS &&
 	    (w.ref_argmax == w.cand_argmax) != (w.verdict == Q4KH_F2_PASS && !w.near_tie))
+		return 0;
+	w.paged = 0;
+	if (w.batch && strstr(message, " over pages of ") &&
+	    sscanf(strstr(message, " over pages of "), " over pages of %d tokens", &w.paged) != 1)
 		return 0;
 	narrow = strstr(message, "(prefill in a step of ");
 	w.narrow = 0;
@@ -572,9 +581,10 @@ static int step_together(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error 
 
 /*
  * The batched steps of PLAN (q4kh_f2_batch_length): CAND, emptied, and
- * sessions of its model opened for the others each prefill their prefix
- * of PROBE alone (the others taking the whole blocks of it that CAND
- * computed first from CAND's cache, as serve's prefix reuse does), then
+ * sessions of its model opened for the others (with PAGED, four sessions
+ * on those pools instead of CAND and three) each prefill their prefix
+ * of PROBE alone (the others taking the whole blocks of it that the first
+ * computed from its cache, as serve's prefix reuse does), then
  * decode Q4KH_F2_BATCH_STEPS steps together, fed the
  * probe's next tokens. The last sequence leaves its prefix's last
  * F2_MIXED_CHUNK tokens (fewer when it is shorter) to the first step,
@@ -582,14 +592,15 @@ static int step_together(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error 
  * prompt's chunk beside the others' decoded tokens, as serve's continuous
  * batching runs them. Each sequence's logits (into CL, a row each) are
  * judged against the reference's prefill logits RL of its position, into
- * OUT's batched points. -1 with OUT not measured (F2.4) when a session
- * cannot open or a step fails.
+ * PTS (OUT's points, or as many). -1 with OUT not measured (F2.4) when a
+ * session cannot open or a step fails.
  */
 static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
                          const struct q4kh_f2_plan *plan, const float *rl, float *cl, int64_t v,
-                         const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out)
+                         const struct q4kh_f2_rules *rules, struct q4kh_kv_paged *paged,
+                         struct q4kh_f2_point *pts, struct q4kh_f2_result *out)
 {
-	struct q4kh_session *s[Q4KH_F2_BATCH_SEQS] = { cand };
+	struct q4kh_session *s[Q4KH_F2_BATCH_SEQS] = { paged ? NULL : cand };
 	struct q4kh_batch_seq b[Q4KH_F2_BATCH_SEQS];
 	int64_t len[Q4KH_F2_BATCH_SEQS];
 	struct q4kh_session_params sp = cand->p;
@@ -608,7 +619,8 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 	 * (a GPU's scratch for 512 tokens, three times over, on a large
 	 * model); the batched step runs in cand's scratch */
 	sp.n_batch = sp.n_batch < len[0] ? sp.n_batch : (uint32_t)len[0];
-	for (int32_t j = 1; j < Q4KH_F2_BATCH_SEQS; j++) {
+	sp.paged = paged;
+	for (int32_t j = paged ? 0 : 1; j < Q4KH_F2_BATCH_SEQS; j++) {
 		if (q4kh_session_new(cand->m, &sp, &s[j], &e)) {
 			phase = "opening the batched steps' sessions";
 			goto out;
@@ -616,7 +628,7 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 	}
 	q4kh_session_reset(cand);
 	for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++)
-		if (prefill_alone(s[j], j && q4kh_session_batchable(cand) ? cand : NULL, probe,
+		if (prefill_alone(s[j], j && q4kh_session_batchable(cand) ? s[0] : NULL, probe,
 		                  len[j] - (j == last ? chunk : 0), &e))
 			goto out;
 	phase = "a batched step";
@@ -633,9 +645,10 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 		if (step_together(b, Q4KH_F2_BATCH_SEQS, &e))
 			goto out;
 		for (int32_t j = 0; j < Q4KH_F2_BATCH_SEQS; j++) {
-			struct q4kh_f2_point *pt = &out->points[first + j];
+			struct q4kh_f2_point *pt = &pts[first + j];
 
 			q4kh_f2_plan_point(plan, first + j, pt);
+			pt->paged = paged ? paged->pool.page_size : 0;
 			q4kh_f2_judge(rl + pt->position * v, cl + j * v, v, rules, pt);
 		}
 	}
@@ -643,10 +656,50 @@ static int batched_steps(struct q4kh_session *cand, const int32_t *probe,
 out:
 	if (rc)
 		not_measured(out, "candidate", phase, &e);
-	for (int32_t j = 1; j < Q4KH_F2_BATCH_SEQS; j++)
+	for (int32_t j = paged ? 0 : 1; j < Q4KH_F2_BATCH_SEQS; j++)
 		if (s[j])
 			q4kh_session_free(s[j]);
 	q4kh_session_reset(cand);
+	return rc;
+}
+
+/*
+ * Rule set 6: on a backend with attention_paged and a model that batches,
+ * the batched steps again on pools of pages of Q4KH_F2_PAGE tokens (room
+ * for every sequence's tokens and a copied page each); each of OUT's
+ * batched points takes the paged run's where that one is worse. -1 with
+ * OUT not measured (F2.4) when the pools cannot be made or a step fails.
+ */
+static int paged_steps(struct q4kh_session *cand, const int32_t *probe,
+                       const struct q4kh_f2_plan *plan, const float *rl, float *cl, int64_t v,
+                       const struct q4kh_f2_rules *rules, struct q4kh_f2_result *out)
+{
+	const int64_t first = plan->prefill + plan->decode_steps;
+	const int32_t pages = Q4KH_F2_BATCH_SEQS *
+	                      ((Q4KH_F2_BATCH_REACH + Q4KH_F2_PAGE - 1) / Q4KH_F2_PAGE + 1);
+	struct q4kh_kv_paged *paged = NULL;
+	struct q4kh_f2_point *pts;
+	struct q4kh_error e = { { 0 } };
+	int rc;
+
+	if (!plan->batched || !q4kh_session_batchable(cand) ||
+	    !Q4KH_BACKEND_HAS(cand->b->v, attention_paged))
+		return 0;
+	pts = calloc((size_t)q4kh_f2_plan_points(plan), sizeof(*pts));
+	if (!pts || q4kh_kv_paged_new(cand->m, pages, Q4KH_F2_PAGE, cand->stats.kv_type, &paged,
+	                              &e)) {
+		if (!pts)
+			q4kh_fail(&e, "out of memory");
+		not_measured(out, "candidate", "the paged batched steps' pools", &e);
+		free(pts);
+		return -1;
+	}
+	rc = batched_steps(cand, probe, plan, rl, cl, v, rules, paged, pts, out);
+	for (int64_t i = first; !rc && i < first + plan->batched; i++)
+		if (severity(pts[i].verdict) > severity(out->points[i].verdict))
+			out->points[i] = pts[i];
+	q4kh_kv_paged_free(paged);
+	free(pts);
 	return rc;
 }
 
@@ -701,7 +754,8 @@ int q4kh_f2_run(struct q4kh_f2_ref *ref, struct q4kh_session *cand,
 		q4kh_f2_judge(rl + i * v, cl + i * v, v, rules, &out->points[i]);
 	}
 	/* the judged rows of CL are free again: the batched steps' scratch */
-	if (batched_steps(cand, probe, &plan, rl, cl, v, rules, out))
+	if (batched_steps(cand, probe, &plan, rl, cl, v, rules, NULL, out->points, out) ||
+	    paged_steps(cand, probe, &plan, rl, cl, v, rules, out))
 		goto done;
 	/* The narrow steps weigh against the one-sequence points, and come
 	 * first where both find trouble: a step of 4 sequences multiplies 4

@@ -39,8 +39,17 @@
 
 /* Bumped whenever a rule or a default changes: receipts key on it. 2: the
  * narrow steps; 3: the batched steps; 4: their first step a mixed step;
- * 5: their sequences reuse the first one's prefix (serve's prefix cache). */
-#define Q4KH_F2_RULESET 5
+ * 5: their sequences reuse the first one's prefix (serve's prefix cache);
+ * 6: they run over pages too, on a backend with attention_paged. */
+#define Q4KH_F2_RULESET 6
+/*
+ * Rule set 6: on a backend with attention_paged (ABI 1.8), the batched
+ * steps run a second time on sessions of one paged KV cache (kv_paged.h),
+ * pages of this many tokens: not a divisor of the 16-token blocks a
+ * sequence takes from another's cache, so that a prefix taken ends inside
+ * a shared page, which the sequence's first write then copies.
+ */
+#define Q4KH_F2_PAGE 12
 /* The narrow steps' widths: 2, 3, .., this (35 tokens in all). */
 #define Q4KH_F2_NARROW_MAX 8
 /*
@@ -171,6 +180,8 @@ struct q4kh_f2_point {
 	int32_t batch;       /* 0, or the sequences of the batched step it came
 	                        from (decode_step is then that sequence's) */
 	int32_t seq;         /* with batch: its sequence, 0 .. batch - 1 */
+	int32_t paged;       /* with batch: 0, or the page size of the paged
+	                        batched steps it came from (rule set 6) */
 	enum q4kh_f2_verdict verdict;
 	const char *rule;    /* the rule that fired, or NULL */
 };

@@ -20,7 +20,7 @@ static const char *const op_names[Q4KH_OP_COUNT] = {
 	[Q4KH_OP_MUL] = "mul",           [Q4KH_OP_COPY] = "copy",
 	[Q4KH_OP_UNARY] = "unary",       [Q4KH_OP_SSM_CONV] = "ssm_conv",
 	[Q4KH_OP_DELTA_NET] = "delta_net", [Q4KH_OP_MOE_ROUTE] = "moe_route",
-	[Q4KH_OP_MUL_MAT_ID] = "mul_mat_id",
+	[Q4KH_OP_MUL_MAT_ID] = "mul_mat_id", [Q4KH_OP_ATTENTION_PAGED] = "attention_paged",
 };
 
 const char *q4kh_op_name(enum q4kh_op op)
@@ -99,6 +99,7 @@ struct q4kh_graph *q4kh_graph_new(int64_t n_tokens, int64_t n_out)
 	g->n_tokens = n_tokens;
 	g->n_out = n_out;
 	g->logits = -1;
+	g->slots = g->pages = -1;
 	in = q4kh_tensor_make(NULL, 0, Q4KH_TYPE_I32, n_tokens, 1, 1);
 	g->ids = value(g, Q4KH_VAL_IDS, &in, "ids");
 	g->pos = value(g, Q4KH_VAL_POS, &in, "pos");
@@ -107,6 +108,16 @@ struct q4kh_graph *q4kh_graph_new(int64_t n_tokens, int64_t n_out)
 		return NULL;
 	}
 	return g;
+}
+
+int q4kh_graph_paged(struct q4kh_graph *g, int64_t n_seqs, int64_t b)
+{
+	struct q4kh_tensor t = q4kh_tensor_make(NULL, 0, Q4KH_TYPE_I32, g->n_tokens, 1, 1);
+
+	g->slots = value(g, Q4KH_VAL_SLOTS, &t, "slots");
+	t = q4kh_tensor_make(NULL, 0, Q4KH_TYPE_I32, b, n_seqs, 1);
+	g->pages = value(g, Q4KH_VAL_PAGES, &t, "pages");
+	return g->failed ? -1 : 0;
 }
 
 int q4kh_graph_out_rows(struct q4kh_graph *g, const uint8_t *rows)
@@ -442,10 +453,14 @@ void q4kh_graph_bind(struct q4kh_graph *g, q4kh_buffer *scratch,
 		switch (a->kind) {
 		case Q4KH_VAL_IDS:
 		case Q4KH_VAL_POS:
+		case Q4KH_VAL_SLOTS:
+		case Q4KH_VAL_PAGES:
 			a->t.buffer = step;
-			a->t.offset = a->kind == Q4KH_VAL_IDS
-			                      ? 0
-			                      : (uint64_t)g->n_tokens * sizeof(int32_t);
+			a->t.offset = (uint64_t)(a->kind == Q4KH_VAL_IDS     ? 0
+			                         : a->kind == Q4KH_VAL_POS   ? 1
+			                         : a->kind == Q4KH_VAL_SLOTS ? 2
+			                                                     : 3) *
+			              (uint64_t)g->n_tokens * sizeof(int32_t);
 			break;
 		case Q4KH_VAL_ACT:
 			a->t.buffer = scratch;

@@ -28,7 +28,7 @@ struct q4kh_weight;
 
 /* The ops and value kinds are the ABI's (plugin.h, ABI 1.6): the graph a
  * backend's graph_prepare receives is this one, exported. */
-#define Q4KH_OP_COUNT (Q4KH_OP_MUL_MAT_ID + 1)
+#define Q4KH_OP_COUNT (Q4KH_OP_ATTENTION_PAGED + 1)
 
 #define Q4KH_GRAPH_NAME 40
 #define Q4KH_GRAPH_SRC Q4KH_STEP_SRC
@@ -64,6 +64,7 @@ struct q4kh_graph {
 	int32_t n_vals, n_nodes;
 	int32_t cap_vals, cap_nodes;
 	int32_t ids, pos; /* the step inputs */
+	int32_t slots, pages; /* and over a paged KV cache, or -1 (q4kh_graph_paged) */
 	int32_t logits;   /* {n_vocab, n_out}, or -1 when n_out is 0 */
 	uint64_t scratch_bytes; /* after q4kh_graph_plan */
 	int failed;       /* a builder call ran out of memory or misused a value */
@@ -77,6 +78,14 @@ struct q4kh_graph {
  */
 struct q4kh_graph *q4kh_graph_new(int64_t n_tokens, int64_t n_out);
 void q4kh_graph_free(struct q4kh_graph *g);
+/*
+ * Before the architecture builds G, for a step over a paged KV cache
+ * (kv_pool.h): its two more inputs, g->slots (I32 {T}, the pool slot of
+ * each token, which its set_rows nodes write) and g->pages (I32 {B,
+ * N_SEQS}, each sequence's block table of B pages), placed in the step
+ * inputs after ids and pos. -1 when out of memory.
+ */
+int q4kh_graph_paged(struct q4kh_graph *g, int64_t n_seqs, int64_t b);
 /*
  * Before the architecture builds G: its logits are those of the tokens
  * flagged in ROWS (T flags, copied; at least one set), in order, instead
@@ -225,6 +234,25 @@ static inline int32_t q4kh_graph_set_rows(struct q4kh_graph *g, int32_t rows,
 	                       0, 0, 0.0f, 0.0f);
 }
 
+/*
+ * Attention of q {head_dim, heads, T'} at POS over the pools K_POOL and
+ * V_POOL in pages of PAGE_SIZE tokens through the block table PAGES (a
+ * column of g->pages); window 0 = none (plugin.h, attention_paged).
+ */
+static inline int32_t q4kh_graph_attention_paged(struct q4kh_graph *g, int32_t q,
+                                                 int32_t k_pool, int32_t v_pool,
+                                                 int32_t pos, int32_t pages,
+                                                 int32_t page_size, int32_t window,
+                                                 float scale, float softcap,
+                                                 int32_t out)
+{
+	const int32_t src[Q4KH_GRAPH_SRC] = { q, k_pool, v_pool, pos, pages, -1 };
+	const int32_t i[2] = { window, page_size };
+	const float f[2] = { scale, softcap };
+
+	return q4kh_graph_op(g, Q4KH_OP_ATTENTION_PAGED, out, src, i, f);
+}
+
 /* Attention of q {head_dim, heads, T'} over the caches at POS (as
  * set_rows's); window 0 = none (plugin.h, attention). */
 static inline int32_t q4kh_graph_attention(struct q4kh_graph *g, int32_t q,
@@ -320,7 +348,8 @@ int q4kh_graph_plan(struct q4kh_graph *g, uint64_t align);
 
 /*
  * Resolve every value to a tensor: activations and views into SCRATCH,
- * the inputs into STEP (ids at offset 0, pos after T int32 values).
+ * the inputs into STEP (ids at offset 0, pos after T int32 values, then
+ * slots and pages when the step has them).
  */
 void q4kh_graph_bind(struct q4kh_graph *g, q4kh_buffer *scratch,
                      q4kh_buffer *step);

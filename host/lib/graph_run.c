@@ -69,6 +69,12 @@ const char *q4kh_graph_missing(const struct q4kh_graph *g,
 			if (!Q4KH_BACKEND_HAS(v, mul_mat_id))
 				return "mul_mat_id";
 			break;
+		case Q4KH_OP_ATTENTION_PAGED: /* its pools are written by set_rows */
+			if (!Q4KH_BACKEND_HAS(v, attention_paged))
+				return "attention_paged";
+			if (!Q4KH_BACKEND_HAS(v, set_rows))
+				return "set_rows";
+			break;
 		default: /* the 1.0 entries, or a fallback to them */
 			break;
 		}

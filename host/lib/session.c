@@ -9,6 +9,7 @@
 #include "graph.h"
 #include "graph_entry.h"
 #include "graph_run.h"
+#include "kv_paged.h"
 #include "tensor.h"
 #include "q4khost/top2.h"
 
@@ -111,7 +112,8 @@ static struct q4kh_graph *build(struct q4kh_session *s, const struct q4kh_seqs *
 	struct q4kh_graph *g = q4kh_graph_new(t, n_out);
 	const char *missing;
 
-	if (!g || (rows && q4kh_graph_out_rows(g, rows))) {
+	if (!g || (rows && q4kh_graph_out_rows(g, rows)) ||
+	    (s->p.paged && q4kh_graph_paged(g, seq->n, s->n_table))) {
 		q4kh_graph_free(g);
 		q4kh_fail(err, "out of memory for a step graph");
 		return NULL;
@@ -217,13 +219,21 @@ static struct q4kh_session_graph *graph_for(struct q4kh_session *s,
 	return sg;
 }
 
+/* With a paged cache: S's table back at its n_past tokens, the pages past
+ * them given back (which never fails). */
+static void rewind_table(struct q4kh_session *s)
+{
+	if (s->p.paged)
+		q4kh_kv_table_resize(&s->p.paged->pool, &s->table, s->n_past, NULL);
+}
+
 /* A backend of the host's cores other than the exact reference. */
 static int fast_cpu(const struct q4kh_backend *b)
 {
 	return strcmp(b->plugin->name, "cpu") && !strcmp(q4kh_backend_kind(b->plugin), "cpu");
 }
 
-static uint32_t kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
+uint32_t q4kh_session_kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b)
 {
 	if (kv == Q4KH_KV_DEFAULT)
 		kv = strcmp(b->plugin->name, "cpu") ? Q4KH_KV_F16 : Q4KH_KV_F32;
@@ -307,6 +317,41 @@ static int clear_states(struct q4kh_session *s, struct q4kh_error *err)
 	return rc;
 }
 
+/*
+ * The int32 values of a step of T tokens and N_SEQS sequences in S's step
+ * inputs: ids and positions, and with a paged cache the slots and a
+ * table per sequence (graph.h, q4kh_graph_bind).
+ */
+static uint64_t step_values(const struct q4kh_session *s, int64_t t, int64_t n_seqs)
+{
+	return (uint64_t)(s->p.paged ? 3 * t + n_seqs * s->n_table : 2 * t);
+}
+
+/*
+ * With a paged cache, before S writes positions POS[0..t) (n_past on):
+ * its table holds n_past + T tokens, each page they write that another
+ * table holds too copied first (kv_pool.h); their pool slots into SLOTS
+ * and the table into PAGES (n_table entries, those past its pages 0, a
+ * page no query of S reads). -1 with err (the pool full, a copy failed),
+ * the table then back at n_past.
+ */
+static int paged_inputs(struct q4kh_session *s, const int32_t *pos, int64_t t, int32_t *slots,
+                        int32_t *pages, struct q4kh_error *err)
+{
+	struct q4kh_kv_paged *k = s->p.paged;
+
+	if (q4kh_kv_table_resize(&k->pool, &s->table, s->n_past + t, err) ||
+	    q4kh_kv_table_own(&k->pool, &s->table, s->n_past, s->n_past + t, q4kh_kv_paged_copy,
+	                      k, err) < 0) {
+		rewind_table(s);
+		return -1;
+	}
+	q4kh_kv_table_slots(&k->pool, &s->table, pos, t, slots);
+	memcpy(pages, s->table.pages, sizeof(int32_t) * (size_t)s->table.n);
+	memset(pages + s->table.n, 0, sizeof(int32_t) * (size_t)(s->n_table - s->table.n));
+	return 0;
+}
+
 /* One sequence: S's own tokens. */
 static struct q4kh_seqs alone(const struct q4kh_session *const *s)
 {
@@ -335,20 +380,35 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 		s->p.n_batch = strcmp(q4kh_backend_kind(s->b->plugin), "cpu") ? 512
 		               : fast_cpu(s->b)                                 ? 128
 		                                                                : 256;
-	s->stats.kv_type = kv_type(s->p.kv, s->b);
+	s->stats.kv_type = q4kh_session_kv_type(s->p.kv, s->b);
 	s->k_cache = calloc(hp->n_layer, sizeof(*s->k_cache));
 	s->v_cache = calloc(hp->n_layer, sizeof(*s->v_cache));
 	s->conv_state = calloc(hp->n_layer, sizeof(*s->conv_state));
 	s->ssm_state = calloc(hp->n_layer, sizeof(*s->ssm_state));
-	s->values = calloc(2 * (size_t)s->p.n_batch, sizeof(*s->values));
+	if (s->p.paged) {
+		if (s->p.paged->m != m) {
+			q4kh_fail(err, "a session on a paged KV cache of another model");
+			goto fail;
+		}
+		s->stats.kv_type = s->p.paged->kv_type;
+		s->n_table = q4kh_kv_pool_pages_for(&s->p.paged->pool, s->p.n_ctx);
+	}
+	s->values = calloc(step_values(s, s->p.n_batch, s->p.n_batch), sizeof(*s->values));
 	s->graphs = calloc(SESSION_GRAPHS, sizeof(*s->graphs));
 	if (!s->k_cache || !s->v_cache || !s->conv_state || !s->ssm_state ||
 	    !s->values || !s->graphs) {
 		q4kh_fail(err, "out of memory");
 		goto fail;
 	}
-	if (alloc_kv(s, err) || alloc_states(s, err) ||
-	    alloc(s, 2 * sizeof(int32_t) * s->p.n_batch, &s->step,
+	if (s->p.paged)
+		for (uint32_t il = 0; il < hp->n_layer; il++) {
+			s->k_cache[il] = s->p.paged->k_pool[il];
+			s->v_cache[il] = s->p.paged->v_pool[il];
+		}
+	else if (alloc_kv(s, err))
+		goto fail;
+	if (alloc_states(s, err) ||
+	    alloc(s, sizeof(int32_t) * step_values(s, s->p.n_batch, s->p.n_batch), &s->step,
 	          "buffer_alloc (step inputs)", err))
 		goto fail;
 	s->stats.entry = !q4kh_graph_entry_missing(s->b);
@@ -386,6 +446,8 @@ void q4kh_session_free(struct q4kh_session *s)
 	if (s->pick)
 		s->b->v->buffer_free(s->b->dev, s->pick);
 	free(s->pick_logits);
+	if (s->p.paged)
+		q4kh_kv_table_release(&s->p.paged->pool, &s->table);
 	free(s->graphs);
 	free(s->k_cache);
 	free(s->v_cache);
@@ -398,6 +460,7 @@ void q4kh_session_free(struct q4kh_session *s)
 void q4kh_session_reset(struct q4kh_session *s)
 {
 	s->n_past = 0;
+	rewind_table(s);
 	s->rs_stale = s->rs != NULL;
 }
 
@@ -409,12 +472,23 @@ int q4kh_session_take_prefix(struct q4kh_session *dst, const struct q4kh_session
 	if (!q4kh_session_batchable(dst))
 		return q4kh_fail(err, "%s has recurrent layers, whose states hold no prefix to take",
 		                 dst->m->arch->name);
-	if (src->m != dst->m || src->b != dst->b || src->stats.kv_type != dst->stats.kv_type)
-		return q4kh_fail(err, "a prefix taken from a session of another model, backend or KV type");
+	if (src->m != dst->m || src->b != dst->b || src->stats.kv_type != dst->stats.kv_type ||
+	    src->p.paged != dst->p.paged)
+		return q4kh_fail(err, "a prefix taken from a session of another model, backend, KV type or paged KV cache");
 	if (from < 0 || from > n || n > src->n_past || n > dst->p.n_ctx)
 		return q4kh_fail(err, "a prefix of tokens [%lld, %lld) taken from a session of %lld cached tokens into one of n_ctx %u",
 		                 (long long)from, (long long)n, (long long)src->n_past, dst->p.n_ctx);
 	dst->n_past = 0;
+	if (dst->p.paged) {
+		if (dst == src ? q4kh_kv_table_resize(&dst->p.paged->pool, &dst->table, n, err)
+		               : q4kh_kv_table_share(&dst->p.paged->pool, &dst->table, &src->table, n,
+		                                     err)) {
+			rewind_table(dst);
+			return -1;
+		}
+		dst->n_past = n;
+		return 0;
+	}
 	for (uint32_t il = 0; il < hp->n_layer && dst != src && n > from; il++) {
 		const struct q4kh_tensor *const pairs[2][2] = {
 			{ &src->k_cache[il], &dst->k_cache[il] },
@@ -584,9 +658,11 @@ static int step(struct q4kh_session *s, const int32_t *ids, int64_t t,
 	memcpy(s->values, ids, sizeof(*ids) * (size_t)t);
 	for (int64_t i = 0; i < t; i++)
 		s->values[t + i] = (int32_t)(s->n_past + i);
-	if (q4kh_backend_check(s->b,
+	if ((s->p.paged &&
+	     paged_inputs(s, s->values + t, t, s->values + 2 * t, s->values + 3 * t, err)) ||
+	    q4kh_backend_check(s->b,
 	                       s->b->v->buffer_upload(s->b->dev, s->step, 0, s->values,
-	                                              2 * sizeof(int32_t) * (uint64_t)t),
+	                                              sizeof(int32_t) * step_values(s, t, 1)),
 	                       "buffer_upload (step inputs)", err) ||
 	    run_graph(s, sg, &in, err))
 		return -1;
@@ -736,6 +812,7 @@ fail:
 		q4kh_session_reset(s);
 	else
 		s->n_past = start;
+	rewind_table(s);
 	return -1;
 }
 
@@ -787,8 +864,9 @@ static int batch_check(const struct q4kh_batch_seq *b, int32_t n, int64_t *t,
 		int32_t nj;
 		const int32_t *ids = batch_ids(&b[j], &nj);
 
-		if (s->m != s0->m || s->b != s0->b)
-			return q4kh_fail(err, "sequence %d of a batched step is on another model or backend than sequence 0",
+		if (s->m != s0->m || s->b != s0->b || s->p.paged != s0->p.paged ||
+		    s->n_table != s0->n_table)
+			return q4kh_fail(err, "sequence %d of a batched step is on another model, backend or KV cache than sequence 0",
 			                 j);
 		for (int32_t i = 0; i < j; i++)
 			if (b[i].s == s)
@@ -852,6 +930,31 @@ static int64_t batch_inputs(struct q4kh_session *s0, const struct q4kh_batch_seq
 	return n_out;
 }
 
+/*
+ * With a paged cache: each sequence's pages for its tokens, their slots
+ * and its table into S0's values after its ids and positions
+ * (paged_inputs). 0, or -1 with err and every table as it was.
+ */
+static int batch_tables(struct q4kh_session *s0, const struct q4kh_batch_seq *b, int32_t n,
+                        int64_t t, struct q4kh_error *err)
+{
+	int64_t c = 0;
+
+	for (int32_t j = 0; j < n; j++) {
+		int32_t nj;
+
+		batch_ids(&b[j], &nj);
+		if (paged_inputs(b[j].s, s0->values + t + c, nj, s0->values + 2 * t + c,
+		                 s0->values + 3 * t + (int64_t)j * s0->n_table, err)) {
+			while (j >= 0)
+				rewind_table(b[j--].s);
+			return -1;
+		}
+		c += nj;
+	}
+	return 0;
+}
+
 int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_error *err)
 {
 	struct q4kh_session *s0;
@@ -887,13 +990,17 @@ int q4kh_session_eval_batch(struct q4kh_batch_seq *b, int32_t n, struct q4kh_err
 	n_out = batch_inputs(s0, b, n, t, cols, rows);
 	seq = (struct q4kh_seqs){ .m = s0->m, .n = n, .s = ss, .cols = cols };
 	sg = graph_for(s0, &seq, t, n_out, rows, err);
-	if (!sg ||
-	    q4kh_backend_check(s0->b,
-	                       s0->b->v->buffer_upload(s0->b->dev, s0->step, 0, s0->values,
-	                                               2 * sizeof(int32_t) * (uint64_t)t),
-	                       "buffer_upload (step inputs)", err) ||
-	    run_graph(s0, sg, &(struct q4kh_step_values){ s0->values, s0->values + t }, err))
+	if (!sg || (s0->p.paged && batch_tables(s0, b, n, t, err)))
 		goto out;
+	if (q4kh_backend_check(s0->b,
+	                       s0->b->v->buffer_upload(s0->b->dev, s0->step, 0, s0->values,
+	                                               sizeof(int32_t) * step_values(s0, t, n)),
+	                       "buffer_upload (step inputs)", err) ||
+	    run_graph(s0, sg, &(struct q4kh_step_values){ s0->values, s0->values + t }, err)) {
+		for (int32_t j = 0; j < n; j++)
+			rewind_table(b[j].s);
+		goto out;
+	}
 	lg = n_out ? &sg->g->vals[sg->g->logits].t : NULL;
 	for (int32_t j = 0; j < n; j++) {
 		struct q4kh_tensor col;

@@ -26,7 +26,10 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "kv_pool.h"
 #include "model.h"
+
+struct q4kh_kv_paged;
 
 /* The KV cache's type. */
 enum q4kh_kv_choice {
@@ -37,6 +40,10 @@ enum q4kh_kv_choice {
 	Q4KH_KV_F32,
 	Q4KH_KV_F16
 };
+
+/* The type of a KV cache of choice KV on backend B: Q4KH_TYPE_F32 or
+ * Q4KH_TYPE_F16 (Q4KH_KV_DEFAULT as its comment says). */
+uint32_t q4kh_session_kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b);
 
 struct q4kh_session_params {
 	uint32_t n_ctx;   /* KV cache length in tokens (0: min(4096, trained)) */
@@ -49,6 +56,11 @@ struct q4kh_session_params {
 	 * columns of its products do) */
 	uint32_t n_batch;
 	enum q4kh_kv_choice kv;
+	/* A paged KV cache shared with other sessions of the model
+	 * (kv_paged.h; kv is then ignored: the pools' type), or NULL for a
+	 * contiguous cache of the session's own. Its steps write and attend
+	 * through the session's block table (ABI 1.8, attention_paged). */
+	struct q4kh_kv_paged *paged;
 };
 
 /*
@@ -96,8 +108,13 @@ struct q4kh_session {
 	int64_t n_past; /* tokens in the KV cache */
 	q4kh_buffer *kv, *scratch, *step;
 	uint64_t scratch_bytes;
-	/* Per attention layer {head_dim, n_kv, n_ctx}; unset for the others. */
+	/* Per attention layer {head_dim, n_kv, n_ctx}, unset for the others;
+	 * with p.paged, the pools {head_dim, n_kv, slots} */
 	struct q4kh_tensor *k_cache, *v_cache;
+	/* with p.paged: the pages of its n_past tokens, and the table's
+	 * length in a step's inputs (the pages n_ctx tokens take) */
+	struct q4kh_kv_table table;
+	int32_t n_table;
 	/* Per linear-attention layer, unset for the others: the convolution's
 	 * kept inputs {K-1, channels} and the delta rule's state {S, S,
 	 * value heads} (plugin.h), f32, in rs, rewritten by every step. */
@@ -120,7 +137,11 @@ struct q4kh_session {
  * Allocate caches, states, step inputs and scratch on the model's backend
  * (model uploaded), and build the one-token step: -1 with err when the
  * backend lacks an entry the model's ops need ("backend cuda cannot run
- * qwen35: it has no delta_net"), before any step runs.
+ * qwen35: it has no delta_net"), before any step runs. With p->paged the
+ * session's keys and values go to those pools (of this model: else -1),
+ * page by page as its tokens come; an eval for which the pool has no free
+ * page fails as a full context does ("KV pool full: ..."), nothing
+ * changed, and the session's pages go back when it is reset or freed.
  */
 int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
                      struct q4kh_session **out, struct q4kh_error *err);
@@ -147,7 +168,10 @@ void q4kh_session_reset(struct q4kh_session *s);
  * backend's copy, the same bits (the caller vouches that rows [0, FROM)
  * of DST already hold the same tokens' keys and values); with DST == SRC
  * nothing is copied, and the tokens past N are forgotten. DST's n_past
- * becomes N. Prefix reuse across requests (docs/serve.md, section 5):
+ * becomes N. With a paged cache (both on the same pools), nothing is
+ * copied: DST's table maps SRC's pages of those tokens, each copied only
+ * when one of the two later writes into it (kv_pool.h). Prefix reuse
+ * across requests (docs/serve.md, section 5):
  * the keys and values of a token depend only on the tokens up to it, so
  * a request whose prompt starts with tokens another session computed
  * reads them from there. Both sessions on one model and backend with one
@@ -232,7 +256,8 @@ int q4kh_session_batchable(const struct q4kh_session *s);
  * and their token counts (a stable set of decoding sessions reuses it; a
  * changed one, or other chunks, builds another), and runs in B[0].s's
  * scratch. n == 1 is a step of that session alone. The sessions must be
- * distinct, of one model and backend, batchable, with at most B[0].s's
+ * distinct, of one model and backend and one KV cache kind (contiguous,
+ * or the same pools with the same n_ctx), batchable, with at most B[0].s's
  * n_batch tokens in all, each with room in its context. -1 with err when they are not, or when an id is outside the
  * vocabulary (nothing changes), or on a backend failure (no n_past
  * changes; cache rows past them are unread). Every session is used from

@@ -216,6 +216,14 @@ q4kh_status fast_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q
                                const struct q4kh_tensor *pos,
                                const struct q4kh_attn_params *params,
                                const struct q4kh_tensor *out);
+/* ABI 1.8: attention_ext over pools of pages through a block table. */
+q4kh_status fast_attention_paged(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                 const struct q4kh_tensor *k_pool,
+                                 const struct q4kh_tensor *v_pool,
+                                 const struct q4kh_tensor *pos,
+                                 const struct q4kh_tensor *pages, int32_t page_size,
+                                 const struct q4kh_attn_params *params,
+                                 const struct q4kh_tensor *out);
 
 q4kh_status fast_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
                        const struct q4kh_tensor *x, const struct q4kh_tensor *out);

@@ -6,6 +6,8 @@
  * values, in f32 SIMD, on one thread, each key and value row read once
  * for all of its heads (f16 converted in registers), since reading the
  * cache, not multiplying it, is what a long prompt's attention costs.
+ * attention_paged (ABI 1.8) is the same work with each key's row looked
+ * up in the block table (row_of).
  */
 #include <math.h>
 #include <stddef.h>
@@ -16,6 +18,8 @@ struct attn_job {
 	q4kh_device_ctx *dev;
 	const struct q4kh_tensor *q, *k, *v, *out;
 	const int32_t *pos; /* query t's position; NULL: pos0 + t */
+	const int32_t *pages; /* the block table; NULL: key j is row j */
+	int64_t page_size;
 	int64_t pos0;
 	int32_t window;
 	float scale, softcap;
@@ -23,6 +27,12 @@ struct attn_job {
 	int64_t span;   /* query heads per item (of one group) */
 	int64_t blocks; /* items per token and group */
 };
+
+/* The row of the cache (or the pool) holding key I. */
+static int64_t row_of(const struct attn_job *j, int64_t i)
+{
+	return j->pages ? j->pages[i / j->page_size] * j->page_size + i % j->page_size : i;
+}
 
 /*
  * Token t's queries of heads h0 .. h1 (of one group): out = softmax(scores)
@@ -41,7 +51,7 @@ static void attend(const struct attn_job *j, float *scratch, int64_t t, int64_t 
 	const int kf16 = j->k->type == Q4KH_TYPE_F16, vf16 = j->v->type == Q4KH_TYPE_F16;
 
 	for (int64_t i = 0; i < n; i++) {
-		const void *key = q4kh_cpu_at(j->k, g, first + i, 0);
+		const void *key = q4kh_cpu_at(j->k, g, row_of(j, first + i), 0);
 
 		for (int64_t h = 0; h < nh; h++) {
 			const float *q = (const float *)q4kh_cpu_at(j->q, h0 + h, t, 0);
@@ -62,7 +72,7 @@ static void attend(const struct attn_job *j, float *scratch, int64_t t, int64_t 
 			acc[h * hd + d] = 0.0f;
 	}
 	for (int64_t i = 0; i < n; i++) {
-		const void *value = q4kh_cpu_at(j->v, g, first + i, 0);
+		const void *value = q4kh_cpu_at(j->v, g, row_of(j, first + i), 0);
 
 		for (int64_t h = 0; h < nh; h++) {
 			const float w = scratch[h * j->n_keys + i];
@@ -149,6 +159,34 @@ q4kh_status fast_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q
 	    (st = fast_index_values(dev, "attention_ext pos", pos, k_cache->ne[2])))
 		return st;
 	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
+	for (int64_t t = 0; t < q->ne[2]; t++)
+		last = j.pos[t] > last ? j.pos[t] : last;
+	return attn_run(dev, &j, params, last);
+}
+
+q4kh_status fast_attention_paged(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                 const struct q4kh_tensor *k_pool,
+                                 const struct q4kh_tensor *v_pool,
+                                 const struct q4kh_tensor *pos,
+                                 const struct q4kh_tensor *pages, int32_t page_size,
+                                 const struct q4kh_attn_params *params,
+                                 const struct q4kh_tensor *out)
+{
+	struct attn_job j = { .dev = dev, .q = q, .k = k_pool, .v = v_pool, .out = out };
+	int64_t last = 0;
+	const struct q4kh_check c = fast_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_attention_paged(&c, q, k_pool, v_pool, pos, pages, page_size,
+	                                     params, out)) ||
+	    (st = fast_index_values(dev, "attention_paged pages", pages,
+	                            k_pool->ne[2] / page_size)) ||
+	    (st = fast_index_values(dev, "attention_paged pos", pos,
+	                            pages->ne[0] * page_size)))
+		return st;
+	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
+	j.pages = (const int32_t *)q4kh_cpu_at(pages, 0, 0, 0);
+	j.page_size = page_size;
 	for (int64_t t = 0; t < q->ne[2]; t++)
 		last = j.pos[t] > last ? j.pos[t] : last;
 	return attn_run(dev, &j, params, last);

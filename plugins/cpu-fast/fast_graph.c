@@ -123,11 +123,11 @@ q4kh_status fast_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
 		return Q4KH_ERR_INVALID;
 	*out = NULL;
 	for (int32_t i = 0; i < g->n_nodes; i++)
-		if (NODE(g, i)->op > Q4KH_OP_MUL_MAT_ID)
+		if (NODE(g, i)->op > Q4KH_OP_ATTENTION_PAGED)
 			return fast_fail(dev->ctx, Q4KH_ERR_UNSUPPORTED,
 			                 "graph_prepare: node %d has op %u, which cpu-fast does not "
-			                 "know (it knows up to %d, mul_mat_id)",
-			                 i, NODE(g, i)->op, Q4KH_OP_MUL_MAT_ID);
+			                 "know (it knows up to %d, attention_paged)",
+			                 i, NODE(g, i)->op, Q4KH_OP_ATTENTION_PAGED);
 	s = calloc(1, sizeof(*s));
 	if (s)
 		s->g = q4kh_step_copy(g);

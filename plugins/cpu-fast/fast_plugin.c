@@ -249,6 +249,7 @@ const struct q4kh_backend_v1 fast_table = {
 	.arith = Q4KH_ARITH_F16,
 	.moe_route = f_moe_route,
 	.mul_mat_id = f_mul_mat_id,
+	.attention_paged = fast_attention_paged,
 };
 
 #ifdef __clang__

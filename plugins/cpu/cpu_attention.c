@@ -6,7 +6,10 @@
  *   out = (e_first V_first + ... + e_p V_p) / sum, each dimension summed
  *   in increasing i.
  * So a query's output depends on its own position and keys only: the same
- * bits whatever the batch, the thread count or the blocking below.
+ * bits whatever the batch, the thread count or the blocking below, and
+ * whether its keys come from a contiguous cache or, through a block table,
+ * from pages of a pool (attention_paged: only the row each key is read
+ * from changes, in cache_rows).
  *
  * One work item is one KV head (group) and a block of TOKENS queries'
  * tokens: the group's n_rep heads of each, whose key ranges are equal.
@@ -35,6 +38,8 @@ struct attn_job {
 	const struct q4kh_tensor *q, *k, *v, *out;
 	q4kh_device_ctx *dev;
 	const int32_t *pos; /* query t's position; NULL: pos0 + t */
+	const int32_t *pages; /* the block table; NULL: key j is row j */
+	int64_t page_size;
 	int64_t pos0;
 	int32_t window;
 	double scale, softcap;
@@ -65,12 +70,18 @@ static int64_t first_of(const struct attn_job *j, int64_t p)
 	return j->window && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
 }
 
-/* Rows i0 .. i0+n-1 of group G of cache C (f32 or f16), as doubles. */
+/* The row of cache C holding key I: I itself, or its slot in the pool. */
+static int64_t slot_of(const struct attn_job *j, int64_t i)
+{
+	return j->pages ? j->pages[i / j->page_size] * j->page_size + i % j->page_size : i;
+}
+
+/* Keys i0 .. i0+n-1 of group G of cache C (f32 or f16), as doubles. */
 static void cache_rows(const struct attn_job *j, const struct q4kh_tensor *c, int64_t g,
                        int64_t i0, int64_t n, double *out)
 {
 	for (int64_t r = 0; r < n; r++, out += j->hd) {
-		const unsigned char *p = q4kh_cpu_at(c, g, i0 + r, 0);
+		const unsigned char *p = q4kh_cpu_at(c, g, slot_of(j, i0 + r), 0);
 
 		if (c->type == Q4KH_TYPE_F32)
 			for (int64_t i = 0; i < j->hd; i++)
@@ -438,6 +449,35 @@ q4kh_status cpu_attention_ext(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	    (st = cpu_index_values(dev, "attention_ext pos", pos, k_cache->ne[2])))
 		return st;
 	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
+	for (int64_t t = 0; t < q->ne[2]; t++)
+		if (j.pos[t] > last)
+			last = j.pos[t];
+	return attn_run(dev, &j, params, last);
+}
+
+q4kh_status cpu_attention_paged(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                const struct q4kh_tensor *k_pool,
+                                const struct q4kh_tensor *v_pool,
+                                const struct q4kh_tensor *pos,
+                                const struct q4kh_tensor *pages, int32_t page_size,
+                                const struct q4kh_attn_params *params,
+                                const struct q4kh_tensor *out)
+{
+	struct attn_job j = { .q = q, .k = k_pool, .v = v_pool, .out = out, .dev = dev };
+	const struct q4kh_check c = cpu_contract(dev);
+	int64_t last = 0;
+	q4kh_status st;
+
+	if ((st = q4kh_check_attention_paged(&c, q, k_pool, v_pool, pos, pages, page_size,
+	                                     params, out)) ||
+	    (st = cpu_index_values(dev, "attention_paged pages", pages,
+	                           k_pool->ne[2] / page_size)) ||
+	    (st = cpu_index_values(dev, "attention_paged pos", pos,
+	                           pages->ne[0] * page_size)))
+		return st;
+	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
+	j.pages = (const int32_t *)q4kh_cpu_at(pages, 0, 0, 0);
+	j.page_size = page_size;
 	for (int64_t t = 0; t < q->ne[2]; t++)
 		if (j.pos[t] > last)
 			last = j.pos[t];

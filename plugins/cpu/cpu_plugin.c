@@ -199,6 +199,7 @@ static const struct q4kh_backend_v1 cpu_backend = {
 	.arith = Q4KH_ARITH_EXACT,
 	.moe_route = cpu_route_entry,
 	.mul_mat_id = cpu_mul_mat_id,
+	.attention_paged = cpu_attention_paged,
 };
 
 /* The build id names the compiler; clang's __VERSION__ names itself. */

@@ -277,12 +277,15 @@ q4kh_status cuda_mul_mat_id(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
                             const struct q4kh_tensor *x, const struct q4kh_tensor *ids,
                             const struct q4kh_tensor *y);
 
-/* The attention launch shared by attention and attention_ext: POS is the
- * device's positions or NULL for params->pos0 + t. */
+/* The attention launch shared by attention, attention_ext and
+ * attention_paged: POS is the device's positions or NULL for
+ * params->pos0 + t; PAGES the block table (pages of PAGE_SIZE tokens of
+ * the pools k_cache and v_cache) or NULL for a contiguous cache. */
 q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
                         const struct q4kh_tensor *q,
                         const struct q4kh_tensor *k_cache,
                         const struct q4kh_tensor *v_cache, const int32_t *pos,
+                        const struct q4kh_tensor *pages, int32_t page_size,
                         const struct q4kh_attn_params *params,
                         const struct q4kh_tensor *out);
 
@@ -329,5 +332,15 @@ q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,
                                const struct q4kh_tensor *pos,
                                const struct q4kh_attn_params *params,
                                const struct q4kh_tensor *out);
+/* ABI 1.8: attention_ext through a block table over pools of pages; the
+ * positions and the table's pages checked on the device (faults
+ * CUDA_FAULT_ATTENTION_POS, CUDA_FAULT_ATTENTION_PAGES). */
+q4kh_status cuda_attention_paged(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                 const struct q4kh_tensor *k_pool,
+                                 const struct q4kh_tensor *v_pool,
+                                 const struct q4kh_tensor *pos,
+                                 const struct q4kh_tensor *pages, int32_t page_size,
+                                 const struct q4kh_attn_params *params,
+                                 const struct q4kh_tensor *out);
 
 #endif

@@ -86,7 +86,7 @@ static __device__ void attend(const struct cuda_view &q,
 
 		for (int c = warp; c < n; c += warps) {
 			const K *kr = (const K *)(k.data + g * k.nb[1] +
-			                          (j0 + c) * k.nb[2]);
+			                          key_row(p, j0 + c, fault) * k.nb[2]);
 			float s = 0.0f;
 
 			for (int64_t d = lane; d < hd; d += 32)
@@ -115,7 +115,7 @@ static __device__ void attend(const struct cuda_view &q,
 
 			for (int c = 0; c < n; c++) {
 				const V *vr = (const V *)(v.data + g * v.nb[1] +
-				                          (j0 + c) * v.nb[2]);
+				                          key_row(p, j0 + c, fault) * v.nb[2]);
 				a += sc[c] * cache_at(vr, d);
 			}
 			acc[d] = a;
@@ -438,7 +438,7 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	for (int64_t jb = j0 + warp * SPLIT_KEYS; jb < j1;
 	     jb += SPLIT_WARPS * SPLIT_KEYS) {
 		const int64_t j = jb + key < j1 ? jb + key : j1 - 1;
-		const KV *kr = (const KV *)(k.data + kh * k.nb[1] + j * k.nb[2]);
+		const KV *kr = (const KV *)(k.data + kh * k.nb[1] + key_row(p, j, fault) * k.nb[2]);
 		float kf[D][8], vf[SPLIT_KEYS][D], sc[SPLIT_MAX_GROUP];
 
 #pragma unroll
@@ -448,7 +448,7 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 		for (int b = 0; b < SPLIT_KEYS; b++) {
 			const int64_t jv = jb + b < j1 ? jb + b : j1 - 1;
 
-			loadd<D>((const KV *)(v.data + kh * v.nb[1] + jv * v.nb[2]),
+			loadd<D>((const KV *)(v.data + kh * v.nb[1] + key_row(p, jv, fault) * v.nb[2]),
 			         lane * D, vf[b]);
 		}
 #pragma unroll
@@ -620,16 +620,16 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 	if ((e = cuda_launch_flash(q, k, v, p, out, cc_major, fault, s)) != cudaErrorNotSupported)
 		return e;
 	if (k16 && v16)
-		attention_kernel<__half, __half>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<__half, __half><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                                 *out, fault);
 	else if (k16)
-		attention_kernel<__half, float>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<__half, float><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                                *out, fault);
 	else if (v16)
-		attention_kernel<float, __half>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<float, __half><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                                *out, fault);
 	else
-		attention_kernel<float, float>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<float, float><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                               *out, fault);
 	return cudaGetLastError();
 }

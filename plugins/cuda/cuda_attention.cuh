@@ -13,7 +13,8 @@
 
 /*
  * The position of query t in *POS: pos[t] from the device, checked
- * against the cache's length, or pos0 + t. 0 on a fault.
+ * against the cache's length (over pages, the block table's keys), or
+ * pos0 + t. 0 on a fault.
  */
 static __device__ __forceinline__ bool query_pos(const struct cuda_attn &p,
                                                  const struct cuda_view &k,
@@ -25,7 +26,27 @@ static __device__ __forceinline__ bool query_pos(const struct cuda_attn &p,
 		return true;
 	}
 	*pos = p.pos[t];
-	return index_ok(fault, CUDA_FAULT_ATTENTION_POS, t, p.pos[t], k.ne[2]);
+	return index_ok(fault, CUDA_FAULT_ATTENTION_POS, t, p.pos[t],
+	                p.pages ? p.n_table * p.page_size : k.ne[2]);
+}
+
+/*
+ * The cache row of key J: J itself, or over pages (attention_paged) its
+ * slot through the block table, pages[j / page_size] * page_size +
+ * j % page_size. A page outside the pools is a fault, and row 0 is read
+ * instead (the call fails at the next synchronisation).
+ */
+static __device__ __forceinline__ int64_t key_row(const struct cuda_attn &p, int64_t j,
+                                                  int32_t *fault)
+{
+	if (!p.pages)
+		return j;
+	const int64_t b = j / p.page_size;
+	const int32_t page = p.pages[b];
+
+	if (!index_ok(fault, CUDA_FAULT_ATTENTION_PAGES, b, page, p.n_pages))
+		return 0;
+	return (int64_t)page * p.page_size + j % p.page_size;
 }
 
 /* The first key that a query at POS sees. */

@@ -241,6 +241,8 @@ static const char *fault_name(int32_t code)
 		return "attention_ext pos";
 	case CUDA_FAULT_MUL_MAT_ID_IDS:
 		return "mul_mat_id ids";
+	case CUDA_FAULT_ATTENTION_PAGES:
+		return "attention_paged pages";
 	default:
 		return "an index tensor";
 	}

@@ -182,8 +182,10 @@ flash_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 			uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
 
 			if (j <= hi) {
-				kx = *(const uint4 *)(kbase + j * k.nb[2] + 2 * d);
-				vx = *(const uint4 *)(vbase + j * v.nb[2] + 2 * d);
+				const int64_t row = key_row(p, j, fault);
+
+				kx = *(const uint4 *)(kbase + row * k.nb[2] + 2 * d);
+				vx = *(const uint4 *)(vbase + row * v.nb[2] + 2 * d);
 			}
 			*(uint4 *)&ks[r][d] = kx;
 			*(uint4 *)&vs[r][d] = vx;

@@ -34,6 +34,13 @@ struct cuda_attn {
 	const int32_t *pos;
 	int32_t window;
 	float scale, softcap;
+	/* attention_paged (ABI 1.8): the block table on the device, its
+	 * length, the page size and the pools' pages; pages NULL: key j is
+	 * row j of the cache */
+	const int32_t *pages;
+	int64_t n_table;
+	int32_t page_size;
+	int64_t n_pages;
 };
 
 /*
@@ -63,6 +70,7 @@ enum cuda_fault {
 	CUDA_FAULT_SET_ROWS_ROWS,
 	CUDA_FAULT_ATTENTION_POS,
 	CUDA_FAULT_MUL_MAT_ID_IDS,
+	CUDA_FAULT_ATTENTION_PAGES,
 };
 #define CUDA_FAULT_WORDS 4
 

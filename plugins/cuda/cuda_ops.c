@@ -334,6 +334,7 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
                         const struct q4kh_tensor *q,
                         const struct q4kh_tensor *k_cache,
                         const struct q4kh_tensor *v_cache, const int32_t *pos,
+                        const struct q4kh_tensor *pages, int32_t page_size,
                         const struct q4kh_attn_params *params,
                         const struct q4kh_tensor *out)
 {
@@ -354,6 +355,10 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
 	a.window = params->window;
 	a.scale = params->scale;
 	a.softcap = params->softcap;
+	a.pages = pages ? (const int32_t *)(pages->buffer->ptr + pages->offset) : NULL;
+	a.n_table = pages ? pages->ne[0] : 0;
+	a.page_size = page_size;
+	a.n_pages = pages ? k_cache->ne[2] / page_size : 0;
 	vq = cuda_view_of(q);
 	vk = cuda_view_of(k_cache);
 	vv = cuda_view_of(v_cache);
@@ -383,7 +388,7 @@ q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 
 	if ((st = q4kh_check_attention(&c, q, k_cache, v_cache, params, out)))
 		return st;
-	return cuda_attend(dev, "attention", q, k_cache, v_cache, NULL, params, out);
+	return cuda_attend(dev, "attention", q, k_cache, v_cache, NULL, NULL, 0, params, out);
 }
 
 /* --- moe_route, mul_mat_id: mixture-of-experts layers (ABI 1.7) --- */

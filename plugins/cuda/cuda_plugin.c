@@ -183,6 +183,7 @@ const struct q4kh_backend_v1 cuda_backend = {
 	.arith = Q4KH_ARITH_F16,
 	.moe_route = cuda_moe_route,
 	.mul_mat_id = cuda_mul_mat_id,
+	.attention_paged = cuda_attention_paged,
 };
 
 #ifdef __clang__

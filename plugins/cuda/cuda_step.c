@@ -207,5 +207,23 @@ q4kh_status cuda_attention_ext(q4kh_device_ctx *dev,
 	                                   out)))
 		return st;
 	return cuda_attend(dev, "attention_ext", q, k_cache, v_cache,
-	                   index_data(pos), params, out);
+	                   index_data(pos), NULL, 0, params, out);
+}
+
+q4kh_status cuda_attention_paged(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
+                                 const struct q4kh_tensor *k_pool,
+                                 const struct q4kh_tensor *v_pool,
+                                 const struct q4kh_tensor *pos,
+                                 const struct q4kh_tensor *pages, int32_t page_size,
+                                 const struct q4kh_attn_params *params,
+                                 const struct q4kh_tensor *out)
+{
+	const struct q4kh_check c = cuda_contract(dev);
+	q4kh_status st;
+
+	if ((st = q4kh_check_attention_paged(&c, q, k_pool, v_pool, pos, pages, page_size, params,
+	                                     out)))
+		return st;
+	return cuda_attend(dev, "attention_paged", q, k_pool, v_pool, index_data(pos), pages,
+	                   page_size, params, out);
 }

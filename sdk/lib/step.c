@@ -24,6 +24,7 @@ const char *q4kh_step_op_name(uint32_t op)
 		[Q4KH_OP_COPY] = "copy",         [Q4KH_OP_UNARY] = "unary",
 		[Q4KH_OP_SSM_CONV] = "ssm_conv", [Q4KH_OP_DELTA_NET] = "delta_net",
 		[Q4KH_OP_MOE_ROUTE] = "moe_route", [Q4KH_OP_MUL_MAT_ID] = "mul_mat_id",
+		[Q4KH_OP_ATTENTION_PAGED] = "attention_paged",
 	};
 
 	return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown op";
@@ -575,6 +576,17 @@ q4kh_status q4kh_step_issue_node(const struct q4kh_backend_v1 *t, q4kh_device_ct
 			break;
 		CALL(t->mul_mat_id(dev, s0, s1, TEN(g, n->src[2]), out), "mul_mat_id");
 		return Q4KH_OK;
+	case Q4KH_OP_ATTENTION_PAGED: {
+		const struct q4kh_attn_params p = { .struct_size = sizeof(p), .window = n->i[0],
+			                            .scale = n->f[0], .softcap = n->f[1] };
+
+		if (!Q4KH_BACKEND_HAS(t, attention_paged))
+			break;
+		CALL(t->attention_paged(dev, s0, s1, TEN(g, n->src[2]), TEN(g, n->src[3]),
+		                        TEN(g, n->src[4]), n->i[1], &p, out),
+		     "attention_paged");
+		return Q4KH_OK;
+	}
 	}
 	return refuse(fail, i, q4kh_step_op_name(n->op),
 	              "node %d (%s): the backend has no entry for op %u", i,

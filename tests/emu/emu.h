@@ -103,6 +103,31 @@ static inline float4 __ldg(const float4 *p)
 	return *p;
 }
 
+static inline uint4 __ldg(const uint4 *p)
+{
+	emu_check_align(p, 16);
+	return *p;
+}
+
+/* A load past L1 (cache global): a plain load here, as every thread sees
+ * one memory. */
+template <typename T>
+static inline T __ldcg(const T *p)
+{
+	emu_check_align(p, sizeof(T) < 16 ? sizeof(T) : 16);
+	return *p;
+}
+
+static inline void __threadfence(void)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline int atomicAdd(int *p, int v)
+{
+	return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+
 static inline int atomicCAS(int *p, int compare, int value)
 {
 	__atomic_compare_exchange_n(p, &compare, value, false, __ATOMIC_SEQ_CST,

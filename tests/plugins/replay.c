@@ -90,6 +90,14 @@
  *                 whose index is off by one for some rows): right in every
  *                 one-token step, wrong at those prompt positions of a
  *                 mixture-of-experts model (tests/test_archs.c).
+ *   REPLAY_PAGE:  of kind "cpu" (tried before the reference), replays
+ *                 exact, but its attention_paged (ABI 1.8) reads each key
+ *                 past a sequence's first page from the page before the one
+ *                 its block table names (the table indexed one entry early,
+ *                 as a kernel that loads entry b - 1 would): right in every
+ *                 step over a contiguous cache and over a first page, wrong
+ *                 past it; F2's paged batched steps (rule set 6) must
+ *                 reject it there (tests/test_validate.c).
  *   OP_DEFECTS:   ABI 1.2, replays exact, but three ops are wrong in ways
  *                 q4khost conformance must see: rms_norm uses 1000 times
  *                 the eps it is given, scale writes one byte past its
@@ -100,6 +108,9 @@
  *                 step (a residual add), as a backend whose fused walk
  *                 loses a node would; q4khost conformance's whole-step
  *                 cases must see it and its op cases must not.
+ * Only REPLAY_OK and REPLAY_PAGE have attention_paged: the others' tables
+ * end their entries at ABI 1.7's, so F2 judges them on the steps their
+ * defects are in, over contiguous caches, as before rule set 6.
  * CPU_PLUGIN is the path of the cpu plugin to wrap. Every variant but
  * REPLAY_V1_1 (whose table ends before the field) declares f16
  * arithmetic: the reference's ops on the F16 KV cache the host gives
@@ -130,7 +141,8 @@ struct q4kh_backend_ctx {
 enum call_op {
 	C_GET_ROWS, C_MUL_MAT, C_RMS_NORM, C_ROPE, C_ADD, C_MUL, C_SCALE,
 	C_GLU, C_COPY, C_ATTENTION, C_GET_ROWS_EXT, C_ROPE_EXT, C_SET_ROWS,
-	C_ATTENTION_EXT, C_UNARY, C_SSM_CONV, C_DELTA_NET, C_MOE_ROUTE, C_MUL_MAT_ID
+	C_ATTENTION_EXT, C_UNARY, C_SSM_CONV, C_DELTA_NET, C_MOE_ROUTE, C_MUL_MAT_ID,
+	C_ATTENTION_PAGED
 };
 
 #define CALL_TENSORS 7
@@ -447,6 +459,8 @@ static q4kh_status issue_op(q4kh_device_ctx *d, const struct call *c)
 	}
 	case C_MOE_ROUTE: return in->moe_route(d->dev, t[0], c->i, t[1], t[2]);
 	case C_MUL_MAT_ID: return in->mul_mat_id(d->dev, t[0], t[1], t[2], t[3]);
+	case C_ATTENTION_PAGED:
+		return in->attention_paged(d->dev, t[0], t[1], t[2], t[3], t[4], c->i, &c->attn, t[5]);
 	}
 	return fail(d->b, Q4KH_ERR_INTERNAL, "unknown recorded call");
 }
@@ -512,6 +526,40 @@ static q4kh_status misroute(q4kh_device_ctx *d, const struct call *c)
 }
 #endif
 
+#ifdef REPLAY_PAGE
+/*
+ * attention_paged call C with its block table read one entry early past
+ * the first (entry b >= 1 as entry b - 1): the table rewritten on the
+ * device for the call, and put back after it.
+ */
+static q4kh_status early_pages(q4kh_device_ctx *d, const struct call *c)
+{
+	const struct q4kh_tensor *p = &c->t[4];
+	const uint64_t bytes = sizeof(int32_t) * (uint64_t)p->ne[0];
+	int32_t *was = malloc(bytes), *early = malloc(bytes);
+	q4kh_status st = was && early ? d->b->in->buffer_download(d->dev, p->buffer, p->offset,
+	                                                          was, bytes)
+	                              : Q4KH_ERR_NOMEM;
+
+	if (!st) {
+		early[0] = was[0];
+		for (int64_t b = 1; b < p->ne[0]; b++)
+			early[b] = was[b - 1];
+		st = d->b->in->buffer_upload(d->dev, p->buffer, p->offset, early, bytes);
+	}
+	if (!st) {
+		q4kh_status back;
+
+		st = issue_op(d, c);
+		back = d->b->in->buffer_upload(d->dev, p->buffer, p->offset, was, bytes);
+		st = st ? st : back;
+	}
+	free(was);
+	free(early);
+	return st == Q4KH_ERR_NOMEM ? fail(d->b, st, "cannot read a block table early") : st;
+}
+#endif
+
 /* Issue call C, with this variant's defect. */
 static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 {
@@ -554,6 +602,10 @@ static q4kh_status issue(q4kh_device_ctx *d, const struct call *c)
 		early.t[0].offset -= (uint64_t)c->t[0].nb[2];
 		c = &early;
 	}
+#endif
+#ifdef REPLAY_PAGE
+	if (c->op == C_ATTENTION_PAGED)
+		return early_pages(d, c);
 #endif
 #ifdef REPLAY_REUSE
 	if (c->op == C_COPY && c->t[0].type == Q4KH_TYPE_F16 && c->t[1].type == Q4KH_TYPE_F16 &&
@@ -863,6 +915,29 @@ static q4kh_status r_attention_ext(q4kh_device_ctx *d,
 	return run(d, c, NULL, 0, 3);
 }
 
+#if defined(REPLAY_OK) || defined(REPLAY_PAGE)
+static q4kh_status r_attention_paged(q4kh_device_ctx *d, const struct q4kh_tensor *q,
+                                     const struct q4kh_tensor *k, const struct q4kh_tensor *v,
+                                     const struct q4kh_tensor *pos,
+                                     const struct q4kh_tensor *pages, int32_t page_size,
+                                     const struct q4kh_attn_params *p,
+                                     const struct q4kh_tensor *out)
+{
+	struct call c = { .op = C_ATTENTION_PAGED, .i = page_size };
+
+	if (!p)
+		return fail(d->b, Q4KH_ERR_INVALID, "attention_paged: params is NULL");
+	c.attn = *p;
+	T(c, 0, q);
+	T(c, 1, k);
+	T(c, 2, v);
+	T(c, 3, pos);
+	T(c, 4, pages);
+	T(c, 5, out);
+	return run(d, c, NULL, 0, 3);
+}
+#endif
+
 static q4kh_status r_unary(q4kh_device_ctx *d, q4kh_unary_kind kind,
                            const struct q4kh_tensor *x,
                            const struct q4kh_tensor *out)
@@ -1040,6 +1115,9 @@ static const struct q4kh_backend_v1 table = {
 	.moe_route = r_moe_route,
 	.mul_mat_id = r_mul_mat_id,
 #endif
+#if defined(REPLAY_OK) || defined(REPLAY_PAGE)
+	.attention_paged = r_attention_paged,
+#endif
 	.init = r_init,
 	.shutdown = r_shutdown,
 	.last_error = r_last_error,
@@ -1093,7 +1171,7 @@ static const struct q4kh_plugin_desc desc = {
 	.build_id = "test",
 	.backend = &table,
 #if defined(REPLAY_CODE_TOKEN) || defined(REPLAY_NO_Q8_0) || defined(REPLAY_BATCHED) || \
-	defined(REPLAY_ROUTE) || defined(REPLAY_REUSE)
+	defined(REPLAY_ROUTE) || defined(REPLAY_REUSE) || defined(REPLAY_PAGE)
 	.backend_kind = "cpu",
 #endif
 };

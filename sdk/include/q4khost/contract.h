@@ -781,6 +781,42 @@ static inline q4kh_status q4kh_check_attention_ext(const struct q4kh_check *c,
 	return q4kh_check_disjoint(c, "attention out", out, "pos", pos);
 }
 
+/*
+ * attention_paged: as attention_ext, over pools {hd, H_kv, n_slots} of
+ * pages of PAGE_SIZE tokens (n_slots a multiple of it) through the block
+ * table pages I32 {B}; out apart from pos and pages. The values of pos
+ * (in [0, B * page_size)) and of pages (in [0, n_slots / page_size)) are
+ * the backend's: q4kh_check_index_values on each.
+ */
+static inline q4kh_status q4kh_check_attention_paged(const struct q4kh_check *c,
+                                                     const struct q4kh_tensor *q,
+                                                     const struct q4kh_tensor *k_pool,
+                                                     const struct q4kh_tensor *v_pool,
+                                                     const struct q4kh_tensor *pos,
+                                                     const struct q4kh_tensor *pages,
+                                                     int32_t page_size,
+                                                     const struct q4kh_attn_params *params,
+                                                     const struct q4kh_tensor *out)
+{
+	q4kh_status st;
+
+	if ((st = q4kh__check_attn_tensors(c, q, k_pool, v_pool, out)) ||
+	    (st = q4kh__check_attn_params(c, params, q->ne[2], k_pool->ne[2], 0)) ||
+	    (st = q4kh_check_index(c, "attention_paged pos", pos, q->ne[2])) ||
+	    (st = q4kh_check_tensor(c, "attention_paged pages", pages,
+	                            Q4KH_TYPE_BIT(Q4KH_TYPE_I32))) ||
+	    (st = q4kh_check_shape(c, "attention_paged pages", pages, -1, 1, 1, 1)) ||
+	    (st = q4kh_check_disjoint(c, "attention out", out, "pos", pos)) ||
+	    (st = q4kh_check_disjoint(c, "attention out", out, "pages", pages)))
+		return st;
+	if (page_size < 1 || k_pool->ne[2] % page_size)
+		return q4kh__check_fail(c,
+		                        "attention_paged: page_size %d, expected >= 1 and "
+		                        "dividing the pools' %lld slots",
+		                        page_size, (long long)k_pool->ne[2]);
+	return Q4KH_OK;
+}
+
 /* unary: a known kind; out x's shape, in place or apart. */
 static inline q4kh_status q4kh_check_unary(const struct q4kh_check *c,
                                            q4kh_unary_kind kind,

@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 7
+#define Q4KH_ABI_MINOR 8
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -263,7 +263,14 @@ typedef enum q4kh_op {
 	/* ABI 1.7: a mixture-of-experts layer (moe_route, mul_mat_id) */
 	Q4KH_OP_MOE_ROUTE = 14, /* src logits, ids (I32 {k, T}, written);
 	                           out the weights; i[0] norm */
-	Q4KH_OP_MUL_MAT_ID = 15 /* src w (a weight value {K, N, E}), x, ids */
+	Q4KH_OP_MUL_MAT_ID = 15, /* src w (a weight value {K, N, E}), x, ids */
+	/* ABI 1.8: attention over a paged KV cache (attention_paged) */
+	Q4KH_OP_ATTENTION_PAGED = 16 /* src q, k_pool, v_pool, pos, pages (a
+	                                PAGES value or a view of one); i[0]
+	                                window, i[1] page_size; f[0] scale,
+	                                f[1] softcap. Its keys and values are
+	                                written by SET_ROWS nodes whose rows
+	                                are a SLOTS value (or a view) */
 } q4kh_op;
 
 /* What a value of a step graph is. */
@@ -273,7 +280,13 @@ typedef enum q4kh_value_kind {
 	Q4KH_VAL_POS = 2,   /* the step's positions, I32 {T}; the cache rows */
 	Q4KH_VAL_ACT = 3,   /* an activation in the step's scratch: f32, or
 	                       I32 for moe_route's expert ids (ABI 1.7) */
-	Q4KH_VAL_VIEW = 4   /* bytes of another value (base), reshaped */
+	Q4KH_VAL_VIEW = 4,  /* bytes of another value (base), reshaped */
+	/* ABI 1.8, steps over a paged KV cache; rewritten before every run,
+	 * as IDS and POS are: */
+	Q4KH_VAL_SLOTS = 5, /* the pool slot of each of the step's tokens,
+	                       I32 {T}: the rows its SET_ROWS nodes write */
+	Q4KH_VAL_PAGES = 6  /* each sequence's block table, I32 {B, n_seqs}:
+	                       column j sequence j's (attention_paged) */
 } q4kh_value_kind;
 
 #define Q4KH_STEP_SRC 6 /* sources a node names at most */
@@ -372,9 +385,9 @@ struct q4kh_step_run {
 };
 
 /*
- * Backend function table, ABI 1.7 (1.0 ends at native_device, 1.1 at
+ * Backend function table, ABI 1.8 (1.0 ends at native_device, 1.1 at
  * graph_free, 1.2 and 1.3 at delta_net, 1.4 at rope_store, 1.5 at
- * norm_add_rms_norm, 1.6 at reserved_1_6). All tensors
+ * norm_add_rms_norm, 1.6 at reserved_1_6, 1.7 at mul_mat_id). All tensors
  * passed to ops live in buffers of the same device context. Ops may run
  * asynchronously, in the order they are issued; synchronize() waits for
  * all of them. Types: f32 unless said otherwise. An op's output may be one of its inputs only
@@ -802,7 +815,8 @@ struct q4kh_backend_v1 {
 	 *
 	 * graph_compute: enqueue one run of the step. Between two runs the
 	 * host changes nothing but the contents of the IDS and POS values
-	 * (one buffer_upload before each run) and what the step itself writes
+	 * (and of SLOTS and PAGES, ABI 1.8; one buffer_upload before each
+	 * run) and what the step itself writes
 	 * (caches, states); a backend may therefore record the step once and
 	 * replay it. Asynchronous like any op: errors of the run (an id or a
 	 * position out of range) are reported by it or by the next call that
@@ -867,6 +881,41 @@ struct q4kh_backend_v1 {
 	                          const struct q4kh_tensor *x,
 	                          const struct q4kh_tensor *ids,
 	                          const struct q4kh_tensor *y);
+
+	/*
+	 * ABI 1.8, optional: attention_ext over a paged KV cache (Kwon et al.
+	 * 2023, vLLM's PagedAttention; docs/plugin-abi.md, "Paged KV cache").
+	 * Every sequence's keys and values live in a layer's pools of pages
+	 * of page_size (>= 1) tokens: k_pool and v_pool {hd, n_kv, n_slots},
+	 * f32 or f16, of one shape, n_slots a multiple of page_size (page i
+	 * is slots i * page_size .. i * page_size + page_size - 1). pages
+	 * I32 {B} is one sequence's block table: its key at position j is
+	 * pool slot
+	 *   pages[j / page_size] * page_size + j % page_size.
+	 * Query t at position pos[t] (pos I32 {T}) sees key j iff j <= pos[t]
+	 * and (window == 0 or pos[t] - j < window); params->pos0 is ignored.
+	 * Every pos[t] lies in [0, B * page_size) and every pages[b] in
+	 * [0, n_slots / page_size); a value outside fails the call as a
+	 * set_rows row does. The result is attention_ext's over a contiguous
+	 * cache holding the table's rows at positions 0, 1, ... (the same
+	 * keys in the same order): the reference gives the same bits both
+	 * ways. Slots of pages the table does not name, and slots past the
+	 * keys a query sees, are never read. The pools are written by
+	 * set_rows with rows = each token's slot (the slot mapping); two
+	 * sequences may name the same page (a shared prefix) in their tables.
+	 * pos and pages are device tensors read when the op runs, as the 1.2
+	 * entries' positions are. q, out: as attention_ext's; out apart from
+	 * pos and pages. Checks: q4kh_check_attention_paged.
+	 */
+	q4kh_status (*attention_paged)(q4kh_device_ctx *dev,
+	                               const struct q4kh_tensor *q,
+	                               const struct q4kh_tensor *k_pool,
+	                               const struct q4kh_tensor *v_pool,
+	                               const struct q4kh_tensor *pos,
+	                               const struct q4kh_tensor *pages,
+	                               int32_t page_size,
+	                               const struct q4kh_attn_params *params,
+	                               const struct q4kh_tensor *out);
 };
 
 /*

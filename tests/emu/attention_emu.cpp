@@ -1,0 +1,264 @@
+/*
+ * The cuda backend's attention over pages (attention_paged, ABI 1.8:
+ * plugins/cuda/cuda_attention.cu with the block table read by
+ * cuda_attention.cuh's key_row) run on a host, with no GPU: the .cu file
+ * as it is, launch code included, each launch emulated by
+ * tests/emu/emu.h. Both of its forms: the split form of decode (scratch
+ * given, head dimensions 64 and 128) and the one-pass form (no scratch,
+ * head dimension 96); the tensor-core form (cuda_flash.cu, mma.sync) has
+ * no emulation and declines here as it does before compute capability 8.0.
+ * For each: F16 and F32 caches, pages of 16 and of 7, block tables that
+ * shuffle the pools' pages (two more pages than a table names, NaN in
+ * every row no key of the table is in: read, they show), a window, one and
+ * several queries at any positions:
+ *  - over pages, the bits the same kernel gives over a contiguous cache
+ *    holding the same rows (only the rows' addresses differ);
+ *  - both within a bound of the attention computed here in double from the
+ *    cache's values (plugin.h, attention_ext);
+ *  - a table entry outside the pools that a query reads is the fault
+ *    CUDA_FAULT_ATTENTION_PAGES with its index, value and limit.
+ * Built and run by scripts/cuda-emulate.sh; exit 0 when everything agrees.
+ */
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "emu.h"
+
+/* cuda_pdl.cuh, emulated: the split form's launch is emu.h's, its waits
+ * and releases do nothing (one launch at a time). */
+#define Q4KHOST_CUDA_PDL_CUH
+static void q4kh_pdl_wait(void) {}
+static void q4kh_pdl_release(void) {}
+template <typename... P, typename... A>
+static cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t s, A &&...args)
+{
+	emu_launch(kernel, emu_cfg(grid, block, smem, s), std::forward<A>(args)...);
+	return cudaSuccess;
+}
+
+/* The .cu file, its launches rewritten for emu.h by the script. */
+#include "cuda_attention.emu.cu"
+
+/* cuda_flash.cu's tensor cores have no emulation: they decline, as they
+ * do on a device before compute capability 8.0. */
+extern "C" cudaError_t cuda_launch_flash(const struct cuda_view *, const struct cuda_view *,
+                                         const struct cuda_view *, const struct cuda_attn *,
+                                         const struct cuda_view *, int, int32_t *,
+                                         cudaStream_t)
+{
+	return cudaErrorNotSupported;
+}
+
+static std::mt19937_64 rng(7);
+
+static double urand(void)
+{
+	return (double)(rng() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* A contiguous {n0, n1, n2} view over BYTES of its own. */
+struct buf {
+	std::vector<unsigned char> bytes;
+	cuda_view v{};
+
+	buf(uint32_t type, int64_t n0, int64_t n1, int64_t n2)
+	{
+		const int64_t es = type == Q4KH_TYPE_F16 ? 2 : 4;
+
+		bytes.resize((size_t)(es * n0 * n1 * n2));
+		v.data = (char *)bytes.data();
+		v.type = type;
+		v.ne[0] = n0;
+		v.ne[1] = n1;
+		v.ne[2] = n2;
+		v.ne[3] = 1;
+		v.nb[0] = es;
+		v.nb[1] = es * n0;
+		v.nb[2] = v.nb[1] * n1;
+		v.nb[3] = v.nb[2] * n2;
+	}
+	void put(int64_t i, float x)
+	{
+		if (v.type == Q4KH_TYPE_F16)
+			((__half *)v.data)[i] = __float2half(x);
+		else
+			((float *)v.data)[i] = x;
+	}
+	double get(int64_t i) const
+	{
+		return v.type == Q4KH_TYPE_F16 ? (double)__half2float(((const __half *)v.data)[i])
+		                               : (double)((const float *)v.data)[i];
+	}
+};
+
+struct attn_case {
+	const char *name;
+	int64_t hd, nh, nkv, n_ctx;
+	int32_t window;
+	uint32_t type;
+	std::vector<int32_t> pos;
+	bool split; /* give scratch: the split form, where it takes the shape */
+};
+
+/* Run C once over CACHE (K, V) with the table PAGES (NULL: contiguous);
+ * the output, and the fault words into FAULT. */
+static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, const buf &v,
+                              const int32_t *pos, const int32_t *pages, int64_t n_table,
+                              int32_t page, int32_t *fault)
+{
+	const int64_t T = (int64_t)c.pos.size();
+	buf out(Q4KH_TYPE_F32, c.hd, c.nh, T);
+	cuda_attn a{};
+	std::vector<unsigned char> scratch;
+	size_t need;
+
+	a.pos = pos;
+	a.window = c.window;
+	a.scale = (float)(1.0 / sqrt((double)c.hd));
+	a.pages = pages;
+	a.n_table = n_table;
+	a.page_size = page;
+	a.n_pages = pages ? k.v.ne[2] / page : 0;
+	need = cuda_attention_scratch(&q.v, &k.v, &v.v, 4);
+	scratch.assign(need, 0);
+	memset(fault, 0, sizeof(int32_t) * CUDA_FAULT_WORDS);
+	if (cuda_launch_attention(&q.v, &k.v, &v.v, &a, &out.v,
+	                          c.split && need ? scratch.data() : NULL, 4, 7, fault,
+	                          0) != cudaSuccess) {
+		fprintf(stderr, "  %s: the launch failed\n", c.name);
+		exit(1);
+	}
+	return std::vector<float>((const float *)out.v.data,
+	                          (const float *)out.v.data + c.hd * c.nh * T);
+}
+
+/* Case C with pages of PAGE: 0 when everything agrees. */
+static int check(const attn_case &c, int32_t page)
+{
+	const int64_t T = (int64_t)c.pos.size(), row = c.hd * c.nkv;
+	const int64_t n_table = (c.n_ctx + page - 1) / page, n_pages = n_table + 2;
+	buf q(Q4KH_TYPE_F32, c.hd, c.nh, T), k(c.type, c.hd, c.nkv, c.n_ctx),
+		v(c.type, c.hd, c.nkv, c.n_ctx), kp(c.type, c.hd, c.nkv, n_pages * page),
+		vp(c.type, c.hd, c.nkv, n_pages * page);
+	std::vector<int32_t> table((size_t)n_pages);
+	int32_t fault[CUDA_FAULT_WORDS];
+	int bad = 0;
+
+	for (int64_t i = 0; i < c.hd * c.nh * T; i++)
+		q.put(i, (float)(2.0 * urand() - 1.0));
+	for (int64_t i = 0; i < row * c.n_ctx; i++) {
+		k.put(i, (float)(2.0 * urand() - 1.0));
+		v.put(i, (float)(2.0 * urand() - 1.0));
+	}
+	for (int64_t i = 0; i < n_pages; i++)
+		table[(size_t)i] = (int32_t)i;
+	std::shuffle(table.begin(), table.end(), rng);
+	for (int64_t i = 0; i < row * n_pages * page; i++) {
+		kp.put(i, NAN);
+		vp.put(i, NAN);
+	}
+	for (int64_t j = 0; j < c.n_ctx; j++) {
+		const int64_t s = (int64_t)table[(size_t)(j / page)] * page + j % page;
+
+		memcpy(kp.v.data + s * kp.v.nb[2], k.v.data + j * k.v.nb[2], (size_t)k.v.nb[2]);
+		memcpy(vp.v.data + s * vp.v.nb[2], v.v.data + j * v.v.nb[2], (size_t)v.v.nb[2]);
+	}
+
+	const std::vector<float> flat = run(c, q, k, v, c.pos.data(), NULL, 0, 0, fault);
+	const std::vector<float> paged = run(c, q, kp, vp, c.pos.data(), table.data(), n_table,
+	                                     page, fault);
+
+	if (fault[0]) {
+		fprintf(stderr, "  %s, pages of %d: fault %d\n", c.name, page, fault[0]);
+		return 1;
+	}
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t h = 0; h < c.nh; h++) {
+			const int64_t p = c.pos[(size_t)t], g = h / (c.nh / c.nkv);
+			const int64_t first = c.window && p - c.window + 1 > 0 ? p - c.window + 1 : 0;
+			std::vector<double> s((size_t)(p - first + 1));
+			double mx = -INFINITY, sum = 0;
+
+			for (int64_t j = first; j <= p; j++) {
+				double d = 0;
+
+				for (int64_t i = 0; i < c.hd; i++)
+					d += (double)((const float *)q.v.data)[(t * c.nh + h) * c.hd + i] *
+					     k.get((j * c.nkv + g) * c.hd + i);
+				s[(size_t)(j - first)] = d / sqrt((double)c.hd);
+				mx = fmax(mx, s[(size_t)(j - first)]);
+			}
+			for (double &x : s)
+				sum += x = exp(x - mx);
+			for (int64_t i = 0; i < c.hd; i++) {
+				const size_t at = (size_t)((t * c.nh + h) * c.hd + i);
+				double want = 0;
+
+				for (int64_t j = first; j <= p; j++)
+					want += s[(size_t)(j - first)] * v.get((j * c.nkv + g) * c.hd + i);
+				want /= sum;
+				if (memcmp(&paged[at], &flat[at], sizeof(float)) && bad++ < 3)
+					fprintf(stderr, "  %s, pages of %d: out[%zu] = %.9g over pages, %.9g contiguous\n",
+					        c.name, page, at, (double)paged[at], (double)flat[at]);
+				if (!(fabs(flat[at] - want) <= 1e-4 * (1.0 + fabs(want))) && bad++ < 3)
+					fprintf(stderr, "  %s: out[%zu] = %.9g, float64 %.9g\n", c.name, at,
+					        (double)flat[at], want);
+			}
+		}
+	return bad != 0;
+}
+
+/* A table entry past the pools, read by the query at 40: the fault. */
+static int check_fault(void)
+{
+	const attn_case c = { "fault", 64, 1, 1, 64, 0, Q4KH_TYPE_F16, { 40 }, true };
+	buf q(Q4KH_TYPE_F32, 64, 1, 1), k(Q4KH_TYPE_F16, 64, 1, 64), v(Q4KH_TYPE_F16, 64, 1, 64);
+	const int32_t pages[3] = { 1, 3, 9 };
+	int32_t fault[CUDA_FAULT_WORDS];
+
+	run(c, q, k, v, c.pos.data(), pages, 3, 16, fault);
+	if (fault[0] != CUDA_FAULT_ATTENTION_PAGES || fault[1] != 2 || fault[2] != 9 ||
+	    fault[3] != 4) {
+		fprintf(stderr, "  fault words %d %d %d %d, expected %d 2 9 4\n", fault[0], fault[1],
+		        fault[2], fault[3], CUDA_FAULT_ATTENTION_PAGES);
+		return 1;
+	}
+	return 0;
+}
+
+int main(void)
+{
+	const attn_case cases[] = {
+		{ "decode, hd 128, GQA 4", 128, 8, 2, 300, 0, Q4KH_TYPE_F16, { 299 }, true },
+		{ "decode, hd 64, window 50, F32", 64, 4, 1, 200, 50, Q4KH_TYPE_F32, { 150 }, true },
+		{ "three queries anywhere, hd 128", 128, 4, 4, 120, 0, Q4KH_TYPE_F16, { 119, 3, 64 },
+		  true },
+		{ "one-pass, hd 96, five queries", 96, 6, 2, 90, 0, Q4KH_TYPE_F16,
+		  { 10, 11, 12, 50, 89 }, false },
+		{ "one-pass, hd 64, window 9, F32", 64, 2, 1, 40, 9, Q4KH_TYPE_F32, { 39, 0, 20 },
+		  false },
+	};
+	int failed = 0, n = 0;
+
+	for (const attn_case &c : cases)
+		for (int32_t page : { 16, 7 }) {
+			const int bad = check(c, page);
+
+			printf("%s  %s, pages of %d\n", bad ? "FAIL" : "ok  ", c.name, page);
+			failed += bad;
+			n++;
+		}
+	const int fault_bad = check_fault();
+
+	printf("%s  a table entry past the pools is a fault\n", fault_bad ? "FAIL" : "ok  ");
+	failed += fault_bad;
+	printf("attention: %d of %d checks failed\n", failed, n + 1);
+	return failed != 0;
+}
