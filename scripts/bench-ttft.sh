@@ -7,11 +7,12 @@
 #   run    a one-token answer in a fresh process, twice: "cold", after the
 #          model file's pages were dropped from the page cache
 #          (posix_fadvise DONTNEED: a process's first read of the file),
-#          and "second", right after (pages cached). The time is the
-#          process's wall time from its start to its exit: neither program
-#          reports from its start to its first token (q4khost run's own
-#          figure starts at its first line of code; it is in the log with
-#          its phases);
+#          and "second", right after (pages cached); q4khost's plugin
+#          verdicts are cached first (q4khost plugins: once per install,
+#          not per process). The time is the process's wall time from its
+#          start to its exit: neither program reports from its start to
+#          its first token (q4khost run's own figure starts at its first
+#          line of code; it is in the log with its phases);
 #   serve  a server started (its wall time until /v1/models answers in the
 #          log), then two streamed requests of different prompts, so that
 #          neither reuses the other's (scripts/serve-load.py): the first
@@ -22,7 +23,8 @@
 # length, TTFT in seconds, and the ratio of q4khost's to llama.cpp's same
 # row; then q4khost run's prefill rate in a fresh process (cold and
 # second) against q4khost bench's prefill of the same prompt after its
-# warm-up pass (issue 30 wants them within 10 %). Full outputs under
+# warm-up pass (issue 30 wants them within 10 %), and q4khost run's own
+# time to its first token with its start-up phases. Full outputs under
 # ${OUT:-/tmp}/bench-ttft.
 #
 #   scripts/bench-ttft.sh [--model NAME|FILE] [--prompts LIST] [--kernel K]
@@ -43,8 +45,8 @@
 #   --build, --lib  the q4khost build and carried libraries, as
 #                   scripts/gpu-check.sh takes them
 #   --prepare       only build llama.cpp and make the model, then stop
-#   --table DIR     only the table and the prefill lines, from the rows an
-#                   earlier call left in DIR (rows.tsv, prefill.tsv)
+#   --table DIR     only the tables, from the rows an earlier call left in
+#                   DIR (rows.tsv, prefill.tsv, phases.tsv)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -65,7 +67,8 @@ gen=4 # tokens a server request asks for: the first one is timed
 
 # The table from DIR/rows.tsv (engine, mode, prompt, seconds): each row
 # with its ratio to llama.cpp's row of the same mode and prompt; then the
-# prefill lines of DIR/prefill.tsv.
+# prefill lines of DIR/prefill.tsv and q4khost run's phases of
+# DIR/phases.tsv.
 show_table() {
 	python3 - "$1" <<'EOF'
 import csv, os, sys
@@ -85,6 +88,12 @@ if os.path.exists(path):
         run, bench = float(run), float(bench)
         ratio = "%.2f" % (run / bench) if bench > 0 else "-"
         print(" | ".join([what, p, "%.0f" % run, "%.0f" % bench, ratio]))
+path = os.path.join(d, "phases.tsv")
+if os.path.exists(path):
+    print()
+    print("q4khost run | prompt | first token s (its own clock) | plugins | model | choice | session | prefill")
+    for r in csv.reader(open(path), delimiter="\t"):
+        print(" | ".join(r))
 EOF
 }
 
@@ -108,24 +117,33 @@ with_llamacpp=0
 [[ ,$engines, == *,llama.cpp,* ]] && with_llamacpp=1
 bench_setup _build/main || exit 1
 
-bench_models "$model" || exit 1
-f=${files[0]}
-# llama.cpp for the GPU, or for the CPU (a build of its own) with --backend cpu.
+# The model made (one core) while llama.cpp builds (the others), for the
+# GPU, or for the CPU (a build of its own) with --backend cpu.
+bench_models "$model" &
+made=$!
 if [ $with_llamacpp -eq 1 ]; then
 	if [ "$backend" = cpu ]; then
 		lcp+=-cpu
-		build_llamacpp "$tarball" "$lcp" llama-completion,llama-server || exit 1
+		build_llamacpp "$tarball" "$lcp" llama-completion,llama-server
 	else
 		build_llamacpp "$tarball" "$lcp" llama-completion,llama-server \
-			-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
-	fi
+			-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+	fi || { wait $made; exit 1; }
 fi
+wait $made && bench_models "$model" || exit 1
+f=${files[0]}
 [ $prepare -eq 0 ] || exit 0
+
+# The enumeration helper's verdicts, cached per plugin file: what a first
+# command after an install pays once, not what each process does.
+"$q4k" plugins >"$out/plugins.log" 2>&1
 
 rows="$out/rows.tsv"
 prefill="$out/prefill.tsv"
+phases="$out/phases.tsv"
 : >"$rows"
 : >"$prefill"
+: >"$phases"
 kernel_args=()
 [ "$kernel" = none ] || kernel_args=(--kernel "$kernel")
 
@@ -163,17 +181,19 @@ except Exception:
     print("nan")' "$1" "$2"
 }
 
-# q4khost run's own time to its first token and its phases, from its JSON
-# output FILE, in one line.
+# q4khost run's own time to its first token and its phases (seconds,
+# tab-separated: first token, plugins, model, choice, session, prefill)
+# from its JSON output FILE; nan each when it has none.
 startup() { # FILE
 	python3 -c '
 import json, sys
 try:
     t = json.load(open(sys.argv[1]))["time_to_first_token"]
-except Exception as e:
-    sys.exit(print("no time_to_first_token (%s)" % e))
-print("%.3f s: %s, prefill %.3f" % (t["seconds"], ", ".join(
-    "%s %.3f" % (k[:-8], v) for k, v in t["startup"].items()), t["prefill_seconds"]))' "$1"
+    v = [t["seconds"]] + [t["startup"][k + "_seconds"] for k in
+                          ("plugins", "model", "choice", "session")] + [t["prefill_seconds"]]
+    print("\t".join("%.3f" % x for x in v))
+except Exception:
+    print("\t".join(["nan"] * 6))' "$1"
 }
 
 # Start a server (ARGS...) with its output in LOG, wait until PORT
@@ -221,7 +241,8 @@ for p in "${ps[@]}"; do
 			"$q4k" run -m "$f" --backend "$backend" "${kernel_args[@]}" --f2 off -n 1 \
 			--chat-template none -p "$text" --json)
 		printf 'q4khost\trun, %s\t%s\t%s\n' "$how" "$p" "$s" >>"$rows"
-		step "q4khost run, $how: $s s to exit; its own: $(startup "$base-run-$how.out")"
+		printf 'run, %s process\t%s\t%s\n' "$how" "$p" "$(startup "$base-run-$how.out")" >>"$phases"
+		step "q4khost run, $how: $s s to exit; its own (first token, plugins, model, choice, session, prefill): $(tail -1 "$phases" | cut -f3- | tr '\t' ' ')"
 		if [ $how = cold ]; then
 			step "q4khost bench, $p-token prompt"
 			bench_args=(--kernels "$kernel")
