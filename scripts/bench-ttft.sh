@@ -154,8 +154,9 @@ timed() { # LOG EVICT FILE ARGS...
 	python3 - "$@" <<'EOF'
 import os, subprocess, sys, time
 log, evict, path, cmd = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4:]
-if evict:
+if evict:  # written back first: dirty pages (a model just made) stay cached
     fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
 with open(log + ".out", "wb") as o, open(log + ".err", "wb") as e:
