@@ -91,10 +91,12 @@ void cuda_ring_free(struct cuda_ring *ring);
 
 /*
  * Join dev's warm-up thread, which device_open starts to make dev->blas
- * while the weights go up: the first product on tensor cores calls it
- * before it looks at dev->blas, and device_close before it frees the
- * handle. A warm-up that failed leaves dev->blas NULL, for that product
- * to make the handle and report the failure itself. Idempotent.
+ * and load the kernels while the weights go up: the first product on
+ * tensor cores calls it before it looks at dev->blas, graph_begin before
+ * a recording starts (so that none runs beside the warm-up), and
+ * device_close before it frees the handle. A warm-up that failed
+ * leaves dev->blas NULL, for that product to make the handle and report
+ * the failure itself. Idempotent.
  */
 void cuda_warm_join(q4kh_device_ctx *dev);
 

@@ -11,8 +11,9 @@
  * ring of pinned staging slots: a few threads copy the next chunk of the
  * source into a free slot (faulting the file's pages in) while the
  * chunks before it are on their way to the device, so reading the file
- * and the bus overlap, as llama.cpp's loader does with its pinned
- * buffers. The ring lasts as long as the device context.
+ * and the bus overlap (llama.cpp's loader does the same with four pinned
+ * buffers when it reads the file instead of mapping it). The ring lasts
+ * as long as the device context.
  */
 #include <errno.h>
 #include <stdint.h>

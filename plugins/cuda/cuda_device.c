@@ -7,8 +7,11 @@
  *
  * A device's first prompt would pay for cuBLAS's start (its library
  * context, the handle's allocations) in its first product on tensor
- * cores: device_open starts a thread that makes the handle while the host
- * uploads the weights, which a bench's warm-up pass would otherwise hide.
+ * cores, and for loading each kernel at its first launch (CUDA loads
+ * modules lazily): device_open starts a thread that makes the handle and
+ * loads the step's kernels while the host uploads the weights, work that
+ * a bench's warm-up pass would otherwise hide. What it leaves undone, the
+ * first step does as before.
  */
 #include "buildconf.h"
 
@@ -113,16 +116,29 @@ void cuda_signals_restore(const sigset_t *old)
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 
+/* The kernels a step launches, by file (cuda_kernels.h). */
+static cudaError_t (*const preloads[])(void) = {
+	cuda_gemv_preload,      cuda_matmul_preload,    cuda_rowwise_preload,
+	cuda_elementwise_preload, cuda_attention_preload, cuda_flash_preload,
+	cuda_top2_preload,
+};
+
 /* The warm-up thread: dev->blas, or NULL when it could not be made (the
- * first product on tensor cores tries again and names the failure). */
+ * first product on tensor cores tries again and names the failure); then
+ * the kernels, whose errors their launches report. */
 static void *warm_main(void *arg)
 {
 	q4kh_device_ctx *dev = arg;
 	char why[256];
 
-	if (cudaSetDevice(dev->ordinal) != cudaSuccess ||
-	    q4kh_tc_open(&dev->blas, why, sizeof(why)))
+	if (cudaSetDevice(dev->ordinal) != cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	if (q4kh_tc_open(&dev->blas, why, sizeof(why)))
 		dev->blas = NULL;
+	for (size_t i = 0; i < sizeof(preloads) / sizeof(preloads[0]); i++)
+		preloads[i]();
 	cudaGetLastError();
 	return NULL;
 }
