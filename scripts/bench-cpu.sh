@@ -41,6 +41,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+. "$top/scripts/bench-lib.sh"
 
 models=gemma3-270m,qwen2.5-1.5b
 threads=1,2,4,8,16
@@ -54,11 +55,6 @@ build=
 lib=.gpu/lib
 out="${OUT:-/tmp}/bench-cpu"
 lcp=/tmp/llamacpp-cpu
-
-usage() { # STATUS: 0 for --help (on stdout), 2 for a wrong argument
-	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&"$((${1:-2} ? 2 : 1))"
-	exit "${1:-2}"
-}
 
 # The table from the JSON files in DIR: llama-bench's per model, q4khost
 # bench's per model, thread count and prompt. A figure an engine lacks
@@ -116,7 +112,6 @@ while [ $# -gt 0 ]; do
 	*) echo "bench-cpu.sh: unknown argument $1" >&2; usage ;;
 	esac
 done
-. "$top/scripts/bench-lib.sh"
 bench_setup _build/main || exit 1
 bench_models "$models" || exit 1
 build_llamacpp "$tarball" "$lcp" llama-bench -DGGML_CUDA=OFF -DGGML_NATIVE=ON || exit 1

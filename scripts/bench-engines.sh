@@ -48,6 +48,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+. "$top/scripts/bench-lib.sh"
 
 models=llama3-8b,qwen2.5-1.5b
 depths=512,4096
@@ -61,11 +62,6 @@ lcp=/tmp/llamacpp
 targets=llama-bench
 prepare=0
 serve=
-
-usage() { # STATUS: 0 for --help (on stdout), 2 for a wrong argument
-	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&"$((${1:-2} ? 2 : 1))"
-	exit "${1:-2}"
-}
 
 # The table's lines, tab-separated, for model BASE and a prompt of D tokens
 # from llama-bench's JSON LLAMA and q4khost bench's JSON Q4K (its decode
@@ -133,7 +129,6 @@ while [ $# -gt 0 ]; do
 	*) echo "bench-engines.sh: unknown argument $1" >&2; usage ;;
 	esac
 done
-. "$top/scripts/bench-lib.sh"
 bench_setup _build/gpu || exit 1
 
 # 1. The models (first: a single core makes them while the GPU works).
@@ -160,15 +155,6 @@ if [ -n "$serve" ]; then
 	p=${depths%%,*}
 	k=${kernels#,}
 	k=${k%%,*}
-	wait_up() { # LOG: the server answers, or it died
-		for _ in $(seq 600); do
-			python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-				"http://127.0.0.1:$2/v1/models" 2>/dev/null && return 0
-			kill -0 "$3" 2>/dev/null || { tail -5 "$1" >&2; return 1; }
-			sleep 0.5
-		done
-		return 1
-	}
 	for f in "${files[@]}"; do
 		base=$(basename "$f" .gguf)
 		IFS=, read -ra cs <<<"$serve"

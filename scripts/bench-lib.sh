@@ -1,6 +1,14 @@
 # What the side-by-side scripts with llama.cpp share (sourced by
-# scripts/bench-engines.sh and scripts/bench-cpu.sh from the repository
-# root, $top, after they set $build, $lib and $out from their arguments).
+# scripts/bench-engines.sh, scripts/bench-ttft.sh and scripts/bench-cpu.sh
+# from the repository root, $top, before they read their arguments: the
+# functions read $build, $lib and $out when called).
+
+# The calling script's header comment as its help, and exit: STATUS 0 for
+# --help (on stdout), 2 for a wrong argument (on stderr).
+usage() { # STATUS
+	sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&"$((${1:-2} ? 2 : 1))"
+	exit "${1:-2}"
+}
 
 step() { echo "== $* ($(date +%T))" >&2; }
 
@@ -88,4 +96,17 @@ build_llamacpp() {
 # character: byte tokens, gemma3-270m's one-character pieces): BOS and D - 1.
 bench_prompt() {
 	python3 -c 'import sys; n=int(sys.argv[1]); print(("the quick brown fox " * n)[:n-1])' "$1"
+}
+
+# 0 once the server on 127.0.0.1:PORT answers GET /v1/models (polled every
+# 0.1 s, up to 5 minutes); 1, with the end of its log LOG, when its process
+# PID died first or the time ran out.
+wait_up() { # LOG PORT PID
+	for _ in $(seq 3000); do
+		python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+			"http://127.0.0.1:$2/v1/models" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || { tail -5 "$1" >&2; return 1; }
+		sleep 0.1
+	done
+	return 1
 }

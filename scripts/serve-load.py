@@ -24,7 +24,10 @@ the benchmark models' random weights produce many such bytes).
 
 Prints one line (or one JSON object): label, clients, requests, errors,
 aggregate tokens/s over the run's wall time, mean and p90 time to first
-token, mean per-request decode tokens/s. Exit 1 when a request failed.
+token, mean per-request decode tokens/s; the JSON also has each request's
+time to first token in the order the requests finished (with one client,
+the order they were sent: scripts/bench-ttft.sh's first and later
+request). Exit 1 when a request failed.
 """
 import argparse
 import http.client
@@ -116,6 +119,7 @@ def main():
         "aggregate_tokens_per_second": sum(r[2] for r in results) / wall if wall > 0 else 0.0,
         "ttft_mean_ms": 1000 * statistics.mean(ttfts) if ttfts else None,
         "ttft_p90_ms": 1000 * ttfts[min(len(ttfts) - 1, int(0.9 * len(ttfts)))] if ttfts else None,
+        "ttft_each_ms": [1000 * r[0] for r in results],
         "decode_tokens_per_second_mean": statistics.mean(decode) if decode else None,
         "first_error": errors[0] if errors else None,
     }

@@ -5,16 +5,21 @@
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "buildconf.h"
 #include "conformance.h"
 #include "helpers.h"
+#include "model.h"
 #include "q4khost/plugin.h"
 #include "registry.h"
 #include "cuda_rig.h"
@@ -250,6 +255,145 @@ Test(cuda_device, buffers_and_bounds)
 	cr_assert_eq(b->synchronize(dev), Q4KH_OK, "%s", ERR(r, GPU));
 	b->buffer_free(dev, empty);
 	b->buffer_free(dev, buf);
+	rig_close(r);
+}
+
+/* BYTES at offset AT of FILE, read with pread: not through a mapping. */
+static uint8_t *file_bytes(const char *file, uint64_t at, size_t bytes)
+{
+	uint8_t *p = malloc(bytes ? bytes : 1);
+	int fd = open(file, O_RDONLY);
+	size_t got = 0;
+
+	cr_assert(p && fd >= 0, "%s: %s", file, strerror(errno));
+	while (got < bytes) {
+		ssize_t n = pread(fd, p + got, bytes - got, (off_t)(at + got));
+
+		cr_assert_gt(n, 0, "%s: pread at %llu: %s", file,
+		             (unsigned long long)(at + got), n ? strerror(errno) : "end of file");
+		got += (size_t)n;
+	}
+	close(fd);
+	return p;
+}
+
+/* The first byte where DEVICE (SIZE bytes at OFFSET of BUF) and WANT
+ * differ, or -1. */
+static int64_t first_difference(struct rig *r, q4kh_buffer *buf, uint64_t offset,
+                                const uint8_t *want, size_t size)
+{
+	uint8_t *got = malloc(size ? size : 1);
+	int64_t at = -1;
+
+	cr_assert_not_null(got);
+	cr_assert_eq(V(r, GPU)->buffer_download(DEV(r, GPU), buf, offset, got, size), Q4KH_OK,
+	             "%s", ERR(r, GPU));
+	for (size_t i = 0; i < size && at < 0; i++)
+		if (got[i] != want[i])
+			at = (int64_t)i;
+	free(got);
+	return at;
+}
+
+/*
+ * Uploads from a file's read-only mapping, larger than the pinned ring
+ * that stages them (cuda_buffer.c: 4 slots of 16 MiB), at odd sizes and
+ * offsets, with a small one (the driver's staging) between them: the
+ * device holds the file's bytes, byte for byte.
+ */
+Test(cuda_device, large_uploads_from_a_mapping_are_byte_exact, .timeout = 120)
+{
+	const size_t size = ((size_t)70 << 20) + 4099, first = ((size_t)20 << 20) + 7;
+	struct rig *r = rig_open();
+	const struct q4kh_backend_v1 *b = V(r, GPU);
+	q4kh_device_ctx *dev = DEV(r, GPU);
+	char *path = NULL;
+	uint8_t *data = malloc(size), *want;
+	const uint8_t *map;
+	q4kh_buffer *buf;
+	int64_t at;
+	int fd;
+
+	cr_assert_not_null(data);
+	for (size_t i = 0; i < size; i++)
+		data[i] = (uint8_t)irand(0, 255);
+	cr_assert(asprintf(&path, "%s/upload.bin", test_tmpdir()) > 0);
+	test_write_file(path, data, size);
+	free(data);
+	fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	cr_assert_neq(map, MAP_FAILED, "%s: mmap: %s", path, strerror(errno));
+	close(fd);
+	cr_assert_eq(b->buffer_alloc(dev, size + 3, &buf), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(b->buffer_upload(dev, buf, 3, map, first), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(b->buffer_upload(dev, buf, 3 + first, map + first, 100), Q4KH_OK, "%s",
+	             ERR(r, GPU));
+	cr_assert_eq(b->buffer_upload(dev, buf, 3 + first + 100, map + first + 100,
+	                              size - first - 100),
+	             Q4KH_OK, "%s", ERR(r, GPU));
+	want = file_bytes(path, 0, size);
+	at = first_difference(r, buf, 3, want, size);
+	cr_expect_eq(at, -1, "the device's byte %lld of %s is not the file's", (long long)at, path);
+	/* again: the ring's slots are reused, their earlier copies waited for */
+	cr_assert_eq(b->buffer_upload(dev, buf, 3, map, size), Q4KH_OK, "%s", ERR(r, GPU));
+	at = first_difference(r, buf, 3, want, size);
+	cr_expect_eq(at, -1, "after a second upload, the device's byte %lld is not the file's",
+	             (long long)at);
+	free(want);
+	munmap((void *)map, size);
+	unlink(path);
+	free(path);
+	b->buffer_free(dev, buf);
+	rig_close(r);
+}
+
+/* Weight W of model M on the device is the file's bytes, read with pread. */
+static void expect_file_bytes(struct rig *r, const struct q4kh_model *m,
+                              const struct q4kh_weight *w)
+{
+	const struct q4kh_gguf *g = m->gguf;
+	uint8_t *want;
+	int64_t at;
+
+	if (!w->src)
+		return;
+	want = file_bytes(g->path, (uint64_t)((const uint8_t *)w->src->data - g->map),
+	                  (size_t)w->src->size);
+	at = first_difference(r, w->t.buffer, w->t.offset, want, (size_t)w->src->size);
+	cr_expect_eq(at, -1, "%s: byte %lld of weight %.*s on the device is not the file's", g->path,
+	             (long long)at, (int)w->src->name.len, w->src->name.data);
+	free(want);
+}
+
+/* A model's upload (q4kh_model_upload: its embedding, LM head and stacks
+ * of experts through the ring, the rest through the driver's staging)
+ * leaves every weight the file's bytes. */
+Test(cuda_device, uploaded_weights_are_the_files_bytes, .timeout = 120)
+{
+	struct rig *r = rig_open();
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_model *m = NULL;
+	char *path = NULL;
+
+	cr_assert(asprintf(&path, "%s/tests/fixtures/tiny-qwen3moe.gguf", test_srcdir()) > 0);
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &r->be[GPU], &err), 0, "%s", err.msg);
+	expect_file_bytes(r, m, &m->tok_embd);
+	expect_file_bytes(r, m, &m->output);
+	for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+		const struct q4kh_layer *l = &m->layers[il];
+		const struct q4kh_weight *lw[] = {
+			&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm, &l->k_norm,
+			&l->ffn_norm, &l->ffn_gate_inp, &l->ffn_gate_exps, &l->ffn_up_exps,
+			&l->ffn_down_exps,
+		};
+
+		for (size_t i = 0; i < sizeof(lw) / sizeof(lw[0]); i++)
+			expect_file_bytes(r, m, lw[i]);
+	}
+	q4kh_model_free(m);
+	free(path);
 	rig_close(r);
 }
 

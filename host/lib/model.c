@@ -374,6 +374,7 @@ static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 {
 	struct q4kh_backend *b = m->backend;
 	uint64_t total = 0, off = 0;
+	char what[400];
 
 	for (size_t i = 0; i < n; i++)
 		if (list[i]->src)
@@ -387,12 +388,21 @@ static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 			continue;
 		list[i]->t = q4kh_tensor_make(m->weights, off, src->type, src->ne[0],
 		                              src->ne[1], src->ne[2]);
+		snprintf(what, sizeof(what), "buffer_upload (weight %.*s, %llu bytes at offset %llu of %s)",
+		         (int)src->name.len, src->name.data, (unsigned long long)src->size,
+		         (unsigned long long)((const uint8_t *)src->data - m->gguf->map),
+		         m->gguf->path);
 		if (q4kh_backend_check(b, b->v->buffer_upload(b->dev, m->weights, off,
 		                                              src->data, src->size),
-		                       "buffer_upload (weights)", err))
+		                       what, err))
 			return -1;
 		off += (src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
 	}
+	/* An upload may return before its copy lands (cuda's from pageable
+	 * memory): a failed copy shows here, with the file's name. */
+	snprintf(what, sizeof(what), "synchronize (the weights of %s)", m->gguf->path);
+	if (q4kh_backend_check(b, b->v->synchronize(b->dev), what, err))
+		return -1;
 	/* the backend has its copy; the file's pages are not needed again */
 	q4kh_gguf_drop_pages(m->gguf, m->gguf->map + m->gguf->data_offset,
 	                     m->gguf->size - m->gguf->data_offset);

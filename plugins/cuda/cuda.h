@@ -4,7 +4,9 @@
  * Each device context owns one CUDA stream; every op is validated on the
  * host, then enqueued on that stream and returns without waiting.
  * synchronize() and buffer_download() wait; buffer_upload() is ordered
- * after the ops before it and waits for its own copy. Token ids and
+ * after the ops before it and returns once the host's bytes have been
+ * read (cuda_buffer.c: from pinned memory, after its copy; from pageable
+ * memory, once they are in staging memory). Token ids and
  * positions arrive in host memory: they are copied on the stream into a
  * staging buffer of the device context, which the stream's order makes
  * safe to reuse by the next op. The ABI 1.2 entries take those values in
@@ -14,6 +16,8 @@
 #ifndef Q4KH_CUDA_H
 #define Q4KH_CUDA_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,8 +50,13 @@ struct q4kh_device_ctx {
 	void *scratch;    /* device: attention's partial results */
 	size_t scratch_size;
 	struct q4kh_retired *retired; /* earlier scratch, freed on close */
-	void *blas;       /* cuda_tc's cuBLAS handle; made by the first
-	                     product that goes to tensor cores */
+	void *blas;       /* cuda_tc's cuBLAS handle: made on the warm-up
+	                     thread, else by the first product that goes to
+	                     tensor cores */
+	pthread_t warm;   /* the warm-up thread (cuda_device.c) */
+	int warming;      /* it runs or has not been joined yet */
+	struct cuda_ring *ring; /* the uploads' pinned staging; made by the
+	                           first large upload from pageable memory */
 };
 
 struct q4kh_buffer {
@@ -75,6 +84,30 @@ q4kh_status cuda_buffer_upload(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                uint64_t size);
 q4kh_status cuda_buffer_download(q4kh_device_ctx *dev, q4kh_buffer *buf,
                                  uint64_t offset, void *dst, uint64_t size);
+
+/* Free dev's upload staging (NULL: nothing); its stream has no copy in
+ * flight from it. */
+void cuda_ring_free(struct cuda_ring *ring);
+
+/*
+ * Join dev's warm-up thread, which device_open starts to make dev->blas
+ * and load the kernels while the weights go up: the first product on
+ * tensor cores calls it before it looks at dev->blas, graph_begin before
+ * a recording starts (so that none runs beside the warm-up), and
+ * device_close before it frees the handle. A warm-up that failed
+ * leaves dev->blas NULL, for that product to make the handle and report
+ * the failure itself. Idempotent.
+ */
+void cuda_warm_join(q4kh_device_ctx *dev);
+
+/*
+ * Block every signal in the calling thread, keeping its mask in *OLD, so
+ * that the threads it starts next leave SIGINT and SIGTERM to the host's
+ * threads (its handler and the system calls it interrupts); then
+ * cuda_signals_restore(OLD).
+ */
+void cuda_signals_block(sigset_t *old);
+void cuda_signals_restore(const sigset_t *old);
 
 /* Make dev's device current for this thread; WHAT names the caller. */
 q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what);

@@ -10,6 +10,7 @@
 
 #include "cuda_kernels.h"
 #include "q4khost/cuda_pdl.cuh"
+#include "q4khost/cuda_quant.cuh"
 
 /* A cache value as f32, and an f32 as a cache value (f16: round to
  * nearest even). */
@@ -98,6 +99,39 @@ static inline unsigned grid_for(int64_t items, int threads)
 	int64_t b = (items + threads - 1) / threads;
 
 	return b < 1 ? 1u : b > (1 << 30) ? 1u << 30 : (unsigned)b;
+}
+
+/*
+ * F(std::integral_constant<uint32_t, TYPE>()) for each weight type the
+ * kernels take (cuda_type_supported), in id order: the first error, or
+ * cudaSuccess.
+ */
+template <typename F>
+static cudaError_t cuda_for_each_type(F f)
+{
+	for (uint32_t t = 0; t < 32; t++) {
+		cudaError_t e;
+
+		if (cuda_type_supported(t) && (e = q4kh_for_type(t, f)) != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
+}
+
+/*
+ * Load each kernel K now, as its first launch would (CUDA loads a kernel
+ * on first use): each file's cuda_*_preload lists its kernels, which
+ * device_open's warm-up thread loads while the weights go up. The first
+ * error, or cudaSuccess.
+ */
+template <typename... K>
+static cudaError_t cuda_preload(K... k)
+{
+	struct cudaFuncAttributes a;
+	cudaError_t e = cudaSuccess;
+
+	((e = e == cudaSuccess ? cudaFuncGetAttributes(&a, (const void *)k) : e), ...);
+	return e;
 }
 
 #endif

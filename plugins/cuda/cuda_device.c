@@ -4,6 +4,14 @@
  * checks, attention's scratch), synchronisation, and the native handles
  * lent to kernel variants. Device index i is CUDA device ordinal i (after
  * CUDA_VISIBLE_DEVICES).
+ *
+ * A device's first prompt would pay for cuBLAS's start (its library
+ * context, the handle's allocations) in its first product on tensor
+ * cores, and for loading each kernel at its first launch (CUDA loads
+ * modules lazily): device_open starts a thread that makes the handle and
+ * loads the step's kernels while the host uploads the weights, work that
+ * a bench's warm-up pass would otherwise hide. What it leaves undone, the
+ * first step does as before.
  */
 #include "buildconf.h"
 
@@ -95,10 +103,69 @@ q4kh_status cuda_enter(q4kh_device_ctx *dev, const char *what)
 	return cuda_check(dev, cudaSetDevice(dev->ordinal), where);
 }
 
+void cuda_signals_block(sigset_t *old)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+}
+
+void cuda_signals_restore(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* The kernels a step launches, by file (cuda_kernels.h). */
+static cudaError_t (*const preloads[])(void) = {
+	cuda_gemv_preload,      cuda_matmul_preload,    cuda_rowwise_preload,
+	cuda_elementwise_preload, cuda_attention_preload, cuda_flash_preload,
+	cuda_top2_preload,
+};
+
+/* The warm-up thread: dev->blas, or NULL when it could not be made (the
+ * first product on tensor cores tries again and names the failure); then
+ * the kernels, whose errors their launches report. */
+static void *warm_main(void *arg)
+{
+	q4kh_device_ctx *dev = arg;
+	char why[256];
+
+	if (cudaSetDevice(dev->ordinal) != cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	if (q4kh_tc_open(&dev->blas, why, sizeof(why)))
+		dev->blas = NULL;
+	for (size_t i = 0; i < sizeof(preloads) / sizeof(preloads[0]); i++)
+		preloads[i]();
+	cudaGetLastError();
+	return NULL;
+}
+
+/* Start the warm-up thread; without one, the handle is made when needed. */
+static void warm_start(q4kh_device_ctx *dev)
+{
+	sigset_t old;
+
+	cuda_signals_block(&old);
+	dev->warming = pthread_create(&dev->warm, NULL, warm_main, dev) == 0;
+	cuda_signals_restore(&old);
+}
+
+void cuda_warm_join(q4kh_device_ctx *dev)
+{
+	if (!dev->warming)
+		return;
+	pthread_join(dev->warm, NULL);
+	dev->warming = 0;
+}
+
 void cuda_device_close(q4kh_device_ctx *dev)
 {
 	if (!dev)
 		return;
+	cuda_warm_join(dev);
 	if (cudaSetDevice(dev->ordinal) == cudaSuccess) {
 		if (dev->stream) {
 			if (dev->recording) {
@@ -110,6 +177,7 @@ void cuda_device_close(q4kh_device_ctx *dev)
 			cudaStreamSynchronize(dev->stream);
 			cudaStreamDestroy(dev->stream);
 		}
+		cuda_ring_free(dev->ring);
 		for (int i = 0; i < 2; i++)
 			if (dev->timer[i])
 				cudaEventDestroy(dev->timer[i]);
@@ -185,6 +253,7 @@ q4kh_status cuda_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 	                     "device_open: cudaDeviceGetAttribute (compute capability)")))
 		goto fail;
 	dev->stage_n = STAGE_FIRST;
+	warm_start(dev);
 	cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: device %u open", index);
 	*out = dev;
 	return Q4KH_OK;

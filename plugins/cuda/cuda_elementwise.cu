@@ -233,3 +233,14 @@ extern "C" cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
 		                                                fault);
 	return cudaGetLastError();
 }
+
+extern "C" cudaError_t cuda_elementwise_preload(void)
+{
+	return cuda_preload(binary_kernel<true>, binary_kernel<false>, scale_kernel,
+	                    glu_kernel<true>, glu_kernel<false>,
+	                    unary_kernel<Q4KH_UNARY_SIGMOID>, unary_kernel<Q4KH_UNARY_SOFTPLUS>,
+	                    unary_kernel<Q4KH_UNARY_SILU>, copy_kernel<__half, __half>,
+	                    copy_kernel<__half, float>, copy_kernel<float, __half>,
+	                    copy_kernel<float, float>, set_rows_kernel<__half>,
+	                    set_rows_kernel<float>);
+}

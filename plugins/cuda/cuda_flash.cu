@@ -329,3 +329,8 @@ extern "C" cudaError_t cuda_launch_flash(const struct cuda_view *q,
 	}
 	return cudaGetLastError();
 }
+
+extern "C" cudaError_t cuda_flash_preload(void)
+{
+	return cuda_preload(flash_kernel<64>, flash_kernel<128>, flash_kernel<256>);
+}

@@ -71,7 +71,7 @@ cudaError_t gv_resident(int sms, int64_t *out)
 	int occupancy = gv_occupancy<TYPE, C>.load(std::memory_order_relaxed);
 
 	if (occupancy <= 0) {
-		/* Not asked at device_open (cuda_gemv_runnable): ask now. */
+		/* Not asked yet (cuda_gemv_preload): ask now. */
 		const cudaError_t e = gv_ask_occupancy<TYPE, C>();
 
 		if (e != cudaSuccess)
@@ -210,27 +210,18 @@ cudaError_t cuda_gemv_grouped_launch(const moe_tiles &m, uint32_t type, int64_t 
 	});
 }
 
-extern "C" cudaError_t cuda_gemv_runnable(void)
+extern "C" cudaError_t cuda_gemv_preload(void)
 {
-	for (uint32_t t = 0; t < 32; t++) {
-		cudaError_t e;
+	return cuda_for_each_type([](auto type) {
+		constexpr uint32_t T = decltype(type)::value;
+		cudaError_t r = gv_ask_occupancy<T, 1>();
 
-		if (!cuda_type_supported(t))
-			continue;
-		e = q4kh_for_type(t, [](auto type) {
-			constexpr uint32_t T = decltype(type)::value;
-			cudaError_t r = gv_ask_occupancy<T, 1>();
-
-			if (r == cudaSuccess)
-				r = gv_ask_occupancy<T, 2>();
-			if (r == cudaSuccess)
-				r = gv_ask_occupancy<T, 4>();
-			if (r == cudaSuccess)
-				r = gv_ask_occupancy<T, 8>();
-			return r;
-		});
-		if (e != cudaSuccess)
-			return e;
-	}
-	return cudaSuccess;
+		if (r == cudaSuccess)
+			r = gv_ask_occupancy<T, 2>();
+		if (r == cudaSuccess)
+			r = gv_ask_occupancy<T, 4>();
+		if (r == cudaSuccess)
+			r = gv_ask_occupancy<T, 8>();
+		return r;
+	});
 }

@@ -293,12 +293,25 @@ cudaError_t cuda_launch_mul_mat_id(const struct cuda_view *w, const struct cuda_
                                    void *scratch, int sms, int32_t *fault,
                                    cudaStream_t s);
 
-/* cudaSuccess when this build holds code that the current device runs.
- * Also asks, once, how many blocks of each cuda_gemv.cu kernel a
- * multiprocessor holds (cuda_gemv_runnable): the launches size their grids
- * by it without asking inside a graph capture. */
+/* cudaSuccess when this build holds code that the current device runs. */
 cudaError_t cuda_kernels_runnable(void);
-cudaError_t cuda_gemv_runnable(void);
+
+/*
+ * Load a file's kernels on the current device now rather than at their
+ * first launch (cuda_preload, cuda_common.cuh): what a device's first
+ * step would otherwise wait for, done by device_open's warm-up thread
+ * while the weights go up. cuda_gemv_preload also asks, once, how many
+ * blocks of each GEMV kernel a multiprocessor holds, which the launches
+ * size their grids by (a launch asks itself when it comes first). The
+ * first CUDA error, which the kernel's launch would report again.
+ */
+cudaError_t cuda_gemv_preload(void);
+cudaError_t cuda_matmul_preload(void);
+cudaError_t cuda_rowwise_preload(void);
+cudaError_t cuda_elementwise_preload(void);
+cudaError_t cuda_attention_preload(void);
+cudaError_t cuda_flash_preload(void);
+cudaError_t cuda_top2_preload(void);
 
 #ifdef __cplusplus
 }

@@ -106,6 +106,7 @@ q4kh_status cuda_graph_begin(q4kh_device_ctx *dev)
 
 	if (!dev)
 		return Q4KH_ERR_INVALID;
+	cuda_warm_join(dev);
 	if ((st = cuda_not_recording(dev, "graph_begin")) ||
 	    (st = cuda_enter(dev, "graph_begin")) ||
 	    (st = cuda_check(dev,

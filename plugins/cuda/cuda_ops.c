@@ -32,8 +32,9 @@ q4kh_status cuda_get_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *table,
 /*
  * y = w x on tensor cores (q4khost/cuda_tc.h): the scratch past attention's
  * counters, which must stay zero, lends the fp16 copies. The cuBLAS
- * handle is made by the first such product; a shape is always run once
- * before it is recorded, so a recording finds it.
+ * handle comes from device_open's warm-up thread, else is made by the
+ * first such product; a shape is always run once before it is recorded,
+ * so a recording finds it.
  */
 static q4kh_status tc_mul_mat(q4kh_device_ctx *dev, const struct cuda_view *w,
                               const struct cuda_view *x,
@@ -43,6 +44,7 @@ static q4kh_status tc_mul_mat(q4kh_device_ctx *dev, const struct cuda_view *w,
 	char why[512];
 	q4kh_status st;
 
+	cuda_warm_join(dev);
 	if (!dev->blas && q4kh_tc_open(&dev->blas, why, sizeof(why)))
 		return cuda_fail(dev->ctx, Q4KH_ERR_DEVICE, "mul_mat: %s", why);
 	if ((st = cuda_scratch(dev, "mul_mat",

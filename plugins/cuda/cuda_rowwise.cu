@@ -363,3 +363,11 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
 		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
 	return cudaGetLastError();
 }
+
+extern "C" cudaError_t cuda_rowwise_preload(void)
+{
+	return cuda_preload(rms_norm_kernel<true, true>, rms_norm_kernel<true, false>,
+	                    rms_norm_kernel<false, false>, rope_kernel<__half>, rope_kernel<float>,
+	                    rope_store_kernel<__half, __half>, rope_store_kernel<__half, float>,
+	                    rope_store_kernel<float, __half>, rope_store_kernel<float, float>);
+}

@@ -200,3 +200,8 @@ extern "C" cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
 	                                          count);
 	return cudaGetLastError();
 }
+
+extern "C" cudaError_t cuda_top2_preload(void)
+{
+	return cuda_preload(top2_kernel);
+}
