@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_kernels.h"
+#include "cuda_persist.h"
 #include "q4khost/cuda_retired.h"
 #include "q4khost/contract.h"
 #include "q4khost/plugin.h"
@@ -27,6 +28,8 @@
 struct q4kh_backend_ctx {
 	const struct q4kh_host_api *host;
 	int n_devices;
+	unsigned persistent; /* [plugin.cuda] persistent: 1 (default) lets
+	                        one-token steps run the persistent kernel */
 	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
 	char error[1024];
 };
@@ -140,12 +143,40 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
  * calls issued) and the nodes inside fused groups. Asynchronous: ids and
  * positions out of range are found on the device and reported by the
  * next wait (cuda_wait). Not while a graph_begin recording is open.
+ * A one-token step whose layers the persistent kernel takes
+ * (cuda_persist_plan; [plugin.cuda] persistent = 1, the default) issues
+ * them as that one launch in place of their nodes, eagerly or recorded,
+ * and reports Q4KH_PATH_PERSISTENT.
  */
 q4kh_status cuda_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
                                struct q4kh_step_run *run);
 /* graph_release: wait for dev's stream, then free the recording and the
  * copies (STEP NULL: nothing). */
 void cuda_graph_release(q4kh_device_ctx *dev, q4kh_step *step);
+
+/* --- the persistent decode kernel's plan (cuda_persist.c) --- */
+
+/* A one-token step's layers as one persistent launch (cuda_persist.h):
+ * nodes [first, end) of the graph, the rest issued as before. */
+struct cuda_persist_plan {
+	int32_t first, end;
+	struct cuda_persist run;
+	void *scratch; /* device: run's counters, partials and barrier */
+};
+
+/*
+ * Read G's decoder layers for the persistent kernel on DEV: Q4KH_OK with
+ * *OUT (free with cuda_persist_free); Q4KH_ERR_UNSUPPORTED with *OUT NULL
+ * and the reason in WHY (WHY_SIZE bytes) when the step is not one token
+ * of one sequence, its layers are not the llama family's as the kernel
+ * reads them (a node, an operand, a weight routed to a kernel variant, a
+ * weight type other than Q4_K and Q6_K, a head dimension other than 64
+ * and 128, caches other than f16 or f32), or the device cannot take the
+ * launch; Q4KH_ERR_NOMEM.
+ */
+q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                              struct cuda_persist_plan **out, char *why, size_t why_size);
+void cuda_persist_free(struct cuda_persist_plan *p);
 
 /* --- errors and logging (cuda_plugin.c) --- */
 
