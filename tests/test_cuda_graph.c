@@ -377,8 +377,8 @@ Test(graph_entry, tiny_qwen2_through_cuda_mwv_as_the_interpreter, .timeout = 300
 	entry_against_interpreter("tiny-qwen2.gguf", "cuda-mwv");
 }
 
-/* q4khost run --json on cuda: the prompt's step runs call by call, every
- * decode step through the persistent kernel. */
+/* q4khost run --json on cuda with the built-in kernels: the prompt's step
+ * runs call by call, every decode step through the persistent kernel. */
 Test(graph_entry, run_reports_the_persistent_kernel, .timeout = 300)
 {
 	struct q4kh_registry *reg = cuda_registry("q4khost run on the cuda graph entry");
@@ -389,7 +389,7 @@ Test(graph_entry, run_reports_the_persistent_kernel, .timeout = 300)
 	int rc;
 
 	q4kh_registry_free(reg);
-	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --f2 off -m %s "
+	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --kernel none --f2 off -m %s "
 	                   "-p 'The capital of France is' -n 12 2>/dev/null",
 	             test_builddir(), model) < 0)
 		cr_assert_fail("out of memory");

@@ -177,6 +177,10 @@ struct cuda_persist_plan {
 q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
                               struct cuda_persist_plan **out, char *why, size_t why_size);
 void cuda_persist_free(struct cuda_persist_plan *p);
+/* With Q4KH_CUDA_PERSIST_PROFILE=1 in the environment when P was planned:
+ * log (info) the time of each stage, summed over the layers, in P's last
+ * run (waits for it). */
+void cuda_persist_profile(q4kh_device_ctx *dev, const struct cuda_persist_plan *p);
 
 /* --- errors and logging (cuda_plugin.c) --- */
 

@@ -395,6 +395,8 @@ void cuda_graph_release(q4kh_device_ctx *dev, q4kh_step *step)
 		return;
 	if (dev && step->rec && cudaSetDevice(dev->ordinal) == cudaSuccess)
 		cudaStreamSynchronize(dev->stream); /* no replay of it in flight */
+	if (dev && step->persist)
+		cuda_persist_profile(dev, step->persist);
 	cudaGetLastError();
 	cuda_graph_free(dev, step->rec);
 	step_free(step);

@@ -83,7 +83,7 @@ static int product(struct reader *r, int32_t i, const char *x, int64_t k, int bi
 		return refuse(r, i, "its weight is neither Q4_K nor Q6_K");
 	if (wv.ne[0] != k || wv.ne[0] % 256 || wv.ne[2] != 1 || wv.ne[3] != 1 ||
 	    (wv.type == Q4KH_TYPE_Q4_K && (((uintptr_t)wv.data | (uintptr_t)wv.nb[1]) & 15)) ||
-	    (((uintptr_t)wv.data | (uintptr_t)wv.nb[1]) & 3))
+	    (((uintptr_t)wv.data | (uintptr_t)wv.nb[1]) & 1))
 		return refuse(r, i, "its weight's shape or alignment");
 	if (at(r, n->src[1]) != x || !f32_vector(r, n->src[1], k) || !f32_vector(r, n->out, wv.ne[1]))
 		return refuse(r, i, "its input or output is not the layer's");
@@ -246,10 +246,45 @@ static size_t floats_for(const struct cuda_player *L)
 	return most;
 }
 
+/* The stage names of the profile's lines. */
+static const char *const stage_names[CUDA_PERSIST_STAGES] = {
+	"norm+qkv", "rope+caches", "attention", "o+residual", "norm+glu", "down+residual",
+};
+
+void cuda_persist_profile(q4kh_device_ctx *dev, const struct cuda_persist_plan *p)
+{
+	const int stages = p->run.n_layer * CUDA_PERSIST_STAGES, n = 2 * stages + 1;
+	unsigned long long *t;
+	double work[CUDA_PERSIST_STAGES] = { 0 }, wait[CUDA_PERSIST_STAGES] = { 0 };
+
+	if (!p->run.stamps || !(t = calloc((size_t)n, sizeof(*t))))
+		return;
+	if (cudaMemcpy(t, p->run.stamps, sizeof(*t) * (size_t)n, cudaMemcpyDeviceToHost) ==
+	    cudaSuccess && t[n - 1] > t[0]) {
+		for (int i = 0; i < stages; i++) {
+			const unsigned long long start = t[2 * i], last = t[2 * i + 1], out = t[2 * i + 2];
+
+			work[i % CUDA_PERSIST_STAGES] += (double)(last - start) / 1e3;
+			wait[i % CUDA_PERSIST_STAGES] += (double)(out - last) / 1e3;
+		}
+		for (int k = 0; k < CUDA_PERSIST_STAGES; k++)
+			cuda_log(dev->ctx, Q4KH_LOG_INFO,
+			         "cuda: persistent kernel, last run: %-13s %6.2f us a layer to the "
+			         "last block's arrival, %5.2f us more to leave the barrier",
+			         stage_names[k], work[k] / p->run.n_layer, wait[k] / p->run.n_layer);
+		cuda_log(dev->ctx, Q4KH_LOG_INFO,
+		         "cuda: persistent kernel, last run: %d layers in %.1f us, %d blocks",
+		         p->run.n_layer, (double)(t[n - 1] - t[0]) / 1e3, p->run.blocks);
+	}
+	cudaGetLastError();
+	free(t);
+}
+
 void cuda_persist_free(struct cuda_persist_plan *p)
 {
 	if (!p)
 		return;
+	cudaFree(p->run.stamps);
 	cudaFree((void *)p->run.layers);
 	cudaFree(p->scratch);
 	free(p);
@@ -322,6 +357,10 @@ q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph
 	p->run.n_embd = e;
 	p->run.fault = dev->fault;
 	p->run.smem = floats * sizeof(float);
+	p->run.rope_once = layers[0].rope.n_rot / 2 <= CUDA_PERSIST_MAX_PAIRS;
+	for (int32_t j = 1; j < count; j++)
+		if (memcmp(&layers[j].rope, &layers[0].rope, sizeof(layers[0].rope)))
+			p->run.rope_once = 0;
 	/* flash-decoding's cut (cuda_split.cuh), for one query */
 	p->run.ranges = cuda_persist_ranges(&layers[0].qh, &layers[0].kc, &layers[0].vc, dev->sms,
 	                                    &p->run.group);
@@ -333,7 +372,21 @@ q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph
 		cuda_persist_free(p);
 		return Q4KH_ERR_UNSUPPORTED;
 	}
+	{
+		/* a measuring knob: the kernel's shape */
+		const char *e = getenv("Q4KH_CUDA_PERSIST_SHAPE");
+
+		p->run.shape = e ? atoi(e) : 0;
+	}
 	err = cuda_persist_shape(&p->run, dev->ordinal, dev->sms);
+	{
+		/* a measuring knob: fewer blocks a multiprocessor than fit */
+		const char *e = getenv("Q4KH_CUDA_PERSIST_PER_SM");
+		const int per_sm = e ? atoi(e) : 0;
+
+		if (err == cudaSuccess && per_sm > 0 && per_sm * dev->sms < p->run.blocks)
+			p->run.blocks = per_sm * dev->sms;
+	}
 	if (err == cudaErrorNotSupported) {
 		snprintf(why, why_size, "%zu bytes of shared memory a block: no block fits",
 		         p->run.smem);
@@ -348,6 +401,10 @@ q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph
 		err = cudaMalloc(&p->scratch, bytes);
 	if (err == cudaSuccess)
 		err = cudaMemset(p->scratch, 0, bytes);
+	if (err == cudaSuccess && getenv("Q4KH_CUDA_PERSIST_PROFILE") &&
+	    getenv("Q4KH_CUDA_PERSIST_PROFILE")[0] == '1')
+		err = cudaMalloc((void **)&p->run.stamps, sizeof(unsigned long long) *
+		                 (2 * (size_t)count * CUDA_PERSIST_STAGES + 1));
 	if (err == cudaSuccess)
 		err = cudaMalloc((void **)&p->run.layers, sizeof(*layers) * (size_t)count);
 	if (err == cudaSuccess)

@@ -17,8 +17,8 @@
  * Sums in fp32; a row's lanes are summed in a fixed butterfly, so the
  * result does not depend on timing.
  *
- * Grid barrier: a counter in device memory, zeroed before the launch;
- * barrier i waits until it reaches (i + 1) * blocks. The grid is no larger
+ * Grid barrier: a counter in device memory whose top bit flips when every
+ * block has arrived (grid_sync). The grid is no larger
  * than what is resident at once (cuda_persist_shape), and the launch waits
  * for the kernels before it, so every block reaches every barrier.
  */
@@ -35,32 +35,64 @@
 
 #define PK_WARPS (CUDA_PERSIST_THREADS / 32)
 #define PK_TEAMS (CUDA_PERSIST_THREADS / SPLIT_TEAM)
-#define PK_R 4   /* rows a warp takes at once */
-#define PK_GLU 2 /* rows of gate, and of up, a warp takes at once */
+
+/*
+ * A launch's shape: the blocks a multiprocessor it is built to hold
+ * (MINB, its launch bounds: 2 leaves a thread 128 registers), the rows a
+ * warp takes at once in a product (R) and of gate and of up each in the
+ * GLU (G), and the pieces of each row a lane loads before it uses any
+ * (U). cuda_persist.h's shape field picks one (kernel_for).
+ */
+template <int MINB, int R, int G, int U>
+struct pk_shape {
+	static constexpr int minb = MINB, r = R, g = G, u = U;
+};
+
+typedef pk_shape<2, 4, 2, 1> pk_shape_0;
+typedef pk_shape<1, 4, 2, 2> pk_shape_1;
+typedef pk_shape<1, 2, 2, 4> pk_shape_2;
 #define Q6K_BYTES 210
 
 /* --- the grid barrier --- */
 
-static __device__ __forceinline__ unsigned load_acquire(const unsigned *p)
+/* The device's clock in ns. */
+static __device__ __forceinline__ unsigned long long global_ns(void)
 {
-	unsigned v;
+	unsigned long long t;
 
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
 }
 
-/* Every block of the grid arrives before any goes on; *TARGET counts the
- * arrivals so far. Writes before it are visible to reads past L1 after. */
-static __device__ __forceinline__ void grid_sync(unsigned *barrier, unsigned *target)
+/*
+ * Every block of the grid arrives before any goes on. Block 0 adds
+ * 2^31 - (blocks - 1), every other block 1, so that the counter's top bit
+ * flips when the last one arrives (the scheme of cooperative groups' grid
+ * barrier); each block's thread 0 waits for the flip, reading past L1.
+ * Writes before it are visible to reads past L1 after. With STAMPS (the
+ * profile), every block's arrival goes into stamps[2 k + 1] (the latest)
+ * and block 0's departure into stamps[2 k + 2], k the barrier's index
+ * *K.
+ */
+static __device__ __forceinline__ void grid_sync(unsigned *barrier, unsigned *k,
+                                                 unsigned long long *stamps)
 {
-	*target += gridDim.x;
 	__syncthreads();
 	if (threadIdx.x == 0) {
+		const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+		unsigned old;
+
+		if (stamps)
+			atomicMax(&stamps[2 * *k + 1], global_ns());
 		__threadfence();
-		atomicAdd(barrier, 1u);
-		while (load_acquire(barrier) < *target)
+		old = atomicAdd(barrier, add);
+		while (((old ^ *(volatile unsigned *)barrier) & 0x80000000u) == 0)
 			;
+		__threadfence();
+		if (stamps && blockIdx.x == 0)
+			stamps[2 * *k + 2] = global_ns();
 	}
+	++*k;
 	__syncthreads();
 }
 
@@ -135,6 +167,45 @@ static __device__ __noinline__ void copy_into(const float *x, int64_t n, float *
 	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
 		put_x(xs, l, i, __ldcg(x + i));
 	__syncthreads();
+}
+
+/* --- prefetching into L2 --- */
+
+/* Ask for BYTES (a multiple of 16) from P (16-byte aligned) in L2, with
+ * no wait and no register written (sm_90's bulk prefetch; elsewhere
+ * nothing). */
+static __device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+	(void)p;
+	(void)bytes;
+#endif
+}
+
+/* A row's bytes of M that a bulk prefetch may ask for: whole 16-byte
+ * units from the row's first aligned one. */
+static __device__ __forceinline__ void prefetch_row(const struct cuda_pmat &m, int64_t row)
+{
+	const uintptr_t a = (uintptr_t)(m.w + row * m.stride), b = a + (uintptr_t)m.stride;
+	const uintptr_t a16 = (a + 15) & ~(uintptr_t)15, b16 = b & ~(uintptr_t)15;
+
+	if (b16 > a16)
+		prefetch_l2((const void *)a16, (uint32_t)(b16 - a16));
+}
+
+/* The rows of group G of glu_products (lanes below S::g gate's, the next
+ * S::g up's), into L2. */
+template <class S>
+static __device__ __forceinline__ void prefetch_glu(const struct cuda_pmat &gate,
+                                                    const struct cuda_pmat &up, int64_t g)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t row = g * S::g + lane % S::g;
+
+	if (lane < 2 * S::g && row < gate.n)
+		prefetch_row(lane < S::g ? gate : up, row);
 }
 
 /* --- products --- */
@@ -315,14 +386,13 @@ static __device__ __noinline__ void dot_q6k(const uint8_t *const (&row)[R], int6
 	}
 }
 
-/* The R rows ROW[r] of type TYPE (all one type) times x. */
-template <int R>
+/* The R rows ROW[r] of type TYPE (all one type) times x, U pieces a lane
+ * at once. */
+template <int R, int U>
 static __device__ __forceinline__ void dot_rows(uint32_t type, const uint8_t *const (&row)[R],
                                                 int64_t k, const float *xs,
                                                 const struct x_layouts &l, float (&acc)[R])
 {
-	constexpr int U = 4 / R; /* pieces of each row a lane loads at once */
-
 #pragma unroll
 	for (int r = 0; r < R; r++)
 		acc[r] = 0.0f;
@@ -346,36 +416,74 @@ static __device__ __forceinline__ int64_t warp_count(void)
 	return (int64_t)gridDim.x * PK_WARPS;
 }
 
+/* Rows of the next groups a warp asks into L2 before it needs them. */
+#define PK_AHEAD 2
+
+/* Matrix *I and row group *AT of group G of the N products M (S::r rows a
+ * group, each matrix's groups after the last one's); false past the end. */
+template <class S>
+static __device__ __forceinline__ bool group_of(const struct cuda_pmat *m, int n, int64_t g,
+                                                int *i, int64_t *at)
+{
+	for (int k = 0; k < n; k++) {
+		const int64_t c = (m[k].n + S::r - 1) / S::r;
+
+		if (g < c) {
+			*i = k;
+			*at = g;
+			return true;
+		}
+		g -= c;
+	}
+	return false;
+}
+
+/* Group G's rows into L2, lane r row r. */
+template <class S>
+static __device__ __forceinline__ void prefetch_group(const struct cuda_pmat *m, int n,
+                                                      int64_t g)
+{
+	const int lane = threadIdx.x & 31;
+	int64_t at;
+	int i;
+
+	if (lane < S::r && group_of<S>(m, n, g, &i, &at) && at * S::r + lane < m[i].n)
+		prefetch_row(m[i], at * S::r + lane);
+}
+
 /*
  * The N products M (one K) over x in XS: y = w x + bias, or with ADD
  * y += w x (y is then x, the residual, and no block reads it this stage
  * but for its own rows).
  */
-static __device__ __noinline__ void products(const struct cuda_pmat *m, int n, bool add, const float *xs,
-                                const struct x_layouts &l)
+template <class S>
+static __device__ __noinline__ void products(const struct cuda_pmat *m, int n, bool add,
+                                             const float *xs, const struct x_layouts &l)
 {
 	const int lane = threadIdx.x & 31;
 	int64_t groups = 0;
 
 	for (int i = 0; i < n; i++)
-		groups += (m[i].n + PK_R - 1) / PK_R;
+		groups += (m[i].n + S::r - 1) / S::r;
+	for (int d = 0; d < PK_AHEAD; d++)
+		prefetch_group<S>(m, n, warp_id() + d * warp_count());
 	for (int64_t g = warp_id(); g < groups; g += warp_count()) {
 		int i = 0;
 		int64_t at = g;
 
-		while (at >= (m[i].n + PK_R - 1) / PK_R)
-			at -= (m[i++].n + PK_R - 1) / PK_R;
+		prefetch_group<S>(m, n, g + PK_AHEAD * warp_count());
+		group_of<S>(m, n, g, &i, &at);
 		const struct cuda_pmat &w = m[i];
-		const int64_t row0 = at * PK_R;
-		const uint8_t *row[PK_R];
-		float acc[PK_R];
+		const int64_t row0 = at * S::r;
+		const uint8_t *row[S::r];
+		float acc[S::r];
 
 #pragma unroll
-		for (int r = 0; r < PK_R; r++)
+		for (int r = 0; r < S::r; r++)
 			row[r] = w.w + (row0 + r < w.n ? row0 + r : w.n - 1) * w.stride;
-		dot_rows<PK_R>(w.type, row, w.k, xs, l, acc);
+		dot_rows<S::r, S::u>(w.type, row, w.k, xs, l, acc);
 #pragma unroll
-		for (int r = 0; r < PK_R; r++)
+		for (int r = 0; r < S::r; r++)
 			if (lane == r && row0 + r < w.n) {
 				const int64_t o = row0 + r;
 
@@ -389,97 +497,45 @@ static __device__ __noinline__ void products(const struct cuda_pmat *m, int n, b
 
 /* gate's y = act(gate x) * (up x), gate's rows and up's (one type, one
  * shape) loaded together. */
+template <class S>
 static __device__ __noinline__ void glu_products(const struct cuda_pmat &gate, const struct cuda_pmat &up,
                                     bool silu, const float *xs, const struct x_layouts &l)
 {
 	const int lane = threadIdx.x & 31;
 
-	for (int64_t g = warp_id(); g * PK_GLU < gate.n; g += warp_count()) {
-		const int64_t row0 = g * PK_GLU;
-		const uint8_t *row[2 * PK_GLU];
-		float acc[2 * PK_GLU];
+	for (int d = 0; d < PK_AHEAD; d++)
+		prefetch_glu<S>(gate, up, warp_id() + d * warp_count());
+	for (int64_t g = warp_id(); g * S::g < gate.n; g += warp_count()) {
+		const int64_t row0 = g * S::g;
+
+		prefetch_glu<S>(gate, up, g + PK_AHEAD * warp_count());
+		const uint8_t *row[2 * S::g];
+		float acc[2 * S::g];
 
 #pragma unroll
-		for (int r = 0; r < PK_GLU; r++) {
+		for (int r = 0; r < S::g; r++) {
 			const int64_t i = row0 + r < gate.n ? row0 + r : gate.n - 1;
 
 			row[r] = gate.w + i * gate.stride;
-			row[PK_GLU + r] = up.w + i * up.stride;
+			row[S::g + r] = up.w + i * up.stride;
 		}
-		dot_rows<2 * PK_GLU>(gate.type, row, gate.k, xs, l, acc);
+		dot_rows<2 * S::g, S::u>(gate.type, row, gate.k, xs, l, acc);
 #pragma unroll
-		for (int r = 0; r < PK_GLU; r++)
+		for (int r = 0; r < S::g; r++)
 			if (lane == r && row0 + r < gate.n)
-				gate.y[row0 + r] = q4kh_cuda_glu_value(silu, acc[r], acc[PK_GLU + r]);
+				gate.y[row0 + r] = q4kh_cuda_glu_value(silu, acc[r], acc[S::g + r]);
 	}
-}
-
-/* --- prefetching into L2 --- */
-
-/* Ask for BYTES (a multiple of 16) from P (16-byte aligned) in L2, with
- * no wait and no register written (sm_90's bulk prefetch; elsewhere
- * nothing). */
-static __device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-	(void)p;
-	(void)bytes;
-#endif
-}
-
-/* A row's bytes of M that a bulk prefetch may ask for: whole 16-byte
- * units from the row's first aligned one. */
-static __device__ __forceinline__ void prefetch_row(const struct cuda_pmat &m, int64_t row)
-{
-	const uintptr_t a = (uintptr_t)(m.w + row * m.stride), b = a + (uintptr_t)m.stride;
-	const uintptr_t a16 = (a + 15) & ~(uintptr_t)15, b16 = b & ~(uintptr_t)15;
-
-	if (b16 > a16)
-		prefetch_l2((const void *)a16, (uint32_t)(b16 - a16));
-}
-
-/*
- * The rows that this warp's first LIMIT groups of products(M, N) will
- * read, into L2 (lane r the group's row r), so that a stage whose reads
- * are latency, not bandwidth (RoPE, attention, a product already in L2)
- * streams the next one's weights meanwhile.
- */
-static __device__ void prefetch_products(const struct cuda_pmat *m, int n, int64_t limit)
-{
-	const int lane = threadIdx.x & 31;
-	int64_t groups = 0, seen = 0;
-
-	for (int i = 0; i < n; i++)
-		groups += (m[i].n + PK_R - 1) / PK_R;
-	for (int64_t g = warp_id(); g < groups && seen < limit; g += warp_count(), seen++) {
-		int i = 0;
-		int64_t at = g;
-
-		while (at >= (m[i].n + PK_R - 1) / PK_R)
-			at -= (m[i++].n + PK_R - 1) / PK_R;
-		if (lane < PK_R && at * PK_R + lane < m[i].n)
-			prefetch_row(m[i], at * PK_R + lane);
-	}
-}
-
-/* The rows of the first group of glu_products that this warp will take. */
-static __device__ void prefetch_glu(const struct cuda_pmat &gate, const struct cuda_pmat &up)
-{
-	const int lane = threadIdx.x & 31;
-	const int64_t row = warp_id() * PK_GLU + lane % PK_GLU;
-
-	if (lane < 2 * PK_GLU && row < gate.n)
-		prefetch_row(lane < PK_GLU ? gate : up, row);
 }
 
 /* --- RoPE and the caches --- */
 
 /* Stage 2 (rope_store's arithmetic, cuda_rowwise.cu): q and k rotated in
- * place, k and v written to the caches at the step's position. */
+ * place, k and v written to the caches at the step's position; the
+ * angles' cosines and sines from CS and SN when every layer shares them
+ * (else NULL: computed here). */
 template <typename KV>
-static __device__ __noinline__ void rope_store(const struct cuda_player &L, int32_t *fault)
+static __device__ __noinline__ void rope_store(const struct cuda_player &L, int32_t *fault,
+                                               const double *cs, const double *sn)
 {
 	const int64_t hq = L.qh.ne[1], hk = L.kh.ne[1], slots = hq + 2 * hk;
 	const int64_t half = L.rope.n_rot / 2;
@@ -510,7 +566,15 @@ static __device__ __noinline__ void rope_store(const struct cuda_player &L, int3
 				const int64_t bb = L.rope.neox ? i + half : 2 * i + 1;
 				float ra, rb;
 
-				rope_pair(L.rope, pos, i, __ldcg(xr + a), __ldcg(xr + bb), &ra, &rb);
+				if (cs) { /* the step's angles, as rope_pair turns them */
+					const double va = __ldcg(xr + a), vb = __ldcg(xr + bb);
+
+					ra = (float)(va * cs[i] - vb * sn[i]);
+					rb = (float)(va * sn[i] + vb * cs[i]);
+				} else {
+					rope_pair(L.rope, pos, i, __ldcg(xr + a), __ldcg(xr + bb), &ra,
+					          &rb);
+				}
 				xr[a] = ra;
 				xr[bb] = rb;
 				if (c) {
@@ -548,14 +612,37 @@ static __device__ __noinline__ void attend(const struct cuda_persist &P,
 
 /* --- the kernel --- */
 
-template <typename KV, int HD>
-static __global__ void __launch_bounds__(CUDA_PERSIST_THREADS, 2)
+template <typename KV, int HD, class S>
+static __global__ void __launch_bounds__(CUDA_PERSIST_THREADS, S::minb)
 persist_kernel(struct cuda_persist P)
 {
 	extern __shared__ float4 shm4[];
 	float *xs = (float *)shm4;
 	struct split_shared<HD> *teams = (struct split_shared<HD> *)shm4;
-	unsigned target = 0;
+	unsigned k = 0; /* barriers passed */
+
+	/* RoPE's angles at the step's position, once for every layer that
+	 * shares them (cuda_rope.cuh's arithmetic) */
+	__shared__ double rope_cs[CUDA_PERSIST_MAX_PAIRS], rope_sn[CUDA_PERSIST_MAX_PAIRS];
+	const double *cs = NULL, *sn = NULL;
+
+	if (P.stamps && blockIdx.x == 0 && threadIdx.x == 0)
+		P.stamps[0] = global_ns();
+	if (P.rope_once) {
+		const struct cuda_rope &r = P.layers[0].rope;
+		const int32_t pos = __ldg(P.layers[0].attn.pos);
+
+		for (int i = threadIdx.x; i < r.n_rot / 2; i += blockDim.x) {
+			double a, b;
+
+			sincos(rope_theta(r, pos < 0 ? 0 : pos, i), &a, &b);
+			rope_sn[i] = a * r.mscale;
+			rope_cs[i] = b * r.mscale;
+		}
+		cs = rope_cs;
+		sn = rope_sn;
+		__syncthreads();
+	}
 
 	for (int il = 0; il < P.n_layer; il++) {
 		const struct cuda_player &L = P.layers[il];
@@ -564,43 +651,56 @@ persist_kernel(struct cuda_persist P)
 
 		/* 1: q, k, v of the normed x */
 		norm_into(P.x, L.attn_norm, L.attn_eps, P.n_embd, xs, l);
-		products(qkv, 3, false, xs, l);
-		grid_sync(P.barrier, &target);
+		products<S>(qkv, 3, false, xs, l);
+		grid_sync(P.barrier, &k, P.stamps);
 		/* 2: RoPE, the caches; the output projection on its way to L2 */
-		prefetch_products(&L.o, 1, INT64_MAX);
-		rope_store<KV>(L, P.fault);
-		grid_sync(P.barrier, &target);
+		for (int64_t g = warp_id(); g * S::r < L.o.n; g += warp_count())
+			prefetch_group<S>(&L.o, 1, g);
+		rope_store<KV>(L, P.fault, cs, sn);
+		grid_sync(P.barrier, &k, P.stamps);
 		/* 3: attention */
 		attend<KV, HD>(P, L, teams);
-		grid_sync(P.barrier, &target);
+		grid_sync(P.barrier, &k, P.stamps);
 		/* 4: x += o att (from L2); gate and up's first rows on their way */
-		prefetch_glu(L.gate, L.up);
+		for (int d = 0; d < PK_AHEAD; d++)
+			prefetch_glu<S>(L.gate, L.up, warp_id() + d * warp_count());
 		l = layouts_for(&L.o, 1);
 		copy_into((const float *)L.att.data, L.o.k, xs, l);
-		products(&L.o, 1, true, xs, l);
-		grid_sync(P.barrier, &target);
+		products<S>(&L.o, 1, true, xs, l);
+		grid_sync(P.barrier, &k, P.stamps);
 		/* 5: the GLU of gate and up of the normed x */
 		l = layouts_for(&L.gate, 1);
 		norm_into(P.x, L.ffn_norm, L.ffn_eps, P.n_embd, xs, l);
-		glu_products(L.gate, L.up, L.silu != 0, xs, l);
-		grid_sync(P.barrier, &target);
+		glu_products<S>(L.gate, L.up, L.silu != 0, xs, l);
+		grid_sync(P.barrier, &k, P.stamps);
 		/* 6: x += down h */
 		l = layouts_for(&L.down, 1);
 		copy_into(L.gate.y, L.down.k, xs, l);
-		products(&L.down, 1, true, xs, l);
-		grid_sync(P.barrier, &target);
+		products<S>(&L.down, 1, true, xs, l);
+		grid_sync(P.barrier, &k, P.stamps);
 	}
 }
 
 typedef void (*persist_fn)(struct cuda_persist);
 
-static persist_fn kernel_for(const struct cuda_persist *p)
+template <class S>
+static persist_fn kernel_in(const struct cuda_persist *p)
 {
 	if (p->head_dim == 64)
-		return p->kv_f16 ? persist_kernel<__half, 64> : persist_kernel<float, 64>;
+		return p->kv_f16 ? persist_kernel<__half, 64, S> : persist_kernel<float, 64, S>;
 	if (p->head_dim == 128)
-		return p->kv_f16 ? persist_kernel<__half, 128> : persist_kernel<float, 128>;
+		return p->kv_f16 ? persist_kernel<__half, 128, S> : persist_kernel<float, 128, S>;
 	return NULL;
+}
+
+static persist_fn kernel_for(const struct cuda_persist *p)
+{
+	switch (p->shape) {
+	case 0: return kernel_in<pk_shape_0>(p);
+	case 1: return kernel_in<pk_shape_1>(p);
+	case 2: return kernel_in<pk_shape_2>(p);
+	default: return NULL;
+	}
 }
 
 /* Shared memory of the attention stage's teams. */
@@ -650,7 +750,11 @@ extern "C" cudaError_t cuda_persist_launch(const struct cuda_persist *p, cudaStr
 
 	if (!k)
 		return cudaErrorNotSupported;
-	if ((e = cudaMemsetAsync(p->barrier, 0, sizeof(unsigned), s)) != cudaSuccess)
+	if ((e = cudaMemsetAsync(p->barrier, 0, sizeof(unsigned), s)) != cudaSuccess ||
+	    (p->stamps && (e = cudaMemsetAsync(p->stamps, 0,
+	                                       sizeof(unsigned long long) *
+	                                               (2 * (size_t)p->n_layer * CUDA_PERSIST_STAGES + 1),
+	                                       s)) != cudaSuccess))
 		return e;
 	k<<<(unsigned)p->blocks, CUDA_PERSIST_THREADS, p->smem, s>>>(*p);
 	return cudaGetLastError();

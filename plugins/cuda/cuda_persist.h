@@ -71,6 +71,10 @@ struct cuda_persist {
 	int32_t group;      /* query heads per KV head */
 	int32_t ranges;     /* flash-decoding's S */
 	int32_t blocks;     /* the grid: every block resident at once */
+	int32_t shape;      /* the kernel's shape (cuda_persist.cu): 0 .. 2 */
+	int32_t rope_once;  /* every layer's RoPE the same (at most
+	                       CUDA_PERSIST_MAX_PAIRS pairs): its angles are
+	                       computed once a launch */
 	size_t smem;        /* dynamic shared memory of a block, bytes */
 	float *x;           /* the residual stream {n_embd} */
 	int64_t n_embd;
@@ -82,7 +86,15 @@ struct cuda_persist {
 	float2 *ml;
 	unsigned *barrier;
 	int32_t *fault;
+	/* with Q4KH_CUDA_PERSIST_PROFILE=1: the launch's start, then for each
+	 * stage the last block's arrival at its barrier and block 0's
+	 * departure (2 n_layer CUDA_PERSIST_STAGES + 1 times, ns of
+	 * %globaltimer, zeroed before the launch); else NULL */
+	unsigned long long *stamps;
 };
+
+#define CUDA_PERSIST_STAGES 6
+#define CUDA_PERSIST_MAX_PAIRS 128
 
 /*
  * The launch's shape for P (head_dim, kv_f16, smem set): P->blocks from
