@@ -9,7 +9,8 @@
  * host's own recording), on tiny-llama and tiny-qwen2, with the backend's
  * own products and through cuda-mwv, and on tiny-qwen3moe, whose routing
  * and experts' products (grouped for the prompt, direct for decode) stay
- * on the device. With the persistent kernel on (the default), the
+ * on the device. With the persistent kernel on ([plugin.cuda]
+ * persistent = 1), the
  * one-token steps of tiny-llama and tiny-qwen2 run it and give the
  * interpreter's logits up to fp32 rounding, and q4khost run reports the
  * decode steps as persistent.
@@ -377,21 +378,27 @@ Test(graph_entry, tiny_qwen2_through_cuda_mwv_as_the_interpreter, .timeout = 300
 	entry_against_interpreter("tiny-qwen2.gguf", "cuda-mwv");
 }
 
-/* q4khost run --json on cuda with the built-in kernels: the prompt's step
- * runs call by call, every decode step through the persistent kernel. */
+/* q4khost run --json on cuda with the built-in kernels and the persistent
+ * kernel on: the prompt's step runs call by call, every decode step
+ * through the persistent kernel. */
 Test(graph_entry, run_reports_the_persistent_kernel, .timeout = 300)
 {
 	struct q4kh_registry *reg = cuda_registry("q4khost run on the cuda graph entry");
-	char *model = graph_model_file("tiny-llama.gguf"), *cmd = NULL, *out = NULL;
+	char *model = graph_model_file("tiny-llama.gguf"), *cmd = NULL, *out = NULL, *cfg = NULL;
 	json_t *j, *steps, *paths;
+	FILE *f;
 	json_error_t jerr;
 	json_int_t n;
 	int rc;
 
 	q4kh_registry_free(reg);
-	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --kernel none --f2 off -m %s "
-	                   "-p 'The capital of France is' -n 12 2>/dev/null",
-	             test_builddir(), model) < 0)
+	if (asprintf(&cfg, "%s/persistent.ini", test_tmpdir()) < 0 || !(f = fopen(cfg, "w")))
+		cr_assert_fail("cannot write %s", cfg ? cfg : "a config file");
+	fputs("[plugin.cuda]\npersistent = 1\n", f);
+	fclose(f);
+	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --kernel none --f2 off "
+	                   "--config %s -m %s -p 'The capital of France is' -n 12 2>/dev/null",
+	             test_builddir(), cfg, model) < 0)
 		cr_assert_fail("out of memory");
 	rc = test_shell(cmd, &out);
 	cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, out);
@@ -411,4 +418,5 @@ Test(graph_entry, run_reports_the_persistent_kernel, .timeout = 300)
 	free(cmd);
 	free(out);
 	free(model);
+	free(cfg);
 }

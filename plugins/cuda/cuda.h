@@ -28,8 +28,8 @@
 struct q4kh_backend_ctx {
 	const struct q4kh_host_api *host;
 	int n_devices;
-	unsigned persistent; /* [plugin.cuda] persistent: 1 (default) lets
-	                        one-token steps run the persistent kernel */
+	unsigned persistent; /* [plugin.cuda] persistent: 1 lets one-token
+	                        steps run the persistent kernel (default 0) */
 	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
 	char error[1024];
 };
@@ -144,7 +144,7 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
  * positions out of range are found on the device and reported by the
  * next wait (cuda_wait). Not while a graph_begin recording is open.
  * A one-token step whose layers the persistent kernel takes
- * (cuda_persist_plan; [plugin.cuda] persistent = 1, the default) issues
+ * (cuda_persist_plan; with [plugin.cuda] persistent = 1) issues
  * them as that one launch in place of their nodes, eagerly or recorded,
  * and reports Q4KH_PATH_PERSISTENT.
  */
@@ -171,8 +171,8 @@ struct cuda_persist_plan {
  * of one sequence, its layers are not the llama family's as the kernel
  * reads them (a node, an operand, a weight routed to a kernel variant, a
  * weight type other than Q4_K and Q6_K, a head dimension other than 64
- * and 128, caches other than f16 or f32), or the device cannot take the
- * launch; Q4KH_ERR_NOMEM.
+ * and 128, caches other than f16, a device before compute capability
+ * 9.0), or the device cannot take the launch; Q4KH_ERR_NOMEM.
  */
 q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
                               struct cuda_persist_plan **out, char *why, size_t why_size);

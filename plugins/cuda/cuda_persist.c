@@ -184,10 +184,10 @@ static int layer(struct reader *r, int32_t i, const char *x, int64_t e, struct c
 	    L->vh.ne[1] != hk)
 		return refuse(r, i + 6, "expected k and v into the caches");
 	kv_type = view(r, node(r, i + 6)->out).type;
-	if ((kv_type != Q4KH_TYPE_F16 && kv_type != Q4KH_TYPE_F32) ||
+	if (kv_type != Q4KH_TYPE_F16 ||
 	    !cache_of(r, node(r, i + 6)->out, hd, hk, kv_type, &L->kc) ||
 	    !cache_of(r, node(r, i + 7)->out, hd, hk, kv_type, &L->vc) || L->vc.ne[2] != L->kc.ne[2])
-		return refuse(r, i + 6, "the caches: not one type of f16 or f32, or their shapes");
+		return refuse(r, i + 6, "the caches: not f16, or their shapes");
 	/* attention of q over the caches */
 	n = node(r, i + 8);
 	if (!is_op(r, i + 8, Q4KH_OP_ATTENTION) || n->src[0] != node(r, i + 4)->src[0] ||
@@ -309,6 +309,11 @@ q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph
 		snprintf(why, why_size, "CUDA: %s", cudaGetErrorString(err));
 		return Q4KH_ERR_UNSUPPORTED;
 	}
+	if (dev->cc_major < 9) {
+		snprintf(why, why_size, "compute capability %d: the kernel needs 9.0 or later",
+		         dev->cc_major);
+		return Q4KH_ERR_UNSUPPORTED;
+	}
 	if (g->n_tokens != 1 || g->n_seqs != 1 || g->pos < 0) {
 		snprintf(why, why_size, "a step of %lld tokens over %u sequences: the kernel "
 		         "decodes one token of one sequence", (long long)g->n_tokens, g->n_seqs);
@@ -352,7 +357,6 @@ q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph
 	p->end = i;
 	p->run.n_layer = count;
 	p->run.head_dim = (int32_t)layers[0].qh.ne[0];
-	p->run.kv_f16 = layers[0].kc.type == Q4KH_TYPE_F16;
 	p->run.x = (float *)x;
 	p->run.n_embd = e;
 	p->run.fault = dev->fault;
@@ -365,35 +369,13 @@ q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph
 	p->run.ranges = cuda_persist_ranges(&layers[0].qh, &layers[0].kc, &layers[0].vc, dev->sms,
 	                                    &p->run.group);
 	if (!p->run.ranges || (p->run.head_dim != 64 && p->run.head_dim != 128)) {
-		snprintf(why, why_size, "attention of head dimension %d over %s caches: "
-		         "not a form the kernel's attention takes", p->run.head_dim,
-		         p->run.kv_f16 ? "f16" : "f32");
+		snprintf(why, why_size, "attention of head dimension %d: not a form the "
+		         "kernel's attention takes", p->run.head_dim);
 		free(layers);
 		cuda_persist_free(p);
 		return Q4KH_ERR_UNSUPPORTED;
-	}
-	{
-		/* a measuring knob: the kernel's shape */
-		const char *e = getenv("Q4KH_CUDA_PERSIST_SHAPE");
-
-		p->run.shape = e ? atoi(e) : 0;
 	}
 	err = cuda_persist_shape(&p->run, dev->ordinal, dev->sms);
-	{
-		/* a measuring knob: fewer blocks a multiprocessor than fit */
-		const char *e = getenv("Q4KH_CUDA_PERSIST_PER_SM");
-		const int per_sm = e ? atoi(e) : 0;
-
-		if (err == cudaSuccess && per_sm > 0 && per_sm * dev->sms < p->run.blocks)
-			p->run.blocks = per_sm * dev->sms;
-	}
-	if (err == cudaErrorNotSupported) {
-		snprintf(why, why_size, "%zu bytes of shared memory a block: no block fits",
-		         p->run.smem);
-		free(layers);
-		cuda_persist_free(p);
-		return Q4KH_ERR_UNSUPPORTED;
-	}
 	parts = (size_t)layers[0].qh.ne[1] * (size_t)p->run.ranges;
 	bytes = CUDA_SCRATCH_COUNTERS * sizeof(int) +
 	        parts * ((size_t)p->run.head_dim + 2) * sizeof(float) + sizeof(unsigned);

@@ -41,17 +41,22 @@
  * (MINB, its launch bounds: 2 leaves a thread 128 registers), the rows a
  * warp takes at once in a product (R) and of gate and of up each in the
  * GLU (G), and the pieces of each row a lane loads before it uses any
- * (U). cuda_persist.h's shape field picks one (kernel_for).
+ * (U). Measured on an H100 (docs/perf.md, 2026-12-07): one block of 8
+ * warps a multiprocessor with twice the pieces in flight, or half the
+ * rows with four pieces, was no faster.
  */
 template <int MINB, int R, int G, int U>
 struct pk_shape {
 	static constexpr int minb = MINB, r = R, g = G, u = U;
 };
 
-typedef pk_shape<2, 4, 2, 1> pk_shape_0;
-typedef pk_shape<1, 4, 2, 2> pk_shape_1;
-typedef pk_shape<1, 2, 2, 4> pk_shape_2;
+typedef pk_shape<2, 4, 2, 1> pk_shape_used;
 #define Q6K_BYTES 210
+
+/* Device code for compute capability 9.0 and later only (bulk prefetch,
+ * and the only devices cuda_persist_plan takes); earlier targets get an
+ * empty kernel. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 
 /* --- the grid barrier --- */
 
@@ -176,7 +181,7 @@ static __device__ __noinline__ void copy_into(const float *x, int64_t n, float *
  * nothing). */
 static __device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__)
 	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #else
 	(void)p;
@@ -610,12 +615,16 @@ static __device__ __noinline__ void attend(const struct cuda_persist &P,
 		                    P.fault, it / P.ranges, it % P.ranges, 0, P.ranges, &teams[team]);
 }
 
+#endif /* compute capability 9.0 */
+
 /* --- the kernel --- */
 
-template <typename KV, int HD, class S>
+template <int HD, class S>
 static __global__ void __launch_bounds__(CUDA_PERSIST_THREADS, S::minb)
 persist_kernel(struct cuda_persist P)
 {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+	typedef __half KV; /* the caches (cuda_persist_plan takes f16 only) */
 	extern __shared__ float4 shm4[];
 	float *xs = (float *)shm4;
 	struct split_shared<HD> *teams = (struct split_shared<HD> *)shm4;
@@ -679,28 +688,20 @@ persist_kernel(struct cuda_persist P)
 		products<S>(&L.down, 1, true, xs, l);
 		grid_sync(P.barrier, &k, P.stamps);
 	}
+#else
+	(void)P; /* cuda_persist_plan takes compute capability 9.0 and later */
+#endif
 }
 
 typedef void (*persist_fn)(struct cuda_persist);
 
-template <class S>
-static persist_fn kernel_in(const struct cuda_persist *p)
-{
-	if (p->head_dim == 64)
-		return p->kv_f16 ? persist_kernel<__half, 64, S> : persist_kernel<float, 64, S>;
-	if (p->head_dim == 128)
-		return p->kv_f16 ? persist_kernel<__half, 128, S> : persist_kernel<float, 128, S>;
-	return NULL;
-}
-
 static persist_fn kernel_for(const struct cuda_persist *p)
 {
-	switch (p->shape) {
-	case 0: return kernel_in<pk_shape_0>(p);
-	case 1: return kernel_in<pk_shape_1>(p);
-	case 2: return kernel_in<pk_shape_2>(p);
-	default: return NULL;
-	}
+	if (p->head_dim == 64)
+		return persist_kernel<64, pk_shape_used>;
+	if (p->head_dim == 128)
+		return persist_kernel<128, pk_shape_used>;
+	return NULL;
 }
 
 /* Shared memory of the attention stage's teams. */

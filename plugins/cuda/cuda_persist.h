@@ -67,11 +67,9 @@ struct cuda_player {
 struct cuda_persist {
 	int32_t n_layer;
 	int32_t head_dim;   /* 64 or 128 */
-	int32_t kv_f16;     /* the caches: f16, else f32 */
 	int32_t group;      /* query heads per KV head */
 	int32_t ranges;     /* flash-decoding's S */
 	int32_t blocks;     /* the grid: every block resident at once */
-	int32_t shape;      /* the kernel's shape (cuda_persist.cu): 0 .. 2 */
 	int32_t rope_once;  /* every layer's RoPE the same (at most
 	                       CUDA_PERSIST_MAX_PAIRS pairs): its angles are
 	                       computed once a launch */
@@ -97,7 +95,7 @@ struct cuda_persist {
 #define CUDA_PERSIST_MAX_PAIRS 128
 
 /*
- * The launch's shape for P (head_dim, kv_f16, smem set): P->blocks from
+ * The launch's shape for P (head_dim and smem set): P->blocks from
  * the occupancy of the kernel on device DEV with SMS multiprocessors.
  * cudaErrorNotSupported when not one block fits.
  */
