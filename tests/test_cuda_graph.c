@@ -9,8 +9,11 @@
  * host's own recording), on tiny-llama and tiny-qwen2, with the backend's
  * own products and through cuda-mwv, and on tiny-qwen3moe, whose routing
  * and experts' products (grouped for the prompt, direct for decode) stay
- * on the device; and q4khost run reports the decode
- * steps as replays of the entry.
+ * on the device. With the persistent kernel on ([plugin.cuda]
+ * persistent = 1), the
+ * one-token steps of tiny-llama and tiny-qwen2 run it and give the
+ * interpreter's logits up to fp32 rounding, and q4khost run reports the
+ * decode steps as persistent.
  *
  * Through the cuda-mwv kernel variant, recorded into the replayed CUDA
  * graph (graph_products.h): on tiny-qwen2, mul_mat nodes of one input go
@@ -26,11 +29,13 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "config.h"
 #include "graph_products.h"
 #include "helpers.h"
 #include "kernel.h"
@@ -44,13 +49,13 @@
  * (the test fails without them) and a CUDA device (the test WHAT skips
  * without one).
  */
-static struct q4kh_registry *cuda_registry(const char *what)
+static struct q4kh_registry *cuda_registry_with(const char *what, struct q4kh_config *config)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_registry *reg = NULL;
 	uint32_t n = 0;
 
-	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_registry_scan(NULL, config, &reg, &err), 0, "%s", err.msg);
 	/* built with the CUDA plugins: they must be on the test's path */
 	cr_assert(q4kh_registry_find(reg, "cuda") && q4kh_registry_find(reg, "cuda-mwv"),
 	          "the cuda and cuda-mwv plugins are not on the plugin path %s", reg->path);
@@ -59,6 +64,29 @@ static struct q4kh_registry *cuda_registry(const char *what)
 		test_no_cuda_device(what, err.msg[0] ? err.msg : "the cuda backend has 0 devices");
 	}
 	return reg;
+}
+
+static struct q4kh_registry *cuda_registry(const char *what)
+{
+	return cuda_registry_with(what, NULL);
+}
+
+/*
+ * A config with [plugin.cuda] persistent = ON, read from empty folders so
+ * no file of this machine leaks in; q4kh_config_free it after the
+ * registry.
+ */
+static struct q4kh_config *persistent_config(const char *on)
+{
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_config *c;
+	const char *dir = test_tmpdir();
+
+	setenv("XDG_CONFIG_HOME", dir, 1);
+	cr_assert_eq(q4kh_config_load(dir, NULL, &c, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_config_set(c, "plugin.cuda", "persistent", on, "test", &err), 0, "%s",
+	             err.msg);
+	return c;
 }
 
 /*
@@ -173,7 +201,8 @@ static struct pass run_pass(struct q4kh_model *m)
  */
 static void entry_against_interpreter(const char *file, const char *variant)
 {
-	struct q4kh_registry *reg = cuda_registry("the cuda graph entry");
+	struct q4kh_config *config = persistent_config("0");
+	struct q4kh_registry *reg = cuda_registry_with("the cuda graph entry", config);
 	struct q4kh_error err = { { 0 } };
 	char *path = graph_model_file(file);
 	struct q4kh_backend be = { 0 };
@@ -240,7 +269,86 @@ static void entry_against_interpreter(const char *file, const char *variant)
 	q4kh_kernel_close(&k);
 	q4kh_backend_close(&be);
 	q4kh_registry_free(reg);
+	q4kh_config_free(config);
 	free(path);
+}
+
+/*
+ * The model FILE (a fixture) on cuda with the backend's own products and
+ * the persistent kernel on: its one-token steps run the persistent
+ * kernel (the prompt's and the batched steps do not), and every row of
+ * logits is the interpreter's up to fp32 rounding: a normalised mean
+ * squared error below 1e-6 and no logit further than 1e-3 of the row's
+ * largest magnitude from the interpreter's.
+ */
+static void persistent_against_interpreter(const char *file)
+{
+	struct q4kh_config *config = persistent_config("1");
+	struct q4kh_registry *reg = cuda_registry_with("the persistent decode kernel", config);
+	struct q4kh_error err = { { 0 } };
+	char *path = graph_model_file(file);
+	struct q4kh_backend be = { 0 };
+	struct q4kh_backend_v1 interp;
+	struct q4kh_model *m = NULL;
+	const struct q4kh_backend_v1 *real;
+	struct pass entry, host;
+
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	real = be.v;
+	entry = run_pass(m);
+	interp = *real;
+	interp.graph_prepare = NULL;
+	interp.graph_compute = NULL;
+	interp.graph_release = NULL;
+	interp.graph_begin = NULL;
+	be.v = &interp;
+	host = run_pass(m);
+	be.v = real;
+
+	for (int64_t r = 0; r < ROWS; r++) {
+		const float *a = entry.logits + r * m->hp.n_vocab, *b = host.logits + r * m->hp.n_vocab;
+		double num = 0.0, den = 0.0, worst = 0.0, top = 0.0;
+
+		for (int64_t i = 0; i < m->hp.n_vocab; i++) {
+			const double d = (double)a[i] - (double)b[i];
+
+			num += d * d;
+			den += (double)b[i] * (double)b[i];
+			worst = fabs(d) > worst ? fabs(d) : worst;
+			top = fabs((double)b[i]) > top ? fabs((double)b[i]) : top;
+		}
+		cr_expect(num <= 1e-6 * den && worst <= 1e-3 * top,
+		          "%s: row %lld of %d: NMSE %.3g, largest difference %.3g of %.3g", file,
+		          (long long)r, ROWS, den > 0.0 ? num / den : num, worst, top);
+	}
+	/* the prompt's steps as before; every one-token step persistent */
+	cr_expect_eq(WAYS(entry, 0, GRAPH_NODES), 1);
+	cr_expect_eq(WAYS(entry, 0, GRAPH_REPLAY), 2);
+	cr_expect_eq(WAYS(entry, 1, GRAPH_PERSISTENT), DECODE);
+	cr_expect_eq(WAYS(entry, 1, GRAPH_NODES) + WAYS(entry, 1, GRAPH_REPLAY), 3);
+	cr_expect_eq(WAYS(entry, 2, GRAPH_PERSISTENT), DECODE);
+	cr_expect_eq(WAYS(entry, 2, GRAPH_NODES) + WAYS(entry, 2, GRAPH_REPLAY), 3 + BATCHED);
+
+	free(entry.logits);
+	free(host.logits);
+	q4kh_model_free(m);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	q4kh_config_free(config);
+	free(path);
+}
+
+Test(graph_entry, tiny_llama_persistent_as_the_interpreter, .timeout = 300)
+{
+	persistent_against_interpreter("tiny-llama.gguf");
+}
+
+Test(graph_entry, tiny_qwen2_persistent_as_the_interpreter, .timeout = 300)
+{
+	persistent_against_interpreter("tiny-qwen2.gguf");
 }
 
 Test(graph_entry, tiny_llama_as_the_interpreter, .timeout = 300)
@@ -270,21 +378,27 @@ Test(graph_entry, tiny_qwen2_through_cuda_mwv_as_the_interpreter, .timeout = 300
 	entry_against_interpreter("tiny-qwen2.gguf", "cuda-mwv");
 }
 
-/* q4khost run --json on cuda: the prompt's step and the first decode step
- * run call by call, every later decode step is a replay of the entry. */
-Test(graph_entry, run_reports_graph_replay, .timeout = 300)
+/* q4khost run --json on cuda with the built-in kernels and the persistent
+ * kernel on: the prompt's step runs call by call, every decode step
+ * through the persistent kernel. */
+Test(graph_entry, run_reports_the_persistent_kernel, .timeout = 300)
 {
 	struct q4kh_registry *reg = cuda_registry("q4khost run on the cuda graph entry");
-	char *model = graph_model_file("tiny-llama.gguf"), *cmd = NULL, *out = NULL;
+	char *model = graph_model_file("tiny-llama.gguf"), *cmd = NULL, *out = NULL, *cfg = NULL;
 	json_t *j, *steps, *paths;
+	FILE *f;
 	json_error_t jerr;
 	json_int_t n;
 	int rc;
 
 	q4kh_registry_free(reg);
-	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --f2 off -m %s "
-	                   "-p 'The capital of France is' -n 12 2>/dev/null",
-	             test_builddir(), model) < 0)
+	if (asprintf(&cfg, "%s/persistent.ini", test_tmpdir()) < 0 || !(f = fopen(cfg, "w")))
+		cr_assert_fail("cannot write %s", cfg ? cfg : "a config file");
+	fputs("[plugin.cuda]\npersistent = 1\n", f);
+	fclose(f);
+	if (asprintf(&cmd, "%s/host/cli/q4khost run --json --backend cuda --kernel none --f2 off "
+	                   "--config %s -m %s -p 'The capital of France is' -n 12 2>/dev/null",
+	             test_builddir(), cfg, model) < 0)
 		cr_assert_fail("out of memory");
 	rc = test_shell(cmd, &out);
 	cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, out);
@@ -294,14 +408,15 @@ Test(graph_entry, run_reports_graph_replay, .timeout = 300)
 	paths = json_object_get(steps, "paths");
 	n = json_integer_value(json_object_get(steps, "steps"));
 	cr_assert_geq(n, 4, "%lld steps: %s", (long long)n, out);
-	cr_expect_str_eq(json_string_value(json_object_get(steps, "path")), "graph_replay", "%s",
-	                 out);
-	cr_expect_eq(json_integer_value(json_object_get(paths, "graph_nodes")), 2, "%s", out);
-	cr_expect_eq(json_integer_value(json_object_get(paths, "graph_replay")), n - 2, "%s",
+	cr_expect_str_eq(json_string_value(json_object_get(steps, "path")), "graph_persistent",
+	                 "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(paths, "graph_nodes")), 1, "%s", out);
+	cr_expect_eq(json_integer_value(json_object_get(paths, "graph_persistent")), n - 1, "%s",
 	             out);
 	cr_expect_gt(json_integer_value(json_object_get(steps, "launches")), 0, "%s", out);
 	json_decref(j);
 	free(cmd);
 	free(out);
 	free(model);
+	free(cfg);
 }

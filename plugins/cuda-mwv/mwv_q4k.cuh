@@ -10,12 +10,6 @@
 
 namespace {
 
-/* 0.5 + q / 32 for the code in byte B (a constant) of v, held as q << 3. */
-__device__ __forceinline__ float half_plus(uint32_t v, int b)
-{
-	return __int_as_float((int)__byte_perm(v, 0x3F000000u, 0x7044u | (b << 8)));
-}
-
 struct mwv_dot : q4kh_q4k_rows {
 	const float *x; /* column c at x + c * ldx */
 	int64_t ldx;
@@ -58,14 +52,14 @@ struct mwv_dot : q4kh_q4k_rows {
 					const uint32_t l8 = (v << 3) & 0x78787878u;
 					const uint32_t h8 = (v >> 1) & 0x78787878u;
 
-					lo[r] = fmaf(half_plus(l8, 0), xl.x, lo[r]);
-					lo[r] = fmaf(half_plus(l8, 1), xl.y, lo[r]);
-					lo[r] = fmaf(half_plus(l8, 2), xl.z, lo[r]);
-					lo[r] = fmaf(half_plus(l8, 3), xl.w, lo[r]);
-					hi[r] = fmaf(half_plus(h8, 0), xh.x, hi[r]);
-					hi[r] = fmaf(half_plus(h8, 1), xh.y, hi[r]);
-					hi[r] = fmaf(half_plus(h8, 2), xh.z, hi[r]);
-					hi[r] = fmaf(half_plus(h8, 3), xh.w, hi[r]);
+					lo[r] = fmaf(q4kh_q4k_half_plus(l8, 0), xl.x, lo[r]);
+					lo[r] = fmaf(q4kh_q4k_half_plus(l8, 1), xl.y, lo[r]);
+					lo[r] = fmaf(q4kh_q4k_half_plus(l8, 2), xl.z, lo[r]);
+					lo[r] = fmaf(q4kh_q4k_half_plus(l8, 3), xl.w, lo[r]);
+					hi[r] = fmaf(q4kh_q4k_half_plus(h8, 0), xh.x, hi[r]);
+					hi[r] = fmaf(q4kh_q4k_half_plus(h8, 1), xh.y, hi[r]);
+					hi[r] = fmaf(q4kh_q4k_half_plus(h8, 2), xh.z, hi[r]);
+					hi[r] = fmaf(q4kh_q4k_half_plus(h8, 3), xh.w, hi[r]);
 				}
 			}
 #pragma unroll

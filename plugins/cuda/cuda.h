@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_kernels.h"
+#include "cuda_persist.h"
 #include "q4khost/cuda_retired.h"
 #include "q4khost/contract.h"
 #include "q4khost/plugin.h"
@@ -31,6 +32,8 @@
 struct q4kh_backend_ctx {
 	const struct q4kh_host_api *host;
 	int n_devices;
+	unsigned persistent; /* [plugin.cuda] persistent: 1 lets one-token
+	                        steps run the persistent kernel (default 0) */
 	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
 	char error[1024];
 };
@@ -173,12 +176,44 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
  * calls issued) and the nodes inside fused groups. Asynchronous: ids and
  * positions out of range are found on the device and reported by the
  * next wait (cuda_wait). Not while a graph_begin recording is open.
+ * A one-token step whose layers the persistent kernel takes
+ * (cuda_persist_plan; with [plugin.cuda] persistent = 1) issues
+ * them as that one launch in place of their nodes, eagerly or recorded,
+ * and reports Q4KH_PATH_PERSISTENT.
  */
 q4kh_status cuda_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
                                struct q4kh_step_run *run);
 /* graph_release: wait for dev's stream, then free the recording and the
  * copies (STEP NULL: nothing). */
 void cuda_graph_release(q4kh_device_ctx *dev, q4kh_step *step);
+
+/* --- the persistent decode kernel's plan (cuda_persist.c) --- */
+
+/* A one-token step's layers as one persistent launch (cuda_persist.h):
+ * nodes [first, end) of the graph, the rest issued as before. */
+struct cuda_persist_plan {
+	int32_t first, end;
+	struct cuda_persist run;
+	void *scratch; /* device: run's counters, partials and barrier */
+};
+
+/*
+ * Read G's decoder layers for the persistent kernel on DEV: Q4KH_OK with
+ * *OUT (free with cuda_persist_free); Q4KH_ERR_UNSUPPORTED with *OUT NULL
+ * and the reason in WHY (WHY_SIZE bytes) when the step is not one token
+ * of one sequence, its layers are not the llama family's as the kernel
+ * reads them (a node, an operand, a weight routed to a kernel variant, a
+ * weight type other than Q4_K and Q6_K, a head dimension other than 64
+ * and 128, caches other than f16, a device before compute capability
+ * 9.0), or the device cannot take the launch; Q4KH_ERR_NOMEM.
+ */
+q4kh_status cuda_persist_plan(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                              struct cuda_persist_plan **out, char *why, size_t why_size);
+void cuda_persist_free(struct cuda_persist_plan *p);
+/* With Q4KH_CUDA_PERSIST_PROFILE=1 in the environment when P was planned:
+ * log (info) the time of each stage, summed over the layers, in P's last
+ * run (waits for it). */
+void cuda_persist_profile(q4kh_device_ctx *dev, const struct cuda_persist_plan *p);
 
 /* --- errors and logging (cuda_plugin.c) --- */
 

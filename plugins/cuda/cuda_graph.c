@@ -8,6 +8,8 @@
  * cuda_measure.c's capture and launches the recording, which every later
  * run replays: between runs the host rewrites only the ids and positions,
  * which the kernels read from device memory when they run (cuda_step.c).
+ * A one-token step's decoder layers, where cuda_persist.c reads them as
+ * the llama family's, are one call: the persistent kernel.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ struct cuda_group {
 
 struct q4kh_step {
 	struct q4kh_step_graph *g; /* the host's, copied (q4kh_step_copy) */
+	struct cuda_persist_plan *persist; /* the layers as one launch, or NULL */
 	struct cuda_group *groups;
 	int32_t n_groups;
 	uint32_t fused;      /* nodes inside groups of two or more */
@@ -189,6 +192,7 @@ static q4kh_status check_graph(q4kh_device_ctx *dev, const struct q4kh_step_grap
 /* Free step S and what it holds. */
 static void step_free(struct q4kh_step *s)
 {
+	cuda_persist_free(s->persist);
 	q4kh_step_copy_free(s->g);
 	free(s->groups);
 	free(s);
@@ -205,6 +209,14 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 		struct cuda_group *c = &s->groups[s->n_groups++];
 
 		c->first = i;
+		if (s->persist && i == s->persist->first) {
+			/* the persistent kernel's layers: one call */
+			c->fuse = Q4KH_FUSE_NONE;
+			n = s->persist->end - i;
+			c->n = n;
+			s->fused += (uint32_t)n;
+			continue;
+		}
 		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
 		c->n = n;
 		if (n > 1)
@@ -235,6 +247,17 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
 		st = cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		               "graph_prepare: out of memory copying %d nodes and %d values",
 		               g->n_nodes, g->n_values);
+	if (s->g && dev->ctx->persistent) {
+		char why[256];
+
+		if (cuda_persist_plan(dev, s->g, &s->persist, why, sizeof(why)) == Q4KH_OK)
+			cuda_log(dev->ctx, Q4KH_LOG_DEBUG,
+			         "cuda: a step of %d layers runs as one persistent launch of %d "
+			         "blocks", s->persist->run.n_layer, s->persist->run.blocks);
+		else if (g->n_tokens == 1)
+			cuda_log(dev->ctx, Q4KH_LOG_DEBUG,
+			         "cuda: the persistent kernel does not take this step: %s", why);
+	}
 	if (!s->g || (st = plan(dev, s))) {
 		step_free(s);
 		return st;
@@ -275,9 +298,16 @@ static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 
 	for (int32_t k = 0; k < s->n_groups; k++) {
 		const struct cuda_group *c = &s->groups[k];
-		q4kh_status st = q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first,
-		                                       c->fuse, c->n, &none, &fail);
+		q4kh_status st;
 
+		if (s->persist && c->first == s->persist->first) {
+			if ((st = cuda_launched(dev, "graph_compute: the persistent kernel",
+			                        cuda_persist_launch(&s->persist->run, dev->stream))))
+				return st;
+			continue;
+		}
+		st = q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first, c->fuse, c->n,
+		                           &none, &fail);
 		if (st)
 			return issue_failed(dev, s, st, &fail);
 	}
@@ -343,6 +373,8 @@ q4kh_status cuda_graph_compute(q4kh_device_ctx *dev, q4kh_step *step,
 		done.path = Q4KH_PATH_NODES;
 		done.launches = (uint32_t)s->n_groups;
 	}
+	if (s->persist) /* recorded or not, its layers ran as one kernel */
+		done.path = Q4KH_PATH_PERSISTENT;
 	if (st)
 		return st;
 	s->runs++;
@@ -363,6 +395,8 @@ void cuda_graph_release(q4kh_device_ctx *dev, q4kh_step *step)
 		return;
 	if (dev && step->rec && cudaSetDevice(dev->ordinal) == cudaSuccess)
 		cudaStreamSynchronize(dev->stream); /* no replay of it in flight */
+	if (dev && step->persist)
+		cuda_persist_profile(dev, step->persist);
 	cudaGetLastError();
 	cuda_graph_free(dev, step->rec);
 	step_free(step);

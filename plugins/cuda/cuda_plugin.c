@@ -96,6 +96,11 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 	if (!ctx)
 		return cuda_fail(NULL, Q4KH_ERR_NOMEM, "cuda: init: out of memory");
 	ctx->host = host;
+	ctx->persistent = 0;
+	if ((st = q4kh_backend_setting_uint(host, "cuda", "persistent", 0, 1, &ctx->persistent))) {
+		free(ctx);
+		return st;
+	}
 	e = cudaGetDeviceCount(&n);
 	if (e == cudaSuccess) {
 		ctx->n_devices = n;

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "cuda_rope.cuh"
 #include "cuda_kernels.h"
 #include "q4khost/quant.h"
 
@@ -129,29 +130,6 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *wa, float e
 }
 
 /*
- * The angle of pair i at position pos: the formula of plugin.h (struct
- * q4kh_rope_params) in double, as the cpu reference computes it, with
- * YaRN's ramp between p.lo and p.hi.
- */
-static __device__ double rope_theta(const struct cuda_rope &p, int32_t pos,
-                                    int64_t i)
-{
-	double extrap = (double)pos * pow(p.base, -2.0 * (double)i / p.n_rot);
-	double theta;
-
-	if (p.freq_factors)
-		extrap /= (double)p.freq_factors[i];
-	theta = p.freq_scale * extrap;
-	if (p.ext_factor != 0.0) {
-		const double y = ((double)i - p.lo) / fmax(0.001, p.hi - p.lo);
-		const double r = p.ext_factor * (1.0 - fmin(1.0, fmax(0.0, y)));
-
-		theta = theta * (1.0 - r) + extrap * r;
-	}
-	return theta;
-}
-
-/*
  * Item i of head h of token t: i < n_rot/2 rotates pair i; the others
  * copy value n_rot + (i - n_rot/2), which passes through. Each item reads
  * before it writes, and only its own values, so out may be x. A negative
@@ -180,14 +158,9 @@ rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope 
 		/* NORM rotates neighbours, NEOX the two halves. */
 		const int64_t a = p.neox ? i : 2 * i;
 		const int64_t b = p.neox ? i + half : 2 * i + 1;
-		const double va = xr[a], vb = xr[b];
-		double sn, cs;
+		float ra, rb;
 
-		sincos(rope_theta(p, pos[t], i), &sn, &cs);
-		sn *= p.mscale;
-		cs *= p.mscale;
-		const float ra = (float)(va * cs - vb * sn);
-		const float rb = (float)(va * sn + vb * cs);
+		rope_pair(p, pos[t], i, xr[a], xr[b], &ra, &rb);
 		o[a] = ra;
 		o[b] = rb;
 		if (c) {

@@ -72,4 +72,14 @@ __device__ __forceinline__ void q4kh_q4k_scales(const uint4 &h, int pair,
 	ml[1] = dmin * q4kh_cv_byte_float(m, 1);
 }
 
+/*
+ * 0.5 + q / 32 for the 4-bit code q held as q << 3 in byte B (a constant)
+ * of v, exactly: one byte permute puts the code under the exponent of
+ * 0.5. With S = sum x, sum q x = 32 sum (0.5 + q / 32) x - 16 S.
+ */
+__device__ __forceinline__ float q4kh_q4k_half_plus(uint32_t v, int b)
+{
+	return __int_as_float((int)__byte_perm(v, 0x3F000000u, 0x7044u | (b << 8)));
+}
+
 #endif

@@ -1,0 +1,475 @@
+/*
+ * Flash-decoding (Dao et al. 2023, "Flash-Decoding for long-context
+ * inference"), the decode form of cuda_attention.cu (see its top comment):
+ * split_block is the work of one block, (KV head, range of keys, query),
+ * run by cuda_attention.cu's split_kernel, a block each, and by the
+ * persistent decode kernel (cuda_persist.cu), which walks the same items
+ * with the blocks it has. Queries are read past L1 (the persistent kernel
+ * writes them in the same launch); the cache through the read-only path,
+ * as its rows at the query's position are written before any block of the
+ * launch reads them.
+ */
+#ifndef Q4KH_CUDA_SPLIT_CUH
+#define Q4KH_CUDA_SPLIT_CUH
+
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "cuda_attention.cuh"
+#include "cuda_common.cuh"
+#include "cuda_kernels.h"
+#include "q4khost/quant.h"
+
+
+#define SPLIT_WARPS 4
+#define SPLIT_MAX_T 8      /* queries a split launch takes */
+#define SPLIT_MAX_GROUP 8  /* query heads per KV head */
+#define SPLIT_MAX_S 128    /* ranges per query */
+#define SPLIT_KEYS 8       /* keys a warp scores at once, 4 lanes a key */
+#define SPLIT_MIN_KEYS (SPLIT_WARPS * SPLIT_KEYS) /* one batch a warp */
+#define MERGE_LOADS 16     /* partials a merging thread has in flight */
+
+/* Threads of a team: the SPLIT_WARPS warps that run one item. A block
+ * holds one team (split_kernel) or several (the persistent kernel), team
+ * k of threads [128 k, 128 k + 128), each with its own named barrier. */
+#define SPLIT_TEAM (32 * SPLIT_WARPS)
+
+/* The team's thread index and its barrier (1 + team: 0 is the block's). */
+static __device__ __forceinline__ int team_tid(void) { return threadIdx.x % SPLIT_TEAM; }
+
+static __device__ __forceinline__ void team_sync(void)
+{
+#ifdef Q4KH_EMU_H
+	__syncthreads(); /* tests/emu runs one team a block */
+#else
+	asm volatile("bar.sync %0, %1;" ::"r"(1 + (int)threadIdx.x / SPLIT_TEAM), "n"(SPLIT_TEAM)
+	             : "memory");
+#endif
+}
+
+/* How a split launch cuts the work: S ranges per query. */
+struct split_plan {
+	int s;     /* 0: the shapes do not take the split form */
+	int group; /* query heads per KV head */
+};
+
+static inline bool aligned16(const struct cuda_view *v)
+{
+	return (((uintptr_t)v->data | (uintptr_t)v->nb[1] | (uintptr_t)v->nb[2]) & 15) == 0;
+}
+
+static inline struct split_plan plan_split(const struct cuda_view *q,
+                                           const struct cuda_view *k,
+                                           const struct cuda_view *v, int sms)
+{
+	struct split_plan sp = { 0, 0 };
+	const int64_t hd = q->ne[0], hkv = k->ne[1], t = q->ne[2];
+	int64_t s;
+
+	if (t > SPLIT_MAX_T || (hd != 64 && hd != 128 && hd != 256) ||
+	    q->ne[1] / hkv > SPLIT_MAX_GROUP || hkv * t > CUDA_SCRATCH_COUNTERS ||
+	    k->type != v->type || !aligned16(q) || !aligned16(k) || !aligned16(v))
+		return sp;
+	/* About eight blocks per multiprocessor over the KV heads and
+	 * queries once the context is long; a short one uses fewer ranges. */
+	s = (8 * (int64_t)sms + hkv * t - 1) / (hkv * t);
+	sp.s = (int)(s < 1 ? 1 : s > SPLIT_MAX_S ? SPLIT_MAX_S : s);
+	sp.group = (int)(q->ne[1] / hkv);
+	return sp;
+}
+
+/* The 8 values of a cache row from element I on, as float; 16-byte
+ * aligned. */
+static __device__ __forceinline__ void load8(const __half *row, int64_t i,
+                                             float *out)
+{
+	const uint4 u = __ldg((const uint4 *)(row + i));
+	const __half2 *h = (const __half2 *)&u;
+
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		const float2 f = __half22float2(h[e]);
+
+		out[2 * e] = f.x;
+		out[2 * e + 1] = f.y;
+	}
+}
+
+static __device__ __forceinline__ void load8(const float *row, int64_t i,
+                                             float *out)
+{
+	const float4 a = __ldg((const float4 *)(row + i));
+	const float4 b = __ldg((const float4 *)(row + i + 4));
+
+	out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+	out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+}
+
+/* D consecutive values of a cache row from element I on (D = 2, 4, 8;
+ * I a multiple of D), as float. */
+template <int D>
+static __device__ __forceinline__ void loadd(const __half *row, int64_t i,
+                                             float *out)
+{
+	if constexpr (D == 8) {
+		load8(row, i, out);
+	} else {
+#pragma unroll
+		for (int e = 0; e < D; e += 2) {
+			const float2 f = __half22float2(*(const __half2 *)(row + i + e));
+
+			out[e] = f.x;
+			out[e + 1] = f.y;
+		}
+	}
+}
+
+template <int D>
+static __device__ __forceinline__ void loadd(const float *row, int64_t i,
+                                             float *out)
+{
+#pragma unroll
+	for (int e = 0; e < D; e += 2) {
+		const float2 f = *(const float2 *)(row + i + e);
+
+		out[e] = f.x;
+		out[e + 1] = f.y;
+	}
+}
+
+/*
+ * The keys [*j0, *j1) of range s of S for a query at POS: the visible keys
+ * cut into S ranges of a multiple of SPLIT_MIN_KEYS (whole batches for
+ * every warp), so that a short context uses few ranges and the rest are
+ * empty. Returns the ranges in use.
+ */
+static __device__ __forceinline__ int64_t split_range(const struct cuda_attn &p,
+                                                      int64_t pos, int64_t s,
+                                                      int64_t S, int64_t *j0,
+                                                      int64_t *j1)
+{
+	const int64_t first = first_key(p, pos), n = pos - first + 1;
+	const int64_t chunk = ((n + S - 1) / S + SPLIT_MIN_KEYS - 1) /
+	                      SPLIT_MIN_KEYS * SPLIT_MIN_KEYS;
+
+	*j0 = first + s * chunk;
+	*j1 = *j0 + chunk < pos + 1 ? *j0 + chunk : pos + 1;
+	return (n + chunk - 1) / chunk;
+}
+
+/* The partials' index of range s of query head h, token t. */
+static __device__ __forceinline__ int64_t part_at(int64_t t, int64_t H,
+                                                  int64_t h, int64_t S,
+                                                  int64_t s)
+{
+	return (t * H + h) * S + s;
+}
+
+/* Shared floats of split_kernel: the warps' sums while the block folds
+ * them, then the merge's (m, l) pairs and weights. */
+template <int HD>
+struct split_pool {
+	static constexpr int fold = SPLIT_WARPS * SPLIT_MAX_GROUP * HD;
+	static constexpr int merge = 3 * SPLIT_MAX_GROUP * SPLIT_MAX_S;
+	static constexpr int size = fold > merge ? fold : merge;
+};
+
+/* A team's shared memory: its queries, its warps' (m, l), the pool of
+ * split_pool and the merge's sums. */
+template <int HD>
+struct split_shared {
+	__align__(16) float qs[SPLIT_MAX_GROUP][HD];
+	float sm[SPLIT_WARPS][SPLIT_MAX_GROUP][2];
+	__align__(16) float pool[split_pool<HD>::size];
+	float lsum[SPLIT_MAX_GROUP];
+	int last;
+};
+
+/*
+ * out[:, h0 + g, t], g < G, from the USED partials of each head (head
+ * h0 + g, range s at AT + g S + s). The partials were written by other
+ * blocks: read past L1. All loads of a phase are independent of each
+ * other, so that the merge costs a few memory latencies, not one per
+ * range: the pairs (m, l) into shared memory; a warp per head turns them
+ * into the weights exp(m_s - max m) and their sum with l; then each thread
+ * sums four columns of a head over the ranges.
+ */
+template <int HD>
+static __device__ void merge_group(const float2 *ml, const float *part,
+                                   int64_t at, int64_t S, int G, int used, const struct cuda_view &out,
+                                   int64_t h0, int64_t t, float *pool,
+                                   float *lsum)
+{
+	float2 *mls = (float2 *)pool;                      /* [G][used] */
+	float *wt = pool + 2 * SPLIT_MAX_GROUP * SPLIT_MAX_S; /* [G][used] */
+	const int warp = team_tid() / 32, lane = team_tid() % 32;
+
+	constexpr int R = SPLIT_MAX_GROUP * SPLIT_MAX_S / (32 * SPLIT_WARPS);
+	float2 pair[R];
+
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const int i = team_tid() + r * SPLIT_TEAM;
+
+		if (i < G * used)
+			pair[r] = __ldcg(&ml[at + i / used * S + i % used]);
+	}
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const int i = team_tid() + r * SPLIT_TEAM;
+
+		if (i < G * used)
+			mls[i] = pair[r];
+	}
+	team_sync();
+	for (int g = warp; g < G; g += SPLIT_WARPS) {
+		float mx = -INFINITY, sum = 0.0f;
+
+		for (int64_t s = lane; s < used; s += 32)
+			mx = fmaxf(mx, mls[g * used + s].x);
+		for (int off = 16; off > 0; off /= 2)
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+		for (int64_t s = lane; s < used; s += 32) {
+			const float w = expf(mls[g * used + s].x - mx);
+
+			wt[g * used + s] = w;
+			sum += mls[g * used + s].y * w;
+		}
+		sum = warp_sum(sum);
+		if (lane == 0)
+			lsum[g] = sum;
+	}
+	team_sync();
+	for (int i = team_tid(); i < G * HD / 4; i += SPLIT_TEAM) {
+		const int g = i / (HD / 4), d = i % (HD / 4) * 4;
+		const float *w = wt + g * used;
+		const float4 *pp = (const float4 *)(part + (at + g * S) * HD + d);
+		float *o = (float *)(out.data + (h0 + g) * out.nb[1] + t * out.nb[2]);
+		float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+
+		for (int s0 = 0; s0 < used; s0 += MERGE_LOADS) {
+			float4 v[MERGE_LOADS];
+
+#pragma unroll
+			for (int u = 0; u < MERGE_LOADS; u++)
+				v[u] = s0 + u < used ? __ldcg(pp + (s0 + u) * (HD / 4))
+				                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+			for (int u = 0; u < MERGE_LOADS; u++) {
+				const float wu = s0 + u < used ? w[s0 + u] : 0.0f;
+
+				a[0] += v[u].x * wu;
+				a[1] += v[u].y * wu;
+				a[2] += v[u].z * wu;
+				a[3] += v[u].w * wu;
+			}
+		}
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			o[d + e] = a[e] / lsum[g];
+	}
+}
+
+/*
+ * Item (KH, S of the S ranges, T), run by a team (SPLIT_TEAM threads,
+ * SHARED its own): one range of keys of query T for the G query heads of
+ * KV head KH; the last team of (KV head, query) to finish merges the
+ * ranges (a counter per pair in COUNT, back to 0 after the merge, so the
+ * next launch finds it clear). Partials: ml[part_at] = (m, l), part at the
+ * same index times HD.
+ *
+ * A warp scores SPLIT_KEYS keys at once: lanes 4c .. 4c+3 take key c, each
+ * a quarter of the head dimension in 8-value pieces 32 apart (the four
+ * lanes read 64 contiguous bytes), two shuffles finish a dot product. For
+ * the values each lane owns HD / 32 consecutive dimensions and takes the
+ * weights of the batch's keys from the lanes that scored them.
+ */
+template <typename KV, int HD>
+static __device__ void split_block(const struct cuda_view &q, const struct cuda_view &k,
+                                   const struct cuda_view &v, const struct cuda_attn &p,
+                                   int group, float2 *ml, float *part, int *count,
+                                   const struct cuda_view &out, int32_t *fault,
+                                   int64_t kh, int64_t s, int64_t t, int64_t S,
+                                   struct split_shared<HD> *shared)
+{
+	constexpr int D = HD / 32; /* values a lane owns; also its 8-pieces */
+	struct split_shared<HD> &sh = *shared;
+	float(*qs)[HD] = sh.qs;
+	float(*sm)[SPLIT_MAX_GROUP][2] = sh.sm;
+	float *pool = sh.pool, *lsum = sh.lsum;
+	int &last = sh.last;
+	float(*sacc)[SPLIT_MAX_GROUP][HD] = (float(*)[SPLIT_MAX_GROUP][HD])pool;
+	const int warp = team_tid() / 32, lane = team_tid() % 32;
+	const int key = lane / 4, sub = lane % 4;
+	const int64_t H = q.ne[1];
+	float acc[SPLIT_MAX_GROUP][D], m[SPLIT_MAX_GROUP], l[SPLIT_MAX_GROUP];
+	int64_t pos, j0, j1, used;
+
+	/* The group's queries, loaded while the position is: every load
+	 * issued before any is used. */
+	constexpr int RQ = SPLIT_MAX_GROUP * HD / 4 / (32 * SPLIT_WARPS);
+	float4 qv[RQ];
+
+	team_sync(); /* the team's last item has left shared memory */
+#pragma unroll
+	for (int r = 0; r < RQ; r++) {
+		const int i = team_tid() + r * SPLIT_TEAM;
+
+		if (i < group * HD / 4)
+			qv[r] = __ldcg((const float4 *)(q.data + (kh * group + i / (HD / 4)) * q.nb[1] +
+			                                t * q.nb[2] + i % (HD / 4) * 16));
+	}
+	if (!query_pos(p, k, t, fault, &pos)) { /* the query sees nothing */
+		if (s == 0)
+			for (int64_t i = team_tid(); i < group * HD; i += SPLIT_TEAM)
+				((float *)(out.data + (kh * group + i / HD) * out.nb[1] +
+				           t * out.nb[2]))[i % HD] = 0.0f;
+		return;
+	}
+	used = split_range(p, pos, s, S, &j0, &j1);
+	if (j0 >= j1) /* a range not in use: nobody waits for it */
+		return;
+#pragma unroll
+	for (int r = 0; r < RQ; r++) {
+		const int i = team_tid() + r * SPLIT_TEAM;
+
+		if (i < group * HD / 4)
+			*(float4 *)&qs[i / (HD / 4)][i % (HD / 4) * 4] = qv[r];
+	}
+#pragma unroll
+	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+		m[g] = -INFINITY;
+		l[g] = 0.0f;
+#pragma unroll
+		for (int i = 0; i < D; i++)
+			acc[g][i] = 0.0f;
+	}
+	team_sync();
+	for (int64_t jb = j0 + warp * SPLIT_KEYS; jb < j1;
+	     jb += SPLIT_WARPS * SPLIT_KEYS) {
+		const int64_t j = jb + key < j1 ? jb + key : j1 - 1;
+		const KV *kr = (const KV *)(k.data + kh * k.nb[1] + key_row(p, j, fault) * k.nb[2]);
+		float kf[D][8], vf[SPLIT_KEYS][D], sc[SPLIT_MAX_GROUP];
+
+#pragma unroll
+		for (int c = 0; c < D; c++)
+			load8(kr, c * 32 + sub * 8, kf[c]);
+#pragma unroll
+		for (int b = 0; b < SPLIT_KEYS; b++) {
+			const int64_t jv = jb + b < j1 ? jb + b : j1 - 1;
+
+			loadd<D>((const KV *)(v.data + kh * v.nb[1] + key_row(p, jv, fault) * v.nb[2]),
+			         lane * D, vf[b]);
+		}
+#pragma unroll
+		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+			sc[g] = 0.0f;
+			if (g >= group)
+				continue;
+#pragma unroll
+			for (int c = 0; c < D; c++) {
+				const float4 a = *(const float4 *)&qs[g][c * 32 + sub * 8];
+				const float4 b = *(const float4 *)&qs[g][c * 32 + sub * 8 + 4];
+
+				sc[g] += a.x * kf[c][0] + a.y * kf[c][1] + a.z * kf[c][2] +
+				         a.w * kf[c][3] + b.x * kf[c][4] + b.y * kf[c][5] +
+				         b.z * kf[c][6] + b.w * kf[c][7];
+			}
+		}
+#pragma unroll
+		for (int g = 0; g < SPLIT_MAX_GROUP; g++)
+			if (g < group) {
+				sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], 1);
+				sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], 2);
+			}
+		/* One rescale per head and batch (Milakov & Gimelshein). */
+#pragma unroll
+		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+			if (g >= group)
+				break;
+			const float x = jb + key < j1 ? score(p, sc[g]) : -INFINITY;
+			float mn = x;
+
+			for (int off = 4; off < 32; off *= 2)
+				mn = fmaxf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
+			mn = fmaxf(mn, m[g]); /* finite: key jb is in the range */
+			const float c = expf(m[g] - mn), e = expf(x - mn);
+
+			l[g] = l[g] * c + (sub == 0 ? e : 0.0f);
+#pragma unroll
+			for (int i = 0; i < D; i++)
+				acc[g][i] *= c;
+#pragma unroll
+			for (int b = 0; b < SPLIT_KEYS; b++) {
+				const float eb = __shfl_sync(0xffffffffu, e, 4 * b);
+
+#pragma unroll
+				for (int i = 0; i < D; i++)
+					acc[g][i] += eb * vf[b][i];
+			}
+			m[g] = mn;
+		}
+	}
+	/* Fold the warps: each keeps m, l and its sums in shared memory. */
+#pragma unroll
+	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+		if (g >= group)
+			break;
+		const float lw = warp_sum(l[g]);
+
+		if (lane == 0) {
+			sm[warp][g][0] = m[g];
+			sm[warp][g][1] = lw;
+		}
+#pragma unroll
+		for (int i = 0; i < D; i++)
+			sacc[warp][g][lane * D + i] = acc[g][i];
+	}
+	team_sync();
+	for (int g = 0; g < group; g++) {
+		float mx = -INFINITY, w[SPLIT_WARPS], sum = 0.0f;
+
+		for (int i = 0; i < SPLIT_WARPS; i++)
+			mx = fmaxf(mx, sm[i][g][0]);
+		for (int i = 0; i < SPLIT_WARPS; i++) { /* a warp with no key: 0 */
+			w[i] = sm[i][g][1] > 0.0f ? expf(sm[i][g][0] - mx) : 0.0f;
+			sum += sm[i][g][1] * w[i];
+		}
+		const int64_t at = part_at(t, H, kh * group + g, S, s);
+		for (int d = team_tid(); d < HD; d += SPLIT_TEAM) {
+			float a = 0.0f;
+
+			for (int i = 0; i < SPLIT_WARPS; i++)
+				a += sacc[i][g][d] * w[i];
+			part[at * HD + d] = a;
+		}
+		if (team_tid() == 0)
+			ml[at] = make_float2(mx, sum);
+	}
+	/* The last block of the query's ranges merges them (the partials
+	 * are visible device-wide before the counter moves). */
+	__threadfence();
+	team_sync();
+	if (team_tid() == 0) {
+		int *c = &count[kh * q.ne[2] + t];
+
+		last = atomicAdd(c, 1) == used - 1;
+		if (last)
+			*c = 0; /* every other block of the pair has counted */
+	}
+	team_sync();
+	if (!last)
+		return;
+	__threadfence();
+	merge_group<HD>(ml, part, part_at(t, H, kh * group, S, 0), S, group,
+	                (int)used, out, kh * group, t, pool, lsum);
+}
+
+/* The scratch: CUDA_SCRATCH_COUNTERS counters (zero between launches), the
+ * partial sums of every range (16-byte aligned), then their (m, l). */
+static inline size_t split_rows(const struct cuda_view *q, const struct split_plan &sp)
+{
+	return (size_t)q->ne[2] * (size_t)q->ne[1] * (size_t)sp.s;
+}
+
+#endif
