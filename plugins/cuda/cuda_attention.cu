@@ -213,16 +213,25 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 	if ((e = cuda_launch_flash(q, k, v, p, out, cc_major, fault, s)) != cudaErrorNotSupported)
 		return e;
 	if (k16 && v16)
-		attention_kernel<__half, __half>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<__half, __half><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                                 *out, fault);
 	else if (k16)
-		attention_kernel<__half, float>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<__half, float><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                                *out, fault);
 	else if (v16)
-		attention_kernel<float, __half>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<float, __half><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                                *out, fault);
 	else
-		attention_kernel<float, float>
-			<<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p, *out, fault);
+		attention_kernel<float, float><<<grid, ATTN_THREADS, shm, s>>>(*q, *k, *v, *p,
+		                                                               *out, fault);
 	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_attention_preload(void)
+{
+	return cuda_preload(attention_kernel<__half, __half>, attention_kernel<__half, float>,
+	                    attention_kernel<float, __half>, attention_kernel<float, float>,
+	                    split_kernel<__half, 64>, split_kernel<__half, 128>,
+	                    split_kernel<__half, 256>, split_kernel<float, 64>,
+	                    split_kernel<float, 128>, split_kernel<float, 256>);
 }
