@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include "q4khost/cuda_preload.cuh"
 #include "q4khost/cuda_quant.cuh"
 #include "q4khost/cuda_tc.h"
 
@@ -93,6 +94,18 @@ extern "C" size_t q4kh_tc_scratch_bytes(int64_t k, int64_t n, int64_t t)
 {
 	return align256(2 * (size_t)k * (size_t)t) +
 	       align256(2 * (size_t)k * (size_t)slice_rows(k, n)) + Q4KH_TC_WORKSPACE;
+}
+
+extern "C" cudaError_t q4kh_tc_preload(void)
+{
+	cudaError_t e = q4kh_preload(to_half_kernel);
+
+	for (uint32_t t = 0; t < Q4KH_TYPE_COUNT && e == cudaSuccess; t++)
+		if (q4kh_tc_supports(t))
+			e = q4kh_for_type(t, [](auto ty) {
+				return q4kh_preload(dequant_kernel<decltype(ty)::value>);
+			});
+	return e;
 }
 
 extern "C" int q4kh_tc_open(void **handle, char *why, size_t cap)

@@ -21,7 +21,11 @@
  * (the fp16 activations, one fp16 slice of the weight and cuBLAS's
  * workspace); nothing is allocated per call, so a call can be recorded
  * into a CUDA graph once the handle exists. The handle is one cuBLAS
- * context per device, made by q4kh_tc_open() on that device.
+ * context per device, made by q4kh_tc_open() on that device. Both the
+ * handle (cuBLAS's start) and the kernels' first loads cost a first call
+ * far more than a later one: a caller that can, makes the handle and calls
+ * q4kh_tc_preload() on a thread of its own before its first prompt (the
+ * cuda backend's device_open, the variant table's first prepare).
  *
  * Threads: a handle is used by one thread at a time (the plugins' T1
  * rule); every call is enqueued on the stream it is given.
@@ -77,6 +81,16 @@ size_t q4kh_tc_scratch_bytes(int64_t k, int64_t n, int64_t t);
  * 0 on success; else -1 and WHY (CAP bytes) reads "cublasCreate: ...".
  */
 int q4kh_tc_open(void **handle, char *why, size_t cap);
+
+/*
+ * Load this library's kernels on the current device (the activations'
+ * rounding and the dequantiser of every type q4kh_tc_supports) as their
+ * first launches would, for a warm-up thread (q4khost/cuda_preload.cuh):
+ * a first q4kh_tc_gemm then waits for no module load. Thread-safe. The
+ * first CUDA error (cudaErrorNoKernelImageForDevice on a device the
+ * library has no code for), or cudaSuccess; q4kh_tc_gemm reports it again.
+ */
+cudaError_t q4kh_tc_preload(void);
 
 /* Free a handle of q4kh_tc_open (NULL: nothing), on its device. */
 void q4kh_tc_close(void *handle);
