@@ -130,15 +130,9 @@ static cudaError_t (*const preloads[])(void) = {
 static void *warm_main(void *arg)
 {
 	q4kh_device_ctx *dev = arg;
-	char why[256];
 
-	if (cudaSetDevice(dev->ordinal) != cudaSuccess) {
-		cudaGetLastError();
+	if (q4kh_tc_warm(dev->ordinal, &dev->blas))
 		return NULL;
-	}
-	if (q4kh_tc_open(&dev->blas, why, sizeof(why)))
-		dev->blas = NULL;
-	q4kh_tc_preload();
 	for (size_t i = 0; i < sizeof(preloads) / sizeof(preloads[0]); i++)
 		preloads[i]();
 	cudaGetLastError();

@@ -165,18 +165,11 @@ struct q4kh_cv_warm {
 static void *warm_main(void *arg)
 {
 	struct q4kh_cv_warm *w = arg;
-	char why[256];
 
-	if (cudaSetDevice(w->ordinal) != cudaSuccess) {
-		cudaGetLastError();
-		return NULL;
-	}
-	if (q4kh_tc_open(&w->blas, why, sizeof(why)))
-		w->blas = NULL;
-	q4kh_tc_preload();
-	if (q4kh_cv_self.preload)
+	if (q4kh_tc_warm(w->ordinal, &w->blas) == 0 && q4kh_cv_self.preload) {
 		q4kh_cv_self.preload();
-	cudaGetLastError();
+		cudaGetLastError();
+	}
 	return NULL;
 }
 

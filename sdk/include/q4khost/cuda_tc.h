@@ -23,9 +23,9 @@
  * into a CUDA graph once the handle exists. The handle is one cuBLAS
  * context per device, made by q4kh_tc_open() on that device. Both the
  * handle (cuBLAS's start) and the kernels' first loads cost a first call
- * far more than a later one: a caller that can, makes the handle and calls
- * q4kh_tc_preload() on a thread of its own before its first prompt (the
- * cuda backend's device_open, the variant table's first prepare).
+ * far more than a later one: a caller that can calls q4kh_tc_warm() on a
+ * thread of its own before its first prompt (the cuda backend's
+ * device_open, the variant table's first prepare).
  *
  * Threads: a handle is used by one thread at a time (the plugins' T1
  * rule); every call is enqueued on the stream it is given.
@@ -83,14 +83,17 @@ size_t q4kh_tc_scratch_bytes(int64_t k, int64_t n, int64_t t);
 int q4kh_tc_open(void **handle, char *why, size_t cap);
 
 /*
- * Load this library's kernels on the current device (the activations'
- * rounding and the dequantiser of every type q4kh_tc_supports) as their
- * first launches would, for a warm-up thread (q4khost/cuda_preload.cuh):
- * a first q4kh_tc_gemm then waits for no module load. Thread-safe. The
- * first CUDA error (cudaErrorNoKernelImageForDevice on a device the
- * library has no code for), or cudaSuccess; q4kh_tc_gemm reports it again.
+ * A warm-up thread's share of this library: make CUDA device ORDINAL the
+ * calling thread's current device, then *HANDLE = q4kh_tc_open's handle
+ * (NULL when it could not be made: the first product makes it, or names
+ * why not), then load this library's kernels (the activations' rounding
+ * and the dequantiser of every type q4kh_tc_supports; q4khost/
+ * cuda_preload.cuh), so that a first q4kh_tc_gemm waits for no module
+ * load; the thread's CUDA error is cleared. Thread-safe.
+ * 0, or -1 when the device could not be made current (*HANDLE NULL,
+ * nothing loaded).
  */
-cudaError_t q4kh_tc_preload(void);
+int q4kh_tc_warm(int ordinal, void **handle);
 
 /* Free a handle of q4kh_tc_open (NULL: nothing), on its device. */
 void q4kh_tc_close(void *handle);

@@ -91,8 +91,8 @@ q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
 
 /*
  * Start, once per device, CUDA device ORDINAL's warm-up: a thread (all
- * signals blocked) that makes the device's cuBLAS handle (q4kh_tc_open),
- * then loads the tensor-core kernels (q4kh_tc_preload) and the variant's
+ * signals blocked) that makes the device's cuBLAS handle and loads the
+ * tensor-core kernels (q4kh_tc_warm), then the variant's
  * (q4kh_cv_self.preload), the work a first prompt would otherwise wait
  * for. q4kh_cv_prepare calls it for the device's first weight, so the
  * warm-up runs while the host uploads and prepares the rest.
