@@ -1,13 +1,15 @@
 /*
  * cuda-dp4a's int8 scratch (the variant context's, q4khost/cuda_variant_scratch.h) in
- * a recorded CUDA graph, against the reference cpu plugin's mul_mat
- * (cuda_variant_rig.h: the rig, the bounds, the poison).
+ * a recorded CUDA graph, and the table's warm-up, against the reference
+ * cpu plugin's mul_mat (cuda_variant_rig.h: the rig, the bounds, the
+ * poison).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_variant_rig.h"
+#include "q4khost/cuda_variant.h"
 
 TestSuite(cuda_variants, .timeout = 900);
 
@@ -78,5 +80,42 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 	weight_free(&r, &k, &small);
 	weight_free(&r, &k, &big);
 	weight_free(&r, &k, &bigger);
+	variant_close(&r, &k);
+}
+
+/*
+ * The table's warm-up (q4khost/cuda_variant_scratch.h): cuda-mwv's first
+ * prepare on the device starts it; its first product on tensor cores (a
+ * prompt's 64 columns through gemm) joins it, takes the cuBLAS handle it
+ * made and agrees with the cpu. A context closed right after its first
+ * prepare (cuda-dp4a's), the warm-up perhaps still running, joins it.
+ */
+Test(cuda_variants, warm_up_before_the_first_prompt)
+{
+	const int64_t t = 64;
+	const struct q4kh_cv_scratch_dev *d;
+	struct q4kh_kernel k;
+	struct weight w;
+	struct vrig r;
+	float *xv;
+
+	variant_open(&r, &mwv, 13, &k);
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q4_K, 4096, 1024, 0, &w);
+	cr_assert_gt(k.ctx->scratch.n, k.native.ordinal, "no scratch entry for device %d",
+	             k.native.ordinal);
+	cr_assert_eq(k.ctx->scratch.dev[k.native.ordinal].warmed, 1,
+	             "the first prepare started no warm-up");
+	xv = rvals((size_t)(w.k * t));
+	multiply(&r, &k, &w, t, xv, 0);
+	free(xv);
+	d = &k.ctx->scratch.dev[k.native.ordinal];
+	cr_assert_null(d->warm, "the first product on tensor cores left the warm-up running");
+	cr_assert_not_null(d->blas, "no cuBLAS handle after a product on tensor cores");
+	weight_free(&r, &k, &w);
+	variant_close(&r, &k);
+
+	variant_open(&r, &dp4a, 14, &k);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 256, 33, 0, &w);
+	weight_free(&r, &k, &w);
 	variant_close(&r, &k);
 }

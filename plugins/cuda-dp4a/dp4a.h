@@ -16,6 +16,12 @@ extern "C" {
 cudaError_t dp4a_probe(void);
 
 /*
+ * Load dp4a_launch's kernels on the current device, for the variant's
+ * preload (q4khost/cuda_variant.h). The first error, or cudaSuccess.
+ */
+cudaError_t dp4a_preload(void);
+
+/*
  * Device bytes of scratch for io->cols columns of K values: the int8
  * codes, then one {scale, scale * sum of codes} float pair per 32 values.
  */

@@ -145,6 +145,13 @@ extern "C" cudaError_t dp4a_probe(void)
 	return cudaFuncGetAttributes(&a, quantize_kernel);
 }
 
+extern "C" cudaError_t dp4a_preload(void)
+{
+	const cudaError_t e = q4kh_preload(quantize_kernel);
+
+	return e != cudaSuccess ? e : q4kh_cv_stream_preload<dp4a_dot>();
+}
+
 extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                    void *scratch, int warps, cudaStream_t s)
 {

@@ -41,6 +41,7 @@ const struct q4kh_cv_variant q4kh_cv_self = {
 	.score = 50,
 	.default_warps = 4,
 	.probe = dp4a_probe,
+	.preload = dp4a_preload,
 	.prepare = q4kh_cv_prepare_aligned,
 	.apply = dp4a_apply,
 };

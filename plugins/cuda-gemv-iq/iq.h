@@ -16,6 +16,13 @@ extern "C" {
 /* cudaSuccess when this build has code for the current device. */
 cudaError_t iq_probe(void);
 
+/*
+ * Load iq_repack's and iq_launch's kernels (both formats) on the current
+ * device, for the variant's preload (q4khost/cuda_variant.h). The first
+ * error, or cudaSuccess.
+ */
+cudaError_t iq_preload(void);
+
 /* Device bytes the repacked copy of a {K, N} weight of TYPE takes. */
 size_t iq_repacked_bytes(uint32_t type, int64_t k, int64_t n);
 

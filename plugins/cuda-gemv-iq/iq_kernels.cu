@@ -231,6 +231,15 @@ extern "C" cudaError_t iq_probe(void)
 	return cudaFuncGetAttributes(&a, repack_kernel<true>);
 }
 
+extern "C" cudaError_t iq_preload(void)
+{
+	cudaError_t e = q4kh_preload(repack_kernel<true>, repack_kernel<false>);
+
+	if (e == cudaSuccess)
+		e = q4kh_cv_stream_preload<iq_format<true>>();
+	return e != cudaSuccess ? e : q4kh_cv_stream_preload<iq_format<false>>();
+}
+
 template <bool XS>
 static cudaError_t launch_format(const q4kh_prepared *w, const q4kh_cv_io *io,
                                  int warps, cudaStream_t s)

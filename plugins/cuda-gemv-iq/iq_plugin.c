@@ -35,6 +35,7 @@ const struct q4kh_cv_variant q4kh_cv_self = {
 	.score = 100,
 	.default_warps = 4,
 	.probe = iq_probe,
+	.preload = iq_preload,
 	.prepare = iq_prepare,
 	.apply = iq_apply,
 };

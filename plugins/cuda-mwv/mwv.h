@@ -17,6 +17,18 @@ extern "C" {
 cudaError_t mwv_probe(void);
 
 /*
+ * Load on the current device the kernels of mwv_launch (mwv_kernels.cu),
+ * of mwv_q6k_pack and mwv_q6k_launch (mwv_q6k_kernels.cu), of
+ * mwv_multi_launch (mwv_multi.cu) and of mwv_glu_launch (mwv_glu.cu), for
+ * the variant's preload (q4khost/cuda_variant.h). The first error, or
+ * cudaSuccess.
+ */
+cudaError_t mwv_q4k_preload(void);
+cudaError_t mwv_q6k_preload(void);
+cudaError_t mwv_multi_preload(void);
+cudaError_t mwv_glu_preload(void);
+
+/*
  * Enqueue y = W x for io->cols (1 .. Q4KH_CV_MAX_COLUMNS) columns on stream s,
  * with WARPS warps per block. w->data: Q4_K rows w->stride bytes apart,
  * both 16-byte aligned. Returns the launch's error.

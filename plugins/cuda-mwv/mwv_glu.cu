@@ -95,7 +95,30 @@ cudaError_t glu_launch(F gate, F up, const q4kh_prepared *wg, const q4kh_prepare
 	});
 }
 
+/* Load the three kernels glu_cols may launch for format F, every column count. */
+template <class F>
+cudaError_t glu_preload(void)
+{
+	cudaError_t e = cudaSuccess;
+
+	for (int cols = 1; cols <= Q4KH_CV_MAX_COLUMNS && e == cudaSuccess; cols++)
+		e = q4kh_cv_for_cols(cols, [](auto t) {
+			constexpr int T = decltype(t)::value;
+
+			return q4kh_preload(mwv_glu_kernel<T, 4, 2, F>, mwv_glu_kernel<T, 2, 4, F>,
+			                    mwv_glu_kernel<T, 2, 2, F>);
+		});
+	return e;
+}
+
 } // namespace
+
+extern "C" cudaError_t mwv_glu_preload(void)
+{
+	const cudaError_t e = glu_preload<mwv_dot>();
+
+	return e != cudaSuccess ? e : glu_preload<q6k_format>();
+}
 
 extern "C" cudaError_t mwv_glu_launch(int silu, const q4kh_prepared *gate,
                                       const q4kh_prepared *up, const q4kh_cv_io *io,

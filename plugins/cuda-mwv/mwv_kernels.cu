@@ -23,6 +23,11 @@ extern "C" cudaError_t mwv_probe(void)
 	return cudaFuncGetAttributes(&a, q4kh_cv_stream_kernel<1, 1, 2, mwv_dot>);
 }
 
+extern "C" cudaError_t mwv_q4k_preload(void)
+{
+	return q4kh_cv_stream_preload<mwv_dot>();
+}
+
 extern "C" cudaError_t mwv_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                   int warps, cudaStream_t s)
 {

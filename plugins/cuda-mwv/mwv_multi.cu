@@ -90,6 +90,16 @@ struct multi_launcher {
 	}
 };
 
+/* mwv_multi_kernel's load for q4kh_cv_pick_all. */
+template <int T>
+struct multi_loader {
+	template <int R, int U>
+	cudaError_t run() const
+	{
+		return q4kh_preload(mwv_multi_kernel<T, R, U>);
+	}
+};
+
 /* Rows per warp R and pieces per step as q4kh_cv_stream_cols picks them. */
 template <int T>
 cudaError_t multi_cols(const mwv_multi_args &a, int r, unsigned blocks, int warps,
@@ -101,6 +111,11 @@ cudaError_t multi_cols(const mwv_multi_args &a, int r, unsigned blocks, int warp
 }
 
 } // namespace
+
+extern "C" cudaError_t mwv_multi_preload(void)
+{
+	return q4kh_cv_pick_all([](auto t) { return multi_loader<decltype(t)::value>(); });
+}
 
 extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w[],
                                         const q4kh_cv_multi_io *io, int warps,

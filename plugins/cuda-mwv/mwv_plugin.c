@@ -71,12 +71,26 @@ static q4kh_status mwv_apply_glu(q4kh_kernel_ctx *ctx, q4kh_glu_kind kind,
 	                        "cuda-mwv gemv_glu", gate, io);
 }
 
+/* Every kernel the functions above launch (mwv.h). */
+static cudaError_t mwv_preload(void)
+{
+	cudaError_t (*const each[])(void) = {
+		mwv_q4k_preload, mwv_q6k_preload, mwv_multi_preload, mwv_glu_preload,
+	};
+	cudaError_t e = cudaSuccess;
+
+	for (size_t i = 0; i < sizeof(each) / sizeof(each[0]) && e == cudaSuccess; i++)
+		e = each[i]();
+	return e;
+}
+
 const struct q4kh_cv_variant q4kh_cv_self = {
 	.min_sm = 70,
 	.score = 100,
 	.default_warps = 4,
 	.tc_min_columns = 9, /* two tiles of 8 columns cost more than the fp16 copy */
 	.probe = mwv_probe,
+	.preload = mwv_preload,
 	.prepare = mwv_prepare,
 	.apply = mwv_apply,
 	.apply_multi = mwv_apply_multi,

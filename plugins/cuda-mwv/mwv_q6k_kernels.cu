@@ -47,6 +47,13 @@ extern "C" cudaError_t mwv_q6k_pack(const q4kh_prepared *w, void *dst,
 	return cudaGetLastError();
 }
 
+extern "C" cudaError_t mwv_q6k_preload(void)
+{
+	const cudaError_t e = q4kh_preload(q6k_pack_kernel);
+
+	return e != cudaSuccess ? e : q4kh_cv_stream_preload<q6k_format>();
+}
+
 extern "C" cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                       int warps, cudaStream_t s)
 {

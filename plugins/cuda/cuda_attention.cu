@@ -229,7 +229,7 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 
 extern "C" cudaError_t cuda_attention_preload(void)
 {
-	return cuda_preload(attention_kernel<__half, __half>, attention_kernel<__half, float>,
+	return q4kh_preload(attention_kernel<__half, __half>, attention_kernel<__half, float>,
 	                    attention_kernel<float, __half>, attention_kernel<float, float>,
 	                    split_kernel<__half, 64>, split_kernel<__half, 128>,
 	                    split_kernel<__half, 256>, split_kernel<float, 64>,

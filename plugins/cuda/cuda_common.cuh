@@ -10,6 +10,7 @@
 
 #include "cuda_kernels.h"
 #include "q4khost/cuda_pdl.cuh"
+#include "q4khost/cuda_preload.cuh"
 #include "q4khost/cuda_quant.cuh"
 
 /* A cache value as f32, and an f32 as a cache value (f16: round to
@@ -116,22 +117,6 @@ static cudaError_t cuda_for_each_type(F f)
 			return e;
 	}
 	return cudaSuccess;
-}
-
-/*
- * Load each kernel K now, as its first launch would (CUDA loads a kernel
- * on first use): each file's cuda_*_preload lists its kernels, which
- * device_open's warm-up thread loads while the weights go up. The first
- * error, or cudaSuccess.
- */
-template <typename... K>
-static cudaError_t cuda_preload(K... k)
-{
-	struct cudaFuncAttributes a;
-	cudaError_t e = cudaSuccess;
-
-	((e = e == cudaSuccess ? cudaFuncGetAttributes(&a, (const void *)k) : e), ...);
-	return e;
 }
 
 #endif

@@ -125,18 +125,14 @@ static cudaError_t (*const preloads[])(void) = {
 
 /* The warm-up thread: dev->blas, or NULL when it could not be made (the
  * first product on tensor cores tries again and names the failure); then
- * the kernels, whose errors their launches report. */
+ * the tensor-core kernels and the step's, whose errors their launches
+ * report. */
 static void *warm_main(void *arg)
 {
 	q4kh_device_ctx *dev = arg;
-	char why[256];
 
-	if (cudaSetDevice(dev->ordinal) != cudaSuccess) {
-		cudaGetLastError();
+	if (q4kh_tc_warm(dev->ordinal, &dev->blas))
 		return NULL;
-	}
-	if (q4kh_tc_open(&dev->blas, why, sizeof(why)))
-		dev->blas = NULL;
 	for (size_t i = 0; i < sizeof(preloads) / sizeof(preloads[0]); i++)
 		preloads[i]();
 	cudaGetLastError();

@@ -236,7 +236,7 @@ extern "C" cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
 
 extern "C" cudaError_t cuda_elementwise_preload(void)
 {
-	return cuda_preload(binary_kernel<true>, binary_kernel<false>, scale_kernel,
+	return q4kh_preload(binary_kernel<true>, binary_kernel<false>, scale_kernel,
 	                    glu_kernel<true>, glu_kernel<false>,
 	                    unary_kernel<Q4KH_UNARY_SIGMOID>, unary_kernel<Q4KH_UNARY_SOFTPLUS>,
 	                    unary_kernel<Q4KH_UNARY_SILU>, copy_kernel<__half, __half>,

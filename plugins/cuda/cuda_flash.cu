@@ -332,5 +332,5 @@ extern "C" cudaError_t cuda_launch_flash(const struct cuda_view *q,
 
 extern "C" cudaError_t cuda_flash_preload(void)
 {
-	return cuda_preload(flash_kernel<64>, flash_kernel<128>, flash_kernel<256>);
+	return q4kh_preload(flash_kernel<64>, flash_kernel<128>, flash_kernel<256>);
 }

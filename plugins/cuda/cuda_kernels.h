@@ -298,7 +298,7 @@ cudaError_t cuda_kernels_runnable(void);
 
 /*
  * Load a file's kernels on the current device now rather than at their
- * first launch (cuda_preload, cuda_common.cuh): what a device's first
+ * first launch (q4kh_preload, q4khost/cuda_preload.cuh): what a device's first
  * step would otherwise wait for, done by device_open's warm-up thread
  * while the weights go up. cuda_gemv_preload also asks, once, how many
  * blocks of each GEMV kernel a multiprocessor holds, which the launches

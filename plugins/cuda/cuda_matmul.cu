@@ -176,7 +176,7 @@ extern "C" cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
 
 extern "C" cudaError_t cuda_kernels_runnable(void)
 {
-	return cuda_preload(mul_mat_kernel<Q4KH_TYPE_Q4_K>);
+	return q4kh_preload(mul_mat_kernel<Q4KH_TYPE_Q4_K>);
 }
 
 extern "C" cudaError_t cuda_matmul_preload(void)
@@ -184,6 +184,6 @@ extern "C" cudaError_t cuda_matmul_preload(void)
 	return cuda_for_each_type([](auto type) {
 		constexpr uint32_t T = decltype(type)::value;
 
-		return cuda_preload(get_rows_kernel<T>, mul_mat_kernel<T>);
+		return q4kh_preload(get_rows_kernel<T>, mul_mat_kernel<T>);
 	});
 }

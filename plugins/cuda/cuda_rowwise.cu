@@ -339,7 +339,7 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
 
 extern "C" cudaError_t cuda_rowwise_preload(void)
 {
-	return cuda_preload(rms_norm_kernel<true, true>, rms_norm_kernel<true, false>,
+	return q4kh_preload(rms_norm_kernel<true, true>, rms_norm_kernel<true, false>,
 	                    rms_norm_kernel<false, false>, rope_kernel<__half>, rope_kernel<float>,
 	                    rope_store_kernel<__half, __half>, rope_store_kernel<__half, float>,
 	                    rope_store_kernel<float, __half>, rope_store_kernel<float, float>);

@@ -203,5 +203,5 @@ extern "C" cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
 
 extern "C" cudaError_t cuda_top2_preload(void)
 {
-	return cuda_preload(top2_kernel);
+	return q4kh_preload(top2_kernel);
 }

@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
+#include "q4khost/cuda_preload.cuh"
 #include "q4khost/cuda_quant.cuh"
 #include "q4khost/cuda_tc.h"
 
@@ -95,6 +96,19 @@ extern "C" size_t q4kh_tc_scratch_bytes(int64_t k, int64_t n, int64_t t)
 	       align256(2 * (size_t)k * (size_t)slice_rows(k, n)) + Q4KH_TC_WORKSPACE;
 }
 
+/* Load to_half_kernel and every type's dequant_kernel: the first error. */
+static cudaError_t preload_all(void)
+{
+	cudaError_t e = q4kh_preload(to_half_kernel);
+
+	for (uint32_t t = 0; t < Q4KH_TYPE_COUNT && e == cudaSuccess; t++)
+		if (q4kh_tc_supports(t))
+			e = q4kh_for_type(t, [](auto ty) {
+				return q4kh_preload(dequant_kernel<decltype(ty)::value>);
+			});
+	return e;
+}
+
 extern "C" int q4kh_tc_open(void **handle, char *why, size_t cap)
 {
 	cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -111,6 +125,22 @@ extern "C" int q4kh_tc_open(void **handle, char *why, size_t cap)
 		return -1;
 	}
 	*handle = h;
+	return 0;
+}
+
+extern "C" int q4kh_tc_warm(int ordinal, void **handle)
+{
+	char why[256];
+
+	*handle = NULL;
+	if (cudaSetDevice(ordinal) != cudaSuccess) {
+		cudaGetLastError();
+		return -1;
+	}
+	if (q4kh_tc_open(handle, why, sizeof(why)))
+		*handle = NULL;
+	preload_all();
+	cudaGetLastError();
 	return 0;
 }
 

@@ -300,8 +300,10 @@ q4kh_status q4kh_cv_prepare(q4kh_kernel_ctx *ctx,
 		                                    cudaDevAttrMultiProcessorCount,
 		                                    dev->ordinal),
 		                  "prepare: cudaDeviceGetAttribute");
-	if (!st)
+	if (!st) {
+		q4kh_cv_scratch_warm(ctx, dev->ordinal);
 		st = q4kh_cv_self.prepare(ctx, p, (cudaStream_t)dev->stream);
+	}
 	leave(prev);
 	if (st) {
 		q4kh_cv_release(ctx, p);

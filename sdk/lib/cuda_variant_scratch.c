@@ -1,10 +1,12 @@
 /*
  * Device scratch for the variants' apply(): one buffer per CUDA device in
  * the variant context, grown by doubling, outgrown buffers kept until
- * shutdown (q4khost/cuda_variant_scratch.h says why).
+ * shutdown (q4khost/cuda_variant_scratch.h says why); each device's
+ * cuBLAS handle, made with its kernels' loads by a warm-up thread.
  */
 #include "buildconf.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +153,62 @@ q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
 	return st;
 }
 
+/* A device's warm-up: its thread, and the handle that thread makes. */
+struct q4kh_cv_warm {
+	pthread_t thread;
+	int ordinal;
+	void *blas; /* q4kh_tc_open's handle, or NULL when it failed */
+};
+
+/* The warm-up thread: the handle, then the tensor-core kernels and the
+ * variant's; their errors come again at first use. */
+static void *warm_main(void *arg)
+{
+	struct q4kh_cv_warm *w = arg;
+
+	if (q4kh_tc_warm(w->ordinal, &w->blas) == 0 && q4kh_cv_self.preload) {
+		q4kh_cv_self.preload();
+		cudaGetLastError();
+	}
+	return NULL;
+}
+
+void q4kh_cv_scratch_warm(q4kh_kernel_ctx *ctx, int ordinal)
+{
+	struct q4kh_cv_scratch *sc = &ctx->scratch;
+	struct q4kh_cv_scratch_dev *d;
+	struct q4kh_cv_warm *w;
+	sigset_t all, old;
+
+	pthread_mutex_lock(&sc->lock);
+	d = ordinal >= 0 ? entry(sc, ordinal) : NULL;
+	if (d && !d->warmed && (w = calloc(1, sizeof(*w)))) {
+		d->warmed = 1;
+		w->ordinal = ordinal;
+		/* the host's signals stay with the host's threads */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		if (pthread_create(&w->thread, NULL, warm_main, w) == 0)
+			d->warm = w;
+		else
+			free(w);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	pthread_mutex_unlock(&sc->lock);
+}
+
+/* Wait for D's warm-up thread, if one runs, and keep its handle. The
+ * caller holds the lock. */
+static void warm_join(struct q4kh_cv_scratch_dev *d)
+{
+	if (!d->warm)
+		return;
+	pthread_join(d->warm->thread, NULL);
+	d->blas = d->warm->blas;
+	free(d->warm);
+	d->warm = NULL;
+}
+
 q4kh_status q4kh_cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
                                  void **out)
 {
@@ -166,8 +224,11 @@ q4kh_status q4kh_cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *
 		st = q4kh_cv_fail(ctx, Q4KH_ERR_NOMEM,
 		                  "%s: cuBLAS handle of CUDA device %d: out of host memory",
 		                  what, ordinal);
-	else if (!d->blas && q4kh_tc_open(&d->blas, why, sizeof(why)))
-		st = q4kh_cv_fail(ctx, Q4KH_ERR_DEVICE, "%s: %s", what, why);
+	else {
+		warm_join(d);
+		if (!d->blas && q4kh_tc_open(&d->blas, why, sizeof(why)))
+			st = q4kh_cv_fail(ctx, Q4KH_ERR_DEVICE, "%s: %s", what, why);
+	}
 	if (!st)
 		*out = d->blas;
 	pthread_mutex_unlock(&sc->lock);
@@ -193,6 +254,8 @@ void q4kh_cv_scratch_free(q4kh_kernel_ctx *ctx)
 	struct q4kh_cv_scratch *sc = &ctx->scratch;
 	int prev = -1;
 
+	for (int i = 0; i < sc->n; i++)
+		warm_join(&sc->dev[i]);
 	if (sc->n > 0 && cudaGetDevice(&prev) != cudaSuccess)
 		prev = -1;
 	for (int i = 0; i < sc->n; i++) {

@@ -21,7 +21,11 @@
  * (the fp16 activations, one fp16 slice of the weight and cuBLAS's
  * workspace); nothing is allocated per call, so a call can be recorded
  * into a CUDA graph once the handle exists. The handle is one cuBLAS
- * context per device, made by q4kh_tc_open() on that device.
+ * context per device, made by q4kh_tc_open() on that device. Both the
+ * handle (cuBLAS's start) and the kernels' first loads cost a first call
+ * far more than a later one: a caller that can calls q4kh_tc_warm() on a
+ * thread of its own before its first prompt (the cuda backend's
+ * device_open, the variant table's first prepare).
  *
  * Threads: a handle is used by one thread at a time (the plugins' T1
  * rule); every call is enqueued on the stream it is given.
@@ -77,6 +81,19 @@ size_t q4kh_tc_scratch_bytes(int64_t k, int64_t n, int64_t t);
  * 0 on success; else -1 and WHY (CAP bytes) reads "cublasCreate: ...".
  */
 int q4kh_tc_open(void **handle, char *why, size_t cap);
+
+/*
+ * A warm-up thread's share of this library: make CUDA device ORDINAL the
+ * calling thread's current device, then *HANDLE = q4kh_tc_open's handle
+ * (NULL when it could not be made: the first product makes it, or names
+ * why not), then load this library's kernels (the activations' rounding
+ * and the dequantiser of every type q4kh_tc_supports; q4khost/
+ * cuda_preload.cuh), so that a first q4kh_tc_gemm waits for no module
+ * load; the thread's CUDA error is cleared. Thread-safe.
+ * 0, or -1 when the device could not be made current (*HANDLE NULL,
+ * nothing loaded).
+ */
+int q4kh_tc_warm(int ordinal, void **handle);
 
 /* Free a handle of q4kh_tc_open (NULL: nothing), on its device. */
 void q4kh_tc_close(void *handle);

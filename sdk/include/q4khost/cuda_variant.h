@@ -12,6 +12,14 @@
  * of tc_min_columns columns or more (Q4KH_TC_MIN_COLUMNS by default) runs
  * on the SDK's tensor-core products (q4khost/cuda_tc.h).
  *
+ * Warm-up: a device's first prepare starts a thread that makes the
+ * device's cuBLAS handle and loads the tensor-core kernels and the
+ * variant's (its preload below), so that the first prompt waits for
+ * neither cuBLAS's start nor lazy module loading
+ * (cuda_variant_scratch.h, q4kh_cv_scratch_warm). The first product on
+ * tensor cores and shutdown join it; its failures are reported as
+ * without it, by the first call that needs what it could not make.
+ *
  * The library is built with hidden visibility: linked into a plugin, its
  * q4kh_cv_ names stay inside the module, and only the entry symbol is
  * exported. Threads: as the kernel table's rules (docs/plugin-abi.md, T1);
@@ -100,6 +108,15 @@ struct q4kh_cv_variant {
 	 * (cudaFuncGetAttributes of one of its kernels).
 	 */
 	cudaError_t (*probe)(void);
+	/*
+	 * Load the kernels prepare, apply, apply_multi and apply_glu launch on
+	 * the current device (q4kh_preload of each, q4khost/cuda_preload.cuh;
+	 * q4kh_cv_stream_preload for q4kh_cv_stream_launch's), or NULL for
+	 * none: called once per device on the device's warm-up thread
+	 * (q4kh_cv_scratch_warm), beside the host's calls; what it returns is
+	 * ignored, a kernel's launch reporting its error as before.
+	 */
+	cudaError_t (*preload)(void);
 	/*
 	 * Make w ready on the current device (w->src holds the host's rows):
 	 * set w->data and w->stride, and w->own if it allocates. Work goes on

@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "q4khost/cuda_pdl.cuh"
+#include "q4khost/cuda_preload.cuh"
 #include "q4khost/cuda_variant.h"
 
 #define Q4KH_CV_FULL_MASK 0xFFFFFFFFu
@@ -290,6 +291,16 @@ struct q4kh_cv_stream_launcher {
 	}
 };
 
+/* q4kh_cv_stream_kernel's load, for q4kh_cv_stream_pick. */
+template <int T, class F>
+struct q4kh_cv_stream_loader {
+	template <int R, int U>
+	cudaError_t run() const
+	{
+		return q4kh_preload(q4kh_cv_stream_kernel<T, R, U, F>);
+	}
+};
+
 /*
  * Launch F's kernel for T columns of an N-row matrix: rows per warp by how
  * many row groups there are to spread over the SMS multiprocessors (4 when
@@ -343,6 +354,40 @@ static cudaError_t q4kh_cv_stream_launch(const F &f, int cols, int64_t n, float 
 	return q4kh_cv_for_cols(cols, [&](auto t) {
 		return q4kh_cv_stream_cols<decltype(t)::value, F>(f, n, y, ldy, warps, sms, s);
 	});
+}
+
+/*
+ * For each column count T (1 .. Q4KH_CV_MAX_COLUMNS), every run<R, U>()
+ * that q4kh_cv_stream_pick may call on MAKE(std::integral_constant<int,
+ * T>()): for a variant's preload (cuda_variant.h), with a loader whose
+ * run<R, U>() loads its kernel for T, R and U (q4kh_preload). The first
+ * error, or cudaSuccess.
+ */
+template <class M>
+static cudaError_t q4kh_cv_pick_all(const M &make)
+{
+	cudaError_t e = cudaSuccess;
+
+	for (int cols = 1; cols <= Q4KH_CV_MAX_COLUMNS && e == cudaSuccess; cols++)
+		e = q4kh_cv_for_cols(cols, [&](auto t) {
+			const auto l = make(t);
+			cudaError_t e = cudaSuccess;
+
+			/* rows per warp 4, 2, 1; pieces 64 and 65: both U */
+			for (int r = 4; r >= 1 && e == cudaSuccess; r /= 2)
+				for (int pieces = 64; pieces <= 65 && e == cudaSuccess; pieces++)
+					e = q4kh_cv_stream_pick(l, r, pieces);
+			return e;
+		});
+	return e;
+}
+
+/* Load every kernel q4kh_cv_stream_launch may launch for format F. */
+template <class F>
+static cudaError_t q4kh_cv_stream_preload(void)
+{
+	return q4kh_cv_pick_all(
+		[](auto t) { return q4kh_cv_stream_loader<decltype(t)::value, F>(); });
 }
 
 #endif

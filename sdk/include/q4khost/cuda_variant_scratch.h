@@ -22,6 +22,11 @@
  * switches to the relaxed mode for the one cudaMalloc
  * (cudaThreadExchangeStreamCaptureMode) and back.
  *
+ * Warm-up: a device's first prompt would pay for cuBLAS's start and for
+ * loading each kernel it launches (CUDA_MODULE_LOADING=LAZY, the
+ * default); q4kh_cv_scratch_warm does both on a thread of its own from the
+ * device's first prepare on.
+ *
  * Threads: the host calls a variant context from one thread at a time
  * (docs/plugin-abi.md, T1); calls for different devices may come from
  * different threads, one per device. The table of devices is guarded by a
@@ -45,13 +50,18 @@
 extern "C" {
 #endif
 
+struct q4kh_cv_warm;
+
 /* One CUDA device's scratch. */
 struct q4kh_cv_scratch_dev {
 	void *ptr;                    /* device memory, or NULL */
 	size_t size;                  /* bytes at ptr */
 	struct q4kh_retired *retired; /* earlier buffers, freed at shutdown */
 	void *blas;                   /* cuda_tc's cuBLAS handle, or NULL until
-	                                 the first product on tensor cores */
+	                                 the first product on tensor cores
+	                                 takes the warm-up's or makes one */
+	struct q4kh_cv_warm *warm;    /* the running warm-up, or NULL */
+	int warmed;                   /* 1 once a warm-up was started */
 };
 
 /* Every device's scratch: a member of q4kh_kernel_ctx. */
@@ -80,15 +90,32 @@ q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
                                 cudaStream_t s, const char *what, void **out);
 
 /*
- * *OUT = the cuBLAS handle (q4khost/cuda_tc.h) of CUDA device ORDINAL, the current
- * device, made on first use and kept until shutdown. On failure *OUT is
- * NULL and ctx's last error reads "WHAT: cublasCreate: ..." (Q4KH_ERR_DEVICE).
+ * Start, once per device, CUDA device ORDINAL's warm-up: a thread (all
+ * signals blocked) that makes the device's cuBLAS handle and loads the
+ * tensor-core kernels (q4kh_tc_warm), then the variant's
+ * (q4kh_cv_self.preload), the work a first prompt would otherwise wait
+ * for. q4kh_cv_prepare calls it for the device's first weight, so the
+ * warm-up runs while the host uploads and prepares the rest.
+ * q4kh_cv_scratch_blas joins it before the first product on tensor cores,
+ * and q4kh_cv_scratch_free at shutdown; other calls run beside it (CUDA
+ * loads a kernel once, whichever thread asks). It reports nothing: what
+ * it could not do is done, and its error reported, at first use as
+ * without it. Takes the table's lock; no CUDA call on the calling thread.
+ */
+void q4kh_cv_scratch_warm(q4kh_kernel_ctx *ctx, int ordinal);
+
+/*
+ * *OUT = the cuBLAS handle (q4khost/cuda_tc.h) of CUDA device ORDINAL, the
+ * current device, kept until shutdown: the warm-up's (waited for here),
+ * else made now. On failure *OUT is NULL and ctx's last error reads
+ * "WHAT: cublasCreate: ..." (Q4KH_ERR_DEVICE).
  */
 q4kh_status q4kh_cv_scratch_blas(q4kh_kernel_ctx *ctx, int ordinal, const char *what,
                                  void **out);
 
 /*
- * Free every device's buffers and cuBLAS handles, retired ones included (cudaFree waits for
+ * Join every device's warm-up, then free every device's buffers and
+ * cuBLAS handles, retired ones included (cudaFree waits for
  * the work that uses them), and the table; for shutdown(), after which no
  * recorded graph may replay. A cudaFree that fails is logged as a warning.
  */
