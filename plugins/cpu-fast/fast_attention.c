@@ -177,17 +177,9 @@ q4kh_status fast_attention_paged(q4kh_device_ctx *dev, const struct q4kh_tensor 
 	const struct q4kh_check c = fast_contract(dev);
 	q4kh_status st;
 
-	if ((st = q4kh_check_attention_paged(&c, q, k_pool, v_pool, pos, pages, page_size,
-	                                     params, out)) ||
-	    (st = fast_index_values(dev, "attention_paged pages", pages,
-	                            k_pool->ne[2] / page_size)) ||
-	    (st = fast_index_values(dev, "attention_paged pos", pos,
-	                            pages->ne[0] * page_size)))
+	if ((st = q4kh_cpu_attention_paged_args(&c, q, k_pool, v_pool, pos, pages, page_size,
+	                                        params, out, &j.pos, &j.pages, &last)))
 		return st;
-	j.pos = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
-	j.pages = (const int32_t *)q4kh_cpu_at(pages, 0, 0, 0);
 	j.page_size = page_size;
-	for (int64_t t = 0; t < q->ne[2]; t++)
-		last = j.pos[t] > last ? j.pos[t] : last;
 	return attn_run(dev, &j, params, last);
 }

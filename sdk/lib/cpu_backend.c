@@ -36,6 +36,32 @@ q4kh_status q4kh_cpu_index_values(const struct q4kh_check *c, const char *what,
 	                               limit);
 }
 
+q4kh_status q4kh_cpu_attention_paged_args(const struct q4kh_check *c, const struct q4kh_tensor *q,
+                                          const struct q4kh_tensor *k_pool,
+                                          const struct q4kh_tensor *v_pool,
+                                          const struct q4kh_tensor *pos,
+                                          const struct q4kh_tensor *pages, int32_t page_size,
+                                          const struct q4kh_attn_params *params,
+                                          const struct q4kh_tensor *out,
+                                          const int32_t **pos_at, const int32_t **pages_at,
+                                          int64_t *last)
+{
+	q4kh_status st;
+
+	if ((st = q4kh_check_attention_paged(c, q, k_pool, v_pool, pos, pages, page_size, params,
+	                                     out)) ||
+	    (st = q4kh_cpu_index_values(c, "attention_paged pages", pages,
+	                                k_pool->ne[2] / page_size)) ||
+	    (st = q4kh_cpu_index_values(c, "attention_paged pos", pos, pages->ne[0] * page_size)))
+		return st;
+	*pos_at = (const int32_t *)q4kh_cpu_at(pos, 0, 0, 0);
+	*pages_at = (const int32_t *)q4kh_cpu_at(pages, 0, 0, 0);
+	*last = 0;
+	for (int64_t t = 0; t < q->ne[2]; t++)
+		*last = (*pos_at)[t] > *last ? (*pos_at)[t] : *last;
+	return Q4KH_OK;
+}
+
 /* A buffer struct for DATA, or Q4KH_ERR_NOMEM with WHAT's line. */
 static q4kh_status new_buffer(const struct q4kh_check *c, const char *what, uint64_t size,
                               unsigned char *data, int wrapped, q4kh_buffer **out)

@@ -88,6 +88,26 @@ q4kh_status q4kh_cpu_index_values(const struct q4kh_check *c, const char *what,
                                   const struct q4kh_tensor *t, int64_t limit);
 
 /*
+ * attention_paged's arguments (ABI 1.8) for a backend whose tensors are
+ * in host memory: the contract (q4kh_check_attention_paged), then each
+ * page id of PAGES below the pools' pages (k_pool->ne[2] / PAGE_SIZE) and
+ * each position of POS below the table's keys (pages->ne[0] PAGE_SIZE),
+ * as q4kh_cpu_index_values checks them. Q4KH_OK with *POS_AT and
+ * *PAGES_AT the two index tensors' values and *LAST the latest position
+ * (0 for none above it); else the failing check's status, C->msg naming
+ * it. Thread-safe.
+ */
+q4kh_status q4kh_cpu_attention_paged_args(const struct q4kh_check *c, const struct q4kh_tensor *q,
+                                          const struct q4kh_tensor *k_pool,
+                                          const struct q4kh_tensor *v_pool,
+                                          const struct q4kh_tensor *pos,
+                                          const struct q4kh_tensor *pages, int32_t page_size,
+                                          const struct q4kh_attn_params *params,
+                                          const struct q4kh_tensor *out,
+                                          const int32_t **pos_at, const int32_t **pages_at,
+                                          int64_t *last);
+
+/*
  * struct q4kh_check's buffer(): 1 with *SIZE its size when BUF is one of
  * DEV's buffers (as q4kh_cpu_buffer_alloc or _wrap made it for DEV), 0
  * when it belongs to another device context. Thread-safe.
