@@ -10,8 +10,12 @@
  * also gives advance_us: over the kernels in the order they end, the time
  * by which each moved the last end forward, its part of the span; the
  * idle time between a kernel's start and the end before it is counted
- * apart as gaps. scripts/gpu-profile.sh builds it on the GPU machine and
- * runs q4khost under it.
+ * apart as gaps. With CUPTI_TRACE_API=1 it also times the host's calls
+ * into the CUDA runtime and driver (module loading, allocations, cuBLAS's
+ * own calls into them), one line per function with its calls and total
+ * wall microseconds, to see where a first prompt's host time goes.
+ * scripts/gpu-profile.sh builds it on the GPU machine and runs q4khost
+ * under it.
  */
 #include <cupti.h>
 #include <stdint.h>
@@ -35,6 +39,8 @@ struct run {
 
 static struct entry table[MAX_NAMES];
 static int n_names;
+static struct entry api[MAX_NAMES]; /* host calls, CUPTI_TRACE_API=1 */
+static int n_api;
 static uint64_t first_start = UINT64_MAX, last_end;
 static struct run *runs;
 static size_t n_runs, cap_runs;
@@ -70,6 +76,24 @@ static void add(const char *name, uint64_t start, uint64_t end)
 		last_end = end;
 }
 
+/* One host call of NAME that took NS nanoseconds, into api[]. */
+static void add_api(const char *name, uint64_t ns)
+{
+	int i;
+
+	for (i = 0; i < n_api; i++)
+		if (!strcmp(api[i].name, name))
+			break;
+	if (i == n_api) {
+		if (n_api == MAX_NAMES)
+			i = MAX_NAMES - 1;
+		else
+			api[n_api++].name = strdup(name);
+	}
+	api[i].count++;
+	api[i].ns += ns;
+}
+
 static void CUPTIAPI requested(uint8_t **buf, size_t *size, size_t *max)
 {
 	*buf = aligned_alloc(8, BUF_BYTES);
@@ -91,6 +115,16 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
 			const CUpti_ActivityKernel4 *k = (const CUpti_ActivityKernel4 *)rec;
 
 			add(k->name ? k->name : "?", k->start, k->end);
+		} else if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME ||
+		           rec->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+			const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)rec;
+			const char *name = NULL;
+
+			cuptiGetCallbackName(rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME
+			                             ? CUPTI_CB_DOMAIN_RUNTIME_API
+			                             : CUPTI_CB_DOMAIN_DRIVER_API,
+			                     a->cbid, &name);
+			add_api(name ? name : "?", a->end - a->start);
 		}
 	free(buf);
 }
@@ -133,6 +167,10 @@ __attribute__((constructor)) static void start(void)
 	if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
 	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS)
 		fprintf(stderr, "cupti-trace: CUPTI did not start; no profile\n");
+	if (getenv("CUPTI_TRACE_API") && !strcmp(getenv("CUPTI_TRACE_API"), "1") &&
+	    (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
+	     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS))
+		fprintf(stderr, "cupti-trace: no host-call activity from CUPTI\n");
 }
 
 __attribute__((destructor)) static void stop(void)
@@ -160,6 +198,13 @@ __attribute__((destructor)) static void stop(void)
 	        "%.1f us, of which gaps between kernels %.1f us\n",
 	        total / 1e3, last_end > first_start ? (last_end - first_start) / 1e3 : 0.0,
 	        gaps / 1e3);
+	if (n_api) {
+		qsort(api, (size_t)n_api, sizeof(api[0]), by_total);
+		fprintf(f, "%10s %12s %10s  %s\n", "calls", "host_us", "mean_us", "runtime or driver call");
+		for (int i = 0; i < n_api && i < 25; i++)
+			fprintf(f, "%10llu %12.1f %10.2f  %s\n", (unsigned long long)api[i].count,
+			        api[i].ns / 1e3, api[i].ns / 1e3 / (double)api[i].count, api[i].name);
+	}
 	if (f != stderr)
 		fclose(f);
 }
