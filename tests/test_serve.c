@@ -83,9 +83,10 @@ static void server_start_env(struct server *s, const char *const *args, const ch
                              const char *gate, const char *env)
 {
 	const char *argv[64] = { q4khost(), "serve", "--port", "0" };
+	static int started; /* a log of its own for each server of a test */
 	int n = 4;
 
-	snprintf(s->log, sizeof(s->log), "%s/serve.log", test_tmpdir());
+	snprintf(s->log, sizeof(s->log), "%s/serve-%d.log", test_tmpdir(), started++);
 	while (*args && n < 62)
 		argv[n++] = *args++;
 	argv[n] = NULL;
@@ -1362,6 +1363,60 @@ Test(serve, a_shared_system_prompt_is_reused_with_the_same_answers, .timeout = 1
 Test(serve, a_shared_system_prompt_on_gemma3_is_answered_as_without_reuse, .timeout = 300)
 {
 	shared_system_prompt(test_model_path());
+}
+
+/*
+ * Issue 34, the paged KV cache: eight slots share a pool of 20 pages of
+ * 16 tokens (--kv-pages 20), which holds one request of the test's but
+ * not two whole prompts, on BACKEND (NULL: the exact cpu, the only plugin
+ * on the path; else measured by F2 before serving, as for the load test):
+ * eight clients at once share a system prompt and ask two questions each
+ * (tests/serve/pages.py): every answer is the one a server with a cache
+ * per slot and no prefix reuse gives the request alone, byte for byte,
+ * sampled ones too on the exact cpu; requests waited for pages and none
+ * was lost or failed; prefix hits shared pages and copied none; /health
+ * and /metrics show the pool, and the log line at start-up too; a request
+ * bigger than the pool is refused with 400, naming the pages it needs and
+ * --kv-pages.
+ */
+static void pages_on(const char *backend)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	char path[8192], served[64], py[16384];
+	const char *paged[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", path,
+		                "--ctx", "512", "--parallel", "8", "--kv-pages", "20",
+		                "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
+	const char *plain[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", path,
+		                "--ctx", "512", "--prefix-cache", "off",
+		                "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
+	struct server s, t;
+
+	snprintf(path, sizeof(path), "%s", dir);
+	if (backend)
+		snprintf(path, sizeof(path), "%s:%s/plugins/%s/.libs", dir, test_builddir(),
+		         backend);
+	snprintf(served, sizeof(served), "%s/built-in", backend ? backend : "cpu");
+	server_start(&s, paged, test_tmpdir(), NULL);
+	await_serving(&s, served);
+	server_start(&t, plain, test_tmpdir(), NULL);
+	await_serving(&t, served);
+	snprintf(py, sizeof(py), "%s %s 20 8 %s", s.url, t.url, backend ? "fast" : "exact");
+	python("pages.py", py);
+	server_stop(&t);
+	server_stop(&s);
+	expect_log(&s, "KV cache: 20 pages of 16 tokens (--kv-pages) shared by the slots", 1);
+	expect_log(&t, "KV cache: a whole context's per slot (--kv-pages 0, the default)", 1);
+}
+
+Test(serve, many_slots_on_few_pages_answer_as_a_cache_per_slot, .timeout = 300)
+{
+	pages_on(NULL);
+}
+
+Test(serve, many_slots_on_few_pages_on_cpu_fast, .timeout = 600)
+{
+	test_need_cpu_fast();
+	pages_on("cpu-fast");
 }
 
 /*

@@ -24,6 +24,7 @@
 #include "settings.h"
 
 #define MAX_CONNECTIONS 65536 /* each a thread of libmicrohttpd's */
+#define SERVE_MAX_KV_PAGES (1L << 24) /* 2^28 tokens */
 
 static void usage(FILE *out)
 {
@@ -56,6 +57,13 @@ static void usage(FILE *out)
 	        "                          a slot computed for an earlier request, in blocks of\n"
 	        "                          16 tokens (default on: the same answers, bit for bit\n"
 	        "                          on cpu, and no memory of its own)\n"
+	        "      --kv-pages N        keep every slot's keys and values in one pool of N\n"
+	        "                          pages of 16 tokens, a slot holding pages for the\n"
+	        "                          tokens it uses: --parallel may then exceed what\n"
+	        "                          N pages hold in whole contexts; a request waits\n"
+	        "                          for the pages its prompt and max_tokens may take\n"
+	        "                          (default: [serve] kv_pages, else 0: a whole\n"
+	        "                          context's cache per slot)\n"
 	        "      --max-queue N       requests waiting for a slot; more get 503 with\n"
 	        "                          Retry-After (default 512)\n"
 	        "      --max-connections N open connections, a thread each; past them a new one\n"
@@ -128,7 +136,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	enum { O_HOST = 256, O_PORT, O_KEYFILE, O_PARALLEL, O_QUEUE, O_CONNS, O_STEP, O_BODY,
 	       O_PROMPT, O_MAXTOK, O_IDLE, O_DRAIN, O_TEMP, O_TOPK, O_TOPP, O_SEED,
 	       O_BACKEND, O_DEVICE, O_KERNEL, O_F2, O_REVALIDATE, O_SHADOW, O_PPATH,
-	       O_CONFIG, O_PREFIX };
+	       O_CONFIG, O_PREFIX, O_KV_PAGES };
 	static const struct option longs[] = {
 		{ "model", required_argument, 0, 'm' },
 		{ "host", required_argument, 0, O_HOST },
@@ -139,6 +147,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		{ "max-queue", required_argument, 0, O_QUEUE },
 		{ "step-tokens", required_argument, 0, O_STEP },
 		{ "prefix-cache", required_argument, 0, O_PREFIX },
+		{ "kv-pages", required_argument, 0, O_KV_PAGES },
 		{ "max-connections", required_argument, 0, O_CONNS },
 		{ "max-body", required_argument, 0, O_BODY },
 		{ "max-prompt-tokens", required_argument, 0, O_PROMPT },
@@ -174,6 +183,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	o->idle_timeout = 30;
 	o->drain_timeout = 10;
 	o->prefix_cache = 1;
+	o->kv_pages = -1; /* [serve] kv_pages, read with the configuration */
 	o->defaults.top_k = 40;
 	o->defaults.top_p = 0.95f;
 	optind = 1;
@@ -196,6 +206,9 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 				q4kh_cli_usage("serve", "--prefix-cache %s: expected on or off", optarg);
 				rc = -1;
 			}
+			break;
+		case O_KV_PAGES:
+			rc = parse_long(optarg, "--kv-pages", 0, SERVE_MAX_KV_PAGES, &o->kv_pages);
 			break;
 		case O_CONNS:
 			rc = parse_long(optarg, "--max-connections", 1, MAX_CONNECTIONS,
@@ -294,6 +307,25 @@ static int load_api_key(struct serve *srv, struct q4kh_error *err)
 	return 0;
 }
 
+/* --kv-pages, else [serve] kv_pages, else 0; where it was set into
+ * srv->kv_pages_origin. -1 with err naming the file, line and range for a
+ * bad value in a file. */
+static int kv_pages(struct serve *srv, struct q4kh_error *err)
+{
+	uint64_t v = 0;
+
+	if (srv->o.kv_pages >= 0) {
+		snprintf(srv->kv_pages_origin, sizeof(srv->kv_pages_origin), "--kv-pages");
+		return 0;
+	}
+	snprintf(srv->kv_pages_origin, sizeof(srv->kv_pages_origin), "the default");
+	if (q4kh_config_whole(srv->config, "serve", "kv_pages", 0, SERVE_MAX_KV_PAGES, &v,
+	                      srv->kv_pages_origin, sizeof(srv->kv_pages_origin), err))
+		return -1;
+	srv->o.kv_pages = (long)v;
+	return 0;
+}
+
 /* Config, plugins, model file, tokenizer: everything before the choice. */
 static int setup(struct serve *srv, struct q4kh_error *err)
 {
@@ -315,6 +347,8 @@ static int setup(struct serve *srv, struct q4kh_error *err)
 		srv->rq.deep_ctx = (uint32_t)o->ctx;
 		srv->rq.probe_origin = srv->deep_origin;
 	}
+	if (kv_pages(srv, err))
+		return Q4KH_EXIT_INPUT;
 	if ((rc = q4kh_cli_scan(srv->config, o->plugin_path, &srv->registry, err)))
 		return rc;
 	if (q4kh_host_open(&srv->host, srv->registry, srv->config, NULL, err))
@@ -360,6 +394,16 @@ static void announce(struct serve *srv)
 	serve_path_describe(p, what, sizeof(what));
 	serve_log("model %s (%s), %d slot%s of %u tokens", srv->model_path, srv->model_id,
 	          srv->n_slots, srv->n_slots == 1 ? "" : "s", srv->n_ctx);
+	if (p->paged)
+		serve_log("KV cache: %d pages of %d tokens (%s) shared by the slots, %.1f whole "
+		          "contexts; a request waits for the pages its prompt and max_tokens may "
+		          "take, and one that needs more than %d is refused",
+		          p->paged->pool.n_pages, p->paged->pool.page_size, srv->kv_pages_origin,
+		          (double)p->paged->pool.n_pages * p->paged->pool.page_size / srv->n_ctx,
+		          p->paged->pool.n_pages);
+	else
+		serve_log("KV cache: a whole context's per slot (--kv-pages 0, %s)",
+		          srv->kv_pages_origin);
 	serve_log("serving %s; F2: %s%s%s%s: %s", what, p->sel.f2_verdict,
 	          p->sel.f2_source[0] ? " (" : "", p->sel.f2_source, p->sel.f2_source[0] ? ")" : "",
 	          p->sel.f2_message);

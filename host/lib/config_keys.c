@@ -17,6 +17,7 @@ struct section {
 static const struct section sections[] = {
 	{ "plugins", 0, { "path", "enumerate_timeout_s", NULL }, "plugins" },
 	{ "f2", 0, { "mode", "probe", "require_deep", "receipt_dir", F2_KEYS, "f2_timeout_s", "f2_memory_limit_mb", NULL }, "f2" },
+	{ "serve", 0, { "kv_pages", NULL }, "serve" },
 	{ "gpu", 0, { "q4k_kernel", NULL }, "gpu" },
 	{ "gpu.", 1, { "q4k_kernel", NULL }, "gpu.DEVICE" },
 	{ "plugin.", 1, { NULL }, "plugin.NAME" },

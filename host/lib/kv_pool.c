@@ -40,6 +40,15 @@ int32_t q4kh_kv_pool_pages_for(const struct q4kh_kv_pool *p, int64_t n)
 	return (int32_t)((n + p->page_size - 1) / p->page_size);
 }
 
+int32_t q4kh_kv_pool_shared(const struct q4kh_kv_pool *p)
+{
+	int32_t n = 0;
+
+	for (int32_t i = 0; i < p->n_pages; i++)
+		n += p->refs[i] > 1;
+	return n;
+}
+
 /* One table fewer holds PAGE; back to the pool when none does. */
 static void unref(struct q4kh_kv_pool *p, int32_t page)
 {

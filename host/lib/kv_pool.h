@@ -61,6 +61,9 @@ void q4kh_kv_pool_free(struct q4kh_kv_pool *p);
 /* Pages that N tokens take: ceil(n / page_size). */
 int32_t q4kh_kv_pool_pages_for(const struct q4kh_kv_pool *p, int64_t n);
 
+/* Pages that more than one table holds (shared, read-only). */
+int32_t q4kh_kv_pool_shared(const struct q4kh_kv_pool *p);
+
 /*
  * Make T hold N tokens (its n_tokens becomes N): new pages from the pool
  * when N needs more than T holds, the pages past N's given back when it

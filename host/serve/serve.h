@@ -37,6 +37,7 @@
 #include "f2.h"
 #include "generate.h"
 #include "guard.h"
+#include "kv_paged.h"
 #include "kv_prefix.h"
 #include "registry.h"
 #include "sampler.h"
@@ -74,6 +75,9 @@ struct serve_opts {
 	long step_tokens;         /* tokens a batched step carries at most (0:
 	                             the session's batch) */
 	int prefix_cache;         /* --prefix-cache: reuse prompts' starts */
+	long kv_pages;            /* --kv-pages: pages of Q4KH_PREFIX_BLOCK tokens
+	                             every slot of a path shares (0: a whole
+	                             context's cache per slot) */
 	long idle_timeout;        /* seconds a connection may stay silent */
 	long drain_timeout;       /* seconds SIGTERM waits for requests */
 	double shadow_rate;       /* --f2-shadow */
@@ -99,6 +103,10 @@ struct serve_path {
 	 * requests (kv_prefix.h); NULL when --prefix-cache is off or the
 	 * model has recurrent layers. Engine only. */
 	struct q4kh_prefix *prefix;
+	/* with --kv-pages: the pool of pages every session's keys and values
+	 * go to (kv_paged.h), a slot taking pages for the tokens it holds;
+	 * NULL: each session has a whole context's cache. Engine only. */
+	struct q4kh_kv_paged *paged;
 	int guarded;    /* F2 judged it: neither the reference nor F2 off */
 	int unverified; /* F2 is off */
 	int plan_index; /* its place in the start-up plan; -1 outside it */
@@ -183,12 +191,21 @@ struct serve_metrics {
 	 * blocks and tokens reused, and of those the tokens copied from
 	 * another slot's cache (the rest were in the slot's own) */
 	uint64_t prefix_lookups, prefix_hits, prefix_blocks, prefix_tokens, prefix_copied;
+	/* of the tokens reused from another slot, those whose pages were
+	 * shared instead (--kv-pages) */
+	uint64_t prefix_shared;
+	uint64_t page_waits; /* times the queue's head waited for KV pages */
 	uint64_t ttft_buckets[10], ttft_count;
 	double ttft_sum;
 	uint64_t f2_pass, f2_reject, f2_other; /* background F2 and receipts */
 	uint64_t fallbacks, switches;
 	uint64_t shadow_pass, shadow_reject, shadow_other, shadow_dropped;
 	uint64_t rejected[SERVE_REJECT_N]; /* 503s, by enum serve_reject */
+};
+
+/* A path's KV pages (--kv-pages): all, free, held by more than one slot. */
+struct serve_pages {
+	int32_t total, free, shared;
 };
 
 struct serve_shadow;
@@ -208,6 +225,7 @@ struct serve {
 	int32_t n_vocab;
 	uint32_t n_ctx;
 	char api_key[512];        /* empty: none */
+	char kv_pages_origin[700]; /* where o.kv_pages was set */
 	enum q4kh_f2_mode mode;
 	char mode_origin[700];
 	struct q4kh_select_request rq;
@@ -244,9 +262,16 @@ struct serve {
 	int *due, *batch_slots;
 	size_t *take; /* per slot: its tokens in the step planned */
 	/* per slot: a lookup's match in its cache, and the free slots of the
-	 * longest (serve_engine.c, place) */
+	 * longest (serve_engine.c, place), or those whose pages may be given
+	 * back (pages_fit) */
 	int64_t *prefix_mine;
 	int *prefix_pick;
+	/* --kv-pages: the job at the queue's head waits for pages, until a
+	 * job ends or the path changes (serve_engine.c, admit); and the
+	 * current path's pool as the engine last saw it, for /health and
+	 * /metrics (the pool itself is the engine's) */
+	int pages_wait;
+	struct serve_pages pages;
 	/* trust */
 	struct serve_verdict verdicts[SERVE_MAX_VERDICTS];
 	int n_verdicts;
@@ -306,6 +331,13 @@ void serve_engine_drain(struct serve *srv, double seconds);
 struct serve_job *serve_job_new(void);
 /* Drop one reference (srv->lock held); frees the job at zero. */
 void serve_job_release(struct serve_job *j);
+/*
+ * The KV pages of Q4KH_PREFIX_BLOCK tokens job J (its prompt and
+ * max_tokens set) may hold at its end: its prompt and max_tokens, at most
+ * the context of SRV's slots. With --kv-pages, J is admitted when the
+ * pool can keep that many for it (docs/serve.md, section 5).
+ */
+int64_t serve_job_pages(const struct serve *srv, const struct serve_job *j);
 
 /* serve_trust.c */
 /* Choose and open what serves first; start background F2 when needed. */

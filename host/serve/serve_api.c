@@ -361,6 +361,17 @@ int serve_api_parse(const struct serve *srv, enum serve_kind kind, const char *b
 		e->code = "context_length_exceeded";
 		goto out;
 	}
+	if (srv->o.kv_pages && serve_job_pages(srv, j) > srv->o.kv_pages) {
+		/* it would wait for ever: the pool never holds it */
+		refuse(e, 400, "max_tokens",
+		       "this request needs %lld KV pages of %d tokens (its prompt's %zu tokens and "
+		       "max_tokens %lld, at most the context's %u), more than the %ld this server "
+		       "has (q4khost serve --kv-pages N raises it; a smaller max_tokens needs "
+		       "fewer)", (long long)serve_job_pages(srv, j), Q4KH_PREFIX_BLOCK, j->n_ids,
+		       (long long)j->max_tokens, srv->n_ctx, srv->o.kv_pages);
+		e->code = "context_length_exceeded";
+		goto out;
+	}
 	*out = j;
 	j = NULL;
 	rc = 0;

@@ -133,10 +133,11 @@ static void queue_push_front(struct serve *srv, struct serve_job *j)
  * most all but the prompt's last token, whose logits the answer needs),
  * in the free slot that holds most of it already (the least recently
  * used of those; without a match, the least recently used: its blocks
- * are evicted), the rest copied from the slot that has it; J's prompt is
- * fed from there on. Else the first free slot, emptied.
+ * are evicted), the rest taken from the slot that has it (copied, or on
+ * pages shared); J's prompt is fed from there on, and *OWN gets the
+ * tokens the slot held already. Else the first free slot, emptied.
  */
-static int place(struct serve *srv, struct serve_path *p, struct serve_job *j)
+static int place(struct serve *srv, struct serve_path *p, struct serve_job *j, int64_t *own_out)
 {
 	const int64_t limit = ((int64_t)j->n_ids - 1) / Q4KH_PREFIX_BLOCK * Q4KH_PREFIX_BLOCK;
 	int64_t *mine = srv->prefix_mine, len, own = 0;
@@ -144,13 +145,13 @@ static int place(struct serve *srv, struct serve_path *p, struct serve_job *j)
 	int src, i = 0;
 
 	j->fed = j->reused = 0;
+	*own_out = 0;
 	if (!p->prefix) {
 		while (srv->slots[i])
 			i++;
 		q4kh_session_reset(p->sessions[i]);
 		return i;
 	}
-	srv->m.prefix_lookups++;
 	len = q4kh_prefix_find(p->prefix, j->ids, (int64_t)j->n_ids, limit, &src, mine);
 	for (int k = 0; k < srv->n_slots; k++) {
 		if (len < 0)
@@ -173,28 +174,117 @@ static int place(struct serve *srv, struct serve_path *p, struct serve_job *j)
 	if (len > own)
 		q4kh_prefix_append(p->prefix, i, j->ids + own, len - own);
 	j->fed = j->reused = (size_t)len;
-	srv->m.prefix_hits += len > 0;
-	srv->m.prefix_blocks += (uint64_t)len / Q4KH_PREFIX_BLOCK;
-	srv->m.prefix_tokens += (uint64_t)len;
-	srv->m.prefix_copied += len > own ? (uint64_t)(len - own) : 0;
+	*own_out = own < len ? own : len;
 	return i;
 }
 
-/* Give a free slot to each waiting job, in order (lock held). */
+/* Job J, placed on path P with OWN of its reused tokens in its slot's
+ * cache already, runs: its prefix lookup counted (lock held). */
+static void count_prefix(struct serve *srv, const struct serve_path *p,
+                         const struct serve_job *j, int64_t own)
+{
+	const uint64_t from_other = j->reused - (uint64_t)own;
+
+	if (!p->prefix)
+		return;
+	srv->m.prefix_lookups++;
+	srv->m.prefix_hits += j->reused > 0;
+	srv->m.prefix_blocks += j->reused / Q4KH_PREFIX_BLOCK;
+	srv->m.prefix_tokens += j->reused;
+	if (p->paged)
+		srv->m.prefix_shared += from_other;
+	else
+		srv->m.prefix_copied += from_other;
+}
+
+int64_t serve_job_pages(const struct serve *srv, const struct serve_job *j)
+{
+	const struct q4kh_kv_pool pages = { .page_size = Q4KH_PREFIX_BLOCK };
+	const int64_t tokens = (int64_t)j->n_ids + j->max_tokens;
+
+	return q4kh_kv_pool_pages_for(&pages, tokens < srv->n_ctx ? tokens : srv->n_ctx);
+}
+
+/*
+ * Pages of path P's pool promised to the jobs running on it: each one's
+ * serve_job_pages less the pages its table holds already (lock held).
+ * Prefixes are whole blocks, a block a page: a page shared by prefix is
+ * full and never written, so no job needs a page to copy one into.
+ */
+static int64_t pages_promised(const struct serve *srv, const struct serve_path *p)
+{
+	int64_t n = 0;
+
+	for (int i = 0; i < srv->n_slots; i++)
+		if (srv->slots[i] && srv->slots[i]->path == p)
+			n += serve_job_pages(srv, srv->slots[i]) - p->sessions[i]->table.n;
+	return n;
+}
+
+/*
+ * Can job J, placed in slot I of path P (its table holding J's prefix),
+ * run on P's pages? Its serve_job_pages less those its table holds must
+ * be free beside those promised to the running jobs; while they are not,
+ * the least recently used idle slot's cache (kept for prefix reuse) is
+ * given back. 0 when they still are not: J waits (lock held).
+ */
+static int pages_fit(struct serve *srv, struct serve_path *p, const struct serve_job *j, int i)
+{
+	const int64_t need = serve_job_pages(srv, j) - p->sessions[i]->table.n;
+	int *idle = srv->prefix_pick;
+
+	while (p->paged->pool.n_free - pages_promised(srv, p) < need) {
+		int k;
+
+		for (k = 0; k < srv->n_slots; k++)
+			idle[k] = k != i && !srv->slots[k] && p->sessions[k]->table.n > 0;
+		k = p->prefix ? q4kh_prefix_lru(p->prefix, idle) : -1;
+		if (k < 0)
+			return 0;
+		q4kh_session_reset(p->sessions[k]);
+		q4kh_prefix_keep(p->prefix, k, 0);
+	}
+	return 1;
+}
+
+/* The current path's pages into srv->pages, for /health and /metrics
+ * (lock held). */
+static void note_pages(struct serve *srv)
+{
+	const struct q4kh_kv_pool *pool = srv->cur && srv->cur->paged ? &srv->cur->paged->pool
+	                                                               : NULL;
+
+	srv->pages = pool ? (struct serve_pages){ pool->n_pages, pool->n_free,
+		                                  q4kh_kv_pool_shared(pool) }
+	                  : (struct serve_pages){ 0 };
+}
+
+/* Give a free slot to each waiting job, in order (lock held): with
+ * --kv-pages, while the pool can hold the head's pages (pages_fit); one
+ * that must wait for pages keeps its place and every job behind it waits
+ * too, until a job ends. */
 static void admit(struct serve *srv)
 {
 	int busy = 0;
 
 	for (int i = 0; i < srv->n_slots; i++)
 		busy += srv->slots[i] != NULL;
-	while (busy < srv->n_slots && srv->q_len) {
+	while (busy < srv->n_slots && srv->q_len && !srv->pages_wait) {
 		struct serve_job *j = queue_pop(srv);
+		int64_t own;
 		int i;
 
 		if (!srv->cur) {
 			fail_job(j, 503, no_path(srv, j));
 			serve_job_release(j);
 			continue;
+		}
+		i = place(srv, srv->cur, j, &own);
+		if (srv->cur->paged && !pages_fit(srv, srv->cur, j, i)) {
+			queue_push_front(srv, j);
+			srv->pages_wait = 1;
+			srv->m.page_waits++;
+			break;
 		}
 		q4kh_sampler_free(j->sampler);
 		j->sampler = q4kh_sampler_new(&j->sp, srv->n_vocab);
@@ -203,7 +293,7 @@ static void admit(struct serve *srv)
 			serve_job_release(j);
 			continue;
 		}
-		i = place(srv, srv->cur, j);
+		count_prefix(srv, srv->cur, j, own);
 		j->g = (struct q4kh_gen){
 			.sampler = q4kh_sampler_greedy(&j->sp) ? NULL : j->sampler,
 			.logits = srv->logits[i], .n_vocab = srv->n_vocab, .tok = srv->tok,
@@ -221,6 +311,7 @@ static void admit(struct serve *srv)
 		busy++;
 		pthread_cond_broadcast(&j->cv);
 	}
+	note_pages(srv);
 }
 
 /* Free slot I of its job, which ended (lock held). */
@@ -247,6 +338,10 @@ static void end_job(struct serve *srv, int i, const char *finish)
 		          now - j->t_submit, j->cancel ? "cancelled" : finish);
 	q4kh_sampler_free(j->sampler);
 	j->sampler = NULL;
+	/* its pages: kept for prefix reuse, else given back now */
+	if (j->path->paged && !j->path->prefix)
+		q4kh_session_reset(j->path->sessions[i]);
+	srv->pages_wait = 0;
 	j->path->running--;
 	srv->slots[i] = NULL;
 	j->slot = -1;
@@ -624,6 +719,7 @@ static void *engine_main(void *arg)
 			stepped(srv, i, rc, tok, &err);
 		}
 		batch_round(srv, srv->due, rr);
+		note_pages(srv);
 		rr = (rr + 1) % srv->n_slots;
 		close_retired(srv);
 	}
@@ -650,6 +746,7 @@ int serve_engine_start(struct serve *srv, struct q4kh_error *err)
 		if (!srv->logits[i])
 			return q4kh_fail(err, "out of memory");
 	}
+	note_pages(srv);
 	if (pthread_create(&srv->engine, NULL, engine_main, srv))
 		return q4kh_fail(err, "cannot start the engine thread");
 	srv->engine_started = 1;
@@ -676,6 +773,8 @@ void serve_engine_switch(struct serve *srv, struct serve_path *p, int demote,
 	srv->m.fallbacks += demote;
 	serve_log("switching from %s to %s: %s", sw->from, sw->to, reason);
 	srv->cur = p;
+	srv->pages_wait = 0; /* the head's pages are the new path's to find */
+	note_pages(srv);
 	if (old) {
 		old->retired = 1;
 		old->demoted |= demote;

@@ -10,19 +10,29 @@
 
 /* A session per slot for P, and what their caches hold for prefix reuse
  * when --prefix-cache is on and their model's sessions batch (a state of
- * a recurrent layer holds no prefix); FIRST, when not NULL, is the
- * session its opener made (it stays the opener's to free). */
-static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_session *first,
-                        struct q4kh_error *err)
+ * a recurrent layer holds no prefix). The opener's session (p->sv.s, when
+ * serve_path_open made one) is slot 0's and stays sv's to free; with
+ * --kv-pages every session is on the path's pool of pages instead, and
+ * the opener's, whose cache holds a whole context, is freed. */
+static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_error *err)
 {
 	struct q4kh_session_params sp = { .n_ctx = srv->n_ctx };
 
+	if (srv->o.kv_pages) {
+		if (q4kh_kv_paged_new(p->m, (int32_t)srv->o.kv_pages, Q4KH_PREFIX_BLOCK,
+		                      q4kh_session_kv_type(Q4KH_KV_DEFAULT, p->m->backend),
+		                      &p->paged, err))
+			return -1;
+		sp.paged = p->paged;
+		q4kh_session_free(p->sv.s);
+		p->sv.s = NULL;
+	}
 	p->sessions = calloc((size_t)srv->n_slots, sizeof(*p->sessions));
 	if (!p->sessions)
 		return q4kh_fail(err, "out of memory");
 	p->n_sessions = srv->n_slots;
-	p->sessions[0] = first;
-	for (int i = first ? 1 : 0; i < srv->n_slots; i++)
+	p->sessions[0] = p->sv.s;
+	for (int i = p->sv.s ? 1 : 0; i < srv->n_slots; i++)
 		if (q4kh_session_new(p->m, &sp, &p->sessions[i], err))
 			return -1;
 	if (!srv->o.prefix_cache || !q4kh_session_batchable(p->sessions[0]))
@@ -49,7 +59,7 @@ int serve_path_open(struct serve *srv, const struct q4kh_candidate *c,
 	}
 	p->be = &p->sv.be;
 	p->m = p->sv.m;
-	if (add_sessions(srv, p, p->sv.s, err)) {
+	if (add_sessions(srv, p, err)) {
 		serve_path_close(p);
 		return -1;
 	}
@@ -88,7 +98,7 @@ int serve_path_select(struct serve *srv, struct serve_path **out, int *explicit_
 		    !strcmp(srv->plan[i].variant ? srv->plan[i].variant : "",
 		            p->cand.variant ? p->cand.variant : ""))
 			p->plan_index = i;
-	if (add_sessions(srv, p, NULL, err)) {
+	if (add_sessions(srv, p, err)) {
 		serve_path_close(p);
 		return -1;
 	}
@@ -105,6 +115,7 @@ void serve_path_close(struct serve_path *p)
 		q4kh_session_free(p->sessions[i]);
 	free(p->sessions);
 	q4kh_prefix_free(p->prefix);
+	q4kh_kv_paged_free(p->paged);
 	if (p->sel.model)
 		q4kh_selection_close(&p->sel);
 	q4kh_serving_close(&p->sv);

@@ -153,6 +153,15 @@ char *serve_status_health(struct serve *srv, char *why, size_t cap)
 	if (root)
 		json_object_set_new(root, "unavailable",
 		                    srv->cur ? json_null() : json_string(unavailable(srv)));
+	/* the current path's KV pages; null without --kv-pages */
+	if (root)
+		json_object_set_new(root, "kv_pages",
+		                    srv->pages.total ? json_pack("{s:i, s:i, s:i, s:i}", "total",
+		                                                 srv->pages.total, "free",
+		                                                 srv->pages.free, "shared",
+		                                                 srv->pages.shared, "page_tokens",
+		                                                 Q4KH_PREFIX_BLOCK)
+		                                     : json_null());
 	pthread_mutex_unlock(&srv->lock);
 	out = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
 	json_decref(root);
@@ -222,6 +231,20 @@ char *serve_status_metrics(struct serve *srv)
 		{ "prefix_tokens_copied_total",
 		  "Of those, tokens whose keys and values were copied from another slot's cache.",
 		  m->prefix_copied },
+		{ "prefix_tokens_shared_total",
+		  "Of those, tokens whose pages another slot's cache holds, shared instead of copied (--kv-pages).",
+		  m->prefix_shared },
+	};
+	/* the current path's KV pages (--kv-pages; 0 without) */
+	const struct {
+		const char *name, *help;
+		int32_t value;
+	} pages[] = {
+		{ "kv_pages_total", "KV pages of 16 tokens the slots share (--kv-pages; 0: a cache per slot).",
+		  srv->pages.total },
+		{ "kv_pages_free", "Of those, pages no slot holds.", srv->pages.free },
+		{ "kv_pages_shared", "Of those, pages more than one slot holds (a prefix, shared).",
+		  srv->pages.shared },
 	};
 	metric(&t, "requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
 	for (size_t e = 0; e < sizeof(endpoints) / sizeof(endpoints[0]); e++)
@@ -275,6 +298,13 @@ char *serve_status_metrics(struct serve *srv)
 		metric(&t, prefix[i].name, "counter", prefix[i].help);
 		put(&t, "q4khost_%s %llu\n", prefix[i].name, (unsigned long long)prefix[i].value);
 	}
+	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+		metric(&t, pages[i].name, "gauge", pages[i].help);
+		put(&t, "q4khost_%s %d\n", pages[i].name, pages[i].value);
+	}
+	metric(&t, "kv_page_waits_total", "counter",
+	       "Times the request at the queue's head waited for KV pages (--kv-pages) with a slot free.");
+	put(&t, "q4khost_kv_page_waits_total %llu\n", (unsigned long long)m->page_waits);
 	metric(&t, "slots_busy", "gauge", "Slots generating now.");
 	put(&t, "q4khost_slots_busy %d\n", busy_slots(srv));
 	metric(&t, "slots", "gauge", "Slots (requests generated at once).");

@@ -54,7 +54,7 @@ def metrics(url):
         if line.startswith("q4khost_prefix_"):
             name, value = line.split()
             out[name] = float(value)
-    check("/metrics has the prefix cache's counters", len(out) == 5, out)
+    check("/metrics has the prefix cache's counters", len(out) == 6, out)
     return out
 
 
