@@ -1366,31 +1366,32 @@ Test(serve, a_shared_system_prompt_on_gemma3_is_answered_as_without_reuse, .time
 }
 
 /*
- * Issue 34, the paged KV cache: eight slots share a pool of 20 pages of
- * 16 tokens (--kv-pages 20), which holds one request of the test's but
- * not two whole prompts, on BACKEND (NULL: the exact cpu, the only plugin
- * on the path; else measured by F2 before serving, as for the load test):
- * eight clients at once share a system prompt and ask two questions each
- * (tests/serve/pages.py): every answer is the one a server with a cache
- * per slot and no prefix reuse gives the request alone, byte for byte,
- * sampled ones too on the exact cpu; requests waited for pages and none
- * was lost or failed; prefix hits shared pages and copied none; /health
- * and /metrics show the pool, and the log line at start-up too; a request
- * bigger than the pool is refused with 400, naming the pages it needs and
- * --kv-pages.
+ * Issue 34, the paged KV cache: eight slots share a pool of POOL pages of
+ * 16 tokens (--kv-pages POOL), which holds one request of the test's but
+ * not two whole prompts (tests/serve/pages.py checks it from the token
+ * counts), with MODEL on BACKEND (NULL: the exact cpu, the only plugin on
+ * the path; else measured by F2 before serving, as for the load test):
+ * eight clients at once share a system prompt and ask two questions each:
+ * every answer is the one a server with a cache per slot and no prefix
+ * reuse gives the request alone, byte for byte, sampled ones too on the
+ * exact cpu; requests waited for pages and none was lost or failed;
+ * prefix hits shared pages and copied none; /health and /metrics show the
+ * pool, and the log line at start-up too; a request bigger than the pool
+ * is refused with 400, naming the pages it needs and --kv-pages.
  */
-static void pages_on(const char *backend)
+static void pages_on(const char *model, const char *backend, int pool)
 {
 	const char *dir = plugins((const char *const[]){ NULL });
-	char path[8192], served[64], py[16384];
-	const char *paged[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", path,
-		                "--ctx", "512", "--parallel", "8", "--kv-pages", "20",
+	char path[8192], served[64], py[16384], pages[16], want[128];
+	const char *paged[] = { "-m", model, "--plugin-path", path, "--ctx", "512",
+		                "--parallel", "8", "--kv-pages", pages,
 		                "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
-	const char *plain[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", path,
-		                "--ctx", "512", "--prefix-cache", "off",
+	const char *plain[] = { "-m", model, "--plugin-path", path, "--ctx", "512",
+		                "--prefix-cache", "off",
 		                "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
 	struct server s, t;
 
+	snprintf(pages, sizeof(pages), "%d", pool);
 	snprintf(path, sizeof(path), "%s", dir);
 	if (backend)
 		snprintf(path, sizeof(path), "%s:%s/plugins/%s/.libs", dir, test_builddir(),
@@ -1400,23 +1401,72 @@ static void pages_on(const char *backend)
 	await_serving(&s, served);
 	server_start(&t, plain, test_tmpdir(), NULL);
 	await_serving(&t, served);
-	snprintf(py, sizeof(py), "%s %s 20 8 %s", s.url, t.url, backend ? "fast" : "exact");
+	snprintf(py, sizeof(py), "%s %s %d 8 %s", s.url, t.url, pool, backend ? "fast" : "exact");
 	python("pages.py", py);
 	server_stop(&t);
 	server_stop(&s);
-	expect_log(&s, "KV cache: 20 pages of 16 tokens (--kv-pages) shared by the slots", 1);
+	snprintf(want, sizeof(want), "KV cache: %d pages of 16 tokens (--kv-pages) shared by the slots",
+	         pool);
+	expect_log(&s, want, 1);
 	expect_log(&t, "KV cache: a whole context's per slot (--kv-pages 0, the default)", 1);
 }
 
+/* On tiny-llama: quick, but its answers hardly depend on the prompt. */
 Test(serve, many_slots_on_few_pages_answer_as_a_cache_per_slot, .timeout = 300)
 {
-	pages_on(NULL);
+	pages_on(fixture("tiny-llama.gguf"), NULL, 20);
 }
 
+/* On Gemma 3 (the default model), whose answers do. */
+Test(serve, many_slots_on_few_pages_on_gemma3_answer_as_a_cache_per_slot, .timeout = 600)
+{
+	pages_on(test_model_path(), NULL, 12);
+}
+
+/* On cpu-fast, its own paged attention and F16 pages. */
 Test(serve, many_slots_on_few_pages_on_cpu_fast, .timeout = 600)
 {
 	test_need_cpu_fast();
-	pages_on("cpu-fast");
+	pages_on(fixture("tiny-llama.gguf"), "cpu-fast", 20);
+}
+
+/*
+ * [serve] kv_pages in a configuration file sets the pool as --kv-pages
+ * does: the start-up line names the file and line it came from, /health
+ * shows the pool; a value that is not a whole number in range is refused
+ * before any work (exit 3), naming the file, the line and the range.
+ */
+Test(serve, kv_pages_from_the_configuration_file, .timeout = 120)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	char conf[4200], bad[4200], args[16384], want[4400], *out;
+	const char *argv[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", dir,
+		               "--backend", "cpu", "--config", conf, NULL };
+	struct server s;
+	json_t *h;
+
+	snprintf(conf, sizeof(conf), "%s/serve.ini", test_tmpdir());
+	test_write_file(conf, "[serve]\n\nkv_pages = 24\n", strlen("[serve]\n\nkv_pages = 24\n"));
+	server_start(&s, argv, test_tmpdir(), NULL);
+	snprintf(want, sizeof(want), "KV cache: 24 pages of 16 tokens (%s:3 [serve]) shared", conf);
+	expect_log(&s, want, 1);
+	h = health(&s);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(h, "kv_pages"), "total")),
+	             24);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(h, "kv_pages"), "free")),
+	             24);
+	json_decref(h);
+	server_stop(&s);
+
+	snprintf(bad, sizeof(bad), "%s/bad.ini", test_tmpdir());
+	test_write_file(bad, "[serve]\nkv_pages = -1\n", strlen("[serve]\nkv_pages = -1\n"));
+	snprintf(args, sizeof(args), "serve --port 0 -m %s --plugin-path %s --backend cpu --config %s",
+	         fixture("tiny-llama.gguf"), dir, bad);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
+	snprintf(want, sizeof(want), "%s:2 [serve]", bad);
+	cr_expect_not_null(strstr(out, want), "%s", out);
+	cr_expect_not_null(strstr(out, "kv_pages"), "%s", out);
+	free(out);
 }
 
 /*
