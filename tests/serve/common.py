@@ -48,6 +48,25 @@ def run_threads(target, n):
         t.join()
 
 
+def in_turns(url, clients, turns, ask):
+    """CLIENTS clients of URL at once (started together), each on a
+    keep-alive connection of its own asking its TURNS requests one after
+    another: ASK(connection, k, turn) of client K, into {(k, turn): what
+    it returned}."""
+    start = threading.Barrier(clients)
+    got = {}
+
+    def client(k):
+        mine = Client(url)
+        start.wait()
+        for turn in range(turns):
+            got[k, turn] = ask(mine, k, turn)
+        mine.close()
+
+    run_threads(client, clients)
+    return got
+
+
 def run_answer(q4khost, model, plugin_path, prompt, n, chat, backend=None):
     """q4khost run's greedy answer to PROMPT (through the chat template
     when CHAT, else raw; on BACKEND when given) as serve must give it: the

@@ -14,9 +14,8 @@ the pages it needs and --kv-pages.
 Usage: pages.py URL URL_PLAIN POOL CLIENTS exact|fast"""
 import json
 import sys
-import threading
 
-from common import CHECKS, Client, answer_text, check, run_threads
+from common import CHECKS, Client, answer_text, check, in_turns
 
 N = 10  # answer tokens
 PAGE = 16  # tokens a page
@@ -91,17 +90,7 @@ def main():
         "total": pool, "free": pool, "shared": 0, "page_tokens": PAGE}, h["kv_pages"])
     check("/health of a server without pages shows none", health(url_plain)["kv_pages"] is None)
 
-    start = threading.Barrier(clients)
-    got = {}
-
-    def client(k):
-        mine = Client(url)
-        start.wait()
-        for turn in range(2):
-            got[k, turn] = ask(mine, body(k, turn, exact))[0]
-        mine.close()
-
-    run_threads(client, clients)
+    got = in_turns(url, clients, 2, lambda c, k, turn: ask(c, body(k, turn, exact))[0])
     for k in range(clients):
         for turn in range(2):
             check("client %d, question %d (%s): the answer on pages is the one without"
@@ -109,9 +98,7 @@ def main():
                   got[k, turn] == want[k, turn], "%r != %r" % (got[k, turn], want[k, turn]))
 
     m = metrics(url)
-    check("every request was answered 200",
-          m.get('q4khost_completion_tokens_total', 0) > 0 and
-          m["q4khost_prefix_lookups_total"] == 2 * clients, m)
+    check("every request took a slot once", m["q4khost_prefix_lookups_total"] == 2 * clients, m)
     check("requests waited for pages", m["q4khost_kv_page_waits_total"] >= 1, m)
     check("/metrics shows the pool", m["q4khost_kv_pages_total"] == pool, m)
     check("the pages free are at most the pool's",

@@ -11,9 +11,8 @@ system prompt's whole blocks reused per hit (its words are at least a
 token each).
 Usage: prefix.py URL URL_OFF CLIENTS"""
 import sys
-import threading
 
-from common import CHECKS, Client, answer_text, check, run_threads
+from common import CHECKS, Client, answer_text, check, in_turns
 
 N = 10  # answer tokens
 SYSTEM = " ".join(("You answer questions about the river, the old mill, the miller who kept "
@@ -60,17 +59,7 @@ def metrics(url):
 
 def main():
     url, url_off, clients = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    start = threading.Barrier(clients)
-    got = {}
-
-    def client(k):
-        mine = Client(url)
-        start.wait()
-        for turn in range(2):
-            got[k, turn] = ask(mine, body(k, turn))
-        mine.close()
-
-    run_threads(client, clients)
+    got = in_turns(url, clients, 2, lambda c, k, turn: ask(c, body(k, turn)))
     off = Client(url_off)
     for k in range(clients):
         for turn in range(2):
