@@ -1,8 +1,8 @@
 /*
  * A paged KV cache's bookkeeping (host/lib/kv_pool.c): pages handed to
  * block tables and given back, the slot of each position, a prefix shared
- * by reference and copied at the first write into a shared page, and the
- * pool's refusals. Every expected page, count and slot below is worked
+ * by reference and copied at the first write into a shared page (the
+ * pages shared counted), and the pool's refusals. Every expected page, count and slot below is worked
  * out by hand from the pool's documented order (a fresh pool hands out
  * page 0 first; a page given back is the next handed out).
  */
@@ -123,6 +123,7 @@ Test(kv_pool, shared_prefix_pages_are_copied_at_the_first_write)
 	cr_expect_eq(p.refs[1], 2);
 	cr_expect_eq(p.refs[2], 1);
 	cr_expect_eq(p.n_free, 5);
+	cr_expect_eq(q4kh_kv_pool_shared(&p), 2); /* pages 0 and 1 */
 
 	/* b's next token, 20: page 1 is shared, so b gets page 3, a copy */
 	cr_assert_eq(q4kh_kv_table_resize(&p, &b, 21, &err), 0, "%s", err.msg);
@@ -133,6 +134,7 @@ Test(kv_pool, shared_prefix_pages_are_copied_at_the_first_write)
 	expect_pages(&a, (const int32_t[]){ 0, 1, 2 }, 3);
 	cr_expect_eq(p.refs[1], 1);
 	cr_expect_eq(p.refs[3], 1);
+	cr_expect_eq(q4kh_kv_pool_shared(&p), 1); /* page 0 */
 
 	/* a's next token, 37: its page 2 is its own */
 	cr_assert_eq(q4kh_kv_table_resize(&p, &a, 38, &err), 0, "%s", err.msg);
@@ -146,6 +148,7 @@ Test(kv_pool, shared_prefix_pages_are_copied_at_the_first_write)
 	cr_expect_eq(c.dst[1], 4);
 	expect_pages(&b, (const int32_t[]){ 4, 3 }, 2);
 	cr_expect_eq(p.refs[0], 1);
+	cr_expect_eq(q4kh_kv_pool_shared(&p), 0);
 
 	/* a leaves: its pages 0, 1, 2 come back; b's 4 and 3 stay */
 	q4kh_kv_table_release(&p, &a);
