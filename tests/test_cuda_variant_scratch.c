@@ -7,9 +7,12 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_variant_rig.h"
+#include "q4khost/cuda_tc.h"
 #include "q4khost/cuda_variant.h"
+#include "q4khost/quant.h"
 
 TestSuite(cuda_variants, .timeout = 900);
 
@@ -83,19 +86,62 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 	variant_close(&r, &k);
 }
 
+/* Bytes of a block of cuda-mwv's Q6_K copy (mwv_q6k.cuh): the 210 of the
+ * file's, then zeros. */
+#define MWV_Q6K_BLOCK 224
+
+/*
+ * cuda-mwv's copy of Q6_K weight W, made by prepare alone (the stream
+ * waited for, no product yet): every block of the backend's rows, byte for
+ * byte, then zeros to MWV_Q6K_BLOCK.
+ */
+static void packed_at_prepare(struct vrig *r, const struct weight *w)
+{
+	const int64_t nblk = w->k / 256, row = nblk * MWV_Q6K_BLOCK;
+	const uint8_t *src = w->gpu.bytes + w->gpu.t.offset;
+	static const uint8_t zeros[MWV_Q6K_BLOCK];
+	uint8_t *own = malloc((size_t)(row * w->n));
+
+	cr_assert_not_null(own);
+	cr_assert_eq(r->gpu.v->synchronize(r->gpu.dev), Q4KH_OK, "%s",
+	             r->gpu.v->last_error(r->gpu.ctx));
+	cr_assert_not_null(w->p->own, "cuda-mwv made no copy of a Q6_K weight");
+	cr_assert_eq(w->p->stride, row);
+	cr_assert_eq(cudaMemcpy(own, w->p->own, (size_t)(row * w->n), cudaMemcpyDeviceToHost),
+	             cudaSuccess);
+	for (int64_t i = 0; i < w->n; i++)
+		for (int64_t b = 0; b < nblk; b++) {
+			const uint8_t *got = own + i * row + b * MWV_Q6K_BLOCK;
+			const size_t q6k = sizeof(struct q4kh_block_q6_k);
+
+			cr_assert(!memcmp(got, src + i * w->gpu.t.nb[1] + b * (int64_t)q6k, q6k),
+			          "row %lld, block %lld: the copy differs from the weight",
+			          (long long)i, (long long)b);
+			cr_assert(!memcmp(got + q6k, zeros, MWV_Q6K_BLOCK - q6k),
+			          "row %lld, block %lld: the padding is not zero", (long long)i,
+			          (long long)b);
+		}
+	free(own);
+}
+
 /*
  * The table's warm-up (q4khost/cuda_variant_scratch.h): cuda-mwv's first
- * prepare on the device starts it; its first product on tensor cores (a
- * prompt's 64 columns through gemm) joins it, takes the cuBLAS handle it
- * made and agrees with the cpu. A context closed right after its first
- * prepare (cuda-dp4a's), the warm-up perhaps still running, joins it.
+ * prepare on the device starts it; prepare alone copies a Q6_K weight
+ * (rows 6 bytes apart beyond their length, as no file has them); the
+ * first product on tensor cores (a prompt's 64 columns through gemm)
+ * joins it, takes the cuBLAS handle it made, finds the scratch that the
+ * warm-up's products at Q4KH_TC_WARM_COLUMNS left (at least what a
+ * prompt of that many columns needs: its fp16 activations, the weight's
+ * fp16 copy and cuBLAS's workspace, q4khost/cuda_tc.h) and agrees with
+ * the cpu. A context closed right after its first prepare (cuda-dp4a's),
+ * the warm-up perhaps still running, joins it.
  */
 Test(cuda_variants, warm_up_before_the_first_prompt)
 {
 	const int64_t t = 64;
 	const struct q4kh_cv_scratch_dev *d;
 	struct q4kh_kernel k;
-	struct weight w;
+	struct weight w, w6;
 	struct vrig r;
 	float *xv;
 
@@ -105,12 +151,19 @@ Test(cuda_variants, warm_up_before_the_first_prompt)
 	             k.native.ordinal);
 	cr_assert_eq(k.ctx->scratch.dev[k.native.ordinal].warmed, 1,
 	             "the first prepare started no warm-up");
+	weight_new(&r, &k, &mwv, Q4KH_TYPE_Q6_K, 4096, 1024, 6, &w6);
+	packed_at_prepare(&r, &w6);
 	xv = rvals((size_t)(w.k * t));
 	multiply(&r, &k, &w, t, xv, 0);
 	free(xv);
 	d = &k.ctx->scratch.dev[k.native.ordinal];
 	cr_assert_null(d->warm, "the first product on tensor cores left the warm-up running");
 	cr_assert_not_null(d->blas, "no cuBLAS handle after a product on tensor cores");
+	cr_assert_geq(d->size,
+	              2 * (size_t)w.k * Q4KH_TC_WARM_COLUMNS + 2 * (size_t)w.k * (size_t)w.n +
+	                      Q4KH_TC_WORKSPACE,
+	              "the warm-up left %zu bytes of scratch", d->size);
+	weight_free(&r, &k, &w6);
 	weight_free(&r, &k, &w);
 	variant_close(&r, &k);
 

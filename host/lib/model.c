@@ -341,6 +341,45 @@ static void sync_tied_output(struct q4kh_model *m)
 		m->output = m->tok_embd;
 }
 
+/* The weights a kernel variant takes while they are uploaded: those
+ * of its TYPES (q4kh_model_upload_for); K NULL for none. */
+struct route {
+	const struct q4kh_kernel *k;
+	const uint32_t *types;
+	size_t n_types;
+};
+
+static int routed(const struct route *rt, const struct q4kh_weight *w)
+{
+	if (!rt->k || !is_routable(w) || w->kernel == rt->k)
+		return 0;
+	for (size_t i = 0; i < rt->n_types; i++)
+		if (rt->types[i] == w->src->type)
+			return 1;
+	return 0;
+}
+
+/* Route W through K: prepare() it, release its previous kernel's copy. */
+static int prepare_one(struct q4kh_model *m, struct q4kh_weight *w,
+                       const struct q4kh_kernel *k, struct q4kh_error *err)
+{
+	q4kh_prepared *p = NULL;
+	char what[320];
+
+	snprintf(what, sizeof(what), "prepare (%.*s)", (int)w->src->name.len,
+	         w->src->name.data);
+	if (q4kh_kernel_check(k, k->v->prepare(k->ctx, &k->native, &w->t, &p), what, err))
+		return -1;
+	if (w->kernel)
+		w->kernel->v->release(w->kernel->ctx, w->prepared);
+	w->kernel = k;
+	w->prepared = p;
+	/* A variant that repacked the weight never reads the file's copy
+	 * again; one that reads it in place faults it back in. */
+	q4kh_gguf_drop_pages(m->gguf, w->src->data, w->src->size);
+	return 0;
+}
+
 /*
  * Weights used in place: one buffer over the file's tensor data section,
  * each weight a view at its offset in it. Nothing is copied.
@@ -368,9 +407,14 @@ static int wrap_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 	return 0;
 }
 
-/* Weights copied into one buffer of the backend's own memory. */
+/*
+ * Weights copied into one buffer of the backend's own memory, each routed
+ * one prepared by RT's variant right after its upload (the backend's
+ * stream orders the two), so that the variant's prepares and warm-up
+ * overlap the rest of the upload.
+ */
 static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t n,
-                        struct q4kh_error *err)
+                        const struct route *rt, struct q4kh_error *err)
 {
 	struct q4kh_backend *b = m->backend;
 	uint64_t total = 0, off = 0;
@@ -394,12 +438,14 @@ static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 		         m->gguf->path);
 		if (q4kh_backend_check(b, b->v->buffer_upload(b->dev, m->weights, off,
 		                                              src->data, src->size),
-		                       what, err))
+		                       what, err) ||
+		    (routed(rt, list[i]) && prepare_one(m, list[i], rt->k, err)))
 			return -1;
 		off += (src->size + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
 	}
 	/* An upload may return before its copy lands (cuda's from pageable
-	 * memory): a failed copy shows here, with the file's name. */
+	 * memory): a failed copy, or a variant's failed work on it, shows
+	 * here, with the file's name. */
 	snprintf(what, sizeof(what), "synchronize (the weights of %s)", m->gguf->path);
 	if (q4kh_backend_check(b, b->v->synchronize(b->dev), what, err))
 		return -1;
@@ -409,10 +455,12 @@ static int copy_weights(struct q4kh_model *m, struct q4kh_weight **list, size_t 
 	return 0;
 }
 
-int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
-                      struct q4kh_error *err)
+int q4kh_model_upload_for(struct q4kh_model *m, struct q4kh_backend *b,
+                          const struct q4kh_kernel *k, const uint32_t *types,
+                          size_t n_types, struct q4kh_error *err)
 {
 	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	const struct route rt = { k, types, n_types };
 	size_t n;
 	int rc;
 
@@ -420,13 +468,25 @@ int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
 		return q4kh_fail(err, "out of memory");
 	n = weight_list(m, list);
 	m->backend = b;
-	rc = Q4KH_BACKEND_HAS(b->v, buffer_wrap) && m->gguf->alignment % 32 == 0
-	             ? wrap_weights(m, list, n, err)
-	             : copy_weights(m, list, n, err);
-	if (rc == 0)
-		sync_tied_output(m);
+	if (Q4KH_BACKEND_HAS(b->v, buffer_wrap) && m->gguf->alignment % 32 == 0) {
+		rc = wrap_weights(m, list, n, err);
+		for (size_t i = 0; i < n && rc == 0; i++)
+			if (routed(&rt, list[i]))
+				rc = prepare_one(m, list[i], k, err);
+	} else {
+		rc = copy_weights(m, list, n, &rt, err);
+	}
+	if (k)
+		m->routes++;
+	sync_tied_output(m);
 	free(list);
 	return rc;
+}
+
+int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
+                      struct q4kh_error *err)
+{
+	return q4kh_model_upload_for(m, b, NULL, NULL, 0, err);
 }
 
 static void release_weights(struct q4kh_weight **list, size_t n,
@@ -446,35 +506,20 @@ int q4kh_model_use_kernel(struct q4kh_model *m, const struct q4kh_kernel *k,
                           uint32_t type, struct q4kh_error *err)
 {
 	struct q4kh_weight **list = calloc(weight_slots(m), sizeof(*list));
+	const struct route rt = { k, &type, 1 };
 	size_t n;
 
 	if (!list)
 		return q4kh_fail(err, "out of memory");
 	n = weight_list(m, list);
-	for (size_t i = 0; i < n; i++) {
-		struct q4kh_weight *w = list[i];
-		q4kh_prepared *p = NULL;
-		char what[320];
 
-		if (!is_routable(w) || w->src->type != type || w->kernel == k)
-			continue;
-		snprintf(what, sizeof(what), "prepare (%.*s)", (int)w->src->name.len,
-		         w->src->name.data);
-		if (q4kh_kernel_check(k, k->v->prepare(k->ctx, &k->native, &w->t, &p),
-		                      what, err)) {
+	for (size_t i = 0; i < n; i++)
+		if (routed(&rt, list[i]) && prepare_one(m, list[i], k, err)) {
 			release_weights(list, n, k);
 			sync_tied_output(m);
 			free(list);
 			return -1;
 		}
-		if (w->kernel)
-			w->kernel->v->release(w->kernel->ctx, w->prepared);
-		w->kernel = k;
-		w->prepared = p;
-		/* A variant that repacked the weight never reads the file's
-		 * copy again; one that reads it in place faults it back in. */
-		q4kh_gguf_drop_pages(m->gguf, w->src->data, w->src->size);
-	}
 	sync_tied_output(m);
 	free(list);
 	m->routes++;

@@ -180,6 +180,18 @@ int q4kh_model_open(const char *path, struct q4kh_model **out,
 int q4kh_model_upload(struct q4kh_model *m, struct q4kh_backend *b,
                       struct q4kh_error *err);
 /*
+ * q4kh_model_upload, every matrix weight of the N_TYPES TYPES routed
+ * through kernel variant K as q4kh_model_use_kernel routes them (K NULL:
+ * none): with a copy, each prepare()d right after its own upload, so that
+ * the variant's work on it, and the warm-up a CUDA variant starts at its
+ * first prepare (cuda_variant_scratch.h), overlap the rest of the upload;
+ * in place, after the wrap. On error the caller releases the weights
+ * prepared so far (q4kh_model_release_kernels, or q4kh_model_free).
+ */
+int q4kh_model_upload_for(struct q4kh_model *m, struct q4kh_backend *b,
+                          const struct q4kh_kernel *k, const uint32_t *types,
+                          size_t n_types, struct q4kh_error *err);
+/*
  * Route every matrix weight of TYPE through kernel variant K: each is
  * prepare()d once. On error the weights prepared so far are released and
  * the model is left on its previous kernels. K must outlive the model's

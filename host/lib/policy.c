@@ -442,15 +442,21 @@ static int model_has_type(const struct q4kh_model *m, uint32_t type)
 	return 0;
 }
 
-int q4kh_policy_use_kernel(const struct q4kh_registry *r,
-                           const struct q4kh_backend *b, struct q4kh_model *m,
-                           const char *name, struct q4kh_kernel *k,
-                           struct q4kh_error *err)
+/*
+ * Open variant NAME on B into K, and *N_TYPES = the TYPES (Q4KH_TYPE_COUNT
+ * at most) of M it takes: those it scores above 0 on B. -1 with ERR when
+ * it cannot be opened, or when it takes none (then K is closed and M's
+ * weights are back on the built-in kernels).
+ */
+static int open_variant(const struct q4kh_registry *r, const struct q4kh_backend *b,
+                        struct q4kh_model *m, const char *name,
+                        struct q4kh_kernel *k, uint32_t *types, size_t *n_types,
+                        struct q4kh_error *err)
 {
 	const struct q4kh_plugin *p = q4kh_registry_find(r, name);
 	char list[512], why[700];
-	int used = 0;
 
+	*n_types = 0;
 	if (!p || p->desc->kind != Q4KH_KIND_KERNEL) {
 		q4kh_policy_list_variants(r, list, sizeof(list));
 		q4kh_registry_why_absent(r, name, why, sizeof(why));
@@ -459,24 +465,57 @@ int q4kh_policy_use_kernel(const struct q4kh_registry *r,
 	}
 	if (q4kh_kernel_open(p, b, k, err))
 		return -1;
-	for (uint32_t i = 0; i < k->v->n_types; i++) {
+	for (uint32_t i = 0; i < k->v->n_types && *n_types < Q4KH_TYPE_COUNT; i++) {
 		uint32_t t = k->v->types[i];
-		uint32_t score = k->v->score(k->ctx, &b->record, t);
 
-		if (!model_has_type(m, t) || score == 0)
-			continue;
-		if (q4kh_model_use_kernel(m, k, t, err))
-			goto fail;
-		used++;
+		if (model_has_type(m, t) && k->v->score(k->ctx, &b->record, t) > 0)
+			types[(*n_types)++] = t;
 	}
-	if (!used) {
+	if (!*n_types) {
 		q4kh_fail(err, "kernel variant %s cannot serve this request: the model has none of its types, or it scores 0 for them on %s (%s)",
 		          name, b->record.name, b->record.arch);
-		goto fail;
+		q4kh_model_release_kernels(m);
+		q4kh_kernel_close(k);
+		return -1;
 	}
+	return 0;
+}
+
+int q4kh_policy_use_kernel(const struct q4kh_registry *r,
+                           const struct q4kh_backend *b, struct q4kh_model *m,
+                           const char *name, struct q4kh_kernel *k,
+                           struct q4kh_error *err)
+{
+	uint32_t types[Q4KH_TYPE_COUNT];
+	size_t n;
+
+	if (open_variant(r, b, m, name, k, types, &n, err))
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (q4kh_model_use_kernel(m, k, types[i], err))
+			goto fail;
 	return 0;
 fail:
 	q4kh_model_release_kernels(m);
 	q4kh_kernel_close(k);
 	return -1;
+}
+
+int q4kh_policy_upload(const struct q4kh_registry *r, struct q4kh_backend *b,
+                       struct q4kh_model *m, const char *name,
+                       struct q4kh_kernel *k, struct q4kh_error *err)
+{
+	uint32_t types[Q4KH_TYPE_COUNT];
+	size_t n;
+
+	if (!name)
+		return q4kh_model_upload(m, b, err);
+	if (open_variant(r, b, m, name, k, types, &n, err))
+		return -1;
+	if (q4kh_model_upload_for(m, b, k, types, n, err)) {
+		q4kh_model_release_kernels(m);
+		q4kh_kernel_close(k);
+		return -1;
+	}
+	return 0;
 }

@@ -164,4 +164,16 @@ int q4kh_policy_use_kernel(const struct q4kh_registry *r,
                            const char *name, struct q4kh_kernel *k,
                            struct q4kh_error *err);
 
+/*
+ * Upload M to B (q4kh_model_upload) with variant NAME (NULL: none) routing
+ * its weights as q4kh_policy_use_kernel would, each prepared as soon as
+ * it is uploaded (q4kh_model_upload_for): what a run and serve do, so
+ * that a variant's start-up overlaps the upload. Errors as
+ * q4kh_policy_use_kernel's, and the upload's; on failure K is closed and
+ * no weight is prepared.
+ */
+int q4kh_policy_upload(const struct q4kh_registry *r, struct q4kh_backend *b,
+                       struct q4kh_model *m, const char *name,
+                       struct q4kh_kernel *k, struct q4kh_error *err);
+
 #endif

@@ -273,9 +273,8 @@ static int open_cand(const struct q4kh_select_request *rq, const struct q4kh_can
 	/* the host's file, bound again for this backend: nothing is read twice */
 	if (q4kh_host_backend_open(h, p, c->device, &out->backend, err) ||
 	    q4kh_model_open(h->model_path, &out->model, err) ||
-	    q4kh_model_upload(out->model, &out->backend, err) ||
-	    (c->variant && q4kh_policy_use_kernel(h->registry, &out->backend, out->model,
-	                                          c->variant, &out->kernel, err))) {
+	    q4kh_policy_upload(h->registry, &out->backend, out->model, c->variant,
+	                       &out->kernel, err)) {
 		q4kh_selection_close(out);
 		return -1;
 	}

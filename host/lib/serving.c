@@ -22,9 +22,7 @@ static int open_on_backend(const struct q4kh_registry *r, const char *model_path
 	struct q4kh_session_params sp = { .n_ctx = n_ctx };
 
 	if (q4kh_model_open(model_path, &out->m, err) ||
-	    q4kh_model_upload(out->m, &out->be, err) ||
-	    (c->variant && q4kh_policy_use_kernel(r, &out->be, out->m, c->variant,
-	                                          &out->k, err)) ||
+	    q4kh_policy_upload(r, &out->be, out->m, c->variant, &out->k, err) ||
 	    q4kh_session_new(out->m, &sp, &out->s, err)) {
 		q4kh_serving_close(out);
 		return -1;

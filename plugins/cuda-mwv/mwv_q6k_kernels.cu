@@ -21,18 +21,31 @@ extern "C" int64_t mwv_q6k_row_bytes(int64_t k)
 	return k / 256 * Q6K_PACKED;
 }
 
-/* One thread per super-block: its 210 bytes, then zero padding. */
+/* 16-byte pieces of the copy's block; its last 14 bytes are zeros. */
+#define Q6K_PIECES (Q6K_PACKED / 16)
+static_assert(Q6K_PACKED % 16 == 0, "the copy's blocks are 16-byte pieces");
+
+/* One thread per 16 bytes of the copy: byte loads from the source (2-byte
+ * aligned at best; a warp reads 512 neighbouring bytes), one 16-byte
+ * store. */
 __global__ void __launch_bounds__(256)
 q6k_pack_kernel(const uint8_t *__restrict__ src, int64_t src_stride,
                 int64_t nblk, int64_t total, uint8_t *__restrict__ dst)
 {
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	     i < total; i += (int64_t)gridDim.x * blockDim.x) {
-		const uint8_t *s = src + i / nblk * src_stride + i % nblk * Q6K_BYTES;
-		uint8_t *d = dst + i * Q6K_PACKED;
+	     i < total * Q6K_PIECES; i += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t blk = i / Q6K_PIECES;
+		const int b0 = (int)(i % Q6K_PIECES) * 16;
+		const uint8_t *s = src + blk / nblk * src_stride + blk % nblk * Q6K_BYTES;
+		union {
+			uint4 v;
+			uint8_t b[16];
+		} u;
 
-		for (int b = 0; b < Q6K_PACKED; b++)
-			d[b] = b < Q6K_BYTES ? s[b] : 0;
+#pragma unroll
+		for (int b = 0; b < 16; b++)
+			u.b[b] = b0 + b < Q6K_BYTES ? s[b0 + b] : 0;
+		*(uint4 *)(dst + blk * Q6K_PACKED + b0) = u.v;
 	}
 }
 
@@ -40,7 +53,7 @@ extern "C" cudaError_t mwv_q6k_pack(const q4kh_prepared *w, void *dst,
                                     cudaStream_t s)
 {
 	const int64_t nblk = w->k / 256, total = nblk * w->n;
-	const int64_t want = (total + 255) / 256;
+	const int64_t want = (total * Q6K_PIECES + 255) / 256;
 
 	q6k_pack_kernel<<<(unsigned)(want < 65535 ? want : 65535), 256, 0, s>>>(
 		w->src, w->src_stride, nblk, total, (uint8_t *)dst);

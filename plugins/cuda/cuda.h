@@ -38,6 +38,10 @@ struct q4kh_backend_ctx {
 	char error[1024];
 };
 
+/* Shapes of products on tensor cores graph_prepare runs once per device
+ * (cuda_graph.c); a model has a handful. */
+#define CUDA_TC_WARM_SHAPES 32
+
 struct q4kh_device_ctx {
 	q4kh_backend_ctx *ctx;
 	int ordinal;
@@ -58,6 +62,11 @@ struct q4kh_device_ctx {
 	                     tensor cores */
 	pthread_t warm;   /* the warm-up thread (cuda_device.c) */
 	int warming;      /* it runs or has not been joined yet */
+	struct {
+		int64_t k, n, t;
+	} tc_warm[CUDA_TC_WARM_SHAPES]; /* products on tensor cores that
+	                                   graph_prepare ran once */
+	int n_tc_warm;
 	struct cuda_ring *ring; /* the uploads' pinned staging; made by the
 	                           first large upload from pageable memory */
 };
@@ -161,7 +170,10 @@ q4kh_status cuda_not_recording(q4kh_device_ctx *dev, const char *what);
  * a moe_route or mul_mat_id beyond CUDA_MOE_MAX_EXPERTS experts, a routed
  * weight whose variant has no gemv or gemm);
  * Q4KH_ERR_INVALID for a graph that is not well formed (an index out of
- * range, a missing source, a cycle of views).
+ * range, a missing source, a cycle of views). A prepared step's built-in
+ * products on tensor cores of a shape new to the device are run once
+ * (on scratch, synchronously), so that its first run waits for no choice
+ * or load of cuBLAS's kernels.
  */
 q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
                                q4kh_step **out);

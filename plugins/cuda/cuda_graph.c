@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "q4khost/cuda_tc.h"
 #include "q4khost/step.h"
 
 /* One call of the plan: nodes [first, first + n) as pattern FUSE. */
@@ -225,6 +226,58 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 	return Q4KH_OK;
 }
 
+/*
+ * The built-in products of G that go to tensor cores, each shape (K, N and
+ * the step's columns) run once on DEV (q4kh_tc_warm_gemm): cuBLAS chooses
+ * and loads its kernels for a shape at its first call, here rather than
+ * in the step's first run (for a prompt, before the prefill's clock), and
+ * the scratch grows to their size (plus one slice of output) now. What
+ * fails is left for that product to report.
+ */
+static void warm_products(q4kh_device_ctx *dev, const struct q4kh_step_graph *g)
+{
+	const size_t base = CUDA_SCRATCH_COUNTERS * sizeof(int);
+	char why[256];
+
+	if (dev->recording || cuda_enter(dev, "graph_prepare"))
+		return;
+	for (int32_t i = 0; i < g->n_nodes; i++) {
+		const struct q4kh_step_node *nd = q4kh_step_node_at(g, i);
+		const struct q4kh_step_value *w, *x;
+		int64_t k, n, t;
+		int j;
+
+		if (nd->op != Q4KH_OP_MUL_MAT)
+			continue;
+		w = q4kh_step_value_at(g, nd->src[0]);
+		x = q4kh_step_value_at(g, nd->src[1]);
+		k = w->t.ne[0];
+		n = w->t.ne[1];
+		t = x->t.ne[1];
+		if (w->kernel || !q4kh_tc_wanted(w->t.type, t, Q4KH_TC_MIN_COLUMNS))
+			continue;
+		for (j = 0; j < dev->n_tc_warm && (dev->tc_warm[j].k != k ||
+		                                   dev->tc_warm[j].n != n ||
+		                                   dev->tc_warm[j].t != t);
+		     j++)
+			;
+		if (j < dev->n_tc_warm || j == CUDA_TC_WARM_SHAPES)
+			continue;
+		cuda_warm_join(dev);
+		if ((!dev->blas && q4kh_tc_open(&dev->blas, why, sizeof(why))) ||
+		    cuda_scratch(dev, "graph_prepare", base + q4kh_tc_warm_bytes(k, n, t)) ||
+		    q4kh_tc_warm_gemm(dev->blas, k, n, t, (char *)dev->scratch + base,
+		                      dev->stream, why, sizeof(why))) {
+			cudaGetLastError();
+			return;
+		}
+		dev->tc_warm[j].k = k;
+		dev->tc_warm[j].n = n;
+		dev->tc_warm[j].t = t;
+		dev->n_tc_warm++;
+	}
+}
+
 q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
                                q4kh_step **out)
 {
@@ -262,6 +315,7 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
 		step_free(s);
 		return st;
 	}
+	warm_products(dev, s->g);
 	*out = s;
 	return Q4KH_OK;
 }

@@ -167,6 +167,79 @@ static int blas_failed(cublasStatus_t st, const char *step, char *why, size_t ca
 	return -1;
 }
 
+/* The parts of SCRATCH (q4kh_tc_scratch_bytes(K, N, T)): the fp16
+ * activations, one fp16 slice of the weight, cuBLAS's workspace. */
+struct tc_parts {
+	__half *x16, *w16;
+	void *ws;
+};
+
+static struct tc_parts parts_of(void *scratch, int64_t k, int64_t n, int64_t t)
+{
+	struct tc_parts p;
+
+	p.x16 = (__half *)scratch;
+	p.w16 = (__half *)((char *)scratch + align256(2 * (size_t)k * (size_t)t));
+	p.ws = (char *)p.w16 + align256(2 * (size_t)k * (size_t)slice_rows(k, n));
+	return p;
+}
+
+/* Check the sizes against cuBLAS's ints, then give cuBLAS stream S and
+ * the workspace of P. */
+static int blas_begin(cublasHandle_t h, int64_t k, int64_t n, int64_t t,
+                      int64_t ldy, const struct tc_parts *p, cudaStream_t s,
+                      char *why, size_t cap)
+{
+	if (t > INT32_MAX || k > INT32_MAX || n > INT32_MAX || ldy > INT32_MAX) {
+		snprintf(why, cap, "tensor-core product of %lld x %lld by %lld "
+		         "columns: beyond cuBLAS's int sizes", (long long)n,
+		         (long long)k, (long long)t);
+		return -1;
+	}
+	return blas_failed(cublasSetStream(h, s), "cublasSetStream", why, cap) ||
+	       blas_failed(cublasSetWorkspace(h, p->ws, Q4KH_TC_WORKSPACE),
+	                   "cublasSetWorkspace", why, cap)
+	               ? -1
+	               : 0;
+}
+
+/* y {M, T} (column stride LDY) = the slice w16 {K, M} times x16 {K, T}. */
+static int slice_gemm(cublasHandle_t h, int64_t m, int64_t t, int64_t k,
+                      const struct tc_parts *p, float *y, int64_t ldy,
+                      char *why, size_t cap)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	return blas_failed(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)t,
+	                                (int)k, &one, p->w16, CUDA_R_16F, (int)k,
+	                                p->x16, CUDA_R_16F, (int)k, &zero, y,
+	                                CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+	                                CUBLAS_GEMM_DEFAULT),
+	                   "cublasGemmEx", why, cap);
+}
+
+extern "C" size_t q4kh_tc_warm_bytes(int64_t k, int64_t n, int64_t t)
+{
+	return q4kh_tc_scratch_bytes(k, n, t) +
+	       align256(4 * (size_t)slice_rows(k, n) * (size_t)t);
+}
+
+extern "C" int q4kh_tc_warm_gemm(void *handle, int64_t k, int64_t n, int64_t t,
+                                 void *scratch, cudaStream_t s, char *why,
+                                 size_t cap)
+{
+	cublasHandle_t h = (cublasHandle_t)handle;
+	const int64_t rows = slice_rows(k, n);
+	const struct tc_parts p = parts_of(scratch, k, n, t);
+	float *y = (float *)((char *)scratch + q4kh_tc_scratch_bytes(k, n, t));
+
+	if (blas_begin(h, k, n, t, rows, &p, s, why, cap) ||
+	    slice_gemm(h, rows, t, k, &p, y, rows, why, cap) ||
+	    (n % rows && slice_gemm(h, n % rows, t, k, &p, y, n % rows, why, cap)))
+		return -1;
+	return cuda_failed(cudaStreamSynchronize(s), "cudaStreamSynchronize", why, cap);
+}
+
 extern "C" int q4kh_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
                             int64_t w_row, int64_t k, int64_t n, const float *x,
                             int64_t ldx, float *y, int64_t ldy, int64_t t,
@@ -174,20 +247,10 @@ extern "C" int q4kh_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 {
 	cublasHandle_t h = (cublasHandle_t)handle;
 	const int64_t rows = slice_rows(k, n);
-	__half *x16 = (__half *)scratch;
-	__half *w16 = (__half *)((char *)scratch + align256(2 * (size_t)k * (size_t)t));
-	void *ws = (char *)w16 + align256(2 * (size_t)k * (size_t)rows);
-	const float one = 1.0f, zero = 0.0f;
+	const struct tc_parts p = parts_of(scratch, k, n, t);
+	__half *x16 = p.x16, *w16 = p.w16;
 
-	if (t > INT32_MAX || k > INT32_MAX || n > INT32_MAX || ldy > INT32_MAX) {
-		snprintf(why, cap, "tensor-core product of %lld x %lld by %lld "
-		         "columns: beyond cuBLAS's int sizes", (long long)n,
-		         (long long)k, (long long)t);
-		return -1;
-	}
-	if (blas_failed(cublasSetStream(h, s), "cublasSetStream", why, cap) ||
-	    blas_failed(cublasSetWorkspace(h, ws, Q4KH_TC_WORKSPACE),
-	                "cublasSetWorkspace", why, cap))
+	if (blas_begin(h, k, n, t, ldy, &p, s, why, cap))
 		return -1;
 	to_half_kernel<<<dim3(blocks_for(k), (unsigned)(t < 65535 ? t : 65535)), TC_THREADS,
 	                 0, s>>>(x, ldx, k, t, x16);
@@ -204,12 +267,7 @@ extern "C" int q4kh_tc_gemm(void *handle, uint32_t type, const uint8_t *w,
 		});
 
 		if (cuda_failed(e, "weight slice to fp16", why, cap) ||
-		    blas_failed(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m,
-		                             (int)t, (int)k, &one, w16, CUDA_R_16F,
-		                             (int)k, x16, CUDA_R_16F, (int)k, &zero,
-		                             y + r0, CUDA_R_32F, (int)ldy,
-		                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-		                "cublasGemmEx", why, cap))
+		    slice_gemm(h, m, t, k, &p, y + r0, ldy, why, cap))
 			return -1;
 	}
 	return 0;

@@ -301,7 +301,10 @@ q4kh_status q4kh_cv_prepare(q4kh_kernel_ctx *ctx,
 		                                    dev->ordinal),
 		                  "prepare: cudaDeviceGetAttribute");
 	if (!st) {
-		q4kh_cv_scratch_warm(ctx, dev->ordinal);
+		if (q4kh_tc_supports(p->type))
+			q4kh_cv_scratch_warm(ctx, dev->ordinal, p->k, p->n);
+		else
+			q4kh_cv_scratch_warm(ctx, dev->ordinal, 0, 0);
 		st = q4kh_cv_self.prepare(ctx, p, (cudaStream_t)dev->stream);
 	}
 	leave(prev);

@@ -2,7 +2,8 @@
  * Device scratch for the variants' apply(): one buffer per CUDA device in
  * the variant context, grown by doubling, outgrown buffers kept until
  * shutdown (q4khost/cuda_variant_scratch.h says why); each device's
- * cuBLAS handle, made with its kernels' loads by a warm-up thread.
+ * cuBLAS handle, made with its kernels' loads and its weights' first
+ * products by a warm-up thread.
  */
 #include "buildconf.h"
 
@@ -153,59 +154,190 @@ q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
 	return st;
 }
 
-/* A device's warm-up: its thread, and the handle that thread makes. */
+/* Distinct weight shapes one warm-up takes; a model has a handful. */
+#define Q4KH_CV_WARM_SHAPES 32
+
+/* A device's warm-up: its thread, the handle it makes, the weight shapes
+ * prepare queued for it and the device memory of their products. */
 struct q4kh_cv_warm {
 	pthread_t thread;
 	int ordinal;
-	void *blas; /* q4kh_tc_open's handle, or NULL when it failed */
+	void *blas;           /* q4kh_tc_open's handle, or NULL when it failed */
+	pthread_mutex_t lock; /* guards shape, n_shapes and stop */
+	pthread_cond_t more;  /* a shape was queued, or stop set */
+	struct {
+		int64_t k, n;
+	} shape[Q4KH_CV_WARM_SHAPES];
+	int n_shapes;
+	int stop;      /* the joiner waits: run what is queued, then end */
+	void *scratch; /* the products' device memory (the thread's), or NULL */
+	size_t size;   /* bytes at scratch */
 };
 
-/* The warm-up thread: the handle, then the tensor-core kernels and the
- * variant's; their errors come again at first use. */
+/* The products of weight {K, N} at Q4KH_TC_WARM_COLUMNS on stream S, the
+ * thread's scratch grown for them (S is idle between shapes); -1 when
+ * something failed, which the first product of that shape reports. */
+static int warm_shape(struct q4kh_cv_warm *w, int64_t k, int64_t n,
+                      cudaStream_t s)
+{
+	const size_t bytes = q4kh_tc_warm_bytes(k, n, Q4KH_TC_WARM_COLUMNS);
+	char why[256];
+
+	if (bytes > w->size) {
+		cudaFree(w->scratch);
+		w->size = 0;
+		if (cudaMalloc(&w->scratch, bytes) != cudaSuccess) {
+			w->scratch = NULL;
+			return -1;
+		}
+		w->size = bytes;
+	}
+	return q4kh_tc_warm_gemm(w->blas, k, n, Q4KH_TC_WARM_COLUMNS, w->scratch,
+	                         s, why, sizeof(why));
+}
+
+/* Each shape as prepare queues it, until the joiner sets stop and the
+ * queue is done, or until one fails. */
+static void warm_shapes(struct q4kh_cv_warm *w)
+{
+	cudaStream_t s;
+	int done = 0, failed = 0;
+
+	if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+		return;
+	pthread_mutex_lock(&w->lock);
+	while (!failed) {
+		int64_t k, n;
+
+		while (done == w->n_shapes && !w->stop)
+			pthread_cond_wait(&w->more, &w->lock);
+		if (done == w->n_shapes)
+			break;
+		k = w->shape[done].k;
+		n = w->shape[done].n;
+		done++;
+		pthread_mutex_unlock(&w->lock);
+		failed = warm_shape(w, k, n, s);
+		pthread_mutex_lock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	cudaStreamDestroy(s);
+}
+
+/* The warm-up thread: the handle, the tensor-core kernels and the
+ * variant's, then the products of the weights' shapes; their errors come
+ * again at first use. */
 static void *warm_main(void *arg)
 {
 	struct q4kh_cv_warm *w = arg;
 
-	if (q4kh_tc_warm(w->ordinal, &w->blas) == 0 && q4kh_cv_self.preload) {
-		q4kh_cv_self.preload();
-		cudaGetLastError();
+	if (q4kh_tc_warm(w->ordinal, &w->blas) == 0) {
+		if (q4kh_cv_self.preload)
+			q4kh_cv_self.preload();
+		if (w->blas)
+			warm_shapes(w);
 	}
+	cudaGetLastError();
 	return NULL;
 }
 
-void q4kh_cv_scratch_warm(q4kh_kernel_ctx *ctx, int ordinal)
+/* Device ORDINAL's warm-up, its thread started with every signal blocked;
+ * NULL when it could not be. */
+static struct q4kh_cv_warm *warm_start(int ordinal)
+{
+	struct q4kh_cv_warm *w = calloc(1, sizeof(*w));
+	sigset_t all, old;
+	int e;
+
+	if (!w)
+		return NULL;
+	w->ordinal = ordinal;
+	if (pthread_mutex_init(&w->lock, NULL)) {
+		free(w);
+		return NULL;
+	}
+	if (pthread_cond_init(&w->more, NULL)) {
+		pthread_mutex_destroy(&w->lock);
+		free(w);
+		return NULL;
+	}
+	/* the host's signals stay with the host's threads */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	e = pthread_create(&w->thread, NULL, warm_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e) {
+		pthread_cond_destroy(&w->more);
+		pthread_mutex_destroy(&w->lock);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* Queue weight {K, N} on W, unless it is there or the queue is full. */
+static void warm_queue(struct q4kh_cv_warm *w, int64_t k, int64_t n)
+{
+	int i;
+
+	pthread_mutex_lock(&w->lock);
+	for (i = 0; i < w->n_shapes && (w->shape[i].k != k || w->shape[i].n != n); i++)
+		;
+	if (i == w->n_shapes && i < Q4KH_CV_WARM_SHAPES) {
+		w->shape[i].k = k;
+		w->shape[i].n = n;
+		w->n_shapes++;
+		pthread_cond_signal(&w->more);
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+void q4kh_cv_scratch_warm(q4kh_kernel_ctx *ctx, int ordinal, int64_t k, int64_t n)
 {
 	struct q4kh_cv_scratch *sc = &ctx->scratch;
 	struct q4kh_cv_scratch_dev *d;
-	struct q4kh_cv_warm *w;
-	sigset_t all, old;
 
 	pthread_mutex_lock(&sc->lock);
 	d = ordinal >= 0 ? entry(sc, ordinal) : NULL;
-	if (d && !d->warmed && (w = calloc(1, sizeof(*w)))) {
+	if (d && !d->warmed) {
 		d->warmed = 1;
-		w->ordinal = ordinal;
-		/* the host's signals stay with the host's threads */
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		if (pthread_create(&w->thread, NULL, warm_main, w) == 0)
-			d->warm = w;
-		else
-			free(w);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		d->warm = warm_start(ordinal);
 	}
+	if (d && d->warm && k > 0)
+		warm_queue(d->warm, k, n);
 	pthread_mutex_unlock(&sc->lock);
 }
 
-/* Wait for D's warm-up thread, if one runs, and keep its handle. The
- * caller holds the lock. */
+/*
+ * Wait for D's warm-up, if one runs (it runs what is queued first), and
+ * keep its handle; its device memory becomes D's scratch when larger,
+ * else is freed. The caller holds the table's lock, which the warm-up
+ * thread never takes.
+ */
 static void warm_join(struct q4kh_cv_scratch_dev *d)
 {
-	if (!d->warm)
+	struct q4kh_cv_warm *w = d->warm;
+	struct q4kh_retired *r;
+
+	if (!w)
 		return;
-	pthread_join(d->warm->thread, NULL);
-	d->blas = d->warm->blas;
-	free(d->warm);
+	pthread_mutex_lock(&w->lock);
+	w->stop = 1;
+	pthread_cond_signal(&w->more);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	d->blas = w->blas;
+	if (w->scratch && w->size > d->size && q4kh_retired_reserve(d->ptr, &r) == 0) {
+		q4kh_retire(&d->retired, r, d->ptr);
+		d->ptr = w->scratch;
+		d->size = w->size;
+	} else if (w->scratch) {
+		cudaFree(w->scratch);
+		cudaGetLastError();
+	}
+	pthread_cond_destroy(&w->more);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
 	d->warm = NULL;
 }
 

@@ -95,6 +95,28 @@ int q4kh_tc_open(void **handle, char *why, size_t cap);
  */
 int q4kh_tc_warm(int ordinal, void **handle);
 
+/* Columns of a warm-up's products (q4kh_tc_warm_gemm): a prompt's chunk
+ * on a GPU, the batch a host session takes by default on a backend that
+ * is not of kind "cpu" (host/lib/session.c). */
+#define Q4KH_TC_WARM_COLUMNS 512
+
+/* Bytes of device scratch q4kh_tc_warm_gemm needs for K, N and T: what
+ * q4kh_tc_gemm needs, then one slice's rows of y. */
+size_t q4kh_tc_warm_bytes(int64_t k, int64_t n, int64_t t);
+
+/*
+ * A warm-up thread's product for one weight shape: the cuBLAS products
+ * q4kh_tc_gemm would run for a weight {K, N} times T columns (one per
+ * height of its slices: a full slice and the last one), enqueued on
+ * stream S with HANDLE, on SCRATCH (q4kh_tc_warm_bytes(K, N, T) bytes of
+ * device memory, whatever they hold; the results are not kept), then S
+ * synchronised. cuBLAS chooses and loads its kernels for a shape at its
+ * first call; after this call a product of that shape, and of nearly
+ * that many columns, waits for neither. 0, or -1 and WHY as q4kh_tc_gemm.
+ */
+int q4kh_tc_warm_gemm(void *handle, int64_t k, int64_t n, int64_t t,
+                      void *scratch, cudaStream_t s, char *why, size_t cap);
+
 /* Free a handle of q4kh_tc_open (NULL: nothing), on its device. */
 void q4kh_tc_close(void *handle);
 

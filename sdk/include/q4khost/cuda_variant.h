@@ -13,10 +13,11 @@
  * on the SDK's tensor-core products (q4khost/cuda_tc.h).
  *
  * Warm-up: a device's first prepare starts a thread that makes the
- * device's cuBLAS handle and loads the tensor-core kernels and the
- * variant's (its preload below), so that the first prompt waits for
- * neither cuBLAS's start nor lazy module loading
- * (cuda_variant_scratch.h, q4kh_cv_scratch_warm). The first product on
+ * device's cuBLAS handle, loads the tensor-core kernels and the
+ * variant's (its preload below) and runs one tensor-core product of each
+ * prepared weight's shape, so that the first prompt waits for neither
+ * cuBLAS's start, nor lazy module loading, nor cuBLAS's first choice of
+ * a shape's kernels (cuda_variant_scratch.h, q4kh_cv_scratch_warm). The first product on
  * tensor cores and shutdown join it; its failures are reported as
  * without it, by the first call that needs what it could not make.
  *

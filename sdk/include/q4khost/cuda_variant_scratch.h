@@ -22,10 +22,11 @@
  * switches to the relaxed mode for the one cudaMalloc
  * (cudaThreadExchangeStreamCaptureMode) and back.
  *
- * Warm-up: a device's first prompt would pay for cuBLAS's start and for
+ * Warm-up: a device's first prompt would pay for cuBLAS's start, for
  * loading each kernel it launches (CUDA_MODULE_LOADING=LAZY, the
- * default); q4kh_cv_scratch_warm does both on a thread of its own from the
- * device's first prepare on.
+ * default) and for cuBLAS's choice and loads of its kernels at each new
+ * shape; q4kh_cv_scratch_warm does all three on a thread of its own from
+ * the device's first prepare on.
  *
  * Threads: the host calls a variant context from one thread at a time
  * (docs/plugin-abi.md, T1); calls for different devices may come from
@@ -93,16 +94,23 @@ q4kh_status q4kh_cv_scratch_get(q4kh_kernel_ctx *ctx, int ordinal, size_t bytes,
  * Start, once per device, CUDA device ORDINAL's warm-up: a thread (all
  * signals blocked) that makes the device's cuBLAS handle and loads the
  * tensor-core kernels (q4kh_tc_warm), then the variant's
- * (q4kh_cv_self.preload), the work a first prompt would otherwise wait
- * for. q4kh_cv_prepare calls it for the device's first weight, so the
- * warm-up runs while the host uploads and prepares the rest.
- * q4kh_cv_scratch_blas joins it before the first product on tensor cores,
- * and q4kh_cv_scratch_free at shutdown; other calls run beside it (CUDA
- * loads a kernel once, whichever thread asks). It reports nothing: what
- * it could not do is done, and its error reported, at first use as
- * without it. Takes the table's lock; no CUDA call on the calling thread.
+ * (q4kh_cv_self.preload), then runs the tensor-core products of each
+ * weight shape queued here, K > 0 by N, once, at Q4KH_TC_WARM_COLUMNS
+ * (q4kh_tc_warm_gemm: cuBLAS chooses and loads its kernels for them), on
+ * a stream and device memory of its own: the work a first prompt would
+ * otherwise wait for. q4kh_cv_prepare calls it for every weight (K 0 for
+ * a type that stays off tensor cores), so the warm-up runs while the host
+ * uploads and prepares the rest. q4kh_cv_scratch_blas joins it before the
+ * first product on tensor cores, after the products of the shapes queued
+ * by then (its device memory becomes the device's scratch when larger,
+ * so that first product allocates none), and q4kh_cv_scratch_free at
+ * shutdown; other calls run beside it (CUDA loads a kernel once, whichever
+ * thread asks). A shape queued after the join is not warmed; more than 32
+ * distinct shapes, the rest neither. It reports nothing: what it could
+ * not do is done, and its error reported, at first use as without it.
+ * Takes the table's lock; no CUDA call on the calling thread.
  */
-void q4kh_cv_scratch_warm(q4kh_kernel_ctx *ctx, int ordinal);
+void q4kh_cv_scratch_warm(q4kh_kernel_ctx *ctx, int ordinal, int64_t k, int64_t n);
 
 /*
  * *OUT = the cuBLAS handle (q4khost/cuda_tc.h) of CUDA device ORDINAL, the
