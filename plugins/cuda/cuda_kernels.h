@@ -104,12 +104,13 @@ cudaError_t cuda_gemv_launch(const struct cuda_view *w,
  * kernel for rms_norm, add_rms_norm and norm_add_rms_norm (plugin.h): first
  * x += a when a is not NULL (a of x's shape, apart from x), and before
  * that, with NORM_A, a = rms_norm(a) with eps_a (* wa when wa is not NULL),
- * written back to a. out may be x or a.
+ * written back to a. out may be x or a. PDL: launched as a programmatic
+ * dependent (q4khost/cuda_pdl.cuh), as the step's other kernels with it.
  */
 cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
                              int norm_a, const struct cuda_view *wa, float eps_a,
                              const struct cuda_view *w, float eps,
-                             const struct cuda_view *out, cudaStream_t s);
+                             const struct cuda_view *out, int pdl, cudaStream_t s);
 /* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
  * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
@@ -129,14 +130,14 @@ cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
  * to k_cache and v's {hd_v, heads_v, T} to v_cache (each f32 or f16, its
  * own type) at rows pos[t], one kernel: positions checked as rope_ext
  * (CUDA_FAULT_ROPE_POS) and set_rows (CUDA_FAULT_SET_ROWS_ROWS) check
- * them. */
+ * them. PDL as cuda_launch_norm's. */
 cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                    const struct cuda_view *k,
                                    const struct cuda_view *v, const int32_t *pos,
                                    const struct cuda_rope *p,
                                    const struct cuda_view *k_cache,
                                    const struct cuda_view *v_cache, int32_t *fault,
-                                   cudaStream_t s);
+                                   int pdl, cudaStream_t s);
 /* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
 cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
                                const struct cuda_view *b,
@@ -177,7 +178,8 @@ cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
  * memory: SCRATCH then holds that many bytes of device memory, zero when
  * first allocated (the launch leaves the counters it keeps there at zero
  * again), else it is NULL. SMS: the device's multiprocessors; CC_MAJOR:
- * its compute capability's major number (both read at device open).
+ * its compute capability's major number (both read at device open); PDL
+ * as cuda_launch_norm's, for the split form.
  */
 size_t cuda_attention_scratch(const struct cuda_view *q,
                               const struct cuda_view *k,
@@ -187,7 +189,7 @@ cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_view *v,
                                   const struct cuda_attn *p,
                                   const struct cuda_view *out, void *scratch,
-                                  int sms, int cc_major, int32_t *fault,
+                                  int sms, int cc_major, int32_t *fault, int pdl,
                                   cudaStream_t s);
 
 /*

@@ -108,7 +108,8 @@ static q4kh_status launch_norm(q4kh_device_ctx *dev, const char *op,
 		vw = cuda_view_of(w);
 	return cuda_launched(dev, op,
 	                     cuda_launch_norm(&vx, a ? &va : NULL, norm_a, w_a ? &vwa : NULL,
-	                                      eps_a, w ? &vw : NULL, eps, &vo, dev->stream));
+	                                      eps_a, w ? &vw : NULL, eps, &vo, dev->pdl,
+	                                      dev->stream));
 }
 
 q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -376,7 +377,7 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
 	                cuda_launch_attention(&vq, &vk, &vv, &a, &vo,
 	                                      scratch ? dev->scratch : NULL,
 	                                      dev->sms, dev->cc_major, dev->fault,
-	                                      dev->stream));
+	                                      dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,

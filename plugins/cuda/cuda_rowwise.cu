@@ -255,7 +255,7 @@ static const struct cuda_view none = { NULL, 0, { 0 }, { 0 } };
 extern "C" cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
                                         int norm_a, const struct cuda_view *wa, float eps_a,
                                         const struct cuda_view *w, float eps,
-                                        const struct cuda_view *out, cudaStream_t s)
+                                        const struct cuda_view *out, int pdl, cudaStream_t s)
 {
 	const int64_t rows = view_rows(x);
 	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
@@ -264,12 +264,12 @@ extern "C" cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct 
 	const float *wd = w ? (const float *)w->data : NULL;
 
 	if (norm_a)
-		return q4kh_pdl_launch(rms_norm_kernel<true, true>, g, threads, 0, s, *x, *a, wad,
-		                       eps_a, wd, eps, *out);
+		return q4kh_pdl_launch(pdl, rms_norm_kernel<true, true>, g, threads, 0, s, *x, *a,
+		                       wad, eps_a, wd, eps, *out);
 	if (a)
-		return q4kh_pdl_launch(rms_norm_kernel<true, false>, g, threads, 0, s, *x, *a,
+		return q4kh_pdl_launch(pdl, rms_norm_kernel<true, false>, g, threads, 0, s, *x, *a,
 		                       (const float *)NULL, 0.0f, wd, eps, *out);
-	return q4kh_pdl_launch(rms_norm_kernel<false, false>, g, threads, 0, s, *x, none,
+	return q4kh_pdl_launch(pdl, rms_norm_kernel<false, false>, g, threads, 0, s, *x, none,
 	                       (const float *)NULL, 0.0f, wd, eps, *out);
 }
 
@@ -308,13 +308,13 @@ static void launch_rope_store(const struct cuda_view *q, const struct cuda_view 
                               const struct cuda_view *v, const int32_t *pos,
                               const struct cuda_rope *p, const struct cuda_view *kc,
                               const struct cuda_view *vc, int32_t *fault,
-                              unsigned g, cudaStream_t s)
+                              unsigned g, int pdl, cudaStream_t s)
 {
 	if (vc->type == Q4KH_TYPE_F16)
-		q4kh_pdl_launch(rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k, *v,
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k, *v,
 		                pos, *p, *kc, *vc, fault);
 	else
-		q4kh_pdl_launch(rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k, *v,
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k, *v,
 		                pos, *p, *kc, *vc, fault);
 }
 
@@ -325,15 +325,15 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                               const struct cuda_rope *p,
                                               const struct cuda_view *k_cache,
                                               const struct cuda_view *v_cache,
-                                              int32_t *fault, cudaStream_t s)
+                                              int32_t *fault, int pdl, cudaStream_t s)
 {
 	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
 	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
 
 	if (k_cache->type == Q4KH_TYPE_F16)
-		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
+		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, pdl, s);
 	else
-		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
+		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, pdl, s);
 	return cudaGetLastError();
 }
 

@@ -30,19 +30,6 @@
 
 #include "emu.h"
 
-/* cuda_pdl.cuh, emulated: the split form's launch is emu.h's, its waits
- * and releases do nothing (one launch at a time). */
-#define Q4KHOST_CUDA_PDL_CUH
-static void q4kh_pdl_wait(void) {}
-static void q4kh_pdl_release(void) {}
-template <typename... P, typename... A>
-static cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                   cudaStream_t s, A &&...args)
-{
-	emu_launch(kernel, emu_cfg(grid, block, smem, s), std::forward<A>(args)...);
-	return cudaSuccess;
-}
-
 /* The .cu file, its launches rewritten for emu.h by the script. */
 #include "cuda_attention.emu.cu"
 
