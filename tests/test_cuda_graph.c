@@ -72,11 +72,10 @@ static struct q4kh_registry *cuda_registry(const char *what)
 }
 
 /*
- * A config with [plugin.cuda] persistent = ON, read from empty folders so
- * no file of this machine leaks in; q4kh_config_free it after the
- * registry.
+ * A config with [plugin.cuda] KEY = ON, read from empty folders so no
+ * file of this machine leaks in; q4kh_config_free it after the registry.
  */
-static struct q4kh_config *persistent_config(const char *on)
+static struct q4kh_config *cuda_config(const char *key, const char *on)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *c;
@@ -84,8 +83,7 @@ static struct q4kh_config *persistent_config(const char *on)
 
 	setenv("XDG_CONFIG_HOME", dir, 1);
 	cr_assert_eq(q4kh_config_load(dir, NULL, &c, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_config_set(c, "plugin.cuda", "persistent", on, "test", &err), 0, "%s",
-	             err.msg);
+	cr_assert_eq(q4kh_config_set(c, "plugin.cuda", key, on, "test", &err), 0, "%s", err.msg);
 	return c;
 }
 
@@ -201,7 +199,7 @@ static struct pass run_pass(struct q4kh_model *m)
  */
 static void entry_against_interpreter(const char *file, const char *variant)
 {
-	struct q4kh_config *config = persistent_config("0");
+	struct q4kh_config *config = cuda_config("persistent", "0");
 	struct q4kh_registry *reg = cuda_registry_with("the cuda graph entry", config);
 	struct q4kh_error err = { { 0 } };
 	char *path = graph_model_file(file);
@@ -274,6 +272,83 @@ static void entry_against_interpreter(const char *file, const char *variant)
 }
 
 /*
+ * The passes of run_pass on the model FILE (a fixture) on cuda with
+ * [plugin.cuda] pdl = ON, its products the backend's own (VARIANT NULL)
+ * or VARIANT's: the logits, and the decode steps replayed from graphs.
+ */
+static struct pass pdl_pass(const char *file, const char *variant, const char *on)
+{
+	struct q4kh_config *config = cuda_config("pdl", on);
+	struct q4kh_registry *reg = cuda_registry_with("programmatic dependent launch", config);
+	struct q4kh_error err = { { 0 } };
+	char *path = graph_model_file(file);
+	struct q4kh_backend be = { 0 };
+	struct q4kh_kernel k = { 0 };
+	struct q4kh_model *m = NULL;
+	struct pass p;
+
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
+	             err.msg);
+	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
+		             err.msg);
+	p = run_pass(m);
+	cr_expect_eq(WAYS(p, 2, GRAPH_REPLAY), 2 + DECODE - 1 + BATCHED - 1,
+	             "%s with pdl = %s: the decode steps are not replayed", file, on);
+	q4kh_model_free(m);
+	q4kh_kernel_close(&k);
+	q4kh_backend_close(&be);
+	q4kh_registry_free(reg);
+	q4kh_config_free(config);
+	free(path);
+	return p;
+}
+
+/*
+ * Programmatic dependent launch changes when a step's kernels start, not
+ * what they compute: FILE's prompt, decode and batched decode steps,
+ * recorded and replayed, give the same logits bit for bit with
+ * [plugin.cuda] pdl = 1 and pdl = 0 (on a device before compute
+ * capability 9.0 both launch the plain way, and agree trivially).
+ */
+static void pdl_changes_no_bit(const char *file, const char *variant)
+{
+	struct pass on = pdl_pass(file, variant, "1"), off = pdl_pass(file, variant, "0");
+	char *model = graph_model_file(file);
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_model *m = NULL;
+	int64_t nv;
+
+	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
+	nv = m->hp.n_vocab;
+	q4kh_model_free(m);
+	for (int64_t r = 0; r < ROWS; r++)
+		if (memcmp(on.logits + r * nv, off.logits + r * nv, (size_t)nv * sizeof(float))) {
+			cr_expect_fail("%s%s%s: row %lld of %d of the logits differs with pdl = 1 "
+			               "and pdl = 0",
+			               file, variant ? " through " : "", variant ? variant : "",
+			               (long long)r, ROWS);
+			break;
+		}
+	free(on.logits);
+	free(off.logits);
+	free(model);
+}
+
+Test(graph_entry, pdl_changes_no_bit_cuda_mwv, .timeout = 600)
+{
+	pdl_changes_no_bit("tiny-llama.gguf", "cuda-mwv");
+	pdl_changes_no_bit("tiny-qwen2.gguf", "cuda-mwv");
+}
+
+Test(graph_entry, pdl_changes_no_bit_builtin, .timeout = 600)
+{
+	pdl_changes_no_bit("tiny-llama.gguf", NULL);
+}
+
+/*
  * The model FILE (a fixture) on cuda with the backend's own products and
  * the persistent kernel on: its one-token steps run the persistent
  * kernel (the prompt's and the batched steps do not), and every row of
@@ -283,7 +358,7 @@ static void entry_against_interpreter(const char *file, const char *variant)
  */
 static void persistent_against_interpreter(const char *file)
 {
-	struct q4kh_config *config = persistent_config("1");
+	struct q4kh_config *config = cuda_config("persistent", "1");
 	struct q4kh_registry *reg = cuda_registry_with("the persistent decode kernel", config);
 	struct q4kh_error err = { { 0 } };
 	char *path = graph_model_file(file);
