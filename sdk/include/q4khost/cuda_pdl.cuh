@@ -54,6 +54,24 @@ static __device__ __forceinline__ void q4kh_pdl_release(void)
 }
 
 /*
+ * Ask L2 for BYTES from P, one 128-byte line a lane of the calling warp
+ * (LANE 0 .. 31), without waiting and without faulting: for a kernel's
+ * first weights, issued before q4kh_pdl_wait() (prefetch.global.L2; in
+ * host code, nothing).
+ */
+static __device__ __forceinline__ void q4kh_pdl_prefetch(const void *p, int bytes, int lane)
+{
+#ifdef __CUDA_ARCH__
+	for (int o = lane * 128; o < bytes; o += 32 * 128)
+		asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
+#else
+	(void)p;
+	(void)bytes;
+	(void)lane;
+#endif
+}
+
+/*
  * kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
  * serialization when PDL is true, for kernels that keep the contract
  * above. A backend decides PDL for its device and stream (the cuda
