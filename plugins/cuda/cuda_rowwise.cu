@@ -186,6 +186,8 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 	const int64_t per_head = x.ne[0] - p.n_rot / 2, nh = x.ne[1];
 	const int64_t items = per_head * nh * x.ne[2];
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
 	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     it < items; it += (int64_t)gridDim.x * blockDim.x)
 		rope_item<C>(x, pos, p, out, cache, fault, it % per_head,
@@ -278,28 +280,25 @@ extern "C" cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
                                                  const struct cuda_rope *p,
                                                  const struct cuda_view *out,
                                                  const struct cuda_view *cache,
-                                                 int32_t *fault,
+                                                 int32_t *fault, int pdl,
                                                  cudaStream_t s)
 {
 	const int64_t items = (x->ne[0] - p->n_rot / 2) * x->ne[1] * x->ne[2];
 	const unsigned g = grid_for(items, ROPE_THREADS);
+	const bool c16 = cache && cache->type == Q4KH_TYPE_F16;
 
-	if (cache && cache->type == Q4KH_TYPE_F16)
-		rope_kernel<__half><<<g, ROPE_THREADS, 0, s>>>(*x, pos, *p, *out,
-		                                               *cache, fault);
-	else
-		rope_kernel<float><<<g, ROPE_THREADS, 0, s>>>(
-			*x, pos, *p, *out, cache ? *cache : none, fault);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0, c16 ? rope_kernel<__half> : rope_kernel<float>, g,
+	                       ROPE_THREADS, 0, s, *x, pos, *p, *out, cache ? *cache : none,
+	                       fault);
 }
 
 extern "C" cudaError_t cuda_launch_rope(const struct cuda_view *x,
                                         const int32_t *pos,
                                         const struct cuda_rope *p,
                                         const struct cuda_view *out,
-                                        int32_t *fault, cudaStream_t s)
+                                        int32_t *fault, int pdl, cudaStream_t s)
 {
-	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, s);
+	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, pdl, s);
 }
 
 /* rope_store_kernel with the cache types as template arguments. */
@@ -311,11 +310,11 @@ static void launch_rope_store(const struct cuda_view *q, const struct cuda_view 
                               unsigned g, int pdl, cudaStream_t s)
 {
 	if (vc->type == Q4KH_TYPE_F16)
-		q4kh_pdl_launch(pdl, rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k, *v,
-		                pos, *p, *kc, *vc, fault);
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k,
+		                *v, pos, *p, *kc, *vc, fault);
 	else
-		q4kh_pdl_launch(pdl, rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k, *v,
-		                pos, *p, *kc, *vc, fault);
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k,
+		                *v, pos, *p, *kc, *vc, fault);
 }
 
 extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
