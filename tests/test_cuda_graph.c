@@ -191,6 +191,49 @@ static struct pass run_pass(struct q4kh_model *m)
 /* Steps of the first session that took path W, by the end of phase K. */
 #define WAYS(p, k, w) ((p).ways[k][Q4KH_WAY_##w])
 
+/* A fixture on cuda device 0, and what it was opened with. */
+struct cuda_model {
+	struct q4kh_config *config;
+	struct q4kh_registry *reg;
+	struct q4kh_backend be;
+	struct q4kh_kernel k;
+	struct q4kh_model *m;
+	char *path;
+};
+
+/*
+ * The model FILE (a fixture) uploaded to cuda device 0 with [plugin.cuda]
+ * KEY = VALUE, its products VARIANT's (NULL: the backend's own); skips as
+ * the test of WHAT without a device. Close with cuda_model_close.
+ */
+static void cuda_model_open(struct cuda_model *c, const char *what, const char *key,
+                            const char *value, const char *file, const char *variant)
+{
+	struct q4kh_error err = { { 0 } };
+
+	memset(c, 0, sizeof(*c));
+	c->config = cuda_config(key, value);
+	c->reg = cuda_registry_with(what, c->config);
+	c->path = graph_model_file(file);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(c->reg, "cuda"), 0, &c->be, &err), 0,
+	             "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(c->path, &c->m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(c->m, &c->be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(c->reg, &c->be, c->m, variant, &c->k, &err), 0,
+		             "%s", err.msg);
+}
+
+static void cuda_model_close(struct cuda_model *c)
+{
+	q4kh_model_free(c->m);
+	q4kh_kernel_close(&c->k);
+	q4kh_backend_close(&c->be);
+	q4kh_registry_free(c->reg);
+	q4kh_config_free(c->config);
+	free(c->path);
+}
+
 /*
  * The model FILE (a fixture) on cuda, its products the backend's own
  * (VARIANT NULL) or VARIANT's: the steps through the graph entry give
@@ -199,26 +242,16 @@ static struct pass run_pass(struct q4kh_model *m)
  */
 static void entry_against_interpreter(const char *file, const char *variant)
 {
-	struct q4kh_config *config = cuda_config("persistent", "0");
-	struct q4kh_registry *reg = cuda_registry_with("the cuda graph entry", config);
-	struct q4kh_error err = { { 0 } };
-	char *path = graph_model_file(file);
-	struct q4kh_backend be = { 0 };
-	struct q4kh_kernel k = { 0 };
+	struct cuda_model c;
 	struct q4kh_backend_v1 interp;
-	struct q4kh_model *m = NULL;
+	struct q4kh_model *m;
 	const struct q4kh_backend_v1 *real;
 	struct pass entry, host;
 	size_t bytes;
 
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	if (variant)
-		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
-		             err.msg);
-	real = be.v;
+	cuda_model_open(&c, "the cuda graph entry", "persistent", "0", file, variant);
+	m = c.m;
+	real = c.be.v;
 	cr_assert(Q4KH_BACKEND_HAS(real, graph_prepare) && Q4KH_BACKEND_HAS(real, graph_compute) &&
 	          Q4KH_BACKEND_HAS(real, graph_release), "cuda has no graph entry");
 	bytes = sizeof(float) * (size_t)m->hp.n_vocab * ROWS;
@@ -230,9 +263,9 @@ static void entry_against_interpreter(const char *file, const char *variant)
 	interp.graph_compute = NULL;
 	interp.graph_release = NULL;
 	interp.graph_begin = NULL;
-	be.v = &interp;
+	c.be.v = &interp;
 	host = run_pass(m);
-	be.v = real;
+	c.be.v = real;
 
 	cr_expect_eq(memcmp(entry.logits, host.logits, bytes), 0,
 	             "%s%s%s: the graph entry's logits differ from the interpreter's", file,
@@ -263,12 +296,7 @@ static void entry_against_interpreter(const char *file, const char *variant)
 
 	free(entry.logits);
 	free(host.logits);
-	q4kh_model_free(m);
-	q4kh_kernel_close(&k);
-	q4kh_backend_close(&be);
-	q4kh_registry_free(reg);
-	q4kh_config_free(config);
-	free(path);
+	cuda_model_close(&c);
 }
 
 /*
@@ -278,31 +306,14 @@ static void entry_against_interpreter(const char *file, const char *variant)
  */
 static struct pass pdl_pass(const char *file, const char *variant, const char *on)
 {
-	struct q4kh_config *config = cuda_config("pdl", on);
-	struct q4kh_registry *reg = cuda_registry_with("programmatic dependent launch", config);
-	struct q4kh_error err = { { 0 } };
-	char *path = graph_model_file(file);
-	struct q4kh_backend be = { 0 };
-	struct q4kh_kernel k = { 0 };
-	struct q4kh_model *m = NULL;
+	struct cuda_model c;
 	struct pass p;
 
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	if (variant)
-		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
-		             err.msg);
-	p = run_pass(m);
+	cuda_model_open(&c, "programmatic dependent launch", "pdl", on, file, variant);
+	p = run_pass(c.m);
 	cr_expect_eq(WAYS(p, 2, GRAPH_REPLAY), 2 + DECODE - 1 + BATCHED - 1,
 	             "%s with pdl = %s: the decode steps are not replayed", file, on);
-	q4kh_model_free(m);
-	q4kh_kernel_close(&k);
-	q4kh_backend_close(&be);
-	q4kh_registry_free(reg);
-	q4kh_config_free(config);
-	free(path);
+	cuda_model_close(&c);
 	return p;
 }
 
@@ -358,30 +369,24 @@ Test(graph_entry, pdl_changes_no_bit_builtin, .timeout = 600)
  */
 static void persistent_against_interpreter(const char *file)
 {
-	struct q4kh_config *config = cuda_config("persistent", "1");
-	struct q4kh_registry *reg = cuda_registry_with("the persistent decode kernel", config);
-	struct q4kh_error err = { { 0 } };
-	char *path = graph_model_file(file);
-	struct q4kh_backend be = { 0 };
+	struct cuda_model c;
 	struct q4kh_backend_v1 interp;
-	struct q4kh_model *m = NULL;
+	struct q4kh_model *m;
 	const struct q4kh_backend_v1 *real;
 	struct pass entry, host;
 
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	real = be.v;
+	cuda_model_open(&c, "the persistent decode kernel", "persistent", "1", file, NULL);
+	m = c.m;
+	real = c.be.v;
 	entry = run_pass(m);
 	interp = *real;
 	interp.graph_prepare = NULL;
 	interp.graph_compute = NULL;
 	interp.graph_release = NULL;
 	interp.graph_begin = NULL;
-	be.v = &interp;
+	c.be.v = &interp;
 	host = run_pass(m);
-	be.v = real;
+	c.be.v = real;
 
 	for (int64_t r = 0; r < ROWS; r++) {
 		const float *a = entry.logits + r * m->hp.n_vocab, *b = host.logits + r * m->hp.n_vocab;
@@ -409,11 +414,7 @@ static void persistent_against_interpreter(const char *file)
 
 	free(entry.logits);
 	free(host.logits);
-	q4kh_model_free(m);
-	q4kh_backend_close(&be);
-	q4kh_registry_free(reg);
-	q4kh_config_free(config);
-	free(path);
+	cuda_model_close(&c);
 }
 
 Test(graph_entry, tiny_llama_persistent_as_the_interpreter, .timeout = 300)
