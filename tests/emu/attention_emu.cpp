@@ -117,7 +117,7 @@ static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, co
 	scratch.assign(need, 0);
 	memset(fault, 0, sizeof(int32_t) * CUDA_FAULT_WORDS);
 	if (cuda_launch_attention(&q.v, &k.v, &v.v, &a, &out.v,
-	                          c.split && need ? scratch.data() : NULL, 4, 7, fault,
+	                          c.split && need ? scratch.data() : NULL, 4, 7, fault, 1,
 	                          0) != cudaSuccess) {
 		fprintf(stderr, "  %s: the launch failed\n", c.name);
 		exit(1);
