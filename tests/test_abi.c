@@ -30,7 +30,7 @@
 Test(abi, versions_and_entry_symbol)
 {
 	cr_expect_eq(Q4KH_ABI_MAJOR, 1);
-	cr_expect_eq(Q4KH_ABI_MINOR, 8);
+	cr_expect_eq(Q4KH_ABI_MINOR, 9);
 	cr_expect_str_eq(Q4KH_ENTRY_SYMBOL, "q4kh_plugin_entry_v1");
 }
 
@@ -345,7 +345,10 @@ Test(abi, native_device)
 	OFF(q4kh_native_device, reserved, 28);
 	OFF(q4kh_native_device, pool, 32);
 	OFF(q4kh_native_device, parallel, 40);
-	SIZE(q4kh_native_device, 48);
+	/* ABI 1.9 */
+	OFF(q4kh_native_device, flags, 48);
+	OFF(q4kh_native_device, reserved_1_9, 52);
+	SIZE(q4kh_native_device, 56);
 }
 
 Test(abi, kernel_table)

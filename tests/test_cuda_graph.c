@@ -72,11 +72,10 @@ static struct q4kh_registry *cuda_registry(const char *what)
 }
 
 /*
- * A config with [plugin.cuda] persistent = ON, read from empty folders so
- * no file of this machine leaks in; q4kh_config_free it after the
- * registry.
+ * A config with [plugin.cuda] KEY = ON, read from empty folders so no
+ * file of this machine leaks in; q4kh_config_free it after the registry.
  */
-static struct q4kh_config *persistent_config(const char *on)
+static struct q4kh_config *cuda_config(const char *key, const char *on)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_config *c;
@@ -84,8 +83,7 @@ static struct q4kh_config *persistent_config(const char *on)
 
 	setenv("XDG_CONFIG_HOME", dir, 1);
 	cr_assert_eq(q4kh_config_load(dir, NULL, &c, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_config_set(c, "plugin.cuda", "persistent", on, "test", &err), 0, "%s",
-	             err.msg);
+	cr_assert_eq(q4kh_config_set(c, "plugin.cuda", key, on, "test", &err), 0, "%s", err.msg);
 	return c;
 }
 
@@ -193,6 +191,49 @@ static struct pass run_pass(struct q4kh_model *m)
 /* Steps of the first session that took path W, by the end of phase K. */
 #define WAYS(p, k, w) ((p).ways[k][Q4KH_WAY_##w])
 
+/* A fixture on cuda device 0, and what it was opened with. */
+struct cuda_model {
+	struct q4kh_config *config;
+	struct q4kh_registry *reg;
+	struct q4kh_backend be;
+	struct q4kh_kernel k;
+	struct q4kh_model *m;
+	char *path;
+};
+
+/*
+ * The model FILE (a fixture) uploaded to cuda device 0 with [plugin.cuda]
+ * KEY = VALUE, its products VARIANT's (NULL: the backend's own); skips as
+ * the test of WHAT without a device. Close with cuda_model_close.
+ */
+static void cuda_model_open(struct cuda_model *c, const char *what, const char *key,
+                            const char *value, const char *file, const char *variant)
+{
+	struct q4kh_error err = { { 0 } };
+
+	memset(c, 0, sizeof(*c));
+	c->config = cuda_config(key, value);
+	c->reg = cuda_registry_with(what, c->config);
+	c->path = graph_model_file(file);
+	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(c->reg, "cuda"), 0, &c->be, &err), 0,
+	             "%s", err.msg);
+	cr_assert_eq(q4kh_model_open(c->path, &c->m, &err), 0, "%s", err.msg);
+	cr_assert_eq(q4kh_model_upload(c->m, &c->be, &err), 0, "%s", err.msg);
+	if (variant)
+		cr_assert_eq(q4kh_policy_use_kernel(c->reg, &c->be, c->m, variant, &c->k, &err), 0,
+		             "%s", err.msg);
+}
+
+static void cuda_model_close(struct cuda_model *c)
+{
+	q4kh_model_free(c->m);
+	q4kh_kernel_close(&c->k);
+	q4kh_backend_close(&c->be);
+	q4kh_registry_free(c->reg);
+	q4kh_config_free(c->config);
+	free(c->path);
+}
+
 /*
  * The model FILE (a fixture) on cuda, its products the backend's own
  * (VARIANT NULL) or VARIANT's: the steps through the graph entry give
@@ -201,26 +242,16 @@ static struct pass run_pass(struct q4kh_model *m)
  */
 static void entry_against_interpreter(const char *file, const char *variant)
 {
-	struct q4kh_config *config = persistent_config("0");
-	struct q4kh_registry *reg = cuda_registry_with("the cuda graph entry", config);
-	struct q4kh_error err = { { 0 } };
-	char *path = graph_model_file(file);
-	struct q4kh_backend be = { 0 };
-	struct q4kh_kernel k = { 0 };
+	struct cuda_model c;
 	struct q4kh_backend_v1 interp;
-	struct q4kh_model *m = NULL;
+	struct q4kh_model *m;
 	const struct q4kh_backend_v1 *real;
 	struct pass entry, host;
 	size_t bytes;
 
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	if (variant)
-		cr_assert_eq(q4kh_policy_use_kernel(reg, &be, m, variant, &k, &err), 0, "%s",
-		             err.msg);
-	real = be.v;
+	cuda_model_open(&c, "the cuda graph entry", "persistent", "0", file, variant);
+	m = c.m;
+	real = c.be.v;
 	cr_assert(Q4KH_BACKEND_HAS(real, graph_prepare) && Q4KH_BACKEND_HAS(real, graph_compute) &&
 	          Q4KH_BACKEND_HAS(real, graph_release), "cuda has no graph entry");
 	bytes = sizeof(float) * (size_t)m->hp.n_vocab * ROWS;
@@ -232,9 +263,9 @@ static void entry_against_interpreter(const char *file, const char *variant)
 	interp.graph_compute = NULL;
 	interp.graph_release = NULL;
 	interp.graph_begin = NULL;
-	be.v = &interp;
+	c.be.v = &interp;
 	host = run_pass(m);
-	be.v = real;
+	c.be.v = real;
 
 	cr_expect_eq(memcmp(entry.logits, host.logits, bytes), 0,
 	             "%s%s%s: the graph entry's logits differ from the interpreter's", file,
@@ -265,12 +296,67 @@ static void entry_against_interpreter(const char *file, const char *variant)
 
 	free(entry.logits);
 	free(host.logits);
+	cuda_model_close(&c);
+}
+
+/*
+ * The passes of run_pass on the model FILE (a fixture) on cuda with
+ * [plugin.cuda] pdl = ON, its products the backend's own (VARIANT NULL)
+ * or VARIANT's: the logits, and the decode steps replayed from graphs.
+ */
+static struct pass pdl_pass(const char *file, const char *variant, const char *on)
+{
+	struct cuda_model c;
+	struct pass p;
+
+	cuda_model_open(&c, "programmatic dependent launch", "pdl", on, file, variant);
+	p = run_pass(c.m);
+	cr_expect_eq(WAYS(p, 2, GRAPH_REPLAY), 2 + DECODE - 1 + BATCHED - 1,
+	             "%s with pdl = %s: the decode steps are not replayed", file, on);
+	cuda_model_close(&c);
+	return p;
+}
+
+/*
+ * Programmatic dependent launch changes when a step's kernels start, not
+ * what they compute: FILE's prompt, decode and batched decode steps,
+ * recorded and replayed, give the same logits bit for bit with
+ * [plugin.cuda] pdl = 1 and pdl = 0 (on a device before compute
+ * capability 9.0 both launch the plain way, and agree trivially).
+ */
+static void pdl_changes_no_bit(const char *file, const char *variant)
+{
+	struct pass on = pdl_pass(file, variant, "1"), off = pdl_pass(file, variant, "0");
+	char *model = graph_model_file(file);
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_model *m = NULL;
+	int64_t nv;
+
+	cr_assert_eq(q4kh_model_open(model, &m, &err), 0, "%s", err.msg);
+	nv = m->hp.n_vocab;
 	q4kh_model_free(m);
-	q4kh_kernel_close(&k);
-	q4kh_backend_close(&be);
-	q4kh_registry_free(reg);
-	q4kh_config_free(config);
-	free(path);
+	for (int64_t r = 0; r < ROWS; r++)
+		if (memcmp(on.logits + r * nv, off.logits + r * nv, (size_t)nv * sizeof(float))) {
+			cr_expect_fail("%s%s%s: row %lld of %d of the logits differs with pdl = 1 "
+			               "and pdl = 0",
+			               file, variant ? " through " : "", variant ? variant : "",
+			               (long long)r, ROWS);
+			break;
+		}
+	free(on.logits);
+	free(off.logits);
+	free(model);
+}
+
+Test(graph_entry, pdl_changes_no_bit_cuda_mwv, .timeout = 600)
+{
+	pdl_changes_no_bit("tiny-llama.gguf", "cuda-mwv");
+	pdl_changes_no_bit("tiny-qwen2.gguf", "cuda-mwv");
+}
+
+Test(graph_entry, pdl_changes_no_bit_builtin, .timeout = 600)
+{
+	pdl_changes_no_bit("tiny-llama.gguf", NULL);
 }
 
 /*
@@ -283,30 +369,24 @@ static void entry_against_interpreter(const char *file, const char *variant)
  */
 static void persistent_against_interpreter(const char *file)
 {
-	struct q4kh_config *config = persistent_config("1");
-	struct q4kh_registry *reg = cuda_registry_with("the persistent decode kernel", config);
-	struct q4kh_error err = { { 0 } };
-	char *path = graph_model_file(file);
-	struct q4kh_backend be = { 0 };
+	struct cuda_model c;
 	struct q4kh_backend_v1 interp;
-	struct q4kh_model *m = NULL;
+	struct q4kh_model *m;
 	const struct q4kh_backend_v1 *real;
 	struct pass entry, host;
 
-	cr_assert_eq(q4kh_backend_open(q4kh_registry_find(reg, "cuda"), 0, &be, &err), 0, "%s",
-	             err.msg);
-	cr_assert_eq(q4kh_model_open(path, &m, &err), 0, "%s", err.msg);
-	cr_assert_eq(q4kh_model_upload(m, &be, &err), 0, "%s", err.msg);
-	real = be.v;
+	cuda_model_open(&c, "the persistent decode kernel", "persistent", "1", file, NULL);
+	m = c.m;
+	real = c.be.v;
 	entry = run_pass(m);
 	interp = *real;
 	interp.graph_prepare = NULL;
 	interp.graph_compute = NULL;
 	interp.graph_release = NULL;
 	interp.graph_begin = NULL;
-	be.v = &interp;
+	c.be.v = &interp;
 	host = run_pass(m);
-	be.v = real;
+	c.be.v = real;
 
 	for (int64_t r = 0; r < ROWS; r++) {
 		const float *a = entry.logits + r * m->hp.n_vocab, *b = host.logits + r * m->hp.n_vocab;
@@ -334,11 +414,7 @@ static void persistent_against_interpreter(const char *file)
 
 	free(entry.logits);
 	free(host.logits);
-	q4kh_model_free(m);
-	q4kh_backend_close(&be);
-	q4kh_registry_free(reg);
-	q4kh_config_free(config);
-	free(path);
+	cuda_model_close(&c);
 }
 
 Test(graph_entry, tiny_llama_persistent_as_the_interpreter, .timeout = 300)

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "buildconf.h"
+#include "config.h"
 #include "conformance.h"
 #include "helpers.h"
 #include "model.h"
@@ -138,6 +139,55 @@ Test(cuda_plugin, no_device_is_zero_devices_not_an_error)
 	cr_assert(strstr(err.msg, "cuda: no device 0 (the backend has 0)"), "%s",
 	          err.msg);
 	q4kh_registry_free(reg);
+}
+
+/*
+ * [plugin.cuda] pdl and persistent: 0 or 1, "" as unset; anything else
+ * fails init with Q4KH_ERR_INVALID, naming the key, the value and what
+ * was expected (with or without a device: init reads them first).
+ */
+Test(cuda_plugin, settings_are_validated)
+{
+	static const char *const keys[] = { "pdl", "persistent" };
+	static const char *const good[] = { "0", "1", "" };
+	static const char *const bad[] = { "2", "on", "-1", "1 " };
+
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; i < 7; i++) {
+			const char *v = i < 3 ? good[i] : bad[i - 3];
+			struct q4kh_error err = { { 0 } };
+			struct q4kh_config *c;
+			struct q4kh_registry *reg;
+			const struct q4kh_plugin *p;
+			q4kh_backend_ctx *ctx = NULL;
+			char want[128];
+
+			setenv("XDG_CONFIG_HOME", test_tmpdir(), 1);
+			cr_assert_eq(q4kh_config_load(test_tmpdir(), NULL, &c, &err), 0, "%s",
+			             err.msg);
+			cr_assert_eq(q4kh_config_set(c, "plugin.cuda", keys[k], v, "test", &err), 0,
+			             "%s", err.msg);
+			cr_assert_eq(q4kh_registry_scan(NULL, c, &reg, &err), 0, "%s", err.msg);
+			p = find_plugin(reg, "cuda");
+			if (i < 3) {
+				cr_expect_eq(p->desc->backend->init(&p->api, &ctx), Q4KH_OK,
+				             "%s = \"%s\": %s", keys[k], v,
+				             p->desc->backend->last_error(NULL));
+				if (ctx)
+					p->desc->backend->shutdown(ctx);
+			} else {
+				cr_expect_eq(p->desc->backend->init(&p->api, &ctx), Q4KH_ERR_INVALID,
+				             "%s = \"%s\" accepted", keys[k], v);
+				snprintf(want, sizeof(want),
+				         "[plugin.cuda] %s = \"%s\": expected an integer from 0 to 1",
+				         keys[k], v);
+				cr_expect(strstr(p->desc->backend->last_error(NULL), want),
+				          "last_error(NULL) \"%s\" lacks \"%s\"",
+				          p->desc->backend->last_error(NULL), want);
+			}
+			q4kh_registry_free(reg);
+			q4kh_config_free(c);
+		}
 }
 
 /* --- devices, buffers, native handles ------------------------------------- */
@@ -403,11 +453,23 @@ Test(cuda_device, native_handles)
 	const struct q4kh_backend_v1 *b = V(r, GPU);
 	struct q4kh_native_device nd = { .struct_size = sizeof(nd) };
 	struct q4kh_native_device old = { .struct_size = 8 };
+	/* a host of ABI 1.3 .. 1.8: its record ends before flags */
+	struct q4kh_native_device v13 = { .struct_size = offsetof(struct q4kh_native_device, flags),
+		                          .flags = 7 };
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
 	q4kh_buffer *a, *c;
+	int cc = 0;
 
 	cr_assert_eq(b->native_device(DEV(r, GPU), &nd), Q4KH_OK, "%s",
 	             ERR(r, GPU));
 	cr_assert_eq(nd.ordinal, 0);
+	/* [plugin.cuda] pdl unset: programmatic dependent launch from 9.0 on */
+	cr_assert_eq(b->device_info(r->be[GPU].ctx, 0, &rec), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_assert_eq(sscanf(rec.arch, "sm_%d", &cc), 1, "arch \"%s\"", rec.arch);
+	cr_expect_eq(nd.flags, cc >= 90 ? Q4KH_NATIVE_CUDA_PDL : 0u, "%s", rec.arch);
+	cr_assert_eq(b->native_device(DEV(r, GPU), &v13), Q4KH_OK, "%s", ERR(r, GPU));
+	cr_expect_eq(v13.flags, 7u, "flags written past the host's record");
+	cr_expect_eq(Q4KH_NATIVE_FLAGS(&v13), 0u);
 	cr_assert_not_null(nd.stream);
 	cr_assert_not_null(nd.address);
 	cr_assert_eq(b->buffer_alloc(DEV(r, GPU), 64, &a), Q4KH_OK);

@@ -52,6 +52,8 @@ static const size_t backend_table_size[Q4KH_ABI_MINOR + 1] = {
 	offsetof(struct q4kh_backend_v1, reserved_1_6) + sizeof(uint32_t),
 	offsetof(struct q4kh_backend_v1, mul_mat_id) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_backend_v1, attention_paged) + sizeof(void (*)(void)),
+	/* 1.9 appended to the native handles only */
+	offsetof(struct q4kh_backend_v1, attention_paged) + sizeof(void (*)(void)),
 };
 
 /* The smallest legal kernel table: ABI 1.0's, up to release. */
@@ -68,7 +70,9 @@ static const size_t kernel_table_size[Q4KH_ABI_MINOR + 1] = {
 	/* 1.5 appended to the backend table only */
 	offsetof(struct q4kh_kernel_v1, gemv_glu) + sizeof(void (*)(void)),
 	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
-	/* 1.7 and 1.8 appended to the backend table only */
+	/* 1.7 and 1.8 appended to the backend table only, 1.9 to the native
+	 * handles */
+	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
 	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
 	offsetof(struct q4kh_kernel_v1, reserved_1_6) + sizeof(uint32_t),
 };

@@ -165,10 +165,10 @@ extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
 	dot.xq = (const int8_t *)scratch;
 	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
 	dot.k = w->k;
-	if ((e = q4kh_pdl_launch(quantize_kernel, (unsigned)((blocks + 7) / 8), 256, 0, s,
-	                         io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
+	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel, (unsigned)((blocks + 7) / 8),
+	                         256, 0, s, io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
 	                         (float2 *)dot.ds)) != cudaSuccess)
 		return e;
 	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, s);
+	                             w->multiprocessors, io->pdl != 0, s);
 }

@@ -256,7 +256,7 @@ static cudaError_t launch_format(const q4kh_prepared *w, const q4kh_cv_io *io,
 	f.ldx = io->ldx;
 	f.pieces = (int)(w->k / QB);
 	return q4kh_cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, s);
+	                             w->multiprocessors, io->pdl != 0, s);
 }
 
 extern "C" cudaError_t iq_launch(const q4kh_prepared *w, const q4kh_cv_io *io,

@@ -50,11 +50,12 @@ mwv_glu_kernel(const q4kh_cv_pair<F> f, int64_t n, const glu_store s)
 /*
  * The launch for T columns of the 2N rows: blocks as q4kh_cv_stream_cols gives
  * them; rows per warp and pieces per step as q4kh_cv_stream_pick, but at least
- * one pair of rows a warp (2 rows: 4 pieces a step on long rows).
+ * one pair of rows a warp (2 rows: 4 pieces a step on long rows); as a
+ * programmatic dependent when PDL.
  */
 template <int T, class F>
 cudaError_t glu_cols(const q4kh_cv_pair<F> &f, int64_t n, const glu_store &s, int warps,
-                     int sms, cudaStream_t st)
+                     int sms, bool pdl, cudaStream_t st)
 {
 	const int r = q4kh_cv_stream_rows_per_warp(n, sms) == 4 ? 4 : 2;
 	const int64_t groups = (n + r - 1) / r;
@@ -63,12 +64,13 @@ cudaError_t glu_cols(const q4kh_cv_pair<F> &f, int64_t n, const glu_store &s, in
 	const unsigned blocks = (unsigned)(want < most ? want : most);
 
 	if (r == 4)
-		return q4kh_pdl_launch(mwv_glu_kernel<T, 4, 2, F>, blocks, 32 * warps, 0, st, f,
-		                       n, s);
+		return q4kh_pdl_launch(pdl, mwv_glu_kernel<T, 4, 2, F>, blocks, 32 * warps, 0, st,
+		                       f, n, s);
 	if (f.pieces > 64)
-		return q4kh_pdl_launch(mwv_glu_kernel<T, 2, 4, F>, blocks, 32 * warps, 0, st, f,
-		                       n, s);
-	return q4kh_pdl_launch(mwv_glu_kernel<T, 2, 2, F>, blocks, 32 * warps, 0, st, f, n, s);
+		return q4kh_pdl_launch(pdl, mwv_glu_kernel<T, 2, 4, F>, blocks, 32 * warps, 0, st,
+		                       f, n, s);
+	return q4kh_pdl_launch(pdl, mwv_glu_kernel<T, 2, 2, F>, blocks, 32 * warps, 0, st, f, n,
+	                       s);
 }
 
 /* Format F of gate and up (both prepared as F reads them) for IO's columns. */
@@ -91,7 +93,7 @@ cudaError_t glu_launch(F gate, F up, const q4kh_prepared *wg, const q4kh_prepare
 	f.gate = gate;
 	f.up = up;
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
-		return glu_cols<decltype(t)::value, F>(f, n, s, warps, sms, st);
+		return glu_cols<decltype(t)::value, F>(f, n, s, warps, sms, io->pdl != 0, st);
 	});
 }
 

@@ -39,5 +39,5 @@ extern "C" cudaError_t mwv_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
 	dot.x = io->x;
 	dot.ldx = io->ldx;
 	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, s);
+	                             w->multiprocessors, io->pdl != 0, s);
 }

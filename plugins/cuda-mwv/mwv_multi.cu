@@ -81,12 +81,13 @@ struct multi_launcher {
 	const mwv_multi_args &a;
 	unsigned blocks;
 	int threads;
+	bool pdl;
 	cudaStream_t s;
 
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(mwv_multi_kernel<T, R, U>, blocks, threads, 0, s, a);
+		return q4kh_pdl_launch(pdl, mwv_multi_kernel<T, R, U>, blocks, threads, 0, s, a);
 	}
 };
 
@@ -102,10 +103,10 @@ struct multi_loader {
 
 /* Rows per warp R and pieces per step as q4kh_cv_stream_cols picks them. */
 template <int T>
-cudaError_t multi_cols(const mwv_multi_args &a, int r, unsigned blocks, int warps,
+cudaError_t multi_cols(const mwv_multi_args &a, int r, unsigned blocks, int warps, bool pdl,
                        cudaStream_t s)
 {
-	const multi_launcher<T> l = { a, blocks, 32 * warps, s };
+	const multi_launcher<T> l = { a, blocks, 32 * warps, pdl, s };
 
 	return q4kh_cv_stream_pick(l, r, a.pieces);
 }
@@ -166,6 +167,7 @@ extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w
 	a.x = io->x;
 	a.ldx = io->ldx;
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
-		return multi_cols<decltype(t)::value>(a, r, (unsigned)blocks, warps, s);
+		return multi_cols<decltype(t)::value>(a, r, (unsigned)blocks, warps, io->pdl != 0,
+		                                      s);
 	});
 }

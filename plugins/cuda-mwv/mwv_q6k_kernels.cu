@@ -78,5 +78,5 @@ extern "C" cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const q4kh_cv_io *
 	f.x = io->x;
 	f.ldx = io->ldx;
 	return q4kh_cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, s);
+	                             w->multiprocessors, io->pdl != 0, s);
 }

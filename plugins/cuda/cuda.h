@@ -34,6 +34,9 @@ struct q4kh_backend_ctx {
 	int n_devices;
 	unsigned persistent; /* [plugin.cuda] persistent: 1 lets one-token
 	                        steps run the persistent kernel (default 0) */
+	unsigned pdl;        /* [plugin.cuda] pdl: 1 (default) launches a
+	                        step's kernels as programmatic dependents on
+	                        devices of compute capability 9.0 and later */
 	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
 	char error[1024];
 };
@@ -52,6 +55,8 @@ struct q4kh_device_ctx {
 	int recording;    /* between graph_begin and graph_end */
 	int sms;          /* the device's multiprocessors */
 	int cc_major;     /* its compute capability's major number */
+	int pdl;          /* launch as programmatic dependents
+	                     (q4khost/cuda_pdl.cuh): ctx->pdl and cc_major >= 9 */
 	int32_t *fault;   /* device: CUDA_FAULT_WORDS, zero while none */
 	int32_t *fault_seen; /* pinned host copy, read at each synchronisation */
 	void *scratch;    /* device: attention's partial results */

@@ -173,7 +173,7 @@ static cudaError_t launch_split(const struct cuda_view *q,
                                 const struct cuda_attn *p,
                                 const struct cuda_view *out,
                                 const struct split_plan &sp, void *scratch,
-                                int32_t *fault, cudaStream_t s)
+                                int32_t *fault, int pdl, cudaStream_t s)
 {
 	const dim3 grid((unsigned)k->ne[1], (unsigned)sp.s, (unsigned)q->ne[2]);
 	int *count = (int *)scratch;
@@ -181,7 +181,7 @@ static cudaError_t launch_split(const struct cuda_view *q,
 	float2 *ml = (float2 *)(part + split_rows(q, sp) * (size_t)q->ne[0]);
 
 #define SPLIT(HD)                                                               \
-	q4kh_pdl_launch(split_kernel<KV, HD>, grid, 32 * SPLIT_WARPS, 0, s, *q, *k, *v, \
+	q4kh_pdl_launch(pdl, split_kernel<KV, HD>, grid, 32 * SPLIT_WARPS, 0, s, *q, *k, *v, \
 	                *p, sp.group, ml, part, count, *out, fault)
 	switch (q->ne[0]) {
 	case 64: return SPLIT(64);
@@ -197,7 +197,7 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                              const struct cuda_attn *p,
                                              const struct cuda_view *out,
                                              void *scratch, int sms, int cc_major,
-                                             int32_t *fault, cudaStream_t s)
+                                             int32_t *fault, int pdl, cudaStream_t s)
 {
 	const dim3 grid((unsigned)q->ne[1],
 	                (unsigned)(q->ne[2] < 65535 ? q->ne[2] : 65535));
@@ -208,8 +208,8 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 	cudaError_t e;
 
 	if (scratch && sp.s)
-		return k16 ? launch_split<__half>(q, k, v, p, out, sp, scratch, fault, s)
-		           : launch_split<float>(q, k, v, p, out, sp, scratch, fault, s);
+		return k16 ? launch_split<__half>(q, k, v, p, out, sp, scratch, fault, pdl, s)
+		           : launch_split<float>(q, k, v, p, out, sp, scratch, fault, pdl, s);
 	if ((e = cuda_launch_flash(q, k, v, p, out, cc_major, fault, s)) != cudaErrorNotSupported)
 		return e;
 	if (k16 && v16)

@@ -249,8 +249,11 @@ q4kh_status cuda_device_open(q4kh_backend_ctx *ctx, uint32_t index,
 	                     "device_open: cudaDeviceGetAttribute (compute capability)")))
 		goto fail;
 	dev->stage_n = STAGE_FIRST;
+	dev->pdl = ctx->pdl && dev->cc_major >= 9;
 	warm_start(dev);
-	cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: device %u open", index);
+	cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: device %u open, programmatic dependent launch %s",
+	         index, dev->pdl ? "on" : ctx->pdl ? "off (compute capability before 9.0)"
+	                                            : "off ([plugin.cuda] pdl = 0)");
 	*out = dev;
 	return Q4KH_OK;
 fail:
@@ -394,12 +397,17 @@ q4kh_status cuda_native_device(q4kh_device_ctx *dev,
 {
 	if (!dev)
 		return Q4KH_ERR_INVALID;
-	if (!out || out->struct_size < sizeof(*out))
+	/* a record up to parallel (ABI 1.3) at least; flags (1.9) where the
+	 * host's record has it */
+	if (!out || out->struct_size < offsetof(struct q4kh_native_device, flags))
 		return cuda_fail(dev->ctx, Q4KH_ERR_INVALID,
-		                 "native_device: record of %u bytes, expected %zu",
-		                 out ? out->struct_size : 0, sizeof(*out));
+		                 "native_device: record of %u bytes, expected %zu or more",
+		                 out ? out->struct_size : 0,
+		                 offsetof(struct q4kh_native_device, flags));
 	out->ordinal = dev->ordinal;
 	out->stream = dev->stream;
 	out->address = cuda_address;
+	if (out->struct_size >= offsetof(struct q4kh_native_device, flags) + sizeof(out->flags))
+		out->flags = dev->pdl ? Q4KH_NATIVE_CUDA_PDL : 0;
 	return Q4KH_OK;
 }

@@ -4,7 +4,8 @@
  * softplus, SiLU), the f32/f16 copy and the KV-cache write (set_rows).
  * One thread per element, over the four
  * dimensions of the output with each operand's own strides. Every element
- * is read and written by one thread, so in-place use is safe.
+ * is read and written by one thread, so in-place use is safe. Launched as
+ * programmatic dependents when the launch says so (PDL, cuda_kernels.h).
  */
 #include <cuda_fp16.h>
 #include <math.h>
@@ -45,6 +46,17 @@ static int64_t elements(const struct cuda_view *v)
 	return v->ne[0] * v->ne[1] * v->ne[2] * v->ne[3];
 }
 
+/*
+ * First in every kernel here, which reads only earlier kernels' output:
+ * let the next kernel in, then wait for the earlier ones
+ * (q4khost/cuda_pdl.cuh; nothing unless launched as a dependent).
+ */
+static __device__ __forceinline__ void ew_begin(void)
+{
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
+}
+
 #define FOR_EACH_ELEMENT(e, shape)                                             \
 	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x,          \
 	             e##_n = (shape).ne[0] * (shape).ne[1] * (shape).ne[2] *      \
@@ -55,6 +67,7 @@ template <bool MUL>
 static __global__ void __launch_bounds__(EW_THREADS)
 binary_kernel(struct cuda_view a, struct cuda_view b, struct cuda_view out)
 {
+	ew_begin();
 	FOR_EACH_ELEMENT(e, a) {
 		int64_t i[4];
 
@@ -67,6 +80,7 @@ binary_kernel(struct cuda_view a, struct cuda_view b, struct cuda_view out)
 static __global__ void __launch_bounds__(EW_THREADS)
 scale_kernel(struct cuda_view x, float v, struct cuda_view out)
 {
+	ew_begin();
 	FOR_EACH_ELEMENT(e, x) {
 		int64_t i[4];
 
@@ -80,6 +94,7 @@ template <bool SILU>
 static __global__ void __launch_bounds__(EW_THREADS)
 glu_kernel(struct cuda_view gate, struct cuda_view up, struct cuda_view out)
 {
+	ew_begin();
 	FOR_EACH_ELEMENT(e, gate) {
 		int64_t i[4];
 
@@ -106,6 +121,7 @@ template <int KIND>
 static __global__ void __launch_bounds__(EW_THREADS)
 unary_kernel(struct cuda_view x, struct cuda_view out)
 {
+	ew_begin();
 	FOR_EACH_ELEMENT(e, x) {
 		int64_t i[4];
 
@@ -118,6 +134,7 @@ template <typename S, typename D>
 static __global__ void __launch_bounds__(EW_THREADS)
 copy_kernel(struct cuda_view src, struct cuda_view dst)
 {
+	ew_begin();
 	FOR_EACH_ELEMENT(e, src) {
 		int64_t i[4];
 
@@ -132,6 +149,7 @@ static __global__ void __launch_bounds__(EW_THREADS)
 set_rows_kernel(struct cuda_view src, const int32_t *rows,
                 struct cuda_view dst, int32_t *fault)
 {
+	ew_begin();
 	FOR_EACH_ELEMENT(e, src) {
 		int64_t i[4];
 
@@ -152,86 +170,65 @@ static unsigned grid_of(const struct cuda_view *v)
 
 extern "C" cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
                                           const struct cuda_view *b,
-                                          const struct cuda_view *out,
+                                          const struct cuda_view *out, int pdl,
                                           cudaStream_t s)
 {
-	if (mul)
-		binary_kernel<true><<<grid_of(a), EW_THREADS, 0, s>>>(*a, *b, *out);
-	else
-		binary_kernel<false><<<grid_of(a), EW_THREADS, 0, s>>>(*a, *b, *out);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0, mul ? binary_kernel<true> : binary_kernel<false>,
+	                       grid_of(a), EW_THREADS, 0, s, *a, *b, *out);
 }
 
 extern "C" cudaError_t cuda_launch_scale(const struct cuda_view *x, float v,
-                                         const struct cuda_view *out,
+                                         const struct cuda_view *out, int pdl,
                                          cudaStream_t s)
 {
-	scale_kernel<<<grid_of(x), EW_THREADS, 0, s>>>(*x, v, *out);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0, scale_kernel, grid_of(x), EW_THREADS, 0, s, *x, v,
+	                       *out);
 }
 
 extern "C" cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
                                        const struct cuda_view *up,
-                                       const struct cuda_view *out,
+                                       const struct cuda_view *out, int pdl,
                                        cudaStream_t s)
 {
-	if (silu)
-		glu_kernel<true><<<grid_of(gate), EW_THREADS, 0, s>>>(*gate, *up,
-		                                                      *out);
-	else
-		glu_kernel<false><<<grid_of(gate), EW_THREADS, 0, s>>>(*gate, *up,
-		                                                       *out);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0, silu ? glu_kernel<true> : glu_kernel<false>,
+	                       grid_of(gate), EW_THREADS, 0, s, *gate, *up, *out);
 }
 
 extern "C" cudaError_t cuda_launch_unary(int kind, const struct cuda_view *x,
-                                         const struct cuda_view *out,
+                                         const struct cuda_view *out, int pdl,
                                          cudaStream_t s)
 {
-	const unsigned g = grid_of(x);
-
-	if (kind == Q4KH_UNARY_SIGMOID)
-		unary_kernel<Q4KH_UNARY_SIGMOID><<<g, EW_THREADS, 0, s>>>(*x, *out);
-	else if (kind == Q4KH_UNARY_SOFTPLUS)
-		unary_kernel<Q4KH_UNARY_SOFTPLUS><<<g, EW_THREADS, 0, s>>>(*x, *out);
-	else
-		unary_kernel<Q4KH_UNARY_SILU><<<g, EW_THREADS, 0, s>>>(*x, *out);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0,
+	                       kind == Q4KH_UNARY_SIGMOID    ? unary_kernel<Q4KH_UNARY_SIGMOID>
+	                       : kind == Q4KH_UNARY_SOFTPLUS ? unary_kernel<Q4KH_UNARY_SOFTPLUS>
+	                                                     : unary_kernel<Q4KH_UNARY_SILU>,
+	                       grid_of(x), EW_THREADS, 0, s, *x, *out);
 }
 
 extern "C" cudaError_t cuda_launch_copy(const struct cuda_view *src,
-                                        const struct cuda_view *dst,
+                                        const struct cuda_view *dst, int pdl,
                                         cudaStream_t s)
 {
 	const bool from16 = src->type == Q4KH_TYPE_F16;
 	const bool to16 = dst->type == Q4KH_TYPE_F16;
-	const unsigned g = grid_of(src);
 
-	if (from16 && to16)
-		copy_kernel<__half, __half><<<g, EW_THREADS, 0, s>>>(*src, *dst);
-	else if (from16)
-		copy_kernel<__half, float><<<g, EW_THREADS, 0, s>>>(*src, *dst);
-	else if (to16)
-		copy_kernel<float, __half><<<g, EW_THREADS, 0, s>>>(*src, *dst);
-	else
-		copy_kernel<float, float><<<g, EW_THREADS, 0, s>>>(*src, *dst);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0,
+	                       from16 && to16 ? copy_kernel<__half, __half>
+	                       : from16       ? copy_kernel<__half, float>
+	                       : to16         ? copy_kernel<float, __half>
+	                                      : copy_kernel<float, float>,
+	                       grid_of(src), EW_THREADS, 0, s, *src, *dst);
 }
 
 extern "C" cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
                                             const int32_t *rows,
                                             const struct cuda_view *dst,
-                                            int32_t *fault, cudaStream_t s)
+                                            int32_t *fault, int pdl, cudaStream_t s)
 {
-	const unsigned g = grid_of(src);
-
-	if (dst->type == Q4KH_TYPE_F16)
-		set_rows_kernel<__half><<<g, EW_THREADS, 0, s>>>(*src, rows, *dst,
-		                                                 fault);
-	else
-		set_rows_kernel<float><<<g, EW_THREADS, 0, s>>>(*src, rows, *dst,
-		                                                fault);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0,
+	                       dst->type == Q4KH_TYPE_F16 ? set_rows_kernel<__half>
+	                                                  : set_rows_kernel<float>,
+	                       grid_of(src), EW_THREADS, 0, s, *src, rows, *dst, fault);
 }
 
 extern "C" cudaError_t cuda_elementwise_preload(void)

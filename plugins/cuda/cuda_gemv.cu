@@ -97,7 +97,7 @@ int gv_split(int64_t tasks, int units, int64_t resident)
 }
 
 template <uint32_t TYPE, int C>
-cudaError_t gv_launch(gv_args g, int sms, cudaStream_t s)
+cudaError_t gv_launch(gv_args g, int sms, bool pdl, cudaStream_t s)
 {
 	constexpr int R = gv_rows(C);
 	const int64_t groups = (g.n + R - 1) / R, tiles = (g.t + C - 1) / C;
@@ -110,8 +110,7 @@ cudaError_t gv_launch(gv_args g, int sms, cudaStream_t s)
 	blocks = (groups + GV_WARPS / g.ks - 1) / (GV_WARPS / g.ks) * tiles;
 	if (blocks > resident)
 		blocks = resident;
-	gv_kernel<TYPE, C><<<(unsigned)blocks, GV_THREADS, 0, s>>>(g);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl, gv_kernel<TYPE, C>, (unsigned)blocks, GV_THREADS, 0, s, g);
 }
 
 /* mul_mat_id's tiles (cuda_moe.cuh): block (i, b) walks tile i's tasks
@@ -157,7 +156,7 @@ cudaError_t gv_grouped(gv_args g, const moe_tiles &m, int64_t tiles, int sms, cu
 
 extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
                                         const struct cuda_view *x,
-                                        const struct cuda_view *y, int sms,
+                                        const struct cuda_view *y, int sms, int pdl,
                                         cudaStream_t s)
 {
 	const uintptr_t xa = (uintptr_t)x->data | (uintptr_t)(x->ne[1] > 1 ? x->nb[1] : 0);
@@ -180,10 +179,10 @@ extern "C" cudaError_t cuda_gemv_launch(const struct cuda_view *w,
 
 		if (!gv_fits<T>(wa, xa, g.k))
 			return cudaErrorNotSupported;
-		return g.t == 1   ? gv_launch<T, 1>(g, sms, s)
-		       : g.t == 2 ? gv_launch<T, 2>(g, sms, s)
-		       : g.t <= 4 ? gv_launch<T, 4>(g, sms, s)
-		                  : gv_launch<T, 8>(g, sms, s);
+		return g.t == 1   ? gv_launch<T, 1>(g, sms, pdl, s)
+		       : g.t == 2 ? gv_launch<T, 2>(g, sms, pdl, s)
+		       : g.t <= 4 ? gv_launch<T, 4>(g, sms, pdl, s)
+		                  : gv_launch<T, 8>(g, sms, pdl, s);
 	});
 }
 

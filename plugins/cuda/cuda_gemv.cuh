@@ -143,7 +143,10 @@ struct gv_args {
  * ... in turn, and the block walks tasks BLOCK, BLOCK + BLOCKS, ... (column
  * tiles fastest, so neighbouring blocks share rows in L2). With ks > 1 the
  * warps' sums meet in PART (GV_WARPS * R * C floats of shared memory) and
- * are added in warp order; SYNC() is __syncthreads().
+ * are added in warp order; SYNC() is __syncthreads(). Launched as a
+ * programmatic dependent (q4khost/cuda_pdl.cuh), the block lets the next
+ * kernel in at once and asks L2 for its first task's first step of
+ * weights before it waits for the kernels before it (x is theirs).
  */
 template <uint32_t TYPE, int C, int R, int U, class Sync>
 static __device__ __forceinline__ void gv_block(const gv_args &g, int64_t block,
@@ -156,7 +159,9 @@ static __device__ __forceinline__ void gv_block(const gv_args &g, int64_t block,
 	const int64_t groups = (g.n + R - 1) / R, tiles = (g.t + C - 1) / C;
 	const int64_t tasks = (groups + slots - 1) / slots * tiles;
 	const typename F::lane_t L = F::lane_init(lane, g.k, g.units);
+	bool waiting = true; /* q4kh_pdl_wait not yet called */
 
+	q4kh_pdl_release();
 	for (int64_t task = block; task < tasks; task += blocks) {
 		const int64_t grp = task / tiles * slots + slot;
 		const int64_t row0 = grp * R, t0 = task % tiles * C;
@@ -173,6 +178,14 @@ static __device__ __forceinline__ void gv_block(const gv_args &g, int64_t block,
 		for (int r = 0; r < R; r++)
 			p.b[r] = g.w + (row0 + r < g.n ? row0 + r : g.n - 1) * g.w_row +
 			         (int64_t)p.u * F::UB;
+		if (waiting) {
+			if (grp < groups && p.u + U <= p.full)
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					q4kh_pdl_prefetch(p.b[r], U * F::UB, lane);
+			q4kh_pdl_wait();
+			waiting = false;
+		}
 #pragma unroll
 		for (int c = 0; c < C; c++) {
 			p.x[c] = g.x + (t0 + c < g.t ? t0 + c : g.t - 1) * g.x_col +
@@ -218,6 +231,8 @@ static __device__ __forceinline__ void gv_block(const gv_args &g, int64_t block,
 					if (r * C + c == lane && row0 + r < g.n && t0 + c < g.t)
 						g.y[(t0 + c) * g.y_col + row0 + r] = acc[r][c];
 	}
+	if (waiting)
+		q4kh_pdl_wait();
 }
 
 #endif

@@ -85,11 +85,12 @@ cudaError_t cuda_launch_get_rows(const struct cuda_view *table,
                                  const struct cuda_view *out, int32_t *fault,
                                  cudaStream_t s);
 /* y {N, T} = w {K, N} x {K, T}, fp32 accumulation; SMS: the device's
- * multiprocessors. cuda_gemv_launch when it takes the views, else the
- * plain kernel of cuda_matmul.cu. */
+ * multiprocessors. cuda_gemv_launch when it takes the views (PDL: as a
+ * programmatic dependent, q4khost/cuda_pdl.cuh), else the plain kernel of
+ * cuda_matmul.cu. */
 cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
                                 const struct cuda_view *x,
-                                const struct cuda_view *y, int sms,
+                                const struct cuda_view *y, int sms, int pdl,
                                 cudaStream_t s);
 /* The same through cuda_gemv.cu, or cudaErrorNotSupported (nothing
  * enqueued) when w's rows or x's columns are not aligned for its loads
@@ -97,25 +98,27 @@ cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
  * not a multiple of 4. */
 cudaError_t cuda_gemv_launch(const struct cuda_view *w,
                              const struct cuda_view *x,
-                             const struct cuda_view *y, int sms,
+                             const struct cuda_view *y, int sms, int pdl,
                              cudaStream_t s);
 /*
  * out = x / sqrt(mean(x^2) + eps) (* w when w is not NULL), per row, in one
  * kernel for rms_norm, add_rms_norm and norm_add_rms_norm (plugin.h): first
  * x += a when a is not NULL (a of x's shape, apart from x), and before
  * that, with NORM_A, a = rms_norm(a) with eps_a (* wa when wa is not NULL),
- * written back to a. out may be x or a.
+ * written back to a. out may be x or a. PDL: launched as a programmatic
+ * dependent (q4khost/cuda_pdl.cuh), as the step's other kernels with it.
  */
 cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
                              int norm_a, const struct cuda_view *wa, float eps_a,
                              const struct cuda_view *w, float eps,
-                             const struct cuda_view *out, cudaStream_t s);
+                             const struct cuda_view *out, int pdl, cudaStream_t s);
 /* RoPE over x {hd, heads, T}; pos (device) per token, each checked to be
- * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. */
+ * non-negative (fault: CUDA_FAULT_ROPE_POS); neox: halves pair. PDL as
+ * cuda_launch_norm's, for every launcher below. */
 cudaError_t cuda_launch_rope(const struct cuda_view *x, const int32_t *pos,
                              const struct cuda_rope *p,
                              const struct cuda_view *out, int32_t *fault,
-                             cudaStream_t s);
+                             int pdl, cudaStream_t s);
 /* The same, and in the same kernel out's rows written to cache (f32 or
  * f16 {hd, heads, n}, apart from x and out; NULL: none) at rows pos[t],
  * each checked against n (fault: CUDA_FAULT_SET_ROWS_ROWS). */
@@ -124,7 +127,7 @@ cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
                                       const struct cuda_rope *p,
                                       const struct cuda_view *out,
                                       const struct cuda_view *cache,
-                                      int32_t *fault, cudaStream_t s);
+                                      int32_t *fault, int pdl, cudaStream_t s);
 /* rope_store: q and k {hd, heads, T} rotated in place, k's rows written
  * to k_cache and v's {hd_v, heads_v, T} to v_cache (each f32 or f16, its
  * own type) at rows pos[t], one kernel: positions checked as rope_ext
@@ -136,30 +139,30 @@ cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                    const struct cuda_rope *p,
                                    const struct cuda_view *k_cache,
                                    const struct cuda_view *v_cache, int32_t *fault,
-                                   cudaStream_t s);
+                                   int pdl, cudaStream_t s);
 /* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
 cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,
                                const struct cuda_view *b,
-                               const struct cuda_view *out, cudaStream_t s);
+                               const struct cuda_view *out, int pdl, cudaStream_t s);
 cudaError_t cuda_launch_scale(const struct cuda_view *x, float v,
-                              const struct cuda_view *out, cudaStream_t s);
+                              const struct cuda_view *out, int pdl, cudaStream_t s);
 /* out = act(gate) * up: SiLU when silu != 0, else GELU (tanh). */
 cudaError_t cuda_launch_glu(int silu, const struct cuda_view *gate,
                             const struct cuda_view *up,
-                            const struct cuda_view *out, cudaStream_t s);
+                            const struct cuda_view *out, int pdl, cudaStream_t s);
 /* out = f(x) element-wise, f the q4kh_unary_kind KIND (plugin.h):
  * sigmoid, softplus or SiLU, in float. */
 cudaError_t cuda_launch_unary(int kind, const struct cuda_view *x,
-                              const struct cuda_view *out, cudaStream_t s);
+                              const struct cuda_view *out, int pdl, cudaStream_t s);
 /* dst = src element by element, f32/f16 either way (round to nearest even). */
 cudaError_t cuda_launch_copy(const struct cuda_view *src,
-                             const struct cuda_view *dst, cudaStream_t s);
+                             const struct cuda_view *dst, int pdl, cudaStream_t s);
 /* dst[:, :, rows[t]] = src[:, :, t], f32 to dst's f32 or f16; each row
  * checked against dst's (fault: CUDA_FAULT_SET_ROWS_ROWS). */
 cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
                                  const int32_t *rows,
                                  const struct cuda_view *dst, int32_t *fault,
-                                 cudaStream_t s);
+                                 int pdl, cudaStream_t s);
 
 /*
  * The device context's scratch (cuda.h) starts with this many int
@@ -177,7 +180,8 @@ cudaError_t cuda_launch_set_rows(const struct cuda_view *src,
  * memory: SCRATCH then holds that many bytes of device memory, zero when
  * first allocated (the launch leaves the counters it keeps there at zero
  * again), else it is NULL. SMS: the device's multiprocessors; CC_MAJOR:
- * its compute capability's major number (both read at device open).
+ * its compute capability's major number (both read at device open); PDL
+ * as cuda_launch_norm's, for the split form.
  */
 size_t cuda_attention_scratch(const struct cuda_view *q,
                               const struct cuda_view *k,
@@ -187,7 +191,7 @@ cudaError_t cuda_launch_attention(const struct cuda_view *q,
                                   const struct cuda_view *v,
                                   const struct cuda_attn *p,
                                   const struct cuda_view *out, void *scratch,
-                                  int sms, int cc_major, int32_t *fault,
+                                  int sms, int cc_major, int32_t *fault, int pdl,
                                   cudaStream_t s);
 
 /*
@@ -244,12 +248,13 @@ int cuda_type_supported(uint32_t type);
  * merges their picks, when cuda_top2_scratch() asks for scratch: SCRATCH
  * then holds that many bytes of the device context's scratch (its
  * counters at zero), else it is NULL and a block takes a whole column.
- * One launch either way. SMS: the device's multiprocessors.
+ * One launch either way. SMS: the device's multiprocessors; PDL as
+ * cuda_launch_norm's.
  */
 size_t cuda_top2_scratch(const struct cuda_view *x, int sms);
 cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
                              float *val, int64_t nb1, void *scratch, int sms,
-                             cudaStream_t s);
+                             int pdl, cudaStream_t s);
 
 /*
  * The mixture-of-experts ops (plugin.h, ABI 1.7; cuda_moe.cu). Experts:

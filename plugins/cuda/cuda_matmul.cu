@@ -124,13 +124,13 @@ extern "C" int cuda_type_supported(uint32_t type)
 
 extern "C" cudaError_t cuda_launch_mul_mat(const struct cuda_view *w,
                                            const struct cuda_view *x,
-                                           const struct cuda_view *y, int sms,
+                                           const struct cuda_view *y, int sms, int pdl,
                                            cudaStream_t s)
 {
 	const int64_t cols = (x->ne[1] + MM_COLS - 1) / MM_COLS;
 	const dim3 grid((unsigned)((w->ne[1] + MM_WARPS - 1) / MM_WARPS),
 	                (unsigned)(cols < 65535 ? cols : 65535));
-	const cudaError_t e = cuda_gemv_launch(w, x, y, sms, s);
+	const cudaError_t e = cuda_gemv_launch(w, x, y, sms, pdl, s);
 
 	if (e != cudaErrorNotSupported)
 		return e;

@@ -77,7 +77,8 @@ q4kh_status cuda_mul_mat(q4kh_device_ctx *dev, const struct q4kh_tensor *w,
 	    y->nb[1] % 4 == 0)
 		return tc_mul_mat(dev, &vw, &vx, &vy);
 	return cuda_launched(dev, "mul_mat",
-	                     cuda_launch_mul_mat(&vw, &vx, &vy, dev->sms, dev->stream));
+	                     cuda_launch_mul_mat(&vw, &vx, &vy, dev->sms, dev->pdl,
+	                                         dev->stream));
 }
 
 /* --- rms_norm, rope --- */
@@ -108,7 +109,8 @@ static q4kh_status launch_norm(q4kh_device_ctx *dev, const char *op,
 		vw = cuda_view_of(w);
 	return cuda_launched(dev, op,
 	                     cuda_launch_norm(&vx, a ? &va : NULL, norm_a, w_a ? &vwa : NULL,
-	                                      eps_a, w ? &vw : NULL, eps, &vo, dev->stream));
+	                                      eps_a, w ? &vw : NULL, eps, &vo, dev->pdl,
+	                                      dev->stream));
 }
 
 q4kh_status cuda_rms_norm(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -172,7 +174,7 @@ q4kh_status cuda_rope(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	vo = cuda_view_of(out);
 	r = cuda_rope_of(&p);
 	return cuda_launched(dev, "rope",
-	                cuda_launch_rope(&vx, dev->stage, &r, &vo, dev->fault,
+	                cuda_launch_rope(&vx, dev->stage, &r, &vo, dev->fault, dev->pdl,
 	                                 dev->stream));
 }
 
@@ -193,7 +195,7 @@ static q4kh_status binary(q4kh_device_ctx *dev, const char *op,
 	vb = cuda_view_of(b);
 	vo = cuda_view_of(out);
 	return cuda_launched(dev, op,
-	                cuda_launch_binary(mul, &va, &vb, &vo, dev->stream));
+	                cuda_launch_binary(mul, &va, &vb, &vo, dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_add(q4kh_device_ctx *dev, const struct q4kh_tensor *a,
@@ -221,7 +223,8 @@ q4kh_status cuda_scale(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 		return st;
 	vx = cuda_view_of(x);
 	vo = cuda_view_of(out);
-	return cuda_launched(dev, "scale", cuda_launch_scale(&vx, s, &vo, dev->stream));
+	return cuda_launched(dev, "scale",
+	                     cuda_launch_scale(&vx, s, &vo, dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
@@ -240,7 +243,7 @@ q4kh_status cuda_glu(q4kh_device_ctx *dev, q4kh_glu_kind kind,
 	vu = cuda_view_of(up);
 	vo = cuda_view_of(out);
 	return cuda_launched(dev, "glu",
-	                cuda_launch_glu(kind == Q4KH_GLU_SILU, &vg, &vu, &vo,
+	                cuda_launch_glu(kind == Q4KH_GLU_SILU, &vg, &vu, &vo, dev->pdl,
 	                                dev->stream));
 }
 
@@ -255,7 +258,7 @@ q4kh_status cuda_copy(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 		return st;
 	vs = cuda_view_of(src);
 	vd = cuda_view_of(dst);
-	return cuda_launched(dev, "copy", cuda_launch_copy(&vs, &vd, dev->stream));
+	return cuda_launched(dev, "copy", cuda_launch_copy(&vs, &vd, dev->pdl, dev->stream));
 }
 
 /* --- unary, ssm_conv, delta_net: linear-attention layers --- */
@@ -273,7 +276,7 @@ q4kh_status cuda_unary(q4kh_device_ctx *dev, q4kh_unary_kind kind,
 	vx = cuda_view_of(x);
 	vo = cuda_view_of(out);
 	return cuda_launched(dev, "unary",
-	                     cuda_launch_unary((int)kind, &vx, &vo, dev->stream));
+	                     cuda_launch_unary((int)kind, &vx, &vo, dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_ssm_conv(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -376,7 +379,7 @@ q4kh_status cuda_attend(q4kh_device_ctx *dev, const char *op,
 	                cuda_launch_attention(&vq, &vk, &vv, &a, &vo,
 	                                      scratch ? dev->scratch : NULL,
 	                                      dev->sms, dev->cc_major, dev->fault,
-	                                      dev->stream));
+	                                      dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_attention(q4kh_device_ctx *dev, const struct q4kh_tensor *q,

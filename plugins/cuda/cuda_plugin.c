@@ -97,7 +97,9 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 		return cuda_fail(NULL, Q4KH_ERR_NOMEM, "cuda: init: out of memory");
 	ctx->host = host;
 	ctx->persistent = 0;
-	if ((st = q4kh_backend_setting_uint(host, "cuda", "persistent", 0, 1, &ctx->persistent))) {
+	ctx->pdl = 1;
+	if ((st = q4kh_backend_setting_uint(host, "cuda", "persistent", 0, 1, &ctx->persistent)) ||
+	    (st = q4kh_backend_setting_uint(host, "cuda", "pdl", 0, 1, &ctx->pdl))) {
 		free(ctx);
 		return st;
 	}

@@ -186,6 +186,8 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 	const int64_t per_head = x.ne[0] - p.n_rot / 2, nh = x.ne[1];
 	const int64_t items = per_head * nh * x.ne[2];
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
 	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	     it < items; it += (int64_t)gridDim.x * blockDim.x)
 		rope_item<C>(x, pos, p, out, cache, fault, it % per_head,
@@ -255,7 +257,7 @@ static const struct cuda_view none = { NULL, 0, { 0 }, { 0 } };
 extern "C" cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct cuda_view *a,
                                         int norm_a, const struct cuda_view *wa, float eps_a,
                                         const struct cuda_view *w, float eps,
-                                        const struct cuda_view *out, cudaStream_t s)
+                                        const struct cuda_view *out, int pdl, cudaStream_t s)
 {
 	const int64_t rows = view_rows(x);
 	const unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
@@ -264,12 +266,12 @@ extern "C" cudaError_t cuda_launch_norm(const struct cuda_view *x, const struct 
 	const float *wd = w ? (const float *)w->data : NULL;
 
 	if (norm_a)
-		return q4kh_pdl_launch(rms_norm_kernel<true, true>, g, threads, 0, s, *x, *a, wad,
-		                       eps_a, wd, eps, *out);
+		return q4kh_pdl_launch(pdl, rms_norm_kernel<true, true>, g, threads, 0, s, *x, *a,
+		                       wad, eps_a, wd, eps, *out);
 	if (a)
-		return q4kh_pdl_launch(rms_norm_kernel<true, false>, g, threads, 0, s, *x, *a,
+		return q4kh_pdl_launch(pdl, rms_norm_kernel<true, false>, g, threads, 0, s, *x, *a,
 		                       (const float *)NULL, 0.0f, wd, eps, *out);
-	return q4kh_pdl_launch(rms_norm_kernel<false, false>, g, threads, 0, s, *x, none,
+	return q4kh_pdl_launch(pdl, rms_norm_kernel<false, false>, g, threads, 0, s, *x, none,
 	                       (const float *)NULL, 0.0f, wd, eps, *out);
 }
 
@@ -278,28 +280,25 @@ extern "C" cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
                                                  const struct cuda_rope *p,
                                                  const struct cuda_view *out,
                                                  const struct cuda_view *cache,
-                                                 int32_t *fault,
+                                                 int32_t *fault, int pdl,
                                                  cudaStream_t s)
 {
 	const int64_t items = (x->ne[0] - p->n_rot / 2) * x->ne[1] * x->ne[2];
 	const unsigned g = grid_for(items, ROPE_THREADS);
+	const bool c16 = cache && cache->type == Q4KH_TYPE_F16;
 
-	if (cache && cache->type == Q4KH_TYPE_F16)
-		rope_kernel<__half><<<g, ROPE_THREADS, 0, s>>>(*x, pos, *p, *out,
-		                                               *cache, fault);
-	else
-		rope_kernel<float><<<g, ROPE_THREADS, 0, s>>>(
-			*x, pos, *p, *out, cache ? *cache : none, fault);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0, c16 ? rope_kernel<__half> : rope_kernel<float>, g,
+	                       ROPE_THREADS, 0, s, *x, pos, *p, *out, cache ? *cache : none,
+	                       fault);
 }
 
 extern "C" cudaError_t cuda_launch_rope(const struct cuda_view *x,
                                         const int32_t *pos,
                                         const struct cuda_rope *p,
                                         const struct cuda_view *out,
-                                        int32_t *fault, cudaStream_t s)
+                                        int32_t *fault, int pdl, cudaStream_t s)
 {
-	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, s);
+	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, pdl, s);
 }
 
 /* rope_store_kernel with the cache types as template arguments. */
@@ -308,14 +307,14 @@ static void launch_rope_store(const struct cuda_view *q, const struct cuda_view 
                               const struct cuda_view *v, const int32_t *pos,
                               const struct cuda_rope *p, const struct cuda_view *kc,
                               const struct cuda_view *vc, int32_t *fault,
-                              unsigned g, cudaStream_t s)
+                              unsigned g, int pdl, cudaStream_t s)
 {
 	if (vc->type == Q4KH_TYPE_F16)
-		q4kh_pdl_launch(rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k, *v,
-		                pos, *p, *kc, *vc, fault);
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k,
+		                *v, pos, *p, *kc, *vc, fault);
 	else
-		q4kh_pdl_launch(rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k, *v,
-		                pos, *p, *kc, *vc, fault);
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k,
+		                *v, pos, *p, *kc, *vc, fault);
 }
 
 extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
@@ -325,15 +324,15 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                               const struct cuda_rope *p,
                                               const struct cuda_view *k_cache,
                                               const struct cuda_view *v_cache,
-                                              int32_t *fault, cudaStream_t s)
+                                              int32_t *fault, int pdl, cudaStream_t s)
 {
 	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
 	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
 
 	if (k_cache->type == Q4KH_TYPE_F16)
-		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
+		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, pdl, s);
 	else
-		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, s);
+		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, pdl, s);
 	return cudaGetLastError();
 }
 

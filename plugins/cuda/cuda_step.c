@@ -92,7 +92,7 @@ static q4kh_status rope_launch(q4kh_device_ctx *dev, const char *op,
 	r = cuda_rope_of(params);
 	return cuda_launched(dev, op,
 	                cuda_launch_rope_set_rows(&vx, index_data(pos), &r, &vo,
-	                                          cache ? &vc : NULL, dev->fault,
+	                                          cache ? &vc : NULL, dev->fault, dev->pdl,
 	                                          dev->stream));
 }
 
@@ -124,7 +124,7 @@ q4kh_status cuda_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *src,
 	vd = cuda_view_of(dst);
 	return cuda_launched(dev, "set_rows",
 	                cuda_launch_set_rows(&vs, index_data(rows), &vd,
-	                                     dev->fault, dev->stream));
+	                                     dev->fault, dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_rope_set_rows(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -163,7 +163,7 @@ q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	r = cuda_rope_of(params);
 	return cuda_launched(dev, "rope_store",
 	                cuda_launch_rope_store(&vq, &vk, &vv, index_data(pos), &r, &vkc,
-	                                       &vvc, dev->fault, dev->stream));
+	                                       &vvc, dev->fault, dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
@@ -188,7 +188,7 @@ q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
 	                cuda_launch_top2(&vx, (int32_t *)(idx->buffer->ptr + idx->offset),
 	                                 (float *)(val->buffer->ptr + val->offset),
 	                                 val->nb[1] / (int64_t)sizeof(float),
-	                                 scratch ? dev->scratch : NULL, dev->sms,
+	                                 scratch ? dev->scratch : NULL, dev->sms, dev->pdl,
 	                                 dev->stream));
 }
 

@@ -88,7 +88,9 @@ static __device__ struct top2_pick block_merge(struct top2_pick p)
 /*
  * Grid (parts, columns): block (p, c) picks from slice p of columns c,
  * c + gridDim.y, ...; with parts > 1 (then gridDim.y is T) through
- * PART and COUNT, else it writes the column's result itself.
+ * PART and COUNT, else it writes the column's result itself. Everything
+ * it reads is an earlier kernel's: launched as a programmatic dependent, it
+ * only lets the next kernel in before it waits for those.
  */
 static __global__ void __launch_bounds__(TOP2_THREADS)
 top2_kernel(struct cuda_view x, int32_t *idx, float *val, int64_t nb1,
@@ -98,6 +100,8 @@ top2_kernel(struct cuda_view x, int32_t *idx, float *val, int64_t nb1,
 	const int64_t n = x.ne[0], T = x.ne[1];
 	const int parts = gridDim.x;
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait();
 	for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
 		const float *col = (const float *)(x.data + t * x.nb[1]);
 		const int64_t lo = blockIdx.x * slice;
@@ -185,7 +189,7 @@ extern "C" size_t cuda_top2_scratch(const struct cuda_view *x, int sms)
 
 extern "C" cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
                                         float *val, int64_t nb1, void *scratch,
-                                        int sms, cudaStream_t s)
+                                        int sms, int pdl, cudaStream_t s)
 {
 	const int parts = scratch ? top2_parts(x, sms) : 1;
 	const int64_t T = x->ne[1];
@@ -196,9 +200,8 @@ extern "C" cudaError_t cuda_launch_top2(const struct cuda_view *x, int32_t *idx,
 	struct top2_pick *part =
 		parts > 1 ? (struct top2_pick *)(count + CUDA_SCRATCH_COUNTERS) : NULL;
 
-	top2_kernel<<<grid, TOP2_THREADS, 0, s>>>(*x, idx, val, nb1, slice, part,
-	                                          count);
-	return cudaGetLastError();
+	return q4kh_pdl_launch(pdl != 0, top2_kernel, grid, TOP2_THREADS, 0, s, *x, idx, val,
+	                       nb1, slice, part, count);
 }
 
 extern "C" cudaError_t cuda_top2_preload(void)

@@ -501,7 +501,8 @@ static q4kh_status addresses(q4kh_kernel_ctx *ctx, const char *what,
 
 /*
  * WHAT's x {w->k, 1 .. COLS_MAX} and y {w->n, as x} checked (y apart from
- * x and w) into io, with their device addresses and all x's columns.
+ * x and w) into io, with their device addresses, all x's columns and
+ * whether the backend launches as programmatic dependents (dev's flags).
  */
 static q4kh_status operands(q4kh_kernel_ctx *ctx, const char *what,
                             const struct q4kh_native_device *dev,
@@ -527,6 +528,7 @@ static q4kh_status operands(q4kh_kernel_ctx *ctx, const char *what,
 	io->ldy = y->nb[1] / 4;
 	io->cols = x->ne[1];
 	io->call = what;
+	io->pdl = (Q4KH_NATIVE_FLAGS(dev) & Q4KH_NATIVE_CUDA_PDL) != 0;
 	return Q4KH_OK;
 }
 
@@ -701,6 +703,7 @@ q4kh_status q4kh_cv_gemv_multi(q4kh_kernel_ctx *ctx,
 	io.x = (const float *)xa;
 	io.ldx = x->nb[1] / 4;
 	io.cols = x->ne[1];
+	io.pdl = (Q4KH_NATIVE_FLAGS(dev) & Q4KH_NATIVE_CUDA_PDL) != 0;
 	if ((st = enter(ctx, "gemv_multi", dev->ordinal, &prev)))
 		return st;
 	st = q4kh_cv_self.apply_multi(ctx, n, cw, &io, (cudaStream_t)dev->stream);

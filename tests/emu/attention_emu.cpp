@@ -30,19 +30,6 @@
 
 #include "emu.h"
 
-/* cuda_pdl.cuh, emulated: the split form's launch is emu.h's, its waits
- * and releases do nothing (one launch at a time). */
-#define Q4KHOST_CUDA_PDL_CUH
-static void q4kh_pdl_wait(void) {}
-static void q4kh_pdl_release(void) {}
-template <typename... P, typename... A>
-static cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                   cudaStream_t s, A &&...args)
-{
-	emu_launch(kernel, emu_cfg(grid, block, smem, s), std::forward<A>(args)...);
-	return cudaSuccess;
-}
-
 /* The .cu file, its launches rewritten for emu.h by the script. */
 #include "cuda_attention.emu.cu"
 
@@ -130,7 +117,7 @@ static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, co
 	scratch.assign(need, 0);
 	memset(fault, 0, sizeof(int32_t) * CUDA_FAULT_WORDS);
 	if (cuda_launch_attention(&q.v, &k.v, &v.v, &a, &out.v,
-	                          c.split && need ? scratch.data() : NULL, 4, 7, fault,
+	                          c.split && need ? scratch.data() : NULL, 4, 7, fault, 1,
 	                          0) != cudaSuccess) {
 		fprintf(stderr, "  %s: the launch failed\n", c.name);
 		exit(1);

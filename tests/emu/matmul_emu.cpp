@@ -249,7 +249,7 @@ static int check_mul_mat(const fixture_tensor &f, const tiled &t, int64_t cols)
 
 	for (int64_t i = 0; i < xcol * cols; i++)
 		x[i] = (float)((double)(rng() >> 11) / 4503599627370496.0 - 1.0);
-	if (cuda_launch_mul_mat(&w, &xv, &yv, 2, 0) != cudaSuccess) {
+	if (cuda_launch_mul_mat(&w, &xv, &yv, 2, 1, 0) != cudaSuccess) {
 		fprintf(stderr, "  %s mul_mat: launch failed\n", f.name.c_str());
 		free(x);
 		return 1;

@@ -368,7 +368,7 @@ static int unary_one(int kind, bool inplace, bool pad)
 				x.at(i0, i1, i2) = (float)((urand() * 2 - 1) *
 				                           (i0 < 3 ? 100 : i0 < 10 ? 20 : 4));
 	tensor x0(x);
-	if (cuda_launch_unary(kind, &x.v, &out.v, 0) != cudaSuccess)
+	if (cuda_launch_unary(kind, &x.v, &out.v, 1, 0) != cudaSuccess)
 		return 1;
 	for (int64_t i2 = 0; i2 < 3; i2++)
 		for (int64_t i1 = 0; i1 < 5; i1++)

@@ -19,8 +19,12 @@
  *     still runs; call it early. The next kernel still waits for this one
  *     to end before it reads what this one wrote.
  * A kernel launched any other way may call both: they do nothing then.
- * On devices before 9.0 the attribute is not set and both compile to
- * nothing.
+ * A kernel launched the plain way needs nothing of this: it starts after
+ * every kernel before it has ended, whatever they were launched with, so
+ * a vendor's kernels that know nothing of PDL stay correct in a step
+ * whose other kernels use it.
+ * On devices before 9.0 the attribute is not set, and in code for them
+ * both compile to nothing.
  *
  * Stream capture records the launches as programmatic edges (CUDA 12.3 and
  * later), so a replayed step keeps the overlap.
@@ -30,7 +34,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <stdlib.h>
 #include <utility>
 
 /* Wait until the kernels before this one on the stream have ended and
@@ -51,41 +54,50 @@ static __device__ __forceinline__ void q4kh_pdl_release(void)
 }
 
 /*
- * Whether launches on device DEV get the attribute: compute capability
- * 9.0 or later, unless the environment sets Q4KH_CUDA_PDL=0. Read once per
- * process (first call wins); thread-safe after that.
+ * Ask L2 for BYTES from P, one 128-byte line a lane of the calling warp
+ * (LANE 0 .. 31), without waiting and without faulting: for a kernel's
+ * first weights, issued before q4kh_pdl_wait() (prefetch.global.L2; in
+ * host code, nothing).
  */
-static inline bool q4kh_pdl_enabled(int dev)
+static __device__ __forceinline__ void q4kh_pdl_prefetch(const void *p, int bytes, int lane)
 {
-	static int on = -1;
-
-	if (on < 0) {
-		const char *e = getenv("Q4KH_CUDA_PDL");
-		int major = 0;
-
-		on = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-			     cudaSuccess &&
-		     major >= 9 && !(e && e[0] == '0');
-	}
-	return on != 0;
+#ifdef __CUDA_ARCH__
+	for (int o = lane * 128; o < bytes; o += 32 * 128)
+		asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
+#else
+	(void)p;
+	(void)bytes;
+	(void)lane;
+#endif
 }
 
 /*
- * kernel<<<grid, block, smem, s>>>(args...) with programmatic stream
- * serialization where q4kh_pdl_enabled, for kernels that keep the
- * contract above. Returns the launch's error (cudaLaunchKernelExC).
+ * kernel<<<grid, block, smem, s>>>(args...), with programmatic stream
+ * serialization when PDL is true, for kernels that keep the contract
+ * above. A backend decides PDL for its device and stream (the cuda
+ * backend: compute capability 9.0 or later and [plugin.cuda] pdl = 1) and
+ * tells its kernel variants through struct q4kh_native_device's flags
+ * (Q4KH_NATIVE_CUDA_PDL, plugin.h); a variant passes that on, never
+ * decides for itself. Returns the launch's error (cudaLaunchKernelExC).
+ * Under the emulator of tests/emu (emu.h, Q4KH_EMU_H) every launch is a
+ * plain one, run to its end before the next: the waits and releases
+ * above do nothing there.
  */
 template <typename... P, typename... A>
-static inline cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block,
-                                          size_t smem, cudaStream_t s, A &&...args)
+static inline cudaError_t q4kh_pdl_launch(bool pdl, void (*kernel)(P...), dim3 grid,
+                                          dim3 block, size_t smem, cudaStream_t s,
+                                          A &&...args)
 {
+#ifdef Q4KH_EMU_H
+	(void)pdl;
+	emu_launch(kernel, emu_cfg(grid, block, smem, s), std::forward<A>(args)...);
+	return cudaGetLastError();
+#else
 	cudaLaunchAttribute at[1];
 	cudaLaunchConfig_t c = {};
-	int dev = 0;
 
-	cudaGetDevice(&dev);
 	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = q4kh_pdl_enabled(dev);
+	at[0].val.programmaticStreamSerializationAllowed = pdl;
 	c.gridDim = grid;
 	c.blockDim = block;
 	c.dynamicSmemBytes = smem;
@@ -98,6 +110,7 @@ static inline cudaError_t q4kh_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 
 
 		return cudaLaunchKernelExC(&c, (const void *)kernel, pp);
 	}(std::forward<A>(args)...);
+#endif
 }
 
 #endif

@@ -81,6 +81,9 @@ struct q4kh_cv_io {
 	int64_t ldy;    /* floats */
 	int64_t cols;   /* >= 1 */
 	const char *call; /* "gemv" or "gemm": for error messages */
+	int pdl;        /* 1: the backend launches on this stream as
+	                   programmatic dependents (Q4KH_NATIVE_CUDA_PDL), and
+	                   so may the variant (q4khost/cuda_pdl.cuh) */
 };
 
 /*
@@ -94,6 +97,7 @@ struct q4kh_cv_multi_io {
 	float *y[Q4KH_GEMV_MULTI_MAX];               /* column t at y + t * ldy */
 	int64_t ldy[Q4KH_GEMV_MULTI_MAX];            /* floats */
 	const float *bias[Q4KH_GEMV_MULTI_MAX];      /* {N_i}, or NULL for none */
+	int pdl;                                     /* as struct q4kh_cv_io's */
 };
 
 /* What differs between the variants. */

@@ -281,13 +281,14 @@ struct q4kh_cv_stream_launcher {
 	int64_t ldy;
 	unsigned blocks;
 	int threads;
+	bool pdl;
 	cudaStream_t s;
 
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(q4kh_cv_stream_kernel<T, R, U, F>, blocks, threads, 0, s,
-		                       f, n, y, ldy);
+		return q4kh_pdl_launch(pdl, q4kh_cv_stream_kernel<T, R, U, F>, blocks, threads, 0,
+		                       s, f, n, y, ldy);
 	}
 };
 
@@ -304,18 +305,19 @@ struct q4kh_cv_stream_loader {
 /*
  * Launch F's kernel for T columns of an N-row matrix: rows per warp by how
  * many row groups there are to spread over the SMS multiprocessors (4 when
- * each still gets 16 warps), pieces per lane and step by the row's length.
+ * each still gets 16 warps), pieces per lane and step by the row's length;
+ * as a programmatic dependent when PDL (q4kh_pdl_launch: the io's pdl).
  */
 template <int T, class F>
 static cudaError_t q4kh_cv_stream_cols(const F &f, int64_t n, float *y, int64_t ldy,
-                                       int warps, int sms, cudaStream_t s)
+                                       int warps, int sms, bool pdl, cudaStream_t s)
 {
 	const int r = q4kh_cv_stream_rows_per_warp(n, sms);
 	const int64_t groups = (n + r - 1) / r;
 	const int64_t want = (groups + warps - 1) / warps;
 	const int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
 	const q4kh_cv_stream_launcher<T, F> l = {
-		f, n, y, ldy, (unsigned)(want < most ? want : most), 32 * warps, s
+		f, n, y, ldy, (unsigned)(want < most ? want : most), 32 * warps, pdl, s
 	};
 
 	return q4kh_cv_stream_pick(l, r, f.pieces);
@@ -348,11 +350,12 @@ static cudaError_t q4kh_cv_for_cols(int64_t cols, const L &l)
 /* The same for COLS (1 .. Q4KH_CV_MAX_COLUMNS) columns. */
 template <class F>
 static cudaError_t q4kh_cv_stream_launch(const F &f, int cols, int64_t n, float *y,
-                                         int64_t ldy, int warps, int sms,
+                                         int64_t ldy, int warps, int sms, bool pdl,
                                          cudaStream_t s)
 {
 	return q4kh_cv_for_cols(cols, [&](auto t) {
-		return q4kh_cv_stream_cols<decltype(t)::value, F>(f, n, y, ldy, warps, sms, s);
+		return q4kh_cv_stream_cols<decltype(t)::value, F>(f, n, y, ldy, warps, sms, pdl,
+		                                                  s);
 	});
 }
 

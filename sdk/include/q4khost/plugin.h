@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define Q4KH_ABI_MAJOR 1
-#define Q4KH_ABI_MINOR 8
+#define Q4KH_ABI_MINOR 9
 #define Q4KH_ENTRY_SYMBOL "q4kh_plugin_entry_v1"
 
 /* Status codes returned by every plugin function. */
@@ -1004,7 +1004,28 @@ struct q4kh_native_device {
 	void *pool;
 	void (*parallel)(void *pool, int64_t n, int64_t grain, q4kh_task_fn fn,
 	                 void *arg);
+	/*
+	 * ABI 1.9: how the backend launches on stream, Q4KH_NATIVE_ bits (0
+	 * from an older backend or host: read it with Q4KH_NATIVE_FLAGS).
+	 */
+	uint32_t flags;
+	uint32_t reserved_1_9;
 };
+
+/*
+ * flags: the backend launches its kernels on stream as programmatic
+ * dependents (CUDA, compute capability 9.0 and later; q4khost/cuda_pdl.cuh),
+ * so that a variant may launch its own the same way (q4kh_pdl_launch with
+ * pdl true) when they keep that header's contract.
+ */
+#define Q4KH_NATIVE_CUDA_PDL 1u
+
+/* N's flags (struct_size as the host set it), 0 when it has none. */
+#define Q4KH_NATIVE_FLAGS(n)                                                   \
+	((n)->struct_size >= offsetof(struct q4kh_native_device, flags) +       \
+	                             sizeof((n)->flags)                         \
+	         ? (n)->flags                                                   \
+	         : 0u)
 
 /* 1 when native handles N (struct_size as the host set it) hold FIELD and
  * the backend filled it (not NULL). */
