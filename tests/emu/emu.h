@@ -452,6 +452,18 @@ static T __shfl_xor_sync(unsigned mask, T v, int lanes, int width = 32)
 	return emu::collective(emu::SHFL_XOR, mask, v, lanes);
 }
 
+/* The float operations rounded to nearest, never contracted into an fma
+ * (the harnesses build without FMA code). */
+static inline float __fmul_rn(float a, float b)
+{
+	return a * b;
+}
+
+static inline float __fadd_rn(float a, float b)
+{
+	return a + b;
+}
+
 /* A warp barrier: a shuffle every lane must reach. */
 static inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
