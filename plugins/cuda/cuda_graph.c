@@ -216,9 +216,9 @@ static int slot_view(const struct q4kh_tensor *t, const struct q4kh_tensor *d, i
  * gate, when h is not it) are read by no later node, and out, h, ids and
  * weights are written where no launch reads them.
  */
-static int32_t match_moe(const struct q4kh_step_graph *g, int32_t i)
+static int32_t match_moe(q4kh_device_ctx *dev, const struct q4kh_step_graph *g, int32_t i)
 {
-	const struct q4kh_check quiet = { 0 }; /* a refusal writes nothing */
+	struct q4kh_check quiet = cuda_contract(dev);
 	const struct q4kh_step_node *n[6];
 	const struct q4kh_tensor *ids, *wts, *x, *h, *d, *m, *out;
 	int64_t k;
@@ -246,6 +246,8 @@ static int32_t match_moe(const struct q4kh_step_graph *g, int32_t i)
 	d = q4kh_step_tensor(g, n[4]->out);
 	m = q4kh_step_tensor(g, n[5]->src[1]);
 	k = ids->ne[0];
+	quiet.msg = NULL; /* a refusal writes nothing */
+	quiet.cap = 0;
 	last = i + 5 + (k > 1 ? (int32_t)k - 1 : 1);
 	if (last >= g->n_nodes || x->ne[1] != 1 ||
 	    !cuda_mul_mat_id_direct(k * ids->ne[1], q4kh_step_tensor(g, n[1]->src[0])->ne[2]) ||
@@ -349,7 +351,7 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 			s->fused += (uint32_t)n;
 			continue;
 		}
-		if ((n = match_moe(s->g, i)) > 0) {
+		if ((n = match_moe(dev, s->g, i)) > 0) {
 			c->fuse = Q4KH_FUSE_NONE;
 			c->moe = 1;
 			c->n = n;
