@@ -33,6 +33,39 @@ static __device__ __forceinline__ bool rt_better(double v, int i, double bv, int
 }
 
 /*
+ * The warp's best candidate, as rt_better picks it, into every lane's BV
+ * and BI. From sm_80 by the warp's 32-bit reductions: a valid value is a
+ * probability, a non-negative double, which orders as its bits; the high
+ * halves (plus 1, 0 for none), then the low halves of the lanes with the
+ * largest high half, then the lowest index with both. Before, by
+ * exchanges of candidates.
+ */
+static __device__ __forceinline__ void rt_warp_best(double &bv, int &bi)
+{
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+	const unsigned long long bits = (unsigned long long)__double_as_longlong(bv);
+	const unsigned hi = bi >= 0 ? (unsigned)(bits >> 32) + 1u : 0u, lo = (unsigned)bits;
+	const unsigned mh = __reduce_max_sync(0xffffffffu, hi);
+	const unsigned ml = __reduce_max_sync(0xffffffffu, hi == mh ? lo : 0u);
+	const unsigned mi =
+		__reduce_min_sync(0xffffffffu, hi == mh && lo == ml ? (unsigned)bi : 0xffffffffu);
+
+	bi = mh ? (int)mi : -1;
+	bv = __longlong_as_double((long long)((unsigned long long)(mh - 1u) << 32 | ml));
+#else
+	for (int o = 16; o > 0; o /= 2) {
+		const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+
+		if (rt_better(ov, oi, bv, bi)) {
+			bv = ov;
+			bi = oi;
+		}
+	}
+#endif
+}
+
+/*
  * One column's route, by one warp (LANE its lane): logits L of E experts
  * into the K chosen ids and their weights; P holds the probabilities (E
  * doubles, -1 once chosen) and W the chosen ones (K doubles), in shared
@@ -71,15 +104,7 @@ static __device__ void route_column(const float *l, int64_t e, int64_t k, int no
 				bv = p[i];
 				bi = (int)i;
 			}
-		for (int o = 16; o > 0; o /= 2) {
-			const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-
-			if (rt_better(ov, oi, bv, bi)) {
-				bv = ov;
-				bi = oi;
-			}
-		}
+		rt_warp_best(bv, bi);
 		if (bi < 0) { /* NaN logits: the lowest index not yet chosen */
 			int lo = (int)e;
 
