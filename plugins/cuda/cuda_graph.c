@@ -335,7 +335,9 @@ static void step_free(struct q4kh_step *s)
 /* The calls of S's graph, as the host's interpreter groups them. */
 static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 {
-	s->groups = malloc(sizeof(*s->groups) * (size_t)s->g->n_nodes);
+	int32_t moe = 0;
+
+	s->groups = calloc((size_t)s->g->n_nodes, sizeof(*s->groups));
 	if (!s->groups)
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "graph_prepare: out of memory planning %d nodes", s->g->n_nodes);
@@ -356,6 +358,7 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 			c->moe = 1;
 			c->n = n;
 			s->fused += (uint32_t)n;
+			moe++;
 			continue;
 		}
 		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
@@ -363,6 +366,10 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 		if (n > 1)
 			s->fused += (uint32_t)n;
 	}
+	if (moe)
+		cuda_log(dev->ctx, Q4KH_LOG_DEBUG,
+		         "cuda: a step of %lld tokens runs its %d blocks of experts as two "
+		         "launches each", (long long)s->g->n_tokens, moe);
 	return Q4KH_OK;
 }
 
