@@ -277,6 +277,8 @@ static int32_t match_moe(q4kh_device_ctx *dev, const struct q4kh_step_graph *g, 
 	    q4kh_check_disjoint(&quiet, "", out, "", ids) ||
 	    q4kh_check_disjoint(&quiet, "", out, "", wts) ||
 	    q4kh_check_disjoint(&quiet, "", h, "", x) ||
+	    q4kh_check_disjoint(&quiet, "", ids, "", x) ||
+	    q4kh_check_disjoint(&quiet, "", wts, "", x) ||
 	    q4kh_check_disjoint(&quiet, "", h, "", ids) ||
 	    q4kh_check_disjoint(&quiet, "", h, "", wts) ||
 	    q4kh_check_disjoint(&quiet, "", h, "", q4kh_step_tensor(g, n[0]->src[0])) ||
