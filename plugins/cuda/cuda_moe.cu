@@ -467,14 +467,16 @@ static __device__ __forceinline__ float fused_rows(const uint8_t *const (&b)[R],
  * routes the token into shared memory (block 0 of the token writes its ids
  * and weights), then slots of ks_glu warps take tasks (slot j, R rows of
  * gate and up of expert ids[j]) and write act(gate) up into h (j, t).
+ * U units a step: with ks_glu > 1 mul_mat_id's (it decides which units
+ * each warp sums); with 1, any (each lane sums every unit in order), and
+ * the launch takes the fewer registers of 2 columns' (2 R rows a step).
  * Dynamic shared memory: E + k doubles, k ints.
  */
-template <uint32_t TYPE>
+template <uint32_t TYPE, int U>
 static __global__ void __launch_bounds__(GV_THREADS) moe_glu_kernel(moe_fused f)
 {
 	extern __shared__ double fu_shared[];
-	/* U as mul_mat_id's: with ks > 1 it decides which units each warp sums */
-	constexpr int R = FUSED_ROWS, U = gv_units(TYPE, 1);
+	constexpr int R = FUSED_ROWS;
 	__shared__ float part[GV_WARPS * 2 * R];
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	const int64_t t = blockIdx.x / f.bpt_glu, b0 = blockIdx.x % f.bpt_glu;
@@ -634,9 +636,7 @@ extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *
 		const uintptr_t wa = (uintptr_t)f.wg | (uintptr_t)f.wu | (uintptr_t)f.g_row |
 		                     (uintptr_t)f.u_row | (uintptr_t)f.g_exp | (uintptr_t)f.u_exp;
 
-		if (!gv_fits<TY>(wa, xa, f.n))
-			return cudaErrorNotSupported;
-		return cudaSuccess;
+		return gv_fits<TY>(wa, xa, f.n) ? cudaSuccess : cudaErrorNotSupported;
 	});
 	if (e == cudaSuccess)
 		e = q4kh_for_type(v->down.type, [&](auto ty) {
@@ -650,8 +650,13 @@ extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *
 	/* checked: both launch from here on */
 	q4kh_for_type(v->gate.type, [&](auto ty) {
 		constexpr uint32_t TY = decltype(ty)::value;
+		constexpr int U1 = gv_units(TY, 1), U2 = gv_units(TY, 2);
+		const unsigned grid = (unsigned)(f.bpt_glu * T);
 
-		moe_glu_kernel<TY><<<(unsigned)(f.bpt_glu * T), GV_THREADS, shm_glu, s>>>(f);
+		if (f.ks_glu == 1)
+			moe_glu_kernel<TY, U2><<<grid, GV_THREADS, shm_glu, s>>>(f);
+		else
+			moe_glu_kernel<TY, U1><<<grid, GV_THREADS, shm_glu, s>>>(f);
 		return cudaSuccess;
 	});
 	if ((e = cudaGetLastError()) != cudaSuccess)
