@@ -473,7 +473,7 @@ static __device__ __forceinline__ float fused_rows(const uint8_t *const (&b)[R],
  * Dynamic shared memory: E + k doubles, k ints.
  */
 template <uint32_t TYPE, int U>
-static __global__ void __launch_bounds__(GV_THREADS) moe_glu_kernel(moe_fused f)
+static __global__ void __launch_bounds__(GV_THREADS, 4) moe_glu_kernel(moe_fused f)
 {
 	extern __shared__ double fu_shared[];
 	constexpr int R = FUSED_ROWS;
