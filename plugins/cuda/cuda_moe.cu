@@ -470,7 +470,8 @@ static __device__ __forceinline__ float fused_rows(const uint8_t *const (&b)[R],
  * U units a step: with ks_glu > 1 mul_mat_id's (it decides which units
  * each warp sums); with 1, any (each lane sums every unit in order), and
  * the launch takes the fewer registers of 2 columns' (2 R rows a step).
- * Dynamic shared memory: E + k doubles, k ints.
+ * Dynamic shared memory: E + k doubles, k ints, k floats; at most 128
+ * registers a thread, 4 blocks a multiprocessor, as gv_kernel.
  */
 template <uint32_t TYPE, int U>
 static __global__ void __launch_bounds__(GV_THREADS, 4) moe_glu_kernel(moe_fused f)
