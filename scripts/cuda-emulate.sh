@@ -14,7 +14,8 @@
 #   moe        moe_route and mul_mat_id (cuda_moe.cu, with the grouped
 #              products of cuda_gemv.cu and cuda_matmul.cu) against
 #              plugin.h's routing in double and the cpu reference's
-#              dequantisation (tests/emu/moe_emu.cpp)
+#              dequantisation, and a decode's block of experts fused
+#              against its ops bit for bit (tests/emu/moe_emu.cpp)
 #   attention  attention_paged (cuda_attention.cu's split and one-pass
 #              forms through a block table) against the same kernels over
 #              a contiguous cache, bit for bit, and attention in double

@@ -9,7 +9,9 @@
  * host's own recording), on tiny-llama and tiny-qwen2, with the backend's
  * own products and through cuda-mwv, and on tiny-qwen3moe, whose routing
  * and experts' products (grouped for the prompt, direct for decode) stay
- * on the device. With the persistent kernel on ([plugin.cuda]
+ * on the device, and whose decode steps (one token, and the batched three)
+ * run each block of experts as the two fused launches of cuda_graph.c's
+ * match_moe. With the persistent kernel on ([plugin.cuda]
  * persistent = 1), the
  * one-token steps of tiny-llama and tiny-qwen2 run it and give the
  * interpreter's logits up to fp32 rounding, and q4khost run reports the
@@ -438,7 +440,7 @@ Test(graph_entry, tiny_qwen2_as_the_interpreter, .timeout = 300)
 }
 
 /* the routing and the experts' products on the device, recorded and
- * replayed with the rest of the step */
+ * replayed with the rest of the step; a decode's blocks of experts fused */
 Test(graph_entry, tiny_qwen3moe_as_the_interpreter, .timeout = 300)
 {
 	entry_against_interpreter("tiny-qwen3moe.gguf", NULL);

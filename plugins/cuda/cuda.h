@@ -169,7 +169,9 @@ q4kh_status cuda_not_recording(q4kh_device_ctx *dev, const char *what);
  * graph_prepare: copy G's nodes, values and value names (G is the host's
  * during the call only), check that every node can run here, and plan
  * its calls with q4kh_step_next over cuda_backend (fused groups as the
- * host's interpreter finds them). Q4KH_ERR_UNSUPPORTED, nothing kept and
+ * host's interpreter finds them), but for a decode's blocks of experts,
+ * each two launches of cuda_launch_moe_fused with its nodes' bits
+ * (cuda_graph.c's match_moe). Q4KH_ERR_UNSUPPORTED, nothing kept and
  * the reason in last_error, for a node this backend cannot take (a weight
  * type it does not multiply, a delta_net beyond CUDA_DELTA_MAX_KEYS keys,
  * a moe_route or mul_mat_id beyond CUDA_MOE_MAX_EXPERTS experts, a routed

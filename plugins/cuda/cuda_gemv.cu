@@ -209,6 +209,22 @@ cudaError_t cuda_gemv_grouped_launch(const moe_tiles &m, uint32_t type, int64_t 
 	});
 }
 
+cudaError_t cuda_gemv_grouped_split(uint32_t type, int64_t n, int64_t k, int64_t tiles, int sms,
+                                    int *ks)
+{
+	return q4kh_for_type(type, [&](auto ty) {
+		constexpr uint32_t T = decltype(ty)::value;
+		constexpr int R = gv_rows(1);
+		int64_t resident;
+		const cudaError_t e = gv_resident<T, 1>(sms, &resident);
+
+		if (e == cudaSuccess)
+			*ks = gv_split<T, 1>((n + R - 1) / R * tiles, (int)((k + GV_UNIT - 1) / GV_UNIT),
+			                     resident);
+		return e;
+	});
+}
+
 extern "C" cudaError_t cuda_gemv_preload(void)
 {
 	return cuda_for_each_type([](auto type) {

@@ -9,7 +9,9 @@
  * run replays: between runs the host rewrites only the ids and positions,
  * which the kernels read from device memory when they run (cuda_step.c).
  * A one-token step's decoder layers, where cuda_persist.c reads them as
- * the llama family's, are one call: the persistent kernel.
+ * the llama family's, are one call: the persistent kernel. A decode's
+ * mixture-of-experts block, from its route to the slots' sum, is two
+ * launches (match_moe), with the bits of its nodes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +21,12 @@
 #include "q4khost/cuda_tc.h"
 #include "q4khost/step.h"
 
-/* One call of the plan: nodes [first, first + n) as pattern FUSE. */
+/* One call of the plan: nodes [first, first + n) as pattern FUSE, or as
+ * a decode's mixture-of-experts block with MOE (match_moe). */
 struct cuda_group {
 	int32_t first, n;
 	q4kh_step_fuse fuse;
+	int moe;
 };
 
 struct q4kh_step {
@@ -190,6 +194,138 @@ static q4kh_status check_graph(q4kh_device_ctx *dev, const struct q4kh_step_grap
 	return Q4KH_OK;
 }
 
+/* --- a decode's mixture of experts in two launches --- */
+
+/* Is T the view of slot J of D {N, k, T}: {N, T}, tokens D's apart? */
+static int slot_view(const struct q4kh_tensor *t, const struct q4kh_tensor *d, int64_t j)
+{
+	return t->buffer == d->buffer && t->type == d->type &&
+	       t->offset == d->offset + (uint64_t)j * d->nb[1] && t->ne[0] == d->ne[0] &&
+	       t->ne[1] == d->ne[2] && t->ne[2] == 1 && t->ne[3] == 1 && t->nb[0] == d->nb[0] &&
+	       t->nb[1] == d->nb[2];
+}
+
+/*
+ * The nodes from I that q4kh_block_moe (host/lib/arch_blocks.c) makes of
+ * a block of the experts with few columns (mul_mat_id's direct form:
+ * decode), which cuda_launch_moe_fused runs in two launches, or 0:
+ * moe_route into ids and weights; mul_mat_id of gate and
+ * of up, of one x and those ids; their SiLU GLU into h; mul_mat_id of down
+ * of h into d; d times the weights {1, k, T} in place; the k slots of d
+ * copied (k = 1) or added in slot order into out. Every contract check of
+ * those nodes holds (else they run one by one and report it), up, d (and
+ * gate, when h is not it) are read by no later node, and out, h, ids and
+ * weights are written where no launch reads them.
+ */
+static int32_t match_moe(q4kh_device_ctx *dev, const struct q4kh_step_graph *g, int32_t i)
+{
+	struct q4kh_check quiet = cuda_contract(dev);
+	const struct q4kh_step_node *n[6];
+	const struct q4kh_tensor *ids, *wts, *x, *h, *d, *m, *out;
+	int64_t k;
+	int32_t last;
+
+	if (i + 6 >= g->n_nodes)
+		return 0;
+	for (int j = 0; j < 6; j++)
+		n[j] = q4kh_step_node_at(g, i + j);
+	if (n[0]->op != Q4KH_OP_MOE_ROUTE || n[1]->op != Q4KH_OP_MUL_MAT_ID ||
+	    n[2]->op != Q4KH_OP_MUL_MAT_ID || n[3]->op != Q4KH_OP_GLU ||
+	    n[4]->op != Q4KH_OP_MUL_MAT_ID || n[5]->op != Q4KH_OP_MUL ||
+	    n[3]->i[0] != Q4KH_GLU_SILU || n[2]->src[1] != n[1]->src[1] ||
+	    n[3]->src[0] != n[1]->out || n[3]->src[1] != n[2]->out ||
+	    n[1]->out == n[2]->out || n[4]->src[1] != n[3]->out || n[5]->src[0] != n[4]->out ||
+	    n[5]->out != n[4]->out)
+		return 0;
+	for (int j = 1; j < 5; j += j == 2 ? 2 : 1)
+		if (n[j]->src[2] != n[0]->src[1])
+			return 0;
+	ids = q4kh_step_tensor(g, n[0]->src[1]);
+	wts = q4kh_step_tensor(g, n[0]->out);
+	x = q4kh_step_tensor(g, n[1]->src[1]);
+	h = q4kh_step_tensor(g, n[3]->out);
+	d = q4kh_step_tensor(g, n[4]->out);
+	m = q4kh_step_tensor(g, n[5]->src[1]);
+	k = ids->ne[0];
+	quiet.msg = NULL; /* a refusal writes nothing */
+	quiet.cap = 0;
+	last = i + 5 + (k > 1 ? (int32_t)k - 1 : 1);
+	if (last >= g->n_nodes || x->ne[1] != 1 ||
+	    !cuda_mul_mat_id_direct(k * ids->ne[1], q4kh_step_tensor(g, n[1]->src[0])->ne[2]) ||
+	    m->buffer != wts->buffer ||
+	    m->offset != wts->offset || m->type != Q4KH_TYPE_F32 || m->ne[0] != 1 ||
+	    m->ne[1] != k || m->ne[2] != wts->ne[1] || m->nb[1] != 4 || m->nb[2] != wts->nb[1])
+		return 0;
+	out = q4kh_step_tensor(g, q4kh_step_node_at(g, last)->out);
+	for (int32_t j = 6; i + j <= last; j++) {
+		const struct q4kh_step_node *a = q4kh_step_node_at(g, i + j);
+
+		if (k == 1 ? a->op != Q4KH_OP_COPY ||
+		                     !slot_view(q4kh_step_tensor(g, a->src[0]), d, 0)
+		           : a->op != Q4KH_OP_ADD || a->out != q4kh_step_node_at(g, last)->out ||
+		                     !slot_view(q4kh_step_tensor(g, a->src[1]), d, j - 5) ||
+		                     !(j == 6 ? slot_view(q4kh_step_tensor(g, a->src[0]), d, 0)
+		                              : a->src[0] == a->out))
+			return 0;
+	}
+	if (q4kh_check_moe_route(&quiet, q4kh_step_tensor(g, n[0]->src[0]), n[0]->i[0], ids,
+	                         wts) ||
+	    q4kh_check_glu(&quiet, Q4KH_GLU_SILU, q4kh_step_tensor(g, n[1]->out),
+	                   q4kh_step_tensor(g, n[2]->out), h) ||
+	    out->type != Q4KH_TYPE_F32 || out->ne[0] != d->ne[0] || out->ne[1] != d->ne[2] ||
+	    out->ne[2] != 1 || out->ne[3] != 1 || out->nb[0] != 4 ||
+	    q4kh_check_disjoint(&quiet, "", out, "", h) ||
+	    q4kh_check_disjoint(&quiet, "", out, "", ids) ||
+	    q4kh_check_disjoint(&quiet, "", out, "", wts) ||
+	    q4kh_check_disjoint(&quiet, "", h, "", x) ||
+	    q4kh_check_disjoint(&quiet, "", ids, "", x) ||
+	    q4kh_check_disjoint(&quiet, "", wts, "", x) ||
+	    q4kh_check_disjoint(&quiet, "", h, "", ids) ||
+	    q4kh_check_disjoint(&quiet, "", h, "", wts) ||
+	    q4kh_check_disjoint(&quiet, "", h, "", q4kh_step_tensor(g, n[0]->src[0])) ||
+	    !q4kh_step_dead_after(g, n[2]->out, last) || !q4kh_step_dead_after(g, n[4]->out, last) ||
+	    (n[3]->out != n[1]->out && !q4kh_step_dead_after(g, n[1]->out, last)))
+		return 0;
+	for (int j = 1; j < 5; j += j == 2 ? 2 : 1)
+		if (q4kh_check_mul_mat_id(&quiet, q4kh_step_tensor(g, n[j]->src[0]),
+		                          q4kh_step_tensor(g, n[j]->src[1]), ids,
+		                          q4kh_step_tensor(g, n[j]->out)))
+			return 0;
+	return last - i + 1;
+}
+
+/*
+ * Run the block that match_moe found at node I as two launches; where
+ * cuda_launch_moe_fused declines its types or alignment, its nodes one by
+ * one.
+ */
+static q4kh_status issue_moe(q4kh_device_ctx *dev, const struct q4kh_step_graph *g, int32_t i,
+                             int32_t n, struct q4kh_step_fail *fail)
+{
+	const struct q4kh_step_host_values none = { NULL, NULL };
+	const struct q4kh_step_node *route = q4kh_step_node_at(g, i);
+	struct cuda_moe_fused_views v;
+	cudaError_t e;
+	q4kh_status st;
+
+	v.logits = cuda_view_of(q4kh_step_tensor(g, route->src[0]));
+	v.ids = cuda_view_of(q4kh_step_tensor(g, route->src[1]));
+	v.weights = cuda_view_of(q4kh_step_tensor(g, route->out));
+	v.x = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 1)->src[1]));
+	v.gate = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 1)->src[0]));
+	v.up = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 2)->src[0]));
+	v.h = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 3)->out));
+	v.down = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 4)->src[0]));
+	v.out = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + n - 1)->out));
+	e = cuda_launch_moe_fused(&v, route->i[0], dev->sms, dev->stream);
+	if (e != cudaErrorNotSupported)
+		return cuda_launched(dev, "graph_compute: the experts' block", e);
+	for (int32_t j = i; j < i + n; j++)
+		if ((st = q4kh_step_issue_node(&cuda_backend, dev, g, j, &none, fail)))
+			return st;
+	return Q4KH_OK;
+}
+
 /* Free step S and what it holds. */
 static void step_free(struct q4kh_step *s)
 {
@@ -202,7 +338,9 @@ static void step_free(struct q4kh_step *s)
 /* The calls of S's graph, as the host's interpreter groups them. */
 static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 {
-	s->groups = malloc(sizeof(*s->groups) * (size_t)s->g->n_nodes);
+	int32_t moe = 0;
+
+	s->groups = calloc((size_t)s->g->n_nodes, sizeof(*s->groups));
 	if (!s->groups)
 		return cuda_fail(dev->ctx, Q4KH_ERR_NOMEM,
 		                 "graph_prepare: out of memory planning %d nodes", s->g->n_nodes);
@@ -218,11 +356,23 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 			s->fused += (uint32_t)n;
 			continue;
 		}
+		if ((n = match_moe(dev, s->g, i)) > 0) {
+			c->fuse = Q4KH_FUSE_NONE;
+			c->moe = 1;
+			c->n = n;
+			s->fused += (uint32_t)n;
+			moe++;
+			continue;
+		}
 		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
 		c->n = n;
 		if (n > 1)
 			s->fused += (uint32_t)n;
 	}
+	if (moe)
+		cuda_log(dev->ctx, Q4KH_LOG_DEBUG,
+		         "cuda: a step of %lld tokens runs its %d blocks of experts as two "
+		         "launches each", (long long)s->g->n_tokens, moe);
 	return Q4KH_OK;
 }
 
@@ -358,6 +508,12 @@ static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 			if ((st = cuda_launched(dev, "graph_compute: the persistent kernel",
 			                        cuda_persist_launch(&s->persist->run, dev->stream))))
 				return st;
+			continue;
+		}
+		if (c->moe) {
+			memset(&fail, 0, sizeof(fail));
+			if ((st = issue_moe(dev, s->g, c->first, c->n, &fail)))
+				return fail.call ? issue_failed(dev, s, st, &fail) : st;
 			continue;
 		}
 		st = q4kh_step_issue_group(&cuda_backend, dev, s->g, c->first, c->fuse, c->n,

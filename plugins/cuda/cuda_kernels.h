@@ -292,11 +292,36 @@ cudaError_t cuda_launch_moe_route(const struct cuda_view *logits, int norm,
  * compute it. SMS: the device's multiprocessors.
  */
 #define CUDA_MOE_TILE 8
+/* Does mul_mat_id of COLS columns (k T) over E experts take the direct
+ * form? */
+int cuda_mul_mat_id_direct(int64_t cols, int64_t e);
 size_t cuda_mul_mat_id_scratch(const struct cuda_view *w, const struct cuda_view *ids);
 cudaError_t cuda_launch_mul_mat_id(const struct cuda_view *w, const struct cuda_view *x,
                                    const struct cuda_view *ids, const struct cuda_view *y,
                                    void *scratch, int sms, int32_t *fault,
                                    cudaStream_t s);
+
+/*
+ * A decode's mixture-of-experts block in two launches (cuda_graph.c plans
+ * it for the nodes moe_route, mul_mat_id of gate and of up, their SiLU
+ * GLU, mul_mat_id of down, the weights' mul and the slots' adds):
+ *  1. each token's route (moe_route's warp, into ids and weights), then
+ *     gate and up of its k experts' rows, act(gate) up into h;
+ *  2. down of each slot's column of h and the slots' products times their
+ *     weights added in slot order into out.
+ * logits F32 {E, T}, ids I32 {k, T}, weights F32 {k, T}, x F32 {K, 1, T},
+ * gate and up {K, F, E} of one type, h F32 {F, k, T}, down {F, K, E}, out
+ * F32 {K, T}. Each product is the one mul_mat_id's direct form gives (its
+ * formats, its split of rows over warps), the GLU glu's, the sums those of
+ * mul and add: the unfused nodes' bits. cudaErrorNotSupported, nothing
+ * enqueued, where those nodes would not take the GEMV formats' direct form
+ * (k T >= 2 E, types or alignment) or gate's type is not up's.
+ */
+struct cuda_moe_fused_views {
+	struct cuda_view logits, ids, weights, x, gate, up, h, down, out;
+};
+cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *v, int norm, int sms,
+                                  cudaStream_t s);
 
 /* cudaSuccess when this build holds code that the current device runs. */
 cudaError_t cuda_kernels_runnable(void);

@@ -79,6 +79,11 @@ static __device__ __forceinline__ bool moe_tile_at(const moe_tiles &m, int64_t i
  * its loads cannot read w or x (nothing enqueued). */
 cudaError_t cuda_gemv_grouped_launch(const moe_tiles &m, uint32_t type, int64_t tiles, int c,
                                      uintptr_t xa, int sms, cudaStream_t s);
+/* Warps sharing a row (*KS) in cuda_gemv_grouped_launch's direct form
+ * (c 1) for TILES columns of a type's {K, N} matrices: the fused decode of
+ * cuda_moe.cu splits its rows as mul_mat_id does, for the same bits. */
+cudaError_t cuda_gemv_grouped_split(uint32_t type, int64_t n, int64_t k, int64_t tiles, int sms,
+                                    int *ks);
 cudaError_t cuda_mm_grouped_launch(const moe_tiles &m, uint32_t type, int64_t tiles,
                                    cudaStream_t s);
 

@@ -118,8 +118,7 @@ static int32_t root(const struct q4kh_step_graph *g, int32_t v)
 	return v;
 }
 
-/* Is activation V read by no node after node N, through no view of it? */
-static int dead_after(const struct q4kh_step_graph *g, int32_t v, int32_t n)
+int q4kh_step_dead_after(const struct q4kh_step_graph *g, int32_t v, int32_t n)
 {
 	if (VAL(g, v)->kind != Q4KH_VAL_ACT)
 		return 0;
@@ -202,8 +201,9 @@ static int32_t match_gemv_glu(const struct q4kh_step_graph *g, int32_t i)
 	wu = routed(g, up);
 	if (!wg || !wu || glu->op != Q4KH_OP_GLU || up->src[1] != gate->src[1] ||
 	    gate->src[2] >= 0 || up->src[2] >= 0 || glu->src[0] != gate->out ||
-	    glu->src[1] != up->out || gate->out == up->out || !dead_after(g, up->out, i + 2) ||
-	    (glu->out != gate->out && !dead_after(g, gate->out, i + 2)))
+	    glu->src[1] != up->out || gate->out == up->out ||
+	    !q4kh_step_dead_after(g, up->out, i + 2) ||
+	    (glu->out != gate->out && !q4kh_step_dead_after(g, gate->out, i + 2)))
 		return 0;
 	x = TEN(g, gate->src[1]);
 	if (wu->kernel != wg->kernel || wu->kernel_ctx != wg->kernel_ctx ||

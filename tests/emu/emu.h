@@ -452,6 +452,56 @@ static T __shfl_xor_sync(unsigned mask, T v, int lanes, int width = 32)
 	return emu::collective(emu::SHFL_XOR, mask, v, lanes);
 }
 
+/* The warp's 32-bit reductions (sm_80), as exchanges of every lane. */
+static inline unsigned __reduce_max_sync(unsigned mask, unsigned v)
+{
+	for (int o = 16; o > 0; o /= 2) {
+		const unsigned w = __shfl_xor_sync(mask, v, o);
+
+		v = w > v ? w : v;
+	}
+	return v;
+}
+
+static inline unsigned __reduce_min_sync(unsigned mask, unsigned v)
+{
+	for (int o = 16; o > 0; o /= 2) {
+		const unsigned w = __shfl_xor_sync(mask, v, o);
+
+		v = w < v ? w : v;
+	}
+	return v;
+}
+
+/* A double's bits and back. */
+static inline long long __double_as_longlong(double d)
+{
+	long long v;
+
+	memcpy(&v, &d, sizeof(v));
+	return v;
+}
+
+static inline double __longlong_as_double(long long v)
+{
+	double d;
+
+	memcpy(&d, &v, sizeof(d));
+	return d;
+}
+
+/* The float operations rounded to nearest, never contracted into an fma
+ * (the harnesses build without FMA code). */
+static inline float __fmul_rn(float a, float b)
+{
+	return a * b;
+}
+
+static inline float __fadd_rn(float a, float b)
+{
+	return a + b;
+}
+
 /* A warp barrier: a shuffle every lane must reach. */
 static inline void __syncwarp(unsigned mask = 0xffffffffu)
 {

@@ -13,7 +13,10 @@
  *    limit), its column is left alone and every other column is right;
  *  - moe_route against plugin.h's definition computed here in double:
  *    the same expert ids (ties to the lower index, a NaN column to the
- *    lowest indices) and weights within one float rounding.
+ *    lowest indices) and weights within one float rounding;
+ *  - a decode's block fused into two launches (cuda_launch_moe_fused)
+ *    against its nodes run one by one, bit for bit, and its sums against
+ *    the float64 product of the dequantised down rows.
  * Built and run by scripts/cuda-emulate.sh; exit 0 when everything agrees.
  */
 #include <cmath>
@@ -26,6 +29,7 @@
 
 #include "emu.h"
 #include "emu_rows.h"
+#include "q4khost/cuda_glu.cuh"
 #include "q4khost/dequant.h"
 
 /* cuda_moe.cu, cuda_gemv.cu and cuda_matmul.cu are linked, compiled
@@ -240,6 +244,134 @@ static int route(int64_t e, int64_t k, int64_t t, int norm, bool nan_col)
 	return fails != 0;
 }
 
+/* Does float A have B's bits? */
+static bool same_bits(float a, float b)
+{
+	return !memcmp(&a, &b, sizeof(a));
+}
+
+/*
+ * A decode's block fused (cuda_launch_moe_fused) against the same block's
+ * nodes run one by one here (moe_route, mul_mat_id of gate and up, the
+ * GLU, mul_mat_id of down, the weights' products added in slot order):
+ * the same ids, weights, GLU and sums, bit for bit; and the sums within
+ * 1e-5 of sum |w h| of the float64 product of the cpu reference's
+ * dequantised down rows with that GLU.
+ */
+static int fused(uint32_t gt, uint32_t dt, int64_t e, int64_t k, int64_t n, int64_t f,
+                 int64_t t, int norm)
+{
+	const int64_t gb = n / (int64_t)q4kh_type_block_elems(gt) *
+	                   (int64_t)q4kh_type_block_bytes(gt);
+	const int64_t db = f / (int64_t)q4kh_type_block_elems(dt) *
+	                   (int64_t)q4kh_type_block_bytes(dt);
+	uint8_t *wg = (uint8_t *)aligned((size_t)(gb * f * e)), *wu = (uint8_t *)aligned((size_t)(gb * f * e));
+	uint8_t *wd = (uint8_t *)aligned((size_t)(db * n * e));
+	float *l = (float *)aligned((size_t)(e * t) * 4), *x = (float *)aligned((size_t)(n * t) * 4);
+	float *g1 = (float *)aligned((size_t)(f * k * t) * 4), *u1 = (float *)aligned((size_t)(f * k * t) * 4);
+	float *h2 = (float *)aligned((size_t)(f * k * t) * 4), *d1 = (float *)aligned((size_t)(n * k * t) * 4);
+	float *o2 = (float *)aligned((size_t)(n * t) * 4);
+	float *w1 = (float *)aligned((size_t)(k * t) * 4), *w2 = (float *)aligned((size_t)(k * t) * 4);
+	int32_t *i1 = (int32_t *)aligned((size_t)(k * t) * 4), *i2 = (int32_t *)aligned((size_t)(k * t) * 4);
+	std::vector<float> deq((size_t)f);
+	int fails = 0;
+	double worst = 0;
+
+	random_rows(gt, n, f * e, gb, wg);
+	random_rows(gt, n, f * e, gb, wu);
+	random_rows(dt, f, n * e, db, wd);
+	for (int64_t i = 0; i < e * t; i++)
+		l[i] = (float)(urand() * 8 - 4);
+	for (int64_t i = 0; i < n * t; i++)
+		x[i] = (float)(urand() * 2 - 1);
+	memset(fault, 0, sizeof(fault));
+
+	const cuda_view vl = view(l, Q4KH_TYPE_F32, e, t, 1, e * 4, e * 4 * t);
+	const cuda_view vg = { (char *)wg, gt, { n, f, e, 1 }, { 0, gb, gb * f, gb * f * e } };
+	const cuda_view vu = { (char *)wu, gt, { n, f, e, 1 }, { 0, gb, gb * f, gb * f * e } };
+	const cuda_view vd = { (char *)wd, dt, { f, n, e, 1 }, { 0, db, db * n, db * n * e } };
+	const cuda_view vx = view(x, Q4KH_TYPE_F32, n, 1, t, n * 4, n * 4);
+	cuda_view vi = view(i1, Q4KH_TYPE_I32, k, t, 1, k * 4, k * 4 * t);
+	cuda_view vw = view(w1, Q4KH_TYPE_F32, k, t, 1, k * 4, k * 4 * t);
+	const cuda_view vg1 = view(g1, Q4KH_TYPE_F32, f, k, t, f * 4, f * k * 4);
+	const cuda_view vu1 = view(u1, Q4KH_TYPE_F32, f, k, t, f * 4, f * k * 4);
+	const cuda_view vd1 = view(d1, Q4KH_TYPE_F32, n, k, t, n * 4, n * k * 4);
+
+	/* the nodes one by one: g1 becomes their GLU in place, as the graph's */
+	if (cuda_launch_moe_route(&vl, norm, &vi, &vw, 0) != cudaSuccess ||
+	    cuda_launch_mul_mat_id(&vg, &vx, &vi, &vg1, nullptr, 2, fault, 0) != cudaSuccess ||
+	    cuda_launch_mul_mat_id(&vu, &vx, &vi, &vu1, nullptr, 2, fault, 0) != cudaSuccess) {
+		printf("fused: the nodes' launches failed: FAIL\n");
+		return 1;
+	}
+	for (int64_t i = 0; i < f * k * t; i++)
+		g1[i] = q4kh_cuda_glu_value(true, g1[i], u1[i]);
+	if (cuda_launch_mul_mat_id(&vd, &vg1, &vi, &vd1, nullptr, 2, fault, 0) != cudaSuccess) {
+		printf("fused: down's launch failed: FAIL\n");
+		return 1;
+	}
+
+	cuda_moe_fused_views v;
+
+	v.logits = vl;
+	v.ids = view(i2, Q4KH_TYPE_I32, k, t, 1, k * 4, k * 4 * t);
+	v.weights = view(w2, Q4KH_TYPE_F32, k, t, 1, k * 4, k * 4 * t);
+	v.x = vx;
+	v.gate = vg;
+	v.up = vu;
+	v.h = view(h2, Q4KH_TYPE_F32, f, k, t, f * 4, f * k * 4);
+	v.down = vd;
+	v.out = view(o2, Q4KH_TYPE_F32, n, t, 1, n * 4, n * 4 * t);
+	if (cuda_launch_moe_fused(&v, norm, 2, 0) != cudaSuccess) {
+		printf("fused: launch failed: FAIL\n");
+		return 1;
+	}
+	for (int64_t i = 0; i < k * t; i++)
+		if ((i1[i] != i2[i] || !same_bits(w1[i], w2[i])) && fails++ < 5)
+			fprintf(stderr, "  slot %lld: expert %d weight %.9g, the nodes' %d %.9g\n",
+			        (long long)i, i2[i], w2[i], i1[i], w1[i]);
+	for (int64_t i = 0; i < f * k * t; i++)
+		if (!same_bits(g1[i], h2[i]) && fails++ < 5)
+			fprintf(stderr, "  GLU %lld: %.9g, the nodes' %.9g\n", (long long)i, h2[i], g1[i]);
+	for (int64_t tt = 0; tt < t; tt++)
+		for (int64_t r = 0; r < n; r++) {
+			const float *dc = d1 + tt * n * k + r;
+			float nodes = dc[0] * w1[tt * k];
+			double sum = 0, sa = 0, rel;
+
+			for (int64_t j = 1; j < k; j++)
+				nodes = nodes + dc[j * n] * w1[tt * k + j];
+			for (int64_t j = 0; j < k; j++) {
+				const float *hc = h2 + tt * f * k + j * f;
+				double dot = 0, da = 0;
+
+				q4kh_dequant_row(dt, wd + i2[tt * k + j] * db * n + r * db, deq.data(), f);
+				for (int64_t i = 0; i < f; i++) {
+					dot += (double)deq[(size_t)i] * hc[i];
+					da += fabs((double)deq[(size_t)i] * hc[i]);
+				}
+				sum += dot * w2[tt * k + j];
+				sa += da * fabs(w2[tt * k + j]);
+			}
+			rel = fabs(o2[tt * n + r] - sum) / (sa > 0 ? sa : 1);
+			if ((!same_bits(nodes, o2[tt * n + r]) || !(rel < 1e-5)) && fails++ < 5)
+				fprintf(stderr, "  token %lld row %lld: %.9g, the nodes' %.9g, want %.9g\n",
+				        (long long)tt, (long long)r, o2[tt * n + r], nodes, sum);
+			if (!(rel <= worst))
+				worst = rel;
+		}
+	if (fault[0] && fails++ < 5)
+		fprintf(stderr, "  a fault (%d)\n", fault[0]);
+	printf("fused  %s/%s: E=%lld k=%lld K=%lld F=%lld T=%lld norm=%d: worst %.2g: %s\n",
+	       q4kh_type_name(gt), q4kh_type_name(dt), (long long)e, (long long)k, (long long)n,
+	       (long long)f, (long long)t, norm, worst, fails ? "FAIL" : "ok");
+	for (void *p : { (void *)wg, (void *)wu, (void *)wd, (void *)l, (void *)x, (void *)g1,
+	                 (void *)u1, (void *)h2, (void *)d1, (void *)o2, (void *)w1, (void *)w2,
+	                 (void *)i1, (void *)i2 })
+		free(p);
+	return fails != 0;
+}
+
 int main(void)
 {
 	int fails = 0;
@@ -261,6 +393,14 @@ int main(void)
 	fails += mul_mat_id(Q4KH_TYPE_Q4_K, 8, 256, 7, 2, 9, 2, 2, -1, "prefill, odd rows");
 	fails += mul_mat_id(Q4KH_TYPE_Q6_K, 8, 256, 5, 2, 1, 1, 0, 1, "decode, a bad id");
 	fails += mul_mat_id(Q4KH_TYPE_Q6_K, 8, 256, 5, 2, 10, 1, 0, 13, "prefill, a bad id");
+	/* a decode's block fused: Qwen3-MoE's types, one shared, k = 1 */
+	fails += fused(Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, 16, 4, 512, 256, 1, 1);
+	fails += fused(Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q4_K, 16, 3, 256, 512, 2, 0);
+	fails += fused(Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q8_0, 8, 1, 256, 96, 1, 1);
+	/* few rows, long enough that two warps share each (on the 2
+	 * multiprocessors emu.h's occupancy gives): gate and up, then down */
+	fails += fused(Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q8_0, 4, 1, 2048, 32, 1, 1);
+	fails += fused(Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q8_0, 4, 1, 32, 2048, 1, 1);
 	printf("%s\n", fails ? "FAILED" : "all agree");
 	return fails != 0;
 }

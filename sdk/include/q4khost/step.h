@@ -40,6 +40,10 @@ static inline const struct q4kh_tensor *q4kh_step_tensor(const struct q4kh_step_
 	return v >= 0 ? &q4kh_step_value_at(g, v)->t : NULL;
 }
 
+/* Is V an activation (Q4KH_VAL_ACT) that no node after node N of G
+ * reads, through no view of it? A fused call need not write it then. */
+int q4kh_step_dead_after(const struct q4kh_step_graph *g, int32_t v, int32_t n);
+
 /*
  * A copy of G that outlives graph_prepare (docs/plugin-abi.md E2): one
  * allocation holding the graph, its nodes and its values at this
