@@ -81,11 +81,13 @@ struct amx_sums {
 
 /*
  * The block's codes W (NQ registers) as tile B, the column bytes of its
- * first value V as tiles A (a column a row, K apart): both tdpbsud, and
- * the sums stored for amx_sum().
+ * first value V as tiles A (a column a row, K apart): both tdpbsud, the
+ * sums stored, and column c's as q[c] = 256 hi + lo, as vpdpbusd's
+ * (hi << 8) + lo.
  */
 static inline __attribute__((always_inline)) void
-amx_begin(void *state, const __m512i *w, int nq, const struct simd_act *a, int64_t v)
+amx_block_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int nc, int64_t v,
+         __m512i *q)
 {
 	struct amx_sums *st = state;
 
@@ -102,35 +104,27 @@ amx_begin(void *state, const __m512i *w, int nq, const struct simd_act *a, int64
 	_tile_dpbsud(T_PLO, T_LO, T_CODES);
 	_tile_stored(T_PHI, st->ph, 64);
 	_tile_stored(T_PLO, st->pl, 64);
-}
-
-/* Column c's sums: 256 hi + lo, as vpdpbusd's (hi << 8) + lo. */
-static inline __attribute__((always_inline)) __m512i
-amx_sum(void *state, const __m512i *w, int nq, const struct simd_act *a, int c, int64_t v)
-{
-	const struct amx_sums *st = state;
-
-	(void)w;
-	(void)nq;
-	(void)a;
-	(void)v;
-	return _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]), 8),
-	                        _mm512_load_si512(st->pl[c]));
+	/* All PACK_MAX_COLS set, those past NC to 0: the compiler cannot
+	 * follow NC from here to the steps that read q. */
+#pragma GCC unroll 16
+	for (int c = 0; c < PACK_MAX_COLS; c++)
+		q[c] = c < nc ? _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]), 8),
+		                                 _mm512_load_si512(st->pl[c]))
+		              : _mm512_setzero_si512();
 }
 
 /* A tile against NC columns: 16 (the accumulators in registers) or fewer. */
 #define TILE_COLS(type)                                                                   \
 	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
-	                        float *out[], __mmask16 keep)                                  \
-	{                                                                                     \
-		struct amx_sums st;                                                           \
-                                                                                              \
-		st.k = nsb * Q4KH_QK_K;                                                       \
-		if (nc == PACK_MAX_COLS)                                                      \
-			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_begin, amx_sum,  \
-			            &st);                                                     \
-		else                                                                          \
-			tile_##type(p, nsb, a, nc, out, keep, amx_begin, amx_sum, &st);       \
+	                        float *out[], __mmask16 keep)                             \
+	{                                                                                 \
+		struct amx_sums st;                                                       \
+                                                                                          \
+		st.k = nsb * Q4KH_QK_K;                                                   \
+		if (nc == PACK_MAX_COLS)                                                  \
+			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_block_sums, &st); \
+		else                                                                      \
+			tile_##type(p, nsb, a, nc, out, keep, amx_block_sums, &st);       \
 	}
 
 TILE_COLS(q4_k)

@@ -84,15 +84,14 @@ static inline __m512 q6_k_step(__m512 acc, __m512i q, __m512 s, const struct sim
 
 /*
  * How a packed product forms a block's exact int32 sums (codes . q, the
- * column's int16 values): BEGIN (NULL: nothing) once per block, with its
- * codes unpacked in W (NQ registers of 4 codes of each of 16 rows) and V
- * its first value; then SUM for each column c: the 16 rows' sums. STATE
- * is the product's own.
+ * column's int16 values): for the block's codes unpacked in W (NQ
+ * registers of 4 codes of each of 16 rows), V its first value, the 16
+ * rows' sums of each column c < NC into q[c]. STATE is the product's own.
+ * All columns at once, so that a product may interleave their
+ * instructions.
  */
-typedef void (*block_begin_fn)(void *state, const __m512i *w, int nq, const struct simd_act *a,
-                               int64_t v);
-typedef __m512i (*block_sum_fn)(void *state, const __m512i *w, int nq,
-                                const struct simd_act *a, int c, int64_t v);
+typedef void (*block_sums_fn)(void *state, const __m512i *w, int nq, const struct simd_act *a,
+                              int nc, int64_t v, __m512i *q);
 
 /*
  * One tile of Q4_K (NSB super-blocks at P) against NC columns A, results
@@ -103,7 +102,7 @@ typedef __m512i (*block_sum_fn)(void *state, const __m512i *w, int nq,
  */
 static inline __attribute__((always_inline)) void
 tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *out[], __mmask16 keep, block_begin_fn begin, block_sum_fn sum, void *state)
+          float *out[], __mmask16 keep, block_sums_fn sums, void *state)
 {
 	__m512 acc[PACK_MAX_COLS];
 
@@ -118,17 +117,15 @@ tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a,
 			const int64_t blk = 8 * sb + j;
 			const __m512 s = _mm512_mul_ps(u8_ps(b->sc[j]), d);
 			const __m512 m = _mm512_mul_ps(u8_ps(b->m[j]), dmin);
-			__m512i w[8];
+			__m512i w[8], q[PACK_MAX_COLS];
 
 #pragma GCC unroll 4
 			for (int o = 0; o < 4; o++)
 				octet(b->qs[4 * j + o][0], &w[2 * o], &w[2 * o + 1]);
-			if (begin)
-				begin(state, w, 8, a, 32 * blk);
+			sums(state, w, 8, a, nc, 32 * blk, q);
 #pragma GCC unroll 16
 			for (int c = 0; c < nc; c++)
-				acc[c] = q4_k_step(acc[c], sum(state, w, 8, a, c, 32 * blk), s, m, &a[c],
-				                   blk);
+				acc[c] = q4_k_step(acc[c], q[c], s, m, &a[c], blk);
 		}
 	}
 #pragma GCC unroll 16
@@ -142,7 +139,7 @@ tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a,
  */
 static inline __attribute__((always_inline)) void
 tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *out[], __mmask16 keep, block_begin_fn begin, block_sum_fn sum, void *state)
+          float *out[], __mmask16 keep, block_sums_fn sums, void *state)
 {
 	__m512 acc[PACK_MAX_COLS];
 
@@ -156,14 +153,13 @@ tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a,
 		for (int g = 0; g < 16; g++) {
 			const int64_t v = Q4KH_QK_K * sb + 16 * g;
 			const __m512 s = _mm512_mul_ps(i8_ps(b->sc[g]), d);
-			__m512i w[4];
+			__m512i w[4], q[PACK_MAX_COLS];
 
 			q6_k_group(b, g, w);
-			if (begin)
-				begin(state, w, 4, a, v);
+			sums(state, w, 4, a, nc, v, q);
 #pragma GCC unroll 16
 			for (int c = 0; c < nc; c++)
-				acc[c] = q6_k_step(acc[c], sum(state, w, 4, a, c, v), s, &a[c], v);
+				acc[c] = q6_k_step(acc[c], q[c], s, &a[c], v);
 		}
 	}
 #pragma GCC unroll 16

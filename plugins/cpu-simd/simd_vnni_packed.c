@@ -29,50 +29,52 @@ static inline __m512i bcast4(const int8_t *p)
 }
 
 /*
- * sum over quads s < nq of codes w[s] times column bytes at hi + 4s, then
- * lo + 4s, as the int16 product: (w . hi) * 256 + w . lo.
+ * Each column c's sums: over quads s < nq, codes w[s] times its bytes at
+ * hi + 4s, then lo + 4s, as the int16 product, (w . hi) * 256 + w . lo.
+ * Quad by quad across the columns, so that the columns' vpdpbusd, each
+ * column a chain of its own, overlap.
  */
-static inline __attribute__((always_inline)) __m512i
-codes_dot(const __m512i *w, int nq, const int8_t *hi, const int8_t *lo)
-{
-	__m512i p = _mm512_setzero_si512();
-
-#pragma GCC unroll 8
-	for (int s = 0; s < nq; s++)
-		p = _mm512_dpbusd_epi32(p, w[s], bcast4(hi + 4 * s));
-	p = _mm512_slli_epi32(p, 8);
-#pragma GCC unroll 8
-	for (int s = 0; s < nq; s++)
-		p = _mm512_dpbusd_epi32(p, w[s], bcast4(lo + 4 * s));
-	return p;
-}
-
-/* Column c's sums: the codes in registers against its bytes broadcast. */
-static inline __attribute__((always_inline)) __m512i
-vnni_sum(void *state, const __m512i *w, int nq, const struct simd_act *a, int c, int64_t v)
+static inline __attribute__((always_inline)) void
+vnni_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int nc, int64_t v,
+          __m512i *q)
 {
 	(void)state;
-	return codes_dot(w, nq, a[c].hi + v, a[c].lo + v);
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		q[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+	for (int s = 0; s < nq; s++)
+#pragma GCC unroll 16
+		for (int c = 0; c < nc; c++)
+			q[c] = _mm512_dpbusd_epi32(q[c], w[s], bcast4(a[c].hi + v + 4 * s));
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		q[c] = _mm512_slli_epi32(q[c], 8);
+#pragma GCC unroll 8
+	for (int s = 0; s < nq; s++)
+#pragma GCC unroll 16
+		for (int c = 0; c < nc; c++)
+			q[c] = _mm512_dpbusd_epi32(q[c], w[s], bcast4(a[c].lo + v + 4 * s));
 }
 
 /* A tile against 1 .. PACK_COLS columns, each count its own unrolled copy. */
 #define TILE_COLS(type)                                                                   \
 	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
-	                        float *out[], __mmask16 keep)                                  \
-	{                                                                                     \
-		const struct simd_pack_##type *t = p;                                         \
-		switch (nc) {                                                                 \
-		case 1: tile_##type(t, nsb, a, 1, out, keep, NULL, vnni_sum, NULL); break;    \
-		case 2: tile_##type(t, nsb, a, 2, out, keep, NULL, vnni_sum, NULL); break;    \
-		case 3: tile_##type(t, nsb, a, 3, out, keep, NULL, vnni_sum, NULL); break;    \
-		case 4: tile_##type(t, nsb, a, 4, out, keep, NULL, vnni_sum, NULL); break;    \
-		case 5: tile_##type(t, nsb, a, 5, out, keep, NULL, vnni_sum, NULL); break;    \
-		case 6: tile_##type(t, nsb, a, 6, out, keep, NULL, vnni_sum, NULL); break;    \
-		case 7: tile_##type(t, nsb, a, 7, out, keep, NULL, vnni_sum, NULL); break;    \
-		default:                                                                      \
-			tile_##type(t, nsb, a, PACK_COLS, out, keep, NULL, vnni_sum, NULL);   \
-			break;                                                                \
-		}                                                                             \
+	                        float *out[], __mmask16 keep)                             \
+	{                                                                                 \
+		const struct simd_pack_##type *t = p;                                     \
+		switch (nc) {                                                             \
+		case 1: tile_##type(t, nsb, a, 1, out, keep, vnni_sums, NULL); break;     \
+		case 2: tile_##type(t, nsb, a, 2, out, keep, vnni_sums, NULL); break;     \
+		case 3: tile_##type(t, nsb, a, 3, out, keep, vnni_sums, NULL); break;     \
+		case 4: tile_##type(t, nsb, a, 4, out, keep, vnni_sums, NULL); break;     \
+		case 5: tile_##type(t, nsb, a, 5, out, keep, vnni_sums, NULL); break;     \
+		case 6: tile_##type(t, nsb, a, 6, out, keep, vnni_sums, NULL); break;     \
+		case 7: tile_##type(t, nsb, a, 7, out, keep, vnni_sums, NULL); break;     \
+		default:                                                                  \
+			tile_##type(t, nsb, a, PACK_COLS, out, keep, vnni_sums, NULL);    \
+			break;                                                            \
+		}                                                                         \
 	}
 
 TILE_COLS(q4_k)
