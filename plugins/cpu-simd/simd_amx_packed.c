@@ -133,15 +133,15 @@ TILE_COLS(q6_k)
 void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y)
 {
-	packed_tiles(q4_k_cols, PACK_MAX_COLS, pass_q4_k, sizeof(struct simd_pack_q4_k), p, n, k,
-	             t0, t1, a, ncols, y);
+	packed_tiles(q4_k_cols, PACK_MAX_COLS, pass_q4_k, Q4KH_QK_K, sizeof(struct simd_pack_q4_k),
+	             p, n, k, t0, t1, a, ncols, y);
 	_tile_release();
 }
 
 void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y)
 {
-	packed_tiles(q6_k_cols, PACK_MAX_COLS, pass_q6_k, sizeof(struct simd_pack_q6_k), p, n, k,
-	             t0, t1, a, ncols, y);
+	packed_tiles(q6_k_cols, PACK_MAX_COLS, pass_q6_k, Q4KH_QK_K, sizeof(struct simd_pack_q6_k),
+	             p, n, k, t0, t1, a, ncols, y);
 	_tile_release();
 }

@@ -1,6 +1,6 @@
 /*
- * cpu-simd's gemm for AVX-512 VNNI on repacked Q4_K and Q6_K weights
- * (struct simd_pack_q4_k, simd_pack_q6_k): rows in the 16 lanes, 4 codes
+ * cpu-simd's gemm for AVX-512 VNNI on repacked Q4_K, Q6_K and Q5_0
+ * weights (struct simd_pack_q4_k, simd_pack_q6_k, simd_pack_q5_0): rows in the 16 lanes, 4 codes
  * each, against 4 bytes of one column broadcast, so the codes of a tile are
  * loaded and unpacked once for up to PACK_COLS columns and each column's 16
  * results leave in one store. The column's int16 values go in as their
@@ -79,17 +79,25 @@ vnni_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int n
 
 TILE_COLS(q4_k)
 TILE_COLS(q6_k)
+TILE_COLS(q5_0)
 
 void simd_vnni_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                            const struct simd_act *a, int ncols, float *const *y)
 {
-	packed_tiles(q4_k_cols, PACK_COLS, NULL, sizeof(struct simd_pack_q4_k), p, n, k, t0, t1, a,
-	             ncols, y);
+	packed_tiles(q4_k_cols, PACK_COLS, NULL, Q4KH_QK_K, sizeof(struct simd_pack_q4_k), p, n, k,
+	             t0, t1, a, ncols, y);
 }
 
 void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                            const struct simd_act *a, int ncols, float *const *y)
 {
-	packed_tiles(q6_k_cols, PACK_COLS, NULL, sizeof(struct simd_pack_q6_k), p, n, k, t0, t1, a,
-	             ncols, y);
+	packed_tiles(q6_k_cols, PACK_COLS, NULL, Q4KH_QK_K, sizeof(struct simd_pack_q6_k), p, n, k,
+	             t0, t1, a, ncols, y);
+}
+
+void simd_vnni_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y)
+{
+	packed_tiles(q5_0_cols, PACK_COLS, NULL, 32, sizeof(struct simd_pack_q5_0), p, n, k, t0,
+	             t1, a, ncols, y);
 }
