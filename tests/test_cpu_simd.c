@@ -1089,10 +1089,9 @@ static void packed_code_at_the_edges(const struct packed_set *kernel,
 static const struct packed_set emulated_vnni = { "emulated avx512-vnni",
 	                                         { simd_vnni_packed_q4_k, simd_vnni_packed_q6_k,
 	                                           simd_vnni_packed_q5_0 } };
-/* The AMX set's Q5_0 gemm is the VNNI one (simd.h). */
 static const struct packed_set emulated_amx = { "emulated amx",
 	                                        { simd_amx_packed_q4_k, simd_amx_packed_q6_k,
-	                                          simd_vnni_packed_q5_0 } };
+	                                          simd_amx_packed_q5_0 } };
 
 Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
 {

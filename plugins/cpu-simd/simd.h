@@ -224,12 +224,13 @@ void simd_vnni_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int6
                            const struct simd_act *a, int ncols, float *const *y);
 
 /* simd_amx_packed.c (configure: HAVE_SIMD_AMX): the same products on AMX
- * tiles, bit for bit; the AMX set is the VNNI set with these (its Q5_0
- * gemm is the VNNI one). Call only where
- * q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AMX_INT8). */
+ * tiles, bit for bit; the AMX set is the VNNI set with these. Call only
+ * where q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AMX_INT8). */
 void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y);
 void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                          const struct simd_act *a, int ncols, float *const *y);
+void simd_amx_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y);
 
 /*

@@ -1,6 +1,7 @@
 /*
- * cpu-simd's gemm for AMX-INT8 on repacked Q4_K and Q6_K weights (struct
- * simd_pack_q4_k, simd_pack_q6_k, the layout of the AVX-512 VNNI gemm):
+ * cpu-simd's gemm for AMX-INT8 on repacked Q4_K, Q6_K and Q5_0 weights
+ * (struct simd_pack_q4_k, simd_pack_q6_k, simd_pack_q5_0, the layout of
+ * the AVX-512 VNNI gemm):
  * the codes of one scale block of a tile, unpacked to a byte each, are
  * 64 bytes per 4 values of its 16 rows, row r in bytes 4r .. 4r + 3, which
  * is tile B of tdpbsud as it stands; the column bytes of up to 16 columns
@@ -10,9 +11,10 @@
  * codes: two of them (hi, then lo) per block, and 256 C_hi + C_lo is
  * exactly the int32 sum the VNNI gemm forms (codes . q, |q| <= SIMD_QMAX),
  * which the same steps (simd_packed.h) scale in the same order: the two
- * gemms agree bit for bit. A block is 32 values for Q4_K (a sub-block),
- * 16 for Q6_K (a group): the scales change there, so each tdpbsud uses 32
- * (16) of the 64 bytes of K it could take. Built with the VNNI flags and
+ * gemms agree bit for bit. A block is 32 values for Q4_K (a sub-block)
+ * and Q5_0, 16 for Q6_K (a group): the scales change there, so each
+ * tdpbsud uses 32 (16) of the 64 bytes of K it could take. Built with the
+ * VNNI flags and
  * -mamx-tile -mamx-int8; called only where
  * q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AMX_INT8), which has asked Linux for
  * the tile data.
@@ -71,6 +73,11 @@ static void pass_q6_k(int nc)
 	configure(16, nc);
 }
 
+static void pass_q5_0(int nc)
+{
+	configure(32, nc);
+}
+
 /* A block's sums for the configured columns, as the tiles leave them. */
 struct amx_sums {
 	int64_t k;                              /* the columns' bytes are K apart */
@@ -113,22 +120,24 @@ amx_block_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, 
 		              : _mm512_setzero_si512();
 }
 
-/* A tile against NC columns: 16 (the accumulators in registers) or fewer. */
-#define TILE_COLS(type)                                                                   \
+/* A tile against NC columns: 16 (the accumulators in registers) or fewer;
+ * BV values a block. */
+#define TILE_COLS(type, bv)                                                               \
 	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
-	                        float *out[], __mmask16 keep)                             \
-	{                                                                                 \
-		struct amx_sums st;                                                       \
-                                                                                          \
-		st.k = nsb * Q4KH_QK_K;                                                   \
-		if (nc == PACK_MAX_COLS)                                                  \
+	                        float *out[], __mmask16 keep)                                  \
+	{                                                                                     \
+		struct amx_sums st;                                                           \
+                                                                                              \
+		st.k = nsb * (bv);                                                            \
+		if (nc == PACK_MAX_COLS)                                                      \
 			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_block_sums, &st); \
-		else                                                                      \
-			tile_##type(p, nsb, a, nc, out, keep, amx_block_sums, &st);       \
+		else                                                                          \
+			tile_##type(p, nsb, a, nc, out, keep, amx_block_sums, &st);           \
 	}
 
-TILE_COLS(q4_k)
-TILE_COLS(q6_k)
+TILE_COLS(q4_k, Q4KH_QK_K)
+TILE_COLS(q6_k, Q4KH_QK_K)
+TILE_COLS(q5_0, 32)
 
 void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y)
@@ -143,5 +152,13 @@ void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64
 {
 	packed_tiles(q6_k_cols, PACK_MAX_COLS, pass_q6_k, Q4KH_QK_K, sizeof(struct simd_pack_q6_k),
 	             p, n, k, t0, t1, a, ncols, y);
+	_tile_release();
+}
+
+void simd_amx_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                          const struct simd_act *a, int ncols, float *const *y)
+{
+	packed_tiles(q5_0_cols, PACK_MAX_COLS, pass_q5_0, 32, sizeof(struct simd_pack_q5_0), p, n,
+	             k, t0, t1, a, ncols, y);
 	_tile_release();
 }

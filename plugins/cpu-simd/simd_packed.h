@@ -1,8 +1,8 @@
 /*
  * What the gemms on repacked Q4_K, Q6_K and Q5_0 weights (struct
  * simd_pack_q4_k, simd_pack_q6_k, simd_pack_q5_0) share, AVX-512 VNNI's
- * (simd_vnni_packed.c) and AMX's (simd_amx_packed.c: Q4_K and Q6_K): the
- * codes of a tile unpacked to bytes, the
+ * (simd_vnni_packed.c) and AMX's (simd_amx_packed.c): the codes of a tile
+ * unpacked to bytes, the
  * float steps that scale a block's integer sum into a column's 16 rows,
  * and the walk over tiles and columns. Both products compute the same
  * exact int32 sum per block and give it to the same steps in the same

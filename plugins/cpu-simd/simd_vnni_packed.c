@@ -60,21 +60,21 @@ vnni_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int n
 /* A tile against 1 .. PACK_COLS columns, each count its own unrolled copy. */
 #define TILE_COLS(type)                                                                   \
 	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
-	                        float *out[], __mmask16 keep)                             \
-	{                                                                                 \
-		const struct simd_pack_##type *t = p;                                     \
-		switch (nc) {                                                             \
-		case 1: tile_##type(t, nsb, a, 1, out, keep, vnni_sums, NULL); break;     \
-		case 2: tile_##type(t, nsb, a, 2, out, keep, vnni_sums, NULL); break;     \
-		case 3: tile_##type(t, nsb, a, 3, out, keep, vnni_sums, NULL); break;     \
-		case 4: tile_##type(t, nsb, a, 4, out, keep, vnni_sums, NULL); break;     \
-		case 5: tile_##type(t, nsb, a, 5, out, keep, vnni_sums, NULL); break;     \
-		case 6: tile_##type(t, nsb, a, 6, out, keep, vnni_sums, NULL); break;     \
-		case 7: tile_##type(t, nsb, a, 7, out, keep, vnni_sums, NULL); break;     \
-		default:                                                                  \
-			tile_##type(t, nsb, a, PACK_COLS, out, keep, vnni_sums, NULL);    \
-			break;                                                            \
-		}                                                                         \
+	                        float *out[], __mmask16 keep)                                  \
+	{                                                                                     \
+		const struct simd_pack_##type *t = p;                                         \
+		switch (nc) {                                                                 \
+		case 1: tile_##type(t, nsb, a, 1, out, keep, vnni_sums, NULL); break;         \
+		case 2: tile_##type(t, nsb, a, 2, out, keep, vnni_sums, NULL); break;         \
+		case 3: tile_##type(t, nsb, a, 3, out, keep, vnni_sums, NULL); break;         \
+		case 4: tile_##type(t, nsb, a, 4, out, keep, vnni_sums, NULL); break;         \
+		case 5: tile_##type(t, nsb, a, 5, out, keep, vnni_sums, NULL); break;         \
+		case 6: tile_##type(t, nsb, a, 6, out, keep, vnni_sums, NULL); break;         \
+		case 7: tile_##type(t, nsb, a, 7, out, keep, vnni_sums, NULL); break;         \
+		default:                                                                      \
+			tile_##type(t, nsb, a, PACK_COLS, out, keep, vnni_sums, NULL);        \
+			break;                                                                \
+		}                                                                             \
 	}
 
 TILE_COLS(q4_k)
