@@ -115,6 +115,38 @@ static inline __m512 q6_k_step(__m512 acc, __m512i q, __m512 s, const struct sim
 typedef void (*block_sums_fn)(void *state, const __m512i *w, int nq, const struct simd_act *a,
                               int nc, int64_t v, __m512i *q);
 
+/* A tile's NC accumulators: zeroed, then stored to out[c] for the rows
+ * KEEP selects. */
+static inline __attribute__((always_inline)) void accs_zero(__m512 *acc, int nc)
+{
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		acc[c] = _mm512_setzero_ps();
+}
+
+static inline __attribute__((always_inline)) void
+accs_store(const __m512 *acc, int nc, float *out[], __mmask16 keep)
+{
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+}
+
+/* A block of 32 values (a Q4_K sub-block, a Q5_0 block), its codes in W,
+ * BLK its index: the NC columns' sums, then q4_k_step() with S and M into
+ * each of ACC. */
+static inline __attribute__((always_inline)) void
+block_steps(__m512 *acc, const __m512i *w, __m512 s, __m512 m, const struct simd_act *a, int nc,
+            int64_t blk, block_sums_fn sums, void *state)
+{
+	__m512i q[PACK_MAX_COLS];
+
+	sums(state, w, 8, a, nc, 32 * blk, q);
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		acc[c] = q4_k_step(acc[c], q[c], s, m, &a[c], blk);
+}
+
 /*
  * One tile of Q4_K (NSB super-blocks at P) against NC columns A, results
  * into out[c] for the rows KEEP selects: per sub-block j of 32 values,
@@ -128,9 +160,7 @@ tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a,
 {
 	__m512 acc[PACK_MAX_COLS];
 
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
+	accs_zero(acc, nc);
 	for (int64_t sb = 0; sb < nsb; sb++) {
 		const struct simd_pack_q4_k *b = &p[sb];
 		const __m512 d = _mm512_load_ps(b->d), dmin = _mm512_load_ps(b->dmin);
@@ -139,20 +169,15 @@ tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a,
 			const int64_t blk = 8 * sb + j;
 			const __m512 s = _mm512_mul_ps(u8_ps(b->sc[j]), d);
 			const __m512 m = _mm512_mul_ps(u8_ps(b->m[j]), dmin);
-			__m512i w[8], q[PACK_MAX_COLS];
+			__m512i w[8];
 
 #pragma GCC unroll 4
 			for (int o = 0; o < 4; o++)
 				octet(b->qs[4 * j + o][0], &w[2 * o], &w[2 * o + 1]);
-			sums(state, w, 8, a, nc, 32 * blk, q);
-#pragma GCC unroll 16
-			for (int c = 0; c < nc; c++)
-				acc[c] = q4_k_step(acc[c], q[c], s, m, &a[c], blk);
+			block_steps(acc, w, s, m, a, nc, blk, sums, state);
 		}
 	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+	accs_store(acc, nc, out, keep);
 }
 
 /*
@@ -165,9 +190,7 @@ tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a,
 {
 	__m512 acc[PACK_MAX_COLS];
 
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
+	accs_zero(acc, nc);
 	for (int64_t sb = 0; sb < nsb; sb++) {
 		const struct simd_pack_q6_k *b = &p[sb];
 		const __m512 d = _mm512_load_ps(b->d);
@@ -184,9 +207,7 @@ tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a,
 				acc[c] = q6_k_step(acc[c], q[c], s, &a[c], v);
 		}
 	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+	accs_store(acc, nc, out, keep);
 }
 
 /*
@@ -199,23 +220,16 @@ tile_q5_0(const struct simd_pack_q5_0 *p, int64_t nb, const struct simd_act *a, 
 {
 	__m512 acc[PACK_MAX_COLS];
 
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
+	accs_zero(acc, nc);
 	for (int64_t b = 0; b < nb; b++) {
 		const __m512 d = _mm512_load_ps(p[b].d);
 		const __m512 m = _mm512_mul_ps(d, _mm512_set1_ps(16.0f));
-		__m512i w[8], q[PACK_MAX_COLS];
+		__m512i w[8];
 
 		q5_0_block(&p[b], w);
-		sums(state, w, 8, a, nc, 32 * b, q);
-#pragma GCC unroll 16
-		for (int c = 0; c < nc; c++)
-			acc[c] = q4_k_step(acc[c], q[c], d, m, &a[c], b);
+		block_steps(acc, w, d, m, a, nc, b, sums, state);
 	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+	accs_store(acc, nc, out, keep);
 }
 
 /* One tile (NSB blocks at P) against NC columns A, results into out[c]
