@@ -775,7 +775,7 @@ static const size_t packed_block_bytes[] = { 2432, 3392, 384 };
 /*
  * The K after K that the edge tests try for type T, up to the row's WK (0
  * past it): each super-block for Q4_K and Q6_K; for Q5_0 one, two and
- * three blocks, then across and past a super-block's 256 values.
+ * three blocks, then six blocks more at a time, and WK.
  */
 static int64_t packed_k_next(int t, int64_t k, int64_t wk)
 {
