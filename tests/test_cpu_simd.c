@@ -206,20 +206,23 @@ struct weight {
 };
 
 /*
- * Row I of a Q4_K or Q6_K copy made its own: in every super-block, the
- * codes (Q4_K qs, Q6_K ql) and the scales rotated by I bytes. Any bytes
- * there are valid blocks, and d stays: the reference dequantises the
- * result exactly as it does the file's.
+ * Row I of a Q4_K, Q6_K or Q5_0 copy made its own: in every block, the
+ * codes (Q4_K qs, Q6_K ql, Q5_0 qs) and the scales (Q5_0: the fifth bits,
+ * qh) rotated by I bytes. Any bytes there are valid blocks, and d stays:
+ * the reference dequantises the result exactly as it does the file's.
  */
 static void vary_row(uint32_t type, uint8_t *row, size_t row_bytes, int i)
 {
-	const int q4 = type == Q4KH_TYPE_Q4_K;
+	const int q4 = type == Q4KH_TYPE_Q4_K, q5 = type == Q4KH_TYPE_Q5_0;
 	const size_t bb = q4kh_type_block_bytes(type);
 	/* Offsets and lengths of the codes and the scales in a block. */
-	const size_t codes = q4 ? offsetof(struct q4kh_block_q4_k, qs) : 0;
+	const size_t codes = q4 ? offsetof(struct q4kh_block_q4_k, qs)
+	                     : q5 ? offsetof(struct q4kh_block_q5_0, qs) : 0;
 	const size_t scales = q4 ? offsetof(struct q4kh_block_q4_k, scales)
-	                         : offsetof(struct q4kh_block_q6_k, scales);
-	const size_t sizes[2] = { Q4KH_QK_K / 2, q4 ? 12 : Q4KH_QK_K / 16 };
+	                      : q5 ? offsetof(struct q4kh_block_q5_0, qh)
+	                           : offsetof(struct q4kh_block_q6_k, scales);
+	const size_t sizes[2] = { q5 ? Q4KH_QK / 2 : Q4KH_QK_K / 2,
+		                  q4 ? 12 : q5 ? 4 : Q4KH_QK_K / 16 };
 
 	for (uint8_t *b = row; b < row + row_bytes; b += bb)
 		for (int f = 0; f < 2; f++) {
@@ -232,7 +235,7 @@ static void vary_row(uint32_t type, uint8_t *row, size_t row_bytes, int i)
 }
 
 /* ROWS rows of TYPE from the blocks fixture into W: its rows repeated, or
- * with VARY (Q4_K, Q6_K) each made its own by vary_row(); each row
+ * with VARY (Q4_K, Q6_K, Q5_0) each made its own by vary_row(); each row
  * REPEAT fixture rows long, the copies (with VARY) made different too. */
 static void fixture_rows(struct env *e, uint32_t type, int vary, int repeat, struct weight *w)
 {
@@ -677,31 +680,38 @@ Test(cpu_simd, exports_exactly_the_entry_symbol)
 #define PACK_N 37
 
 /* Code I (< 256) of row R's super-block from the octets QS, 4 bits. */
-static int octet_code(const uint8_t qs[32][SIMD_PACK_ROWS][4], int r, int i)
+static int octet_code(const uint8_t qs[][SIMD_PACK_ROWS][4], int r, int i)
 {
 	const uint8_t byte = qs[i / 8][r][i % 4];
 
 	return i % 8 < 4 ? byte & 0x0F : byte >> 4;
 }
 
-/* The packed super-block of row R (of N) that holds value V, and R's lane. */
+/* The packed block (super-block of Q4_K and Q6_K) of row R (of N) that
+ * holds value V. */
 static const void *packed_block(int type, const void *packed, int64_t k, int64_t r, int64_t v)
 {
-	const size_t bytes = simd_pack_bytes(type, SIMD_PACK_ROWS, Q4KH_QK_K);
+	const int64_t bv = simd_pack_block_values(type);
+	const size_t bytes = simd_pack_bytes(type, SIMD_PACK_ROWS, bv);
 
-	return (const uint8_t *)packed +
-	       bytes * (size_t)(r / SIMD_PACK_ROWS * (k / Q4KH_QK_K) + v / Q4KH_QK_K);
+	return (const uint8_t *)packed + bytes * (size_t)(r / SIMD_PACK_ROWS * (k / bv) + v / bv);
 }
 
-/* Row R's code of value V (Q6_K: with bits 4 and 5, before the - 32). */
+/* Row R's code of value V (Q6_K: with bits 4 and 5, before the - 32; Q5_0
+ * with bit 4, before the - 16). */
 static int packed_code(int type, const void *packed, int64_t k, int64_t r, int64_t v)
 {
-	const int lane = (int)(r % SIMD_PACK_ROWS), i = (int)(v % Q4KH_QK_K);
+	const int lane = (int)(r % SIMD_PACK_ROWS);
+	const int i = (int)(v % simd_pack_block_values(type));
 
 	if (type == SIMD_Q4_K) {
 		const struct simd_pack_q4_k *b = packed_block(type, packed, k, r, v);
 
 		return octet_code(b->qs, lane, i);
+	} else if (type == SIMD_Q5_0) {
+		const struct simd_pack_q5_0 *b = packed_block(type, packed, k, r, v);
+
+		return octet_code(b->qs, lane, i) | (b->qh[lane][i % 4] >> (i / 4) & 1) << 4;
 	} else {
 		const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v);
 		const int h = b->qh[i / 16][lane][i % 4] >> (2 * (i % 16 / 4)) & 3;
@@ -725,6 +735,11 @@ static double packed_value(int type, const void *packed, int64_t k, int64_t r, i
 
 		*mag = fabs(d1 * q) + fabs(m1);
 		return d1 * q - m1;
+	} else if (type == SIMD_Q5_0) {
+		const struct simd_pack_q5_0 *b = packed_block(type, packed, k, r, v);
+
+		*mag = fabs((double)b->d[lane] * (q - 16));
+		return (double)b->d[lane] * (q - 16);
 	} else {
 		const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v);
 		const double d1 = (double)b->d[lane] * b->sc[i / 16][lane];
@@ -750,9 +765,24 @@ static void *pack_weight(const struct weight *w, int type, int64_t k, int64_t n,
 	return packed;
 }
 
-/* The types with a packed layout, as GGUF and enum simd_wtype give them. */
-static const uint32_t packed_gguf[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K };
-static const int packed_wtype[] = { SIMD_Q4_K, SIMD_Q6_K };
+/* The types with a packed layout, as GGUF and enum simd_wtype give them,
+ * and the bytes of 16 rows' block (simd.h). */
+static const uint32_t packed_gguf[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q5_0 };
+static const int packed_wtype[] = { SIMD_Q4_K, SIMD_Q6_K, SIMD_Q5_0 };
+static const size_t packed_block_bytes[] = { 2432, 3392, 384 };
+#define N_PACKED (int)(sizeof(packed_wtype) / sizeof(packed_wtype[0]))
+
+/*
+ * The K after K that the edge tests try for type T, up to the row's WK (0
+ * past it): each super-block for Q4_K and Q6_K; for Q5_0 one, two and
+ * three blocks, then six blocks more at a time, and WK.
+ */
+static int64_t packed_k_next(int t, int64_t k, int64_t wk)
+{
+	const int64_t next = packed_wtype[t] != SIMD_Q5_0 ? k + Q4KH_QK_K : k < 96 ? k + 32 : k + 192;
+
+	return k >= wk ? 0 : next < wk ? next : wk;
+}
 
 static void weight_free(struct env *e, struct weight *w)
 {
@@ -763,14 +793,15 @@ static void weight_free(struct env *e, struct weight *w)
 Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeout = 120)
 {
 	struct env *e = env_open();
-	for (int t = 0; t < 2; t++) {
+	for (int t = 0; t < N_PACKED; t++) {
 		struct weight w;
 		void *packed;
+		const int64_t bv = simd_pack_block_values(packed_wtype[t]);
 
 		weight_rows(e, NULL, packed_gguf[t], 0, &w);
-		cr_assert_eq(w.k % Q4KH_QK_K, 0);
+		cr_assert_eq(w.k % bv, 0);
 		cr_assert_eq(simd_pack_bytes(packed_wtype[t], PACK_N, w.k),
-		             3 * (size_t)(w.k / Q4KH_QK_K) * (t ? 3392 : 2432));
+		             3 * (size_t)(w.k / bv) * packed_block_bytes[t]);
 		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
 		for (int64_t r = 0; r < 3 * SIMD_PACK_ROWS; r++)
 			for (int64_t v = 0; v < w.k; v++) {
@@ -874,8 +905,8 @@ static void split_cols_free(struct split_cols *s)
 /*
  * The packed product of row R with one column, in the kernel's steps: per
  * scale group an int32 sum of codes times the column's high bytes, shifted
- * by 8, plus the sum against its low bytes; then scaled, and the Q4_K mins
- * or the Q6_K - 32 taken off through the column's sums.
+ * by 8, plus the sum against its low bytes; then scaled, and the Q4_K mins,
+ * the Q6_K - 32 or the Q5_0 - 16 taken off through the column's sums.
  */
 static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
                            const struct split_col *col)
@@ -883,7 +914,7 @@ static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
 	const int8_t *hi = col->hi, *lo = col->lo;
 	const float *d = col->d;
 	const int32_t *sum = col->sum;
-	const int lane = (int)(r % SIMD_PACK_ROWS), group = type == SIMD_Q4_K ? 32 : 16;
+	const int lane = (int)(r % SIMD_PACK_ROWS), group = type == SIMD_Q6_K ? 16 : 32;
 	double y = 0;
 
 	for (int64_t v0 = 0; v0 < k; v0 += group) {
@@ -902,6 +933,10 @@ static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
 
 			y += (double)(ph * 256 + pl) * b->d[lane] * b->sc[i / 32][lane] * d[v0 / 32] -
 			     (double)b->dmin[lane] * b->m[i / 32][lane] * d[v0 / 32] * sum[v0 / 32];
+		} else if (type == SIMD_Q5_0) {
+			const struct simd_pack_q5_0 *b = packed_block(type, packed, k, r, v0);
+
+			y += ((double)(ph * 256 + pl) - 16.0 * qsum) * b->d[lane] * d[v0 / 32];
 		} else {
 			const struct simd_pack_q6_k *b = packed_block(type, packed, k, r, v0);
 
@@ -915,7 +950,7 @@ static double emulated_dot(int type, const void *packed, int64_t k, int64_t r,
 Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 120)
 {
 	struct env *e = env_open();
-	for (int t = 0; t < 2; t++) {
+	for (int t = 0; t < N_PACKED; t++) {
 		struct weight w;
 		float *x, y[PACK_N];
 		void *packed;
@@ -968,7 +1003,7 @@ static int edge_cols_next(int64_t k, int cols)
 /* A set's packed products, in the order of packed_gguf. */
 struct packed_set {
 	const char *name;
-	simd_packed_fn fn[2];
+	simd_packed_fn fn[N_PACKED];
 };
 
 /*
@@ -985,12 +1020,13 @@ static void packed_code_at_the_edges(const struct packed_set *kernel,
 {
 	struct env *e = env_open();
 
-	for (int t = 0; t < 2; t++)
+	for (int t = 0; t < N_PACKED; t++)
 		for (int wide = 0; wide < 2; wide++) {
 			struct weight w;
 
 			weight_rows_of(e, NULL, packed_gguf[t], 0, wide ? WIDE_REPEAT : 1, &w);
-			for (int64_t k = wide ? w.k : Q4KH_QK_K; k <= w.k; k += Q4KH_QK_K) {
+			for (int64_t k = wide ? w.k : simd_pack_block_values(packed_wtype[t]); k;
+			     k = packed_k_next(t, k, w.k)) {
 				float *x = activations(k, EDGE_COLS);
 				struct split_cols sc;
 
@@ -1051,10 +1087,11 @@ static void packed_code_at_the_edges(const struct packed_set *kernel,
 }
 
 static const struct packed_set emulated_vnni = { "emulated avx512-vnni",
-	                                         { simd_vnni_packed_q4_k,
-	                                           simd_vnni_packed_q6_k } };
+	                                         { simd_vnni_packed_q4_k, simd_vnni_packed_q6_k,
+	                                           simd_vnni_packed_q5_0 } };
 static const struct packed_set emulated_amx = { "emulated amx",
-	                                        { simd_amx_packed_q4_k, simd_amx_packed_q6_k } };
+	                                        { simd_amx_packed_q4_k, simd_amx_packed_q6_k,
+	                                          simd_amx_packed_q5_0 } };
 
 Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
 {
@@ -1123,14 +1160,15 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 {
 	struct env *e = env_open();
 
-	for (int t = 0; t < 2; t++)
+	for (int t = 0; t < N_PACKED; t++)
 		for (int wide = 0; wide < 2; wide++) {
 			struct weight w;
 			float *x;
 
 			weight_rows_of(e, NULL, packed_gguf[t], 0, wide ? WIDE_REPEAT : 1, &w);
 			x = activations(w.k, 100);
-			for (int64_t k = wide ? w.k : Q4KH_QK_K; k <= w.k; k += Q4KH_QK_K) {
+			for (int64_t k = wide ? w.k : simd_pack_block_values(packed_wtype[t]); k;
+			     k = packed_k_next(t, k, w.k)) {
 				float *xk = malloc(sizeof(float) * (size_t)(k * 100));
 
 				cr_assert_not_null(xk);

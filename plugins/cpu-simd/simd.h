@@ -104,9 +104,10 @@ typedef void (*simd_tiles_fn)(const uint8_t *w, int64_t row_bytes, int64_t r0,
                               int ncols, float *const *y, const struct simd_row *row);
 
 /*
- * A Q4_K or Q6_K weight repacked at prepare() for the gemm of AVX-512 VNNI
- * (simd_pack.c): rows in tiles of SIMD_PACK_ROWS (the last one padded with
- * zero rows), a tile's K / 256 super-blocks one after another, tile after
+ * A Q4_K, Q6_K or Q5_0 weight repacked at prepare() for the gemm of AVX-512
+ * VNNI (simd_pack.c): rows in tiles of SIMD_PACK_ROWS (the last one padded
+ * with zero rows), a tile's K / V blocks one after another (V = 256 values
+ * for Q4_K and Q6_K, 32 for Q5_0: simd_pack_block_values()), tile after
  * tile. In a super-block each 64 bytes of codes hold 4 consecutive values
  * of each of the 16 rows, row r in bytes 4r .. 4r + 3: the 16 lanes of one
  * vpdpbusd, which multiplies them with 4 bytes of one column broadcast, so
@@ -142,8 +143,24 @@ struct simd_pack_q6_k {
 };
 
 /*
+ * Q5_0: value = d (q - 16) in block b (32 values), q of 5 bits. Low 4 bits
+ * as Q4_K's qs (4 octets); bit 4 of value 4s + i (s < 8, i < 4) at bit s
+ * of qh[r][i]. 384 bytes for 16 rows, 16 x 22 in the file.
+ */
+struct simd_pack_q5_0 {
+	float d[SIMD_PACK_ROWS];
+	uint8_t qs[4][SIMD_PACK_ROWS][4];
+	uint8_t qh[SIMD_PACK_ROWS][4];
+};
+
+/* Values per block of a TYPE (enum simd_wtype) tile: 256 for Q4_K and
+ * Q6_K, 32 for Q5_0; 0 for a type without a packed layout. Pure. */
+int64_t simd_pack_block_values(int type);
+
+/*
  * Bytes of a TYPE (enum simd_wtype) weight of N rows of K values (K a
- * multiple of 256) repacked; 0 for a type without a packed layout. Pure.
+ * multiple of simd_pack_block_values()) repacked; 0 for a type without a
+ * packed layout. Pure.
  */
 size_t simd_pack_bytes(int type, int64_t n, int64_t k);
 
@@ -188,7 +205,8 @@ struct simd_kernels {
 	void (*split)(const int16_t *q, int64_t k, int type, int8_t *hi, int8_t *lo,
 	              float *s16);
 	/* gemm on weights repacked at prepare() (struct simd_pack_q4_k,
-	 * simd_pack_q6_k); NULL for a type this set multiplies in place. */
+	 * simd_pack_q6_k, simd_pack_q5_0); NULL for a type this set
+	 * multiplies in place. */
 	simd_packed_fn packed[SIMD_NTYPES];
 };
 
@@ -202,6 +220,8 @@ void simd_vnni_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int6
                            const struct simd_act *a, int ncols, float *const *y);
 void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                            const struct simd_act *a, int ncols, float *const *y);
+void simd_vnni_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y);
 
 /* simd_amx_packed.c (configure: HAVE_SIMD_AMX): the same products on AMX
  * tiles, bit for bit; the AMX set is the VNNI set with these. Call only
@@ -209,6 +229,8 @@ void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int6
 void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y);
 void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                          const struct simd_act *a, int ncols, float *const *y);
+void simd_amx_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y);
 
 /*

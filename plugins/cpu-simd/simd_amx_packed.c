@@ -1,6 +1,7 @@
 /*
- * cpu-simd's gemm for AMX-INT8 on repacked Q4_K and Q6_K weights (struct
- * simd_pack_q4_k, simd_pack_q6_k, the layout of the AVX-512 VNNI gemm):
+ * cpu-simd's gemm for AMX-INT8 on repacked Q4_K, Q6_K and Q5_0 weights
+ * (struct simd_pack_q4_k, simd_pack_q6_k, simd_pack_q5_0, the layout of
+ * the AVX-512 VNNI gemm):
  * the codes of one scale block of a tile, unpacked to a byte each, are
  * 64 bytes per 4 values of its 16 rows, row r in bytes 4r .. 4r + 3, which
  * is tile B of tdpbsud as it stands; the column bytes of up to 16 columns
@@ -10,9 +11,10 @@
  * codes: two of them (hi, then lo) per block, and 256 C_hi + C_lo is
  * exactly the int32 sum the VNNI gemm forms (codes . q, |q| <= SIMD_QMAX),
  * which the same steps (simd_packed.h) scale in the same order: the two
- * gemms agree bit for bit. A block is 32 values for Q4_K (a sub-block),
- * 16 for Q6_K (a group): the scales change there, so each tdpbsud uses 32
- * (16) of the 64 bytes of K it could take. Built with the VNNI flags and
+ * gemms agree bit for bit. A block is 32 values for Q4_K (a sub-block)
+ * and Q5_0, 16 for Q6_K (a group): the scales change there, so each
+ * tdpbsud uses 32 (16) of the 64 bytes of K it could take. Built with the
+ * VNNI flags and
  * -mamx-tile -mamx-int8; called only where
  * q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AMX_INT8), which has asked Linux for
  * the tile data.
@@ -71,6 +73,11 @@ static void pass_q6_k(int nc)
 	configure(16, nc);
 }
 
+static void pass_q5_0(int nc)
+{
+	configure(32, nc);
+}
+
 /* A block's sums for the configured columns, as the tiles leave them. */
 struct amx_sums {
 	int64_t k;                              /* the columns' bytes are K apart */
@@ -81,11 +88,13 @@ struct amx_sums {
 
 /*
  * The block's codes W (NQ registers) as tile B, the column bytes of its
- * first value V as tiles A (a column a row, K apart): both tdpbsud, and
- * the sums stored for amx_sum().
+ * first value V as tiles A (a column a row, K apart): both tdpbsud, the
+ * sums stored, and column c's as q[c] = 256 hi + lo, as vpdpbusd's
+ * (hi << 8) + lo.
  */
 static inline __attribute__((always_inline)) void
-amx_begin(void *state, const __m512i *w, int nq, const struct simd_act *a, int64_t v)
+amx_block_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int nc, int64_t v,
+         __m512i *q)
 {
 	struct amx_sums *st = state;
 
@@ -102,52 +111,54 @@ amx_begin(void *state, const __m512i *w, int nq, const struct simd_act *a, int64
 	_tile_dpbsud(T_PLO, T_LO, T_CODES);
 	_tile_stored(T_PHI, st->ph, 64);
 	_tile_stored(T_PLO, st->pl, 64);
+	/* All PACK_MAX_COLS set, those past NC to 0: the compiler cannot
+	 * follow NC from here to the steps that read q. */
+#pragma GCC unroll 16
+	for (int c = 0; c < PACK_MAX_COLS; c++)
+		q[c] = c < nc ? _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]), 8),
+		                                 _mm512_load_si512(st->pl[c]))
+		              : _mm512_setzero_si512();
 }
 
-/* Column c's sums: 256 hi + lo, as vpdpbusd's (hi << 8) + lo. */
-static inline __attribute__((always_inline)) __m512i
-amx_sum(void *state, const __m512i *w, int nq, const struct simd_act *a, int c, int64_t v)
-{
-	const struct amx_sums *st = state;
-
-	(void)w;
-	(void)nq;
-	(void)a;
-	(void)v;
-	return _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]), 8),
-	                        _mm512_load_si512(st->pl[c]));
-}
-
-/* A tile against NC columns: 16 (the accumulators in registers) or fewer. */
-#define TILE_COLS(type)                                                                   \
+/* A tile against NC columns: 16 (the accumulators in registers) or fewer;
+ * BV values a block. */
+#define TILE_COLS(type, bv)                                                               \
 	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
 	                        float *out[], __mmask16 keep)                                  \
 	{                                                                                     \
 		struct amx_sums st;                                                           \
                                                                                               \
-		st.k = nsb * Q4KH_QK_K;                                                       \
+		st.k = nsb * (bv);                                                            \
 		if (nc == PACK_MAX_COLS)                                                      \
-			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_begin, amx_sum,  \
-			            &st);                                                     \
+			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_block_sums, &st); \
 		else                                                                          \
-			tile_##type(p, nsb, a, nc, out, keep, amx_begin, amx_sum, &st);       \
+			tile_##type(p, nsb, a, nc, out, keep, amx_block_sums, &st);           \
 	}
 
-TILE_COLS(q4_k)
-TILE_COLS(q6_k)
+TILE_COLS(q4_k, Q4KH_QK_K)
+TILE_COLS(q6_k, Q4KH_QK_K)
+TILE_COLS(q5_0, 32)
 
 void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y)
 {
-	packed_tiles(q4_k_cols, PACK_MAX_COLS, pass_q4_k, sizeof(struct simd_pack_q4_k), p, n, k,
-	             t0, t1, a, ncols, y);
+	packed_tiles(q4_k_cols, PACK_MAX_COLS, pass_q4_k, Q4KH_QK_K, sizeof(struct simd_pack_q4_k),
+	             p, n, k, t0, t1, a, ncols, y);
 	_tile_release();
 }
 
 void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y)
 {
-	packed_tiles(q6_k_cols, PACK_MAX_COLS, pass_q6_k, sizeof(struct simd_pack_q6_k), p, n, k,
-	             t0, t1, a, ncols, y);
+	packed_tiles(q6_k_cols, PACK_MAX_COLS, pass_q6_k, Q4KH_QK_K, sizeof(struct simd_pack_q6_k),
+	             p, n, k, t0, t1, a, ncols, y);
+	_tile_release();
+}
+
+void simd_amx_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                          const struct simd_act *a, int ncols, float *const *y)
+{
+	packed_tiles(q5_0_cols, PACK_MAX_COLS, pass_q5_0, 32, sizeof(struct simd_pack_q5_0), p, n,
+	             k, t0, t1, a, ncols, y);
 	_tile_release();
 }

@@ -1,6 +1,7 @@
 /*
- * Q4_K and Q6_K weights repacked into the tiles of struct simd_pack_q4_k
- * and simd_pack_q6_k (simd.h), once at prepare(). Plain C: each GGUF block
+ * Q4_K, Q6_K and Q5_0 weights repacked into the tiles of struct
+ * simd_pack_q4_k, simd_pack_q6_k and simd_pack_q5_0 (simd.h), once at
+ * prepare(). Plain C: each GGUF block
  * is unpacked to one code byte per value (quant.h's layouts), then the
  * codes of 16 rows are interleaved.
  */
@@ -44,10 +45,23 @@ static void q6_k_codes(const struct q4kh_block_q6_k *b, uint8_t q[Q4KH_QK_K])
 		}
 }
 
-/* Row R of a tile: the low 4 bits of codes Q into octets QS (both types). */
-static void put_nibbles(uint8_t qs[32][SIMD_PACK_ROWS][4], int r, const uint8_t *q)
+/* The 32 five-bit codes of a Q5_0 block (unsigned, before the - 16). */
+static void q5_0_codes(const struct q4kh_block_q5_0 *b, uint8_t q[32])
 {
-	for (int p = 0; p < 32; p++)
+	const uint32_t qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 |
+	                    (uint32_t)b->qh[2] << 16 | (uint32_t)b->qh[3] << 24;
+
+	for (int j = 0; j < 16; j++) {
+		q[j] = (uint8_t)((b->qs[j] & 0x0F) | (qh >> j & 1) << 4);
+		q[j + 16] = (uint8_t)((b->qs[j] >> 4) | (qh >> (j + 16) & 1) << 4);
+	}
+}
+
+/* Row R of a tile: the low 4 bits of codes Q into the OCTETS octets QS
+ * (every type). */
+static void put_nibbles(uint8_t qs[][SIMD_PACK_ROWS][4], int octets, int r, const uint8_t *q)
+{
+	for (int p = 0; p < octets; p++)
 		for (int i = 0; i < 4; i++)
 			qs[p][r][i] = (uint8_t)((q[8 * p + i] & 0x0F) | (q[8 * p + 4 + i] & 0x0F) << 4);
 }
@@ -64,7 +78,7 @@ static void pack_q4_k(const struct q4kh_block_q4_k *b, int r, struct simd_pack_q
 		t->m[j][r] = m[j];
 	}
 	q4_k_codes(b, q);
-	put_nibbles(t->qs, r, q);
+	put_nibbles(t->qs, 32, r, q);
 }
 
 static void pack_q6_k(const struct q4kh_block_q6_k *b, int r, struct simd_pack_q6_k *t)
@@ -75,7 +89,7 @@ static void pack_q6_k(const struct q4kh_block_q6_k *b, int r, struct simd_pack_q
 	for (int g = 0; g < 16; g++)
 		t->sc[g][r] = b->scales[g];
 	q6_k_codes(b, q);
-	put_nibbles(t->ql, r, q);
+	put_nibbles(t->ql, 32, r, q);
 	for (int g = 0; g < 16; g++)
 		for (int i = 0; i < 4; i++) {
 			uint8_t h = 0;
@@ -86,26 +100,49 @@ static void pack_q6_k(const struct q4kh_block_q6_k *b, int r, struct simd_pack_q
 		}
 }
 
-/* Bytes of one tile's super-block; 0 for a type without a layout. */
+static void pack_q5_0(const struct q4kh_block_q5_0 *b, int r, struct simd_pack_q5_0 *t)
+{
+	uint8_t q[32];
+
+	t->d[r] = q4kh_fp16_to_f32(b->d);
+	q5_0_codes(b, q);
+	put_nibbles(t->qs, 4, r, q);
+	for (int i = 0; i < 4; i++) {
+		uint8_t h = 0;
+
+		for (int s = 0; s < 8; s++)
+			h |= (uint8_t)((q[4 * s + i] >> 4) << s);
+		t->qh[r][i] = h;
+	}
+}
+
+/* Bytes of one tile's block; 0 for a type without a layout. */
 static size_t tile_block_bytes(int type)
 {
 	return type == SIMD_Q4_K ? sizeof(struct simd_pack_q4_k) :
 	       type == SIMD_Q6_K ? sizeof(struct simd_pack_q6_k) :
+	       type == SIMD_Q5_0 ? sizeof(struct simd_pack_q5_0) :
 	                           0;
+}
+
+int64_t simd_pack_block_values(int type)
+{
+	return type == SIMD_Q4_K || type == SIMD_Q6_K ? Q4KH_QK_K : type == SIMD_Q5_0 ? 32 : 0;
 }
 
 size_t simd_pack_bytes(int type, int64_t n, int64_t k)
 {
 	const int64_t tiles = (n + SIMD_PACK_ROWS - 1) / SIMD_PACK_ROWS;
+	const int64_t v = simd_pack_block_values(type);
 
-	return tile_block_bytes(type) * (size_t)(tiles * (k / Q4KH_QK_K));
+	return v ? tile_block_bytes(type) * (size_t)(tiles * (k / v)) : 0;
 }
 
 void simd_pack_tiles(int type, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t k,
                      int64_t t0, int64_t t1, void *out)
 {
 	const size_t bb = tile_block_bytes(type);
-	const int64_t nsb = k / Q4KH_QK_K;
+	const int64_t nsb = k / simd_pack_block_values(type);
 
 	for (int64_t t = t0; t < t1; t++) {
 		uint8_t *tile = (uint8_t *)out + bb * (size_t)(t * nsb);
@@ -119,9 +156,12 @@ void simd_pack_tiles(int type, const uint8_t *w, int64_t row_bytes, int64_t n, i
 				if (type == SIMD_Q4_K)
 					pack_q4_k((const struct q4kh_block_q4_k *)row + sb, r,
 					          (struct simd_pack_q4_k *)tile + sb);
-				else
+				else if (type == SIMD_Q6_K)
 					pack_q6_k((const struct q4kh_block_q6_k *)row + sb, r,
 					          (struct simd_pack_q6_k *)tile + sb);
+				else
+					pack_q5_0((const struct q4kh_block_q5_0 *)row + sb, r,
+					          (struct simd_pack_q5_0 *)tile + sb);
 			}
 		}
 	}

@@ -1,7 +1,8 @@
 /*
- * What the gemms on repacked Q4_K and Q6_K weights (struct simd_pack_q4_k,
- * simd_pack_q6_k) share, AVX-512 VNNI's (simd_vnni_packed.c) and AMX's
- * (simd_amx_packed.c): the codes of a tile unpacked to bytes, the
+ * What the gemms on repacked Q4_K, Q6_K and Q5_0 weights (struct
+ * simd_pack_q4_k, simd_pack_q6_k, simd_pack_q5_0) share, AVX-512 VNNI's
+ * (simd_vnni_packed.c) and AMX's (simd_amx_packed.c): the codes of a tile
+ * unpacked to bytes, the
  * float steps that scale a block's integer sum into a column's 16 rows,
  * and the walk over tiles and columns. Both products compute the same
  * exact int32 sum per block and give it to the same steps in the same
@@ -45,6 +46,27 @@ static inline void q6_k_group(const struct simd_pack_q6_k *b, int g, __m512i w[4
 	w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_srli_epi16(h, 2), top));
 }
 
+/* A Q5_0 block's 32 codes of each row (struct simd_pack_q5_0), 5 bits:
+ * values 4s .. 4s + 3 into w[s], bit 4 from bit s of qh (16-bit shifts
+ * by at most 4 keep each byte's bit 4 within its byte). */
+static inline void q5_0_block(const struct simd_pack_q5_0 *b, __m512i w[8])
+{
+	const __m512i top = _mm512_set1_epi8(0x10);
+	const __m512i h = _mm512_load_si512(b->qh[0]);
+
+#pragma GCC unroll 4
+	for (int o = 0; o < 4; o++)
+		octet(b->qs[o][0], &w[2 * o], &w[2 * o + 1]);
+	w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), top));
+	w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), top));
+	w[2] = _mm512_or_si512(w[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), top));
+	w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), top));
+	w[4] = _mm512_or_si512(w[4], _mm512_and_si512(h, top));
+	w[5] = _mm512_or_si512(w[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), top));
+	w[6] = _mm512_or_si512(w[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), top));
+	w[7] = _mm512_or_si512(w[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), top));
+}
+
 /* 16 unsigned or signed bytes to float lanes. */
 static inline __m512 u8_ps(const uint8_t *p)
 {
@@ -59,7 +81,7 @@ static inline __m512 i8_ps(const int8_t *p)
 /*
  * Q4_K, sub-block blk of column A, its 16 rows' int32 sums Q (codes .
  * column): acc + (d sc_j) d_b Q - (dmin m_j) ds_b, S = d sc_j and M = dmin
- * m_j of the 16 rows.
+ * m_j of the 16 rows. Q5_0's block blk the same, with S = d and M = 16 d.
  */
 static inline __m512 q4_k_step(__m512 acc, __m512i q, __m512 s, __m512 m,
                                const struct simd_act *a, int64_t blk)
@@ -84,15 +106,46 @@ static inline __m512 q6_k_step(__m512 acc, __m512i q, __m512 s, const struct sim
 
 /*
  * How a packed product forms a block's exact int32 sums (codes . q, the
- * column's int16 values): BEGIN (NULL: nothing) once per block, with its
- * codes unpacked in W (NQ registers of 4 codes of each of 16 rows) and V
- * its first value; then SUM for each column c: the 16 rows' sums. STATE
- * is the product's own.
+ * column's int16 values): for the block's codes unpacked in W (NQ
+ * registers of 4 codes of each of 16 rows), V its first value, the 16
+ * rows' sums of each column c < NC into q[c]. STATE is the product's own.
+ * All columns at once, so that a product may interleave their
+ * instructions.
  */
-typedef void (*block_begin_fn)(void *state, const __m512i *w, int nq, const struct simd_act *a,
-                               int64_t v);
-typedef __m512i (*block_sum_fn)(void *state, const __m512i *w, int nq,
-                                const struct simd_act *a, int c, int64_t v);
+typedef void (*block_sums_fn)(void *state, const __m512i *w, int nq, const struct simd_act *a,
+                              int nc, int64_t v, __m512i *q);
+
+/* A tile's NC accumulators: zeroed, then stored to out[c] for the rows
+ * KEEP selects. */
+static inline __attribute__((always_inline)) void accs_zero(__m512 *acc, int nc)
+{
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		acc[c] = _mm512_setzero_ps();
+}
+
+static inline __attribute__((always_inline)) void
+accs_store(const __m512 *acc, int nc, float *out[], __mmask16 keep)
+{
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+}
+
+/* A block of 32 values (a Q4_K sub-block, a Q5_0 block), its codes in W,
+ * BLK its index: the NC columns' sums, then q4_k_step() with S and M into
+ * each of ACC. */
+static inline __attribute__((always_inline)) void
+block_steps(__m512 *acc, const __m512i *w, __m512 s, __m512 m, const struct simd_act *a, int nc,
+            int64_t blk, block_sums_fn sums, void *state)
+{
+	__m512i q[PACK_MAX_COLS];
+
+	sums(state, w, 8, a, nc, 32 * blk, q);
+#pragma GCC unroll 16
+	for (int c = 0; c < nc; c++)
+		acc[c] = q4_k_step(acc[c], q[c], s, m, &a[c], blk);
+}
 
 /*
  * One tile of Q4_K (NSB super-blocks at P) against NC columns A, results
@@ -103,13 +156,11 @@ typedef __m512i (*block_sum_fn)(void *state, const __m512i *w, int nq,
  */
 static inline __attribute__((always_inline)) void
 tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *out[], __mmask16 keep, block_begin_fn begin, block_sum_fn sum, void *state)
+          float *out[], __mmask16 keep, block_sums_fn sums, void *state)
 {
 	__m512 acc[PACK_MAX_COLS];
 
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
+	accs_zero(acc, nc);
 	for (int64_t sb = 0; sb < nsb; sb++) {
 		const struct simd_pack_q4_k *b = &p[sb];
 		const __m512 d = _mm512_load_ps(b->d), dmin = _mm512_load_ps(b->dmin);
@@ -123,17 +174,10 @@ tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a,
 #pragma GCC unroll 4
 			for (int o = 0; o < 4; o++)
 				octet(b->qs[4 * j + o][0], &w[2 * o], &w[2 * o + 1]);
-			if (begin)
-				begin(state, w, 8, a, 32 * blk);
-#pragma GCC unroll 16
-			for (int c = 0; c < nc; c++)
-				acc[c] = q4_k_step(acc[c], sum(state, w, 8, a, c, 32 * blk), s, m, &a[c],
-				                   blk);
+			block_steps(acc, w, s, m, a, nc, blk, sums, state);
 		}
 	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+	accs_store(acc, nc, out, keep);
 }
 
 /*
@@ -142,13 +186,11 @@ tile_q4_k(const struct simd_pack_q4_k *p, int64_t nsb, const struct simd_act *a,
  */
 static inline __attribute__((always_inline)) void
 tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a, int nc,
-          float *out[], __mmask16 keep, block_begin_fn begin, block_sum_fn sum, void *state)
+          float *out[], __mmask16 keep, block_sums_fn sums, void *state)
 {
 	__m512 acc[PACK_MAX_COLS];
 
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		acc[c] = _mm512_setzero_ps();
+	accs_zero(acc, nc);
 	for (int64_t sb = 0; sb < nsb; sb++) {
 		const struct simd_pack_q6_k *b = &p[sb];
 		const __m512 d = _mm512_load_ps(b->d);
@@ -156,37 +198,57 @@ tile_q6_k(const struct simd_pack_q6_k *p, int64_t nsb, const struct simd_act *a,
 		for (int g = 0; g < 16; g++) {
 			const int64_t v = Q4KH_QK_K * sb + 16 * g;
 			const __m512 s = _mm512_mul_ps(i8_ps(b->sc[g]), d);
-			__m512i w[4];
+			__m512i w[4], q[PACK_MAX_COLS];
 
 			q6_k_group(b, g, w);
-			if (begin)
-				begin(state, w, 4, a, v);
+			sums(state, w, 4, a, nc, v, q);
 #pragma GCC unroll 16
 			for (int c = 0; c < nc; c++)
-				acc[c] = q6_k_step(acc[c], sum(state, w, 4, a, c, v), s, &a[c], v);
+				acc[c] = q6_k_step(acc[c], q[c], s, &a[c], v);
 		}
 	}
-#pragma GCC unroll 16
-	for (int c = 0; c < nc; c++)
-		_mm512_mask_storeu_ps(out[c], keep, acc[c]);
+	accs_store(acc, nc, out, keep);
 }
 
-/* One tile (NSB super-blocks at P) against NC columns A, results into
- * out[c] for the rows KEEP selects. */
+/*
+ * The same for Q5_0: per block b of 32 values, acc += d d_b (codes . q) -
+ * 16 d ds_b.
+ */
+static inline __attribute__((always_inline)) void
+tile_q5_0(const struct simd_pack_q5_0 *p, int64_t nb, const struct simd_act *a, int nc,
+          float *out[], __mmask16 keep, block_sums_fn sums, void *state)
+{
+	__m512 acc[PACK_MAX_COLS];
+
+	accs_zero(acc, nc);
+	for (int64_t b = 0; b < nb; b++) {
+		const __m512 d = _mm512_load_ps(p[b].d);
+		const __m512 m = _mm512_mul_ps(d, _mm512_set1_ps(16.0f));
+		__m512i w[8];
+
+		q5_0_block(&p[b], w);
+		block_steps(acc, w, d, m, a, nc, b, sums, state);
+	}
+	accs_store(acc, nc, out, keep);
+}
+
+/* One tile (NSB blocks at P) against NC columns A, results into out[c]
+ * for the rows KEEP selects. */
 typedef void (*packed_cols_fn)(const void *p, int64_t nsb, const struct simd_act *a, int nc,
                                float *out[], __mmask16 keep);
 
 /*
- * Tiles [t0, t1) in blocks whose codes fit PACK_L2_BYTES; within a block,
- * columns COLS (<= PACK_MAX_COLS) at a time, each pass over every tile of
- * the block, PASS(nc) called before each pass (NULL: nothing).
+ * Tiles [t0, t1), of blocks of BLOCK_VALUES values and BLOCK_BYTES bytes,
+ * in groups whose codes fit PACK_L2_BYTES; within a group, columns COLS
+ * (<= PACK_MAX_COLS) at a time, each pass over every tile of the group,
+ * PASS(nc) called before each pass (NULL: nothing).
  */
 static inline __attribute__((always_inline)) void
-packed_tiles(packed_cols_fn cols, int per_pass, void (*pass)(int nc), size_t block_bytes,
-             const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+packed_tiles(packed_cols_fn cols, int per_pass, void (*pass)(int nc), int64_t block_values,
+             size_t block_bytes, const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
              const struct simd_act *a, int ncols, float *const *y)
 {
-	const int64_t nsb = k / Q4KH_QK_K, tile_bytes = nsb * (int64_t)block_bytes;
+	const int64_t nsb = k / block_values, tile_bytes = nsb * (int64_t)block_bytes;
 	const int64_t per = tile_bytes < PACK_L2_BYTES ? PACK_L2_BYTES / tile_bytes : 1;
 
 	for (int64_t b0 = t0; b0 < t1; b0 += per)

@@ -6,11 +6,11 @@
  * which decodes a row once and multiplies it with every column: the
  * backend's threads where it lends them (ABI 1.3, cpu-fast), else a pool
  * of the variant's own (the reference cpu lends none). Where the set has
- * a packed gemm for the type (AVX-512 VNNI and AMX: Q4_K, Q6_K), prepare()
- * also repacks the weight into tiles of 16 rows, and gemm splits those
- * tiles, and where they are few for the threads the columns too, over the
- * threads instead. gemv_multi (ABI
- * 1.4) runs its products one after another, then adds their biases;
+ * a packed gemm for the type (AVX-512 VNNI and AMX: Q4_K, Q6_K, Q5_0),
+ * prepare() also repacks the weight into tiles of 16 rows, and gemm
+ * splits those tiles, and where they are few for the threads the columns
+ * too, over the threads instead. gemv_multi (ABI 1.4) runs its products
+ * one after another, then adds their biases;
  * gemv_glu (ABI 1.4) its two products, then the reference's glu.
  *
  * Settings ([plugin.cpu-simd]):
@@ -24,16 +24,18 @@
  *                      it and why each better one was passed over); naming
  *                      one this CPU cannot run fails init() with the
  *                      reason (q4kh_cpu_isa_check). amx is the AVX-512 VNNI
- *                      set with the gemm of repacked Q4_K and Q6_K on AMX
- *                      tiles (simd_amx_packed.c), the same bits: it needs
- *                      AMX-TILE and AMX-INT8, Linux's grant of the tile
- *                      data, a build with the tile intrinsics and repack on
- *   repack = on | off  whether prepare() keeps a repacked copy of each Q4_K
- *                      and Q6_K weight for the gemm of a set that has one
- *                      (VNNI, AMX: simd_*_packed.c; default on: the
+ *                      set with the gemm of repacked Q4_K, Q6_K and Q5_0
+ *                      on AMX tiles (simd_amx_packed.c), the same bits: it
+ *                      needs AMX-TILE and AMX-INT8, Linux's grant of the
+ *                      tile data, a build with the tile intrinsics and
+ *                      repack on
+ *   repack = on | off  whether prepare() keeps a repacked copy of each Q4_K,
+ *                      Q6_K and Q5_0 weight for the gemm of a set that has
+ *                      one (VNNI, AMX: simd_*_packed.c; default on: the
  *                      prompt's products run on it, at the cost of those
- *                      weights' size again in memory); off multiplies them
- *                      in place as the other types
+ *                      weights' size again in memory, Q5_0's 384/352 of
+ *                      it); off multiplies them in place as the other
+ *                      types
  */
 #include "buildconf.h"
 
@@ -124,6 +126,7 @@ static void kernels_of(enum q4kh_cpu_isa isa, struct simd_kernels *set)
 		set->name = "amx";
 		set->packed[SIMD_Q4_K] = simd_amx_packed_q4_k;
 		set->packed[SIMD_Q6_K] = simd_amx_packed_q6_k;
+		set->packed[SIMD_Q5_0] = simd_amx_packed_q5_0;
 	}
 #endif
 }

@@ -27,8 +27,8 @@
  * products of its own for one column defines SIMD_DIRECT_Q4_K and
  * SIMD_DIRECT_Q6_K (functions as direct_fn below) and SIMD_SPLIT (struct
  * simd_kernels, split) before it includes this one; a file with gemm
- * products on repacked weights, SIMD_PACKED_Q4_K and SIMD_PACKED_Q6_K
- * (simd_packed_fn).
+ * products on repacked weights, SIMD_PACKED_Q4_K, SIMD_PACKED_Q6_K and
+ * SIMD_PACKED_Q5_0 (simd_packed_fn).
  */
 #ifndef Q4KH_SIMD_ROWS_H
 #define Q4KH_SIMD_ROWS_H
@@ -312,6 +312,7 @@ SIMD_ROWS_FN(q5_k, direct_q5_k)
 #ifndef SIMD_PACKED_Q4_K
 #define SIMD_PACKED_Q4_K NULL
 #define SIMD_PACKED_Q6_K NULL
+#define SIMD_PACKED_Q5_0 NULL
 #endif
 
 /* In the order of enum simd_wtype. */
@@ -325,7 +326,8 @@ const struct simd_kernels SIMD_TABLE = {
 	          rows_q5_k },
 	.tiles = { tiles_q4_k, tiles_q5_0, tiles_q6_k, tiles_q8_0, tiles_q4_0, tiles_q4_1,
 	           tiles_q5_1, tiles_q5_k },
-	.packed = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q6_K] = SIMD_PACKED_Q6_K },
+	.packed = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q6_K] = SIMD_PACKED_Q6_K,
+	            [SIMD_Q5_0] = SIMD_PACKED_Q5_0 },
 };
 
 #endif
