@@ -152,8 +152,10 @@ static float *entry_steps(struct q4kh_model *m, int64_t *rows_out,
 		cr_assert_eq(q4kh_session_eval(s[1], ids + 2, 4, at, 0, &err), 0, "%s", err.msg);
 		at += nv;
 		for (int i = 0; i < ENTRY_BATCH; i++, at += 2 * nv) {
-			struct q4kh_batch_seq b[2] = { { s[0], ids[i + 3], at, 0 },
-				                       { s[1], ids[i + 5], at + nv, 0 } };
+			struct q4kh_batch_seq b[2] = {
+				{ .s = s[0], .id = ids[i + 3], .logits = at },
+				{ .s = s[1], .id = ids[i + 5], .logits = at + nv },
+			};
 
 			cr_assert_eq(q4kh_session_eval_batch(b, 2, &err), 0, "%s", err.msg);
 		}
