@@ -317,7 +317,7 @@ static q4kh_status issue_moe(q4kh_device_ctx *dev, const struct q4kh_step_graph 
 	v.h = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 3)->out));
 	v.down = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 4)->src[0]));
 	v.out = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + n - 1)->out));
-	e = cuda_launch_moe_fused(&v, route->i[0], dev->sms, dev->stream);
+	e = cuda_launch_moe_fused(&v, route->i[0], dev->sms, dev->pdl, dev->stream);
 	if (e != cudaErrorNotSupported)
 		return cuda_launched(dev, "graph_compute: the experts' block", e);
 	for (int32_t j = i; j < i + n; j++)

@@ -315,13 +315,16 @@ cudaError_t cuda_launch_mul_mat_id(const struct cuda_view *w, const struct cuda_
  * formats, its split of rows over warps), the GLU glu's, the sums those of
  * mul and add: the unfused nodes' bits. cudaErrorNotSupported, nothing
  * enqueued, where those nodes would not take the GEMV formats' direct form
- * (k T >= 2 E, types or alignment) or gate's type is not up's.
+ * (k T >= 2 E, types or alignment) or gate's type is not up's. Each launch
+ * is at most one wave of the blocks SMS multiprocessors hold (a block
+ * routes its token once, then walks its share of the rows), launched as a
+ * programmatic dependent (q4khost/cuda_pdl.cuh) when PDL is nonzero.
  */
 struct cuda_moe_fused_views {
 	struct cuda_view logits, ids, weights, x, gate, up, h, down, out;
 };
 cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *v, int norm, int sms,
-                                  cudaStream_t s);
+                                  int pdl, cudaStream_t s);
 
 /* cudaSuccess when this build holds code that the current device runs. */
 cudaError_t cuda_kernels_runnable(void);

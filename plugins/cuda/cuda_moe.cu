@@ -19,6 +19,7 @@
 #include "cuda_kernels.h"
 #include "cuda_moe.cuh"
 #include "q4khost/cuda_glu.cuh"
+#include "q4khost/cuda_pdl.cuh"
 #include "q4khost/cuda_quant.cuh"
 
 #define RT_WARPS 4        /* moe_route: columns per block, up to 512 experts */
@@ -484,6 +485,8 @@ static __global__ void __launch_bounds__(GV_THREADS, 4) moe_glu_kernel(moe_fused
 	int32_t *ids = (int32_t *)(fu_shared + f.e + f.k);
 	float *wts = (float *)(ids + f.k);
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait(); /* the router's logits, x */
 	if (warp == 0)
 		route_column(f.logits + t * f.l_tok, f.e, f.k, f.norm, fu_shared, fu_shared + f.e, ids,
 		             wts, lane);
@@ -539,6 +542,8 @@ static __global__ void __launch_bounds__(GV_THREADS) moe_down_kernel(moe_fused f
 	const int slots = GV_WARPS / f.ks_down, slot = warp / f.ks_down, kp = warp % f.ks_down;
 	const int64_t groups = (f.n + R - 1) / R;
 
+	q4kh_pdl_release();
+	q4kh_pdl_wait(); /* moe_glu_kernel's ids, weights and h */
 	for (int64_t j = threadIdx.x; j < f.k; j += blockDim.x) {
 		ids[j] = f.ids[t * f.ids_tok + j];
 		wts[j] = f.wts[t * f.wts_tok + j];
@@ -575,17 +580,31 @@ static __global__ void __launch_bounds__(GV_THREADS) moe_down_kernel(moe_fused f
 	}
 }
 
-/* Blocks a token for TASKS of SLOTS a block: at most 2048 (the grid then
- * walks them). */
-static int64_t fused_blocks(int64_t tasks, int slots)
+/*
+ * Blocks a token for TASKS of SLOTS a block, for T tokens of KERNEL
+ * (SHM bytes of dynamic shared memory) on SMS multiprocessors: at most
+ * one wave of the blocks the device holds at once (the grid then walks
+ * the tasks), since every block pays its prologue (moe_glu_kernel's
+ * route) once, before any weight moves. In *OUT; the occupancy query's
+ * error, or cudaSuccess.
+ */
+template <typename K>
+static cudaError_t fused_blocks(K kernel, size_t shm, int sms, int64_t T, int64_t tasks,
+                                int slots, int64_t *out)
 {
 	const int64_t b = (tasks + slots - 1) / slots;
+	int per_sm = 0;
+	const cudaError_t e =
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, GV_THREADS, shm);
+	int64_t wave = (int64_t)(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1) / T;
 
-	return b < 2048 ? b : 2048;
+	wave = wave > 0 ? wave : 1;
+	*out = b < wave ? b : wave;
+	return e;
 }
 
 extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *v, int norm,
-                                             int sms, cudaStream_t s)
+                                             int sms, int pdl, cudaStream_t s)
 {
 	const int64_t T = v->logits.ne[1];
 	const uintptr_t xa = (uintptr_t)v->x.data | (uintptr_t)(T > 1 ? v->x.nb[2] : 0);
@@ -627,8 +646,6 @@ extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *
 	if ((e = cuda_gemv_grouped_split(v->gate.type, f.f, f.n, f.k * T, sms, &f.ks_glu)) ||
 	    (e = cuda_gemv_grouped_split(v->down.type, f.n, f.f, f.k * T, sms, &f.ks_down)))
 		return e;
-	f.bpt_glu = fused_blocks(f.k * ((f.f + FUSED_ROWS - 1) / FUSED_ROWS), GV_WARPS / f.ks_glu);
-	f.bpt_down = fused_blocks((f.n + FUSED_ROWS - 1) / FUSED_ROWS, 1);
 	const size_t shm_glu = (size_t)(f.e + f.k) * 8 + (size_t)f.k * 8;
 	const size_t shm_down = (size_t)f.k * (8 + 4 * FUSED_ROWS);
 
@@ -648,25 +665,45 @@ extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *
 		});
 	if (e != cudaSuccess || shm_glu > (48 << 10) || shm_down > (48 << 10))
 		return e != cudaSuccess ? e : cudaErrorNotSupported;
-	/* checked: both launch from here on */
-	q4kh_for_type(v->gate.type, [&](auto ty) {
+	/* checked: both launch from here on, each at most one wave; both
+	 * grids are sized before the first launch, which takes f by value */
+	const int64_t glu_tasks = f.k * ((f.f + FUSED_ROWS - 1) / FUSED_ROWS);
+	auto glu = [&](auto kernel) {
+		return fused_blocks(kernel, shm_glu, sms, T, glu_tasks, GV_WARPS / f.ks_glu,
+		                    &f.bpt_glu);
+	};
+	e = q4kh_for_type(v->gate.type, [&](auto ty) {
+		constexpr uint32_t TY = decltype(ty)::value;
+		constexpr int U1 = gv_units(TY, 1), U2 = gv_units(TY, 2);
+
+		return f.ks_glu == 1 ? glu(moe_glu_kernel<TY, U2>) : glu(moe_glu_kernel<TY, U1>);
+	});
+	if (e == cudaSuccess)
+		e = q4kh_for_type(v->down.type, [&](auto ty) {
+			constexpr uint32_t TY = decltype(ty)::value;
+
+			return fused_blocks(moe_down_kernel<TY>, shm_down, sms, T,
+			                    (f.n + FUSED_ROWS - 1) / FUSED_ROWS, 1, &f.bpt_down);
+		});
+	if (e != cudaSuccess)
+		return e;
+	e = q4kh_for_type(v->gate.type, [&](auto ty) {
 		constexpr uint32_t TY = decltype(ty)::value;
 		constexpr int U1 = gv_units(TY, 1), U2 = gv_units(TY, 2);
 		const unsigned grid = (unsigned)(f.bpt_glu * T);
 
-		if (f.ks_glu == 1)
-			moe_glu_kernel<TY, U2><<<grid, GV_THREADS, shm_glu, s>>>(f);
-		else
-			moe_glu_kernel<TY, U1><<<grid, GV_THREADS, shm_glu, s>>>(f);
-		return cudaSuccess;
+		return f.ks_glu == 1
+		               ? q4kh_pdl_launch(pdl != 0, moe_glu_kernel<TY, U2>, grid, GV_THREADS,
+		                                 shm_glu, s, f)
+		               : q4kh_pdl_launch(pdl != 0, moe_glu_kernel<TY, U1>, grid, GV_THREADS,
+		                                 shm_glu, s, f);
 	});
-	if ((e = cudaGetLastError()) != cudaSuccess)
+	if (e != cudaSuccess)
 		return e;
-	q4kh_for_type(v->down.type, [&](auto ty) {
+	return q4kh_for_type(v->down.type, [&](auto ty) {
 		constexpr uint32_t TY = decltype(ty)::value;
 
-		moe_down_kernel<TY><<<(unsigned)(f.bpt_down * T), GV_THREADS, shm_down, s>>>(f);
-		return cudaSuccess;
+		return q4kh_pdl_launch(pdl != 0, moe_down_kernel<TY>, (unsigned)(f.bpt_down * T),
+		                       GV_THREADS, shm_down, s, f);
 	});
-	return cudaGetLastError();
 }

@@ -322,7 +322,7 @@ static int fused(uint32_t gt, uint32_t dt, int64_t e, int64_t k, int64_t n, int6
 	v.h = view(h2, Q4KH_TYPE_F32, f, k, t, f * 4, f * k * 4);
 	v.down = vd;
 	v.out = view(o2, Q4KH_TYPE_F32, n, t, 1, n * 4, n * 4 * t);
-	if (cuda_launch_moe_fused(&v, norm, 2, 0) != cudaSuccess) {
+	if (cuda_launch_moe_fused(&v, norm, 2, 0, 0) != cudaSuccess) {
 		printf("fused: launch failed: FAIL\n");
 		return 1;
 	}
