@@ -45,21 +45,30 @@ static uint64_t first_start = UINT64_MAX, last_end;
 static struct run *runs;
 static size_t n_runs, cap_runs;
 
-static void add(const char *name, uint64_t start, uint64_t end)
+/* NAME's line of T (*N lines in use; past MAX_NAMES the rest share the
+ * last line), counted once more with NS nanoseconds; its index. */
+static int count(struct entry *t, int *n, const char *name, uint64_t ns)
 {
 	int i;
 
-	for (i = 0; i < n_names; i++)
-		if (!strcmp(table[i].name, name))
+	for (i = 0; i < *n; i++)
+		if (!strcmp(t[i].name, name))
 			break;
-	if (i == n_names) {
-		if (n_names == MAX_NAMES)
-			i = MAX_NAMES - 1; /* the rest share the last line */
+	if (i == *n) {
+		if (*n == MAX_NAMES)
+			i = MAX_NAMES - 1;
 		else
-			table[n_names++].name = strdup(name);
+			t[(*n)++].name = strdup(name);
 	}
-	table[i].count++;
-	table[i].ns += end - start;
+	t[i].count++;
+	t[i].ns += ns;
+	return i;
+}
+
+static void add(const char *name, uint64_t start, uint64_t end)
+{
+	const int i = count(table, &n_names, name, end - start);
+
 	if (n_runs == cap_runs) {
 		size_t cap = cap_runs ? 2 * cap_runs : 4096;
 		struct run *r = realloc(runs, cap * sizeof(*r));
@@ -74,24 +83,6 @@ static void add(const char *name, uint64_t start, uint64_t end)
 		first_start = start;
 	if (end > last_end)
 		last_end = end;
-}
-
-/* One host call of NAME that took NS nanoseconds, into api[]. */
-static void add_api(const char *name, uint64_t ns)
-{
-	int i;
-
-	for (i = 0; i < n_api; i++)
-		if (!strcmp(api[i].name, name))
-			break;
-	if (i == n_api) {
-		if (n_api == MAX_NAMES)
-			i = MAX_NAMES - 1;
-		else
-			api[n_api++].name = strdup(name);
-	}
-	api[i].count++;
-	api[i].ns += ns;
 }
 
 static void CUPTIAPI requested(uint8_t **buf, size_t *size, size_t *max)
@@ -124,7 +115,7 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
 			                             ? CUPTI_CB_DOMAIN_RUNTIME_API
 			                             : CUPTI_CB_DOMAIN_DRIVER_API,
 			                     a->cbid, &name);
-			add_api(name ? name : "?", a->end - a->start);
+			count(api, &n_api, name ? name : "?", a->end - a->start);
 		}
 	free(buf);
 }
