@@ -150,8 +150,7 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	__shared__ struct split_shared<HD> sh;
 
 	q4kh_pdl_release();
-	q4kh_pdl_wait();
-	split_block<KV, HD>(q, k, v, p, group, ml, part, count, out, fault, blockIdx.x,
+	split_block<KV, HD, true>(q, k, v, p, group, ml, part, count, out, fault, blockIdx.x,
 	                    blockIdx.y, blockIdx.z, gridDim.y, &sh);
 }
 

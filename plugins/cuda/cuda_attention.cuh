@@ -12,22 +12,36 @@
 #include "cuda_kernels.h"
 
 /*
- * The position of query t in *POS: pos[t] from the device, checked
- * against the cache's length (over pages, the block table's keys), or
- * pos0 + t. 0 on a fault.
+ * The position of query t as the caller gave it: pos[t] from the device
+ * (written by the host, never by a kernel, so a kernel launched with PDL
+ * may read it before q4kh_pdl_wait), or pos0 + t. Unchecked.
  */
+static __device__ __forceinline__ int64_t query_pos_raw(const struct cuda_attn &p, int64_t t)
+{
+	return p.pos ? (int64_t)p.pos[t] : p.pos0 + t;
+}
+
+/*
+ * POS, query t's position from query_pos_raw, checked against the cache's
+ * length (over pages, the block table's keys) when it came from the
+ * device. 0 on a fault, which it records.
+ */
+static __device__ __forceinline__ bool query_pos_ok(const struct cuda_attn &p,
+                                                    const struct cuda_view &k, int64_t t,
+                                                    int64_t pos, int32_t *fault)
+{
+	return !p.pos || index_ok(fault, CUDA_FAULT_ATTENTION_POS, t, (int32_t)pos,
+	                          p.pages ? p.n_table * p.page_size : k.ne[2]);
+}
+
+/* The position of query t in *POS, checked (query_pos_ok). 0 on a fault. */
 static __device__ __forceinline__ bool query_pos(const struct cuda_attn &p,
                                                  const struct cuda_view &k,
                                                  int64_t t, int32_t *fault,
                                                  int64_t *pos)
 {
-	if (!p.pos) {
-		*pos = p.pos0 + t;
-		return true;
-	}
-	*pos = p.pos[t];
-	return index_ok(fault, CUDA_FAULT_ATTENTION_POS, t, p.pos[t],
-	                p.pages ? p.n_table * p.page_size : k.ne[2]);
+	*pos = query_pos_raw(p, t);
+	return query_pos_ok(p, k, t, *pos, fault);
 }
 
 /*

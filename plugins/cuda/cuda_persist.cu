@@ -600,7 +600,8 @@ static __device__ __noinline__ void rope_store(const struct cuda_player &L, int3
 /* --- attention --- */
 
 /* Stage 3: flash-decoding's items (KV head, range) of the step's query,
- * a team an item (cuda_split.cuh), the last team of a KV head merging. */
+ * a team an item (cuda_split.cuh, within the kernel's 128 registers a
+ * thread), the last team of a KV head merging. */
 template <typename KV, int HD>
 static __device__ __noinline__ void attend(const struct cuda_persist &P,
                                            const struct cuda_player &L,
@@ -611,8 +612,9 @@ static __device__ __noinline__ void attend(const struct cuda_persist &P,
 
 	for (int64_t it = (int64_t)blockIdx.x * PK_TEAMS + team; it < items;
 	     it += (int64_t)gridDim.x * PK_TEAMS)
-		split_block<KV, HD>(L.qh, L.kc, L.vc, L.attn, P.group, P.ml, P.part, P.count, L.att,
-		                    P.fault, it / P.ranges, it % P.ranges, 0, P.ranges, &teams[team]);
+		split_block<KV, HD, false>(L.qh, L.kc, L.vc, L.attn, P.group, P.ml, P.part, P.count,
+		                           L.att, P.fault, it / P.ranges, it % P.ranges, 0, P.ranges,
+		                           &teams[team]);
 }
 
 #endif /* compute capability 9.0 */

@@ -5,9 +5,15 @@
  * run by cuda_attention.cu's split_kernel, a block each, and by the
  * persistent decode kernel (cuda_persist.cu), which walks the same items
  * with the blocks it has. Queries are read past L1 (the persistent kernel
- * writes them in the same launch); the cache through the read-only path,
- * as its rows at the query's position are written before any block of the
- * launch reads them.
+ * writes them in the same launch); the cache by plain loads, its rows at
+ * the query's position written before any block of the launch reads them.
+ *
+ * The critical path of an item, in dependent memory round trips: the
+ * position (before q4kh_pdl_wait, as the host writes it), then the
+ * queries with the first keys, each warp's next keys in flight while it
+ * scores the last ones; then, where the query has more than one range, the
+ * partials, a fence and the counter, and the merge's loads, its (m, l)
+ * pairs and the first partials together.
  */
 #ifndef Q4KH_CUDA_SPLIT_CUH
 #define Q4KH_CUDA_SPLIT_CUH
@@ -25,9 +31,11 @@
 #define SPLIT_MAX_T 8      /* queries a split launch takes */
 #define SPLIT_MAX_GROUP 8  /* query heads per KV head */
 #define SPLIT_MAX_S 128    /* ranges per query */
+#define SPLIT_WAVE 2       /* blocks per multiprocessor a launch has */
 #define SPLIT_KEYS 8       /* keys a warp scores at once, 4 lanes a key */
 #define SPLIT_MIN_KEYS (SPLIT_WARPS * SPLIT_KEYS) /* one batch a warp */
-#define MERGE_LOADS 16     /* partials a merging thread has in flight */
+#define MERGE_LOADS 8      /* partials a merging thread has in flight, */
+#define MERGE_LOADS_ROOM 32 /* with registers to spare (split_block's ROOM) */
 
 /* Threads of a team: the SPLIT_WARPS warps that run one item. A block
  * holds one team (split_kernel) or several (the persistent kernel), team
@@ -70,70 +78,71 @@ static inline struct split_plan plan_split(const struct cuda_view *q,
 	    q->ne[1] / hkv > SPLIT_MAX_GROUP || hkv * t > CUDA_SCRATCH_COUNTERS ||
 	    k->type != v->type || !aligned16(q) || !aligned16(k) || !aligned16(v))
 		return sp;
-	/* About eight blocks per multiprocessor over the KV heads and
-	 * queries once the context is long; a short one uses fewer ranges. */
-	s = (8 * (int64_t)sms + hkv * t - 1) / (hkv * t);
+	/* SPLIT_WAVE blocks per multiprocessor over the KV heads and
+	 * queries: one wave, every block resident at once (128 threads of at
+	 * most 255 registers, at most 41 KiB of shared memory), so that a
+	 * long context is streamed by blocks that each walk many batches,
+	 * with the next in flight, and a short one leaves the ranges it does
+	 * not use empty at the cost of a position read. */
+	s = (SPLIT_WAVE * (int64_t)sms + hkv * t - 1) / (hkv * t);
 	sp.s = (int)(s < 1 ? 1 : s > SPLIT_MAX_S ? SPLIT_MAX_S : s);
 	sp.group = (int)(q->ne[1] / hkv);
 	return sp;
 }
 
-/* The 8 values of a cache row from element I on, as float; 16-byte
- * aligned. */
-static __device__ __forceinline__ void load8(const __half *row, int64_t i,
-                                             float *out)
-{
-	const uint4 u = __ldg((const uint4 *)(row + i));
-	const __half2 *h = (const __half2 *)&u;
+/* N consecutive values of a cache row as loaded (16-byte aligned when
+ * they are 16 bytes or more, else aligned to their size), kept so until
+ * they are used: a warp's next batch waits in these while it scores the
+ * last one. */
+template <typename KV, int N>
+struct alignas(sizeof(KV) * N < 16 ? sizeof(KV) * N : 16) raw_vals {
+	KV x[N];
+};
 
-#pragma unroll
-	for (int e = 0; e < 4; e++) {
-		const float2 f = __half22float2(h[e]);
-
-		out[2 * e] = f.x;
-		out[2 * e + 1] = f.y;
-	}
-}
-
-static __device__ __forceinline__ void load8(const float *row, int64_t i,
-                                             float *out)
-{
-	const float4 a = __ldg((const float4 *)(row + i));
-	const float4 b = __ldg((const float4 *)(row + i + 4));
-
-	out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-	out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
-}
-
-/* D consecutive values of a cache row from element I on (D = 2, 4, 8;
- * I a multiple of D), as float. */
-template <int D>
-static __device__ __forceinline__ void loadd(const __half *row, int64_t i,
-                                             float *out)
-{
-	if constexpr (D == 8) {
-		load8(row, i, out);
-	} else {
-#pragma unroll
-		for (int e = 0; e < D; e += 2) {
-			const float2 f = __half22float2(*(const __half2 *)(row + i + e));
-
-			out[e] = f.x;
-			out[e + 1] = f.y;
-		}
-	}
-}
-
-template <int D>
-static __device__ __forceinline__ void loadd(const float *row, int64_t i,
-                                             float *out)
+template <typename KV, int N>
+static __device__ __forceinline__ void unpack(const raw_vals<KV, N> &r, float *out)
 {
 #pragma unroll
-	for (int e = 0; e < D; e += 2) {
-		const float2 f = *(const float2 *)(row + i + e);
+	for (int e = 0; e < N; e++)
+		out[e] = to_f32(r.x[e]);
+}
 
-		out[e] = f.x;
-		out[e + 1] = f.y;
+/*
+ * What one lane loads of a warp's batch of SPLIT_KEYS keys: its key's
+ * pieces of 8 values, HD / 32 of them 32 apart (lanes 4c .. 4c+3 take key
+ * c, each a quarter of the head dimension, the four reading 64 contiguous
+ * bytes), and its HD / 32 consecutive dimensions of every key's value.
+ */
+template <typename KV, int HD>
+struct split_batch {
+	raw_vals<KV, 8> k[HD / 32];
+	raw_vals<KV, HD / 32> v[SPLIT_KEYS];
+};
+
+/* The batch of keys [JB, JB + SPLIT_KEYS) of KV head KH, the keys from J1
+ * on replaced by key J1 - 1 (loaded, never weighed). */
+template <typename KV, int HD>
+static __device__ __forceinline__ void fetch_batch(const struct cuda_view &k,
+                                                   const struct cuda_view &v,
+                                                   const struct cuda_attn &p, int64_t kh,
+                                                   int64_t jb, int64_t j1, int32_t *fault,
+                                                   struct split_batch<KV, HD> *b)
+{
+	constexpr int D = HD / 32;
+	const int lane = team_tid() % 32, key = lane / 4, sub = lane % 4;
+	const int64_t j = jb + key < j1 ? jb + key : j1 - 1;
+	const KV *kr = (const KV *)(k.data + kh * k.nb[1] + key_row(p, j, fault) * k.nb[2]);
+
+#pragma unroll
+	for (int c = 0; c < D; c++)
+		b->k[c] = *(const raw_vals<KV, 8> *)(kr + c * 32 + sub * 8);
+#pragma unroll
+	for (int e = 0; e < SPLIT_KEYS; e++) {
+		const int64_t jv = jb + e < j1 ? jb + e : j1 - 1;
+
+		b->v[e] = *(const raw_vals<KV, D> *)(v.data + kh * v.nb[1] +
+		                                      key_row(p, jv, fault) * v.nb[2] +
+		                                      lane * D * sizeof(KV));
 	}
 }
 
@@ -185,16 +194,32 @@ struct split_shared {
 	int last;
 };
 
+/* The partials of ranges [S0, S0 + N) below USED of column block I (head
+ * I / (HD / 4), four dimensions) into V, zero past USED: written by other
+ * blocks, read past L1. */
+template <int HD, int N>
+static __device__ __forceinline__ void merge_fetch(const float *part, int64_t at, int64_t S,
+                                                   int i, int s0, int used, float4 *v)
+{
+	const float4 *pp = (const float4 *)(part + (at + i / (HD / 4) * S) * HD) + i % (HD / 4);
+
+#pragma unroll
+	for (int u = 0; u < N; u++)
+		v[u] = s0 + u < used ? __ldcg(pp + (s0 + u) * (HD / 4))
+		                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 /*
  * out[:, h0 + g, t], g < G, from the USED partials of each head (head
- * h0 + g, range s at AT + g S + s). The partials were written by other
- * blocks: read past L1. All loads of a phase are independent of each
- * other, so that the merge costs a few memory latencies, not one per
- * range: the pairs (m, l) into shared memory; a warp per head turns them
- * into the weights exp(m_s - max m) and their sum with l; then each thread
+ * h0 + g, range s at AT + g S + s), N at a time. The partials were written
+ * by other blocks: read past L1. The loads of a phase are independent of
+ * each other, and each thread's first partials are in flight with the pairs,
+ * so that the merge costs about one memory latency, not one per range:
+ * the pairs (m, l) into shared memory; a warp per head turns them into
+ * the weights exp(m_s - max m) and their sum with l; then each thread
  * sums four columns of a head over the ranges.
  */
-template <int HD>
+template <int HD, int N>
 static __device__ void merge_group(const float2 *ml, const float *part,
                                    int64_t at, int64_t S, int G, int used, const struct cuda_view &out,
                                    int64_t h0, int64_t t, float *pool,
@@ -203,10 +228,14 @@ static __device__ void merge_group(const float2 *ml, const float *part,
 	float2 *mls = (float2 *)pool;                      /* [G][used] */
 	float *wt = pool + 2 * SPLIT_MAX_GROUP * SPLIT_MAX_S; /* [G][used] */
 	const int warp = team_tid() / 32, lane = team_tid() % 32;
+	const int cols = G * HD / 4;
 
 	constexpr int R = SPLIT_MAX_GROUP * SPLIT_MAX_S / (32 * SPLIT_WARPS);
 	float2 pair[R];
+	float4 v[N];
 
+	if (team_tid() < cols)
+		merge_fetch<HD, N>(part, at, S, team_tid(), 0, used, v);
 #pragma unroll
 	for (int r = 0; r < R; r++) {
 		const int i = team_tid() + r * SPLIT_TEAM;
@@ -240,22 +269,15 @@ static __device__ void merge_group(const float2 *ml, const float *part,
 			lsum[g] = sum;
 	}
 	team_sync();
-	for (int i = team_tid(); i < G * HD / 4; i += SPLIT_TEAM) {
+	for (int i = team_tid(); i < cols; i += SPLIT_TEAM) {
 		const int g = i / (HD / 4), d = i % (HD / 4) * 4;
 		const float *w = wt + g * used;
-		const float4 *pp = (const float4 *)(part + (at + g * S) * HD + d);
 		float *o = (float *)(out.data + (h0 + g) * out.nb[1] + t * out.nb[2]);
 		float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
-		for (int s0 = 0; s0 < used; s0 += MERGE_LOADS) {
-			float4 v[MERGE_LOADS];
-
+		for (int s0 = 0;;) {
 #pragma unroll
-			for (int u = 0; u < MERGE_LOADS; u++)
-				v[u] = s0 + u < used ? __ldcg(pp + (s0 + u) * (HD / 4))
-				                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-			for (int u = 0; u < MERGE_LOADS; u++) {
+			for (int u = 0; u < N; u++) {
 				const float wu = s0 + u < used ? w[s0 + u] : 0.0f;
 
 				a[0] += v[u].x * wu;
@@ -263,28 +285,43 @@ static __device__ void merge_group(const float2 *ml, const float *part,
 				a[2] += v[u].z * wu;
 				a[3] += v[u].w * wu;
 			}
+			if ((s0 += N) >= used)
+				break;
+			merge_fetch<HD, N>(part, at, S, i, s0, used, v);
 		}
 #pragma unroll
 		for (int e = 0; e < 4; e++)
 			o[d + e] = a[e] / lsum[g];
+		if (i + SPLIT_TEAM < cols)
+			merge_fetch<HD, N>(part, at, S, i + SPLIT_TEAM, 0, used, v);
 	}
 }
 
 /*
  * Item (KH, S of the S ranges, T), run by a team (SPLIT_TEAM threads,
  * SHARED its own): one range of keys of query T for the G query heads of
- * KV head KH; the last team of (KV head, query) to finish merges the
- * ranges (a counter per pair in COUNT, back to 0 after the merge, so the
- * next launch finds it clear). Partials: ml[part_at] = (m, l), part at the
- * same index times HD.
+ * KV head KH. A query whose keys fit one range (the short contexts) is
+ * finished by its one team; else the last team of (KV head, query) to
+ * finish merges the ranges (a counter per pair in COUNT, back to 0 after
+ * the merge, so the next launch finds it clear). Partials: ml[part_at] =
+ * (m, l), part at the same index times HD.
  *
- * A warp scores SPLIT_KEYS keys at once: lanes 4c .. 4c+3 take key c, each
- * a quarter of the head dimension in 8-value pieces 32 apart (the four
- * lanes read 64 contiguous bytes), two shuffles finish a dot product. For
- * the values each lane owns HD / 32 consecutive dimensions and takes the
- * weights of the batch's keys from the lanes that scored them.
+ * It reads the position, then calls q4kh_pdl_wait (nothing in a kernel
+ * not launched with PDL, as the persistent one), then everything else.
+ *
+ * A warp scores SPLIT_KEYS keys at once (split_batch's layout): two
+ * shuffles finish a dot product. For the values each lane owns HD / 32
+ * consecutive dimensions and takes the weights of the batch's keys from
+ * the lanes that scored them.
+ *
+ * ROOM: the thread has registers to spare (up to 255, split_kernel's);
+ * without, as in the persistent kernel (128), it keeps no more in flight
+ * than it uses at once. With, the next batch's loads are issued before
+ * the warp scores the last one where they are few (an F16 cache of head
+ * dimension up to 128, an F32 one up to 64), and the merge has
+ * MERGE_LOADS_ROOM partials in flight instead of MERGE_LOADS.
  */
-template <typename KV, int HD>
+template <typename KV, int HD, bool ROOM>
 static __device__ void split_block(const struct cuda_view &q, const struct cuda_view &k,
                                    const struct cuda_view &v, const struct cuda_attn &p,
                                    int group, float2 *ml, float *part, int *count,
@@ -293,6 +330,7 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
                                    struct split_shared<HD> *shared)
 {
 	constexpr int D = HD / 32; /* values a lane owns; also its 8-pieces */
+	constexpr bool ahead = ROOM && sizeof(KV) * HD <= 256;
 	struct split_shared<HD> &sh = *shared;
 	float(*qs)[HD] = sh.qs;
 	float(*sm)[SPLIT_MAX_GROUP][2] = sh.sm;
@@ -301,16 +339,33 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 	float(*sacc)[SPLIT_MAX_GROUP][HD] = (float(*)[SPLIT_MAX_GROUP][HD])pool;
 	const int warp = team_tid() / 32, lane = team_tid() % 32;
 	const int key = lane / 4, sub = lane % 4;
-	const int64_t H = q.ne[1];
+	const int64_t H = q.ne[1], step = SPLIT_WARPS * SPLIT_KEYS;
+	const int64_t pos = query_pos_raw(p, t);
 	float acc[SPLIT_MAX_GROUP][D], m[SPLIT_MAX_GROUP], l[SPLIT_MAX_GROUP];
-	int64_t pos, j0, j1, used;
+	int64_t j0, j1, used;
 
-	/* The group's queries, loaded while the position is: every load
-	 * issued before any is used. */
+	/* The range from the position alone (a position out of the cache
+	 * gives some range, never used: the check below refuses it). */
+	used = split_range(p, pos < 0 ? 0 : pos, s, S, &j0, &j1);
+	team_sync(); /* the team's last item has left shared memory */
+	q4kh_pdl_wait();
+	if (!query_pos_ok(p, k, t, pos, fault)) { /* the query sees nothing */
+		if (s == 0)
+			for (int64_t i = team_tid(); i < group * HD; i += SPLIT_TEAM)
+				((float *)(out.data + (kh * group + i / HD) * out.nb[1] +
+				           t * out.nb[2]))[i % HD] = 0.0f;
+		return;
+	}
+	if (j0 >= j1) /* a range not in use: nobody waits for it */
+		return;
+
+	/* The group's queries and the warp's first keys, all in flight at
+	 * once. */
 	constexpr int RQ = SPLIT_MAX_GROUP * HD / 4 / (32 * SPLIT_WARPS);
 	float4 qv[RQ];
+	struct split_batch<KV, HD> cur, next; /* next: with ahead only */
+	int64_t jb = j0 + warp * SPLIT_KEYS;
 
-	team_sync(); /* the team's last item has left shared memory */
 #pragma unroll
 	for (int r = 0; r < RQ; r++) {
 		const int i = team_tid() + r * SPLIT_TEAM;
@@ -319,16 +374,8 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 			qv[r] = __ldcg((const float4 *)(q.data + (kh * group + i / (HD / 4)) * q.nb[1] +
 			                                t * q.nb[2] + i % (HD / 4) * 16));
 	}
-	if (!query_pos(p, k, t, fault, &pos)) { /* the query sees nothing */
-		if (s == 0)
-			for (int64_t i = team_tid(); i < group * HD; i += SPLIT_TEAM)
-				((float *)(out.data + (kh * group + i / HD) * out.nb[1] +
-				           t * out.nb[2]))[i % HD] = 0.0f;
-		return;
-	}
-	used = split_range(p, pos, s, S, &j0, &j1);
-	if (j0 >= j1) /* a range not in use: nobody waits for it */
-		return;
+	if (jb < j1)
+		fetch_batch<KV, HD>(k, v, p, kh, jb, j1, fault, &cur);
 #pragma unroll
 	for (int r = 0; r < RQ; r++) {
 		const int i = team_tid() + r * SPLIT_TEAM;
@@ -345,22 +392,17 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 			acc[g][i] = 0.0f;
 	}
 	team_sync();
-	for (int64_t jb = j0 + warp * SPLIT_KEYS; jb < j1;
-	     jb += SPLIT_WARPS * SPLIT_KEYS) {
-		const int64_t j = jb + key < j1 ? jb + key : j1 - 1;
-		const KV *kr = (const KV *)(k.data + kh * k.nb[1] + key_row(p, j, fault) * k.nb[2]);
+	for (; jb < j1; jb += step) {
 		float kf[D][8], vf[SPLIT_KEYS][D], sc[SPLIT_MAX_GROUP];
 
+		if (ahead && jb + step < j1)
+			fetch_batch<KV, HD>(k, v, p, kh, jb + step, j1, fault, &next);
 #pragma unroll
 		for (int c = 0; c < D; c++)
-			load8(kr, c * 32 + sub * 8, kf[c]);
+			unpack(cur.k[c], kf[c]);
 #pragma unroll
-		for (int b = 0; b < SPLIT_KEYS; b++) {
-			const int64_t jv = jb + b < j1 ? jb + b : j1 - 1;
-
-			loadd<D>((const KV *)(v.data + kh * v.nb[1] + key_row(p, jv, fault) * v.nb[2]),
-			         lane * D, vf[b]);
-		}
+		for (int b = 0; b < SPLIT_KEYS; b++)
+			unpack(cur.v[b], vf[b]);
 #pragma unroll
 		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
 			sc[g] = 0.0f;
@@ -409,6 +451,10 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 			}
 			m[g] = mn;
 		}
+		if (ahead)
+			cur = next;
+		else if (jb + step < j1) /* once the last batch's registers are free */
+			fetch_batch<KV, HD>(k, v, p, kh, jb + step, j1, fault, &cur);
 	}
 	/* Fold the warps: each keeps m, l and its sums in shared memory. */
 #pragma unroll
@@ -436,16 +482,23 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 			sum += sm[i][g][1] * w[i];
 		}
 		const int64_t at = part_at(t, H, kh * group + g, S, s);
+		float *o = (float *)(out.data + (kh * group + g) * out.nb[1] + t * out.nb[2]);
+
 		for (int d = team_tid(); d < HD; d += SPLIT_TEAM) {
 			float a = 0.0f;
 
 			for (int i = 0; i < SPLIT_WARPS; i++)
 				a += sacc[i][g][d] * w[i];
-			part[at * HD + d] = a;
+			if (used == 1) /* the query's only range: the result */
+				o[d] = a / sum;
+			else
+				part[at * HD + d] = a;
 		}
-		if (team_tid() == 0)
+		if (team_tid() == 0 && used > 1)
 			ml[at] = make_float2(mx, sum);
 	}
+	if (used == 1)
+		return;
 	/* The last block of the query's ranges merges them (the partials
 	 * are visible device-wide before the counter moves). */
 	__threadfence();
@@ -461,7 +514,7 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 	if (!last)
 		return;
 	__threadfence();
-	merge_group<HD>(ml, part, part_at(t, H, kh * group, S, 0), S, group,
+	merge_group<HD, ROOM ? MERGE_LOADS_ROOM : MERGE_LOADS>(ml, part, part_at(t, H, kh * group, S, 0), S, group,
 	                (int)used, out, kh * group, t, pool, lsum);
 }
 

@@ -4,17 +4,24 @@
  * cuda_attention.cuh's key_row) run on a host, with no GPU: the .cu file
  * as it is, launch code included, each launch emulated by
  * tests/emu/emu.h. Both of its forms: the split form of decode (scratch
- * given, head dimensions 64 and 128) and the one-pass form (no scratch,
- * head dimension 96); the tensor-core form (cuda_flash.cu, mma.sync) has
- * no emulation and declines here as it does before compute capability 8.0.
+ * given, head dimensions 64, 128 and 256) and the one-pass form (no
+ * scratch, head dimension 96); the tensor-core form (cuda_flash.cu,
+ * mma.sync) has no emulation and declines here as it does before compute
+ * capability 8.0. The split form is cut for a device of the case's
+ * multiprocessors: the decode shapes of Llama-3-8B (group 4) and
+ * Qwen3-30B-A3B (group 8) on 132, up to 4,096 keys (ranges of one batch a
+ * warp, of several with the next in flight, of one range for the whole
+ * query without a merge, merges of more partials than a thread has in
+ * flight), and few multiprocessors for ranges of thousands of keys.
  * For each: F16 and F32 caches, pages of 16 and of 7, block tables that
  * shuffle the pools' pages (two more pages than a table names, NaN in
- * every row no key of the table is in: read, they show), a window, one and
- * several queries at any positions:
+ * every row no key of the table is in: read, they show), windows, one to
+ * eight queries at any positions:
  *  - over pages, the bits the same kernel gives over a contiguous cache
  *    holding the same rows (only the rows' addresses differ);
  *  - both within a bound of the attention computed here in double from the
  *    cache's values (plugin.h, attention_ext);
+ *  - the split form leaves its counters at zero;
  *  - a table entry outside the pools that a query reads is the fault
  *    CUDA_FAULT_ATTENTION_PAGES with its index, value and limit.
  * Built and run by scripts/cuda-emulate.sh; exit 0 when everything agrees.
@@ -92,6 +99,7 @@ struct attn_case {
 	uint32_t type;
 	std::vector<int32_t> pos;
 	bool split; /* give scratch: the split form, where it takes the shape */
+	int sms;    /* the device's multiprocessors, which cut the split form */
 };
 
 /* Run C once over CACHE (K, V) with the table PAGES (NULL: contiguous);
@@ -113,15 +121,21 @@ static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, co
 	a.n_table = n_table;
 	a.page_size = page;
 	a.n_pages = pages ? k.v.ne[2] / page : 0;
-	need = cuda_attention_scratch(&q.v, &k.v, &v.v, 4);
+	need = cuda_attention_scratch(&q.v, &k.v, &v.v, c.sms);
 	scratch.assign(need, 0);
 	memset(fault, 0, sizeof(int32_t) * CUDA_FAULT_WORDS);
 	if (cuda_launch_attention(&q.v, &k.v, &v.v, &a, &out.v,
-	                          c.split && need ? scratch.data() : NULL, 4, 7, fault, 1,
+	                          c.split && need ? scratch.data() : NULL, c.sms, 7, fault, 1,
 	                          0) != cudaSuccess) {
 		fprintf(stderr, "  %s: the launch failed\n", c.name);
 		exit(1);
 	}
+	for (size_t i = 0; c.split && i < need && i < CUDA_SCRATCH_COUNTERS * sizeof(int); i++)
+		if (scratch[i]) {
+			fprintf(stderr, "  %s: counter byte %zu is %d after the launch\n", c.name, i,
+			        scratch[i]);
+			exit(1);
+		}
 	return std::vector<float>((const float *)out.v.data,
 	                          (const float *)out.v.data + c.hd * c.nh * T);
 }
@@ -205,7 +219,7 @@ static int check(const attn_case &c, int32_t page)
 /* A table entry past the pools, read by the query at 40: the fault. */
 static int check_fault(void)
 {
-	const attn_case c = { "fault", 64, 1, 1, 64, 0, Q4KH_TYPE_F16, { 40 }, true };
+	const attn_case c = { "fault", 64, 1, 1, 64, 0, Q4KH_TYPE_F16, { 40 }, true, 4 };
 	buf q(Q4KH_TYPE_F32, 64, 1, 1), k(Q4KH_TYPE_F16, 64, 1, 64), v(Q4KH_TYPE_F16, 64, 1, 64);
 	const int32_t pages[3] = { 1, 3, 9 };
 	int32_t fault[CUDA_FAULT_WORDS];
@@ -223,14 +237,26 @@ static int check_fault(void)
 int main(void)
 {
 	const attn_case cases[] = {
-		{ "decode, hd 128, GQA 4", 128, 8, 2, 300, 0, Q4KH_TYPE_F16, { 299 }, true },
-		{ "decode, hd 64, window 50, F32", 64, 4, 1, 200, 50, Q4KH_TYPE_F32, { 150 }, true },
+		{ "decode, hd 128, GQA 4", 128, 8, 2, 300, 0, Q4KH_TYPE_F16, { 299 }, true, 4 },
+		{ "decode, hd 64, window 50, F32", 64, 4, 1, 200, 50, Q4KH_TYPE_F32, { 150 }, true, 4 },
 		{ "three queries anywhere, hd 128", 128, 4, 4, 120, 0, Q4KH_TYPE_F16, { 119, 3, 64 },
-		  true },
+		  true, 4 },
+		{ "Llama-3-8B decode at 512, 132 SMs", 128, 32, 8, 520, 0, Q4KH_TYPE_F16, { 511 },
+		  true, 132 },
+		{ "Qwen3-30B-A3B decode at 4096, 132 SMs", 128, 32, 4, 4100, 0, Q4KH_TYPE_F16,
+		  { 4095 }, true, 132 },
+		{ "group 8, 2 SMs: ranges of 1,504 keys", 128, 16, 2, 3001, 0, Q4KH_TYPE_F16,
+		  { 3000 }, true, 2 },
+		{ "eight queries, group 8, window 700", 128, 16, 2, 3000, 700, Q4KH_TYPE_F16,
+		  { 2999, 0, 31, 32, 700, 1500, 2047, 2998 }, true, 132 },
+		{ "21 keys in one range, 40 in two, hd 64", 64, 8, 2, 40, 0, Q4KH_TYPE_F16, { 20, 39 }, true, 132 },
+		{ "hd 256, one KV head, 65 ranges", 256, 4, 1, 4200, 0, Q4KH_TYPE_F16, { 4100 }, true,
+		  132 },
+		{ "hd 128, F32, window 1000", 128, 8, 2, 2100, 1000, Q4KH_TYPE_F32, { 2050 }, true, 4 },
 		{ "one-pass, hd 96, five queries", 96, 6, 2, 90, 0, Q4KH_TYPE_F16,
-		  { 10, 11, 12, 50, 89 }, false },
+		  { 10, 11, 12, 50, 89 }, false, 4 },
 		{ "one-pass, hd 64, window 9, F32", 64, 2, 1, 40, 9, Q4KH_TYPE_F32, { 39, 0, 20 },
-		  false },
+		  false, 4 },
 	};
 	int failed = 0, n = 0;
 
