@@ -141,7 +141,7 @@ attention_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 
 /* --- flash-decoding (cuda_split.cuh): a block per item --- */
 
-template <typename KV, int HD>
+template <typename KV, int HD, int G>
 static __global__ void __launch_bounds__(32 * SPLIT_WARPS)
 split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
              struct cuda_attn p, int group, float2 *ml, float *part,
@@ -150,8 +150,8 @@ split_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	__shared__ struct split_shared<HD> sh;
 
 	q4kh_pdl_release();
-	split_block<KV, HD, true>(q, k, v, p, group, ml, part, count, out, fault, blockIdx.x,
-	                    blockIdx.y, blockIdx.z, gridDim.y, &sh);
+	split_block<KV, HD, true, G>(q, k, v, p, group, ml, part, count, out, fault, blockIdx.x,
+	                             blockIdx.y, blockIdx.z, gridDim.y, &sh);
 }
 
 extern "C" size_t cuda_attention_scratch(const struct cuda_view *q,
@@ -163,6 +163,23 @@ extern "C" size_t cuda_attention_scratch(const struct cuda_view *q,
 	return sp.s ? CUDA_SCRATCH_COUNTERS * sizeof(int) +
 	              split_rows(q, sp) * (sizeof(float2) + sizeof(float) * (size_t)q->ne[0])
 	            : 0;
+}
+
+/* split_kernel of head dimension HD for a group of GROUP heads: its
+ * instance for that group where it has one (1, 2, 4, 8), else the one for
+ * any group. */
+template <typename KV, int HD, typename... A>
+static cudaError_t launch_split_hd(int group, int pdl, dim3 grid, cudaStream_t s, A... args)
+{
+#define SPLIT(G) q4kh_pdl_launch(pdl, split_kernel<KV, HD, G>, grid, 32 * SPLIT_WARPS, 0, s, args...)
+	switch (group) {
+	case 1: return SPLIT(1);
+	case 2: return SPLIT(2);
+	case 4: return SPLIT(4);
+	case 8: return SPLIT(8);
+	default: return SPLIT(0);
+	}
+#undef SPLIT
 }
 
 template <typename KV>
@@ -179,9 +196,9 @@ static cudaError_t launch_split(const struct cuda_view *q,
 	float *part = (float *)(count + CUDA_SCRATCH_COUNTERS);
 	float2 *ml = (float2 *)(part + split_rows(q, sp) * (size_t)q->ne[0]);
 
-#define SPLIT(HD)                                                               \
-	q4kh_pdl_launch(pdl, split_kernel<KV, HD>, grid, 32 * SPLIT_WARPS, 0, s, *q, *k, *v, \
-	                *p, sp.group, ml, part, count, *out, fault)
+#define SPLIT(HD)                                                                      \
+	launch_split_hd<KV, HD>(sp.group, pdl, grid, s, *q, *k, *v, *p, sp.group, ml, part, \
+	                        count, *out, fault)
 	switch (q->ne[0]) {
 	case 64: return SPLIT(64);
 	case 128: return SPLIT(128);
@@ -226,11 +243,16 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_view *q,
 	return cudaGetLastError();
 }
 
+/* The split kernels of one cache type and head dimension, every group. */
+#define SPLIT_KERNELS(KV, HD)                                                  \
+	split_kernel<KV, HD, 1>, split_kernel<KV, HD, 2>, split_kernel<KV, HD, 4>, \
+		split_kernel<KV, HD, 8>, split_kernel<KV, HD, 0>
+
 extern "C" cudaError_t cuda_attention_preload(void)
 {
 	return q4kh_preload(attention_kernel<__half, __half>, attention_kernel<__half, float>,
 	                    attention_kernel<float, __half>, attention_kernel<float, float>,
-	                    split_kernel<__half, 64>, split_kernel<__half, 128>,
-	                    split_kernel<__half, 256>, split_kernel<float, 64>,
-	                    split_kernel<float, 128>, split_kernel<float, 256>);
+	                    SPLIT_KERNELS(__half, 64), SPLIT_KERNELS(__half, 128),
+	                    SPLIT_KERNELS(__half, 256), SPLIT_KERNELS(float, 64),
+	                    SPLIT_KERNELS(float, 128), SPLIT_KERNELS(float, 256));
 }

@@ -612,9 +612,9 @@ static __device__ __noinline__ void attend(const struct cuda_persist &P,
 
 	for (int64_t it = (int64_t)blockIdx.x * PK_TEAMS + team; it < items;
 	     it += (int64_t)gridDim.x * PK_TEAMS)
-		split_block<KV, HD, false>(L.qh, L.kc, L.vc, L.attn, P.group, P.ml, P.part, P.count,
-		                           L.att, P.fault, it / P.ranges, it % P.ranges, 0, P.ranges,
-		                           &teams[team]);
+		split_block<KV, HD, false, 0>(L.qh, L.kc, L.vc, L.attn, P.group, P.ml, P.part,
+		                              P.count, L.att, P.fault, it / P.ranges,
+		                              it % P.ranges, 0, P.ranges, &teams[team]);
 }
 
 #endif /* compute capability 9.0 */

@@ -297,6 +297,15 @@ static __device__ void merge_group(const float2 *ml, const float *part,
 	}
 }
 
+/* Whether a warp has the registers to keep its next batch in flight
+ * (split_block's ROOM): the batch's raw values, at most 64 registers, and
+ * the GM heads' sums (GM HD / 32) within 80. */
+template <typename KV, int HD, int GM>
+struct split_ahead {
+	static constexpr int regs = sizeof(split_batch<KV, HD>) / 4;
+	static constexpr bool value = regs <= 64 && regs + GM * HD / 32 <= 80;
+};
+
 /*
  * Item (KH, S of the S ranges, T), run by a team (SPLIT_TEAM threads,
  * SHARED its own): one range of keys of query T for the G query heads of
@@ -314,14 +323,17 @@ static __device__ void merge_group(const float2 *ml, const float *part,
  * consecutive dimensions and takes the weights of the batch's keys from
  * the lanes that scored them.
  *
+ * G: GROUP when known as the kernel is compiled, so that the heads'
+ * shuffles and exponentials interleave without branches between them;
+ * 0: any group up to SPLIT_MAX_GROUP, each head behind a branch.
+ *
  * ROOM: the thread has registers to spare (up to 255, split_kernel's);
  * without, as in the persistent kernel (128), it keeps no more in flight
  * than it uses at once. With, the next batch's loads are issued before
- * the warp scores the last one where they are few (an F16 cache of head
- * dimension up to 128, an F32 one up to 64), and the merge has
- * MERGE_LOADS_ROOM partials in flight instead of MERGE_LOADS.
+ * the warp scores the last one where they are few (split_ahead), and the
+ * merge has MERGE_LOADS_ROOM partials in flight instead of MERGE_LOADS.
  */
-template <typename KV, int HD, bool ROOM>
+template <typename KV, int HD, bool ROOM, int G>
 static __device__ void split_block(const struct cuda_view &q, const struct cuda_view &k,
                                    const struct cuda_view &v, const struct cuda_attn &p,
                                    int group, float2 *ml, float *part, int *count,
@@ -330,7 +342,8 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
                                    struct split_shared<HD> *shared)
 {
 	constexpr int D = HD / 32; /* values a lane owns; also its 8-pieces */
-	constexpr bool ahead = ROOM && sizeof(KV) * HD <= 256;
+	constexpr int GM = G ? G : SPLIT_MAX_GROUP; /* heads in registers */
+	constexpr bool ahead = ROOM && split_ahead<KV, HD, GM>::value;
 	struct split_shared<HD> &sh = *shared;
 	float(*qs)[HD] = sh.qs;
 	float(*sm)[SPLIT_MAX_GROUP][2] = sh.sm;
@@ -341,7 +354,7 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 	const int key = lane / 4, sub = lane % 4;
 	const int64_t H = q.ne[1], step = SPLIT_WARPS * SPLIT_KEYS;
 	const int64_t pos = query_pos_raw(p, t);
-	float acc[SPLIT_MAX_GROUP][D], m[SPLIT_MAX_GROUP], l[SPLIT_MAX_GROUP];
+	float acc[GM][D], m[GM], l[GM];
 	int64_t j0, j1, used;
 
 	/* The range from the position alone (a position out of the cache
@@ -384,7 +397,7 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 			*(float4 *)&qs[i / (HD / 4)][i % (HD / 4) * 4] = qv[r];
 	}
 #pragma unroll
-	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+	for (int g = 0; g < GM; g++) {
 		m[g] = -INFINITY;
 		l[g] = 0.0f;
 #pragma unroll
@@ -393,7 +406,7 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 	}
 	team_sync();
 	for (; jb < j1; jb += step) {
-		float kf[D][8], vf[SPLIT_KEYS][D], sc[SPLIT_MAX_GROUP];
+		float kf[D][8], vf[SPLIT_KEYS][D], sc[GM], x[GM], mn[GM];
 
 		if (ahead && jb + step < j1)
 			fetch_batch<KV, HD>(k, v, p, kh, jb + step, j1, fault, &next);
@@ -404,9 +417,9 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 		for (int b = 0; b < SPLIT_KEYS; b++)
 			unpack(cur.v[b], vf[b]);
 #pragma unroll
-		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+		for (int g = 0; g < GM; g++) {
 			sc[g] = 0.0f;
-			if (g >= group)
+			if (!G && g >= group)
 				continue;
 #pragma unroll
 			for (int c = 0; c < D; c++) {
@@ -418,39 +431,49 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 				         b.z * kf[c][6] + b.w * kf[c][7];
 			}
 		}
+		/* Each step over every head before the next, so that the
+		 * heads' shuffles are in flight together. */
 #pragma unroll
-		for (int g = 0; g < SPLIT_MAX_GROUP; g++)
-			if (g < group) {
-				sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], 1);
-				sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], 2);
-			}
+		for (int off = 1; off < 4; off *= 2)
+#pragma unroll
+			for (int g = 0; g < GM; g++)
+				if (G || g < group)
+					sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], off);
+#pragma unroll
+		for (int g = 0; g < GM; g++)
+			x[g] = mn[g] = jb + key < j1 ? score(p, sc[g]) : -INFINITY;
+#pragma unroll
+		for (int off = 4; off < 32; off *= 2)
+#pragma unroll
+			for (int g = 0; g < GM; g++)
+				if (G || g < group)
+					mn[g] = fmaxf(mn[g], __shfl_xor_sync(0xffffffffu, mn[g], off));
 		/* One rescale per head and batch (Milakov & Gimelshein). */
 #pragma unroll
-		for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
-			if (g >= group)
+		for (int g = 0; g < GM; g++) {
+			if (!G && g >= group)
 				break;
-			const float x = jb + key < j1 ? score(p, sc[g]) : -INFINITY;
-			float mn = x;
+			mn[g] = fmaxf(mn[g], m[g]); /* finite: key jb is in the range */
+			const float c = expf(m[g] - mn[g]);
 
-			for (int off = 4; off < 32; off *= 2)
-				mn = fmaxf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
-			mn = fmaxf(mn, m[g]); /* finite: key jb is in the range */
-			const float c = expf(m[g] - mn), e = expf(x - mn);
-
-			l[g] = l[g] * c + (sub == 0 ? e : 0.0f);
+			x[g] = expf(x[g] - mn[g]);
+			l[g] = l[g] * c + (sub == 0 ? x[g] : 0.0f);
+			m[g] = mn[g];
 #pragma unroll
 			for (int i = 0; i < D; i++)
 				acc[g][i] *= c;
+		}
 #pragma unroll
-			for (int b = 0; b < SPLIT_KEYS; b++) {
-				const float eb = __shfl_sync(0xffffffffu, e, 4 * b);
+		for (int b = 0; b < SPLIT_KEYS; b++)
+#pragma unroll
+			for (int g = 0; g < GM; g++)
+				if (G || g < group) {
+					const float eb = __shfl_sync(0xffffffffu, x[g], 4 * b);
 
 #pragma unroll
-				for (int i = 0; i < D; i++)
-					acc[g][i] += eb * vf[b][i];
-			}
-			m[g] = mn;
-		}
+					for (int i = 0; i < D; i++)
+						acc[g][i] += eb * vf[b][i];
+				}
 		if (ahead)
 			cur = next;
 		else if (jb + step < j1) /* once the last batch's registers are free */
@@ -458,7 +481,7 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 	}
 	/* Fold the warps: each keeps m, l and its sums in shared memory. */
 #pragma unroll
-	for (int g = 0; g < SPLIT_MAX_GROUP; g++) {
+	for (int g = 0; g < GM; g++) {
 		if (g >= group)
 			break;
 		const float lw = warp_sum(l[g]);

@@ -8,11 +8,12 @@
  * scratch, head dimension 96); the tensor-core form (cuda_flash.cu,
  * mma.sync) has no emulation and declines here as it does before compute
  * capability 8.0. The split form is cut for a device of the case's
- * multiprocessors: the decode shapes of Llama-3-8B (group 4) and
- * Qwen3-30B-A3B (group 8) on 132, up to 4,096 keys (ranges of one batch a
- * warp, of several with the next in flight, of one range for the whole
- * query without a merge, merges of more partials than a thread has in
- * flight), and few multiprocessors for ranges of thousands of keys.
+ * multiprocessors: the decode shapes of Llama-3-8B (group 4),
+ * Qwen3-30B-A3B (group 8) and Qwen2.5-1.5B (group 6, the kernel for any
+ * group) on 132, up to 4,096 keys (ranges of one batch a warp, of several
+ * with the next in flight, of one range for the whole query without a
+ * merge, merges of more partials than a thread has in flight), and few
+ * multiprocessors for ranges of thousands of keys.
  * For each: F16 and F32 caches, pages of 16 and of 7, block tables that
  * shuffle the pools' pages (two more pages than a table names, NaN in
  * every row no key of the table is in: read, they show), windows, one to
@@ -249,6 +250,9 @@ int main(void)
 		  { 3000 }, true, 2 },
 		{ "eight queries, group 8, window 700", 128, 16, 2, 3000, 700, Q4KH_TYPE_F16,
 		  { 2999, 0, 31, 32, 700, 1500, 2047, 2998 }, true, 132 },
+		{ "Qwen2.5-1.5B decode at 1000 (group 6), two queries", 128, 12, 2, 1100, 0,
+		  Q4KH_TYPE_F16, { 999, 1000 }, true, 132 },
+		{ "group 3, F32, hd 64", 64, 6, 2, 300, 0, Q4KH_TYPE_F32, { 299 }, true, 4 },
 		{ "21 keys in one range, 40 in two, hd 64", 64, 8, 2, 40, 0, Q4KH_TYPE_F16, { 20, 39 }, true, 132 },
 		{ "hd 256, one KV head, 65 ranges", 256, 4, 1, 4200, 0, Q4KH_TYPE_F16, { 4100 }, true,
 		  132 },
