@@ -4,16 +4,20 @@
  *
  * Decode (a few queries, split_plan): flash-decoding (Dao et al. 2023,
  * "Flash-Decoding for long-context inference"). The visible keys of a
- * query are cut into S ranges of at least SPLIT_MIN_KEYS; block (KV head,
+ * query are cut into S ranges of at least SPLIT_MIN_KEYS, S such that the
+ * grid is one wave of SPLIT_WAVE blocks a multiprocessor; block (KV head,
  * range, token) reads its range of K and V once for every query head of
  * the group, each warp eight keys at a time with a running softmax of its
- * own. The block folds its warps together and writes one partial result
- * per query head (m, l and the unnormalised sum) to scratch memory; the
- * last block of a (KV head, token) to finish merges the partials, so a
- * decode step's attention is one launch. A short context leaves most
- * ranges empty and the merge reads only those in use. The grid is fixed
- * by the shapes, the ranges by the position read on the device, so one
- * recorded launch serves every later token.
+ * own and its next eight keys in flight. The block folds its warps
+ * together; a query whose keys fit one range (a short context) is then
+ * done, else the block writes one partial result per query head (m, l and
+ * the unnormalised sum) to scratch memory and the last block of a (KV
+ * head, token) to finish merges the partials, so a decode step's
+ * attention is one launch. A short context leaves most ranges empty: such
+ * a block reads the position and ends. The grid is fixed by the shapes,
+ * the ranges by the position read on the device, so one recorded launch
+ * serves every later token; the position is read before the launch waits
+ * for the kernel before it (PDL), the queries with the first keys after.
  *
  * Otherwise (prompts) on tensor cores where cuda_flash.cu can (an F16
  * cache, compute capability 8.0 or later); else a block takes one query

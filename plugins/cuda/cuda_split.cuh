@@ -479,46 +479,65 @@ static __device__ void split_block(const struct cuda_view &q, const struct cuda_
 		else if (jb + step < j1) /* once the last batch's registers are free */
 			fetch_batch<KV, HD>(k, v, p, kh, jb + step, j1, fault, &cur);
 	}
-	/* Fold the warps: each keeps m, l and its sums in shared memory. */
+	/* Fold the warps: each keeps m, l and its sums in shared memory
+	 * (each step of the sums over every head before the next). */
+#pragma unroll
+	for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+		for (int g = 0; g < GM; g++)
+			if (G || g < group)
+				l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
 #pragma unroll
 	for (int g = 0; g < GM; g++) {
-		if (g >= group)
+		if (!G && g >= group)
 			break;
-		const float lw = warp_sum(l[g]);
-
 		if (lane == 0) {
 			sm[warp][g][0] = m[g];
-			sm[warp][g][1] = lw;
+			sm[warp][g][1] = l[g];
 		}
 #pragma unroll
 		for (int i = 0; i < D; i++)
 			sacc[warp][g][lane * D + i] = acc[g][i];
 	}
 	team_sync();
-	for (int g = 0; g < group; g++) {
-		float mx = -INFINITY, w[SPLIT_WARPS], sum = 0.0f;
+	/* Warp 0's lane SPLIT_WARPS g + i weighs warp i's sums of head g,
+	 * exp(m_i - max m), 0 for a warp with no key, in place of its m; the
+	 * head's sum of l into lsum and, for the merge, (max m, sum). */
+	static_assert(SPLIT_WARPS * SPLIT_MAX_GROUP == 32, "a lane a (head, warp)");
+	if (warp == 0) {
+		const int g = lane / SPLIT_WARPS, i = lane % SPLIT_WARPS;
+		const float mi = g < group ? sm[i][g][0] : 0.0f;
+		const float li = g < group ? sm[i][g][1] : 0.0f;
+		float mx = mi, sum;
 
-		for (int i = 0; i < SPLIT_WARPS; i++)
-			mx = fmaxf(mx, sm[i][g][0]);
-		for (int i = 0; i < SPLIT_WARPS; i++) { /* a warp with no key: 0 */
-			w[i] = sm[i][g][1] > 0.0f ? expf(sm[i][g][0] - mx) : 0.0f;
-			sum += sm[i][g][1] * w[i];
+		for (int off = 1; off < SPLIT_WARPS; off *= 2)
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+		const float w = li > 0.0f ? expf(mi - mx) : 0.0f;
+
+		sum = li * w;
+		for (int off = 1; off < SPLIT_WARPS; off *= 2)
+			sum += __shfl_xor_sync(0xffffffffu, sum, off);
+		if (g < group) {
+			sm[i][g][0] = w;
+			if (i == 0) {
+				lsum[g] = sum;
+				if (used > 1)
+					ml[part_at(t, H, kh * group + g, S, s)] = make_float2(mx, sum);
+			}
 		}
-		const int64_t at = part_at(t, H, kh * group + g, S, s);
-		float *o = (float *)(out.data + (kh * group + g) * out.nb[1] + t * out.nb[2]);
+	}
+	team_sync();
+	for (int i = team_tid(); i < group * HD; i += SPLIT_TEAM) {
+		const int g = i / HD, d = i % HD;
+		float a = 0.0f;
 
-		for (int d = team_tid(); d < HD; d += SPLIT_TEAM) {
-			float a = 0.0f;
-
-			for (int i = 0; i < SPLIT_WARPS; i++)
-				a += sacc[i][g][d] * w[i];
-			if (used == 1) /* the query's only range: the result */
-				o[d] = a / sum;
-			else
-				part[at * HD + d] = a;
-		}
-		if (team_tid() == 0 && used > 1)
-			ml[at] = make_float2(mx, sum);
+		for (int w = 0; w < SPLIT_WARPS; w++)
+			a += sacc[w][g][d] * sm[w][g][0];
+		if (used == 1) /* the query's only range: the result */
+			((float *)(out.data + (kh * group + g) * out.nb[1] + t * out.nb[2]))[d] =
+				a / lsum[g];
+		else
+			part[part_at(t, H, kh * group + g, S, s) * HD + d] = a;
 	}
 	if (used == 1)
 		return;
