@@ -237,6 +237,19 @@ static void cuda_model_close(struct cuda_model *c)
 	free(c->path);
 }
 
+/* REAL's table without the graph entry nor the host's recording: the
+ * interpreter on every step. */
+static struct q4kh_backend_v1 interpreter_of(const struct q4kh_backend_v1 *real)
+{
+	struct q4kh_backend_v1 t = *real;
+
+	t.graph_prepare = NULL;
+	t.graph_compute = NULL;
+	t.graph_release = NULL;
+	t.graph_begin = NULL;
+	return t;
+}
+
 /*
  * The model FILE (a fixture) on cuda, its products the backend's own
  * (VARIANT NULL) or VARIANT's: the steps through the graph entry give
@@ -260,12 +273,7 @@ static void entry_against_interpreter(const char *file, const char *variant)
 	bytes = sizeof(float) * (size_t)m->hp.n_vocab * ROWS;
 
 	entry = run_pass(m);
-	/* the interpreter on every step: no entry, and no host recording */
-	interp = *real;
-	interp.graph_prepare = NULL;
-	interp.graph_compute = NULL;
-	interp.graph_release = NULL;
-	interp.graph_begin = NULL;
+	interp = interpreter_of(real);
 	c.be.v = &interp;
 	host = run_pass(m);
 	c.be.v = real;
@@ -382,11 +390,7 @@ static void persistent_against_interpreter(const char *file)
 	m = c.m;
 	real = c.be.v;
 	entry = run_pass(m);
-	interp = *real;
-	interp.graph_prepare = NULL;
-	interp.graph_compute = NULL;
-	interp.graph_release = NULL;
-	interp.graph_begin = NULL;
+	interp = interpreter_of(real);
 	c.be.v = &interp;
 	host = run_pass(m);
 	c.be.v = real;
@@ -562,11 +566,7 @@ Test(graph_entry, paged_steps_replay_with_new_tables, .timeout = 300)
 	             0, "%s", err.msg);
 	real = c.be.v;
 	entry = paged_pass(c.m, kv);
-	interp = *real;
-	interp.graph_prepare = NULL;
-	interp.graph_compute = NULL;
-	interp.graph_release = NULL;
-	interp.graph_begin = NULL;
+	interp = interpreter_of(real);
 	c.be.v = &interp;
 	host = paged_pass(c.m, kv);
 	flat = paged_pass(c.m, NULL);
