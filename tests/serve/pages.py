@@ -109,9 +109,11 @@ def main():
     check("prefix hits took pages from other slots",
           m["q4khost_prefix_tokens_shared_total"] >= len(WORDS) // PAGE * PAGE, m)
     check("no prefix token was copied", m["q4khost_prefix_tokens_copied_total"] == 0, m)
+    steps = {p: m['q4khost_steps_total{path="%s"}' % p]
+             for p in ("op_by_op", "replay", "graph_nodes", "graph_replay", "graph_persistent")}
+    check("the steps are counted by path, the batched ones among them",
+          sum(steps.values()) >= max(1, m["q4khost_batched_steps_total"]), (steps, m))
     if sys.argv[5] == "graph":
-        steps = {p: m['q4khost_steps_total{path="%s"}' % p]
-                 for p in ("op_by_op", "replay", "graph_nodes", "graph_replay", "graph_persistent")}
         check("every step went through the backend's graph entry",
               steps["op_by_op"] + steps["replay"] == 0, steps)
         check("most steps were replays of the backend's recordings",
