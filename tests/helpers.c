@@ -1,6 +1,8 @@
 #include "helpers.h"
+#include "backend.h"
 #include "gguf.h"
 #include "model.h"
+#include "registry.h"
 #include "session.h"
 
 #include <criterion/criterion.h>
@@ -97,6 +99,22 @@ void test_no_cuda_device(const char *what, const char *why)
 		               "no device: %s",
 		               what, why);
 	cr_skip_test("no CUDA device, so %s cannot run here: %s", what, why);
+}
+
+void test_need_cuda_device(const char *what)
+{
+	struct q4kh_registry *reg = NULL;
+	struct q4kh_error err = { { 0 } };
+	uint32_t n = 0;
+
+	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
+	cr_assert_not_null(q4kh_registry_find(reg, "cuda"),
+	                   "the cuda plugin is not on the plugin path %s", reg->path);
+	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
+		q4kh_registry_free(reg);
+		test_no_cuda_device(what, err.msg[0] ? err.msg : "the cuda backend has 0 devices");
+	}
+	q4kh_registry_free(reg);
 }
 
 void test_need_cpu_fast(void)

@@ -33,6 +33,13 @@ const char *test_model_path(void);
 void test_no_cuda_device(const char *what, const char *why);
 
 /*
+ * The tests WHAT need a CUDA device: fail where the cuda plugin is not
+ * on the test's plugin path (a build with the CUDA plugins has it), skip
+ * or fail as test_no_cuda_device says where it reports no device.
+ */
+void test_need_cuda_device(const char *what);
+
+/*
  * Skip the calling test in the sanitizer build (scripts/test-sanitizers.sh)
  * only, WHY saying why: for the few tests whose minutes of arithmetic
  * under AddressSanitizer add no code path that the other suites do not

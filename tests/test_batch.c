@@ -378,6 +378,104 @@ Test(batch, replayed_and_without_step_entries, .timeout = 120)
 	exact_case("tiny-llama.gguf", plugins, "replay-v1-1");
 }
 
+/* Rounds of each set of swap_case. */
+#define SWAP_ROUNDS 3
+
+/*
+ * Batched steps of three sessions A, B, C (sequences 0, 1, 2 of plan)
+ * through replay-ok, which records a step's graph on its second run and
+ * replays it; then B is freed and a new session D (sequence 3) takes its
+ * place: steps of A, D, C. Over pages of 5 (PAGED) the graph names no
+ * session's cache, only the pools, so the second set's steps replay the
+ * first set's recording at once, D's table (B's pages, given back) and
+ * every position rewritten before each; over caches of their own the
+ * second set's graph is built and recorded anew. Either way each
+ * sequence's logits are those of a session with a cache of its own, one
+ * token a step, bit for bit.
+ */
+static void swap_case(int paged)
+{
+	static const char *const names[] = { "replay_ok", NULL };
+	const struct path pa = { test_plugin_dir(names), "replay-ok", NULL, 1, 0, paged ? 5 : 0 };
+	static const size_t sets[2][3] = { { 0, 1, 2 }, { 0, 3, 2 } };
+	char *path = fixture("tiny-llama.gguf");
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s[4];
+	float *got[4][2 * SWAP_ROUNDS] = { { NULL } };
+	int steps[4] = { 0 };
+	uint64_t recorded = 0, replayed = 0;
+	struct rig r;
+
+	rig_open(&r, path, 0, &pa);
+	for (size_t k = 0; k < 3; k++) {
+		s[k] = session(&r);
+		prompt(&r, s[k], k);
+	}
+	for (int set = 0; set < 2; set++) {
+		if (set) {
+			recorded = s[0]->stats.recorded;
+			replayed = s[0]->stats.replayed;
+			q4kh_session_free(s[1]);
+			s[3] = session(&r);
+			prompt(&r, s[3], 3);
+		}
+		for (int round = 0; round < SWAP_ROUNDS; round++) {
+			struct q4kh_batch_seq b[3];
+
+			for (int j = 0; j < 3; j++) {
+				const size_t k = sets[set][j];
+
+				got[k][steps[k]] = malloc(sizeof(float) * (size_t)r.n_vocab);
+				cr_assert_not_null(got[k][steps[k]]);
+				b[j] = (struct q4kh_batch_seq){
+					.s = s[k],
+					.id = token(k, plan[k].prompt + steps[k], r.n_vocab),
+					.logits = got[k][steps[k]],
+				};
+				steps[k]++;
+			}
+			cr_assert_eq(q4kh_session_eval_batch(b, 3, &err), 0, "set %d, round %d: %s", set,
+			             round, err.msg);
+		}
+	}
+	/* A holds the batched graphs: over pages the second set made none */
+	cr_expect_eq(s[0]->stats.recorded - recorded, paged ? 0u : 1u,
+	             "%s: recordings made for the second set", paged ? "paged" : "contiguous");
+	cr_expect_eq(s[0]->stats.replayed - replayed, paged ? SWAP_ROUNDS : SWAP_ROUNDS - 1,
+	             "%s: the second set's steps replayed", paged ? "paged" : "contiguous");
+	for (size_t k = 0; k < 4; k++)
+		if (k != 1)
+			q4kh_session_free(s[k]);
+
+	for (size_t k = 0; k < 4; k++) {
+		struct q4kh_session *alone = session_on(&r, 0);
+		float *row = malloc(sizeof(float) * (size_t)r.n_vocab);
+
+		cr_assert_not_null(row);
+		prompt(&r, alone, k);
+		for (int step = 0; step < steps[k]; step++) {
+			const int32_t id = token(k, plan[k].prompt + step, r.n_vocab);
+
+			cr_assert_eq(q4kh_session_eval(alone, &id, 1, row, 0, &err), 0, "%s", err.msg);
+			cr_expect_eq(memcmp(got[k][step], row, sizeof(float) * (size_t)r.n_vocab), 0,
+			             "%s: sequence %zu, decode step %d: not alone's bits (relative "
+			             "difference %g)", paged ? "paged" : "contiguous", k, step,
+			             rel_diff(got[k][step], row, r.n_vocab));
+			free(got[k][step]);
+		}
+		free(row);
+		q4kh_session_free(alone);
+	}
+	rig_close(&r);
+	free(path);
+}
+
+Test(batch, paged_steps_keep_their_graph_for_other_sessions, .timeout = 120)
+{
+	swap_case(1);
+	swap_case(0);
+}
+
 Test(batch, tiny_qwen2_sequences_get_their_logits_alone, .timeout = 120)
 {
 	exact_case("tiny-qwen2.gguf", NULL, "cpu");
@@ -449,25 +547,6 @@ Test(batch, a_backend_wrong_only_in_batched_steps_fails_the_bound, .timeout = 12
  * tiny-llama and Gemma 3. Skips where this build has no CUDA plugins or
  * the system shows no NVIDIA GPU (test_no_cuda_device).
  */
-#ifdef Q4KH_CUDA_ARCHS
-/* Skip WHAT where the system shows no NVIDIA GPU (test_no_cuda_device);
- * the cuda plugin must be on the test's path, this build having it. */
-static void need_cuda_device(const char *what)
-{
-	struct q4kh_registry *reg = NULL;
-	struct q4kh_error err = { { 0 } };
-	uint32_t n = 0;
-
-	cr_assert_eq(q4kh_registry_scan(NULL, NULL, &reg, &err), 0, "%s", err.msg);
-	cr_assert_not_null(q4kh_registry_find(reg, "cuda"),
-	                   "the cuda plugin is not on the plugin path %s", reg->path);
-	if (q4kh_backend_devices(q4kh_registry_find(reg, "cuda"), &n, &err) || n == 0) {
-		q4kh_registry_free(reg);
-		test_no_cuda_device(what, err.msg[0] ? err.msg : "the cuda backend has 0 devices");
-	}
-	q4kh_registry_free(reg);
-}
-#endif
 
 Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
 {
@@ -475,7 +554,7 @@ Test(batch, cuda_sequences_within_their_arithmetic, .timeout = 300)
 	const struct path cuda = { NULL, "cuda", NULL, 0, ARITH_FP16, 0 };
 	char model[4096];
 
-	need_cuda_device("batched decode on cuda");
+	test_need_cuda_device("batched decode on cuda");
 	fixture_case("tiny-llama.gguf", &cuda);
 	/* over pages of 16 (ABI 1.8, attention_paged) */
 	fixture_case("tiny-llama.gguf",
@@ -915,7 +994,7 @@ Test(prefix, reused_blocks_on_cuda_within_its_arithmetic, .timeout = 120)
 #ifdef Q4KH_CUDA_ARCHS
 	char *path = fixture("tiny-llama.gguf");
 
-	need_cuda_device("prefix reuse on cuda");
+	test_need_cuda_device("prefix reuse on cuda");
 	cr_log_info("tiny-llama on cuda: reused against whole: max 1 - cosine %g",
 	            reused_against_whole(path,
 	                                 &(const struct path){ NULL, "cuda", NULL, 0, ARITH_FP16, 0 },

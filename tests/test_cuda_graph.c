@@ -41,6 +41,7 @@
 #include "graph_products.h"
 #include "helpers.h"
 #include "kernel.h"
+#include "kv_paged.h"
 #include "model.h"
 #include "policy.h"
 #include "registry.h"
@@ -236,6 +237,19 @@ static void cuda_model_close(struct cuda_model *c)
 	free(c->path);
 }
 
+/* REAL's table without the graph entry nor the host's recording: the
+ * interpreter on every step. */
+static struct q4kh_backend_v1 interpreter_of(const struct q4kh_backend_v1 *real)
+{
+	struct q4kh_backend_v1 t = *real;
+
+	t.graph_prepare = NULL;
+	t.graph_compute = NULL;
+	t.graph_release = NULL;
+	t.graph_begin = NULL;
+	return t;
+}
+
 /*
  * The model FILE (a fixture) on cuda, its products the backend's own
  * (VARIANT NULL) or VARIANT's: the steps through the graph entry give
@@ -259,12 +273,7 @@ static void entry_against_interpreter(const char *file, const char *variant)
 	bytes = sizeof(float) * (size_t)m->hp.n_vocab * ROWS;
 
 	entry = run_pass(m);
-	/* the interpreter on every step: no entry, and no host recording */
-	interp = *real;
-	interp.graph_prepare = NULL;
-	interp.graph_compute = NULL;
-	interp.graph_release = NULL;
-	interp.graph_begin = NULL;
+	interp = interpreter_of(real);
 	c.be.v = &interp;
 	host = run_pass(m);
 	c.be.v = real;
@@ -381,11 +390,7 @@ static void persistent_against_interpreter(const char *file)
 	m = c.m;
 	real = c.be.v;
 	entry = run_pass(m);
-	interp = *real;
-	interp.graph_prepare = NULL;
-	interp.graph_compute = NULL;
-	interp.graph_release = NULL;
-	interp.graph_begin = NULL;
+	interp = interpreter_of(real);
 	c.be.v = &interp;
 	host = run_pass(m);
 	c.be.v = real;
@@ -454,6 +459,139 @@ Test(graph_entry, tiny_llama_through_cuda_mwv_as_the_interpreter, .timeout = 300
 Test(graph_entry, tiny_qwen2_through_cuda_mwv_as_the_interpreter, .timeout = 300)
 {
 	entry_against_interpreter("tiny-qwen2.gguf", "cuda-mwv");
+}
+
+/* --- steps over a paged KV cache ------------------------------------------ */
+
+#define PAGE 4        /* tokens a page: a sequence's table grows every 4 steps */
+#define PAGED_STEPS 5 /* batched steps of each set of sequences */
+#define PAGED_ROWS (4 + 2 * 3 * PAGED_STEPS)
+
+/* The prompts' lengths: sessions 0, 1 and 2, then 3 in 1's place. */
+static const int paged_prompt[4] = { 6, 3, 9, 7 };
+
+/* What one pass of paged_pass gave. */
+struct paged_pass {
+	float *logits; /* PAGED_ROWS rows of n_vocab: every step's, in order */
+	/* the first session's steps by path after the first set's batched
+	 * steps, and after the second's */
+	uint64_t ways[2][Q4KH_WAY_COUNT];
+};
+
+/*
+ * On M, sessions on KV's pages (NULL: caches of their own): three
+ * prompts (the last row's logits of each), PAGED_STEPS batched decode
+ * steps of the three, then session 1 freed and a fourth session's prompt
+ * (over pages, on the pages 1 gave back, out of the order they were
+ * taken in) and PAGED_STEPS batched steps of 0, 3 and 2 in the same
+ * graph: its positions and, every PAGE steps of a sequence, its block
+ * table change between runs.
+ */
+static struct paged_pass paged_pass(struct q4kh_model *m, struct q4kh_kv_paged *kv)
+{
+	const int64_t nv = m->hp.n_vocab;
+	const struct q4kh_session_params sp = { .n_ctx = 64, .n_batch = N_BATCH, .paged = kv };
+	static const int sets[2][3] = { { 0, 1, 2 }, { 0, 3, 2 } };
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_session *s[4];
+	struct paged_pass p = { .logits = calloc((size_t)(nv * PAGED_ROWS), sizeof(float)) };
+	float *row = p.logits;
+	int32_t ids[16];
+	int64_t next = 0;
+
+	cr_assert_not_null(p.logits);
+	for (int k = 0; k < 4; k++) {
+		if (k == 3)
+			q4kh_session_free(s[1]);
+		cr_assert_eq(q4kh_session_new(m, &sp, &s[k], &err), 0, "%s", err.msg);
+		for (int i = 0; i < paged_prompt[k]; i++)
+			ids[i] = token(next++, nv);
+		cr_assert_eq(q4kh_session_eval(s[k], ids, paged_prompt[k], row, 0, &err), 0, "%s",
+		             err.msg);
+		row += nv;
+		if (k < 2)
+			continue;
+		for (int b = 0; b < PAGED_STEPS; b++) {
+			struct q4kh_batch_seq seq[3];
+
+			for (int j = 0; j < 3; j++, row += nv)
+				seq[j] = (struct q4kh_batch_seq){ .s = s[sets[k - 2][j]],
+					                          .id = token(next++, nv), .logits = row };
+			cr_assert_eq(q4kh_session_eval_batch(seq, 3, &err), 0, "%s", err.msg);
+		}
+		memcpy(p.ways[k - 2], s[0]->stats.ways, sizeof(p.ways[0]));
+	}
+	for (int k = 0; k < 4; k++)
+		if (k != 1)
+			q4kh_session_free(s[k]);
+	return p;
+}
+
+/* Rows of A and B that differ: a failed expectation naming the first. */
+static void paged_rows_equal(const float *a, const float *b, int64_t nv, const char *what)
+{
+	for (int64_t r = 0; r < PAGED_ROWS; r++)
+		if (memcmp(a + r * nv, b + r * nv, sizeof(float) * (size_t)nv)) {
+			cr_expect_fail("tiny-llama: %s: row %lld of %d differs (first of them)", what,
+			               (long long)r, PAGED_ROWS);
+			return;
+		}
+}
+
+/*
+ * tiny-llama on cuda over pages of PAGE tokens (ABI 1.8): the graph
+ * entry takes the steps (op 16, attention_paged), records the batched
+ * step on its second run and replays it from then on, for the second set
+ * of sequences too, with the block tables and positions the host
+ * rewrites between runs; every row of logits is, bit for bit, the
+ * interpreter's over the same pages and the interpreter's over caches of
+ * the sessions' own (the paged kernels read a key's row through the
+ * table, in the same order: tests/emu/attention_emu.cpp).
+ */
+Test(graph_entry, paged_steps_replay_with_new_tables, .timeout = 300)
+{
+	struct cuda_model c;
+	struct q4kh_backend_v1 interp;
+	struct q4kh_error err = { { 0 } };
+	struct q4kh_kv_paged *kv = NULL;
+	const struct q4kh_backend_v1 *real;
+	struct paged_pass entry, host, flat;
+	int64_t nv;
+
+	cuda_model_open(&c, "paged steps on the cuda graph entry", "persistent", "0",
+	                "tiny-llama.gguf", NULL);
+	nv = c.m->hp.n_vocab;
+	cr_assert_eq(q4kh_kv_paged_new(c.m, 3 * 64 / PAGE, PAGE,
+	                               q4kh_session_kv_type(Q4KH_KV_DEFAULT, &c.be), &kv, &err),
+	             0, "%s", err.msg);
+	real = c.be.v;
+	entry = paged_pass(c.m, kv);
+	interp = interpreter_of(real);
+	c.be.v = &interp;
+	host = paged_pass(c.m, kv);
+	flat = paged_pass(c.m, NULL);
+	c.be.v = real;
+	cr_expect_eq(kv->pool.n_free, kv->pool.n_pages, "pages still held after the passes");
+
+	paged_rows_equal(entry.logits, host.logits, nv,
+	                 "the graph entry over pages against the interpreter over pages");
+	paged_rows_equal(entry.logits, flat.logits, nv,
+	                 "the graph entry over pages against the interpreter over caches of "
+	                 "their own");
+	/* session 0's prompt, then the first batched step eager; the second
+	 * recorded, and every later one, the second set's too, replayed */
+	cr_expect_eq(entry.ways[0][Q4KH_WAY_GRAPH_NODES], 2);
+	cr_expect_eq(entry.ways[0][Q4KH_WAY_GRAPH_REPLAY], PAGED_STEPS - 1);
+	cr_expect_eq(entry.ways[1][Q4KH_WAY_GRAPH_NODES], 2);
+	cr_expect_eq(entry.ways[1][Q4KH_WAY_GRAPH_REPLAY], 2 * PAGED_STEPS - 1);
+	cr_expect_eq(entry.ways[1][Q4KH_WAY_OP_BY_OP] + entry.ways[1][Q4KH_WAY_REPLAY], 0);
+	cr_expect_eq(host.ways[1][Q4KH_WAY_OP_BY_OP], 1 + 2 * PAGED_STEPS);
+
+	free(entry.logits);
+	free(host.logits);
+	free(flat.logits);
+	q4kh_kv_paged_free(kv);
+	cuda_model_close(&c);
 }
 
 /* q4khost run --json on cuda with the built-in kernels and the persistent

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buildconf.h"
 #include "helpers.h"
 #include "serve_text.h"
 
@@ -1377,7 +1378,9 @@ Test(serve, a_shared_system_prompt_on_gemma3_is_answered_as_without_reuse, .time
  * exact cpu; requests waited for pages and none was lost or failed;
  * prefix hits shared pages and copied none; /health and /metrics show the
  * pool, and the log line at start-up too; a request bigger than the pool
- * is refused with 400, naming the pages it needs and --kv-pages.
+ * is refused with 400, naming the pages it needs and --kv-pages. On cuda
+ * every step went through the backend's graph entry, most of them
+ * replays of its recordings (q4khost_steps_total{path}).
  */
 static void pages_on(const char *model, const char *backend, int pool)
 {
@@ -1401,7 +1404,8 @@ static void pages_on(const char *model, const char *backend, int pool)
 	await_serving(&s, served);
 	server_start(&t, plain, test_tmpdir(), NULL);
 	await_serving(&t, served);
-	snprintf(py, sizeof(py), "%s %s %d 8 %s", s.url, t.url, pool, backend ? "fast" : "exact");
+	snprintf(py, sizeof(py), "%s %s %d 8 %s", s.url, t.url, pool,
+	         !backend ? "exact" : strcmp(backend, "cuda") ? "fast" : "graph");
 	python("pages.py", py);
 	server_stop(&t);
 	server_stop(&s);
@@ -1428,6 +1432,19 @@ Test(serve, many_slots_on_few_pages_on_cpu_fast, .timeout = 600)
 {
 	test_need_cpu_fast();
 	pages_on(fixture("tiny-llama.gguf"), "cpu-fast", 20);
+}
+
+/* On cuda: the paged steps, batched decode among them, through its graph
+ * entry (recorded, replayed with new tables and positions). Skips where
+ * this build has no CUDA plugins or the system shows no NVIDIA GPU. */
+Test(serve, many_slots_on_few_pages_on_cuda_replay_their_steps, .timeout = 600)
+{
+#ifdef Q4KH_CUDA_ARCHS
+	test_need_cuda_device("q4khost serve --kv-pages on cuda");
+	pages_on(fixture("tiny-llama.gguf"), "cuda", 20);
+#else
+	cr_skip_test("this build has no CUDA plugins");
+#endif
 }
 
 /*

@@ -149,14 +149,22 @@ static int same_rows(const struct q4kh_graph *g, const uint8_t *rows)
 	return !memcmp(g->rows, rows, (size_t)g->n_tokens);
 }
 
-/* Does cached graph C run the sequences SEQ, in that order, with their
- * columns? */
+/*
+ * Does cached graph C run the sequences SEQ, in that order, with their
+ * columns? Over a paged KV cache a graph names no sequence's cache, only
+ * the pools they share, and reads each one's block table, slots and
+ * positions from the step's inputs: it runs any sequences of its shape
+ * (as many, with the same columns), so that a batch-size class keeps its
+ * graph, and the backend's recording of it, as requests come and go.
+ */
 static int same_seqs(const struct q4kh_session_graph *c, const struct q4kh_seqs *seq)
 {
 	if (c->n_seq != seq->n || !c->seq_cols != !seq->cols)
 		return 0;
 	if (seq->cols && memcmp(c->seq_cols, seq->cols, sizeof(int32_t) * (size_t)(seq->n + 1)))
 		return 0;
+	if (seq->s[0]->p.paged)
+		return 1;
 	for (int32_t j = 0; j < seq->n; j++)
 		if (c->seq_ids[j] != seq->s[j]->id)
 			return 0;

@@ -101,7 +101,8 @@ const char *q4kh_step_way_token(enum q4kh_step_way w);
 struct q4kh_session_graph; /* one cached step graph (session.c) */
 
 struct q4kh_session {
-	uint64_t id; /* unique in the process: keys batched steps' graphs */
+	uint64_t id; /* unique in the process: keys batched steps' graphs over
+	              * contiguous caches (over pages, a shape does) */
 	struct q4kh_model *m;
 	struct q4kh_backend *b;
 	struct q4kh_session_params p;

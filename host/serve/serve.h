@@ -187,6 +187,8 @@ struct serve_metrics {
 	uint64_t batched_steps, batched_tokens;
 	/* of them, those that carried prompt chunks, and those chunks' tokens */
 	uint64_t mixed_steps, batched_prompt_tokens;
+	/* the engine's forward steps by the path they took (session.h) */
+	uint64_t steps_by_path[Q4KH_WAY_COUNT];
 	/* prefix reuse: requests looked up, those that reused a block, the
 	 * blocks and tokens reused, and of those the tokens copied from
 	 * another slot's cache (the rest were in the slot's own) */

@@ -475,6 +475,14 @@ static int step(struct serve_job *j, int32_t *tok, struct q4kh_error *err)
 	return choose(j, tok, err);
 }
 
+/* A step of session S (one slot's, or the first of a batched step's) ran
+ * and did not fail (RC 0): count the path it took (lock held). */
+static void count_step(struct serve *srv, const struct q4kh_session *s, int rc)
+{
+	if (!rc)
+		srv->m.steps_by_path[s->stats.last]++;
+}
+
 /* Does slot I's job run in the round's batched steps: its path's model
  * can batch? (lock held) */
 static int batched(const struct serve *srv, int i)
@@ -502,7 +510,8 @@ static void stepped(struct serve *srv, int i, int rc, int32_t tok,
 
 /*
  * One step for the slots SLOT[0..n) (in slot order, so that a set that
- * stays busy decoding keeps its cached graph), all on one path: each
+ * stays busy decoding keeps its cached graph; over pages, any set of as
+ * many decoding slots with the same first slot does), all on one path: each
  * decoding slot's next token and each prefilling slot's next srv->take
  * tokens of its prompt, in one batched step of their sessions (lock held;
  * dropped while it runs).
@@ -531,6 +540,7 @@ static void step_batch(struct serve *srv, const int *slot, int n)
 	pthread_mutex_unlock(&srv->lock);
 	rc = q4kh_session_eval_batch(b, n, &err);
 	pthread_mutex_lock(&srv->lock);
+	count_step(srv, b[0].s, rc);
 	if (!rc && n > 1) {
 		srv->m.batched_steps++;
 		srv->m.mixed_steps += prefill;
@@ -719,6 +729,7 @@ static void *engine_main(void *arg)
 			pthread_mutex_unlock(&srv->lock);
 			rc = step(j, &tok, &err);
 			pthread_mutex_lock(&srv->lock);
+			count_step(srv, j->path->sessions[i], rc);
 			stepped(srv, i, rc, tok, &err);
 		}
 		batch_round(srv, srv->due, rr);

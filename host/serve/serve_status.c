@@ -294,6 +294,13 @@ char *serve_status_metrics(struct serve *srv)
 	       "Prompt tokens that ran in batched steps.");
 	put(&t, "q4khost_batched_prompt_tokens_total %llu\n",
 	    (unsigned long long)m->batched_prompt_tokens);
+	metric(&t, "steps_total", "counter",
+	       "Forward steps by the path they took: op_by_op and replay (the host's interpreter "
+	       "and its recording), graph_nodes, graph_replay and graph_persistent (the backend's "
+	       "graph entry).");
+	for (int w = 0; w < Q4KH_WAY_COUNT; w++)
+		put(&t, "q4khost_steps_total{path=\"%s\"} %llu\n", q4kh_step_way_token(w),
+		    (unsigned long long)m->steps_by_path[w]);
 	for (size_t i = 0; i < sizeof(prefix) / sizeof(prefix[0]); i++) {
 		metric(&t, prefix[i].name, "counter", prefix[i].help);
 		put(&t, "q4khost_%s %llu\n", prefix[i].name, (unsigned long long)prefix[i].value);

@@ -192,9 +192,11 @@ q4kh_status cuda_graph_prepare(q4kh_device_ctx *dev, const struct q4kh_step_grap
  * is logged once and leaves the step's runs eager; the reason stays in
  * the step (and in last_error until the next failure). RUN, when not
  * NULL, gets the path, the launches (the recording's node count, or the
- * calls issued) and the nodes inside fused groups. Asynchronous: ids and
- * positions out of range are found on the device and reported by the
- * next wait (cuda_wait). Not while a graph_begin recording is open.
+ * calls issued) and the nodes inside fused groups. Asynchronous: ids,
+ * positions, slots and block table entries (a step over a paged KV cache,
+ * ABI 1.8: the host rewrites them before every run, replays included) out
+ * of range are found on the device and reported by the next wait
+ * (cuda_wait). Not while a graph_begin recording is open.
  * A one-token step whose layers the persistent kernel takes
  * (cuda_persist_plan; with [plugin.cuda] persistent = 1) issues
  * them as that one launch in place of their nodes, eagerly or recorded,

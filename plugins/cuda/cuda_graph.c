@@ -7,7 +7,9 @@
  * first run issues the calls on the stream; the second records them with
  * cuda_measure.c's capture and launches the recording, which every later
  * run replays: between runs the host rewrites only the ids and positions,
- * which the kernels read from device memory when they run (cuda_step.c).
+ * and over a paged KV cache the slots and block tables, which the kernels
+ * read from device memory when they run (cuda_step.c): a recorded step
+ * over pages replays for any tables of its shape.
  * A one-token step's decoder layers, where cuda_persist.c reads them as
  * the llama family's, are one call: the persistent kernel. A decode's
  * mixture-of-experts block, from its route to the slots' sum, is two
@@ -50,7 +52,7 @@ static const int8_t needs[] = {
 	[Q4KH_OP_GLU] = 2,      [Q4KH_OP_SET_ROWS] = 2,  [Q4KH_OP_ATTENTION] = 4,
 	[Q4KH_OP_MUL] = 2,      [Q4KH_OP_COPY] = 1,      [Q4KH_OP_UNARY] = 1,
 	[Q4KH_OP_SSM_CONV] = 3, [Q4KH_OP_DELTA_NET] = 6, [Q4KH_OP_MOE_ROUTE] = 2,
-	[Q4KH_OP_MUL_MAT_ID] = 3,
+	[Q4KH_OP_MUL_MAT_ID] = 3, [Q4KH_OP_ATTENTION_PAGED] = 5,
 };
 
 #define N_OPS (int32_t)(sizeof(needs) / sizeof(needs[0]))

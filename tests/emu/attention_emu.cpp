@@ -24,7 +24,10 @@
  *    cache's values (plugin.h, attention_ext);
  *  - the split form leaves its counters at zero;
  *  - a table entry outside the pools that a query reads is the fault
- *    CUDA_FAULT_ATTENTION_PAGES with its index, value and limit.
+ *    CUDA_FAULT_ATTENTION_PAGES with its index, value and limit;
+ *  - a launch whose parameters stay (a recording's replays) reads the
+ *    table and positions rewritten in place since: each run gives the
+ *    contiguous cache's bits for the new ones.
  * Built and run by scripts/cuda-emulate.sh; exit 0 when everything agrees.
  */
 #include <algorithm>
@@ -103,17 +106,13 @@ struct attn_case {
 	int sms;    /* the device's multiprocessors, which cut the split form */
 };
 
-/* Run C once over CACHE (K, V) with the table PAGES (NULL: contiguous);
- * the output, and the fault words into FAULT. */
-static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, const buf &v,
-                              const int32_t *pos, const int32_t *pages, int64_t n_table,
-                              int32_t page, int32_t *fault)
+/* C's launch parameters over K with the table PAGES (NULL: contiguous)
+ * of N_TABLE pages of PAGE, positions POS: what a recording freezes, the
+ * table and positions by address. */
+static cuda_attn params(const attn_case &c, const buf &k, const int32_t *pos,
+                        const int32_t *pages, int64_t n_table, int32_t page)
 {
-	const int64_t T = (int64_t)c.pos.size();
-	buf out(Q4KH_TYPE_F32, c.hd, c.nh, T);
 	cuda_attn a{};
-	std::vector<unsigned char> scratch;
-	size_t need;
 
 	a.pos = pos;
 	a.window = c.window;
@@ -122,7 +121,19 @@ static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, co
 	a.n_table = n_table;
 	a.page_size = page;
 	a.n_pages = pages ? k.v.ne[2] / page : 0;
-	need = cuda_attention_scratch(&q.v, &k.v, &v.v, c.sms);
+	return a;
+}
+
+/* Launch C once with A over the cache K, V; the output, and the fault
+ * words into FAULT. */
+static std::vector<float> launch(const attn_case &c, const buf &q, const buf &k, const buf &v,
+                                 const cuda_attn &a, int32_t *fault)
+{
+	const int64_t T = (int64_t)c.pos.size();
+	buf out(Q4KH_TYPE_F32, c.hd, c.nh, T);
+	std::vector<unsigned char> scratch;
+	const size_t need = cuda_attention_scratch(&q.v, &k.v, &v.v, c.sms);
+
 	scratch.assign(need, 0);
 	memset(fault, 0, sizeof(int32_t) * CUDA_FAULT_WORDS);
 	if (cuda_launch_attention(&q.v, &k.v, &v.v, &a, &out.v,
@@ -141,6 +152,41 @@ static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, co
 	                          (const float *)out.v.data + c.hd * c.nh * T);
 }
 
+/* Run C once over CACHE (K, V) with the table PAGES (NULL: contiguous);
+ * the output, and the fault words into FAULT. */
+static std::vector<float> run(const attn_case &c, const buf &q, const buf &k, const buf &v,
+                              const int32_t *pos, const int32_t *pages, int64_t n_table,
+                              int32_t page, int32_t *fault)
+{
+	return launch(c, q, k, v, params(c, k, pos, pages, n_table, page), fault);
+}
+
+/* The pools KP, VP of PAGE-token pages NaN but for the N_CTX rows of K, V,
+ * row j in slot table[j / page] * page + j % page. */
+static void fill_pools(const buf &k, const buf &v, int64_t n_ctx, const int32_t *table,
+                       int32_t page, buf &kp, buf &vp)
+{
+	const int64_t n = kp.v.ne[0] * kp.v.ne[1] * kp.v.ne[2];
+
+	for (int64_t i = 0; i < n; i++) {
+		kp.put(i, NAN);
+		vp.put(i, NAN);
+	}
+	for (int64_t j = 0; j < n_ctx; j++) {
+		const int64_t s = (int64_t)table[j / page] * page + j % page;
+
+		memcpy(kp.v.data + s * kp.v.nb[2], k.v.data + j * k.v.nb[2], (size_t)k.v.nb[2]);
+		memcpy(vp.v.data + s * vp.v.nb[2], v.v.data + j * v.v.nb[2], (size_t)v.v.nb[2]);
+	}
+}
+
+/* Random values in [-1, 1) for the first N of B. */
+static void fill_random(buf &b, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		b.put(i, (float)(2.0 * urand() - 1.0));
+}
+
 /* Case C with pages of PAGE: 0 when everything agrees. */
 static int check(const attn_case &c, int32_t page)
 {
@@ -153,25 +199,13 @@ static int check(const attn_case &c, int32_t page)
 	int32_t fault[CUDA_FAULT_WORDS];
 	int bad = 0;
 
-	for (int64_t i = 0; i < c.hd * c.nh * T; i++)
-		q.put(i, (float)(2.0 * urand() - 1.0));
-	for (int64_t i = 0; i < row * c.n_ctx; i++) {
-		k.put(i, (float)(2.0 * urand() - 1.0));
-		v.put(i, (float)(2.0 * urand() - 1.0));
-	}
+	fill_random(q, c.hd * c.nh * T);
+	fill_random(k, row * c.n_ctx);
+	fill_random(v, row * c.n_ctx);
 	for (int64_t i = 0; i < n_pages; i++)
 		table[(size_t)i] = (int32_t)i;
 	std::shuffle(table.begin(), table.end(), rng);
-	for (int64_t i = 0; i < row * n_pages * page; i++) {
-		kp.put(i, NAN);
-		vp.put(i, NAN);
-	}
-	for (int64_t j = 0; j < c.n_ctx; j++) {
-		const int64_t s = (int64_t)table[(size_t)(j / page)] * page + j % page;
-
-		memcpy(kp.v.data + s * kp.v.nb[2], k.v.data + j * k.v.nb[2], (size_t)k.v.nb[2]);
-		memcpy(vp.v.data + s * vp.v.nb[2], v.v.data + j * v.v.nb[2], (size_t)v.v.nb[2]);
-	}
+	fill_pools(k, v, c.n_ctx, table.data(), page, kp, vp);
 
 	const std::vector<float> flat = run(c, q, k, v, c.pos.data(), NULL, 0, 0, fault);
 	const std::vector<float> paged = run(c, q, kp, vp, c.pos.data(), table.data(), n_table,
@@ -235,6 +269,51 @@ static int check_fault(void)
 	return 0;
 }
 
+/*
+ * A recorded launch replayed (plugins/cuda/cuda_graph.c): a decode's
+ * parameters frozen once, and its block table and position rewritten in
+ * place between launches, as the host rewrites a step's inputs between
+ * replays, for a sequence on other pages of the pools at another
+ * position each time. Each launch gives the bits of a contiguous cache
+ * holding that table's rows, at that position.
+ */
+static int check_replayed(void)
+{
+	const attn_case c = { "replayed", 128, 8, 2, 96, 0, Q4KH_TYPE_F16, { 0 }, true, 4 };
+	const int32_t page = 16, n_table = 6, n_pages = 9;
+	const int64_t row = c.hd * c.nkv;
+	buf q(Q4KH_TYPE_F32, c.hd, c.nh, 1), k(c.type, c.hd, c.nkv, c.n_ctx),
+		v(c.type, c.hd, c.nkv, c.n_ctx), kp(c.type, c.hd, c.nkv, n_pages * page),
+		vp(c.type, c.hd, c.nkv, n_pages * page);
+	std::vector<int32_t> table((size_t)n_table), all((size_t)n_pages);
+	int32_t pos = 0, fault[CUDA_FAULT_WORDS];
+	const cuda_attn a = params(c, kp, &pos, table.data(), n_table, page);
+	int bad = 0;
+
+	for (int32_t at : { 40, 95, 17 }) {
+		fill_random(q, c.hd * c.nh);
+		fill_random(k, row * c.n_ctx);
+		fill_random(v, row * c.n_ctx);
+		for (int32_t i = 0; i < n_pages; i++)
+			all[(size_t)i] = i;
+		std::shuffle(all.begin(), all.end(), rng);
+		std::copy(all.begin(), all.begin() + n_table, table.begin());
+		pos = at;
+		fill_pools(k, v, c.n_ctx, table.data(), page, kp, vp);
+
+		const std::vector<float> got = launch(c, q, kp, vp, a, fault);
+		const int32_t paged_fault = fault[0];
+		const std::vector<float> want = run(c, q, k, v, &pos, NULL, 0, 0, fault);
+
+		if (paged_fault || memcmp(got.data(), want.data(), sizeof(float) * got.size())) {
+			fprintf(stderr, "  replayed at position %d: %s\n", at,
+			        paged_fault ? "a fault" : "not the contiguous cache's bits");
+			bad++;
+		}
+	}
+	return bad != 0;
+}
+
 int main(void)
 {
 	const attn_case cases[] = {
@@ -272,6 +351,11 @@ int main(void)
 			failed += bad;
 			n++;
 		}
+	const int replay_bad = check_replayed();
+
+	printf("%s  a frozen launch, its table and position rewritten\n", replay_bad ? "FAIL" : "ok  ");
+	failed += replay_bad;
+	n++;
 	const int fault_bad = check_fault();
 
 	printf("%s  a table entry past the pools is a fault\n", fault_bad ? "FAIL" : "ok  ");

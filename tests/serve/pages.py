@@ -10,8 +10,11 @@ wait for pages, /metrics says so, and none is lost. Prefix hits share
 pages: the tokens reused from another slot are counted shared, none
 copied. /health and /metrics show the pool. A request whose prompt and
 max_tokens need more pages than the pool has is refused with 400, naming
-the pages it needs and --kv-pages.
-Usage: pages.py URL URL_PLAIN POOL CLIENTS exact|fast"""
+the pages it needs and --kv-pages. With GRAPH (cuda) every step of URL
+went through the backend's graph entry, and most were replays of its
+recordings (q4khost_steps_total{path}): the batched steps over pages are
+recorded once per shape and replayed with new tables and positions.
+Usage: pages.py URL URL_PLAIN POOL CLIENTS exact|fast|graph"""
 import json
 import sys
 
@@ -106,6 +109,15 @@ def main():
     check("prefix hits took pages from other slots",
           m["q4khost_prefix_tokens_shared_total"] >= len(WORDS) // PAGE * PAGE, m)
     check("no prefix token was copied", m["q4khost_prefix_tokens_copied_total"] == 0, m)
+    steps = {p: m['q4khost_steps_total{path="%s"}' % p]
+             for p in ("op_by_op", "replay", "graph_nodes", "graph_replay", "graph_persistent")}
+    check("the steps are counted by path, the batched ones among them",
+          sum(steps.values()) >= max(1, m["q4khost_batched_steps_total"]), (steps, m))
+    if sys.argv[5] == "graph":
+        check("every step went through the backend's graph entry",
+              steps["op_by_op"] + steps["replay"] == 0, steps)
+        check("most steps were replays of the backend's recordings",
+              steps["graph_replay"] > steps["graph_nodes"], steps)
     mp = metrics(url_plain)
     check("a server without pages has no pool", mp["q4khost_kv_pages_total"] == 0 and
           mp["q4khost_kv_page_waits_total"] == 0, mp)
