@@ -1111,10 +1111,10 @@ Test(cpu_simd_amx, the_amx_kernels_code_emulated_is_the_vnni_kernels_bit_for_bit
 	packed_code_at_the_edges(&emulated_amx, &emulated_vnni);
 }
 
-/* y = w x through the plugin's gemm on rows [0, N) of W, its first K
- * values (a view), for COLS columns of XK (K values each). */
-static float *plugin_gemm(struct env *e, const struct weight *w, int64_t k, int64_t n,
-                          const float *xk, int64_t cols)
+/* y = w x through the plugin's gemm (GEMM) or gemv on rows [0, N) of W,
+ * its first K values (a view), for COLS columns of XK (K values each). */
+static float *plugin_product(struct env *e, const struct weight *w, int64_t k, int64_t n,
+                             const float *xk, int64_t cols, int gemm)
 {
 	struct q4kh_tensor view = w->t, xt, yt;
 	q4kh_prepared *p;
@@ -1126,8 +1126,8 @@ static float *plugin_gemm(struct env *e, const struct weight *w, int64_t k, int6
 	             e->v->last_error(e->kctx));
 	xt = f32_tensor(e, k, cols, 64, xk);
 	yt = f32_tensor(e, n, cols, 32, NULL);
-	cr_assert_eq(e->v->gemm(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK, "%s",
-	             e->v->last_error(e->kctx));
+	cr_assert_eq((gemm ? e->v->gemm : e->v->gemv)(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK,
+	             "%s", e->v->last_error(e->kctx));
 	y = fetch(e, &yt);
 	e->b->buffer_free(e->dev, xt.buffer);
 	e->b->buffer_free(e->dev, yt.buffer);
@@ -1184,7 +1184,7 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 							e->threads = edge_threads[th];
 							cr_assert_eq(env_variant(e, isa), Q4KH_OK, "%s",
 							             e->v->last_error(NULL));
-							y = plugin_gemm(e, &w, k, edge_rows[n], xk, cols);
+							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
 							for (int64_t c = 0; c < cols; c++)
 								check_rows(w.name, w.exact, w.k, k, edge_rows[n], isa, cols,
 								           c, xk + c * k, y + c * edge_rows[n]);
@@ -1203,7 +1203,7 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 						if (same) {
 							cr_assert_eq(env_variant(e, same), Q4KH_OK, "%s",
 							             e->v->last_error(NULL));
-							want = plugin_gemm(e, &w, k, edge_rows[n], xk, cols);
+							want = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
 							for (int64_t i = 0; i < cols * edge_rows[n]; i++)
 								cr_assert(!memcmp(&one[i], &want[i], sizeof(float)),
 								          "%s %s, K %lld, %lld rows, %d columns: y[%lld, "
@@ -1230,6 +1230,88 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
 		             "(its layout and steps are checked by the tests above)");
 	plugin_gemm_at_the_edges("avx512-vnni", NULL);
+}
+
+/* The packed types gemv runs on the repacked tiles (struct simd_kernels
+ * packed_gemv: Q4_K, Q5_0; Q6_K reads its blocks in place). */
+static int gemv_packed(int t)
+{
+	return packed_wtype[t] == SIMD_Q4_K || packed_wtype[t] == SIMD_Q5_0;
+}
+
+/*
+ * Through the plugin with this CPU's AVX-512 VNNI kernels: gemv of 1 to 8
+ * columns on edge_rows, K at every super-block edge (Q5_0: 1, 2, 3
+ * blocks, then 6 at a time) and wide, on edge_threads: every value within
+ * the bound of the reference's dequantisation in double, every thread
+ * count the same bits as one, and for the types gemv runs on the repacked
+ * tiles, every column the same bits as the plugin's gemm gives it.
+ */
+Test(cpu_simd_pack, avx512_gemv_at_the_tiles_edges_is_the_gemm_bit_for_bit, .timeout = 600)
+{
+	struct env *e;
+
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI: the packed products run only there");
+	e = env_open();
+	for (int t = 0; t < N_PACKED; t++)
+		for (int wide = 0; wide < 2; wide++) {
+			struct weight w;
+			float *x;
+
+			weight_rows_of(e, NULL, packed_gguf[t], 0, wide ? WIDE_REPEAT : 1, &w);
+			x = activations(w.k, 8);
+			for (int64_t k = wide ? w.k : simd_pack_block_values(packed_wtype[t]); k;
+			     k = packed_k_next(t, k, w.k)) {
+				float *xk = malloc(sizeof(float) * (size_t)(k * 8));
+
+				cr_assert_not_null(xk);
+				for (int64_t c = 0; c < 8; c++)
+					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
+				for (int n = 0; n < N_EDGE_ROWS; n++)
+					for (int cols = 1; cols <= 8; cols++) {
+						const size_t bytes = sizeof(float) * (size_t)(cols * edge_rows[n]);
+						float *one = NULL, *want;
+
+						for (int th = 0; th < N_EDGE_THREADS; th++) {
+							float *y;
+
+							e->threads = edge_threads[th];
+							cr_assert_eq(env_variant(e, "avx512-vnni"), Q4KH_OK, "%s",
+							             e->v->last_error(NULL));
+							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, 0);
+							for (int64_t c = 0; c < cols; c++)
+								check_rows(w.name, w.exact, w.k, k, edge_rows[n],
+								           "avx512-vnni gemv", cols, c, xk + c * k,
+								           y + c * edge_rows[n]);
+							if (!one)
+								one = y;
+							else
+								cr_assert(!memcmp(one, y, bytes),
+								          "%s gemv, K %lld, %lld rows, %d columns: %s "
+								          "threads differ from 1", w.name, (long long)k,
+								          (long long)edge_rows[n], cols, edge_threads[th]);
+							if (y != one)
+								free(y);
+						}
+						want = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
+						for (int64_t i = 0; gemv_packed(t) && i < cols * edge_rows[n]; i++)
+							cr_assert(!memcmp(&one[i], &want[i], sizeof(float)),
+							          "%s, K %lld, %lld rows, %d columns: gemv's y[%lld, "
+							          "%lld] = %.9g, gemm's %.9g", w.name, (long long)k,
+							          (long long)edge_rows[n], cols,
+							          (long long)(i % edge_rows[n]),
+							          (long long)(i / edge_rows[n]), (double)one[i],
+							          (double)want[i]);
+						free(want);
+						free(one);
+					}
+				free(xk);
+			}
+			free(x);
+			weight_free(e, &w);
+		}
+	env_close(e);
 }
 
 /*
