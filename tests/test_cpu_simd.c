@@ -1148,15 +1148,31 @@ static int plugin_cols_next(int64_t k, int cols)
 static const char *const edge_threads[] = { "1", "3", "7", "16" };
 #define N_EDGE_THREADS (int)(sizeof(edge_threads) / sizeof(edge_threads[0]))
 
+/* The packed types gemv runs on the repacked tiles (struct simd_kernels
+ * packed_gemv: Q4_K, Q5_0; Q6_K reads its blocks in place). */
+static int gemv_packed(int t)
+{
+	return packed_wtype[t] == SIMD_Q4_K || packed_wtype[t] == SIMD_Q5_0;
+}
+
+/* The column count after COLS that the edge tests try at K: through gemv
+ * (GEMV) 1 to 8, else plugin_cols_next(); 0 past the last. */
+static int plugin_next(int gemv, int64_t k, int cols)
+{
+	return gemv ? (cols < 8 ? cols + 1 : 0) : plugin_cols_next(k, cols);
+}
+
 /*
  * Through the plugin with the kernels of ISA on this CPU: gemm of
- * 1 .. EDGE_COLS columns and of 100 on edge_rows, K of one super-block,
- * of two and wide (views of the first values of each row), on
- * edge_threads: every value within the bound, column 0 the same bits
- * whatever the batch, every result the same bits at every thread count
- * and, with SAME, as the plugin with isa = SAME gives them.
+ * 1 .. EDGE_COLS columns and of 100 (with GEMV, gemv of 1 .. 8) on
+ * edge_rows, K of one super-block, of two and wide (views of the first
+ * values of each row), on edge_threads: every value within the bound,
+ * column 0 the same bits whatever the batch, every result the same bits
+ * at every thread count and, with SAME, as the plugin's gemm with isa =
+ * SAME gives them; with GEMV, for the types gemv runs on the repacked
+ * tiles, as the plugin's gemm with ISA gives them.
  */
-static void plugin_gemm_at_the_edges(const char *isa, const char *same)
+static void plugin_at_the_edges(const char *isa, const char *same, int gemv)
 {
 	struct env *e = env_open();
 
@@ -1175,7 +1191,8 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 				for (int64_t c = 0; c < 100; c++)
 					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
 				for (int n = 0; n < N_EDGE_ROWS; n++)
-					for (int cols = 1; cols; cols = plugin_cols_next(k, cols)) {
+					for (int cols = 1; cols; cols = plugin_next(gemv, k, cols)) {
+						const char *gemm = same ? same : gemv && gemv_packed(t) ? isa : NULL;
 						float *one = NULL, *want = NULL;
 
 						for (int th = 0; th < N_EDGE_THREADS; th++) {
@@ -1184,7 +1201,7 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 							e->threads = edge_threads[th];
 							cr_assert_eq(env_variant(e, isa), Q4KH_OK, "%s",
 							             e->v->last_error(NULL));
-							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
+							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, !gemv);
 							for (int64_t c = 0; c < cols; c++)
 								check_rows(w.name, w.exact, w.k, k, edge_rows[n], isa, cols,
 								           c, xk + c * k, y + c * edge_rows[n]);
@@ -1200,18 +1217,19 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 							if (y != one)
 								free(y);
 						}
-						if (same) {
-							cr_assert_eq(env_variant(e, same), Q4KH_OK, "%s",
+						if (gemm) {
+							cr_assert_eq(env_variant(e, gemm), Q4KH_OK, "%s",
 							             e->v->last_error(NULL));
 							want = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
 							for (int64_t i = 0; i < cols * edge_rows[n]; i++)
 								cr_assert(!memcmp(&one[i], &want[i], sizeof(float)),
-								          "%s %s, K %lld, %lld rows, %d columns: y[%lld, "
-								          "%lld] = %.9g, %s %.9g", w.name, isa,
-								          (long long)k, (long long)edge_rows[n], cols,
+								          "%s %s%s, K %lld, %lld rows, %d columns: y[%lld, "
+								          "%lld] = %.9g, %s gemm %.9g", w.name, isa,
+								          gemv ? " gemv" : "", (long long)k,
+								          (long long)edge_rows[n], cols,
 								          (long long)(i % edge_rows[n]),
 								          (long long)(i / edge_rows[n]), (double)one[i],
-								          same, (double)want[i]);
+								          gemm, (double)want[i]);
 						}
 						free(want);
 						free(one);
@@ -1229,89 +1247,20 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 	if (!cpu_runs("avx512-vnni"))
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
 		             "(its layout and steps are checked by the tests above)");
-	plugin_gemm_at_the_edges("avx512-vnni", NULL);
-}
-
-/* The packed types gemv runs on the repacked tiles (struct simd_kernels
- * packed_gemv: Q4_K, Q5_0; Q6_K reads its blocks in place). */
-static int gemv_packed(int t)
-{
-	return packed_wtype[t] == SIMD_Q4_K || packed_wtype[t] == SIMD_Q5_0;
+	plugin_at_the_edges("avx512-vnni", NULL, 0);
 }
 
 /*
- * Through the plugin with this CPU's AVX-512 VNNI kernels: gemv of 1 to 8
- * columns on edge_rows, K at every super-block edge (Q5_0: 1, 2, 3
- * blocks, then 6 at a time) and wide, on edge_threads: every value within
- * the bound of the reference's dequantisation in double, every thread
- * count the same bits as one, and for the types gemv runs on the repacked
- * tiles, every column the same bits as the plugin's gemm gives it.
+ * The same through gemv (1 to 8 columns) with this CPU's AVX-512 VNNI
+ * kernels: within the bound, every thread count the same bits as one, and
+ * for the types gemv runs on the repacked tiles, every column the same
+ * bits as the plugin's gemm gives it.
  */
 Test(cpu_simd_pack, avx512_gemv_at_the_tiles_edges_is_the_gemm_bit_for_bit, .timeout = 600)
 {
-	struct env *e;
-
 	if (!cpu_runs("avx512-vnni"))
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed products run only there");
-	e = env_open();
-	for (int t = 0; t < N_PACKED; t++)
-		for (int wide = 0; wide < 2; wide++) {
-			struct weight w;
-			float *x;
-
-			weight_rows_of(e, NULL, packed_gguf[t], 0, wide ? WIDE_REPEAT : 1, &w);
-			x = activations(w.k, 8);
-			for (int64_t k = wide ? w.k : simd_pack_block_values(packed_wtype[t]); k;
-			     k = packed_k_next(t, k, w.k)) {
-				float *xk = malloc(sizeof(float) * (size_t)(k * 8));
-
-				cr_assert_not_null(xk);
-				for (int64_t c = 0; c < 8; c++)
-					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
-				for (int n = 0; n < N_EDGE_ROWS; n++)
-					for (int cols = 1; cols <= 8; cols++) {
-						const size_t bytes = sizeof(float) * (size_t)(cols * edge_rows[n]);
-						float *one = NULL, *want;
-
-						for (int th = 0; th < N_EDGE_THREADS; th++) {
-							float *y;
-
-							e->threads = edge_threads[th];
-							cr_assert_eq(env_variant(e, "avx512-vnni"), Q4KH_OK, "%s",
-							             e->v->last_error(NULL));
-							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, 0);
-							for (int64_t c = 0; c < cols; c++)
-								check_rows(w.name, w.exact, w.k, k, edge_rows[n],
-								           "avx512-vnni gemv", cols, c, xk + c * k,
-								           y + c * edge_rows[n]);
-							if (!one)
-								one = y;
-							else
-								cr_assert(!memcmp(one, y, bytes),
-								          "%s gemv, K %lld, %lld rows, %d columns: %s "
-								          "threads differ from 1", w.name, (long long)k,
-								          (long long)edge_rows[n], cols, edge_threads[th]);
-							if (y != one)
-								free(y);
-						}
-						want = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
-						for (int64_t i = 0; gemv_packed(t) && i < cols * edge_rows[n]; i++)
-							cr_assert(!memcmp(&one[i], &want[i], sizeof(float)),
-							          "%s, K %lld, %lld rows, %d columns: gemv's y[%lld, "
-							          "%lld] = %.9g, gemm's %.9g", w.name, (long long)k,
-							          (long long)edge_rows[n], cols,
-							          (long long)(i % edge_rows[n]),
-							          (long long)(i / edge_rows[n]), (double)one[i],
-							          (double)want[i]);
-						free(want);
-						free(one);
-					}
-				free(xk);
-			}
-			free(x);
-			weight_free(e, &w);
-		}
-	env_close(e);
+	plugin_at_the_edges("avx512-vnni", NULL, 1);
 }
 
 /*
@@ -1345,7 +1294,7 @@ Test(cpu_simd_amx, amx_gemm_at_the_tiles_edges_is_the_vnni_gemm_bit_for_bit, .ti
 
 	if (why)
 		cr_skip_test("AMX is not usable here: %s", why);
-	plugin_gemm_at_the_edges("amx", "avx512-vnni");
+	plugin_at_the_edges("amx", "avx512-vnni", 0);
 }
 
 /* The plugin's debug line from init (the host's log), kept by the test. */
