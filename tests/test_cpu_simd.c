@@ -1111,10 +1111,10 @@ Test(cpu_simd_amx, the_amx_kernels_code_emulated_is_the_vnni_kernels_bit_for_bit
 	packed_code_at_the_edges(&emulated_amx, &emulated_vnni);
 }
 
-/* y = w x through the plugin's gemm on rows [0, N) of W, its first K
- * values (a view), for COLS columns of XK (K values each). */
-static float *plugin_gemm(struct env *e, const struct weight *w, int64_t k, int64_t n,
-                          const float *xk, int64_t cols)
+/* y = w x through the plugin's gemm (GEMM) or gemv on rows [0, N) of W,
+ * its first K values (a view), for COLS columns of XK (K values each). */
+static float *plugin_product(struct env *e, const struct weight *w, int64_t k, int64_t n,
+                             const float *xk, int64_t cols, int gemm)
 {
 	struct q4kh_tensor view = w->t, xt, yt;
 	q4kh_prepared *p;
@@ -1126,8 +1126,8 @@ static float *plugin_gemm(struct env *e, const struct weight *w, int64_t k, int6
 	             e->v->last_error(e->kctx));
 	xt = f32_tensor(e, k, cols, 64, xk);
 	yt = f32_tensor(e, n, cols, 32, NULL);
-	cr_assert_eq(e->v->gemm(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK, "%s",
-	             e->v->last_error(e->kctx));
+	cr_assert_eq((gemm ? e->v->gemm : e->v->gemv)(e->kctx, &e->nd, p, &xt, &yt), Q4KH_OK,
+	             "%s", e->v->last_error(e->kctx));
 	y = fetch(e, &yt);
 	e->b->buffer_free(e->dev, xt.buffer);
 	e->b->buffer_free(e->dev, yt.buffer);
@@ -1148,15 +1148,31 @@ static int plugin_cols_next(int64_t k, int cols)
 static const char *const edge_threads[] = { "1", "3", "7", "16" };
 #define N_EDGE_THREADS (int)(sizeof(edge_threads) / sizeof(edge_threads[0]))
 
+/* The packed types gemv runs on the repacked tiles (struct simd_kernels
+ * packed_gemv: Q4_K, Q5_0; Q6_K reads its blocks in place). */
+static int gemv_packed(int t)
+{
+	return packed_wtype[t] == SIMD_Q4_K || packed_wtype[t] == SIMD_Q5_0;
+}
+
+/* The column count after COLS that the edge tests try at K: through gemv
+ * (GEMV) 1 to 8, else plugin_cols_next(); 0 past the last. */
+static int plugin_next(int gemv, int64_t k, int cols)
+{
+	return gemv ? (cols < 8 ? cols + 1 : 0) : plugin_cols_next(k, cols);
+}
+
 /*
  * Through the plugin with the kernels of ISA on this CPU: gemm of
- * 1 .. EDGE_COLS columns and of 100 on edge_rows, K of one super-block,
- * of two and wide (views of the first values of each row), on
- * edge_threads: every value within the bound, column 0 the same bits
- * whatever the batch, every result the same bits at every thread count
- * and, with SAME, as the plugin with isa = SAME gives them.
+ * 1 .. EDGE_COLS columns and of 100 (with GEMV, gemv of 1 .. 8) on
+ * edge_rows, K of one super-block, of two and wide (views of the first
+ * values of each row), on edge_threads: every value within the bound,
+ * column 0 the same bits whatever the batch, every result the same bits
+ * at every thread count and, with SAME, as the plugin's gemm with isa =
+ * SAME gives them; with GEMV, for the types gemv runs on the repacked
+ * tiles, as the plugin's gemm with ISA gives them.
  */
-static void plugin_gemm_at_the_edges(const char *isa, const char *same)
+static void plugin_at_the_edges(const char *isa, const char *same, int gemv)
 {
 	struct env *e = env_open();
 
@@ -1175,7 +1191,8 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 				for (int64_t c = 0; c < 100; c++)
 					memcpy(xk + c * k, x + c * w.k, sizeof(float) * (size_t)k);
 				for (int n = 0; n < N_EDGE_ROWS; n++)
-					for (int cols = 1; cols; cols = plugin_cols_next(k, cols)) {
+					for (int cols = 1; cols; cols = plugin_next(gemv, k, cols)) {
+						const char *gemm = same ? same : gemv && gemv_packed(t) ? isa : NULL;
 						float *one = NULL, *want = NULL;
 
 						for (int th = 0; th < N_EDGE_THREADS; th++) {
@@ -1184,7 +1201,7 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 							e->threads = edge_threads[th];
 							cr_assert_eq(env_variant(e, isa), Q4KH_OK, "%s",
 							             e->v->last_error(NULL));
-							y = plugin_gemm(e, &w, k, edge_rows[n], xk, cols);
+							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, !gemv);
 							for (int64_t c = 0; c < cols; c++)
 								check_rows(w.name, w.exact, w.k, k, edge_rows[n], isa, cols,
 								           c, xk + c * k, y + c * edge_rows[n]);
@@ -1200,18 +1217,19 @@ static void plugin_gemm_at_the_edges(const char *isa, const char *same)
 							if (y != one)
 								free(y);
 						}
-						if (same) {
-							cr_assert_eq(env_variant(e, same), Q4KH_OK, "%s",
+						if (gemm) {
+							cr_assert_eq(env_variant(e, gemm), Q4KH_OK, "%s",
 							             e->v->last_error(NULL));
-							want = plugin_gemm(e, &w, k, edge_rows[n], xk, cols);
+							want = plugin_product(e, &w, k, edge_rows[n], xk, cols, 1);
 							for (int64_t i = 0; i < cols * edge_rows[n]; i++)
 								cr_assert(!memcmp(&one[i], &want[i], sizeof(float)),
-								          "%s %s, K %lld, %lld rows, %d columns: y[%lld, "
-								          "%lld] = %.9g, %s %.9g", w.name, isa,
-								          (long long)k, (long long)edge_rows[n], cols,
+								          "%s %s%s, K %lld, %lld rows, %d columns: y[%lld, "
+								          "%lld] = %.9g, %s gemm %.9g", w.name, isa,
+								          gemv ? " gemv" : "", (long long)k,
+								          (long long)edge_rows[n], cols,
 								          (long long)(i % edge_rows[n]),
 								          (long long)(i / edge_rows[n]), (double)one[i],
-								          same, (double)want[i]);
+								          gemm, (double)want[i]);
 						}
 						free(want);
 						free(one);
@@ -1229,7 +1247,20 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 	if (!cpu_runs("avx512-vnni"))
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
 		             "(its layout and steps are checked by the tests above)");
-	plugin_gemm_at_the_edges("avx512-vnni", NULL);
+	plugin_at_the_edges("avx512-vnni", NULL, 0);
+}
+
+/*
+ * The same through gemv (1 to 8 columns) with this CPU's AVX-512 VNNI
+ * kernels: within the bound, every thread count the same bits as one, and
+ * for the types gemv runs on the repacked tiles, every column the same
+ * bits as the plugin's gemm gives it.
+ */
+Test(cpu_simd_pack, avx512_gemv_at_the_tiles_edges_is_the_gemm_bit_for_bit, .timeout = 600)
+{
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI: the packed products run only there");
+	plugin_at_the_edges("avx512-vnni", NULL, 1);
 }
 
 /*
@@ -1263,7 +1294,7 @@ Test(cpu_simd_amx, amx_gemm_at_the_tiles_edges_is_the_vnni_gemm_bit_for_bit, .ti
 
 	if (why)
 		cr_skip_test("AMX is not usable here: %s", why);
-	plugin_gemm_at_the_edges("amx", "avx512-vnni");
+	plugin_at_the_edges("amx", "avx512-vnni", 0);
 }
 
 /* The plugin's debug line from init (the host's log), kept by the test. */

@@ -208,6 +208,12 @@ struct simd_kernels {
 	 * simd_pack_q6_k, simd_pack_q5_0); NULL for a type this set
 	 * multiplies in place. */
 	simd_packed_fn packed[SIMD_NTYPES];
+	/* The products gemv() (1 to 8 columns) runs on those repacked weights
+	 * where they beat reading the blocks in place: VNNI's Q4_K and Q5_0,
+	 * in the AMX set too (the same bits as its tiles); NULL for a type
+	 * gemv reads in place (Q6_K: its direct product is faster for one
+	 * column, docs/perf.md). */
+	simd_packed_fn packed_gemv[SIMD_NTYPES];
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that q4kh_cpu_isa_usable()

@@ -9,7 +9,9 @@
  * a packed gemm for the type (AVX-512 VNNI and AMX: Q4_K, Q6_K, Q5_0),
  * prepare() also repacks the weight into tiles of 16 rows, and gemm
  * splits those tiles, and where they are few for the threads the columns
- * too, over the threads instead. gemv_multi (ABI 1.4) runs its products
+ * too, over the threads instead; gemv runs on those tiles as well for the
+ * types whose packed product beats the in-place one at a few columns
+ * (struct simd_kernels packed_gemv). gemv_multi (ABI 1.4) runs its products
  * one after another, then adds their biases;
  * gemv_glu (ABI 1.4) its two products, then the reference's glu.
  *
@@ -32,7 +34,8 @@
  *   repack = on | off  whether prepare() keeps a repacked copy of each Q4_K,
  *                      Q6_K and Q5_0 weight for the gemm of a set that has
  *                      one (VNNI, AMX: simd_*_packed.c; default on: the
- *                      prompt's products run on it, at the cost of those
+ *                      prompt's products run on it, and the decode's of
+ *                      Q4_K and Q5_0, at the cost of those
  *                      weights' size again in memory, Q5_0's 384/352 of
  *                      it); off multiplies them in place as the other
  *                      types
@@ -309,7 +312,7 @@ static void repack_part(void *arg, unsigned part, int64_t begin, int64_t end)
 /*
  * P's rows repacked for the gemm of its type (struct simd_kernels packed),
  * the tiles over the threads. The copy lives as long as P: the file's
- * blocks stay for gemv, which reads them in place.
+ * blocks stay for gemv of the types it reads in place (Q6_K).
  */
 static q4kh_status repack(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                           struct q4kh_prepared *p)
@@ -512,6 +515,7 @@ struct packed_job {
 	int ncols;
 	float *const *y;
 	int64_t tiles, chunks;
+	simd_packed_fn fn;       /* the product (struct simd_kernels packed or packed_gemv) */
 };
 
 /* Columns [begin, end): quantised, then split with their blocks in order. */
@@ -552,14 +556,13 @@ static void packed_part(void *arg, unsigned part, int64_t begin, int64_t end)
 		const int64_t t1 = end - chunk * j->tiles < j->tiles ? end - chunk * j->tiles : j->tiles;
 		const int c0 = chunk_column(j, chunk), c1 = chunk_column(j, chunk + 1);
 
-		j->kernels->packed[w->type](w->packed, w->n, w->k, t0, t1, j->act + c0, c1 - c0,
-		                            j->y + c0);
+		j->fn(w->packed, w->n, w->k, t0, t1, j->act + c0, c1 - c0, j->y + c0);
 		begin += t1 - t0;
 	}
 }
 
 /*
- * y = w x through the packed product of w's type: every column quantised
+ * y = w x through FN, a packed product of w's type: every column quantised
  * and split into ctx's scratch (the columns over the threads; the bytes
  * of all columns together, K apart, as the products take them), then the
  * tiles of 16 rows over the THREADS, and where there are fewer than
@@ -569,7 +572,7 @@ static void packed_part(void *arg, unsigned part, int64_t begin, int64_t end)
 static q4kh_status packed_product(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                                   int lent, unsigned threads, const q4kh_prepared *w,
                                   const uint8_t *xb, int64_t stride, uint8_t *yb, int64_t ynb,
-                                  int64_t cols)
+                                  int64_t cols, simd_packed_fn fn)
 {
 	const int64_t k = w->k, tiles = (w->n + SIMD_PACK_ROWS - 1) / SIMD_PACK_ROWS;
 	const int64_t groups = (cols + PACK_CHUNK_COLS - 1) / PACK_CHUNK_COLS;
@@ -577,7 +580,7 @@ static q4kh_status packed_product(q4kh_kernel_ctx *ctx, const struct q4kh_native
 	const size_t bytes = (size_t)cols * (sizeof(struct simd_act) + sizeof(float *) +
 	                                     values_bytes(k) + split_bytes(k));
 	struct packed_job j = { ctx->kernels, w, xb, stride, NULL, (int)cols, NULL, tiles,
-		                want < groups ? want : groups };
+		                want < groups ? want : groups, fn };
 	struct simd_act *act;
 	float **ycol;
 	uint8_t *next;
@@ -612,9 +615,10 @@ static q4kh_status packed_product(q4kh_kernel_ctx *ctx, const struct q4kh_native
 /*
  * y = w x, for x's columns, into YB (column c at YB + c * YNB bytes)
  * through the gemv kernels (one column at a time) or, with GEMM, the gemm
- * kernels (W columns per pass): product() once it has checked the
- * arguments. Quantises x into ctx's scratch, then splits w's rows over the
- * pool.
+ * kernels (W columns per pass), or where w is repacked, its packed product
+ * (gemm's, or without GEMM the set's packed_gemv where it has one):
+ * product() once it has checked the arguments. Quantises x into ctx's
+ * scratch, then splits w's rows over the pool.
  */
 static q4kh_status product_to(q4kh_kernel_ctx *ctx, const struct q4kh_native_device *dev,
                               q4kh_prepared *w, const struct q4kh_tensor *x, uint8_t *yb,
@@ -638,8 +642,10 @@ static q4kh_status product_to(q4kh_kernel_ctx *ctx, const struct q4kh_native_dev
 
 	if (threads_of(ctx, dev, &lent, &threads))
 		return Q4KH_ERR_INTERNAL;
-	if (gemm && w->packed)
-		return packed_product(ctx, dev, lent, threads, w, xb, x->nb[1], yb, ynb, cols);
+	if (w->packed && (gemm || ctx->kernels->packed_gemv[w->type]))
+		return packed_product(ctx, dev, lent, threads, w, xb, x->nb[1], yb, ynb, cols,
+		                      gemm ? ctx->kernels->packed[w->type]
+		                           : ctx->kernels->packed_gemv[w->type]);
 	groups = gemm ? (cols + width - 1) / width : 0;
 	rows = (size_t)threads * (size_t)ctx->kernels->tile_rows;
 	/* One column goes through the direct products, which may want it split. */

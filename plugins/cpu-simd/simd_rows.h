@@ -36,13 +36,17 @@
 #include "simd.h"
 
 /*
- * How far ahead the one-column products prefetch, in rows: a row's cache
- * lines are asked for when the row this many before it is multiplied,
- * across the 4 KiB pages where the hardware's own prefetch stops (the LM
- * head, Q8_0 262144 x 640 from DRAM on two threads: 5.7-6.4 ms a product
- * without, 4.5-4.7 with; 16 rows did no better).
+ * How far ahead the one-column products prefetch: a row's cache lines are
+ * asked for when the row this many before it is multiplied, across the 4
+ * KiB pages where the hardware's own prefetch stops (the LM head, Q8_0
+ * 262144 x 640 from DRAM on two threads: 5.7-6.4 ms a product without,
+ * 4.5-4.7 with; 16 rows did no better), but never more than
+ * SIMD_PREFETCH_BYTES ahead: 8 long rows (Q4_K 1536 x 8960, 5 KiB each)
+ * pushed the column out of L1 (one thread, Zen 4: 785-806 us a product
+ * 8 rows ahead, 703-708 at 2 KiB).
  */
 #define SIMD_PREFETCH_ROWS 8
+#define SIMD_PREFETCH_BYTES 2048
 
 typedef void (*decode_fn)(const void *row, int64_t k, const struct simd_row *out);
 typedef float (*direct_fn)(const void *row, const struct simd_act *a, int64_t k);
@@ -223,11 +227,16 @@ rows_of(decode_fn decode, direct_fn direct1, const uint8_t *w, int64_t row_bytes
         float *const *y, const struct simd_row *row)
 {
 	if (direct1 && ncols == 1) {
+		const int64_t ahead = SIMD_PREFETCH_ROWS * row_bytes < SIMD_PREFETCH_BYTES
+		                              ? SIMD_PREFETCH_ROWS * row_bytes
+		                              : SIMD_PREFETCH_BYTES;
+		const char *end = (const char *)w + r1 * row_bytes;
+
 		for (int64_t r = r0; r < r1; r++) {
-			if (r + SIMD_PREFETCH_ROWS < r1)
-				for (int64_t o = 0; o < row_bytes; o += 64)
-					_mm_prefetch((const char *)w + (r + SIMD_PREFETCH_ROWS) * row_bytes + o,
-					             _MM_HINT_T0);
+			const char *p = (const char *)w + r * row_bytes + ahead;
+
+			for (int64_t o = 0; o < row_bytes && p + o < end; o += 64)
+				_mm_prefetch(p + o, _MM_HINT_T0);
 			y[0][r] = direct1(w + r * row_bytes, a, k);
 		}
 		return;
@@ -328,6 +337,7 @@ const struct simd_kernels SIMD_TABLE = {
 	           tiles_q5_1, tiles_q5_k },
 	.packed = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q6_K] = SIMD_PACKED_Q6_K,
 	            [SIMD_Q5_0] = SIMD_PACKED_Q5_0 },
+	.packed_gemv = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q5_0] = SIMD_PACKED_Q5_0 },
 };
 
 #endif
