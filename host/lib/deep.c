@@ -27,8 +27,10 @@ static const uint32_t deep_lengths[] = {
 	128,  /* cpu-fast's prefill chunk (n_batch) */
 	512,  /* a GPU backend's prefill chunk (n_batch) */
 	1024, /* two GPU prefill chunks; issue 16's 1,024 */
-	/* cuda: past 128 ranges (SPLIT_MAX_S) of 32 keys flash-decoding's
-	 * ranges grow; a run's default context */
+	/* cuda: flash-decoding's ranges grow past 32 keys times its ranges
+	 * (plan_split: 1,056 keys for the 8B shape on 132 multiprocessors,
+	 * 2,112 for Qwen3-30B-A3B's), so a deep probe crosses the edge;
+	 * a run's default context */
 	4096,
 };
 
