@@ -8,6 +8,7 @@
  * values cached).
  */
 #include <math.h>
+#include <string.h>
 
 #include "cuda_common.cuh"
 #include "cuda_rope.cuh"
@@ -130,9 +131,22 @@ rms_norm_kernel(struct cuda_view x, struct cuda_view a, const float *wa, float e
 }
 
 /*
- * Item i of head h of token t: i < n_rot/2 rotates pair i; the others
- * copy value n_rot + (i - n_rot/2), which passes through. Each item reads
- * before it writes, and only its own values, so out may be x. A negative
+ * rope_freq_of(p, i) for item I of a head: items past the pairs
+ * (i >= n_rot/2) rotate nothing, and get what no rotation reads.
+ */
+static __device__ __forceinline__ struct rope_freq item_freq(const struct cuda_rope &p, int64_t i)
+{
+	const struct rope_freq none = { 0.0, 1.0f };
+
+	return i < p.n_rot / 2 ? rope_freq_of(p, i) : none;
+}
+
+/*
+ * Item i of head h of token t, F its item_freq: i < n_rot/2 rotates pair
+ * i; the others copy value n_rot + (i - n_rot/2), which passes through.
+ * Each item reads before it writes, and only its own values, so out may
+ * be x. The position and the item's values are loaded together, before
+ * the position is checked: one memory latency, not two. A negative
  * position is a fault: the token's values are left as they are. With a
  * cache (cache.data not NULL: rope_set_rows, values of type C) each value
  * of out also goes to the cache's row pos[t], as set_rows writes it; a
@@ -142,25 +156,27 @@ template <typename C>
 static __device__ __forceinline__ void
 rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope &p,
           const struct cuda_view &out, const struct cuda_view &cache, int32_t *fault,
-          int64_t i, int64_t h, int64_t t)
+          int64_t i, int64_t h, int64_t t, const struct rope_freq &f)
 {
 	const int64_t half = p.n_rot / 2;
+	/* NORM rotates neighbours, NEOX the two halves. */
+	const int64_t a = i >= half ? p.n_rot + (i - half) : p.neox ? i : 2 * i;
+	const int64_t b = p.neox ? i + half : 2 * i + 1;
 	const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
 	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
+	const int32_t pt = pos[t];
+	const float va = xr[a];
+	const float vb = i < half ? xr[b] : 0.0f;
 
-	if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pos[t], INT32_MAX))
+	if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pt, INT32_MAX))
 		return;
-	C *c = cache.data && index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t, pos[t],
-	                              cache.ne[2])
-	               ? (C *)(cache.data + h * cache.nb[1] + pos[t] * cache.nb[2])
+	C *c = cache.data && index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t, pt, cache.ne[2])
+	               ? (C *)(cache.data + h * cache.nb[1] + pt * cache.nb[2])
 	               : NULL;
 	if (i < half) {
-		/* NORM rotates neighbours, NEOX the two halves. */
-		const int64_t a = p.neox ? i : 2 * i;
-		const int64_t b = p.neox ? i + half : 2 * i + 1;
 		float ra, rb;
 
-		rope_pair(p, pos[t], i, xr[a], xr[b], &ra, &rb);
+		rope_pair(p, pt, i, f, va, vb, &ra, &rb);
 		o[a] = ra;
 		o[b] = rb;
 		if (c) {
@@ -168,16 +184,14 @@ rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope 
 			c[b] = from_f32<C>(rb);
 		}
 	} else {
-		const int64_t j = p.n_rot + (i - half);
-		const float v = xr[j];
-
-		o[j] = v;
+		o[a] = va;
 		if (c)
-			c[j] = from_f32<C>(v);
+			c[a] = from_f32<C>(va);
 	}
 }
 
-/* rope_item over every item of x, one thread an item. */
+/* rope_item over every item of x, one thread an item; the thread's first
+ * item's frequency computed before the wait. */
 template <typename C>
 static __global__ void __launch_bounds__(ROPE_THREADS)
 rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
@@ -185,23 +199,83 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 {
 	const int64_t per_head = x.ne[0] - p.n_rot / 2, nh = x.ne[1];
 	const int64_t items = per_head * nh * x.ne[2];
+	const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
 	q4kh_pdl_release();
+	const struct rope_freq f0 = item_freq(p, first < items ? first % per_head : 0);
 	q4kh_pdl_wait();
-	for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	     it < items; it += (int64_t)gridDim.x * blockDim.x)
-		rope_item<C>(x, pos, p, out, cache, fault, it % per_head,
-		             (it / per_head) % nh, it / (per_head * nh));
+	for (int64_t it = first; it < items; it += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t i = it % per_head;
+
+		rope_item<C>(x, pos, p, out, cache, fault, i, (it / per_head) % nh,
+		             it / (per_head * nh), it == first ? f0 : item_freq(p, i));
+	}
+}
+
+/*
+ * Head h of token t of v {hd_v, heads_v, T} into its cache (type V) at
+ * row pos[t], after the checks of its position that rope_ext (which runs
+ * first when the ops are issued alone) and set_rows make. Where the row,
+ * the cache's rows and hd_v allow, each thread moves 16 bytes of cache
+ * (8 f16 values or 4 f32) a step, loaded with the position.
+ */
+template <typename V>
+static __device__ __forceinline__ void store_v(const struct cuda_view &v, const int32_t *pos,
+                                               const struct cuda_view &vc, int32_t *fault,
+                                               int64_t h, int64_t t)
+{
+	constexpr int VEC = 16 / sizeof(V);
+	const float *vr = (const float *)(v.data + h * v.nb[1] + t * v.nb[2]);
+	const int64_t n = v.ne[0];
+	const bool wide = n % VEC == 0 && (uintptr_t)vr % 16 == 0 && (uintptr_t)vc.data % 16 == 0 &&
+	                  vc.nb[1] % 16 == 0 && vc.nb[2] % 16 == 0;
+	const int64_t step = wide ? (int64_t)blockDim.x * VEC : blockDim.x;
+	const int64_t i0 = wide ? (int64_t)threadIdx.x * VEC : threadIdx.x;
+	const int32_t pt = pos[t];
+	float4 held[VEC / 4];
+
+	if (wide && i0 < n) {
+#pragma unroll
+		for (int j = 0; j < VEC / 4; j++)
+			held[j] = *(const float4 *)(vr + i0 + 4 * j);
+	}
+	if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pt, INT32_MAX) ||
+	    !index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t, pt, vc.ne[2]))
+		return;
+	V *c = (V *)(vc.data + h * vc.nb[1] + pt * vc.nb[2]);
+	for (int64_t i = i0; i < n; i += step) {
+		if (!wide) {
+			c[i] = from_f32<V>(vr[i]);
+			continue;
+		}
+		V o[VEC];
+		uint4 u;
+
+		if (i != i0) {
+#pragma unroll
+			for (int j = 0; j < VEC / 4; j++)
+				held[j] = *(const float4 *)(vr + i + 4 * j);
+		}
+#pragma unroll
+		for (int j = 0; j < VEC / 4; j++) {
+			o[4 * j] = from_f32<V>(held[j].x);
+			o[4 * j + 1] = from_f32<V>(held[j].y);
+			o[4 * j + 2] = from_f32<V>(held[j].z);
+			o[4 * j + 3] = from_f32<V>(held[j].w);
+		}
+		memcpy(&u, o, sizeof(u));
+		*(uint4 *)(c + i) = u;
+	}
 }
 
 /*
  * rope_store: a block per head slot of a token, a token's q heads first,
  * then its k heads, then its v heads; the block's threads share the
  * slot's items. q and k go through rope_item (k with its cache, of type
- * K), so their bits are rope_ext's and rope_set_rows'; a v row is
- * converted to the cache's type V as set_rows writes it, after the
- * checks of its position that rope_ext (which runs first when the three
- * ops are issued alone) and set_rows make.
+ * K), so their bits are rope_ext's and rope_set_rows'; a v row goes to
+ * its cache through store_v, as set_rows writes it. The pow of a thread's
+ * first pair is computed before the wait, while the kernel before still
+ * runs; after it, only the sincos of the angle follows the loads.
  */
 template <typename K, typename V>
 static __global__ void __launch_bounds__(ROPE_THREADS)
@@ -211,30 +285,26 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 {
 	const int64_t hq = q.ne[1], hk = k.ne[1];
 	const int64_t per_token = hq + hk + v.ne[1], slots = per_token * q.ne[2];
-	const int64_t half = p.n_rot / 2;
+	const int64_t items_q = q.ne[0] - p.n_rot / 2, items_k = k.ne[0] - p.n_rot / 2;
 	const struct cuda_view no_cache = { NULL, 0, { 0 }, { 0 } };
 
 	q4kh_pdl_release();
+	const struct rope_freq f0 = item_freq(p, threadIdx.x);
 	q4kh_pdl_wait();
 	for (int64_t b = blockIdx.x; b < slots; b += gridDim.x) {
 		const int64_t t = b / per_token;
 		int64_t h = b % per_token;
 
 		if (h < hq) {
-			for (int64_t i = threadIdx.x; i < q.ne[0] - half; i += blockDim.x)
-				rope_item<float>(q, pos, p, q, no_cache, fault, i, h, t);
+			for (int64_t i = threadIdx.x; i < items_q; i += blockDim.x)
+				rope_item<float>(q, pos, p, q, no_cache, fault, i, h, t,
+				                 i == threadIdx.x ? f0 : item_freq(p, i));
 		} else if ((h -= hq) < hk) {
-			for (int64_t i = threadIdx.x; i < k.ne[0] - half; i += blockDim.x)
-				rope_item<K>(k, pos, p, k, kc, fault, i, h, t);
+			for (int64_t i = threadIdx.x; i < items_k; i += blockDim.x)
+				rope_item<K>(k, pos, p, k, kc, fault, i, h, t,
+				             i == threadIdx.x ? f0 : item_freq(p, i));
 		} else {
-			h -= hk;
-			if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pos[t], INT32_MAX) ||
-			    !index_ok(fault, CUDA_FAULT_SET_ROWS_ROWS, t, pos[t], vc.ne[2]))
-				continue;
-			const float *vr = (const float *)(v.data + h * v.nb[1] + t * v.nb[2]);
-			V *c = (V *)(vc.data + h * vc.nb[1] + pos[t] * vc.nb[2]);
-			for (int64_t i = threadIdx.x; i < v.ne[0]; i += blockDim.x)
-				c[i] = from_f32<V>(vr[i]);
+			store_v<V>(v, pos, vc, fault, h - hk, t);
 		}
 	}
 }
