@@ -151,12 +151,15 @@ static __device__ __forceinline__ struct rope_freq item_freq(const struct cuda_r
  * cache (cache.data not NULL: rope_set_rows, values of type C) each value
  * of out also goes to the cache's row pos[t], as set_rows writes it; a
  * position beyond the cache is set_rows' fault and writes no cache value.
+ * With NORMED each value is first x s w (w: NW, or none where NW is
+ * NULL), rms_norm's value for the head whose scale head_scale gave as S.
  */
 template <typename C>
 static __device__ __forceinline__ void
 rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope &p,
           const struct cuda_view &out, const struct cuda_view &cache, int32_t *fault,
-          int64_t i, int64_t h, int64_t t, const struct rope_freq &f)
+          int64_t i, int64_t h, int64_t t, const struct rope_freq &f, bool normed = false,
+          const float *nw = NULL, float s = 1.0f)
 {
 	const int64_t half = p.n_rot / 2;
 	/* NORM rotates neighbours, NEOX the two halves. */
@@ -165,8 +168,13 @@ rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope 
 	const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
 	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
 	const int32_t pt = pos[t];
-	const float va = xr[a];
-	const float vb = i < half ? xr[b] : 0.0f;
+	float va = xr[a];
+	float vb = i < half ? xr[b] : 0.0f;
+
+	if (normed) {
+		va = nw ? va * s * nw[a] : va * s;
+		vb = nw && i < half ? vb * s * nw[b] : vb * s;
+	}
 
 	if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pt, INT32_MAX))
 		return;
@@ -211,6 +219,34 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 		             it / (per_head * nh), it == first ? f0 : item_freq(p, i));
 	}
 }
+
+/*
+ * The scale rms_norm_kernel gives a row XR of N <= CUDA_HEAD_NORM_MAX
+ * values with EPS: its block for such a row is one warp (rms_threads),
+ * whose lane l sums the squares of values l + 32 k in double, k in order,
+ * then the warp's sum (block_sum's second step adds only zeros). Every
+ * warp that calls it computes the whole row, so every lane of the block
+ * gets the same bits with no shared memory; the block's threads then
+ * wait for each other before any writes the row in place.
+ */
+static __device__ __forceinline__ float head_scale(const float *xr, int64_t n, float eps)
+{
+	const int lane = threadIdx.x % 32;
+	float v[RMS_HELD];
+	double ss = 0.0;
+
+#pragma unroll
+	for (int k = 0; k < RMS_HELD; k++)
+		v[k] = lane + 32 * k < n ? xr[lane + 32 * k] : 0.0f;
+#pragma unroll
+	for (int k = 0; k < RMS_HELD; k++)
+		ss += (double)v[k] * (double)v[k];
+	ss = warp_sum(ss);
+	__syncthreads();
+	return (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+}
+
+static_assert(CUDA_HEAD_NORM_MAX == 32 * RMS_HELD, "a head norm is one warp's row");
 
 /*
  * Head h of token t of v {hd_v, heads_v, T} into its cache (type V) at
@@ -275,13 +311,16 @@ static __device__ __forceinline__ void store_v(const struct cuda_view &v, const 
  * K), so their bits are rope_ext's and rope_set_rows'; a v row goes to
  * its cache through store_v, as set_rows writes it. The pow of a thread's
  * first pair is computed before the wait, while the kernel before still
- * runs; after it, only the sincos of the angle follows the loads.
+ * runs; after it, only the sincos of the angle follows the loads. With
+ * NORM (cuda_launch_norm_rope_store) each q and k head is first normed
+ * as rms_norm norms it (head_scale), with HN's weight and eps: the bits
+ * of the norm's node, then rope_store's.
  */
-template <typename K, typename V>
+template <typename K, typename V, bool NORM>
 static __global__ void __launch_bounds__(ROPE_THREADS)
 rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
                   const int32_t *pos, struct cuda_rope p, struct cuda_view kc,
-                  struct cuda_view vc, int32_t *fault)
+                  struct cuda_view vc, struct cuda_head_norms hn, int32_t *fault)
 {
 	const int64_t hq = q.ne[1], hk = k.ne[1];
 	const int64_t per_token = hq + hk + v.ne[1], slots = per_token * q.ne[2];
@@ -296,13 +335,24 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 		int64_t h = b % per_token;
 
 		if (h < hq) {
+			const float s = NORM ? head_scale((const float *)(q.data + h * q.nb[1] +
+			                                                  t * q.nb[2]),
+			                                  q.ne[0], hn.q_eps)
+			                     : 1.0f;
+
 			for (int64_t i = threadIdx.x; i < items_q; i += blockDim.x)
 				rope_item<float>(q, pos, p, q, no_cache, fault, i, h, t,
-				                 i == threadIdx.x ? f0 : item_freq(p, i));
+				                 i == threadIdx.x ? f0 : item_freq(p, i), NORM,
+				                 hn.q_w, s);
 		} else if ((h -= hq) < hk) {
+			const float s = NORM ? head_scale((const float *)(k.data + h * k.nb[1] +
+			                                                  t * k.nb[2]),
+			                                  k.ne[0], hn.k_eps)
+			                     : 1.0f;
+
 			for (int64_t i = threadIdx.x; i < items_k; i += blockDim.x)
 				rope_item<K>(k, pos, p, k, kc, fault, i, h, t,
-				             i == threadIdx.x ? f0 : item_freq(p, i));
+				             i == threadIdx.x ? f0 : item_freq(p, i), NORM, hn.k_w, s);
 		} else {
 			store_v<V>(v, pos, vc, fault, h - hk, t);
 		}
@@ -371,20 +421,41 @@ extern "C" cudaError_t cuda_launch_rope(const struct cuda_view *x,
 	return cuda_launch_rope_set_rows(x, pos, p, out, NULL, fault, pdl, s);
 }
 
-/* rope_store_kernel with the cache types as template arguments. */
-template <typename K>
+/* rope_store_kernel with the cache types and NORM as template arguments. */
+template <typename K, bool NORM>
 static void launch_rope_store(const struct cuda_view *q, const struct cuda_view *k,
                               const struct cuda_view *v, const int32_t *pos,
                               const struct cuda_rope *p, const struct cuda_view *kc,
-                              const struct cuda_view *vc, int32_t *fault,
-                              unsigned g, int pdl, cudaStream_t s)
+                              const struct cuda_view *vc, const struct cuda_head_norms *hn,
+                              int32_t *fault, unsigned g, int pdl, cudaStream_t s)
 {
 	if (vc->type == Q4KH_TYPE_F16)
-		q4kh_pdl_launch(pdl, rope_store_kernel<K, __half>, g, ROPE_THREADS, 0, s, *q, *k,
-		                *v, pos, *p, *kc, *vc, fault);
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, __half, NORM>, g, ROPE_THREADS, 0, s, *q,
+		                *k, *v, pos, *p, *kc, *vc, *hn, fault);
 	else
-		q4kh_pdl_launch(pdl, rope_store_kernel<K, float>, g, ROPE_THREADS, 0, s, *q, *k,
-		                *v, pos, *p, *kc, *vc, fault);
+		q4kh_pdl_launch(pdl, rope_store_kernel<K, float, NORM>, g, ROPE_THREADS, 0, s, *q,
+		                *k, *v, pos, *p, *kc, *vc, *hn, fault);
+}
+
+/* rope_store's launch, with the heads' norms HN when NORM. */
+template <bool NORM>
+static cudaError_t rope_store(const struct cuda_view *q, const struct cuda_view *k,
+                              const struct cuda_view *v, const int32_t *pos,
+                              const struct cuda_rope *p, const struct cuda_view *k_cache,
+                              const struct cuda_view *v_cache,
+                              const struct cuda_head_norms *hn, int32_t *fault, int pdl,
+                              cudaStream_t s)
+{
+	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
+	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
+
+	if (k_cache->type == Q4KH_TYPE_F16)
+		launch_rope_store<__half, NORM>(q, k, v, pos, p, k_cache, v_cache, hn, fault, g,
+		                                pdl, s);
+	else
+		launch_rope_store<float, NORM>(q, k, v, pos, p, k_cache, v_cache, hn, fault, g,
+		                               pdl, s);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
@@ -396,20 +467,34 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                               const struct cuda_view *v_cache,
                                               int32_t *fault, int pdl, cudaStream_t s)
 {
-	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
-	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
+	const struct cuda_head_norms none = { NULL, NULL, 0.0f, 0.0f };
 
-	if (k_cache->type == Q4KH_TYPE_F16)
-		launch_rope_store<__half>(q, k, v, pos, p, k_cache, v_cache, fault, g, pdl, s);
-	else
-		launch_rope_store<float>(q, k, v, pos, p, k_cache, v_cache, fault, g, pdl, s);
-	return cudaGetLastError();
+	return rope_store<false>(q, k, v, pos, p, k_cache, v_cache, &none, fault, pdl, s);
+}
+
+extern "C" cudaError_t cuda_launch_norm_rope_store(const struct cuda_view *q,
+                                                   const struct cuda_view *k,
+                                                   const struct cuda_view *v,
+                                                   const int32_t *pos,
+                                                   const struct cuda_rope *p,
+                                                   const struct cuda_view *k_cache,
+                                                   const struct cuda_view *v_cache,
+                                                   const struct cuda_head_norms *norms,
+                                                   int32_t *fault, int pdl, cudaStream_t s)
+{
+	return rope_store<true>(q, k, v, pos, p, k_cache, v_cache, norms, fault, pdl, s);
 }
 
 extern "C" cudaError_t cuda_rowwise_preload(void)
 {
 	return q4kh_preload(rms_norm_kernel<true, true>, rms_norm_kernel<true, false>,
 	                    rms_norm_kernel<false, false>, rope_kernel<__half>, rope_kernel<float>,
-	                    rope_store_kernel<__half, __half>, rope_store_kernel<__half, float>,
-	                    rope_store_kernel<float, __half>, rope_store_kernel<float, float>);
+	                    rope_store_kernel<__half, __half, false>,
+	                    rope_store_kernel<__half, float, false>,
+	                    rope_store_kernel<float, __half, false>,
+	                    rope_store_kernel<float, float, false>,
+	                    rope_store_kernel<__half, __half, true>,
+	                    rope_store_kernel<__half, float, true>,
+	                    rope_store_kernel<float, __half, true>,
+	                    rope_store_kernel<float, float, true>);
 }

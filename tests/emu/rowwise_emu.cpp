@@ -17,6 +17,8 @@
  *    of q, rope_set_rows of k and v's rows converted (the 16-byte stores
  *    and their scalar fallback, a v row that is not 16-byte aligned),
  *    every other cache row untouched;
+ *  - norm_rope_store (heads of 64, 128 and 256 values): bit for bit
+ *    rms_norm of q's and k's heads in place, then rope_store;
  *  - a negative position: rope_store's fault word says so and writes no
  *    cache row.
  * Built and run by scripts/cuda-emulate.sh; exit 0 when everything
@@ -310,6 +312,72 @@ static int rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt, int v_o
 	return bad;
 }
 
+/*
+ * norm_rope_store (cuda's own group: q's and k's heads normed, q with a
+ * weight and k without, then rope_store): bit for bit rms_norm of q's
+ * and of k's heads in place, then rope_store.
+ */
+template <typename K, typename V>
+static int norm_rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt)
+{
+	const size_t nq = (size_t)(c.hd * c.hq * c.t), nk = (size_t)(c.hd * c.hk * c.t);
+	const size_t kcn = (size_t)(c.hd * c.hk * CACHE_ROWS), vcn = (size_t)(c.hdv * c.hv * CACHE_ROWS);
+	std::vector<float> q = random_row(nq, 3.0), k = random_row(nk, 0.5);
+	std::vector<float> v = random_row((size_t)(c.hdv * c.hv * c.t), 1.0), wq = random_row(c.hd, 1.0);
+	std::vector<float> q2 = q, k2 = k, ff(c.n_rot / 2, 1.5f);
+	std::vector<K> kc(kcn, from_f32<K>(-5.0f)), kc2 = kc;
+	std::vector<V> vc(vcn, from_f32<V>(-5.0f)), vc2 = vc;
+	std::vector<int32_t> pos(c.t);
+	int32_t fault[CUDA_FAULT_WORDS] = { 0 };
+	const float eps_q = 1e-6f, eps_k = 1e-5f;
+	const cuda_head_norms hn = { wq.data(), NULL, eps_q, eps_k };
+	cuda_rope p{};
+	char what[160];
+	int bad = 0;
+
+	for (int64_t tt = 0; tt < c.t; tt++)
+		pos[tt] = (int32_t)(2 + 3 * tt);
+	p.n_rot = c.n_rot;
+	p.neox = c.neox;
+	p.base = 10000.0;
+	p.freq_scale = 1.0;
+	p.mscale = 1.0;
+	p.freq_factors = c.factors ? ff.data() : NULL;
+	snprintf(what, sizeof(what), "norm_rope_store hd %lld n_rot %d %s t %lld k %s v %s",
+	         (long long)c.hd, c.n_rot, c.neox ? "neox" : "norm", (long long)c.t,
+	         kt == Q4KH_TYPE_F16 ? "f16" : "f32", vt == Q4KH_TYPE_F16 ? "f16" : "f32");
+
+	/* apart: the norms' nodes in place, then rope_store */
+	cuda_view rq = view_of(q2.data(), Q4KH_TYPE_F32, c.hd, c.hq * c.t, 1);
+	cuda_view rk = view_of(k2.data(), Q4KH_TYPE_F32, c.hd, c.hk * c.t, 1);
+	cuda_view vw = view_of(wq.data(), Q4KH_TYPE_F32, c.hd, 1, 1);
+	cuda_view vq2 = view_of(q2.data(), Q4KH_TYPE_F32, c.hd, c.hq, c.t);
+	cuda_view vk2 = view_of(k2.data(), Q4KH_TYPE_F32, c.hd, c.hk, c.t);
+	cuda_view vv = view_of(v.data(), Q4KH_TYPE_F32, c.hdv, c.hv, c.t);
+	cuda_view vkc2 = view_of(kc2.data(), kt, c.hd, c.hk, CACHE_ROWS);
+	cuda_view vvc2 = view_of(vc2.data(), vt, c.hdv, c.hv, CACHE_ROWS);
+	/* fused */
+	cuda_view vq = view_of(q.data(), Q4KH_TYPE_F32, c.hd, c.hq, c.t);
+	cuda_view vk = view_of(k.data(), Q4KH_TYPE_F32, c.hd, c.hk, c.t);
+	cuda_view vkc = view_of(kc.data(), kt, c.hd, c.hk, CACHE_ROWS);
+	cuda_view vvc = view_of(vc.data(), vt, c.hdv, c.hv, CACHE_ROWS);
+
+	if (cuda_launch_norm(&rq, NULL, 0, NULL, 0.0f, &vw, eps_q, &rq, 0, 0) ||
+	    cuda_launch_norm(&rk, NULL, 0, NULL, 0.0f, NULL, eps_k, &rk, 0, 0) ||
+	    cuda_launch_rope_store(&vq2, &vk2, &vv, pos.data(), &p, &vkc2, &vvc2, fault, 0, 0) ||
+	    cuda_launch_norm_rope_store(&vq, &vk, &vv, pos.data(), &p, &vkc, &vvc, &hn, fault, 0,
+	                                0) ||
+	    fault[0]) {
+		printf("FAIL %s: a launch failed or faulted (%d)\n", what, fault[0]);
+		return 1;
+	}
+	bad |= same_bits(what, q.data(), q2.data(), nq * 4);
+	bad |= same_bits(what, k.data(), k2.data(), nk * 4);
+	bad |= same_bits(what, kc.data(), kc2.data(), kcn * sizeof(K));
+	bad |= same_bits(what, vc.data(), vc2.data(), vcn * sizeof(V));
+	return bad;
+}
+
 /* A negative position: rope_store's fault word names it, and no cache
  * row is written. */
 static int rope_store_fault(void)
@@ -373,6 +441,11 @@ int main(void)
 		bad += rope_store_case<__half, float>(c, Q4KH_TYPE_F16, Q4KH_TYPE_F32, 0, &worst_rope);
 		bad += rope_store_case<float, float>(c, Q4KH_TYPE_F32, Q4KH_TYPE_F32, 1, &worst_rope);
 		cases += 3;
+		if (c.hd <= CUDA_HEAD_NORM_MAX) {
+			bad += norm_rope_store_case<__half, __half>(c, Q4KH_TYPE_F16, Q4KH_TYPE_F16);
+			bad += norm_rope_store_case<float, float>(c, Q4KH_TYPE_F32, Q4KH_TYPE_F32);
+			cases += 2;
+		}
 	}
 	bad += rope_store_fault();
 	cases++;
