@@ -142,11 +142,12 @@ static __device__ __forceinline__ struct rope_freq item_freq(const struct cuda_r
 }
 
 /*
- * Item i of head h of token t, F its item_freq: i < n_rot/2 rotates pair
+ * Item i of head h of token t at position PT (pos[t], its load issued by
+ * the caller), F its item_freq: i < n_rot/2 rotates pair
  * i; the others copy value n_rot + (i - n_rot/2), which passes through.
  * Each item reads before it writes, and only its own values, so out may
- * be x. The position and the item's values are loaded together, before
- * the position is checked: one memory latency, not two. A negative
+ * be x. The item's values are loaded before the position is checked, so
+ * that both loads wait together: one memory latency, not two. A negative
  * position is a fault: the token's values are left as they are. With a
  * cache (cache.data not NULL: rope_set_rows, values of type C) each value
  * of out also goes to the cache's row pos[t], as set_rows writes it; a
@@ -156,7 +157,7 @@ static __device__ __forceinline__ struct rope_freq item_freq(const struct cuda_r
  */
 template <typename C>
 static __device__ __forceinline__ void
-rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope &p,
+rope_item(const struct cuda_view &x, int32_t pt, const struct cuda_rope &p,
           const struct cuda_view &out, const struct cuda_view &cache, int32_t *fault,
           int64_t i, int64_t h, int64_t t, const struct rope_freq &f, bool normed = false,
           const float *nw = NULL, float s = 1.0f)
@@ -167,7 +168,6 @@ rope_item(const struct cuda_view &x, const int32_t *pos, const struct cuda_rope 
 	const int64_t b = p.neox ? i + half : 2 * i + 1;
 	const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
 	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
-	const int32_t pt = pos[t];
 	float va = xr[a];
 	float vb = i < half ? xr[b] : 0.0f;
 
@@ -215,8 +215,10 @@ rope_kernel(struct cuda_view x, const int32_t *pos, struct cuda_rope p,
 	for (int64_t it = first; it < items; it += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t i = it % per_head;
 
-		rope_item<C>(x, pos, p, out, cache, fault, i, (it / per_head) % nh,
-		             it / (per_head * nh), it == first ? f0 : item_freq(p, i));
+		const int64_t t = it / (per_head * nh);
+
+		rope_item<C>(x, pos[t], p, out, cache, fault, i, (it / per_head) % nh, t,
+		             it == first ? f0 : item_freq(p, i));
 	}
 }
 
@@ -250,13 +252,14 @@ static_assert(CUDA_HEAD_NORM_MAX == 32 * RMS_HELD, "a head norm is one warp's ro
 
 /*
  * Head h of token t of v {hd_v, heads_v, T} into its cache (type V) at
- * row pos[t], after the checks of its position that rope_ext (which runs
- * first when the ops are issued alone) and set_rows make. Where the row,
- * the cache's rows and hd_v allow, each thread moves 16 bytes of cache
- * (8 f16 values or 4 f32) a step, loaded with the position.
+ * row PT (pos[t], its load issued by the caller), after the checks of
+ * its position that rope_ext (which runs first when the ops are issued
+ * alone) and set_rows make. Where the row, the cache's rows and hd_v
+ * allow, each thread moves 16 bytes of cache (8 f16 values or 4 f32) a
+ * step; its first values are loaded before the position is checked.
  */
 template <typename V>
-static __device__ __forceinline__ void store_v(const struct cuda_view &v, const int32_t *pos,
+static __device__ __forceinline__ void store_v(const struct cuda_view &v, int32_t pt,
                                                const struct cuda_view &vc, int32_t *fault,
                                                int64_t h, int64_t t)
 {
@@ -267,7 +270,6 @@ static __device__ __forceinline__ void store_v(const struct cuda_view &v, const 
 	                  vc.nb[1] % 16 == 0 && vc.nb[2] % 16 == 0;
 	const int64_t step = wide ? (int64_t)blockDim.x * VEC : blockDim.x;
 	const int64_t i0 = wide ? (int64_t)threadIdx.x * VEC : threadIdx.x;
-	const int32_t pt = pos[t];
 	float4 held[VEC / 4];
 
 	if (wide && i0 < n) {
@@ -332,6 +334,7 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 	q4kh_pdl_wait();
 	for (int64_t b = blockIdx.x; b < slots; b += gridDim.x) {
 		const int64_t t = b / per_token;
+		const int32_t pt = pos[t]; /* waited for after the head's loads */
 		int64_t h = b % per_token;
 
 		if (h < hq) {
@@ -341,7 +344,7 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 			                     : 1.0f;
 
 			for (int64_t i = threadIdx.x; i < items_q; i += blockDim.x)
-				rope_item<float>(q, pos, p, q, no_cache, fault, i, h, t,
+				rope_item<float>(q, pt, p, q, no_cache, fault, i, h, t,
 				                 i == threadIdx.x ? f0 : item_freq(p, i), NORM,
 				                 hn.q_w, s);
 		} else if ((h -= hq) < hk) {
@@ -351,10 +354,10 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 			                     : 1.0f;
 
 			for (int64_t i = threadIdx.x; i < items_k; i += blockDim.x)
-				rope_item<K>(k, pos, p, k, kc, fault, i, h, t,
+				rope_item<K>(k, pt, p, k, kc, fault, i, h, t,
 				             i == threadIdx.x ? f0 : item_freq(p, i), NORM, hn.k_w, s);
 		} else {
-			store_v<V>(v, pos, vc, fault, h - hk, t);
+			store_v<V>(v, pt, vc, fault, h - hk, t);
 		}
 	}
 }
