@@ -488,20 +488,16 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 			s->fused += (uint32_t)n;
 			continue;
 		}
-		if (own && (n = match_head_norms(dev, s->g, i)) > 0) {
+		n = own ? match_head_norms(dev, s->g, i) : 0;
+		c->head_norms = n > 0;
+		if (!c->head_norms)
+			c->moe = (n = match_moe(dev, s->g, i)) > 0;
+		if (c->head_norms || c->moe) {
 			c->fuse = Q4KH_FUSE_NONE;
-			c->head_norms = 1;
 			c->n = n;
 			s->fused += (uint32_t)n;
-			heads++;
-			continue;
-		}
-		if ((n = match_moe(dev, s->g, i)) > 0) {
-			c->fuse = Q4KH_FUSE_NONE;
-			c->moe = 1;
-			c->n = n;
-			s->fused += (uint32_t)n;
-			moe++;
+			heads += c->head_norms;
+			moe += c->moe;
 			continue;
 		}
 		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);

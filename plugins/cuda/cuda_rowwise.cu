@@ -307,6 +307,29 @@ static __device__ __forceinline__ void store_v(const struct cuda_view &v, int32_
 }
 
 /*
+ * Head h of token t of x {hd, heads, T} (rope_store's q, or its k with
+ * CACHE of type C) rotated in place at position PT, the block's threads
+ * sharing its items, F0 the item_freq of each thread's first; with NORM
+ * first normed as rms_norm norms it with W (or none) and EPS.
+ */
+template <typename C, bool NORM>
+static __device__ __forceinline__ void rope_head(const struct cuda_view &x, int32_t pt,
+                                                 const struct cuda_rope &p,
+                                                 const struct cuda_view &cache, int32_t *fault,
+                                                 int64_t h, int64_t t,
+                                                 const struct rope_freq &f0, const float *w,
+                                                 float eps)
+{
+	const float s = NORM ? head_scale((const float *)(x.data + h * x.nb[1] + t * x.nb[2]),
+	                                  x.ne[0], eps)
+	                     : 1.0f;
+
+	for (int64_t i = threadIdx.x; i < x.ne[0] - p.n_rot / 2; i += blockDim.x)
+		rope_item<C>(x, pt, p, x, cache, fault, i, h, t,
+		             i == threadIdx.x ? f0 : item_freq(p, i), NORM, w, s);
+}
+
+/*
  * rope_store: a block per head slot of a token, a token's q heads first,
  * then its k heads, then its v heads; the block's threads share the
  * slot's items. q and k go through rope_item (k with its cache, of type
@@ -326,7 +349,6 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 {
 	const int64_t hq = q.ne[1], hk = k.ne[1];
 	const int64_t per_token = hq + hk + v.ne[1], slots = per_token * q.ne[2];
-	const int64_t items_q = q.ne[0] - p.n_rot / 2, items_k = k.ne[0] - p.n_rot / 2;
 	const struct cuda_view no_cache = { NULL, 0, { 0 }, { 0 } };
 
 	q4kh_pdl_release();
@@ -337,28 +359,12 @@ rope_store_kernel(struct cuda_view q, struct cuda_view k, struct cuda_view v,
 		const int32_t pt = pos[t]; /* waited for after the head's loads */
 		int64_t h = b % per_token;
 
-		if (h < hq) {
-			const float s = NORM ? head_scale((const float *)(q.data + h * q.nb[1] +
-			                                                  t * q.nb[2]),
-			                                  q.ne[0], hn.q_eps)
-			                     : 1.0f;
-
-			for (int64_t i = threadIdx.x; i < items_q; i += blockDim.x)
-				rope_item<float>(q, pt, p, q, no_cache, fault, i, h, t,
-				                 i == threadIdx.x ? f0 : item_freq(p, i), NORM,
-				                 hn.q_w, s);
-		} else if ((h -= hq) < hk) {
-			const float s = NORM ? head_scale((const float *)(k.data + h * k.nb[1] +
-			                                                  t * k.nb[2]),
-			                                  k.ne[0], hn.k_eps)
-			                     : 1.0f;
-
-			for (int64_t i = threadIdx.x; i < items_k; i += blockDim.x)
-				rope_item<K>(k, pt, p, k, kc, fault, i, h, t,
-				             i == threadIdx.x ? f0 : item_freq(p, i), NORM, hn.k_w, s);
-		} else {
+		if (h < hq)
+			rope_head<float, NORM>(q, pt, p, no_cache, fault, h, t, f0, hn.q_w, hn.q_eps);
+		else if ((h -= hq) < hk)
+			rope_head<K, NORM>(k, pt, p, kc, fault, h, t, f0, hn.k_w, hn.k_eps);
+		else
 			store_v<V>(v, pt, vc, fault, h - hk, t);
-		}
 	}
 }
 

@@ -48,19 +48,8 @@ static double nrand(void)
 static cuda_view view_of(void *p, uint32_t type, int64_t n0, int64_t n1, int64_t n2)
 {
 	const int64_t es = type == Q4KH_TYPE_F16 ? 2 : 4;
-	cuda_view v{};
 
-	v.data = (char *)p;
-	v.type = type;
-	v.ne[0] = n0;
-	v.ne[1] = n1;
-	v.ne[2] = n2;
-	v.ne[3] = 1;
-	v.nb[0] = es;
-	v.nb[1] = es * n0;
-	v.nb[2] = es * n0 * n1;
-	v.nb[3] = es * n0 * n1 * n2;
-	return v;
+	return { (char *)p, type, { n0, n1, n2, 1 }, { es, es * n0, es * n0 * n1, es * n0 * n1 * n2 } };
 }
 
 static std::vector<float> random_row(size_t n, double scale)
@@ -186,10 +175,18 @@ struct rope_case {
 	int n_rot, neox, factors;
 };
 
-/* Q4KH_TYPE_F16 values of P as floats, or P's floats. */
-static float cache_at(const void *p, uint32_t type, size_t i)
+/* Case C's rope parameters, FF its frequency factors (where C has). */
+static cuda_rope rope_of(const rope_case &c, const float *ff)
 {
-	return type == Q4KH_TYPE_F16 ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
+	cuda_rope p{};
+
+	p.n_rot = c.n_rot;
+	p.neox = c.neox;
+	p.base = 10000.0;
+	p.freq_scale = 1.0;
+	p.mscale = 1.0;
+	p.freq_factors = c.factors ? ff : NULL;
+	return p;
 }
 
 /* X {hd, heads, t} rotated at positions POS, in double (plugin.h). */
@@ -247,7 +244,7 @@ static int rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt, int v_o
 	const std::vector<float> q0 = q, k0 = k;
 	std::vector<float> q2 = q, k2 = k, qr(nq);
 	int32_t fault[CUDA_FAULT_WORDS] = { 0 }, fault2[CUDA_FAULT_WORDS] = { 0 };
-	cuda_rope p{};
+	const cuda_rope p = rope_of(c, ff.data());
 	char what[160];
 	int bad = 0;
 
@@ -259,12 +256,6 @@ static int rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt, int v_o
 		kc[i] = kc2[i] = from_f32<K>(-5.0f);
 	for (size_t i = 0; i < vcn; i++)
 		vc[i] = vc2[i] = from_f32<V>(-5.0f);
-	p.n_rot = c.n_rot;
-	p.neox = c.neox;
-	p.base = 10000.0;
-	p.freq_scale = 1.0;
-	p.mscale = 1.0;
-	p.freq_factors = c.factors ? ff.data() : NULL;
 	snprintf(what, sizeof(what), "rope_store hd %lld n_rot %d %s t %lld ff %d k %s v %s%s",
 	         (long long)c.hd, c.n_rot, c.neox ? "neox" : "norm", (long long)c.t, c.factors,
 	         kt == Q4KH_TYPE_F16 ? "f16" : "f32", vt == Q4KH_TYPE_F16 ? "f16" : "f32",
@@ -331,18 +322,12 @@ static int norm_rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt)
 	int32_t fault[CUDA_FAULT_WORDS] = { 0 };
 	const float eps_q = 1e-6f, eps_k = 1e-5f;
 	const cuda_head_norms hn = { wq.data(), NULL, eps_q, eps_k };
-	cuda_rope p{};
+	const cuda_rope p = rope_of(c, ff.data());
 	char what[160];
 	int bad = 0;
 
 	for (int64_t tt = 0; tt < c.t; tt++)
 		pos[tt] = (int32_t)(2 + 3 * tt);
-	p.n_rot = c.n_rot;
-	p.neox = c.neox;
-	p.base = 10000.0;
-	p.freq_scale = 1.0;
-	p.mscale = 1.0;
-	p.freq_factors = c.factors ? ff.data() : NULL;
 	snprintf(what, sizeof(what), "norm_rope_store hd %lld n_rot %d %s t %lld k %s v %s",
 	         (long long)c.hd, c.n_rot, c.neox ? "neox" : "norm", (long long)c.t,
 	         kt == Q4KH_TYPE_F16 ? "f16" : "f32", vt == Q4KH_TYPE_F16 ? "f16" : "f32");
