@@ -141,6 +141,38 @@ static __device__ __forceinline__ struct rope_freq item_freq(const struct cuda_r
 	return i < p.n_rot / 2 ? rope_freq_of(p, i) : none;
 }
 
+/* The values item i of a head reads, *A and *B (rope_item). NORM
+ * rotates neighbours, NEOX the two halves; an item past the pairs copies
+ * value n_rot + (i - n_rot/2) (*B unused). */
+static __device__ __forceinline__ void item_at(const struct cuda_rope &p, int64_t i, int64_t *a,
+                                               int64_t *b)
+{
+	const int64_t half = p.n_rot / 2;
+
+	*a = i >= half ? p.n_rot + (i - half) : p.neox ? i : 2 * i;
+	*b = p.neox ? i + half : 2 * i + 1;
+}
+
+/* A head norm's weights of item i's two values, 1 where there is no
+ * weight W (x s 1 is x s, bit for bit). */
+struct item_w {
+	float a, b;
+};
+
+static __device__ __forceinline__ struct item_w item_weights(const struct cuda_rope &p, int64_t i,
+                                                             const float *w)
+{
+	struct item_w v = { 1.0f, 1.0f };
+	int64_t a, b;
+
+	item_at(p, i, &a, &b);
+	if (w) {
+		v.a = w[a];
+		v.b = i < p.n_rot / 2 ? w[b] : 1.0f;
+	}
+	return v;
+}
+
 /*
  * Item i of head h of token t at position PT (pos[t], its load issued by
  * the caller), F its item_freq: i < n_rot/2 rotates pair
@@ -152,28 +184,28 @@ static __device__ __forceinline__ struct rope_freq item_freq(const struct cuda_r
  * cache (cache.data not NULL: rope_set_rows, values of type C) each value
  * of out also goes to the cache's row pos[t], as set_rows writes it; a
  * position beyond the cache is set_rows' fault and writes no cache value.
- * With NORMED each value is first x s w (w: NW, or none where NW is
- * NULL), rms_norm's value for the head whose scale head_scale gave as S.
+ * With NORMED each value is first x s w, rms_norm's value for the head
+ * whose scale head_scale gave as S, W the item's item_weights.
  */
 template <typename C>
 static __device__ __forceinline__ void
 rope_item(const struct cuda_view &x, int32_t pt, const struct cuda_rope &p,
           const struct cuda_view &out, const struct cuda_view &cache, int32_t *fault,
           int64_t i, int64_t h, int64_t t, const struct rope_freq &f, bool normed = false,
-          const float *nw = NULL, float s = 1.0f)
+          float s = 1.0f, struct item_w w = { 1.0f, 1.0f })
 {
 	const int64_t half = p.n_rot / 2;
-	/* NORM rotates neighbours, NEOX the two halves. */
-	const int64_t a = i >= half ? p.n_rot + (i - half) : p.neox ? i : 2 * i;
-	const int64_t b = p.neox ? i + half : 2 * i + 1;
+	int64_t a, b;
+
+	item_at(p, i, &a, &b);
 	const float *xr = (const float *)(x.data + h * x.nb[1] + t * x.nb[2]);
 	float *o = (float *)(out.data + h * out.nb[1] + t * out.nb[2]);
 	float va = xr[a];
 	float vb = i < half ? xr[b] : 0.0f;
 
 	if (normed) {
-		va = nw ? va * s * nw[a] : va * s;
-		vb = nw && i < half ? vb * s * nw[b] : vb * s;
+		va = va * s * w.a;
+		vb = vb * s * w.b;
 	}
 
 	if (!index_ok(fault, CUDA_FAULT_ROPE_POS, t, pt, INT32_MAX))
@@ -320,13 +352,18 @@ static __device__ __forceinline__ void rope_head(const struct cuda_view &x, int3
                                                  const struct rope_freq &f0, const float *w,
                                                  float eps)
 {
+	const int64_t items = x.ne[0] - p.n_rot / 2;
+	/* the first item's weights loaded with the row (no kernel's output) */
+	const struct item_w w0 = item_weights(p, threadIdx.x < items ? threadIdx.x : 0,
+	                                      NORM ? w : NULL);
 	const float s = NORM ? head_scale((const float *)(x.data + h * x.nb[1] + t * x.nb[2]),
 	                                  x.ne[0], eps)
 	                     : 1.0f;
 
-	for (int64_t i = threadIdx.x; i < x.ne[0] - p.n_rot / 2; i += blockDim.x)
+	for (int64_t i = threadIdx.x; i < items; i += blockDim.x)
 		rope_item<C>(x, pt, p, x, cache, fault, i, h, t,
-		             i == threadIdx.x ? f0 : item_freq(p, i), NORM, w, s);
+		             i == threadIdx.x ? f0 : item_freq(p, i), NORM, s,
+		             i == threadIdx.x ? w0 : item_weights(p, i, NORM ? w : NULL));
 }
 
 /*
