@@ -383,7 +383,7 @@ static int head_norm_of(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
  * when a layer norms its query and key heads (Gemma 3, Qwen3): rms_norm
  * of q's heads and of k's, in place, then the four nodes of a rope_store
  * of those q and k, whose contract checks hold: 6, which
- * cuda_launch_norm_rope_store runs as one launch, or 0.
+ * cuda_launch_rope_store with the norms runs as one launch, or 0.
  */
 static int32_t match_head_norms(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
                                 int32_t i)
@@ -442,7 +442,7 @@ static q4kh_status issue_head_norms(q4kh_device_ctx *dev, const struct q4kh_step
 	kc = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 4)->out));
 	vc = cuda_view_of(q4kh_step_tensor(g, sv->out));
 	return cuda_launched(dev, "graph_compute: the heads' norms and rope_store",
-	                     cuda_launch_norm_rope_store(
+	                     cuda_launch_rope_store(
 	                             &q, &k, &v,
 	                             (const int32_t *)cuda_view_of(q4kh_step_tensor(g, rq->src[1]))
 	                                     .data,

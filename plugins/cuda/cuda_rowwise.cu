@@ -5,7 +5,8 @@
  * add done by the norm's kernel as it loads the row), rope_set_rows (the
  * rotated values also written to the KV cache) and rope_store (an
  * attention layer's queries rotated, its keys rotated and cached and its
- * values cached).
+ * values cached; through the graph entry, after the per-head q and k
+ * norms of Gemma 3 and Qwen3, cuda_graph.c's match_head_norms).
  */
 #include <math.h>
 #include <string.h>
@@ -374,9 +375,9 @@ static __device__ __forceinline__ void rope_head(const struct cuda_view &x, int3
  * its cache through store_v, as set_rows writes it. The pow of a thread's
  * first pair is computed before the wait, while the kernel before still
  * runs; after it, only the sincos of the angle follows the loads. With
- * NORM (cuda_launch_norm_rope_store) each q and k head is first normed
- * as rms_norm norms it (head_scale), with HN's weight and eps: the bits
- * of the norm's node, then rope_store's.
+ * NORM (cuda_launch_rope_store given norms) each q and k head is first
+ * normed as rms_norm norms it (head_scale), with HN's weight and eps: the
+ * bits of the norm's node, then rope_store's.
  */
 template <typename K, typename V, bool NORM>
 static __global__ void __launch_bounds__(ROPE_THREADS)
@@ -483,27 +484,6 @@ static void launch_rope_store(const struct cuda_view *q, const struct cuda_view 
 		                *k, *v, pos, *p, *kc, *vc, *hn, fault);
 }
 
-/* rope_store's launch, with the heads' norms HN when NORM. */
-template <bool NORM>
-static cudaError_t rope_store(const struct cuda_view *q, const struct cuda_view *k,
-                              const struct cuda_view *v, const int32_t *pos,
-                              const struct cuda_rope *p, const struct cuda_view *k_cache,
-                              const struct cuda_view *v_cache,
-                              const struct cuda_head_norms *hn, int32_t *fault, int pdl,
-                              cudaStream_t s)
-{
-	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
-	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
-
-	if (k_cache->type == Q4KH_TYPE_F16)
-		launch_rope_store<__half, NORM>(q, k, v, pos, p, k_cache, v_cache, hn, fault, g,
-		                                pdl, s);
-	else
-		launch_rope_store<float, NORM>(q, k, v, pos, p, k_cache, v_cache, hn, fault, g,
-		                               pdl, s);
-	return cudaGetLastError();
-}
-
 extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                               const struct cuda_view *k,
                                               const struct cuda_view *v,
@@ -511,24 +491,26 @@ extern "C" cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                               const struct cuda_rope *p,
                                               const struct cuda_view *k_cache,
                                               const struct cuda_view *v_cache,
+                                              const struct cuda_head_norms *norms,
                                               int32_t *fault, int pdl, cudaStream_t s)
 {
+	const int64_t slots = (q->ne[1] + k->ne[1] + v->ne[1]) * q->ne[2];
+	const unsigned g = (unsigned)(slots < (1 << 30) ? slots : 1 << 30);
 	const struct cuda_head_norms none = { NULL, NULL, 0.0f, 0.0f };
 
-	return rope_store<false>(q, k, v, pos, p, k_cache, v_cache, &none, fault, pdl, s);
-}
-
-extern "C" cudaError_t cuda_launch_norm_rope_store(const struct cuda_view *q,
-                                                   const struct cuda_view *k,
-                                                   const struct cuda_view *v,
-                                                   const int32_t *pos,
-                                                   const struct cuda_rope *p,
-                                                   const struct cuda_view *k_cache,
-                                                   const struct cuda_view *v_cache,
-                                                   const struct cuda_head_norms *norms,
-                                                   int32_t *fault, int pdl, cudaStream_t s)
-{
-	return rope_store<true>(q, k, v, pos, p, k_cache, v_cache, norms, fault, pdl, s);
+	if (k_cache->type == Q4KH_TYPE_F16 && norms)
+		launch_rope_store<__half, true>(q, k, v, pos, p, k_cache, v_cache, norms, fault, g,
+		                                pdl, s);
+	else if (k_cache->type == Q4KH_TYPE_F16)
+		launch_rope_store<__half, false>(q, k, v, pos, p, k_cache, v_cache, &none, fault, g,
+		                                 pdl, s);
+	else if (norms)
+		launch_rope_store<float, true>(q, k, v, pos, p, k_cache, v_cache, norms, fault, g,
+		                               pdl, s);
+	else
+		launch_rope_store<float, false>(q, k, v, pos, p, k_cache, v_cache, &none, fault, g,
+		                                pdl, s);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_rowwise_preload(void)

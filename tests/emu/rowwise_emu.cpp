@@ -277,7 +277,7 @@ static int rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt, int v_o
 	if (cuda_launch_rope(&vq2, pos.data(), &p, &vqr, fault2, 0, 0) ||
 	    cuda_launch_rope(&vq2, pos.data(), &p, &vq2, fault2, 0, 0) ||
 	    cuda_launch_rope_set_rows(&vk2, pos.data(), &p, &vk2, &vkc2, fault2, 0, 0) ||
-	    cuda_launch_rope_store(&vq, &vk, &vv, pos.data(), &p, &vkc, &vvc, fault, 0, 0)) {
+	    cuda_launch_rope_store(&vq, &vk, &vv, pos.data(), &p, &vkc, &vvc, NULL, fault, 0, 0)) {
 		printf("FAIL %s: a launch failed\n", what);
 		return 1;
 	}
@@ -349,9 +349,8 @@ static int norm_rope_store_case(const rope_case &c, uint32_t kt, uint32_t vt)
 
 	if (cuda_launch_norm(&rq, NULL, 0, NULL, 0.0f, &vw, eps_q, &rq, 0, 0) ||
 	    cuda_launch_norm(&rk, NULL, 0, NULL, 0.0f, NULL, eps_k, &rk, 0, 0) ||
-	    cuda_launch_rope_store(&vq2, &vk2, &vv, pos.data(), &p, &vkc2, &vvc2, fault, 0, 0) ||
-	    cuda_launch_norm_rope_store(&vq, &vk, &vv, pos.data(), &p, &vkc, &vvc, &hn, fault, 0,
-	                                0) ||
+	    cuda_launch_rope_store(&vq2, &vk2, &vv, pos.data(), &p, &vkc2, &vvc2, NULL, fault, 0, 0) ||
+	    cuda_launch_rope_store(&vq, &vk, &vv, pos.data(), &p, &vkc, &vvc, &hn, fault, 0, 0) ||
 	    fault[0]) {
 		printf("FAIL %s: a launch failed or faulted (%d)\n", what, fault[0]);
 		return 1;
@@ -384,7 +383,7 @@ static int rope_store_fault(void)
 	cuda_view vkc = view_of(kc.data(), Q4KH_TYPE_F16, hd, 1, CACHE_ROWS);
 	cuda_view vvc = view_of(vc.data(), Q4KH_TYPE_F16, hd, 1, CACHE_ROWS);
 
-	if (cuda_launch_rope_store(&vq, &vk, &vv, &pos, &p, &vkc, &vvc, fault, 0, 0) ||
+	if (cuda_launch_rope_store(&vq, &vk, &vv, &pos, &p, &vkc, &vvc, NULL, fault, 0, 0) ||
 	    fault[0] != CUDA_FAULT_ROPE_POS || fault[1] != 0 || fault[2] != -3 ||
 	    memcmp(kc.data(), kc0.data(), kc.size() * 2) || memcmp(vc.data(), kc0.data(), vc.size() * 2)) {
 		printf("FAIL rope_store at position -3: fault %d %d %d, caches %s\n", fault[0],
