@@ -20,6 +20,10 @@
 #              forms through a block table) against the same kernels over
 #              a contiguous cache, bit for bit, and attention in double
 #              (tests/emu/attention_emu.cpp)
+#   rowwise    rms_norm and rope (cuda_rowwise.cu) against references in
+#              double, and their fused forms (add_rms_norm,
+#              norm_add_rms_norm, rope_set_rows, rope_store) against
+#              their ops bit for bit (tests/emu/rowwise_emu.cpp)
 # A .cu file is compiled as C++ after a sed that turns its launches
 # k<<<grid, block, shm, s>>>(args) into emu_launch(k, emu_cfg(grid, block,
 # shm, s), args) and extern __shared__ arrays into emu.h's dynamic shared
@@ -40,7 +44,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention rowwise)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
@@ -118,6 +122,10 @@ harness() {
 	attention)
 		emu_source plugins/cuda/cuda_attention
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/attention_emu.cpp" -o "$out/attention_emu"
+		;;
+	rowwise)
+		emu_source plugins/cuda/cuda_rowwise
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/rowwise_emu.cpp" -o "$out/rowwise_emu"
 		;;
 	*) echo "cuda-emulate.sh: no harness $1" >&2; return 2 ;;
 	esac

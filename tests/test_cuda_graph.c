@@ -11,7 +11,10 @@
  * and experts' products (grouped for the prompt, direct for decode) stay
  * on the device, and whose decode steps (one token, and the batched three)
  * run each block of experts as the two fused launches of cuda_graph.c's
- * match_moe. With the persistent kernel on ([plugin.cuda]
+ * match_moe; and on tiny-qwen3, whose per-head q and k norms go inside
+ * rope_store's launch (match_head_norms), against the interpreter and
+ * against the plan without that group (Q4KH_CUDA_FUSE=0), with two
+ * launches fewer a layer. With the persistent kernel on ([plugin.cuda]
  * persistent = 1), the
  * one-token steps of tiny-llama and tiny-qwen2 run it and give the
  * interpreter's logits up to fp32 rounding, and q4khost run reports the
@@ -132,6 +135,7 @@ struct pass {
 	 * steps and the batched steps (whose graph it holds) */
 	uint64_t ways[3][Q4KH_WAY_COUNT];
 	uint32_t launches; /* its last step's, as the backend reported them */
+	uint32_t decode_launches; /* its last one-token step's */
 };
 
 /* Token I of a stream that stays inside a vocabulary of N_VOCAB. */
@@ -170,6 +174,7 @@ static struct pass run_pass(struct q4kh_model *m)
 		cr_assert_eq(q4kh_session_eval(s[0], &id, 1, row, 0, &err), 0, "%s", err.msg);
 	}
 	memcpy(p.ways[1], s[0]->stats.ways, sizeof(p.ways[1]));
+	p.decode_launches = s[0]->stats.launches;
 	for (int j = 1; j < SEQS; j++, row += SEQ_PROMPT * nv) {
 		for (int i = 0; i < SEQ_PROMPT; i++)
 			ids[i] = token(next++, nv);
@@ -449,6 +454,40 @@ Test(graph_entry, tiny_qwen2_as_the_interpreter, .timeout = 300)
 Test(graph_entry, tiny_qwen3moe_as_the_interpreter, .timeout = 300)
 {
 	entry_against_interpreter("tiny-qwen3moe.gguf", NULL);
+}
+
+/* the per-head q and k norms inside rope_store's launch (cuda_graph.c's
+ * match_head_norms), against the interpreter's norm nodes */
+Test(graph_entry, tiny_qwen3_as_the_interpreter, .timeout = 300)
+{
+	entry_against_interpreter("tiny-qwen3.gguf", NULL);
+}
+
+/*
+ * tiny-qwen3, whose layers norm q's and k's heads, through the graph
+ * entry: the same logits, bit for bit, with the heads' norms inside
+ * rope_store's launch and without (Q4KH_CUDA_FUSE=0), and two launches
+ * fewer a layer in a replayed decode step.
+ */
+Test(graph_entry, tiny_qwen3_norms_heads_in_rope_store, .timeout = 300)
+{
+	struct cuda_model c;
+	struct pass fused, apart;
+
+	cuda_model_open(&c, "the cuda graph entry", "persistent", "0", "tiny-qwen3.gguf", NULL);
+	fused = run_pass(c.m);
+	setenv("Q4KH_CUDA_FUSE", "0", 1);
+	apart = run_pass(c.m);
+	unsetenv("Q4KH_CUDA_FUSE");
+	cr_expect_eq(memcmp(fused.logits, apart.logits,
+	                    sizeof(float) * (size_t)c.m->hp.n_vocab * ROWS),
+	             0, "the heads' norms inside rope_store change the logits");
+	cr_expect_eq(fused.decode_launches + 2 * c.m->hp.n_layer, apart.decode_launches,
+	             "a decode step: %u launches fused, %u apart, %u layers",
+	             fused.decode_launches, apart.decode_launches, c.m->hp.n_layer);
+	free(fused.logits);
+	free(apart.logits);
+	cuda_model_close(&c);
 }
 
 Test(graph_entry, tiny_llama_through_cuda_mwv_as_the_interpreter, .timeout = 300)

@@ -13,7 +13,11 @@
  * A one-token step's decoder layers, where cuda_persist.c reads them as
  * the llama family's, are one call: the persistent kernel. A decode's
  * mixture-of-experts block, from its route to the slots' sum, is two
- * launches (match_moe), with the bits of its nodes.
+ * launches (match_moe), with the bits of its nodes. The per-head q and k
+ * norms of Gemma 3 and Qwen3 and the rope_store after them are one
+ * launch (match_head_norms), with the bits of its six nodes;
+ * Q4KH_CUDA_FUSE=0 in the environment plans without that group (A/B
+ * runs).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +28,13 @@
 #include "q4khost/step.h"
 
 /* One call of the plan: nodes [first, first + n) as pattern FUSE, or as
- * a decode's mixture-of-experts block with MOE (match_moe). */
+ * a decode's mixture-of-experts block with MOE (match_moe), or as the
+ * heads' norms and rope_store with HEAD_NORMS (match_head_norms). */
 struct cuda_group {
 	int32_t first, n;
 	q4kh_step_fuse fuse;
 	int moe;
+	int head_norms;
 };
 
 struct q4kh_step {
@@ -328,6 +334,131 @@ static q4kh_status issue_moe(q4kh_device_ctx *dev, const struct q4kh_step_graph 
 	return Q4KH_OK;
 }
 
+/* --- the heads' norms inside rope_store --- */
+
+/* Is f32 tensor T's storage one run of its values, in order? */
+static int f32_dense(const struct q4kh_tensor *t)
+{
+	int64_t nb = sizeof(float);
+
+	for (int d = 0; d < 4; d++) {
+		if (t->ne[d] > 1 && t->nb[d] != nb)
+			return 0;
+		nb *= t->ne[d];
+	}
+	return t->type == Q4KH_TYPE_F32;
+}
+
+/* Do A and B hold the same f32 values, contiguous, in one place? */
+static int same_rows(const struct q4kh_tensor *a, const struct q4kh_tensor *b)
+{
+	int64_t na = 1, nb = 1;
+
+	for (int d = 0; d < 4; d++) {
+		na *= a->ne[d];
+		nb *= b->ne[d];
+	}
+	return a->buffer == b->buffer && a->offset == b->offset && na == nb && f32_dense(a) &&
+	       f32_dense(b);
+}
+
+/* Is node N an rms_norm, in place, of the heads of X {hd, heads, T}
+ * (contiguous, hd <= CUDA_HEAD_NORM_MAX), with no weight or an f32 {hd}
+ * one, whose contract checks hold? */
+static int head_norm_of(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                        const struct q4kh_step_node *n, const struct q4kh_tensor *x)
+{
+	struct q4kh_check quiet = cuda_contract(dev);
+	const struct q4kh_tensor *in = q4kh_step_tensor(g, n->src[0]);
+	const struct q4kh_tensor *w = q4kh_step_tensor(g, n->src[1]);
+
+	quiet.msg = NULL; /* a refusal writes nothing */
+	quiet.cap = 0;
+	return n->op == Q4KH_OP_RMS_NORM && x->ne[0] <= CUDA_HEAD_NORM_MAX &&
+	       in->ne[0] == x->ne[0] && same_rows(in, q4kh_step_tensor(g, n->out)) &&
+	       same_rows(in, x) && (!w || f32_dense(w)) &&
+	       !q4kh_check_rms_norm(&quiet, in, w, n->f[0], q4kh_step_tensor(g, n->out));
+}
+
+/*
+ * The nodes from I that arch_blocks.c's head_norm and rope_store make
+ * when a layer norms its query and key heads (Gemma 3, Qwen3): rms_norm
+ * of q's heads and of k's, in place, then the four nodes of a rope_store
+ * of those q and k, whose contract checks hold: 6, which
+ * cuda_launch_rope_store with the norms runs as one launch, or 0.
+ */
+static int32_t match_head_norms(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                                int32_t i)
+{
+	struct q4kh_check quiet = cuda_contract(dev);
+	const struct q4kh_step_node *rq, *sk, *sv;
+	struct q4kh_rope_params p;
+
+	if (i + 5 >= g->n_nodes || q4kh_step_match(g, i + 2, Q4KH_FUSE_ROPE_STORE) != 4)
+		return 0;
+	rq = q4kh_step_node_at(g, i + 2);
+	sk = q4kh_step_node_at(g, i + 4);
+	sv = q4kh_step_node_at(g, i + 5);
+	p = rq->rope;
+	p.freq_factors = q4kh_step_tensor(g, rq->src[2]);
+	quiet.msg = NULL;
+	quiet.cap = 0;
+	return head_norm_of(dev, g, q4kh_step_node_at(g, i), q4kh_step_tensor(g, rq->out)) &&
+	               head_norm_of(dev, g, q4kh_step_node_at(g, i + 1),
+	                            q4kh_step_tensor(g, q4kh_step_node_at(g, i + 3)->out)) &&
+	               !q4kh_check_rope_store(&quiet, q4kh_step_tensor(g, rq->out),
+	                                      q4kh_step_tensor(g, q4kh_step_node_at(g, i + 3)->out),
+	                                      q4kh_step_tensor(g, sv->src[0]),
+	                                      q4kh_step_tensor(g, rq->src[1]), &p,
+	                                      q4kh_step_tensor(g, sk->out),
+	                                      q4kh_step_tensor(g, sv->out))
+	               ? 6
+	               : 0;
+}
+
+/* Run the group that match_head_norms found at node I as one launch. */
+static q4kh_status issue_head_norms(q4kh_device_ctx *dev, const struct q4kh_step_graph *g,
+                                    int32_t i)
+{
+	const struct q4kh_step_node *nq = q4kh_step_node_at(g, i);
+	const struct q4kh_step_node *nk = q4kh_step_node_at(g, i + 1);
+	const struct q4kh_step_node *rq = q4kh_step_node_at(g, i + 2);
+	const struct q4kh_step_node *sv = q4kh_step_node_at(g, i + 5);
+	const struct q4kh_tensor *wq = q4kh_step_tensor(g, nq->src[1]);
+	const struct q4kh_tensor *wk = q4kh_step_tensor(g, nk->src[1]);
+	const struct cuda_head_norms hn = {
+		wq ? (const float *)cuda_view_of(wq).data : NULL,
+		wk ? (const float *)cuda_view_of(wk).data : NULL,
+		nq->f[0],
+		nk->f[0],
+	};
+	struct q4kh_rope_params p = rq->rope;
+	struct cuda_view q, k, v, kc, vc;
+	struct cuda_rope r;
+
+	p.freq_factors = q4kh_step_tensor(g, rq->src[2]);
+	r = cuda_rope_of(&p);
+	q = cuda_view_of(q4kh_step_tensor(g, rq->out));
+	k = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 3)->out));
+	v = cuda_view_of(q4kh_step_tensor(g, sv->src[0]));
+	kc = cuda_view_of(q4kh_step_tensor(g, q4kh_step_node_at(g, i + 4)->out));
+	vc = cuda_view_of(q4kh_step_tensor(g, sv->out));
+	return cuda_launched(dev, "graph_compute: the heads' norms and rope_store",
+	                     cuda_launch_rope_store(
+	                             &q, &k, &v,
+	                             (const int32_t *)cuda_view_of(q4kh_step_tensor(g, rq->src[1]))
+	                                     .data,
+	                             &r, &kc, &vc, &hn, dev->fault, dev->pdl, dev->stream));
+}
+
+/* Q4KH_CUDA_FUSE=0: plan no match_head_norms group. */
+static int own_groups(void)
+{
+	const char *e = getenv("Q4KH_CUDA_FUSE");
+
+	return !e || strcmp(e, "0") != 0;
+}
+
 /* Free step S and what it holds. */
 static void step_free(struct q4kh_step *s)
 {
@@ -340,7 +471,8 @@ static void step_free(struct q4kh_step *s)
 /* The calls of S's graph, as the host's interpreter groups them. */
 static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 {
-	int32_t moe = 0;
+	const int own = own_groups();
+	int32_t moe = 0, heads = 0;
 
 	s->groups = calloc((size_t)s->g->n_nodes, sizeof(*s->groups));
 	if (!s->groups)
@@ -358,12 +490,16 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 			s->fused += (uint32_t)n;
 			continue;
 		}
-		if ((n = match_moe(dev, s->g, i)) > 0) {
+		n = own ? match_head_norms(dev, s->g, i) : 0;
+		c->head_norms = n > 0;
+		if (!c->head_norms)
+			c->moe = (n = match_moe(dev, s->g, i)) > 0;
+		if (c->head_norms || c->moe) {
 			c->fuse = Q4KH_FUSE_NONE;
-			c->moe = 1;
 			c->n = n;
 			s->fused += (uint32_t)n;
-			moe++;
+			heads += c->head_norms;
+			moe += c->moe;
 			continue;
 		}
 		c->fuse = q4kh_step_next(&cuda_backend, s->g, i, ~0u, &n);
@@ -375,6 +511,10 @@ static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 		cuda_log(dev->ctx, Q4KH_LOG_DEBUG,
 		         "cuda: a step of %lld tokens runs its %d blocks of experts as two "
 		         "launches each", (long long)s->g->n_tokens, moe);
+	if (heads)
+		cuda_log(dev->ctx, Q4KH_LOG_DEBUG,
+		         "cuda: a step of %lld tokens norms its query and key heads inside "
+		         "rope_store's launch in %d layers", (long long)s->g->n_tokens, heads);
 	return Q4KH_OK;
 }
 
@@ -509,6 +649,11 @@ static q4kh_status issue(q4kh_device_ctx *dev, const struct q4kh_step *s)
 		if (s->persist && c->first == s->persist->first) {
 			if ((st = cuda_launched(dev, "graph_compute: the persistent kernel",
 			                        cuda_persist_launch(&s->persist->run, dev->stream))))
+				return st;
+			continue;
+		}
+		if (c->head_norms) {
+			if ((st = issue_head_norms(dev, s->g, c->first)))
 				return st;
 			continue;
 		}

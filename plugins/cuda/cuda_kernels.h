@@ -128,17 +128,37 @@ cudaError_t cuda_launch_rope_set_rows(const struct cuda_view *x,
                                       const struct cuda_view *out,
                                       const struct cuda_view *cache,
                                       int32_t *fault, int pdl, cudaStream_t s);
-/* rope_store: q and k {hd, heads, T} rotated in place, k's rows written
+/*
+ * The per-head RMSNorms of q and k (Gemma 3's and Qwen3's attn_q_norm and
+ * attn_k_norm) that cuda_launch_rope_store may apply first: q_w and k_w
+ * f32 {hd}, contiguous, or NULL (none), and their eps.
+ */
+struct cuda_head_norms {
+	const float *q_w, *k_w;
+	float q_eps, k_eps;
+};
+
+/* The longest head cuda_launch_rope_store norms: rms_norm's block for
+ * such a row is one warp. */
+#define CUDA_HEAD_NORM_MAX 256
+
+/*
+ * rope_store: q and k {hd, heads, T} rotated in place, k's rows written
  * to k_cache and v's {hd_v, heads_v, T} to v_cache (each f32 or f16, its
  * own type) at rows pos[t], one kernel: positions checked as rope_ext
  * (CUDA_FAULT_ROPE_POS) and set_rows (CUDA_FAULT_SET_ROWS_ROWS) check
- * them. */
+ * them. With NORMS (NULL: none) each q and k head is first normed in
+ * place as rms_norm norms it, with the bits of the norms' nodes then
+ * rope_store's; hd <= CUDA_HEAD_NORM_MAX and each head's values
+ * contiguous then.
+ */
 cudaError_t cuda_launch_rope_store(const struct cuda_view *q,
                                    const struct cuda_view *k,
                                    const struct cuda_view *v, const int32_t *pos,
                                    const struct cuda_rope *p,
                                    const struct cuda_view *k_cache,
-                                   const struct cuda_view *v_cache, int32_t *fault,
+                                   const struct cuda_view *v_cache,
+                                   const struct cuda_head_norms *norms, int32_t *fault,
                                    int pdl, cudaStream_t s);
 /* out = a + b or a * b (mul != 0), b broadcast where its ne is 1. */
 cudaError_t cuda_launch_binary(int mul, const struct cuda_view *a,

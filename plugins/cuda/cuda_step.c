@@ -163,7 +163,7 @@ q4kh_status cuda_rope_store(q4kh_device_ctx *dev, const struct q4kh_tensor *q,
 	r = cuda_rope_of(params);
 	return cuda_launched(dev, "rope_store",
 	                cuda_launch_rope_store(&vq, &vk, &vv, index_data(pos), &r, &vkc,
-	                                       &vvc, dev->fault, dev->pdl, dev->stream));
+	                                       &vvc, NULL, dev->fault, dev->pdl, dev->stream));
 }
 
 q4kh_status cuda_top2(q4kh_device_ctx *dev, const struct q4kh_tensor *x,
