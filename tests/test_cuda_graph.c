@@ -466,7 +466,7 @@ Test(graph_entry, tiny_qwen3_as_the_interpreter, .timeout = 300)
 /*
  * tiny-qwen3, whose layers norm q's and k's heads, through the graph
  * entry: the same logits, bit for bit, with the heads' norms inside
- * rope_store's launch and without (Q4KH_CUDA_FUSE=0), and two launches
+ * rope_store's launch and without ([plugin.cuda] fuse = 0), and two launches
  * fewer a layer in a replayed decode step.
  */
 Test(graph_entry, tiny_qwen3_norms_heads_in_rope_store, .timeout = 300)
@@ -474,11 +474,11 @@ Test(graph_entry, tiny_qwen3_norms_heads_in_rope_store, .timeout = 300)
 	struct cuda_model c;
 	struct pass fused, apart;
 
-	cuda_model_open(&c, "the cuda graph entry", "persistent", "0", "tiny-qwen3.gguf", NULL);
-	fused = run_pass(c.m);
-	setenv("Q4KH_CUDA_FUSE", "0", 1);
+	cuda_model_open(&c, "the cuda graph entry", "fuse", "0", "tiny-qwen3.gguf", NULL);
 	apart = run_pass(c.m);
-	unsetenv("Q4KH_CUDA_FUSE");
+	cuda_model_close(&c);
+	cuda_model_open(&c, "the cuda graph entry", "fuse", "1", "tiny-qwen3.gguf", NULL);
+	fused = run_pass(c.m);
 	cr_expect_eq(memcmp(fused.logits, apart.logits,
 	                    sizeof(float) * (size_t)c.m->hp.n_vocab * ROWS),
 	             0, "the heads' norms inside rope_store change the logits");

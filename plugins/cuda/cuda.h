@@ -37,6 +37,9 @@ struct q4kh_backend_ctx {
 	unsigned pdl;        /* [plugin.cuda] pdl: 1 (default) launches a
 	                        step's kernels as programmatic dependents on
 	                        devices of compute capability 9.0 and later */
+	unsigned fuse;       /* [plugin.cuda] fuse: 1 (default) lets the graph
+	                        entry plan its own groups (match_head_norms);
+	                        0 plans the host's patterns only (A/B runs) */
 	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
 	char error[1024];
 };

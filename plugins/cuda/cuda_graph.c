@@ -16,8 +16,7 @@
  * launches (match_moe), with the bits of its nodes. The per-head q and k
  * norms of Gemma 3 and Qwen3 and the rope_store after them are one
  * launch (match_head_norms), with the bits of its six nodes;
- * Q4KH_CUDA_FUSE=0 in the environment plans without that group (A/B
- * runs).
+ * [plugin.cuda] fuse = 0 plans without that group (A/B runs).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,14 +450,6 @@ static q4kh_status issue_head_norms(q4kh_device_ctx *dev, const struct q4kh_step
 	                             &r, &kc, &vc, &hn, dev->fault, dev->pdl, dev->stream));
 }
 
-/* Q4KH_CUDA_FUSE=0: plan no match_head_norms group. */
-static int own_groups(void)
-{
-	const char *e = getenv("Q4KH_CUDA_FUSE");
-
-	return !e || strcmp(e, "0") != 0;
-}
-
 /* Free step S and what it holds. */
 static void step_free(struct q4kh_step *s)
 {
@@ -471,7 +462,7 @@ static void step_free(struct q4kh_step *s)
 /* The calls of S's graph, as the host's interpreter groups them. */
 static q4kh_status plan(q4kh_device_ctx *dev, struct q4kh_step *s)
 {
-	const int own = own_groups();
+	const int own = dev->ctx->fuse != 0;
 	int32_t moe = 0, heads = 0;
 
 	s->groups = calloc((size_t)s->g->n_nodes, sizeof(*s->groups));
