@@ -13,7 +13,7 @@
  * run each block of experts as the two fused launches of cuda_graph.c's
  * match_moe; and on tiny-qwen3, whose per-head q and k norms go inside
  * rope_store's launch (match_head_norms), against the interpreter and
- * against the plan without that group (Q4KH_CUDA_FUSE=0), with two
+ * against the plan without that group ([plugin.cuda] fuse = 0), with two
  * launches fewer a layer. With the persistent kernel on ([plugin.cuda]
  * persistent = 1), the
  * one-token steps of tiny-llama and tiny-qwen2 run it and give the
