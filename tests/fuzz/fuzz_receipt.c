@@ -67,7 +67,8 @@ static void check_same(const struct q4kh_receipt *a, const struct q4kh_receipt *
  * a void one must say why in one line. */
 static int believed(const char *path, const struct q4kh_receipt *r)
 {
-	const struct q4kh_f2_plan plan = { r->key.probe_tokens, r->key.decode_steps, NULL };
+	const struct q4kh_f2_plan plan = { .prefill = r->key.probe_tokens,
+	                                   .decode_steps = r->key.decode_steps };
 	struct q4kh_error err = { { 0 } };
 	int rc = q4kh_receipt_check(path, r, &plan, &err);
 
