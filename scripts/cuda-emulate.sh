@@ -16,6 +16,10 @@
 #              plugin.h's routing in double and the cpu reference's
 #              dequantisation, and a decode's block of experts fused
 #              against its ops bit for bit (tests/emu/moe_emu.cpp)
+#   mwv        cuda-mwv's Q5_0 and Q8_0 copies and GEMV against the cpu
+#              reference's dequantisation, its gemv_multi (types mixed)
+#              and gemv_glu against its gemv, bit for bit
+#              (tests/emu/mwv_emu.cpp)
 #   attention  attention_paged (cuda_attention.cu's split and one-pass
 #              forms through a block table) against the same kernels over
 #              a contiguous cache, bit for bit, and attention in double
@@ -30,7 +34,7 @@
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # What two harnesses link is compiled once, first, and shared: cuda_gemv.cu
 # and cuda_matmul.cu (matmul, moe; compiled on their own, g++ -include
-# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe).
+# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe, mwv).
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
 # default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
 # never called). The builds take most of the time: on 2 cores about 10
@@ -44,7 +48,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention rowwise)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention rowwise mwv)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
@@ -89,7 +93,7 @@ object() {
 # shared HARNESS: the objects it shares with another harness.
 shared() {
 	case $1 in
-	gemv) echo sdk/lib/dequant ;;
+	gemv | mwv) echo sdk/lib/dequant ;;
 	matmul) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul ;;
 	moe) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul sdk/lib/dequant ;;
 	esac
@@ -118,6 +122,13 @@ harness() {
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source plugins/cuda/$s; done
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
+		;;
+	mwv)
+		for s in mwv_b32_kernels mwv_glu mwv_kernels mwv_multi mwv_q6k_kernels; do
+			emu_source plugins/cuda-mwv/$s
+		done
+		g++ -std=c++20 "${flags[@]}" -I"$top/plugins/cuda-mwv" "$top/tests/emu/mwv_emu.cpp" \
+			"$out/dequant.o" -o "$out/mwv_emu"
 		;;
 	attention)
 		emu_source plugins/cuda/cuda_attention

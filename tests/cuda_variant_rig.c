@@ -16,7 +16,9 @@
 
 /* The tensor-core columns: cuda-mwv's own (mwv_plugin.c), the others'
  * CUDA_TC_MIN_COLUMNS (q4khost/cuda_tc.h). */
-const struct variant mwv = { "cuda-mwv", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2, 0, 9 };
+const struct variant mwv = {
+	"cuda-mwv", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q8_0 }, 4, 0, 9
+};
 const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K }, 1, 1, 17 };
 const struct variant iq = { "cuda-gemv-iq", { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS }, 2, 0, 17 };
 const struct variant *const variants[3] = { &mwv, &dp4a, &iq };
@@ -74,13 +76,17 @@ static void pack_q6_k(uint8_t *out)
 	memcpy(out, &b, sizeof(b));
 }
 
-static void pack_iq4_nl(uint8_t *out)
+/*
+ * A block of BYTES whose fp16 scale leads (Q5_0, Q8_0, IQ4_NL): the scale
+ * of magnitude in [LO, HI) and either sign, then random codes (Q5_0's
+ * fifth bits, Q8_0's int8 with -128 among them).
+ */
+static void pack_scaled(uint8_t *out, size_t bytes, double lo, double hi)
 {
-	struct q4kh_block_iq4_nl b;
+	const uint16_t d = rhalf(lo, hi, 1);
 
-	b.d = rhalf(1e-3, 1e-2, 1);
-	random_bytes(b.qs, sizeof(b.qs));
-	memcpy(out, &b, sizeof(b));
+	memcpy(out, &d, sizeof(d));
+	random_bytes(out + sizeof(d), bytes - sizeof(d));
 }
 
 /* IQ4_XS: 6-bit scales 0..63 but never 32 (a zero sub-block). */
@@ -112,7 +118,9 @@ uint8_t *random_blocks(uint32_t type, int64_t k, int64_t n)
 		switch (type) {
 		case Q4KH_TYPE_Q4_K: pack_q4_k(w + i); break;
 		case Q4KH_TYPE_Q6_K: pack_q6_k(w + i); break;
-		case Q4KH_TYPE_IQ4_NL: pack_iq4_nl(w + i); break;
+		case Q4KH_TYPE_Q5_0:
+		case Q4KH_TYPE_IQ4_NL: pack_scaled(w + i, bb, 1e-3, 1e-2); break;
+		case Q4KH_TYPE_Q8_0: pack_scaled(w + i, bb, 1e-4, 1e-3); break;
 		case Q4KH_TYPE_IQ4_XS: pack_iq4_xs(w + i); break;
 		default: cr_assert_fail("no packer for type %u", type);
 		}

@@ -64,7 +64,7 @@
 
 struct variant {
 	const char *name;
-	uint32_t types[2];
+	uint32_t types[4];
 	uint32_t n_types;
 	int int8;           /* its GEMV rounds activations to int8 */
 	int64_t tc_columns; /* gemm from this many columns runs on tensor cores */
@@ -75,8 +75,8 @@ extern const struct variant *const variants[3];
 
 #define N_VARIANTS N_OF(variants)
 
-/* N random valid rows of K values of TYPE (Q4_K, Q6_K, IQ4_NL or IQ4_XS),
- * packed; free() them. */
+/* N random valid rows of K values of TYPE (Q4_K, Q6_K, Q5_0, Q8_0, IQ4_NL
+ * or IQ4_XS), packed; free() them. */
 uint8_t *random_blocks(uint32_t type, int64_t k, int64_t n);
 
 /* --- the registry, the two backends, a variant --- */

@@ -1,11 +1,12 @@
 /*
  * cuda-mwv's fused entries (ABI 1.4) against the calls they stand for
  * (cuda_variant_rig.h: the rig, the poison): its gemv_multi must give, bit
- * for bit, what its gemv and the cuda backend's add give, for Q4_K and
- * Q6_K mixed in one call, with and without biases, at T = 1 .. 8; its
- * gemv_glu, what two gemv and the cuda backend's glu give, SwiGLU and
- * GeGLU, Q4_K and Q6_K, at T = 1 .. 8, and refuse mixed types with
- * nothing written. Bad arguments to either fail with reasons.
+ * for bit, what its gemv and the cuda backend's add give, for Q4_K, Q6_K,
+ * Q5_0 and Q8_0 mixed in one call, with and without biases, at T = 1 ..
+ * 8; its gemv_glu, what two gemv and the cuda backend's glu give, SwiGLU
+ * and GeGLU, each of the four types, at T = 1 .. 8, and refuse mixed
+ * types with nothing written (gemv itself is held to the cpu reference by
+ * test_cuda_variant_gemv.c). Bad arguments to either fail with reasons.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -55,22 +56,33 @@ struct multi_case {
 
 #define Q4K Q4KH_TYPE_Q4_K
 #define Q6K Q4KH_TYPE_Q6_K
+#define Q50 Q4KH_TYPE_Q5_0
+#define Q80 Q4KH_TYPE_Q8_0
 
 /*
  * q, k, v of a Q4_K_M file (v in Q6_K) with Qwen2's biases; gate and up
  * (enough rows for 4 rows per warp on an H200, K long enough for 4 pieces
  * per step); four mixed matrices of few rows and one super-block (1 row
- * per warp, 2 pieces per step), some with biases; one matrix alone.
+ * per warp, 2 pieces per step), some with biases; one matrix alone;
+ * q, k, v of the default model (rows of 640 values: 20 pieces; v in Q8_0
+ * or Q5_0 by layer); all four types in one call; Q8_0 and Q5_0 of few
+ * rows with biases.
  */
 static const struct multi_case multi_cases[] = {
 	{ 2048, 3, { Q4K, Q4K, Q6K }, { 2048, 259, 259 }, { 1, 1, 1 } },
 	{ 4096, 2, { Q4K, Q4K }, { 5003, 5003 }, { 0, 0 } },
 	{ 256, 4, { Q6K, Q4K, Q6K, Q4K }, { 77, 33, 200, 5 }, { 1, 0, 0, 1 } },
 	{ 512, 1, { Q6K }, { 300 }, { 1 } },
+	{ 640, 3, { Q50, Q50, Q80 }, { 1024, 256, 256 }, { 0, 0, 0 } },
+	{ 640, 3, { Q50, Q50, Q50 }, { 1024, 256, 256 }, { 0, 0, 0 } },
+	{ 4096, 4, { Q50, Q80, Q4K, Q6K }, { 33, 5, 77, 9 }, { 1, 0, 1, 0 } },
+	{ 96, 2, { Q80, Q50 }, { 7, 301 }, { 1, 1 } },
 };
 
 #undef Q4K
 #undef Q6K
+#undef Q50
+#undef Q80
 
 /*
  * One case at T columns: y[i] by gemv_multi must hold, bit for bit, what
@@ -226,13 +238,18 @@ struct glu_case {
  * 4 rows a warp on an H200 (4 pieces a lane of each row); 2 rows a warp
  * with 4 pieces a step (long rows, few of them) and with 2 (Q6_K, one row
  * group of few rows); one super-block and a row count no multiple of
- * anything.
+ * anything; the default model's gate and up (Q5_0, rows of 640 values),
+ * and Q5_0 and Q8_0 at other shapes.
  */
 static const struct glu_case glu_cases[] = {
 	{ Q4KH_TYPE_Q4_K, 4096, 5003 },
 	{ Q4KH_TYPE_Q4_K, 8192, 300 },
 	{ Q4KH_TYPE_Q6_K, 2048, 259 },
 	{ Q4KH_TYPE_Q6_K, 256, 33 },
+	{ Q4KH_TYPE_Q5_0, 640, 2048 },
+	{ Q4KH_TYPE_Q5_0, 4096, 5003 },
+	{ Q4KH_TYPE_Q8_0, 640, 33 },
+	{ Q4KH_TYPE_Q8_0, 2048, 259 },
 };
 
 /*

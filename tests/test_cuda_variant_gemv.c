@@ -5,7 +5,8 @@
  * with T = 1, 7, 8, 9, 16, 17, 63, 64, 65, 511, 513 (around the 8-column tiles,
  * the tensor-core hand-over and 512), on fresh random activations in +-[0.1, 1), at
  * shapes whose row count is no multiple of any rows-per-block and whose
- * row length runs from one block to 8192, including the default model's;
+ * row length runs from one block to 8192, including the default model's
+ * (cuda-mwv's Q5_0 and Q8_0 among them: rows of 640 values, 20 blocks);
  * every warp count the config accepts; activations with massive channels,
  * where cuda-dp4a's int8 rounding does worse (measured, logged); and a NaN
  * activation, which must reach y.
@@ -93,12 +94,27 @@ static const struct shape iq4_xs_shapes[] = {
 	{ 8192, 45, 2 },
 };
 
+/*
+ * Q5_0 and Q8_0 (cuda-mwv's copies): one block, rows of 640 values (20
+ * pieces: lanes 20 .. 31 of a warp idle) at the default model's q, k,
+ * gate shapes and few odd row counts, 4096 and 8192 values, rows 2 and 6
+ * bytes apart beyond their length.
+ */
+static const struct shape b32_shapes[] = {
+	{ 32, 5, 0 },      { 96, 3, 2 },     { 640, 1, 0 },   { 640, 7, 0 },
+	{ 640, 257, 6 },   { 640, 1024, 0 }, { 640, 256, 0 }, { 640, 2048, 0 },
+	{ 1056, 33, 2 },   { 4096, 3, 0 },   { 4096, 129, 2 }, { 8192, 45, 0 },
+};
+
 /* Fewer shapes for the other warp counts: one per group-size regime. */
 static const struct shape q4k_few[] = {
 	{ 256, 3, 0 }, { 2048, 65, 0 }, { 8192, 9, 0 },
 };
 static const struct shape iq4_nl_few[] = {
 	{ 96, 3, 0 }, { 2048, 65, 0 }, { 8192, 9, 0 },
+};
+static const struct shape b32_few[] = {
+	{ 640, 3, 0 }, { 2048, 65, 2 }, { 8192, 9, 0 },
 };
 static const struct shape iq4_xs_few[] = {
 	{ 256, 3, 0 }, { 2048, 65, 0 }, { 8192, 9, 0 },
@@ -115,7 +131,8 @@ TestSuite(cuda_variants, .timeout = 900);
  */
 Test(cuda_variants, every_value_within_its_groups_range)
 {
-	static const uint32_t types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_IQ4_NL,
+	static const uint32_t types[] = { Q4KH_TYPE_Q4_K,   Q4KH_TYPE_Q6_K,  Q4KH_TYPE_Q5_0,
+		                          Q4KH_TYPE_Q8_0,   Q4KH_TYPE_IQ4_NL,
 		                          Q4KH_TYPE_IQ4_XS };
 	const int64_t k = 1024, n = 64;
 	struct q4kh_error err = { { 0 } };
@@ -170,6 +187,16 @@ Test(cuda_variants, mwv_q6_k)
 	check_shapes(&mwv, Q4KH_TYPE_Q6_K, q4k_shapes, N_OF(q4k_shapes), NULL, 5);
 }
 
+Test(cuda_variants, mwv_q5_0)
+{
+	check_shapes(&mwv, Q4KH_TYPE_Q5_0, b32_shapes, N_OF(b32_shapes), NULL, 8);
+}
+
+Test(cuda_variants, mwv_q8_0)
+{
+	check_shapes(&mwv, Q4KH_TYPE_Q8_0, b32_shapes, N_OF(b32_shapes), NULL, 9);
+}
+
 Test(cuda_variants, dp4a_q4_k)
 {
 	check_shapes(&dp4a, Q4KH_TYPE_Q4_K, q4k_shapes, N_OF(q4k_shapes), NULL,
@@ -196,6 +223,10 @@ Test(cuda_variants, every_warp_count)
 	for (size_t i = 0; i < N_OF(warps); i++) {
 		check_shapes(&mwv, Q4KH_TYPE_Q4_K, q4k_few, N_OF(q4k_few), warps[i],
 		             10 + (long)i);
+		check_shapes(&mwv, Q4KH_TYPE_Q5_0, b32_few, N_OF(b32_few), warps[i],
+		             50 + (long)i);
+		check_shapes(&mwv, Q4KH_TYPE_Q8_0, b32_few, N_OF(b32_few), warps[i],
+		             60 + (long)i);
 		check_shapes(&dp4a, Q4KH_TYPE_Q4_K, q4k_few, N_OF(q4k_few), warps[i],
 		             20 + (long)i);
 		check_shapes(&iq, Q4KH_TYPE_IQ4_NL, iq4_nl_few, N_OF(iq4_nl_few),
@@ -205,26 +236,41 @@ Test(cuda_variants, every_warp_count)
 	}
 }
 
-/* The default model's output projection as an IQ4_NL matrix. */
-Test(cuda_variants, gemv_iq_token_embd_shape)
+/*
+ * The default model's tied output projection, token_embd: 262,144 rows of
+ * 640 values of TYPE (4 rows a warp), by variant V at T = 1 and 8.
+ */
+static void token_embd_shape(const struct variant *v, uint32_t type, long seed)
 {
 	struct q4kh_kernel k;
 	struct weight w;
 	struct vrig r;
 
-	variant_open(&r, &iq, 5, &k);
-	weight_new(&r, &k, &iq, Q4KH_TYPE_IQ4_NL, 640, 262144, 0, &w);
+	variant_open(&r, v, seed, &k);
+	weight_new(&r, &k, v, type, 640, 262144, 0, &w);
 	for (int64_t t = 1; t <= 8; t += 7) {
 		float *xv = rvals((size_t)(640 * t));
 		struct agreement a = multiply(&r, &k, &w, t, xv, 1);
 
-		cr_log_info("cuda-gemv-iq IQ4_NL {640, 262144} x %lld: NMSE %.3g, largest error "
-		            "%.3g of its bound",
-		            (long long)t, a.nmse, a.worst);
+		cr_log_info("%s %s {640, 262144} x %lld: NMSE %.3g, largest error %.3g of its "
+		            "bound",
+		            v->name, q4kh_type_name(type), (long long)t, a.nmse, a.worst);
 		free(xv);
 	}
 	weight_free(&r, &k, &w);
 	variant_close(&r, &k);
+}
+
+/* As an IQ4_NL matrix. */
+Test(cuda_variants, gemv_iq_token_embd_shape)
+{
+	token_embd_shape(&iq, Q4KH_TYPE_IQ4_NL, 5);
+}
+
+/* As the default model's Q4_K_M file has it, Q8_0, through cuda-mwv's copy. */
+Test(cuda_variants, mwv_q8_0_token_embd_shape)
+{
+	token_embd_shape(&mwv, Q4KH_TYPE_Q8_0, 13);
 }
 
 /*

@@ -3,11 +3,13 @@
  * The two matrices stream as one of 2N interleaved rows (q4kh_cv_pair): a warp
  * takes R / 2 rows of each, issues every load of both before the dots,
  * sums each row exactly as q4kh_cv_stream_kernel does for gemv (same format,
- * mwv_q4k.cuh or mwv_q6k.cuh, same order: gemv's bits), and stores the
- * gated value of each gate row with its up row through the cuda backend's
- * own expression (q4khost/cuda_glu.cuh). The products are never stored.
+ * mwv_q4k.cuh, mwv_q6k.cuh or mwv_b32.cuh, same order: gemv's bits), and
+ * stores the gated value of each gate row with its up row through the cuda
+ * backend's own expression (q4khost/cuda_glu.cuh). The products are never
+ * stored.
  */
 #include "mwv.h"
+#include "mwv_b32.cuh"
 #include "mwv_q4k.cuh"
 #include "mwv_q6k.cuh"
 #include "q4khost/cuda_glu.cuh"
@@ -117,9 +119,13 @@ cudaError_t glu_preload(void)
 
 extern "C" cudaError_t mwv_glu_preload(void)
 {
-	const cudaError_t e = glu_preload<mwv_dot>();
+	cudaError_t e = glu_preload<mwv_dot>();
 
-	return e != cudaSuccess ? e : glu_preload<q6k_format>();
+	if (e == cudaSuccess)
+		e = glu_preload<q6k_format>();
+	if (e == cudaSuccess)
+		e = glu_preload<q5_0_format>();
+	return e != cudaSuccess ? e : glu_preload<q8_0_format>();
 }
 
 extern "C" cudaError_t mwv_glu_launch(int silu, const q4kh_prepared *gate,
@@ -128,7 +134,13 @@ extern "C" cudaError_t mwv_glu_launch(int silu, const q4kh_prepared *gate,
 {
 	if (gate->type != up->type || gate->k != up->k || gate->n != up->n)
 		return cudaErrorInvalidValue;
-	if (gate->type == Q4KH_TYPE_Q6_K)
+	switch (gate->type) {
+	case Q4KH_TYPE_Q6_K:
 		return glu_launch(q6k_format(), q6k_format(), gate, up, io, silu != 0, warps, s);
-	return glu_launch(mwv_dot(), mwv_dot(), gate, up, io, silu != 0, warps, s);
+	case Q4KH_TYPE_Q5_0:
+		return glu_launch(q5_0_format(), q5_0_format(), gate, up, io, silu != 0, warps, s);
+	case Q4KH_TYPE_Q8_0:
+		return glu_launch(q8_0_format(), q8_0_format(), gate, up, io, silu != 0, warps, s);
+	default: return glu_launch(mwv_dot(), mwv_dot(), gate, up, io, silu != 0, warps, s);
+	}
 }

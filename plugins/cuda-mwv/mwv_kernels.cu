@@ -31,13 +31,5 @@ extern "C" cudaError_t mwv_q4k_preload(void)
 extern "C" cudaError_t mwv_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                   int warps, cudaStream_t s)
 {
-	mwv_dot dot;
-
-	dot.w = (const uint8_t *)w->data;
-	dot.stride = w->stride;
-	dot.pieces = (int)(w->k / (Q4KH_Q4K_VALUES / Q4KH_Q4K_PIECES));
-	dot.x = io->x;
-	dot.ldx = io->ldx;
-	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, io->pdl != 0, s);
+	return mwv_stream_gemv(mwv_dot(), w, io, warps, s);
 }

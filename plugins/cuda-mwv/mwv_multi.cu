@@ -1,14 +1,16 @@
 /*
  * gemv_multi for cuda-mwv: up to Q4KH_GEMV_MULTI_MAX products of one
- * activation, Q4_K and Q6_K mixed, in one launch. The grid is cut into
- * one range of blocks per matrix (prefix sums in the launch's argument);
- * a block finds its matrix there, branches once on its type (the branch
- * is uniform in the block) and streams that matrix's rows exactly as
- * q4kh_cv_stream_kernel does for gemv, with the same formats (mwv_q4k.cuh,
- * mwv_q6k.cuh), so every row it computes has gemv's bits; the bias is
+ * activation, Q4_K, Q6_K, Q5_0 and Q8_0 mixed, in one launch (Gemma 3's
+ * q, k in Q5_0 with v in Q8_0). The grid is cut into one range of blocks
+ * per matrix (prefix sums in the launch's argument); a block finds its
+ * matrix there, branches once on its type (the branch is uniform in the
+ * block) and streams that matrix's rows exactly as q4kh_cv_stream_kernel
+ * does for gemv, with the same formats (mwv_q4k.cuh, mwv_q6k.cuh,
+ * mwv_b32.cuh), so every row it computes has gemv's bits; the bias is
  * added as the row is stored.
  */
 #include "mwv.h"
+#include "mwv_b32.cuh"
 #include "mwv_q4k.cuh"
 #include "mwv_q6k.cuh"
 
@@ -22,7 +24,7 @@ struct mwv_multi_mat {
 	float *y;
 	int64_t ldy;
 	const float *bias; /* NULL: none */
-	int q6k;           /* Q6_K's copy, else Q4_K */
+	uint32_t type;     /* Q4_K in place, else the type of the copy */
 };
 
 /* What the kernel takes by value: every matrix and where its blocks start. */
@@ -30,7 +32,7 @@ struct mwv_multi_args {
 	mwv_multi_mat m[Q4KH_GEMV_MULTI_MAX];
 	unsigned first[Q4KH_GEMV_MULTI_MAX + 1]; /* matrix i: [first[i], first[i + 1]) */
 	int count;
-	int pieces; /* K / 32, the same for both types */
+	int pieces; /* K / 32, the same for every type */
 	const float *x;
 	int64_t ldx;
 };
@@ -69,10 +71,12 @@ mwv_multi_kernel(const mwv_multi_args a)
 	const int64_t warp = (int64_t)(blockIdx.x - begin) * per_block + (threadIdx.x >> 5);
 	const int64_t warps = (int64_t)(end - begin) * per_block;
 
-	if (m.q6k)
-		multi_rows<T, R, U>(q6k_format(), a, m, warp, warps);
-	else
-		multi_rows<T, R, U>(mwv_dot(), a, m, warp, warps);
+	switch (m.type) {
+	case Q4KH_TYPE_Q6_K: multi_rows<T, R, U>(q6k_format(), a, m, warp, warps); break;
+	case Q4KH_TYPE_Q5_0: multi_rows<T, R, U>(q5_0_format(), a, m, warp, warps); break;
+	case Q4KH_TYPE_Q8_0: multi_rows<T, R, U>(q8_0_format(), a, m, warp, warps); break;
+	default: multi_rows<T, R, U>(mwv_dot(), a, m, warp, warps);
+	}
 }
 
 /* mwv_multi_kernel's launch for q4kh_cv_stream_pick. */
@@ -160,7 +164,7 @@ extern "C" cudaError_t mwv_multi_launch(uint32_t n, const q4kh_prepared *const w
 		a.m[i].y = io->y[i];
 		a.m[i].ldy = io->ldy[i];
 		a.m[i].bias = io->bias[i];
-		a.m[i].q6k = w[i]->type == Q4KH_TYPE_Q6_K;
+		a.m[i].type = w[i]->type;
 	}
 	a.count = (int)n;
 	a.pieces = (int)(w[0]->k / 32);

@@ -17,12 +17,18 @@ namespace {
 
 __device__ __forceinline__ uint2 load8_stream(const void *p)
 {
+#ifdef Q4KH_EMU_H
+	/* tests/emu: a plain load that checks its alignment */
+	emu_check_align(p, 8);
+	return *(const uint2 *)p;
+#else
 	uint2 v;
 
 	asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
 	    : "=r"(v.x), "=r"(v.y)
 	    : "l"(p));
 	return v;
+#endif
 }
 
 struct q6k_piece {
@@ -92,21 +98,8 @@ struct q6k_format {
 				for (int c = 0; c < T; c++)
 					xv[c] = __ldg((const float4 *)(xp + c * ldx + 32 * g + 4 * k));
 #pragma unroll
-				for (int r = 0; r < R; r++) {
-					const uint32_t v = codes(pc[r], g, k);
-					float q[4];
-
-#pragma unroll
-					for (int b = 0; b < 4; b++)
-						q[b] = q4kh_cv_byte_float_less(v, b, 32.0f);
-#pragma unroll
-					for (int c = 0; c < T; c++) {
-						part[r][c] = fmaf(q[0], xv[c].x, part[r][c]);
-						part[r][c] = fmaf(q[1], xv[c].y, part[r][c]);
-						part[r][c] = fmaf(q[2], xv[c].z, part[r][c]);
-						part[r][c] = fmaf(q[3], xv[c].w, part[r][c]);
-					}
-				}
+				for (int r = 0; r < R; r++)
+					q4kh_cv_fma_bytes<T>(part[r], codes(pc[r], g, k), 32.0f, xv);
 			}
 #pragma unroll
 			for (int r = 0; r < R; r++) {

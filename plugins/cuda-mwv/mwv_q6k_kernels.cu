@@ -70,13 +70,5 @@ extern "C" cudaError_t mwv_q6k_preload(void)
 extern "C" cudaError_t mwv_q6k_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                       int warps, cudaStream_t s)
 {
-	q6k_format f;
-
-	f.w = (const uint8_t *)w->data;
-	f.stride = w->stride;
-	f.pieces = (int)(w->k / 32);
-	f.x = io->x;
-	f.ldx = io->ldx;
-	return q4kh_cv_stream_launch(f, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, io->pdl != 0, s);
+	return mwv_stream_gemv(q6k_format(), w, io, warps, s);
 }

@@ -118,6 +118,15 @@ static inline T __ldcg(const T *p)
 	return *p;
 }
 
+/* A read-only load of another type (a scale, a word): a plain load that
+ * checks its alignment. */
+template <typename T>
+static inline T __ldg(const T *p)
+{
+	emu_check_align(p, sizeof(T) < 16 ? sizeof(T) : 16);
+	return *p;
+}
+
 static inline void __threadfence(void)
 {
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -27,7 +27,9 @@
 #define Q4KHOST_CUDA_VARIANT_DEVICE_CUH
 
 #include <cuda_fp16.h>
+#ifndef Q4KH_EMU_H /* tests/emu/emu.h stands in for the runtime's device API */
 #include <cuda_runtime.h>
+#endif
 #include <stdint.h>
 
 #include <type_traits>
@@ -44,12 +46,17 @@
  */
 __device__ __forceinline__ uint4 q4kh_cv_load_stream(const void *p)
 {
+#ifdef Q4KH_EMU_H
+	/* tests/emu: a plain load that checks its alignment */
+	return __ldg((const uint4 *)p);
+#else
 	uint4 v;
 
 	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
 	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	    : "l"(p));
 	return v;
+#endif
 }
 
 /* Word I (0..3) of a 16-byte vector; I is a constant after unrolling. */
@@ -75,6 +82,30 @@ __device__ __forceinline__ float q4kh_cv_byte_float_less(uint32_t v, int b,
 __device__ __forceinline__ float q4kh_cv_byte_float(uint32_t v, int b)
 {
 	return q4kh_cv_byte_float_less(v, b, 0.0f);
+}
+
+/*
+ * part[c] += the four codes of v (bytes 0 .. 3, each q + BIAS, taken as
+ * the floats q exactly) times xv[c].x .. .w, four fmas in order, for
+ * each of T columns: the inner step of a format's dot whose codes are
+ * bytes.
+ */
+template <int T>
+__device__ __forceinline__ void q4kh_cv_fma_bytes(float (&part)[T], uint32_t v, float bias,
+                                                  const float4 (&xv)[T])
+{
+	float q[4];
+
+#pragma unroll
+	for (int b = 0; b < 4; b++)
+		q[b] = q4kh_cv_byte_float_less(v, b, bias);
+#pragma unroll
+	for (int c = 0; c < T; c++) {
+		part[c] = fmaf(q[0], xv[c].x, part[c]);
+		part[c] = fmaf(q[1], xv[c].y, part[c]);
+		part[c] = fmaf(q[2], xv[c].z, part[c]);
+		part[c] = fmaf(q[3], xv[c].w, part[c]);
+	}
 }
 
 /* The fp16 in the low (HI = 0) or high half of v, as a float. */
