@@ -16,6 +16,9 @@
 #              plugin.h's routing in double and the cpu reference's
 #              dequantisation, and a decode's block of experts fused
 #              against its ops bit for bit (tests/emu/moe_emu.cpp)
+#   dp4a       cuda-dp4a's int8 kernels (plugins/cuda-dp4a) against the
+#              cpu reference's dequantisation times int8-rounded
+#              activations (tests/emu/dp4a_emu.cpp)
 #   attention  attention_paged (cuda_attention.cu's split and one-pass
 #              forms through a block table) against the same kernels over
 #              a contiguous cache, bit for bit, and attention in double
@@ -26,7 +29,7 @@
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # What two harnesses link is compiled once, first, and shared: cuda_gemv.cu
 # and cuda_matmul.cu (matmul, moe; compiled on their own, g++ -include
-# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe).
+# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe, dp4a).
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
 # default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
 # never called). The builds take most of the time: on 2 cores about 10
@@ -40,7 +43,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention dp4a)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
@@ -85,7 +88,7 @@ object() {
 # shared HARNESS: the objects it shares with another harness.
 shared() {
 	case $1 in
-	gemv) echo sdk/lib/dequant ;;
+	gemv | dp4a) echo sdk/lib/dequant ;;
 	matmul) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul ;;
 	moe) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul sdk/lib/dequant ;;
 	esac
@@ -114,6 +117,11 @@ harness() {
 	recurrent)
 		for s in cuda_delta cuda_conv cuda_elementwise; do emu_source plugins/cuda/$s; done
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
+		;;
+	dp4a)
+		emu_source plugins/cuda-dp4a/dp4a_kernels
+		g++ -std=c++20 "${flags[@]}" -I"$top/plugins/cuda-dp4a" "$top/tests/emu/dp4a_emu.cpp" \
+			"$out/dequant.o" -o "$out/dp4a_emu"
 		;;
 	attention)
 		emu_source plugins/cuda/cuda_attention

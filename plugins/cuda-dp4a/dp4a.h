@@ -22,14 +22,22 @@ cudaError_t dp4a_probe(void);
 cudaError_t dp4a_preload(void);
 
 /*
+ * 1 when dp4a_launch multiplies K x COLS in one launch, its blocks making
+ * the int8 activations in their shared memory (dp4a.cuh); 0 when it needs
+ * scratch for them (dp4a_scratch_bytes).
+ */
+int dp4a_one_launch(int64_t k, int64_t cols);
+
+/*
  * Device bytes of scratch for io->cols columns of K values: the int8
  * codes, then one {scale, scale * sum of codes} float pair per 32 values.
  */
 size_t dp4a_scratch_bytes(int64_t k, int64_t cols);
 
 /*
- * Enqueue on stream s: quantise io's columns into SCRATCH
- * (dp4a_scratch_bytes), then y = W x from it, with WARPS warps per block.
+ * Enqueue on stream s y = W x with WARPS warps per block: in one launch
+ * when dp4a_one_launch, else quantising io's columns into SCRATCH
+ * (dp4a_scratch_bytes; unused, may be NULL, in one launch) first.
  * w->data: Q4_K rows w->stride bytes apart, both 16-byte aligned. Returns
  * the first launch error.
  */

@@ -88,6 +88,29 @@ static inline float __uint_as_float(unsigned v)
 	return __int_as_float((int)v);
 }
 
+/* The four signed bytes of a times those of b, summed, plus c (sm_61). */
+static inline int __dp4a(int a, int b, int c)
+{
+	for (int n = 0; n < 4; n++)
+		c += (int)(int8_t)(a >> (8 * n)) * (int)(int8_t)(b >> (8 * n));
+	return c;
+}
+
+/* f rounded to the nearest integer, ties to even; NaN 0 and out of range
+ * saturated, as the device's cvt.rni.s32.f32. */
+static inline int __float2int_rn(float f)
+{
+	if (std::isnan(f))
+		return 0;
+	if (f >= 2147483648.0f)
+		return 2147483647;
+	if (f < -2147483648.0f)
+		return -2147483647 - 1;
+	return (int)std::nearbyint(f);
+}
+
+using std::isfinite;
+
 static inline void emu_check_align(const void *p, size_t n)
 {
 	if ((uintptr_t)p % n) {
@@ -106,6 +129,12 @@ static inline float4 __ldg(const float4 *p)
 static inline uint4 __ldg(const uint4 *p)
 {
 	emu_check_align(p, 16);
+	return *p;
+}
+
+static inline float2 __ldg(const float2 *p)
+{
+	emu_check_align(p, 8);
 	return *p;
 }
 
@@ -579,6 +608,18 @@ static inline cudaError_t emu_occupancy(int *blocks, K, int, size_t)
 	return cudaSuccess;
 }
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor emu_occupancy
+
+/* A device's attributes: 64 KiB of shared memory a multiprocessor, so that
+ * launches sized by it meet the limit; the others not emulated. */
+static inline cudaError_t emu_device_attribute(int *v, cudaDeviceAttr a, int device)
+{
+	(void)device;
+	if (a != cudaDevAttrMaxSharedMemoryPerMultiprocessor)
+		return cudaErrorNotSupported;
+	*v = 64 << 10;
+	return cudaSuccess;
+}
+#define cudaDeviceGetAttribute emu_device_attribute
 
 /* A kernel's attributes: every kernel here can be launched; none asked. */
 template <typename K>

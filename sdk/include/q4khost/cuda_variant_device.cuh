@@ -27,7 +27,9 @@
 #define Q4KHOST_CUDA_VARIANT_DEVICE_CUH
 
 #include <cuda_fp16.h>
+#ifndef Q4KH_EMU_H /* tests/emu/emu.h stands in for the runtime's device API */
 #include <cuda_runtime.h>
+#endif
 #include <stdint.h>
 
 #include <type_traits>
@@ -44,12 +46,17 @@
  */
 __device__ __forceinline__ uint4 q4kh_cv_load_stream(const void *p)
 {
+#ifdef Q4KH_EMU_H
+	/* tests/emu: a plain load that checks its alignment */
+	return __ldg((const uint4 *)p);
+#else
 	uint4 v;
 
 	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
 	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	    : "l"(p));
 	return v;
+#endif
 }
 
 /* Word I (0..3) of a 16-byte vector; I is a constant after unrolling. */
@@ -188,6 +195,53 @@ __device__ __forceinline__ void q4kh_cv_stream_each(const F &f, int64_t warp,
 	}
 	if (waiting)
 		q4kh_pdl_wait();
+}
+
+/*
+ * q4kh_cv_stream_each for a kernel whose blocks first fill shared memory
+ * from what earlier kernels wrote (cuda-dp4a: the activations as int8):
+ * every thread of the block issues the loads of its first step (weights
+ * only), then calls prologue() once, whether or not it has rows (the
+ * prologue waits for the earlier kernels, q4kh_pdl_wait, and may end
+ * with __syncthreads), then streams its rows as q4kh_cv_stream_each does,
+ * each row's arithmetic in the same order. q4kh_cv_stream_each keeps its
+ * own loop, the code measured for cuda-mwv (docs/perf.md).
+ */
+template <int T, int R, int U, class F, class S, class P>
+__device__ __forceinline__ void q4kh_cv_stream_each_after(const F &f, int64_t warp,
+                                                          int64_t warps, int64_t n,
+                                                          const S &s, const P &prologue)
+{
+	const int lane = threadIdx.x & 31;
+	typename F::piece_t p[U][R];
+	/* Issue the loads of the step at pieces j0 + 32 u of the R rows from row0. */
+	const auto load = [&](int64_t row0, int j0) {
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (j0 + 32 * u < f.pieces)
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					p[u][r] = f.load(row0 + r < n ? row0 + r : n - 1, j0 + 32 * u);
+	};
+
+	q4kh_pdl_release();
+	if (warp * R < n)
+		load(warp * R, lane);
+	prologue();
+	for (int64_t g = warp; g * R < n; g += warps) {
+		const int64_t row0 = g * R;
+		float acc[R][T] = {};
+
+		for (int j0 = lane; j0 < f.pieces; j0 += 32 * U) {
+			if (g != warp || j0 != lane)
+				load(row0, j0);
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (j0 + 32 * u < f.pieces)
+					f.template dot<R, T>(acc, p[u], j0 + 32 * u);
+		}
+		s.template store<R, T>(acc, row0, n);
+	}
 }
 
 /*
