@@ -29,7 +29,8 @@
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # What two harnesses link is compiled once, first, and shared: cuda_gemv.cu
 # and cuda_matmul.cu (matmul, moe; compiled on their own, g++ -include
-# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe, dp4a).
+# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe, dp4a);
+# so are cuda-dp4a's two .cu files, side by side with them (dp4a alone).
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
 # default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
 # never called). The builds take most of the time: on 2 cores about 10
@@ -47,7 +48,7 @@ harnesses=("$@")
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
-	-I"$top/sdk/include" -I"$top/plugins/cuda")
+	-I"$top/sdk/include" -I"$top/plugins/cuda" -I"$top/plugins/cuda-dp4a")
 
 # DIR/NAME.cu of the tree as $out/NAME.emu.cu, for emu.h. Harnesses that
 # run side by side may make the same one: each writes its own temporary
@@ -88,7 +89,8 @@ object() {
 # shared HARNESS: the objects it shares with another harness.
 shared() {
 	case $1 in
-	gemv | dp4a) echo sdk/lib/dequant ;;
+	gemv) echo sdk/lib/dequant ;;
+	dp4a) echo sdk/lib/dequant plugins/cuda-dp4a/dp4a_kernels plugins/cuda-dp4a/dp4a_fused ;;
 	matmul) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul ;;
 	moe) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul sdk/lib/dequant ;;
 	esac
@@ -119,9 +121,8 @@ harness() {
 		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/recurrent_emu.cpp" -o "$out/recurrent_emu"
 		;;
 	dp4a)
-		emu_source plugins/cuda-dp4a/dp4a_kernels
-		g++ -std=c++20 "${flags[@]}" -I"$top/plugins/cuda-dp4a" "$top/tests/emu/dp4a_emu.cpp" \
-			"$out/dequant.o" -o "$out/dp4a_emu"
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/dp4a_emu.cpp" "$out/dequant.o" \
+			"$out/dp4a_kernels.o" "$out/dp4a_fused.o" -o "$out/dp4a_emu"
 		;;
 	attention)
 		emu_source plugins/cuda/cuda_attention

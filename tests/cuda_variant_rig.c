@@ -17,7 +17,7 @@
 /* The tensor-core columns: cuda-mwv's own (mwv_plugin.c), the others'
  * CUDA_TC_MIN_COLUMNS (q4khost/cuda_tc.h). */
 const struct variant mwv = { "cuda-mwv", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2, 0, 9 };
-const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K }, 1, 1, 17 };
+const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2, 1, 17 };
 const struct variant iq = { "cuda-gemv-iq", { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS }, 2, 0, 17 };
 const struct variant *const variants[3] = { &mwv, &dp4a, &iq };
 

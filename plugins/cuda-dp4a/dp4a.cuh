@@ -28,15 +28,9 @@
 
 #include "dp4a.h"
 #include "q4khost/cuda_q4k_device.cuh"
+#include "q4khost/cuda_q6k_device.cuh"
 
 #define DP4A_QB 32 /* activation values per int8 block */
-
-/*
- * The most shared memory a block's int8 activations take (the default
- * limit of a launch, with no opt-in): K = 4096 up to 8 columns, K = 14336
- * up to 2 (Llama-3-8B's ffn_down in a decode step).
- */
-#define DP4A_SHARED_MOST (48 << 10)
 
 /* Bytes of int8 activations for COLS columns of K values: codes, then pairs. */
 static inline size_t dp4a_shared_bytes(int64_t k, int64_t cols)
@@ -167,6 +161,12 @@ __device__ __forceinline__ uint4 dp4a_x16(const int8_t *p)
 }
 
 template <bool SHARED>
+__device__ __forceinline__ uint2 dp4a_x8(const int8_t *p)
+{
+	return SHARED ? *(const uint2 *)p : __ldg((const uint2 *)p);
+}
+
+template <bool SHARED>
 __device__ __forceinline__ float2 dp4a_pair(const float2 *p)
 {
 	return SHARED ? *p : __ldg(p);
@@ -231,6 +231,74 @@ struct dp4a_q4k : q4kh_q4k_rows {
 	}
 };
 
+/*
+ * The Q6_K format on int8 activations, on the copy's rows
+ * (q4khost/cuda_q6k_device.cuh), from shared memory when SHARED. Group g
+ * of a piece (8 values, one scale, all in activation block 8 sb + 4 half
+ * + g) is two __dp4a of the 6-bit codes q against the int8 codes a, from
+ * -32 sum a (two __dp4a against ones, once per column for every row):
+ * sum (q - 32) a exactly, scaled by d sc d_a.
+ */
+template <bool SHARED>
+struct dp4a_q6k : q4kh_q6k_rows {
+	const int8_t *xq;
+	const float2 *ds;
+	int64_t k;
+
+	template <int R, int T>
+	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4kh_q6k_piece (&pc)[R],
+	                                    int j) const
+	{
+		const int half = (j >> 2) & 1, l0 = 8 * (j & 3), is = (j & 3) >> 1;
+		const int64_t nb = k / DP4A_QB, b0 = (int64_t)(j >> 3) * 8 + 4 * half;
+		const int8_t *xp = xq + (int64_t)(j >> 3) * 256 + 128 * half + l0;
+
+#pragma unroll
+		for (int g = 0; g < 4; g++) {
+			uint32_t q[R][2];
+			float dsc[R];
+
+#pragma unroll
+			for (int r = 0; r < R; r++) {
+				/* Scale is + 2 g of the half: bytes 0 .. 3 in .x. */
+				const int sb = is + 2 * g;
+
+				q[r][0] = q4kh_q6k_rows::codes(pc[r], g, 0);
+				q[r][1] = q4kh_q6k_rows::codes(pc[r], g, 1);
+				dsc[r] = pc[r].d *
+				         q4kh_cv_int8_float(sb < 4 ? pc[r].sc.x : pc[r].sc.y, sb & 3);
+			}
+#pragma unroll
+			for (int c = 0; c < T; c++) {
+				const uint2 a = dp4a_x8<SHARED>(xp + c * k + 32 * g);
+				const float da = dp4a_pair<SHARED>(ds + c * nb + b0 + g).x;
+				const int base = -32 * __dp4a(0x01010101, (int)a.y,
+				                              __dp4a(0x01010101, (int)a.x, 0));
+
+#pragma unroll
+				for (int r = 0; r < R; r++) {
+					const int v = __dp4a((int)q[r][1], (int)a.y,
+					                     __dp4a((int)q[r][0], (int)a.x, base));
+
+					acc[r][c] = fmaf(dsc[r] * da, dp4a_small_int_float(v), acc[r][c]);
+				}
+			}
+		}
+	}
+};
+
+/* f's rows from prepared weight w, its activations not yet bound. */
+template <class F>
+inline void dp4a_bind_rows(F &f, const q4kh_prepared *w)
+{
+	f.w = (const uint8_t *)w->data;
+	f.stride = w->stride;
+	f.pieces = (int)(w->k / 32);
+	f.xq = NULL;
+	f.ds = NULL;
+	f.k = w->k;
+}
+
 /* Point f (a format with xq, ds and k) at the int8 activations in SHM. */
 template <int T, class F>
 __device__ __forceinline__ dp4a_prologue<T> dp4a_bind_shared(F &f, void *shm, const float *x,
@@ -247,26 +315,25 @@ __device__ __forceinline__ dp4a_prologue<T> dp4a_bind_shared(F &f, void *shm, co
 } // namespace
 
 /*
- * Blocks of WARPS warps, at most WANT, that keep SMS multiprocessors full
- * when each takes SMEM bytes of shared memory: q4kh_cv_stream_most_blocks,
- * or fewer where the shared memory of device ORDINAL holds fewer (every
- * block resident at once: blocks that waited for a second wave would each
- * pay their prologue again at the end).
+ * The most blocks of WARPS warps a launch over SMS multiprocessors takes
+ * when each block holds SMEM bytes of shared memory:
+ * q4kh_cv_stream_most_blocks, or fewer where the shared memory of device
+ * ORDINAL holds fewer, so that every block is resident at once (a block
+ * that waited for a second wave would pay its prologue at the end).
  */
-static inline unsigned dp4a_blocks(int64_t want, int warps, int sms, size_t smem, int ordinal)
+static inline int64_t dp4a_most_blocks(int warps, int sms, size_t smem, int ordinal)
 {
-	int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
+	const int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
 	int per_sm = 0;
 
+	if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+	                           ordinal) != cudaSuccess ||
+	    per_sm <= 0)
+		return most;
 	/* 1 KiB a block the device keeps for itself (sm_80 and later) */
-	if (smem && cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-	                                   ordinal) == cudaSuccess &&
-	    per_sm > 0) {
-		const int64_t fit = (int64_t)(sms > 0 ? sms : 1) * (per_sm / (int64_t)(smem + 1024));
+	const int64_t fit = (int64_t)(sms > 0 ? sms : 1) * (per_sm / (int64_t)(smem + 1024));
 
-		most = fit > 0 && fit < most ? fit : most;
-	}
-	return (unsigned)(want < most ? want : most);
+	return fit > 0 && fit < most ? fit : most;
 }
 
 #endif

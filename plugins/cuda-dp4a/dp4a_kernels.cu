@@ -1,5 +1,5 @@
 /*
- * Q4_K GEMV with int8 activations (the arithmetic: dp4a.cuh).
+ * Q4_K and Q6_K GEMV with int8 activations (the arithmetic: dp4a.cuh).
  *
  * One launch when the block's int8 activations fit DP4A_SHARED_MOST bytes
  * of shared memory (every decode shape of the models we run): each block
@@ -44,9 +44,9 @@ quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
 }
 
 /* y {N, T} = W x: x quantised into shared memory by each block first. */
-template <int T, int R, int U>
+template <int T, int R, int U, class F>
 __global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
-dp4a_gemv_kernel(dp4a_q4k<true> f, const float *__restrict__ x, int64_t ldx, int64_t n,
+dp4a_gemv_kernel(F f, const float *__restrict__ x, int64_t ldx, int64_t n,
                  float *__restrict__ y, int64_t ldy)
 {
 	extern __shared__ uint4 dp4a_shm[];
@@ -61,9 +61,9 @@ dp4a_gemv_kernel(dp4a_q4k<true> f, const float *__restrict__ x, int64_t ldx, int
 namespace {
 
 /* dp4a_gemv_kernel's launch for q4kh_cv_stream_pick. */
-template <int T>
+template <int T, class F>
 struct gemv_launcher {
-	const dp4a_q4k<true> &f;
+	const F &f;
 	const q4kh_cv_io *io;
 	int64_t n;
 	unsigned blocks;
@@ -74,45 +74,75 @@ struct gemv_launcher {
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(io->pdl != 0, dp4a_gemv_kernel<T, R, U>, blocks, threads,
+		return q4kh_pdl_launch(io->pdl != 0, dp4a_gemv_kernel<T, R, U, F>, blocks, threads,
 		                       smem, s, f, io->x, io->ldx, n, io->y, io->ldy);
 	}
 };
 
 /* dp4a_gemv_kernel's load for q4kh_cv_pick_all. */
-template <int T>
+template <int T, class F>
 struct gemv_loader {
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_preload(dp4a_gemv_kernel<T, R, U>);
+		return q4kh_preload(dp4a_gemv_kernel<T, R, U, F>);
 	}
 };
 
-/* The one-launch product of w and io with WARPS warps a block. */
+/* The one-launch product of w (format F) and io with WARPS warps a block. */
+template <class F>
 cudaError_t gemv_one(const q4kh_prepared *w, const q4kh_cv_io *io, int warps, cudaStream_t s)
 {
 	const int sms = w->multiprocessors;
 	const int r = q4kh_cv_stream_rows_per_warp(w->n, sms);
 	const int64_t groups = (w->n + r - 1) / r;
 	const size_t smem = dp4a_shared_bytes(w->k, io->cols);
-	dp4a_q4k<true> f;
+	F f;
 
-	f.w = (const uint8_t *)w->data;
-	f.stride = w->stride;
-	f.pieces = (int)(w->k / (Q4KH_Q4K_VALUES / Q4KH_Q4K_PIECES));
-	f.xq = NULL; /* the kernel's shared memory */
-	f.ds = NULL;
-	f.k = w->k;
+	dp4a_bind_rows(f, w); /* x: the kernel's shared memory */
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
-		const gemv_launcher<decltype(t)::value> l = {
-			f, io, w->n,
-			dp4a_blocks((groups + warps - 1) / warps, warps, sms, smem, w->ordinal),
-			32 * warps, smem, s
+		const int64_t want = (groups + warps - 1) / warps;
+		const int64_t most = dp4a_most_blocks(warps, sms, smem, w->ordinal);
+		const gemv_launcher<decltype(t)::value, F> l = {
+			f, io, w->n, (unsigned)(want < most ? want : most), 32 * warps, smem, s
 		};
 
 		return q4kh_cv_stream_pick(l, r, f.pieces);
 	});
+}
+
+/* Every kernel dp4a_launch may launch for formats F (shared) and G. */
+template <class F, class G>
+cudaError_t preload_format(void)
+{
+	const cudaError_t e = q4kh_cv_stream_preload<G>();
+
+	return e != cudaSuccess
+		? e
+		: q4kh_cv_pick_all([](auto t) { return gemv_loader<decltype(t)::value, F>(); });
+}
+
+/* y = W x with formats F (shared) and G (scratch) of the same rows. */
+template <class F, class G>
+cudaError_t launch_format(const q4kh_prepared *w, const q4kh_cv_io *io, void *scratch,
+                          int warps, cudaStream_t s)
+{
+	const int64_t blocks = w->k / DP4A_QB * io->cols;
+	G dot;
+	cudaError_t e;
+
+	if (dp4a_one_launch(w->k, io->cols))
+		return gemv_one<F>(w, io, warps, s);
+	dp4a_bind_rows(dot, w);
+	dot.xq = (const int8_t *)scratch;
+	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
+	/* 4 threads a block of 32 values, 4 blocks each */
+	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel, (unsigned)((blocks + 255) / 256),
+	                         256, 0, s, io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
+	                         (float2 *)dot.ds)) != cudaSuccess)
+		return e;
+	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                             w->multiprocessors, io->pdl != 0, s);
 }
 
 } // namespace
@@ -126,35 +156,26 @@ extern "C" cudaError_t dp4a_probe(void)
 
 extern "C" cudaError_t dp4a_preload(void)
 {
-	cudaError_t e = q4kh_preload(quantize_kernel);
+	cudaError_t e = q4kh_preload(quantize_kernel, q4kh_q6k_copy_kernel);
 
-	if (e == cudaSuccess)
-		e = q4kh_cv_stream_preload<dp4a_q4k<false> >();
-	return e != cudaSuccess
-		? e
-		: q4kh_cv_pick_all([](auto t) { return gemv_loader<decltype(t)::value>(); });
+	e = e != cudaSuccess ? e : preload_format<dp4a_q4k<true>, dp4a_q4k<false> >();
+	return e != cudaSuccess ? e : preload_format<dp4a_q6k<true>, dp4a_q6k<false> >();
+}
+
+extern "C" cudaError_t dp4a_q6k_copy(const q4kh_prepared *w, void *dst, cudaStream_t s)
+{
+	return q4kh_q6k_copy(w, dst, s);
+}
+
+extern "C" int64_t dp4a_q6k_row_bytes(int64_t k)
+{
+	return q4kh_q6k_row_bytes(k);
 }
 
 extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                    void *scratch, int warps, cudaStream_t s)
 {
-	const int64_t blocks = w->k / DP4A_QB * io->cols;
-	dp4a_q4k<false> dot;
-	cudaError_t e;
-
-	if (dp4a_one_launch(w->k, io->cols))
-		return gemv_one(w, io, warps, s);
-	dot.w = (const uint8_t *)w->data;
-	dot.stride = w->stride;
-	dot.pieces = (int)(w->k / (Q4KH_Q4K_VALUES / Q4KH_Q4K_PIECES));
-	dot.xq = (const int8_t *)scratch;
-	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
-	dot.k = w->k;
-	/* 4 threads a block of 32 values, 4 blocks each */
-	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel, (unsigned)((blocks + 255) / 256),
-	                         256, 0, s, io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
-	                         (float2 *)dot.ds)) != cudaSuccess)
-		return e;
-	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, io->pdl != 0, s);
+	if (w->type == Q4KH_TYPE_Q6_K)
+		return launch_format<dp4a_q6k<true>, dp4a_q6k<false> >(w, io, scratch, warps, s);
+	return launch_format<dp4a_q4k<true>, dp4a_q4k<false> >(w, io, scratch, warps, s);
 }

@@ -9,11 +9,15 @@
  * that exactly up to fp32 rounding, so |error| / sum |w x| stays below
  * 1e-5 (the int8 rounding itself is tests/cuda_variant_rig.h's to bound,
  * on a GPU). Covered:
- *  - gemv, 1 to 8 columns, 1, 2 and 4 rows per warp, rows of 2 to 72
+ *  - gemv of Q4_K and Q6_K (the copy prepare makes), 1 to 8 columns, 1, 2
+ *    and 4 rows per warp, rows of 2 to 72
  *    pieces a lane's step, padded x and y, blocks that stream several row
  *    groups; in one launch (the activations in each block's shared
  *    memory) and, where they do not fit 48 KiB, through quantize_kernel
  *    and the scratch; padding of y left untouched;
+ *  - gemv_multi (up to four matrices, Q4_K and Q6_K mixed, biases) and
+ *    gemv_glu (both types, SiLU and the tanh GELU), against the same references, and bit for bit against
+ *    gemv (plus the bias in float; then the cuda backend's act(g) * u);
  *  - a NaN activation makes its column's outputs NaN, and only its.
  * Built and run by scripts/cuda-emulate.sh; exit 0 when everything agrees.
  */
@@ -22,13 +26,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "emu.h"
 #include "emu_rows.h"
 #include "q4khost/dequant.h"
 
-#include "dp4a_kernels.emu.cu"
+#include "dp4a.h"
+#include "q4khost/cuda_glu.cuh"
 
 static void *aligned(size_t bytes)
 {
@@ -56,27 +62,47 @@ static std::vector<double> int8_column(const float *x, int64_t k)
 	return v;
 }
 
-/* N random Q4_K rows of K values (device rows, 16-byte aligned) and their
- * dequantisation by the cpu reference. */
+/* N random rows of K values of TYPE (Q4_K or Q6_K), their dequantisation by
+ * the cpu reference, and what the kernels read: the rows (Q4_K) or their
+ * copy by dp4a_q6k_copy (Q6_K). */
 struct matrix {
-	int64_t n, k, stride;
-	uint8_t *w;
+	uint32_t type;
+	int64_t n, k, stride, data_stride;
+	uint8_t *w, *copy = nullptr;
 	std::vector<float> deq;
 
-	matrix(uint32_t type, int64_t rows, int64_t cols) : n(rows), k(cols)
+	matrix(uint32_t t, int64_t rows, int64_t cols) : type(t), n(rows), k(cols)
 	{
 		stride = k / q4kh_type_block_elems(type) * (int64_t)q4kh_type_block_bytes(type);
+		data_stride = stride;
 		w = (uint8_t *)aligned((size_t)(stride * n));
 		deq.resize((size_t)(n * k));
 		random_rows(type, k, n, stride, w);
 		for (int64_t r = 0; r < n; r++)
 			q4kh_dequant_row(type, w + r * stride, deq.data() + r * k, k);
+		if (type != Q4KH_TYPE_Q6_K)
+			return;
+		q4kh_prepared p = {};
+
+		p.type = type;
+		p.k = k;
+		p.n = n;
+		p.src = w;
+		p.src_stride = stride;
+		data_stride = dp4a_q6k_row_bytes(k);
+		copy = (uint8_t *)aligned((size_t)(data_stride * n));
+		if (dp4a_q6k_copy(&p, copy, 0) != cudaSuccess)
+			abort();
 	}
-	~matrix() { free(w); }
+	~matrix()
+	{
+		free(w);
+		free(copy);
+	}
 	matrix(const matrix &) = delete;
 	matrix &operator=(const matrix &) = delete;
 
-	q4kh_prepared prepared(uint32_t type, int sms) const
+	q4kh_prepared prepared(int sms) const
 	{
 		q4kh_prepared p = {};
 
@@ -84,8 +110,8 @@ struct matrix {
 		p.type = type;
 		p.k = k;
 		p.n = n;
-		p.data = w;
-		p.stride = stride;
+		p.data = copy ? copy : w;
+		p.stride = data_stride;
 		return p;
 	}
 };
@@ -163,13 +189,14 @@ static int compare(const char *what, const float *y, int64_t n, int64_t t, int64
 
 /* --- gemv ------------------------------------------------------------------------ */
 
-static int gemv(int64_t n, int64_t k, int64_t t, int sms, int warps, int64_t xpad)
+static int gemv(uint32_t type, int64_t n, int64_t k, int64_t t, int sms, int warps,
+                int64_t xpad)
 {
-	const matrix m(Q4KH_TYPE_Q4_K, n, k);
+	const matrix m(type, n, k);
 	acts a(k, t, xpad);
 	const int64_t ldy = n + 3;
 	std::vector<float> y((size_t)(ldy * t), NAN);
-	const q4kh_prepared w = m.prepared(Q4KH_TYPE_Q4_K, sms);
+	const q4kh_prepared w = m.prepared(sms);
 	const q4kh_cv_io io = { a.x, a.ldx, y.data(), ldy, t, "gemv", 0 };
 	void *scratch = aligned(dp4a_scratch_bytes(k, t));
 	char what[160];
@@ -178,8 +205,8 @@ static int gemv(int64_t n, int64_t k, int64_t t, int sms, int warps, int64_t xpa
 	a.quantise();
 	e = dp4a_launch(&w, &io, scratch, warps, 0);
 	free(scratch);
-	snprintf(what, sizeof(what), "gemv n=%lld k=%lld t=%lld sms=%d warps=%d (%s)",
-	         (long long)n, (long long)k, (long long)t, sms, warps,
+	snprintf(what, sizeof(what), "gemv %s n=%lld k=%lld t=%lld sms=%d warps=%d (%s)",
+	         q4kh_type_name(type), (long long)n, (long long)k, (long long)t, sms, warps,
 	         dp4a_one_launch(k, t) ? "one launch" : "scratch");
 	if (e != cudaSuccess) {
 		printf("%s: launch error %d: FAIL\n", what, (int)e);
@@ -190,6 +217,134 @@ static int gemv(int64_t n, int64_t k, int64_t t, int sms, int warps, int64_t xpa
 	});
 }
 
+/* y[r + c * ldy] of gemv(w, x), through dp4a_launch. */
+static std::vector<float> gemv_of(const q4kh_prepared &w, const acts &a, int64_t ldy, int warps)
+{
+	std::vector<float> y((size_t)(ldy * a.t), NAN);
+	const q4kh_cv_io io = { a.x, a.ldx, y.data(), ldy, a.t, "gemv", 0 };
+	void *scratch = aligned(dp4a_scratch_bytes(a.k, a.t));
+
+	if (dp4a_launch(&w, &io, scratch, warps, 0) != cudaSuccess)
+		abort();
+	free(scratch);
+	return y;
+}
+
+/* Count the values of got that are not want's bits, print the first. */
+static int same_bits(const char *what, const std::vector<float> &got,
+                     const std::vector<float> &want)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < got.size(); i++)
+		if (memcmp(&got[i], &want[i], 4) && bad++ < 3)
+			fprintf(stderr, "  %s: value %zu: %.9g, gemv's %.9g\n", what, i, got[i],
+			        want[i]);
+	return bad;
+}
+
+/* gemv_multi of N matrices of ROWS[i] rows, the last of type LAST, the
+ * others Q4_K (a bias on the odd ones). */
+static int multi(uint32_t n, const int64_t *rows, uint32_t last, int64_t k, int64_t t, int sms,
+                 int warps)
+{
+	std::vector<std::unique_ptr<matrix> > m;
+	std::vector<q4kh_prepared> p;
+	const q4kh_prepared *wp[Q4KH_GEMV_MULTI_MAX];
+	std::vector<std::vector<float> > y(n), bias(n);
+	acts a(k, t, 4);
+	q4kh_cv_multi_io io = {};
+	char what[160];
+	int bad = 0;
+
+	a.quantise();
+	for (uint32_t i = 0; i < n; i++) {
+		m.emplace_back(new matrix(i + 1 == n ? last : Q4KH_TYPE_Q4_K, rows[i], k));
+		p.push_back(m[i]->prepared(sms));
+		y[i].assign((size_t)((rows[i] + 1) * t), NAN);
+		for (int64_t r = 0; i % 2 && r < rows[i]; r++)
+			bias[i].push_back((float)(urand() - 0.5));
+	}
+	io.x = a.x;
+	io.ldx = a.ldx;
+	io.cols = t;
+	for (uint32_t i = 0; i < n; i++) {
+		wp[i] = &p[i];
+		io.y[i] = y[i].data();
+		io.ldy[i] = rows[i] + 1;
+		io.bias[i] = bias[i].empty() ? nullptr : bias[i].data();
+	}
+	snprintf(what, sizeof(what), "gemv_multi of %u, last %s, k=%lld t=%lld sms=%d warps=%d",
+	         n, q4kh_type_name(last), (long long)k, (long long)t, sms, warps);
+	if (dp4a_multi_launch(n, wp, &io, warps, 0) != cudaSuccess) {
+		printf("%s: launch error: FAIL\n", what);
+		return 1;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		std::vector<float> g = gemv_of(p[i], a, rows[i] + 1, warps);
+		const matrix &mi = *m[i];
+		const std::vector<float> &bi = bias[i];
+
+		for (int64_t c = 0; c < t; c++)
+			for (int64_t r = 0; !bi.empty() && r < rows[i]; r++)
+				g[(size_t)(r + c * (rows[i] + 1))] += bi[(size_t)r];
+		bad += same_bits(what, y[i], g);
+		bad += compare(what, y[i].data(), rows[i], t, rows[i] + 1,
+		               [&](int64_t r, int64_t c, double *s, double *sa) {
+			               reference(mi, a, r, c, s, sa);
+			               *s += bi.empty() ? 0.0 : bi[(size_t)r];
+			               *sa += bi.empty() ? 0.0 : fabs(bi[(size_t)r]);
+		               });
+	}
+	return bad != 0;
+}
+
+/* gemv_glu of two N x K matrices of TYPE, SiLU or the tanh GELU. */
+static int glu(uint32_t type, bool silu, int64_t n, int64_t k, int64_t t, int sms, int warps)
+{
+	const matrix g(type, n, k), u(type, n, k);
+	const q4kh_prepared pg = g.prepared(sms), pu = u.prepared(sms);
+	acts a(k, t, 0);
+	const int64_t ldy = n + 2;
+	std::vector<float> y((size_t)(ldy * t), NAN), want((size_t)(ldy * t), NAN);
+	const q4kh_cv_io io = { a.x, a.ldx, y.data(), ldy, t, "gemv", 0 };
+	char what[160];
+	int bad;
+
+	a.quantise();
+	snprintf(what, sizeof(what), "gemv_glu %s %s n=%lld k=%lld t=%lld sms=%d warps=%d",
+	         q4kh_type_name(type), silu ? "SiLU" : "GELU", (long long)n, (long long)k, (long long)t, sms, warps);
+	if (dp4a_glu_launch(silu, &pg, &pu, &io, warps, 0) != cudaSuccess) {
+		printf("%s: launch error: FAIL\n", what);
+		return 1;
+	}
+	const std::vector<float> yg = gemv_of(pg, a, ldy, warps), yu = gemv_of(pu, a, ldy, warps);
+	for (int64_t c = 0; c < t; c++)
+		for (int64_t r = 0; r < n; r++)
+			want[(size_t)(r + c * ldy)] = q4kh_cuda_glu_value(
+				silu, yg[(size_t)(r + c * ldy)], yu[(size_t)(r + c * ldy)]);
+	bad = same_bits(what, y, want);
+	/* In double: act(g) u, the error of g and u through act'(g) <= 1.13
+	 * and act(g), the float activation's within 1e-6 of the value. */
+	return compare(what, y.data(), n, t, ldy, [&](int64_t r, int64_t c, double *s, double *sa) {
+		double sg, sag, su, sau, act, dact;
+
+		reference(g, a, r, c, &sg, &sag);
+		reference(u, a, r, c, &su, &sau);
+		if (silu) {
+			const double e = 1 / (1 + exp(-sg));
+
+			act = sg * e;
+			dact = 1.1;
+		} else {
+			act = 0.5 * sg * (1 + tanh(0.7978845608028654 * (sg + 0.044715 * sg * sg * sg)));
+			dact = 1.13;
+		}
+		*s = act * su;
+		*sa = dact * sag * fabs(su) + fabs(act) * sau + 0.1 * fabs(*s);
+	}) + (bad != 0);
+}
+
 /* A NaN in column 1 of 3 reaches every row of that column, no other. */
 static int nan_column(int64_t k)
 {
@@ -197,7 +352,7 @@ static int nan_column(int64_t k)
 	const matrix m(Q4KH_TYPE_Q4_K, n, k);
 	acts a(k, t, 0);
 	std::vector<float> y((size_t)(n * t), 0.0f);
-	const q4kh_prepared w = m.prepared(Q4KH_TYPE_Q4_K, 2);
+	const q4kh_prepared w = m.prepared(2);
 	const q4kh_cv_io io = { a.x, a.ldx, y.data(), n, t, "gemv", 0 };
 	void *scratch = aligned(dp4a_scratch_bytes(k, t));
 	int bad = 0;
@@ -215,19 +370,33 @@ static int nan_column(int64_t k)
 
 int main(void)
 {
+	const uint32_t q4k = Q4KH_TYPE_Q4_K, q6k = Q4KH_TYPE_Q6_K;
 	int fails = 0;
 
-	for (int t = 1; t <= 8; t++) {
+	for (int t : { 1, 2, 3, 5, 8 }) {
 		/* 2 pieces a lane's step; 1, 2 and 4 rows a warp */
-		fails += gemv(67, 2304, t, 8, 4, t % 2 ? 4 : 0);
-		fails += gemv(67, 2304, t, 2, 2, 0);
-		fails += gemv(301, 512, t, 2, 8, 8);
+		fails += gemv(q4k, 67, 2304, t, 8, 4, t % 2 ? 4 : 0);
+		fails += gemv(q6k, 67, 2304, t, 8, 4, t % 2 ? 0 : 4);
+		fails += gemv(q4k, 67, 2304, t, 2, 2, 0);
+		fails += gemv(q6k, 301, 512, t, 2, 8, 8);
 		/* Gemma 3 270M's rows: fewer pieces than lanes */
-		fails += gemv(13, 256, t, 1, 1, 0);
+		fails += gemv(t % 2 ? q4k : q6k, 13, 256, t, 1, 1, 0);
 	}
 	/* a long row, one launch up to 4 columns, then the scratch */
-	for (int t : { 1, 4, 5, 8 })
-		fails += gemv(9, 8192, t, 3, 4, 0);
+	for (int t : { 4, 5 }) {
+		fails += gemv(q4k, 9, 8192, t, 3, 4, 0);
+		fails += gemv(q6k, 9, 8192, t, 3, 4, 0);
+	}
+	for (int t : { 1, 3, 8 }) {
+		static const int64_t qkv[] = { 67, 23, 23 }, four[] = { 5, 130, 9, 64 };
+
+		fails += multi(3, qkv, q6k, 2304, t, 2, 4);
+		fails += multi(4, four, t == 3 ? q6k : q4k, 512, t, 8, 2);
+		fails += multi(1, four + 1, q4k, 256, t, 1, 8);
+		fails += glu(q4k, true, 45, 2304, t, 2, 4);
+		fails += glu(q6k, t != 3, 130, 512, t, 1, 8);
+		fails += glu(q4k, false, 7, 256, t, 8, 1);
+	}
 	fails += nan_column(2304);
 	fails += nan_column(16384);
 	printf("%s\n", fails ? "FAILED" : "all agree");

@@ -138,6 +138,18 @@ static inline float2 __ldg(const float2 *p)
 	return *p;
 }
 
+static inline uint2 __ldg(const uint2 *p)
+{
+	emu_check_align(p, 8);
+	return *p;
+}
+
+static inline unsigned short __ldg(const unsigned short *p)
+{
+	emu_check_align(p, 2);
+	return *p;
+}
+
 /* A load past L1 (cache global): a plain load here, as every thread sees
  * one memory. */
 template <typename T>
