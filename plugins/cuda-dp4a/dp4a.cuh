@@ -38,6 +38,9 @@ static inline size_t dp4a_shared_bytes(int64_t k, int64_t cols)
 	return (size_t)(k * cols) + sizeof(float2) * (size_t)(k / DP4A_QB * cols);
 }
 
+/* Blocks of 32 activations a thread quantises at once (dp4a_quantize_range). */
+#define DP4A_QUANT_STEP 2
+
 namespace {
 
 /*
@@ -86,13 +89,14 @@ __device__ __forceinline__ void dp4a_quantize8(const float4 (&v)[2], bool own, u
  * Thread I of NTHREADS (a multiple of 32, every one calling) quantises its
  * share of the BLOCKS blocks of 32 values of x (column c at x + c * ldx,
  * K values) into q and ds (the layout at the top of this file): 8 values
- * a thread, 4 blocks' loads of each thread in flight at once.
+ * a thread, DP4A_QUANT_STEP blocks' loads of each thread in flight at once
+ * (few: in a prologue the first weights' loads hold registers too).
  */
 __device__ __forceinline__ void dp4a_quantize_range(const float *__restrict__ x, int64_t ldx,
                                                     int64_t k, int64_t blocks, int64_t i,
                                                     int64_t nthreads, int8_t *q, float2 *ds)
 {
-	enum { B = 4 };
+	enum { B = DP4A_QUANT_STEP };
 	const int64_t per_col = k / DP4A_QB, step = nthreads / 4;
 
 	for (int64_t b0 = i >> 2; b0 - (i >> 2) < blocks; b0 += B * step) {
@@ -315,25 +319,23 @@ __device__ __forceinline__ dp4a_prologue<T> dp4a_bind_shared(F &f, void *shm, co
 } // namespace
 
 /*
- * The most blocks of WARPS warps a launch over SMS multiprocessors takes
- * when each block holds SMEM bytes of shared memory:
- * q4kh_cv_stream_most_blocks, or fewer where the shared memory of device
- * ORDINAL holds fewer, so that every block is resident at once (a block
- * that waited for a second wave would pay its prologue at the end).
+ * Blocks of WARPS warps for KERNEL (SMEM bytes of shared memory each), at
+ * most WANT: q4kh_cv_stream_most_blocks over SMS multiprocessors, or fewer
+ * where fewer of the kernel's blocks are resident at once (its registers
+ * and shared memory): the blocks stream their rows for the whole launch,
+ * and one that waited for a second wave would pay its prologue again.
  */
-static inline int64_t dp4a_most_blocks(int warps, int sms, size_t smem, int ordinal)
+template <class K>
+static inline unsigned dp4a_blocks(K kernel, int64_t want, int warps, int sms, size_t smem)
 {
-	const int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
+	int64_t most = q4kh_cv_stream_most_blocks(warps, sms);
 	int per_sm = 0;
 
-	if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-	                           ordinal) != cudaSuccess ||
-	    per_sm <= 0)
-		return most;
-	/* 1 KiB a block the device keeps for itself (sm_80 and later) */
-	const int64_t fit = (int64_t)(sms > 0 ? sms : 1) * (per_sm / (int64_t)(smem + 1024));
-
-	return fit > 0 && fit < most ? fit : most;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem) ==
+	            cudaSuccess &&
+	    per_sm > 0 && (int64_t)per_sm * (sms > 0 ? sms : 1) < most)
+		most = (int64_t)per_sm * (sms > 0 ? sms : 1);
+	return (unsigned)(want < most ? want : most);
 }
 
 #endif

@@ -73,12 +73,17 @@ dp4a_multi_kernel(const multi_args a)
 		multi_rows<T, R, U>(dp4a_q4k<true>(), a, m, warp, warps, dp4a_shm);
 }
 
-/* dp4a_multi_kernel's launch for q4kh_cv_stream_pick. */
+/*
+ * dp4a_multi_kernel's launch for q4kh_cv_stream_pick: A with its grid cut
+ * for the N matrices w (q4kh_cv_multi_split, at most the kernel's
+ * resident blocks).
+ */
 template <int T>
 struct multi_launcher {
 	const multi_args &a;
-	unsigned blocks;
-	int threads;
+	uint32_t n;
+	const q4kh_prepared *const *w;
+	int warps;
 	size_t smem;
 	bool pdl;
 	cudaStream_t s;
@@ -86,7 +91,13 @@ struct multi_launcher {
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(pdl, dp4a_multi_kernel<T, R, U>, blocks, threads, smem, s, a);
+		const auto k = dp4a_multi_kernel<T, R, U>;
+		multi_args cut = a;
+
+		q4kh_cv_multi_split(n, w, warps,
+		                    dp4a_blocks(k, INT64_MAX, warps, w[0]->multiprocessors, smem),
+		                    cut.first);
+		return q4kh_pdl_launch(pdl, k, cut.first[n], 32 * warps, smem, s, cut);
 	}
 };
 
@@ -122,16 +133,18 @@ struct glu_launcher {
 	const q4kh_cv_io *io;
 	int64_t n;
 	q4kh_cv_glu_store st;
-	unsigned blocks;
-	int threads;
+	int64_t want; /* blocks */
+	int warps, sms;
 	size_t smem;
 	cudaStream_t s;
 
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(io->pdl != 0, dp4a_glu_kernel<T, R, U, F>, blocks, threads,
-		                       smem, s, f, io->x, io->ldx, n, st);
+		const auto k = dp4a_glu_kernel<T, R, U, F>;
+
+		return q4kh_pdl_launch(io->pdl != 0, k, dp4a_blocks(k, want, warps, sms, smem),
+		                       32 * warps, smem, s, f, io->x, io->ldx, n, st);
 	}
 };
 
@@ -179,11 +192,9 @@ cudaError_t glu_launch(bool silu, const q4kh_prepared *gate, const q4kh_prepared
 	dp4a_bind_rows(f.up, up);
 	f.pieces = f.gate.pieces;
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
-		const int64_t want = (groups + warps - 1) / warps;
-		const int64_t most = dp4a_most_blocks(warps, sms, smem, gate->ordinal);
 		const glu_launcher<decltype(t)::value, F> l = {
-			f, io, n, { io->y, io->ldy, silu },
-			(unsigned)(want < most ? want : most), 32 * warps, smem, s
+			f, io, n, { io->y, io->ldy, silu }, (groups + warps - 1) / warps, warps, sms,
+			smem, s
 		};
 
 		return q4kh_cv_pair_pick(l, r, f.pieces);
@@ -206,14 +217,12 @@ extern "C" cudaError_t dp4a_multi_launch(uint32_t n, const q4kh_prepared *const 
 {
 	const size_t smem = dp4a_shared_bytes(w[0]->k, io->cols);
 	multi_args a = {};
-	int r;
+	int64_t rows = 0;
 
 	if (n < 1 || n > Q4KH_GEMV_MULTI_MAX || !dp4a_one_launch(w[0]->k, io->cols))
 		return cudaErrorInvalidValue;
-	r = q4kh_cv_multi_split(n, w, warps,
-	                        dp4a_most_blocks(warps, w[0]->multiprocessors, smem, w[0]->ordinal),
-	                        a.first);
 	for (uint32_t i = 0; i < n; i++) {
+		rows += w[i]->n;
 		a.m[i].w = (const uint8_t *)w[i]->data;
 		a.m[i].stride = w[i]->stride;
 		a.m[i].n = w[i]->n;
@@ -227,11 +236,11 @@ extern "C" cudaError_t dp4a_multi_launch(uint32_t n, const q4kh_prepared *const 
 	a.x = io->x;
 	a.ldx = io->ldx;
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
-		const multi_launcher<decltype(t)::value> l = {
-			a, a.first[n], 32 * warps, smem, io->pdl != 0, s
-		};
+		const multi_launcher<decltype(t)::value> l = { a, n, w, warps, smem, io->pdl != 0, s };
 
-		return q4kh_cv_stream_pick(l, r, (int)(a.k / 32));
+		/* R as q4kh_cv_multi_split takes it */
+		return q4kh_cv_stream_pick(l, q4kh_cv_stream_rows_per_warp(rows, w[0]->multiprocessors),
+		                           (int)(a.k / 32));
 	});
 }
 

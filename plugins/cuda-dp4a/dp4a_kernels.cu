@@ -66,16 +66,18 @@ struct gemv_launcher {
 	const F &f;
 	const q4kh_cv_io *io;
 	int64_t n;
-	unsigned blocks;
-	int threads;
+	int64_t want; /* blocks */
+	int warps, sms;
 	size_t smem;
 	cudaStream_t s;
 
 	template <int R, int U>
 	cudaError_t run() const
 	{
-		return q4kh_pdl_launch(io->pdl != 0, dp4a_gemv_kernel<T, R, U, F>, blocks, threads,
-		                       smem, s, f, io->x, io->ldx, n, io->y, io->ldy);
+		const auto k = dp4a_gemv_kernel<T, R, U, F>;
+
+		return q4kh_pdl_launch(io->pdl != 0, k, dp4a_blocks(k, want, warps, sms, smem),
+		                       32 * warps, smem, s, f, io->x, io->ldx, n, io->y, io->ldy);
 	}
 };
 
@@ -101,10 +103,8 @@ cudaError_t gemv_one(const q4kh_prepared *w, const q4kh_cv_io *io, int warps, cu
 
 	dp4a_bind_rows(f, w); /* x: the kernel's shared memory */
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
-		const int64_t want = (groups + warps - 1) / warps;
-		const int64_t most = dp4a_most_blocks(warps, sms, smem, w->ordinal);
 		const gemv_launcher<decltype(t)::value, F> l = {
-			f, io, w->n, (unsigned)(want < most ? want : most), 32 * warps, smem, s
+			f, io, w->n, (groups + warps - 1) / warps, warps, sms, smem, s
 		};
 
 		return q4kh_cv_stream_pick(l, r, f.pieces);
@@ -136,8 +136,9 @@ cudaError_t launch_format(const q4kh_prepared *w, const q4kh_cv_io *io, void *sc
 	dp4a_bind_rows(dot, w);
 	dot.xq = (const int8_t *)scratch;
 	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
-	/* 4 threads a block of 32 values, 4 blocks each */
-	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel, (unsigned)((blocks + 255) / 256),
+	/* 4 threads a block of 32 values, DP4A_QUANT_STEP blocks each */
+	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel,
+	                         (unsigned)((blocks * 4 / DP4A_QUANT_STEP + 255) / 256),
 	                         256, 0, s, io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
 	                         (float2 *)dot.ds)) != cudaSuccess)
 		return e;

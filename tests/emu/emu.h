@@ -621,18 +621,6 @@ static inline cudaError_t emu_occupancy(int *blocks, K, int, size_t)
 }
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor emu_occupancy
 
-/* A device's attributes: 64 KiB of shared memory a multiprocessor, so that
- * launches sized by it meet the limit; the others not emulated. */
-static inline cudaError_t emu_device_attribute(int *v, cudaDeviceAttr a, int device)
-{
-	(void)device;
-	if (a != cudaDevAttrMaxSharedMemoryPerMultiprocessor)
-		return cudaErrorNotSupported;
-	*v = 64 << 10;
-	return cudaSuccess;
-}
-#define cudaDeviceGetAttribute emu_device_attribute
-
 /* A kernel's attributes: every kernel here can be launched; none asked. */
 template <typename K>
 static inline cudaError_t emu_func_attributes(cudaFuncAttributes *a, K)
