@@ -20,6 +20,9 @@
 #              reference's dequantisation, its gemv_multi (types mixed)
 #              and gemv_glu against its gemv, bit for bit
 #              (tests/emu/mwv_emu.cpp)
+#   dp4a       cuda-dp4a's int8 kernels (plugins/cuda-dp4a) against the
+#              cpu reference's dequantisation times int8-rounded
+#              activations (tests/emu/dp4a_emu.cpp)
 #   attention  attention_paged (cuda_attention.cu's split and one-pass
 #              forms through a block table) against the same kernels over
 #              a contiguous cache, bit for bit, and attention in double
@@ -34,11 +37,13 @@
 # memory; #line keeps the .cu's own file and line numbers in messages.
 # What two harnesses link is compiled once, first, and shared: cuda_gemv.cu
 # and cuda_matmul.cu (matmul, moe; compiled on their own, g++ -include
-# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe, mwv).
+# emu.h) and the SDK's dequantisers, sdk/lib/dequant.c (gemv, moe, mwv,
+# dp4a); so are cuda-dp4a's two .cu files, side by side with them (dp4a alone).
 # Needs g++ with C++20 on x86-64 and the CUDA toolkit's headers (CUDA_HOME,
 # default /usr/local/cuda; matmul links its cuBLAS and runtime libraries,
-# never called). The builds take most of the time: on 2 cores about 10
-# minutes in all. Exit 0 when every check agrees; the last line counts the
+# never called). The builds take most of the time: on 2 cores about 12
+# minutes in all (dp4a alone: 3.5 minutes of CPU, its two .cu files
+# most of it). Exit 0 when every check agrees; the last line counts the
 # harnesses that pass and fail.
 # Usage: scripts/cuda-emulate.sh [OUT-DIR [HARNESS...]]
 #        (default _build/emu, every harness)
@@ -48,11 +53,11 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$top/_build/emu}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention rowwise mwv)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(gemv matmul recurrent moe attention rowwise mwv dp4a)
 cuda=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$out"
 flags=(-O1 -g -fsanitize=address,undefined -pthread -I"$out" -I"$cuda/include"
-	-I"$top/sdk/include" -I"$top/plugins/cuda")
+	-I"$top/sdk/include" -I"$top/plugins/cuda" -I"$top/plugins/cuda-dp4a")
 
 # DIR/NAME.cu of the tree as $out/NAME.emu.cu, for emu.h. Harnesses that
 # run side by side may make the same one: each writes its own temporary
@@ -94,6 +99,7 @@ object() {
 shared() {
 	case $1 in
 	gemv | mwv) echo sdk/lib/dequant ;;
+	dp4a) echo sdk/lib/dequant plugins/cuda-dp4a/dp4a_kernels plugins/cuda-dp4a/dp4a_fused ;;
 	matmul) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul ;;
 	moe) echo plugins/cuda/cuda_gemv plugins/cuda/cuda_matmul sdk/lib/dequant ;;
 	esac
@@ -129,6 +135,10 @@ harness() {
 		done
 		g++ -std=c++20 "${flags[@]}" -I"$top/plugins/cuda-mwv" "$top/tests/emu/mwv_emu.cpp" \
 			"$out/dequant.o" -o "$out/mwv_emu"
+		;;
+	dp4a)
+		g++ -std=c++20 "${flags[@]}" "$top/tests/emu/dp4a_emu.cpp" "$out/dequant.o" \
+			"$out/dp4a_kernels.o" "$out/dp4a_fused.o" -o "$out/dp4a_emu"
 		;;
 	attention)
 		emu_source plugins/cuda/cuda_attention

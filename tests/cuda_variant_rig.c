@@ -19,7 +19,7 @@
 const struct variant mwv = {
 	"cuda-mwv", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE_Q8_0 }, 4, 0, 9
 };
-const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K }, 1, 1, 17 };
+const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2, 1, 17 };
 const struct variant iq = { "cuda-gemv-iq", { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS }, 2, 0, 17 };
 const struct variant *const variants[3] = { &mwv, &dp4a, &iq };
 

@@ -1,12 +1,14 @@
 /*
- * cuda-mwv's fused entries (ABI 1.4) against the calls they stand for
- * (cuda_variant_rig.h: the rig, the poison): its gemv_multi must give, bit
- * for bit, what its gemv and the cuda backend's add give, for Q4_K, Q6_K,
- * Q5_0 and Q8_0 mixed in one call, with and without biases, at T = 1 ..
- * 8; its gemv_glu, what two gemv and the cuda backend's glu give, SwiGLU
- * and GeGLU, each of the four types, at T = 1 .. 8, and refuse mixed
- * types with nothing written (gemv itself is held to the cpu reference by
- * test_cuda_variant_gemv.c). Bad arguments to either fail with reasons.
+ * cuda-mwv's and cuda-dp4a's fused entries (ABI 1.4) against the calls
+ * they stand for (cuda_variant_rig.h: the rig, the poison): gemv_multi must
+ * give, bit for bit, what the variant's gemv and the cuda backend's add
+ * give, for its types mixed in one call (cuda-mwv: Q4_K, Q6_K, Q5_0 and
+ * Q8_0; cuda-dp4a: Q4_K and Q6_K), with and without biases, at T = 1 ..
+ * 8; gemv_glu, what two gemv and the cuda backend's glu give, SwiGLU and
+ * GeGLU, each of its types, at T = 1 .. 8, and refuse mixed types with
+ * nothing written (cuda-dp4a also refuses a product whose int8
+ * activations exceed a block's shared memory: K x T x 1.25 bytes over
+ * 48 KiB). cuda-mwv's bad arguments to either fail with reasons.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -43,7 +45,14 @@ static void expect_same_bits(struct vrig *r, const struct view *got, const struc
 	free(e);
 }
 
-/* --- gemv_multi (ABI 1.4): cuda-mwv's one launch against gemv + add ------ */
+/* 1 when variant V fuses products of K values and T columns (cuda-dp4a:
+ * its int8 activations within 48 KiB, DP4A_SHARED_MOST). */
+static int fuses(const struct variant *v, int64_t k, int64_t t)
+{
+	return v != &dp4a || k * t * 5 / 4 <= 48 << 10;
+}
+
+/* --- gemv_multi (ABI 1.4): one launch against gemv + add ------------------ */
 
 /* Products of one x: K, and per matrix its type, rows and whether a bias. */
 struct multi_case {
@@ -127,12 +136,13 @@ static void multi_check(struct vrig *r, struct q4kh_kernel *k, const struct mult
 	free(xv);
 }
 
-Test(cuda_variants, mwv_gemv_multi_matches_gemv_and_add_bit_for_bit)
+/* Every case of multi_cases at T = 1 .. 8 for variant V (all fused). */
+static void multi_cases_of(const struct variant *v, long seed)
 {
 	struct q4kh_kernel k;
 	struct vrig r;
 
-	variant_open(&r, &mwv, 14, &k);
+	variant_open(&r, v, seed, &k);
 	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_multi));
 	for (size_t c = 0; c < N_OF(multi_cases); c++) {
 		const struct multi_case *mc = &multi_cases[c];
@@ -142,18 +152,30 @@ Test(cuda_variants, mwv_gemv_multi_matches_gemv_and_add_bit_for_bit)
 		for (uint32_t i = 0; i < mc->n; i++) {
 			float *bv = rvals((size_t)mc->rows[i]);
 
-			weight_new(&r, &k, &mwv, mc->type[i], mc->k, mc->rows[i], 0, &w[i]);
+			weight_new(&r, &k, v, mc->type[i], mc->k, mc->rows[i], 0, &w[i]);
 			bias[i] = put(&r.gpu, Q4KH_TYPE_F32, mc->rows[i], 1, 4 * mc->rows[i], bv);
 			free(bv);
 		}
-		for (int64_t t = 1; t <= 8; t++)
+		for (int64_t t = 1; t <= 8; t++) {
+			cr_assert(fuses(v, mc->k, t));
 			multi_check(&r, &k, mc, w, bias, t);
+		}
 		for (uint32_t i = 0; i < mc->n; i++) {
 			drop(&r.gpu, &bias[i]);
 			weight_free(&r, &k, &w[i]);
 		}
 	}
 	variant_close(&r, &k);
+}
+
+Test(cuda_variants, mwv_gemv_multi_matches_gemv_and_add_bit_for_bit)
+{
+	multi_cases_of(&mwv, 14);
+}
+
+Test(cuda_variants, dp4a_gemv_multi_matches_gemv_and_add_bit_for_bit)
+{
+	multi_cases_of(&dp4a, 18);
 }
 
 Test(cuda_variants, mwv_gemv_multi_bad_arguments_fail_with_reasons)
@@ -226,7 +248,7 @@ Test(cuda_variants, mwv_gemv_multi_bad_arguments_fail_with_reasons)
 	variant_close(&r, &k);
 }
 
-/* --- gemv_glu (ABI 1.4): cuda-mwv's one launch against gemv, gemv, glu --- */
+/* --- gemv_glu (ABI 1.4): one launch against gemv, gemv, glu ----------------- */
 
 /* Gate and up of one type, K and N. */
 struct glu_case {
@@ -255,10 +277,12 @@ static const struct glu_case glu_cases[] = {
 /*
  * At T columns and KIND: y by gemv_glu must hold, bit for bit, what
  * gemv(gate), gemv(up) and the cuda backend's glu give, and nothing
- * outside y's view may be written.
+ * outside y's view may be written; where variant V does not fuse (fuses),
+ * gemv_glu must refuse and write nothing.
  */
-static void glu_check(struct vrig *r, struct q4kh_kernel *k, const struct weight *gate,
-                      const struct weight *up, q4kh_glu_kind kind, int64_t t)
+static void glu_check(struct vrig *r, const struct variant *v, struct q4kh_kernel *k,
+                      const struct weight *gate, const struct weight *up,
+                      q4kh_glu_kind kind, int64_t t)
 {
 	const int64_t k0 = gate->k, n = gate->n, ynb = 4 * n + 12;
 	float *xv = rvals((size_t)(k0 * t));
@@ -276,13 +300,26 @@ static void glu_check(struct vrig *r, struct q4kh_kernel *k, const struct weight
 	             k->v->last_error(k->ctx));
 	cr_assert_eq(r->gpu.v->glu(r->gpu.dev, kind, &yg.t, &yu.t, &want.t), Q4KH_OK, "glu: %s",
 	             r->gpu.v->last_error(r->gpu.ctx));
-	cr_assert_eq(k->v->gemv_glu(k->ctx, &k->native, kind, gate->p, up->p, &x.t, &y.t),
-	             Q4KH_OK, "gemv_glu %s, %s K %lld, N %lld, T %lld: %s", what,
-	             q4kh_type_name(gate->type), (long long)k0, (long long)n, (long long)t,
-	             k->v->last_error(k->ctx));
-	snprintf(buf, sizeof(buf), "gemv_glu %s, %s K %lld, T %lld", what,
-	         q4kh_type_name(gate->type), (long long)k0, (long long)t);
-	expect_same_bits(r, &y, &want, buf);
+	snprintf(buf, sizeof(buf), "gemv_glu %s, %s K %lld, N %lld, T %lld", what,
+	         q4kh_type_name(gate->type), (long long)k0, (long long)n, (long long)t);
+	if (fuses(v, k0, t)) {
+		cr_assert_eq(k->v->gemv_glu(k->ctx, &k->native, kind, gate->p, up->p, &x.t,
+		                            &y.t),
+		             Q4KH_OK, "%s: %s", buf, k->v->last_error(k->ctx));
+		expect_same_bits(r, &y, &want, buf);
+	} else {
+		uint8_t *raw;
+
+		cr_assert_eq(k->v->gemv_glu(k->ctx, &k->native, kind, gate->p, up->p, &x.t,
+		                            &y.t),
+		             Q4KH_ERR_UNSUPPORTED, "%s: %s", buf, k->v->last_error(k->ctx));
+		cr_assert_eq(r->gpu.v->synchronize(r->gpu.dev), Q4KH_OK);
+		raw = fetch(&r->gpu, &y);
+		for (uint64_t j = 0; j < y.size; j++)
+			cr_assert_eq(raw[j], POISON, "%s: refused, but wrote byte %llu of y", buf,
+			             (unsigned long long)j);
+		free(raw);
+	}
 	drop(&r->gpu, &x);
 	drop(&r->gpu, &yg);
 	drop(&r->gpu, &yu);
@@ -291,28 +328,40 @@ static void glu_check(struct vrig *r, struct q4kh_kernel *k, const struct weight
 	free(xv);
 }
 
-Test(cuda_variants, mwv_gemv_glu_matches_gemv_and_glu_bit_for_bit)
+/* Every case of glu_cases at T = 1 .. 8 for variant V. */
+static void glu_cases_of(const struct variant *v, long seed)
 {
 	struct q4kh_kernel k;
 	struct vrig r;
 
-	variant_open(&r, &mwv, 16, &k);
+	variant_open(&r, v, seed, &k);
 	cr_assert(Q4KH_KERNEL_HAS(k.v, gemv_glu));
 	for (size_t c = 0; c < N_OF(glu_cases); c++) {
 		const struct glu_case *gc = &glu_cases[c];
 		struct weight gate, up;
 
 		/* up's rows padded: the two strides differ */
-		weight_new(&r, &k, &mwv, gc->type, gc->k, gc->n, 0, &gate);
-		weight_new(&r, &k, &mwv, gc->type, gc->k, gc->n, 16, &up);
+		weight_new(&r, &k, v, gc->type, gc->k, gc->n, 0, &gate);
+		weight_new(&r, &k, v, gc->type, gc->k, gc->n, 16, &up);
 		for (int64_t t = 1; t <= 8; t++) {
-			glu_check(&r, &k, &gate, &up, Q4KH_GLU_SILU, t);
-			glu_check(&r, &k, &gate, &up, Q4KH_GLU_GELU_TANH, t);
+			glu_check(&r, v, &k, &gate, &up, Q4KH_GLU_SILU, t);
+			glu_check(&r, v, &k, &gate, &up, Q4KH_GLU_GELU_TANH, t);
 		}
 		weight_free(&r, &k, &gate);
 		weight_free(&r, &k, &up);
 	}
 	variant_close(&r, &k);
+}
+
+Test(cuda_variants, mwv_gemv_glu_matches_gemv_and_glu_bit_for_bit)
+{
+	glu_cases_of(&mwv, 16);
+}
+
+/* Also refusing K 8192 from T = 5 (50 KiB of int8 activations). */
+Test(cuda_variants, dp4a_gemv_glu_matches_gemv_and_glu_bit_for_bit)
+{
+	glu_cases_of(&dp4a, 19);
 }
 
 /*

@@ -203,6 +203,11 @@ Test(cuda_variants, dp4a_q4_k)
 	             2);
 }
 
+Test(cuda_variants, dp4a_q6_k)
+{
+	check_shapes(&dp4a, Q4KH_TYPE_Q6_K, q4k_shapes, N_OF(q4k_shapes), NULL, 8);
+}
+
 Test(cuda_variants, gemv_iq_iq4_nl)
 {
 	check_shapes(&iq, Q4KH_TYPE_IQ4_NL, iq4_nl_shapes, N_OF(iq4_nl_shapes),

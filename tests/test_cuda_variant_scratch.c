@@ -22,6 +22,9 @@ TestSuite(cuda_variants, .timeout = 900);
  * any before, 8 columns) replays with new activations and agrees with the
  * cpu, also after a larger product outside the recording has grown the
  * scratch again (the recording keeps the buffer it was recorded with).
+ * Every product here has more int8 activations than a block's shared
+ * memory takes (DP4A_SHARED_MOST, 48 KiB: K x T x 1.25 bytes), the only
+ * ones that go through the scratch.
  */
 Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 {
@@ -35,12 +38,12 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 	struct vrig r;
 
 	variant_open(&r, &dp4a, 9, &k);
-	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 256, 33, 0, &small);
-	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 4096, 97, 0, &big);
-	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 8192, 17, 0, &bigger);
-	/* The scratch's first size: one column of 256 values. */
-	xv = rvals(256);
-	multiply(&r, &k, &small, 1, xv, 1); /* before recording */
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 8192, 33, 0, &small);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 16384, 97, 0, &big);
+	weight_new(&r, &k, &dp4a, Q4KH_TYPE_Q4_K, 32768, 17, 0, &bigger);
+	/* The scratch's first size: 5 columns of 8192 values (50 KiB). */
+	xv = rvals(8192 * 5);
+	multiply(&r, &k, &small, 5, xv, 1); /* before recording */
 	free(xv);
 	xc = put(&r.cpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
 	xg = put(&r.gpu, Q4KH_TYPE_F32, big.k, t, 4 * big.k, NULL);
@@ -86,8 +89,8 @@ Test(cuda_variants, dp4a_scratch_in_a_recorded_graph)
 	variant_close(&r, &k);
 }
 
-/* Bytes of a block of cuda-mwv's Q6_K copy (mwv_q6k.cuh): the 210 of the
- * file's, then zeros. */
+/* Bytes of a block of cuda-mwv's Q6_K copy (q4khost/cuda_q6k_device.cuh):
+ * the 210 of the file's, then zeros. */
 #define MWV_Q6K_BLOCK 224
 
 /*

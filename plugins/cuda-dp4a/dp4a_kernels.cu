@@ -1,23 +1,18 @@
 /*
- * Q4_K GEMV with int8 activations.
+ * Q4_K and Q6_K GEMV with int8 activations (the arithmetic: dp4a.cuh).
  *
- * First each activation column is quantised in blocks of 32 values
- * (Q8_1-style): d = max |x| / 127, q = round(x / d), kept with d and
- * d * sum(q). Then, with the streaming shape of q4khost/cuda_variant_device.cuh and the
- * pieces of q4khost/cuda_q4k_device.cuh, each 16-byte piece (32 weights of two
- * sub-blocks) meets 16 + 16 int8 activations in eight __dp4a; the Q4_K
- * mins need no per-value work: sub-block j of a super-block contributes
- *   d sc_j sum_i q_i a_i  -  dmin m_j d_a sum_i a_i
- * and the second sum is the stored block sum (the lane reading the first
- * half of a sub-block adds it). The result is the exact dot product of
- * the dequantized weights with the dequantized activations, up to fp32
- * rounding; the int8 rounding of the activations is the whole error
- * (tests/cuda_variant_rig.h bounds it).
+ * One launch when the block's int8 activations fit DP4A_SHARED_MOST bytes
+ * of shared memory (every decode shape of the models we run): each block
+ * issues its first weight loads, then quantises the columns into its
+ * shared memory (dp4a_prologue), then streams its rows
+ * (q4kh_cv_stream_each_after). Every block quantises the whole of x, a
+ * few kilobytes read through L2 against the megabytes of weights it
+ * streams, which costs less than a second launch and the wait between
+ * the two. Beyond (long rows of many columns) quantize_kernel writes the
+ * int8 activations into the scratch first and the product reads them
+ * there.
  */
-#include "dp4a.h"
-#include "q4khost/cuda_q4k_device.cuh"
-
-#define QB 32 /* activation values per int8 block */
+#include "dp4a.cuh"
 
 /* Where the two parts of the scratch start. */
 static size_t codes_bytes(int64_t k, int64_t cols)
@@ -27,114 +22,129 @@ static size_t codes_bytes(int64_t k, int64_t cols)
 
 extern "C" size_t dp4a_scratch_bytes(int64_t k, int64_t cols)
 {
-	return codes_bytes(k, cols) + sizeof(float2) * (size_t)(k / QB * cols);
+	return dp4a_shared_bytes(k, cols);
 }
 
-/*
- * One warp per block of 32 values: q[c * k + i], and ds[c * (k / 32) + b]
- * = {d, d * sum q}. A non-finite value makes its block's d NaN, so it
- * reaches y instead of vanishing in the max.
- */
+extern "C" int dp4a_one_launch(int64_t k, int64_t cols)
+{
+	return dp4a_shared_bytes(k, cols) <= DP4A_SHARED_MOST;
+}
+
+/* x's BLOCKS blocks of 32 values (dp4a.cuh's layout) into q and ds, 8
+ * values a thread. */
 __global__ void __launch_bounds__(256)
 quantize_kernel(const float *__restrict__ x, int64_t ldx, int64_t k,
                 int64_t blocks, int8_t *__restrict__ q,
                 float2 *__restrict__ ds)
 {
-	const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-	const int lane = threadIdx.x & 31;
-	const int64_t per_col = k / QB;
-	float v, amax, d;
-	int bad, qi, sum;
-
 	q4kh_pdl_release();
 	q4kh_pdl_wait();
-	if (b >= blocks)
-		return;
-	v = x[b / per_col * ldx + b % per_col * QB + lane];
-	amax = fabsf(v);
-	bad = !isfinite(v);
-	for (int off = 16; off > 0; off >>= 1)
-		amax = fmaxf(amax, __shfl_xor_sync(Q4KH_CV_FULL_MASK, amax, off));
-	bad = __any_sync(Q4KH_CV_FULL_MASK, bad);
-	d = amax / 127.0f;
-	qi = amax > 0.0f ? __float2int_rn(v / d) : 0;
-	q[b / per_col * k + b % per_col * QB + lane] = (int8_t)qi;
-	sum = qi;
-	for (int off = 16; off > 0; off >>= 1)
-		sum += __shfl_xor_sync(Q4KH_CV_FULL_MASK, sum, off);
-	if (lane == 0)
-		ds[b] = bad ? make_float2(__int_as_float(0x7FC00000),
-		                          __int_as_float(0x7FC00000))
-		            : make_float2(d, d * (float)sum);
+	dp4a_quantize_range(x, ldx, k, blocks, (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
+	                    (int64_t)gridDim.x * blockDim.x, q, ds);
+}
+
+/* y {N, T} = W x: x quantised into shared memory by each block first. */
+template <int T, int R, int U, class F>
+__global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
+dp4a_gemv_kernel(F f, const float *__restrict__ x, int64_t ldx, int64_t n,
+                 float *__restrict__ y, int64_t ldy)
+{
+	extern __shared__ uint4 dp4a_shm[];
+	const q4kh_cv_row_store s = { y, ldy, NULL };
+	const dp4a_prologue<T> pro = dp4a_bind_shared<T>(f, dp4a_shm, x, ldx);
+
+	q4kh_cv_stream_each_after<T, R, U>(
+		f, (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5),
+		(int64_t)gridDim.x * (blockDim.x >> 5), n, s, pro);
 }
 
 namespace {
 
-/*
- * v as a float, exactly, for |v| < 2^22 (a piece's dot product is at most
- * 16 * 15 * 127): v added to the bits of 1.5 * 2^23 lands in its mantissa,
- * and one subtraction leaves v. Two full-rate instructions where an
- * integer conversion runs at a quarter rate, once per column and row.
- */
-__device__ __forceinline__ float small_int_float(int v)
-{
-	return __int_as_float(v + 0x4B400000) - 12582912.0f;
-}
+/* dp4a_gemv_kernel's launch for q4kh_cv_stream_pick. */
+template <int T, class F>
+struct gemv_launcher {
+	const F &f;
+	const q4kh_cv_io *io;
+	int64_t n;
+	int64_t want; /* blocks */
+	int warps, sms;
+	size_t smem;
+	cudaStream_t s;
 
-/* The int8 arithmetic of one piece, for q4kh_cv_stream_kernel. */
-struct dp4a_dot : q4kh_q4k_rows {
-	const int8_t *xq;  /* codes, column c at xq + c * k */
-	const float2 *ds;  /* {d, d * sum}, column c at ds + c * (k / QB) */
-	int64_t k;
-
-	template <int R, int T>
-	__device__ __forceinline__ void dot(float (&acc)[R][T], const q4kh_q4k_piece (&pc)[R],
-	                                    int j) const
+	template <int R, int U>
+	cudaError_t run() const
 	{
-		const int sb = j >> 3, p = j & 7;
-		const int64_t nb = k / QB;
-		/* Activation blocks of sub-blocks 2 (p / 2) and 2 (p / 2) + 1. */
-		const int64_t b0 = (int64_t)sb * Q4KH_Q4K_PIECES + (p & ~1);
-		const int8_t *xp = xq + Q4KH_Q4K_PIECE_X(sb, p);
-		uint32_t lo[R][4], hi[R][4];
-		float dl[R][2], ml[R][2];
+		const auto k = dp4a_gemv_kernel<T, R, U, F>;
 
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			q4kh_q4k_scales(pc[r].h, p >> 1, dl[r], ml[r]);
-			/* Each sub-block's min once: by its first half's lane. */
-			if (p & 1)
-				ml[r][0] = ml[r][1] = 0.0f;
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				lo[r][i] = q4kh_cv_word(pc[r].q, i) & 0x0F0F0F0F;
-				hi[r][i] = (q4kh_cv_word(pc[r].q, i) >> 4) & 0x0F0F0F0F;
-			}
-		}
-#pragma unroll
-		for (int c = 0; c < T; c++) {
-			const uint4 al = __ldg((const uint4 *)(xp + c * k));
-			const uint4 ah = __ldg((const uint4 *)(xp + c * k + 32));
-			const float2 s0 = __ldg(ds + c * nb + b0);
-			const float2 s1 = __ldg(ds + c * nb + b0 + 1);
-
-#pragma unroll
-			for (int r = 0; r < R; r++) {
-				int il = 0, ih = 0;
-
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					il = __dp4a((int)lo[r][i], (int)q4kh_cv_word(al, i), il);
-					ih = __dp4a((int)hi[r][i], (int)q4kh_cv_word(ah, i), ih);
-				}
-				acc[r][c] = fmaf(dl[r][0] * s0.x, small_int_float(il), acc[r][c]);
-				acc[r][c] = fmaf(dl[r][1] * s1.x, small_int_float(ih), acc[r][c]);
-				acc[r][c] = fmaf(-ml[r][0], s0.y, acc[r][c]);
-				acc[r][c] = fmaf(-ml[r][1], s1.y, acc[r][c]);
-			}
-		}
+		return q4kh_pdl_launch(io->pdl != 0, k, dp4a_blocks(k, want, warps, sms, smem),
+		                       32 * warps, smem, s, f, io->x, io->ldx, n, io->y, io->ldy);
 	}
 };
+
+/* dp4a_gemv_kernel's load for q4kh_cv_pick_all. */
+template <int T, class F>
+struct gemv_loader {
+	template <int R, int U>
+	cudaError_t run() const
+	{
+		return q4kh_preload(dp4a_gemv_kernel<T, R, U, F>);
+	}
+};
+
+/* The one-launch product of w (format F) and io with WARPS warps a block. */
+template <class F>
+cudaError_t gemv_one(const q4kh_prepared *w, const q4kh_cv_io *io, int warps, cudaStream_t s)
+{
+	const int sms = w->multiprocessors;
+	const int r = q4kh_cv_stream_rows_per_warp(w->n, sms);
+	const int64_t groups = (w->n + r - 1) / r;
+	const size_t smem = dp4a_shared_bytes(w->k, io->cols);
+	F f;
+
+	dp4a_bind_rows(f, w); /* x: the kernel's shared memory */
+	return q4kh_cv_for_cols(io->cols, [&](auto t) {
+		const gemv_launcher<decltype(t)::value, F> l = {
+			f, io, w->n, (groups + warps - 1) / warps, warps, sms, smem, s
+		};
+
+		return q4kh_cv_stream_pick(l, r, f.pieces);
+	});
+}
+
+/* Every kernel dp4a_launch may launch for formats F (shared) and G. */
+template <class F, class G>
+cudaError_t preload_format(void)
+{
+	const cudaError_t e = q4kh_cv_stream_preload<G>();
+
+	return e != cudaSuccess
+		? e
+		: q4kh_cv_pick_all([](auto t) { return gemv_loader<decltype(t)::value, F>(); });
+}
+
+/* y = W x with formats F (shared) and G (scratch) of the same rows. */
+template <class F, class G>
+cudaError_t launch_format(const q4kh_prepared *w, const q4kh_cv_io *io, void *scratch,
+                          int warps, cudaStream_t s)
+{
+	const int64_t blocks = w->k / DP4A_QB * io->cols;
+	G dot;
+	cudaError_t e;
+
+	if (dp4a_one_launch(w->k, io->cols))
+		return gemv_one<F>(w, io, warps, s);
+	dp4a_bind_rows(dot, w);
+	dot.xq = (const int8_t *)scratch;
+	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
+	/* 4 threads a block of 32 values, DP4A_QUANT_STEP blocks each */
+	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel,
+	                         (unsigned)((blocks * 4 / DP4A_QUANT_STEP + 255) / 256),
+	                         256, 0, s, io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
+	                         (float2 *)dot.ds)) != cudaSuccess)
+		return e;
+	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
+	                             w->multiprocessors, io->pdl != 0, s);
+}
 
 } // namespace
 
@@ -147,28 +157,26 @@ extern "C" cudaError_t dp4a_probe(void)
 
 extern "C" cudaError_t dp4a_preload(void)
 {
-	const cudaError_t e = q4kh_preload(quantize_kernel);
+	cudaError_t e = q4kh_preload(quantize_kernel, q4kh_q6k_copy_kernel);
 
-	return e != cudaSuccess ? e : q4kh_cv_stream_preload<dp4a_dot>();
+	e = e != cudaSuccess ? e : preload_format<dp4a_q4k<true>, dp4a_q4k<false> >();
+	return e != cudaSuccess ? e : preload_format<dp4a_q6k<true>, dp4a_q6k<false> >();
+}
+
+extern "C" cudaError_t dp4a_q6k_copy(const q4kh_prepared *w, void *dst, cudaStream_t s)
+{
+	return q4kh_q6k_copy(w, dst, s);
+}
+
+extern "C" int64_t dp4a_q6k_row_bytes(int64_t k)
+{
+	return q4kh_q6k_row_bytes(k);
 }
 
 extern "C" cudaError_t dp4a_launch(const q4kh_prepared *w, const q4kh_cv_io *io,
                                    void *scratch, int warps, cudaStream_t s)
 {
-	const int64_t blocks = w->k / QB * io->cols;
-	dp4a_dot dot;
-	cudaError_t e;
-
-	dot.w = (const uint8_t *)w->data;
-	dot.stride = w->stride;
-	dot.pieces = (int)(w->k / (Q4KH_Q4K_VALUES / Q4KH_Q4K_PIECES));
-	dot.xq = (const int8_t *)scratch;
-	dot.ds = (const float2 *)((uint8_t *)scratch + codes_bytes(w->k, io->cols));
-	dot.k = w->k;
-	if ((e = q4kh_pdl_launch(io->pdl != 0, quantize_kernel, (unsigned)((blocks + 7) / 8),
-	                         256, 0, s, io->x, io->ldx, w->k, blocks, (int8_t *)dot.xq,
-	                         (float2 *)dot.ds)) != cudaSuccess)
-		return e;
-	return q4kh_cv_stream_launch(dot, (int)io->cols, w->n, io->y, io->ldy, warps,
-	                             w->multiprocessors, io->pdl != 0, s);
+	if (w->type == Q4KH_TYPE_Q6_K)
+		return launch_format<dp4a_q6k<true>, dp4a_q6k<false> >(w, io, scratch, warps, s);
+	return launch_format<dp4a_q4k<true>, dp4a_q4k<false> >(w, io, scratch, warps, s);
 }

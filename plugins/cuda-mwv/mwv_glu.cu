@@ -5,8 +5,8 @@
  * sums each row exactly as q4kh_cv_stream_kernel does for gemv (same format,
  * mwv_q4k.cuh, mwv_q6k.cuh or mwv_b32.cuh, same order: gemv's bits), and
  * stores the gated value of each gate row with its up row through the cuda
- * backend's own expression (q4khost/cuda_glu.cuh). The products are never
- * stored.
+ * backend's own expression (q4kh_cv_glu_store, q4khost/cuda_glu.cuh). The
+ * products are never stored.
  */
 #include "mwv.h"
 #include "mwv_b32.cuh"
@@ -16,32 +16,9 @@
 
 namespace {
 
-/* q4kh_cv_stream_each's store for a q4kh_cv_pair: row 2i is gate's, 2i + 1 up's. */
-struct glu_store {
-	float *y; /* column c at y + c * ldy */
-	int64_t ldy;
-	bool silu;
-
-	template <int R, int T>
-	__device__ __forceinline__ void store(float (&acc)[R][T], int64_t row0,
-	                                      int64_t n) const
-	{
-		const int lane = threadIdx.x & 31;
-
-		q4kh_cv_warp_sum<R, T>(acc);
-#pragma unroll
-		for (int q = 0; q < R / 2; q++)
-#pragma unroll
-			for (int c = 0; c < T; c++)
-				if ((q * T + c) % 32 == lane && row0 + 2 * q < n)
-					y[(row0 >> 1) + q + c * ldy] = q4kh_cuda_glu_value(
-						silu, acc[2 * q][c], acc[2 * q + 1][c]);
-	}
-};
-
 template <int T, int R, int U, class F>
 __global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
-mwv_glu_kernel(const q4kh_cv_pair<F> f, int64_t n, const glu_store s)
+mwv_glu_kernel(const q4kh_cv_pair<F> f, int64_t n, const q4kh_cv_glu_store s)
 {
 	static_assert(R % 2 == 0, "a warp takes whole pairs of rows");
 	q4kh_cv_stream_each<T, R, U>(f,
@@ -56,7 +33,7 @@ mwv_glu_kernel(const q4kh_cv_pair<F> f, int64_t n, const glu_store s)
  * programmatic dependent when PDL.
  */
 template <int T, class F>
-cudaError_t glu_cols(const q4kh_cv_pair<F> &f, int64_t n, const glu_store &s, int warps,
+cudaError_t glu_cols(const q4kh_cv_pair<F> &f, int64_t n, const q4kh_cv_glu_store &s, int warps,
                      int sms, bool pdl, cudaStream_t st)
 {
 	const int r = q4kh_cv_stream_rows_per_warp(n, sms) == 4 ? 4 : 2;
@@ -81,7 +58,7 @@ cudaError_t glu_launch(F gate, F up, const q4kh_prepared *wg, const q4kh_prepare
                        const q4kh_cv_io *io, bool silu, int warps, cudaStream_t st)
 {
 	q4kh_cv_pair<F> f;
-	const glu_store s = { io->y, io->ldy, silu };
+	const q4kh_cv_glu_store s = { io->y, io->ldy, silu };
 	const int64_t n = 2 * wg->n;
 	const int sms = wg->multiprocessors;
 

@@ -88,6 +88,29 @@ static inline float __uint_as_float(unsigned v)
 	return __int_as_float((int)v);
 }
 
+/* The four signed bytes of a times those of b, summed, plus c (sm_61). */
+static inline int __dp4a(int a, int b, int c)
+{
+	for (int n = 0; n < 4; n++)
+		c += (int)(int8_t)(a >> (8 * n)) * (int)(int8_t)(b >> (8 * n));
+	return c;
+}
+
+/* f rounded to the nearest integer, ties to even; NaN 0 and out of range
+ * saturated, as the device's cvt.rni.s32.f32. */
+static inline int __float2int_rn(float f)
+{
+	if (std::isnan(f))
+		return 0;
+	if (f >= 2147483648.0f)
+		return 2147483647;
+	if (f < -2147483648.0f)
+		return -2147483647 - 1;
+	return (int)std::nearbyint(f);
+}
+
+using std::isfinite;
+
 static inline void emu_check_align(const void *p, size_t n)
 {
 	if ((uintptr_t)p % n) {
@@ -106,6 +129,24 @@ static inline float4 __ldg(const float4 *p)
 static inline uint4 __ldg(const uint4 *p)
 {
 	emu_check_align(p, 16);
+	return *p;
+}
+
+static inline float2 __ldg(const float2 *p)
+{
+	emu_check_align(p, 8);
+	return *p;
+}
+
+static inline uint2 __ldg(const uint2 *p)
+{
+	emu_check_align(p, 8);
+	return *p;
+}
+
+static inline unsigned short __ldg(const unsigned short *p)
+{
+	emu_check_align(p, 2);
 	return *p;
 }
 

@@ -34,6 +34,7 @@
 
 #include <type_traits>
 
+#include "q4khost/cuda_glu.cuh"
 #include "q4khost/cuda_pdl.cuh"
 #include "q4khost/cuda_preload.cuh"
 #include "q4khost/cuda_variant.h"
@@ -222,6 +223,53 @@ __device__ __forceinline__ void q4kh_cv_stream_each(const F &f, int64_t warp,
 }
 
 /*
+ * q4kh_cv_stream_each for a kernel whose blocks first fill shared memory
+ * from what earlier kernels wrote (cuda-dp4a: the activations as int8):
+ * every thread of the block issues the loads of its first step (weights
+ * only), then calls prologue() once, whether or not it has rows (the
+ * prologue waits for the earlier kernels, q4kh_pdl_wait, and may end
+ * with __syncthreads), then streams its rows as q4kh_cv_stream_each does,
+ * each row's arithmetic in the same order. q4kh_cv_stream_each keeps its
+ * own loop, the code measured for cuda-mwv (docs/perf.md).
+ */
+template <int T, int R, int U, class F, class S, class P>
+__device__ __forceinline__ void q4kh_cv_stream_each_after(const F &f, int64_t warp,
+                                                          int64_t warps, int64_t n,
+                                                          const S &s, const P &prologue)
+{
+	const int lane = threadIdx.x & 31;
+	typename F::piece_t p[U][R];
+	/* Issue the loads of the step at pieces j0 + 32 u of the R rows from row0. */
+	const auto load = [&](int64_t row0, int j0) {
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			if (j0 + 32 * u < f.pieces)
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					p[u][r] = f.load(row0 + r < n ? row0 + r : n - 1, j0 + 32 * u);
+	};
+
+	q4kh_pdl_release();
+	if (warp * R < n)
+		load(warp * R, lane);
+	prologue();
+	for (int64_t g = warp; g * R < n; g += warps) {
+		const int64_t row0 = g * R;
+		float acc[R][T] = {};
+
+		for (int j0 = lane; j0 < f.pieces; j0 += 32 * U) {
+			if (g != warp || j0 != lane)
+				load(row0, j0);
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (j0 + 32 * u < f.pieces)
+					f.template dot<R, T>(acc, p[u], j0 + 32 * u);
+		}
+		s.template store<R, T>(acc, row0, n);
+	}
+}
+
+/*
  * y {N, T} = W x (+ bias) with format F, by warp WARP of WARPS that share
  * the rows: q4kh_cv_stream_each with q4kh_cv_warp_store, also run by kernels that
  * give each of several matrices its own blocks.
@@ -263,6 +311,57 @@ struct q4kh_cv_pair {
 	}
 };
 
+/*
+ * q4kh_cv_stream_each's store for a q4kh_cv_pair (gemv_glu, ABI 1.4): the
+ * sums over the warp, then y[i + c * ldy] = act(gate row i) * (up row i)
+ * through the cuda backend's expression (q4khost/cuda_glu.cuh), SiLU with
+ * silu, else the tanh GELU; R even.
+ */
+struct q4kh_cv_glu_store {
+	float *y; /* column c at y + c * ldy */
+	int64_t ldy;
+	bool silu;
+
+	template <int R, int T>
+	__device__ __forceinline__ void store(float (&acc)[R][T], int64_t row0,
+	                                      int64_t n) const
+	{
+		const int lane = threadIdx.x & 31;
+
+		q4kh_cv_warp_sum<R, T>(acc);
+#pragma unroll
+		for (int q = 0; q < R / 2; q++)
+#pragma unroll
+			for (int c = 0; c < T; c++)
+				if ((q * T + c) % 32 == lane && row0 + 2 * q < n)
+					y[(row0 >> 1) + q + c * ldy] = q4kh_cuda_glu_value(
+						silu, acc[2 * q][c], acc[2 * q + 1][c]);
+	}
+};
+
+/*
+ * The matrix of gemv_multi's block BLOCK among COUNT (q4kh_cv_multi_split's
+ * FIRST), and its blocks [*begin, *end): constant indices only, so that
+ * a kernel's arguments stay in the constant bank.
+ */
+__device__ __forceinline__ int q4kh_cv_multi_which(const unsigned (&first)[Q4KH_GEMV_MULTI_MAX + 1],
+                                                   int count, unsigned block, unsigned *begin,
+                                                   unsigned *end)
+{
+	int i = 0;
+
+	*begin = 0;
+	*end = first[1];
+#pragma unroll
+	for (int j = 1; j < Q4KH_GEMV_MULTI_MAX; j++)
+		if (j < count && block >= first[j]) {
+			i = j;
+			*begin = first[j];
+			*end = first[j + 1];
+		}
+	return i;
+}
+
 /* y {N, T} = W x with format F; see the top of this file. */
 template <int T, int R, int U, class F>
 __global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
@@ -301,6 +400,60 @@ static cudaError_t q4kh_cv_stream_pick(const L &l, int r_wanted, int pieces)
 	if (r_wanted == 2)
 		return pieces > 64 ? l.template run<2, 4>() : l.template run<2, 2>();
 	return pieces > 64 ? l.template run<1, 4>() : l.template run<1, 2>();
+}
+
+/*
+ * Rows per warp for the 2N rows of a q4kh_cv_pair over SMS
+ * multiprocessors: as q4kh_cv_stream_rows_per_warp, but at least one pair.
+ */
+static inline int q4kh_cv_pair_rows_per_warp(int64_t rows, int sms)
+{
+	return q4kh_cv_stream_rows_per_warp(rows, sms) == 4 ? 4 : 2;
+}
+
+/*
+ * q4kh_cv_stream_pick for the 2N rows of a q4kh_cv_pair:
+ * L.run<R, U>() for R_WANTED 4 or 2 (q4kh_cv_pair_rows_per_warp), U as
+ * q4kh_cv_stream_pick takes it for rows of PIECES pieces.
+ */
+template <class L>
+static cudaError_t q4kh_cv_pair_pick(const L &l, int r_wanted, int pieces)
+{
+	if (r_wanted == 4)
+		return l.template run<4, 2>();
+	return pieces > 64 ? l.template run<2, 4>() : l.template run<2, 2>();
+}
+
+/*
+ * gemv_multi's grid: the blocks of WARPS warps each of the N matrices w
+ * streams (matrix i: blocks [first[i], first[i + 1])), with rows per warp
+ * R (returned) from all the rows the launch spreads over the
+ * multiprocessors, as for one matrix: a block per WARPS row groups of each
+ * matrix while MOST blocks take them all; beyond, MOST blocks in
+ * proportion to the groups, one at least.
+ */
+static inline int q4kh_cv_multi_split(uint32_t n, const q4kh_prepared *const w[], int warps,
+                                      int64_t most, unsigned first[])
+{
+	int64_t rows = 0, groups[Q4KH_GEMV_MULTI_MAX], total = 0, want = 0, blocks = 0;
+	int r;
+
+	for (uint32_t i = 0; i < n; i++)
+		rows += w[i]->n;
+	r = q4kh_cv_stream_rows_per_warp(rows, w[0]->multiprocessors);
+	for (uint32_t i = 0; i < n; i++) {
+		groups[i] = (w[i]->n + r - 1) / r;
+		total += groups[i];
+		want += (groups[i] + warps - 1) / warps;
+	}
+	first[0] = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t b = want <= most ? (groups[i] + warps - 1) / warps : most * groups[i] / total;
+
+		blocks += b > 0 ? b : 1;
+		first[i + 1] = (unsigned)blocks;
+	}
+	return r;
 }
 
 /* q4kh_cv_stream_kernel's launch for q4kh_cv_stream_pick. */
