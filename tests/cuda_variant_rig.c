@@ -23,6 +23,14 @@ const struct variant dp4a = { "cuda-dp4a", { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K }, 2
 const struct variant iq = { "cuda-gemv-iq", { Q4KH_TYPE_IQ4_NL, Q4KH_TYPE_IQ4_XS }, 2, 0, 17 };
 const struct variant *const variants[3] = { &mwv, &dp4a, &iq };
 
+int variant_takes(const struct variant *v, uint32_t type)
+{
+	for (uint32_t i = 0; i < v->n_types; i++)
+		if (v->types[i] == type)
+			return 1;
+	return 0;
+}
+
 /* --- random valid blocks ------------------------------------------------- */
 
 /* An fp16 of magnitude in [lo, hi) and random sign (SIGNED) or positive. */

@@ -75,6 +75,9 @@ extern const struct variant *const variants[3];
 
 #define N_VARIANTS N_OF(variants)
 
+/* Whether V takes weights of TYPE (one of its types). */
+int variant_takes(const struct variant *v, uint32_t type);
+
 /* N random valid rows of K values of TYPE (Q4_K, Q6_K, Q5_0, Q8_0, IQ4_NL
  * or IQ4_XS), packed; free() them. */
 uint8_t *random_blocks(uint32_t type, int64_t k, int64_t n);

@@ -136,7 +136,7 @@ static void multi_check(struct vrig *r, struct q4kh_kernel *k, const struct mult
 	free(xv);
 }
 
-/* Every case of multi_cases at T = 1 .. 8 for variant V (all fused). */
+/* Every case of multi_cases whose types V takes, at T = 1 .. 8 (all fused). */
 static void multi_cases_of(const struct variant *v, long seed)
 {
 	struct q4kh_kernel k;
@@ -148,7 +148,12 @@ static void multi_cases_of(const struct variant *v, long seed)
 		const struct multi_case *mc = &multi_cases[c];
 		struct weight w[Q4KH_GEMV_MULTI_MAX];
 		struct view bias[Q4KH_GEMV_MULTI_MAX];
+		uint32_t taken = 0;
 
+		for (uint32_t i = 0; i < mc->n; i++)
+			taken += (uint32_t)variant_takes(v, mc->type[i]);
+		if (taken < mc->n) /* a type V does not take */
+			continue;
 		for (uint32_t i = 0; i < mc->n; i++) {
 			float *bv = rvals((size_t)mc->rows[i]);
 
@@ -328,7 +333,7 @@ static void glu_check(struct vrig *r, const struct variant *v, struct q4kh_kerne
 	free(xv);
 }
 
-/* Every case of glu_cases at T = 1 .. 8 for variant V. */
+/* Every case of glu_cases whose type V takes, at T = 1 .. 8. */
 static void glu_cases_of(const struct variant *v, long seed)
 {
 	struct q4kh_kernel k;
@@ -340,6 +345,8 @@ static void glu_cases_of(const struct variant *v, long seed)
 		const struct glu_case *gc = &glu_cases[c];
 		struct weight gate, up;
 
+		if (!variant_takes(v, gc->type))
+			continue;
 		/* up's rows padded: the two strides differ */
 		weight_new(&r, &k, v, gc->type, gc->k, gc->n, 0, &gate);
 		weight_new(&r, &k, v, gc->type, gc->k, gc->n, 16, &up);
