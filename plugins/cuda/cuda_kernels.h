@@ -337,11 +337,8 @@ cudaError_t cuda_launch_mul_mat_id(const struct cuda_view *w, const struct cuda_
  * enqueued, where those nodes would not take the GEMV formats' direct form
  * (k T >= 2 E, types or alignment) or gate's type is not up's. Each launch
  * is at most one wave of the blocks SMS multiprocessors hold (a block
- * routes its token once, then each warp walks its tasks, a row of gate
- * and up or a row of out with its k experts in slot order, as one stream
- * of steps whose next loads are in flight while one is computed),
- * launched as a programmatic dependent (q4khost/cuda_pdl.cuh) when PDL is
- * nonzero.
+ * routes its token once, then walks its share of the rows), launched as a
+ * programmatic dependent (q4khost/cuda_pdl.cuh) when PDL is nonzero.
  */
 struct cuda_moe_fused_views {
 	struct cuda_view logits, ids, weights, x, gate, up, h, down, out;

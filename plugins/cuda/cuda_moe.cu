@@ -14,8 +14,6 @@
  * y's columns. Every launch is sized by the most tiles the routing can
  * make; the blocks past the count the grouping wrote return at once.
  */
-#include <atomic>
-
 #include "cuda_common.cuh"
 #include "cuda_gemv.cuh"
 #include "cuda_kernels.h"
@@ -406,154 +404,82 @@ struct moe_fused {
 	int norm, ks_glu, ks_down;
 };
 
-/*
- * Steps a warp's walk (fused_walk) holds: the loads of all but one are in
- * flight while that one is computed, across the ends of its tasks. As
- * many as 216 bytes of a lane's loads hold, 3 to 6 (2 would keep the ring
- * in local memory): 3 of moe_glu_kernel's steps of Q4_K (2 rows of 4
- * units, 1,152 bytes a warp), 6 of moe_down_kernel's of Q6_K (1 row of 2
- * units, 420 bytes a warp) or Q4_K (1 row of 3 units, 432 bytes), within
- * 128 registers without spills (nvcc 13, sm_90).
- */
-template <uint32_t TYPE, int R>
-static constexpr __host__ __device__ int fused_depth(void)
-{
-	constexpr int n =
-		(int)(216 / sizeof(typename gv_fmt<TYPE>::template raw<R, gv_units(TYPE, 1)>));
-
-	return n < 3 ? 3 : n > 6 ? 6 : n;
-}
+/* Rows of a matrix a warp task takes: gv_block's for one column. */
+#define FUSED_ROWS gv_rows(1)
 
 /*
- * A warp's walk over its tasks 0 .. NT - 1, each R rows of K values times
- * one column, summed as gv_block sums a row for one column with ks warps
- * a row (KP this warp's place), so that every sum is mul_mat_id's: each
- * lane's products in unit order (units KP U, KP U + ks U, ...; U is
- * gv_block's, gv_units(TYPE, 1), which decides the units of each warp), the
- * warp's lanes in warp_sum's tree, then the ks warps' sums in warp order
- * through PART (GV_WARPS R floats). The steps (U units of the R rows) of
- * all the tasks are one sequence: the loads of the next fused_depth - 1
- * steps are in flight while one is computed, so a task's first loads are
- * not behind the last one's sums. AT(b, x) gives the next task's rows b[r]
- * and column x, or false where the task is past the work (nothing loaded,
- * a sum of 0); DONE(v) takes the next task's sums, row r's in lane r < R
- * of the slot's first warp, in every lane of the warp: each is called
- * once a task, in task order. With ks > 1 every warp of the block walks
- * the same NT (the sums meet at __syncthreads).
+ * A walk of ks warps (KP this warp's place) over rows b[0 .. R - 1] of K
+ * values times column X, summed as gv_block sums a row: each lane's
+ * products in unit order, the warp's lanes in warp_sum's tree, then the
+ * ks warps' sums in warp order through PART (GV_WARPS R floats; SYNC
+ * reached by every warp of the block). Lane r < R of the slot's first
+ * warp returns row r's sum.
  */
-template <uint32_t TYPE, int R, class At, class Done>
-static __device__ __forceinline__ void fused_walk(int64_t nt, int64_t k, int ks, int kp,
-                                                  float *part, const At &at, const Done &done)
+template <uint32_t TYPE, int R, int U>
+static __device__ __forceinline__ float fused_rows(const uint8_t *const (&b)[R], const float *x,
+                                                   int64_t k, int ks, int kp, bool walk,
+                                                   float *part)
 {
 	typedef gv_fmt<TYPE> F;
-	constexpr int U = gv_units(TYPE, 1), D = fused_depth<TYPE, R>();
-	struct step {
-		typename F::template raw<R, U> raw;
-		const float *x;
-		int u;
-		bool ok;
-	};
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	const int units = (int)((k + GV_UNIT - 1) / GV_UNIT), stride = ks * U;
-	const int steps = (units + stride - 1) / stride; /* place 0's, the most */
+	const int units = (int)((k + GV_UNIT - 1) / GV_UNIT);
 	const typename F::lane_t L = F::lane_init(lane, k, units);
-	step ring[D];
-	const uint8_t *b[R]; /* the loading task's rows, at unit 0 */
-	const float *x = nullptr;
-	bool ok = false;
-	int64_t ln = 0, cn = 0; /* the tasks of the next load and compute */
-	int ls = 0, cs = 0;     /* and their steps */
-	float acc[R][1];
+	gv_pos<1, R> p;
+	float acc[R][1], mine = 0.0f;
 
-	auto issue = [&](step &q) {
-		if (ln >= nt)
-			return;
-		if (ls == 0)
-			ok = at(b, x);
-		q.x = x;
-		q.ok = ok;
-		q.u = kp * U + ls * stride;
-		if (ok && q.u < units) {
-			const uint8_t *bu[R];
-
+	p.u = kp * U;
+	p.stride = ks * U;
+	p.units = units;
+	p.full = (int)(k / GV_UNIT);
+	p.bstep = (int64_t)p.stride * F::UB;
+	p.xstep = (int64_t)p.stride * GV_UNIT;
 #pragma unroll
-			for (int r = 0; r < R; r++)
-				bu[r] = b[r] + (int64_t)q.u * F::UB;
-			F::template load<true, R, U>(q.raw, bu, q.u, units, L);
-		}
-		if (++ls == steps) {
-			ls = 0;
-			ln++;
-		}
-	};
-	/* Compute the step at cn, cs from Q; false once the last task is done. */
-	auto consume = [&](const step &q) {
-		if (q.ok && q.u < units) {
-			const float *xs[1] = { q.x + (int64_t)q.u * GV_UNIT + L.x0 };
-
-			F::template compute<true, 1, R, U>(acc, q.raw, xs, q.u, units, L, lane);
-		}
-		if (++cs < steps)
-			return true;
-		float mine = 0.0f;
-
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			acc[r][0] = warp_sum(acc[r][0]);
-			if (r == lane)
-				mine = acc[r][0];
-			acc[r][0] = 0.0f;
-		}
-		if (ks > 1) {
-			if (lane < R)
-				part[warp * R + lane] = mine;
-			__syncthreads();
-			if (kp == 0 && lane < R) {
-				float s = 0.0f;
-
-				for (int w = 0; w < ks; w++)
-					s += part[(warp + w) * R + lane];
-				mine = s;
-			}
-			__syncthreads();
-		}
-		done(mine);
-		cs = 0;
-		return ++cn < nt;
-	};
-
-#pragma unroll
-	for (int r = 0; r < R; r++)
+	for (int r = 0; r < R; r++) {
+		p.b[r] = b[r] + (int64_t)p.u * F::UB;
 		acc[r][0] = 0.0f;
-	if (nt <= 0)
-		return;
+	}
+	p.x[0] = x + (int64_t)p.u * GV_UNIT + L.x0;
+	if (walk)
+		gv_walk<TYPE, 1, R, U>(acc, p, L, lane);
 #pragma unroll
-	for (int d = 0; d < D - 1; d++)
-		issue(ring[d]);
-	for (;;)
-#pragma unroll
-		for (int d = 0; d < D; d++) {
-			issue(ring[(d + D - 1) % D]);
-			if (!consume(ring[d]))
-				return;
+	for (int r = 0; r < R; r++) {
+		acc[r][0] = warp_sum(acc[r][0]);
+		if (r == lane)
+			mine = acc[r][0];
+	}
+	if (ks > 1) {
+		if (lane < R)
+			part[warp * R + lane] = mine;
+		__syncthreads();
+		if (kp == 0 && lane < R) {
+			float s = 0.0f;
+
+			for (int w = 0; w < ks; w++)
+				s += part[(warp + w) * R + lane];
+			mine = s;
 		}
+		__syncthreads();
+	}
+	return mine;
 }
 
 /*
  * Route, gate, up and their GLU of token t = blockIdx.x / bpt_glu: warp 0
  * routes the token into shared memory (block 0 of the token writes its ids
- * and weights), then the token's slots of ks_glu warps (slot s of block b
- * is slot b slots + s of W) take tasks s, s + W, ...: task i is row i % F
- * of gate and up of expert ids[i / F] (2 rows, one walk), and writes
- * act(gate) up into h (i / F, t). Dynamic shared memory: E + k doubles,
- * k ints, k floats; at most 128 registers a thread, 4 blocks a
- * multiprocessor, as gv_kernel.
+ * and weights), then slots of ks_glu warps take tasks (slot j, R rows of
+ * gate and up of expert ids[j]) and write act(gate) up into h (j, t).
+ * U units a step: with ks_glu > 1 mul_mat_id's (it decides which units
+ * each warp sums); with 1, any (each lane sums every unit in order), and
+ * the launch takes the fewer registers of 2 columns' (2 R rows a step).
+ * Dynamic shared memory: E + k doubles, k ints, k floats; at most 128
+ * registers a thread, 4 blocks a multiprocessor, as gv_kernel.
  */
-template <uint32_t TYPE>
+template <uint32_t TYPE, int U>
 static __global__ void __launch_bounds__(GV_THREADS, 4) moe_glu_kernel(moe_fused f)
 {
 	extern __shared__ double fu_shared[];
-	__shared__ float part[GV_WARPS * 2];
+	constexpr int R = FUSED_ROWS;
+	__shared__ float part[GV_WARPS * 2 * R];
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	const int64_t t = blockIdx.x / f.bpt_glu, b0 = blockIdx.x % f.bpt_glu;
 	int32_t *ids = (int32_t *)(fu_shared + f.e + f.k);
@@ -570,60 +496,51 @@ static __global__ void __launch_bounds__(GV_THREADS, 4) moe_glu_kernel(moe_fused
 			f.ids[t * f.ids_tok + j] = ids[j];
 			f.wts[t * f.wts_tok + j] = wts[j];
 		}
-	const int slots = GV_WARPS / f.ks_glu, kp = warp % f.ks_glu;
-	const int64_t w = f.bpt_glu * slots, ws = b0 * slots + warp / f.ks_glu;
-	const int64_t tasks = f.k * f.f;
-	const float *x = f.x + t * f.x_tok;
-	float *h = f.h + t * f.h_tok;
-	/* the next task to load and to store: slot j, row r; task j F + r */
-	int64_t lj = ws / f.f, lr = ws % f.f, sj = lj, sr = lr;
+	const int slots = GV_WARPS / f.ks_glu, slot = warp / f.ks_glu, kp = warp % f.ks_glu;
+	const int64_t groups = (f.f + R - 1) / R, tasks = f.k * groups;
 
-	fused_walk<TYPE, 2>(
-		(tasks + w - 1) / w, f.n, f.ks_glu, kp, part,
-		[&](const uint8_t *(&b)[2], const float *&xo) {
-			const bool ok = lj < f.k;
-			const int64_t e = ok ? ids[lj] : 0;
+	for (int64_t tb = b0; tb * slots < tasks; tb += f.bpt_glu) {
+		const int64_t task = tb * slots + slot, j = task / groups, row0 = task % groups * R;
+		const bool walk = task < tasks;
+		const uint8_t *b[2 * R];
 
-			b[0] = f.wg + e * f.g_exp + lr * f.g_row;
-			b[1] = f.wu + e * f.u_exp + lr * f.u_row;
-			xo = x;
-			for (lr += w; lr >= f.f; lr -= f.f)
-				lj++;
-			return ok;
-		},
-		[&](float v) {
-			/* lane 0 holds gate's sum, lane 1 up's */
-			const float up = __shfl_sync(0xffffffffu, v, lane + 1);
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const int64_t row = row0 + r < f.f ? row0 + r : f.f - 1, ex = walk ? ids[j] : 0;
 
-			if (kp == 0 && lane == 0 && sj < f.k)
-				h[sj * f.h_slot + sr] = q4kh_cuda_glu_value(true, v, up);
-			for (sr += w; sr >= f.f; sr -= f.f)
-				sj++;
-		});
+			b[r] = f.wg + ex * f.g_exp + row * f.g_row;
+			b[R + r] = f.wu + ex * f.u_exp + row * f.u_row;
+		}
+		const float v = fused_rows<TYPE, 2 * R, U>(b, f.x + t * f.x_tok, f.n, f.ks_glu, kp,
+		                                           walk, part);
+		/* lane r holds gate row r, lane R + r up row r */
+		const float up = __shfl_sync(0xffffffffu, v, lane + R);
+
+		if (walk && kp == 0 && lane < R && row0 + lane < f.f)
+			f.h[t * f.h_tok + j * f.h_slot + row0 + lane] = q4kh_cuda_glu_value(true, v, up);
+	}
 }
 
 /*
  * Down and the weighted sum of the slots of token t = blockIdx.x /
- * bpt_down: the token's slots of ks_down warps (slot s of block b is slot
- * b slots + s of W) take rows s, s + W, ... of out, each row as k tasks,
- * the row of down of expert ids[j] times column h (j, t) for j = 0 .. k -
- * 1 in turn, and lane 0 of the slot's first warp adds each product times
- * its weight in slot order, as the unfused mul and adds do. Dynamic
- * shared memory: k ints, k floats.
+ * bpt_down: a block takes R rows at a time, its slots of ks_down warps the
+ * k chosen experts' rows in turn (column h (j, t)), and lane r of the
+ * block's first warp adds row r's products times their weights in slot
+ * order, as the unfused mul and adds do. Dynamic shared memory: k ints, k
+ * floats, k R floats.
  */
 template <uint32_t TYPE>
-static __global__ void __launch_bounds__(GV_THREADS, 4) moe_down_kernel(moe_fused f)
+static __global__ void __launch_bounds__(GV_THREADS) moe_down_kernel(moe_fused f)
 {
 	extern __shared__ double fu_shared[];
-	__shared__ float part[GV_WARPS];
+	constexpr int R = FUSED_ROWS, U = gv_units(TYPE, 1);
+	__shared__ float part[GV_WARPS * R];
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 	const int64_t t = blockIdx.x / f.bpt_down, b0 = blockIdx.x % f.bpt_down;
 	int32_t *ids = (int32_t *)fu_shared;
-	float *wts = (float *)(ids + f.k);
-	const int slots = GV_WARPS / f.ks_down, kp = warp % f.ks_down;
-	const int64_t w = f.bpt_down * slots, ws = b0 * slots + warp / f.ks_down;
-	const float *h = f.h + t * f.h_tok;
-	float *out = f.out + t * f.out_tok, sum = 0.0f;
+	float *wts = (float *)(ids + f.k), *prod = wts + f.k;
+	const int slots = GV_WARPS / f.ks_down, slot = warp / f.ks_down, kp = warp % f.ks_down;
+	const int64_t groups = (f.n + R - 1) / R;
 
 	q4kh_pdl_release();
 	q4kh_pdl_wait(); /* moe_glu_kernel's ids, weights and h */
@@ -632,57 +549,35 @@ static __global__ void __launch_bounds__(GV_THREADS, 4) moe_down_kernel(moe_fuse
 		wts[j] = f.wts[t * f.wts_tok + j];
 	}
 	__syncthreads();
-	/* the next task to load and to add: row r, slot j */
-	int64_t lr = ws, sr = ws;
-	int lj = 0, sj = 0;
+	for (int64_t g = b0; g < groups; g += f.bpt_down) {
+		const int64_t row0 = g * R;
 
-	fused_walk<TYPE, 1>(
-		(f.n + w - 1) / w * f.k, f.f, f.ks_down, kp, part,
-		[&](const uint8_t *(&b)[1], const float *&xo) {
-			const bool ok = lr < f.n;
+		for (int64_t j0 = 0; j0 < f.k; j0 += slots) {
+			const int64_t j = j0 + slot;
+			const bool walk = j < f.k;
+			const uint8_t *b[R];
 
-			b[0] = f.wd + (ok ? ids[lj] : 0) * f.d_exp + (ok ? lr : 0) * f.d_row;
-			xo = h + lj * f.h_slot;
-			if (++lj == f.k) {
-				lj = 0;
-				lr += w;
-			}
-			return ok;
-		},
-		[&](float v) {
-			if (kp == 0 && lane == 0 && sr < f.n) {
-				sum = sj == 0 ? __fmul_rn(v, wts[0]) : __fadd_rn(sum, __fmul_rn(v, wts[sj]));
-				if (sj == f.k - 1)
-					out[sr] = sum;
-			}
-			if (++sj == f.k) {
-				sj = 0;
-				sr += w;
-			}
-		});
-}
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				b[r] = f.wd + (walk ? ids[j] : 0) * f.d_exp +
+				       (row0 + r < f.n ? row0 + r : f.n - 1) * f.d_row;
+			const float v = fused_rows<TYPE, R, U>(
+				b, f.h + t * f.h_tok + (walk ? j : 0) * f.h_slot, f.f, f.ks_down, kp, walk,
+				part);
 
-/* Blocks of KERNEL resident on a multiprocessor with SHM bytes of dynamic
- * shared memory, in *OUT: asked once for each size (the same few at every
- * launch), as gv_occupancy is. */
-template <void (*KERNEL)(moe_fused)>
-static cudaError_t fused_occupancy(size_t shm, int *out)
-{
-	static std::atomic<uint64_t> memo(0); /* shm << 32 | blocks; 0: not asked */
-	const uint64_t m = memo.load(std::memory_order_relaxed);
-	int o = 0;
-	cudaError_t e;
+			if (walk && kp == 0 && lane < R)
+				prod[j * R + lane] = v;
+		}
+		__syncthreads();
+		if (threadIdx.x < R && row0 + threadIdx.x < f.n) {
+			float s = __fmul_rn(prod[threadIdx.x], wts[0]);
 
-	if (m && m >> 32 == shm) {
-		*out = (int)(uint32_t)m;
-		return cudaSuccess;
+			for (int64_t j = 1; j < f.k; j++)
+				s = __fadd_rn(s, __fmul_rn(prod[j * R + threadIdx.x], wts[j]));
+			f.out[t * f.out_tok + row0 + threadIdx.x] = s;
+		}
+		__syncthreads();
 	}
-	if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, KERNEL, GV_THREADS, shm)) !=
-	    cudaSuccess)
-		return e;
-	*out = o > 0 ? o : 1;
-	memo.store((uint64_t)shm << 32 | (uint32_t)*out, std::memory_order_relaxed);
-	return cudaSuccess;
 }
 
 /*
@@ -693,19 +588,21 @@ static cudaError_t fused_occupancy(size_t shm, int *out)
  * route) once, before any weight moves. In *OUT; the occupancy query's
  * error, or cudaSuccess.
  */
-template <void (*KERNEL)(moe_fused)>
-static cudaError_t fused_blocks(size_t shm, int sms, int64_t T, int64_t tasks, int slots,
-                                int64_t *out)
+template <typename K>
+static cudaError_t fused_blocks(K kernel, size_t shm, int sms, int64_t T, int64_t tasks,
+                                int slots, int64_t *out)
 {
 	const int64_t b = (tasks + slots - 1) / slots;
 	int per_sm = 0;
-	const cudaError_t e = fused_occupancy<KERNEL>(shm, &per_sm);
-	int64_t wave = (int64_t)(sms > 0 ? sms : 1) * per_sm / T;
+	const cudaError_t e =
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, GV_THREADS, shm);
+	int64_t wave = (int64_t)(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1) / T;
 
 	wave = wave > 0 ? wave : 1;
 	*out = b < wave ? b : wave;
 	return e;
 }
+
 extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *v, int norm,
                                              int sms, int pdl, cudaStream_t s)
 {
@@ -750,7 +647,7 @@ extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *
 	    (e = cuda_gemv_grouped_split(v->down.type, f.n, f.f, f.k * T, sms, &f.ks_down)))
 		return e;
 	const size_t shm_glu = (size_t)(f.e + f.k) * 8 + (size_t)f.k * 8;
-	const size_t shm_down = (size_t)f.k * 8;
+	const size_t shm_down = (size_t)f.k * (8 + 4 * FUSED_ROWS);
 
 	e = q4kh_for_type(v->gate.type, [&](auto ty) {
 		constexpr uint32_t TY = decltype(ty)::value;
@@ -769,27 +666,44 @@ extern "C" cudaError_t cuda_launch_moe_fused(const struct cuda_moe_fused_views *
 	if (e != cudaSuccess || shm_glu > (48 << 10) || shm_down > (48 << 10))
 		return e != cudaSuccess ? e : cudaErrorNotSupported;
 	/* checked: both launch from here on, each at most one wave; both
-	 * grids are sized before the first launch, which takes f by value.
-	 * A slot takes at least a task (a row of gate and up, of out). */
+	 * grids are sized before the first launch, which takes f by value */
+	const int64_t glu_tasks = f.k * ((f.f + FUSED_ROWS - 1) / FUSED_ROWS);
+	auto glu = [&](auto kernel) {
+		return fused_blocks(kernel, shm_glu, sms, T, glu_tasks, GV_WARPS / f.ks_glu,
+		                    &f.bpt_glu);
+	};
 	e = q4kh_for_type(v->gate.type, [&](auto ty) {
-		return fused_blocks<moe_glu_kernel<decltype(ty)::value>>(
-			shm_glu, sms, T, f.k * f.f, GV_WARPS / f.ks_glu, &f.bpt_glu);
+		constexpr uint32_t TY = decltype(ty)::value;
+		constexpr int U1 = gv_units(TY, 1), U2 = gv_units(TY, 2);
+
+		return f.ks_glu == 1 ? glu(moe_glu_kernel<TY, U2>) : glu(moe_glu_kernel<TY, U1>);
 	});
 	if (e == cudaSuccess)
 		e = q4kh_for_type(v->down.type, [&](auto ty) {
-			return fused_blocks<moe_down_kernel<decltype(ty)::value>>(
-				shm_down, sms, T, f.n, GV_WARPS / f.ks_down, &f.bpt_down);
+			constexpr uint32_t TY = decltype(ty)::value;
+
+			return fused_blocks(moe_down_kernel<TY>, shm_down, sms, T,
+			                    (f.n + FUSED_ROWS - 1) / FUSED_ROWS, 1, &f.bpt_down);
 		});
 	if (e != cudaSuccess)
 		return e;
 	e = q4kh_for_type(v->gate.type, [&](auto ty) {
-		return q4kh_pdl_launch(pdl != 0, moe_glu_kernel<decltype(ty)::value>,
-		                       (unsigned)(f.bpt_glu * T), GV_THREADS, shm_glu, s, f);
+		constexpr uint32_t TY = decltype(ty)::value;
+		constexpr int U1 = gv_units(TY, 1), U2 = gv_units(TY, 2);
+		const unsigned grid = (unsigned)(f.bpt_glu * T);
+
+		return f.ks_glu == 1
+		               ? q4kh_pdl_launch(pdl != 0, moe_glu_kernel<TY, U2>, grid, GV_THREADS,
+		                                 shm_glu, s, f)
+		               : q4kh_pdl_launch(pdl != 0, moe_glu_kernel<TY, U1>, grid, GV_THREADS,
+		                                 shm_glu, s, f);
 	});
 	if (e != cudaSuccess)
 		return e;
 	return q4kh_for_type(v->down.type, [&](auto ty) {
-		return q4kh_pdl_launch(pdl != 0, moe_down_kernel<decltype(ty)::value>,
-		                       (unsigned)(f.bpt_down * T), GV_THREADS, shm_down, s, f);
+		constexpr uint32_t TY = decltype(ty)::value;
+
+		return q4kh_pdl_launch(pdl != 0, moe_down_kernel<TY>, (unsigned)(f.bpt_down * T),
+		                       GV_THREADS, shm_down, s, f);
 	});
 }

@@ -397,10 +397,6 @@ int main(void)
 	fails += fused(Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, 16, 4, 512, 256, 1, 1);
 	fails += fused(Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q4_K, 16, 3, 256, 512, 2, 0);
 	fails += fused(Q4KH_TYPE_Q8_0, Q4KH_TYPE_Q8_0, 8, 1, 256, 96, 1, 1);
-	/* Qwen3-30B-A3B's rows (gate and up 8 units, 2 steps a task; down 3
-	 * units of Q6_K, a whole step and a partial one), a slot's tasks
-	 * walked as one stream of steps across experts */
-	fails += fused(Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q6_K, 8, 3, 2048, 768, 1, 1);
 	/* few rows, long enough that two warps share each (on the 2
 	 * multiprocessors emu.h's occupancy gives): gate and up, then down */
 	fails += fused(Q4KH_TYPE_Q6_K, Q4KH_TYPE_Q8_0, 4, 1, 2048, 32, 1, 1);
