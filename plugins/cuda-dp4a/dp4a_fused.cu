@@ -19,31 +19,11 @@
 
 namespace {
 
-/* One matrix of gemv_multi's launch. */
-struct multi_mat {
-	const uint8_t *w; /* prepared rows (data) */
-	int64_t stride;
-	int64_t n;
-	float *y;
-	int64_t ldy;
-	const float *bias; /* NULL: none */
-	int q6k;           /* Q6_K's copy, else Q4_K */
-};
-
-/* What the kernel takes by value: every matrix and where its blocks start. */
-struct multi_args {
-	multi_mat m[Q4KH_GEMV_MULTI_MAX];
-	unsigned first[Q4KH_GEMV_MULTI_MAX + 1]; /* matrix i: [first[i], first[i + 1]) */
-	int count;
-	int64_t k;
-	const float *x;
-	int64_t ldx;
-};
-
 /* Matrix M of A by format F, as warp WARP of the WARPS its blocks hold. */
 template <int T, int R, int U, class F>
-__device__ __forceinline__ void multi_rows(F f, const multi_args &a, const multi_mat &m,
-                                           int64_t warp, int64_t warps, void *shm)
+__device__ __forceinline__ void multi_rows(F f, const q4kh_cv_multi_args &a,
+                                           const q4kh_cv_multi_mat &m, int64_t warp,
+                                           int64_t warps, void *shm)
 {
 	const q4kh_cv_row_store s = { m.y, m.ldy, m.bias };
 
@@ -57,17 +37,13 @@ __device__ __forceinline__ void multi_rows(F f, const multi_args &a, const multi
 
 template <int T, int R, int U>
 __global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
-dp4a_multi_kernel(const multi_args a)
+dp4a_multi_kernel(const q4kh_cv_multi_args a)
 {
 	extern __shared__ uint4 dp4a_shm[];
-	const int64_t per_block = blockDim.x >> 5;
-	unsigned begin, end;
-	const int i = q4kh_cv_multi_which(a.first, a.count, blockIdx.x, &begin, &end);
-	const multi_mat m = i == 0 ? a.m[0] : i == 1 ? a.m[1] : i == 2 ? a.m[2] : a.m[3];
-	const int64_t warp = (int64_t)(blockIdx.x - begin) * per_block + (threadIdx.x >> 5);
-	const int64_t warps = (int64_t)(end - begin) * per_block;
+	int64_t warp, warps;
+	const q4kh_cv_multi_mat m = q4kh_cv_multi_block(a, &warp, &warps);
 
-	if (m.q6k)
+	if (m.type == Q4KH_TYPE_Q6_K)
 		multi_rows<T, R, U>(dp4a_q6k<true>(), a, m, warp, warps, dp4a_shm);
 	else
 		multi_rows<T, R, U>(dp4a_q4k<true>(), a, m, warp, warps, dp4a_shm);
@@ -80,7 +56,7 @@ dp4a_multi_kernel(const multi_args a)
  */
 template <int T>
 struct multi_launcher {
-	const multi_args &a;
+	const q4kh_cv_multi_args &a;
 	uint32_t n;
 	const q4kh_prepared *const *w;
 	int warps;
@@ -92,7 +68,7 @@ struct multi_launcher {
 	cudaError_t run() const
 	{
 		const auto k = dp4a_multi_kernel<T, R, U>;
-		multi_args cut = a;
+		q4kh_cv_multi_args cut = a;
 
 		q4kh_cv_multi_split(n, w, warps,
 		                    dp4a_blocks(k, INT64_MAX, warps, w[0]->multiprocessors, smem),
@@ -216,25 +192,14 @@ extern "C" cudaError_t dp4a_multi_launch(uint32_t n, const q4kh_prepared *const 
                                          cudaStream_t s)
 {
 	const size_t smem = dp4a_shared_bytes(w[0]->k, io->cols);
-	multi_args a = {};
+	q4kh_cv_multi_args a = {};
 	int64_t rows = 0;
 
 	if (n < 1 || n > Q4KH_GEMV_MULTI_MAX || !dp4a_one_launch(w[0]->k, io->cols))
 		return cudaErrorInvalidValue;
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < n; i++)
 		rows += w[i]->n;
-		a.m[i].w = (const uint8_t *)w[i]->data;
-		a.m[i].stride = w[i]->stride;
-		a.m[i].n = w[i]->n;
-		a.m[i].y = io->y[i];
-		a.m[i].ldy = io->ldy[i];
-		a.m[i].bias = io->bias[i];
-		a.m[i].q6k = w[i]->type == Q4KH_TYPE_Q6_K;
-	}
-	a.count = (int)n;
-	a.k = w[0]->k;
-	a.x = io->x;
-	a.ldx = io->ldx;
+	q4kh_cv_multi_bind(&a, n, w, io);
 	return q4kh_cv_for_cols(io->cols, [&](auto t) {
 		const multi_launcher<decltype(t)::value> l = { a, n, w, warps, smem, io->pdl != 0, s };
 

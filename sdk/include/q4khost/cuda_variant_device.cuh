@@ -362,6 +362,47 @@ __device__ __forceinline__ int q4kh_cv_multi_which(const unsigned (&first)[Q4KH_
 	return i;
 }
 
+/* One matrix of a gemv_multi launch, as its kernel takes it. */
+struct q4kh_cv_multi_mat {
+	const uint8_t *w; /* the prepared rows (q4kh_prepared's data) */
+	int64_t stride;
+	int64_t n;
+	float *y;
+	int64_t ldy;
+	const float *bias; /* NULL: none */
+	uint32_t type;     /* q4kh_prepared's type */
+};
+
+/*
+ * What a gemv_multi kernel takes by value: every matrix, where its blocks
+ * start (q4kh_cv_multi_split) and the activations they all read.
+ */
+struct q4kh_cv_multi_args {
+	q4kh_cv_multi_mat m[Q4KH_GEMV_MULTI_MAX];
+	unsigned first[Q4KH_GEMV_MULTI_MAX + 1]; /* matrix i: [first[i], first[i + 1]) */
+	int count;
+	int64_t k; /* the same for every matrix */
+	const float *x;
+	int64_t ldx;
+};
+
+/*
+ * The matrix of A this block streams (q4kh_cv_multi_which), and this
+ * warp's index *WARP among the *WARPS of that matrix's blocks.
+ */
+__device__ __forceinline__ q4kh_cv_multi_mat q4kh_cv_multi_block(const q4kh_cv_multi_args &a,
+                                                                 int64_t *warp, int64_t *warps)
+{
+	static_assert(Q4KH_GEMV_MULTI_MAX == 4, "one constant index a matrix");
+	const int64_t per_block = blockDim.x >> 5;
+	unsigned begin, end;
+	const int i = q4kh_cv_multi_which(a.first, a.count, blockIdx.x, &begin, &end);
+
+	*warp = (int64_t)(blockIdx.x - begin) * per_block + (threadIdx.x >> 5);
+	*warps = (int64_t)(end - begin) * per_block;
+	return i == 0 ? a.m[0] : i == 1 ? a.m[1] : i == 2 ? a.m[2] : a.m[3];
+}
+
 /* y {N, T} = W x with format F; see the top of this file. */
 template <int T, int R, int U, class F>
 __global__ void __launch_bounds__(Q4KH_CV_MAX_WARPS * 32)
@@ -454,6 +495,30 @@ static inline int q4kh_cv_multi_split(uint32_t n, const q4kh_prepared *const w[]
 		first[i + 1] = (unsigned)blocks;
 	}
 	return r;
+}
+
+/*
+ * *A's matrices, count, k and activations for the N (1 ..
+ * Q4KH_GEMV_MULTI_MAX) matrices w, of one k, and IO; its blocks are
+ * q4kh_cv_multi_split's to cut.
+ */
+static inline void q4kh_cv_multi_bind(q4kh_cv_multi_args *a, uint32_t n,
+                                      const q4kh_prepared *const w[],
+                                      const q4kh_cv_multi_io *io)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		a->m[i].w = (const uint8_t *)w[i]->data;
+		a->m[i].stride = w[i]->stride;
+		a->m[i].n = w[i]->n;
+		a->m[i].y = io->y[i];
+		a->m[i].ldy = io->ldy[i];
+		a->m[i].bias = io->bias[i];
+		a->m[i].type = w[i]->type;
+	}
+	a->count = (int)n;
+	a->k = w[0]->k;
+	a->x = io->x;
+	a->ldx = io->ldx;
 }
 
 /* q4kh_cv_stream_kernel's launch for q4kh_cv_stream_pick. */
