@@ -543,7 +543,7 @@ static const char *const sdk_headers[] = {
 	"plugin.h", "quant.h", "contract.h", "top2.h", "step.h", "pool.h", "glu.h", "moe.h",
 	"dequant.h", "cpu_isa.h", "backend_base.h", "cpu_backend.h", "cuda_tc.h", "cuda_retired.h", "cuda_variant.h",
 	"cuda_variant_scratch.h", "cuda_variant_device.cuh", "cuda_q4k_device.cuh",
-	"cuda_quant.cuh", "cuda_glu.cuh", "cuda_pdl.cuh", "cuda_preload.cuh",
+	"cuda_q6k_device.cuh", "cuda_quant.cuh", "cuda_glu.cuh", "cuda_pdl.cuh", "cuda_preload.cuh",
 };
 
 /* FILE exists under ROOT, a regular file. */
