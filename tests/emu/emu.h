@@ -120,36 +120,6 @@ static inline void emu_check_align(const void *p, size_t n)
 }
 #define GV_HOST_LOAD_CHECK emu_check_align
 
-static inline float4 __ldg(const float4 *p)
-{
-	emu_check_align(p, 16);
-	return *p;
-}
-
-static inline uint4 __ldg(const uint4 *p)
-{
-	emu_check_align(p, 16);
-	return *p;
-}
-
-static inline float2 __ldg(const float2 *p)
-{
-	emu_check_align(p, 8);
-	return *p;
-}
-
-static inline uint2 __ldg(const uint2 *p)
-{
-	emu_check_align(p, 8);
-	return *p;
-}
-
-static inline unsigned short __ldg(const unsigned short *p)
-{
-	emu_check_align(p, 2);
-	return *p;
-}
-
 /* A load past L1 (cache global): a plain load here, as every thread sees
  * one memory. */
 template <typename T>
@@ -159,8 +129,8 @@ static inline T __ldcg(const T *p)
 	return *p;
 }
 
-/* A read-only load of another type (a scale, a word): a plain load that
- * checks its alignment. */
+/* A read-only load (__ldg) of any type: a plain load that checks its
+ * natural alignment, up to 16 bytes. */
 template <typename T>
 static inline T __ldg(const T *p)
 {
