@@ -8,6 +8,24 @@
 #include "backend.h"
 #include "tensor.h"
 
+int q4kh_kv_paged_supported(const struct q4kh_model *m, struct q4kh_error *why)
+{
+	const struct q4kh_backend *b = m->backend;
+
+	if (m->hp.n_recurrent) {
+		q4kh_fail(why, "%s has recurrent layers, whose states hold one sequence: no paged KV cache",
+		          m->arch->name);
+		return 0;
+	}
+	if (!Q4KH_BACKEND_HAS(b->v, attention_paged) || !Q4KH_BACKEND_HAS(b->v, set_rows)) {
+		q4kh_fail(why, "backend %s has no paged KV cache: it has no %s (ABI 1.8)",
+		          b->plugin->name,
+		          Q4KH_BACKEND_HAS(b->v, attention_paged) ? "set_rows" : "attention_paged");
+		return 0;
+	}
+	return 1;
+}
+
 int q4kh_kv_paged_new(struct q4kh_model *m, int32_t n_pages, int32_t page_size,
                       uint32_t kv_type, struct q4kh_kv_paged **out, struct q4kh_error *err)
 {
@@ -17,13 +35,8 @@ int q4kh_kv_paged_new(struct q4kh_model *m, int32_t n_pages, int32_t page_size,
 	uint64_t layer;
 
 	*out = NULL;
-	if (hp->n_recurrent)
-		return q4kh_fail(err, "%s has recurrent layers, whose states hold one sequence: no paged KV cache",
-		                 m->arch->name);
-	if (!Q4KH_BACKEND_HAS(b->v, attention_paged) || !Q4KH_BACKEND_HAS(b->v, set_rows))
-		return q4kh_fail(err, "backend %s has no paged KV cache: it has no %s (ABI 1.8)",
-		                 b->plugin->name,
-		                 Q4KH_BACKEND_HAS(b->v, attention_paged) ? "set_rows" : "attention_paged");
+	if (!q4kh_kv_paged_supported(m, err))
+		return -1;
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return q4kh_fail(err, "out of memory");

@@ -30,11 +30,18 @@ struct q4kh_kv_paged {
 };
 
 /*
+ * Can M's sessions share a paged KV cache? 1 when they can; 0 with WHY
+ * saying why not: M has recurrent layers (their states hold one
+ * sequence, not pages), or its backend lacks attention_paged or set_rows
+ * (ABI 1.8). For a caller that falls back to a cache per session.
+ */
+int q4kh_kv_paged_supported(const struct q4kh_model *m, struct q4kh_error *why);
+
+/*
  * Pools of N_PAGES pages of PAGE_SIZE tokens for every attention layer of
- * M, of KV_TYPE (F32 or F16), on M's backend, which must have
- * attention_paged and set_rows; -1 with err naming what is missing, on a
- * model with recurrent layers (their states hold one sequence, not pages)
- * or when the device's memory runs out.
+ * M, of KV_TYPE (F32 or F16), on M's backend; -1 with err where
+ * q4kh_kv_paged_supported says no (its reason), or when the device's
+ * memory runs out.
  */
 int q4kh_kv_paged_new(struct q4kh_model *m, int32_t n_pages, int32_t page_size,
                       uint32_t kv_type, struct q4kh_kv_paged **out, struct q4kh_error *err);

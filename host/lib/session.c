@@ -248,6 +248,13 @@ uint32_t q4kh_session_kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend 
 	return kv == Q4KH_KV_F16 ? Q4KH_TYPE_F16 : Q4KH_TYPE_F32;
 }
 
+uint32_t q4kh_session_ctx(const struct q4kh_model *m, uint32_t n)
+{
+	const uint32_t trained = m->hp.n_ctx_train;
+
+	return n ? n : trained && trained < 4096 ? trained : 4096;
+}
+
 /* The KV cache of every attention layer, in one buffer. */
 static int alloc_kv(struct q4kh_session *s, struct q4kh_error *err)
 {
@@ -382,8 +389,7 @@ int q4kh_session_new(struct q4kh_model *m, const struct q4kh_session_params *p,
 	s->m = m;
 	s->b = m->backend;
 	s->p = *p;
-	if (!s->p.n_ctx)
-		s->p.n_ctx = hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+	s->p.n_ctx = q4kh_session_ctx(m, s->p.n_ctx);
 	if (!s->p.n_batch)
 		s->p.n_batch = strcmp(q4kh_backend_kind(s->b->plugin), "cpu") ? 512
 		               : fast_cpu(s->b)                                 ? 128

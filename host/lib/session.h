@@ -45,6 +45,11 @@ enum q4kh_kv_choice {
  * Q4KH_TYPE_F16 (Q4KH_KV_DEFAULT as its comment says). */
 uint32_t q4kh_session_kv_type(enum q4kh_kv_choice kv, const struct q4kh_backend *b);
 
+/* The context in tokens of a session of M opened with n_ctx N: N, or for
+ * 0 the default, the smaller of 4096 and M's trained context (4096 when
+ * the file gives none). */
+uint32_t q4kh_session_ctx(const struct q4kh_model *m, uint32_t n);
+
 struct q4kh_session_params {
 	uint32_t n_ctx;   /* KV cache length in tokens (0: min(4096, trained)) */
 	/* tokens per step, the chunks of a long prompt (0: 512 on a GPU,
