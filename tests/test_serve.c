@@ -1270,8 +1270,9 @@ Test(serve, access_log_and_plain_words, .timeout = 300)
 
 /*
  * Issue 34: 256 clients at once, each reconnecting for its second request,
- * with the default limits: every request is answered, none refused at the
- * connection limit. Then with a queue of 8: the requests past it get 503
+ * with the default limits (and the default KV pages, which /health
+ * shows): every request is answered, none refused at the connection
+ * limit. Then with a queue of 8: the requests past it get 503
  * with Retry-After, said in their access lines, and are answered when
  * sent again after it.
  */
@@ -1284,8 +1285,13 @@ Test(serve, a_crowd_of_clients_is_answered, .timeout = 300)
 		                "--max-queue", "8", NULL };
 	struct server s;
 	char py[8192], *log, *line;
+	json_t *h;
 
 	server_start(&s, defaults, test_tmpdir(), NULL);
+	h = health(&s);
+	cr_expect(json_is_object(json_object_get(h, "kv_pages")),
+	          "the default settings have no KV pages");
+	json_decref(h);
 	snprintf(py, sizeof(py), "%s 256 2 any", s.url);
 	python("crowd.py", py);
 	server_stop(&s);
@@ -1373,26 +1379,33 @@ Test(serve, a_shared_system_prompt_on_gemma3_is_answered_as_without_reuse, .time
  * counts), with MODEL on BACKEND (NULL: the exact cpu, the only plugin on
  * the path; else measured by F2 before serving, as for the load test):
  * eight clients at once share a system prompt and ask two questions each:
- * every answer is the one a server with a cache per slot and no prefix
- * reuse gives the request alone, byte for byte, sampled ones too on the
- * exact cpu; requests waited for pages and none was lost or failed;
- * prefix hits shared pages and copied none; /health and /metrics show the
- * pool, and the log line at start-up too; a request bigger than the pool
- * is refused with 400, naming the pages it needs and --kv-pages. On cuda
- * every step went through the backend's graph entry, most of them
- * replays of its recordings (q4khost_steps_total{path}).
+ * every answer is the one a server with a cache per slot (--kv-pages 0)
+ * and no prefix reuse gives the request alone, byte for byte, sampled
+ * ones too on the exact cpu; requests waited for pages and none was lost
+ * or failed; prefix hits shared pages and copied none; /health and
+ * /metrics show the pool, and the log line at start-up too; a request
+ * bigger than the pool is refused with 400, naming the pages it needs and
+ * --kv-pages. On cuda every step went through the backend's graph entry,
+ * most of them replays of its recordings (q4khost_steps_total{path}).
+ * With DEFAULTS, a third server without --kv-pages pages too (auto: the
+ * eight slots' whole contexts of 512 tokens, 256 pages) and answers as
+ * the cache per slot does, no request waiting for pages.
  */
-static void pages_on(const char *model, const char *backend, int pool)
+static void pages_on(const char *model, const char *backend, int pool, int defaults)
 {
 	const char *dir = plugins((const char *const[]){ NULL });
-	char path[8192], served[64], py[16384], pages[16], want[128];
+	char path[8192], served[64], py[16384], pages[16], want[256];
 	const char *paged[] = { "-m", model, "--plugin-path", path, "--ctx", "512",
 		                "--parallel", "8", "--kv-pages", pages,
 		                "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
 	const char *plain[] = { "-m", model, "--plugin-path", path, "--ctx", "512",
-		                "--prefix-cache", "off",
+		                "--kv-pages", "0", "--prefix-cache", "off",
 		                "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
-	struct server s, t;
+	const char *by_default[] = { "-m", model, "--plugin-path", path, "--ctx", "512",
+		                     "--parallel", "8",
+		                     "--backend", backend ? backend : "cpu", "--f2", "require", NULL };
+	const char *mode = !backend ? "exact" : strcmp(backend, "cuda") ? "fast" : "graph";
+	struct server s, t, d;
 
 	snprintf(pages, sizeof(pages), "%d", pool);
 	snprintf(path, sizeof(path), "%s", dir);
@@ -1404,34 +1417,43 @@ static void pages_on(const char *model, const char *backend, int pool)
 	await_serving(&s, served);
 	server_start(&t, plain, test_tmpdir(), NULL);
 	await_serving(&t, served);
-	snprintf(py, sizeof(py), "%s %s %d 8 %s", s.url, t.url, pool,
-	         !backend ? "exact" : strcmp(backend, "cuda") ? "fast" : "graph");
+	snprintf(py, sizeof(py), "%s %s %d 8 %s", s.url, t.url, pool, mode);
 	python("pages.py", py);
-	server_stop(&t);
 	server_stop(&s);
+	if (defaults) {
+		server_start(&d, by_default, test_tmpdir(), NULL);
+		await_serving(&d, served);
+		snprintf(py, sizeof(py), "%s %s 256 8 %s auto", d.url, t.url, mode);
+		python("pages.py", py);
+		server_stop(&d);
+		expect_log(&d, "KV cache: 256 pages of 16 tokens (auto, the default: as many as "
+		               "--parallel 8 whole contexts of 512 tokens hold) shared by the slots",
+		           1);
+	}
+	server_stop(&t);
 	snprintf(want, sizeof(want), "KV cache: %d pages of 16 tokens (--kv-pages) shared by the slots",
 	         pool);
 	expect_log(&s, want, 1);
-	expect_log(&t, "KV cache: a whole context's per slot (--kv-pages 0, the default)", 1);
+	expect_log(&t, "KV cache: a whole context's per slot (0 pages, --kv-pages)", 1);
 }
 
 /* On tiny-llama: quick, but its answers hardly depend on the prompt. */
 Test(serve, many_slots_on_few_pages_answer_as_a_cache_per_slot, .timeout = 300)
 {
-	pages_on(fixture("tiny-llama.gguf"), NULL, 20);
+	pages_on(fixture("tiny-llama.gguf"), NULL, 20, 1);
 }
 
 /* On Gemma 3 (the default model), whose answers do. */
 Test(serve, many_slots_on_few_pages_on_gemma3_answer_as_a_cache_per_slot, .timeout = 600)
 {
-	pages_on(test_model_path(), NULL, 12);
+	pages_on(test_model_path(), NULL, 12, 0);
 }
 
 /* On cpu-fast, its own paged attention and F16 pages. */
 Test(serve, many_slots_on_few_pages_on_cpu_fast, .timeout = 600)
 {
 	test_need_cpu_fast();
-	pages_on(fixture("tiny-llama.gguf"), "cpu-fast", 20);
+	pages_on(fixture("tiny-llama.gguf"), "cpu-fast", 20, 1);
 }
 
 /* On cuda: the paged steps, batched decode among them, through its graph
@@ -1441,7 +1463,7 @@ Test(serve, many_slots_on_few_pages_on_cuda_replay_their_steps, .timeout = 600)
 {
 #ifdef Q4KH_CUDA_ARCHS
 	test_need_cuda_device("q4khost serve --kv-pages on cuda");
-	pages_on(fixture("tiny-llama.gguf"), "cuda", 20);
+	pages_on(fixture("tiny-llama.gguf"), "cuda", 20, 1);
 #else
 	cr_skip_test("this build has no CUDA plugins");
 #endif
@@ -1450,8 +1472,10 @@ Test(serve, many_slots_on_few_pages_on_cuda_replay_their_steps, .timeout = 600)
 /*
  * [serve] kv_pages in a configuration file sets the pool as --kv-pages
  * does: the start-up line names the file and line it came from, /health
- * shows the pool; a value that is not a whole number in range is refused
- * before any work (exit 3), naming the file, the line and the range.
+ * shows the pool; auto there is the default's pool, said as from the
+ * file; a value that is neither auto nor a whole number in range is
+ * refused before any work (exit 3), naming the file, the line and what is
+ * taken; on the command line, a usage error (exit 2).
  */
 Test(serve, kv_pages_from_the_configuration_file, .timeout = 120)
 {
@@ -1475,14 +1499,69 @@ Test(serve, kv_pages_from_the_configuration_file, .timeout = 120)
 	json_decref(h);
 	server_stop(&s);
 
+	test_write_file(conf, "[serve]\nkv_pages = auto\n", strlen("[serve]\nkv_pages = auto\n"));
+	server_start(&s, argv, test_tmpdir(), NULL);
+	/* tiny-llama's context: 2048 tokens, 128 pages a slot */
+	snprintf(want, sizeof(want), "KV cache: 512 pages of 16 tokens (auto, %s:2 [serve]: as "
+	         "many as --parallel 4 whole contexts of 2048 tokens hold)", conf);
+	expect_log(&s, want, 1);
+	server_stop(&s);
+
 	snprintf(bad, sizeof(bad), "%s/bad.ini", test_tmpdir());
 	test_write_file(bad, "[serve]\nkv_pages = -1\n", strlen("[serve]\nkv_pages = -1\n"));
 	snprintf(args, sizeof(args), "serve --port 0 -m %s --plugin-path %s --backend cpu --config %s",
 	         fixture("tiny-llama.gguf"), dir, bad);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
-	snprintf(want, sizeof(want), "%s:2 [serve]", bad);
+	snprintf(want, sizeof(want), "%s:2 [serve]: kv_pages = \"-1\": expected auto or a whole "
+	         "number from 0 to 16777216", bad);
 	cr_expect_not_null(strstr(out, want), "%s", out);
-	cr_expect_not_null(strstr(out, "kv_pages"), "%s", out);
+	free(out);
+
+	snprintf(args, sizeof(args), "serve --port 0 -m %s --kv-pages lots",
+	         fixture("tiny-llama.gguf"));
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 2, "%s", out);
+	cr_expect_not_null(strstr(out, "q4khost serve: --kv-pages must be auto or a whole number "
+	                               "in [0, 16777216], got 'lots'"), "%s", out);
+	free(out);
+}
+
+/*
+ * Issue 34: the default pool (--kv-pages auto) falls back to a whole
+ * context's cache per slot on a model with recurrent layers (qwen35),
+ * whose states hold one sequence: the start-up line says so and why,
+ * /health shows no pool, and requests are answered. An explicit
+ * --kv-pages N that cannot be honoured is refused (exit 1, the reason
+ * said) rather than falling back.
+ */
+Test(serve, a_recurrent_model_falls_back_to_a_cache_per_slot, .timeout = 120)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *model = fixture("tiny-qwen35.gguf");
+	const char *argv[] = { "-m", model, "--plugin-path", dir, "--backend", "cpu", NULL };
+	char args[16384], *out;
+	struct server s;
+	struct reply r;
+	json_t *h;
+	int rc;
+
+	server_start(&s, argv, test_tmpdir(), NULL);
+	h = health(&s);
+	cr_expect(json_is_null(json_object_get(h, "kv_pages")), "kv_pages is not null");
+	json_decref(h);
+	r = http(&s, "POST", "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 4}");
+	cr_expect_eq(r.status, 200, "%s", r.body);
+	reply_free(&r);
+	server_stop(&s);
+	expect_log(&s, "KV cache: a whole context's per slot, not pages (auto, the default): "
+	               "qwen35 has recurrent layers, whose states hold one sequence: no paged "
+	               "KV cache", 1);
+
+	snprintf(args, sizeof(args), "serve --port 0 -m %s --plugin-path %s --backend cpu "
+	         "--kv-pages 32", model, dir);
+	rc = test_q4khost("", test_tmpdir(), args, &out);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, out);
+	cr_expect_not_null(strstr(out, "qwen35 has recurrent layers, whose states hold one "
+	                                "sequence: no paged KV cache"), "%s", out);
 	free(out);
 }
 

@@ -5,6 +5,7 @@
  */
 #include "buildconf.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -25,6 +26,7 @@
 
 #define MAX_CONNECTIONS 65536 /* each a thread of libmicrohttpd's */
 #define SERVE_MAX_KV_PAGES (1L << 24) /* 2^28 tokens */
+#define KV_PAGES_UNSET (-2L) /* not on the command line: [serve] kv_pages */
 
 static void usage(FILE *out)
 {
@@ -57,13 +59,16 @@ static void usage(FILE *out)
 	        "                          a slot computed for an earlier request, in blocks of\n"
 	        "                          16 tokens (default on: the same answers, bit for bit\n"
 	        "                          on cpu, and no memory of its own)\n"
-	        "      --kv-pages N        keep every slot's keys and values in one pool of N\n"
+	        "      --kv-pages N|auto   keep every slot's keys and values in one pool of N\n"
 	        "                          pages of 16 tokens, a slot holding pages for the\n"
 	        "                          tokens it uses: --parallel may then exceed what\n"
 	        "                          N pages hold in whole contexts; a request waits\n"
-	        "                          for the pages its prompt and max_tokens may take\n"
-	        "                          (default: [serve] kv_pages, else 0: a whole\n"
-	        "                          context's cache per slot)\n"
+	        "                          for the pages its prompt and max_tokens may take;\n"
+	        "                          0: a whole context's cache per slot; auto: as many\n"
+	        "                          pages as --parallel whole contexts hold, or a\n"
+	        "                          cache per slot where the path cannot page (a\n"
+	        "                          model with recurrent layers), said at start-up\n"
+	        "                          (default: [serve] kv_pages, else auto)\n"
 	        "      --max-queue N       requests waiting for a slot; more get 503 with\n"
 	        "                          Retry-After (default 512)\n"
 	        "      --max-connections N open connections, a thread each; past them a new one\n"
@@ -131,6 +136,26 @@ static void connection_limit(struct serve_opts *o)
 	}
 }
 
+/* S, a value of --kv-pages or [serve] kv_pages: auto
+ * (SERVE_KV_PAGES_AUTO) or pages from 0 to SERVE_MAX_KV_PAGES, into *OUT;
+ * -1 for anything else (a sign or white space among it). */
+static int kv_pages_value(const char *s, long *out)
+{
+	char *end;
+	long v;
+
+	if (!strcmp(s, "auto")) {
+		*out = SERVE_KV_PAGES_AUTO;
+		return 0;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || !isdigit((unsigned char)*s) || *end || v > SERVE_MAX_KV_PAGES)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 static int parse(int argc, char **argv, struct serve_opts *o)
 {
 	enum { O_HOST = 256, O_PORT, O_KEYFILE, O_PARALLEL, O_QUEUE, O_CONNS, O_STEP, O_BODY,
@@ -183,7 +208,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	o->idle_timeout = 30;
 	o->drain_timeout = 10;
 	o->prefix_cache = 1;
-	o->kv_pages = -1; /* [serve] kv_pages, read with the configuration */
+	o->kv_pages = KV_PAGES_UNSET;
 	o->defaults.top_k = 40;
 	o->defaults.top_p = 0.95f;
 	optind = 1;
@@ -208,7 +233,10 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 			}
 			break;
 		case O_KV_PAGES:
-			rc = parse_long(optarg, "--kv-pages", 0, SERVE_MAX_KV_PAGES, &o->kv_pages);
+			rc = kv_pages_value(optarg, &o->kv_pages);
+			if (rc)
+				q4kh_cli_usage("serve", "--kv-pages must be auto or a whole number in "
+				               "[0, %ld], got '%s'", SERVE_MAX_KV_PAGES, optarg);
 			break;
 		case O_CONNS:
 			rc = parse_long(optarg, "--max-connections", 1, MAX_CONNECTIONS,
@@ -307,22 +335,28 @@ static int load_api_key(struct serve *srv, struct q4kh_error *err)
 	return 0;
 }
 
-/* --kv-pages, else [serve] kv_pages, else 0; where it was set into
- * srv->kv_pages_origin. -1 with err naming the file, line and range for a
- * bad value in a file. */
+/* --kv-pages, else [serve] kv_pages, else auto; where it was set into
+ * srv->kv_pages_origin. -1 with err naming the file, line and what is
+ * taken for a bad value in a file. */
 static int kv_pages(struct serve *srv, struct q4kh_error *err)
 {
-	uint64_t v = 0;
+	char *origin = srv->kv_pages_origin;
+	const size_t cap = sizeof(srv->kv_pages_origin);
+	const char *s;
 
-	if (srv->o.kv_pages >= 0) {
-		snprintf(srv->kv_pages_origin, sizeof(srv->kv_pages_origin), "--kv-pages");
+	if (srv->o.kv_pages != KV_PAGES_UNSET) {
+		snprintf(origin, cap, "--kv-pages");
 		return 0;
 	}
-	snprintf(srv->kv_pages_origin, sizeof(srv->kv_pages_origin), "the default");
-	if (q4kh_config_whole(srv->config, "serve", "kv_pages", 0, SERVE_MAX_KV_PAGES, &v,
-	                      srv->kv_pages_origin, sizeof(srv->kv_pages_origin), err))
-		return -1;
-	srv->o.kv_pages = (long)v;
+	s = q4kh_config_where(srv->config, "serve", "kv_pages", origin, cap);
+	if (!s) {
+		snprintf(origin, cap, "the default");
+		srv->o.kv_pages = SERVE_KV_PAGES_AUTO;
+		return 0;
+	}
+	if (kv_pages_value(s, &srv->o.kv_pages))
+		return q4kh_fail(err, "%s: kv_pages = \"%s\": expected auto or a whole number from 0 to %ld",
+		                 origin, s, SERVE_MAX_KV_PAGES);
 	return 0;
 }
 
@@ -394,15 +428,24 @@ static void announce(struct serve *srv)
 	serve_path_describe(p, what, sizeof(what));
 	serve_log("model %s (%s), %d slot%s of %u tokens", srv->model_path, srv->model_id,
 	          srv->n_slots, srv->n_slots == 1 ? "" : "s", srv->n_ctx);
-	if (p->paged)
+	if (p->paged && srv->o.kv_pages == SERVE_KV_PAGES_AUTO)
+		serve_log("KV cache: %d pages of %d tokens (auto, %s: as many as --parallel %d "
+		          "whole contexts of %u tokens hold) shared by the slots; a request waits "
+		          "for the pages its prompt and max_tokens may take",
+		          p->paged->pool.n_pages, p->paged->pool.page_size, srv->kv_pages_origin,
+		          srv->n_slots, srv->n_ctx);
+	else if (p->paged)
 		serve_log("KV cache: %d pages of %d tokens (%s) shared by the slots, %.1f whole "
 		          "contexts; a request waits for the pages its prompt and max_tokens may "
 		          "take, and one that needs more than %d is refused",
 		          p->paged->pool.n_pages, p->paged->pool.page_size, srv->kv_pages_origin,
 		          (double)p->paged->pool.n_pages * p->paged->pool.page_size / srv->n_ctx,
 		          p->paged->pool.n_pages);
+	else if (p->kv_why[0])
+		serve_log("KV cache: a whole context's per slot, not pages (auto, %s): %s",
+		          srv->kv_pages_origin, p->kv_why);
 	else
-		serve_log("KV cache: a whole context's per slot (--kv-pages 0, %s)",
+		serve_log("KV cache: a whole context's per slot (0 pages, %s)",
 		          srv->kv_pages_origin);
 	serve_log("serving %s; F2: %s%s%s%s: %s", what, p->sel.f2_verdict,
 	          p->sel.f2_source[0] ? " (" : "", p->sel.f2_source, p->sel.f2_source[0] ? ")" : "",

@@ -53,6 +53,12 @@
  * soon at any load worth queueing for, and a balancer retries elsewhere at
  * once (docs/serve.md, section 6). */
 #define SERVE_RETRY_AFTER "1"
+/* --kv-pages auto, the default: on a path that can page (a model without
+ * recurrent layers, a backend with attention_paged), as many pages as
+ * --parallel whole contexts hold, the memory of the caches per slot it
+ * replaces; elsewhere a whole context's cache per slot, said at start-up
+ * (docs/serve.md, section 5). */
+#define SERVE_KV_PAGES_AUTO (-1L)
 
 /* Why a request got 503 (q4khost_rejected_total's reason label). */
 enum serve_reject {
@@ -76,8 +82,10 @@ struct serve_opts {
 	                             the session's batch) */
 	int prefix_cache;         /* --prefix-cache: reuse prompts' starts */
 	long kv_pages;            /* --kv-pages: pages of Q4KH_PREFIX_BLOCK tokens
-	                             every slot of a path shares (0: a whole
-	                             context's cache per slot) */
+	                             every slot of a path shares; 0: a whole
+	                             context's cache per slot;
+	                             SERVE_KV_PAGES_AUTO: pages where the
+	                             path can page */
 	long idle_timeout;        /* seconds a connection may stay silent */
 	long drain_timeout;       /* seconds SIGTERM waits for requests */
 	double shadow_rate;       /* --f2-shadow */
@@ -107,6 +115,8 @@ struct serve_path {
 	 * go to (kv_paged.h), a slot taking pages for the tokens it holds;
 	 * NULL: each session has a whole context's cache. Engine only. */
 	struct q4kh_kv_paged *paged;
+	/* with --kv-pages auto and paged NULL: why the path cannot page */
+	char kv_why[sizeof(((struct q4kh_error *)0)->msg)];
 	int guarded;    /* F2 judged it: neither the reference nor F2 off */
 	int unverified; /* F2 is off */
 	int plan_index; /* its place in the start-up plan; -1 outside it */

@@ -361,8 +361,9 @@ int serve_api_parse(const struct serve *srv, enum serve_kind kind, const char *b
 		e->code = "context_length_exceeded";
 		goto out;
 	}
-	if (srv->o.kv_pages && serve_job_pages(srv, j) > srv->o.kv_pages) {
-		/* it would wait for ever: the pool never holds it */
+	if (srv->o.kv_pages > 0 && serve_job_pages(srv, j) > srv->o.kv_pages) {
+		/* it would wait for ever: the pool never holds it (auto's pool
+		 * holds a whole context per slot, so any request) */
 		refuse(e, 400, "max_tokens",
 		       "this request needs %lld KV pages of %d tokens (its prompt's %zu tokens and "
 		       "max_tokens %lld, at most the context's %u), more than the %ld this server "

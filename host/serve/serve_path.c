@@ -8,18 +8,39 @@
 #include "candidates.h"
 #include "error.h"
 
+/*
+ * The pages of P's pool (0: a cache per slot): --kv-pages N, or with
+ * auto as many as the slots' whole contexts hold where P can page, else
+ * none and why in p->kv_why.
+ */
+static long pool_pages(const struct serve *srv, struct serve_path *p)
+{
+	const struct q4kh_kv_pool pages = { .page_size = Q4KH_PREFIX_BLOCK };
+	struct q4kh_error why = { { 0 } };
+
+	if (srv->o.kv_pages != SERVE_KV_PAGES_AUTO)
+		return srv->o.kv_pages;
+	if (!q4kh_kv_paged_supported(p->m, &why)) {
+		snprintf(p->kv_why, sizeof(p->kv_why), "%s", why.msg);
+		return 0;
+	}
+	return (long)srv->n_slots *
+	       q4kh_kv_pool_pages_for(&pages, q4kh_session_ctx(p->m, srv->n_ctx));
+}
+
 /* A session per slot for P, and what their caches hold for prefix reuse
  * when --prefix-cache is on and their model's sessions batch (a state of
  * a recurrent layer holds no prefix). The opener's session (p->sv.s, when
- * serve_path_open made one) is slot 0's and stays sv's to free; with
- * --kv-pages every session is on the path's pool of pages instead, and
- * the opener's, whose cache holds a whole context, is freed. */
+ * serve_path_open made one) is slot 0's and stays sv's to free; on a pool
+ * of pages (pool_pages) every session is on it instead, and the opener's,
+ * whose cache holds a whole context, is freed. */
 static int add_sessions(struct serve *srv, struct serve_path *p, struct q4kh_error *err)
 {
 	struct q4kh_session_params sp = { .n_ctx = srv->n_ctx };
+	const long pages = pool_pages(srv, p);
 
-	if (srv->o.kv_pages) {
-		if (q4kh_kv_paged_new(p->m, (int32_t)srv->o.kv_pages, Q4KH_PREFIX_BLOCK,
+	if (pages) {
+		if (q4kh_kv_paged_new(p->m, (int32_t)pages, Q4KH_PREFIX_BLOCK,
 		                      q4kh_session_kv_type(Q4KH_KV_DEFAULT, p->m->backend),
 		                      &p->paged, err))
 			return -1;
