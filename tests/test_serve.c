@@ -1116,6 +1116,53 @@ Test(serve, f2_off_and_explicit_request, .timeout = 600)
 	server_stop(&s);
 }
 
+/*
+ * ignore_eos (llama-server's and vLLM's field, for benchmarks that need
+ * answers of max_tokens): greedy on tiny-llama, this prompt's answer ends
+ * with an end-of-generation token after 17 tokens; with ignore_eos the
+ * same answer goes on through it to max_tokens, finish_reason "length".
+ */
+Test(serve, ignore_eos_answers_max_tokens, .timeout = 120)
+{
+	const char *dir = plugins((const char *const[]){ NULL });
+	const char *args[] = { "-m", fixture("tiny-llama.gguf"), "--plugin-path", dir,
+		               "--backend", "cpu", NULL };
+	char prompt[560] = "0 0 ", body[1024], *text[2] = { NULL, NULL };
+	struct server s;
+
+	while (strlen(prompt) < 511) /* scripts/serve-load.py's first prompt */
+		strcat(prompt, "the quick brown fox ");
+	prompt[511] = 0;
+	server_start(&s, args, test_tmpdir(), NULL);
+	for (int ignore = 0; ignore < 2; ignore++) {
+		struct reply r;
+		json_t *b, *choice;
+
+		snprintf(body, sizeof(body), "{\"prompt\": \"%s\", \"max_tokens\": 128, "
+		         "\"temperature\": 0, \"ignore_eos\": %s}", prompt,
+		         ignore ? "true" : "false");
+		r = http(&s, "POST", "/v1/completions", body);
+		cr_assert_eq(r.status, 200, "%s", r.body);
+		b = json_loads(r.body, 0, NULL);
+		cr_assert_not_null(b, "%s", r.body);
+		choice = json_array_get(json_object_get(b, "choices"), 0);
+		cr_expect_str_eq(json_string_value(json_object_get(choice, "finish_reason")),
+		                 ignore ? "length" : "stop");
+		cr_expect_eq(json_integer_value(json_object_get(json_object_get(b, "usage"),
+		                                                "completion_tokens")),
+		             ignore ? 128 : 17, "%s", r.body);
+		text[ignore] = strdup(json_string_value(json_object_get(choice, "text")));
+		json_decref(b);
+		reply_free(&r);
+	}
+	cr_expect(!strncmp(text[1], text[0], strlen(text[0])),
+	          "the answer past the end-of-generation token does not start with the one "
+	          "that stopped there: %s / %s", text[0], text[1]);
+	free(text[0]);
+	free(text[1]);
+	server_stop(&s);
+}
+
 /* An empty Q4KHOST_API_KEY is no key, said at start-up; a request naming
  * another model (a client's fixed "gpt-4") is served by the one model
  * loaded, whose id the response carries, as /v1/models lists it. */

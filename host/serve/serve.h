@@ -136,6 +136,7 @@ struct serve_job {
 	char id[48];              /* "chatcmpl-17" */
 	uint64_t seq;
 	int stream, include_usage;
+	int ignore_eos;           /* an end-of-generation token ends nothing */
 	int32_t *ids;
 	size_t n_ids;
 	struct q4kh_sampler_params sp;

@@ -271,6 +271,7 @@ static int settings(const struct serve *srv, const json_t *root, struct serve_jo
 	    whole(root, "max_tokens", 1, srv->o.max_tokens, &max, e) ||
 	    whole(root, "max_completion_tokens", 1, srv->o.max_tokens, &max, e) ||
 	    boolean(root, "stream", &j->stream, e) || boolean(root, "logprobs", &logprobs, e) ||
+	    boolean(root, "ignore_eos", &j->ignore_eos, e) ||
 	    boolean(root, "echo", &echo, e) || stops(root, j, e))
 		return -1;
 	if (logprobs)

@@ -299,7 +299,8 @@ static void admit(struct serve *srv)
 		count_prefix(srv, srv->cur, j, own);
 		j->g = (struct q4kh_gen){
 			.sampler = q4kh_sampler_greedy(&j->sp) ? NULL : j->sampler,
-			.logits = srv->logits[i], .n_vocab = srv->n_vocab, .tok = srv->tok,
+			.logits = srv->logits[i], .n_vocab = srv->n_vocab,
+			.tok = j->ignore_eos ? NULL : srv->tok,
 			.max_tokens = j->max_tokens,
 		};
 		j->slot = i;
