@@ -38,13 +38,27 @@
 #   --self-check    --table on the recorded files of
 #                   tests/fixtures/bench-engines, compared with the table
 #                   there (table.txt); exit 0 when they agree
-#   --serve LIST    instead of the table: the servers, for each number of
-#                   concurrent clients in LIST (e.g. 1,4,16): llama-server
-#                   (flash attention on, one slot per client, every layer
-#                   on the GPU) and q4khost serve (cuda backend, F2 off,
-#                   --parallel as many, the first kernel of --kernels)
-#                   loaded by scripts/serve-load.py with GEN-token answers
-#                   to prompts of the first of --depths; builds llama-server
+#   --serve LIST    instead of the table: the servers side by side, for
+#                   each number of concurrent clients C in LIST (e.g.
+#                   1,4,16,64), one server at a time on this GPU:
+#                   llama-server (-np C slots, continuous batching on,
+#                   flash attention on, every layer on the GPU, a context
+#                   of C x (D + GEN + 64) tokens) and q4khost serve (cuda
+#                   backend, F2 off, the first kernel of --kernels,
+#                   --parallel C, --ctx D + GEN + 64, every other setting
+#                   its default: the paged KV cache, whose start-up line
+#                   is shown), each loaded by scripts/serve-load.py (C
+#                   clients, 4 streamed requests each: a D-token prompt,
+#                   D the first of --depths, and GEN tokens); then
+#                   llama-batched-bench on the same file (D-token prompts,
+#                   GEN tokens, LIST sequences). Ends with a table per
+#                   model: clients, both servers' aggregate tok/s and
+#                   their ratio, time to first token p50 and p99, lost
+#                   requests, mean tokens an answer (GEN: both take
+#                   ignore_eos), llama-batched-bench's decode and total
+#                   tok/s at as many sequences; the outputs under
+#                   ${OUT:-/tmp}/bench-engines (serve-*). Builds
+#                   llama-server and llama-batched-bench
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -102,6 +116,62 @@ table_from() {
 	done
 }
 
+# Start a server (ARGS...) with its output in BASE.log, wait until it
+# answers on PORT, load it with C clients of scripts/serve-load.py (P-token
+# prompts, GEN tokens) into BASE.json, and stop it.
+serve_load() { # BASE PORT C LABEL ARGS...
+	local base=$1 port=$2 c=$3 label=$4 pid
+	shift 4
+	rm -f "$base.json"
+	"$@" >"$base.log" 2>&1 &
+	pid=$!
+	wait_up "$base.log" "$port" "$pid" &&
+		python3 scripts/serve-load.py "http://127.0.0.1:$port" --clients "$c" \
+			--prompt-tokens "$p" --max-tokens "$gen" --label "$label" --json >"$base.json"
+	kill "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+}
+
+# The servers' table of model BASE from DIR's serve-*.json and
+# serve-batched-bench-BASE.jsonl, a row for each number of clients in LIST.
+serve_table() { # DIR BASE LIST
+	python3 - "$@" <<'EOF'
+import json, sys
+d, base, cs = sys.argv[1], sys.argv[2], [int(c) for c in sys.argv[3].split(",")]
+def load(engine, c):
+    try:
+        return json.load(open("%s/serve-%s-%s-%d.json" % (d, engine, base, c)))
+    except (OSError, ValueError):
+        return None  # the server did not come up, or the load script failed
+def show(r, key, f="%.1f"):
+    return f % r[key] if r and r.get(key) is not None else "-"
+def lost(r):
+    return "%d of %d" % (r["errors"], r["requests"]) if r else "no server"
+bb = {}
+try:
+    for line in open("%s/serve-batched-bench-%s.jsonl" % (d, base)):
+        if line.startswith("{"):
+            r = json.loads(line)
+            bb[r["pl"]] = r
+except (OSError, ValueError):
+    pass
+print("clients | llama-server tok/s | q4khost tok/s | q4khost/llama-server | "
+      "TTFT p50 ms (llama-server / q4khost) | TTFT p99 ms | lost requests | "
+      "tokens an answer | llama-batched-bench decode / total tok/s")
+for c in cs:
+    l, q, b = load("llama", c), load("q4k", c), bb.get(c)
+    key = "aggregate_tokens_per_second"
+    ratio = "%.2fx" % (q[key] / l[key]) if l and q and l[key] > 0 else "-"
+    print(" | ".join([
+        str(c), show(l, key), show(q, key), ratio,
+        "%s / %s" % (show(l, "ttft_p50_ms"), show(q, "ttft_p50_ms")),
+        "%s / %s" % (show(l, "ttft_p99_ms"), show(q, "ttft_p99_ms")),
+        "%s / %s" % (lost(l), lost(q)),
+        "%s / %s" % (show(l, "answer_tokens_mean"), show(q, "answer_tokens_mean")),
+        "%s / %s" % (show(b, "speed_tg"), show(b, "speed"))]))
+EOF
+}
+
 show_table() { # the table's TSV lines on stdin
 	echo "model | measure | llama.cpp tok/s | q4khost tok/s by kernel | best/llama.cpp"
 	sed 's/\t/ | /g'
@@ -118,7 +188,7 @@ while [ $# -gt 0 ]; do
 	--lib) lib=$2; shift 2 ;;
 	--targets) targets=$2; shift 2 ;;
 	--prepare) prepare=1; shift ;;
-	--serve) serve=$2; targets=llama-server; shift 2 ;;
+	--serve) serve=$2; targets=llama-server,llama-batched-bench; shift 2 ;;
 	--table) table_from "$2" | show_table; exit "${PIPESTATUS[0]}" ;;
 	--self-check)
 		fixtures=$top/tests/fixtures/bench-engines
@@ -155,27 +225,29 @@ if [ -n "$serve" ]; then
 	p=${depths%%,*}
 	k=${kernels#,}
 	k=${k%%,*}
+	IFS=, read -ra cs <<<"$serve"
+	most=$(printf '%s\n' "${cs[@]}" | sort -n | tail -1)
 	for f in "${files[@]}"; do
 		base=$(basename "$f" .gguf)
-		IFS=, read -ra cs <<<"$serve"
 		for c in "${cs[@]}"; do
 			step "llama-server on $base, $c clients"
-			"$lcp/build/bin/llama-server" -m "$f" -ngl 99 -fa on -np "$c" \
-				-c $((c * (p + gen + 64))) --port 18180 >"$out/llama-server-$base-$c.log" 2>&1 &
-			pid=$!
-			wait_up "$out/llama-server-$base-$c.log" 18180 $pid &&
-				python3 scripts/serve-load.py http://127.0.0.1:18180 --clients "$c" \
-					--prompt-tokens "$p" --max-tokens "$gen" --label "$base llama-server"
-			kill $pid; wait $pid 2>/dev/null
+			serve_load "$out/serve-llama-$base-$c" 18180 "$c" "$base llama-server" \
+				"$lcp/build/bin/llama-server" -m "$f" -ngl 99 -fa on -np "$c" -cb \
+				-c $((c * (p + gen + 64))) --port 18180
 			step "q4khost serve ($k) on $base, $c clients"
-			"$q4k" serve -m "$f" --backend cuda --kernel "$k" --f2 off --parallel "$c" \
-				-c $((p + gen + 64)) --port 18181 >"$out/q4k-serve-$base-$c.log" 2>&1 &
-			pid=$!
-			wait_up "$out/q4k-serve-$base-$c.log" 18181 $pid &&
-				python3 scripts/serve-load.py http://127.0.0.1:18181 --clients "$c" \
-					--prompt-tokens "$p" --max-tokens "$gen" --label "$base q4khost $k"
-			kill $pid; wait $pid 2>/dev/null
+			serve_load "$out/serve-q4k-$base-$c" 18181 "$c" "$base q4khost $k" \
+				"$q4k" serve -m "$f" --backend cuda --kernel "$k" --f2 off --parallel "$c" \
+				-c $((p + gen + 64)) --port 18181
+			grep -m1 "KV cache:" "$out/serve-q4k-$base-$c.log" >&2
 		done
+		step "llama-batched-bench on $base, $serve sequences"
+		"$lcp/build/bin/llama-batched-bench" -m "$f" -ngl 99 -fa on -c $((most * (p + gen))) \
+			-npp "$p" -ntg "$gen" -npl "$serve" --output-format jsonl \
+			>"$out/serve-batched-bench-$base.jsonl" 2>"$out/serve-batched-bench-$base.log" ||
+			tail -5 "$out/serve-batched-bench-$base.log" >&2
+		echo
+		echo "$base: $p-token prompts, $gen tokens per answer, 4 requests per client"
+		serve_table "$out" "$base" "$serve"
 	done
 	exit 0
 fi

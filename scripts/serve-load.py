@@ -8,8 +8,10 @@ Each client sends N streamed POST /v1/completions requests one after the
 other, greedy, of a P-token prompt (one token per character on the
 benchmark vocabularies of scripts/gen-bench-model.py) that differs per
 request at its start, so that no server can reuse another request's
-prompt; "cache_prompt": false and "ignore_eos": true ask llama-server for
-the same work as q4khost (which ignores fields it does not know). With
+prompt; "ignore_eos": true makes every answer GEN tokens long on both
+servers (an end-of-generation token does not end it), and "cache_prompt":
+false asks llama-server for the same prefill as q4khost (which ignores
+fields it does not know). With
 --shared-tokens S the first S tokens are the same in every request (a
 system prompt all clients share) and the request's own part comes after
 them, with "cache_prompt": true: what prefix reuse saves (q4khost serve's
@@ -22,16 +24,20 @@ the benchmark models' random weights produce many such bytes).
     serve-load.py URL --clients C [--requests N] [--prompt-tokens P]
                   [--shared-tokens S] [--max-tokens G] [--label NAME] [--json]
 
-Prints one line (or one JSON object): label, clients, requests, errors,
-aggregate tokens/s over the run's wall time, mean and p90 time to first
-token, mean per-request decode tokens/s; the JSON also has each request's
-time to first token in the order the requests finished (with one client,
-the order they were sent: scripts/bench-ttft.sh's first and later
-request). Exit 1 when a request failed.
+Prints one line (or one JSON object): label, clients, requests, errors
+(requests lost: no 200, or a stream that broke off), the mean tokens of
+an answer (GEN unless a server stopped early), aggregate tokens/s
+over the run's wall time, time to first token (p50 and p99, nearest rank;
+the JSON also the mean and p90), mean per-request decode tokens/s; the
+JSON also has each request's time to first token in the order the
+requests finished (with one client, the order they were sent:
+scripts/bench-ttft.sh's first and later request). Exit 1 when a request
+failed.
 """
 import argparse
 import http.client
 import json
+import math
 import statistics
 import sys
 import threading
@@ -112,13 +118,21 @@ def main():
     wall = time.perf_counter() - t0
 
     ttfts = sorted(r[0] for r in results)
+
+    def ttft_ms(q):
+        """The q-quantile of the times to first token, nearest rank, in ms."""
+        return 1000 * ttfts[max(0, math.ceil(q * len(ttfts)) - 1)] if ttfts else None
+
     decode = [(r[2] - 1) / (r[1] - r[0]) for r in results if r[2] > 1 and r[1] > r[0]]
     out = {
         "label": a.label, "clients": a.clients, "requests": len(results) + len(errors),
         "errors": len(errors),
+        "answer_tokens_mean": statistics.mean(r[2] for r in results) if results else None,
         "aggregate_tokens_per_second": sum(r[2] for r in results) / wall if wall > 0 else 0.0,
         "ttft_mean_ms": 1000 * statistics.mean(ttfts) if ttfts else None,
-        "ttft_p90_ms": 1000 * ttfts[min(len(ttfts) - 1, int(0.9 * len(ttfts)))] if ttfts else None,
+        "ttft_p50_ms": ttft_ms(0.5),
+        "ttft_p90_ms": ttft_ms(0.9),
+        "ttft_p99_ms": ttft_ms(0.99),
         "ttft_each_ms": [1000 * r[0] for r in results],
         "decode_tokens_per_second_mean": statistics.mean(decode) if decode else None,
         "first_error": errors[0] if errors else None,
@@ -127,11 +141,12 @@ def main():
         print(json.dumps(out))
     else:
         fmt = lambda v, f: f % v if v is not None else "-"  # noqa: E731
-        print("%s | %d clients | %d requests, %d errors | %.1f tok/s aggregate | "
-              "TTFT %s ms mean, %s ms p90 | %s tok/s per request" % (
+        print("%s | %d clients | %d requests, %d errors, %s tokens an answer | "
+              "%.1f tok/s aggregate | TTFT %s ms p50, %s ms p99 | %s tok/s per request" % (
                   a.label, a.clients, out["requests"], out["errors"],
-                  out["aggregate_tokens_per_second"], fmt(out["ttft_mean_ms"], "%.1f"),
-                  fmt(out["ttft_p90_ms"], "%.1f"),
+                  fmt(out["answer_tokens_mean"], "%.1f"),
+                  out["aggregate_tokens_per_second"], fmt(out["ttft_p50_ms"], "%.1f"),
+                  fmt(out["ttft_p99_ms"], "%.1f"),
                   fmt(out["decode_tokens_per_second_mean"], "%.1f")))
         if errors:
             print("first error: %s" % errors[0], file=sys.stderr)
