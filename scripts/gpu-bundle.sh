@@ -6,6 +6,7 @@
 #   .gpu/build          the CLI, the tests/test_cuda_* programs (among them
 #                       test_cuda_graph: whole steps through cuda-mwv's
 #                       fused products), test_batch (its cuda case),
+#                       test_serve (serve over pages on cuda),
 #                       test_cpu_simd (the AVX-512 VNNI gemm, on the
 #                       machine's Xeon) and every plugins/*/.libs/*.so,
 #                       in the build folder's layout
@@ -37,7 +38,8 @@ mkdir -p "$bundle/build" "$bundle/lib"
 (
 	cd "$build"
 	files=(host/cli/q4khost)
-	for f in tests/test_cuda_* tests/test_batch tests/test_cpu_simd plugins/*/.libs/*.so; do
+	for f in tests/test_cuda_* tests/test_batch tests/test_serve tests/test_cpu_simd \
+		plugins/*/.libs/*.so; do
 		case $f in *.c | *.o | *.log | *.trs) continue ;; esac
 		[ -f "$f" ] && [ -x "$f" ] && files+=("$f")
 	done

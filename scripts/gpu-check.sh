@@ -136,9 +136,12 @@ fi
 # Every GPU suite is a test_cuda_* program (test_cuda_graph: whole steps
 # through cuda-mwv), plus the cuda cases of CPU suites: test_batch's
 # batched decode against each sequence alone (on the default model too
-# when --model names one); the rest of those suites is CI's.
+# when --model names one), and test_serve's q4khost serve on cuda over
+# the paged KV cache, a small pool and the default's, against a cache per
+# slot (its requests go through curl: a skip on a machine without it);
+# the rest of those suites is CI's.
 suites=()
-for t in "$build"/tests/test_cuda_* "$build"/tests/test_batch; do
+for t in "$build"/tests/test_cuda_* "$build"/tests/test_batch "$build"/tests/test_serve; do
 	[ -f "$t" ] && [ -x "$t" ] || continue
 	case $t in *.o | *.c | *.log | *.trs) continue ;; esac
 	suites+=("$t")
@@ -146,13 +149,25 @@ done
 for t in "${suites[@]}"; do
 	name=$(basename "$t")
 	filter=
-	case $name in test_cuda_*) ;; *) filter="--filter=*/cuda_*" ;; esac
+	case $name in
+	test_cuda_*) ;;
+	test_serve)
+		filter="--filter=serve/*_on_cuda_*"
+		if ! command -v curl >/dev/null; then
+			row "$name" "skip: no curl here, which its requests go through" ""
+			continue
+		fi
+		;;
+	*) filter="--filter=*/cuda_*" ;;
+	esac
 	echo "== $name${filter:+ $filter}"
 	"$t" --verbose $filter >"$logs/$name.log" 2>&1
 	rc=$?
-	grep -E '^\[(FAIL|SKIP|====)\]|Assertion Failed' -A2 "$logs/$name.log" | grep -v '^--$' | head -80
+	grep -E '^\[(FAIL|SKIP|====)\]|Assertion Failed' -A2 "$logs/$name.log" |
+		grep -v -e '^--$' -e 'Test is disabled$' | head -80
 	synth=$(grep -o 'Tested: [0-9]* | Passing: [0-9]* | Failing: [0-9]* | Crashing: [0-9]*' "$logs/$name.log" | tail -n 1)
-	skips=$(grep -c '^\[SKIP\]' "$logs/$name.log")
+	# a filter's tests left out say "Test is disabled": not skips
+	skips=$(grep '^\[SKIP\]' "$logs/$name.log" | grep -vc 'Test is disabled$')
 	if [ $rc -eq 0 ] && [ -n "$synth" ]; then
 		row "$name" ok "$synth | Skipped: $skips"
 	else
