@@ -111,9 +111,10 @@ struct serve_path {
 	 * requests (kv_prefix.h); NULL when --prefix-cache is off or the
 	 * model has recurrent layers. Engine only. */
 	struct q4kh_prefix *prefix;
-	/* with --kv-pages: the pool of pages every session's keys and values
-	 * go to (kv_paged.h), a slot taking pages for the tokens it holds;
-	 * NULL: each session has a whole context's cache. Engine only. */
+	/* on pages (--kv-pages; auto, the default, where the path can page):
+	 * the pool of pages every session's keys and values go to
+	 * (kv_paged.h), a slot taking pages for the tokens it holds; NULL:
+	 * each session has a whole context's cache. Engine only. */
 	struct q4kh_kv_paged *paged;
 	/* with --kv-pages auto and paged NULL: why the path cannot page */
 	char kv_why[sizeof(((struct q4kh_error *)0)->msg)];

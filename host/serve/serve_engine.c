@@ -16,10 +16,11 @@
  * apart). Each job picks its token with its own
  * sampler, as alone, and ends as a run's answer ends: the bookkeeping of
  * one sequence is generate.h's, the steps this file's. Models with recurrent layers (qwen35) run one slot
- * per step. With --kv-pages the slots' sessions keep their keys and values
- * in one pool of pages per path, and a request takes a slot only when the
- * pool can hold the pages it may need beside those promised to the
- * running ones (pages_fit), so that no running request runs out of pages.
+ * per step. On pages (--kv-pages; auto, the default, where the path can
+ * page) the slots' sessions keep their keys and values in one pool per
+ * path, and a request takes a slot only when the pool can hold the pages
+ * it may need beside those promised to the running ones (pages_fit), so
+ * that no running request runs out of pages.
  */
 #include "serve.h"
 

@@ -153,7 +153,7 @@ char *serve_status_health(struct serve *srv, char *why, size_t cap)
 	if (root)
 		json_object_set_new(root, "unavailable",
 		                    srv->cur ? json_null() : json_string(unavailable(srv)));
-	/* the current path's KV pages; null without --kv-pages */
+	/* the current path's KV pages; null where its slots have a cache each */
 	if (root)
 		json_object_set_new(root, "kv_pages",
 		                    srv->pages.total ? json_pack("{s:i, s:i, s:i, s:i}", "total",
@@ -235,7 +235,7 @@ char *serve_status_metrics(struct serve *srv)
 		  "Of those, tokens whose pages another slot's cache holds, shared instead of copied (--kv-pages).",
 		  m->prefix_shared },
 	};
-	/* the current path's KV pages (--kv-pages; 0 without) */
+	/* the current path's KV pages (--kv-pages; 0 where its slots have a cache each) */
 	const struct {
 		const char *name, *help;
 		int32_t value;
