@@ -36,13 +36,13 @@ enum simd_wtype {
  * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / QMAX, so
  * |q| <= QMAX, and ds[b] = d[b] * (the sum of q over block b). QMAX is
  * SIMD_QMAX (int16) in cpu-simd: int8 (as ggml's Q8_0 and Q8_K) loses too
- * much on the default model, whose parity guard rejects it (docs/perf.md).
- * cpu-simd8, the same sources built with SIMD_INT8 (simd_plugin.c),
- * takes SIMD_QMAX8 (int8, the int8 arithmetic class and its floor): one
- * vpdpbusd or tdpbsud per weight byte in the packed products instead of
- * two, tried before cpu-simd where F2 passes it (larger models), and
- * rejected for it where not. A column with a value that is not finite
- * gets d = NaN, so its products are NaN too.
+ * much on the default model, where the parity guard rejects it on
+ * cpu-fast (docs/f2.md). cpu-simd8, the same sources built with SIMD_INT8
+ * (simd_plugin.c), takes SIMD_QMAX8 (int8, the int8 arithmetic class and
+ * its floor): one vpdpbusd or tdpbsud per weight byte in the packed
+ * products instead of two. It is tried before cpu-simd, which serves
+ * where F2 rejects it. A column with a value that is not finite gets d =
+ * NaN, so its products are NaN too.
  *
  * For the kernels that multiply weight bytes directly (struct
  * simd_kernels, split), each value also split in two signed bytes,
