@@ -758,13 +758,18 @@ Test(cpu_simd, gemv_glu_is_gemv_gemv_and_the_reference_glu_bit_for_bit, .timeout
 
 Test(cpu_simd, exports_exactly_the_entry_symbol)
 {
-	char so[4096], first[256];
-	int n;
+	static const char *const names[] = { "cpu-simd", "cpu-simd8" };
 
-	snprintf(so, sizeof(so), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
-	n = test_exported_symbols(so, first, sizeof(first));
-	cr_assert_eq(n, 1, "cpu-simd.so exports %d symbols", n);
-	cr_assert_str_eq(first, "q4kh_plugin_entry_v1");
+	for (int i = 0; i < 2; i++) {
+		char so[4096], first[256];
+		int n;
+
+		snprintf(so, sizeof(so), "%s/plugins/%s/.libs/%s.so", test_builddir(), names[i],
+		         names[i]);
+		n = test_exported_symbols(so, first, sizeof(first));
+		cr_assert_eq(n, 1, "%s.so exports %d symbols", names[i], n);
+		cr_assert_str_eq(first, "q4kh_plugin_entry_v1", "%s.so", names[i]);
+	}
 }
 
 /* ---- The packed layout of the AVX-512 VNNI gemm (simd.h) ---- */
