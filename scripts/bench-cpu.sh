@@ -7,15 +7,17 @@
 # -DGGML_CUDA=OFF -DGGML_NATIVE=ON, in /tmp/llamacpp-cpu, unless a build of
 # an earlier call is there), then times, for each thread count T and prompt
 # of P tokens, prefill with llama-bench (-t T -p P) and q4khost bench
-# (cpu-fast with cpu-simd, F2 off, T threads; with --isa, once per cpu-simd
-# instruction set), and decode of GEN tokens after the first prompt. Ends
-# with one table: model, threads, measure, cpu-simd isa, llama.cpp,
-# q4khost, ratio; full outputs under ${OUT:-/tmp}/bench-cpu. Making the
+# (cpu-fast with cpu-simd, F2 off, T threads; with --kernels, once per
+# kernel variant; with --isa, once per instruction set), and decode of GEN
+# tokens after the first prompt. Ends with one table: model, threads,
+# measure, kernel and isa, llama.cpp, q4khost, ratio; full outputs under
+# ${OUT:-/tmp}/bench-cpu. Making the
 # models needs a python3 with NumPy: $PYTHON, else python3 on PATH (the
 # script says so, and which, before it starts).
 #
 #   scripts/bench-cpu.sh [--models LIST] [--threads LIST] [--prompts LIST]
-#                        [--gen N] [--reps R] [--isa LIST] [--config FILE]
+#                        [--gen N] [--reps R] [--isa LIST] [--kernels LIST]
+#                        [--config FILE]
 #                        [--llamacpp TARBALL] [--build DIR] [--lib DIR]
 #
 #   --models LIST   names of scripts/gen-bench-model.py or GGUF paths,
@@ -25,7 +27,13 @@
 #   --prompts LIST  prompt lengths P in tokens (default 32,128,512)
 #   --gen N         decode tokens timed after the first prompt (default 32)
 #   --reps R        timed passes per figure, both engines (default 2)
-#   --isa LIST      cpu-simd's isa settings to time q4khost with, comma-
+#   --kernels LIST  the kernel variants to time q4khost with, comma-
+#                   separated: cpu-simd (the default; activations in
+#                   int16), cpu-simd8 (int8); each variant's
+#                   [plugin.NAME] gets threads and isa, and one other
+#                   than cpu-simd is named in the table ("cpu-simd8",
+#                   "cpu-simd8.amx")
+#   --isa LIST      the variants' isa settings to time q4khost with, comma-
 #                   separated (amx,avx512-vnni,avx2): each run of q4khost
 #                   once per set, a table row each (default: its auto,
 #                   "auto" in the table); a set the CPU cannot run fails
@@ -37,7 +45,8 @@
 #                   scripts/gpu-check.sh takes them (default .gpu/build
 #                   where scripts/gpu-unpack.sh made it, else _build/main)
 #   --table DIR     only the table, from the JSON files an earlier call
-#                   left in DIR (llama-MODEL.json, q4k-MODEL-T-P[.ISA].json)
+#                   left in DIR (llama-MODEL.json,
+#                   q4k-MODEL-T-P[.KERNEL][.ISA].json)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -49,6 +58,7 @@ prompts=32,128,512
 gen=32
 reps=2
 isas=
+kernels=cpu-simd
 extra=/dev/null
 tarball=.gpu/llama.cpp.tar.xz
 build=
@@ -63,11 +73,11 @@ table_from() {
 	python3 - "$1" <<'EOF'
 import glob, json, math, os, re, sys
 d = sys.argv[1]
-print("model | threads | measure | cpu-simd isa | llama.cpp tok/s | q4khost tok/s | q4khost/llama.cpp")
+print("model | threads | measure | kernel, isa | llama.cpp tok/s | q4khost tok/s | q4khost/llama.cpp")
 print("--- | --- | --- | --- | --- | --- | ---")
 runs = {}
 for f in glob.glob(os.path.join(d, "q4k-*.json")):
-    m = re.match(r"q4k-(.+)-(\d+)-(\d+)(?:\.([a-z0-9-]+))?\.json$", os.path.basename(f))
+    m = re.match(r"q4k-(.+)-(\d+)-(\d+)(?:\.([a-z0-9.-]+))?\.json$", os.path.basename(f))
     try:
         runs[(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4) or "auto")] = \
             json.load(open(f))
@@ -103,6 +113,7 @@ while [ $# -gt 0 ]; do
 	--gen) gen=$2; shift 2 ;;
 	--reps) reps=$2; shift 2 ;;
 	--isa) isas=$2; shift 2 ;;
+	--kernels) kernels=$2; shift 2 ;;
 	--config) extra=$2; shift 2 ;;
 	--llamacpp) tarball=$2; shift 2 ;;
 	--build) build=$2; shift 2 ;;
@@ -120,6 +131,7 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) onlin
 IFS=, read -ra ts <<<"$threads"
 IFS=, read -ra ps <<<"$prompts"
 IFS=, read -ra is <<<"${isas:-auto}"
+IFS=, read -ra ks <<<"$kernels"
 for f in "${files[@]}"; do
 	base=$(basename "$f" .gguf)
 	step "llama.cpp on $base"
@@ -127,22 +139,27 @@ for f in "${files[@]}"; do
 		-o json >"$out/llama-$base.json" 2>"$out/llama-$base.log" ||
 		tail -5 "$out/llama-$base.log" >&2
 	for t in "${ts[@]}"; do
-		for isa in "${is[@]}"; do
-			# Without --isa, the names and settings of old: the plugin's auto.
-			tag=${isas:+.$isa}
-			{ printf '[plugin.cpu-fast]\nthreads = %s\n[plugin.cpu-simd]\nthreads = %s\n' \
-				"$t" "$t" && { [ -z "$isas" ] || printf 'isa = %s\n' "$isa"; } &&
-				cat "$extra"; } >"$out/threads-$t$tag.ini"
-			n=$gen
-			for p in "${ps[@]}"; do
-				step "q4khost on $base, $t threads, $p-token prompt${isas:+, isa = $isa}"
-				"$q4k" bench -m "$f" --backend cpu-fast --kernels cpu-simd --f2 off -n "$n" \
-					-r "$reps" --no-built-in --config "$out/threads-$t$tag.ini" \
-					-p "$(bench_prompt "$p")" --json >"$out/q4k-$base-$t-$p$tag.json" \
-					2>"$out/q4k-$base-$t-$p$tag.log" ||
-					{ tail -5 "$out/q4k-$base-$t-$p$tag.log" &&
-						grep -o '"note": "[^"]*"' "$out/q4k-$base-$t-$p$tag.json"; } >&2
-				n=1
+		for kernel in "${ks[@]}"; do
+			for isa in "${is[@]}"; do
+				# Without --isa and --kernels, the names and settings of
+				# old: cpu-simd's auto.
+				tag=${isas:+.$isa}
+				[ "$kernel" = cpu-simd ] || tag=.$kernel$tag
+				{ printf '[plugin.cpu-fast]\nthreads = %s\n[plugin.%s]\nthreads = %s\n' \
+					"$t" "$kernel" "$t" &&
+					{ [ -z "$isas" ] || printf 'isa = %s\n' "$isa"; } &&
+					cat "$extra"; } >"$out/threads-$t$tag.ini"
+				n=$gen
+				for p in "${ps[@]}"; do
+					step "q4khost ($kernel) on $base, $t threads, $p-token prompt${isas:+, isa = $isa}"
+					"$q4k" bench -m "$f" --backend cpu-fast --kernels "$kernel" --f2 off -n "$n" \
+						-r "$reps" --no-built-in --config "$out/threads-$t$tag.ini" \
+						-p "$(bench_prompt "$p")" --json >"$out/q4k-$base-$t-$p$tag.json" \
+						2>"$out/q4k-$base-$t-$p$tag.log" ||
+						{ tail -5 "$out/q4k-$base-$t-$p$tag.log" &&
+							grep -o '"note": "[^"]*"' "$out/q4k-$base-$t-$p$tag.json"; } >&2
+					n=1
+				done
 			done
 		done
 	done

@@ -28,6 +28,15 @@
  * the plugin where the CPU runs them, at the layout's edges, on odd thread
  * counts, AMX bit for bit VNNI. Where AMX is not usable, its tests on the
  * hardware skip with the plugin's reason.
+ *
+ * cpu-simd8, the same sources with int8 activations (d_b = max |x| / 127,
+ * SIMD_QMAX8): every product against float64 sums of the same weights
+ * times the activations quantised to int8 here, sum_b d_b sum_i w_ri q_i,
+ * within 1e-5 sum_i |w_ri x_i| (its integer sums are exact: only the
+ * float scaling and summation may differ); its packed products' code
+ * emulated at the tiles' edges, AMX bit for bit VNNI; through the plugin
+ * at the same edges and thread counts; AVX2 refused, and its score above
+ * cpu-simd's.
  */
 #include "buildconf.h"
 
@@ -66,6 +75,7 @@ struct env {
 	q4kh_device_ctx *dev;
 	q4kh_kernel_ctx *kctx;
 	struct q4kh_native_device nd;
+	int qmax;            /* the variant's: SIMD_QMAX, or SIMD_QMAX8 (cpu-simd8) */
 	const char *isa;     /* the [plugin.cpu-simd] isa setting */
 	const char *threads; /* and its threads; NULL: "2" */
 	const char *repack;  /* and its repack setting; NULL: unset */
@@ -82,9 +92,9 @@ static const char *config(void *host_data, const char *key)
 	return !strcmp(key, "threads") ? (e->threads ? e->threads : "2") : NULL;
 }
 
-/* BACKEND ("cpu", "cpu-fast") and the variant's table; the variant's
- * context is opened by env_variant(). */
-static struct env *env_on(const char *backend)
+/* BACKEND ("cpu", "cpu-fast") and the table of VARIANT ("cpu-simd",
+ * "cpu-simd8"); the variant's context is opened by env_variant(). */
+static struct env *env_of(const char *backend, const char *variant)
 {
 	struct env *e = calloc(1, sizeof(*e));
 	const struct q4kh_plugin_desc *cpu, *simd;
@@ -93,9 +103,13 @@ static struct env *env_on(const char *backend)
 	cr_assert_not_null(e);
 	snprintf(rel, sizeof(rel), "plugins/%s/.libs/%s.so", backend, backend);
 	cpu = test_plugin_load(rel, &e->cpu_dl);
-	simd = test_plugin_load("plugins/cpu-simd/.libs/cpu-simd.so", &e->simd_dl);
-	cr_assert_str_eq(simd->name, "cpu-simd");
+	snprintf(rel, sizeof(rel), "plugins/%s/.libs/%s.so", variant, variant);
+	simd = test_plugin_load(rel, &e->simd_dl);
+	cr_assert_str_eq(simd->name, variant);
 	cr_assert_eq(simd->kind, Q4KH_KIND_KERNEL);
+	e->qmax = strcmp(variant, "cpu-simd8") ? SIMD_QMAX : SIMD_QMAX8;
+	cr_assert_eq(simd->kernel->arith,
+	             e->qmax == SIMD_QMAX8 ? Q4KH_ARITH_INT8 : Q4KH_ARITH_INT16);
 	e->b = cpu->backend;
 	e->v = simd->kernel;
 	cr_assert_str_eq(e->v->backend, "cpu");
@@ -105,6 +119,11 @@ static struct env *env_on(const char *backend)
 	e->nd.struct_size = sizeof(e->nd);
 	cr_assert_eq(e->b->native_device(e->dev, &e->nd), Q4KH_OK);
 	return e;
+}
+
+static struct env *env_on(const char *backend)
+{
+	return env_of(backend, "cpu-simd");
 }
 
 static struct env *env_open(void)
@@ -350,12 +369,30 @@ static float *activations(int64_t k, int64_t t)
 }
 
 /*
- * Check rows [0, N) of column c of got against float64 and the bound of
- * the header: weight row r's K values at EXACT + r * LD.
+ * The 32 values at X quantised to int8 as struct simd_act says:
+ * d = max |x| / 127 and q = x * (127 / max |x|) rounded to nearest even,
+ * in float; the values q d into XQ.
+ */
+static void int8_block(const float *x, double *xq)
+{
+	float amax = 0, scale;
+
+	for (int i = 0; i < 32; i++)
+		amax = fmaxf(amax, fabsf(x[i]));
+	scale = amax > 0 ? 127.0f / amax : 0;
+	for (int i = 0; i < 32; i++)
+		xq[i] = (double)rintf(x[i] * scale) * (double)(amax / 127.0f);
+}
+
+/*
+ * Check rows [0, N) of column c of got against float64: weight row r's K
+ * values at EXACT + r * LD. QMAX SIMD_QMAX (cpu-simd): against x, within
+ * the bound of the header; SIMD_QMAX8 (cpu-simd8): against x quantised to
+ * int8 here (int8_block()), within 1e-5 sum |w x|.
  */
 static void check_rows(const char *name, const double *exact_w, int64_t ld, int64_t k,
                        int64_t n, const char *isa, int64_t cols, int64_t c, const float *x,
-                       const float *got)
+                       const float *got, int qmax)
 {
 	const int64_t block = 32;
 
@@ -364,15 +401,18 @@ static void check_rows(const char *name, const double *exact_w, int64_t ld, int6
 		double exact = 0, mag = 0, bound = 0;
 
 		for (int64_t b = 0; b < k / block; b++) {
-			double amax = 0, wabs = 0;
+			double amax = 0, wabs = 0, xq[32];
 
+			if (qmax == SIMD_QMAX8)
+				int8_block(x + b * block, xq);
 			for (int64_t i = b * block; i < (b + 1) * block; i++) {
 				amax = fmax(amax, fabs(x[i]));
 				wabs += fabs(wr[i]);
-				exact += wr[i] * x[i];
+				exact += wr[i] * (qmax == SIMD_QMAX8 ? xq[i - b * block] : x[i]);
 				mag += fabs(wr[i] * x[i]);
 			}
-			bound += amax / 32639 / 2 * wabs;
+			if (qmax != SIMD_QMAX8)
+				bound += amax / 32639 / 2 * wabs;
 		}
 		bound += 1e-5 * mag;
 		cr_assert(fabs(got[r] - exact) <= bound,
@@ -383,11 +423,12 @@ static void check_rows(const char *name, const double *exact_w, int64_t ld, int6
 	}
 }
 
-/* Check column c of got: every one of w's ROWS rows. */
+/* Check column c of got: every one of w's ROWS rows, as QMAX's variant
+ * rounds. */
 static void check_column(const struct weight *w, const char *isa, int64_t cols,
-                         int64_t c, const float *x, const float *got)
+                         int64_t c, const float *x, const float *got, int qmax)
 {
-	check_rows(w->name, w->exact, w->k, w->k, ROWS, isa, cols, c, x, got);
+	check_rows(w->name, w->exact, w->k, w->k, ROWS, isa, cols, c, x, got, qmax);
 }
 
 /* y = w x through gemv (cols <= max) or gemm; every column checked. */
@@ -404,7 +445,7 @@ static float *product(struct env *e, const struct weight *w, q4kh_prepared *p,
 	cr_assert_eq(st, Q4KH_OK, "%s %s: %s", w->name, isa, e->v->last_error(e->kctx));
 	y = fetch(e, &yt);
 	for (int64_t c = 0; c < cols; c++)
-		check_column(w, isa, cols, c, x + c * w->k, y + c * ROWS);
+		check_column(w, isa, cols, c, x + c * w->k, y + c * ROWS, e->qmax);
 	e->b->buffer_free(e->dev, xt.buffer);
 	e->b->buffer_free(e->dev, yt.buffer);
 	return y;
@@ -417,7 +458,9 @@ static const uint32_t simd_types[] = { Q4KH_TYPE_Q4_K, Q4KH_TYPE_Q5_0, Q4KH_TYPE
 static const char *const isas[] = { "avx2", "avx512-vnni", "amx" };
 #define N_ISAS (int)(sizeof(isas) / sizeof(isas[0]))
 
-static void every_type_and_column_count(const char *backend)
+/* VARIANT's products of every type with each set this CPU runs, every
+ * column count, on BACKEND: within the bound of VARIANT's rounding. */
+static void every_type_and_column_count(const char *backend, const char *variant)
 {
 	struct q4kh_error err = { { 0 } };
 	struct q4kh_gguf *g = NULL;
@@ -426,11 +469,12 @@ static void every_type_and_column_count(const char *backend)
 	int ran = 0;
 
 	cr_assert_eq(q4kh_gguf_open(test_model_path(), &g, &err), 0, "%s", err.msg);
-	e = env_on(backend);
+	e = env_of(backend, variant);
 	for (int t = 0; t < N_SIMD_TYPES; t++)
 		weight_load(e, g, simd_types[t], &w[t]);
 	for (int i = 0; i < N_ISAS; i++) {
-		if (!cpu_runs(isas[i]))
+		/* cpu-simd8 refuses AVX2 (its score test checks why). */
+		if (!cpu_runs(isas[i]) || (e->qmax == SIMD_QMAX8 && !strcmp(isas[i], "avx2")))
 			continue;
 		cr_assert_eq(env_variant(e, isas[i]), Q4KH_OK, "%s", e->v->last_error(NULL));
 		for (int t = 0; t < N_SIMD_TYPES; t++) {
@@ -455,7 +499,7 @@ static void every_type_and_column_count(const char *backend)
 		ran++;
 	}
 	if (!ran)
-		cr_skip_test("this CPU runs neither AVX2 nor AVX-512 VNNI");
+		cr_skip_test("this CPU runs none of %s's instruction sets", variant);
 	for (int t = 0; t < N_SIMD_TYPES; t++) {
 		e->b->buffer_free(e->dev, w[t].t.buffer);
 		free(w[t].exact);
@@ -466,7 +510,7 @@ static void every_type_and_column_count(const char *backend)
 
 Test(cpu_simd, every_type_and_column_count_within_the_int16_bound, .timeout = 300)
 {
-	every_type_and_column_count("cpu");
+	every_type_and_column_count("cpu", "cpu-simd");
 }
 
 /* The same on the threads cpu-fast lends (ABI 1.3, struct
@@ -482,7 +526,19 @@ Test(cpu_simd, on_cpu_fast_threads_within_the_int16_bound, .timeout = 300)
 	cr_assert_not_null(e->nd.parallel, "cpu-fast lends no threads");
 	cr_assert_eq(e->nd.threads, 2);
 	env_close(e);
-	every_type_and_column_count("cpu-fast");
+	every_type_and_column_count("cpu-fast", "cpu-simd");
+}
+
+Test(cpu_simd8, every_type_and_column_count_against_the_int8_activations, .timeout = 300)
+{
+	every_type_and_column_count("cpu", "cpu-simd8");
+}
+
+Test(cpu_simd8, on_cpu_fast_threads_against_the_int8_activations, .timeout = 300)
+{
+	if (!cpu_runs("avx2"))
+		cr_skip_test("cpu-fast has no device on a CPU without AVX2");
+	every_type_and_column_count("cpu-fast", "cpu-simd8");
 }
 
 Test(cpu_simd, score_follows_the_cpu_and_the_types)
@@ -517,6 +573,43 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 	cr_expect_eq(env_variant(e, "auto"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
 	                 "[plugin.cpu-simd] repack = \"yes\": expected on or off");
+	env_close(e);
+}
+
+/*
+ * cpu-simd8 scores each set above cpu-simd's (a device without a kernel
+ * setting tries it first), and refuses AVX2 and repack = off, naming why
+ * (it would round to int8 for nothing there); on auto it then has no
+ * kernels and scores 0.
+ */
+Test(cpu_simd8, scores_above_cpu_simd_and_refuses_avx2_and_repack_off)
+{
+	struct env *e = env_of("cpu", "cpu-simd8");
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+
+	cr_assert_eq(e->b->device_info(e->ctx, 0, &rec), Q4KH_OK);
+	cr_expect_eq(env_variant(e, "avx2"), Q4KH_ERR_UNSUPPORTED);
+	if (cpu_runs("avx2"))
+		cr_expect_str_eq(e->v->last_error(NULL),
+		                 "[plugin.cpu-simd8] isa = avx2: the int8 products are AVX-512 "
+		                 "VNNI's and AMX's (cpu-simd serves AVX2 in int16)");
+	for (int i = 1; i < N_ISAS; i++) {
+		if (!cpu_runs(isas[i]))
+			continue;
+		cr_assert_eq(env_variant(e, isas[i]), Q4KH_OK, "%s", e->v->last_error(NULL));
+		for (int t = 0; t < N_SIMD_TYPES; t++)
+			cr_expect_eq(e->v->score(e->kctx, &rec, simd_types[t]), (uint32_t)(2 + i + 4),
+			             "%s %s", isas[i], q4kh_type_name(simd_types[t]));
+	}
+	e->repack = "off";
+	if (cpu_runs("avx512-vnni")) {
+		cr_expect_eq(env_variant(e, "avx512-vnni"), Q4KH_ERR_UNSUPPORTED);
+		cr_expect_str_eq(e->v->last_error(NULL),
+		                 "[plugin.cpu-simd8] isa = avx512-vnni: repack = off, and the int8 "
+		                 "products run on repacked weights only");
+	}
+	cr_assert_eq(env_variant(e, "auto"), Q4KH_OK, "%s", e->v->last_error(NULL));
+	cr_expect_eq(e->v->score(e->kctx, &rec, Q4KH_TYPE_Q4_K), 0);
 	env_close(e);
 }
 
@@ -665,13 +758,18 @@ Test(cpu_simd, gemv_glu_is_gemv_gemv_and_the_reference_glu_bit_for_bit, .timeout
 
 Test(cpu_simd, exports_exactly_the_entry_symbol)
 {
-	char so[4096], first[256];
-	int n;
+	static const char *const names[] = { "cpu-simd", "cpu-simd8" };
 
-	snprintf(so, sizeof(so), "%s/plugins/cpu-simd/.libs/cpu-simd.so", test_builddir());
-	n = test_exported_symbols(so, first, sizeof(first));
-	cr_assert_eq(n, 1, "cpu-simd.so exports %d symbols", n);
-	cr_assert_str_eq(first, "q4kh_plugin_entry_v1");
+	for (int i = 0; i < 2; i++) {
+		char so[4096], first[256];
+		int n;
+
+		snprintf(so, sizeof(so), "%s/plugins/%s/.libs/%s.so", test_builddir(), names[i],
+		         names[i]);
+		n = test_exported_symbols(so, first, sizeof(first));
+		cr_assert_eq(n, 1, "%s.so exports %d symbols", names[i], n);
+		cr_assert_str_eq(first, "q4kh_plugin_entry_v1", "%s.so", names[i]);
+	}
 }
 
 /* ---- The packed layout of the AVX-512 VNNI gemm (simd.h) ---- */
@@ -823,8 +921,9 @@ Test(cpu_simd_pack, repacked_rows_read_back_as_the_reference_dequantises, .timeo
 
 /*
  * Column X (K values) quantised as struct simd_act says (d = max |x| /
- * SIMD_QMAX, q rounded to nearest even) and split: q = 256 hi + lo, with
- * the sums of q per 32 (sum) and per 16 (s16) and ds = d sum.
+ * QMAX, SIMD_QMAX or SIMD_QMAX8, q rounded to nearest even) and split: q =
+ * 256 hi + lo, with the sums of q per 32 (sum) and per 16 (s16) and ds =
+ * d sum.
  */
 struct split_col {
 	int8_t *hi, *lo;
@@ -834,7 +933,8 @@ struct split_col {
 };
 
 /* Column X into COL, its bytes into HI and LO (K each). */
-static void split_col(const float *x, int64_t k, int8_t *hi, int8_t *lo, struct split_col *col)
+static void split_col(const float *x, int64_t k, int qmax, int8_t *hi, int8_t *lo,
+                      struct split_col *col)
 {
 	col->hi = hi;
 	col->lo = lo;
@@ -848,10 +948,10 @@ static void split_col(const float *x, int64_t k, int8_t *hi, int8_t *lo, struct 
 
 		for (int i = 0; i < 32; i++)
 			amax = fmaxf(amax, fabsf(x[32 * b + i]));
-		col->d[b] = amax / SIMD_QMAX;
+		col->d[b] = amax / (float)qmax;
 		col->sum[b] = 0;
 		for (int i = 0; i < 32; i++) {
-			const int q = (int)rintf(x[32 * b + i] * (amax > 0 ? SIMD_QMAX / amax : 0));
+			const int q = (int)rintf(x[32 * b + i] * (amax > 0 ? (float)qmax / amax : 0));
 
 			col->hi[32 * b + i] = (int8_t)((q + 128) >> 8);
 			col->lo[32 * b + i] = (int8_t)(q - 256 * ((q + 128) >> 8));
@@ -874,7 +974,7 @@ struct split_cols {
 	struct simd_act *act; /* col[c].act */
 };
 
-static void split_cols(const float *x, int64_t k, int n, struct split_cols *s)
+static void split_cols(const float *x, int64_t k, int n, int qmax, struct split_cols *s)
 {
 	s->n = n;
 	s->hi = malloc((size_t)(n * k));
@@ -883,7 +983,7 @@ static void split_cols(const float *x, int64_t k, int n, struct split_cols *s)
 	s->act = malloc(sizeof(*s->act) * (size_t)n);
 	cr_assert(s->hi && s->lo && s->col && s->act);
 	for (int c = 0; c < n; c++) {
-		split_col(x + c * k, k, s->hi + c * k, s->lo + c * k, &s->col[c]);
+		split_col(x + c * k, k, qmax, s->hi + c * k, s->lo + c * k, &s->col[c]);
 		s->act[c] = s->col[c].act;
 	}
 }
@@ -959,11 +1059,12 @@ Test(cpu_simd_pack, the_packed_products_steps_hold_the_int16_bound, .timeout = 1
 		weight_rows(e, NULL, packed_gguf[t], 0, &w);
 		packed = pack_weight(&w, packed_wtype[t], w.k, PACK_N, e);
 		x = activations(w.k, 3);
-		split_cols(x, w.k, 3, &cols);
+		split_cols(x, w.k, 3, SIMD_QMAX, &cols);
 		for (int c = 0; c < 3; c++) {
 			for (int64_t r = 0; r < PACK_N; r++)
 				y[r] = (float)emulated_dot(packed_wtype[t], packed, w.k, r, &cols.col[c]);
-			check_rows(w.name, w.exact, w.k, w.k, PACK_N, "scalar", 3, c, x + c * w.k, y);
+			check_rows(w.name, w.exact, w.k, w.k, PACK_N, "scalar", 3, c, x + c * w.k, y,
+			           SIMD_QMAX);
 		}
 		split_cols_free(&cols);
 		free(x);
@@ -1000,9 +1101,11 @@ static int edge_cols_next(int64_t k, int cols)
 	return 0;
 }
 
-/* A set's packed products, in the order of packed_gguf. */
+/* A set's packed products, in the order of packed_gguf, for columns
+ * quantised with QMAX (SIMD_QMAX, or SIMD_QMAX8 for the int8 forms). */
 struct packed_set {
 	const char *name;
+	int qmax;
 	simd_packed_fn fn[N_PACKED];
 };
 
@@ -1011,7 +1114,8 @@ struct packed_set {
  * program against tests/avx512-emu/immintrin.h: its intrinsics in plain
  * C) at the tiles' edges, on any CPU: edge_rows, K of one super-block, of
  * two and wide, 1 .. EDGE_COLS columns, the tiles in three parts as by
- * three threads. Every value within the bound, nothing written past a
+ * three threads. Every value within the bound of KERNEL's rounding
+ * (check_rows()), nothing written past a
  * column's N rows, a column's bits the same whatever the batch, and with
  * SAME, every bit as SAME's code gives it.
  */
@@ -1030,7 +1134,7 @@ static void packed_code_at_the_edges(const struct packed_set *kernel,
 				float *x = activations(k, EDGE_COLS);
 				struct split_cols sc;
 
-				split_cols(x, k, EDGE_COLS, &sc);
+				split_cols(x, k, EDGE_COLS, kernel->qmax, &sc);
 				for (int n = 0; n < N_EDGE_ROWS; n++) {
 					const int64_t ld = edge_rows[n] + PAD, tiles = (edge_rows[n] + 15) / 16;
 					const int64_t cut[4] = { 0, 1, tiles < 2 ? tiles : 2, tiles };
@@ -1056,7 +1160,7 @@ static void packed_code_at_the_edges(const struct packed_set *kernel,
 						}
 						for (int c = 0; c < cols; c++) {
 							check_rows(w.name, w.exact, w.k, k, edge_rows[n], kernel->name,
-							           cols, c, x + c * k, yc[c]);
+							           cols, c, x + c * k, yc[c], kernel->qmax);
 							for (int64_t i = edge_rows[n]; i < ld; i++)
 								cr_assert(isnan(yc[c][i]), "%s K %lld, %lld rows: column "
 								          "%d written at row %lld", w.name, (long long)k,
@@ -1086,12 +1190,18 @@ static void packed_code_at_the_edges(const struct packed_set *kernel,
 	env_close(e);
 }
 
-static const struct packed_set emulated_vnni = { "emulated avx512-vnni",
+static const struct packed_set emulated_vnni = { "emulated avx512-vnni", SIMD_QMAX,
 	                                         { simd_vnni_packed_q4_k, simd_vnni_packed_q6_k,
 	                                           simd_vnni_packed_q5_0 } };
-static const struct packed_set emulated_amx = { "emulated amx",
+static const struct packed_set emulated_amx = { "emulated amx", SIMD_QMAX,
 	                                        { simd_amx_packed_q4_k, simd_amx_packed_q6_k,
 	                                          simd_amx_packed_q5_0 } };
+static const struct packed_set emulated_vnni8 = { "emulated avx512-vnni int8", SIMD_QMAX8,
+	                                          { simd_vnni_packed8_q4_k, simd_vnni_packed8_q6_k,
+	                                            simd_vnni_packed8_q5_0 } };
+static const struct packed_set emulated_amx8 = { "emulated amx int8", SIMD_QMAX8,
+	                                         { simd_amx_packed8_q4_k, simd_amx_packed8_q6_k,
+	                                           simd_amx_packed8_q5_0 } };
 
 Test(cpu_simd_pack, the_avx512_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
 {
@@ -1109,6 +1219,19 @@ Test(cpu_simd_amx, the_amx_kernels_code_emulated_is_the_vnni_kernels_bit_for_bit
      .timeout = 600)
 {
 	packed_code_at_the_edges(&emulated_amx, &emulated_vnni);
+}
+
+/* The int8 forms (cpu-simd8: the low bytes only) the same way, against
+ * the int8 activations. */
+Test(cpu_simd_pack, the_int8_kernels_code_emulated_at_the_tiles_edges, .timeout = 300)
+{
+	packed_code_at_the_edges(&emulated_vnni8, NULL);
+}
+
+Test(cpu_simd_amx, the_int8_amx_kernels_code_emulated_is_the_vnni_kernels_bit_for_bit,
+     .timeout = 600)
+{
+	packed_code_at_the_edges(&emulated_amx8, &emulated_vnni8);
 }
 
 /* y = w x through the plugin's gemm (GEMM) or gemv on rows [0, N) of W,
@@ -1163,18 +1286,21 @@ static int plugin_next(int gemv, int64_t k, int cols)
 }
 
 /*
- * Through the plugin with the kernels of ISA on this CPU: gemm of
+ * Through VARIANT (cpu-simd, cpu-simd8) with the kernels of ISA on this
+ * CPU: gemm of
  * 1 .. EDGE_COLS columns and of 100 (with GEMV, gemv of 1 .. 8) on
  * edge_rows, K of one super-block, of two and wide (views of the first
- * values of each row), on edge_threads: every value within the bound,
+ * values of each row), on edge_threads: every value within the bound of
+ * VARIANT's rounding (check_rows()),
  * column 0 the same bits whatever the batch, every result the same bits
  * at every thread count and, with SAME, as the plugin's gemm with isa =
  * SAME gives them; with GEMV, for the types gemv runs on the repacked
  * tiles, as the plugin's gemm with ISA gives them.
  */
-static void plugin_at_the_edges(const char *isa, const char *same, int gemv)
+static void plugin_at_the_edges(const char *variant, const char *isa, const char *same,
+                                int gemv)
 {
-	struct env *e = env_open();
+	struct env *e = env_of("cpu", variant);
 
 	for (int t = 0; t < N_PACKED; t++)
 		for (int wide = 0; wide < 2; wide++) {
@@ -1204,7 +1330,7 @@ static void plugin_at_the_edges(const char *isa, const char *same, int gemv)
 							y = plugin_product(e, &w, k, edge_rows[n], xk, cols, !gemv);
 							for (int64_t c = 0; c < cols; c++)
 								check_rows(w.name, w.exact, w.k, k, edge_rows[n], isa, cols,
-								           c, xk + c * k, y + c * edge_rows[n]);
+								           c, xk + c * k, y + c * edge_rows[n], e->qmax);
 							if (!one)
 								one = y;
 							else
@@ -1247,7 +1373,7 @@ Test(cpu_simd_pack, avx512_gemm_at_the_tiles_edges_within_the_int16_bound, .time
 	if (!cpu_runs("avx512-vnni"))
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed gemm runs only there "
 		             "(its layout and steps are checked by the tests above)");
-	plugin_at_the_edges("avx512-vnni", NULL, 0);
+	plugin_at_the_edges("cpu-simd", "avx512-vnni", NULL, 0);
 }
 
 /*
@@ -1260,7 +1386,7 @@ Test(cpu_simd_pack, avx512_gemv_at_the_tiles_edges_is_the_gemm_bit_for_bit, .tim
 {
 	if (!cpu_runs("avx512-vnni"))
 		cr_skip_test("this CPU has no AVX-512 VNNI: the packed products run only there");
-	plugin_at_the_edges("avx512-vnni", NULL, 1);
+	plugin_at_the_edges("cpu-simd", "avx512-vnni", NULL, 1);
 }
 
 /*
@@ -1294,7 +1420,35 @@ Test(cpu_simd_amx, amx_gemm_at_the_tiles_edges_is_the_vnni_gemm_bit_for_bit, .ti
 
 	if (why)
 		cr_skip_test("AMX is not usable here: %s", why);
-	plugin_at_the_edges("amx", "avx512-vnni", 0);
+	plugin_at_the_edges("cpu-simd", "amx", "avx512-vnni", 0);
+}
+
+/* cpu-simd8's gemm, and its gemv (on the repacked tiles for Q4_K and
+ * Q5_0, the gemm's bits), at the same edges against the int8
+ * activations. */
+Test(cpu_simd8_pack, avx512_gemm_at_the_tiles_edges_against_the_int8_activations,
+     .timeout = 600)
+{
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI, which cpu-simd8 needs");
+	plugin_at_the_edges("cpu-simd8", "avx512-vnni", NULL, 0);
+}
+
+Test(cpu_simd8_pack, avx512_gemv_at_the_tiles_edges_is_the_gemm_bit_for_bit, .timeout = 600)
+{
+	if (!cpu_runs("avx512-vnni"))
+		cr_skip_test("this CPU has no AVX-512 VNNI, which cpu-simd8 needs");
+	plugin_at_the_edges("cpu-simd8", "avx512-vnni", NULL, 1);
+}
+
+Test(cpu_simd_amx, int8_amx_gemm_at_the_tiles_edges_is_the_vnni_gemm_bit_for_bit,
+     .timeout = 900)
+{
+	const char *why = amx_unusable();
+
+	if (why)
+		cr_skip_test("AMX is not usable here: %s", why);
+	plugin_at_the_edges("cpu-simd8", "amx", "avx512-vnni", 0);
 }
 
 /* The plugin's debug line from init (the host's log), kept by the test. */

@@ -32,12 +32,17 @@ enum simd_wtype {
 };
 
 /*
- * One activation column quantised to int16 in blocks of 32 values:
- * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / SIMD_QMAX,
- * so |q| <= SIMD_QMAX, and ds[b] = d[b] * (the sum of q over block b). int8 (as
- * ggml's Q8_0 and Q8_K) loses too much on the default model: the parity
- * guard rejects it (docs/perf.md). A column with a value that is not
- * finite gets d = NaN, so its products are NaN too.
+ * One activation column quantised to integers in blocks of 32 values:
+ * q[i] = round(x[i] / d[b]) with d[b] = max |x| over block b / QMAX, so
+ * |q| <= QMAX, and ds[b] = d[b] * (the sum of q over block b). QMAX is
+ * SIMD_QMAX (int16) in cpu-simd: int8 (as ggml's Q8_0 and Q8_K) loses too
+ * much on the default model, where the parity guard rejects it on
+ * cpu-fast (docs/f2.md). cpu-simd8, the same sources built with SIMD_INT8
+ * (simd_plugin.c), takes SIMD_QMAX8 (int8, the int8 arithmetic class and
+ * its floor): one vpdpbusd or tdpbsud per weight byte in the packed
+ * products instead of two. It is tried before cpu-simd, which serves
+ * where F2 rejects it. A column with a value that is not finite gets d =
+ * NaN, so its products are NaN too.
  *
  * For the kernels that multiply weight bytes directly (struct
  * simd_kernels, split), each value also split in two signed bytes,
@@ -45,7 +50,8 @@ enum simd_wtype {
  * in [-128, 127] too), and the sum of q over each 16 values: vpdpbusd then
  * multiplies 64 unsigned weight bytes at once by either, and no weight is
  * widened to int16. The bytes may come in another order of the blocks of
- * 32 than the values (split says which).
+ * 32 than the values (split says which). With SIMD_QMAX8, hi is 0 and lo
+ * is q: the int8 packed products read lo only.
  */
 struct simd_act {
 	const int16_t *q; /* K values */
@@ -58,6 +64,8 @@ struct simd_act {
 
 /* The largest |q|: 127 * 256 + 127, so q splits into two signed bytes. */
 #define SIMD_QMAX 32639
+/* The largest |q| of int8 columns (cpu-simd8): q is its low byte. */
+#define SIMD_QMAX8 127
 
 #define SIMD_BLOCK 32
 
@@ -195,6 +203,8 @@ struct simd_kernels {
 	 * d and ds, laid out as struct simd_act says. Pure.
 	 */
 	void (*quantize)(const float *x, int64_t k, int16_t *q, float *d, float *ds);
+	/* The same with SIMD_QMAX8 (int8 columns, cpu-simd8). Pure. */
+	void (*quantize8)(const float *x, int64_t k, int16_t *q, float *d, float *ds);
 	/*
 	 * Split the K quantised values q (K a multiple of 32) into hi, lo and
 	 * s16 as struct simd_act says, for the direct product of one column
@@ -214,6 +224,9 @@ struct simd_kernels {
 	 * gemv reads in place (Q6_K: its direct product is faster for one
 	 * column, docs/perf.md). */
 	simd_packed_fn packed_gemv[SIMD_NTYPES];
+	/* packed's products for int8 columns (quantize8): the low bytes only,
+	 * one vpdpbusd or tdpbsud per weight byte; NULL where packed is. */
+	simd_packed_fn packed8[SIMD_NTYPES];
 };
 
 /* simd_avx2.c and simd_vnni.c; call only on a CPU that q4kh_cpu_isa_usable()
@@ -229,6 +242,15 @@ void simd_vnni_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int6
 void simd_vnni_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                            const struct simd_act *a, int ncols, float *const *y);
 
+/* The same for int8 columns (SIMD_QMAX8): the low bytes only, hi not
+ * read. */
+void simd_vnni_packed8_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                            const struct simd_act *a, int ncols, float *const *y);
+void simd_vnni_packed8_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                            const struct simd_act *a, int ncols, float *const *y);
+void simd_vnni_packed8_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                            const struct simd_act *a, int ncols, float *const *y);
+
 /* simd_amx_packed.c (configure: HAVE_SIMD_AMX): the same products on AMX
  * tiles, bit for bit; the AMX set is the VNNI set with these. Call only
  * where q4kh_cpu_isa_usable(Q4KH_CPU_ISA_AMX_INT8). */
@@ -238,6 +260,12 @@ void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64
                           const struct simd_act *a, int ncols, float *const *y);
 void simd_amx_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
                           const struct simd_act *a, int ncols, float *const *y);
+void simd_amx_packed8_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y);
+void simd_amx_packed8_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y);
+void simd_amx_packed8_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
+                           const struct simd_act *a, int ncols, float *const *y);
 
 /*
  * Column c (< W) of group G from one quantised column A of K values, or

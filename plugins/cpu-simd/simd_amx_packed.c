@@ -11,7 +11,9 @@
  * codes: two of them (hi, then lo) per block, and 256 C_hi + C_lo is
  * exactly the int32 sum the VNNI gemm forms (codes . q, |q| <= SIMD_QMAX),
  * which the same steps (simd_packed.h) scale in the same order: the two
- * gemms agree bit for bit. A block is 32 values for Q4_K (a sub-block)
+ * gemms agree bit for bit. Int8 columns (cpu-simd8: hi 0) take the low
+ * bytes' tdpbsud alone, C_lo, as the VNNI gemm's int8 form its low
+ * vpdpbusd alone. A block is 32 values for Q4_K (a sub-block)
  * and Q5_0, 16 for Q6_K (a group): the scales change there, so each
  * tdpbsud uses 32 (16) of the 64 bytes of K it could take. Built with the
  * VNNI flags and
@@ -90,75 +92,92 @@ struct amx_sums {
  * The block's codes W (NQ registers) as tile B, the column bytes of its
  * first value V as tiles A (a column a row, K apart): both tdpbsud, the
  * sums stored, and column c's as q[c] = 256 hi + lo, as vpdpbusd's
- * (hi << 8) + lo.
+ * (hi << 8) + lo; with BYTES 1 (int8 columns, hi 0) the low bytes' tdpbsud
+ * only, q[c] = lo.
  */
 static inline __attribute__((always_inline)) void
-amx_block_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int nc, int64_t v,
-         __m512i *q)
+amx_sums_of(struct amx_sums *st, const __m512i *w, int nq, const struct simd_act *a, int nc,
+            int64_t v, __m512i *q, int bytes)
 {
-	struct amx_sums *st = state;
-
 #pragma GCC unroll 8
 	for (int i = 0; i < nq; i++)
 		_mm512_store_si512(st->codes[i], w[i]);
 	stores_done();
 	_tile_loadd(T_CODES, st->codes, 64);
-	_tile_loadd(T_HI, a->hi + v, st->k);
 	_tile_loadd(T_LO, a->lo + v, st->k);
-	_tile_zero(T_PHI);
 	_tile_zero(T_PLO);
-	_tile_dpbsud(T_PHI, T_HI, T_CODES);
 	_tile_dpbsud(T_PLO, T_LO, T_CODES);
-	_tile_stored(T_PHI, st->ph, 64);
 	_tile_stored(T_PLO, st->pl, 64);
+	if (bytes == 2) {
+		_tile_loadd(T_HI, a->hi + v, st->k);
+		_tile_zero(T_PHI);
+		_tile_dpbsud(T_PHI, T_HI, T_CODES);
+		_tile_stored(T_PHI, st->ph, 64);
+	}
 	/* All PACK_MAX_COLS set, those past NC to 0: the compiler cannot
 	 * follow NC from here to the steps that read q. */
 #pragma GCC unroll 16
-	for (int c = 0; c < PACK_MAX_COLS; c++)
-		q[c] = c < nc ? _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]), 8),
-		                                 _mm512_load_si512(st->pl[c]))
-		              : _mm512_setzero_si512();
+	for (int c = 0; c < PACK_MAX_COLS; c++) {
+		const __m512i lo = _mm512_load_si512(st->pl[c]);
+
+		q[c] = c >= nc ? _mm512_setzero_si512()
+		       : bytes == 2 ? _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(st->ph[c]),
+		                                                         8), lo)
+		                    : lo;
+	}
+}
+
+/* amx_sums_of() as block_sums_fn: int16 columns, and int8. */
+static inline __attribute__((always_inline)) void
+amx_block_sums(void *state, const __m512i *w, int nq, const struct simd_act *a, int nc, int64_t v,
+               __m512i *q)
+{
+	amx_sums_of(state, w, nq, a, nc, v, q, 2);
+}
+
+static inline __attribute__((always_inline)) void
+amx_block_sums8(void *state, const __m512i *w, int nq, const struct simd_act *a, int nc,
+                int64_t v, __m512i *q)
+{
+	amx_sums_of(state, w, nq, a, nc, v, q, 1);
 }
 
 /* A tile against NC columns: 16 (the accumulators in registers) or fewer;
- * BV values a block. */
-#define TILE_COLS(type, bv)                                                               \
-	static void type##_cols(const void *p, int64_t nsb, const struct simd_act *a, int nc, \
-	                        float *out[], __mmask16 keep)                                  \
+ * BV values a block, the sums from SUMS; NAME the function. */
+#define TILE_COLS(name, type, bv, sums)                                                   \
+	static void name(const void *p, int64_t nsb, const struct simd_act *a, int nc,        \
+	                 float *out[], __mmask16 keep)                                         \
 	{                                                                                     \
 		struct amx_sums st;                                                           \
                                                                                               \
 		st.k = nsb * (bv);                                                            \
 		if (nc == PACK_MAX_COLS)                                                      \
-			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, amx_block_sums, &st); \
+			tile_##type(p, nsb, a, PACK_MAX_COLS, out, keep, sums, &st);          \
 		else                                                                          \
-			tile_##type(p, nsb, a, nc, out, keep, amx_block_sums, &st);           \
+			tile_##type(p, nsb, a, nc, out, keep, sums, &st);                     \
 	}
 
-TILE_COLS(q4_k, Q4KH_QK_K)
-TILE_COLS(q6_k, Q4KH_QK_K)
-TILE_COLS(q5_0, 32)
+/* The exported product NAME of TYPE, its tiles through COLS, configured
+ * by PASS. */
+#define PACKED(name, type, cols, pass, block_values)                                      \
+	void name(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,                \
+	          const struct simd_act *a, int ncols, float *const *y)                        \
+	{                                                                                     \
+		packed_tiles(cols, PACK_MAX_COLS, pass, block_values,                         \
+		             sizeof(struct simd_pack_##type), p, n, k, t0, t1, a, ncols, y);  \
+		_tile_release();                                                              \
+	}
 
-void simd_amx_packed_q4_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
-                          const struct simd_act *a, int ncols, float *const *y)
-{
-	packed_tiles(q4_k_cols, PACK_MAX_COLS, pass_q4_k, Q4KH_QK_K, sizeof(struct simd_pack_q4_k),
-	             p, n, k, t0, t1, a, ncols, y);
-	_tile_release();
-}
+TILE_COLS(q4_k_cols, q4_k, Q4KH_QK_K, amx_block_sums)
+TILE_COLS(q6_k_cols, q6_k, Q4KH_QK_K, amx_block_sums)
+TILE_COLS(q5_0_cols, q5_0, 32, amx_block_sums)
+TILE_COLS(q4_k_cols8, q4_k, Q4KH_QK_K, amx_block_sums8)
+TILE_COLS(q6_k_cols8, q6_k, Q4KH_QK_K, amx_block_sums8)
+TILE_COLS(q5_0_cols8, q5_0, 32, amx_block_sums8)
 
-void simd_amx_packed_q6_k(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
-                          const struct simd_act *a, int ncols, float *const *y)
-{
-	packed_tiles(q6_k_cols, PACK_MAX_COLS, pass_q6_k, Q4KH_QK_K, sizeof(struct simd_pack_q6_k),
-	             p, n, k, t0, t1, a, ncols, y);
-	_tile_release();
-}
-
-void simd_amx_packed_q5_0(const void *p, int64_t n, int64_t k, int64_t t0, int64_t t1,
-                          const struct simd_act *a, int ncols, float *const *y)
-{
-	packed_tiles(q5_0_cols, PACK_MAX_COLS, pass_q5_0, 32, sizeof(struct simd_pack_q5_0), p, n,
-	             k, t0, t1, a, ncols, y);
-	_tile_release();
-}
+PACKED(simd_amx_packed_q4_k, q4_k, q4_k_cols, pass_q4_k, Q4KH_QK_K)
+PACKED(simd_amx_packed_q6_k, q6_k, q6_k_cols, pass_q6_k, Q4KH_QK_K)
+PACKED(simd_amx_packed_q5_0, q5_0, q5_0_cols, pass_q5_0, 32)
+PACKED(simd_amx_packed8_q4_k, q4_k, q4_k_cols8, pass_q4_k, Q4KH_QK_K)
+PACKED(simd_amx_packed8_q6_k, q6_k, q6_k_cols8, pass_q6_k, Q4KH_QK_K)
+PACKED(simd_amx_packed8_q5_0, q5_0, q5_0_cols8, pass_q5_0, 32)

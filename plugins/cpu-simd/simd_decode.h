@@ -349,11 +349,13 @@ static inline float offsets(const float *o, const float *ds, int64_t nb)
 }
 
 /*
- * Activations to int16 blocks as struct simd_act says: per block of 32,
- * d = max |x| / SIMD_QMAX and q = x * (SIMD_QMAX / max |x|) rounded to nearest
+ * Activations to integer blocks as struct simd_act says: per block of 32,
+ * d = max |x| / QMAX and q = x * (QMAX / max |x|) rounded to nearest
  * (even); a block with a value that is not finite gets d = NaN and q = 0.
+ * QMAX: SIMD_QMAX (int16) or SIMD_QMAX8 (int8).
  */
-static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
+static inline __attribute__((always_inline)) void
+quantize_to(const float *x, int64_t k, int16_t *q, float *d, float *ds, float qmax)
 {
 	const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
 
@@ -379,8 +381,8 @@ static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
 			memset(q + 32 * b, 0, 32 * sizeof(*q));
 			continue;
 		}
-		d[b] = a / SIMD_QMAX;
-		scale = a > 0 ? SIMD_QMAX / a : 0;
+		d[b] = a / qmax;
+		scale = a > 0 ? qmax / a : 0;
 		lo = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[0], _mm256_set1_ps(scale))),
 		                        _mm256_cvtps_epi32(_mm256_mul_ps(v[1], _mm256_set1_ps(scale))));
 		hi = _mm256_packs_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[2], _mm256_set1_ps(scale))),
@@ -398,6 +400,16 @@ static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
 		m = _mm_add_ss(m, _mm_movehdup_ps(m));
 		ds[b] = d[b] * _mm_cvtss_f32(m);
 	}
+}
+
+static void quantize(const float *x, int64_t k, int16_t *q, float *d, float *ds)
+{
+	quantize_to(x, k, q, d, ds, SIMD_QMAX);
+}
+
+static void quantize8(const float *x, int64_t k, int16_t *q, float *d, float *ds)
+{
+	quantize_to(x, k, q, d, ds, SIMD_QMAX8);
 }
 
 #endif

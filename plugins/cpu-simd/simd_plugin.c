@@ -15,7 +15,8 @@
  * one after another, then adds their biases;
  * gemv_glu (ABI 1.4) its two products, then the reference's glu.
  *
- * Settings ([plugin.cpu-simd]):
+ * Settings ([plugin.cpu-simd]; cpu-simd8 reads the same keys from
+ * [plugin.cpu-simd8], and refuses isa = avx2 and repack = off):
  *   threads = 1..256   worker threads of its own, on a backend that lends
  *                      none (default: the online CPUs, as the cpu
  *                      backend's own default; set it like [plugin.cpu]
@@ -53,7 +54,25 @@
 #include "q4khost/pool.h"
 #include "simd.h"
 
+/*
+ * Built twice from these sources: cpu-simd quantises the activations to
+ * int16, cpu-simd8 (SIMD_INT8) to int8 (simd.h, struct simd_act), which
+ * halves the packed products' integer work and declares the int8 class
+ * (a plugin declares one, so the two are two plugins). cpu-simd8 scores
+ * above cpu-simd, so that a device with no kernel setting tries it first
+ * and falls back to cpu-simd where F2 rejects it, and runs only where it
+ * has its packed products (AVX-512 VNNI or AMX, repack on): elsewhere
+ * int8 would lose accuracy for nothing.
+ */
+#ifdef SIMD_INT8
+#define NAME "cpu-simd8"
+#define ARITH Q4KH_ARITH_INT8
+#define SCORE_ABOVE N_ISAS
+#else
 #define NAME "cpu-simd"
+#define ARITH Q4KH_ARITH_INT16
+#define SCORE_ABOVE 0
+#endif
 #define ERROR_LEN 512
 /* Rows per part at least: smaller parts cost more to hand out than to do. */
 #define ROW_GRAIN 16
@@ -120,7 +139,9 @@ static int wtype(uint32_t type)
 static const char *const isa_names[] = { "auto", "avx2", "avx512-vnni", "amx" };
 #define N_ISAS (int)(sizeof(isa_names) / sizeof(isa_names[0]))
 
-/* ISA's kernels: AMX is the VNNI set with its packed products on tiles. */
+/* ISA's kernels: AMX is the VNNI set with its packed products on tiles;
+ * cpu-simd8's quantise to int8 and take the packed products' int8 forms
+ * (gemv's on repacked tiles VNNI's, as cpu-simd's). */
 static void kernels_of(enum q4kh_cpu_isa isa, struct simd_kernels *set)
 {
 	*set = isa == Q4KH_CPU_ISA_AVX2 ? simd_avx2_kernels : simd_vnni_kernels;
@@ -130,6 +151,16 @@ static void kernels_of(enum q4kh_cpu_isa isa, struct simd_kernels *set)
 		set->packed[SIMD_Q4_K] = simd_amx_packed_q4_k;
 		set->packed[SIMD_Q6_K] = simd_amx_packed_q6_k;
 		set->packed[SIMD_Q5_0] = simd_amx_packed_q5_0;
+		set->packed8[SIMD_Q4_K] = simd_amx_packed8_q4_k;
+		set->packed8[SIMD_Q6_K] = simd_amx_packed8_q6_k;
+		set->packed8[SIMD_Q5_0] = simd_amx_packed8_q5_0;
+	}
+#endif
+#ifdef SIMD_INT8
+	set->quantize = set->quantize8;
+	for (int t = 0; t < SIMD_NTYPES; t++) {
+		set->packed[t] = set->packed8[t];
+		set->packed_gemv[t] = set->packed_gemv[t] ? simd_vnni_kernels.packed8[t] : NULL;
 	}
 #endif
 }
@@ -143,6 +174,18 @@ static int runnable(enum q4kh_cpu_isa isa, int repack, char *why, size_t len)
 {
 	if (!q4kh_cpu_isa_check(isa, why, len))
 		return 0;
+#ifdef SIMD_INT8
+	if (isa == Q4KH_CPU_ISA_AVX2) {
+		snprintf(why, len, "the int8 products are AVX-512 VNNI's and AMX's (cpu-simd "
+		         "serves AVX2 in int16)");
+		return 0;
+	}
+	if (!repack) {
+		snprintf(why, len, "repack = off, and the int8 products run on repacked weights "
+		         "only");
+		return 0;
+	}
+#endif
 	if (isa != Q4KH_CPU_ISA_AMX_INT8)
 		return 1;
 #ifdef HAVE_SIMD_AMX
@@ -264,15 +307,15 @@ static const char *k_last_error(q4kh_kernel_ctx *ctx)
 	return ctx ? ctx->error : init_error;
 }
 
-/* AMX above VNNI above AVX2; 0 where none runs or for a type without
- * kernels. */
+/* AMX above VNNI above AVX2, cpu-simd8 above cpu-simd; 0 where none runs
+ * or for a type without kernels. */
 static uint32_t k_score(q4kh_kernel_ctx *ctx, const struct q4kh_device_record *dev,
                         uint32_t type)
 {
 	(void)dev; /* "cpu" has one device: this process's CPU */
 	if (!ctx || !ctx->kernels || wtype(type) < 0)
 		return 0;
-	return 1 + (uint32_t)ctx->isa;
+	return 1 + (uint32_t)ctx->isa + (uint32_t)SCORE_ABOVE;
 }
 
 /* FN over [0, n) on the backend's lent threads, else on the variant's. */
@@ -347,7 +390,8 @@ static q4kh_status k_prepare(q4kh_kernel_ctx *ctx, const struct q4kh_native_devi
 	t = wtype(w->type);
 	if (!ctx->kernels)
 		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
-		            "prepare: this CPU runs neither AVX2 nor AVX-512 VNNI kernels");
+		            "prepare: this CPU runs none of " NAME "'s kernels (its init "
+		            "line says why)");
 	if (t < 0 || w->ne[0] <= 0 || w->ne[0] % q4kh_type_block_elems(w->type) ||
 	    w->ne[1] <= 0 || w->ne[2] != 1 || w->ne[3] != 1)
 		return fail(ctx, Q4KH_ERR_UNSUPPORTED,
@@ -939,8 +983,8 @@ static const struct q4kh_kernel_v1 table = {
 	.release = k_release,
 	.gemv_multi = k_gemv_multi,
 	.gemv_glu = k_gemv_glu,
-	/* activations quantised to int16 per 32 values, with both ISAs */
-	.arith = Q4KH_ARITH_INT16,
+	/* activations quantised to int16 (cpu-simd8: int8) per 32 values */
+	.arith = ARITH,
 };
 
 #ifdef __clang__

@@ -28,7 +28,8 @@
  * SIMD_DIRECT_Q6_K (functions as direct_fn below) and SIMD_SPLIT (struct
  * simd_kernels, split) before it includes this one; a file with gemm
  * products on repacked weights, SIMD_PACKED_Q4_K, SIMD_PACKED_Q6_K and
- * SIMD_PACKED_Q5_0 (simd_packed_fn).
+ * SIMD_PACKED_Q5_0 (simd_packed_fn) and their int8 forms SIMD_PACKED8_Q4_K,
+ * SIMD_PACKED8_Q6_K and SIMD_PACKED8_Q5_0.
  */
 #ifndef Q4KH_SIMD_ROWS_H
 #define Q4KH_SIMD_ROWS_H
@@ -322,6 +323,9 @@ SIMD_ROWS_FN(q5_k, direct_q5_k)
 #define SIMD_PACKED_Q4_K NULL
 #define SIMD_PACKED_Q6_K NULL
 #define SIMD_PACKED_Q5_0 NULL
+#define SIMD_PACKED8_Q4_K NULL
+#define SIMD_PACKED8_Q6_K NULL
+#define SIMD_PACKED8_Q5_0 NULL
 #endif
 
 /* In the order of enum simd_wtype. */
@@ -330,6 +334,7 @@ const struct simd_kernels SIMD_TABLE = {
 	.width = SIMD_WIDTH,
 	.tile_rows = SIMD_ROWS,
 	.quantize = quantize,
+	.quantize8 = quantize8,
 	.split = SIMD_SPLIT,
 	.rows = { rows_q4_k, rows_q5_0, rows_q6_k, rows_q8_0, rows_q4_0, rows_q4_1, rows_q5_1,
 	          rows_q5_k },
@@ -338,6 +343,8 @@ const struct simd_kernels SIMD_TABLE = {
 	.packed = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q6_K] = SIMD_PACKED_Q6_K,
 	            [SIMD_Q5_0] = SIMD_PACKED_Q5_0 },
 	.packed_gemv = { [SIMD_Q4_K] = SIMD_PACKED_Q4_K, [SIMD_Q5_0] = SIMD_PACKED_Q5_0 },
+	.packed8 = { [SIMD_Q4_K] = SIMD_PACKED8_Q4_K, [SIMD_Q6_K] = SIMD_PACKED8_Q6_K,
+	             [SIMD_Q5_0] = SIMD_PACKED8_Q5_0 },
 };
 
 #endif

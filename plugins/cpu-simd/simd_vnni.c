@@ -338,6 +338,9 @@ static void split(const int16_t *q, int64_t k, int type, int8_t *hi, int8_t *lo,
 #define SIMD_PACKED_Q4_K simd_vnni_packed_q4_k
 #define SIMD_PACKED_Q6_K simd_vnni_packed_q6_k
 #define SIMD_PACKED_Q5_0 simd_vnni_packed_q5_0
+#define SIMD_PACKED8_Q4_K simd_vnni_packed8_q4_k
+#define SIMD_PACKED8_Q6_K simd_vnni_packed8_q6_k
+#define SIMD_PACKED8_Q5_0 simd_vnni_packed8_q5_0
 
 #define SIMD_TABLE simd_vnni_kernels
 #define SIMD_NAME "avx512-vnni"
