@@ -126,7 +126,8 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
 		                          "", &out), 3, "%s: %s", commands[i], out);
 		snprintf(want, sizeof(want), "q4khost %s: Q4KHOST_F2_REQUIRE_DEEP: require_deep "
-		         "'maybe': expected true or false", commands[i]);
+		         "'maybe': expected 1, on, true, yes or 0, off, false, no (any case)",
+		         commands[i]);
 		cr_expect(strstr(out, want) != NULL, "%s", out);
 		free(out);
 	}

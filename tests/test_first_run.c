@@ -733,7 +733,8 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 		{ "Q4KHOST_F2=bogus", "Q4KHOST_F2: 'bogus' is not one of auto, fresh, off, require" },
 		{ "Q4KHOST_LOG=loud", "Q4KHOST_LOG='loud' is not one of debug, info, warning, error" },
 		{ "Q4KHOST_F2_REQUIRE_DEEP=maybe",
-		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe': expected true or false (" },
+		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe': expected 1, on, true, yes or 0, "
+		  "off, false, no (any case) (" },
 	};
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char args[8192], *out;
@@ -746,7 +747,7 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 		free(out);
 	}
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
-	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts "
+	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (on: run and serve accept deep receipts "
 	                      "only,\nvalidate and bench judge on the deep probe),\n") != NULL, "%s",
 	          out);
 	cr_expect(strstr(out, "a setting's value in a file or the\n            environment") !=
@@ -978,12 +979,13 @@ static void prints(const char *env, const char *args, const char *want)
 
 /* [f2] require_deep is shown with where it came from; the environment's
  * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
- * other than true or false is refused naming the file and line. */
+ * other than an on/off word is refused naming the file, line, key,
+ * value and the words. */
 Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *cfg = file_with("deep.ini", "[f2]\nrequire_deep = true\n");
-	char *bad = file_with("bad.ini", "[f2]\n\nrequire_deep = yes\n");
+	char *cfg = file_with("deep.ini", "[f2]\nrequire_deep = Yes\n");
+	char *bad = file_with("bad.ini", "[f2]\n\nrequire_deep = maybe\n");
 	char args[8192], want[8192], *out;
 	json_t *j;
 
@@ -991,7 +993,7 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	snprintf(want, sizeof(want), "  %-20s %-36s from %s:2 [f2]\n", "F2 require deep", "true",
 	         cfg);
 	prints("", args, want);
-	prints("Q4KHOST_F2_REQUIRE_DEEP=false", args,
+	prints("Q4KHOST_F2_REQUIRE_DEEP=off", args,
 	       "  F2 require deep      false                                "
 	       "from Q4KHOST_F2_REQUIRE_DEEP\n");
 	strcat(args, " --json");
@@ -1005,7 +1007,8 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	free(out);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, bad);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
-	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes': expected true or false", bad);
+	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'maybe': expected 1, on, true, yes or "
+	         "0, off, false, no (any case)", bad);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	free(bad);

@@ -99,9 +99,9 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 	ctx->persistent = 0;
 	ctx->pdl = 1;
 	ctx->fuse = 1;
-	if ((st = q4kh_backend_setting_uint(host, "cuda", "persistent", 0, 1, &ctx->persistent)) ||
-	    (st = q4kh_backend_setting_uint(host, "cuda", "pdl", 0, 1, &ctx->pdl)) ||
-	    (st = q4kh_backend_setting_uint(host, "cuda", "fuse", 0, 1, &ctx->fuse))) {
+	if ((st = q4kh_backend_setting_bool(host, "cuda", "persistent", &ctx->persistent)) ||
+	    (st = q4kh_backend_setting_bool(host, "cuda", "pdl", &ctx->pdl)) ||
+	    (st = q4kh_backend_setting_bool(host, "cuda", "fuse", &ctx->fuse))) {
 		free(ctx);
 		return st;
 	}
