@@ -977,6 +977,37 @@ static void prints(const char *env, const char *args, const char *want)
 	free(out);
 }
 
+/* q4khost plugins says why a backend has no device, in its words (what
+ * its device_info refuses device 0 with, plugin-abi.md L6), in text and
+ * in --json. */
+Test(first_run, plugins_says_why_a_backend_has_no_device)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "no_device", NULL });
+	static const char why[] = "device_info: no device 0 (no-device has 0: this test backend "
+	                          "never has one)";
+	char args[8192], want[8192], *out;
+	json_t *j, *backends, *b = NULL;
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
+	snprintf(want, sizeof(want), "\nbackend no-device: 0 devices\n  why none: %s\n", why);
+	prints("", args, want);
+	strcat(args, " --json");
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	backends = json_object_get(j, "backends");
+	for (size_t i = 0; i < json_array_size(backends); i++)
+		if (!strcmp(json_string_value(json_object_get(json_array_get(backends, i), "name")),
+		            "no-device"))
+			b = json_array_get(backends, i);
+	cr_assert_not_null(b, "%s", out);
+	cr_expect_str_eq(json_string_value(json_object_get(b, "why_no_devices")), why);
+	/* a backend with devices has no reason to give */
+	cr_expect_null(json_object_get(json_array_get(backends, b == json_array_get(backends, 0)),
+	                               "why_no_devices"), "%s", out);
+	json_decref(j);
+	free(out);
+}
+
 /* [f2] require_deep is shown with where it came from; the environment's
  * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
  * other than an on/off word is refused naming the file, line, key,
