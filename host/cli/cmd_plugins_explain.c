@@ -274,7 +274,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 	struct q4kh_policy_order o;
 	struct q4kh_error err = { { 0 } };
 	json_t *jdev = NULL, *jchain = NULL, *jtypes = NULL;
-	char setting_text[512], why[800], label[160];
+	char setting_text[512], why[800], label[160], others[512];
 	int rc = 0;
 
 	if (q4kh_backend_open(p, d, &b, &err)) {
@@ -287,6 +287,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		return Q4KH_EXIT_PLUGIN;
 	}
 	choice_text(&o.choice, setting_text, sizeof(setting_text));
+	q4kh_policy_others_text(&o.choice, others, sizeof(others));
 	if (json) {
 		jchain = json_array();
 		jtypes = json_array();
@@ -295,7 +296,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		                 "uuid", b.record.uuid, "arch", b.record.arch, "kernel_setting",
 		                 "value", setting_text, "origin", o.choice.origin, "explicit",
 		                 o.explicit_request, "for_other_backends",
-		                 o.choice.others[0] ? o.choice.others : NULL, "chain", jchain,
+		                 others[0] ? others : NULL, "chain", jchain,
 		                 "types", jtypes);
 		json_array_append_new(jdevices, jdev);
 	} else {
@@ -305,8 +306,8 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		printf("  kernel setting: %s (from %s%s)\n", setting_text, o.choice.origin,
 		       o.explicit_request ? "; an explicit request: no fall-back"
 		       : o.choice.source == Q4KH_KERNEL_CONFIG ? "; a preference" : "");
-		if (o.choice.others[0])
-			printf("  also named there for other backends: %s\n", o.choice.others);
+		if (others[0])
+			printf("  also named there for other backends: %s\n", others);
 		printf("  chain, tried in order until one passes F2:\n");
 	}
 	for (size_t i = 0; i < o.n && rc == 0; i++) {
