@@ -1008,6 +1008,44 @@ Test(first_run, plugins_says_why_a_backend_has_no_device)
 	free(out);
 }
 
+/* A key of [plugin.NAME] that its plugin does not read is shown by
+ * plugins --explain as unknown and ignored, never as a setting, with the
+ * key it reads that is a slip away; run warns of it once, before any
+ * work. */
+Test(first_run, an_unknown_plugin_key_is_shown_as_such_and_warned_once)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("typo.ini", "[plugin.cpu]\nthreds = 2\n");
+	char args[8192], want[8192], *out, *at;
+	json_t *j, *key;
+	int times = 0;
+
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	snprintf(want, sizeof(want), "  %-20s %-36s from %s:2 [plugin.cpu]\n", "cpu threds",
+	         "2 (unknown key, ignored: did you mean threads?)", cfg);
+	prints("", args, want);
+	strcat(args, " --json");
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	key = json_object_get(json_object_get(json_object_get(json_object_get(j, "settings"),
+	                                                      "plugins"), "cpu"), "threds");
+	cr_expect(json_is_true(json_object_get(key, "unknown")), "%s", out);
+	cr_expect_str_eq(json_string_value(json_object_get(key, "did_you_mean")), "threads");
+	json_decref(j);
+	free(out);
+	snprintf(args, sizeof(args), "--config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: warning: %s:2: key 'threds' in section "
+	         "[plugin.cpu] is not read by plugin cpu (it reads: threads); ignored; did you "
+	         "mean 'threads'?\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	for (at = out; (at = strstr(at, "'threds'")); at++)
+		times++;
+	cr_expect_eq(times, 1, "warned once: %s", out);
+	free(out);
+	free(cfg);
+}
+
 /* [f2] require_deep is shown with where it came from; the environment's
  * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
  * other than an on/off word is refused naming the file, line, key,
