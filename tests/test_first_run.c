@@ -1046,6 +1046,50 @@ Test(first_run, an_unknown_plugin_key_is_shown_as_such_and_warned_once)
 	free(cfg);
 }
 
+/* The installed sample configuration, every commented default written
+ * out (each "; key = value" line without its "; "), is one that every
+ * command reads without a word: each key is one q4khost or its plugin
+ * reads, each value one it takes. */
+Test(first_run, the_sample_configuration_with_its_defaults_warns_of_nothing)
+{
+	static const char *const so[] = { "cpu/.libs/cpu.so", "cpu-fast/.libs/cpu-fast.so",
+		                          "cpu-simd/.libs/cpu-simd.so", "cuda/.libs/cuda.so" };
+	const char *plugins = test_tmpdir();
+	char path[4200], cmd[8800], line[1100], args[8800], *out, *cfg;
+	FILE *in, *ini;
+	size_t keys = 0;
+
+	for (size_t i = 0; i < sizeof(so) / sizeof(so[0]); i++) {
+		snprintf(path, sizeof(path), "%s/plugins/%s", test_builddir(), so[i]);
+		if (access(path, R_OK) != 0)
+			cr_skip_test("%s was not built here: its section would name no plugin", path);
+		snprintf(cmd, sizeof(cmd), "cp %s %s/", path, plugins);
+		cr_assert_eq(system(cmd), 0, "%s", cmd);
+	}
+	snprintf(path, sizeof(path), "%s/data/q4khost.ini", test_srcdir());
+	in = fopen(path, "r");
+	cr_assert_not_null(in, "%s", path);
+	cfg = file_with("defaults.ini", "");
+	ini = fopen(cfg, "w");
+	cr_assert_not_null(ini, "%s", cfg);
+	while (fgets(line, sizeof(line), in)) {
+		size_t key = strspn(line + 2, "abcdefghijklmnopqrstuvwxyz0123456789_");
+		int setting = !strncmp(line, "; ", 2) && key && !strncmp(line + 2 + key, " =", 2);
+
+		keys += setting;
+		fputs(setting ? line + 2 : line, ini);
+	}
+	fclose(in);
+	fclose(ini);
+	cr_expect_geq(keys, 16, "the sample's commented keys: %zu", keys);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "warning"), "%s", out);
+	cr_expect_null(strstr(out, "unknown key"), "%s", out);
+	free(out);
+	free(cfg);
+}
+
 /* [f2] require_deep is shown with where it came from; the environment's
  * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
  * other than an on/off word is refused naming the file, line, key,
