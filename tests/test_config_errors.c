@@ -64,7 +64,8 @@ Test(config_errors, a_malformed_kernel_variable_is_a_bad_setting)
 }
 
 /* A key of [plugin.NAME] that plugin NAME never reads (a typo) is named
- * with the keys it does read; its own keys and the F2 rules are not. */
+ * with the keys it does read and the one it is a slip of; its own keys and
+ * the F2 rules are not. */
 Test(config_errors, a_plugin_key_the_plugin_never_reads_is_warned_about)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
@@ -73,7 +74,7 @@ Test(config_errors, a_plugin_key_the_plugin_never_reads_is_warned_about)
 	char extra[4400], args[8800], want[4400], *out;
 
 	snprintf(want, sizeof(want), "%s:3: key 'threds' in section [plugin.cpu] is not read by "
-	         "plugin cpu (it reads: threads); ignored\n", cfg);
+	         "plugin cpu (it reads: threads); ignored; did you mean 'threads'?\n", cfg);
 	snprintf(extra, sizeof(extra), "-n 1 --config %s", cfg);
 	cr_expect_eq(q4khost_with("", "run", NULL, plugins, extra, &out), 0, "%s", out);
 	cr_expect(strstr(out, "q4khost run: warning: ") != NULL && strstr(out, want) != NULL,
@@ -126,7 +127,8 @@ Test(config_errors, validate_and_bench_take_require_deep_as_run_does, .timeout =
 		cr_expect_eq(q4khost_with("Q4KHOST_F2_REQUIRE_DEEP=maybe", commands[i], NULL, plugins,
 		                          "", &out), 3, "%s: %s", commands[i], out);
 		snprintf(want, sizeof(want), "q4khost %s: Q4KHOST_F2_REQUIRE_DEEP: require_deep "
-		         "'maybe': expected true or false", commands[i]);
+		         "'maybe': expected 1, on, true, yes or 0, off, false, no (any case)",
+		         commands[i]);
 		cr_expect(strstr(out, want) != NULL, "%s", out);
 		free(out);
 	}

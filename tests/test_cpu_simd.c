@@ -569,10 +569,11 @@ Test(cpu_simd, score_follows_the_cpu_and_the_types)
 	cr_expect_eq(env_variant(e, "sse9"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
 	                 "[plugin.cpu-simd] isa = \"sse9\": expected auto, avx2, avx512-vnni or amx");
-	e->repack = "yes";
+	e->repack = "maybe";
 	cr_expect_eq(env_variant(e, "auto"), Q4KH_ERR_INVALID);
 	cr_expect_str_eq(e->v->last_error(NULL),
-	                 "[plugin.cpu-simd] repack = \"yes\": expected on or off");
+	                 "[plugin.cpu-simd] repack = \"maybe\": expected 1, on, true, yes or 0, "
+	                 "off, false, no (any case)");
 	env_close(e);
 }
 

@@ -142,34 +142,35 @@ Test(cuda_plugin, no_device_is_zero_devices_not_an_error)
 }
 
 /*
- * [plugin.cuda] pdl and persistent: 0 or 1, "" as unset; anything else
- * fails init with Q4KH_ERR_INVALID, naming the key, the value and what
- * was expected (with or without a device: init reads them first).
+ * [plugin.cuda] pdl, fuse and persistent: the on/off words of
+ * docs/config.md ("On and off"), "" as unset; anything else fails init
+ * with Q4KH_ERR_INVALID, naming the key, the value and the words (with or
+ * without a device: init reads them first).
  */
 Test(cuda_plugin, settings_are_validated)
 {
-	static const char *const keys[] = { "pdl", "persistent" };
-	static const char *const good[] = { "0", "1", "" };
-	static const char *const bad[] = { "2", "on", "-1", "1 " };
+	static const char *const keys[] = { "pdl", "fuse", "persistent" };
+	static const char *const good[] = { "0", "1", "", "On", "off", "TRUE", "no" };
+	static const char *const bad[] = { "2", "enabled", "-1", "1 " };
+	const char *dir = test_tmpdir();
 
-	for (size_t k = 0; k < 2; k++)
-		for (size_t i = 0; i < 7; i++) {
-			const char *v = i < 3 ? good[i] : bad[i - 3];
+	for (size_t k = 0; k < 3; k++)
+		for (size_t i = 0; i < 11; i++) {
+			const char *v = i < 7 ? good[i] : bad[i - 7];
 			struct q4kh_error err = { { 0 } };
 			struct q4kh_config *c;
 			struct q4kh_registry *reg;
 			const struct q4kh_plugin *p;
 			q4kh_backend_ctx *ctx = NULL;
-			char want[128];
+			char want[160];
 
-			setenv("XDG_CONFIG_HOME", test_tmpdir(), 1);
-			cr_assert_eq(q4kh_config_load(test_tmpdir(), NULL, &c, &err), 0, "%s",
-			             err.msg);
+			setenv("XDG_CONFIG_HOME", dir, 1);
+			cr_assert_eq(q4kh_config_load(dir, NULL, &c, &err), 0, "%s", err.msg);
 			cr_assert_eq(q4kh_config_set(c, "plugin.cuda", keys[k], v, "test", &err), 0,
 			             "%s", err.msg);
 			cr_assert_eq(q4kh_registry_scan(NULL, c, &reg, &err), 0, "%s", err.msg);
 			p = find_plugin(reg, "cuda");
-			if (i < 3) {
+			if (i < 7) {
 				cr_expect_eq(p->desc->backend->init(&p->api, &ctx), Q4KH_OK,
 				             "%s = \"%s\": %s", keys[k], v,
 				             p->desc->backend->last_error(NULL));
@@ -179,7 +180,8 @@ Test(cuda_plugin, settings_are_validated)
 				cr_expect_eq(p->desc->backend->init(&p->api, &ctx), Q4KH_ERR_INVALID,
 				             "%s = \"%s\" accepted", keys[k], v);
 				snprintf(want, sizeof(want),
-				         "[plugin.cuda] %s = \"%s\": expected an integer from 0 to 1",
+				         "[plugin.cuda] %s = \"%s\": expected 1, on, true, yes or 0, "
+				         "off, false, no (any case)",
 				         keys[k], v);
 				cr_expect(strstr(p->desc->backend->last_error(NULL), want),
 				          "last_error(NULL) \"%s\" lacks \"%s\"",

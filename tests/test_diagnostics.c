@@ -810,6 +810,15 @@ Test(diagnostics, without_a_driver_the_cuda_plugin_says_nothing)
 	cr_expect(strstr(out, "cuda: no devices: no NVIDIA driver is installed") != NULL,
 	          "the reason, for who asks: %s", out);
 	free(out);
+	/* the listing says why without being asked: the CUDA error (35 is
+	 * cudaErrorInsufficientDriver in CUDA's driver_types.h) and the fix */
+	cr_expect_eq(test_q4khost("", receipts, args, &out), 0, "%s", out);
+	cr_expect(strstr(out, "backend cuda: 0 devices\n  why none: device_info: no device 0 (the "
+	                      "cuda backend has 0: no NVIDIA driver is installed: neither "
+	                      "libcuda.so.1 nor libnvidia-ml.so.1 loads (cudaErrorInsufficientDriver, "
+	                      "CUDA error 35); install the NVIDIA driver on a machine with an NVIDIA "
+	                      "GPU, else the cpu backends serve)\n") != NULL, "%s", out);
+	free(out);
 }
 
 

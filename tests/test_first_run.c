@@ -733,7 +733,8 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 		{ "Q4KHOST_F2=bogus", "Q4KHOST_F2: 'bogus' is not one of auto, fresh, off, require" },
 		{ "Q4KHOST_LOG=loud", "Q4KHOST_LOG='loud' is not one of debug, info, warning, error" },
 		{ "Q4KHOST_F2_REQUIRE_DEEP=maybe",
-		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe': expected true or false (" },
+		  "Q4KHOST_F2_REQUIRE_DEEP: require_deep 'maybe': expected 1, on, true, yes or 0, "
+		  "off, false, no (any case) (" },
 	};
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
 	char args[8192], *out;
@@ -746,7 +747,7 @@ Test(first_run, a_bad_environment_value_exits_3_naming_it)
 		free(out);
 	}
 	cr_expect_eq(test_q4khost("", test_tmpdir(), "--help", &out), 0, "%s", out);
-	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts "
+	cr_expect(strstr(out, "Q4KHOST_F2_REQUIRE_DEEP (on: run and serve accept deep receipts "
 	                      "only,\nvalidate and bench judge on the deep probe),\n") != NULL, "%s",
 	          out);
 	cr_expect(strstr(out, "a setting's value in a file or the\n            environment") !=
@@ -976,14 +977,128 @@ static void prints(const char *env, const char *args, const char *want)
 	free(out);
 }
 
+/* q4khost plugins says why a backend has no device, in its words (what
+ * its device_info refuses device 0 with, plugin-abi.md L6), in text and
+ * in --json. */
+Test(first_run, plugins_says_why_a_backend_has_no_device)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "no_device", NULL });
+	static const char why[] = "device_info: no device 0 (no-device has 0: this test backend "
+	                          "never has one)";
+	char args[8192], want[8192], *out;
+	json_t *j, *backends, *b = NULL;
+
+	snprintf(args, sizeof(args), "plugins --plugin-path %s", plugins);
+	snprintf(want, sizeof(want), "\nbackend no-device: 0 devices\n  why none: %s\n", why);
+	prints("", args, want);
+	strcat(args, " --json");
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	backends = json_object_get(j, "backends");
+	for (size_t i = 0; i < json_array_size(backends); i++)
+		if (!strcmp(json_string_value(json_object_get(json_array_get(backends, i), "name")),
+		            "no-device"))
+			b = json_array_get(backends, i);
+	cr_assert_not_null(b, "%s", out);
+	cr_expect_str_eq(json_string_value(json_object_get(b, "why_no_devices")), why);
+	/* a backend with devices has no reason to give */
+	cr_expect_null(json_object_get(json_array_get(backends, b == json_array_get(backends, 0)),
+	                               "why_no_devices"), "%s", out);
+	json_decref(j);
+	free(out);
+}
+
+/* A key of [plugin.NAME] that its plugin does not read is shown by
+ * plugins --explain as unknown and ignored, never as a setting, with the
+ * key it reads that is a slip away; run warns of it once, before any
+ * work. */
+Test(first_run, an_unknown_plugin_key_is_shown_as_such_and_warned_once)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
+	char *cfg = file_with("typo.ini", "[plugin.cpu]\nthreds = 2\n");
+	char args[8192], want[8192], *out, *at;
+	json_t *j, *key;
+	int times = 0;
+
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	snprintf(want, sizeof(want), "  %-20s %-36s from %s:2 [plugin.cpu]\n", "cpu threds",
+	         "2 (unknown key, ignored: did you mean threads?)", cfg);
+	prints("", args, want);
+	strcat(args, " --json");
+	cr_assert_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	j = parse_json(out);
+	key = json_object_get(json_object_get(json_object_get(json_object_get(j, "settings"),
+	                                                      "plugins"), "cpu"), "threds");
+	cr_expect(json_is_true(json_object_get(key, "unknown")), "%s", out);
+	cr_expect_str_eq(json_string_value(json_object_get(key, "did_you_mean")), "threads");
+	json_decref(j);
+	free(out);
+	snprintf(args, sizeof(args), "--config %s", cfg);
+	cr_expect_eq(q4khost_with("", "run -n 1", NULL, plugins, args, &out), 0, "%s", out);
+	snprintf(want, sizeof(want), "q4khost run: warning: %s:2: key 'threds' in section "
+	         "[plugin.cpu] is not read by plugin cpu (it reads: threads); ignored; did you "
+	         "mean 'threads'?\n", cfg);
+	cr_expect(strstr(out, want) != NULL, "%s", out);
+	for (at = out; (at = strstr(at, "'threds'")); at++)
+		times++;
+	cr_expect_eq(times, 1, "warned once: %s", out);
+	free(out);
+	free(cfg);
+}
+
+/* The installed sample configuration, every commented default written
+ * out (each "; key = value" line without its "; "), is one that every
+ * command reads without a word: each key is one q4khost or its plugin
+ * reads, each value one it takes. */
+Test(first_run, the_sample_configuration_with_its_defaults_warns_of_nothing)
+{
+	static const char *const so[] = { "cpu/.libs/cpu.so", "cpu-fast/.libs/cpu-fast.so",
+		                          "cpu-simd/.libs/cpu-simd.so", "cuda/.libs/cuda.so" };
+	const char *plugins = test_tmpdir();
+	char path[4200], cmd[8800], line[1100], args[8800], *out, *cfg;
+	FILE *in, *ini;
+	size_t keys = 0;
+
+	for (size_t i = 0; i < sizeof(so) / sizeof(so[0]); i++) {
+		snprintf(path, sizeof(path), "%s/plugins/%s", test_builddir(), so[i]);
+		if (access(path, R_OK) != 0)
+			cr_skip_test("%s was not built here: its section would name no plugin", path);
+		snprintf(cmd, sizeof(cmd), "cp %s %s/", path, plugins);
+		cr_assert_eq(system(cmd), 0, "%s", cmd);
+	}
+	snprintf(path, sizeof(path), "%s/data/q4khost.ini", test_srcdir());
+	in = fopen(path, "r");
+	cr_assert_not_null(in, "%s", path);
+	cfg = file_with("defaults.ini", "");
+	ini = fopen(cfg, "w");
+	cr_assert_not_null(ini, "%s", cfg);
+	while (fgets(line, sizeof(line), in)) {
+		size_t key = strspn(line + 2, "abcdefghijklmnopqrstuvwxyz0123456789_");
+		int setting = !strncmp(line, "; ", 2) && key && !strncmp(line + 2 + key, " =", 2);
+
+		keys += setting;
+		fputs(setting ? line + 2 : line, ini);
+	}
+	fclose(in);
+	fclose(ini);
+	cr_expect_geq(keys, 16, "the sample's commented keys: %zu", keys);
+	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, cfg);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 0, "%s", out);
+	cr_expect_null(strstr(out, "warning"), "%s", out);
+	cr_expect_null(strstr(out, "unknown key"), "%s", out);
+	free(out);
+	free(cfg);
+}
+
 /* [f2] require_deep is shown with where it came from; the environment's
  * Q4KHOST_F2_REQUIRE_DEEP wins over the file, as Q4KHOST_F2 does; a value
- * other than true or false is refused naming the file and line. */
+ * other than an on/off word is refused naming the file, line, key,
+ * value and the words. */
 Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 {
 	const char *plugins = test_plugin_dir((const char *const[]){ NULL });
-	char *cfg = file_with("deep.ini", "[f2]\nrequire_deep = true\n");
-	char *bad = file_with("bad.ini", "[f2]\n\nrequire_deep = yes\n");
+	char *cfg = file_with("deep.ini", "[f2]\nrequire_deep = Yes\n");
+	char *bad = file_with("bad.ini", "[f2]\n\nrequire_deep = maybe\n");
 	char args[8192], want[8192], *out;
 	json_t *j;
 
@@ -991,7 +1106,7 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	snprintf(want, sizeof(want), "  %-20s %-36s from %s:2 [f2]\n", "F2 require deep", "true",
 	         cfg);
 	prints("", args, want);
-	prints("Q4KHOST_F2_REQUIRE_DEEP=false", args,
+	prints("Q4KHOST_F2_REQUIRE_DEEP=off", args,
 	       "  F2 require deep      false                                "
 	       "from Q4KHOST_F2_REQUIRE_DEEP\n");
 	strcat(args, " --json");
@@ -1005,7 +1120,8 @@ Test(first_run, plugins_explain_names_require_deep_and_its_origin)
 	free(out);
 	snprintf(args, sizeof(args), "plugins --explain --plugin-path %s --config %s", plugins, bad);
 	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 3, "%s", out);
-	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'yes': expected true or false", bad);
+	snprintf(want, sizeof(want), "%s:3 [f2]: require_deep 'maybe': expected 1, on, true, yes or "
+	         "0, off, false, no (any case)", bad);
 	cr_expect(strstr(out, want) != NULL, "%s", out);
 	free(out);
 	free(bad);

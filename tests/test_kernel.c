@@ -257,7 +257,8 @@ Test(kernel, environment_lists_are_parsed_per_device_and_the_cli_wins)
 	ch = choose(reg, c, NULL, "cpu", &(struct q4kh_device_record){ .uuid = "cpu" });
 	cr_expect_eq(ch.source, Q4KH_KERNEL_ENV);
 	cr_expect_eq(ch.n, 0);
-	cr_expect_str_eq(ch.others, "kernel-ok (for cuda)");
+	cr_assert_eq(ch.n_others, 1);
+	cr_expect_str_eq(ch.others[0]->name, "kernel-ok");
 	ch = choose(reg, c, "cpu-q8act", "cpu", &(struct q4kh_device_record){ .uuid = "cpu" });
 	cr_expect_eq(ch.source, Q4KH_KERNEL_CLI, "the command line outranks the environment");
 	cr_expect_str_eq(ch.names[0], "cpu-q8act");

@@ -261,11 +261,39 @@ Test(select, run_serves_the_kernel_chosen_for_its_device, .timeout = 240)
 	/* A request naming only another backend's variant cannot be honoured. */
 	snprintf(args, sizeof(args), "run -n 2 -p Hello --plugin-path %s --kernel kernel-ok", plugins);
 	cr_expect_eq(test_q4khost("", receipts, args, &out), 4, "%s", out);
-	cr_expect(strstr(out, "names nothing that device 0 of an available backend can run: it names kernel-ok (for cuda)") != NULL,
+	cr_expect(strstr(out, "names nothing that device 0 of an available backend can run: "
+	                      "kernel-ok is a kernel variant for backend cuda, which is not on the "
+	                      "plugin path; without --kernel, ") != NULL,
 	          "%s", out);
 	free(out);
 	free(chosen);
 	free(broken);
+}
+
+/* A request that names only another backend's variant says so once, however
+ * many backends were asked (cpu and cpu-fast here), why that backend cannot
+ * serve, and what to do. */
+Test(select, a_variant_for_a_missing_backend_is_named_once_with_why)
+{
+	const char *plugins = test_plugin_dir((const char *const[]){ "kernel_ok", NULL });
+	char cmd[8192], args[8192], *out, *at;
+	int times = 0;
+
+	snprintf(cmd, sizeof(cmd), "cp %s/plugins/cpu-fast/.libs/cpu-fast.so %s/", test_builddir(),
+	         plugins);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(args, sizeof(args), "run -n 1 -p Hello -m %s --plugin-path %s --kernel kernel-ok",
+	         tiny_model(), plugins);
+	cr_expect_eq(test_q4khost("", test_tmpdir(), args, &out), 4, "%s", out);
+	cr_expect(strstr(out, "q4khost run: the kernel request (--kernel) names nothing that device "
+	                      "0 of an available backend can run: kernel-ok is a kernel variant for "
+	                      "backend cuda, which is not on the plugin path; without --kernel, "
+	                      "q4khost chooses what runs here (q4khost plugins --explain shows "
+	                      "it)\n") != NULL, "%s", out);
+	for (at = out; (at = strstr(at, "kernel-ok")); at++)
+		times++;
+	cr_expect_eq(times, 1, "%s", out);
+	free(out);
 }
 
 /*

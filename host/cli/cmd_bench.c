@@ -172,12 +172,13 @@ static int push(struct row **rows, size_t *n, const struct row *r)
  */
 static int backend_rows(struct q4kh_host *h, const struct bench_opts *o,
                         const struct q4kh_plugin *p, struct row **rows, size_t *n,
-                        char *others, size_t others_cap, struct q4kh_error *err)
+                        const struct q4kh_plugin **others, size_t *n_others,
+                        struct q4kh_error *err)
 {
 	struct q4kh_backend b;
 	struct q4kh_policy_order ord;
 	struct row row = { 0 };
-	size_t before = *n, used = strlen(others);
+	size_t before = *n;
 
 	struct q4kh_error none;
 
@@ -189,9 +190,7 @@ static int backend_rows(struct q4kh_host *h, const struct bench_opts *o,
 	}
 	row.c.dev = b.record;
 	q4kh_backend_close(&b);
-	if (ord.choice.others[0] && used < others_cap)
-		snprintf(others + used, others_cap - used, "%s%s", used ? ", " : "",
-		         ord.choice.others);
+	q4kh_policy_others_add(&ord.choice, others, n_others, Q4KH_KERNEL_LIST);
 	for (size_t i = 0; i <= ord.n; i++) {
 		const char *variant = i < ord.n ? ord.steps[i].variant : NULL;
 		size_t j = before;
@@ -221,20 +220,24 @@ static int collect(struct q4kh_host *h, const struct bench_opts *o, struct row *
                    size_t *n, struct q4kh_error *err)
 {
 	const struct q4kh_registry *r = h->registry;
-	char others[512] = "";
+	const struct q4kh_plugin *others[Q4KH_KERNEL_LIST];
+	size_t n_others = 0;
+	char elsewhere[2048];
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
 		const struct q4kh_plugin *p = &r->plugins[i];
 		if (p->state != Q4KH_PLUGIN_ACCEPTED || p->desc->kind != Q4KH_KIND_BACKEND ||
 		    (o->c.backend && strcmp(o->c.backend, p->name)))
 			continue;
-		if (backend_rows(h, o, p, rows, n, others, sizeof(others), err))
+		if (backend_rows(h, o, p, rows, n, others, &n_others, err))
 			return -1;
 	}
+	q4kh_select_elsewhere(h, (uint32_t)o->c.device, others, n_others, elsewhere,
+	                      sizeof(elsewhere));
 	if (*n == 0)
 		return q4kh_fail(err, "nothing to compare on device %ld%s%s", o->c.device,
-		                 others[0] ? ": the kernels named are for other backends: " : "",
-		                 others);
+		                 elsewhere[0] ? ": the kernels named are for other backends: " : "",
+		                 elsewhere);
 	return 0;
 }
 

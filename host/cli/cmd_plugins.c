@@ -1,6 +1,7 @@
 /*
  * q4khost plugins: the plugin path and where it came from, every plugin
- * file with its verdict, and the devices of every accepted backend; with
+ * file with its verdict, and the devices of every accepted backend (or
+ * why it has none); with
  * --explain, what would be chosen and why (cmd_plugins_explain.c).
  */
 #include "buildconf.h"
@@ -29,6 +30,7 @@ struct plugins_opts {
 struct probe {
 	const struct q4kh_plugin *plugin;
 	char error[768]; /* "" when the listing worked */
+	char why_none[768]; /* no device: why, in the backend's words ("": it does not say) */
 	uint32_t n_devices;
 	struct q4kh_device_record *devices;
 };
@@ -42,7 +44,8 @@ static void usage(FILE *out)
 	        "(ACCEPTED, REJECTED with the reason, SHADOWED by an earlier file of\n"
 	        "the same name, or REFUSED: a backend whose init or device enumeration\n"
 	        "crashed or hung in a helper process, remembered until its file\n"
-	        "changes), and the devices of every accepted backend.\n\n"
+	        "changes), and the devices of every accepted backend (for one with none,\n"
+	        "why, in the backend's words).\n\n"
 	        "With --explain: for every device of every backend, the kernel chain that\n"
 	        "q4khost run tries (each candidate must still pass F2), the first choice\n"
 	        "and the runner-up per tensor type, the F2 rules of each candidate, and\n"
@@ -152,6 +155,8 @@ static void list_devices(const struct q4kh_backend_v1 *v, q4kh_backend_ctx *ctx,
 		pr->n_devices = 0;
 		return;
 	}
+	if (pr->n_devices == 0)
+		q4kh_backend_why_none(v, ctx, pr->why_none, sizeof(pr->why_none));
 	pr->devices = calloc(pr->n_devices ? pr->n_devices : 1, sizeof(*pr->devices));
 	if (!pr->devices) {
 		snprintf(pr->error, sizeof(pr->error), "out of memory for %u devices",
@@ -257,6 +262,8 @@ static void print_probe(const struct probe *pr)
 	}
 	printf("\nbackend %s: %u device%s\n", pr->plugin->name, pr->n_devices,
 	       pr->n_devices == 1 ? "" : "s");
+	if (pr->n_devices == 0)
+		printf("  why none: %s\n", pr->why_none[0] ? pr->why_none : "(the backend does not say)");
 	for (uint32_t i = 0; i < pr->n_devices; i++) {
 		const struct q4kh_device_record *d = &pr->devices[i];
 
@@ -360,6 +367,8 @@ static json_t *probe_json(const struct probe *pr)
 	for (uint32_t i = 0; i < pr->n_devices; i++)
 		json_array_append_new(devs, device_json(&pr->devices[i]));
 	json_object_set_new(o, "devices", devs);
+	if (!pr->error[0] && pr->n_devices == 0)
+		json_object_set_new(o, "why_no_devices", pr->why_none[0] ? jstr(pr->why_none) : json_null());
 	if (pr->error[0])
 		json_object_set_new(o, "error", jstr(pr->error));
 	return o;

@@ -35,12 +35,14 @@ static void print_setting(const char *name, const char *value, const char *origi
  * Every key each accepted plugin's [plugin.NAME] section sets (the
  * plugin's own settings and its F2 rules), with its value and where it
  * came from, into OUT ({NAME: {KEY: setting}}) or as text; a key no file
- * sets has the plugin's own default.
+ * sets has the plugin's own default. A key the plugin does not read is
+ * shown as such (in JSON "unknown": true, and "did_you_mean" when a key
+ * it reads is close), never as a setting.
  */
 static void plugin_settings(const struct q4kh_registry *r, const struct q4kh_config *c,
                             json_t *out, int json)
 {
-	char section[160], origin[700], name[256];
+	char section[160], origin[700], name[256], near[128], text[1024];
 	const char *keys[256];
 	size_t shown = 0;
 
@@ -58,13 +60,25 @@ static void plugin_settings(const struct q4kh_registry *r, const struct q4kh_con
 		n = q4kh_config_section_keys(c, section, NULL, keys, 256);
 		for (size_t k = 0; k < n; k++) {
 			const char *v = q4kh_config_where(c, section, keys[k], origin, sizeof(origin));
+			int unread = q4kh_plugin_key_unread(p, keys[k], near, sizeof(near));
+			json_t *js;
 
 			snprintf(name, sizeof(name), "%s %s", p->name, keys[k]);
-			if (json)
-				json_object_set_new(jp, keys[k], setting(v, origin));
-			else /* "key =" counts as unset: say so, not a blank */
-				print_setting(name, *v ? v : "(empty: the plugin's default)",
-				              origin);
+			if (json) {
+				js = setting(v, origin);
+				if (unread)
+					json_object_set_new(js, "unknown", json_true());
+				if (near[0])
+					json_object_set_new(js, "did_you_mean", json_string(near));
+				json_object_set_new(jp, keys[k], js);
+				continue;
+			}
+			/* "key =" counts as unset: say so, not a blank */
+			snprintf(text, sizeof(text), "%s", *v ? v : "(empty: the plugin's default)");
+			if (unread)
+				snprintf(text, sizeof(text), "%.200s (unknown key, ignored%s%s%s)", v,
+				         near[0] ? ": did you mean " : "", near, near[0] ? "?" : "");
+			print_setting(name, text, origin);
 		}
 		shown += n;
 		if (json && n)
@@ -274,7 +288,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 	struct q4kh_policy_order o;
 	struct q4kh_error err = { { 0 } };
 	json_t *jdev = NULL, *jchain = NULL, *jtypes = NULL;
-	char setting_text[512], why[800], label[160];
+	char setting_text[512], why[800], label[160], others[512];
 	int rc = 0;
 
 	if (q4kh_backend_open(p, d, &b, &err)) {
@@ -287,6 +301,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		return Q4KH_EXIT_PLUGIN;
 	}
 	choice_text(&o.choice, setting_text, sizeof(setting_text));
+	q4kh_policy_others_text(&o.choice, others, sizeof(others));
 	if (json) {
 		jchain = json_array();
 		jtypes = json_array();
@@ -295,7 +310,7 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		                 "uuid", b.record.uuid, "arch", b.record.arch, "kernel_setting",
 		                 "value", setting_text, "origin", o.choice.origin, "explicit",
 		                 o.explicit_request, "for_other_backends",
-		                 o.choice.others[0] ? o.choice.others : NULL, "chain", jchain,
+		                 others[0] ? others : NULL, "chain", jchain,
 		                 "types", jtypes);
 		json_array_append_new(jdevices, jdev);
 	} else {
@@ -305,8 +320,8 @@ static int device(const struct q4kh_registry *r, const struct q4kh_config *c,
 		printf("  kernel setting: %s (from %s%s)\n", setting_text, o.choice.origin,
 		       o.explicit_request ? "; an explicit request: no fall-back"
 		       : o.choice.source == Q4KH_KERNEL_CONFIG ? "; a preference" : "");
-		if (o.choice.others[0])
-			printf("  also named there for other backends: %s\n", o.choice.others);
+		if (others[0])
+			printf("  also named there for other backends: %s\n", others);
 		printf("  chain, tried in order until one passes F2:\n");
 	}
 	for (size_t i = 0; i < o.n && rc == 0; i++) {

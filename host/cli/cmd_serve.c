@@ -23,6 +23,7 @@
 #include "model.h"
 #include "serve.h"
 #include "settings.h"
+#include "q4khost/backend_base.h"
 
 #define MAX_CONNECTIONS 65536 /* each a thread of libmicrohttpd's */
 #define SERVE_MAX_KV_PAGES (1L << 24) /* 2^28 tokens */
@@ -196,6 +197,7 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 	};
 	double d;
 	long v;
+	unsigned on = 1;
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -226,11 +228,12 @@ static int parse(int argc, char **argv, struct serve_opts *o)
 		case O_QUEUE: rc = parse_long(optarg, "--max-queue", 1, 1 << 20, &o->max_queue); break;
 		case O_STEP: rc = parse_long(optarg, "--step-tokens", 1, 1 << 16, &o->step_tokens); break;
 		case O_PREFIX:
-			o->prefix_cache = !strcmp(optarg, "on");
-			if (!o->prefix_cache && strcmp(optarg, "off")) {
-				q4kh_cli_usage("serve", "--prefix-cache %s: expected on or off", optarg);
+			if (q4kh_parse_bool(optarg, &on)) {
+				q4kh_cli_usage("serve", "--prefix-cache %s: expected " Q4KH_BOOL_WORDS,
+				               optarg);
 				rc = -1;
 			}
+			o->prefix_cache = (int)on;
 			break;
 		case O_KV_PAGES:
 			rc = kv_pages_value(optarg, &o->kv_pages);

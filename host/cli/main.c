@@ -44,7 +44,7 @@ static void usage(FILE *out)
 	        "\nenvironment: Q4KHOST_MODEL, Q4KHOST_PLUGIN_PATH, Q4KHOST_BACKEND,\n"
 	        "Q4KHOST_CONFIG, Q4KHOST_Q4K_KERNEL, Q4KHOST_F2, Q4KHOST_F2_RECEIPT_DIR,\n"
 	        "Q4KHOST_RECEIPT_KEY (the key file that seals receipts),\n"
-	        "Q4KHOST_F2_REQUIRE_DEEP (true: run and serve accept deep receipts only,\n"
+	        "Q4KHOST_F2_REQUIRE_DEEP (on: run and serve accept deep receipts only,\n"
 	        "validate and bench judge on the deep probe),\n"
 	        "Q4KHOST_LOG (which plugin log lines are shown: debug, info, warning\n"
 	        "or error, any case; q4khost's own messages are always shown),\n"

@@ -74,15 +74,23 @@ int q4kh_backend_devices(const struct q4kh_plugin *plugin, uint32_t *n,
 void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, size_t cap)
 {
 	struct q4kh_backend b = { .plugin = plugin, .v = plugin->desc->backend };
-	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
-	const char *why;
 
 	buf[0] = 0;
 	if (q4kh_backend_init(plugin, &b.ctx, NULL, NULL))
 		return;
-	if (b.v->device_info(b.ctx, 0, &rec) != Q4KH_OK && (why = b.v->last_error(b.ctx)))
-		snprintf(buf, cap, "%s", why);
+	q4kh_backend_why_none(b.v, b.ctx, buf, cap);
 	b.v->shutdown(b.ctx);
+}
+
+void q4kh_backend_why_none(const struct q4kh_backend_v1 *v, q4kh_backend_ctx *ctx, char *buf,
+                           size_t cap)
+{
+	struct q4kh_device_record rec = { .struct_size = sizeof(rec) };
+	const char *why;
+
+	buf[0] = 0;
+	if (v->device_info(ctx, 0, &rec) != Q4KH_OK && (why = v->last_error(ctx)))
+		snprintf(buf, cap, "%s", why);
 }
 
 int q4kh_backend_check_types(const struct q4kh_backend *b, const uint32_t *types, size_t n,

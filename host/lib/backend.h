@@ -46,6 +46,13 @@ int q4kh_backend_record(const struct q4kh_backend *b, uint32_t index,
  * missing driver or GPU), into BUF; "" when it cannot start or says nothing.
  */
 void q4kh_backend_why_no_device(const struct q4kh_plugin *plugin, char *buf, size_t cap);
+/*
+ * The same from backend V's context CTX (initialised, counting no
+ * device): the line its device_info refuses device 0 with (docs/plugin-abi.md
+ * L6), into BUF; "" when device_info(0) succeeds or says nothing.
+ */
+void q4kh_backend_why_none(const struct q4kh_backend_v1 *v, q4kh_backend_ctx *ctx, char *buf,
+                           size_t cap);
 
 /*
  * How many devices backend PLUGIN has: init, device_count, shutdown. -1

@@ -151,29 +151,55 @@ static int rank(const char *sel, const struct q4kh_device_record *dev)
 	return 0;
 }
 
+/* Append P to SET (*N of CAP) unless it is there. */
+static void add_once(const struct q4kh_plugin *p, const struct q4kh_plugin **set, size_t *n,
+                     size_t cap)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (set[i] == p)
+			return;
+	if (*n < cap)
+		set[(*n)++] = p;
+}
+
+void q4kh_policy_others_add(const struct q4kh_kernel_choice *ch,
+                            const struct q4kh_plugin **set, size_t *n, size_t cap)
+{
+	for (size_t i = 0; i < ch->n_others; i++)
+		add_once(ch->others[i], set, n, cap);
+}
+
+const char *q4kh_policy_others_text(const struct q4kh_kernel_choice *ch, char *buf, size_t cap)
+{
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < ch->n_others && used < cap; i++)
+		used += (size_t)snprintf(buf + used, cap - used, "%s%s (for %s)", i ? ", " : "",
+		                         ch->others[i]->name, ch->others[i]->desc->kernel->backend);
+	return buf;
+}
+
 /*
  * Keep in OUT the entries of E whose selector holds for DEV and that name
  * the built-in kernels or a variant for BACKEND, of the most specific
- * selector kind among those; name the others that hold in out->others.
+ * selector kind among those; the variants of the others that hold, for
+ * other backends, in out->others.
  * 1 when any entry's selector holds for DEV, whatever its backend.
  */
 static int pick(const struct entry *e, size_t n, const char *backend,
                 const struct q4kh_device_record *dev, struct q4kh_kernel_choice *out)
 {
 	int best = 0, held = 0;
-	size_t used = 0;
 
 	out->n = 0;
-	out->others[0] = 0;
+	out->n_others = 0;
 	for (size_t i = 0; i < n; i++) {
 		int rk = rank(e[i].sel, dev);
 		held |= rk > 0;
 		if (e[i].variant && strcmp(e[i].variant->desc->kernel->backend, backend)) {
-			if (rk && used < sizeof(out->others))
-				used += (size_t)snprintf(out->others + used, sizeof(out->others) - used,
-				                         "%s%s (for %s)", used ? ", " : "",
-				                         e[i].variant->name,
-				                         e[i].variant->desc->kernel->backend);
+			if (rk)
+				add_once(e[i].variant, out->others, &out->n_others, Q4KH_KERNEL_LIST);
 			continue;
 		}
 		best = rk > best ? rk : best;

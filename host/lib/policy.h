@@ -58,10 +58,22 @@ struct q4kh_kernel_choice {
 	 * names (the registry's strings), NULL for the built-in kernels. */
 	const char *names[Q4KH_KERNEL_LIST];
 	size_t n;
-	/* Variants the setting names for this device but other backends
-	 * ("x (for cuda)"), for messages. */
-	char others[256];
+	/* Variants the setting names for this device but other backends,
+	 * each once, for messages ("x (for cuda)", q4kh_select_elsewhere). */
+	const struct q4kh_plugin *others[Q4KH_KERNEL_LIST];
+	size_t n_others;
 };
+
+/*
+ * Add to SET (*N of CAP) each variant of CH->others that SET lacks: the
+ * variants a request names for other backends, gathered over the
+ * backends it was asked of, each once.
+ */
+void q4kh_policy_others_add(const struct q4kh_kernel_choice *ch,
+                            const struct q4kh_plugin **set, size_t *n, size_t cap);
+
+/* CH->others as "x (for cuda), y (for cpu)" into BUF ("" for none); BUF. */
+const char *q4kh_policy_others_text(const struct q4kh_kernel_choice *ch, char *buf, size_t cap);
 
 /*
  * The kernel setting of device DEV (index DEV->index) of a backend of kind

@@ -888,28 +888,6 @@ static int was_read(const struct q4kh_plugin *p, const char *key)
 	return 0;
 }
 
-/* A key line of [plugin.NAME] that plugin NAME never asked for: a typo
- * would otherwise leave its setting at the default without a word. The
- * F2 keys are the host's, checked by name (config_keys.h). */
-static void unread_key(void *data, const char *file, unsigned line, const char *section,
-                       const char *key)
-{
-	const struct unread *u = data;
-	char reads[sizeof(u->p->keys_read) + 16], msg[2048];
-	size_t used = 0;
-
-	if (strncmp(section, "plugin.", 7) || strcasecmp(section + 7, u->p->name) ||
-	    !strncmp(key, "f2_", 3) || was_read(u->p, key))
-		return;
-	snprintf(reads, sizeof(reads), "no key");
-	for (const char *k = u->p->keys_read; *k; k += strlen(k) + 1)
-		used += (size_t)snprintf(reads + used, sizeof(reads) - used, "%s%s",
-		                         used ? ", " : "", k);
-	snprintf(msg, sizeof(msg), "%s:%u: key '%s' in section [%s] is not read by plugin %s "
-	         "(it reads: %s); ignored", file, line, key, section, u->p->name, reads);
-	u->warn(u->data, msg);
-}
-
 /* Levenshtein distance of A and B, case aside, for the nearest name. */
 static size_t name_distance(const char *a, const char *b)
 {
@@ -935,6 +913,52 @@ static size_t name_distance(const char *a, const char *b)
 		}
 	}
 	return row[lb];
+}
+
+int q4kh_plugin_key_unread(const struct q4kh_plugin *p, const char *key, char *near,
+                           size_t cap)
+{
+	const char *nearest = NULL;
+	size_t best = SIZE_MAX;
+
+	near[0] = 0;
+	if (!p->keys_all_read || !strncmp(key, "f2_", 3) || was_read(p, key))
+		return 0;
+	for (const char *k = p->keys_read; *k; k += strlen(k) + 1) {
+		size_t d = name_distance(key, k);
+
+		if (d < best) {
+			best = d;
+			nearest = k;
+		}
+	}
+	/* close: a slip of a character or two, not a different key */
+	if (nearest && best <= 2 && best < strlen(key))
+		snprintf(near, cap, "%s", nearest);
+	return 1;
+}
+
+/* A key line of [plugin.NAME] that plugin NAME never asked for: a typo
+ * would otherwise leave its setting at the default without a word. The
+ * F2 keys are the host's, checked by name (config_keys.h). */
+static void unread_key(void *data, const char *file, unsigned line, const char *section,
+                       const char *key)
+{
+	const struct unread *u = data;
+	char reads[sizeof(u->p->keys_read) + 16], msg[2048], near[128];
+	size_t used = 0;
+
+	if (strncmp(section, "plugin.", 7) || strcasecmp(section + 7, u->p->name) ||
+	    !q4kh_plugin_key_unread(u->p, key, near, sizeof(near)))
+		return;
+	snprintf(reads, sizeof(reads), "no key");
+	for (const char *k = u->p->keys_read; *k; k += strlen(k) + 1)
+		used += (size_t)snprintf(reads + used, sizeof(reads) - used, "%s%s",
+		                         used ? ", " : "", k);
+	snprintf(msg, sizeof(msg), "%s:%u: key '%s' in section [%s] is not read by plugin %s "
+	         "(it reads: %s); ignored%s%s%s", file, line, key, section, u->p->name, reads,
+	         near[0] ? "; did you mean '" : "", near, near[0] ? "'?" : "");
+	u->warn(u->data, msg);
 }
 
 /* Whether plugin I's name is that of one before it (a plugin in two folders). */
@@ -1004,7 +1028,7 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r, q4kh_registry_st
 	char section[sizeof("plugin.") + NAME_MAX_LEN], set[1024], why[512], settings[512];
 
 	for (size_t i = 0; i < r->n_plugins; i++) {
-		const struct q4kh_plugin *p = &r->plugins[i];
+		struct q4kh_plugin *p = &r->plugins[i];
 		struct unread u = { p, warn, data };
 		q4kh_status st;
 
@@ -1020,6 +1044,7 @@ int q4kh_registry_check_settings(const struct q4kh_registry *r, q4kh_registry_st
 			return q4kh_fail(err, "plugin %s refuses its settings: %s (%s)", p->name,
 			                 without_name(p, why), settings);
 		/* Only an init that ran to the end has asked for every key. */
+		p->keys_all_read = st == Q4KH_OK;
 		if (st == Q4KH_OK && warn)
 			q4kh_config_each(p->config, unread_key, &u);
 	}

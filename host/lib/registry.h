@@ -57,6 +57,9 @@ struct q4kh_plugin {
 	/* The keys of [plugin.NAME] the plugin asked for (config_get), each
 	 * followed by a NUL, so that an error can say where they were set. */
 	char keys_read[256];
+	/* 1 once an init that ran to the end has asked for every key it reads
+	 * (q4kh_registry_check_settings): keys_read is then the whole list. */
+	int keys_all_read;
 };
 
 struct q4kh_registry {
@@ -127,7 +130,8 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
  * succeeded, WARN (NULL: none) gets a line for every key line of the
  * config files in [plugin.NAME] that the plugin never asked for
  * (config_get), F2 keys aside: "FILE:LINE: key 'threds' in section
- * [plugin.cpu] is not read by plugin cpu (it reads: threads); ignored".
+ * [plugin.cpu] is not read by plugin cpu (it reads: threads); ignored;
+ * did you mean 'threads'?" (q4kh_plugin_key_unread).
  * WARN also gets a line for the first key line of every [plugin.NAME]
  * section whose NAME is no plugin of R's path, with the names that are
  * and the nearest when it is a slip away: "FILE:LINE: section
@@ -136,6 +140,17 @@ const char *q4kh_plugin_settings_read(const struct q4kh_plugin *p, int values, c
  * [plugin.cpu-fast]?". Never an error: a file shared by machines may set plugins that
  * only some of their paths have.
  */
+/*
+ * Whether KEY, set in plugin P's [plugin.NAME], is one P does not read: 1
+ * when an init of P that ran to the end (q4kh_registry_check_settings)
+ * never asked for it and it is no F2 key (those are the host's), with
+ * the key P reads that is a character or two away in NEAR (CAP bytes;
+ * what "did you mean" names), else "". 0 (NEAR "") when P reads it or
+ * P's keys are not known.
+ */
+int q4kh_plugin_key_unread(const struct q4kh_plugin *p, const char *key, char *near,
+                           size_t cap);
+
 typedef q4kh_status (*q4kh_registry_start)(void *data, const struct q4kh_plugin *p,
                                            char *why, size_t cap);
 int q4kh_registry_check_settings(const struct q4kh_registry *r, q4kh_registry_start start,

@@ -34,13 +34,14 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
 
 /*
  * Append the kernel chain of backend P's device DEVICE (policy.h) to LIST;
- * what its setting named for other backends goes to OTHERS. A device that
+ * the variants its setting named for other backends go to OTHERS (*N_OTHERS,
+ * each once). A device that
  * does not open, or a backend without one of the model's types, adds
  * nothing but a line in SKIPPED.
  */
 static int add_backend(const struct q4kh_select_request *rq, const struct q4kh_plugin *p, uint32_t device,
                        struct q4kh_candidate *list, int *n, int *explicit_request,
-                       char *others, size_t others_cap, char *skipped,
+                       const struct q4kh_plugin **others, size_t *n_others, char *skipped,
                        size_t skipped_cap, struct q4kh_error *err)
 {
 	struct q4kh_host *h = rq->host;
@@ -48,7 +49,6 @@ static int add_backend(const struct q4kh_select_request *rq, const struct q4kh_p
 	struct q4kh_backend b;
 	struct q4kh_device_record record;
 	struct q4kh_error e = { { 0 } };
-	size_t used = strlen(others);
 	char why[800];
 
 	if (q4kh_host_backend_open(h, p, device, &b, &e)) {
@@ -78,9 +78,7 @@ static int add_backend(const struct q4kh_select_request *rq, const struct q4kh_p
 		else
 			snprintf(c->why, sizeof(c->why), "%s", why);
 	}
-	if (o.choice.others[0] && used < others_cap)
-		snprintf(others + used, others_cap - used, "%s%s", used ? ", " : "",
-		         o.choice.others);
+	q4kh_policy_others_add(&o.choice, others, n_others, Q4KH_KERNEL_LIST);
 	return 0;
 }
 
@@ -142,21 +140,61 @@ static int nothing_to_try(const struct q4kh_select_request *rq, const char *skip
 	                 rq->device, backends);
 }
 
-/* The backend named is loaded, but lacks the device asked for: say why
- * when it has none at all (the cuda plugin on a machine without a GPU). */
+/* Backend P of H lacks device DEVICE: "has no device: WHY" when it has
+ * none at all, in its own words (the cuda plugin on a machine without a
+ * GPU), else "has no device D (it has N)", into BUF. Its device count. */
+static uint32_t lacks_device(struct q4kh_host *h, const struct q4kh_plugin *p, uint32_t device,
+                             char *buf, size_t cap)
+{
+	uint32_t n = q4kh_host_devices(h, p, NULL, 0);
+	char why[512] = "";
+
+	if (n == 0 && q4kh_host_backend(h, p)->ctx)
+		q4kh_backend_why_no_device(p, why, sizeof(why));
+	if (n == 0)
+		snprintf(buf, cap, "has no device%s%s", why[0] ? ": " : "", why);
+	else
+		snprintf(buf, cap, "has no device %u (it has %u)", device, n);
+	return n;
+}
+
+/* The backend named is loaded, but lacks the device asked for. */
 static int no_such_device(const struct q4kh_select_request *rq, const struct q4kh_plugin *p,
                           struct q4kh_error *err)
 {
-	uint32_t n = q4kh_host_devices(rq->host, p, NULL, 0);
-	char why[512] = "";
+	char lacks[700];
+	uint32_t n = lacks_device(rq->host, p, rq->device, lacks, sizeof(lacks));
 
-	if (n == 0 && q4kh_host_backend(rq->host, p)->ctx)
-		q4kh_backend_why_no_device(p, why, sizeof(why));
-	if (n == 0)
-		return q4kh_fail(err, "backend %s is loaded but has no device%s%s; q4khost plugins "
-		                 "lists the devices", rq->backend, why[0] ? ": " : "", why);
-	return q4kh_fail(err, "backend %s has no device %u (it has %u); q4khost plugins lists the "
-	                 "devices", rq->backend, rq->device, n);
+	return q4kh_fail(err, "backend %s %s%s; q4khost plugins lists the devices", rq->backend,
+	                 n ? "" : "is loaded but ", lacks);
+}
+
+void q4kh_select_elsewhere(struct q4kh_host *h, uint32_t device,
+                           const struct q4kh_plugin *const *variants, size_t n, char *buf,
+                           size_t cap)
+{
+	const struct q4kh_registry *r = h->registry;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *kind = variants[i]->desc->kernel->backend;
+		const struct q4kh_plugin *b = NULL;
+		char lacks[700] = "";
+
+		for (size_t j = 0; !b && j < r->n_plugins; j++)
+			if (r->plugins[j].state == Q4KH_PLUGIN_ACCEPTED &&
+			    r->plugins[j].desc->kind == Q4KH_KIND_BACKEND &&
+			    !strcmp(q4kh_backend_kind(&r->plugins[j]), kind))
+				b = &r->plugins[j];
+		if (!b)
+			snprintf(lacks, sizeof(lacks), "is not on the plugin path");
+		else if (q4kh_host_devices(h, b, NULL, 0) > device)
+			snprintf(lacks, sizeof(lacks), "does not serve device %u here", device);
+		else
+			lacks_device(h, b, device, lacks, sizeof(lacks));
+		append(buf, cap, "%s%s is a kernel variant for backend %s, which %s", i ? "; " : "",
+		       variants[i]->name, kind, lacks);
+	}
 }
 
 int q4kh_select_check_device(struct q4kh_host *h, const char *backend, uint32_t device,
@@ -193,7 +231,9 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	struct q4kh_host *h = rq->host;
 	const struct q4kh_registry *r = h->registry;
 	const struct q4kh_plugin *cpu = q4kh_registry_find(r, "cpu");
-	char others[512] = "", own[2048];
+	const struct q4kh_plugin *others[Q4KH_KERNEL_LIST];
+	char own[2048], elsewhere[2048];
+	size_t n_others = 0;
 	int n = 0, kept = 0, explicit_request = 0;
 
 	if (!skipped) {
@@ -211,7 +251,7 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 			return skipped[0] ? nothing_to_try(rq, skipped, err)
 			                  : no_such_device(rq, p, err);
 		if (add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
-		                sizeof(others), skipped, skipped_cap, err))
+		                &n_others, skipped, skipped_cap, err))
 			return -1;
 	} else {
 		/* Device backends first, then the other backends of the host's
@@ -224,13 +264,13 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 				    (strcmp(q4kh_backend_kind(p), "cpu") == 0) == host &&
 				    q4kh_host_devices(h, p, skipped, skipped_cap) > rq->device &&
 				    add_backend(rq, p, rq->device, list, &n, &explicit_request, others,
-				                sizeof(others), skipped, skipped_cap, err))
+				                &n_others, skipped, skipped_cap, err))
 					return -1;
 			}
 		/* The reference last: its one device stands in for a device of
 		 * another backend, but a device no backend has is a mistake. */
 		if (cpu && (n > 0 || q4kh_host_devices(h, cpu, skipped, skipped_cap) > rq->device) &&
-		    add_backend(rq, cpu, 0, list, &n, &explicit_request, others, sizeof(others),
+		    add_backend(rq, cpu, 0, list, &n, &explicit_request, others, &n_others,
 		                skipped, skipped_cap, err))
 			return -1;
 	}
@@ -240,11 +280,16 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 	for (int i = 0; i < n; i++)
 		if (list[i].explicit_request)
 			list[kept++] = list[i];
-	if (!kept)
-		return q4kh_fail(err, "the kernel request (%s) names nothing that device %u of %s can run%s%s",
-		                 rq->kernel ? "--kernel" : "Q4KHOST_Q4K_KERNEL", rq->device,
+	if (!kept) {
+		const char *origin = rq->kernel ? "--kernel" : "Q4KHOST_Q4K_KERNEL";
+
+		q4kh_select_elsewhere(h, rq->device, others, n_others, elsewhere, sizeof(elsewhere));
+		return q4kh_fail(err, "the kernel request (%s) names nothing that device %u of %s can "
+		                 "run%s%s; without %s, q4khost chooses what runs here (q4khost "
+		                 "plugins --explain shows it)", origin, rq->device,
 		                 rq->backend ? rq->backend : "an available backend",
-		                 others[0] ? ": it names " : "", others);
+		                 elsewhere[0] ? ": " : "", elsewhere, origin);
+	}
 	return kept;
 }
 

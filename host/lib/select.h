@@ -128,6 +128,20 @@ int q4kh_select_plan(const struct q4kh_select_request *rq,
 int q4kh_select_needs_receipts(const struct q4kh_select_request *rq);
 
 /*
+ * Why each of the N kernel VARIANTS (named for device DEVICE, but for
+ * backends other than those asked: policy.h's others) cannot serve it
+ * here, "; "-joined into BUF (CAP bytes): "cuda-mwv is a kernel variant
+ * for backend cuda, which has no device: WHY" (the backend's own words,
+ * as q4khost plugins shows them), "... which has no device 1 (it has
+ * 1)", "... which is not on the plugin path" or "... which does not
+ * serve device 0 here" (it has the device, but was passed over); "" for
+ * none. For the message of a request that names only such variants.
+ */
+void q4kh_select_elsewhere(struct q4kh_host *h, uint32_t device,
+                           const struct q4kh_plugin *const *variants, size_t n, char *buf,
+                           size_t cap);
+
+/*
  * 0 when some accepted backend of host context H (BACKEND alone, when not
  * NULL) has device DEVICE, the backends started in H; else -1 with the
  * error q4kh_select_plan gives for it: no backend plugin on the path (the

@@ -2,7 +2,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
+
+#include "q4khost/backend_base.h"
 
 /* Bytes of a bad value quoted in a message. */
 #define VALUE_SHOWN 80
@@ -81,11 +82,15 @@ int q4kh_settings_f2_require_deep(const struct q4kh_config *c, int *on, char *or
 	const char *v = f2_setting(c, NULL, NULL, "Q4KHOST_F2_REQUIRE_DEEP", "require_deep",
 	                           origin, cap, bad_input);
 	char shown[VALUE_SHOWN * 4 + 8];
+	unsigned b = 0;
 
-	*on = v && !strcasecmp(v, "true");
-	if (v && !*on && strcasecmp(v, "false"))
-		return q4kh_fail(err, "%s: require_deep '%s': expected true or false (true: run and serve accept deep receipts only, made by q4khost validate --deep)",
+	*on = 0;
+	if (v && q4kh_parse_bool(v, &b))
+		return q4kh_fail(err, "%s: require_deep '%s': expected " Q4KH_BOOL_WORDS
+		                 " (on: run and serve accept deep receipts only, made by q4khost "
+		                 "validate --deep)",
 		                 origin, q4kh_show(shown, sizeof(shown), v, strlen(v), VALUE_SHOWN, 0));
+	*on = (int)b;
 	return 0;
 }
 

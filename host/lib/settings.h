@@ -47,7 +47,7 @@ int q4kh_settings_f2_probe(const struct q4kh_config *c, const char *cli,
 /*
  * Whether run and serve accept deep receipts only (guard.h's
  * Q4KH_F2_PROBE_DEEP; docs/f2.md): Q4KHOST_F2_REQUIRE_DEEP, else [f2]
- * require_deep, each "true" or "false"; default false. ORIGIN gets
+ * require_deep, each an on/off word (q4kh_parse_bool); default off. ORIGIN gets
  * "Q4KHOST_F2_REQUIRE_DEEP", "FILE:LINE [f2]" or "default". Another value
  * is an error naming where it was set; *bad_input as for the mode.
  */

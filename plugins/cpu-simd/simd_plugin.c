@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "q4khost/backend_base.h"
 #include "q4khost/glu.h"
 #include "q4khost/pool.h"
 #include "simd.h"
@@ -241,7 +242,7 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 	unsigned n = q4kh_threads_online();
 	enum q4kh_cpu_isa chosen;
 	char line[1024], note[768] = "";
-	int repack_on;
+	unsigned repack_on = 1;
 
 	if (!host || !out)
 		return fail(NULL, Q4KH_ERR_INVALID, NAME ": init: %s is NULL",
@@ -256,10 +257,9 @@ static q4kh_status k_init(const struct q4kh_host_api *host, q4kh_kernel_ctx **ou
 		isa = host->config_get(host->host_data, "isa");
 		repack = host->config_get(host->host_data, "repack");
 	}
-	if (repack && strcmp(repack, "on") && strcmp(repack, "off"))
+	if (repack && q4kh_parse_bool(repack, &repack_on))
 		return fail(NULL, Q4KH_ERR_INVALID,
-		            "[plugin." NAME "] repack = \"%s\": expected on or off", repack);
-	repack_on = !repack || !strcmp(repack, "on");
+		            "[plugin." NAME "] repack = \"%s\": expected " Q4KH_BOOL_WORDS, repack);
 	if (threads && q4kh_threads_parse(threads, &n))
 		return fail(NULL, Q4KH_ERR_INVALID,
 		            "[plugin." NAME "] threads = \"%s\": expected an integer "

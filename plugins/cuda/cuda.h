@@ -40,7 +40,7 @@ struct q4kh_backend_ctx {
 	unsigned fuse;       /* [plugin.cuda] fuse: 1 (default) lets the graph
 	                        entry plan its own groups (match_head_norms);
 	                        0 plans the host's patterns only (A/B runs) */
-	char no_devices[256]; /* why n_devices is 0: the CUDA error text */
+	char no_devices[512]; /* why n_devices is 0: the CUDA error and what to do */
 	char error[1024];
 };
 

@@ -41,7 +41,7 @@ void cuda_log(q4kh_backend_ctx *ctx, q4kh_log_level level, const char *fmt,
               ...)
 {
 	const struct q4kh_host_api *host = ctx->host;
-	char msg[512];
+	char msg[1024];
 	va_list ap;
 
 	if (!Q4KH_HOST_HAS(host, log))
@@ -82,6 +82,35 @@ static int driver_installed(void)
 	return 0;
 }
 
+/*
+ * Why cudaGetDeviceCount's E (means_no_devices) leaves no device, with the
+ * CUDA error and what to do, into BUF: what device_info(0) answers, which
+ * q4khost plugins shows. NO_DRIVER: no part of the driver loads.
+ */
+static void why_no_devices(cudaError_t e, int no_driver, char *buf, size_t cap)
+{
+	int driver = 0, runtime = 0;
+
+	if (no_driver) {
+		snprintf(buf, cap, "no NVIDIA driver is installed: neither libcuda.so.1 nor "
+		         "libnvidia-ml.so.1 loads (%s, CUDA error %d); install the NVIDIA driver "
+		         "on a machine with an NVIDIA GPU, else the cpu backends serve",
+		         cudaGetErrorName(e), (int)e);
+	} else if (e == cudaErrorNoDevice) {
+		snprintf(buf, cap, "%s (%s, CUDA error %d): the NVIDIA driver loads but shows no "
+		         "GPU to this process; nvidia-smi lists the GPUs it sees, and "
+		         "CUDA_VISIBLE_DEVICES, when set, hides the others",
+		         cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
+	} else {
+		cudaDriverGetVersion(&driver);
+		cudaRuntimeGetVersion(&runtime);
+		snprintf(buf, cap, "%s (%s, CUDA error %d): the NVIDIA driver supports CUDA %d.%d, "
+		         "this plugin's runtime is CUDA %d.%d; update the driver (nvidia-smi shows "
+		         "its version)", cudaGetErrorString(e), cudaGetErrorName(e), (int)e,
+		         driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+	}
+}
+
 static q4kh_status cuda_init(const struct q4kh_host_api *host,
                              q4kh_backend_ctx **out)
 {
@@ -99,28 +128,25 @@ static q4kh_status cuda_init(const struct q4kh_host_api *host,
 	ctx->persistent = 0;
 	ctx->pdl = 1;
 	ctx->fuse = 1;
-	if ((st = q4kh_backend_setting_uint(host, "cuda", "persistent", 0, 1, &ctx->persistent)) ||
-	    (st = q4kh_backend_setting_uint(host, "cuda", "pdl", 0, 1, &ctx->pdl)) ||
-	    (st = q4kh_backend_setting_uint(host, "cuda", "fuse", 0, 1, &ctx->fuse))) {
+	if ((st = q4kh_backend_setting_bool(host, "cuda", "persistent", &ctx->persistent)) ||
+	    (st = q4kh_backend_setting_bool(host, "cuda", "pdl", &ctx->pdl)) ||
+	    (st = q4kh_backend_setting_bool(host, "cuda", "fuse", &ctx->fuse))) {
 		free(ctx);
 		return st;
 	}
 	e = cudaGetDeviceCount(&n);
 	if (e == cudaSuccess) {
 		ctx->n_devices = n;
-	} else if (e == cudaErrorInsufficientDriver && !driver_installed()) {
-		cudaGetLastError();
-		snprintf(ctx->no_devices, sizeof(ctx->no_devices),
-		         "no NVIDIA driver is installed: neither libcuda.so.1 nor libnvidia-ml.so.1 loads");
-		cuda_log(ctx, Q4KH_LOG_DEBUG, "cuda: no devices: %s", ctx->no_devices);
 	} else if (means_no_devices(e)) {
+		int no_driver = e == cudaErrorInsufficientDriver && !driver_installed();
+
 		cudaGetLastError();
-		snprintf(ctx->no_devices, sizeof(ctx->no_devices), "%s (%s)",
-		         cudaGetErrorString(e), cudaGetErrorName(e));
-		cuda_log(ctx, Q4KH_LOG_INFO, "cuda: no devices: %s", ctx->no_devices);
+		why_no_devices(e, no_driver, ctx->no_devices, sizeof(ctx->no_devices));
+		cuda_log(ctx, no_driver ? Q4KH_LOG_DEBUG : Q4KH_LOG_INFO, "cuda: no devices: %s",
+		         ctx->no_devices);
 	} else {
-		cuda_fail(NULL, Q4KH_ERR_DEVICE, "cuda: init: cudaGetDeviceCount: %s (%s)",
-		          cudaGetErrorString(e), cudaGetErrorName(e));
+		cuda_fail(NULL, Q4KH_ERR_DEVICE, "cuda: init: cudaGetDeviceCount: %s (%s, CUDA error %d)",
+		          cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
 		free(ctx);
 		return Q4KH_ERR_DEVICE;
 	}

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -87,20 +88,53 @@ int q4kh_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
 	return 0;
 }
 
+/* KEY of the plugin's section through config_get, NULL when unset or set to
+ * nothing ("key =": as if unset, docs/plugin-abi.md section 8). */
+static const char *setting(const struct q4kh_host_api *host, const char *key)
+{
+	const char *s = Q4KH_HOST_HAS(host, config_get) ? host->config_get(host->host_data, key)
+	                                                : NULL;
+
+	return s && *s ? s : NULL;
+}
+
+int q4kh_parse_bool(const char *s, unsigned *out)
+{
+	static const char *const words[][2] = {
+		{ "0", "1" }, { "off", "on" }, { "false", "true" }, { "no", "yes" },
+	};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		for (unsigned v = 0; v < 2; v++)
+			if (!strcasecmp(s, words[i][v])) {
+				*out = v;
+				return 0;
+			}
+	return -1;
+}
+
 q4kh_status q4kh_backend_setting_uint(const struct q4kh_host_api *host, const char *name,
                                       const char *key, unsigned lo, unsigned hi,
                                       unsigned *value)
 {
-	const char *s = NULL;
+	const char *s = setting(host, key);
 
-	if (Q4KH_HOST_HAS(host, config_get))
-		s = host->config_get(host->host_data, key);
-	/* "key =" with no value: as if unset (docs/plugin-abi.md section 8) */
-	if (!s || !*s || !q4kh_parse_uint(s, lo, hi, value))
+	if (!s || !q4kh_parse_uint(s, lo, hi, value))
 		return Q4KH_OK;
 	return init_fail(Q4KH_ERR_INVALID,
 	                 "[plugin.%s] %s = \"%s\": expected an integer from %u to %u", name, key,
 	                 s, lo, hi);
+}
+
+q4kh_status q4kh_backend_setting_bool(const struct q4kh_host_api *host, const char *name,
+                                      const char *key, unsigned *value)
+{
+	const char *s = setting(host, key);
+
+	if (!s || !q4kh_parse_bool(s, value))
+		return Q4KH_OK;
+	return init_fail(Q4KH_ERR_INVALID, "[plugin.%s] %s = \"%s\": expected " Q4KH_BOOL_WORDS,
+	                 name, key, s);
 }
 
 q4kh_status q4kh_backend_put_record(const struct q4kh_device_record *rec,

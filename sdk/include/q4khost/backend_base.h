@@ -101,6 +101,20 @@ q4kh_status q4kh_backend_init_check(const char *name, const struct q4kh_host_api
 int q4kh_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out);
 
 /*
+ * The words every on/off setting takes, host's and plugins' alike
+ * (docs/config.md, "On and off"), as a message lists them.
+ */
+#define Q4KH_BOOL_WORDS "1, on, true, yes or 0, off, false, no (any case)"
+
+/*
+ * An on/off value in S (a NUL-terminated string, not NULL): 1, on, true
+ * or yes sets *OUT to 1, 0, off, false or no to 0, in any case. Returns
+ * 0 with *OUT set; -1 (with *OUT kept) for anything else, the empty
+ * string included. The one parser of every on/off setting.
+ */
+int q4kh_parse_bool(const char *s, unsigned *out);
+
+/*
  * The setting KEY of the backend NAME's own section ([plugin.NAME],
  * docs/plugin-abi.md section 8), read in init() through
  * host->config_get where the host has it: a whole number LO .. HI into
@@ -111,6 +125,16 @@ int q4kh_parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out);
 q4kh_status q4kh_backend_setting_uint(const struct q4kh_host_api *host, const char *name,
                                       const char *key, unsigned lo, unsigned hi,
                                       unsigned *value);
+
+/*
+ * The on/off setting KEY of NAME's own section, read in init() as
+ * q4kh_backend_setting_uint reads its whole number: 1 or 0 into *VALUE
+ * (q4kh_parse_bool's words). Unset, or set to nothing, keeps *VALUE.
+ * Returns Q4KH_OK; or Q4KH_ERR_INVALID with init()'s error
+ * "[plugin.NAME] KEY = "VALUE": expected " Q4KH_BOOL_WORDS.
+ */
+q4kh_status q4kh_backend_setting_bool(const struct q4kh_host_api *host, const char *name,
+                                      const char *key, unsigned *value);
 
 /*
  * device_info()'s answer: copy REC (its struct_size ignored) into the
