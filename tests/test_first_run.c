@@ -1053,7 +1053,8 @@ Test(first_run, an_unknown_plugin_key_is_shown_as_such_and_warned_once)
 Test(first_run, the_sample_configuration_with_its_defaults_warns_of_nothing)
 {
 	static const char *const so[] = { "cpu/.libs/cpu.so", "cpu-fast/.libs/cpu-fast.so",
-		                          "cpu-simd/.libs/cpu-simd.so", "cuda/.libs/cuda.so" };
+		                          "cpu-simd/.libs/cpu-simd.so",
+		                          "cpu-simd8/.libs/cpu-simd8.so", "cuda/.libs/cuda.so" };
 	const char *plugins = test_tmpdir();
 	char path[4200], cmd[8800], line[1100], args[8800], *out, *cfg;
 	FILE *in, *ini;

@@ -273,10 +273,49 @@ static void check_words(const char *target, const char *dir, const char *field, 
 	}
 }
 
+/* The canonical variable prefix automake gives TARGET (plugins/a-b/c.la:
+ * plugins_a_b_c_la) into CANON. */
+static void canon_of(const char *target, char *canon, size_t cap)
+{
+	snprintf(canon, cap, "%s", target);
+	for (char *c = canon; *c; c++)
+		if (!isalnum((unsigned char)*c) && *c != '_' && *c != '@')
+			*c = '_';
+}
+
+/*
+ * The plugin folder whose files TARGET (of canonical prefix CANON) may
+ * take, into DIR: its own, or, for a second build of another plugin's
+ * sources (its SOURCES exactly "$(OTHER_SOURCES)" of a target of ALL, as
+ * cpu-simd8 is cpu-simd's with -DSIMD_INT8), that plugin's folder.
+ */
+static void source_folder(const struct vars *v, const char *all, const char *target,
+                          const char *canon, char *dir, size_t cap)
+{
+	static char copy[65536];
+	char key[600], other[512], ref[600], *t, *save;
+	const char *raw, *slash = strchr(target + 8, '/');
+
+	snprintf(dir, cap, "%.*s", (int)(slash - target - 8), target + 8);
+	snprintf(key, sizeof(key), "%s_SOURCES", canon);
+	raw = var_get(v, key);
+	raw += strspn(raw, " \t"); /* var_add joins the parts with spaces */
+	snprintf(copy, sizeof(copy), "%s", all);
+	for (t = strtok_r(copy, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+		if (strncmp(t, "plugins/", 8) || !(slash = strchr(t + 8, '/')))
+			continue;
+		canon_of(t, other, sizeof(other));
+		snprintf(ref, sizeof(ref), "$(%s_SOURCES)", other);
+		if (strcmp(other, canon) && !strncmp(raw, ref, strlen(ref)) &&
+		    !raw[strlen(ref) + strspn(raw + strlen(ref), " \t")])
+			snprintf(dir, cap, "%.*s", (int)(slash - t - 8), t + 8);
+	}
+}
+
 Test(plugin_isolation, makefile_builds_no_plugin_from_another_plugins_files)
 {
 	static const char *const fields[] = { "SOURCES", "LIBADD", "DEPENDENCIES" };
-	static char targets[65536], value[65536];
+	static char targets[65536], value[65536], all[65536];
 	struct findings f = { .len = 0 };
 	struct vars v = { .n = 0 };
 	char *t, *save;
@@ -286,17 +325,14 @@ Test(plugin_isolation, makefile_builds_no_plugin_from_another_plugins_files)
 	snprintf(value, sizeof(value), "%s %s %s", var_get(&v, "plugin_LTLIBRARIES"),
 	         var_get(&v, "noinst_LTLIBRARIES"), var_get(&v, "noinst_LIBRARIES"));
 	expand(&v, value, targets, sizeof(targets), 0);
+	snprintf(all, sizeof(all), "%s", targets);
 	for (t = strtok_r(targets, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
 		char canon[512], dir[256], key[600], objects[600];
-		const char *slash;
 
-		if (strncmp(t, "plugins/", 8) || !(slash = strchr(t + 8, '/')))
+		if (strncmp(t, "plugins/", 8) || !strchr(t + 8, '/'))
 			continue;
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - t - 8), t + 8);
-		snprintf(canon, sizeof(canon), "%s", t);
-		for (char *c = canon; *c; c++)
-			if (!isalnum((unsigned char)*c) && *c != '_' && *c != '@')
-				*c = '_';
+		canon_of(t, canon, sizeof(canon));
+		source_folder(&v, all, t, canon, dir, sizeof(dir));
 		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 			snprintf(key, sizeof(key), "%s_%s", canon, fields[i]);
 			expand(&v, var_get(&v, key), value, sizeof(value), 0);
