@@ -25,22 +25,9 @@ cd "$top"
 [ $# -ge 2 ] || { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 model=$1 regex=$2 skip=${3:-70} count=${4:-1} variant=${5:-cuda-mwv} dir=${6:-/tmp/gpu-ncu}
 
-ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1) ||
-	{ echo "gpu-ncu.sh: no Nsight Compute (ncu) here" >&2; exit 1; }
-scripts/gpu-unpack.sh
-build=.gpu/build
-[ -d "$build" ] || build=_build/gpu
-export LD_LIBRARY_PATH="$top/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-Q4KHOST_PLUGIN_PATH=$(find "$top/$build/plugins" -path '*/.libs/*.so' -printf '%h\n' | sort -u | paste -sd:)
-export Q4KHOST_PLUGIN_PATH
-case $model in
-*.gguf) ;;
-*)
-	f=/tmp/models/$model.gguf
-	[ -f "$f" ] || { mkdir -p /tmp/models && python3 scripts/gen-bench-model.py "$model" "$f.part" >/dev/null && mv "$f.part" "$f"; }
-	model=$f
-	;;
-esac
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1 || true)
+[ -n "$ncu" ] || { echo "gpu-ncu.sh: no Nsight Compute (ncu) here" >&2; exit 1; }
+. scripts/gpu-env.sh
 
 name=$(basename "$model" .gguf)-$(echo "$regex" | tr -c 'A-Za-z0-9_\n' _)
 mkdir -p "$dir"

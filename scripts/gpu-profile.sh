@@ -22,21 +22,7 @@ cd "$top"
 [ $# -ge 1 ] || { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 model=$1 kernel=${2:-cuda-mwv} n=${3:-128} d=${4:-512}
 
-scripts/gpu-unpack.sh
-build=.gpu/build
-[ -d "$build" ] || build=_build/gpu
-export LD_LIBRARY_PATH="$top/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-Q4KHOST_PLUGIN_PATH=$(find "$top/$build/plugins" -path '*/.libs/*.so' -printf '%h\n' | sort -u | paste -sd:)
-export Q4KHOST_PLUGIN_PATH
-
-case $model in
-*.gguf) ;;
-*)
-	f=/tmp/models/$model.gguf
-	[ -f "$f" ] || { mkdir -p /tmp/models && python3 scripts/gen-bench-model.py "$model" "$f.part" >/dev/null && mv "$f.part" "$f"; }
-	model=$f
-	;;
-esac
+. scripts/gpu-env.sh
 
 header=$(find /usr/local/cuda*/ /usr/local/cuda/extras /usr/lib/python3*/ /opt /usr/local/lib -name cupti.h 2>/dev/null | head -n 1)
 lib=$(find /usr/local/cuda*/ /opt /usr/local/lib /usr/lib -name 'libcupti.so*' 2>/dev/null | head -n 1)
