@@ -120,17 +120,6 @@ static int has_backend(const struct q4kh_registry *r, const char *name)
 	return p && p->desc->kind == Q4KH_KIND_BACKEND;
 }
 
-/* 1 when R has an accepted backend of kind KIND (plugin.h, backend_kind). */
-static int has_kind(const struct q4kh_registry *r, const char *kind)
-{
-	for (size_t i = 0; i < r->n_plugins; i++)
-		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
-		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND &&
-		    !strcmp(q4kh_backend_kind(&r->plugins[i]), kind))
-			return 1;
-	return 0;
-}
-
 /* The kind of the backend filter F names, or NULL for any. */
 static const char *filter_kind(const struct q4kh_registry *r,
                                const struct q4kh_candidate_filter *f)
@@ -163,7 +152,8 @@ size_t q4kh_candidates_unmeasurable(const struct q4kh_registry *r,
 		if (k->state != Q4KH_PLUGIN_ACCEPTED || k->desc->kind != Q4KH_KIND_KERNEL)
 			continue;
 		target = k->desc->kernel->backend;
-		if (has_kind(r, target) || (f->backend && strcmp(filter_kind(r, f), target)) ||
+		if (q4kh_registry_backend_of_kind(r, target) ||
+		    (f->backend && strcmp(filter_kind(r, f), target)) ||
 		    (f->kernel && strcmp(f->kernel, k->name)))
 			continue;
 		used += (size_t)snprintf(buf + used, cap - used,

@@ -915,6 +915,13 @@ static size_t name_distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/* Whether a name at distance D from NAME is a slip of a character or two
+ * (worth a "did you mean"), not a different name. */
+static int near_enough(const char *name, size_t d)
+{
+	return d <= 2 && d < strlen(name);
+}
+
 int q4kh_plugin_key_unread(const struct q4kh_plugin *p, const char *key, char *near,
                            size_t cap)
 {
@@ -932,8 +939,7 @@ int q4kh_plugin_key_unread(const struct q4kh_plugin *p, const char *key, char *n
 			nearest = k;
 		}
 	}
-	/* close: a slip of a character or two, not a different key */
-	if (nearest && best <= 2 && best < strlen(key))
+	if (nearest && near_enough(key, best))
 		snprintf(near, cap, "%s", nearest);
 	return 1;
 }
@@ -1009,8 +1015,7 @@ static void unknown_section(void *data, const char *file, unsigned line, const c
 			                         used ? ", " : "", r->plugins[i].name);
 	}
 	memcpy(s->last, here, sizeof(here));
-	/* close: a slip of a character or two, not a different name */
-	if (nearest && best <= 2 && best < strlen(name))
+	if (nearest && near_enough(name, best))
 		snprintf(hint, sizeof(hint), "; did you mean [plugin.%s]?", nearest);
 	snprintf(msg, sizeof(msg), "%s:%u: section [%s] names no plugin on the plugin path %s, "
 	         "so its keys are not read here (plugins there: %s)%s", file, line, section,
@@ -1107,6 +1112,17 @@ const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name)
 {
 	return r && name ? find_accepted(r, name) : NULL;
+}
+
+const struct q4kh_plugin *q4kh_registry_backend_of_kind(const struct q4kh_registry *r,
+                                                        const char *kind)
+{
+	for (size_t i = 0; i < r->n_plugins; i++)
+		if (r->plugins[i].state == Q4KH_PLUGIN_ACCEPTED &&
+		    r->plugins[i].desc->kind == Q4KH_KIND_BACKEND &&
+		    !strcmp(q4kh_backend_kind(&r->plugins[i]), kind))
+			return &r->plugins[i];
+	return NULL;
 }
 
 const char *q4kh_registry_why_absent(const struct q4kh_registry *r, const char *name, char *buf,

@@ -174,6 +174,10 @@ const char *q4kh_backend_kind(const struct q4kh_plugin *p);
  */
 uint32_t q4kh_plugin_arith(const struct q4kh_plugin *p);
 
+/* The first accepted backend of kind KIND (q4kh_backend_kind), or NULL. */
+const struct q4kh_plugin *q4kh_registry_backend_of_kind(const struct q4kh_registry *r,
+                                                        const char *kind);
+
 /* The accepted plugin called NAME, or NULL. */
 const struct q4kh_plugin *q4kh_registry_find(const struct q4kh_registry *r,
                                              const char *name);

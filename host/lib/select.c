@@ -173,19 +173,12 @@ void q4kh_select_elsewhere(struct q4kh_host *h, uint32_t device,
                            const struct q4kh_plugin *const *variants, size_t n, char *buf,
                            size_t cap)
 {
-	const struct q4kh_registry *r = h->registry;
-
 	buf[0] = 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *kind = variants[i]->desc->kernel->backend;
-		const struct q4kh_plugin *b = NULL;
+		const struct q4kh_plugin *b = q4kh_registry_backend_of_kind(h->registry, kind);
 		char lacks[700] = "";
 
-		for (size_t j = 0; !b && j < r->n_plugins; j++)
-			if (r->plugins[j].state == Q4KH_PLUGIN_ACCEPTED &&
-			    r->plugins[j].desc->kind == Q4KH_KIND_BACKEND &&
-			    !strcmp(q4kh_backend_kind(&r->plugins[j]), kind))
-				b = &r->plugins[j];
 		if (!b)
 			snprintf(lacks, sizeof(lacks), "is not on the plugin path");
 		else if (q4kh_host_devices(h, b, NULL, 0) > device)
